@@ -1,0 +1,3 @@
+"""dispatch reconciler."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,26 @@
+"""The ``reconciler`` command line."""
+
+from __future__ import annotations
+
+import click
+
+from reconciler import __version__
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="reconciler")
+def cli() -> None:
+    """dispatch reconciler: decide which ML work gets dispatched to Kubernetes clusters."""
+
+
+def _register() -> None:
+    from reconciler.cli import devcluster_cmd
+
+    cli.add_command(devcluster_cmd.dev_cluster)
+
+
+_register()
+
+
+def main() -> None:
+    cli()

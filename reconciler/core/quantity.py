@@ -1,0 +1,90 @@
+"""Kubernetes resource quantities, parsed exactly into Decimal.
+
+Follows k8s.io/apimachinery/pkg/api/resource: a signed decimal number followed by
+a binary SI suffix (Ki..Ei), a decimal SI suffix (n, u, m, "", k, M, G, T, P, E)
+or a decimal exponent (e3, E-2).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from decimal import Decimal, InvalidOperation
+
+_BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_DECIMAL = {
+    "n": Decimal("1e-9"),
+    "u": Decimal("1e-6"),
+    "m": Decimal("1e-3"),
+    "": Decimal(1),
+    "k": Decimal("1e3"),
+    "M": Decimal("1e6"),
+    "G": Decimal("1e9"),
+    "T": Decimal("1e12"),
+    "P": Decimal("1e15"),
+    "E": Decimal("1e18"),
+}
+_RE = re.compile(
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?$"
+)
+# Kubernetes caps quantities at 2^63-1 milli-units; anything larger is a typo.
+MAX_QUANTITY = Decimal(2**63 - 1) / 1000
+
+
+class QuantityError(ValueError):
+    """A string that is not a valid Kubernetes quantity."""
+
+
+def parse_quantity(value: str | int | float | Decimal) -> Decimal:
+    """Parse a quantity such as ``2``, ``500m``, ``256Gi`` or ``1e3`` into a Decimal."""
+    if isinstance(value, bool):
+        raise QuantityError(f"{value!r} is not a quantity")
+    if isinstance(value, int | Decimal):
+        number = Decimal(value)
+    elif isinstance(value, float):
+        number = Decimal(repr(value))
+    elif isinstance(value, str):
+        match = _RE.match(value.strip())
+        if not match:
+            raise QuantityError(f"{value!r} is not a valid quantity (e.g. 2, 500m, 256Gi)")
+        try:
+            number = Decimal(match["num"])
+        except InvalidOperation as exc:  # pragma: no cover - regex guards this
+            raise QuantityError(f"{value!r} is not a valid quantity") from exc
+        suffix = match["suffix"] or ""
+        if suffix in _BINARY:
+            number *= _BINARY[suffix]
+        elif suffix in _DECIMAL:
+            number *= _DECIMAL[suffix]
+        else:
+            number = number.scaleb(int(suffix[1:]))
+    else:
+        raise QuantityError(f"{value!r} is not a quantity")
+    if number < 0:
+        raise QuantityError(f"{value!r} is negative")
+    if number > MAX_QUANTITY:
+        raise QuantityError(f"{value!r} is too large")
+    return number
+
+
+def format_quantity(value: Decimal) -> str:
+    """Canonical short form: integers plain (``4``), binary sizes with Ki..Ei, fractions in m."""
+    if value == value.to_integral_value():
+        n = int(value)
+        if n >= 2**10:
+            for suffix, factor in reversed(_BINARY.items()):
+                if n % factor == 0:
+                    return f"{n // factor}{suffix}"
+        return str(n)
+    milli = value * 1000
+    if milli == milli.to_integral_value():
+        return f"{int(milli)}m"
+    return format(value.normalize(), "f")
+
+
+def sum_quantities(items: Mapping[str, Decimal], into: dict[str, Decimal]) -> dict[str, Decimal]:
+    """Add ``items`` into ``into`` per resource and return it."""
+    for name, amount in items.items():
+        into[name] = into.get(name, Decimal(0)) + amount
+    return into

@@ -1,0 +1,168 @@
+"""Frozen value types shared by the pure core: the compiler produces them, the planner,
+renderer and status writer consume them. No I/O here; adapters build ``RepoSnapshot``.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+
+class RunKind(enum.StrEnum):
+    JOB = "job"
+    NOTEBOOK = "notebook"
+    SANDBOX = "sandbox"
+    BATCH = "batch"
+
+
+class QueueStrategy(enum.StrEnum):
+    BEST_EFFORT_FIFO = "BestEffortFIFO"
+    STRICT_FIFO = "StrictFIFO"
+
+
+class Phase(enum.StrEnum):
+    QUEUED = "Queued"
+    DISPATCHED = "Dispatched"
+    RUNNING = "Running"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    STOPPED = "Stopped"
+
+    @property
+    def active(self) -> bool:
+        return self in (Phase.DISPATCHED, Phase.RUNNING)
+
+    @property
+    def finished(self) -> bool:
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED)
+
+
+# --- the repo as the core sees it -------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepoFile:
+    """One blob of the config repo. ``symlink_target`` is set for symlinks (content empty)."""
+
+    path: str  # posix, relative to the repo root
+    content: bytes
+    symlink_target: str | None = None
+    first_commit_time: datetime | None = None  # when the file was first added, if known
+
+
+@dataclass(frozen=True)
+class RepoSnapshot:
+    """A whole config tree at one version (a commit SHA, or ``worktree`` outside Git)."""
+
+    files: Mapping[str, RepoFile]
+    version: str = "worktree"
+
+
+# --- diagnostics ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, order=True)
+class Location:
+    file: str
+    line: int = 0  # 1-based; 0 when unknown
+    col: int = 0  # 1-based; 0 when unknown
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+
+@dataclass(frozen=True, order=True)
+class ConfigError:
+    """A problem in the config repo, printed as ``file:line:col: message``."""
+
+    location: Location
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.location}: {self.message}"
+
+
+# --- compiled config --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Provenance:
+    """Where a compiled leaf came from: ``step`` is ``operation``, ``preset <name> (<strategy>)``,
+    ``project default`` or ``org default``."""
+
+    file: str
+    line: int
+    step: str
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    name: str
+    concurrency: int | None = None
+    kubeconfig: Mapping[str, Any] = field(default_factory=dict)
+    context: str | None = None
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    name: str
+    cluster: str
+    priority: int = 0
+    concurrency: int | None = None
+    quota: Mapping[str, Decimal] = field(default_factory=dict)
+    kinds: frozenset[RunKind] = frozenset(RunKind)
+    strategy: QueueStrategy = QueueStrategy.BEST_EFFORT_FIFO
+    paused: bool = False
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class WorkflowRef:
+    """Set on children of a matrix or DAG operation."""
+
+    parent: str  # "project/name" of the workflow operation
+    kind: str  # "matrix" | "dag"
+    index: int  # position among siblings, 0-based
+    concurrency: int | None = None
+
+
+@dataclass(frozen=True)
+class CompiledOperation:
+    """One dispatchable unit. Workflow parents are expanded into their children."""
+
+    project: str
+    name: str
+    path: str  # the operation's file
+    queue: str
+    cluster: str
+    namespace: str
+    kind: RunKind
+    spec: Mapping[str, Any]  # compiled, same shape as the operation file
+    requests: Mapping[str, Decimal]  # total per resource (requests, or limits where only set)
+    presets: tuple[str, ...] = ()
+    provenance: Mapping[str, Provenance] = field(default_factory=dict)
+    connections: tuple[str, ...] = ()
+    generation: int = 1
+    is_approved: bool = True
+    workflow: WorkflowRef | None = None
+    dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
+    submitted_at: datetime | None = None  # first commit time of the operation file
+
+    @property
+    def id(self) -> str:
+        return f"{self.project}/{self.name}"
+
+
+@dataclass(frozen=True)
+class ObservedOperation:
+    """What the cluster (or the status branch) says about an operation."""
+
+    operation: str  # "project/name"
+    phase: Phase
+    requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
+    queue: str | None = None
+    cluster: str | None = None
