@@ -166,3 +166,47 @@ class ObservedOperation:
     requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
     queue: str | None = None
     cluster: str | None = None
+
+
+class RejectReason(enum.StrEnum):
+    POLICY_VIOLATION = "PolicyViolation"
+    INVALID_CONFIG = "InvalidConfig"
+
+
+@dataclass(frozen=True)
+class RejectedOperation:
+    """An operation that compiled but may not run (e.g. ``PolicyViolation``); others go on."""
+
+    operation: str  # "project/name"
+    path: str
+    reason: RejectReason
+    message: str  # names the field and its provenance
+    location: Location | None = None
+
+
+@dataclass(frozen=True)
+class OrgSettings:
+    default_queue: str | None = None
+    prune: bool = False
+    # The mass-deletion guard: refuse to stop more than this share of active ops in one plan.
+    max_prune_fraction: float = 0.5
+    allow_mass_prune: bool = False
+    status_branch: str = "reconciler/status"
+
+
+@dataclass(frozen=True)
+class CompiledRepo:
+    """The result of compiling a whole snapshot. ``errors`` non-empty means the commit is
+    invalid: callers keep the last good config and change nothing in any cluster."""
+
+    version: str
+    org: OrgSettings
+    clusters: Mapping[str, ClusterSpec]
+    queues: Mapping[str, QueueSpec]
+    operations: tuple[CompiledOperation, ...]
+    rejected: tuple[RejectedOperation, ...] = ()
+    errors: tuple[ConfigError, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
