@@ -2,9 +2,109 @@
 
 from __future__ import annotations
 
+import json
+import sys
+from pathlib import Path
+
 import click
+
+from reconciler.devcluster.build import BuildError
+from reconciler.devcluster.cluster import DevCluster, DevClusterError
+from reconciler.devcluster.shape import ShapeError, default_shape, load_shape
+
+_state_dir = click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where pids, certs, logs and the kubeconfig live "
+    "(default $RECONCILER_DEV_CLUSTER_DIR or ~/.local/state/reconciler/dev-cluster).",
+)
+
+
+def _progress(message: str) -> None:
+    click.echo(message, err=True)
 
 
 @click.group("dev-cluster")
 def dev_cluster() -> None:
     """Build and run a local Kubernetes control plane with fake GPU nodes."""
+
+
+@dev_cluster.command()
+@_state_dir
+@click.option("--gpu-nodes", default=2, show_default=True, type=click.IntRange(0, 5000))
+@click.option("--gpus-per-node", default=4, show_default=True, type=click.IntRange(1, 64))
+@click.option("--gpu-type", default="a100", show_default=True, help="Value of the gpu.type label.")
+@click.option("--cpu-nodes", default=2, show_default=True, type=click.IntRange(0, 5000))
+@click.option(
+    "--shape",
+    "shape_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="YAML file with node pools; overrides the --*-nodes options.",
+)
+@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait per step.")
+def up(
+    state_dir: Path | None,
+    gpu_nodes: int,
+    gpus_per_node: int,
+    gpu_type: str,
+    cpu_nodes: int,
+    shape_file: Path | None,
+    timeout: float,
+) -> None:
+    """Build the binaries (once) and start the control plane and kwok nodes."""
+    try:
+        pools = (
+            load_shape(shape_file)
+            if shape_file
+            else default_shape(gpu_nodes, gpus_per_node, gpu_type, cpu_nodes)
+        )
+        DevCluster(state_dir).up(pools, progress=_progress, timeout=timeout)
+    except (ShapeError, BuildError, DevClusterError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+
+
+@dev_cluster.command()
+@_state_dir
+def down(state_dir: Path | None) -> None:
+    """Stop every process that ``up`` started."""
+    try:
+        survivors = DevCluster(state_dir).down(progress=_progress)
+    except DevClusterError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if survivors:
+        click.echo(f"error: still running: {', '.join(survivors)}", err=True)
+        sys.exit(1)
+
+
+@dev_cluster.command()
+@_state_dir
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+def status(state_dir: Path | None, output: str) -> None:
+    """Show whether the cluster is ready, its kubeconfig and its nodes. Exit 1 if not ready."""
+    try:
+        info = DevCluster(state_dir).status()
+    except DevClusterError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    if output == "json":
+        click.echo(json.dumps(info, indent=2, sort_keys=True))
+    else:
+        click.echo(f"ready:      {info['ready']}")
+        click.echo(f"kubeconfig: {info['kubeconfig']}")
+        for proc in info["processes"]:
+            state = "running" if proc["alive"] else "stopped"
+            click.echo(f"  {proc['name']:<24} pid {proc['pid']:<8} {state}")
+        for node in info["nodes"]:
+            ready = "Ready" if node["ready"] else "NotReady"
+            click.echo(f"  node {node['name']:<20} {ready:<9} gpu={node['gpus']} cpu={node['cpu']}")
+    sys.exit(0 if info["ready"] else 1)
+
+
+@dev_cluster.command()
+@_state_dir
+def env(state_dir: Path | None) -> None:
+    """Print ``export KUBECONFIG=...`` for ``eval $(reconciler dev-cluster env)``."""
+    click.echo(f"export KUBECONFIG={DevCluster(state_dir).kubeconfig}")

@@ -1,0 +1,143 @@
+"""The shape of the fake node fleet: pools of identical kwok nodes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from reconciler.core.quantity import QuantityError, parse_quantity
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+class ShapeError(ValueError):
+    """The node shape file is invalid."""
+
+
+class _Taint(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: str = ""
+    effect: str = Field(pattern="^(NoSchedule|PreferNoSchedule|NoExecute)$")
+
+
+class _Pool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", max_length=50)
+    count: int = Field(ge=0, le=5000)
+    cpu: str = "32"
+    memory: str = "128Gi"
+    pods: int = Field(default=110, ge=1)
+    gpus: int = Field(default=0, ge=0)
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[_Taint] = Field(default_factory=list)
+
+
+class _Shape(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    pools: list[_Pool]
+
+
+@dataclass(frozen=True)
+class NodePool:
+    name: str
+    count: int
+    cpu: str = "32"
+    memory: str = "128Gi"
+    pods: int = 110
+    gpus: int = 0
+    labels: dict[str, str] = field(default_factory=dict)
+    taints: tuple[dict[str, str], ...] = ()
+
+    def node_names(self) -> list[str]:
+        return [f"kwok-{self.name}-{i}" for i in range(self.count)]
+
+    def manifest(self, node_name: str) -> dict[str, Any]:
+        """A Node managed by kwok. No NoSchedule taint, so the real scheduler places pods."""
+        resources: dict[str, str] = {"cpu": self.cpu, "memory": self.memory, "pods": str(self.pods)}
+        if self.gpus:
+            resources[GPU_RESOURCE] = str(self.gpus)
+        labels = {
+            "kubernetes.io/hostname": node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": "kwok",
+            "reconciler.dev/pool": self.name,
+            **self.labels,
+        }
+        spec: dict[str, Any] = {}
+        if self.taints:
+            spec["taints"] = [dict(t) for t in self.taints]
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": node_name,
+                "labels": labels,
+                "annotations": {"kwok.x-k8s.io/node": "fake", "node.alpha.kubernetes.io/ttl": "0"},
+            },
+            "spec": spec,
+            "status": {"capacity": resources, "allocatable": dict(resources)},
+        }
+
+
+def default_shape(
+    gpu_nodes: int = 2, gpus_per_node: int = 4, gpu_type: str = "a100", cpu_nodes: int = 2
+) -> tuple[NodePool, ...]:
+    return (
+        NodePool(
+            name="gpu",
+            count=gpu_nodes,
+            cpu="64",
+            memory="512Gi",
+            gpus=gpus_per_node,
+            labels={
+                "gpu.type": gpu_type,
+                "nvidia.com/gpu.present": "true",
+                "node.kubernetes.io/instance-type": f"{gpu_type}-x{gpus_per_node}",
+            },
+        ),
+        NodePool(name="cpu", count=cpu_nodes, cpu="32", memory="128Gi"),
+    )
+
+
+def load_shape(path: Path) -> tuple[NodePool, ...]:
+    """Read a shape file: ``pools: [{name, count, cpu, memory, gpus, labels, taints}]``."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        shape = _Shape.model_validate(raw)
+        for pool in shape.pools:
+            parse_quantity(pool.cpu)
+            parse_quantity(pool.memory)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ShapeError(f"{path}: cannot read: {exc}") from exc
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        raise ShapeError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        raise ShapeError(f"{path}:1:1: {loc}: {first['msg']}") from exc
+    except QuantityError as exc:
+        raise ShapeError(f"{path}:1:1: {exc}") from exc
+    names = [p.name for p in shape.pools]
+    if len(set(names)) != len(names):
+        raise ShapeError(f"{path}:1:1: pool names must be unique")
+    return tuple(
+        NodePool(
+            name=p.name,
+            count=p.count,
+            cpu=p.cpu,
+            memory=p.memory,
+            pods=p.pods,
+            gpus=p.gpus,
+            labels=dict(p.labels),
+            taints=tuple(t.model_dump() for t in p.taints),
+        )
+        for p in shape.pools
+    )
