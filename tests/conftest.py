@@ -1,0 +1,61 @@
+"""Shared fixtures. Cluster tests (marked ``cluster``) run against a real control plane:
+``$RECONCILER_TEST_KUBECONFIG`` when set (kind, minikube, any cluster), otherwise a dev
+cluster started for the session and stopped after it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from helpers import wait_until
+
+
+@dataclass(frozen=True)
+class TestCluster:
+    kubeconfig: Path
+    dev: object | None  # the DevCluster when the session started one
+
+    def api_client(self):  # type: ignore[no-untyped-def]
+        from kubernetes import config
+
+        return config.new_client_from_config(config_file=str(self.kubeconfig))
+
+
+@pytest.fixture(scope="session")
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+    external = os.environ.get("RECONCILER_TEST_KUBECONFIG")
+    if external:
+        yield TestCluster(kubeconfig=Path(external), dev=None)
+        return
+    from reconciler.devcluster.cluster import DevCluster
+
+    dev = DevCluster(tmp_path_factory.mktemp("dev-cluster"))
+    dev.up(progress=lambda msg: print(f"[dev-cluster] {msg}"))
+    try:
+        yield TestCluster(kubeconfig=dev.kubeconfig, dev=dev)
+    finally:
+        dev.down(progress=lambda msg: None)
+
+
+@pytest.fixture
+def namespace(kube_cluster: TestCluster) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards."""
+    from kubernetes import client
+
+    api = client.CoreV1Api(kube_cluster.api_client())
+    name = f"t-{uuid.uuid4().hex[:10]}"
+    api.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    # The ServiceAccount admission plugin rejects pods until the default SA exists.
+    wait_until(
+        lambda: bool(api.list_namespaced_service_account(name).items),
+        timeout=60,
+        what=f"default service account in {name}",
+    )
+    try:
+        yield name
+    finally:
+        api.delete_namespace(name, propagation_policy="Background")
