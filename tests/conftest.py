@@ -15,7 +15,7 @@ from helpers import wait_until
 
 
 @dataclass(frozen=True)
-class TestCluster:
+class KubeCluster:
     kubeconfig: Path
     dev: object | None  # the DevCluster when the session started one
 
@@ -26,23 +26,23 @@ class TestCluster:
 
 
 @pytest.fixture(scope="session")
-def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestCluster]:
+def kube_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeCluster]:
     external = os.environ.get("RECONCILER_TEST_KUBECONFIG")
     if external:
-        yield TestCluster(kubeconfig=Path(external), dev=None)
+        yield KubeCluster(kubeconfig=Path(external), dev=None)
         return
     from reconciler.devcluster.cluster import DevCluster
 
     dev = DevCluster(tmp_path_factory.mktemp("dev-cluster"))
     dev.up(progress=lambda msg: print(f"[dev-cluster] {msg}"))
     try:
-        yield TestCluster(kubeconfig=dev.kubeconfig, dev=dev)
+        yield KubeCluster(kubeconfig=dev.kubeconfig, dev=dev)
     finally:
         dev.down(progress=lambda msg: None)
 
 
 @pytest.fixture
-def namespace(kube_cluster: TestCluster) -> Iterator[str]:
+def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards."""
     from kubernetes import client
 

@@ -9,9 +9,7 @@ from typing import TypeVar
 T = TypeVar("T")
 
 
-def wait_until(
-    check: Callable[[], T], *, timeout: float, what: str, interval: float = 0.2
-) -> T:
+def wait_until(check: Callable[[], T], *, timeout: float, what: str, interval: float = 0.2) -> T:
     """Poll ``check`` until it returns a truthy value; fail the test after ``timeout`` s."""
     deadline = time.monotonic() + timeout
     last: T = check()

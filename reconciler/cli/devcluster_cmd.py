@@ -8,7 +8,7 @@ from pathlib import Path
 
 import click
 
-from reconciler.devcluster.build import BuildError
+from reconciler.devcluster.build import BuildError, ensure_binaries
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
 from reconciler.devcluster.shape import ShapeError, default_shape, load_shape
 
@@ -63,6 +63,18 @@ def up(
     except (ShapeError, BuildError, DevClusterError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
+
+
+@dev_cluster.command()
+def build() -> None:
+    """Build (or find in the cache) etcd, kube-*, kubectl and kwok, and print their paths."""
+    try:
+        binaries = ensure_binaries(progress=_progress)
+    except BuildError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
+    for name, path in binaries.all().items():
+        click.echo(f"{name}\t{path}")
 
 
 @dev_cluster.command()
