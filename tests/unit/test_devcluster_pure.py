@@ -1,0 +1,96 @@
+"""Dev-cluster pieces that need no running cluster: shapes, PKI, process records."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives.asymmetric import ec
+
+from reconciler.devcluster.cluster import ProcessRecord, _start_ticks
+from reconciler.devcluster.pki import generate_pki
+from reconciler.devcluster.shape import GPU_RESOURCE, ShapeError, default_shape, load_shape
+
+
+def test_default_shape_has_gpu_and_cpu_nodes() -> None:
+    pools = default_shape()
+    manifests = [pool.manifest(name) for pool in pools for name in pool.node_names()]
+    gpu = [m for m in manifests if GPU_RESOURCE in m["status"]["allocatable"]]
+    assert [m["metadata"]["name"] for m in gpu] == ["kwok-gpu-0", "kwok-gpu-1"]
+    for m in gpu:
+        assert m["status"]["capacity"][GPU_RESOURCE] == "4"
+        assert m["status"]["allocatable"][GPU_RESOURCE] == "4"
+        assert m["metadata"]["labels"]["gpu.type"] == "a100"
+    assert len(manifests) == 4
+    for m in manifests:
+        assert m["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
+        assert "taints" not in m["spec"]  # the real scheduler must be free to place pods
+
+
+def test_shape_is_configurable(tmp_path: Path) -> None:
+    shape = tmp_path / "shape.yaml"
+    shape.write_text(
+        "pools:\n"
+        "- {name: h100, count: 3, gpus: 8, labels: {gpu.type: h100}}\n"
+        "- {name: spot, count: 1, taints: [{key: spot, effect: NoSchedule}]}\n"
+    )
+    pools = load_shape(shape)
+    assert [(p.name, p.count, p.gpus) for p in pools] == [("h100", 3, 8), ("spot", 1, 0)]
+    node = pools[1].manifest("kwok-spot-0")
+    assert node["spec"]["taints"] == [{"key": "spot", "value": "", "effect": "NoSchedule"}]
+    assert default_shape(gpu_nodes=5, gpus_per_node=2)[0].node_names()[-1] == "kwok-gpu-4"
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("pools: [{name: a, count: 1, gpus: -1}]", "greater than or equal to 0"),
+        ("pools: [{name: Bad_Name, count: 1}]", "pools.0.name"),
+        ("pools: [{name: a, count: 1, memory: lots}]", "not a valid quantity"),
+        ("pools: [{name: a, count: 1}, {name: a, count: 2}]", "unique"),
+        ("pools: [{name: a, count: 1, colour: red}]", "Extra inputs"),
+        ("pools: [{name: a, count: 1\n", "invalid YAML"),
+    ],
+)
+def test_bad_shape_files_are_clear_errors(tmp_path: Path, text: str, expected: str) -> None:
+    shape = tmp_path / "shape.yaml"
+    shape.write_text(text)
+    with pytest.raises(ShapeError) as err:
+        load_shape(shape)
+    assert str(err.value).startswith(f"{shape}:")
+    assert expected in str(err.value)
+
+
+def test_pki_chain_and_client_identities(tmp_path: Path) -> None:
+    pki = generate_pki(tmp_path, {"admin": ("dev-admin", "system:masters")})
+    ca = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes())
+    serving = x509.load_pem_x509_certificate(pki.serving_cert.read_bytes())
+    admin = x509.load_pem_x509_certificate(pki.client_cert("admin").read_bytes())
+    for cert in (serving, admin):
+        assert cert.issuer == ca.subject
+        assert isinstance(ca.public_key(), ec.EllipticCurvePublicKey)
+        cert.verify_directly_issued_by(ca)
+    sans = serving.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert "127.0.0.1" in [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)]
+    org = admin.subject.get_attributes_for_oid(x509.NameOID.ORGANIZATION_NAME)
+    assert [a.value for a in org] == ["system:masters"]
+    assert oct(pki.sa_key.stat().st_mode & 0o777) == "0o600"
+    assert pki.sa_pub.read_text().startswith("-----BEGIN PUBLIC KEY-----")
+
+
+def test_process_record_detects_exit_and_pid_reuse() -> None:
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        ticks = _start_ticks(proc.pid)
+        assert ticks is not None
+        assert ProcessRecord("sleeper", proc.pid, ticks).alive()
+        assert not ProcessRecord("sleeper", proc.pid, ticks + 1).alive()  # a reused pid
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not ProcessRecord("sleeper", proc.pid, ticks).alive()
+    assert _start_ticks(os.getpid()) is not None
