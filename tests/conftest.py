@@ -13,6 +13,12 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.types import RepoFile, RepoSnapshot
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = ROOT / "config-repo-template"
+
 
 @dataclass(frozen=True)
 class KubeCluster:
@@ -59,3 +65,25 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
         yield name
     finally:
         api.delete_namespace(name, propagation_policy="Background")
+
+
+@pytest.fixture(scope="session")
+def template() -> RepoSnapshot:
+    """The example config repo, as the core sees it."""
+    return snapshot_worktree(TEMPLATE)
+
+
+def overlay(snapshot: RepoSnapshot, files: dict[str, str | bytes | None]) -> RepoSnapshot:
+    """``snapshot`` with files added, replaced, or (``None``) removed."""
+    out = dict(snapshot.files)
+    for path, content in files.items():
+        if content is None:
+            out.pop(path, None)
+        else:
+            data = content.encode() if isinstance(content, str) else content
+            out[path] = RepoFile(path, data)
+    return RepoSnapshot(out, snapshot.version)
+
+
+def repo(files: dict[str, str]) -> RepoSnapshot:
+    return overlay(RepoSnapshot({}), dict(files))

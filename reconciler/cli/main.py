@@ -14,9 +14,11 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from reconciler.cli import devcluster_cmd
+    from reconciler.cli import config_cmds, devcluster_cmd
 
     cli.add_command(devcluster_cmd.dev_cluster)
+    for command in config_cmds.COMMANDS:
+        cli.add_command(command)
 
 
 _register()

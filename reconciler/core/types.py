@@ -97,6 +97,14 @@ class Provenance:
     file: str
     line: int
     step: str
+    col: int = 0
+
+    @property
+    def location(self) -> Location:
+        return Location(self.file, self.line, self.col)
+
+    def __str__(self) -> str:
+        return f"{self.step} at {self.file}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -105,6 +113,19 @@ class ClusterSpec:
     concurrency: int | None = None
     kubeconfig: Mapping[str, Any] = field(default_factory=dict)
     context: str | None = None
+
+
+@dataclass(frozen=True)
+class ConnectionSpec:
+    """A resolved ``connections/<name>.yaml``; the renderer turns it into env/volumes/mounts.
+
+    ``type`` is ``volume``, ``secret``, ``configMap``, ``bucket`` or ``git``; ``spec`` holds that
+    source's fields as written (camelCase) with defaults filled in."""
+
+    name: str
+    type: str
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
 
 
 @dataclass(frozen=True)
@@ -151,6 +172,7 @@ class CompiledOperation:
     workflow: WorkflowRef | None = None
     dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
     submitted_at: datetime | None = None  # first commit time of the operation file
+    params: Mapping[str, Any] = field(default_factory=dict)  # matrix/DAG child parameters
 
     @property
     def id(self) -> str:
@@ -185,6 +207,17 @@ class RejectedOperation:
 
 
 @dataclass(frozen=True)
+class OrgPolicy:
+    """``policy`` in reconciler.yaml, checked after the merge (a preset is not a boundary)."""
+
+    allowed_queues: frozenset[str] | None = None
+    max_resources: Mapping[str, Decimal] = field(default_factory=dict)
+    allowed_scheduler_names: frozenset[str] | None = None
+    allow_privileged: bool = False
+    allow_host_path: bool = False
+
+
+@dataclass(frozen=True)
 class OrgSettings:
     default_queue: str | None = None
     prune: bool = False
@@ -192,6 +225,7 @@ class OrgSettings:
     max_prune_fraction: float = 0.5
     allow_mass_prune: bool = False
     status_branch: str = "reconciler/status"
+    policy: OrgPolicy = field(default_factory=OrgPolicy)
 
 
 @dataclass(frozen=True)
@@ -206,6 +240,7 @@ class CompiledRepo:
     operations: tuple[CompiledOperation, ...]
     rejected: tuple[RejectedOperation, ...] = ()
     errors: tuple[ConfigError, ...] = ()
+    connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:

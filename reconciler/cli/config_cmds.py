@@ -1,0 +1,318 @@
+"""``reconciler validate``, ``reconciler compile`` and ``reconciler schema``.
+
+Exit codes: 0 valid, 1 invalid (or rejected by policy), 2 usage error. Nothing here
+prints a traceback: unexpected failures are reported as one line and exit 1.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar, cast
+
+import click
+import yaml
+
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.compile import OperationResult, compile_operation, compile_repo
+from reconciler.core.model import json_schemas
+from reconciler.core.quantity import format_quantity
+from reconciler.core.types import (
+    CompiledOperation,
+    ConfigError,
+    RejectedOperation,
+    RepoSnapshot,
+)
+
+F = TypeVar("F", bound=Callable[..., Any])
+_OP_ID = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+_repo_option = click.option(
+    "--repo",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="Config repo checkout (its working tree is read, committed or not).",
+)
+
+
+def _guard(fn: F) -> F:
+    """Turn any unexpected exception into one line on stderr and exit 1."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except (click.exceptions.Exit, click.ClickException, click.Abort):
+            raise
+        except OSError as exc:
+            click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
+            sys.exit(1)
+        except Exception as exc:
+            click.echo(f"error: internal error: {exc!r}", err=True)
+            sys.exit(1)
+
+    return cast(F, wrapper)
+
+
+def _snapshot(repo: Path) -> RepoSnapshot:
+    # Working-tree files even inside a Git repo, so changes validate before they are committed.
+    return snapshot_worktree(repo)
+
+
+def _error_json(error: ConfigError) -> dict[str, Any]:
+    loc = error.location
+    return {"file": loc.file, "line": loc.line, "col": loc.col, "message": error.message}
+
+
+def _rejected_json(rejected: RejectedOperation) -> dict[str, Any]:
+    loc = rejected.location
+    return {
+        "operation": rejected.operation,
+        "reason": str(rejected.reason),
+        "message": rejected.message,
+        "file": loc.file if loc else rejected.path,
+        "line": loc.line if loc else 0,
+        "col": loc.col if loc else 0,
+    }
+
+
+def _rejected_text(rejected: RejectedOperation) -> str:
+    where = str(rejected.location) if rejected.location else rejected.path
+    return f"{where}: {rejected.reason}: {rejected.operation}: {rejected.message}"
+
+
+# --- validate -----------------------------------------------------------------------------
+
+
+@click.command("validate")
+@_repo_option
+@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@_guard
+def validate(repo: Path, output: str) -> None:
+    """Validate every file of the config repo and compile every operation.
+
+    Lists every error as file:line:col: message. Exit 0 if valid, 1 if not.
+    """
+    compiled = compile_repo(_snapshot(repo))
+    ok = compiled.valid and not compiled.rejected
+    if output == "json":
+        click.echo(
+            json.dumps(
+                {
+                    "valid": ok,
+                    "version": compiled.version,
+                    "errors": [_error_json(e) for e in compiled.errors],
+                    "rejected": [_rejected_json(r) for r in compiled.rejected],
+                    "operations": [op.id for op in compiled.operations],
+                    "queues": sorted(compiled.queues),
+                    "clusters": sorted(compiled.clusters),
+                },
+                indent=2,
+            )
+        )
+    else:
+        for error in compiled.errors:
+            click.echo(str(error))
+        for rejected in compiled.rejected:
+            click.echo(_rejected_text(rejected))
+        summary = (
+            f"{len(compiled.operations)} operations, {len(compiled.queues)} queues, "
+            f"{len(compiled.clusters)} clusters"
+        )
+        if ok:
+            click.echo(f"valid: {summary}", err=True)
+        else:
+            click.echo(
+                f"invalid: {len(compiled.errors)} errors, {len(compiled.rejected)} rejected "
+                f"operations ({summary})",
+                err=True,
+            )
+    sys.exit(0 if ok else 1)
+
+
+# --- compile ------------------------------------------------------------------------------
+
+
+def _operation_json(op: CompiledOperation, explain: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "operation": op.id,
+        "queue": op.queue,
+        "cluster": op.cluster,
+        "namespace": op.namespace,
+        "kind": str(op.kind),
+        "presets": list(op.presets),
+        "requests": {k: format_quantity(v) for k, v in sorted(op.requests.items())},
+        "connections": list(op.connections),
+        "generation": op.generation,
+        "isApproved": op.is_approved,
+    }
+    if op.workflow is not None:
+        out["workflow"] = {
+            "parent": op.workflow.parent,
+            "kind": op.workflow.kind,
+            "index": op.workflow.index,
+            "concurrency": op.workflow.concurrency,
+        }
+        out["dependencies"] = list(op.dependencies)
+        out["params"] = dict(op.params)
+    out["spec"] = op.spec
+    if explain:
+        out["provenance"] = {
+            k: {"file": p.file, "line": p.line, "step": p.step} for k, p in op.provenance.items()
+        }
+    return out
+
+
+def _result_json(result: OperationResult, explain: bool) -> dict[str, Any]:
+    assert result.compiled is not None
+    out = _operation_json(result.compiled, explain)
+    spec = result.compiled.spec
+    if "matrix" in spec or "dag" in spec:
+        kind = "matrix" if "matrix" in spec else "dag"
+        children = [
+            {
+                "operation": child.id,
+                "params": dict(child.params),
+                "dependencies": list(child.dependencies),
+                "requests": {k: format_quantity(v) for k, v in sorted(child.requests.items())},
+            }
+            for child in result.operations
+        ]
+        out["workflow"] = {
+            "kind": kind,
+            "concurrency": spec[kind].get("concurrency"),
+            "children": children,
+        }
+    if result.rejected is not None:
+        out["rejected"] = {
+            "reason": str(result.rejected.reason),
+            "message": result.rejected.message,
+        }
+    return out
+
+
+def _value_text(value: Any) -> str:
+    if isinstance(value, dict | list):
+        return json.dumps(value)
+    return str(value)
+
+
+def _table(op: CompiledOperation) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"{op.id}  queue={op.queue}  cluster={op.cluster}  ns={op.namespace}")
+    table.add_column("field")
+    table.add_column("value")
+    table.add_column("source")
+    for path, prov in op.provenance.items():
+        table.add_row(
+            path, _value_text(_leaf(op.spec, path)), f"{prov.step}  {prov.file}:{prov.line}"
+        )
+    requests = ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(op.requests.items()))
+    table.caption = f"requests: {requests or 'none'}; presets: {', '.join(op.presets) or 'none'}"
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=200)
+    console.print(table)
+
+
+def _leaf(spec: Mapping[str, Any], dotted: str) -> Any:
+    """The value at a provenance path; map keys may themselves contain dots."""
+
+    def walk(value: Any, rest: str) -> Any:
+        if not rest:
+            return value
+        if rest.startswith("["):
+            end = rest.index("]")
+            index = int(rest[1:end])
+            if not isinstance(value, list) or index >= len(value):
+                return None
+            return walk(value[index], rest[end + 1 :].removeprefix("."))
+        if not isinstance(value, dict):
+            return None
+        for key in sorted(value, key=len, reverse=True):
+            if rest == key or rest.startswith(key + ".") or rest.startswith(key + "["):
+                return walk(value[key], rest[len(key) :].removeprefix("."))
+        return None
+
+    return walk(spec, dotted)
+
+
+def _emit(obj: Any, output: str) -> None:
+    if output == "json":
+        click.echo(json.dumps(obj, indent=2, default=str))
+    else:
+        click.echo(yaml.safe_dump(obj, sort_keys=False, allow_unicode=True), nl=False)
+
+
+@click.command("compile")
+@click.argument("operation")
+@_repo_option
+@click.option("-o", "--output", type=click.Choice(["yaml", "json", "table"]), default="yaml")
+@click.option("--explain", is_flag=True, help="Add where every field came from.")
+@_guard
+def compile_cmd(operation: str, repo: Path, output: str, explain: bool) -> None:
+    """Show the compiled form of PROJECT/OPERATION (presets, defaults and queue applied)."""
+    if not _OP_ID.match(operation):
+        raise click.BadParameter("expected PROJECT/OPERATION, e.g. vision/train-resnet")
+    snapshot = _snapshot(repo)
+    result = compile_operation(snapshot, operation)
+    if result.errors:
+        for error in result.errors:
+            click.echo(str(error), err=True)
+        sys.exit(1)
+    compiled = result.compiled
+    obj: dict[str, Any] | None = None
+    if not result.found:
+        # A workflow child ("sweep-3") has no file of its own.
+        whole = compile_repo(snapshot)
+        child = next((op for op in whole.operations if op.id == operation), None)
+        if child is None:
+            project, _, name = operation.partition("/")
+            click.echo(
+                f"error: no operation {operation!r} (no projects/{project}/operations/{name}.yaml)",
+                err=True,
+            )
+            sys.exit(1)
+        compiled, obj = child, _operation_json(child, explain)
+    if compiled is None:  # pragma: no cover - errors are reported above
+        sys.exit(1)
+    if output == "table":
+        _table(compiled)
+    else:
+        _emit(obj if obj is not None else _result_json(result, explain), output)
+    if result.rejected is not None:
+        click.echo(_rejected_text(result.rejected), err=True)
+        sys.exit(1)
+
+
+# --- schema -------------------------------------------------------------------------------
+
+
+@click.command("schema")
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    help="Write <kind>.schema.json files into this directory (else print one JSON object).",
+)
+@_guard
+def schema(out: Path | None) -> None:
+    """JSON Schema for every kind of config file (for editors and CI)."""
+    schemas = json_schemas()
+    if out is None:
+        click.echo(json.dumps(schemas, indent=2))
+        return
+    out.mkdir(parents=True, exist_ok=True)
+    for kind, body in schemas.items():
+        path = out / f"{kind.lower()}.schema.json"
+        path.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+        click.echo(str(path))
+
+
+COMMANDS = (validate, compile_cmd, schema)

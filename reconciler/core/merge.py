@@ -1,0 +1,296 @@
+"""The preset merge contract (docs/presets.md), with provenance for every leaf.
+
+A spec is plain data in the shape of an operation file. ``apply_patch`` patches it with one
+layer (a preset, a DAG child's overrides) under one strategy and returns a new spec and a
+new provenance map; inputs are never mutated and the result shares no objects with them.
+
+1. Typed sections (``TYPED_SECTIONS``) recurse field by field.
+2. Every other value is a leaf (scalar, list or free-form map), merged by the strategy's
+   deepmerge ``Merger``:
+
+   ============  ===========================  ===========================  ==============
+   strategy      map                          list                         scalar
+   ============  ===========================  ===========================  ==============
+   replace       new                          new                          new
+   isnull        cur if set, else new         cur if set, else new         cur if set
+   post_merge    union, new wins (deep)       cur + (new not in cur)       new
+   pre_merge     union, cur wins (deep)       new + (cur not in new)       cur if set
+   ============  ===========================  ===========================  ==============
+
+3. An explicit ``null`` clears the field under ``replace``/``post_merge`` and is ignored under
+   ``isnull``/``pre_merge``; a field the layer does not mention is untouched.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from deepmerge import Merger
+
+from reconciler.core.types import Provenance
+
+Path = tuple[str | int, ...]
+ProvMap = dict[Path, Provenance]
+# (line, col) of the value at a path of the layer being applied
+Locate = Callable[[Path], tuple[int, int]]
+
+REPLACE, ISNULL, POST_MERGE, PRE_MERGE = "replace", "isnull", "post_merge", "pre_merge"
+STRATEGIES = (REPLACE, ISNULL, POST_MERGE, PRE_MERGE)
+TYPED_SECTIONS: frozenset[Path] = frozenset(
+    {(), ("run",), ("run", "container"), ("run", "container", "resources"), ("run", "environment")}
+)
+
+
+# --- deepmerge strategies ----------------------------------------------------------------
+# Each returns a fresh object; inputs are deep-copied, never modified.
+
+
+def _new(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
+    return copy.deepcopy(new)
+
+
+def _cur(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
+    return copy.deepcopy(cur)
+
+
+def _cur_if_set(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
+    return copy.deepcopy(new if cur is None else cur)
+
+
+def _post_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[str, Any]) -> Any:
+    out = {k: copy.deepcopy(v) for k, v in cur.items()}
+    for key, value in new.items():
+        if value is None:
+            out.pop(key, None)
+        elif out.get(key) is not None:
+            out[key] = merger.value_strategy([*path, key], out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _pre_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[str, Any]) -> Any:
+    out = {k: copy.deepcopy(v) for k, v in cur.items()}
+    for key, value in new.items():
+        if value is None:
+            continue
+        if out.get(key) is not None:
+            out[key] = merger.value_strategy([*path, key], out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _post_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -> Any:
+    return [copy.deepcopy(x) for x in cur] + [copy.deepcopy(x) for x in new if x not in cur]
+
+
+def _pre_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -> Any:
+    return [copy.deepcopy(x) for x in new] + [copy.deepcopy(x) for x in cur if x not in new]
+
+
+MERGERS: Mapping[str, Merger] = {
+    REPLACE: Merger([(dict, _new), (list, _new)], [_new], [_new]),
+    ISNULL: Merger([(dict, _cur), (list, _cur)], [_cur_if_set], [_cur]),
+    POST_MERGE: Merger([(dict, _post_dict), (list, _post_list)], [_new], [_new]),
+    PRE_MERGE: Merger([(dict, _pre_dict), (list, _pre_list)], [_cur_if_set], [_cur]),
+}
+
+
+def merge_leaf(strategy: str, cur: Any, new: Any) -> Any:
+    """The value of a leaf after a layer under ``strategy`` sets it to ``new``.
+
+    ``cur is None`` means unset. Returns ``None`` when the leaf ends up unset.
+    """
+    if new is None:
+        return None if strategy in (REPLACE, POST_MERGE) else copy.deepcopy(cur)
+    if cur is None:
+        return copy.deepcopy(new)
+    return MERGERS[strategy].merge(cur, new)
+
+
+# --- provenance ---------------------------------------------------------------------------
+
+
+def fine_leaves(value: Any, path: Path = ()) -> list[Path]:
+    """Paths that carry provenance: scalars, list items (atomic) and empty containers."""
+    if isinstance(value, dict) and value:
+        return [p for k, v in value.items() for p in fine_leaves(v, (*path, k))]
+    if isinstance(value, list) and value:
+        return [(*path, i) for i in range(len(value))]
+    return [path]
+
+
+def _from_layer(value: Any, path: Path, src: Path, locate: Locate, file: str, step: str) -> ProvMap:
+    out: ProvMap = {}
+    for leaf in fine_leaves(value):
+        line, col = locate((*src, *leaf))
+        out[(*path, *leaf)] = Provenance(file, line, step, col)
+    return out
+
+
+def _moved(prov: Mapping[Path, Provenance], src: Path, dst: Path) -> ProvMap:
+    n = len(src)
+    return {(*dst, *k[n:]): v for k, v in prov.items() if k[:n] == src}
+
+
+def _attribute(
+    strategy: str,
+    cur: Any,
+    new: Any,
+    path: Path,
+    prov: Mapping[Path, Provenance],
+    locate: Locate,
+    file: str,
+    step: str,
+) -> ProvMap:
+    """Provenance of the merged leaf at ``path`` (both ``cur`` and ``new`` set)."""
+    if strategy == REPLACE:
+        return _from_layer(new, path, path, locate, file, step)
+    if strategy == ISNULL:
+        return _moved(prov, path, path)
+    if isinstance(cur, dict) and isinstance(new, dict):
+        out: ProvMap = {}
+        for key in {**cur, **new}:
+            sub = (*path, key)
+            c, n = cur.get(key), new.get(key)
+            if c is not None and n is not None:
+                out.update(_attribute(strategy, c, n, sub, prov, locate, file, step))
+            elif n is not None:
+                out.update(_from_layer(n, sub, sub, locate, file, step))
+            elif c is not None and (strategy == PRE_MERGE or key not in new):
+                out.update(_moved(prov, sub, sub))
+        if not out:
+            out.update(_from_layer(new, path, path, locate, file, step))
+        return out
+    if isinstance(cur, list) and isinstance(new, list):
+        out = {}
+        first, first_from_cur = (cur, True) if strategy == POST_MERGE else (new, False)
+        second, other = (new, cur) if strategy == POST_MERGE else (cur, new)
+        j = 0
+        for i, item in enumerate(first):
+            if first_from_cur:
+                out.update(_moved(prov, (*path, i), (*path, j)))
+            else:
+                out.update(_from_layer(item, (*path, j), (*path, i), locate, file, step))
+            j += 1
+        for i, item in enumerate(second):
+            if item in other:
+                continue
+            if first_from_cur:
+                out.update(_from_layer(item, (*path, j), (*path, i), locate, file, step))
+            else:
+                out.update(_moved(prov, (*path, i), (*path, j)))
+            j += 1
+        if not first and not second:
+            out.update(_from_layer(new, path, path, locate, file, step))
+        return out
+    if strategy == POST_MERGE:
+        return _from_layer(new, path, path, locate, file, step)
+    return _moved(prov, path, path)
+
+
+def _drop(prov: ProvMap, path: Path) -> None:
+    n = len(path)
+    for key in [k for k in prov if k[:n] == path]:
+        del prov[key]
+
+
+# --- patching -----------------------------------------------------------------------------
+
+
+def start(
+    spec: Mapping[str, Any], locate: Locate, file: str, step: str
+) -> tuple[dict[str, Any], ProvMap]:
+    """The initial spec (nulls dropped: a null in the operation means unset) and its provenance."""
+    clean = _without_nulls(spec)
+    return clean, _from_layer(clean, (), (), locate, file, step)
+
+
+def _without_nulls(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    return copy.deepcopy(value)
+
+
+def apply_patch(
+    spec: Mapping[str, Any],
+    prov: Mapping[Path, Provenance],
+    patch: Mapping[str, Any],
+    strategy: str,
+    locate: Locate,
+    file: str,
+    step: str,
+) -> tuple[dict[str, Any], ProvMap]:
+    """Patch ``spec`` with one layer; returns the new spec and provenance (inputs untouched)."""
+    if strategy not in MERGERS:
+        raise ValueError(f"unknown patch strategy {strategy!r}")
+    out_prov: ProvMap = dict(prov)
+    out = _patch_section(spec, patch, (), strategy, out_prov, locate, file, step)
+    return out, out_prov
+
+
+def _patch_section(
+    section: Mapping[str, Any],
+    patch: Mapping[str, Any],
+    path: Path,
+    strategy: str,
+    prov: ProvMap,
+    locate: Locate,
+    file: str,
+    step: str,
+) -> dict[str, Any]:
+    out = {k: copy.deepcopy(v) for k, v in section.items()}
+    for key, new in patch.items():
+        sub = (*path, key)
+        cur = out.get(key)
+        if new is None:
+            if strategy in (REPLACE, POST_MERGE):
+                out.pop(key, None)
+                _drop(prov, sub)
+            continue
+        if sub in TYPED_SECTIONS and isinstance(new, dict):
+            base = cur if isinstance(cur, dict) else {}
+            merged = _patch_section(base, new, sub, strategy, prov, locate, file, step)
+            if merged or key in out:
+                out[key] = merged
+            continue
+        if cur is None:
+            out[key] = copy.deepcopy(new)
+            _drop(prov, sub)
+            prov.update(_from_layer(new, sub, sub, locate, file, step))
+            continue
+        merged_leaf = merge_leaf(strategy, cur, new)
+        attributed = _attribute(strategy, cur, new, sub, prov, locate, file, step)
+        _drop(prov, sub)
+        prov.update(attributed)
+        out[key] = merged_leaf
+    return out
+
+
+def dotted(path: Path) -> str:
+    """``("run", "environment", "tolerations", 0)`` -> ``run.environment.tolerations[0]``."""
+    text = ""
+    for part in path:
+        if isinstance(part, int):
+            text += f"[{part}]"
+        else:
+            text += f".{part}" if text else part
+    return text
+
+
+def lookup(prov: Mapping[Path, Provenance], path: Path) -> Provenance | None:
+    """Provenance of ``path``, or of the first leaf under it, or of its nearest ancestor."""
+    if path in prov:
+        return prov[path]
+    n = len(path)
+    under = sorted((k for k in prov if k[:n] == path), key=lambda k: [str(p) for p in k])
+    if under:
+        return prov[under[0]]
+    while path:
+        path = path[:-1]
+        if path in prov:
+            return prov[path]
+    return None

@@ -1,0 +1,129 @@
+"""Org policy, checked on the compiled operation *after* the merge.
+
+A preset is not a security boundary: whatever layer set a field, the result is what runs.
+Each violation names the field and the layer that set it (its provenance).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.merge import Path, dotted, lookup
+from reconciler.core.quantity import format_quantity
+from reconciler.core.types import ConnectionSpec, OrgPolicy, Provenance, QueueSpec
+
+_PRIVILEGED_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL", "CAP_SYS_ADMIN"})
+
+
+@dataclass(frozen=True)
+class Violation:
+    field: str  # dotted path in the compiled spec
+    message: str
+    provenance: Provenance | None = None
+
+    def __str__(self) -> str:
+        where = f" (set by {self.provenance})" if self.provenance else ""
+        return f"{self.field}: {self.message}{where}"
+
+
+def _get(spec: Mapping[str, Any], path: Path) -> Any:
+    value: Any = spec
+    for part in path:
+        if isinstance(value, dict) and isinstance(part, str):
+            value = value.get(part)
+        elif isinstance(value, list) and isinstance(part, int) and part < len(value):
+            value = value[part]
+        else:
+            return None
+    return value
+
+
+def check_policy(
+    spec: Mapping[str, Any],
+    provenance: Mapping[Path, Provenance],
+    *,
+    policy: OrgPolicy,
+    queue: QueueSpec,
+    project: str,
+    allowed_queues: frozenset[str] | None,
+    requests: Mapping[str, Decimal],
+    connections: Mapping[str, ConnectionSpec],
+) -> tuple[Violation, ...]:
+    """Every policy violation of one compiled operation, in a stable order."""
+    out: list[Violation] = []
+
+    def violation(path: Path, message: str) -> None:
+        out.append(Violation(dotted(path), message, lookup(provenance, path)))
+
+    # 1. The namespace is always the project's.
+    if spec.get("namespace") is not None:
+        violation(
+            ("namespace",),
+            f"the namespace is set by project {project!r}; operations and presets cannot set it",
+        )
+    # 2. Queue admission: project allow-list, org allow-list, kinds the queue accepts.
+    if allowed_queues is not None and queue.name not in allowed_queues:
+        violation(
+            ("queue",),
+            f"queue {queue.name!r} is not in project {project!r} allowedQueues "
+            f"[{', '.join(sorted(allowed_queues))}]",
+        )
+    if policy.allowed_queues is not None and queue.name not in policy.allowed_queues:
+        violation(
+            ("queue",),
+            f"queue {queue.name!r} is not in policy.allowedQueues "
+            f"[{', '.join(sorted(policy.allowed_queues))}]",
+        )
+    kind = _get(spec, ("run", "kind"))
+    if kind is not None and kind not in queue.kinds:
+        violation(
+            ("run", "kind"),
+            f"queue {queue.name!r} does not accept kind {kind!r} "
+            f"(accepts {', '.join(sorted(queue.kinds))})",
+        )
+    # 3. Per-operation resource ceiling.
+    for resource, ceiling in sorted(policy.max_resources.items()):
+        total = requests.get(resource, Decimal(0))
+        if total > ceiling:
+            req: Path = ("run", "container", "resources", "requests", resource)
+            lim: Path = ("run", "container", "resources", "limits", resource)
+            field = req if _get(spec, req) is not None else lim
+            violation(
+                field,
+                f"{resource} {format_quantity(total)} exceeds policy.maxResources "
+                f"{format_quantity(ceiling)}",
+            )
+    # 4. Scheduler names.
+    scheduler = _get(spec, ("run", "environment", "schedulerName"))
+    allowed = policy.allowed_scheduler_names
+    if scheduler is not None and allowed is not None and scheduler not in allowed:
+        violation(
+            ("run", "environment", "schedulerName"),
+            f"scheduler {scheduler!r} is not in policy.allowedSchedulerNames "
+            f"[{', '.join(sorted(allowed))}]",
+        )
+    # 5. Privileged containers.
+    if not policy.allow_privileged:
+        ctx: Path = ("run", "container", "securityContext")
+        if _get(spec, (*ctx, "privileged")) is True:
+            violation((*ctx, "privileged"), "privileged containers are not allowed by policy")
+        for i, cap in enumerate(_get(spec, (*ctx, "capabilities", "add")) or []):
+            if str(cap).upper() in _PRIVILEGED_CAPABILITIES:
+                violation(
+                    (*ctx, "capabilities", "add", i),
+                    f"capability {cap!r} is privileged and not allowed by policy",
+                )
+    # 6. hostPath volumes (through connections).
+    if not policy.allow_host_path:
+        for i, name in enumerate(_get(spec, ("run", "connections")) or []):
+            conn = connections.get(name)
+            if conn is not None and conn.type == "volume" and conn.spec.get("hostPath"):
+                violation(
+                    ("run", "connections", i),
+                    f"connection {name!r} mounts hostPath {conn.spec['hostPath']!r}, "
+                    "which policy does not allow",
+                )
+    return tuple(out)

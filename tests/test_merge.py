@@ -1,0 +1,171 @@
+"""The merge contract: every strategy on every leaf type, nulls, unset, no aliasing."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from reconciler.core.merge import (
+    ISNULL,
+    POST_MERGE,
+    PRE_MERGE,
+    REPLACE,
+    apply_patch,
+    merge_leaf,
+    start,
+)
+from reconciler.core.types import Provenance
+
+CUR_MAP = {"a": "1", "b": {"x": "cur", "y": "cur"}}
+NEW_MAP = {"b": {"x": "new", "z": "new"}, "c": "3"}
+CUR_LIST = ["a", "b"]
+NEW_LIST = ["b", "c"]
+
+# (strategy, cur, new, expected); cur None = unset.
+CASES: list[tuple[str, Any, Any, Any]] = [
+    # maps
+    (REPLACE, CUR_MAP, NEW_MAP, NEW_MAP),
+    (ISNULL, CUR_MAP, NEW_MAP, CUR_MAP),
+    (POST_MERGE, CUR_MAP, NEW_MAP, {"a": "1", "b": {"x": "new", "y": "cur", "z": "new"}, "c": "3"}),
+    (PRE_MERGE, CUR_MAP, NEW_MAP, {"a": "1", "b": {"x": "cur", "y": "cur", "z": "new"}, "c": "3"}),
+    # lists
+    (REPLACE, CUR_LIST, NEW_LIST, ["b", "c"]),
+    (ISNULL, CUR_LIST, NEW_LIST, ["a", "b"]),
+    (POST_MERGE, CUR_LIST, NEW_LIST, ["a", "b", "c"]),
+    (PRE_MERGE, CUR_LIST, NEW_LIST, ["b", "c", "a"]),
+    # lists of maps (tolerations) compare items by value
+    (POST_MERGE, [{"k": 1}], [{"k": 1}, {"k": 2}], [{"k": 1}, {"k": 2}]),
+    (PRE_MERGE, [{"k": 1}, {"k": 3}], [{"k": 2}, {"k": 1}], [{"k": 2}, {"k": 1}, {"k": 3}]),
+    # scalars
+    (REPLACE, "cur", "new", "new"),
+    (ISNULL, "cur", "new", "cur"),
+    (POST_MERGE, "cur", "new", "new"),
+    (PRE_MERGE, "cur", "new", "cur"),
+    (POST_MERGE, 1, 2, 2),
+    (PRE_MERGE, True, False, True),
+]
+
+
+@pytest.mark.parametrize(("strategy", "cur", "new", "expected"), CASES)
+def test_leaf_rules(strategy: str, cur: Any, new: Any, expected: Any) -> None:
+    assert merge_leaf(strategy, cur, new) == expected
+
+
+@pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
+@pytest.mark.parametrize("new", [NEW_MAP, NEW_LIST, "new"])
+def test_unset_takes_new(strategy: str, new: Any) -> None:
+    assert merge_leaf(strategy, None, new) == new
+
+
+@pytest.mark.parametrize(
+    ("strategy", "cleared"),
+    [(REPLACE, True), (POST_MERGE, True), (ISNULL, False), (PRE_MERGE, False)],
+)
+@pytest.mark.parametrize("cur", [CUR_MAP, CUR_LIST, "cur"])
+def test_null_clears_only_under_replace_and_post_merge(
+    strategy: str, cleared: bool, cur: Any
+) -> None:
+    assert merge_leaf(strategy, cur, None) == (None if cleared else cur)
+
+
+@pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
+@pytest.mark.parametrize(("cur", "new"), [(CUR_MAP, NEW_MAP), (CUR_LIST, NEW_LIST)])
+def test_inputs_never_mutated_or_aliased(strategy: str, cur: Any, new: Any) -> None:
+    cur_copy, new_copy = copy.deepcopy(cur), copy.deepcopy(new)
+    out = merge_leaf(strategy, cur, new)
+    assert cur == cur_copy and new == new_copy
+
+    def ids(value: Any) -> set[int]:
+        if isinstance(value, dict):
+            return {id(value)} | {i for v in value.values() for i in ids(v)}
+        if isinstance(value, list):
+            return {id(value)} | {i for v in value for i in ids(v)}
+        return set()
+
+    assert not ids(out) & (ids(cur) | ids(new))
+    # Mutating the result leaves the inputs alone.
+    if isinstance(out, dict):
+        out.setdefault("b", {})["x"] = "mutated"
+    else:
+        out.append("mutated")
+    assert cur == cur_copy and new == new_copy
+
+
+def _loc(line: int) -> Any:
+    return lambda path: (line, 1)
+
+
+def test_typed_sections_recurse_and_untouched_fields_stay() -> None:
+    spec, prov = start(
+        {"run": {"kind": "job", "container": {"image": "op", "args": ["x"]}}},
+        _loc(1),
+        "op.yaml",
+        "operation",
+    )
+    patch = {"run": {"container": {"image": "preset", "resources": {"limits": {"cpu": 2}}}}}
+    out, out_prov = apply_patch(spec, prov, patch, REPLACE, _loc(5), "p.yaml", "preset p (replace)")
+    # replace works per leaf inside typed sections: args and kind survive.
+    assert out["run"] == {
+        "kind": "job",
+        "container": {"image": "preset", "args": ["x"], "resources": {"limits": {"cpu": 2}}},
+    }
+    assert out_prov[("run", "kind")].step == "operation"
+    assert out_prov[("run", "container", "image")] == Provenance(
+        "p.yaml", 5, "preset p (replace)", 1
+    )
+    assert out_prov[("run", "container", "resources", "limits", "cpu")].file == "p.yaml"
+    # the input spec is unchanged
+    assert spec["run"]["container"]["image"] == "op"
+
+
+def test_null_in_preset_clears_field_and_its_provenance() -> None:
+    spec, prov = start({"run": {"timeout": "1h", "kind": "job"}}, _loc(1), "op.yaml", "operation")
+    for strategy, gone in [
+        (REPLACE, True),
+        (POST_MERGE, True),
+        (ISNULL, False),
+        (PRE_MERGE, False),
+    ]:
+        out, out_prov = apply_patch(
+            spec, prov, {"run": {"timeout": None}}, strategy, _loc(2), "p.yaml", "p"
+        )
+        assert ("timeout" not in out["run"]) is gone
+        assert (("run", "timeout") not in out_prov) is gone
+
+
+def test_list_provenance_follows_items() -> None:
+    spec, prov = start({"run": {"connections": ["a", "b"]}}, _loc(1), "op.yaml", "operation")
+    out, p = apply_patch(
+        spec, prov, {"run": {"connections": ["c", "a"]}}, PRE_MERGE, _loc(9), "p.yaml", "pre"
+    )
+    assert out["run"]["connections"] == ["c", "a", "b"]
+    assert [p[("run", "connections", i)].file for i in range(3)] == ["p.yaml", "p.yaml", "op.yaml"]
+    out, p = apply_patch(
+        spec, prov, {"run": {"connections": ["c", "a"]}}, POST_MERGE, _loc(9), "p.yaml", "post"
+    )
+    assert out["run"]["connections"] == ["a", "b", "c"]
+    assert [p[("run", "connections", i)].file for i in range(3)] == ["op.yaml", "op.yaml", "p.yaml"]
+
+
+def test_map_provenance_per_key() -> None:
+    spec, prov = start(
+        {"run": {"environment": {"labels": {"a": "op", "b": "op"}}}},
+        _loc(1),
+        "op.yaml",
+        "operation",
+    )
+    patch = {"run": {"environment": {"labels": {"b": "preset", "c": "preset"}}}}
+    base = ("run", "environment", "labels")
+    out, p = apply_patch(spec, prov, patch, POST_MERGE, _loc(3), "p.yaml", "post")
+    assert out["run"]["environment"]["labels"] == {"a": "op", "b": "preset", "c": "preset"}
+    assert {k: p[(*base, k)].file for k in "abc"} == {"a": "op.yaml", "b": "p.yaml", "c": "p.yaml"}
+    out, p = apply_patch(spec, prov, patch, PRE_MERGE, _loc(3), "p.yaml", "pre")
+    assert out["run"]["environment"]["labels"] == {"a": "op", "b": "op", "c": "preset"}
+    assert {k: p[(*base, k)].file for k in "abc"} == {"a": "op.yaml", "b": "op.yaml", "c": "p.yaml"}
+
+
+def test_unknown_strategy_is_refused() -> None:
+    with pytest.raises(ValueError):
+        apply_patch({}, {}, {"queue": "x"}, "merge", _loc(1), "p.yaml", "p")
