@@ -1,8 +1,8 @@
 """Fluent builders for planner inputs: readable tests without the compiler.
 
-    world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 2})
-    world.ops("vision/train-{}", 5, queue="team-a", gpu=1)
-    plan = world.plan()
+world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 2})
+world.ops("vision/train-{}", 5, queue="team-a", gpu=1)
+plan = world.plan()
 """
 
 from __future__ import annotations
