@@ -12,8 +12,10 @@ requests round up and quotas round down, so rounding can never over-admit.
 from __future__ import annotations
 
 import enum
+import gc
 from bisect import bisect_left
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
@@ -401,9 +403,9 @@ class _Queue:
         self.active_ids: list[str] = []
         # per quota resource: (units, id) of active operations that hold some of it
         self.holders: list[list[tuple[int, str]]] = [[] for _ in self.resources]
-        self.candidates: list[tuple[tuple[Any, ...], CompiledOperation]] = []
+        self.candidates: list[tuple[Any, ...]] = []
         self.dispatched = 0
-        self.pending: list[tuple[CompiledOperation, PendingReason, Any]] = []
+        self.pending: list[tuple[str, CompiledOperation, PendingReason, Any]] = []
 
     def request(self, requests: Mapping[str, Decimal]) -> tuple[int, ...]:
         get = requests.get
@@ -439,19 +441,6 @@ class _Counter:
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _submission_key(op: CompiledOperation) -> tuple[Any, ...]:
-    """Within a queue: first-commit time, then path; workflow children at their parent's
-    position in index order. Operations without a commit time (outside Git, or not yet
-    committed) come after those with one, in path order."""
-    ts = op.submitted_at
-    index = op.workflow.index if op.workflow is not None else -1
-    if ts is None:
-        return (1, _EPOCH, op.path, index, op.id)
-    if ts.tzinfo is None:
-        ts = ts.replace(tzinfo=UTC)
-    return (0, ts, op.path, index, op.id)
-
-
 # --- the planner ------------------------------------------------------------------------
 
 
@@ -468,14 +457,43 @@ def plan_dispatch(
     """Decide what to dispatch, what waits and why, and what to stop.
 
     ``observed`` lists what the clusters say; unlisted operations are ``Queued``.
-    ``rejected`` are ids still in the repo but refused by policy: never pruned.
+    ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
+    Raises :class:`PlanInputError` when the inputs contradict each other.
     """
+    with _gc_paused():
+        return _plan(operations, queues, clusters, observed, org, now, rejected)
+
+
+@contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Planning allocates a few objects per operation and keeps them all; meanwhile CPython's
+    cyclic GC would rescan the whole heap (every compiled operation) several times, which
+    costs more than the planning itself. Pause it for the call; results do not depend on it."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _plan(
+    operations: Iterable[CompiledOperation],
+    queues: Mapping[str, QueueSpec],
+    clusters: Mapping[str, ClusterSpec],
+    observed: Iterable[ObservedOperation],
+    org: OrgSettings,
+    now: datetime,
+    rejected: Collection[str],
+) -> Plan:
     # Step 1: index the inputs.
     ops: dict[str, CompiledOperation] = {}
     for op in operations:
-        if op.id in ops:
-            raise PlanInputError(f"operation {op.id} appears twice")
-        ops[op.id] = op
+        oid = op.id
+        if oid in ops:
+            raise PlanInputError(f"operation {oid} appears twice")
+        ops[oid] = op
     seen: dict[str, ObservedOperation] = {}
     for o in observed:
         if o.operation in seen:
@@ -527,15 +545,27 @@ def plan_dispatch(
         q.active0 = q.active
         q.used0 = tuple(q.used)
 
-    # Step 3: candidates (Queued operations), grouped by queue in submission order.
+    # Step 3: candidates (Queued operations), grouped by queue. Within a queue: first-commit
+    # time, then path; workflow children at their parent's position in index order. Ops
+    # without a commit time (outside Git, or uncommitted) follow, in path order. Sort keys
+    # are flat tuples ending in the unique id, so operations themselves are never compared.
+    queued = Phase.QUEUED
     for oid, op in ops.items():
         state = seen.get(oid)
-        if state is not None and state.phase is not Phase.QUEUED:
+        if state is not None and state.phase is not queued:
             continue
         home = qstate.get(op.queue)
         if home is None:
             raise PlanInputError(f"operation {oid} names queue {op.queue!r}, which does not exist")
-        home.candidates.append((_submission_key(op), op))
+        ts = op.submitted_at
+        wf = op.workflow
+        index = -1 if wf is None else wf.index
+        if ts is None:
+            home.candidates.append((1, _EPOCH, op.path, index, oid, op))
+        else:
+            if ts.tzinfo is None:
+                ts = ts.replace(tzinfo=UTC)
+            home.candidates.append((0, ts, op.path, index, oid, op))
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
 
     doomed: dict[str, bool] = {}
@@ -567,63 +597,92 @@ def plan_dispatch(
             doomed[oid] = result
         return result
 
+    def dependency_block(op: CompiledOperation) -> tuple[PendingReason, Any] | None:
+        states = [DependencyState(d, phase_of(d)) for d in op.dependencies]
+        failed = tuple(
+            s if s.phase != Phase.QUEUED else DependencyState(s.operation, "UpstreamFailed")
+            for s in states
+            if s.phase in (Phase.FAILED, Phase.STOPPED)
+            or (s.phase == Phase.QUEUED and never_runs(s.operation))
+        )
+        if failed:
+            return PendingReason.UPSTREAM_FAILED, failed
+        waiting = tuple(s for s in states if s.phase != Phase.SUCCEEDED)
+        if waiting:
+            return PendingReason.WAITING_FOR_DEPENDENCIES, waiting
+        return None
+
     dispatch: list[Dispatch] = []
     append_dispatch = dispatch.append
     strict_fifo = QueueStrategy.STRICT_FIFO
-    succeeded = Phase.SUCCEEDED.value
+    units = _request_units
+    paused_r = PendingReason.QUEUE_PAUSED
+    approval_r = PendingReason.AWAITING_APPROVAL
+    exceeds_r = PendingReason.EXCEEDS_QUOTA
+    behind_r = PendingReason.WAITING_BEHIND_HEAD
+    conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
+    quota_r = PendingReason.QUOTA_EXCEEDED
+    wf_r = PendingReason.WORKFLOW_PARALLELISM
+    cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
 
     # Step 4: checks 1..9 for each candidate, in one global order.
     for q in order:
         spec = q.spec
-        q.candidates.sort(key=lambda kc: kc[0])
+        cands = q.candidates
+        cands.sort()
         pend = q.pending.append
+        # 1: queue paused (the first check, so it decides for every candidate)
+        if spec.paused:
+            for cand in cands:
+                pend((cand[4], cand[5], paused_r, None))
+            continue
         strict = spec.strategy is strict_fifo
         head: tuple[str, PendingReason] | None = None
         conc = spec.concurrency
         quota = q.quota
+        resources = q.resources
         nres = len(quota)
         used = q.used
-        for _, op in q.candidates:
-            # 1: queue paused
-            if spec.paused:
-                pend((op, PendingReason.QUEUE_PAUSED, None))
-                continue
+        min_quota = min(quota) if quota else 0
+        home_name = spec.cluster
+        home_cluster = cluster(home_name)
+        qname = spec.name
+        for cand in cands:
+            oid = cand[4]
+            op = cand[5]
             # 2: approval
             if not op.is_approved:
-                pend((op, PendingReason.AWAITING_APPROVAL, None))
+                pend((oid, op, approval_r, None))
                 continue
             # 3: DAG dependencies
             if op.dependencies:
-                states = [DependencyState(d, phase_of(d)) for d in op.dependencies]
-                failed = tuple(
-                    s if s.phase != Phase.QUEUED else DependencyState(s.operation, "UpstreamFailed")
-                    for s in states
-                    if s.phase in (Phase.FAILED, Phase.STOPPED)
-                    or (s.phase == Phase.QUEUED and never_runs(s.operation))
-                )
-                if failed:
-                    pend((op, PendingReason.UPSTREAM_FAILED, failed))
+                blocked = dependency_block(op)
+                if blocked is not None:
+                    pend((oid, op, blocked[0], blocked[1]))
                     continue
-                waiting = tuple(s for s in states if s.phase != succeeded)
-                if waiting:
-                    pend((op, PendingReason.WAITING_FOR_DEPENDENCIES, waiting))
-                    continue
-            # 4: the request alone fits every quota of the queue
-            req = q.request(op.requests) if nres else ()
+            # 4: the request, alone, fits every quota of the queue
             if nres:
-                over = [i for i in range(nres) if req[i] > quota[i]]
+                get = op.requests.get
+                req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
+                over = (
+                    [i for i, amount in enumerate(req) if amount > quota[i]]
+                    if (max(req) > min_quota)
+                    else None
+                )
                 if over:
-                    pend((op, PendingReason.EXCEEDS_QUOTA, over))
+                    pend((oid, op, exceeds_r, (req, over)))
                     continue
+            else:
+                req = ()
             # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
             if head is not None:
-                pend((op, PendingReason.WAITING_BEHIND_HEAD, head))
+                pend((oid, op, behind_r, head))
                 continue
             # 6: queue concurrency
             if conc is not None and q.active >= conc:
-                pend((op, PendingReason.QUEUE_CONCURRENCY_LIMIT, None))
+                pend((oid, op, conc_r, None))
                 if strict:
-                    head = (op.id, PendingReason.QUEUE_CONCURRENCY_LIMIT)
+                    head = (oid, conc_r)
                 continue
             # 7: quota, per resource the op requests (others are unaffected)
             short = -1
@@ -633,9 +692,9 @@ def plan_dispatch(
                     short = i
                     break
             if short >= 0:
-                pend((op, PendingReason.QUOTA_EXCEEDED, short))
+                pend((oid, op, quota_r, (short, req[short])))
                 if strict:
-                    head = (op.id, PendingReason.QUOTA_EXCEEDED)
+                    head = (oid, quota_r)
                 continue
             # 8: workflow parallelism
             wf = op.workflow
@@ -643,22 +702,22 @@ def plan_dispatch(
             if wf is not None:
                 w = workflow(wf.parent, wf.concurrency)
                 if w.limit is not None and w.active >= w.limit:
-                    pend((op, PendingReason.WORKFLOW_PARALLELISM, w))
+                    pend((oid, op, wf_r, w))
                     continue
             # 9: cluster concurrency
-            c = cluster(op.cluster)
+            c = home_cluster if op.cluster == home_name else cluster(op.cluster)
             if c.limit is not None and c.active >= c.limit:
-                pend((op, PendingReason.CLUSTER_CONCURRENCY_LIMIT, c))
+                pend((oid, op, cluster_r, c))
                 if strict:
-                    head = (op.id, PendingReason.CLUSTER_CONCURRENCY_LIMIT)
+                    head = (oid, cluster_r)
                 continue
             # Admitted: count it before the next candidate.
-            q.hold(op.id, req)
+            q.hold(oid, req)
             q.dispatched += 1
-            c.hold(op.id)
+            c.hold(oid)
             if w is not None:
-                w.hold(op.id)
-            append_dispatch(Dispatch(op.id, spec.name, op.cluster))
+                w.hold(oid)
+            append_dispatch(Dispatch(oid, qname, op.cluster))
 
     # Step 5: prune operations removed from the repo while active, behind the guard.
     stops: tuple[Stop, ...] = ()
@@ -699,7 +758,7 @@ def plan_dispatch(
                 pending=len(q.pending),
                 strategy=spec.strategy,
                 paused=spec.paused,
-                head_reason=q.pending[0][1] if q.pending else None,
+                head_reason=q.pending[0][2] if q.pending else None,
                 used_after={r: _to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
             )
         )
@@ -738,48 +797,14 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
         k = min(bisect_left(prefix, need) + 1, len(ids))
         return tuple(ids[: min(k, MAX_LISTED)]), k
 
-    for position, (op, reason, detail) in enumerate(q.pending, start=1):
+    append = out.append
+    for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
-        if reason is PendingReason.QUEUE_PAUSED:
-            block = shared.get(reason) or shared.setdefault(reason, QueuePausedBlock(name))
-        elif reason is PendingReason.AWAITING_APPROVAL:
-            block = _APPROVAL
-        elif reason is PendingReason.WAITING_FOR_DEPENDENCIES:
-            block = DependenciesBlock(detail)
-        elif reason is PendingReason.UPSTREAM_FAILED:
-            block = UpstreamFailedBlock(detail)
-        elif reason is PendingReason.EXCEEDS_QUOTA:
-            req = q.request(op.requests)
-            block = ExceedsQuotaBlock(
-                name,
-                tuple(
-                    Shortfall(q.resources[i], _to_decimal(req[i]), _to_decimal(q.quota[i]))
-                    for i in detail
-                ),
-            )
-        elif reason is PendingReason.WAITING_BEHIND_HEAD:
-            block = shared.get(detail) or shared.setdefault(
-                detail, BehindHeadBlock(name, detail[0], detail[1])
-            )
-        elif reason is PendingReason.QUEUE_CONCURRENCY_LIMIT:
-            limit = spec.concurrency or 0
-            block = shared.get(reason) or shared.setdefault(
-                reason,
-                ConcurrencyBlock(
-                    "queue",
-                    name,
-                    q.active,
-                    limit,
-                    q.active - limit + 1,
-                    tuple(q.active_ids[:MAX_LISTED]),
-                ),
-            )
-        elif reason is PendingReason.QUOTA_EXCEEDED:
-            i = detail
-            amount = q.request(op.requests)[i]
-            key = (reason, i, amount)
+        if reason is PendingReason.QUOTA_EXCEEDED:
+            key = detail
             cached = shared.get(key)
             if cached is None:
+                i, amount = detail
                 need = q.used[i] + amount - q.quota[i]
                 ids, count = releasers(i, need)
                 cached = shared[key] = QuotaBlock(
@@ -793,36 +818,65 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
                     count,
                 )
             block = cached
-        elif reason is PendingReason.WORKFLOW_PARALLELISM:
-            w: _Counter = detail
-            assert op.workflow is not None
-            key = (reason, op.workflow.parent)
-            block = shared.get(key) or shared.setdefault(
-                key,
-                ConcurrencyBlock(
-                    "workflow",
-                    op.workflow.parent,
-                    w.active,
-                    w.limit or 0,
-                    w.active - (w.limit or 0) + 1,
-                    tuple(w.ids[:MAX_LISTED]),
+        elif reason is PendingReason.QUEUE_CONCURRENCY_LIMIT:
+            cached = shared.get(reason)
+            if cached is None:
+                limit = spec.concurrency or 0
+                cached = shared[reason] = ConcurrencyBlock(
+                    "queue",
+                    name,
+                    q.active,
+                    limit,
+                    q.active - limit + 1,
+                    tuple(q.active_ids[:MAX_LISTED]),
+                )
+            block = cached
+        elif reason is PendingReason.WAITING_BEHIND_HEAD:
+            cached = shared.get(detail)
+            if cached is None:
+                cached = shared[detail] = BehindHeadBlock(name, detail[0], detail[1])
+            block = cached
+        elif reason is PendingReason.QUEUE_PAUSED:
+            cached = shared.get(reason)
+            if cached is None:
+                cached = shared[reason] = QueuePausedBlock(name)
+            block = cached
+        elif reason is PendingReason.AWAITING_APPROVAL:
+            block = _APPROVAL
+        elif reason is PendingReason.WAITING_FOR_DEPENDENCIES:
+            block = DependenciesBlock(detail)
+        elif reason is PendingReason.UPSTREAM_FAILED:
+            block = UpstreamFailedBlock(detail)
+        elif reason is PendingReason.EXCEEDS_QUOTA:
+            req, over = detail
+            block = ExceedsQuotaBlock(
+                name,
+                tuple(
+                    Shortfall(q.resources[i], _to_decimal(req[i]), _to_decimal(q.quota[i]))
+                    for i in over
                 ),
             )
-        else:
-            c: _Counter = detail
-            key = (reason, op.cluster)
-            block = shared.get(key) or shared.setdefault(
-                key,
-                ConcurrencyBlock(
-                    "cluster",
-                    op.cluster,
-                    c.active,
-                    c.limit or 0,
-                    c.active - (c.limit or 0) + 1,
-                    tuple(c.ids[:MAX_LISTED]),
-                ),
-            )
-        out.append(Pending(op.id, name, reason, position, block))
+        else:  # workflow or cluster concurrency: detail is the counter
+            counter: _Counter = detail
+            scope = "workflow" if reason is PendingReason.WORKFLOW_PARALLELISM else "cluster"
+            if scope == "workflow" and op.workflow is not None:
+                scope_name = op.workflow.parent
+            else:
+                scope_name = op.cluster
+            key = (scope, scope_name)
+            cached = shared.get(key)
+            if cached is None:
+                limit = counter.limit or 0
+                cached = shared[key] = ConcurrencyBlock(
+                    scope,
+                    scope_name,
+                    counter.active,
+                    limit,
+                    counter.active - limit + 1,
+                    tuple(counter.ids[:MAX_LISTED]),
+                )
+            block = cached
+        append(Pending(oid, name, reason, position, block))
     return out
 
 
