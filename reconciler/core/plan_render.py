@@ -8,12 +8,21 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.plan import Plan, QueueSummary
+from reconciler.core.plan import BlockedBy, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The JSON contract of ``reconciler plan -o json``."""
+    # Pending entries of one queue share blockers: render each blocker once.
+    rendered: dict[int, tuple[str, dict[str, Any]]] = {}
+
+    def explain(block: BlockedBy) -> tuple[str, dict[str, Any]]:
+        got = rendered.get(id(block))
+        if got is None:
+            got = rendered[id(block)] = (block.message(), block.to_json())
+        return got
+
     return {
         "dispatch": [
             {"operation": d.operation, "queue": d.queue, "cluster": d.cluster}
@@ -25,10 +34,11 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "queue": p.queue,
                 "reason": str(p.reason),
                 "position": p.position,
-                "message": p.message,
-                "blockedBy": p.blocked_by.to_json(),
+                "message": message,
+                "blockedBy": blocked_by,
             }
             for p in plan.pending
+            for message, blocked_by in (explain(p.blocked_by),)
         ],
         "stop": [{"operation": s.operation, "reason": str(s.reason)} for s in plan.stop],
         "queues": [_queue_dict(q) for q in plan.queues],
