@@ -17,11 +17,15 @@ from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
+    CompiledRepo,
     ObservedOperation,
     OrgSettings,
     Phase,
+    Provenance,
     QueueSpec,
     QueueStrategy,
+    RejectedOperation,
+    RejectReason,
     RunKind,
     WorkflowRef,
 )
@@ -87,6 +91,10 @@ class OpBuilder:
         self._fields["spec"] = spec
         return self
 
+    def provenance(self, path: str, file: str, line: int, step: str = "operation") -> OpBuilder:
+        self._fields.setdefault("provenance", {})[path] = Provenance(file, line, step)
+        return self
+
     def build(self) -> CompiledOperation:
         fields = dict(self._fields)
         if not fields["cluster"]:
@@ -104,6 +112,7 @@ class World:
         self.builders: list[OpBuilder] = []
         self.observed: dict[str, ObservedOperation] = {}
         self.org = OrgSettings()
+        self.rejected: list[RejectedOperation] = []
         self.default_queue = "default"
         self._seq = 0
 
@@ -183,6 +192,23 @@ class World:
     def with_org(self, **settings: Any) -> World:
         self.org = replace(self.org, **settings)
         return self
+
+    def reject(self, op_id: str, message: str) -> World:
+        """Record a PolicyViolation for an operation (and drop it from the runnable ones)."""
+        path = f"{op_id.split('/')[0]}/operations/{op_id.split('/')[1]}.yaml"
+        self.builders = [b for b in self.builders if b.build().id != op_id]
+        self.rejected.append(RejectedOperation(op_id, path, RejectReason.POLICY_VIOLATION, message))
+        return self
+
+    def repo(self, version: str = "worktree") -> CompiledRepo:
+        return CompiledRepo(
+            version=version,
+            org=self.org,
+            clusters=dict(self.clusters),
+            queues=dict(self.queues),
+            operations=tuple(self.operations()),
+            rejected=tuple(self.rejected),
+        )
 
     def operations(self) -> list[CompiledOperation]:
         return [b.build() for b in self.builders]
