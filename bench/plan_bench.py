@@ -1,0 +1,129 @@
+"""Benchmark plan_dispatch: 1,000 queues with 10k queued + 1k active operations, then
+100k queued + 10k active, measured side by side in one run. Prints the plan time of each
+and, last, the ratio 100k/10k (goal: <= 1 s at 100k, ratio <= 12).
+
+    PYTHONPATH=$PWD python bench/plan_bench.py [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import time
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from reconciler.core.plan import plan_dispatch
+from reconciler.core.plan_render import plan_to_json
+from reconciler.core.types import (
+    ClusterSpec,
+    CompiledOperation,
+    ObservedOperation,
+    OrgSettings,
+    Phase,
+    QueueSpec,
+    QueueStrategy,
+    RunKind,
+    WorkflowRef,
+)
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+T0 = datetime(2025, 1, 1, tzinfo=UTC)
+GPU = "nvidia.com/gpu"
+
+
+def build(queued: int, active: int, queues: int = 1000, seed: int = 7):  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    clusters = {
+        f"c{i}": ClusterSpec(f"c{i}", concurrency=(None if i % 2 else 2000)) for i in range(8)
+    }
+    qs: dict[str, QueueSpec] = {}
+    for i in range(queues):
+        quota: dict[str, Decimal] = {}
+        if i % 3 != 2:
+            quota[GPU] = Decimal(rng.choice([4, 8, 16, 32]))
+        if i % 4 == 0:
+            quota["cpu"] = Decimal(rng.choice([32, 64, 128]))
+            quota["memory"] = Decimal(rng.choice([256, 512])) * 2**30
+        qs[f"q{i:04d}"] = QueueSpec(
+            name=f"q{i:04d}",
+            cluster=f"c{i % 8}",
+            priority=rng.randint(0, 20),
+            concurrency=rng.choice([None, 5, 10, 50]),
+            quota=quota,
+            strategy=QueueStrategy.STRICT_FIFO if i % 10 == 0 else QueueStrategy.BEST_EFFORT_FIFO,
+            paused=i % 97 == 0,
+        )
+    names = list(qs)
+    ops: list[CompiledOperation] = []
+    observed: list[ObservedOperation] = []
+    total = queued + active
+    i = 0
+    while i < total:
+        q = qs[names[rng.randrange(queues)]]
+        project = f"proj{rng.randrange(200)}"
+        requests = {
+            GPU: Decimal(rng.choice([0, 1, 1, 2, 4])),
+            "cpu": Decimal(rng.choice(["0.5", "2", "8"])),
+            "memory": Decimal(rng.choice([8, 32, 64])) * 2**30,
+        }
+        at = T0 + timedelta(seconds=i)
+        width = 1 if rng.random() < 0.9 else rng.choice([4, 8])
+        dag = width > 1 and rng.random() < 0.3
+        parent = f"{project}/wf-{i}"
+        for k in range(width):
+            name = f"op-{i}" if width == 1 else f"wf-{i}-{k}"
+            ops.append(
+                CompiledOperation(
+                    project=project,
+                    name=name,
+                    path=f"{project}/operations/{'op' if width == 1 else 'wf'}-{i}.yaml",
+                    queue=q.name,
+                    cluster=q.cluster,
+                    namespace=project,
+                    kind=RunKind.JOB,
+                    spec={},
+                    requests=requests,
+                    is_approved=rng.random() > 0.01,
+                    workflow=None
+                    if width == 1
+                    else WorkflowRef(parent, "dag" if dag else "matrix", k, concurrency=2),
+                    dependencies=(f"{project}/wf-{i}-{k - 1}",) if dag and k else (),
+                    submitted_at=at,
+                )
+            )
+            if i < active:
+                observed.append(ObservedOperation(f"{project}/{name}", Phase.RUNNING))
+            i += 1
+    return ops, qs, clusters, observed
+
+
+def measure(queued: int, active: int, repeat: int) -> tuple[float, float, int, int]:
+    ops, qs, clusters, observed = build(queued, active)
+    best = render = float("inf")
+    for _ in range(repeat):
+        t = time.perf_counter()
+        plan = plan_dispatch(ops, qs, clusters, observed, OrgSettings(), NOW)
+        best = min(best, time.perf_counter() - t)
+        t = time.perf_counter()
+        plan_to_json(plan)
+        render = min(render, time.perf_counter() - t)
+    return best, render, len(plan.dispatch), len(plan.pending)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    small = measure(10_000, 1_000, args.repeat)
+    large = measure(100_000, 10_000, args.repeat)
+    for label, (plan_s, json_s, nd, np) in (("10k", small), ("100k", large)):
+        print(
+            f"{label:>5} queued: plan {plan_s * 1000:7.1f} ms"
+            f"  (json render {json_s * 1000:7.1f} ms; {nd} dispatch, {np} pending)"
+        )
+    print(f"ratio 100k/10k: {large[0] / small[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()

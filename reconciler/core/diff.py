@@ -1,0 +1,475 @@
+"""Plans for pull requests: compare two revisions of the config repo, each compiled and
+planned against the same observed state, and say what the change would do.
+
+Pure: ``diff_plans((base_repo, base_plan), (head_repo, head_plan)) -> PlanDiff``, then
+``diff_to_markdown`` (a PR comment) or ``diff_to_json``.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.plan import PendingReason, Plan
+from reconciler.core.plan_render import md_escape, md_table
+from reconciler.core.quantity import format_quantity
+from reconciler.core.types import (
+    CompiledOperation,
+    CompiledRepo,
+    Provenance,
+    QueueSpec,
+    RejectedOperation,
+    RejectReason,
+)
+
+
+class Change(enum.StrEnum):
+    ADDED = "added"
+    REMOVED = "removed"
+    CHANGED = "changed"
+
+
+@dataclass(frozen=True, slots=True)
+class FieldChange:
+    """One leaf that differs. ``before``/``after`` are JSON-ready values (None when absent on
+    that side, see ``change``); ``*_from`` say which file, line and merge step set it."""
+
+    path: str
+    change: Change
+    before: Any = None
+    after: Any = None
+    before_from: Provenance | None = None
+    after_from: Provenance | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class QueueChange:
+    name: str
+    change: Change
+    fields: tuple[FieldChange, ...]
+    source: str = ""  # the queue's file in head (or base when removed)
+
+
+@dataclass(frozen=True, slots=True)
+class OperationChange:
+    operation: str
+    change: Change
+    fields: tuple[FieldChange, ...]
+    path: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Transition:
+    """An operation whose planned fate differs. ``before`` is its base state: ``dispatch``,
+    a pending reason, or ``absent`` (not a candidate in base)."""
+
+    operation: str
+    queue: str
+    before: str
+    reason: PendingReason | None = None  # head reason when pending
+    position: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCount:
+    queue: str
+    before: int | None  # None: the queue does not exist on that side
+    after: int | None
+
+    @property
+    def delta(self) -> int:
+        return (self.after or 0) - (self.before or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanDiff:
+    base_version: str
+    head_version: str
+    queues: tuple[QueueChange, ...]
+    operations: tuple[OperationChange, ...]
+    newly_dispatched: tuple[Transition, ...]
+    newly_pending: tuple[Transition, ...]
+    newly_exceeds_quota: tuple[Transition, ...]
+    newly_policy_violation: tuple[RejectedOperation, ...]
+    newly_stopped: tuple[str, ...]
+    pending_counts: tuple[PendingCount, ...]  # only queues whose pending count changes
+
+    @property
+    def has_changes(self) -> bool:
+        return bool(
+            self.queues
+            or self.operations
+            or self.newly_dispatched
+            or self.newly_pending
+            or self.newly_exceeds_quota
+            or self.newly_policy_violation
+            or self.newly_stopped
+            or self.pending_counts
+        )
+
+
+# --- values ---------------------------------------------------------------------------
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return format_quantity(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, frozenset | set):
+        return sorted(_jsonable(v) for v in value)
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _leaves(value: Any, prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Dotted paths to leaves; lists are leaves (they merge as a whole)."""
+    if isinstance(value, Mapping) and value:
+        for k in sorted(value, key=str):
+            yield from _leaves(value[k], f"{prefix}.{k}" if prefix else str(k))
+    else:
+        yield prefix, value
+
+
+def _provenance(prov: Mapping[str, Provenance], path: str) -> Provenance | None:
+    """The provenance of ``path`` or of its nearest ancestor."""
+    while True:
+        got = prov.get(path)
+        if got is not None or "." not in path:
+            return got
+        path = path.rsplit(".", 1)[0]
+
+
+def _field_changes(
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    before_prov: Mapping[str, Provenance] | None = None,
+    after_prov: Mapping[str, Provenance] | None = None,
+) -> tuple[FieldChange, ...]:
+    old = dict(_leaves(before))
+    new = dict(_leaves(after))
+    out = []
+    for path in sorted(old.keys() | new.keys()):
+        in_old, in_new = path in old, path in new
+        a = _jsonable(old.get(path))
+        b = _jsonable(new.get(path))
+        if in_old and in_new and a == b:
+            continue
+        change = Change.CHANGED if in_old and in_new else Change.ADDED if in_new else Change.REMOVED
+        out.append(
+            FieldChange(
+                path,
+                change,
+                a if in_old else None,
+                b if in_new else None,
+                _provenance(before_prov, path) if before_prov is not None and in_old else None,
+                _provenance(after_prov, path) if after_prov is not None and in_new else None,
+            )
+        )
+    return tuple(out)
+
+
+def _queue_fields(q: QueueSpec) -> dict[str, Any]:
+    return {
+        "cluster": q.cluster,
+        "priority": q.priority,
+        "concurrency": q.concurrency,
+        "quota": dict(q.quota),
+        "strategy": q.strategy,
+        "paused": q.paused,
+        "kinds": q.kinds,
+    }
+
+
+def _op_fields(op: CompiledOperation) -> dict[str, Any]:
+    """The compiled spec, plus what the compiler resolved outside it."""
+    return {
+        **op.spec,
+        "(resolved)": {
+            "queue": op.queue,
+            "cluster": op.cluster,
+            "namespace": op.namespace,
+            "presets": list(op.presets),
+            "requests": dict(op.requests),
+            "isApproved": op.is_approved,
+        },
+    }
+
+
+# --- the diff -------------------------------------------------------------------------
+
+
+def _states(plan: Plan) -> dict[str, tuple[str, str, Any]]:
+    """operation -> (state, queue, pending entry or None)."""
+    out: dict[str, tuple[str, str, Any]] = {
+        d.operation: ("dispatch", d.queue, None) for d in plan.dispatch
+    }
+    for p in plan.pending:
+        out[p.operation] = (str(p.reason), p.queue, p)
+    return out
+
+
+def diff_plans(base: tuple[CompiledRepo, Plan], head: tuple[CompiledRepo, Plan]) -> PlanDiff:
+    """What merging head into base changes: config, then the plan's decisions."""
+    base_repo, base_plan = base
+    head_repo, head_plan = head
+
+    # 1: queue settings before -> after
+    queues = []
+    for name in sorted(base_repo.queues.keys() | head_repo.queues.keys()):
+        bq, hq = base_repo.queues.get(name), head_repo.queues.get(name)
+        fields = _field_changes(_queue_fields(bq) if bq else {}, _queue_fields(hq) if hq else {})
+        if fields:
+            change = Change.CHANGED if bq and hq else Change.ADDED if hq else Change.REMOVED
+            either = hq or bq
+            queues.append(QueueChange(name, change, fields, either.source if either else ""))
+
+    # 2: compiled specs, field by field with provenance
+    base_ops = {op.id: op for op in base_repo.operations}
+    head_ops = {op.id: op for op in head_repo.operations}
+    operations = []
+    for oid in sorted(base_ops.keys() | head_ops.keys()):
+        bo, ho = base_ops.get(oid), head_ops.get(oid)
+        fields = _field_changes(
+            _op_fields(bo) if bo else {},
+            _op_fields(ho) if ho else {},
+            bo.provenance if bo else None,
+            ho.provenance if ho else None,
+        )
+        if fields:
+            change = Change.CHANGED if bo and ho else Change.ADDED if ho else Change.REMOVED
+            op = ho or bo
+            operations.append(OperationChange(oid, change, fields, op.path if op else ""))
+
+    # 3: the plan's decisions
+    before = _states(base_plan)
+    dispatched, pending, exceeds = [], [], []
+    for d in head_plan.dispatch:
+        was = before.get(d.operation)
+        if was is None or was[0] != "dispatch":
+            dispatched.append(Transition(d.operation, d.queue, was[0] if was else "absent"))
+    for p in head_plan.pending:
+        was = before.get(p.operation)
+        prior = was[0] if was else "absent"
+        t = Transition(p.operation, p.queue, prior, p.reason, p.position, p.message)
+        if was is None or was[0] == "dispatch":
+            pending.append(t)
+        if p.reason is PendingReason.EXCEEDS_QUOTA and prior != PendingReason.EXCEEDS_QUOTA:
+            exceeds.append(t)
+
+    def violations(repo: CompiledRepo) -> dict[str, RejectedOperation]:
+        return {r.operation: r for r in repo.rejected if r.reason is RejectReason.POLICY_VIOLATION}
+
+    base_bad = violations(base_repo)
+    newly_bad = tuple(r for oid, r in sorted(violations(head_repo).items()) if oid not in base_bad)
+
+    base_stops = {s.operation for s in base_plan.stop}
+    stopped = tuple(s.operation for s in head_plan.stop if s.operation not in base_stops)
+
+    # 4: pending count per queue
+    bcount = {q.name: q.pending for q in base_plan.queues}
+    hcount = {q.name: q.pending for q in head_plan.queues}
+    counts = tuple(
+        PendingCount(name, bcount.get(name), hcount.get(name))
+        for name in sorted(bcount.keys() | hcount.keys())
+        if bcount.get(name) != hcount.get(name)
+    )
+    return PlanDiff(
+        base_version=base_repo.version,
+        head_version=head_repo.version,
+        queues=tuple(queues),
+        operations=tuple(operations),
+        newly_dispatched=tuple(dispatched),
+        newly_pending=tuple(pending),
+        newly_exceeds_quota=tuple(exceeds),
+        newly_policy_violation=newly_bad,
+        newly_stopped=stopped,
+        pending_counts=counts,
+    )
+
+
+# --- renderers ------------------------------------------------------------------------
+
+
+def _prov_json(p: Provenance | None) -> dict[str, Any] | None:
+    return None if p is None else {"file": p.file, "line": p.line, "step": p.step}
+
+
+def _field_json(f: FieldChange) -> dict[str, Any]:
+    return {
+        "path": f.path,
+        "change": f.change.value,
+        "before": f.before,
+        "after": f.after,
+        "beforeFrom": _prov_json(f.before_from),
+        "afterFrom": _prov_json(f.after_from),
+    }
+
+
+def _transition_json(t: Transition) -> dict[str, Any]:
+    out: dict[str, Any] = {"operation": t.operation, "queue": t.queue, "before": t.before}
+    if t.reason is not None:
+        out.update(reason=t.reason.value, position=t.position, message=t.message)
+    return out
+
+
+def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
+    return {
+        "base": diff.base_version,
+        "head": diff.head_version,
+        "changed": diff.has_changes,
+        "queues": [
+            {
+                "name": q.name,
+                "change": q.change.value,
+                "source": q.source,
+                "fields": [_field_json(f) for f in q.fields],
+            }
+            for q in diff.queues
+        ],
+        "operations": [
+            {
+                "operation": o.operation,
+                "change": o.change.value,
+                "path": o.path,
+                "fields": [_field_json(f) for f in o.fields],
+            }
+            for o in diff.operations
+        ],
+        "newlyDispatched": [_transition_json(t) for t in diff.newly_dispatched],
+        "newlyPending": [_transition_json(t) for t in diff.newly_pending],
+        "newlyExceedsQuota": [_transition_json(t) for t in diff.newly_exceeds_quota],
+        "newlyPolicyViolation": [
+            {"operation": r.operation, "path": r.path, "message": r.message}
+            for r in diff.newly_policy_violation
+        ],
+        "newlyStopped": list(diff.newly_stopped),
+        "pendingCounts": [
+            {"queue": c.queue, "before": c.before, "after": c.after, "delta": c.delta}
+            for c in diff.pending_counts
+        ],
+    }
+
+
+def diff_to_json(diff: PlanDiff) -> str:
+    return json.dumps(diff_to_dict(diff), indent=2, ensure_ascii=False) + "\n"
+
+
+def _cell(value: Any, present: bool = True) -> str:
+    if not present:
+        return "—"
+    if isinstance(value, str):
+        return f"`{value}`"
+    return f"`{json.dumps(value, sort_keys=True, ensure_ascii=False)}`"
+
+
+def _from(p: Provenance | None) -> str:
+    if p is None:
+        return ""
+    where = f"{p.file}:{p.line}" if p.line else p.file
+    return f"{where} ({p.step})"
+
+
+def _short(version: str) -> str:
+    return version[:12] if len(version) == 40 else version
+
+
+def diff_to_markdown(diff: PlanDiff) -> str:
+    """A pull-request comment."""
+    out = [f"## Dispatch plan: `{_short(diff.base_version)}` → `{_short(diff.head_version)}`", ""]
+    if not diff.has_changes:
+        out.append("No change to queues, operations or the dispatch plan.")
+        return "\n".join(out) + "\n"
+    summary = [
+        f"{len(diff.queues)} queue(s) changed",
+        f"{len(diff.operations)} operation(s) changed",
+        f"{len(diff.newly_dispatched)} newly dispatched",
+        f"{len(diff.newly_pending)} newly pending",
+        f"{len(diff.newly_exceeds_quota)} newly ExceedsQuota",
+        f"{len(diff.newly_policy_violation)} newly PolicyViolation",
+    ]
+    if diff.newly_stopped:
+        summary.append(f"{len(diff.newly_stopped)} newly stopped")
+    out += ["**" + ", ".join(summary) + "**", ""]
+
+    if diff.queues:
+        out += ["### Queue settings", ""]
+        rows = []
+        for q in diff.queues:
+            for f in q.fields:
+                rows.append(
+                    [
+                        q.name if q.change is Change.CHANGED else f"{q.name} ({q.change})",
+                        f.path,
+                        _cell(f.before, f.change is not Change.ADDED),
+                        _cell(f.after, f.change is not Change.REMOVED),
+                    ]
+                )
+        out += [md_table(["Queue", "Field", "Before", "After"], rows), ""]
+
+    if diff.operations:
+        out += ["### Operations whose compiled spec changes", ""]
+        for o in diff.operations:
+            title = o.operation if o.change is Change.CHANGED else f"{o.operation} ({o.change})"
+            out += [f"#### `{title}`", ""]
+            rows = [
+                [
+                    f"`{f.path}`",
+                    _cell(f.before, f.change is not Change.ADDED),
+                    _cell(f.after, f.change is not Change.REMOVED),
+                    _from(f.after_from if f.change is not Change.REMOVED else f.before_from),
+                ]
+                for f in o.fields
+            ]
+            out += [md_table(["Field", "Before", "After", "Set by"], rows), ""]
+
+    def transitions(title: str, items: tuple[Transition, ...]) -> None:
+        if not items:
+            return
+        out.extend([f"### {title}", ""])
+        rows = [
+            [
+                t.operation,
+                t.queue,
+                t.before,
+                str(t.reason) if t.reason else "dispatch",
+                str(t.position) if t.position else "",
+                t.message,
+            ]
+            for t in items
+        ]
+        out.extend(
+            [md_table(["Operation", "Queue", "Before", "After", "Position", "Message"], rows), ""]
+        )
+
+    transitions("Newly dispatched", diff.newly_dispatched)
+    transitions("Newly pending", diff.newly_pending)
+    transitions("Newly ExceedsQuota (can never be admitted)", diff.newly_exceeds_quota)
+    if diff.newly_policy_violation:
+        out += ["### Newly PolicyViolation", ""]
+        rows = [[r.operation, r.path, r.message] for r in diff.newly_policy_violation]
+        out += [md_table(["Operation", "File", "Violation"], rows), ""]
+    if diff.newly_stopped:
+        out += ["### Newly stopped (RemovedFromRepo)", ""]
+        out += [", ".join(md_escape(s) for s in diff.newly_stopped), ""]
+    if diff.pending_counts:
+        out += ["### Pending per queue", ""]
+        rows = [
+            [
+                c.queue,
+                "—" if c.before is None else str(c.before),
+                "—" if c.after is None else str(c.after),
+                f"{c.delta:+d}",
+            ]
+            for c in diff.pending_counts
+        ]
+        out += [md_table(["Queue", "Before", "After", "Change"], rows), ""]
+    return "\n".join(out).rstrip("\n") + "\n"

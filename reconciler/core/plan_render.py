@@ -1,0 +1,207 @@
+"""Pure renderers for a :class:`~reconciler.core.plan.Plan`: JSON (the CLI contract),
+Markdown (PR comments, docs) and a plain-text table (terminals). Same plan, same bytes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.plan import BlockedBy, Plan, QueueSummary
+from reconciler.core.quantity import format_quantity
+
+
+def plan_to_dict(plan: Plan) -> dict[str, Any]:
+    """The JSON contract of ``reconciler plan -o json``."""
+    # Pending entries of one queue share blockers: render each blocker once.
+    rendered: dict[int, tuple[str, dict[str, Any]]] = {}
+
+    def explain(block: BlockedBy) -> tuple[str, dict[str, Any]]:
+        got = rendered.get(id(block))
+        if got is None:
+            got = rendered[id(block)] = (block.message(), block.to_json())
+        return got
+
+    return {
+        "dispatch": [
+            {"operation": d.operation, "queue": d.queue, "cluster": d.cluster}
+            for d in plan.dispatch
+        ],
+        "pending": [
+            {
+                "operation": p.operation,
+                "queue": p.queue,
+                "reason": str(p.reason),
+                "position": p.position,
+                "message": message,
+                "blockedBy": blocked_by,
+            }
+            for p in plan.pending
+            for message, blocked_by in (explain(p.blocked_by),)
+        ],
+        "stop": [{"operation": s.operation, "reason": str(s.reason)} for s in plan.stop],
+        "queues": [_queue_dict(q) for q in plan.queues],
+    }
+
+
+def _queue_dict(q: QueueSummary) -> dict[str, Any]:
+    return {
+        "name": q.name,
+        "cluster": q.cluster,
+        "priority": q.priority,
+        "concurrency": q.concurrency,
+        "quota": {r: format_quantity(v) for r, v in sorted(q.quota.items())},
+        "active": q.active,
+        "used": {r: format_quantity(v) for r, v in sorted(q.used.items())},
+        "dispatching": q.dispatching,
+        "pending": q.pending,
+    }
+
+
+def plan_to_json(plan: Plan) -> str:
+    return json.dumps(plan_to_dict(plan), indent=2, ensure_ascii=False) + "\n"
+
+
+# --- tables -----------------------------------------------------------------------------
+
+
+def _plus(before: str, added: str) -> str:
+    return before if added in ("0", "") else f"{before}+{added}"
+
+
+def _concurrency_cell(q: QueueSummary) -> str:
+    limit = "-" if q.concurrency is None else str(q.concurrency)
+    return f"{_plus(str(q.active), str(q.dispatching))}/{limit}"
+
+
+def _quota_cell(q: QueueSummary) -> str:
+    if not q.quota:
+        return "-"
+    cells = []
+    for r, limit in sorted(q.quota.items()):
+        before = q.used.get(r, Decimal(0))
+        added = q.used_after.get(r, before) - before
+        cells.append(
+            f"{r} {_plus(format_quantity(before), format_quantity(added))}/{format_quantity(limit)}"
+        )
+    return ", ".join(cells)
+
+
+def _head_cell(q: QueueSummary) -> str:
+    if not q.pending:
+        return "0"
+    return f"{q.pending} ({q.head_reason})"
+
+
+def queue_rows(plan: Plan) -> list[list[str]]:
+    """The queue view: one row per queue, in consideration order. ``2+1/3`` reads: 2 active,
+    1 dispatched by this plan, limit 3."""
+    rows = []
+    for q in plan.queues:
+        name = q.name + (" (paused)" if q.paused else "")
+        rows.append(
+            [
+                name,
+                q.cluster,
+                str(q.priority),
+                _concurrency_cell(q),
+                _quota_cell(q),
+                str(q.dispatching),
+                _head_cell(q),
+            ]
+        )
+    return rows
+
+
+QUEUE_HEADERS = [
+    "QUEUE",
+    "CLUSTER",
+    "PRIORITY",
+    "ACTIVE/LIMIT",
+    "QUOTA USED/LIMIT",
+    "DISPATCH",
+    "PENDING",
+]
+PENDING_HEADERS = ["POS", "QUEUE", "OPERATION", "REASON", "MESSAGE"]
+
+
+def pending_rows(plan: Plan) -> list[list[str]]:
+    return [[str(p.position), p.queue, p.operation, str(p.reason), p.message] for p in plan.pending]
+
+
+def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    lines = []
+    for row in [list(headers), *rows]:
+        lines.append("  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip())
+    return "\n".join(lines)
+
+
+def plan_to_table(plan: Plan) -> str:
+    out = [_text_table(QUEUE_HEADERS, queue_rows(plan))]
+    if plan.dispatch:
+        out.append("")
+        out.append(
+            _text_table(
+                ["DISPATCH", "QUEUE", "CLUSTER"],
+                [[d.operation, d.queue, d.cluster] for d in plan.dispatch],
+            )
+        )
+    if plan.pending:
+        out.append("")
+        out.append(_text_table(PENDING_HEADERS, pending_rows(plan)))
+    if plan.stop:
+        out.append("")
+        out.append(
+            _text_table(["STOP", "REASON"], [[s.operation, str(s.reason)] for s in plan.stop])
+        )
+    if plan.prune_refused is not None:
+        out.append("")
+        out.append(f"warning: {plan.prune_refused.message()}")
+    return "\n".join(out) + "\n"
+
+
+# --- markdown ---------------------------------------------------------------------------
+
+
+def md_escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines.extend("| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows)
+    return "\n".join(lines)
+
+
+def plan_to_markdown(plan: Plan) -> str:
+    out = [
+        "## Dispatch plan",
+        "",
+        f"{len(plan.dispatch)} to dispatch, {len(plan.pending)} pending, {len(plan.stop)} to stop.",
+        "",
+        md_table(QUEUE_HEADERS, queue_rows(plan)),
+    ]
+    if plan.dispatch:
+        out += ["", "### Dispatch", ""]
+        out.append(
+            md_table(
+                ["#", "Operation", "Queue", "Cluster"],
+                [[str(i), d.operation, d.queue, d.cluster] for i, d in enumerate(plan.dispatch, 1)],
+            )
+        )
+    if plan.pending:
+        out += ["", "### Pending", ""]
+        out.append(md_table(PENDING_HEADERS, pending_rows(plan)))
+    if plan.stop:
+        out += ["", "### Stop", ""]
+        out.append(
+            md_table(["Operation", "Reason"], [[s.operation, str(s.reason)] for s in plan.stop])
+        )
+    if plan.prune_refused is not None:
+        out += ["", f"> **Warning:** {plan.prune_refused.message()}"]
+    return "\n".join(out) + "\n"

@@ -1,0 +1,224 @@
+"""Fluent builders for planner inputs: readable tests without the compiler.
+
+world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 2})
+world.ops("vision/train-{}", 5, queue="team-a", gpu=1)
+plan = world.plan()
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.plan import Plan, plan_dispatch
+from reconciler.core.quantity import parse_quantity
+from reconciler.core.types import (
+    ClusterSpec,
+    CompiledOperation,
+    CompiledRepo,
+    ObservedOperation,
+    OrgSettings,
+    Phase,
+    Provenance,
+    QueueSpec,
+    QueueStrategy,
+    RejectedOperation,
+    RejectReason,
+    RunKind,
+    WorkflowRef,
+)
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+T0 = datetime(2025, 6, 1, tzinfo=UTC)
+
+
+def quantities(values: dict[str, Any] | None) -> dict[str, Decimal]:
+    return {k: parse_quantity(v) for k, v in (values or {}).items()}
+
+
+class OpBuilder:
+    def __init__(self, world: World, op_id: str, seq: int) -> None:
+        self._world = world
+        project, name = op_id.split("/", 1)
+        self._fields: dict[str, Any] = {
+            "project": project,
+            "name": name,
+            "path": f"{project}/operations/{name}.yaml",
+            "queue": world.default_queue,
+            "cluster": "",
+            "namespace": project,
+            "kind": RunKind.JOB,
+            "spec": {"kind": "job", "name": name},
+            "requests": {},
+            "submitted_at": T0 + timedelta(seconds=seq),
+        }
+
+    def queue(self, name: str) -> OpBuilder:
+        self._fields["queue"] = name
+        return self
+
+    def requests(self, **values: Any) -> OpBuilder:
+        """``requests(gpu=1, cpu="500m")``; ``gpu`` means ``nvidia.com/gpu``."""
+        named = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
+        self._fields["requests"] = quantities(named)
+        return self
+
+    def unapproved(self) -> OpBuilder:
+        self._fields["is_approved"] = False
+        return self
+
+    def submitted(self, at: datetime | None) -> OpBuilder:
+        self._fields["submitted_at"] = at
+        return self
+
+    def path(self, path: str) -> OpBuilder:
+        self._fields["path"] = path
+        return self
+
+    def child_of(
+        self, parent: str, index: int, *, kind: str = "matrix", concurrency: int | None = None
+    ) -> OpBuilder:
+        self._fields["workflow"] = WorkflowRef(parent, kind, index, concurrency)
+        return self
+
+    def after(self, *deps: str) -> OpBuilder:
+        self._fields["dependencies"] = tuple(deps)
+        return self
+
+    def spec(self, spec: dict[str, Any]) -> OpBuilder:
+        self._fields["spec"] = spec
+        return self
+
+    def provenance(self, path: str, file: str, line: int, step: str = "operation") -> OpBuilder:
+        self._fields.setdefault("provenance", {})[path] = Provenance(file, line, step)
+        return self
+
+    def build(self) -> CompiledOperation:
+        fields = dict(self._fields)
+        if not fields["cluster"]:
+            q = self._world.queues.get(fields["queue"])
+            fields["cluster"] = q.cluster if q else "local"
+        return CompiledOperation(**fields)
+
+
+class World:
+    """Queues, clusters, operations and observed phases, then ``plan()``."""
+
+    def __init__(self) -> None:
+        self.clusters: dict[str, ClusterSpec] = {}
+        self.queues: dict[str, QueueSpec] = {}
+        self.builders: list[OpBuilder] = []
+        self.observed: dict[str, ObservedOperation] = {}
+        self.org = OrgSettings()
+        self.rejected: list[RejectedOperation] = []
+        self.default_queue = "default"
+        self._seq = 0
+
+    def cluster(self, name: str = "local", *, concurrency: int | None = None) -> World:
+        self.clusters[name] = ClusterSpec(name, concurrency=concurrency)
+        return self
+
+    def queue(
+        self,
+        name: str,
+        *,
+        cluster: str = "local",
+        priority: int = 0,
+        concurrency: int | None = None,
+        quota: dict[str, Any] | None = None,
+        strict: bool = False,
+        paused: bool = False,
+    ) -> World:
+        if cluster not in self.clusters:
+            self.cluster(cluster)
+        self.queues[name] = QueueSpec(
+            name=name,
+            cluster=cluster,
+            priority=priority,
+            concurrency=concurrency,
+            quota=quantities(quota),
+            strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
+            paused=paused,
+        )
+        self.default_queue = next(iter(self.queues))
+        return self
+
+    def set_queue(self, name: str, **changes: Any) -> World:
+        self.queues[name] = replace(self.queues[name], **changes)
+        return self
+
+    def op(self, op_id: str, *, queue: str | None = None, gpu: Any = None) -> OpBuilder:
+        self._seq += 1
+        b = OpBuilder(self, op_id, self._seq)
+        if queue is not None:
+            b.queue(queue)
+        if gpu is not None:
+            b.requests(gpu=gpu)
+        self.builders.append(b)
+        return b
+
+    def ops(self, pattern: str, count: int, *, queue: str | None = None, gpu: Any = None) -> World:
+        """``ops("vision/train-{}", 5)`` adds vision/train-1 .. vision/train-5."""
+        for i in range(1, count + 1):
+            self.op(pattern.format(i), queue=queue, gpu=gpu)
+        return self
+
+    def observe(
+        self,
+        op_id: str,
+        phase: Phase,
+        *,
+        queue: str | None = None,
+        cluster: str | None = None,
+        requests: dict[str, Any] | None = None,
+    ) -> World:
+        self.observed[op_id] = ObservedOperation(
+            op_id, phase, quantities(requests) if requests is not None else None, queue, cluster
+        )
+        return self
+
+    def running(self, *op_ids: str) -> World:
+        for op_id in op_ids:
+            self.observe(op_id, Phase.RUNNING)
+        return self
+
+    def remove(self, *op_ids: str) -> World:
+        """Delete operations from the repo (their observed phase stays)."""
+        self.builders = [b for b in self.builders if b.build().id not in op_ids]
+        return self
+
+    def with_org(self, **settings: Any) -> World:
+        self.org = replace(self.org, **settings)
+        return self
+
+    def reject(self, op_id: str, message: str) -> World:
+        """Record a PolicyViolation for an operation (and drop it from the runnable ones)."""
+        path = f"{op_id.split('/')[0]}/operations/{op_id.split('/')[1]}.yaml"
+        self.builders = [b for b in self.builders if b.build().id != op_id]
+        self.rejected.append(RejectedOperation(op_id, path, RejectReason.POLICY_VIOLATION, message))
+        return self
+
+    def repo(self, version: str = "worktree") -> CompiledRepo:
+        return CompiledRepo(
+            version=version,
+            org=self.org,
+            clusters=dict(self.clusters),
+            queues=dict(self.queues),
+            operations=tuple(self.operations()),
+            rejected=tuple(self.rejected),
+        )
+
+    def operations(self) -> list[CompiledOperation]:
+        return [b.build() for b in self.builders]
+
+    def plan(self) -> Plan:
+        return plan_dispatch(
+            self.operations(),
+            self.queues,
+            self.clusters,
+            list(self.observed.values()),
+            self.org,
+            NOW,
+        )

@@ -1,0 +1,105 @@
+"""diff_plans: what a pull request changes in queues, compiled specs and the plan."""
+
+from __future__ import annotations
+
+import json
+
+from reconciler.core.diff import Change, diff_plans, diff_to_json, diff_to_markdown
+from reconciler.core.plan import PendingReason, plan_repo
+from reconciler.core.types import Provenance
+from tests.builders import NOW, World
+
+GPU_PATH = "resources.limits.nvidia.com/gpu"
+
+
+def team_a(*, quota: int = 2, train1_gpu: int = 1, priority: int = 0) -> World:
+    w = World().queue("team-a", quota={"nvidia.com/gpu": quota}, priority=priority)
+    w.queue("batch", concurrency=1)
+    for i in range(1, 5):
+        gpu = train1_gpu if i == 1 else 1
+        b = w.op(f"vision/train-{i}", queue="team-a", gpu=gpu)
+        b.spec({"kind": "job", "resources": {"limits": {"nvidia.com/gpu": gpu}}})
+        b.provenance(GPU_PATH, f"vision/operations/train-{i}.yaml", 7)
+        b.provenance("kind", "presets/gpu.yaml", 2, "preset gpu (replace)")
+    return w
+
+
+def run(base: World, head: World):  # type: ignore[no-untyped-def]
+    b, h = base.repo("a" * 40), head.repo("b" * 40)
+    observed = list(base.observed.values())
+    return diff_plans((b, plan_repo(b, observed, NOW)), (h, plan_repo(h, observed, NOW)))
+
+
+def test_no_change() -> None:
+    diff = run(team_a(), team_a())
+    assert not diff.has_changes
+    assert "No change" in diff_to_markdown(diff)
+    assert json.loads(diff_to_json(diff))["changed"] is False
+
+
+def test_raising_a_quota_dispatches_more() -> None:
+    diff = run(team_a(quota=2), team_a(quota=3))
+    assert diff.has_changes
+    (q,) = diff.queues
+    assert (q.name, q.change) == ("team-a", Change.CHANGED)
+    assert [(f.path, f.before, f.after) for f in q.fields] == [("quota.nvidia.com/gpu", "2", "3")]
+    assert [(t.operation, t.before) for t in diff.newly_dispatched] == [
+        ("vision/train-3", "QuotaExceeded")
+    ]
+    assert diff.newly_pending == ()
+    assert [(c.queue, c.before, c.after, c.delta) for c in diff.pending_counts] == [
+        ("team-a", 2, 1, -1)
+    ]
+    md = diff_to_markdown(diff)
+    assert "| team-a | quota.nvidia.com/gpu | `2` | `3` |" in md
+    assert "| team-a | 2 | 1 | -1 |" in md
+
+
+def test_spec_change_with_provenance_and_newly_exceeds_quota() -> None:
+    diff = run(team_a(), team_a(train1_gpu=4))
+    (op,) = diff.operations
+    assert op.operation == "vision/train-1"
+    by_path = {f.path: f for f in op.fields}
+    f = by_path[GPU_PATH]
+    assert (f.before, f.after) == (1, 4)
+    assert f.after_from == Provenance("vision/operations/train-1.yaml", 7, "operation")
+    assert by_path["(resolved).requests.nvidia.com/gpu"].after == "4"
+
+    assert [t.operation for t in diff.newly_exceeds_quota] == ["vision/train-1"]
+    (pending,) = diff.newly_pending
+    assert (pending.operation, pending.before, pending.reason) == (
+        "vision/train-1",
+        "dispatch",
+        PendingReason.EXCEEDS_QUOTA,
+    )
+    assert [t.operation for t in diff.newly_dispatched] == ["vision/train-3"]
+    md = diff_to_markdown(diff)
+    assert "vision/operations/train-1.yaml:7 (operation)" in md
+    assert "### Newly ExceedsQuota" in md
+
+
+def test_newly_policy_violation_and_added_removed_operations() -> None:
+    base = team_a()
+    head = team_a().reject("vision/train-4", "securityContext.privileged: not allowed")
+    head.op("nlp/new", queue="batch")
+    diff = run(base, head)
+    assert [r.operation for r in diff.newly_policy_violation] == ["vision/train-4"]
+    changes = {o.operation: o.change for o in diff.operations}
+    assert changes == {"vision/train-4": Change.REMOVED, "nlp/new": Change.ADDED}
+    assert [t.operation for t in diff.newly_dispatched] == ["nlp/new"]
+    data = json.loads(diff_to_json(diff))
+    assert data["newlyPolicyViolation"][0]["message"].startswith("securityContext")
+    assert data["newlyDispatched"] == [
+        {"operation": "nlp/new", "queue": "batch", "before": "absent"}
+    ]
+
+
+def test_removed_queue_and_priority_change() -> None:
+    base = team_a()
+    head = team_a(priority=5)
+    head.queues.pop("batch")
+    diff = run(base, head)
+    changes = {q.name: (q.change, [f.path for f in q.fields]) for q in diff.queues}
+    assert changes["team-a"] == (Change.CHANGED, ["priority"])
+    assert changes["batch"][0] is Change.REMOVED
+    assert [(c.queue, c.before, c.after) for c in diff.pending_counts] == [("batch", 0, None)]
