@@ -1,0 +1,244 @@
+"""Thin Kubernetes adapter: apply rendered workloads, list and watch what we manage.
+
+Only I/O lives here; what to apply and what an object's state means are decided in core.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, cast
+
+from kubernetes import client, config, watch
+from kubernetes.client.exceptions import ApiException
+
+from reconciler.core.render import LABEL_MANAGED_BY, MANAGER
+
+MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+class KubeError(RuntimeError):
+    """A Kubernetes call failed; ``status`` is the HTTP status (0 when unreachable)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = "") -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class WatchExpired(KubeError):
+    """The watch's resourceVersion is too old (HTTP 410): relist, then watch again."""
+
+
+@dataclass(frozen=True)
+class ApplyResult:
+    kind: str
+    namespace: str
+    name: str
+    uid: str
+    resource_version: str
+    created: bool  # False when the object already existed and was adopted
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ObjectList:
+    items: tuple[Mapping[str, Any], ...]
+    resource_version: str
+
+
+@dataclass(frozen=True)
+class WatchEvent:
+    type: str  # ADDED, MODIFIED, DELETED, BOOKMARK
+    object: Mapping[str, Any]
+
+
+def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
+    """An API client from a kubeconfig file, or the in-cluster service account."""
+    if kubeconfig is None:
+        config.load_incluster_config()
+        return client.ApiClient()
+    api: client.ApiClient = config.new_client_from_config(
+        config_file=str(kubeconfig), context=context
+    )
+    return api
+
+
+def _error(exc: ApiException, what: str) -> KubeError:
+    reason = ""
+    message = str(exc.reason)
+    try:
+        body = json.loads(exc.body or "{}")
+        reason = str(body.get("reason", ""))
+        message = str(body.get("message", message))
+    except ValueError:
+        pass
+    cls = WatchExpired if exc.status == 410 else KubeError
+    return cls(f"{what}: {message}", status=int(exc.status or 0), reason=reason)
+
+
+class Kube:
+    """The calls the reconciler makes against one cluster."""
+
+    def __init__(self, api: client.ApiClient, field_manager: str = MANAGER) -> None:
+        self.api = api
+        self.field_manager = field_manager
+        self.core = client.CoreV1Api(api)
+        self.batch = client.BatchV1Api(api)
+
+    def ensure_namespace(self, name: str) -> None:
+        try:
+            self.core.read_namespace(name)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _error(exc, f"reading namespace {name}") from exc
+            try:
+                self.core.create_namespace(cast(Any, {"metadata": {"name": name}}))
+            except ApiException as create_exc:
+                if create_exc.status != 409:
+                    raise _error(create_exc, f"creating namespace {name}") from create_exc
+
+    def _create(self, kind: str, namespace: str, body: dict[str, Any]) -> Any:
+        if kind == "Job":
+            return self.batch.create_namespaced_job(
+                namespace, cast(Any, body), field_manager=self.field_manager
+            )
+        if kind == "Service":
+            return self.core.create_namespaced_service(
+                namespace, cast(Any, body), field_manager=self.field_manager
+            )
+        raise KubeError(f"cannot create {kind}: not a workload kind")
+
+    def _read(self, kind: str, namespace: str, name: str) -> Any:
+        if kind == "Job":
+            return self.batch.read_namespaced_job(name, namespace)
+        return self.core.read_namespaced_service(name, namespace)
+
+    def create_or_adopt(self, manifest: Mapping[str, Any]) -> ApplyResult:
+        """Create the object; if it already exists (``AlreadyExists``), adopt it instead of
+        duplicating. The create response, not a watch, says it now exists."""
+        kind = str(manifest["kind"])
+        meta = manifest["metadata"]
+        name, namespace = str(meta["name"]), str(meta["namespace"])
+        created = True
+        try:
+            obj = self._create(kind, namespace, dict(manifest))
+        except ApiException as exc:
+            if exc.status != 409:
+                raise _error(exc, f"creating {kind} {namespace}/{name}") from exc
+            created = False
+            try:
+                obj = self._read(kind, namespace, name)
+            except ApiException as read_exc:
+                raise _error(read_exc, f"reading {kind} {namespace}/{name}") from read_exc
+        return ApplyResult(
+            kind=kind,
+            namespace=namespace,
+            name=name,
+            uid=str(obj.metadata.uid),
+            resource_version=str(obj.metadata.resource_version),
+            created=created,
+            annotations=dict(obj.metadata.annotations or {}),
+        )
+
+    def apply_metadata(
+        self,
+        kind: str,
+        namespace: str,
+        name: str,
+        labels: Mapping[str, str] | None = None,
+        annotations: Mapping[str, str] | None = None,
+    ) -> None:
+        """Server-side apply of labels/annotations we own (e.g. status annotations).
+
+        Never forces: a field another manager owns is a conflict, reported as an error."""
+        api_version = "batch/v1" if kind == "Job" else "v1"
+        body = {
+            "apiVersion": api_version,
+            "kind": kind,
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": dict(labels or {}),
+                "annotations": dict(annotations or {}),
+            },
+        }
+        kwargs: dict[str, Any] = {
+            "field_manager": self.field_manager,
+            "force": False,
+            "_content_type": APPLY_PATCH,
+        }
+        try:
+            if kind == "Job":
+                self.batch.patch_namespaced_job(name, namespace, body, **kwargs)
+            else:
+                self.core.patch_namespaced_service(name, namespace, body, **kwargs)
+        except ApiException as exc:
+            raise _error(exc, f"applying metadata to {kind} {namespace}/{name}") from exc
+
+    def delete_workload(self, namespace: str, name: str) -> bool:
+        """Delete a Job (its pods in the background) and its Service. False if absent."""
+        found = False
+        try:
+            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            found = True
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _error(exc, f"deleting Job {namespace}/{name}") from exc
+        try:
+            self.core.delete_namespaced_service(name, namespace)
+        except ApiException as exc:
+            if exc.status != 404:
+                raise _error(exc, f"deleting Service {namespace}/{name}") from exc
+        return found
+
+    def _lister(self, kind: str) -> Any:
+        listers = {
+            "Job": self.batch.list_job_for_all_namespaces,
+            "Pod": self.core.list_pod_for_all_namespaces,
+            "Service": self.core.list_service_for_all_namespaces,
+        }
+        return listers[kind]
+
+    def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
+        """Every object of ``kind`` that we manage, in pages, as plain dicts."""
+        items: list[Mapping[str, Any]] = []
+        token: str | None = None
+        lister = self._lister(kind)
+        while True:
+            try:
+                page = lister(label_selector=MANAGED_SELECTOR, limit=page_size, _continue=token)
+            except ApiException as exc:
+                raise _error(exc, f"listing {kind}s") from exc
+            items.extend(self.api.sanitize_for_serialization(i) for i in page.items)
+            token = page.metadata._continue
+            if not token:
+                return ObjectList(tuple(items), str(page.metadata.resource_version))
+
+    def watch_managed(
+        self, kind: str, resource_version: str, timeout_seconds: int = 60
+    ) -> Iterator[WatchEvent]:
+        """Events after ``resource_version``. Raises ``WatchExpired`` on 410: relist."""
+        stream = watch.Watch()
+        try:
+            for event in stream.stream(
+                self._lister(kind),
+                label_selector=MANAGED_SELECTOR,
+                resource_version=resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=timeout_seconds,
+            ):
+                obj = event["object"]
+                raw = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
+                if event["type"] == "ERROR":
+                    if raw.get("code") == 410:
+                        raise WatchExpired(f"watching {kind}s: {raw.get('message')}", 410)
+                    raise KubeError(f"watching {kind}s: {raw.get('message')}", raw.get("code", 0))
+                yield WatchEvent(type=str(event["type"]), object=raw)
+        except ApiException as exc:
+            raise _error(exc, f"watching {kind}s") from exc
+        finally:
+            stream.stop()

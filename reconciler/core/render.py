@@ -1,0 +1,333 @@
+"""Render a compiled operation into the Kubernetes objects that dispatch it.
+
+Pure: the same operation, connections and config version give byte-identical manifests.
+``job`` and ``batch`` become a ``batch/v1`` Job that runs to completion. ``notebook`` and
+``sandbox`` are long-running: a single-pod Job bounded by ``activeDeadlineSeconds`` plus a
+Service for the port. The workload name is deterministic from project, operation and
+generation, so a repeated create meets ``AlreadyExists`` and adopts instead of duplicating.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reconciler.core.model import duration_seconds
+from reconciler.core.types import CompiledOperation, ConnectionSpec, RunKind
+
+MANAGER = "dispatch-reconciler"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PROJECT = "reconciler.dev/project"
+LABEL_OPERATION = "reconciler.dev/operation"
+LABEL_QUEUE = "reconciler.dev/queue"
+LABEL_WORKLOAD = "reconciler.dev/workload"
+LABEL_KIND = "reconciler.dev/kind"
+ANNOTATION_COMMIT = "reconciler.dev/config-commit"
+ANNOTATION_SPEC_HASH = "reconciler.dev/spec-hash"
+ANNOTATION_DISPATCHED_AT = "reconciler.dev/dispatched-at"
+ANNOTATION_OPERATION = "reconciler.dev/operation-id"
+ANNOTATION_GENERATION = "reconciler.dev/generation"
+
+PORTS = {RunKind.NOTEBOOK: 8888, RunKind.SANDBOX: 8080}
+SANDBOX_DEFAULT_TIMEOUT = 4 * 3600  # sandboxes never run unbounded
+MAIN_CONTAINER = "main"
+GIT_IMAGE = "alpine/git:2.45.2"
+
+_MAX_NAME = 63
+
+
+@dataclass(frozen=True)
+class RenderedWorkload:
+    operation: str  # "project/name"
+    cluster: str
+    namespace: str
+    name: str
+    kind: RunKind
+    spec_hash: str
+    manifests: tuple[Mapping[str, Any], ...]  # the Job first, then the Service if any
+
+    @property
+    def job(self) -> Mapping[str, Any]:
+        return self.manifests[0]
+
+
+def workload_name(project: str, operation: str, generation: int) -> str:
+    """``<project>-<operation>-g<generation>``, shortened with a hash to stay a DNS label.
+
+    Job names become pod labels (``job-name``), so 63 characters is the limit."""
+    base = f"{project}-{operation}-g{generation}"
+    if len(base) <= _MAX_NAME:
+        return base
+    digest = hashlib.sha256(base.encode()).hexdigest()[:8]
+    keep = _MAX_NAME - len(digest) - len(f"-g{generation}") - 1
+    return f"{base[:keep].rstrip('-')}-{digest}-g{generation}"
+
+
+def _label_value(value: str) -> str:
+    """Label values are at most 63 characters of ``[A-Za-z0-9._-]``."""
+    clean = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:_MAX_NAME]
+    return clean.strip("-._")
+
+
+def spec_hash(op: CompiledOperation, connections: Mapping[str, ConnectionSpec]) -> str:
+    """A stable hash of everything that shapes the workload (not when or from which commit)."""
+    payload = {
+        "spec": op.spec,
+        "namespace": op.namespace,
+        "queue": op.queue,
+        "connections": [
+            {"name": n, "type": connections[n].type, "spec": connections[n].spec}
+            for n in op.connections
+            if n in connections
+        ],
+    }
+    blob = json.dumps(payload, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _env_list(env: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    return [{"name": k, "value": str(v)} for k, v in (env or {}).items()]
+
+
+def _resources(resources: Mapping[str, Any] | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for section in ("requests", "limits"):
+        values = (resources or {}).get(section)
+        if values:
+            out[section] = {k: str(v) for k, v in values.items()}
+    return out
+
+
+@dataclass
+class _PodParts:
+    volumes: list[dict[str, Any]]
+    mounts: list[dict[str, Any]]
+    env: list[dict[str, Any]]
+    env_from: list[dict[str, Any]]
+    init_containers: list[dict[str, Any]]
+
+
+def _render_connections(
+    names: tuple[str, ...], connections: Mapping[str, ConnectionSpec]
+) -> _PodParts:
+    parts = _PodParts([], [], [], [], [])
+    for name in names:
+        conn = connections[name]  # resolved by the compiler: unknown names never get here
+        spec = conn.spec
+        volume = f"conn-{name}"
+        if conn.type == "volume":
+            source: dict[str, Any]
+            if "claimName" in spec:
+                source = {
+                    "persistentVolumeClaim": {
+                        "claimName": spec["claimName"],
+                        "readOnly": bool(spec.get("readOnly", False)),
+                    }
+                }
+            else:
+                source = {"hostPath": {"path": spec["hostPath"]}}
+            parts.volumes.append({"name": volume, **source})
+            mount = {
+                "name": volume,
+                "mountPath": spec["mountPath"],
+                "readOnly": bool(spec.get("readOnly", False)),
+            }
+            if spec.get("subPath"):
+                mount["subPath"] = spec["subPath"]
+            parts.mounts.append(mount)
+        elif conn.type in ("secret", "configMap"):
+            ref_key = "secretRef" if conn.type == "secret" else "configMapRef"
+            if spec.get("mountPath"):
+                vol_source = (
+                    {"secret": {"secretName": spec["name"]}}
+                    if conn.type == "secret"
+                    else {"configMap": {"name": spec["name"]}}
+                )
+                parts.volumes.append({"name": volume, **vol_source})
+                parts.mounts.append(
+                    {"name": volume, "mountPath": spec["mountPath"], "readOnly": True}
+                )
+            if spec.get("envFrom"):
+                parts.env_from.append({ref_key: {"name": spec["name"]}})
+        elif conn.type == "bucket":
+            parts.env.append({"name": spec.get("urlEnv", "BUCKET_URL"), "value": spec["url"]})
+            parts.env.extend(_env_list(spec.get("env")))
+            if spec.get("secret"):
+                parts.env_from.append({"secretRef": {"name": spec["secret"]}})
+        elif conn.type == "git":
+            mount_path = spec.get("mountPath", "/code")
+            parts.volumes.append({"name": volume, "emptyDir": {}})
+            parts.mounts.append({"name": volume, "mountPath": mount_path})
+            init: dict[str, Any] = {
+                "name": f"git-{name}"[:_MAX_NAME],
+                "image": GIT_IMAGE,
+                "args": [
+                    "clone",
+                    "--",
+                    spec["url"],
+                    "/repo",
+                ],
+                "volumeMounts": [{"name": volume, "mountPath": "/repo"}],
+            }
+            revision = spec.get("revision", "HEAD")
+            if revision != "HEAD":
+                init["command"] = ["sh", "-c"]
+                init["args"] = [
+                    'git clone -- "$GIT_URL" /repo && git -C /repo checkout "$GIT_REVISION"'
+                ]
+                init["env"] = [
+                    {"name": "GIT_URL", "value": spec["url"]},
+                    {"name": "GIT_REVISION", "value": revision},
+                ]
+            if spec.get("secret"):
+                init["envFrom"] = [{"secretRef": {"name": spec["secret"]}}]
+            parts.init_containers.append(init)
+        parts.env.append({"name": f"RECONCILER_CONNECTION_{_env_suffix(name)}", "value": conn.type})
+    return parts
+
+
+def _env_suffix(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def _timeout_seconds(op: CompiledOperation) -> int | None:
+    timeout = (op.spec.get("run") or {}).get("timeout")
+    if timeout is not None:
+        return duration_seconds(timeout)
+    if op.kind is RunKind.SANDBOX:
+        return SANDBOX_DEFAULT_TIMEOUT
+    return None
+
+
+def render_operation(
+    op: CompiledOperation,
+    connections: Mapping[str, ConnectionSpec],
+    *,
+    config_version: str,
+    dispatched_at: datetime,
+) -> RenderedWorkload:
+    """The Job (and Service for notebooks and sandboxes) that dispatches ``op``."""
+    run = op.spec.get("run") or {}
+    container_spec = run.get("container") or {}
+    environment = run.get("environment") or {}
+    name = workload_name(op.project, op.name, op.generation)
+    digest = spec_hash(op, connections)
+
+    labels = {
+        **{k: str(v) for k, v in (environment.get("labels") or {}).items()},
+        LABEL_MANAGED_BY: MANAGER,
+        LABEL_PROJECT: op.project,
+        LABEL_OPERATION: _label_value(op.name),
+        LABEL_QUEUE: op.queue,
+        LABEL_KIND: op.kind.value,
+        LABEL_WORKLOAD: name,
+    }
+    annotations = {
+        **{k: str(v) for k, v in (environment.get("annotations") or {}).items()},
+        ANNOTATION_OPERATION: op.id,
+        ANNOTATION_GENERATION: str(op.generation),
+        ANNOTATION_COMMIT: config_version,
+        ANNOTATION_SPEC_HASH: digest,
+        ANNOTATION_DISPATCHED_AT: dispatched_at.isoformat().replace("+00:00", "Z"),
+    }
+
+    parts = _render_connections(op.connections, connections)
+    env = [
+        {"name": "RECONCILER_OPERATION", "value": op.id},
+        {"name": "RECONCILER_QUEUE", "value": op.queue},
+        *_env_list(container_spec.get("env")),
+        *parts.env,
+    ]
+    volumes = list(parts.volumes)
+    mounts = list(parts.mounts)
+    if container_spec.get("shmSize"):
+        volumes.append(
+            {
+                "name": "dshm",
+                "emptyDir": {"medium": "Memory", "sizeLimit": str(container_spec["shmSize"])},
+            }
+        )
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+
+    container: dict[str, Any] = {"name": MAIN_CONTAINER, "image": container_spec.get("image")}
+    for key in ("command", "args", "workingDir"):
+        if container_spec.get(key) is not None:
+            container[key] = container_spec[key]
+    container["env"] = env
+    if parts.env_from:
+        container["envFrom"] = parts.env_from
+    container["resources"] = _resources(container_spec.get("resources"))
+    if mounts:
+        container["volumeMounts"] = mounts
+    if container_spec.get("securityContext"):
+        container["securityContext"] = dict(container_spec["securityContext"])
+    port = PORTS.get(op.kind)
+    if port:
+        container["ports"] = [{"name": "http", "containerPort": port}]
+
+    pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+    if parts.init_containers:
+        pod_spec["initContainers"] = parts.init_containers
+    if volumes:
+        pod_spec["volumes"] = volumes
+    for key in ("nodeSelector", "tolerations", "affinity", "schedulerName", "priorityClassName"):
+        if environment.get(key):
+            pod_spec[key] = environment[key]
+    pod_spec["enableServiceLinks"] = False
+
+    job_spec: dict[str, Any] = {
+        "backoffLimit": 0,
+        "completions": 1,
+        "parallelism": 1,
+        "template": {
+            "metadata": {"labels": labels, "annotations": annotations},
+            "spec": pod_spec,
+        },
+    }
+    deadline = _timeout_seconds(op)
+    if deadline is not None:
+        job_spec["activeDeadlineSeconds"] = deadline
+
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": op.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": job_spec,
+    }
+    manifests: list[Mapping[str, Any]] = [job]
+    if port:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": name,
+                    "namespace": op.namespace,
+                    "labels": labels,
+                    "annotations": {ANNOTATION_OPERATION: op.id, ANNOTATION_SPEC_HASH: digest},
+                },
+                "spec": {
+                    "selector": {LABEL_WORKLOAD: name},
+                    "ports": [{"name": "http", "port": port, "targetPort": "http"}],
+                },
+            }
+        )
+    return RenderedWorkload(
+        operation=op.id,
+        cluster=op.cluster,
+        namespace=op.namespace,
+        name=name,
+        kind=op.kind,
+        spec_hash=digest,
+        manifests=tuple(manifests),
+    )
