@@ -7,7 +7,7 @@ import json
 from reconciler.core.diff import Change, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.plan import PendingReason, plan_repo
 from reconciler.core.types import Provenance
-from tests.builders import NOW, World
+from builders import NOW, World
 
 GPU_PATH = "resources.limits.nvidia.com/gpu"
 

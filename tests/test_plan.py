@@ -17,7 +17,7 @@ from reconciler.core.plan import (
     plan_dispatch,
 )
 from reconciler.core.types import OrgSettings, Phase
-from tests.builders import NOW, T0, World
+from builders import NOW, T0, World
 
 R = PendingReason
 

@@ -22,7 +22,7 @@ from reconciler.core.types import (
     RunKind,
     WorkflowRef,
 )
-from tests.builders import NOW, T0
+from builders import NOW, T0
 
 GPU = "nvidia.com/gpu"
 
