@@ -85,5 +85,5 @@ def overlay(snapshot: RepoSnapshot, files: dict[str, str | bytes | None]) -> Rep
     return RepoSnapshot(out, snapshot.version)
 
 
-def repo(files: dict[str, str]) -> RepoSnapshot:
-    return overlay(RepoSnapshot({}), dict(files))
+def repo(files: dict[str, str | None]) -> RepoSnapshot:
+    return overlay(RepoSnapshot({}), {k: v for k, v in files.items() if v is not None})

@@ -425,3 +425,43 @@ def test_compile_repo_never_raises_on_garbage() -> None:
         "../x.yaml",
         "queues/q.yaml",
     }
+
+
+def test_docs_worked_example() -> None:
+    """The worked example of docs/presets.md, field by field."""
+    snap = repo(
+        {
+            **BASE,
+            "projects/p/presets/first.yaml": None,
+            "projects/p/project.yaml": BASE["projects/p/project.yaml"].replace("[first]", "[base]"),
+            "projects/p/presets/base.yaml": "kind: Preset\npatchStrategy: isnull\nrun:\n"
+            "  kind: job\n  container:\n    image: my/default:1\n  timeout: 12h\n",
+            "presets/a100.yaml": "kind: Preset\npatchStrategy: post_merge\nrun:\n  container:\n"
+            "    resources:\n      limits: {nvidia.com/gpu: 1}\n  environment:\n"
+            "    nodeSelector: {gpu: a100}\n    tolerations:\n"
+            "      - {key: nvidia.com/gpu, operator: Exists}\n",
+            "presets/data.yaml": "kind: Preset\npatchStrategy: pre_merge\nrun:\n"
+            "  connections: [data]\n  container:\n    env: {LR: '1.0', DATA: /data}\n",
+            "projects/p/operations/train.yaml": "kind: Operation\npresets: [a100, data]\nrun:\n"
+            "  container:\n    image: my/train:2\n    env: {LR: '0.1'}\n  environment:\n"
+            "    nodeSelector: {zone: a}\n",
+        }
+    )
+    compiled = compile_repo(snap)
+    assert compiled.errors == () and compiled.rejected == ()
+    (op,) = compiled.operations
+    run = op.spec["run"]
+    steps = {k: v.step for k, v in op.provenance.items()}
+    assert run["kind"] == "job" and steps["run.kind"] == "preset base (isnull)"
+    assert run["container"]["image"] == "my/train:2" and steps["run.container.image"] == "operation"
+    assert op.provenance["run.container.image"].line == 5
+    assert run["timeout"] == "12h"
+    assert steps["run.container.resources.limits.nvidia.com/gpu"] == "preset a100 (post_merge)"
+    assert run["environment"]["nodeSelector"] == {"zone": "a", "gpu": "a100"}
+    assert steps["run.environment.nodeSelector.zone"] == "operation"
+    assert steps["run.environment.tolerations[0]"] == "preset a100 (post_merge)"
+    assert run["container"]["env"] == {"LR": "0.1", "DATA": "/data"}
+    assert steps["run.container.env.LR"] == "operation"
+    assert steps["run.container.env.DATA"] == "preset data (pre_merge)"
+    assert steps["run.connections[0]"] == "preset data (pre_merge)"
+    assert op.queue == "gpu" and steps["queue"] == "project default"

@@ -74,7 +74,7 @@ def first_commit_times(repo: git.Repo, ref: str) -> dict[str, datetime]:
         ]
     )
     when: datetime | None = None
-    for line in log.splitlines():
+    for line in log.split("\n"):
         if line.startswith(marker):
             when = datetime.fromtimestamp(int(line[len(marker) :]), UTC)
         elif line and when is not None:

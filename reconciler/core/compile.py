@@ -219,6 +219,7 @@ class _Repo:
         self.other: list[tuple[str, str]] = []  # (path, kind) of files with invalid names
         self._cache: dict[str, Loaded[Any] | None] = {}
         self._checked: set[str] = set()
+        self._org_settings: OrgSettings | None = None
         self._index()
 
     # 1. layout
@@ -372,6 +373,11 @@ class _Repo:
         return self.get("Preset", name)
 
     def org_settings(self) -> OrgSettings:
+        if self._org_settings is None:
+            self._org_settings = self._make_org_settings()
+        return self._org_settings
+
+    def _make_org_settings(self) -> OrgSettings:
         org = self.org()
         if org is None:
             return OrgSettings()

@@ -218,6 +218,20 @@ def _offset_to_line_col(text: str | bytes, offset: int) -> tuple[int, int]:
     return line, col
 
 
+def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
+    """PyYAML's context/problem pair as one readable sentence."""
+    problem, context, where = exc.problem or "invalid YAML", exc.context, exc.context_mark
+    if problem == "second occurrence" and context and where is not None:
+        return f"{context.split(';')[0]} (first at line {where.line + 1})"
+    if problem.startswith("but found another document"):
+        return "only one YAML document per file (found a second '---')"
+    if "'\\t'" in problem:
+        return "tab character: indent with spaces, not tabs"
+    if context and where is not None:
+        return f"{problem} ({context} at line {where.line + 1})"
+    return f"{problem} ({context})" if context else problem
+
+
 def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigError]]:
     """Parse one file strictly. Returns the document, or ``None`` and its errors."""
 
@@ -237,10 +251,9 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
         root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        message = " ".join(p for p in (exc.context, exc.problem) if p) or "invalid YAML"
         if mark is None:  # pragma: no cover - PyYAML always marks parse errors
-            return fail(1, 1, message)
-        return fail(mark.line + 1, mark.column + 1, message)
+            return fail(1, 1, str(exc))
+        return fail(mark.line + 1, mark.column + 1, _yaml_message(exc))
     except yaml.reader.ReaderError as exc:
         line, col = _offset_to_line_col(text, exc.position)
         return fail(line, col, f"unacceptable character #x{exc.character:04x}")

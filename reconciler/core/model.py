@@ -95,6 +95,15 @@ def _quantity(value: Any) -> Any:
     return value
 
 
+_BUCKET_URL = re.compile(r"^(s3|gs|gcs|az|abfs)://[^\s/]+(/\S*)?$")
+
+
+def _bucket_url(value: str) -> str:
+    if not _BUCKET_URL.match(value):
+        raise ValueError(f"{value!r} is not a bucket URL (s3://, gs://, az://...)")
+    return value
+
+
 def _abs_path(value: str) -> str:
     if not value.startswith("/"):
         raise ValueError(f"{value!r} must be an absolute path")
@@ -288,6 +297,12 @@ class PresetFile(Strict):
         default=None, description="Shorthand for run.connections."
     )
 
+    @model_validator(mode="after")
+    def _one_connections(self) -> PresetFile:
+        if self.connections is not None and self.run and self.run.connections is not None:
+            raise ValueError("set 'connections' or 'run.connections', not both")
+        return self
+
 
 class ProjectDefaults(Strict):
     queue: Name | None = None
@@ -376,7 +391,7 @@ class ObjectSource(Strict):
 
 
 class BucketSource(Strict):
-    url: Annotated[StrictStr, Field(pattern=r"^(s3|gs|gcs|az|abfs)://[^\s]+$")]
+    url: Annotated[StrictStr, AfterValidator(_bucket_url)]
     secret: Name | None = Field(default=None, description="Credentials, injected with envFrom.")
     env: dict[EnvName, StrictStr] | None = None
     url_env: EnvName = "BUCKET_URL"

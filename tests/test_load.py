@@ -1,0 +1,109 @@
+"""The strict loader and the snapshot's path rules."""
+
+from __future__ import annotations
+
+import pytest
+
+from reconciler.core.load import MAX_FILE_BYTES, parse_yaml, resolve_files
+from reconciler.core.types import RepoFile, RepoSnapshot
+
+
+def data(text: str) -> object:
+    doc, errors = parse_yaml("f.yaml", text.encode())
+    assert errors == [] and doc is not None
+    return doc.data
+
+
+def error(content: bytes) -> str:
+    doc, errors = parse_yaml("f.yaml", content)
+    assert doc is None and len(errors) == 1
+    return str(errors[0])
+
+
+@pytest.mark.parametrize("word", ["yes", "no", "on", "off", "y", "n", "Yes", "OFF"])
+def test_yaml_11_booleans_are_strings(word: str) -> None:
+    assert data(f"a: {word}\n") == {"a": word}
+
+
+@pytest.mark.parametrize(
+    ("text", "value"),
+    [
+        ("true", True),
+        ("False", False),
+        ("~", None),
+        ("null", None),
+        ("", None),
+        ("12", 12),
+        ("0o17", 15),
+        ("0x1f", 31),
+        ("1.5", 1.5),
+        ("1e3", 1000.0),
+        ("2024-01-01", "2024-01-01"),
+        ("1_000", "1_000"),
+        ("'12'", "12"),
+        ("500m", "500m"),
+    ],
+)
+def test_yaml_12_core_schema(text: str, value: object) -> None:
+    assert data(f"a: {text}\n") == {"a": value}
+
+
+def test_positions_of_keys_and_values() -> None:
+    doc, _ = parse_yaml("f.yaml", b"run:\n  container:\n    args: [a, b]\n")
+    assert doc is not None
+    assert doc.loc(("run", "container", "args", 1)).col == 15
+    assert doc.loc(("run", "container"), key=True).line == 2
+    assert doc.loc(("run", "missing", "deeper")).line == 2  # nearest known ancestor
+
+
+def test_duplicate_keys_name_both_lines() -> None:
+    assert error(b"a: 1\nb: 2\na: 3\n") == "f.yaml:3:1: duplicate key 'a' (first defined at line 1)"
+
+
+def test_aliases_expand_but_are_bounded() -> None:
+    assert data("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}
+    bomb = "a: &a [1,1,1,1,1,1,1,1,1,1]\n"
+    for prev, name in zip("abcd", "bcde", strict=True):
+        bomb += f"{name}: &{name} [{','.join(['*' + prev] * 10)}]\n"
+    assert "alias bomb" in error(bomb.encode())
+
+
+def test_size_and_encoding() -> None:
+    assert "limit" in error(b"a: 1\n" + b"#" * MAX_FILE_BYTES)
+    assert error(b"a: 1\nb: \xff\n") == "f.yaml:2:4: file is not valid UTF-8"
+    assert data("\ufeffa: 1\n") == {"a": 1}
+
+
+def test_aliased_expansion_does_not_share_objects() -> None:
+    value = data("a: &x {k: [1]}\nb: *x\n")
+    assert isinstance(value, dict) and value["a"] is not value["b"]
+
+
+def _snapshot(**files: RepoFile) -> RepoSnapshot:
+    return RepoSnapshot({f.path: f for f in files.values()})
+
+
+def test_symlinks_inside_are_followed_and_escapes_refused() -> None:
+    snap = _snapshot(
+        real=RepoFile("queues/real.yaml", b"kind: Queue\n"),
+        inside=RepoFile("queues/alias.yaml", b"", symlink_target="real.yaml"),
+        up=RepoFile("queues/up.yaml", b"", symlink_target="../../etc/passwd"),
+        absolute=RepoFile("queues/abs.yaml", b"", symlink_target="/etc/passwd"),
+        dangling=RepoFile("queues/gone.yaml", b"", symlink_target="nothing.yaml"),
+        loop=RepoFile("queues/loop.yaml", b"", symlink_target="loop.yaml"),
+    )
+    files, errors = resolve_files(snap)
+    assert files["queues/alias.yaml"] == b"kind: Queue\n"
+    messages = {e.location.file: e.message for e in errors}
+    assert messages["queues/up.yaml"] == "symlink to '../../etc/passwd' leaves the repo"
+    assert messages["queues/abs.yaml"] == "symlink to '/etc/passwd' leaves the repo"
+    assert "does not exist" in messages["queues/gone.yaml"]
+    assert messages["queues/loop.yaml"] == "symlink loop"
+
+
+@pytest.mark.parametrize(
+    "path", ["../x.yaml", "/etc/x.yaml", "a/../../x.yaml", "a//b.yaml", "a\\b"]
+)
+def test_path_traversal_refused(path: str) -> None:
+    files, errors = resolve_files(RepoSnapshot({path: RepoFile(path, b"a: 1")}))
+    assert files == {} and len(errors) == 1

@@ -1,0 +1,83 @@
+"""snapshot_worktree and snapshot_git against real directories and a temp Git repo."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.repo import first_commit_times, snapshot_git, snapshot_worktree
+
+
+def _git(repo: Path, *args: str, when: int | None = None) -> None:
+    env = dict(
+        os.environ,
+        GIT_AUTHOR_NAME="t",
+        GIT_AUTHOR_EMAIL="t@t",
+        GIT_COMMITTER_NAME="t",
+        GIT_COMMITTER_EMAIL="t@t",
+    )
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"{when} +0000"
+    subprocess.run(["git", *args], cwd=repo, env=env, check=True, capture_output=True)
+
+
+@pytest.fixture
+def gitrepo(tmp_path: Path) -> Path:
+    repo = tmp_path / "cfg"
+    (repo / "queues").mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    (repo / "queues" / "a.yaml").write_text("kind: Queue\ncluster: x\n")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "one", when=1_700_000_000)
+    (repo / "queues" / "b.yaml").write_text("kind: Queue\ncluster: y\n")
+    (repo / "queues" / "a.yaml").write_text("kind: Queue\ncluster: changed\n")
+    os.symlink("a.yaml", repo / "queues" / "link.yaml")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-qm", "two", when=1_700_000_100)
+    return repo
+
+
+def test_snapshot_git_reads_the_committed_tree(gitrepo: Path) -> None:
+    (gitrepo / "queues" / "a.yaml").write_text("uncommitted\n")
+    (gitrepo / "queues" / "new.yaml").write_text("uncommitted\n")
+    head = subprocess.run(
+        ["git", "rev-parse", "HEAD"], cwd=gitrepo, capture_output=True, text=True, check=True
+    ).stdout.strip()
+    snap = snapshot_git(gitrepo, "HEAD")
+    assert snap.version == head
+    assert set(snap.files) == {"queues/a.yaml", "queues/b.yaml", "queues/link.yaml"}
+    assert snap.files["queues/a.yaml"].content == b"kind: Queue\ncluster: changed\n"
+    assert snap.files["queues/link.yaml"].symlink_target == "a.yaml"
+    # first_commit_time is when the path was first added, not last changed
+    assert snap.files["queues/a.yaml"].first_commit_time is not None
+    assert snap.files["queues/a.yaml"].first_commit_time.timestamp() == 1_700_000_000
+    assert snap.files["queues/b.yaml"].first_commit_time.timestamp() == 1_700_000_100  # type: ignore[union-attr]
+    older = snapshot_git(gitrepo, "HEAD~1")
+    assert set(older.files) == {"queues/a.yaml"}
+
+
+def test_first_commit_times_survive_delete_and_readd(gitrepo: Path) -> None:
+    import git
+
+    (gitrepo / "queues" / "b.yaml").unlink()
+    _git(gitrepo, "commit", "-qam", "rm", when=1_700_000_200)
+    (gitrepo / "queues" / "b.yaml").write_text("kind: Queue\n")
+    _git(gitrepo, "add", "-A")
+    _git(gitrepo, "commit", "-qm", "readd", when=1_700_000_300)
+    times = first_commit_times(git.Repo(gitrepo), "HEAD")
+    # the earliest add on the history wins
+    assert times["queues/b.yaml"].timestamp() == 1_700_000_100
+
+
+def test_snapshot_worktree_records_symlinks_and_skips_git(gitrepo: Path) -> None:
+    (gitrepo / "queues" / "new.yaml").write_text("uncommitted\n")
+    os.symlink("/etc", gitrepo / "escape")
+    snap = snapshot_worktree(gitrepo)
+    assert not any(p.startswith(".git/") for p in snap.files)
+    assert snap.files["queues/new.yaml"].content == b"uncommitted\n"
+    assert snap.files["queues/link.yaml"].symlink_target == "a.yaml"
+    assert snap.files["escape"].symlink_target == "/etc"
+    assert snap.files["escape"].content == b""
