@@ -1,0 +1,237 @@
+"""Derive each operation's observed phase from the Jobs and Pods we manage (pure).
+
+Dispatch is not placement: a Job whose pod the scheduler cannot place is ``Dispatched``
+with reason ``WaitingForCapacity``; it counts against its queue like a running one.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.quantity import QuantityError, parse_quantity
+from reconciler.core.render import (
+    ANNOTATION_COMMIT,
+    ANNOTATION_DISPATCHED_AT,
+    ANNOTATION_GENERATION,
+    ANNOTATION_OPERATION,
+    ANNOTATION_SPEC_HASH,
+    LABEL_QUEUE,
+)
+from reconciler.core.types import ObservedOperation, Phase
+
+MAX_OUTPUTS_BYTES = 4096  # the kubelet caps termination messages at 4 KiB
+
+
+class ObservedReason(enum.StrEnum):
+    WAITING_FOR_CAPACITY = "WaitingForCapacity"  # pod Unschedulable: no node fits (yet)
+    SCHEDULED = "Scheduled"  # bound to a node, containers not running yet
+    PENDING_POD = "PodPending"  # Job exists, its pod not created or not scheduled yet
+    COMPLETED = "Completed"
+    DEADLINE_EXCEEDED = "DeadlineExceeded"
+    BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
+    JOB_FAILED = "JobFailed"
+    DELETING = "Deleting"
+
+
+@dataclass(frozen=True)
+class WorkloadState:
+    """One workload (a Job and its pod) of one generation of an operation."""
+
+    operation: str
+    generation: int
+    cluster: str
+    namespace: str
+    name: str
+    uid: str
+    phase: Phase
+    reason: ObservedReason | None = None
+    message: str = ""
+    queue: str | None = None
+    spec_hash: str | None = None
+    config_commit: str | None = None
+    dispatched_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    node: str | None = None
+    pod: str | None = None
+    outputs: Mapping[str, Any] | None = None
+    requests: Mapping[str, Decimal] = field(default_factory=dict)
+
+    def to_observed(self) -> ObservedOperation:
+        return ObservedOperation(
+            operation=self.operation,
+            phase=self.phase,
+            requests=dict(self.requests),
+            queue=self.queue,
+            cluster=self.cluster,
+        )
+
+
+def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
+    return {
+        str(c.get("type")): c
+        for c in (obj.get("status") or {}).get("conditions") or []
+        if c.get("status") == "True" or c.get("type") == "PodScheduled"
+    }
+
+
+def _pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Requests summed over containers; where only a limit is set, the limit counts."""
+    total: dict[str, Decimal] = {}
+    for container in pod_spec.get("containers") or []:
+        resources = container.get("resources") or {}
+        requests = resources.get("requests") or {}
+        limits = resources.get("limits") or {}
+        for name in set(requests) | set(limits):
+            raw = requests.get(name, limits.get(name))
+            if raw is None:
+                continue
+            try:
+                amount = parse_quantity(raw)
+            except QuantityError:
+                continue  # the apiserver validated it; never fail observation on it
+            total[name] = total.get(name, Decimal(0)) + amount
+    return total
+
+
+def _outputs(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """JSON the main container wrote to its termination message, if any."""
+    if not pod:
+        return None
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        terminated = (status.get("state") or {}).get("terminated") or {}
+        message = terminated.get("message")
+        if not message or len(message) > MAX_OUTPUTS_BYTES:
+            continue
+        try:
+            value = json.loads(message)
+        except ValueError:
+            return {"message": message}
+        return value if isinstance(value, dict) else {"value": value}
+    return None
+
+
+def _job_phase(
+    job: Mapping[str, Any], pod: Mapping[str, Any] | None
+) -> tuple[Phase, ObservedReason | None, str]:
+    conditions = _conditions(job)
+    if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
+        return Phase.SUCCEEDED, ObservedReason.COMPLETED, ""
+    failed = conditions.get("Failed") or conditions.get("FailureTarget")
+    if failed:
+        reason = str(failed.get("reason") or "")
+        mapped = {
+            "DeadlineExceeded": ObservedReason.DEADLINE_EXCEEDED,
+            "BackoffLimitExceeded": ObservedReason.BACKOFF_LIMIT_EXCEEDED,
+        }.get(reason, ObservedReason.JOB_FAILED)
+        return Phase.FAILED, mapped, str(failed.get("message") or reason)
+    if (job.get("metadata") or {}).get("deletionTimestamp"):
+        return Phase.STOPPED, ObservedReason.DELETING, "the workload is being deleted"
+    if pod is None:
+        return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the Job's pod"
+    pod_status = pod.get("status") or {}
+    phase = pod_status.get("phase")
+    if phase == "Running":
+        return Phase.RUNNING, None, ""
+    if phase == "Succeeded":  # the Job controller has not caught up yet
+        return Phase.SUCCEEDED, ObservedReason.COMPLETED, ""
+    if phase == "Failed":
+        return Phase.FAILED, ObservedReason.JOB_FAILED, str(pod_status.get("message") or "")
+    scheduled = _conditions(pod).get("PodScheduled")
+    if scheduled and scheduled.get("status") == "False":
+        message = str(scheduled.get("message") or "no node has room for it")
+        return Phase.DISPATCHED, ObservedReason.WAITING_FOR_CAPACITY, message
+    if (pod.get("spec") or {}).get("nodeName"):
+        return Phase.DISPATCHED, ObservedReason.SCHEDULED, "starting on its node"
+    return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the scheduler"
+
+
+def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    if not pods:
+        return None
+    return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
+
+
+def observe_workloads(
+    cluster: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> tuple[WorkloadState, ...]:
+    """The state of every managed Job in ``cluster``, matched to its pods by ``job-name``."""
+    pods_by_job: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    for candidate in pods:
+        meta = candidate.get("metadata") or {}
+        job_name = (meta.get("labels") or {}).get("job-name")
+        if job_name:
+            key = (str(meta.get("namespace")), str(job_name))
+            pods_by_job.setdefault(key, []).append(candidate)
+    states = []
+    for job in jobs:
+        meta = job.get("metadata") or {}
+        annotations = meta.get("annotations") or {}
+        operation = annotations.get(ANNOTATION_OPERATION)
+        if not operation:
+            continue  # labelled by hand, not rendered by us: never ours to judge
+        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
+        pod = _latest_pod(pods_by_job.get((namespace, name), []))
+        phase, reason, message = _job_phase(job, pod)
+        status = job.get("status") or {}
+        pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        try:
+            generation = int(annotations.get(ANNOTATION_GENERATION, "1"))
+        except ValueError:
+            generation = 1
+        states.append(
+            WorkloadState(
+                operation=str(operation),
+                generation=generation,
+                cluster=cluster,
+                namespace=namespace,
+                name=name,
+                uid=str(meta.get("uid", "")),
+                phase=phase,
+                reason=reason,
+                message=message,
+                queue=(meta.get("labels") or {}).get(LABEL_QUEUE),
+                spec_hash=annotations.get(ANNOTATION_SPEC_HASH),
+                config_commit=annotations.get(ANNOTATION_COMMIT),
+                dispatched_at=annotations.get(ANNOTATION_DISPATCHED_AT),
+                started_at=status.get("startTime"),
+                finished_at=status.get("completionTime")
+                or (_conditions(job).get("Failed") or {}).get("lastTransitionTime"),
+                node=((pod or {}).get("spec") or {}).get("nodeName"),
+                pod=((pod or {}).get("metadata") or {}).get("name"),
+                outputs=_outputs(pod),
+                requests=_pod_requests(pod_spec),
+            )
+        )
+    return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))
+
+
+def current_states(
+    states: Iterable[WorkloadState], generations: Mapping[str, int]
+) -> dict[str, WorkloadState]:
+    """Per operation, the workload of the generation the repo asks for (``generations``);
+    for operations no longer in the repo, their newest workload."""
+    out: dict[str, WorkloadState] = {}
+    for state in states:
+        wanted = generations.get(state.operation)
+        if wanted is not None and state.generation != wanted:
+            continue
+        best = out.get(state.operation)
+        if best is None or state.generation > best.generation:
+            out[state.operation] = state
+    return out
+
+
+def parse_time(value: str | None) -> datetime | None:
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None

@@ -1,0 +1,147 @@
+"""Observed phases derived from Job and Pod objects as the apiserver returns them."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.observe import ObservedReason, current_states, observe_workloads
+from reconciler.core.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
+from reconciler.core.types import Phase
+
+
+def _job(
+    name: str = "vision-train-1-g1",
+    op: str = "vision/train-1",
+    gen: int = 1,
+    conditions: list[dict[str, Any]] | None = None,
+    **meta: Any,
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": "vision",
+            "uid": f"uid-{name}",
+            "labels": {"reconciler.dev/queue": "team-a"},
+            "annotations": {ANNOTATION_OPERATION: op, ANNOTATION_GENERATION: str(gen)},
+            **meta,
+        },
+        "spec": {
+            "template": {
+                "spec": {
+                    "containers": [
+                        {
+                            "name": "main",
+                            "resources": {
+                                "limits": {"nvidia.com/gpu": "2"},
+                                "requests": {"cpu": "500m"},
+                            },
+                        },
+                        {"name": "side", "resources": {"requests": {"cpu": "1"}}},
+                    ]
+                }
+            }
+        },
+        "status": {"conditions": conditions or [], "startTime": "2026-12-03T08:00:00Z"},
+    }
+
+
+def _pod(job: str = "vision-train-1-g1", phase: str = "Pending", **status: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{job}-abcde",
+            "namespace": "vision",
+            "labels": {"job-name": job},
+            "creationTimestamp": "2026-12-03T08:00:01Z",
+        },
+        "spec": {"nodeName": status.pop("node", None)},
+        "status": {"phase": phase, **status},
+    }
+
+
+def _one(jobs: list[dict[str, Any]], pods: list[dict[str, Any]]) -> Any:
+    (state,) = observe_workloads("local", jobs, pods)
+    return state
+
+
+def test_unschedulable_pod_is_dispatched_waiting_for_capacity() -> None:
+    pod = _pod(
+        conditions=[
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+            }
+        ]
+    )
+    state = _one([_job()], [pod])
+    assert state.phase is Phase.DISPATCHED
+    assert state.reason is ObservedReason.WAITING_FOR_CAPACITY
+    assert "Insufficient nvidia.com/gpu" in state.message
+    assert state.phase.active  # it still counts against its queue
+
+
+def test_requests_sum_containers_and_fall_back_to_limits() -> None:
+    state = _one([_job()], [])
+    assert state.requests == {"nvidia.com/gpu": Decimal(2), "cpu": Decimal("1.5")}
+    assert (state.phase, state.reason) == (Phase.DISPATCHED, ObservedReason.PENDING_POD)
+    observed = state.to_observed()
+    assert (observed.operation, observed.queue, observed.cluster) == (
+        "vision/train-1",
+        "team-a",
+        "local",
+    )
+
+
+def test_running_succeeded_failed_and_outputs() -> None:
+    assert _one([_job()], [_pod(phase="Running", node="kwok-gpu-0")]).phase is Phase.RUNNING
+    done = _one(
+        [_job(conditions=[{"type": "Complete", "status": "True"}])],
+        [
+            _pod(
+                phase="Succeeded",
+                containerStatuses=[
+                    {"state": {"terminated": {"exitCode": 0, "message": '{"loss": 0.1}'}}}
+                ],
+            )
+        ],
+    )
+    assert (done.phase, done.outputs) == (Phase.SUCCEEDED, {"loss": 0.1})
+    failed = _one(
+        [
+            _job(
+                conditions=[
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "DeadlineExceeded",
+                        "message": "too slow",
+                    }
+                ]
+            )
+        ],
+        [],
+    )
+    assert (failed.phase, failed.reason) == (Phase.FAILED, ObservedReason.DEADLINE_EXCEEDED)
+    assert failed.message == "too slow"
+
+
+def test_jobs_without_our_operation_annotation_are_ignored() -> None:
+    stray = _job()
+    del stray["metadata"]["annotations"][ANNOTATION_OPERATION]
+    assert observe_workloads("local", [stray], []) == ()
+
+
+def test_current_state_follows_the_generation_the_repo_asks_for() -> None:
+    states = observe_workloads(
+        "local",
+        [
+            _job("vision-train-1-g1", gen=1, conditions=[{"type": "Complete", "status": "True"}]),
+            _job("vision-train-1-g2", gen=2),
+        ],
+        [],
+    )
+    assert current_states(states, {"vision/train-1": 2})["vision/train-1"].generation == 2
+    assert "vision/train-1" not in current_states(states, {"vision/train-1": 3})
+    assert current_states(states, {})["vision/train-1"].generation == 2  # removed: newest
