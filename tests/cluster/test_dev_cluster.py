@@ -210,3 +210,25 @@ def test_cli_up_status_down_leaves_no_process(tmp_path: Path, kube_cluster: Kube
     assert not any(_port_open(ports[name]) for name in ("apiserver", "etcd"))
     after = _cli("dev-cluster", "status", "--state-dir", str(state), "-o", "json")
     assert after.returncode == 1 and json.loads(after.stdout)["ready"] is False
+
+
+def test_simulated_outputs_become_the_termination_message(
+    kube_cluster: KubeCluster, namespace: str
+) -> None:
+    core = client.CoreV1Api(kube_cluster.api_client())
+    pod = _pod("with-outputs")
+    pod["metadata"]["annotations"] = {
+        "reconciler.dev/simulated-duration": "1s",
+        "reconciler.dev/simulated-outputs": '{"loss": 0.12}',
+    }
+    core.create_namespaced_pod(namespace, pod)
+
+    def terminated() -> client.V1ContainerStateTerminated | None:
+        status = core.read_namespaced_pod("with-outputs", namespace).status
+        if status.phase != "Succeeded":
+            return None
+        return status.container_statuses[0].state.terminated
+
+    state = wait_until(terminated, timeout=60, what="the pod to succeed")
+    assert json.loads(state.message) == {"loss": 0.12}
+    assert state.exit_code == 0
