@@ -14,9 +14,10 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from reconciler.cli import devcluster_cmd
+    from reconciler.cli import devcluster_cmd, plan_cmd
 
     cli.add_command(devcluster_cmd.dev_cluster)
+    cli.add_command(plan_cmd.plan)
 
 
 _register()
