@@ -523,7 +523,7 @@ def _plan(
     # order. Sort keys are flat tuples ending in the unique id: ops are never compared.
     ops: dict[str, CompiledOperation] = {}
     for op in operations:
-        oid = op.id
+        oid = f"{op.project}/{op.name}"  # op.id, inlined: this loop sees every operation
         if oid in ops:
             raise PlanInputError(f"operation {oid} appears twice")
         ops[oid] = op
@@ -807,9 +807,18 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
         return tuple(ids[: min(k, MAX_LISTED)]), k
 
     append = out.append
+    quota_r = PendingReason.QUOTA_EXCEEDED
+    conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
+    behind_r = PendingReason.WAITING_BEHIND_HEAD
+    paused_r = PendingReason.QUEUE_PAUSED
+    approval_r = PendingReason.AWAITING_APPROVAL
+    waiting_r = PendingReason.WAITING_FOR_DEPENDENCIES
+    upstream_r = PendingReason.UPSTREAM_FAILED
+    exceeds_r = PendingReason.EXCEEDS_QUOTA
+    workflow_r = PendingReason.WORKFLOW_PARALLELISM
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
-        if reason is PendingReason.QUOTA_EXCEEDED:
+        if reason is quota_r:
             key = detail
             cached = shared.get(key)
             if cached is None:
@@ -827,7 +836,7 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
                     count,
                 )
             block = cached
-        elif reason is PendingReason.QUEUE_CONCURRENCY_LIMIT:
+        elif reason is conc_r:
             cached = shared.get(reason)
             if cached is None:
                 limit = spec.concurrency or 0
@@ -840,23 +849,23 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
                     tuple(q.active_ids[:MAX_LISTED]),
                 )
             block = cached
-        elif reason is PendingReason.WAITING_BEHIND_HEAD:
+        elif reason is behind_r:
             cached = shared.get(detail)
             if cached is None:
                 cached = shared[detail] = BehindHeadBlock(name, detail[0], detail[1])
             block = cached
-        elif reason is PendingReason.QUEUE_PAUSED:
+        elif reason is paused_r:
             cached = shared.get(reason)
             if cached is None:
                 cached = shared[reason] = QueuePausedBlock(name)
             block = cached
-        elif reason is PendingReason.AWAITING_APPROVAL:
+        elif reason is approval_r:
             block = _APPROVAL
-        elif reason is PendingReason.WAITING_FOR_DEPENDENCIES:
+        elif reason is waiting_r:
             block = DependenciesBlock(detail)
-        elif reason is PendingReason.UPSTREAM_FAILED:
+        elif reason is upstream_r:
             block = UpstreamFailedBlock(detail)
-        elif reason is PendingReason.EXCEEDS_QUOTA:
+        elif reason is exceeds_r:
             req, over = q.request(op.requests), detail
             block = ExceedsQuotaBlock(
                 name,
@@ -867,7 +876,7 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
             )
         else:  # workflow or cluster concurrency: detail is the counter
             counter: _Counter = detail
-            scope = "workflow" if reason is PendingReason.WORKFLOW_PARALLELISM else "cluster"
+            scope = "workflow" if reason is workflow_r else "cluster"
             if scope == "workflow" and op.workflow is not None:
                 scope_name = op.workflow.parent
             else:
