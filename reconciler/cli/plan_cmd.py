@@ -120,7 +120,8 @@ def run_plan_diff(
         lines.extend(compile_errors(repo, label))
         repos.append(repo)
     if lines:
-        return Outcome("", "\n".join(lines) + "\n", EXIT_ERROR)
+        unique = dict.fromkeys(lines)  # e.g. the same unreadable repo for both refs
+        return Outcome("", "\n".join(unique) + "\n", EXIT_ERROR)
     base, head = repos
     try:
         plans = [plan_repo(r, observed, now) for r in repos]
@@ -190,7 +191,7 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
 @click.option(
     "--repo",
     "repo_dir",
-    type=click.Path(file_okay=False, path_type=Path),
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
     default=".",
     show_default=True,
     help="The config repo.",
