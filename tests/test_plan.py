@@ -495,3 +495,62 @@ def test_duplicate_observation_is_an_input_error() -> None:
     obs = [w.observed["p/a"], w.observed["p/a"]]
     with pytest.raises(PlanInputError, match="observed twice"):
         plan_dispatch(w.operations(), w.queues, w.clusters, obs, OrgSettings(), NOW)
+
+
+def test_9_workflow_child_held_by_cluster_names_the_cluster() -> None:
+    w = World().cluster("local", concurrency=1).queue("q")
+    w.op("p/m-0", queue="q").child_of("p/m", 0, concurrency=4)
+    w.op("p/m-1", queue="q").child_of("p/m", 1, concurrency=4)
+    block = pending(w.plan(), "p/m-1").blocked_by.to_json()
+    assert block == {
+        "cluster": "local",
+        "active": 1,
+        "concurrency": 1,
+        "releasesNeeded": 1,
+        "activeOperations": ["p/m-0"],
+    }
+
+
+def test_4_exceeds_quota_lists_every_resource_over() -> None:
+    w = World().queue("q", quota={"nvidia.com/gpu": 1, "cpu": 4, "memory": "1Ti"})
+    w.op("p/x", queue="q").requests(gpu=2, cpu="4500m", memory="1Gi")
+    block = pending(w.plan(), "p/x").blocked_by.to_json()
+    assert block["exceeds"] == [
+        {"resource": "cpu", "request": "4500m", "quota": "4"},
+        {"resource": "nvidia.com/gpu", "request": "2", "quota": "1"},
+    ]
+
+
+def test_long_lists_are_capped_in_messages() -> None:
+    w = World().queue("q", concurrency=12)
+    w.ops("p/r-{}", 13, queue="q")
+    w.running(*[f"p/r-{i}" for i in range(1, 13)])
+    p = pending(w.plan(), "p/r-13")
+    assert p.message.endswith("p/r-7 and 2 more finishes")
+    assert len(p.blocked_by.to_json()["activeOperations"]) == 10
+
+
+def test_gc_state_is_restored() -> None:
+    import gc
+
+    w = seed_world()
+    assert gc.isenabled()
+    w.plan()
+    assert gc.isenabled()
+    gc.disable()
+    try:
+        w.plan()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_plan_renderers_show_stops_and_refused_prunes() -> None:
+    from reconciler.core.plan_render import plan_to_markdown, plan_to_table
+
+    allowed = prune_world(4, 1).with_org(prune=True).plan()
+    assert "p/x-1  RemovedFromRepo" in plan_to_table(allowed)
+    assert "| p/x-1 | RemovedFromRepo |" in plan_to_markdown(allowed)
+    refused = prune_world(2, 2).with_org(prune=True).plan()
+    assert "warning: refusing to prune 2 of 2" in plan_to_table(refused)
+    assert "> **Warning:** refusing to prune 2 of 2" in plan_to_markdown(refused)

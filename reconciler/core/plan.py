@@ -384,6 +384,7 @@ class _Queue:
         "candidates",
         "dispatched",
         "holders",
+        "limits",
         "pending",
         "quota",
         "resources",
@@ -396,6 +397,9 @@ class _Queue:
         self.spec = spec
         self.resources: tuple[str, ...] = tuple(sorted(spec.quota))
         self.quota: tuple[int, ...] = tuple(_quota_units(spec.quota[r]) for r in self.resources)
+        self.limits: tuple[tuple[str, Decimal], ...] = tuple(
+            (r, _to_decimal(u)) for r, u in zip(self.resources, self.quota, strict=True)
+        )
         self.used: list[int] = [0] * len(self.resources)
         self.used0: tuple[int, ...] = ()
         self.active = 0
@@ -488,17 +492,12 @@ def _plan(
     rejected: Collection[str],
 ) -> Plan:
     # Step 1: index the inputs.
-    ops: dict[str, CompiledOperation] = {}
-    for op in operations:
-        oid = op.id
-        if oid in ops:
-            raise PlanInputError(f"operation {oid} appears twice")
-        ops[oid] = op
     seen: dict[str, ObservedOperation] = {}
     for o in observed:
         if o.operation in seen:
             raise PlanInputError(f"operation {o.operation} is observed twice")
         seen[o.operation] = o
+    not_queued = {oid for oid, o in seen.items() if o.phase is not Phase.QUEUED}
 
     qstate: dict[str, _Queue] = {name: _Queue(spec) for name, spec in queues.items()}
     cstate: dict[str, _Counter] = {
@@ -518,7 +517,32 @@ def _plan(
             w = wstate[parent] = _Counter(limit)
         return w
 
-    # Step 2: usage of the active operations (Dispatched or Running).
+    # Step 2: index the operations; candidates (the Queued ones) grouped by queue. Within a
+    # queue: first-commit time, then path; workflow children at their parent's position, in
+    # index order. Ops without a commit time (outside Git, or uncommitted) follow, in path
+    # order. Sort keys are flat tuples ending in the unique id: ops are never compared.
+    ops: dict[str, CompiledOperation] = {}
+    for op in operations:
+        oid = f"{op.project}/{op.name}"  # op.id, inlined: this loop sees every operation
+        if oid in ops:
+            raise PlanInputError(f"operation {oid} appears twice")
+        ops[oid] = op
+        if oid in not_queued:
+            continue
+        home = qstate.get(op.queue)
+        if home is None:
+            raise PlanInputError(f"operation {oid} names queue {op.queue!r}, which does not exist")
+        ts = op.submitted_at
+        wf = op.workflow
+        index = -1 if wf is None else wf.index
+        if ts is None:
+            home.candidates.append((1, _EPOCH, op.path, index, oid, op))
+        else:
+            if ts.tzinfo is None:
+                ts = ts.replace(tzinfo=UTC)
+            home.candidates.append((0, ts, op.path, index, oid, op))
+
+    # Step 3: usage of the active operations (Dispatched or Running).
     removed: list[ObservedOperation] = []
     active_total = 0
     for oid in sorted(seen):
@@ -545,27 +569,6 @@ def _plan(
         q.active0 = q.active
         q.used0 = tuple(q.used)
 
-    # Step 3: candidates (Queued operations), grouped by queue. Within a queue: first-commit
-    # time, then path; workflow children at their parent's position in index order. Ops
-    # without a commit time (outside Git, or uncommitted) follow, in path order. Sort keys
-    # are flat tuples ending in the unique id, so operations themselves are never compared.
-    queued = Phase.QUEUED
-    for oid, op in ops.items():
-        state = seen.get(oid)
-        if state is not None and state.phase is not queued:
-            continue
-        home = qstate.get(op.queue)
-        if home is None:
-            raise PlanInputError(f"operation {oid} names queue {op.queue!r}, which does not exist")
-        ts = op.submitted_at
-        wf = op.workflow
-        index = -1 if wf is None else wf.index
-        if ts is None:
-            home.candidates.append((1, _EPOCH, op.path, index, oid, op))
-        else:
-            if ts.tzinfo is None:
-                ts = ts.replace(tzinfo=UTC)
-            home.candidates.append((0, ts, op.path, index, oid, op))
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
 
     doomed: dict[str, bool] = {}
@@ -643,7 +646,7 @@ def _plan(
         resources = q.resources
         nres = len(quota)
         used = q.used
-        min_quota = min(quota) if quota else 0
+        limits = q.limits
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
@@ -660,20 +663,21 @@ def _plan(
                 if blocked is not None:
                     pend((oid, op, blocked[0], blocked[1]))
                     continue
-            # 4: the request, alone, fits every quota of the queue
-            if nres:
+            # 4: the request, alone, fits every quota of the queue. Exact Decimal compare
+            # against the floored quota: same answer as in units, without converting.
+            if limits:
                 get = op.requests.get
-                req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
-                over = (
-                    [i for i, amount in enumerate(req) if amount > quota[i]]
-                    if (max(req) > min_quota)
-                    else None
-                )
+                over = None
+                for i, (r, limit) in enumerate(limits):
+                    v = get(r)
+                    if v is not None and v > limit:
+                        if over is None:
+                            over = [i]
+                        else:
+                            over.append(i)
                 if over:
-                    pend((oid, op, exceeds_r, (req, over)))
+                    pend((oid, op, exceeds_r, over))
                     continue
-            else:
-                req = ()
             # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
             if head is not None:
                 pend((oid, op, behind_r, head))
@@ -685,17 +689,22 @@ def _plan(
                     head = (oid, conc_r)
                 continue
             # 7: quota, per resource the op requests (others are unaffected)
-            short = -1
-            for i in range(nres):
-                amount = req[i]
-                if amount and used[i] + amount > quota[i]:
-                    short = i
-                    break
-            if short >= 0:
-                pend((oid, op, quota_r, (short, req[short])))
-                if strict:
-                    head = (oid, quota_r)
-                continue
+            if nres:
+                get = op.requests.get
+                req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
+                short = -1
+                for i in range(nres):
+                    amount = req[i]
+                    if amount and used[i] + amount > quota[i]:
+                        short = i
+                        break
+                if short >= 0:
+                    pend((oid, op, quota_r, (short, req[short])))
+                    if strict:
+                        head = (oid, quota_r)
+                    continue
+            else:
+                req = ()
             # 8: workflow parallelism
             wf = op.workflow
             w = None
@@ -798,9 +807,18 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
         return tuple(ids[: min(k, MAX_LISTED)]), k
 
     append = out.append
+    quota_r = PendingReason.QUOTA_EXCEEDED
+    conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
+    behind_r = PendingReason.WAITING_BEHIND_HEAD
+    paused_r = PendingReason.QUEUE_PAUSED
+    approval_r = PendingReason.AWAITING_APPROVAL
+    waiting_r = PendingReason.WAITING_FOR_DEPENDENCIES
+    upstream_r = PendingReason.UPSTREAM_FAILED
+    exceeds_r = PendingReason.EXCEEDS_QUOTA
+    workflow_r = PendingReason.WORKFLOW_PARALLELISM
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
-        if reason is PendingReason.QUOTA_EXCEEDED:
+        if reason is quota_r:
             key = detail
             cached = shared.get(key)
             if cached is None:
@@ -818,7 +836,7 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
                     count,
                 )
             block = cached
-        elif reason is PendingReason.QUEUE_CONCURRENCY_LIMIT:
+        elif reason is conc_r:
             cached = shared.get(reason)
             if cached is None:
                 limit = spec.concurrency or 0
@@ -831,24 +849,24 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
                     tuple(q.active_ids[:MAX_LISTED]),
                 )
             block = cached
-        elif reason is PendingReason.WAITING_BEHIND_HEAD:
+        elif reason is behind_r:
             cached = shared.get(detail)
             if cached is None:
                 cached = shared[detail] = BehindHeadBlock(name, detail[0], detail[1])
             block = cached
-        elif reason is PendingReason.QUEUE_PAUSED:
+        elif reason is paused_r:
             cached = shared.get(reason)
             if cached is None:
                 cached = shared[reason] = QueuePausedBlock(name)
             block = cached
-        elif reason is PendingReason.AWAITING_APPROVAL:
+        elif reason is approval_r:
             block = _APPROVAL
-        elif reason is PendingReason.WAITING_FOR_DEPENDENCIES:
+        elif reason is waiting_r:
             block = DependenciesBlock(detail)
-        elif reason is PendingReason.UPSTREAM_FAILED:
+        elif reason is upstream_r:
             block = UpstreamFailedBlock(detail)
-        elif reason is PendingReason.EXCEEDS_QUOTA:
-            req, over = detail
+        elif reason is exceeds_r:
+            req, over = q.request(op.requests), detail
             block = ExceedsQuotaBlock(
                 name,
                 tuple(
@@ -858,7 +876,7 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
             )
         else:  # workflow or cluster concurrency: detail is the counter
             counter: _Counter = detail
-            scope = "workflow" if reason is PendingReason.WORKFLOW_PARALLELISM else "cluster"
+            scope = "workflow" if reason is workflow_r else "cluster"
             if scope == "workflow" and op.workflow is not None:
                 scope_name = op.workflow.parent
             else:

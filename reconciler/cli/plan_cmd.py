@@ -1,0 +1,239 @@
+"""``reconciler plan``: what would be dispatched now, what waits and why; with ``--base``,
+what a change to the config repo would do (for pull requests).
+
+The command is thin: reading files and Git goes through adapters, everything else is the
+pure functions below (``run_plan``, ``run_plan_diff``), which take loaders and the clock.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import click
+
+from reconciler.adapters.clock import SystemClock
+from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
+from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.plan import Plan, PlanInputError, plan_repo
+from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
+from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_CHANGES = 3
+
+OUTPUTS = ("table", "json", "markdown")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    stdout: str
+    stderr: str
+    exit_code: int
+
+
+class LoadError(Exception):
+    """A revision could not be read or compiled; ``lines`` are printed as they are."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        super().__init__("\n".join(lines))
+        self.lines = tuple(lines)
+
+
+# --- pure logic -----------------------------------------------------------------------
+
+
+def render_plan(plan: Plan, output: str) -> str:
+    if output == "json":
+        return plan_to_json(plan)
+    if output == "markdown":
+        return plan_to_markdown(plan)
+    return plan_to_table(plan)
+
+
+def render_diff(diff: PlanDiff, output: str) -> str:
+    return diff_to_json(diff) if output == "json" else diff_to_markdown(diff)
+
+
+def diff_exit_code(diff: PlanDiff) -> int:
+    """0: nothing changes; 3: the change alters config or the plan."""
+    return EXIT_CHANGES if diff.has_changes else EXIT_OK
+
+
+def compile_errors(repo: CompiledRepo, label: str) -> list[str]:
+    if repo.valid:
+        return []
+    return [f"{label} does not compile ({len(repo.errors)} error(s)):"] + [
+        str(e) for e in sorted(repo.errors)
+    ]
+
+
+def _warnings(plan: Plan) -> str:
+    return f"warning: {plan.prune_refused.message()}\n" if plan.prune_refused else ""
+
+
+def run_plan(
+    load: Callable[[], CompiledRepo],
+    observed: Sequence[ObservedOperation],
+    now: datetime,
+    output: str,
+) -> Outcome:
+    """``reconciler plan``: compile, plan, render."""
+    try:
+        repo = load()
+    except LoadError as exc:
+        return Outcome("", "\n".join(exc.lines) + "\n", EXIT_ERROR)
+    errors = compile_errors(repo, "the config repo")
+    if errors:
+        return Outcome("", "\n".join(errors) + "\n", EXIT_ERROR)
+    try:
+        plan = plan_repo(repo, observed, now)
+    except PlanInputError as exc:
+        return Outcome("", f"error: {exc}\n", EXIT_ERROR)
+    return Outcome(render_plan(plan, output), _warnings(plan), EXIT_OK)
+
+
+def run_plan_diff(
+    load_base: Callable[[], CompiledRepo],
+    load_head: Callable[[], CompiledRepo],
+    observed: Sequence[ObservedOperation],
+    now: datetime,
+    output: str,
+    labels: tuple[str, str] = ("base", "head"),
+) -> Outcome:
+    """``reconciler plan --base REF --head REF``: both revisions against the same observed
+    state and clock. Exit 0 without changes, 3 with changes, 1 on error."""
+    repos: list[CompiledRepo] = []
+    lines: list[str] = []
+    for load, label in ((load_base, labels[0]), (load_head, labels[1])):
+        try:
+            repo = load()
+        except LoadError as exc:
+            lines.extend(exc.lines)
+            continue
+        lines.extend(compile_errors(repo, label))
+        repos.append(repo)
+    if lines:
+        unique = dict.fromkeys(lines)  # e.g. the same unreadable repo for both refs
+        return Outcome("", "\n".join(unique) + "\n", EXIT_ERROR)
+    base, head = repos
+    try:
+        plans = [plan_repo(r, observed, now) for r in repos]
+    except PlanInputError as exc:
+        return Outcome("", f"error: {exc}\n", EXIT_ERROR)
+    diff = diff_plans((base, plans[0]), (head, plans[1]))
+    return Outcome(render_diff(diff, output), _warnings(plans[1]), diff_exit_code(diff))
+
+
+# --- wiring ---------------------------------------------------------------------------
+
+
+def _module(name: str) -> ModuleType:
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name:
+            raise
+        raise LoadError([f"error: {name} is not available in this build"]) from None
+
+
+def _compile(snapshot: RepoSnapshot) -> CompiledRepo:
+    repo: CompiledRepo = _module("reconciler.core.compile").compile_repo(snapshot)
+    return repo
+
+
+def _snapshot(call: Callable[[], Any], what: str) -> RepoSnapshot:
+    try:
+        snap: RepoSnapshot = call()
+    except LoadError:
+        raise
+    except Exception as exc:  # the adapter's I/O boundary: report, never a traceback
+        raise LoadError([f"error: cannot read {what}: {exc}"]) from None
+    return snap
+
+
+def _worktree_loader(root: Path) -> Callable[[], CompiledRepo]:
+    def load() -> CompiledRepo:
+        adapter = _module("reconciler.adapters.repo")
+        return _compile(_snapshot(lambda: adapter.snapshot_worktree(root), str(root)))
+
+    return load
+
+
+def _git_loader(root: Path, ref: str) -> Callable[[], CompiledRepo]:
+    def load() -> CompiledRepo:
+        adapter = _module("reconciler.adapters.repo")
+        return _compile(_snapshot(lambda: adapter.snapshot_git(root, ref), f"{ref} in {root}"))
+
+    return load
+
+
+def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
+    if path is None:
+        return ()
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise LoadError([f"{path}:0:0: cannot read: {exc}"]) from None
+    try:
+        return parse_observed(text, str(path))
+    except ObservedFileError as exc:
+        raise LoadError([str(e) for e in exc.errors]) from None
+
+
+@click.command("plan")
+@click.option(
+    "--repo",
+    "repo_dir",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    default=".",
+    show_default=True,
+    help="The config repo.",
+)
+@click.option(
+    "--observed",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="YAML or JSON list of {operation, phase}; unlisted operations are Queued.",
+)
+@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+@click.option("--base", help="Plan a change: the Git ref it starts from (e.g. origin/main).")
+@click.option("--head", help="With --base: the ref of the change.  [default: HEAD]")
+def plan(
+    repo_dir: Path, observed: Path | None, output: str, base: str | None, head: str | None
+) -> None:
+    """Show what would be dispatched now, what waits and why, and what would stop.
+
+    With --base, compile and plan both revisions against the same observed state and show
+    what the change does; exit 0 when nothing changes, 3 when something does, 1 on error.
+    """
+    if head is not None and base is None:
+        raise click.UsageError("--head needs --base")
+    try:
+        seen = read_observed(observed)
+    except LoadError as exc:
+        click.echo("\n".join(exc.lines), err=True)
+        raise SystemExit(EXIT_ERROR) from None
+    now = SystemClock().now()
+    if base is None:
+        outcome = run_plan(_worktree_loader(repo_dir), seen, now, output)
+    else:
+        head_ref = head or "HEAD"
+        outcome = run_plan_diff(
+            _git_loader(repo_dir, base),
+            _git_loader(repo_dir, head_ref),
+            seen,
+            now,
+            output,
+            labels=(f"base {base}", f"head {head_ref}"),
+        )
+    if outcome.stdout:
+        click.echo(outcome.stdout, nl=False)
+    if outcome.stderr:
+        click.echo(outcome.stderr, err=True, nl=False)
+    raise SystemExit(outcome.exit_code)

@@ -1,0 +1,226 @@
+"""The plan command's logic: observed-file parsing, rendering, exit codes. The loaders are
+injected, so this runs without the compiler or Git."""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from reconciler.cli.main import cli
+from reconciler.cli.plan_cmd import (
+    EXIT_CHANGES,
+    EXIT_ERROR,
+    EXIT_OK,
+    LoadError,
+    read_observed,
+    run_plan,
+    run_plan_diff,
+)
+from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.types import CompiledRepo, ConfigError, Location, Phase
+from builders import NOW, World
+from tests.test_plan import seed_world
+
+
+def loader(repo: CompiledRepo):  # type: ignore[no-untyped-def]
+    return lambda: repo
+
+
+# --- --observed -------------------------------------------------------------------------
+
+
+def test_parse_observed_yaml_and_json() -> None:
+    text = """
+- {operation: vision/train-1, phase: Running}
+- operation: vision/train-2
+  phase: dispatched
+  queue: team-a
+  cluster: local
+  requests: {nvidia.com/gpu: 2, memory: 16Gi}
+"""
+    first, second = parse_observed(text, "obs.yaml")
+    assert (first.operation, first.phase, first.requests) == ("vision/train-1", Phase.RUNNING, None)
+    assert second.phase is Phase.DISPATCHED
+    assert (second.queue, second.cluster) == ("team-a", "local")
+    assert second.requests == {"nvidia.com/gpu": Decimal(2), "memory": Decimal(16 * 2**30)}
+
+    as_json = json.dumps([{"operation": "a/b", "phase": "Succeeded"}])
+    assert parse_observed(as_json, "obs.json")[0].phase is Phase.SUCCEEDED
+    assert parse_observed("", "empty.yaml") == ()
+
+
+def test_parse_observed_reports_every_problem_with_its_location() -> None:
+    text = """- {operation: vision/train-1, phase: Running}
+- operation: vision/train-2
+  phase: Runing
+- operation: bad id
+  phase: Queued
+  extra: 1
+- {operation: vision/train-1, phase: Failed, requests: {nvidia.com/gpu: "2x"}}
+- phase: Running
+"""
+    with pytest.raises(ObservedFileError) as err:
+        parse_observed(text, "obs.yaml")
+    lines = [str(e) for e in err.value.errors]
+    assert lines == [
+        "obs.yaml:3:10: unknown phase 'Runing' (one of: Queued, Dispatched, Running, "
+        "Succeeded, Failed, Stopped)",
+        "obs.yaml:4:14: operation must be \"project/name\", got 'bad id'",
+        "obs.yaml:6:3: unknown key 'extra' (expected one of: operation, phase, queue, "
+        "cluster, requests)",
+        "obs.yaml:7:15: operation vision/train-1 is already listed on line 1",
+        "obs.yaml:7:73: requests.nvidia.com/gpu: '2x' is not a valid quantity "
+        "(e.g. 2, 500m, 256Gi)",
+        "obs.yaml:8:3: missing key 'operation' (\"project/name\")",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("text", "name", "expected"),
+    [
+        ("- [unclosed", "o.yaml", ConfigError(Location("o.yaml", 1, 12), "invalid YAML: ")),
+        (
+            '[{"operation": "a/b",}',
+            "o.json",
+            ConfigError(Location("o.json", 1, 22), "invalid JSON: Expecting property name"),
+        ),
+        ("operation: a/b", "o.yaml", ConfigError(Location("o.yaml", 1, 1), "expected a list")),
+    ],
+)
+def test_parse_observed_syntax_errors(text: str, name: str, expected: ConfigError) -> None:
+    with pytest.raises(ObservedFileError) as err:
+        parse_observed(text, name)
+    (got,) = err.value.errors
+    assert got.location == expected.location
+    assert got.message.startswith(expected.message)
+
+
+def test_cli_reports_observed_errors_without_traceback(tmp_path: Path) -> None:
+    bad = tmp_path / "observed.yaml"
+    bad.write_text("- {operation: a/b, phase: Sleeping}\n")
+    result = CliRunner().invoke(cli, ["plan", "--observed", str(bad)])
+    assert result.exit_code == EXIT_ERROR
+    assert f"{bad}:1:27: unknown phase 'Sleeping'" in result.output
+    assert "Traceback" not in result.output
+
+    missing = tmp_path / "nope.yaml"
+    with pytest.raises(LoadError, match="cannot read"):
+        read_observed(missing)
+
+
+def test_cli_head_needs_base() -> None:
+    result = CliRunner().invoke(cli, ["plan", "--head", "HEAD"])
+    assert result.exit_code == 2
+    assert "--head needs --base" in result.output
+
+
+# --- run_plan ---------------------------------------------------------------------------
+
+
+def test_run_plan_json_contract() -> None:
+    w = seed_world()
+    w.observe("vision/train-1", Phase.RUNNING)
+    out = run_plan(loader(w.repo()), list(w.observed.values()), NOW, "json")
+    assert out.exit_code == EXIT_OK
+    data = json.loads(out.stdout)
+    assert list(data) == ["dispatch", "pending", "stop", "queues"]
+    assert data["dispatch"][0] == {"operation": "etl/job-1", "queue": "batch", "cluster": "local"}
+    p = next(p for p in data["pending"] if p["queue"] == "team-a")
+    assert list(p) == ["operation", "queue", "reason", "position", "message", "blockedBy"]
+    assert (p["operation"], p["reason"], p["position"]) == ("vision/train-3", "QuotaExceeded", 1)
+    assert p["blockedBy"]["releasedBy"] == ["vision/train-1"]
+    team_a = next(q for q in data["queues"] if q["name"] == "team-a")
+    assert team_a == {
+        "name": "team-a",
+        "cluster": "local",
+        "priority": 0,
+        "concurrency": None,
+        "quota": {"nvidia.com/gpu": "2"},
+        "active": 1,
+        "used": {"nvidia.com/gpu": "1"},
+        "dispatching": 1,
+        "pending": 3,
+    }
+
+
+def test_run_plan_table_and_markdown() -> None:
+    w = seed_world()
+    table = run_plan(loader(w.repo()), [], NOW, "table").stdout
+    assert table.splitlines()[0].split() == [
+        "QUEUE",
+        "CLUSTER",
+        "PRIORITY",
+        "ACTIVE/LIMIT",
+        "QUOTA",
+        "USED/LIMIT",
+        "DISPATCH",
+        "PENDING",
+    ]
+    assert "team-a  local    0         0+2/-         nvidia.com/gpu 0+2/2" in table
+    assert "3 (QuotaExceeded)" in table
+    md = run_plan(loader(w.repo()), [], NOW, "markdown").stdout
+    assert md.startswith("## Dispatch plan\n\n9 to dispatch, 7 pending, 0 to stop.")
+
+
+def test_run_plan_errors() -> None:
+    broken = CompiledRepo(
+        "worktree",
+        World().org,
+        {},
+        {},
+        (),
+        errors=(ConfigError(Location("queues/a.yaml", 3, 5), "priority must be an integer"),),
+    )
+    out = run_plan(loader(broken), [], NOW, "table")
+    assert out.exit_code == EXIT_ERROR
+    assert "queues/a.yaml:3:5: priority must be an integer" in out.stderr
+
+    w = World().queue("q")
+    w.op("p/a", queue="missing")
+    out = run_plan(loader(w.repo()), [], NOW, "json")
+    assert (out.exit_code, out.stdout) == (EXIT_ERROR, "")
+    assert "queue 'missing'" in out.stderr
+
+    def fails() -> CompiledRepo:
+        raise LoadError(["error: cannot read origin/main in .: bad ref"])
+
+    out = run_plan(fails, [], NOW, "table")
+    assert out.exit_code == EXIT_ERROR and "bad ref" in out.stderr
+
+
+def test_run_plan_warns_when_the_prune_guard_holds() -> None:
+    w = World().queue("q").with_org(prune=True)
+    w.observe("p/gone", Phase.RUNNING, queue="q")
+    out = run_plan(loader(w.repo()), list(w.observed.values()), NOW, "json")
+    assert json.loads(out.stdout)["stop"] == []
+    assert out.stderr.startswith("warning: refusing to prune 1 of 1 active operations")
+
+
+# --- run_plan_diff ----------------------------------------------------------------------
+
+
+def test_run_plan_diff_exit_codes() -> None:
+    base = seed_world().repo("a" * 40)
+    same = run_plan_diff(loader(base), loader(seed_world().repo("b" * 40)), [], NOW, "markdown")
+    assert same.exit_code == EXIT_OK
+    assert "No change" in same.stdout
+
+    head = seed_world().set_queue("team-a", quota={"nvidia.com/gpu": Decimal(3)}).repo("b" * 40)
+    changed = run_plan_diff(loader(base), loader(head), [], NOW, "json")
+    assert changed.exit_code == EXIT_CHANGES
+    data = json.loads(changed.stdout)
+    assert data["changed"] is True
+    assert [t["operation"] for t in data["newlyDispatched"]] == ["vision/train-3"]
+
+    broken = CompiledRepo(
+        "b", World().org, {}, {}, (), errors=(ConfigError(Location("x.yaml", 1, 1), "bad"),)
+    )
+    failed = run_plan_diff(
+        loader(base), loader(broken), [], NOW, "markdown", labels=("base main", "head HEAD")
+    )
+    assert failed.exit_code == EXIT_ERROR
+    assert failed.stderr == "head HEAD does not compile (1 error(s)):\nx.yaml:1:1: bad\n"
