@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 
+from builders import NOW, World
+
 from reconciler.core.diff import Change, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.plan import PendingReason, plan_repo
 from reconciler.core.types import Provenance
-from builders import NOW, World
 
 GPU_PATH = "resources.limits.nvidia.com/gpu"
 

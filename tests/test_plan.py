@@ -6,6 +6,7 @@ from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from builders import NOW, T0, World
 
 from reconciler.core.plan import (
     ConcurrencyBlock,
@@ -17,7 +18,6 @@ from reconciler.core.plan import (
     plan_dispatch,
 )
 from reconciler.core.types import OrgSettings, Phase
-from builders import NOW, T0, World
 
 R = PendingReason
 

@@ -8,6 +8,7 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
+from builders import NOW, World
 from click.testing import CliRunner
 
 from reconciler.cli.main import cli
@@ -22,7 +23,6 @@ from reconciler.cli.plan_cmd import (
 )
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.types import CompiledRepo, ConfigError, Location, Phase
-from builders import NOW, World
 from tests.test_plan import seed_world
 
 

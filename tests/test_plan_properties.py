@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from decimal import Decimal
 
+from builders import NOW, T0
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -22,7 +23,6 @@ from reconciler.core.types import (
     RunKind,
     WorkflowRef,
 )
-from builders import NOW, T0
 
 GPU = "nvidia.com/gpu"
 

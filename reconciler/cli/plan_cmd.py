@@ -7,17 +7,17 @@ pure functions below (``run_plan``, ``run_plan_diff``), which take loaders and t
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import click
 
 from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.repo import snapshot_git, snapshot_worktree
+from reconciler.core.compile import compile_repo
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
@@ -134,18 +134,8 @@ def run_plan_diff(
 # --- wiring ---------------------------------------------------------------------------
 
 
-def _module(name: str) -> ModuleType:
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name:
-            raise
-        raise LoadError([f"error: {name} is not available in this build"]) from None
-
-
 def _compile(snapshot: RepoSnapshot) -> CompiledRepo:
-    repo: CompiledRepo = _module("reconciler.core.compile").compile_repo(snapshot)
-    return repo
+    return compile_repo(snapshot)
 
 
 def _snapshot(call: Callable[[], Any], what: str) -> RepoSnapshot:
@@ -160,16 +150,14 @@ def _snapshot(call: Callable[[], Any], what: str) -> RepoSnapshot:
 
 def _worktree_loader(root: Path) -> Callable[[], CompiledRepo]:
     def load() -> CompiledRepo:
-        adapter = _module("reconciler.adapters.repo")
-        return _compile(_snapshot(lambda: adapter.snapshot_worktree(root), str(root)))
+        return _compile(_snapshot(lambda: snapshot_worktree(root), str(root)))
 
     return load
 
 
 def _git_loader(root: Path, ref: str) -> Callable[[], CompiledRepo]:
     def load() -> CompiledRepo:
-        adapter = _module("reconciler.adapters.repo")
-        return _compile(_snapshot(lambda: adapter.snapshot_git(root, ref), f"{ref} in {root}"))
+        return _compile(_snapshot(lambda: snapshot_git(root, ref), f"{ref} in {root}"))
 
     return load
 
