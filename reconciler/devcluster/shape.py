@@ -12,6 +12,14 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from reconciler.core.quantity import QuantityError, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
+# The product label NVIDIA GPU feature discovery sets, so presets written for real
+# clusters select the fake nodes too.
+GPU_PRODUCTS = {
+    "a100": "NVIDIA-A100-SXM4-80GB",
+    "h100": "NVIDIA-H100-80GB-HBM3",
+    "l4": "NVIDIA-L4",
+    "t4": "Tesla-T4",
+}
 
 
 class ShapeError(ValueError):
@@ -98,6 +106,7 @@ def default_shape(
             labels={
                 "gpu.type": gpu_type,
                 "nvidia.com/gpu.present": "true",
+                "nvidia.com/gpu.product": GPU_PRODUCTS.get(gpu_type, gpu_type),
                 "node.kubernetes.io/instance-type": f"{gpu_type}-x{gpus_per_node}",
             },
         ),
