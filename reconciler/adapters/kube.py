@@ -5,14 +5,19 @@ Only I/O lives here; what to apply and what an object's state means are decided 
 
 from __future__ import annotations
 
+import base64
+import functools
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, ParamSpec, TypeVar, cast
 
+import urllib3
+import yaml
 from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
+from kubernetes.config.config_exception import ConfigException
 
 from reconciler.core.render import LABEL_MANAGED_BY, MANAGER
 
@@ -80,6 +85,67 @@ def _error(exc: ApiException, what: str) -> KubeError:
     return cls(f"{what}: {message}", status=int(exc.status or 0), reason=reason)
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _transport(fn: Callable[P, R]) -> Callable[P, R]:
+    """Turn connection failures into ``KubeError`` so callers handle one error type."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeError(f"{fn.__name__}: cluster unreachable: {exc}") from exc
+
+    return wrapper
+
+
+def connect_cluster(
+    kubeconfig: Mapping[str, Any], context: str | None, override: Path | None = None
+) -> client.ApiClient:
+    """An API client for a Cluster file's ``kubeconfig`` (path | inCluster | secret)."""
+    try:
+        if override is not None:
+            return connect(override, context)
+        if kubeconfig.get("inCluster"):
+            return connect(None)
+        if "path" in kubeconfig:
+            return connect(Path(str(kubeconfig["path"])).expanduser(), context)
+        secret = kubeconfig["secret"]
+        return _client_from_secret(
+            str(secret["name"]),
+            str(secret.get("namespace") or _own_namespace()),
+            str(secret.get("key", "kubeconfig")),
+            context,
+        )
+    except (ConfigException, OSError, ValueError, KeyError) as exc:
+        raise KubeError(f"cannot load kubeconfig: {exc}") from exc
+
+
+def _own_namespace() -> str:
+    path = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+    return path.read_text().strip() if path.exists() else "default"
+
+
+def _client_from_secret(
+    name: str, namespace: str, key: str, context: str | None
+) -> client.ApiClient:
+    """A remote cluster's kubeconfig stored in a Secret of the home (in-cluster) cluster."""
+    home = client.CoreV1Api(connect(None))
+    try:
+        secret = home.read_namespaced_secret(name, namespace)
+    except ApiException as exc:
+        raise _error(exc, f"reading kubeconfig Secret {namespace}/{name}") from exc
+    data = (secret.data or {}).get(key)
+    if not data:
+        raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
+    loaded = yaml.safe_load(base64.b64decode(data))
+    api: client.ApiClient = config.new_client_from_config_dict(loaded, context=context)
+    return api
+
+
 class Kube:
     """The calls the reconciler makes against one cluster."""
 
@@ -89,6 +155,7 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
 
+    @_transport
     def ensure_namespace(self, name: str) -> None:
         try:
             self.core.read_namespace(name)
@@ -117,6 +184,7 @@ class Kube:
             return self.batch.read_namespaced_job(name, namespace)
         return self.core.read_namespaced_service(name, namespace)
 
+    @_transport
     def create_or_adopt(self, manifest: Mapping[str, Any]) -> ApplyResult:
         """Create the object; if it already exists (``AlreadyExists``), adopt it instead of
         duplicating. The create response, not a watch, says it now exists."""
@@ -144,6 +212,7 @@ class Kube:
             annotations=dict(obj.metadata.annotations or {}),
         )
 
+    @_transport
     def apply_metadata(
         self,
         kind: str,
@@ -179,6 +248,7 @@ class Kube:
         except ApiException as exc:
             raise _error(exc, f"applying metadata to {kind} {namespace}/{name}") from exc
 
+    @_transport
     def delete_workload(self, namespace: str, name: str) -> bool:
         """Delete a Job (its pods in the background) and its Service. False if absent."""
         found = False
@@ -203,6 +273,7 @@ class Kube:
         }
         return listers[kind]
 
+    @_transport
     def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
         """Every object of ``kind`` that we manage, in pages, as plain dicts."""
         items: list[Mapping[str, Any]] = []

@@ -37,6 +37,7 @@ class ObservedReason(enum.StrEnum):
     BACKOFF_LIMIT_EXCEEDED = "BackoffLimitExceeded"
     JOB_FAILED = "JobFailed"
     DELETING = "Deleting"
+    FINISHING = "Finishing"
 
 
 @dataclass(frozen=True)
@@ -139,10 +140,10 @@ def _job_phase(
     phase = pod_status.get("phase")
     if phase == "Running":
         return Phase.RUNNING, None, ""
-    if phase == "Succeeded":  # the Job controller has not caught up yet
-        return Phase.SUCCEEDED, ObservedReason.COMPLETED, ""
-    if phase == "Failed":
-        return Phase.FAILED, ObservedReason.JOB_FAILED, str(pod_status.get("message") or "")
+    if phase in ("Succeeded", "Failed"):
+        # The pod is done but the Job has no terminal condition yet: it still holds its
+        # quota until the Job controller finishes it, as Kueue does.
+        return Phase.RUNNING, ObservedReason.FINISHING, f"pod {phase}; the Job is finishing"
     scheduled = _conditions(pod).get("PodScheduled")
     if scheduled and scheduled.get("status") == "False":
         message = str(scheduled.get("message") or "no node has room for it")

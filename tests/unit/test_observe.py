@@ -145,3 +145,9 @@ def test_current_state_follows_the_generation_the_repo_asks_for() -> None:
     assert current_states(states, {"vision/train-1": 2})["vision/train-1"].generation == 2
     assert "vision/train-1" not in current_states(states, {"vision/train-1": 3})
     assert current_states(states, {})["vision/train-1"].generation == 2  # removed: newest
+
+
+def test_a_finished_pod_holds_quota_until_the_job_is_finished() -> None:
+    state = _one([_job()], [_pod(phase="Succeeded")])
+    assert (state.phase, state.reason) == (Phase.RUNNING, ObservedReason.FINISHING)
+    assert state.phase.active

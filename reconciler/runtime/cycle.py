@@ -1,0 +1,314 @@
+"""One reconcile cycle: compile, observe, plan, converge, report.
+
+The guard ladder, in order:
+1. read the config snapshot; on failure keep the last good one;
+2. compile it; an invalid commit is rejected whole and the last good config stays in force;
+3. observe every cluster with a fresh (consistent) list; a cluster that cannot be read
+   holds back only its own queues, and its ops count as still active;
+4. plan (pure);
+5. converge, only while leading: create or adopt what the plan dispatches, stop what it
+   stops. Nothing else in a cluster is ever changed.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Protocol
+
+from reconciler.adapters.kube import Kube, KubeError
+from reconciler.core.compile import compile_repo
+from reconciler.core.observe import WorkloadState, current_states, observe_workloads
+from reconciler.core.plan import Plan, PlanInputError, plan_repo
+from reconciler.core.render import render_operation
+from reconciler.core.types import (
+    ClusterSpec,
+    CompiledRepo,
+    ConfigError,
+    ObservedOperation,
+    Phase,
+    RepoSnapshot,
+)
+
+log = logging.getLogger("reconciler.cycle")
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class SnapshotSource(Protocol):
+    def __call__(self) -> RepoSnapshot: ...
+
+
+@dataclass(frozen=True)
+class ClusterHealth:
+    name: str
+    reachable: bool
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """What one cycle saw and did. ``plan`` is None when no valid config was ever loaded."""
+
+    at: datetime
+    version: str | None  # the config version in force
+    compiled: CompiledRepo | None
+    plan: Plan | None
+    states: Mapping[str, WorkloadState]
+    config_errors: tuple[ConfigError, ...] = ()
+    sync_error: str = ""
+    clusters: tuple[ClusterHealth, ...] = ()
+    dispatched: tuple[str, ...] = ()
+    adopted: tuple[str, ...] = ()
+    stopped: tuple[str, ...] = ()
+    failed: Mapping[str, str] = field(default_factory=dict)  # operation -> error
+    leading: bool = True
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None and not self.sync_error and not self.failed
+
+
+ConnectCluster = Callable[[ClusterSpec], Kube]
+
+
+class Reconciler:
+    """Holds what must survive between cycles: the last good config, the cluster clients,
+    and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``)."""
+
+    def __init__(
+        self,
+        source: SnapshotSource,
+        connect: ConnectCluster,
+        clock: Clock,
+        *,
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self._source = source
+        self._connect = connect
+        self._clock = clock
+        self._is_leader = is_leader
+        self._last_good: CompiledRepo | None = None
+        self._clients: dict[str, Kube] = {}
+        self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
+        self.last: CycleResult | None = None
+
+    def seed_seen(self, states: Mapping[str, WorkloadState]) -> None:
+        """Remember workloads a previous process recorded (e.g. from the status branch)."""
+        self._seen.update(states)
+
+    # --- steps -------------------------------------------------------------------------
+
+    def _load(self) -> tuple[CompiledRepo | None, tuple[ConfigError, ...], str]:
+        try:
+            snapshot = self._source()
+        except Exception as exc:  # an adapter boundary: git, filesystem
+            log.warning("config sync failed: %s", exc)
+            return self._last_good, (), str(exc) or type(exc).__name__
+        compiled = compile_repo(snapshot)
+        if not compiled.valid:
+            for error in compiled.errors:
+                log.error("invalid config %s: %s", snapshot.version, error)
+            return self._last_good, compiled.errors, ""
+        self._last_good = compiled
+        return compiled, (), ""
+
+    def _client(self, spec: ClusterSpec) -> Kube:
+        kube = self._clients.get(spec.name)
+        if kube is None:
+            kube = self._connect(spec)
+            self._clients[spec.name] = kube
+        return kube
+
+    def _observe(self, compiled: CompiledRepo) -> tuple[list[WorkloadState], list[ClusterHealth]]:
+        states: list[WorkloadState] = []
+        health: list[ClusterHealth] = []
+        for name in sorted(compiled.clusters):
+            spec = compiled.clusters[name]
+            try:
+                kube = self._client(spec)
+                jobs = kube.list_managed("Job")
+                pods = kube.list_managed("Pod")
+            except (KubeError, OSError, Exception) as exc:
+                self._clients.pop(name, None)
+                health.append(ClusterHealth(name, False, str(exc)))
+                log.warning("cluster %s unreachable: %s", name, exc)
+                continue
+            states.extend(observe_workloads(name, jobs.items, pods.items))
+            health.append(ClusterHealth(name, True))
+        return states, health
+
+    def _observed(
+        self,
+        compiled: CompiledRepo,
+        listed: list[WorkloadState],
+        health: list[ClusterHealth],
+    ) -> tuple[dict[str, WorkloadState], list[ObservedOperation]]:
+        generations = {op.id: op.generation for op in compiled.operations}
+        current = current_states(listed, generations)
+        down = {h.name for h in health if not h.reachable}
+        for op_id, seen in self._seen.items():
+            if op_id in current or seen.cluster in down:
+                continue
+            wanted = generations.get(op_id)
+            if wanted is not None and wanted != seen.generation:
+                continue  # a generation bump: a new run, Queued until dispatched
+            if seen.phase.finished:
+                current[op_id] = seen
+            else:
+                current[op_id] = replace(  # deleted by hand: never recreated
+                    seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
+                )
+        observed = [s.to_observed() for s in current.values()]
+        # Ops on a cluster we cannot see are unknown, not Queued: hold their queues.
+        for op in compiled.operations:
+            if op.cluster in down and op.id not in current:
+                observed.append(
+                    ObservedOperation(op.id, Phase.DISPATCHED, op.requests, op.queue, op.cluster)
+                )
+        return current, observed
+
+    def _converge(
+        self, compiled: CompiledRepo, plan: Plan, states: dict[str, WorkloadState], now: datetime
+    ) -> tuple[list[str], list[str], list[str], dict[str, str]]:
+        ops = {op.id: op for op in compiled.operations}
+        dispatched: list[str] = []
+        adopted: list[str] = []
+        stopped: list[str] = []
+        failed: dict[str, str] = {}
+        broken: set[str] = set()
+        for item in plan.dispatch:
+            op = ops[item.operation]
+            if op.cluster in broken:
+                failed[op.id] = f"cluster {op.cluster} failed earlier in this cycle"
+                continue
+            if not self._is_leader():
+                log.info("lost leadership: dispatching stops")
+                break
+            rendered = render_operation(
+                op, compiled.connections, config_version=compiled.version, dispatched_at=now
+            )
+            try:
+                kube = self._client(compiled.clusters[op.cluster])
+                kube.ensure_namespace(op.namespace)
+                results = [kube.create_or_adopt(m) for m in rendered.manifests]
+            except (KubeError, OSError) as exc:
+                broken.add(op.cluster)
+                failed[op.id] = str(exc)
+                log.error("dispatch of %s failed: %s", op.id, exc)
+                continue
+            job = results[0]
+            (dispatched if job.created else adopted).append(op.id)
+            state = WorkloadState(
+                operation=op.id,
+                generation=op.generation,
+                cluster=op.cluster,
+                namespace=op.namespace,
+                name=rendered.name,
+                uid=job.uid,
+                phase=Phase.DISPATCHED,
+                queue=op.queue,
+                spec_hash=job.annotations.get("reconciler.dev/spec-hash", rendered.spec_hash),
+                config_commit=job.annotations.get("reconciler.dev/config-commit"),
+                dispatched_at=job.annotations.get("reconciler.dev/dispatched-at"),
+                requests=dict(op.requests),
+            )
+            states[op.id] = state  # counted from the create response, not a later list
+            log.info(
+                "dispatched %s to %s/%s (%s)",
+                op.id,
+                op.cluster,
+                rendered.name,
+                "created" if job.created else "adopted",
+            )
+        for stop in plan.stop:
+            if not self._is_leader():
+                break
+            victim = states.get(stop.operation)
+            if victim is None or victim.cluster in broken:
+                continue
+            try:
+                self._client(compiled.clusters[victim.cluster]).delete_workload(
+                    victim.namespace, victim.name
+                )
+            except (KubeError, OSError, KeyError) as exc:
+                failed[stop.operation] = str(exc)
+                continue
+            stopped.append(stop.operation)
+            states[stop.operation] = replace(victim, phase=Phase.STOPPED, message=stop.reason)
+            log.info("stopped %s: %s", stop.operation, stop.reason)
+        return dispatched, adopted, stopped, failed
+
+    # --- the cycle ---------------------------------------------------------------------
+
+    def run_once(self) -> CycleResult:
+        now = self._clock.now()
+        compiled, config_errors, sync_error = self._load()
+        if compiled is None:
+            result = CycleResult(
+                at=now,
+                version=None,
+                compiled=None,
+                plan=None,
+                states={},
+                config_errors=config_errors,
+                sync_error=sync_error,
+            )
+            self.last = result
+            return result
+        listed, health = self._observe(compiled)
+        states, observed = self._observed(compiled, listed, health)
+        try:
+            plan = plan_repo(compiled, observed, now)
+        except PlanInputError as exc:
+            log.error("cannot plan: %s", exc)
+            result = CycleResult(
+                now,
+                compiled.version,
+                compiled,
+                None,
+                states,
+                config_errors,
+                str(exc),
+                tuple(health),
+            )
+            self.last = result
+            return result
+        down = {h.name for h in health if not h.reachable}
+        if down:  # hold back only the queues of unreachable clusters
+            plan = replace(
+                plan,
+                dispatch=tuple(d for d in plan.dispatch if d.cluster not in down),
+                stop=tuple(s for s in plan.stop if s.cluster not in down),
+            )
+        leading = self._is_leader()
+        dispatched: list[str] = []
+        adopted: list[str] = []
+        stopped: list[str] = []
+        failed: dict[str, str] = {}
+        if leading:
+            dispatched, adopted, stopped, failed = self._converge(compiled, plan, states, now)
+        for op_id, state in states.items():
+            if state.phase is not Phase.QUEUED:
+                self._seen[op_id] = state
+        result = CycleResult(
+            at=now,
+            version=compiled.version,
+            compiled=compiled,
+            plan=plan,
+            states=states,
+            config_errors=config_errors,
+            sync_error=sync_error,
+            clusters=tuple(health),
+            dispatched=tuple(dispatched),
+            adopted=tuple(adopted),
+            stopped=tuple(stopped),
+            failed=failed,
+            leading=leading,
+        )
+        self.last = result
+        return result

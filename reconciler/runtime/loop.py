@@ -1,0 +1,36 @@
+"""The long-running loop: one cycle per interval until stopped."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from reconciler.runtime.cycle import CycleResult, Reconciler
+
+log = logging.getLogger("reconciler.loop")
+
+
+def run_forever(
+    reconciler: Reconciler,
+    interval: float,
+    stop: threading.Event,
+    on_cycle: Callable[[CycleResult], None] = lambda _r: None,
+    wake: threading.Event | None = None,
+) -> None:
+    """Run cycles every ``interval`` seconds (or sooner when ``wake`` is set) until ``stop``."""
+    while not stop.is_set():
+        started = time.monotonic()
+        try:
+            result = reconciler.run_once()
+        except Exception:  # one bad cycle must not end the reconciler
+            log.exception("cycle failed")
+        else:
+            on_cycle(result)
+        remaining = max(0.0, interval - (time.monotonic() - started))
+        if wake is None:
+            stop.wait(remaining)
+        else:
+            wake.wait(remaining)
+            wake.clear()

@@ -1,0 +1,112 @@
+"""Shared set-up for reconciler tests on the real control plane: a Git config repo made
+from the example template, pointed at the test cluster, with short simulated durations."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.kube import Kube, connect_cluster
+from reconciler.adapters.repo import snapshot_git
+from reconciler.core.types import ClusterSpec, Phase
+from reconciler.runtime.cycle import CycleResult, Reconciler
+
+ROOT = Path(__file__).resolve().parents[2]
+TEMPLATE = ROOT / "config-repo-template"
+PREREQUISITES = ROOT / "reconciler" / "devcluster" / "example-prerequisites.yaml"
+
+
+def git(repo: Path, *args: str) -> str:
+    out = subprocess.run(
+        ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", *args],
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return out.stdout.strip()
+
+
+def make_config_repo(dest: Path, kubeconfig: Path, duration: str = "3s") -> Path:
+    shutil.copytree(TEMPLATE, dest)
+    cluster = dest / "clusters" / "local.yaml"
+    text = cluster.read_text()
+    text = text.replace(
+        "path: ~/.local/state/reconciler/dev-cluster/admin.kubeconfig", f"path: {kubeconfig}"
+    )
+    context = client_context(kubeconfig)
+    text = text.replace("context: dev", f"context: {context}")
+    cluster.write_text(text)
+    for base in dest.glob("projects/*/presets/base.yaml"):
+        base.write_text(
+            base.read_text().replace(
+                "reconciler.dev/simulated-duration: 20s",
+                f"reconciler.dev/simulated-duration: {duration}",
+            )
+        )
+    git(dest, "init", "-q", "-b", "main")
+    commit_all(dest, "initial config")
+    return dest
+
+
+def client_context(kubeconfig: Path) -> str:
+    return str(yaml.safe_load(kubeconfig.read_text())["current-context"])
+
+
+def commit_all(repo: Path, message: str) -> str:
+    git(repo, "add", "-A")
+    git(repo, "commit", "-q", "--allow-empty", "-m", message)
+    return git(repo, "rev-parse", "HEAD")
+
+
+def apply_prerequisites(api: client.ApiClient) -> None:
+    """Create the example's namespaces, volume claims and secrets (idempotent)."""
+    core = client.CoreV1Api(api)
+    for doc in yaml.safe_load_all(PREREQUISITES.read_text()):
+        kind, meta = doc["kind"], doc["metadata"]
+        try:
+            if kind == "Namespace":
+                core.create_namespace(doc)
+            elif kind == "PersistentVolume":
+                core.create_persistent_volume(doc)
+            elif kind == "PersistentVolumeClaim":
+                core.create_namespaced_persistent_volume_claim(meta["namespace"], doc)
+            elif kind == "Secret":
+                core.create_namespaced_secret(meta["namespace"], doc)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+
+
+def clean_workloads(kube: Kube) -> None:
+    """Delete every managed Job so each test starts from an empty cluster."""
+    for job in kube.list_managed("Job").items:
+        meta = job["metadata"]
+        kube.delete_workload(meta["namespace"], meta["name"])
+
+
+def make_reconciler(repo: Path, branch: str = "main", **kw: Any) -> Reconciler:
+    def connect(spec: ClusterSpec) -> Kube:
+        return Kube(connect_cluster(spec.kubeconfig, spec.context))
+
+    return Reconciler(lambda: snapshot_git(repo, branch), connect, SystemClock(), **kw)
+
+
+def active_by_queue(result: CycleResult) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in result.states.values():
+        if state.phase.active and state.queue:
+            counts[state.queue] = counts.get(state.queue, 0) + 1
+    return counts
+
+
+def phases(result: CycleResult) -> Mapping[str, Phase]:
+    return {op: s.phase for op, s in result.states.items()}

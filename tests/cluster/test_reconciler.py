@@ -1,0 +1,236 @@
+"""The reconciler against the real control plane, on the example config repo."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import KubeCluster
+from helpers import wait_until
+from reconciler_env import (
+    active_by_queue,
+    apply_prerequisites,
+    clean_workloads,
+    commit_all,
+    make_config_repo,
+    make_reconciler,
+)
+
+from reconciler.adapters.kube import Kube
+from reconciler.core.observe import ObservedReason, WorkloadState
+from reconciler.core.render import LABEL_QUEUE
+from reconciler.core.types import Phase
+
+pytestmark = pytest.mark.cluster
+
+TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
+LIMITS = {"team-a": 2, "team-b": 4, "batch": 3}  # GPU quota 2 and 4 of 1-GPU ops; concurrency 3
+
+
+@pytest.fixture
+def kube(kube_cluster: KubeCluster) -> Iterator[Kube]:
+    kube = Kube(kube_cluster.api_client())
+    apply_prerequisites(kube.api)
+    clean_workloads(kube)
+    yield kube
+    clean_workloads(kube)
+
+
+@pytest.fixture
+def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
+    return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
+
+
+class Sampler(threading.Thread):
+    """Lists managed Jobs continuously and records the most active per queue ever seen."""
+
+    def __init__(self, kube: Kube) -> None:
+        super().__init__(daemon=True)
+        self.kube = kube
+        self.peak: dict[str, int] = {}
+        self.samples = 0
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            counts: dict[str, int] = {}
+            for job in self.kube.list_managed("Job").items:
+                if _finished(job):
+                    continue
+                queue = job["metadata"]["labels"][LABEL_QUEUE]
+                counts[queue] = counts.get(queue, 0) + 1
+            for queue, n in counts.items():
+                self.peak[queue] = max(self.peak.get(queue, 0), n)
+            self.samples += 1
+            time.sleep(0.1)
+
+
+def _finished(job: Mapping[str, Any]) -> bool:
+    """A terminal Job condition, the same test the reconciler's observation uses."""
+    return any(
+        c.get("status") == "True" and c.get("type") in TERMINAL
+        for c in (job.get("status") or {}).get("conditions") or []
+    )
+
+
+def _active_jobs(kube: Kube, queue: str) -> int:
+    return sum(
+        1
+        for job in kube.list_managed("Job").items
+        if job["metadata"]["labels"][LABEL_QUEUE] == queue and not _finished(job)
+    )
+
+
+def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo: Path) -> None:
+    reconciler = make_reconciler(config_repo)
+    sampler = Sampler(kube)
+    sampler.start()
+    try:
+        first = reconciler.run_once()
+        assert first.ok, first
+        for queue, limit in LIMITS.items():
+            assert _active_jobs(kube, queue) == limit, queue
+        pending_team_a = [p for p in first.plan.pending if p.queue == "team-a"]
+        assert [(p.reason.value, p.position) for p in pending_team_a] == [
+            ("QuotaExceeded", 1),
+            ("QuotaExceeded", 2),
+            ("QuotaExceeded", 3),
+        ]
+        total = len(first.compiled.operations)
+        deadline = time.monotonic() + 240
+        result = first
+        while time.monotonic() < deadline:
+            time.sleep(1)
+            result = reconciler.run_once()
+            assert result.ok, result
+            active = active_by_queue(result)
+            for queue, limit in LIMITS.items():
+                waiting = [
+                    p
+                    for p in result.plan.pending
+                    if p.queue == queue
+                    and p.reason.value in ("QuotaExceeded", "QueueConcurrencyLimit")
+                ]
+                assert active.get(queue, 0) <= limit
+                if waiting:  # a freed slot is refilled in the same cycle that sees it free
+                    assert active.get(queue, 0) == limit, (queue, active, waiting)
+            if sum(s.phase is Phase.SUCCEEDED for s in result.states.values()) == total:
+                break
+        done = {op: s.phase for op, s in result.states.items()}
+        assert done == {op.id: Phase.SUCCEEDED for op in first.compiled.operations}
+    finally:
+        sampler.halt.set()
+        sampler.join()
+    assert sampler.samples > 20
+    for queue, limit in LIMITS.items():
+        assert sampler.peak.get(queue, 0) <= limit, (queue, sampler.peak)
+    assert sampler.peak["team-a"] == 2 and sampler.peak["team-b"] == 4
+
+
+def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running(
+    kube: Kube, config_repo: Path
+) -> None:
+    long = config_repo / "projects" / "vision" / "presets" / "base.yaml"
+    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
+    commit_all(config_repo, "long-running")
+    reconciler = make_reconciler(config_repo)
+    reconciler.run_once()
+    before = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
+    assert before
+
+    again = make_reconciler(config_repo).run_once()  # a fresh process: adopts, never duplicates
+    assert again.dispatched == ()
+    queue = config_repo / "queues" / "team-a.yaml"
+    queue.write_text(
+        queue.read_text()
+        .replace("priority: 100", "priority: 1000")
+        .replace("nvidia.com/gpu: 2", "nvidia.com/gpu: 1")
+    )
+    commit_all(config_repo, "team-a: higher priority, smaller quota")
+    result = reconciler.run_once()
+    assert result.ok and result.stopped == ()
+    after = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
+    assert {k: after[k] for k in before} == before  # same Jobs, same uids: nothing restarted
+    team_a = [p for p in result.plan.pending if p.queue == "team-a"]
+    assert team_a and all(p.reason.value == "QuotaExceeded" for p in team_a)
+
+
+def test_dispatch_is_not_placement(kube: Kube, config_repo: Path) -> None:
+    (config_repo / "queues" / "big.yaml").write_text(
+        "kind: Queue\nname: big\ncluster: local\npriority: 1000\nkinds: [job]\n"
+    )
+    project = config_repo / "projects" / "vision" / "project.yaml"
+    project.write_text(project.read_text().replace("allowedQueues: [", "allowedQueues: [big, "))
+    (config_repo / "projects" / "vision" / "operations" / "huge.yaml").write_text(
+        "kind: Operation\nname: huge\nqueue: big\n"
+        "run:\n  container:\n    resources:\n      limits: {nvidia.com/gpu: 8}\n"
+    )
+    commit_all(config_repo, "an op asking for more GPUs than any node has")
+    reconciler = make_reconciler(config_repo)
+    first = reconciler.run_once()
+    assert "vision/huge" in first.dispatched  # the queue admits it: dispatch is not placement
+
+    def unschedulable() -> WorkloadState | None:
+        state = reconciler.run_once().states.get("vision/huge")
+        if state is not None and state.reason is ObservedReason.WAITING_FOR_CAPACITY:
+            return state
+        return None
+
+    waiting = wait_until(unschedulable, timeout=60, what="vision/huge to be Unschedulable")
+    assert waiting.phase is Phase.DISPATCHED
+    assert "Insufficient nvidia.com/gpu" in waiting.message
+    assert reconciler.last is not None
+    assert "vision/huge" not in {p.operation for p in reconciler.last.plan.pending}
+
+
+def test_invalid_commit_changes_nothing_and_prune_stops_removed_ops(
+    kube: Kube, config_repo: Path
+) -> None:
+    long = config_repo / "projects" / "language" / "presets" / "base.yaml"
+    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
+    commit_all(config_repo, "long-running")
+    reconciler = make_reconciler(config_repo)
+    good = reconciler.run_once()
+    jobs = {j["metadata"]["uid"] for j in kube.list_managed("Job").items}
+    assert "language/distill" in good.dispatched
+
+    broken = config_repo / "queues" / "team-b.yaml"
+    original = broken.read_text()
+    broken.write_text("kind: Queue\nname: team-b\ncluster: [oops\n")
+    (config_repo / "projects" / "language" / "operations" / "distill.yaml").unlink()
+    commit_all(config_repo, "broken YAML and a deletion")
+    bad = reconciler.run_once()
+    assert bad.config_errors
+    assert any(re.match(r"queues/team-b\.yaml:\d+:\d+: ", str(e)) for e in bad.config_errors)
+    assert bad.version == good.version  # the last good config stays in force
+    assert bad.stopped == () and bad.dispatched == ()
+    assert {j["metadata"]["uid"] for j in kube.list_managed("Job").items} == jobs
+
+    broken.write_text(original)
+    commit_all(config_repo, "fix the queue; distill stays deleted")
+    fixed = reconciler.run_once()
+    assert not fixed.config_errors
+    assert fixed.stopped == ("language/distill",)  # prune is on in the example org
+    names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
+    assert "language-distill-g1" not in names
+
+
+def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo: Path) -> None:
+    long = config_repo / "projects" / "vision" / "presets" / "base.yaml"
+    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
+    commit_all(config_repo, "long-running")
+    reconciler = make_reconciler(config_repo)
+    first = reconciler.run_once()
+    victim = first.states["vision/sweep-lr-0"]
+    kube.delete_workload(victim.namespace, victim.name)
+    result = reconciler.run_once()
+    assert result.states["vision/sweep-lr-0"].phase is Phase.STOPPED
+    assert "vision/sweep-lr-0" not in result.dispatched
+    assert victim.name not in {j["metadata"]["name"] for j in kube.list_managed("Job").items}
+    # its quota is free again, so the next team-a op is dispatched in the same cycle
+    assert "vision/sweep-lr-2" in result.dispatched
