@@ -10,6 +10,7 @@ import functools
 import json
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, ParamSpec, TypeVar, cast
 
@@ -247,6 +248,36 @@ class Kube:
                 self.core.patch_namespaced_service(name, namespace, body, **kwargs)
         except ApiException as exc:
             raise _error(exc, f"applying metadata to {kind} {namespace}/{name}") from exc
+
+    @_transport
+    def emit_event(
+        self,
+        namespace: str,
+        involved: Mapping[str, str],
+        reason: str,
+        message: str,
+        event_type: str = "Normal",
+        now: datetime | None = None,
+    ) -> None:
+        """A core/v1 Event on one of our objects, as ``kubectl describe`` shows them."""
+        stamp = (now or datetime.now(UTC)).isoformat().replace("+00:00", "Z")
+        body = {
+            "metadata": {"generateName": f"{involved['name']}.", "namespace": namespace},
+            "involvedObject": {**involved, "namespace": namespace},
+            "reason": reason,
+            "message": message[:1024],
+            "type": event_type,
+            "source": {"component": self.field_manager},
+            "reportingComponent": self.field_manager,
+            "reportingInstance": self.field_manager,
+            "firstTimestamp": stamp,
+            "lastTimestamp": stamp,
+            "count": 1,
+        }
+        try:
+            self.core.create_namespaced_event(namespace, cast(Any, body))
+        except ApiException as exc:
+            raise _error(exc, f"emitting event {reason} in {namespace}") from exc
 
     @_transport
     def delete_workload(self, namespace: str, name: str) -> bool:

@@ -18,6 +18,7 @@ from reconciler.adapters.kube import Kube, connect_cluster
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.loop import run_forever
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
@@ -72,7 +73,7 @@ def make_reconciler(repo: Path, branch: str, overrides: dict[str, Path]) -> Reco
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
         return Kube(api)
 
-    return Reconciler(source, connect, SystemClock())
+    return Reconciler(source, connect, SystemClock(), faults=FaultPoints.from_env())
 
 
 @click.command("run")

@@ -20,6 +20,7 @@ from reconciler.core.render import (
     ANNOTATION_DISPATCHED_AT,
     ANNOTATION_GENERATION,
     ANNOTATION_OPERATION,
+    ANNOTATION_PHASE,
     ANNOTATION_SPEC_HASH,
     LABEL_QUEUE,
 )
@@ -63,6 +64,7 @@ class WorkloadState:
     pod: str | None = None
     outputs: Mapping[str, Any] | None = None
     requests: Mapping[str, Decimal] = field(default_factory=dict)
+    annotated_phase: str | None = None  # the phase last written onto the workload
 
     def to_observed(self) -> ObservedOperation:
         return ObservedOperation(
@@ -208,6 +210,7 @@ def observe_workloads(
                 pod=((pod or {}).get("metadata") or {}).get("name"),
                 outputs=_outputs(pod),
                 requests=_pod_requests(pod_spec),
+                annotated_phase=annotations.get(ANNOTATION_PHASE),
             )
         )
     return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))

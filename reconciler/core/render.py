@@ -32,6 +32,8 @@ ANNOTATION_SPEC_HASH = "reconciler.dev/spec-hash"
 ANNOTATION_DISPATCHED_AT = "reconciler.dev/dispatched-at"
 ANNOTATION_OPERATION = "reconciler.dev/operation-id"
 ANNOTATION_GENERATION = "reconciler.dev/generation"
+ANNOTATION_PHASE = "reconciler.dev/phase"  # written back each cycle the phase changes
+ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
 
 PORTS = {RunKind.NOTEBOOK: 8888, RunKind.SANDBOX: 8080}
 SANDBOX_DEFAULT_TIMEOUT = 4 * 3600  # sandboxes never run unbounded

@@ -22,7 +22,7 @@ from reconciler.adapters.kube import Kube, KubeError
 from reconciler.core.compile import compile_repo
 from reconciler.core.observe import WorkloadState, current_states, observe_workloads
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
-from reconciler.core.render import render_operation
+from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
 from reconciler.core.types import (
     ClusterSpec,
     CompiledRepo,
@@ -31,6 +31,7 @@ from reconciler.core.types import (
     Phase,
     RepoSnapshot,
 )
+from reconciler.runtime.faults import FaultPoints
 
 log = logging.getLogger("reconciler.cycle")
 
@@ -87,11 +88,13 @@ class Reconciler:
         clock: Clock,
         *,
         is_leader: Callable[[], bool] = lambda: True,
+        faults: FaultPoints | None = None,
     ) -> None:
         self._source = source
         self._connect = connect
         self._clock = clock
         self._is_leader = is_leader
+        self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
         self._clients: dict[str, Kube] = {}
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
@@ -201,8 +204,20 @@ class Reconciler:
                 failed[op.id] = str(exc)
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
+            self._faults.hit("after-create")
             job = results[0]
             (dispatched if job.created else adopted).append(op.id)
+            if job.created:
+                self._event(
+                    kube,
+                    rendered.namespace,
+                    "Job",
+                    rendered.name,
+                    job.uid,
+                    "Dispatched",
+                    f"queue {op.queue}: dispatched at config {compiled.version[:12]}",
+                    now,
+                )
             state = WorkloadState(
                 operation=op.id,
                 generation=op.generation,
@@ -238,10 +253,49 @@ class Reconciler:
             except (KubeError, OSError, KeyError) as exc:
                 failed[stop.operation] = str(exc)
                 continue
+            self._faults.hit("after-stop")
             stopped.append(stop.operation)
             states[stop.operation] = replace(victim, phase=Phase.STOPPED, message=stop.reason)
             log.info("stopped %s: %s", stop.operation, stop.reason)
         return dispatched, adopted, stopped, failed
+
+    def _event(
+        self,
+        kube: Kube,
+        namespace: str,
+        kind: str,
+        name: str,
+        uid: str,
+        reason: str,
+        message: str,
+        now: datetime,
+    ) -> None:
+        involved = {"apiVersion": "batch/v1", "kind": kind, "name": name, "uid": uid}
+        try:
+            kube.emit_event(namespace, involved, reason, message, now=now)
+        except KubeError as exc:  # events are informative; never fail a dispatch on them
+            log.warning("event %s on %s/%s: %s", reason, namespace, name, exc)
+
+    def _annotate(
+        self, compiled: CompiledRepo, states: Mapping[str, WorkloadState], down: set[str]
+    ) -> None:
+        """Write each workload's op phase onto it when it changed."""
+        for state in states.values():
+            if (
+                state.phase.value == state.annotated_phase
+                or state.cluster in down
+                or state.cluster not in compiled.clusters
+                or (state.phase is Phase.STOPPED)
+            ):
+                continue
+            annotations = {ANNOTATION_PHASE: state.phase.value}
+            annotations[ANNOTATION_PHASE_REASON] = state.reason.value if state.reason else ""
+            try:
+                self._client(compiled.clusters[state.cluster]).apply_metadata(
+                    "Job", state.namespace, state.name, annotations=annotations
+                )
+            except KubeError as exc:
+                log.warning("annotating %s: %s", state.operation, exc)
 
     # --- the cycle ---------------------------------------------------------------------
 
@@ -261,6 +315,7 @@ class Reconciler:
             self.last = result
             return result
         listed, health = self._observe(compiled)
+        self._faults.hit("after-observe")
         states, observed = self._observed(compiled, listed, health)
         try:
             plan = plan_repo(compiled, observed, now)
@@ -285,6 +340,7 @@ class Reconciler:
                 dispatch=tuple(d for d in plan.dispatch if d.cluster not in down),
                 stop=tuple(s for s in plan.stop if s.cluster not in down),
             )
+        self._faults.hit("after-plan")
         leading = self._is_leader()
         dispatched: list[str] = []
         adopted: list[str] = []
@@ -292,6 +348,7 @@ class Reconciler:
         failed: dict[str, str] = {}
         if leading:
             dispatched, adopted, stopped, failed = self._converge(compiled, plan, states, now)
+            self._annotate(compiled, states, down)
         for op_id, state in states.items():
             if state.phase is not Phase.QUEUED:
                 self._seen[op_id] = state

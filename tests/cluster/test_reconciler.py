@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
+import signal
+import subprocess
+import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -234,3 +240,40 @@ def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo:
     assert victim.name not in {j["metadata"]["name"] for j in kube.list_managed("Job").items}
     # its quota is free again, so the next team-a op is dispatched in the same cycle
     assert "vision/sweep-lr-2" in result.dispatched
+
+
+def test_kill_9_between_create_and_status_leaves_no_duplicates(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster
+) -> None:
+    def run(faults: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "reconciler",
+                "run",
+                "--repo",
+                str(config_repo),
+                "--once",
+                "--cluster-kubeconfig",
+                f"local={kube_cluster.kubeconfig}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "RECONCILER_FAULTS": faults},
+        )
+
+    killed = run("after-create=3")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert len(kube.list_managed("Job").items) == 3, killed.stderr  # died after the 3rd create
+
+    again = run("")
+    assert again.returncode == 0, again.stderr
+    summary = json.loads(again.stdout)
+    jobs = kube.list_managed("Job").items
+    per_op = Counter(j["metadata"]["annotations"]["reconciler.dev/operation-id"] for j in jobs)
+    assert set(per_op.values()) == {1}  # no duplicate workload
+    assert len(per_op) == 11 and len(summary["dispatched"]) == 8  # the 3 were observed
+    assert summary["ok"] is True
+    assert all(summary["phases"][op] in ("Dispatched", "Running") for op in per_op)

@@ -1,0 +1,39 @@
+"""Injectable fault points, so tests can say "die after the 2nd create, before the status
+write" instead of relying on sleeps and luck.
+
+``RECONCILER_FAULTS="after-create=2"`` makes the process SIGKILL itself the 2nd time it
+reaches ``after-create``. Unset, every point is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+
+POINTS = ("after-observe", "after-plan", "after-create", "after-stop", "before-status")
+
+
+class FaultPoints:
+    def __init__(self, spec: Mapping[str, int] | None = None) -> None:
+        unknown = set(spec or {}) - set(POINTS)
+        if unknown:
+            raise ValueError(f"unknown fault points {sorted(unknown)}; known: {', '.join(POINTS)}")
+        self._remaining = dict(spec or {})
+
+    @classmethod
+    def from_env(cls, value: str | None = None) -> FaultPoints:
+        text = os.environ.get("RECONCILER_FAULTS", "") if value is None else value
+        spec: dict[str, int] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            name, _, count = item.partition("=")
+            spec[name] = int(count or "1")
+        return cls(spec)
+
+    def hit(self, point: str) -> None:
+        left = self._remaining.get(point)
+        if left is None:
+            return
+        if left <= 1:
+            os.kill(os.getpid(), signal.SIGKILL)  # like kill -9: no cleanup, no flush
+        self._remaining[point] = left - 1
