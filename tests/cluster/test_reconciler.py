@@ -277,3 +277,72 @@ def test_kill_9_between_create_and_status_leaves_no_duplicates(
     assert len(per_op) == 11 and len(summary["dispatched"]) == 8  # the 3 were observed
     assert summary["ok"] is True
     assert all(summary["phases"][op] in ("Dispatched", "Running") for op in per_op)
+
+
+def _queues_of_jobs(kube: Kube) -> list[str]:
+    jobs = sorted(kube.list_managed("Job").items, key=lambda j: j["metadata"]["creationTimestamp"])
+    return [j["metadata"]["labels"][LABEL_QUEUE] for j in jobs]
+
+
+def test_higher_priority_queues_go_first_on_a_capped_cluster(kube: Kube, config_repo: Path) -> None:
+    cluster = config_repo / "clusters" / "local.yaml"
+    cluster.write_text(cluster.read_text() + "concurrency: 3\n")
+    commit_all(config_repo, "cap the cluster at 3 operations")
+    first = make_reconciler(config_repo).run_once()
+    assert [d.queue for d in first.plan.dispatch] == ["notebooks", "sandboxes", "team-a"]
+    assert sorted(_queues_of_jobs(kube)) == ["notebooks", "sandboxes", "team-a"]
+    held = {p.reason.value for p in first.plan.pending if p.queue == "team-b"}
+    assert held == {"ClusterConcurrencyLimit"}
+
+    clean_workloads(kube)
+    queue = config_repo / "queues" / "team-b.yaml"
+    queue.write_text(queue.read_text().replace("priority: 90", "priority: 1000"))
+    commit_all(config_repo, "team-b first")
+    second = make_reconciler(config_repo).run_once()
+    assert [d.queue for d in second.plan.dispatch] == ["team-b"] * 3
+    assert _queues_of_jobs(kube) == ["team-b"] * 3
+
+
+def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    if kube_cluster.dev is None:
+        pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
+    from reconciler.devcluster.cluster import DevCluster
+    from reconciler.devcluster.shape import default_shape
+
+    second = DevCluster(tmp_path / "second")
+    second.up(default_shape(gpu_nodes=2, cpu_nodes=0), progress=lambda _m: None)
+    try:
+        remote = Kube(KubeCluster(second.kubeconfig, second).api_client())
+        apply_prerequisites(remote.api)
+        (config_repo / "clusters" / "remote.yaml").write_text(
+            f"kind: Cluster\nname: remote\nkubeconfig:\n  path: {second.kubeconfig}\ncontext: dev\n"
+        )
+        queue = config_repo / "queues" / "team-b.yaml"
+        queue.write_text(queue.read_text().replace("cluster: local", "cluster: remote"))
+        commit_all(config_repo, "team-b runs on the remote cluster")
+        reconciler = make_reconciler(config_repo)
+        result = reconciler.run_once()
+        assert result.ok, result
+        assert set(_queues_of_jobs(remote)) == {"team-b"} and len(_queues_of_jobs(remote)) == 4
+        assert "team-b" not in _queues_of_jobs(kube)
+
+        second.down(progress=lambda _m: None)
+        local_before = len(kube.list_managed("Job").items)
+        (config_repo / "projects" / "vision" / "operations" / "extra.yaml").write_text(
+            "kind: Operation\nname: extra\nqueue: batch\n"
+        )
+        commit_all(config_repo, "one more batch op while remote is down")
+        down = reconciler.run_once()
+        health = {h.name: h.reachable for h in down.clusters}
+        assert health == {"local": True, "remote": False}
+        assert not any(d.cluster == "remote" for d in down.plan.dispatch)
+        assert down.stopped == () and down.failed == {}
+        team_b = [op.id for op in down.compiled.operations if op.queue == "team-b"]
+        # unseen, not Queued: a remote op is never re-dispatched or pruned while it is down
+        assert not any(op in down.dispatched for op in team_b)
+        assert "vision/extra" in down.dispatched  # local queues go on
+        assert len(kube.list_managed("Job").items) > local_before
+    finally:
+        second.down(progress=lambda _m: None)
