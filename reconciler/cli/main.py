@@ -14,13 +14,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from reconciler.cli import config_cmds, devcluster_cmd, plan_cmd, run_cmd
+    from reconciler.cli import config_cmds, demo_cmd, devcluster_cmd, plan_cmd, run_cmd
 
     cli.add_command(devcluster_cmd.dev_cluster)
     for command in config_cmds.COMMANDS:
         cli.add_command(command)
     cli.add_command(plan_cmd.plan)
     cli.add_command(run_cmd.run)
+    cli.add_command(demo_cmd.demo)
 
 
 _register()

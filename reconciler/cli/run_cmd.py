@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import re
 import signal
 import sys
 import threading
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +17,11 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect_cluster
-from reconciler.adapters.repo import snapshot_git
+from reconciler.adapters.repo import snapshot_git, snapshot_worktree
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.faults import FaultPoints
-from reconciler.runtime.loop import run_forever
+from reconciler.runtime.loop import run_forever, watch_files
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -65,9 +67,20 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     }
 
 
-def make_reconciler(repo: Path, branch: str, overrides: dict[str, Path]) -> Reconciler:
+def worktree_source(repo: Path) -> RepoSnapshot:
+    """The files as saved (``--watch``), versioned by a hash of their content."""
+    snapshot = snapshot_worktree(repo)
+    digest = hashlib.sha256()
+    for path in sorted(snapshot.files):
+        digest.update(path.encode() + b"\0" + snapshot.files[path].content)
+    return replace(snapshot, version=f"worktree-{digest.hexdigest()[:12]}")
+
+
+def make_reconciler(
+    repo: Path, branch: str, overrides: dict[str, Path], *, worktree: bool = False
+) -> Reconciler:
     def source() -> RepoSnapshot:
-        return snapshot_git(repo, branch)
+        return worktree_source(repo) if worktree else snapshot_git(repo, branch)
 
     def connect(spec: ClusterSpec) -> Kube:
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
@@ -88,6 +101,11 @@ def make_reconciler(repo: Path, branch: str, overrides: dict[str, Path]) -> Reco
 @click.option("--interval", default="10s", show_default=True, help="Time between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle, print its summary as JSON, exit.")
 @click.option(
+    "--watch",
+    is_flag=True,
+    help="Dev mode: read the files as saved (not commits) and re-plan on every save.",
+)
+@click.option(
     "--cluster-kubeconfig",
     "cluster_kubeconfigs",
     multiple=True,
@@ -105,16 +123,20 @@ def run(
     branch: str,
     interval: str,
     once: bool,
+    watch: bool,
     cluster_kubeconfigs: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Pull the config repo and converge every connected cluster to its plan."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     seconds = parse_interval(interval)
-    if not (repo / ".git").exists() and not (repo / "HEAD").exists():
-        click.echo(f"error: {repo}: not a Git repository", err=True)
+    if not repo.is_dir():
+        click.echo(f"error: {repo}: no such directory", err=True)
         sys.exit(1)
-    reconciler = make_reconciler(repo, branch, parse_overrides(cluster_kubeconfigs))
+    if not watch and not (repo / ".git").exists() and not (repo / "HEAD").exists():
+        click.echo(f"error: {repo}: not a Git repository (use --watch for plain files)", err=True)
+        sys.exit(1)
+    reconciler = make_reconciler(repo, branch, parse_overrides(cluster_kubeconfigs), worktree=watch)
     if once:
         result = reconciler.run_once()
         click.echo(json.dumps(cycle_summary(result), indent=2, sort_keys=True))
@@ -122,6 +144,15 @@ def run(
             click.echo(str(error), err=True)
         sys.exit(0 if result.ok and not result.config_errors else 1)
     stop = threading.Event()
+    wake = threading.Event() if watch else None
+
+    def shutdown(*_: object) -> None:
+        stop.set()
+        if wake is not None:
+            wake.set()  # end the wait for the next cycle at once
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, lambda *_: stop.set())
-    run_forever(reconciler, seconds, stop)
+        signal.signal(sig, shutdown)
+    if wake is not None:
+        threading.Thread(target=watch_files, args=(repo, wake, stop), daemon=True).start()
+    run_forever(reconciler, seconds, stop, wake=wake)

@@ -6,6 +6,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+import watchfiles
 
 from reconciler.runtime.cycle import CycleResult, Reconciler
 
@@ -34,3 +37,14 @@ def run_forever(
         else:
             wake.wait(remaining)
             wake.clear()
+
+
+def watch_files(repo: Path, wake: threading.Event, stop: threading.Event) -> None:
+    """Set ``wake`` after each (debounced) batch of saved changes under ``repo``."""
+    for _changes in watchfiles.watch(
+        repo,
+        debounce=300,
+        stop_event=stop,
+        watch_filter=lambda _change, path: "/.git/" not in path,
+    ):
+        wake.set()

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect_cluster
@@ -21,7 +19,6 @@ from reconciler.runtime.cycle import CycleResult, Reconciler
 
 ROOT = Path(__file__).resolve().parents[2]
 TEMPLATE = ROOT / "config-repo-template"
-PREREQUISITES = ROOT / "reconciler" / "devcluster" / "example-prerequisites.yaml"
 
 
 def git(repo: Path, *args: str) -> str:
@@ -65,25 +62,6 @@ def commit_all(repo: Path, message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", message)
     return git(repo, "rev-parse", "HEAD")
-
-
-def apply_prerequisites(api: client.ApiClient) -> None:
-    """Create the example's namespaces, volume claims and secrets (idempotent)."""
-    core = client.CoreV1Api(api)
-    for doc in yaml.safe_load_all(PREREQUISITES.read_text()):
-        kind, meta = doc["kind"], doc["metadata"]
-        try:
-            if kind == "Namespace":
-                core.create_namespace(doc)
-            elif kind == "PersistentVolume":
-                core.create_persistent_volume(doc)
-            elif kind == "PersistentVolumeClaim":
-                core.create_namespaced_persistent_volume_claim(meta["namespace"], doc)
-            elif kind == "Secret":
-                core.create_namespaced_secret(meta["namespace"], doc)
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
 
 
 def clean_workloads(kube: Kube) -> None:

@@ -20,7 +20,6 @@ from conftest import KubeCluster
 from helpers import wait_until
 from reconciler_env import (
     active_by_queue,
-    apply_prerequisites,
     clean_workloads,
     commit_all,
     make_config_repo,
@@ -31,6 +30,7 @@ from reconciler.adapters.kube import Kube
 from reconciler.core.observe import ObservedReason, WorkloadState
 from reconciler.core.render import LABEL_QUEUE
 from reconciler.core.types import Phase
+from reconciler.devcluster.prerequisites import apply_prerequisites
 
 pytestmark = pytest.mark.cluster
 
@@ -346,3 +346,83 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
         assert len(kube.list_managed("Job").items) > local_before
     finally:
         second.down(progress=lambda _m: None)
+
+
+def test_watch_mode_replans_as_files_are_saved(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster
+) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "run",
+            "--repo",
+            str(config_repo),
+            "--watch",
+            "--interval",
+            "300s",
+            "--cluster-kubeconfig",
+            f"local={kube_cluster.kubeconfig}",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_until(
+            lambda: len(kube.list_managed("Job").items) == 11,
+            timeout=60,
+            what="the first plan's 11 Jobs",
+        )
+        # saved, never committed: --watch reads the files as they are on disk
+        (config_repo / "queues" / "extra.yaml").write_text(
+            "kind: Queue\nname: extra\ncluster: local\npriority: 5\nkinds: [job]\n"
+        )
+        project = config_repo / "projects" / "vision" / "project.yaml"
+        project.write_text(
+            project.read_text().replace("allowedQueues: [", "allowedQueues: [extra, ")
+        )
+        (config_repo / "projects" / "vision" / "operations" / "saved.yaml").write_text(
+            "kind: Operation\nname: saved\nqueue: extra\n"
+        )
+        wait_until(
+            lambda: (
+                "vision-saved-g1" in {j["metadata"]["name"] for j in kube.list_managed("Job").items}
+            ),
+            timeout=30,
+            what="the saved op to be dispatched long before the 300s interval",
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    assert proc.returncode in (0, -signal.SIGTERM)
+
+
+def test_demo_runs_the_example_to_completion(
+    kube: Kube, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    if kube_cluster.dev is None:
+        pytest.skip("the demo drives the dev cluster")
+    demo = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "demo",
+            "--workdir",
+            str(tmp_path),
+            "--state-dir",
+            str(kube_cluster.dev.state_dir),
+            "--interval",
+            "1",
+        ],  # type: ignore[attr-defined]
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert demo.returncode == 0, demo.stderr[-3000:]
+    assert "'Succeeded': 18" in demo.stderr
+    assert "team-a" in demo.stderr and "nvidia.com/gpu" in demo.stderr
+    names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
+    assert "vision-train-vit-g1" in names

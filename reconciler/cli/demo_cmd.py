@@ -1,0 +1,162 @@
+"""``reconciler demo``: the example config repo, dispatched to the dev cluster, live."""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+import click
+from kubernetes.client.exceptions import ApiException
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from reconciler.adapters.kube import KubeError, connect
+from reconciler.core.quantity import format_quantity
+from reconciler.core.types import Phase
+from reconciler.devcluster.build import BuildError
+from reconciler.devcluster.cluster import DevCluster, DevClusterError
+from reconciler.devcluster.prerequisites import apply_prerequisites
+from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.loop import run_forever
+
+TEMPLATE = Path(__file__).resolve().parents[2] / "config-repo-template"
+
+
+def queue_table(result: CycleResult) -> Table:
+    """Priority, concurrency, quota used/limit, running, waiting for capacity, pending."""
+    table = Table(title=f"config {str(result.version)[:12]}  ·  {result.at:%H:%M:%S}")
+    for column in (
+        "queue",
+        "cluster",
+        "priority",
+        "active/limit",
+        "quota used/limit",
+        "running",
+        "waiting",
+        "pending",
+        "head reason",
+    ):
+        table.add_column(column)
+    if result.plan is None:
+        return table
+    running: dict[str, int] = {}
+    waiting: dict[str, int] = {}
+    for state in result.states.values():
+        if state.queue is None:
+            continue
+        if state.phase is Phase.RUNNING:
+            running[state.queue] = running.get(state.queue, 0) + 1
+        elif state.phase is Phase.DISPATCHED:
+            waiting[state.queue] = waiting.get(state.queue, 0) + 1
+    for q in result.plan.queues:
+        used = q.used_after or q.used
+        quota = ", ".join(
+            f"{r} {format_quantity(used.get(r, 0))}/{format_quantity(limit)}"  # type: ignore[arg-type]
+            for r, limit in sorted(q.quota.items())
+        )
+        table.add_row(
+            q.name,
+            q.cluster,
+            str(q.priority),
+            f"{q.active + q.dispatching}/{q.concurrency if q.concurrency is not None else '-'}",
+            quota or "-",
+            str(running.get(q.name, 0)),
+            str(waiting.get(q.name, 0)),
+            str(q.pending),
+            q.head_reason.value if q.head_reason else "",
+        )
+    return table
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=reconciler demo", "-c", "user.email=demo@reconciler.dev", *args],
+        cwd=repo,
+        check=True,
+        capture_output=True,
+    )
+
+
+@click.command("demo")
+@click.option("--keep", is_flag=True, help="Keep reconciling after all work is done (Ctrl-C).")
+@click.option("--interval", default=2.0, show_default=True, help="Seconds between cycles.")
+@click.option(
+    "--workdir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where to create the demo config repo (default: a new temp dir).",
+)
+@click.option(
+    "--timeout", default=600.0, show_default=True, help="Give up after this many seconds."
+)
+@click.option(
+    "--state-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="The dev cluster's state dir (default: the usual one).",
+)
+def demo(
+    keep: bool, interval: float, workdir: Path | None, timeout: float, state_dir: Path | None
+) -> None:
+    """Copy the example config into a Git repo, start the dev cluster and reconcile it live."""
+    from reconciler.cli.run_cmd import make_reconciler
+
+    console = Console(stderr=True)
+    root = workdir or Path(tempfile.mkdtemp(prefix="reconciler-demo-"))
+    repo = root / "config"
+    if repo.exists():
+        shutil.rmtree(repo)
+    shutil.copytree(TEMPLATE, repo)
+    _git(repo, "init", "-q", "-b", "main")
+    _git(repo, "add", "-A")
+    _git(repo, "commit", "-q", "-m", "example config")
+    console.print(f"config repo: {repo}")
+
+    cluster = DevCluster(state_dir)
+    try:
+        cluster.up(progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+        apply_prerequisites(connect(cluster.kubeconfig))
+    except (BuildError, DevClusterError, KubeError, ApiException) as exc:
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
+
+    reconciler = make_reconciler(repo, "main", {"local": cluster.kubeconfig})
+    stop = threading.Event()
+    timer = threading.Timer(timeout, stop.set)
+    timer.daemon = True
+    timer.start()
+    outcome: dict[str, CycleResult] = {}
+    with Live(console=console, refresh_per_second=2) as live:
+
+        def on_cycle(result: CycleResult) -> None:
+            outcome["last"] = result
+            live.update(queue_table(result))
+            finished = (
+                result.plan is not None
+                and all(s.phase.finished for s in result.states.values())
+                and not result.plan.pending
+                and not result.plan.dispatch
+            )
+            if finished and not keep:
+                stop.set()
+
+        with contextlib.suppress(KeyboardInterrupt):
+            run_forever(reconciler, interval, stop, on_cycle)
+    timer.cancel()
+    last = outcome.get("last")
+    done = last is not None and all(s.phase.finished for s in last.states.values())
+    counts: dict[str, int] = {}
+    for state in last.states.values() if last else ():
+        counts[state.phase.value] = counts.get(state.phase.value, 0) + 1
+    if last is not None:
+        console.print(queue_table(last))
+    console.print(f"operations: {counts}")
+    console.print(f"config repo: {repo} (git log)")
+    console.print(f"cluster logs: {cluster.logs}; stop it with `reconciler dev-cluster down`")
+    sys.exit(0 if done or keep else 1)
