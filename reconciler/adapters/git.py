@@ -359,10 +359,14 @@ class StatusBranch:
         self.fetch_timeout = fetch_timeout
         self.tracking = f"refs/reconciler/status-tip/{branch}"
         self.attempts = 0  # pushes tried by the last write (1 when nobody raced us)
+        self.last_tip: str | None = None  # the remote tip seen by the last fetch
 
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
-        return _fetch(self._git, self.remote, self.branch, self.tracking, self.fetch_timeout)
+        self.last_tip = _fetch(
+            self._git, self.remote, self.branch, self.tracking, self.fetch_timeout
+        )
+        return self.last_tip
 
     def read(self) -> dict[str, bytes]:
         """The files under ``status/`` at the remote tip (empty when there is no branch)."""
@@ -390,6 +394,7 @@ class StatusBranch:
             rejected = self._push(commit)
             if rejected is None:
                 _run(self._git, ["update-ref", self.tracking, commit])
+                self.last_tip = commit
                 return commit
             last = rejected
             delay = min(self.max_backoff, self.backoff * 2**attempt)
