@@ -22,11 +22,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from io import BytesIO
 from pathlib import Path
 
 import git
-from gitdb import IStream
 
 from reconciler.adapters.repo import first_commit_times, read_blob_file
 from reconciler.core.types import RepoFile, RepoSnapshot
@@ -382,7 +380,7 @@ class StatusBranch:
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:
         """Commit ``changes`` (``None`` deletes) on the remote tip and push; the new commit's
         SHA, or None when the tree would not change (no commit is made)."""
-        blobs = {path: self._store(data) for path, data in changes.items() if data is not None}
+        blobs = self._store({p: data for p, data in changes.items() if data is not None})
         self.attempts = 0
         last = ""
         for attempt in range(self.max_attempts):
@@ -404,9 +402,27 @@ class StatusBranch:
             f"{self.max_attempts} attempts: {last}"
         )
 
-    def _store(self, data: bytes) -> str:
-        stream = self._git.odb.store(IStream("blob", len(data), BytesIO(data)))
-        return str(stream.hexsha.decode() if isinstance(stream.hexsha, bytes) else stream.hexsha)
+    def _store(self, blobs: Mapping[str, bytes]) -> dict[str, str]:
+        """Write the blobs in one ``git fast-import`` (a pack when there are many, loose
+        objects when few); the SHA of each, by path."""
+        if not blobs:
+            return {}
+        marks: dict[bytes, int] = {}
+        stream = bytearray()
+        for data in blobs.values():
+            if data not in marks:
+                marks[data] = len(marks) + 1
+                stream += b"blob\nmark :%d\ndata %d\n" % (marks[data], len(data))
+                stream += data + b"\n"
+        with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
+            path = Path(tmp) / "marks"
+            _run(
+                self._git,
+                ["fast-import", "--quiet", "--done", f"--export-marks={path}"],
+                stdin=bytes(stream) + b"done\n",
+            )
+            shas = dict(line.split(" ", 1) for line in path.read_text().split("\n") if line)
+        return {p: shas[f":{marks[data]}"] for p, data in blobs.items()}
 
     def _build(
         self,

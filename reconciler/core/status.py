@@ -10,10 +10,12 @@ the writer makes no commit.
 from __future__ import annotations
 
 import enum
+import json
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 import yaml
@@ -124,7 +126,7 @@ class OperationStatus:
             "children": list(self.children) or None,
             "logs": self.logs or None,
         }
-        return {k: _plain(v) for k, v in data.items() if v is not None}
+        return {k: v for k, v in data.items() if v is not None}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> OperationStatus:
@@ -516,24 +518,31 @@ _Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
-def _plain(value: Any) -> Any:
-    """Mappings, sequences and scalars the safe dumper can write."""
-    if isinstance(value, enum.Enum):
-        return value.value
-    if isinstance(value, Mapping):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple | frozenset | set):
-        items = [_plain(v) for v in value]
-        return sorted(items, key=str) if isinstance(value, frozenset | set) else items
+def _json_default(value: Any) -> Any:
     if isinstance(value, Decimal):
         return format_quantity(value)
-    return value
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, frozenset | set):
+        return sorted(value, key=str)
+    raise TypeError(f"cannot write {type(value).__name__} to a status file")
 
 
 def dump_yaml(data: Mapping[str, Any]) -> bytes:
-    """Deterministic YAML: sorted keys, block style, no line wrapping."""
+    """Deterministic YAML: sorted keys, block style, no line wrapping.
+
+    The canonical JSON of ``data`` keys a memo of the YAML text: most records are the
+    same from one cycle to the next, and the YAML emitter is the costly part."""
+    key = json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+    )
+    return _yaml_text(key)
+
+
+@lru_cache(maxsize=32768)
+def _yaml_text(canonical_json: str) -> bytes:
     text = yaml.dump(
-        _plain(data),
+        json.loads(canonical_json),
         Dumper=_Dumper,
         sort_keys=True,
         default_flow_style=False,
