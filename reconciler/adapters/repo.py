@@ -8,6 +8,7 @@ up to limit+1 bytes so the loader reports them.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -55,13 +56,32 @@ def is_git_repo(path: Path) -> bool:
     return True
 
 
-def first_commit_times(repo: git.Repo, ref: str) -> dict[str, datetime]:
-    """When each path was first added on the history of ``ref``: one ``git log`` pass."""
+def first_commit_times(
+    repo: git.Repo, ref: str, paths: Iterable[str] | None = None
+) -> dict[str, datetime]:
+    """When each path was first added on the history of ``ref``: one ``git log`` pass.
+
+    With ``paths``, only those (literal) paths are looked up, in chunks that keep the
+    command line short; the answer for each is the same as without ``paths``."""
+    if paths is None:
+        return _first_commit_times(repo, ref, None)
+    wanted = sorted(set(paths))
+    out: dict[str, datetime] = {}
+    for start in range(0, len(wanted), _PATHS_PER_LOG):
+        out.update(_first_commit_times(repo, ref, wanted[start : start + _PATHS_PER_LOG]))
+    return out
+
+
+_PATHS_PER_LOG = 500
+
+
+def _first_commit_times(repo: git.Repo, ref: str, paths: list[str] | None) -> dict[str, datetime]:
     out: dict[str, datetime] = {}
     marker = "\x1ecommit "
     log = repo.git.execute(
         [
             "git",
+            "--literal-pathspecs",
             "-c",
             "core.quotePath=false",
             "log",
@@ -71,6 +91,7 @@ def first_commit_times(repo: git.Repo, ref: str) -> dict[str, datetime]:
             "--no-renames",
             f"--format={marker}%ct",
             "--",
+            *(paths or ()),
         ]
     )
     when: datetime | None = None
@@ -83,6 +104,19 @@ def first_commit_times(repo: git.Repo, ref: str) -> dict[str, datetime]:
     return out
 
 
+def read_blob_file(
+    repo: git.Repo, path: str, mode: int, binsha: bytes, first_commit_time: datetime | None
+) -> RepoFile:
+    """One committed blob as a ``RepoFile``: symlinks recorded (``symlink_target``), not
+    followed; content read up to the loader's limit + 1 byte so it can report the size."""
+    stream = repo.odb.stream(binsha)
+    if mode == git.Blob.link_mode:
+        target = stream.read().decode("utf-8", "surrogateescape")
+        return RepoFile(path, b"", symlink_target=target, first_commit_time=first_commit_time)
+    content = stream.read(MAX_FILE_BYTES + 1) if stream.size > MAX_FILE_BYTES else stream.read()
+    return RepoFile(path, content, first_commit_time=first_commit_time)
+
+
 def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
     """The tree committed at ``ref`` (never the working tree); version is the commit SHA."""
     repo = git.Repo(repo_dir)
@@ -93,14 +127,5 @@ def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
         if not isinstance(item, git.Blob):
             continue
         path = str(item.path)
-        first = times.get(path)
-        if item.mode == git.Blob.link_mode:
-            target = item.data_stream.read().decode("utf-8", "surrogateescape")
-            files[path] = RepoFile(path, b"", symlink_target=target, first_commit_time=first)
-        else:
-            stream = item.data_stream
-            content = (
-                stream.read(MAX_FILE_BYTES + 1) if item.size > MAX_FILE_BYTES else stream.read()
-            )
-            files[path] = RepoFile(path, content, first_commit_time=first)
+        files[path] = read_blob_file(repo, path, item.mode, item.binsha, times.get(path))
     return RepoSnapshot(files=files, version=commit.hexsha)

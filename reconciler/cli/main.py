@@ -14,7 +14,14 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from reconciler.cli import config_cmds, demo_cmd, devcluster_cmd, plan_cmd, run_cmd
+    from reconciler.cli import (
+        config_cmds,
+        demo_cmd,
+        devcluster_cmd,
+        plan_cmd,
+        run_cmd,
+        status_cmd,
+    )
 
     cli.add_command(devcluster_cmd.dev_cluster)
     for command in config_cmds.COMMANDS:
@@ -22,6 +29,7 @@ def _register() -> None:
     cli.add_command(plan_cmd.plan)
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
+    cli.add_command(status_cmd.status)
 
 
 _register()

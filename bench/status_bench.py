@@ -1,0 +1,145 @@
+"""Git in and status out, measured side by side in one run (ratios, not absolute targets).
+
+    PYTHONPATH=. python bench/status_bench.py [N_OPERATIONS]
+
+1. ConfigRepo.sync after a one-file commit (tree diff, one blob read) vs. a full read of
+   the same commit (snapshot_git): what the incremental sync saves per cycle.
+2. render_status over N operations vs. plan_repo over the same world: the status cost
+   relative to the planning it reports on (first cycle, and a cycle where nothing changed).
+3. StatusBranch.write of a one-file change vs. of all N files, on a branch of N files.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.adapters.repo import snapshot_git
+from reconciler.core.compile import compile_repo
+from reconciler.core.plan import plan_repo
+from reconciler.core.status import _yaml_text, render_status
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
+ENV = {
+    "GIT_AUTHOR_NAME": "b",
+    "GIT_AUTHOR_EMAIL": "b@b",
+    "GIT_COMMITTER_NAME": "b",
+    "GIT_COMMITTER_EMAIL": "b@b",
+    "PATH": "/usr/bin:/bin:/usr/local/bin",
+}
+
+
+def git(cwd: Path, *args: str) -> None:
+    subprocess.run(["git", *args], cwd=cwd, env=ENV, check=True, capture_output=True)
+
+
+def best(fn: Callable[[], object], repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return min(times)
+
+
+def make_repo(root: Path, n: int) -> Path:
+    work = root / "work"
+    subprocess.run(["cp", "-r", str(TEMPLATE), str(work)], check=True)
+    for i in range(n):
+        project = ("vision", "language")[i % 2]
+        (work / "projects" / project / "operations" / f"gen-{i}.yaml").write_text(
+            f"kind: Operation\nname: gen-{i}\npresets: [a100, data]\nrun:\n  container:\n"
+            f"    command: [python, train.py]\n    args: [--seed, '{i}']\n"
+        )
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "seed")
+    return work
+
+
+def main() -> None:
+    n = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        work = make_repo(root, n)
+        repo = ConfigRepo(str(work), cache_dir=root / "cache")
+        repo.sync()
+        edits = iter(range(10**6))
+
+        def one_file_commit() -> None:
+            (work / "projects" / "vision" / "operations" / "gen-0.yaml").write_text(
+                f"kind: Operation\nname: gen-0\nrun:\n  container:\n    args: ['{next(edits)}']\n"
+            )
+            git(work, "commit", "-qam", "edit")
+
+        def incremental() -> None:
+            one_file_commit()
+            repo.sync()
+
+        def full() -> None:
+            one_file_commit()
+            snapshot_git(work, "HEAD")
+
+        t_commit = best(one_file_commit)
+        t_inc = best(incremental) - t_commit
+        t_full = best(full) - t_commit
+        assert repo.last_sync_stats is not None
+        print(f"files in repo:                       {len(repo.sync().files)}")
+        print(f"blobs read by the incremental sync:  {repo.last_sync_stats.blobs_read}")
+        print(f"sync, one-file commit (incremental): {t_inc * 1000:8.1f} ms")
+        print(f"snapshot_git (full read):            {t_full * 1000:8.1f} ms")
+        print(f"ratio full / incremental:            {t_full / t_inc:8.1f}x")
+
+        compiled = compile_repo(repo.sync())
+        now = datetime(2026, 1, 1, tzinfo=UTC)
+        plan = plan_repo(compiled, [], now)
+        t_plan = best(lambda: plan_repo(compiled, [], now))
+
+        def cold() -> None:
+            _yaml_text.cache_clear()
+            render_status(compiled, plan, {})
+
+        t_cold = best(cold)
+        t_render = best(lambda: render_status(compiled, plan, {}))
+        files = render_status(compiled, plan, {})
+        print(f"operations:                          {len(compiled.operations)}")
+        print(f"plan_repo:                           {t_plan * 1000:8.1f} ms")
+        print(
+            f"render_status, first cycle:          {t_cold * 1000:8.1f} ms "
+            f"({t_cold / len(files) * 1e6:.0f} us/file, {len(files)} files)"
+        )
+        print(
+            f"render_status, unchanged world:      {t_render * 1000:8.1f} ms "
+            f"({t_render / len(files) * 1e6:.0f} us/file)"
+        )
+        print(f"ratio render_status / plan_repo:     {t_render / t_plan:8.1f}x (unchanged world)")
+
+        bare = root / "remote.git"
+        git(root, "init", "-q", "--bare", str(bare))
+        status = StatusBranch(ConfigRepo(str(bare), cache_dir=root / "cache2"))
+        status.write(files, "seed")
+        rounds = iter(range(10**6))
+        some = next(iter(files))
+
+        def write_one() -> None:
+            status.write({some: f"x: {next(rounds)}\n".encode()}, "one")
+
+        def write_all() -> None:
+            k = next(rounds)
+            status.write({p: d + f"# {k}\n".encode() for p, d in files.items()}, "all")
+
+        t_one = best(write_one)
+        t_all = best(write_all)
+        print(f"status write, 1 file changed:        {t_one * 1000:8.1f} ms")
+        print(f"status write, {len(files)} files changed:     {t_all * 1000:8.1f} ms")
+        print(f"ratio all / one:                     {t_all / t_one:8.1f}x")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,483 @@
+"""Git in and out, with plumbing only (never a working-tree checkout).
+
+``ConfigRepo`` keeps a bare cache of the config repo and reads the committed tree at the tip
+of a branch; each sync diffs the new tree against the last one and reads only the blobs that
+changed. ``StatusBranch`` writes status files as one commit on top of the remote tip of the
+status branch, through a temporary index, and pushes without force: when the push is
+rejected (someone else pushed first) it fetches, rebuilds the commit on the new tip and
+tries again, a bounded number of times.
+
+Every Git failure surfaces as :class:`GitSyncError`, one line, with credentials redacted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import re
+import shutil
+import tempfile
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import git
+
+from reconciler.adapters.repo import first_commit_times, read_blob_file
+from reconciler.core.types import RepoFile, RepoSnapshot
+
+_ZERO = "0" * 40
+_LINK_MODE = 0o120000
+_GITLINK_MODE = 0o160000
+_ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}  # never prompt; English messages to parse
+
+
+# A push that lost a race: someone else moved the branch (or held its lock) first.
+_LOST_RACE = re.compile(
+    r"non-fast-forward|fetch first|\[rejected\]|stale info|cannot lock ref|but expected"
+)
+
+
+class GitSyncError(Exception):
+    """Git could not be read or written: unreachable remote, missing branch, auth, rejected
+    push. ``str()`` is one line meant for the log and the status branch."""
+
+
+# --- helpers ----------------------------------------------------------------------------
+
+
+def redact(text: str) -> str:
+    """Hide credentials in URLs (``https://user:token@host`` -> ``https://***@host``)."""
+    return re.sub(r"(\b[a-z][a-z0-9+.-]*://)[^/@\s]+@", r"\1***@", text)
+
+
+def _reason(err: git.GitCommandError) -> str:
+    """The most telling line of git's stderr (``fatal: ...``/``error: ...``), without prefix."""
+    stderr = err.stderr if isinstance(err.stderr, str) else str(err.stderr or "")
+    stderr = re.sub(r"^\s*stderr: '", "", stderr).rstrip().removesuffix("'")
+    lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    for prefix in ("fatal: ", "error: ", "remote: "):
+        for ln in lines:
+            if ln.startswith(prefix):
+                return redact(ln[len(prefix) :].strip())
+    if lines:
+        return redact(lines[-1])
+    return f"git exited with status {err.status}"
+
+
+def _is_local(source: str) -> bool:
+    return "://" not in source and not re.match(r"^[\w.-]+@[\w.-]+:", source)
+
+
+def _normal_source(source: str) -> str:
+    """Local paths are made absolute, so the cache key and the fetch do not depend on cwd."""
+    if source.startswith("file://"):
+        return source
+    if _is_local(source):
+        return str(Path(source).expanduser().resolve())
+    return source
+
+
+def _cache_key(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _run(
+    repo: git.Repo,
+    args: list[str],
+    *,
+    stdin: bytes | None = None,
+    env: Mapping[str, str] | None = None,
+) -> str:
+    """Run one git command in ``repo``; raises ``git.GitCommandError``."""
+    env = {**_ENV, **(env or {})}
+    if stdin is None:
+        out = repo.git.execute(["git", *args], env=env, strip_newline_in_stdout=False)
+        return str(out)
+    with tempfile.TemporaryFile() as fh:
+        fh.write(stdin)
+        fh.seek(0)
+        out = repo.git.execute(["git", *args], istream=fh, env=env, strip_newline_in_stdout=False)
+    return str(out)
+
+
+def _fetch(
+    repo: git.Repo, remote: str, branch: str, tracking: str, timeout: float | None
+) -> str | None:
+    """Fetch ``branch`` of ``remote`` into ``tracking``; its SHA, or None if it does not exist.
+    Raises GitSyncError for anything else (unreachable, auth, not a repository)."""
+    try:
+        repo.git.execute(
+            [
+                "git",
+                "fetch",
+                "--quiet",
+                "--no-tags",
+                "--no-write-fetch-head",
+                remote,
+                f"+refs/heads/{branch}:{tracking}",
+            ],
+            env=_ENV,
+            kill_after_timeout=timeout,
+        )
+    except git.GitCommandError as err:
+        reason = _reason(err)
+        if "couldn't find remote ref" in reason:
+            _run(repo, ["update-ref", "-d", tracking])  # it may have been deleted
+            return None
+        if err.status == -9 or "killed" in str(err).lower():
+            reason = f"timed out after {timeout}s"
+        raise GitSyncError(f"cannot fetch {redact(remote)}: {reason}") from None
+    return _run(repo, ["rev-parse", "--verify", "--quiet", tracking]).strip()
+
+
+def _open_bare(path: Path) -> git.Repo:
+    try:
+        return git.Repo(path)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise GitSyncError(f"{path} is not a Git repository") from None
+
+
+@dataclass(frozen=True)
+class _Entry:
+    mode: int
+    sha: str  # hex
+
+
+def _ls_tree(repo: git.Repo, ref: str, prefix: str | None = None) -> dict[str, _Entry]:
+    """Every blob (and symlink) in the tree of ``ref``, by path; submodules are skipped."""
+    args = ["ls-tree", "-r", "-z", "--full-tree", ref]
+    if prefix is not None:
+        args += ["--", prefix]
+    out: dict[str, _Entry] = {}
+    for record in _run(repo, args).split("\0"):
+        if not record:
+            continue
+        meta, path = record.split("\t", 1)
+        mode, kind, sha = meta.split(" ")
+        if kind == "blob":
+            out[path] = _Entry(int(mode, 8), sha)
+    return out
+
+
+# --- the config repo --------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SyncStats:
+    """What the last ``sync()`` did: ``blobs_read`` is the cost of an incremental sync."""
+
+    version: str
+    previous: str | None
+    full: bool  # no previous snapshot: the whole tree was read
+    blobs_read: int
+    added: int
+    modified: int
+    deleted: int
+
+
+class ConfigRepo:
+    """A config repo read from ``source`` (a URL or a local path) at the tip of ``branch``.
+
+    The first use makes a bare cache under ``cache_dir`` keyed by a hash of the source;
+    each :meth:`sync` fetches the branch and returns the committed tree at its tip."""
+
+    def __init__(
+        self,
+        source: str,
+        branch: str = "main",
+        cache_dir: Path | None = None,
+        *,
+        fetch_timeout: float | None = 120.0,
+    ) -> None:
+        self.source = _normal_source(str(source))
+        self.branch = branch
+        base = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+        self.git_dir = base / f"{_cache_key(self.source)}.git"
+        self.fetch_timeout = fetch_timeout
+        self.tracking = f"refs/remotes/origin/{branch}"
+        self._repo: git.Repo | None = None
+        self._version: str | None = None
+        self._files: dict[str, RepoFile] = {}
+        self._entries: dict[str, _Entry] = {}
+        self.last_sync_stats: SyncStats | None = None
+
+    def open(self) -> git.Repo:
+        """The bare cache, created on first use (no network)."""
+        if self._repo is not None:
+            return self._repo
+        if _is_local(self.source) and not Path(self.source).exists():
+            raise GitSyncError(f"cannot read {self.source}: no such file or directory")
+        if (self.git_dir / "HEAD").exists():
+            repo = _open_bare(self.git_dir)
+        else:
+            self.git_dir.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=".init-", dir=self.git_dir.parent))
+            repo = git.Repo.init(tmp, bare=True)
+            _run(repo, ["config", "remote.origin.url", self.source])
+            _run(repo, ["config", "gc.autoDetach", "false"])
+            repo.close()
+            try:
+                tmp.rename(self.git_dir)  # atomic: a crash never leaves a half-made cache
+            except OSError:  # another process made it first
+                _remove_tree(tmp)
+            repo = _open_bare(self.git_dir)
+        self._repo = repo
+        return repo
+
+    def fetch(self) -> str:
+        """Fetch the branch; the SHA of its tip."""
+        repo = self.open()
+        sha = _fetch(repo, self.source, self.branch, self.tracking, self.fetch_timeout)
+        if sha is None:
+            raise GitSyncError(f"branch {self.branch!r} not found in {redact(self.source)}")
+        return sha
+
+    def sync(self) -> RepoSnapshot:
+        """Fetch and read the committed tree at the branch tip; ``version`` is the commit SHA.
+
+        Incremental: an unchanged tip reads nothing; a new one reads only the blobs whose
+        path was added or changed since the previous sync (see ``last_sync_stats``)."""
+        sha = self.fetch()
+        return self.snapshot(sha)
+
+    def snapshot(self, sha: str) -> RepoSnapshot:
+        """The tree at commit ``sha`` (already fetched), diffed against the previous one."""
+        repo = self.open()
+        previous = self._version
+        if previous == sha:
+            self.last_sync_stats = SyncStats(sha, previous, False, 0, 0, 0, 0)
+            return RepoSnapshot(files=dict(self._files), version=sha)
+        try:
+            entries = _ls_tree(repo, sha)
+        except git.GitCommandError as err:
+            raise GitSyncError(f"cannot read commit {sha[:12]}: {_reason(err)}") from None
+        old = self._entries if previous is not None else {}
+        added = [p for p in entries if p not in old]
+        modified = [p for p, e in entries.items() if p in old and old[p] != e]
+        deleted = [p for p in old if p not in entries]
+        # First-commit times: incremental (added paths only) along a fast-forward; the
+        # whole history again when the branch was rewritten or on the first sync.
+        times: Mapping[str, datetime]
+        full = previous is None or not self._is_ancestor(repo, previous, sha)
+        if full:
+            times = first_commit_times(repo, sha)
+            keep: dict[str, RepoFile] = {}
+            for path, f in self._files.items():
+                if path in entries and path not in modified:
+                    keep[path] = _with_time(f, times.get(path))
+        else:
+            times = first_commit_times(repo, sha, added) if added else {}
+            keep = {p: f for p, f in self._files.items() if p in entries and p not in modified}
+        files = keep
+        blobs = 0
+        for path in (*added, *modified):
+            entry = entries[path]
+            first = times.get(path) if (full or path in added) else self._first(path)
+            files[path] = read_blob_file(repo, path, entry.mode, bytes.fromhex(entry.sha), first)
+            blobs += 1
+        self._files = dict(sorted(files.items()))
+        self._entries = entries
+        self._version = sha
+        self.last_sync_stats = SyncStats(
+            sha, previous, previous is None, blobs, len(added), len(modified), len(deleted)
+        )
+        return RepoSnapshot(files=dict(self._files), version=sha)
+
+    def _first(self, path: str) -> datetime | None:
+        f = self._files.get(path)
+        return f.first_commit_time if f is not None else None
+
+    @staticmethod
+    def _is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
+        try:
+            _run(repo, ["merge-base", "--is-ancestor", older, newer])
+        except git.GitCommandError:
+            return False
+        return True
+
+
+def _with_time(f: RepoFile, when: datetime | None) -> RepoFile:
+    if f.first_commit_time == when:
+        return f
+    return RepoFile(f.path, f.content, f.symlink_target, when)
+
+
+def _default_cache_dir() -> Path:
+    root = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(root) / "dispatch-reconciler" / "repos"
+
+
+def _remove_tree(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+# --- the status branch ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Author:
+    name: str = "dispatch-reconciler"
+    email: str = "reconciler@dispatch.invalid"
+
+
+class StatusBranch:
+    """Status files on a branch of the config repo, written by plumbing and pushed without
+    force. ``repo`` is a :class:`ConfigRepo` (pushes to its source) or the path of a bare
+    clone (pushes to ``remote``, ``origin`` by default)."""
+
+    def __init__(
+        self,
+        repo: ConfigRepo | Path | str,
+        remote: str | None = None,
+        branch: str = "reconciler/status",
+        author: Author | None = None,
+        *,
+        max_attempts: int = 8,
+        backoff: float = 0.05,
+        max_backoff: float = 2.0,
+        sleep: Callable[[float], None] = time.sleep,
+        fetch_timeout: float | None = 120.0,
+    ) -> None:
+        if isinstance(repo, ConfigRepo):
+            self._git = repo.open()
+            self.remote = remote or repo.source
+        else:
+            self._git = _open_bare(Path(repo))
+            self.remote = remote or "origin"
+        self.branch = branch
+        self.author = author or Author()
+        self.max_attempts = max_attempts
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.sleep = sleep
+        self.fetch_timeout = fetch_timeout
+        self.tracking = f"refs/reconciler/status-tip/{branch}"
+        self.attempts = 0  # pushes tried by the last write (1 when nobody raced us)
+        self.last_tip: str | None = None  # the remote tip seen by the last fetch
+
+    def fetch(self) -> str | None:
+        """The SHA of the remote tip of the status branch, or None if it does not exist."""
+        self.last_tip = _fetch(
+            self._git, self.remote, self.branch, self.tracking, self.fetch_timeout
+        )
+        return self.last_tip
+
+    def read(self) -> dict[str, bytes]:
+        """The files under ``status/`` at the remote tip (empty when there is no branch)."""
+        tip = self.fetch()
+        if tip is None:
+            return {}
+        out: dict[str, bytes] = {}
+        for path, entry in _ls_tree(self._git, tip, "status/").items():
+            if entry.mode != _LINK_MODE:
+                out[path] = self._git.odb.stream(bytes.fromhex(entry.sha)).read()
+        return out
+
+    def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:
+        """Commit ``changes`` (``None`` deletes) on the remote tip and push; the new commit's
+        SHA, or None when the tree would not change (no commit is made)."""
+        blobs = self._store({p: data for p, data in changes.items() if data is not None})
+        self.attempts = 0
+        last = ""
+        for attempt in range(self.max_attempts):
+            tip = self.fetch()
+            commit = self._build(tip, changes, blobs, message)
+            if commit is None:
+                return None
+            self.attempts = attempt + 1
+            rejected = self._push(commit)
+            if rejected is None:
+                _run(self._git, ["update-ref", self.tracking, commit])
+                self.last_tip = commit
+                return commit
+            last = rejected
+            delay = min(self.max_backoff, self.backoff * 2**attempt)
+            self.sleep(delay * (0.5 + random.random() / 2))
+        raise GitSyncError(
+            f"cannot push {self.branch} to {redact(self.remote)} after "
+            f"{self.max_attempts} attempts: {last}"
+        )
+
+    def _store(self, blobs: Mapping[str, bytes]) -> dict[str, str]:
+        """Write the blobs in one ``git fast-import`` (a pack when there are many, loose
+        objects when few); the SHA of each, by path."""
+        if not blobs:
+            return {}
+        marks: dict[bytes, int] = {}
+        stream = bytearray()
+        for data in blobs.values():
+            if data not in marks:
+                marks[data] = len(marks) + 1
+                stream += b"blob\nmark :%d\ndata %d\n" % (marks[data], len(data))
+                stream += data + b"\n"
+        with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
+            path = Path(tmp) / "marks"
+            _run(
+                self._git,
+                ["fast-import", "--quiet", "--done", f"--export-marks={path}"],
+                stdin=bytes(stream) + b"done\n",
+            )
+            shas = dict(line.split(" ", 1) for line in path.read_text().split("\n") if line)
+        return {p: shas[f":{marks[data]}"] for p, data in blobs.items()}
+
+    def _build(
+        self,
+        tip: str | None,
+        changes: Mapping[str, bytes | None],
+        blobs: Mapping[str, str],
+        message: str,
+    ) -> str | None:
+        """One commit on ``tip`` (an orphan when None) with ``changes`` applied."""
+        with tempfile.TemporaryDirectory(prefix="reconciler-index-") as tmp:
+            index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            if tip is not None:
+                _run(self._git, ["read-tree", tip], env=index)
+            else:
+                _run(self._git, ["read-tree", "--empty"], env=index)
+            lines = []
+            for path, data in sorted(changes.items()):
+                if data is None:
+                    lines.append(f"0 {_ZERO}\t{path}\0")
+                else:
+                    lines.append(f"100644 {blobs[path]}\t{path}\0")
+            _run(
+                self._git,
+                ["update-index", "-z", "--index-info"],
+                stdin="".join(lines).encode(),
+                env=index,
+            )
+            tree = _run(self._git, ["write-tree"], env=index).strip()
+        if tip is None:
+            if not blobs:
+                return None  # only deletions, on a branch that does not exist yet
+            parents: list[str] = []
+        else:
+            if tree == _run(self._git, ["rev-parse", f"{tip}^{{tree}}"]).strip():
+                return None
+            parents = ["-p", tip]
+        who = {
+            "GIT_AUTHOR_NAME": self.author.name,
+            "GIT_AUTHOR_EMAIL": self.author.email,
+            "GIT_COMMITTER_NAME": self.author.name,
+            "GIT_COMMITTER_EMAIL": self.author.email,
+        }
+        return _run(
+            self._git, ["commit-tree", tree, *parents, "-F", "-"], stdin=message.encode(), env=who
+        ).strip()
+
+    def _push(self, commit: str) -> str | None:
+        """Push without force; None on success, the rejection reason on a lost race.
+        Any other failure (auth, unreachable, hook refused) raises GitSyncError."""
+        try:
+            refspec = f"{commit}:refs/heads/{self.branch}"
+            _run(self._git, ["push", "--porcelain", "--quiet", self.remote, refspec])
+        except git.GitCommandError as err:
+            text = str(err)
+            if _LOST_RACE.search(text):
+                return "rejected as non-fast-forward (someone pushed first)"
+            raise GitSyncError(f"cannot push to {redact(self.remote)}: {_reason(err)}") from None
+        return None

@@ -1,0 +1,165 @@
+"""``reconciler status [PROJECT[/OP]]``: what the reconciler last wrote to the status branch.
+
+Reading goes through the Git adapter (a bare cache, never a checkout); the renderers below
+are pure and take the parsed :class:`~reconciler.core.status.StatusView`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
+from reconciler.core.status import (
+    OperationStatus,
+    QueueStatus,
+    StatusView,
+    dump_yaml,
+    read_status,
+)
+
+OUTPUTS = ("table", "json")
+OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
+QUEUE_HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT", "PENDING"]
+
+
+class StatusError(Exception):
+    """Printed as ``error: <message>``; exit 1."""
+
+
+# --- pure rendering ---------------------------------------------------------------------
+
+
+def select(view: StatusView, target: str | None) -> list[OperationStatus]:
+    """All operations, one project's (``PROJECT``) or one (``PROJECT/OP``)."""
+    ops = [view.operations[k] for k in sorted(view.operations)]
+    if target is None:
+        return ops
+    if "/" in target:
+        return [o for o in ops if o.operation == target]
+    return [o for o in ops if o.operation.split("/", 1)[0] == target]
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    widths = [len(h) for h in headers]
+    for row in rows:
+        for i, cell in enumerate(row):
+            widths[i] = max(widths[i], len(cell))
+    return "\n".join(
+        "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
+        for row in [list(headers), *rows]
+    )
+
+
+def _queue_row(q: QueueStatus) -> list[str]:
+    limit = "-" if q.concurrency is None else str(q.concurrency)
+    quota = ", ".join(f"{r} {q.used.get(r, '0')}/{v}" for r, v in sorted(q.quota.items()))
+    return [q.name, q.cluster, str(q.priority), f"{q.active}/{limit}", quota or "-", str(q.pending)]
+
+
+def status_to_table(view: StatusView, ops: Sequence[OperationStatus], *, queues: bool) -> str:
+    rows = [
+        [
+            o.operation,
+            o.phase,
+            o.reason or "",
+            o.queue or "",
+            "" if o.position is None else str(o.position),
+            o.cluster or "",
+            o.message.replace("\n", " "),
+        ]
+        for o in ops
+    ]
+    out = [_table(OP_HEADERS, rows)]
+    if queues and view.queues:
+        out += ["", _table(QUEUE_HEADERS, [_queue_row(q) for q in view.queues])]
+    return "\n".join(out) + "\n"
+
+
+def status_to_json(view: StatusView, ops: Sequence[OperationStatus]) -> str:
+    data: dict[str, Any] = {
+        "config": view.config.to_dict() if view.config else None,
+        "queues": [q.to_dict() for q in view.queues],
+        "operations": [o.to_dict() for o in ops],
+    }
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def render(view: StatusView, target: str | None, output: str) -> str:
+    """The command's stdout; raises StatusError when ``target`` names nothing."""
+    ops = select(view, target)
+    if target is not None and not ops:
+        raise StatusError(f"no status for {target}")
+    if target is not None and "/" in target:
+        record = ops[0].to_dict()
+        if output == "json":
+            return json.dumps(record, indent=2, sort_keys=True) + "\n"
+        return dump_yaml(record).decode()
+    if output == "json":
+        return status_to_json(view, ops)
+    return status_to_table(view, ops, queues=target is None)
+
+
+def warnings(view: StatusView) -> list[str]:
+    out = [f"warning: unreadable status file {p}" for p in view.problems]
+    if view.config is not None:
+        if not view.config.valid:
+            out.append(
+                f"warning: config {view.config.version[:12]} is invalid; "
+                f"{view.config.applied[:12]} stays in force:"
+            )
+            out += [f"  {e}" for e in view.config.errors]
+        out += [f"warning: {w}" for w in view.config.warnings]
+    return out
+
+
+# --- I/O --------------------------------------------------------------------------------
+
+
+def read_branch(repo: str, branch: str, cache_dir: Path | None) -> StatusView:
+    config = ConfigRepo(repo, cache_dir=cache_dir)
+    status = StatusBranch(config, branch=branch)
+    files = status.read()
+    if status.last_tip is None:
+        raise StatusError(
+            f"no status yet: branch {branch} does not exist in {config.source} "
+            "(the reconciler writes it after its first cycle)"
+        )
+    return read_status(files)
+
+
+@click.command("status")
+@click.argument("target", required=False, metavar="[PROJECT[/OP]]")
+@click.option(
+    "--repo",
+    default=".",
+    show_default=True,
+    help="The config repo: a URL or a local path.",
+)
+@click.option("--status-branch", default="reconciler/status", show_default=True)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("RECONCILER_CACHE_DIR"),
+    help="Where Git caches live.  [default: $XDG_CACHE_HOME/dispatch-reconciler/repos]",
+)
+@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+def status(
+    target: str | None, repo: str, status_branch: str, cache_dir: Path | None, output: str
+) -> None:
+    """Show each operation's phase, reason, queue and position from the status branch;
+    with PROJECT/OP, that operation's full record."""
+    try:
+        view = read_branch(repo, status_branch, cache_dir)
+        text = render(view, target, output)
+    except (GitSyncError, StatusError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    click.echo(text, nl=False)
+    for line in warnings(view):
+        click.echo(line, err=True)

@@ -1,0 +1,721 @@
+"""The status branch's files, rendered from one cycle's compiled config, plan and
+observations (pure), and read back.
+
+Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per operation,
+``status/queues.yaml`` and ``status/config.yaml``. Files are deterministic YAML with sorted
+keys and no per-cycle field (no "now"): an unchanged world renders byte-identical files, so
+the writer makes no commit.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+import yaml
+
+from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import Pending, Plan, QueueSummary
+from reconciler.core.quantity import format_quantity
+from reconciler.core.render import spec_hash, workload_name
+from reconciler.core.types import (
+    CompiledOperation,
+    CompiledRepo,
+    ConfigError,
+    Phase,
+    RejectedOperation,
+)
+
+STATUS_DIR = "status"
+QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
+CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
+
+# The phase of an operation refused by policy that has no workload: it will not run.
+REJECTED = "Rejected"
+# The aggregate of a workflow parent's children ("matrix" or "dag").
+WORKFLOW = "workflow"
+
+
+class Sync(enum.StrEnum):
+    SYNCED = "Synced"
+    OUT_OF_SYNC = "OutOfSync"  # an active workload runs another spec than the repo's
+
+
+class StatusReason(enum.StrEnum):
+    WORKLOAD_CREATED = "WorkloadCreated"  # dispatched this cycle, not observed yet
+    REMOVED_FROM_REPO = "RemovedFromRepo"
+    PRUNE_REFUSED = "PruneRefused"  # removed, but the mass-deletion guard held
+
+
+class StatusFileError(ValueError):
+    """A status file that cannot be read back; ``str()`` is ``file:line:col: message``."""
+
+
+def operation_path(operation: str) -> str:
+    """``team-a/train`` -> ``status/team-a/train.yaml``."""
+    return f"{STATUS_DIR}/{operation}.yaml"
+
+
+def logs_command(operation: str) -> str:
+    return f"reconciler logs {operation}"
+
+
+# --- the records ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OperationStatus:
+    """One ``status/<project>/<operation>.yaml``. ``phase`` is a :class:`Phase` value,
+    ``Rejected``, or (for a workflow parent) the aggregate of its children."""
+
+    operation: str
+    phase: str
+    reason: str | None = None
+    message: str = ""
+    kind: str | None = None
+    path: str | None = None  # the operation's file in the config repo
+    queue: str | None = None
+    cluster: str | None = None
+    namespace: str | None = None
+    workload: str | None = None
+    position: int | None = None  # 1-based among the queue's pending
+    generation: int | None = None
+    config_commit: str | None = None
+    dispatched_at: str | None = None
+    started_at: str | None = None
+    finished_at: str | None = None
+    outputs: Mapping[str, Any] | None = None
+    spec_hash: str | None = None
+    workload_spec_hash: str | None = None  # only when it differs from ``spec_hash``
+    sync: str = Sync.SYNCED.value
+    blocked_by: Mapping[str, Any] | None = None
+    workflow: Mapping[str, Any] | None = None  # a child: {parent, kind, index}
+    children: tuple[str, ...] = ()  # a workflow parent: its children's ids
+    logs: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "operation": self.operation,
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message or None,
+            "kind": self.kind,
+            "path": self.path,
+            "queue": self.queue,
+            "cluster": self.cluster,
+            "namespace": self.namespace,
+            "workload": self.workload,
+            "position": self.position,
+            "generation": self.generation,
+            "configCommit": self.config_commit,
+            "dispatchedAt": self.dispatched_at,
+            "startedAt": self.started_at,
+            "finishedAt": self.finished_at,
+            "outputs": self.outputs,
+            "specHash": self.spec_hash,
+            "workloadSpecHash": self.workload_spec_hash,
+            "sync": self.sync,
+            "blockedBy": self.blocked_by,
+            "workflow": self.workflow,
+            "children": list(self.children) or None,
+            "logs": self.logs or None,
+        }
+        return {k: v for k, v in data.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> OperationStatus:
+        def text(key: str) -> str | None:
+            value = data.get(key)
+            return None if value is None else str(value)
+
+        def number(key: str) -> int | None:
+            value = data.get(key)
+            return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+        def mapping(key: str) -> Mapping[str, Any] | None:
+            value = data.get(key)
+            return value if isinstance(value, Mapping) else None
+
+        return cls(
+            operation=str(data["operation"]),
+            phase=str(data["phase"]),
+            reason=text("reason"),
+            message=text("message") or "",
+            kind=text("kind"),
+            path=text("path"),
+            queue=text("queue"),
+            cluster=text("cluster"),
+            namespace=text("namespace"),
+            workload=text("workload"),
+            position=number("position"),
+            generation=number("generation"),
+            config_commit=text("configCommit"),
+            dispatched_at=text("dispatchedAt"),
+            started_at=text("startedAt"),
+            finished_at=text("finishedAt"),
+            outputs=mapping("outputs"),
+            spec_hash=text("specHash"),
+            workload_spec_hash=text("workloadSpecHash"),
+            sync=text("sync") or Sync.SYNCED.value,
+            blocked_by=mapping("blockedBy"),
+            workflow=mapping("workflow"),
+            children=tuple(str(c) for c in data.get("children") or ()),
+            logs=text("logs") or "",
+        )
+
+
+@dataclass(frozen=True)
+class QueueStatus:
+    """One queue in ``status/queues.yaml``: usage with this cycle's dispatches applied."""
+
+    name: str
+    cluster: str
+    priority: int
+    concurrency: int | None
+    quota: Mapping[str, str]
+    active: int
+    used: Mapping[str, str]
+    pending: int
+    head_reason: str | None = None
+    strategy: str = "BestEffortFIFO"
+    paused: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {
+            "name": self.name,
+            "cluster": self.cluster,
+            "priority": self.priority,
+            "concurrency": self.concurrency,
+            "quota": dict(self.quota),
+            "active": self.active,
+            "used": dict(self.used),
+            "pending": self.pending,
+            "headReason": self.head_reason,
+            "strategy": self.strategy,
+            "paused": self.paused,
+        }
+        return {k: v for k, v in data.items() if v is not None}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> QueueStatus:
+        concurrency = data.get("concurrency")
+        head = data.get("headReason")
+        return cls(
+            name=str(data["name"]),
+            cluster=str(data.get("cluster", "")),
+            priority=int(data.get("priority", 0)),
+            concurrency=int(concurrency) if concurrency is not None else None,
+            quota={str(k): str(v) for k, v in (data.get("quota") or {}).items()},
+            active=int(data.get("active", 0)),
+            used={str(k): str(v) for k, v in (data.get("used") or {}).items()},
+            pending=int(data.get("pending", 0)),
+            head_reason=str(head) if head is not None else None,
+            strategy=str(data.get("strategy", "BestEffortFIFO")),
+            paused=bool(data.get("paused", False)),
+        )
+
+    @classmethod
+    def from_summary(cls, q: QueueSummary) -> QueueStatus:
+        return cls(
+            name=q.name,
+            cluster=q.cluster,
+            priority=q.priority,
+            concurrency=q.concurrency,
+            quota={r: format_quantity(v) for r, v in sorted(q.quota.items())},
+            active=q.active + q.dispatching,
+            used={r: format_quantity(v) for r, v in sorted(q.used_after.items())},
+            pending=q.pending,
+            head_reason=str(q.head_reason) if q.head_reason is not None else None,
+            strategy=str(q.strategy),
+            paused=q.paused,
+        )
+
+
+@dataclass(frozen=True)
+class ConfigStatus:
+    """``status/config.yaml``: the commit last read, the one in force, and its errors."""
+
+    version: str
+    applied: str
+    valid: bool
+    errors: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "version": self.version,
+            "applied": self.applied,
+            "valid": self.valid,
+        }
+        if self.errors:
+            data["errors"] = list(self.errors)
+        if self.warnings:
+            data["warnings"] = list(self.warnings)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ConfigStatus:
+        return cls(
+            version=str(data.get("version", "")),
+            applied=str(data.get("applied", "")),
+            valid=bool(data.get("valid", True)),
+            errors=tuple(str(e) for e in data.get("errors") or ()),
+            warnings=tuple(str(w) for w in data.get("warnings") or ()),
+        )
+
+
+StatusFile = OperationStatus | tuple[QueueStatus, ...] | ConfigStatus
+
+
+# --- rendering --------------------------------------------------------------------------
+
+
+def render_status(
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    *,
+    config_error: tuple[ConfigError, ...] = (),
+    config_version: str | None = None,
+) -> dict[str, bytes]:
+    """Every status file for one cycle, by path.
+
+    ``repo`` is the config in force (the last good one when the newest commit is invalid:
+    pass that commit's errors as ``config_error`` and its SHA as ``config_version``).
+    ``states`` are the current workloads per operation id (``observe.current_states``);
+    ``plan`` is this cycle's plan over them."""
+    records = build_status(repo, plan, states)
+    files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+    queues = [QueueStatus.from_summary(q).to_dict() for q in plan.queues]
+    files[QUEUES_FILE] = dump_yaml({"queues": queues})
+    errors = config_error or repo.errors
+    warnings = (plan.prune_refused.message(),) if plan.prune_refused is not None else ()
+    config = ConfigStatus(
+        version=config_version or repo.version,
+        applied=repo.version,
+        valid=not errors,
+        errors=tuple(str(e) for e in sorted(errors)),
+        warnings=warnings,
+    )
+    files[CONFIG_FILE] = dump_yaml(config.to_dict())
+    return dict(sorted(files.items()))
+
+
+def build_status(
+    repo: CompiledRepo, plan: Plan, states: Mapping[str, WorkloadState]
+) -> list[OperationStatus]:
+    """The per-operation records, sorted by id: compiled operations (workflow children and
+    their parents), rejected ones, and those only observed (e.g. removed but still running)."""
+    dispatched = {d.operation for d in plan.dispatch}
+    pending = {p.operation: p for p in plan.pending}
+    stops = {s.operation for s in plan.stop}
+    refused = set(plan.prune_refused.refused) if plan.prune_refused is not None else set()
+    out: dict[str, OperationStatus] = {}
+    children: dict[str, list[OperationStatus]] = {}
+    for op in repo.operations:
+        state = states.get(op.id)
+        if state is not None and state.generation != op.generation:
+            state = None  # a previous generation's workload: the current one is not out yet
+        record = _compiled_record(repo, op, state, op.id in dispatched, pending.get(op.id))
+        out[op.id] = record
+        if op.workflow is not None:
+            children.setdefault(op.workflow.parent, []).append(record)
+    for parent, kids in children.items():
+        if parent not in out:
+            out[parent] = _workflow_record(parent, kids)
+    for rejected in repo.rejected:
+        out[rejected.operation] = _rejected_record(repo, rejected, states.get(rejected.operation))
+    for oid, state in states.items():
+        if oid not in out:
+            out[oid] = _observed_record(repo, state, oid in stops, oid in refused, plan)
+    return [out[k] for k in sorted(out)]
+
+
+def _compiled_record(
+    repo: CompiledRepo,
+    op: CompiledOperation,
+    state: WorkloadState | None,
+    dispatched: bool,
+    pending: Pending | None,
+) -> OperationStatus:
+    desired = spec_hash(op, repo.connections)
+    workflow = (
+        {"parent": op.workflow.parent, "kind": op.workflow.kind, "index": op.workflow.index}
+        if op.workflow is not None
+        else None
+    )
+    common: dict[str, Any] = {
+        "operation": op.id,
+        "kind": str(op.kind),
+        "path": op.path,
+        "queue": op.queue,
+        "cluster": op.cluster,
+        "namespace": op.namespace,
+        "generation": op.generation,
+        "spec_hash": desired,
+        "workflow": workflow,
+        "logs": logs_command(op.id),
+    }
+    if state is not None:
+        out_of_sync = state.phase.active and state.spec_hash not in (None, desired)
+        return OperationStatus(
+            **{**common, "cluster": state.cluster, "namespace": state.namespace},
+            phase=str(state.phase),
+            reason=_reason(state),
+            message=state.message,
+            workload=state.name,
+            config_commit=state.config_commit or repo.version,
+            dispatched_at=state.dispatched_at,
+            started_at=state.started_at,
+            finished_at=state.finished_at,
+            outputs=state.outputs,
+            workload_spec_hash=state.spec_hash if state.spec_hash != desired else None,
+            sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
+        )
+    name = workload_name(op.project, op.name, op.generation)
+    if dispatched:
+        return OperationStatus(
+            **common,
+            phase=Phase.DISPATCHED.value,
+            reason=StatusReason.WORKLOAD_CREATED.value,
+            message=f"dispatched to cluster {op.cluster}",
+            workload=name,
+            config_commit=repo.version,
+        )
+    if pending is not None:
+        return OperationStatus(
+            **common,
+            phase=Phase.QUEUED.value,
+            reason=str(pending.reason),
+            message=pending.message,
+            workload=name,
+            position=pending.position,
+            config_commit=repo.version,
+            blocked_by=pending.blocked_by.to_json(),
+        )
+    return OperationStatus(
+        **common, phase=Phase.QUEUED.value, workload=name, config_commit=repo.version
+    )
+
+
+def _reason(state: WorkloadState) -> str | None:
+    return str(state.reason) if state.reason is not None else None
+
+
+def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatus:
+    """A workflow parent: its phase is the aggregate of its children's."""
+    phases = Counter(k.phase for k in kids)
+    total = len(kids)
+    finished = sum(phases[p.value] for p in Phase if p.finished)
+    active = sum(phases[p.value] for p in Phase if p.active)
+    if finished == total:
+        if phases[Phase.FAILED.value]:
+            phase = Phase.FAILED
+        elif phases[Phase.STOPPED.value]:
+            phase = Phase.STOPPED
+        else:
+            phase = Phase.SUCCEEDED
+    elif active and not phases[Phase.RUNNING.value] and not finished:
+        phase = Phase.DISPATCHED
+    elif active or finished:
+        phase = Phase.RUNNING
+    else:
+        phase = Phase.QUEUED
+    counts = ", ".join(f"{n} {p.lower()}" for p, n in sorted(phases.items()))
+    first = kids[0]
+    wf = first.workflow or {}
+    return OperationStatus(
+        operation=parent,
+        phase=phase.value,
+        message=f"{total} children: {counts}",
+        kind=str(wf.get("kind", WORKFLOW)),
+        path=first.path,
+        queue=first.queue,
+        cluster=first.cluster,
+        namespace=first.namespace,
+        children=tuple(sorted(k.operation for k in kids)),
+        sync=(
+            Sync.OUT_OF_SYNC if any(k.sync == Sync.OUT_OF_SYNC for k in kids) else Sync.SYNCED
+        ).value,
+    )
+
+
+def _rejected_record(
+    repo: CompiledRepo, rejected: RejectedOperation, state: WorkloadState | None
+) -> OperationStatus:
+    """Refused by policy (``PolicyViolation``): never dispatched under this config."""
+    message = f"{rejected.location}: {rejected.message}" if rejected.location else rejected.message
+    base = OperationStatus(
+        operation=rejected.operation,
+        phase=REJECTED,
+        reason=str(rejected.reason),
+        message=message,
+        path=rejected.path,
+        config_commit=repo.version,
+        logs=logs_command(rejected.operation),
+    )
+    if state is None:
+        return base
+    return _with_state(base, state, phase=str(state.phase))
+
+
+def _observed_record(
+    repo: CompiledRepo,
+    state: WorkloadState,
+    stopping: bool,
+    refused: bool,
+    plan: Plan,
+) -> OperationStatus:
+    """No longer in the repo, but its workload still exists in a cluster."""
+    if stopping:
+        reason, message = StatusReason.REMOVED_FROM_REPO, "removed from the repo; stopping it"
+    elif refused and plan.prune_refused is not None:
+        reason, message = StatusReason.PRUNE_REFUSED, plan.prune_refused.message()
+    elif state.phase.active:
+        reason = StatusReason.REMOVED_FROM_REPO
+        message = "removed from the repo; left running (prune is off)"
+    else:
+        reason, message = StatusReason.REMOVED_FROM_REPO, "removed from the repo"
+    base = OperationStatus(
+        operation=state.operation,
+        phase=str(state.phase),
+        reason=reason.value,
+        message=message,
+        config_commit=state.config_commit or repo.version,
+        logs=logs_command(state.operation),
+        sync=(Sync.OUT_OF_SYNC if state.phase.active else Sync.SYNCED).value,
+    )
+    return _with_state(base, state, phase=str(state.phase))
+
+
+def _with_state(base: OperationStatus, state: WorkloadState, *, phase: str) -> OperationStatus:
+    return replace(
+        base,
+        phase=phase,
+        queue=state.queue,
+        cluster=state.cluster,
+        namespace=state.namespace,
+        workload=state.name,
+        generation=state.generation,
+        config_commit=state.config_commit or base.config_commit,
+        dispatched_at=state.dispatched_at,
+        started_at=state.started_at,
+        finished_at=state.finished_at,
+        outputs=state.outputs,
+        spec_hash=state.spec_hash,
+    )
+
+
+# --- YAML -------------------------------------------------------------------------------
+
+_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, Decimal):
+        return format_quantity(value)
+    if isinstance(value, Mapping):
+        return dict(value)
+    if isinstance(value, frozenset | set):
+        return sorted(value, key=str)
+    raise TypeError(f"cannot write {type(value).__name__} to a status file")
+
+
+def dump_yaml(data: Mapping[str, Any]) -> bytes:
+    """Deterministic YAML: sorted keys, block style, no line wrapping.
+
+    The canonical JSON of ``data`` keys a memo of the YAML text: most records are the
+    same from one cycle to the next, and the YAML emitter is the costly part."""
+    key = json.dumps(
+        data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
+    )
+    return _yaml_text(key)
+
+
+@lru_cache(maxsize=32768)
+def _yaml_text(canonical_json: str) -> bytes:
+    text = yaml.dump(
+        json.loads(canonical_json),
+        Dumper=_Dumper,
+        sort_keys=True,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1 << 30,
+    )
+    return str(text).encode()
+
+
+# --- reading back -----------------------------------------------------------------------
+
+
+def parse_status_file(path: str, content: bytes) -> StatusFile:
+    """One status file: an :class:`OperationStatus`, the queues, or the config status.
+    Raises :class:`StatusFileError` (``file:line:col: message``)."""
+    try:
+        data = yaml.load(content, Loader=_Loader)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else f"{path}:0:0"
+        raise StatusFileError(f"{where}: {err.problem or 'invalid YAML'}") from None
+    except yaml.YAMLError as err:
+        raise StatusFileError(f"{path}:0:0: {err}") from None
+    if not isinstance(data, Mapping):
+        raise StatusFileError(f"{path}:1:1: expected a mapping")
+    try:
+        if path == QUEUES_FILE:
+            return tuple(QueueStatus.from_dict(q) for q in data.get("queues") or ())
+        if path == CONFIG_FILE:
+            return ConfigStatus.from_dict(data)
+        return OperationStatus.from_dict(data)
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
+        raise StatusFileError(f"{path}:1:1: not a status file ({err!s})") from None
+
+
+@dataclass(frozen=True)
+class StatusView:
+    """A whole status branch, read back."""
+
+    operations: Mapping[str, OperationStatus]
+    queues: tuple[QueueStatus, ...] = ()
+    config: ConfigStatus | None = None
+    problems: tuple[str, ...] = field(default=())  # files that could not be read
+
+
+def read_status(files: Mapping[str, bytes]) -> StatusView:
+    """Parse every status file; unreadable ones are reported in ``problems``, not raised."""
+    operations: dict[str, OperationStatus] = {}
+    queues: tuple[QueueStatus, ...] = ()
+    config: ConfigStatus | None = None
+    problems: list[str] = []
+    for path in sorted(files):
+        if not _is_ours(path):
+            continue
+        try:
+            parsed = parse_status_file(path, files[path])
+        except StatusFileError as err:
+            problems.append(str(err))
+            continue
+        if isinstance(parsed, OperationStatus):
+            operations[parsed.operation] = parsed
+        elif isinstance(parsed, ConfigStatus):
+            config = parsed
+        else:
+            queues = parsed
+    return StatusView(operations, queues, config, tuple(problems))
+
+
+def _is_ours(path: str) -> bool:
+    return path.startswith(f"{STATUS_DIR}/") and path.endswith(".yaml")
+
+
+# --- cycle to cycle ---------------------------------------------------------------------
+
+
+def status_changes(
+    before: Mapping[str, bytes], after: Mapping[str, bytes]
+) -> dict[str, bytes | None]:
+    """The files to write (changed or new) and to delete (``None``): status files in
+    ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster).
+    Other files on the branch (a human's notes) are left alone."""
+    changes: dict[str, bytes | None] = {
+        path: data for path, data in after.items() if before.get(path) != data
+    }
+    for path in before:
+        if path not in after and _is_ours(path):
+            changes[path] = None
+    return dict(sorted(changes.items()))
+
+
+MAX_BODY_LINES = 50
+
+
+def summarize_cycle(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> str:
+    """A commit message: ``dispatched 3, finished 1, pending 12`` from the phase transitions
+    between two sets of status files, then up to ``MAX_BODY_LINES`` transitions, one a line."""
+    old = _phases(before)
+    new = _phases(after)
+    counts: Counter[str] = Counter()
+    lines: list[str] = []
+    for oid in sorted(set(old) | set(new)):
+        was, now = old.get(oid), new.get(oid)
+        if now is None:
+            counts["removed"] += 1
+            lines.append(f"{oid}: removed")
+            continue
+        rerun = was is not None and was[0] != now[0]
+        was_phase = None if was is None or rerun else was[1]
+        if was_phase == now[1]:
+            continue
+        event = _event(was_phase, now[1])
+        if event:
+            counts[event] += 1
+        lines.append(f"{oid}: {was_phase or 'new'} -> {now[1]}")
+    parts = []
+    config = _config(after)
+    if config is not None and config != _config(before):
+        version, valid, errors = config
+        short = version[:12]
+        parts.append(f"config {short}" if valid else f"config {short} invalid ({errors} errors)")
+    for key in ("dispatched", "started"):
+        if counts[key]:
+            parts.append(f"{key} {counts[key]}")
+    finished = counts["succeeded"] + counts["failed"] + counts["stopped"]
+    if finished:
+        detail = ", ".join(f"{counts[k]} {k}" for k in ("failed", "stopped") if counts[k])
+        parts.append(f"finished {finished}" + (f" ({detail})" if detail else ""))
+    if counts["removed"]:
+        parts.append(f"removed {counts['removed']}")
+    parts.append(f"pending {sum(1 for _, p in new.values() if p == Phase.QUEUED.value)}")
+    subject = ", ".join(parts)
+    if not lines:
+        return subject
+    body = lines[:MAX_BODY_LINES]
+    if len(lines) > MAX_BODY_LINES:
+        body.append(f"... and {len(lines) - MAX_BODY_LINES} more")
+    return subject + "\n\n" + "\n".join(body) + "\n"
+
+
+def _event(was: str | None, now: str) -> str | None:
+    active = {Phase.DISPATCHED.value, Phase.RUNNING.value}
+    if now in active and was not in active:
+        return "dispatched"
+    if now == Phase.RUNNING.value and was == Phase.DISPATCHED.value:
+        return "started"
+    if now in (Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.STOPPED.value):
+        return now.lower()
+    return None
+
+
+def _phases(files: Mapping[str, bytes]) -> dict[str, tuple[int | None, str]]:
+    """Per operation (workflow parents excluded): (generation, phase)."""
+    out: dict[str, tuple[int | None, str]] = {}
+    for path, data in files.items():
+        if not _is_ours(path) or path in (QUEUES_FILE, CONFIG_FILE):
+            continue
+        try:
+            parsed = parse_status_file(path, data)
+        except StatusFileError:
+            continue
+        if isinstance(parsed, OperationStatus) and not parsed.children:
+            out[parsed.operation] = (parsed.generation, parsed.phase)
+    return out
+
+
+def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int] | None:
+    data = files.get(CONFIG_FILE)
+    if data is None:
+        return None
+    try:
+        parsed = parse_status_file(CONFIG_FILE, data)
+    except StatusFileError:
+        return None
+    if not isinstance(parsed, ConfigStatus):
+        return None
+    return parsed.version, parsed.valid, len(parsed.errors)

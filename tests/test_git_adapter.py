@@ -1,0 +1,315 @@
+"""ConfigRepo and StatusBranch against real Git repositories: a bare "remote" and clones."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
+from reconciler.adapters.repo import snapshot_git
+
+ENV = dict(
+    os.environ,
+    GIT_AUTHOR_NAME="human",
+    GIT_AUTHOR_EMAIL="human@example.com",
+    GIT_COMMITTER_NAME="human",
+    GIT_COMMITTER_EMAIL="human@example.com",
+)
+
+
+def git(cwd: Path, *args: str, when: int | None = None) -> str:
+    env = dict(ENV)
+    if when is not None:
+        env["GIT_AUTHOR_DATE"] = env["GIT_COMMITTER_DATE"] = f"{when} +0000"
+    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return out.stdout.decode().strip()
+
+
+def commit_all(work: Path, message: str, when: int | None = None) -> str:
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", message, when=when)
+    git(work, "push", "-q", "origin", "HEAD:main")
+    return git(work, "rev-parse", "HEAD")
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    """A bare remote with one commit on main (two files and a symlink)."""
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(bare))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(bare), str(work))
+    git(work, "config", "user.name", "human")
+    git(work, "config", "user.email", "human@example.com")
+    git(work, "checkout", "-q", "-b", "main")
+    (work / "queues").mkdir()
+    (work / "queues" / "a.yaml").write_text("kind: Queue\ncluster: x\n")
+    (work / "queues" / "b.yaml").write_text("kind: Queue\ncluster: y\n")
+    os.symlink("a.yaml", work / "queues" / "link.yaml")
+    commit_all(work, "one", when=1_700_000_000)
+    return bare
+
+
+@pytest.fixture
+def work(remote: Path) -> Path:
+    return remote.parent / "work"
+
+
+def test_sync_reads_the_committed_tree_not_the_working_tree(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    (work / "queues" / "a.yaml").write_text("uncommitted\n")
+    (work / "queues" / "new.yaml").write_text("uncommitted\n")
+    # a local path source (the working clone itself) is read at its committed branch tip
+    repo = ConfigRepo(str(work), "main", cache_dir=tmp_path / "cache")
+    snap = repo.sync()
+    assert snap.version == git(work, "rev-parse", "HEAD")
+    assert set(snap.files) == {"queues/a.yaml", "queues/b.yaml", "queues/link.yaml"}
+    assert snap.files["queues/a.yaml"].content == b"kind: Queue\ncluster: x\n"
+    assert snap.files["queues/link.yaml"].symlink_target == "a.yaml"
+    assert snap.files["queues/link.yaml"].content == b""
+    first = snap.files["queues/a.yaml"].first_commit_time
+    assert first is not None and first.timestamp() == 1_700_000_000
+    # the same answer as the one-shot reader
+    assert snap == snapshot_git(work, "HEAD")
+    # the cache is a bare repository, never a checkout
+    assert (repo.git_dir / "HEAD").exists() and not (repo.git_dir / "queues").exists()
+
+
+def test_incremental_sync_reads_only_changed_blobs(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    repo.sync()
+    assert repo.last_sync_stats is not None and repo.last_sync_stats.blobs_read == 3
+
+    again = repo.sync()
+    assert repo.last_sync_stats.blobs_read == 0
+    assert repo.last_sync_stats.version == again.version
+
+    (work / "queues" / "b.yaml").write_text("kind: Queue\ncluster: changed\n")
+    commit_all(work, "change b", when=1_700_000_100)
+    snap = repo.sync()
+    stats = repo.last_sync_stats
+    assert (stats.blobs_read, stats.modified, stats.added, stats.deleted) == (1, 1, 0, 0)
+    assert snap.files["queues/b.yaml"].content == b"kind: Queue\ncluster: changed\n"
+    # a modified file keeps the time it was first added
+    b_first = snap.files["queues/b.yaml"].first_commit_time
+    assert b_first is not None and b_first.timestamp() == 1_700_000_000
+
+    (work / "queues" / "a.yaml").unlink()
+    (work / "queues" / "c.yaml").write_text("kind: Queue\n")
+    commit_all(work, "replace a with c", when=1_700_000_200)
+    snap = repo.sync()
+    stats = repo.last_sync_stats
+    assert (stats.blobs_read, stats.added, stats.deleted) == (1, 1, 1)
+    assert "queues/a.yaml" not in snap.files
+    c_first = snap.files["queues/c.yaml"].first_commit_time
+    assert c_first is not None and c_first.timestamp() == 1_700_000_200
+    # incremental equals a fresh full read of the same commit
+    fresh = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap == fresh
+
+
+def test_sync_after_a_force_push_rereads_history(remote: Path, work: Path, tmp_path: Path) -> None:
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    repo.sync()
+    git(work, "checkout", "-q", "--orphan", "rewritten")
+    git(work, "rm", "-rqf", ".")
+    (work / "queues").mkdir(exist_ok=True)
+    (work / "queues" / "a.yaml").write_text("kind: Queue\ncluster: x\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "rewrite", when=1_800_000_000)
+    git(work, "push", "-qf", "origin", "HEAD:main")
+    snap = repo.sync()
+    assert repo.last_sync_stats is not None and repo.last_sync_stats.blobs_read == 0
+    assert set(snap.files) == {"queues/a.yaml"}
+    first = snap.files["queues/a.yaml"].first_commit_time
+    assert first is not None and first.timestamp() == 1_800_000_000
+
+
+def test_sync_errors_are_typed_and_one_line(remote: Path, tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    cases = [
+        (str(tmp_path / "missing"), "main", "no such file or directory"),
+        (str(remote), "nope", "branch 'nope' not found"),
+        (str(tmp_path), "main", "does not appear to be a git repository"),
+        ("http://127.0.0.1:9/x.git", "main", "cannot fetch http://127.0.0.1:9/x.git"),
+    ]
+    for source, branch, expected in cases:
+        with pytest.raises(GitSyncError) as info:
+            ConfigRepo(source, branch, cache_dir=cache).sync()
+        assert expected in str(info.value)
+        assert "\n" not in str(info.value)
+        assert "Traceback" not in str(info.value)
+
+
+def test_credentials_are_redacted() -> None:
+    assert redact("cannot fetch https://bot:s3cr3t@git.example/x") == (
+        "cannot fetch https://***@git.example/x"
+    )
+    with pytest.raises(GitSyncError) as info:
+        ConfigRepo("http://bot:s3cr3t@127.0.0.1:9/x.git", cache_dir=Path("/nonexistent/c")).sync()
+    assert "s3cr3t" not in str(info.value)
+
+
+# --- the status branch ------------------------------------------------------------------
+
+
+def remote_log(remote: Path, branch: str = "reconciler/status") -> list[str]:
+    return git(remote, "rev-list", f"refs/heads/{branch}").split()
+
+
+def test_status_write_makes_one_commit_only_when_something_changed(
+    remote: Path, tmp_path: Path
+) -> None:
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    assert status.read() == {}
+    assert status.write({"status/gone.yaml": None}, "nothing") is None  # no branch, no commit
+    first = status.write({"status/a.yaml": b"a: 1\n", "status/b.yaml": b"b: 1\n"}, "first")
+    assert first is not None
+    assert remote_log(remote) == [first]
+    assert git(remote, "log", "-1", "--format=%P", first) == ""  # an orphan commit
+    # the config branch is untouched
+    assert git(remote, "ls-tree", "-r", "--name-only", first).split() == [
+        "status/a.yaml",
+        "status/b.yaml",
+    ]
+    # same content again: no commit
+    assert status.write({"status/a.yaml": b"a: 1\n"}, "same") is None
+    assert remote_log(remote) == [first]
+    second = status.write({"status/a.yaml": b"a: 2\n", "status/b.yaml": None}, "second")
+    assert second is not None
+    assert remote_log(remote) == [second, first]
+    assert git(remote, "log", "-1", "--format=%s|%an", second) == "second|dispatch-reconciler"
+    assert status.read() == {"status/a.yaml": b"a: 2\n"}
+    # another reader sees the same files
+    other = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "other"))
+    assert other.read() == {"status/a.yaml": b"a: 2\n"}
+
+
+def test_status_write_keeps_a_human_commit_and_rebuilds_on_it(remote: Path, tmp_path: Path) -> None:
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "cache"))
+    first = status.write({"status/a.yaml": b"a: 1\n"}, "first")
+    human = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "-b", "reconciler/status", str(remote), str(human))
+    (human / "NOTES.md").write_text("hand-written\n")
+    git(human, "add", "-A")
+    git(human, "commit", "-qm", "human note")
+    git(human, "push", "-q", "origin", "reconciler/status")
+    human_tip = git(human, "rev-parse", "HEAD")
+    second = status.write({"status/a.yaml": b"a: 2\n"}, "second")
+    assert second is not None
+    assert remote_log(remote) == [second, human_tip, first]
+    assert git(remote, "show", f"{second}:NOTES.md") == "hand-written"
+
+
+def test_status_write_races_a_human_without_losing_either(remote: Path, tmp_path: Path) -> None:
+    """A human pushes to the status branch while the reconciler writes; 30 rounds each."""
+    rounds = 30
+    status = StatusBranch(
+        ConfigRepo(str(remote), cache_dir=tmp_path / "cache"), max_attempts=50, backoff=0.001
+    )
+    assert status.write({"status/seed.yaml": b"seed\n"}, "seed") is not None
+    human = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "-b", "reconciler/status", str(remote), str(human))
+    human_commits: list[str] = []
+    errors: list[BaseException] = []
+
+    def human_loop() -> None:
+        try:
+            for i in range(rounds):
+                while True:
+                    git(human, "fetch", "-q", "origin")
+                    git(human, "reset", "-q", "--hard", "origin/reconciler/status")
+                    (human / "notes").mkdir(exist_ok=True)
+                    (human / "notes" / f"{i}.md").write_text(f"note {i}\n")
+                    git(human, "add", "-A")
+                    git(human, "commit", "-qm", f"human {i}")
+                    pushed = subprocess.run(
+                        ["git", "push", "-q", "origin", "HEAD:reconciler/status"],
+                        cwd=human,
+                        env=ENV,
+                        capture_output=True,
+                    )
+                    if pushed.returncode == 0:
+                        human_commits.append(git(human, "rev-parse", "HEAD"))
+                        break
+        except BaseException as err:  # surfaced below
+            errors.append(err)
+
+    thread = threading.Thread(target=human_loop)
+    thread.start()
+    tips: list[str] = []
+    ours: list[str] = []
+    for i in range(rounds):
+        sha = status.write({f"status/op{i % 5}.yaml": f"round {i}\n".encode()}, f"cycle {i}")
+        assert sha is not None
+        ours.append(sha)
+        tips.append(git(remote, "rev-parse", "refs/heads/reconciler/status"))
+    thread.join(timeout=300)
+    assert not errors, errors
+    assert len(human_commits) == rounds
+
+    final = git(remote, "rev-parse", "refs/heads/reconciler/status")
+    history = set(remote_log(remote))
+    # every human commit and every status write is in the final history
+    assert set(human_commits) <= history
+    assert set(ours) <= history
+    # linear: no merges, and every tip seen along the way is an ancestor of the final one
+    assert git(remote, "rev-list", "--merges", final) == ""
+    for tip in tips:
+        subprocess.run(["git", "merge-base", "--is-ancestor", tip, final], cwd=remote, check=True)
+    # the final tree holds all human notes and the last status content
+    names = git(remote, "ls-tree", "-r", "--name-only", final).split()
+    assert {f"notes/{i}.md" for i in range(rounds)} <= set(names)
+    for k in range(5):
+        last = max(i for i in range(rounds) if i % 5 == k)
+        assert git(remote, "show", f"{final}:status/op{k}.yaml") == f"round {last}"
+
+
+def test_status_write_gives_up_with_a_typed_error(remote: Path, tmp_path: Path) -> None:
+    status = StatusBranch(
+        ConfigRepo(str(remote), cache_dir=tmp_path / "cache"), max_attempts=3, sleep=lambda s: None
+    )
+    assert status.write({"status/a.yaml": b"1\n"}, "first") is not None
+    pushes = 0
+    human = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "-b", "reconciler/status", str(remote), str(human))
+    real_push = status._push
+
+    def push_after_human(commit: str) -> str | None:
+        nonlocal pushes
+        pushes += 1
+        (human / f"h{pushes}").write_text("x\n")
+        git(human, "add", "-A")
+        git(human, "commit", "-qm", "human wins")
+        git(human, "push", "-q", "origin", "reconciler/status")
+        return real_push(commit)
+
+    status._push = push_after_human  # type: ignore[method-assign]
+    with pytest.raises(GitSyncError) as info:
+        status.write({"status/a.yaml": b"2\n"}, "second")
+    assert "after 3 attempts" in str(info.value)
+    assert "non-fast-forward" in str(info.value)
+    assert pushes == 3
+    # nothing was forced: the human's last commit is the tip
+    assert git(remote, "rev-parse", "refs/heads/reconciler/status") == git(
+        human, "rev-parse", "HEAD"
+    )
+
+
+def test_status_branch_on_a_bare_clone_path(remote: Path, tmp_path: Path) -> None:
+    clone = tmp_path / "clone.git"
+    git(tmp_path, "clone", "-q", "--bare", str(remote), str(clone))
+    status = StatusBranch(clone)  # pushes to the clone's origin
+    sha = status.write({"status/x.yaml": b"x\n"}, "from a bare clone")
+    assert sha is not None
+    assert remote_log(remote) == [sha]
+    with pytest.raises(GitSyncError, match="not a Git repository"):
+        StatusBranch(tmp_path / "nowhere")

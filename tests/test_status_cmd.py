@@ -1,0 +1,122 @@
+"""End to end through real Git: the template repo is synced and compiled, its status written
+to the status branch of a bare remote, and ``reconciler status`` reads it back."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from builders import NOW
+from click.testing import CliRunner
+from test_git_adapter import git
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.cli.main import cli
+from reconciler.core.compile import compile_repo
+from reconciler.core.plan import plan_repo
+from reconciler.core.status import (
+    ConfigStatus,
+    dump_yaml,
+    render_status,
+    status_changes,
+    summarize_cycle,
+)
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Path:
+    work = tmp_path / "work"
+    shutil.copytree(TEMPLATE, work)
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "template")
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
+    return bare
+
+
+def write_cycle(repo: ConfigRepo, status: StatusBranch) -> str | None:
+    compiled = compile_repo(repo.sync())
+    assert compiled.valid, compiled.errors
+    plan = plan_repo(compiled, [], NOW)
+    before = status.read()
+    after = render_status(compiled, plan, {})
+    return status.write(status_changes(before, after), summarize_cycle(before, after))
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_status_of_the_template_from_a_real_status_branch(remote: Path, tmp_path: Path) -> None:
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    first = write_cycle(repo, status)
+    assert first is not None
+    # the same world again: byte-identical files, so no commit
+    assert write_cycle(repo, status) is None
+    assert git(remote, "rev-list", "--count", "refs/heads/reconciler/status") == "1"
+    subject = git(remote, "log", "-1", "--format=%s", "refs/heads/reconciler/status")
+    assert subject.startswith("config ") and "dispatched" in subject and "pending" in subject
+
+    compiled = compile_repo(repo.sync())
+    cache = str(tmp_path / "cli-cache")
+    code, out, _ = run("status", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0
+    lines = out.splitlines()
+    headers = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
+    assert lines[0].split() == headers
+    listed = {line.split()[0] for line in lines[1:] if line and "/" in line.split()[0]}
+    assert {op.id for op in compiled.operations} <= listed
+    assert any(line.startswith("QUEUE ") for line in lines)
+
+    op = compiled.operations[0]
+    code, out, _ = run("status", op.id, "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0
+    record = yaml.safe_load(out)
+    assert record["operation"] == op.id
+    assert record["queue"] == op.queue
+    assert record["logs"] == f"reconciler logs {op.id}"
+    assert record["configCommit"] == compiled.version
+
+    code, out, _ = run("status", "-o", "json", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0
+    data = json.loads(out)
+    version = compiled.version
+    assert data["config"] == {"version": version, "applied": version, "valid": True}
+    assert {q["name"] for q in data["queues"]} == set(compiled.queues)
+    phases = {o["operation"]: o["phase"] for o in data["operations"]}
+    assert set(phases.values()) <= {"Queued", "Dispatched", "Rejected"}
+
+    project = op.project
+    code, out, _ = run("status", project, "-o", "json", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0
+    assert {o["operation"].split("/")[0] for o in json.loads(out)["operations"]} == {project}
+
+
+def test_status_errors_are_one_line_and_exit_1(remote: Path, tmp_path: Path) -> None:
+    cache = str(tmp_path / "cache")
+    code, _, err = run("status", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 1
+    assert err.startswith("error: no status yet: branch reconciler/status does not exist")
+    code, _, err = run("status", "--repo", str(tmp_path / "nowhere"), "--cache-dir", cache)
+    assert code == 1 and "no such file or directory" in err and "Traceback" not in err
+    StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "w")).write(
+        {
+            "status/config.yaml": dump_yaml(
+                ConfigStatus("x", "y", False, ("a.yaml:1:2: bad",)).to_dict()
+            )
+        },
+        "broken",
+    )
+    code, _, err = run("status", "team-x/none", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 1 and err.strip() == "error: no status for team-x/none"
+    code, _, err = run("status", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0
+    assert "config x is invalid; y stays in force" in err and "a.yaml:1:2: bad" in err

@@ -1,0 +1,341 @@
+"""The status files (pure): render, read back, diff and summarise."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import yaml
+from builders import NOW, World
+
+from reconciler.core.observe import ObservedReason, WorkloadState
+from reconciler.core.plan import plan_repo
+from reconciler.core.render import spec_hash, workload_name
+from reconciler.core.status import (
+    CONFIG_FILE,
+    QUEUES_FILE,
+    ConfigStatus,
+    OperationStatus,
+    parse_status_file,
+    read_status,
+    render_status,
+    status_changes,
+    summarize_cycle,
+)
+from reconciler.core.types import CompiledRepo, ConfigError, Location, Phase
+
+COMMIT = "c0ffee" * 6 + "abcd"
+OLD_COMMIT = "01d" * 13 + "a"
+
+
+def state(repo: CompiledRepo, op_id: str, phase: Phase, **fields: Any) -> WorkloadState:
+    op = next((o for o in repo.operations if o.id == op_id), None)
+    project, name = op_id.split("/")
+    generation = fields.pop("generation", op.generation if op else 1)
+    defaults: dict[str, Any] = {
+        "operation": op_id,
+        "generation": generation,
+        "cluster": op.cluster if op else "local",
+        "namespace": op.namespace if op else project,
+        "name": workload_name(project, name, generation),
+        "uid": f"uid-{op_id}",
+        "phase": phase,
+        "queue": op.queue if op else "team-a",
+        "spec_hash": spec_hash(op, repo.connections) if op else "feedfacefeedface",
+        "config_commit": OLD_COMMIT,
+        "dispatched_at": "2026-01-01T11:00:00Z",
+        "started_at": "2026-01-01T11:00:05Z" if phase is not Phase.DISPATCHED else None,
+        "requests": dict(op.requests) if op else {},
+    }
+    defaults.update(fields)
+    return WorkloadState(**defaults)
+
+
+def seed() -> World:
+    world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 2}, priority=10)
+    world.ops("vision/train-{}", 5, queue="team-a", gpu=1)
+    return world
+
+
+def cycle(
+    world: World, states: dict[str, WorkloadState], **kw: Any
+) -> tuple[CompiledRepo, dict[str, bytes]]:
+    repo = world.repo(COMMIT)
+    plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
+    return repo, render_status(repo, plan, states, **kw)
+
+
+def load(files: dict[str, bytes], path: str) -> dict[str, Any]:
+    data = yaml.safe_load(files[path])
+    assert isinstance(data, dict)
+    return data
+
+
+def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None:
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {
+        "vision/train-1": state(repo, "vision/train-1", Phase.RUNNING, outputs={"loss": 0.5}),
+        "vision/train-2": state(
+            repo,
+            "vision/train-2",
+            Phase.DISPATCHED,
+            reason=ObservedReason.WAITING_FOR_CAPACITY,
+            message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        ),
+    }
+    _, files = cycle(world, states)
+    assert set(files) == {
+        CONFIG_FILE,
+        QUEUES_FILE,
+        *(f"status/vision/train-{i}.yaml" for i in range(1, 6)),
+    }
+    one = load(files, "status/vision/train-1.yaml")
+    assert one["phase"] == "Running"
+    assert one["configCommit"] == OLD_COMMIT  # the commit that dispatched it
+    assert one["outputs"] == {"loss": 0.5}
+    assert one["workload"] == "vision-train-1-g1"
+    assert one["logs"] == "reconciler logs vision/train-1"
+    assert one["sync"] == "Synced"
+    assert one["startedAt"] == "2026-01-01T11:00:05Z"
+    assert "position" not in one
+    two = load(files, "status/vision/train-2.yaml")
+    assert (two["phase"], two["reason"]) == ("Dispatched", "WaitingForCapacity")
+    assert "Insufficient nvidia.com/gpu" in two["message"]
+    for i, position in ((3, 1), (4, 2), (5, 3)):
+        queued = load(files, f"status/vision/train-{i}.yaml")
+        assert (queued["phase"], queued["reason"]) == ("Queued", "QuotaExceeded")
+        assert queued["position"] == position
+        assert queued["configCommit"] == COMMIT  # not dispatched: the repo version
+        assert queued["queue"] == "team-a" and queued["cluster"] == "local"
+        assert queued["workload"] == f"vision-train-{i}-g1"
+        assert "uses 2 of 2" in queued["message"]
+        assert queued["blockedBy"]["resource"] == "nvidia.com/gpu"
+    queues = load(files, QUEUES_FILE)["queues"]
+    assert queues == [
+        {
+            "name": "team-a",
+            "cluster": "local",
+            "priority": 10,
+            "quota": {"nvidia.com/gpu": "2"},
+            "active": 2,
+            "used": {"nvidia.com/gpu": "2"},
+            "pending": 3,
+            "headReason": "QuotaExceeded",
+            "strategy": "BestEffortFIFO",
+            "paused": False,
+        }
+    ]
+    assert load(files, CONFIG_FILE) == {"version": COMMIT, "applied": COMMIT, "valid": True}
+
+
+def test_dispatched_this_cycle_counts_in_queue_usage() -> None:
+    world = seed()
+    _, files = cycle(world, {})
+    first = load(files, "status/vision/train-1.yaml")
+    assert (first["phase"], first["reason"]) == ("Dispatched", "WorkloadCreated")
+    queue = load(files, QUEUES_FILE)["queues"][0]
+    assert (queue["active"], queue["used"], queue["pending"]) == (2, {"nvidia.com/gpu": "2"}, 3)
+
+
+def test_render_is_deterministic_whatever_the_input_order() -> None:
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {f"vision/train-{i}": state(repo, f"vision/train-{i}", Phase.RUNNING) for i in (1, 2)}
+    _, first = cycle(world, states)
+    _, again = cycle(world, dict(reversed(list(states.items()))))
+    assert first == again
+    shuffled = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 2}, priority=10)
+    shuffled.builders = list(reversed(world.builders))
+    _, other = cycle(shuffled, states)
+    assert other == first
+    # byte-level: sorted keys, no wrapping of long messages
+    text = first["status/vision/train-3.yaml"].decode()
+    keys = [line.split(":")[0] for line in text.splitlines() if not line.startswith(" ")]
+    assert keys == sorted(keys)
+    assert all(len(line) < 400 for line in text.splitlines())
+
+
+def test_out_of_sync_when_an_active_workload_runs_another_spec() -> None:
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {
+        "vision/train-1": state(repo, "vision/train-1", Phase.RUNNING, spec_hash="0123456789ab"),
+        "vision/train-2": state(repo, "vision/train-2", Phase.SUCCEEDED, spec_hash="0123"),
+    }
+    _, files = cycle(world, states)
+    one = load(files, "status/vision/train-1.yaml")
+    assert one["sync"] == "OutOfSync"
+    assert one["workloadSpecHash"] == "0123456789ab"
+    assert one["specHash"] == spec_hash(repo.operations[0], repo.connections)
+    # a finished workload is never interrupted nor re-run: it is not out of sync
+    assert load(files, "status/vision/train-2.yaml")["sync"] == "Synced"
+
+
+def test_removed_ops_still_observed_keep_a_file_and_say_why() -> None:
+    world = seed()
+    repo = world.repo(COMMIT)
+    running = state(repo, "vision/train-1", Phase.RUNNING)
+    done = state(repo, "vision/train-2", Phase.SUCCEEDED, finished_at="2026-01-01T11:30:00Z")
+    world.remove("vision/train-1", "vision/train-2")
+    states = {"vision/train-1": running, "vision/train-2": done}
+    _, files = cycle(world, states)
+    gone = load(files, "status/vision/train-1.yaml")
+    assert (gone["phase"], gone["reason"], gone["sync"]) == (
+        "Running",
+        "RemovedFromRepo",
+        "OutOfSync",
+    )
+    assert "prune is off" in gone["message"]
+    assert gone["workload"] == "vision-train-1-g1" and gone["queue"] == "team-a"
+    finished = load(files, "status/vision/train-2.yaml")
+    assert (finished["phase"], finished["finishedAt"]) == ("Succeeded", "2026-01-01T11:30:00Z")
+
+    world.with_org(prune=True, allow_mass_prune=True)
+    _, pruned = cycle(world, states)
+    assert "stopping" in load(pruned, "status/vision/train-1.yaml")["message"]
+
+    world.with_org(prune=True, allow_mass_prune=False, max_prune_fraction=0.0)
+    _, refused = cycle(world, states)
+    record = load(refused, "status/vision/train-1.yaml")
+    assert record["reason"] == "PruneRefused"
+    assert load(refused, CONFIG_FILE)["warnings"] == [record["message"]]
+
+
+def test_rejected_ops_record_the_policy_violation() -> None:
+    world = seed().reject("vision/train-5", "resources.limits.nvidia.com/gpu 9 exceeds 4")
+    _, files = cycle(world, {})
+    record = load(files, "status/vision/train-5.yaml")
+    assert (record["phase"], record["reason"]) == ("Rejected", "PolicyViolation")
+    assert "exceeds 4" in record["message"]
+    assert record["path"] == "vision/operations/train-5.yaml"
+
+
+def test_workflow_children_and_their_parent() -> None:
+    world = World().cluster("local").queue("q", concurrency=1)
+    for i in range(3):
+        world.op(f"vision/sweep-{i}", queue="q").child_of("vision/sweep", i, concurrency=1)
+    repo = world.repo(COMMIT)
+    states = {"vision/sweep-0": state(repo, "vision/sweep-0", Phase.SUCCEEDED)}
+    _, files = cycle(world, states)
+    child = load(files, "status/vision/sweep-1.yaml")
+    assert child["workflow"] == {"parent": "vision/sweep", "kind": "matrix", "index": 1}
+    assert child["phase"] == "Dispatched"
+    parent = load(files, "status/vision/sweep.yaml")
+    assert parent["phase"] == "Running"
+    assert parent["kind"] == "matrix"
+    assert parent["children"] == ["vision/sweep-0", "vision/sweep-1", "vision/sweep-2"]
+    assert parent["message"] == "3 children: 1 dispatched, 1 queued, 1 succeeded"
+
+
+def test_invalid_config_goes_to_config_status() -> None:
+    world = seed()
+    errors = (
+        ConfigError(Location("queues/b.yaml", 3, 7), "quota: expected a mapping"),
+        ConfigError(Location("queues/a.yaml", 1, 1), "unknown key 'prioritty'"),
+    )
+    _, files = cycle(world, {}, config_error=errors, config_version="bad" * 13 + "b")
+    assert load(files, CONFIG_FILE) == {
+        "version": "bad" * 13 + "b",
+        "applied": COMMIT,
+        "valid": False,
+        "errors": [
+            "queues/a.yaml:1:1: unknown key 'prioritty'",
+            "queues/b.yaml:3:7: quota: expected a mapping",
+        ],
+    }
+
+
+def test_every_file_reads_back_to_the_same_bytes() -> None:
+    world = seed().reject("vision/train-5", "nope")
+    repo = world.repo(COMMIT)
+    states = {"vision/train-1": state(repo, "vision/train-1", Phase.FAILED, outputs={"a": [1]})}
+    _, files = cycle(world, states)
+    from reconciler.core.status import QueueStatus, dump_yaml
+
+    for path, data in files.items():
+        parsed = parse_status_file(path, data)
+        if isinstance(parsed, tuple):
+            back = dump_yaml({"queues": [q.to_dict() for q in parsed]})
+            assert all(isinstance(q, QueueStatus) for q in parsed)
+        else:
+            back = dump_yaml(parsed.to_dict())
+        assert back == data, path
+    view = read_status(files)
+    assert set(view.operations) == {f"vision/train-{i}" for i in range(1, 6)}
+    assert view.operations["vision/train-1"].phase == "Failed"
+    assert isinstance(view.config, ConfigStatus) and view.config.valid
+    assert view.queues[0].name == "team-a"
+
+
+def test_parse_errors_point_at_the_file() -> None:
+    import pytest
+
+    from reconciler.core.status import StatusFileError
+
+    with pytest.raises(StatusFileError, match=r"^status/a/b.yaml:2:\d+: "):
+        parse_status_file("status/a/b.yaml", b"operation: a/b\n  phase: [\n")
+    with pytest.raises(StatusFileError, match="not a status file"):
+        parse_status_file("status/a/b.yaml", b"phase: Running\n")
+    view = read_status({"status/a/b.yaml": b"- 1\n", "status/NOTES.md": b"x"})
+    assert view.problems == ("status/a/b.yaml:1:1: expected a mapping",)
+
+
+def test_status_changes_only_changed_and_deleted_files() -> None:
+    world = seed()
+    _, before = cycle(world, {})
+    assert status_changes(before, before) == {}
+    repo = world.repo(COMMIT)
+    states = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    _, after = cycle(world, states)
+    changes = status_changes(before, after)
+    assert set(changes) == {"status/vision/train-1.yaml"}
+    assert changes["status/vision/train-1.yaml"] == after["status/vision/train-1.yaml"]
+    # an op removed from the repo and from every cluster: its file goes; a human's stays
+    world.remove("vision/train-5")
+    _, later = cycle(world, states)
+    human = {**after, "status/NOTES.md": b"hand-written"}
+    changes = status_changes(human, later)
+    assert changes["status/vision/train-5.yaml"] is None
+    assert "status/NOTES.md" not in changes
+
+
+def test_summarize_cycle_counts_transitions() -> None:
+    world = seed()
+    repo = world.repo(COMMIT)
+    _, start = cycle(world, {})
+    # nothing observed yet: the first two are being dispatched
+    initial = summarize_cycle({}, start)
+    assert initial.splitlines()[0] == f"config {COMMIT[:12]}, dispatched 2, pending 3"
+    running = {f"vision/train-{i}": state(repo, f"vision/train-{i}", Phase.RUNNING) for i in (1, 2)}
+    _, second = cycle(world, running)
+    assert summarize_cycle(start, second).splitlines()[0] == "started 2, pending 3"
+    done = {
+        "vision/train-1": state(repo, "vision/train-1", Phase.SUCCEEDED),
+        "vision/train-2": state(repo, "vision/train-2", Phase.FAILED),
+    }
+    _, third = cycle(world, done)
+    message = summarize_cycle(second, third)
+    assert message.splitlines()[0] == "dispatched 2, finished 2 (1 failed), pending 1"
+    body = message.splitlines()[2:]
+    assert "vision/train-1: Running -> Succeeded" in body
+    assert "vision/train-3: Queued -> Dispatched" in body
+    # a generation bump re-runs a finished op: a new dispatch
+    ops = [replace(o, generation=2) if o.name == "train-1" else o for o in world.operations()]
+    bumped_repo = replace(world.repo(COMMIT), operations=tuple(ops))
+    kept = {"vision/train-2": done["vision/train-2"]}
+    plan = plan_repo(bumped_repo, [s.to_observed() for s in kept.values()], NOW)
+    rerun = render_status(bumped_repo, plan, kept)
+    assert "vision/train-1: new -> Dispatched" in summarize_cycle(third, rerun)
+    # an invalid commit
+    errors = (ConfigError(Location("a.yaml", 1, 2), "bad"),)
+    plan = plan_repo(repo, [s.to_observed() for s in done.values()], NOW)
+    broken = render_status(repo, plan, done, config_error=errors, config_version="f" * 40)
+    assert summarize_cycle(third, broken) == "config ffffffffffff invalid (1 errors), pending 1"
+
+
+def test_operation_status_ignores_unknown_and_mistyped_fields() -> None:
+    record = OperationStatus.from_dict(
+        {"operation": "a/b", "phase": "Queued", "position": "x", "future": 1}
+    )
+    assert record.position is None and record.phase == "Queued"
