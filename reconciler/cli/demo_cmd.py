@@ -105,7 +105,7 @@ def demo(
     keep: bool, interval: float, workdir: Path | None, timeout: float, state_dir: Path | None
 ) -> None:
     """Copy the example config into a Git repo, start the dev cluster and reconcile it live."""
-    from reconciler.cli.run_cmd import make_reconciler
+    from reconciler.cli.run_cmd import make_runtime
 
     console = Console(stderr=True)
     root = workdir or Path(tempfile.mkdtemp(prefix="reconciler-demo-"))
@@ -126,7 +126,9 @@ def demo(
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(1)
 
-    reconciler = make_reconciler(repo, "main", {"local": cluster.kubeconfig})
+    runtime = make_runtime(
+        str(repo), "main", {"local": cluster.kubeconfig}, cache_dir=root / "cache"
+    )
     stop = threading.Event()
     timer = threading.Timer(timeout, stop.set)
     timer.daemon = True
@@ -135,6 +137,7 @@ def demo(
     with Live(console=console, refresh_per_second=2) as live:
 
         def on_cycle(result: CycleResult) -> None:
+            runtime.on_cycle(result)
             outcome["last"] = result
             live.update(queue_table(result))
             finished = (
@@ -147,7 +150,7 @@ def demo(
                 stop.set()
 
         with contextlib.suppress(KeyboardInterrupt):
-            run_forever(reconciler, interval, stop, on_cycle)
+            run_forever(runtime.reconciler, interval, stop, on_cycle)
     timer.cancel()
     last = outcome.get("last")
     done = last is not None and all(s.phase.finished for s in last.states.values())
@@ -157,6 +160,9 @@ def demo(
     if last is not None:
         console.print(queue_table(last))
     console.print(f"operations: {counts}")
-    console.print(f"config repo: {repo} (git log)")
+    console.print(
+        f"status branch: reconciler/status in {repo} "
+        f"(`reconciler status --repo {repo}`, `git -C {repo} log reconciler/status`)"
+    )
     console.print(f"cluster logs: {cluster.logs}; stop it with `reconciler dev-cluster down`")
     sys.exit(0 if done or keep else 1)

@@ -9,19 +9,25 @@ import re
 import signal
 import sys
 import threading
-from dataclasses import replace
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import click
 
 from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster
-from reconciler.adapters.repo import snapshot_git, snapshot_worktree
+from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.loop import run_forever, watch_files
+from reconciler.runtime.status import StatusPublisher
+
+log = logging.getLogger("reconciler.run")
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -76,17 +82,48 @@ def worktree_source(repo: Path) -> RepoSnapshot:
     return replace(snapshot, version=f"worktree-{digest.hexdigest()[:12]}")
 
 
-def make_reconciler(
-    repo: Path, branch: str, overrides: dict[str, Path], *, worktree: bool = False
-) -> Reconciler:
-    def source() -> RepoSnapshot:
-        return worktree_source(repo) if worktree else snapshot_git(repo, branch)
+@dataclass
+class Runtime:
+    reconciler: Reconciler
+    publisher: StatusPublisher | None
+
+    def on_cycle(self, result: CycleResult) -> None:
+        if self.publisher is not None and result.leading:
+            self.publisher.publish(result)
+
+
+def make_runtime(
+    repo: str,
+    branch: str,
+    overrides: dict[str, Path],
+    *,
+    worktree: bool = False,
+    status_branch: str | None = "reconciler/status",
+    cache_dir: Path | None = None,
+) -> Runtime:
+    """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
+    branch tip) with status on ``status_branch``, or the saved files with ``worktree``."""
 
     def connect(spec: ClusterSpec) -> Kube:
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
         return Kube(api)
 
-    return Reconciler(source, connect, SystemClock(), faults=FaultPoints.from_env())
+    publisher: StatusPublisher | None = None
+    source: Callable[[], RepoSnapshot]
+    if worktree:
+        source = partial(worktree_source, Path(repo))
+    else:
+        config = ConfigRepo(repo, branch, cache_dir)
+        source = config.sync
+        if status_branch:
+            publisher = StatusPublisher(StatusBranch(config, branch=status_branch))
+    reconciler = Reconciler(source, connect, SystemClock(), faults=FaultPoints.from_env())
+    if publisher is not None:
+        try:
+            reconciler.seed_seen(publisher.recorded_workloads())
+        except GitSyncError as exc:
+            log.warning("cannot read the status branch yet: %s", exc)
+    return Runtime(reconciler, publisher)
 
 
 @click.command("run")
@@ -94,10 +131,21 @@ def make_reconciler(
     "--repo",
     "repo",
     required=True,
-    type=click.Path(path_type=Path),
-    help="The config repo (a local Git repository).",
+    help="The config repo: a Git URL or a local path (a plain directory with --watch).",
 )
 @click.option("--branch", default="main", show_default=True)
+@click.option(
+    "--status-branch",
+    default="reconciler/status",
+    show_default=True,
+    help="Branch of the config repo that receives status ('' to disable).",
+)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the config repo is cloned (default ~/.cache/dispatch-reconciler).",
+)
 @click.option("--interval", default="10s", show_default=True, help="Time between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle, print its summary as JSON, exit.")
 @click.option(
@@ -119,8 +167,10 @@ def make_reconciler(
     type=click.Choice(["debug", "info", "warning", "error"]),
 )
 def run(
-    repo: Path,
+    repo: str,
     branch: str,
+    status_branch: str,
+    cache_dir: Path | None,
     interval: str,
     once: bool,
     watch: bool,
@@ -130,15 +180,21 @@ def run(
     """Pull the config repo and converge every connected cluster to its plan."""
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
     seconds = parse_interval(interval)
-    if not repo.is_dir():
-        click.echo(f"error: {repo}: no such directory", err=True)
+    if watch and not Path(repo).is_dir():
+        click.echo(f"error: {repo}: --watch needs a local directory", err=True)
         sys.exit(1)
-    if not watch and not (repo / ".git").exists() and not (repo / "HEAD").exists():
-        click.echo(f"error: {repo}: not a Git repository (use --watch for plain files)", err=True)
-        sys.exit(1)
-    reconciler = make_reconciler(repo, branch, parse_overrides(cluster_kubeconfigs), worktree=watch)
+    runtime = make_runtime(
+        repo,
+        branch,
+        parse_overrides(cluster_kubeconfigs),
+        worktree=watch,
+        status_branch=status_branch or None,
+        cache_dir=cache_dir,
+    )
+    reconciler = runtime.reconciler
     if once:
         result = reconciler.run_once()
+        runtime.on_cycle(result)
         click.echo(json.dumps(cycle_summary(result), indent=2, sort_keys=True))
         for error in result.config_errors:
             click.echo(str(error), err=True)
@@ -154,5 +210,6 @@ def run(
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, shutdown)
     if wake is not None:
-        threading.Thread(target=watch_files, args=(repo, wake, stop), daemon=True).start()
-    run_forever(reconciler, seconds, stop, wake=wake)
+        watcher = threading.Thread(target=watch_files, args=(Path(repo), wake, stop), daemon=True)
+        watcher.start()
+    run_forever(reconciler, seconds, stop, runtime.on_cycle, wake=wake)

@@ -68,6 +68,7 @@ class CycleResult:
     stopped: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)  # operation -> error
     leading: bool = True
+    attempted_version: str | None = None  # the newest version read, valid or not
 
     @property
     def ok(self) -> bool:
@@ -106,19 +107,19 @@ class Reconciler:
 
     # --- steps -------------------------------------------------------------------------
 
-    def _load(self) -> tuple[CompiledRepo | None, tuple[ConfigError, ...], str]:
+    def _load(self) -> tuple[CompiledRepo | None, tuple[ConfigError, ...], str, str | None]:
         try:
             snapshot = self._source()
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
-            return self._last_good, (), str(exc) or type(exc).__name__
+            return self._last_good, (), str(exc) or type(exc).__name__, None
         compiled = compile_repo(snapshot)
         if not compiled.valid:
             for error in compiled.errors:
                 log.error("invalid config %s: %s", snapshot.version, error)
-            return self._last_good, compiled.errors, ""
+            return self._last_good, compiled.errors, "", snapshot.version
         self._last_good = compiled
-        return compiled, (), ""
+        return compiled, (), "", snapshot.version
 
     def _client(self, spec: ClusterSpec) -> Kube:
         kube = self._clients.get(spec.name)
@@ -301,7 +302,7 @@ class Reconciler:
 
     def run_once(self) -> CycleResult:
         now = self._clock.now()
-        compiled, config_errors, sync_error = self._load()
+        compiled, config_errors, sync_error, attempted = self._load()
         if compiled is None:
             result = CycleResult(
                 at=now,
@@ -311,6 +312,7 @@ class Reconciler:
                 states={},
                 config_errors=config_errors,
                 sync_error=sync_error,
+                attempted_version=attempted,
             )
             self.last = result
             return result
@@ -366,6 +368,7 @@ class Reconciler:
             stopped=tuple(stopped),
             failed=failed,
             leading=leading,
+            attempted_version=attempted,
         )
         self.last = result
         return result

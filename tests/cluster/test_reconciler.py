@@ -426,3 +426,54 @@ def test_demo_runs_the_example_to_completion(
     assert "team-a" in demo.stderr and "nvidia.com/gpu" in demo.stderr
     names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
     assert "vision-train-vit-g1" in names
+
+
+def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    from reconciler_env import git
+
+    from reconciler.cli.run_cmd import make_runtime
+
+    runtime = make_runtime(str(config_repo), "main", {}, cache_dir=tmp_path / "cache")
+    assert runtime.publisher is not None
+
+    def cycle() -> None:
+        runtime.on_cycle(runtime.reconciler.run_once())
+
+    def status_log() -> list[str]:
+        return git(config_repo, "log", "--format=%an|%s", "reconciler/status").splitlines()
+
+    cycle()
+    files = git(config_repo, "ls-tree", "-r", "--name-only", "reconciler/status").splitlines()
+    assert "status/queues.yaml" in files and "status/config.yaml" in files
+    assert "status/vision/sweep-lr-0.yaml" in files and "status/language/distill.yaml" in files
+    record = git(config_repo, "show", "reconciler/status:status/vision/sweep-lr-0.yaml")
+    assert "phase: Dispatched" in record and "workload: vision-sweep-lr-0-g1" in record
+    assert "logs: reconciler logs vision/sweep-lr-0" in record
+    queued = git(config_repo, "show", "reconciler/status:status/vision/train-vit.yaml")
+    assert "reason: QuotaExceeded" in queued and "position: 3" in queued
+    assert len(status_log()) == 1 and "dispatched 11" in status_log()[0]
+
+    # a human commits a note onto the status branch while the reconciler runs
+    note = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "--branch", "reconciler/status", str(config_repo), str(note))
+    (note / "NOTES.md").write_text("on-call: keep an eye on team-a\n")
+    git(note, "add", "NOTES.md")
+    git(note, "commit", "-q", "-m", "human note")
+    git(note, "push", "-q", "origin", "reconciler/status")
+
+    wait_until(
+        lambda: any(
+            s.phase is Phase.SUCCEEDED for s in runtime.reconciler.run_once().states.values()
+        ),
+        timeout=60,
+        what="a first op to finish",
+    )
+    before = len(status_log())
+    cycle()
+    log = status_log()
+    assert len(log) == before + 1  # exactly one commit for the cycle
+    assert any(line.endswith("|human note") for line in log)  # the human commit is kept
+    assert "NOTES.md" in git(config_repo, "ls-tree", "--name-only", "reconciler/status")
+    assert "finished" in log[0]
