@@ -420,6 +420,7 @@ def test_demo_runs_the_example_to_completion(
         capture_output=True,
         text=True,
         timeout=600,
+        env={**os.environ, "COLUMNS": "200"},
     )
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "'Succeeded': 18" in demo.stderr
