@@ -216,6 +216,23 @@ class Kube:
                 raise _error(exc, f"deleting Service {namespace}/{name}") from exc
         return found
 
+    def list_labelled(
+        self, kind: str, label_selector: str, namespace: str | None = None
+    ) -> tuple[Mapping[str, Any], ...]:
+        """Jobs or Pods matching ``label_selector`` in ``namespace`` (None: all), as dicts."""
+        try:
+            if namespace is None:
+                page = self._lister(kind)(label_selector=label_selector)
+            elif kind == "Job":
+                page = self.batch.list_namespaced_job(namespace, label_selector=label_selector)
+            else:
+                page = self.core.list_namespaced_pod(namespace, label_selector=label_selector)
+        except ApiException as exc:
+            raise _error(exc, f"listing {kind}s") from exc
+        except _UNREACHABLE as exc:
+            raise KubeError(f"listing {kind}s: {exc}") from exc
+        return tuple(self.api.sanitize_for_serialization(i) for i in page.items)
+
     def read_logs(
         self,
         namespace: str,

@@ -14,12 +14,13 @@ def cli() -> None:
 
 
 def _register() -> None:
-    from reconciler.cli import config_cmds, devcluster_cmd, plan_cmd
+    from reconciler.cli import config_cmds, devcluster_cmd, logs_cmd, plan_cmd
 
     cli.add_command(devcluster_cmd.dev_cluster)
     for command in config_cmds.COMMANDS:
         cli.add_command(command)
     cli.add_command(plan_cmd.plan)
+    cli.add_command(logs_cmd.logs)
 
 
 _register()
