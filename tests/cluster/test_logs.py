@@ -37,6 +37,10 @@ def _write_repo(root: Path, kubeconfig: Path, namespace: str) -> None:
         "projects/demo/operations/later.yaml": (
             "kind: Operation\nrun:\n  kind: job\n  container: {image: busybox}\n"
         ),
+        "projects/demo/operations/huge.yaml": (
+            "kind: Operation\nrun:\n  kind: job\n  container:\n    image: busybox\n"
+            "    resources: {limits: {nvidia.com/gpu: 5}}\n"
+        ),
     }
     for path, text in files.items():
         (root / path).parent.mkdir(parents=True, exist_ok=True)
@@ -109,3 +113,29 @@ def test_logs_errors_are_one_line_and_exit_1(
         assert result.returncode == 1, result
         assert result.stderr.startswith(message), result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_logs_of_an_unschedulable_pod_say_why(
+    kube_cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    _write_repo(tmp_path, kube_cluster.kubeconfig, namespace)
+    repo = compile_repo(snapshot_worktree(tmp_path))
+    op = next(o for o in repo.operations if o.id == "demo/huge")
+    kube = Kube(kube_cluster.api_client())
+    rendered = render_operation(op, {}, config_version="c1", dispatched_at=datetime.now(UTC))
+    kube.create_or_adopt(rendered.job)
+
+    def unschedulable() -> bool:
+        pods = kube.list_labelled("Pod", f"job-name={rendered.name}", namespace)
+        return any(
+            c.get("reason") == "Unschedulable"
+            for p in pods
+            for c in p["status"].get("conditions") or []
+        )
+
+    wait_until(unschedulable, timeout=60, what="the 5-GPU pod to be Unschedulable")
+    result = _logs("demo/huge", "--repo", str(tmp_path))
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: demo/huge: pod "), result.stderr
+    assert "has not started: Unschedulable: " in result.stderr
+    assert "Insufficient nvidia.com/gpu" in result.stderr
