@@ -20,7 +20,7 @@ from kubernetes import client, config, watch
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from reconciler.core.render import LABEL_MANAGED_BY, MANAGER
+from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -71,6 +71,26 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
         config_file=str(kubeconfig), context=context
     )
     return api
+
+
+_UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
+
+
+def _lines(resp: Any, what: str) -> Iterator[str]:
+    """Split a streamed body into lines; the connection is released when done."""
+    pending = b""
+    try:
+        for chunk in resp.stream(4096, decode_content=True):
+            pending += chunk
+            *complete, pending = pending.split(b"\n")
+            for line in complete:
+                yield line.decode("utf-8", errors="replace")
+        if pending:
+            yield pending.decode("utf-8", errors="replace")
+    except _UNREACHABLE as exc:
+        raise KubeError(f"{what}: {exc}") from exc
+    finally:
+        resp.release_conn()
 
 
 def _error(exc: ApiException, what: str) -> KubeError:
@@ -295,6 +315,52 @@ class Kube:
             if exc.status != 404:
                 raise _error(exc, f"deleting Service {namespace}/{name}") from exc
         return found
+
+    def list_labelled(
+        self, kind: str, label_selector: str, namespace: str | None = None
+    ) -> tuple[Mapping[str, Any], ...]:
+        """Jobs or Pods matching ``label_selector`` in ``namespace`` (None: all), as dicts."""
+        try:
+            if namespace is None:
+                page = self._lister(kind)(label_selector=label_selector)
+            elif kind == "Job":
+                page = self.batch.list_namespaced_job(namespace, label_selector=label_selector)
+            else:
+                page = self.core.list_namespaced_pod(namespace, label_selector=label_selector)
+        except ApiException as exc:
+            raise _error(exc, f"listing {kind}s") from exc
+        except _UNREACHABLE as exc:
+            raise KubeError(f"listing {kind}s: {exc}") from exc
+        return tuple(self.api.sanitize_for_serialization(i) for i in page.items)
+
+    def read_logs(
+        self,
+        namespace: str,
+        pod: str,
+        container: str = MAIN_CONTAINER,
+        follow: bool = False,
+        tail_lines: int | None = None,
+    ) -> str | Iterator[str]:
+        """A container's log through the ``pods/log`` API: the whole text, or with
+        ``follow`` an iterator of lines (without newlines) until the stream ends."""
+        what = f"reading the log of {namespace}/{pod} (container {container})"
+        kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
+        if tail_lines is not None:
+            kwargs["tail_lines"] = tail_lines
+        if follow:
+            kwargs["follow"] = True
+        try:
+            resp: Any = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
+        except ApiException as exc:
+            raise _error(exc, what) from exc
+        except _UNREACHABLE as exc:
+            raise KubeError(f"{what}: {exc}") from exc
+        if not follow:
+            try:
+                return bytes(resp.data).decode("utf-8", errors="replace")
+            finally:
+                resp.release_conn()
+        return _lines(resp, what)
 
     def _lister(self, kind: str) -> Any:
         listers = {

@@ -18,6 +18,7 @@ def _register() -> None:
         config_cmds,
         demo_cmd,
         devcluster_cmd,
+        logs_cmd,
         plan_cmd,
         run_cmd,
         status_cmd,
@@ -30,6 +31,7 @@ def _register() -> None:
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
     cli.add_command(status_cmd.status)
+    cli.add_command(logs_cmd.logs)
 
 
 _register()

@@ -36,6 +36,12 @@ POD_CIDR = "10.0.0.1/16"
 STATE_FILE = "cluster.json"
 API_QPS = 1000
 API_BURST = 2000
+SIMULATED_LOG_LINES = (
+    "dev-cluster: simulated container log, served by kwok for every pod",
+    "step 1/3: loading data",
+    "step 2/3: training",
+    "step 3/3: done",
+)
 
 
 class DevClusterError(RuntimeError):
@@ -103,6 +109,7 @@ class DevCluster:
         self.pki = Pki(self.state_dir / "pki")
         self.kubeconfig = self.state_dir / "admin.kubeconfig"
         self.logs = self.state_dir / "logs"
+        self.pod_logs = self.state_dir / "pod-logs" / "main.log"
 
     # --- state -------------------------------------------------------------------------
 
@@ -249,7 +256,7 @@ class DevCluster:
 
     def _reset_state_dir(self) -> None:
         if self.state_dir.exists():
-            for child in ("pki", "etcd-data", "logs"):
+            for child in ("pki", "etcd-data", "logs", "pod-logs"):
                 shutil.rmtree(self.state_dir / child, ignore_errors=True)
         self.logs.mkdir(parents=True, exist_ok=True)
 
@@ -334,6 +341,11 @@ class DevCluster:
             f"--service-cluster-ip-range={SERVICE_CIDR}",
             "--endpoint-reconciler-type=none",
             "--allow-privileged=true",
+            # pods/log and exec go to the node's InternalIP (kwok's server). kwok serves a
+            # self-signed cert: without --kubelet-certificate-authority it is not verified.
+            "--kubelet-preferred-address-types=InternalIP",
+            f"--kubelet-client-certificate={p.client_cert('admin')}",
+            f"--kubelet-client-key={p.client_key('admin')}",
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
             "--profiling=false",
@@ -391,16 +403,43 @@ class DevCluster:
             "-v=1",
         ]
 
+    def _write_pod_logs(self) -> Path:
+        """The container log kwok serves for every pod (CRI log format), and the
+        ClusterLogs config that points at it."""
+        self.pod_logs.parent.mkdir(parents=True, exist_ok=True)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%S.000000000Z", time.gmtime())
+        self.pod_logs.write_text(
+            "".join(f"{stamp} stdout F {line}\n" for line in SIMULATED_LOG_LINES)
+        )
+        config = self.state_dir / "kwok-logs.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "kwok.x-k8s.io/v1alpha1",
+                    "kind": "ClusterLogs",
+                    "metadata": {"name": "all-pods"},
+                    # no selector: every pod; no containers: every container
+                    "spec": {"logs": [{"logsFile": str(self.pod_logs), "follow": True}]},
+                },
+                sort_keys=False,
+            )
+        )
+        return config
+
     def _kwok_args(self, bins: Binaries, ports: dict[str, int]) -> list[str]:
         return [
             str(bins.kwok),
             f"--kubeconfig={self.state_dir / 'kwok.kubeconfig'}",
             f"--config={STAGES_FILE}",
+            f"--config={self._write_pod_logs()}",
             "--manage-all-nodes=false",
             "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+            # kwok's kubelet-like server (pods/log); nodes advertise it as their
+            # InternalIP and kubelet port, where the apiserver proxies pods/log to.
             f"--server-address=127.0.0.1:{ports['kwok']}",
+            "--node-ip=127.0.0.1",
+            f"--node-port={ports['kwok']}",
             f"--cidr={POD_CIDR}",
-            "--node-ip=10.1.0.1",
             "--node-lease-duration-seconds=40",
         ]
 

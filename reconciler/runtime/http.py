@@ -1,0 +1,111 @@
+"""``--http``: /healthz, /readyz and /metrics on a small threaded server.
+
+- ``/healthz``: 200 while the process serves requests (liveness).
+- ``/readyz``: 200 only when ``ready()`` says so (last cycle succeeded and a valid config
+  is loaded); 503 with its reason otherwise.
+- ``/metrics``: the Prometheus text exposition of the registry.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+log = logging.getLogger("reconciler.http")
+
+# ready() returns ok, or (ok, reason); the reason is shown on /readyz.
+Readiness = Callable[[], bool | tuple[bool, str]]
+
+
+class HttpError(RuntimeError):
+    """The server could not bind its address."""
+
+
+def parse_address(address: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``:PORT`` for 127.0.0.1) into a bind address."""
+    host, sep, port = address.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"--http {address!r}: expected HOST:PORT, e.g. 127.0.0.1:8080")
+    return (host.strip("[]") or "127.0.0.1", int(port))
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+
+    def do_GET(self) -> None:
+        path = self.path.split("?", 1)[0]
+        if path == "/healthz":
+            self._send(200, b"ok\n", "text/plain; charset=utf-8")
+        elif path == "/readyz":
+            try:
+                answer = self.server.ready()
+                ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
+            except Exception as exc:  # a broken probe is "not ready", never a 500 loop
+                ok, reason = False, f"readiness check failed: {exc}"
+            body = (reason or ("ok" if ok else "not ready")) + "\n"
+            self._send(200 if ok else 503, body.encode(), "text/plain; charset=utf-8")
+        elif path == "/metrics":
+            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        else:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+
+    def _send(self, status: int, body: bytes, content_type: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("http %s", format % args)
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], registry: CollectorRegistry, ready: Readiness
+    ) -> None:
+        super().__init__(address, _Handler)
+        self.registry = registry
+        self.ready = ready
+
+
+class HttpServer:
+    """Serves in a daemon thread from ``start()`` until ``stop()``."""
+
+    def __init__(self, address: str, registry: CollectorRegistry, ready: Readiness) -> None:
+        host, port = parse_address(address)
+        try:
+            self._server = _Server((host, port), registry, ready)
+        except OSError as exc:
+            raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        """The bound address (the real port when 0 was asked for)."""
+        host, port = self._server.server_address[:2]
+        return (str(host), int(port))
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
+        self._thread.start()
+        log.info("serving /healthz /readyz /metrics", extra={"url": self.url})
+
+    def stop(self) -> None:
+        if self._thread is not None:  # shutdown() waits for a serve_forever that runs
+            self._server.shutdown()
+            self._thread.join(timeout=5)
+            self._thread = None
+        self._server.server_close()

@@ -1,0 +1,150 @@
+"""/healthz, /readyz and /metrics over real HTTP; metrics parsed with prometheus_client."""
+
+from __future__ import annotations
+
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from builders import World
+from prometheus_client.parser import text_string_to_metric_families
+
+from reconciler.runtime.http import HttpError, HttpServer, parse_address
+from reconciler.runtime.metrics import Metrics
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
+    return out
+
+
+class Readiness:
+    def __init__(self) -> None:
+        self.state: bool | tuple[bool, str] = (False, "no cycle has run yet")
+
+    def __call__(self) -> bool | tuple[bool, str]:
+        return self.state
+
+
+@pytest.fixture
+def served() -> Iterator[tuple[HttpServer, Metrics, Readiness]]:
+    metrics, ready = Metrics(), Readiness()
+    server = HttpServer("127.0.0.1:0", metrics.registry, ready)
+    server.start()
+    yield server, metrics, ready
+    server.stop()
+
+
+def _world() -> World:
+    w = (
+        World()
+        .cluster("local")
+        .queue("team-a", quota={"nvidia.com/gpu": 2})
+        .queue("batch", concurrency=3)
+    )
+    w.ops("vision/train-{}", 5, queue="team-a", gpu=1)
+    w.ops("etl/job-{}", 4, queue="batch")
+    return w
+
+
+def test_healthz_and_readyz_follow_the_callable(
+    served: tuple[HttpServer, Metrics, Readiness],
+) -> None:
+    server, _, ready = served
+    assert _get(server.url + "/healthz")[0] == 200
+    status, _, body = _get(server.url + "/readyz")
+    assert (status, body) == (503, "no cycle has run yet\n")
+    ready.state = True
+    assert _get(server.url + "/readyz")[:1] == (200,)
+    ready.state = (False, "config commit abc123 is invalid")
+    assert _get(server.url + "/readyz")[0::2] == (503, "config commit abc123 is invalid\n")
+    assert _get(server.url + "/nope")[0] == 404
+
+
+def test_a_raising_readiness_check_is_not_ready() -> None:
+    metrics = Metrics()
+
+    def broken() -> bool:
+        raise RuntimeError("boom")
+
+    other = HttpServer("127.0.0.1:0", metrics.registry, broken)
+    other.start()
+    try:
+        status, _, body = _get(other.url + "/readyz")
+    finally:
+        other.stop()
+    assert status == 503 and "boom" in body
+
+
+def test_metrics_expose_every_series(served: tuple[HttpServer, Metrics, Readiness]) -> None:
+    server, metrics, _ = served
+    metrics.observe_plan(_world().plan())
+    metrics.count_dispatched("team-a", "local", 2)
+    metrics.count_dispatched("batch", "local", 3)
+    metrics.git_sync_errors.inc()
+    metrics.cycle_duration.observe(0.3)
+    metrics.set_config_commit("c0ffee")
+    metrics.set_config_commit("beef01")
+    metrics.set_leader(True)
+
+    status, content_type, text = _get(server.url + "/metrics")
+    assert status == 200 and content_type.startswith("text/plain")
+    s = _samples(text)
+    a = (("cluster", "local"), ("queue", "team-a"))
+    b = (("cluster", "local"), ("queue", "batch"))
+    gpu = (("queue", "team-a"), ("resource", "nvidia.com/gpu"))
+    assert s[("reconciler_queue_active_operations", a)] == 0
+    assert s[("reconciler_queue_pending_operations", a)] == 3
+    assert s[("reconciler_queue_pending_operations", b)] == 1
+    assert s[("reconciler_queue_quota_used", gpu)] == 2  # with this plan's dispatches
+    assert s[("reconciler_queue_quota_limit", gpu)] == 2
+    assert s[("reconciler_dispatched_total", a)] == 2
+    assert s[("reconciler_dispatched_total", b)] == 3
+    assert s[("reconciler_git_sync_errors_total", ())] == 1
+    assert s[("reconciler_cycle_duration_seconds_count", ())] == 1
+    assert s[("reconciler_cycle_duration_seconds_sum", ())] == pytest.approx(0.3)
+    assert s[("reconciler_cycle_duration_seconds_bucket", (("le", "0.5"),))] == 1
+    assert s[("reconciler_cycle_duration_seconds_bucket", (("le", "0.25"),))] == 0
+    commits = {k[1] for k in s if k[0] == "reconciler_config_commit_info"}
+    assert commits == {(("commit", "beef01"),)}  # only the commit in force
+    assert s[("reconciler_leader", ())] == 1
+
+
+def test_observe_plan_drops_queues_that_left_the_plan() -> None:
+    metrics = Metrics()
+    metrics.observe_plan(_world().plan())
+    w = World().cluster("local").queue("batch", concurrency=3)
+    w.ops("etl/job-{}", 1, queue="batch")
+    metrics.observe_plan(w.plan())
+    from prometheus_client import generate_latest
+
+    s = _samples(generate_latest(metrics.registry).decode())
+    queues = {dict(k[1]).get("queue") for k in s if k[0].startswith("reconciler_queue_")}
+    assert queues == {"batch"}
+
+
+def test_address_parsing_and_bind_errors() -> None:
+    assert parse_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
+    assert parse_address(":9090") == ("127.0.0.1", 9090)
+    assert parse_address("[::1]:80") == ("::1", 80)
+    for bad in ("8080", "host:", "host:http", "h:70000"):
+        with pytest.raises(ValueError, match="HOST:PORT"):
+            parse_address(bad)
+    first = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True)
+    try:
+        with pytest.raises(HttpError, match="cannot listen"):
+            HttpServer(f"127.0.0.1:{first.address[1]}", Metrics().registry, lambda: True)
+    finally:
+        first.stop()
