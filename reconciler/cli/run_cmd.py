@@ -10,7 +10,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,12 +19,16 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
-from reconciler.adapters.kube import Kube, connect_cluster
+from reconciler.adapters.kube import Kube, KubeError, connect, connect_cluster
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.faults import FaultPoints
+from reconciler.runtime.http import HttpError, HttpServer
+from reconciler.runtime.leader import LeaderElector, default_identity
+from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import run_forever, watch_files
+from reconciler.runtime.metrics import Metrics
 from reconciler.runtime.status import StatusPublisher
 
 log = logging.getLogger("reconciler.run")
@@ -86,10 +90,37 @@ def worktree_source(repo: Path) -> RepoSnapshot:
 class Runtime:
     reconciler: Reconciler
     publisher: StatusPublisher | None
+    metrics: Metrics = field(default_factory=Metrics)
 
     def on_cycle(self, result: CycleResult) -> None:
         if self.publisher is not None and result.leading:
             self.publisher.publish(result)
+            if self.publisher.last_error:
+                self.metrics.git_sync_errors.inc()
+        m = self.metrics
+        m.cycle_duration.observe(result.duration)
+        m.set_leader(result.leading)
+        if result.sync_error:
+            m.git_sync_errors.inc()
+        if result.plan is not None and result.compiled is not None:
+            m.observe_plan(result.plan)
+            m.set_config_commit(result.compiled.version)
+            clusters = {d.operation: (d.queue, d.cluster) for d in result.plan.dispatch}
+            for op in result.dispatched:
+                queue, cluster = clusters[op]
+                m.count_dispatched(queue, cluster)
+
+    def readiness(self) -> tuple[bool, str]:
+        last = self.reconciler.last
+        if last is None:
+            return False, "no cycle has run yet"
+        if last.plan is None:
+            return False, "no valid config loaded" + (
+                f": {last.sync_error}" if last.sync_error else ""
+            )
+        if last.sync_error:
+            return False, f"config sync failing: {last.sync_error}"
+        return True, "ok"
 
 
 def make_runtime(
@@ -100,6 +131,7 @@ def make_runtime(
     worktree: bool = False,
     status_branch: str | None = "reconciler/status",
     cache_dir: Path | None = None,
+    is_leader: Callable[[], bool] | None = None,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch``, or the saved files with ``worktree``."""
@@ -117,7 +149,13 @@ def make_runtime(
         source = config.sync
         if status_branch:
             publisher = StatusPublisher(StatusBranch(config, branch=status_branch))
-    reconciler = Reconciler(source, connect, SystemClock(), faults=FaultPoints.from_env())
+    reconciler = Reconciler(
+        source,
+        connect,
+        SystemClock(),
+        is_leader=is_leader or (lambda: True),
+        faults=FaultPoints.from_env(),
+    )
     if publisher is not None:
         try:
             reconciler.seed_seen(publisher.recorded_workloads())
@@ -161,6 +199,33 @@ def make_runtime(
     help="Use this kubeconfig for cluster NAME.",
 )
 @click.option(
+    "--http",
+    "http_address",
+    default=None,
+    metavar="HOST:PORT",
+    help="Serve /healthz, /readyz and /metrics (e.g. 127.0.0.1:8080).",
+)
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--leader-elect",
+    is_flag=True,
+    help="Dispatch only while holding a Lease (run several replicas safely).",
+)
+@click.option(
+    "--lease-kubeconfig",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="The home cluster for the Lease (default: in-cluster).",
+)
+@click.option("--lease-namespace", default="default", show_default=True)
+@click.option("--lease-name", default="dispatch-reconciler", show_default=True)
+@click.option("--lease-duration", default=15.0, show_default=True)
+@click.option("--renew-deadline", default=10.0, show_default=True)
+@click.option("--retry-period", default=2.0, show_default=True)
+@click.option("--identity", default=None, help="This replica's name (default host-pid).")
+@click.option(
     "--log-level",
     default="info",
     show_default=True,
@@ -175,11 +240,36 @@ def run(
     once: bool,
     watch: bool,
     cluster_kubeconfigs: tuple[str, ...],
+    http_address: str | None,
+    log_format: str,
+    leader_elect: bool,
+    lease_kubeconfig: Path | None,
+    lease_namespace: str,
+    lease_name: str,
+    lease_duration: float,
+    renew_deadline: float,
+    retry_period: float,
+    identity: str | None,
     log_level: str,
 ) -> None:
     """Pull the config repo and converge every connected cluster to its plan."""
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(message)s")
+    configure_logging(log_format, log_level)
     seconds = parse_interval(interval)
+    elector: LeaderElector | None = None
+    if leader_elect:
+        try:
+            elector = LeaderElector(
+                connect(lease_kubeconfig),
+                lease_namespace,
+                lease_name,
+                identity or default_identity(),
+                lease_duration,
+                renew_deadline,
+                retry_period,
+            )
+        except (ValueError, KubeError, OSError) as exc:
+            click.echo(f"error: leader election: {exc}", err=True)
+            sys.exit(2)
     if watch and not Path(repo).is_dir():
         click.echo(f"error: {repo}: --watch needs a local directory", err=True)
         sys.exit(1)
@@ -190,6 +280,7 @@ def run(
         worktree=watch,
         status_branch=status_branch or None,
         cache_dir=cache_dir,
+        is_leader=elector.is_leader if elector else None,
     )
     reconciler = runtime.reconciler
     if once:
@@ -209,7 +300,24 @@ def run(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, shutdown)
+    server: HttpServer | None = None
+    if http_address:
+        try:
+            server = HttpServer(http_address, runtime.metrics.registry, runtime.readiness)
+        except HttpError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
+        server.start()
+        log.info("serving /healthz /readyz /metrics on %s", server.url)
+    if elector is not None:
+        elector.start()
     if wake is not None:
         watcher = threading.Thread(target=watch_files, args=(Path(repo), wake, stop), daemon=True)
         watcher.start()
-    run_forever(reconciler, seconds, stop, runtime.on_cycle, wake=wake)
+    try:
+        run_forever(reconciler, seconds, stop, runtime.on_cycle, wake=wake)
+    finally:
+        if elector is not None:
+            elector.stop(release=True)
+        if server is not None:
+            server.stop()

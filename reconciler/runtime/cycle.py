@@ -13,6 +13,7 @@ The guard ladder, in order:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -69,6 +70,7 @@ class CycleResult:
     failed: Mapping[str, str] = field(default_factory=dict)  # operation -> error
     leading: bool = True
     attempted_version: str | None = None  # the newest version read, valid or not
+    duration: float = 0.0  # seconds the cycle took
 
     @property
     def ok(self) -> bool:
@@ -301,6 +303,13 @@ class Reconciler:
     # --- the cycle ---------------------------------------------------------------------
 
     def run_once(self) -> CycleResult:
+        started = time.monotonic()
+        result = self._cycle()
+        result = replace(result, duration=time.monotonic() - started)
+        self.last = result
+        return result
+
+    def _cycle(self) -> CycleResult:
         now = self._clock.now()
         compiled, config_errors, sync_error, attempted = self._load()
         if compiled is None:
