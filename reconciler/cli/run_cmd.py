@@ -91,6 +91,7 @@ class Runtime:
     reconciler: Reconciler
     publisher: StatusPublisher | None
     metrics: Metrics = field(default_factory=Metrics)
+    completed: CycleResult | None = None  # the last cycle whose status and metrics are out
 
     def on_cycle(self, result: CycleResult) -> None:
         if self.publisher is not None and result.leading:
@@ -109,9 +110,10 @@ class Runtime:
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
+        self.completed = result
 
     def readiness(self) -> tuple[bool, str]:
-        last = self.reconciler.last
+        last = self.completed
         if last is None:
             return False, "no cycle has run yet"
         if last.plan is None:

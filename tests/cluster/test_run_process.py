@@ -1,0 +1,277 @@
+"""``reconciler run`` as real processes: two replicas with leader election, /metrics, and
+an operation's logs and outputs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from conftest import KubeCluster
+from helpers import wait_until
+from kubernetes import client
+from prometheus_client.parser import text_string_to_metric_families
+from reconciler_env import clean_workloads, commit_all, git, make_config_repo
+
+from reconciler.adapters.kube import Kube
+from reconciler.devcluster.prerequisites import apply_prerequisites
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture
+def kube(kube_cluster: KubeCluster) -> Iterator[Kube]:
+    kube = Kube(kube_cluster.api_client())
+    apply_prerequisites(kube.api)
+    clean_workloads(kube)
+    yield kube
+    clean_workloads(kube)
+
+
+@pytest.fixture
+def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
+    return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _start(
+    repo: Path, kubeconfig: Path, tmp: Path, name: str, *extra: str
+) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "run",
+            "--repo",
+            str(repo),
+            "--interval",
+            "1s",
+            "--cache-dir",
+            str(tmp / f"cache-{name}"),
+            "--cluster-kubeconfig",
+            f"local={kubeconfig}",
+            "--log-format",
+            "json",
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=open(tmp / f"{name}.log", "w"),
+        text=True,
+    )
+
+
+def _jobs_per_op(kube: Kube) -> Counter[str]:
+    return Counter(
+        j["metadata"]["annotations"]["reconciler.dev/operation-id"]
+        for j in kube.list_managed("Job").items
+    )
+
+
+def _lease_holder(kube: Kube, namespace: str) -> str | None:
+    try:
+        lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(
+            "dispatch-reconciler", namespace
+        )
+    except client.exceptions.ApiException:
+        return None
+    return lease.spec.holder_identity  # type: ignore[no-any-return]
+
+
+def test_two_replicas_one_dispatches_and_the_other_takes_over(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path, namespace: str
+) -> None:
+    long = config_repo / "projects" / "vision" / "presets" / "base.yaml"
+    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
+    commit_all(config_repo, "long-running vision ops")
+    lease = [
+        "--leader-elect",
+        "--lease-kubeconfig",
+        str(kube_cluster.kubeconfig),
+        "--lease-namespace",
+        namespace,
+        "--lease-duration",
+        "4",
+        "--renew-deadline",
+        "3",
+        "--retry-period",
+        "1",
+    ]
+    replicas = {
+        name: _start(
+            config_repo,
+            kube_cluster.kubeconfig,
+            tmp_path,
+            name,
+            *lease,
+            "--identity",
+            name,
+            "--status-branch",
+            "",
+        )
+        for name in ("a", "b")
+    }
+    try:
+        leader = wait_until(lambda: _lease_holder(kube, namespace), timeout=30, what="a leader")
+        wait_until(lambda: len(_jobs_per_op(kube)) >= 11, timeout=60, what="the first dispatches")
+        assert set(_jobs_per_op(kube).values()) == {1}  # never dispatched twice
+        follower = "b" if leader == "a" else "a"
+        follower_log = (tmp_path / f"{follower}.log").read_text()
+        assert "dispatched vision/" not in follower_log
+
+        replicas[leader].send_signal(signal.SIGKILL)
+        replicas[leader].wait(timeout=10)
+        wait_until(
+            lambda: _lease_holder(kube, namespace) == follower,
+            timeout=15,
+            what="the follower to take the Lease within the lease time",
+        )
+        (config_repo / "projects" / "vision" / "operations" / "late.yaml").write_text(
+            "kind: Operation\nname: late\nqueue: batch\nrun:\n  container: {image: busybox}\n"
+        )
+        batch = config_repo / "queues" / "batch.yaml"
+        batch.write_text(batch.read_text().replace("concurrency: 3", "concurrency: 10"))
+        commit_all(config_repo, "a late op, after the leader died")
+        wait_until(
+            lambda: _jobs_per_op(kube).get("vision/late") == 1,
+            timeout=30,
+            what="the new leader to dispatch",
+        )
+        assert set(_jobs_per_op(kube).values()) == {1}
+    finally:
+        for proc in replicas.values():
+            if proc.poll() is None:
+                proc.terminate()
+                proc.wait(timeout=30)
+
+
+def test_metrics_and_readiness_over_http(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    port = _free_port()
+    proc = _start(
+        config_repo, kube_cluster.kubeconfig, tmp_path, "metrics", "--http", f"127.0.0.1:{port}"
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(base + "/readyz", timeout=2) as resp:
+                    return int(resp.status) == 200
+            except OSError:
+                return False
+
+        wait_until(ready, timeout=60, what="/readyz")
+        with urllib.request.urlopen(base + "/healthz", timeout=2) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(base + "/metrics", timeout=2) as resp:
+            text = resp.read().decode()
+        samples = {
+            (s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+        }
+        quota = {k: v for k, v in samples.items() if k[0] == "reconciler_queue_quota_used"}
+        gpu_a = quota.get(
+            ("reconciler_queue_quota_used", (("queue", "team-a"), ("resource", "nvidia.com/gpu")))
+        )
+        assert gpu_a == 2, quota
+        assert (
+            samples[
+                (
+                    "reconciler_queue_quota_limit",
+                    (("queue", "team-b"), ("resource", "nvidia.com/gpu")),
+                )
+            ]
+            == 4
+        )
+        dispatched = sum(
+            v for (name, _), v in samples.items() if name == "reconciler_dispatched_total"
+        )
+        assert dispatched >= 11
+        commit = git(config_repo, "rev-parse", "HEAD")
+        assert samples[("reconciler_config_commit_info", (("commit", commit),))] == 1
+        assert any(
+            name == "reconciler_cycle_duration_seconds_count" and v >= 1
+            for (name, _), v in samples.items()
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    lines = [
+        json.loads(line)
+        for line in (tmp_path / "metrics.log").read_text().splitlines()
+        if line.startswith("{")
+    ]
+    assert any("dispatched" in line["message"] for line in lines)
+
+
+def test_logs_and_outputs_of_a_finished_operation(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    op = config_repo / "projects" / "vision" / "operations" / "dedupe.yaml"
+    text = op.read_text()
+    op.write_text(text + "\n" if not text.endswith("\n") else text)
+    base = config_repo / "projects" / "vision" / "presets" / "base.yaml"
+    base.write_text(
+        base.read_text().replace(
+            "reconciler.dev/simulated-duration: 3s",
+            "reconciler.dev/simulated-duration: 1s\n"
+            "      reconciler.dev/simulated-outputs: '{\"loss\": 0.25}'",
+        )
+    )
+    commit_all(config_repo, "vision ops report a loss")
+    proc = _start(config_repo, kube_cluster.kubeconfig, tmp_path, "logs")
+    try:
+
+        def outputs() -> dict[str, object] | None:
+            try:
+                record = git(config_repo, "show", "reconciler/status:status/vision/dedupe.yaml")
+            except subprocess.CalledProcessError:
+                return None
+            return {"ok": True} if "phase: Succeeded" in record and "loss: 0.25" in record else None
+
+        wait_until(outputs, timeout=90, what="vision/dedupe Succeeded with outputs in status")
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    logs = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            "logs",
+            "vision/dedupe",
+            "--repo",
+            str(config_repo),
+            "--kubeconfig",
+            str(kube_cluster.kubeconfig),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ),
+    )
+    assert logs.returncode == 0, logs.stderr
+    assert logs.stdout.strip()
+    missing = subprocess.run(
+        [sys.executable, "-m", "reconciler", "logs", "vision/nope", "--repo", str(config_repo)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 1 and "Traceback" not in missing.stderr
