@@ -16,18 +16,22 @@ from typing import Any
 import click
 
 from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.repo import snapshot_git, snapshot_worktree
+from reconciler.adapters.git import GitSyncError
+from reconciler.adapters.repo import is_git_repo, snapshot_git, snapshot_worktree
+from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
+from reconciler.core.status import observed_from_status
 from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
 
 EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_CHANGES = 3
 
+STATUS_BRANCH = "reconciler/status"
 OUTPUTS = ("table", "json", "markdown")
 
 
@@ -175,6 +179,18 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
         raise LoadError([str(e) for e in exc.errors]) from None
 
 
+def observed_on_status_branch(repo_dir: Path) -> tuple[ObservedOperation, ...]:
+    """The phases the reconciler last wrote to the status branch; none when there is no
+    branch (or no Git repo), so every operation counts as Queued."""
+    if not is_git_repo(repo_dir):
+        return ()
+    try:
+        view = read_branch(str(repo_dir), STATUS_BRANCH, None)
+    except (StatusError, GitSyncError):
+        return ()
+    return observed_from_status(view)
+
+
 @click.command("plan")
 @click.option(
     "--repo",
@@ -187,7 +203,8 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
 @click.option(
     "--observed",
     type=click.Path(dir_okay=False, path_type=Path),
-    help="YAML or JSON list of {operation, phase}; unlisted operations are Queued.",
+    help="YAML or JSON list of {operation, phase}; unlisted operations are Queued. "
+    "Default: the phases on the reconciler/status branch, if any.",
 )
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
 @click.option("--base", help="Plan a change: the Git ref it starts from (e.g. origin/main).")
@@ -203,7 +220,7 @@ def plan(
     if head is not None and base is None:
         raise click.UsageError("--head needs --base")
     try:
-        seen = read_observed(observed)
+        seen = read_observed(observed) if observed else observed_on_status_branch(repo_dir)
     except LoadError as exc:
         click.echo("\n".join(exc.lines), err=True)
         raise SystemExit(EXIT_ERROR) from None

@@ -28,6 +28,7 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     ConfigError,
+    ObservedOperation,
     Phase,
     RejectedOperation,
 )
@@ -719,3 +720,16 @@ def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int] | None:
     if not isinstance(parsed, ConfigStatus):
         return None
     return parsed.version, parsed.valid, len(parsed.errors)
+
+
+def observed_from_status(view: StatusView) -> tuple[ObservedOperation, ...]:
+    """What the status branch last recorded, as the planner's observed state: every op it
+    saw dispatched or finished (workflow parents and Queued ops are left out)."""
+    known = {p.value: p for p in Phase}
+    out = []
+    for op_id, rec in sorted(view.operations.items()):
+        phase = known.get(rec.phase)
+        if phase is None or phase is Phase.QUEUED or rec.children:
+            continue
+        out.append(ObservedOperation(op_id, phase, queue=rec.queue, cluster=rec.cluster))
+    return tuple(out)

@@ -339,3 +339,23 @@ def test_operation_status_ignores_unknown_and_mistyped_fields() -> None:
         {"operation": "a/b", "phase": "Queued", "position": "x", "future": 1}
     )
     assert record.position is None and record.phase == "Queued"
+
+
+def test_observed_from_status_keeps_dispatched_and_finished_ops_only() -> None:
+    from reconciler.core.status import OperationStatus, StatusView, observed_from_status
+    from reconciler.core.types import Phase
+
+    view = StatusView(
+        operations={
+            "p/a": OperationStatus("p/a", "Running", queue="q", cluster="c"),
+            "p/b": OperationStatus("p/b", "Queued", queue="q"),
+            "p/c": OperationStatus("p/c", "Succeeded", queue="q", cluster="c"),
+            "p/w": OperationStatus("p/w", "Running", children=("p/w-0",)),
+            "p/r": OperationStatus("p/r", "Rejected"),
+        }
+    )
+    observed = observed_from_status(view)
+    assert [(o.operation, o.phase, o.queue, o.cluster) for o in observed] == [
+        ("p/a", Phase.RUNNING, "q", "c"),
+        ("p/c", Phase.SUCCEEDED, "q", "c"),
+    ]
