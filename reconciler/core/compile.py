@@ -29,7 +29,7 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
 
-from reconciler.core.load import Document, parse_yaml, resolve_files
+from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.merge import (
     Locate,
     Path,
@@ -209,8 +209,9 @@ def _stem(filename: str) -> str:
 class _Repo:
     """Lazily parsed, cached view of a snapshot; every problem lands in ``errors`` once."""
 
-    def __init__(self, snapshot: RepoSnapshot) -> None:
+    def __init__(self, snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> None:
         self.snapshot = snapshot
+        self._parse = parse_cache.parse if parse_cache is not None else parse_yaml
         self.files, errors = resolve_files(snapshot)
         self.errors: list[ConfigError] = list(errors)
         self.org_path: str | None = None
@@ -301,7 +302,7 @@ class _Repo:
         return result
 
     def _load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
-        doc, errors = parse_yaml(path, self.files[path])
+        doc, errors = self._parse(path, self.files[path])
         if doc is None:
             self.errors.extend(errors)
             return None
@@ -1051,10 +1052,15 @@ def _internal(snapshot: RepoSnapshot, exc: BaseException) -> ConfigError:
     return _err(Location("<repo>", 0, 0), f"internal error while compiling: {exc!r}")
 
 
-def compile_repo(snapshot: RepoSnapshot) -> CompiledRepo:
-    """Validate every file and compile every operation of ``snapshot``. Never raises."""
+def compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> CompiledRepo:
+    """Validate every file and compile every operation of ``snapshot``. Never raises.
+
+    With ``parse_cache``, files whose content did not change since the last call are not
+    parsed again."""
     try:
-        return _compile_repo(snapshot)
+        if parse_cache is not None:
+            parse_cache.retain(snapshot.files)
+        return _compile_repo(snapshot, parse_cache)
     except Exception as exc:  # a bug must not take the reconciler down; report it instead
         return CompiledRepo(
             version=snapshot.version,
@@ -1066,8 +1072,8 @@ def compile_repo(snapshot: RepoSnapshot) -> CompiledRepo:
         )
 
 
-def _compile_repo(snapshot: RepoSnapshot) -> CompiledRepo:
-    repo = _Repo(snapshot)
+def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> CompiledRepo:
+    repo = _Repo(snapshot, parse_cache)
     _load_all(repo)
     errors: list[ConfigError] = []
     operations: list[CompiledOperation] = []

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -325,3 +325,29 @@ def resolve_files(snapshot: RepoSnapshot) -> tuple[dict[str, bytes], list[Config
         else:
             errors.append(ConfigError(Location(path, 1, 1), "symlink loop"))
     return out, errors
+
+
+class ParseCache:
+    """Parsed documents kept between compiles, so a new commit reparses only the files
+    whose content changed. Owned by the caller (the long-running reconciler); pure."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, tuple[bytes, Document | None, tuple[ConfigError, ...]]] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def parse(self, path: str, content: bytes) -> tuple[Document | None, list[ConfigError]]:
+        entry = self._entries.get(path)
+        if entry is not None and entry[0] == content:
+            self.hits += 1
+            return entry[1], list(entry[2])
+        self.misses += 1
+        doc, errors = parse_yaml(path, content)
+        self._entries[path] = (content, doc, tuple(errors))
+        return doc, errors
+
+    def retain(self, paths: Iterable[str]) -> None:
+        """Forget files no longer in the repo."""
+        keep = set(paths)
+        for path in [p for p in self._entries if p not in keep]:
+            del self._entries[path]

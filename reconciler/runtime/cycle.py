@@ -21,6 +21,7 @@ from typing import Protocol
 
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.core.compile import compile_repo
+from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, current_states, observe_workloads
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
@@ -99,6 +100,7 @@ class Reconciler:
         self._is_leader = is_leader
         self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
+        self._parse_cache = ParseCache()  # a new commit reparses only the files it changed
         self._clients: dict[str, Kube] = {}
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
         self.last: CycleResult | None = None
@@ -115,7 +117,7 @@ class Reconciler:
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
             return self._last_good, (), str(exc) or type(exc).__name__, None
-        compiled = compile_repo(snapshot)
+        compiled = compile_repo(snapshot, self._parse_cache)
         if not compiled.valid:
             for error in compiled.errors:
                 log.error("invalid config %s: %s", snapshot.version, error)
