@@ -408,5 +408,7 @@ class Kube:
                 yield WatchEvent(type=str(event["type"]), object=raw)
         except ApiException as exc:
             raise _error(exc, f"watching {kind}s") from exc
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            raise KubeError(f"watching {kind}s: connection lost: {exc}") from exc
         finally:
             stream.stop()

@@ -152,6 +152,7 @@ def demo(
         with contextlib.suppress(KeyboardInterrupt):
             run_forever(runtime.reconciler, interval, stop, on_cycle)
     timer.cancel()
+    runtime.reconciler.close()
     last = outcome.get("last")
     done = last is not None and all(s.phase.finished for s in last.states.values())
     counts: dict[str, int] = {}

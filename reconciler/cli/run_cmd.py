@@ -288,6 +288,7 @@ def run(
     if once:
         result = reconciler.run_once()
         runtime.on_cycle(result)
+        reconciler.close()
         click.echo(json.dumps(cycle_summary(result), indent=2, sort_keys=True))
         for error in result.config_errors:
             click.echo(str(error), err=True)
@@ -319,6 +320,7 @@ def run(
     try:
         run_forever(reconciler, seconds, stop, runtime.on_cycle, wake=wake)
     finally:
+        reconciler.close()
         if elector is not None:
             elector.stop(release=True)
         if server is not None:

@@ -3,8 +3,10 @@
 The guard ladder, in order:
 1. read the config snapshot; on failure keep the last good one;
 2. compile it; an invalid commit is rejected whole and the last good config stays in force;
-3. observe every cluster with a fresh (consistent) list; a cluster that cannot be read
-   holds back only its own queues, and its ops count as still active;
+3. observe every cluster from its list-then-watch caches, plus the creates the watch has
+   not shown yet (counted from the create responses, so a lagging watch never lets a
+   quota be over-admitted); a cluster that cannot be read holds back only its own queues,
+   and its ops count as still active;
 4. plan (pure);
 5. converge, only while leading: create or adopt what the plan dispatches, stop what it
    stops. Nothing else in a cluster is ever changed.
@@ -34,6 +36,7 @@ from reconciler.core.types import (
     RepoSnapshot,
 )
 from reconciler.runtime.faults import FaultPoints
+from reconciler.runtime.informer import Informer
 
 log = logging.getLogger("reconciler.cycle")
 
@@ -93,6 +96,8 @@ class Reconciler:
         *,
         is_leader: Callable[[], bool] = lambda: True,
         faults: FaultPoints | None = None,
+        watch: bool = True,
+        sync_timeout: float = 10.0,
     ) -> None:
         self._source = source
         self._connect = connect
@@ -102,6 +107,11 @@ class Reconciler:
         self._last_good: CompiledRepo | None = None
         self._parse_cache = ParseCache()  # a new commit reparses only the files it changed
         self._clients: dict[str, Kube] = {}
+        self._watch = watch
+        self._sync_timeout = sync_timeout
+        self._informers: dict[str, tuple[Informer, Informer]] = {}
+        self._cache_version: dict[str, str | None] = {}  # per cluster, of the last observe
+        self._inflight: dict[str, tuple[WorkloadState, str]] = {}  # op -> (state, its RV)
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
         self.last: CycleResult | None = None
 
@@ -132,21 +142,49 @@ class Reconciler:
             self._clients[spec.name] = kube
         return kube
 
+    def _informers_for(self, name: str, kube: Kube) -> tuple[Informer, Informer]:
+        pair = self._informers.get(name)
+        if pair is None or pair[0].kube is not kube:
+            self._stop_informers(name)
+            pair = (Informer(kube, "Job"), Informer(kube, "Pod"))
+            for informer in pair:
+                informer.start()
+            self._informers[name] = pair
+        return pair
+
+    def _stop_informers(self, name: str) -> None:
+        for informer in self._informers.pop(name, ()):
+            informer.stop()
+
+    def close(self) -> None:
+        """Stop every watch."""
+        for name in list(self._informers):
+            self._stop_informers(name)
+
     def _observe(self, compiled: CompiledRepo) -> tuple[list[WorkloadState], list[ClusterHealth]]:
+        """Jobs and Pods per cluster from the watch caches; a fresh list where a cache is not
+        synced or its watch is failing."""
         states: list[WorkloadState] = []
         health: list[ClusterHealth] = []
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
             try:
                 kube = self._client(spec)
-                jobs = kube.list_managed("Job")
-                pods = kube.list_managed("Pod")
-            except (KubeError, OSError, Exception) as exc:
+                caches = self._informers_for(name, kube) if self._watch else ()
+                if caches and all(c.wait_synced(self._sync_timeout) and c.healthy for c in caches):
+                    jobs, pods = caches[0].items(), caches[1].items()
+                    self._cache_version[name] = caches[0].resource_version
+                else:
+                    jobs = kube.list_managed("Job").items
+                    pods = kube.list_managed("Pod").items
+                    self._cache_version[name] = None  # a fresh list: nothing can lag
+            except KubeError as exc:
                 self._clients.pop(name, None)
+                self._stop_informers(name)
                 health.append(ClusterHealth(name, False, str(exc)))
                 log.warning("cluster %s unreachable: %s", name, exc)
                 continue
-            states.extend(observe_workloads(name, jobs.items, pods.items))
+            states.extend(observe_workloads(name, jobs, pods))
             health.append(ClusterHealth(name, True))
         return states, health
 
@@ -159,6 +197,14 @@ class Reconciler:
         generations = {op.id: op.generation for op in compiled.operations}
         current = current_states(listed, generations)
         down = {h.name for h in health if not h.reachable}
+        for op_id, (created, version) in list(self._inflight.items()):
+            if created.cluster in down:
+                continue
+            cached = self._cache_version.get(created.cluster)
+            if op_id in current or cached is None or _version_at_least(cached, version):
+                del self._inflight[op_id]  # in the cache, or the cache is past our create
+            else:
+                current[op_id] = created  # created, the watch has not shown it yet: count it
         for op_id, seen in self._seen.items():
             if op_id in current or seen.cluster in down:
                 continue
@@ -237,7 +283,8 @@ class Reconciler:
                 dispatched_at=job.annotations.get("reconciler.dev/dispatched-at"),
                 requests=dict(op.requests),
             )
-            states[op.id] = state  # counted from the create response, not a later list
+            states[op.id] = state  # counted from the create response, not the watch
+            self._inflight[op.id] = (state, job.resource_version)
             log.info(
                 "dispatched %s to %s/%s (%s)",
                 op.id,
@@ -383,3 +430,11 @@ class Reconciler:
         )
         self.last = result
         return result
+
+
+def _version_at_least(seen: str, created: str) -> bool:
+    """resourceVersions are opaque, but etcd-backed ones are increasing integers."""
+    try:
+        return int(seen) >= int(created)
+    except ValueError:
+        return True  # not comparable: trust the cache rather than hold quota forever

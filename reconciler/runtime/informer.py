@@ -1,0 +1,102 @@
+"""A list-then-watch cache of the objects we manage on one cluster, like client-go's
+informers: list once, then watch from the list's resourceVersion, resume from the last
+event's resourceVersion after a dropped connection, and relist when the apiserver answers
+410 Gone (the version was compacted away)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.adapters.kube import Kube, KubeError, WatchExpired
+
+log = logging.getLogger("reconciler.informer")
+
+
+class Informer:
+    def __init__(self, kube: Kube, kind: str, *, watch_timeout: int = 30) -> None:
+        self.kube = kube
+        self.kind = kind
+        self.watch_timeout = watch_timeout
+        self._items: dict[str, Mapping[str, Any]] = {}  # by uid
+        self._version: str | None = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._synced = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.relists = 0
+        self.error = ""
+
+    # --- reading -----------------------------------------------------------------------
+
+    def wait_synced(self, timeout: float) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def healthy(self) -> bool:
+        return self._synced.is_set() and not self.error
+
+    def items(self) -> tuple[Mapping[str, Any], ...]:
+        with self._lock:
+            return tuple(self._items.values())
+
+    @property
+    def resource_version(self) -> str | None:
+        with self._lock:
+            return self._version
+
+    # --- the loop ----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=self._run, name=f"informer-{self.kind}", daemon=True
+            )
+            self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _relist(self) -> None:
+        listed = self.kube.list_managed(self.kind)
+        with self._lock:
+            self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
+            self._version = listed.resource_version
+        self._synced.set()
+
+    def _apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        with self._lock:
+            if event_type in ("ADDED", "MODIFIED"):
+                self._items[str(meta.get("uid"))] = obj
+            elif event_type == "DELETED":
+                self._items.pop(str(meta.get("uid")), None)
+            if meta.get("resourceVersion"):
+                self._version = str(meta["resourceVersion"])
+
+    def _run(self) -> None:
+        backoff = 0.5
+        while not self._stop.is_set():
+            try:
+                if self._version is None:
+                    self._relist()
+                for event in self.kube.watch_managed(
+                    self.kind, str(self._version), timeout_seconds=self.watch_timeout
+                ):
+                    self._apply(event.type, event.object)
+                    if self._stop.is_set():
+                        return
+                self.error = ""
+                backoff = 0.5
+            except WatchExpired:
+                self.relists += 1
+                log.info("%s watch expired (410): relisting", self.kind)
+                with self._lock:
+                    self._version = None
+            except KubeError as exc:
+                self.error = str(exc)
+                log.warning("%s watch failed: %s (retrying in %.1fs)", self.kind, exc, backoff)
+                self._stop.wait(backoff)
+                backoff = min(backoff * 2, 10.0)
