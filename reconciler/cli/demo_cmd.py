@@ -105,7 +105,7 @@ def demo(
     keep: bool, interval: float, workdir: Path | None, timeout: float, state_dir: Path | None
 ) -> None:
     """Copy the example config into a Git repo, start the dev cluster and reconcile it live."""
-    from reconciler.cli.run_cmd import make_runtime
+    from reconciler.runtime.service import make_runtime
 
     console = Console(stderr=True)
     root = workdir or Path(tempfile.mkdtemp(prefix="reconciler-demo-"))

@@ -434,7 +434,7 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
 ) -> None:
     from reconciler_env import git
 
-    from reconciler.cli.run_cmd import make_runtime
+    from reconciler.runtime.service import make_runtime
 
     runtime = make_runtime(str(config_repo), "main", {}, cache_dir=tmp_path / "cache")
     assert runtime.publisher is not None

@@ -1,0 +1,114 @@
+"""The reconciler as a service: its Git source, status publisher and metrics, wired
+around the cycle. Used by ``reconciler run`` and ``reconciler demo``."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from functools import partial
+from pathlib import Path
+
+from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
+from reconciler.adapters.kube import Kube, connect_cluster
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.types import ClusterSpec, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.faults import FaultPoints
+from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.status import StatusPublisher
+
+log = logging.getLogger("reconciler.service")
+
+
+def worktree_source(repo: Path) -> RepoSnapshot:
+    """The files as saved (``--watch``), versioned by a hash of their content."""
+    snapshot = snapshot_worktree(repo)
+    digest = hashlib.sha256()
+    for path in sorted(snapshot.files):
+        digest.update(path.encode() + b"\0" + snapshot.files[path].content)
+    return replace(snapshot, version=f"worktree-{digest.hexdigest()[:12]}")
+
+
+@dataclass
+class Runtime:
+    reconciler: Reconciler
+    publisher: StatusPublisher | None
+    metrics: Metrics = field(default_factory=Metrics)
+    completed: CycleResult | None = None  # the last cycle whose status and metrics are out
+    faults: FaultPoints = field(default_factory=FaultPoints.from_env)
+
+    def on_cycle(self, result: CycleResult) -> None:
+        if self.publisher is not None and result.leading:
+            self.faults.hit("before-status")
+            self.publisher.publish(result)
+            if self.publisher.last_error:
+                self.metrics.git_sync_errors.inc()
+        m = self.metrics
+        m.cycle_duration.observe(result.duration)
+        m.set_leader(result.leading)
+        if result.sync_error:
+            m.git_sync_errors.inc()
+        if result.plan is not None and result.compiled is not None:
+            m.observe_plan(result.plan)
+            m.set_config_commit(result.compiled.version)
+            clusters = {d.operation: (d.queue, d.cluster) for d in result.plan.dispatch}
+            for op in result.dispatched:
+                queue, cluster = clusters[op]
+                m.count_dispatched(queue, cluster)
+        self.completed = result
+
+    def readiness(self) -> tuple[bool, str]:
+        last = self.completed
+        if last is None:
+            return False, "no cycle has run yet"
+        if last.plan is None:
+            return False, "no valid config loaded" + (
+                f": {last.sync_error}" if last.sync_error else ""
+            )
+        if last.sync_error:
+            return False, f"config sync failing: {last.sync_error}"
+        return True, "ok"
+
+
+def make_runtime(
+    repo: str,
+    branch: str,
+    overrides: dict[str, Path],
+    *,
+    worktree: bool = False,
+    status_branch: str | None = "reconciler/status",
+    cache_dir: Path | None = None,
+    is_leader: Callable[[], bool] | None = None,
+) -> Runtime:
+    """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
+    branch tip) with status on ``status_branch``, or the saved files with ``worktree``."""
+
+    def connect(spec: ClusterSpec) -> Kube:
+        api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
+        return Kube(api)
+
+    publisher: StatusPublisher | None = None
+    source: Callable[[], RepoSnapshot]
+    if worktree:
+        source = partial(worktree_source, Path(repo))
+    else:
+        config = ConfigRepo(repo, branch, cache_dir)
+        source = config.sync
+        if status_branch:
+            publisher = StatusPublisher(StatusBranch(config, branch=status_branch))
+    reconciler = Reconciler(
+        source,
+        connect,
+        SystemClock(),
+        is_leader=is_leader or (lambda: True),
+        faults=FaultPoints.from_env(),
+    )
+    if publisher is not None:
+        try:
+            reconciler.seed_seen(publisher.recorded_workloads())
+        except GitSyncError as exc:
+            log.warning("cannot read the status branch yet: %s", exc)
+    return Runtime(reconciler, publisher)
