@@ -18,6 +18,7 @@ import click
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.repo import is_git_repo, snapshot_git, snapshot_worktree
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
@@ -26,6 +27,7 @@ from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.core.status import observed_from_status
 from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
+from reconciler.runtime.live import observe_live
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -191,6 +193,17 @@ def observed_on_status_branch(repo_dir: Path) -> tuple[ObservedOperation, ...]:
     return observed_from_status(view)
 
 
+def observed_live(repo_dir: Path, overrides: dict[str, Path]) -> tuple[ObservedOperation, ...]:
+    """The phases the clusters report now, for the operations of the repo's saved files."""
+    compiled = _worktree_loader(repo_dir)()
+    if not compiled.valid:
+        return ()  # the plan step reports the config errors
+    states, errors = observe_live(compiled, overrides)
+    if errors:
+        raise LoadError([f"error: --live: {e}" for e in errors])
+    return tuple(s.to_observed() for s in states.values())
+
+
 @click.command("plan")
 @click.option(
     "--repo",
@@ -206,11 +219,19 @@ def observed_on_status_branch(repo_dir: Path) -> tuple[ObservedOperation, ...]:
     help="YAML or JSON list of {operation, phase}; unlisted operations are Queued. "
     "Default: the phases on the reconciler/status branch, if any.",
 )
+@click.option("--live", is_flag=True, help="Read the phases from the clusters themselves.")
+@cluster_kubeconfig_option
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
 @click.option("--base", help="Plan a change: the Git ref it starts from (e.g. origin/main).")
 @click.option("--head", help="With --base: the ref of the change.  [default: HEAD]")
 def plan(
-    repo_dir: Path, observed: Path | None, output: str, base: str | None, head: str | None
+    repo_dir: Path,
+    observed: Path | None,
+    live: bool,
+    cluster_kubeconfigs: tuple[str, ...],
+    output: str,
+    base: str | None,
+    head: str | None,
 ) -> None:
     """Show what would be dispatched now, what waits and why, and what would stop.
 
@@ -219,8 +240,15 @@ def plan(
     """
     if head is not None and base is None:
         raise click.UsageError("--head needs --base")
+    if live and observed:
+        raise click.UsageError("--live and --observed are exclusive")
     try:
-        seen = read_observed(observed) if observed else observed_on_status_branch(repo_dir)
+        if live:
+            seen = observed_live(repo_dir, parse_overrides(cluster_kubeconfigs))
+        elif observed:
+            seen = read_observed(observed)
+        else:
+            seen = observed_on_status_branch(repo_dir)
     except LoadError as exc:
         click.echo("\n".join(exc.lines), err=True)
         raise SystemExit(EXIT_ERROR) from None

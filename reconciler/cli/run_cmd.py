@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from reconciler.adapters.kube import KubeError, connect
+from reconciler.cli.options import parse_overrides
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
@@ -37,16 +38,6 @@ def parse_interval(text: str) -> float:
         raise click.BadParameter(f"{text!r} is not a duration (e.g. 10s, 1m30s)")
     h, m, s = match.groups()
     return int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
-
-
-def parse_overrides(values: tuple[str, ...]) -> dict[str, Path]:
-    out: dict[str, Path] = {}
-    for value in values:
-        name, sep, path = value.partition("=")
-        if not sep or not name or not path:
-            raise click.BadParameter(f"{value!r}: expected NAME=PATH")
-        out[name] = Path(path).expanduser()
-    return out
 
 
 def cycle_summary(result: CycleResult) -> dict[str, Any]:

@@ -9,19 +9,26 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import click
 
+from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.core.compile import compile_repo
+from reconciler.core.plan import plan_repo
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
     StatusView,
     dump_yaml,
     read_status,
+    render_status,
 )
+from reconciler.runtime.live import observe_live
 
 OUTPUTS = ("table", "json")
 OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
@@ -133,6 +140,23 @@ def read_branch(repo: str, branch: str, cache_dir: Path | None) -> StatusView:
     return read_status(files)
 
 
+def read_live(
+    repo: str, branch: str, cache_dir: Path | None, overrides: dict[str, Path]
+) -> StatusView:
+    """What the status branch would say if the reconciler ran a cycle now (without
+    dispatching anything)."""
+    config = ConfigRepo(repo, branch, cache_dir)
+    compiled = compile_repo(config.sync())
+    if not compiled.valid:
+        raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
+    states, errors = observe_live(compiled, overrides)
+    if errors:
+        raise StatusError("; ".join(errors))
+    plan = plan_repo(compiled, [s.to_observed() for s in states.values()], SystemClock().now())
+    # Nothing is dispatched here: ops the next cycle would dispatch are still Queued.
+    return read_status(render_status(compiled, replace(plan, dispatch=()), states))
+
+
 @click.command("status")
 @click.argument("target", required=False, metavar="[PROJECT[/OP]]")
 @click.option(
@@ -148,14 +172,31 @@ def read_branch(repo: str, branch: str, cache_dir: Path | None) -> StatusView:
     default=lambda: os.environ.get("RECONCILER_CACHE_DIR"),
     help="Where Git caches live.  [default: $XDG_CACHE_HOME/dispatch-reconciler/repos]",
 )
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Compile the branch tip and read the clusters now, not the status branch.",
+)
+@click.option("--branch", default="main", show_default=True, help="With --live: the config branch.")
+@cluster_kubeconfig_option
 @click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
 def status(
-    target: str | None, repo: str, status_branch: str, cache_dir: Path | None, output: str
+    target: str | None,
+    repo: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    live: bool,
+    branch: str,
+    cluster_kubeconfigs: tuple[str, ...],
+    output: str,
 ) -> None:
     """Show each operation's phase, reason, queue and position from the status branch;
     with PROJECT/OP, that operation's full record."""
     try:
-        view = read_branch(repo, status_branch, cache_dir)
+        if live:
+            view = read_live(repo, branch, cache_dir, parse_overrides(cluster_kubeconfigs))
+        else:
+            view = read_branch(repo, status_branch, cache_dir)
         text = render(view, target, output)
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)

@@ -275,3 +275,56 @@ def test_logs_and_outputs_of_a_finished_operation(
         timeout=60,
     )
     assert missing.returncode == 1 and "Traceback" not in missing.stderr
+
+
+def test_plan_and_status_live_read_the_clusters(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    override = ["--cluster-kubeconfig", f"local={kube_cluster.kubeconfig}"]
+    for base in config_repo.glob("projects/*/presets/base.yaml"):
+        base.write_text(base.read_text().replace("duration: 3s", "duration: 600s"))
+    commit_all(config_repo, "long-running")
+
+    def cli(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "reconciler", *args], capture_output=True, text=True, timeout=120
+        )
+
+    before = json.loads(
+        cli("plan", "--repo", str(config_repo), "--live", *override, "-o", "json").stdout
+    )
+    assert len(before["dispatch"]) == 11
+    once = cli(
+        "run",
+        "--repo",
+        str(config_repo),
+        "--once",
+        "--status-branch",
+        "",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        *override,
+    )
+    assert once.returncode == 0, once.stderr
+    after = json.loads(
+        cli("plan", "--repo", str(config_repo), "--live", *override, "-o", "json").stdout
+    )
+    assert after["dispatch"] == []  # what runs now is observed, not dispatched again
+    team_a = next(q for q in after["queues"] if q["name"] == "team-a")
+    assert team_a["active"] == 2 and team_a["used"] == {"nvidia.com/gpu": "2"}
+    live = cli(
+        "status",
+        "vision/sweep-lr-0",
+        "--repo",
+        str(config_repo),
+        "--live",
+        "--cache-dir",
+        str(tmp_path / "cache"),
+        *override,
+        "-o",
+        "json",
+    )
+    assert live.returncode == 0, live.stderr
+    record = json.loads(live.stdout)
+    record = record[0] if isinstance(record, list) else record
+    assert record.get("phase") in ("Dispatched", "Running"), record
