@@ -9,6 +9,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from helpers import wait_until
@@ -87,3 +88,26 @@ def overlay(snapshot: RepoSnapshot, files: dict[str, str | bytes | None]) -> Rep
 
 def repo(files: dict[str, str | None]) -> RepoSnapshot:
     return overlay(RepoSnapshot({}), {k: v for k, v in files.items() if v is not None})
+
+
+@pytest.fixture
+def kube(kube_cluster: KubeCluster) -> Iterator[Any]:
+    """The test cluster with the example's prerequisites and no managed Jobs left over."""
+    from reconciler_env import clean_workloads
+
+    from reconciler.adapters.kube import Kube
+    from reconciler.devcluster.prerequisites import apply_prerequisites
+
+    kube = Kube(kube_cluster.api_client())
+    apply_prerequisites(kube.api)
+    clean_workloads(kube)
+    yield kube
+    clean_workloads(kube)
+
+
+@pytest.fixture
+def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
+    """The example config repo in Git, pointed at the test cluster, 3 s simulated runs."""
+    from reconciler_env import make_config_repo
+
+    return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)

@@ -54,6 +54,13 @@ def make_config_repo(dest: Path, kubeconfig: Path, duration: str = "3s") -> Path
     return dest
 
 
+def make_long_running(repo: Path, project: str) -> None:
+    """Ops of ``project`` (``*`` for all) run for 10 minutes instead of 3 s; committed."""
+    for base in repo.glob(f"projects/{project}/presets/base.yaml"):
+        base.write_text(base.read_text().replace("duration: 3s", "duration: 600s"))
+    commit_all(repo, f"long-running ops in {project}")
+
+
 def client_context(kubeconfig: Path) -> str:
     return str(yaml.safe_load(kubeconfig.read_text())["current-context"])
 

@@ -11,7 +11,7 @@ import sys
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,7 @@ from reconciler_env import (
     active_by_queue,
     clean_workloads,
     commit_all,
-    make_config_repo,
+    make_long_running,
     make_reconciler,
 )
 
@@ -36,20 +36,6 @@ pytestmark = pytest.mark.cluster
 
 TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
 LIMITS = {"team-a": 2, "team-b": 4, "batch": 3}  # GPU quota 2 and 4 of 1-GPU ops; concurrency 3
-
-
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Iterator[Kube]:
-    kube = Kube(kube_cluster.api_client())
-    apply_prerequisites(kube.api)
-    clean_workloads(kube)
-    yield kube
-    clean_workloads(kube)
-
-
-@pytest.fixture
-def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
-    return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
 
 
 class Sampler(threading.Thread):
@@ -141,9 +127,7 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
 def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running(
     kube: Kube, config_repo: Path
 ) -> None:
-    long = config_repo / "projects" / "vision" / "presets" / "base.yaml"
-    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
-    commit_all(config_repo, "long-running")
+    make_long_running(config_repo, "vision")
     reconciler = make_reconciler(config_repo)
     reconciler.run_once()
     before = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
@@ -197,9 +181,7 @@ def test_dispatch_is_not_placement(kube: Kube, config_repo: Path) -> None:
 def test_invalid_commit_changes_nothing_and_prune_stops_removed_ops(
     kube: Kube, config_repo: Path
 ) -> None:
-    long = config_repo / "projects" / "language" / "presets" / "base.yaml"
-    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
-    commit_all(config_repo, "long-running")
+    make_long_running(config_repo, "language")
     reconciler = make_reconciler(config_repo)
     good = reconciler.run_once()
     jobs = {j["metadata"]["uid"] for j in kube.list_managed("Job").items}
@@ -227,9 +209,7 @@ def test_invalid_commit_changes_nothing_and_prune_stops_removed_ops(
 
 
 def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo: Path) -> None:
-    long = config_repo / "projects" / "vision" / "presets" / "base.yaml"
-    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
-    commit_all(config_repo, "long-running")
+    make_long_running(config_repo, "vision")
     reconciler = make_reconciler(config_repo)
     first = reconciler.run_once()
     victim = first.states["vision/sweep-lr-0"]

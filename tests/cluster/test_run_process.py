@@ -11,7 +11,6 @@ import subprocess
 import sys
 import urllib.request
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,26 +18,11 @@ from conftest import KubeCluster
 from helpers import wait_until
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from reconciler_env import clean_workloads, commit_all, git, make_config_repo
+from reconciler_env import commit_all, git, make_long_running
 
 from reconciler.adapters.kube import Kube
-from reconciler.devcluster.prerequisites import apply_prerequisites
 
 pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture
-def kube(kube_cluster: KubeCluster) -> Iterator[Kube]:
-    kube = Kube(kube_cluster.api_client())
-    apply_prerequisites(kube.api)
-    clean_workloads(kube)
-    yield kube
-    clean_workloads(kube)
-
-
-@pytest.fixture
-def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
-    return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
 
 
 def _free_port() -> int:
@@ -94,9 +78,7 @@ def _lease_holder(kube: Kube, namespace: str) -> str | None:
 def test_two_replicas_one_dispatches_and_the_other_takes_over(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path, namespace: str
 ) -> None:
-    long = config_repo / "projects" / "vision" / "presets" / "base.yaml"
-    long.write_text(long.read_text().replace("simulated-duration: 3s", "simulated-duration: 600s"))
-    commit_all(config_repo, "long-running vision ops")
+    make_long_running(config_repo, "vision")
     lease = [
         "--leader-elect",
         "--lease-kubeconfig",
@@ -281,9 +263,7 @@ def test_plan_and_status_live_read_the_clusters(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     override = ["--cluster-kubeconfig", f"local={kube_cluster.kubeconfig}"]
-    for base in config_repo.glob("projects/*/presets/base.yaml"):
-        base.write_text(base.read_text().replace("duration: 3s", "duration: 600s"))
-    commit_all(config_repo, "long-running")
+    make_long_running(config_repo, "*")
 
     def cli(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
