@@ -132,6 +132,14 @@ def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running
     reconciler.run_once()
     before = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
     assert before
+    job = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
+    assert job.metadata.annotations["reconciler.dev/phase"] == "Dispatched"  # written back
+    events = kube.core.list_namespaced_event(
+        "team-a",
+        field_selector=f"involvedObject.uid={job.metadata.uid},reason=Dispatched",
+    ).items
+    assert len(events) == 1 and "queue team-a" in events[0].message
+    assert events[0].reporting_component == "dispatch-reconciler"
 
     again = make_reconciler(config_repo).run_once()  # a fresh process: adopts, never duplicates
     assert again.dispatched == ()
