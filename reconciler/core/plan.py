@@ -901,8 +901,17 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
 _APPROVAL = ApprovalBlock()
 
 
-def plan_repo(repo: CompiledRepo, observed: Iterable[ObservedOperation], now: datetime) -> Plan:
-    """``plan_dispatch`` over a compiled repo; rejected operations are never pruned."""
+def plan_repo(
+    repo: CompiledRepo,
+    observed: Iterable[ObservedOperation],
+    now: datetime,
+    *,
+    superseded: Collection[str] = (),
+) -> Plan:
+    """``plan_dispatch`` over a compiled repo; rejected operations are never pruned.
+
+    ``superseded`` are observed ids of older generations still running after a
+    ``generation`` bump: they hold their quota until they finish and are never pruned."""
     return plan_dispatch(
         repo.operations,
         repo.queues,
@@ -910,5 +919,5 @@ def plan_repo(repo: CompiledRepo, observed: Iterable[ObservedOperation], now: da
         observed,
         repo.org,
         now,
-        rejected=frozenset(r.operation for r in repo.rejected),
+        rejected=frozenset(r.operation for r in repo.rejected) | frozenset(superseded),
     )

@@ -193,7 +193,7 @@ class Reconciler:
         compiled: CompiledRepo,
         listed: list[WorkloadState],
         health: list[ClusterHealth],
-    ) -> tuple[dict[str, WorkloadState], list[ObservedOperation]]:
+    ) -> tuple[dict[str, WorkloadState], list[ObservedOperation], list[str]]:
         generations = {op.id: op.generation for op in compiled.operations}
         current = current_states(listed, generations)
         down = {h.name for h in health if not h.reachable}
@@ -218,13 +218,20 @@ class Reconciler:
                     seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
                 )
         observed = [s.to_observed() for s in current.values()]
+        # An older generation still running after a bump keeps holding its quota.
+        superseded: list[str] = []
+        for state in listed:
+            wanted = generations.get(state.operation)
+            if wanted is not None and state.generation != wanted and state.phase.active:
+                superseded.append(superseded_id(state))
+                observed.append(replace(state.to_observed(), operation=superseded[-1]))
         # Ops on a cluster we cannot see are unknown, not Queued: hold their queues.
         for op in compiled.operations:
             if op.cluster in down and op.id not in current:
                 observed.append(
                     ObservedOperation(op.id, Phase.DISPATCHED, op.requests, op.queue, op.cluster)
                 )
-        return current, observed
+        return current, observed, superseded
 
     def _converge(
         self, compiled: CompiledRepo, plan: Plan, states: dict[str, WorkloadState], now: datetime
@@ -376,9 +383,9 @@ class Reconciler:
             return result
         listed, health = self._observe(compiled)
         self._faults.hit("after-observe")
-        states, observed = self._observed(compiled, listed, health)
+        states, observed, superseded = self._observed(compiled, listed, health)
         try:
-            plan = plan_repo(compiled, observed, now)
+            plan = plan_repo(compiled, observed, now, superseded=superseded)
         except PlanInputError as exc:
             log.error("cannot plan: %s", exc)
             result = CycleResult(
@@ -430,6 +437,11 @@ class Reconciler:
         )
         self.last = result
         return result
+
+
+def superseded_id(state: WorkloadState) -> str:
+    """The planner's id for an older generation of an operation that is still running."""
+    return f"{state.operation}@g{state.generation}"
 
 
 def _version_at_least(seen: str, created: str) -> bool:

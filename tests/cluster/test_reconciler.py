@@ -466,3 +466,36 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     assert any(line.endswith("|human note") for line in log)  # the human commit is kept
     assert "NOTES.md" in git(config_repo, "ls-tree", "--name-only", "reconciler/status")
     assert "finished" in log[0]
+
+
+def test_spec_change_is_out_of_sync_and_a_generation_bump_reruns_within_quota(
+    kube: Kube, config_repo: Path, tmp_path: Path
+) -> None:
+    from reconciler_env import git
+
+    from reconciler.runtime.service import make_runtime
+
+    make_long_running(config_repo, "language")
+    runtime = make_runtime(str(config_repo), "main", {}, cache_dir=tmp_path / "cache")
+    runtime.on_cycle(runtime.reconciler.run_once())
+    uid = kube.batch.read_namespaced_job("language-distill-g1", "team-b").metadata.uid
+
+    op = config_repo / "projects" / "language" / "operations" / "distill.yaml"
+    op.write_text(op.read_text().replace("run:\n", "run:\n  timeout: 2h\n", 1))
+    commit_all(config_repo, "change distill's spec")
+    result = runtime.reconciler.run_once()
+    runtime.on_cycle(result)
+    assert kube.batch.read_namespaced_job("language-distill-g1", "team-b").metadata.uid == uid
+    record = git(config_repo, "show", "reconciler/status:status/language/distill.yaml")
+    assert "sync: OutOfSync" in record
+
+    op.write_text(op.read_text().replace("kind: Operation\n", "kind: Operation\ngeneration: 2\n"))
+    commit_all(config_repo, "re-run distill")
+    bumped = runtime.reconciler.run_once()
+    # team-b's 4 GPUs are all held, one of them by distill's first run: g2 waits for quota
+    assert "language/distill" not in bumped.dispatched
+    pending = {p.operation: p.reason.value for p in bumped.plan.pending}
+    assert pending["language/distill"] == "QuotaExceeded"
+    names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
+    assert "language-distill-g1" in names and "language-distill-g2" not in names
+    assert bumped.stopped == ()  # the old run is never pruned
