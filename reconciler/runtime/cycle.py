@@ -369,7 +369,7 @@ class Reconciler:
         now = self._clock.now()
         compiled, config_errors, sync_error, attempted = self._load()
         if compiled is None:
-            result = CycleResult(
+            return CycleResult(
                 at=now,
                 version=None,
                 compiled=None,
@@ -379,8 +379,6 @@ class Reconciler:
                 sync_error=sync_error,
                 attempted_version=attempted,
             )
-            self.last = result
-            return result
         listed, health = self._observe(compiled)
         self._faults.hit("after-observe")
         states, observed, superseded = self._observed(compiled, listed, health)
@@ -388,7 +386,7 @@ class Reconciler:
             plan = plan_repo(compiled, observed, now, superseded=superseded)
         except PlanInputError as exc:
             log.error("cannot plan: %s", exc)
-            result = CycleResult(
+            return CycleResult(
                 now,
                 compiled.version,
                 compiled,
@@ -397,9 +395,8 @@ class Reconciler:
                 config_errors,
                 str(exc),
                 tuple(health),
+                attempted_version=attempted,
             )
-            self.last = result
-            return result
         down = {h.name for h in health if not h.reachable}
         if down:  # hold back only the queues of unreachable clusters
             plan = replace(
@@ -419,7 +416,7 @@ class Reconciler:
         for op_id, state in states.items():
             if state.phase is not Phase.QUEUED:
                 self._seen[op_id] = state
-        result = CycleResult(
+        return CycleResult(
             at=now,
             version=compiled.version,
             compiled=compiled,
@@ -435,8 +432,6 @@ class Reconciler:
             leading=leading,
             attempted_version=attempted,
         )
-        self.last = result
-        return result
 
 
 def superseded_id(state: WorkloadState) -> str:
