@@ -82,9 +82,11 @@ class Informer:
             try:
                 if self._version is None:
                     self._relist()
+                    self.error = ""
                 for event in self.kube.watch_managed(
                     self.kind, str(self._version), timeout_seconds=self.watch_timeout
                 ):
+                    self.error = ""  # the watch is back
                     self._apply(event.type, event.object)
                     if self._stop.is_set():
                         return
