@@ -241,10 +241,13 @@ class Kube:
         name: str,
         labels: Mapping[str, str] | None = None,
         annotations: Mapping[str, str] | None = None,
+        *,
+        force: bool = False,
     ) -> None:
         """Server-side apply of labels/annotations we own (e.g. status annotations).
 
-        Never forces: a field another manager owns is a conflict, reported as an error."""
+        Without ``force``, a field another manager owns is a conflict, reported as an
+        error. Pass ``force`` only for keys reserved to the reconciler."""
         api_version = "batch/v1" if kind == "Job" else "v1"
         body = {
             "apiVersion": api_version,
@@ -258,7 +261,7 @@ class Kube:
         }
         kwargs: dict[str, Any] = {
             "field_manager": self.field_manager,
-            "force": False,
+            "force": force,
             "_content_type": APPLY_PATCH,
         }
         try:

@@ -236,6 +236,7 @@ def render_operation(
         ANNOTATION_COMMIT: config_version,
         ANNOTATION_SPEC_HASH: digest,
         ANNOTATION_DISPATCHED_AT: dispatched_at.isoformat().replace("+00:00", "Z"),
+        ANNOTATION_PHASE: "Dispatched",  # updated by the reconciler as the op moves on
     }
 
     parts = _render_connections(op.connections, connections)
@@ -287,7 +288,10 @@ def render_operation(
         "completions": 1,
         "parallelism": 1,
         "template": {
-            "metadata": {"labels": labels, "annotations": annotations},
+            "metadata": {
+                "labels": labels,
+                "annotations": {k: v for k, v in annotations.items() if k != ANNOTATION_PHASE},
+            },
             "spec": pod_spec,
         },
     }

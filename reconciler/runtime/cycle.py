@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
@@ -110,6 +111,8 @@ class Reconciler:
         self._watch = watch
         self._sync_timeout = sync_timeout
         self._informers: dict[str, tuple[Informer, Informer]] = {}
+        self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
+        self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         self._cache_version: dict[str, str | None] = {}  # per cluster, of the last observe
         self._inflight: dict[str, tuple[WorkloadState, str]] = {}  # op -> (state, its RV)
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
@@ -157,9 +160,10 @@ class Reconciler:
             informer.stop()
 
     def close(self) -> None:
-        """Stop every watch."""
+        """Stop every watch and send the Events still queued."""
         for name in list(self._informers):
             self._stop_informers(name)
+        self._events.shutdown(wait=True)
 
     def _observe(self, compiled: CompiledRepo) -> tuple[list[WorkloadState], list[ClusterHealth]]:
         """Jobs and Pods per cluster from the watch caches; a fresh list where a cache is not
@@ -255,7 +259,9 @@ class Reconciler:
             )
             try:
                 kube = self._client(compiled.clusters[op.cluster])
-                kube.ensure_namespace(op.namespace)
+                if (op.cluster, op.namespace) not in self._namespaces:
+                    kube.ensure_namespace(op.namespace)
+                    self._namespaces.add((op.cluster, op.namespace))
                 results = [kube.create_or_adopt(m) for m in rendered.manifests]
             except (KubeError, OSError) as exc:
                 broken.add(op.cluster)
@@ -288,6 +294,7 @@ class Reconciler:
                 spec_hash=job.annotations.get("reconciler.dev/spec-hash", rendered.spec_hash),
                 config_commit=job.annotations.get("reconciler.dev/config-commit"),
                 dispatched_at=job.annotations.get("reconciler.dev/dispatched-at"),
+                annotated_phase=job.annotations.get(ANNOTATION_PHASE),
                 requests=dict(op.requests),
             )
             states[op.id] = state  # counted from the create response, not the watch
@@ -330,10 +337,15 @@ class Reconciler:
         now: datetime,
     ) -> None:
         involved = {"apiVersion": "batch/v1", "kind": kind, "name": name, "uid": uid}
-        try:
-            kube.emit_event(namespace, involved, reason, message, now=now)
-        except KubeError as exc:  # events are informative; never fail a dispatch on them
-            log.warning("event %s on %s/%s: %s", reason, namespace, name, exc)
+
+        def emit() -> None:
+            try:
+                kube.emit_event(namespace, involved, reason, message, now=now)
+            except KubeError as exc:  # events are informative; never fail a dispatch on them
+                log.warning("event %s on %s/%s: %s", reason, namespace, name, exc)
+
+        # Off the dispatch path: an Event must never slow or block a dispatch.
+        self._events.submit(emit)
 
     def _annotate(
         self, compiled: CompiledRepo, states: Mapping[str, WorkloadState], down: set[str]
@@ -350,8 +362,11 @@ class Reconciler:
             annotations = {ANNOTATION_PHASE: state.phase.value}
             annotations[ANNOTATION_PHASE_REASON] = state.reason.value if state.reason else ""
             try:
+                # The phase keys are reserved to the reconciler. The create that set the
+                # first value is an Update entry of our manager, which server-side apply
+                # counts as another owner: force takes these two keys back, nothing else.
                 self._client(compiled.clusters[state.cluster]).apply_metadata(
-                    "Job", state.namespace, state.name, annotations=annotations
+                    "Job", state.namespace, state.name, annotations=annotations, force=True
                 )
             except KubeError as exc:
                 log.warning("annotating %s: %s", state.operation, exc)

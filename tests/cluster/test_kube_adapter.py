@@ -10,7 +10,7 @@ import pytest
 from conftest import KubeCluster
 from helpers import wait_until
 
-from reconciler.adapters.kube import Kube
+from reconciler.adapters.kube import Kube, KubeError
 from reconciler.core.render import ANNOTATION_SPEC_HASH, render_operation
 from reconciler.core.types import CompiledOperation, RunKind
 
@@ -96,9 +96,11 @@ def test_notebook_service_and_metadata_apply(kube_cluster: KubeCluster, namespac
     )
     results = [kube.create_or_adopt(m) for m in rendered.manifests]
     assert [r.kind for r in results] == ["Job", "Service"]
-    kube.apply_metadata(
-        "Job", namespace, rendered.name, annotations={"reconciler.dev/phase": "Running"}
-    )
+    phase = {"reconciler.dev/phase": "Running"}
+    with pytest.raises(KubeError) as conflict:  # set by the create: owned by its Update entry
+        kube.apply_metadata("Job", namespace, rendered.name, annotations=phase)
+    assert conflict.value.status == 409
+    kube.apply_metadata("Job", namespace, rendered.name, annotations=phase, force=True)
     job = kube.batch.read_namespaced_job(rendered.name, namespace)
     assert job.metadata.annotations["reconciler.dev/phase"] == "Running"
     assert job.metadata.annotations[ANNOTATION_SPEC_HASH] == rendered.spec_hash  # kept

@@ -115,6 +115,8 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
                 break
         done = {op: s.phase for op, s in result.states.items()}
         assert done == {op.id: Phase.SUCCEEDED for op in first.compiled.operations}
+        finished = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
+        assert finished.metadata.annotations["reconciler.dev/phase"] == "Succeeded"
     finally:
         sampler.halt.set()
         sampler.join()
@@ -134,10 +136,16 @@ def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running
     assert before
     job = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
     assert job.metadata.annotations["reconciler.dev/phase"] == "Dispatched"  # written back
-    events = kube.core.list_namespaced_event(
-        "team-a",
-        field_selector=f"involvedObject.uid={job.metadata.uid},reason=Dispatched",
-    ).items
+
+    def dispatched_events() -> list[Any]:
+        return list(
+            kube.core.list_namespaced_event(
+                "team-a",
+                field_selector=f"involvedObject.uid={job.metadata.uid},reason=Dispatched",
+            ).items
+        )
+
+    events = wait_until(dispatched_events, timeout=20, what="the Dispatched Event")
     assert len(events) == 1 and "queue team-a" in events[0].message
     assert events[0].reporting_component == "dispatch-reconciler"
 
