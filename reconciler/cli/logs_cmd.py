@@ -13,6 +13,7 @@ import click
 
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.cli.options import repo_dir_option
 from reconciler.core.compile import compile_repo
 from reconciler.core.render import (
     ANNOTATION_OPERATION,
@@ -169,14 +170,7 @@ def show_logs(
     help="Use this kubeconfig instead of the one in the op's cluster file.",
 )
 @click.option("--context", help="The kubeconfig context (default: the cluster file's).")
-@click.option(
-    "--repo",
-    "repo_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=".",
-    show_default=True,
-    help="The config repo.",
-)
+@repo_dir_option
 def logs(
     operation: str,
     follow: bool,

@@ -30,3 +30,15 @@ def cluster_kubeconfig_option(fn: F) -> F:
         metavar="NAME=PATH",
         help="Use this kubeconfig for cluster NAME (overrides its Cluster file).",
     )(fn)
+
+
+def repo_dir_option(fn: F) -> F:
+    """``--repo``: a local config repo directory (default: the current one)."""
+    return click.option(
+        "--repo",
+        "repo_dir",
+        type=click.Path(exists=True, file_okay=False, path_type=Path),
+        default=".",
+        show_default=True,
+        help="The config repo.",
+    )(fn)

@@ -18,7 +18,7 @@ import click
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.repo import is_git_repo, snapshot_git, snapshot_worktree
-from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
@@ -205,14 +205,7 @@ def observed_live(repo_dir: Path, overrides: dict[str, Path]) -> tuple[ObservedO
 
 
 @click.command("plan")
-@click.option(
-    "--repo",
-    "repo_dir",
-    type=click.Path(exists=True, file_okay=False, path_type=Path),
-    default=".",
-    show_default=True,
-    help="The config repo.",
-)
+@repo_dir_option
 @click.option(
     "--observed",
     type=click.Path(dir_okay=False, path_type=Path),
