@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from reconciler.adapters.kube import KubeError, connect
-from reconciler.cli.options import parse_overrides
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
@@ -85,13 +85,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     is_flag=True,
     help="Dev mode: read the files as saved (not commits) and re-plan on every save.",
 )
-@click.option(
-    "--cluster-kubeconfig",
-    "cluster_kubeconfigs",
-    multiple=True,
-    metavar="NAME=PATH",
-    help="Use this kubeconfig for cluster NAME.",
-)
+@cluster_kubeconfig_option
 @click.option(
     "--http",
     "http_address",
