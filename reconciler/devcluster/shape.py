@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from reconciler.core.load import parse_yaml
 from reconciler.core.quantity import QuantityError, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -115,28 +115,32 @@ def default_shape(
 
 
 def load_shape(path: Path) -> tuple[NodePool, ...]:
-    """Read a shape file: ``pools: [{name, count, cpu, memory, gpus, labels, taints}]``."""
+    """Read a shape file: ``pools: [{name, count, cpu, memory, gpus, labels, taints}]``.
+    Errors are ``file:line:col: message`` (the config loader's strict YAML and locations)."""
     try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-        shape = _Shape.model_validate(raw)
-        for pool in shape.pools:
-            parse_quantity(pool.cpu)
-            parse_quantity(pool.memory)
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ShapeError(f"{path}: cannot read: {exc}") from exc
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ShapeError(f"{where}: invalid YAML: {getattr(exc, 'problem', exc)}") from exc
+        content = path.read_bytes()
+    except OSError as exc:
+        raise ShapeError(f"{path}:0:0: cannot read: {exc.strerror or exc}") from exc
+    doc, errors = parse_yaml(str(path), content)
+    if doc is None:
+        raise ShapeError(f"{errors[0]} (invalid YAML)")
+    try:
+        shape = _Shape.model_validate(doc.data)
     except ValidationError as exc:
         first = exc.errors()[0]
+        where = doc.loc(tuple(first["loc"]))
         loc = ".".join(str(p) for p in first["loc"])
-        raise ShapeError(f"{path}:1:1: {loc}: {first['msg']}") from exc
-    except QuantityError as exc:
-        raise ShapeError(f"{path}:1:1: {exc}") from exc
-    names = [p.name for p in shape.pools]
-    if len(set(names)) != len(names):
-        raise ShapeError(f"{path}:1:1: pool names must be unique")
+        raise ShapeError(f"{where}: {loc}: {first['msg']}") from exc
+    seen: set[str] = set()
+    for i, pool in enumerate(shape.pools):
+        for field_name in ("cpu", "memory"):
+            try:
+                parse_quantity(getattr(pool, field_name))
+            except QuantityError as exc:
+                raise ShapeError(f"{doc.loc(('pools', i, field_name))}: {exc}") from exc
+        if pool.name in seen:
+            raise ShapeError(f"{doc.loc(('pools', i, 'name'))}: pool names must be unique")
+        seen.add(pool.name)
     return tuple(
         NodePool(
             name=p.name,

@@ -94,3 +94,15 @@ def test_process_record_detects_exit_and_pid_reuse() -> None:
         proc.wait()
     assert not ProcessRecord("sleeper", proc.pid, ticks).alive()
     assert _start_ticks(os.getpid()) is not None
+
+
+def test_shape_errors_point_at_the_offending_value(tmp_path: Path) -> None:
+    shape = tmp_path / "shape.yaml"
+    shape.write_text("pools:\n- name: a\n  count: 1\n- name: b\n  count: 2\n  memory: lots\n")
+    with pytest.raises(ShapeError) as err:
+        load_shape(shape)
+    assert str(err.value).startswith(f"{shape}:6:11: ")
+    shape.write_text("pools:\n- name: a\n  count: 1\n  gpus: -1\n")
+    with pytest.raises(ShapeError) as err:
+        load_shape(shape)
+    assert str(err.value).startswith(f"{shape}:4:9: pools.0.gpus: ")
