@@ -91,7 +91,13 @@ def _rejected_text(rejected: RejectedOperation) -> str:
 
 @click.command("validate")
 @_repo_option
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="text: one line per error; json: valid, errors, rejected, operations, queues, clusters.",
+)
 @_guard
 def validate(repo: Path, output: str) -> None:
     """Validate every file of the config repo and compile every operation.
@@ -254,7 +260,13 @@ def _emit(obj: Any, output: str) -> None:
 @click.command("compile")
 @click.argument("operation")
 @_repo_option
-@click.option("-o", "--output", type=click.Choice(["yaml", "json", "table"]), default="yaml")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["yaml", "json", "table"]),
+    default="yaml",
+    help="yaml or json: the compiled operation; table: one row per field with its source.",
+)
 @click.option("--explain", is_flag=True, help="Add where every field came from.")
 @_guard
 def compile_cmd(operation: str, repo: Path, output: str, explain: bool) -> None:

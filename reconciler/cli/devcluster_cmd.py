@@ -32,10 +32,28 @@ def dev_cluster() -> None:
 
 @dev_cluster.command()
 @_state_dir
-@click.option("--gpu-nodes", default=2, show_default=True, type=click.IntRange(0, 5000))
-@click.option("--gpus-per-node", default=4, show_default=True, type=click.IntRange(1, 64))
+@click.option(
+    "--gpu-nodes",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0, 5000),
+    help="Fake GPU nodes (kwok) to create.",
+)
+@click.option(
+    "--gpus-per-node",
+    default=4,
+    show_default=True,
+    type=click.IntRange(1, 64),
+    help="nvidia.com/gpu capacity of each GPU node.",
+)
 @click.option("--gpu-type", default="a100", show_default=True, help="Value of the gpu.type label.")
-@click.option("--cpu-nodes", default=2, show_default=True, type=click.IntRange(0, 5000))
+@click.option(
+    "--cpu-nodes",
+    default=2,
+    show_default=True,
+    type=click.IntRange(0, 5000),
+    help="Fake CPU-only nodes (kwok) to create.",
+)
 @click.option(
     "--shape",
     "shape_file",
@@ -93,7 +111,13 @@ def down(state_dir: Path | None) -> None:
 
 @dev_cluster.command()
 @_state_dir
-@click.option("-o", "--output", type=click.Choice(["text", "json"]), default="text")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    help="text for people, json for scripts.",
+)
 def status(state_dir: Path | None, output: str) -> None:
     """Show whether the cluster is ready, its kubeconfig and its nodes. Exit 1 if not ready."""
     try:

@@ -214,7 +214,14 @@ def observed_live(repo_dir: Path, overrides: dict[str, Path]) -> tuple[ObservedO
 )
 @click.option("--live", is_flag=True, help="Read the phases from the clusters themselves.")
 @cluster_kubeconfig_option
-@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="table: the queue view and lists; json: the plan contract; markdown: for a PR comment.",
+)
 @click.option("--base", help="Plan a change: the Git ref it starts from (e.g. origin/main).")
 @click.option("--head", help="With --base: the ref of the change.  [default: HEAD]")
 def plan(

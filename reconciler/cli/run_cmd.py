@@ -65,7 +65,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     required=True,
     help="The config repo: a Git URL or a local path (a plain directory with --watch).",
 )
-@click.option("--branch", default="main", show_default=True)
+@click.option("--branch", default="main", show_default=True, help="The config branch to reconcile.")
 @click.option(
     "--status-branch",
     default="reconciler/status",
@@ -94,7 +94,11 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     help="Serve /healthz, /readyz and /metrics (e.g. 127.0.0.1:8080).",
 )
 @click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    show_default=True,
+    help="Logs on stderr: text lines, or one JSON object per line.",
 )
 @click.option(
     "--leader-elect",
@@ -107,17 +111,34 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     default=None,
     help="The home cluster for the Lease (default: in-cluster).",
 )
-@click.option("--lease-namespace", default="default", show_default=True)
-@click.option("--lease-name", default="dispatch-reconciler", show_default=True)
-@click.option("--lease-duration", default=15.0, show_default=True)
-@click.option("--renew-deadline", default=10.0, show_default=True)
-@click.option("--retry-period", default=2.0, show_default=True)
+@click.option(
+    "--lease-namespace", default="default", show_default=True, help="Namespace of the Lease."
+)
+@click.option(
+    "--lease-name", default="dispatch-reconciler", show_default=True, help="Name of the Lease."
+)
+@click.option(
+    "--lease-duration",
+    default=15.0,
+    show_default=True,
+    help="Seconds a follower waits after the Lease last changed before taking it over.",
+)
+@click.option(
+    "--renew-deadline",
+    default=10.0,
+    show_default=True,
+    help="Seconds the leader may fail to renew before it stops dispatching.",
+)
+@click.option(
+    "--retry-period", default=2.0, show_default=True, help="Seconds between Lease attempts."
+)
 @click.option("--identity", default=None, help="This replica's name (default host-pid).")
 @click.option(
     "--log-level",
     default="info",
     show_default=True,
     type=click.Choice(["debug", "info", "warning", "error"]),
+    help="The least severe log level printed.",
 )
 def run(
     repo: str,

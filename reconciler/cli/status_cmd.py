@@ -165,7 +165,12 @@ def read_live(
     show_default=True,
     help="The config repo: a URL or a local path.",
 )
-@click.option("--status-branch", default="reconciler/status", show_default=True)
+@click.option(
+    "--status-branch",
+    default="reconciler/status",
+    show_default=True,
+    help="The branch the reconciler writes status to.",
+)
 @click.option(
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -179,7 +184,14 @@ def read_live(
 )
 @click.option("--branch", default="main", show_default=True, help="With --live: the config branch.")
 @cluster_kubeconfig_option
-@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="table for people; json: the records of the status files.",
+)
 def status(
     target: str | None,
     repo: str,
