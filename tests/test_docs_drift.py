@@ -1,0 +1,159 @@
+"""The docs name every reason the reconciler emits and every config field it accepts."""
+
+from __future__ import annotations
+
+import enum
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import ROOT
+
+from reconciler.core.model import json_schemas
+from reconciler.core.observe import ObservedReason
+from reconciler.core.plan import PendingReason, StopReason
+from reconciler.core.status import StatusReason, Sync
+from reconciler.core.types import Phase, QueueStrategy, RejectReason
+
+DOCS = ROOT / "docs"
+REASON_DOCS = ("dispatch.md", "status.md")
+REASON_ENUMS: tuple[type[enum.StrEnum], ...] = (
+    PendingReason,
+    StopReason,
+    ObservedReason,
+    StatusReason,
+    RejectReason,
+    Sync,
+    Phase,
+    QueueStrategy,
+)
+# Values defined but never emitted anywhere. Each is checked to stay unused: the day code
+# emits one, this test fails until it is documented.
+NEVER_EMITTED = {RejectReason.INVALID_CONFIG}
+# A relative Markdown link target (URLs have a ':' and are skipped), without its #anchor.
+LINK = r"\]\(([^)#:\s]+)(?:#[^)]*)?\)"
+
+
+def _code_spans(text: str) -> set[str]:
+    """Every identifier-like token inside `backticks`."""
+    tokens: set[str] = set()
+    for span in re.findall(r"`([^`\n]+)`", text):
+        tokens.update(re.findall(r"[A-Za-z][A-Za-z0-9]*", span))
+    return tokens
+
+
+def _read(*names: str) -> str:
+    return "\n".join((DOCS / name).read_text(encoding="utf-8") for name in names)
+
+
+def _member_reference(member: enum.StrEnum) -> str:
+    return f"{type(member).__name__}.{member.name}"
+
+
+def _python_sources() -> str:
+    files = sorted((ROOT / "reconciler").rglob("*.py"))
+    return "\n".join(p.read_text(encoding="utf-8") for p in files)
+
+
+@pytest.mark.parametrize("reasons", REASON_ENUMS, ids=lambda e: e.__name__)
+def test_every_reason_is_documented(reasons: type[enum.StrEnum]) -> None:
+    documented = _code_spans(_read(*REASON_DOCS))
+    missing = [m.value for m in reasons if m not in NEVER_EMITTED and m.value not in documented]
+    assert not missing, (
+        f"{reasons.__name__} values {missing} appear in none of "
+        f"{', '.join('docs/' + d for d in REASON_DOCS)} (as `code`): document them"
+    )
+
+
+def test_undocumented_reasons_are_really_never_emitted() -> None:
+    sources = _python_sources()
+    for member in NEVER_EMITTED:
+        uses = sources.count(_member_reference(member))
+        assert uses == 0, (
+            f"{_member_reference(member)} ({member.value}) is now used: document it in "
+            f"docs/dispatch.md or docs/status.md and drop it from NEVER_EMITTED"
+        )
+
+
+def _fields(node: Any, defs: dict[str, Any], out: set[str], seen: set[str]) -> None:
+    if isinstance(node, list):
+        for item in node:
+            _fields(item, defs, out, seen)
+        return
+    if not isinstance(node, dict):
+        return
+    ref = node.get("$ref")
+    if isinstance(ref, str):
+        name = ref.rsplit("/", 1)[-1]
+        if name not in seen:
+            seen.add(name)
+            _fields(defs[name], defs, out, seen)
+    for key, value in (node.get("properties") or {}).items():
+        out.add(key)
+        _fields(value, defs, out, seen)
+    for key in ("items", "additionalProperties", "anyOf", "allOf", "oneOf"):
+        if key in node:
+            _fields(node[key], defs, out, seen)
+
+
+@pytest.mark.parametrize("kind", sorted(json_schemas()))
+def test_every_config_field_is_in_the_reference(kind: str) -> None:
+    schema = json_schemas()[kind]
+    fields: set[str] = set()
+    _fields(schema, schema.get("$defs") or {}, fields, set())
+    assert fields, f"no fields found in the {kind} schema"
+    documented = _code_spans(_read("config-reference.md"))
+    missing = sorted(fields - documented)
+    assert not missing, f"{kind} fields {missing} are not in docs/config-reference.md"
+
+
+def test_docs_index_links_every_doc() -> None:
+    index = (DOCS / "README.md").read_text(encoding="utf-8")
+    linked = set(re.findall(r"\]\(([^)#]+\.md)\)", index))
+    docs = {p.name for p in DOCS.glob("*.md")} - {"README.md"}
+    assert docs - linked == set(), f"docs/README.md does not link {sorted(docs - linked)}"
+
+
+def test_relative_links_in_docs_resolve() -> None:
+    broken: list[str] = []
+    for doc in sorted(DOCS.glob("*.md")):
+        for target in re.findall(LINK, doc.read_text("utf-8")):
+            if not (doc.parent / target).exists():
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}")
+    assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+def test_link_pattern_finds_relative_links_and_skips_urls() -> None:
+    text = "see [a](missing.md#x), [b](https://example.com/x.md) and [c](ok.md)"
+    assert re.findall(LINK, text) == ["missing.md", "ok.md"]
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lowercase, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(doc: Path) -> set[str]:
+    text = doc.read_text("utf-8")
+    text = re.sub(r"```.*?```", "", text, flags=re.S)  # no headings inside code blocks
+    return {_slug(h) for h in re.findall(r"^#{1,6} (.+)$", text, flags=re.M)}
+
+
+def test_anchors_in_links_exist() -> None:
+    broken: list[str] = []
+    for doc in sorted(DOCS.glob("*.md")):
+        for target, anchor in re.findall(r"\]\(([^)#:\s]*)#([^)\s]+)\)", doc.read_text("utf-8")):
+            page = doc.parent / target if target else doc
+            if page.exists() and anchor not in _anchors(page):
+                broken.append(f"{doc.relative_to(ROOT)} -> {target}#{anchor}")
+    assert not broken, "links to missing headings:\n" + "\n".join(broken)
+
+
+def test_slug_matches_github() -> None:
+    assert _slug("2. Priority never preempts") == "2-priority-never-preempts"
+    assert _slug("`reconciler dev-cluster up`") == "reconciler-dev-cluster-up"
+    assert _slug("Pending entries: `message` and `blockedBy`") == (
+        "pending-entries-message-and-blockedby"
+    )
