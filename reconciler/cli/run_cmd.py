@@ -76,7 +76,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where the config repo is cloned (default ~/.cache/dispatch-reconciler).",
+    help="Where the config repo is cloned (default $XDG_CACHE_HOME/dispatch-reconciler/repos).",
 )
 @click.option("--interval", default="10s", show_default=True, help="Time between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle, print its summary as JSON, exit.")
@@ -132,7 +132,11 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
 @click.option(
     "--retry-period", default=2.0, show_default=True, help="Seconds between Lease attempts."
 )
-@click.option("--identity", default=None, help="This replica's name (default host-pid).")
+@click.option(
+    "--identity",
+    default=None,
+    help="This replica's Lease identity (default: host name plus a random suffix).",
+)
 @click.option(
     "--log-level",
     default="info",

@@ -175,7 +175,8 @@ def read_live(
     "--cache-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=lambda: os.environ.get("RECONCILER_CACHE_DIR"),
-    help="Where Git caches live.  [default: $XDG_CACHE_HOME/dispatch-reconciler/repos]",
+    help="Where Git caches live.  "
+    "[default: $RECONCILER_CACHE_DIR, else $XDG_CACHE_HOME/dispatch-reconciler/repos]",
 )
 @click.option(
     "--live",
