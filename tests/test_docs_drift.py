@@ -157,3 +157,51 @@ def test_slug_matches_github() -> None:
     assert _slug("Pending entries: `message` and `blockedBy`") == (
         "pending-entries-message-and-blockedby"
     )
+
+
+def _command_options() -> dict[str, set[str]]:
+    from reconciler.cli import gendoc
+
+    out: dict[str, set[str]] = {}
+    for entry in gendoc.walk_commands():
+        opts = {"-h", "--help"}
+        for param in entry.command.params:
+            opts.update(getattr(param, "opts", ()))
+            opts.update(getattr(param, "secondary_opts", ()))
+        out[entry.ctx.command_path] = opts
+    return out
+
+
+def _unknown_flags(text: str, commands: dict[str, set[str]]) -> list[str]:
+    """``--flags`` written after ``reconciler <command>`` on a line that the command lacks."""
+    found: list[str] = []
+    for line in text.splitlines():
+        for m in re.finditer(r"reconciler ((?:dev-cluster )?[a-z][a-z-]*)([^`]*)", line):
+            path = f"reconciler {m.group(1)}"
+            if path not in commands:
+                continue  # prose ("the reconciler reads ...")
+            rest = m.group(2).split("reconciler ")[0]
+            for flag in re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", rest):
+                if flag not in commands[path]:
+                    found.append(f"{path} {flag}")
+    return found
+
+
+def test_flags_in_docs_exist() -> None:
+    commands = _command_options()
+    stale: list[str] = []
+    for doc in sorted(DOCS.glob("*.md")):
+        if doc.name != "cli.md":  # generated from the commands themselves
+            stale += [f"{doc.name}: {u}" for u in _unknown_flags(doc.read_text("utf-8"), commands)]
+    readme = ROOT / "README.md"
+    stale += [f"README.md: {u}" for u in _unknown_flags(readme.read_text("utf-8"), commands)]
+    assert not stale, "docs name options the commands do not have:\n" + "\n".join(stale)
+
+
+def test_unknown_flag_is_reported() -> None:
+    commands = _command_options()
+    text = (
+        "run `reconciler plan --base main --no-such-flag` "
+        "or `reconciler dev-cluster up --gpu-nodes 3`"
+    )
+    assert _unknown_flags(text, commands) == ["reconciler plan --no-such-flag"]
