@@ -1,19 +1,26 @@
-"""The docs name every reason the reconciler emits and every config field it accepts."""
+"""The docs stay true to the code: reasons, config and status fields, options, links."""
 
 from __future__ import annotations
 
+import dataclasses
 import enum
+import json
 import re
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, TEMPLATE
 
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.cli import gendoc
+from reconciler.core.compile import compile_repo
 from reconciler.core.model import json_schemas
 from reconciler.core.observe import ObservedReason
-from reconciler.core.plan import PendingReason, StopReason
-from reconciler.core.status import StatusReason, Sync
+from reconciler.core.plan import PendingReason, StopReason, plan_repo
+from reconciler.core.plan_render import plan_to_dict
+from reconciler.core.status import ConfigStatus, OperationStatus, QueueStatus, StatusReason, Sync
 from reconciler.core.types import Phase, QueueStrategy, RejectReason
 
 DOCS = ROOT / "docs"
@@ -160,8 +167,6 @@ def test_slug_matches_github() -> None:
 
 
 def _command_options() -> dict[str, set[str]]:
-    from reconciler.cli import gendoc
-
     out: dict[str, set[str]] = {}
     for entry in gendoc.walk_commands():
         opts = {"-h", "--help"}
@@ -205,3 +210,49 @@ def test_unknown_flag_is_reported() -> None:
         "or `reconciler dev-cluster up --gpu-nodes 3`"
     )
     assert _unknown_flags(text, commands) == ["reconciler plan --no-such-flag"]
+
+
+def _filled(cls: Any) -> Any:
+    """An instance of a status record with every field set, so ``to_dict`` keeps them all."""
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        kind = str(f.type)
+        if "int" in kind and "str" not in kind:
+            values[f.name] = 1
+        elif "bool" in kind:
+            values[f.name] = True
+        elif "tuple" in kind:
+            values[f.name] = ("x",)
+        elif "Mapping" in kind or "dict" in kind:
+            values[f.name] = {"x": "1"}
+        else:
+            values[f.name] = "x"
+    return cls(**values)
+
+
+def test_every_status_field_is_in_status_md() -> None:
+    documented = _code_spans(_read("status.md"))
+    missing: list[str] = []
+    for cls in (OperationStatus, QueueStatus, ConfigStatus):
+        keys = set(_filled(cls).to_dict())
+        assert len(keys) >= 3, cls
+        missing += [f"{cls.__name__}.{k}" for k in sorted(keys - documented)]
+    assert not missing, f"status fields missing from docs/status.md: {missing}"
+
+
+def test_plan_json_example_has_the_contract_keys() -> None:
+    """The `-o json` example in dispatch.md has exactly the keys ``plan_to_dict`` writes."""
+    text = _read("dispatch.md")
+    block = text.split("```json\n", 1)[1].split("```", 1)[0]
+    example = json.loads(block)
+    now = datetime(2024, 1, 1, tzinfo=UTC)
+    plan = plan_repo(compile_repo(snapshot_worktree(TEMPLATE)), (), now)
+    real = plan_to_dict(plan)
+    assert set(example) == set(real)
+    for section in ("dispatch", "pending", "queues"):
+        assert real[section], section
+        assert set(example[section][0]) == set(real[section][0]), section
+    assert set(example["stop"][0]) == {"operation", "reason"}
+    assert set(example["pending"][0]["blockedBy"]) == set(
+        next(p for p in real["pending"] if p["reason"] == "QuotaExceeded")["blockedBy"]
+    )
