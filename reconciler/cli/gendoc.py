@@ -179,7 +179,8 @@ def render_cli_docs(root: click.Command = cli) -> str:
         f"<!-- Generated from the click commands by `{REGENERATE}`; do not edit by hand. -->",
         "",
         "Every command takes `-h`/`--help`. Bad input is reported as `file:line:col: message`",
-        "and exits 1; usage errors exit 2.",
+        "and exits 1; usage errors exit 2 (`plan --base` also exits 3 when the change alters the",
+        "plan). Concepts and file formats: [README.md](README.md).",
         "",
     ]
     for entry in entries[1:]:
