@@ -22,6 +22,7 @@ def _register() -> None:
         plan_cmd,
         queues_cmd,
         run_cmd,
+        serve_cmd,
         status_cmd,
     )
 
@@ -34,6 +35,7 @@ def _register() -> None:
     cli.add_command(status_cmd.status)
     cli.add_command(logs_cmd.logs)
     cli.add_command(queues_cmd.queues)
+    cli.add_command(serve_cmd.serve)
 
 
 _register()
