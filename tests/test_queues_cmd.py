@@ -66,3 +66,36 @@ def test_no_status_branch_yet_is_a_clear_error(remote: Path, tmp_path: Path) -> 
     assert code == 1
     assert err.startswith("error: no status yet: branch reconciler/status does not exist")
     assert "Traceback" not in err
+
+
+def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_path: Path) -> None:
+    from builders import NOW
+
+    from reconciler.core.compile import compile_repo
+    from reconciler.core.plan import plan_repo
+    from reconciler.core.queue_view import recorded_history
+    from reconciler.core.status import parse_status_file, render_status, status_changes
+    from reconciler.core.types import ObservedOperation, Phase
+
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    assert status.file_history("status/vision/train-vit.yaml") == []  # no branch yet
+    write_cycle(repo, status)  # train-vit is Queued (QuotaExceeded, position 3)
+    compiled = compile_repo(repo.sync())
+    running = [
+        ObservedOperation(d, Phase.RUNNING, queue="team-a")
+        for d in ("vision/sweep-lr-0", "vision/sweep-lr-1")
+    ]
+    gone = [ObservedOperation(o.operation, Phase.SUCCEEDED) for o in running]
+    plan = plan_repo(compiled, gone, NOW)  # both finished: train-vit moves up
+    before = status.read()
+    after = render_status(compiled, plan, {})
+    status.write(status_changes(before, after), "second cycle")
+    path = "status/vision/train-vit.yaml"
+    versions = status.file_history(path)
+    assert len(versions) == 2 and versions[0][1] <= versions[1][1]
+    records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]
+    assert [r.position for _, _, r in records] == [3, 1]  # type: ignore[union-attr]
+    events = recorded_history(records)  # type: ignore[arg-type]
+    assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
+    assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note

@@ -411,6 +411,37 @@ class StatusBranch:
                 out[path] = self._git.odb.stream(bytes.fromhex(entry.sha)).read()
         return out
 
+    def file_history(self, path: str, limit: int = 50) -> list[tuple[str, datetime, bytes]]:
+        """Versions of one status file, oldest first: (commit, commit time, content), from
+        the last fetched or written tip (no network); at most the newest ``limit``."""
+        try:
+            if not _run(self._git, ["rev-parse", "--verify", "--quiet", self.tracking]).strip():
+                return []
+        except git.GitCommandError:
+            return []  # never fetched nor written: no history here
+        try:
+            log = _run(
+                self._git,
+                ["log", f"-n{limit}", "--format=%H %cI", self.tracking, "--", path],
+            )
+        except git.GitCommandError as err:
+            raise GitSyncError(f"cannot read the history of {path}: {_reason(err)}") from None
+        out: list[tuple[str, datetime, bytes]] = []
+        for line in reversed(log.split("\n")):
+            if not line.strip():
+                continue
+            sha, _, when = line.partition(" ")
+            try:
+                blob = self._git.git.execute(
+                    ["git", "cat-file", "blob", f"{sha}:{path}"],
+                    env=_ENV,
+                    stdout_as_string=False,
+                )
+            except git.GitCommandError:
+                continue  # deleted in that commit
+            out.append((sha, datetime.fromisoformat(when), bytes(blob)))
+        return out
+
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:
         """Commit ``changes`` (``None`` deletes) on the remote tip and push; the new commit's
         SHA, or None when the tree would not change (no commit is made)."""

@@ -561,6 +561,7 @@ class OperationDetail:
     presets: tuple[str, ...] = ()
     outputs: Mapping[str, Any] | None = None
     history: tuple[PhaseEvent, ...] = ()
+    recorded: tuple[PhaseEvent, ...] = ()  # transitions the status branch recorded
     provenance: tuple[ProvenanceRow, ...] = ()
     spec: Mapping[str, Any] | None = None
     children: tuple[str, ...] = ()  # a workflow parent's children
@@ -588,6 +589,7 @@ class OperationDetail:
             "presets": list(self.presets),
             "outputs": dict(self.outputs) if self.outputs is not None else None,
             "history": [h.to_json() for h in self.history],
+            "recordedHistory": [h.to_json() for h in self.recorded],
             "provenance": [p.to_json() for p in self.provenance],
             "spec": self.spec,
             "children": list(self.children),
@@ -613,6 +615,28 @@ def phase_history(
     return tuple(out)
 
 
+def recorded_history(
+    versions: Sequence[tuple[str, datetime, OperationStatus]],
+) -> tuple[PhaseEvent, ...]:
+    """From the versions of an operation's status file (oldest first, with the commit
+    that wrote each and its time), one event per change of generation, phase or reason."""
+    out: list[PhaseEvent] = []
+    last: tuple[int | None, str, str | None] | None = None
+    for sha, when, rec in versions:
+        key = (rec.generation, rec.phase, rec.reason)
+        if key == last:
+            continue
+        last = key
+        notes = [f"generation {rec.generation}"] if rec.generation is not None else []
+        if rec.reason:
+            notes.append(rec.reason)
+        if rec.position is not None:
+            notes.append(f"position {rec.position}")
+        notes.append(f"status commit {sha[:12]}")
+        out.append(PhaseEvent(rec.phase, when.isoformat(timespec="seconds"), ", ".join(notes)))
+    return tuple(out)
+
+
 def build_operation_detail(
     repo: CompiledRepo,
     plan: Plan,
@@ -620,6 +644,7 @@ def build_operation_detail(
     op_id: str,
     *,
     applied: bool,
+    recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
 ) -> OperationDetail | None:
     """One operation (a workflow parent lists its children), or None if neither the
     config nor any cluster knows it."""
@@ -644,6 +669,7 @@ def build_operation_detail(
                 cluster=first.cluster,
                 namespace=first.namespace,
                 children=children,
+                recorded=recorded_history(recorded),
             )
         if state is None and rejected is None:
             return None
@@ -660,6 +686,7 @@ def build_operation_detail(
         requests=requests_text(op.requests) if op else "",
         presets=op.presets if op else (),
         history=phase_history(op, state),
+        recorded=recorded_history(recorded),
         provenance=provenance_rows(op) if op else (),
         spec=op.spec if op else None,
         parent=op.workflow.parent if op and op.workflow else None,

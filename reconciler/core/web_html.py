@@ -302,6 +302,18 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
                 ),
             )
         )
+    if d.recorded:
+        parts.append("<h2>Recorded on the status branch</h2>")
+        parts.append(
+            _table(
+                ("Phase", "Committed", "Note"),
+                (
+                    f"<tr><td>{esc(h.phase)}</td><td>{esc(h.at or '')}</td>"
+                    f"<td>{esc(h.note)}</td></tr>"
+                    for h in d.recorded
+                ),
+            )
+        )
     if d.outputs is not None:
         parts.append(f"<h2>Outputs</h2><pre>{_json(d.outputs)}</pre>")
     if logs is not None or logs_note:

@@ -20,6 +20,7 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
@@ -33,6 +34,12 @@ from reconciler.core.queue_view import (
     build_queue_detail,
     build_queues_view,
     fleet_json,
+)
+from reconciler.core.status import (
+    OperationStatus,
+    StatusFileError,
+    operation_path,
+    parse_status_file,
 )
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.service import Runtime
@@ -49,6 +56,8 @@ Blame = Callable[[str, str], list[BlameLine]]
 ReadLogs = Callable[[str, str, str, int], str]
 # path -> the file's bytes, for sources that are not Git (``--watch``)
 ReadSource = Callable[[str], bytes | None]
+# status file path -> its versions, oldest first: (commit, commit time, content)
+StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
 
 
 @dataclass(frozen=True)
@@ -67,12 +76,14 @@ class WebApp:
         blame: Blame | None = None,
         read_logs: ReadLogs | None = None,
         read_source: ReadSource | None = None,
+        status_history: StatusHistory | None = None,
         tail_lines: int = 100,
     ) -> None:
         self._latest = latest
         self._blame = blame
         self._read_logs = read_logs
         self._read_source = read_source
+        self._status_history = status_history
         self._tail = tail_lines
         self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
         self._lock = threading.Lock()
@@ -153,7 +164,9 @@ class WebApp:
     def _op_main(self, c: _Cycle, op_id: str) -> tuple[int, str] | None:
         r = c.result
         assert r.compiled is not None and r.plan is not None
-        detail = build_operation_detail(r.compiled, r.plan, r.states, op_id, applied=c.applied)
+        detail = build_operation_detail(
+            r.compiled, r.plan, r.states, op_id, applied=c.applied, recorded=self._recorded(op_id)
+        )
         if detail is None:
             return None
         logs, note = self._logs(r.states.get(op_id))
@@ -176,6 +189,25 @@ class WebApp:
                 self._blames.clear()
             self._blames[key] = lines
         return lines
+
+    def _recorded(self, op_id: str) -> list[tuple[str, datetime, OperationStatus]]:
+        if self._status_history is None:
+            return []
+        path = operation_path(op_id)
+        try:
+            versions = self._status_history(path)
+        except Exception as exc:  # an adapter boundary: Git
+            log.warning("history of %s: %s", path, exc)
+            return []
+        out = []
+        for sha, when, content in versions:
+            try:
+                parsed = parse_status_file(path, content)
+            except StatusFileError:
+                continue
+            if isinstance(parsed, OperationStatus):
+                out.append((sha, when, parsed))
+        return out
 
     def _logs(self, state: WorkloadState | None) -> tuple[str | None, str]:
         if state is None:
@@ -223,7 +255,14 @@ class WebApp:
             return _json(200, detail.to_json())
         if len(parts) == 3 and parts[0] == "operations":
             op_id = f"{parts[1]}/{parts[2]}"
-            op = build_operation_detail(r.compiled, r.plan, r.states, op_id, applied=cycle.applied)
+            op = build_operation_detail(
+                r.compiled,
+                r.plan,
+                r.states,
+                op_id,
+                applied=cycle.applied,
+                recorded=self._recorded(op_id),
+            )
             if op is None:
                 return _json(404, {"error": f"no operation {op_id!r}"})
             return _json(200, op.to_json())
@@ -290,4 +329,5 @@ def make_web_app(
         blame=config.blame if config is not None else None,
         read_logs=read_logs,
         read_source=read_source,
+        status_history=runtime.publisher.branch.file_history if runtime.publisher else None,
     )

@@ -142,5 +142,6 @@ def _browse(page, base: str, out: Path) -> None:  # type: ignore[no-untyped-def]
         assert section in body, section
     assert "preset " in body and "team-a" in body
     assert "simulated container log" in page.locator("#logs").inner_text()  # kwok serves it
+    assert "Recorded on the status branch" in body and "status commit" in body
     page.screenshot(path=str(out / "operation.png"), full_page=True)
     assert (out / "queues.png").stat().st_size > 1000

@@ -200,3 +200,23 @@ def test_paused_queue_and_exceeds_quota_on_a_built_world() -> None:
 def test_admit_clause_keeps_the_whole_message_without_one() -> None:
     assert admit_clause("a; admitted when b finishes") == "admitted when b finishes"
     assert admit_clause("something else") == "something else"
+
+
+def test_recorded_history_keeps_one_event_per_change() -> None:
+    from reconciler.core.queue_view import recorded_history
+    from reconciler.core.status import OperationStatus
+
+    def rec(phase: str, reason: str | None, position: int | None = None) -> OperationStatus:
+        return OperationStatus("p/a", phase, reason, position=position, generation=1)
+
+    versions = [
+        ("a" * 40, NOW, rec("Queued", "QuotaExceeded", 2)),
+        ("b" * 40, NOW, rec("Queued", "QuotaExceeded", 1)),
+        ("c" * 40, NOW, rec("Dispatched", "WorkloadCreated")),
+        ("d" * 40, NOW, rec("Running", None)),
+        ("e" * 40, NOW, rec("Succeeded", "Completed")),
+    ]
+    events = recorded_history(versions)
+    assert [e.phase for e in events] == ["Queued", "Dispatched", "Running", "Succeeded"]
+    assert events[0].note == "generation 1, QuotaExceeded, position 2, status commit " + "a" * 12
+    assert events[1].at == NOW.isoformat(timespec="seconds")
