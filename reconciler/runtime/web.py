@@ -286,7 +286,7 @@ def _note(result: CycleResult, applied: bool) -> str:
     if down:
         notes.append("unreachable: " + ", ".join(down))
     if not applied:
-        notes.append("read-only: the plan is shown, not carried out")
+        notes.append("read-only (not the leader): the plan is shown, not carried out")
     notes.append(f"at {result.at.isoformat(timespec='seconds')}")
     return " · ".join(notes)
 

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
+from conftest import TEMPLATE
 from test_queue_view import _dispatched_states
 
 from reconciler.core.compile import compile_repo
@@ -202,3 +205,25 @@ def test_quote_path_and_esc() -> None:
     assert quote_path("a/b", slash=False) == "a%2Fb"
     assert operation_href("p/x/y") == "/operations/p/x%2Fy"
     assert esc('<a href="x">&') == "&lt;a href=&quot;x&quot;&gt;&amp;"
+
+
+def test_worktree_sources_give_setting_lines_and_stay_inside_the_repo(
+    cycle: CycleResult, tmp_path: Path
+) -> None:
+    from reconciler.runtime.service import Runtime
+    from reconciler.runtime.web import make_web_app
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (tmp_path / "secret.yaml").write_text("no: peeking\n")
+    runtime = Runtime(reconciler=None, publisher=None, completed=cycle)  # type: ignore[arg-type]
+    app = make_web_app(runtime, {}, worktree=root)
+    reply = app("/api/v1/queues/team-a", "")
+    assert reply is not None and reply[0] == 200
+    settings = {s["key"]: s for s in json.loads(reply[1])["settings"]}
+    assert settings["priority"]["line"] == 6 and settings["priority"]["commit"] is None
+    assert app._read_source is not None
+    assert app._read_source("queues/team-a.yaml") == (root / "queues/team-a.yaml").read_bytes()
+    assert app._read_source("../secret.yaml") is None
+    assert app._read_source("/etc/hostname") is None
+    assert app("/favicon.ico", "") is None  # the server answers 404
