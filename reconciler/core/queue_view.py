@@ -22,6 +22,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from decimal import Decimal
+from functools import lru_cache
 from typing import Any
 
 from reconciler.core.explain import ProvenanceRow, provenance_rows
@@ -428,7 +429,13 @@ def admit_clause(message: str) -> str:
 
 
 def requests_text(requests: Mapping[str, Decimal]) -> str:
-    return ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(requests.items()))
+    return _requests_text(tuple(sorted(requests.items())))
+
+
+@lru_cache(maxsize=4096)
+def _requests_text(items: tuple[tuple[str, Decimal], ...]) -> str:
+    """Memoised: most operations share a handful of sizes."""
+    return ", ".join(f"{k}={format_quantity(v)}" for k, v in items)
 
 
 def queue_settings(
@@ -508,18 +515,29 @@ def build_queue_detail(
         if s.queue == name and s.phase.active
     )
     ops = {op.id: op for op in repo.operations}
+    # Pending entries of one queue share blockers: word each blocker once.
+    worded: dict[int, tuple[str, str]] = {}
+
+    def explain(p: Pending) -> tuple[str, str]:
+        got = worded.get(id(p.blocked_by))
+        if got is None:
+            message = p.message
+            got = worded[id(p.blocked_by)] = (message, admit_clause(message))
+        return got
+
     pending = tuple(
         PendingOp(
             operation=p.operation,
             position=p.position,
             reason=str(p.reason),
-            message=p.message,
-            admit=admit_clause(p.message),
+            message=message,
+            admit=admit,
             never_runs=p.never_runs,
             requests=requests_text(ops[p.operation].requests) if p.operation in ops else "",
         )
         for p in plan.pending
         if p.queue == name
+        for message, admit in (explain(p),)
     )
     upcoming = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
     settings = queue_settings(spec, source_text, blame)

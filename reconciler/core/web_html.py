@@ -21,6 +21,7 @@ from reconciler.core.queue_view import (
 )
 
 REFRESH_SECONDS = 5
+MAX_ROWS = 200  # pending rows on a queue page; the JSON API lists every one
 
 _SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
 
@@ -220,10 +221,14 @@ def queue_main(d: QueueDetail) -> str:
             f"<tr><td>{p.position}</td><td>{_link(operation_href(p.operation), p.operation)}</td>"
             f'<td class="reason{" never" if p.never_runs else ""}" title="{esc(p.message)}">'
             f"{esc(p.reason)}</td><td>{esc(p.requests)}</td><td>{esc(p.admit)}</td></tr>"
-            for p in d.pending
+            for p in d.pending[:MAX_ROWS]
         ),
         "nothing pending",
     )
+    if len(d.pending) > MAX_ROWS:
+        more = len(d.pending) - MAX_ROWS
+        api = "/api/v1" + queue_href(r.name)
+        pending += f"<p class=muted>and {more} more: see {_link(api, api)}</p>"
     upcoming = ""
     if d.next:
         items = "".join(f"<li>{_link(operation_href(o), o)}</li>" for o in d.next)

@@ -227,3 +227,19 @@ def test_worktree_sources_give_setting_lines_and_stay_inside_the_repo(
     assert app._read_source("../secret.yaml") is None
     assert app._read_source("/etc/hostname") is None
     assert app("/favicon.ico", "") is None  # the server answers 404
+
+
+def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
+    from builders import World
+
+    from reconciler.core.queue_view import build_queue_detail
+    from reconciler.core.web_html import MAX_ROWS, render_queue_page
+
+    w = World().queue("gpu", quota={"nvidia.com/gpu": 1})
+    w.ops("p/op-{}", MAX_ROWS + 50, queue="gpu", gpu=1)
+    repo, plan = w.repo(), w.plan()
+    detail = build_queue_detail(repo, plan, {}, "gpu", applied=True)
+    assert detail is not None and len(detail.pending) == MAX_ROWS + 49
+    body = render_queue_page(detail).split("<h2>Pending</h2>")[1]
+    assert len(re.findall(r"<tr><td>\d+</td>", body)) == MAX_ROWS
+    assert "and 49 more" in body and 'href="/api/v1/queues/gpu"' in body
