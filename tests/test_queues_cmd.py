@@ -99,3 +99,10 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     events = recorded_history(records)  # type: ignore[arg-type]
     assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
     assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note
+
+
+def test_serve_binds_localhost_by_default_and_says_it_is_read_only() -> None:
+    code, out, _ = run("serve", "--help")
+    assert code == 0
+    assert "[default: 127.0.0.1:8080]" in out
+    assert "read-only" in out and "never dispatch" in out
