@@ -104,5 +104,6 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
 def test_serve_binds_localhost_by_default_and_says_it_is_read_only() -> None:
     code, out, _ = run("serve", "--help")
     assert code == 0
+    out = " ".join(out.split())  # click wraps to the terminal's width
     assert "[default: 127.0.0.1:8080]" in out
     assert "read-only" in out and "never dispatch" in out
