@@ -23,10 +23,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import cast
 
 import git
 
 from reconciler.adapters.repo import first_commit_times, read_blob_file
+from reconciler.core.queue_view import BlameLine
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 _ZERO = "0" * 40
@@ -291,6 +293,10 @@ class ConfigRepo:
         f = self._files.get(path)
         return f.first_commit_time if f is not None else None
 
+    def blame(self, rev: str, path: str) -> list[BlameLine]:
+        """``git blame`` of ``path`` at ``rev`` in the cache (already fetched)."""
+        return blame(self.open(), rev, path)
+
     @staticmethod
     def _is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
         try:
@@ -298,6 +304,34 @@ class ConfigRepo:
         except git.GitCommandError:
             return False
         return True
+
+
+def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
+    """Each line of ``path`` at ``rev`` with the commit that last changed it. Raises
+    GitSyncError when the file or the revision does not exist."""
+    try:
+        entries = repo.blame(rev, path) or []
+    except (git.GitCommandError, ValueError) as err:
+        reason = _reason(err) if isinstance(err, git.GitCommandError) else str(err)
+        raise GitSyncError(f"cannot blame {path} at {rev[:12]}: {reason}") from None
+    out: list[BlameLine] = []
+    for entry in entries:
+        commit = cast(git.Commit, entry[0])
+        lines = cast(list[str | bytes], entry[1])
+        summary = commit.summary if isinstance(commit.summary, str) else commit.summary.decode()
+        for text in lines:
+            line = text.decode("utf-8", "replace") if isinstance(text, bytes) else str(text)
+            out.append(
+                BlameLine(
+                    len(out) + 1,
+                    commit.hexsha,
+                    str(commit.author.name or ""),
+                    commit.committed_datetime,
+                    summary,
+                    line,
+                )
+            )
+    return out
 
 
 def _with_time(f: RepoFile, when: datetime | None) -> RepoFile:
@@ -375,6 +409,37 @@ class StatusBranch:
         for path, entry in _ls_tree(self._git, tip, "status/").items():
             if entry.mode != _LINK_MODE:
                 out[path] = self._git.odb.stream(bytes.fromhex(entry.sha)).read()
+        return out
+
+    def file_history(self, path: str, limit: int = 50) -> list[tuple[str, datetime, bytes]]:
+        """Versions of one status file, oldest first: (commit, commit time, content), from
+        the last fetched or written tip (no network); at most the newest ``limit``."""
+        try:
+            if not _run(self._git, ["rev-parse", "--verify", "--quiet", self.tracking]).strip():
+                return []
+        except git.GitCommandError:
+            return []  # never fetched nor written: no history here
+        try:
+            log = _run(
+                self._git,
+                ["log", f"-n{limit}", "--format=%H %cI", self.tracking, "--", path],
+            )
+        except git.GitCommandError as err:
+            raise GitSyncError(f"cannot read the history of {path}: {_reason(err)}") from None
+        out: list[tuple[str, datetime, bytes]] = []
+        for line in reversed(log.split("\n")):
+            if not line.strip():
+                continue
+            sha, _, when = line.partition(" ")
+            try:
+                blob = self._git.git.execute(
+                    ["git", "cat-file", "blob", f"{sha}:{path}"],
+                    env=_ENV,
+                    stdout_as_string=False,
+                )
+            except git.GitCommandError:
+                continue  # deleted in that commit
+            out.append((sha, datetime.fromisoformat(when), bytes(blob)))
         return out
 
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:

@@ -10,7 +10,7 @@ import functools
 import json
 import re
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -19,6 +19,7 @@ import yaml
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import OperationResult, compile_operation, compile_repo
+from reconciler.core.explain import provenance_rows
 from reconciler.core.model import json_schemas
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import (
@@ -202,12 +203,6 @@ def _result_json(result: OperationResult, explain: bool) -> dict[str, Any]:
     return out
 
 
-def _value_text(value: Any) -> str:
-    if isinstance(value, dict | list):
-        return json.dumps(value)
-    return str(value)
-
-
 def _table(op: CompiledOperation) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -216,38 +211,14 @@ def _table(op: CompiledOperation) -> None:
     table.add_column("field")
     table.add_column("value")
     table.add_column("source")
-    for path, prov in op.provenance.items():
-        table.add_row(
-            path, _value_text(_leaf(op.spec, path)), f"{prov.step}  {prov.file}:{prov.line}"
-        )
+    for row in provenance_rows(op):
+        table.add_row(row.field, row.value, f"{row.step}  {row.source}")
     requests = ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(op.requests.items()))
     table.caption = f"requests: {requests or 'none'}; presets: {', '.join(op.presets) or 'none'}"
     console = Console()
     if not console.is_terminal:
         console = Console(width=200)
     console.print(table)
-
-
-def _leaf(spec: Mapping[str, Any], dotted: str) -> Any:
-    """The value at a provenance path; map keys may themselves contain dots."""
-
-    def walk(value: Any, rest: str) -> Any:
-        if not rest:
-            return value
-        if rest.startswith("["):
-            end = rest.index("]")
-            index = int(rest[1:end])
-            if not isinstance(value, list) or index >= len(value):
-                return None
-            return walk(value[index], rest[end + 1 :].removeprefix("."))
-        if not isinstance(value, dict):
-            return None
-        for key in sorted(value, key=len, reverse=True):
-            if rest == key or rest.startswith(key + ".") or rest.startswith(key + "["):
-                return walk(value[key], rest[len(key) :].removeprefix("."))
-        return None
-
-    return walk(spec, dotted)
 
 
 def _emit(obj: Any, output: str) -> None:

@@ -20,7 +20,9 @@ def _register() -> None:
         devcluster_cmd,
         logs_cmd,
         plan_cmd,
+        queues_cmd,
         run_cmd,
+        serve_cmd,
         status_cmd,
     )
 
@@ -32,6 +34,8 @@ def _register() -> None:
     cli.add_command(demo_cmd.demo)
     cli.add_command(status_cmd.status)
     cli.add_command(logs_cmd.logs)
+    cli.add_command(queues_cmd.queues)
+    cli.add_command(serve_cmd.serve)
 
 
 _register()

@@ -21,6 +21,7 @@ from reconciler.runtime.leader import LeaderElector, default_identity
 from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import run_forever, watch_files
 from reconciler.runtime.service import make_runtime
+from reconciler.runtime.web import make_web_app
 
 log = logging.getLogger("reconciler.run")
 
@@ -91,7 +92,8 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     "http_address",
     default=None,
     metavar="HOST:PORT",
-    help="Serve /healthz, /readyz and /metrics (e.g. 127.0.0.1:8080).",
+    help="Serve /healthz, /readyz, /metrics and the read-only queue pages and /api/v1 "
+    "(e.g. 127.0.0.1:8080).",
 )
 @click.option(
     "--log-format",
@@ -186,10 +188,11 @@ def run(
     if watch and not Path(repo).is_dir():
         click.echo(f"error: {repo}: --watch needs a local directory", err=True)
         sys.exit(1)
+    overrides = parse_overrides(cluster_kubeconfigs)
     runtime = make_runtime(
         repo,
         branch,
-        parse_overrides(cluster_kubeconfigs),
+        overrides,
         worktree=watch,
         status_branch=status_branch or None,
         cache_dir=cache_dir,
@@ -217,12 +220,13 @@ def run(
     server: HttpServer | None = None
     if http_address:
         try:
-            server = HttpServer(http_address, runtime.metrics.registry, runtime.readiness)
+            web = make_web_app(runtime, overrides, worktree=Path(repo) if watch else None)
+            server = HttpServer(http_address, runtime.metrics.registry, runtime.readiness, web=web)
         except HttpError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         server.start()
-        log.info("serving /healthz /readyz /metrics on %s", server.url)
+        log.info("serving /healthz /readyz /metrics and the queue pages on %s", server.url)
     if elector is not None:
         elector.start()
     if wake is not None:

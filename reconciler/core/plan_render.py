@@ -130,7 +130,7 @@ def pending_rows(plan: Plan) -> list[list[str]]:
     return [[str(p.position), p.queue, p.operation, str(p.reason), p.message] for p in plan.pending]
 
 
-def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
@@ -142,22 +142,22 @@ def _text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 
 
 def plan_to_table(plan: Plan) -> str:
-    out = [_text_table(QUEUE_HEADERS, queue_rows(plan))]
+    out = [text_table(QUEUE_HEADERS, queue_rows(plan))]
     if plan.dispatch:
         out.append("")
         out.append(
-            _text_table(
+            text_table(
                 ["DISPATCH", "QUEUE", "CLUSTER"],
                 [[d.operation, d.queue, d.cluster] for d in plan.dispatch],
             )
         )
     if plan.pending:
         out.append("")
-        out.append(_text_table(PENDING_HEADERS, pending_rows(plan)))
+        out.append(text_table(PENDING_HEADERS, pending_rows(plan)))
     if plan.stop:
         out.append("")
         out.append(
-            _text_table(["STOP", "REASON"], [[s.operation, str(s.reason)] for s in plan.stop])
+            text_table(["STOP", "REASON"], [[s.operation, str(s.reason)] for s in plan.stop])
         )
     if plan.prune_refused is not None:
         out.append("")

@@ -186,6 +186,7 @@ class QueueStatus:
     head_reason: str | None = None
     strategy: str = "BestEffortFIFO"
     paused: bool = False
+    kinds: tuple[str, ...] = ()  # the run kinds the queue admits
 
     def to_dict(self) -> dict[str, Any]:
         data = {
@@ -200,6 +201,7 @@ class QueueStatus:
             "headReason": self.head_reason,
             "strategy": self.strategy,
             "paused": self.paused,
+            "kinds": list(self.kinds) or None,
         }
         return {k: v for k, v in data.items() if v is not None}
 
@@ -219,10 +221,11 @@ class QueueStatus:
             head_reason=str(head) if head is not None else None,
             strategy=str(data.get("strategy", "BestEffortFIFO")),
             paused=bool(data.get("paused", False)),
+            kinds=tuple(str(k) for k in data.get("kinds") or ()),
         )
 
     @classmethod
-    def from_summary(cls, q: QueueSummary) -> QueueStatus:
+    def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
         return cls(
             name=q.name,
             cluster=q.cluster,
@@ -235,6 +238,7 @@ class QueueStatus:
             head_reason=str(q.head_reason) if q.head_reason is not None else None,
             strategy=str(q.strategy),
             paused=q.paused,
+            kinds=kinds,
         )
 
 
@@ -293,7 +297,7 @@ def render_status(
     ``plan`` is this cycle's plan over them."""
     records = build_status(repo, plan, states)
     files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
-    queues = [QueueStatus.from_summary(q).to_dict() for q in plan.queues]
+    queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
     errors = config_error or repo.errors
     warnings = (plan.prune_refused.message(),) if plan.prune_refused is not None else ()
@@ -306,6 +310,11 @@ def render_status(
     )
     files[CONFIG_FILE] = dump_yaml(config.to_dict())
     return dict(sorted(files.items()))
+
+
+def _kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
+    spec = repo.queues.get(queue)
+    return tuple(sorted(str(k) for k in spec.kinds)) if spec is not None else ()
 
 
 def build_status(

@@ -4,6 +4,9 @@
 - ``/readyz``: 200 only when ``ready()`` says so (last cycle succeeded and a valid config
   is loaded); 503 with its reason otherwise.
 - ``/metrics``: the Prometheus text exposition of the registry.
+
+Any other GET goes to ``web`` when given (the queue pages, ``runtime/web.py``): it
+answers ``(status, body, content type)``, or None for 404.
 """
 
 from __future__ import annotations
@@ -20,6 +23,8 @@ log = logging.getLogger("reconciler.http")
 
 # ready() returns ok, or (ok, reason); the reason is shown on /readyz.
 Readiness = Callable[[], bool | tuple[bool, str]]
+# web(path, query) -> (status, body, content type), or None: not found
+WebRoutes = Callable[[str, str], tuple[int, bytes, str] | None]
 
 
 class HttpError(RuntimeError):
@@ -38,7 +43,7 @@ class _Handler(BaseHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
+        path, _, query = self.path.partition("?")
         if path == "/healthz":
             self._send(200, b"ok\n", "text/plain; charset=utf-8")
         elif path == "/readyz":
@@ -51,13 +56,27 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200 if ok else 503, body.encode(), "text/plain; charset=utf-8")
         elif path == "/metrics":
             self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif self.server.web is not None:
+            try:
+                reply = self.server.web(path, query)
+            except Exception:
+                log.exception("serving %s", path)
+                reply = (500, b"internal error; see the reconciler's log\n", "text/plain")
+            if reply is None:
+                self._send(404, b"not found\n", "text/plain; charset=utf-8")
+            else:
+                code, payload, content_type = reply
+                self._send(code, payload, content_type, page=True)
         else:
             self._send(404, b"not found\n", "text/plain; charset=utf-8")
 
-    def _send(self, status: int, body: bytes, content_type: str) -> None:
+    def _send(self, status: int, body: bytes, content_type: str, page: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
+        if page:  # the web pages: always fresh, never sniffed as another type
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
         self.end_headers()
         self.wfile.write(body)
 
@@ -69,20 +88,31 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(
-        self, address: tuple[str, int], registry: CollectorRegistry, ready: Readiness
+        self,
+        address: tuple[str, int],
+        registry: CollectorRegistry,
+        ready: Readiness,
+        web: WebRoutes | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         self.registry = registry
         self.ready = ready
+        self.web = web
 
 
 class HttpServer:
     """Serves in a daemon thread from ``start()`` until ``stop()``."""
 
-    def __init__(self, address: str, registry: CollectorRegistry, ready: Readiness) -> None:
+    def __init__(
+        self,
+        address: str,
+        registry: CollectorRegistry,
+        ready: Readiness,
+        web: WebRoutes | None = None,
+    ) -> None:
         host, port = parse_address(address)
         try:
-            self._server = _Server((host, port), registry, ready)
+            self._server = _Server((host, port), registry, ready, web)
         except OSError as exc:
             raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
         self._thread: threading.Thread | None = None

@@ -39,6 +39,7 @@ class Runtime:
     metrics: Metrics = field(default_factory=Metrics)
     completed: CycleResult | None = None  # the last cycle whose status and metrics are out
     faults: FaultPoints = field(default_factory=FaultPoints.from_env)
+    config: ConfigRepo | None = None  # the Git source (None with a worktree), for blame
 
     def on_cycle(self, result: CycleResult) -> None:
         if self.publisher is not None and result.leading:
@@ -91,6 +92,7 @@ def make_runtime(
         return Kube(api)
 
     publisher: StatusPublisher | None = None
+    config: ConfigRepo | None = None
     source: Callable[[], RepoSnapshot]
     if worktree:
         source = partial(worktree_source, Path(repo))
@@ -111,4 +113,4 @@ def make_runtime(
             reconciler.seed_seen(publisher.recorded_workloads())
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
-    return Runtime(reconciler, publisher)
+    return Runtime(reconciler, publisher, config=None if worktree else config)

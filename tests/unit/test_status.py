@@ -124,6 +124,7 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
             "headReason": "QuotaExceeded",
             "strategy": "BestEffortFIFO",
             "paused": False,
+            "kinds": ["batch", "job", "notebook", "sandbox"],
         }
     ]
     assert load(files, CONFIG_FILE) == {"version": COMMIT, "applied": COMMIT, "valid": True}

@@ -1,0 +1,95 @@
+"""``reconciler queues``: the queue management view, one row per queue in priority order,
+then the fleet totals per cluster and over all clusters.
+
+Without ``--live`` it reads the status branch (what the reconciler last recorded); with
+``--live`` it compiles the branch tip, reads every cluster and plans, changing nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import click
+
+from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.git import ConfigRepo, GitSyncError
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.status_cmd import StatusError, read_branch
+from reconciler.core.compile import compile_repo
+from reconciler.core.plan import plan_repo
+from reconciler.core.queue_view import (
+    QueuesView,
+    build_queues_view,
+    queues_to_table,
+    queues_view_from_status,
+)
+from reconciler.runtime.live import observe_live
+
+OUTPUTS = ("table", "wide", "json")
+
+
+def read_live_view(
+    repo: str, branch: str, cache_dir: Path | None, overrides: dict[str, Path]
+) -> QueuesView:
+    """Compile the tip, observe every cluster, plan; nothing is dispatched."""
+    config = ConfigRepo(repo, branch, cache_dir)
+    compiled = compile_repo(config.sync())
+    if not compiled.valid:
+        raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
+    states, errors = observe_live(compiled, overrides)
+    if errors:
+        raise StatusError("; ".join(errors))
+    plan = plan_repo(compiled, [s.to_observed() for s in states.values()], SystemClock().now())
+    return build_queues_view(compiled, plan, states, applied=False, source="live")
+
+
+def render_view(view: QueuesView, output: str) -> str:
+    if output == "json":
+        return json.dumps(view.to_json(), indent=2, sort_keys=True) + "\n"
+    return queues_to_table(view, wide=output == "wide")
+
+
+@click.command("queues")
+@click.option("--repo", default=".", show_default=True, help="The config repo: a URL or a path.")
+@click.option("--status-branch", default="reconciler/status", show_default=True)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=lambda: os.environ.get("RECONCILER_CACHE_DIR"),
+    help="Where Git caches live.  [default: $XDG_CACHE_HOME/dispatch-reconciler/repos]",
+)
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Compile the branch tip and read the clusters now, not the status branch.",
+)
+@click.option("--branch", default="main", show_default=True, help="With --live: the config branch.")
+@cluster_kubeconfig_option
+@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+def queues(
+    repo: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    live: bool,
+    branch: str,
+    cluster_kubeconfigs: tuple[str, ...],
+    output: str,
+) -> None:
+    """Show each queue's priority, concurrency, quota use and pending work, in priority
+    order, and the fleet totals. RUNNING and WAITING split the active operations: WAITING
+    were dispatched but do not run yet (WaitingForCapacity: no node has room). With --live,
+    NEXT (wide) counts what the next cycle would dispatch."""
+    try:
+        if live:
+            view = read_live_view(repo, branch, cache_dir, parse_overrides(cluster_kubeconfigs))
+        else:
+            status = read_branch(repo, status_branch, cache_dir)
+            for problem in status.problems:
+                click.echo(f"warning: unreadable status file {problem}", err=True)
+            view = queues_view_from_status(status)
+    except (GitSyncError, StatusError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    click.echo(render_view(view, output), nl=False)

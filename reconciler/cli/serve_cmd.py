@@ -1,0 +1,108 @@
+"""``reconciler serve``: the queue pages and /api/v1, read-only.
+
+Each interval it compiles the config, observes every cluster and plans, exactly as a
+reconciler that does not hold the lease: it never creates, deletes or annotates anything in
+a cluster and never writes to Git. Git stays the only write path.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+
+import click
+
+from reconciler.adapters.repo import is_git_repo
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.run_cmd import parse_interval
+from reconciler.runtime.http import HttpError, HttpServer
+from reconciler.runtime.logging import configure_logging
+from reconciler.runtime.loop import run_forever
+from reconciler.runtime.service import make_runtime
+from reconciler.runtime.web import make_web_app
+
+log = logging.getLogger("reconciler.serve")
+
+
+@click.command("serve")
+@click.option(
+    "--repo",
+    required=True,
+    help="The config repo: a Git URL or a local path (a plain directory is read as saved).",
+)
+@click.option("--branch", default="main", show_default=True)
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help="Where the config repo is cloned (default ~/.cache/dispatch-reconciler).",
+)
+@click.option(
+    "--http",
+    "http_address",
+    default="127.0.0.1:8080",
+    show_default=True,
+    metavar="HOST:PORT",
+    help="Where to serve the pages (also /healthz, /readyz, /metrics).",
+)
+@cluster_kubeconfig_option
+@click.option("--interval", default="10s", show_default=True, help="Time between refreshes.")
+@click.option(
+    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
+)
+@click.option(
+    "--log-level",
+    default="info",
+    show_default=True,
+    type=click.Choice(["debug", "info", "warning", "error"]),
+)
+def serve(
+    repo: str,
+    branch: str,
+    cache_dir: Path | None,
+    http_address: str,
+    cluster_kubeconfigs: tuple[str, ...],
+    interval: str,
+    log_format: str,
+    log_level: str,
+) -> None:
+    """Serve the queue management pages and the JSON API, read-only: compile, observe and
+    plan every interval; never dispatch, stop or write anything."""
+    configure_logging(log_format, log_level)
+    seconds = parse_interval(interval)
+    overrides = parse_overrides(cluster_kubeconfigs)
+    local = Path(repo).expanduser()
+    worktree = "://" not in repo and local.is_dir() and not is_git_repo(local)
+    runtime = make_runtime(
+        str(local) if worktree else repo,
+        branch,
+        overrides,
+        worktree=worktree,
+        status_branch=None,
+        cache_dir=cache_dir,
+        is_leader=lambda: False,  # never converge: a follower that only plans
+    )
+    web = make_web_app(runtime, overrides, worktree=local if worktree else None)
+    try:
+        server = HttpServer(http_address, runtime.metrics.registry, runtime.readiness, web=web)
+    except (HttpError, ValueError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    stop = threading.Event()
+
+    def shutdown(*_: object) -> None:
+        stop.set()
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, shutdown)
+    server.start()
+    log.info("serving the queue pages (read-only) on %s", server.url)
+    click.echo(f"serving {server.url}/ (read-only)", err=True)
+    try:
+        run_forever(runtime.reconciler, seconds, stop, runtime.on_cycle)
+    finally:
+        runtime.reconciler.close()
+        server.stop()

@@ -1,0 +1,799 @@
+"""The queue management view (pure): one frozen row per queue in priority order, fleet
+totals, and the detail of one queue or one operation. ``reconciler queues`` and the web
+pages render these; nothing here reads a cluster or Git.
+
+Two sources build the same rows:
+
+- a cycle: the compiled config, its :class:`~reconciler.core.plan.Plan` and the observed
+  workloads (``build_queues_view``). ``applied`` says whether the plan's dispatches were
+  carried out (the leader's cycle) or only computed (``--live``, ``serve``, a follower):
+  then they are counted as ``next``, not as active;
+- the status branch (``queues_view_from_status``), as the reconciler last wrote it.
+
+Counts: ``active`` is every Dispatched or Running operation (what holds concurrency and
+quota); of those ``running`` have a running pod and ``waiting`` are dispatched but not
+running yet (``WaitingForCapacity``: no node has room, or still starting). Dispatch is not
+placement: a waiting operation holds its queue's quota like a running one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from functools import lru_cache
+from typing import Any
+
+from reconciler.core.explain import ProvenanceRow, provenance_rows
+from reconciler.core.load import parse_yaml
+from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import Pending, Plan, QueueSummary
+from reconciler.core.plan_render import text_table
+from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
+from reconciler.core.status import OperationStatus, QueueStatus, StatusView
+from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
+
+ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
+
+
+# --- rows -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaUse:
+    resource: str
+    used: Decimal
+    limit: Decimal
+
+    @property
+    def fraction(self) -> float:
+        """Share of the limit in use, 0..1 (1 when the limit is 0 and something is used)."""
+        if self.limit <= 0:
+            return 1.0 if self.used > 0 else 0.0
+        return float(min(self.used / self.limit, Decimal(1)))
+
+    @property
+    def text(self) -> str:
+        return f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "resource": self.resource,
+            "used": format_quantity(self.used),
+            "limit": format_quantity(self.limit),
+        }
+
+
+@dataclass(frozen=True)
+class QueueRow:
+    name: str
+    cluster: str
+    priority: int
+    active: int
+    concurrency: int | None  # the limit; None: unlimited
+    quotas: tuple[QuotaUse, ...]  # by resource name
+    running: int
+    waiting: int  # dispatched, not running yet (WaitingForCapacity or starting)
+    pending: int
+    next: int = 0  # the plan would dispatch these; not created (read-only or not leading)
+    head_reason: str | None = None
+    head_message: str = ""
+    kinds: tuple[str, ...] = ()
+    strategy: str = "BestEffortFIFO"
+    paused: bool = False
+
+    @property
+    def concurrency_text(self) -> str:
+        return f"{self.active}/{'-' if self.concurrency is None else self.concurrency}"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cluster": self.cluster,
+            "priority": self.priority,
+            "active": self.active,
+            "concurrency": self.concurrency,
+            "quota": [q.to_json() for q in self.quotas],
+            "running": self.running,
+            "waiting": self.waiting,
+            "pending": self.pending,
+            "next": self.next,
+            "headReason": self.head_reason,
+            "headMessage": self.head_message or None,
+            "kinds": list(self.kinds),
+            "strategy": self.strategy,
+            "paused": self.paused,
+        }
+
+
+@dataclass(frozen=True)
+class FleetTotal:
+    """Totals over the queues of one cluster, or of every cluster (``ALL_CLUSTERS``)."""
+
+    cluster: str
+    queues: int
+    active: int
+    running: int
+    waiting: int
+    pending: int
+    next: int
+    quotas: tuple[QuotaUse, ...]  # per resource, summed over the queues that limit it
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster or None,
+            "queues": self.queues,
+            "active": self.active,
+            "running": self.running,
+            "waiting": self.waiting,
+            "pending": self.pending,
+            "next": self.next,
+            "quota": [q.to_json() for q in self.quotas],
+        }
+
+
+@dataclass(frozen=True)
+class QueuesView:
+    version: str  # the config commit the rows describe
+    rows: tuple[QueueRow, ...]  # in priority order (the planner's consideration order)
+    clusters: tuple[FleetTotal, ...]  # by cluster name
+    fleet: FleetTotal
+    source: str = "cycle"  # "cycle" | "live" | "status-branch"
+    at: datetime | None = None
+
+    def row(self, name: str) -> QueueRow | None:
+        return next((r for r in self.rows if r.name == name), None)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "source": self.source,
+            "at": self.at.isoformat() if self.at else None,
+            "queues": [r.to_json() for r in self.rows],
+            "fleet": fleet_json(self),
+        }
+
+
+def fleet_json(view: QueuesView) -> dict[str, Any]:
+    return {
+        "clusters": [c.to_json() for c in view.clusters],
+        "total": view.fleet.to_json(),
+    }
+
+
+def total_fleet(rows: Sequence[QueueRow]) -> tuple[tuple[FleetTotal, ...], FleetTotal]:
+    """Per cluster and across all clusters."""
+    clusters = sorted({r.cluster for r in rows})
+    per = tuple(_total(c, [r for r in rows if r.cluster == c]) for c in clusters)
+    return per, _total(ALL_CLUSTERS, rows)
+
+
+def _total(cluster: str, rows: Sequence[QueueRow]) -> FleetTotal:
+    used: dict[str, Decimal] = {}
+    limit: dict[str, Decimal] = {}
+    for r in rows:
+        for q in r.quotas:
+            used[q.resource] = used.get(q.resource, Decimal(0)) + q.used
+            limit[q.resource] = limit.get(q.resource, Decimal(0)) + q.limit
+    return FleetTotal(
+        cluster=cluster,
+        queues=len(rows),
+        active=sum(r.active for r in rows),
+        running=sum(r.running for r in rows),
+        waiting=sum(r.waiting for r in rows),
+        pending=sum(r.pending for r in rows),
+        next=sum(r.next for r in rows),
+        quotas=tuple(QuotaUse(k, used[k], limit[k]) for k in sorted(limit)),
+    )
+
+
+def _counts(phases: Iterable[tuple[str | None, str]]) -> dict[str, tuple[int, int]]:
+    """Per queue: (running, waiting) from (queue, phase) pairs."""
+    out: dict[str, tuple[int, int]] = {}
+    for queue, phase in phases:
+        if queue is None:
+            continue
+        running, waiting = out.get(queue, (0, 0))
+        if phase == Phase.RUNNING.value:
+            out[queue] = (running + 1, waiting)
+        elif phase == Phase.DISPATCHED.value:
+            out[queue] = (running, waiting + 1)
+    return out
+
+
+def _heads(pending: Iterable[Pending]) -> dict[str, Pending]:
+    out: dict[str, Pending] = {}
+    for p in pending:
+        if p.position == 1:
+            out[p.queue] = p
+    return out
+
+
+def _kinds(spec: QueueSpec | None) -> tuple[str, ...]:
+    return tuple(sorted(str(k) for k in spec.kinds)) if spec is not None else ()
+
+
+def build_queues_view(
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    *,
+    applied: bool,
+    source: str = "cycle",
+) -> QueuesView:
+    """The view of one cycle. ``states`` are the current workloads per operation (with
+    ``applied``, those the cycle just created included)."""
+    counts = _counts((s.queue, s.phase.value) for s in states.values())
+    heads = _heads(plan.pending)
+    rows = []
+    for q in plan.queues:
+        used = q.used_after if applied else q.used
+        running, waiting = counts.get(q.name, (0, 0))
+        head = heads.get(q.name)
+        rows.append(
+            QueueRow(
+                name=q.name,
+                cluster=q.cluster,
+                priority=q.priority,
+                active=q.active + q.dispatching if applied else q.active,
+                concurrency=q.concurrency,
+                quotas=_quotas(q, used),
+                running=running,
+                waiting=waiting,
+                pending=q.pending,
+                next=0 if applied else q.dispatching,
+                head_reason=str(q.head_reason) if q.head_reason is not None else None,
+                head_message=head.message if head is not None else "",
+                kinds=_kinds(repo.queues.get(q.name)),
+                strategy=str(q.strategy),
+                paused=q.paused,
+            )
+        )
+    clusters, fleet = total_fleet(rows)
+    return QueuesView(repo.version, tuple(rows), clusters, fleet, source, plan.at)
+
+
+def _quotas(q: QueueSummary, used: Mapping[str, Decimal]) -> tuple[QuotaUse, ...]:
+    return tuple(
+        QuotaUse(r, used.get(r, Decimal(0)), limit) for r, limit in sorted(q.quota.items())
+    )
+
+
+def _quantity(text: str) -> Decimal:
+    try:
+        return parse_quantity(text)
+    except QuantityError:
+        return Decimal(0)
+
+
+def queues_view_from_status(view: StatusView) -> QueuesView:
+    """The view the status branch records (usage with that cycle's dispatches applied)."""
+    ops = [o for o in view.operations.values() if not o.children]
+    counts = _counts((o.queue, o.phase) for o in ops)
+    heads = {o.queue: o for o in ops if o.position == 1 and o.queue is not None}
+    rows = []
+    for q in view.queues:
+        running, waiting = counts.get(q.name, (0, 0))
+        head = heads.get(q.name)
+        rows.append(_status_row(q, running, waiting, head))
+    clusters, fleet = total_fleet(rows)
+    version = view.config.applied if view.config is not None else ""
+    return QueuesView(version, tuple(rows), clusters, fleet, "status-branch")
+
+
+def _status_row(
+    q: QueueStatus, running: int, waiting: int, head: OperationStatus | None
+) -> QueueRow:
+    return QueueRow(
+        name=q.name,
+        cluster=q.cluster,
+        priority=q.priority,
+        active=q.active,
+        concurrency=q.concurrency,
+        quotas=tuple(
+            QuotaUse(r, _quantity(q.used.get(r, "0")), _quantity(v))
+            for r, v in sorted(q.quota.items())
+        ),
+        running=running,
+        waiting=waiting,
+        pending=q.pending,
+        head_reason=q.head_reason,
+        head_message=head.message if head is not None else "",
+        kinds=q.kinds,
+        strategy=q.strategy,
+        paused=q.paused,
+    )
+
+
+# --- one queue --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BlameLine:
+    """One line of a file as ``git blame`` attributes it."""
+
+    line: int  # 1-based
+    commit: str
+    author: str
+    committed_at: datetime | None
+    summary: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str  # ``priority``, ``quota.nvidia.com/gpu``, ...
+    value: str
+    line: int  # in the queue's file; 0: not written there (a default)
+    commit: str = ""  # the commit that last changed that line, when blamed
+    author: str = ""
+    committed_at: datetime | None = None
+    summary: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "key": self.key,
+            "value": self.value,
+            "line": self.line or None,
+            "commit": self.commit or None,
+            "author": self.author or None,
+            "committedAt": self.committed_at.isoformat() if self.committed_at else None,
+            "summary": self.summary or None,
+        }
+
+
+@dataclass(frozen=True)
+class ActiveOp:
+    operation: str
+    phase: str
+    reason: str | None
+    message: str
+    cluster: str
+    namespace: str
+    workload: str
+    node: str | None
+    dispatched_at: str | None
+    started_at: str | None
+    requests: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation,
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message or None,
+            "cluster": self.cluster,
+            "namespace": self.namespace,
+            "workload": self.workload,
+            "node": self.node,
+            "dispatchedAt": self.dispatched_at,
+            "startedAt": self.started_at,
+            "requests": self.requests,
+        }
+
+
+@dataclass(frozen=True)
+class PendingOp:
+    operation: str
+    position: int
+    reason: str
+    message: str  # the planner's full explanation
+    admit: str  # the part that says what would admit it
+    never_runs: bool
+    requests: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation,
+            "position": self.position,
+            "reason": self.reason,
+            "message": self.message,
+            "admittedWhen": self.admit,
+            "neverRuns": self.never_runs,
+            "requests": self.requests,
+        }
+
+
+@dataclass(frozen=True)
+class QueueDetail:
+    row: QueueRow
+    source: str  # the queue's file
+    settings: tuple[Setting, ...]
+    active: tuple[ActiveOp, ...]
+    next: tuple[str, ...]  # the plan would dispatch these next (not created yet)
+    pending: tuple[PendingOp, ...]  # by position
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.row.to_json(),
+            "source": self.source,
+            "settings": [s.to_json() for s in self.settings],
+            "activeOperations": [a.to_json() for a in self.active],
+            "nextDispatch": list(self.next),
+            "pendingOperations": [p.to_json() for p in self.pending],
+        }
+
+
+_ADMIT_MARKERS = ("admitted ", "it can never", "this operation will never")
+
+
+def admit_clause(message: str) -> str:
+    """From a pending message, the clause saying what would admit the operation (the
+    planner words it; see ``plan.BlockedBy``); the whole message if it has no such clause."""
+    parts = message.split("; ")
+    for i, part in enumerate(parts):
+        if part.startswith(_ADMIT_MARKERS):
+            return "; ".join(parts[i:])
+    return message
+
+
+def requests_text(requests: Mapping[str, Decimal]) -> str:
+    return _requests_text(tuple(sorted(requests.items())))
+
+
+@lru_cache(maxsize=4096)
+def _requests_text(items: tuple[tuple[str, Decimal], ...]) -> str:
+    """Memoised: most operations share a handful of sizes."""
+    return ", ".join(f"{k}={format_quantity(v)}" for k, v in items)
+
+
+def queue_settings(
+    spec: QueueSpec,
+    source_text: bytes | None = None,
+    blame: Sequence[BlameLine] | None = None,
+) -> tuple[Setting, ...]:
+    """The queue's effective settings, each with its line in ``source_text`` (the queue
+    file) and, given ``blame`` of that file, the commit that last changed that line."""
+    keys: Mapping[tuple[Any, ...], tuple[int, int]] = {}
+    if source_text is not None:
+        doc, _ = parse_yaml(spec.source, source_text)
+        if doc is not None:
+            keys = doc.keys
+    by_line = {b.line: b for b in blame or ()}
+    values: list[tuple[tuple[str, ...], str]] = [
+        (("cluster",), spec.cluster),
+        (("priority",), str(spec.priority)),
+        (("concurrency",), "unlimited" if spec.concurrency is None else str(spec.concurrency)),
+    ]
+    values += [(("quota", r), format_quantity(v)) for r, v in sorted(spec.quota.items())]
+    if not spec.quota:
+        values.append((("quota",), "none"))
+    values += [
+        (("kinds",), ", ".join(_kinds(spec))),
+        (("strategy",), str(spec.strategy)),
+        (("paused",), "true" if spec.paused else "false"),
+    ]
+    out = []
+    for path, value in values:
+        line = keys.get(path, (0, 0))[0]
+        b = by_line.get(line)
+        out.append(
+            Setting(
+                ".".join(path),
+                value,
+                line,
+                b.commit if b else "",
+                b.author if b else "",
+                b.committed_at if b else None,
+                b.summary if b else "",
+            )
+        )
+    return tuple(out)
+
+
+def build_queue_detail(
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    name: str,
+    *,
+    applied: bool,
+    source_text: bytes | None = None,
+    blame: Sequence[BlameLine] | None = None,
+) -> QueueDetail | None:
+    """One queue, or None when the config has no such queue."""
+    spec = repo.queues.get(name)
+    row = build_queues_view(repo, plan, states, applied=applied).row(name)
+    if spec is None or row is None:
+        return None
+    active = tuple(
+        ActiveOp(
+            operation=s.operation,
+            phase=s.phase.value,
+            reason=str(s.reason) if s.reason is not None else None,
+            message=s.message,
+            cluster=s.cluster,
+            namespace=s.namespace,
+            workload=s.name,
+            node=s.node,
+            dispatched_at=s.dispatched_at,
+            started_at=s.started_at,
+            requests=requests_text(s.requests),
+        )
+        for _, s in sorted(states.items())
+        if s.queue == name and s.phase.active
+    )
+    ops = {op.id: op for op in repo.operations}
+    # Pending entries of one queue share blockers: word each blocker once.
+    worded: dict[int, tuple[str, str]] = {}
+
+    def explain(p: Pending) -> tuple[str, str]:
+        got = worded.get(id(p.blocked_by))
+        if got is None:
+            message = p.message
+            got = worded[id(p.blocked_by)] = (message, admit_clause(message))
+        return got
+
+    pending = tuple(
+        PendingOp(
+            operation=p.operation,
+            position=p.position,
+            reason=str(p.reason),
+            message=message,
+            admit=admit,
+            never_runs=p.never_runs,
+            requests=requests_text(ops[p.operation].requests) if p.operation in ops else "",
+        )
+        for p in plan.pending
+        if p.queue == name
+        for message, admit in (explain(p),)
+    )
+    upcoming = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
+    settings = queue_settings(spec, source_text, blame)
+    return QueueDetail(row, spec.source, settings, active, upcoming, pending)
+
+
+# --- one operation ----------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class PhaseEvent:
+    phase: str
+    at: str | None  # ISO time, when known
+    note: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "at": self.at, "note": self.note or None}
+
+
+@dataclass(frozen=True)
+class OperationDetail:
+    operation: str
+    phase: str
+    reason: str | None = None
+    message: str = ""
+    kind: str | None = None
+    path: str | None = None
+    queue: str | None = None
+    cluster: str | None = None
+    namespace: str | None = None
+    workload: str | None = None
+    pod: str | None = None
+    node: str | None = None
+    generation: int | None = None
+    position: int | None = None
+    admit: str = ""
+    config_commit: str | None = None
+    requests: str = ""
+    presets: tuple[str, ...] = ()
+    outputs: Mapping[str, Any] | None = None
+    history: tuple[PhaseEvent, ...] = ()
+    recorded: tuple[PhaseEvent, ...] = ()  # transitions the status branch recorded
+    provenance: tuple[ProvenanceRow, ...] = ()
+    spec: Mapping[str, Any] | None = None
+    children: tuple[str, ...] = ()  # a workflow parent's children
+    parent: str | None = None  # a workflow child's parent
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "operation": self.operation,
+            "phase": self.phase,
+            "reason": self.reason,
+            "message": self.message or None,
+            "kind": self.kind,
+            "path": self.path,
+            "queue": self.queue,
+            "cluster": self.cluster,
+            "namespace": self.namespace,
+            "workload": self.workload,
+            "pod": self.pod,
+            "node": self.node,
+            "generation": self.generation,
+            "position": self.position,
+            "admittedWhen": self.admit or None,
+            "configCommit": self.config_commit,
+            "requests": self.requests,
+            "presets": list(self.presets),
+            "outputs": dict(self.outputs) if self.outputs is not None else None,
+            "history": [h.to_json() for h in self.history],
+            "recordedHistory": [h.to_json() for h in self.recorded],
+            "provenance": [p.to_json() for p in self.provenance],
+            "spec": self.spec,
+            "children": list(self.children),
+            "parent": self.parent,
+        }
+
+
+def phase_history(
+    op: CompiledOperation | None, state: WorkloadState | None
+) -> tuple[PhaseEvent, ...]:
+    """The current run's phases with the times the workload and the repo record: submitted
+    (the operation file's first commit), dispatched, started, finished."""
+    submitted = op.submitted_at.isoformat() if op is not None and op.submitted_at else None
+    out = [PhaseEvent(Phase.QUEUED.value, submitted, "committed to the config repo")]
+    if state is None:
+        return tuple(out)
+    out.append(PhaseEvent(Phase.DISPATCHED.value, state.dispatched_at, f"workload {state.name}"))
+    if state.started_at or state.phase is Phase.RUNNING or state.phase.finished:
+        out.append(PhaseEvent(Phase.RUNNING.value, state.started_at, state.node or ""))
+    if state.phase.finished:
+        reason = str(state.reason) if state.reason is not None else ""
+        out.append(PhaseEvent(state.phase.value, state.finished_at, state.message or reason))
+    return tuple(out)
+
+
+def recorded_history(
+    versions: Sequence[tuple[str, datetime, OperationStatus]],
+) -> tuple[PhaseEvent, ...]:
+    """From the versions of an operation's status file (oldest first, with the commit
+    that wrote each and its time), one event per change of generation, phase or reason."""
+    out: list[PhaseEvent] = []
+    last: tuple[int | None, str, str | None] | None = None
+    for sha, when, rec in versions:
+        key = (rec.generation, rec.phase, rec.reason)
+        if key == last:
+            continue
+        last = key
+        notes = [f"generation {rec.generation}"] if rec.generation is not None else []
+        if rec.reason:
+            notes.append(rec.reason)
+        if rec.position is not None:
+            notes.append(f"position {rec.position}")
+        notes.append(f"status commit {sha[:12]}")
+        out.append(PhaseEvent(rec.phase, when.isoformat(timespec="seconds"), ", ".join(notes)))
+    return tuple(out)
+
+
+def build_operation_detail(
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    op_id: str,
+    *,
+    applied: bool,
+    recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
+) -> OperationDetail | None:
+    """One operation (a workflow parent lists its children), or None if neither the
+    config nor any cluster knows it."""
+    op = next((o for o in repo.operations if o.id == op_id), None)
+    state = states.get(op_id)
+    if state is not None and op is not None and state.generation != op.generation:
+        state = None  # an older generation's workload; the current run has not started
+    pending = next((p for p in plan.pending if p.operation == op_id), None)
+    rejected = next((r for r in repo.rejected if r.operation == op_id), None)
+    if op is None:
+        children = tuple(o.id for o in repo.operations if o.workflow and o.workflow.parent == op_id)
+        if children:
+            first = next(o for o in repo.operations if o.id == children[0])
+            phases = sorted({_phase_of(c, states, plan, applied) for c in children})
+            return OperationDetail(
+                operation=op_id,
+                phase=", ".join(phases),
+                message=f"workflow of {len(children)} children",
+                kind=first.workflow.kind if first.workflow else None,
+                path=first.path,
+                queue=first.queue,
+                cluster=first.cluster,
+                namespace=first.namespace,
+                children=children,
+                recorded=recorded_history(recorded),
+            )
+        if state is None and rejected is None:
+            return None
+    base = OperationDetail(
+        operation=op_id,
+        phase=_phase_of(op_id, states, plan, applied) if rejected is None else "Rejected",
+        kind=str(op.kind) if op else None,
+        path=op.path if op else (rejected.path if rejected else None),
+        queue=op.queue if op else (state.queue if state else None),
+        cluster=op.cluster if op else (state.cluster if state else None),
+        namespace=op.namespace if op else (state.namespace if state else None),
+        generation=op.generation if op else (state.generation if state else None),
+        config_commit=repo.version,
+        requests=requests_text(op.requests) if op else "",
+        presets=op.presets if op else (),
+        history=phase_history(op, state),
+        recorded=recorded_history(recorded),
+        provenance=provenance_rows(op) if op else (),
+        spec=op.spec if op else None,
+        parent=op.workflow.parent if op and op.workflow else None,
+    )
+    fields: dict[str, Any] = {}
+    if state is not None:
+        fields.update(
+            reason=str(state.reason) if state.reason is not None else None,
+            message=state.message,
+            cluster=state.cluster,
+            namespace=state.namespace,
+            workload=state.name,
+            pod=state.pod,
+            node=state.node,
+            outputs=state.outputs,
+            config_commit=state.config_commit or repo.version,
+        )
+    elif rejected is not None:
+        fields.update(reason=str(rejected.reason), message=rejected.message)
+    elif pending is not None:
+        fields.update(
+            reason=str(pending.reason),
+            message=pending.message,
+            position=pending.position,
+            admit=admit_clause(pending.message),
+        )
+    elif not applied and any(d.operation == op_id for d in plan.dispatch):
+        fields.update(message="the plan dispatches it next (not created yet)")
+    return _replace(base, fields)
+
+
+def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDetail:
+    return replace(detail, **fields)
+
+
+def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, applied: bool) -> str:
+    state = states.get(op_id)
+    if state is not None:
+        return state.phase.value
+    if applied and any(d.operation == op_id for d in plan.dispatch):
+        return Phase.DISPATCHED.value
+    return Phase.QUEUED.value
+
+
+# --- text -------------------------------------------------------------------------------
+
+HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
+HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
+WIDE_HEADERS = [*HEADERS, "NEXT", "KINDS", "STRATEGY", "PAUSED"]
+FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
+
+
+def _quota_cell(quotas: Sequence[QuotaUse]) -> str:
+    return ", ".join(f"{q.resource} {q.text}" for q in quotas) or "-"
+
+
+def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
+    """``reconciler queues``: the rows, then the fleet totals per cluster and overall."""
+    rows = []
+    for r in view.rows:
+        cells = [
+            r.name,
+            r.cluster,
+            str(r.priority),
+            r.concurrency_text,
+            _quota_cell(r.quotas),
+            str(r.running),
+            str(r.waiting),
+            str(r.pending),
+            r.head_reason or "-",
+        ]
+        if wide:
+            cells += [str(r.next), ",".join(r.kinds) or "-", r.strategy, str(r.paused).lower()]
+        rows.append(cells)
+    fleet = [
+        [
+            t.cluster or "(all)",
+            str(t.queues),
+            str(t.active),
+            str(t.running),
+            str(t.waiting),
+            str(t.pending),
+            _quota_cell(t.quotas),
+        ]
+        for t in (*view.clusters, view.fleet)
+    ]
+    return (
+        text_table(WIDE_HEADERS if wide else HEADERS, rows)
+        + "\n\n"
+        + text_table(FLEET_HEADERS, fleet)
+        + "\n"
+    )

@@ -1,0 +1,358 @@
+"""Server-rendered HTML of the queue management pages (pure: views in, text out).
+
+Everything that comes from the config repo or a cluster (operation names, messages, logs,
+outputs) goes through :func:`esc`; links are percent-encoded with :func:`quote_path`. The
+pages refresh their ``<main>`` by polling ``?partial=main`` (no front-end stack)."""
+
+from __future__ import annotations
+
+import html
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from reconciler.core.queue_view import (
+    FleetTotal,
+    OperationDetail,
+    QueueDetail,
+    QueueRow,
+    QueuesView,
+    QuotaUse,
+)
+
+REFRESH_SECONDS = 5
+MAX_ROWS = 200  # pending rows on a queue page; the JSON API lists every one
+
+_SAFE = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~/")
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+header{background:#1d2330;color:#fff;padding:.6rem 1.2rem;display:flex;gap:1.5rem;
+ align-items:baseline}
+header a{color:#cfe0ff;text-decoration:none}header .brand{font-weight:600;color:#fff}
+main{padding:1rem 1.2rem}h1{font-size:1.3rem;margin:.2rem 0 .8rem}h2{font-size:1.05rem;
+ margin:1.4rem 0 .5rem}
+table{border-collapse:collapse;background:#fff;width:100%;margin-bottom:.5rem}
+th,td{text-align:left;padding:.35rem .6rem;border-bottom:1px solid #e3e6ea;vertical-align:top}
+th{background:#eef0f3;font-weight:600;font-size:.85rem}
+.bar{display:inline-block;width:90px;height:9px;background:#e3e6ea;border-radius:4px;
+ vertical-align:middle;margin-right:.4rem;overflow:hidden}
+.bar span{display:block;height:100%;background:#3b82f6}.bar span.full{background:#e4572e}
+.quota{white-space:nowrap}.muted{color:#6b7280}.cards{display:flex;flex-wrap:wrap;gap:.8rem}
+.card{background:#fff;border:1px solid #e3e6ea;border-radius:6px;padding:.6rem .9rem;
+ min-width:220px}.card h3{margin:0 0 .3rem;font-size:.95rem}
+pre{background:#fff;border:1px solid #e3e6ea;padding:.6rem;overflow:auto;max-height:28rem}
+dl{display:grid;grid-template-columns:max-content auto;gap:.2rem 1rem;background:#fff;
+ padding:.6rem .9rem;border:1px solid #e3e6ea}dt{font-weight:600}dd{margin:0}
+.reason{font-family:ui-monospace,monospace;font-size:.85rem}.never{color:#b91c1c}
+code{font-family:ui-monospace,monospace;font-size:.85rem}
+"""
+
+_SCRIPT = """
+(function(){var main=document.getElementById('main');if(!main)return;
+setInterval(function(){fetch(location.pathname+'?partial=main',{cache:'no-store'})
+.then(function(r){return r.ok?r.text():null}).then(function(t){if(t!==null)main.innerHTML=t})
+.catch(function(){})},%d);})();
+"""
+
+
+def esc(value: Any) -> str:
+    return html.escape("" if value is None else str(value), quote=True)
+
+
+def quote_path(path: str, *, slash: bool = True) -> str:
+    """Percent-encode a URL path (``/`` kept unless ``slash`` is false, for one segment);
+    the server splits on ``/`` and then unquotes each segment."""
+    out = []
+    for ch in path:
+        if ch in _SAFE and (slash or ch != "/"):
+            out.append(ch)
+        else:
+            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
+    return "".join(out)
+
+
+def queue_href(name: str) -> str:
+    return "/queues/" + quote_path(name, slash=False)
+
+
+def operation_href(op_id: str) -> str:
+    project, _, name = op_id.partition("/")
+    return f"/operations/{quote_path(project, slash=False)}/{quote_path(name, slash=False)}"
+
+
+def _link(href: str, text: str) -> str:
+    return f'<a href="{esc(href)}">{esc(text)}</a>'
+
+
+def page(title: str, main: str, *, refresh: int = REFRESH_SECONDS) -> str:
+    """A whole document around ``main`` (already HTML)."""
+    script = f"<script>{_SCRIPT % (refresh * 1000)}</script>" if refresh > 0 else ""
+    return (
+        "<!doctype html><html lang=en><head><meta charset=utf-8>"
+        '<meta name=viewport content="width=device-width,initial-scale=1">'
+        f"<title>{esc(title)} · dispatch reconciler</title><style>{CSS}</style></head><body>"
+        '<header><a class=brand href="/">dispatch reconciler</a><a href="/">Queues</a>'
+        '<a href="/api/v1/queues">API</a></header>'
+        f'<main id="main">{main}</main>{script}</body></html>'
+    )
+
+
+def _table(headers: Sequence[str], rows: Iterable[str], empty: str = "none") -> str:
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join(rows)
+    if not body:
+        body = f'<tr><td colspan="{len(headers)}" class=muted>{esc(empty)}</td></tr>'
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def quota_bar(q: QuotaUse) -> str:
+    pct = round(q.fraction * 100)
+    full = " class=full" if q.fraction >= 1 else ""
+    return (
+        f'<div class=quota data-resource="{esc(q.resource)}" data-used="{esc(q.text)}">'
+        f'<span class=bar><span{full} style="width:{pct}%"></span></span>'
+        f"{esc(q.resource)} <b>{esc(q.text)}</b></div>"
+    )
+
+
+def _concurrency(row: QueueRow) -> str:
+    text = f"<b>{esc(row.concurrency_text)}</b>"
+    if row.concurrency is None:
+        return text
+    return quota_bar_like(row.active, row.concurrency) + text
+
+
+def quota_bar_like(used: int, limit: int) -> str:
+    fraction = 1.0 if limit <= 0 else min(used / limit, 1.0)
+    full = " class=full" if fraction >= 1 else ""
+    return f'<span class=bar><span{full} style="width:{round(fraction * 100)}%"></span></span>'
+
+
+def _fleet_card(total: FleetTotal) -> str:
+    title = f"cluster {total.cluster}" if total.cluster else "fleet (all clusters)"
+    quotas = "".join(quota_bar(q) for q in total.quotas) or "<div class=muted>no quotas</div>"
+    return (
+        f'<div class=card data-fleet="{esc(total.cluster or "*")}"><h3>{esc(title)}</h3>'
+        f"<div>{total.queues} queues · {total.active} active ({total.running} running, "
+        f"{total.waiting} waiting) · {total.pending} pending</div>{quotas}</div>"
+    )
+
+
+def _queue_row(r: QueueRow) -> str:
+    quotas = "".join(quota_bar(q) for q in r.quotas) or "<span class=muted>-</span>"
+    head = (
+        f'<span class=reason title="{esc(r.head_message)}">{esc(r.head_reason)}</span>'
+        if r.head_reason
+        else "<span class=muted>-</span>"
+    )
+    paused = " (paused)" if r.paused else ""
+    return (
+        f'<tr data-queue="{esc(r.name)}"><td>{_link(queue_href(r.name), r.name)}{esc(paused)}</td>'
+        f"<td>{esc(r.cluster)}</td><td>{r.priority}</td><td class=quota>{_concurrency(r)}</td>"
+        f"<td>{quotas}</td><td>{r.running}</td><td>{r.waiting}</td><td>{r.pending}</td>"
+        f"<td>{head}</td><td>{esc(', '.join(r.kinds))}</td><td>{esc(r.strategy)}</td></tr>"
+    )
+
+
+QUEUE_TABLE_HEADERS = (
+    "Queue",
+    "Cluster",
+    "Priority",
+    "Active/limit",
+    "Quota used/limit",
+    "Running",
+    "Waiting",
+    "Pending",
+    "Head reason",
+    "Kinds",
+    "Strategy",
+)
+
+
+def _version_line(version: str, extra: str = "") -> str:
+    return f"<p class=muted>config <code>{esc(version[:12])}</code>{esc(extra)}</p>"
+
+
+def queues_main(view: QueuesView, note: str = "") -> str:
+    cards = "".join(_fleet_card(t) for t in (*view.clusters, view.fleet))
+    extra = f" · {note}" if note else ""
+    return (
+        "<h1>Queues</h1>"
+        + _version_line(view.version, extra)
+        + _table(QUEUE_TABLE_HEADERS, (_queue_row(r) for r in view.rows), "no queues")
+        + "<p class=muted>Waiting: dispatched, not running yet (no node has room, or "
+        "starting); it holds its quota. Priority orders dispatch, it never preempts.</p>"
+        + f"<h2>Fleet</h2><div class=cards>{cards}</div>"
+    )
+
+
+def render_queues_page(view: QueuesView, note: str = "") -> str:
+    return page("Queues", queues_main(view, note))
+
+
+def queue_main(d: QueueDetail) -> str:
+    r = d.row
+    settings = _table(
+        ("Setting", "Value", "Source", "Last changed"),
+        (
+            f"<tr><td><code>{esc(s.key)}</code></td><td>{esc(s.value)}</td>"
+            f"<td><code>{esc(d.source)}{':' + str(s.line) if s.line else ''}</code>"
+            f"{'' if s.line else ' <span class=muted>(default)</span>'}</td>"
+            f"<td>{_commit_cell(s.commit, s.summary, s.author, s.committed_at)}</td></tr>"
+            for s in d.settings
+        ),
+    )
+    active = _table(
+        ("Operation", "Phase", "Reason", "Workload", "Node", "Requests", "Dispatched"),
+        (
+            f"<tr><td>{_link(operation_href(a.operation), a.operation)}</td>"
+            f'<td>{esc(a.phase)}</td><td class=reason title="{esc(a.message)}">'
+            f"{esc(a.reason or '')}</td><td><code>{esc(a.cluster)}/{esc(a.namespace)}/"
+            f"{esc(a.workload)}</code></td><td>{esc(a.node or '')}</td>"
+            f"<td>{esc(a.requests)}</td><td>{esc(a.dispatched_at or '')}</td></tr>"
+            for a in d.active
+        ),
+        "no active operations",
+    )
+    pending = _table(
+        ("Pos", "Operation", "Reason", "Requests", "What would admit it"),
+        (
+            f"<tr><td>{p.position}</td><td>{_link(operation_href(p.operation), p.operation)}</td>"
+            f'<td class="reason{" never" if p.never_runs else ""}" title="{esc(p.message)}">'
+            f"{esc(p.reason)}</td><td>{esc(p.requests)}</td><td>{esc(p.admit)}</td></tr>"
+            for p in d.pending[:MAX_ROWS]
+        ),
+        "nothing pending",
+    )
+    if len(d.pending) > MAX_ROWS:
+        more = len(d.pending) - MAX_ROWS
+        api = "/api/v1" + queue_href(r.name)
+        pending += f"<p class=muted>and {more} more: see {_link(api, api)}</p>"
+    upcoming = ""
+    if d.next:
+        items = "".join(f"<li>{_link(operation_href(o), o)}</li>" for o in d.next)
+        upcoming = f"<h2>Dispatched by the next cycle</h2><ul>{items}</ul>"
+    quotas = "".join(quota_bar(q) for q in r.quotas) or "<span class=muted>no quota</span>"
+    summary = (
+        f"<dl><dt>Cluster</dt><dd>{esc(r.cluster)}</dd><dt>Priority</dt><dd>{r.priority}</dd>"
+        f"<dt>Active/limit</dt><dd>{_concurrency(r)}</dd><dt>Quota</dt><dd>{quotas}</dd>"
+        f"<dt>Running / waiting / pending</dt><dd>{r.running} / {r.waiting} / {r.pending}</dd>"
+        f"<dt>Strategy</dt><dd>{esc(r.strategy)}</dd><dt>Paused</dt>"
+        f"<dd>{'yes' if r.paused else 'no'}</dd></dl>"
+    )
+    return (
+        f"<h1>Queue {esc(r.name)}</h1>{summary}<h2>Settings</h2>{settings}"
+        f"<h2>Active operations</h2>{active}{upcoming}<h2>Pending</h2>{pending}"
+    )
+
+
+def _commit_cell(commit: str, summary: str, author: str, when: Any) -> str:
+    if not commit:
+        return "<span class=muted>-</span>"
+    date = when.date().isoformat() if when is not None else ""
+    return (
+        f'<code title="{esc(commit)}">{esc(commit[:12])}</code> {esc(summary)} '
+        f"<span class=muted>{esc(author)} {esc(date)}</span>"
+    )
+
+
+def render_queue_page(d: QueueDetail) -> str:
+    return page(f"Queue {d.row.name}", queue_main(d))
+
+
+def _dl(items: Iterable[tuple[str, str]]) -> str:
+    return "<dl>" + "".join(f"<dt>{esc(k)}</dt><dd>{v}</dd>" for k, v in items if v) + "</dl>"
+
+
+def _json(value: Any) -> str:
+    return esc(json.dumps(value, indent=2, sort_keys=True, default=str))
+
+
+def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
+    queue = _link(queue_href(d.queue), d.queue) if d.queue else ""
+    workload = "/".join(esc(x) for x in (d.cluster, d.namespace, d.workload) if x)
+    items = [
+        ("Phase", f"<b>{esc(d.phase)}</b>"),
+        ("Reason", f"<span class=reason>{esc(d.reason)}</span>" if d.reason else ""),
+        ("Message", esc(d.message)),
+        ("Position", str(d.position) if d.position is not None else ""),
+        ("What would admit it", esc(d.admit)),
+        ("Kind", esc(d.kind)),
+        ("File", f"<code>{esc(d.path)}</code>" if d.path else ""),
+        ("Queue", queue),
+        ("Cluster", esc(d.cluster)),
+        ("Workload", f"<code>{workload}</code>" if d.workload else ""),
+        ("Pod", f"<code>{esc(d.pod)}</code>" if d.pod else ""),
+        ("Node", esc(d.node)),
+        ("Generation", str(d.generation) if d.generation is not None else ""),
+        ("Config commit", f"<code>{esc((d.config_commit or '')[:12])}</code>"),
+        ("Requests", esc(d.requests)),
+        ("Presets", esc(", ".join(d.presets))),
+        ("Workflow", _link(operation_href(d.parent), d.parent) if d.parent else ""),
+    ]
+    parts = [f"<h1>Operation {esc(d.operation)}</h1>", _dl(items)]
+    if d.children:
+        kids = "".join(f"<li>{_link(operation_href(c), c)}</li>" for c in d.children)
+        parts.append(f"<h2>Children</h2><ul>{kids}</ul>")
+    if d.history:
+        parts.append("<h2>Phase history</h2>")
+        parts.append(
+            _table(
+                ("Phase", "At", "Note"),
+                (
+                    f"<tr><td>{esc(h.phase)}</td><td>{esc(h.at or 'unknown')}</td>"
+                    f"<td>{esc(h.note)}</td></tr>"
+                    for h in d.history
+                ),
+            )
+        )
+    if d.recorded:
+        parts.append("<h2>Recorded on the status branch</h2>")
+        parts.append(
+            _table(
+                ("Phase", "Committed", "Note"),
+                (
+                    f"<tr><td>{esc(h.phase)}</td><td>{esc(h.at or '')}</td>"
+                    f"<td>{esc(h.note)}</td></tr>"
+                    for h in d.recorded
+                ),
+            )
+        )
+    if d.outputs is not None:
+        parts.append(f"<h2>Outputs</h2><pre>{_json(d.outputs)}</pre>")
+    if logs is not None or logs_note:
+        note = f"<p class=muted>{esc(logs_note)}</p>" if logs_note else ""
+        text = f'<pre id="logs">{esc(logs)}</pre>' if logs is not None else ""
+        parts.append(f"<h2>Logs (tail)</h2>{note}{text}")
+    if d.provenance:
+        parts.append("<h2>Compiled spec: where each field came from</h2>")
+        parts.append(
+            _table(
+                ("Field", "Value", "Set by", "Source"),
+                (
+                    f"<tr><td><code>{esc(p.field)}</code></td><td><code>{esc(p.value)}</code>"
+                    f"</td><td>{esc(p.step)}</td><td><code>{esc(p.source)}</code></td></tr>"
+                    for p in d.provenance
+                ),
+            )
+        )
+    if d.spec is not None:
+        parts.append(f"<h2>Compiled spec</h2><pre>{_json(d.spec)}</pre>")
+    return "".join(parts)
+
+
+def render_operation_page(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
+    return page(f"Operation {d.operation}", operation_main(d, logs, logs_note))
+
+
+def message_main(title: str, message: str) -> str:
+    return f"<h1>{esc(title)}</h1><p>{esc(message)}</p>"
+
+
+def render_message_page(title: str, message: str, *, refresh: int = REFRESH_SECONDS) -> str:
+    return page(title, message_main(title, message), refresh=refresh)
+
+
+def json_text(data: Mapping[str, Any] | Sequence[Any]) -> str:
+    return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"

@@ -1,0 +1,333 @@
+"""The read-only queue management pages and the JSON API, over the latest cycle.
+
+Routes (GET only; nothing here changes a cluster or the repo):
+
+- ``/`` and ``/queues``: every queue with quota bars and the fleet totals;
+- ``/queues/<name>``: settings with their file:line and last commit (Git blame), active
+  and pending operations with position, reason and what would admit them;
+- ``/operations/<project>/<op>``: phase history, workload, outputs, log tail, compiled spec
+  with per-field provenance;
+- ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
+  ``/api/v1/fleet``: the same views as JSON.
+
+``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh). The
+rendering is pure (``core.web_html``); this module only fetches what the views need.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote
+
+from reconciler.adapters.kube import Kube, KubeError, connect_cluster
+from reconciler.core import web_html
+from reconciler.core.observe import WorkloadState
+from reconciler.core.queue_view import (
+    BlameLine,
+    build_operation_detail,
+    build_queue_detail,
+    build_queues_view,
+    fleet_json,
+)
+from reconciler.core.status import (
+    OperationStatus,
+    StatusFileError,
+    operation_path,
+    parse_status_file,
+)
+from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.service import Runtime
+
+log = logging.getLogger("reconciler.web")
+
+Response = tuple[int, bytes, str]
+HTML = "text/html; charset=utf-8"
+JSON = "application/json"
+
+# (rev, path) -> blame lines; raises on failure
+Blame = Callable[[str, str], list[BlameLine]]
+# (cluster, namespace, pod, tail lines) -> the log text; raises on failure
+ReadLogs = Callable[[str, str, str, int], str]
+# path -> the file's bytes, for sources that are not Git (``--watch``)
+ReadSource = Callable[[str], bytes | None]
+# status file path -> its versions, oldest first: (commit, commit time, content)
+StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
+
+
+@dataclass(frozen=True)
+class _Cycle:
+    result: CycleResult
+    applied: bool
+
+
+class WebApp:
+    """``app(path, query)`` answers a GET, or None for a path it does not serve."""
+
+    def __init__(
+        self,
+        latest: Callable[[], CycleResult | None],
+        *,
+        blame: Blame | None = None,
+        read_logs: ReadLogs | None = None,
+        read_source: ReadSource | None = None,
+        status_history: StatusHistory | None = None,
+        tail_lines: int = 100,
+    ) -> None:
+        self._latest = latest
+        self._blame = blame
+        self._read_logs = read_logs
+        self._read_source = read_source
+        self._status_history = status_history
+        self._tail = tail_lines
+        self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
+        self._lock = threading.Lock()
+
+    # --- routing -----------------------------------------------------------------------
+
+    def __call__(self, path: str, query: str = "") -> Response | None:
+        parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
+        partial = parse_qs(query).get("partial", [""])[0] == "main"
+        if parts[:2] == ["api", "v1"]:
+            return self._api(parts[2:])
+        if not parts or parts == ["queues"]:
+            return self._html(partial, "Queues", self._queues_main)
+        if parts[0] == "queues" and len(parts) == 2:
+            return self._html(partial, f"Queue {parts[1]}", lambda c: self._queue_main(c, parts[1]))
+        if parts[0] == "operations" and len(parts) == 3:
+            op_id = f"{parts[1]}/{parts[2]}"
+            return self._html(partial, f"Operation {op_id}", lambda c: self._op_main(c, op_id))
+        return None
+
+    def _cycle(self) -> _Cycle | None:
+        result = self._latest()
+        if result is None or result.compiled is None or result.plan is None:
+            return None
+        return _Cycle(result, applied=result.leading)
+
+    def _html(
+        self, partial: bool, title: str, main: Callable[[_Cycle], tuple[int, str] | None]
+    ) -> Response:
+        cycle = self._cycle()
+        if cycle is None:
+            status, body = (
+                503,
+                web_html.message_main(
+                    "Not ready", "no valid config has been loaded yet; this page refreshes itself"
+                ),
+            )
+        else:
+            got = main(cycle)
+            if got is None:
+                status, body = 404, web_html.message_main("Not found", f"{title}: not found")
+            else:
+                status, body = got
+        text = body if partial else web_html.page(title, body)
+        return status, text.encode(), HTML
+
+    # --- pages -------------------------------------------------------------------------
+
+    def _queues_main(self, c: _Cycle) -> tuple[int, str]:
+        r = c.result
+        assert r.compiled is not None and r.plan is not None
+        view = build_queues_view(r.compiled, r.plan, r.states, applied=c.applied)
+        return 200, web_html.queues_main(view, _note(r, c.applied))
+
+    def _queue_main(self, c: _Cycle, name: str) -> tuple[int, str] | None:
+        r = c.result
+        assert r.compiled is not None and r.plan is not None
+        spec = r.compiled.queues.get(name)
+        if spec is None:
+            return None
+        blame = self._blame_of(r.compiled.version, spec.source)
+        source: bytes | None
+        if blame is not None:
+            source = "".join(b.text + "\n" for b in blame).encode()
+        else:
+            source = self._read_source(spec.source) if self._read_source else None
+        detail = build_queue_detail(
+            r.compiled,
+            r.plan,
+            r.states,
+            name,
+            applied=c.applied,
+            source_text=source,
+            blame=blame,
+        )
+        return None if detail is None else (200, web_html.queue_main(detail))
+
+    def _op_main(self, c: _Cycle, op_id: str) -> tuple[int, str] | None:
+        r = c.result
+        assert r.compiled is not None and r.plan is not None
+        detail = build_operation_detail(
+            r.compiled, r.plan, r.states, op_id, applied=c.applied, recorded=self._recorded(op_id)
+        )
+        if detail is None:
+            return None
+        logs, note = self._logs(r.states.get(op_id))
+        return 200, web_html.operation_main(detail, logs, note)
+
+    def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
+        if self._blame is None or not path:
+            return None
+        key = (rev, path)
+        with self._lock:
+            if key in self._blames:
+                return self._blames[key]
+        try:
+            lines: list[BlameLine] | None = self._blame(rev, path)
+        except Exception as exc:  # an adapter boundary: Git
+            log.warning("blame %s at %s: %s", path, rev[:12], exc)
+            lines = None
+        with self._lock:
+            if len(self._blames) > 256:
+                self._blames.clear()
+            self._blames[key] = lines
+        return lines
+
+    def _recorded(self, op_id: str) -> list[tuple[str, datetime, OperationStatus]]:
+        if self._status_history is None:
+            return []
+        path = operation_path(op_id)
+        try:
+            versions = self._status_history(path)
+        except Exception as exc:  # an adapter boundary: Git
+            log.warning("history of %s: %s", path, exc)
+            return []
+        out = []
+        for sha, when, content in versions:
+            try:
+                parsed = parse_status_file(path, content)
+            except StatusFileError:
+                continue
+            if isinstance(parsed, OperationStatus):
+                out.append((sha, when, parsed))
+        return out
+
+    def _logs(self, state: WorkloadState | None) -> tuple[str | None, str]:
+        if state is None:
+            return None, "no workload yet"
+        if self._read_logs is None:
+            return None, "logs are not available from this server"
+        if not state.pod:
+            return None, "the workload has no pod yet"
+        try:
+            text = self._read_logs(state.cluster, state.namespace, state.pod, self._tail)
+        except Exception as exc:  # an adapter boundary: the cluster
+            return None, f"cannot read the log: {exc}"
+        return text, f"last {self._tail} lines of pod {state.pod}"
+
+    # --- JSON --------------------------------------------------------------------------
+
+    def _api(self, parts: list[str]) -> Response | None:
+        cycle = self._cycle()
+        if cycle is None:
+            return _json(503, {"error": "no valid config has been loaded yet"})
+        r = cycle.result
+        assert r.compiled is not None and r.plan is not None
+        view = build_queues_view(r.compiled, r.plan, r.states, applied=cycle.applied)
+        if parts == ["queues"]:
+            return _json(200, view.to_json())
+        if parts == ["fleet"]:
+            return _json(200, {"version": view.version, **fleet_json(view)})
+        if len(parts) == 2 and parts[0] == "queues":
+            spec = r.compiled.queues.get(parts[1])
+            blame = self._blame_of(r.compiled.version, spec.source) if spec else None
+            source = "".join(b.text + "\n" for b in blame).encode() if blame else None
+            if source is None and spec is not None and self._read_source is not None:
+                source = self._read_source(spec.source)
+            detail = build_queue_detail(
+                r.compiled,
+                r.plan,
+                r.states,
+                parts[1],
+                applied=cycle.applied,
+                source_text=source,
+                blame=blame,
+            )
+            if detail is None:
+                return _json(404, {"error": f"no queue {parts[1]!r}"})
+            return _json(200, detail.to_json())
+        if len(parts) == 3 and parts[0] == "operations":
+            op_id = f"{parts[1]}/{parts[2]}"
+            op = build_operation_detail(
+                r.compiled,
+                r.plan,
+                r.states,
+                op_id,
+                applied=cycle.applied,
+                recorded=self._recorded(op_id),
+            )
+            if op is None:
+                return _json(404, {"error": f"no operation {op_id!r}"})
+            return _json(200, op.to_json())
+        return _json(404, {"error": "not found"})
+
+
+def _json(status: int, data: Mapping[str, Any]) -> Response:
+    return status, web_html.json_text(data).encode(), JSON
+
+
+def _note(result: CycleResult, applied: bool) -> str:
+    notes = []
+    if result.config_errors:
+        notes.append(
+            f"the newest commit {(result.attempted_version or '')[:12]} is invalid "
+            f"({len(result.config_errors)} errors); this config stays in force"
+        )
+    if result.sync_error:
+        notes.append(f"config sync failing: {result.sync_error}")
+    down = [h.name for h in result.clusters if not h.reachable]
+    if down:
+        notes.append("unreachable: " + ", ".join(down))
+    if not applied:
+        notes.append("read-only (not the leader): the plan is shown, not carried out")
+    notes.append(f"at {result.at.isoformat(timespec='seconds')}")
+    return " · ".join(notes)
+
+
+def make_web_app(
+    runtime: Runtime, overrides: Mapping[str, Path], *, worktree: Path | None = None
+) -> WebApp:
+    """The pages over ``runtime.completed``: blame from its Git cache (or files read from
+    ``worktree``), logs through each cluster's ``pods/log`` API."""
+    clients: dict[str, Kube] = {}
+    lock = threading.Lock()
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int) -> str:
+        last = runtime.completed
+        compiled = last.compiled if last is not None else None
+        if compiled is None or cluster not in compiled.clusters:
+            raise KubeError(f"cluster {cluster} is not in the config")
+        with lock:
+            kube = clients.get(cluster)
+            if kube is None:
+                spec = compiled.clusters[cluster]
+                kube = Kube(connect_cluster(spec.kubeconfig, spec.context, overrides.get(cluster)))
+                clients[cluster] = kube
+        text = kube.read_logs(namespace, pod, tail_lines=tail)
+        return text if isinstance(text, str) else "\n".join(text)
+
+    config = runtime.config
+    read_source: ReadSource | None = None
+    if worktree is not None:
+        root = worktree
+
+        def read_source(path: str) -> bytes | None:
+            target = (root / path).resolve()
+            if not target.is_relative_to(root.resolve()) or not target.is_file():
+                return None
+            return target.read_bytes()
+
+    return WebApp(
+        lambda: runtime.completed,
+        blame=config.blame if config is not None else None,
+        read_logs=read_logs,
+        read_source=read_source,
+        status_history=runtime.publisher.branch.file_history if runtime.publisher else None,
+    )

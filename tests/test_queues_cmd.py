@@ -1,0 +1,109 @@
+"""``reconciler queues`` from a real status branch (through Git), via click's CliRunner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from test_status_cmd import remote, run, write_cycle
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+
+__all__ = ["remote"]  # the fixture, imported for pytest
+
+
+def _published(remote: Path, tmp_path: Path) -> Path:
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    assert write_cycle(repo, StatusBranch(repo)) is not None
+    return tmp_path / "cli-cache"
+
+
+def test_table_rows_in_priority_order_with_quota_and_fleet(remote: Path, tmp_path: Path) -> None:
+    cache = _published(remote, tmp_path)
+    code, out, err = run("queues", "--repo", str(remote), "--cache-dir", str(cache))
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split()[:3] == ["QUEUE", "CLUSTER", "PRIORITY"]
+    names = [ln.split()[0] for ln in lines[1:6]]
+    assert names == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
+    rows = {ln.split()[0]: ln for ln in lines[1:6]}
+    assert "nvidia.com/gpu 2/2" in rows["team-a"] and "QuotaExceeded" in rows["team-a"]
+    assert "nvidia.com/gpu 4/4" in rows["team-b"]
+    assert rows["batch"].split()[3] == "3/3"
+    fleet = [ln for ln in lines if ln.startswith(("local ", "(all) "))]
+    assert len(fleet) == 2 and "nvidia.com/gpu 7/9" in fleet[1]
+    assert "KINDS" not in out
+
+
+def test_wide_adds_kinds_strategy_and_paused(remote: Path, tmp_path: Path) -> None:
+    cache = _published(remote, tmp_path)
+    code, out, err = run("queues", "--repo", str(remote), "--cache-dir", str(cache), "-o", "wide")
+    assert code == 0, err
+    header = out.splitlines()[0].split()
+    assert header[-3:] == ["KINDS", "STRATEGY", "PAUSED"]
+    batch = next(ln.split() for ln in out.splitlines() if ln.startswith("batch "))
+    assert batch[-3:] == ["batch,job", "StrictFIFO", "false"]
+
+
+def test_json_has_rows_and_fleet_totals(remote: Path, tmp_path: Path) -> None:
+    cache = _published(remote, tmp_path)
+    code, out, err = run("queues", "--repo", str(remote), "--cache-dir", str(cache), "-o", "json")
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["source"] == "status-branch"
+    queues = {q["name"]: q for q in data["queues"]}
+    assert queues["team-a"]["quota"] == [{"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}]
+    assert (queues["batch"]["active"], queues["batch"]["concurrency"]) == (3, 3)
+    assert queues["team-a"]["headReason"] == "QuotaExceeded"
+    assert "admitted when" in queues["team-a"]["headMessage"]
+    total = data["fleet"]["total"]
+    assert total["cluster"] is None and total["active"] == sum(q["active"] for q in queues.values())
+    assert [c["cluster"] for c in data["fleet"]["clusters"]] == ["local"]
+
+
+def test_no_status_branch_yet_is_a_clear_error(remote: Path, tmp_path: Path) -> None:
+    code, _, err = run("queues", "--repo", str(remote), "--cache-dir", str(tmp_path / "c"))
+    assert code == 1
+    assert err.startswith("error: no status yet: branch reconciler/status does not exist")
+    assert "Traceback" not in err
+
+
+def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_path: Path) -> None:
+    from builders import NOW
+
+    from reconciler.core.compile import compile_repo
+    from reconciler.core.plan import plan_repo
+    from reconciler.core.queue_view import recorded_history
+    from reconciler.core.status import parse_status_file, render_status, status_changes
+    from reconciler.core.types import ObservedOperation, Phase
+
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    assert status.file_history("status/vision/train-vit.yaml") == []  # no branch yet
+    write_cycle(repo, status)  # train-vit is Queued (QuotaExceeded, position 3)
+    compiled = compile_repo(repo.sync())
+    running = [
+        ObservedOperation(d, Phase.RUNNING, queue="team-a")
+        for d in ("vision/sweep-lr-0", "vision/sweep-lr-1")
+    ]
+    gone = [ObservedOperation(o.operation, Phase.SUCCEEDED) for o in running]
+    plan = plan_repo(compiled, gone, NOW)  # both finished: train-vit moves up
+    before = status.read()
+    after = render_status(compiled, plan, {})
+    status.write(status_changes(before, after), "second cycle")
+    path = "status/vision/train-vit.yaml"
+    versions = status.file_history(path)
+    assert len(versions) == 2 and versions[0][1] <= versions[1][1]
+    records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]
+    assert [r.position for _, _, r in records] == [3, 1]  # type: ignore[union-attr]
+    events = recorded_history(records)  # type: ignore[arg-type]
+    assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
+    assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note
+
+
+def test_serve_binds_localhost_by_default_and_says_it_is_read_only() -> None:
+    code, out, _ = run("serve", "--help")
+    assert code == 0
+    out = " ".join(out.split())  # click wraps to the terminal's width
+    assert "[default: 127.0.0.1:8080]" in out
+    assert "read-only" in out and "never dispatch" in out

@@ -1,0 +1,222 @@
+"""The queue view model on the seed example and on builders' worlds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from builders import World
+
+from reconciler.core.compile import compile_repo
+from reconciler.core.observe import ObservedReason, WorkloadState
+from reconciler.core.plan import Plan, plan_repo
+from reconciler.core.queue_view import (
+    BlameLine,
+    QuotaUse,
+    admit_clause,
+    build_operation_detail,
+    build_queue_detail,
+    build_queues_view,
+    queues_to_table,
+    queues_view_from_status,
+)
+from reconciler.core.status import read_status, render_status
+from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _dispatched_states(repo: CompiledRepo, plan: Plan) -> dict[str, WorkloadState]:
+    """What a cycle that carried out ``plan`` would observe next: every dispatch a Job;
+    the first of each queue Running, the others WaitingForCapacity."""
+    ops = {op.id: op for op in repo.operations}
+    seen: set[str] = set()
+    out = {}
+    for d in plan.dispatch:
+        op = ops[d.operation]
+        running = d.queue not in seen
+        seen.add(d.queue)
+        out[op.id] = WorkloadState(
+            operation=op.id,
+            generation=op.generation,
+            cluster=op.cluster,
+            namespace=op.namespace,
+            name=f"{op.project}-{op.name}-g1",
+            uid="u",
+            phase=Phase.RUNNING if running else Phase.DISPATCHED,
+            reason=None if running else ObservedReason.WAITING_FOR_CAPACITY,
+            queue=op.queue,
+            requests=dict(op.requests),
+            dispatched_at="2026-01-01T00:00:00+00:00",
+            started_at="2026-01-01T00:00:05+00:00" if running else None,
+            pod=f"{op.project}-{op.name}-g1-abcde",
+        )
+    return out
+
+
+def _seed(template: RepoSnapshot) -> tuple[CompiledRepo, Plan]:
+    repo = compile_repo(template)
+    assert repo.valid, repo.errors
+    return repo, plan_repo(repo, [], NOW)
+
+
+def test_seed_rows_are_in_priority_order_with_quota_and_concurrency(
+    template: RepoSnapshot,
+) -> None:
+    repo, plan = _seed(template)
+    view = build_queues_view(repo, plan, {}, applied=True)
+    assert [r.name for r in view.rows] == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
+    team_a, team_b, batch = view.row("team-a"), view.row("team-b"), view.row("batch")
+    assert team_a is not None and team_b is not None and batch is not None
+    assert team_a.quotas == (QuotaUse("nvidia.com/gpu", Decimal(2), Decimal(2)),)
+    assert team_b.quotas[0].text == "4/4" and team_b.quotas[0].fraction == 1.0
+    assert (batch.active, batch.concurrency, batch.concurrency_text) == (3, 3, "3/3")
+    assert (team_a.pending, team_a.head_reason) == (3, "QuotaExceeded")
+    assert "team-a uses 2 of 2" in team_a.head_message
+    assert batch.kinds == ("batch", "job") and batch.strategy == "StrictFIFO"
+    assert not batch.paused
+
+
+def test_unapplied_plan_counts_its_dispatches_as_next_not_active(template: RepoSnapshot) -> None:
+    repo, plan = _seed(template)
+    view = build_queues_view(repo, plan, {}, applied=False, source="live")
+    team_a = view.row("team-a")
+    assert team_a is not None
+    assert (team_a.active, team_a.next, team_a.quotas[0].used) == (0, 2, 0)
+    assert view.source == "live" and view.fleet.next == len(plan.dispatch)
+
+
+def test_running_and_waiting_come_from_the_observed_workloads(template: RepoSnapshot) -> None:
+    repo, first = _seed(template)
+    states = _dispatched_states(repo, first)
+    plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
+    view = build_queues_view(repo, plan, states, applied=True)
+    team_b = view.row("team-b")
+    assert team_b is not None
+    assert (team_b.active, team_b.running, team_b.waiting) == (4, 1, 3)
+    assert team_b.quotas[0].text == "4/4"
+    # fleet totals: per cluster and over all clusters, per resource
+    assert [c.cluster for c in view.clusters] == ["local"]
+    total = view.fleet
+    assert total.active == sum(r.active for r in view.rows) == len(states)
+    assert total.running + total.waiting == total.active
+    gpu = {q.resource: q for q in total.quotas}["nvidia.com/gpu"]
+    assert gpu.limit == 1 + 2 + 2 + 4  # notebooks, sandboxes, team-a, team-b
+    assert gpu.used == sum(
+        q.used for r in view.rows for q in r.quotas if q.resource == "nvidia.com/gpu"
+    )
+
+
+def test_the_status_branch_gives_the_same_rows_as_the_cycle(template: RepoSnapshot) -> None:
+    repo, first = _seed(template)
+    states = _dispatched_states(repo, first)
+    plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
+    from_cycle = build_queues_view(repo, plan, states, applied=True)
+    from_branch = queues_view_from_status(read_status(render_status(repo, plan, states)))
+    assert from_branch.source == "status-branch" and from_branch.version == repo.version
+    assert [replace(r, next=0) for r in from_cycle.rows] == list(from_branch.rows)
+    assert from_cycle.fleet == from_branch.fleet
+
+
+def test_queue_detail_lists_pending_with_position_and_what_admits_it(
+    template: RepoSnapshot,
+) -> None:
+    repo, plan = _seed(template)
+    states = _dispatched_states(repo, plan)
+    source = template.files["queues/team-a.yaml"].content
+    lines = source.decode().splitlines()
+    blame = [
+        BlameLine(i, f"{i:040x}", "alice", NOW, f"change {i}", text)
+        for i, text in enumerate(lines, start=1)
+    ]
+    detail = build_queue_detail(
+        repo, plan, states, "team-a", applied=True, source_text=source, blame=blame
+    )
+    assert detail is not None and detail.source == "queues/team-a.yaml"
+    assert [(p.position, p.reason) for p in detail.pending] == [
+        (1, "QuotaExceeded"),
+        (2, "QuotaExceeded"),
+        (3, "QuotaExceeded"),
+    ]
+    assert all(p.admit.startswith("admitted when 1 GPU is released by") for p in detail.pending)
+    assert {a.operation for a in detail.active} == {
+        d.operation for d in plan.dispatch if d.queue == "team-a"
+    }
+    settings = {s.key: s for s in detail.settings}
+    priority = settings["priority"]
+    assert priority.value == "100" and lines[priority.line - 1] == "priority: 100"
+    assert priority.commit == f"{priority.line:040x}" and priority.author == "alice"
+    gpu = settings["quota.nvidia.com/gpu"]
+    assert gpu.value == "2" and lines[gpu.line - 1].strip() == "nvidia.com/gpu: 2"
+    assert settings["concurrency"].line == 0  # not written: the default
+    assert build_queue_detail(repo, plan, states, "nope", applied=True) is None
+
+
+def test_operation_detail_has_history_workload_and_provenance(template: RepoSnapshot) -> None:
+    repo, first = _seed(template)
+    states = _dispatched_states(repo, first)
+    plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
+    running = next(s for s in states.values() if s.phase is Phase.RUNNING)
+    detail = build_operation_detail(repo, plan, states, running.operation, applied=True)
+    assert detail is not None
+    assert (detail.phase, detail.workload, detail.pod) == ("Running", running.name, running.pod)
+    assert [h.phase for h in detail.history] == ["Queued", "Dispatched", "Running"]
+    assert detail.history[2].at == running.started_at
+    steps = {p.step for p in detail.provenance}
+    assert "operation" in steps and any(s.startswith("preset ") for s in steps)
+    assert any("(" in s and s.endswith(")") for s in steps if s.startswith("preset "))
+    queued = next(p for p in plan.pending if p.queue == "team-a")
+    waiting = build_operation_detail(repo, plan, states, queued.operation, applied=True)
+    assert waiting is not None and waiting.phase == "Queued"
+    assert (waiting.position, waiting.reason) == (1, "QuotaExceeded")
+    assert waiting.admit.startswith("admitted when")
+    parent = build_operation_detail(repo, plan, states, "vision/sweep-lr", applied=True)
+    assert parent is not None and parent.children == (
+        "vision/sweep-lr-0",
+        "vision/sweep-lr-1",
+        "vision/sweep-lr-2",
+    )
+    assert build_operation_detail(repo, plan, states, "vision/none", applied=True) is None
+
+
+def test_paused_queue_and_exceeds_quota_on_a_built_world() -> None:
+    w = World().queue("gpu", quota={"nvidia.com/gpu": 1}).queue("off", paused=True)
+    w.op("p/big", queue="gpu", gpu=2)
+    w.op("p/idle", queue="off")
+    repo, plan = w.repo(), w.plan()
+    view = build_queues_view(repo, plan, {}, applied=True)
+    off, gpu = view.row("off"), view.row("gpu")
+    assert off is not None and off.paused and off.head_reason == "QueuePaused"
+    assert gpu is not None and gpu.head_reason == "ExceedsQuota"
+    detail = build_queue_detail(repo, plan, {}, "gpu", applied=True)
+    assert detail is not None and detail.pending[0].never_runs
+    assert detail.pending[0].admit.startswith("it can never be admitted")
+    table = queues_to_table(view, wide=True)
+    assert table.splitlines()[0].split()[:2] == ["QUEUE", "CLUSTER"]
+    assert "PAUSED" in table and "(all)" in table
+
+
+def test_admit_clause_keeps_the_whole_message_without_one() -> None:
+    assert admit_clause("a; admitted when b finishes") == "admitted when b finishes"
+    assert admit_clause("something else") == "something else"
+
+
+def test_recorded_history_keeps_one_event_per_change() -> None:
+    from reconciler.core.queue_view import recorded_history
+    from reconciler.core.status import OperationStatus
+
+    def rec(phase: str, reason: str | None, position: int | None = None) -> OperationStatus:
+        return OperationStatus("p/a", phase, reason, position=position, generation=1)
+
+    versions = [
+        ("a" * 40, NOW, rec("Queued", "QuotaExceeded", 2)),
+        ("b" * 40, NOW, rec("Queued", "QuotaExceeded", 1)),
+        ("c" * 40, NOW, rec("Dispatched", "WorkloadCreated")),
+        ("d" * 40, NOW, rec("Running", None)),
+        ("e" * 40, NOW, rec("Succeeded", "Completed")),
+    ]
+    events = recorded_history(versions)
+    assert [e.phase for e in events] == ["Queued", "Dispatched", "Running", "Succeeded"]
+    assert events[0].note == "generation 1, QuotaExceeded, position 2, status commit " + "a" * 12
+    assert events[1].at == NOW.isoformat(timespec="seconds")

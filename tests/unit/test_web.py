@@ -1,0 +1,245 @@
+"""The queue pages and /api/v1 over real HTTP on the seed example (the cycle result is
+built from the real compiler and planner; blame and logs are stand-ins for Git and a
+cluster, which the browser test exercises for real)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from conftest import TEMPLATE
+from test_queue_view import _dispatched_states
+
+from reconciler.core.compile import compile_repo
+from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import plan_repo
+from reconciler.core.queue_view import BlameLine
+from reconciler.core.types import Phase, RepoSnapshot
+from reconciler.core.web_html import esc, operation_href, quote_path
+from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.http import HttpServer
+from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.web import WebApp
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+EVIL = "p/<script>x</script>"  # an op id from a cluster annotation: anything goes
+
+
+def _get(url: str) -> tuple[int, str, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            return resp.status, resp.headers["Content-Type"], resp.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.headers["Content-Type"], exc.read().decode()
+
+
+class Latest:
+    def __init__(self) -> None:
+        self.result: CycleResult | None = None
+
+    def __call__(self) -> CycleResult | None:
+        return self.result
+
+
+@pytest.fixture
+def cycle(template: RepoSnapshot) -> CycleResult:
+    repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
+    first = plan_repo(repo, [], NOW)
+    states = _dispatched_states(repo, first)
+    some = next(iter(states))
+    states[some] = replace(states[some], message="<img src=x onerror=alert(1)>")
+    states[EVIL] = WorkloadState(
+        operation=EVIL,
+        generation=1,
+        cluster="local",
+        namespace="team-a",
+        name="evil-g1",
+        uid="u",
+        phase=Phase.RUNNING,
+        queue="team-a",
+        pod="evil-g1-pod",
+    )
+    plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
+    return CycleResult(at=NOW, version=repo.version, compiled=repo, plan=plan, states=states)
+
+
+@pytest.fixture
+def served(cycle: CycleResult) -> Iterator[tuple[str, Latest, list[tuple[str, str]]]]:
+    latest = Latest()
+    blamed: list[tuple[str, str]] = []
+    assert cycle.compiled is not None
+
+    def blame(rev: str, path: str) -> list[BlameLine]:
+        blamed.append((rev, path))
+        text = "kind: Queue\nname: team-a\ncluster: local\npriority: 100\nquota:\n"
+        text += "  nvidia.com/gpu: 2\n"
+        return [
+            BlameLine(i, f"{i:x}" * 40, "bob", NOW, f"set line {i}", line)
+            for i, line in enumerate(text.splitlines(), start=1)
+        ]
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int) -> str:
+        return f"log of {cluster}/{namespace}/{pod} tail={tail}\n<b>not bold</b>\n"
+
+    app = WebApp(latest, blame=blame, read_logs=read_logs, tail_lines=20)
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=app)
+    server.start()
+    try:
+        yield server.url, latest, blamed
+    finally:
+        server.stop()
+
+
+def test_before_the_first_cycle_pages_say_not_ready(served: tuple) -> None:  # type: ignore[type-arg]
+    url, _, _ = served
+    status, ctype, body = _get(url + "/")
+    assert (status, ctype) == (503, "text/html; charset=utf-8") and "Not ready" in body
+    status, ctype, body = _get(url + "/api/v1/queues")
+    assert status == 503 and ctype == "application/json" and "error" in json.loads(body)
+    assert _get(url + "/healthz")[0::2] == (200, "ok\n")  # probes are untouched
+
+
+def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    url, latest, _ = served
+    latest.result = cycle
+    status, _, body = _get(url + "/")
+    assert status == 200 and body.startswith("<!doctype html>")
+    order = re.findall(r'<tr data-queue="([^"]+)"', body)
+    assert order == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
+    team_a = body.split('data-queue="team-a"')[1].split("</tr>")[0]
+    assert 'data-used="2/2"' in team_a and 'style="width:100%"' in team_a
+    assert "QuotaExceeded" in team_a
+    team_b = body.split('data-queue="team-b"')[1].split("</tr>")[0]
+    assert 'data-used="4/4"' in team_b
+    batch = body.split('data-queue="batch"')[1].split("</tr>")[0]
+    assert "<b>3/3</b>" in batch
+    assert 'data-fleet="local"' in body and 'data-fleet="*"' in body
+    assert "partial=main" in body  # the page refreshes itself
+    status, _, main = _get(url + "/queues?partial=main")
+    assert status == 200 and "<html" not in main and 'data-queue="team-a"' in main
+
+
+def test_queue_page_has_blamed_settings_and_pending_with_admission(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    url, latest, blamed = served
+    latest.result = cycle
+    status, _, body = _get(url + "/queues/team-a")
+    assert status == 200
+    assert blamed == [(cycle.version, "queues/team-a.yaml")]
+    assert "queues/team-a.yaml:4" in body  # priority, on line 4 of the blamed text
+    assert ("4" * 12) in body and "set line 4" in body and "bob" in body
+    pending = body.split("<h2>Pending</h2>")[1]
+    assert [int(p) for p in re.findall(r"<tr><td>(\d+)</td>", pending)] == [1, 2, 3]
+    assert pending.count("<td>admitted when 1 GPU is released by") == 3
+    # the hostile op id is escaped, and its link percent-encoded
+    assert "<script>x</script>" not in body
+    assert esc(EVIL) in body and 'href="/operations/p/%3Cscript%3Ex%3C%2Fscript%3E"' in body
+    _get(url + "/queues/team-a")
+    assert len(blamed) == 1  # blame is cached per commit and file
+    assert _get(url + "/queues/nope")[0] == 404
+
+
+def test_operation_page_has_history_logs_and_provenance(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    url, latest, _ = served
+    latest.result = cycle
+    running = next(s for op, s in cycle.states.items() if s.phase is Phase.RUNNING and op != EVIL)
+    status, _, body = _get(url + "/operations/" + running.operation)
+    assert status == 200
+    assert "Phase history" in body and running.started_at in body
+    assert f"log of local/{running.namespace}/{running.pod} tail=20" in body
+    assert "&lt;b&gt;not bold&lt;/b&gt;" in body
+    provenance = body.split("where each field came from")[1]
+    assert re.search(r"<td>preset [a-z0-9-]+ \([a-z_]+\)</td>", provenance)
+    assert "projects/" in provenance
+    status, _, body = _get(url + operation_href(EVIL))
+    assert status == 200 and "<script>x</script>" not in body and esc(EVIL) in body
+    touched = next(s for s in cycle.states.values() if s.message.startswith("<img"))
+    _, _, body = _get(url + "/operations/" + touched.operation)
+    assert "<img" not in body and "&lt;img src=x" in body
+    assert _get(url + "/operations/vision/nope")[0] == 404
+
+
+def test_json_api(served: tuple, cycle: CycleResult) -> None:  # type: ignore[type-arg]
+    url, latest, _ = served
+    latest.result = cycle
+    status, ctype, body = _get(url + "/api/v1/queues")
+    assert (status, ctype) == (200, "application/json")
+    queues = {q["name"]: q for q in json.loads(body)["queues"]}
+    assert queues["team-a"]["quota"][0] == {"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}
+    assert queues["batch"]["active"] == 3
+    _, _, body = _get(url + "/api/v1/queues/team-a")
+    detail = json.loads(body)
+    assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3]
+    assert {s["key"]: s["line"] for s in detail["settings"]}["priority"] == 4
+    _, _, body = _get(url + "/api/v1/operations/vision/train-resnet")
+    op = json.loads(body)
+    assert op["operation"] == "vision/train-resnet" and op["provenance"]
+    _, _, body = _get(url + "/api/v1/fleet")
+    fleet = json.loads(body)
+    assert fleet["total"]["active"] == sum(q["active"] for q in queues.values())
+    assert _get(url + "/api/v1/queues/nope")[0] == 404
+    assert _get(url + "/api/v1/operations/vision/nope")[0] == 404
+    assert _get(url + "/api/v1/nothing")[0] == 404
+    assert _get(url + "/metrics")[0] == 200
+
+
+def test_quote_path_and_esc() -> None:
+    assert quote_path("team-a/train_1.x~") == "team-a/train_1.x~"
+    assert quote_path('a b"<é') == "a%20b%22%3C%C3%A9"
+    assert quote_path("a/b", slash=False) == "a%2Fb"
+    assert operation_href("p/x/y") == "/operations/p/x%2Fy"
+    assert esc('<a href="x">&') == "&lt;a href=&quot;x&quot;&gt;&amp;"
+
+
+def test_worktree_sources_give_setting_lines_and_stay_inside_the_repo(
+    cycle: CycleResult, tmp_path: Path
+) -> None:
+    from reconciler.runtime.service import Runtime
+    from reconciler.runtime.web import make_web_app
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (tmp_path / "secret.yaml").write_text("no: peeking\n")
+    runtime = Runtime(reconciler=None, publisher=None, completed=cycle)  # type: ignore[arg-type]
+    app = make_web_app(runtime, {}, worktree=root)
+    reply = app("/api/v1/queues/team-a", "")
+    assert reply is not None and reply[0] == 200
+    settings = {s["key"]: s for s in json.loads(reply[1])["settings"]}
+    assert settings["priority"]["line"] == 6 and settings["priority"]["commit"] is None
+    assert app._read_source is not None
+    assert app._read_source("queues/team-a.yaml") == (root / "queues/team-a.yaml").read_bytes()
+    assert app._read_source("../secret.yaml") is None
+    assert app._read_source("/etc/hostname") is None
+    assert app("/favicon.ico", "") is None  # the server answers 404
+
+
+def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
+    from builders import World
+
+    from reconciler.core.queue_view import build_queue_detail
+    from reconciler.core.web_html import MAX_ROWS, render_queue_page
+
+    w = World().queue("gpu", quota={"nvidia.com/gpu": 1})
+    w.ops("p/op-{}", MAX_ROWS + 50, queue="gpu", gpu=1)
+    repo, plan = w.repo(), w.plan()
+    detail = build_queue_detail(repo, plan, {}, "gpu", applied=True)
+    assert detail is not None and len(detail.pending) == MAX_ROWS + 49
+    body = render_queue_page(detail).split("<h2>Pending</h2>")[1]
+    assert len(re.findall(r"<tr><td>\d+</td>", body)) == MAX_ROWS
+    assert "and 49 more" in body and 'href="/api/v1/queues/gpu"' in body
