@@ -66,9 +66,19 @@ def test_usage_types_and_defaults_are_rendered() -> None:
     assert "| `--gpu-nodes` | integer range (0<=x<=5000) | `2` |" in text
     assert "| `--cluster-kubeconfig` | `NAME=PATH`, repeatable |" in text
     assert "| `--repo` | text |  | **required.**" in text
-    # A default computed from the environment is not evaluated into the docs.
-    assert "| `--cache-dir` | directory | (computed) |" in text
+    assert "(env `RECONCILER_REPO_CACHE`)" in text
     assert "UNSET" not in text
+
+
+def test_a_computed_default_is_not_evaluated() -> None:
+    @click.command("probe")
+    @click.option("--where", default=lambda: "from-the-environment", help="A computed default.")
+    def probe(where: str) -> None:
+        """A command whose default depends on where it runs."""
+
+    text = gendoc.render_cli_docs(probe)
+    assert "| `--where` | text | (computed) |" in text
+    assert "from-the-environment" not in text
 
 
 def test_check_mode_reports_stale_file(tmp_path: Path) -> None:

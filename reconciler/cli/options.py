@@ -42,3 +42,46 @@ def repo_dir_option(fn: F) -> F:
         show_default=True,
         help="The config repo.",
     )(fn)
+
+
+def branch_option(help: str = "The config branch.") -> Callable[[F], F]:
+    return click.option("--branch", default="main", show_default=True, help=help)
+
+
+def status_branch_option(fn: F) -> F:
+    return click.option(
+        "--status-branch",
+        default="reconciler/status",
+        show_default=True,
+        help="The branch of the config repo that holds the reconciler's status.",
+    )(fn)
+
+
+def cache_dir_option(fn: F) -> F:
+    """``--cache-dir``: where bare clones of config repos are kept (shared by every command)."""
+    return click.option(
+        "--cache-dir",
+        type=click.Path(file_okay=False, path_type=Path),
+        envvar="RECONCILER_REPO_CACHE",
+        default=None,
+        help="Where config repos are cloned (bare)."
+        "  [default: $RECONCILER_REPO_CACHE, else $XDG_CACHE_HOME/dispatch-reconciler/repos]",
+    )(fn)
+
+
+def log_options(fn: F) -> F:
+    """``--log-format`` and ``--log-level`` of the long-running commands."""
+    fn = click.option(
+        "--log-level",
+        default="info",
+        show_default=True,
+        type=click.Choice(["debug", "info", "warning", "error"]),
+        help="The least severe log level printed.",
+    )(fn)
+    return click.option(
+        "--log-format",
+        type=click.Choice(["text", "json"]),
+        default="text",
+        show_default=True,
+        help="Logs on stderr: text lines, or one JSON object per line.",
+    )(fn)

@@ -8,14 +8,19 @@ Without ``--live`` it reads the status branch (what the reconciler last recorded
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError
-from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.options import (
+    branch_option,
+    cache_dir_option,
+    cluster_kubeconfig_option,
+    parse_overrides,
+    status_branch_option,
+)
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
@@ -53,21 +58,23 @@ def render_view(view: QueuesView, output: str) -> str:
 
 @click.command("queues")
 @click.option("--repo", default=".", show_default=True, help="The config repo: a URL or a path.")
-@click.option("--status-branch", default="reconciler/status", show_default=True)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get("RECONCILER_CACHE_DIR"),
-    help="Where Git caches live.  [default: $XDG_CACHE_HOME/dispatch-reconciler/repos]",
-)
+@status_branch_option
+@cache_dir_option
 @click.option(
     "--live",
     is_flag=True,
     help="Compile the branch tip and read the clusters now, not the status branch.",
 )
-@click.option("--branch", default="main", show_default=True, help="With --live: the config branch.")
+@branch_option("With --live: the config branch.")
 @cluster_kubeconfig_option
-@click.option("-o", "--output", type=click.Choice(OUTPUTS), default="table", show_default=True)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="table, wide (adds kinds, strategy, paused) or json.",
+)
 def queues(
     repo: str,
     status_branch: str,

@@ -14,7 +14,13 @@ from typing import Any
 import click
 
 from reconciler.adapters.kube import KubeError, connect
-from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.options import (
+    branch_option,
+    cache_dir_option,
+    cluster_kubeconfig_option,
+    log_options,
+    parse_overrides,
+)
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
@@ -66,19 +72,14 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     required=True,
     help="The config repo: a Git URL or a local path (a plain directory with --watch).",
 )
-@click.option("--branch", default="main", show_default=True, help="The config branch to reconcile.")
+@branch_option("The config branch to reconcile.")
 @click.option(
     "--status-branch",
     default="reconciler/status",
     show_default=True,
     help="Branch of the config repo that receives status ('' to disable).",
 )
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the config repo is cloned (default $XDG_CACHE_HOME/dispatch-reconciler/repos).",
-)
+@cache_dir_option
 @click.option("--interval", default="10s", show_default=True, help="Time between cycles.")
 @click.option("--once", is_flag=True, help="Run one cycle, print its summary as JSON, exit.")
 @click.option(
@@ -94,13 +95,6 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     metavar="HOST:PORT",
     help="Serve /healthz, /readyz, /metrics and the read-only queue pages and /api/v1 "
     "(e.g. 127.0.0.1:8080).",
-)
-@click.option(
-    "--log-format",
-    type=click.Choice(["text", "json"]),
-    default="text",
-    show_default=True,
-    help="Logs on stderr: text lines, or one JSON object per line.",
 )
 @click.option(
     "--leader-elect",
@@ -139,13 +133,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     default=None,
     help="This replica's Lease identity (default: host name plus a random suffix).",
 )
-@click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-    help="The least severe log level printed.",
-)
+@log_options
 def run(
     repo: str,
     branch: str,

@@ -16,7 +16,13 @@ from pathlib import Path
 import click
 
 from reconciler.adapters.repo import is_git_repo
-from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.options import (
+    branch_option,
+    cache_dir_option,
+    cluster_kubeconfig_option,
+    log_options,
+    parse_overrides,
+)
 from reconciler.cli.run_cmd import parse_interval
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.logging import configure_logging
@@ -33,13 +39,8 @@ log = logging.getLogger("reconciler.serve")
     required=True,
     help="The config repo: a Git URL or a local path (a plain directory is read as saved).",
 )
-@click.option("--branch", default="main", show_default=True)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=None,
-    help="Where the config repo is cloned (default ~/.cache/dispatch-reconciler).",
-)
+@branch_option("The config branch to show.")
+@cache_dir_option
 @click.option(
     "--http",
     "http_address",
@@ -50,15 +51,7 @@ log = logging.getLogger("reconciler.serve")
 )
 @cluster_kubeconfig_option
 @click.option("--interval", default="10s", show_default=True, help="Time between refreshes.")
-@click.option(
-    "--log-format", type=click.Choice(["text", "json"]), default="text", show_default=True
-)
-@click.option(
-    "--log-level",
-    default="info",
-    show_default=True,
-    type=click.Choice(["debug", "info", "warning", "error"]),
-)
+@log_options
 def serve(
     repo: str,
     branch: str,

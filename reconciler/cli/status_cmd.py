@@ -7,7 +7,6 @@ are pure and take the parsed :class:`~reconciler.core.status.StatusView`.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -17,7 +16,13 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
-from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
+from reconciler.cli.options import (
+    branch_option,
+    cache_dir_option,
+    cluster_kubeconfig_option,
+    parse_overrides,
+    status_branch_option,
+)
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
 from reconciler.core.status import (
@@ -165,25 +170,14 @@ def read_live(
     show_default=True,
     help="The config repo: a URL or a local path.",
 )
-@click.option(
-    "--status-branch",
-    default="reconciler/status",
-    show_default=True,
-    help="The branch the reconciler writes status to.",
-)
-@click.option(
-    "--cache-dir",
-    type=click.Path(file_okay=False, path_type=Path),
-    default=lambda: os.environ.get("RECONCILER_CACHE_DIR"),
-    help="Where Git caches live.  "
-    "[default: $RECONCILER_CACHE_DIR, else $XDG_CACHE_HOME/dispatch-reconciler/repos]",
-)
+@status_branch_option
+@cache_dir_option
 @click.option(
     "--live",
     is_flag=True,
     help="Compile the branch tip and read the clusters now, not the status branch.",
 )
-@click.option("--branch", default="main", show_default=True, help="With --live: the config branch.")
+@branch_option("With --live: the config branch.")
 @cluster_kubeconfig_option
 @click.option(
     "-o",
