@@ -29,6 +29,7 @@ MAX_FILE_BYTES = 1 << 20  # 1 MiB: config files are small; anything bigger is a 
 MAX_NODES = 20_000  # values after alias expansion, per file
 MAX_DEPTH = 48  # nesting of maps and lists
 MAX_SYMLINK_HOPS = 8
+MAX_NUMBER_CHARS = 100  # a number literal longer than this is a typo (or an attack)
 
 PathKey = tuple[str | int, ...]
 
@@ -129,6 +130,11 @@ def _scalar(node: ScalarNode) -> Any:
             return True
         if value in ("false", "False", "FALSE"):
             return False
+    elif tag in (_INT, _FLOAT) and len(value) > MAX_NUMBER_CHARS:
+        raise _Fail(
+            *_pos(node),
+            f"number is {len(value)} characters long; the limit is {MAX_NUMBER_CHARS}",
+        )
     elif tag == _INT:
         v = value
         try:
@@ -144,9 +150,13 @@ def _scalar(node: ScalarNode) -> Any:
         if low.endswith(".inf") or low == ".nan":
             raise _Fail(*_pos(node), f"{value!r}: infinity and NaN are not allowed here")
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             pass
+        else:
+            if number in (float("inf"), float("-inf")):
+                raise _Fail(*_pos(node), f"number {value!r} is out of range")
+            return number
     else:
         raise _Fail(*_pos(node), f"unsupported YAML tag {tag!r}")
     raise _Fail(*_pos(node), f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}")
@@ -223,6 +233,8 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
     problem, context, where = exc.problem or "invalid YAML", exc.context, exc.context_mark
     if problem == "second occurrence" and context and where is not None:
         return f"{context.split(';')[0]} (first at line {where.line + 1})"
+    if problem.startswith("expected '<document start>'"):
+        return "unexpected content after the end of the document (one YAML document per file)"
     if problem.startswith("but found another document"):
         return "only one YAML document per file (found a second '---')"
     if "'\\t'" in problem:
@@ -239,7 +251,9 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
         return None, [ConfigError(Location(path, line, col), message)]
 
     if len(content) > MAX_FILE_BYTES:
-        return fail(1, 1, f"file is {len(content)} bytes; the limit is {MAX_FILE_BYTES}")
+        return fail(1, 1, f"file is larger than the limit of {MAX_FILE_BYTES} bytes")
+    if content.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return fail(1, 1, "file is UTF-16; save it as UTF-8")
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
