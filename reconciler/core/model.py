@@ -462,6 +462,13 @@ class Policy(Strict):
     allowed_scheduler_names: list[NonEmptyStr] | None = None
     allow_privileged: StrictBool = False
     allow_host_path: StrictBool = False
+    allowed_capabilities: list[NonEmptyStr] | None = Field(
+        default=None,
+        description="Capabilities a container may add; default the Pod Security baseline set.",
+    )
+    allow_run_as_root: StrictBool = Field(
+        default=True, description="false refuses runAsUser: 0 and runAsNonRoot: false."
+    )
 
 
 class Prune(Strict):

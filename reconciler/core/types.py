@@ -206,6 +206,25 @@ class RejectedOperation:
     location: Location | None = None
 
 
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
+
+
 @dataclass(frozen=True)
 class OrgPolicy:
     """``policy`` in reconciler.yaml, checked after the merge (a preset is not a boundary)."""
@@ -215,6 +234,9 @@ class OrgPolicy:
     allowed_scheduler_names: frozenset[str] | None = None
     allow_privileged: bool = False
     allow_host_path: bool = False
+    # Pod Security "baseline": capabilities a container may add (CAP_ prefix ignored).
+    allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
+    allow_run_as_root: bool = True
 
 
 @dataclass(frozen=True)
