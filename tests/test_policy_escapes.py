@@ -314,3 +314,37 @@ def test_allowed_capabilities_is_the_baseline_unless_the_org_sets_it() -> None:
         )
     )
     assert relaxed.rejected == () and [op.id for op in relaxed.operations] == ["p/t"]
+
+
+def test_a_refused_workflow_keeps_its_running_children() -> None:
+    """A preset change that makes a running matrix violate policy refuses the matrix but
+    never prunes its children (found on the dev cluster by the R3 test)."""
+    from datetime import UTC, datetime
+
+    from reconciler.core.plan import plan_repo
+    from reconciler.core.types import ObservedOperation, Phase
+
+    files = {
+        **BASE,
+        "reconciler.yaml": "kind: Org\nprune:\n  enabled: true\n  allowMassPrune: true\n",
+        "projects/p/project.yaml": project(),
+        "projects/p/operations/sweep.yaml": "kind: Operation\nmatrix:\n  params:\n"
+        "    lr: [1, 2]\nrun:\n  container:\n    command: [go]\n",
+    }
+    good = compile_repo(repo(files))
+    assert [op.id for op in good.operations] == ["p/sweep-0", "p/sweep-1"]
+    running = [ObservedOperation(op.id, Phase.RUNNING, queue="gpu") for op in good.operations]
+    bad = compile_repo(
+        repo(
+            {
+                **files,
+                "projects/p/presets/base.yaml": BASE["projects/p/presets/base.yaml"]
+                + "    securityContext:\n      privileged: true\n",
+            }
+        )
+    )
+    assert bad.errors == ()
+    (rejected,) = bad.rejected
+    assert rejected.operation == "p/sweep" and rejected.children == ("p/sweep-0", "p/sweep-1")
+    plan = plan_repo(bad, running, datetime(2026, 1, 1, tzinfo=UTC))
+    assert plan.stop == () and plan.dispatch == ()

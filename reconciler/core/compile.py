@@ -857,6 +857,7 @@ def _compile(repo: _Repo, project_name: str, op_name: str) -> OperationResult:
             reason=RejectReason.POLICY_VIOLATION,
             message="; ".join(seen),
             location=first.location if first else fallback,
+            children=tuple(c.id for c, _ in children),
         )
         return OperationResult(op_id, found=True, compiled=compiled, rejected=rejected)
     operations = tuple(c for c, _ in children) if children else (compiled,)

@@ -204,6 +204,7 @@ class RejectedOperation:
     reason: RejectReason
     message: str  # names the field and its provenance
     location: Location | None = None
+    children: tuple[str, ...] = ()  # ids of a workflow's children: refused, never pruned
 
 
 BASELINE_CAPABILITIES = frozenset(
