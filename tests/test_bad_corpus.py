@@ -21,6 +21,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import TEMPLATE
 
+from reconciler.adapters.git import ConfigRepo
 from reconciler.adapters.repo import snapshot_git
 from reconciler.cli import config_cmds
 from reconciler.cli.main import cli
@@ -176,7 +177,10 @@ def test_symlink_escape_is_refused_on_disk_and_in_git(name: str, tmp_path: Path)
     _git(root, "init", "-q", "-b", "main")
     _git(root, "add", "-A")
     _git(root, "commit", "-qm", "evil link")
-    compiled = compile_repo(snapshot_git(root))
-    messages = [str(e) for e in compiled.errors]
-    assert any(m.startswith(located) and expect in m for m in messages), messages
-    assert any(m.startswith("presets/out:1:1: symlink to '/etc' leaves the repo") for m in messages)
+    # the committed tree, read directly and through the reconciler's Git sync
+    synced = ConfigRepo(str(root), cache_dir=tmp_path / "cache").sync()
+    for snapshot in (snapshot_git(root), synced):
+        messages = [str(e) for e in compile_repo(snapshot).errors]
+        assert any(m.startswith(located) and expect in m for m in messages), messages
+        escaped = "presets/out:1:1: symlink to '/etc' leaves the repo"
+        assert any(m.startswith(escaped) for m in messages), messages

@@ -80,6 +80,21 @@ class _Loader(
         yaml.parser.Parser.__init__(self)
         yaml.composer.Composer.__init__(self)
         _Yaml12Resolver.__init__(self)
+        self.depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        # Refuse deep nesting while composing: the rest of a line of 100 000 '[' is never
+        # scanned (PyYAML looks at most 1024 characters ahead) and nothing recurses deeply.
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH + 1:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise _Fail(
+                    mark.line + 1, mark.column + 1, f"nesting deeper than {MAX_DEPTH} levels"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 @dataclass(frozen=True)
@@ -271,6 +286,8 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
     except yaml.reader.ReaderError as exc:
         line, col = _offset_to_line_col(text, exc.position)
         return fail(line, col, f"unacceptable character #x{exc.character:04x}")
+    except _Fail as exc:
+        return fail(exc.line, exc.col, exc.message)
     except RecursionError:
         return fail(1, 1, f"nesting deeper than {MAX_DEPTH} levels")
     except yaml.YAMLError as exc:  # pragma: no cover - defensive
