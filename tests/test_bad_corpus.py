@@ -2,24 +2,58 @@
 
 Each starts with ``# path: <where it goes in the repo>`` and ``# expect: <message>``; the
 message must appear (as ``file:line:col: ...``) in ``reconciler validate``'s output, which
-must exit 1 without a traceback.
+must exit 1 without a traceback. Inputs that cannot carry that header (empty files, a
+leading BOM or binary, files over the size limit, symlinks) are built in the tests below.
+
+``validate`` runs through the CLI for every case; its compile shares one ``ParseCache`` (as
+the long-running reconciler does), so the unchanged template files are parsed once.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 from conftest import TEMPLATE
 
+from reconciler.adapters.git import ConfigRepo
+from reconciler.adapters.repo import snapshot_git
+from reconciler.cli import config_cmds
 from reconciler.cli.main import cli
+from reconciler.core.compile import compile_repo
+from reconciler.core.load import MAX_FILE_BYTES, ParseCache
+from reconciler.core.types import RepoSnapshot
 
 BAD = Path(__file__).parent / "data" / "bad"
 CASES = sorted(BAD.glob("*.yaml"))
 _LOCATED = re.compile(r"^\S+:\d+:\d+: \S")
+
+
+pytestmark = pytest.mark.timeout(30)  # per case: no input may hang the loader
+_CACHE = ParseCache()
+
+
+@pytest.fixture(autouse=True)
+def _shared_parse_cache(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cached(snapshot: RepoSnapshot) -> object:
+        return compile_repo(snapshot, parse_cache=_CACHE)
+
+    monkeypatch.setattr(config_cmds, "compile_repo", cached)
+
+
+def _validate(root: Path, expect: str) -> None:
+    """``reconciler validate`` exits 1, without a traceback, and prints ``expect``."""
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
+    output = result.output
+    assert result.exit_code == 1, output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in output and "internal error" not in output
+    assert expect in output, f"expected\n  {expect}\ngot\n{output}"
 
 
 def _header(data: bytes) -> tuple[str, str]:
@@ -30,7 +64,7 @@ def _header(data: bytes) -> tuple[str, str]:
 
 
 def test_corpus_is_large() -> None:
-    assert len(CASES) >= 100
+    assert len(CASES) + len(RAW) + len(LINKS) >= 200
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.stem for c in CASES])
@@ -43,12 +77,7 @@ def test_bad_file(case: Path, tmp_path: Path) -> None:
     target = root / path
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
-    result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
-    output = result.output
-    assert result.exit_code == 1, output
-    assert isinstance(result.exception, SystemExit)
-    assert "Traceback" not in output
-    assert expect in output, f"{case.name}: expected\n  {expect}\ngot\n{output}"
+    _validate(root, expect)
 
 
 @pytest.mark.parametrize("case", CASES[:10], ids=[c.stem for c in CASES[:10]])
@@ -66,3 +95,92 @@ def test_bad_file_json(case: Path, tmp_path: Path) -> None:
     assert report["valid"] is False
     rendered = [f"{e['file']}:{e['line']}:{e['col']}: {e['message']}" for e in report["errors"]]
     assert any(expect in r for r in rendered)
+
+
+# --- inputs that cannot carry a header -----------------------------------------------------
+
+Q = "queues/extra.yaml"
+RAW: dict[str, tuple[str, bytes, str]] = {
+    "empty": (Q, b"", f"{Q}:1:1: file is empty"),
+    "whitespace-only": (Q, b"  \n\n   \n", f"{Q}:1:1: file is empty"),
+    "bom-only": (Q, b"\xef\xbb\xbf", f"{Q}:1:1: file is empty"),
+    "bom-then-tab": (Q, b"\xef\xbb\xbf\tkind: Queue\n", f"{Q}:1:1: tab character"),
+    "utf16-le": (Q, "kind: Queue\n".encode("utf-16-le").join([b"\xff\xfe", b""]), "UTF-16"),
+    "utf16-be": (Q, b"\xfe\xff" + "kind: Queue\n".encode("utf-16-be"), "UTF-16"),
+    "png": (Q, b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", f"{Q}:1:1: file is not valid UTF-8"),
+    "nul-bytes": (Q, b"\x00" * 64, f"{Q}:1:1: unacceptable character #x0000"),
+    "random-binary": (Q, bytes((i * 151 + 7) % 256 for i in range(4096)), f"{Q}:1:"),
+    "over-size-limit": (
+        Q,
+        b"kind: Queue\ncluster: local\ndescription: >\n" + b"  " + b"x" * MAX_FILE_BYTES + b"\n",
+        f"{Q}:1:1: file is larger than the limit of {MAX_FILE_BYTES} bytes",
+    ),
+    "over-size-limit-operation": (
+        "projects/vision/operations/big.yaml",
+        b"#" * (MAX_FILE_BYTES + 1),
+        f"file is larger than the limit of {MAX_FILE_BYTES} bytes",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RAW))
+def test_raw_bad_file(name: str, tmp_path: Path) -> None:
+    path, data, expect = RAW[name]
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (root / path).parent.mkdir(parents=True, exist_ok=True)
+    (root / path).write_bytes(data)
+    _validate(root, expect)
+
+
+# --- symlinks: refused on disk (validate) and in a commit (snapshot_git) -------------------
+
+LINKS: dict[str, tuple[str, str, str]] = {
+    "absolute": ("queues/evil.yaml", "/etc/passwd", "symlink to '/etc/passwd' leaves the repo"),
+    "up-and-out": (
+        "projects/vision/operations/evil.yaml",
+        "../../../../etc/passwd",
+        "symlink to '../../../../etc/passwd' leaves the repo",
+    ),
+    "just-out": ("queues/evil.yaml", "../../x.yaml", "symlink to '../../x.yaml' leaves the repo"),
+    "directory-out": ("presets/evil", "/etc", "symlink to '/etc' leaves the repo"),
+    "root-itself": ("queues/evil.yaml", "..", "symlink to '..' leaves the repo"),
+    "into-git-dir": ("queues/evil.yaml", "../.git/config", "does not exist"),
+    "dangling": ("queues/evil.yaml", "nowhere.yaml", "symlink target 'queues/nowhere.yaml'"),
+    "loop": ("queues/evil.yaml", "evil.yaml", "symlink loop"),
+    "via-an-escaping-link": ("queues/evil.yaml", "../presets/out/passwd", "does not exist"),
+}
+
+
+def _git(cwd: Path, *args: str) -> None:
+    env = {
+        "GIT_AUTHOR_NAME": "t",
+        "GIT_AUTHOR_EMAIL": "t@t",
+        "GIT_COMMITTER_NAME": "t",
+        "GIT_COMMITTER_EMAIL": "t@t",
+        "PATH": os.environ["PATH"],
+        "HOME": str(cwd),
+    }
+    subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+
+
+@pytest.mark.parametrize("name", sorted(LINKS))
+def test_symlink_escape_is_refused_on_disk_and_in_git(name: str, tmp_path: Path) -> None:
+    path, target, expect = LINKS[name]
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    os.symlink("/etc", root / "presets" / "out")  # used by via-an-escaping-link
+    os.symlink(target, root / path)
+    located = f"{path}:1:1: "
+    _validate(root, located)
+    _validate(root, expect)
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "evil link")
+    # the committed tree, read directly and through the reconciler's Git sync
+    synced = ConfigRepo(str(root), cache_dir=tmp_path / "cache").sync()
+    for snapshot in (snapshot_git(root), synced):
+        messages = [str(e) for e in compile_repo(snapshot).errors]
+        assert any(m.startswith(located) and expect in m for m in messages), messages
+        escaped = "presets/out:1:1: symlink to '/etc' leaves the repo"
+        assert any(m.startswith(escaped) for m in messages), messages

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.load import parse_yaml
+from reconciler.core.load import MAX_DEPTH, MAX_NODES, parse_yaml
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 PATHS = [
@@ -89,3 +90,78 @@ def test_random_bytes(content: bytes) -> None:
     doc, errors = parse_yaml("f.yaml", content)
     assert (doc is None) == bool(errors)
     _check(RepoSnapshot({p: RepoFile(p, content) for p in PATHS}))
+
+
+# --- the loader alone: YAML-ish text, alias bombs, deep nesting -----------------------------
+
+TOKENS = [
+    "kind", "name", "a", "b", "x1", ":", ": ", "- ", "-", "  ", "    ", "\n", "\n  ", "\t",
+    "[", "]", "{", "}", ",", "'", '"', "\\", "&a", "&b", "*a", "*b", "!!str ", "!!binary ",
+    "!local ", "---", "...", "%YAML 1.1", "? ", "#", "|", ">", "<<", "~", "null", "true",
+    "yes", "on", "1e400", "-1e400", "0x", "0o7", ".inf", ".nan", "9" * 120, "1_000",
+    "2Gi", "\ufeff", "\x00", "\x85", "\u2028", "\ud7ff", "é", "\r\n",
+]  # fmt: skip
+yamlish = st.lists(st.sampled_from(TOKENS), max_size=60).map("".join)
+
+
+def _check_parse(path: str, content: bytes) -> None:
+    doc, errors = parse_yaml(path, content)
+    assert (doc is None) == bool(errors)
+    lines = len(content.decode("utf-8", "replace").splitlines()) + 2
+    for error in errors:
+        assert error.location.file == path
+        assert 1 <= error.location.line <= lines and error.location.col >= 1, error
+        assert error.message and "\n" not in error.message
+        assert "internal error" not in error.message and "Traceback" not in error.message
+        assert len(error.message) < 400, error.message  # never echoes a huge input
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=400, deadline=None)
+@given(yamlish)
+def test_yamlish_text_gives_a_document_or_located_errors(text: str) -> None:
+    _check_parse("f.yaml", text.encode("utf-8", "surrogatepass"))
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=2000))
+def test_arbitrary_bytes_give_a_document_or_located_errors(content: bytes) -> None:
+    _check_parse("f.yaml", content)
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=60, deadline=None)
+@given(st.integers(2, 12), st.integers(1, 10), st.booleans())
+def test_alias_fan_out_is_bounded(fan_out: int, depth: int, flow: bool) -> None:
+    """Billion-laughs shapes of any fan-out and depth: parsed when small, refused when the
+    expansion passes MAX_NODES, and never expanded past it."""
+    lines = ["kind: Queue", "l0: &l0 [" + ", ".join(["x"] * fan_out) + "]"]
+    for level in range(1, depth + 1):
+        refs = [f"*l{level - 1}"] * fan_out
+        body = "[" + ", ".join(refs) + "]" if flow else "\n" + "\n".join(f"  - {r}" for r in refs)
+        lines.append(f"l{level}: &l{level} {body}")
+    content = ("\n".join(lines) + "\n").encode()
+    doc, errors = parse_yaml("bomb.yaml", content)
+    expanded = sum(fan_out ** (k + 1) + 1 for k in range(depth + 1)) + 1
+    if expanded <= MAX_NODES // 2:
+        assert doc is not None and errors == [], errors
+    elif expanded > MAX_NODES:
+        assert doc is None
+        (error,) = errors
+        assert "alias bomb" in error.message and error.location.line >= 2
+
+
+@pytest.mark.timeout(60)
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 2000), st.sampled_from(["[", "{a: ", "- "]))
+def test_nesting_is_bounded(depth: int, opener: str) -> None:
+    closer = {"[": "]", "{a: ": "}", "- ": ""}[opener]
+    if opener == "- ":
+        body = "".join("  " * i + "- \n" for i in range(min(depth, 400))) + "  " * depth + "x\n"
+    else:
+        body = "k: " + opener * depth + "x" + closer * depth + "\n"
+    doc, errors = parse_yaml("deep.yaml", body.encode())
+    if depth > MAX_DEPTH + 1:
+        assert doc is None and errors
+        assert all(e.location.line >= 1 for e in errors)

@@ -209,9 +209,37 @@ def test_status_write_keeps_a_human_commit_and_rebuilds_on_it(remote: Path, tmp_
     assert git(remote, "show", f"{second}:NOTES.md") == "hand-written"
 
 
-def test_status_write_races_a_human_without_losing_either(remote: Path, tmp_path: Path) -> None:
-    """A human pushes to the status branch while the reconciler writes; 30 rounds each."""
-    rounds = 30
+_ZERO = "0" * 40
+RACE_ROUNDS = int(os.environ.get("RECONCILER_RACE_ROUNDS", "50"))
+
+
+def ref_updates(remote: Path, branch: str) -> list[tuple[str, str]]:
+    """Every (old, new) update of ``branch`` the bare remote accepted, from its reflog."""
+    log = remote / "logs" / "refs" / "heads" / branch
+    return [tuple(line.split(" ", 2)[:2]) for line in log.read_text().splitlines()]  # type: ignore[misc]
+
+
+def forced_updates(remote: Path, branch: str) -> list[tuple[str, str]]:
+    """Updates of ``branch`` that were not fast-forwards (a force push, or a deletion)."""
+    out = []
+    for old, new in ref_updates(remote, branch):
+        if old == _ZERO:
+            continue  # the branch was created
+        ff = subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=remote)
+        if new == _ZERO or ff.returncode != 0:
+            out.append((old, new))
+    return out
+
+
+@pytest.mark.timeout(240)
+def test_status_write_races_humans_without_losing_either_or_forcing(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """R4: humans push to the status branch and to the config branch while the reconciler
+    writes status, RACE_ROUNDS rounds. Nothing is lost and no update is a force push: the
+    bare remote's reflog records every accepted ref update, each must be a fast-forward."""
+    git(remote, "config", "core.logAllRefUpdates", "always")
+    rounds = RACE_ROUNDS
     status = StatusBranch(
         ConfigRepo(str(remote), cache_dir=tmp_path / "cache"), max_attempts=50, backoff=0.001
     )
@@ -219,27 +247,39 @@ def test_status_write_races_a_human_without_losing_either(remote: Path, tmp_path
     human = tmp_path / "human"
     git(tmp_path, "clone", "-q", "-b", "reconciler/status", str(remote), str(human))
     human_commits: list[str] = []
+    config_commits: list[str] = []
     errors: list[BaseException] = []
+
+    human_attempts = 0
+
+    def push_human(clone: Path, branch: str, path: str, text: str, into: list[str]) -> None:
+        nonlocal human_attempts
+        while True:
+            human_attempts += 1
+            git(clone, "fetch", "-q", "origin", branch)
+            git(clone, "reset", "-q", "--hard", "FETCH_HEAD")
+            (clone / path).parent.mkdir(parents=True, exist_ok=True)
+            (clone / path).write_text(text)
+            git(clone, "add", "-A")
+            git(clone, "commit", "-qm", f"human {path}")
+            pushed = subprocess.run(
+                ["git", "push", "-q", "origin", f"HEAD:{branch}"],
+                cwd=clone,
+                env=ENV,
+                capture_output=True,
+            )
+            if pushed.returncode == 0:
+                into.append(git(clone, "rev-parse", "HEAD"))
+                return
 
     def human_loop() -> None:
         try:
             for i in range(rounds):
-                while True:
-                    git(human, "fetch", "-q", "origin")
-                    git(human, "reset", "-q", "--hard", "origin/reconciler/status")
-                    (human / "notes").mkdir(exist_ok=True)
-                    (human / "notes" / f"{i}.md").write_text(f"note {i}\n")
-                    git(human, "add", "-A")
-                    git(human, "commit", "-qm", f"human {i}")
-                    pushed = subprocess.run(
-                        ["git", "push", "-q", "origin", "HEAD:reconciler/status"],
-                        cwd=human,
-                        env=ENV,
-                        capture_output=True,
-                    )
-                    if pushed.returncode == 0:
-                        human_commits.append(git(human, "rev-parse", "HEAD"))
-                        break
+                push_human(
+                    human, "reconciler/status", f"notes/{i}.md", f"note {i}\n", human_commits
+                )
+                if i % 2 == 0:
+                    push_human(work, "main", f"docs/{i}.md", f"doc {i}\n", config_commits)
         except BaseException as err:  # surfaced below
             errors.append(err)
 
@@ -247,30 +287,47 @@ def test_status_write_races_a_human_without_losing_either(remote: Path, tmp_path
     thread.start()
     tips: list[str] = []
     ours: list[str] = []
+    raced = 0
     for i in range(rounds):
         sha = status.write({f"status/op{i % 5}.yaml": f"round {i}\n".encode()}, f"cycle {i}")
         assert sha is not None
+        raced += status.attempts > 1
         ours.append(sha)
         tips.append(git(remote, "rev-parse", "refs/heads/reconciler/status"))
-    thread.join(timeout=300)
+    thread.join(timeout=180)
+    assert not thread.is_alive()
     assert not errors, errors
-    assert len(human_commits) == rounds
+    assert len(human_commits) == rounds and len(config_commits) == (rounds + 1) // 2
 
     final = git(remote, "rev-parse", "refs/heads/reconciler/status")
     history = set(remote_log(remote))
     # every human commit and every status write is in the final history
     assert set(human_commits) <= history
     assert set(ours) <= history
+    assert set(config_commits) <= set(remote_log(remote, "main"))
     # linear: no merges, and every tip seen along the way is an ancestor of the final one
     assert git(remote, "rev-list", "--merges", final) == ""
     for tip in tips:
         subprocess.run(["git", "merge-base", "--is-ancestor", tip, final], cwd=remote, check=True)
+    # never a force push, on either branch: every accepted update is a fast-forward
+    updates = ref_updates(remote, "reconciler/status")
+    assert len(updates) >= 2 * rounds  # every push of ours and of the human is recorded
+    assert forced_updates(remote, "reconciler/status") == []
+    assert forced_updates(remote, "main") == []
+    # the status writer never touched the config branch
+    authors = git(remote, "log", "--format=%an", "main").split()
+    assert "dispatch-reconciler" not in authors
     # the final tree holds all human notes and the last status content
     names = git(remote, "ls-tree", "-r", "--name-only", final).split()
     assert {f"notes/{i}.md" for i in range(rounds)} <= set(names)
     for k in range(5):
         last = max(i for i in range(rounds) if i % 5 == k)
         assert git(remote, "show", f"{final}:status/op{k}.yaml") == f"round {last}"
+    # the check itself can fail: a force push to a scratch branch is caught
+    git(human, "push", "-q", "origin", f"{human_commits[-1]}:refs/heads/scratch")
+    git(human, "push", "-q", "--force", "origin", f"{human_commits[0]}:refs/heads/scratch")
+    assert forced_updates(remote, "scratch") == [(human_commits[-1], human_commits[0])]
+    print(f"R4: {rounds} rounds, {raced} status writes retried, human pushes {human_attempts}")
 
 
 def test_status_write_gives_up_with_a_typed_error(remote: Path, tmp_path: Path) -> None:

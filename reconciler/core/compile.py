@@ -55,6 +55,7 @@ from reconciler.core.model import (
 from reconciler.core.policy import Violation, check_policy
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.types import (
+    BASELINE_CAPABILITIES,
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
@@ -137,6 +138,10 @@ def _data_path(data: Any, loc: tuple[Any, ...], missing: bool) -> tuple[Path, bo
         else:
             skipped = True
     return tuple(out), is_key, skipped
+
+
+def _capability(name: str) -> str:
+    return name.upper().removeprefix("CAP_")
 
 
 def _short(value: Any) -> str:
@@ -405,6 +410,10 @@ class _Repo:
                 else None,
                 allow_privileged=policy.allow_privileged if policy else False,
                 allow_host_path=policy.allow_host_path if policy else False,
+                allowed_capabilities=frozenset(_capability(c) for c in policy.allowed_capabilities)
+                if policy and policy.allowed_capabilities is not None
+                else BASELINE_CAPABILITIES,
+                allow_run_as_root=policy.allow_run_as_root if policy else True,
             ),
         )
 
@@ -848,6 +857,7 @@ def _compile(repo: _Repo, project_name: str, op_name: str) -> OperationResult:
             reason=RejectReason.POLICY_VIOLATION,
             message="; ".join(seen),
             location=first.location if first else fallback,
+            children=tuple(c.id for c, _ in children),
         )
         return OperationResult(op_id, found=True, compiled=compiled, rejected=rejected)
     operations = tuple(c for c, _ in children) if children else (compiled,)

@@ -29,6 +29,7 @@ MAX_FILE_BYTES = 1 << 20  # 1 MiB: config files are small; anything bigger is a 
 MAX_NODES = 20_000  # values after alias expansion, per file
 MAX_DEPTH = 48  # nesting of maps and lists
 MAX_SYMLINK_HOPS = 8
+MAX_NUMBER_CHARS = 100  # a number literal longer than this is a typo (or an attack)
 
 PathKey = tuple[str | int, ...]
 
@@ -79,6 +80,21 @@ class _Loader(
         yaml.parser.Parser.__init__(self)
         yaml.composer.Composer.__init__(self)
         _Yaml12Resolver.__init__(self)
+        self.depth = 0
+
+    def compose_node(self, parent: Node | None, index: Any) -> Node | None:
+        # Refuse deep nesting while composing: the rest of a line of 100 000 '[' is never
+        # scanned (PyYAML looks at most 1024 characters ahead) and nothing recurses deeply.
+        self.depth += 1
+        try:
+            if self.depth > MAX_DEPTH + 1:
+                mark = self.peek_event().start_mark  # type: ignore[no-untyped-call]
+                raise _Fail(
+                    mark.line + 1, mark.column + 1, f"nesting deeper than {MAX_DEPTH} levels"
+                )
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
 
 
 @dataclass(frozen=True)
@@ -129,6 +145,11 @@ def _scalar(node: ScalarNode) -> Any:
             return True
         if value in ("false", "False", "FALSE"):
             return False
+    elif tag in (_INT, _FLOAT) and len(value) > MAX_NUMBER_CHARS:
+        raise _Fail(
+            *_pos(node),
+            f"number is {len(value)} characters long; the limit is {MAX_NUMBER_CHARS}",
+        )
     elif tag == _INT:
         v = value
         try:
@@ -144,9 +165,13 @@ def _scalar(node: ScalarNode) -> Any:
         if low.endswith(".inf") or low == ".nan":
             raise _Fail(*_pos(node), f"{value!r}: infinity and NaN are not allowed here")
         try:
-            return float(value)
+            number = float(value)
         except ValueError:
             pass
+        else:
+            if number in (float("inf"), float("-inf")):
+                raise _Fail(*_pos(node), f"number {value!r} is out of range")
+            return number
     else:
         raise _Fail(*_pos(node), f"unsupported YAML tag {tag!r}")
     raise _Fail(*_pos(node), f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}")
@@ -223,6 +248,8 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
     problem, context, where = exc.problem or "invalid YAML", exc.context, exc.context_mark
     if problem == "second occurrence" and context and where is not None:
         return f"{context.split(';')[0]} (first at line {where.line + 1})"
+    if problem.startswith("expected '<document start>'"):
+        return "unexpected content after the end of the document (one YAML document per file)"
     if problem.startswith("but found another document"):
         return "only one YAML document per file (found a second '---')"
     if "'\\t'" in problem:
@@ -239,7 +266,9 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
         return None, [ConfigError(Location(path, line, col), message)]
 
     if len(content) > MAX_FILE_BYTES:
-        return fail(1, 1, f"file is {len(content)} bytes; the limit is {MAX_FILE_BYTES}")
+        return fail(1, 1, f"file is larger than the limit of {MAX_FILE_BYTES} bytes")
+    if content.startswith((b"\xff\xfe", b"\xfe\xff")):
+        return fail(1, 1, "file is UTF-16; save it as UTF-8")
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -257,6 +286,8 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
     except yaml.reader.ReaderError as exc:
         line, col = _offset_to_line_col(text, exc.position)
         return fail(line, col, f"unacceptable character #x{exc.character:04x}")
+    except _Fail as exc:
+        return fail(exc.line, exc.col, exc.message)
     except RecursionError:
         return fail(1, 1, f"nesting deeper than {MAX_DEPTH} levels")
     except yaml.YAMLError as exc:  # pragma: no cover - defensive

@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from reconciler.core.quantity import QuantityError, parse_quantity
+from reconciler.core.quantity import short_repr as _show
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -44,7 +45,7 @@ STRATEGIES = ("replace", "isnull", "post_merge", "pre_merge")
 def _dns_label(value: str) -> str:
     if len(value) > 63 or not _DNS_LABEL.match(value):
         raise ValueError(
-            f"{value!r} is not a valid name: use at most 63 lowercase letters, digits and "
+            f"{_show(value)} is not a valid name: use at most 63 lowercase letters, digits and "
             "'-', starting and ending with a letter or digit (DNS-1123 label)"
         )
     return value
@@ -53,9 +54,9 @@ def _dns_label(value: str) -> str:
 def _qualified(value: str, what: str) -> str:
     prefix, _, name = value.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
-        raise ValueError(f"{value!r} is not a valid {what}: bad prefix {prefix!r}")
+        raise ValueError(f"{_show(value)} is not a valid {what}: bad prefix {prefix!r}")
     if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
-        raise ValueError(f"{value!r} is not a valid {what}")
+        raise ValueError(f"{_show(value)} is not a valid {what}")
     return value
 
 
@@ -69,25 +70,25 @@ def _resource_name(value: str) -> str:
 
 def _label_value(value: str) -> str:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
-        raise ValueError(f"{value!r} is not a valid label value (at most 63 characters)")
+        raise ValueError(f"{_show(value)} is not a valid label value (at most 63 characters)")
     return value
 
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid environment variable name")
+        raise ValueError(f"{_show(value)} is not a valid environment variable name")
     return value
 
 
 def _param_name(value: str) -> str:
     if not _PARAM_NAME.match(value):
-        raise ValueError(f"{value!r} is not a valid parameter name (letters, digits, '_')")
+        raise ValueError(f"{_show(value)} is not a valid parameter name (letters, digits, '_')")
     return value
 
 
 def _quantity(value: Any) -> Any:
     if not isinstance(value, str | int | float) or isinstance(value, bool):
-        raise ValueError(f"{value!r} is not a quantity (e.g. 2, 500m, 256Gi)")
+        raise ValueError(f"{_show(value)} is not a quantity (e.g. 2, 500m, 256Gi)")
     try:
         parse_quantity(value)
     except QuantityError as exc:
@@ -100,25 +101,37 @@ _BUCKET_URL = re.compile(r"^(s3|gs|gcs|az|abfs)://[^\s/]+(/\S*)?$")
 
 def _bucket_url(value: str) -> str:
     if not _BUCKET_URL.match(value):
-        raise ValueError(f"{value!r} is not a bucket URL (s3://, gs://, az://...)")
+        raise ValueError(f"{_show(value)} is not a bucket URL (s3://, gs://, az://...)")
     return value
 
 
 def _abs_path(value: str) -> str:
     if not value.startswith("/"):
-        raise ValueError(f"{value!r} must be an absolute path")
+        raise ValueError(f"{_show(value)} must be an absolute path")
+    return value
+
+
+def _relative_path(value: str) -> str:
+    if value.startswith("/") or ".." in value.split("/"):
+        raise ValueError(f"{_show(value)} must be a relative path without '..' segments")
+    return value
+
+
+def _host_file(value: str) -> str:
+    if ".." in value.replace("\\", "/").split("/"):
+        raise ValueError(f"{_show(value)}: '..' segments are not allowed in a path")
     return value
 
 
 def _duration(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
-        raise ValueError(f"{value!r} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
+        raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
     if isinstance(value, int):
         if value < 1:
             raise ValueError("timeout must be at least 1 second")
         return value
     if not _DURATION.match(value):
-        raise ValueError(f"{value!r} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
+        raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
     return value
 
 
@@ -146,6 +159,10 @@ LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
 EnvName = Annotated[StrictStr, AfterValidator(_env_name)]
 ParamName = Annotated[StrictStr, AfterValidator(_param_name)]
 AbsPath = Annotated[StrictStr, AfterValidator(_abs_path)]
+RelPath = Annotated[StrictStr, Field(min_length=1), AfterValidator(_relative_path)]
+HostFile = Annotated[StrictStr, Field(min_length=1), AfterValidator(_host_file)]
+Int32 = Annotated[StrictInt, Field(ge=-(2**31), le=2**31 - 1)]
+Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 Duration = Annotated[
     Any,
     AfterValidator(_duration),
@@ -234,7 +251,7 @@ class Run(Strict):
 
 class Matrix(Strict):
     kind: Literal["grid"] = "grid"
-    concurrency: Annotated[StrictInt, Field(ge=1)] | None = None
+    concurrency: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = None
     params: Annotated[
         dict[ParamName, Annotated[list[Scalar], Field(min_length=1)]], Field(min_length=1)
     ]
@@ -250,7 +267,7 @@ class DagOperation(Strict):
 
 
 class Dag(Strict):
-    concurrency: Annotated[StrictInt, Field(ge=1)] | None = None
+    concurrency: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = None
     operations: Annotated[list[DagOperation], Field(min_length=1)]
 
 
@@ -268,7 +285,7 @@ class OperationFile(Strict):
     )
     queue: Name | None = None
     presets: list[Name] | None = None
-    generation: Annotated[StrictInt, Field(ge=1)] = 1
+    generation: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] = 1
     is_approved: StrictBool = True
     run: Run | None = None
     matrix: Matrix | None = None
@@ -327,8 +344,8 @@ class QueueFile(Strict):
     name: Name | None = None
     description: StrictStr | None = None
     cluster: Name
-    priority: StrictInt = 0
-    concurrency: Annotated[StrictInt, Field(ge=0)] | None = None
+    priority: Int32 = 0
+    concurrency: Count | None = None
     quota: dict[ResourceName, Quantity] | None = None
     kinds: Annotated[list[Kind], Field(min_length=1)] | None = None
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
@@ -342,7 +359,9 @@ class KubeconfigSecret(Strict):
 
 
 class Kubeconfig(Strict):
-    path: NonEmptyStr | None = None
+    path: HostFile | None = Field(
+        default=None, description="A kubeconfig file on the reconciler's host ('~' expands)."
+    )
     secret: KubeconfigSecret | None = None
     in_cluster: Literal[True] | None = None
 
@@ -361,14 +380,14 @@ class ClusterFile(Strict):
     description: StrictStr | None = None
     kubeconfig: Kubeconfig
     context: NonEmptyStr | None = None
-    concurrency: Annotated[StrictInt, Field(ge=0)] | None = None
+    concurrency: Count | None = None
 
 
 class VolumeSource(Strict):
     claim_name: Name | None = None
     host_path: AbsPath | None = None
     mount_path: AbsPath
-    sub_path: NonEmptyStr | None = None
+    sub_path: RelPath | None = None
     read_only: StrictBool = False
 
     @model_validator(mode="after")
@@ -443,6 +462,13 @@ class Policy(Strict):
     allowed_scheduler_names: list[NonEmptyStr] | None = None
     allow_privileged: StrictBool = False
     allow_host_path: StrictBool = False
+    allowed_capabilities: list[NonEmptyStr] | None = Field(
+        default=None,
+        description="Capabilities a container may add; default the Pod Security baseline set.",
+    )
+    allow_run_as_root: StrictBool = Field(
+        default=True, description="false refuses runAsUser: 0 and runAsNonRoot: false."
+    )
 
 
 class Prune(Strict):

@@ -908,7 +908,8 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
 ) -> Plan:
-    """``plan_dispatch`` over a compiled repo; rejected operations are never pruned.
+    """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
+    rejected workflow) are never pruned.
 
     ``superseded`` are observed ids of older generations still running after a
     ``generation`` bump: they hold their quota until they finish and are never pruned."""
@@ -919,5 +920,7 @@ def plan_repo(
         observed,
         repo.org,
         now,
-        rejected=frozenset(r.operation for r in repo.rejected) | frozenset(superseded),
+        rejected=frozenset(r.operation for r in repo.rejected)
+        | frozenset(c for r in repo.rejected for c in r.children)
+        | frozenset(superseded),
     )

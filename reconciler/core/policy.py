@@ -13,9 +13,13 @@ from typing import Any
 
 from reconciler.core.merge import Path, dotted, lookup
 from reconciler.core.quantity import format_quantity
-from reconciler.core.types import ConnectionSpec, OrgPolicy, Provenance, QueueSpec
-
-_PRIVILEGED_CAPABILITIES = frozenset({"SYS_ADMIN", "ALL", "CAP_SYS_ADMIN"})
+from reconciler.core.types import (
+    BASELINE_CAPABILITIES,
+    ConnectionSpec,
+    OrgPolicy,
+    Provenance,
+    QueueSpec,
+)
 
 
 @dataclass(frozen=True)
@@ -105,18 +109,29 @@ def check_policy(
             f"scheduler {scheduler!r} is not in policy.allowedSchedulerNames "
             f"[{', '.join(sorted(allowed))}]",
         )
-    # 5. Privileged containers.
+    # 5. Privileged containers and added capabilities (Pod Security baseline by default).
+    ctx: Path = ("run", "container", "securityContext")
     if not policy.allow_privileged:
-        ctx: Path = ("run", "container", "securityContext")
+        allowed_caps = (
+            "the Pod Security baseline set"
+            if policy.allowed_capabilities == BASELINE_CAPABILITIES
+            else ", ".join(sorted(policy.allowed_capabilities)) or "none"
+        )
         if _get(spec, (*ctx, "privileged")) is True:
             violation((*ctx, "privileged"), "privileged containers are not allowed by policy")
         for i, cap in enumerate(_get(spec, (*ctx, "capabilities", "add")) or []):
-            if str(cap).upper() in _PRIVILEGED_CAPABILITIES:
+            if str(cap).upper().removeprefix("CAP_") not in policy.allowed_capabilities:
                 violation(
                     (*ctx, "capabilities", "add", i),
-                    f"capability {cap!r} is privileged and not allowed by policy",
+                    f"capability {cap!r} is not in policy.allowedCapabilities ({allowed_caps})",
                 )
-    # 6. hostPath volumes (through connections).
+    # 6. Root user, when the org refuses it.
+    if not policy.allow_run_as_root:
+        if _get(spec, (*ctx, "runAsUser")) == 0:
+            violation((*ctx, "runAsUser"), "running as root (UID 0) is not allowed by policy")
+        if _get(spec, (*ctx, "runAsNonRoot")) is False:
+            violation((*ctx, "runAsNonRoot"), "runAsNonRoot: false is not allowed by policy")
+    # 7. hostPath volumes (through connections).
     if not policy.allow_host_path:
         for i, name in enumerate(_get(spec, ("run", "connections")) or []):
             conn = connections.get(name)

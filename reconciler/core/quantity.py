@@ -36,10 +36,22 @@ class QuantityError(ValueError):
     """A string that is not a valid Kubernetes quantity."""
 
 
+def short_repr(value: object, limit: int = 72) -> str:
+    """``repr(value)``, cut to ``limit`` characters so a huge value cannot flood an error."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    size = f" ({len(value)} characters)" if isinstance(value, str) else ""
+    return f"{text[: limit - 3]}...{size}"
+
+
+_show = short_repr
+
+
 def parse_quantity(value: str | int | float | Decimal) -> Decimal:
     """Parse a quantity such as ``2``, ``500m``, ``256Gi`` or ``1e3`` into a Decimal."""
     if isinstance(value, bool):
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{_show(value)} is not a quantity")
     if isinstance(value, int | Decimal):
         number = Decimal(value)
     elif isinstance(value, float):
@@ -47,11 +59,11 @@ def parse_quantity(value: str | int | float | Decimal) -> Decimal:
     elif isinstance(value, str):
         match = _RE.match(value.strip())
         if not match:
-            raise QuantityError(f"{value!r} is not a valid quantity (e.g. 2, 500m, 256Gi)")
+            raise QuantityError(f"{_show(value)} is not a valid quantity (e.g. 2, 500m, 256Gi)")
         try:
             number = Decimal(match["num"])
         except InvalidOperation as exc:  # pragma: no cover - regex guards this
-            raise QuantityError(f"{value!r} is not a valid quantity") from exc
+            raise QuantityError(f"{_show(value)} is not a valid quantity") from exc
         suffix = match["suffix"] or ""
         if suffix in _BINARY:
             number *= _BINARY[suffix]
@@ -60,11 +72,11 @@ def parse_quantity(value: str | int | float | Decimal) -> Decimal:
         else:
             number = number.scaleb(int(suffix[1:]))
     else:
-        raise QuantityError(f"{value!r} is not a quantity")
+        raise QuantityError(f"{_show(value)} is not a quantity")
     if number < 0:
-        raise QuantityError(f"{value!r} is negative")
+        raise QuantityError(f"{_show(value)} is negative")
     if number > MAX_QUANTITY:
-        raise QuantityError(f"{value!r} is too large")
+        raise QuantityError(f"{_show(value)} is too large")
     return number
 
 

@@ -204,6 +204,26 @@ class RejectedOperation:
     reason: RejectReason
     message: str  # names the field and its provenance
     location: Location | None = None
+    children: tuple[str, ...] = ()  # ids of a workflow's children: refused, never pruned
+
+
+BASELINE_CAPABILITIES = frozenset(
+    {
+        "AUDIT_WRITE",
+        "CHOWN",
+        "DAC_OVERRIDE",
+        "FOWNER",
+        "FSETID",
+        "KILL",
+        "MKNOD",
+        "NET_BIND_SERVICE",
+        "SETFCAP",
+        "SETGID",
+        "SETPCAP",
+        "SETUID",
+        "SYS_CHROOT",
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -215,6 +235,9 @@ class OrgPolicy:
     allowed_scheduler_names: frozenset[str] | None = None
     allow_privileged: bool = False
     allow_host_path: bool = False
+    # Pod Security "baseline": capabilities a container may add (CAP_ prefix ignored).
+    allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
+    allow_run_as_root: bool = True
 
 
 @dataclass(frozen=True)
