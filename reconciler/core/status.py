@@ -293,8 +293,9 @@ def render_status(
     ``repo`` is the config in force (the last good one when the newest commit is invalid:
     pass that commit's errors as ``config_error`` and its SHA as ``config_version``).
     ``states`` are the current workloads per operation id (``observe.current_states``);
-    ``plan`` is this cycle's plan over them."""
-    records = build_status(repo, plan, states)
+    ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
+    (operation -> reason and error): they stay Queued."""
+    records = build_status(repo, plan, states, failed)
     files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     queues = [QueueStatus.from_summary(q).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})

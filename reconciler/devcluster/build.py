@@ -167,7 +167,9 @@ def _install_target(name: str, version: str) -> Path:
     return cache_root() / "bin" / f"{name}-{version}"
 
 
-def _go_install(name: str, version: str, package: str, progress: Progress) -> Path:
+def _go_install(
+    name: str, version: str, package: str, progress: Progress, ldflags: str = "-s -w"
+) -> Path:
     """``go install package@version`` into the cache, if missing; return the binary."""
     target = _install_target(name, version)
     binary = target / name
@@ -181,7 +183,7 @@ def _go_install(name: str, version: str, package: str, progress: Progress) -> Pa
         env_bin = Path(tmp) / "bin"
         env_bin.mkdir()
         _run_go(
-            ["install", "-trimpath", "-ldflags", "-s -w", f"{package}@{version}"],
+            ["install", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
             Path(tmp),
             name,
             cache_root() / "build.log",
@@ -206,7 +208,13 @@ def ensure_binaries(progress: Progress = print) -> Binaries:
         progress,
     )
     kwok = _go_install("kwok", KWOK_VERSION, "sigs.k8s.io/kwok/cmd/kwok", progress)
-    helm = _go_install("helm", HELM_VERSION, "helm.sh/helm/v4/cmd/helm", progress)
+    helm = _go_install(
+        "helm",
+        HELM_VERSION,
+        "helm.sh/helm/v4/cmd/helm",
+        progress,
+        f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+    )
     return Binaries(
         etcd=etcd["etcd"],
         kube_apiserver=k8s["kube-apiserver"],
