@@ -6,6 +6,7 @@ ServiceAccount's rights."""
 from __future__ import annotations
 
 import base64
+import json
 import os
 import shutil
 import subprocess
@@ -276,6 +277,25 @@ def test_everything_rendered_passes_server_side_dry_run(
     assert kubectl("get", "deployment", SA, "-n", namespace, check=False).returncode != 0
 
 
+def test_install_upgrade_and_uninstall_a_release(
+    helm: Run, kubectl: Run, kube_cluster: KubeCluster, namespace: str
+) -> None:
+    kube = ("--kubeconfig", str(kube_cluster.kubeconfig), "--namespace", namespace)
+    helm("install", RELEASE, str(CHART), *kube, "--set", f"repo.url={REPO_URL}")
+    deploy = json.loads(kubectl("get", "deployment", SA, "-n", namespace, "-o", "json").stdout)
+    assert deploy["spec"]["replicas"] == 2
+    assert kubectl("get", "role,rolebinding", f"{SA}-leader", "-n", namespace).returncode == 0
+    helm("upgrade", RELEASE, str(CHART), *kube, "--reuse-values", "--set", "replicaCount=3")
+    deploy = json.loads(kubectl("get", "deployment", SA, "-n", namespace, "-o", "json").stdout)
+    assert deploy["spec"]["replicas"] == 3
+    status = json.loads(helm("status", RELEASE, *kube, "-o", "json").stdout)
+    assert status["version"] == 2 and status["info"]["status"] == "deployed"
+    assert "kubectl -n " + namespace + " get lease " + LEASE in status["info"]["notes"]
+    helm("uninstall", RELEASE, *kube, "--wait", "--timeout", "60s")
+    gone = kubectl("get", "clusterrole", f"{SA}-{namespace}", check=False)
+    assert gone.returncode != 0 and "NotFound" in gone.stderr
+
+
 # --- RBAC ---------------------------------------------------------------------------------
 
 
@@ -467,3 +487,36 @@ def test_a_cycle_with_the_charts_rights_dispatches_and_reports_a_forbidden_names
     assert f"namespace {missing} does not exist" in record["message"]
     assert "rbac.createNamespaces=true" in record["message"]
     assert kubectl("get", "namespace", missing, check=False).returncode != 0
+
+
+def test_leader_election_works_with_the_charts_rights_alone(
+    installed_rbac: Callable[..., None],
+    kubectl: Run,
+    kube_cluster: KubeCluster,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    from kubernetes import config
+
+    from reconciler.adapters.kube import KubeError
+    from reconciler.runtime.leader import LeaderElector
+
+    installed_rbac()
+    wait_until(
+        lambda: can_i(kubectl, namespace, "create", "leases.coordination.k8s.io", "@release"),
+        timeout=30,
+        what="the chart's bindings in effect",
+    )
+    as_sa = service_account_kubeconfig(kubectl, kube_cluster, namespace, tmp_path / "sa")
+    api = config.new_client_from_config(config_file=str(as_sa))
+    elector = LeaderElector(api, namespace, LEASE, "rec-0", 3.0, 2.0, 0.5)
+    assert elector.try_acquire_or_renew() and elector.is_leader()  # create
+    assert elector.try_acquire_or_renew() and elector.is_leader()  # get + update
+    elector.stop(release=True)
+    holder = kubectl(
+        "get", "lease", LEASE, "-n", namespace, "-o", "jsonpath={.spec.holderIdentity}"
+    )
+    assert holder.stdout == ""  # released with an update
+    other = LeaderElector(api, namespace, "another-lease", "rec-0", 3.0, 2.0, 0.5)
+    with pytest.raises(KubeError, match="forbidden"):
+        other.lease.get()
