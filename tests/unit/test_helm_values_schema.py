@@ -69,3 +69,13 @@ def test_good_variations_are_accepted() -> None:
     data["repo"]["credentials"] = {"type": "token", "token": {"username": "oauth2", "token": "t"}}
     data["serviceMonitor"]["enabled"] = True
     assert errors(data) == []
+
+
+def test_the_image_runs_as_the_user_the_chart_asks_for() -> None:
+    dockerfile = (CHART.parents[1] / "Dockerfile").read_text()
+    security = values()["podSecurityContext"]
+    uid, gid = security["runAsUser"], security["runAsGroup"]
+    assert f"USER {uid}:{gid}" in dockerfile
+    assert f"--uid {uid}" in dockerfile  # a passwd entry: ssh needs one
+    assert 'ENTRYPOINT ["reconciler"]' in dockerfile
+    assert "FROM python:3.11-slim" in dockerfile
