@@ -196,8 +196,10 @@ def _go_install(
     return binary
 
 
-def ensure_binaries(progress: Progress = print) -> Binaries:
-    """Return the control-plane binaries, building whichever is not cached yet."""
+def ensure_binaries(progress: Progress = print, *, helm: bool = True) -> Binaries:
+    """Return the control-plane binaries, building whichever is not cached yet. With
+    ``helm=False`` (the cluster itself does not need it) helm's path is returned as is,
+    built or not."""
     etcd = _build_module("etcd", ETCD_VERSION, GO_DIR / "etcd", {"etcd": "."}, "-s -w", progress)
     k8s = _build_module(
         "kubernetes",
@@ -208,12 +210,16 @@ def ensure_binaries(progress: Progress = print) -> Binaries:
         progress,
     )
     kwok = _go_install("kwok", KWOK_VERSION, "sigs.k8s.io/kwok/cmd/kwok", progress)
-    helm = _go_install(
-        "helm",
-        HELM_VERSION,
-        "helm.sh/helm/v4/cmd/helm",
-        progress,
-        f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+    helm_binary = (
+        _go_install(
+            "helm",
+            HELM_VERSION,
+            "helm.sh/helm/v4/cmd/helm",
+            progress,
+            f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+        )
+        if helm
+        else cached_binaries().helm
     )
     return Binaries(
         etcd=etcd["etcd"],
@@ -222,7 +228,7 @@ def ensure_binaries(progress: Progress = print) -> Binaries:
         kube_scheduler=k8s["kube-scheduler"],
         kubectl=k8s["kubectl"],
         kwok=kwok,
-        helm=helm,
+        helm=helm_binary,
     )
 
 

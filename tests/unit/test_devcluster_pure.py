@@ -127,3 +127,6 @@ def test_cached_binaries_are_where_the_build_puts_them_and_are_not_rebuilt(
     messages: list[str] = []
     assert build.ensure_binaries(progress=messages.append) == where
     assert any(m.startswith(f"helm {build.HELM_VERSION}: cached") for m in messages)
+    where.helm.unlink()  # `dev-cluster up` does not need helm: never built there
+    assert build.ensure_binaries(progress=messages.append, helm=False).helm == where.helm
+    assert not where.helm.exists()
