@@ -520,3 +520,91 @@ def test_leader_election_works_with_the_charts_rights_alone(
     other = LeaderElector(api, namespace, "another-lease", "rec-0", 3.0, 2.0, 0.5)
     with pytest.raises(KubeError, match="forbidden"):
         other.lease.get()
+
+
+def test_the_containers_command_line_runs_and_dispatches(
+    helm: Run,
+    installed_rbac: Callable[..., None],
+    kubectl: Run,
+    kube: Any,
+    kube_cluster: KubeCluster,
+    config_repo: Path,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """The Deployment's args and env, as rendered, run by the real CLI as the chart's
+    ServiceAccount; only what a pod would get from the kubelet is filled in here (the
+    downward API, in-cluster credentials as a kubeconfig, the mounted paths)."""
+    import signal
+    import socket
+    import sys
+    import urllib.request
+
+    installed_rbac()
+    wait_until(
+        lambda: can_i(kubectl, namespace, "create", "leases.coordination.k8s.io", "@release"),
+        timeout=30,
+        what="the chart's bindings in effect",
+    )
+    as_sa = service_account_kubeconfig(kubectl, kube_cluster, namespace, tmp_path / "sa")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    rendered = docs(
+        template(
+            helm,
+            namespace,
+            f"repo.url={config_repo}",
+            "repo.interval=1s",
+            f"http.port={port}",
+            "clusters[0].name=local",
+            "clusters[0].existingSecret=local-kubeconfig",
+        )
+    )
+    c = container(rendered)
+    pod = {"POD_NAME": "rec-7d9f-abcde", "POD_NAMESPACE": namespace}
+    mounts = {
+        "/var/cache/reconciler": str(tmp_path / "cache"),
+        "/etc/reconciler/clusters/local/kubeconfig": str(as_sa),
+    }
+    args = []
+    for arg in c["args"]:
+        for var, value in pod.items():
+            arg = arg.replace(f"$({var})", value)
+        for path, local in mounts.items():
+            arg = arg.replace(path, local)
+        args.append(arg)
+    assert args[-1] == f"--cluster-kubeconfig=local={as_sa}"
+    env = {"PATH": os.environ["PATH"], "PYTHONPATH": os.environ.get("PYTHONPATH", "")}
+    env |= {e["name"]: e["value"] for e in c["env"] if "value" in e} | pod
+    env["HOME"] = str(tmp_path)
+    log = tmp_path / "reconciler.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "reconciler", *args, f"--lease-kubeconfig={as_sa}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("w"),
+    )
+    try:
+
+        def ready() -> bool:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/readyz", timeout=2) as r:
+                    return bool(r.status == 200)
+            except OSError:
+                return False
+
+        wait_until(ready, timeout=90, what=f"/readyz (log: {log.read_text()[-2000:]})")
+        wait_until(
+            lambda: len(kube.list_managed("Job").items) >= 3,
+            timeout=60,
+            what="Jobs dispatched",
+        )
+        lease = kubectl("get", "lease", LEASE, "-n", namespace, "-o", "json").stdout
+        assert json.loads(lease)["spec"]["holderIdentity"] == pod["POD_NAME"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+    assert proc.returncode == 0, log.read_text()[-2000:]
+    released = kubectl("get", "lease", LEASE, "-n", namespace, "-o", "json").stdout
+    assert not json.loads(released)["spec"].get("holderIdentity")  # SIGTERM released it
