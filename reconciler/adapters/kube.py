@@ -35,6 +35,10 @@ class KubeError(RuntimeError):
         self.reason = reason
 
 
+class NamespaceForbidden(KubeError):
+    """The operation's namespace is missing and RBAC forbids creating it (or reading it)."""
+
+
 class WatchExpired(KubeError):
     """The watch's resourceVersion is too old (HTTP 410): relist, then watch again."""
 
@@ -178,14 +182,31 @@ class Kube:
 
     @_transport
     def ensure_namespace(self, name: str) -> None:
+        """Create namespace ``name`` if it is missing. ``NamespaceForbidden`` when RBAC
+        allows neither reading it nor creating it."""
         try:
             self.core.read_namespace(name)
         except ApiException as exc:
+            if exc.status == 403:
+                raise NamespaceForbidden(
+                    f"namespace {name}: the reconciler may not read namespaces "
+                    "(grant get on namespaces)",
+                    403,
+                    "Forbidden",
+                ) from None
             if exc.status != 404:
                 raise _error(exc, f"reading namespace {name}") from exc
             try:
                 self.core.create_namespace(cast(Any, {"metadata": {"name": name}}))
             except ApiException as create_exc:
+                if create_exc.status == 403:
+                    raise NamespaceForbidden(
+                        f"namespace {name} does not exist and the reconciler may not create "
+                        "it: create it, or grant create on namespaces "
+                        "(Helm value rbac.createNamespaces=true)",
+                        403,
+                        "Forbidden",
+                    ) from None
                 if create_exc.status != 409:
                     raise _error(create_exc, f"creating namespace {name}") from create_exc
 

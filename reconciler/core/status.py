@@ -52,6 +52,8 @@ class StatusReason(enum.StrEnum):
     WORKLOAD_CREATED = "WorkloadCreated"  # dispatched this cycle, not observed yet
     REMOVED_FROM_REPO = "RemovedFromRepo"
     PRUNE_REFUSED = "PruneRefused"  # removed, but the mass-deletion guard held
+    DISPATCH_FAILED = "DispatchFailed"  # planned, but creating the workload failed
+    NAMESPACE_FORBIDDEN = "NamespaceForbidden"  # its namespace is missing, may not create it
 
 
 class StatusFileError(ValueError):
@@ -288,14 +290,16 @@ def render_status(
     *,
     config_error: tuple[ConfigError, ...] = (),
     config_version: str | None = None,
+    failed: Mapping[str, tuple[StatusReason, str]] | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
     ``repo`` is the config in force (the last good one when the newest commit is invalid:
     pass that commit's errors as ``config_error`` and its SHA as ``config_version``).
     ``states`` are the current workloads per operation id (``observe.current_states``);
-    ``plan`` is this cycle's plan over them."""
-    records = build_status(repo, plan, states)
+    ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
+    (operation -> reason and error): they stay Queued."""
+    records = build_status(repo, plan, states, failed)
     files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
@@ -318,7 +322,10 @@ def _kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
 
 
 def build_status(
-    repo: CompiledRepo, plan: Plan, states: Mapping[str, WorkloadState]
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    failed: Mapping[str, tuple[StatusReason, str]] | None = None,
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
     their parents), rejected ones, and those only observed (e.g. removed but still running)."""
@@ -332,7 +339,9 @@ def build_status(
         state = states.get(op.id)
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
-        record = _compiled_record(repo, op, state, op.id in dispatched, pending.get(op.id))
+        record = _compiled_record(
+            repo, op, state, op.id in dispatched, pending.get(op.id), (failed or {}).get(op.id)
+        )
         out[op.id] = record
         if op.workflow is not None:
             children.setdefault(op.workflow.parent, []).append(record)
@@ -353,6 +362,7 @@ def _compiled_record(
     state: WorkloadState | None,
     dispatched: bool,
     pending: Pending | None,
+    failure: tuple[StatusReason, str] | None = None,
 ) -> OperationStatus:
     desired = spec_hash(op, repo.connections)
     workflow = (
@@ -389,6 +399,15 @@ def _compiled_record(
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
         )
     name = workload_name(op.project, op.name, op.generation)
+    if dispatched and failure is not None:
+        return OperationStatus(
+            **common,
+            phase=Phase.QUEUED.value,
+            reason=failure[0].value,
+            message=failure[1],
+            workload=name,
+            config_commit=repo.version,
+        )
     if dispatched:
         return OperationStatus(
             **common,

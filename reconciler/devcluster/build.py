@@ -3,7 +3,8 @@
 Kubernetes cannot be ``go install``-ed because its go.mod replaces every staging module
 with a local path, so ``go/k8s`` is a wrapper module that requires ``k8s.io/kubernetes``
 and pins each staging module to the matching ``v0.X.Y`` release. etcd's server module
-has the same problem and gets its own wrapper ``go/etcd``. kwok installs directly.
+has the same problem and gets its own wrapper ``go/etcd``. kwok and helm (used by the
+chart tests) install directly.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pathlib import Path
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
 KWOK_VERSION = "v0.8.0"
+HELM_VERSION = "v4.3.2"
 
 GO_DIR = Path(__file__).parent / "go"
 K8S_COMMANDS = ("kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubectl")
@@ -40,6 +42,7 @@ class Binaries:
     kube_scheduler: Path
     kubectl: Path
     kwok: Path
+    helm: Path
 
     def all(self) -> dict[str, Path]:
         return {
@@ -49,6 +52,7 @@ class Binaries:
             "kube-scheduler": self.kube_scheduler,
             "kubectl": self.kubectl,
             "kwok": self.kwok,
+            "helm": self.helm,
         }
 
 
@@ -108,6 +112,10 @@ def _run_go(
         raise BuildError(f"building {what} failed (see {log}):\n" + "\n".join(tail))
 
 
+def _module_target(name: str, version: str, module: Path) -> Path:
+    return cache_root() / "bin" / f"{name}-{version}-{_module_key(module)}"
+
+
 def _build_module(
     name: str,
     version: str,
@@ -117,7 +125,7 @@ def _build_module(
     progress: Progress,
 ) -> dict[str, Path]:
     """Build each ``binary -> package`` of a wrapper module into the cache, if missing."""
-    target = cache_root() / "bin" / f"{name}-{version}-{_module_key(module)}"
+    target = _module_target(name, version, module)
     wanted = {binary: target / binary for binary in commands}
     if all(path.is_file() for path in wanted.values()):
         progress(f"{name} {version}: cached in {target}")
@@ -155,40 +163,43 @@ def _build_module(
     return wanted
 
 
-def _build_kwok(progress: Progress) -> Path:
-    target = cache_root() / "bin" / f"kwok-{KWOK_VERSION}"
-    binary = target / "kwok"
+def _install_target(name: str, version: str) -> Path:
+    return cache_root() / "bin" / f"{name}-{version}"
+
+
+def _go_install(
+    name: str, version: str, package: str, progress: Progress, ldflags: str = "-s -w"
+) -> Path:
+    """``go install package@version`` into the cache, if missing; return the binary."""
+    target = _install_target(name, version)
+    binary = target / name
     if binary.is_file():
-        progress(f"kwok {KWOK_VERSION}: cached in {target}")
+        progress(f"{name} {version}: cached in {target}")
         return binary
     target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="build-kwok-", dir=target.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix=f"build-{name}-", dir=target.parent) as tmp:
         started = time.monotonic()
-        progress(f"kwok {KWOK_VERSION}: building kwok")
+        progress(f"{name} {version}: building {name}")
         env_bin = Path(tmp) / "bin"
         env_bin.mkdir()
         _run_go(
-            [
-                "install",
-                "-trimpath",
-                "-ldflags",
-                "-s -w",
-                f"sigs.k8s.io/kwok/cmd/kwok@{KWOK_VERSION}",
-            ],
+            ["install", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
             Path(tmp),
-            "kwok",
+            name,
             cache_root() / "build.log",
             {"GOBIN": str(env_bin), "GOFLAGS": ""},
         )
-        progress(f"kwok {KWOK_VERSION}: built in {time.monotonic() - started:.0f}s")
+        progress(f"{name} {version}: built in {time.monotonic() - started:.0f}s")
         if target.exists():
             shutil.rmtree(target)
         env_bin.rename(target)
     return binary
 
 
-def ensure_binaries(progress: Progress = print) -> Binaries:
-    """Return the control-plane binaries, building whichever is not cached yet."""
+def ensure_binaries(progress: Progress = print, *, helm: bool = True) -> Binaries:
+    """Return the control-plane binaries, building whichever is not cached yet. With
+    ``helm=False`` (the cluster itself does not need it) helm's path is returned as is,
+    built or not."""
     etcd = _build_module("etcd", ETCD_VERSION, GO_DIR / "etcd", {"etcd": "."}, "-s -w", progress)
     k8s = _build_module(
         "kubernetes",
@@ -198,7 +209,18 @@ def ensure_binaries(progress: Progress = print) -> Binaries:
         _k8s_ldflags(),
         progress,
     )
-    kwok = _build_kwok(progress)
+    kwok = _go_install("kwok", KWOK_VERSION, "sigs.k8s.io/kwok/cmd/kwok", progress)
+    helm_binary = (
+        _go_install(
+            "helm",
+            HELM_VERSION,
+            "helm.sh/helm/v4/cmd/helm",
+            progress,
+            f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+        )
+        if helm
+        else cached_binaries().helm
+    )
     return Binaries(
         etcd=etcd["etcd"],
         kube_apiserver=k8s["kube-apiserver"],
@@ -206,4 +228,20 @@ def ensure_binaries(progress: Progress = print) -> Binaries:
         kube_scheduler=k8s["kube-scheduler"],
         kubectl=k8s["kubectl"],
         kwok=kwok,
+        helm=helm_binary,
+    )
+
+
+def cached_binaries() -> Binaries:
+    """Where :func:`ensure_binaries` puts each binary, without building anything: a path
+    that does not exist means that binary is not built yet."""
+    k8s = _module_target("kubernetes", KUBERNETES_VERSION, GO_DIR / "k8s")
+    return Binaries(
+        etcd=_module_target("etcd", ETCD_VERSION, GO_DIR / "etcd") / "etcd",
+        kube_apiserver=k8s / "kube-apiserver",
+        kube_controller_manager=k8s / "kube-controller-manager",
+        kube_scheduler=k8s / "kube-scheduler",
+        kubectl=k8s / "kubectl",
+        kwok=_install_target("kwok", KWOK_VERSION) / "kwok",
+        helm=_install_target("helm", HELM_VERSION) / "helm",
     )

@@ -188,7 +188,7 @@ class DevCluster:
             self.down(progress)
 
         progress("[1/7] binaries")
-        bins = binaries or ensure_binaries(progress)
+        bins = binaries or ensure_binaries(progress, helm=False)
         self._reset_state_dir()
         ports = {
             name: _free_port()

@@ -22,12 +22,13 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from reconciler.adapters.kube import Kube, KubeError
+from reconciler.adapters.kube import Kube, KubeError, NamespaceForbidden
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, current_states, observe_workloads
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
+from reconciler.core.status import StatusReason
 from reconciler.core.types import (
     ClusterSpec,
     CompiledRepo,
@@ -73,6 +74,7 @@ class CycleResult:
     adopted: tuple[str, ...] = ()
     stopped: tuple[str, ...] = ()
     failed: Mapping[str, str] = field(default_factory=dict)  # operation -> error
+    failure_reasons: Mapping[str, StatusReason] = field(default_factory=dict)  # of failed
     leading: bool = True
     attempted_version: str | None = None  # the newest version read, valid or not
     duration: float = 0.0  # seconds the cycle took
@@ -239,12 +241,13 @@ class Reconciler:
 
     def _converge(
         self, compiled: CompiledRepo, plan: Plan, states: dict[str, WorkloadState], now: datetime
-    ) -> tuple[list[str], list[str], list[str], dict[str, str]]:
+    ) -> tuple[list[str], list[str], list[str], dict[str, str], dict[str, StatusReason]]:
         ops = {op.id: op for op in compiled.operations}
         dispatched: list[str] = []
         adopted: list[str] = []
         stopped: list[str] = []
         failed: dict[str, str] = {}
+        reasons: dict[str, StatusReason] = {}
         broken: set[str] = set()
         for item in plan.dispatch:
             op = ops[item.operation]
@@ -263,6 +266,11 @@ class Reconciler:
                     kube.ensure_namespace(op.namespace)
                     self._namespaces.add((op.cluster, op.namespace))
                 results = [kube.create_or_adopt(m) for m in rendered.manifests]
+            except NamespaceForbidden as exc:  # this namespace only: the cluster is fine
+                failed[op.id] = str(exc)
+                reasons[op.id] = StatusReason.NAMESPACE_FORBIDDEN
+                log.error("dispatch of %s failed: %s", op.id, exc)
+                continue
             except (KubeError, OSError) as exc:
                 broken.add(op.cluster)
                 failed[op.id] = str(exc)
@@ -323,7 +331,7 @@ class Reconciler:
             stopped.append(stop.operation)
             states[stop.operation] = replace(victim, phase=Phase.STOPPED, message=stop.reason)
             log.info("stopped %s: %s", stop.operation, stop.reason)
-        return dispatched, adopted, stopped, failed
+        return dispatched, adopted, stopped, failed, reasons
 
     def _event(
         self,
@@ -425,8 +433,11 @@ class Reconciler:
         adopted: list[str] = []
         stopped: list[str] = []
         failed: dict[str, str] = {}
+        reasons: dict[str, StatusReason] = {}
         if leading:
-            dispatched, adopted, stopped, failed = self._converge(compiled, plan, states, now)
+            dispatched, adopted, stopped, failed, reasons = self._converge(
+                compiled, plan, states, now
+            )
             self._annotate(compiled, states, down)
         for op_id, state in states.items():
             if state.phase is not Phase.QUEUED:
@@ -444,6 +455,7 @@ class Reconciler:
             adopted=tuple(adopted),
             stopped=tuple(stopped),
             failed=failed,
+            failure_reasons=reasons,
             leading=leading,
             attempted_version=attempted,
         )

@@ -7,7 +7,13 @@ import logging
 
 from reconciler.adapters.git import GitSyncError, StatusBranch
 from reconciler.core.observe import WorkloadState
-from reconciler.core.status import read_status, render_status, status_changes, summarize_cycle
+from reconciler.core.status import (
+    StatusReason,
+    read_status,
+    render_status,
+    status_changes,
+    summarize_cycle,
+)
 from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult
 
@@ -67,6 +73,10 @@ class StatusPublisher:
                 result.states,
                 config_error=result.config_errors,
                 config_version=result.attempted_version,
+                failed={
+                    op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
+                    for op, error in result.failed.items()
+                },
             )
             changes = status_changes(before, files)
             if not changes:

@@ -106,3 +106,27 @@ def test_shape_errors_point_at_the_offending_value(tmp_path: Path) -> None:
     with pytest.raises(ShapeError) as err:
         load_shape(shape)
     assert str(err.value).startswith(f"{shape}:4:9: pools.0.gpus: ")
+
+
+def test_cached_binaries_are_where_the_build_puts_them_and_are_not_rebuilt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from reconciler.devcluster import build
+
+    monkeypatch.setenv("RECONCILER_CACHE_DIR", str(tmp_path))
+    where = build.cached_binaries()
+    assert where.helm == tmp_path / "bin" / f"helm-{build.HELM_VERSION}" / "helm"
+    assert where.kwok == tmp_path / "bin" / f"kwok-{build.KWOK_VERSION}" / "kwok"
+    assert where.kubectl.parent.name.startswith(f"kubernetes-{build.KUBERNETES_VERSION}-")
+    assert set(where.all()) >= {"kubectl", "helm", "kwok", "etcd"}
+    # a cached binary is returned as is: go is never run
+    for path in where.all().values():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"")
+    monkeypatch.setattr(build, "_go", lambda: pytest.fail("go must not run for a cached binary"))
+    messages: list[str] = []
+    assert build.ensure_binaries(progress=messages.append) == where
+    assert any(m.startswith(f"helm {build.HELM_VERSION}: cached") for m in messages)
+    where.helm.unlink()  # `dev-cluster up` does not need helm: never built there
+    assert build.ensure_binaries(progress=messages.append, helm=False).helm == where.helm
+    assert not where.helm.exists()

@@ -16,6 +16,7 @@ from reconciler.core.status import (
     QUEUES_FILE,
     ConfigStatus,
     OperationStatus,
+    StatusReason,
     parse_status_file,
     read_status,
     render_status,
@@ -137,6 +138,30 @@ def test_dispatched_this_cycle_counts_in_queue_usage() -> None:
     assert (first["phase"], first["reason"]) == ("Dispatched", "WorkloadCreated")
     queue = load(files, QUEUES_FILE)["queues"][0]
     assert (queue["active"], queue["used"], queue["pending"]) == (2, {"nvidia.com/gpu": "2"}, 3)
+
+
+def test_a_failed_dispatch_stays_queued_with_its_reason() -> None:
+    world = seed()
+    message = "namespace vision does not exist and the reconciler may not create it"
+    _, files = cycle(
+        world,
+        {},
+        failed={
+            "vision/train-1": (StatusReason.NAMESPACE_FORBIDDEN, message),
+            "vision/train-5": (StatusReason.DISPATCH_FAILED, "not planned: ignored"),
+        },
+    )
+    first = load(files, "status/vision/train-1.yaml")
+    assert (first["phase"], first["reason"], first["message"]) == (
+        "Queued",
+        "NamespaceForbidden",
+        message,
+    )
+    assert "dispatchedAt" not in first
+    second = load(files, "status/vision/train-2.yaml")  # dispatched in the same cycle
+    assert (second["phase"], second["reason"]) == ("Dispatched", "WorkloadCreated")
+    fifth = load(files, "status/vision/train-5.yaml")  # a failure only counts if planned
+    assert (fifth["phase"], fifth["reason"]) == ("Queued", "QuotaExceeded")
 
 
 def test_render_is_deterministic_whatever_the_input_order() -> None:
