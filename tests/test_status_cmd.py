@@ -13,7 +13,7 @@ from builders import NOW
 from click.testing import CliRunner
 from test_git_adapter import git
 
-from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
@@ -120,3 +120,26 @@ def test_status_errors_are_one_line_and_exit_1(remote: Path, tmp_path: Path) -> 
     code, _, err = run("status", "--repo", str(remote), "--cache-dir", cache)
     assert code == 0
     assert "config x is invalid; y stays in force" in err and "a.yaml:1:2: bad" in err
+
+
+def test_plan_reads_a_clones_origin_copy_of_the_status_branch(remote: Path, tmp_path: Path) -> None:
+    from reconciler.cli.plan_cmd import observed_on_status_branch
+
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    assert write_cycle(repo, StatusBranch(repo)) is not None
+    checkout = tmp_path / "pr-checkout"
+    git(tmp_path, "clone", "-q", str(remote), str(checkout))  # only origin/reconciler/status
+    assert not git(checkout, "branch", "--list", "reconciler/status")
+    seen = observed_on_status_branch(checkout)
+    assert seen and {o.phase for o in seen} == {"Dispatched"}
+    # A local branch, once there, wins over origin's copy.
+    git(checkout, "branch", "reconciler/status", "origin/reconciler/status~0")
+    assert observed_on_status_branch(checkout) == seen
+    # A status branch read from another ref is read-only.
+    other = StatusBranch(
+        ConfigRepo(str(checkout), cache_dir=tmp_path / "c2"),
+        source_ref="refs/remotes/origin/reconciler/status",
+    )
+    assert other.read()
+    with pytest.raises(GitSyncError, match="read-only"):
+        other.write({"status/x.yaml": b"x: 1\n"}, "no")

@@ -109,8 +109,10 @@ def _run(
 def _fetch(
     repo: git.Repo, remote: str, branch: str, tracking: str, timeout: float | None
 ) -> str | None:
-    """Fetch ``branch`` of ``remote`` into ``tracking``; its SHA, or None if it does not exist.
-    Raises GitSyncError for anything else (unreachable, auth, not a repository)."""
+    """Fetch ``branch`` of ``remote`` (a branch name, or a full ``refs/...`` name) into
+    ``tracking``; its SHA, or None if it does not exist. Raises GitSyncError for anything
+    else (unreachable, auth, not a repository)."""
+    ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
     try:
         repo.git.execute(
             [
@@ -120,7 +122,7 @@ def _fetch(
                 "--no-tags",
                 "--no-write-fetch-head",
                 remote,
-                f"+refs/heads/{branch}:{tracking}",
+                f"+{ref}:{tracking}",
             ],
             env=_ENV,
             kill_after_timeout=timeout,
@@ -375,6 +377,7 @@ class StatusBranch:
         max_backoff: float = 2.0,
         sleep: Callable[[float], None] = time.sleep,
         fetch_timeout: float | None = 120.0,
+        source_ref: str | None = None,
     ) -> None:
         if isinstance(repo, ConfigRepo):
             self._git = repo.open()
@@ -389,6 +392,8 @@ class StatusBranch:
         self.max_backoff = max_backoff
         self.sleep = sleep
         self.fetch_timeout = fetch_timeout
+        # Read from another ref of the remote, e.g. a clone's refs/remotes/origin/<branch>.
+        self.source_ref = source_ref or branch
         self.tracking = f"refs/reconciler/status-tip/{branch}"
         self.attempts = 0  # pushes tried by the last write (1 when nobody raced us)
         self.last_tip: str | None = None  # the remote tip seen by the last fetch
@@ -396,7 +401,7 @@ class StatusBranch:
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
         self.last_tip = _fetch(
-            self._git, self.remote, self.branch, self.tracking, self.fetch_timeout
+            self._git, self.remote, self.source_ref, self.tracking, self.fetch_timeout
         )
         return self.last_tip
 
@@ -445,6 +450,8 @@ class StatusBranch:
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:
         """Commit ``changes`` (``None`` deletes) on the remote tip and push; the new commit's
         SHA, or None when the tree would not change (no commit is made)."""
+        if self.source_ref != self.branch:
+            raise GitSyncError(f"status read from {self.source_ref} is read-only")
         blobs = self._store({p: data for p, data in changes.items() if data is not None})
         self.attempts = 0
         last = ""

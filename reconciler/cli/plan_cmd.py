@@ -182,15 +182,17 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
 
 
 def observed_on_status_branch(repo_dir: Path) -> tuple[ObservedOperation, ...]:
-    """The phases the reconciler last wrote to the status branch; none when there is no
-    branch (or no Git repo), so every operation counts as Queued."""
+    """The phases the reconciler last wrote to the status branch: the local branch, else a
+    clone's ``origin/`` copy (a PR checkout has only that); none when there is neither (or
+    no Git repo), so every operation counts as Queued."""
     if not is_git_repo(repo_dir):
         return ()
-    try:
-        view = read_branch(str(repo_dir), STATUS_BRANCH, None)
-    except (StatusError, GitSyncError):
-        return ()
-    return observed_from_status(view)
+    for ref in (None, f"refs/remotes/origin/{STATUS_BRANCH}"):
+        try:
+            return observed_from_status(read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref))
+        except (StatusError, GitSyncError):
+            continue
+    return ()
 
 
 def observed_live(repo_dir: Path, overrides: dict[str, Path]) -> tuple[ObservedOperation, ...]:

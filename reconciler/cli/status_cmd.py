@@ -133,9 +133,12 @@ def warnings(view: StatusView) -> list[str]:
 # --- I/O --------------------------------------------------------------------------------
 
 
-def read_branch(repo: str, branch: str, cache_dir: Path | None) -> StatusView:
+def read_branch(
+    repo: str, branch: str, cache_dir: Path | None, *, ref: str | None = None
+) -> StatusView:
+    """The status view at ``branch`` of ``repo`` (or at another ``ref`` of it)."""
     config = ConfigRepo(repo, cache_dir=cache_dir)
-    status = StatusBranch(config, branch=branch)
+    status = StatusBranch(config, branch=branch, source_ref=ref)
     files = status.read()
     if status.last_tip is None:
         raise StatusError(
