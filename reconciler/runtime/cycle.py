@@ -394,6 +394,7 @@ class Reconciler:
                 sync_error=sync_error,
                 attempted_version=attempted,
             )
+        self._faults.hit("after-load")
         listed, health = self._observe(compiled)
         self._faults.hit("after-observe")
         states, observed, superseded = self._observed(compiled, listed, health)

@@ -44,6 +44,7 @@ class Runtime:
         if self.publisher is not None and result.leading:
             self.faults.hit("before-status")
             self.publisher.publish(result)
+            self.faults.hit("after-status")
             if self.publisher.last_error:
                 self.metrics.git_sync_errors.inc()
         m = self.metrics
