@@ -25,7 +25,12 @@ from typing import Protocol
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import ParseCache
-from reconciler.core.observe import WorkloadState, current_states, observe_workloads
+from reconciler.core.observe import (
+    ObservedReason,
+    WorkloadState,
+    current_states,
+    observe_workloads,
+)
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
 from reconciler.core.types import (
@@ -210,12 +215,20 @@ class Reconciler:
             else:
                 current[op_id] = created  # created, the watch has not shown it yet: count it
         for op_id, seen in self._seen.items():
-            if op_id in current or seen.cluster in down:
+            if op_id in current:
                 continue
             wanted = generations.get(op_id)
             if wanted is not None and wanted != seen.generation:
                 continue  # a generation bump: a new run, Queued until dispatched
-            if seen.phase.finished:
+            if seen.cluster in down:  # the last state seen holds, flagged, until it is back
+                if not seen.phase.finished:
+                    seen = replace(
+                        seen,
+                        reason=ObservedReason.CLUSTER_UNREACHABLE,
+                        message=f"cluster {seen.cluster} unreachable; last seen {seen.phase}",
+                    )
+                current[op_id] = seen
+            elif seen.phase.finished:
                 current[op_id] = seen
             else:
                 current[op_id] = replace(  # deleted by hand: never recreated

@@ -50,6 +50,7 @@ class Runtime:
         m = self.metrics
         m.cycle_duration.observe(result.duration)
         m.set_leader(result.leading)
+        m.observe_clusters((h.name, h.reachable) for h in result.clusters)
         if result.sync_error:
             m.git_sync_errors.inc()
         if result.plan is not None and result.compiled is not None:

@@ -7,7 +7,13 @@ import logging
 
 from reconciler.adapters.git import GitSyncError, StatusBranch
 from reconciler.core.observe import WorkloadState
-from reconciler.core.status import read_status, render_status, status_changes, summarize_cycle
+from reconciler.core.status import (
+    ClusterStatus,
+    read_status,
+    render_status,
+    status_changes,
+    summarize_cycle,
+)
 from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult
 
@@ -67,6 +73,9 @@ class StatusPublisher:
                 result.states,
                 config_error=result.config_errors,
                 config_version=result.attempted_version,
+                clusters=tuple(
+                    ClusterStatus(h.name, h.reachable, h.error) for h in result.clusters
+                ),
             )
             changes = status_changes(before, files)
             if not changes:
