@@ -1,8 +1,10 @@
 """A TCP proxy in a thread, to partition one client from the API server on demand.
 
 ``cut()`` drops every open connection and refuses new ones (the listening port is closed:
-connect gets ECONNREFUSED); ``heal()`` listens again on the same port. TLS passes through
-untouched, so the client still verifies the server's certificate for 127.0.0.1."""
+connect gets ECONNREFUSED); ``blackhole()`` keeps every connection open and accepts new ones
+but forwards nothing, so calls hang until the client's timeout (a silent partition);
+``heal()`` ends either. TLS passes through untouched, so the client still verifies the
+server's certificate for 127.0.0.1."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ class TcpProxy:
         self._lock = threading.Lock()
         self._conns: set[socket.socket] = set()
         self._stop = threading.Event()
+        self._dark = threading.Event()  # blackholed
         self._listen()
 
     @property
@@ -41,6 +44,10 @@ class TcpProxy:
                 client, _ = listener.accept()
             except OSError:  # closed by cut()
                 return
+            if self._dark.is_set():
+                with self._lock:
+                    self._conns.add(client)  # held open, never answered
+                continue
             try:
                 upstream = socket.create_connection(self.target, timeout=5)
             except OSError:
@@ -61,7 +68,8 @@ class TcpProxy:
                     data = key.fileobj.recv(65536)  # type: ignore[union-attr]
                     if not data:
                         return
-                    key.data.sendall(data)
+                    if not self._dark.is_set():  # blackholed: swallowed
+                        key.data.sendall(data)
                 if self._stop.is_set():
                     return
         except (OSError, ValueError):
@@ -89,7 +97,16 @@ class TcpProxy:
             conns = list(self._conns)
         self._close(*conns)
 
+    def blackhole(self) -> None:
+        """Forward nothing more, on open and new connections alike."""
+        self._dark.set()
+
     def heal(self) -> None:
+        if self._dark.is_set():  # what was swallowed broke those streams: close them
+            self._dark.clear()
+            with self._lock:
+                conns = list(self._conns)
+            self._close(*conns)
         if self._listener is None:
             self._listen()
 
