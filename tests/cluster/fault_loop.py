@@ -46,7 +46,7 @@ POINTS: tuple[tuple[str, int], ...] = (
     ("after-load", 3),
     ("after-observe", 3),
     ("after-plan", 3),
-    ("after-create", 6),
+    ("after-create", 4),
     ("before-status", 3),
     ("after-status", 3),
     ("timer", 0),  # no seam: the loop kills it a random 0-1.5 s after its first fetch
@@ -136,7 +136,7 @@ class FaultLoop:
     work: Path
     kube: Kube
     seed: int = 8
-    deadline: float = 12.0  # a run whose point is never reached is killed after this
+    deadline: float = 10.0  # a run whose point is never reached is killed after this
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
