@@ -1,9 +1,10 @@
 """The kill -9 loop of R1, shared by tests/cluster/test_faults_kill.py (20 runs in CI) and
 bench/fault_loop.py (50 or N runs, tallies printed).
 
-Each run commits one new operation, starts ``reconciler run`` as a subprocess with
-``RECONCILER_FAULTS`` set to a seeded random point and hit count, and waits for it to die
-(or SIGKILLs it itself after a random delay: a kill anywhere, e.g. mid status push). A
+Each run commits one new operation, starts ``reconciler run`` as a new process (forked by
+``zygote.py``, which has its imports done) with ``RECONCILER_FAULTS`` set to a seeded
+random point and hit count, and waits for it to die (or SIGKILLs it itself after a random
+delay: a kill anywhere, e.g. mid status push). A
 sampler lists the Jobs all along. After each run the invariants are checked against the
 cluster and the status branch:
 
@@ -19,8 +20,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -31,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler_env import commit_all, git
+from zygote import Zygote
 
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.repo import snapshot_git
@@ -144,6 +144,7 @@ class FaultLoop:
         self._compiled = compile_repo(snapshot_git(self.repo))
         self._lock = threading.Lock()
         self.sampler = LimitSampler(self.kube, self.compiled)
+        self.zygote = Zygote()  # forks each `reconciler run`, its imports already done
         self._recorded: set[str] = set()  # operations status has ever described
 
     def compiled(self) -> CompiledRepo:
@@ -152,9 +153,6 @@ class FaultLoop:
 
     def _argv(self) -> list[str]:
         return [
-            sys.executable,
-            "-m",
-            "reconciler",
             "run",
             "--repo",
             str(self.repo),
@@ -192,27 +190,20 @@ class FaultLoop:
             fault = f"{point}={self.rng.randint(1, highest)}"
             env["RECONCILER_FAULTS"] = fault
         started = time.monotonic()
-        path = self.work / f"run-{index:03d}.log"
-        log = path.open("w")
-        proc = subprocess.Popen(
-            self._argv(), stdout=subprocess.DEVNULL, stderr=log, env=env, text=True
-        )
-        try:
-            if point == "timer":  # a random moment after its first fetch
-                wall = time.time()
-                while proc.poll() is None and self._fetched_at() < wall:
-                    if time.monotonic() - started > self.deadline:
-                        break
-                    time.sleep(0.05)
-                time.sleep(delay)
-                raise subprocess.TimeoutExpired(proc.args, delay)
-            code: int | None = proc.wait(timeout=self.deadline)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)  # kill -9 wherever it is
-            proc.wait(timeout=10)
-            code = None
-        finally:
-            log.close()
+        log = str(self.work / f"run-{index:03d}.log")
+        self.zygote.start(self._argv(), env, log)
+        if point == "timer":  # a random moment after its first fetch
+            wall = time.time()
+            while self._fetched_at() < wall and time.monotonic() - started < self.deadline:
+                if (code := self.zygote.wait(0.05)) is not None:
+                    break
+            else:
+                code = self.zygote.wait(delay)
+        else:
+            code = self.zygote.wait(self.deadline)
+        if code is None:  # still running: kill -9 wherever it is
+            self.zygote.signal(signal.SIGKILL)
+            self.zygote.wait(10)
         seconds = time.monotonic() - started
         violations = []
         if code is not None and code != -signal.SIGKILL:
@@ -266,23 +257,20 @@ class FaultLoop:
         status; the seconds it took and what still differs when it timed out."""
         started = time.monotonic()
         env = {k: v for k, v in os.environ.items() if k != "RECONCILER_FAULTS"}
-        log = (self.work / "converge.log").open("w")
-        proc = subprocess.Popen(self._argv(), stdout=subprocess.DEVNULL, stderr=log, env=env)
+        self.zygote.start(self._argv(), env, str(self.work / "converge.log"))
         wanted = {op.id for op in self.compiled().operations}
         left: list[str] = ["nothing checked yet"]
-        try:
-            while time.monotonic() - started < timeout:
-                left = self._unconverged(wanted)
-                if not left:
-                    break
-                if proc.poll() is not None:
-                    left.append(f"reconciler exited {proc.returncode}; see converge.log")
-                    break
-                time.sleep(0.5)
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
-            log.close()
+        while time.monotonic() - started < timeout:
+            left = self._unconverged(wanted)
+            if not left:
+                break
+            if (code := self.zygote.wait(0.5)) is not None:
+                left.append(f"reconciler exited {code}; see converge.log")
+                break
+        self.zygote.signal(signal.SIGTERM)
+        if self.zygote.wait(30) is None:
+            self.zygote.signal(signal.SIGKILL)
+            self.zygote.wait(10)
         return time.monotonic() - started, left + self.check()
 
     def _unconverged(self, wanted: set[str]) -> list[str]:

@@ -115,8 +115,12 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
         # the last state seen holds, flagged; not Queued, so never dispatched again
         assert running.get("phase") in ("Dispatched", "Running"), running
         assert running.get("reason") == "ClusterUnreachable", running
-        config = _status_file(repo, "config.yaml") or {}
-        assert config.get("applied") == git(repo, "rev-parse", "HEAD")  # it kept loading
+        head = git(repo, "rev-parse", "HEAD")
+        wait_until(  # it kept loading commits
+            lambda: (_status_file(repo, "config.yaml") or {}).get("applied") == head,
+            timeout=30,
+            what="the commit made during the outage in force",
+        )
         assert proc.poll() is None
 
         dev.start_component("kube-apiserver")
