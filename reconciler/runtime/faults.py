@@ -11,7 +11,7 @@ reaches ``after-create``. Unset, every point is a no-op. The points, in cycle or
   the 3rd), before its Event and before the status write;
 - ``after-stop``: after each workload deleted by a stop;
 - ``before-status``: the cycle done, its status not written;
-- ``after-status``: the status commit pushed, metrics not updated yet.
+- ``after-status``: the status written (or found unchanged), metrics not updated yet.
 """
 
 from __future__ import annotations
