@@ -61,8 +61,7 @@ def main() -> int:
                     f"jobs {outcome.jobs:3d}  {verdict}"
                 )
             converge_seconds, left = loop.converge(timeout=300)
-            loop.sampler.halt.set()
-            loop.sampler.join()
+            loop.close()
             tallies = loop.tallies()
             tallies["converged"] = not left
             tallies["converge_seconds"] = round(converge_seconds, 1)

@@ -361,12 +361,20 @@ class Reconciler:
         self._events.submit(emit)
 
     def _annotate(
-        self, compiled: CompiledRepo, states: Mapping[str, WorkloadState], down: set[str]
+        self,
+        compiled: CompiledRepo,
+        states: Mapping[str, WorkloadState],
+        down: set[str],
+        present: set[str],
     ) -> None:
-        """Write each workload's op phase onto it when it changed."""
+        """Write each workload's op phase onto it when it changed. Only workloads seen in
+        this cycle's listing or created in it (``present``): a state carried over from an
+        earlier cycle or the status branch may have no Job any more (a finished Job deleted
+        by its TTL), and an apply to a missing Job would try to create it."""
         for state in states.values():
             if (
                 state.phase.value == state.annotated_phase
+                or state.operation not in present
                 or state.cluster in down
                 or state.cluster not in compiled.clusters
                 or (state.phase is Phase.STOPPED)
@@ -441,7 +449,8 @@ class Reconciler:
         failed: dict[str, str] = {}
         if leading:
             dispatched, adopted, stopped, failed = self._converge(compiled, plan, states, now)
-            self._annotate(compiled, states, down)
+            present = {s.operation for s in listed} | set(dispatched) | set(adopted)
+            self._annotate(compiled, states, down, present)
         for op_id, state in states.items():
             if state.phase is not Phase.QUEUED:
                 self._seen[op_id] = state

@@ -285,6 +285,13 @@ class FaultLoop:
         ]
         return left
 
+    def close(self) -> None:
+        """Stop the sampler and the zygote (and a child still running)."""
+        self.sampler.halt.set()
+        if self.sampler.is_alive():
+            self.sampler.join()
+        self.zygote.close()
+
     def tallies(self) -> dict[str, Any]:
         by_point: Counter[str] = Counter(o.fault.split("=")[0] for o in self.outcomes)
         return {
