@@ -39,6 +39,7 @@ class ObservedReason(enum.StrEnum):
     JOB_FAILED = "JobFailed"
     DELETING = "Deleting"
     FINISHING = "Finishing"
+    CLUSTER_UNREACHABLE = "ClusterUnreachable"  # the last state seen; the cluster is down
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import enum
 import json
+import re
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -36,6 +37,7 @@ from reconciler.core.types import (
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
 CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
+CLUSTERS_FILE = f"{STATUS_DIR}/clusters.yaml"
 
 # The phase of an operation refused by policy that has no workload: it will not run.
 REJECTED = "Rejected"
@@ -277,7 +279,35 @@ class ConfigStatus:
         )
 
 
-StatusFile = OperationStatus | tuple[QueueStatus, ...] | ConfigStatus
+@dataclass(frozen=True)
+class ClusterStatus:
+    """One entry of ``status/clusters.yaml``: could the last cycle read the cluster."""
+
+    name: str
+    reachable: bool
+    error: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"name": self.name, "reachable": self.reachable}
+        if self.error:
+            data["error"] = self.error
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ClusterStatus:
+        return cls(str(data["name"]), bool(data.get("reachable", True)), str(data.get("error", "")))
+
+
+# Object addresses in a client error ("<... object at 0x7f...>") change on every attempt; an
+# outage must render the same file each cycle, not one commit per cycle.
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def stable_error(message: str) -> str:
+    return _ADDRESS.sub("", message)
+
+
+StatusFile = OperationStatus | tuple[QueueStatus, ...] | ConfigStatus | tuple[ClusterStatus, ...]
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -291,6 +321,7 @@ def render_status(
     config_error: tuple[ConfigError, ...] = (),
     config_version: str | None = None,
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
+    clusters: tuple[ClusterStatus, ...] = (),
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -313,6 +344,9 @@ def render_status(
         warnings=warnings,
     )
     files[CONFIG_FILE] = dump_yaml(config.to_dict())
+    if clusters:
+        entries = [replace(c, error=stable_error(c.error)).to_dict() for c in clusters]
+        files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
     return dict(sorted(files.items()))
 
 
@@ -602,6 +636,8 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return tuple(QueueStatus.from_dict(q) for q in data.get("queues") or ())
         if path == CONFIG_FILE:
             return ConfigStatus.from_dict(data)
+        if path == CLUSTERS_FILE:
+            return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
         return OperationStatus.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise StatusFileError(f"{path}:1:1: not a status file ({err!s})") from None
@@ -615,6 +651,7 @@ class StatusView:
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
     problems: tuple[str, ...] = field(default=())  # files that could not be read
+    clusters: tuple[ClusterStatus, ...] = ()
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -622,6 +659,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     operations: dict[str, OperationStatus] = {}
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
+    clusters: tuple[ClusterStatus, ...] = ()
     problems: list[str] = []
     for path in sorted(files):
         if not _is_ours(path):
@@ -635,9 +673,11 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             operations[parsed.operation] = parsed
         elif isinstance(parsed, ConfigStatus):
             config = parsed
+        elif path == CLUSTERS_FILE:
+            clusters = tuple(c for c in parsed if isinstance(c, ClusterStatus))
         else:
-            queues = parsed
-    return StatusView(operations, queues, config, tuple(problems))
+            queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
+    return StatusView(operations, queues, config, tuple(problems), clusters)
 
 
 def _is_ours(path: str) -> bool:

@@ -223,6 +223,7 @@ class DevCluster:
             record = self._spawn(name, argv)
             started.append(record)
             state["processes"] = [r.__dict__ for r in started]
+            state.setdefault("argv", {})[name] = argv  # for start_component
             self._write_state(state)
             return record
 
@@ -544,6 +545,48 @@ class DevCluster:
         if not procs:
             progress("dev cluster is not running")
         return survivors
+
+    # --- one component ---------------------------------------------------------------
+
+    def _component(self, name: str) -> tuple[dict[str, Any], int]:
+        state = self._read_state()
+        if state is None:
+            raise DevClusterError("no dev cluster state")
+        names = [p["name"] for p in state.get("processes", [])]
+        if name not in names:
+            raise DevClusterError(f"no component {name!r}; running: {', '.join(names)}")
+        return state, names.index(name)
+
+    def stop_component(self, name: str, grace: float = 10.0) -> None:
+        """Stop one process ``up`` started (e.g. ``kube-apiserver``, to test an outage); the
+        others keep running. :meth:`start_component` starts it again."""
+        state, index = self._component(name)
+        proc = ProcessRecord(**state["processes"][index])
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            if not proc.alive():
+                break
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, sig)
+            deadline = time.monotonic() + wait
+            while time.monotonic() < deadline and proc.alive():
+                time.sleep(0.05)
+        if proc.alive():
+            raise DevClusterError(f"{name} (pid {proc.pid}) did not stop")
+
+    def start_component(self, name: str, timeout: float = 120.0) -> None:
+        """Start a stopped component again with the arguments ``up`` gave it, and wait until
+        it is healthy (the API server: /readyz)."""
+        state, index = self._component(name)
+        if ProcessRecord(**state["processes"][index]).alive():
+            return
+        argv = (state.get("argv") or {}).get(name)
+        if not argv:
+            raise DevClusterError(f"{name}: its arguments were not recorded; run up again")
+        record = self._spawn(name, list(argv))
+        state["processes"][index] = record.__dict__
+        self._write_state(state)
+        if name == "kube-apiserver":
+            _wait("kube-apiserver /readyz", self._readyz, timeout, [record])
 
     def status(self) -> dict[str, Any]:
         ready = self.is_ready()

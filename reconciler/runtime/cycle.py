@@ -25,7 +25,12 @@ from typing import Protocol
 from reconciler.adapters.kube import Kube, KubeError, NamespaceForbidden
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import ParseCache
-from reconciler.core.observe import WorkloadState, current_states, observe_workloads
+from reconciler.core.observe import (
+    ObservedReason,
+    WorkloadState,
+    current_states,
+    observe_workloads,
+)
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
 from reconciler.core.status import StatusReason
@@ -212,12 +217,20 @@ class Reconciler:
             else:
                 current[op_id] = created  # created, the watch has not shown it yet: count it
         for op_id, seen in self._seen.items():
-            if op_id in current or seen.cluster in down:
+            if op_id in current:
                 continue
             wanted = generations.get(op_id)
             if wanted is not None and wanted != seen.generation:
                 continue  # a generation bump: a new run, Queued until dispatched
-            if seen.phase.finished:
+            if seen.cluster in down:  # the last state seen holds, flagged, until it is back
+                if not seen.phase.finished:
+                    seen = replace(
+                        seen,
+                        reason=ObservedReason.CLUSTER_UNREACHABLE,
+                        message=f"cluster {seen.cluster} unreachable; last seen {seen.phase}",
+                    )
+                current[op_id] = seen
+            elif seen.phase.finished:
                 current[op_id] = seen
             else:
                 current[op_id] = replace(  # deleted by hand: never recreated
@@ -356,12 +369,20 @@ class Reconciler:
         self._events.submit(emit)
 
     def _annotate(
-        self, compiled: CompiledRepo, states: Mapping[str, WorkloadState], down: set[str]
+        self,
+        compiled: CompiledRepo,
+        states: Mapping[str, WorkloadState],
+        down: set[str],
+        present: set[str],
     ) -> None:
-        """Write each workload's op phase onto it when it changed."""
+        """Write each workload's op phase onto it when it changed. Only workloads seen in
+        this cycle's listing or created in it (``present``): a state carried over from an
+        earlier cycle or the status branch may have no Job any more (a finished Job deleted
+        by its TTL), and an apply to a missing Job would try to create it."""
         for state in states.values():
             if (
                 state.phase.value == state.annotated_phase
+                or state.operation not in present
                 or state.cluster in down
                 or state.cluster not in compiled.clusters
                 or (state.phase is Phase.STOPPED)
@@ -402,6 +423,7 @@ class Reconciler:
                 sync_error=sync_error,
                 attempted_version=attempted,
             )
+        self._faults.hit("after-load")
         listed, health = self._observe(compiled)
         self._faults.hit("after-observe")
         states, observed, superseded = self._observed(compiled, listed, health)
@@ -438,7 +460,8 @@ class Reconciler:
             dispatched, adopted, stopped, failed, reasons = self._converge(
                 compiled, plan, states, now
             )
-            self._annotate(compiled, states, down)
+            present = {s.operation for s in listed} | set(dispatched) | set(adopted)
+            self._annotate(compiled, states, down, present)
         for op_id, state in states.items():
             if state.phase is not Phase.QUEUED:
                 self._seen[op_id] = state

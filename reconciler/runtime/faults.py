@@ -2,7 +2,16 @@
 write" instead of relying on sleeps and luck.
 
 ``RECONCILER_FAULTS="after-create=2"`` makes the process SIGKILL itself the 2nd time it
-reaches ``after-create``. Unset, every point is a no-op.
+reaches ``after-create``. Unset, every point is a no-op. The points, in cycle order:
+
+- ``after-load``: the config read and compiled, nothing observed yet;
+- ``after-observe``: the clusters listed, nothing planned;
+- ``after-plan``: planned, nothing created;
+- ``after-create``: after each workload created or adopted (``=3``: mid-converge, after
+  the 3rd), before its Event and before the status write;
+- ``after-stop``: after each workload deleted by a stop;
+- ``before-status``: the cycle done, its status not written;
+- ``after-status``: the status written (or found unchanged), metrics not updated yet.
 """
 
 from __future__ import annotations
@@ -11,7 +20,15 @@ import os
 import signal
 from collections.abc import Mapping
 
-POINTS = ("after-observe", "after-plan", "after-create", "after-stop", "before-status")
+POINTS = (
+    "after-load",
+    "after-observe",
+    "after-plan",
+    "after-create",
+    "after-stop",
+    "before-status",
+    "after-status",
+)
 
 
 class FaultPoints:

@@ -63,6 +63,18 @@ class Metrics:
             ("commit",),
             registry=r,
         )
+        self.cluster_up = Gauge(
+            "reconciler_cluster_up",
+            "1 when the last cycle could read the cluster, 0 when it could not.",
+            ("cluster",),
+            registry=r,
+        )
+        self.cluster_errors = Counter(
+            "reconciler_cluster_errors",
+            "Cycles in which the cluster could not be read.",
+            ("cluster",),
+            registry=r,
+        )
         self.leader = Gauge(
             "reconciler_leader", "1 while this replica holds the leader Lease.", registry=r
         )
@@ -96,6 +108,13 @@ class Metrics:
         """Exactly one ``reconciler_config_commit_info`` series: the commit in force."""
         self.config_commit.clear()
         self.config_commit.labels(commit).set(1)
+
+    def observe_clusters(self, health: Iterable[tuple[str, bool]]) -> None:
+        """``(cluster, reachable)`` per cluster of this cycle."""
+        for name, reachable in health:
+            self.cluster_up.labels(name).set(1 if reachable else 0)
+            if not reachable:
+                self.cluster_errors.labels(name).inc()
 
     def set_leader(self, leading: bool) -> None:
         self.leader.set(1 if leading else 0)

@@ -45,11 +45,13 @@ class Runtime:
         if self.publisher is not None and result.leading:
             self.faults.hit("before-status")
             self.publisher.publish(result)
+            self.faults.hit("after-status")
             if self.publisher.last_error:
                 self.metrics.git_sync_errors.inc()
         m = self.metrics
         m.cycle_duration.observe(result.duration)
         m.set_leader(result.leading)
+        m.observe_clusters((h.name, h.reachable) for h in result.clusters)
         if result.sync_error:
             m.git_sync_errors.inc()
         if result.plan is not None and result.compiled is not None:

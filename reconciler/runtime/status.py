@@ -8,6 +8,7 @@ import logging
 from reconciler.adapters.git import GitSyncError, StatusBranch
 from reconciler.core.observe import WorkloadState
 from reconciler.core.status import (
+    ClusterStatus,
     StatusReason,
     read_status,
     render_status,
@@ -77,6 +78,9 @@ class StatusPublisher:
                     op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
                     for op, error in result.failed.items()
                 },
+                clusters=tuple(
+                    ClusterStatus(h.name, h.reachable, h.error) for h in result.clusters
+                ),
             )
             changes = status_changes(before, files)
             if not changes:

@@ -148,3 +148,19 @@ def test_address_parsing_and_bind_errors() -> None:
             HttpServer(f"127.0.0.1:{first.address[1]}", Metrics().registry, lambda: True)
     finally:
         first.stop()
+
+
+def test_cluster_up_and_errors_follow_each_cycle() -> None:
+    from prometheus_client import generate_latest
+
+    metrics = Metrics()
+    metrics.observe_clusters([("local", True), ("remote", False)])
+    metrics.observe_clusters([("local", True), ("remote", False)])
+    s = _samples(generate_latest(metrics.registry).decode())
+    assert s[("reconciler_cluster_up", (("cluster", "local"),))] == 1
+    assert s[("reconciler_cluster_up", (("cluster", "remote"),))] == 0
+    assert s[("reconciler_cluster_errors_total", (("cluster", "remote"),))] == 2
+    metrics.observe_clusters([("remote", True)])  # back: up again, the count stays
+    s = _samples(generate_latest(metrics.registry).decode())
+    assert s[("reconciler_cluster_up", (("cluster", "remote"),))] == 1
+    assert s[("reconciler_cluster_errors_total", (("cluster", "remote"),))] == 2

@@ -385,3 +385,34 @@ def test_observed_from_status_keeps_dispatched_and_finished_ops_only() -> None:
         ("p/a", Phase.RUNNING, "q", "c"),
         ("p/c", Phase.SUCCEEDED, "q", "c"),
     ]
+
+
+def test_cluster_health_is_recorded_stably_and_reads_back() -> None:
+    from reconciler.core.status import CLUSTERS_FILE, ClusterStatus
+
+    def outage(address: str) -> dict[str, bytes]:
+        error = (
+            f"listing Jobs: (Caused by NewConnectionError('<HTTPSConnection object at "
+            f"{address}>: Failed to establish a new connection: [Errno 111] Connection refused'))"
+        )
+        down = (ClusterStatus("remote", False, error), ClusterStatus("local", True))
+        return cycle(seed(), {}, clusters=down)[1]
+
+    first, second = outage("0x7f3a2b1c"), outage("0x7f99e0d4")
+    assert status_changes(first, second) == {}  # no commit per cycle during an outage
+    assert load(first, CLUSTERS_FILE) == {
+        "clusters": [
+            {"name": "local", "reachable": True},
+            {
+                "name": "remote",
+                "reachable": False,
+                "error": "listing Jobs: (Caused by NewConnectionError('<HTTPSConnection "
+                "object>: Failed to establish a new connection: [Errno 111] Connection "
+                "refused'))",
+            },
+        ]
+    }
+    view = read_status(first)
+    assert [(c.name, c.reachable) for c in view.clusters] == [("local", True), ("remote", False)]
+    assert view.queues and view.queues[0].name == "team-a"  # not mistaken for the queues
+    assert CLUSTERS_FILE not in cycle(seed(), {})[1]  # nothing when no cluster was read
