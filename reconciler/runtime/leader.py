@@ -101,8 +101,16 @@ class LeaderElector:
     # --- state -------------------------------------------------------------------------
 
     def is_leader(self) -> bool:
+        """True while the last renewal is younger than the renew deadline. Past it, leading
+        stops here and now (logged, ``on_change``), even while a renewal call still hangs."""
         with self._lock:
-            return self._valid(self.clock.monotonic())
+            valid = self._valid(self.clock.monotonic())
+            expired = self._leading and not valid
+        if expired:
+            self._set_leading(
+                False, f"renewal failed: none succeeded within {self.renew_deadline:g}s"
+            )
+        return valid
 
     def _valid(self, now: float) -> bool:
         return (

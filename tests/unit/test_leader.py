@@ -129,6 +129,26 @@ def test_renew_deadline_passing_stops_leading_without_a_call() -> None:
     assert a.is_leader() is False
 
 
+def test_the_deadline_passing_is_a_logged_change_of_leadership(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    lease, clock = MemoryLease(), FakeClock()
+    changes: list[bool] = []
+    a = _elector(lease, clock, "a")
+    a.on_change = changes.append
+    a.try_acquire_or_renew()
+    clock.advance(10.1)  # the renewal call is still hanging: no attempt has returned
+    with caplog.at_level("WARNING", logger="reconciler.leader"):
+        assert a.is_leader() is False
+        assert a.is_leader() is False  # reported once
+    assert changes == [True, False]
+    assert [r.getMessage() for r in caplog.records] == [
+        "lost leadership: renewal failed: none succeeded within 10s"
+    ]
+    assert a.try_acquire_or_renew() is True  # still ours on the server: leads again
+    assert a.is_leader() is True and changes == [True, False, True]
+
+
 def test_overwritten_lease_is_lost_on_the_next_attempt() -> None:
     lease, clock = MemoryLease(), FakeClock()
     a = _elector(lease, clock, "a")
