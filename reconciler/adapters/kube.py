@@ -24,6 +24,7 @@ from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 APPLY_PATCH = "application/apply-patch+yaml"
+CONNECTION_POOL_SIZE = 32
 
 
 class KubeError(RuntimeError):
@@ -64,13 +65,19 @@ class WatchEvent:
 
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
     """An API client from a kubeconfig file, or the in-cluster service account."""
+    configuration = client.Configuration()
     if kubeconfig is None:
-        config.load_incluster_config()
-        return client.ApiClient()
-    api: client.ApiClient = config.new_client_from_config(
-        config_file=str(kubeconfig), context=context
-    )
-    return api
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(
+            config_file=str(kubeconfig),
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    # room for the watches, the pool of creates and the Event senders at once
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(configuration)
 
 
 _UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)

@@ -8,28 +8,35 @@ The guard ladder, in order:
    quota be over-admitted); a cluster that cannot be read holds back only its own queues,
    and its ops count as still active;
 4. plan (pure);
-5. converge, only while leading: create or adopt what the plan dispatches, stop what it
-   stops. Nothing else in a cluster is ever changed.
+5. converge, only while leading: create or adopt what the plan dispatches (a bounded pool
+   of creates in flight), stop what it stops. Nothing else in a cluster is ever changed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from reconciler.adapters.kube import Kube, KubeError
+from reconciler.adapters.kube import ApplyResult, Kube, KubeError
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, current_states, observe_workloads
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
-from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
+from reconciler.core.render import (
+    ANNOTATION_PHASE,
+    ANNOTATION_PHASE_REASON,
+    RenderedWorkload,
+    render_operation,
+)
 from reconciler.core.types import (
     ClusterSpec,
+    CompiledOperation,
     CompiledRepo,
     ConfigError,
     ObservedOperation,
@@ -99,6 +106,7 @@ class Reconciler:
         faults: FaultPoints | None = None,
         watch: bool = True,
         sync_timeout: float = 10.0,
+        create_workers: int = 8,
     ) -> None:
         self._source = source
         self._connect = connect
@@ -113,6 +121,8 @@ class Reconciler:
         self._informers: dict[str, tuple[Informer, Informer]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
+        # creates in flight per cycle; results are recorded in plan order
+        self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self._cache_version: dict[str, str | None] = {}  # per cluster, of the last observe
         self._inflight: dict[str, tuple[WorkloadState, str]] = {}  # op -> (state, its RV)
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
@@ -163,6 +173,7 @@ class Reconciler:
         """Stop every watch and send the Events still queued."""
         for name in list(self._informers):
             self._stop_informers(name)
+        self._creates.shutdown(wait=True)
         self._events.shutdown(wait=True)
 
     def _observe(self, compiled: CompiledRepo) -> tuple[list[WorkloadState], list[ClusterHealth]]:
@@ -246,6 +257,33 @@ class Reconciler:
         stopped: list[str] = []
         failed: dict[str, str] = {}
         broken: set[str] = set()
+        lock = threading.Lock()
+
+        def create(
+            op_id: str, cluster: str, kube: Kube, manifests: tuple[Mapping[str, Any], ...]
+        ) -> list[ApplyResult]:
+            with lock:
+                if cluster in broken:
+                    failed[op_id] = f"cluster {cluster} failed earlier in this cycle"
+                    return []
+            if not self._is_leader():
+                return []
+            try:
+                results = [kube.create_or_adopt(m) for m in manifests]
+            except (KubeError, OSError) as exc:
+                with lock:
+                    broken.add(cluster)
+                    failed[op_id] = str(exc)
+                log.error("dispatch of %s failed: %s", op_id, exc)
+                return []
+            self._faults.hit("after-create")
+            return results
+
+        # Render and submit in plan order; the pool bounds the creates in flight. The plan
+        # was made before any create, so concurrency cannot over-admit a quota.
+        submitted: list[
+            tuple[CompiledOperation, RenderedWorkload, Kube, Future[list[ApplyResult]]]
+        ] = []
         for item in plan.dispatch:
             op = ops[item.operation]
             if op.cluster in broken:
@@ -262,13 +300,18 @@ class Reconciler:
                 if (op.cluster, op.namespace) not in self._namespaces:
                     kube.ensure_namespace(op.namespace)
                     self._namespaces.add((op.cluster, op.namespace))
-                results = [kube.create_or_adopt(m) for m in rendered.manifests]
             except (KubeError, OSError) as exc:
-                broken.add(op.cluster)
-                failed[op.id] = str(exc)
+                with lock:
+                    broken.add(op.cluster)
+                    failed[op.id] = str(exc)
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
-            self._faults.hit("after-create")
+            future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
+            submitted.append((op, rendered, kube, future))
+        for op, rendered, kube, future in submitted:
+            results = future.result()
+            if not results:
+                continue
             job = results[0]
             (dispatched if job.created else adopted).append(op.id)
             if job.created:
