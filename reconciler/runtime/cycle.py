@@ -41,6 +41,7 @@ from reconciler.core.types import (
     ConfigError,
     ObservedOperation,
     Phase,
+    RepoFile,
     RepoSnapshot,
 )
 from reconciler.runtime.faults import FaultPoints
@@ -115,6 +116,9 @@ class Reconciler:
         self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
         self._parse_cache = ParseCache()  # a new commit reparses only the files it changed
+        # the last snapshot's files and what they compiled to (unchanged files are the
+        # same objects, so comparing them is cheap)
+        self._compiled: tuple[CompiledRepo | None, Mapping[str, RepoFile]] = (None, {})
         self._clients: dict[str, Kube] = {}
         self._watch = watch
         self._sync_timeout = sync_timeout
@@ -140,7 +144,11 @@ class Reconciler:
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
             return self._last_good, (), str(exc) or type(exc).__name__, None
-        compiled = compile_repo(snapshot, self._parse_cache)
+        compiled, files = self._compiled
+        if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
+            compiled = compile_repo(snapshot, self._parse_cache)
+            self._compiled = (compiled, snapshot.files)
+        # else: the same files at the same version, valid or not, compile the same: reuse
         if not compiled.valid:
             for error in compiled.errors:
                 log.error("invalid config %s: %s", snapshot.version, error)
