@@ -187,7 +187,7 @@ def main() -> None:
             f"p50 {p50:.2f} s, p95 {p95:.2f} s (min {min(polling):.2f}, max {max(polling):.2f})"
         )
         print(
-            f"--watch (saved files, debounce 300 ms), save to first Job, {len(watching)} rounds: "
+            f"--watch (saved files, inotify), save to first Job, {len(watching)} rounds: "
             f"p50 {w50:.2f} s, p95 {w95:.2f} s (min {min(watching):.2f}, max {max(watching):.2f})"
         )
         print(f"ratio watch p50 / polling p50: {w50 / p50:.2f}")
