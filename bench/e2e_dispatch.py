@@ -140,9 +140,9 @@ def main() -> None:
 
         def create(manifest: dict[str, object]) -> None:
             # the leanest client call: the response is not turned into model objects
-            kube.batch.create_namespaced_job(
-                "bench-raw", manifest, _preload_content=False
-            ).release_conn()
+            resp = kube.batch.create_namespaced_job("bench-raw", manifest, _preload_content=False)
+            assert resp.data  # read the body before the connection goes back to the pool
+            resp.release_conn()
 
         with ThreadPoolExecutor(args.workers) as pool:
             list(pool.map(create, (dict(m) for m in manifests)))

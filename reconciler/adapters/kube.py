@@ -87,17 +87,21 @@ def _lines(resp: Any, what: str, amt: int | None = 4096) -> Iterator[str]:
     """Split a streamed body into lines; the connection is released when done. ``amt=None``
     yields each chunk as it arrives (a watch: no waiting for a full buffer)."""
     pending = b""
+    done = False
     try:
         for chunk in resp.stream(amt, decode_content=True):
             pending += chunk
             *complete, pending = pending.split(b"\n")
             for line in complete:
                 yield line.decode("utf-8", errors="replace")
+        done = True
         if pending:
             yield pending.decode("utf-8", errors="replace")
     except _UNREACHABLE as exc:
         raise KubeError(f"{what}: {exc}") from exc
     finally:
+        if not done:  # left mid-stream: the connection must not go back to the pool
+            resp.close()
         resp.release_conn()
 
 
