@@ -318,7 +318,11 @@ class Kube:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, cast(Any, body))
+            _json(
+                self.core.create_namespaced_event(
+                    namespace, cast(Any, body), _preload_content=False
+                )
+            )
         except ApiException as exc:
             raise _error(exc, f"emitting event {reason} in {namespace}") from exc
 
