@@ -316,6 +316,7 @@ class Reconciler:
                 continue
             future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
             submitted.append((op, rendered, kube, future))
+        events: list[tuple[Kube, str, str, str, str]] = []
         for op, rendered, kube, future in submitted:
             results = future.result()
             if not results:
@@ -323,16 +324,7 @@ class Reconciler:
             job = results[0]
             (dispatched if job.created else adopted).append(op.id)
             if job.created:
-                self._event(
-                    kube,
-                    rendered.namespace,
-                    "Job",
-                    rendered.name,
-                    job.uid,
-                    "Dispatched",
-                    f"queue {op.queue}: dispatched at config {compiled.version[:12]}",
-                    now,
-                )
+                events.append((kube, rendered.namespace, rendered.name, job.uid, op.queue))
             state = WorkloadState(
                 operation=op.id,
                 generation=op.generation,
@@ -356,6 +348,13 @@ class Reconciler:
                 op.cluster,
                 rendered.name,
                 "created" if job.created else "adopted",
+            )
+        # Events once every create has returned: they are informative, and must not
+        # compete with the creates for the apiserver.
+        message = f"dispatched at config {compiled.version[:12]}"
+        for kube, namespace, name, uid, queue in events:
+            self._event(
+                kube, namespace, "Job", name, uid, "Dispatched", f"queue {queue}: {message}", now
             )
         for stop in plan.stop:
             if not self._is_leader():
