@@ -1,35 +1,58 @@
 """End-to-end dispatch throughput on the dev cluster, side by side in one run:
 
-(a) a raw kubernetes-client loop creates N Jobs (the very manifests the reconciler renders);
+(a) a raw kubernetes-client loop creates N Jobs (the very manifests the reconciler renders),
+    with W creates in flight;
 (b) the reconciler dispatches N operations from a fresh commit, under a queue whose limits
-    allow them all, until all its Jobs exist.
+    allow them all, until all its Jobs exist (the same W creates in flight);
+(c) binding limits: M operations that each run D seconds (kwok's simulated duration) under a
+    queue of concurrency C; dispatches per second while ops complete, against the ceiling C/D.
 
-Prints the throughput of each and, last, the ratio b/a (goal >= 0.8).
+The cluster settles (every pod of the previous step Running) before each step. Prints the
+figures of each and, last, the ratio b/a (goal >= 0.8).
 
-    PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--state-dir DIR] [--keep]
+    PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [-w 8] [-m 600 -c 100 -d 10]
+        [--binding-only] [--state-dir DIR] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect, connect_cluster
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
 from reconciler.core.render import render_operation
-from reconciler.core.types import ClusterSpec
+from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
+from reconciler.devcluster.shape import NodePool
+from reconciler.runtime import cycle
 from reconciler.runtime.cycle import Reconciler
 
+# Room for every pod of the run, so the scheduler never retries unschedulable ones.
+POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500),)
 
-def write_repo(root: Path, kubeconfig: Path, count: int, namespace: str) -> Path:
-    """A config repo with one unlimited queue and ``count`` operations."""
+
+def write_repo(
+    root: Path,
+    kubeconfig: Path,
+    count: int,
+    namespace: str,
+    *,
+    duration: str = "1h",
+    concurrency: int | None = None,
+    queue: str = "bulk",
+) -> Path:
+    """A config repo with one queue (unlimited unless ``concurrency``) and ``count`` ops.
+    Each run uses its own queue name: Jobs of every run share the cluster."""
     (root / "clusters").mkdir(parents=True)
     (root / "queues").mkdir()
     ops = root / "projects" / namespace / "operations"
@@ -38,15 +61,19 @@ def write_repo(root: Path, kubeconfig: Path, count: int, namespace: str) -> Path
     (root / "clusters" / "local.yaml").write_text(
         f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
     )
-    (root / "queues" / "bulk.yaml").write_text("kind: Queue\nname: bulk\ncluster: local\n")
+    limit = f"concurrency: {concurrency}\n" if concurrency else ""
+    (root / "queues" / f"{queue}.yaml").write_text(
+        f"kind: Queue\nname: {queue}\ncluster: local\n{limit}"
+    )
     (root / "projects" / namespace / "project.yaml").write_text(
-        f"kind: Project\nname: {namespace}\nnamespace: {namespace}\ndefaults:\n  queue: bulk\n"
+        f"kind: Project\nname: {namespace}\nnamespace: {namespace}\ndefaults:\n  queue: {queue}\n"
     )
     for i in range(count):
         (ops / f"op-{i:05d}.yaml").write_text(
             f"kind: Operation\nname: op-{i:05d}\nrun:\n  kind: job\n"
             "  container:\n    image: busybox\n    resources: {requests: {cpu: 10m}}\n"
-            "  environment:\n    annotations: {reconciler.dev/simulated-duration: 1h}\n"
+            "  environment:\n"
+            f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
         )
     git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
     subprocess.run([*git, "init", "-q", "-b", "main"], cwd=root, check=True)
@@ -55,61 +82,175 @@ def write_repo(root: Path, kubeconfig: Path, count: int, namespace: str) -> Path
     return root
 
 
+def settle(kube: Kube, namespace: str, count: int, timeout: float = 300.0) -> float:
+    """Wait until ``count`` pods of ``namespace`` have left Pending; the seconds waited."""
+    started = time.perf_counter()
+    while time.perf_counter() - started < timeout:
+        pods = kube.core.list_namespaced_pod(namespace).items
+        if len(pods) >= count and all(p.status.phase != "Pending" for p in pods):
+            break
+        time.sleep(2)
+    else:
+        print(f"  ({namespace}: not settled after {timeout:.0f} s, going on)")
+    return time.perf_counter() - started
+
+
+COMPILES: list[float] = []  # seconds of each compile_repo the reconciler ran
+
+
+def _timed_compile(*args: Any, **kwargs: Any) -> Any:
+    started = time.perf_counter()
+    try:
+        return compile_repo(*args, **kwargs)
+    finally:
+        COMPILES.append(time.perf_counter() - started)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=2000)
+    parser.add_argument("-w", "--workers", type=int, default=8, help="creates in flight")
+    parser.add_argument("-m", type=int, default=600, help="ops in the binding-limits run")
+    parser.add_argument("-c", "--concurrency", type=int, default=100)
+    parser.add_argument("-d", "--duration", type=int, default=10, help="seconds per op")
+    parser.add_argument("--interval", type=float, default=0.5, help="seconds between cycles")
+    parser.add_argument("--binding-only", action="store_true", help="run only (c)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="e2e-dispatch-"))
     cluster = DevCluster(args.state_dir or work / "cluster")
-    cluster.up(progress=lambda m: print(f"[dev-cluster] {m}", flush=True))
+    cluster.up(POOLS, progress=lambda m: print(f"[dev-cluster] {m}", flush=True))
+    print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
+
+    def connect_spec(spec: ClusterSpec) -> Kube:
+        return Kube(connect_cluster(spec.kubeconfig, spec.context))
+
     try:
         kube = Kube(connect(cluster.kubeconfig))
-        # the same manifests, rendered from the same compiled operations, for both sides
-        raw_repo = write_repo(work / "raw", cluster.kubeconfig, args.n, "bench-raw")
-        compiled = compile_repo(snapshot_git(raw_repo, "main"))
-        assert compiled.valid, compiled.errors[:3]
-        now = datetime.now(UTC)
-        manifests = [
-            render_operation(op, {}, config_version=compiled.version, dispatched_at=now).job
-            for op in compiled.operations
-        ]
-        kube.ensure_namespace("bench-raw")
-        started = time.perf_counter()
-        for manifest in manifests:
-            kube.batch.create_namespaced_job("bench-raw", dict(manifest))
-        raw_seconds = time.perf_counter() - started
-        raw_rate = args.n / raw_seconds
-        print(
-            f"(a) raw client loop: {args.n} Jobs in {raw_seconds:.1f} s = {raw_rate:.0f}/s",
-            flush=True,
+        rec_rate = raw_rate = 0.0
+        if not args.binding_only:
+            # the same manifests, rendered from the same compiled operations, for both sides
+            raw_repo = write_repo(work / "raw", cluster.kubeconfig, args.n, "bench-raw")
+            compiled = compile_repo(snapshot_git(raw_repo, "main"))
+            assert compiled.valid, compiled.errors[:3]
+            now = datetime.now(UTC)
+            manifests = [
+                render_operation(op, {}, config_version=compiled.version, dispatched_at=now).job
+                for op in compiled.operations
+            ]
+            kube.ensure_namespace("bench-raw")
+            started = time.perf_counter()
+
+            def create(manifest: dict[str, object]) -> None:
+                # the leanest client call: the response is not turned into model objects
+                resp = kube.batch.create_namespaced_job(
+                    "bench-raw", manifest, _preload_content=False
+                )
+                assert resp.data  # read the body before the connection goes back to the pool
+                resp.release_conn()
+
+            with ThreadPoolExecutor(args.workers) as pool:
+                list(pool.map(create, (dict(m) for m in manifests)))
+            raw_seconds = time.perf_counter() - started
+            raw_rate = args.n / raw_seconds
+            print(
+                f"(a) raw client, {args.workers} in flight: {args.n} Jobs in {raw_seconds:.1f} s "
+                f"= {raw_rate:.0f}/s",
+                flush=True,
+            )
+            print(f"    settled in {settle(kube, 'bench-raw', args.n):.0f} s", flush=True)
+
+            repo = write_repo(work / "reconciler", cluster.kubeconfig, args.n, "bench-rec")
+            reconciler = Reconciler(
+                lambda: snapshot_git(repo, "main"),
+                connect_spec,
+                SystemClock(),
+                create_workers=args.workers,
+            )
+            cycle.compile_repo = _timed_compile  # type: ignore[assignment]  # to report it
+            COMPILES.clear()
+            started = time.perf_counter()
+            created = 0
+            cycles = 0
+            while created < args.n:
+                result = reconciler.run_once()
+                created += len(result.dispatched) + len(result.adopted)
+                cycles += 1
+                if result.failed:
+                    raise SystemExit(f"dispatch failed: {next(iter(result.failed.values()))}")
+            rec_seconds = time.perf_counter() - started
+            reconciler.close()
+            rec_rate = args.n / rec_seconds
+            compiling = sum(COMPILES)
+            print(
+                f"(b) reconciler, {args.workers} in flight: {args.n} ops dispatched in "
+                f"{rec_seconds:.1f} s ({cycles} cycle(s); compile {compiling:.1f} s, cache sync, "
+                f"plan, creates) = {rec_rate:.0f}/s",
+                flush=True,
+            )
+            rest = args.n / (rec_seconds - compiling)
+            print(f"    without the compile: {rest:.0f}/s, ratio {rest / raw_rate:.2f}", flush=True)
+            print(f"    settled in {settle(kube, 'bench-rec', args.n):.0f} s", flush=True)
+
+        limited = write_repo(
+            work / "limited",
+            cluster.kubeconfig,
+            args.m,
+            "bench-limited",
+            duration=f"{args.duration}s",
+            concurrency=args.concurrency,
+            queue="limited",
         )
-
-        repo = write_repo(work / "reconciler", cluster.kubeconfig, args.n, "bench-rec")
-
-        def connect_spec(spec: ClusterSpec) -> Kube:
-            return Kube(connect_cluster(spec.kubeconfig, spec.context))
-
-        reconciler = Reconciler(lambda: snapshot_git(repo, "main"), connect_spec, SystemClock())
+        reconciler = Reconciler(
+            lambda: snapshot_git(limited, "main"),
+            connect_spec,
+            SystemClock(),
+            create_workers=args.workers,
+        )
         started = time.perf_counter()
-        created = 0
+        dispatched = 0
+        peak = 0
         cycles = 0
-        while created < args.n:
+        over = 0
+        while True:
             result = reconciler.run_once()
-            created += len(result.dispatched) + len(result.adopted)
             cycles += 1
-            if result.failed:
-                raise SystemExit(f"dispatch failed: {next(iter(result.failed.values()))}")
-        rec_seconds = time.perf_counter() - started
+            dispatched += len(result.dispatched)
+            ours = [s for op, s in result.states.items() if op.startswith("bench-limited/")]
+            active = sum(1 for s in ours if s.phase.active)
+            peak = max(peak, active)
+            over += active > args.concurrency
+            if dispatched >= args.m:
+                last_dispatch = time.perf_counter() - started
+                break
+            time.sleep(max(0.0, args.interval - result.duration))
+        while True:
+            ours = [s for op, s in result.states.items() if op.startswith("bench-limited/")]
+            if all(s.phase.finished for s in ours):
+                break
+            time.sleep(args.interval)
+            result = reconciler.run_once()
+        all_done = time.perf_counter() - started
         reconciler.close()
-        rec_rate = args.n / rec_seconds
+        ceiling = args.concurrency / args.duration
+        rate = args.m / last_dispatch
+        succeeded = sum(1 for s in ours if s.phase is Phase.SUCCEEDED)
         print(
-            f"(b) reconciler: {args.n} ops dispatched in {rec_seconds:.1f} s "
-            f"({cycles} cycles) = {rec_rate:.0f}/s",
+            f"(c) binding limits: {args.m} ops of {args.duration} s, concurrency "
+            f"{args.concurrency}: all dispatched in {last_dispatch:.1f} s ({cycles} cycles), "
+            f"all finished in {all_done:.1f} s ({succeeded} Succeeded); peak active {peak}, "
+            f"cycles over the limit {over}",
             flush=True,
         )
-        print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")
+        print(
+            f"    dispatches/s while ops complete: {rate:.1f} vs ceiling C/D {ceiling:.1f} "
+            f"= {rate / ceiling:.2f}",
+            flush=True,
+        )
+        print(f"load average at end: {os.getloadavg()[0]:.1f}")
+        if raw_rate:
+            print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")
     finally:
         if not args.keep:
             cluster.down(progress=lambda _m: None)

@@ -370,3 +370,28 @@ def test_status_branch_on_a_bare_clone_path(remote: Path, tmp_path: Path) -> Non
     assert remote_log(remote) == [sha]
     with pytest.raises(GitSyncError, match="not a Git repository"):
         StatusBranch(tmp_path / "nowhere")
+
+
+def test_status_write_of_many_files_goes_in_one_pack_and_reads_back(
+    remote: Path, tmp_path: Path
+) -> None:
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "cache"))
+    # 300 files, 151 distinct contents (one empty, one of 70 KB: a multi-byte size header)
+    files = {f"status/op-{i:03d}.yaml": f"phase: {i % 150}\n".encode() for i in range(299)}
+    files["status/empty.yaml"] = b""
+    files["status/big.yaml"] = b"x: " + b"y" * 70_000 + b"\n"
+    status.read()  # the cache exists
+    pack_dir = Path(status._git.git_dir) / "objects" / "pack"
+    packs_before = len(list(pack_dir.glob("*.pack")))
+    sha = status.write(files, "many")
+    assert sha is not None
+    packs = list(pack_dir.glob("*.pack"))
+    assert len(packs) == packs_before + 1  # the blobs went in one pack, not 300 loose objects
+    assert git(remote, "fsck", "--no-progress", "--strict") == ""
+    assert StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "other")).read() == files
+    # what git itself hashes for a blob is what the pack was indexed by
+    blob = git(remote, "rev-parse", f"{sha}:status/big.yaml")
+    hashed = subprocess.run(
+        ["git", "hash-object", "--stdin"], input=files["status/big.yaml"], capture_output=True
+    )
+    assert blob == hashed.stdout.decode().strip()

@@ -17,9 +17,11 @@ import os
 import random
 import re
 import shutil
+import struct
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+import zlib
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -354,6 +356,30 @@ def _remove_tree(path: Path) -> None:
 # --- the status branch ------------------------------------------------------------------
 
 
+_PACK_AT = 100  # blobs: from here one pack, below loose objects (git's unpackLimit)
+
+
+def _blob_pack(blobs: Iterable[bytes]) -> bytes:
+    """A version 2 pack of whole (undeltified) blob objects."""
+    parts = [b""]
+    count = 0
+    for data in blobs:
+        size = len(data)
+        byte = (3 << 4) | (size & 0x0F)  # type 3 = blob, low four bits of the size
+        size >>= 4
+        header = bytearray()
+        while size:
+            header.append(byte | 0x80)
+            byte = size & 0x7F
+            size >>= 7
+        header.append(byte)
+        parts.append(bytes(header) + zlib.compress(data, 1))
+        count += 1
+    parts[0] = b"PACK" + struct.pack(">II", 2, count)
+    body = b"".join(parts)
+    return body + hashlib.sha1(body).digest()
+
+
 @dataclass(frozen=True)
 class Author:
     name: str = "dispatch-reconciler"
@@ -397,6 +423,7 @@ class StatusBranch:
         self.tracking = f"refs/reconciler/status-tip/{branch}"
         self.attempts = 0  # pushes tried by the last write (1 when nobody raced us)
         self.last_tip: str | None = None  # the remote tip seen by the last fetch
+        self._object_format: str | None = None
 
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
@@ -475,17 +502,28 @@ class StatusBranch:
         )
 
     def _store(self, blobs: Mapping[str, bytes]) -> dict[str, str]:
-        """Write the blobs in one ``git fast-import`` (a pack when there are many, loose
-        objects when few); the SHA of each, by path."""
+        """Write the blobs; the SHA of each, by path. Many blobs go in one pack built here
+        and indexed by ``git index-pack`` (no delta search: status files are small), a few
+        through ``git fast-import`` (loose objects)."""
         if not blobs:
             return {}
-        marks: dict[bytes, int] = {}
+        unique = list(dict.fromkeys(blobs.values()))
+        if len(unique) >= _PACK_AT and self._sha1():
+            shas = {d: hashlib.sha1(b"blob %d\0" % len(d) + d).hexdigest() for d in unique}
+            _run(self._git, ["index-pack", "--stdin"], stdin=_blob_pack(unique))
+        else:
+            shas = self._fast_import(unique)
+        return {p: shas[data] for p, data in blobs.items()}
+
+    def _sha1(self) -> bool:
+        if self._object_format is None:
+            self._object_format = _run(self._git, ["rev-parse", "--show-object-format"]).strip()
+        return self._object_format == "sha1"
+
+    def _fast_import(self, unique: list[bytes]) -> dict[bytes, str]:
         stream = bytearray()
-        for data in blobs.values():
-            if data not in marks:
-                marks[data] = len(marks) + 1
-                stream += b"blob\nmark :%d\ndata %d\n" % (marks[data], len(data))
-                stream += data + b"\n"
+        for mark, data in enumerate(unique, 1):
+            stream += b"blob\nmark :%d\ndata %d\n" % (mark, len(data)) + data + b"\n"
         with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
             path = Path(tmp) / "marks"
             _run(
@@ -493,8 +531,8 @@ class StatusBranch:
                 ["fast-import", "--quiet", "--done", f"--export-marks={path}"],
                 stdin=bytes(stream) + b"done\n",
             )
-            shas = dict(line.split(" ", 1) for line in path.read_text().split("\n") if line)
-        return {p: shas[f":{marks[data]}"] for p, data in blobs.items()}
+            marks = dict(line.split(" ", 1) for line in path.read_text().split("\n") if line)
+        return {data: marks[f":{mark}"] for mark, data in enumerate(unique, 1)}
 
     def _build(
         self,
@@ -546,7 +584,9 @@ class StatusBranch:
         Any other failure (auth, unreachable, hook refused) raises GitSyncError."""
         try:
             refspec = f"{commit}:refs/heads/{self.branch}"
-            _run(self._git, ["push", "--porcelain", "--quiet", self.remote, refspec])
+            # no delta search: it costs seconds on thousands of small status files
+            push = ["-c", "pack.window=0", "push", "--porcelain", "--quiet"]
+            _run(self._git, [*push, self.remote, refspec])
         except git.GitCommandError as err:
             text = str(err)
             if _LOST_RACE.search(text):

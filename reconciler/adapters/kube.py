@@ -16,7 +16,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 
 import urllib3
 import yaml
-from kubernetes import client, config, watch
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -24,6 +24,7 @@ from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 APPLY_PATCH = "application/apply-patch+yaml"
+CONNECTION_POOL_SIZE = 32
 
 
 class KubeError(RuntimeError):
@@ -68,31 +69,52 @@ class WatchEvent:
 
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
     """An API client from a kubeconfig file, or the in-cluster service account."""
+    configuration = client.Configuration()
     if kubeconfig is None:
-        config.load_incluster_config()
-        return client.ApiClient()
-    api: client.ApiClient = config.new_client_from_config(
-        config_file=str(kubeconfig), context=context
-    )
-    return api
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        config.load_kube_config(
+            config_file=str(kubeconfig),
+            context=context,
+            client_configuration=configuration,
+            persist_config=False,
+        )
+    # room for the watches, the pool of creates and the Event senders at once
+    configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    return client.ApiClient(configuration)
 
 
 _UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
 
 
-def _lines(resp: Any, what: str) -> Iterator[str]:
-    """Split a streamed body into lines; the connection is released when done."""
+def _lines(resp: Any, what: str, amt: int | None = 4096) -> Iterator[str]:
+    """Split a streamed body into lines; the connection is released when done. ``amt=None``
+    yields each chunk as it arrives (a watch: no waiting for a full buffer)."""
     pending = b""
+    done = False
     try:
-        for chunk in resp.stream(4096, decode_content=True):
+        for chunk in resp.stream(amt, decode_content=True):
             pending += chunk
             *complete, pending = pending.split(b"\n")
             for line in complete:
                 yield line.decode("utf-8", errors="replace")
+        done = True
         if pending:
             yield pending.decode("utf-8", errors="replace")
     except _UNREACHABLE as exc:
         raise KubeError(f"{what}: {exc}") from exc
+    finally:
+        if not done:  # left mid-stream: the connection must not go back to the pool
+            resp.close()
+        resp.release_conn()
+
+
+def _json(resp: Any) -> dict[str, Any]:
+    """The body of a ``_preload_content=False`` response as plain JSON: the API's own
+    field names, without the client's model objects (several times faster to read)."""
+    try:
+        data: dict[str, Any] = json.loads(resp.data)
+        return data
     finally:
         resp.release_conn()
 
@@ -210,21 +232,18 @@ class Kube:
                 if create_exc.status != 409:
                     raise _error(create_exc, f"creating namespace {name}") from create_exc
 
-    def _create(self, kind: str, namespace: str, body: dict[str, Any]) -> Any:
+    def _create(self, kind: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+        raw: dict[str, Any] = {"field_manager": self.field_manager, "_preload_content": False}
         if kind == "Job":
-            return self.batch.create_namespaced_job(
-                namespace, cast(Any, body), field_manager=self.field_manager
-            )
+            return _json(self.batch.create_namespaced_job(namespace, cast(Any, body), **raw))
         if kind == "Service":
-            return self.core.create_namespaced_service(
-                namespace, cast(Any, body), field_manager=self.field_manager
-            )
+            return _json(self.core.create_namespaced_service(namespace, cast(Any, body), **raw))
         raise KubeError(f"cannot create {kind}: not a workload kind")
 
-    def _read(self, kind: str, namespace: str, name: str) -> Any:
+    def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         if kind == "Job":
-            return self.batch.read_namespaced_job(name, namespace)
-        return self.core.read_namespaced_service(name, namespace)
+            return _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+        return _json(self.core.read_namespaced_service(name, namespace, _preload_content=False))
 
     @_transport
     def create_or_adopt(self, manifest: Mapping[str, Any]) -> ApplyResult:
@@ -244,14 +263,15 @@ class Kube:
                 obj = self._read(kind, namespace, name)
             except ApiException as read_exc:
                 raise _error(read_exc, f"reading {kind} {namespace}/{name}") from read_exc
+        got = obj.get("metadata") or {}
         return ApplyResult(
             kind=kind,
             namespace=namespace,
             name=name,
-            uid=str(obj.metadata.uid),
-            resource_version=str(obj.metadata.resource_version),
+            uid=str(got.get("uid")),
+            resource_version=str(got.get("resourceVersion")),
             created=created,
-            annotations=dict(obj.metadata.annotations or {}),
+            annotations=dict(got.get("annotations") or {}),
         )
 
     @_transport
@@ -319,7 +339,11 @@ class Kube:
             "count": 1,
         }
         try:
-            self.core.create_namespaced_event(namespace, cast(Any, body))
+            _json(
+                self.core.create_namespaced_event(
+                    namespace, cast(Any, body), _preload_content=False
+                )
+            )
         except ApiException as exc:
             raise _error(exc, f"emitting event {reason} in {namespace}") from exc
 
@@ -344,18 +368,19 @@ class Kube:
         self, kind: str, label_selector: str, namespace: str | None = None
     ) -> tuple[Mapping[str, Any], ...]:
         """Jobs or Pods matching ``label_selector`` in ``namespace`` (None: all), as dicts."""
+        raw: dict[str, Any] = {"label_selector": label_selector, "_preload_content": False}
         try:
             if namespace is None:
-                page = self._lister(kind)(label_selector=label_selector)
+                page = _json(self._lister(kind)(**raw))
             elif kind == "Job":
-                page = self.batch.list_namespaced_job(namespace, label_selector=label_selector)
+                page = _json(self.batch.list_namespaced_job(namespace, **raw))
             else:
-                page = self.core.list_namespaced_pod(namespace, label_selector=label_selector)
+                page = _json(self.core.list_namespaced_pod(namespace, **raw))
         except ApiException as exc:
             raise _error(exc, f"listing {kind}s") from exc
         except _UNREACHABLE as exc:
             raise KubeError(f"listing {kind}s: {exc}") from exc
-        return tuple(self.api.sanitize_for_serialization(i) for i in page.items)
+        return tuple(page.get("items") or ())
 
     def read_logs(
         self,
@@ -402,37 +427,50 @@ class Kube:
         lister = self._lister(kind)
         while True:
             try:
-                page = lister(label_selector=MANAGED_SELECTOR, limit=page_size, _continue=token)
+                page = _json(
+                    lister(
+                        label_selector=MANAGED_SELECTOR,
+                        limit=page_size,
+                        _continue=token,
+                        _preload_content=False,
+                    )
+                )
             except ApiException as exc:
                 raise _error(exc, f"listing {kind}s") from exc
-            items.extend(self.api.sanitize_for_serialization(i) for i in page.items)
-            token = page.metadata._continue
+            items.extend(page.get("items") or ())
+            meta = page.get("metadata") or {}
+            token = meta.get("continue")
             if not token:
-                return ObjectList(tuple(items), str(page.metadata.resource_version))
+                return ObjectList(tuple(items), str(meta.get("resourceVersion")))
 
     def watch_managed(
         self, kind: str, resource_version: str, timeout_seconds: int = 60
     ) -> Iterator[WatchEvent]:
         """Events after ``resource_version``. Raises ``WatchExpired`` on 410: relist."""
-        stream = watch.Watch()
+        what = f"watching {kind}s"
         try:
-            for event in stream.stream(
-                self._lister(kind),
+            resp = self._lister(kind)(
                 label_selector=MANAGED_SELECTOR,
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds,
-            ):
-                obj = event["object"]
-                raw = obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
-                if event["type"] == "ERROR":
-                    if raw.get("code") == 410:
-                        raise WatchExpired(f"watching {kind}s: {raw.get('message')}", 410)
-                    raise KubeError(f"watching {kind}s: {raw.get('message')}", raw.get("code", 0))
-                yield WatchEvent(type=str(event["type"]), object=raw)
+                watch=True,
+                _preload_content=False,
+            )
         except ApiException as exc:
-            raise _error(exc, f"watching {kind}s") from exc
-        except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeError(f"watching {kind}s: connection lost: {exc}") from exc
-        finally:
-            stream.stop()
+            raise _error(exc, what) from exc
+        except _UNREACHABLE as exc:
+            raise KubeError(f"{what}: connection lost: {exc}") from exc
+        for line in _lines(resp, f"{what}: connection lost", amt=None):
+            if not line.strip():
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError as exc:
+                raise KubeError(f"{what}: bad event: {line[:200]!r}") from exc
+            raw = event.get("object") or {}
+            if event.get("type") == "ERROR":
+                if raw.get("code") == 410:
+                    raise WatchExpired(f"{what}: {raw.get('message')}", 410)
+                raise KubeError(f"{what}: {raw.get('message')}", int(raw.get("code") or 0))
+            yield WatchEvent(type=str(event.get("type")), object=raw)

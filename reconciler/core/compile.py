@@ -226,7 +226,13 @@ class _Repo:
         self._cache: dict[str, Loaded[Any] | None] = {}
         self._checked: set[str] = set()
         self._org_settings: OrgSettings | None = None
+        self._provenance: dict[Provenance, Provenance] = {}
         self._index()
+
+    def shared(self, prov: Provenance) -> Provenance:
+        """One object per distinct provenance: a preset's leaves are the same in every
+        operation that applies it."""
+        return self._provenance.setdefault(prov, prov)
 
     # 1. layout
     def _index(self) -> None:
@@ -887,7 +893,10 @@ def _build(
         spec=spec,
         requests=resolved.requests,
         presets=ctx.presets,
-        provenance={dotted(k): v for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))},
+        provenance={
+            dotted(k): repo.shared(v)
+            for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))
+        },
         connections=resolved.connections,
         generation=int(spec.get("generation", 1)),
         is_approved=bool(spec.get("isApproved", True)),

@@ -24,6 +24,7 @@ new provenance map; inputs are never mutated and the result shares no objects wi
 from __future__ import annotations
 
 import copy
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -270,6 +271,7 @@ def _patch_section(
     return out
 
 
+@functools.lru_cache(maxsize=8192)  # one shared string per path across all operations
 def dotted(path: Path) -> str:
     """``("run", "environment", "tolerations", 0)`` -> ``run.environment.tolerations[0]``."""
     text = ""

@@ -44,7 +44,7 @@ class Phase(enum.StrEnum):
 # --- the repo as the core sees it -------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RepoFile:
     """One blob of the config repo. ``symlink_target`` is set for symlinks (content empty)."""
 
@@ -65,7 +65,7 @@ class RepoSnapshot:
 # --- diagnostics ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class Location:
     file: str
     line: int = 0  # 1-based; 0 when unknown
@@ -75,7 +75,7 @@ class Location:
         return f"{self.file}:{self.line}:{self.col}"
 
 
-@dataclass(frozen=True, order=True)
+@dataclass(frozen=True, order=True, slots=True)
 class ConfigError:
     """A problem in the config repo, printed as ``file:line:col: message``."""
 
@@ -89,7 +89,7 @@ class ConfigError:
 # --- compiled config --------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Provenance:
     """Where a compiled leaf came from: ``step`` is ``operation``, ``preset <name> (<strategy>)``,
     ``project default`` or ``org default``."""
@@ -141,7 +141,7 @@ class QueueSpec:
     source: str = ""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WorkflowRef:
     """Set on children of a matrix or DAG operation."""
 
@@ -151,7 +151,7 @@ class WorkflowRef:
     concurrency: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class CompiledOperation:
     """One dispatchable unit. Workflow parents are expanded into their children."""
 
@@ -179,7 +179,7 @@ class CompiledOperation:
         return f"{self.project}/{self.name}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ObservedOperation:
     """What the cluster (or the status branch) says about an operation."""
 

@@ -8,21 +8,22 @@ The guard ladder, in order:
    quota be over-admitted); a cluster that cannot be read holds back only its own queues,
    and its ops count as still active;
 4. plan (pure);
-5. converge, only while leading: create or adopt what the plan dispatches, stop what it
-   stops. Nothing else in a cluster is ever changed.
+5. converge, only while leading: create or adopt what the plan dispatches (a bounded pool
+   of creates in flight), stop what it stops. Nothing else in a cluster is ever changed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Protocol
+from typing import Any, Protocol
 
-from reconciler.adapters.kube import Kube, KubeError, NamespaceForbidden
+from reconciler.adapters.kube import ApplyResult, Kube, KubeError, NamespaceForbidden
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import ParseCache
 from reconciler.core.observe import (
@@ -32,14 +33,21 @@ from reconciler.core.observe import (
     observe_workloads,
 )
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
-from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON, render_operation
+from reconciler.core.render import (
+    ANNOTATION_PHASE,
+    ANNOTATION_PHASE_REASON,
+    RenderedWorkload,
+    render_operation,
+)
 from reconciler.core.status import StatusReason
 from reconciler.core.types import (
     ClusterSpec,
+    CompiledOperation,
     CompiledRepo,
     ConfigError,
     ObservedOperation,
     Phase,
+    RepoFile,
     RepoSnapshot,
 )
 from reconciler.runtime.faults import FaultPoints
@@ -106,6 +114,7 @@ class Reconciler:
         faults: FaultPoints | None = None,
         watch: bool = True,
         sync_timeout: float = 10.0,
+        create_workers: int = 8,
     ) -> None:
         self._source = source
         self._connect = connect
@@ -114,12 +123,17 @@ class Reconciler:
         self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
         self._parse_cache = ParseCache()  # a new commit reparses only the files it changed
+        # the last snapshot's files and what they compiled to (unchanged files are the
+        # same objects, so comparing them is cheap)
+        self._compiled: tuple[CompiledRepo | None, Mapping[str, RepoFile]] = (None, {})
         self._clients: dict[str, Kube] = {}
         self._watch = watch
         self._sync_timeout = sync_timeout
         self._informers: dict[str, tuple[Informer, Informer]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
+        # creates in flight per cycle; results are recorded in plan order
+        self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self._cache_version: dict[str, str | None] = {}  # per cluster, of the last observe
         self._inflight: dict[str, tuple[WorkloadState, str]] = {}  # op -> (state, its RV)
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
@@ -137,7 +151,11 @@ class Reconciler:
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
             return self._last_good, (), str(exc) or type(exc).__name__, None
-        compiled = compile_repo(snapshot, self._parse_cache)
+        compiled, files = self._compiled
+        if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
+            compiled = compile_repo(snapshot, self._parse_cache)
+            self._compiled = (compiled, snapshot.files)
+        # else: the same files at the same version, valid or not, compile the same: reuse
         if not compiled.valid:
             for error in compiled.errors:
                 log.error("invalid config %s: %s", snapshot.version, error)
@@ -170,6 +188,7 @@ class Reconciler:
         """Stop every watch and send the Events still queued."""
         for name in list(self._informers):
             self._stop_informers(name)
+        self._creates.shutdown(wait=True)
         self._events.shutdown(wait=True)
 
     def _observe(self, compiled: CompiledRepo) -> tuple[list[WorkloadState], list[ClusterHealth]]:
@@ -262,6 +281,33 @@ class Reconciler:
         failed: dict[str, str] = {}
         reasons: dict[str, StatusReason] = {}
         broken: set[str] = set()
+        lock = threading.Lock()
+
+        def create(
+            op_id: str, cluster: str, kube: Kube, manifests: tuple[Mapping[str, Any], ...]
+        ) -> list[ApplyResult]:
+            with lock:
+                if cluster in broken:
+                    failed[op_id] = f"cluster {cluster} failed earlier in this cycle"
+                    return []
+            if not self._is_leader():
+                return []
+            try:
+                results = [kube.create_or_adopt(m) for m in manifests]
+            except (KubeError, OSError) as exc:
+                with lock:
+                    broken.add(cluster)
+                    failed[op_id] = str(exc)
+                log.error("dispatch of %s failed: %s", op_id, exc)
+                return []
+            self._faults.hit("after-create")
+            return results
+
+        # Render and submit in plan order; the pool bounds the creates in flight. The plan
+        # was made before any create, so concurrency cannot over-admit a quota.
+        submitted: list[
+            tuple[CompiledOperation, RenderedWorkload, Kube, Future[list[ApplyResult]]]
+        ] = []
         for item in plan.dispatch:
             op = ops[item.operation]
             if op.cluster in broken:
@@ -278,31 +324,28 @@ class Reconciler:
                 if (op.cluster, op.namespace) not in self._namespaces:
                     kube.ensure_namespace(op.namespace)
                     self._namespaces.add((op.cluster, op.namespace))
-                results = [kube.create_or_adopt(m) for m in rendered.manifests]
             except NamespaceForbidden as exc:  # this namespace only: the cluster is fine
                 failed[op.id] = str(exc)
                 reasons[op.id] = StatusReason.NAMESPACE_FORBIDDEN
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
             except (KubeError, OSError) as exc:
-                broken.add(op.cluster)
-                failed[op.id] = str(exc)
+                with lock:
+                    broken.add(op.cluster)
+                    failed[op.id] = str(exc)
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
-            self._faults.hit("after-create")
+            future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
+            submitted.append((op, rendered, kube, future))
+        events: list[tuple[Kube, str, str, str, str]] = []
+        for op, rendered, kube, future in submitted:
+            results = future.result()
+            if not results:
+                continue
             job = results[0]
             (dispatched if job.created else adopted).append(op.id)
             if job.created:
-                self._event(
-                    kube,
-                    rendered.namespace,
-                    "Job",
-                    rendered.name,
-                    job.uid,
-                    "Dispatched",
-                    f"queue {op.queue}: dispatched at config {compiled.version[:12]}",
-                    now,
-                )
+                events.append((kube, rendered.namespace, rendered.name, job.uid, op.queue))
             state = WorkloadState(
                 operation=op.id,
                 generation=op.generation,
@@ -326,6 +369,13 @@ class Reconciler:
                 op.cluster,
                 rendered.name,
                 "created" if job.created else "adopted",
+            )
+        # Events once every create has returned: they are informative, and must not
+        # compete with the creates for the apiserver.
+        message = f"dispatched at config {compiled.version[:12]}"
+        for kube, namespace, name, uid, queue in events:
+            self._event(
+                kube, namespace, "Job", name, uid, "Dispatched", f"queue {queue}: {message}", now
             )
         for stop in plan.stop:
             if not self._is_leader():

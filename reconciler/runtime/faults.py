@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 from collections.abc import Mapping
 
 POINTS = (
@@ -37,6 +38,7 @@ class FaultPoints:
         if unknown:
             raise ValueError(f"unknown fault points {sorted(unknown)}; known: {', '.join(POINTS)}")
         self._remaining = dict(spec or {})
+        self._lock = threading.Lock()  # creates hit after-create from a pool of threads
 
     @classmethod
     def from_env(cls, value: str | None = None) -> FaultPoints:
@@ -48,9 +50,10 @@ class FaultPoints:
         return cls(spec)
 
     def hit(self, point: str) -> None:
-        left = self._remaining.get(point)
-        if left is None:
-            return
-        if left <= 1:
-            os.kill(os.getpid(), signal.SIGKILL)  # like kill -9: no cleanup, no flush
-        self._remaining[point] = left - 1
+        with self._lock:
+            left = self._remaining.get(point)
+            if left is None:
+                return
+            if left <= 1:
+                os.kill(os.getpid(), signal.SIGKILL)  # like kill -9: no cleanup, no flush
+            self._remaining[point] = left - 1

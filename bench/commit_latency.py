@@ -1,0 +1,200 @@
+"""Commit-to-dispatch latency on the dev cluster: p50 and p95 from a change to the first
+Job created for it, for the two ways `reconciler run` notices a change.
+
+- polling: `reconciler run --repo <bare repo> --interval I`; each round commits one new
+  operation in a clone and pushes it; latency from the push's return to the Job's ADDED
+  event on a watch;
+- watch: `reconciler run --watch --repo <directory>` reads the files as saved (it watches
+  the working tree with inotify, not a Git remote: there is no push in this mode); each round
+  saves one new operation file; latency from the save to the Job's ADDED event.
+
+Prints both distributions and last the ratio of the watch p50 to the polling p50.
+
+    PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from reconciler.adapters.kube import Kube, KubeError, connect
+from reconciler.devcluster.cluster import DevCluster
+from reconciler.devcluster.shape import NodePool
+
+POOLS = (NodePool("bench", count=1, cpu="1000", memory="4000Gi", pods=500),)
+GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+OP = (
+    "kind: Operation\nname: {name}\nrun:\n  kind: job\n"
+    "  container:\n    image: busybox\n    resources: {{requests: {{cpu: 10m}}}}\n"
+    "  environment:\n    annotations: {{reconciler.dev/simulated-duration: 1h}}\n"
+)
+
+
+def write_config(root: Path, kubeconfig: Path, project: str) -> None:
+    (root / "clusters").mkdir(parents=True)
+    (root / "queues").mkdir()
+    (root / "projects" / project / "operations").mkdir(parents=True)
+    (root / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
+    (root / "clusters" / "local.yaml").write_text(
+        f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
+    )
+    (root / "queues" / "bulk.yaml").write_text("kind: Queue\nname: bulk\ncluster: local\n")
+    (root / "projects" / project / "project.yaml").write_text(
+        f"kind: Project\nname: {project}\nnamespace: {project}\ndefaults:\n  queue: bulk\n"
+    )
+    (root / "projects" / project / "operations" / "seed.yaml").write_text(OP.format(name="seed"))
+
+
+class JobSeen:
+    """The first time each Job name is seen, from a watch (not polling)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.seen: dict[str, float] = {}
+        self.cond = threading.Condition()
+        self.stop = False
+        self.version = kube.list_managed("Job").resource_version
+        threading.Thread(target=self._run, daemon=True).start()
+
+    def _run(self) -> None:
+        while not self.stop:
+            try:
+                for event in self.kube.watch_managed("Job", self.version, timeout_seconds=30):
+                    meta = event.object.get("metadata") or {}
+                    self.version = str(meta.get("resourceVersion") or self.version)
+                    if event.type == "ADDED":
+                        with self.cond:
+                            self.seen.setdefault(str(meta.get("name")), time.perf_counter())
+                            self.cond.notify_all()
+            except KubeError:
+                time.sleep(0.2)
+
+    def wait(self, name: str, timeout: float = 120.0) -> float:
+        with self.cond:
+            if not self.cond.wait_for(lambda: name in self.seen, timeout):
+                raise SystemExit(f"no Job {name} after {timeout:.0f} s")
+            return self.seen[name]
+
+
+def start_reconciler(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            [sys.executable, "-m", "reconciler", "run", *args], stdout=out, stderr=out, env=env
+        )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def percentiles(samples: list[float]) -> tuple[float, float]:
+    ordered = sorted(samples)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    return statistics.median(ordered), p95
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--interval", default="2s", help="the polling run's --interval")
+    parser.add_argument("--state-dir", type=Path, default=None)
+    parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
+    args = parser.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="commit-latency-"))
+    cluster = DevCluster(args.state_dir or work / "cluster")
+    cluster.up(POOLS, progress=lambda m: print(f"[dev-cluster] {m}", flush=True))
+    kubeconfig = cluster.kubeconfig
+    override = ["--cluster-kubeconfig", f"local={kubeconfig}"]
+    try:
+        seen = JobSeen(Kube(connect(kubeconfig)))
+
+        # polling: commits pushed to a bare remote
+        clone, remote = work / "clone", work / "remote.git"
+        write_config(clone, kubeconfig, "poll")
+        subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
+        subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+        subprocess.run([*GIT, "commit", "-qm", "seed"], cwd=clone, check=True)
+        subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(remote)], check=True)
+        subprocess.run(["git", "remote", "add", "bench", str(remote)], cwd=clone, check=True)
+        proc = start_reconciler(
+            [
+                "--repo",
+                str(remote),
+                "--interval",
+                args.interval,
+                "--cache-dir",
+                str(work / "cache"),
+                *override,
+            ],
+            work / "poll.log",
+        )
+        polling: list[float] = []
+        try:
+            seen.wait("poll-seed-g1")
+            for i in range(args.rounds):
+                name = f"c{i:03d}"
+                path = clone / "projects" / "poll" / "operations" / f"{name}.yaml"
+                path.write_text(OP.format(name=name))
+                subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+                subprocess.run([*GIT, "commit", "-qm", name], cwd=clone, check=True)
+                subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
+                pushed = time.perf_counter()
+                polling.append(seen.wait(f"poll-{name}-g1") - pushed)
+                time.sleep(0.37 * (i % 3))  # spread the pushes over the polling phase
+        finally:
+            stop(proc)
+
+        # --watch: files saved in a plain directory
+        tree = work / "tree"
+        write_config(tree, kubeconfig, "watch")
+        proc = start_reconciler(
+            ["--repo", str(tree), "--watch", "--interval", "60s", *override], work / "watch.log"
+        )
+        watching: list[float] = []
+        try:
+            seen.wait("watch-seed-g1")
+            for i in range(args.rounds):
+                name = f"w{i:03d}"
+                path = tree / "projects" / "watch" / "operations" / f"{name}.yaml"
+                tmp = path.with_suffix(".tmp")
+                tmp.write_text(OP.format(name=name))
+                tmp.rename(path)  # one atomic save, as editors do
+                saved = time.perf_counter()
+                watching.append(seen.wait(f"watch-{name}-g1") - saved)
+                time.sleep(0.5)
+        finally:
+            stop(proc)
+        seen.stop = True
+
+        p50, p95 = percentiles(polling)
+        w50, w95 = percentiles(watching)
+        print(f"load average: {os.getloadavg()[0]:.1f}")
+        print(
+            f"polling (--interval {args.interval}), push to first Job, {len(polling)} rounds: "
+            f"p50 {p50:.2f} s, p95 {p95:.2f} s (min {min(polling):.2f}, max {max(polling):.2f})"
+        )
+        print(
+            f"--watch (saved files, inotify), save to first Job, {len(watching)} rounds: "
+            f"p50 {w50:.2f} s, p95 {w95:.2f} s (min {min(watching):.2f}, max {max(watching):.2f})"
+        )
+        print(f"ratio watch p50 / polling p50: {w50 / p50:.2f}")
+    finally:
+        if not args.keep:
+            cluster.down(progress=lambda _m: None)
+
+
+if __name__ == "__main__":
+    main()
