@@ -293,8 +293,13 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
     return f"{problem} ({context})" if context else problem
 
 
-def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigError]]:
-    """Parse one file strictly. Returns the document, or ``None`` and its errors."""
+def parse_yaml(
+    path: str, content: bytes, *, fast: bool = True
+) -> tuple[Document | None, list[ConfigError]]:
+    """Parse one file strictly. Returns the document, or ``None`` and its errors.
+
+    ``fast`` lets libyaml compose a plain file; any error is then found again by the pure
+    composer, so a file gets the same message and position either way."""
 
     def fail(line: int, col: int, message: str) -> tuple[None, list[ConfigError]]:
         return None, [ConfigError(Location(path, line, col), message)]
@@ -310,7 +315,8 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
     text = text.removeprefix("\ufeff")
     loader: _Loader | None = None
     try:
-        root = _compose_fast(text)
+        root = _compose_fast(text) if fast else None
+        fast = root is not None
         if root is None:
             loader = _Loader(text)
             root = loader.get_single_node()
@@ -337,6 +343,8 @@ def parse_yaml(path: str, content: bytes) -> tuple[Document | None, list[ConfigE
     try:
         data = walker.walk(root, ())
     except _Fail as exc:
+        if fast:
+            return parse_yaml(path, content, fast=False)
         return fail(exc.line, exc.col, exc.message)
     return Document(path, data, walker.values, walker.keys), []
 
