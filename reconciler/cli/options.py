@@ -85,3 +85,29 @@ def log_options(fn: F) -> F:
         show_default=True,
         help="Logs on stderr: text lines, or one JSON object per line.",
     )(fn)
+
+
+def status_source_options(fn: F) -> F:
+    """Where ``status`` and ``queues`` read from: the status branch of ``--repo``, or with
+    ``--live`` the branch tip compiled and the clusters read now."""
+    for decorator in reversed(
+        (
+            click.option(
+                "--repo",
+                default=".",
+                show_default=True,
+                help="The config repo: a URL or a local path.",
+            ),
+            status_branch_option,
+            cache_dir_option,
+            click.option(
+                "--live",
+                is_flag=True,
+                help="Compile the branch tip and read the clusters now, not the status branch.",
+            ),
+            branch_option("With --live: the config branch."),
+            cluster_kubeconfig_option,
+        )
+    ):
+        fn = decorator(fn)
+    return fn

@@ -14,13 +14,7 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError
-from reconciler.cli.options import (
-    branch_option,
-    cache_dir_option,
-    cluster_kubeconfig_option,
-    parse_overrides,
-    status_branch_option,
-)
+from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
@@ -57,16 +51,7 @@ def render_view(view: QueuesView, output: str) -> str:
 
 
 @click.command("queues")
-@click.option("--repo", default=".", show_default=True, help="The config repo: a URL or a path.")
-@status_branch_option
-@cache_dir_option
-@click.option(
-    "--live",
-    is_flag=True,
-    help="Compile the branch tip and read the clusters now, not the status branch.",
-)
-@branch_option("With --live: the config branch.")
-@cluster_kubeconfig_option
+@status_source_options
 @click.option(
     "-o",
     "--output",
