@@ -104,8 +104,11 @@ def _wait(
 class DevCluster:
     """One dev cluster, identified by its state directory."""
 
-    def __init__(self, state_dir: Path | None = None) -> None:
+    def __init__(self, state_dir: Path | None = None, *, job_watch_cache: bool = True) -> None:
         self.state_dir = (state_dir or default_state_dir()).resolve()
+        # Off: Job watches go straight to etcd (no watch cache), so an etcd compaction gives
+        # the 410 Gone a long-lived cluster gives, and the informer's relist is testable.
+        self.job_watch_cache = job_watch_cache
         self.pki = Pki(self.state_dir / "pki")
         self.kubeconfig = self.state_dir / "admin.kubeconfig"
         self.logs = self.state_dir / "logs"
@@ -349,11 +352,9 @@ class DevCluster:
             f"--kubelet-client-key={p.client_key('admin')}",
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
-            # Job watches go straight to etcd (no watch cache), so an etcd compaction gives
-            # the 410 Gone a long-lived cluster gives: the informer's relist is testable.
-            "--watch-cache-sizes=jobs.batch#0",
             "--profiling=false",
             "-v=1",
+            *([] if self.job_watch_cache else ["--watch-cache-sizes=jobs.batch#0"]),
         ]
 
     def _kcm_args(self, bins: Binaries, ports: dict[str, int]) -> list[str]:
