@@ -18,6 +18,7 @@ from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
 from reconciler.core.status import (
+    ClusterStatus,
     ConfigStatus,
     dump_yaml,
     render_status,
@@ -143,3 +144,26 @@ def test_plan_reads_a_clones_origin_copy_of_the_status_branch(remote: Path, tmp_
     assert other.read()
     with pytest.raises(GitSyncError, match="read-only"):
         other.write({"status/x.yaml": b"x: 1\n"}, "no")
+
+
+def test_status_reports_an_unreachable_cluster(remote: Path, tmp_path: Path) -> None:
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    compiled = compile_repo(repo.sync())
+    files = render_status(
+        compiled,
+        plan_repo(compiled, [], NOW),
+        {},
+        clusters=(ClusterStatus("local", False, "connection refused"), ClusterStatus("b", True)),
+    )
+    assert status.write(status_changes(status.read(), files), "outage") is not None
+    cache = str(tmp_path / "cli-cache")
+    code, _, err = run("status", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0
+    assert "warning: cluster local was unreachable at the last cycle: connection refused" in err
+    assert "cluster b" not in err
+    code, out, _ = run("status", "-o", "json", "--repo", str(remote), "--cache-dir", cache)
+    assert json.loads(out)["clusters"] == [  # sorted by name in clusters.yaml
+        {"name": "b", "reachable": True},
+        {"name": "local", "reachable": False, "error": "connection refused"},
+    ]

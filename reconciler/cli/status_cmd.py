@@ -91,6 +91,7 @@ def status_to_json(view: StatusView, ops: Sequence[OperationStatus]) -> str:
     data: dict[str, Any] = {
         "config": view.config.to_dict() if view.config else None,
         "queues": [q.to_dict() for q in view.queues],
+        "clusters": [c.to_dict() for c in view.clusters],
         "operations": [o.to_dict() for o in ops],
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
@@ -121,6 +122,12 @@ def warnings(view: StatusView) -> list[str]:
             )
             out += [f"  {e}" for e in view.config.errors]
         out += [f"warning: {w}" for w in view.config.warnings]
+    out += [
+        f"warning: cluster {c.name} was unreachable at the last cycle: {c.error or 'no answer'}"
+        " (its queues are held; its operations keep their last phase)"
+        for c in view.clusters
+        if not c.reachable
+    ]
     return out
 
 
