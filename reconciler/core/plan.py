@@ -41,6 +41,7 @@ MAX_LISTED = 10
 class PendingReason(enum.StrEnum):
     """Why a queued operation is not dispatched this cycle: the first failing check."""
 
+    CLUSTER_UNREACHABLE = "ClusterUnreachable"  # 0: its cluster could not be read
     QUEUE_PAUSED = "QueuePaused"  # 1
     AWAITING_APPROVAL = "AwaitingApproval"  # 2
     WAITING_FOR_DEPENDENCIES = "WaitingForDependencies"  # 3
@@ -107,6 +108,47 @@ def _names(ids: Sequence[str], total: int | None = None) -> str:
     return f"{shown} and {more} more" if more > 0 else shown
 
 
+# --- what would admit a pending operation ----------------------------------------------
+
+
+class AdmitWhen(enum.StrEnum):
+    """The event that would let a pending operation be dispatched."""
+
+    CLUSTER_REACHABLE = "ClusterReachable"  # its cluster can be read again
+    QUEUE_RESUMED = "QueueResumed"
+    APPROVED = "Approved"
+    DEPENDENCIES_SUCCEED = "DependenciesSucceed"  # ``operations`` must all succeed
+    NEVER = "Never"  # not under this config (upstream failed, or over a quota alone)
+    HEAD_DISPATCHED = "HeadDispatched"  # ``operations`` (the head) is dispatched
+    OPERATIONS_FINISH = "OperationsFinish"  # ``count`` of ``operations`` finish
+    RESOURCES_RELEASED = "ResourcesReleased"  # ``amount`` of ``resource`` is released
+    LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
+
+
+@dataclass(frozen=True, slots=True)
+class Admit:
+    """What would admit a pending operation, as data; ``text`` is the clause the message
+    ends with (views show it; nothing parses it)."""
+
+    when: AdmitWhen
+    text: str
+    operations: tuple[str, ...] = ()  # up to MAX_LISTED of them
+    count: int = 0  # how many of the (possibly more) operations are needed
+    resource: str | None = None
+    amount: Decimal | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {"when": str(self.when), "text": self.text}
+        if self.operations:
+            data["operations"] = list(self.operations)
+            data["count"] = self.count
+        if self.resource is not None:
+            data["resource"] = self.resource
+        if self.amount is not None:
+            data["amount"] = format_quantity(self.amount)
+        return data
+
+
 # --- what blocks a pending operation ----------------------------------------------------
 
 
@@ -116,12 +158,33 @@ class DependencyState:
     phase: str  # a Phase value, "UpstreamFailed" (will never run) or "Missing" (not in repo)
 
 
+def _joined(head: str, admit: Admit) -> str:
+    return f"{head}; {admit.text}"
+
+
+@dataclass(frozen=True, slots=True)
+class ClusterUnreachableBlock:
+    cluster: str
+
+    def admit(self) -> Admit:
+        return Admit(AdmitWhen.CLUSTER_REACHABLE, "admitted when it can be read again")
+
+    def message(self) -> str:
+        return _joined(f"cluster {self.cluster} cannot be read", self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"cluster": self.cluster, "reachable": False}
+
+
 @dataclass(frozen=True, slots=True)
 class QueuePausedBlock:
     queue: str
 
+    def admit(self) -> Admit:
+        return Admit(AdmitWhen.QUEUE_RESUMED, "admitted when it is resumed")
+
     def message(self) -> str:
-        return f"queue {self.queue} is paused; admitted when it is resumed"
+        return _joined(f"queue {self.queue} is paused", self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {"queue": self.queue, "paused": True}
@@ -129,8 +192,11 @@ class QueuePausedBlock:
 
 @dataclass(frozen=True, slots=True)
 class ApprovalBlock:
+    def admit(self) -> Admit:
+        return Admit(AdmitWhen.APPROVED, "admitted when isApproved is set to true")
+
     def message(self) -> str:
-        return "awaiting approval; admitted when isApproved is set to true"
+        return _joined("awaiting approval", self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {"isApproved": False}
@@ -140,9 +206,18 @@ class ApprovalBlock:
 class DependenciesBlock:
     waiting: tuple[DependencyState, ...]
 
+    def admit(self) -> Admit:
+        ids = tuple(d.operation for d in self.waiting)
+        return Admit(
+            AdmitWhen.DEPENDENCIES_SUCCEED,
+            "admitted when all its dependencies have succeeded",
+            ids[:MAX_LISTED],
+            len(ids),
+        )
+
     def message(self) -> str:
         deps = ", ".join(f"{d.operation} ({d.phase})" for d in self.waiting)
-        return f"waits for {deps}; admitted when all its dependencies have succeeded"
+        return _joined(f"waits for {deps}", self.admit())
 
     def to_json(self) -> dict[str, Any]:
         deps = [{"operation": d.operation, "phase": d.phase} for d in self.waiting]
@@ -153,9 +228,12 @@ class DependenciesBlock:
 class UpstreamFailedBlock:
     failed: tuple[DependencyState, ...]
 
+    def admit(self) -> Admit:
+        return Admit(AdmitWhen.NEVER, "this operation will never run")
+
     def message(self) -> str:
         deps = ", ".join(f"{d.operation} ({d.phase})" for d in self.failed)
-        return f"upstream {deps} did not succeed; this operation will never run"
+        return _joined(f"upstream {deps} did not succeed", self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -176,13 +254,19 @@ class ExceedsQuotaBlock:
     queue: str
     exceeds: tuple[Shortfall, ...]
 
+    def admit(self) -> Admit:
+        return Admit(
+            AdmitWhen.NEVER,
+            "it can never be admitted unless the request is lowered or quota raised",
+        )
+
     def message(self) -> str:
         parts = "; ".join(
             f"needs {s.resource} {format_quantity(s.request)} but {self.queue}'s quota is "
             f"{format_quantity(s.quota)}"
             for s in self.exceeds
         )
-        return f"{parts}; it can never be admitted unless the request is lowered or quota raised"
+        return _joined(parts, self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -205,10 +289,15 @@ class BehindHeadBlock:
     head: str
     head_reason: PendingReason
 
+    def admit(self) -> Admit:
+        return Admit(
+            AdmitWhen.HEAD_DISPATCHED, f"admitted after {self.head} is dispatched", (self.head,), 1
+        )
+
     def message(self) -> str:
-        return (
-            f"{self.queue} is StrictFIFO: waits behind {self.head} ({self.head_reason}); "
-            f"admitted after {self.head} is dispatched"
+        return _joined(
+            f"{self.queue} is StrictFIFO: waits behind {self.head} ({self.head_reason})",
+            self.admit(),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -227,18 +316,29 @@ class ConcurrencyBlock:
     releases: int
     active_operations: tuple[str, ...]  # up to MAX_LISTED of them
 
-    def message(self) -> str:
+    def _head(self) -> str:
         if self.scope == "queue":
-            head = f"{self.active} of {self.limit} active in {self.name}"
-        elif self.scope == "workflow":
-            head = f"{self.active} of {self.limit} children of workflow {self.name} active"
-        else:
-            head = f"{self.active} of {self.limit} active on cluster {self.name}"
+            return f"{self.active} of {self.limit} active in {self.name}"
+        if self.scope == "workflow":
+            return f"{self.active} of {self.limit} children of workflow {self.name} active"
+        return f"{self.active} of {self.limit} active on cluster {self.name}"
+
+    def admit(self) -> Admit:
         if not self.active_operations:
-            return head
+            return Admit(AdmitWhen.LIMIT_RAISED, f"admitted when the {self.scope} limit is raised")
         who = _names(self.active_operations, self.active)
         verb = "finishes" if self.releases == 1 else "finish"
-        return f"{head}; admitted when {self.releases} of {who} {verb}"
+        return Admit(
+            AdmitWhen.OPERATIONS_FINISH,
+            f"admitted when {self.releases} of {who} {verb}",
+            self.active_operations,
+            self.releases,
+        )
+
+    def message(self) -> str:
+        if not self.active_operations:
+            return self._head()
+        return _joined(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -261,16 +361,35 @@ class QuotaBlock:
     released_by: tuple[str, ...]  # the fewest active operations that would release enough
     released_by_count: int
 
-    def message(self) -> str:
-        head = (
+    def _head(self) -> str:
+        return (
             f"needs {self.resource} {format_quantity(self.request)}; {self.queue} uses "
             f"{format_quantity(self.used)} of {format_quantity(self.quota)}"
         )
+
+    def admit(self) -> Admit:
         if not self.released_by:
-            return head
+            return Admit(
+                AdmitWhen.LIMIT_RAISED,
+                f"admitted when {self.queue}'s {self.resource} quota is raised",
+                resource=self.resource,
+                amount=self.release,
+            )
         amount = _amount_phrase(self.resource, self.release)
         who = _names(self.released_by, self.released_by_count)
-        return f"{head}; admitted when {amount} released by {who}"
+        return Admit(
+            AdmitWhen.RESOURCES_RELEASED,
+            f"admitted when {amount} released by {who}",
+            self.released_by,
+            self.released_by_count,
+            self.resource,
+            self.release,
+        )
+
+    def message(self) -> str:
+        if not self.released_by:
+            return self._head()
+        return _joined(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -285,7 +404,8 @@ class QuotaBlock:
 
 
 BlockedBy = (
-    QueuePausedBlock
+    ClusterUnreachableBlock
+    | QueuePausedBlock
     | ApprovalBlock
     | DependenciesBlock
     | UpstreamFailedBlock
@@ -317,6 +437,10 @@ class Pending:
     @property
     def message(self) -> str:
         return self.blocked_by.message()
+
+    @property
+    def admit(self) -> Admit:
+        return self.blocked_by.admit()
 
     @property
     def never_runs(self) -> bool:
@@ -457,15 +581,20 @@ def plan_dispatch(
     now: datetime,
     *,
     rejected: Collection[str] = (),
+    unreachable: Collection[str] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
     ``observed`` lists what the clusters say; unlisted operations are ``Queued``.
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
+    ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
+    (check 0), and their active operations keep counting as observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
-        return _plan(operations, queues, clusters, observed, org, now, rejected)
+        return _plan(
+            operations, queues, clusters, observed, org, now, rejected, frozenset(unreachable)
+        )
 
 
 @contextmanager
@@ -490,6 +619,7 @@ def _plan(
     org: OrgSettings,
     now: datetime,
     rejected: Collection[str],
+    unreachable: frozenset[str],
 ) -> Plan:
     # Step 1: index the inputs.
     seen: dict[str, ObservedOperation] = {}
@@ -619,6 +749,7 @@ def _plan(
     append_dispatch = dispatch.append
     strict_fifo = QueueStrategy.STRICT_FIFO
     units = _request_units
+    unreachable_r = PendingReason.CLUSTER_UNREACHABLE
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
     exceeds_r = PendingReason.EXCEEDS_QUOTA
@@ -628,12 +759,17 @@ def _plan(
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
 
-    # Step 4: checks 1..9 for each candidate, in one global order.
+    # Step 4: checks 0..9 for each candidate, in one global order.
     for q in order:
         spec = q.spec
         cands = q.candidates
         cands.sort()
         pend = q.pending.append
+        # 0: the queue's cluster could not be read (its ops are on the queue's cluster)
+        if spec.cluster in unreachable:
+            for cand in cands:
+                pend((cand[4], cand[5], unreachable_r, None))
+            continue
         # 1: queue paused (the first check, so it decides for every candidate)
         if spec.paused:
             for cand in cands:
@@ -728,11 +864,13 @@ def _plan(
                 w.hold(oid)
             append_dispatch(Dispatch(oid, qname, op.cluster))
 
-    # Step 5: prune operations removed from the repo while active, behind the guard.
+    # Step 5: prune operations removed from the repo while active, behind the guard; never
+    # in a cluster that could not be read (they are stopped once it can be).
     stops: tuple[Stop, ...] = ()
     refusal: PruneRefusal | None = None
-    if org.prune and removed:
-        candidates = tuple(
+    candidates = tuple(
+        s
+        for s in (
             Stop(
                 o.operation,
                 StopReason.REMOVED_FROM_REPO,
@@ -741,6 +879,9 @@ def _plan(
             )
             for o in removed
         )
+        if s.cluster not in unreachable
+    )
+    if org.prune and candidates:
         if not org.allow_mass_prune and len(candidates) > org.max_prune_fraction * active_total:
             refusal = PruneRefusal(
                 tuple(s.operation for s in candidates), active_total, org.max_prune_fraction
@@ -812,6 +953,7 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
     behind_r = PendingReason.WAITING_BEHIND_HEAD
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
+    unreachable_r = PendingReason.CLUSTER_UNREACHABLE
     waiting_r = PendingReason.WAITING_FOR_DEPENDENCIES
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
@@ -861,6 +1003,11 @@ def _explain(q: _Queue, cstate: Mapping[str, _Counter]) -> list[Pending]:
             block = cached
         elif reason is approval_r:
             block = _APPROVAL
+        elif reason is unreachable_r:
+            cached = shared.get(reason)
+            if cached is None:
+                cached = shared[reason] = ClusterUnreachableBlock(spec.cluster)
+            block = cached
         elif reason is waiting_r:
             block = DependenciesBlock(detail)
         elif reason is upstream_r:
@@ -907,6 +1054,7 @@ def plan_repo(
     now: datetime,
     *,
     superseded: Collection[str] = (),
+    unreachable: Collection[str] = (),
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -923,4 +1071,5 @@ def plan_repo(
         rejected=frozenset(r.operation for r in repo.rejected)
         | frozenset(c for r in repo.rejected for c in r.children)
         | frozenset(superseded),
+        unreachable=unreachable,
     )

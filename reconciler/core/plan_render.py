@@ -15,12 +15,12 @@ from reconciler.core.quantity import format_quantity
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The JSON contract of ``reconciler plan -o json``."""
     # Pending entries of one queue share blockers: render each blocker once.
-    rendered: dict[int, tuple[str, dict[str, Any]]] = {}
+    rendered: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {}
 
-    def explain(block: BlockedBy) -> tuple[str, dict[str, Any]]:
+    def explain(block: BlockedBy) -> tuple[str, dict[str, Any], dict[str, Any]]:
         got = rendered.get(id(block))
         if got is None:
-            got = rendered[id(block)] = (block.message(), block.to_json())
+            got = rendered[id(block)] = (block.message(), block.to_json(), block.admit().to_json())
         return got
 
     return {
@@ -36,9 +36,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "position": p.position,
                 "message": message,
                 "blockedBy": blocked_by,
+                "admit": admit,
             }
             for p in plan.pending
-            for message, blocked_by in (explain(p.blocked_by),)
+            for message, blocked_by, admit in (explain(p.blocked_by),)
         ],
         "stop": [{"operation": s.operation, "reason": str(s.reason)} for s in plan.stop],
         "queues": [_queue_dict(q) for q in plan.queues],

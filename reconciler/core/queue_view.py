@@ -415,19 +415,6 @@ class QueueDetail:
         }
 
 
-_ADMIT_MARKERS = ("admitted ", "it can never", "this operation will never")
-
-
-def admit_clause(message: str) -> str:
-    """From a pending message, the clause saying what would admit the operation (the
-    planner words it; see ``plan.BlockedBy``); the whole message if it has no such clause."""
-    parts = message.split("; ")
-    for i, part in enumerate(parts):
-        if part.startswith(_ADMIT_MARKERS):
-            return "; ".join(parts[i:])
-    return message
-
-
 def requests_text(requests: Mapping[str, Decimal]) -> str:
     return _requests_text(tuple(sorted(requests.items())))
 
@@ -522,7 +509,7 @@ def build_queue_detail(
         got = worded.get(id(p.blocked_by))
         if got is None:
             message = p.message
-            got = worded[id(p.blocked_by)] = (message, admit_clause(message))
+            got = worded[id(p.blocked_by)] = (message, p.admit.text)
         return got
 
     pending = tuple(
@@ -729,7 +716,7 @@ def build_operation_detail(
             reason=str(pending.reason),
             message=pending.message,
             position=pending.position,
-            admit=admit_clause(pending.message),
+            admit=pending.admit.text,
         )
     elif not applied and any(d.operation == op_id for d in plan.dispatch):
         fields.update(message="the plan dispatches it next (not created yet)")
