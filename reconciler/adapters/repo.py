@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -46,6 +47,25 @@ def snapshot_worktree(root: Path) -> RepoSnapshot:
                 with full.open("rb") as fh:
                     files[rel] = RepoFile(rel, fh.read(MAX_FILE_BYTES + 1))
     return RepoSnapshot(files=files, version="worktree")
+
+
+def snapshot_checkout(root: Path) -> RepoSnapshot:
+    """The files as saved, as ``run`` would order them: a file committed on ``HEAD`` keeps
+    the time of the commit that first added it (even if edited since); a file not
+    committed yet has none, so it comes after the committed ones. Outside Git, or in a
+    repo with no commit yet, the same as :func:`snapshot_worktree`."""
+    snapshot = snapshot_worktree(root)
+    try:
+        repo = git.Repo(root, search_parent_directories=False)
+        head = repo.head.commit.hexsha
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+        return snapshot
+    times = first_commit_times(repo, head)
+    files = {
+        path: replace(f, first_commit_time=times.get(path)) if path in times else f
+        for path, f in snapshot.files.items()
+    }
+    return replace(snapshot, files=files)
 
 
 def is_git_repo(path: Path) -> bool:

@@ -1,8 +1,10 @@
 """``reconciler serve``: the queue pages and /api/v1, read-only.
 
-Each interval it compiles the config, observes every cluster and plans, exactly as a
-reconciler that does not hold the lease: it never creates, deletes or annotates anything in
-a cluster and never writes to Git. Git stays the only write path.
+Each interval it runs the reconciler's own cycle as a follower that never holds the lease:
+the same ``decide``, carrying out nothing. It never creates, deletes or annotates anything
+in a cluster and never writes to Git; Git stays the only write path. It starts from what
+the leader recorded on the status branch, so a cluster that cannot be read keeps its last
+known phases (not "everything dispatched").
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from reconciler.cli.options import (
     cluster_kubeconfig_option,
     log_options,
     parse_overrides,
+    status_branch_option,
 )
 from reconciler.cli.run_cmd import parse_interval
 from reconciler.runtime.http import HttpError, HttpServer
@@ -40,6 +43,7 @@ log = logging.getLogger("reconciler.serve")
     help="The config repo: a Git URL or a local path (a plain directory is read as saved).",
 )
 @branch_option("The config branch to show.")
+@status_branch_option
 @cache_dir_option
 @click.option(
     "--http",
@@ -55,6 +59,7 @@ log = logging.getLogger("reconciler.serve")
 def serve(
     repo: str,
     branch: str,
+    status_branch: str,
     cache_dir: Path | None,
     http_address: str,
     cluster_kubeconfigs: tuple[str, ...],
@@ -74,7 +79,7 @@ def serve(
         branch,
         overrides,
         worktree=worktree,
-        status_branch=None,
+        status_branch=status_branch,  # read, never written: a follower does not publish
         cache_dir=cache_dir,
         is_leader=lambda: False,  # never converge: a follower that only plans
     )

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,9 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
-from reconciler.core.plan import plan_repo
+from reconciler.core.cycle import Decision, Memory, memory_from_status
 from reconciler.core.status import (
+    ClusterStatus,
     OperationStatus,
     QueueStatus,
     StatusView,
@@ -27,7 +27,8 @@ from reconciler.core.status import (
     read_status,
     render_status,
 )
-from reconciler.runtime.live import observe_live
+from reconciler.core.types import CompiledRepo
+from reconciler.runtime.live import decide_live
 
 OUTPUTS = ("table", "json")
 OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
@@ -149,21 +150,44 @@ def read_branch(
     return read_status(files)
 
 
-def read_live(
-    repo: str, branch: str, cache_dir: Path | None, overrides: dict[str, Path]
-) -> StatusView:
-    """What the status branch would say if the reconciler ran a cycle now (without
-    dispatching anything)."""
+def status_memory(repo: str, branch: str, cache_dir: Path | None) -> Memory:
+    """The views' memory: what the leader last recorded on the status branch (nothing when
+    there is no status branch yet)."""
+    try:
+        return memory_from_status(read_branch(repo, branch, cache_dir))
+    except StatusError:
+        return Memory()
+
+
+def live_decision(
+    repo: str,
+    branch: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    overrides: dict[str, Path],
+) -> tuple[CompiledRepo, Decision]:
+    """Compile the tip, read every cluster and decide as the next cycle would, with the
+    status branch as memory; nothing is carried out."""
     config = ConfigRepo(repo, branch, cache_dir)
     compiled = compile_repo(config.sync())
     if not compiled.valid:
         raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
-    states, errors = observe_live(compiled, overrides)
-    if errors:
-        raise StatusError("; ".join(errors))
-    plan = plan_repo(compiled, [s.to_observed() for s in states.values()], SystemClock().now())
-    # Nothing is dispatched here: ops the next cycle would dispatch are still Queued.
-    return read_status(render_status(compiled, replace(plan, dispatch=()), states))
+    memory = status_memory(repo, status_branch, cache_dir)
+    return compiled, decide_live(compiled, memory, SystemClock().now(), overrides)
+
+
+def read_live(
+    repo: str,
+    branch: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    overrides: dict[str, Path],
+) -> StatusView:
+    """What the status branch would say after the next cycle, if its creates succeed
+    (nothing is dispatched here)."""
+    compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
+    clusters = tuple(ClusterStatus(c.name, c.reachable, c.error) for c in decision.clusters)
+    return read_status(render_status(compiled, decision.plan, decision.states, clusters=clusters))
 
 
 @click.command("status")
@@ -191,7 +215,9 @@ def status(
     with PROJECT/OP, that operation's full record."""
     try:
         if live:
-            view = read_live(repo, branch, cache_dir, parse_overrides(cluster_kubeconfigs))
+            view = read_live(
+                repo, branch, status_branch, cache_dir, parse_overrides(cluster_kubeconfigs)
+            )
         else:
             view = read_branch(repo, status_branch, cache_dir)
         text = render(view, target, output)

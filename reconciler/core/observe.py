@@ -71,7 +71,8 @@ class WorkloadState:
         return ObservedOperation(
             operation=self.operation,
             phase=self.phase,
-            requests=dict(self.requests),
+            # not known (a state recorded on the status branch): the compiled requests count
+            requests=dict(self.requests) if self.requests else None,
             queue=self.queue,
             cluster=self.cluster,
         )

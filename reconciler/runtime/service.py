@@ -112,7 +112,7 @@ def make_runtime(
     )
     if publisher is not None:
         try:
-            reconciler.seed_seen(publisher.recorded_workloads())
+            reconciler.seed(publisher.recorded())
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
     return Runtime(reconciler, publisher, config=None if worktree else config)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from reconciler.adapters.git import GitSyncError, StatusBranch
-from reconciler.core.observe import WorkloadState
+from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.status import (
     ClusterStatus,
     StatusReason,
@@ -15,12 +15,9 @@ from reconciler.core.status import (
     status_changes,
     summarize_cycle,
 )
-from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult
 
 log = logging.getLogger("reconciler.status")
-
-_RECORDED = {p.value for p in Phase} - {Phase.QUEUED.value}
 
 
 class StatusPublisher:
@@ -35,32 +32,11 @@ class StatusPublisher:
             self._files = self.branch.read()
         return self._files
 
-    def recorded_workloads(self) -> dict[str, WorkloadState]:
-        """Workloads a previous process recorded, so one deleted by hand while we were down
-        is ``Stopped`` rather than dispatched again."""
-        out: dict[str, WorkloadState] = {}
-        view = read_status(self._current())
-        for op_id, rec in view.operations.items():
-            if rec.phase not in _RECORDED or not (rec.workload and rec.cluster and rec.namespace):
-                continue
-            out[op_id] = WorkloadState(
-                operation=op_id,
-                generation=rec.generation or 1,
-                cluster=rec.cluster,
-                namespace=rec.namespace,
-                name=rec.workload,
-                uid="",
-                phase=Phase(rec.phase),
-                message=rec.message,
-                queue=rec.queue,
-                spec_hash=rec.spec_hash,
-                config_commit=rec.config_commit,
-                dispatched_at=rec.dispatched_at,
-                started_at=rec.started_at,
-                finished_at=rec.finished_at,
-                outputs=rec.outputs,
-            )
-        return out
+    def recorded(self) -> Memory:
+        """What a previous process recorded, so a workload deleted by hand while we were
+        down is ``Stopped`` rather than dispatched again, and a cluster that cannot be read
+        keeps its last known phases."""
+        return memory_from_status(read_status(self._current()))
 
     def publish(self, result: CycleResult) -> str | None:
         """Commit the cycle's status if it differs from the branch; the new commit's SHA."""
