@@ -30,7 +30,7 @@ from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
-from reconciler.runtime.live import decide_live, unreachable_warnings
+from reconciler.runtime.live import Connect, connector, decide_live, unreachable_warnings
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -105,11 +105,11 @@ def recorded_planner(memory: Memory, now: datetime) -> Planner:
     return plan_of
 
 
-def live_planner(memory: Memory, now: datetime, overrides: dict[str, Path]) -> Planner:
+def live_planner(memory: Memory, now: datetime, connect: Connect) -> Planner:
     """``--live``: the next cycle's plan over the clusters as they are now."""
 
     def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
-        decision = decide_live(repo, memory, now, overrides)
+        decision = decide_live(repo, memory, now, connect)
         return decision.plan, unreachable_warnings(decision)
 
     return plan_of
@@ -271,7 +271,9 @@ def plan(
             planner = observed_planner(read_observed(observed), now)
         elif live:
             planner = live_planner(
-                memory_on_status_branch(repo_dir), now, parse_overrides(cluster_kubeconfigs)
+                memory_on_status_branch(repo_dir),
+                now,
+                connector(parse_overrides(cluster_kubeconfigs)),
             )
         else:
             planner = recorded_planner(memory_on_status_branch(repo_dir), now)

@@ -15,12 +15,14 @@ import click
 from reconciler.adapters.git import GitSyncError
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.cli.status_cmd import StatusError, live_decision, read_branch
+from reconciler.core.cycle import Decision
 from reconciler.core.queue_view import (
     QueuesView,
     build_queues_view,
     queues_to_table,
     queues_view_from_status,
 )
+from reconciler.core.types import CompiledRepo
 from reconciler.runtime.live import unreachable_warnings
 
 OUTPUTS = ("table", "wide", "json")
@@ -36,8 +38,12 @@ def read_live_view(
     """The next cycle's decision over the clusters as they are now; nothing is dispatched.
     Also the warnings for clusters that could not be read."""
     compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
-    view = build_queues_view(compiled, decision.plan, decision.states, applied=False, source="live")
-    return view, unreachable_warnings(decision)
+    return live_queues_view(compiled, decision), unreachable_warnings(decision)
+
+
+def live_queues_view(compiled: CompiledRepo, decision: Decision) -> QueuesView:
+    """The queue view of ``decision``, not carried out."""
+    return build_queues_view(compiled, decision.plan, decision.states, applied=False, source="live")
 
 
 def render_view(view: QueuesView, output: str) -> str:

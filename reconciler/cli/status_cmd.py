@@ -28,7 +28,7 @@ from reconciler.core.status import (
     render_status,
 )
 from reconciler.core.types import CompiledRepo
-from reconciler.runtime.live import decide_live
+from reconciler.runtime.live import connector, decide_live
 
 OUTPUTS = ("table", "json")
 OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
@@ -173,7 +173,7 @@ def live_decision(
     if not compiled.valid:
         raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
     memory = status_memory(repo, status_branch, cache_dir)
-    return compiled, decide_live(compiled, memory, SystemClock().now(), overrides)
+    return compiled, decide_live(compiled, memory, SystemClock().now(), connector(overrides))
 
 
 def read_live(

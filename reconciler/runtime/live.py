@@ -4,25 +4,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.core.cycle import ClusterListing, Decision, Memory, decide
 from reconciler.core.observe import observe_workloads
-from reconciler.core.types import CompiledRepo
+from reconciler.core.types import ClusterSpec, CompiledRepo
+
+Connect = Callable[[ClusterSpec], Kube]
 
 
-def read_clusters(
-    compiled: CompiledRepo, overrides: Mapping[str, Path] | None = None
-) -> dict[str, ClusterListing]:
+def connector(overrides: Mapping[str, Path] | None = None) -> Connect:
+    """A client per Cluster file (its kubeconfig, or ``overrides[name]``)."""
+
+    def connect(spec: ClusterSpec) -> Kube:
+        override = (overrides or {}).get(spec.name)
+        return Kube(connect_cluster(spec.kubeconfig, spec.context, override))
+
+    return connect
+
+
+def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, ClusterListing]:
     """Every cluster of the config, listed fresh (nothing can lag), or why it could not be."""
     listing: dict[str, ClusterListing] = {}
     for name in sorted(compiled.clusters):
-        spec = compiled.clusters[name]
         try:
-            kube = Kube(connect_cluster(spec.kubeconfig, spec.context, (overrides or {}).get(name)))
+            kube = connect(compiled.clusters[name])
             jobs = kube.list_managed("Job").items
             pods = kube.list_managed("Pod").items
         except KubeError as exc:
@@ -33,14 +42,11 @@ def read_clusters(
 
 
 def decide_live(
-    compiled: CompiledRepo,
-    memory: Memory,
-    now: datetime,
-    overrides: Mapping[str, Path] | None = None,
+    compiled: CompiledRepo, memory: Memory, now: datetime, connect: Connect
 ) -> Decision:
     """What the next cycle decides, from the clusters as they are now and ``memory`` (the
     status branch: what the leader last saw)."""
-    return decide(compiled, read_clusters(compiled, overrides), memory, now)
+    return decide(compiled, read_clusters(compiled, connect), memory, now)
 
 
 def unreachable_warnings(decision: Decision) -> list[str]:

@@ -42,12 +42,7 @@ class Runtime:
     config: ConfigRepo | None = None  # the Git source (None with a worktree), for blame
 
     def on_cycle(self, result: CycleResult) -> None:
-        if self.publisher is not None and result.leading:
-            self.faults.hit("before-status")
-            self.publisher.publish(result)
-            self.faults.hit("after-status")
-            if self.publisher.last_error:
-                self.metrics.git_sync_errors.inc()
+        # The metrics first: whoever sees this cycle's status already sees its metrics.
         m = self.metrics
         m.cycle_duration.observe(result.duration)
         m.set_leader(result.leading)
@@ -61,6 +56,12 @@ class Runtime:
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
+        if self.publisher is not None and result.leading:
+            self.faults.hit("before-status")
+            self.publisher.publish(result)
+            self.faults.hit("after-status")
+            if self.publisher.last_error:
+                m.git_sync_errors.inc()
         self.completed = result
 
     def readiness(self) -> tuple[bool, str]:
