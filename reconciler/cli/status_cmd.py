@@ -185,7 +185,11 @@ def read_live(
 ) -> StatusView:
     """What the status branch would say after the next cycle, if its creates succeed
     (nothing is dispatched here)."""
-    compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
+    return live_status_view(*live_decision(repo, branch, status_branch, cache_dir, overrides))
+
+
+def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
+    """The status files the cycle would write for ``decision``, read back."""
     clusters = tuple(ClusterStatus(c.name, c.reachable, c.error) for c in decision.clusters)
     return read_status(render_status(compiled, decision.plan, decision.states, clusters=clusters))
 
