@@ -3,6 +3,8 @@
 ``compile_repo`` validates every file and compiles every operation; ``compile_operation``
 parses only what one operation needs. Neither raises on bad input: problems become
 ``ConfigError`` (the commit is invalid) or ``RejectedOperation`` (that operation may not run).
+An unexpected exception is a bug in the compiler, never a config error: it is raised as
+``InternalError``, naming the step and the file being compiled.
 
 Per operation (docs/presets.md):
 
@@ -61,6 +63,7 @@ from reconciler.core.types import (
     CompiledRepo,
     ConfigError,
     ConnectionSpec,
+    InternalError,
     Location,
     OrgPolicy,
     OrgSettings,
@@ -309,7 +312,11 @@ class _Repo:
     def load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
         if path in self._cache:
             return self._cache[path]
-        self._cache[path] = result = self._load(path, kind, name)
+        try:
+            result = self._load(path, kind, name)
+        except Exception as exc:  # a bug, not a problem in the file
+            raise InternalError(f"loading {kind} {name!r}", exc, path) from exc
+        self._cache[path] = result
         return result
 
     def _load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
@@ -1067,12 +1074,20 @@ def _finish_errors(errors: Iterable[ConfigError]) -> tuple[ConfigError, ...]:
     return tuple(sorted(set(errors)))
 
 
-def _internal(snapshot: RepoSnapshot, exc: BaseException) -> ConfigError:
-    return _err(Location("<repo>", 0, 0), f"internal error while compiling: {exc!r}")
+def _compile_one(repo: _Repo, project: str, name: str) -> OperationResult:
+    """``_compile``, with an unexpected exception raised as the ``InternalError`` it is."""
+    try:
+        return _compile(repo, project, name)
+    except InternalError:
+        raise
+    except Exception as exc:  # a bug, not a problem in the operation
+        path = repo.projects[project].operations.get(name) if project in repo.projects else None
+        raise InternalError(f"compiling operation {project}/{name}", exc, path) from exc
 
 
 def compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> CompiledRepo:
-    """Validate every file and compile every operation of ``snapshot``. Never raises.
+    """Validate every file and compile every operation of ``snapshot``. Problems in the
+    config are ``errors``; a bug in the compiler raises ``InternalError``.
 
     With ``parse_cache``, files whose content did not change since the last call are not
     parsed again."""
@@ -1080,15 +1095,10 @@ def compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) 
         if parse_cache is not None:
             parse_cache.retain(snapshot.files)
         return _compile_repo(snapshot, parse_cache)
-    except Exception as exc:  # a bug must not take the reconciler down; report it instead
-        return CompiledRepo(
-            version=snapshot.version,
-            org=OrgSettings(),
-            clusters={},
-            queues={},
-            operations=(),
-            errors=(_internal(snapshot, exc),),
-        )
+    except InternalError:
+        raise
+    except Exception as exc:  # a bug: never reported as a config error
+        raise InternalError("compiling the config repo", exc) from exc
 
 
 def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> CompiledRepo:
@@ -1100,7 +1110,7 @@ def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> Com
     seen: dict[str, str] = {}
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
-            result = _compile(repo, project, name)
+            result = _compile_one(repo, project, name)
             errors.extend(result.errors)
             if result.rejected:
                 rejected.append(result.rejected)
@@ -1131,22 +1141,25 @@ def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> Com
 
 
 def compile_operation(snapshot: RepoSnapshot, operation: str) -> OperationResult:
-    """Compile one ``project/name``, parsing only the files it needs. Never raises.
+    """Compile one ``project/name``, parsing only the files it needs.
 
-    ``errors`` holds problems in those files; a missing operation gives ``found=False``.
+    ``errors`` holds problems in those files; a missing operation gives ``found=False``; a
+    bug in the compiler raises ``InternalError``.
     """
+    project, _, name = operation.partition("/")
     try:
-        project, _, name = operation.partition("/")
         repo = _Repo(snapshot)
-        result = _compile(repo, project, name)
-        errors = _finish_errors([*repo.errors, *result.errors])
-        return OperationResult(
-            operation,
-            found=result.found,
-            compiled=result.compiled,
-            operations=result.operations,
-            rejected=result.rejected,
-            errors=errors,
-        )
-    except Exception as exc:
-        return OperationResult(operation, found=False, errors=(_internal(snapshot, exc),))
+    except InternalError:
+        raise
+    except Exception as exc:  # a bug: never reported as a config error
+        raise InternalError("indexing the config repo", exc) from exc
+    result = _compile_one(repo, project, name)
+    errors = _finish_errors([*repo.errors, *result.errors])
+    return OperationResult(
+        operation,
+        found=result.found,
+        compiled=result.compiled,
+        operations=result.operations,
+        rejected=result.rejected,
+        errors=errors,
+    )

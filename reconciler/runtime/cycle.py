@@ -3,6 +3,8 @@
 The guard ladder, in order:
 1. read the config snapshot; on failure keep the last good one;
 2. compile it; an invalid commit is rejected whole and the last good config stays in force;
+   so does a bug in the compiler (``InternalError``: logged with its traceback, reported as
+   ``internal_error``, never as a config error);
 3. observe every cluster from its list-then-watch caches, plus the creates the watch has
    not shown yet (counted from the create responses, so a lagging watch never lets a
    quota be over-admitted); a cluster that cannot be read holds back only its own queues,
@@ -41,10 +43,12 @@ from reconciler.core.render import (
 )
 from reconciler.core.status import StatusReason
 from reconciler.core.types import (
+    BUG_NOTE,
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ConfigError,
+    InternalError,
     ObservedOperation,
     Phase,
     RepoFile,
@@ -91,6 +95,7 @@ class CycleResult:
     leading: bool = True
     attempted_version: str | None = None  # the newest version read, valid or not
     duration: float = 0.0  # seconds the cycle took
+    internal_error: str = ""  # a bug compiling attempted_version (not a config error)
 
     @property
     def ok(self) -> bool:
@@ -137,6 +142,7 @@ class Reconciler:
         self._cache_version: dict[str, str | None] = {}  # per cluster, of the last observe
         self._inflight: dict[str, tuple[WorkloadState, str]] = {}  # op -> (state, its RV)
         self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
+        self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
     def seed_seen(self, states: Mapping[str, WorkloadState]) -> None:
@@ -146,6 +152,7 @@ class Reconciler:
     # --- steps -------------------------------------------------------------------------
 
     def _load(self) -> tuple[CompiledRepo | None, tuple[ConfigError, ...], str, str | None]:
+        self._internal_error = ""
         try:
             snapshot = self._source()
         except Exception as exc:  # an adapter boundary: git, filesystem
@@ -153,7 +160,12 @@ class Reconciler:
             return self._last_good, (), str(exc) or type(exc).__name__, None
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
-            compiled = compile_repo(snapshot, self._parse_cache)
+            try:
+                compiled = compile_repo(snapshot, self._parse_cache)
+            except InternalError as exc:  # a bug: the last good config stays in force
+                log.exception("internal error compiling config %s (%s)", snapshot.version, BUG_NOTE)
+                self._internal_error = str(exc)
+                return self._last_good, (), "", snapshot.version
             self._compiled = (compiled, snapshot.files)
         # else: the same files at the same version, valid or not, compile the same: reuse
         if not compiled.valid:
@@ -455,7 +467,9 @@ class Reconciler:
     def run_once(self) -> CycleResult:
         started = time.monotonic()
         result = self._cycle()
-        result = replace(result, duration=time.monotonic() - started)
+        result = replace(
+            result, duration=time.monotonic() - started, internal_error=self._internal_error
+        )
         self.last = result
         return result
 
