@@ -85,7 +85,7 @@ def test_a_bug_outside_any_operation_is_an_internal_error(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     snapshot = snapshot_worktree(TEMPLATE)
-    break_step(monkeypatch, "_check_references")
+    break_step(monkeypatch, "check_references")
     with pytest.raises(InternalError) as info:
         compile_repo(snapshot)
     assert info.value.what == "compiling the config repo" and info.value.path is None
