@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from reconciler.adapters.kube import KubeError, connect
+from reconciler.cli.errors import EX_SOFTWARE
 from reconciler.cli.options import (
     branch_option,
     cache_dir_option,
@@ -21,6 +22,7 @@ from reconciler.cli.options import (
     log_options,
     parse_overrides,
 )
+from reconciler.core.types import BUG_NOTE
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
@@ -59,6 +61,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
         "failed": dict(result.failed),
         "pending": len(plan.pending) if plan else 0,
         "configErrors": [str(e) for e in result.config_errors],
+        "internalError": result.internal_error,
         "syncError": result.sync_error,
         "clusters": {h.name: (h.error or "ok") for h in result.clusters},
         "phases": {op: s.phase.value for op, s in sorted(result.states.items())},
@@ -194,6 +197,9 @@ def run(
         click.echo(json.dumps(cycle_summary(result), indent=2, sort_keys=True))
         for error in result.config_errors:
             click.echo(str(error), err=True)
+        if result.internal_error:  # the traceback is in the log
+            click.echo(f"internal error: {result.internal_error} ({BUG_NOTE})", err=True)
+            sys.exit(EX_SOFTWARE)
         sys.exit(0 if result.ok and not result.config_errors else 1)
     stop = threading.Event()
     wake = threading.Event() if watch else None

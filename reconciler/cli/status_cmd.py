@@ -27,7 +27,7 @@ from reconciler.core.status import (
     read_status,
     render_status,
 )
-from reconciler.core.types import CompiledRepo
+from reconciler.core.types import BUG_NOTE, CompiledRepo
 from reconciler.runtime.live import connector, decide_live
 
 OUTPUTS = ("table", "json")
@@ -116,7 +116,13 @@ def render(view: StatusView, target: str | None, output: str) -> str:
 def warnings(view: StatusView) -> list[str]:
     out = [f"warning: unreadable status file {p}" for p in view.problems]
     if view.config is not None:
-        if not view.config.valid:
+        if view.config.is_internal_error:
+            out.append(
+                f"error: config {view.config.version[:12]} was not compiled: internal error: "
+                f"{view.config.internal_error} ({BUG_NOTE}); "
+                f"{view.config.applied[:12]} stays in force"
+            )
+        elif not view.config.valid:
             out.append(
                 f"warning: config {view.config.version[:12]} is invalid; "
                 f"{view.config.applied[:12]} stays in force:"

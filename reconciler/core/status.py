@@ -56,6 +56,7 @@ class StatusReason(enum.StrEnum):
     PRUNE_REFUSED = "PruneRefused"  # removed, but the mass-deletion guard held
     DISPATCH_FAILED = "DispatchFailed"  # planned, but creating the workload failed
     NAMESPACE_FORBIDDEN = "NamespaceForbidden"  # its namespace is missing, may not create it
+    INTERNAL_ERROR = "InternalError"  # config.yaml: a bug compiling ``version``, not its fault
 
 
 class StatusFileError(ValueError):
@@ -248,13 +249,19 @@ class QueueStatus:
 
 @dataclass(frozen=True)
 class ConfigStatus:
-    """``status/config.yaml``: the commit last read, the one in force, and its errors."""
+    """``status/config.yaml``: the commit last read, the one in force, and its errors.
+
+    ``reason`` is ``InternalError`` when ``version`` could not be compiled because of a bug
+    in the reconciler (``internal_error`` says what failed): not a config error, so
+    ``errors`` stays empty. Both keys are written only then."""
 
     version: str
     applied: str
     valid: bool
     errors: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    reason: str | None = None
+    internal_error: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -266,17 +273,28 @@ class ConfigStatus:
             data["errors"] = list(self.errors)
         if self.warnings:
             data["warnings"] = list(self.warnings)
+        if self.reason:
+            data["reason"] = self.reason
+        if self.internal_error:
+            data["internalError"] = self.internal_error
         return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ConfigStatus:
+        reason = data.get("reason")
         return cls(
             version=str(data.get("version", "")),
             applied=str(data.get("applied", "")),
             valid=bool(data.get("valid", True)),
             errors=tuple(str(e) for e in data.get("errors") or ()),
             warnings=tuple(str(w) for w in data.get("warnings") or ()),
+            reason=None if reason is None else str(reason),
+            internal_error=str(data.get("internalError") or ""),
         )
+
+    @property
+    def is_internal_error(self) -> bool:
+        return self.reason == StatusReason.INTERNAL_ERROR.value
 
 
 @dataclass(frozen=True)
@@ -322,11 +340,13 @@ def render_status(
     config_version: str | None = None,
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     clusters: tuple[ClusterStatus, ...] = (),
+    internal_error: str = "",
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
     ``repo`` is the config in force (the last good one when the newest commit is invalid:
-    pass that commit's errors as ``config_error`` and its SHA as ``config_version``).
+    pass that commit's errors as ``config_error`` and its SHA as ``config_version``; when
+    compiling it hit a bug, pass what failed as ``internal_error`` instead).
     ``states`` are the current workloads per operation id (``observe.current_states``);
     ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
     (operation -> reason and error): they stay Queued."""
@@ -339,9 +359,11 @@ def render_status(
     config = ConfigStatus(
         version=config_version or repo.version,
         applied=repo.version,
-        valid=not errors,
+        valid=not errors and not internal_error,
         errors=tuple(str(e) for e in sorted(errors)),
         warnings=warnings,
+        reason=StatusReason.INTERNAL_ERROR.value if internal_error else None,
+        internal_error=stable_error(internal_error),
     )
     files[CONFIG_FILE] = dump_yaml(config.to_dict())
     if clusters:
@@ -729,9 +751,14 @@ def summarize_cycle(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> 
     parts = []
     config = _config(after)
     if config is not None and config != _config(before):
-        version, valid, errors = config
+        version, valid, errors, internal = config
         short = version[:12]
-        parts.append(f"config {short}" if valid else f"config {short} invalid ({errors} errors)")
+        if internal:
+            parts.append(f"config {short} not compiled (internal error)")
+        else:
+            parts.append(
+                f"config {short}" if valid else f"config {short} invalid ({errors} errors)"
+            )
     for key in ("dispatched", "started"):
         if counts[key]:
             parts.append(f"{key} {counts[key]}")
@@ -777,7 +804,7 @@ def _phases(files: Mapping[str, bytes]) -> dict[str, tuple[int | None, str]]:
     return out
 
 
-def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int] | None:
+def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int, bool] | None:
     data = files.get(CONFIG_FILE)
     if data is None:
         return None
@@ -787,7 +814,7 @@ def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int] | None:
         return None
     if not isinstance(parsed, ConfigStatus):
         return None
-    return parsed.version, parsed.valid, len(parsed.errors)
+    return parsed.version, parsed.valid, len(parsed.errors), parsed.is_internal_error
 
 
 def observed_from_status(view: StatusView) -> tuple[ObservedOperation, ...]:

@@ -86,6 +86,28 @@ class ConfigError:
         return f"{self.location}: {self.message}"
 
 
+BUG_NOTE = "this is a bug in the reconciler, please report it"
+
+
+class InternalError(Exception):
+    """A bug in the reconciler, not a problem in the config: an unexpected exception while
+    compiling. It is never a :class:`ConfigError` (no ``file:line:col``, the commit is not
+    judged invalid): the runtime keeps the last good config and reports it as a bug; the
+    CLI prints the traceback and exits 70.
+
+    ``what`` is the step that failed (``compiling operation team-a/train``), ``path`` the
+    config file it was working on when known, ``cause`` the original exception (also the
+    ``__cause__``, so its traceback is kept)."""
+
+    def __init__(self, what: str, cause: BaseException, path: str | None = None) -> None:
+        where = f" ({path})" if path else ""
+        super().__init__(f"{what}{where}: {type(cause).__name__}: {cause}")
+        self.what = what
+        self.path = path
+        self.cause = cause
+        self.__cause__ = cause
+
+
 # --- compiled config --------------------------------------------------------------------
 
 

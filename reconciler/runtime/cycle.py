@@ -3,6 +3,8 @@
 The guard ladder, in order:
 1. read the config snapshot; on failure keep the last good one;
 2. compile it; an invalid commit is rejected whole and the last good config stays in force;
+   so does a bug in the compiler (``InternalError``: logged with its traceback, reported as
+   ``internal_error``, never as a config error);
 3. read every cluster from its list-then-watch caches (a fresh list where a cache is not
    synced); a cluster that cannot be read is listed as unreachable;
 4. ``decide`` (pure, ``core/cycle.py``): the observed state, the plan and the actions, from
@@ -46,10 +48,12 @@ from reconciler.core.render import (
 )
 from reconciler.core.status import StatusReason
 from reconciler.core.types import (
+    BUG_NOTE,
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ConfigError,
+    InternalError,
     Phase,
     RepoFile,
     RepoSnapshot,
@@ -89,6 +93,7 @@ class CycleResult:
     attempted_version: str | None = None  # the newest version read, valid or not
     duration: float = 0.0  # seconds the cycle took
     decision: Decision | None = None  # what decide returned (None: it did not run)
+    internal_error: str = ""  # a bug compiling attempted_version (not a config error)
 
     @property
     def ok(self) -> bool:
@@ -154,6 +159,7 @@ class Reconciler:
         # creates in flight per cycle; results are recorded in plan order
         self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self.memory = Memory()  # what decide needs to know that the clusters may not say
+        self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
     def seed(self, memory: Memory) -> None:
@@ -163,6 +169,7 @@ class Reconciler:
     # --- steps -------------------------------------------------------------------------
 
     def _load(self) -> tuple[CompiledRepo | None, tuple[ConfigError, ...], str, str | None]:
+        self._internal_error = ""
         try:
             snapshot = self._source()
         except Exception as exc:  # an adapter boundary: git, filesystem
@@ -170,7 +177,12 @@ class Reconciler:
             return self._last_good, (), str(exc) or type(exc).__name__, None
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
-            compiled = compile_repo(snapshot, self._parse_cache)
+            try:
+                compiled = compile_repo(snapshot, self._parse_cache)
+            except InternalError as exc:  # a bug: the last good config stays in force
+                log.exception("internal error compiling config %s (%s)", snapshot.version, BUG_NOTE)
+                self._internal_error = str(exc)
+                return self._last_good, (), "", snapshot.version
             self._compiled = (compiled, snapshot.files)
         # else: the same files at the same version, valid or not, compile the same: reuse
         if not compiled.valid:
@@ -396,7 +408,9 @@ class Reconciler:
     def run_once(self) -> CycleResult:
         started = time.monotonic()
         result = self._cycle()
-        result = replace(result, duration=time.monotonic() - started)
+        result = replace(
+            result, duration=time.monotonic() - started, internal_error=self._internal_error
+        )
         self.last = result
         return result
 

@@ -49,6 +49,8 @@ class Runtime:
         m.observe_clusters((h.name, h.reachable) for h in result.clusters)
         if result.sync_error:
             m.git_sync_errors.inc()
+        if result.internal_error:
+            m.internal_errors.inc()
         if result.plan is not None and result.compiled is not None:
             m.observe_plan(result.plan)
             m.set_config_commit(result.compiled.version)

@@ -50,6 +50,7 @@ class StatusPublisher:
                 result.states,
                 config_error=result.config_errors,
                 config_version=result.attempted_version,
+                internal_error=result.internal_error,
                 failed={
                     op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
                     for op, error in result.failed.items()

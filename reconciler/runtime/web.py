@@ -280,6 +280,11 @@ def _note(result: CycleResult, applied: bool) -> str:
             f"the newest commit {(result.attempted_version or '')[:12]} is invalid "
             f"({len(result.config_errors)} errors); this config stays in force"
         )
+    if result.internal_error:
+        notes.append(
+            f"internal error compiling {(result.attempted_version or '')[:12]} (a bug in the "
+            "reconciler, see its log); this config stays in force"
+        )
     if result.sync_error:
         notes.append(f"config sync failing: {result.sync_error}")
     down = [h.name for h in result.clusters if not h.reachable]

@@ -1,0 +1,190 @@
+"""One spec made dispatchable, the same way for an operation and for each workflow child
+(steps 4-6 of docs/presets.md): its queue and connections resolved, its resource requests
+totalled, org policy checked, and the ``CompiledOperation`` built.
+
+What must live here: whatever is done alike to every spec that may be dispatched, and
+nothing that depends on where the spec came from (presets are ``operations.py``'s,
+children ``workflows.py``'s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.compile.errors import Errors, at
+from reconciler.core.compile.index import RepoIndex, get_in
+from reconciler.core.compile.references import find_connection, find_queue, unknown_name
+from reconciler.core.merge import Path, ProvMap, dotted
+from reconciler.core.policy import Violation, check_policy
+from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
+from reconciler.core.types import (
+    CompiledOperation,
+    ConnectionSpec,
+    Location,
+    OrgSettings,
+    Provenance,
+    QueueSpec,
+    RunKind,
+    WorkflowRef,
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every spec of one operation shares."""
+
+    project: str
+    namespace: str
+    allowed_queues: frozenset[str] | None
+    org: OrgSettings
+    op_path: str
+    presets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    queue: QueueSpec
+    requests: dict[str, Decimal]
+    connections: tuple[str, ...]
+    violations: tuple[Violation, ...]
+
+
+def _is_extended(resource: str) -> bool:
+    prefix, _, _ = resource.rpartition("/")
+    return bool(prefix) and not prefix.endswith("kubernetes.io")
+
+
+def total_requests(
+    spec: Mapping[str, Any],
+    prov: Mapping[Path, Provenance],
+    fallback: Location,
+    errors: Errors,
+) -> dict[str, Decimal]:
+    """Total request per resource: the request, or the limit where only a limit is set."""
+    resources = get_in(spec, "run", "container", "resources") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    base: Path = ("run", "container", "resources")
+    totals: dict[str, Decimal] = {}
+    for resource in sorted({*requests, *limits}):
+        try:
+            req = parse_quantity(requests[resource]) if resource in requests else None
+            lim = parse_quantity(limits[resource]) if resource in limits else None
+        except QuantityError as exc:  # pragma: no cover - the schema validated these
+            errors.add(fallback, str(exc))
+            continue
+        where: Path = (*base, "requests" if req is not None else "limits", resource)
+        location = at(prov, where, fallback)
+        if req is not None and lim is not None and req > lim:
+            errors.add(
+                location,
+                f"request for {resource} ({format_quantity(req)}) exceeds its limit "
+                f"({format_quantity(lim)})",
+            )
+        if _is_extended(resource):
+            for amount in (req, lim):
+                if amount is not None and amount != amount.to_integral_value():
+                    errors.add(location, f"{resource} must be a whole number, not {amount}")
+                    break
+            if req is not None and lim is not None and req != lim:
+                errors.add(location, f"requests and limits of {resource} must be equal")
+        total = req if req is not None else lim
+        assert total is not None
+        totals[resource] = total
+    return totals
+
+
+def resolve(
+    repo: RepoIndex,
+    ctx: Context,
+    spec: Mapping[str, Any],
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> Resolved | None:
+    """Steps 4-6 for one (possibly child) spec: queue, connections, requests, policy.
+    None when it cannot be dispatched (what is wrong is in ``errors``, or at the queue)."""
+    reported = len(errors)
+    queue_name = spec.get("queue")
+    queue: QueueSpec | None = None
+    if queue_name is None:
+        errors.add(
+            fallback,
+            "no queue: set 'queue' in the operation or a preset, or defaults.queue in "
+            "project.yaml or reconciler.yaml",
+        )
+    else:
+        queue = find_queue(repo, queue_name)
+        if queue is None and repo.named["Queue"].get(queue_name) is None:
+            location = at(prov, ("queue",), fallback)
+            errors.add(location, unknown_name(repo, "queue", queue_name, "Queue"))
+    connections: list[str] = []
+    specs: dict[str, ConnectionSpec] = {}
+    for i, name in enumerate(get_in(spec, "run", "connections") or []):
+        conn = find_connection(repo, name)
+        if conn is None:
+            if repo.named["Connection"].get(name) is None:
+                location = at(prov, ("run", "connections", i), fallback)
+                errors.add(location, unknown_name(repo, "connection", name, "Connection"))
+            continue
+        specs[name] = conn
+        if name not in connections:
+            connections.append(name)
+    requests = total_requests(spec, prov, fallback, errors)
+    if len(errors) > reported or queue is None:
+        return None
+    violations = check_policy(
+        spec,
+        prov,
+        policy=ctx.org.policy,
+        queue=queue,
+        project=ctx.project,
+        allowed_queues=ctx.allowed_queues,
+        requests=requests,
+        connections=specs,
+    )
+    return Resolved(queue, requests, tuple(connections), violations)
+
+
+def build(
+    ctx: Context,
+    repo: RepoIndex,
+    name: str,
+    spec: Mapping[str, Any],
+    prov: ProvMap,
+    resolved: Resolved,
+    *,
+    workflow: WorkflowRef | None = None,
+    dependencies: tuple[str, ...] = (),
+    params: Mapping[str, Any] | None = None,
+) -> CompiledOperation:
+    return CompiledOperation(
+        project=ctx.project,
+        name=name,
+        path=ctx.op_path,
+        queue=resolved.queue.name,
+        cluster=resolved.queue.cluster,
+        namespace=ctx.namespace,
+        kind=RunKind(spec["run"]["kind"]),
+        spec=spec,
+        requests=resolved.requests,
+        presets=ctx.presets,
+        provenance={
+            dotted(k): repo.shared(v)
+            for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))
+        },
+        connections=resolved.connections,
+        generation=int(spec.get("generation", 1)),
+        is_approved=bool(spec.get("isApproved", True)),
+        workflow=workflow,
+        dependencies=dependencies,
+        submitted_at=repo.first_commit_time(ctx.op_path),
+        params=dict(params or {}),
+    )
+
+
+def _sort_key(path: Path) -> list[tuple[int, str | int]]:
+    return [(0, p) if isinstance(p, int) else (1, p) for p in path]

@@ -1,0 +1,203 @@
+"""Workflows: a ``matrix`` or ``dag`` operation expanded into its children (step 7 of
+docs/presets.md). Each child is then resolved and policed like any operation
+(``resolve.py``).
+
+What must live here: the expansion (the matrix product, the DAG's order, unknown
+dependencies and cycles, child names and the limit on children) and the
+``{{ params.NAME }}`` substitution in each child's ``run``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from reconciler.core.compile.errors import Errors, at
+from reconciler.core.compile.index import RepoIndex, locator
+from reconciler.core.compile.resolve import Context, build, resolve
+from reconciler.core.load import Document
+from reconciler.core.merge import Path, ProvMap, apply_patch
+from reconciler.core.policy import Violation
+from reconciler.core.types import CompiledOperation, Location, WorkflowRef
+
+MAX_WORKFLOW_CHILDREN = 1000
+_PARAM_REF = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
+
+Child = tuple[CompiledOperation, tuple[Violation, ...]]
+
+
+def substitute(
+    value: Any,
+    params: Mapping[str, Any],
+    path: Path,
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> Any:
+    """Replace ``{{ params.NAME }}`` in every string under ``run``."""
+    if isinstance(value, dict):
+        return {
+            k: substitute(v, params, (*path, k), prov, fallback, errors) for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            substitute(v, params, (*path, i), prov, fallback, errors) for i, v in enumerate(value)
+        ]
+    if not isinstance(value, str) or "{{" not in value:
+        return value
+    missing = [m for m in _PARAM_REF.findall(value) if m not in params]
+    if missing:
+        errors.add(
+            at(prov, path, fallback),
+            f"unknown parameter {missing[0]!r} (params: {', '.join(params) or 'none'})",
+        )
+        return value
+    return _PARAM_REF.sub(lambda m: _param_text(params[m.group(1)]), value)
+
+
+def _param_text(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
+
+
+def check_dag(doc: Document, dag: Mapping[str, Any], errors: Errors) -> bool:
+    """Unique child names, known dependencies, no cycles. False when not (reported)."""
+    reported = len(errors)
+    ops = dag["operations"]
+    names: dict[str, int] = {}
+    for i, child in enumerate(ops):
+        if child["name"] in names:
+            errors.add(
+                doc.loc(("dag", "operations", i, "name")),
+                f"duplicate DAG operation {child['name']!r}",
+            )
+        names.setdefault(child["name"], i)
+    for i, child in enumerate(ops):
+        for j, dep in enumerate(child.get("dependencies") or []):
+            loc = doc.loc(("dag", "operations", i, "dependencies", j))
+            if dep == child["name"]:
+                errors.add(loc, f"{dep!r} depends on itself")
+            elif dep not in names:
+                errors.add(loc, f"unknown DAG dependency {dep!r}")
+    if len(errors) > reported:
+        return False
+    # Depth-first search for a cycle; report the edge that closes it.
+    graph = {c["name"]: list(c.get("dependencies") or []) for c in ops}
+    state: dict[str, int] = {}
+    for root in graph:
+        if state.get(root):
+            continue
+        stack: list[tuple[str, int]] = [(root, 0)]
+        state[root] = 1
+        while stack:
+            node, k = stack[-1]
+            if k < len(graph[node]):
+                stack[-1] = (node, k + 1)
+                dep = graph[node][k]
+                if state.get(dep) == 1:
+                    i = names[node]
+                    errors.add(
+                        doc.loc(("dag", "operations", i, "dependencies", k)),
+                        f"dependency cycle: {node!r} -> {dep!r} -> ... -> {node!r}",
+                    )
+                    return False
+                if not state.get(dep):
+                    state[dep] = 1
+                    stack.append((dep, 0))
+            else:
+                state[node] = 2
+                stack.pop()
+    return True
+
+
+def expand(
+    repo: RepoIndex,
+    ctx: Context,
+    doc: Document,
+    name: str,
+    spec: dict[str, Any],
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> list[Child]:
+    """The children of the workflow ``name``, each resolved, with its policy violations.
+    Problems go to ``errors``; a child name that is too long is then the only one."""
+    parent_id = f"{ctx.project}/{name}"
+    base = {k: v for k, v in spec.items() if k not in ("matrix", "dag")}
+    base_prov = {k: v for k, v in prov.items() if k[0] not in ("matrix", "dag")}
+    layers: list[tuple[str, dict[str, Any], dict[str, Any], ProvMap, tuple[str, ...]]] = []
+    if "matrix" in spec:
+        matrix = spec["matrix"]
+        kind, concurrency = "matrix", matrix.get("concurrency")
+        names = list(matrix["params"])
+        count = math.prod(len(v) for v in matrix["params"].values())
+        if count > MAX_WORKFLOW_CHILDREN:
+            errors.add(
+                doc.loc(("matrix", "params")),
+                f"the matrix expands to {count} operations; the limit is {MAX_WORKFLOW_CHILDREN}",
+            )
+            return []
+        for i, combo in enumerate(itertools.product(*matrix["params"].values())):
+            layers.append(
+                (f"{name}-{i}", dict(zip(names, combo, strict=True)), base, base_prov, ())
+            )
+    else:
+        dag = spec["dag"]
+        kind, concurrency = "dag", dag.get("concurrency")
+        if not check_dag(doc, dag, errors):
+            return []
+        for i, child in enumerate(dag["operations"]):
+            child_spec, child_prov = base, base_prov
+            if child.get("run") is not None:
+                child_spec, child_prov = apply_patch(
+                    base,
+                    base_prov,
+                    {"run": child["run"]},
+                    "replace",
+                    locator(doc, ("dag", "operations", i)),
+                    doc.path,
+                    f"dag operation {child['name']}",
+                )
+            deps = tuple(f"{ctx.project}/{name}-{d}" for d in child.get("dependencies") or [])
+            layers.append(
+                (
+                    f"{name}-{child['name']}",
+                    dict(child.get("params") or {}),
+                    child_spec,
+                    child_prov,
+                    deps,
+                )
+            )
+    children = Errors()  # what the children report, dropped for a child name too long
+    out: list[Child] = []
+    for index, (child_name, params, child_spec, child_prov, deps) in enumerate(layers):
+        if len(child_name) > 63:
+            errors.add(
+                doc.loc(("name",)),
+                f"child name {child_name!r} is longer than 63 characters; shorten {name!r}",
+            )
+            return []
+        run = substitute(child_spec["run"], params, ("run",), child_prov, fallback, children)
+        final = {**child_spec, "name": child_name, "run": run}
+        resolved = resolve(repo, ctx, final, child_prov, fallback, children)
+        if resolved is None:
+            continue
+        ref = WorkflowRef(parent=parent_id, kind=kind, index=index, concurrency=concurrency)
+        compiled = build(
+            ctx,
+            repo,
+            child_name,
+            final,
+            child_prov,
+            resolved,
+            workflow=ref,
+            dependencies=deps,
+            params=params,
+        )
+        out.append((compiled, resolved.violations))
+    errors.extend(children)
+    return out
