@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -19,3 +23,62 @@ def wait_until(check: Callable[[], T], *, timeout: float, what: str, interval: f
         time.sleep(interval)
         last = check()
     return last
+
+
+class Blackhole:
+    """A TCP port that accepts every connection and never answers (a silent partition):
+    calls to it hang until the client's timeout. ``accepted`` counts the connections."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.1)
+        self._held: list[socket.socket] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
+        self.port = int(self._server.getsockname()[1])
+
+    def url(self, scheme: str = "https") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        while not self._done.is_set():
+            try:
+                self._held.append(self._server.accept()[0])
+            except TimeoutError:
+                continue
+
+    def __enter__(self) -> Blackhole:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+        for sock in self._held:
+            sock.close()
+        self._server.close()
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port where every connection is refused: bound, never listening (so no other
+    process can take it meanwhile)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for ``server`` with a dummy token, context ``dev``."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n"
+        "    insecure-skip-tls-verify: true\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: dev\n  context: {cluster: c, user: u}\ncurrent-context: dev\n"
+    )
+    return path

@@ -25,6 +25,14 @@ from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 APPLY_PATCH = "application/apply-patch+yaml"
 CONNECTION_POOL_SIZE = 32
+# Seconds to connect (TCP and TLS handshake) and to wait for each read of a response. The
+# client's default is to wait forever: an apiserver that accepts connections and never
+# answers would hang a cycle, and with it the process's shutdown. Every call without its
+# own timeout gets these (a watch waits its ``timeout_seconds`` plus WATCH_READ_GRACE;
+# a followed log has no read timeout).
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 30.0
+WATCH_READ_GRACE = 30.0
 
 
 class KubeError(RuntimeError):
@@ -81,7 +89,21 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
         )
     # room for the watches, the pool of creates and the Event senders at once
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return client.ApiClient(configuration)
+    return bounded(client.ApiClient(configuration))
+
+
+def bounded(
+    api: client.ApiClient, timeout: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT)
+) -> client.ApiClient:
+    """``api`` with ``timeout`` (connect, read) on every request that sets none itself."""
+    send = api.rest_client.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or timeout
+        return send(method, url, *args, **kwargs)
+
+    api.rest_client.request = request  # type: ignore[method-assign]  # one instance's
+    return api
 
 
 _UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
@@ -190,7 +212,7 @@ def _client_from_secret(
         raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
     loaded = yaml.safe_load(base64.b64decode(data))
     api: client.ApiClient = config.new_client_from_config_dict(loaded, context=context)
-    return api
+    return bounded(api)
 
 
 class Kube:
@@ -398,6 +420,7 @@ class Kube:
             kwargs["tail_lines"] = tail_lines
         if follow:
             kwargs["follow"] = True
+            kwargs["_request_timeout"] = (CONNECT_TIMEOUT, None)  # a quiet pod is not a hang
         try:
             resp: Any = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
         except ApiException as exc:
@@ -456,6 +479,7 @@ class Kube:
                 timeout_seconds=timeout_seconds,
                 watch=True,
                 _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_GRACE),
             )
         except ApiException as exc:
             raise _error(exc, what) from exc

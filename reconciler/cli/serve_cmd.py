@@ -29,7 +29,7 @@ from reconciler.cli.options import (
 from reconciler.cli.run_cmd import parse_interval
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import run_forever
+from reconciler.runtime.loop import Loop, skip_exit_collection
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
@@ -89,18 +89,19 @@ def serve(
     except (HttpError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    stop = threading.Event()
-
-    def shutdown(*_: object) -> None:
-        stop.set()
-
+    loop = Loop(threading.Event())
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, shutdown)
+        signal.signal(sig, loop.request_stop)
     server.start()
     log.info("serving the queue pages (read-only) on %s", server.url)
     click.echo(f"serving {server.url}/ (read-only)", err=True)
+    loop.start(runtime.reconciler, seconds, runtime.on_cycle)
     try:
-        run_forever(runtime.reconciler, seconds, stop, runtime.on_cycle)
+        loop.wait()
     finally:
+        # Read-only: nothing to finish. A cycle blocked on an unreachable cluster is left
+        # to end with the process; only a metrics update in progress is waited for.
+        loop.finish()
         runtime.reconciler.close()
         server.stop()
+        skip_exit_collection()
