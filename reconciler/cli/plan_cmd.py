@@ -29,6 +29,7 @@ from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_mar
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
+from reconciler.core.status import StatusView
 from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
 from reconciler.runtime.live import Connect, connector, decide_live, unreachable_warnings
 
@@ -96,11 +97,16 @@ def observed_planner(observed: Sequence[ObservedOperation], now: datetime) -> Pl
     return lambda repo: (plan_repo(repo, observed, now), [])
 
 
-def recorded_planner(memory: Memory, now: datetime) -> Planner:
-    """The next cycle's plan if the clusters are as the status branch last recorded them."""
+def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
+    """The next cycle's plan if the clusters are as the status branch last recorded them:
+    its workloads, and the clusters its last cycle could not read. No status branch:
+    nothing dispatched yet."""
+    memory = Memory() if recorded is None else memory_from_status(recorded)
+    down = {c.name: c.error for c in recorded.clusters if not c.reachable} if recorded else {}
 
     def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
-        return decide(repo, listing_from_memory(repo, memory), memory, now).plan, []
+        listing = listing_from_memory(repo, memory, down)
+        return decide(repo, listing, memory, now).plan, []
 
     return plan_of
 
@@ -208,18 +214,23 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
         raise LoadError([str(e) for e in exc.errors]) from None
 
 
-def memory_on_status_branch(repo_dir: Path) -> Memory:
+def status_on_branch(repo_dir: Path) -> StatusView | None:
     """What the reconciler last wrote to the status branch: the local branch, else a
-    clone's ``origin/`` copy (a PR checkout has only that); nothing when there is neither
+    clone's ``origin/`` copy (a PR checkout has only that); None when there is neither
     (or no Git repo), so every operation counts as Queued."""
     if not is_git_repo(repo_dir):
-        return Memory()
+        return None
     for ref in (None, f"refs/remotes/origin/{STATUS_BRANCH}"):
         try:
-            return memory_from_status(read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref))
+            return read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref)
         except (StatusError, GitSyncError):
             continue
-    return Memory()
+    return None
+
+
+def memory_on_status_branch(repo_dir: Path) -> Memory:
+    view = status_on_branch(repo_dir)
+    return Memory() if view is None else memory_from_status(view)
 
 
 @click.command("plan")
@@ -276,7 +287,7 @@ def plan(
                 connector(parse_overrides(cluster_kubeconfigs)),
             )
         else:
-            planner = recorded_planner(memory_on_status_branch(repo_dir), now)
+            planner = recorded_planner(status_on_branch(repo_dir), now)
     except LoadError as exc:
         click.echo("\n".join(exc.lines), err=True)
         raise SystemExit(EXIT_ERROR) from None

@@ -136,14 +136,20 @@ def memory_from_status(view: StatusView) -> Memory:
     return Memory(seen)
 
 
-def listing_from_memory(compiled: CompiledRepo, memory: Memory) -> dict[str, ClusterListing]:
+def listing_from_memory(
+    compiled: CompiledRepo, memory: Memory, unreachable: Mapping[str, str] | None = None
+) -> dict[str, ClusterListing]:
     """Every cluster as the memory last saw it (``plan`` without ``--live``: the status
-    branch stands in for the clusters)."""
+    branch stands in for the clusters); ``unreachable`` (cluster -> error) were down at the
+    last cycle, and still are as far as this listing knows."""
+    down = unreachable or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
     for state in memory.seen.values():
         by_cluster.setdefault(state.cluster, []).append(state)
     return {
-        name: ClusterListing(tuple(sorted(states, key=lambda s: s.operation)))
+        name: ClusterListing.unreachable(down[name])
+        if name in down
+        else ClusterListing(tuple(sorted(states, key=lambda s: s.operation)))
         for name, states in by_cluster.items()
     }
 
