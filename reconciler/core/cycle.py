@@ -29,7 +29,7 @@ The rules, in the order :func:`decide` applies them:
 5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
    filter applied to its output;
 6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
-   and write each listed workload's phase onto it when it changed.
+   and write each listed workload's phase onto it when it changed (not one being stopped).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from datetime import datetime
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView
-from reconciler.core.types import CompiledOperation, CompiledRepo, ObservedOperation, Phase
+from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 # --- inputs -----------------------------------------------------------------------------
 
@@ -276,30 +276,36 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
                 seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
             )
 
-    # 4. older generations still active keep their quota
+    # 4. older generations still active keep their quota (their own requests; where the
+    # workload does not say, the operation's)
+    ops = {op.id: op for op in compiled.operations}
     observed = [s.to_observed() for s in current.values()]
     superseded: list[str] = []
     for state in listed:
         wanted = generations.get(state.operation)
         if wanted is not None and state.generation != wanted and state.phase.active:
             superseded.append(superseded_id(state))
-            observed.append(_as(state.to_observed(), superseded[-1]))
+            old = replace(state.to_observed(), operation=superseded[-1])
+            if old.requests is None:
+                old = replace(old, requests=dict(ops[state.operation].requests))
+            observed.append(old)
 
     # 5. the plan
     plan = plan_repo(compiled, observed, now, superseded=superseded, unreachable=down)
 
     # 6. the actions
-    ops = {op.id: op for op in compiled.operations}
     creates = tuple(Create(ops[d.operation], d.cluster, d.queue) for d in plan.dispatch)
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
         for s in plan.stop
         if s.operation in current
     )
+    stopping = {d.operation for d in deletes}
     annotations = tuple(
         Annotate(s)
         for s in current.values()
         if s.operation in present
+        and s.operation not in stopping
         and s.phase.value != s.annotated_phase
         and s.phase is not Phase.STOPPED
         and s.cluster in compiled.clusters
@@ -322,10 +328,6 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 def superseded_id(state: WorkloadState) -> str:
     """The planner's id for an older generation of an operation that is still running."""
     return f"{state.operation}@g{state.generation}"
-
-
-def _as(observed: ObservedOperation, operation: str) -> ObservedOperation:
-    return replace(observed, operation=operation)
 
 
 def _version_at_least(seen: str, created: str) -> bool:
