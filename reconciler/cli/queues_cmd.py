@@ -43,7 +43,9 @@ def read_live_view(
 
 def live_queues_view(compiled: CompiledRepo, decision: Decision) -> QueuesView:
     """The queue view of ``decision``, not carried out."""
-    return build_queues_view(compiled, decision.plan, decision.states, applied=False, source="live")
+    return build_queues_view(
+        compiled, decision.plan, decision.workloads, applied=False, source="live"
+    )
 
 
 def render_view(view: QueuesView, output: str) -> str:

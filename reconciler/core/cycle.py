@@ -208,10 +208,18 @@ class Decision:
     actions: Actions
     memory: Memory
     listed: frozenset[str]  # operations with a workload in this cycle's listing
+    # older generations still active after a bump, by their planner id ``op@gN``
+    superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
 
     @property
     def unreachable(self) -> frozenset[str]:
         return frozenset(c.name for c in self.clusters if not c.reachable)
+
+    @property
+    def workloads(self) -> dict[str, WorkloadState]:
+        """Every workload the queue views count: ``states`` and the superseded runs (which
+        hold quota too, so a queue's usage is never shown without its holders)."""
+        return {**self.states, **self.superseded}
 
 
 # --- the decision -----------------------------------------------------------------------
@@ -280,12 +288,13 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     # workload does not say, the operation's)
     ops = {op.id: op for op in compiled.operations}
     observed = [s.to_observed() for s in current.values()]
-    superseded: list[str] = []
+    superseded: dict[str, WorkloadState] = {}
     for state in listed:
         wanted = generations.get(state.operation)
         if wanted is not None and state.generation != wanted and state.phase.active:
-            superseded.append(superseded_id(state))
-            old = replace(state.to_observed(), operation=superseded[-1])
+            old_id = superseded_id(state)
+            superseded[old_id] = state
+            old = replace(state.to_observed(), operation=old_id)
             if old.requests is None:
                 old = replace(old, requests=dict(ops[state.operation].requests))
             observed.append(old)
@@ -322,6 +331,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         actions=Actions(creates, deletes, annotations),
         memory=Memory(seen_next, inflight),
         listed=present,
+        superseded=superseded,
     )
 
 

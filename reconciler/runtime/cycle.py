@@ -96,6 +96,13 @@ class CycleResult:
     internal_error: str = ""  # a bug compiling attempted_version (not a config error)
 
     @property
+    def workloads(self) -> Mapping[str, WorkloadState]:
+        """``states`` and the superseded runs still holding quota: what queue views count."""
+        if self.decision is None or not self.decision.superseded:
+            return self.states
+        return {**self.states, **self.decision.superseded}
+
+    @property
     def ok(self) -> bool:
         return self.plan is not None and not self.sync_error and not self.failed
 

@@ -135,7 +135,7 @@ class WebApp:
     def _queues_main(self, c: _Cycle) -> tuple[int, str]:
         r = c.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(r.compiled, r.plan, r.states, applied=c.applied)
+        view = build_queues_view(r.compiled, r.plan, r.workloads, applied=c.applied)
         return 200, web_html.queues_main(view, _note(r, c.applied))
 
     def _queue_main(self, c: _Cycle, name: str) -> tuple[int, str] | None:
@@ -153,7 +153,7 @@ class WebApp:
         detail = build_queue_detail(
             r.compiled,
             r.plan,
-            r.states,
+            r.workloads,
             name,
             applied=c.applied,
             source_text=source,
@@ -230,7 +230,7 @@ class WebApp:
             return _json(503, {"error": "no valid config has been loaded yet"})
         r = cycle.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(r.compiled, r.plan, r.states, applied=cycle.applied)
+        view = build_queues_view(r.compiled, r.plan, r.workloads, applied=cycle.applied)
         if parts == ["queues"]:
             return _json(200, view.to_json())
         if parts == ["fleet"]:
@@ -244,7 +244,7 @@ class WebApp:
             detail = build_queue_detail(
                 r.compiled,
                 r.plan,
-                r.states,
+                r.workloads,
                 parts[1],
                 applied=cycle.applied,
                 source_text=source,

@@ -278,9 +278,13 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     for q in plan.queues:
         for r, limit in q.quota.items():
             assert q.used_after.get(r, Decimal(0)) <= max(limit, q.used.get(r, Decimal(0)))
+    web = WebApp(lambda: follower)
     for row in api_json["queues"]:
         if any(_units(u["used"]) > 0 for u in row["quota"]):
             assert row["active"] > 0, row
+            # the queue page lists who holds it: never a full bar and no active operation
+            _, body, _ = web(f"/api/v1/queues/{row['name']}") or (0, b"", "")
+            assert json.loads(body)["activeOperations"], row
     down = {name for name, f in s.clusters.items() if not f.reachable}
     assert not {d.cluster for d in plan.dispatch} & down
     assert not {x.cluster for x in plan.stop} & down
