@@ -144,11 +144,19 @@ LINKS: dict[str, tuple[str, str, str]] = {
     ),
     "just-out": ("queues/evil.yaml", "../../x.yaml", "symlink to '../../x.yaml' leaves the repo"),
     "directory-out": ("presets/evil", "/etc", "symlink to '/etc' leaves the repo"),
-    "root-itself": ("queues/evil.yaml", "..", "symlink to '..' leaves the repo"),
+    "root-itself": (
+        "queues/evil.yaml",
+        "..",
+        "symlink loop: '..' is a directory that contains the link",
+    ),
     "into-git-dir": ("queues/evil.yaml", "../.git/config", "does not exist"),
     "dangling": ("queues/evil.yaml", "nowhere.yaml", "symlink target 'queues/nowhere.yaml'"),
     "loop": ("queues/evil.yaml", "evil.yaml", "symlink loop"),
-    "via-an-escaping-link": ("queues/evil.yaml", "../presets/out/passwd", "does not exist"),
+    "via-an-escaping-link": (
+        "queues/evil.yaml",
+        "../presets/out/passwd",
+        "symlink to '../presets/out/passwd' leaves the repo ('presets/out' links to '/etc')",
+    ),
 }
 
 
