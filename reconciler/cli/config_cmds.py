@@ -30,6 +30,8 @@ from reconciler.core.types import (
     InternalError,
     RejectedOperation,
     RepoSnapshot,
+    printable_path,
+    printable_text,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -88,8 +90,8 @@ def _rejected_json(rejected: RejectedOperation) -> dict[str, Any]:
 
 
 def _rejected_text(rejected: RejectedOperation) -> str:
-    where = str(rejected.location) if rejected.location else rejected.path
-    return f"{where}: {rejected.reason}: {rejected.operation}: {rejected.message}"
+    where = str(rejected.location) if rejected.location else printable_path(rejected.path)
+    return printable_text(f"{where}: {rejected.reason}: {rejected.operation}: {rejected.message}")
 
 
 # --- validate -----------------------------------------------------------------------------

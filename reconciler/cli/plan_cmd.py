@@ -20,7 +20,7 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import GitSyncError
-from reconciler.adapters.repo import is_git_repo, snapshot_checkout, snapshot_git
+from reconciler.adapters.repo import is_git_repo, read_capped, snapshot_checkout, snapshot_git
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
@@ -30,7 +30,7 @@ from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.core.status import StatusView
-from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
+from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot, printable_path
 from reconciler.runtime.live import Connect, connector, decide_live, unreachable_warnings
 
 EXIT_OK = 0
@@ -205,11 +205,12 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
     if path is None:
         return ()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadError([f"{path}:0:0: cannot read: {exc}"]) from None
+        content = read_capped(path)  # /dev/zero or a huge file: one byte past the limit
+    except OSError as exc:
+        where = printable_path(str(path))
+        raise LoadError([f"{where}:0:0: cannot read: {exc.strerror or exc}"]) from None
     try:
-        return parse_observed(text, str(path))
+        return parse_observed(content, str(path))
     except ObservedFileError as exc:
         raise LoadError([str(e) for e in exc.errors]) from None
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core.types import CompiledOperation
+from reconciler.core.types import CompiledOperation, printable_path
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class ProvenanceRow:
 
     @property
     def source(self) -> str:
-        return f"{self.file}:{self.line}"
+        return f"{printable_path(self.file)}:{self.line}"
 
     def to_json(self) -> dict[str, Any]:
         return {

@@ -81,6 +81,38 @@ _Yaml12Resolver.add_implicit_resolver(
 )
 
 
+Resolvers = dict[Any, list[tuple[str, re.Pattern[str]]]]  # first character -> [(tag, pattern)]
+# To quote, when writing YAML, every string that YAML 1.2 reads as something else.
+YAML12_RESOLVERS: Resolvers = _Yaml12Resolver.yaml_implicit_resolvers
+
+
+class _WrittenResolver(yaml.resolver.BaseResolver):
+    """For files PyYAML wrote (the status branch): a plain scalar is a number, a boolean or
+    null only where YAML 1.1 (the writer's schema) and 1.2 agree on it. PyYAML quotes every
+    string that 1.1 would read otherwise, but not ``1e3``, ``09`` or ``-.5``: to 1.2 those
+    are numbers, yet they were written as strings (a hex hash can look like ``123e45``)."""
+
+
+_WrittenResolver.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_WrittenResolver.add_implicit_resolver(
+    _NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+)
+_WrittenResolver.add_implicit_resolver(
+    _INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789")
+)
+_WrittenResolver.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?|\.[0-9]+(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
+)
+WRITTEN_RESOLVERS: Resolvers = _WrittenResolver.yaml_implicit_resolvers
+
+
 class _Loader(
     yaml.reader.Reader,
     yaml.scanner.Scanner,
@@ -88,12 +120,14 @@ class _Loader(
     yaml.composer.Composer,
     _Yaml12Resolver,
 ):
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, resolvers: Resolvers | None = None) -> None:
         yaml.reader.Reader.__init__(self, stream)
         yaml.scanner.Scanner.__init__(self)
         yaml.parser.Parser.__init__(self)
         yaml.composer.Composer.__init__(self)
         _Yaml12Resolver.__init__(self)
+        if resolvers is not None:
+            self.yaml_implicit_resolvers = resolvers
         self.depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
@@ -118,14 +152,16 @@ _CLoader: Any = None
 if _CParser is not None:
 
     class _LibYamlLoader(_CParser, _Yaml12Resolver):  # type: ignore[misc]
-        def __init__(self, stream: str) -> None:
+        def __init__(self, stream: str, resolvers: Resolvers | None = None) -> None:
             _CParser.__init__(self, stream)
             _Yaml12Resolver.__init__(self)
+            if resolvers is not None:
+                self.yaml_implicit_resolvers = resolvers
 
     _CLoader = _LibYamlLoader
 
 
-def _compose_fast(text: str) -> Node | None:
+def _compose_fast(text: str, resolvers: Resolvers | None = None) -> Node | None:
     """The node tree from libyaml, several times faster than the pure-Python composer, for
     plain files. None sends the file to the pure composer, which gives every error (and
     every odd case) its usual message."""
@@ -133,7 +169,7 @@ def _compose_fast(text: str) -> Node | None:
         return None
     if text.count("[") + text.count("{") > _MAX_FAST_BRACKETS:
         return None
-    loader = _CLoader(text)
+    loader = _CLoader(text, resolvers)
     try:
         node: Node | None = loader.get_single_node()
         return node
@@ -320,12 +356,15 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
 
 
 def parse_yaml(
-    path: str, content: bytes, *, fast: bool = True
+    path: str, content: bytes, *, fast: bool = True, written: bool = False
 ) -> tuple[Document | None, list[ConfigError]]:
     """Parse one file strictly. Returns the document, or ``None`` and its errors.
 
     ``fast`` lets libyaml compose a plain file; any error is then found again by the pure
-    composer, so a file gets the same message and position either way."""
+    composer, so a file gets the same message and position either way. ``written`` reads a
+    file PyYAML wrote (the status branch) with :class:`_WrittenResolver`: same limits, same
+    strictness, only fewer plain scalars taken for numbers."""
+    resolvers = WRITTEN_RESOLVERS if written else None
 
     def fail(line: int, col: int, message: str) -> tuple[None, list[ConfigError]]:
         return None, [ConfigError(Location(path, line, col), message)]
@@ -341,10 +380,10 @@ def parse_yaml(
     text = text.removeprefix("\ufeff")
     loader: _Loader | None = None
     try:
-        root = _compose_fast(text) if fast else None
+        root = _compose_fast(text, resolvers) if fast else None
         fast = root is not None
         if root is None:
-            loader = _Loader(text)
+            loader = _Loader(text, resolvers)
             root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -370,7 +409,7 @@ def parse_yaml(
         data = walker.walk(root, ())
     except _Fail as exc:
         if fast:
-            return parse_yaml(path, content, fast=False)
+            return parse_yaml(path, content, fast=False, written=written)
         return fail(exc.line, exc.col, exc.message)
     return Document(path, data, walker.values, walker.keys), []
 

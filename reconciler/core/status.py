@@ -13,7 +13,7 @@ import enum
 import json
 import re
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import lru_cache
@@ -21,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
@@ -29,6 +30,7 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     ConfigError,
+    Location,
     ObservedOperation,
     Phase,
     RejectedOperation,
@@ -360,7 +362,7 @@ def render_status(
         version=config_version or repo.version,
         applied=repo.version,
         valid=not errors and not internal_error,
-        errors=tuple(str(e) for e in sorted(errors)),
+        errors=_listed(str(e) for e in sorted(errors)),
         warnings=warnings,
         reason=StatusReason.INTERNAL_ERROR.value if internal_error else None,
         internal_error=stable_error(internal_error),
@@ -370,6 +372,19 @@ def render_status(
         entries = [replace(c, error=stable_error(c.error)).to_dict() for c in clusters]
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
     return dict(sorted(files.items()))
+
+
+# config.yaml lists at most this many errors (then how many more): a commit with 100 000
+# errors must not write a status file the reader (and its loader's limits) would refuse.
+MAX_STATUS_ERRORS = 1000
+
+
+def _listed(errors: Iterable[str]) -> tuple[str, ...]:
+    listed = list(errors)
+    if len(listed) <= MAX_STATUS_ERRORS:
+        return tuple(listed)
+    more = len(listed) - MAX_STATUS_ERRORS
+    return (*listed[:MAX_STATUS_ERRORS], f"... and {more} more (run reconciler validate)")
 
 
 def _kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
@@ -599,8 +614,17 @@ def _with_state(base: OperationStatus, state: WorkloadState, *, phase: str) -> O
 
 # --- YAML -------------------------------------------------------------------------------
 
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc]
+    """PyYAML's YAML 1.1 dumper that also quotes every string YAML 1.2 (the reader's
+    schema) would take for a number or a boolean, e.g. ``1e3`` or ``0o17``."""
+
+
+for _first, _resolvers in YAML12_RESOLVERS.items():
+    for _tag, _regexp in _resolvers:
+        _Dumper.add_implicit_resolver(_tag, _regexp, [_first])
 
 
 def _json_default(value: Any) -> Any:
@@ -642,17 +666,17 @@ def _yaml_text(canonical_json: str) -> bytes:
 
 def parse_status_file(path: str, content: bytes) -> StatusFile:
     """One status file: an :class:`OperationStatus`, the queues, or the config status.
-    Raises :class:`StatusFileError` (``file:line:col: message``)."""
-    try:
-        data = yaml.load(content, Loader=_Loader)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else f"{path}:0:0"
-        raise StatusFileError(f"{where}: {err.problem or 'invalid YAML'}") from None
-    except yaml.YAMLError as err:
-        raise StatusFileError(f"{path}:0:0: {err}") from None
+    Raises :class:`StatusFileError` (``file:line:col: message``).
+
+    Read by the config's strict loader with its limits (``core/load.py``): anyone who can
+    push to the status branch can write it, so an alias bomb, a huge file, deep nesting, a
+    custom tag or a 5000-digit number is refused like in a config file."""
+    doc, errors = parse_yaml(path, content, written=True)
+    if doc is None:
+        raise StatusFileError(str(errors[0]))
+    data = doc.data
     if not isinstance(data, Mapping):
-        raise StatusFileError(f"{path}:1:1: expected a mapping")
+        raise StatusFileError(f"{Location(path, 1, 1)}: expected a mapping")
     try:
         if path == QUEUES_FILE:
             return tuple(QueueStatus.from_dict(q) for q in data.get("queues") or ())
@@ -662,7 +686,7 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
         return OperationStatus.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise StatusFileError(f"{path}:1:1: not a status file ({err!s})") from None
+        raise StatusFileError(f"{Location(path, 1, 1)}: not a status file ({err!s})") from None
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,37 @@ class RepoSnapshot:
 
 # --- diagnostics ------------------------------------------------------------------------
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable_text(text: str) -> str:
+    """``text`` on one line with nothing hidden: every character that is not printable (a
+    control character such as a newline or ESC, a format character such as a bidi override,
+    a line separator, a lone surrogate) is escaped as ``\\n``, ``\\x1b``, ``\\u202e``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def printable_path(path: str) -> str:
+    """How every path is printed (CLI, status branch, logs, web pages): as is when all its
+    characters are printable; otherwise in double quotes, with ``"`` and ``\\`` escaped and
+    every unprintable character escaped as in :func:`printable_text`. A file name with a
+    newline can then never forge a line of ``file:line:col: message`` output."""
+    if path.isprintable() and '"' not in path and "\\" not in path:
+        return path
+    body = "".join("\\" + c if c in '"\\' else c if c.isprintable() else _escape(c) for c in path)
+    return f'"{body}"'
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class Location:
@@ -72,18 +103,19 @@ class Location:
     col: int = 0  # 1-based; 0 when unknown
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+        return f"{printable_path(self.file)}:{self.line}:{self.col}"
 
 
 @dataclass(frozen=True, order=True, slots=True)
 class ConfigError:
-    """A problem in the config repo, printed as ``file:line:col: message``."""
+    """A problem in the config repo, printed as ``file:line:col: message`` on one line (see
+    :func:`printable_path`, :func:`printable_text`)."""
 
     location: Location
     message: str
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.message}"
+        return f"{self.location}: {printable_text(self.message)}"
 
 
 BUG_NOTE = "this is a bug in the reconciler, please report it"
@@ -100,7 +132,7 @@ class InternalError(Exception):
     ``__cause__``, so its traceback is kept)."""
 
     def __init__(self, what: str, cause: BaseException, path: str | None = None) -> None:
-        where = f" ({path})" if path else ""
+        where = f" ({printable_path(path)})" if path else ""
         super().__init__(f"{what}{where}: {type(cause).__name__}: {cause}")
         self.what = what
         self.path = path
@@ -126,7 +158,7 @@ class Provenance:
         return Location(self.file, self.line, self.col)
 
     def __str__(self) -> str:
-        return f"{self.step} at {self.file}:{self.line}"
+        return f"{self.step} at {printable_path(self.file)}:{self.line}"
 
 
 @dataclass(frozen=True)
