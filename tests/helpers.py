@@ -82,3 +82,68 @@ def write_kubeconfig(path: Path, server: str) -> Path:
         "contexts:\n- name: dev\n  context: {cluster: c, user: u}\ncurrent-context: dev\n"
     )
     return path
+
+
+# --- bounded cost: a child process's peak memory and time ------------------------------------
+
+BUDGET_KIB = 256 * 1024  # the budget every hostile input is refused within (issue 13, 5)
+
+
+class Measured:
+    """A finished child process: exit code, output, peak RSS (KiB), CPU and wall seconds."""
+
+    def __init__(
+        self, returncode: int, stdout: str, stderr: str, peak_kib: int, cpu: float, wall: float
+    ) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.peak_kib = peak_kib
+        self.cpu = cpu
+        self.wall = wall
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def __repr__(self) -> str:
+        return (
+            f"exit {self.returncode}, peak {self.peak_kib // 1024} MiB, cpu {self.cpu:.2f} s, "
+            f"wall {self.wall:.2f} s\n{self.output[-3000:]}"
+        )
+
+
+def run_measured(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> Measured:
+    """Run ``args`` to the end; its peak RSS is ``ru_maxrss`` of this very child (``wait4``),
+    not of the test process nor of other children. Killed after ``timeout`` seconds."""
+    import os
+    import resource
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+        )
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+    assert isinstance(usage, resource.struct_rusage)
+    cpu = usage.ru_utime + usage.ru_stime
+    return Measured(proc.returncode, stdout, stderr, usage.ru_maxrss, cpu, wall)

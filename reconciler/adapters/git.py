@@ -317,11 +317,17 @@ class ConfigRepo:
         return True
 
 
+# Lines blamed per file (a page view): a queue file has a few dozen. GitPython holds the
+# whole porcelain output and one object per line: 420 000 empty lines took 400 MB and 20 s.
+MAX_BLAME_LINES = 1000
+
+
 def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
-    """Each line of ``path`` at ``rev`` with the commit that last changed it. Raises
-    GitSyncError when the file or the revision does not exist."""
+    """Each of the first ``MAX_BLAME_LINES`` lines of ``path`` at ``rev`` with the commit
+    that last changed it. Raises GitSyncError when the file or the revision does not
+    exist."""
     try:
-        entries = repo.blame(rev, path) or []
+        entries = repo.blame(rev, path, L=f"1,{MAX_BLAME_LINES}") or []
     except (git.GitCommandError, ValueError) as err:
         reason = _reason(err) if isinstance(err, git.GitCommandError) else str(err)
         raise GitSyncError(f"cannot blame {path} at {rev[:12]}: {reason}") from None

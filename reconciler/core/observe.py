@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.load import MAX_NUMBER_CHARS
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.render import (
     ANNOTATION_COMMIT,
@@ -115,11 +117,50 @@ def _outputs(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         if not message or len(message) > MAX_OUTPUTS_BYTES:
             continue
         try:
-            value = json.loads(message)
-        except ValueError:
+            value = json.loads(
+                message, parse_int=_int, parse_float=_float, parse_constant=_constant
+            )
+        except (ValueError, RecursionError):
+            return {"message": message}
+        if _depth(value) > MAX_OUTPUTS_DEPTH:
             return {"message": message}
         return value if isinstance(value, dict) else {"value": value}
     return None
+
+
+# Outputs go to the status branch, which is read back with the config loader's limits:
+# JSON that would not read back (deep nesting, a 4000-digit number, NaN, 1e400) is kept as
+# its text. The pod's author controls it: it must never make a status file unreadable.
+MAX_OUTPUTS_DEPTH = 16
+
+
+def _int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError("number too long")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if len(text) > MAX_NUMBER_CHARS or not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise ValueError(f"{text} is not a number")
+
+
+def _depth(value: Any) -> int:
+    """Nesting of lists and maps (iterative: a 4 KiB message can nest 2000 deep)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            inner = item.values() if isinstance(item, dict) else item
+            stack.extend((v, depth + 1) for v in inner)
+    return deepest
 
 
 def _job_phase(

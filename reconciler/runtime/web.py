@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
+from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
@@ -327,7 +328,7 @@ def make_web_app(
             target = (root / path).resolve()
             if not target.is_relative_to(root.resolve()) or not target.is_file():
                 return None
-            return target.read_bytes()
+            return read_capped(target)  # over the loader's limit: refused, never read whole
 
     return WebApp(
         lambda: runtime.completed,

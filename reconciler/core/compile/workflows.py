@@ -24,6 +24,10 @@ from reconciler.core.policy import Violation
 from reconciler.core.types import CompiledOperation, Location, WorkflowRef
 
 MAX_WORKFLOW_CHILDREN = 1000
+# Text that ``{{ params.NAME }}`` substitution may produce, over all the children of one
+# workflow: the count of children is bounded, and so must be what each one grows to (a
+# 1 KB parameter pasted 2000 times into 400 children is 800 MB of strings).
+MAX_SUBSTITUTED_CHARS = 8 << 20
 _PARAM_REF = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
 
 Child = tuple[CompiledOperation, tuple[Violation, ...]]
@@ -56,6 +60,28 @@ def substitute(
         )
         return value
     return _PARAM_REF.sub(lambda m: _param_text(params[m.group(1)]), value)
+
+
+def _over_budget(layers: list[tuple[Any, Mapping[str, Any]]]) -> tuple[int, Path] | None:
+    """Where (layer, path) substituting each (run, params) of ``layers`` would pass
+    ``MAX_SUBSTITUTED_CHARS`` in all: counted before any string is built."""
+    left = MAX_SUBSTITUTED_CHARS
+    for index, (run, params) in enumerate(layers):
+        stack: list[tuple[Any, Path]] = [(run, ("run",))]
+        while stack:
+            value, path = stack.pop()
+            if isinstance(value, dict):
+                stack.extend((v, (*path, k)) for k, v in value.items())
+            elif isinstance(value, list):
+                stack.extend((v, (*path, i)) for i, v in enumerate(value))
+            elif isinstance(value, str) and "{{" in value:
+                left -= len(value)
+                for match in _PARAM_REF.finditer(value):
+                    if match.group(1) in params:
+                        left += len(match.group(0)) - len(_param_text(params[match.group(1)]))
+                if left < 0:
+                    return index, path
+    return None
 
 
 def _param_text(value: Any) -> str:
@@ -172,6 +198,14 @@ def expand(
                     deps,
                 )
             )
+    over = _over_budget([(spec_["run"], params_) for _, params_, spec_, _, _ in layers])
+    if over is not None:
+        errors.add(
+            at(layers[over[0]][3], over[1], fallback),
+            "parameter substitution expands the workflow's children to more than "
+            f"{MAX_SUBSTITUTED_CHARS} characters of text",
+        )
+        return []
     children = Errors()  # what the children report, dropped for a child name too long
     out: list[Child] = []
     for index, (child_name, params, child_spec, child_prov, deps) in enumerate(layers):
