@@ -120,17 +120,29 @@ def run_measured(
     cwd: Path | None = None,
     timeout: float = 120,
 ) -> Measured:
-    """Run ``args`` to the end; its peak RSS is ``ru_maxrss`` of this very child (``wait4``),
-    not of the test process nor of other children. Killed after ``timeout`` seconds."""
+    """Run ``python -m MODULE ARGS...`` (``args`` = ``["-m", MODULE, *ARGS]``) to the end;
+    its peak RSS is its own ``VmHWM`` (``peak_rss.py``), its CPU time from ``wait4``. Killed
+    after ``timeout`` seconds (then the peak is unknown: reported as -1)."""
     import os
-    import resource
     import subprocess
+    import sys
     import tempfile
 
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+    wrapper = Path(__file__).with_name("peak_rss.py")
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        peak_file = Path(tmp) / "peak"
         start = time.monotonic()
         proc = subprocess.Popen(
-            args, env=env, cwd=cwd, stdin=subprocess.DEVNULL, stdout=out, stderr=err
+            [sys.executable, str(wrapper), str(peak_file), *args],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
         )
         timer = threading.Timer(timeout, proc.kill)
         timer.start()
@@ -144,6 +156,13 @@ def run_measured(
         err.seek(0)
         stdout = out.read().decode("utf-8", "replace")
         stderr = err.read().decode("utf-8", "replace")
-    assert isinstance(usage, resource.struct_rusage)
-    cpu = usage.ru_utime + usage.ru_stime
-    return Measured(proc.returncode, stdout, stderr, usage.ru_maxrss, cpu, wall)
+        peak = int(peak_file.read_text()) if peak_file.exists() else -1
+    return Measured(proc.returncode, stdout, stderr, peak, usage.ru_utime + usage.ru_stime, wall)
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The running process's peak RSS since its ``exec`` (``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmHWM for process {pid}")

@@ -2,14 +2,26 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 import yaml
+from helpers import BUDGET_KIB, run_measured
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.load import MAX_DEPTH, MAX_NODES, parse_yaml
-from reconciler.core.types import RepoFile, RepoSnapshot
+from reconciler.core.load import (
+    MAX_DEPTH,
+    MAX_EXPANDED_CHARS,
+    MAX_FILE_BYTES,
+    MAX_NODES,
+    parse_yaml,
+)
+from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.status import read_status
+from reconciler.core.types import RepoFile, RepoSnapshot, printable_path
 
 PATHS = [
     "reconciler.yaml",
@@ -165,3 +177,101 @@ def test_nesting_is_bounded(depth: int, opener: str) -> None:
     if depth > MAX_DEPTH + 1:
         assert doc is None and errors
         assert all(e.location.line >= 1 for e in errors)
+
+
+# --- issue 13, section 5: every YAML reader, bounded ------------------------------------------
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=200, deadline=None)
+@given(yamlish | st.binary(max_size=500).map(lambda b: b.decode("latin-1")))
+def test_observed_and_status_readers_give_located_errors_only(text: str) -> None:
+    """The ``--observed`` and status-branch readers share the config loader: on any input
+    they give a result or located one-line errors, never an exception."""
+    content = text.encode("utf-8", "surrogatepass")
+    try:
+        parse_observed(content, "o.yaml")
+    except ObservedFileError as exc:
+        for error in exc.errors:
+            assert error.location.file == "o.yaml" and error.location.line >= 1, error
+            assert "\n" not in str(error) and len(error.message) < 400, error
+    view = read_status({"status/p/o.yaml": content, "status/queues.yaml": content})
+    for problem in view.problems:
+        assert problem.startswith("status/") and "\n" not in problem, problem
+
+
+@pytest.mark.timeout(120)
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 300_000), st.integers(1, 3000))
+def test_aliases_of_long_strings_are_bounded_by_their_text(length: int, refs: int) -> None:
+    """Few values, long strings: refused once the text passes MAX_EXPANDED_CHARS, whatever
+    the count of values (a billion laughs of one long string)."""
+    content = f'kind: Queue\nx: &s "{"A" * length}"\ny: [{", ".join(["*s"] * refs)}]\n'
+    doc, errors = parse_yaml("q.yaml", content.encode())
+    expanded = length * (refs + 1)
+    if expanded > MAX_EXPANDED_CHARS or refs + 4 > MAX_NODES:
+        assert doc is None and "alias bomb" in errors[0].message, errors
+    elif len(content) <= MAX_FILE_BYTES:
+        assert doc is not None, errors
+
+
+@pytest.mark.timeout(600)
+def test_hostile_classes_stay_within_the_memory_budget() -> None:
+    """The fuzz of ``fuzz_hostile_child.py`` (alias bombs of long strings and of structures,
+    matrix substitution, deep nesting, custom tags, 6000-digit numbers; through the compiler,
+    ``--observed`` and the status reader) in a child process: under 256 MiB at its peak."""
+    tests = Path(__file__).parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests)])}
+    m = run_measured(["-m", "fuzz_hostile_child"], env=env, timeout=550)
+    assert m.returncode == 0 and "ok" in m.stdout, m
+    assert 0 < m.peak_kib < BUDGET_KIB, m
+
+
+# --- issue 13, section 6: file names never forge a line -----------------------------------------
+
+names = st.text(
+    st.characters(blacklist_categories=("Cs",)) | st.sampled_from("\n\r\t\x1b\x85\u2028\u202e"),
+    min_size=1,
+    max_size=20,
+).filter(lambda n: "/" not in n and "\x00" not in n and n not in (".", ".."))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(names, min_size=1, max_size=3))
+def test_printed_paths_are_one_line_and_unambiguous(parts: list[str]) -> None:
+    path = "/".join(parts)
+    shown = printable_path(path)
+    assert shown.isprintable(), shown
+    if shown != path:
+        assert shown.startswith('"') and shown.endswith('"') and len(shown) > 2
+        assert _unquote(shown[1:-1]) == path  # nothing lost: the quoting is unambiguous
+
+
+def _unquote(body: str) -> str:
+    out, i = [], 0
+    while i < len(body):
+        if body[i] != "\\":
+            assert body[i] != '"', body
+            out.append(body[i])
+            i += 1
+            continue
+        kind = body[i + 1]
+        width = {"x": 2, "u": 4, "U": 8}.get(kind)
+        if width:
+            out.append(chr(int(body[i + 2 : i + 2 + width], 16)))
+            i += 2 + width
+        else:
+            out.append({"n": "\n", "r": "\r", "t": "\t"}.get(kind, kind))
+            i += 2
+    return "".join(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(names.map(lambda n: n + ".yaml"), st.sampled_from(["queues", "presets", "projects/a/x"]))
+def test_a_file_name_never_forges_a_line_of_validate(name: str, where: str) -> None:
+    path = f"{where}/{name}"
+    snapshot = RepoSnapshot({path: RepoFile(path, b"kind: Nope\n")})
+    for error in compile_repo(snapshot).errors:
+        line = str(error)
+        assert line.isprintable(), line
+        assert line.startswith(printable_path(error.location.file) + ":"), line
