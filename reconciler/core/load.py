@@ -443,8 +443,8 @@ def check_path(path: str) -> str | None:
         return "invalid path"
     if path.startswith("/"):
         return "absolute paths are not allowed"
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    dotted = path.startswith(".") or "/." in path  # else no '.' nor '..' segment: fast
+    if "//" in path or path.endswith("/") or (dotted and {".", ".."} & set(path.split("/"))):
         return "path must not contain '..', '.' or empty segments"
     return None
 
@@ -457,9 +457,9 @@ def _contains(directory: str, path: str) -> bool:
 class _Tree:
     """The snapshot as a directory tree, for following symlinks as a checkout would."""
 
-    def __init__(self, snapshot: RepoSnapshot) -> None:
+    def __init__(self, snapshot: RepoSnapshot, paths: list[str]) -> None:
         self.files = snapshot.files
-        self.paths = sorted(p for p in snapshot.files if not check_path(p))
+        self.paths = paths  # sorted, each a valid path
         self.dirs = {p.rsplit("/", 1)[0] for p in self.paths if "/" in p}
         for d in list(self.dirs):
             while "/" in d:
@@ -571,12 +571,17 @@ def resolve_paths(snapshot: RepoSnapshot) -> tuple[dict[str, str], list[ConfigEr
     reads, symlinks followed as a checkout would: a link to a file reads that file, a link
     to a directory shows that directory's files under the link's path. Links that leave the
     repo, dangle or loop are errors at the link. Links and files elsewhere are ignored."""
-    tree = _Tree(snapshot)
+    valid: list[str] = []
+    errors: list[ConfigError] = []
     for path in sorted(snapshot.files):
         problem = check_path(path)
         if problem:
-            tree.errors.append(ConfigError(Location(path or "<repo>", 1, 1), problem))
-            continue
+            errors.append(ConfigError(Location(path or "<repo>", 1, 1), problem))
+        else:
+            valid.append(path)
+    tree = _Tree(snapshot, valid)
+    tree.errors = errors
+    for path in valid:
         if snapshot.files[path].symlink_target is None:
             tree.add(path, path)
         elif _followed(path):
