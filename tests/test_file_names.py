@@ -31,7 +31,7 @@ from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import resolve_files
 from reconciler.core.plan import plan_repo
-from reconciler.core.status import CONFIG_FILE, parse_status_file, render_status
+from reconciler.core.status import CONFIG_FILE, OperationStatus, parse_status_file, render_status
 from reconciler.core.types import (
     ConfigError,
     InternalError,
@@ -226,3 +226,16 @@ def test_a_linked_directory_shows_its_files_under_the_link() -> None:
     files, errors = resolve_files(snapshot)
     assert errors == []
     assert files == {"queues/a.yaml": b"kind: Queue\n", "queues/b.yaml": b"kind: Queue\n"}
+
+
+def test_names_read_from_the_status_branch_never_forge_a_line() -> None:
+    """Anyone who can push to the status branch writes what ``status`` prints: a record's
+    operation, queue or an error of ``config.yaml`` with a newline stays on one line."""
+    from reconciler.cli.status_cmd import status_to_table, warnings
+    from reconciler.core.status import ConfigStatus, StatusView
+
+    record = OperationStatus(f"vision/x\n{FORGED}", "Running", queue=f"q\n{FORGED}")
+    config = ConfigStatus("v", "v", False, errors=(f"a.yaml:1:1: bad\n{FORGED}",))
+    view = StatusView({record.operation: record}, config=config)
+    lines = status_to_table(view, [record], queues=False).splitlines() + warnings(view)
+    assert not any(line.lstrip().startswith(FORGED) for line in lines), lines

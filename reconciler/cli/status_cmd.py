@@ -18,6 +18,7 @@ from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Decision, Memory, memory_from_status
+from reconciler.core.plan_render import text_table
 from reconciler.core.status import (
     ClusterStatus,
     OperationStatus,
@@ -27,7 +28,7 @@ from reconciler.core.status import (
     read_status,
     render_status,
 )
-from reconciler.core.types import BUG_NOTE, CompiledRepo
+from reconciler.core.types import BUG_NOTE, CompiledRepo, printable_text
 from reconciler.runtime.live import connector, decide_live
 
 OUTPUTS = ("table", "json")
@@ -53,14 +54,7 @@ def select(view: StatusView, target: str | None) -> list[OperationStatus]:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    return "\n".join(
-        "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
-        for row in [list(headers), *rows]
-    )
+    return text_table(headers, rows)
 
 
 def _queue_row(q: QueueStatus) -> list[str]:
@@ -114,7 +108,7 @@ def render(view: StatusView, target: str | None, output: str) -> str:
 
 
 def warnings(view: StatusView) -> list[str]:
-    out = [f"warning: unreadable status file {p}" for p in view.problems]
+    out = [f"warning: unreadable status file {printable_text(p)}" for p in view.problems]
     if view.config is not None:
         if view.config.is_internal_error:
             out.append(
@@ -127,7 +121,7 @@ def warnings(view: StatusView) -> list[str]:
                 f"warning: config {view.config.version[:12]} is invalid; "
                 f"{view.config.applied[:12]} stays in force:"
             )
-            out += [f"  {e}" for e in view.config.errors]
+            out += [f"  {printable_text(e)}" for e in view.config.errors]
         out += [f"warning: {w}" for w in view.config.warnings]
     out += [
         f"warning: cluster {c.name} was unreachable at the last cycle: {c.error or 'no answer'}"

@@ -10,6 +10,7 @@ from typing import Any
 
 from reconciler.core.plan import BlockedBy, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
+from reconciler.core.types import printable_text
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
@@ -132,6 +133,9 @@ def pending_rows(plan: Plan) -> list[list[str]]:
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned columns; a cell never spans lines (control characters are escaped: names and
+    messages can come from a status branch anyone may push to)."""
+    rows = [[printable_text(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):
