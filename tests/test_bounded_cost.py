@@ -278,3 +278,13 @@ def _served(log: Path) -> str:
 
     wait_until(ready, timeout=90, what="serve's first cycle")
     return found[0]
+
+
+@pytest.mark.parametrize("path", ["/dev/zero", "/dev/stdin", "/"])
+def test_a_cluster_kubeconfig_path_is_a_regular_file_of_at_most_1_mib(path: str) -> None:
+    """A Cluster file names a kubeconfig on the reconciler's host: it must not make the
+    reconciler read a device, a FIFO or a directory (the Kubernetes loader reads it whole)."""
+    from reconciler.adapters.kube import KubeError, connect_cluster
+
+    with pytest.raises(KubeError, match="is not a regular file"):
+        connect_cluster({"path": path}, None)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -181,7 +182,7 @@ def connect_cluster(
         if kubeconfig.get("inCluster"):
             return connect(None)
         if "path" in kubeconfig:
-            return connect(Path(str(kubeconfig["path"])).expanduser(), context)
+            return connect(_kubeconfig_file(Path(str(kubeconfig["path"])).expanduser()), context)
         secret = kubeconfig["secret"]
         return _client_from_secret(
             str(secret["name"]),
@@ -191,6 +192,21 @@ def connect_cluster(
         )
     except (ConfigException, OSError, ValueError, KeyError) as exc:
         raise KubeError(f"cannot load kubeconfig: {exc}") from exc
+
+
+MAX_KUBECONFIG_BYTES = 1 << 20
+
+
+def _kubeconfig_file(path: Path) -> Path:
+    """``path``, if it names a regular file of at most 1 MiB: a Cluster file (written by
+    anyone with access to the repo) must not make the reconciler read ``/dev/zero``, a FIFO
+    or a 10 GB file on its host."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file")
+    if info.st_size > MAX_KUBECONFIG_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_KUBECONFIG_BYTES} bytes")
+    return path
 
 
 def _own_namespace() -> str:
