@@ -288,3 +288,24 @@ def test_a_cluster_kubeconfig_path_is_a_regular_file_of_at_most_1_mib(path: str)
 
     with pytest.raises(KubeError, match="is not a regular file"):
         connect_cluster({"path": path}, None)
+
+
+def test_a_page_view_reads_at_most_256_kib_of_a_log() -> None:
+    """The last 100 lines of a pod's log can be one line of gigabytes: the web page asks the
+    API server for at most ``MAX_LOG_BYTES`` (``limitBytes``)."""
+    from kubernetes import client
+
+    from reconciler.adapters.kube import Kube
+    from reconciler.runtime.web import MAX_LOG_BYTES
+
+    asked: dict[str, object] = {}
+
+    class Core:
+        def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: object) -> object:
+            asked.update(kwargs)
+            return type("Resp", (), {"data": b"x" * 10, "release_conn": lambda self: None})()
+
+    kube = Kube(client.ApiClient())
+    kube.core = Core()  # type: ignore[assignment]
+    assert kube.read_logs("ns", "pod", tail_lines=100, limit_bytes=MAX_LOG_BYTES) == "x" * 10
+    assert asked["limit_bytes"] == MAX_LOG_BYTES == 256 << 10 and asked["tail_lines"] == 100

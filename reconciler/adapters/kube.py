@@ -427,13 +427,17 @@ class Kube:
         container: str = MAIN_CONTAINER,
         follow: bool = False,
         tail_lines: int | None = None,
+        limit_bytes: int | None = None,
     ) -> str | Iterator[str]:
-        """A container's log through the ``pods/log`` API: the whole text, or with
-        ``follow`` an iterator of lines (without newlines) until the stream ends."""
+        """A container's log through the ``pods/log`` API: the whole text (at most
+        ``limit_bytes`` of it, when set), or with ``follow`` an iterator of lines (without
+        newlines) until the stream ends."""
         what = f"reading the log of {namespace}/{pod} (container {container})"
         kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
+        if limit_bytes is not None:
+            kwargs["limit_bytes"] = limit_bytes
         if follow:
             kwargs["follow"] = True
             kwargs["_request_timeout"] = (CONNECT_TIMEOUT, None)  # a quiet pod is not a hang

@@ -47,6 +47,8 @@ from reconciler.runtime.service import Runtime
 
 log = logging.getLogger("reconciler.web")
 
+MAX_LOG_BYTES = 256 << 10  # of a pod's log, per page view
+
 Response = tuple[int, bytes, str]
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
@@ -316,7 +318,8 @@ def make_web_app(
                 spec = compiled.clusters[cluster]
                 kube = Kube(connect_cluster(spec.kubeconfig, spec.context, overrides.get(cluster)))
                 clients[cluster] = kube
-        text = kube.read_logs(namespace, pod, tail_lines=tail)
+        # A pod's 100 last lines can be one line of gigabytes: a page view reads at most this.
+        text = kube.read_logs(namespace, pod, tail_lines=tail, limit_bytes=MAX_LOG_BYTES)
         return text if isinstance(text, str) else "\n".join(text)
 
     config = runtime.config
