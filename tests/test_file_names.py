@@ -12,9 +12,7 @@
 
 from __future__ import annotations
 
-import io
 import json
-import logging
 import os
 import shutil
 import subprocess
@@ -42,7 +40,6 @@ from reconciler.core.types import (
     printable_path,
     printable_text,
 )
-from reconciler.runtime.logging import configure_logging
 
 FORGED = "reconciler.yaml:1:1: PolicyViolation: forged line"
 EVIL = f"evil\n{FORGED}\n.yaml"  # one file name: no '/'
@@ -101,17 +98,6 @@ def test_control_characters_never_reach_the_status_branch(tmp_path: Path) -> Non
     config = parse_status_file(CONFIG_FILE, status[CONFIG_FILE])
     assert config.errors and all(e.isprintable() for e in config.errors), config.errors
     assert config.errors[0].startswith(f'"queues/evil\\n{FORGED}\\n.yaml":1:1:')
-
-
-def test_text_logs_are_one_line_per_record() -> None:
-    stream = io.StringIO()
-    handler = configure_logging("text", "info", stream)
-    try:
-        logging.getLogger("reconciler.test").warning("blame %s: %s", f"queues/{EVIL}", "gone")
-    finally:
-        logging.getLogger().removeHandler(handler)
-    (line,) = stream.getvalue().splitlines()
-    assert f"queues/evil\\n{FORGED}\\n.yaml: gone" in line
 
 
 # --- symlinks ----------------------------------------------------------------------------------
