@@ -8,12 +8,17 @@ provenance, is checked on the merged spec, and is under policy whichever layer s
 
 from __future__ import annotations
 
+import json
+import shutil
 from dataclasses import dataclass
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
-from conftest import repo
+from click.testing import CliRunner
+from conftest import TEMPLATE, repo
 
+from reconciler.cli.main import cli
 from reconciler.core.compile import compile_operation, compile_repo
 from reconciler.core.explain import provenance_rows
 from reconciler.core.types import CompiledOperation, CompiledRepo, RejectReason
@@ -333,6 +338,38 @@ def test_an_unknown_org_default_preset_is_an_error_at_its_line() -> None:
     assert [str(e) for e in compile_operation(snap, "p/t").errors] == [message]
 
 
+def test_the_org_default_preset_example_of_presets_md() -> None:
+    platform = """kind: Preset
+patchStrategy: isnull
+run:
+  environment:
+    imagePullSecrets: [registry]
+  sidecars:
+    - name: logs
+      image: fluent/fluent-bit:3
+  maxRetries: 1
+  ttl: 72h
+"""
+    org = ORG.replace("policy:", "defaults:\n  presets: [platform]\npolicy:")
+    org += "  allowedServiceAccounts: [trainer]\n"
+    files = {
+        "presets/platform.yaml": platform,
+        "projects/p/presets/day.yaml": "kind: Preset\nrun:\n  ttl: 24h\n",
+        "projects/p/operations/t.yaml": OP + "  maxRetries: 0\n",
+        "projects/p/operations/u.yaml": "kind: Operation\npresets: [day]\n",
+    }
+    compiled = _compile(files, org)
+    assert compiled.errors == () and compiled.rejected == ()
+    t, u = compiled.operations
+    assert t.presets == ("platform", "base")
+    assert t.spec["run"]["maxRetries"] == 0 and t.provenance["run.maxRetries"].step == "operation"
+    assert t.spec["run"]["ttl"] == "72h"
+    assert t.provenance["run.ttl"].step == "preset platform (isnull)"
+    assert t.provenance["run.ttl"].line == 10
+    assert u.spec["run"]["ttl"] == "24h" and u.spec["run"]["maxRetries"] == 1
+    assert [s["name"] for s in u.spec["run"]["sidecars"]] == ["logs"]
+
+
 # --- checks on the merged spec ---------------------
 
 
@@ -602,3 +639,47 @@ def test_what_policy_allows_by_default_and_when_relaxed() -> None:
         "        privileged: true\n        runAsUser: 0\n"
     )
     _one({"projects/p/operations/t.yaml": "kind: Operation\n" + body}, relaxed)
+
+
+# --- `reconciler compile --explain` ---------------------
+
+
+def test_compile_explain_shows_where_each_pod_field_came_from(tmp_path: Path) -> None:
+    """The template with an org default preset setting every new field: ``--explain``
+    names the org preset's file and line for each, after the project's own layers."""
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    org = (root / "reconciler.yaml").read_text()
+    org = org.replace("  queue: batch", "  presets: [platform]\n  queue: batch", 1)
+    org = org.replace("policy:\n", "policy:\n  allowedServiceAccounts: [trainer]\n", 1)
+    (root / "reconciler.yaml").write_text(org)
+    (root / "presets" / "platform.yaml").write_text(EVERYTHING.replace("platform", "x"))
+    result = CliRunner().invoke(
+        cli,
+        ["compile", "vision/train-resnet", "--repo", str(root), "-o", "json", "--explain"],
+    )
+    assert result.exit_code == 0, result.output
+    obj = json.loads(result.output)
+    assert obj["presets"] == ["platform", "base", "a100", "data"]
+    for field in (
+        "run.environment.serviceAccountName",
+        "run.environment.imagePullSecrets[0]",
+        "run.volumes[0]",
+        "run.container.volumeMounts[0]",
+        "run.initContainers[0]",
+        "run.sidecars[0]",
+        "run.maxRetries",
+        "run.ttl",
+    ):
+        where = obj["provenance"][field]
+        assert (where["file"], where["step"]) == (
+            "presets/platform.yaml",
+            "preset platform (post_merge)",
+        ), field
+    assert obj["provenance"]["run.ttl"]["line"] == 25
+    # The table form lists the same rows.
+    table = CliRunner().invoke(
+        cli, ["compile", "vision/train-resnet", "--repo", str(root), "-o", "table", "--explain"]
+    )
+    assert table.exit_code == 0, table.output
+    assert "run.sidecars[0]" in table.output and "presets/platform.yaml:21" in table.output
