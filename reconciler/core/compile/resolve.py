@@ -16,6 +16,7 @@ from typing import Any
 
 from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import RepoIndex, get_in
+from reconciler.core.compile.pod import check_pod, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
 from reconciler.core.policy import Violation, check_policy
@@ -134,6 +135,8 @@ def resolve(
         if name not in connections:
             connections.append(name)
     requests = total_requests(spec, prov, fallback, errors)
+    requests = pod_total(spec, prov, fallback, errors, requests)
+    check_pod(spec, prov, fallback, errors, specs)
     if len(errors) > reported or queue is None:
         return None
     violations = check_policy(
