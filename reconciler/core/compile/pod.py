@@ -11,7 +11,7 @@ in each container) and the pod's effective requests with init containers and sid
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import Any
 
@@ -40,15 +40,21 @@ def _is_extended(resource: str) -> bool:
     return bool(prefix) and not prefix.endswith("kubernetes.io")
 
 
-def _container_totals(
-    resources: Mapping[str, Any], where: Location, errors: Errors
+# Where a container's request (``"requests"``) or limit (``"limits"``) of a resource is set.
+Locate = Callable[[str, str], Location]
+
+
+def container_totals(
+    resources: Mapping[str, Any], locate: Locate, errors: Errors
 ) -> dict[str, Decimal]:
-    """One extra container's request per resource (the limit where only a limit is set),
-    with the checks ``resolve.total_requests`` makes on the main container."""
+    """One container's total per resource: the request, or the limit where only a limit is
+    set; reports what Kubernetes would refuse (a request over its limit, a fractional or
+    overcommitted extended resource such as ``nvidia.com/gpu``)."""
     requests = resources.get("requests") or {}
     limits = resources.get("limits") or {}
     totals: dict[str, Decimal] = {}
     for resource in sorted({*requests, *limits}):
+        where = locate("requests" if resource in requests else "limits", resource)
         try:
             req = parse_quantity(requests[resource]) if resource in requests else None
             lim = parse_quantity(limits[resource]) if resource in limits else None
@@ -89,7 +95,8 @@ def pod_total(
     init: list[tuple[Mapping[str, Decimal], bool]] = []
     for path, container in extra:
         resources = container.get("resources") or {}
-        totals = _container_totals(resources, at(prov, (*path, "resources"), fallback), errors)
+        where = at(prov, (*path, "resources"), fallback)
+        totals = container_totals(resources, lambda _k, _r, where=where: where, errors)
         init.append((totals, path[1] == "sidecars"))
     return pod_requests([main], init)
 
