@@ -44,6 +44,11 @@ def _is_extended(resource: str) -> bool:
 Locate = Callable[[str, str], Location]
 
 
+def _at(where: Location) -> Locate:
+    """Every request and limit of a container reported at one place."""
+    return lambda _kind, _resource: where
+
+
 def container_totals(
     resources: Mapping[str, Any], locate: Locate, errors: Errors
 ) -> dict[str, Decimal]:
@@ -95,8 +100,7 @@ def pod_total(
     init: list[tuple[Mapping[str, Decimal], bool]] = []
     for path, container in extra:
         resources = container.get("resources") or {}
-        where = at(prov, (*path, "resources"), fallback)
-        totals = container_totals(resources, lambda _k, _r, where=where: where, errors)
+        totals = container_totals(resources, _at(at(prov, (*path, "resources"), fallback)), errors)
         init.append((totals, path[1] == "sidecars"))
     return pod_requests([main], init)
 
