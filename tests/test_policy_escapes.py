@@ -233,7 +233,6 @@ def test_replace_preset_wins_over_the_operation_and_takes_the_blame() -> None:
         ("hostNetwork", "run:\n  environment:\n    hostNetwork: true\n"),
         ("hostPID", "run:\n  environment:\n    hostPID: true\n"),
         ("hostIPC", "run:\n  hostIPC: true\n"),
-        ("volumes", "run:\n  volumes: [{name: h, hostPath: {path: /}}]\n"),
         ("procMount", SC + "      procMount: Unmasked\n"),
         ("seLinuxOptions", SC + "      seLinuxOptions: {type: spc_t}\n"),
     ],

@@ -9,6 +9,7 @@ generation, so a repeated create meets ``AlreadyExists`` and adopts instead of d
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -197,6 +198,47 @@ def _env_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
+def _volume(volume: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(volume))
+    empty_dir = out.get("emptyDir")
+    if isinstance(empty_dir, dict) and empty_dir.get("sizeLimit") is not None:
+        empty_dir["sizeLimit"] = str(empty_dir["sizeLimit"])
+    return out
+
+
+def _mount(mount: Mapping[str, Any]) -> dict[str, Any]:
+    out = {"name": mount["name"], "mountPath": mount["mountPath"]}
+    for key in ("subPath", "readOnly"):
+        if mount.get(key) is not None:
+            out[key] = mount[key]
+    return out
+
+
+def _extra_containers(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``run.initContainers`` then ``run.sidecars``, as pod init containers: a sidecar is a
+    Kubernetes native sidecar (``restartPolicy: Always``), started after the init
+    containers, running beside ``main`` and stopped when it ends, so the Job completes."""
+    out: list[dict[str, Any]] = []
+    for section in ("initContainers", "sidecars"):
+        for spec in run.get(section) or []:
+            container: dict[str, Any] = {"name": spec["name"], "image": spec["image"]}
+            if section == "sidecars":
+                container["restartPolicy"] = "Always"
+            for key in ("command", "args", "workingDir"):
+                if spec.get(key) is not None:
+                    container[key] = spec[key]
+            if spec.get("env"):
+                container["env"] = _env_list(spec["env"])
+            if spec.get("resources"):
+                container["resources"] = _resources(spec["resources"])
+            if spec.get("securityContext"):
+                container["securityContext"] = dict(spec["securityContext"])
+            if spec.get("volumeMounts"):
+                container["volumeMounts"] = [_mount(m) for m in spec["volumeMounts"]]
+            out.append(container)
+    return out
+
+
 def _timeout_seconds(op: CompiledOperation) -> int | None:
     timeout = (op.spec.get("run") or {}).get("timeout")
     if timeout is not None:
@@ -273,18 +315,29 @@ def render_operation(
     if port:
         container["ports"] = [{"name": "http", "containerPort": port}]
 
+    volumes += [_volume(v) for v in run.get("volumes") or []]
+    if container_spec.get("volumeMounts"):
+        container.setdefault("volumeMounts", []).extend(
+            _mount(m) for m in container_spec["volumeMounts"]
+        )
+    init_containers = parts.init_containers + _extra_containers(run)
+
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if parts.init_containers:
-        pod_spec["initContainers"] = parts.init_containers
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
     if volumes:
         pod_spec["volumes"] = volumes
     for key in ("nodeSelector", "tolerations", "affinity", "schedulerName", "priorityClassName"):
         if environment.get(key):
             pod_spec[key] = environment[key]
+    if environment.get("serviceAccountName"):
+        pod_spec["serviceAccountName"] = environment["serviceAccountName"]
+    if environment.get("imagePullSecrets"):
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in environment["imagePullSecrets"]]
     pod_spec["enableServiceLinks"] = False
 
     job_spec: dict[str, Any] = {
-        "backoffLimit": 0,
+        "backoffLimit": int(run.get("maxRetries") or 0),
         "completions": 1,
         "parallelism": 1,
         "template": {
@@ -298,6 +351,8 @@ def render_operation(
     deadline = _timeout_seconds(op)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
+    if run.get("ttl") is not None:
+        job_spec["ttlSecondsAfterFinished"] = duration_seconds(run["ttl"])
 
     job = {
         "apiVersion": "batch/v1",

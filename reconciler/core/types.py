@@ -280,6 +280,10 @@ BASELINE_CAPABILITIES = frozenset(
 )
 
 
+# The volume types run.volumes may use (``policy.allowedVolumeTypes`` narrows them).
+VOLUME_TYPES = frozenset({"persistentVolumeClaim", "configMap", "secret", "emptyDir"})
+
+
 @dataclass(frozen=True)
 class OrgPolicy:
     """``policy`` in reconciler.yaml, checked after the merge (a preset is not a boundary)."""
@@ -292,6 +296,12 @@ class OrgPolicy:
     # Pod Security "baseline": capabilities a container may add (CAP_ prefix ignored).
     allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
     allow_run_as_root: bool = True
+    # Service accounts an operation may name; empty: only the namespace's ``default``.
+    allowed_service_accounts: frozenset[str] = frozenset()
+    allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
+    allowed_volume_types: frozenset[str] = VOLUME_TYPES
+    max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 
 
 @dataclass(frozen=True)
