@@ -9,15 +9,18 @@ children ``workflows.py``'s).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.compile.errors import Errors, at
+from pydantic import ValidationError
+
+from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
 from reconciler.core.compile.index import RepoIndex, get_in
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
+from reconciler.core.model import OperationFile
 from reconciler.core.policy import Violation, check_policy
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.types import (
@@ -50,6 +53,34 @@ class Resolved:
     requests: dict[str, Decimal]
     connections: tuple[str, ...]
     violations: tuple[Violation, ...]
+
+
+# Fields every dispatchable spec must end up with (the schema leaves them optional, since a
+# preset may set them).
+REQUIRED: tuple[Path, ...] = (("run", "kind"), ("run", "container", "image"))
+
+
+def validate_spec(
+    spec: Mapping[str, Any],
+    locate: LocateError,
+    errors: Errors,
+    *,
+    prefix: str,
+    unset: Callable[[Path], tuple[Location, str]],
+) -> bool:
+    """A merged (or expanded) spec checked as if it were written by hand: the operation
+    schema, then the fields it must have. ``unset(path)`` says where and why a required
+    field is missing. False when anything is wrong (reported)."""
+    reported = len(errors)
+    try:
+        OperationFile.model_validate(spec)
+    except ValidationError as exc:
+        add_validation_errors(errors, exc, spec, OperationFile, locate, prefix=prefix)
+    for path in REQUIRED:
+        if get_in(spec, *(str(p) for p in path)) is None:
+            location, message = unset(path)
+            errors.add(location, message)
+    return len(errors) == reported
 
 
 def _is_extended(resource: str) -> bool:
