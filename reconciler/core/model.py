@@ -469,6 +469,11 @@ class Policy(Strict):
     allow_run_as_root: StrictBool = Field(
         default=True, description="false refuses runAsUser: 0 and runAsNonRoot: false."
     )
+    allow_shared_namespaces: StrictBool = Field(
+        default=False,
+        description="Let two projects name the same namespace (workload names must still "
+        "be unique).",
+    )
 
 
 class Prune(Strict):

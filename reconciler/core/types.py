@@ -260,6 +260,8 @@ class OrgPolicy:
     # Pod Security "baseline": capabilities a container may add (CAP_ prefix ignored).
     allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
     allow_run_as_root: bool = True
+    # Two projects may name the same namespace (workload names must still not collide).
+    allow_shared_namespaces: bool = False
 
 
 @dataclass(frozen=True)

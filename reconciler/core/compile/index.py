@@ -278,6 +278,7 @@ class RepoIndex:
                 if policy and policy.allowed_capabilities is not None
                 else BASELINE_CAPABILITIES,
                 allow_run_as_root=policy.allow_run_as_root if policy else True,
+                allow_shared_namespaces=policy.allow_shared_namespaces if policy else False,
             ),
         )
 
