@@ -123,6 +123,71 @@ ESCAPES = {
         "connection 'host' mounts hostPath '/var/run', which policy does not allow",
         2,
     ),
+    # Issue 13: priority classes and the Pod Security Standards on the rendered pod.
+    "priority-class": Escape(
+        "run:\n  environment:\n    priorityClassName: high\n",
+        "run.environment.priorityClassName",
+        "priority class 'high' is not in policy.allowedPriorityClasses [] "
+        "(unset, the cluster's default applies)",
+        3,
+    ),
+    "priority-class-system": Escape(
+        "run:\n  environment:\n    priorityClassName: system-cluster-critical\n",
+        "run.environment.priorityClassName",
+        "priority class 'system-cluster-critical' is for the cluster's own pods: "
+        "system-* is never allowed",
+        3,
+    ),
+    "host-network": Escape(
+        "run:\n  environment:\n    hostNetwork: true\n",
+        "run.environment.hostNetwork",
+        "host namespaces (hostNetwork: true) are not allowed by policy.podSecurity baseline",
+        3,
+    ),
+    "host-pid": Escape(
+        "run:\n  environment:\n    hostPID: true\n",
+        "run.environment.hostPID",
+        "host namespaces (hostPID: true) are not allowed by policy.podSecurity baseline",
+        3,
+    ),
+    "host-ipc": Escape(
+        "run:\n  environment:\n    hostIPC: true\n",
+        "run.environment.hostIPC",
+        "host namespaces (hostIPC: true) are not allowed by policy.podSecurity baseline",
+        3,
+    ),
+    "proc-mount": Escape(
+        SC + "      procMount: Unmasked\n",
+        "run.container.securityContext.procMount",
+        "procMount 'Unmasked' is not allowed by policy.podSecurity baseline",
+        4,
+    ),
+    "apparmor-field": Escape(
+        SC + "      appArmorProfile:\n        type: Unconfined\n",
+        "run.container.securityContext.appArmorProfile.type",
+        "AppArmor profile 'Unconfined' is not allowed by policy.podSecurity baseline",
+        5,
+    ),
+    "apparmor-annotation": Escape(
+        "run:\n  environment:\n    annotations:\n"
+        "      container.apparmor.security.beta.kubernetes.io/main: unconfined\n",
+        "run.environment.annotations.container.apparmor.security.beta.kubernetes.io/main",
+        "AppArmor profile 'unconfined' is not allowed by policy.podSecurity baseline",
+        4,
+    ),
+    "seccomp-unconfined": Escape(
+        SC + "      seccompProfile: {type: Unconfined}\n",
+        "run.container.securityContext.seccompProfile.type",
+        "seccomp profile 'Unconfined' is not allowed by policy.podSecurity baseline",
+        4,
+    ),
+    "seccomp-annotation": Escape(
+        "run:\n  environment:\n    annotations:\n"
+        "      seccomp.security.alpha.kubernetes.io/pod: unconfined\n",
+        "run.environment.annotations.seccomp.security.alpha.kubernetes.io/pod",
+        "seccomp profile 'unconfined' is not allowed by policy.podSecurity baseline",
+        4,
+    ),
 }
 STRATEGIES = ["replace", "isnull", "post_merge", "pre_merge"]
 OP = "kind: Operation\nrun:\n  container:\n    command: [go]\n"
@@ -230,20 +295,20 @@ def test_replace_preset_wins_over_the_operation_and_takes_the_blame() -> None:
 @pytest.mark.parametrize(
     ("field", "body"),
     [
-        ("hostNetwork", "run:\n  environment:\n    hostNetwork: true\n"),
-        ("hostPID", "run:\n  environment:\n    hostPID: true\n"),
         ("hostIPC", "run:\n  hostIPC: true\n"),
         ("volumes", "run:\n  volumes: [{name: h, hostPath: {path: /}}]\n"),
-        ("procMount", SC + "      procMount: Unmasked\n"),
         ("seLinuxOptions", SC + "      seLinuxOptions: {type: spc_t}\n"),
+        ("hostPort", "run:\n  container:\n    hostPort: 80\n"),
+        ("sysctls", "run:\n  environment:\n    sysctls: [{name: kernel.msgmax, value: '1'}]\n"),
     ],
 )
 @pytest.mark.parametrize("where", ["presets/esc.yaml", "projects/p/operations/t.yaml"])
-def test_host_namespaces_and_raw_volumes_are_not_expressible(
+def test_fields_outside_the_schema_are_refused_at_their_key(
     field: str, body: str, where: str
 ) -> None:
-    """No op or preset field reaches hostNetwork/hostPID/hostIPC or raw volumes: the schema
-    refuses them at the key, which is their provenance."""
+    """Raw volumes, seLinuxOptions, host ports and sysctls are not expressible: the schema
+    refuses them at the key, which is their provenance (the Pod Security check would refuse
+    them on the rendered pod too, see test_pod_security_covers_every_rule_on_the_pod)."""
     head = "kind: Preset\n" if where.startswith("presets/") else "kind: Operation\n"
     files = {
         **BASE,
@@ -266,10 +331,14 @@ def test_org_settings_relax_each_knob() -> None:
     org = (
         "kind: Org\npolicy:\n  allowPrivileged: true\n  allowHostPath: true\n"
         "  allowRunAsRoot: true\n  allowedSchedulerNames: [my-scheduler]\n"
+        "  allowedPriorityClasses: [high]\n  podSecurity: privileged\n"
     )
     body = (
         SC + "      privileged: true\n      runAsUser: 0\n      capabilities:\n"
-        "        add: [SYS_ADMIN]\n  environment:\n    schedulerName: my-scheduler\n"
+        "        add: [SYS_ADMIN]\n      procMount: Unmasked\n"
+        "      appArmorProfile: {type: Unconfined}\n"
+        "  environment:\n    schedulerName: my-scheduler\n"
+        "    priorityClassName: high\n    hostNetwork: true\n    hostPID: true\n"
         "  connections: [host]\n"
     )
     compiled = compile_repo(
@@ -348,3 +417,183 @@ def test_a_refused_workflow_keeps_its_running_children() -> None:
     assert rejected.operation == "p/sweep" and rejected.children == ("p/sweep-0", "p/sweep-1")
     plan = plan_repo(bad, running, datetime(2026, 1, 1, tzinfo=UTC))
     assert plan.stop == () and plan.dispatch == ()
+
+
+# --- issue 13: the Pod Security Standards on the rendered pod -------------------------------
+
+
+def _compile(org: str, op: str, **more: str) -> tuple[list[str], list[str]]:
+    files = {
+        **BASE,
+        "connections/code.yaml": "kind: Connection\ngit:\n  url: https://example.com/r.git\n",
+        "reconciler.yaml": org,
+        "projects/p/project.yaml": project(),
+        "projects/p/operations/t.yaml": "kind: Operation\n" + op,
+        **more,
+    }
+    compiled = compile_repo(repo(files))
+    return [str(e) for e in compiled.errors], [r.message for r in compiled.rejected]
+
+
+RESTRICTED = "kind: Org\npolicy:\n  podSecurity: restricted\n"
+HARDENED = SC + (
+    "      runAsNonRoot: true\n      runAsUser: 1000\n      allowPrivilegeEscalation: false\n"
+    "      seccompProfile: {type: RuntimeDefault}\n      capabilities: {drop: [ALL]}\n"
+)
+
+
+def test_restricted_needs_a_hardened_container_and_names_each_missing_field() -> None:
+    errors, (message,) = _compile(RESTRICTED, "")
+    assert errors == []
+    profile = "policy.podSecurity restricted"
+    assert message.split("; ") == [
+        f"run.container.securityContext.allowPrivilegeEscalation: must be false under {profile} "
+        "(it is not set)",
+        f"run.container.securityContext.runAsNonRoot: must be true under {profile} (it is not set)",
+        f"run.container.securityContext.seccompProfile: must be RuntimeDefault or Localhost "
+        f"under {profile} (it is not set)",
+        f"run.container.securityContext.capabilities.drop: must include ALL under {profile}",
+    ]
+    assert _compile(RESTRICTED, HARDENED) == ([], [])
+    # the baseline (the default) asks none of this
+    assert _compile("kind: Org\n", "") == ([], [])
+
+
+def test_restricted_checks_what_connections_render_too() -> None:
+    """The git clone runs in an init container: it is hardened, and runs as the main
+    container's non-root UID; without one it is refused, naming the connection."""
+    assert _compile(RESTRICTED, HARDENED + "  connections: [code, data]\n") == ([], [])
+    no_uid = HARDENED.replace("      runAsUser: 1000\n", "") + "  connections: [code]\n"
+    errors, (message,) = _compile(RESTRICTED, no_uid)
+    assert errors == []
+    assert message.startswith(
+        "run.connections[0]: connection 'code': initContainers[0].securityContext.runAsNonRoot: "
+        "must be true under policy.podSecurity restricted (it is not set); the clone runs as "
+        "run.container.securityContext.runAsUser when that is a non-root UID "
+        "(set by operation at projects/p/operations/t.yaml:"
+    ), message
+    # restricted allows only NET_BIND_SERVICE to be added, unless the org says otherwise
+    chown = HARDENED.replace(
+        "capabilities: {drop: [ALL]}", "capabilities: {drop: [ALL], add: [CHOWN]}"
+    )
+    _, (message,) = _compile(RESTRICTED, chown)
+    assert "capability 'CHOWN' is not in policy.allowedCapabilities (the Pod Security " in message
+    org = RESTRICTED + "  allowedCapabilities: [CHOWN]\n"
+    assert _compile(org, chown) == ([], [])
+
+
+def test_privileged_profile_checks_only_the_orgs_own_rules() -> None:
+    org = "kind: Org\npolicy:\n  podSecurity: privileged\n  allowRunAsRoot: false\n"
+    body = (
+        "run:\n  environment:\n    hostNetwork: true\n"
+        + SC.removeprefix("run:\n")
+        + ("      runAsUser: 0\n")
+    )
+    _, (message,) = _compile(org, body)
+    assert message.startswith(
+        "run.container.securityContext.runAsUser: running as root (UID 0) is not allowed by policy"
+    )
+    assert "hostNetwork" not in message
+
+
+def _pod(spec: dict[str, object], annotations: dict[str, str] | None = None) -> dict[str, object]:
+    return {"metadata": {"annotations": annotations or {}}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("pod", "field", "message"),
+    [
+        (_pod({"hostNetwork": True}), "spec.hostNetwork", "host namespaces"),
+        (_pod({"hostIPC": True}), "spec.hostIPC", "host namespaces"),
+        (
+            _pod({"containers": [{"name": "c", "ports": [{"containerPort": 80, "hostPort": 80}]}]}),
+            "spec.containers[0].ports[0].hostPort",
+            "hostPort 80 is not allowed",
+        ),
+        (
+            _pod({"initContainers": [{"name": "i", "securityContext": {"privileged": True}}]}),
+            "spec.initContainers[0].securityContext.privileged",
+            "privileged containers are not allowed by policy",
+        ),
+        (
+            _pod({"ephemeralContainers": [{"securityContext": {"procMount": "Unmasked"}}]}),
+            "spec.ephemeralContainers[0].securityContext.procMount",
+            "procMount 'Unmasked'",
+        ),
+        (
+            _pod({"containers": [{"securityContext": {"capabilities": {"add": ["SYS_ADMIN"]}}}]}),
+            "spec.containers[0].securityContext.capabilities.add[0]",
+            "capability 'SYS_ADMIN'",
+        ),
+        (
+            _pod({"volumes": [{"name": "v", "hostPath": {"path": "/"}}]}),
+            "spec.volumes[0].hostPath",
+            "mounts hostPath '/'",
+        ),
+        (
+            _pod({"securityContext": {"windowsOptions": {"hostProcess": True}}}),
+            "spec.securityContext.windowsOptions.hostProcess",
+            "HostProcess",
+        ),
+        (
+            _pod({"securityContext": {"seLinuxOptions": {"type": "spc_t"}}}),
+            "spec.securityContext.seLinuxOptions",
+            "SELinux",
+        ),
+        (
+            _pod({"securityContext": {"sysctls": [{"name": "kernel.msgmax", "value": "1"}]}}),
+            "spec.securityContext.sysctls[0]",
+            "sysctl 'kernel.msgmax'",
+        ),
+        (
+            _pod({"securityContext": {"appArmorProfile": {"type": "Unconfined"}}}),
+            "spec.securityContext.appArmorProfile.type",
+            "AppArmor profile 'Unconfined'",
+        ),
+        (
+            _pod({}, {"container.apparmor.security.beta.kubernetes.io/side": "unconfined"}),
+            "metadata.annotations.container.apparmor.security.beta.kubernetes.io/side",
+            "AppArmor profile 'unconfined'",
+        ),
+        (
+            _pod({}, {"container.seccomp.security.alpha.kubernetes.io/main": "unconfined"}),
+            "metadata.annotations.container.seccomp.security.alpha.kubernetes.io/main",
+            "seccomp profile 'unconfined'",
+        ),
+    ],
+)
+def test_pod_security_covers_every_baseline_rule_on_the_pod(
+    pod: dict[str, object], field: str, message: str
+) -> None:
+    """Whatever field a future preset or connection renders, the check reads the pod: init,
+    ephemeral and sidecar containers, pod-level contexts and annotations included."""
+    from reconciler.core.merge import dotted
+    from reconciler.core.policy import pod_security_findings
+    from reconciler.core.types import OrgPolicy, PodSecurityLevel
+
+    findings = [(dotted(p), m) for p, m in pod_security_findings(pod, OrgPolicy())]
+    assert any(f == field and message in m for f, m in findings), findings
+    privileged = OrgPolicy(pod_security=PodSecurityLevel.PRIVILEGED)
+    assert pod_security_findings(pod, privileged) == []
+
+
+def test_restricted_refuses_volume_types_outside_its_list() -> None:
+    from reconciler.core.policy import pod_security_findings
+    from reconciler.core.types import OrgPolicy, PodSecurityLevel
+
+    pod = _pod(
+        {
+            "volumes": [
+                {"name": "n", "nfs": {"server": "x", "path": "/"}},
+                {"name": "e", "emptyDir": {}},
+            ]
+        }
+    )
+    restricted = OrgPolicy(pod_security=PodSecurityLevel.RESTRICTED)
+    assert pod_security_findings(pod, restricted) == [
+        (
+            ("spec", "volumes", 0, "nfs"),
+            "nfs volumes are not allowed by policy.podSecurity restricted",
+        )
+    ]
+    assert pod_security_findings(pod, OrgPolicy()) == []

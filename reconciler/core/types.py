@@ -229,6 +229,14 @@ class RejectedOperation:
     children: tuple[str, ...] = ()  # ids of a workflow's children: refused, never pruned
 
 
+class PodSecurityLevel(enum.StrEnum):
+    """The Kubernetes Pod Security Standards profiles (``policy.podSecurity``)."""
+
+    PRIVILEGED = "privileged"
+    BASELINE = "baseline"
+    RESTRICTED = "restricted"
+
+
 BASELINE_CAPABILITIES = frozenset(
     {
         "AUDIT_WRITE",
@@ -248,6 +256,15 @@ BASELINE_CAPABILITIES = frozenset(
 )
 
 
+# Capabilities a container may add under each profile, unless policy.allowedCapabilities says
+# otherwise (``privileged`` checks none).
+PROFILE_CAPABILITIES: Mapping[PodSecurityLevel, frozenset[str]] = {
+    PodSecurityLevel.PRIVILEGED: BASELINE_CAPABILITIES,
+    PodSecurityLevel.BASELINE: BASELINE_CAPABILITIES,
+    PodSecurityLevel.RESTRICTED: frozenset({"NET_BIND_SERVICE"}),
+}
+
+
 @dataclass(frozen=True)
 class OrgPolicy:
     """``policy`` in reconciler.yaml, checked after the merge (a preset is not a boundary)."""
@@ -262,6 +279,11 @@ class OrgPolicy:
     allow_run_as_root: bool = True
     # Two projects may name the same namespace (workload names must still not collide).
     allow_shared_namespaces: bool = False
+    # priorityClassName values an operation may set; none by default (the cluster's default
+    # class applies). ``system-*`` is refused whatever this says.
+    allowed_priority_classes: frozenset[str] = frozenset()
+    # The Pod Security Standards profile each rendered pod must meet.
+    pod_security: PodSecurityLevel = PodSecurityLevel.BASELINE
 
 
 @dataclass(frozen=True)

@@ -21,8 +21,9 @@ from reconciler.core.compile.index import RepoIndex, get_in
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
 from reconciler.core.model import OperationFile
-from reconciler.core.policy import Violation, check_policy
+from reconciler.core.policy import Violation, check_pod_security, check_policy
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
+from reconciler.core.render import env_sources, render_pod
 from reconciler.core.types import (
     CompiledOperation,
     ConnectionSpec,
@@ -165,6 +166,8 @@ def resolve(
         if name not in connections:
             connections.append(name)
     requests = total_requests(spec, prov, fallback, errors)
+    conns = [specs[name] for name in connections]
+    check_env(spec, conns, prov, fallback, errors)
     if len(errors) > reported or queue is None:
         return None
     violations = check_policy(
@@ -175,9 +178,44 @@ def resolve(
         project=ctx.project,
         allowed_queues=ctx.allowed_queues,
         requests=requests,
-        connections=specs,
     )
+    pod = render_pod(
+        spec,
+        RunKind(spec["run"]["kind"]),
+        conns,
+        operation=f"{ctx.project}/{spec['name']}",
+        queue=queue.name,
+    )
+    violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
     return Resolved(queue, requests, tuple(connections), violations)
+
+
+def check_env(
+    spec: Mapping[str, Any],
+    conns: list[ConnectionSpec],
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> None:
+    """Each env name once in the container: ``run.container.env`` and the connections may
+    not set the same name (names the reconciler sets are refused by the schema)."""
+    listed = list(get_in(spec, "run", "connections") or [])
+    first: dict[str, str | None] = {}
+    for name, conn in env_sources(spec, conns):
+        if name not in first:
+            first[name] = conn
+            continue
+        if conn is None or first[name] is None:  # at the operation's own, when it is one
+            where: Path = ("run", "container", "env", name)
+        else:
+            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+        before = "run.container.env" if first[name] is None else f"connection {first[name]!r}"
+        setter = "run.container.env" if conn is None else f"connection {conn!r}"
+        errors.add(
+            at(prov, where, fallback),
+            f"environment variable {name!r} is set twice in the container: by {before} and "
+            f"by {setter}",
+        )
 
 
 def build(
