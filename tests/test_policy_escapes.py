@@ -9,6 +9,7 @@ the message says which file and line set it, and with which strategy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
 
 import pytest
 from conftest import repo
@@ -597,3 +598,98 @@ def test_restricted_refuses_volume_types_outside_its_list() -> None:
         )
     ]
     assert pod_security_findings(pod, OrgPolicy()) == []
+
+
+# --- property: what compiles renders a pod the check passes ---------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_SECURITY = st.fixed_dictionaries(
+    {},
+    optional={
+        "privileged": st.booleans(),
+        "allowPrivilegeEscalation": st.booleans(),
+        "runAsUser": st.sampled_from([0, 1000, 2**31, -1]),
+        "runAsNonRoot": st.booleans(),
+        "capabilities": st.fixed_dictionaries(
+            {},
+            optional={
+                "add": st.lists(
+                    st.sampled_from(["CHOWN", "NET_RAW", "SYS_ADMIN", "ALL"]), max_size=2
+                ),
+                "drop": st.sampled_from([["ALL"], []]),
+            },
+        ),
+        "seccompProfile": st.sampled_from([{"type": "RuntimeDefault"}, {"type": "Unconfined"}]),
+        "appArmorProfile": st.sampled_from([{"type": "Localhost"}, {"type": "Unconfined"}]),
+        "procMount": st.sampled_from(["Default", "Unmasked"]),
+    },
+)
+_ENVIRONMENT = st.fixed_dictionaries(
+    {},
+    optional={
+        "hostNetwork": st.booleans(),
+        "hostPID": st.booleans(),
+        "hostIPC": st.booleans(),
+        "priorityClassName": st.sampled_from(["high", "system-node-critical"]),
+        "annotations": st.dictionaries(
+            st.sampled_from(
+                [
+                    "container.apparmor.security.beta.kubernetes.io/main",
+                    "seccomp.security.alpha.kubernetes.io/pod",
+                    "reconciler.dev/phase",
+                    "team",
+                ]
+            ),
+            st.sampled_from(["unconfined", "runtime/default"]),
+            max_size=2,
+        ),
+    },
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    _SECURITY,
+    _ENVIRONMENT,
+    st.sampled_from(["baseline", "restricted", "privileged"]),
+    st.lists(st.sampled_from(["data", "host", "code"]), max_size=2, unique=True),
+    st.booleans(),
+)
+def test_whatever_compiles_renders_a_pod_that_meets_the_policy(
+    security: dict[str, object],
+    environment: dict[str, object],
+    level: str,
+    connections: list[str],
+    in_preset: bool,
+) -> None:
+    import json
+
+    from reconciler.core.policy import pod_security_findings
+    from reconciler.core.render import render_operation
+
+    run = {"container": {"securityContext": security}, "environment": environment}
+    run["connections"] = connections
+    layer = json.dumps({"run": run})
+    files = {
+        **BASE,
+        "connections/code.yaml": "kind: Connection\ngit:\n  url: https://example.com/r.git\n",
+        "reconciler.yaml": f"kind: Org\npolicy:\n  podSecurity: {level}\n",
+        "projects/p/project.yaml": project(),
+        "presets/esc.yaml": "kind: Preset\n" + (layer if in_preset else "{}"),
+        "projects/p/operations/t.yaml": "kind: Operation\npresets: [esc]\n"
+        + ("" if in_preset else layer),
+    }
+    compiled = compile_repo(repo(files))
+    for op in compiled.operations:
+        workload = render_operation(
+            op, compiled.connections, config_version="c", dispatched_at=datetime(2026, 1, 1)
+        )
+        pod = workload.job["spec"]["template"]
+        assert pod_security_findings(pod, compiled.org.policy) == [], (level, run)
+        env = [e["name"] for e in pod["spec"]["containers"][0]["env"]]
+        assert len(env) == len(set(env))
+        assert op.spec["run"].get("environment", {}).get("priorityClassName") is None
+    for rejected in compiled.rejected:
+        assert rejected.reason is RejectReason.POLICY_VIOLATION and rejected.message

@@ -98,3 +98,59 @@ def test_children_that_keep_their_fields_still_compile() -> None:
     assert compiled.errors == ()
     images = {o.name: o.spec["run"]["container"]["image"] for o in compiled.operations}
     assert images == {"w-a": "img:1", "w-b": "other:2"}
+
+
+# --- property: no expanded child ever escapes validation ------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_TEXT = st.sampled_from(["", " ", "img:2", " img:3", "img:4 ", "job", "{{ params.v }}", "x"])
+_OVERRIDE = st.fixed_dictionaries(
+    {},
+    optional={
+        "kind": st.sampled_from([None, "job", "batch"]),
+        "container": st.one_of(
+            st.none(),
+            st.fixed_dictionaries(
+                {}, optional={"image": st.one_of(st.none(), _TEXT), "command": st.none()}
+            ),
+        ),
+        "timeout": st.sampled_from([None, 60, "1h"]),
+    },
+)
+
+
+def _yaml(value: object) -> str:
+    import json
+
+    return json.dumps(value)  # JSON is YAML 1.2
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    st.lists(st.one_of(st.none(), _OVERRIDE), min_size=1, max_size=3),
+    st.lists(_TEXT, min_size=1, max_size=3),
+    st.booleans(),
+)
+def test_expanded_children_are_complete_or_located_errors(
+    overrides: list[dict[str, object] | None], values: list[str], matrix: bool
+) -> None:
+    run = {"kind": "job", "container": {"image": "img:{{ params.v }}"}}
+    if matrix:
+        doc = {"kind": "Operation", "run": run, "matrix": {"params": {"v": values}}}
+    else:
+        ops: list[dict[str, object]] = []
+        for i, override in enumerate(overrides):
+            child: dict[str, object] = {"name": f"c{i}", "params": {"v": values[i % len(values)]}}
+            if override is not None:
+                child["run"] = override
+            ops.append(child)
+        doc = {"kind": "Operation", "run": run, "dag": {"operations": ops}}
+    compiled = compile_repo(repo({**BASE, "projects/p/operations/w.yaml": _yaml(doc)}))
+    for error in compiled.errors:
+        assert error.location.file and error.location.line >= 1, error
+    for op in compiled.operations:
+        image = op.spec["run"]["container"]["image"]
+        assert image and image == image.strip(), op
+        assert op.spec["run"]["kind"] in ("job", "batch")
