@@ -6,6 +6,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 
 from reconciler.core.compile import compile_operation, compile_repo
 from reconciler.core.load import MAX_DEPTH, MAX_NODES, parse_yaml
@@ -165,3 +166,115 @@ def test_nesting_is_bounded(depth: int, opener: str) -> None:
     if depth > MAX_DEPTH + 1:
         assert doc is None and errors
         assert all(e.location.line >= 1 for e in errors)
+
+
+# --- the merge contract on random free-form maps (issue 13, section 7) ----------------------
+
+KEYS = ["a", "b", "c", "terms", "add"]
+leaf_values = st.one_of(st.sampled_from(["x", "y", "z"]), st.integers(0, 3), st.booleans())
+lists = st.lists(
+    st.one_of(leaf_values, st.dictionaries(st.sampled_from(KEYS), leaf_values, max_size=2)),
+    max_size=3,
+)
+free_maps = st.recursive(
+    st.dictionaries(st.sampled_from(KEYS), st.one_of(leaf_values, lists, st.none()), max_size=4),
+    lambda inner: st.dictionaries(
+        st.sampled_from(KEYS), st.one_of(leaf_values, lists, st.none(), inner), max_size=4
+    ),
+    max_leaves=12,
+)
+
+
+def _walk_lists(value: object, path: tuple[str, ...] = ()) -> dict[tuple[str, ...], object]:
+    """Every list inside the map ``value`` (lists are not entered), by its key path."""
+    out: dict[tuple[str, ...], object] = {}
+    if isinstance(value, dict):
+        for key, sub in value.items():
+            if isinstance(sub, list):
+                out[(*path, key)] = sub
+            else:
+                out.update(_walk_lists(sub, (*path, key)))
+    return out
+
+
+def _no_null_in_maps(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(v is not None and _no_null_in_maps(v) for v in value.values())
+    return True
+
+
+def _get(value: object, path: tuple[str, ...]) -> object:
+    for key in path:
+        if not isinstance(value, dict):
+            return None
+        value = value.get(key)
+    return value
+
+
+@settings(max_examples=300, deadline=None)
+@given(free_maps, free_maps, st.sampled_from(["replace", "isnull", "post_merge", "pre_merge"]))
+def test_a_list_inside_a_map_is_one_layers_value_and_no_null_stays(
+    cur: dict[str, object], new: dict[str, object], strategy: str
+) -> None:
+    from reconciler.core.merge import apply_patch, fine_leaves, start
+
+    loc = lambda path: (1, 1)  # noqa: E731
+    spec, prov = start({"run": {"environment": {"affinity": cur}}}, loc, "op.yaml", "operation")
+    patch = {"run": {"environment": {"affinity": new}}}
+    out, out_prov = apply_patch(spec, prov, patch, strategy, loc, "p.yaml", "preset")
+    merged = out["run"]["environment"].get("affinity")
+    clean_cur = spec["run"]["environment"].get("affinity")
+    assert _no_null_in_maps(out)
+    # Every list in the result is one layer's list, never a union of the two.
+    for path, value in _walk_lists(merged).items():
+        assert value in (_get(clean_cur, path), _get(new, path)), (path, value)
+        if strategy == "post_merge" and isinstance(_get(new, path), list):
+            assert value == _get(new, path)
+        if strategy == "pre_merge" and isinstance(_get(clean_cur, path), list):
+            assert value == _get(clean_cur, path)
+    # Provenance: one entry per leaf of the result, and none for what is gone.
+    base = ("run", "environment", "affinity")
+    leaves = {(*base, *p) for p in fine_leaves(merged)} if merged is not None else set()
+    assert {k for k in out_prov if k[:3] == base} == leaves
+
+
+# --- one spelling per field (issue 13, section 4) --------------------------------------------
+
+
+def _respell(alias: str, style: str) -> str:
+    from reconciler.core.model import to_snake
+
+    snake = to_snake(alias)
+    return {
+        "snake": snake,
+        "kebab": snake.replace("_", "-"),
+        "pascal": alias[0].upper() + alias[1:],
+        "lower": alias.lower(),
+        "upper": alias.upper(),
+    }[style]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data(), st.sampled_from(["snake", "kebab", "pascal", "lower", "upper"]))
+def test_any_other_spelling_of_a_field_is_an_unknown_field_naming_it(
+    data: st.DataObject, style: str
+) -> None:
+    from test_unknown_keys import CAMEL_FIELDS, _nest
+
+    from reconciler.core.compile.errors import Errors, add_validation_errors
+    from reconciler.core.model import KINDS
+    from reconciler.core.types import Location
+
+    kind, path, alias = data.draw(st.sampled_from(CAMEL_FIELDS))
+    written = _respell(alias, style)
+    value = data.draw(st.one_of(st.none(), st.booleans(), st.integers(), st.text(max_size=3)))
+    doc = {"kind": kind, **_nest(path, {written: value})}
+    errors = Errors()
+    try:
+        KINDS[kind].model_validate(doc)
+    except ValidationError as exc:
+        add_validation_errors(
+            errors, exc, doc, KINDS[kind], lambda p, key=False: Location("f", 1, 1)
+        )
+    expected = f"unknown field {written!r} (did you mean {alias!r}?)"
+    assert any(e.message.endswith(expected) for e in errors), [e.message for e in errors]

@@ -131,7 +131,15 @@ def test_run_plan_json_contract() -> None:
     assert list(data) == ["dispatch", "pending", "stop", "queues"]
     assert data["dispatch"][0] == {"operation": "etl/job-1", "queue": "batch", "cluster": "local"}
     p = next(p for p in data["pending"] if p["queue"] == "team-a")
-    assert list(p) == ["operation", "queue", "reason", "position", "message", "blockedBy", "admit"]
+    assert list(p) == [
+        "operation",
+        "queue",
+        "reason",
+        "position",
+        "message",
+        "blockedBy",
+        "admitWhen",
+    ]
     assert (p["operation"], p["reason"], p["position"]) == ("vision/train-3", "QuotaExceeded", 1)
     assert p["blockedBy"]["releasedBy"] == ["vision/train-1"]
     team_a = next(q for q in data["queues"] if q["name"] == "team-a")

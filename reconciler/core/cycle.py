@@ -18,8 +18,8 @@ The rules, in the order :func:`decide` applies them:
 
    | the operation's cluster | last state seen | now                                   |
    |-------------------------|-----------------|---------------------------------------|
-   | unreachable             | active          | that state, reason `ClusterUnreachable`|
-   | unreachable             | finished        | that state                            |
+   | unreachable, or no longer in the config | active | that state, reason `ClusterUnreachable` |
+   | unreachable, or no longer in the config | finished | that state                    |
    | reachable, not listed   | finished        | that state (e.g. deleted by its TTL)  |
    | reachable, not listed   | active          | `Stopped`: deleted by hand, never re-created |
    | (a generation bump)     | any             | forgotten: the new run is `Queued`    |
@@ -145,7 +145,8 @@ def listing_from_memory(
     down = unreachable or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
     for state in memory.seen.values():
-        by_cluster.setdefault(state.cluster, []).append(state)
+        if state.cluster in by_cluster:  # the cycle reads only the config's clusters
+            by_cluster[state.cluster].append(state)
     return {
         name: ClusterListing.unreachable(down[name])
         if name in down
@@ -269,12 +270,13 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         wanted = generations.get(op_id)
         if wanted is not None and wanted != seen.generation:
             continue  # a generation bump: a new run, Queued until dispatched
-        if seen.cluster in down:
+        if seen.cluster in down or seen.cluster not in compiled.clusters:
             if not seen.phase.finished:
+                why = "unreachable" if seen.cluster in down else "not in the config"
                 seen = replace(
                     seen,
                     reason=ObservedReason.CLUSTER_UNREACHABLE,
-                    message=f"cluster {seen.cluster} unreachable; last seen {seen.phase}",
+                    message=f"cluster {seen.cluster} {why}; last seen {seen.phase}",
                 )
             current[op_id] = seen
         elif seen.phase.finished:

@@ -3,10 +3,19 @@
 Unknown fields are forbidden, types are strict (``"3"`` is not an int), names are
 DNS-1123 labels and resource amounts are Kubernetes quantities. The models validate;
 the compiler works on the plain data so that provenance can follow every leaf.
+
+A field is written only by its camelCase YAML name: ``is_approved`` is an unknown field
+(``suggest`` names ``isApproved``), never a second spelling. The compiler reads the plain
+data by the YAML names, so a second spelling the model accepted would be ignored.
+
+``null`` is allowed as the value of a key in the free-form maps a preset merges
+(``ClearableMap``: ``env``, ``nodeSelector``, ``labels``, ``annotations``, ``requests``,
+``limits``): it deletes that key (docs/presets.md, "Nulls"), and never reaches the result.
 """
 
 from __future__ import annotations
 
+import difflib
 import re
 import types
 import typing
@@ -254,17 +263,32 @@ Strategy = Literal["replace", "isnull", "post_merge", "pre_merge"]
 
 
 class Strict(BaseModel):
+    """Every input model: unknown keys are errors, and a field has one spelling (its alias)."""
+
     model_config = ConfigDict(
-        extra="forbid", strict=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        strict=True,
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
     )
 
 
 # --- run ------------------------------------------------------------------------------
 
 
+# A null value deletes the key when a preset merges the map (docs/presets.md, "Nulls").
+ClearableQuantities = dict[ResourceName, Quantity | None]
+ClearableEnv = dict[EnvName, StrictStr | None]
+ClearableLabels = dict[LabelKey, LabelValue | None]
+# Labels and annotations a user sets on the workload: the reconciler's own keys refused.
+ClearableUserLabels = dict[UserLabelKey, LabelValue | None]
+ClearableUserAnnotations = dict[UserAnnotationKey, StrictStr | None]
+
+
 class Resources(Strict):
-    requests: dict[ResourceName, Quantity] | None = None
-    limits: dict[ResourceName, Quantity] | None = None
+    requests: ClearableQuantities | None = None
+    limits: ClearableQuantities | None = None
 
 
 class Capabilities(Strict):
@@ -302,7 +326,7 @@ class Container(Strict):
     image: Annotated[NonEmptyStr, AfterValidator(_image)] | None = None
     command: list[StrictStr] | None = None
     args: list[StrictStr] | None = None
-    env: dict[EnvName, StrictStr] | None = None
+    env: ClearableEnv | None = None
     working_dir: AbsPath | None = None
     resources: Resources | None = None
     security_context: SecurityContext | None = None
@@ -329,10 +353,82 @@ class Toleration(Strict):
         return self
 
 
+# --- affinity: the Kubernetes types, so that a misspelled key is an error, not dropped ----
+
+Weight = Annotated[StrictInt, Field(ge=1, le=100)]
+
+
+class NodeSelectorRequirement(Strict):
+    key: NonEmptyStr
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[StrictStr] | None = None
+
+
+class NodeSelectorTerm(Strict):
+    match_expressions: list[NodeSelectorRequirement] | None = None
+    match_fields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(Strict):
+    node_selector_terms: list[NodeSelectorTerm] | None = Field(
+        default=None, description="Kubernetes ORs the terms: any one term must match."
+    )
+
+
+class PreferredSchedulingTerm(Strict):
+    weight: Weight
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(Strict):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = (
+        None
+    )
+
+
+class LabelSelectorRequirement(Strict):
+    key: NonEmptyStr
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[StrictStr] | None = None
+
+
+class LabelSelector(Strict):
+    match_labels: dict[LabelKey, LabelValue] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class PodAffinityTerm(Strict):
+    label_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    namespaces: list[StrictStr] | None = None
+    topology_key: NonEmptyStr
+    match_label_keys: list[StrictStr] | None = None
+    mismatch_label_keys: list[StrictStr] | None = None
+
+
+class WeightedPodAffinityTerm(Strict):
+    weight: Weight
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(Strict):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = None
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None = (
+        None
+    )
+
+
+class Affinity(Strict):
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
+
 class Environment(Strict):
-    node_selector: dict[LabelKey, LabelValue] | None = None
+    node_selector: ClearableLabels | None = None
     tolerations: list[Toleration] | None = None
-    affinity: dict[Literal["nodeAffinity", "podAffinity", "podAntiAffinity"], Any] | None = None
+    affinity: Affinity | None = None
     scheduler_name: Subdomain | None = None
     priority_class_name: Subdomain | None = Field(
         default=None, description="Must be in policy.allowedPriorityClasses; never system-*."
@@ -340,8 +436,8 @@ class Environment(Strict):
     host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
     host_pid: StrictBool | None = Field(default=None, alias="hostPID")
     host_ipc: StrictBool | None = Field(default=None, alias="hostIPC")
-    labels: dict[UserLabelKey, LabelValue] | None = None
-    annotations: dict[UserAnnotationKey, StrictStr] | None = None
+    labels: ClearableUserLabels | None = None
+    annotations: ClearableUserAnnotations | None = None
 
 
 class Run(Strict):
@@ -639,6 +735,23 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         schema["title"] = kind
         out[kind] = schema
     return out
+
+
+def suggest(name: str, allowed: typing.Sequence[str]) -> str | None:
+    """The allowed field ``name`` most likely meant: its camelCase spelling
+    (``is_approved``, ``is-approved``, ``IsApproved`` -> ``isApproved``), else the closest."""
+    folded = {_fold(a): a for a in allowed}
+    if _fold(name) in folded:
+        return folded[_fold(name)]
+    close = difflib.get_close_matches(name, allowed, n=1)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(_fold(name), list(folded), n=1)
+    return folded[close[0]] if close else None
+
+
+def _fold(name: str) -> str:
+    return re.sub(r"[-_\s]", "", name).lower()
 
 
 def field_names(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str] | None:

@@ -137,17 +137,6 @@ class Admit:
     resource: str | None = None
     amount: Decimal | None = None
 
-    def to_json(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"when": str(self.when), "text": self.text}
-        if self.operations:
-            data["operations"] = list(self.operations)
-            data["count"] = self.count
-        if self.resource is not None:
-            data["resource"] = self.resource
-        if self.amount is not None:
-            data["amount"] = format_quantity(self.amount)
-        return data
-
 
 # --- what blocks a pending operation ----------------------------------------------------
 

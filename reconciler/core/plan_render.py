@@ -15,12 +15,12 @@ from reconciler.core.quantity import format_quantity
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The JSON contract of ``reconciler plan -o json``."""
     # Pending entries of one queue share blockers: render each blocker once.
-    rendered: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {}
+    rendered: dict[int, tuple[str, dict[str, Any], str]] = {}
 
-    def explain(block: BlockedBy) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    def explain(block: BlockedBy) -> tuple[str, dict[str, Any], str]:
         got = rendered.get(id(block))
         if got is None:
-            got = rendered[id(block)] = (block.message(), block.to_json(), block.admit().to_json())
+            got = rendered[id(block)] = (block.message(), block.to_json(), str(block.admit().when))
         return got
 
     return {
@@ -36,7 +36,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "position": p.position,
                 "message": message,
                 "blockedBy": blocked_by,
-                "admit": admit,
+                "admitWhen": admit,
             }
             for p in plan.pending
             for message, blocked_by, admit in (explain(p.blocked_by),)

@@ -163,3 +163,22 @@ def test_a_generation_bump_waits_for_the_old_run_and_never_prunes_it() -> None:
     rerun = h.cycle()
     assert rerun.dispatched == ("p/train",)
     assert h.job("p/train", 2) in h.clusters["local"].jobs
+
+
+def test_a_cluster_removed_from_the_config_keeps_its_last_phases() -> None:
+    """Its workloads can no longer be read: they are not 'deleted by hand'."""
+    world = World().queue("gpu-a", cluster="a").queue("gpu-b", cluster="b")
+    world.op("p/a1", queue="gpu-a")
+    world.op("p/b1", queue="gpu-b")
+    h = Harness(world.repo(), "a", "b")
+    h.cycle()
+    h.move("p/a1", "Running", "a")
+    h.cycle()
+    world.remove("p/a1")
+    del world.queues["gpu-a"], world.clusters["a"]
+    h.repo = world.repo("v2")
+    result = h.cycle()
+    state = result.states["p/a1"]
+    assert state.phase is Phase.RUNNING
+    assert state.message == "cluster a not in the config; last seen Running"
+    assert h.clusters["a"].calls[-1] == "annotate p/p-a1-g1"  # nothing after it

@@ -334,7 +334,8 @@ def test_a_superseded_run_holds_its_quota_in_every_view() -> None:
         "p/train": "QuotaExceeded",
         "p/next": "QuotaExceeded",
     }
-    assert planned["pending"][0]["admit"]["operations"] == ["p/train@g1"]
+    assert planned["pending"][0]["admitWhen"] == "ResourcesReleased"
+    assert planned["pending"][0]["blockedBy"]["releasedBy"] == ["p/train@g1"]
 
 
 def test_a_replica_with_a_cluster_down_shows_the_last_known_phases() -> None:

@@ -9,7 +9,6 @@ A bug is not a problem in the config: it is raised as
 
 from __future__ import annotations
 
-import difflib
 import itertools
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
@@ -17,7 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.core.merge import Path, dotted, lookup
-from reconciler.core.model import Strict, field_names
+from reconciler.core.model import Strict, field_names, suggest
 from reconciler.core.types import ConfigError, Location, Provenance
 
 # ``locate(path, key=...)``: where the value (or with ``key=True`` its key) at ``path`` is.
@@ -111,11 +110,9 @@ def add_validation_errors(
             message = f"unknown field {name!r}"
             allowed = field_names(model, path[:-1])
             if allowed:
-                close = difflib.get_close_matches(name, allowed, n=1)
+                close = suggest(name, allowed)
                 message += (
-                    f" (did you mean {close[0]!r}?)"
-                    if close
-                    else f" (allowed: {', '.join(allowed)})"
+                    f" (did you mean {close!r}?)" if close else f" (allowed: {', '.join(allowed)})"
                 )
             if len(path) > 1:
                 message = f"{dotted(path[:-1])}: {message}"
