@@ -420,6 +420,62 @@ def test_a_refused_workflow_keeps_its_running_children() -> None:
     assert plan.stop == () and plan.dispatch == ()
 
 
+def test_a_refused_workflow_does_not_shield_another_operations_workload() -> None:
+    """Issue 13: ``p/sweep-1`` ran as an operation of its own; its file is deleted in the
+    commit that leaves a refused matrix ``sweep`` whose child 1 has the same id. The workload
+    records that it was no workflow's child, so it is stopped; the matrix's own children and
+    workloads whose workflow is not recorded (dispatched before it was) are kept."""
+    from datetime import UTC, datetime
+
+    from reconciler.core.observe import observe_workloads
+    from reconciler.core.plan import plan_repo
+    from reconciler.core.render import ANNOTATION_WORKFLOW, render_operation
+    from reconciler.core.types import ObservedOperation, Phase
+
+    org = "kind: Org\nprune:\n  enabled: true\n  allowMassPrune: true\n"
+    files = {
+        **BASE,
+        "reconciler.yaml": org,
+        "projects/p/project.yaml": project(),
+        "projects/p/operations/sweep.yaml": "kind: Operation\nmatrix:\n  params:\n"
+        "    lr: [1, 2]\nrun:\n  container:\n    command: [go]\n",
+        "projects/p/operations/sweep-1.yaml": OP,
+    }
+    # before: sweep-1 is an operation (its Job says so); sweep is not there yet
+    before = compile_repo(repo({k: v for k, v in files.items() if not k.endswith("sweep.yaml")}))
+    (alone,) = before.operations
+    job = render_operation(
+        alone, before.connections, config_version="c", dispatched_at=datetime(2026, 1, 1)
+    ).job
+    assert job["metadata"]["annotations"][ANNOTATION_WORKFLOW] == ""
+    (state,) = observe_workloads("local", [{**job, "status": {}}], [])
+    assert state.to_observed().workflow == ""
+    # after: sweep-1.yaml deleted, sweep refused by policy
+    del files["projects/p/operations/sweep-1.yaml"]
+    files["projects/p/presets/base.yaml"] = (
+        BASE["projects/p/presets/base.yaml"] + "    securityContext:\n      privileged: true\n"
+    )
+    after = compile_repo(repo(files))
+    assert after.errors == () and after.rejected[0].children == ("p/sweep-0", "p/sweep-1")
+    now = datetime(2026, 1, 1, tzinfo=UTC)
+    observed = [
+        ObservedOperation("p/sweep-0", Phase.RUNNING, queue="gpu", workflow="p/sweep"),
+        ObservedOperation("p/sweep-1", Phase.RUNNING, queue="gpu", workflow=""),
+    ]
+    plan = plan_repo(after, observed, now)
+    assert [s.operation for s in plan.stop] == ["p/sweep-1"]
+    unknown = [ObservedOperation("p/sweep-1", Phase.RUNNING, queue="gpu")]
+    assert plan_repo(after, unknown, now).stop == ()
+    # the matrix's own child records its workflow
+    good = compile_repo(
+        repo({**files, "projects/p/presets/base.yaml": BASE["projects/p/presets/base.yaml"]})
+    )
+    child = render_operation(
+        good.operations[0], {}, config_version="c", dispatched_at=datetime(2026, 1, 1)
+    ).job
+    assert child["metadata"]["annotations"][ANNOTATION_WORKFLOW] == "p/sweep"
+
+
 # --- issue 13: the Pod Security Standards on the rendered pod -------------------------------
 
 

@@ -34,6 +34,9 @@ ANNOTATION_OPERATION = "reconciler.dev/operation-id"
 ANNOTATION_GENERATION = "reconciler.dev/generation"
 ANNOTATION_PHASE = "reconciler.dev/phase"  # written back each cycle the phase changes
 ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
+# The workflow a child was dispatched for ("" for an operation that is none's child): a
+# workflow refused by policy keeps only its own children running, never another's workload.
+ANNOTATION_WORKFLOW = "reconciler.dev/workflow"
 
 PORTS = {RunKind.NOTEBOOK: 8888, RunKind.SANDBOX: 8080}
 SANDBOX_DEFAULT_TIMEOUT = 4 * 3600  # sandboxes never run unbounded
@@ -412,6 +415,7 @@ def render_operation(
         **pod["metadata"]["annotations"],
         ANNOTATION_OPERATION: op.id,
         ANNOTATION_GENERATION: str(op.generation),
+        ANNOTATION_WORKFLOW: op.workflow.parent if op.workflow is not None else "",
         ANNOTATION_COMMIT: config_version,
         ANNOTATION_SPEC_HASH: digest,
         ANNOTATION_DISPATCHED_AT: dispatched_at.isoformat().replace("+00:00", "Z"),

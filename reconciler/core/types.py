@@ -5,7 +5,7 @@ renderer and status writer consume them. No I/O here; adapters build ``RepoSnaps
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -210,6 +210,9 @@ class ObservedOperation:
     requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
     queue: str | None = None
     cluster: str | None = None
+    # The workflow the workload was dispatched for: "" for none, None when not known (a
+    # workload from before this was recorded, the status branch, an --observed file).
+    workflow: str | None = None
 
 
 class RejectReason(enum.StrEnum):
@@ -226,7 +229,8 @@ class RejectedOperation:
     reason: RejectReason
     message: str  # names the field and its provenance
     location: Location | None = None
-    children: tuple[str, ...] = ()  # ids of a workflow's children: refused, never pruned
+    # ids of a workflow's children: refused, and never pruned while they run as its children
+    children: tuple[str, ...] = ()
 
 
 class PodSecurityLevel(enum.StrEnum):
@@ -314,3 +318,14 @@ class CompiledRepo:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    def never_pruned(self, observed: Iterable[ObservedOperation]) -> frozenset[str]:
+        """Observed ids that operations refused by policy keep from being pruned: the
+        operation itself, and a refused workflow's children, but only those that run as its
+        children (or whose workflow is not known). Another operation's workload that happens
+        to have a child's id (its file deleted) is pruned as usual."""
+        parents = {o.operation: o.workflow for o in observed}
+        kept = {r.operation for r in self.rejected}
+        for r in self.rejected:
+            kept.update(c for c in r.children if parents.get(c) in (None, r.operation))
+        return frozenset(kept)
