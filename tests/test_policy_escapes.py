@@ -297,7 +297,6 @@ def test_replace_preset_wins_over_the_operation_and_takes_the_blame() -> None:
     ("field", "body"),
     [
         ("hostIPC", "run:\n  hostIPC: true\n"),
-        ("volumes", "run:\n  volumes: [{name: h, hostPath: {path: /}}]\n"),
         ("seLinuxOptions", SC + "      seLinuxOptions: {type: spc_t}\n"),
         ("hostPort", "run:\n  container:\n    hostPort: 80\n"),
         ("sysctls", "run:\n  environment:\n    sysctls: [{name: kernel.msgmax, value: '1'}]\n"),
@@ -307,9 +306,10 @@ def test_replace_preset_wins_over_the_operation_and_takes_the_blame() -> None:
 def test_fields_outside_the_schema_are_refused_at_their_key(
     field: str, body: str, where: str
 ) -> None:
-    """Raw volumes, seLinuxOptions, host ports and sysctls are not expressible: the schema
-    refuses them at the key, which is their provenance (the Pod Security check would refuse
-    them on the rendered pod too, see test_pod_security_covers_every_rule_on_the_pod)."""
+    """Host namespaces outside run.environment, seLinuxOptions, host ports and sysctls are not
+    expressible: the schema refuses them at the key, which is their provenance (the Pod
+    Security check would refuse them on the rendered pod too, see
+    test_pod_security_covers_every_baseline_rule_on_the_pod)."""
     head = "kind: Preset\n" if where.startswith("presets/") else "kind: Operation\n"
     files = {
         **BASE,

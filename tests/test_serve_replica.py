@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import urllib.error
@@ -15,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from helpers import refused_port, wait_until, write_kubeconfig
+from test_git_adapter import git
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.core.compile import compile_repo
@@ -25,30 +25,13 @@ from reconciler.core.status import render_status, status_changes, summarize_cycl
 from reconciler.core.types import Phase
 
 ROOT = Path(__file__).resolve().parents[1]
-TEMPLATE = ROOT / "config-repo-template"
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 
 
-def git(cwd: Path, *args: str) -> str:
-    out = subprocess.run(
-        ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
-        cwd=cwd,
-        check=True,
-        capture_output=True,
-        text=True,
-    )
-    return out.stdout.strip()
-
-
-def test_a_replica_with_its_cluster_down_shows_the_last_recorded_phases(tmp_path: Path) -> None:
-    work = tmp_path / "work"
-    shutil.copytree(TEMPLATE, work)
-    git(work, "init", "-q", "-b", "main")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "template")
-    remote = tmp_path / "remote.git"
-    git(tmp_path, "clone", "-q", "--bare", str(work), str(remote))
-
+def test_a_replica_with_its_cluster_down_shows_the_last_recorded_phases(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    remote = template_remote
     # The demo has finished: the leader recorded every operation Succeeded.
     config = ConfigRepo(str(remote), cache_dir=tmp_path / "leader-cache")
     compiled = compile_repo(config.sync())

@@ -4,7 +4,6 @@ to the status branch of a bare remote, and ``reconciler status`` reads it back."
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -30,15 +29,8 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
 
 
 @pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    shutil.copytree(TEMPLATE, work)
-    git(work, "init", "-q", "-b", "main")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "template")
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
-    return bare
+def remote(template_remote: Path) -> Path:
+    return template_remote
 
 
 def write_cycle(repo: ConfigRepo, status: StatusBranch) -> str | None:

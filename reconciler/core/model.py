@@ -128,15 +128,6 @@ def _user_annotation_key(value: str) -> str:
     return _user_key(_label_key(value), annotation=True)
 
 
-def _dns_subdomain(value: str) -> str:
-    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
-        raise ValueError(
-            f"{_show(value)} is not a valid name: lowercase letters, digits, '-' and '.', "
-            "at most 253 characters (DNS-1123 subdomain)"
-        )
-    return value
-
-
 def _priority_class(value: str) -> str:
     _dns_subdomain(value)
     if value.startswith("system-"):
@@ -226,6 +217,44 @@ def duration_seconds(value: str | int) -> int:
     return h * 3600 + m * 60 + s
 
 
+def _dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{_show(value)} is not a valid name: use at most 253 lowercase letters, digits, "
+            "'-' and '.' (DNS-1123 subdomain)"
+        )
+    return value
+
+
+_RESERVED_VOLUMES = ("dshm", "conn-")
+
+
+def _user_volume(value: str) -> str:
+    if value == _RESERVED_VOLUMES[0] or value.startswith(_RESERVED_VOLUMES[1]):
+        raise ValueError(
+            f"volume name {_show(value)} is reserved: 'dshm' and 'conn-*' are the volumes the "
+            "reconciler renders for shmSize and connections"
+        )
+    return value
+
+
+def _user_container(value: str) -> str:
+    if value == "main":
+        raise ValueError("container name 'main' is reserved for the operation's own container")
+    return value
+
+
+def _ttl(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
+    if isinstance(value, str) and not _DURATION.match(value):
+        raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
+    seconds = duration_seconds(value)
+    if not 0 <= seconds <= 2**31 - 1:
+        raise ValueError(f"{_show(value)} is out of range (0 to 2147483647 seconds)")
+    return value
+
+
 Name = Annotated[StrictStr, AfterValidator(_dns_label)]
 Quantity = Annotated[
     Any,
@@ -238,7 +267,6 @@ ResourceName = Annotated[StrictStr, AfterValidator(_resource_name)]
 LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
 UserLabelKey = Annotated[StrictStr, AfterValidator(_user_label_key)]
 UserAnnotationKey = Annotated[StrictStr, AfterValidator(_user_annotation_key)]
-Subdomain = Annotated[StrictStr, Field(min_length=1), AfterValidator(_dns_subdomain)]
 PriorityClass = Annotated[StrictStr, Field(min_length=1), AfterValidator(_priority_class)]
 UserId = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
@@ -257,6 +285,24 @@ Duration = Annotated[
     ),
 ]
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool
+SubdomainName = Annotated[StrictStr, AfterValidator(_dns_subdomain)]
+# Scheduler and priority class names: "" is "too short" rather than "not a name".
+ObjectName = Annotated[StrictStr, Field(min_length=1), AfterValidator(_dns_subdomain)]
+VolumeName = Annotated[StrictStr, AfterValidator(_dns_label), AfterValidator(_user_volume)]
+ContainerName = Annotated[StrictStr, AfterValidator(_dns_label), AfterValidator(_user_container)]
+Ttl = Annotated[
+    Any,
+    AfterValidator(_ttl),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": _DURATION.pattern},
+                {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+            ]
+        }
+    ),
+]
+FileMode = Annotated[StrictInt, Field(ge=0, le=0o777)]
 NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 Kind = Literal["job", "notebook", "sandbox", "batch"]
 Strategy = Literal["replace", "isnull", "post_merge", "pre_merge"]
@@ -322,6 +368,95 @@ class SecurityContext(Strict):
     proc_mount: Literal["Default", "Unmasked"] | None = None
 
 
+# Kubernetes' own shapes, for the pod parts a preset may set beyond the main container
+# (volumes, their mounts, init containers and sidecars): what a platform team pastes from a
+# manifest validates as written. hostPath is never a volume here (a ``volume`` connection
+# with ``policy.allowHostPath`` is the one way to a host directory).
+
+
+class VolumeMount(Strict):
+    name: Name = Field(description="A volume of run.volumes.")
+    mount_path: AbsPath
+    sub_path: RelPath | None = None
+    read_only: StrictBool | None = None
+
+
+class KeyToPath(Strict):
+    key: NonEmptyStr
+    path: RelPath
+    mode: FileMode | None = None
+
+
+class PersistentVolumeClaimVolume(Strict):
+    claim_name: SubdomainName
+    read_only: StrictBool | None = None
+
+
+class ConfigMapVolume(Strict):
+    name: SubdomainName
+    items: list[KeyToPath] | None = None
+    default_mode: FileMode | None = None
+    optional: StrictBool | None = None
+
+
+class SecretVolume(Strict):
+    secret_name: SubdomainName
+    items: list[KeyToPath] | None = None
+    default_mode: FileMode | None = None
+    optional: StrictBool | None = None
+
+
+class EmptyDirVolume(Strict):
+    medium: Literal["", "Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+def _refuse_host_path(value: Any) -> Any:
+    raise ValueError(
+        "hostPath volumes are not allowed in run.volumes; mount a host directory through a "
+        "'volume' connection with hostPath (needs policy.allowHostPath)"
+    )
+
+
+VOLUME_TYPES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
+VolumeType = Literal["persistentVolumeClaim", "configMap", "secret", "emptyDir"]
+
+
+class Volume(Strict):
+    name: VolumeName
+    persistent_volume_claim: PersistentVolumeClaimVolume | None = None
+    config_map: ConfigMapVolume | None = None
+    secret: SecretVolume | None = None
+    empty_dir: EmptyDirVolume | None = None
+    host_path: Annotated[Any, AfterValidator(_refuse_host_path), WithJsonSchema({"not": {}})] = (
+        Field(default=None, description="Never allowed: use a volume connection.")
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Volume:
+        if sum(getattr(self, to_snake(t)) is not None for t in VOLUME_TYPES) != 1:
+            raise ValueError(f"set exactly one of {', '.join(VOLUME_TYPES)}")
+        return self
+
+    @property
+    def type(self) -> str:
+        return next(t for t in VOLUME_TYPES if getattr(self, to_snake(t)) is not None)
+
+
+class ExtraContainer(Strict):
+    """An init container or a sidecar: a container of the pod besides ``main``."""
+
+    name: ContainerName
+    image: NonEmptyStr
+    command: list[StrictStr] | None = None
+    args: list[StrictStr] | None = None
+    env: dict[EnvName, StrictStr] | None = None
+    working_dir: AbsPath | None = None
+    resources: Resources | None = None
+    security_context: SecurityContext | None = None
+    volume_mounts: list[VolumeMount] | None = None
+
+
 class Container(Strict):
     image: Annotated[NonEmptyStr, AfterValidator(_image)] | None = None
     command: list[StrictStr] | None = None
@@ -332,6 +467,9 @@ class Container(Strict):
     security_context: SecurityContext | None = None
     shm_size: Quantity | None = Field(
         default=None, description="Size of a memory-backed /dev/shm (e.g. 16Gi)."
+    )
+    volume_mounts: list[VolumeMount] | None = Field(
+        default=None, description="Mounts of run.volumes into the operation's container."
     )
 
 
@@ -429,8 +567,8 @@ class Environment(Strict):
     node_selector: ClearableLabels | None = None
     tolerations: list[Toleration] | None = None
     affinity: Affinity | None = None
-    scheduler_name: Subdomain | None = None
-    priority_class_name: Subdomain | None = Field(
+    scheduler_name: ObjectName | None = None
+    priority_class_name: ObjectName | None = Field(
         default=None, description="Must be in policy.allowedPriorityClasses; never system-*."
     )
     host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
@@ -438,6 +576,12 @@ class Environment(Strict):
     host_ipc: StrictBool | None = Field(default=None, alias="hostIPC")
     labels: ClearableUserLabels | None = None
     annotations: ClearableUserAnnotations | None = None
+    service_account_name: SubdomainName | None = Field(
+        default=None, description="Checked against policy.allowedServiceAccounts."
+    )
+    image_pull_secrets: list[SubdomainName] | None = Field(
+        default=None, description="Names of Secrets in the project's namespace."
+    )
 
 
 class Run(Strict):
@@ -447,6 +591,22 @@ class Run(Strict):
     connections: list[Name] | None = None
     timeout: Duration | None = Field(
         default=None, description="Seconds (int) or a duration such as '30m' or '2h'."
+    )
+    max_retries: Count | None = Field(
+        default=None, description="Retries after a failed pod: the Job's backoffLimit (0)."
+    )
+    ttl: Ttl | None = Field(
+        default=None,
+        description="Delete the finished Job after this long: ttlSecondsAfterFinished.",
+    )
+    volumes: list[Volume] | None = None
+    init_containers: list[ExtraContainer] | None = Field(
+        default=None, description="Run to completion, in order, before the containers start."
+    )
+    sidecars: list[ExtraContainer] | None = Field(
+        default=None,
+        description="Run beside the operation's container, stopped when it ends "
+        "(Kubernetes native sidecars).",
     )
 
 
@@ -656,6 +816,10 @@ class ConnectionFile(Strict):
 
 class OrgDefaults(Strict):
     queue: Name | None = None
+    presets: list[Name] | None = Field(
+        default=None,
+        description="Org presets applied to every operation, before the project's defaults.",
+    )
 
 
 class Policy(Strict):
@@ -686,6 +850,22 @@ class Policy(Strict):
         default=False,
         description="Let two projects name the same namespace (workload names must still "
         "be unique).",
+    )
+    allowed_service_accounts: list[SubdomainName] | None = Field(
+        default=None,
+        description="Service accounts run.environment.serviceAccountName may name; "
+        "default only the namespace's 'default'.",
+    )
+    allowed_image_pull_secrets: list[SubdomainName] | None = Field(
+        default=None, description="Secrets imagePullSecrets may name; default any."
+    )
+    allowed_volume_types: list[VolumeType] | None = Field(
+        default=None, description="Volume types run.volumes may use; default all four."
+    )
+    max_retries: Count = Field(default=6, description="Largest run.maxRetries.")
+    min_ttl: Ttl = Field(
+        default=3600,
+        description="Shortest run.ttl: the reconciler must see a Job finish before it is deleted.",
     )
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.quantity import QuantityError, parse_quantity
+from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
 from reconciler.core.render import (
     ANNOTATION_COMMIT,
     ANNOTATION_DISPATCHED_AT,
@@ -90,21 +90,31 @@ def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def _pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Requests summed over containers; where only a limit is set, the limit counts."""
+    """The pod's effective requests: its containers summed, with init containers and
+    native sidecars counted as the scheduler does (``pod_requests``); where a container
+    sets only a limit, the limit counts."""
+    return pod_requests(
+        [_container_requests(c) for c in pod_spec.get("containers") or []],
+        [
+            (_container_requests(c), c.get("restartPolicy") == "Always")
+            for c in pod_spec.get("initContainers") or []
+        ],
+    )
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
     total: dict[str, Decimal] = {}
-    for container in pod_spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
-        for name in set(requests) | set(limits):
-            raw = requests.get(name, limits.get(name))
-            if raw is None:
-                continue
-            try:
-                amount = parse_quantity(raw)
-            except QuantityError:
-                continue  # the apiserver validated it; never fail observation on it
-            total[name] = total.get(name, Decimal(0)) + amount
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    for name in set(requests) | set(limits):
+        raw = requests.get(name, limits.get(name))
+        if raw is None:
+            continue
+        try:
+            total[name] = parse_quantity(raw)
+        except QuantityError:
+            continue  # the apiserver validated it; never fail observation on it
     return total
 
 

@@ -12,6 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.merge import Path, dotted, lookup
+from reconciler.core.model import duration_seconds
 from reconciler.core.quantity import format_quantity
 from reconciler.core.render import pod_field_origin
 from reconciler.core.types import (
@@ -96,6 +97,8 @@ def check_policy(
             req: Path = ("run", "container", "resources", "requests", resource)
             lim: Path = ("run", "container", "resources", "limits", resource)
             field = req if _get(spec, req) is not None else lim
+            if _get(spec, field) is None:  # set only by an init container or a sidecar
+                field = _extra_resource_field(spec, resource) or field
             violation(
                 field,
                 f"{resource} {format_quantity(total)} exceeds policy.maxResources "
@@ -126,7 +129,105 @@ def check_policy(
                 f"priority class {priority!r} is not in policy.allowedPriorityClasses "
                 f"[{', '.join(sorted(allowed_classes))}] (unset, the cluster's default applies)",
             )
+    # 6. What presets may set beyond the main container: service account, image pull
+    #    secrets, volume types, retries and TTL (their containers are Pod Security's).
+    for path, message in pod_violations(spec, policy):
+        violation(path, message)
     return tuple(out)
+
+
+# --- the pod parts beyond the main container (docs/config-reference.md) -------------------
+
+_EXTRA = ("initContainers", "sidecars")
+
+
+def _extra_containers(spec: Mapping[str, Any]) -> list[tuple[Path, Mapping[str, Any]]]:
+    return [
+        (("run", section, i), c)
+        for section in _EXTRA
+        for i, c in enumerate(_get(spec, ("run", section)) or [])
+        if isinstance(c, dict)
+    ]
+
+
+def _extra_resource_field(spec: Mapping[str, Any], resource: str) -> Path | None:
+    """The first init container or sidecar that requests (or limits) ``resource``."""
+    for base, container in _extra_containers(spec):
+        for section in ("requests", "limits"):
+            if resource in (_get(container, ("resources", section)) or {}):
+                return (*base, "resources", section, resource)
+    return None
+
+
+def _seconds(value: int) -> str:
+    h, rest = divmod(value, 3600)
+    m, s = divmod(rest, 60)
+    text = (f"{h}h" if h else "") + (f"{m}m" if m else "") + (f"{s}s" if s else "")
+    return text or "0s"
+
+
+def pod_violations(spec: Mapping[str, Any], policy: OrgPolicy) -> list[tuple[Path, str]]:
+    """``(path, message)`` of every violation in the fields presets may set beyond the main
+    container; init containers and sidecars are held to the main container's rules by
+    :func:`check_pod_security`, on the rendered pod."""
+    out: list[tuple[Path, str]] = []
+    env: Path = ("run", "environment")
+    account = _get(spec, (*env, "serviceAccountName"))
+    if account is not None and account != "default":
+        allowed = policy.allowed_service_accounts
+        if account not in allowed:
+            out.append(
+                (
+                    (*env, "serviceAccountName"),
+                    f"service account {account!r} is not in policy.allowedServiceAccounts "
+                    f"[{', '.join(sorted(allowed))}]"
+                    if allowed
+                    else f"service account {account!r} is not allowed: without "
+                    "policy.allowedServiceAccounts only the namespace's 'default' is",
+                )
+            )
+    secrets = policy.allowed_image_pull_secrets
+    for i, name in enumerate(_get(spec, (*env, "imagePullSecrets")) or []):
+        if secrets is not None and name not in secrets:
+            out.append(
+                (
+                    (*env, "imagePullSecrets", i),
+                    f"image pull secret {name!r} is not in policy.allowedImagePullSecrets "
+                    f"[{', '.join(sorted(secrets))}]",
+                )
+            )
+    for i, volume in enumerate(_get(spec, ("run", "volumes")) or []):
+        if not isinstance(volume, dict):
+            continue
+        for kind in sorted(k for k in volume if k != "name"):
+            if kind not in policy.allowed_volume_types:
+                out.append(
+                    (
+                        ("run", "volumes", i),
+                        f"volume {volume.get('name')!r} is a {kind} volume, which is not in "
+                        f"policy.allowedVolumeTypes "
+                        f"[{', '.join(sorted(policy.allowed_volume_types))}]",
+                    )
+                )
+    retries = _get(spec, ("run", "maxRetries"))
+    if isinstance(retries, int) and retries > policy.max_retries:
+        out.append(
+            (
+                ("run", "maxRetries"),
+                f"maxRetries {retries} exceeds policy.maxRetries {policy.max_retries}",
+            )
+        )
+    ttl = _get(spec, ("run", "ttl"))
+    if ttl is not None and duration_seconds(ttl) < policy.min_ttl:
+        out.append(
+            (
+                ("run", "ttl"),
+                f"ttl {_seconds(duration_seconds(ttl))} is shorter than policy.minTtl "
+                f"{_seconds(policy.min_ttl)} (the reconciler must see a Job finish before "
+                "Kubernetes deletes it)",
+            )
+        )
+    return out
 
 
 # --- Pod Security, on the rendered pod -----------------------------------------------------

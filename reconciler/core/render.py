@@ -9,6 +9,7 @@ generation, so a repeated create meets ``AlreadyExists`` and adopts instead of d
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -233,6 +234,47 @@ def _env_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
+def _volume(volume: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(volume))
+    empty_dir = out.get("emptyDir")
+    if isinstance(empty_dir, dict) and empty_dir.get("sizeLimit") is not None:
+        empty_dir["sizeLimit"] = str(empty_dir["sizeLimit"])
+    return out
+
+
+def _mount(mount: Mapping[str, Any]) -> dict[str, Any]:
+    out = {"name": mount["name"], "mountPath": mount["mountPath"]}
+    for key in ("subPath", "readOnly"):
+        if mount.get(key) is not None:
+            out[key] = mount[key]
+    return out
+
+
+def _extra_containers(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``run.initContainers`` then ``run.sidecars``, as pod init containers: a sidecar is a
+    Kubernetes native sidecar (``restartPolicy: Always``), started after the init
+    containers, running beside ``main`` and stopped when it ends, so the Job completes."""
+    out: list[dict[str, Any]] = []
+    for section in ("initContainers", "sidecars"):
+        for spec in run.get(section) or []:
+            container: dict[str, Any] = {"name": spec["name"], "image": spec["image"]}
+            if section == "sidecars":
+                container["restartPolicy"] = "Always"
+            for key in ("command", "args", "workingDir"):
+                if spec.get(key) is not None:
+                    container[key] = spec[key]
+            if spec.get("env"):
+                container["env"] = _env_list(spec["env"])
+            if spec.get("resources"):
+                container["resources"] = _resources(spec["resources"])
+            if spec.get("securityContext"):
+                container["securityContext"] = dict(spec["securityContext"])
+            if spec.get("volumeMounts"):
+                container["volumeMounts"] = [_mount(m) for m in spec["volumeMounts"]]
+            out.append(container)
+    return out
+
+
 def _timeout_seconds(op: CompiledOperation) -> int | None:
     timeout = (op.spec.get("run") or {}).get("timeout")
     if timeout is not None:
@@ -307,14 +349,25 @@ def render_pod(
     if port:
         container["ports"] = [{"name": "http", "containerPort": port}]
 
+    volumes += [_volume(v) for v in run.get("volumes") or []]
+    if container_spec.get("volumeMounts"):
+        container.setdefault("volumeMounts", []).extend(
+            _mount(m) for m in container_spec["volumeMounts"]
+        )
+    init_containers = parts.init_containers + _extra_containers(run)
+
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if parts.init_containers:
-        pod_spec["initContainers"] = parts.init_containers
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
     if volumes:
         pod_spec["volumes"] = volumes
     for key in POD_FIELDS:
         if environment.get(key):
             pod_spec[key] = environment[key]
+    if environment.get("serviceAccountName"):
+        pod_spec["serviceAccountName"] = environment["serviceAccountName"]
+    if environment.get("imagePullSecrets"):
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in environment["imagePullSecrets"]]
     pod_spec["enableServiceLinks"] = False
     return {
         "metadata": {
@@ -341,18 +394,30 @@ def pod_field_origin(
     knows the layout ``render_pod`` writes, so the two change together."""
     run = spec.get("run") or {}
     listed = list(run.get("connections") or [])
+    volumes = [v.get("name") for v in run.get("volumes") or [] if isinstance(v, Mapping)]
 
     def connection(name: str) -> FieldOrigin:
         index = listed.index(name) if name in listed else None
         where: tuple[str | int, ...] = ("run", "connections")
         return FieldOrigin((*where, index) if index is not None else where, name)
 
-    def volume(name: str) -> FieldOrigin:
+    def volume(name: str, *field: str | int) -> FieldOrigin:
         if name == "dshm":
             return FieldOrigin(("run", "container", "shmSize"))
-        if name.startswith("conn-"):
+        if name.startswith("conn-") and name.removeprefix("conn-") in listed:
             return connection(name.removeprefix("conn-"))
+        if name in volumes:
+            return FieldOrigin(("run", "volumes", volumes.index(name), *field))
         return FieldOrigin(("run",))
+
+    def extra(name: str, field: tuple[str | int, ...]) -> FieldOrigin:
+        """An init container or sidecar the spec names, else a git connection's clone."""
+        for section in ("initContainers", "sidecars"):
+            for i, c in enumerate(run.get(section) or []):
+                if isinstance(c, Mapping) and c.get("name") == name:
+                    return FieldOrigin(("run", section, i, *field))
+        git = next((c for c in listed if f"git-{c}"[:_MAX_NAME] == name), None)
+        return connection(git) if git else FieldOrigin(("run",))
 
     head, rest = path[:1], path[1:]
     if head == ("metadata",) and rest[:1] in (("labels",), ("annotations",)):
@@ -361,16 +426,16 @@ def pod_field_origin(
         return FieldOrigin(("run",))
     section, sub = rest[0], rest[1:]
     pod_spec = pod.get("spec") or {}
-    if section in POD_FIELDS:
+    if section in (*POD_FIELDS, "serviceAccountName", "imagePullSecrets"):
         return FieldOrigin(("run", "environment", section, *sub))
     if section == "volumes" and sub and isinstance(sub[0], int):
-        return volume(str((pod_spec.get("volumes") or [])[sub[0]].get("name", "")))
+        item = (pod_spec.get("volumes") or [])[sub[0]]
+        return volume(str(item.get("name", "")), *sub[1:2])
     if section in ("containers", "initContainers") and sub and isinstance(sub[0], int):
         item = (pod_spec.get(section) or [])[sub[0]]
         name, field = str(item.get("name", "")), sub[1:]
         if section == "initContainers":
-            git = next((c for c in listed if f"git-{c}"[:_MAX_NAME] == name), None)
-            return connection(git) if git else FieldOrigin(("run",))
+            return extra(name, field)
         if name != MAIN_CONTAINER:
             return FieldOrigin(("run",))
         if field[:1] == ("ports",):
@@ -391,6 +456,7 @@ def render_operation(
     dispatched_at: datetime,
 ) -> RenderedWorkload:
     """The Job (and Service for notebooks and sandboxes) that dispatches ``op``."""
+    run = op.spec.get("run") or {}
     name = workload_name(op.project, op.name, op.generation)
     digest = spec_hash(op, connections)
     # resolved by the compiler: unknown names never get here
@@ -425,7 +491,7 @@ def render_operation(
     port = PORTS.get(op.kind)
 
     job_spec: dict[str, Any] = {
-        "backoffLimit": 0,
+        "backoffLimit": int(run.get("maxRetries") or 0),
         "completions": 1,
         "parallelism": 1,
         "template": {
@@ -439,6 +505,8 @@ def render_operation(
     deadline = _timeout_seconds(op)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
+    if run.get("ttl") is not None:
+        job_spec["ttlSecondsAfterFinished"] = duration_seconds(run["ttl"])
 
     job = {
         "apiVersion": "batch/v1",

@@ -268,6 +268,9 @@ PROFILE_CAPABILITIES: Mapping[PodSecurityLevel, frozenset[str]] = {
     PodSecurityLevel.RESTRICTED: frozenset({"NET_BIND_SERVICE"}),
 }
 
+# The volume types run.volumes may use (``policy.allowedVolumeTypes`` narrows them).
+VOLUME_TYPES = frozenset({"persistentVolumeClaim", "configMap", "secret", "emptyDir"})
+
 
 @dataclass(frozen=True)
 class OrgPolicy:
@@ -288,6 +291,12 @@ class OrgPolicy:
     allowed_priority_classes: frozenset[str] = frozenset()
     # The Pod Security Standards profile each rendered pod must meet.
     pod_security: PodSecurityLevel = PodSecurityLevel.BASELINE
+    # Service accounts an operation may name; empty: only the namespace's ``default``.
+    allowed_service_accounts: frozenset[str] = frozenset()
+    allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
+    allowed_volume_types: frozenset[str] = VOLUME_TYPES
+    max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 
 
 @dataclass(frozen=True)

@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.merge import Locate, Path
-from reconciler.core.model import KINDS, OrgFile, ProjectFile, Strict
+from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,
@@ -285,8 +285,27 @@ class RepoIndex:
                 if policy
                 else frozenset(),
                 pod_security=level,
+                **_pod_policy(policy),
             ),
         )
+
+
+def _pod_policy(policy: Policy | None) -> dict[str, Any]:
+    """The ``OrgPolicy`` fields for the pod parts presets may set (service account, pull
+    secrets, volumes, retries, TTL); unset ones keep ``OrgPolicy``'s defaults."""
+    if policy is None:
+        return {}
+    out: dict[str, Any] = {
+        "max_retries": policy.max_retries,
+        "min_ttl": duration_seconds(policy.min_ttl),
+    }
+    if policy.allowed_service_accounts is not None:
+        out["allowed_service_accounts"] = frozenset(policy.allowed_service_accounts)
+    if policy.allowed_image_pull_secrets is not None:
+        out["allowed_image_pull_secrets"] = frozenset(policy.allowed_image_pull_secrets)
+    if policy.allowed_volume_types is not None:
+        out["allowed_volume_types"] = frozenset(policy.allowed_volume_types)
+    return out
 
 
 def _capability(name: str) -> str:

@@ -15,8 +15,10 @@ from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import RepoIndex, locator
 from reconciler.core.compile.references import (
     find_preset,
+    org_default_presets,
     preset_is_defined,
     preset_patch,
+    unknown_org_preset,
     unknown_preset,
 )
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
@@ -68,8 +70,8 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     spec, prov = start(doc.data, locator(doc), doc.path, "operation")
     spec["name"] = op_name
 
-    # 2. Presets: project defaults first, then the operation's own, each once.
-    refs: list[tuple[str, Location]] = []
+    # 2. Presets: the org's defaults, the project's, then the operation's own, each once.
+    refs: list[tuple[str, Location]] = org_default_presets(repo)
     defaults = proj.model.defaults
     for i, name in enumerate((defaults.presets if defaults else None) or []):
         refs.append((name, proj.doc.loc(("defaults", "presets", i))))
@@ -82,7 +84,10 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
         preset = find_preset(repo, project_name, name)
         if preset is None:
             if not preset_is_defined(repo, project_name, name):
-                errors.add(ref, unknown_preset(project_name, name))
+                org_ref = ref.file == repo.org_path
+                errors.add(
+                    ref, unknown_org_preset(name) if org_ref else unknown_preset(project_name, name)
+                )
             continue
         patch, locate = preset_patch(preset)
         strategy = preset.model.patch_strategy

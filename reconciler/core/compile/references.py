@@ -42,6 +42,11 @@ def unknown_preset(project: str, name: str) -> str:
     )
 
 
+def unknown_org_preset(name: str) -> str:
+    """An org default preset must be an org preset: it applies to every project."""
+    return f"unknown preset {name!r}: no presets/{name}.yaml"
+
+
 # --- lookups ------------------------------------------------------------------------------
 
 
@@ -76,6 +81,16 @@ def preset_patch(loaded: Loaded[PresetFile]) -> tuple[dict[str, Any], Locate]:
         return loc.line, loc.col
 
     return patch, locate
+
+
+def org_default_presets(repo: RepoIndex) -> list[tuple[str, Location]]:
+    """``defaults.presets`` of reconciler.yaml and where each is named: applied to every
+    operation, before the project's ``defaults.presets``."""
+    org = repo.org()
+    defaults = org.model.defaults if org is not None else None
+    if org is None or defaults is None or not defaults.presets:
+        return []
+    return [(n, org.doc.loc(("defaults", "presets", i))) for i, n in enumerate(defaults.presets)]
 
 
 def find_cluster(repo: RepoIndex, name: str) -> ClusterSpec | None:
@@ -149,6 +164,9 @@ def check_references(repo: RepoIndex) -> None:
         for i, q in enumerate((m.policy.allowed_queues if m.policy else None) or []):
             if queues.get(q) is None:
                 unknown_queue(org.doc.loc(("policy", "allowedQueues", i)), q)
+        for p, location in org_default_presets(repo):
+            if p not in repo.named["Preset"]:
+                errors.add_once(location, unknown_org_preset(p))
     for name in sorted(repo.projects):
         proj = repo.project(name)
         if proj is None:

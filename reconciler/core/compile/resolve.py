@@ -18,11 +18,11 @@ from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
 from reconciler.core.compile.index import RepoIndex, get_in
+from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
 from reconciler.core.model import OperationFile
 from reconciler.core.policy import Violation, check_pod_security, check_policy
-from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.render import env_sources, render_pod
 from reconciler.core.types import (
     CompiledOperation,
@@ -84,49 +84,19 @@ def validate_spec(
     return len(errors) == reported
 
 
-def _is_extended(resource: str) -> bool:
-    prefix, _, _ = resource.rpartition("/")
-    return bool(prefix) and not prefix.endswith("kubernetes.io")
-
-
 def total_requests(
     spec: Mapping[str, Any],
     prov: Mapping[Path, Provenance],
     fallback: Location,
     errors: Errors,
 ) -> dict[str, Decimal]:
-    """Total request per resource: the request, or the limit where only a limit is set."""
+    """Total request per resource of the main container: the request, or the limit where
+    only a limit is set."""
     resources = get_in(spec, "run", "container", "resources") or {}
-    requests = resources.get("requests") or {}
-    limits = resources.get("limits") or {}
     base: Path = ("run", "container", "resources")
-    totals: dict[str, Decimal] = {}
-    for resource in sorted({*requests, *limits}):
-        try:
-            req = parse_quantity(requests[resource]) if resource in requests else None
-            lim = parse_quantity(limits[resource]) if resource in limits else None
-        except QuantityError as exc:  # pragma: no cover - the schema validated these
-            errors.add(fallback, str(exc))
-            continue
-        where: Path = (*base, "requests" if req is not None else "limits", resource)
-        location = at(prov, where, fallback)
-        if req is not None and lim is not None and req > lim:
-            errors.add(
-                location,
-                f"request for {resource} ({format_quantity(req)}) exceeds its limit "
-                f"({format_quantity(lim)})",
-            )
-        if _is_extended(resource):
-            for amount in (req, lim):
-                if amount is not None and amount != amount.to_integral_value():
-                    errors.add(location, f"{resource} must be a whole number, not {amount}")
-                    break
-            if req is not None and lim is not None and req != lim:
-                errors.add(location, f"requests and limits of {resource} must be equal")
-        total = req if req is not None else lim
-        assert total is not None
-        totals[resource] = total
-    return totals
+    return container_totals(
+        resources, lambda kind, resource: at(prov, (*base, kind, resource), fallback), errors
+    )
 
 
 def resolve(
@@ -166,6 +136,8 @@ def resolve(
         if name not in connections:
             connections.append(name)
     requests = total_requests(spec, prov, fallback, errors)
+    requests = pod_total(spec, prov, fallback, errors, requests)
+    check_pod(spec, prov, fallback, errors, specs)
     conns = [specs[name] for name in connections]
     check_env(spec, conns, prov, fallback, errors)
     if len(errors) > reported or queue is None:
