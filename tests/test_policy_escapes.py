@@ -749,3 +749,31 @@ def test_whatever_compiles_renders_a_pod_that_meets_the_policy(
         assert op.spec["run"].get("environment", {}).get("priorityClassName") is None
     for rejected in compiled.rejected:
         assert rejected.reason is RejectReason.POLICY_VIOLATION and rejected.message
+
+
+def test_init_containers_and_sidecars_go_through_the_same_check() -> None:
+    """The preset pod fields render into the pod's init containers: the check reads them
+    there and names the field they came from."""
+    body = (
+        "run:\n  initContainers:\n    - name: prep\n      image: busybox\n"
+        "      securityContext:\n        appArmorProfile: {type: Unconfined}\n"
+        "  sidecars:\n    - name: proxy\n      image: envoy\n"
+        "      securityContext:\n        procMount: Unmasked\n"
+    )
+    errors, (message,) = _compile("kind: Org\n", body)
+    assert errors == []
+    # a list item is one leaf of provenance: the container's line
+    assert sorted(message.split("; ")) == [
+        "run.initContainers[0].securityContext.appArmorProfile.type: AppArmor profile "
+        "'Unconfined' is not allowed by policy.podSecurity baseline (set by operation at "
+        "projects/p/operations/t.yaml:4)",
+        "run.sidecars[0].securityContext.procMount: procMount 'Unmasked' is not allowed by "
+        "policy.podSecurity baseline (set by operation at projects/p/operations/t.yaml:9)",
+    ]
+    _, (message,) = _compile(
+        RESTRICTED, HARDENED + "  sidecars:\n    - {name: proxy, image: envoy}\n"
+    )
+    assert message.startswith(
+        "run.sidecars[0].securityContext.allowPrivilegeEscalation: must be false under "
+        "policy.podSecurity restricted (it is not set)"
+    ), message
