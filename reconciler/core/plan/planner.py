@@ -88,6 +88,7 @@ def plan_repo(
 
     ``superseded`` are observed ids of older generations still running after a
     ``generation`` bump: they hold their quota until they finish and are never pruned."""
+    observed = list(observed)
     return plan_dispatch(
         repo.operations,
         repo.queues,
@@ -95,9 +96,7 @@ def plan_repo(
         observed,
         repo.org,
         now,
-        rejected=frozenset(r.operation for r in repo.rejected)
-        | frozenset(c for r in repo.rejected for c in r.children)
-        | frozenset(superseded),
+        rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
     )
 
