@@ -27,7 +27,7 @@ from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import Loop, skip_exit_collection, watch_files
+from reconciler.runtime.loop import Loop, exit_process, watch_files
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
@@ -36,6 +36,7 @@ log = logging.getLogger("reconciler.run")
 # At shutdown, how long a status commit in progress may take before the process exits
 # without it (git itself has no timeout on a push).
 STATUS_WRITE_GRACE = 10.0
+WATCHER_GRACE = 1.0  # seconds: the file watcher ends within one of its 50 ms steps
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -228,6 +229,7 @@ def run(
         log.info("serving /healthz /readyz /metrics and the queue pages on %s", server.url)
     if elector is not None:
         elector.start()
+    watcher: threading.Thread | None = None
     if wake is not None:
         watcher = threading.Thread(target=watch_files, args=(Path(repo), wake, stop), daemon=True)
         watcher.start()
@@ -246,4 +248,9 @@ def run(
             elector.stop(release=True)
         if server is not None:
             server.stop()
-        skip_exit_collection()
+        if watcher is not None:
+            # watchfiles sees ``stop`` within a step (50 ms); a daemon thread still inside
+            # its Rust loop (which calls back into Python) when the interpreter finalizes
+            # aborts the process (SIGABRT)
+            watcher.join(timeout=WATCHER_GRACE)
+    exit_process(0)  # shutdown is done; daemon threads must not see finalization

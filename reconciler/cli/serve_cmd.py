@@ -29,7 +29,7 @@ from reconciler.cli.options import (
 from reconciler.cli.run_cmd import parse_interval
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import Loop, skip_exit_collection
+from reconciler.runtime.loop import Loop, exit_process
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
@@ -104,4 +104,4 @@ def serve(
         loop.finish()
         runtime.reconciler.close()
         server.stop()
-        skip_exit_collection()
+    exit_process(0)  # shutdown is done; daemon threads must not see finalization

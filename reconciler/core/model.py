@@ -86,6 +86,61 @@ def _label_value(value: str) -> str:
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
         raise ValueError(f"{_show(value)} is not a valid environment variable name")
+    if value.startswith(RESERVED_ENV_PREFIX):
+        raise ValueError(
+            f"environment variables named {RESERVED_ENV_PREFIX}* are set by the reconciler "
+            "and cannot be set or overridden"
+        )
+    return value
+
+
+# Labels and annotations the reconciler writes, and so owns: users may not set them. The dev
+# cluster's simulated kubelet reads three annotations that the reconciler never writes.
+RESERVED_KEY_PREFIX = "reconciler.dev/"
+RESERVED_KEYS = frozenset({"app.kubernetes.io/managed-by"})
+SIMULATION_ANNOTATIONS = frozenset(
+    {
+        "reconciler.dev/simulated-duration",
+        "reconciler.dev/simulated-failure",
+        "reconciler.dev/simulated-outputs",
+    }
+)
+RESERVED_ENV_PREFIX = "RECONCILER_"
+
+
+def _user_key(value: str, *, annotation: bool) -> str:
+    if annotation and value in SIMULATION_ANNOTATIONS:
+        return value
+    if value.startswith(RESERVED_KEY_PREFIX) or value in RESERVED_KEYS:
+        what = "annotation" if annotation else "label"
+        raise ValueError(
+            f"{what}s under {RESERVED_KEY_PREFIX}* and app.kubernetes.io/managed-by are the "
+            "reconciler's own and cannot be set"
+        )
+    return value
+
+
+def _user_label_key(value: str) -> str:
+    return _user_key(_label_key(value), annotation=False)
+
+
+def _user_annotation_key(value: str) -> str:
+    return _user_key(_label_key(value), annotation=True)
+
+
+def _priority_class(value: str) -> str:
+    _dns_subdomain(value)
+    if value.startswith("system-"):
+        raise ValueError(
+            f"{_show(value)}: system-* priority classes are for the cluster's own pods and "
+            "can never be allowed"
+        )
+    return value
+
+
+def _image(value: str) -> str:
+    if value != value.strip():
+        raise ValueError(f"{_show(value)}: an image must not have leading or trailing whitespace")
     return value
 
 
@@ -132,15 +187,23 @@ def _host_file(value: str) -> str:
     return value
 
 
+# Kubernetes' ``activeDeadlineSeconds`` is a positive int64.
+MAX_TIMEOUT_SECONDS = 2**63 - 1
+
+
 def _duration(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
-    if isinstance(value, int):
-        if value < 1:
-            raise ValueError("timeout must be at least 1 second")
-        return value
-    if not _DURATION.match(value):
+    if isinstance(value, str) and not _DURATION.match(value):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
+    seconds = duration_seconds(value)
+    if seconds < 1:
+        raise ValueError("timeout must be at least 1 second")
+    if seconds > MAX_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"timeout {_show(value)} is longer than Kubernetes allows "
+            f"({MAX_TIMEOUT_SECONDS} seconds)"
+        )
     return value
 
 
@@ -202,6 +265,10 @@ Quantity = Annotated[
 ]
 ResourceName = Annotated[StrictStr, AfterValidator(_resource_name)]
 LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
+UserLabelKey = Annotated[StrictStr, AfterValidator(_user_label_key)]
+UserAnnotationKey = Annotated[StrictStr, AfterValidator(_user_annotation_key)]
+PriorityClass = Annotated[StrictStr, Field(min_length=1), AfterValidator(_priority_class)]
+UserId = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
 EnvName = Annotated[StrictStr, AfterValidator(_env_name)]
 ParamName = Annotated[StrictStr, AfterValidator(_param_name)]
@@ -219,6 +286,8 @@ Duration = Annotated[
 ]
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool
 SubdomainName = Annotated[StrictStr, AfterValidator(_dns_subdomain)]
+# Scheduler and priority class names: "" is "too short" rather than "not a name".
+ObjectName = Annotated[StrictStr, Field(min_length=1), AfterValidator(_dns_subdomain)]
 VolumeName = Annotated[StrictStr, AfterValidator(_dns_label), AfterValidator(_user_volume)]
 ContainerName = Annotated[StrictStr, AfterValidator(_dns_label), AfterValidator(_user_container)]
 Ttl = Annotated[
@@ -258,7 +327,9 @@ class Strict(BaseModel):
 ClearableQuantities = dict[ResourceName, Quantity | None]
 ClearableEnv = dict[EnvName, StrictStr | None]
 ClearableLabels = dict[LabelKey, LabelValue | None]
-ClearableAnnotations = dict[LabelKey, StrictStr | None]
+# Labels and annotations a user sets on the workload: the reconciler's own keys refused.
+ClearableUserLabels = dict[UserLabelKey, LabelValue | None]
+ClearableUserAnnotations = dict[UserAnnotationKey, StrictStr | None]
 
 
 class Resources(Strict):
@@ -271,14 +342,30 @@ class Capabilities(Strict):
     drop: list[StrictStr] | None = None
 
 
+class SecurityProfile(Strict):
+    """A seccomp or AppArmor profile, as Kubernetes writes it."""
+
+    type: Literal["RuntimeDefault", "Localhost", "Unconfined"]
+    localhost_profile: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _localhost(self) -> SecurityProfile:
+        if (self.type == "Localhost") != (self.localhost_profile is not None):
+            raise ValueError("localhostProfile is set with type Localhost, and only then")
+        return self
+
+
 class SecurityContext(Strict):
     privileged: StrictBool | None = None
     allow_privilege_escalation: StrictBool | None = None
-    run_as_user: Annotated[StrictInt, Field(ge=0)] | None = None
-    run_as_group: Annotated[StrictInt, Field(ge=0)] | None = None
+    run_as_user: UserId | None = None
+    run_as_group: UserId | None = None
     run_as_non_root: StrictBool | None = None
     read_only_root_filesystem: StrictBool | None = None
     capabilities: Capabilities | None = None
+    seccomp_profile: SecurityProfile | None = None
+    app_armor_profile: SecurityProfile | None = None
+    proc_mount: Literal["Default", "Unmasked"] | None = None
 
 
 # Kubernetes' own shapes, for the pod parts a preset may set beyond the main container
@@ -371,7 +458,7 @@ class ExtraContainer(Strict):
 
 
 class Container(Strict):
-    image: NonEmptyStr | None = None
+    image: Annotated[NonEmptyStr, AfterValidator(_image)] | None = None
     command: list[StrictStr] | None = None
     args: list[StrictStr] | None = None
     env: ClearableEnv | None = None
@@ -387,11 +474,21 @@ class Container(Strict):
 
 
 class Toleration(Strict):
-    key: StrictStr | None = None
+    key: LabelKey | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: StrictStr | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: StrictInt | None = None
+
+    @model_validator(mode="after")
+    def _as_kubernetes_checks(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists has no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key needs operator: Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect: NoExecute")
+        return self
 
 
 # --- affinity: the Kubernetes types, so that a misspelled key is an error, not dropped ----
@@ -470,10 +567,15 @@ class Environment(Strict):
     node_selector: ClearableLabels | None = None
     tolerations: list[Toleration] | None = None
     affinity: Affinity | None = None
-    scheduler_name: NonEmptyStr | None = None
-    priority_class_name: NonEmptyStr | None = None
-    labels: ClearableLabels | None = None
-    annotations: ClearableAnnotations | None = None
+    scheduler_name: ObjectName | None = None
+    priority_class_name: ObjectName | None = Field(
+        default=None, description="Must be in policy.allowedPriorityClasses; never system-*."
+    )
+    host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
+    host_pid: StrictBool | None = Field(default=None, alias="hostPID")
+    host_ipc: StrictBool | None = Field(default=None, alias="hostIPC")
+    labels: ClearableUserLabels | None = None
+    annotations: ClearableUserAnnotations | None = None
     service_account_name: SubdomainName | None = Field(
         default=None, description="Checked against policy.allowedServiceAccounts."
     )
@@ -726,6 +828,15 @@ class Policy(Strict):
         default=None, description="Largest total request per operation, per resource."
     )
     allowed_scheduler_names: list[NonEmptyStr] | None = None
+    allowed_priority_classes: list[PriorityClass] | None = Field(
+        default=None,
+        description="priorityClassName values operations may use; default none (the "
+        "cluster's default applies). system-* is never allowed.",
+    )
+    pod_security: Literal["baseline", "restricted", "privileged"] = Field(
+        default="baseline",
+        description="The Kubernetes Pod Security Standards profile every rendered pod must meet.",
+    )
     allow_privileged: StrictBool = False
     allow_host_path: StrictBool = False
     allowed_capabilities: list[NonEmptyStr] | None = Field(
@@ -734,6 +845,11 @@ class Policy(Strict):
     )
     allow_run_as_root: StrictBool = Field(
         default=True, description="false refuses runAsUser: 0 and runAsNonRoot: false."
+    )
+    allow_shared_namespaces: StrictBool = Field(
+        default=False,
+        description="Let two projects name the same namespace (workload names must still "
+        "be unique).",
     )
     allowed_service_accounts: list[SubdomainName] | None = Field(
         default=None,
@@ -755,7 +871,7 @@ class Policy(Strict):
 
 class Prune(Strict):
     enabled: StrictBool = False
-    max_fraction: Annotated[float, Field(gt=0, le=1, strict=False)] = 0.5
+    max_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
     allow_mass_prune: StrictBool = False
 
 

@@ -24,6 +24,7 @@ from reconciler.core.render import (
     ANNOTATION_OPERATION,
     ANNOTATION_PHASE,
     ANNOTATION_SPEC_HASH,
+    ANNOTATION_WORKFLOW,
     LABEL_QUEUE,
 )
 from reconciler.core.types import ObservedOperation, Phase
@@ -68,6 +69,7 @@ class WorkloadState:
     outputs: Mapping[str, Any] | None = None
     requests: Mapping[str, Decimal] = field(default_factory=dict)
     annotated_phase: str | None = None  # the phase last written onto the workload
+    workflow: str | None = None  # the workflow it was dispatched for ("" none, None unknown)
 
     def to_observed(self) -> ObservedOperation:
         return ObservedOperation(
@@ -77,6 +79,7 @@ class WorkloadState:
             requests=dict(self.requests) if self.requests else None,
             queue=self.queue,
             cluster=self.cluster,
+            workflow=self.workflow,
         )
 
 
@@ -264,6 +267,7 @@ def observe_workloads(
                 outputs=_outputs(pod),
                 requests=_pod_requests(pod_spec),
                 annotated_phase=annotations.get(ANNOTATION_PHASE),
+                workflow=annotations.get(ANNOTATION_WORKFLOW),
             )
         )
     return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))

@@ -5,7 +5,7 @@ renderer and status writer consume them. No I/O here; adapters build ``RepoSnaps
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -242,6 +242,9 @@ class ObservedOperation:
     requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
     queue: str | None = None
     cluster: str | None = None
+    # The workflow the workload was dispatched for: "" for none, None when not known (a
+    # workload from before this was recorded, the status branch, an --observed file).
+    workflow: str | None = None
 
 
 class RejectReason(enum.StrEnum):
@@ -258,7 +261,16 @@ class RejectedOperation:
     reason: RejectReason
     message: str  # names the field and its provenance
     location: Location | None = None
-    children: tuple[str, ...] = ()  # ids of a workflow's children: refused, never pruned
+    # ids of a workflow's children: refused, and never pruned while they run as its children
+    children: tuple[str, ...] = ()
+
+
+class PodSecurityLevel(enum.StrEnum):
+    """The Kubernetes Pod Security Standards profiles (``policy.podSecurity``)."""
+
+    PRIVILEGED = "privileged"
+    BASELINE = "baseline"
+    RESTRICTED = "restricted"
 
 
 BASELINE_CAPABILITIES = frozenset(
@@ -280,6 +292,14 @@ BASELINE_CAPABILITIES = frozenset(
 )
 
 
+# Capabilities a container may add under each profile, unless policy.allowedCapabilities says
+# otherwise (``privileged`` checks none).
+PROFILE_CAPABILITIES: Mapping[PodSecurityLevel, frozenset[str]] = {
+    PodSecurityLevel.PRIVILEGED: BASELINE_CAPABILITIES,
+    PodSecurityLevel.BASELINE: BASELINE_CAPABILITIES,
+    PodSecurityLevel.RESTRICTED: frozenset({"NET_BIND_SERVICE"}),
+}
+
 # The volume types run.volumes may use (``policy.allowedVolumeTypes`` narrows them).
 VOLUME_TYPES = frozenset({"persistentVolumeClaim", "configMap", "secret", "emptyDir"})
 
@@ -296,6 +316,13 @@ class OrgPolicy:
     # Pod Security "baseline": capabilities a container may add (CAP_ prefix ignored).
     allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
     allow_run_as_root: bool = True
+    # Two projects may name the same namespace (workload names must still not collide).
+    allow_shared_namespaces: bool = False
+    # priorityClassName values an operation may set; none by default (the cluster's default
+    # class applies). ``system-*`` is refused whatever this says.
+    allowed_priority_classes: frozenset[str] = frozenset()
+    # The Pod Security Standards profile each rendered pod must meet.
+    pod_security: PodSecurityLevel = PodSecurityLevel.BASELINE
     # Service accounts an operation may name; empty: only the namespace's ``default``.
     allowed_service_accounts: frozenset[str] = frozenset()
     allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
@@ -332,3 +359,14 @@ class CompiledRepo:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    def never_pruned(self, observed: Iterable[ObservedOperation]) -> frozenset[str]:
+        """Observed ids that operations refused by policy keep from being pruned: the
+        operation itself, and a refused workflow's children, but only those that run as its
+        children (or whose workflow is not known). Another operation's workload that happens
+        to have a child's id (its file deleted) is pruned as usual."""
+        parents = {o.operation: o.workflow for o in observed}
+        kept = {r.operation for r in self.rejected}
+        for r in self.rejected:
+            kept.update(c for c in r.children if parents.get(c) in (None, r.operation))
+        return frozenset(kept)

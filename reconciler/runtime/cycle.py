@@ -43,6 +43,7 @@ from reconciler.core.plan import Plan, PlanInputError
 from reconciler.core.render import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_REASON,
+    ANNOTATION_WORKFLOW,
     RenderedWorkload,
     render_operation,
 )
@@ -335,6 +336,7 @@ class Reconciler:
                 dispatched_at=job.annotations.get("reconciler.dev/dispatched-at"),
                 annotated_phase=job.annotations.get(ANNOTATION_PHASE),
                 requests=dict(op.requests),
+                workflow=job.annotations.get(ANNOTATION_WORKFLOW),
             )
             # counted from the create response, not the watch
             changes.created.append(InFlight(state, job.resource_version))

@@ -7,12 +7,15 @@ abandoned at shutdown (its thread ends with the process). See docs/operations.md
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 import watchfiles
 
@@ -138,13 +141,18 @@ class Loop:
         return self._thread is None or not self._thread.is_alive()
 
 
-def skip_exit_collection() -> None:
-    """Call last, as a long-running command returns. The interpreter's collections at exit
-    walk the whole heap (0.3 to 0.5 s with a compiled config and the Kubernetes client
-    loaded: half of the shutdown budget), to free memory the OS takes back anyway; frozen
-    objects are skipped. Logs are flushed by ``logging.shutdown`` and stdout/stderr by the
-    interpreter, as before; sockets, pipes and files are closed by the OS."""
-    gc.freeze()
+def exit_process(code: int = 0) -> NoReturn:
+    """End a long-running command once its shutdown is done, without the interpreter's
+    finalization. Daemon threads may still run then (a cycle left blocked on a cluster
+    read, watch threads, the file watcher's Rust loop): finalizing around them can abort
+    the process (SIGABRT, a daemon thread holding stderr's lock at shutdown), and the
+    collections at exit walk the whole heap (0.3 to 0.5 s) to free memory the OS takes back
+    anyway. Logs and stdio are flushed first; sockets and files are closed by the OS."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def watch_files(repo: Path, wake: threading.Event, stop: threading.Event) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
+from reconciler.core.compile.names import Claim, check_namespaces, check_unique, claims
 from reconciler.core.compile.operations import OperationResult, compile_one
 from reconciler.core.compile.references import (
     check_references,
@@ -22,7 +23,6 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     InternalError,
-    Location,
     RejectedOperation,
     RepoSnapshot,
 )
@@ -97,22 +97,22 @@ def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> Com
     errors = Errors()
     operations: list[CompiledOperation] = []
     rejected: list[RejectedOperation] = []
-    seen: dict[str, str] = {}
+    claimed: list[Claim] = []
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
             result = _compile_guarded(repo, project, name)
             errors.extend(result.errors)
+            claimed.extend(claims(repo, result))
             if result.rejected:
                 rejected.append(result.rejected)
-            for op in result.operations:
-                if op.id in seen:
-                    errors.add(
-                        Location(op.path, 1, 1),
-                        f"operation {op.id!r} is defined twice ({seen[op.id]} and {op.path})",
-                    )
-                    continue
-                seen[op.id] = op.path
-                operations.append(op)
+            operations.extend(result.operations)
+    twice = check_unique(claimed, errors)
+    if twice:  # the commit is invalid, but each id is listed once (as the planner needs)
+        unique: dict[str, CompiledOperation] = {}
+        for op in operations:
+            unique.setdefault(op.id, op)
+        operations = list(unique.values())
+    check_namespaces(repo, errors)
     clusters = {n: c for n in sorted(repo.named["Cluster"]) if (c := find_cluster(repo, n))}
     queues = {n: q for n in sorted(repo.named["Queue"]) if (q := find_queue(repo, n))}
     connections = {

@@ -23,11 +23,12 @@ from reconciler.core.merge import Locate, Path
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
-    BASELINE_CAPABILITIES,
+    PROFILE_CAPABILITIES,
     InternalError,
     Location,
     OrgPolicy,
     OrgSettings,
+    PodSecurityLevel,
     Provenance,
     RepoSnapshot,
 )
@@ -254,6 +255,7 @@ class RepoIndex:
         m = org.model
         policy = m.policy
         prune = m.prune
+        level = PodSecurityLevel(policy.pod_security if policy else "baseline")
         return OrgSettings(
             default_queue=m.defaults.queue if m.defaults else None,
             prune=prune.enabled if prune else False,
@@ -276,8 +278,13 @@ class RepoIndex:
                 allow_host_path=policy.allow_host_path if policy else False,
                 allowed_capabilities=frozenset(_capability(c) for c in policy.allowed_capabilities)
                 if policy and policy.allowed_capabilities is not None
-                else BASELINE_CAPABILITIES,
+                else PROFILE_CAPABILITIES[level],
                 allow_run_as_root=policy.allow_run_as_root if policy else True,
+                allow_shared_namespaces=policy.allow_shared_namespaces if policy else False,
+                allowed_priority_classes=frozenset(policy.allowed_priority_classes or ())
+                if policy
+                else frozenset(),
+                pod_security=level,
                 **_pod_policy(policy),
             ),
         )

@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import ValidationError
-
-from reconciler.core.compile.errors import Errors, add_validation_errors, at
-from reconciler.core.compile.index import RepoIndex, get_in, locator
+from reconciler.core.compile.errors import Errors, at
+from reconciler.core.compile.index import RepoIndex, locator
 from reconciler.core.compile.references import (
     find_preset,
     org_default_presets,
@@ -23,10 +21,9 @@ from reconciler.core.compile.references import (
     unknown_org_preset,
     unknown_preset,
 )
-from reconciler.core.compile.resolve import Context, build, resolve
+from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.compile.workflows import Child, expand
-from reconciler.core.merge import Path, apply_patch, start
-from reconciler.core.model import OperationFile
+from reconciler.core.merge import Path, apply_patch, dotted, start
 from reconciler.core.policy import Violation
 from reconciler.core.types import (
     CompiledOperation,
@@ -118,18 +115,10 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     def locate_merged(path: Path, key: bool = False) -> Location:
         return at(prov, path, fallback)
 
-    try:
-        OperationFile.model_validate(spec)
-    except ValidationError as exc:
-        add_validation_errors(
-            errors, exc, spec, OperationFile, locate_merged, prefix="after merging presets: "
-        )
-    if get_in(spec, "run", "kind") is None:
-        errors.add(doc.loc(("run",)), "run.kind is not set by the operation or its presets")
-    if not get_in(spec, "run", "container", "image"):
-        errors.add(
-            doc.loc(("run",)), "run.container.image is not set by the operation or its presets"
-        )
+    def unset(path: Path) -> tuple[Location, str]:
+        return doc.loc(("run",)), f"{dotted(path)} is not set by the operation or its presets"
+
+    validate_spec(spec, locate_merged, errors, prefix="after merging presets: ", unset=unset)
     if errors:
         return OperationResult(op_id, found=True, errors=tuple(errors))
 

@@ -9,17 +9,21 @@ children ``workflows.py``'s).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.compile.errors import Errors, at
+from pydantic import ValidationError
+
+from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
 from reconciler.core.compile.index import RepoIndex, get_in
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
-from reconciler.core.policy import Violation, check_policy
+from reconciler.core.model import OperationFile
+from reconciler.core.policy import Violation, check_pod_security, check_policy
+from reconciler.core.render import env_sources, render_pod
 from reconciler.core.types import (
     CompiledOperation,
     ConnectionSpec,
@@ -50,6 +54,34 @@ class Resolved:
     requests: dict[str, Decimal]
     connections: tuple[str, ...]
     violations: tuple[Violation, ...]
+
+
+# Fields every dispatchable spec must end up with (the schema leaves them optional, since a
+# preset may set them).
+REQUIRED: tuple[Path, ...] = (("run", "kind"), ("run", "container", "image"))
+
+
+def validate_spec(
+    spec: Mapping[str, Any],
+    locate: LocateError,
+    errors: Errors,
+    *,
+    prefix: str,
+    unset: Callable[[Path], tuple[Location, str]],
+) -> bool:
+    """A merged (or expanded) spec checked as if it were written by hand: the operation
+    schema, then the fields it must have. ``unset(path)`` says where and why a required
+    field is missing. False when anything is wrong (reported)."""
+    reported = len(errors)
+    try:
+        OperationFile.model_validate(spec)
+    except ValidationError as exc:
+        add_validation_errors(errors, exc, spec, OperationFile, locate, prefix=prefix)
+    for path in REQUIRED:
+        if get_in(spec, *(str(p) for p in path)) is None:
+            location, message = unset(path)
+            errors.add(location, message)
+    return len(errors) == reported
 
 
 def total_requests(
@@ -106,6 +138,8 @@ def resolve(
     requests = total_requests(spec, prov, fallback, errors)
     requests = pod_total(spec, prov, fallback, errors, requests)
     check_pod(spec, prov, fallback, errors, specs)
+    conns = [specs[name] for name in connections]
+    check_env(spec, conns, prov, fallback, errors)
     if len(errors) > reported or queue is None:
         return None
     violations = check_policy(
@@ -116,9 +150,44 @@ def resolve(
         project=ctx.project,
         allowed_queues=ctx.allowed_queues,
         requests=requests,
-        connections=specs,
     )
+    pod = render_pod(
+        spec,
+        RunKind(spec["run"]["kind"]),
+        conns,
+        operation=f"{ctx.project}/{spec['name']}",
+        queue=queue.name,
+    )
+    violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
     return Resolved(queue, requests, tuple(connections), violations)
+
+
+def check_env(
+    spec: Mapping[str, Any],
+    conns: list[ConnectionSpec],
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> None:
+    """Each env name once in the container: ``run.container.env`` and the connections may
+    not set the same name (names the reconciler sets are refused by the schema)."""
+    listed = list(get_in(spec, "run", "connections") or [])
+    first: dict[str, str | None] = {}
+    for name, conn in env_sources(spec, conns):
+        if name not in first:
+            first[name] = conn
+            continue
+        if conn is None or first[name] is None:  # at the operation's own, when it is one
+            where: Path = ("run", "container", "env", name)
+        else:
+            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+        before = "run.container.env" if first[name] is None else f"connection {first[name]!r}"
+        setter = "run.container.env" if conn is None else f"connection {conn!r}"
+        errors.add(
+            at(prov, where, fallback),
+            f"environment variable {name!r} is set twice in the container: by {before} and "
+            f"by {setter}",
+        )
 
 
 def build(

@@ -13,13 +13,14 @@ import itertools
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core.compile.errors import Errors, at
+from reconciler.core.compile.errors import Errors, at, short
 from reconciler.core.compile.index import RepoIndex, locator
-from reconciler.core.compile.resolve import Context, build, resolve
+from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.load import Document
-from reconciler.core.merge import Path, ProvMap, apply_patch
+from reconciler.core.merge import Path, ProvMap, apply_patch, dotted
 from reconciler.core.policy import Violation
 from reconciler.core.types import CompiledOperation, Location, WorkflowRef
 
@@ -40,25 +41,32 @@ def substitute(
     prov: ProvMap,
     fallback: Location,
     errors: Errors,
+    used: dict[Path, str] | None = None,
 ) -> Any:
-    """Replace ``{{ params.NAME }}`` in every string under ``run``."""
+    """Replace ``{{ params.NAME }}`` in every string under ``run``; ``used`` records, per
+    path substituted, the first parameter it used."""
     if isinstance(value, dict):
         return {
-            k: substitute(v, params, (*path, k), prov, fallback, errors) for k, v in value.items()
+            k: substitute(v, params, (*path, k), prov, fallback, errors, used)
+            for k, v in value.items()
         }
     if isinstance(value, list):
         return [
-            substitute(v, params, (*path, i), prov, fallback, errors) for i, v in enumerate(value)
+            substitute(v, params, (*path, i), prov, fallback, errors, used)
+            for i, v in enumerate(value)
         ]
     if not isinstance(value, str) or "{{" not in value:
         return value
-    missing = [m for m in _PARAM_REF.findall(value) if m not in params]
+    names = _PARAM_REF.findall(value)
+    missing = [m for m in names if m not in params]
     if missing:
         errors.add(
             at(prov, path, fallback),
             f"unknown parameter {missing[0]!r} (params: {', '.join(params) or 'none'})",
         )
         return value
+    if used is not None and names:
+        used[path] = names[0]
     return _PARAM_REF.sub(lambda m: _param_text(params[m.group(1)]), value)
 
 
@@ -140,6 +148,69 @@ def check_dag(doc: Document, dag: Mapping[str, Any], errors: Errors) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class _Layer:
+    """One child before it is resolved: its spec, and where its own lines are."""
+
+    name: str
+    params: dict[str, Any]
+    spec: dict[str, Any]
+    prov: ProvMap
+    dependencies: tuple[str, ...]
+    label: str  # how messages name the child
+    param_paths: Mapping[str, Path]  # param name -> path of its value in the operation file
+    override: Path | None = None  # a DAG child's ``run`` in the operation file
+
+
+def _cleared_at(doc: Document, override: Path | None, path: Path) -> Path | None:
+    """The path in the operation file where a DAG child's ``run`` sets ``path`` (or a
+    section above it) to null."""
+    if override is None or path[:1] != ("run",):
+        return None
+    value: Any = doc.data
+    for part in override:
+        value = value[part]
+    for i, part in enumerate(path[1:]):
+        if not isinstance(value, dict) or part not in value:
+            return None
+        value = value[part]
+        if value is None:
+            return (*override, *path[1 : i + 2])
+    return None
+
+
+def validate_child(
+    doc: Document,
+    layer: _Layer,
+    final: Mapping[str, Any],
+    used: Mapping[Path, str],
+    fallback: Location,
+    errors: Errors,
+) -> bool:
+    """A child checked as if it were written by hand (step 4 again, after expansion):
+    problems point at the line that made the child invalid, a parameter's value or the
+    DAG child's ``null``."""
+    child_loc = doc.loc(layer.override[:-1]) if layer.override else fallback
+
+    def locate(path: Path, key: bool = False) -> Location:
+        for sub in (path, *(path[:n] for n in range(len(path) - 1, 0, -1))):
+            if sub in used:
+                return doc.loc(layer.param_paths[used[sub]])
+        return at(layer.prov, path, child_loc)
+
+    def unset(path: Path) -> tuple[Location, str]:
+        cleared = _cleared_at(doc, layer.override, path)
+        if cleared is not None:
+            field = dotted(cleared[len(layer.override or ()) - 1 :])
+            what = "a field" if field == dotted(path) else f"{dotted(path)}, a field"
+            return doc.loc(
+                cleared
+            ), f"{layer.label}: {field}: null clears {what} every operation needs"
+        return child_loc, f"{layer.label}: {dotted(path)} is not set"
+
+    return validate_spec(final, locate, errors, prefix=f"{layer.label}: ", unset=unset)
+
+
 def expand(
     repo: RepoIndex,
     ctx: Context,
@@ -150,12 +221,13 @@ def expand(
     fallback: Location,
     errors: Errors,
 ) -> list[Child]:
-    """The children of the workflow ``name``, each resolved, with its policy violations.
-    Problems go to ``errors``; a child name that is too long is then the only one."""
+    """The children of the workflow ``name``, each validated as if written by hand, then
+    resolved, with its policy violations. Problems go to ``errors``; a child name that is
+    too long is then the only one."""
     parent_id = f"{ctx.project}/{name}"
     base = {k: v for k, v in spec.items() if k not in ("matrix", "dag")}
     base_prov = {k: v for k, v in prov.items() if k[0] not in ("matrix", "dag")}
-    layers: list[tuple[str, dict[str, Any], dict[str, Any], ProvMap, tuple[str, ...]]] = []
+    layers: list[_Layer] = []
     if "matrix" in spec:
         matrix = spec["matrix"]
         kind, concurrency = "matrix", matrix.get("concurrency")
@@ -167,9 +239,23 @@ def expand(
                 f"the matrix expands to {count} operations; the limit is {MAX_WORKFLOW_CHILDREN}",
             )
             return []
-        for i, combo in enumerate(itertools.product(*matrix["params"].values())):
+        ranges = [range(len(v)) for v in matrix["params"].values()]
+        for i, combo in enumerate(itertools.product(*ranges)):
+            values = {n: matrix["params"][n][j] for n, j in zip(names, combo, strict=True)}
+            paths: dict[str, Path] = {
+                n: ("matrix", "params", n, j) for n, j in zip(names, combo, strict=True)
+            }
+            shown = ", ".join(f"{n}={short(v)}" for n, v in values.items())
             layers.append(
-                (f"{name}-{i}", dict(zip(names, combo, strict=True)), base, base_prov, ())
+                _Layer(
+                    f"{name}-{i}",
+                    values,
+                    base,
+                    base_prov,
+                    (),
+                    f"matrix child {name}-{i} ({shown})",
+                    paths,
+                )
             )
     else:
         dag = spec["dag"]
@@ -178,7 +264,9 @@ def expand(
             return []
         for i, child in enumerate(dag["operations"]):
             child_spec, child_prov = base, base_prov
+            override: Path | None = None
             if child.get("run") is not None:
+                override = ("dag", "operations", i, "run")
                 child_spec, child_prov = apply_patch(
                     base,
                     base_prov,
@@ -189,48 +277,57 @@ def expand(
                     f"dag operation {child['name']}",
                 )
             deps = tuple(f"{ctx.project}/{name}-{d}" for d in child.get("dependencies") or [])
+            child_params = dict(child.get("params") or {})
             layers.append(
-                (
+                _Layer(
                     f"{name}-{child['name']}",
-                    dict(child.get("params") or {}),
+                    child_params,
                     child_spec,
                     child_prov,
                     deps,
+                    f"dag operation {child['name']!r}",
+                    {n: ("dag", "operations", i, "params", n) for n in child_params},
+                    override,
                 )
             )
-    over = _over_budget([(spec_["run"], params_) for _, params_, spec_, _, _ in layers])
+    over = _over_budget([(layer.spec["run"], layer.params) for layer in layers])
     if over is not None:
         errors.add(
-            at(layers[over[0]][3], over[1], fallback),
+            at(layers[over[0]].prov, over[1], fallback),
             "parameter substitution expands the workflow's children to more than "
             f"{MAX_SUBSTITUTED_CHARS} characters of text",
         )
         return []
     children = Errors()  # what the children report, dropped for a child name too long
     out: list[Child] = []
-    for index, (child_name, params, child_spec, child_prov, deps) in enumerate(layers):
-        if len(child_name) > 63:
+    for index, layer in enumerate(layers):
+        if len(layer.name) > 63:
             errors.add(
                 doc.loc(("name",)),
-                f"child name {child_name!r} is longer than 63 characters; shorten {name!r}",
+                f"child name {layer.name!r} is longer than 63 characters; shorten {name!r}",
             )
             return []
-        run = substitute(child_spec["run"], params, ("run",), child_prov, fallback, children)
-        final = {**child_spec, "name": child_name, "run": run}
-        resolved = resolve(repo, ctx, final, child_prov, fallback, children)
+        used: dict[Path, str] = {}
+        run = substitute(
+            layer.spec["run"], layer.params, ("run",), layer.prov, fallback, children, used
+        )
+        final = {**layer.spec, "name": layer.name, "run": run}
+        if not validate_child(doc, layer, final, used, fallback, children):
+            continue
+        resolved = resolve(repo, ctx, final, layer.prov, fallback, children)
         if resolved is None:
             continue
         ref = WorkflowRef(parent=parent_id, kind=kind, index=index, concurrency=concurrency)
         compiled = build(
             ctx,
             repo,
-            child_name,
+            layer.name,
             final,
-            child_prov,
+            layer.prov,
             resolved,
             workflow=ref,
-            dependencies=deps,
-            params=params,
+            dependencies=layer.dependencies,
+            params=layer.params,
         )
         out.append((compiled, resolved.violations))
     errors.extend(children)
