@@ -29,6 +29,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import git as gitpython
 from reconciler_env import commit_all, git
 from zygote import Zygote
 
@@ -224,10 +225,16 @@ class FaultLoop:
     def status(self) -> dict[str, str] | None:
         """Phase per operation on the status branch; None before the first status write."""
         try:
-            snapshot = snapshot_git(self.repo, STATUS_BRANCH)
+            tree = gitpython.Repo(self.repo).commit(STATUS_BRANCH).tree
         except Exception:  # no branch yet
             return None
-        view = read_status({p: f.content for p, f in snapshot.files.items()})
+        # every blob of the branch (snapshot_git reads only what the config loader needs)
+        files = {
+            str(item.path): item.data_stream.read()
+            for item in tree.traverse()
+            if isinstance(item, gitpython.Blob)
+        }
+        view = read_status(files)
         return {op: rec.phase for op, rec in view.operations.items()}
 
     def check(self) -> list[str]:
