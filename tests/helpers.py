@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import re
 import socket
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TypeVar
@@ -166,3 +168,28 @@ def peak_rss_kib(pid: int) -> int:
         if line.startswith("VmHWM:"):
             return int(line.split()[1])
     raise AssertionError(f"no VmHWM for process {pid}")
+
+
+def http_get(url: str, timeout: float = 30) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        return str(resp.read().decode())
+
+
+def served_url(log: Path, timeout: float = 90) -> str:
+    """The address a ``serve`` or ``run --http`` process logged, once its API describes a
+    cycle."""
+    found: list[str] = []
+
+    def ready() -> bool:
+        match = re.search(r" on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if match is None:
+            return False
+        try:
+            http_get(match[1] + "/api/v1/fleet")
+        except OSError:  # urllib's URLError included
+            return False
+        found.append(match[1])
+        return True
+
+    wait_until(ready, timeout=timeout, what="the server's first cycle")
+    return found[0]

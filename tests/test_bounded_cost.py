@@ -16,7 +16,6 @@ import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 import zlib
 from pathlib import Path
 
@@ -25,10 +24,11 @@ from conftest import ROOT, TEMPLATE
 from helpers import (
     BUDGET_KIB,
     Measured,
+    http_get,
     peak_rss_kib,
     refused_port,
     run_measured,
-    wait_until,
+    served_url,
     write_kubeconfig,
 )
 from hostile import STATUS, alias_text_bomb, matrix_bomb
@@ -239,10 +239,10 @@ def test_serve_page_views_with_a_420_kb_queue_file_and_a_hostile_status_branch(
             stderr=log.open("w"),
         )  # fmt: skip
         try:
-            url = _served(log)
+            url = served_url(log)
             viewed = time.monotonic()
             for page in ("/queues/team-a", "/queues/team-a?partial=main", "/api/v1/queues/team-a"):
-                body = _get(url + page)
+                body = http_get(url + page)
             settings = {s["key"]: s for s in json.loads(body)["settings"]}
             assert settings["priority"]["line"] > 0 and settings["priority"]["commit"]
             views = time.monotonic() - viewed
@@ -255,57 +255,3 @@ def test_serve_page_views_with_a_420_kb_queue_file_and_a_hostile_status_branch(
     print(f"serve: peak {peak / 1024:.0f} MiB, three page views {views:.2f} s")
     assert peak < BUDGET_KIB, f"peak {peak // 1024} MiB\n{text[-2000:]}"
     assert views < 30, f"three page views took {views:.1f} s (started {viewed - start:.1f} s)"
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=30) as resp:
-        return str(resp.read().decode())
-
-
-def _served(log: Path) -> str:
-    found: list[str] = []
-
-    def ready() -> bool:
-        match = re.search(r" on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if match is None:
-            return False
-        try:
-            _get(match[1] + "/api/v1/fleet")
-        except OSError:
-            return False
-        found.append(match[1])
-        return True
-
-    wait_until(ready, timeout=90, what="serve's first cycle")
-    return found[0]
-
-
-@pytest.mark.parametrize("path", ["/dev/zero", "/dev/stdin", "/"])
-def test_a_cluster_kubeconfig_path_is_a_regular_file_of_at_most_1_mib(path: str) -> None:
-    """A Cluster file names a kubeconfig on the reconciler's host: it must not make the
-    reconciler read a device, a FIFO or a directory (the Kubernetes loader reads it whole)."""
-    from reconciler.adapters.kube import KubeError, connect_cluster
-
-    with pytest.raises(KubeError, match="is not a regular file"):
-        connect_cluster({"path": path}, None)
-
-
-def test_a_page_view_reads_at_most_256_kib_of_a_log() -> None:
-    """The last 100 lines of a pod's log can be one line of gigabytes: the web page asks the
-    API server for at most ``MAX_LOG_BYTES`` (``limitBytes``)."""
-    from kubernetes import client
-
-    from reconciler.adapters.kube import Kube
-    from reconciler.runtime.web import MAX_LOG_BYTES
-
-    asked: dict[str, object] = {}
-
-    class Core:
-        def read_namespaced_pod_log(self, pod: str, namespace: str, **kwargs: object) -> object:
-            asked.update(kwargs)
-            return type("Resp", (), {"data": b"x" * 10, "release_conn": lambda self: None})()
-
-    kube = Kube(client.ApiClient())
-    kube.core = Core()  # type: ignore[assignment]
-    assert kube.read_logs("ns", "pod", tail_lines=100, limit_bytes=MAX_LOG_BYTES) == "x" * 10
-    assert asked["limit_bytes"] == MAX_LOG_BYTES == 256 << 10 and asked["tail_lines"] == 100

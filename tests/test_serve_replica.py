@@ -5,15 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
-import urllib.error
-import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
-from helpers import refused_port, wait_until, write_kubeconfig
+from helpers import http_get, refused_port, served_url, write_kubeconfig
 from test_git_adapter import git
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
@@ -71,10 +68,10 @@ def test_a_replica_with_its_cluster_down_shows_the_last_recorded_phases(
             stderr=log.open("w"),
         )
         try:
-            url = _first_cycle(log)
-            view = json.loads(_get(url + "/api/v1/queues"))
-            operation = json.loads(_get(url + "/api/v1/operations/language/pretrain"))
-            page = _get(url + "/")
+            url = served_url(log)
+            view = json.loads(http_get(url + "/api/v1/queues"))
+            operation = json.loads(http_get(url + "/api/v1/operations/language/pretrain"))
+            page = http_get(url + "/")
         finally:
             proc.terminate()
             proc.wait(timeout=10)
@@ -86,27 +83,3 @@ def test_a_replica_with_its_cluster_down_shows_the_last_recorded_phases(
     assert "unreachable: local" in page
     # read, never written
     assert git(remote, "rev-list", "--count", "refs/heads/reconciler/status") == commits
-
-
-def _get(url: str) -> str:
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return str(resp.read().decode())
-
-
-def _first_cycle(log: Path) -> str:
-    """The server's address, once its pages describe a cycle."""
-    found: list[str] = []
-
-    def ready() -> bool:
-        match = re.search(r" on (http://127\.0\.0\.1:\d+)", log.read_text())
-        if match is None:
-            return False
-        try:
-            _get(match[1] + "/api/v1/fleet")
-        except (urllib.error.URLError, OSError):
-            return False
-        found.append(match[1])
-        return True
-
-    wait_until(ready, timeout=60, what="serve's first cycle")
-    return found[0]
