@@ -129,3 +129,28 @@ def template_remote(tmp_path: Path) -> Path:
     bare = tmp_path / "remote.git"
     git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
     return bare
+
+
+# --- the end of the test process ----------------------------------------------------------
+
+_EXIT_STATUS: list[int] = []
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    _EXIT_STATUS.append(int(exitstatus))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Leave without the interpreter's finalization when daemon threads are still alive:
+    in-process clients of the session's dev cluster (watch threads, cycles left in a read)
+    outlive it, and finalizing around them can abort the process (SIGABRT) after every test
+    passed. The product's long-running commands leave the same way (``exit_process``)."""
+    import sys
+    import threading
+
+    alive = [t for t in threading.enumerate() if t.daemon and t.is_alive()]
+    if _EXIT_STATUS and alive:
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()
+        os._exit(_EXIT_STATUS[-1])
