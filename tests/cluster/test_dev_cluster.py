@@ -112,6 +112,11 @@ def test_simulated_failure_fails_the_job(kube_cluster: KubeCluster, namespace: s
     assert batch.read_namespaced_job("broken", namespace).status.failed == 1
 
 
+def _pod_condition(core: client.CoreV1Api, namespace: str, name: str, kind: str) -> Any:
+    pod = core.read_namespaced_pod(name, namespace)
+    return {c.type: c for c in pod.status.conditions or []}.get(kind)
+
+
 def test_pod_asking_for_five_gpus_stays_pending(kube_cluster: KubeCluster, namespace: str) -> None:
     core = client.CoreV1Api(kube_cluster.api_client())
     core.create_namespaced_pod(namespace, _pod("too-big", gpus=5))
@@ -124,10 +129,15 @@ def test_pod_asking_for_five_gpus_stays_pending(kube_cluster: KubeCluster, names
     assert events[0].source.component == "default-scheduler" or (
         events[0].reporting_component == "default-scheduler"
     )
+    # the scheduler records the event and the pod's condition in two writes: wait for both
+    scheduled = wait_until(
+        lambda: _pod_condition(core, namespace, "too-big", "PodScheduled"),
+        timeout=30,
+        what="the PodScheduled condition",
+    )
     pod = core.read_namespaced_pod("too-big", namespace)
     assert pod.status.phase == "Pending"
     assert pod.spec.node_name is None
-    scheduled = {c.type: c for c in pod.status.conditions or []}["PodScheduled"]
     assert (scheduled.status, scheduled.reason) == ("False", "Unschedulable")
 
 
