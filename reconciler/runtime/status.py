@@ -20,8 +20,6 @@ from reconciler.runtime.cycle import CycleResult
 
 log = logging.getLogger("reconciler.status")
 
-_RECORDED = {p.value for p in Phase} - {Phase.QUEUED.value}
-
 
 class StatusPublisher:
     def __init__(self, branch: StatusBranch) -> None:
@@ -41,7 +39,9 @@ class StatusPublisher:
         out: dict[str, WorkloadState] = {}
         view = read_status(self._current())
         for op_id, rec in view.operations.items():
-            if rec.phase not in _RECORDED or not (rec.workload and rec.cluster and rec.namespace):
+            if not isinstance(rec.phase, Phase) or rec.phase is Phase.QUEUED:
+                continue  # no workload was ever created for it
+            if not (rec.workload and rec.cluster and rec.namespace):
                 continue
             out[op_id] = WorkloadState(
                 operation=op_id,
@@ -50,7 +50,7 @@ class StatusPublisher:
                 namespace=rec.namespace,
                 name=rec.workload,
                 uid="",
-                phase=Phase(rec.phase),
+                phase=rec.phase,
                 message=rec.message,
                 queue=rec.queue,
                 spec_hash=rec.spec_hash,
@@ -79,7 +79,8 @@ class StatusPublisher:
                     for op, error in result.failed.items()
                 },
                 clusters=tuple(
-                    ClusterStatus(h.name, h.reachable, h.error) for h in result.clusters
+                    ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
+                    for h in result.clusters
                 ),
             )
             changes = status_changes(before, files)

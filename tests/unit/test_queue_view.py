@@ -207,7 +207,9 @@ def test_recorded_history_keeps_one_event_per_change() -> None:
     from reconciler.core.status import OperationStatus
 
     def rec(phase: str, reason: str | None, position: int | None = None) -> OperationStatus:
-        return OperationStatus("p/a", phase, reason, position=position, generation=1)
+        return OperationStatus(
+            operation="p/a", phase=phase, reason=reason, position=position, generation=1
+        )
 
     versions = [
         ("a" * 40, NOW, rec("Queued", "QuotaExceeded", 2)),
