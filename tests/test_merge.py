@@ -7,16 +7,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.merge import (
-    ISNULL,
-    POST_MERGE,
-    PRE_MERGE,
-    REPLACE,
-    apply_patch,
-    merge_leaf,
-    start,
-)
-from reconciler.core.types import Provenance
+from reconciler.core.merge import apply_patch, merge_leaf, start
+from reconciler.core.types import MergeStrategy, Provenance
+
+REPLACE, ISNULL = MergeStrategy.REPLACE, MergeStrategy.ISNULL
+POST_MERGE, PRE_MERGE = MergeStrategy.POST_MERGE, MergeStrategy.PRE_MERGE
 
 CUR_MAP = {"a": "1", "b": {"x": "cur", "y": "cur"}}
 NEW_MAP = {"b": {"x": "new", "z": "new"}, "c": "3"}
@@ -24,7 +19,7 @@ CUR_LIST = ["a", "b"]
 NEW_LIST = ["b", "c"]
 
 # (strategy, cur, new, expected); cur None = unset.
-CASES: list[tuple[str, Any, Any, Any]] = [
+CASES: list[tuple[MergeStrategy, Any, Any, Any]] = [
     # maps
     (REPLACE, CUR_MAP, NEW_MAP, NEW_MAP),
     (ISNULL, CUR_MAP, NEW_MAP, CUR_MAP),
@@ -49,13 +44,13 @@ CASES: list[tuple[str, Any, Any, Any]] = [
 
 
 @pytest.mark.parametrize(("strategy", "cur", "new", "expected"), CASES)
-def test_leaf_rules(strategy: str, cur: Any, new: Any, expected: Any) -> None:
+def test_leaf_rules(strategy: MergeStrategy, cur: Any, new: Any, expected: Any) -> None:
     assert merge_leaf(strategy, cur, new) == expected
 
 
 @pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
 @pytest.mark.parametrize("new", [NEW_MAP, NEW_LIST, "new"])
-def test_unset_takes_new(strategy: str, new: Any) -> None:
+def test_unset_takes_new(strategy: MergeStrategy, new: Any) -> None:
     assert merge_leaf(strategy, None, new) == new
 
 
@@ -65,14 +60,14 @@ def test_unset_takes_new(strategy: str, new: Any) -> None:
 )
 @pytest.mark.parametrize("cur", [CUR_MAP, CUR_LIST, "cur"])
 def test_null_clears_only_under_replace_and_post_merge(
-    strategy: str, cleared: bool, cur: Any
+    strategy: MergeStrategy, cleared: bool, cur: Any
 ) -> None:
     assert merge_leaf(strategy, cur, None) == (None if cleared else cur)
 
 
 @pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
 @pytest.mark.parametrize(("cur", "new"), [(CUR_MAP, NEW_MAP), (CUR_LIST, NEW_LIST)])
-def test_inputs_never_mutated_or_aliased(strategy: str, cur: Any, new: Any) -> None:
+def test_inputs_never_mutated_or_aliased(strategy: MergeStrategy, cur: Any, new: Any) -> None:
     cur_copy, new_copy = copy.deepcopy(cur), copy.deepcopy(new)
     out = merge_leaf(strategy, cur, new)
     assert cur == cur_copy and new == new_copy
@@ -168,4 +163,8 @@ def test_map_provenance_per_key() -> None:
 
 def test_unknown_strategy_is_refused() -> None:
     with pytest.raises(ValueError):
-        apply_patch({}, {}, {"queue": "x"}, "merge", _loc(1), "p.yaml", "p")
+        apply_patch({}, {}, {"queue": "x"}, "merge", _loc(1), "p.yaml", "p")  # type: ignore[arg-type]
+
+
+def test_strategies_are_the_documented_values() -> None:
+    assert [s.value for s in MergeStrategy] == ["replace", "isnull", "post_merge", "pre_merge"]

@@ -7,6 +7,7 @@ the compiler works on the plain data so that provenance can follow every leaf.
 
 from __future__ import annotations
 
+import enum
 import re
 import types
 import typing
@@ -17,6 +18,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetPydanticSchema,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -25,9 +27,11 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
 
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.quantity import short_repr as _show
+from reconciler.core.types import MergeStrategy
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -39,7 +43,6 @@ _QUANTITY_PATTERN = r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[e
 _DURATION = re.compile(r"^(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 KIND_NAMES = ("job", "notebook", "sandbox", "batch")
-STRATEGIES = ("replace", "isnull", "post_merge", "pre_merge")
 
 
 def _dns_label(value: str) -> str:
@@ -173,7 +176,21 @@ Duration = Annotated[
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool
 NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 Kind = Literal["job", "notebook", "sandbox", "batch"]
-Strategy = Literal["replace", "isnull", "post_merge", "pre_merge"]
+
+
+def _values_of(enum_type: type[enum.StrEnum]) -> GetPydanticSchema:
+    """An enum field validated as the ``Literal`` of its values: strict like every other
+    field (only those strings), with the same errors and the same inline JSON schema, but
+    holding the member."""
+    values: Any = Literal.__getitem__(tuple(m.value for m in enum_type))
+    return GetPydanticSchema(
+        lambda _source, handler: core_schema.no_info_after_validator_function(
+            enum_type, handler(values)
+        )
+    )
+
+
+PatchStrategy = Annotated[MergeStrategy, _values_of(MergeStrategy)]
 
 
 class Strict(BaseModel):
@@ -304,7 +321,7 @@ class PresetFile(Strict):
     kind: Literal["Preset"]
     name: Name | None = None
     description: StrictStr | None = None
-    patch_strategy: Strategy = "post_merge"
+    patch_strategy: PatchStrategy = MergeStrategy.POST_MERGE
     namespace: StrictStr | None = Field(
         default=None, description="Not allowed: the namespace is always the project's."
     )
