@@ -16,11 +16,11 @@ from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
-from typing import Annotated, Any, Self, TypeVar
+from functools import cache, lru_cache
+from typing import Annotated, Any, Self
 
 import yaml
-from pydantic import BeforeValidator, Field, ValidationError
+from pydantic import Field
 
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, Plan, QueueSummary
@@ -35,8 +35,6 @@ from reconciler.core.types import (
     RejectedOperation,
 )
 from reconciler.core.wire import JsonObject, OmitEmpty, WireModel
-
-T = TypeVar("T")
 
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
@@ -91,18 +89,12 @@ def logs_command(operation: str) -> str:
 # is dropped. What cannot be a record is a ``not a status file`` problem.
 
 
-def _reading(convert: Callable[[Any], T]) -> BeforeValidator:
-    """``convert`` reads a field's value as found in a file (the field's type then holds).
-    Its errors become validation errors, so that the first bad field in field order is
-    the one reported, as when the fields were read one after the other."""
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """How ``from_dict`` reads a field's value as a file holds it. Pydantic ignores this
+    marker: a record built in code is validated by its field types alone."""
 
-    def read(value: Any) -> T:
-        try:
-            return convert(value)
-        except (TypeError, AttributeError) as err:
-            raise ValueError(str(err)) from err
-
-    return BeforeValidator(read)
+    convert: Callable[[Any], Any]
 
 
 def _text_or_none(value: Any) -> str | None:
@@ -148,17 +140,19 @@ def _phase(value: Any) -> RecordPhase:
 
 
 # How a field is read; ``OmitEmpty`` ones are left out of the file when empty.
-Text = Annotated[str, _reading(str)]
-OptText = Annotated[str | None, _reading(_text_or_none)]
-EmptyText = OmitEmpty[Annotated[str, _reading(_text_or_empty)]]  # "" when missing or null
-Texts = OmitEmpty[Annotated[tuple[str, ...], _reading(_texts)]]
-TextMap = Annotated[Mapping[str, str], _reading(_text_map)]
-Number = Annotated[int, _reading(int)]
-OptNumber = Annotated[int | None, _reading(_int_or_none)]
-Flag = Annotated[bool, _reading(bool)]
+Text = Annotated[str, _Read(str)]
+OptText = Annotated[str | None, _Read(_text_or_none)]
+EmptyText = OmitEmpty[Annotated[str, _Read(_text_or_empty)]]  # "" when missing or null
+Texts = OmitEmpty[Annotated[tuple[str, ...], _Read(_texts)]]
+TextMap = Annotated[Mapping[str, str], _Read(_text_map)]
+Number = Annotated[int, _Read(int)]
+OptNumber = Annotated[int | None, _Read(_int_or_none)]
+Flag = Annotated[bool, _Read(bool)]
 # An operation's optional number or mapping: dropped, not refused, when mistyped.
-LooseNumber = Annotated[int | None, _reading(_number_or_none)]
-LooseObject = Annotated[JsonObject | None, _reading(_mapping_or_none)]
+LooseNumber = Annotated[int | None, _Read(_number_or_none)]
+LooseObject = Annotated[JsonObject | None, _Read(_mapping_or_none)]
+PhaseText = Annotated[RecordPhase, _Read(_phase)]
+SyncText = Annotated[str, _Read(_sync)]
 
 
 class StatusRecord(WireModel):
@@ -171,25 +165,39 @@ class StatusRecord(WireModel):
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Self:
-        """A record from a file: only the camelCase keys count (a snake_case key is an
-        unknown one). Raises ``ValueError``: ``str()`` says which key and why."""
-        try:
-            return cls.model_validate(data, by_alias=True, by_name=False)
-        except ValidationError as err:
-            raise ValueError(_first_problem(err)) from None
+        """A record from a file, read field by field in field order; only the camelCase
+        keys count (a snake_case key is an unknown one). Raises ``ValueError`` naming the
+        first bad field: ``'operation'`` when a required key is missing, else the
+        reading's own message."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping, not {type(data).__name__}")
+        values: dict[str, Any] = {}
+        for key, required, read in _fields(cls):
+            if key not in data:
+                if required:
+                    raise ValueError(repr(key))
+                continue
+            try:
+                values[key] = data[key] if read is None else read(data[key])
+            except (TypeError, AttributeError, ValueError) as err:
+                raise ValueError(str(err)) from None
+        return cls.model_validate(values, by_alias=True, by_name=False)
 
 
-def _first_problem(err: ValidationError) -> str:
-    """The first bad field, in the words the reader always used: ``'operation'`` for a
-    missing key, else the conversion's own message."""
-    first = err.errors(include_url=False)[0]
-    where = ".".join(str(p) for p in first["loc"])
-    if first["type"] == "missing":
-        return repr(where)
-    cause = (first.get("ctx") or {}).get("error")
-    if cause is not None:
-        return str(cause)
-    return f"{where}: {first['msg']}" if where else str(first["msg"])
+@cache
+def _fields(
+    record: type[StatusRecord],
+) -> tuple[tuple[str, bool, Callable[[Any], Any] | None], ...]:
+    """Per field of ``record``, in order: its key in a file, whether it is required, and
+    how it is read."""
+    return tuple(
+        (
+            info.alias or name,
+            info.is_required(),
+            next((m.convert for m in info.metadata if isinstance(m, _Read)), None),
+        )
+        for name, info in record.model_fields.items()
+    )
 
 
 class OperationStatus(StatusRecord):
@@ -198,7 +206,7 @@ class OperationStatus(StatusRecord):
     children's."""
 
     operation: Text
-    phase: Annotated[RecordPhase, _reading(_phase)]
+    phase: PhaseText
     reason: OptText = None
     message: EmptyText = ""
     kind: OptText = None
@@ -216,7 +224,7 @@ class OperationStatus(StatusRecord):
     outputs: LooseObject = None
     spec_hash: OptText = None
     workload_spec_hash: OptText = None  # only when it differs from ``spec_hash``
-    sync: Annotated[str, _reading(_sync)] = Sync.SYNCED.value
+    sync: SyncText = Sync.SYNCED.value
     blocked_by: LooseObject = None
     workflow: LooseObject = None  # a child: {parent, kind, index}
     children: Texts = ()  # a workflow parent: its children's ids
