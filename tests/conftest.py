@@ -112,3 +112,20 @@ def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
     from reconciler_env import make_config_repo
 
     return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
+
+
+@pytest.fixture
+def template_remote(tmp_path: Path) -> Path:
+    """The example config repo, one commit on main, in a bare remote."""
+    import shutil
+
+    from test_git_adapter import git
+
+    work = tmp_path / "work"
+    shutil.copytree(TEMPLATE, work)
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "template")
+    bare = tmp_path / "remote.git"
+    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
+    return bare

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import TypeVar
 
 T = TypeVar("T")
@@ -19,3 +23,146 @@ def wait_until(check: Callable[[], T], *, timeout: float, what: str, interval: f
         time.sleep(interval)
         last = check()
     return last
+
+
+class Blackhole:
+    """A TCP port that accepts every connection and never answers (a silent partition):
+    calls to it hang until the client's timeout. ``accepted`` counts the connections."""
+
+    def __init__(self) -> None:
+        self._server = socket.create_server(("127.0.0.1", 0))
+        self._server.settimeout(0.1)
+        self._held: list[socket.socket] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="blackhole", daemon=True)
+        self.port = int(self._server.getsockname()[1])
+
+    def url(self, scheme: str = "https") -> str:
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    @property
+    def accepted(self) -> int:
+        return len(self._held)
+
+    def _accept(self) -> None:
+        while not self._done.is_set():
+            try:
+                self._held.append(self._server.accept()[0])
+            except TimeoutError:
+                continue
+
+    def __enter__(self) -> Blackhole:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._done.set()
+        self._thread.join()
+        for sock in self._held:
+            sock.close()
+        self._server.close()
+
+
+@contextlib.contextmanager
+def refused_port() -> Iterator[int]:
+    """A port where every connection is refused: bound, never listening (so no other
+    process can take it meanwhile)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        yield int(sock.getsockname()[1])
+
+
+def write_kubeconfig(path: Path, server: str) -> Path:
+    """A kubeconfig for ``server`` with a dummy token, context ``dev``."""
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: c\n  cluster:\n    server: {server}\n"
+        "    insecure-skip-tls-verify: true\n"
+        "users:\n- name: u\n  user:\n    token: t\n"
+        "contexts:\n- name: dev\n  context: {cluster: c, user: u}\ncurrent-context: dev\n"
+    )
+    return path
+
+
+# --- bounded cost: a child process's peak memory and time ------------------------------------
+
+BUDGET_KIB = 256 * 1024  # the budget every hostile input is refused within (issue 13, 5)
+
+
+class Measured:
+    """A finished child process: exit code, output, peak RSS (KiB), CPU and wall seconds."""
+
+    def __init__(
+        self, returncode: int, stdout: str, stderr: str, peak_kib: int, cpu: float, wall: float
+    ) -> None:
+        self.returncode = returncode
+        self.stdout = stdout
+        self.stderr = stderr
+        self.peak_kib = peak_kib
+        self.cpu = cpu
+        self.wall = wall
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def __repr__(self) -> str:
+        return (
+            f"exit {self.returncode}, peak {self.peak_kib // 1024} MiB, cpu {self.cpu:.2f} s, "
+            f"wall {self.wall:.2f} s\n{self.output[-3000:]}"
+        )
+
+
+def run_measured(
+    args: list[str],
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 120,
+) -> Measured:
+    """Run ``python -m MODULE ARGS...`` (``args`` = ``["-m", MODULE, *ARGS]``) to the end;
+    its peak RSS is its own ``VmHWM`` (``peak_rss.py``), its CPU time from ``wait4``. Killed
+    after ``timeout`` seconds (then the peak is unknown: reported as -1)."""
+    import os
+    import subprocess
+    import sys
+    import tempfile
+
+    wrapper = Path(__file__).with_name("peak_rss.py")
+    with (
+        tempfile.TemporaryFile() as out,
+        tempfile.TemporaryFile() as err,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        peak_file = Path(tmp) / "peak"
+        start = time.monotonic()
+        proc = subprocess.Popen(
+            [sys.executable, str(wrapper), str(peak_file), *args],
+            env=env,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=err,
+        )
+        timer = threading.Timer(timeout, proc.kill)
+        timer.start()
+        try:
+            _, status, usage = os.wait4(proc.pid, 0)
+        finally:
+            timer.cancel()
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        wall = time.monotonic() - start
+        out.seek(0)
+        err.seek(0)
+        stdout = out.read().decode("utf-8", "replace")
+        stderr = err.read().decode("utf-8", "replace")
+        peak = int(peak_file.read_text()) if peak_file.exists() else -1
+    return Measured(proc.returncode, stdout, stderr, peak, usage.ru_utime + usage.ru_stime, wall)
+
+
+def peak_rss_kib(pid: int) -> int:
+    """The running process's peak RSS since its ``exec`` (``VmHWM``), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no VmHWM for process {pid}")

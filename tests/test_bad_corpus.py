@@ -20,14 +20,17 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from conftest import TEMPLATE
+from hostile import OBSERVED, STATUS
 
-from reconciler.adapters.git import ConfigRepo
+from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.repo import snapshot_git
 from reconciler.cli import config_cmds
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import MAX_FILE_BYTES, ParseCache
-from reconciler.core.types import RepoSnapshot
+from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.status import OperationStatus, dump_yaml, read_status
+from reconciler.core.types import Phase, RepoSnapshot
 
 BAD = Path(__file__).parent / "data" / "bad"
 CASES = sorted(BAD.glob("*.yaml"))
@@ -144,11 +147,19 @@ LINKS: dict[str, tuple[str, str, str]] = {
     ),
     "just-out": ("queues/evil.yaml", "../../x.yaml", "symlink to '../../x.yaml' leaves the repo"),
     "directory-out": ("presets/evil", "/etc", "symlink to '/etc' leaves the repo"),
-    "root-itself": ("queues/evil.yaml", "..", "symlink to '..' leaves the repo"),
+    "root-itself": (
+        "queues/evil.yaml",
+        "..",
+        "symlink loop: '..' is a directory that contains the link",
+    ),
     "into-git-dir": ("queues/evil.yaml", "../.git/config", "does not exist"),
     "dangling": ("queues/evil.yaml", "nowhere.yaml", "symlink target 'queues/nowhere.yaml'"),
     "loop": ("queues/evil.yaml", "evil.yaml", "symlink loop"),
-    "via-an-escaping-link": ("queues/evil.yaml", "../presets/out/passwd", "does not exist"),
+    "via-an-escaping-link": (
+        "queues/evil.yaml",
+        "../presets/out/passwd",
+        "symlink to '../presets/out/passwd' leaves the repo ('presets/out' links to '/etc')",
+    ),
 }
 
 
@@ -184,3 +195,90 @@ def test_symlink_escape_is_refused_on_disk_and_in_git(name: str, tmp_path: Path)
         assert any(m.startswith(located) and expect in m for m in messages), messages
         escaped = "presets/out:1:1: symlink to '/etc' leaves the repo"
         assert any(m.startswith(escaped) for m in messages), messages
+
+
+# --- the other YAML inputs: --observed files and the status branch ----------------------------
+# Read by the same strict loader as the config, with the same limits (issue 13, section 5).
+
+OBSERVED_CASES = sorted((BAD / "observed").glob("*.yaml"))
+STATUS_CASES = sorted((BAD / "status").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("case", OBSERVED_CASES, ids=[c.stem for c in OBSERVED_CASES])
+def test_bad_observed_file(case: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``plan --observed FILE`` exits 1 with the located error, never a traceback."""
+    data = case.read_bytes()
+    path, expect = _header(data)
+    assert _LOCATED.match(expect), f"{case.name}: expectation must be file:line:col: message"
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / path).write_bytes(data)
+    result = CliRunner().invoke(cli, ["plan", "--repo", str(TEMPLATE), "--observed", path])
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output and "internal error" not in result.output
+    assert expect in result.output, f"expected\n  {expect}\ngot\n{result.output}"
+
+
+@pytest.mark.parametrize("name", sorted(OBSERVED), ids=sorted(OBSERVED))
+def test_hostile_observed_content_is_a_located_error(name: str) -> None:
+    content, expect = OBSERVED[name]
+    with pytest.raises(ObservedFileError) as err:
+        parse_observed(content, "observed.yaml")
+    (error,) = err.value.errors
+    assert error.location.file == "observed.yaml" and error.location.line >= 1
+    assert expect in error.message and len(error.message) < 400
+
+
+@pytest.mark.parametrize("case", STATUS_CASES, ids=[c.stem for c in STATUS_CASES])
+def test_bad_status_file(case: Path) -> None:
+    """An unreadable status file is a located problem; the others are still read."""
+    data = case.read_bytes()
+    path, expect = _header(data)
+    assert _LOCATED.match(expect), f"{case.name}: expectation must be file:line:col: message"
+    good = dump_yaml(OperationStatus(operation="vision/good", phase=Phase.RUNNING).to_dict())
+    view = read_status({path: data, "status/vision/good.yaml": good})
+    assert view.problems == (expect,)
+    assert list(view.operations) == ["vision/good"]
+
+
+@pytest.mark.parametrize("name", sorted(STATUS), ids=sorted(STATUS))
+def test_hostile_status_content_is_a_located_problem(name: str) -> None:
+    content, expect = STATUS[name]
+    (problem,) = read_status({"status/vision/bomb.yaml": content}).problems
+    assert problem.startswith("status/vision/bomb.yaml:") and expect in problem
+
+
+def test_status_and_queues_report_every_bad_status_file(tmp_path: Path) -> None:
+    """``status`` and ``queues`` on a status branch holding every bad status file: each is a
+    warning with its location, the rest of the branch is shown, no traceback."""
+    work = tmp_path / "work"
+    shutil.copytree(TEMPLATE, work)
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "template")
+    files = {
+        "status/vision/good.yaml": dump_yaml(
+            OperationStatus(operation="vision/good", phase=Phase.RUNNING).to_dict()
+        )
+    }
+    expected = []
+    for case in STATUS_CASES:
+        data = case.read_bytes()
+        path, expect = _header(data)
+        where = f"status/vision/{case.stem}.yaml"
+        files[where] = data
+        expected.append(expect.replace(path, where))
+    branch = StatusBranch(ConfigRepo(str(work), cache_dir=tmp_path / "cache"))
+    assert branch.write(files, "hostile status files")
+    for command in (["status"], ["queues"]):
+        result = CliRunner().invoke(
+            cli, [*command, "--repo", str(work), "--cache-dir", str(tmp_path / "cache")]
+        )
+        output = result.output
+        assert "Traceback" not in output and "internal error" not in output, output
+        for expect in expected:
+            assert expect in output, f"{command}: expected\n  {expect}\ngot\n{output}"
+    result = CliRunner().invoke(
+        cli, ["status", "--repo", str(work), "--cache-dir", str(tmp_path / "cache")]
+    )
+    assert "vision/good" in result.output

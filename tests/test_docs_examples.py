@@ -144,3 +144,58 @@ def test_policy_violation_example_is_the_real_message(tmp_path: Path) -> None:
         doc = (ROOT / "docs" / name).read_text(encoding="utf-8")
         # The docs wrap the line once; compare without line breaks.
         assert line in re.sub(r"\n(?=\S)", " ", doc), f"docs/{name} shows another message"
+
+
+# --- "Lists inside maps": a preset keeps exactly one node pin (issue 13, section 7) -------
+
+PINS = {"NVIDIA-A100-SXM4-80GB": "a100", "NVIDIA-H100-80GB-HBM3": "h100"}
+
+
+def _pin_example() -> tuple[str, str]:
+    """The preset and the operation of "Lists inside maps", as written in the doc."""
+    doc = PRESETS_MD.read_text(encoding="utf-8").split("## Lists inside maps", 1)[1]
+    blocks = re.findall(r"```yaml\n(.*?)```", doc, flags=re.S)
+    preset = next(b for b in blocks if b.startswith("# presets/a100.yaml"))
+    operation = next(b for b in blocks if b.startswith("# projects/vision/operations/"))
+    return preset, operation
+
+
+def test_presets_node_pin_example_keeps_exactly_one_pin(tmp_path: Path) -> None:
+    from datetime import UTC, datetime
+
+    from reconciler.core.render import render_operation
+
+    preset, operation = _pin_example()
+    doc = PRESETS_MD.read_text(encoding="utf-8")
+    rows = _table_rows(_section(doc, "The compiled `nodeSelectorTerms` for each strategy"))
+    assert [_unquote(r[0]) for r in rows] == ["replace", "isnull", "post_merge", "pre_merge"]
+    for strategy_cell, terms_cell, pins_cell in rows:
+        strategy = _unquote(strategy_cell)
+        repo = tmp_path / strategy
+        shutil.copytree(TEMPLATE, repo)
+        body = preset.replace("patchStrategy: post_merge", f"patchStrategy: {strategy}")
+        (repo / "presets/a100.yaml").write_text(body, encoding="utf-8")
+        (repo / "projects/vision/operations/pinned.yaml").write_text(operation, "utf-8")
+        compiled = compile_repo(snapshot_worktree(repo))
+        assert compiled.valid, compiled.errors
+        op = next(o for o in compiled.operations if o.id == "vision/pinned")
+        # The Job as it is sent to the cluster: exactly one term, one product.
+        (job, *_) = render_operation(
+            op, {}, config_version="c", dispatched_at=datetime(2026, 1, 1, tzinfo=UTC)
+        ).manifests
+        affinity = job["spec"]["template"]["spec"]["affinity"]
+        terms = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        written = "[" + ", ".join(PINS[t["matchExpressions"][0]["values"][0]] for t in terms) + "]"
+        assert written == _unquote(terms_cell), strategy
+        assert len(terms) == 1 and len(terms[0]["matchExpressions"]) == 1
+        path = (
+            "run.environment.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+            ".nodeSelectorTerms[0]"
+        )
+        step = op.provenance[path].step
+        from_preset = "set by the preset" in pins_cell
+        assert step == (f"preset a100 ({strategy})" if from_preset else "operation"), strategy
+        assert f"{path}[1]" not in op.provenance
+    assert "is `preset a100 (post_merge)`" in doc

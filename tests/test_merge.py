@@ -168,3 +168,147 @@ def test_unknown_strategy_is_refused() -> None:
 
 def test_strategies_are_the_documented_values() -> None:
     assert [s.value for s in MergeStrategy] == ["replace", "isnull", "post_merge", "pre_merge"]
+
+
+# --- lists inside free-form maps are values of their key (issue 13, section 7) ----------
+
+
+def _pin(product: str) -> dict[str, Any]:
+    """``affinity`` that pins a GPU product with a required node selector term."""
+    term = {"matchExpressions": [{"key": "gpu", "operator": "In", "values": [product]}]}
+    return {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}
+        }
+    }
+
+
+def _terms(affinity: dict[str, Any]) -> list[Any]:
+    terms: list[Any] = affinity["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+        "nodeSelectorTerms"
+    ]
+    return terms
+
+
+@pytest.mark.parametrize(
+    ("strategy", "kept"),
+    [(REPLACE, "a100"), (ISNULL, "h100"), (POST_MERGE, "a100"), (PRE_MERGE, "h100")],
+)
+def test_a_node_pin_is_one_value_under_every_strategy(strategy: MergeStrategy, kept: str) -> None:
+    # Kubernetes ORs node selector terms: a union of two pins pins nothing.
+    out = merge_leaf(strategy, _pin("h100"), _pin("a100"))
+    assert out == _pin(kept)
+    assert len(_terms(out)) == 1
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (REPLACE, ["NET_ADMIN"]),
+        (ISNULL, ["SYS_PTRACE"]),
+        (POST_MERGE, ["NET_ADMIN"]),
+        (PRE_MERGE, ["SYS_PTRACE"]),
+    ],
+)
+def test_a_list_in_a_map_is_replaced_or_kept_not_unioned(
+    strategy: MergeStrategy, expected: list[str]
+) -> None:
+    cur = {"runAsUser": 1000, "capabilities": {"add": ["SYS_PTRACE"], "drop": ["ALL"]}}
+    new = {"capabilities": {"add": ["NET_ADMIN"]}, "privileged": False}
+    out = merge_leaf(strategy, cur, new)
+    assert out["capabilities"]["add"] == expected
+    if strategy in (POST_MERGE, PRE_MERGE):  # the maps around the list are still unioned
+        assert out["capabilities"]["drop"] == ["ALL"]
+        assert out["runAsUser"] == 1000 and out["privileged"] is False
+
+
+def test_a_list_in_a_map_that_only_one_side_sets_is_taken_whole() -> None:
+    cur = {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1}]}}
+    out = merge_leaf(POST_MERGE, cur, _pin("a100"))
+    assert out["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"] == [{"weight": 1}]
+    assert len(_terms(out)) == 1
+    out = merge_leaf(PRE_MERGE, _pin("h100"), cur)
+    assert _terms(out)[0]["matchExpressions"][0]["values"] == ["h100"]
+
+
+@pytest.mark.parametrize("strategy", [POST_MERGE, PRE_MERGE])
+def test_top_level_list_leaves_keep_the_list_rule(strategy: MergeStrategy) -> None:
+    spec, prov = start(
+        {"run": {"container": {"args": ["a"]}, "environment": {"tolerations": [{"key": "spot"}]}}},
+        _loc(1),
+        "op.yaml",
+        "operation",
+    )
+    patch = {"run": {"container": {"args": ["b"]}, "environment": {"tolerations": [{"key": "g"}]}}}
+    out, _ = apply_patch(spec, prov, patch, strategy, _loc(2), "p.yaml", "p")
+    both = ["a", "b"] if strategy == POST_MERGE else ["b", "a"]
+    assert out["run"]["container"]["args"] == both
+    assert len(out["run"]["environment"]["tolerations"]) == 2
+
+
+@pytest.mark.parametrize(("strategy", "winner"), [(POST_MERGE, "p.yaml"), (PRE_MERGE, "op.yaml")])
+def test_a_list_in_a_map_has_the_provenance_of_the_layer_it_came_from(
+    strategy: MergeStrategy, winner: str
+) -> None:
+    spec, prov = start(
+        {"run": {"environment": {"affinity": _pin("h100")}}}, _loc(1), "op.yaml", "operation"
+    )
+    patch = {"run": {"environment": {"affinity": _pin("a100")}}}
+    out, p = apply_patch(spec, prov, patch, strategy, _loc(7), "p.yaml", "p")
+    assert len(_terms(out["run"]["environment"]["affinity"])) == 1
+    base = (
+        "run",
+        "environment",
+        "affinity",
+        "nodeAffinity",
+        "requiredDuringSchedulingIgnoredDuringExecution",
+        "nodeSelectorTerms",
+    )
+    under = [k for k in p if k[: len(base)] == base]
+    assert under == [(*base, 0)]  # one item, with no stale index left behind
+    assert p[(*base, 0)].file == winner
+
+
+# --- nulls inside free-form maps -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("strategy", "expected"),
+    [
+        (REPLACE, {"B": "new"}),
+        (ISNULL, {"A": "cur", "C": "cur"}),
+        (POST_MERGE, {"C": "cur", "B": "new"}),
+        (PRE_MERGE, {"A": "cur", "C": "cur", "B": "new"}),
+    ],
+)
+def test_null_in_a_map_deletes_the_key_under_post_merge_and_never_stays(
+    strategy: MergeStrategy, expected: dict[str, str]
+) -> None:
+    out = merge_leaf(strategy, {"A": "cur", "C": "cur"}, {"A": None, "B": "new"})
+    assert out == expected
+
+
+@pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
+def test_a_map_set_on_an_unset_field_has_its_nulls_dropped(strategy: MergeStrategy) -> None:
+    assert merge_leaf(strategy, None, {"A": None, "B": {"x": None, "y": "1"}}) == {"B": {"y": "1"}}
+    spec, prov = start({"run": {"kind": "job"}}, _loc(1), "op.yaml", "operation")
+    patch = {"run": {"container": {"env": {"A": None, "B": "1"}}}}
+    out, p = apply_patch(spec, prov, patch, strategy, _loc(3), "p.yaml", "p")
+    assert out["run"]["container"]["env"] == {"B": "1"}
+    assert ("run", "container", "env", "A") not in p
+
+
+def test_null_in_a_nested_map_deletes_that_key_and_its_provenance() -> None:
+    spec, prov = start(
+        {"run": {"container": {"resources": {"limits": {"cpu": 2, "nvidia.com/gpu": 1}}}}},
+        _loc(1),
+        "op.yaml",
+        "operation",
+    )
+    patch = {"run": {"container": {"resources": {"limits": {"nvidia.com/gpu": None}}}}}
+    limits = ("run", "container", "resources", "limits")
+    out, p = apply_patch(spec, prov, patch, POST_MERGE, _loc(4), "p.yaml", "p")
+    assert out["run"]["container"]["resources"]["limits"] == {"cpu": 2}
+    assert (*limits, "nvidia.com/gpu") not in p and p[(*limits, "cpu")].file == "op.yaml"
+    out, p = apply_patch(spec, prov, patch, PRE_MERGE, _loc(4), "p.yaml", "p")
+    assert out["run"]["container"]["resources"]["limits"] == {"cpu": 2, "nvidia.com/gpu": 1}

@@ -17,6 +17,7 @@ from reconciler.cli.plan_cmd import (
     EXIT_ERROR,
     EXIT_OK,
     LoadError,
+    observed_planner,
     read_observed,
     run_plan,
     run_plan_diff,
@@ -124,13 +125,21 @@ def test_cli_head_needs_base() -> None:
 def test_run_plan_json_contract() -> None:
     w = seed_world()
     w.observe("vision/train-1", Phase.RUNNING)
-    out = run_plan(loader(w.repo()), list(w.observed.values()), NOW, "json")
+    out = run_plan(loader(w.repo()), observed_planner(list(w.observed.values()), NOW), "json")
     assert out.exit_code == EXIT_OK
     data = json.loads(out.stdout)
     assert list(data) == ["dispatch", "pending", "stop", "queues"]
     assert data["dispatch"][0] == {"operation": "etl/job-1", "queue": "batch", "cluster": "local"}
     p = next(p for p in data["pending"] if p["queue"] == "team-a")
-    assert list(p) == ["operation", "queue", "reason", "position", "message", "blockedBy"]
+    assert list(p) == [
+        "operation",
+        "queue",
+        "reason",
+        "position",
+        "message",
+        "blockedBy",
+        "admitWhen",
+    ]
     assert (p["operation"], p["reason"], p["position"]) == ("vision/train-3", "QuotaExceeded", 1)
     assert p["blockedBy"]["releasedBy"] == ["vision/train-1"]
     team_a = next(q for q in data["queues"] if q["name"] == "team-a")
@@ -149,7 +158,7 @@ def test_run_plan_json_contract() -> None:
 
 def test_run_plan_table_and_markdown() -> None:
     w = seed_world()
-    table = run_plan(loader(w.repo()), [], NOW, "table").stdout
+    table = run_plan(loader(w.repo()), observed_planner([], NOW), "table").stdout
     assert table.splitlines()[0].split() == [
         "QUEUE",
         "CLUSTER",
@@ -162,7 +171,7 @@ def test_run_plan_table_and_markdown() -> None:
     ]
     assert "team-a  local    0         0+2/-         nvidia.com/gpu 0+2/2" in table
     assert "3 (QuotaExceeded)" in table
-    md = run_plan(loader(w.repo()), [], NOW, "markdown").stdout
+    md = run_plan(loader(w.repo()), observed_planner([], NOW), "markdown").stdout
     assert md.startswith("## Dispatch plan\n\n9 to dispatch, 7 pending, 0 to stop.")
 
 
@@ -175,27 +184,27 @@ def test_run_plan_errors() -> None:
         (),
         errors=(ConfigError(Location("queues/a.yaml", 3, 5), "priority must be an integer"),),
     )
-    out = run_plan(loader(broken), [], NOW, "table")
+    out = run_plan(loader(broken), observed_planner([], NOW), "table")
     assert out.exit_code == EXIT_ERROR
     assert "queues/a.yaml:3:5: priority must be an integer" in out.stderr
 
     w = World().queue("q")
     w.op("p/a", queue="missing")
-    out = run_plan(loader(w.repo()), [], NOW, "json")
+    out = run_plan(loader(w.repo()), observed_planner([], NOW), "json")
     assert (out.exit_code, out.stdout) == (EXIT_ERROR, "")
     assert "queue 'missing'" in out.stderr
 
     def fails() -> CompiledRepo:
         raise LoadError(["error: cannot read origin/main in .: bad ref"])
 
-    out = run_plan(fails, [], NOW, "table")
+    out = run_plan(fails, observed_planner([], NOW), "table")
     assert out.exit_code == EXIT_ERROR and "bad ref" in out.stderr
 
 
 def test_run_plan_warns_when_the_prune_guard_holds() -> None:
     w = World().queue("q").with_org(prune=True)
     w.observe("p/gone", Phase.RUNNING, queue="q")
-    out = run_plan(loader(w.repo()), list(w.observed.values()), NOW, "json")
+    out = run_plan(loader(w.repo()), observed_planner(list(w.observed.values()), NOW), "json")
     assert json.loads(out.stdout)["stop"] == []
     assert out.stderr.startswith("warning: refusing to prune 1 of 1 active operations")
 
@@ -205,12 +214,14 @@ def test_run_plan_warns_when_the_prune_guard_holds() -> None:
 
 def test_run_plan_diff_exit_codes() -> None:
     base = seed_world().repo("a" * 40)
-    same = run_plan_diff(loader(base), loader(seed_world().repo("b" * 40)), [], NOW, "markdown")
+    same = run_plan_diff(
+        loader(base), loader(seed_world().repo("b" * 40)), observed_planner([], NOW), "markdown"
+    )
     assert same.exit_code == EXIT_OK
     assert "No change" in same.stdout
 
     head = seed_world().set_queue("team-a", quota={"nvidia.com/gpu": Decimal(3)}).repo("b" * 40)
-    changed = run_plan_diff(loader(base), loader(head), [], NOW, "json")
+    changed = run_plan_diff(loader(base), loader(head), observed_planner([], NOW), "json")
     assert changed.exit_code == EXIT_CHANGES
     data = json.loads(changed.stdout)
     assert data["changed"] is True
@@ -220,7 +231,11 @@ def test_run_plan_diff_exit_codes() -> None:
         "b", World().org, {}, {}, (), errors=(ConfigError(Location("x.yaml", 1, 1), "bad"),)
     )
     failed = run_plan_diff(
-        loader(base), loader(broken), [], NOW, "markdown", labels=("base main", "head HEAD")
+        loader(base),
+        loader(broken),
+        observed_planner([], NOW),
+        "markdown",
+        labels=("base main", "head HEAD"),
     )
     assert failed.exit_code == EXIT_ERROR
     assert failed.stderr == "head HEAD does not compile (1 error(s)):\nx.yaml:1:1: bad\n"

@@ -4,7 +4,6 @@ to the status branch of a bare remote, and ``reconciler status`` reads it back."
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -30,15 +29,8 @@ TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
 
 
 @pytest.fixture
-def remote(tmp_path: Path) -> Path:
-    work = tmp_path / "work"
-    shutil.copytree(TEMPLATE, work)
-    git(work, "init", "-q", "-b", "main")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "template")
-    bare = tmp_path / "remote.git"
-    git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
-    return bare
+def remote(template_remote: Path) -> Path:
+    return template_remote
 
 
 def write_cycle(repo: ConfigRepo, status: StatusBranch) -> str | None:
@@ -126,18 +118,18 @@ def test_status_errors_are_one_line_and_exit_1(remote: Path, tmp_path: Path) -> 
 
 
 def test_plan_reads_a_clones_origin_copy_of_the_status_branch(remote: Path, tmp_path: Path) -> None:
-    from reconciler.cli.plan_cmd import observed_on_status_branch
+    from reconciler.cli.plan_cmd import memory_on_status_branch
 
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
     assert write_cycle(repo, StatusBranch(repo)) is not None
     checkout = tmp_path / "pr-checkout"
     git(tmp_path, "clone", "-q", str(remote), str(checkout))  # only origin/reconciler/status
     assert not git(checkout, "branch", "--list", "reconciler/status")
-    seen = observed_on_status_branch(checkout)
-    assert seen and {o.phase for o in seen} == {"Dispatched"}
+    seen = memory_on_status_branch(checkout).seen
+    assert seen and {s.phase for s in seen.values()} == {"Dispatched"}
     # A local branch, once there, wins over origin's copy.
     git(checkout, "branch", "reconciler/status", "origin/reconciler/status~0")
-    assert observed_on_status_branch(checkout) == seen
+    assert memory_on_status_branch(checkout).seen == seen
     # A status branch read from another ref is read-only.
     other = StatusBranch(
         ConfigRepo(str(checkout), cache_dir=tmp_path / "c2"),

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import json
+import stat
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -25,6 +26,14 @@ from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 APPLY_PATCH = "application/apply-patch+yaml"
 CONNECTION_POOL_SIZE = 32
+# Seconds to connect (TCP and TLS handshake) and to wait for each read of a response. The
+# client's default is to wait forever: an apiserver that accepts connections and never
+# answers would hang a cycle, and with it the process's shutdown. Every call without its
+# own timeout gets these (a watch waits its ``timeout_seconds`` plus WATCH_READ_GRACE;
+# a followed log has no read timeout).
+CONNECT_TIMEOUT = 5.0
+READ_TIMEOUT = 30.0
+WATCH_READ_GRACE = 30.0
 
 
 class KubeError(RuntimeError):
@@ -81,7 +90,21 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
         )
     # room for the watches, the pool of creates and the Event senders at once
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
-    return client.ApiClient(configuration)
+    return bounded(client.ApiClient(configuration))
+
+
+def bounded(
+    api: client.ApiClient, timeout: tuple[float, float] = (CONNECT_TIMEOUT, READ_TIMEOUT)
+) -> client.ApiClient:
+    """``api`` with ``timeout`` (connect, read) on every request that sets none itself."""
+    send = api.rest_client.request
+
+    def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
+        kwargs["_request_timeout"] = kwargs.get("_request_timeout") or timeout
+        return send(method, url, *args, **kwargs)
+
+    api.rest_client.request = request  # type: ignore[method-assign]  # one instance's
+    return api
 
 
 _UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
@@ -159,7 +182,7 @@ def connect_cluster(
         if kubeconfig.get("inCluster"):
             return connect(None)
         if "path" in kubeconfig:
-            return connect(Path(str(kubeconfig["path"])).expanduser(), context)
+            return connect(_kubeconfig_file(Path(str(kubeconfig["path"])).expanduser()), context)
         secret = kubeconfig["secret"]
         return _client_from_secret(
             str(secret["name"]),
@@ -169,6 +192,21 @@ def connect_cluster(
         )
     except (ConfigException, OSError, ValueError, KeyError) as exc:
         raise KubeError(f"cannot load kubeconfig: {exc}") from exc
+
+
+MAX_KUBECONFIG_BYTES = 1 << 20
+
+
+def _kubeconfig_file(path: Path) -> Path:
+    """``path``, if it names a regular file of at most 1 MiB: a Cluster file (written by
+    anyone with access to the repo) must not make the reconciler read ``/dev/zero``, a FIFO
+    or a 10 GB file on its host."""
+    info = path.stat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{path} is not a regular file")
+    if info.st_size > MAX_KUBECONFIG_BYTES:
+        raise ValueError(f"{path} is larger than {MAX_KUBECONFIG_BYTES} bytes")
+    return path
 
 
 def _own_namespace() -> str:
@@ -190,7 +228,7 @@ def _client_from_secret(
         raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
     loaded = yaml.safe_load(base64.b64decode(data))
     api: client.ApiClient = config.new_client_from_config_dict(loaded, context=context)
-    return api
+    return bounded(api)
 
 
 class Kube:
@@ -389,15 +427,20 @@ class Kube:
         container: str = MAIN_CONTAINER,
         follow: bool = False,
         tail_lines: int | None = None,
+        limit_bytes: int | None = None,
     ) -> str | Iterator[str]:
-        """A container's log through the ``pods/log`` API: the whole text, or with
-        ``follow`` an iterator of lines (without newlines) until the stream ends."""
+        """A container's log through the ``pods/log`` API: the whole text (at most
+        ``limit_bytes`` of it, when set), or with ``follow`` an iterator of lines (without
+        newlines) until the stream ends."""
         what = f"reading the log of {namespace}/{pod} (container {container})"
         kwargs: dict[str, Any] = {"container": container, "_preload_content": False}
         if tail_lines is not None:
             kwargs["tail_lines"] = tail_lines
+        if limit_bytes is not None:
+            kwargs["limit_bytes"] = limit_bytes
         if follow:
             kwargs["follow"] = True
+            kwargs["_request_timeout"] = (CONNECT_TIMEOUT, None)  # a quiet pod is not a hang
         try:
             resp: Any = self.core.read_namespaced_pod_log(pod, namespace, **kwargs)
         except ApiException as exc:
@@ -456,6 +499,7 @@ class Kube:
                 timeout_seconds=timeout_seconds,
                 watch=True,
                 _preload_content=False,
+                _request_timeout=(CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_GRACE),
             )
         except ApiException as exc:
             raise _error(exc, what) from exc

@@ -1,27 +1,39 @@
 """Build a ``RepoSnapshot`` from a directory or from a committed Git tree.
 
-Symlinks are recorded (``symlink_target``), never followed here: the pure loader decides
-whether they stay inside the repo. Files larger than the loader's limit are still read
-up to limit+1 bytes so the loader reports them.
+Every path is listed, but only the files the loader reads (``load.needed_paths``: config
+files, and what their symlinks lead to) are read; the others (README.md, docs/, images)
+are listed with empty content. Symlinks are recorded (``symlink_target``), never followed
+here: the pure loader decides whether they stay inside the repo. A file larger than the
+loader's limit is read up to limit+1 bytes, never whole, so the loader reports it.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 import git
 
-from reconciler.core.load import MAX_FILE_BYTES
+from reconciler.core.load import MAX_FILE_BYTES, MAX_LINK_TARGET_BYTES, needed_paths
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 _SKIP_DIRS = {".git"}
 
 
+def read_capped(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
+    """At most ``limit + 1`` bytes of ``path`` (one more than allowed tells it is too large):
+    ``/dev/zero`` or a 10 GB file costs no more than a file at the limit."""
+    with path.open("rb") as fh:
+        return fh.read(limit + 1)
+
+
 def snapshot_worktree(root: Path) -> RepoSnapshot:
-    """Every file under ``root`` (except ``.git``), as it is on disk now."""
+    """Every file under ``root`` (except ``.git``), as it is on disk now; only the files
+    the loader reads have their content."""
     root = Path(root)
     files: dict[str, RepoFile] = {}
     for dirpath, dirnames, filenames in os.walk(root, followlinks=False):
@@ -42,10 +54,30 @@ def snapshot_worktree(root: Path) -> RepoSnapshot:
             rel = full.relative_to(root).as_posix()
             if full.is_symlink():
                 files[rel] = RepoFile(rel, b"", symlink_target=os.readlink(full))
-            elif full.is_file():
-                with full.open("rb") as fh:
-                    files[rel] = RepoFile(rel, fh.read(MAX_FILE_BYTES + 1))
+            elif full.is_file():  # never a FIFO or a device: reading one could hang
+                files[rel] = RepoFile(rel, b"")
+    for path in needed_paths(RepoSnapshot(files)):
+        files[path] = RepoFile(path, read_capped(root / path))
     return RepoSnapshot(files=files, version="worktree")
+
+
+def snapshot_checkout(root: Path) -> RepoSnapshot:
+    """The files as saved, as ``run`` would order them: a file committed on ``HEAD`` keeps
+    the time of the commit that first added it (even if edited since); a file not
+    committed yet has none, so it comes after the committed ones. Outside Git, or in a
+    repo with no commit yet, the same as :func:`snapshot_worktree`."""
+    snapshot = snapshot_worktree(root)
+    try:
+        repo = git.Repo(root, search_parent_directories=False)
+        head = repo.head.commit.hexsha
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+        return snapshot
+    times = first_commit_times(repo, head)
+    files = {
+        path: replace(f, first_commit_time=times.get(path)) if path in times else f
+        for path, f in snapshot.files.items()
+    }
+    return replace(snapshot, files=files)
 
 
 def is_git_repo(path: Path) -> bool:
@@ -104,17 +136,62 @@ def _first_commit_times(repo: git.Repo, ref: str, paths: list[str] | None) -> di
     return out
 
 
+def read_blob(repo: git.Repo, binsha: bytes, limit: int = MAX_FILE_BYTES) -> bytes:
+    """A blob's bytes, at most ``limit + 1``. A larger blob is never read whole: its size
+    comes from the object header, and its first bytes from a ``git cat-file`` cut short
+    (GitPython's own stream would drain the rest in one read)."""
+    if repo.odb.info(binsha).size <= limit:
+        return bytes(repo.odb.stream(binsha).read())
+    proc = subprocess.Popen(
+        ["git", "--git-dir", str(repo.git_dir), "cat-file", "blob", binsha.hex()],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        env={**os.environ, "GIT_TERMINAL_PROMPT": "0"},
+    )
+    try:
+        assert proc.stdout is not None
+        return proc.stdout.read(limit + 1)
+    finally:
+        proc.kill()
+        proc.wait()
+
+
 def read_blob_file(
-    repo: git.Repo, path: str, mode: int, binsha: bytes, first_commit_time: datetime | None
+    repo: git.Repo,
+    path: str,
+    mode: int,
+    binsha: bytes,
+    first_commit_time: datetime | None,
+    *,
+    content: bool = True,
 ) -> RepoFile:
     """One committed blob as a ``RepoFile``: symlinks recorded (``symlink_target``), not
-    followed; content read up to the loader's limit + 1 byte so it can report the size."""
-    stream = repo.odb.stream(binsha)
+    followed; content read up to the loader's limit + 1 byte so it can report the size, or
+    not at all without ``content`` (a file the loader does not read)."""
     if mode == git.Blob.link_mode:
-        target = stream.read().decode("utf-8", "surrogateescape")
+        raw = read_blob(repo, binsha, MAX_LINK_TARGET_BYTES)
+        target = raw.decode("utf-8", "surrogateescape")
         return RepoFile(path, b"", symlink_target=target, first_commit_time=first_commit_time)
-    content = stream.read(MAX_FILE_BYTES + 1) if stream.size > MAX_FILE_BYTES else stream.read()
-    return RepoFile(path, content, first_commit_time=first_commit_time)
+    data = read_blob(repo, binsha) if content else b""
+    return RepoFile(path, data, first_commit_time=first_commit_time)
+
+
+def read_needed(
+    repo: git.Repo,
+    files: dict[str, RepoFile],
+    shas: Mapping[str, bytes],
+    have: Iterable[str] = (),
+) -> tuple[set[str], int]:
+    """Read, into ``files``, the content of every file the loader needs that is not in
+    ``have`` (already read): the paths whose content ``files`` now holds, and the number
+    of blobs read."""
+    done = set(have)
+    needed = needed_paths(RepoSnapshot(files))
+    count = 0
+    for path in sorted(needed - done):
+        files[path] = replace(files[path], content=read_blob(repo, shas[path]))
+        count += 1
+    return needed, count
 
 
 def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
@@ -123,9 +200,14 @@ def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
     commit = repo.commit(ref)
     times = first_commit_times(repo, commit.hexsha)
     files: dict[str, RepoFile] = {}
+    shas: dict[str, bytes] = {}
     for item in commit.tree.traverse():
         if not isinstance(item, git.Blob):
             continue
         path = str(item.path)
-        files[path] = read_blob_file(repo, path, item.mode, item.binsha, times.get(path))
+        shas[path] = item.binsha
+        files[path] = read_blob_file(
+            repo, path, item.mode, item.binsha, times.get(path), content=False
+        )
+    read_needed(repo, files, shas)
     return RepoSnapshot(files=files, version=commit.hexsha)

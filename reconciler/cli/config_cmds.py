@@ -1,7 +1,9 @@
 """``reconciler validate``, ``reconciler compile`` and ``reconciler schema``.
 
-Exit codes: 0 valid, 1 invalid (or rejected by policy), 2 usage error. Nothing here
-prints a traceback: unexpected failures are reported as one line and exit 1.
+Exit codes: 0 valid, 1 invalid (or rejected by policy), 2 usage error, 70 internal error.
+A problem in the config never prints a traceback; an unexpected exception is a bug in the
+reconciler, raised as ``InternalError`` and reported (with its traceback) by
+``reconciler.cli.errors``.
 """
 
 from __future__ import annotations
@@ -25,8 +27,11 @@ from reconciler.core.quantity import format_quantity
 from reconciler.core.types import (
     CompiledOperation,
     ConfigError,
+    InternalError,
     RejectedOperation,
     RepoSnapshot,
+    printable_path,
+    printable_text,
 )
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,20 +47,22 @@ _repo_option = click.option(
 
 
 def _guard(fn: F) -> F:
-    """Turn any unexpected exception into one line on stderr and exit 1."""
+    """An unreadable file is one line on stderr and exit 1; any other unexpected exception
+    is a bug, raised as ``InternalError`` (exit 70, see ``reconciler.cli.errors``)."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
-        except (click.exceptions.Exit, click.ClickException, click.Abort):
+        except (click.exceptions.Exit, click.ClickException, click.Abort, InternalError):
             raise
         except OSError as exc:
             click.echo(f"error: {exc.strerror or exc}: {exc.filename or ''}".rstrip(": "), err=True)
             sys.exit(1)
         except Exception as exc:
-            click.echo(f"error: internal error: {exc!r}", err=True)
-            sys.exit(1)
+            command = click.get_current_context(silent=True)
+            what = command.command_path if command else fn.__name__
+            raise InternalError(f"running {what}", exc) from exc
 
     return cast(F, wrapper)
 
@@ -83,8 +90,8 @@ def _rejected_json(rejected: RejectedOperation) -> dict[str, Any]:
 
 
 def _rejected_text(rejected: RejectedOperation) -> str:
-    where = str(rejected.location) if rejected.location else rejected.path
-    return f"{where}: {rejected.reason}: {rejected.operation}: {rejected.message}"
+    where = str(rejected.location) if rejected.location else printable_path(rejected.path)
+    return printable_text(f"{where}: {rejected.reason}: {rejected.operation}: {rejected.message}")
 
 
 # --- validate -----------------------------------------------------------------------------
@@ -103,7 +110,8 @@ def _rejected_text(rejected: RejectedOperation) -> str:
 def validate(repo: Path, output: str) -> None:
     """Validate every file of the config repo and compile every operation.
 
-    Lists every error as file:line:col: message. Exit 0 if valid, 1 if not.
+    Lists every error as file:line:col: message. Exit 0 if valid, 1 if not, 70 on an
+    internal error (a bug in the reconciler, not in the config).
     """
     compiled = compile_repo(_snapshot(repo))
     ok = compiled.valid and not compiled.rejected

@@ -180,7 +180,9 @@ def render_cli_docs(root: click.Command = cli) -> str:
         "",
         "Every command takes `-h`/`--help`. Bad input is reported as `file:line:col: message`",
         "and exits 1; usage errors exit 2 (`plan --base` also exits 3 when the change alters the",
-        "plan). Concepts and file formats: [README.md](README.md).",
+        "plan). A bug in the reconciler itself is not a config error: any command prints",
+        "`internal error: <what> (this is a bug in the reconciler, please report it)` and the",
+        "traceback on stderr, and exits 70. Concepts and file formats: [README.md](README.md).",
         "",
     ]
     for entry in entries[1:]:

@@ -5,9 +5,10 @@ from __future__ import annotations
 import click
 
 from reconciler import __version__
+from reconciler.cli.errors import ReconcilerGroup
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=ReconcilerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="reconciler")
 def cli() -> None:
     """dispatch reconciler: decide which ML work gets dispatched to Kubernetes clusters."""

@@ -2,7 +2,10 @@
 what a change to the config repo would do (for pull requests).
 
 The command is thin: reading files and Git goes through adapters, everything else is the
-pure functions below (``run_plan``, ``run_plan_diff``), which take loaders and the clock.
+pure functions below (``run_plan``, ``run_plan_diff``), which take loaders and a planner.
+The planner is the cycle's own ``decide`` over the clusters (``--live``) or over what the
+status branch last recorded, with the status branch as memory: the plan is the one the
+next ``reconciler run`` cycle makes. Only ``--observed FILE`` plans a given state as is.
 """
 
 from __future__ import annotations
@@ -17,17 +20,18 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import GitSyncError
-from reconciler.adapters.repo import is_git_repo, snapshot_git, snapshot_worktree
+from reconciler.adapters.repo import is_git_repo, read_capped, snapshot_checkout, snapshot_git
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
+from reconciler.core.cycle import Memory, decide, listing_from_memory, memory_from_status
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
-from reconciler.core.status import observed_from_status
-from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot
-from reconciler.runtime.live import observe_live
+from reconciler.core.status import StatusView
+from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot, printable_path
+from reconciler.runtime.live import Connect, connector, decide_live, unreachable_warnings
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -84,12 +88,40 @@ def _warnings(plan: Plan) -> str:
     return f"warning: {plan.prune_refused.message()}\n" if plan.prune_refused else ""
 
 
-def run_plan(
-    load: Callable[[], CompiledRepo],
-    observed: Sequence[ObservedOperation],
-    now: datetime,
-    output: str,
-) -> Outcome:
+# A compiled repo -> its plan, and warnings for stderr. Raises PlanInputError.
+Planner = Callable[[CompiledRepo], tuple[Plan, list[str]]]
+
+
+def observed_planner(observed: Sequence[ObservedOperation], now: datetime) -> Planner:
+    """``--observed FILE``: the given phases, planned as they are."""
+    return lambda repo: (plan_repo(repo, observed, now), [])
+
+
+def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
+    """The next cycle's plan if the clusters are as the status branch last recorded them:
+    its workloads, and the clusters its last cycle could not read. No status branch:
+    nothing dispatched yet."""
+    memory = Memory() if recorded is None else memory_from_status(recorded)
+    down = {c.name: c.error for c in recorded.clusters if not c.reachable} if recorded else {}
+
+    def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
+        listing = listing_from_memory(repo, memory, down)
+        return decide(repo, listing, memory, now).plan, []
+
+    return plan_of
+
+
+def live_planner(memory: Memory, now: datetime, connect: Connect) -> Planner:
+    """``--live``: the next cycle's plan over the clusters as they are now."""
+
+    def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
+        decision = decide_live(repo, memory, now, connect)
+        return decision.plan, unreachable_warnings(decision)
+
+    return plan_of
+
+
+def run_plan(load: Callable[[], CompiledRepo], planner: Planner, output: str) -> Outcome:
     """``reconciler plan``: compile, plan, render."""
     try:
         repo = load()
@@ -99,17 +131,17 @@ def run_plan(
     if errors:
         return Outcome("", "\n".join(errors) + "\n", EXIT_ERROR)
     try:
-        plan = plan_repo(repo, observed, now)
+        plan, notes = planner(repo)
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
-    return Outcome(render_plan(plan, output), _warnings(plan), EXIT_OK)
+    stderr = "".join(f"{n}\n" for n in notes) + _warnings(plan)
+    return Outcome(render_plan(plan, output), stderr, EXIT_OK)
 
 
 def run_plan_diff(
     load_base: Callable[[], CompiledRepo],
     load_head: Callable[[], CompiledRepo],
-    observed: Sequence[ObservedOperation],
-    now: datetime,
+    planner: Planner,
     output: str,
     labels: tuple[str, str] = ("base", "head"),
 ) -> Outcome:
@@ -130,11 +162,12 @@ def run_plan_diff(
         return Outcome("", "\n".join(unique) + "\n", EXIT_ERROR)
     base, head = repos
     try:
-        plans = [plan_repo(r, observed, now) for r in repos]
+        (base_plan, _), (head_plan, notes) = planner(base), planner(head)
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
-    diff = diff_plans((base, plans[0]), (head, plans[1]))
-    return Outcome(render_diff(diff, output), _warnings(plans[1]), diff_exit_code(diff))
+    diff = diff_plans((base, base_plan), (head, head_plan))
+    stderr = "".join(f"{n}\n" for n in notes) + _warnings(head_plan)
+    return Outcome(render_diff(diff, output), stderr, diff_exit_code(diff))
 
 
 # --- wiring ---------------------------------------------------------------------------
@@ -156,7 +189,7 @@ def _snapshot(call: Callable[[], Any], what: str) -> RepoSnapshot:
 
 def _worktree_loader(root: Path) -> Callable[[], CompiledRepo]:
     def load() -> CompiledRepo:
-        return _compile(_snapshot(lambda: snapshot_worktree(root), str(root)))
+        return _compile(_snapshot(lambda: snapshot_checkout(root), str(root)))
 
     return load
 
@@ -172,38 +205,33 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
     if path is None:
         return ()
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise LoadError([f"{path}:0:0: cannot read: {exc}"]) from None
+        content = read_capped(path)  # /dev/zero or a huge file: one byte past the limit
+    except OSError as exc:
+        where = printable_path(str(path))
+        raise LoadError([f"{where}:0:0: cannot read: {exc.strerror or exc}"]) from None
     try:
-        return parse_observed(text, str(path))
+        return parse_observed(content, str(path))
     except ObservedFileError as exc:
         raise LoadError([str(e) for e in exc.errors]) from None
 
 
-def observed_on_status_branch(repo_dir: Path) -> tuple[ObservedOperation, ...]:
-    """The phases the reconciler last wrote to the status branch: the local branch, else a
-    clone's ``origin/`` copy (a PR checkout has only that); none when there is neither (or
-    no Git repo), so every operation counts as Queued."""
+def status_on_branch(repo_dir: Path) -> StatusView | None:
+    """What the reconciler last wrote to the status branch: the local branch, else a
+    clone's ``origin/`` copy (a PR checkout has only that); None when there is neither
+    (or no Git repo), so every operation counts as Queued."""
     if not is_git_repo(repo_dir):
-        return ()
+        return None
     for ref in (None, f"refs/remotes/origin/{STATUS_BRANCH}"):
         try:
-            return observed_from_status(read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref))
+            return read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref)
         except (StatusError, GitSyncError):
             continue
-    return ()
+    return None
 
 
-def observed_live(repo_dir: Path, overrides: dict[str, Path]) -> tuple[ObservedOperation, ...]:
-    """The phases the clusters report now, for the operations of the repo's saved files."""
-    compiled = _worktree_loader(repo_dir)()
-    if not compiled.valid:
-        return ()  # the plan step reports the config errors
-    states, errors = observe_live(compiled, overrides)
-    if errors:
-        raise LoadError([f"error: --live: {e}" for e in errors])
-    return tuple(s.to_observed() for s in states.values())
+def memory_on_status_branch(repo_dir: Path) -> Memory:
+    view = status_on_branch(repo_dir)
+    return Memory() if view is None else memory_from_status(view)
 
 
 @click.command("plan")
@@ -214,7 +242,11 @@ def observed_live(repo_dir: Path, overrides: dict[str, Path]) -> tuple[ObservedO
     help="YAML or JSON list of {operation, phase}; unlisted operations are Queued. "
     "Default: the phases on the reconciler/status branch, if any.",
 )
-@click.option("--live", is_flag=True, help="Read the phases from the clusters themselves.")
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Read the clusters themselves and plan as the next cycle would.",
+)
 @cluster_kubeconfig_option
 @click.option(
     "-o",
@@ -244,26 +276,30 @@ def plan(
         raise click.UsageError("--head needs --base")
     if live and observed:
         raise click.UsageError("--live and --observed are exclusive")
+    now = SystemClock().now()
+    planner: Planner
     try:
-        if live:
-            seen = observed_live(repo_dir, parse_overrides(cluster_kubeconfigs))
-        elif observed:
-            seen = read_observed(observed)
+        if observed:
+            planner = observed_planner(read_observed(observed), now)
+        elif live:
+            planner = live_planner(
+                memory_on_status_branch(repo_dir),
+                now,
+                connector(parse_overrides(cluster_kubeconfigs)),
+            )
         else:
-            seen = observed_on_status_branch(repo_dir)
+            planner = recorded_planner(status_on_branch(repo_dir), now)
     except LoadError as exc:
         click.echo("\n".join(exc.lines), err=True)
         raise SystemExit(EXIT_ERROR) from None
-    now = SystemClock().now()
     if base is None:
-        outcome = run_plan(_worktree_loader(repo_dir), seen, now, output)
+        outcome = run_plan(_worktree_loader(repo_dir), planner, output)
     else:
         head_ref = head or "HEAD"
         outcome = run_plan_diff(
             _git_loader(repo_dir, base),
             _git_loader(repo_dir, head_ref),
-            seen,
-            now,
+            planner,
             output,
             labels=(f"base {base}", f"head {head_ref}"),
         )

@@ -12,36 +12,40 @@ from pathlib import Path
 
 import click
 
-from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.git import ConfigRepo, GitSyncError
+from reconciler.adapters.git import GitSyncError
 from reconciler.cli.options import parse_overrides, status_source_options
-from reconciler.cli.status_cmd import StatusError, read_branch
-from reconciler.core.compile import compile_repo
-from reconciler.core.plan import plan_repo
+from reconciler.cli.status_cmd import StatusError, live_decision, read_branch
+from reconciler.core.cycle import Decision
 from reconciler.core.queue_view import (
     QueuesView,
     build_queues_view,
     queues_to_table,
     queues_view_from_status,
 )
-from reconciler.runtime.live import observe_live
+from reconciler.core.types import CompiledRepo
+from reconciler.runtime.live import unreachable_warnings
 
 OUTPUTS = ("table", "wide", "json")
 
 
 def read_live_view(
-    repo: str, branch: str, cache_dir: Path | None, overrides: dict[str, Path]
-) -> QueuesView:
-    """Compile the tip, observe every cluster, plan; nothing is dispatched."""
-    config = ConfigRepo(repo, branch, cache_dir)
-    compiled = compile_repo(config.sync())
-    if not compiled.valid:
-        raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
-    states, errors = observe_live(compiled, overrides)
-    if errors:
-        raise StatusError("; ".join(errors))
-    plan = plan_repo(compiled, [s.to_observed() for s in states.values()], SystemClock().now())
-    return build_queues_view(compiled, plan, states, applied=False, source="live")
+    repo: str,
+    branch: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    overrides: dict[str, Path],
+) -> tuple[QueuesView, list[str]]:
+    """The next cycle's decision over the clusters as they are now; nothing is dispatched.
+    Also the warnings for clusters that could not be read."""
+    compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
+    return live_queues_view(compiled, decision), unreachable_warnings(decision)
+
+
+def live_queues_view(compiled: CompiledRepo, decision: Decision) -> QueuesView:
+    """The queue view of ``decision``, not carried out."""
+    return build_queues_view(
+        compiled, decision.plan, decision.workloads, applied=False, source="live"
+    )
 
 
 def render_view(view: QueuesView, output: str) -> str:
@@ -73,9 +77,12 @@ def queues(
     order, and the fleet totals. RUNNING and WAITING split the active operations: WAITING
     were dispatched but do not run yet (WaitingForCapacity: no node has room). With --live,
     NEXT (wide) counts what the next cycle would dispatch."""
+    notes: list[str] = []
     try:
         if live:
-            view = read_live_view(repo, branch, cache_dir, parse_overrides(cluster_kubeconfigs))
+            view, notes = read_live_view(
+                repo, branch, status_branch, cache_dir, parse_overrides(cluster_kubeconfigs)
+            )
         else:
             status = read_branch(repo, status_branch, cache_dir)
             for problem in status.problems:
@@ -85,3 +92,5 @@ def queues(
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None
     click.echo(render_view(view, output), nl=False)
+    for note in notes:
+        click.echo(note, err=True)

@@ -14,6 +14,7 @@ from typing import Any
 import click
 
 from reconciler.adapters.kube import KubeError, connect
+from reconciler.cli.errors import EX_SOFTWARE
 from reconciler.cli.options import (
     branch_option,
     cache_dir_option,
@@ -21,15 +22,21 @@ from reconciler.cli.options import (
     log_options,
     parse_overrides,
 )
+from reconciler.core.types import BUG_NOTE
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import run_forever, watch_files
+from reconciler.runtime.loop import Loop, exit_process, watch_files
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
 log = logging.getLogger("reconciler.run")
+
+# At shutdown, how long a status commit in progress may take before the process exits
+# without it (git itself has no timeout on a push).
+STATUS_WRITE_GRACE = 10.0
+WATCHER_GRACE = 1.0  # seconds: the file watcher ends within one of its 50 ms steps
 
 _DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
 
@@ -59,6 +66,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
         "failed": dict(result.failed),
         "pending": len(plan.pending) if plan else 0,
         "configErrors": [str(e) for e in result.config_errors],
+        "internalError": result.internal_error,
         "syncError": result.sync_error,
         "clusters": {h.name: (h.error or "ok") for h in result.clusters},
         "phases": {op: s.phase.value for op, s in sorted(result.states.items())},
@@ -177,6 +185,15 @@ def run(
         click.echo(f"error: {repo}: --watch needs a local directory", err=True)
         sys.exit(1)
     overrides = parse_overrides(cluster_kubeconfigs)
+    stop = threading.Event()
+    wake = threading.Event() if watch else None
+    loop = Loop(stop, wake)
+    is_leader = elector.is_leader if elector else None
+
+    def may_write() -> bool:
+        """Leading, and not shutting down: once SIGTERM came, no create starts."""
+        return not loop.stopping and (is_leader is None or is_leader())
+
     runtime = make_runtime(
         repo,
         branch,
@@ -184,7 +201,7 @@ def run(
         worktree=watch,
         status_branch=status_branch or None,
         cache_dir=cache_dir,
-        is_leader=elector.is_leader if elector else None,
+        is_leader=may_write,
     )
     reconciler = runtime.reconciler
     if once:
@@ -194,17 +211,12 @@ def run(
         click.echo(json.dumps(cycle_summary(result), indent=2, sort_keys=True))
         for error in result.config_errors:
             click.echo(str(error), err=True)
+        if result.internal_error:  # the traceback is in the log
+            click.echo(f"internal error: {result.internal_error} ({BUG_NOTE})", err=True)
+            sys.exit(EX_SOFTWARE)
         sys.exit(0 if result.ok and not result.config_errors else 1)
-    stop = threading.Event()
-    wake = threading.Event() if watch else None
-
-    def shutdown(*_: object) -> None:
-        stop.set()
-        if wake is not None:
-            wake.set()  # end the wait for the next cycle at once
-
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, shutdown)
+        signal.signal(sig, loop.request_stop)
     server: HttpServer | None = None
     if http_address:
         try:
@@ -217,14 +229,28 @@ def run(
         log.info("serving /healthz /readyz /metrics and the queue pages on %s", server.url)
     if elector is not None:
         elector.start()
+    watcher: threading.Thread | None = None
     if wake is not None:
         watcher = threading.Thread(target=watch_files, args=(Path(repo), wake, stop), daemon=True)
         watcher.start()
+    loop.start(reconciler, seconds, runtime.on_cycle)
     try:
-        run_forever(reconciler, seconds, stop, runtime.on_cycle, wake=wake)
+        loop.wait()
     finally:
+        # The order matters (docs/operations.md, "Shutdown"): may_write() is False from
+        # the signal on, so no create starts; a status commit in progress is finished;
+        # close() waits for the creates already sent (each bounded by the client's
+        # timeouts); only then is the Lease released. A cycle blocked reading a cluster is
+        # not waited for: it ends with the process.
+        loop.finish(timeout=STATUS_WRITE_GRACE)
         reconciler.close()
         if elector is not None:
             elector.stop(release=True)
         if server is not None:
             server.stop()
+        if watcher is not None:
+            # watchfiles sees ``stop`` within a step (50 ms); a daemon thread still inside
+            # its Rust loop (which calls back into Python) when the interpreter finalizes
+            # aborts the process (SIGABRT)
+            watcher.join(timeout=WATCHER_GRACE)
+    exit_process(0)  # shutdown is done; daemon threads must not see finalization

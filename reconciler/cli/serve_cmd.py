@@ -1,8 +1,10 @@
 """``reconciler serve``: the queue pages and /api/v1, read-only.
 
-Each interval it compiles the config, observes every cluster and plans, exactly as a
-reconciler that does not hold the lease: it never creates, deletes or annotates anything in
-a cluster and never writes to Git. Git stays the only write path.
+Each interval it runs the reconciler's own cycle as a follower that never holds the lease:
+the same ``decide``, carrying out nothing. It never creates, deletes or annotates anything
+in a cluster and never writes to Git; Git stays the only write path. It starts from what
+the leader recorded on the status branch, so a cluster that cannot be read keeps its last
+known phases (not "everything dispatched").
 """
 
 from __future__ import annotations
@@ -22,11 +24,12 @@ from reconciler.cli.options import (
     cluster_kubeconfig_option,
     log_options,
     parse_overrides,
+    status_branch_option,
 )
 from reconciler.cli.run_cmd import parse_interval
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import run_forever
+from reconciler.runtime.loop import Loop, exit_process
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
@@ -40,6 +43,7 @@ log = logging.getLogger("reconciler.serve")
     help="The config repo: a Git URL or a local path (a plain directory is read as saved).",
 )
 @branch_option("The config branch to show.")
+@status_branch_option
 @cache_dir_option
 @click.option(
     "--http",
@@ -55,6 +59,7 @@ log = logging.getLogger("reconciler.serve")
 def serve(
     repo: str,
     branch: str,
+    status_branch: str,
     cache_dir: Path | None,
     http_address: str,
     cluster_kubeconfigs: tuple[str, ...],
@@ -74,7 +79,7 @@ def serve(
         branch,
         overrides,
         worktree=worktree,
-        status_branch=None,
+        status_branch=status_branch,  # read, never written: a follower does not publish
         cache_dir=cache_dir,
         is_leader=lambda: False,  # never converge: a follower that only plans
     )
@@ -84,18 +89,19 @@ def serve(
     except (HttpError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    stop = threading.Event()
-
-    def shutdown(*_: object) -> None:
-        stop.set()
-
+    loop = Loop(threading.Event())
     for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, shutdown)
+        signal.signal(sig, loop.request_stop)
     server.start()
     log.info("serving the queue pages (read-only) on %s", server.url)
     click.echo(f"serving {server.url}/ (read-only)", err=True)
+    loop.start(runtime.reconciler, seconds, runtime.on_cycle)
     try:
-        run_forever(runtime.reconciler, seconds, stop, runtime.on_cycle)
+        loop.wait()
     finally:
+        # Read-only: nothing to finish. A cycle blocked on an unreachable cluster is left
+        # to end with the process; only a metrics update in progress is waited for.
+        loop.finish()
         runtime.reconciler.close()
         server.stop()
+    exit_process(0)  # shutdown is done; daemon threads must not see finalization

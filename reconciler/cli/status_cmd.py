@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +17,10 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
-from reconciler.core.plan import plan_repo
+from reconciler.core.cycle import Decision, Memory, memory_from_status
+from reconciler.core.plan_render import text_table
 from reconciler.core.status import (
+    ClusterStatus,
     OperationStatus,
     QueueStatus,
     StatusView,
@@ -27,7 +28,8 @@ from reconciler.core.status import (
     read_status,
     render_status,
 )
-from reconciler.runtime.live import observe_live
+from reconciler.core.types import BUG_NOTE, CompiledRepo, printable_text
+from reconciler.runtime.live import connector, decide_live
 
 OUTPUTS = ("table", "json")
 OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
@@ -52,14 +54,7 @@ def select(view: StatusView, target: str | None) -> list[OperationStatus]:
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    widths = [len(h) for h in headers]
-    for row in rows:
-        for i, cell in enumerate(row):
-            widths[i] = max(widths[i], len(cell))
-    return "\n".join(
-        "  ".join(c.ljust(widths[i]) for i, c in enumerate(row)).rstrip()
-        for row in [list(headers), *rows]
-    )
+    return text_table(headers, rows)
 
 
 def _queue_row(q: QueueStatus) -> list[str]:
@@ -113,14 +108,20 @@ def render(view: StatusView, target: str | None, output: str) -> str:
 
 
 def warnings(view: StatusView) -> list[str]:
-    out = [f"warning: unreadable status file {p}" for p in view.problems]
+    out = [f"warning: unreadable status file {printable_text(p)}" for p in view.problems]
     if view.config is not None:
-        if not view.config.valid:
+        if view.config.is_internal_error:
+            out.append(
+                f"error: config {view.config.version[:12]} was not compiled: internal error: "
+                f"{view.config.internal_error} ({BUG_NOTE}); "
+                f"{view.config.applied[:12]} stays in force"
+            )
+        elif not view.config.valid:
             out.append(
                 f"warning: config {view.config.version[:12]} is invalid; "
                 f"{view.config.applied[:12]} stays in force:"
             )
-            out += [f"  {e}" for e in view.config.errors]
+            out += [f"  {printable_text(e)}" for e in view.config.errors]
         out += [f"warning: {w}" for w in view.config.warnings]
     out += [
         f"warning: cluster {c.name} was unreachable at the last cycle: {c.error or 'no answer'}"
@@ -149,21 +150,50 @@ def read_branch(
     return read_status(files)
 
 
-def read_live(
-    repo: str, branch: str, cache_dir: Path | None, overrides: dict[str, Path]
-) -> StatusView:
-    """What the status branch would say if the reconciler ran a cycle now (without
-    dispatching anything)."""
+def status_memory(repo: str, branch: str, cache_dir: Path | None) -> Memory:
+    """The views' memory: what the leader last recorded on the status branch (nothing when
+    there is no status branch yet)."""
+    try:
+        return memory_from_status(read_branch(repo, branch, cache_dir))
+    except StatusError:
+        return Memory()
+
+
+def live_decision(
+    repo: str,
+    branch: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    overrides: dict[str, Path],
+) -> tuple[CompiledRepo, Decision]:
+    """Compile the tip, read every cluster and decide as the next cycle would, with the
+    status branch as memory; nothing is carried out."""
     config = ConfigRepo(repo, branch, cache_dir)
     compiled = compile_repo(config.sync())
     if not compiled.valid:
         raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
-    states, errors = observe_live(compiled, overrides)
-    if errors:
-        raise StatusError("; ".join(errors))
-    plan = plan_repo(compiled, [s.to_observed() for s in states.values()], SystemClock().now())
-    # Nothing is dispatched here: ops the next cycle would dispatch are still Queued.
-    return read_status(render_status(compiled, replace(plan, dispatch=()), states))
+    memory = status_memory(repo, status_branch, cache_dir)
+    return compiled, decide_live(compiled, memory, SystemClock().now(), connector(overrides))
+
+
+def read_live(
+    repo: str,
+    branch: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    overrides: dict[str, Path],
+) -> StatusView:
+    """What the status branch would say after the next cycle, if its creates succeed
+    (nothing is dispatched here)."""
+    return live_status_view(*live_decision(repo, branch, status_branch, cache_dir, overrides))
+
+
+def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
+    """The status files the cycle would write for ``decision``, read back."""
+    clusters = tuple(
+        ClusterStatus(name=c.name, reachable=c.reachable, error=c.error) for c in decision.clusters
+    )
+    return read_status(render_status(compiled, decision.plan, decision.states, clusters=clusters))
 
 
 @click.command("status")
@@ -191,7 +221,9 @@ def status(
     with PROJECT/OP, that operation's full record."""
     try:
         if live:
-            view = read_live(repo, branch, cache_dir, parse_overrides(cluster_kubeconfigs))
+            view = read_live(
+                repo, branch, status_branch, cache_dir, parse_overrides(cluster_kubeconfigs)
+            )
         else:
             view = read_branch(repo, status_branch, cache_dir)
         text = render(view, target, output)

@@ -24,6 +24,7 @@ from reconciler.core.types import (
     QueueSpec,
     RejectedOperation,
     RejectReason,
+    printable_path,
 )
 
 
@@ -374,7 +375,7 @@ def _cell(value: Any, present: bool = True) -> str:
 def _from(p: Provenance | None) -> str:
     if p is None:
         return ""
-    where = f"{p.file}:{p.line}" if p.line else p.file
+    where = f"{printable_path(p.file)}:{p.line}" if p.line else printable_path(p.file)
     return f"{where} ({p.step})"
 
 

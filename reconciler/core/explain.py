@@ -8,7 +8,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler.core.types import CompiledOperation
+from reconciler.core.types import CompiledOperation, printable_path
 from reconciler.core.wire import ApiModel
 
 
@@ -21,7 +21,7 @@ class ProvenanceRow(ApiModel):
 
     @property
     def source(self) -> str:
-        return f"{self.file}:{self.line}"
+        return f"{printable_path(self.file)}:{self.line}"
 
 
 def value_text(value: Any) -> str:

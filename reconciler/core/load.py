@@ -3,17 +3,25 @@
 Rules (each violation is a ``ConfigError`` with ``file:line:col``, never an exception):
 
 1. Paths are relative posix paths inside the repo; ``..``, absolute paths and symlinks that
-   leave the repo are refused. Symlinks inside the repo are followed (loops are refused).
+   leave the repo are refused. Symlinks inside the repo are followed, to files and to
+   directories (loops are refused).
 2. Files are UTF-8 (a BOM is tolerated) and at most ``MAX_FILE_BYTES``.
 3. YAML 1.2 core schema: only ``true``/``false`` are booleans (``yes``, ``no``, ``on``,
    ``off`` stay strings), no timestamps, no merge keys, no custom tags.
 4. Duplicate mapping keys are errors; keys are strings.
-5. One document per file; alias expansion is bounded by ``MAX_NODES`` and nesting by
-   ``MAX_DEPTH``, so a "billion laughs" file costs nothing.
+5. One document per file; alias expansion is bounded by ``MAX_NODES`` values and
+   ``MAX_EXPANDED_CHARS`` characters of text, nesting by ``MAX_DEPTH``, so a "billion
+   laughs" file (of many small values or of a few long strings) costs nothing.
+6. Only config paths are read (:func:`is_config_path`); symlinks are followed as a
+   checkout would, only where the loader reads (:func:`resolve_paths`).
+
+The same loader and limits read every YAML input: config files, ``plan --observed`` files
+and the status branch.
 """
 
 from __future__ import annotations
 
+import bisect
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -27,8 +35,14 @@ from reconciler.core.types import ConfigError, Location, RepoSnapshot
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: config files are small; anything bigger is a mistake
 MAX_NODES = 20_000  # values after alias expansion, per file
+# Text of every key and value after alias expansion, per file: what the largest file could
+# hold written out, so only aliases can pass it (20 000 aliases of a long string would
+# otherwise be gigabytes once compiled and rendered).
+MAX_EXPANDED_CHARS = 1 << 20
 MAX_DEPTH = 48  # nesting of maps and lists
-MAX_SYMLINK_HOPS = 8
+MAX_SYMLINK_HOPS = 8  # links followed to reach one file; directory links nested
+MAX_LINKED_FILES = 10_000  # config files that directory symlinks may add, in all
+MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: a longer symlink target names no file
 MAX_NUMBER_CHARS = 100  # a number literal longer than this is a typo (or an attack)
 
 PathKey = tuple[str | int, ...]
@@ -67,6 +81,38 @@ _Yaml12Resolver.add_implicit_resolver(
 )
 
 
+Resolvers = dict[Any, list[tuple[str, re.Pattern[str]]]]  # first character -> [(tag, pattern)]
+# To quote, when writing YAML, every string that YAML 1.2 reads as something else.
+YAML12_RESOLVERS: Resolvers = _Yaml12Resolver.yaml_implicit_resolvers
+
+
+class _WrittenResolver(yaml.resolver.BaseResolver):
+    """For files PyYAML wrote (the status branch): a plain scalar is a number, a boolean or
+    null only where YAML 1.1 (the writer's schema) and 1.2 agree on it. PyYAML quotes every
+    string that 1.1 would read otherwise, but not ``1e3``, ``09`` or ``-.5``: to 1.2 those
+    are numbers, yet they were written as strings (a hex hash can look like ``123e45``)."""
+
+
+_WrittenResolver.add_implicit_resolver(
+    _BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF")
+)
+_WrittenResolver.add_implicit_resolver(
+    _NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
+)
+_WrittenResolver.add_implicit_resolver(
+    _INT, re.compile(r"^[-+]?(?:0|[1-9][0-9]*)$"), list("-+0123456789")
+)
+_WrittenResolver.add_implicit_resolver(
+    _FLOAT,
+    re.compile(
+        r"^(?:[-+]?[0-9]+\.[0-9]*(?:[eE][-+][0-9]+)?|\.[0-9]+(?:[eE][-+][0-9]+)?"
+        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+    ),
+    list("-+.0123456789"),
+)
+WRITTEN_RESOLVERS: Resolvers = _WrittenResolver.yaml_implicit_resolvers
+
+
 class _Loader(
     yaml.reader.Reader,
     yaml.scanner.Scanner,
@@ -74,12 +120,14 @@ class _Loader(
     yaml.composer.Composer,
     _Yaml12Resolver,
 ):
-    def __init__(self, stream: str) -> None:
+    def __init__(self, stream: str, resolvers: Resolvers | None = None) -> None:
         yaml.reader.Reader.__init__(self, stream)
         yaml.scanner.Scanner.__init__(self)
         yaml.parser.Parser.__init__(self)
         yaml.composer.Composer.__init__(self)
         _Yaml12Resolver.__init__(self)
+        if resolvers is not None:
+            self.yaml_implicit_resolvers = resolvers
         self.depth = 0
 
     def compose_node(self, parent: Node | None, index: Any) -> Node | None:
@@ -104,14 +152,16 @@ _CLoader: Any = None
 if _CParser is not None:
 
     class _LibYamlLoader(_CParser, _Yaml12Resolver):  # type: ignore[misc]
-        def __init__(self, stream: str) -> None:
+        def __init__(self, stream: str, resolvers: Resolvers | None = None) -> None:
             _CParser.__init__(self, stream)
             _Yaml12Resolver.__init__(self)
+            if resolvers is not None:
+                self.yaml_implicit_resolvers = resolvers
 
     _CLoader = _LibYamlLoader
 
 
-def _compose_fast(text: str) -> Node | None:
+def _compose_fast(text: str, resolvers: Resolvers | None = None) -> Node | None:
     """The node tree from libyaml, several times faster than the pure-Python composer, for
     plain files. None sends the file to the pure composer, which gives every error (and
     every odd case) its usual message."""
@@ -119,7 +169,7 @@ def _compose_fast(text: str) -> Node | None:
         return None
     if text.count("[") + text.count("{") > _MAX_FAST_BRACKETS:
         return None
-    loader = _CLoader(text)
+    loader = _CLoader(text, resolvers)
     try:
         node: Node | None = loader.get_single_node()
         return node
@@ -214,6 +264,7 @@ class _Walker:
 
     def __init__(self) -> None:
         self.count = 0
+        self.chars = 0
         self.values: dict[PathKey, tuple[int, int]] = {}
         self.keys: dict[PathKey, tuple[int, int]] = {}
         self.stack: set[int] = set()
@@ -229,6 +280,7 @@ class _Walker:
             raise _Fail(*_pos(node), f"nesting deeper than {MAX_DEPTH} levels")
         self.values[path] = _pos(node)
         if isinstance(node, ScalarNode):
+            self._text(node)
             return _scalar(node)
         if id(node) in self.stack:
             raise _Fail(*_pos(node), "recursive alias")
@@ -257,9 +309,19 @@ class _Walker:
             self.stack.discard(id(node))
         raise _Fail(*_pos(node), "unsupported YAML node")  # pragma: no cover
 
+    def _text(self, node: ScalarNode) -> None:
+        self.chars += len(node.value)
+        if self.chars > MAX_EXPANDED_CHARS:
+            raise _Fail(
+                *_pos(node),
+                f"the document expands to more than {MAX_EXPANDED_CHARS} characters of text "
+                "(alias bomb?)",
+            )
+
     def _key(self, node: Node) -> str:
         if not isinstance(node, ScalarNode):
             raise _Fail(*_pos(node), "mapping keys must be plain strings")
+        self._text(node)
         if (
             node.tag == _STR and node.value == "<<" and not node.style
         ):  # plain: None, or "" from libyaml
@@ -294,12 +356,15 @@ def _yaml_message(exc: yaml.MarkedYAMLError) -> str:
 
 
 def parse_yaml(
-    path: str, content: bytes, *, fast: bool = True
+    path: str, content: bytes, *, fast: bool = True, written: bool = False
 ) -> tuple[Document | None, list[ConfigError]]:
     """Parse one file strictly. Returns the document, or ``None`` and its errors.
 
     ``fast`` lets libyaml compose a plain file; any error is then found again by the pure
-    composer, so a file gets the same message and position either way."""
+    composer, so a file gets the same message and position either way. ``written`` reads a
+    file PyYAML wrote (the status branch) with :class:`_WrittenResolver`: same limits, same
+    strictness, only fewer plain scalars taken for numbers."""
+    resolvers = WRITTEN_RESOLVERS if written else None
 
     def fail(line: int, col: int, message: str) -> tuple[None, list[ConfigError]]:
         return None, [ConfigError(Location(path, line, col), message)]
@@ -315,10 +380,10 @@ def parse_yaml(
     text = text.removeprefix("\ufeff")
     loader: _Loader | None = None
     try:
-        root = _compose_fast(text) if fast else None
+        root = _compose_fast(text, resolvers) if fast else None
         fast = root is not None
         if root is None:
-            loader = _Loader(text)
+            loader = _Loader(text, resolvers)
             root = loader.get_single_node()
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
@@ -344,12 +409,32 @@ def parse_yaml(
         data = walker.walk(root, ())
     except _Fail as exc:
         if fast:
-            return parse_yaml(path, content, fast=False)
+            return parse_yaml(path, content, fast=False, written=written)
         return fail(exc.line, exc.col, exc.message)
     return Document(path, data, walker.values, walker.keys), []
 
 
 # --- the snapshot as files -------------------------------------------------------------
+
+YAML_EXT = (".yaml", ".yml")
+CONFIG_DIRS = ("clusters", "connections", "queues", "presets", "projects")
+ORG_FILES = ("reconciler.yaml", "reconciler.yml")
+
+
+def is_config_path(path: str) -> bool:
+    """Whether the loader reads a file at ``path``: ``reconciler.yaml`` and every YAML file
+    under ``clusters/``, ``connections/``, ``queues/``, ``presets/`` and ``projects/``.
+    Everything else (README.md, docs/, schemas/, a YAML file at the top or under .github/)
+    is ignored: never read, and a symlink there is never followed."""
+    if not path.endswith(YAML_EXT):
+        return False
+    top, slash, _ = path.partition("/")
+    return top in CONFIG_DIRS if slash else path in ORG_FILES
+
+
+def _followed(path: str) -> bool:
+    """Whether a symlink at ``path`` is followed: it may be (or lead to) a config file."""
+    return path.partition("/")[0] in CONFIG_DIRS or path in ORG_FILES
 
 
 def check_path(path: str) -> str | None:
@@ -358,48 +443,162 @@ def check_path(path: str) -> str | None:
         return "invalid path"
     if path.startswith("/"):
         return "absolute paths are not allowed"
-    parts = path.split("/")
-    if any(p in ("", ".", "..") for p in parts):
+    dotted = path.startswith(".") or "/." in path  # else no '.' nor '..' segment: fast
+    if "//" in path or path.endswith("/") or (dotted and {".", ".."} & set(path.split("/"))):
         return "path must not contain '..', '.' or empty segments"
     return None
 
 
-def resolve_files(snapshot: RepoSnapshot) -> tuple[dict[str, bytes], list[ConfigError]]:
-    """Contents by path, with in-repo symlinks followed. Escaping links are errors."""
-    out: dict[str, bytes] = {}
+def _contains(directory: str, path: str) -> bool:
+    """Whether ``path`` is ``directory`` or inside it (``""`` is the repo root)."""
+    return not directory or path == directory or path.startswith(directory + "/")
+
+
+class _Tree:
+    """The snapshot as a directory tree, for following symlinks as a checkout would."""
+
+    def __init__(self, snapshot: RepoSnapshot, paths: list[str]) -> None:
+        self.files = snapshot.files
+        self.paths = paths  # sorted, each a valid path
+        self.dirs = {p.rsplit("/", 1)[0] for p in self.paths if "/" in p}
+        for d in list(self.dirs):
+            while "/" in d:
+                d = d.rsplit("/", 1)[0]
+                self.dirs.add(d)
+        self.out: dict[str, str] = {}
+        self.errors: list[ConfigError] = []
+        self.linked = 0  # files added by directory links
+
+    def under(self, directory: str) -> list[str]:
+        """Every entry below ``directory`` (files and symlinks), in order."""
+        if not directory:
+            return self.paths
+        prefix = directory + "/"
+        start = bisect.bisect_left(self.paths, prefix)
+        end = bisect.bisect_left(self.paths, directory + "0")  # '0' follows '/'
+        return self.paths[start:end]
+
+    def resolve(self, path: str) -> tuple[str, str] | str:
+        """``("file", real path)`` or ``("dir", real directory)`` for ``path``, every
+        symlink on the way followed; or why it cannot be (a message)."""
+        pending = path.split("/")
+        here = ""  # the real directory resolved so far
+        hops = 0
+        while pending:
+            name = pending.pop(0)
+            candidate = f"{here}/{name}" if here else name
+            file = self.files.get(candidate)
+            if file is not None and file.symlink_target is not None:
+                hops += 1
+                if hops > MAX_SYMLINK_HOPS:
+                    return "symlink loop"
+                link = file.symlink_target
+                joined = posixpath.normpath(posixpath.join(here, link))
+                if link.startswith("/") or joined == ".." or joined.startswith("../"):
+                    if candidate == path:
+                        return f"symlink to {_short(link)} leaves the repo"
+                    first = self.files[path].symlink_target
+                    return (
+                        f"symlink to {_short(first)} leaves the repo "
+                        f"({_short(candidate)} links to {_short(link)})"
+                    )
+                pending = ([] if joined == "." else joined.split("/")) + pending
+                here = ""
+            elif file is not None:
+                if pending:
+                    return f"symlink target {_short(candidate)} is a file, not a directory"
+                return "file", candidate
+            elif candidate in self.dirs:
+                here = candidate
+            else:
+                missing = "/".join([candidate, *pending])
+                return f"symlink target {_short(missing)} does not exist"
+        return "dir", here
+
+    def add(self, path: str, real: str) -> None:
+        if is_config_path(path):
+            self.out[path] = real
+
+    def follow(self, path: str, real_link: str, chain: tuple[str, ...] = ()) -> None:
+        """Follow the symlink ``real_link``, seen at ``path``: a file is read there, a
+        directory's files appear under ``path`` (as in a checkout)."""
+        got = self.resolve(real_link)
+        if isinstance(got, str):
+            self.errors.append(ConfigError(Location(path, 1, 1), got))
+            return
+        kind, real = got
+        if kind == "file":
+            self.add(path, real)
+            return
+        if _contains(real, real_link) or any(_contains(real, c) for c in chain):
+            self.errors.append(
+                ConfigError(
+                    Location(path, 1, 1),
+                    f"symlink loop: {_short(self.files[real_link].symlink_target)} is a "
+                    "directory that contains the link",
+                )
+            )
+            return
+        if len(chain) >= MAX_SYMLINK_HOPS:
+            self.errors.append(
+                ConfigError(Location(path, 1, 1), "symlink loop (directory links too deep)")
+            )
+            return
+        for entry in self.under(real):
+            inner = f"{path}/{entry[len(real) + 1 :]}" if real else f"{path}/{entry}"
+            if self.files[entry].symlink_target is not None:
+                self.follow(inner, entry, (*chain, real))
+            elif is_config_path(inner):
+                self.linked += 1
+                if self.linked > MAX_LINKED_FILES:
+                    self.errors.append(
+                        ConfigError(
+                            Location(path, 1, 1),
+                            f"directory symlinks add more than {MAX_LINKED_FILES} files",
+                        )
+                    )
+                    return
+                self.add(inner, entry)
+
+
+def _short(text: str | None, limit: int = 80) -> str:
+    text = text or ""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
+
+
+def resolve_paths(snapshot: RepoSnapshot) -> tuple[dict[str, str], list[ConfigError]]:
+    """Each config file the loader reads (see :func:`is_config_path`) -> the real file it
+    reads, symlinks followed as a checkout would: a link to a file reads that file, a link
+    to a directory shows that directory's files under the link's path. Links that leave the
+    repo, dangle or loop are errors at the link. Links and files elsewhere are ignored."""
+    valid: list[str] = []
     errors: list[ConfigError] = []
     for path in sorted(snapshot.files):
         problem = check_path(path)
         if problem:
             errors.append(ConfigError(Location(path or "<repo>", 1, 1), problem))
-            continue
-        target = path
-        for _ in range(MAX_SYMLINK_HOPS + 1):
-            file = snapshot.files.get(target)
-            if file is None:
-                errors.append(
-                    ConfigError(Location(path, 1, 1), f"symlink target {target!r} does not exist")
-                )
-                break
-            if file.symlink_target is None:
-                out[path] = file.content
-                break
-            link = file.symlink_target
-            if link.startswith("/"):
-                errors.append(
-                    ConfigError(Location(path, 1, 1), f"symlink to {link!r} leaves the repo")
-                )
-                break
-            joined = posixpath.normpath(posixpath.join(posixpath.dirname(target), link))
-            if joined == ".." or joined.startswith("../") or joined == ".":
-                errors.append(
-                    ConfigError(Location(path, 1, 1), f"symlink to {link!r} leaves the repo")
-                )
-                break
-            target = joined
         else:
-            errors.append(ConfigError(Location(path, 1, 1), "symlink loop"))
-    return out, errors
+            valid.append(path)
+    tree = _Tree(snapshot, valid)
+    tree.errors = errors
+    for path in valid:
+        if snapshot.files[path].symlink_target is None:
+            tree.add(path, path)
+        elif _followed(path):
+            tree.follow(path, path)
+    return dict(sorted(tree.out.items())), tree.errors
+
+
+def needed_paths(snapshot: RepoSnapshot) -> set[str]:
+    """The real files whose content the loader reads: what an adapter must read (the rest
+    of a snapshot may be listed with empty content)."""
+    return set(resolve_paths(snapshot)[0].values())
+
+
+def resolve_files(snapshot: RepoSnapshot) -> tuple[dict[str, bytes], list[ConfigError]]:
+    """Contents by config path, with in-repo symlinks followed (:func:`resolve_paths`)."""
+    paths, errors = resolve_paths(snapshot)
+    return {path: snapshot.files[real].content for path, real in paths.items()}, errors
 
 
 class ParseCache:

@@ -17,8 +17,16 @@ new provenance map; inputs are never mutated and the result shares no objects wi
    pre_merge     union, cur wins (deep)       new + (cur not in new)       cur if set
    ============  ===========================  ===========================  ==============
 
+   The list rule is for list *leaves* (``command``, ``args``, ``tolerations``,
+   ``connections``). A list inside a free-form map (``affinity...nodeSelectorTerms``,
+   ``securityContext.capabilities.add``) is the value of its key, like a scalar: ``new``
+   under ``post_merge``, ``cur`` under ``pre_merge``. Kubernetes ORs node selector terms,
+   so a union would turn two node pins into none.
 3. An explicit ``null`` clears the field under ``replace``/``post_merge`` and is ignored under
-   ``isnull``/``pre_merge``; a field the layer does not mention is untouched.
+   ``isnull``/``pre_merge``; a field the layer does not mention is untouched. Inside a
+   free-form map, a ``null`` value deletes that key under ``post_merge``, is ignored under
+   ``pre_merge``, and is dropped from a map the layer sets whole (``replace``, an unset
+   ``cur``): the result never holds a ``null`` in a map. List items are kept as written.
 """
 
 from __future__ import annotations
@@ -48,8 +56,15 @@ TYPED_SECTIONS: frozenset[Path] = frozenset(
 # Each returns a fresh object; inputs are deep-copied, never modified.
 
 
+def without_nulls(value: Any) -> Any:
+    """A deep copy of ``value`` without the ``null`` values of its maps (list items kept)."""
+    if isinstance(value, dict):
+        return {k: without_nulls(v) for k, v in value.items() if v is not None}
+    return copy.deepcopy(value)
+
+
 def _new(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
-    return copy.deepcopy(new)
+    return without_nulls(new)
 
 
 def _cur(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
@@ -57,7 +72,7 @@ def _cur(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
 
 
 def _cur_if_set(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
-    return copy.deepcopy(new if cur is None else cur)
+    return without_nulls(new) if cur is None else copy.deepcopy(cur)
 
 
 def _post_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[str, Any]) -> Any:
@@ -68,7 +83,7 @@ def _post_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[s
         elif out.get(key) is not None:
             out[key] = merger.value_strategy([*path, key], out[key], value)
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = without_nulls(value)
     return out
 
 
@@ -80,15 +95,23 @@ def _pre_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[st
         if out.get(key) is not None:
             out[key] = merger.value_strategy([*path, key], out[key], value)
         else:
-            out[key] = copy.deepcopy(value)
+            out[key] = without_nulls(value)
     return out
 
 
+# ``path`` is empty for a list leaf, and names the key for a list inside a free-form map:
+# that list is the key's value, so it is not unioned.
+
+
 def _post_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -> Any:
+    if path:
+        return copy.deepcopy(new)
     return [copy.deepcopy(x) for x in cur] + [copy.deepcopy(x) for x in new if x not in cur]
 
 
 def _pre_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -> Any:
+    if path:
+        return copy.deepcopy(cur)
     return [copy.deepcopy(x) for x in new] + [copy.deepcopy(x) for x in cur if x not in new]
 
 
@@ -108,7 +131,7 @@ def merge_leaf(strategy: MergeStrategy, cur: Any, new: Any) -> Any:
     if new is None:
         return None if strategy in NULL_CLEARS else copy.deepcopy(cur)
     if cur is None:
-        return copy.deepcopy(new)
+        return without_nulls(new)
     return MERGERS[strategy].merge(cur, new)
 
 
@@ -126,7 +149,7 @@ def fine_leaves(value: Any, path: Path = ()) -> list[Path]:
 
 def _from_layer(value: Any, path: Path, src: Path, locate: Locate, file: str, step: str) -> ProvMap:
     out: ProvMap = {}
-    for leaf in fine_leaves(value):
+    for leaf in fine_leaves(without_nulls(value)):
         line, col = locate((*src, *leaf))
         out[(*path, *leaf)] = Provenance(file, line, step, col)
     return out
@@ -146,8 +169,10 @@ def _attribute(
     locate: Locate,
     file: str,
     step: str,
+    nested: bool = False,
 ) -> ProvMap:
-    """Provenance of the merged leaf at ``path`` (both ``cur`` and ``new`` set)."""
+    """Provenance of the merged leaf at ``path`` (both ``cur`` and ``new`` set);
+    ``nested`` when ``path`` is inside a free-form map (a list there is one value)."""
     if strategy == MergeStrategy.REPLACE:
         return _from_layer(new, path, path, locate, file, step)
     if strategy == MergeStrategy.ISNULL:
@@ -158,7 +183,7 @@ def _attribute(
             sub = (*path, key)
             c, n = cur.get(key), new.get(key)
             if c is not None and n is not None:
-                out.update(_attribute(strategy, c, n, sub, prov, locate, file, step))
+                out.update(_attribute(strategy, c, n, sub, prov, locate, file, step, True))
             elif n is not None:
                 out.update(_from_layer(n, sub, sub, locate, file, step))
             elif c is not None and (strategy == MergeStrategy.PRE_MERGE or key not in new):
@@ -166,7 +191,7 @@ def _attribute(
         if not out:
             out.update(_from_layer(new, path, path, locate, file, step))
         return out
-    if isinstance(cur, list) and isinstance(new, list):
+    if isinstance(cur, list) and isinstance(new, list) and not nested:
         out = {}
         first, first_from_cur = (
             (cur, True) if strategy == MergeStrategy.POST_MERGE else (new, False)
@@ -208,14 +233,8 @@ def start(
     spec: Mapping[str, Any], locate: Locate, file: str, step: str
 ) -> tuple[dict[str, Any], ProvMap]:
     """The initial spec (nulls dropped: a null in the operation means unset) and its provenance."""
-    clean = _without_nulls(spec)
+    clean = without_nulls(spec)
     return clean, _from_layer(clean, (), (), locate, file, step)
-
-
-def _without_nulls(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
-    return copy.deepcopy(value)
 
 
 def apply_patch(
@@ -261,7 +280,7 @@ def _patch_section(
                 out[key] = merged
             continue
         if cur is None:
-            out[key] = copy.deepcopy(new)
+            out[key] = without_nulls(new)
             _drop(prov, sub)
             prov.update(_from_layer(new, sub, sub, locate, file, step))
             continue

@@ -3,10 +3,19 @@
 Unknown fields are forbidden, types are strict (``"3"`` is not an int), names are
 DNS-1123 labels and resource amounts are Kubernetes quantities. The models validate;
 the compiler works on the plain data so that provenance can follow every leaf.
+
+A field is written only by its camelCase YAML name: ``is_approved`` is an unknown field
+(``suggest`` names ``isApproved``), never a second spelling. The compiler reads the plain
+data by the YAML names, so a second spelling the model accepted would be ignored.
+
+``null`` is allowed as the value of a key in the free-form maps a preset merges
+(``ClearableMap``: ``env``, ``nodeSelector``, ``labels``, ``annotations``, ``requests``,
+``limits``): it deletes that key (docs/presets.md, "Nulls"), and never reaches the result.
 """
 
 from __future__ import annotations
 
+import difflib
 import enum
 import re
 import types
@@ -80,6 +89,61 @@ def _label_value(value: str) -> str:
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
         raise ValueError(f"{_show(value)} is not a valid environment variable name")
+    if value.startswith(RESERVED_ENV_PREFIX):
+        raise ValueError(
+            f"environment variables named {RESERVED_ENV_PREFIX}* are set by the reconciler "
+            "and cannot be set or overridden"
+        )
+    return value
+
+
+# Labels and annotations the reconciler writes, and so owns: users may not set them. The dev
+# cluster's simulated kubelet reads three annotations that the reconciler never writes.
+RESERVED_KEY_PREFIX = "reconciler.dev/"
+RESERVED_KEYS = frozenset({"app.kubernetes.io/managed-by"})
+SIMULATION_ANNOTATIONS = frozenset(
+    {
+        "reconciler.dev/simulated-duration",
+        "reconciler.dev/simulated-failure",
+        "reconciler.dev/simulated-outputs",
+    }
+)
+RESERVED_ENV_PREFIX = "RECONCILER_"
+
+
+def _user_key(value: str, *, annotation: bool) -> str:
+    if annotation and value in SIMULATION_ANNOTATIONS:
+        return value
+    if value.startswith(RESERVED_KEY_PREFIX) or value in RESERVED_KEYS:
+        what = "annotation" if annotation else "label"
+        raise ValueError(
+            f"{what}s under {RESERVED_KEY_PREFIX}* and app.kubernetes.io/managed-by are the "
+            "reconciler's own and cannot be set"
+        )
+    return value
+
+
+def _user_label_key(value: str) -> str:
+    return _user_key(_label_key(value), annotation=False)
+
+
+def _user_annotation_key(value: str) -> str:
+    return _user_key(_label_key(value), annotation=True)
+
+
+def _priority_class(value: str) -> str:
+    _dns_subdomain(value)
+    if value.startswith("system-"):
+        raise ValueError(
+            f"{_show(value)}: system-* priority classes are for the cluster's own pods and "
+            "can never be allowed"
+        )
+    return value
+
+
+def _image(value: str) -> str:
+    if value != value.strip():
+        raise ValueError(f"{_show(value)}: an image must not have leading or trailing whitespace")
     return value
 
 
@@ -126,15 +190,23 @@ def _host_file(value: str) -> str:
     return value
 
 
+# Kubernetes' ``activeDeadlineSeconds`` is a positive int64.
+MAX_TIMEOUT_SECONDS = 2**63 - 1
+
+
 def _duration(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
-    if isinstance(value, int):
-        if value < 1:
-            raise ValueError("timeout must be at least 1 second")
-        return value
-    if not _DURATION.match(value):
+    if isinstance(value, str) and not _DURATION.match(value):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
+    seconds = duration_seconds(value)
+    if seconds < 1:
+        raise ValueError("timeout must be at least 1 second")
+    if seconds > MAX_TIMEOUT_SECONDS:
+        raise ValueError(
+            f"timeout {_show(value)} is longer than Kubernetes allows "
+            f"({MAX_TIMEOUT_SECONDS} seconds)"
+        )
     return value
 
 
@@ -148,6 +220,44 @@ def duration_seconds(value: str | int) -> int:
     return h * 3600 + m * 60 + s
 
 
+def _dns_subdomain(value: str) -> str:
+    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+        raise ValueError(
+            f"{_show(value)} is not a valid name: use at most 253 lowercase letters, digits, "
+            "'-' and '.' (DNS-1123 subdomain)"
+        )
+    return value
+
+
+_RESERVED_VOLUMES = ("dshm", "conn-")
+
+
+def _user_volume(value: str) -> str:
+    if value == _RESERVED_VOLUMES[0] or value.startswith(_RESERVED_VOLUMES[1]):
+        raise ValueError(
+            f"volume name {_show(value)} is reserved: 'dshm' and 'conn-*' are the volumes the "
+            "reconciler renders for shmSize and connections"
+        )
+    return value
+
+
+def _user_container(value: str) -> str:
+    if value == "main":
+        raise ValueError("container name 'main' is reserved for the operation's own container")
+    return value
+
+
+def _ttl(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
+    if isinstance(value, str) and not _DURATION.match(value):
+        raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
+    seconds = duration_seconds(value)
+    if not 0 <= seconds <= 2**31 - 1:
+        raise ValueError(f"{_show(value)} is out of range (0 to 2147483647 seconds)")
+    return value
+
+
 Name = Annotated[StrictStr, AfterValidator(_dns_label)]
 Quantity = Annotated[
     Any,
@@ -158,6 +268,10 @@ Quantity = Annotated[
 ]
 ResourceName = Annotated[StrictStr, AfterValidator(_resource_name)]
 LabelKey = Annotated[StrictStr, AfterValidator(_label_key)]
+UserLabelKey = Annotated[StrictStr, AfterValidator(_user_label_key)]
+UserAnnotationKey = Annotated[StrictStr, AfterValidator(_user_annotation_key)]
+PriorityClass = Annotated[StrictStr, Field(min_length=1), AfterValidator(_priority_class)]
+UserId = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 LabelValue = Annotated[StrictStr, AfterValidator(_label_value)]
 EnvName = Annotated[StrictStr, AfterValidator(_env_name)]
 ParamName = Annotated[StrictStr, AfterValidator(_param_name)]
@@ -174,6 +288,24 @@ Duration = Annotated[
     ),
 ]
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool
+SubdomainName = Annotated[StrictStr, AfterValidator(_dns_subdomain)]
+# Scheduler and priority class names: "" is "too short" rather than "not a name".
+ObjectName = Annotated[StrictStr, Field(min_length=1), AfterValidator(_dns_subdomain)]
+VolumeName = Annotated[StrictStr, AfterValidator(_dns_label), AfterValidator(_user_volume)]
+ContainerName = Annotated[StrictStr, AfterValidator(_dns_label), AfterValidator(_user_container)]
+Ttl = Annotated[
+    Any,
+    AfterValidator(_ttl),
+    WithJsonSchema(
+        {
+            "anyOf": [
+                {"type": "string", "pattern": _DURATION.pattern},
+                {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
+            ]
+        }
+    ),
+]
+FileMode = Annotated[StrictInt, Field(ge=0, le=0o777)]
 NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 Kind = Literal["job", "notebook", "sandbox", "batch"]
 
@@ -194,17 +326,32 @@ PatchStrategy = Annotated[MergeStrategy, _values_of(MergeStrategy)]
 
 
 class Strict(BaseModel):
+    """Every input model: unknown keys are errors, and a field has one spelling (its alias)."""
+
     model_config = ConfigDict(
-        extra="forbid", strict=True, alias_generator=to_camel, populate_by_name=True
+        extra="forbid",
+        strict=True,
+        alias_generator=to_camel,
+        validate_by_alias=True,
+        validate_by_name=False,
     )
 
 
 # --- run ------------------------------------------------------------------------------
 
 
+# A null value deletes the key when a preset merges the map (docs/presets.md, "Nulls").
+ClearableQuantities = dict[ResourceName, Quantity | None]
+ClearableEnv = dict[EnvName, StrictStr | None]
+ClearableLabels = dict[LabelKey, LabelValue | None]
+# Labels and annotations a user sets on the workload: the reconciler's own keys refused.
+ClearableUserLabels = dict[UserLabelKey, LabelValue | None]
+ClearableUserAnnotations = dict[UserAnnotationKey, StrictStr | None]
+
+
 class Resources(Strict):
-    requests: dict[ResourceName, Quantity] | None = None
-    limits: dict[ResourceName, Quantity] | None = None
+    requests: ClearableQuantities | None = None
+    limits: ClearableQuantities | None = None
 
 
 class Capabilities(Strict):
@@ -212,45 +359,246 @@ class Capabilities(Strict):
     drop: list[StrictStr] | None = None
 
 
+class SecurityProfile(Strict):
+    """A seccomp or AppArmor profile, as Kubernetes writes it."""
+
+    type: Literal["RuntimeDefault", "Localhost", "Unconfined"]
+    localhost_profile: NonEmptyStr | None = None
+
+    @model_validator(mode="after")
+    def _localhost(self) -> SecurityProfile:
+        if (self.type == "Localhost") != (self.localhost_profile is not None):
+            raise ValueError("localhostProfile is set with type Localhost, and only then")
+        return self
+
+
 class SecurityContext(Strict):
     privileged: StrictBool | None = None
     allow_privilege_escalation: StrictBool | None = None
-    run_as_user: Annotated[StrictInt, Field(ge=0)] | None = None
-    run_as_group: Annotated[StrictInt, Field(ge=0)] | None = None
+    run_as_user: UserId | None = None
+    run_as_group: UserId | None = None
     run_as_non_root: StrictBool | None = None
     read_only_root_filesystem: StrictBool | None = None
     capabilities: Capabilities | None = None
+    seccomp_profile: SecurityProfile | None = None
+    app_armor_profile: SecurityProfile | None = None
+    proc_mount: Literal["Default", "Unmasked"] | None = None
 
 
-class Container(Strict):
-    image: NonEmptyStr | None = None
+# Kubernetes' own shapes, for the pod parts a preset may set beyond the main container
+# (volumes, their mounts, init containers and sidecars): what a platform team pastes from a
+# manifest validates as written. hostPath is never a volume here (a ``volume`` connection
+# with ``policy.allowHostPath`` is the one way to a host directory).
+
+
+class VolumeMount(Strict):
+    name: Name = Field(description="A volume of run.volumes.")
+    mount_path: AbsPath
+    sub_path: RelPath | None = None
+    read_only: StrictBool | None = None
+
+
+class KeyToPath(Strict):
+    key: NonEmptyStr
+    path: RelPath
+    mode: FileMode | None = None
+
+
+class PersistentVolumeClaimVolume(Strict):
+    claim_name: SubdomainName
+    read_only: StrictBool | None = None
+
+
+class ConfigMapVolume(Strict):
+    name: SubdomainName
+    items: list[KeyToPath] | None = None
+    default_mode: FileMode | None = None
+    optional: StrictBool | None = None
+
+
+class SecretVolume(Strict):
+    secret_name: SubdomainName
+    items: list[KeyToPath] | None = None
+    default_mode: FileMode | None = None
+    optional: StrictBool | None = None
+
+
+class EmptyDirVolume(Strict):
+    medium: Literal["", "Memory"] | None = None
+    size_limit: Quantity | None = None
+
+
+def _refuse_host_path(value: Any) -> Any:
+    raise ValueError(
+        "hostPath volumes are not allowed in run.volumes; mount a host directory through a "
+        "'volume' connection with hostPath (needs policy.allowHostPath)"
+    )
+
+
+VOLUME_TYPES = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
+VolumeType = Literal["persistentVolumeClaim", "configMap", "secret", "emptyDir"]
+
+
+class Volume(Strict):
+    name: VolumeName
+    persistent_volume_claim: PersistentVolumeClaimVolume | None = None
+    config_map: ConfigMapVolume | None = None
+    secret: SecretVolume | None = None
+    empty_dir: EmptyDirVolume | None = None
+    host_path: Annotated[Any, AfterValidator(_refuse_host_path), WithJsonSchema({"not": {}})] = (
+        Field(default=None, description="Never allowed: use a volume connection.")
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Volume:
+        if sum(getattr(self, to_snake(t)) is not None for t in VOLUME_TYPES) != 1:
+            raise ValueError(f"set exactly one of {', '.join(VOLUME_TYPES)}")
+        return self
+
+    @property
+    def type(self) -> str:
+        return next(t for t in VOLUME_TYPES if getattr(self, to_snake(t)) is not None)
+
+
+class ExtraContainer(Strict):
+    """An init container or a sidecar: a container of the pod besides ``main``."""
+
+    name: ContainerName
+    image: NonEmptyStr
     command: list[StrictStr] | None = None
     args: list[StrictStr] | None = None
     env: dict[EnvName, StrictStr] | None = None
     working_dir: AbsPath | None = None
     resources: Resources | None = None
     security_context: SecurityContext | None = None
+    volume_mounts: list[VolumeMount] | None = None
+
+
+class Container(Strict):
+    image: Annotated[NonEmptyStr, AfterValidator(_image)] | None = None
+    command: list[StrictStr] | None = None
+    args: list[StrictStr] | None = None
+    env: ClearableEnv | None = None
+    working_dir: AbsPath | None = None
+    resources: Resources | None = None
+    security_context: SecurityContext | None = None
     shm_size: Quantity | None = Field(
         default=None, description="Size of a memory-backed /dev/shm (e.g. 16Gi)."
+    )
+    volume_mounts: list[VolumeMount] | None = Field(
+        default=None, description="Mounts of run.volumes into the operation's container."
     )
 
 
 class Toleration(Strict):
-    key: StrictStr | None = None
+    key: LabelKey | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: StrictStr | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: StrictInt | None = None
 
+    @model_validator(mode="after")
+    def _as_kubernetes_checks(self) -> Toleration:
+        if self.operator == "Exists" and self.value:
+            raise ValueError("a toleration with operator Exists has no value")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("a toleration without a key needs operator: Exists")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("tolerationSeconds needs effect: NoExecute")
+        return self
+
+
+# --- affinity: the Kubernetes types, so that a misspelled key is an error, not dropped ----
+
+Weight = Annotated[StrictInt, Field(ge=1, le=100)]
+
+
+class NodeSelectorRequirement(Strict):
+    key: NonEmptyStr
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt"]
+    values: list[StrictStr] | None = None
+
+
+class NodeSelectorTerm(Strict):
+    match_expressions: list[NodeSelectorRequirement] | None = None
+    match_fields: list[NodeSelectorRequirement] | None = None
+
+
+class NodeSelector(Strict):
+    node_selector_terms: list[NodeSelectorTerm] | None = Field(
+        default=None, description="Kubernetes ORs the terms: any one term must match."
+    )
+
+
+class PreferredSchedulingTerm(Strict):
+    weight: Weight
+    preference: NodeSelectorTerm
+
+
+class NodeAffinity(Strict):
+    required_during_scheduling_ignored_during_execution: NodeSelector | None = None
+    preferred_during_scheduling_ignored_during_execution: list[PreferredSchedulingTerm] | None = (
+        None
+    )
+
+
+class LabelSelectorRequirement(Strict):
+    key: NonEmptyStr
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[StrictStr] | None = None
+
+
+class LabelSelector(Strict):
+    match_labels: dict[LabelKey, LabelValue] | None = None
+    match_expressions: list[LabelSelectorRequirement] | None = None
+
+
+class PodAffinityTerm(Strict):
+    label_selector: LabelSelector | None = None
+    namespace_selector: LabelSelector | None = None
+    namespaces: list[StrictStr] | None = None
+    topology_key: NonEmptyStr
+    match_label_keys: list[StrictStr] | None = None
+    mismatch_label_keys: list[StrictStr] | None = None
+
+
+class WeightedPodAffinityTerm(Strict):
+    weight: Weight
+    pod_affinity_term: PodAffinityTerm
+
+
+class PodAffinity(Strict):
+    required_during_scheduling_ignored_during_execution: list[PodAffinityTerm] | None = None
+    preferred_during_scheduling_ignored_during_execution: list[WeightedPodAffinityTerm] | None = (
+        None
+    )
+
+
+class Affinity(Strict):
+    node_affinity: NodeAffinity | None = None
+    pod_affinity: PodAffinity | None = None
+    pod_anti_affinity: PodAffinity | None = None
+
 
 class Environment(Strict):
-    node_selector: dict[LabelKey, LabelValue] | None = None
+    node_selector: ClearableLabels | None = None
     tolerations: list[Toleration] | None = None
-    affinity: dict[Literal["nodeAffinity", "podAffinity", "podAntiAffinity"], Any] | None = None
-    scheduler_name: NonEmptyStr | None = None
-    priority_class_name: NonEmptyStr | None = None
-    labels: dict[LabelKey, LabelValue] | None = None
-    annotations: dict[LabelKey, StrictStr] | None = None
+    affinity: Affinity | None = None
+    scheduler_name: ObjectName | None = None
+    priority_class_name: ObjectName | None = Field(
+        default=None, description="Must be in policy.allowedPriorityClasses; never system-*."
+    )
+    host_network: StrictBool | None = Field(default=None, alias="hostNetwork")
+    host_pid: StrictBool | None = Field(default=None, alias="hostPID")
+    host_ipc: StrictBool | None = Field(default=None, alias="hostIPC")
+    labels: ClearableUserLabels | None = None
+    annotations: ClearableUserAnnotations | None = None
+    service_account_name: SubdomainName | None = Field(
+        default=None, description="Checked against policy.allowedServiceAccounts."
+    )
+    image_pull_secrets: list[SubdomainName] | None = Field(
+        default=None, description="Names of Secrets in the project's namespace."
+    )
 
 
 class Run(Strict):
@@ -260,6 +608,22 @@ class Run(Strict):
     connections: list[Name] | None = None
     timeout: Duration | None = Field(
         default=None, description="Seconds (int) or a duration such as '30m' or '2h'."
+    )
+    max_retries: Count | None = Field(
+        default=None, description="Retries after a failed pod: the Job's backoffLimit (0)."
+    )
+    ttl: Ttl | None = Field(
+        default=None,
+        description="Delete the finished Job after this long: ttlSecondsAfterFinished.",
+    )
+    volumes: list[Volume] | None = None
+    init_containers: list[ExtraContainer] | None = Field(
+        default=None, description="Run to completion, in order, before the containers start."
+    )
+    sidecars: list[ExtraContainer] | None = Field(
+        default=None,
+        description="Run beside the operation's container, stopped when it ends "
+        "(Kubernetes native sidecars).",
     )
 
 
@@ -469,6 +833,10 @@ class ConnectionFile(Strict):
 
 class OrgDefaults(Strict):
     queue: Name | None = None
+    presets: list[Name] | None = Field(
+        default=None,
+        description="Org presets applied to every operation, before the project's defaults.",
+    )
 
 
 class Policy(Strict):
@@ -477,6 +845,15 @@ class Policy(Strict):
         default=None, description="Largest total request per operation, per resource."
     )
     allowed_scheduler_names: list[NonEmptyStr] | None = None
+    allowed_priority_classes: list[PriorityClass] | None = Field(
+        default=None,
+        description="priorityClassName values operations may use; default none (the "
+        "cluster's default applies). system-* is never allowed.",
+    )
+    pod_security: Literal["baseline", "restricted", "privileged"] = Field(
+        default="baseline",
+        description="The Kubernetes Pod Security Standards profile every rendered pod must meet.",
+    )
     allow_privileged: StrictBool = False
     allow_host_path: StrictBool = False
     allowed_capabilities: list[NonEmptyStr] | None = Field(
@@ -486,11 +863,32 @@ class Policy(Strict):
     allow_run_as_root: StrictBool = Field(
         default=True, description="false refuses runAsUser: 0 and runAsNonRoot: false."
     )
+    allow_shared_namespaces: StrictBool = Field(
+        default=False,
+        description="Let two projects name the same namespace (workload names must still "
+        "be unique).",
+    )
+    allowed_service_accounts: list[SubdomainName] | None = Field(
+        default=None,
+        description="Service accounts run.environment.serviceAccountName may name; "
+        "default only the namespace's 'default'.",
+    )
+    allowed_image_pull_secrets: list[SubdomainName] | None = Field(
+        default=None, description="Secrets imagePullSecrets may name; default any."
+    )
+    allowed_volume_types: list[VolumeType] | None = Field(
+        default=None, description="Volume types run.volumes may use; default all four."
+    )
+    max_retries: Count = Field(default=6, description="Largest run.maxRetries.")
+    min_ttl: Ttl = Field(
+        default=3600,
+        description="Shortest run.ttl: the reconciler must see a Job finish before it is deleted.",
+    )
 
 
 class Prune(Strict):
     enabled: StrictBool = False
-    max_fraction: Annotated[float, Field(gt=0, le=1, strict=False)] = 0.5
+    max_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
     allow_mass_prune: StrictBool = False
 
 
@@ -534,6 +932,23 @@ def json_schemas() -> dict[str, dict[str, Any]]:
         schema["title"] = kind
         out[kind] = schema
     return out
+
+
+def suggest(name: str, allowed: typing.Sequence[str]) -> str | None:
+    """The allowed field ``name`` most likely meant: its camelCase spelling
+    (``is_approved``, ``is-approved``, ``IsApproved`` -> ``isApproved``), else the closest."""
+    folded = {_fold(a): a for a in allowed}
+    if _fold(name) in folded:
+        return folded[_fold(name)]
+    close = difflib.get_close_matches(name, allowed, n=1)
+    if close:
+        return close[0]
+    close = difflib.get_close_matches(_fold(name), list(folded), n=1)
+    return folded[close[0]] if close else None
+
+
+def _fold(name: str) -> str:
+    return re.sub(r"[-_\s]", "", name).lower()
 
 
 def field_names(model: type[BaseModel], loc: tuple[str | int, ...]) -> list[str] | None:

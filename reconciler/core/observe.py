@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import enum
 import json
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.quantity import QuantityError, parse_quantity
+from reconciler.core.load import MAX_NUMBER_CHARS
+from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
 from reconciler.core.render import (
     ANNOTATION_COMMIT,
     ANNOTATION_DISPATCHED_AT,
@@ -22,6 +24,7 @@ from reconciler.core.render import (
     ANNOTATION_OPERATION,
     ANNOTATION_PHASE,
     ANNOTATION_SPEC_HASH,
+    ANNOTATION_WORKFLOW,
     LABEL_QUEUE,
 )
 from reconciler.core.types import ObservedOperation, Phase
@@ -66,14 +69,17 @@ class WorkloadState:
     outputs: Mapping[str, Any] | None = None
     requests: Mapping[str, Decimal] = field(default_factory=dict)
     annotated_phase: str | None = None  # the phase last written onto the workload
+    workflow: str | None = None  # the workflow it was dispatched for ("" none, None unknown)
 
     def to_observed(self) -> ObservedOperation:
         return ObservedOperation(
             operation=self.operation,
             phase=self.phase,
-            requests=dict(self.requests),
+            # not known (a state recorded on the status branch): the compiled requests count
+            requests=dict(self.requests) if self.requests else None,
             queue=self.queue,
             cluster=self.cluster,
+            workflow=self.workflow,
         )
 
 
@@ -86,21 +92,31 @@ def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
 
 
 def _pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Requests summed over containers; where only a limit is set, the limit counts."""
+    """The pod's effective requests: its containers summed, with init containers and
+    native sidecars counted as the scheduler does (``pod_requests``); where a container
+    sets only a limit, the limit counts."""
+    return pod_requests(
+        [_container_requests(c) for c in pod_spec.get("containers") or []],
+        [
+            (_container_requests(c), c.get("restartPolicy") == "Always")
+            for c in pod_spec.get("initContainers") or []
+        ],
+    )
+
+
+def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
     total: dict[str, Decimal] = {}
-    for container in pod_spec.get("containers") or []:
-        resources = container.get("resources") or {}
-        requests = resources.get("requests") or {}
-        limits = resources.get("limits") or {}
-        for name in set(requests) | set(limits):
-            raw = requests.get(name, limits.get(name))
-            if raw is None:
-                continue
-            try:
-                amount = parse_quantity(raw)
-            except QuantityError:
-                continue  # the apiserver validated it; never fail observation on it
-            total[name] = total.get(name, Decimal(0)) + amount
+    resources = container.get("resources") or {}
+    requests = resources.get("requests") or {}
+    limits = resources.get("limits") or {}
+    for name in set(requests) | set(limits):
+        raw = requests.get(name, limits.get(name))
+        if raw is None:
+            continue
+        try:
+            total[name] = parse_quantity(raw)
+        except QuantityError:
+            continue  # the apiserver validated it; never fail observation on it
     return total
 
 
@@ -114,11 +130,50 @@ def _outputs(pod: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
         if not message or len(message) > MAX_OUTPUTS_BYTES:
             continue
         try:
-            value = json.loads(message)
-        except ValueError:
+            value = json.loads(
+                message, parse_int=_int, parse_float=_float, parse_constant=_constant
+            )
+        except (ValueError, RecursionError):
+            return {"message": message}
+        if _depth(value) > MAX_OUTPUTS_DEPTH:
             return {"message": message}
         return value if isinstance(value, dict) else {"value": value}
     return None
+
+
+# Outputs go to the status branch, which is read back with the config loader's limits:
+# JSON that would not read back (deep nesting, a 4000-digit number, NaN, 1e400) is kept as
+# its text. The pod's author controls it: it must never make a status file unreadable.
+MAX_OUTPUTS_DEPTH = 16
+
+
+def _int(text: str) -> int:
+    if len(text) > MAX_NUMBER_CHARS:
+        raise ValueError("number too long")
+    return int(text)
+
+
+def _float(text: str) -> float:
+    value = float(text)
+    if len(text) > MAX_NUMBER_CHARS or not math.isfinite(value):
+        raise ValueError("number out of range")
+    return value
+
+
+def _constant(text: str) -> Any:
+    raise ValueError(f"{text} is not a number")
+
+
+def _depth(value: Any) -> int:
+    """Nesting of lists and maps (iterative: a 4 KiB message can nest 2000 deep)."""
+    deepest, stack = 0, [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth + 1)
+            inner = item.values() if isinstance(item, dict) else item
+            stack.extend((v, depth + 1) for v in inner)
+    return deepest
 
 
 def _job_phase(
@@ -212,6 +267,7 @@ def observe_workloads(
                 outputs=_outputs(pod),
                 requests=_pod_requests(pod_spec),
                 annotated_phase=annotations.get(ANNOTATION_PHASE),
+                workflow=annotations.get(ANNOTATION_WORKFLOW),
             )
         )
     return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))

@@ -4,7 +4,9 @@
     - {operation: vision/train-2, phase: Dispatched, queue: team-a, cluster: local,
        requests: {nvidia.com/gpu: 2}}
 
-Unlisted operations are Queued. Every problem is reported as ``file:line:col: message``.
+Unlisted operations are Queued. The file is read by the config's strict loader
+(``core/load.py``), with the same limits: at most 1 MiB, YAML 1.2, no custom tags, aliases
+and nesting bounded. Every problem is reported as ``file:line:col: message``.
 """
 
 from __future__ import annotations
@@ -14,8 +16,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-import yaml
-
+from reconciler.core.load import Document, parse_yaml
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.types import ConfigError, Location, ObservedOperation, Phase
 
@@ -24,6 +25,7 @@ _ID = re.compile(
     r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?/[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 )
 _PHASES = {p.value.lower(): p for p in Phase}
+_SHOWN = 80  # characters of a bad value quoted in a message
 
 
 class ObservedFileError(ValueError):
@@ -32,122 +34,126 @@ class ObservedFileError(ValueError):
         super().__init__("\n".join(str(e) for e in self.errors))
 
 
-def _at(filename: str, node: yaml.Node | None) -> Location:
-    if node is None:
-        return Location(filename)
-    mark = node.start_mark
-    return Location(filename, mark.line + 1, mark.column + 1)
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= _SHOWN else text[:_SHOWN] + "..."
 
 
-def _scalar(node: yaml.Node) -> Any:
-    """The plain value of a scalar node (ints stay ints, strings strings)."""
-    return yaml.safe_load(yaml.serialize(node))
-
-
-def parse_observed(text: str, filename: str) -> tuple[ObservedOperation, ...]:
-    """Parse the file's text; raises :class:`ObservedFileError` listing every problem."""
-    if filename.endswith(".json"):
-        try:
-            json.loads(text)
-        except json.JSONDecodeError as exc:
-            raise ObservedFileError(
-                [ConfigError(Location(filename, exc.lineno, exc.colno), f"invalid JSON: {exc.msg}")]
-            ) from None
+def _json_error(content: bytes, filename: str) -> ConfigError | None:
+    """JSON's own message for a ``.json`` file that is not JSON (e.g. a trailing comma)."""
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        where = Location(filename, mark.line + 1, mark.column + 1) if mark else Location(filename)
-        raise ObservedFileError(
-            [ConfigError(where, f"invalid YAML: {exc.problem or exc.context}")]
-        ) from None
-    except yaml.YAMLError as exc:
-        raise ObservedFileError([ConfigError(Location(filename), f"invalid YAML: {exc}")]) from None
-    if root is None:
+        json.loads(content)
+    except json.JSONDecodeError as exc:
+        return ConfigError(Location(filename, exc.lineno, exc.colno), f"invalid JSON: {exc.msg}")
+    except (ValueError, RecursionError):
+        return None  # not UTF-8, a 5000-digit number, deep nesting: the loader says which
+    return None
+
+
+def parse_observed(content: str | bytes, filename: str) -> tuple[ObservedOperation, ...]:
+    """Parse the file's content; raises :class:`ObservedFileError` listing every problem."""
+    data = content.encode("utf-8", "surrogateescape") if isinstance(content, str) else content
+    if filename.endswith(".json") and data.strip():
+        error = _json_error(data, filename)
+        if error is not None:
+            raise ObservedFileError([error])
+    if not data.strip():
         return ()
+    doc, errors = parse_yaml(filename, data)
+    if doc is None and [e.message for e in errors] == ["file is empty"]:
+        return ()  # only comments: nothing is observed
+    if doc is None:
+        raise ObservedFileError(
+            [e if e.message.startswith("file ") else _invalid(e) for e in errors]
+        )
+    return _operations(doc)
+
+
+def _invalid(error: ConfigError) -> ConfigError:
+    return ConfigError(error.location, f"invalid YAML: {error.message}")
+
+
+def _operations(doc: Document) -> tuple[ObservedOperation, ...]:
     errors: list[ConfigError] = []
 
-    def fail(node: yaml.Node | None, message: str) -> None:
-        errors.append(ConfigError(_at(filename, node), message))
+    def fail(path: tuple[str | int, ...], message: str, *, key: bool = False) -> None:
+        errors.append(ConfigError(doc.loc(path, key=key), message))
 
-    if not isinstance(root, yaml.SequenceNode):
-        fail(root, "expected a list of {operation, phase} entries")
+    if not isinstance(doc.data, list):
+        fail((), "expected a list of {operation, phase} entries")
         raise ObservedFileError(errors)
 
     out: list[ObservedOperation] = []
     first_seen: dict[str, int] = {}
-    for item in root.value:
-        if not isinstance(item, yaml.MappingNode):
-            fail(item, "expected a mapping with operation and phase")
+    for i, item in enumerate(doc.data):
+        if not isinstance(item, dict):
+            fail((i,), "expected a mapping with operation and phase")
             continue
-        fields: dict[str, yaml.Node] = {}
-        for key_node, value_node in item.value:
-            key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
-            if key not in _KEYS:
-                fail(key_node, f"unknown key {key!r} (expected one of: {', '.join(_KEYS)})")
-            elif key in fields:
-                fail(key_node, f"duplicate key {key!r}")
-            else:
-                fields[key] = value_node
         ok = True
-        op_node, phase_node = fields.get("operation"), fields.get("phase")
+        for key in item:
+            if key not in _KEYS:
+                fail(
+                    (i, key),
+                    f"unknown key {_show(key)} (expected one of: {', '.join(_KEYS)})",
+                    key=True,
+                )
         op_id = ""
-        if op_node is None:
-            fail(item, "missing key 'operation' (\"project/name\")")
+        value = item.get("operation")
+        if "operation" not in item:
+            fail((i,), "missing key 'operation' (\"project/name\")")
+            ok = False
+        elif not isinstance(value, str) or not _ID.match(value):
+            fail((i, "operation"), f'operation must be "project/name", got {_show(value)}')
             ok = False
         else:
-            value = _scalar(op_node) if isinstance(op_node, yaml.ScalarNode) else None
-            if not isinstance(value, str) or not _ID.match(value):
-                fail(op_node, f'operation must be "project/name", got {value!r}')
-                ok = False
-            else:
-                op_id = value
+            op_id = value
         phase: Phase | None = None
-        if phase_node is None:
-            fail(item, f"missing key 'phase' (one of: {', '.join(p.value for p in Phase)})")
+        raw = item.get("phase")
+        if "phase" not in item:
+            fail((i,), f"missing key 'phase' (one of: {', '.join(p.value for p in Phase)})")
             ok = False
         else:
-            raw = phase_node.value if isinstance(phase_node, yaml.ScalarNode) else None
-            phase = _PHASES.get(str(raw).lower()) if raw is not None else None
+            phase = _PHASES.get(raw.lower()) if isinstance(raw, str) else None
             if phase is None:
                 fail(
-                    phase_node,
-                    f"unknown phase {raw!r} (one of: {', '.join(p.value for p in Phase)})",
+                    (i, "phase"),
+                    f"unknown phase {_show(raw)} (one of: {', '.join(p.value for p in Phase)})",
                 )
                 ok = False
         names: dict[str, str | None] = {"queue": None, "cluster": None}
         for key in names:
-            node = fields.get(key)
-            if node is None:
+            if key not in item:
                 continue
-            value = _scalar(node) if isinstance(node, yaml.ScalarNode) else None
-            if not isinstance(value, str) or not value:
-                fail(node, f"{key} must be a name")
+            name = item[key]
+            if not isinstance(name, str) or not name:
+                fail((i, key), f"{key} must be a name")
                 ok = False
             else:
-                names[key] = value
+                names[key] = name
         requests: dict[str, Decimal] | None = None
-        req_node = fields.get("requests")
-        if req_node is not None:
-            if not isinstance(req_node, yaml.MappingNode):
-                fail(req_node, "requests must map resource names to quantities")
+        if "requests" in item:
+            given = item["requests"]
+            if not isinstance(given, dict):
+                fail((i, "requests"), "requests must map resource names to quantities")
                 ok = False
             else:
                 requests = {}
-                for k, v in req_node.value:
-                    if not isinstance(v, yaml.ScalarNode):
-                        fail(v, f"requests.{k.value}: expected a quantity")
+                for resource, amount in given.items():
+                    where = (i, "requests", resource)
+                    if isinstance(amount, dict | list) or amount is None:
+                        fail(where, f"requests.{resource}: expected a quantity")
                         ok = False
                         continue
                     try:
-                        requests[str(k.value)] = parse_quantity(_scalar(v))
+                        requests[resource] = parse_quantity(amount)
                     except QuantityError as exc:
-                        fail(v, f"requests.{k.value}: {exc}")
+                        fail(where, f"requests.{resource}: {exc}")
                         ok = False
-        if op_id and op_node is not None:
-            line = op_node.start_mark.line + 1
+        if op_id:
+            line = doc.loc((i, "operation")).line
             if op_id in first_seen:
-                fail(op_node, f"operation {op_id} is already listed on line {first_seen[op_id]}")
+                first = first_seen[op_id]
+                fail((i, "operation"), f"operation {op_id} is already listed on line {first}")
                 ok = False
             else:
                 first_seen[op_id] = line

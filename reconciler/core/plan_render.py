@@ -10,17 +10,18 @@ from typing import Any
 
 from reconciler.core.plan import BlockedBy, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
+from reconciler.core.types import printable_text
 
 
 def plan_to_dict(plan: Plan) -> dict[str, Any]:
     """The JSON contract of ``reconciler plan -o json``."""
     # Pending entries of one queue share blockers: render each blocker once.
-    rendered: dict[int, tuple[str, dict[str, Any]]] = {}
+    rendered: dict[int, tuple[str, dict[str, Any], str]] = {}
 
-    def explain(block: BlockedBy) -> tuple[str, dict[str, Any]]:
+    def explain(block: BlockedBy) -> tuple[str, dict[str, Any], str]:
         got = rendered.get(id(block))
         if got is None:
-            got = rendered[id(block)] = (block.message(), block.to_json())
+            got = rendered[id(block)] = (block.message(), block.to_json(), str(block.admit().when))
         return got
 
     return {
@@ -36,9 +37,10 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "position": p.position,
                 "message": message,
                 "blockedBy": blocked_by,
+                "admitWhen": admit,
             }
             for p in plan.pending
-            for message, blocked_by in (explain(p.blocked_by),)
+            for message, blocked_by, admit in (explain(p.blocked_by),)
         ],
         "stop": [{"operation": s.operation, "reason": str(s.reason)} for s in plan.stop],
         "queues": [_queue_dict(q) for q in plan.queues],
@@ -131,6 +133,9 @@ def pending_rows(plan: Plan) -> list[list[str]]:
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Aligned columns; a cell never spans lines (control characters are escaped: names and
+    messages can come from a status branch anyone may push to)."""
+    rows = [[printable_text(c) for c in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         for i, cell in enumerate(row):

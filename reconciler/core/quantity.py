@@ -8,7 +8,7 @@ or a decimal exponent (e3, E-2).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 
 _BINARY = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
@@ -100,3 +100,30 @@ def sum_quantities(items: Mapping[str, Decimal], into: dict[str, Decimal]) -> di
     for name, amount in items.items():
         into[name] = into.get(name, Decimal(0)) + amount
     return into
+
+
+def pod_requests(
+    containers: Sequence[Mapping[str, Decimal]],
+    init_containers: Sequence[tuple[Mapping[str, Decimal], bool]] = (),
+) -> dict[str, Decimal]:
+    """A pod's effective request per resource, as the scheduler counts it (Kubernetes 1.29+,
+    native sidecars): the larger of the containers plus every sidecar, and of each init
+    container plus the sidecars started before it. ``init_containers`` are in pod order,
+    each with ``True`` when it is a sidecar (``restartPolicy: Always``)."""
+    regular: dict[str, Decimal] = {}
+    for amounts in containers:
+        sum_quantities(amounts, regular)
+    sidecars: dict[str, Decimal] = {}
+    peak: dict[str, Decimal] = {}
+    for amounts, sidecar in init_containers:
+        if sidecar:
+            sum_quantities(amounts, sidecars)
+            during = dict(sidecars)
+        else:
+            during = sum_quantities(amounts, dict(sidecars))
+        for name, amount in during.items():
+            peak[name] = max(peak.get(name, Decimal(0)), amount)
+    total = sum_quantities(sidecars, regular)
+    for name, amount in peak.items():
+        total[name] = max(total.get(name, Decimal(0)), amount)
+    return total

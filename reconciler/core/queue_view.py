@@ -35,7 +35,7 @@ from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.status import OperationStatus, QueueStatus, StatusView
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
-from reconciler.core.wire import ApiModel, EmptyAsNull, IsoTime, JsonObject, QuantityText
+from reconciler.core.wire import ApiModel, EmptyAsNull, IsoTime, Items, JsonObject, QuantityText
 
 ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 
@@ -61,7 +61,7 @@ class QuotaUse(ApiModel):
 
 
 # Per resource name; ``quota`` in the JSON.
-Quotas = Annotated[tuple[QuotaUse, ...], Field(serialization_alias="quota")]
+Quotas = Annotated[Items[QuotaUse], Field(serialization_alias="quota")]
 
 
 class QueueRow(ApiModel):
@@ -77,7 +77,7 @@ class QueueRow(ApiModel):
     next: int = 0  # the plan would dispatch these; not created (read-only or not leading)
     head_reason: str | None = None
     head_message: EmptyAsNull[str] = ""
-    kinds: tuple[str, ...] = ()
+    kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
 
@@ -102,14 +102,14 @@ class FleetTotal(ApiModel):
 class Fleet(ApiModel):
     """``fleet`` in the JSON: the totals per cluster and over every cluster."""
 
-    clusters: tuple[FleetTotal, ...]  # by cluster name
+    clusters: Items[FleetTotal]  # by cluster name
     total: FleetTotal
 
 
 class QueuesView(ApiModel):
     version: str  # the config commit the rows describe
     # in priority order (the planner's consideration order); ``queues`` in the JSON
-    rows: Annotated[tuple[QueueRow, ...], Field(serialization_alias="queues")]
+    rows: Annotated[Items[QueueRow], Field(serialization_alias="queues")]
     totals: Annotated[Fleet, Field(serialization_alias="fleet")]
     source: str = "cycle"  # "cycle" | "live" | "status-branch"
     at: IsoTime | None = None
@@ -339,30 +339,17 @@ class QueueDetail(ApiModel):
 
     row: QueueRow
     source: str  # the queue's file
-    settings: tuple[Setting, ...]
-    active: Annotated[tuple[ActiveOp, ...], Field(serialization_alias="activeOperations")]
+    settings: Items[Setting]
+    active: Annotated[Items[ActiveOp], Field(serialization_alias="activeOperations")]
     # the plan would dispatch these next (not created yet)
-    next: Annotated[tuple[str, ...], Field(serialization_alias="nextDispatch")]
+    next: Annotated[Items[str], Field(serialization_alias="nextDispatch")]
     # by position
-    pending: Annotated[tuple[PendingOp, ...], Field(serialization_alias="pendingOperations")]
+    pending: Annotated[Items[PendingOp], Field(serialization_alias="pendingOperations")]
 
     @model_serializer(mode="wrap")
     def _row_inline(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
         data: dict[str, Any] = handler(self)
         return {**data.pop("row"), **data}
-
-
-_ADMIT_MARKERS = ("admitted ", "it can never", "this operation will never")
-
-
-def admit_clause(message: str) -> str:
-    """From a pending message, the clause saying what would admit the operation (the
-    planner words it; see ``plan.BlockedBy``); the whole message if it has no such clause."""
-    parts = message.split("; ")
-    for i, part in enumerate(parts):
-        if part.startswith(_ADMIT_MARKERS):
-            return "; ".join(parts[i:])
-    return message
 
 
 def requests_text(requests: Mapping[str, Decimal]) -> str:
@@ -459,7 +446,7 @@ def build_queue_detail(
         got = worded.get(id(p.blocked_by))
         if got is None:
             message = p.message
-            got = worded[id(p.blocked_by)] = (message, admit_clause(message))
+            got = worded[id(p.blocked_by)] = (message, p.admit.text)
         return got
 
     pending = tuple(
@@ -515,14 +502,14 @@ class OperationDetail(ApiModel):
     admit: EmptyAsNull[Admit] = ""
     config_commit: str | None = None
     requests: str = ""
-    presets: tuple[str, ...] = ()
+    presets: Items[str] = ()
     outputs: JsonObject | None = None
-    history: tuple[PhaseEvent, ...] = ()
+    history: Items[PhaseEvent] = ()
     # transitions the status branch recorded; ``recordedHistory`` in the JSON
-    recorded: Annotated[tuple[PhaseEvent, ...], Field(serialization_alias="recordedHistory")] = ()
-    provenance: tuple[ProvenanceRow, ...] = ()
+    recorded: Annotated[Items[PhaseEvent], Field(serialization_alias="recordedHistory")] = ()
+    provenance: Items[ProvenanceRow] = ()
     spec: JsonObject | None = None
-    children: tuple[str, ...] = ()  # a workflow parent's children
+    children: Items[str] = ()  # a workflow parent's children
     parent: str | None = None  # a workflow child's parent
 
 
@@ -644,7 +631,7 @@ def build_operation_detail(
             reason=str(pending.reason),
             message=pending.message,
             position=pending.position,
-            admit=admit_clause(pending.message),
+            admit=pending.admit.text,
         )
     elif not applied and any(d.operation == op_id for d in plan.dispatch):
         fields.update(message="the plan dispatches it next (not created yet)")

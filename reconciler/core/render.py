@@ -9,10 +9,11 @@ generation, so a repeated create meets ``AlreadyExists`` and adopts instead of d
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -34,11 +35,28 @@ ANNOTATION_OPERATION = "reconciler.dev/operation-id"
 ANNOTATION_GENERATION = "reconciler.dev/generation"
 ANNOTATION_PHASE = "reconciler.dev/phase"  # written back each cycle the phase changes
 ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
+# The workflow a child was dispatched for ("" for an operation that is none's child): a
+# workflow refused by policy keeps only its own children running, never another's workload.
+ANNOTATION_WORKFLOW = "reconciler.dev/workflow"
 
 PORTS = {RunKind.NOTEBOOK: 8888, RunKind.SANDBOX: 8080}
 SANDBOX_DEFAULT_TIMEOUT = 4 * 3600  # sandboxes never run unbounded
 MAIN_CONTAINER = "main"
 GIT_IMAGE = "alpine/git:2.45.2"
+ENV_OPERATION = "RECONCILER_OPERATION"
+ENV_QUEUE = "RECONCILER_QUEUE"
+ENV_CONNECTION_PREFIX = "RECONCILER_CONNECTION_"
+# Pod-level fields copied from ``run.environment``.
+POD_FIELDS = (
+    "nodeSelector",
+    "tolerations",
+    "affinity",
+    "schedulerName",
+    "priorityClassName",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+)
 
 _MAX_NAME = 63
 
@@ -114,12 +132,30 @@ class _PodParts:
     init_containers: list[dict[str, Any]]
 
 
+def _git_security_context(main: Mapping[str, Any]) -> dict[str, Any]:
+    """The clone needs no privilege: it meets Pod Security *restricted* except for the user,
+    which is the main container's when that one names a non-root UID (the checkout is then
+    owned by the user that works in it)."""
+    context: dict[str, Any] = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    uid = main.get("runAsUser")
+    if isinstance(uid, int) and uid > 0:
+        context["runAsUser"] = uid
+        context["runAsNonRoot"] = True
+        if main.get("runAsGroup") is not None:
+            context["runAsGroup"] = main["runAsGroup"]
+    return context
+
+
 def _render_connections(
-    names: tuple[str, ...], connections: Mapping[str, ConnectionSpec]
+    conns: Sequence[ConnectionSpec], main_security: Mapping[str, Any]
 ) -> _PodParts:
     parts = _PodParts([], [], [], [], [])
-    for name in names:
-        conn = connections[name]  # resolved by the compiler: unknown names never get here
+    for conn in conns:
+        name = conn.name
         spec = conn.spec
         volume = f"conn-{name}"
         if conn.type == "volume":
@@ -188,6 +224,7 @@ def _render_connections(
                 ]
             if spec.get("secret"):
                 init["envFrom"] = [{"secretRef": {"name": spec["secret"]}}]
+            init["securityContext"] = _git_security_context(main_security)
             parts.init_containers.append(init)
         parts.env.append({"name": f"RECONCILER_CONNECTION_{_env_suffix(name)}", "value": conn.type})
     return parts
@@ -195,6 +232,47 @@ def _render_connections(
 
 def _env_suffix(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def _volume(volume: Mapping[str, Any]) -> dict[str, Any]:
+    out = copy.deepcopy(dict(volume))
+    empty_dir = out.get("emptyDir")
+    if isinstance(empty_dir, dict) and empty_dir.get("sizeLimit") is not None:
+        empty_dir["sizeLimit"] = str(empty_dir["sizeLimit"])
+    return out
+
+
+def _mount(mount: Mapping[str, Any]) -> dict[str, Any]:
+    out = {"name": mount["name"], "mountPath": mount["mountPath"]}
+    for key in ("subPath", "readOnly"):
+        if mount.get(key) is not None:
+            out[key] = mount[key]
+    return out
+
+
+def _extra_containers(run: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """``run.initContainers`` then ``run.sidecars``, as pod init containers: a sidecar is a
+    Kubernetes native sidecar (``restartPolicy: Always``), started after the init
+    containers, running beside ``main`` and stopped when it ends, so the Job completes."""
+    out: list[dict[str, Any]] = []
+    for section in ("initContainers", "sidecars"):
+        for spec in run.get(section) or []:
+            container: dict[str, Any] = {"name": spec["name"], "image": spec["image"]}
+            if section == "sidecars":
+                container["restartPolicy"] = "Always"
+            for key in ("command", "args", "workingDir"):
+                if spec.get(key) is not None:
+                    container[key] = spec[key]
+            if spec.get("env"):
+                container["env"] = _env_list(spec["env"])
+            if spec.get("resources"):
+                container["resources"] = _resources(spec["resources"])
+            if spec.get("securityContext"):
+                container["securityContext"] = dict(spec["securityContext"])
+            if spec.get("volumeMounts"):
+                container["volumeMounts"] = [_mount(m) for m in spec["volumeMounts"]]
+            out.append(container)
+    return out
 
 
 def _timeout_seconds(op: CompiledOperation) -> int | None:
@@ -206,43 +284,41 @@ def _timeout_seconds(op: CompiledOperation) -> int | None:
     return None
 
 
-def render_operation(
-    op: CompiledOperation,
-    connections: Mapping[str, ConnectionSpec],
+def env_sources(
+    spec: Mapping[str, Any], conns: Sequence[ConnectionSpec]
+) -> list[tuple[str, str | None]]:
+    """The main container's env names in rendered order, each with the connection that sets
+    it (``None``: the reconciler's own or ``run.container.env``)."""
+    container = (spec.get("run") or {}).get("container") or {}
+    out: list[tuple[str, str | None]] = [(ENV_OPERATION, None), (ENV_QUEUE, None)]
+    out += [(k, None) for k in container.get("env") or {}]
+    for conn in conns:
+        if conn.type == "bucket":
+            out.append((conn.spec.get("urlEnv", "BUCKET_URL"), conn.name))
+            out += [(k, conn.name) for k in conn.spec.get("env") or {}]
+        out.append((f"{ENV_CONNECTION_PREFIX}{_env_suffix(conn.name)}", conn.name))
+    return out
+
+
+def render_pod(
+    spec: Mapping[str, Any],
+    kind: RunKind,
+    conns: Sequence[ConnectionSpec],
     *,
-    config_version: str,
-    dispatched_at: datetime,
-) -> RenderedWorkload:
-    """The Job (and Service for notebooks and sandboxes) that dispatches ``op``."""
-    run = op.spec.get("run") or {}
+    operation: str,
+    queue: str,
+) -> dict[str, Any]:
+    """The pod template of a compiled spec with its connections (in ``run.connections``
+    order): ``metadata`` holds only the user's labels and annotations. Policy checks this
+    pod (Pod Security), so whatever reaches a pod is checked."""
+    run = spec.get("run") or {}
     container_spec = run.get("container") or {}
     environment = run.get("environment") or {}
-    name = workload_name(op.project, op.name, op.generation)
-    digest = spec_hash(op, connections)
-
-    labels = {
-        **{k: str(v) for k, v in (environment.get("labels") or {}).items()},
-        LABEL_MANAGED_BY: MANAGER,
-        LABEL_PROJECT: op.project,
-        LABEL_OPERATION: _label_value(op.name),
-        LABEL_QUEUE: op.queue,
-        LABEL_KIND: op.kind.value,
-        LABEL_WORKLOAD: name,
-    }
-    annotations = {
-        **{k: str(v) for k, v in (environment.get("annotations") or {}).items()},
-        ANNOTATION_OPERATION: op.id,
-        ANNOTATION_GENERATION: str(op.generation),
-        ANNOTATION_COMMIT: config_version,
-        ANNOTATION_SPEC_HASH: digest,
-        ANNOTATION_DISPATCHED_AT: dispatched_at.isoformat().replace("+00:00", "Z"),
-        ANNOTATION_PHASE: "Dispatched",  # updated by the reconciler as the op moves on
-    }
-
-    parts = _render_connections(op.connections, connections)
+    security = container_spec.get("securityContext") or {}
+    parts = _render_connections(conns, security)
     env = [
-        {"name": "RECONCILER_OPERATION", "value": op.id},
-        {"name": "RECONCILER_QUEUE", "value": op.queue},
+        {"name": ENV_OPERATION, "value": operation},
+        {"name": ENV_QUEUE, "value": queue},
         *_env_list(container_spec.get("env")),
         *parts.env,
     ]
@@ -267,24 +343,155 @@ def render_operation(
     container["resources"] = _resources(container_spec.get("resources"))
     if mounts:
         container["volumeMounts"] = mounts
-    if container_spec.get("securityContext"):
-        container["securityContext"] = dict(container_spec["securityContext"])
-    port = PORTS.get(op.kind)
+    if security:
+        container["securityContext"] = dict(security)
+    port = PORTS.get(kind)
     if port:
         container["ports"] = [{"name": "http", "containerPort": port}]
 
+    volumes += [_volume(v) for v in run.get("volumes") or []]
+    if container_spec.get("volumeMounts"):
+        container.setdefault("volumeMounts", []).extend(
+            _mount(m) for m in container_spec["volumeMounts"]
+        )
+    init_containers = parts.init_containers + _extra_containers(run)
+
     pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
-    if parts.init_containers:
-        pod_spec["initContainers"] = parts.init_containers
+    if init_containers:
+        pod_spec["initContainers"] = init_containers
     if volumes:
         pod_spec["volumes"] = volumes
-    for key in ("nodeSelector", "tolerations", "affinity", "schedulerName", "priorityClassName"):
+    for key in POD_FIELDS:
         if environment.get(key):
             pod_spec[key] = environment[key]
+    if environment.get("serviceAccountName"):
+        pod_spec["serviceAccountName"] = environment["serviceAccountName"]
+    if environment.get("imagePullSecrets"):
+        pod_spec["imagePullSecrets"] = [{"name": n} for n in environment["imagePullSecrets"]]
     pod_spec["enableServiceLinks"] = False
+    return {
+        "metadata": {
+            "labels": {k: str(v) for k, v in (environment.get("labels") or {}).items()},
+            "annotations": {k: str(v) for k, v in (environment.get("annotations") or {}).items()},
+        },
+        "spec": pod_spec,
+    }
+
+
+@dataclass(frozen=True)
+class FieldOrigin:
+    """Where a field of a rendered pod comes from: ``path`` in the compiled spec, and the
+    connection that rendered it, if one did (``path`` is then its ``run.connections`` entry)."""
+
+    path: tuple[str | int, ...]
+    connection: str | None = None
+
+
+def pod_field_origin(
+    spec: Mapping[str, Any], pod: Mapping[str, Any], path: tuple[str | int, ...]
+) -> FieldOrigin:
+    """The origin of the field at ``path`` of a pod from :func:`render_pod` of ``spec``: this
+    knows the layout ``render_pod`` writes, so the two change together."""
+    run = spec.get("run") or {}
+    listed = list(run.get("connections") or [])
+    volumes = [v.get("name") for v in run.get("volumes") or [] if isinstance(v, Mapping)]
+
+    def connection(name: str) -> FieldOrigin:
+        index = listed.index(name) if name in listed else None
+        where: tuple[str | int, ...] = ("run", "connections")
+        return FieldOrigin((*where, index) if index is not None else where, name)
+
+    def volume(name: str, *field: str | int) -> FieldOrigin:
+        if name == "dshm":
+            return FieldOrigin(("run", "container", "shmSize"))
+        if name.startswith("conn-") and name.removeprefix("conn-") in listed:
+            return connection(name.removeprefix("conn-"))
+        if name in volumes:
+            return FieldOrigin(("run", "volumes", volumes.index(name), *field))
+        return FieldOrigin(("run",))
+
+    def extra(name: str, field: tuple[str | int, ...]) -> FieldOrigin:
+        """An init container or sidecar the spec names, else a git connection's clone."""
+        for section in ("initContainers", "sidecars"):
+            for i, c in enumerate(run.get(section) or []):
+                if isinstance(c, Mapping) and c.get("name") == name:
+                    return FieldOrigin(("run", section, i, *field))
+        git = next((c for c in listed if f"git-{c}"[:_MAX_NAME] == name), None)
+        return connection(git) if git else FieldOrigin(("run",))
+
+    head, rest = path[:1], path[1:]
+    if head == ("metadata",) and rest[:1] in (("labels",), ("annotations",)):
+        return FieldOrigin(("run", "environment", *rest))
+    if head != ("spec",) or not rest:
+        return FieldOrigin(("run",))
+    section, sub = rest[0], rest[1:]
+    pod_spec = pod.get("spec") or {}
+    if section in (*POD_FIELDS, "serviceAccountName", "imagePullSecrets"):
+        return FieldOrigin(("run", "environment", section, *sub))
+    if section == "volumes" and sub and isinstance(sub[0], int):
+        item = (pod_spec.get("volumes") or [])[sub[0]]
+        return volume(str(item.get("name", "")), *sub[1:2])
+    if section in ("containers", "initContainers") and sub and isinstance(sub[0], int):
+        item = (pod_spec.get(section) or [])[sub[0]]
+        name, field = str(item.get("name", "")), sub[1:]
+        if section == "initContainers":
+            return extra(name, field)
+        if name != MAIN_CONTAINER:
+            return FieldOrigin(("run",))
+        if field[:1] == ("ports",):
+            return FieldOrigin(("run", "kind"))
+        if field[:1] == ("volumeMounts",) and len(field) > 1 and isinstance(field[1], int):
+            return volume(str(item["volumeMounts"][field[1]].get("name", "")))
+        if field[:1] in (("securityContext",), ("image",), ("command",), ("args",)):
+            return FieldOrigin(("run", "container", *field))
+        return FieldOrigin(("run", "container"))
+    return FieldOrigin(("run",))
+
+
+def render_operation(
+    op: CompiledOperation,
+    connections: Mapping[str, ConnectionSpec],
+    *,
+    config_version: str,
+    dispatched_at: datetime,
+) -> RenderedWorkload:
+    """The Job (and Service for notebooks and sandboxes) that dispatches ``op``."""
+    run = op.spec.get("run") or {}
+    name = workload_name(op.project, op.name, op.generation)
+    digest = spec_hash(op, connections)
+    # resolved by the compiler: unknown names never get here
+    pod = render_pod(
+        op.spec,
+        op.kind,
+        [connections[c] for c in op.connections],
+        operation=op.id,
+        queue=op.queue,
+    )
+    # The reconciler's own keys come last: users cannot set them (the schema refuses them).
+    labels = {
+        **pod["metadata"]["labels"],
+        LABEL_MANAGED_BY: MANAGER,
+        LABEL_PROJECT: op.project,
+        LABEL_OPERATION: _label_value(op.name),
+        LABEL_QUEUE: op.queue,
+        LABEL_KIND: op.kind.value,
+        LABEL_WORKLOAD: name,
+    }
+    annotations = {
+        **pod["metadata"]["annotations"],
+        ANNOTATION_OPERATION: op.id,
+        ANNOTATION_GENERATION: str(op.generation),
+        ANNOTATION_WORKFLOW: op.workflow.parent if op.workflow is not None else "",
+        ANNOTATION_COMMIT: config_version,
+        ANNOTATION_SPEC_HASH: digest,
+        ANNOTATION_DISPATCHED_AT: dispatched_at.isoformat().replace("+00:00", "Z"),
+        ANNOTATION_PHASE: "Dispatched",  # updated by the reconciler as the op moves on
+    }
+    pod_spec = pod["spec"]
+    port = PORTS.get(op.kind)
 
     job_spec: dict[str, Any] = {
-        "backoffLimit": 0,
+        "backoffLimit": int(run.get("maxRetries") or 0),
         "completions": 1,
         "parallelism": 1,
         "template": {
@@ -298,6 +505,8 @@ def render_operation(
     deadline = _timeout_seconds(op)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
+    if run.get("ttl") is not None:
+        job_spec["ttlSecondsAfterFinished"] = duration_seconds(run["ttl"])
 
     job = {
         "apiVersion": "batch/v1",

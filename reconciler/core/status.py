@@ -13,7 +13,7 @@ import enum
 import json
 import re
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cache, lru_cache
@@ -22,6 +22,7 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
@@ -30,11 +31,12 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     ConfigError,
+    Location,
     ObservedOperation,
     Phase,
     RejectedOperation,
 )
-from reconciler.core.wire import JsonObject, OmitEmpty, WireModel
+from reconciler.core.wire import Items, JsonObject, OmitEmpty, WireModel
 
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
@@ -66,6 +68,7 @@ class StatusReason(enum.StrEnum):
     PRUNE_REFUSED = "PruneRefused"  # removed, but the mass-deletion guard held
     DISPATCH_FAILED = "DispatchFailed"  # planned, but creating the workload failed
     NAMESPACE_FORBIDDEN = "NamespaceForbidden"  # its namespace is missing, may not create it
+    INTERNAL_ERROR = "InternalError"  # config.yaml: a bug compiling ``version``, not its fault
 
 
 class StatusFileError(ValueError):
@@ -103,6 +106,10 @@ def _text_or_none(value: Any) -> str | None:
 
 def _text_or_empty(value: Any) -> str:
     return "" if value is None else str(value)
+
+
+def _text_or_nothing(value: Any) -> str:
+    return str(value or "")
 
 
 def _number_or_none(value: Any) -> int | None:
@@ -143,7 +150,7 @@ def _phase(value: Any) -> RecordPhase:
 Text = Annotated[str, _Read(str)]
 OptText = Annotated[str | None, _Read(_text_or_none)]
 EmptyText = OmitEmpty[Annotated[str, _Read(_text_or_empty)]]  # "" when missing or null
-Texts = OmitEmpty[Annotated[tuple[str, ...], _Read(_texts)]]
+Texts = OmitEmpty[Annotated[Items[str], _Read(_texts)]]
 TextMap = Annotated[Mapping[str, str], _Read(_text_map)]
 Number = Annotated[int, _Read(int)]
 OptNumber = Annotated[int | None, _Read(_int_or_none)]
@@ -266,13 +273,23 @@ class QueueStatus(StatusRecord):
 
 
 class ConfigStatus(StatusRecord):
-    """``status/config.yaml``: the commit last read, the one in force, and its errors."""
+    """``status/config.yaml``: the commit last read, the one in force, and its errors.
+
+    ``reason`` is ``InternalError`` when ``version`` could not be compiled because of a bug
+    in the reconciler (``internal_error`` says what failed): not a config error, so
+    ``errors`` stays empty. Both keys are written only then."""
 
     version: Text = ""
     applied: Text = ""
     valid: Flag = True
     errors: Texts = ()
     warnings: Texts = ()
+    reason: OmitEmpty[OptText] = None
+    internal_error: OmitEmpty[Annotated[str, _Read(_text_or_nothing)]] = ""
+
+    @property
+    def is_internal_error(self) -> bool:
+        return self.reason == StatusReason.INTERNAL_ERROR.value
 
 
 class ClusterStatus(StatusRecord):
@@ -307,11 +324,13 @@ def render_status(
     config_version: str | None = None,
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     clusters: tuple[ClusterStatus, ...] = (),
+    internal_error: str = "",
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
     ``repo`` is the config in force (the last good one when the newest commit is invalid:
-    pass that commit's errors as ``config_error`` and its SHA as ``config_version``).
+    pass that commit's errors as ``config_error`` and its SHA as ``config_version``; when
+    compiling it hit a bug, pass what failed as ``internal_error`` instead).
     ``states`` are the current workloads per operation id (``observe.current_states``);
     ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
     (operation -> reason and error): they stay Queued."""
@@ -324,9 +343,11 @@ def render_status(
     config = ConfigStatus(
         version=config_version or repo.version,
         applied=repo.version,
-        valid=not errors,
-        errors=tuple(str(e) for e in sorted(errors)),
+        valid=not errors and not internal_error,
+        errors=_listed(str(e) for e in sorted(errors)),
         warnings=warnings,
+        reason=StatusReason.INTERNAL_ERROR.value if internal_error else None,
+        internal_error=stable_error(internal_error),
     )
     files[CONFIG_FILE] = dump_yaml(config.to_dict())
     if clusters:
@@ -335,6 +356,19 @@ def render_status(
         ]
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
     return dict(sorted(files.items()))
+
+
+# config.yaml lists at most this many errors (then how many more): a commit with 100 000
+# errors must not write a status file the reader (and its loader's limits) would refuse.
+MAX_STATUS_ERRORS = 1000
+
+
+def _listed(errors: Iterable[str]) -> tuple[str, ...]:
+    listed = list(errors)
+    if len(listed) <= MAX_STATUS_ERRORS:
+        return tuple(listed)
+    more = len(listed) - MAX_STATUS_ERRORS
+    return (*listed[:MAX_STATUS_ERRORS], f"... and {more} more (run reconciler validate)")
 
 
 def _kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
@@ -564,8 +598,17 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
 
 # --- YAML -------------------------------------------------------------------------------
 
-_Dumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-_Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseDumper: Any = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+class _Dumper(_BaseDumper):  # type: ignore[misc]
+    """PyYAML's YAML 1.1 dumper that also quotes every string YAML 1.2 (the reader's
+    schema) would take for a number or a boolean, e.g. ``1e3`` or ``0o17``."""
+
+
+for _first, _resolvers in YAML12_RESOLVERS.items():
+    for _tag, _regexp in _resolvers:
+        _Dumper.add_implicit_resolver(_tag, _regexp, [_first])
 
 
 def _json_default(value: Any) -> Any:
@@ -607,17 +650,17 @@ def _yaml_text(canonical_json: str) -> bytes:
 
 def parse_status_file(path: str, content: bytes) -> StatusFile:
     """One status file: an :class:`OperationStatus`, the queues, or the config status.
-    Raises :class:`StatusFileError` (``file:line:col: message``)."""
-    try:
-        data = yaml.load(content, Loader=_Loader)
-    except yaml.MarkedYAMLError as err:
-        mark = err.problem_mark
-        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else f"{path}:0:0"
-        raise StatusFileError(f"{where}: {err.problem or 'invalid YAML'}") from None
-    except yaml.YAMLError as err:
-        raise StatusFileError(f"{path}:0:0: {err}") from None
+    Raises :class:`StatusFileError` (``file:line:col: message``).
+
+    Read by the config's strict loader with its limits (``core/load.py``): anyone who can
+    push to the status branch can write it, so an alias bomb, a huge file, deep nesting, a
+    custom tag or a 5000-digit number is refused like in a config file."""
+    doc, errors = parse_yaml(path, content, written=True)
+    if doc is None:
+        raise StatusFileError(str(errors[0]))
+    data = doc.data
     if not isinstance(data, Mapping):
-        raise StatusFileError(f"{path}:1:1: expected a mapping")
+        raise StatusFileError(f"{Location(path, 1, 1)}: expected a mapping")
     try:
         if path == QUEUES_FILE:
             return tuple(QueueStatus.from_dict(q) for q in data.get("queues") or ())
@@ -627,7 +670,7 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
         return OperationStatus.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
-        raise StatusFileError(f"{path}:1:1: not a status file ({err!s})") from None
+        raise StatusFileError(f"{Location(path, 1, 1)}: not a status file ({err!s})") from None
 
 
 @dataclass(frozen=True)
@@ -716,9 +759,14 @@ def summarize_cycle(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> 
     parts = []
     config = _config(after)
     if config is not None and config != _config(before):
-        version, valid, errors = config
+        version, valid, errors, internal = config
         short = version[:12]
-        parts.append(f"config {short}" if valid else f"config {short} invalid ({errors} errors)")
+        if internal:
+            parts.append(f"config {short} not compiled (internal error)")
+        else:
+            parts.append(
+                f"config {short}" if valid else f"config {short} invalid ({errors} errors)"
+            )
     for key in ("dispatched", "started"):
         if counts[key]:
             parts.append(f"{key} {counts[key]}")
@@ -764,7 +812,7 @@ def _phases(files: Mapping[str, bytes]) -> dict[str, tuple[int | None, RecordPha
     return out
 
 
-def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int] | None:
+def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int, bool] | None:
     data = files.get(CONFIG_FILE)
     if data is None:
         return None
@@ -774,7 +822,7 @@ def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int] | None:
         return None
     if not isinstance(parsed, ConfigStatus):
         return None
-    return parsed.version, parsed.valid, len(parsed.errors)
+    return parsed.version, parsed.valid, len(parsed.errors), parsed.is_internal_error
 
 
 def observed_from_status(view: StatusView) -> tuple[ObservedOperation, ...]:

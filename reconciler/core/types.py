@@ -5,7 +5,7 @@ renderer and status writer consume them. No I/O here; adapters build ``RepoSnaps
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -73,6 +73,37 @@ class RepoSnapshot:
 
 # --- diagnostics ------------------------------------------------------------------------
 
+_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if char in _ESCAPES:
+        return _ESCAPES[char]
+    if code < 0x100:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+def printable_text(text: str) -> str:
+    """``text`` on one line with nothing hidden: every character that is not printable (a
+    control character such as a newline or ESC, a format character such as a bidi override,
+    a line separator, a lone surrogate) is escaped as ``\\n``, ``\\x1b``, ``\\u202e``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def printable_path(path: str) -> str:
+    """How every path is printed (CLI, status branch, logs, web pages): as is when all its
+    characters are printable; otherwise in double quotes, with ``"`` and ``\\`` escaped and
+    every unprintable character escaped as in :func:`printable_text`. A file name with a
+    newline can then never forge a line of ``file:line:col: message`` output."""
+    if path.isprintable() and '"' not in path and "\\" not in path:
+        return path
+    body = "".join("\\" + c if c in '"\\' else c if c.isprintable() else _escape(c) for c in path)
+    return f'"{body}"'
+
 
 @dataclass(frozen=True, order=True, slots=True)
 class Location:
@@ -81,18 +112,41 @@ class Location:
     col: int = 0  # 1-based; 0 when unknown
 
     def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.col}"
+        return f"{printable_path(self.file)}:{self.line}:{self.col}"
 
 
 @dataclass(frozen=True, order=True, slots=True)
 class ConfigError:
-    """A problem in the config repo, printed as ``file:line:col: message``."""
+    """A problem in the config repo, printed as ``file:line:col: message`` on one line (see
+    :func:`printable_path`, :func:`printable_text`)."""
 
     location: Location
     message: str
 
     def __str__(self) -> str:
-        return f"{self.location}: {self.message}"
+        return f"{self.location}: {printable_text(self.message)}"
+
+
+BUG_NOTE = "this is a bug in the reconciler, please report it"
+
+
+class InternalError(Exception):
+    """A bug in the reconciler, not a problem in the config: an unexpected exception while
+    compiling. It is never a :class:`ConfigError` (no ``file:line:col``, the commit is not
+    judged invalid): the runtime keeps the last good config and reports it as a bug; the
+    CLI prints the traceback and exits 70.
+
+    ``what`` is the step that failed (``compiling operation team-a/train``), ``path`` the
+    config file it was working on when known, ``cause`` the original exception (also the
+    ``__cause__``, so its traceback is kept)."""
+
+    def __init__(self, what: str, cause: BaseException, path: str | None = None) -> None:
+        where = f" ({printable_path(path)})" if path else ""
+        super().__init__(f"{what}{where}: {type(cause).__name__}: {cause}")
+        self.what = what
+        self.path = path
+        self.cause = cause
+        self.__cause__ = cause
 
 
 # --- compiled config --------------------------------------------------------------------
@@ -113,7 +167,7 @@ class Provenance:
         return Location(self.file, self.line, self.col)
 
     def __str__(self) -> str:
-        return f"{self.step} at {self.file}:{self.line}"
+        return f"{self.step} at {printable_path(self.file)}:{self.line}"
 
 
 @dataclass(frozen=True)
@@ -197,6 +251,9 @@ class ObservedOperation:
     requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
     queue: str | None = None
     cluster: str | None = None
+    # The workflow the workload was dispatched for: "" for none, None when not known (a
+    # workload from before this was recorded, the status branch, an --observed file).
+    workflow: str | None = None
 
 
 class RejectReason(enum.StrEnum):
@@ -213,7 +270,16 @@ class RejectedOperation:
     reason: RejectReason
     message: str  # names the field and its provenance
     location: Location | None = None
-    children: tuple[str, ...] = ()  # ids of a workflow's children: refused, never pruned
+    # ids of a workflow's children: refused, and never pruned while they run as its children
+    children: tuple[str, ...] = ()
+
+
+class PodSecurityLevel(enum.StrEnum):
+    """The Kubernetes Pod Security Standards profiles (``policy.podSecurity``)."""
+
+    PRIVILEGED = "privileged"
+    BASELINE = "baseline"
+    RESTRICTED = "restricted"
 
 
 BASELINE_CAPABILITIES = frozenset(
@@ -235,6 +301,18 @@ BASELINE_CAPABILITIES = frozenset(
 )
 
 
+# Capabilities a container may add under each profile, unless policy.allowedCapabilities says
+# otherwise (``privileged`` checks none).
+PROFILE_CAPABILITIES: Mapping[PodSecurityLevel, frozenset[str]] = {
+    PodSecurityLevel.PRIVILEGED: BASELINE_CAPABILITIES,
+    PodSecurityLevel.BASELINE: BASELINE_CAPABILITIES,
+    PodSecurityLevel.RESTRICTED: frozenset({"NET_BIND_SERVICE"}),
+}
+
+# The volume types run.volumes may use (``policy.allowedVolumeTypes`` narrows them).
+VOLUME_TYPES = frozenset({"persistentVolumeClaim", "configMap", "secret", "emptyDir"})
+
+
 @dataclass(frozen=True)
 class OrgPolicy:
     """``policy`` in reconciler.yaml, checked after the merge (a preset is not a boundary)."""
@@ -247,6 +325,19 @@ class OrgPolicy:
     # Pod Security "baseline": capabilities a container may add (CAP_ prefix ignored).
     allowed_capabilities: frozenset[str] = BASELINE_CAPABILITIES
     allow_run_as_root: bool = True
+    # Two projects may name the same namespace (workload names must still not collide).
+    allow_shared_namespaces: bool = False
+    # priorityClassName values an operation may set; none by default (the cluster's default
+    # class applies). ``system-*`` is refused whatever this says.
+    allowed_priority_classes: frozenset[str] = frozenset()
+    # The Pod Security Standards profile each rendered pod must meet.
+    pod_security: PodSecurityLevel = PodSecurityLevel.BASELINE
+    # Service accounts an operation may name; empty: only the namespace's ``default``.
+    allowed_service_accounts: frozenset[str] = frozenset()
+    allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
+    allowed_volume_types: frozenset[str] = VOLUME_TYPES
+    max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 
 
 @dataclass(frozen=True)
@@ -277,3 +368,14 @@ class CompiledRepo:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    def never_pruned(self, observed: Iterable[ObservedOperation]) -> frozenset[str]:
+        """Observed ids that operations refused by policy keep from being pruned: the
+        operation itself, and a refused workflow's children, but only those that run as its
+        children (or whose workflow is not known). Another operation's workload that happens
+        to have a child's id (its file deleted) is pruned as usual."""
+        parents = {o.operation: o.workflow for o in observed}
+        kept = {r.operation for r in self.rejected}
+        for r in self.rejected:
+            kept.update(c for c in r.children if parents.get(c) in (None, r.operation))
+        return frozenset(kept)

@@ -19,6 +19,7 @@ from reconciler.core.queue_view import (
     QueuesView,
     QuotaUse,
 )
+from reconciler.core.types import printable_path
 
 REFRESH_SECONDS = 5
 MAX_ROWS = 200  # pending rows on a queue page; the JSON API lists every one
@@ -197,7 +198,7 @@ def queue_main(d: QueueDetail) -> str:
         ("Setting", "Value", "Source", "Last changed"),
         (
             f"<tr><td><code>{esc(s.key)}</code></td><td>{esc(s.value)}</td>"
-            f"<td><code>{esc(d.source)}{':' + str(s.line) if s.line else ''}</code>"
+            f"<td><code>{esc(printable_path(d.source))}{':' + str(s.line) if s.line else ''}</code>"
             f"{'' if s.line else ' <span class=muted>(default)</span>'}</td>"
             f"<td>{_commit_cell(s.commit, s.summary, s.author, s.committed_at)}</td></tr>"
             for s in d.settings
@@ -279,7 +280,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Position", str(d.position) if d.position is not None else ""),
         ("What would admit it", esc(d.admit)),
         ("Kind", esc(d.kind)),
-        ("File", f"<code>{esc(d.path)}</code>" if d.path else ""),
+        ("File", f"<code>{esc(printable_path(d.path))}</code>" if d.path else ""),
         ("Queue", queue),
         ("Cluster", esc(d.cluster)),
         ("Workload", f"<code>{workload}</code>" if d.workload else ""),

@@ -67,6 +67,8 @@ def _plain(value: Mapping[str, Any]) -> Any:
     return dict(value)
 
 
+# A sequence: held as a tuple, written as a list (a JSON array, as ``json.loads`` gives).
+Items = Annotated[tuple[T, ...], PlainSerializer(list, return_type=list[Any])]
 # Left out of the output when empty ("", 0, (), {}), not only when None.
 OmitEmpty = Annotated[T, Field(exclude_if=_empty)]
 # Written as null when empty ("" or 0): the API's "no value".

@@ -1,15 +1,18 @@
-"""One reconcile cycle: compile, observe, plan, converge, report.
+"""One reconcile cycle: load, read, decide, apply, record.
 
 The guard ladder, in order:
 1. read the config snapshot; on failure keep the last good one;
 2. compile it; an invalid commit is rejected whole and the last good config stays in force;
-3. observe every cluster from its list-then-watch caches, plus the creates the watch has
-   not shown yet (counted from the create responses, so a lagging watch never lets a
-   quota be over-admitted); a cluster that cannot be read holds back only its own queues,
-   and its ops count as still active;
-4. plan (pure);
-5. converge, only while leading: create or adopt what the plan dispatches (a bounded pool
-   of creates in flight), stop what it stops. Nothing else in a cluster is ever changed.
+   so does a bug in the compiler (``InternalError``: logged with its traceback, reported as
+   ``internal_error``, never as a config error);
+3. read every cluster from its list-then-watch caches (a fresh list where a cache is not
+   synced); a cluster that cannot be read is listed as unreachable;
+4. ``decide`` (pure, ``core/cycle.py``): the observed state, the plan and the actions, from
+   the listing and the memory (in-flight creates, the last state seen of each run);
+5. apply the actions, only while leading: create or adopt what the plan dispatches (a
+   bounded pool of creates in flight), stop what it stops, annotate phases. Nothing else in
+   a cluster is ever changed;
+6. record the results in the memory for the next cycle.
 """
 
 from __future__ import annotations
@@ -25,27 +28,33 @@ from typing import Any, Protocol
 
 from reconciler.adapters.kube import ApplyResult, Kube, KubeError, NamespaceForbidden
 from reconciler.core.compile import compile_repo
-from reconciler.core.load import ParseCache
-from reconciler.core.observe import (
-    ObservedReason,
-    WorkloadState,
-    current_states,
-    observe_workloads,
+from reconciler.core.cycle import (
+    Actions,
+    ClusterHealth,
+    ClusterListing,
+    Decision,
+    InFlight,
+    Memory,
+    decide,
 )
-from reconciler.core.plan import Plan, PlanInputError, plan_repo
+from reconciler.core.load import ParseCache
+from reconciler.core.observe import WorkloadState, observe_workloads
+from reconciler.core.plan import Plan, PlanInputError
 from reconciler.core.render import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_REASON,
+    ANNOTATION_WORKFLOW,
     RenderedWorkload,
     render_operation,
 )
 from reconciler.core.status import StatusReason
 from reconciler.core.types import (
+    BUG_NOTE,
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ConfigError,
-    ObservedOperation,
+    InternalError,
     Phase,
     RepoFile,
     RepoSnapshot,
@@ -62,13 +71,6 @@ class Clock(Protocol):
 
 class SnapshotSource(Protocol):
     def __call__(self) -> RepoSnapshot: ...
-
-
-@dataclass(frozen=True)
-class ClusterHealth:
-    name: str
-    reachable: bool
-    error: str = ""
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,15 @@ class CycleResult:
     leading: bool = True
     attempted_version: str | None = None  # the newest version read, valid or not
     duration: float = 0.0  # seconds the cycle took
+    decision: Decision | None = None  # what decide returned (None: it did not run)
+    internal_error: str = ""  # a bug compiling attempted_version (not a config error)
+
+    @property
+    def workloads(self) -> Mapping[str, WorkloadState]:
+        """``states`` and the superseded runs still holding quota: what queue views count."""
+        if self.decision is None or not self.decision.superseded:
+            return self.states
+        return {**self.states, **self.decision.superseded}
 
     @property
     def ok(self) -> bool:
@@ -98,6 +109,27 @@ class CycleResult:
 
 
 ConnectCluster = Callable[[ClusterSpec], Kube]
+
+
+@dataclass
+class ChangeSet:
+    """What carrying out a decision's actions did."""
+
+    dispatched: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    created: list[InFlight] = field(default_factory=list)  # dispatched and adopted
+    stopped: list[WorkloadState] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # operation -> error
+    reasons: dict[str, StatusReason] = field(default_factory=dict)  # of failed
+
+    def applied_to(self, states: Mapping[str, WorkloadState]) -> dict[str, WorkloadState]:
+        """The decision's states with these results."""
+        out = dict(states)
+        for c in self.created:
+            out[c.state.operation] = c.state
+        for s in self.stopped:
+            out[s.operation] = s
+        return out
 
 
 class Reconciler:
@@ -134,18 +166,18 @@ class Reconciler:
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         # creates in flight per cycle; results are recorded in plan order
         self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
-        self._cache_version: dict[str, str | None] = {}  # per cluster, of the last observe
-        self._inflight: dict[str, tuple[WorkloadState, str]] = {}  # op -> (state, its RV)
-        self._seen: dict[str, WorkloadState] = {}  # op id -> last state of its current run
+        self.memory = Memory()  # what decide needs to know that the clusters may not say
+        self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
-    def seed_seen(self, states: Mapping[str, WorkloadState]) -> None:
-        """Remember workloads a previous process recorded (e.g. from the status branch)."""
-        self._seen.update(states)
+    def seed(self, memory: Memory) -> None:
+        """Start from what a previous process recorded (the status branch)."""
+        self.memory = Memory({**memory.seen, **self.memory.seen}, self.memory.inflight)
 
     # --- steps -------------------------------------------------------------------------
 
     def _load(self) -> tuple[CompiledRepo | None, tuple[ConfigError, ...], str, str | None]:
+        self._internal_error = ""
         try:
             snapshot = self._source()
         except Exception as exc:  # an adapter boundary: git, filesystem
@@ -153,7 +185,12 @@ class Reconciler:
             return self._last_good, (), str(exc) or type(exc).__name__, None
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
-            compiled = compile_repo(snapshot, self._parse_cache)
+            try:
+                compiled = compile_repo(snapshot, self._parse_cache)
+            except InternalError as exc:  # a bug: the last good config stays in force
+                log.exception("internal error compiling config %s (%s)", snapshot.version, BUG_NOTE)
+                self._internal_error = str(exc)
+                return self._last_good, (), "", snapshot.version
             self._compiled = (compiled, snapshot.files)
         # else: the same files at the same version, valid or not, compile the same: reuse
         if not compiled.valid:
@@ -191,95 +228,34 @@ class Reconciler:
         self._creates.shutdown(wait=True)
         self._events.shutdown(wait=True)
 
-    def _observe(self, compiled: CompiledRepo) -> tuple[list[WorkloadState], list[ClusterHealth]]:
+    def _read(self, compiled: CompiledRepo) -> dict[str, ClusterListing]:
         """Jobs and Pods per cluster from the watch caches; a fresh list where a cache is not
         synced or its watch is failing."""
-        states: list[WorkloadState] = []
-        health: list[ClusterHealth] = []
+        listing: dict[str, ClusterListing] = {}
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
+            version: str | None = None  # a fresh list: nothing can lag
             try:
                 kube = self._client(spec)
                 caches = self._informers_for(name, kube) if self._watch else ()
                 if caches and all(c.wait_synced(self._sync_timeout) and c.healthy for c in caches):
                     jobs, pods = caches[0].items(), caches[1].items()
-                    self._cache_version[name] = caches[0].resource_version
+                    version = caches[0].resource_version
                 else:
                     jobs = kube.list_managed("Job").items
                     pods = kube.list_managed("Pod").items
-                    self._cache_version[name] = None  # a fresh list: nothing can lag
             except KubeError as exc:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
-                health.append(ClusterHealth(name, False, str(exc)))
+                listing[name] = ClusterListing.unreachable(str(exc))
                 log.warning("cluster %s unreachable: %s", name, exc)
                 continue
-            states.extend(observe_workloads(name, jobs, pods))
-            health.append(ClusterHealth(name, True))
-        return states, health
+            listing[name] = ClusterListing(observe_workloads(name, jobs, pods), version=version)
+        return listing
 
-    def _observed(
-        self,
-        compiled: CompiledRepo,
-        listed: list[WorkloadState],
-        health: list[ClusterHealth],
-    ) -> tuple[dict[str, WorkloadState], list[ObservedOperation], list[str]]:
-        generations = {op.id: op.generation for op in compiled.operations}
-        current = current_states(listed, generations)
-        down = {h.name for h in health if not h.reachable}
-        for op_id, (created, version) in list(self._inflight.items()):
-            if created.cluster in down:
-                continue
-            cached = self._cache_version.get(created.cluster)
-            if op_id in current or cached is None or _version_at_least(cached, version):
-                del self._inflight[op_id]  # in the cache, or the cache is past our create
-            else:
-                current[op_id] = created  # created, the watch has not shown it yet: count it
-        for op_id, seen in self._seen.items():
-            if op_id in current:
-                continue
-            wanted = generations.get(op_id)
-            if wanted is not None and wanted != seen.generation:
-                continue  # a generation bump: a new run, Queued until dispatched
-            if seen.cluster in down:  # the last state seen holds, flagged, until it is back
-                if not seen.phase.finished:
-                    seen = replace(
-                        seen,
-                        reason=ObservedReason.CLUSTER_UNREACHABLE,
-                        message=f"cluster {seen.cluster} unreachable; last seen {seen.phase}",
-                    )
-                current[op_id] = seen
-            elif seen.phase.finished:
-                current[op_id] = seen
-            else:
-                current[op_id] = replace(  # deleted by hand: never recreated
-                    seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
-                )
-        observed = [s.to_observed() for s in current.values()]
-        # An older generation still running after a bump keeps holding its quota.
-        superseded: list[str] = []
-        for state in listed:
-            wanted = generations.get(state.operation)
-            if wanted is not None and state.generation != wanted and state.phase.active:
-                superseded.append(superseded_id(state))
-                observed.append(replace(state.to_observed(), operation=superseded[-1]))
-        # Ops on a cluster we cannot see are unknown, not Queued: hold their queues.
-        for op in compiled.operations:
-            if op.cluster in down and op.id not in current:
-                observed.append(
-                    ObservedOperation(op.id, Phase.DISPATCHED, op.requests, op.queue, op.cluster)
-                )
-        return current, observed, superseded
-
-    def _converge(
-        self, compiled: CompiledRepo, plan: Plan, states: dict[str, WorkloadState], now: datetime
-    ) -> tuple[list[str], list[str], list[str], dict[str, str], dict[str, StatusReason]]:
-        ops = {op.id: op for op in compiled.operations}
-        dispatched: list[str] = []
-        adopted: list[str] = []
-        stopped: list[str] = []
-        failed: dict[str, str] = {}
-        reasons: dict[str, StatusReason] = {}
+    def _apply(self, compiled: CompiledRepo, actions: Actions, now: datetime) -> ChangeSet:
+        """Carry out the creates and deletes, in plan order; the results as a ChangeSet."""
+        changes = ChangeSet()
         broken: set[str] = set()
         lock = threading.Lock()
 
@@ -288,7 +264,7 @@ class Reconciler:
         ) -> list[ApplyResult]:
             with lock:
                 if cluster in broken:
-                    failed[op_id] = f"cluster {cluster} failed earlier in this cycle"
+                    changes.failed[op_id] = f"cluster {cluster} failed earlier in this cycle"
                     return []
             if not self._is_leader():
                 return []
@@ -297,7 +273,7 @@ class Reconciler:
             except (KubeError, OSError) as exc:
                 with lock:
                     broken.add(cluster)
-                    failed[op_id] = str(exc)
+                    changes.failed[op_id] = str(exc)
                 log.error("dispatch of %s failed: %s", op_id, exc)
                 return []
             self._faults.hit("after-create")
@@ -308,10 +284,10 @@ class Reconciler:
         submitted: list[
             tuple[CompiledOperation, RenderedWorkload, Kube, Future[list[ApplyResult]]]
         ] = []
-        for item in plan.dispatch:
-            op = ops[item.operation]
+        for item in actions.creates:
+            op = item.operation
             if op.cluster in broken:
-                failed[op.id] = f"cluster {op.cluster} failed earlier in this cycle"
+                changes.failed[op.id] = f"cluster {op.cluster} failed earlier in this cycle"
                 continue
             if not self._is_leader():
                 log.info("lost leadership: dispatching stops")
@@ -325,14 +301,14 @@ class Reconciler:
                     kube.ensure_namespace(op.namespace)
                     self._namespaces.add((op.cluster, op.namespace))
             except NamespaceForbidden as exc:  # this namespace only: the cluster is fine
-                failed[op.id] = str(exc)
-                reasons[op.id] = StatusReason.NAMESPACE_FORBIDDEN
+                changes.failed[op.id] = str(exc)
+                changes.reasons[op.id] = StatusReason.NAMESPACE_FORBIDDEN
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
             except (KubeError, OSError) as exc:
                 with lock:
                     broken.add(op.cluster)
-                    failed[op.id] = str(exc)
+                    changes.failed[op.id] = str(exc)
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
             future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
@@ -343,7 +319,7 @@ class Reconciler:
             if not results:
                 continue
             job = results[0]
-            (dispatched if job.created else adopted).append(op.id)
+            (changes.dispatched if job.created else changes.adopted).append(op.id)
             if job.created:
                 events.append((kube, rendered.namespace, rendered.name, job.uid, op.queue))
             state = WorkloadState(
@@ -360,9 +336,10 @@ class Reconciler:
                 dispatched_at=job.annotations.get("reconciler.dev/dispatched-at"),
                 annotated_phase=job.annotations.get(ANNOTATION_PHASE),
                 requests=dict(op.requests),
+                workflow=job.annotations.get(ANNOTATION_WORKFLOW),
             )
-            states[op.id] = state  # counted from the create response, not the watch
-            self._inflight[op.id] = (state, job.resource_version)
+            # counted from the create response, not the watch
+            changes.created.append(InFlight(state, job.resource_version))
             log.info(
                 "dispatched %s to %s/%s (%s)",
                 op.id,
@@ -377,24 +354,23 @@ class Reconciler:
             self._event(
                 kube, namespace, "Job", name, uid, "Dispatched", f"queue {queue}: {message}", now
             )
-        for stop in plan.stop:
+        for delete in actions.deletes:
             if not self._is_leader():
                 break
-            victim = states.get(stop.operation)
-            if victim is None or victim.cluster in broken:
+            victim = delete.workload
+            if victim.cluster in broken:
                 continue
             try:
                 self._client(compiled.clusters[victim.cluster]).delete_workload(
                     victim.namespace, victim.name
                 )
             except (KubeError, OSError, KeyError) as exc:
-                failed[stop.operation] = str(exc)
+                changes.failed[delete.operation] = str(exc)
                 continue
             self._faults.hit("after-stop")
-            stopped.append(stop.operation)
-            states[stop.operation] = replace(victim, phase=Phase.STOPPED, message=stop.reason)
-            log.info("stopped %s: %s", stop.operation, stop.reason)
-        return dispatched, adopted, stopped, failed, reasons
+            changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=str(delete.reason)))
+            log.info("stopped %s: %s", delete.operation, delete.reason)
+        return changes
 
     def _event(
         self,
@@ -418,26 +394,12 @@ class Reconciler:
         # Off the dispatch path: an Event must never slow or block a dispatch.
         self._events.submit(emit)
 
-    def _annotate(
-        self,
-        compiled: CompiledRepo,
-        states: Mapping[str, WorkloadState],
-        down: set[str],
-        present: set[str],
-    ) -> None:
-        """Write each workload's op phase onto it when it changed. Only workloads seen in
-        this cycle's listing or created in it (``present``): a state carried over from an
-        earlier cycle or the status branch may have no Job any more (a finished Job deleted
-        by its TTL), and an apply to a missing Job would try to create it."""
-        for state in states.values():
-            if (
-                state.phase.value == state.annotated_phase
-                or state.operation not in present
-                or state.cluster in down
-                or state.cluster not in compiled.clusters
-                or (state.phase is Phase.STOPPED)
-            ):
-                continue
+    def _annotate(self, compiled: CompiledRepo, actions: Actions) -> None:
+        """Write each workload's op phase onto it (the decision lists only workloads seen in
+        this cycle's listing: a state carried over may have no Job any more, and an apply
+        to a missing Job would try to create it)."""
+        for item in actions.annotations:
+            state = item.workload
             annotations = {ANNOTATION_PHASE: state.phase.value}
             annotations[ANNOTATION_PHASE_REASON] = state.reason.value if state.reason else ""
             try:
@@ -455,7 +417,9 @@ class Reconciler:
     def run_once(self) -> CycleResult:
         started = time.monotonic()
         result = self._cycle()
-        result = replace(result, duration=time.monotonic() - started)
+        result = replace(
+            result, duration=time.monotonic() - started, internal_error=self._internal_error
+        )
         self.last = result
         return result
 
@@ -474,11 +438,10 @@ class Reconciler:
                 attempted_version=attempted,
             )
         self._faults.hit("after-load")
-        listed, health = self._observe(compiled)
+        listing = self._read(compiled)
         self._faults.hit("after-observe")
-        states, observed, superseded = self._observed(compiled, listed, health)
         try:
-            plan = plan_repo(compiled, observed, now, superseded=superseded)
+            decision = decide(compiled, listing, self.memory, now)
         except PlanInputError as exc:
             log.error("cannot plan: %s", exc)
             return CycleResult(
@@ -486,62 +449,33 @@ class Reconciler:
                 compiled.version,
                 compiled,
                 None,
-                states,
+                {},
                 config_errors,
                 str(exc),
-                tuple(health),
                 attempted_version=attempted,
-            )
-        down = {h.name for h in health if not h.reachable}
-        if down:  # hold back only the queues of unreachable clusters
-            plan = replace(
-                plan,
-                dispatch=tuple(d for d in plan.dispatch if d.cluster not in down),
-                stop=tuple(s for s in plan.stop if s.cluster not in down),
             )
         self._faults.hit("after-plan")
         leading = self._is_leader()
-        dispatched: list[str] = []
-        adopted: list[str] = []
-        stopped: list[str] = []
-        failed: dict[str, str] = {}
-        reasons: dict[str, StatusReason] = {}
+        changes = ChangeSet()
         if leading:
-            dispatched, adopted, stopped, failed, reasons = self._converge(
-                compiled, plan, states, now
-            )
-            present = {s.operation for s in listed} | set(dispatched) | set(adopted)
-            self._annotate(compiled, states, down, present)
-        for op_id, state in states.items():
-            if state.phase is not Phase.QUEUED:
-                self._seen[op_id] = state
+            changes = self._apply(compiled, decision.actions, now)
+            self._annotate(compiled, decision.actions)
+        self.memory = decision.memory.record(changes.created, changes.stopped)
         return CycleResult(
             at=now,
             version=compiled.version,
             compiled=compiled,
-            plan=plan,
-            states=states,
+            plan=decision.plan,
+            states=changes.applied_to(decision.states),
             config_errors=config_errors,
             sync_error=sync_error,
-            clusters=tuple(health),
-            dispatched=tuple(dispatched),
-            adopted=tuple(adopted),
-            stopped=tuple(stopped),
-            failed=failed,
-            failure_reasons=reasons,
+            clusters=decision.clusters,
+            dispatched=tuple(changes.dispatched),
+            adopted=tuple(changes.adopted),
+            stopped=tuple(s.operation for s in changes.stopped),
+            failed=changes.failed,
+            failure_reasons=changes.reasons,
             leading=leading,
             attempted_version=attempted,
+            decision=decision,
         )
-
-
-def superseded_id(state: WorkloadState) -> str:
-    """The planner's id for an older generation of an operation that is still running."""
-    return f"{state.operation}@g{state.generation}"
-
-
-def _version_at_least(seen: str, created: str) -> bool:
-    """resourceVersions are opaque, but etcd-backed ones are increasing integers."""
-    try:
-        return int(seen) >= int(created)
-    except ValueError:
-        return True  # not comparable: trust the cache rather than hold quota forever

@@ -16,6 +16,8 @@ import sys
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from reconciler.core.types import printable_text
+
 FORMATS = ("text", "json")
 LEVELS = ("debug", "info", "warning", "error")
 
@@ -52,7 +54,9 @@ class JsonFormatter(logging.Formatter):
 
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        parts = [_time(record), f"{record.levelname.lower():<7}", record.name, record.getMessage()]
+        # One record, one line: a path or an error with a newline cannot forge another.
+        message = printable_text(record.getMessage())
+        parts = [_time(record), f"{record.levelname.lower():<7}", record.name, message]
         line = " ".join(parts)
         fields = " ".join(f"{k}={_text_value(v)}" for k, v in _extras(record).items())
         if fields:

@@ -51,6 +51,12 @@ class Metrics:
             "Failed fetches or status pushes of the config repo.",
             registry=r,
         )
+        self.internal_errors = Counter(
+            "reconciler_internal_errors",
+            "Cycles whose config could not be compiled because of a bug in the reconciler "
+            "(not a config error); the last good config stayed in force.",
+            registry=r,
+        )
         self.cycle_duration = Histogram(
             "reconciler_cycle_duration_seconds",
             "Duration of one reconcile cycle (compile, observe, plan, converge, status).",

@@ -42,18 +42,15 @@ class Runtime:
     config: ConfigRepo | None = None  # the Git source (None with a worktree), for blame
 
     def on_cycle(self, result: CycleResult) -> None:
-        if self.publisher is not None and result.leading:
-            self.faults.hit("before-status")
-            self.publisher.publish(result)
-            self.faults.hit("after-status")
-            if self.publisher.last_error:
-                self.metrics.git_sync_errors.inc()
+        # The metrics first: whoever sees this cycle's status already sees its metrics.
         m = self.metrics
         m.cycle_duration.observe(result.duration)
         m.set_leader(result.leading)
         m.observe_clusters((h.name, h.reachable) for h in result.clusters)
         if result.sync_error:
             m.git_sync_errors.inc()
+        if result.internal_error:
+            m.internal_errors.inc()
         if result.plan is not None and result.compiled is not None:
             m.observe_plan(result.plan)
             m.set_config_commit(result.compiled.version)
@@ -61,6 +58,12 @@ class Runtime:
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
+        if self.publisher is not None and result.leading:
+            self.faults.hit("before-status")
+            self.publisher.publish(result)
+            self.faults.hit("after-status")
+            if self.publisher.last_error:
+                m.git_sync_errors.inc()
         self.completed = result
 
     def readiness(self) -> tuple[bool, str]:
@@ -112,7 +115,7 @@ def make_runtime(
     )
     if publisher is not None:
         try:
-            reconciler.seed_seen(publisher.recorded_workloads())
+            reconciler.seed(publisher.recorded())
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
     return Runtime(reconciler, publisher, config=None if worktree else config)

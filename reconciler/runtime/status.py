@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 
 from reconciler.adapters.git import GitSyncError, StatusBranch
-from reconciler.core.observe import WorkloadState
+from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.status import (
     ClusterStatus,
     StatusReason,
@@ -15,7 +15,6 @@ from reconciler.core.status import (
     status_changes,
     summarize_cycle,
 )
-from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult
 
 log = logging.getLogger("reconciler.status")
@@ -33,34 +32,11 @@ class StatusPublisher:
             self._files = self.branch.read()
         return self._files
 
-    def recorded_workloads(self) -> dict[str, WorkloadState]:
-        """Workloads a previous process recorded, so one deleted by hand while we were down
-        is ``Stopped`` rather than dispatched again."""
-        out: dict[str, WorkloadState] = {}
-        view = read_status(self._current())
-        for op_id, rec in view.operations.items():
-            if not isinstance(rec.phase, Phase) or rec.phase is Phase.QUEUED:
-                continue  # no workload was ever created for it
-            if not (rec.workload and rec.cluster and rec.namespace):
-                continue
-            out[op_id] = WorkloadState(
-                operation=op_id,
-                generation=rec.generation or 1,
-                cluster=rec.cluster,
-                namespace=rec.namespace,
-                name=rec.workload,
-                uid="",
-                phase=rec.phase,
-                message=rec.message,
-                queue=rec.queue,
-                spec_hash=rec.spec_hash,
-                config_commit=rec.config_commit,
-                dispatched_at=rec.dispatched_at,
-                started_at=rec.started_at,
-                finished_at=rec.finished_at,
-                outputs=rec.outputs,
-            )
-        return out
+    def recorded(self) -> Memory:
+        """What a previous process recorded, so a workload deleted by hand while we were
+        down is ``Stopped`` rather than dispatched again, and a cluster that cannot be read
+        keeps its last known phases."""
+        return memory_from_status(read_status(self._current()))
 
     def publish(self, result: CycleResult) -> str | None:
         """Commit the cycle's status if it differs from the branch; the new commit's SHA."""
@@ -74,6 +50,7 @@ class StatusPublisher:
                 result.states,
                 config_error=result.config_errors,
                 config_version=result.attempted_version,
+                internal_error=result.internal_error,
                 failed={
                     op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
                     for op, error in result.failed.items()

@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote
 
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
+from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
@@ -45,6 +46,8 @@ from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.service import Runtime
 
 log = logging.getLogger("reconciler.web")
+
+MAX_LOG_BYTES = 256 << 10  # of a pod's log, per page view
 
 Response = tuple[int, bytes, str]
 HTML = "text/html; charset=utf-8"
@@ -135,7 +138,7 @@ class WebApp:
     def _queues_main(self, c: _Cycle) -> tuple[int, str]:
         r = c.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(r.compiled, r.plan, r.states, applied=c.applied)
+        view = build_queues_view(r.compiled, r.plan, r.workloads, applied=c.applied)
         return 200, web_html.queues_main(view, _note(r, c.applied))
 
     def _queue_main(self, c: _Cycle, name: str) -> tuple[int, str] | None:
@@ -153,7 +156,7 @@ class WebApp:
         detail = build_queue_detail(
             r.compiled,
             r.plan,
-            r.states,
+            r.workloads,
             name,
             applied=c.applied,
             source_text=source,
@@ -230,7 +233,7 @@ class WebApp:
             return _json(503, {"error": "no valid config has been loaded yet"})
         r = cycle.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(r.compiled, r.plan, r.states, applied=cycle.applied)
+        view = build_queues_view(r.compiled, r.plan, r.workloads, applied=cycle.applied)
         if parts == ["queues"]:
             return _json(200, view.to_json())
         if parts == ["fleet"]:
@@ -244,7 +247,7 @@ class WebApp:
             detail = build_queue_detail(
                 r.compiled,
                 r.plan,
-                r.states,
+                r.workloads,
                 parts[1],
                 applied=cycle.applied,
                 source_text=source,
@@ -280,6 +283,11 @@ def _note(result: CycleResult, applied: bool) -> str:
             f"the newest commit {(result.attempted_version or '')[:12]} is invalid "
             f"({len(result.config_errors)} errors); this config stays in force"
         )
+    if result.internal_error:
+        notes.append(
+            f"internal error compiling {(result.attempted_version or '')[:12]} (a bug in the "
+            "reconciler, see its log); this config stays in force"
+        )
     if result.sync_error:
         notes.append(f"config sync failing: {result.sync_error}")
     down = [h.name for h in result.clusters if not h.reachable]
@@ -310,7 +318,8 @@ def make_web_app(
                 spec = compiled.clusters[cluster]
                 kube = Kube(connect_cluster(spec.kubeconfig, spec.context, overrides.get(cluster)))
                 clients[cluster] = kube
-        text = kube.read_logs(namespace, pod, tail_lines=tail)
+        # A pod's 100 last lines can be one line of gigabytes: a page view reads at most this.
+        text = kube.read_logs(namespace, pod, tail_lines=tail, limit_bytes=MAX_LOG_BYTES)
         return text if isinstance(text, str) else "\n".join(text)
 
     config = runtime.config
@@ -322,7 +331,7 @@ def make_web_app(
             target = (root / path).resolve()
             if not target.is_relative_to(root.resolve()) or not target.is_file():
                 return None
-            return target.read_bytes()
+            return read_capped(target)  # over the loader's limit: refused, never read whole
 
     return WebApp(
         lambda: runtime.completed,

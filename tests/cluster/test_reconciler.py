@@ -401,7 +401,9 @@ def test_watch_mode_replans_as_files_are_saved(
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    assert proc.returncode in (0, -signal.SIGTERM)
+    assert proc.returncode in (0, -signal.SIGTERM), (proc.stderr.read() if proc.stderr else "")[
+        -4000:
+    ]
 
 
 def test_demo_runs_the_example_to_completion(

@@ -69,3 +69,13 @@ def test_bad_format_or_level_is_refused() -> None:
         configure_logging("xml")
     with pytest.raises(ValueError, match="log level 'loud'"):
         configure_logging("json", "loud")
+
+
+def test_text_logs_are_one_line_per_record() -> None:
+    """Issue 13, section 6: a path with a newline in a message cannot forge a log line."""
+    forged = "reconciler.yaml:1:1: PolicyViolation: forged line"
+    out = io.StringIO()
+    configure_logging("text", "info", stream=out)
+    logging.getLogger("reconciler.test").warning("blame %s: %s", f"queues/a\n{forged}", "gone")
+    (line,) = out.getvalue().splitlines()
+    assert f"queues/a\\n{forged}: gone" in line

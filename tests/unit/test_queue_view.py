@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from decimal import Decimal
 
+import pytest
 from builders import World
 
 from reconciler.core.compile import compile_repo
@@ -13,7 +14,6 @@ from reconciler.core.plan import Plan, plan_repo
 from reconciler.core.queue_view import (
     BlameLine,
     QuotaUse,
-    admit_clause,
     build_operation_detail,
     build_queue_detail,
     build_queues_view,
@@ -198,9 +198,30 @@ def test_paused_queue_and_exceeds_quota_on_a_built_world() -> None:
     assert "PAUSED" in table and "(all)" in table
 
 
-def test_admit_clause_keeps_the_whole_message_without_one() -> None:
-    assert admit_clause("a; admitted when b finishes") == "admitted when b finishes"
-    assert admit_clause("something else") == "something else"
+def test_admit_is_a_structured_field_not_parsed_from_the_message(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 12 item 5: the page's "what would admit it" comes from ``Pending.admit``; a
+    reworded message changes nothing on the page."""
+    from reconciler.core import plan as plan_mod
+
+    world = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    world.op("vision/a", gpu=2)
+    world.op("vision/b", gpu=2)
+    repo = world.repo()
+    plan = plan_repo(repo, [], NOW)
+    [pending] = plan.pending
+    assert pending.admit.when is plan_mod.AdmitWhen.RESOURCES_RELEASED
+    assert pending.admit.operations == ("vision/a",)
+    assert pending.admit.resource == "nvidia.com/gpu" and pending.admit.amount == 2
+    assert pending.message.endswith("; " + pending.admit.text)
+    monkeypatch.setattr(plan_mod.QuotaBlock, "message", lambda self: "reworded entirely")
+    detail = build_queue_detail(repo, plan, {}, "team-a", applied=False)
+    assert detail is not None
+    assert detail.pending[0].message == "reworded entirely"
+    assert detail.pending[0].admit == "admitted when 2 GPUs are released by vision/a"
+    page = build_operation_detail(repo, plan, {}, "vision/b", applied=False)
+    assert page is not None and page.admit == "admitted when 2 GPUs are released by vision/a"
 
 
 def test_recorded_history_keeps_one_event_per_change() -> None:

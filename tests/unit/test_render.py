@@ -177,3 +177,77 @@ def test_shared_memory_becomes_a_memory_backed_volume() -> None:
     ]
     assert {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "8Gi"}} in pod["volumes"]
     assert {"name": "dshm", "mountPath": "/dev/shm"} in pod["containers"][0]["volumeMounts"]
+
+
+GIT = ConnectionSpec("code", "git", {"url": "https://git.example/ml.git", "mountPath": "/code"})
+
+
+def test_the_git_clone_is_hardened_and_runs_as_the_main_containers_non_root_user() -> None:
+    def init(security: dict[str, Any]) -> Any:
+        run = {"container": {"image": "x", "securityContext": security}, "connections": ["code"]}
+        op = _op(run=run, connections=("code",))
+        return _render(op, {"code": GIT}).job["spec"]["template"]["spec"]["initContainers"][0]
+
+    hardened = {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert init({})["securityContext"] == hardened
+    assert init({"runAsUser": 0, "privileged": True})["securityContext"] == hardened
+    assert init({"runAsUser": 1000, "runAsGroup": 100})["securityContext"] == {
+        **hardened,
+        "runAsUser": 1000,
+        "runAsNonRoot": True,
+        "runAsGroup": 100,
+    }
+
+
+def test_host_namespaces_reach_the_pod_and_the_users_keys_never_replace_the_reconcilers() -> None:
+    environment = {"hostNetwork": True, "hostPID": False, "labels": {"team": "a"}}
+    job = _render(_op(run={"environment": environment})).job
+    pod = job["spec"]["template"]["spec"]
+    assert pod["hostNetwork"] is True and "hostPID" not in pod and "hostIPC" not in pod
+    names = [e["name"] for e in pod["containers"][0]["env"]]
+    assert names[:2] == ["RECONCILER_OPERATION", "RECONCILER_QUEUE"]
+    assert len(names) == len(set(names))
+    assert job["metadata"]["labels"][LABEL_MANAGED_BY] == "dispatch-reconciler"
+
+
+def test_every_field_of_the_rendered_pod_maps_back_to_the_spec() -> None:
+    from reconciler.core.render import pod_field_origin, render_pod
+
+    spec = {
+        "run": {
+            "kind": "notebook",
+            "container": {
+                "image": "x",
+                "shmSize": "1Gi",
+                "securityContext": {"privileged": True},
+            },
+            "environment": {"hostIPC": True, "annotations": {"a": "b"}},
+            "connections": ["data", "code"],
+        }
+    }
+    data = ConnectionSpec("data", "volume", {"hostPath": "/srv", "mountPath": "/d"})
+    pod = render_pod(spec, RunKind.NOTEBOOK, [data, GIT], operation="p/o", queue="q")
+
+    def origin(*path: str | int) -> tuple[tuple[str | int, ...], str | None]:
+        found = pod_field_origin(spec, pod, path)
+        return found.path, found.connection
+
+    sc = ("spec", "containers", 0, "securityContext", "privileged")
+    assert origin(*sc) == (("run", "container", "securityContext", "privileged"), None)
+    assert origin("spec", "hostIPC") == (("run", "environment", "hostIPC"), None)
+    assert origin("metadata", "annotations", "a") == (
+        ("run", "environment", "annotations", "a"),
+        None,
+    )
+    assert origin("spec", "volumes", 0, "hostPath") == (("run", "connections", 0), "data")
+    assert origin("spec", "volumes", 2) == (("run", "container", "shmSize"), None)
+    assert origin("spec", "initContainers", 0, "securityContext") == (
+        ("run", "connections", 1),
+        "code",
+    )
+    assert origin("spec", "containers", 0, "ports", 0) == (("run", "kind"), None)
+    assert origin("spec", "containers", 0, "volumeMounts", 1) == (("run", "connections", 1), "code")

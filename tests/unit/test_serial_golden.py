@@ -35,6 +35,7 @@ from reconciler.core.queue_view import (
     queues_view_from_status,
 )
 from reconciler.core.status import (
+    CONFIG_FILE,
     ClusterStatus,
     ConfigStatus,
     OperationStatus,
@@ -221,6 +222,28 @@ def test_status_files_with_the_prune_guard_holding(template: RepoSnapshot) -> No
     check("status_template_prune_refused.txt", files_text(files))
 
 
+def test_config_status_of_an_internal_error_and_of_too_many_errors(
+    template: RepoSnapshot,
+) -> None:
+    repo = compile_repo(replace(template, version=COMMIT))
+    plan = plan_repo(repo, [], NOW)
+    failing = render_status(
+        repo,
+        plan,
+        {},
+        config_version=BAD_COMMIT,
+        internal_error="compiling presets/a100.yaml: <Node object at 0x7f00aa>: boom",
+    )
+    many = tuple(ConfigError(Location(f"q/{i:04}.yaml", i, 1), "bad") for i in range(1002))
+    flood = render_status(repo, plan, {}, config_error=many, config_version=BAD_COMMIT)
+    check(
+        "status_config_internal_and_many.txt",
+        files_text(
+            {"internal/" + CONFIG_FILE: failing[CONFIG_FILE], CONFIG_FILE: flood[CONFIG_FILE]}
+        ),
+    )
+
+
 def _full_operation() -> OperationStatus:
     return OperationStatus(
         operation="p/every-field",
@@ -283,6 +306,13 @@ def test_records_with_every_optional_field() -> None:
         ConfigStatus(version=BAD_COMMIT, applied=COMMIT, valid=False, errors=("a", "b")),
         ConfigStatus(version=COMMIT, applied=COMMIT, valid=True, warnings=("prune refused",)),
         ConfigStatus(version="", applied="", valid=True),
+        ConfigStatus(
+            version=BAD_COMMIT,
+            applied=COMMIT,
+            valid=False,
+            reason="InternalError",
+            internal_error="compiling queues/x.yaml: KeyError: 'quota'",
+        ),
     )
     out = {
         "status/p/every-field.yaml": dump_yaml(full.to_dict()),
@@ -343,7 +373,7 @@ QUEUE_FIELDS = [
     "paused",
     "kinds",
 ]
-CONFIG_FIELDS = ["version", "applied", "valid", "errors", "warnings"]
+CONFIG_FIELDS = ["version", "applied", "valid", "errors", "warnings", "reason", "internal_error"]
 CLUSTER_FIELDS = ["name", "reachable", "error"]
 
 ODD_FILES: list[tuple[str, str]] = [
@@ -382,6 +412,12 @@ ODD_FILES: list[tuple[str, str]] = [
         "version: 5\napplied: abc\nvalid: 0\nerrors: [a, 1]\nwarnings: null\nextra: x\n",
     ),
     ("status/config.yaml#empty", "{}\n"),
+    (
+        "status/config.yaml#internal",
+        "version: v\napplied: a\nvalid: false\nreason: InternalError\ninternalError: boom\n",
+    ),
+    ("status/config.yaml#internal-odd", "reason: 5\ninternalError: 0\n"),
+    ("status/config.yaml#internal-null", "reason: null\ninternalError: null\n"),
     ("status/config.yaml#errors", "version: v\nerrors: 3\n"),
     (
         "status/clusters.yaml",
@@ -580,3 +616,33 @@ def test_json_api_before_the_first_cycle() -> None:
 
 def test_status_record_paths() -> None:
     assert operation_path("a/b") == "status/a/b.yaml"
+
+
+def _native(value: Any) -> bool:
+    """Only what ``json.loads`` gives: dicts, lists, text, numbers, booleans, null."""
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _native(v) for k, v in value.items())
+    if isinstance(value, list):
+        return all(_native(v) for v in value)
+    return value is None or type(value) in (str, int, float, bool)
+
+
+def test_the_dumps_hold_what_json_loads_gives(template: RepoSnapshot) -> None:
+    """``to_json`` gives only JSON's types (lists, not tuples) and ``to_dict`` equals its
+    JSON, so a caller may compare either with the JSON it parsed."""
+    from reconciler.core.queue_view import build_operation_detail, build_queue_detail
+
+    repo = _repo(template)
+    states = _states(repo)
+    plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
+    view = build_queues_view(repo, plan, states, applied=True)
+    detail = build_queue_detail(repo, plan, states, "team-a", applied=True)
+    op = build_operation_detail(repo, plan, states, sorted(states)[0], applied=True)
+    assert detail is not None and op is not None
+    for dumped in (view.to_json(), detail.to_json(), op.to_json()):
+        assert _native(dumped) and dumped == json.loads(json.dumps(dumped))
+    for path, data in _files(template).items():
+        parsed = parse_status_file(path, data)
+        for record in parsed if isinstance(parsed, tuple) else (parsed,):
+            dumped = record.to_dict()
+            assert dumped == json.loads(json.dumps(dumped)), path

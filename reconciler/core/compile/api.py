@@ -1,0 +1,130 @@
+"""The entry points: ``compile_repo`` (every file validated, every operation compiled) and
+``compile_operation`` (one operation, parsing only the files it needs).
+
+What must live here: the whole-repo passes (load every file, check every reference, compile
+every operation, gather the repo's clusters, queues and connections) and the boundary where
+an unexpected exception becomes an ``InternalError``: a bug is never a config error.
+"""
+
+from __future__ import annotations
+
+from reconciler.core.compile.errors import Errors
+from reconciler.core.compile.index import RepoIndex, name_of
+from reconciler.core.compile.names import Claim, check_namespaces, check_unique, claims
+from reconciler.core.compile.operations import OperationResult, compile_one
+from reconciler.core.compile.references import (
+    check_references,
+    find_cluster,
+    find_connection,
+    find_queue,
+)
+from reconciler.core.load import ParseCache
+from reconciler.core.types import (
+    CompiledOperation,
+    CompiledRepo,
+    InternalError,
+    RejectedOperation,
+    RepoSnapshot,
+)
+
+
+def compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> CompiledRepo:
+    """Validate every file and compile every operation of ``snapshot``. Problems in the
+    config are ``errors``; a bug in the compiler raises ``InternalError``.
+
+    With ``parse_cache``, files whose content did not change since the last call are not
+    parsed again."""
+    try:
+        if parse_cache is not None:
+            parse_cache.retain(snapshot.files)
+        return _compile_repo(snapshot, parse_cache)
+    except InternalError:
+        raise
+    except Exception as exc:  # a bug: never reported as a config error
+        raise InternalError("compiling the config repo", exc) from exc
+
+
+def compile_operation(snapshot: RepoSnapshot, operation: str) -> OperationResult:
+    """Compile one ``project/name``, parsing only the files it needs.
+
+    ``errors`` holds problems in those files; a missing operation gives ``found=False``; a
+    bug in the compiler raises ``InternalError``.
+    """
+    project, _, name = operation.partition("/")
+    try:
+        repo = RepoIndex(snapshot)
+    except InternalError:
+        raise
+    except Exception as exc:  # a bug: never reported as a config error
+        raise InternalError("indexing the config repo", exc) from exc
+    result = _compile_guarded(repo, project, name)
+    return OperationResult(
+        operation,
+        found=result.found,
+        compiled=result.compiled,
+        operations=result.operations,
+        rejected=result.rejected,
+        errors=repo.errors.finish(result.errors),
+    )
+
+
+def _compile_guarded(repo: RepoIndex, project: str, name: str) -> OperationResult:
+    """``compile_one``, with an unexpected exception raised as the ``InternalError`` it is."""
+    try:
+        return compile_one(repo, project, name)
+    except InternalError:
+        raise
+    except Exception as exc:  # a bug, not a problem in the operation
+        path = repo.projects[project].operations.get(name) if project in repo.projects else None
+        raise InternalError(f"compiling operation {project}/{name}", exc, path) from exc
+
+
+def _load_all(repo: RepoIndex) -> None:
+    repo.org()
+    for kind, names in repo.named.items():
+        for name, path in names.items():
+            repo.load(path, kind, name)
+    for path, kind in repo.other:
+        repo.load(path, kind, name_of(path))
+    for name in repo.named["Queue"]:
+        find_queue(repo, name)
+    check_references(repo)
+
+
+def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> CompiledRepo:
+    repo = RepoIndex(snapshot, parse_cache)
+    _load_all(repo)
+    errors = Errors()
+    operations: list[CompiledOperation] = []
+    rejected: list[RejectedOperation] = []
+    claimed: list[Claim] = []
+    for project in sorted(repo.projects):
+        for name in sorted(repo.projects[project].operations):
+            result = _compile_guarded(repo, project, name)
+            errors.extend(result.errors)
+            claimed.extend(claims(repo, result))
+            if result.rejected:
+                rejected.append(result.rejected)
+            operations.extend(result.operations)
+    twice = check_unique(claimed, errors)
+    if twice:  # the commit is invalid, but each id is listed once (as the planner needs)
+        unique: dict[str, CompiledOperation] = {}
+        for op in operations:
+            unique.setdefault(op.id, op)
+        operations = list(unique.values())
+    check_namespaces(repo, errors)
+    clusters = {n: c for n in sorted(repo.named["Cluster"]) if (c := find_cluster(repo, n))}
+    queues = {n: q for n in sorted(repo.named["Queue"]) if (q := find_queue(repo, n))}
+    connections = {
+        n: cn for n in sorted(repo.named["Connection"]) if (cn := find_connection(repo, n))
+    }
+    return CompiledRepo(
+        version=snapshot.version,
+        org=repo.org_settings(),
+        clusters=clusters,
+        queues=queues,
+        operations=tuple(operations),
+        rejected=tuple(rejected),
+        errors=repo.errors.finish(errors),
+        connections=connections,
+    )

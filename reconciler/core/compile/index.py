@@ -1,0 +1,333 @@
+"""The repo index: which file of a snapshot is which kind and name, and each file loaded
+(parsed, validated against its kind's schema, its name checked against its file name) at
+most once, lazily.
+
+What must live here: the layout rules (``reconciler.yaml``, ``clusters/``, ``queues/``,
+``connections/``, ``presets/``, ``projects/<p>/...``), loading and caching files, typed
+access to the org, project and named files, the org's settings, and small helpers to read
+loaded documents. Following a name from one file to another is ``references.py``'s.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from pydantic import ValidationError
+
+from reconciler.core.compile.errors import Errors, add_validation_errors, short
+from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
+from reconciler.core.merge import Locate, Path
+from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
+from reconciler.core.quantity import parse_quantity
+from reconciler.core.types import (
+    PROFILE_CAPABILITIES,
+    InternalError,
+    Location,
+    OrgPolicy,
+    OrgSettings,
+    PodSecurityLevel,
+    Provenance,
+    RepoSnapshot,
+)
+
+YAML_EXT = (".yaml", ".yml")
+DIR_KINDS = {
+    "clusters": "Cluster",
+    "connections": "Connection",
+    "queues": "Queue",
+    "presets": "Preset",
+}
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+
+M = TypeVar("M", bound=Strict)
+
+
+@dataclass(frozen=True)
+class Loaded(Generic[M]):
+    doc: Document
+    model: M
+    name: str
+
+    @property
+    def path(self) -> str:
+        return self.doc.path
+
+
+@dataclass
+class ProjectEntry:
+    name: str
+    path: str | None = None
+    presets: dict[str, str] = field(default_factory=dict)
+    operations: dict[str, str] = field(default_factory=dict)
+    first_file: str = ""
+
+
+def stem(filename: str) -> str:
+    return filename.rsplit(".", 1)[0]
+
+
+def name_of(path: str) -> str:
+    """``presets/a100.yaml`` -> ``a100``."""
+    return stem(path.rsplit("/", 1)[-1])
+
+
+class RepoIndex:
+    """Lazily parsed, cached view of a snapshot; every problem lands in ``errors`` once."""
+
+    def __init__(self, snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> None:
+        self.snapshot = snapshot
+        self._parse = parse_cache.parse if parse_cache is not None else parse_yaml
+        self.files, errors = resolve_files(snapshot)
+        self.errors = Errors(errors)
+        self.org_path: str | None = None
+        self.named: dict[str, dict[str, str]] = {k: {} for k in DIR_KINDS.values()}
+        self.projects: dict[str, ProjectEntry] = {}
+        self.other: list[tuple[str, str]] = []  # (path, kind) of files with invalid names
+        self._cache: dict[str, Loaded[Any] | None] = {}
+        self._checked: set[str] = set()
+        self._org_settings: OrgSettings | None = None
+        self._provenance: dict[Provenance, Provenance] = {}
+        self._index()
+
+    def shared(self, prov: Provenance) -> Provenance:
+        """One object per distinct provenance: a preset's leaves are the same in every
+        operation that applies it."""
+        return self._provenance.setdefault(prov, prov)
+
+    # 1. layout
+    def _index(self) -> None:
+        for path in sorted(self.files):
+            parts = path.split("/")
+            if not parts[-1].endswith(YAML_EXT):
+                continue
+            name = stem(parts[-1])
+            top = parts[0]
+            if len(parts) == 1:
+                if name == "reconciler":
+                    self._register_org(path)
+                continue
+            if top in DIR_KINDS:
+                if len(parts) != 2:
+                    self._fail(path, f"unexpected file: {top}/ holds <name>.yaml files directly")
+                    continue
+                self._register(path, DIR_KINDS[top], name, self.named[DIR_KINDS[top]])
+            elif top == "projects":
+                self._index_project(path, parts)
+
+    def _index_project(self, path: str, parts: list[str]) -> None:
+        if len(parts) < 3:
+            self._fail(path, "unexpected file: projects/ holds one directory per project")
+            return
+        name = parts[1]
+        if not self._valid_name(path, name, "project directory"):
+            return
+        project = self.projects.setdefault(name, ProjectEntry(name, first_file=path))
+        if len(parts) == 3 and stem(parts[2]) == "project":
+            if project.path is not None:
+                self._fail(path, f"duplicate project file (also {project.path})")
+            else:
+                project.path = path
+        elif len(parts) == 4 and parts[2] == "presets":
+            self._register(path, "Preset", stem(parts[3]), project.presets)
+        elif len(parts) == 4 and parts[2] == "operations":
+            self._register(path, "Operation", stem(parts[3]), project.operations)
+        else:
+            self._fail(
+                path,
+                "unexpected file: a project holds project.yaml, presets/<name>.yaml "
+                "and operations/<name>.yaml",
+            )
+
+    def _register_org(self, path: str) -> None:
+        if self.org_path is not None:
+            self._fail(path, f"duplicate org file (also {self.org_path})")
+        else:
+            self.org_path = path
+
+    def _register(self, path: str, kind: str, name: str, into: dict[str, str]) -> None:
+        if not self._valid_name(path, name, "file name"):
+            self.other.append((path, kind))
+        elif name in into:
+            self._fail(path, f"duplicate {kind} {name!r} (also defined in {into[name]})")
+        else:
+            into[name] = path
+
+    def _valid_name(self, path: str, name: str, what: str) -> bool:
+        if len(name) <= 63 and _DNS_LABEL.match(name):
+            return True
+        self._fail(
+            path,
+            f"{what} {name!r} is not a valid name: use lowercase letters, digits and '-' "
+            "(DNS-1123 label, at most 63 characters)",
+        )
+        return False
+
+    def _fail(self, path: str, message: str, line: int = 1, col: int = 1) -> None:
+        self.errors.add(Location(path, line, col), message)
+
+    # 2. files
+    def load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
+        if path in self._cache:
+            return self._cache[path]
+        try:
+            result = self._load(path, kind, name)
+        except Exception as exc:  # a bug, not a problem in the file
+            raise InternalError(f"loading {kind} {name!r}", exc, path) from exc
+        self._cache[path] = result
+        return result
+
+    def _load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
+        doc, errors = self._parse(path, self.files[path])
+        if doc is None:
+            self.errors.extend(errors)
+            return None
+        data = doc.data
+        if not isinstance(data, dict):
+            self.errors.add(doc.loc(), f"expected a mapping with 'kind: {kind}'")
+            return None
+        written = data.get("kind")
+        if written is None:
+            self.errors.add(doc.loc(), f"missing required field 'kind' (expected {kind})")
+            return None
+        if written != kind:
+            where = path.rsplit("/", 1)[0] + "/" if "/" in path else "the repo root"
+            if isinstance(written, str) and written in KINDS:
+                message = (
+                    f"kind is {written!r}, but {where}{path.rsplit('/', 1)[-1]} must be {kind}"
+                )
+            else:
+                message = f"unknown kind {short(written)} (expected {kind})"
+            self.errors.add(doc.loc(("kind",)), message)
+            return None
+        model_type = KINDS[kind]
+        try:
+            model = model_type.model_validate(data)
+        except ValidationError as exc:
+            add_validation_errors(
+                self.errors, exc, data, model_type, lambda p, key: doc.loc(p, key=key)
+            )
+            return None
+        if kind != "Org" and data.get("name") is not None and data["name"] != name:
+            self.errors.add(
+                doc.loc(("name",)),
+                f"name {data['name']!r} does not match the file name {name!r}",
+            )
+            return None
+        return Loaded(doc, model, name)
+
+    def first_commit_time(self, path: str) -> Any:
+        file = self.snapshot.files.get(path)
+        return file.first_commit_time if file else None
+
+    # 3. typed access
+    def org(self) -> Loaded[OrgFile] | None:
+        return self.load(self.org_path, "Org", "reconciler") if self.org_path else None
+
+    def get(self, kind: str, name: str) -> Loaded[Any] | None:
+        path = self.named[kind].get(name)
+        return self.load(path, kind, name) if path else None
+
+    def project(self, name: str) -> Loaded[ProjectFile] | None:
+        project = self.projects.get(name)
+        if project is None:
+            return None
+        if project.path is None:
+            if name not in self._checked:
+                self._checked.add(name)
+                self._fail(
+                    project.first_file, f"project {name!r} has no projects/{name}/project.yaml"
+                )
+            return None
+        return self.load(project.path, "Project", name)
+
+    def org_settings(self) -> OrgSettings:
+        if self._org_settings is None:
+            self._org_settings = self._make_org_settings()
+        return self._org_settings
+
+    def _make_org_settings(self) -> OrgSettings:
+        org = self.org()
+        if org is None:
+            return OrgSettings()
+        m = org.model
+        policy = m.policy
+        prune = m.prune
+        level = PodSecurityLevel(policy.pod_security if policy else "baseline")
+        return OrgSettings(
+            default_queue=m.defaults.queue if m.defaults else None,
+            prune=prune.enabled if prune else False,
+            max_prune_fraction=prune.max_fraction if prune else 0.5,
+            allow_mass_prune=prune.allow_mass_prune if prune else False,
+            status_branch=m.status.branch if m.status else "reconciler/status",
+            policy=OrgPolicy(
+                allowed_queues=frozenset(policy.allowed_queues)
+                if policy and policy.allowed_queues is not None
+                else None,
+                max_resources={
+                    k: parse_quantity(v) for k, v in (policy.max_resources or {}).items()
+                }
+                if policy
+                else {},
+                allowed_scheduler_names=frozenset(policy.allowed_scheduler_names)
+                if policy and policy.allowed_scheduler_names is not None
+                else None,
+                allow_privileged=policy.allow_privileged if policy else False,
+                allow_host_path=policy.allow_host_path if policy else False,
+                allowed_capabilities=frozenset(_capability(c) for c in policy.allowed_capabilities)
+                if policy and policy.allowed_capabilities is not None
+                else PROFILE_CAPABILITIES[level],
+                allow_run_as_root=policy.allow_run_as_root if policy else True,
+                allow_shared_namespaces=policy.allow_shared_namespaces if policy else False,
+                allowed_priority_classes=frozenset(policy.allowed_priority_classes or ())
+                if policy
+                else frozenset(),
+                pod_security=level,
+                **_pod_policy(policy),
+            ),
+        )
+
+
+def _pod_policy(policy: Policy | None) -> dict[str, Any]:
+    """The ``OrgPolicy`` fields for the pod parts presets may set (service account, pull
+    secrets, volumes, retries, TTL); unset ones keep ``OrgPolicy``'s defaults."""
+    if policy is None:
+        return {}
+    out: dict[str, Any] = {
+        "max_retries": policy.max_retries,
+        "min_ttl": duration_seconds(policy.min_ttl),
+    }
+    if policy.allowed_service_accounts is not None:
+        out["allowed_service_accounts"] = frozenset(policy.allowed_service_accounts)
+    if policy.allowed_image_pull_secrets is not None:
+        out["allowed_image_pull_secrets"] = frozenset(policy.allowed_image_pull_secrets)
+    if policy.allowed_volume_types is not None:
+        out["allowed_volume_types"] = frozenset(policy.allowed_volume_types)
+    return out
+
+
+def _capability(name: str) -> str:
+    return name.upper().removeprefix("CAP_")
+
+
+# --- reading loaded documents -------------------------------------------------------------
+
+
+def locator(doc: Document, prefix: Path = ()) -> Locate:
+    """``(line, col)`` of a path under ``prefix`` of ``doc``, for merge provenance."""
+
+    def locate(path: Path) -> tuple[int, int]:
+        loc = doc.loc((*prefix, *path))
+        return loc.line, loc.col
+
+    return locate
+
+
+def get_in(spec: Mapping[str, Any], *path: str) -> Any:
+    """The value at ``path`` of nested mappings, or None."""
+    value: Any = spec
+    for part in path:
+        value = value.get(part) if isinstance(value, dict) else None
+    return value

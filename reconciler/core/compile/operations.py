@@ -1,0 +1,169 @@
+"""One operation compiled, steps 1-7 of docs/presets.md: the operation as written, patched
+by its presets, its queue defaulted, the merged spec validated, then resolved
+(``resolve.py``), expanded when it is a workflow (``workflows.py``) and rejected on a
+policy violation.
+
+What must live here: that pipeline, the order of its steps, and its result,
+``OperationResult``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from reconciler.core.compile.errors import Errors, at
+from reconciler.core.compile.index import RepoIndex, locator
+from reconciler.core.compile.references import (
+    find_preset,
+    org_default_presets,
+    preset_is_defined,
+    preset_patch,
+    unknown_org_preset,
+    unknown_preset,
+)
+from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
+from reconciler.core.compile.workflows import Child, expand
+from reconciler.core.merge import Path, apply_patch, dotted, start
+from reconciler.core.policy import Violation
+from reconciler.core.types import (
+    CompiledOperation,
+    ConfigError,
+    Location,
+    Provenance,
+    RejectedOperation,
+    RejectReason,
+)
+
+
+@dataclass(frozen=True)
+class OperationResult:
+    """One operation compiled. ``compiled`` is the operation itself (for a workflow, the
+    parent with its ``matrix``/``dag``); ``operations`` what gets dispatched (the children of a
+    workflow, else just ``compiled``). ``rejected`` is set on a policy violation."""
+
+    operation: str  # "project/name"
+    found: bool
+    compiled: CompiledOperation | None = None
+    operations: tuple[CompiledOperation, ...] = ()
+    rejected: RejectedOperation | None = None
+    errors: tuple[ConfigError, ...] = ()
+
+
+def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationResult:
+    """Compile ``project_name/op_name``; ``errors`` are those of this operation (problems in
+    the files it loaded are in ``repo.errors``)."""
+    op_id = f"{project_name}/{op_name}"
+    project = repo.projects.get(project_name)
+    op_path = project.operations.get(op_name) if project else None
+    if project is None or op_path is None:
+        return OperationResult(op_id, found=False)
+    proj = repo.project(project_name)
+    loaded = repo.load(op_path, "Operation", op_name)
+    if proj is None or loaded is None:
+        return OperationResult(op_id, found=True)
+    doc, model = loaded.doc, loaded.model
+    org = repo.org_settings()
+    errors = Errors()
+    fallback = doc.loc(("name",)) if "name" in doc.data else doc.loc()
+
+    # 1. The operation as written.
+    spec, prov = start(doc.data, locator(doc), doc.path, "operation")
+    spec["name"] = op_name
+
+    # 2. Presets: the org's defaults, the project's, then the operation's own, each once.
+    refs: list[tuple[str, Location]] = org_default_presets(repo)
+    defaults = proj.model.defaults
+    for i, name in enumerate((defaults.presets if defaults else None) or []):
+        refs.append((name, proj.doc.loc(("defaults", "presets", i))))
+    for i, name in enumerate(model.presets or []):
+        refs.append((name, doc.loc(("presets", i))))
+    applied: list[str] = []
+    for name, ref in refs:
+        if name in applied:
+            continue
+        preset = find_preset(repo, project_name, name)
+        if preset is None:
+            if not preset_is_defined(repo, project_name, name):
+                org_ref = ref.file == repo.org_path
+                errors.add(
+                    ref, unknown_org_preset(name) if org_ref else unknown_preset(project_name, name)
+                )
+            continue
+        patch, locate = preset_patch(preset)
+        strategy = preset.model.patch_strategy
+        spec, prov = apply_patch(
+            spec, prov, patch, strategy, locate, preset.path, f"preset {name} ({strategy})"
+        )
+        applied.append(name)
+    if errors:
+        return OperationResult(op_id, found=True, errors=tuple(errors))
+
+    # 3. Queue defaults: the project's, then the org's.
+    if spec.get("queue") is None:
+        if defaults and defaults.queue:
+            loc = proj.doc.loc(("defaults", "queue"))
+            spec["queue"] = defaults.queue
+            prov[("queue",)] = Provenance(proj.path, loc.line, "project default", loc.col)
+        elif org.default_queue:
+            org_loaded = repo.org()
+            assert org_loaded is not None
+            loc = org_loaded.doc.loc(("defaults", "queue"))
+            spec["queue"] = org.default_queue
+            prov[("queue",)] = Provenance(org_loaded.path, loc.line, "org default", loc.col)
+
+    # 4. The merged spec must itself be a valid, complete operation.
+    def locate_merged(path: Path, key: bool = False) -> Location:
+        return at(prov, path, fallback)
+
+    def unset(path: Path) -> tuple[Location, str]:
+        return doc.loc(("run",)), f"{dotted(path)} is not set by the operation or its presets"
+
+    validate_spec(spec, locate_merged, errors, prefix="after merging presets: ", unset=unset)
+    if errors:
+        return OperationResult(op_id, found=True, errors=tuple(errors))
+
+    ctx = Context(
+        project=project_name,
+        namespace=proj.model.namespace or project_name,
+        allowed_queues=frozenset(proj.model.allowed_queues)
+        if proj.model.allowed_queues is not None
+        else None,
+        org=org,
+        op_path=op_path,
+        presets=tuple(applied),
+    )
+    # 5-6. Queue, connections, requests, policy.
+    resolved = resolve(repo, ctx, spec, prov, fallback, errors)
+    if resolved is None:
+        return OperationResult(op_id, found=True, errors=tuple(errors))
+    compiled = build(ctx, repo, op_name, spec, prov, resolved)
+
+    # 7. Workflows expand into children, each resolved and policed on its own.
+    children: list[Child] = []
+    if "matrix" in spec or "dag" in spec:
+        children = expand(repo, ctx, doc, op_name, spec, prov, fallback, errors)
+        if errors:
+            return OperationResult(op_id, found=True, compiled=compiled, errors=tuple(errors))
+    violations: list[tuple[str | None, Violation]] = (
+        [(None, v) for v in resolved.violations]
+        if not children
+        else [(child.name, v) for child, vs in children for v in vs]
+    )
+    if violations:
+        seen: list[str] = []
+        for child_name, v in violations:
+            text = f"{child_name}: {v}" if child_name else str(v)
+            if text not in seen:
+                seen.append(text)
+        first = violations[0][1].provenance
+        rejected = RejectedOperation(
+            operation=op_id,
+            path=op_path,
+            reason=RejectReason.POLICY_VIOLATION,
+            message="; ".join(seen),
+            location=first.location if first else fallback,
+            children=tuple(c.id for c, _ in children),
+        )
+        return OperationResult(op_id, found=True, compiled=compiled, rejected=rejected)
+    operations = tuple(c for c, _ in children) if children else (compiled,)
+    return OperationResult(op_id, found=True, compiled=compiled, operations=operations)

@@ -1,0 +1,231 @@
+"""One spec made dispatchable, the same way for an operation and for each workflow child
+(steps 4-6 of docs/presets.md): its queue and connections resolved, its resource requests
+totalled, org policy checked, and the ``CompiledOperation`` built.
+
+What must live here: whatever is done alike to every spec that may be dispatched, and
+nothing that depends on where the spec came from (presets are ``operations.py``'s,
+children ``workflows.py``'s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+
+from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
+from reconciler.core.compile.index import RepoIndex, get_in
+from reconciler.core.compile.pod import check_pod, container_totals, pod_total
+from reconciler.core.compile.references import find_connection, find_queue, unknown_name
+from reconciler.core.merge import Path, ProvMap, dotted
+from reconciler.core.model import OperationFile
+from reconciler.core.policy import Violation, check_pod_security, check_policy
+from reconciler.core.render import env_sources, render_pod
+from reconciler.core.types import (
+    CompiledOperation,
+    ConnectionSpec,
+    Location,
+    OrgSettings,
+    Provenance,
+    QueueSpec,
+    RunKind,
+    WorkflowRef,
+)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What every spec of one operation shares."""
+
+    project: str
+    namespace: str
+    allowed_queues: frozenset[str] | None
+    org: OrgSettings
+    op_path: str
+    presets: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Resolved:
+    queue: QueueSpec
+    requests: dict[str, Decimal]
+    connections: tuple[str, ...]
+    violations: tuple[Violation, ...]
+
+
+# Fields every dispatchable spec must end up with (the schema leaves them optional, since a
+# preset may set them).
+REQUIRED: tuple[Path, ...] = (("run", "kind"), ("run", "container", "image"))
+
+
+def validate_spec(
+    spec: Mapping[str, Any],
+    locate: LocateError,
+    errors: Errors,
+    *,
+    prefix: str,
+    unset: Callable[[Path], tuple[Location, str]],
+) -> bool:
+    """A merged (or expanded) spec checked as if it were written by hand: the operation
+    schema, then the fields it must have. ``unset(path)`` says where and why a required
+    field is missing. False when anything is wrong (reported)."""
+    reported = len(errors)
+    try:
+        OperationFile.model_validate(spec)
+    except ValidationError as exc:
+        add_validation_errors(errors, exc, spec, OperationFile, locate, prefix=prefix)
+    for path in REQUIRED:
+        if get_in(spec, *(str(p) for p in path)) is None:
+            location, message = unset(path)
+            errors.add(location, message)
+    return len(errors) == reported
+
+
+def total_requests(
+    spec: Mapping[str, Any],
+    prov: Mapping[Path, Provenance],
+    fallback: Location,
+    errors: Errors,
+) -> dict[str, Decimal]:
+    """Total request per resource of the main container: the request, or the limit where
+    only a limit is set."""
+    resources = get_in(spec, "run", "container", "resources") or {}
+    base: Path = ("run", "container", "resources")
+    return container_totals(
+        resources, lambda kind, resource: at(prov, (*base, kind, resource), fallback), errors
+    )
+
+
+def resolve(
+    repo: RepoIndex,
+    ctx: Context,
+    spec: Mapping[str, Any],
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> Resolved | None:
+    """Steps 4-6 for one (possibly child) spec: queue, connections, requests, policy.
+    None when it cannot be dispatched (what is wrong is in ``errors``, or at the queue)."""
+    reported = len(errors)
+    queue_name = spec.get("queue")
+    queue: QueueSpec | None = None
+    if queue_name is None:
+        errors.add(
+            fallback,
+            "no queue: set 'queue' in the operation or a preset, or defaults.queue in "
+            "project.yaml or reconciler.yaml",
+        )
+    else:
+        queue = find_queue(repo, queue_name)
+        if queue is None and repo.named["Queue"].get(queue_name) is None:
+            location = at(prov, ("queue",), fallback)
+            errors.add(location, unknown_name(repo, "queue", queue_name, "Queue"))
+    connections: list[str] = []
+    specs: dict[str, ConnectionSpec] = {}
+    for i, name in enumerate(get_in(spec, "run", "connections") or []):
+        conn = find_connection(repo, name)
+        if conn is None:
+            if repo.named["Connection"].get(name) is None:
+                location = at(prov, ("run", "connections", i), fallback)
+                errors.add(location, unknown_name(repo, "connection", name, "Connection"))
+            continue
+        specs[name] = conn
+        if name not in connections:
+            connections.append(name)
+    requests = total_requests(spec, prov, fallback, errors)
+    requests = pod_total(spec, prov, fallback, errors, requests)
+    check_pod(spec, prov, fallback, errors, specs)
+    conns = [specs[name] for name in connections]
+    check_env(spec, conns, prov, fallback, errors)
+    if len(errors) > reported or queue is None:
+        return None
+    violations = check_policy(
+        spec,
+        prov,
+        policy=ctx.org.policy,
+        queue=queue,
+        project=ctx.project,
+        allowed_queues=ctx.allowed_queues,
+        requests=requests,
+    )
+    pod = render_pod(
+        spec,
+        RunKind(spec["run"]["kind"]),
+        conns,
+        operation=f"{ctx.project}/{spec['name']}",
+        queue=queue.name,
+    )
+    violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
+    return Resolved(queue, requests, tuple(connections), violations)
+
+
+def check_env(
+    spec: Mapping[str, Any],
+    conns: list[ConnectionSpec],
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> None:
+    """Each env name once in the container: ``run.container.env`` and the connections may
+    not set the same name (names the reconciler sets are refused by the schema)."""
+    listed = list(get_in(spec, "run", "connections") or [])
+    first: dict[str, str | None] = {}
+    for name, conn in env_sources(spec, conns):
+        if name not in first:
+            first[name] = conn
+            continue
+        if conn is None or first[name] is None:  # at the operation's own, when it is one
+            where: Path = ("run", "container", "env", name)
+        else:
+            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+        before = "run.container.env" if first[name] is None else f"connection {first[name]!r}"
+        setter = "run.container.env" if conn is None else f"connection {conn!r}"
+        errors.add(
+            at(prov, where, fallback),
+            f"environment variable {name!r} is set twice in the container: by {before} and "
+            f"by {setter}",
+        )
+
+
+def build(
+    ctx: Context,
+    repo: RepoIndex,
+    name: str,
+    spec: Mapping[str, Any],
+    prov: ProvMap,
+    resolved: Resolved,
+    *,
+    workflow: WorkflowRef | None = None,
+    dependencies: tuple[str, ...] = (),
+    params: Mapping[str, Any] | None = None,
+) -> CompiledOperation:
+    return CompiledOperation(
+        project=ctx.project,
+        name=name,
+        path=ctx.op_path,
+        queue=resolved.queue.name,
+        cluster=resolved.queue.cluster,
+        namespace=ctx.namespace,
+        kind=RunKind(spec["run"]["kind"]),
+        spec=spec,
+        requests=resolved.requests,
+        presets=ctx.presets,
+        provenance={
+            dotted(k): repo.shared(v)
+            for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))
+        },
+        connections=resolved.connections,
+        generation=int(spec.get("generation", 1)),
+        is_approved=bool(spec.get("isApproved", True)),
+        workflow=workflow,
+        dependencies=dependencies,
+        submitted_at=repo.first_commit_time(ctx.op_path),
+        params=dict(params or {}),
+    )
+
+
+def _sort_key(path: Path) -> list[tuple[int, str | int]]:
+    return [(0, p) if isinstance(p, int) else (1, p) for p in path]

@@ -1,0 +1,77 @@
+"""The dispatch planner: apply queue controls to the compiled operations.
+
+Pure, in the style of Nomad's ``Compute()``: it takes the compiled config, the observed phase
+of each operation and the clock, and returns a :class:`Plan` (what to dispatch now, what waits
+and why, what to stop). It does no I/O; the runtime executes the plan. The steps and checks
+match ``docs/dispatch.md``.
+
+The package, one concern a module (each says what must live in it):
+
+- ``model``: the plan and its parts, the reasons, the blocks and what would admit them;
+- ``checks``: the table of checks 0..9, in order (the docs' Checks table);
+- ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
+  loop that applies the checks;
+- ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
+- ``explain``: pending entries and queue summaries against the final counters;
+- ``state``: the counters the planner updates while it plans (private to the planner);
+- ``units``: quantities as exact integers (requests round up, quotas down).
+
+Only the names below are the package's interface.
+"""
+
+from reconciler.core.plan.model import (
+    MAX_LISTED,
+    Admit,
+    AdmitWhen,
+    ApprovalBlock,
+    BehindHeadBlock,
+    BlockedBy,
+    ClusterUnreachableBlock,
+    ConcurrencyBlock,
+    DependenciesBlock,
+    DependencyState,
+    Dispatch,
+    ExceedsQuotaBlock,
+    Pending,
+    PendingReason,
+    Plan,
+    PlanInputError,
+    PruneRefusal,
+    QueuePausedBlock,
+    QueueSummary,
+    QuotaBlock,
+    Shortfall,
+    Stop,
+    StopReason,
+    UpstreamFailedBlock,
+)
+from reconciler.core.plan.planner import plan_dispatch, plan_repo
+
+__all__ = [
+    "MAX_LISTED",
+    "Admit",
+    "AdmitWhen",
+    "ApprovalBlock",
+    "BehindHeadBlock",
+    "BlockedBy",
+    "ClusterUnreachableBlock",
+    "ConcurrencyBlock",
+    "DependenciesBlock",
+    "DependencyState",
+    "Dispatch",
+    "ExceedsQuotaBlock",
+    "Pending",
+    "PendingReason",
+    "Plan",
+    "PlanInputError",
+    "PruneRefusal",
+    "QueuePausedBlock",
+    "QueueSummary",
+    "QuotaBlock",
+    "Shortfall",
+    "Stop",
+    "StopReason",
+    "UpstreamFailedBlock",
+    "plan_dispatch",
+    "plan_repo",
+]

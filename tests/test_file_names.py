@@ -1,0 +1,232 @@
+"""Issue 13, section 6: file names.
+
+- A path is printed through one helper (``types.printable_path``, used by ``Location``,
+  ``Provenance`` and ``InternalError``; messages by ``printable_text`` in
+  ``ConfigError.__str__``): a name with a newline, an escape or a bidi override can never
+  forge a line, in the CLI, the status branch, the logs or the web pages.
+- Symlinks, as an Argo CD or Flux user expects from a checkout: inside the repo they are
+  followed, to a file or to a directory; leaving the repo, dangling or looping, they are an
+  error at the link, but only where the loader reads (config paths). Anywhere else (docs/,
+  README.md) they are ignored like the files there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from conftest import TEMPLATE
+
+from reconciler.adapters.git import ConfigRepo
+from reconciler.adapters.repo import snapshot_git, snapshot_worktree
+from reconciler.cli.main import cli
+from reconciler.core.compile import compile_repo
+from reconciler.core.load import resolve_files
+from reconciler.core.plan import plan_repo
+from reconciler.core.status import CONFIG_FILE, OperationStatus, parse_status_file, render_status
+from reconciler.core.types import (
+    ConfigError,
+    InternalError,
+    Location,
+    Phase,
+    Provenance,
+    RepoFile,
+    RepoSnapshot,
+    printable_path,
+    printable_text,
+)
+
+FORGED = "reconciler.yaml:1:1: PolicyViolation: forged line"
+EVIL = f"evil\n{FORGED}\n.yaml"  # one file name: no '/'
+
+
+def _git(cwd: Path, *args: str) -> None:
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@e", *args],
+        cwd=cwd,
+        check=True,
+        capture_output=True,
+    )
+
+
+# --- printing ----------------------------------------------------------------------------------
+
+
+def test_the_quoting_rule() -> None:
+    assert printable_path("queues/team-a.yaml") == "queues/team-a.yaml"
+    assert printable_path("docs/é ü.yaml") == "docs/é ü.yaml"  # printable: as is
+    assert printable_path("a\nb.yaml") == '"a\\nb.yaml"'
+    assert printable_path("a\x1b[31mred.yaml") == '"a\\x1b[31mred.yaml"'
+    assert printable_path("a\u202egpj.yaml") == '"a\\u202egpj.yaml"'  # bidi override
+    assert printable_path("a\udcffb") == '"a\\udcffb"'  # not UTF-8 on disk
+    assert printable_path('say "hi".yaml') == '"say \\"hi\\".yaml"'  # quotes stay unambiguous
+    assert printable_text("one\ntwo\tthree") == "one\\ntwo\\tthree"
+    error = ConfigError(Location(EVIL, 2, 3), "bad\nvalue")
+    assert str(error) == f'"evil\\n{FORGED}\\n.yaml":2:3: bad\\nvalue'
+    assert str(Provenance(EVIL, 4, "operation")) == f'operation at "evil\\n{FORGED}\\n.yaml":4'
+    assert "\n" not in str(InternalError("compiling", ValueError("x"), EVIL))
+
+
+def test_a_newline_in_a_file_name_cannot_forge_a_line_of_validate(tmp_path: Path) -> None:
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (root / "queues" / EVIL).write_text("kind: Queue\ncluster: local\n")
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
+    assert result.exit_code == 1
+    lines = result.output.splitlines()
+    assert not any(line.startswith(FORGED) for line in lines), result.output
+    assert lines[0].startswith(f'"queues/evil\\n{FORGED}\\n.yaml":1:1: file name'), lines
+    assert len(lines) == 2  # the error, then the summary
+    # JSON carries the name as it is: JSON escapes it
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(root), "-o", "json"])
+    assert json.loads(result.output)["errors"][0]["file"] == f"queues/{EVIL}"
+
+
+def test_control_characters_never_reach_the_status_branch(tmp_path: Path) -> None:
+    snapshot = snapshot_worktree(TEMPLATE)
+    files = dict(snapshot.files)
+    files[f"queues/{EVIL}"] = RepoFile(f"queues/{EVIL}", b"kind: Queue\ncluster: local\n")
+    bad = compile_repo(RepoSnapshot(files))
+    good = compile_repo(snapshot)
+    plan = plan_repo(good, [], datetime(2026, 1, 1, tzinfo=UTC))
+    status = render_status(good, plan, {}, config_error=bad.errors)
+    config = parse_status_file(CONFIG_FILE, status[CONFIG_FILE])
+    assert config.errors and all(e.isprintable() for e in config.errors), config.errors
+    assert config.errors[0].startswith(f'"queues/evil\\n{FORGED}\\n.yaml":1:1:')
+
+
+# --- symlinks ----------------------------------------------------------------------------------
+
+
+def _repo(tmp_path: Path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    return root
+
+
+def _compiled_three_ways(root: Path, tmp_path: Path) -> list[list[str]]:
+    """The errors of the working tree, of the commit (``snapshot_git``) and of the Git sync
+    (``ConfigRepo``): the three readers must agree."""
+    worktree = compile_repo(snapshot_worktree(root))
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "add", "-A")
+    _git(root, "commit", "-qm", "links")
+    synced = ConfigRepo(str(root), cache_dir=tmp_path / "cache").sync()
+    out = []
+    for compiled in (worktree, compile_repo(snapshot_git(root)), compile_repo(synced)):
+        assert [op.id for op in compiled.operations] == [op.id for op in worktree.operations]
+        out.append([str(e) for e in compiled.errors])
+    return out
+
+
+def test_links_to_files_and_directories_inside_the_repo_are_followed(tmp_path: Path) -> None:
+    """``presets`` is a link to ``shared/presets``; a queue is a link to a file in a
+    directory the loader ignores. Valid, as if the targets were copied there."""
+    root = _repo(tmp_path)
+    (root / "shared").mkdir()
+    shutil.move(root / "presets", root / "shared" / "presets")
+    os.symlink("shared/presets", root / "presets")
+    text = (root / "queues" / "batch.yaml").read_text().replace("name: batch", "name: nightly")
+    (root / "shared" / "nightly.yaml").write_text(text)
+    os.symlink("../shared/nightly.yaml", root / "queues" / "nightly.yaml")
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == []
+    compiled = compile_repo(snapshot_worktree(root))
+    assert "nightly" in compiled.queues
+    assert len(compiled.operations) == len(compile_repo(snapshot_worktree(TEMPLATE)).operations)
+
+
+def test_links_where_the_loader_does_not_read_are_ignored(tmp_path: Path) -> None:
+    """Dangling, escaping or looping links in docs/ or at the top are not followed: they
+    do not break the repo (they did: every one was an error)."""
+    root = _repo(tmp_path)
+    (root / "docs").mkdir()
+    os.symlink("/etc/passwd", root / "docs" / "passwd")
+    os.symlink("../../outside", root / "docs" / "outside")
+    os.symlink("loop", root / "docs" / "loop")
+    os.symlink("nowhere.md", root / "README.md")
+    os.symlink("/", root / "rootfs")
+    os.symlink("docs/nowhere.yaml", root / "top-level.yaml")
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == []
+
+
+@pytest.mark.parametrize(
+    ("link", "target", "expect"),
+    [
+        ("presets/self", ".", "symlink loop: '.' is a directory that contains the link"),
+        ("presets/up", "..", "symlink loop: '..' is a directory that contains the link"),
+        ("queues/more", "../queues", "symlink loop: '../queues' is a directory that contains"),
+        ("presets/out", "../..", "symlink to '../..' leaves the repo"),
+        ("presets/etc", "/etc", "symlink to '/etc' leaves the repo"),
+        ("queues/gone.yaml", "../docs/gone.yaml", "symlink target 'docs/gone.yaml' does not exist"),
+        (
+            "queues/file-dir.yaml",
+            "../reconciler.yaml/x",
+            "symlink target 'reconciler.yaml' is a file, not a directory",
+        ),
+    ],
+)
+def test_links_that_leave_dangle_or_loop_are_errors_at_the_link(
+    tmp_path: Path, link: str, target: str, expect: str
+) -> None:
+    root = _repo(tmp_path)
+    os.symlink(target, root / link)
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == [f"{link}:1:1: {expect}"] or (
+            len(errors) == 1 and errors[0].startswith(f"{link}:1:1: {expect}")
+        ), errors
+
+
+def test_directory_links_that_point_at_each_other_are_a_loop() -> None:
+    snapshot = RepoSnapshot(
+        {
+            "queues/q.yaml": RepoFile("queues/q.yaml", b"kind: Queue\ncluster: c\n"),
+            "presets/a": RepoFile("presets/a", b"", symlink_target="../shared/a"),
+            "shared/a/b": RepoFile("shared/a/b", b"", symlink_target="../b"),
+            "shared/b/c": RepoFile("shared/b/c", b"", symlink_target="../a"),
+        }
+    )
+    files, errors = resolve_files(snapshot)
+    assert list(files) == ["queues/q.yaml"]
+    assert [str(e) for e in errors] == [
+        "presets/a/b/c:1:1: symlink loop: '../a' is a directory that contains the link"
+    ]
+
+
+def test_a_linked_directory_shows_its_files_under_the_link() -> None:
+    snapshot = RepoSnapshot(
+        {
+            "shared/q/a.yaml": RepoFile("shared/q/a.yaml", b"kind: Queue\n"),
+            "shared/q/README.md": RepoFile("shared/q/README.md", b""),
+            "shared/q/b.yaml": RepoFile("shared/q/b.yaml", b"", symlink_target="a.yaml"),
+            "queues": RepoFile("queues", b"", symlink_target="shared/q"),
+            "docs/queues": RepoFile("docs/queues", b"", symlink_target="../shared/q"),
+        }
+    )
+    files, errors = resolve_files(snapshot)
+    assert errors == []
+    assert files == {"queues/a.yaml": b"kind: Queue\n", "queues/b.yaml": b"kind: Queue\n"}
+
+
+def test_names_read_from_the_status_branch_never_forge_a_line() -> None:
+    """Anyone who can push to the status branch writes what ``status`` prints: a record's
+    operation, queue or an error of ``config.yaml`` with a newline stays on one line."""
+    from reconciler.cli.status_cmd import status_to_table, warnings
+    from reconciler.core.status import ConfigStatus, StatusView
+
+    record = OperationStatus(
+        operation=f"vision/x\n{FORGED}", phase=Phase.RUNNING, queue=f"q\n{FORGED}"
+    )
+    config = ConfigStatus(
+        version="v", applied="v", valid=False, errors=(f"a.yaml:1:1: bad\n{FORGED}",)
+    )
+    view = StatusView({record.operation: record}, config=config)
+    lines = status_to_table(view, [record], queues=False).splitlines() + warnings(view)
+    assert not any(line.lstrip().startswith(FORGED) for line in lines), lines

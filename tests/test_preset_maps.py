@@ -1,0 +1,145 @@
+"""Presets on free-form maps through the whole compiler (issue 13, section 7): a list inside
+a map is the value of its key, and a ``null`` value deletes a key (docs/presets.md)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from conftest import repo
+
+from reconciler.core.compile import compile_repo
+from reconciler.core.render import render_operation
+from reconciler.core.types import CompiledOperation
+
+BASE = {
+    "reconciler.yaml": "kind: Org\npolicy:\n"
+    "  allowedCapabilities: [NET_BIND_SERVICE, SYS_PTRACE]\n",
+    "clusters/local.yaml": "kind: Cluster\nkubeconfig:\n  inCluster: true\n",
+    "queues/q.yaml": "kind: Queue\ncluster: local\n",
+    "projects/p/project.yaml": "kind: Project\ndefaults:\n  queue: q\n",
+}
+OP = """kind: Operation
+presets: [x]
+run:
+  kind: job
+  container:
+    image: img
+    env: {LR: "0.1", DEBUG: "1"}
+    resources:
+      limits: {cpu: 2, nvidia.com/gpu: 1}
+    securityContext:
+      readOnlyRootFilesystem: true
+      capabilities: {add: [SYS_PTRACE], drop: [ALL]}
+  environment:
+    nodeSelector: {zone: a, pool: gpu}
+    labels: {team: p}
+"""
+
+
+def _compile(preset: str, op: str = OP) -> CompiledOperation:
+    compiled = compile_repo(
+        repo({**BASE, "presets/x.yaml": preset, "projects/p/operations/o.yaml": op})
+    )
+    assert compiled.valid, compiled.errors
+    (result,) = compiled.operations
+    return result
+
+
+def _container(op: CompiledOperation) -> Any:
+    (job, *_) = render_operation(
+        op, {}, config_version="c", dispatched_at=datetime(2026, 1, 1, tzinfo=UTC)
+    ).manifests
+    return job["spec"]["template"]["spec"]["containers"][0]
+
+
+@pytest.mark.parametrize(
+    ("strategy", "env", "gpu", "zone"),
+    [
+        ("post_merge", {"LR": "0.1", "X": "1"}, None, None),
+        ("pre_merge", {"LR": "0.1", "DEBUG": "1", "X": "1"}, 1, "a"),
+        ("replace", {"X": "1"}, None, None),
+        ("isnull", {"LR": "0.1", "DEBUG": "1"}, 1, "a"),
+    ],
+)
+def test_a_null_in_a_preset_map_deletes_the_key_under_post_merge(
+    strategy: str, env: dict[str, str], gpu: int | None, zone: str | None
+) -> None:
+    preset = f"""kind: Preset
+patchStrategy: {strategy}
+run:
+  container:
+    env: {{DEBUG: null, X: "1"}}
+    resources:
+      limits: {{nvidia.com/gpu: null}}
+  environment:
+    nodeSelector: {{zone: null}}
+"""
+    op = _compile(preset)
+    container = op.spec["run"]["container"]
+    assert container["env"] == env
+    assert container["resources"]["limits"].get("nvidia.com/gpu") == gpu
+    assert op.spec["run"]["environment"]["nodeSelector"].get("zone") == zone
+    # A deleted key has no provenance and never reaches the Job.
+    assert ("run.container.env.DEBUG" in op.provenance) is ("DEBUG" in env)
+    rendered = {e["name"]: e.get("value") for e in _container(op)["env"]}
+    assert None not in rendered.values()
+    assert ("DEBUG" in rendered) is ("DEBUG" in env)
+    assert ("nvidia.com/gpu" in op.requests) is (gpu is not None)
+
+
+def test_a_null_in_an_operation_map_means_unset() -> None:
+    op_file = OP.replace('env: {LR: "0.1", DEBUG: "1"}', 'env: {LR: "0.1", DEBUG: null}')
+    op = _compile("kind: Preset\n", op_file)
+    assert op.spec["run"]["container"]["env"] == {"LR": "0.1"}
+
+
+@pytest.mark.parametrize(
+    ("strategy", "add", "run_as_user"),
+    [
+        ("post_merge", ["NET_BIND_SERVICE"], 1000),
+        ("pre_merge", ["SYS_PTRACE"], 1000),
+        ("replace", ["NET_BIND_SERVICE"], 1000),
+        ("isnull", ["SYS_PTRACE"], None),
+    ],
+)
+def test_capabilities_add_is_one_layers_list(
+    strategy: str, add: list[str], run_as_user: int | None
+) -> None:
+    preset = f"""kind: Preset
+patchStrategy: {strategy}
+run:
+  container:
+    securityContext:
+      runAsUser: 1000
+      capabilities: {{add: [NET_BIND_SERVICE]}}
+"""
+    op = _compile(preset)
+    context = _container(op)["securityContext"]
+    assert context["capabilities"]["add"] == add
+    assert context.get("runAsUser") == run_as_user
+    if strategy in ("post_merge", "pre_merge"):  # the rest of the map is still unioned
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert context["readOnlyRootFilesystem"] is True
+    source = op.provenance["run.container.securityContext.capabilities.add[0]"].file
+    from_preset = add == ["NET_BIND_SERVICE"]
+    assert source == ("presets/x.yaml" if from_preset else "projects/p/operations/o.yaml")
+    assert "run.container.securityContext.capabilities.add[1]" not in op.provenance
+
+
+def test_tolerations_and_connections_are_still_added_by_post_merge() -> None:
+    files = {
+        **BASE,
+        "connections/a.yaml": "kind: Connection\nsecret: {name: a, envFrom: true}\n",
+        "connections/b.yaml": "kind: Connection\nsecret: {name: b, envFrom: true}\n",
+        "presets/x.yaml": "kind: Preset\nconnections: [b]\nrun:\n  environment:\n"
+        "    tolerations: [{key: gpu, operator: Exists}]\n",
+        "projects/p/operations/o.yaml": OP
+        + "    tolerations: [{key: spot, operator: Exists}]\n  connections: [a]\n",
+    }
+    compiled = compile_repo(repo(files))
+    assert compiled.valid, compiled.errors
+    (op,) = compiled.operations
+    assert [t["key"] for t in op.spec["run"]["environment"]["tolerations"]] == ["spot", "gpu"]
+    assert op.spec["run"]["connections"] == ["a", "b"]

@@ -1,0 +1,112 @@
+"""Issue 12 item 4: a read-only replica (``serve``) whose cluster cannot be read starts from
+the status branch, so it never shows work that has finished as using quota."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from datetime import UTC, datetime
+from pathlib import Path
+
+from helpers import refused_port, wait_until, write_kubeconfig
+from test_git_adapter import git
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.core.compile import compile_repo
+from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import plan_repo
+from reconciler.core.render import workload_name
+from reconciler.core.status import render_status, status_changes, summarize_cycle
+from reconciler.core.types import Phase
+
+ROOT = Path(__file__).resolve().parents[1]
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def test_a_replica_with_its_cluster_down_shows_the_last_recorded_phases(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    remote = template_remote
+    # The demo has finished: the leader recorded every operation Succeeded.
+    config = ConfigRepo(str(remote), cache_dir=tmp_path / "leader-cache")
+    compiled = compile_repo(config.sync())
+    done = {
+        op.id: WorkloadState(
+            op.id,
+            op.generation,
+            op.cluster,
+            op.namespace,
+            workload_name(op.project, op.name, op.generation),
+            "",
+            Phase.SUCCEEDED,
+            queue=op.queue,
+        )
+        for op in compiled.operations
+    }
+    status = StatusBranch(config)
+    before = status.read()
+    after = render_status(compiled, plan_repo(compiled, [], NOW), done)
+    assert status.write(status_changes(before, after), summarize_cycle(before, after))
+    commits = git(remote, "rev-list", "--count", "refs/heads/reconciler/status")
+
+    # The cluster is gone: connections to it are refused.
+    with refused_port() as port:
+        kubeconfig = write_kubeconfig(tmp_path / "gone.kubeconfig", f"https://127.0.0.1:{port}")
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
+        log = tmp_path / "serve.log"
+        args = [sys.executable, "-m", "reconciler", "serve", "--repo", str(remote)]
+        args += ["--cache-dir", str(tmp_path / "replica-cache"), "--http", "127.0.0.1:0"]
+        args += ["--interval", "1s", "--cluster-kubeconfig", f"local={kubeconfig}"]
+        proc = subprocess.Popen(
+            args,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=log.open("w"),
+        )
+        try:
+            url = _first_cycle(log)
+            view = json.loads(_get(url + "/api/v1/queues"))
+            operation = json.loads(_get(url + "/api/v1/operations/language/pretrain"))
+            page = _get(url + "/")
+        finally:
+            proc.terminate()
+            proc.wait(timeout=10)
+    for row in view["queues"]:
+        assert row["active"] == 0, row
+        assert all(q["used"] == "0" for q in row["quota"]), row
+    assert all(q["used"] == "0" for q in view["fleet"]["total"]["quota"])
+    assert operation["phase"] == "Succeeded"
+    assert "unreachable: local" in page
+    # read, never written
+    assert git(remote, "rev-list", "--count", "refs/heads/reconciler/status") == commits
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return str(resp.read().decode())
+
+
+def _first_cycle(log: Path) -> str:
+    """The server's address, once its pages describe a cycle."""
+    found: list[str] = []
+
+    def ready() -> bool:
+        match = re.search(r" on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if match is None:
+            return False
+        try:
+            _get(match[1] + "/api/v1/fleet")
+        except (urllib.error.URLError, OSError):
+            return False
+        found.append(match[1])
+        return True
+
+    wait_until(ready, timeout=60, what="serve's first cycle")
+    return found[0]

@@ -1,0 +1,184 @@
+"""The reconcile cycle against a fake Kube (tests/fake_kube.py): fast tests of what the
+Reconciler reads, decides, carries out and remembers. The same behaviours run on the real
+control plane in tests/cluster/test_reconciler.py."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from unittest import mock
+
+from builders import NOW, World
+from fake_kube import FakeCluster, FakeKube
+from helpers import wait_until
+
+from reconciler.core.cycle import Memory
+from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+
+
+class FixedClock:
+    def now(self) -> datetime:
+        return NOW
+
+
+class Harness:
+    """One Reconciler over fake clusters; ``repo`` can be swapped between cycles."""
+
+    def __init__(self, repo: CompiledRepo, *clusters: str, leading: bool = True) -> None:
+        self.repo = repo
+        self.clusters = {name: FakeCluster(name) for name in clusters or ("local",)}
+        self.reconciler = Reconciler(
+            lambda: RepoSnapshot(files={}, version=self.repo.version),
+            self._connect,  # type: ignore[arg-type]
+            FixedClock(),
+            is_leader=lambda: leading,
+            watch=False,
+        )
+
+    def _connect(self, spec: ClusterSpec) -> Any:
+        return FakeKube(self.clusters[spec.name])
+
+    def cycle(self) -> CycleResult:
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: self.repo):
+            return self.reconciler.run_once()
+
+    def job(self, op_id: str, generation: int = 1) -> tuple[str, str]:
+        project, name = op_id.split("/")
+        return project, f"{project}-{name}-g{generation}"
+
+    def move(self, op_id: str, phase: str, cluster: str = "local") -> None:
+        self.clusters[cluster].set_phase(*self.job(op_id), phase)
+
+
+def team_a(*ops: str, gpu: int = 1) -> World:
+    world = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    for op in ops:
+        world.op(op, gpu=gpu)
+    return world
+
+
+def test_dispatch_run_finish_then_the_next_one_goes() -> None:
+    h = Harness(team_a("p/a", "p/b", "p/c").repo())
+    first = h.cycle()
+    assert first.dispatched == ("p/a", "p/b")
+    assert h.clusters["local"].calls == ["create p/p-a-g1", "create p/p-b-g1"]
+    # Events are sent off the dispatch path, once every create has returned
+    wait_until(lambda: len(h.clusters["local"].events) == 2, timeout=5, what="the Events")
+    assert [e[1] for e in h.clusters["local"].events] == ["Dispatched", "Dispatched"]
+    h.move("p/a", "Running")
+    second = h.cycle()
+    assert second.dispatched == () and second.states["p/a"].phase is Phase.RUNNING
+    # the phase is written back onto the Job once, when it changed
+    assert h.clusters["local"].calls[-1] == "annotate p/p-a-g1"
+    annotations = h.clusters["local"].jobs[h.job("p/a")]["metadata"]["annotations"]
+    assert annotations["reconciler.dev/phase"] == "Running"
+    h.move("p/a", "Succeeded")
+    third = h.cycle()
+    assert third.dispatched == ("p/c",)
+    assert third.states["p/a"].phase is Phase.SUCCEEDED
+
+
+def test_a_job_deleted_by_hand_is_stopped_and_never_recreated() -> None:
+    h = Harness(team_a("p/a", "p/b", "p/c").repo())
+    h.cycle()
+    del h.clusters["local"].jobs[h.job("p/a")]
+    result = h.cycle()
+    assert result.states["p/a"].phase is Phase.STOPPED
+    assert result.states["p/a"].message == "the workload was deleted"
+    assert result.dispatched == ("p/c",)  # its quota is free again; it is not re-run
+    assert h.job("p/a") not in h.clusters["local"].jobs
+    assert h.reconciler.memory.seen["p/a"].phase is Phase.STOPPED
+
+
+def test_an_unreachable_cluster_holds_only_its_own_queues_and_prunes_nothing() -> None:
+    world = World().queue("gpu-a", cluster="a", concurrency=1).queue("gpu-b", cluster="b")
+    world.op("p/a1", queue="gpu-a")
+    world.op("p/a2", queue="gpu-a")
+    world.op("p/b1", queue="gpu-b")
+    world.with_org(prune=True)
+    h = Harness(world.repo(), "a", "b")
+    h.cycle()
+    h.move("p/a1", "Running", "a")
+    h.clusters["a"].reachable = False
+    world.remove("p/a1")  # removed while its cluster is down: not stopped now
+    h.repo = world.repo("v2")
+    result = h.cycle()
+    assert result.plan is not None and result.plan.stop == ()
+    assert result.states["p/a1"].reason is not None
+    assert str(result.states["p/a1"].reason) == "ClusterUnreachable"
+    assert {p.operation: str(p.reason) for p in result.plan.pending} == {
+        "p/a2": "ClusterUnreachable"
+    }
+    assert [(c.name, c.reachable) for c in result.clusters] == [("a", False), ("b", True)]
+    h.clusters["a"].reachable = True
+    back = h.cycle()
+    assert back.stopped == ("p/a1",)  # pruned once the cluster can be read
+    assert back.dispatched == ()  # p/a1 held gpu-a's one slot until it was stopped
+    assert not any(c.startswith("annotate") for c in h.clusters["a"].calls[-2:])
+    assert h.cycle().dispatched == ("p/a2",)
+
+
+def test_a_follower_decides_the_same_and_changes_nothing() -> None:
+    repo = team_a("p/a", "p/b", "p/c").repo()
+    leader, follower = Harness(repo), Harness(repo, leading=False)
+    follower.clusters = leader.clusters
+    seen = follower.cycle()
+    assert leader.clusters["local"].calls == []
+    assert seen.dispatched == () and seen.leading is False
+    done = leader.cycle()
+    assert seen.plan == done.plan
+
+
+def test_a_restart_starts_from_the_status_branch_memory() -> None:
+    """A Job that ran before the restart and was deleted while the reconciler was down is
+    Stopped, not dispatched again: the memory came from the status branch."""
+    h = Harness(team_a("p/a", "p/b", "p/c").repo())
+    first = h.cycle()
+    memory = Memory({op: first.states[op] for op in ("p/a", "p/b")})
+    del h.clusters["local"].jobs[h.job("p/a")]
+    restarted = Harness(h.repo)
+    restarted.clusters = h.clusters
+    restarted.reconciler.seed(memory)
+    result = restarted.cycle()
+    assert result.states["p/a"].phase is Phase.STOPPED
+    assert "p/a" not in result.dispatched and result.dispatched == ("p/c",)
+
+
+def test_a_generation_bump_waits_for_the_old_run_and_never_prunes_it() -> None:
+    world = team_a("p/train", gpu=2)
+    world.with_org(prune=True)
+    h = Harness(world.repo())
+    h.cycle()
+    h.move("p/train", "Running")
+    world.builders[0]._fields["generation"] = 2
+    h.repo = world.repo("v2")
+    bumped = h.cycle()
+    assert bumped.dispatched == () and bumped.stopped == ()
+    assert bumped.plan is not None
+    [pending] = bumped.plan.pending
+    assert (pending.operation, str(pending.reason)) == ("p/train", "QuotaExceeded")
+    assert pending.admit.operations == ("p/train@g1",)
+    h.move("p/train", "Succeeded")
+    rerun = h.cycle()
+    assert rerun.dispatched == ("p/train",)
+    assert h.job("p/train", 2) in h.clusters["local"].jobs
+
+
+def test_a_cluster_removed_from_the_config_keeps_its_last_phases() -> None:
+    """Its workloads can no longer be read: they are not 'deleted by hand'."""
+    world = World().queue("gpu-a", cluster="a").queue("gpu-b", cluster="b")
+    world.op("p/a1", queue="gpu-a")
+    world.op("p/b1", queue="gpu-b")
+    h = Harness(world.repo(), "a", "b")
+    h.cycle()
+    h.move("p/a1", "Running", "a")
+    h.cycle()
+    world.remove("p/a1")
+    del world.queues["gpu-a"], world.clusters["a"]
+    h.repo = world.repo("v2")
+    result = h.cycle()
+    state = result.states["p/a1"]
+    assert state.phase is Phase.RUNNING
+    assert state.message == "cluster a not in the config; last seen Running"
+    assert h.clusters["a"].calls[-1] == "annotate p/p-a1-g1"  # nothing after it

@@ -1,0 +1,386 @@
+"""One decision path (issue 12): every view says what the next cycle does.
+
+Random worlds: queues and operations, Jobs and Pods in every phase on fake clusters,
+superseded generations, workloads deleted by hand, removed operations, unreachable
+clusters, and a status branch. For each, ``plan --live``, ``queues --live``,
+``status --live`` and ``/api/v1`` (a follower's cycle) must report exactly the plan of the
+next leader cycle: dispatch list, pending reasons and positions, stops and queue usage.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from datetime import datetime
+from decimal import Decimal
+from typing import Any
+from unittest import mock
+
+from builders import NOW, World
+from fake_kube import FakeCluster, FakeKube
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconciler.cli.plan_cmd import live_planner, run_plan
+from reconciler.cli.queues_cmd import live_queues_view
+from reconciler.cli.status_cmd import live_status_view
+from reconciler.core.cycle import (
+    ClusterListing,
+    InFlight,
+    Memory,
+    decide,
+    memory_from_status,
+)
+from reconciler.core.observe import WorkloadState, observe_workloads
+from reconciler.core.plan import plan_repo
+from reconciler.core.quantity import format_quantity
+from reconciler.core.render import render_operation
+from reconciler.core.status import read_status, render_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.live import decide_live
+from reconciler.runtime.web import WebApp
+
+FACTS = (
+    "none",
+    "PodPending",
+    "Unschedulable",
+    "Running",
+    "Succeeded",
+    "Failed",
+    "Deleting",
+    "superseded",  # the repo asks for generation 2; generation 1 still runs
+    "deleted",  # recorded Running on the status branch, the Job is gone
+)
+
+
+class FixedClock:
+    def now(self) -> datetime:
+        return NOW
+
+
+@dataclass
+class Scenario:
+    compiled: CompiledRepo
+    clusters: dict[str, FakeCluster]
+    memory: Memory
+
+    def connect(self, spec: ClusterSpec) -> FakeKube:
+        return FakeKube(self.clusters[spec.name])
+
+
+def _manifest(compiled: CompiledRepo, op_id: str, generation: int) -> dict[str, Any]:
+    op = next(o for o in compiled.operations if o.id == op_id)
+    op = replace(op, generation=generation)
+    rendered = render_operation(op, {}, config_version="c0", dispatched_at=NOW)
+    manifest = json.loads(json.dumps(rendered.manifests[0]))
+    # the builder's ops carry their requests outside the spec: put them on the pod
+    limits = {r: format_quantity(v) for r, v in op.requests.items()}
+    manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": limits}
+    return dict(manifest)
+
+
+@st.composite
+def scenarios(draw: st.DrawFn) -> Scenario:
+    world = World()
+    names = ["c0", "c1"][: draw(st.integers(1, 2))]
+    for name in names:
+        world.cluster(name, concurrency=draw(st.none() | st.integers(1, 4)))
+    queues = [f"q{i}" for i in range(draw(st.integers(1, 3)))]
+    for q in queues:
+        world.queue(
+            q,
+            cluster=draw(st.sampled_from(names)),
+            priority=draw(st.integers(0, 2)),
+            concurrency=draw(st.none() | st.integers(1, 3)),
+            quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
+            strict=draw(st.booleans()),
+            paused=draw(st.sampled_from([False, False, False, True])),
+        )
+    count = draw(st.integers(1, 8))
+    facts: dict[str, str] = {}
+    for i in range(count):
+        op_id = f"p/o{i}"
+        b = world.op(
+            op_id, queue=draw(st.sampled_from(queues)), gpu=draw(st.sampled_from([None, 1, 2]))
+        )
+        if draw(st.integers(0, 5)) == 0:
+            b.submitted(None)
+        facts[op_id] = draw(st.sampled_from(FACTS))
+        if facts[op_id] == "superseded":
+            b._fields["generation"] = 2
+    removed = [f"p/gone{i}" for i in range(draw(st.integers(0, 2)))]
+    for op_id in removed:  # in the repo while they were dispatched; removed since
+        world.op(op_id, queue=draw(st.sampled_from(queues)), gpu=1)
+    world.with_org(prune=draw(st.booleans()))
+    full = world.repo("c0")
+    world.remove(*removed)
+    compiled = world.repo("c1")
+
+    clusters = {name: FakeCluster(name) for name in names}
+    recorded: list[WorkloadState] = []
+    for op_id, fact in [*facts.items(), *((r, "Running") for r in removed)]:
+        op = next(o for o in full.operations if o.id == op_id)
+        fake = clusters[op.cluster]
+        if fact == "none":
+            continue
+        generation = 1 if fact == "superseded" else op.generation
+        manifest = _manifest(full, op_id, generation)
+        meta = manifest["metadata"]
+        if fact == "deleted":
+            recorded.append(
+                WorkloadState(
+                    op_id,
+                    generation,
+                    op.cluster,
+                    meta["namespace"],
+                    meta["name"],
+                    "",
+                    Phase.RUNNING,
+                    queue=op.queue,
+                )
+            )
+            continue
+        fake.add_job(manifest)
+        fake.set_phase(meta["namespace"], meta["name"], "Running" if fact == "superseded" else fact)
+    for name, fake in clusters.items():
+        jobs = [j for _, j in sorted(fake.jobs.items())]
+        pods = [p for _, p in sorted(fake.pods.items())]
+        for state in observe_workloads(name, jobs, pods):
+            if draw(st.integers(0, 3)) > 0:  # most of what runs is on the status branch
+                recorded.append(state)
+    # the status branch as the last leader wrote it
+    states = {s.operation: s for s in recorded}
+    earlier = plan_repo(full, [s.to_observed() for s in states.values()], NOW)
+    memory = memory_from_status(read_status(render_status(full, earlier, states)))
+    for name in names:
+        clusters[name].reachable = draw(st.sampled_from([True, True, True, False]))
+    return Scenario(compiled, clusters, memory)
+
+
+def _cycle(s: Scenario, *, leading: bool) -> CycleResult:
+    reconciler = Reconciler(
+        lambda: RepoSnapshot(files={}, version=s.compiled.version),
+        s.connect,  # type: ignore[arg-type]
+        FixedClock(),
+        is_leader=lambda: leading,
+        watch=False,
+    )
+    reconciler.seed(s.memory)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: s.compiled):
+        try:
+            return reconciler.run_once()
+        finally:
+            reconciler.close()
+
+
+def _units(text: str) -> Decimal:
+    return Decimal(text)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios())
+def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
+    connect: Any = s.connect
+    # The views, before the cycle: nothing they do changes a cluster.
+    planned = run_plan(lambda: s.compiled, live_planner(s.memory, NOW, connect), "json")
+    assert planned.exit_code == 0, planned.stderr
+    plan_json = json.loads(planned.stdout)
+    decision = decide_live(s.compiled, s.memory, NOW, connect)
+    queues_json = live_queues_view(s.compiled, decision).to_json()
+    status_view = live_status_view(s.compiled, decision)
+    follower = _cycle(s, leading=False)
+    api_status, api_body, _ = WebApp(lambda: follower)("/api/v1/queues") or (0, b"", "")
+    assert api_status == 200
+    api_json = json.loads(api_body)
+    assert not any(f.calls for f in s.clusters.values()), "a view changed a cluster"
+
+    # The next cycle, carried out.
+    result = _cycle(s, leading=True)
+    plan = result.plan
+    assert plan is not None
+
+    # plan --live
+    assert [d["operation"] for d in plan_json["dispatch"]] == [d.operation for d in plan.dispatch]
+    assert [(p["operation"], p["reason"], p["position"]) for p in plan_json["pending"]] == [
+        (p.operation, str(p.reason), p.position) for p in plan.pending
+    ]
+    assert [x["operation"] for x in plan_json["stop"]] == [x.operation for x in plan.stop]
+    assert [
+        (q["name"], q["active"], q["used"], q["dispatching"], q["pending"])
+        for q in plan_json["queues"]
+    ] == [
+        (
+            q.name,
+            q.active,
+            {r: format_quantity(v) for r, v in sorted(q.used.items())},
+            q.dispatching,
+            q.pending,
+        )
+        for q in plan.queues
+    ]
+    # queues --live and /api/v1 (a follower runs the same cycle and carries out nothing)
+    assert api_json["queues"] == queues_json["queues"]
+    assert api_json["fleet"] == queues_json["fleet"]
+    assert [
+        (r["name"], r["active"], r["next"], r["pending"], r["headReason"], r["quota"])
+        for r in queues_json["queues"]
+    ] == [
+        (
+            q.name,
+            q.active,
+            q.dispatching,
+            q.pending,
+            str(q.head_reason) if q.head_reason else None,
+            [
+                {"resource": r, "used": format_quantity(q.used[r]), "limit": format_quantity(v)}
+                for r, v in sorted(q.quota.items())
+            ],
+        )
+        for q in plan.queues
+    ]
+    # status --live: what the status branch says after the cycle
+    assert [(q.name, q.active, dict(q.used), q.pending) for q in status_view.queues] == [
+        (
+            q.name,
+            q.active + q.dispatching,
+            {r: format_quantity(v) for r, v in sorted(q.used_after.items())},
+            q.pending,
+        )
+        for q in plan.queues
+    ]
+    for p in plan.pending:
+        record = status_view.operations[p.operation]
+        assert (record.phase, record.reason, record.position) == (
+            "Queued",
+            str(p.reason),
+            p.position,
+        )
+    for d in plan.dispatch:
+        assert status_view.operations[d.operation].phase == "Dispatched"
+
+    # The cycle did what the views said, and nothing else.
+    created = {
+        c.split(" ", 1)[1]
+        for f in s.clusters.values()
+        for c in f.calls
+        if c.startswith(("create p/", "adopt p/"))
+    }
+    expected = {
+        f"{c.operation.namespace}/{c.operation.project}-{c.operation.name}-g{c.operation.generation}"
+        for c in result.decision.actions.creates  # type: ignore[union-attr]
+    }
+    assert {c.split("/", 1)[1] for c in created} == {e.split("/", 1)[1] for e in expected}
+    assert set(result.dispatched) | set(result.adopted) == {d.operation for d in plan.dispatch}
+    assert set(result.stopped) == {x.operation for x in plan.stop}
+
+    # No view shows a queue over its quota because of a dispatch, nor contradicts itself.
+    for q in plan.queues:
+        for r, limit in q.quota.items():
+            assert q.used_after.get(r, Decimal(0)) <= max(limit, q.used.get(r, Decimal(0)))
+    web = WebApp(lambda: follower)
+    for row in api_json["queues"]:
+        if any(_units(u["used"]) > 0 for u in row["quota"]):
+            assert row["active"] > 0, row
+            # the queue page lists who holds it: never a full bar and no active operation
+            _, body, _ = web(f"/api/v1/queues/{row['name']}") or (0, b"", "")
+            assert json.loads(body)["activeOperations"], row
+    down = {name for name, f in s.clusters.items() if not f.reachable}
+    assert not {d.cluster for d in plan.dispatch} & down
+    assert not {x.cluster for x in plan.stop} & down
+
+
+def test_a_lagging_watch_and_a_fresh_list_decide_the_same() -> None:
+    """An in-flight create (its response back, the watch behind) counts exactly as the same
+    Job seen by a fresh list: the leader and a --live view agree."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", gpu=2)
+    world.op("p/b", gpu=2)
+    compiled = world.repo()
+    manifest = _manifest(compiled, "p/a", 1)
+    fake = FakeCluster("local")
+    job = fake.add_job(manifest)
+    [state] = observe_workloads("local", [job], [])
+    rv = job["metadata"]["resourceVersion"]
+    lagging = {"local": ClusterListing((), version=str(int(rv) - 1))}
+    leader = decide(compiled, lagging, Memory({"p/a": state}, {"p/a": InFlight(state, rv)}), NOW)
+    fresh = {"local": ClusterListing((state,))}
+    view = decide(compiled, fresh, Memory({"p/a": state}), NOW)
+    assert leader.plan == view.plan
+    assert [p.operation for p in leader.plan.pending] == ["p/b"]
+    assert leader.memory.inflight  # still in flight until the watch catches up
+    caught_up = {"local": ClusterListing((state,), version=rv)}
+    assert not decide(compiled, caught_up, leader.memory, NOW).memory.inflight
+
+
+def test_a_superseded_run_holds_its_quota_in_every_view() -> None:
+    """Issue 12 item 2: after a generation bump of a running GPU operation, plan --live
+    and the cycle both hold the next operation, because the old run still uses the quota."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/train", gpu=2)._fields["generation"] = 2
+    world.op("p/next", gpu=2)
+    compiled = world.repo()
+    fake = FakeCluster("local")
+    old = _manifest(compiled, "p/train", 1)
+    fake.add_job(old)
+    fake.set_phase(old["metadata"]["namespace"], old["metadata"]["name"], "Running")
+    s = Scenario(compiled, {"local": fake}, Memory())
+    planned = json.loads(
+        run_plan(lambda: compiled, live_planner(Memory(), NOW, s.connect), "json").stdout  # type: ignore[arg-type]
+    )
+    result = _cycle(s, leading=True)
+    assert planned["dispatch"] == [] and result.plan is not None and result.plan.dispatch == ()
+    assert {p["operation"]: p["reason"] for p in planned["pending"]} == {
+        "p/train": "QuotaExceeded",
+        "p/next": "QuotaExceeded",
+    }
+    assert planned["pending"][0]["admitWhen"] == "ResourcesReleased"
+    assert planned["pending"][0]["blockedBy"]["releasedBy"] == ["p/train@g1"]
+
+
+def test_a_replica_with_a_cluster_down_shows_the_last_known_phases() -> None:
+    """Issue 12 item 4: every operation Succeeded on the status branch, the cluster down: a
+    read-only replica shows no usage (not every op counted as Dispatched)."""
+    world = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", gpu=2)
+    world.op("p/b", gpu=2)
+    compiled = world.repo()
+    done = {
+        op.id: WorkloadState(
+            op.id, 1, "local", "p", f"p-{op.name}-g1", "", Phase.SUCCEEDED, queue="team-a"
+        )
+        for op in compiled.operations
+    }
+    memory = memory_from_status(
+        read_status(render_status(compiled, plan_repo(compiled, [], NOW), done))
+    )
+    s = Scenario(compiled, {"local": FakeCluster("local", reachable=False)}, memory)
+    result = _cycle(s, leading=False)
+    assert result.plan is not None
+    [q] = result.plan.queues
+    assert (q.active, q.used_after) == (0, {"nvidia.com/gpu": Decimal(0)})
+    assert {op: st.phase for op, st in result.states.items()} == {
+        "p/a": Phase.SUCCEEDED,
+        "p/b": Phase.SUCCEEDED,
+    }
+    assert [(c.name, c.reachable) for c in result.clusters] == [("local", False)]
+
+
+def test_the_plan_is_never_edited_after_planning() -> None:
+    """Issue 12 item 3: with a cluster down its queues wait with ClusterUnreachable (check
+    0), and the queue summary counts only what is known: no record Queued without reason
+    while its queue counts it active."""
+    world = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", gpu=1)
+    world.op("p/b", gpu=1)
+    compiled = world.repo()
+    s = Scenario(compiled, {"local": FakeCluster("local", reachable=False)}, Memory())
+    decision = decide_live(compiled, s.memory, NOW, s.connect)  # type: ignore[arg-type]
+    view = live_status_view(compiled, decision)
+    assert [(o.operation, o.phase, o.reason) for o in view.operations.values()] == [
+        ("p/a", "Queued", "ClusterUnreachable"),
+        ("p/b", "Queued", "ClusterUnreachable"),
+    ]
+    [q] = view.queues
+    assert (q.active, dict(q.used)) == (0, {"nvidia.com/gpu": "0"})
+    assert decision.plan.pending[0].admit.text == "admitted when it can be read again"
