@@ -30,7 +30,7 @@ from reconciler.core.compile import compile_repo
 from reconciler.core.load import MAX_FILE_BYTES, ParseCache
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.status import OperationStatus, dump_yaml, read_status
-from reconciler.core.types import RepoSnapshot
+from reconciler.core.types import Phase, RepoSnapshot
 
 BAD = Path(__file__).parent / "data" / "bad"
 CASES = sorted(BAD.glob("*.yaml"))
@@ -235,7 +235,7 @@ def test_bad_status_file(case: Path) -> None:
     data = case.read_bytes()
     path, expect = _header(data)
     assert _LOCATED.match(expect), f"{case.name}: expectation must be file:line:col: message"
-    good = dump_yaml(OperationStatus("vision/good", "Running").to_dict())
+    good = dump_yaml(OperationStatus(operation="vision/good", phase=Phase.RUNNING).to_dict())
     view = read_status({path: data, "status/vision/good.yaml": good})
     assert view.problems == (expect,)
     assert list(view.operations) == ["vision/good"]
@@ -257,7 +257,9 @@ def test_status_and_queues_report_every_bad_status_file(tmp_path: Path) -> None:
     _git(work, "add", "-A")
     _git(work, "commit", "-qm", "template")
     files = {
-        "status/vision/good.yaml": dump_yaml(OperationStatus("vision/good", "Running").to_dict())
+        "status/vision/good.yaml": dump_yaml(
+            OperationStatus(operation="vision/good", phase=Phase.RUNNING).to_dict()
+        )
     }
     expected = []
     for case in STATUS_CASES:

@@ -35,6 +35,7 @@ from hostile import STATUS, alias_text_bomb, matrix_bomb
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.core.status import OperationStatus, dump_yaml
+from reconciler.core.types import Phase
 
 CPU_SECONDS = 8.0  # "a few seconds": the template alone takes about 1 s of CPU
 pytestmark = pytest.mark.timeout(300)
@@ -198,7 +199,7 @@ def _hostile_status_repo(tmp_path: Path, files: dict[str, bytes] | None = None) 
         f"status/vision/{name}.yaml": content for name, (content, _) in sorted(STATUS.items())
     }
     status["status/vision/good.yaml"] = dump_yaml(
-        OperationStatus("vision/train-resnet", "Succeeded").to_dict()
+        OperationStatus(operation="vision/train-resnet", phase=Phase.SUCCEEDED).to_dict()
     )
     assert StatusBranch(ConfigRepo(str(root), cache_dir=tmp_path / "writer")).write(
         status, "hostile status files"

@@ -11,6 +11,7 @@ from conftest import ROOT, TEMPLATE
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_repo
 from reconciler.core.merge import merge_leaf
+from reconciler.core.types import MergeStrategy
 
 PRESETS_MD = ROOT / "docs" / "presets.md"
 
@@ -114,9 +115,9 @@ def test_presets_strategy_table_matches_the_merger() -> None:
     names = {repr(spot): "spot", repr(gpu): "gpu"}
     doc = PRESETS_MD.read_text(encoding="utf-8")
     rows = _table_rows(_section(doc, "The same `a100` preset with other strategies"))
-    assert [_unquote(r[0]) for r in rows] == ["replace", "isnull", "post_merge", "pre_merge"]
+    assert [_unquote(r[0]) for r in rows] == [s.value for s in MergeStrategy]
     for strategy_cell, selector_cell, tolerations_cell in rows:
-        strategy = _unquote(strategy_cell)
+        strategy = MergeStrategy(_unquote(strategy_cell))
         selector = merge_leaf(strategy, cur_sel, new_sel)
         tolerations = merge_leaf(strategy, [spot], [gpu])
         written = re.sub(r"\s+", " ", _unquote(selector_cell).split("(")[0]).strip()

@@ -34,6 +34,7 @@ from reconciler.core.types import (
     ConfigError,
     InternalError,
     Location,
+    Phase,
     Provenance,
     RepoFile,
     RepoSnapshot,
@@ -220,8 +221,12 @@ def test_names_read_from_the_status_branch_never_forge_a_line() -> None:
     from reconciler.cli.status_cmd import status_to_table, warnings
     from reconciler.core.status import ConfigStatus, StatusView
 
-    record = OperationStatus(f"vision/x\n{FORGED}", "Running", queue=f"q\n{FORGED}")
-    config = ConfigStatus("v", "v", False, errors=(f"a.yaml:1:1: bad\n{FORGED}",))
+    record = OperationStatus(
+        operation=f"vision/x\n{FORGED}", phase=Phase.RUNNING, queue=f"q\n{FORGED}"
+    )
+    config = ConfigStatus(
+        version="v", applied="v", valid=False, errors=(f"a.yaml:1:1: bad\n{FORGED}",)
+    )
     view = StatusView({record.operation: record}, config=config)
     lines = status_to_table(view, [record], queues=False).splitlines() + warnings(view)
     assert not any(line.lstrip().startswith(FORGED) for line in lines), lines

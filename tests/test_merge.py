@@ -7,16 +7,11 @@ from typing import Any
 
 import pytest
 
-from reconciler.core.merge import (
-    ISNULL,
-    POST_MERGE,
-    PRE_MERGE,
-    REPLACE,
-    apply_patch,
-    merge_leaf,
-    start,
-)
-from reconciler.core.types import Provenance
+from reconciler.core.merge import apply_patch, merge_leaf, start
+from reconciler.core.types import MergeStrategy, Provenance
+
+REPLACE, ISNULL = MergeStrategy.REPLACE, MergeStrategy.ISNULL
+POST_MERGE, PRE_MERGE = MergeStrategy.POST_MERGE, MergeStrategy.PRE_MERGE
 
 CUR_MAP = {"a": "1", "b": {"x": "cur", "y": "cur"}}
 NEW_MAP = {"b": {"x": "new", "z": "new"}, "c": "3"}
@@ -24,7 +19,7 @@ CUR_LIST = ["a", "b"]
 NEW_LIST = ["b", "c"]
 
 # (strategy, cur, new, expected); cur None = unset.
-CASES: list[tuple[str, Any, Any, Any]] = [
+CASES: list[tuple[MergeStrategy, Any, Any, Any]] = [
     # maps
     (REPLACE, CUR_MAP, NEW_MAP, NEW_MAP),
     (ISNULL, CUR_MAP, NEW_MAP, CUR_MAP),
@@ -49,13 +44,13 @@ CASES: list[tuple[str, Any, Any, Any]] = [
 
 
 @pytest.mark.parametrize(("strategy", "cur", "new", "expected"), CASES)
-def test_leaf_rules(strategy: str, cur: Any, new: Any, expected: Any) -> None:
+def test_leaf_rules(strategy: MergeStrategy, cur: Any, new: Any, expected: Any) -> None:
     assert merge_leaf(strategy, cur, new) == expected
 
 
 @pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
 @pytest.mark.parametrize("new", [NEW_MAP, NEW_LIST, "new"])
-def test_unset_takes_new(strategy: str, new: Any) -> None:
+def test_unset_takes_new(strategy: MergeStrategy, new: Any) -> None:
     assert merge_leaf(strategy, None, new) == new
 
 
@@ -65,14 +60,14 @@ def test_unset_takes_new(strategy: str, new: Any) -> None:
 )
 @pytest.mark.parametrize("cur", [CUR_MAP, CUR_LIST, "cur"])
 def test_null_clears_only_under_replace_and_post_merge(
-    strategy: str, cleared: bool, cur: Any
+    strategy: MergeStrategy, cleared: bool, cur: Any
 ) -> None:
     assert merge_leaf(strategy, cur, None) == (None if cleared else cur)
 
 
 @pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
 @pytest.mark.parametrize(("cur", "new"), [(CUR_MAP, NEW_MAP), (CUR_LIST, NEW_LIST)])
-def test_inputs_never_mutated_or_aliased(strategy: str, cur: Any, new: Any) -> None:
+def test_inputs_never_mutated_or_aliased(strategy: MergeStrategy, cur: Any, new: Any) -> None:
     cur_copy, new_copy = copy.deepcopy(cur), copy.deepcopy(new)
     out = merge_leaf(strategy, cur, new)
     assert cur == cur_copy and new == new_copy
@@ -168,7 +163,11 @@ def test_map_provenance_per_key() -> None:
 
 def test_unknown_strategy_is_refused() -> None:
     with pytest.raises(ValueError):
-        apply_patch({}, {}, {"queue": "x"}, "merge", _loc(1), "p.yaml", "p")
+        apply_patch({}, {}, {"queue": "x"}, "merge", _loc(1), "p.yaml", "p")  # type: ignore[arg-type]
+
+
+def test_strategies_are_the_documented_values() -> None:
+    assert [s.value for s in MergeStrategy] == ["replace", "isnull", "post_merge", "pre_merge"]
 
 
 # --- lists inside free-form maps are values of their key (issue 13, section 7) ----------
@@ -195,7 +194,7 @@ def _terms(affinity: dict[str, Any]) -> list[Any]:
     ("strategy", "kept"),
     [(REPLACE, "a100"), (ISNULL, "h100"), (POST_MERGE, "a100"), (PRE_MERGE, "h100")],
 )
-def test_a_node_pin_is_one_value_under_every_strategy(strategy: str, kept: str) -> None:
+def test_a_node_pin_is_one_value_under_every_strategy(strategy: MergeStrategy, kept: str) -> None:
     # Kubernetes ORs node selector terms: a union of two pins pins nothing.
     out = merge_leaf(strategy, _pin("h100"), _pin("a100"))
     assert out == _pin(kept)
@@ -212,7 +211,7 @@ def test_a_node_pin_is_one_value_under_every_strategy(strategy: str, kept: str) 
     ],
 )
 def test_a_list_in_a_map_is_replaced_or_kept_not_unioned(
-    strategy: str, expected: list[str]
+    strategy: MergeStrategy, expected: list[str]
 ) -> None:
     cur = {"runAsUser": 1000, "capabilities": {"add": ["SYS_PTRACE"], "drop": ["ALL"]}}
     new = {"capabilities": {"add": ["NET_ADMIN"]}, "privileged": False}
@@ -233,7 +232,7 @@ def test_a_list_in_a_map_that_only_one_side_sets_is_taken_whole() -> None:
 
 
 @pytest.mark.parametrize("strategy", [POST_MERGE, PRE_MERGE])
-def test_top_level_list_leaves_keep_the_list_rule(strategy: str) -> None:
+def test_top_level_list_leaves_keep_the_list_rule(strategy: MergeStrategy) -> None:
     spec, prov = start(
         {"run": {"container": {"args": ["a"]}, "environment": {"tolerations": [{"key": "spot"}]}}},
         _loc(1),
@@ -249,7 +248,7 @@ def test_top_level_list_leaves_keep_the_list_rule(strategy: str) -> None:
 
 @pytest.mark.parametrize(("strategy", "winner"), [(POST_MERGE, "p.yaml"), (PRE_MERGE, "op.yaml")])
 def test_a_list_in_a_map_has_the_provenance_of_the_layer_it_came_from(
-    strategy: str, winner: str
+    strategy: MergeStrategy, winner: str
 ) -> None:
     spec, prov = start(
         {"run": {"environment": {"affinity": _pin("h100")}}}, _loc(1), "op.yaml", "operation"
@@ -283,14 +282,14 @@ def test_a_list_in_a_map_has_the_provenance_of_the_layer_it_came_from(
     ],
 )
 def test_null_in_a_map_deletes_the_key_under_post_merge_and_never_stays(
-    strategy: str, expected: dict[str, str]
+    strategy: MergeStrategy, expected: dict[str, str]
 ) -> None:
     out = merge_leaf(strategy, {"A": "cur", "C": "cur"}, {"A": None, "B": "new"})
     assert out == expected
 
 
 @pytest.mark.parametrize("strategy", [REPLACE, ISNULL, POST_MERGE, PRE_MERGE])
-def test_a_map_set_on_an_unset_field_has_its_nulls_dropped(strategy: str) -> None:
+def test_a_map_set_on_an_unset_field_has_its_nulls_dropped(strategy: MergeStrategy) -> None:
     assert merge_leaf(strategy, None, {"A": None, "B": {"x": None, "y": "1"}}) == {"B": {"y": "1"}}
     spec, prov = start({"run": {"kind": "job"}}, _loc(1), "op.yaml", "operation")
     patch = {"run": {"container": {"env": {"A": None, "B": "1"}}}}

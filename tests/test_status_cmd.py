@@ -103,7 +103,9 @@ def test_status_errors_are_one_line_and_exit_1(remote: Path, tmp_path: Path) -> 
     StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "w")).write(
         {
             "status/config.yaml": dump_yaml(
-                ConfigStatus("x", "y", False, ("a.yaml:1:2: bad",)).to_dict()
+                ConfigStatus(
+                    version="x", applied="y", valid=False, errors=("a.yaml:1:2: bad",)
+                ).to_dict()
             )
         },
         "broken",
@@ -146,7 +148,10 @@ def test_status_reports_an_unreachable_cluster(remote: Path, tmp_path: Path) -> 
         compiled,
         plan_repo(compiled, [], NOW),
         {},
-        clusters=(ClusterStatus("local", False, "connection refused"), ClusterStatus("b", True)),
+        clusters=(
+            ClusterStatus(name="local", reachable=False, error="connection refused"),
+            ClusterStatus(name="b", reachable=True),
+        ),
     )
     assert status.write(status_changes(status.read(), files), "outage") is not None
     cache = str(tmp_path / "cli-cache")

@@ -190,7 +190,9 @@ def read_live(
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     """The status files the cycle would write for ``decision``, read back."""
-    clusters = tuple(ClusterStatus(c.name, c.reachable, c.error) for c in decision.clusters)
+    clusters = tuple(
+        ClusterStatus(name=c.name, reachable=c.reachable, error=c.error) for c in decision.clusters
+    )
     return read_status(render_status(compiled, decision.plan, decision.states, clusters=clusters))
 
 

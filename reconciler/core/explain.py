@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from reconciler.core.types import CompiledOperation, printable_path
+from reconciler.core.wire import ApiModel
 
 
-@dataclass(frozen=True)
-class ProvenanceRow:
+class ProvenanceRow(ApiModel):
     field: str  # dotted path into the compiled spec, e.g. ``resources.limits.nvidia.com/gpu``
     value: str  # the compiled value, as text
     step: str  # ``operation``, ``preset a100 (post_merge)``, ``project default``, ...
@@ -23,15 +22,6 @@ class ProvenanceRow:
     @property
     def source(self) -> str:
         return f"{printable_path(self.file)}:{self.line}"
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "field": self.field,
-            "value": self.value,
-            "step": self.step,
-            "file": self.file,
-            "line": self.line,
-        }
 
 
 def value_text(value: Any) -> str:
@@ -65,6 +55,12 @@ def spec_leaf(spec: Mapping[str, Any], dotted: str) -> Any:
 def provenance_rows(op: CompiledOperation) -> tuple[ProvenanceRow, ...]:
     """One row per compiled leaf, in the compiler's order."""
     return tuple(
-        ProvenanceRow(path, value_text(spec_leaf(op.spec, path)), prov.step, prov.file, prov.line)
+        ProvenanceRow(
+            field=path,
+            value=value_text(spec_leaf(op.spec, path)),
+            step=prov.step,
+            file=prov.file,
+            line=prov.line,
+        )
         for path, prov in op.provenance.items()
     )

@@ -38,15 +38,15 @@ from typing import Any
 
 from deepmerge import Merger
 
-from reconciler.core.types import Provenance
+from reconciler.core.types import MergeStrategy, Provenance
 
 Path = tuple[str | int, ...]
 ProvMap = dict[Path, Provenance]
 # (line, col) of the value at a path of the layer being applied
 Locate = Callable[[Path], tuple[int, int]]
 
-REPLACE, ISNULL, POST_MERGE, PRE_MERGE = "replace", "isnull", "post_merge", "pre_merge"
-STRATEGIES = (REPLACE, ISNULL, POST_MERGE, PRE_MERGE)
+# An explicit null clears the field under these; the others ignore it.
+NULL_CLEARS = frozenset({MergeStrategy.REPLACE, MergeStrategy.POST_MERGE})
 TYPED_SECTIONS: frozenset[Path] = frozenset(
     {(), ("run",), ("run", "container"), ("run", "container", "resources"), ("run", "environment")}
 )
@@ -115,21 +115,21 @@ def _pre_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -
     return [copy.deepcopy(x) for x in new] + [copy.deepcopy(x) for x in cur if x not in new]
 
 
-MERGERS: Mapping[str, Merger] = {
-    REPLACE: Merger([(dict, _new), (list, _new)], [_new], [_new]),
-    ISNULL: Merger([(dict, _cur), (list, _cur)], [_cur_if_set], [_cur]),
-    POST_MERGE: Merger([(dict, _post_dict), (list, _post_list)], [_new], [_new]),
-    PRE_MERGE: Merger([(dict, _pre_dict), (list, _pre_list)], [_cur_if_set], [_cur]),
+MERGERS: Mapping[MergeStrategy, Merger] = {
+    MergeStrategy.REPLACE: Merger([(dict, _new), (list, _new)], [_new], [_new]),
+    MergeStrategy.ISNULL: Merger([(dict, _cur), (list, _cur)], [_cur_if_set], [_cur]),
+    MergeStrategy.POST_MERGE: Merger([(dict, _post_dict), (list, _post_list)], [_new], [_new]),
+    MergeStrategy.PRE_MERGE: Merger([(dict, _pre_dict), (list, _pre_list)], [_cur_if_set], [_cur]),
 }
 
 
-def merge_leaf(strategy: str, cur: Any, new: Any) -> Any:
+def merge_leaf(strategy: MergeStrategy, cur: Any, new: Any) -> Any:
     """The value of a leaf after a layer under ``strategy`` sets it to ``new``.
 
     ``cur is None`` means unset. Returns ``None`` when the leaf ends up unset.
     """
     if new is None:
-        return None if strategy in (REPLACE, POST_MERGE) else copy.deepcopy(cur)
+        return None if strategy in NULL_CLEARS else copy.deepcopy(cur)
     if cur is None:
         return without_nulls(new)
     return MERGERS[strategy].merge(cur, new)
@@ -161,7 +161,7 @@ def _moved(prov: Mapping[Path, Provenance], src: Path, dst: Path) -> ProvMap:
 
 
 def _attribute(
-    strategy: str,
+    strategy: MergeStrategy,
     cur: Any,
     new: Any,
     path: Path,
@@ -173,9 +173,9 @@ def _attribute(
 ) -> ProvMap:
     """Provenance of the merged leaf at ``path`` (both ``cur`` and ``new`` set);
     ``nested`` when ``path`` is inside a free-form map (a list there is one value)."""
-    if strategy == REPLACE:
+    if strategy == MergeStrategy.REPLACE:
         return _from_layer(new, path, path, locate, file, step)
-    if strategy == ISNULL:
+    if strategy == MergeStrategy.ISNULL:
         return _moved(prov, path, path)
     if isinstance(cur, dict) and isinstance(new, dict):
         out: ProvMap = {}
@@ -186,15 +186,17 @@ def _attribute(
                 out.update(_attribute(strategy, c, n, sub, prov, locate, file, step, True))
             elif n is not None:
                 out.update(_from_layer(n, sub, sub, locate, file, step))
-            elif c is not None and (strategy == PRE_MERGE or key not in new):
+            elif c is not None and (strategy == MergeStrategy.PRE_MERGE or key not in new):
                 out.update(_moved(prov, sub, sub))
         if not out:
             out.update(_from_layer(new, path, path, locate, file, step))
         return out
     if isinstance(cur, list) and isinstance(new, list) and not nested:
         out = {}
-        first, first_from_cur = (cur, True) if strategy == POST_MERGE else (new, False)
-        second, other = (new, cur) if strategy == POST_MERGE else (cur, new)
+        first, first_from_cur = (
+            (cur, True) if strategy == MergeStrategy.POST_MERGE else (new, False)
+        )
+        second, other = (new, cur) if strategy == MergeStrategy.POST_MERGE else (cur, new)
         j = 0
         for i, item in enumerate(first):
             if first_from_cur:
@@ -213,7 +215,7 @@ def _attribute(
         if not first and not second:
             out.update(_from_layer(new, path, path, locate, file, step))
         return out
-    if strategy == POST_MERGE:
+    if strategy == MergeStrategy.POST_MERGE:
         return _from_layer(new, path, path, locate, file, step)
     return _moved(prov, path, path)
 
@@ -239,7 +241,7 @@ def apply_patch(
     spec: Mapping[str, Any],
     prov: Mapping[Path, Provenance],
     patch: Mapping[str, Any],
-    strategy: str,
+    strategy: MergeStrategy,
     locate: Locate,
     file: str,
     step: str,
@@ -256,7 +258,7 @@ def _patch_section(
     section: Mapping[str, Any],
     patch: Mapping[str, Any],
     path: Path,
-    strategy: str,
+    strategy: MergeStrategy,
     prov: ProvMap,
     locate: Locate,
     file: str,
@@ -267,7 +269,7 @@ def _patch_section(
         sub = (*path, key)
         cur = out.get(key)
         if new is None:
-            if strategy in (REPLACE, POST_MERGE):
+            if strategy in NULL_CLEARS:
                 out.pop(key, None)
                 _drop(prov, sub)
             continue

@@ -16,6 +16,7 @@ data by the YAML names, so a second spelling the model accepted would be ignored
 from __future__ import annotations
 
 import difflib
+import enum
 import re
 import types
 import typing
@@ -26,6 +27,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    GetPydanticSchema,
     StrictBool,
     StrictFloat,
     StrictInt,
@@ -34,9 +36,11 @@ from pydantic import (
     model_validator,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import core_schema
 
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.quantity import short_repr as _show
+from reconciler.core.types import MergeStrategy
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
@@ -48,7 +52,6 @@ _QUANTITY_PATTERN = r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[e
 _DURATION = re.compile(r"^(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 KIND_NAMES = ("job", "notebook", "sandbox", "batch")
-STRATEGIES = ("replace", "isnull", "post_merge", "pre_merge")
 
 
 def _dns_label(value: str) -> str:
@@ -305,7 +308,21 @@ Ttl = Annotated[
 FileMode = Annotated[StrictInt, Field(ge=0, le=0o777)]
 NonEmptyStr = Annotated[StrictStr, Field(min_length=1)]
 Kind = Literal["job", "notebook", "sandbox", "batch"]
-Strategy = Literal["replace", "isnull", "post_merge", "pre_merge"]
+
+
+def _values_of(enum_type: type[enum.StrEnum]) -> GetPydanticSchema:
+    """An enum field validated as the ``Literal`` of its values: strict like every other
+    field (only those strings), with the same errors and the same inline JSON schema, but
+    holding the member."""
+    values: Any = Literal.__getitem__(tuple(m.value for m in enum_type))
+    return GetPydanticSchema(
+        lambda _source, handler: core_schema.no_info_after_validator_function(
+            enum_type, handler(values)
+        )
+    )
+
+
+PatchStrategy = Annotated[MergeStrategy, _values_of(MergeStrategy)]
 
 
 class Strict(BaseModel):
@@ -668,7 +685,7 @@ class PresetFile(Strict):
     kind: Literal["Preset"]
     name: Name | None = None
     description: StrictStr | None = None
-    patch_strategy: Strategy = "post_merge"
+    patch_strategy: PatchStrategy = MergeStrategy.POST_MERGE
     namespace: StrictStr | None = Field(
         default=None, description="Not allowed: the namespace is always the project's."
     )

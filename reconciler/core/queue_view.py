@@ -19,11 +19,13 @@ placement: a waiting operation holds its queue's quota like a running one.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
-from typing import Any
+from typing import Annotated, Any
+
+from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from reconciler.core.explain import ProvenanceRow, provenance_rows
 from reconciler.core.load import parse_yaml
@@ -33,6 +35,7 @@ from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.status import OperationStatus, QueueStatus, StatusView
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
+from reconciler.core.wire import ApiModel, EmptyAsNull, IsoTime, Items, JsonObject, QuantityText
 
 ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 
@@ -40,11 +43,10 @@ ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 # --- rows -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class QuotaUse:
+class QuotaUse(ApiModel):
     resource: str
-    used: Decimal
-    limit: Decimal
+    used: QuantityText
+    limit: QuantityText
 
     @property
     def fraction(self) -> float:
@@ -57,29 +59,25 @@ class QuotaUse:
     def text(self) -> str:
         return f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "resource": self.resource,
-            "used": format_quantity(self.used),
-            "limit": format_quantity(self.limit),
-        }
+
+# Per resource name; ``quota`` in the JSON.
+Quotas = Annotated[Items[QuotaUse], Field(serialization_alias="quota")]
 
 
-@dataclass(frozen=True)
-class QueueRow:
+class QueueRow(ApiModel):
     name: str
     cluster: str
     priority: int
     active: int
     concurrency: int | None  # the limit; None: unlimited
-    quotas: tuple[QuotaUse, ...]  # by resource name
+    quotas: Quotas
     running: int
     waiting: int  # dispatched, not running yet (WaitingForCapacity or starting)
     pending: int
     next: int = 0  # the plan would dispatch these; not created (read-only or not leading)
     head_reason: str | None = None
-    head_message: str = ""
-    kinds: tuple[str, ...] = ()
+    head_message: EmptyAsNull[str] = ""
+    kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
 
@@ -87,86 +85,56 @@ class QueueRow:
     def concurrency_text(self) -> str:
         return f"{self.active}/{'-' if self.concurrency is None else self.concurrency}"
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "name": self.name,
-            "cluster": self.cluster,
-            "priority": self.priority,
-            "active": self.active,
-            "concurrency": self.concurrency,
-            "quota": [q.to_json() for q in self.quotas],
-            "running": self.running,
-            "waiting": self.waiting,
-            "pending": self.pending,
-            "next": self.next,
-            "headReason": self.head_reason,
-            "headMessage": self.head_message or None,
-            "kinds": list(self.kinds),
-            "strategy": self.strategy,
-            "paused": self.paused,
-        }
 
-
-@dataclass(frozen=True)
-class FleetTotal:
+class FleetTotal(ApiModel):
     """Totals over the queues of one cluster, or of every cluster (``ALL_CLUSTERS``)."""
 
-    cluster: str
+    cluster: EmptyAsNull[str]
     queues: int
     active: int
     running: int
     waiting: int
     pending: int
     next: int
-    quotas: tuple[QuotaUse, ...]  # per resource, summed over the queues that limit it
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "cluster": self.cluster or None,
-            "queues": self.queues,
-            "active": self.active,
-            "running": self.running,
-            "waiting": self.waiting,
-            "pending": self.pending,
-            "next": self.next,
-            "quota": [q.to_json() for q in self.quotas],
-        }
+    quotas: Quotas  # summed over the queues that limit the resource
 
 
-@dataclass(frozen=True)
-class QueuesView:
+class Fleet(ApiModel):
+    """``fleet`` in the JSON: the totals per cluster and over every cluster."""
+
+    clusters: Items[FleetTotal]  # by cluster name
+    total: FleetTotal
+
+
+class QueuesView(ApiModel):
     version: str  # the config commit the rows describe
-    rows: tuple[QueueRow, ...]  # in priority order (the planner's consideration order)
-    clusters: tuple[FleetTotal, ...]  # by cluster name
-    fleet: FleetTotal
+    # in priority order (the planner's consideration order); ``queues`` in the JSON
+    rows: Annotated[Items[QueueRow], Field(serialization_alias="queues")]
+    totals: Annotated[Fleet, Field(serialization_alias="fleet")]
     source: str = "cycle"  # "cycle" | "live" | "status-branch"
-    at: datetime | None = None
+    at: IsoTime | None = None
+
+    @property
+    def clusters(self) -> tuple[FleetTotal, ...]:
+        return self.totals.clusters
+
+    @property
+    def fleet(self) -> FleetTotal:
+        return self.totals.total
 
     def row(self, name: str) -> QueueRow | None:
         return next((r for r in self.rows if r.name == name), None)
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "version": self.version,
-            "source": self.source,
-            "at": self.at.isoformat() if self.at else None,
-            "queues": [r.to_json() for r in self.rows],
-            "fleet": fleet_json(self),
-        }
-
 
 def fleet_json(view: QueuesView) -> dict[str, Any]:
-    return {
-        "clusters": [c.to_json() for c in view.clusters],
-        "total": view.fleet.to_json(),
-    }
+    return view.totals.to_json()
 
 
-def total_fleet(rows: Sequence[QueueRow]) -> tuple[tuple[FleetTotal, ...], FleetTotal]:
+def total_fleet(rows: Sequence[QueueRow]) -> Fleet:
     """Per cluster and across all clusters."""
     clusters = sorted({r.cluster for r in rows})
     per = tuple(_total(c, [r for r in rows if r.cluster == c]) for c in clusters)
-    return per, _total(ALL_CLUSTERS, rows)
+    return Fleet(clusters=per, total=_total(ALL_CLUSTERS, rows))
 
 
 def _total(cluster: str, rows: Sequence[QueueRow]) -> FleetTotal:
@@ -184,7 +152,7 @@ def _total(cluster: str, rows: Sequence[QueueRow]) -> FleetTotal:
         waiting=sum(r.waiting for r in rows),
         pending=sum(r.pending for r in rows),
         next=sum(r.next for r in rows),
-        quotas=tuple(QuotaUse(k, used[k], limit[k]) for k in sorted(limit)),
+        quotas=tuple(QuotaUse(resource=k, used=used[k], limit=limit[k]) for k in sorted(limit)),
     )
 
 
@@ -250,13 +218,19 @@ def build_queues_view(
                 paused=q.paused,
             )
         )
-    clusters, fleet = total_fleet(rows)
-    return QueuesView(repo.version, tuple(rows), clusters, fleet, source, plan.at)
+    return QueuesView(
+        version=repo.version,
+        rows=tuple(rows),
+        totals=total_fleet(rows),
+        source=source,
+        at=plan.at,
+    )
 
 
 def _quotas(q: QueueSummary, used: Mapping[str, Decimal]) -> tuple[QuotaUse, ...]:
     return tuple(
-        QuotaUse(r, used.get(r, Decimal(0)), limit) for r, limit in sorted(q.quota.items())
+        QuotaUse(resource=r, used=used.get(r, Decimal(0)), limit=limit)
+        for r, limit in sorted(q.quota.items())
     )
 
 
@@ -277,9 +251,10 @@ def queues_view_from_status(view: StatusView) -> QueuesView:
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         rows.append(_status_row(q, running, waiting, head))
-    clusters, fleet = total_fleet(rows)
     version = view.config.applied if view.config is not None else ""
-    return QueuesView(version, tuple(rows), clusters, fleet, "status-branch")
+    return QueuesView(
+        version=version, rows=tuple(rows), totals=total_fleet(rows), source="status-branch"
+    )
 
 
 def _status_row(
@@ -292,7 +267,7 @@ def _status_row(
         active=q.active,
         concurrency=q.concurrency,
         quotas=tuple(
-            QuotaUse(r, _quantity(q.used.get(r, "0")), _quantity(v))
+            QuotaUse(resource=r, used=_quantity(q.used.get(r, "0")), limit=_quantity(v))
             for r, v in sorted(q.quota.items())
         ),
         running=running,
@@ -321,34 +296,21 @@ class BlameLine:
     text: str
 
 
-@dataclass(frozen=True)
-class Setting:
+class Setting(ApiModel):
     key: str  # ``priority``, ``quota.nvidia.com/gpu``, ...
     value: str
-    line: int  # in the queue's file; 0: not written there (a default)
-    commit: str = ""  # the commit that last changed that line, when blamed
-    author: str = ""
-    committed_at: datetime | None = None
-    summary: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "line": self.line or None,
-            "commit": self.commit or None,
-            "author": self.author or None,
-            "committedAt": self.committed_at.isoformat() if self.committed_at else None,
-            "summary": self.summary or None,
-        }
+    line: EmptyAsNull[int]  # in the queue's file; 0: not written there (a default)
+    commit: EmptyAsNull[str] = ""  # the commit that last changed that line, when blamed
+    author: EmptyAsNull[str] = ""
+    committed_at: IsoTime | None = None
+    summary: EmptyAsNull[str] = ""
 
 
-@dataclass(frozen=True)
-class ActiveOp:
+class ActiveOp(ApiModel):
     operation: str
     phase: str
     reason: str | None
-    message: str
+    message: EmptyAsNull[str]
     cluster: str
     namespace: str
     workload: str
@@ -357,62 +319,37 @@ class ActiveOp:
     started_at: str | None
     requests: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operation": self.operation,
-            "phase": self.phase,
-            "reason": self.reason,
-            "message": self.message or None,
-            "cluster": self.cluster,
-            "namespace": self.namespace,
-            "workload": self.workload,
-            "node": self.node,
-            "dispatchedAt": self.dispatched_at,
-            "startedAt": self.started_at,
-            "requests": self.requests,
-        }
+
+# What would admit a pending operation; ``admittedWhen`` in the JSON.
+Admit = Annotated[str, Field(serialization_alias="admittedWhen")]
 
 
-@dataclass(frozen=True)
-class PendingOp:
+class PendingOp(ApiModel):
     operation: str
     position: int
     reason: str
     message: str  # the planner's full explanation
-    admit: str  # the part that says what would admit it
+    admit: Admit  # the part that says what would admit it
     never_runs: bool
     requests: str
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operation": self.operation,
-            "position": self.position,
-            "reason": self.reason,
-            "message": self.message,
-            "admittedWhen": self.admit,
-            "neverRuns": self.never_runs,
-            "requests": self.requests,
-        }
 
+class QueueDetail(ApiModel):
+    """The JSON is the queue's row, then the detail's fields."""
 
-@dataclass(frozen=True)
-class QueueDetail:
     row: QueueRow
     source: str  # the queue's file
-    settings: tuple[Setting, ...]
-    active: tuple[ActiveOp, ...]
-    next: tuple[str, ...]  # the plan would dispatch these next (not created yet)
-    pending: tuple[PendingOp, ...]  # by position
+    settings: Items[Setting]
+    active: Annotated[Items[ActiveOp], Field(serialization_alias="activeOperations")]
+    # the plan would dispatch these next (not created yet)
+    next: Annotated[Items[str], Field(serialization_alias="nextDispatch")]
+    # by position
+    pending: Annotated[Items[PendingOp], Field(serialization_alias="pendingOperations")]
 
-    def to_json(self) -> dict[str, Any]:
-        return {
-            **self.row.to_json(),
-            "source": self.source,
-            "settings": [s.to_json() for s in self.settings],
-            "activeOperations": [a.to_json() for a in self.active],
-            "nextDispatch": list(self.next),
-            "pendingOperations": [p.to_json() for p in self.pending],
-        }
+    @model_serializer(mode="wrap")
+    def _row_inline(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        data: dict[str, Any] = handler(self)
+        return {**data.pop("row"), **data}
 
 
 def requests_text(requests: Mapping[str, Decimal]) -> str:
@@ -457,13 +394,13 @@ def queue_settings(
         b = by_line.get(line)
         out.append(
             Setting(
-                ".".join(path),
-                value,
-                line,
-                b.commit if b else "",
-                b.author if b else "",
-                b.committed_at if b else None,
-                b.summary if b else "",
+                key=".".join(path),
+                value=value,
+                line=line,
+                commit=b.commit if b else "",
+                author=b.author if b else "",
+                committed_at=b.committed_at if b else None,
+                summary=b.summary if b else "",
             )
         )
     return tuple(out)
@@ -528,28 +465,30 @@ def build_queue_detail(
     )
     upcoming = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
     settings = queue_settings(spec, source_text, blame)
-    return QueueDetail(row, spec.source, settings, active, upcoming, pending)
+    return QueueDetail(
+        row=row,
+        source=spec.source,
+        settings=settings,
+        active=active,
+        next=upcoming,
+        pending=pending,
+    )
 
 
 # --- one operation ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PhaseEvent:
+class PhaseEvent(ApiModel):
     phase: str
     at: str | None  # ISO time, when known
-    note: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        return {"phase": self.phase, "at": self.at, "note": self.note or None}
+    note: EmptyAsNull[str] = ""
 
 
-@dataclass(frozen=True)
-class OperationDetail:
+class OperationDetail(ApiModel):
     operation: str
     phase: str
     reason: str | None = None
-    message: str = ""
+    message: EmptyAsNull[str] = ""
     kind: str | None = None
     path: str | None = None
     queue: str | None = None
@@ -560,46 +499,18 @@ class OperationDetail:
     node: str | None = None
     generation: int | None = None
     position: int | None = None
-    admit: str = ""
+    admit: EmptyAsNull[Admit] = ""
     config_commit: str | None = None
     requests: str = ""
-    presets: tuple[str, ...] = ()
-    outputs: Mapping[str, Any] | None = None
-    history: tuple[PhaseEvent, ...] = ()
-    recorded: tuple[PhaseEvent, ...] = ()  # transitions the status branch recorded
-    provenance: tuple[ProvenanceRow, ...] = ()
-    spec: Mapping[str, Any] | None = None
-    children: tuple[str, ...] = ()  # a workflow parent's children
+    presets: Items[str] = ()
+    outputs: JsonObject | None = None
+    history: Items[PhaseEvent] = ()
+    # transitions the status branch recorded; ``recordedHistory`` in the JSON
+    recorded: Annotated[Items[PhaseEvent], Field(serialization_alias="recordedHistory")] = ()
+    provenance: Items[ProvenanceRow] = ()
+    spec: JsonObject | None = None
+    children: Items[str] = ()  # a workflow parent's children
     parent: str | None = None  # a workflow child's parent
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "operation": self.operation,
-            "phase": self.phase,
-            "reason": self.reason,
-            "message": self.message or None,
-            "kind": self.kind,
-            "path": self.path,
-            "queue": self.queue,
-            "cluster": self.cluster,
-            "namespace": self.namespace,
-            "workload": self.workload,
-            "pod": self.pod,
-            "node": self.node,
-            "generation": self.generation,
-            "position": self.position,
-            "admittedWhen": self.admit or None,
-            "configCommit": self.config_commit,
-            "requests": self.requests,
-            "presets": list(self.presets),
-            "outputs": dict(self.outputs) if self.outputs is not None else None,
-            "history": [h.to_json() for h in self.history],
-            "recordedHistory": [h.to_json() for h in self.recorded],
-            "provenance": [p.to_json() for p in self.provenance],
-            "spec": self.spec,
-            "children": list(self.children),
-            "parent": self.parent,
-        }
 
 
 def phase_history(
@@ -608,15 +519,18 @@ def phase_history(
     """The current run's phases with the times the workload and the repo record: submitted
     (the operation file's first commit), dispatched, started, finished."""
     submitted = op.submitted_at.isoformat() if op is not None and op.submitted_at else None
-    out = [PhaseEvent(Phase.QUEUED.value, submitted, "committed to the config repo")]
+    out = [PhaseEvent(phase=Phase.QUEUED, at=submitted, note="committed to the config repo")]
     if state is None:
         return tuple(out)
-    out.append(PhaseEvent(Phase.DISPATCHED.value, state.dispatched_at, f"workload {state.name}"))
+    out.append(
+        PhaseEvent(phase=Phase.DISPATCHED, at=state.dispatched_at, note=f"workload {state.name}")
+    )
     if state.started_at or state.phase is Phase.RUNNING or state.phase.finished:
-        out.append(PhaseEvent(Phase.RUNNING.value, state.started_at, state.node or ""))
+        out.append(PhaseEvent(phase=Phase.RUNNING, at=state.started_at, note=state.node or ""))
     if state.phase.finished:
         reason = str(state.reason) if state.reason is not None else ""
-        out.append(PhaseEvent(state.phase.value, state.finished_at, state.message or reason))
+        note = state.message or reason
+        out.append(PhaseEvent(phase=state.phase, at=state.finished_at, note=note))
     return tuple(out)
 
 
@@ -638,7 +552,8 @@ def recorded_history(
         if rec.position is not None:
             notes.append(f"position {rec.position}")
         notes.append(f"status commit {sha[:12]}")
-        out.append(PhaseEvent(rec.phase, when.isoformat(timespec="seconds"), ", ".join(notes)))
+        at = when.isoformat(timespec="seconds")
+        out.append(PhaseEvent(phase=rec.phase, at=at, note=", ".join(notes)))
     return tuple(out)
 
 
@@ -724,7 +639,7 @@ def build_operation_detail(
 
 
 def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDetail:
-    return replace(detail, **fields)
+    return detail.model_copy(update=fields)
 
 
 def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, applied: bool) -> str:

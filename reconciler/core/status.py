@@ -13,13 +13,14 @@ import enum
 import json
 import re
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
-from functools import lru_cache
-from typing import Any
+from functools import cache, lru_cache
+from typing import Annotated, Any, Self
 
 import yaml
+from pydantic import Field
 
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
@@ -35,14 +36,23 @@ from reconciler.core.types import (
     Phase,
     RejectedOperation,
 )
+from reconciler.core.wire import Items, JsonObject, OmitEmpty, WireModel
 
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
 CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
 CLUSTERS_FILE = f"{STATUS_DIR}/clusters.yaml"
 
-# The phase of an operation refused by policy that has no workload: it will not run.
-REJECTED = "Rejected"
+
+class StatusPhase(enum.StrEnum):
+    """The phases only a status record has, never a workload."""
+
+    REJECTED = "Rejected"  # refused by policy and no workload: it will not run
+
+
+# A status record's phase: its workload's, its children's aggregate, or ``Rejected``.
+RecordPhase = Phase | StatusPhase
+REJECTED = StatusPhase.REJECTED
 # The aggregate of a workflow parent's children ("matrix" or "dag").
 WORKFLOW = "workflow"
 
@@ -75,161 +85,174 @@ def logs_command(operation: str) -> str:
 
 
 # --- the records ------------------------------------------------------------------------
+# One pydantic model per file record (``wire``): written by ``to_dict``, read by
+# ``from_dict``. Reading keeps what the reconciler always accepted from old, partial or
+# hand-edited files: unknown keys are ignored, a missing optional key takes its default,
+# scalars are read as text where the record holds text, and a mistyped number or mapping
+# is dropped. What cannot be a record is a ``not a status file`` problem.
 
 
-@dataclass(frozen=True)
-class OperationStatus:
-    """One ``status/<project>/<operation>.yaml``. ``phase`` is a :class:`Phase` value,
-    ``Rejected``, or (for a workflow parent) the aggregate of its children."""
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """How ``from_dict`` reads a field's value as a file holds it. Pydantic ignores this
+    marker: a record built in code is validated by its field types alone."""
 
-    operation: str
-    phase: str
-    reason: str | None = None
-    message: str = ""
-    kind: str | None = None
-    path: str | None = None  # the operation's file in the config repo
-    queue: str | None = None
-    cluster: str | None = None
-    namespace: str | None = None
-    workload: str | None = None
-    position: int | None = None  # 1-based among the queue's pending
-    generation: int | None = None
-    config_commit: str | None = None
-    dispatched_at: str | None = None
-    started_at: str | None = None
-    finished_at: str | None = None
-    outputs: Mapping[str, Any] | None = None
-    spec_hash: str | None = None
-    workload_spec_hash: str | None = None  # only when it differs from ``spec_hash``
-    sync: str = Sync.SYNCED.value
-    blocked_by: Mapping[str, Any] | None = None
-    workflow: Mapping[str, Any] | None = None  # a child: {parent, kind, index}
-    children: tuple[str, ...] = ()  # a workflow parent: its children's ids
-    logs: str = ""
+    convert: Callable[[Any], Any]
+
+
+def _text_or_none(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _text_or_empty(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _text_or_nothing(value: Any) -> str:
+    return str(value or "")
+
+
+def _number_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _mapping_or_none(value: Any) -> Mapping[str, Any] | None:
+    return value if isinstance(value, Mapping) else None
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value or ())
+
+
+def _text_map(value: Any) -> dict[str, str]:
+    return {str(k): str(v) for k, v in (value or {}).items()}
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
+
+
+def _sync(value: Any) -> str:
+    return _text_or_empty(value) or Sync.SYNCED.value
+
+
+_PHASES: dict[str, RecordPhase] = {p.value: p for p in (*Phase, *StatusPhase)}
+
+
+def _phase(value: Any) -> RecordPhase:
+    phase = _PHASES.get(str(value))
+    if phase is None:
+        raise ValueError(f"unknown phase {str(value)!r}")
+    return phase
+
+
+# How a field is read; ``OmitEmpty`` ones are left out of the file when empty.
+Text = Annotated[str, _Read(str)]
+OptText = Annotated[str | None, _Read(_text_or_none)]
+EmptyText = OmitEmpty[Annotated[str, _Read(_text_or_empty)]]  # "" when missing or null
+Texts = OmitEmpty[Annotated[Items[str], _Read(_texts)]]
+TextMap = Annotated[Mapping[str, str], _Read(_text_map)]
+Number = Annotated[int, _Read(int)]
+OptNumber = Annotated[int | None, _Read(_int_or_none)]
+Flag = Annotated[bool, _Read(bool)]
+# An operation's optional number or mapping: dropped, not refused, when mistyped.
+LooseNumber = Annotated[int | None, _Read(_number_or_none)]
+LooseObject = Annotated[JsonObject | None, _Read(_mapping_or_none)]
+PhaseText = Annotated[RecordPhase, _Read(_phase)]
+SyncText = Annotated[str, _Read(_sync)]
+
+
+class StatusRecord(WireModel):
+    """A record of a status file: camelCase keys, sorted by the writer, and a field
+    without a value (None, or empty where marked) left out."""
 
     def to_dict(self) -> dict[str, Any]:
-        data = {
-            "operation": self.operation,
-            "phase": self.phase,
-            "reason": self.reason,
-            "message": self.message or None,
-            "kind": self.kind,
-            "path": self.path,
-            "queue": self.queue,
-            "cluster": self.cluster,
-            "namespace": self.namespace,
-            "workload": self.workload,
-            "position": self.position,
-            "generation": self.generation,
-            "configCommit": self.config_commit,
-            "dispatchedAt": self.dispatched_at,
-            "startedAt": self.started_at,
-            "finishedAt": self.finished_at,
-            "outputs": self.outputs,
-            "specHash": self.spec_hash,
-            "workloadSpecHash": self.workload_spec_hash,
-            "sync": self.sync,
-            "blockedBy": self.blocked_by,
-            "workflow": self.workflow,
-            "children": list(self.children) or None,
-            "logs": self.logs or None,
-        }
-        return {k: v for k, v in data.items() if v is not None}
+        """The record as its file holds it (before ``dump_yaml``)."""
+        return self.model_dump(by_alias=True, exclude_none=True)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> OperationStatus:
-        def text(key: str) -> str | None:
-            value = data.get(key)
-            return None if value is None else str(value)
+    def from_dict(cls, data: Mapping[str, Any]) -> Self:
+        """A record from a file, read field by field in field order; only the camelCase
+        keys count (a snake_case key is an unknown one). Raises ``ValueError`` naming the
+        first bad field: ``'operation'`` when a required key is missing, else the
+        reading's own message."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping, not {type(data).__name__}")
+        values: dict[str, Any] = {}
+        for key, required, read in _fields(cls):
+            if key not in data:
+                if required:
+                    raise ValueError(repr(key))
+                continue
+            try:
+                values[key] = data[key] if read is None else read(data[key])
+            except (TypeError, AttributeError, ValueError) as err:
+                raise ValueError(str(err)) from None
+        return cls.model_validate(values, by_alias=True, by_name=False)
 
-        def number(key: str) -> int | None:
-            value = data.get(key)
-            return value if isinstance(value, int) and not isinstance(value, bool) else None
 
-        def mapping(key: str) -> Mapping[str, Any] | None:
-            value = data.get(key)
-            return value if isinstance(value, Mapping) else None
-
-        return cls(
-            operation=str(data["operation"]),
-            phase=str(data["phase"]),
-            reason=text("reason"),
-            message=text("message") or "",
-            kind=text("kind"),
-            path=text("path"),
-            queue=text("queue"),
-            cluster=text("cluster"),
-            namespace=text("namespace"),
-            workload=text("workload"),
-            position=number("position"),
-            generation=number("generation"),
-            config_commit=text("configCommit"),
-            dispatched_at=text("dispatchedAt"),
-            started_at=text("startedAt"),
-            finished_at=text("finishedAt"),
-            outputs=mapping("outputs"),
-            spec_hash=text("specHash"),
-            workload_spec_hash=text("workloadSpecHash"),
-            sync=text("sync") or Sync.SYNCED.value,
-            blocked_by=mapping("blockedBy"),
-            workflow=mapping("workflow"),
-            children=tuple(str(c) for c in data.get("children") or ()),
-            logs=text("logs") or "",
+@cache
+def _fields(
+    record: type[StatusRecord],
+) -> tuple[tuple[str, bool, Callable[[Any], Any] | None], ...]:
+    """Per field of ``record``, in order: its key in a file, whether it is required, and
+    how it is read."""
+    return tuple(
+        (
+            info.alias or name,
+            info.is_required(),
+            next((m.convert for m in info.metadata if isinstance(m, _Read)), None),
         )
+        for name, info in record.model_fields.items()
+    )
 
 
-@dataclass(frozen=True)
-class QueueStatus:
+class OperationStatus(StatusRecord):
+    """One ``status/<project>/<operation>.yaml``. ``phase`` is a :class:`Phase`, or
+    ``Rejected`` (:class:`StatusPhase`); a workflow parent's is the aggregate of its
+    children's."""
+
+    operation: Text
+    phase: PhaseText
+    reason: OptText = None
+    message: EmptyText = ""
+    kind: OptText = None
+    path: OptText = None  # the operation's file in the config repo
+    queue: OptText = None
+    cluster: OptText = None
+    namespace: OptText = None
+    workload: OptText = None
+    position: LooseNumber = None  # 1-based among the queue's pending
+    generation: LooseNumber = None
+    config_commit: OptText = None
+    dispatched_at: OptText = None
+    started_at: OptText = None
+    finished_at: OptText = None
+    outputs: LooseObject = None
+    spec_hash: OptText = None
+    workload_spec_hash: OptText = None  # only when it differs from ``spec_hash``
+    sync: SyncText = Sync.SYNCED.value
+    blocked_by: LooseObject = None
+    workflow: LooseObject = None  # a child: {parent, kind, index}
+    children: Texts = ()  # a workflow parent: its children's ids
+    logs: EmptyText = ""
+
+
+class QueueStatus(StatusRecord):
     """One queue in ``status/queues.yaml``: usage with this cycle's dispatches applied."""
 
-    name: str
-    cluster: str
-    priority: int
-    concurrency: int | None
-    quota: Mapping[str, str]
-    active: int
-    used: Mapping[str, str]
-    pending: int
-    head_reason: str | None = None
-    strategy: str = "BestEffortFIFO"
-    paused: bool = False
-    kinds: tuple[str, ...] = ()  # the run kinds the queue admits
-
-    def to_dict(self) -> dict[str, Any]:
-        data = {
-            "name": self.name,
-            "cluster": self.cluster,
-            "priority": self.priority,
-            "concurrency": self.concurrency,
-            "quota": dict(self.quota),
-            "active": self.active,
-            "used": dict(self.used),
-            "pending": self.pending,
-            "headReason": self.head_reason,
-            "strategy": self.strategy,
-            "paused": self.paused,
-            "kinds": list(self.kinds) or None,
-        }
-        return {k: v for k, v in data.items() if v is not None}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> QueueStatus:
-        concurrency = data.get("concurrency")
-        head = data.get("headReason")
-        return cls(
-            name=str(data["name"]),
-            cluster=str(data.get("cluster", "")),
-            priority=int(data.get("priority", 0)),
-            concurrency=int(concurrency) if concurrency is not None else None,
-            quota={str(k): str(v) for k, v in (data.get("quota") or {}).items()},
-            active=int(data.get("active", 0)),
-            used={str(k): str(v) for k, v in (data.get("used") or {}).items()},
-            pending=int(data.get("pending", 0)),
-            head_reason=str(head) if head is not None else None,
-            strategy=str(data.get("strategy", "BestEffortFIFO")),
-            paused=bool(data.get("paused", False)),
-            kinds=tuple(str(k) for k in data.get("kinds") or ()),
-        )
+    name: Text
+    cluster: Text = ""
+    priority: Number = 0
+    concurrency: OptNumber = None
+    quota: TextMap = Field(default_factory=dict)
+    active: Number = 0
+    used: TextMap = Field(default_factory=dict)
+    pending: Number = 0
+    head_reason: OptText = None
+    strategy: Text = "BestEffortFIFO"
+    paused: Flag = False
+    kinds: Texts = ()  # the run kinds the queue admits
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
@@ -249,73 +272,32 @@ class QueueStatus:
         )
 
 
-@dataclass(frozen=True)
-class ConfigStatus:
+class ConfigStatus(StatusRecord):
     """``status/config.yaml``: the commit last read, the one in force, and its errors.
 
     ``reason`` is ``InternalError`` when ``version`` could not be compiled because of a bug
     in the reconciler (``internal_error`` says what failed): not a config error, so
     ``errors`` stays empty. Both keys are written only then."""
 
-    version: str
-    applied: str
-    valid: bool
-    errors: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-    reason: str | None = None
-    internal_error: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "version": self.version,
-            "applied": self.applied,
-            "valid": self.valid,
-        }
-        if self.errors:
-            data["errors"] = list(self.errors)
-        if self.warnings:
-            data["warnings"] = list(self.warnings)
-        if self.reason:
-            data["reason"] = self.reason
-        if self.internal_error:
-            data["internalError"] = self.internal_error
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ConfigStatus:
-        reason = data.get("reason")
-        return cls(
-            version=str(data.get("version", "")),
-            applied=str(data.get("applied", "")),
-            valid=bool(data.get("valid", True)),
-            errors=tuple(str(e) for e in data.get("errors") or ()),
-            warnings=tuple(str(w) for w in data.get("warnings") or ()),
-            reason=None if reason is None else str(reason),
-            internal_error=str(data.get("internalError") or ""),
-        )
+    version: Text = ""
+    applied: Text = ""
+    valid: Flag = True
+    errors: Texts = ()
+    warnings: Texts = ()
+    reason: OmitEmpty[OptText] = None
+    internal_error: OmitEmpty[Annotated[str, _Read(_text_or_nothing)]] = ""
 
     @property
     def is_internal_error(self) -> bool:
         return self.reason == StatusReason.INTERNAL_ERROR.value
 
 
-@dataclass(frozen=True)
-class ClusterStatus:
+class ClusterStatus(StatusRecord):
     """One entry of ``status/clusters.yaml``: could the last cycle read the cluster."""
 
-    name: str
-    reachable: bool
-    error: str = ""
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {"name": self.name, "reachable": self.reachable}
-        if self.error:
-            data["error"] = self.error
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> ClusterStatus:
-        return cls(str(data["name"]), bool(data.get("reachable", True)), str(data.get("error", "")))
+    name: Text
+    reachable: Flag = True
+    error: OmitEmpty[Text] = ""
 
 
 # Object addresses in a client error ("<... object at 0x7f...>") change on every attempt; an
@@ -369,7 +351,9 @@ def render_status(
     )
     files[CONFIG_FILE] = dump_yaml(config.to_dict())
     if clusters:
-        entries = [replace(c, error=stable_error(c.error)).to_dict() for c in clusters]
+        entries = [
+            c.model_copy(update={"error": stable_error(c.error)}).to_dict() for c in clusters
+        ]
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
     return dict(sorted(files.items()))
 
@@ -457,7 +441,7 @@ def _compiled_record(
         out_of_sync = state.phase.active and state.spec_hash not in (None, desired)
         return OperationStatus(
             **{**common, "cluster": state.cluster, "namespace": state.namespace},
-            phase=str(state.phase),
+            phase=state.phase,
             reason=_reason(state),
             message=state.message,
             workload=state.name,
@@ -473,7 +457,7 @@ def _compiled_record(
     if dispatched and failure is not None:
         return OperationStatus(
             **common,
-            phase=Phase.QUEUED.value,
+            phase=Phase.QUEUED,
             reason=failure[0].value,
             message=failure[1],
             workload=name,
@@ -482,7 +466,7 @@ def _compiled_record(
     if dispatched:
         return OperationStatus(
             **common,
-            phase=Phase.DISPATCHED.value,
+            phase=Phase.DISPATCHED,
             reason=StatusReason.WORKLOAD_CREATED.value,
             message=f"dispatched to cluster {op.cluster}",
             workload=name,
@@ -491,7 +475,7 @@ def _compiled_record(
     if pending is not None:
         return OperationStatus(
             **common,
-            phase=Phase.QUEUED.value,
+            phase=Phase.QUEUED,
             reason=str(pending.reason),
             message=pending.message,
             workload=name,
@@ -499,9 +483,7 @@ def _compiled_record(
             config_commit=repo.version,
             blocked_by=pending.blocked_by.to_json(),
         )
-    return OperationStatus(
-        **common, phase=Phase.QUEUED.value, workload=name, config_commit=repo.version
-    )
+    return OperationStatus(**common, phase=Phase.QUEUED, workload=name, config_commit=repo.version)
 
 
 def _reason(state: WorkloadState) -> str | None:
@@ -512,16 +494,16 @@ def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatu
     """A workflow parent: its phase is the aggregate of its children's."""
     phases = Counter(k.phase for k in kids)
     total = len(kids)
-    finished = sum(phases[p.value] for p in Phase if p.finished)
-    active = sum(phases[p.value] for p in Phase if p.active)
+    finished = sum(phases[p] for p in Phase if p.finished)
+    active = sum(phases[p] for p in Phase if p.active)
     if finished == total:
-        if phases[Phase.FAILED.value]:
+        if phases[Phase.FAILED]:
             phase = Phase.FAILED
-        elif phases[Phase.STOPPED.value]:
+        elif phases[Phase.STOPPED]:
             phase = Phase.STOPPED
         else:
             phase = Phase.SUCCEEDED
-    elif active and not phases[Phase.RUNNING.value] and not finished:
+    elif active and not phases[Phase.RUNNING] and not finished:
         phase = Phase.DISPATCHED
     elif active or finished:
         phase = Phase.RUNNING
@@ -532,7 +514,7 @@ def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatu
     wf = first.workflow or {}
     return OperationStatus(
         operation=parent,
-        phase=phase.value,
+        phase=phase,
         message=f"{total} children: {counts}",
         kind=str(wf.get("kind", WORKFLOW)),
         path=first.path,
@@ -562,7 +544,7 @@ def _rejected_record(
     )
     if state is None:
         return base
-    return _with_state(base, state, phase=str(state.phase))
+    return _with_state(base, state)
 
 
 def _observed_record(
@@ -584,31 +566,33 @@ def _observed_record(
         reason, message = StatusReason.REMOVED_FROM_REPO, "removed from the repo"
     base = OperationStatus(
         operation=state.operation,
-        phase=str(state.phase),
+        phase=state.phase,
         reason=reason.value,
         message=message,
         config_commit=state.config_commit or repo.version,
         logs=logs_command(state.operation),
         sync=(Sync.OUT_OF_SYNC if state.phase.active else Sync.SYNCED).value,
     )
-    return _with_state(base, state, phase=str(state.phase))
+    return _with_state(base, state)
 
 
-def _with_state(base: OperationStatus, state: WorkloadState, *, phase: str) -> OperationStatus:
-    return replace(
-        base,
-        phase=phase,
-        queue=state.queue,
-        cluster=state.cluster,
-        namespace=state.namespace,
-        workload=state.name,
-        generation=state.generation,
-        config_commit=state.config_commit or base.config_commit,
-        dispatched_at=state.dispatched_at,
-        started_at=state.started_at,
-        finished_at=state.finished_at,
-        outputs=state.outputs,
-        spec_hash=state.spec_hash,
+def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
+    """``base`` with its workload's phase and whereabouts."""
+    return base.model_copy(
+        update={
+            "phase": state.phase,
+            "queue": state.queue,
+            "cluster": state.cluster,
+            "namespace": state.namespace,
+            "workload": state.name,
+            "generation": state.generation,
+            "config_commit": state.config_commit or base.config_commit,
+            "dispatched_at": state.dispatched_at,
+            "started_at": state.started_at,
+            "finished_at": state.finished_at,
+            "outputs": state.outputs,
+            "spec_hash": state.spec_hash,
+        }
     )
 
 
@@ -792,7 +776,7 @@ def summarize_cycle(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> 
         parts.append(f"finished {finished}" + (f" ({detail})" if detail else ""))
     if counts["removed"]:
         parts.append(f"removed {counts['removed']}")
-    parts.append(f"pending {sum(1 for _, p in new.values() if p == Phase.QUEUED.value)}")
+    parts.append(f"pending {sum(1 for _, p in new.values() if p is Phase.QUEUED)}")
     subject = ", ".join(parts)
     if not lines:
         return subject
@@ -802,20 +786,20 @@ def summarize_cycle(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> 
     return subject + "\n\n" + "\n".join(body) + "\n"
 
 
-def _event(was: str | None, now: str) -> str | None:
-    active = {Phase.DISPATCHED.value, Phase.RUNNING.value}
+def _event(was: RecordPhase | None, now: RecordPhase) -> str | None:
+    active = {Phase.DISPATCHED, Phase.RUNNING}
     if now in active and was not in active:
         return "dispatched"
-    if now == Phase.RUNNING.value and was == Phase.DISPATCHED.value:
+    if now is Phase.RUNNING and was is Phase.DISPATCHED:
         return "started"
-    if now in (Phase.SUCCEEDED.value, Phase.FAILED.value, Phase.STOPPED.value):
+    if isinstance(now, Phase) and now.finished:
         return now.lower()
     return None
 
 
-def _phases(files: Mapping[str, bytes]) -> dict[str, tuple[int | None, str]]:
+def _phases(files: Mapping[str, bytes]) -> dict[str, tuple[int | None, RecordPhase]]:
     """Per operation (workflow parents excluded): (generation, phase)."""
-    out: dict[str, tuple[int | None, str]] = {}
+    out: dict[str, tuple[int | None, RecordPhase]] = {}
     for path, data in files.items():
         if not _is_ours(path) or path in (QUEUES_FILE, CONFIG_FILE):
             continue
@@ -844,11 +828,9 @@ def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int, bool] | None:
 def observed_from_status(view: StatusView) -> tuple[ObservedOperation, ...]:
     """What the status branch last recorded, as the planner's observed state: every op it
     saw dispatched or finished (workflow parents and Queued ops are left out)."""
-    known = {p.value: p for p in Phase}
     out = []
     for op_id, rec in sorted(view.operations.items()):
-        phase = known.get(rec.phase)
-        if phase is None or phase is Phase.QUEUED or rec.children:
+        if not isinstance(rec.phase, Phase) or rec.phase is Phase.QUEUED or rec.children:
             continue
-        out.append(ObservedOperation(op_id, phase, queue=rec.queue, cluster=rec.cluster))
+        out.append(ObservedOperation(op_id, rec.phase, queue=rec.queue, cluster=rec.cluster))
     return tuple(out)

@@ -24,6 +24,15 @@ class QueueStrategy(enum.StrEnum):
     STRICT_FIFO = "StrictFIFO"
 
 
+class MergeStrategy(enum.StrEnum):
+    """How a preset (or a DAG child's overrides) patches a spec: ``patchStrategy``."""
+
+    REPLACE = "replace"
+    ISNULL = "isnull"
+    POST_MERGE = "post_merge"
+    PRE_MERGE = "pre_merge"
+
+
 class Phase(enum.StrEnum):
     QUEUED = "Queued"
     DISPATCHED = "Dispatched"

@@ -56,7 +56,8 @@ class StatusPublisher:
                     for op, error in result.failed.items()
                 },
                 clusters=tuple(
-                    ClusterStatus(h.name, h.reachable, h.error) for h in result.clusters
+                    ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
+                    for h in result.clusters
                 ),
             )
             changes = status_changes(before, files)

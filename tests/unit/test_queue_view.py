@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -69,7 +68,9 @@ def test_seed_rows_are_in_priority_order_with_quota_and_concurrency(
     assert [r.name for r in view.rows] == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
     team_a, team_b, batch = view.row("team-a"), view.row("team-b"), view.row("batch")
     assert team_a is not None and team_b is not None and batch is not None
-    assert team_a.quotas == (QuotaUse("nvidia.com/gpu", Decimal(2), Decimal(2)),)
+    assert team_a.quotas == (
+        QuotaUse(resource="nvidia.com/gpu", used=Decimal(2), limit=Decimal(2)),
+    )
     assert team_b.quotas[0].text == "4/4" and team_b.quotas[0].fraction == 1.0
     assert (batch.active, batch.concurrency, batch.concurrency_text) == (3, 3, "3/3")
     assert (team_a.pending, team_a.head_reason) == (3, "QuotaExceeded")
@@ -115,7 +116,7 @@ def test_the_status_branch_gives_the_same_rows_as_the_cycle(template: RepoSnapsh
     from_cycle = build_queues_view(repo, plan, states, applied=True)
     from_branch = queues_view_from_status(read_status(render_status(repo, plan, states)))
     assert from_branch.source == "status-branch" and from_branch.version == repo.version
-    assert [replace(r, next=0) for r in from_cycle.rows] == list(from_branch.rows)
+    assert [r.model_copy(update={"next": 0}) for r in from_cycle.rows] == list(from_branch.rows)
     assert from_cycle.fleet == from_branch.fleet
 
 
@@ -228,7 +229,9 @@ def test_recorded_history_keeps_one_event_per_change() -> None:
     from reconciler.core.status import OperationStatus
 
     def rec(phase: str, reason: str | None, position: int | None = None) -> OperationStatus:
-        return OperationStatus("p/a", phase, reason, position=position, generation=1)
+        return OperationStatus(
+            operation="p/a", phase=phase, reason=reason, position=position, generation=1
+        )
 
     versions = [
         ("a" * 40, NOW, rec("Queued", "QuotaExceeded", 2)),

@@ -373,11 +373,11 @@ def test_observed_from_status_keeps_dispatched_and_finished_ops_only() -> None:
 
     view = StatusView(
         operations={
-            "p/a": OperationStatus("p/a", "Running", queue="q", cluster="c"),
-            "p/b": OperationStatus("p/b", "Queued", queue="q"),
-            "p/c": OperationStatus("p/c", "Succeeded", queue="q", cluster="c"),
-            "p/w": OperationStatus("p/w", "Running", children=("p/w-0",)),
-            "p/r": OperationStatus("p/r", "Rejected"),
+            "p/a": OperationStatus(operation="p/a", phase="Running", queue="q", cluster="c"),
+            "p/b": OperationStatus(operation="p/b", phase="Queued", queue="q"),
+            "p/c": OperationStatus(operation="p/c", phase="Succeeded", queue="q", cluster="c"),
+            "p/w": OperationStatus(operation="p/w", phase="Running", children=("p/w-0",)),
+            "p/r": OperationStatus(operation="p/r", phase="Rejected"),
         }
     )
     observed = observed_from_status(view)
@@ -395,7 +395,10 @@ def test_cluster_health_is_recorded_stably_and_reads_back() -> None:
             f"listing Jobs: (Caused by NewConnectionError('<HTTPSConnection object at "
             f"{address}>: Failed to establish a new connection: [Errno 111] Connection refused'))"
         )
-        down = (ClusterStatus("remote", False, error), ClusterStatus("local", True))
+        down = (
+            ClusterStatus(name="remote", reachable=False, error=error),
+            ClusterStatus(name="local", reachable=True),
+        )
         return cycle(seed(), {}, clusters=down)[1]
 
     first, second = outage("0x7f3a2b1c"), outage("0x7f99e0d4")
@@ -416,3 +419,28 @@ def test_cluster_health_is_recorded_stably_and_reads_back() -> None:
     assert [(c.name, c.reachable) for c in view.clusters] == [("local", True), ("remote", False)]
     assert view.queues and view.queues[0].name == "team-a"  # not mistaken for the queues
     assert CLUSTERS_FILE not in cycle(seed(), {})[1]  # nothing when no cluster was read
+
+
+def test_a_record_phase_is_typed_and_an_unknown_one_is_a_problem() -> None:
+    from reconciler.core.status import REJECTED, StatusPhase
+
+    running = parse_status_file("status/p/a.yaml", b"operation: p/a\nphase: Running\n")
+    assert isinstance(running, OperationStatus) and running.phase is Phase.RUNNING
+    rejected = parse_status_file("status/p/r.yaml", b"operation: p/r\nphase: Rejected\n")
+    assert isinstance(rejected, OperationStatus) and rejected.phase is StatusPhase.REJECTED
+    assert REJECTED is StatusPhase.REJECTED
+    view = read_status({"status/p/x.yaml": b"operation: p/x\nphase: Paused\n"})
+    assert view.problems == ("status/p/x.yaml:1:1: not a status file (unknown phase 'Paused')",)
+
+
+def test_only_the_camel_case_keys_of_a_file_count() -> None:
+    """The records are built in code by field name, but a file's snake_case key is an
+    unknown key, as it always was."""
+    record = parse_status_file(
+        "status/p/a.yaml",
+        b"operation: p/a\nphase: Queued\nconfig_commit: x\nconfigCommit: y\nspec_hash: z\n",
+    )
+    assert isinstance(record, OperationStatus)
+    assert (record.config_commit, record.spec_hash) == ("y", None)
+    queues = parse_status_file("status/queues.yaml", b"queues:\n- name: a\n  head_reason: X\n")
+    assert isinstance(queues, tuple) and queues[0].head_reason is None

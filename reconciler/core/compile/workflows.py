@@ -22,7 +22,7 @@ from reconciler.core.compile.resolve import Context, build, resolve, validate_sp
 from reconciler.core.load import Document
 from reconciler.core.merge import Path, ProvMap, apply_patch, dotted
 from reconciler.core.policy import Violation
-from reconciler.core.types import CompiledOperation, Location, WorkflowRef
+from reconciler.core.types import CompiledOperation, Location, MergeStrategy, WorkflowRef
 
 MAX_WORKFLOW_CHILDREN = 1000
 # Text that ``{{ params.NAME }}`` substitution may produce, over all the children of one
@@ -271,7 +271,7 @@ def expand(
                     base,
                     base_prov,
                     {"run": child["run"]},
-                    "replace",
+                    MergeStrategy.REPLACE,
                     locator(doc, ("dag", "operations", i)),
                     doc.path,
                     f"dag operation {child['name']}",
