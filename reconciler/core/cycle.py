@@ -41,7 +41,7 @@ from datetime import datetime
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView
-from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
+from reconciler.core.types import CompiledOperation, CompiledRepo, ObservedOperation, Phase
 
 # --- inputs -----------------------------------------------------------------------------
 
@@ -211,6 +211,8 @@ class Decision:
     listed: frozenset[str]  # operations with a workload in this cycle's listing
     # older generations still active after a bump, by their planner id ``op@gN``
     superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
+    # the planner's observed input, as given to it (the start-time estimate replans from it)
+    observed: tuple[ObservedOperation, ...] = ()
 
     @property
     def unreachable(self) -> frozenset[str]:
@@ -334,6 +336,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         memory=Memory(seen_next, inflight),
         listed=present,
         superseded=superseded,
+        observed=tuple(observed),
     )
 
 

@@ -275,7 +275,8 @@ def _extra_containers(run: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def _timeout_seconds(op: CompiledOperation) -> int | None:
+def timeout_seconds(op: CompiledOperation) -> int | None:
+    """The run's deadline in seconds (``run.timeout``; sandboxes a default), or None."""
     timeout = (op.spec.get("run") or {}).get("timeout")
     if timeout is not None:
         return duration_seconds(timeout)
@@ -502,7 +503,7 @@ def render_operation(
             "spec": pod_spec,
         },
     }
-    deadline = _timeout_seconds(op)
+    deadline = timeout_seconds(op)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
     if run.get("ttl") is not None:

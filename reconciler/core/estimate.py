@@ -1,0 +1,734 @@
+"""When will each pending operation be dispatched: a p50 and a p90 estimate (pure).
+
+What must live here: the duration estimate of a run (``DurationModel``: past runs of the same
+operation, else of its project in its queue, else of its queue; capped by its timeout), the
+forward simulation of the queues with the real planner (``estimate_starts``), the
+classification of what cannot be dated (``EtaState``), and the one entry point every view
+calls (``estimate_decision``). docs/estimates.md explains the rules with a worked example.
+
+The simulation is event-driven: it starts from the cycle's own plan, jumps to the next time
+a run is estimated to end, releases what ended (it counts as ``Succeeded``) and asks the
+planner (``plan_dispatch``, the cycle's own function) again. It replans only the queues the
+event can change (incremental planning; see ``_Sim.affected``): the queue of what ended, the
+queues waiting for its cluster's slots (first in the planner's order, as many as there are
+free slots), the queues of its workflow's waiting children and of its dependents. Planning
+the other queues again would give them the same pending entries: nothing they wait for
+changed. p50 and p90 are two simulations, one with every run at its p50 duration, one at
+its p90.
+
+The clock is an input (``now``); the same inputs give the same estimates.
+"""
+
+from __future__ import annotations
+
+import bisect
+import enum
+import heapq
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from reconciler.core.cycle import Decision
+from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import (
+    ConcurrencyBlock,
+    DependenciesBlock,
+    Pending,
+    PendingReason,
+    Plan,
+    plan_dispatch,
+)
+from reconciler.core.render import timeout_seconds
+from reconciler.core.types import (
+    ClusterSpec,
+    CompiledOperation,
+    CompiledRepo,
+    ObservedOperation,
+    OrgSettings,
+    Phase,
+)
+
+DEFAULT_HORIZON = timedelta(hours=24)
+P50 = 0.5
+P90 = 0.9
+
+# Pending reasons no clock can end: the operation waits for a person or a config change.
+STATIC_REASONS = frozenset(
+    {
+        PendingReason.CLUSTER_UNREACHABLE,
+        PendingReason.QUEUE_PAUSED,
+        PendingReason.AWAITING_APPROVAL,
+        PendingReason.UPSTREAM_FAILED,
+        PendingReason.EXCEEDS_QUOTA,
+    }
+)
+_NO_PRUNE = OrgSettings(prune=False)
+
+
+# --- history and durations --------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    """One finished run: which operation, in which queue, and how long it ran."""
+
+    operation: str  # "project/name"
+    queue: str | None
+    seconds: float
+
+    @property
+    def project(self) -> str:
+        return self.operation.split("/", 1)[0]
+
+
+def parse_time(text: str | None) -> datetime | None:
+    """An ISO time from a workload or a status record (UTC when it names no zone)."""
+    if not text:
+        return None
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else at.replace(tzinfo=UTC)
+
+
+def runs_from_states(states: Iterable[WorkloadState]) -> tuple[RunRecord, ...]:
+    """The finished runs among ``states`` (what the status branch records of each
+    operation's last run): started (else dispatched) to finished. A run that failed counts
+    too: it held its queue that long."""
+    out = []
+    for s in states:
+        if not s.phase.finished or s.phase is Phase.STOPPED:
+            continue
+        start = parse_time(s.started_at) or parse_time(s.dispatched_at)
+        end = parse_time(s.finished_at)
+        if start is None or end is None or end < start:
+            continue
+        out.append(RunRecord(s.operation, s.queue, (end - start).total_seconds()))
+    return tuple(sorted(out, key=lambda r: (r.operation, r.seconds)))
+
+
+class Basis(enum.StrEnum):
+    """Where a duration estimate came from, in the fallback order."""
+
+    OPERATION = "Operation"  # past runs of the same operation
+    PROJECT_QUEUE = "ProjectQueue"  # of its project in its queue
+    QUEUE = "Queue"  # of its queue
+    TIMEOUT = "Timeout"  # no history: the run's timeout (the latest it can end)
+    UNKNOWN = "Unknown"  # no history and no timeout
+
+
+@dataclass(frozen=True, slots=True)
+class Duration:
+    seconds: float | None  # None: unknown
+    basis: Basis
+
+
+def quantile(sorted_values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of a sorted, non-empty sequence."""
+    n = len(sorted_values)
+    return sorted_values[min(n - 1, max(0, math.ceil(q * n) - 1))]
+
+
+class DurationModel:
+    """Past run durations, grouped for the fallback order."""
+
+    __slots__ = ("by_operation", "by_project_queue", "by_queue")
+
+    def __init__(self, runs: Iterable[RunRecord] = ()) -> None:
+        by_op: dict[str, list[float]] = {}
+        by_pq: dict[tuple[str, str | None], list[float]] = {}
+        by_q: dict[str | None, list[float]] = {}
+        for r in runs:
+            by_op.setdefault(r.operation, []).append(r.seconds)
+            by_pq.setdefault((r.project, r.queue), []).append(r.seconds)
+            by_q.setdefault(r.queue, []).append(r.seconds)
+        self.by_operation = {k: sorted(v) for k, v in by_op.items()}
+        self.by_project_queue = {k: sorted(v) for k, v in by_pq.items()}
+        self.by_queue = {k: sorted(v) for k, v in by_q.items() if k is not None}
+
+    def samples(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
+        """The past durations that stand for ``operation``'s, and which group they are."""
+        got = self.by_operation.get(operation)
+        if got:
+            return got, Basis.OPERATION
+        got = self.by_project_queue.get((operation.split("/", 1)[0], queue))
+        if got:
+            return got, Basis.PROJECT_QUEUE
+        got = self.by_queue.get(queue) if queue is not None else None
+        if got:
+            return got, Basis.QUEUE
+        return (), Basis.UNKNOWN
+
+    def duration(
+        self, operation: str, queue: str | None, q: float, timeout: float | None
+    ) -> Duration:
+        """The ``q`` quantile of the past durations, never more than ``timeout``; with no
+        history the timeout itself, else unknown."""
+        values, basis = self.samples(operation, queue)
+        if not values:
+            return Duration(timeout, Basis.TIMEOUT if timeout is not None else Basis.UNKNOWN)
+        d = quantile(values, q)
+        return Duration(d if timeout is None else min(d, timeout), basis)
+
+    def remaining(
+        self, operation: str, queue: str | None, q: float, timeout: float | None, elapsed: float
+    ) -> float | None:
+        """Seconds left of a run that has run ``elapsed`` seconds: the ``q`` quantile of the
+        past runs that lasted longer than that, minus ``elapsed``; 0 when none did (it is
+        overdue: taken to end at once); capped by what its timeout leaves. None: unknown."""
+        values, _ = self.samples(operation, queue)
+        left: float | None
+        if values:
+            longer = values[bisect.bisect_right(values, elapsed) :]
+            left = quantile(longer, q) - elapsed if longer else 0.0
+        else:
+            left = None if timeout is None else timeout - elapsed
+        if timeout is not None and left is not None:
+            left = min(left, timeout - elapsed)
+        return None if left is None else max(0.0, left)
+
+
+# --- the estimates ----------------------------------------------------------------------
+
+
+class EtaState(enum.StrEnum):
+    AT = "At"  # dispatched at ``at``
+    AFTER_HORIZON = "AfterHorizon"  # not within the horizon
+    UNKNOWN = "Unknown"  # waits on a run whose duration nobody can estimate
+    BLOCKED = "Blocked"  # waits for an event no clock predicts (approval, resume, a fix)
+
+
+@dataclass(frozen=True, slots=True)
+class Eta:
+    state: EtaState
+    at: datetime | None = None
+
+    def text(self, now: datetime, horizon: timedelta = DEFAULT_HORIZON) -> str:
+        if self.state is EtaState.AT and self.at is not None:
+            return "~" + duration_text((self.at - now).total_seconds())
+        if self.state is EtaState.AFTER_HORIZON:
+            return f"after {duration_text(horizon.total_seconds())}"
+        if self.state is EtaState.UNKNOWN:
+            return "unknown"
+        return "not estimated"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": str(self.state),
+            "at": self.at.isoformat() if self.at is not None else None,
+        }
+
+
+def duration_text(seconds: float) -> str:
+    """``<1 min``, ``40 min``, ``1 h 20 min`` (to 5 min below 3 h), ``3 h``."""
+    if seconds < 60:
+        return "<1 min" if seconds > 0 else "0 min"
+    if seconds < 3600:
+        return f"{round(seconds / 60)} min"
+    if seconds < 3 * 3600:
+        h, m = divmod(round(seconds / 300) * 5, 60)
+        return f"{h} h" if m == 0 else f"{h} h {m} min"
+    return f"{round(seconds / 3600)} h"
+
+
+@dataclass(frozen=True, slots=True)
+class StartEstimate:
+    """When a pending operation is estimated to be dispatched (p50 ≤ p90)."""
+
+    operation: str
+    queue: str
+    p50: Eta
+    p90: Eta
+    # why it cannot be dated: the pending reason no clock ends (``Blocked``), or the runs
+    # with no duration estimate it waits on (``Unknown``)
+    why: str = ""
+
+    def text(self, now: datetime, horizon: timedelta = DEFAULT_HORIZON) -> str:
+        """``~40 min (p90 ~1 h 10 min)``, ``after 24 h``, ``unknown``, ``not estimated``."""
+        a, b = self.p50.text(now, horizon), self.p90.text(now, horizon)
+        return a if a == b else f"{a} (p90 {b})"
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"p50": self.p50.to_json(), "p90": self.p90.to_json()}
+        if self.why:
+            out["why"] = self.why
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Estimates:
+    """Every pending operation's start estimate, as of ``at``."""
+
+    at: datetime
+    horizon: timedelta = DEFAULT_HORIZON
+    pending: Mapping[str, StartEstimate] = field(default_factory=dict)
+
+    def of(self, operation: str) -> StartEstimate | None:
+        return self.pending.get(operation)
+
+    def text(self, operation: str) -> str:
+        e = self.pending.get(operation)
+        return e.text(self.at, self.horizon) if e is not None else ""
+
+    def json_of(self, operation: str) -> dict[str, Any] | None:
+        e = self.pending.get(operation)
+        return e.to_json() if e is not None else None
+
+
+NO_ESTIMATES = Estimates(datetime(1970, 1, 1, tzinfo=UTC))
+
+
+# --- the simulation ---------------------------------------------------------------------
+
+
+class _Active:
+    """A run in the simulation: what it holds and when it ends (None: unknown)."""
+
+    __slots__ = ("cluster", "end", "observed", "op", "queue", "workflow")
+
+    def __init__(
+        self,
+        observed: ObservedOperation,
+        op: CompiledOperation | None,
+        queue: str | None,
+        cluster: str | None,
+        end: datetime | None,
+    ) -> None:
+        self.observed = observed
+        self.op = op
+        self.queue = queue
+        self.cluster = cluster
+        self.end = end
+        self.workflow = op.workflow.parent if op is not None and op.workflow else None
+
+
+class _Sim:
+    """One forward simulation (every run at the ``q`` quantile of its duration)."""
+
+    def __init__(
+        self,
+        repo: CompiledRepo,
+        plan: Plan,
+        observed: Sequence[ObservedOperation],
+        starts: Mapping[str, datetime],
+        model: DurationModel,
+        q: float,
+        now: datetime,
+        horizon: timedelta,
+        unreachable: frozenset[str],
+    ) -> None:
+        self.repo = repo
+        self.model = model
+        self.q = q
+        self.now = now
+        self.end_of_horizon = now + horizon
+        self.unreachable = unreachable
+        self.ops = {op.id: op for op in repo.operations}
+        self.queue_order = {
+            name: i
+            for i, name in enumerate(
+                sorted(repo.queues, key=lambda n: (-repo.queues[n].priority, n))
+            )
+        }
+        self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
+        self.cluster_active: dict[str, int] = {}
+        self.active: dict[str, _Active] = {}
+        self.active_in_queue: dict[str | None, set[str]] = {}
+        self.active_in_workflow: dict[str, set[str]] = {}
+        self.heap: list[tuple[datetime, str]] = []
+        self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
+        self.dispatched_at: dict[str, datetime] = {}
+        self.last: dict[str, Pending] = {}
+        self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
+        self.candidates: dict[str, list[CompiledOperation]] = {}  # still pending
+        self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
+        self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
+        self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
+        self.dependents: dict[str, list[str]] = {}
+        self.workflow_queues: dict[str, set[str]] = {}
+        self.exhausted = False
+        self._durations: dict[str, float | None] = {}
+
+        # the cycle's plan: its pending entries, and what cannot move without a person
+        for p in plan.pending:
+            self.last[p.operation] = p
+            why = _static_block(p)
+            if why:
+                self.blocked[p.operation] = why
+                continue
+            op = self.ops.get(p.operation)
+            if op is None:
+                continue
+            self.candidates.setdefault(p.queue, []).append(op)
+            self.simulated.append(op)
+            for dep in op.dependencies:
+                self.dependents.setdefault(dep, []).append(op.id)
+            if op.workflow is not None:
+                self.workflow_queues.setdefault(op.workflow.parent, set()).add(p.queue)
+        by_queue: dict[str, list[Pending]] = {}
+        for p in plan.pending:
+            if p.queue in self.candidates:
+                by_queue.setdefault(p.queue, []).append(p)
+        for q_name, pend in by_queue.items():
+            self._note_waits(q_name, pend)
+        # what runs, and what this cycle dispatches (starting now)
+        stopped = {s.operation for s in plan.stop}
+        for o in observed:
+            if not o.phase.active:
+                continue
+            op = self.ops.get(o.operation)
+            end = self.now if o.operation in stopped else self._running_end(o, op, starts)
+            self._activate(o, op, end)
+        for d in plan.dispatch:
+            op = self.ops[d.operation]
+            o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
+            self._activate(o, op, self._end_from(self.now, op))
+
+    # --- durations ---
+
+    def _duration(self, op: CompiledOperation) -> float | None:
+        got = self._durations.get(op.id, -1.0)
+        if got is None or got >= 0:
+            return got
+        d = self.model.duration(op.id, op.queue, self.q, _timeout(op)).seconds
+        self._durations[op.id] = d
+        return d
+
+    def _end_from(self, start: datetime, op: CompiledOperation) -> datetime | None:
+        d = self._duration(op)
+        return None if d is None else start + timedelta(seconds=d)
+
+    def _running_end(
+        self, o: ObservedOperation, op: CompiledOperation | None, starts: Mapping[str, datetime]
+    ) -> datetime | None:
+        start = min(starts.get(o.operation, self.now), self.now)
+        elapsed = (self.now - start).total_seconds()
+        name = o.operation.split("@", 1)[0]  # a superseded run ``op@gN`` ran as ``op``
+        queue = o.queue or (op.queue if op is not None else None)
+        timeout = _timeout(op) if op is not None else None
+        left = self.model.remaining(name, queue, self.q, timeout, elapsed)
+        return None if left is None else self.now + timedelta(seconds=left)
+
+    # --- state ---
+
+    def _activate(
+        self, o: ObservedOperation, op: CompiledOperation | None, end: datetime | None
+    ) -> None:
+        queue = o.queue or (op.queue if op is not None else None)
+        cluster = o.cluster or (op.cluster if op is not None else None)
+        if cluster is None and queue is not None and queue in self.repo.queues:
+            cluster = self.repo.queues[queue].cluster
+        if o.requests is None and op is not None:
+            o = ObservedOperation(o.operation, o.phase, dict(op.requests), queue, cluster)
+        else:
+            o = ObservedOperation(o.operation, o.phase, o.requests, queue, cluster, o.workflow)
+        a = self.active[o.operation] = _Active(o, op, queue, cluster, end)
+        self.active_in_queue.setdefault(queue, set()).add(o.operation)
+        if a.workflow is not None:
+            self.active_in_workflow.setdefault(a.workflow, set()).add(o.operation)
+        self.phase[o.operation] = o.phase
+        if cluster is not None:
+            self.cluster_active[cluster] = self.cluster_active.get(cluster, 0) + 1
+        if end is not None:
+            heapq.heappush(self.heap, (end, o.operation))
+
+    def _note_waits(self, queue: str, pending: Iterable[Pending]) -> None:
+        """Which clusters' slots ``queue``'s candidates wait for (check 9)."""
+        for c in self.queue_waits.pop(queue, ()):
+            self.waits_on_cluster[c].discard(queue)
+        clusters = set()
+        for p in pending:
+            self.last[p.operation] = p
+            b = p.blocked_by
+            if isinstance(b, ConcurrencyBlock) and b.scope == "cluster":
+                clusters.add(b.name)
+        if clusters:
+            self.queue_waits[queue] = clusters
+            for c in clusters:
+                self.waits_on_cluster.setdefault(c, set()).add(queue)
+
+    # --- events ---
+
+    def run(self) -> None:
+        heap = self.heap
+        while heap:
+            t = heap[0][0]
+            if t > self.end_of_horizon:
+                return
+            affected: set[str] = set()
+            freed: set[str] = set()
+            while heap and heap[0][0] == t:
+                _, oid = heapq.heappop(heap)
+                self._release(oid, affected, freed)
+            for c in sorted(freed):
+                self._cluster_waiters(c, affected)
+            affected = {q for q in affected if self.candidates.get(q)}
+            if affected:
+                self._replan(affected, t)
+        self.exhausted = True
+
+    def _release(self, oid: str, affected: set[str], freed: set[str]) -> None:
+        a = self.active.pop(oid)
+        self.phase[oid] = Phase.SUCCEEDED
+        self.active_in_queue[a.queue].discard(oid)
+        if a.workflow is not None:
+            self.active_in_workflow[a.workflow].discard(oid)
+        if a.queue is not None:
+            affected.add(a.queue)
+        if a.cluster is not None:
+            self.cluster_active[a.cluster] -= 1
+            if self.cluster_limit.get(a.cluster) is not None:
+                freed.add(a.cluster)
+        if a.workflow is not None:
+            affected.update(self.workflow_queues.get(a.workflow, ()))
+        for d in self.dependents.get(oid, ()):
+            op = self.ops[d]
+            if d not in self.dispatched_at:
+                affected.add(op.queue)
+
+    def _cluster_waiters(self, cluster: str, affected: set[str]) -> None:
+        """Add the queues waiting for ``cluster``'s slots, in the planner's order, until
+        there are as many as free slots: each takes at least one (what kept it waiting was
+        only the cluster), so a later one would find the cluster full again."""
+        limit = self.cluster_limit.get(cluster)
+        waiting = self.waits_on_cluster.get(cluster)
+        if limit is None or not waiting:
+            return
+        free = limit - self.cluster_active.get(cluster, 0)
+        if free <= 0:
+            return
+        for q in sorted(waiting, key=self.queue_order.__getitem__)[:free]:
+            affected.add(q)
+
+    def _replan(self, queues: set[str], t: datetime) -> None:
+        """The planner over ``queues``: their candidates, what holds their queues,
+        workflows and dependencies; each cluster's limit less the runs outside."""
+        repo = self.repo
+        operations: list[CompiledOperation] = []
+        observed: dict[str, ObservedOperation] = {}
+        workflows: set[str] = set()
+        deps: set[str] = set()
+        for q in queues:
+            for op in self.candidates[q]:
+                operations.append(op)
+                if op.workflow is not None:
+                    workflows.add(op.workflow.parent)
+                deps.update(op.dependencies)
+        holders: set[str] = set()
+        for q in queues:
+            holders.update(self.active_in_queue.get(q, ()))
+        for w in workflows:
+            holders.update(self.active_in_workflow.get(w, ()))
+        for oid in sorted(holders):
+            a = self.active[oid]
+            observed[oid] = a.observed
+            if a.op is not None:
+                operations.append(a.op)
+        for dep in sorted(deps):
+            if dep in observed:
+                continue
+            phase = self.phase.get(dep)
+            if phase is None:
+                if dep not in self.ops:
+                    continue  # not in the repo: "Missing" (the cycle's plan blocked it)
+                phase = Phase.QUEUED
+            elif phase.active:
+                phase = Phase.RUNNING  # counted nowhere here: no queue, no cluster given
+            observed[dep] = ObservedOperation(dep, phase)
+        inside: dict[str, int] = {}
+        for o in observed.values():
+            if o.phase.active and o.cluster is not None:
+                inside[o.cluster] = inside.get(o.cluster, 0) + 1
+        clusters = {
+            name: ClusterSpec(
+                name,
+                concurrency=None
+                if limit is None
+                else limit - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
+            )
+            for name, limit in self.cluster_limit.items()
+        }
+        sub = plan_dispatch(
+            operations,
+            {q: repo.queues[q] for q in queues},
+            clusters,
+            observed.values(),
+            _NO_PRUNE,
+            t,
+            unreachable=self.unreachable,
+        )
+        for d in sub.dispatch:
+            op = self.ops[d.operation]
+            self.dispatched_at[d.operation] = t
+            self.last.pop(d.operation, None)
+            o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
+            self._activate(o, op, self._end_from(t, op))
+        if sub.dispatch:
+            gone = {d.operation for d in sub.dispatch}
+            for q in {d.queue for d in sub.dispatch}:
+                self.candidates[q] = [op for op in self.candidates[q] if op.id not in gone]
+        by_queue: dict[str, list[Pending]] = {q: [] for q in queues}
+        for p in sub.pending:
+            by_queue[p.queue].append(p)
+        for q, pend in by_queue.items():
+            self._note_waits(q, pend)
+
+    # --- results ---
+
+    def etas(self) -> dict[str, tuple[Eta, str]]:
+        unknown = [a for a in self.active.values() if a.end is None]
+        unknown_queues = {a.queue for a in unknown}
+        unknown_clusters = {
+            a.cluster for a in unknown if self.cluster_limit.get(a.cluster or "") is not None
+        }
+        unknown_workflows = {a.workflow for a in unknown if a.workflow is not None}
+        unknown_ids = {a.observed.operation for a in unknown}
+        out: dict[str, tuple[Eta, str]] = {}
+        memo: dict[str, bool] = {}
+
+        def waits_on_unknown(oid: str, trail: frozenset[str] = frozenset()) -> bool:
+            got = memo.get(oid)
+            if got is not None:
+                return got
+            op = self.ops.get(oid)
+            result = False
+            if op is not None and oid not in trail:
+                inner = trail | {oid}
+                result = (
+                    op.queue in unknown_queues
+                    or op.cluster in unknown_clusters
+                    or (op.workflow is not None and op.workflow.parent in unknown_workflows)
+                    or any(
+                        d in unknown_ids
+                        or (d not in self.dispatched_at and waits_on_unknown(d, inner))
+                        for d in op.dependencies
+                        if self.phase.get(d) is not Phase.SUCCEEDED
+                    )
+                )
+            memo[oid] = result
+            return result
+
+        for oid, why in self.blocked.items():
+            out[oid] = (Eta(EtaState.BLOCKED), why)
+        for op in self.simulated:
+            oid = op.id
+            at = self.dispatched_at.get(oid)
+            if at is not None:
+                out[oid] = (Eta(EtaState.AT, at), "")
+            elif waits_on_unknown(oid):
+                out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown))
+            elif self.exhausted:
+                p = self.last.get(oid)
+                why = p.admit.text if p is not None else "nothing it waits for ends"
+                out[oid] = (Eta(EtaState.BLOCKED), why)
+            else:
+                out[oid] = (Eta(EtaState.AFTER_HORIZON), "")
+        return out
+
+
+def _timeout(op: CompiledOperation) -> float | None:
+    t = timeout_seconds(op)
+    return None if t is None else float(t)
+
+
+def _static_block(p: Pending) -> str:
+    """Why no clock ends ``p``'s wait, or "" when the simulation can date it."""
+    if p.reason in STATIC_REASONS:
+        return f"{p.reason}: {p.admit.text}"
+    b = p.blocked_by
+    if isinstance(b, DependenciesBlock) and any(d.phase == "Missing" for d in b.waiting):
+        missing = ", ".join(d.operation for d in b.waiting if d.phase == "Missing")
+        return f"{p.reason}: {missing} is not in the repo"
+    return ""
+
+
+def _unknown_why(op: CompiledOperation, unknown: Sequence[_Active]) -> str:
+    related = sorted(
+        a.observed.operation
+        for a in unknown
+        if a.queue == op.queue or a.cluster == op.cluster or a.observed.operation in op.dependencies
+    )
+    shown = ", ".join(related[:3]) + (f" and {len(related) - 3} more" if len(related) > 3 else "")
+    return f"waits on runs with no history and no timeout: {shown or 'a dependency'}"
+
+
+def estimate_starts(
+    repo: CompiledRepo,
+    plan: Plan,
+    observed: Sequence[ObservedOperation],
+    starts: Mapping[str, datetime],
+    history: Iterable[RunRecord],
+    now: datetime,
+    *,
+    horizon: timedelta = DEFAULT_HORIZON,
+    unreachable: Iterable[str] = (),
+) -> Estimates:
+    """Every pending operation of ``plan`` (the cycle's plan over ``observed`` at ``now``),
+    with when it is estimated to be dispatched. ``starts`` are the active runs' start times
+    (by planner id; missing: now); ``history`` the finished runs."""
+    model = DurationModel(history)
+    down = frozenset(unreachable)
+    results = []
+    for q in (P50, P90):
+        sim = _Sim(repo, plan, observed, starts, model, q, now, horizon, down)
+        sim.run()
+        results.append(sim.etas())
+    p50s, p90s = results
+    out: dict[str, StartEstimate] = {}
+    for p in plan.pending:
+        (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
+        if b.state is EtaState.AT and (
+            a.state is not EtaState.AT or (a.at is not None and b.at is not None and b.at < a.at)
+        ):
+            b = a  # the p90 is never earlier than the p50
+        out[p.operation] = StartEstimate(p.operation, p.queue, a, b, why or why90)
+    return Estimates(now, horizon, out)
+
+
+def starts_of(workloads: Mapping[str, WorkloadState]) -> dict[str, datetime]:
+    """The start of each active run by planner id: started, else dispatched."""
+    out = {}
+    for oid, s in workloads.items():
+        at = parse_time(s.started_at) or parse_time(s.dispatched_at)
+        if at is not None:
+            out[oid] = at
+    return out
+
+
+def history_of(states: Iterable[WorkloadState], extra: Iterable[RunRecord] = ()) -> list[RunRecord]:
+    """The runs a view knows: each operation's last finished run, plus ``extra`` (e.g. a
+    ledger of every finished run); one run recorded in both counts once."""
+    seen = {(r.operation, r.seconds) for r in extra}
+    out = list(extra)
+    for r in runs_from_states(states):
+        if (r.operation, r.seconds) not in seen:
+            out.append(r)
+    return out
+
+
+def estimate_decision(
+    compiled: CompiledRepo,
+    decision: Decision,
+    history: Iterable[RunRecord] = (),
+    *,
+    horizon: timedelta = DEFAULT_HORIZON,
+) -> Estimates:
+    """THE estimates of a cycle's decision, which every view shows: its plan simulated
+    forward from its own observed state, clock (``plan.at``) and unreachable clusters. The
+    history is what the decision remembers (each operation's last finished run, from the
+    status branch) plus ``history`` (e.g. a ledger)."""
+    last = {**decision.memory.seen, **decision.states}  # each operation's last run, once
+    runs = history_of(last.values(), history)
+    return estimate_starts(
+        compiled,
+        decision.plan,
+        decision.observed,
+        starts_of(decision.workloads),
+        runs,
+        decision.plan.at,
+        horizon=horizon,
+        unreachable=decision.unreachable,
+    )

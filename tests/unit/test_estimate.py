@@ -1,0 +1,347 @@
+"""Start-time estimates (issue 16 §2): the duration estimator's fallback order and timeout
+cap, and the forward simulation with the real planner (order, horizon, determinism,
+priorities, concurrency, quota, dependencies, what cannot be dated). A hypothesis property
+checks the incremental simulation against a naive one that replans the whole world at
+every event."""
+
+from __future__ import annotations
+
+import heapq
+from datetime import datetime, timedelta
+from typing import Any
+
+from builders import NOW, World
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconciler.core.estimate import (
+    Basis,
+    DurationModel,
+    EtaState,
+    Estimates,
+    RunRecord,
+    duration_text,
+    estimate_starts,
+    quantile,
+)
+from reconciler.core.plan import plan_dispatch
+from reconciler.core.types import ObservedOperation, Phase
+
+MIN = 60.0
+HOUR = 3600.0
+
+
+def _runs(op: str, queue: str, *minutes: float) -> list[RunRecord]:
+    return [RunRecord(op, queue, m * MIN) for m in minutes]
+
+
+def _estimate(
+    world: World,
+    history: list[RunRecord],
+    starts: dict[str, datetime] | None = None,
+    horizon: timedelta = timedelta(hours=24),
+) -> Estimates:
+    repo = world.repo()
+    return estimate_starts(
+        repo,
+        world.plan(),
+        list(world.observed.values()),
+        starts or {},
+        history,
+        NOW,
+        horizon=horizon,
+    )
+
+
+def _at(e: Estimates, op: str, which: str = "p50") -> float | str:
+    """Minutes from now, or the state when it is not dated."""
+    est = e.of(op)
+    assert est is not None, op
+    eta = est.p50 if which == "p50" else est.p90
+    if eta.state is EtaState.AT:
+        assert eta.at is not None
+        return (eta.at - NOW).total_seconds() / MIN
+    return str(eta.state)
+
+
+# --- durations --------------------------------------------------------------------------
+
+
+def test_quantile_is_nearest_rank() -> None:
+    xs = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0]
+    assert (quantile(xs, 0.5), quantile(xs, 0.9), quantile(xs, 1.0)) == (5.0, 9.0, 10.0)
+    assert quantile([7.0], 0.9) == 7.0
+
+
+def test_the_fallback_order_is_operation_then_project_and_queue_then_queue() -> None:
+    model = DurationModel(
+        [
+            *_runs("vision/train", "gpu", 10, 20, 30),
+            *_runs("vision/eval", "gpu", 100),
+            *_runs("nlp/tune", "gpu", 1000),
+            *_runs("nlp/tune", "cpu", 5),
+        ]
+    )
+    own = model.duration("vision/train", "gpu", 0.5, None)
+    assert (own.seconds, own.basis) == (20 * MIN, Basis.OPERATION)
+    sibling = model.duration("vision/new", "gpu", 0.9, None)  # vision's 4 runs in gpu
+    assert (sibling.seconds, sibling.basis) == (100 * MIN, Basis.PROJECT_QUEUE)
+    stranger = model.duration("audio/x", "gpu", 0.9, None)  # anything in gpu
+    assert (stranger.seconds, stranger.basis) == (1000 * MIN, Basis.QUEUE)
+    assert model.duration("audio/x", "cpu", 0.5, None).seconds == 5 * MIN
+    nothing = model.duration("audio/x", "other", 0.5, 7200)
+    assert (nothing.seconds, nothing.basis) == (7200, Basis.TIMEOUT)
+    unknown = model.duration("audio/x", "other", 0.5, None)
+    assert (unknown.seconds, unknown.basis) == (None, Basis.UNKNOWN)
+
+
+def test_the_timeout_caps_every_estimate() -> None:
+    model = DurationModel(_runs("p/a", "q", 50, 70, 90))
+    assert model.duration("p/a", "q", 0.9, 3600).seconds == 3600
+    assert model.duration("p/a", "q", 0.5, 3600).seconds == 3600
+    assert model.duration("p/a", "q", 0.5, 24 * HOUR).seconds == 70 * MIN
+
+
+def test_a_running_run_ends_at_the_quantile_of_the_runs_longer_than_it_has_run() -> None:
+    model = DurationModel(_runs("p/a", "q", 10, 20, 30, 40))
+    assert model.remaining("p/a", "q", 0.5, None, 5 * MIN) == 15 * MIN  # 20 - 5
+    assert model.remaining("p/a", "q", 0.5, None, 25 * MIN) == 5 * MIN  # of 30, 40: 30 - 25
+    assert model.remaining("p/a", "q", 0.5, None, 45 * MIN) == 0  # overdue: ends at once
+    assert model.remaining("p/a", "q", 0.5, 26 * MIN, 25 * MIN) == 1 * MIN  # the timeout
+    assert model.remaining("p/x", "r", 0.5, None, 25 * MIN) is None
+    assert model.remaining("p/x", "r", 0.5, 60 * MIN, 25 * MIN) == 35 * MIN
+
+
+def test_duration_text() -> None:
+    assert [duration_text(s) for s in (30, 40 * MIN, 80 * MIN, 3 * HOUR, 24 * HOUR)] == [
+        "<1 min",
+        "40 min",
+        "1 h 20 min",
+        "3 h",
+        "24 h",
+    ]
+
+
+# --- the simulation ---------------------------------------------------------------------
+
+
+def test_a_queue_drains_in_order_as_runs_end() -> None:
+    world = World().queue("q", concurrency=1)
+    world.op("p/running")
+    for name in ("a", "b", "c"):
+        world.op(f"p/{name}")
+    world.running("p/running")
+    history = _runs("p/running", "q", 10) + [
+        r for n in "abc" for r in _runs(f"p/{n}", "q", 30, 30, 60)
+    ]
+    e = _estimate(world, history, {"p/running": NOW})
+    assert [_at(e, f"p/{n}") for n in "abc"] == [10, 40, 70]
+    assert [_at(e, f"p/{n}", "p90") for n in "abc"] == [10, 70, 130]
+    assert e.text("p/b") == "~40 min (p90 ~1 h 10 min)"
+
+
+def test_a_running_run_counts_from_its_start() -> None:
+    world = World().queue("q", concurrency=1)
+    world.op("p/running")
+    world.op("p/next")
+    world.running("p/running")
+    history = _runs("p/running", "q", 60)
+    e = _estimate(world, history, {"p/running": NOW - timedelta(minutes=45)})
+    assert _at(e, "p/next") == 15
+
+
+def test_beyond_the_horizon_says_after_it() -> None:
+    world = World().queue("q", concurrency=1)
+    world.ops("p/op-{}", 4)
+    history = [r for i in range(1, 5) for r in _runs(f"p/op-{i}", "q", 10 * 60)]
+    e = _estimate(world, history, horizon=timedelta(hours=24))
+    assert [_at(e, f"p/op-{i}") for i in (2, 3, 4)] == [600, 1200, "AfterHorizon"]
+    assert e.text("p/op-4") == "after 24 h"
+
+
+def test_the_same_inputs_give_the_same_estimates() -> None:
+    world = World().cluster("local", concurrency=3)
+    world.queue("a", priority=1, quota={"nvidia.com/gpu": 4}).queue("b", concurrency=2)
+    for i in range(30):
+        world.op(f"p/o{i}", queue="a" if i % 2 else "b", gpu=1 + i % 3)
+    history = [r for i in range(30) for r in _runs(f"p/o{i}", "a", 5 + i, 10 + 2 * i)]
+    first = _estimate(world, history)
+    assert first == _estimate(world, list(reversed(history)))
+
+
+def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
+    world = World().cluster("local", concurrency=1)
+    world.queue("low", priority=0).queue("high", priority=5)
+    world.op("p/low-1", queue="low")  # committed first
+    world.op("p/high-1", queue="high")
+    world.op("p/running", queue="low")
+    world.running("p/running")
+    history = _runs("p/running", "low", 10) + _runs("p/high-1", "high", 20)
+    history += _runs("p/low-1", "low", 20)
+    e = _estimate(world, history, {"p/running": NOW})
+    assert (_at(e, "p/high-1"), _at(e, "p/low-1")) == (10, 30)
+
+
+def test_quota_admits_what_fits_as_it_is_released() -> None:
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/big", gpu=2)
+    world.op("p/one", gpu=1)
+    world.op("p/two", gpu=1)
+    world.observe("p/held", Phase.RUNNING, queue="q", requests={"nvidia.com/gpu": 2})
+    history = _runs("p/held", "q", 30) + _runs("p/big", "q", 60) + _runs("p/one", "q", 5)
+    history += _runs("p/two", "q", 5)
+    e = _estimate(world, history, {"p/held": NOW})
+    assert (_at(e, "p/big"), _at(e, "p/one"), _at(e, "p/two")) == (30, 90, 90)
+
+
+def test_a_dependency_is_dispatched_and_finishes_before_its_dependent() -> None:
+    world = World().queue("q")
+    world.op("p/prep")
+    world.op("p/train").after("p/prep")
+    world.op("p/eval").after("p/train")
+    history = _runs("p/prep", "q", 15) + _runs("p/train", "q", 45) + _runs("p/eval", "q", 5)
+    e = _estimate(world, history)
+    assert (_at(e, "p/train"), _at(e, "p/eval")) == (15, 60)
+
+
+def test_no_history_takes_the_timeout_else_unknown() -> None:
+    world = World().queue("q", concurrency=1).queue("r", concurrency=1)
+    world.op("p/bounded", queue="q").spec({"kind": "job", "run": {"timeout": "2h"}})
+    world.op("p/after-bounded", queue="q")
+    world.op("p/unbounded", queue="r")
+    world.op("p/after-unbounded", queue="r")
+    e = _estimate(world, [])
+    assert _at(e, "p/after-bounded") == 120
+    assert _at(e, "p/after-unbounded") == "Unknown"
+    est = e.of("p/after-unbounded")
+    assert est is not None and "p/unbounded" in est.why
+    assert e.text("p/after-unbounded") == "unknown"
+
+
+def test_what_waits_for_a_person_is_not_estimated() -> None:
+    world = World().queue("q").queue("stopped", paused=True)
+    world.op("p/unapproved").unapproved()
+    world.op("p/paused", queue="stopped")
+    world.op("p/orphan").after("p/missing")
+    e = _estimate(world, [])
+    for op in ("p/unapproved", "p/paused", "p/orphan"):
+        est = e.of(op)
+        assert est is not None and est.p50.state is est.p90.state is EtaState.BLOCKED, op
+    assert "AwaitingApproval" in (e.of("p/unapproved") or _never()).why
+    assert "p/missing is not in the repo" in (e.of("p/orphan") or _never()).why
+    assert e.text("p/paused") == "not estimated"
+
+
+def _never() -> Any:
+    raise AssertionError("no estimate")
+
+
+def test_strict_fifo_holds_the_queue_behind_its_head() -> None:
+    world = World().queue("q", quota={"nvidia.com/gpu": 2}, strict=True)
+    world.op("p/big", gpu=2)
+    world.op("p/small", gpu=1)
+    world.observe("p/held", Phase.RUNNING, queue="q", requests={"nvidia.com/gpu": 1})
+    history = _runs("p/held", "q", 20) + _runs("p/big", "q", 30) + _runs("p/small", "q", 1)
+    e = _estimate(world, history, {"p/held": NOW})
+    assert (_at(e, "p/big"), _at(e, "p/small")) == (20, 50)
+
+
+# --- the incremental simulation equals replanning the whole world --------------------------
+
+
+def _naive(world: World, history: list[RunRecord], q: float) -> dict[str, datetime]:
+    """Replan every operation at every event: the slow reference."""
+    model = DurationModel(history)
+    repo = world.repo()
+    ops = {op.id: op for op in repo.operations}
+    observed = dict(world.observed)
+    heap: list[tuple[datetime, str]] = []
+
+    def start(oid: str, t: datetime) -> None:
+        d = model.duration(oid, ops[oid].queue, q, None).seconds
+        assert d is not None
+        heapq.heappush(heap, (t + timedelta(seconds=d), oid))
+
+    for oid, o in observed.items():
+        if o.phase.active:
+            left = model.remaining(oid, o.queue or ops[oid].queue, q, None, 0.0)
+            assert left is not None
+            heapq.heappush(heap, (NOW + timedelta(seconds=left), oid))
+    out: dict[str, datetime] = {}
+    t = NOW
+    first = True
+    while first or heap:
+        if not first:
+            t = heap[0][0]
+            if t > NOW + timedelta(hours=24):
+                break
+            while heap and heap[0][0] == t:
+                _, oid = heapq.heappop(heap)
+                observed[oid] = ObservedOperation(oid, Phase.SUCCEEDED)
+        plan = plan_dispatch(
+            repo.operations, repo.queues, repo.clusters, list(observed.values()), repo.org, t
+        )
+        for d in plan.dispatch:
+            if not first:
+                out[d.operation] = t
+            observed[d.operation] = ObservedOperation(d.operation, Phase.DISPATCHED)
+            start(d.operation, t)
+        first = False
+    return out
+
+
+@st.composite
+def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord]]:
+    world = World()
+    world.cluster("c0", concurrency=draw(st.none() | st.integers(1, 4)))
+    world.cluster("c1", concurrency=draw(st.none() | st.integers(1, 4)))
+    queues = [f"q{i}" for i in range(draw(st.integers(1, 4)))]
+    for q in queues:
+        world.queue(
+            q,
+            cluster=draw(st.sampled_from(["c0", "c1"])),
+            priority=draw(st.integers(0, 2)),
+            concurrency=draw(st.none() | st.integers(1, 3)),
+            quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
+            strict=draw(st.booleans()),
+        )
+    n = draw(st.integers(1, 14))
+    history: list[RunRecord] = []
+    ids = []
+    for i in range(n):
+        oid = f"p/o{i}"
+        queue = draw(st.sampled_from(queues))
+        b = world.op(oid, queue=queue, gpu=draw(st.sampled_from([None, 1, 2])))
+        if ids and draw(st.integers(0, 4)) == 0:
+            b.after(draw(st.sampled_from(ids)))
+        if draw(st.integers(0, 4)) == 0:
+            b.child_of("p/wf", i, concurrency=draw(st.integers(1, 2)))
+        ids.append(oid)
+        for minutes in draw(st.lists(st.integers(1, 120), min_size=1, max_size=3)):
+            history.append(RunRecord(oid, queue, minutes * MIN))
+    for oid in draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)):
+        world.running(oid)
+    return world, history
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(worlds())
+def test_the_incremental_simulation_equals_replanning_everything(
+    case: tuple[World, list[RunRecord]],
+) -> None:
+    world, history = case
+    starts = {oid: NOW for oid in world.observed}
+    e = _estimate(world, history, starts)
+    for which, q in (("p50", 0.5), ("p90", 0.9)):
+        expected = _naive(world, history, q)
+        got = {}
+        for oid, est in e.pending.items():
+            eta = est.p50 if which == "p50" else est.p90
+            if eta.state is EtaState.AT and eta.at is not None:
+                got[oid] = eta.at
+        if which == "p50":
+            assert got == expected
+        else:  # the p90 is the p90 simulation's, or the p50 when that is later
+            for oid, at in got.items():
+                p50 = e.pending[oid].p50.at
+                assert at == max(expected[oid], p50 or expected[oid])
