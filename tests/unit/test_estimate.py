@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 from reconciler.core.estimate import (
     Basis,
     DurationModel,
-    EtaState,
     Estimates,
+    EtaState,
     RunRecord,
     duration_text,
     estimate_starts,
