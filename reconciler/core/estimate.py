@@ -8,7 +8,8 @@ calls (``estimate_decision``). docs/estimates.md explains the rules with a worke
 
 The simulation is event-driven: it starts from the cycle's own plan, jumps to the next time
 a run is estimated to end, releases what ended (it counts as ``Succeeded``) and asks the
-planner (``plan_dispatch``, the cycle's own function) again. It replans only the queues the
+planner again: its steps 1-4 (``admit_dispatch``: the same functions ``plan_dispatch`` runs,
+without pruning and explaining). It replans only the queues the
 event can change (incremental planning; see ``_Sim.affected``): the queue of what ended, the
 queues waiting for its cluster's slots (first in the planner's order, as many as there are
 free slots), the queues of its workflow's waiting children and of its dependents. Planning
@@ -26,31 +27,37 @@ import enum
 import heapq
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from reconciler.core.cycle import Decision
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
-    ConcurrencyBlock,
+    Admission,
     DependenciesBlock,
     Pending,
     PendingReason,
     Plan,
-    plan_dispatch,
+    QueueAdmission,
+    admit_dispatch,
 )
+from reconciler.core.plan.units import request_units
 from reconciler.core.render import timeout_seconds
 from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ObservedOperation,
-    OrgSettings,
     Phase,
+    QueueStrategy,
 )
 
 DEFAULT_HORIZON = timedelta(hours=24)
+DEFAULT_RESOLUTION = timedelta(minutes=1)
+_ZERO = Decimal(0)
+_NANO = Decimal("1e-9")
 P50 = 0.5
 P90 = 0.9
 
@@ -64,7 +71,16 @@ STATIC_REASONS = frozenset(
         PendingReason.EXCEEDS_QUOTA,
     }
 )
-_NO_PRUNE = OrgSettings(prune=False)
+# A replan first plans this many candidates of a queue (plus two per free slot)
+PREFIX = 16
+# The checks that hold a StrictFIFO queue behind its head
+_HOLDS_HEAD = frozenset(
+    {
+        PendingReason.QUEUE_CONCURRENCY_LIMIT,
+        PendingReason.QUOTA_EXCEEDED,
+        PendingReason.CLUSTER_CONCURRENCY_LIMIT,
+    }
+)
 
 
 # --- history and durations --------------------------------------------------------------
@@ -287,7 +303,7 @@ NO_ESTIMATES = Estimates(datetime(1970, 1, 1, tzinfo=UTC))
 class _Active:
     """A run in the simulation: what it holds and when it ends (None: unknown)."""
 
-    __slots__ = ("cluster", "end", "observed", "op", "queue", "workflow")
+    __slots__ = ("cluster", "end", "observed", "op", "queue", "units", "workflow")
 
     def __init__(
         self,
@@ -303,29 +319,15 @@ class _Active:
         self.cluster = cluster
         self.end = end
         self.workflow = op.workflow.parent if op is not None and op.workflow else None
+        self.units: tuple[tuple[str, int], ...] = ()  # of its queue's quota resources
 
 
-class _Sim:
-    """One forward simulation (every run at the ``q`` quantile of its duration)."""
+class _Prepared:
+    """What both simulations share: the operations, the queues' order, and the cycle's
+    pending entries sorted into what the clock can date and what it cannot."""
 
-    def __init__(
-        self,
-        repo: CompiledRepo,
-        plan: Plan,
-        observed: Sequence[ObservedOperation],
-        starts: Mapping[str, datetime],
-        model: DurationModel,
-        q: float,
-        now: datetime,
-        horizon: timedelta,
-        unreachable: frozenset[str],
-    ) -> None:
+    def __init__(self, repo: CompiledRepo, plan: Plan) -> None:
         self.repo = repo
-        self.model = model
-        self.q = q
-        self.now = now
-        self.end_of_horizon = now + horizon
-        self.unreachable = unreachable
         self.ops = {op.id: op for op in repo.operations}
         self.queue_order = {
             name: i
@@ -334,27 +336,13 @@ class _Sim:
             )
         }
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
-        self.cluster_active: dict[str, int] = {}
-        self.active: dict[str, _Active] = {}
-        self.active_in_queue: dict[str | None, set[str]] = {}
-        self.active_in_workflow: dict[str, set[str]] = {}
-        self.heap: list[tuple[datetime, str]] = []
-        self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
-        self.dispatched_at: dict[str, datetime] = {}
-        self.last: dict[str, Pending] = {}
         self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
-        self.candidates: dict[str, list[CompiledOperation]] = {}  # still pending
+        self.candidates: dict[str, list[CompiledOperation]] = {}
         self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
-        self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
-        self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
         self.dependents: dict[str, list[str]] = {}
         self.workflow_queues: dict[str, set[str]] = {}
-        self.exhausted = False
-        self._durations: dict[str, float | None] = {}
-
-        # the cycle's plan: its pending entries, and what cannot move without a person
+        self.waits: dict[str, list[tuple[str, PendingReason]]] = {}
         for p in plan.pending:
-            self.last[p.operation] = p
             why = _static_block(p)
             if why:
                 self.blocked[p.operation] = why
@@ -365,14 +353,59 @@ class _Sim:
             self.candidates.setdefault(p.queue, []).append(op)
             self.simulated.append(op)
             for dep in op.dependencies:
-                self.dependents.setdefault(dep, []).append(op.id)
+                self.dependents.setdefault(dep, []).append(p.operation)
             if op.workflow is not None:
                 self.workflow_queues.setdefault(op.workflow.parent, set()).add(p.queue)
-        by_queue: dict[str, list[Pending]] = {}
         for p in plan.pending:
             if p.queue in self.candidates:
-                by_queue.setdefault(p.queue, []).append(p)
-        for q_name, pend in by_queue.items():
+                self.waits.setdefault(p.queue, []).append((p.operation, p.reason))
+
+
+class _Sim:
+    """One forward simulation (every run at the ``q`` quantile of its duration)."""
+
+    def __init__(
+        self,
+        prep: _Prepared,
+        plan: Plan,
+        observed: Sequence[ObservedOperation],
+        starts: Mapping[str, datetime],
+        model: DurationModel,
+        q: float,
+        now: datetime,
+        horizon: timedelta,
+        unreachable: frozenset[str],
+        resolution: timedelta,
+    ) -> None:
+        self.repo = prep.repo
+        self.model = model
+        self.q = q
+        self.now = now
+        self.end_of_horizon = now + horizon
+        self.step = resolution.total_seconds()
+        self.unreachable = unreachable
+        self.ops = prep.ops
+        self.queue_order = prep.queue_order
+        self.cluster_limit = prep.cluster_limit
+        self.blocked = prep.blocked
+        self.simulated = prep.simulated
+        self.dependents = prep.dependents
+        self.workflow_queues = prep.workflow_queues
+        self.candidates = {q: list(ops) for q, ops in prep.candidates.items()}  # still pending
+        self.cluster_active: dict[str, int] = {}
+        self.active: dict[str, _Active] = {}
+        self.active_in_queue: dict[str | None, set[str]] = {}
+        self.active_in_workflow: dict[str, set[str]] = {}
+        # queue -> cluster -> [how many runs, {quota resource: units}] they hold
+        self.held: dict[str, dict[str, list[Any]]] = {}
+        self.heap: list[tuple[datetime, str]] = []
+        self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
+        self.dispatched_at: dict[str, datetime] = {}
+        self.last: dict[str, PendingReason] = {p.operation: p.reason for p in plan.pending}
+        self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
+        self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
+        self.exhausted = False
+        for q_name, pend in prep.waits.items():
             self._note_waits(q_name, pend)
         # what runs, and what this cycle dispatches (starting now)
         stopped = {s.operation for s in plan.stop}
@@ -385,21 +418,13 @@ class _Sim:
         for d in plan.dispatch:
             op = self.ops[d.operation]
             o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
-            self._activate(o, op, self._end_from(self.now, op))
+            self._activate(o, op, self._end_from(self.now, op, d.operation))
 
     # --- durations ---
 
-    def _duration(self, op: CompiledOperation) -> float | None:
-        got = self._durations.get(op.id, -1.0)
-        if got is None or got >= 0:
-            return got
-        d = self.model.duration(op.id, op.queue, self.q, _timeout(op)).seconds
-        self._durations[op.id] = d
-        return d
-
-    def _end_from(self, start: datetime, op: CompiledOperation) -> datetime | None:
-        d = self._duration(op)
-        return None if d is None else start + timedelta(seconds=d)
+    def _end_from(self, start: datetime, op: CompiledOperation, oid: str) -> datetime | None:
+        d = self.model.duration(oid, op.queue, self.q, _timeout(op)).seconds
+        return None if d is None else self._after(start, d)
 
     def _running_end(
         self, o: ObservedOperation, op: CompiledOperation | None, starts: Mapping[str, datetime]
@@ -410,7 +435,14 @@ class _Sim:
         queue = o.queue or (op.queue if op is not None else None)
         timeout = _timeout(op) if op is not None else None
         left = self.model.remaining(name, queue, self.q, timeout, elapsed)
-        return None if left is None else self.now + timedelta(seconds=left)
+        return None if left is None else self._after(self.now, left)
+
+    def _after(self, start: datetime, seconds: float) -> datetime:
+        """``start`` plus ``seconds`` rounded to the resolution: runs that end within the
+        same step are released together, one replan for them all."""
+        if self.step > 0:
+            seconds = round(seconds / self.step) * self.step
+        return start + timedelta(seconds=seconds)
 
     # --- state ---
 
@@ -426,6 +458,16 @@ class _Sim:
         else:
             o = ObservedOperation(o.operation, o.phase, o.requests, queue, cluster, o.workflow)
         a = self.active[o.operation] = _Active(o, op, queue, cluster, end)
+        spec = self.repo.queues.get(queue) if queue is not None else None
+        if spec is not None and cluster is not None and queue is not None:
+            get = (o.requests or {}).get
+            a.units = tuple(
+                (r, request_units(v)) for r in spec.quota if (v := get(r)) is not None and v
+            )
+            held = self.held.setdefault(queue, {}).setdefault(cluster, [0, {}])
+            held[0] += 1
+            for r, u in a.units:
+                held[1][r] = held[1].get(r, 0) + u
         self.active_in_queue.setdefault(queue, set()).add(o.operation)
         if a.workflow is not None:
             self.active_in_workflow.setdefault(a.workflow, set()).add(o.operation)
@@ -435,16 +477,17 @@ class _Sim:
         if end is not None:
             heapq.heappush(self.heap, (end, o.operation))
 
-    def _note_waits(self, queue: str, pending: Iterable[Pending]) -> None:
-        """Which clusters' slots ``queue``'s candidates wait for (check 9)."""
+    def _note_waits(self, queue: str, pending: Iterable[tuple[str, PendingReason]]) -> None:
+        """Which clusters' slots ``queue``'s candidates wait for (check 9: an operation's
+        own cluster)."""
         for c in self.queue_waits.pop(queue, ()):
             self.waits_on_cluster[c].discard(queue)
         clusters = set()
-        for p in pending:
-            self.last[p.operation] = p
-            b = p.blocked_by
-            if isinstance(b, ConcurrencyBlock) and b.scope == "cluster":
-                clusters.add(b.name)
+        last = self.last
+        for oid, reason in pending:
+            last[oid] = reason
+            if reason is PendingReason.CLUSTER_CONCURRENCY_LIMIT:
+                clusters.add(self.ops[oid].cluster)
         if clusters:
             self.queue_waits[queue] = clusters
             for c in clusters:
@@ -473,6 +516,11 @@ class _Sim:
     def _release(self, oid: str, affected: set[str], freed: set[str]) -> None:
         a = self.active.pop(oid)
         self.phase[oid] = Phase.SUCCEEDED
+        if a.queue is not None and a.cluster is not None and a.queue in self.held:
+            held = self.held[a.queue][a.cluster]
+            held[0] -= 1
+            for r, u in a.units:
+                held[1][r] -= u
         self.active_in_queue[a.queue].discard(oid)
         if a.workflow is not None:
             self.active_in_workflow[a.workflow].discard(oid)
@@ -504,29 +552,95 @@ class _Sim:
             affected.add(q)
 
     def _replan(self, queues: set[str], t: datetime) -> None:
-        """The planner over ``queues``: their candidates, what holds their queues,
-        workflows and dependencies; each cluster's limit less the runs outside."""
+        """The planner over ``queues`` (``_plan``), first with the head of each long queue:
+        when the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a
+        quota none of the rest fits in), the rest would only have waited, and is not
+        planned; otherwise the planner runs again with every candidate."""
+        heads = {
+            q: PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
+            for q in queues
+            for spec in (self.repo.queues[q],)
+        }
+        sub = self._plan(queues, t, heads)
+        again = {q for q in queues if len(self.candidates[q]) > heads[q]}
+        if again:
+            admitted = {qa.name: qa for qa in sub.queues}
+            dispatched = {d.operation for d in sub.dispatch}
+            again = {
+                q
+                for q in again
+                if not _full(
+                    admitted[q],
+                    [op for op in self.candidates[q][heads[q] :] if op.id not in dispatched],
+                )
+            }
+            if again:
+                sub = self._plan(queues, t, {q: None for q in again})
+        for d in sub.dispatch:
+            op = self.ops[d.operation]
+            self.dispatched_at[d.operation] = t
+            self.last.pop(d.operation, None)
+            o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
+            self._activate(o, op, self._end_from(t, op, d.operation))
+        if sub.dispatch:
+            gone = {d.operation for d in sub.dispatch}
+            for q in {d.queue for d in sub.dispatch}:
+                self.candidates[q] = [op for op in self.candidates[q] if op.id not in gone]
+        for qa in sub.queues:
+            self._note_waits(qa.name, qa.pending)
+
+    def _plan(self, queues: set[str], t: datetime, heads: Mapping[str, int | None]) -> Admission:
+        """The planner's steps 1-4 (``admit_dispatch``) over ``queues``: their candidates
+        (the first ``heads[q]`` of them when given), what holds their queues, workflows
+        and dependencies; each cluster's limit less the runs outside."""
         repo = self.repo
         operations: list[CompiledOperation] = []
         observed: dict[str, ObservedOperation] = {}
         workflows: set[str] = set()
         deps: set[str] = set()
         for q in queues:
-            for op in self.candidates[q]:
+            head = heads.get(q)
+            cands = self.candidates[q]
+            for op in cands if head is None else cands[:head]:
                 operations.append(op)
                 if op.workflow is not None:
                     workflows.add(op.workflow.parent)
                 deps.update(op.dependencies)
-        holders: set[str] = set()
-        for q in queues:
-            holders.update(self.active_in_queue.get(q, ()))
+        # The runs that hold these queues stand in as one per queue and cluster (their
+        # requests summed, the queue's concurrency less the others); a workflow's runs
+        # are given as they are (check 8 counts them by their operation).
+        passed: set[str] = set()
         for w in workflows:
-            holders.update(self.active_in_workflow.get(w, ()))
-        for oid in sorted(holders):
+            passed.update(self.active_in_workflow.get(w, ()))
+        minus: dict[tuple[str | None, str | None], list[Any]] = {}
+        for oid in sorted(passed):
             a = self.active[oid]
             observed[oid] = a.observed
             if a.op is not None:
                 operations.append(a.op)
+            m = minus.setdefault((a.queue, a.cluster), [0, {}])
+            m[0] += 1
+            for r, u in a.units:
+                m[1][r] = m[1].get(r, 0) + u
+        specs = {}
+        for q in sorted(queues):
+            spec = repo.queues[q]
+            stand_ins = others = 0
+            for cluster, (count, units) in sorted(self.held.get(q, {}).items()):
+                less = minus.get((q, cluster))
+                if less is not None:
+                    count -= less[0]
+                    units = {r: u - less[1].get(r, 0) for r, u in units.items()}
+                if count <= 0:
+                    continue
+                sid = f"{q}\x00{cluster}"
+                requests = {r: Decimal(u) * _NANO for r, u in units.items() if u}
+                observed[sid] = ObservedOperation(sid, Phase.RUNNING, requests, q, cluster)
+                stand_ins += 1
+                others += count
+            if spec.concurrency is not None and others != stand_ins:
+                spec = replace(spec, concurrency=spec.concurrency - others + stand_ins)
+            specs[q] = spec
         for dep in sorted(deps):
             if dep in observed:
                 continue
@@ -542,6 +656,10 @@ class _Sim:
         for o in observed.values():
             if o.phase.active and o.cluster is not None:
                 inside[o.cluster] = inside.get(o.cluster, 0) + 1
+        involved = {self.repo.queues[q].cluster for q in queues}
+        involved.update(op.cluster for op in operations)
+        involved.update(o.cluster for o in observed.values() if o.cluster is not None)
+        limits = self.cluster_limit
         clusters = {
             name: ClusterSpec(
                 name,
@@ -549,32 +667,17 @@ class _Sim:
                 if limit is None
                 else limit - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
             )
-            for name, limit in self.cluster_limit.items()
+            for name in involved
+            if name in limits
+            for limit in (limits[name],)
         }
-        sub = plan_dispatch(
+        return admit_dispatch(
             operations,
-            {q: repo.queues[q] for q in queues},
+            specs,
             clusters,
             observed.values(),
-            _NO_PRUNE,
-            t,
             unreachable=self.unreachable,
         )
-        for d in sub.dispatch:
-            op = self.ops[d.operation]
-            self.dispatched_at[d.operation] = t
-            self.last.pop(d.operation, None)
-            o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
-            self._activate(o, op, self._end_from(t, op))
-        if sub.dispatch:
-            gone = {d.operation for d in sub.dispatch}
-            for q in {d.queue for d in sub.dispatch}:
-                self.candidates[q] = [op for op in self.candidates[q] if op.id not in gone]
-        by_queue: dict[str, list[Pending]] = {q: [] for q in queues}
-        for p in sub.pending:
-            by_queue[p.queue].append(p)
-        for q, pend in by_queue.items():
-            self._note_waits(q, pend)
 
     # --- results ---
 
@@ -621,12 +724,31 @@ class _Sim:
             elif waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown))
             elif self.exhausted:
-                p = self.last.get(oid)
-                why = p.admit.text if p is not None else "nothing it waits for ends"
+                reason = self.last.get(oid)
+                why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
                 out[oid] = (Eta(EtaState.BLOCKED), why)
             else:
                 out[oid] = (Eta(EtaState.AFTER_HORIZON), "")
         return out
+
+
+def _full(q: QueueAdmission, rest: Sequence[CompiledOperation]) -> bool:
+    """After an admission, none of ``rest`` (the queue's later candidates) could be
+    dispatched: its concurrency is reached, its StrictFIFO head holds it, or none of them
+    fits in what its quota has left (compared as exact quantities: a request that fits by
+    them may still not fit by the planner's rounding, never the other way round)."""
+    if q.strategy is QueueStrategy.STRICT_FIFO and any(r in _HOLDS_HEAD for _, r in q.pending):
+        return True
+    if q.concurrency is not None and q.active >= q.concurrency:
+        return True
+    if not q.free:
+        return False
+    left = [(r, Decimal(units) * _NANO) for r, units in q.free]
+    for op in rest:
+        get = op.requests.get
+        if all(get(r, _ZERO) <= free for r, free in left):
+            return False
+    return True
 
 
 def _timeout(op: CompiledOperation) -> float | None:
@@ -665,15 +787,17 @@ def estimate_starts(
     *,
     horizon: timedelta = DEFAULT_HORIZON,
     unreachable: Iterable[str] = (),
+    resolution: timedelta = DEFAULT_RESOLUTION,
 ) -> Estimates:
     """Every pending operation of ``plan`` (the cycle's plan over ``observed`` at ``now``),
     with when it is estimated to be dispatched. ``starts`` are the active runs' start times
     (by planner id; missing: now); ``history`` the finished runs."""
     model = DurationModel(history)
     down = frozenset(unreachable)
+    prep = _Prepared(repo, plan)
     results = []
     for q in (P50, P90):
-        sim = _Sim(repo, plan, observed, starts, model, q, now, horizon, down)
+        sim = _Sim(prep, plan, observed, starts, model, q, now, horizon, down, resolution)
         sim.run()
         results.append(sim.etas())
     p50s, p90s = results

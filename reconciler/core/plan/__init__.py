@@ -45,10 +45,17 @@ from reconciler.core.plan.model import (
     StopReason,
     UpstreamFailedBlock,
 )
-from reconciler.core.plan.planner import plan_dispatch, plan_repo
+from reconciler.core.plan.planner import (
+    Admission,
+    QueueAdmission,
+    admit_dispatch,
+    plan_dispatch,
+    plan_repo,
+)
 
 __all__ = [
     "MAX_LISTED",
+    "Admission",
     "Admit",
     "AdmitWhen",
     "ApprovalBlock",
@@ -65,6 +72,7 @@ __all__ = [
     "Plan",
     "PlanInputError",
     "PruneRefusal",
+    "QueueAdmission",
     "QueuePausedBlock",
     "QueueSummary",
     "QuotaBlock",
@@ -72,6 +80,7 @@ __all__ = [
     "Stop",
     "StopReason",
     "UpstreamFailedBlock",
+    "admit_dispatch",
     "plan_dispatch",
     "plan_repo",
 ]

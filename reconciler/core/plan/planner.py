@@ -8,6 +8,7 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    and those removed from the repo;
 4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate;
+   (``admit_dispatch`` stops here: steps 1-4 alone, for the start-time estimate);
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
@@ -22,6 +23,7 @@ import gc
 from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from typing import NamedTuple
 
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
@@ -115,16 +117,69 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _plan(
+class QueueAdmission(NamedTuple):
+    """One queue after steps 1-4: who waits and why, and what is left of it."""
+
+    name: str
+    strategy: QueueStrategy
+    concurrency: int | None
+    active: int  # observed, plus this admission's dispatches
+    pending: tuple[tuple[str, PendingReason], ...]  # (operation id, reason), in order
+    free: tuple[tuple[str, int], ...]  # per quota resource: the units left
+
+
+class Admission(NamedTuple):
+    dispatch: tuple[Dispatch, ...]  # in dispatch order
+    queues: tuple[QueueAdmission, ...]  # in consideration order
+
+
+def admit_dispatch(
     operations: Iterable[CompiledOperation],
     queues: Mapping[str, QueueSpec],
     clusters: Mapping[str, ClusterSpec],
     observed: Iterable[ObservedOperation],
-    org: OrgSettings,
-    now: datetime,
+    *,
+    unreachable: Collection[str] = (),
+) -> Admission:
+    """Steps 1-4 of :func:`plan_dispatch` (the same functions), without pruning and
+    explaining: what is dispatched and why each candidate waits. For callers that replan
+    many times and show no explanation (the start-time estimate, ``core/estimate.py``);
+    nothing is pruned (no observed operation counts as rejected)."""
+    with _gc_paused():
+        _seen, _ops, order, dispatch, _removed, _total = _admit_steps(
+            operations, queues, clusters, observed, (), frozenset(unreachable)
+        )
+        return Admission(
+            tuple(dispatch),
+            tuple(
+                QueueAdmission(
+                    q.spec.name,
+                    q.spec.strategy,
+                    q.spec.concurrency,
+                    q.active,
+                    tuple((p[0], p[2]) for p in q.pending),
+                    tuple((r, q.quota[i] - q.used[i]) for i, r in enumerate(q.resources)),
+                )
+                for q in order
+            ),
+        )
+
+
+def _admit_steps(
+    operations: Iterable[CompiledOperation],
+    queues: Mapping[str, QueueSpec],
+    clusters: Mapping[str, ClusterSpec],
+    observed: Iterable[ObservedOperation],
     rejected: Collection[str],
     unreachable: frozenset[str],
-) -> Plan:
+) -> tuple[
+    dict[str, ObservedOperation],
+    dict[str, CompiledOperation],
+    list[QueueState],
+    list[Dispatch],
+    list[ObservedOperation],
+    int,
+]:
     # 1. Index the observations.
     seen = index_observed(observed)
     qstate = {name: QueueState(spec) for name, spec in queues.items()}
@@ -136,6 +191,24 @@ def _plan(
     # 4. Checks 0..9 for each candidate, queues in priority order, then by name.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
+    return seen, ops, order, dispatch, removed, active_total
+
+
+def _plan(
+    operations: Iterable[CompiledOperation],
+    queues: Mapping[str, QueueSpec],
+    clusters: Mapping[str, ClusterSpec],
+    observed: Iterable[ObservedOperation],
+    org: OrgSettings,
+    now: datetime,
+    rejected: Collection[str],
+    unreachable: frozenset[str],
+) -> Plan:
+    # 1-4. Index, count, admit.
+    _seen, _ops, order, dispatch, removed, active_total = _admit_steps(
+        operations, queues, clusters, observed, rejected, unreachable
+    )
+    qstate = {q.spec.name: q for q in order}
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).

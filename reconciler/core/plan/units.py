@@ -21,11 +21,13 @@ def request_units(value: Decimal) -> int:
     return int((value * _NANO).to_integral_value(ROUND_CEILING))
 
 
+@lru_cache(maxsize=4096)
 def quota_units(value: Decimal) -> int:
     """Nano-units, rounded down."""
     return int((value * _NANO).to_integral_value(ROUND_FLOOR))
 
 
+@lru_cache(maxsize=65536)
 def to_decimal(units: int) -> Decimal:
     """Nano-units back to a quantity, for the plan's model."""
     whole, frac = divmod(units, _NANO_INT)
