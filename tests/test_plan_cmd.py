@@ -17,12 +17,16 @@ from reconciler.cli.plan_cmd import (
     EXIT_ERROR,
     EXIT_OK,
     LoadError,
+    Planned,
+    Planner,
     observed_planner,
     read_observed,
     run_plan,
     run_plan_diff,
 )
+from reconciler.core.estimate import RunRecord, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.plan import plan_repo
 from reconciler.core.types import CompiledRepo, ConfigError, Location, Phase
 from tests.test_plan import seed_world
 
@@ -139,8 +143,12 @@ def test_run_plan_json_contract() -> None:
         "message",
         "blockedBy",
         "admitWhen",
+        "estimate",
     ]
     assert (p["operation"], p["reason"], p["position"]) == ("vision/train-3", "QuotaExceeded", 1)
+    # no history and no timeout: what it waits for (train-1's GPU) cannot be dated
+    assert p["estimate"]["p50"] == {"state": "Unknown", "at": None}
+    assert "vision/train-1" in p["estimate"]["why"]
     assert p["blockedBy"]["releasedBy"] == ["vision/train-1"]
     team_a = next(q for q in data["queues"] if q["name"] == "team-a")
     assert team_a == {
@@ -239,3 +247,60 @@ def test_run_plan_diff_exit_codes() -> None:
     )
     assert failed.exit_code == EXIT_ERROR
     assert failed.stderr == "head HEAD does not compile (1 error(s)):\nx.yaml:1:1: bad\n"
+
+
+# --- start estimates in the PR plan -----------------------------------------------------
+
+
+def _history_planner(world: World, history: list[RunRecord]) -> Planner:
+    """Plans over ``world``'s observed phases (runs started now) with a duration history."""
+    observed = list(world.observed.values())
+
+    def plan_of(repo: CompiledRepo) -> Planned:
+        plan = plan_repo(repo, observed, NOW)
+        starts = {o.operation: NOW for o in observed}
+        return Planned(plan, estimate_starts(repo, plan, observed, starts, history, NOW), [])
+
+    return plan_of
+
+
+def _estimate_world(pretrain_queue: str) -> World:
+    w = World().queue("slow", concurrency=1).queue("fast", concurrency=1)
+    w.op("team-b/long", queue="slow")
+    w.op("team-b/short", queue="fast")
+    w.op("team-b/pretrain", queue=pretrain_queue)
+    w.observe("team-b/long", Phase.RUNNING, queue="slow")
+    w.observe("team-b/short", Phase.RUNNING, queue="fast")
+    return w
+
+
+def test_the_pr_plan_says_how_a_change_moves_a_start_estimate() -> None:
+    history = [
+        RunRecord("team-b/long", "slow", 3 * 3600),
+        RunRecord("team-b/short", "fast", 40 * 60),
+        RunRecord("team-b/pretrain", "slow", 3600),
+    ]
+    base = _estimate_world("slow")
+    head = _estimate_world("fast")
+    planner = _history_planner(base, history)
+    out = run_plan(loader(base.repo()), planner, "table")
+    row = next(line for line in out.stdout.splitlines() if "team-b/pretrain" in line)
+    assert "~3 h (p90 ~3 h)" not in row and "~3 h" in row  # p50 == p90: said once
+    md = run_plan_diff(
+        loader(base.repo("a" * 40)), loader(head.repo("b" * 40)), planner, "markdown"
+    )
+    assert md.exit_code == EXIT_CHANGES
+    assert "### Start estimates that move" in md.stdout
+    assert "this change moves team-b/pretrain from ~3 h to ~40 min" in md.stdout
+    data = json.loads(
+        run_plan_diff(
+            loader(base.repo("a" * 40)), loader(head.repo("b" * 40)), planner, "json"
+        ).stdout
+    )
+    [move] = data["estimateMoves"]
+    assert (move["operation"], move["before"], move["after"]) == (
+        "team-b/pretrain",
+        "~3 h",
+        "~40 min",
+    )
+    assert move["afterEstimate"]["p50"]["at"] == "2026-01-01T12:40:00+00:00"

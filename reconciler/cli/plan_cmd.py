@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import click
 
@@ -26,6 +26,7 @@ from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Memory, decide, listing_from_memory, memory_from_status
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
+from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
@@ -59,12 +60,12 @@ class LoadError(Exception):
 # --- pure logic -----------------------------------------------------------------------
 
 
-def render_plan(plan: Plan, output: str) -> str:
+def render_plan(plan: Plan, output: str, estimates: Estimates = NO_ESTIMATES) -> str:
     if output == "json":
-        return plan_to_json(plan)
+        return plan_to_json(plan, estimates)
     if output == "markdown":
-        return plan_to_markdown(plan)
-    return plan_to_table(plan)
+        return plan_to_markdown(plan, estimates)
+    return plan_to_table(plan, estimates)
 
 
 def render_diff(diff: PlanDiff, output: str) -> str:
@@ -88,13 +89,25 @@ def _warnings(plan: Plan) -> str:
     return f"warning: {plan.prune_refused.message()}\n" if plan.prune_refused else ""
 
 
-# A compiled repo -> its plan, and warnings for stderr. Raises PlanInputError.
-Planner = Callable[[CompiledRepo], tuple[Plan, list[str]]]
+class Planned(NamedTuple):
+    plan: Plan
+    estimates: Estimates  # when each pending operation starts (docs/estimates.md)
+    notes: list[str]  # warnings for stderr
+
+
+# A compiled repo -> its plan, its estimates and warnings. Raises PlanInputError.
+Planner = Callable[[CompiledRepo], Planned]
 
 
 def observed_planner(observed: Sequence[ObservedOperation], now: datetime) -> Planner:
-    """``--observed FILE``: the given phases, planned as they are."""
-    return lambda repo: (plan_repo(repo, observed, now), [])
+    """``--observed FILE``: the given phases, planned as they are (no run times and no
+    history: a run is estimated by its timeout, else unknown)."""
+
+    def plan_of(repo: CompiledRepo) -> Planned:
+        plan = plan_repo(repo, observed, now)
+        return Planned(plan, estimate_starts(repo, plan, observed, {}, (), now), [])
+
+    return plan_of
 
 
 def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
@@ -104,9 +117,10 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
     memory = Memory() if recorded is None else memory_from_status(recorded)
     down = {c.name: c.error for c in recorded.clusters if not c.reachable} if recorded else {}
 
-    def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
+    def plan_of(repo: CompiledRepo) -> Planned:
         listing = listing_from_memory(repo, memory, down)
-        return decide(repo, listing, memory, now).plan, []
+        decision = decide(repo, listing, memory, now)
+        return Planned(decision.plan, estimate_decision(repo, decision), [])
 
     return plan_of
 
@@ -114,9 +128,11 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
 def live_planner(memory: Memory, now: datetime, connect: Connect) -> Planner:
     """``--live``: the next cycle's plan over the clusters as they are now."""
 
-    def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
+    def plan_of(repo: CompiledRepo) -> Planned:
         decision = decide_live(repo, memory, now, connect)
-        return decision.plan, unreachable_warnings(decision)
+        return Planned(
+            decision.plan, estimate_decision(repo, decision), unreachable_warnings(decision)
+        )
 
     return plan_of
 
@@ -131,11 +147,11 @@ def run_plan(load: Callable[[], CompiledRepo], planner: Planner, output: str) ->
     if errors:
         return Outcome("", "\n".join(errors) + "\n", EXIT_ERROR)
     try:
-        plan, notes = planner(repo)
+        plan, estimates, notes = planner(repo)
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
     stderr = "".join(f"{n}\n" for n in notes) + _warnings(plan)
-    return Outcome(render_plan(plan, output), stderr, EXIT_OK)
+    return Outcome(render_plan(plan, output, estimates), stderr, EXIT_OK)
 
 
 def run_plan_diff(
@@ -162,10 +178,10 @@ def run_plan_diff(
         return Outcome("", "\n".join(unique) + "\n", EXIT_ERROR)
     base, head = repos
     try:
-        (base_plan, _), (head_plan, notes) = planner(base), planner(head)
+        (base_plan, base_est, _), (head_plan, head_est, notes) = planner(base), planner(head)
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
-    diff = diff_plans((base, base_plan), (head, head_plan))
+    diff = diff_plans((base, base_plan), (head, head_plan), (base_est, head_est))
     stderr = "".join(f"{n}\n" for n in notes) + _warnings(head_plan)
     return Outcome(render_diff(diff, output), stderr, diff_exit_code(diff))
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan import PendingReason, Plan
 from reconciler.core.plan_render import md_escape, md_table
 from reconciler.core.quantity import format_quantity
@@ -88,6 +89,23 @@ class PendingCount:
 
 
 @dataclass(frozen=True, slots=True)
+class EstimateMove:
+    """A pending operation whose start estimate the change moves (``before``: its base
+    estimate, or ``dispatched now`` when base dispatches it this cycle)."""
+
+    operation: str
+    queue: str
+    before: str
+    after: str
+    before_json: Mapping[str, Any] | None = None
+    after_json: Mapping[str, Any] | None = None
+
+    @property
+    def sentence(self) -> str:
+        return f"this change moves {self.operation} from {self.before} to {self.after}"
+
+
+@dataclass(frozen=True, slots=True)
 class PlanDiff:
     base_version: str
     head_version: str
@@ -99,6 +117,9 @@ class PlanDiff:
     newly_policy_violation: tuple[RejectedOperation, ...]
     newly_stopped: tuple[str, ...]
     pending_counts: tuple[PendingCount, ...]  # only queues whose pending count changes
+    # pending in head, with another start estimate than in base (not a change by itself:
+    # it follows from the others, against the same observed state, history and clock)
+    moved: tuple[EstimateMove, ...] = ()
 
     @property
     def has_changes(self) -> bool:
@@ -218,8 +239,13 @@ def _states(plan: Plan) -> dict[str, tuple[str, str, Any]]:
     return out
 
 
-def diff_plans(base: tuple[CompiledRepo, Plan], head: tuple[CompiledRepo, Plan]) -> PlanDiff:
-    """What merging head into base changes: config, then the plan's decisions."""
+def diff_plans(
+    base: tuple[CompiledRepo, Plan],
+    head: tuple[CompiledRepo, Plan],
+    estimates: tuple[Estimates, Estimates] = (NO_ESTIMATES, NO_ESTIMATES),
+) -> PlanDiff:
+    """What merging head into base changes: config, then the plan's decisions, then the
+    start estimates that move (``estimates`` of base and head, docs/estimates.md)."""
     base_repo, base_plan = base
     head_repo, head_plan = head
 
@@ -294,7 +320,35 @@ def diff_plans(base: tuple[CompiledRepo, Plan], head: tuple[CompiledRepo, Plan])
         newly_policy_violation=newly_bad,
         newly_stopped=stopped,
         pending_counts=counts,
+        moved=_moves(before, head_plan, estimates),
     )
+
+
+def _moves(
+    before: Mapping[str, tuple[str, str, Any]],
+    head_plan: Plan,
+    estimates: tuple[Estimates, Estimates],
+) -> tuple[EstimateMove, ...]:
+    base_est, head_est = estimates
+    out = []
+    for p in head_plan.pending:
+        after = head_est.text(p.operation)
+        was = before.get(p.operation)
+        if not after or was is None:
+            continue
+        prior = "dispatched now" if was[0] == "dispatch" else base_est.text(p.operation)
+        if prior and prior != after:
+            out.append(
+                EstimateMove(
+                    p.operation,
+                    p.queue,
+                    prior,
+                    after,
+                    base_est.json_of(p.operation),
+                    head_est.json_of(p.operation),
+                )
+            )
+    return tuple(out)
 
 
 # --- renderers ------------------------------------------------------------------------
@@ -356,6 +410,17 @@ def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
         "pendingCounts": [
             {"queue": c.queue, "before": c.before, "after": c.after, "delta": c.delta}
             for c in diff.pending_counts
+        ],
+        "estimateMoves": [
+            {
+                "operation": m.operation,
+                "queue": m.queue,
+                "before": m.before,
+                "after": m.after,
+                "beforeEstimate": m.before_json,
+                "afterEstimate": m.after_json,
+            }
+            for m in diff.moved
         ],
     }
 
@@ -473,4 +538,14 @@ def diff_to_markdown(diff: PlanDiff) -> str:
             for c in diff.pending_counts
         ]
         out += [md_table(["Queue", "Before", "After", "Change"], rows), ""]
+    if diff.moved:
+        out += ["### Start estimates that move", ""]
+        out += [f"- {md_escape(m.sentence)}" for m in diff.moved[:MAX_MOVES_LISTED]]
+        if len(diff.moved) > MAX_MOVES_LISTED:
+            out.append(f"- and {len(diff.moved) - MAX_MOVES_LISTED} more (see `-o json`)")
+        out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+# A PR comment lists this many moved estimates, then says how many more.
+MAX_MOVES_LISTED = 50

@@ -722,7 +722,7 @@ class _Sim:
             if at is not None:
                 out[oid] = (Eta(EtaState.AT, at), "")
             elif waits_on_unknown(oid):
-                out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown))
+                out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
                 reason = self.last.get(oid)
                 why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
@@ -767,12 +767,21 @@ def _static_block(p: Pending) -> str:
     return ""
 
 
-def _unknown_why(op: CompiledOperation, unknown: Sequence[_Active]) -> str:
-    related = sorted(
-        a.observed.operation
+def _unknown_why(
+    op: CompiledOperation, unknown: Sequence[_Active], limited: Mapping[str, int | None]
+) -> str:
+    """The runs with no estimate ``op`` waits on: of its queue, its dependencies, its
+    workflow, then of its cluster when that has a concurrency limit."""
+    wf = op.workflow.parent if op.workflow is not None else None
+    ranked = sorted(
+        (0 if a.queue == op.queue else 1, a.observed.operation)
         for a in unknown
-        if a.queue == op.queue or a.cluster == op.cluster or a.observed.operation in op.dependencies
+        if a.queue == op.queue
+        or a.observed.operation in op.dependencies
+        or (wf is not None and a.workflow == wf)
+        or (a.cluster == op.cluster and limited.get(op.cluster) is not None)
     )
+    related = [oid for _, oid in ranked]
     shown = ", ".join(related[:3]) + (f" and {len(related) - 3} more" if len(related) > 3 else "")
     return f"waits on runs with no history and no timeout: {shown or 'a dependency'}"
 

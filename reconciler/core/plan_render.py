@@ -8,13 +8,16 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan import BlockedBy, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import printable_text
 
 
-def plan_to_dict(plan: Plan) -> dict[str, Any]:
-    """The JSON contract of ``reconciler plan -o json``."""
+def plan_to_dict(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> dict[str, Any]:
+    """The JSON contract of ``reconciler plan -o json``; each pending entry has its start
+    estimate (``estimate``: p50 and p90, see docs/estimates.md) when ``estimates`` has one."""
+    estimate = estimates.json_of
     # Pending entries of one queue share blockers: render each blocker once.
     rendered: dict[int, tuple[str, dict[str, Any], str]] = {}
 
@@ -38,6 +41,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
                 "message": message,
                 "blockedBy": blocked_by,
                 "admitWhen": admit,
+                "estimate": estimate(p.operation),
             }
             for p in plan.pending
             for message, blocked_by, admit in (explain(p.blocked_by),)
@@ -61,8 +65,8 @@ def _queue_dict(q: QueueSummary) -> dict[str, Any]:
     }
 
 
-def plan_to_json(plan: Plan) -> str:
-    return json.dumps(plan_to_dict(plan), indent=2, ensure_ascii=False) + "\n"
+def plan_to_json(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> str:
+    return json.dumps(plan_to_dict(plan, estimates), indent=2, ensure_ascii=False) + "\n"
 
 
 # --- tables -----------------------------------------------------------------------------
@@ -125,11 +129,16 @@ QUEUE_HEADERS = [
     "DISPATCH",
     "PENDING",
 ]
-PENDING_HEADERS = ["POS", "QUEUE", "OPERATION", "REASON", "MESSAGE"]
+PENDING_HEADERS = ["POS", "QUEUE", "OPERATION", "REASON", "STARTS", "MESSAGE"]
 
 
-def pending_rows(plan: Plan) -> list[list[str]]:
-    return [[str(p.position), p.queue, p.operation, str(p.reason), p.message] for p in plan.pending]
+def pending_rows(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> list[list[str]]:
+    """One row per pending entry; STARTS is its start estimate (``~40 min (p90 ~1 h)``)."""
+    text = estimates.text
+    return [
+        [str(p.position), p.queue, p.operation, str(p.reason), text(p.operation) or "-", p.message]
+        for p in plan.pending
+    ]
 
 
 def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
@@ -146,7 +155,7 @@ def text_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def plan_to_table(plan: Plan) -> str:
+def plan_to_table(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> str:
     out = [text_table(QUEUE_HEADERS, queue_rows(plan))]
     if plan.dispatch:
         out.append("")
@@ -158,7 +167,7 @@ def plan_to_table(plan: Plan) -> str:
         )
     if plan.pending:
         out.append("")
-        out.append(text_table(PENDING_HEADERS, pending_rows(plan)))
+        out.append(text_table(PENDING_HEADERS, pending_rows(plan, estimates)))
     if plan.stop:
         out.append("")
         out.append(
@@ -183,7 +192,7 @@ def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return "\n".join(lines)
 
 
-def plan_to_markdown(plan: Plan) -> str:
+def plan_to_markdown(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> str:
     out = [
         "## Dispatch plan",
         "",
@@ -201,7 +210,7 @@ def plan_to_markdown(plan: Plan) -> str:
         )
     if plan.pending:
         out += ["", "### Pending", ""]
-        out.append(md_table(PENDING_HEADERS, pending_rows(plan)))
+        out.append(md_table(PENDING_HEADERS, pending_rows(plan, estimates)))
     if plan.stop:
         out += ["", "### Stop", ""]
         out.append(
