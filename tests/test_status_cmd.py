@@ -63,7 +63,7 @@ def test_status_of_the_template_from_a_real_status_branch(remote: Path, tmp_path
     code, out, _ = run("status", "--repo", str(remote), "--cache-dir", cache)
     assert code == 0
     lines = out.splitlines()
-    headers = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
+    headers = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "STARTS", "MESSAGE"]
     assert lines[0].split() == headers
     listed = {line.split()[0] for line in lines[1:] if line and "/" in line.split()[0]}
     assert {op.id for op in compiled.operations} <= listed
@@ -86,6 +86,14 @@ def test_status_of_the_template_from_a_real_status_branch(remote: Path, tmp_path
     assert {q["name"] for q in data["queues"]} == set(compiled.queues)
     phases = {o["operation"]: o["phase"] for o in data["operations"]}
     assert set(phases.values()) <= {"Queued", "Dispatched", "Rejected"}
+    # every pending operation has its start estimate (computed when read, the same as
+    # ``plan`` says), and the table shows the same text
+    waiting = [o for o in data["operations"] if o["phase"] == "Queued" and o.get("position")]
+    assert waiting and all(o["estimate"]["text"] for o in waiting)
+    assert all(set(o["estimate"]) >= {"p50", "p90", "text"} for o in waiting)
+    for o in waiting:
+        row = next(line for line in lines if line.startswith(o["operation"] + " "))
+        assert o["estimate"]["text"] in row
 
     project = op.project
     code, out, _ = run("status", project, "-o", "json", "--repo", str(remote), "--cache-dir", cache)

@@ -14,8 +14,14 @@ import click
 
 from reconciler.adapters.git import GitSyncError
 from reconciler.cli.options import parse_overrides, status_source_options
-from reconciler.cli.status_cmd import StatusError, live_decision, read_branch
+from reconciler.cli.status_cmd import (
+    StatusError,
+    live_decision,
+    read_branch,
+    recorded_estimates,
+)
 from reconciler.core.cycle import Decision
+from reconciler.core.estimate import estimate_decision
 from reconciler.core.queue_view import (
     QueuesView,
     build_queues_view,
@@ -42,9 +48,14 @@ def read_live_view(
 
 
 def live_queues_view(compiled: CompiledRepo, decision: Decision) -> QueuesView:
-    """The queue view of ``decision``, not carried out."""
+    """The queue view of ``decision``, not carried out, with its start estimates."""
     return build_queues_view(
-        compiled, decision.plan, decision.workloads, applied=False, source="live"
+        compiled,
+        decision.plan,
+        decision.workloads,
+        applied=False,
+        source="live",
+        estimates=estimate_decision(compiled, decision),
     )
 
 
@@ -75,8 +86,9 @@ def queues(
 ) -> None:
     """Show each queue's priority, concurrency, quota use and pending work, in priority
     order, and the fleet totals. RUNNING and WAITING split the active operations: WAITING
-    were dispatched but do not run yet (WaitingForCapacity: no node has room). With --live,
-    NEXT (wide) counts what the next cycle would dispatch."""
+    were dispatched but do not run yet (WaitingForCapacity: no node has room). HEAD STARTS
+    estimates when the first pending operation starts (p50, and p90 when it differs). With
+    --live, NEXT (wide) counts what the next cycle would dispatch."""
     notes: list[str] = []
     try:
         if live:
@@ -87,7 +99,8 @@ def queues(
             status = read_branch(repo, status_branch, cache_dir)
             for problem in status.problems:
                 click.echo(f"warning: unreadable status file {problem}", err=True)
-            view = queues_view_from_status(status)
+            estimates, notes = recorded_estimates(repo, branch, cache_dir, status)
+            view = queues_view_from_status(status, estimates)
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None

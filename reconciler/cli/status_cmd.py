@@ -17,7 +17,15 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Decision, Memory, memory_from_status
+from reconciler.core.cycle import (
+    Decision,
+    Memory,
+    decide,
+    listing_from_memory,
+    memory_from_status,
+)
+from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.plan import PlanInputError
 from reconciler.core.plan_render import text_table
 from reconciler.core.status import (
     ClusterStatus,
@@ -32,7 +40,7 @@ from reconciler.core.types import BUG_NOTE, CompiledRepo, printable_text
 from reconciler.runtime.live import connector, decide_live
 
 OUTPUTS = ("table", "json")
-OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "MESSAGE"]
+OP_HEADERS = ["OPERATION", "PHASE", "REASON", "QUEUE", "POS", "CLUSTER", "STARTS", "MESSAGE"]
 QUEUE_HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT", "PENDING"]
 
 
@@ -63,7 +71,14 @@ def _queue_row(q: QueueStatus) -> list[str]:
     return [q.name, q.cluster, str(q.priority), f"{q.active}/{limit}", quota or "-", str(q.pending)]
 
 
-def status_to_table(view: StatusView, ops: Sequence[OperationStatus], *, queues: bool) -> str:
+def status_to_table(
+    view: StatusView,
+    ops: Sequence[OperationStatus],
+    *,
+    queues: bool,
+    estimates: Estimates = NO_ESTIMATES,
+) -> str:
+    """STARTS: a pending operation's start estimate (docs/estimates.md)."""
     rows = [
         [
             o.operation,
@@ -72,6 +87,7 @@ def status_to_table(view: StatusView, ops: Sequence[OperationStatus], *, queues:
             o.queue or "",
             "" if o.position is None else str(o.position),
             o.cluster or "",
+            estimates.text(o.operation),
             o.message.replace("\n", " "),
         ]
         for o in ops
@@ -82,29 +98,43 @@ def status_to_table(view: StatusView, ops: Sequence[OperationStatus], *, queues:
     return "\n".join(out) + "\n"
 
 
-def status_to_json(view: StatusView, ops: Sequence[OperationStatus]) -> str:
+def _record(o: OperationStatus, estimates: Estimates) -> dict[str, Any]:
+    """The record as its file holds it, with its start estimate when it is pending (the
+    status branch holds none: it is the next cycle's, computed when read)."""
+    record = o.to_dict()
+    estimate = estimates.json_of(o.operation)
+    if estimate is not None:
+        record["estimate"] = estimate
+    return record
+
+
+def status_to_json(
+    view: StatusView, ops: Sequence[OperationStatus], estimates: Estimates = NO_ESTIMATES
+) -> str:
     data: dict[str, Any] = {
         "config": view.config.to_dict() if view.config else None,
         "queues": [q.to_dict() for q in view.queues],
         "clusters": [c.to_dict() for c in view.clusters],
-        "operations": [o.to_dict() for o in ops],
+        "operations": [_record(o, estimates) for o in ops],
     }
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
-def render(view: StatusView, target: str | None, output: str) -> str:
+def render(
+    view: StatusView, target: str | None, output: str, estimates: Estimates = NO_ESTIMATES
+) -> str:
     """The command's stdout; raises StatusError when ``target`` names nothing."""
     ops = select(view, target)
     if target is not None and not ops:
         raise StatusError(f"no status for {target}")
     if target is not None and "/" in target:
-        record = ops[0].to_dict()
+        record = _record(ops[0], estimates)
         if output == "json":
             return json.dumps(record, indent=2, sort_keys=True) + "\n"
         return dump_yaml(record).decode()
     if output == "json":
-        return status_to_json(view, ops)
-    return status_to_table(view, ops, queues=target is None)
+        return status_to_json(view, ops, estimates)
+    return status_to_table(view, ops, queues=target is None, estimates=estimates)
 
 
 def warnings(view: StatusView) -> list[str]:
@@ -182,10 +212,31 @@ def read_live(
     status_branch: str,
     cache_dir: Path | None,
     overrides: dict[str, Path],
-) -> StatusView:
+) -> tuple[StatusView, Estimates]:
     """What the status branch would say after the next cycle, if its creates succeed
-    (nothing is dispatched here)."""
-    return live_status_view(*live_decision(repo, branch, status_branch, cache_dir, overrides))
+    (nothing is dispatched here), and that cycle's start estimates."""
+    compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
+    return live_status_view(compiled, decision), estimate_decision(compiled, decision)
+
+
+def recorded_estimates(
+    repo: str, branch: str, cache_dir: Path | None, view: StatusView
+) -> tuple[Estimates, list[str]]:
+    """The start estimates of the next cycle over what ``view`` (the status branch)
+    records: the config at the branch tip, the branch as memory and as the clusters (as
+    ``reconciler plan`` does). None when the config cannot be read or compiled: a warning
+    says why."""
+    try:
+        compiled = compile_repo(ConfigRepo(repo, branch, cache_dir).sync())
+        if not compiled.valid:
+            return NO_ESTIMATES, ["warning: no start estimates: the config does not compile"]
+        memory = memory_from_status(view)
+        down = {c.name: c.error for c in view.clusters if not c.reachable}
+        listing = listing_from_memory(compiled, memory, down)
+        decision = decide(compiled, listing, memory, SystemClock().now())
+    except (GitSyncError, PlanInputError) as exc:
+        return NO_ESTIMATES, [f"warning: no start estimates: {exc}"]
+    return estimate_decision(compiled, decision), []
 
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
@@ -217,19 +268,22 @@ def status(
     cluster_kubeconfigs: tuple[str, ...],
     output: str,
 ) -> None:
-    """Show each operation's phase, reason, queue and position from the status branch;
+    """Show each operation's phase, reason, queue and position from the status branch,
+    and when a pending one is estimated to start (STARTS: p50, and p90 when it differs);
     with PROJECT/OP, that operation's full record."""
+    notes: list[str] = []
     try:
         if live:
-            view = read_live(
+            view, estimates = read_live(
                 repo, branch, status_branch, cache_dir, parse_overrides(cluster_kubeconfigs)
             )
         else:
             view = read_branch(repo, status_branch, cache_dir)
-        text = render(view, target, output)
+            estimates, notes = recorded_estimates(repo, branch, cache_dir, view)
+        text = render(view, target, output, estimates)
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None
     click.echo(text, nl=False)
-    for line in warnings(view):
+    for line in [*warnings(view), *notes]:
         click.echo(line, err=True)

@@ -290,8 +290,11 @@ class Estimates:
         return e.text(self.at, self.horizon) if e is not None else ""
 
     def json_of(self, operation: str) -> dict[str, Any] | None:
+        """``{p50, p90, text[, why]}``: what every view's JSON says of ``operation``."""
         e = self.pending.get(operation)
-        return e.to_json() if e is not None else None
+        if e is None:
+            return None
+        return {**e.to_json(), "text": e.text(self.at, self.horizon)}
 
 
 NO_ESTIMATES = Estimates(datetime(1970, 1, 1, tzinfo=UTC))

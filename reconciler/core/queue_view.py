@@ -27,6 +27,7 @@ from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
+from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.explain import ProvenanceRow, provenance_rows
 from reconciler.core.load import parse_yaml
 from reconciler.core.observe import WorkloadState
@@ -77,9 +78,15 @@ class QueueRow(ApiModel):
     next: int = 0  # the plan would dispatch these; not created (read-only or not leading)
     head_reason: str | None = None
     head_message: EmptyAsNull[str] = ""
+    # when the head (position 1) is estimated to start: {p50, p90, text} (docs/estimates.md)
+    head_estimate: JsonObject | None = None
     kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
+
+    @property
+    def head_starts(self) -> str:
+        return str((self.head_estimate or {}).get("text") or "")
 
     @property
     def concurrency_text(self) -> str:
@@ -189,9 +196,11 @@ def build_queues_view(
     *,
     applied: bool,
     source: str = "cycle",
+    estimates: Estimates = NO_ESTIMATES,
 ) -> QueuesView:
     """The view of one cycle. ``states`` are the current workloads per operation (with
-    ``applied``, those the cycle just created included)."""
+    ``applied``, those the cycle just created included); ``estimates`` the cycle's start
+    estimates (``estimate_decision``)."""
     counts = _counts((s.queue, s.phase.value) for s in states.values())
     heads = _heads(plan.pending)
     rows = []
@@ -213,6 +222,7 @@ def build_queues_view(
                 next=0 if applied else q.dispatching,
                 head_reason=str(q.head_reason) if q.head_reason is not None else None,
                 head_message=head.message if head is not None else "",
+                head_estimate=estimates.json_of(head.operation) if head is not None else None,
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
@@ -241,8 +251,9 @@ def _quantity(text: str) -> Decimal:
         return Decimal(0)
 
 
-def queues_view_from_status(view: StatusView) -> QueuesView:
-    """The view the status branch records (usage with that cycle's dispatches applied)."""
+def queues_view_from_status(view: StatusView, estimates: Estimates = NO_ESTIMATES) -> QueuesView:
+    """The view the status branch records (usage with that cycle's dispatches applied);
+    ``estimates``: those of the next cycle over what it records (the branch has none)."""
     ops = [o for o in view.operations.values() if not o.children]
     counts = _counts((o.queue, o.phase) for o in ops)
     heads = {o.queue: o for o in ops if o.position == 1 and o.queue is not None}
@@ -250,7 +261,10 @@ def queues_view_from_status(view: StatusView) -> QueuesView:
     for q in view.queues:
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
-        rows.append(_status_row(q, running, waiting, head))
+        row = _status_row(q, running, waiting, head)
+        if head is not None:
+            row = row.model_copy(update={"head_estimate": estimates.json_of(head.operation)})
+        rows.append(row)
     version = view.config.applied if view.config is not None else ""
     return QueuesView(
         version=version, rows=tuple(rows), totals=total_fleet(rows), source="status-branch"
@@ -332,6 +346,11 @@ class PendingOp(ApiModel):
     admit: Admit  # the part that says what would admit it
     never_runs: bool
     requests: str
+    estimate: JsonObject | None = None  # when it is estimated to start: {p50, p90, text}
+
+    @property
+    def starts(self) -> str:
+        return str((self.estimate or {}).get("text") or "")
 
 
 class QueueDetail(ApiModel):
@@ -415,10 +434,11 @@ def build_queue_detail(
     applied: bool,
     source_text: bytes | None = None,
     blame: Sequence[BlameLine] | None = None,
+    estimates: Estimates = NO_ESTIMATES,
 ) -> QueueDetail | None:
     """One queue, or None when the config has no such queue."""
     spec = repo.queues.get(name)
-    row = build_queues_view(repo, plan, states, applied=applied).row(name)
+    row = build_queues_view(repo, plan, states, applied=applied, estimates=estimates).row(name)
     if spec is None or row is None:
         return None
     active = tuple(
@@ -458,6 +478,7 @@ def build_queue_detail(
             admit=admit,
             never_runs=p.never_runs,
             requests=requests_text(ops[p.operation].requests) if p.operation in ops else "",
+            estimate=estimates.json_of(p.operation),
         )
         for p in plan.pending
         if p.queue == name
@@ -500,6 +521,7 @@ class OperationDetail(ApiModel):
     generation: int | None = None
     position: int | None = None
     admit: EmptyAsNull[Admit] = ""
+    estimate: JsonObject | None = None  # a pending one: when it is estimated to start
     config_commit: str | None = None
     requests: str = ""
     presets: Items[str] = ()
@@ -565,6 +587,7 @@ def build_operation_detail(
     *,
     applied: bool,
     recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
+    estimates: Estimates = NO_ESTIMATES,
 ) -> OperationDetail | None:
     """One operation (a workflow parent lists its children), or None if neither the
     config nor any cluster knows it."""
@@ -632,6 +655,7 @@ def build_operation_detail(
             message=pending.message,
             position=pending.position,
             admit=pending.admit.text,
+            estimate=estimates.json_of(op_id),
         )
     elif not applied and any(d.operation == op_id for d in plan.dispatch):
         fields.update(message="the plan dispatches it next (not created yet)")
@@ -654,7 +678,7 @@ def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, appli
 # --- text -------------------------------------------------------------------------------
 
 HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
-HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
+HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON", "HEAD STARTS"]
 WIDE_HEADERS = [*HEADERS, "NEXT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
 
@@ -677,6 +701,7 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             str(r.waiting),
             str(r.pending),
             r.head_reason or "-",
+            r.head_starts or "-",
         ]
         if wide:
             cells += [str(r.next), ",".join(r.kinds) or "-", r.strategy, str(r.paused).lower()]

@@ -152,7 +152,8 @@ def _queue_row(r: QueueRow) -> str:
         f'<tr data-queue="{esc(r.name)}"><td>{_link(queue_href(r.name), r.name)}{esc(paused)}</td>'
         f"<td>{esc(r.cluster)}</td><td>{r.priority}</td><td class=quota>{_concurrency(r)}</td>"
         f"<td>{quotas}</td><td>{r.running}</td><td>{r.waiting}</td><td>{r.pending}</td>"
-        f"<td>{head}</td><td>{esc(', '.join(r.kinds))}</td><td>{esc(r.strategy)}</td></tr>"
+        f"<td>{head}</td><td>{esc(r.head_starts or '-')}</td>"
+        f"<td>{esc(', '.join(r.kinds))}</td><td>{esc(r.strategy)}</td></tr>"
     )
 
 
@@ -166,6 +167,7 @@ QUEUE_TABLE_HEADERS = (
     "Waiting",
     "Pending",
     "Head reason",
+    "Head starts",
     "Kinds",
     "Strategy",
 )
@@ -217,11 +219,12 @@ def queue_main(d: QueueDetail) -> str:
         "no active operations",
     )
     pending = _table(
-        ("Pos", "Operation", "Reason", "Requests", "What would admit it"),
+        ("Pos", "Operation", "Reason", "Requests", "Starts", "What would admit it"),
         (
             f"<tr><td>{p.position}</td><td>{_link(operation_href(p.operation), p.operation)}</td>"
             f'<td class="reason{" never" if p.never_runs else ""}" title="{esc(p.message)}">'
-            f"{esc(p.reason)}</td><td>{esc(p.requests)}</td><td>{esc(p.admit)}</td></tr>"
+            f"{esc(p.reason)}</td><td>{esc(p.requests)}</td><td>{esc(p.starts or '-')}</td>"
+            f"<td>{esc(p.admit)}</td></tr>"
             for p in d.pending[:MAX_ROWS]
         ),
         "nothing pending",
@@ -279,6 +282,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Message", esc(d.message)),
         ("Position", str(d.position) if d.position is not None else ""),
         ("What would admit it", esc(d.admit)),
+        ("Starts", esc((d.estimate or {}).get("text") or "")),
         ("Kind", esc(d.kind)),
         ("File", f"<code>{esc(printable_path(d.path))}</code>" if d.path else ""),
         ("Queue", queue),

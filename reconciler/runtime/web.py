@@ -28,6 +28,7 @@ from urllib.parse import parse_qs, unquote
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
+from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
     BlameLine,
@@ -67,6 +68,7 @@ StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
 class _Cycle:
     result: CycleResult
     applied: bool
+    estimates: Estimates = NO_ESTIMATES
 
 
 class WebApp:
@@ -90,6 +92,8 @@ class WebApp:
         self._tail = tail_lines
         self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
         self._lock = threading.Lock()
+        # the estimates of the latest cycle, computed once per cycle (not per page view)
+        self._estimated: tuple[CycleResult, Estimates] | None = None
 
     # --- routing -----------------------------------------------------------------------
 
@@ -111,7 +115,20 @@ class WebApp:
         result = self._latest()
         if result is None or result.compiled is None or result.plan is None:
             return None
-        return _Cycle(result, applied=result.leading)
+        return _Cycle(result, applied=result.leading, estimates=self._estimates(result))
+
+    def _estimates(self, result: CycleResult) -> Estimates:
+        """The cycle's start estimates (``estimate_decision``: what every view shows)."""
+        with self._lock:
+            got = self._estimated
+            if got is not None and got[0] is result:
+                return got[1]
+        if result.compiled is None or result.decision is None:
+            return NO_ESTIMATES
+        estimates = estimate_decision(result.compiled, result.decision)
+        with self._lock:
+            self._estimated = (result, estimates)
+        return estimates
 
     def _html(
         self, partial: bool, title: str, main: Callable[[_Cycle], tuple[int, str] | None]
@@ -138,7 +155,9 @@ class WebApp:
     def _queues_main(self, c: _Cycle) -> tuple[int, str]:
         r = c.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(r.compiled, r.plan, r.workloads, applied=c.applied)
+        view = build_queues_view(
+            r.compiled, r.plan, r.workloads, applied=c.applied, estimates=c.estimates
+        )
         return 200, web_html.queues_main(view, _note(r, c.applied))
 
     def _queue_main(self, c: _Cycle, name: str) -> tuple[int, str] | None:
@@ -161,6 +180,7 @@ class WebApp:
             applied=c.applied,
             source_text=source,
             blame=blame,
+            estimates=c.estimates,
         )
         return None if detail is None else (200, web_html.queue_main(detail))
 
@@ -168,7 +188,13 @@ class WebApp:
         r = c.result
         assert r.compiled is not None and r.plan is not None
         detail = build_operation_detail(
-            r.compiled, r.plan, r.states, op_id, applied=c.applied, recorded=self._recorded(op_id)
+            r.compiled,
+            r.plan,
+            r.states,
+            op_id,
+            applied=c.applied,
+            recorded=self._recorded(op_id),
+            estimates=c.estimates,
         )
         if detail is None:
             return None
@@ -233,7 +259,9 @@ class WebApp:
             return _json(503, {"error": "no valid config has been loaded yet"})
         r = cycle.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(r.compiled, r.plan, r.workloads, applied=cycle.applied)
+        view = build_queues_view(
+            r.compiled, r.plan, r.workloads, applied=cycle.applied, estimates=cycle.estimates
+        )
         if parts == ["queues"]:
             return _json(200, view.to_json())
         if parts == ["fleet"]:
@@ -252,6 +280,7 @@ class WebApp:
                 applied=cycle.applied,
                 source_text=source,
                 blame=blame,
+                estimates=cycle.estimates,
             )
             if detail is None:
                 return _json(404, {"error": f"no queue {parts[1]!r}"})
@@ -265,6 +294,7 @@ class WebApp:
                 op_id,
                 applied=cycle.applied,
                 recorded=self._recorded(op_id),
+                estimates=cycle.estimates,
             )
             if op is None:
                 return _json(404, {"error": f"no operation {op_id!r}"})
