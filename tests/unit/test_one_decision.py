@@ -4,7 +4,8 @@ Random worlds: queues and operations, Jobs and Pods in every phase on fake clust
 superseded generations, workloads deleted by hand, removed operations, unreachable
 clusters, and a status branch. For each, ``plan --live``, ``queues --live``,
 ``status --live`` and ``/api/v1`` (a follower's cycle) must report exactly the plan of the
-next leader cycle: dispatch list, pending reasons and positions, stops and queue usage.
+next leader cycle: dispatch list, pending reasons and positions, stops and queue usage, and
+the start estimates of the pending operations.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from hypothesis import strategies as st
 from reconciler.cli.plan_cmd import live_planner, run_plan
 from reconciler.cli.queues_cmd import live_queues_view
 from reconciler.cli.status_cmd import live_status_view
+from reconciler.cli.status_cmd import render as render_status_cli
 from reconciler.core.cycle import (
     ClusterListing,
     InFlight,
@@ -31,6 +33,7 @@ from reconciler.core.cycle import (
     decide,
     memory_from_status,
 )
+from reconciler.core.estimate import estimate_decision
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import plan_repo
 from reconciler.core.quantity import format_quantity
@@ -258,6 +261,30 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         )
     for d in plan.dispatch:
         assert status_view.operations[d.operation].phase == "Dispatched"
+
+    # Start estimates (issue 16): one function of the decision, the same in every view,
+    # and the same as the next cycle's own decision gives.
+    estimates = estimate_decision(s.compiled, decision)
+    assert result.compiled is not None and result.decision is not None
+    assert estimate_decision(result.compiled, result.decision) == estimates
+    assert {p["operation"]: p["estimate"] for p in plan_json["pending"]} == {
+        p.operation: estimates.json_of(p.operation) for p in plan.pending
+    }
+    assert all(p["estimate"] is not None for p in plan_json["pending"])
+    heads = {p.queue: p.operation for p in plan.pending if p.position == 1}
+    for row in queues_json["queues"]:
+        head = heads.get(row["name"])
+        assert row["headEstimate"] == (estimates.json_of(head) if head else None), row
+    status_json = json.loads(render_status_cli(status_view, None, "json", estimates))
+    said = {o["operation"]: o.get("estimate") for o in status_json["operations"]}
+    assert {p.operation: said[p.operation] for p in plan.pending} == {
+        p.operation: estimates.json_of(p.operation) for p in plan.pending
+    }
+    for p in plan.pending:
+        detail = WebApp(lambda: follower)(f"/api/v1/operations/{p.operation}")
+        assert detail is not None and json.loads(detail[1])["estimate"] == estimates.json_of(
+            p.operation
+        )
 
     # The cycle did what the views said, and nothing else.
     created = {

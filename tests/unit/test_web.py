@@ -19,6 +19,8 @@ from conftest import TEMPLATE
 from test_queue_view import _dispatched_states
 
 from reconciler.core.compile import compile_repo
+from reconciler.core.cycle import Memory, decide, listing_from_memory
+from reconciler.core.estimate import estimate_decision
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import plan_repo
 from reconciler.core.queue_view import BlameLine
@@ -243,3 +245,39 @@ def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
     body = render_queue_page(detail).split("<h2>Pending</h2>")[1]
     assert len(re.findall(r"<tr><td>\d+</td>", body)) == MAX_ROWS
     assert "and 49 more" in body and 'href="/api/v1/queues/gpu"' in body
+
+
+def test_pages_and_api_show_the_cycles_start_estimates(template: RepoSnapshot) -> None:
+    """Issue 16: the queues page, a queue page, an operation page and the API show the
+    estimates of the cycle's decision (``estimate_decision``), computed once per cycle."""
+    repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
+    decision = decide(repo, listing_from_memory(repo, Memory()), Memory(), NOW)
+    result = CycleResult(
+        at=NOW,
+        version=repo.version,
+        compiled=repo,
+        plan=decision.plan,
+        states=decision.states,
+        decision=decision,
+    )
+    estimates = estimate_decision(repo, decision)
+    head = next(p for p in decision.plan.pending if p.queue == "team-a" and p.position == 1)
+    expected = estimates.json_of(head.operation)
+    assert expected is not None and expected["text"]
+    app = WebApp(lambda: result)
+    _, body, _ = app("/api/v1/queues") or (0, b"", "")
+    row = next(q for q in json.loads(body)["queues"] if q["name"] == "team-a")
+    assert row["headEstimate"] == expected
+    _, body, _ = app("/api/v1/queues/team-a") or (0, b"", "")
+    pending = json.loads(body)["pendingOperations"]
+    assert [p["estimate"] for p in pending] == [
+        estimates.json_of(p.operation) for p in decision.plan.pending if p.queue == "team-a"
+    ]
+    _, body, _ = app(f"/api/v1/operations/{head.operation}") or (0, b"", "")
+    assert json.loads(body)["estimate"] == expected
+    _, html, _ = app("/queues") or (0, b"", "")
+    assert "<th>Head starts</th>" in html.decode() and esc(expected["text"]) in html.decode()
+    _, html, _ = app("/queues/team-a") or (0, b"", "")
+    assert "<th>Starts</th>" in html.decode() and esc(expected["text"]) in html.decode()
+    _, html, _ = app(f"/operations/{head.operation}") or (0, b"", "")
+    assert "<dt>Starts</dt>" in html.decode()
