@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 from builders import NOW, World
@@ -25,6 +26,7 @@ from reconciler.core.estimate import (
     quantile,
 )
 from reconciler.core.plan import plan_dispatch
+from reconciler.core.plan_render import plan_to_table
 from reconciler.core.types import ObservedOperation, Phase
 
 MIN = 60.0
@@ -345,3 +347,26 @@ def test_the_incremental_simulation_equals_replanning_everything(
             for oid, at in got.items():
                 p50 = e.pending[oid].p50.at
                 assert at == max(expected[oid], p50 or expected[oid])
+
+
+# --- the worked example of docs/estimates.md --------------------------------------------
+
+
+def test_the_worked_example_in_the_docs_is_what_the_code_says() -> None:
+    world = World().queue("team-b", concurrency=1)
+    world.op("team-b/finetune", queue="team-b")
+    world.op("team-b/pretrain", queue="team-b").spec({"kind": "job", "run": {"timeout": "2h"}})
+    world.op("team-b/eval", queue="team-b")
+    world.op("team-b/sweep", queue="team-b").unapproved()
+    world.observe("team-b/finetune", Phase.RUNNING, queue="team-b")
+    history = _runs("team-b/finetune", "team-b", 50, 55, 60, 70, 90)
+    history += _runs("team-b/eval", "team-b", 8, 10, 12)
+    started = {"team-b/finetune": NOW - timedelta(minutes=20)}
+    e = _estimate(world, history, started)
+    table = plan_to_table(world.plan(), e)
+    rows = table.split("\n\n")[1].splitlines()
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "estimates.md").read_text()
+    example = docs.split("```\nPOS", 1)[1].split("```", 1)[0]
+    assert rows == ("POS" + example).strip("\n").splitlines()
+    assert (_at(e, "team-b/pretrain"), _at(e, "team-b/pretrain", "p90")) == (40, 70)
+    assert (_at(e, "team-b/eval"), _at(e, "team-b/eval", "p90")) == (90, 160)
