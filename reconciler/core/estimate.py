@@ -314,7 +314,7 @@ class _Active:
         op: CompiledOperation | None,
         queue: str | None,
         cluster: str | None,
-        end: datetime | None,
+        end: float | None,
     ) -> None:
         self.observed = observed
         self.op = op
@@ -384,7 +384,7 @@ class _Sim:
         self.model = model
         self.q = q
         self.now = now
-        self.end_of_horizon = now + horizon
+        self.end_of_horizon = horizon.total_seconds()  # seconds from now: the clock
         self.step = resolution.total_seconds()
         self.unreachable = unreachable
         self.ops = prep.ops
@@ -401,9 +401,9 @@ class _Sim:
         self.active_in_workflow: dict[str, set[str]] = {}
         # queue -> cluster -> [how many runs, {quota resource: units}] they hold
         self.held: dict[str, dict[str, list[Any]]] = {}
-        self.heap: list[tuple[datetime, str]] = []
+        self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
         self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
-        self.dispatched_at: dict[str, datetime] = {}
+        self.dispatched_at: dict[str, float] = {}  # seconds from now
         self.last: dict[str, PendingReason] = {p.operation: p.reason for p in plan.pending}
         self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
         self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
@@ -416,41 +416,41 @@ class _Sim:
             if not o.phase.active:
                 continue
             op = self.ops.get(o.operation)
-            end = self.now if o.operation in stopped else self._running_end(o, op, starts)
+            end = 0.0 if o.operation in stopped else self._running_end(o, op, starts)
             self._activate(o, op, end)
         for d in plan.dispatch:
             op = self.ops[d.operation]
             o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
-            self._activate(o, op, self._end_from(self.now, op, d.operation))
+            self._activate(o, op, self._end_from(0.0, op, d.operation))
 
     # --- durations ---
 
-    def _end_from(self, start: datetime, op: CompiledOperation, oid: str) -> datetime | None:
+    def _end_from(self, start: float, op: CompiledOperation, oid: str) -> float | None:
         d = self.model.duration(oid, op.queue, self.q, _timeout(op)).seconds
         return None if d is None else self._after(start, d)
 
     def _running_end(
         self, o: ObservedOperation, op: CompiledOperation | None, starts: Mapping[str, datetime]
-    ) -> datetime | None:
+    ) -> float | None:
         start = min(starts.get(o.operation, self.now), self.now)
         elapsed = (self.now - start).total_seconds()
         name = o.operation.split("@", 1)[0]  # a superseded run ``op@gN`` ran as ``op``
         queue = o.queue or (op.queue if op is not None else None)
         timeout = _timeout(op) if op is not None else None
         left = self.model.remaining(name, queue, self.q, timeout, elapsed)
-        return None if left is None else self._after(self.now, left)
+        return None if left is None else self._after(0.0, left)
 
-    def _after(self, start: datetime, seconds: float) -> datetime:
+    def _after(self, start: float, seconds: float) -> float:
         """``start`` plus ``seconds`` rounded to the resolution: runs that end within the
         same step are released together, one replan for them all."""
         if self.step > 0:
             seconds = round(seconds / self.step) * self.step
-        return start + timedelta(seconds=seconds)
+        return start + seconds
 
     # --- state ---
 
     def _activate(
-        self, o: ObservedOperation, op: CompiledOperation | None, end: datetime | None
+        self, o: ObservedOperation, op: CompiledOperation | None, end: float | None
     ) -> None:
         queue = o.queue or (op.queue if op is not None else None)
         cluster = o.cluster or (op.cluster if op is not None else None)
@@ -554,7 +554,7 @@ class _Sim:
         for q in sorted(waiting, key=self.queue_order.__getitem__)[:free]:
             affected.add(q)
 
-    def _replan(self, queues: set[str], t: datetime) -> None:
+    def _replan(self, queues: set[str], t: float) -> None:
         """The planner over ``queues`` (``_plan``), first with the head of each long queue:
         when the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a
         quota none of the rest fits in), the rest would only have waited, and is not
@@ -592,7 +592,7 @@ class _Sim:
         for qa in sub.queues:
             self._note_waits(qa.name, qa.pending)
 
-    def _plan(self, queues: set[str], t: datetime, heads: Mapping[str, int | None]) -> Admission:
+    def _plan(self, queues: set[str], t: float, heads: Mapping[str, int | None]) -> Admission:
         """The planner's steps 1-4 (``admit_dispatch``) over ``queues``: their candidates
         (the first ``heads[q]`` of them when given), what holds their queues, workflows
         and dependencies; each cluster's limit less the runs outside."""
@@ -723,7 +723,7 @@ class _Sim:
             oid = op.id
             at = self.dispatched_at.get(oid)
             if at is not None:
-                out[oid] = (Eta(EtaState.AT, at), "")
+                out[oid] = (Eta(EtaState.AT, self.now + timedelta(seconds=at)), "")
             elif waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
