@@ -394,6 +394,9 @@ class _Sim:
         self.simulated = prep.simulated
         self.dependents = prep.dependents
         self.workflow_queues = prep.workflow_queues
+        self.shared_workflow_queues = {
+            q for qs in prep.workflow_queues.values() if len(qs) > 1 for q in qs
+        }
         self.candidates = {q: list(ops) for q, ops in prep.candidates.items()}  # still pending
         self.cluster_active: dict[str, int] = {}
         self.active: dict[str, _Active] = {}
@@ -543,7 +546,8 @@ class _Sim:
     def _cluster_waiters(self, cluster: str, affected: set[str]) -> None:
         """Add the queues waiting for ``cluster``'s slots, in the planner's order, until
         there are as many as free slots: each takes at least one (what kept it waiting was
-        only the cluster), so a later one would find the cluster full again."""
+        only the cluster), so a later one would find the cluster full again. A queue holding
+        children of a workflow that spans queues is added but not counted."""
         limit = self.cluster_limit.get(cluster)
         waiting = self.waits_on_cluster.get(cluster)
         if limit is None or not waiting:
@@ -551,8 +555,15 @@ class _Sim:
         free = limit - self.cluster_active.get(cluster, 0)
         if free <= 0:
             return
-        for q in sorted(waiting, key=self.queue_order.__getitem__)[:free]:
+        certain = 0
+        for q in sorted(waiting, key=self.queue_order.__getitem__):
             affected.add(q)
+            # a queue with children of a workflow that spans queues may find its workflow
+            # full (another queue's child took it): it does not count as taking a slot
+            if q not in self.shared_workflow_queues:
+                certain += 1
+                if certain >= free:
+                    return
 
     def _replan(self, queues: set[str], t: float) -> None:
         """The planner over ``queues`` (``_plan``), first with the head of each long queue:

@@ -326,7 +326,7 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord]]:
     return world, history
 
 
-@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_the_incremental_simulation_equals_replanning_everything(
     case: tuple[World, list[RunRecord]],
