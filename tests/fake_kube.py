@@ -26,6 +26,7 @@ class FakeCluster:
     namespaces: set[str] = field(default_factory=set)
     events: list[tuple[str, str, str]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, pod) -> text
     version: int = 100
 
     def _next(self) -> str:
@@ -88,6 +89,72 @@ class FakeCluster:
         else:
             raise ValueError(phase)
         self.pods[pod_key] = pod
+
+    def set_gang(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        placed: int,
+        running: int = 0,
+        message: str = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+    ) -> None:
+        """The pods of an Indexed Job, as the Job controller and scheduler leave them:
+        indexes below ``placed`` bound to a node (the first ``running`` of them Running),
+        the rest Pending and Unschedulable with the scheduler's ``message``. Each pod's
+        log reads ``log of replica <i>``."""
+        job = self.jobs[(namespace, name)]
+        job["metadata"]["resourceVersion"] = self._next()
+        for key in [k for k, p in self.pods.items() if _job_of(p) == (namespace, name)]:
+            del self.pods[key]
+        for i in range(replicas):
+            pod_name = f"{name}-{i}-x{i}"
+            labels = dict((job["spec"]["template"].get("metadata") or {}).get("labels") or {})
+            labels.update({"job-name": name, MANAGED[0]: MANAGED[1]})
+            annotations = dict(
+                (job["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+            )
+            annotations["batch.kubernetes.io/job-completion-index"] = str(i)
+            pod: dict[str, Any] = {
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": annotations,
+                    "creationTimestamp": NOW,
+                },
+                "spec": copy.deepcopy(job["spec"]["template"].get("spec") or {}),
+                "status": {"phase": "Pending"},
+            }
+            if i < placed:
+                pod["spec"]["nodeName"] = f"gpu-node-{i}"
+                if i < running:
+                    pod["status"]["phase"] = "Running"
+            else:
+                pod["status"]["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ]
+            self.pods[(namespace, pod_name)] = pod
+            self.logs[(namespace, pod_name)] = f"log of replica {i}\n"
+
+
+def _job_of(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod["metadata"]
+    return meta["namespace"], (meta.get("labels") or {}).get("job-name", "")
+
+
+def _matches(obj: dict[str, Any], label_selector: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, label_selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
 
 
 class FakeKube:
@@ -158,5 +225,31 @@ class FakeKube:
     def delete_workload(self, namespace: str, name: str) -> bool:
         self._up()
         self.cluster.calls.append(f"delete {namespace}/{name}")
-        self.cluster.pods.pop((namespace, f"{name}-pod"), None)
+        for key in [k for k, p in self.cluster.pods.items() if _job_of(p) == (namespace, name)]:
+            del self.cluster.pods[key]
         return self.cluster.jobs.pop((namespace, name), None) is not None
+
+    def list_labelled(
+        self, kind: str, label_selector: str, namespace: str | None = None
+    ) -> tuple[dict[str, Any], ...]:
+        self._up()
+        source = self.cluster.jobs if kind == "Job" else self.cluster.pods
+        return tuple(
+            copy.deepcopy(obj)
+            for (ns, _), obj in sorted(source.items())
+            if (namespace is None or ns == namespace) and _matches(obj, label_selector)
+        )
+
+    def read_logs(
+        self,
+        namespace: str,
+        pod: str,
+        container: str = "main",
+        follow: bool = False,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:
+        self._up()
+        if (namespace, pod) not in self.cluster.pods:
+            raise KubeError(f"pods {pod!r} not found", status=404)
+        return self.cluster.logs.get((namespace, pod), "")

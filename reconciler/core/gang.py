@@ -1,0 +1,103 @@
+"""The pods of a distributed operation (a gang): which replica a pod is, and how many of a
+gang's pods the scheduler has placed (pure).
+
+A distributed run is an Indexed Job (one pod per completion index) or, with the
+``pytorchjob`` backend, a Kubeflow ``PyTorchJob`` (one Master and N-1 Workers). Replica 0
+is index 0 or the Master: its outputs and log are the run's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Set by the Job controller on every pod of an Indexed Job (annotation, and a label since
+# Kubernetes 1.28).
+ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+# Set by the Kubeflow Training Operator on the pods of a PyTorchJob.
+LABEL_KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+LABEL_KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+
+
+def replica_index(pod: Mapping[str, Any]) -> int | None:
+    """The replica (rank) a pod runs: its completion index; for a PyTorchJob, 0 for the
+    Master and 1 + its index for a Worker; 0 for the one pod of a single-pod Job. None when
+    the pod's labels say it is a replica but the number does not read."""
+    meta = pod.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    labels = meta.get("labels") or {}
+    raw = annotations.get(ANNOTATION_COMPLETION_INDEX, labels.get(ANNOTATION_COMPLETION_INDEX))
+    if raw is not None:
+        return _non_negative(raw)
+    kind = str(labels.get(LABEL_KUBEFLOW_REPLICA_TYPE) or "").lower()
+    if kind == "master":
+        return 0
+    if kind == "worker":
+        index = _non_negative(labels.get(LABEL_KUBEFLOW_REPLICA_INDEX))
+        return None if index is None else index + 1
+    return 0
+
+
+def _non_negative(raw: object) -> int | None:
+    try:
+        value = int(str(raw))
+    except ValueError:
+        return None
+    return value if value >= 0 else None
+
+
+def latest_per_replica(pods: Iterable[Mapping[str, Any]]) -> dict[int, Mapping[str, Any]]:
+    """The newest pod of each replica (a retried index has an older, failed pod)."""
+    out: dict[int, Mapping[str, Any]] = {}
+    for pod in pods:
+        index = replica_index(pod)
+        if index is None:
+            continue
+        best = out.get(index)
+        if best is None or _created(pod) >= _created(best):
+            out[index] = pod
+    return out
+
+
+def _created(pod: Mapping[str, Any]) -> tuple[str, str]:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("creationTimestamp") or ""), str(meta.get("name") or "")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """How much of a gang of ``replicas`` pods the scheduler has placed."""
+
+    replicas: int
+    placed: int  # pods bound to a node
+    running: int  # pods Running (or already finished)
+    unplaced_reason: str = ""  # the scheduler's message for a pod it could not place
+
+    @property
+    def complete(self) -> bool:
+        return self.placed >= self.replicas
+
+    def message(self) -> str:
+        text = f"{self.placed} of {self.replicas} pods placed"
+        return f"{text}; {self.unplaced_reason}" if self.unplaced_reason else text
+
+
+def placement(pods: Iterable[Mapping[str, Any]], replicas: int) -> Placement:
+    """Count the gang's placed and running pods (the newest pod of each replica)."""
+    latest = latest_per_replica(pods)
+    placed = running = 0
+    reason = ""
+    for index in sorted(latest):
+        pod = latest[index]
+        spec = pod.get("spec") or {}
+        status = pod.get("status") or {}
+        if spec.get("nodeName"):
+            placed += 1
+            if status.get("phase") in ("Running", "Succeeded", "Failed"):
+                running += 1
+            continue
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                reason = reason or str(cond.get("message") or cond.get("reason") or "")
+    return Placement(replicas=replicas, placed=placed, running=running, unplaced_reason=reason)
