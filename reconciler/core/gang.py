@@ -73,10 +73,16 @@ class Placement:
     placed: int  # pods bound to a node
     running: int  # pods Running (or already finished)
     unplaced_reason: str = ""  # the scheduler's message for a pod it could not place
+    created: int = 0  # pods the Job controller has created (one per replica at most)
 
     @property
     def complete(self) -> bool:
         return self.placed >= self.replicas
+
+    @property
+    def unschedulable(self) -> bool:
+        """The scheduler found no node for at least one pod (not merely: not yet)."""
+        return bool(self.unplaced_reason)
 
     def message(self) -> str:
         text = f"{self.placed} of {self.replicas} pods placed"
@@ -99,5 +105,11 @@ def placement(pods: Iterable[Mapping[str, Any]], replicas: int) -> Placement:
             continue
         for cond in status.get("conditions") or []:
             if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
-                reason = reason or str(cond.get("message") or cond.get("reason") or "")
-    return Placement(replicas=replicas, placed=placed, running=running, unplaced_reason=reason)
+                reason = reason or str(cond.get("message") or cond.get("reason") or "no room")
+    return Placement(
+        replicas=replicas,
+        placed=placed,
+        running=running,
+        unplaced_reason=reason,
+        created=len(latest),
+    )

@@ -15,6 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.gang import Placement, latest_per_replica, placement
 from reconciler.core.load import MAX_NUMBER_CHARS
 from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
 from reconciler.core.render import (
@@ -70,6 +71,7 @@ class WorkloadState:
     requests: Mapping[str, Decimal] = field(default_factory=dict)
     annotated_phase: str | None = None  # the phase last written onto the workload
     workflow: str | None = None  # the workflow it was dispatched for ("" none, None unknown)
+    gang: Placement | None = None  # a distributed run's pods: how many placed and running
 
     def to_observed(self) -> ObservedOperation:
         return ObservedOperation(
@@ -211,6 +213,38 @@ def _job_phase(
     return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the scheduler"
 
 
+def gang_size(job: Mapping[str, Any]) -> int:
+    """How many pods must run together: an Indexed Job's parallelism (1 for any other Job)."""
+    spec = job.get("spec") or {}
+    if spec.get("completionMode") != "Indexed":
+        return 1
+    try:
+        return max(1, int(spec.get("parallelism") or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _gang_phase(
+    phase: Phase, reason: ObservedReason | None, message: str, gang: Placement
+) -> tuple[Phase, ObservedReason | None, str]:
+    """A distributed run is not Running until every pod runs; while the scheduler has
+    placed only some, it waits for capacity ("k of N pods placed")."""
+    if phase.finished or reason is ObservedReason.DELETING:
+        return phase, reason, message
+    if not gang.complete and gang.unschedulable:
+        return Phase.DISPATCHED, ObservedReason.WAITING_FOR_CAPACITY, gang.message()
+    if not gang.complete:
+        created = f"{gang.created} of {gang.replicas} pods created"
+        return Phase.DISPATCHED, ObservedReason.PENDING_POD, f"{gang.message()}; {created}"
+    if gang.running < gang.replicas:
+        return (
+            Phase.DISPATCHED,
+            ObservedReason.SCHEDULED,
+            f"all {gang.replicas} pods placed, {gang.running} running",
+        )
+    return phase, reason, message
+
+
 def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     if not pods:
         return None
@@ -236,8 +270,17 @@ def observe_workloads(
         if not operation:
             continue  # labelled by hand, not rendered by us: never ours to judge
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        pod = _latest_pod(pods_by_job.get((namespace, name), []))
-        phase, reason, message = _job_phase(job, pod)
+        job_pods = pods_by_job.get((namespace, name), [])
+        size = gang_size(job)
+        gang: Placement | None = None
+        if size > 1:
+            # replica 0's pod is the run's: its node, its outputs
+            pod = latest_per_replica(job_pods).get(0) or _latest_pod(job_pods)
+            gang = placement(job_pods, size)
+            phase, reason, message = _gang_phase(*_job_phase(job, pod), gang)
+        else:
+            pod = _latest_pod(job_pods)
+            phase, reason, message = _job_phase(job, pod)
         status = job.get("status") or {}
         pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
         try:
@@ -268,6 +311,7 @@ def observe_workloads(
                 requests=_pod_requests(pod_spec),
                 annotated_phase=annotations.get(ANNOTATION_PHASE),
                 workflow=annotations.get(ANNOTATION_WORKFLOW),
+                gang=gang,
             )
         )
     return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))
