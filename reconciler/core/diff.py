@@ -187,6 +187,8 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         "strategy": q.strategy,
         "paused": q.paused,
         "kinds": q.kinds,
+        "maxPods": q.max_pods,
+        "startTimeout": q.start_timeout,
     }
 
 

@@ -601,8 +601,36 @@ class Environment(Strict):
     )
 
 
+MAX_REPLICAS = 100_000  # Kubernetes' ceiling on an Indexed Job's completions and parallelism
+DEFAULT_DISTRIBUTED_PORT = 29500
+
+
+class Distributed(Strict):
+    """How the replicas of a distributed operation find each other (docs/runtime.md)."""
+
+    framework: Literal["torch", "jax", "none"] | None = Field(
+        default=None,
+        description="The rendezvous environment to set: torch (default; MASTER_ADDR, RANK...), "
+        "jax (JAX_COORDINATOR_ADDRESS...), or none (only the headless Service and the index).",
+    )
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] | None = Field(
+        default=None, description="The coordinator's port on replica 0 (default 29500)."
+    )
+    backend: Literal["job", "pytorchjob"] | None = Field(
+        default=None,
+        description="job (default): an Indexed Job and a headless Service; pytorchjob: a "
+        "Kubeflow PyTorchJob (the cluster must serve its CRD).",
+    )
+
+
 class Run(Strict):
     kind: Kind | None = None
+    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = Field(
+        default=None,
+        description="Pods that run together, all or nothing (job and batch only; default 1). "
+        "More than 1 renders an Indexed Job and a headless Service.",
+    )
+    distributed: Distributed | None = None
     container: Container | None = None
     environment: Environment | None = None
     connections: list[Name] | None = None
@@ -731,6 +759,15 @@ class QueueFile(Strict):
     kinds: Annotated[list[Kind], Field(min_length=1)] | None = None
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     paused: StrictBool = False
+    max_pods: Count | None = Field(
+        default=None,
+        description="Most pods the queue's active operations may have, counting every replica.",
+    )
+    start_timeout: Duration | None = Field(
+        default=None,
+        description="A distributed operation whose pods are not all running this long after "
+        "dispatch is stopped and re-queued once (GangTimeout). Seconds or e.g. '10m'.",
+    )
 
 
 class KubeconfigSecret(Strict):
@@ -842,7 +879,9 @@ class OrgDefaults(Strict):
 class Policy(Strict):
     allowed_queues: list[Name] | None = None
     max_resources: dict[ResourceName, Quantity] | None = Field(
-        default=None, description="Largest total request per operation, per resource."
+        default=None,
+        description="Largest total request per operation, per resource, counted over all its "
+        "replicas (run.replicas x the pod's request).",
     )
     allowed_scheduler_names: list[NonEmptyStr] | None = None
     allowed_priority_classes: list[PriorityClass] | None = Field(
@@ -880,6 +919,9 @@ class Policy(Strict):
         default=None, description="Volume types run.volumes may use; default all four."
     )
     max_retries: Count = Field(default=6, description="Largest run.maxRetries.")
+    max_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = Field(
+        default=None, description="Largest run.replicas; default no limit but Kubernetes'."
+    )
     min_ttl: Ttl = Field(
         default=3600,
         description="Shortest run.ttl: the reconciler must see a Job finish before it is deleted.",

@@ -33,6 +33,33 @@ class MergeStrategy(enum.StrEnum):
     PRE_MERGE = "pre_merge"
 
 
+class Framework(enum.StrEnum):
+    """``run.distributed.framework``: the rendezvous environment the replicas get."""
+
+    TORCH = "torch"
+    JAX = "jax"
+    NONE = "none"
+
+
+class DistributedBackend(enum.StrEnum):
+    """``run.distributed.backend``: the object a distributed operation renders to."""
+
+    JOB = "job"  # an Indexed Job and a headless Service
+    PYTORCHJOB = "pytorchjob"  # a Kubeflow Training Operator PyTorchJob
+
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True, slots=True)
+class Distributed:
+    """``run.distributed`` compiled, defaults filled in."""
+
+    framework: Framework = Framework.TORCH
+    port: int = DEFAULT_PORT
+    backend: DistributedBackend = DistributedBackend.JOB
+
+
 class Phase(enum.StrEnum):
     QUEUED = "Queued"
     DISPATCHED = "Dispatched"
@@ -202,6 +229,8 @@ class QueueSpec:
     strategy: QueueStrategy = QueueStrategy.BEST_EFFORT_FIFO
     paused: bool = False
     source: str = ""
+    max_pods: int | None = None  # pods of active operations, every replica counted
+    start_timeout: int | None = None  # seconds; a gang not all running by then: GangTimeout
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +255,9 @@ class CompiledOperation:
     namespace: str
     kind: RunKind
     spec: Mapping[str, Any]  # compiled, same shape as the operation file
-    requests: Mapping[str, Decimal]  # total per resource (requests, or limits where only set)
+    # Total per resource over all replicas (each pod's request, or its limit where only a
+    # limit is set, times ``replicas``): what the operation takes of a queue's quota.
+    requests: Mapping[str, Decimal]
     presets: tuple[str, ...] = ()
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
     connections: tuple[str, ...] = ()
@@ -236,10 +267,30 @@ class CompiledOperation:
     dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
     submitted_at: datetime | None = None  # first commit time of the operation file
     params: Mapping[str, Any] = field(default_factory=dict)  # matrix/DAG child parameters
+    replicas: int = 1  # run.replicas: pods dispatched together, all or nothing
+    # run.distributed with its defaults; set whenever the operation is distributed (more
+    # than one replica, or run.distributed written), None for a single-pod operation.
+    distributed: Distributed | None = None
+    # One pod's request per resource (``requests`` is this times ``replicas``).
+    pod_requests: Mapping[str, Decimal] | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas > 1 and self.pod_requests is None:
+            raise ValueError("a CompiledOperation with replicas > 1 needs pod_requests")
 
     @property
     def id(self) -> str:
         return f"{self.project}/{self.name}"
+
+    @property
+    def pods(self) -> int:
+        """Pods the operation runs: its replicas."""
+        return self.replicas
+
+    @property
+    def per_pod(self) -> Mapping[str, Decimal]:
+        """One pod's request per resource."""
+        return self.requests if self.pod_requests is None else self.pod_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +388,7 @@ class OrgPolicy:
     allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
     allowed_volume_types: frozenset[str] = VOLUME_TYPES
     max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    max_replicas: int | None = None  # ceiling on run.replicas
     min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 
 

@@ -298,6 +298,7 @@ def _pod_policy(policy: Policy | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "max_retries": policy.max_retries,
         "min_ttl": duration_seconds(policy.min_ttl),
+        "max_replicas": policy.max_replicas,
     }
     if policy.allowed_service_accounts is not None:
         out["allowed_service_accounts"] = frozenset(policy.allowed_service_accounts)

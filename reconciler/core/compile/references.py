@@ -14,7 +14,14 @@ from typing import Any
 
 from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of
 from reconciler.core.merge import Locate, Path
-from reconciler.core.model import ClusterFile, ConnectionFile, PresetFile, QueueFile, to_snake
+from reconciler.core.model import (
+    ClusterFile,
+    ConnectionFile,
+    PresetFile,
+    QueueFile,
+    duration_seconds,
+    to_snake,
+)
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     ClusterSpec,
@@ -127,6 +134,8 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         strategy=QueueStrategy(m.strategy),
         paused=m.paused,
         source=loaded.path,
+        max_pods=m.max_pods,
+        start_timeout=duration_seconds(m.start_timeout) if m.start_timeout is not None else None,
     )
 
 

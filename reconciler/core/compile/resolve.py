@@ -25,8 +25,12 @@ from reconciler.core.model import OperationFile
 from reconciler.core.policy import Violation, check_pod_security, check_policy
 from reconciler.core.render import env_sources, render_pod
 from reconciler.core.types import (
+    DEFAULT_PORT,
     CompiledOperation,
     ConnectionSpec,
+    Distributed,
+    DistributedBackend,
+    Framework,
     Location,
     OrgSettings,
     Provenance,
@@ -51,9 +55,61 @@ class Context:
 @dataclass(frozen=True)
 class Resolved:
     queue: QueueSpec
-    requests: dict[str, Decimal]
+    requests: dict[str, Decimal]  # one pod's
     connections: tuple[str, ...]
     violations: tuple[Violation, ...]
+    gang: Gang
+
+    @property
+    def total(self) -> dict[str, Decimal]:
+        """What the operation takes of a quota: every replica's request."""
+        return scaled(self.requests, self.gang.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """``run.replicas`` and ``run.distributed`` of a spec, compiled."""
+
+    replicas: int = 1
+    distributed: Distributed | None = None
+
+
+# Kinds that may run more than one pod (a notebook or a sandbox is one interactive pod).
+GANG_KINDS = frozenset({RunKind.JOB, RunKind.BATCH})
+
+
+def scaled(requests: Mapping[str, Decimal], replicas: int) -> dict[str, Decimal]:
+    return {k: v * replicas for k, v in requests.items()}
+
+
+def gang_of(
+    spec: Mapping[str, Any], prov: ProvMap, fallback: Location, errors: Errors
+) -> Gang | None:
+    """The spec's replicas and distributed settings (defaults filled in); None, with the
+    error reported, when its kind cannot run more than one pod."""
+    run = spec.get("run") or {}
+    replicas = int(run.get("replicas", 1))
+    written = run.get("distributed")
+    kind = RunKind(run["kind"])
+    if kind not in GANG_KINDS and (replicas > 1 or written is not None):
+        path: Path = ("run", "replicas") if replicas > 1 else ("run", "distributed")
+        errors.add(
+            at(prov, path, fallback),
+            f"{dotted(path)}: a {kind} runs one pod; only job and batch operations may set "
+            "run.replicas or run.distributed",
+        )
+        return None
+    if replicas == 1 and written is None:
+        return Gang()
+    written = written or {}
+    return Gang(
+        replicas,
+        Distributed(
+            framework=Framework(written.get("framework", Framework.TORCH)),
+            port=int(written.get("port", DEFAULT_PORT)),
+            backend=DistributedBackend(written.get("backend", DistributedBackend.JOB)),
+        ),
+    )
 
 
 # Fields every dispatchable spec must end up with (the schema leaves them optional, since a
@@ -140,7 +196,8 @@ def resolve(
     check_pod(spec, prov, fallback, errors, specs)
     conns = [specs[name] for name in connections]
     check_env(spec, conns, prov, fallback, errors)
-    if len(errors) > reported or queue is None:
+    gang = gang_of(spec, prov, fallback, errors)
+    if len(errors) > reported or queue is None or gang is None:
         return None
     violations = check_policy(
         spec,
@@ -149,7 +206,8 @@ def resolve(
         queue=queue,
         project=ctx.project,
         allowed_queues=ctx.allowed_queues,
-        requests=requests,
+        requests=scaled(requests, gang.replicas),
+        replicas=gang.replicas,
     )
     pod = render_pod(
         spec,
@@ -159,7 +217,7 @@ def resolve(
         queue=queue.name,
     )
     violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
-    return Resolved(queue, requests, tuple(connections), violations)
+    return Resolved(queue, requests, tuple(connections), violations, gang)
 
 
 def check_env(
@@ -211,7 +269,10 @@ def build(
         namespace=ctx.namespace,
         kind=RunKind(spec["run"]["kind"]),
         spec=spec,
-        requests=resolved.requests,
+        requests=resolved.total,
+        pod_requests=resolved.requests,
+        replicas=resolved.gang.replicas,
+        distributed=resolved.gang.distributed,
         presets=ctx.presets,
         provenance={
             dotted(k): repo.shared(v)
