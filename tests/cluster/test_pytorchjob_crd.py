@@ -80,7 +80,8 @@ def _pruned(sent: Any, got: Any, path: str = "spec") -> list[str]:
     if isinstance(sent, dict) and isinstance(got, dict):
         return [p for k, v in sent.items() for p in _pruned(v, got.get(k), f"{path}.{k}")]
     if isinstance(sent, list) and isinstance(got, list) and len(sent) == len(got):
-        return [p for i, (a, b) in enumerate(zip(sent, got)) for p in _pruned(a, b, f"{path}[{i}]")]
+        pairs = enumerate(zip(sent, got, strict=True))
+        return [p for i, (a, b) in pairs for p in _pruned(a, b, f"{path}[{i}]")]
     return [] if sent == got else [path]
 
 
