@@ -23,6 +23,13 @@ The rules, in the order :func:`decide` applies them:
    | reachable, not listed   | finished        | that state (e.g. deleted by its TTL)  |
    | reachable, not listed   | active          | `Stopped`: deleted by hand, never re-created |
    | (a generation bump)     | any             | forgotten: the new run is `Queued`    |
+   | reachable, not listed   | stopped by a `GangTimeout` that re-queues | `Queued` again |
+
+3b. **gang start timeout**: a distributed run (an Indexed Job) of a queue with
+   `startTimeout`, not all of whose pods run that long after its dispatch, is deleted
+   (reason `GangTimeout`) and re-queued once; the second time it stays `Stopped`. It keeps
+   its quota for the cycle that deletes it. The count and the stopped attempt (its
+   ``dispatched_at``) are ``Memory.gang_timeouts``, recorded in the status branch;
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
    quota under the id ``op@gN`` until they finish, and are never pruned;
@@ -38,7 +45,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-from reconciler.core.observe import ObservedReason, WorkloadState, current_states
+from reconciler.core.gang import GangTimeout, gang_timeout_message
+from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
@@ -85,6 +93,8 @@ class Memory:
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
+    # distributed operations stopped by their queue's startTimeout (rule 3b)
+    gang_timeouts: Mapping[str, GangTimeout] = field(default_factory=dict)
 
     def record(
         self, created: Iterable[InFlight] = (), stopped: Iterable[WorkloadState] = ()
@@ -97,7 +107,7 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight)
+        return Memory(seen, inflight, self.gang_timeouts)
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
@@ -107,7 +117,12 @@ def memory_from_status(view: StatusView) -> Memory:
     """The workloads the status branch records (the last state a leader saw of each), so a
     restart or a read-only replica starts from what is known."""
     seen: dict[str, WorkloadState] = {}
+    timeouts: dict[str, GangTimeout] = {}
     for op_id, rec in view.operations.items():
+        if rec.gang_timeouts is not None:
+            mark = GangTimeout.from_json(rec.gang_timeouts, rec.generation or 1)
+            if mark is not None:
+                timeouts[op_id] = mark
         try:
             phase = Phase(rec.phase)
         except ValueError:
@@ -132,8 +147,12 @@ def memory_from_status(view: StatusView) -> Memory:
             started_at=rec.started_at,
             finished_at=rec.finished_at,
             outputs=rec.outputs,
+            # the one workload reason a rule reads back (3b); the others are re-derived
+            reason=ObservedReason.GANG_TIMEOUT
+            if rec.reason == ObservedReason.GANG_TIMEOUT.value
+            else None,
         )
-    return Memory(seen)
+    return Memory(seen, gang_timeouts=timeouts)
 
 
 def listing_from_memory(
@@ -264,12 +283,35 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         current[op_id] = created.state
 
     # 3. what memory knows that the listing does not say
+    marks = {
+        op_id: mark
+        for op_id, mark in memory.gang_timeouts.items()
+        if generations.get(op_id) == mark.generation  # a bump starts the count again
+    }
     for op_id, seen in memory.seen.items():
         if op_id in current:
             continue
         wanted = generations.get(op_id)
         if wanted is not None and wanted != seen.generation:
             continue  # a generation bump: a new run, Queued until dispatched
+        mark = marks.get(op_id)
+        if (
+            mark is not None
+            and mark.requeue
+            and mark.dispatched_at == seen.dispatched_at
+            and seen.cluster not in down
+        ):
+            continue  # stopped by a GangTimeout and gone: Queued again (3b)
+        if mark is not None and mark.dispatched_at == seen.dispatched_at:
+            message = seen.message if seen.reason is ObservedReason.GANG_TIMEOUT else ""
+            seen = replace(
+                seen,
+                phase=Phase.STOPPED if seen.cluster not in down else seen.phase,
+                reason=ObservedReason.GANG_TIMEOUT,
+                message=message or mark.message(),
+            )
+            current[op_id] = seen
+            continue
         if seen.cluster in down or seen.cluster not in compiled.clusters:
             if not seen.phase.finished:
                 why = "unreachable" if seen.cluster in down else "not in the config"
@@ -286,9 +328,44 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
                 seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
             )
 
+    ops = {op.id: op for op in compiled.operations}
+
+    # 3b. gangs not all running within their queue's startTimeout: stopped (re-queued once)
+    gang_deletes: list[Delete] = []
+    for op_id, state in sorted(current.items()):
+        if op_id not in present:
+            continue
+        mark = marks.get(op_id)
+        if mark is not None and mark.dispatched_at == state.dispatched_at:
+            # this attempt was stopped already: its delete is under way, or was lost
+            current[op_id] = replace(
+                state, reason=ObservedReason.GANG_TIMEOUT, message=mark.message()
+            )
+            if state.phase.active:
+                gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
+            continue
+        if state.gang is None or not state.phase.active:
+            continue
+        op = ops.get(op_id)
+        queue = compiled.queues.get(op.queue) if op is not None else None
+        limit = queue.start_timeout if queue is not None else None
+        started = parse_time(state.dispatched_at)
+        if (
+            limit is None
+            or state.phase is not Phase.DISPATCHED
+            or started is None
+            or (now - started).total_seconds() < limit
+        ):
+            continue
+        mark = GangTimeout(state.generation, (mark.count if mark else 0) + 1, state.dispatched_at)
+        marks[op_id] = mark
+        message = gang_timeout_message(state.gang, limit, mark.requeue)
+        # it keeps its quota this cycle: its pods are still there until the delete
+        current[op_id] = replace(state, reason=ObservedReason.GANG_TIMEOUT, message=message)
+        gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
+
     # 4. older generations still active keep their quota (their own requests; where the
     # workload does not say, the operation's)
-    ops = {op.id: op for op in compiled.operations}
     observed = [s.to_observed() for s in current.values()]
     superseded: dict[str, WorkloadState] = {}
     for state in listed:
@@ -310,7 +387,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         Delete(s.operation, current[s.operation], s.reason)
         for s in plan.stop
         if s.operation in current
-    )
+    ) + tuple(d for d in gang_deletes if d.operation not in {s.operation for s in plan.stop})
     stopping = {d.operation for d in deletes}
     annotations = tuple(
         Annotate(s)
@@ -331,7 +408,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight),
+        memory=Memory(seen_next, inflight, marks),
         listed=present,
         superseded=superseded,
     )

@@ -12,6 +12,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+# A gang not all running within its queue's startTimeout is stopped and re-queued this
+# many times; the next timeout stops it for good (docs/dispatch.md, "Start timeout").
+GANG_REQUEUES = 1
+
 # Set by the Job controller on every pod of an Indexed Job (annotation, and a label since
 # Kubernetes 1.28).
 ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
@@ -113,3 +117,48 @@ def placement(pods: Iterable[Mapping[str, Any]], replicas: int) -> Placement:
         unplaced_reason=reason,
         created=len(latest),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GangTimeout:
+    """A distributed operation stopped because its pods were not all running within its
+    queue's ``startTimeout``: of which generation, how many times, and the stopped
+    attempt's ``dispatched_at`` (the attempt a listed workload is, or is not)."""
+
+    generation: int
+    count: int
+    dispatched_at: str | None
+
+    @property
+    def requeue(self) -> bool:
+        return self.count <= GANG_REQUEUES
+
+    def message(self) -> str:
+        """Said of the stopped attempt once its numbers are gone."""
+        if self.requeue:
+            return "its pods were not all running within startTimeout: stopped and re-queued"
+        return (
+            "its pods were not all running within startTimeout again after it was "
+            "re-queued once: stopped"
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"count": self.count, "dispatchedAt": self.dispatched_at}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], generation: int) -> GangTimeout | None:
+        count = data.get("count")
+        at = data.get("dispatchedAt")
+        if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+            return None
+        return cls(generation, count, at if isinstance(at, str) else None)
+
+
+def gang_timeout_message(gang: Placement, limit: int, requeue: bool) -> str:
+    what = (
+        f"{gang.placed} of {gang.replicas} pods placed, {gang.running} running "
+        f"after startTimeout {limit}s"
+    )
+    if requeue:
+        return f"{what}: stopped and re-queued (once), so it holds no GPUs while it waits"
+    return f"{what} again after it was re-queued once: stopped"

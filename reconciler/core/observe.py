@@ -44,6 +44,7 @@ class ObservedReason(enum.StrEnum):
     DELETING = "Deleting"
     FINISHING = "Finishing"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # the last state seen; the cluster is down
+    GANG_TIMEOUT = "GangTimeout"  # a gang not all running within the queue's startTimeout
 
 
 @dataclass(frozen=True)

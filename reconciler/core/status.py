@@ -22,6 +22,7 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.gang import GangTimeout
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, Plan, QueueSummary
@@ -236,6 +237,8 @@ class OperationStatus(StatusRecord):
     workflow: LooseObject = None  # a child: {parent, kind, index}
     children: Texts = ()  # a workflow parent: its children's ids
     logs: EmptyText = ""
+    # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
+    gang_timeouts: LooseObject = None
 
 
 class QueueStatus(StatusRecord):
@@ -325,6 +328,7 @@ def render_status(
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     clusters: tuple[ClusterStatus, ...] = (),
     internal_error: str = "",
+    gang_timeouts: Mapping[str, GangTimeout] | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -333,8 +337,14 @@ def render_status(
     compiling it hit a bug, pass what failed as ``internal_error`` instead).
     ``states`` are the current workloads per operation id (``observe.current_states``);
     ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
-    (operation -> reason and error): they stay Queued."""
+    (operation -> reason and error): they stay Queued. ``gang_timeouts`` (the decision's
+    ``Memory.gang_timeouts``) are written on their operations' records, whatever their
+    phase, so a restart knows a re-queued gang was re-queued already."""
     records = build_status(repo, plan, states, failed)
+    for i, record in enumerate(records):
+        mark = (gang_timeouts or {}).get(record.operation)
+        if mark is not None:
+            records[i] = record.model_copy(update={"gang_timeouts": mark.to_json()})
     files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})

@@ -39,7 +39,7 @@ from reconciler.core.cycle import (
 )
 from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, observe_workloads
-from reconciler.core.plan import Plan, PlanInputError
+from reconciler.core.plan import Plan, PlanInputError, StopReason
 from reconciler.core.render import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_REASON,
@@ -172,7 +172,11 @@ class Reconciler:
 
     def seed(self, memory: Memory) -> None:
         """Start from what a previous process recorded (the status branch)."""
-        self.memory = Memory({**memory.seen, **self.memory.seen}, self.memory.inflight)
+        self.memory = Memory(
+            {**memory.seen, **self.memory.seen},
+            self.memory.inflight,
+            {**memory.gang_timeouts, **self.memory.gang_timeouts},
+        )
 
     # --- steps -------------------------------------------------------------------------
 
@@ -368,7 +372,10 @@ class Reconciler:
                 changes.failed[delete.operation] = str(exc)
                 continue
             self._faults.hit("after-stop")
-            changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=str(delete.reason)))
+            # a GangTimeout says how many pods ran and whether it is re-queued
+            gang = delete.reason is StopReason.GANG_TIMEOUT
+            message = victim.message if gang else str(delete.reason)
+            changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=message))
             log.info("stopped %s: %s", delete.operation, delete.reason)
         return changes
 

@@ -59,6 +59,7 @@ class StatusPublisher:
                     ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
                     for h in result.clusters
                 ),
+                gang_timeouts=result.decision.memory.gang_timeouts if result.decision else None,
             )
             changes = status_changes(before, files)
             if not changes:

@@ -46,6 +46,7 @@ class PendingReason(enum.StrEnum):
 
 class StopReason(enum.StrEnum):
     REMOVED_FROM_REPO = "RemovedFromRepo"
+    GANG_TIMEOUT = "GangTimeout"  # set by decide, not the planner: see core/cycle.py
 
 
 class PlanInputError(ValueError):
