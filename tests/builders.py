@@ -18,6 +18,7 @@ from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
+    Distributed,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -54,6 +55,8 @@ class OpBuilder:
             "requests": {},
             "submitted_at": T0 + timedelta(seconds=seq),
         }
+        self._replicas = 1
+        self._distributed: Distributed | None = None
 
     def queue(self, name: str) -> OpBuilder:
         self._fields["queue"] = name
@@ -63,6 +66,12 @@ class OpBuilder:
         """``requests(gpu=1, cpu="500m")``; ``gpu`` means ``nvidia.com/gpu``."""
         named = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
         self._fields["requests"] = quantities(named)
+        return self
+
+    def replicas(self, n: int, distributed: Distributed | None = None) -> OpBuilder:
+        """A distributed operation of ``n`` pods; ``requests`` are then each pod's."""
+        self._replicas = n
+        self._distributed = distributed or Distributed()
         return self
 
     def unapproved(self) -> OpBuilder:
@@ -100,6 +109,12 @@ class OpBuilder:
         if not fields["cluster"]:
             q = self._world.queues.get(fields["queue"])
             fields["cluster"] = q.cluster if q else "local"
+        if self._distributed is not None:
+            pod = fields["requests"]
+            fields["pod_requests"] = pod
+            fields["requests"] = {k: v * self._replicas for k, v in pod.items()}
+            fields["replicas"] = self._replicas
+            fields["distributed"] = self._distributed
         return CompiledOperation(**fields)
 
 
@@ -130,6 +145,7 @@ class World:
         quota: dict[str, Any] | None = None,
         strict: bool = False,
         paused: bool = False,
+        max_pods: int | None = None,
     ) -> World:
         if cluster not in self.clusters:
             self.cluster(cluster)
@@ -141,6 +157,7 @@ class World:
             quota=quantities(quota),
             strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
             paused=paused,
+            max_pods=max_pods,
         )
         self.default_queue = next(iter(self.queues))
         return self
@@ -173,9 +190,15 @@ class World:
         queue: str | None = None,
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
+        pods: int | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
-            op_id, phase, quantities(requests) if requests is not None else None, queue, cluster
+            op_id,
+            phase,
+            quantities(requests) if requests is not None else None,
+            queue,
+            cluster,
+            pods=pods,
         )
         return self
 

@@ -204,7 +204,7 @@ def test_policy_max_replicas_and_max_resources_over_all_replicas() -> None:
     assert rej.reason is RejectReason.POLICY_VIOLATION
     assert "run.replicas: 3 replicas exceed policy.maxReplicas 2" in rej.message
     assert "preset gang (post_merge) at presets/gang.yaml:3" in rej.message
-    assert "nvidia.com/gpu 6 (3 replicas x 2) exceeds policy.maxResources 4" in rej.message
+    assert "nvidia.com/gpu 6 (3 replicas \u00d7 2) exceeds policy.maxResources 4" in rej.message
 
 
 def test_matrix_and_dag_children_can_be_distributed() -> None:

@@ -364,8 +364,8 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         current[op_id] = replace(state, reason=ObservedReason.GANG_TIMEOUT, message=message)
         gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
 
-    # 4. older generations still active keep their quota (their own requests; where the
-    # workload does not say, the operation's)
+    # 4. older generations still active keep their quota and pods (their own requests and
+    # replicas; where the workload does not say, the operation's)
     observed = [s.to_observed() for s in current.values()]
     superseded: dict[str, WorkloadState] = {}
     for state in listed:
@@ -376,6 +376,8 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
             old = replace(state.to_observed(), operation=old_id)
             if old.requests is None:
                 old = replace(old, requests=dict(ops[state.operation].requests))
+            if old.pods is None:  # every replica of the old run holds its pod
+                old = replace(old, pods=ops[state.operation].replicas)
             observed.append(old)
 
     # 5. the plan

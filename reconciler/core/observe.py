@@ -69,9 +69,11 @@ class WorkloadState:
     node: str | None = None
     pod: str | None = None
     outputs: Mapping[str, Any] | None = None
+    # every pod's: one pod's request times ``pods``
     requests: Mapping[str, Decimal] = field(default_factory=dict)
     annotated_phase: str | None = None  # the phase last written onto the workload
     workflow: str | None = None  # the workflow it was dispatched for ("" none, None unknown)
+    pods: int | None = None  # the Job's parallelism (its replicas); None when not known
     gang: Placement | None = None  # a distributed run's pods: how many placed and running
 
     def to_observed(self) -> ObservedOperation:
@@ -83,6 +85,7 @@ class WorkloadState:
             queue=self.queue,
             cluster=self.cluster,
             workflow=self.workflow,
+            pods=self.pods,
         )
 
 
@@ -105,6 +108,12 @@ def _pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
             for c in pod_spec.get("initContainers") or []
         ],
     )
+
+
+def _replicas_of(job: Mapping[str, Any]) -> int:
+    """The pods a Job runs at once: its ``parallelism`` (1 when unset or unreadable)."""
+    value = (job.get("spec") or {}).get("parallelism", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -284,6 +293,7 @@ def observe_workloads(
             phase, reason, message = _job_phase(job, pod)
         status = job.get("status") or {}
         pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        replicas = _replicas_of(job)
         try:
             generation = int(annotations.get(ANNOTATION_GENERATION, "1"))
         except ValueError:
@@ -309,9 +319,10 @@ def observe_workloads(
                 node=((pod or {}).get("spec") or {}).get("nodeName"),
                 pod=((pod or {}).get("metadata") or {}).get("name"),
                 outputs=_outputs(pod),
-                requests=_pod_requests(pod_spec),
+                requests={k: v * replicas for k, v in _pod_requests(pod_spec).items()},
                 annotated_phase=annotations.get(ANNOTATION_PHASE),
                 workflow=annotations.get(ANNOTATION_WORKFLOW),
+                pods=replicas,
                 gang=gang,
             )
         )

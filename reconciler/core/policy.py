@@ -108,7 +108,7 @@ def check_policy(
             amount = format_quantity(total)
             if replicas > 1:
                 each = format_quantity(total / replicas)
-                amount = f"{amount} ({replicas} replicas x {each})"
+                amount = f"{amount} ({replicas} replicas \u00d7 {each})"
             violation(
                 field,
                 f"{resource} {amount} exceeds policy.maxResources {format_quantity(ceiling)}",

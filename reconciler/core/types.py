@@ -299,12 +299,14 @@ class ObservedOperation:
 
     operation: str  # "project/name"
     phase: Phase
-    requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
+    # of the running workload (every pod), when known
+    requests: Mapping[str, Decimal] | None = None
     queue: str | None = None
     cluster: str | None = None
     # The workflow the workload was dispatched for: "" for none, None when not known (a
     # workload from before this was recorded, the status branch, an --observed file).
     workflow: str | None = None
+    pods: int | None = None  # the workload's pods (its replicas), when known
 
 
 class RejectReason(enum.StrEnum):

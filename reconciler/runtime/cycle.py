@@ -341,6 +341,7 @@ class Reconciler:
                 annotated_phase=job.annotations.get(ANNOTATION_PHASE),
                 requests=dict(op.requests),
                 workflow=job.annotations.get(ANNOTATION_WORKFLOW),
+                pods=op.replicas,
             )
             # counted from the create response, not the watch
             changes.created.append(InFlight(state, job.resource_version))

@@ -23,7 +23,7 @@ from reconciler.core.compile.references import find_connection, find_queue, unkn
 from reconciler.core.merge import Path, ProvMap, dotted
 from reconciler.core.model import OperationFile
 from reconciler.core.policy import Violation, check_pod_security, check_policy
-from reconciler.core.render import env_sources, render_pod
+from reconciler.core.render import DISTRIBUTED_ENV, env_sources, render_pod
 from reconciler.core.types import (
     DEFAULT_PORT,
     CompiledOperation,
@@ -197,6 +197,8 @@ def resolve(
     conns = [specs[name] for name in connections]
     check_env(spec, conns, prov, fallback, errors)
     gang = gang_of(spec, prov, fallback, errors)
+    if gang is not None:
+        check_distributed_env(spec, conns, gang, prov, fallback, errors)
     if len(errors) > reported or queue is None or gang is None:
         return None
     violations = check_policy(
@@ -245,6 +247,38 @@ def check_env(
             at(prov, where, fallback),
             f"environment variable {name!r} is set twice in the container: by {before} and "
             f"by {setter}",
+        )
+
+
+def check_distributed_env(
+    spec: Mapping[str, Any],
+    conns: list[ConnectionSpec],
+    gang: Gang,
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> None:
+    """The rendezvous variables a distributed operation's framework sets (``MASTER_ADDR``,
+    ``RANK``...) are set for every replica: ``run.container.env`` and the connections may
+    not set them too."""
+    if gang.distributed is None:
+        return
+    framework = gang.distributed.framework
+    reserved = DISTRIBUTED_ENV[framework]
+    listed = list(get_in(spec, "run", "connections") or [])
+    for name, conn in env_sources(spec, conns):
+        if name not in reserved:
+            continue
+        if conn is None:
+            where: Path = ("run", "container", "env", name)
+            setter = "run.container.env"
+        else:
+            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+            setter = f"connection {conn!r}"
+        errors.add(
+            at(prov, where, fallback),
+            f"environment variable {name!r} is set for every replica by run.distributed "
+            f"(framework {framework}); {setter} cannot set it too",
         )
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
 from reconciler.core.plan.model import (
     MAX_LISTED,
+    PODS,
     ApprovalBlock,
     BehindHeadBlock,
     BlockedBy,
@@ -22,6 +24,7 @@ from reconciler.core.plan.model import (
     ConcurrencyBlock,
     DependenciesBlock,
     ExceedsQuotaBlock,
+    MaxPodsBlock,
     Pending,
     PendingReason,
     QueuePausedBlock,
@@ -60,6 +63,9 @@ def summarise(q: QueueState) -> QueueSummary:
         paused=spec.paused,
         head_reason=q.pending[0][2] if q.pending else None,
         used_after={r: to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
+        max_pods=spec.max_pods,
+        pods=q.pods0,
+        pods_after=q.pods,
     )
 
 
@@ -88,7 +94,24 @@ def explain_queue(q: QueueState) -> list[Pending]:
         k = min(bisect_left(prefix, need) + 1, len(ids))
         return tuple(ids[: min(k, MAX_LISTED)]), k
 
+    pod_ranking: list[tuple[list[int], list[str]]] = []
+
+    def pod_releasers(need: int) -> tuple[tuple[str, ...], int]:
+        """The fewest active ops (most pods first) that together release ``need`` pods."""
+        if not pod_ranking:
+            ranked = sorted(q.pod_holders, key=lambda h: (-h[0], h[1]))
+            prefix: list[int] = []
+            total = 0
+            for amount, _ in ranked:
+                total += amount
+                prefix.append(total)
+            pod_ranking.append((prefix, [h[1] for h in ranked]))
+        prefix, ids = pod_ranking[0]
+        k = min(bisect_left(prefix, need) + 1, len(ids))
+        return tuple(ids[: min(k, MAX_LISTED)]), k
+
     append = out.append
+    pods_r = PendingReason.MAX_PODS_REACHED
     quota_r = PendingReason.QUOTA_EXCEEDED
     conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
     behind_r = PendingReason.WAITING_BEHIND_HEAD
@@ -117,7 +140,16 @@ def explain_queue(q: QueueState) -> list[Pending]:
                     to_decimal(need),
                     ids,
                     count,
+                    op.replicas,
                 )
+            block = cached
+        elif reason is pods_r:
+            key = (reason, detail)
+            cached = shared.get(key)
+            if cached is None:
+                limit = spec.max_pods or 0
+                ids, count = pod_releasers(q.pods + detail - limit)
+                cached = shared[key] = MaxPodsBlock(name, detail, q.pods, limit, ids, count)
             block = cached
         elif reason is conc_r:
             cached = shared.get(reason)
@@ -158,7 +190,11 @@ def explain_queue(q: QueueState) -> list[Pending]:
             block = ExceedsQuotaBlock(
                 name,
                 tuple(
-                    Shortfall(q.resources[i], to_decimal(req[i]), to_decimal(q.quota[i]))
+                    Shortfall(PODS, Decimal(op.replicas), Decimal(spec.max_pods or 0), op.replicas)
+                    if i < 0
+                    else Shortfall(
+                        q.resources[i], to_decimal(req[i]), to_decimal(q.quota[i]), op.replicas
+                    )
                     for i in over
                 ),
             )

@@ -35,9 +35,10 @@ class PendingReason(enum.StrEnum):
     EXCEEDS_QUOTA = "ExceedsQuota"  # 4, never admitted under this config
     WAITING_BEHIND_HEAD = "WaitingBehindHead"  # 5
     QUEUE_CONCURRENCY_LIMIT = "QueueConcurrencyLimit"  # 6
-    QUOTA_EXCEEDED = "QuotaExceeded"  # 7
-    WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 8
-    CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 9
+    MAX_PODS_REACHED = "MaxPodsReached"  # 7
+    QUOTA_EXCEEDED = "QuotaExceeded"  # 8
+    WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 9
+    CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 10
 
     @property
     def never_runs(self) -> bool:
@@ -82,7 +83,8 @@ class AdmitWhen(enum.StrEnum):
     NEVER = "Never"  # not under this config (upstream failed, or over a quota alone)
     HEAD_DISPATCHED = "HeadDispatched"  # ``operations`` (the head) is dispatched
     OPERATIONS_FINISH = "OperationsFinish"  # ``count`` of ``operations`` finish
-    RESOURCES_RELEASED = "ResourcesReleased"  # ``amount`` of ``resource`` is released
+    # ``amount`` of ``resource`` is released (``resource`` is ``pods`` for maxPods)
+    RESOURCES_RELEASED = "ResourcesReleased"
     LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
 
 
@@ -192,11 +194,38 @@ class UpstreamFailedBlock:
         }
 
 
+# The ``resource`` of a shortfall or a release counted in pods (``maxPods``).
+PODS = "pods"
+
+
+def _whole(request: Decimal, replicas: int) -> str:
+    """A distributed operation's request, with how it adds up: ``8 (4 replicas \u00d7 2)``."""
+    text = format_quantity(request)
+    if replicas <= 1:
+        return text
+    return f"{text} ({replicas} replicas \u00d7 {format_quantity(request / replicas)})"
+
+
 @dataclass(frozen=True, slots=True)
 class Shortfall:
+    """The operation's whole request of ``resource`` (every replica) over the queue's
+    limit of it; ``resource`` is ``pods`` for ``maxPods``."""
+
     resource: str
     request: Decimal
     quota: Decimal
+    replicas: int = 1
+
+    def text(self, queue: str) -> str:
+        if self.resource == PODS:
+            return (
+                f"needs {format_quantity(self.request)} pods but {queue}'s maxPods is "
+                f"{format_quantity(self.quota)}"
+            )
+        return (
+            f"needs {self.resource} {_whole(self.request, self.replicas)} but {queue}'s "
+            f"quota is {format_quantity(self.quota)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,11 +240,7 @@ class ExceedsQuotaBlock:
         )
 
     def message(self) -> str:
-        parts = "; ".join(
-            f"needs {s.resource} {format_quantity(s.request)} but {self.queue}'s quota is "
-            f"{format_quantity(s.quota)}"
-            for s in self.exceeds
-        )
+        parts = "; ".join(s.text(self.queue) for s in self.exceeds)
         return _joined(parts, self.admit())
 
     def to_json(self) -> dict[str, Any]:
@@ -226,6 +251,7 @@ class ExceedsQuotaBlock:
                     "resource": s.resource,
                     "request": format_quantity(s.request),
                     "quota": format_quantity(s.quota),
+                    **({"replicas": s.replicas} if s.replicas > 1 else {}),
                 }
                 for s in self.exceeds
             ],
@@ -301,7 +327,68 @@ class ConcurrencyBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class MaxPodsBlock:
+    """``maxPods``: ``active`` of ``limit`` pods are taken (this plan's dispatches included)
+    and the operation needs ``request`` more, all at once; ``released_by`` are the fewest
+    active operations whose pods would make room."""
+
+    queue: str
+    request: int
+    active: int
+    limit: int
+    released_by: tuple[str, ...]
+    released_by_count: int
+
+    @property
+    def release(self) -> int:
+        return self.active + self.request - self.limit
+
+    def _head(self) -> str:
+        return (
+            f"needs {self.request} pods; {self.queue} has {self.active} of {self.limit} "
+            "(maxPods) active"
+        )
+
+    def admit(self) -> Admit:
+        if not self.released_by:
+            return Admit(
+                AdmitWhen.LIMIT_RAISED,
+                f"admitted when {self.queue}'s maxPods is raised",
+                resource=PODS,
+                amount=Decimal(self.release),
+            )
+        who = _names(self.released_by, self.released_by_count)
+        pods = "1 pod is" if self.release == 1 else f"{self.release} pods are"
+        return Admit(
+            AdmitWhen.RESOURCES_RELEASED,
+            f"admitted when {pods} released by {who}",
+            self.released_by,
+            self.released_by_count,
+            PODS,
+            Decimal(self.release),
+        )
+
+    def message(self) -> str:
+        if not self.released_by:
+            return self._head()
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "pods": self.request,
+            "activePods": self.active,
+            "maxPods": self.limit,
+            "release": self.release,
+            "releasedBy": list(self.released_by),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaBlock:
+    """``request`` is the operation's whole request of ``resource``: a distributed
+    operation (``replicas`` > 1) is admitted all at once or not at all."""
+
     queue: str
     resource: str
     request: Decimal
@@ -310,11 +397,13 @@ class QuotaBlock:
     release: Decimal  # how much must be released before this operation fits
     released_by: tuple[str, ...]  # the fewest active operations that would release enough
     released_by_count: int
+    replicas: int = 1
 
     def _head(self) -> str:
+        whole = " (all or nothing)" if self.replicas > 1 else ""
         return (
-            f"needs {self.resource} {format_quantity(self.request)}; {self.queue} uses "
-            f"{format_quantity(self.used)} of {format_quantity(self.quota)}"
+            f"needs {self.resource} {_whole(self.request, self.replicas)}{whole}; "
+            f"{self.queue} uses {format_quantity(self.used)} of {format_quantity(self.quota)}"
         )
 
     def admit(self) -> Admit:
@@ -350,6 +439,7 @@ class QuotaBlock:
             "quota": format_quantity(self.quota),
             "release": format_quantity(self.release),
             "releasedBy": list(self.released_by),
+            **({"replicas": self.replicas} if self.replicas > 1 else {}),
         }
 
 
@@ -362,6 +452,7 @@ BlockedBy = (
     | ExceedsQuotaBlock
     | BehindHeadBlock
     | ConcurrencyBlock
+    | MaxPodsBlock
     | QuotaBlock
 )
 
@@ -435,6 +526,9 @@ class QueueSummary:
     paused: bool = False
     head_reason: PendingReason | None = None  # reason of the pending op at position 1
     used_after: Mapping[str, Decimal] = field(default_factory=dict)  # with this plan applied
+    max_pods: int | None = None
+    pods: int = 0  # pods of the active operations (every replica), before this plan
+    pods_after: int = 0  # with this plan applied
 
 
 @dataclass(frozen=True, slots=True)

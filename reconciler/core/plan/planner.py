@@ -6,7 +6,7 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
-4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
+4. ``admit``: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
@@ -133,7 +133,7 @@ def _plan(
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..9 for each candidate, queues in priority order, then by name.
+    # 4. Checks 0..10 for each candidate, queues in priority order, then by name.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
     # 5. Prune operations removed from the repo while active, behind the guard.
@@ -220,8 +220,9 @@ def count_active(
         if cname is None and aq is not None:
             cname = aq.spec.cluster
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
+        pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
         if aq is not None:
-            aq.hold(oid, aq.request(requests))
+            aq.hold(oid, aq.request(requests), pods)
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -229,6 +230,7 @@ def count_active(
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)
+        q.pods0 = q.pods
     return removed, active_total
 
 
@@ -238,7 +240,7 @@ def admit(
     counters: Counters,
     unreachable: frozenset[str],
 ) -> list[Dispatch]:
-    """Step 4: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -254,6 +256,7 @@ def admit(
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     behind_r = PendingReason.WAITING_BEHIND_HEAD
     conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
+    pods_r = PendingReason.MAX_PODS_REACHED
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
@@ -276,6 +279,7 @@ def admit(
         strict = spec.strategy is strict_fifo
         head: tuple[str, PendingReason] | None = None
         conc = spec.concurrency
+        max_pods = spec.max_pods
         quota = q.quota
         resources = q.resources
         nres = len(quota)
@@ -297,8 +301,16 @@ def admit(
                 if blocked is not None:
                     pend((oid, op, blocked[0], blocked[1]))
                     continue
-            # 4: the request, alone, fits every quota of the queue. Exact Decimal compare
-            # against the floored quota: same answer as in units, without converting.
+            # 4: the whole request (every replica), alone, fits every quota and the maxPods
+            # of the queue. Exact Decimal compare against the floored quota: same answer as
+            # in units, without converting.
+            replicas = op.replicas
+            if max_pods is not None and replicas > max_pods:
+                get = op.requests.get
+                too_big = [-1]  # -1: maxPods, then the quota resources
+                too_big += [i for i, (r, limit) in enumerate(limits) if (get(r) or 0) > limit]
+                pend((oid, op, exceeds_r, too_big))
+                continue
             if limits:
                 get = op.requests.get
                 over = None
@@ -322,7 +334,14 @@ def admit(
                 if strict:
                     head = (oid, conc_r)
                 continue
-            # 7: quota, per resource the op requests (others are unaffected)
+            # 7: maxPods: room for every replica at once
+            if max_pods is not None and q.pods + replicas > max_pods:
+                pend((oid, op, pods_r, replicas))
+                if strict:
+                    head = (oid, pods_r)
+                continue
+            # 8: quota, per resource the op requests (others are unaffected); a
+            # distributed op's request is every replica's: admitted whole or not at all
             if nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
@@ -339,7 +358,7 @@ def admit(
                     continue
             else:
                 req = ()
-            # 8: workflow parallelism
+            # 9: workflow parallelism
             wf = op.workflow
             w = None
             if wf is not None:
@@ -347,7 +366,7 @@ def admit(
                 if w.limit is not None and w.active >= w.limit:
                     pend((oid, op, wf_r, w))
                     continue
-            # 9: cluster concurrency
+            # 10: cluster concurrency
             c = home_cluster if op.cluster == home_name else cluster(op.cluster)
             if c.limit is not None and c.active >= c.limit:
                 pend((oid, op, cluster_r, c))
@@ -355,7 +374,7 @@ def admit(
                     head = (oid, cluster_r)
                 continue
             # Admitted: count it before the next candidate.
-            q.hold(oid, req)
+            q.hold(oid, req, replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:

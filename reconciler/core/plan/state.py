@@ -10,8 +10,10 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
 - ``ClusterUnreachable``, ``QueuePaused``, ``AwaitingApproval``, ``QueueConcurrencyLimit``:
   ``None`` (the queue says it all);
 - ``WaitingForDependencies``, ``UpstreamFailed``: the ``DependencyState`` tuple;
-- ``ExceedsQuota``: the indexes of the quota resources the request alone is over;
+- ``ExceedsQuota``: the indexes of the quota resources the request alone is over (``-1``
+  first when its replicas alone are over ``maxPods``);
 - ``WaitingBehindHead``: ``(head id, head reason)``;
+- ``MaxPodsReached``: the operation's replicas;
 - ``QuotaExceeded``: ``(resource index, request in units)``;
 - ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``.
 """
@@ -42,6 +44,9 @@ class QueueState:
         "holders",
         "limits",
         "pending",
+        "pod_holders",
+        "pods",
+        "pods0",
         "quota",
         "resources",
         "spec",
@@ -63,6 +68,10 @@ class QueueState:
         self.active_ids: list[str] = []
         # per quota resource: (units, id) of active operations that hold some of it
         self.holders: list[list[tuple[int, str]]] = [[] for _ in self.resources]
+        # pods of the active operations (every replica), and (pods, id) of each holder
+        self.pods = 0
+        self.pods0 = 0
+        self.pod_holders: list[tuple[int, str]] = []
         self.candidates: list[tuple[Any, ...]] = []
         self.dispatched = 0
         self.pending: list[PendingTuple] = []
@@ -75,9 +84,11 @@ class QueueState:
             out.append(0 if v is None else request_units(v))
         return tuple(out)
 
-    def hold(self, op_id: str, req: tuple[int, ...]) -> None:
+    def hold(self, op_id: str, req: tuple[int, ...], pods: int = 1) -> None:
         self.active += 1
         self.active_ids.append(op_id)
+        self.pods += pods
+        self.pod_holders.append((pods, op_id))
         used = self.used
         for i, amount in enumerate(req):
             if amount:
