@@ -25,6 +25,7 @@ from reconciler.core.types import (
     CompiledOperation,
     ConnectionSpec,
     Distributed,
+    DistributedBackend,
     Framework,
     RunKind,
 )
@@ -507,7 +508,14 @@ def render_operation(
     dispatched_at: datetime,
 ) -> RenderedWorkload:
     """The Job (and Service for notebooks, sandboxes and distributed operations) that
-    dispatches ``op``."""
+    dispatches ``op``; with ``run.distributed.backend: pytorchjob``, a Kubeflow PyTorchJob
+    (``render_kubeflow``, which renders the pod through this function)."""
+    if op.distributed is not None and op.distributed.backend is DistributedBackend.PYTORCHJOB:
+        from reconciler.core.render_kubeflow import render_pytorchjob
+
+        return render_pytorchjob(
+            op, connections, config_version=config_version, dispatched_at=dispatched_at
+        )
     run = op.spec.get("run") or {}
     gang = op.distributed
     name = workload_name(op.project, op.name, op.generation, op.replicas if gang else 1)

@@ -112,3 +112,11 @@ def test_the_rendering_validates_against_the_training_operator_crd_schema() -> N
     bad["spec"]["pytorchReplicaSpecs"]["Master"]["replicas"] = "one"
     with pytest.raises(jsonschema.ValidationError):
         jsonschema.validate(bad, schema)
+
+
+def test_render_operation_renders_the_pytorchjob_for_that_backend() -> None:
+    from reconciler.core.render import render_operation
+
+    rendered = render_operation(op(), {}, config_version="c1", dispatched_at=DISPATCHED)
+    assert [m["kind"] for m in rendered.manifests] == ["PyTorchJob"]  # no headless Service
+    assert rendered.job == render(op())
