@@ -27,6 +27,8 @@ class FakeCluster:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, pod) -> text
+    backends: set[str] = field(default_factory=set)  # optional backends served (CRDs)
+    discoveries: int = 0  # served_backends calls
     version: int = 100
 
     def _next(self) -> str:
@@ -196,6 +198,8 @@ class FakeKube:
                 created,
                 dict(m.get("annotations") or {}),
             )
+        if manifest["kind"] != "Service":  # as Kube._create
+            raise KubeError(f"cannot create {manifest['kind']}: not a workload kind")
         self.cluster.calls.append(f"create {manifest['kind']} {key[0]}/{key[1]}")
         return ApplyResult(manifest["kind"], key[0], key[1], "", self.cluster._next(), True)
 
@@ -228,6 +232,11 @@ class FakeKube:
         for key in [k for k, p in self.cluster.pods.items() if _job_of(p) == (namespace, name)]:
             del self.cluster.pods[key]
         return self.cluster.jobs.pop((namespace, name), None) is not None
+
+    def served_backends(self, wanted: Any) -> frozenset[str]:
+        self._up()
+        self.cluster.discoveries += 1
+        return frozenset(b for b in wanted if b in self.cluster.backends)
 
     def list_labelled(
         self, kind: str, label_selector: str, namespace: str | None = None

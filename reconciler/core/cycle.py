@@ -33,7 +33,8 @@ The rules, in the order :func:`decide` applies them:
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
    quota under the id ``op@gN`` until they finish, and are never pruned;
-5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
+5. **plan**: the unreachable clusters, and the optional backends each reachable cluster
+   serves (``ClusterListing.backends``), are inputs of the planner (check 0), never a
    filter applied to its output;
 6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
    and write each listed workload's phase onto it when it changed (not one being stopped).
@@ -49,7 +50,7 @@ from reconciler.core.gang import GangTimeout, gang_timeout_message
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView
-from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
+from reconciler.core.types import CompiledOperation, CompiledRepo, DistributedBackend, Phase
 
 # --- inputs -----------------------------------------------------------------------------
 
@@ -64,6 +65,9 @@ class ClusterListing:
     workloads: tuple[WorkloadState, ...] = ()
     error: str | None = None
     version: str | None = None
+    # the optional backends (``run.distributed.backend``) whose API the cluster serves,
+    # e.g. ``pytorchjob`` when the Kubeflow Training Operator's CRD is installed
+    backends: frozenset[str] = frozenset()
 
     @property
     def reachable(self) -> bool:
@@ -72,6 +76,17 @@ class ClusterListing:
     @classmethod
     def unreachable(cls, error: str) -> ClusterListing:
         return cls(error=error or "unreachable")
+
+
+def wanted_backends(compiled: CompiledRepo) -> dict[str, frozenset[str]]:
+    """Per cluster, the optional backends (``run.distributed.backend`` other than ``job``)
+    its operations use: what a read must ask the cluster whether it serves."""
+    out: dict[str, set[str]] = {}
+    for op in compiled.operations:
+        dist = op.distributed
+        if dist is not None and dist.backend is not DistributedBackend.JOB:
+            out.setdefault(op.cluster, set()).add(str(dist.backend))
+    return {name: frozenset(b) for name, b in out.items()}
 
 
 # Per cluster of the config. A cluster missing from the listing was not read: unreachable.
@@ -381,7 +396,10 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
             observed.append(old)
 
     # 5. the plan
-    plan = plan_repo(compiled, observed, now, superseded=superseded, unreachable=down)
+    backends = {name: listing[name].backends for name in listing if listing[name].reachable}
+    plan = plan_repo(
+        compiled, observed, now, superseded=superseded, unreachable=down, backends=backends
+    )
 
     # 6. the actions
     creates = tuple(Create(ops[d.operation], d.cluster, d.queue) for d in plan.dispatch)

@@ -36,6 +36,7 @@ from reconciler.core.cycle import (
     InFlight,
     Memory,
     decide,
+    wanted_backends,
 )
 from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, observe_workloads
@@ -130,6 +131,11 @@ class ChangeSet:
         for s in self.stopped:
             out[s.operation] = s
         return out
+
+
+# The workload kinds the runtime creates, lists, observes and deletes. A PyTorchJob is
+# rendered and its cluster's CRD detected, but not run yet (docs/runtime.md).
+CREATABLE_KINDS = frozenset({"Job"})
 
 
 class Reconciler:
@@ -236,9 +242,11 @@ class Reconciler:
         """Jobs and Pods per cluster from the watch caches; a fresh list where a cache is not
         synced or its watch is failing."""
         listing: dict[str, ClusterListing] = {}
+        wanted = wanted_backends(compiled)
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
             version: str | None = None  # a fresh list: nothing can lag
+            backends: frozenset[str] = frozenset()
             try:
                 kube = self._client(spec)
                 caches = self._informers_for(name, kube) if self._watch else ()
@@ -248,13 +256,17 @@ class Reconciler:
                 else:
                     jobs = kube.list_managed("Job").items
                     pods = kube.list_managed("Pod").items
+                if name in wanted:  # asked only where an operation needs one
+                    backends = kube.served_backends(wanted[name])
             except KubeError as exc:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
                 listing[name] = ClusterListing.unreachable(str(exc))
                 log.warning("cluster %s unreachable: %s", name, exc)
                 continue
-            listing[name] = ClusterListing(observe_workloads(name, jobs, pods), version=version)
+            listing[name] = ClusterListing(
+                observe_workloads(name, jobs, pods), version=version, backends=backends
+            )
         return listing
 
     def _apply(self, compiled: CompiledRepo, actions: Actions, now: datetime) -> ChangeSet:
@@ -299,6 +311,14 @@ class Reconciler:
             rendered = render_operation(
                 op, compiled.connections, config_version=compiled.version, dispatched_at=now
             )
+            kind = str(rendered.job["kind"])
+            if kind not in CREATABLE_KINDS:  # this operation only: the cluster is fine
+                changes.failed[op.id] = (
+                    f"the reconciler cannot run {kind} workloads yet (it creates, lists and "
+                    "deletes Jobs only); use run.distributed.backend: job"
+                )
+                log.error("dispatch of %s failed: %s", op.id, changes.failed[op.id])
+                continue
             try:
                 kube = self._client(compiled.clusters[op.cluster])
                 if (op.cluster, op.namespace) not in self._namespaces:

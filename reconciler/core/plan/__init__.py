@@ -20,10 +20,12 @@ Only the names below are the package's interface.
 """
 
 from reconciler.core.plan.model import (
+    BACKEND_APIS,
     MAX_LISTED,
     Admit,
     AdmitWhen,
     ApprovalBlock,
+    BackendUnavailableBlock,
     BehindHeadBlock,
     BlockedBy,
     ClusterUnreachableBlock,
@@ -49,10 +51,12 @@ from reconciler.core.plan.model import (
 from reconciler.core.plan.planner import plan_dispatch, plan_repo
 
 __all__ = [
+    "BACKEND_APIS",
     "MAX_LISTED",
     "Admit",
     "AdmitWhen",
     "ApprovalBlock",
+    "BackendUnavailableBlock",
     "BehindHeadBlock",
     "BlockedBy",
     "ClusterUnreachableBlock",

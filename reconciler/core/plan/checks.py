@@ -33,9 +33,10 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(
         0,
-        "the queue's cluster could be read this cycle",
-        (_R.CLUSTER_UNREACHABLE,),
-        "`ClusterUnreachable`",
+        "the queue's cluster could be read this cycle, and serves the op's "
+        "`run.distributed.backend` (the PyTorchJob CRD for `pytorchjob`)",
+        (_R.CLUSTER_UNREACHABLE, _R.BACKEND_UNAVAILABLE),
+        "`ClusterUnreachable`, or `BackendUnavailable` when the backend's API is not served",
     ),
     Check(1, "queue not `paused`", (_R.QUEUE_PAUSED,), "`QueuePaused`"),
     Check(2, "`isApproved`", (_R.AWAITING_APPROVAL,), "`AwaitingApproval`"),

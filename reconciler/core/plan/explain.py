@@ -18,6 +18,7 @@ from reconciler.core.plan.model import (
     MAX_LISTED,
     PODS,
     ApprovalBlock,
+    BackendUnavailableBlock,
     BehindHeadBlock,
     BlockedBy,
     ClusterUnreachableBlock,
@@ -118,6 +119,7 @@ def explain_queue(q: QueueState) -> list[Pending]:
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
     unreachable_r = PendingReason.CLUSTER_UNREACHABLE
+    backend_r = PendingReason.BACKEND_UNAVAILABLE
     waiting_r = PendingReason.WAITING_FOR_DEPENDENCIES
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
@@ -181,6 +183,8 @@ def explain_queue(q: QueueState) -> list[Pending]:
             if cached is None:
                 cached = shared[reason] = ClusterUnreachableBlock(spec.cluster)
             block = cached
+        elif reason is backend_r:
+            block = BackendUnavailableBlock(spec.cluster, detail)
         elif reason is waiting_r:
             block = DependenciesBlock(detail)
         elif reason is upstream_r:

@@ -28,6 +28,7 @@ class PendingReason(enum.StrEnum):
     (``checks.CHECKS``), declared in check order."""
 
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # 0: its cluster could not be read
+    BACKEND_UNAVAILABLE = "BackendUnavailable"  # 0: its cluster does not serve its backend
     QUEUE_PAUSED = "QueuePaused"  # 1
     AWAITING_APPROVAL = "AwaitingApproval"  # 2
     WAITING_FOR_DEPENDENCIES = "WaitingForDependencies"  # 3
@@ -77,6 +78,7 @@ class AdmitWhen(enum.StrEnum):
     """The event that would let a pending operation be dispatched."""
 
     CLUSTER_REACHABLE = "ClusterReachable"  # its cluster can be read again
+    BACKEND_SERVED = "BackendServed"  # its cluster serves the backend's API (e.g. a CRD)
     QUEUE_RESUMED = "QueueResumed"
     APPROVED = "Approved"
     DEPENDENCIES_SUCCEED = "DependenciesSucceed"  # ``operations`` must all succeed
@@ -112,6 +114,38 @@ class DependencyState:
 
 def _joined(head: str, admit: Admit) -> str:
     return f"{head}; {admit.text}"
+
+
+# What each optional backend needs the cluster to serve (group/version, kind).
+BACKEND_APIS = {"pytorchjob": ("kubeflow.org/v1", "PyTorchJob")}
+
+
+@dataclass(frozen=True, slots=True)
+class BackendUnavailableBlock:
+    """The operation's ``run.distributed.backend`` needs an API its cluster does not serve
+    (as of the last read): a Kubeflow operator's CRD not installed."""
+
+    cluster: str
+    backend: str
+
+    def admit(self) -> Admit:
+        return Admit(
+            AdmitWhen.BACKEND_SERVED,
+            "admitted when the cluster serves it (install the operator), "
+            "or with run.distributed.backend: job",
+        )
+
+    def message(self) -> str:
+        api, kind = BACKEND_APIS.get(self.backend, ("", self.backend))
+        what = f"{api} {kind}".strip()
+        return _joined(
+            f"cluster {self.cluster} does not serve {what} (backend {self.backend})",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        api, kind = BACKEND_APIS.get(self.backend, ("", self.backend))
+        return {"cluster": self.cluster, "backend": self.backend, "apiVersion": api, "kind": kind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -445,6 +479,7 @@ class QuotaBlock:
 
 BlockedBy = (
     ClusterUnreachableBlock
+    | BackendUnavailableBlock
     | QueuePausedBlock
     | ApprovalBlock
     | DependenciesBlock

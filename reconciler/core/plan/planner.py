@@ -40,6 +40,7 @@ from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
+    DistributedBackend,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -60,18 +61,30 @@ def plan_dispatch(
     *,
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
+    backends: Mapping[str, frozenset[str]] | None = None,
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
     ``observed`` lists what the clusters say; unlisted operations are ``Queued``.
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
-    (check 0), and their active operations keep counting as observed.
+    (check 0), and their active operations keep counting as observed. ``backends``: per
+    cluster, the optional backends (``run.distributed.backend`` values other than ``job``)
+    whose API it serves; an operation whose backend its cluster does not serve waits with
+    ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
         return _plan(
-            operations, queues, clusters, observed, org, now, rejected, frozenset(unreachable)
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            rejected,
+            frozenset(unreachable),
+            backends or {},
         )
 
 
@@ -82,6 +95,7 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
+    backends: Mapping[str, frozenset[str]] | None = None,
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -98,7 +112,12 @@ def plan_repo(
         now,
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
+        backends=backends,
     )
+
+
+_NONE: frozenset[str] = frozenset()
+_JOB = DistributedBackend.JOB
 
 
 @contextmanager
@@ -124,6 +143,7 @@ def _plan(
     now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
+    backends: Mapping[str, frozenset[str]],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
@@ -135,7 +155,7 @@ def _plan(
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
     # 4. Checks 0..10 for each candidate, queues in priority order, then by name.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
-    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
+    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends)
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
@@ -239,6 +259,7 @@ def admit(
     deps: Dependencies,
     counters: Counters,
     unreachable: frozenset[str],
+    backends: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Dispatch]:
     """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
@@ -251,6 +272,8 @@ def admit(
     workflow = counters.workflow
     dependency_block = deps.block
     unreachable_r = PendingReason.CLUSTER_UNREACHABLE
+    backend_r = PendingReason.BACKEND_UNAVAILABLE
+    served_by = backends or {}
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
     exceeds_r = PendingReason.EXCEEDS_QUOTA
@@ -271,6 +294,18 @@ def admit(
             for cand in cands:
                 pend((cand[4], cand[5], unreachable_r, None))
             continue
+        # (0, continued) ... and serves each op's optional backend (a CRD): the ops that
+        # need one it does not serve wait; the others go on
+        served = served_by.get(spec.cluster, _NONE)
+        if any(c[5].distributed is not None for c in cands):
+            kept = []
+            for cand in cands:
+                dist = cand[5].distributed
+                if dist is not None and dist.backend is not _JOB and dist.backend not in served:
+                    pend((cand[4], cand[5], backend_r, str(dist.backend)))
+                else:
+                    kept.append(cand)
+            cands = kept
         # 1: queue paused (before any check of the operation: it decides for them all)
         if spec.paused:
             for cand in cands:
