@@ -414,23 +414,22 @@ class Kube:
             if api_kind is None:
                 continue
             api_version, kind = api_kind
-            call: Any = self.api.call_api  # the stubs miss its keyword arguments
+            what = f"discovering {api_version}"
             try:
-                doc = _json(
-                    call(
-                        f"/apis/{api_version}",
-                        "GET",
-                        auth_settings=["BearerToken"],
-                        _preload_content=False,
-                        _return_http_data_only=True,
-                    )
+                request = self.api.param_serialize(
+                    "GET", f"/apis/{api_version}", auth_settings=["BearerToken"]
                 )
-            except ApiException as exc:
-                if exc.status == 404:
-                    continue  # the group/version is not served
-                raise _error(exc, f"discovering {api_version}") from exc
+                resp: Any = self.api.call_api(
+                    *request, _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
+                )
+                resp.read()
             except _UNREACHABLE as exc:
-                raise KubeError(f"discovering {api_version}: {exc}") from exc
+                raise KubeError(f"{what}: {exc}") from exc
+            if resp.status == 404:
+                continue  # the group/version is not served
+            if resp.status >= 400:
+                raise KubeError(f"{what}: HTTP {resp.status}", resp.status)
+            doc = json.loads(resp.data)
             resources = doc.get("resources") or []
             if any(r.get("kind") == kind and "/" not in r.get("name", "") for r in resources):
                 served.add(backend)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -53,6 +54,15 @@ def pytorchjob_crd_installed(kube_cluster: KubeCluster) -> Iterator[client.ApiCl
         yield api
     finally:
         ext.delete_custom_resource_definition(CRD_NAME)
+
+        def gone() -> bool:
+            try:
+                ext.read_custom_resource_definition(CRD_NAME)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_until(gone, timeout=60, what="the PyTorchJob CRD to be deleted")
 
 
 def _rendered(namespace: str, replicas: int, extra: str = "") -> dict[str, Any]:
@@ -127,3 +137,64 @@ def test_the_apiserver_rejects_an_invalid_pytorchjob(
         _dry_run(pytorchjob_crd_installed, namespace, body)
     assert err.value.status == 422
     assert "containers" in str(err.value.body)
+
+
+def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
+    kube_cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Without the CRD a pytorchjob op waits BackendUnavailable; once it is installed, the
+    same cycle plans it (and the runtime, which cannot run PyTorchJobs yet, refuses the
+    create before any request, so nothing is created)."""
+    from reconciler_env import client_context, commit_all, git, make_reconciler
+
+    from reconciler.adapters.kube import Kube
+    from reconciler.core.plan import PendingReason
+
+    files = {
+        "reconciler.yaml": "kind: Org\ndefaults:\n  queue: gpu\n",
+        "clusters/local.yaml": (
+            f"kind: Cluster\nkubeconfig:\n  path: {kube_cluster.kubeconfig}\n"
+            f"context: {client_context(kube_cluster.kubeconfig)}\n"
+        ),
+        "queues/gpu.yaml": "kind: Queue\ncluster: local\nquota:\n  nvidia.com/gpu: 8\n",
+        "projects/p/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
+        "projects/p/operations/t.yaml": (
+            "kind: Operation\nrun:\n  kind: job\n  container:\n    image: busybox\n"
+            "    resources:\n      limits:\n        nvidia.com/gpu: 2\n"
+            "  replicas: 2\n  distributed:\n    backend: pytorchjob\n"
+        ),
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    git(tmp_path, "init", "-q", "-b", "main")
+    commit_all(tmp_path, "ops")
+    kube = Kube(kube_cluster.api_client())
+    # discovery follows a CRD's deletion by an earlier test within a moment
+    wait_until(
+        lambda: kube.served_backends(["pytorchjob"]) == frozenset(),
+        timeout=30,
+        what="the cluster to serve no PyTorchJob",
+    )
+    reconciler = make_reconciler(tmp_path)
+    try:
+        before = reconciler.run_once()
+        assert before.plan is not None
+        (entry,) = before.plan.pending
+        assert entry.reason is PendingReason.BACKEND_UNAVAILABLE
+        assert "does not serve kubeflow.org/v1 PyTorchJob" in entry.message
+        with _installed(kube_cluster):
+            assert kube.served_backends(["pytorchjob"]) == frozenset({"pytorchjob"})
+            after = reconciler.run_once()
+            assert after.plan is not None and after.plan.pending == ()
+            assert after.failed["p/t"].startswith("the reconciler cannot run PyTorchJob")
+    finally:
+        reconciler.close()
+    assert not kube.list_labelled("Job", "reconciler.dev/operation=t", namespace)
+
+
+def _installed(kube_cluster: KubeCluster) -> Any:
+    import contextlib
+
+    fixture = pytorchjob_crd_installed.__wrapped__(kube_cluster)  # type: ignore[attr-defined]
+    return contextlib.contextmanager(lambda: fixture)()
