@@ -32,11 +32,18 @@ from reconciler.core.cycle import (
     memory_from_status,
 )
 from reconciler.core.observe import WorkloadState, observe_workloads
-from reconciler.core.plan import plan_repo
+from reconciler.core.plan import PendingReason, plan_repo
 from reconciler.core.quantity import format_quantity
 from reconciler.core.render import render_operation
 from reconciler.core.status import read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
+from reconciler.core.types import (
+    ClusterSpec,
+    CompiledRepo,
+    Distributed,
+    DistributedBackend,
+    Phase,
+    RepoSnapshot,
+)
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.live import decide_live
 from reconciler.runtime.web import WebApp
@@ -109,6 +116,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         facts[op_id] = draw(st.sampled_from(FACTS))
         if facts[op_id] == "superseded":
             b._fields["generation"] = 2
+        if facts[op_id] == "none" and draw(st.integers(0, 3)) == 0:
+            # a PyTorchJob op: dispatched only where the cluster serves the CRD (an input
+            # read with the workloads), then refused by the runtime, which cannot run one
+            b._fields["distributed"] = Distributed(backend=DistributedBackend.PYTORCHJOB)
     removed = [f"p/gone{i}" for i in range(draw(st.integers(0, 2)))]
     for op_id in removed:  # in the repo while they were dispatched; removed since
         world.op(op_id, queue=draw(st.sampled_from(queues)), gpu=1)
@@ -155,6 +166,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     memory = memory_from_status(read_status(render_status(full, earlier, states)))
     for name in names:
         clusters[name].reachable = draw(st.sampled_from([True, True, True, False]))
+        if draw(st.booleans()):
+            clusters[name].backends.add("pytorchjob")
     return Scenario(compiled, clusters, memory)
 
 
@@ -266,12 +279,24 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         for c in f.calls
         if c.startswith(("create p/", "adopt p/"))
     }
+    pytorchjobs = {
+        op.id
+        for op in s.compiled.operations
+        if op.distributed is not None and op.distributed.backend is DistributedBackend.PYTORCHJOB
+    }
     expected = {
         f"{c.operation.namespace}/{c.operation.project}-{c.operation.name}-g{c.operation.generation}"
         for c in result.decision.actions.creates  # type: ignore[union-attr]
+        if c.operation.id not in pytorchjobs
     }
     assert {c.split("/", 1)[1] for c in created} == {e.split("/", 1)[1] for e in expected}
-    assert set(result.dispatched) | set(result.adopted) == {d.operation for d in plan.dispatch}
+    refused = {op for op in result.failed if op in pytorchjobs}
+    assert set(result.dispatched) | set(result.adopted) | refused == {
+        d.operation for d in plan.dispatch
+    }
+    for p in plan.pending:  # BackendUnavailable exactly where the cluster lacks the CRD
+        if p.operation in pytorchjobs and p.reason is PendingReason.BACKEND_UNAVAILABLE:
+            assert "pytorchjob" not in s.clusters[p.blocked_by.to_json()["cluster"]].backends
     assert set(result.stopped) == {x.operation for x in plan.stop}
 
     # No view shows a queue over its quota because of a dispatch, nor contradicts itself.
