@@ -32,7 +32,9 @@ The rules, in the order :func:`decide` applies them:
    ``dispatched_at``) are ``Memory.gang_timeouts``, recorded in the status branch;
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
-   quota under the id ``op@gN`` until they finish, and are never pruned;
+   quota under the id ``op@gN`` until they finish, and are never pruned. Memory (the
+   status branch) keeps them too: one in a cluster that cannot be read still holds its
+   quota, and ``plan`` from the status branch counts them as the cycle does;
 5. **plan**: the unreachable clusters, and the optional backends each reachable cluster
    serves (``ClusterListing.backends``), are inputs of the planner (check 0), never a
    filter applied to its output;
@@ -49,7 +51,7 @@ from datetime import datetime
 from reconciler.core.gang import GangTimeout, gang_timeout_message
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
 from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import StatusView
+from reconciler.core.status import StatusView, recorded_requests
 from reconciler.core.types import CompiledOperation, CompiledRepo, DistributedBackend, Phase
 
 # --- inputs -----------------------------------------------------------------------------
@@ -104,10 +106,12 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Memory:
     """What a cycle knows that the clusters may not say: the last state seen of each
-    operation's current run, and creates the watch may not show yet."""
+    operation's current run, creates the watch may not show yet, and the superseded runs
+    last seen active (by their planner id ``op@gN``)."""
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
+    superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
     # distributed operations stopped by their queue's startTimeout (rule 3b)
     gang_timeouts: Mapping[str, GangTimeout] = field(default_factory=dict)
 
@@ -122,7 +126,17 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight, self.gang_timeouts)
+        return Memory(seen, inflight, self.superseded, self.gang_timeouts)
+
+    def under(self, recorded: Memory) -> Memory:
+        """This memory, with what ``recorded`` (a previous process's) knows and this one
+        does not: what this process saw itself wins."""
+        return Memory(
+            {**recorded.seen, **self.seen},
+            self.inflight,
+            {**recorded.superseded, **self.superseded},
+            {**recorded.gang_timeouts, **self.gang_timeouts},
+        )
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
@@ -132,8 +146,13 @@ def memory_from_status(view: StatusView) -> Memory:
     """The workloads the status branch records (the last state a leader saw of each), so a
     restart or a read-only replica starts from what is known."""
     seen: dict[str, WorkloadState] = {}
+    superseded: dict[str, WorkloadState] = {}
     timeouts: dict[str, GangTimeout] = {}
     for op_id, rec in view.operations.items():
+        for run in rec.superseded:
+            old = run.state(op_id)
+            if old is not None and old.phase.active:
+                superseded[superseded_id(old)] = old
         if rec.gang_timeouts is not None:
             mark = GangTimeout.from_json(rec.gang_timeouts, rec.generation or 1)
             if mark is not None:
@@ -162,12 +181,13 @@ def memory_from_status(view: StatusView) -> Memory:
             started_at=rec.started_at,
             finished_at=rec.finished_at,
             outputs=rec.outputs,
+            requests=recorded_requests(rec) or {},
             # the one workload reason a rule reads back (3b); the others are re-derived
             reason=ObservedReason.GANG_TIMEOUT
             if rec.reason == ObservedReason.GANG_TIMEOUT.value
             else None,
         )
-    return Memory(seen, gang_timeouts=timeouts)
+    return Memory(seen, superseded=superseded, gang_timeouts=timeouts)
 
 
 def listing_from_memory(
@@ -178,13 +198,13 @@ def listing_from_memory(
     last cycle, and still are as far as this listing knows."""
     down = unreachable or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
-    for state in memory.seen.values():
+    for state in (*memory.seen.values(), *memory.superseded.values()):
         if state.cluster in by_cluster:  # the cycle reads only the config's clusters
             by_cluster[state.cluster].append(state)
     return {
         name: ClusterListing.unreachable(down[name])
         if name in down
-        else ClusterListing(tuple(sorted(states, key=lambda s: s.operation)))
+        else ClusterListing(tuple(sorted(states, key=lambda s: (s.operation, s.generation))))
         for name, states in by_cluster.items()
     }
 
@@ -386,14 +406,22 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     for state in listed:
         wanted = generations.get(state.operation)
         if wanted is not None and state.generation != wanted and state.phase.active:
-            old_id = superseded_id(state)
+            superseded[superseded_id(state)] = state
+    for old_id, state in memory.superseded.items():  # last seen where nothing can be read
+        wanted = generations.get(state.operation)
+        if (
+            (state.cluster in down or state.cluster not in compiled.clusters)
+            and wanted not in (None, state.generation)
+            and old_id not in superseded
+        ):
             superseded[old_id] = state
-            old = replace(state.to_observed(), operation=old_id)
-            if old.requests is None:
-                old = replace(old, requests=dict(ops[state.operation].requests))
-            if old.pods is None:  # every replica of the old run holds its pod
-                old = replace(old, pods=ops[state.operation].replicas)
-            observed.append(old)
+    for old_id, state in sorted(superseded.items()):
+        old = replace(state.to_observed(), operation=old_id)
+        if old.requests is None:
+            old = replace(old, requests=dict(ops[state.operation].requests))
+        if old.pods is None:  # every replica of the old run holds its pod
+            old = replace(old, pods=ops[state.operation].replicas)
+        observed.append(old)
 
     # 5. the plan
     backends = {name: listing[name].backends for name in listing if listing[name].reachable}
@@ -428,7 +456,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight, marks),
+        memory=Memory(seen_next, inflight, superseded, marks),
         listed=present,
         superseded=superseded,
     )
