@@ -191,7 +191,10 @@ def read_live(
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     """The status files the cycle would write for ``decision``, read back."""
     clusters = tuple(
-        ClusterStatus(name=c.name, reachable=c.reachable, error=c.error) for c in decision.clusters
+        ClusterStatus(
+            name=c.name, reachable=c.reachable, error=c.error, backends=tuple(sorted(c.backends))
+        )
+        for c in decision.clusters
     )
     return read_status(
         render_status(

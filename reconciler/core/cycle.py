@@ -191,11 +191,15 @@ def memory_from_status(view: StatusView) -> Memory:
 
 
 def listing_from_memory(
-    compiled: CompiledRepo, memory: Memory, unreachable: Mapping[str, str] | None = None
+    compiled: CompiledRepo,
+    memory: Memory,
+    unreachable: Mapping[str, str] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
 ) -> dict[str, ClusterListing]:
     """Every cluster as the memory last saw it (``plan`` without ``--live``: the status
     branch stands in for the clusters); ``unreachable`` (cluster -> error) were down at the
-    last cycle, and still are as far as this listing knows."""
+    last cycle, and still are as far as this listing knows; ``backends`` (cluster -> the
+    optional backends it served at the last cycle, ``status/clusters.yaml``) still are."""
     down = unreachable or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
     for state in (*memory.seen.values(), *memory.superseded.values()):
@@ -204,7 +208,10 @@ def listing_from_memory(
     return {
         name: ClusterListing.unreachable(down[name])
         if name in down
-        else ClusterListing(tuple(sorted(states, key=lambda s: (s.operation, s.generation))))
+        else ClusterListing(
+            tuple(sorted(states, key=lambda s: (s.operation, s.generation))),
+            backends=(backends or {}).get(name, frozenset()),
+        )
         for name, states in by_cluster.items()
     }
 
@@ -217,6 +224,7 @@ class ClusterHealth:
     name: str
     reachable: bool
     error: str = ""
+    backends: frozenset[str] = frozenset()  # the optional backends it serves (as read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,7 +297,12 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     health = tuple(
         ClusterHealth(name, False, listing[name].error or "")
         if name in listing and not listing[name].reachable
-        else ClusterHealth(name, name in listing, "" if name in listing else "not read")
+        else ClusterHealth(
+            name,
+            name in listing,
+            "" if name in listing else "not read",
+            listing[name].backends if name in listing else frozenset(),
+        )
         for name in sorted(compiled.clusters)
     )
     down = frozenset(h.name for h in health if not h.reachable)

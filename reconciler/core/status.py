@@ -365,6 +365,7 @@ class ClusterStatus(StatusRecord):
     name: Text
     reachable: Flag = True
     error: OmitEmpty[Text] = ""
+    backends: Texts = ()  # the optional backends it served (e.g. pytorchjob: the CRD)
 
 
 # Object addresses in a client error ("<... object at 0x7f...>") change on every attempt; an

@@ -86,7 +86,12 @@ def render_cycle_status(
             for op, error in result.failed.items()
         },
         clusters=tuple(
-            ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
+            ClusterStatus(
+                name=h.name,
+                reachable=h.reachable,
+                error=h.error,
+                backends=tuple(sorted(h.backends)),
+            )
             for h in result.clusters
         ),
         superseded=result.decision.superseded if result.decision else None,

@@ -113,8 +113,12 @@ def test_no_discovery_request_without_an_op_that_needs_a_backend() -> None:
     assert cluster.discoveries == 0
 
 
-def test_a_view_from_the_status_branch_knows_no_served_backend() -> None:
+def test_a_view_from_the_status_branch_uses_the_backends_the_last_cycle_recorded() -> None:
     repo = world().repo()
     decision = decide(repo, listing_from_memory(repo, Memory()), Memory(), NOW)
     (entry,) = [p for p in decision.plan.pending if p.operation == "p/pj"]
     assert entry.reason is PendingReason.BACKEND_UNAVAILABLE
+    served = {"local": frozenset({"pytorchjob"})}
+    recorded = decide(repo, listing_from_memory(repo, Memory(), None, served), Memory(), NOW)
+    assert [d.operation for d in recorded.plan.dispatch] == ["p/pj", "p/after"]
+    assert recorded.clusters[0].backends == frozenset({"pytorchjob"})
