@@ -58,7 +58,7 @@ def test_a_cluster_without_the_crd_keeps_the_op_queued_with_backend_unavailable(
     repo = world().repo()
     cluster = FakeCluster("local")
     reconciler = harness(repo, cluster)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: repo):
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
         result = reconciler.run_once()
     assert result.plan is not None
     (entry,) = [p for p in result.plan.pending if p.operation == "p/pj"]
@@ -95,7 +95,7 @@ def test_a_cluster_serving_the_crd_gets_the_dispatch() -> None:
     # the runtime cannot create a PyTorchJob yet: the dispatch fails, it stays Queued
     cluster = FakeCluster("local", backends={"pytorchjob"})
     reconciler = harness(repo, cluster)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: repo):
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
         result = reconciler.run_once()
     assert result.failed["p/pj"].startswith("the reconciler cannot run PyTorchJob workloads yet")
     assert cluster.calls == ["create p/p-after-g1"]  # nothing tried for it, the rest goes
@@ -108,7 +108,7 @@ def test_no_discovery_request_without_an_op_that_needs_a_backend() -> None:
     w.op("p/plain", gpu=1)
     repo = w.repo()
     cluster = FakeCluster("local")
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: repo):
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
         harness(repo, cluster).run_once()
     assert cluster.discoveries == 0
 

@@ -49,7 +49,7 @@ class Harness:
 
     def cycle(self, after: float = 0) -> CycleResult:
         self.clock.at += timedelta(seconds=after)
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: self.repo):
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
             return self.reconciler.run_once()
 
     def gang(self, name: str, placed: int, running: int = 0) -> None:
