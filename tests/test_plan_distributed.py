@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from typing import Any
 
 from builders import NOW, World
 
@@ -19,7 +20,15 @@ from reconciler.core.plan import (
     Plan,
     QuotaBlock,
 )
+from reconciler.core.queue_view import (
+    build_queue_detail,
+    build_queues_view,
+    queues_to_table,
+    queues_view_from_status,
+)
+from reconciler.core.status import read_status, render_status
 from reconciler.core.types import Phase
+from reconciler.runtime.metrics import Metrics
 
 R = PendingReason
 GPU = "nvidia.com/gpu"
@@ -244,3 +253,69 @@ def test_superseded_run_counts_its_replicas_in_decide() -> None:
     decision = decide(repo, {"local": ClusterListing((old2,))}, Memory(), NOW)
     (q,) = decision.plan.queues
     assert q.used[GPU] == Decimal(4) and q.pods == 2
+
+
+# --- every place quota is counted: queue view, status branch, metrics ---------------------
+
+
+def _gang_cycle() -> tuple[Any, Plan, dict[str, WorkloadState]]:
+    """One 4 x 2-GPU gang running in a queue of 8 GPUs and 6 pods, a 1-GPU job waiting."""
+    w = World().cluster("local").queue("team-a", quota={GPU: 8}, max_pods=6)
+    w.op("vision/ddp", gpu=2).replicas(4)
+    w.op("vision/small", gpu=1)
+    w.observe("vision/ddp", Phase.RUNNING, requests={GPU: 8}, pods=4, queue="team-a")
+    repo = w.repo()
+    plan = w.plan()
+    state = WorkloadState(
+        operation="vision/ddp",
+        generation=1,
+        cluster="local",
+        namespace="vision",
+        name="vision-ddp-g1",
+        uid="u",
+        phase=Phase.RUNNING,
+        queue="team-a",
+        requests={GPU: Decimal(8)},
+        pods=4,
+    )
+    return repo, plan, {"vision/ddp": state}
+
+
+def test_queue_view_counts_every_replica() -> None:
+    repo, plan, states = _gang_cycle()
+    view = build_queues_view(repo, plan, states, applied=True)
+    (row,) = view.rows
+    assert row.quotas[0].used == Decimal(8) and row.quotas[0].limit == Decimal(8)
+    assert (row.active, row.pods, row.max_pods, row.pods_text) == (1, 4, 6, "4/6")
+    assert view.fleet.pods == 4
+    assert row.to_json()["pods"] == 4 and row.to_json()["maxPods"] == 6
+    assert "4/6" in queues_to_table(view, wide=True)
+    detail = build_queue_detail(repo, plan, states, "team-a", applied=True)
+    assert detail is not None
+    assert ("maxPods", "6") in [(s.key, s.value) for s in detail.settings]
+    (active,) = detail.active
+    assert active.requests == "nvidia.com/gpu=8"
+    (waiting,) = detail.pending
+    assert waiting.requests == "nvidia.com/gpu=1"
+
+
+def test_status_branch_records_every_replica_and_reads_back() -> None:
+    repo, plan, states = _gang_cycle()
+    files = render_status(repo, plan, states)
+    text = files["status/queues.yaml"].decode()
+    assert "maxPods: 6" in text and "pods: 4" in text
+    view = queues_view_from_status(read_status(files))
+    (row,) = view.rows
+    assert (row.pods, row.max_pods) == (4, 6)
+    assert row.quotas[0].used == Decimal(8)
+
+
+def test_metrics_count_every_replica() -> None:
+    _, plan, _ = _gang_cycle()
+    metrics = Metrics()
+    metrics.observe_plan(plan)
+    labels = {"queue": "team-a", "cluster": "local"}
+    gpu = {"queue": "team-a", "resource": GPU}
+    assert metrics.registry.get_sample_value("reconciler_queue_active_pods", labels) == 4
+    assert metrics.registry.get_sample_value("reconciler_queue_quota_used", gpu) == 8
+    assert metrics.registry.get_sample_value("reconciler_queue_active_operations", labels) == 1

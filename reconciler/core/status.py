@@ -253,6 +253,10 @@ class QueueStatus(StatusRecord):
     strategy: Text = "BestEffortFIFO"
     paused: Flag = False
     kinds: Texts = ()  # the run kinds the queue admits
+    # pods of the active operations (every replica); written only when not ``active`` (a
+    # queue of single-pod operations has one pod per active operation)
+    pods: OptNumber = None
+    max_pods: OptNumber = None
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
@@ -269,6 +273,8 @@ class QueueStatus(StatusRecord):
             strategy=str(q.strategy),
             paused=q.paused,
             kinds=kinds,
+            pods=q.pods_after if q.pods_after != q.active + q.dispatching else None,
+            max_pods=q.max_pods,
         )
 
 

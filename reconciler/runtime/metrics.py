@@ -28,6 +28,13 @@ class Metrics:
             ("queue", "cluster"),
             registry=r,
         )
+        self.queue_pods = Gauge(
+            "reconciler_queue_active_pods",
+            "Pods of the queue's active operations, every replica counted, with this plan's "
+            "dispatches (what maxPods limits).",
+            ("queue", "cluster"),
+            registry=r,
+        )
         self.quota_used = Gauge(
             "reconciler_queue_quota_used",
             "Quota in use per queue and resource, with this plan's dispatches.",
@@ -96,6 +103,7 @@ class Metrics:
             queues.add((q.name, q.cluster))
             self.queue_active.labels(q.name, q.cluster).set(q.active)
             self.queue_pending.labels(q.name, q.cluster).set(q.pending)
+            self.queue_pods.labels(q.name, q.cluster).set(q.pods_after)
             for resource, limit in q.quota.items():
                 quotas.add((q.name, resource))
                 used = q.used_after.get(resource, q.used.get(resource, 0))
@@ -103,6 +111,7 @@ class Metrics:
                 self.quota_limit.labels(q.name, resource).set(float(limit))
         _remove(self.queue_active, self._queues - queues)
         _remove(self.queue_pending, self._queues - queues)
+        _remove(self.queue_pods, self._queues - queues)
         _remove(self.quota_used, self._quotas - quotas)
         _remove(self.quota_limit, self._quotas - quotas)
         self._queues, self._quotas = queues, quotas
