@@ -1,6 +1,7 @@
 """One decision path (issue 12): every view says what the next cycle does.
 
-Random worlds: queues and operations, Jobs and Pods in every phase on fake clusters,
+Random worlds: queues (some with ``maxPods``) and operations (some distributed, of 2 or 3
+replicas), Jobs and Pods in every phase on fake clusters,
 superseded generations, workloads deleted by hand, removed operations, unreachable
 clusters, and a status branch. For each, ``plan --live``, ``queues --live``,
 ``status --live`` and ``/api/v1`` (a follower's cycle) must report exactly the plan of the
@@ -74,8 +75,8 @@ def _manifest(compiled: CompiledRepo, op_id: str, generation: int) -> dict[str, 
     op = replace(op, generation=generation)
     rendered = render_operation(op, {}, config_version="c0", dispatched_at=NOW)
     manifest = json.loads(json.dumps(rendered.manifests[0]))
-    # the builder's ops carry their requests outside the spec: put them on the pod
-    limits = {r: format_quantity(v) for r, v in op.requests.items()}
+    # the builder's ops carry their requests outside the spec: put one pod's on the pod
+    limits = {r: format_quantity(v) for r, v in op.per_pod.items()}
     manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": limits}
     return dict(manifest)
 
@@ -96,6 +97,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
             strict=draw(st.booleans()),
             paused=draw(st.sampled_from([False, False, False, True])),
+            max_pods=draw(st.sampled_from([None, None, 3, 5])),
         )
     count = draw(st.integers(1, 8))
     facts: dict[str, str] = {}
@@ -106,6 +108,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         )
         if draw(st.integers(0, 5)) == 0:
             b.submitted(None)
+        if draw(st.integers(0, 3)) == 0:
+            b.replicas(draw(st.integers(2, 3)))
         facts[op_id] = draw(st.sampled_from(FACTS))
         if facts[op_id] == "superseded":
             b._fields["generation"] = 2
@@ -223,12 +227,23 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     assert api_json["queues"] == queues_json["queues"]
     assert api_json["fleet"] == queues_json["fleet"]
     assert [
-        (r["name"], r["active"], r["next"], r["pending"], r["headReason"], r["quota"])
+        (
+            r["name"],
+            r["active"],
+            r["pods"],
+            r["maxPods"],
+            r["next"],
+            r["pending"],
+            r["headReason"],
+            r["quota"],
+        )
         for r in queues_json["queues"]
     ] == [
         (
             q.name,
             q.active,
+            q.pods,
+            q.max_pods,
             q.dispatching,
             q.pending,
             str(q.head_reason) if q.head_reason else None,
@@ -240,12 +255,16 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         for q in plan.queues
     ]
     # status --live: what the status branch says after the cycle
-    assert [(q.name, q.active, dict(q.used), q.pending) for q in status_view.queues] == [
+    assert [
+        (q.name, q.active, dict(q.used), q.pending, q.active if q.pods is None else q.pods)
+        for q in status_view.queues
+    ] == [
         (
             q.name,
             q.active + q.dispatching,
             {r: format_quantity(v) for r, v in sorted(q.used_after.items())},
             q.pending,
+            q.pods_after,
         )
         for q in plan.queues
     ]
@@ -274,10 +293,13 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     assert set(result.dispatched) | set(result.adopted) == {d.operation for d in plan.dispatch}
     assert set(result.stopped) == {x.operation for x in plan.stop}
 
-    # No view shows a queue over its quota because of a dispatch, nor contradicts itself.
+    # No view shows a queue over its quota (or maxPods) because of a dispatch, nor
+    # contradicts itself.
     for q in plan.queues:
         for r, limit in q.quota.items():
             assert q.used_after.get(r, Decimal(0)) <= max(limit, q.used.get(r, Decimal(0)))
+        if q.max_pods is not None and q.dispatching:
+            assert q.pods_after <= max(q.max_pods, q.pods)
     web = WebApp(lambda: follower)
     for row in api_json["queues"]:
         if any(_units(u["used"]) > 0 for u in row["quota"]):
