@@ -65,7 +65,7 @@ def test_a_gang_is_dispatched_whole_and_counts_every_replica() -> None:
     assert isinstance(p.blocked_by, QuotaBlock)
     assert p.blocked_by.request == Decimal(8) and p.blocked_by.replicas == 4
     assert p.message.startswith(
-        "needs nvidia.com/gpu 8 (4 replicas \u00d7 2) (all or nothing); team-a uses 8 of 8"
+        "needs nvidia.com/gpu 8 (4 replicas \u00d7 2, all or nothing); team-a uses 8 of 8"
     )
     assert p.admit.when is AdmitWhen.RESOURCES_RELEASED
     assert p.admit.operations == ("vision/ddp-1",) and p.admit.amount == Decimal(8)

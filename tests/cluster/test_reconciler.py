@@ -430,10 +430,14 @@ def test_demo_runs_the_example_to_completion(
         env={**os.environ, "COLUMNS": "200"},
     )
     assert demo.returncode == 0, demo.stderr[-3000:]
-    assert "'Succeeded': 18" in demo.stderr
+    assert "'Succeeded': 19" in demo.stderr
     assert "team-a" in demo.stderr and "nvidia.com/gpu" in demo.stderr
-    names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
-    assert "vision-train-vit-g1" in names
+    jobs = {j["metadata"]["name"]: j for j in kube.list_managed("Job").items}
+    assert "vision-train-vit-g1" in jobs
+    # the distributed train-ddp: one Indexed Job of 2 pods, both succeeded
+    ddp = jobs["vision-train-ddp-g1"]
+    assert ddp["spec"]["completionMode"] == "Indexed" and ddp["spec"]["parallelism"] == 2
+    assert ddp["status"].get("succeeded") == 2
 
 
 def test_status_branch_one_commit_per_cycle_and_human_commits_kept(

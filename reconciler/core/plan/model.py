@@ -197,12 +197,14 @@ class UpstreamFailedBlock:
 PODS = "pods"
 
 
-def _whole(request: Decimal, replicas: int) -> str:
-    """A distributed operation's request, with how it adds up: ``8 (4 replicas \u00d7 2)``."""
+def _whole(request: Decimal, replicas: int, note: str = "") -> str:
+    """A distributed operation's request, with how it adds up: ``8 (4 replicas \u00d7 2)``,
+    and ``note`` inside the parentheses."""
     text = format_quantity(request)
     if replicas <= 1:
         return text
-    return f"{text} ({replicas} replicas \u00d7 {format_quantity(request / replicas)})"
+    each = format_quantity(request / replicas)
+    return f"{text} ({replicas} replicas \u00d7 {each}{note})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -399,9 +401,9 @@ class QuotaBlock:
     replicas: int = 1
 
     def _head(self) -> str:
-        whole = " (all or nothing)" if self.replicas > 1 else ""
+        whole = _whole(self.request, self.replicas, ", all or nothing")
         return (
-            f"needs {self.resource} {_whole(self.request, self.replicas)}{whole}; "
+            f"needs {self.resource} {whole}; "
             f"{self.queue} uses {format_quantity(self.used)} of {format_quantity(self.quota)}"
         )
 
