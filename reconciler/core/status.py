@@ -26,7 +26,7 @@ from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
-from reconciler.core.render import spec_hash, workload_name
+from reconciler.core.render import operation_workload, spec_hash
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
@@ -459,7 +459,7 @@ def _compiled_record(
             workload_spec_hash=state.spec_hash if state.spec_hash != desired else None,
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
         )
-    name = workload_name(op.project, op.name, op.generation)
+    name = operation_workload(op)
     if dispatched and failure is not None:
         return OperationStatus(
             **common,

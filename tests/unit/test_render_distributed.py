@@ -8,16 +8,19 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from builders import World
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.observe import observe_workloads
+from reconciler.core.plan import plan_repo
 from reconciler.core.render import (
     ANNOTATION_COMPLETION_INDEX,
     LABEL_WORKLOAD,
     render_operation,
     workload_name,
 )
+from reconciler.core.status import build_status
 from reconciler.core.types import (
     CompiledOperation,
     Distributed,
@@ -255,3 +258,14 @@ def test_observation_counts_every_replica_of_the_rendered_job() -> None:
     )
     (state,) = observe_workloads("local", [single.job], [])
     assert state.pods == 1 and state.requests == {"nvidia.com/gpu": Decimal(2)}
+
+
+def test_the_status_branch_names_a_long_gangs_workload_as_rendered() -> None:
+    long_name = "a-very-long-operation-name-for-a-distributed-training-run"
+    w = World().cluster("local").queue("q")
+    w.op(f"vision/{long_name}", gpu=1).replicas(16)
+    repo = w.repo()
+    (op,) = repo.operations
+    rendered = render_operation(op, {}, config_version="c", dispatched_at=NOW)
+    (record,) = build_status(repo, plan_repo(repo, [], NOW), {})
+    assert record.workload == rendered.name and len(f"{rendered.name}-15") <= 63
