@@ -10,7 +10,13 @@ from typing import Any
 
 from builders import NOW, World
 
-from reconciler.core.cycle import ClusterListing, Memory, decide
+from reconciler.core.cycle import (
+    ClusterListing,
+    Memory,
+    decide,
+    listing_from_memory,
+    memory_from_status,
+)
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
     AdmitWhen,
@@ -319,3 +325,34 @@ def test_metrics_count_every_replica() -> None:
     assert metrics.registry.get_sample_value("reconciler_queue_active_pods", labels) == 4
     assert metrics.registry.get_sample_value("reconciler_queue_quota_used", gpu) == 8
     assert metrics.registry.get_sample_value("reconciler_queue_active_operations", labels) == 1
+
+
+def test_plan_from_the_status_branch_counts_a_gangs_pods_as_the_cycle_does() -> None:
+    repo, plan, states = _gang_cycle()
+    single = WorkloadState(
+        operation="vision/small",
+        generation=1,
+        cluster="local",
+        namespace="vision",
+        name="vision-small-g1",
+        uid="u2",
+        phase=Phase.RUNNING,
+        queue="team-a",
+        requests={GPU: Decimal(1)},
+        pods=1,
+    )
+    states = {**states, "vision/small": single}
+    files = render_status(repo, plan, states)
+    record = files["status/vision/ddp.yaml"].decode()
+    assert "pods: 4" in record and "nvidia.com/gpu: '8'" in record
+    assert "pods:" not in files["status/vision/small.yaml"].decode()  # one pod: not written
+    memory = memory_from_status(read_status(files))
+    assert memory.seen["vision/ddp"].pods == 4
+    assert memory.seen["vision/small"].pods == 1  # its requests are recorded: one pod
+    listing = listing_from_memory(repo, memory)
+    from_status = decide(repo, listing, memory, NOW).plan
+    live = decide(repo, {"local": ClusterListing(tuple(states.values()))}, Memory(), NOW).plan
+    assert [(q.pods, dict(q.used)) for q in from_status.queues] == [
+        (q.pods, dict(q.used)) for q in live.queues
+    ]
+    assert from_status.queues[0].pods == 5
