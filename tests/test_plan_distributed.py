@@ -356,3 +356,15 @@ def test_plan_from_the_status_branch_counts_a_gangs_pods_as_the_cycle_does() -> 
         (q.pods, dict(q.used)) for q in live.queues
     ]
     assert from_status.queues[0].pods == 5
+
+
+def test_a_gang_and_a_single_op_short_of_the_same_amount_are_worded_apart() -> None:
+    w = World().cluster("local").queue("q", quota={GPU: 8})
+    w.op("p/hog", gpu=8)
+    w.op("p/gang", gpu=2).replicas(4)
+    w.op("p/big", gpu=8)
+    plan = w.plan()
+    gang, big = pending(plan, "p/gang"), pending(plan, "p/big")
+    assert gang.message.startswith("needs nvidia.com/gpu 8 (4 replicas \u00d7 2, all or nothing)")
+    assert big.message.startswith("needs nvidia.com/gpu 8; q uses 8 of 8")
+    assert gang.blocked_by is not big.blocked_by

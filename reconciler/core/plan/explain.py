@@ -125,7 +125,10 @@ def explain_queue(q: QueueState) -> list[Pending]:
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
-            key = detail
+            # shared by the entries short of the same amount, and of as many replicas (the
+            # message says how a distributed op's request adds up)
+            replicas = op.replicas
+            key = detail if replicas == 1 else (detail, replicas)
             cached = shared.get(key)
             if cached is None:
                 i, amount = detail
@@ -140,7 +143,7 @@ def explain_queue(q: QueueState) -> list[Pending]:
                     to_decimal(need),
                     ids,
                     count,
-                    op.replicas,
+                    replicas,
                 )
             block = cached
         elif reason is pods_r:
