@@ -304,8 +304,7 @@ def admit(
             # 4: the whole request (every replica), alone, fits every quota and the maxPods
             # of the queue. Exact Decimal compare against the floored quota: same answer as
             # in units, without converting.
-            replicas = op.replicas
-            if max_pods is not None and replicas > max_pods:
+            if max_pods is not None and op.replicas > max_pods:
                 get = op.requests.get
                 too_big = [-1]  # -1: maxPods, then the quota resources
                 too_big += [i for i, (r, limit) in enumerate(limits) if (get(r) or 0) > limit]
@@ -335,8 +334,8 @@ def admit(
                     head = (oid, conc_r)
                 continue
             # 7: maxPods: room for every replica at once
-            if max_pods is not None and q.pods + replicas > max_pods:
-                pend((oid, op, pods_r, replicas))
+            if max_pods is not None and q.pods + op.replicas > max_pods:
+                pend((oid, op, pods_r, op.replicas))
                 if strict:
                     head = (oid, pods_r)
                 continue
@@ -374,7 +373,7 @@ def admit(
                     head = (oid, cluster_r)
                 continue
             # Admitted: count it before the next candidate.
-            q.hold(oid, req, replicas)
+            q.hold(oid, req, op.replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
