@@ -26,9 +26,12 @@ The rules, in the order :func:`decide` applies them:
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
    quota under the id ``op@gN`` until they finish, and are never pruned;
-5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
-   filter applied to its output;
-6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
+5. **ledger**: each finished run (listed or remembered, any generation) not yet in the
+   memory's ledger is entered once, keyed by operation, generation and workload, costed from
+   its Job's own start and end (docs/budgets.md);
+6. **plan**: the unreachable clusters are an input of the planner (check 0), never a
+   filter applied to its output; the ledger is one too (check 10, budgets);
+7. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
    and write each listed workload's phase onto it when it changed (not one being stopped).
 """
 
@@ -38,6 +41,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from reconciler.core.ledger import (
+    Ledger,
+    LedgerEntry,
+    LedgerKey,
+    parse_moment,
+    prices_for,
+    run_cost,
+)
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView
@@ -81,10 +92,12 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Memory:
     """What a cycle knows that the clusters may not say: the last state seen of each
-    operation's current run, and creates the watch may not show yet."""
+    operation's current run, creates the watch may not show yet, and the ledger of
+    finished runs (what budgets have spent; the status branch's ``status/ledger/``)."""
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
 
     def record(
         self, created: Iterable[InFlight] = (), stopped: Iterable[WorkloadState] = ()
@@ -97,7 +110,7 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight)
+        return Memory(seen, inflight, self.ledger)
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
@@ -133,7 +146,7 @@ def memory_from_status(view: StatusView) -> Memory:
             finished_at=rec.finished_at,
             outputs=rec.outputs,
         )
-    return Memory(seen)
+    return Memory(seen, ledger=Ledger.of(view.ledger))
 
 
 def listing_from_memory(
@@ -301,10 +314,17 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
                 old = replace(old, requests=dict(ops[state.operation].requests))
             observed.append(old)
 
-    # 5. the plan
-    plan = plan_repo(compiled, observed, now, superseded=superseded, unreachable=down)
+    # 5. the ledger: every finished run not entered yet (a superseded generation's too)
+    ledger = memory.ledger.with_entries(
+        finished_runs(compiled, (*current.values(), *listed), memory.ledger, now)
+    )
 
-    # 6. the actions
+    # 6. the plan
+    plan = plan_repo(
+        compiled, observed, now, superseded=superseded, unreachable=down, ledger=ledger
+    )
+
+    # 7. the actions
     creates = tuple(Create(ops[d.operation], d.cluster, d.queue) for d in plan.dispatch)
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
@@ -331,10 +351,55 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight),
+        memory=Memory(seen_next, inflight, ledger),
         listed=present,
         superseded=superseded,
     )
+
+
+def finished_runs(
+    compiled: CompiledRepo, states: Iterable[WorkloadState], ledger: Ledger, now: datetime
+) -> list[LedgerEntry]:
+    """A ledger entry for each finished run of ``states`` the ledger does not hold yet.
+
+    Its start and end are its Job's own (``startTime``, completion or failure time), so a
+    run that ended while no reconciler was running is costed by when it ran. Without a
+    start: its dispatch time; without an end (a Job deleted before it was seen to finish):
+    ``now``, when it was noticed. Its cost is its requests (the workload's, else the
+    operation's) times the prices of its cluster now."""
+    ops = None
+    out: list[LedgerEntry] = []
+    for state in states:
+        if not state.phase.finished:
+            continue
+        key = LedgerKey(state.operation, state.generation, state.name)
+        if key in ledger:
+            continue
+        if ops is None:
+            ops = {op.id: op for op in compiled.operations}
+        op = ops.get(state.operation)
+        end = parse_moment(state.finished_at) or now
+        start = parse_moment(state.started_at) or parse_moment(state.dispatched_at) or end
+        start = min(start, end)
+        requests = dict(state.requests) if state.requests else dict(op.requests if op else {})
+        cluster = compiled.clusters.get(state.cluster)
+        prices = prices_for(compiled.org.prices, cluster.prices if cluster is not None else {})
+        out.append(
+            LedgerEntry(
+                operation=state.operation,
+                generation=state.generation,
+                workload=state.name,
+                queue=state.queue or (op.queue if op else ""),
+                cluster=state.cluster,
+                phase=str(state.phase),
+                requests=requests,
+                start=start,
+                end=end,
+                cost=run_cost(requests, prices, start, end),
+                currency=compiled.org.currency,
+            )
+        )
+    return out
 
 
 def superseded_id(state: WorkloadState) -> str:

@@ -20,6 +20,7 @@ Rules (docs/budgets.md):
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -256,20 +257,36 @@ class Ledger:
         return dict(sorted(out.items()))
 
 
-def ledger_path(month: str) -> str:
-    return f"{LEDGER_DIR}/{month}.yaml"
+# Entries per ledger file: a month with more continues in ``<YYYY-MM>.2.yaml`` and so on,
+# so that each file stays well within the status reader's limits (core/load.py: 1 MiB and
+# 20 000 values a file).
+ENTRIES_PER_FILE = 500
+
+
+def ledger_path(month: str, part: int = 1) -> str:
+    """``status/ledger/2026-12.yaml``; a month's later parts ``2026-12.2.yaml``..."""
+    return f"{LEDGER_DIR}/{month}.yaml" if part == 1 else f"{LEDGER_DIR}/{month}.{part}.yaml"
+
+
+_MONTH_FILE = re.compile(rf"^{LEDGER_DIR}/\d{{4}}-\d{{2}}(\.[1-9]\d{{0,5}})?\.yaml$")
 
 
 def is_ledger_path(path: str) -> bool:
-    return path.startswith(f"{LEDGER_DIR}/") and path.endswith(".yaml")
+    """``status/ledger/2026-12.yaml`` (or a later part, ``2026-12.2.yaml``)."""
+    return _MONTH_FILE.match(path) is not None
 
 
 def ledger_documents(ledger: Ledger) -> dict[str, dict[str, Any]]:
-    """The ledger's files, as data, by path (the status writer dumps them)."""
-    return {
-        ledger_path(month): {"entries": [e.to_dict() for e in entries]}
-        for month, entries in ledger.months().items()
-    }
+    """The ledger's files, as data, by path (the status writer dumps them): per month, its
+    entries in order of end, ``ENTRIES_PER_FILE`` a file."""
+    out: dict[str, dict[str, Any]] = {}
+    for month, entries in ledger.months().items():
+        for i in range(0, len(entries), ENTRIES_PER_FILE):
+            chunk = entries[i : i + ENTRIES_PER_FILE]
+            out[ledger_path(month, i // ENTRIES_PER_FILE + 1)] = {
+                "entries": [e.to_dict() for e in chunk]
+            }
+    return out
 
 
 def entries_from_document(data: Mapping[str, Any]) -> tuple[LedgerEntry, ...]:

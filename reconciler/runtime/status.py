@@ -59,6 +59,7 @@ class StatusPublisher:
                     ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
                     for h in result.clusters
                 ),
+                ledger=result.decision.memory.ledger if result.decision is not None else None,
             )
             changes = status_changes(before, files)
             if not changes:
