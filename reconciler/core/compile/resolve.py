@@ -142,7 +142,7 @@ def resolve(
     check_env(spec, conns, prov, fallback, errors)
     if queue is not None and queue.budget is not None and effective_timeout(spec, queue) is None:
         errors.add(
-            at(prov, ("run",), fallback),
+            fallback,
             f"queue {queue.name!r} has a budget, so every operation needs a timeout to reserve "
             "against it: set run.timeout, or defaultTimeout in "
             f"queues/{queue.name}.yaml",
