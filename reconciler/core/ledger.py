@@ -388,3 +388,73 @@ class BudgetWindow:
         if self.budget.hours_of is not None:
             return self.budget.resource
         return self.currency
+
+
+# --- usage ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """What one queue's runs used in one window: ``runs`` that ended in it, the
+    resource-hours and the cost of the time they ran in it (memory in GiB-hours)."""
+
+    window: Window
+    queue: str
+    runs: int
+    hours: Mapping[str, Decimal]
+    cost: Decimal
+    currency: str
+
+
+def usage(
+    entries: Iterable[LedgerEntry],
+    per: BudgetPeriod,
+    timezone: str = "UTC",
+    queue: str | None = None,
+) -> list[UsageRow]:
+    """The ledger per calendar window of ``per`` and queue (only ``queue`` when given), in
+    window then queue order. A run across a boundary counts in each window for the time it
+    ran there, as budgets count it."""
+    runs: dict[tuple[datetime, str], int] = {}
+    used: dict[tuple[datetime, str], dict[str, Decimal]] = {}
+    costs: dict[tuple[datetime, str], Decimal] = {}
+    currencies: dict[tuple[datetime, str], str] = {}
+    windows: dict[datetime, Window] = {}
+    for entry in entries:
+        if queue is not None and entry.queue != queue:
+            continue
+        last = window_at(entry.end, per, timezone)
+        windows[last.start] = last
+        key = (last.start, entry.queue)
+        runs[key] = runs.get(key, 0) + 1
+        duration = hours(entry.start, entry.end)
+        if not duration:
+            costs[key] = costs.get(key, Decimal(0)) + entry.cost
+            used.setdefault(key, {})
+            currencies.setdefault(key, entry.currency)
+            continue
+        window = window_at(entry.start, per, timezone)
+        while window.start < entry.end:
+            inside = overlap_hours(entry.start, entry.end, window)
+            if inside:
+                windows[window.start] = window
+                key = (window.start, entry.queue)
+                into = used.setdefault(key, {})
+                for resource, amount in entry.requests.items():
+                    into[resource] = into.get(resource, Decimal(0)) + (
+                        per_unit(resource, amount) * inside
+                    )
+                costs[key] = costs.get(key, Decimal(0)) + entry.cost * inside / duration
+                currencies.setdefault(key, entry.currency)
+            window = next_window(window, per, timezone)
+    return [
+        UsageRow(
+            window=windows[start],
+            queue=name,
+            runs=runs.get((start, name), 0),
+            hours={r: quantize(v) for r, v in sorted(used.get((start, name), {}).items())},
+            cost=quantize(costs.get((start, name), Decimal(0))),
+            currency=currencies.get((start, name), ""),
+        )
+        for start, name in sorted(set(used) | set(costs) | set(runs))
+    ]
