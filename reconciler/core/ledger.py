@@ -96,7 +96,8 @@ def run_cost(
 
 
 def _decimal_text(value: Decimal) -> str:
-    return format(value.normalize(), "f") if value == value.to_integral() else format(value, "f")
+    """``15.7``, ``100``: no exponent, no trailing zeros."""
+    return format(value.normalize(), "f")
 
 
 Money = Annotated[Decimal, PlainSerializer(_decimal_text, return_type=str)]
