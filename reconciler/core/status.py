@@ -261,9 +261,24 @@ class QueueStatus(StatusRecord):
     strategy: Text = "BestEffortFIFO"
     paused: Flag = False
     kinds: Texts = ()  # the run kinds the queue admits
+    # a budgeted queue's window, with this cycle's dispatches: limit, spent, committed, unit,
+    # per, windowStart, windowEnd (docs/budgets.md)
+    budget: LooseObject = None
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
+        budget = None
+        if q.budget is not None:
+            b = q.budget
+            budget = {
+                "limit": _amount(b.limit),
+                "spent": _amount(b.spent),
+                "committed": _amount(b.committed_after),
+                "unit": b.unit,
+                "per": b.per,
+                "windowStart": b.window_start.isoformat(),
+                "windowEnd": b.window_end.isoformat(),
+            }
         return cls(
             name=q.name,
             cluster=q.cluster,
@@ -277,7 +292,13 @@ class QueueStatus(StatusRecord):
             strategy=str(q.strategy),
             paused=q.paused,
             kinds=kinds,
+            budget=budget,
         )
+
+
+def _amount(value: Decimal) -> str:
+    """A budget amount in a status file: at most 6 decimals, no trailing zeros."""
+    return format(value.quantize(Decimal("0.000001")).normalize(), "f")
 
 
 class ConfigStatus(StatusRecord):
