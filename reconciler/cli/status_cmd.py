@@ -199,6 +199,7 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
             decision.plan,
             decision.states,
             clusters=clusters,
+            superseded=decision.superseded,
             ledger=decision.memory.ledger,
         )
     )
