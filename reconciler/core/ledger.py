@@ -21,7 +21,7 @@ Rules (docs/budgets.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -221,9 +221,15 @@ def parse_moment(value: str | None) -> datetime | None:
 
 @dataclass(frozen=True, slots=True)
 class Ledger:
-    """Every run entered, by key. Adding a run already entered changes nothing."""
+    """Every run entered, by key. Adding a run already entered changes nothing.
+
+    ``files`` memoises each month's rendered files (by month, then path): the status writer
+    renders the whole ledger every cycle, and a month no run was added to since is the same
+    bytes. A new ledger keeps the months its new entries do not touch."""
 
     entries: Mapping[LedgerKey, LedgerEntry] = field(default_factory=dict)
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict, compare=False, repr=False)
+    rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -242,7 +248,9 @@ class Ledger:
                 added[entry.key] = entry
         if not added:
             return self
-        return Ledger({**self.entries, **added})
+        touched = {e.month for e in added.values()}
+        kept = {m: f for m, f in self.files.items() if m not in touched}
+        return Ledger({**self.entries, **added}, kept)
 
     @classmethod
     def of(cls, entries: Iterable[LedgerEntry]) -> Ledger:
@@ -282,11 +290,35 @@ def ledger_documents(ledger: Ledger) -> dict[str, dict[str, Any]]:
     entries in order of end, ``ENTRIES_PER_FILE`` a file."""
     out: dict[str, dict[str, Any]] = {}
     for month, entries in ledger.months().items():
-        for i in range(0, len(entries), ENTRIES_PER_FILE):
-            chunk = entries[i : i + ENTRIES_PER_FILE]
-            out[ledger_path(month, i // ENTRIES_PER_FILE + 1)] = {
-                "entries": [e.to_dict() for e in chunk]
-            }
+        out.update(_month_documents(month, entries))
+    return out
+
+
+def _month_documents(month: str, entries: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
+    return {
+        ledger_path(month, i // ENTRIES_PER_FILE + 1): {
+            "entries": [e.to_dict() for e in entries[i : i + ENTRIES_PER_FILE]]
+        }
+        for i in range(0, len(entries), ENTRIES_PER_FILE)
+    }
+
+
+def ledger_files(ledger: Ledger, dump: Callable[[Mapping[str, Any]], bytes]) -> dict[str, bytes]:
+    """The ledger's files as ``dump`` writes them, by path; months already rendered for this
+    ledger (or the one it grew from) are not rendered again."""
+    if ledger.rendered or not ledger.entries:
+        return dict(ledger.rendered)
+    out: dict[str, bytes] = {}
+    months = None
+    for month in sorted({e.month for e in ledger.entries.values()}):
+        cached = ledger.files.get(month)
+        if cached is None:
+            if months is None:
+                months = ledger.months()
+            docs = _month_documents(month, months[month])
+            cached = ledger.files[month] = {path: dump(doc) for path, doc in docs.items()}
+        out.update(cached)
+    ledger.rendered.update(out)
     return out
 
 

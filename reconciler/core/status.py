@@ -28,7 +28,7 @@ from reconciler.core.ledger import (
     LedgerEntry,
     entries_from_document,
     is_ledger_path,
-    ledger_documents,
+    ledger_files,
 )
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
@@ -459,8 +459,8 @@ def render_status(
             c.model_copy(update={"error": stable_error(c.error)}).to_dict() for c in clusters
         ]
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
-    for path, document in ledger_documents(ledger or Ledger()).items():
-        files[path] = dump_yaml(document)
+    if ledger is not None:
+        files.update(ledger_files(ledger, dump_yaml))
     return dict(sorted(files.items()))
 
 

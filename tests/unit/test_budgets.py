@@ -451,3 +451,26 @@ def test_bad_budget_config_is_an_error_at_its_place(queue: str, org: str, messag
         files_["clusters/local.yaml"] = "kind: Cluster\nkubeconfig:\n  inCluster: true\n"
     errors = [str(e) for e in compile_repo(repo(files_)).errors]
     assert any(message in e for e in errors), errors
+
+
+def test_the_ledger_files_are_rendered_once_per_month_that_changed() -> None:
+    from reconciler.core.ledger import ledger_files
+    from reconciler.core.status import dump_yaml
+
+    calls: list[str] = []
+
+    def dump(doc: object) -> bytes:
+        calls.append("x")
+        return dump_yaml(doc)  # type: ignore[arg-type]
+
+    dec = entry("p/dec", start=utc(2025, 12, 1), end=utc(2025, 12, 1, 1))
+    jan = entry("p/jan", start=utc(2026, 1, 1), end=utc(2026, 1, 1, 1))
+    ledger = Ledger.of([dec, jan])
+    first = ledger_files(ledger, dump)
+    assert sorted(first) == ["status/ledger/2025-12.yaml", "status/ledger/2026-01.yaml"]
+    assert ledger_files(ledger, dump) == first and len(calls) == 2
+    grown = ledger.with_entries([entry("p/jan2", start=utc(2026, 1, 2), end=utc(2026, 1, 2, 1))])
+    second = ledger_files(grown, dump)
+    assert len(calls) == 3  # only January again
+    assert second["status/ledger/2025-12.yaml"] == first["status/ledger/2025-12.yaml"]
+    assert [e.operation for e in read_status(second).ledger] == ["p/dec", "p/jan", "p/jan2"]
