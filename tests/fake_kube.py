@@ -13,6 +13,10 @@ from reconciler.adapters.kube import ApplyResult, KubeError, ObjectList
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
+# The Job controller's times of a run the fake set going or finished (status.startTime,
+# status.completionTime or the Failed condition's lastTransitionTime).
+STARTED = "2026-01-01T11:00:00Z"
+ENDED = "2026-01-01T11:40:00Z"
 
 
 @dataclass
@@ -53,13 +57,23 @@ class FakeCluster:
             job["metadata"]["deletionTimestamp"] = NOW
             return
         if phase == "Succeeded":
-            job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
+            job["status"] = {
+                "conditions": [{"type": "Complete", "status": "True"}],
+                "startTime": STARTED,
+                "completionTime": ENDED,
+            }
             return
         if phase == "Failed":
             job["status"] = {
                 "conditions": [
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
-                ]
+                    {
+                        "type": "Failed",
+                        "status": "True",
+                        "reason": "BackoffLimitExceeded",
+                        "lastTransitionTime": ENDED,
+                    }
+                ],
+                "startTime": STARTED,
             }
             return
         if phase == "PodPending":
@@ -76,6 +90,7 @@ class FakeCluster:
             "status": {},
         }
         if phase == "Running":
+            job["status"] = {**job.get("status", {}), "startTime": STARTED}
             pod["spec"]["nodeName"] = "gpu-node-0"
             pod["status"]["phase"] = "Running"
         elif phase == "Unschedulable":

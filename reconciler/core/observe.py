@@ -80,6 +80,7 @@ class WorkloadState:
             queue=self.queue,
             cluster=self.cluster,
             workflow=self.workflow,
+            started_at=parse_time(self.started_at or self.dispatched_at),
         )
 
 

@@ -92,4 +92,5 @@ def render_cycle_status(
             for h in result.clusters
         ),
         superseded=result.decision.superseded if result.decision else None,
+        ledger=result.decision.memory.ledger if result.decision is not None else None,
     )
