@@ -48,6 +48,7 @@ from reconciler.core.render import (
     render_operation,
 )
 from reconciler.core.status import StatusReason
+from reconciler.core.trigger import Trigger
 from reconciler.core.types import (
     BUG_NOTE,
     ClusterSpec,
@@ -147,8 +148,11 @@ class Reconciler:
         watch: bool = True,
         sync_timeout: float = 10.0,
         create_workers: int = 8,
+        on_trigger: Callable[[Trigger], None] | None = None,
     ) -> None:
         self._source = source
+        # told of each watch event by which a run ends (the loop runs a cycle at once)
+        self._on_trigger = on_trigger
         self._connect = connect
         self._clock = clock
         self._is_leader = is_leader
@@ -211,7 +215,10 @@ class Reconciler:
         pair = self._informers.get(name)
         if pair is None or pair[0].kube is not kube:
             self._stop_informers(name)
-            pair = (Informer(kube, "Job"), Informer(kube, "Pod"))
+            pair = (
+                Informer(kube, "Job", on_trigger=self._on_trigger),
+                Informer(kube, "Pod", on_trigger=self._on_trigger),
+            )
             for informer in pair:
                 informer.start()
             self._informers[name] = pair
