@@ -6,12 +6,15 @@
     allow them all, until all its Jobs exist (the same W creates in flight);
 (c) binding limits: M operations that each run D seconds (kwok's simulated duration) under a
     queue of concurrency C; dispatches per second while ops complete, against the ceiling C/D.
+    Twice, side by side: cycles every 0.5 s (``poll``, as before cycles ran on events), and
+    ``reconciler run``'s loop (``events``: a cycle when a Job ends, debounced 0.2 s, the
+    10 s interval as a fallback).
 
 The cluster settles (every pod of the previous step Running) before each step. Prints the
 figures of each and, last, the ratio b/a (goal >= 0.8).
 
     PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [-w 8] [-m 600 -c 100 -d 10]
-        [--binding-only] [--state-dir DIR] [--keep]
+        [--binding-only] [--binding poll,events] [--state-dir DIR] [--keep]
 """
 
 from __future__ import annotations
@@ -20,8 +23,11 @@ import argparse
 import os
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -35,7 +41,8 @@ from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
 from reconciler.devcluster.shape import NodePool
 from reconciler.runtime import cycle
-from reconciler.runtime.cycle import Reconciler
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.loop import Wakeup, run_forever
 
 # Room for every pod of the run, so the scheduler never retries unschedulable ones.
 POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500),)
@@ -106,6 +113,130 @@ def _timed_compile(*args: Any, **kwargs: Any) -> Any:
         COMPILES.append(time.perf_counter() - started)
 
 
+@dataclass
+class Binding:
+    """What one binding run saw, cycle by cycle."""
+
+    m: int
+    concurrency: int
+    started: float = field(default_factory=time.perf_counter)
+    dispatched: int = 0
+    peak: int = 0
+    cycles: int = 0
+    over: int = 0
+    last_dispatch: float = 0.0
+    done: bool = False
+    succeeded: int = 0
+
+    def observe(self, result: CycleResult, prefix: str) -> None:
+        self.cycles += 1
+        self.dispatched += len(result.dispatched)
+        ours = [s for op, s in result.states.items() if op.startswith(prefix)]
+        active = sum(1 for s in ours if s.phase.active)
+        self.peak = max(self.peak, active)
+        self.over += active > self.concurrency
+        if self.dispatched >= self.m and not self.last_dispatch:
+            self.last_dispatch = time.perf_counter() - self.started
+        if self.last_dispatch and all(s.phase.finished for s in ours):
+            self.done = True
+            self.succeeded = sum(1 for s in ours if s.phase is Phase.SUCCEEDED)
+
+
+def binding(
+    args: argparse.Namespace,
+    work: Path,
+    kubeconfig: Path,
+    connect_spec: Callable[[ClusterSpec], Kube],
+    mode: str,
+) -> float:
+    """(c) in one mode: ``poll``, a cycle every ``--interval`` s (what the reconciler did
+    before cycles ran on events); ``events``, the loop of ``reconciler run``: a cycle when a
+    Job ends (``--debounce``), the interval (``--events-interval``) as the fallback. The
+    ratio of dispatches per second to the ceiling C/D."""
+    namespace = f"bench-{mode}"
+    limited = write_repo(
+        work / f"limited-{mode}",
+        kubeconfig,
+        args.m,
+        namespace,
+        duration=f"{args.duration}s",
+        concurrency=args.concurrency,
+        queue=f"limited-{mode}",
+    )
+    wake = Wakeup()
+    reconciler = Reconciler(
+        lambda: snapshot_git(limited, "main"),
+        connect_spec,
+        SystemClock(),
+        create_workers=args.workers,
+        on_trigger=wake.request if mode == "events" else None,
+    )
+    steps = time_steps(reconciler)
+    run = Binding(args.m, args.concurrency)
+    stop = threading.Event()
+    prefix = f"{namespace}/"
+
+    def on_cycle(result: CycleResult) -> None:
+        run.observe(result, prefix)
+        if run.done:
+            stop.set()
+
+    if mode == "events":
+        interval = args.events_interval
+        run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=args.debounce)
+        pace = f"cycles on events, debounce {args.debounce} s, interval {interval:g} s"
+    else:
+        run_forever(reconciler, args.interval, stop, on_cycle, wake, min_gap=args.interval)
+        pace = f"a cycle every {args.interval} s"
+    all_done = time.perf_counter() - run.started
+    reconciler.close()
+    ceiling = args.concurrency / args.duration
+    rate = args.m / run.last_dispatch
+    triggers = ", ".join(f"{t.value} {n}" for t, n in sorted(wake.counts.items())) or "none"
+    print(
+        f"(c) binding limits, {pace}: {args.m} ops of {args.duration} s, concurrency "
+        f"{args.concurrency}: all dispatched in {run.last_dispatch:.1f} s ({run.cycles} "
+        f"cycles; triggers: {triggers}), all finished in {all_done:.1f} s "
+        f"({run.succeeded} Succeeded); peak active {run.peak}, cycles over the limit {run.over}",
+        flush=True,
+    )
+    print(
+        f"    {mode}: dispatches/s while ops complete: {rate:.1f} vs ceiling C/D "
+        f"{ceiling:.1f} = {rate / ceiling:.2f}",
+        flush=True,
+    )
+    spent = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
+    print(f"    where the cycles' time went: {spent}", flush=True)
+    return rate / ceiling
+
+
+def time_steps(reconciler: Reconciler) -> dict[str, float]:
+    """Seconds spent in each step of the reconciler's cycles (its methods wrapped)."""
+    spent: dict[str, float] = {}
+    for step in ("_load", "_read", "_apply", "_annotate"):
+        inner = getattr(reconciler, step)
+
+        def timed(*a: Any, _inner: Any = inner, _step: str = step, **kw: Any) -> Any:
+            started = time.perf_counter()
+            try:
+                return _inner(*a, **kw)
+            finally:
+                spent[_step] = spent.get(_step, 0.0) + time.perf_counter() - started
+
+        setattr(reconciler, step, timed)
+    decide = cycle.decide
+
+    def timed_decide(*a: Any, **kw: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return decide(*a, **kw)
+        finally:
+            spent["decide"] = spent.get("decide", 0.0) + time.perf_counter() - started
+
+    cycle.decide = timed_decide  # type: ignore[assignment]
+    return spent
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=2000)
@@ -113,7 +244,19 @@ def main() -> None:
     parser.add_argument("-m", type=int, default=600, help="ops in the binding-limits run")
     parser.add_argument("-c", "--concurrency", type=int, default=100)
     parser.add_argument("-d", "--duration", type=int, default=10, help="seconds per op")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between cycles")
+    parser.add_argument(
+        "--interval", type=float, default=0.5, help="seconds between cycles (poll mode)"
+    )
+    parser.add_argument(
+        "--binding",
+        type=lambda text: text.split(","),
+        default=["poll", "events"],
+        help="the binding runs, in order: poll, events (default both)",
+    )
+    parser.add_argument(
+        "--events-interval", type=float, default=10.0, help="the fallback interval (events)"
+    )
+    parser.add_argument("--debounce", type=float, default=0.2, help="seconds (events mode)")
     parser.add_argument("--binding-only", action="store_true", help="run only (c)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
@@ -193,61 +336,8 @@ def main() -> None:
             print(f"    without the compile: {rest:.0f}/s, ratio {rest / raw_rate:.2f}", flush=True)
             print(f"    settled in {settle(kube, 'bench-rec', args.n):.0f} s", flush=True)
 
-        limited = write_repo(
-            work / "limited",
-            cluster.kubeconfig,
-            args.m,
-            "bench-limited",
-            duration=f"{args.duration}s",
-            concurrency=args.concurrency,
-            queue="limited",
-        )
-        reconciler = Reconciler(
-            lambda: snapshot_git(limited, "main"),
-            connect_spec,
-            SystemClock(),
-            create_workers=args.workers,
-        )
-        started = time.perf_counter()
-        dispatched = 0
-        peak = 0
-        cycles = 0
-        over = 0
-        while True:
-            result = reconciler.run_once()
-            cycles += 1
-            dispatched += len(result.dispatched)
-            ours = [s for op, s in result.states.items() if op.startswith("bench-limited/")]
-            active = sum(1 for s in ours if s.phase.active)
-            peak = max(peak, active)
-            over += active > args.concurrency
-            if dispatched >= args.m:
-                last_dispatch = time.perf_counter() - started
-                break
-            time.sleep(max(0.0, args.interval - result.duration))
-        while True:
-            ours = [s for op, s in result.states.items() if op.startswith("bench-limited/")]
-            if all(s.phase.finished for s in ours):
-                break
-            time.sleep(args.interval)
-            result = reconciler.run_once()
-        all_done = time.perf_counter() - started
-        reconciler.close()
-        ceiling = args.concurrency / args.duration
-        rate = args.m / last_dispatch
-        succeeded = sum(1 for s in ours if s.phase is Phase.SUCCEEDED)
-        print(
-            f"(c) binding limits: {args.m} ops of {args.duration} s, concurrency "
-            f"{args.concurrency}: all dispatched in {last_dispatch:.1f} s ({cycles} cycles), "
-            f"all finished in {all_done:.1f} s ({succeeded} Succeeded); peak active {peak}, "
-            f"cycles over the limit {over}",
-            flush=True,
-        )
-        print(
-            f"    dispatches/s while ops complete: {rate:.1f} vs ceiling C/D {ceiling:.1f} "
-            f"= {rate / ceiling:.2f}",
-            flush=True,
-        )
+        for mode in args.binding:
+            binding(args, work, cluster.kubeconfig, connect_spec, mode)
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
         if raw_rate:
             print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")
