@@ -190,6 +190,7 @@ def binding(
         pace = f"a cycle every {args.interval} s"
     all_done = time.perf_counter() - run.started
     reconciler.close()
+    cycle.decide = DECIDE  # type: ignore[assignment]  # unwrapped (time_steps)
     ceiling = args.concurrency / args.duration
     rate = args.m / run.last_dispatch
     triggers = ", ".join(f"{t.value} {n}" for t, n in sorted(wake.counts.items())) or "none"
@@ -210,6 +211,9 @@ def binding(
     return rate / ceiling
 
 
+DECIDE = cycle.decide
+
+
 def time_steps(reconciler: Reconciler) -> dict[str, float]:
     """Seconds spent in each step of the reconciler's cycles (its methods wrapped)."""
     spent: dict[str, float] = {}
@@ -224,7 +228,7 @@ def time_steps(reconciler: Reconciler) -> dict[str, float]:
                 spent[_step] = spent.get(_step, 0.0) + time.perf_counter() - started
 
         setattr(reconciler, step, timed)
-    decide = cycle.decide
+    decide = DECIDE
 
     def timed_decide(*a: Any, **kw: Any) -> Any:
         started = time.perf_counter()
