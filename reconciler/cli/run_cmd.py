@@ -67,9 +67,10 @@ def debounce_option(fn: Any) -> Any:
         "--debounce",
         default="200ms",
         show_default=True,
-        help="Least time between two cycles: a Job that finishes, fails or is deleted (or "
-        "a save with --watch) starts a cycle at once, and further events within this time "
-        "share the next one. --interval stays the longest time between cycles.",
+        help="Least time between two cycles: a Job that finishes, fails or is deleted "
+        "starts a cycle at once (so does a save, for run --watch), and further events "
+        "within this time share the next one. --interval stays the longest time between "
+        "cycles.",
     )(fn)
 
 
