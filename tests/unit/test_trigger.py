@@ -6,10 +6,12 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
+import click
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from reconciler.cli.run_cmd import parse_interval
 from reconciler.core.observe import job_end_phase, observe_workloads
 from reconciler.core.trigger import Pace, Trigger, event_trigger
 from reconciler.core.types import Phase
@@ -157,3 +159,17 @@ def test_cycles_driven_by_any_events_keep_the_pace(
 
 def test_phases_that_end_a_run_are_the_finished_phases() -> None:
     assert {Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED} == {p for p in Phase if p.finished}
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [("10s", 10.0), ("1m30s", 90.0), ("2h", 7200.0), ("200ms", 0.2), ("1s500ms", 1.5), ("0", 0.0)],
+)
+def test_durations_of_the_pace_flags(text: str, seconds: float) -> None:
+    assert parse_interval(text) == pytest.approx(seconds)
+
+
+@pytest.mark.parametrize("text", ["", "10x", "-1", "ms", "nan", "5m5m"])
+def test_bad_durations_are_refused(text: str) -> None:
+    with pytest.raises(click.BadParameter, match="not a duration"):
+        parse_interval(text)
