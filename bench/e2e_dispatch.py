@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.kube import Kube, connect, connect_cluster
+from reconciler.adapters.kube import Kube, KubeError, connect, connect_cluster
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
 from reconciler.core.render import render_operation
@@ -43,6 +43,7 @@ from reconciler.devcluster.shape import NodePool
 from reconciler.runtime import cycle
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import Wakeup, run_forever
+from reconciler.runtime.service import make_runtime
 
 # Room for every pod of the run, so the scheduler never retries unschedulable ones.
 POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500),)
@@ -113,6 +114,78 @@ def _timed_compile(*args: Any, **kwargs: Any) -> Any:
         COMPILES.append(time.perf_counter() - started)
 
 
+class Timeline:
+    """When an independent watcher (not the reconciler) first saw each Job created, its
+    pod Running, its pod finished and the Job ended (a terminal condition), in one
+    namespace: where a slot's time goes."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.namespace = namespace
+        self.created: dict[str, float] = {}
+        self.running: dict[str, float] = {}
+        self.pod_done: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
+        self.halt = threading.Event()
+        for kind in ("Job", "Pod"):
+            version = kube.list_managed(kind).resource_version
+            threading.Thread(target=self._watch, args=(kube, kind, version), daemon=True).start()
+
+    def _watch(self, kube: Kube, kind: str, version: str) -> None:
+        while not self.halt.is_set():
+            try:
+                for event in kube.watch_managed(kind, version, timeout_seconds=30):
+                    now = time.perf_counter()
+                    obj = event.object
+                    meta = obj.get("metadata") or {}
+                    version = str(meta.get("resourceVersion") or version)
+                    if meta.get("namespace") != self.namespace:
+                        continue
+                    status = obj.get("status") or {}
+                    if kind == "Job":
+                        name = str(meta.get("name"))
+                        self.created.setdefault(name, now)
+                        if any(
+                            c.get("status") == "True"
+                            and c.get("type") in ("SuccessCriteriaMet", "Complete", "Failed")
+                            for c in status.get("conditions") or []
+                        ):
+                            self.ended.setdefault(name, now)
+                    else:
+                        job = str((meta.get("labels") or {}).get("job-name"))
+                        if status.get("phase") == "Running":
+                            self.running.setdefault(job, now)
+                        if status.get("phase") in ("Succeeded", "Failed"):
+                            self.pod_done.setdefault(job, now)
+                    if self.halt.is_set():
+                        return
+            except KubeError:
+                time.sleep(0.2)
+
+    def report(self, concurrency: int) -> str:
+        """Medians of each stage of a slot's cycle. A queue at its limit creates its k-th Job
+        (after the first ``concurrency``) when a slot frees: the reaction time pairs the
+        k-th creation with the (k - concurrency)-th end, both in time order."""
+
+        def med(values: list[float]) -> str:
+            return f"{statistics.median(values):.2f} s" if values else "n/a"
+
+        def stage(a: dict[str, float], b: dict[str, float]) -> list[float]:
+            return [b[n] - a[n] for n in a if n in b]
+
+        ends = sorted(self.ended.values())
+        creates = sorted(self.created.values())[concurrency:]
+        reaction = [c - e for c, e in zip(creates, ends, strict=False)]
+        return (
+            f"created to pod Running {med(stage(self.created, self.running))}, "
+            f"Running to pod finished {med(stage(self.running, self.pod_done))}, "
+            f"pod finished to Job ended {med(stage(self.pod_done, self.ended))}, "
+            f"Job ended to the next Job created {med(reaction)} "
+            f"(p90 {sorted(reaction)[int(0.9 * (len(reaction) - 1))]:.2f} s)"
+            if reaction
+            else "no slot was reused"
+        )
+
+
 @dataclass
 class Binding:
     """What one binding run saw, cycle by cycle."""
@@ -146,7 +219,6 @@ def binding(
     args: argparse.Namespace,
     work: Path,
     kubeconfig: Path,
-    connect_spec: Callable[[ClusterSpec], Kube],
     mode: str,
 ) -> float:
     """(c) in one mode: ``poll``, a cycle every ``--interval`` s (what the reconciler did
@@ -163,37 +235,52 @@ def binding(
         concurrency=args.concurrency,
         queue=f"limited-{mode}",
     )
-    wake = Wakeup()
-    reconciler = Reconciler(
-        lambda: snapshot_git(limited, "main"),
-        connect_spec,
-        SystemClock(),
-        create_workers=args.workers,
-        on_trigger=wake.request if mode == "events" else None,
+    # what `reconciler run --interval I` builds: a Git source read at most every I seconds,
+    # status on the repo's status branch at most every min(I, 10 s), and in ``events``
+    # mode a wake-up that the watches ask for a cycle
+    interval = args.events_interval if mode == "events" else args.interval
+    wake = Wakeup() if mode == "events" else None
+    runtime = make_runtime(
+        str(limited),
+        "main",
+        {},
+        cache_dir=work / f"cache-{mode}",
+        wakeup=wake,
+        status_interval=min(interval, 10.0),
+        fetch_interval=interval,
     )
+    reconciler = runtime.reconciler
     steps = time_steps(reconciler)
+    timeline = Timeline(Kube(connect(kubeconfig)), namespace)
     run = Binding(args.m, args.concurrency)
     stop = threading.Event()
     prefix = f"{namespace}/"
 
     def on_cycle(result: CycleResult) -> None:
+        runtime.on_cycle(result)  # metrics and the status write, as `reconciler run` does
         run.observe(result, prefix)
         if run.done:
             stop.set()
 
     if mode == "events":
-        interval = args.events_interval
         run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=args.debounce)
         pace = f"cycles on events, debounce {args.debounce} s, interval {interval:g} s"
     else:
-        run_forever(reconciler, args.interval, stop, on_cycle, wake, min_gap=args.interval)
-        pace = f"a cycle every {args.interval} s"
+        run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=interval)
+        pace = f"a cycle every {interval} s"
     all_done = time.perf_counter() - run.started
     reconciler.close()
     cycle.decide = DECIDE  # type: ignore[assignment]  # unwrapped (time_steps)
     ceiling = args.concurrency / args.duration
     rate = args.m / run.last_dispatch
-    triggers = ", ".join(f"{t.value} {n}" for t, n in sorted(wake.counts.items())) or "none"
+    counts = wake.counts if wake is not None else {}
+    triggers = ", ".join(f"{t.value} {n}" for t, n in sorted(counts.items())) or "none"
+    publisher = runtime.publisher
+    status = (
+        f"{publisher.commits} status commits, {publisher.put_off} cycles' status put off"
+        if publisher is not None
+        else "no status branch"
+    )
     print(
         f"(c) binding limits, {pace}: {args.m} ops of {args.duration} s, concurrency "
         f"{args.concurrency}: all dispatched in {run.last_dispatch:.1f} s ({run.cycles} "
@@ -206,8 +293,10 @@ def binding(
         f"{ceiling:.1f} = {rate / ceiling:.2f}",
         flush=True,
     )
+    timeline.halt.set()
+    print(f"    a slot's cycle (medians): {timeline.report(args.concurrency)}", flush=True)
     spent = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
-    print(f"    where the cycles' time went: {spent}", flush=True)
+    print(f"    where the cycles' time went: {spent}; {status}", flush=True)
     return rate / ceiling
 
 
@@ -341,7 +430,7 @@ def main() -> None:
             print(f"    settled in {settle(kube, 'bench-rec', args.n):.0f} s", flush=True)
 
         for mode in args.binding:
-            binding(args, work, cluster.kubeconfig, connect_spec, mode)
+            binding(args, work, cluster.kubeconfig, mode)
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
         if raw_rate:
             print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")

@@ -134,6 +134,7 @@ def demo(
         cache_dir=root / "cache",
         wakeup=wake,
         status_interval=interval,
+        fetch_interval=interval,
     )
     stop = threading.Event()
 

@@ -245,6 +245,7 @@ def run(
         is_leader=may_write,
         wakeup=wake,
         status_interval=status_every,
+        fetch_interval=seconds,  # a cycle started by an event plans with the config in hand
     )
     reconciler = runtime.reconciler
     if once:
@@ -280,7 +281,9 @@ def run(
         elector.start()
     watcher: threading.Thread | None = None
     if watch:
-        watcher = threading.Thread(target=watch_files, args=(Path(repo), wake, stop), daemon=True)
+        watcher = threading.Thread(
+            target=watch_files, args=(Path(repo), runtime.config_changed, stop), daemon=True
+        )
         watcher.start()
     loop.start(reconciler, seconds, runtime.on_cycle, min_gap=min_gap)
     try:

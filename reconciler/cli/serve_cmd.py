@@ -92,6 +92,7 @@ def serve(
         cache_dir=cache_dir,
         is_leader=lambda: False,  # never converge: a follower that only plans
         wakeup=wake,  # a Job that ends refreshes the pages at once, as it dispatches in run
+        fetch_interval=seconds,
     )
     web = make_web_app(runtime, overrides, worktree=local if worktree else None)
     try:

@@ -247,13 +247,13 @@ def exit_process(code: int = 0) -> NoReturn:
     os._exit(code)
 
 
-def watch_files(repo: Path, wake: Wakeup, stop: threading.Event) -> None:
-    """Ask ``wake`` for a cycle after each (debounced) batch of saved changes under
-    ``repo``."""
+def watch_files(repo: Path, changed: Callable[[], None], stop: threading.Event) -> None:
+    """Call ``changed`` (which asks for a cycle) after each (debounced) batch of saved
+    changes under ``repo``."""
     for _changes in watchfiles.watch(
         repo,
         debounce=300,
         stop_event=stop,
         watch_filter=lambda _change, path: "/.git/" not in path,
     ):
-        wake.request(Trigger.CONFIG)
+        changed()

@@ -35,6 +35,48 @@ def worktree_source(repo: Path) -> RepoSnapshot:
     return replace(snapshot, version=f"worktree-{digest.hexdigest()[:12]}")
 
 
+class PacedSource:
+    """The config source, read at most once per ``min_interval`` seconds.
+
+    Cycles started by watch events come up to five a second; a ``git fetch`` for each would
+    load the Git server (and count against a hosted one's rate limits) for nothing: the
+    config is fetched once per ``--interval``, as before cycles ran on events, and a cycle
+    in between plans with the snapshot in hand. ``expire`` makes the next read fresh (a
+    save seen by ``--watch``). A failed read is reported again, not retried, until the
+    interval has passed."""
+
+    def __init__(
+        self,
+        source: Callable[[], RepoSnapshot],
+        min_interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.min_interval = min_interval
+        self.clock = clock
+        self._last: RepoSnapshot | Exception | None = None
+        self._at = 0.0
+        self.reads = 0
+
+    def expire(self) -> None:
+        self._last = None
+
+    def __call__(self) -> RepoSnapshot:
+        now = self.clock()
+        last = self._last
+        if last is None or now >= self._at + self.min_interval:
+            self._at = now
+            self.reads += 1
+            try:
+                last = self.source()
+            except Exception as exc:  # reported by the cycle (sync_error), kept until due
+                last = exc
+            self._last = last
+        if isinstance(last, Exception):
+            raise last
+        return last
+
+
 @dataclass
 class Runtime:
     reconciler: Reconciler
@@ -44,6 +86,13 @@ class Runtime:
     faults: FaultPoints = field(default_factory=FaultPoints.from_env)
     config: ConfigRepo | None = None  # the Git source (None with a worktree), for blame
     wakeup: Wakeup | None = None  # the loop's: asked for a cycle when a status write is due
+    source: Callable[[], RepoSnapshot] | None = None  # the reconciler's config source
+
+    def config_changed(self) -> None:
+        """Files were saved (``--watch``): read them in the cycle that this asks for."""
+        if isinstance(self.source, PacedSource):
+            self.source.expire()
+        self.trigger(Trigger.CONFIG)
 
     def trigger(self, trigger: Trigger) -> None:
         """Ask for a cycle now (the Lease gained, files saved), counted like the watches'."""
@@ -103,13 +152,15 @@ def make_runtime(
     is_leader: Callable[[], bool] | None = None,
     wakeup: Wakeup | None = None,
     status_interval: float = 0.0,
+    fetch_interval: float = 0.0,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch``, or the saved files with ``worktree``.
 
     With ``wakeup``, a watch event by which a run ends asks it for a cycle at once
     (``core/trigger.py``); the status is then written at most every ``status_interval``
-    seconds (on ``wakeup``'s clock)."""
+    seconds, and the config read at most every ``fetch_interval`` (on ``wakeup``'s
+    clock)."""
 
     def connect(spec: ClusterSpec) -> Kube:
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
@@ -129,6 +180,10 @@ def make_runtime(
                 min_interval=status_interval,
                 clock=wakeup.clock if wakeup is not None else time.monotonic,
             )
+    if fetch_interval > 0:
+        source = PacedSource(
+            source, fetch_interval, wakeup.clock if wakeup is not None else time.monotonic
+        )
     metrics = Metrics()
 
     def on_trigger(trigger: Trigger) -> None:
@@ -151,6 +206,7 @@ def make_runtime(
         metrics,
         config=None if worktree else config,
         wakeup=wakeup,
+        source=source,
     )
     if publisher is not None:
         try:
