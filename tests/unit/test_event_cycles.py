@@ -20,7 +20,7 @@ from reconciler.core.trigger import Trigger
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import Loop, Wakeup
-from reconciler.runtime.service import Runtime
+from reconciler.runtime.service import PacedSource, Runtime
 from reconciler.runtime.status import StatusPublisher
 
 PATIENCE = 10.0  # seconds a test waits for what takes milliseconds
@@ -228,3 +228,38 @@ def test_status_is_written_at_most_once_per_status_interval() -> None:
             assert len(world.results) == 3
         finally:
             world.stop()
+
+
+def test_the_config_is_read_at_most_once_per_interval() -> None:
+    """A cycle started by an event plans with the config in hand; a fetch per cycle would
+    load the Git server five times a second."""
+    clock = VirtualClock()
+    reads: list[str] = []
+    failing = {"now": False}
+
+    def fetch() -> RepoSnapshot:
+        reads.append(f"t={clock.t}")
+        if failing["now"]:
+            raise OSError("remote hung up")
+        return RepoSnapshot(files={}, version=f"v{len(reads)}")
+
+    source = PacedSource(fetch, 10.0, clock)
+    assert source().version == "v1"
+    clock.t = 0.2
+    assert source().version == "v1" and len(reads) == 1  # an event's cycle: no fetch
+    clock.t = 10.0
+    assert source().version == "v2"  # the interval has passed
+    clock.t = 10.5
+    source.expire()  # files saved (--watch)
+    assert source().version == "v3"
+    failing["now"] = True
+    clock.t = 20.5
+    with pytest.raises(OSError, match="hung up"):
+        source()
+    clock.t = 21.0
+    with pytest.raises(OSError, match="hung up"):  # reported again, not retried
+        source()
+    assert len(reads) == 4
+    failing["now"] = False
+    clock.t = 30.5
+    assert source().version == "v5"
