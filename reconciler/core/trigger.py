@@ -85,14 +85,20 @@ class Pace:
         if self.min_gap < 0 or self.interval < 0:
             raise ValueError("interval and min_gap must not be negative")
 
-    def next_cycle(self, last_started: float, requested: float | None) -> float:
+    def next_cycle(
+        self, last_started: float, requested: float | None, due: float | None = None
+    ) -> float:
         """When the next cycle starts. ``last_started``: when the last one started;
-        ``requested``: when the first request since then came (None: none).
+        ``requested``: when the first request since then came (None: none); ``due``: a
+        cycle asked for at that time (a status write put off), if any.
 
         A request after a quiet spell is served at once; one that comes sooner than
         ``min_gap`` after the last cycle started waits for the gap, and every request in
         between is served by that same cycle. Never later than the fallback."""
-        fallback = last_started + self.interval
-        if requested is None:
-            return fallback
-        return min(fallback, max(requested, last_started + self.min_gap))
+        gap = last_started + self.min_gap
+        soonest = last_started + self.interval
+        if requested is not None:
+            soonest = min(soonest, max(requested, gap))
+        if due is not None:
+            soonest = min(soonest, max(due, gap))
+        return soonest

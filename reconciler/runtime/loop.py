@@ -70,10 +70,8 @@ class Wakeup:
             self._interrupted = True
             self._cond.notify_all()
 
-    # ``Loop`` ends a wait with ``set()``, as it did on a plain ``threading.Event``
-    set = interrupt
-
     def is_set(self) -> bool:
+        """True once interrupted."""
         with self._cond:
             return self._interrupted
 
@@ -99,9 +97,7 @@ class Wakeup:
         """Until the next cycle is due (``pace``), or ``interrupt``."""
         with self._cond:
             while not self._interrupted:
-                deadline = pace.next_cycle(last_started, self._requested)
-                if self._due is not None:
-                    deadline = min(deadline, max(self._due, last_started + pace.min_gap))
+                deadline = pace.next_cycle(last_started, self._requested, self._due)
                 self.waiting_until = deadline
                 left = deadline - self.clock()
                 if left <= 0:

@@ -105,6 +105,14 @@ def test_a_request_right_after_a_cycle_waits_for_the_gap() -> None:
     assert pace.next_cycle(last_started=100.0, requested=100.05) == pytest.approx(100.2)
 
 
+def test_a_cycle_asked_for_at_a_time_comes_then_but_not_within_the_gap() -> None:
+    pace = Pace(interval=10.0, min_gap=0.2)
+    assert pace.next_cycle(100.0, None, due=103.0) == 103.0
+    assert pace.next_cycle(100.0, 101.0, due=103.0) == 101.0
+    assert pace.next_cycle(100.0, None, due=99.0) == pytest.approx(100.2)
+    assert pace.next_cycle(100.0, None, due=200.0) == 110.0
+
+
 def test_the_interval_stays_the_fallback() -> None:
     assert Pace(interval=0.1, min_gap=0.2).next_cycle(100.0, 100.05) == pytest.approx(100.1)
 
