@@ -18,6 +18,7 @@ from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.status import (
     ClusterStatus,
+    PhaseMemo,
     StatusReason,
     read_status,
     render_status,
@@ -47,6 +48,7 @@ class StatusPublisher:
         self.commits = 0
         self.put_off = 0  # cycles whose status was left to a later one
         self.last_error = ""
+        self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
 
     def _current(self) -> dict[str, bytes]:
         if self._files is None:
@@ -78,7 +80,7 @@ class StatusPublisher:
             if not changes:
                 return None
             self._last_attempt = now  # a failing remote is retried at the cadence too
-            sha = self.branch.write(changes, summarize_cycle(before, files))
+            sha = self.branch.write(changes, summarize_cycle(before, files, self._phases))
         except GitSyncError as exc:
             self.last_error = str(exc)
             self._files = None  # re-read the branch next time
