@@ -63,7 +63,7 @@ def harness() -> tuple[FakeCluster, SlowKube, Reconciler, Any]:
     )
 
     def cycle() -> CycleResult:
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: repo):
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
             return rec.run_once()
 
     return cluster, kube, rec, cycle

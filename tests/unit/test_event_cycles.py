@@ -110,7 +110,7 @@ def world() -> Iterator[EventLoop]:
         repo.op(op, gpu=1)
     compiled = repo.repo()
     harness = EventLoop(compiled)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: compiled):
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
         yield harness
         harness.stop()
 
@@ -210,7 +210,7 @@ def test_status_is_written_at_most_once_per_status_interval() -> None:
     world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
     publisher = StatusPublisher(branch, min_interval=3.0, clock=world.clock)  # type: ignore[arg-type]
     holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: compiled):
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
         try:
             world.start()
             world.wait_cycles(1)
