@@ -82,6 +82,14 @@ class Metrics:
             buckets=CYCLE_BUCKETS,
             registry=r,
         )
+        self.cycle_triggers = Counter(
+            "reconciler_cycle_triggers",
+            "Requests for a cycle before its interval, by trigger (a Job finished, failed or "
+            "was deleted; a watch relisted; a new config; leadership gained; a status write "
+            "due). Requests within the debounce share one cycle.",
+            ("trigger",),
+            registry=r,
+        )
         self.config_commit = Gauge(
             "reconciler_config_commit_info",
             "The config commit in force (value 1).",
