@@ -7,14 +7,17 @@ plan = world.plan()
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import LedgerEntry
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
+    BudgetSpec,
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
@@ -72,6 +75,10 @@ class OpBuilder:
         """A distributed operation of ``n`` pods; ``requests`` are then each pod's."""
         self._replicas = n
         self._distributed = distributed or Distributed()
+        return self
+
+    def timeout(self, seconds: int | None) -> OpBuilder:
+        self._fields["timeout"] = seconds
         return self
 
     def unapproved(self) -> OpBuilder:
@@ -146,6 +153,8 @@ class World:
         strict: bool = False,
         paused: bool = False,
         max_pods: int | None = None,
+        budget: BudgetSpec | None = None,
+        default_timeout: int | None = None,
     ) -> World:
         if cluster not in self.clusters:
             self.cluster(cluster)
@@ -158,6 +167,8 @@ class World:
             strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
             paused=paused,
             max_pods=max_pods,
+            budget=budget,
+            default_timeout=default_timeout,
         )
         self.default_queue = next(iter(self.queues))
         return self
@@ -191,6 +202,7 @@ class World:
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
         pods: int | None = None,
+        started_at: datetime | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
             op_id,
@@ -199,6 +211,7 @@ class World:
             queue,
             cluster,
             pods=pods,
+            started_at=started_at,
         )
         return self
 
@@ -236,12 +249,13 @@ class World:
     def operations(self) -> list[CompiledOperation]:
         return [b.build() for b in self.builders]
 
-    def plan(self) -> Plan:
+    def plan(self, now: datetime = NOW, ledger: Iterable[LedgerEntry] = ()) -> Plan:
         return plan_dispatch(
             self.operations(),
             self.queues,
             self.clusters,
             list(self.observed.values()),
             self.org,
-            NOW,
+            now,
+            ledger=ledger,
         )

@@ -388,12 +388,16 @@ def test_template_is_valid_and_exceeds_its_limits(template: RepoSnapshot) -> Non
     for op in compiled.operations:
         gpus[op.queue] += op.requests.get("nvidia.com/gpu", Decimal(0))
     q = compiled.queues
-    assert q["team-a"].quota == {"nvidia.com/gpu": Decimal(2)} and gpus["team-a"] == 5
+    # train-ddp: 2 replicas x 1 GPU, counted whole
+    assert q["team-a"].quota == {"nvidia.com/gpu": Decimal(2)} and gpus["team-a"] == 7
     assert all(
-        op.requests.get("nvidia.com/gpu") == 1
+        op.per_pod.get("nvidia.com/gpu") == 1
         for op in compiled.operations
         if op.queue in ("team-a", "team-b")
     )
+    assert [(op.id, op.replicas) for op in compiled.operations if op.replicas > 1] == [
+        ("vision/train-ddp", 2)
+    ]
     assert q["team-b"].quota == {"nvidia.com/gpu": Decimal(4)} and gpus["team-b"] == 6
     assert q["batch"].concurrency == 3 and not q["batch"].quota and by_queue["batch"] == 5
     assert by_queue["notebooks"] >= 1 and by_queue["sandboxes"] >= 1

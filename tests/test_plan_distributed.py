@@ -6,10 +6,17 @@ from __future__ import annotations
 
 from dataclasses import replace
 from decimal import Decimal
+from typing import Any
 
 from builders import NOW, World
 
-from reconciler.core.cycle import ClusterListing, Memory, decide
+from reconciler.core.cycle import (
+    ClusterListing,
+    Memory,
+    decide,
+    listing_from_memory,
+    memory_from_status,
+)
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
     AdmitWhen,
@@ -19,7 +26,15 @@ from reconciler.core.plan import (
     Plan,
     QuotaBlock,
 )
+from reconciler.core.queue_view import (
+    build_queue_detail,
+    build_queues_view,
+    queues_to_table,
+    queues_view_from_status,
+)
+from reconciler.core.status import read_status, render_status
 from reconciler.core.types import Phase
+from reconciler.runtime.metrics import Metrics
 
 R = PendingReason
 GPU = "nvidia.com/gpu"
@@ -56,7 +71,7 @@ def test_a_gang_is_dispatched_whole_and_counts_every_replica() -> None:
     assert isinstance(p.blocked_by, QuotaBlock)
     assert p.blocked_by.request == Decimal(8) and p.blocked_by.replicas == 4
     assert p.message.startswith(
-        "needs nvidia.com/gpu 8 (4 replicas \u00d7 2) (all or nothing); team-a uses 8 of 8"
+        "needs nvidia.com/gpu 8 (4 replicas \u00d7 2, all or nothing); team-a uses 8 of 8"
     )
     assert p.admit.when is AdmitWhen.RESOURCES_RELEASED
     assert p.admit.operations == ("vision/ddp-1",) and p.admit.amount == Decimal(8)
@@ -244,3 +259,112 @@ def test_superseded_run_counts_its_replicas_in_decide() -> None:
     decision = decide(repo, {"local": ClusterListing((old2,))}, Memory(), NOW)
     (q,) = decision.plan.queues
     assert q.used[GPU] == Decimal(4) and q.pods == 2
+
+
+# --- every place quota is counted: queue view, status branch, metrics ---------------------
+
+
+def _gang_cycle() -> tuple[Any, Plan, dict[str, WorkloadState]]:
+    """One 4 x 2-GPU gang running in a queue of 8 GPUs and 6 pods, a 1-GPU job waiting."""
+    w = World().cluster("local").queue("team-a", quota={GPU: 8}, max_pods=6)
+    w.op("vision/ddp", gpu=2).replicas(4)
+    w.op("vision/small", gpu=1)
+    w.observe("vision/ddp", Phase.RUNNING, requests={GPU: 8}, pods=4, queue="team-a")
+    repo = w.repo()
+    plan = w.plan()
+    state = WorkloadState(
+        operation="vision/ddp",
+        generation=1,
+        cluster="local",
+        namespace="vision",
+        name="vision-ddp-g1",
+        uid="u",
+        phase=Phase.RUNNING,
+        queue="team-a",
+        requests={GPU: Decimal(8)},
+        pods=4,
+    )
+    return repo, plan, {"vision/ddp": state}
+
+
+def test_queue_view_counts_every_replica() -> None:
+    repo, plan, states = _gang_cycle()
+    view = build_queues_view(repo, plan, states, applied=True)
+    (row,) = view.rows
+    assert row.quotas[0].used == Decimal(8) and row.quotas[0].limit == Decimal(8)
+    assert (row.active, row.pods, row.max_pods, row.pods_text) == (1, 4, 6, "4/6")
+    assert view.fleet.pods == 4
+    assert row.to_json()["pods"] == 4 and row.to_json()["maxPods"] == 6
+    assert "4/6" in queues_to_table(view, wide=True)
+    detail = build_queue_detail(repo, plan, states, "team-a", applied=True)
+    assert detail is not None
+    assert ("maxPods", "6") in [(s.key, s.value) for s in detail.settings]
+    (active,) = detail.active
+    assert active.requests == "nvidia.com/gpu=8"
+    (waiting,) = detail.pending
+    assert waiting.requests == "nvidia.com/gpu=1"
+
+
+def test_status_branch_records_every_replica_and_reads_back() -> None:
+    repo, plan, states = _gang_cycle()
+    files = render_status(repo, plan, states)
+    text = files["status/queues.yaml"].decode()
+    assert "maxPods: 6" in text and "pods: 4" in text
+    view = queues_view_from_status(read_status(files))
+    (row,) = view.rows
+    assert (row.pods, row.max_pods) == (4, 6)
+    assert row.quotas[0].used == Decimal(8)
+
+
+def test_metrics_count_every_replica() -> None:
+    _, plan, _ = _gang_cycle()
+    metrics = Metrics()
+    metrics.observe_plan(plan)
+    labels = {"queue": "team-a", "cluster": "local"}
+    gpu = {"queue": "team-a", "resource": GPU}
+    assert metrics.registry.get_sample_value("reconciler_queue_active_pods", labels) == 4
+    assert metrics.registry.get_sample_value("reconciler_queue_quota_used", gpu) == 8
+    assert metrics.registry.get_sample_value("reconciler_queue_active_operations", labels) == 1
+
+
+def test_plan_from_the_status_branch_counts_a_gangs_pods_as_the_cycle_does() -> None:
+    repo, plan, states = _gang_cycle()
+    single = WorkloadState(
+        operation="vision/small",
+        generation=1,
+        cluster="local",
+        namespace="vision",
+        name="vision-small-g1",
+        uid="u2",
+        phase=Phase.RUNNING,
+        queue="team-a",
+        requests={GPU: Decimal(1)},
+        pods=1,
+    )
+    states = {**states, "vision/small": single}
+    files = render_status(repo, plan, states)
+    record = files["status/vision/ddp.yaml"].decode()
+    assert "pods: 4" in record and "nvidia.com/gpu: '8'" in record
+    assert "pods:" not in files["status/vision/small.yaml"].decode()  # one pod: not written
+    memory = memory_from_status(read_status(files))
+    assert memory.seen["vision/ddp"].pods == 4
+    assert memory.seen["vision/small"].pods == 1  # its requests are recorded: one pod
+    listing = listing_from_memory(repo, memory)
+    from_status = decide(repo, listing, memory, NOW).plan
+    live = decide(repo, {"local": ClusterListing(tuple(states.values()))}, Memory(), NOW).plan
+    assert [(q.pods, dict(q.used)) for q in from_status.queues] == [
+        (q.pods, dict(q.used)) for q in live.queues
+    ]
+    assert from_status.queues[0].pods == 5
+
+
+def test_a_gang_and_a_single_op_short_of_the_same_amount_are_worded_apart() -> None:
+    w = World().cluster("local").queue("q", quota={GPU: 8})
+    w.op("p/hog", gpu=8)
+    w.op("p/gang", gpu=2).replicas(4)
+    w.op("p/big", gpu=8)
+    plan = w.plan()
+    gang, big = pending(plan, "p/gang"), pending(plan, "p/big")
+    assert gang.message.startswith("needs nvidia.com/gpu 8 (4 replicas \u00d7 2, all or nothing)")
+    assert big.message.startswith("needs nvidia.com/gpu 8; q uses 8 of 8")
+    assert gang.blocked_by is not big.blocked_by

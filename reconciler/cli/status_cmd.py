@@ -204,6 +204,7 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
             clusters=clusters,
             superseded=decision.superseded,
             gang_timeouts=decision.memory.gang_timeouts,
+            ledger=decision.memory.ledger,
         )
     )
 

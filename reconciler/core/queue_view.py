@@ -11,7 +11,8 @@ Two sources build the same rows:
 - the status branch (``queues_view_from_status``), as the reconciler last wrote it.
 
 Counts: ``active`` is every Dispatched or Running operation (what holds concurrency and
-quota); of those ``running`` have a running pod and ``waiting`` are dispatched but not
+quota), ``pods`` their pods (every replica of a distributed operation: what ``maxPods``
+limits); of those ``running`` have a running pod and ``waiting`` are dispatched but not
 running yet (``WaitingForCapacity``: no node has room, or still starting). Dispatch is not
 placement: a waiting operation holds its queue's quota like a running one.
 """
@@ -80,10 +81,16 @@ class QueueRow(ApiModel):
     kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
+    pods: int = 0  # of the active operations, every replica counted
+    max_pods: int | None = None  # the limit; None: unlimited
 
     @property
     def concurrency_text(self) -> str:
         return f"{self.active}/{'-' if self.concurrency is None else self.concurrency}"
+
+    @property
+    def pods_text(self) -> str:
+        return f"{self.pods}/{'-' if self.max_pods is None else self.max_pods}"
 
 
 class FleetTotal(ApiModel):
@@ -97,6 +104,7 @@ class FleetTotal(ApiModel):
     pending: int
     next: int
     quotas: Quotas  # summed over the queues that limit the resource
+    pods: int = 0
 
 
 class Fleet(ApiModel):
@@ -152,6 +160,7 @@ def _total(cluster: str, rows: Sequence[QueueRow]) -> FleetTotal:
         waiting=sum(r.waiting for r in rows),
         pending=sum(r.pending for r in rows),
         next=sum(r.next for r in rows),
+        pods=sum(r.pods for r in rows),
         quotas=tuple(QuotaUse(resource=k, used=used[k], limit=limit[k]) for k in sorted(limit)),
     )
 
@@ -216,6 +225,8 @@ def build_queues_view(
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
+                pods=q.pods_after if applied else q.pods,
+                max_pods=q.max_pods,
             )
         )
     return QueuesView(
@@ -278,6 +289,8 @@ def _status_row(
         kinds=q.kinds,
         strategy=q.strategy,
         paused=q.paused,
+        pods=q.active if q.pods is None else q.pods,
+        max_pods=q.max_pods,
     )
 
 
@@ -379,6 +392,7 @@ def queue_settings(
         (("cluster",), spec.cluster),
         (("priority",), str(spec.priority)),
         (("concurrency",), "unlimited" if spec.concurrency is None else str(spec.concurrency)),
+        (("maxPods",), "unlimited" if spec.max_pods is None else str(spec.max_pods)),
     ]
     values += [(("quota", r), format_quantity(v)) for r, v in sorted(spec.quota.items())]
     if not spec.quota:
@@ -387,6 +401,7 @@ def queue_settings(
         (("kinds",), ", ".join(_kinds(spec))),
         (("strategy",), str(spec.strategy)),
         (("paused",), "true" if spec.paused else "false"),
+        (("startTimeout",), "none" if spec.start_timeout is None else f"{spec.start_timeout}s"),
     ]
     out = []
     for path, value in values:
@@ -655,7 +670,7 @@ def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, appli
 
 HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
 HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
-WIDE_HEADERS = [*HEADERS, "NEXT", "KINDS", "STRATEGY", "PAUSED"]
+WIDE_HEADERS = [*HEADERS, "NEXT", "PODS/LIMIT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
 
 
@@ -679,7 +694,8 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             r.head_reason or "-",
         ]
         if wide:
-            cells += [str(r.next), ",".join(r.kinds) or "-", r.strategy, str(r.paused).lower()]
+            cells += [str(r.next), r.pods_text, ",".join(r.kinds) or "-"]
+            cells += [r.strategy, str(r.paused).lower()]
         rows.append(cells)
     fleet = [
         [

@@ -104,6 +104,12 @@ def workload_name(project: str, operation: str, generation: int, replicas: int =
     return f"{base[:keep].rstrip('-')}-{digest}-g{generation}"
 
 
+def operation_workload(op: CompiledOperation) -> str:
+    """The name of ``op``'s workload (its Job, and its Service if any)."""
+    replicas = op.replicas if op.distributed is not None else 1
+    return workload_name(op.project, op.name, op.generation, replicas)
+
+
 def _label_value(value: str) -> str:
     """Label values are at most 63 characters of ``[A-Za-z0-9._-]``."""
     clean = re.sub(r"[^A-Za-z0-9._-]", "-", value)[:_MAX_NAME]
@@ -518,7 +524,7 @@ def render_operation(
         )
     run = op.spec.get("run") or {}
     gang = op.distributed
-    name = workload_name(op.project, op.name, op.generation, op.replicas if gang else 1)
+    name = operation_workload(op)
     digest = spec_hash(op, connections)
     # resolved by the compiler: unknown names never get here
     pod = render_pod(

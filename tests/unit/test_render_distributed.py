@@ -8,15 +8,19 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
+from builders import World
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
+from reconciler.core.observe import observe_workloads
+from reconciler.core.plan import plan_repo
 from reconciler.core.render import (
     ANNOTATION_COMPLETION_INDEX,
     LABEL_WORKLOAD,
     render_operation,
     workload_name,
 )
+from reconciler.core.status import build_status
 from reconciler.core.types import (
     CompiledOperation,
     Distributed,
@@ -237,3 +241,31 @@ def test_compiled_then_rendered() -> None:
     assert job["spec"]["parallelism"] == 3
     assert _env(job)["MASTER_ADDR"] == "p-t-g1-0.p-t-g1"
     assert service["spec"]["selector"] == {LABEL_WORKLOAD: "p-t-g1"}
+
+
+def test_observation_counts_every_replica_of_the_rendered_job() -> None:
+    """What the planner counts for a dispatched gang, read back from its Job: the pod
+    template's request times parallelism, and its pods."""
+    op = _op(replicas=4)
+    job, _ = _render(op)
+    (state,) = observe_workloads("local", [job], [])
+    assert state.pods == 4
+    assert state.requests == {"nvidia.com/gpu": Decimal(8)} == op.requests
+    observed = state.to_observed()
+    assert observed.pods == 4 and observed.requests == {"nvidia.com/gpu": Decimal(8)}
+    single = render_operation(
+        _op(replicas=1, distributed=None), {}, config_version="c", dispatched_at=NOW
+    )
+    (state,) = observe_workloads("local", [single.job], [])
+    assert state.pods == 1 and state.requests == {"nvidia.com/gpu": Decimal(2)}
+
+
+def test_the_status_branch_names_a_long_gangs_workload_as_rendered() -> None:
+    long_name = "a-very-long-operation-name-for-a-distributed-training-run"
+    w = World().cluster("local").queue("q")
+    w.op(f"vision/{long_name}", gpu=1).replicas(16)
+    repo = w.repo()
+    (op,) = repo.operations
+    rendered = render_operation(op, {}, config_version="c", dispatched_at=NOW)
+    (record,) = build_status(repo, plan_repo(repo, [], NOW), {})
+    assert record.workload == rendered.name and len(f"{rendered.name}-15") <= 63

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import hours, next_window
 from reconciler.core.plan.model import (
     MAX_LISTED,
     PODS,
@@ -21,6 +22,8 @@ from reconciler.core.plan.model import (
     BackendUnavailableBlock,
     BehindHeadBlock,
     BlockedBy,
+    BudgetBlock,
+    BudgetSummary,
     ClusterUnreachableBlock,
     ConcurrencyBlock,
     DependenciesBlock,
@@ -34,7 +37,7 @@ from reconciler.core.plan.model import (
     Shortfall,
     UpstreamFailedBlock,
 )
-from reconciler.core.plan.state import Counter, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counter, QueueState
 from reconciler.core.plan.units import to_decimal
 
 
@@ -67,6 +70,61 @@ def summarise(q: QueueState) -> QueueSummary:
         max_pods=spec.max_pods,
         pods=q.pods0,
         pods_after=q.pods,
+        budget=_budget_summary(q.budget) if q.budget is not None else None,
+    )
+
+
+def _budget_summary(track: BudgetTrack) -> BudgetSummary:
+    w = track.window
+    return BudgetSummary(
+        unit=w.unit,
+        per=str(w.budget.per),
+        limit=w.budget.limit,
+        spent=w.spent,
+        committed=track.committed0,
+        committed_after=track.committed,
+        window_start=w.window.start,
+        window_end=w.window.end,
+    )
+
+
+# How many window resets ahead the planner looks for one that would admit an operation.
+MAX_RESETS = 400
+
+
+def budget_block(track: BudgetTrack, reservation: Decimal) -> BudgetBlock:
+    """Why ``reservation`` does not fit ``track``'s window, and the first window reset at
+    which the reservations carried past it leave room for it (``holds``: each active run's
+    deadline and rate; what a run reserves past a reset counts in the new window)."""
+    w = track.window
+    budget = w.budget
+    admit_at = None
+    after_reset = False
+    if reservation <= budget.limit:
+        window = w.window
+        for step in range(MAX_RESETS):
+            window = next_window(window, budget.per, w.timezone)
+            carried = sum(
+                (rate * hours(window.start, deadline) for deadline, rate in track.holds),
+                Decimal(0),
+            )
+            if carried + reservation <= budget.limit:
+                admit_at = window.start
+                after_reset = step > 0
+                break
+    return BudgetBlock(
+        queue=w.queue,
+        unit=w.unit,
+        per=str(budget.per),
+        limit=budget.limit,
+        spent=w.spent,
+        committed=track.committed,
+        reservation=reservation,
+        window_start=w.window.start,
+        window_end=w.window.end,
+        timezone=w.timezone,
+        admit_at=admit_at,
+        after_reset=after_reset,
     )
 
 
@@ -124,10 +182,14 @@ def explain_queue(q: QueueState) -> list[Pending]:
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
+    budget_r = PendingReason.BUDGET_EXCEEDED
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
-            key = detail
+            # shared by the entries short of the same amount, and of as many replicas (the
+            # message says how a distributed op's request adds up)
+            replicas = op.replicas
+            key = detail if replicas == 1 else (detail, replicas)
             cached = shared.get(key)
             if cached is None:
                 i, amount = detail
@@ -142,7 +204,7 @@ def explain_queue(q: QueueState) -> list[Pending]:
                     to_decimal(need),
                     ids,
                     count,
-                    op.replicas,
+                    replicas,
                 )
             block = cached
         elif reason is pods_r:
@@ -185,6 +247,13 @@ def explain_queue(q: QueueState) -> list[Pending]:
             block = cached
         elif reason is backend_r:
             block = BackendUnavailableBlock(spec.cluster, detail)
+        elif reason is budget_r:
+            key = (reason, detail)
+            cached = shared.get(key)
+            if cached is None:
+                assert q.budget is not None
+                cached = shared[key] = budget_block(q.budget, detail)
+            block = cached
         elif reason is waiting_r:
             block = DependenciesBlock(detail)
         elif reason is upstream_r:

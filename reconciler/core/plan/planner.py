@@ -6,7 +6,7 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
-4. ``admit``: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order,
+4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
@@ -23,6 +23,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.model import (
@@ -34,7 +36,7 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
@@ -62,6 +64,7 @@ def plan_dispatch(
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
     backends: Mapping[str, frozenset[str]] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
@@ -72,6 +75,7 @@ def plan_dispatch(
     cluster, the optional backends (``run.distributed.backend`` values other than ``job``)
     whose API it serves; an operation whose backend its cluster does not serve waits with
     ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
+    ``ledger``: the finished runs, for what budgeted queues spent in their window (check 11).
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
@@ -85,6 +89,7 @@ def plan_dispatch(
             rejected,
             frozenset(unreachable),
             backends or {},
+            ledger,
         )
 
 
@@ -96,6 +101,7 @@ def plan_repo(
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
     backends: Mapping[str, frozenset[str]] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -113,6 +119,7 @@ def plan_repo(
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
         backends=backends,
+        ledger=ledger,
     )
 
 
@@ -144,16 +151,18 @@ def _plan(
     rejected: Collection[str],
     unreachable: frozenset[str],
     backends: Mapping[str, frozenset[str]],
+    ledger: Iterable[LedgerEntry],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
     qstate = {name: QueueState(spec) for name, spec in queues.items()}
+    track_budgets(qstate, clusters, org, now, ledger)
     counters = Counters(clusters)
     # 2. Index the operations; the candidates grouped by queue.
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..10 for each candidate, queues in priority order, then by name.
+    # 4. Checks 0..11 for each candidate, queues in priority order, then by name.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends)
     # 5. Prune operations removed from the repo while active, behind the guard.
@@ -168,6 +177,42 @@ def _plan(
         prune_refused=refusal,
         at=now,
     )
+
+
+def track_budgets(
+    qstate: Mapping[str, QueueState],
+    clusters: Mapping[str, ClusterSpec],
+    org: OrgSettings,
+    now: datetime,
+    ledger: Iterable[LedgerEntry],
+) -> None:
+    """Step 1, for budgeted queues: the current window of each, and what the ledger's
+    finished runs spent in it."""
+    budgeted = {name: q for name, q in qstate.items() if q.spec.budget is not None}
+    if not budgeted:
+        return
+    by_queue: dict[str, list[LedgerEntry]] = {}
+    for entry in ledger:
+        if entry.queue in budgeted:
+            by_queue.setdefault(entry.queue, []).append(entry)
+    for name, q in budgeted.items():
+        budget = q.spec.budget
+        assert budget is not None
+        window = window_at(now, budget.per, org.timezone)
+        q.budget = BudgetTrack(
+            BudgetWindow(
+                name,
+                budget,
+                window,
+                spent_in(by_queue.get(name, ()), name, budget, window),
+                org.timezone,
+                org.currency,
+            ),
+            q.spec,
+            org,
+            clusters,
+            now,
+        )
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -243,6 +288,9 @@ def count_active(
         pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
         if aq is not None:
             aq.hold(oid, aq.request(requests), pods)
+            if aq.budget is not None:
+                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -251,6 +299,8 @@ def count_active(
         q.active0 = q.active
         q.used0 = tuple(q.used)
         q.pods0 = q.pods
+        if q.budget is not None:
+            q.budget.committed0 = q.budget.committed
     return removed, active_total
 
 
@@ -261,7 +311,7 @@ def admit(
     unreachable: frozenset[str],
     backends: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Dispatch]:
-    """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -283,6 +333,7 @@ def admit(
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+    budget_r = PendingReason.BUDGET_EXCEEDED
 
     for q in order:
         spec = q.spec
@@ -323,6 +374,7 @@ def admit(
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
+        budget = q.budget
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -339,8 +391,7 @@ def admit(
             # 4: the whole request (every replica), alone, fits every quota and the maxPods
             # of the queue. Exact Decimal compare against the floored quota: same answer as
             # in units, without converting.
-            replicas = op.replicas
-            if max_pods is not None and replicas > max_pods:
+            if max_pods is not None and op.replicas > max_pods:
                 get = op.requests.get
                 too_big = [-1]  # -1: maxPods, then the quota resources
                 too_big += [i for i, (r, limit) in enumerate(limits) if (get(r) or 0) > limit]
@@ -359,7 +410,7 @@ def admit(
                 if over:
                     pend((oid, op, exceeds_r, over))
                     continue
-            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
+            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 8, 10 or 11
             if head is not None:
                 pend((oid, op, behind_r, head))
                 continue
@@ -370,8 +421,8 @@ def admit(
                     head = (oid, conc_r)
                 continue
             # 7: maxPods: room for every replica at once
-            if max_pods is not None and q.pods + replicas > max_pods:
-                pend((oid, op, pods_r, replicas))
+            if max_pods is not None and q.pods + op.replicas > max_pods:
+                pend((oid, op, pods_r, op.replicas))
                 if strict:
                     head = (oid, pods_r)
                 continue
@@ -408,8 +459,17 @@ def admit(
                 if strict:
                     head = (oid, cluster_r)
                 continue
+            # 11: the queue's budget: spent + committed + its reservation <= limit
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    pend((oid, op, budget_r, reserve))
+                    if strict:
+                        head = (oid, budget_r)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
             # Admitted: count it before the next candidate.
-            q.hold(oid, req, replicas)
+            q.hold(oid, req, op.replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
