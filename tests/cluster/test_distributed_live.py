@@ -146,7 +146,7 @@ def test_a_gang_is_dispatched_whole_ranked_and_succeeds_and_the_next_waits_for_q
     assert first.dispatched == ("d/a-gang",), first.failed
     waiting = pending(first, "d/b-gang")
     assert waiting.reason is PendingReason.QUOTA_EXCEEDED
-    assert "nvidia.com/gpu 8 (4 replicas \u00d7 2)" in waiting.message  # the whole request
+    assert "nvidia.com/gpu 8 (4 replicas \u00d7 2, all or nothing)" in waiting.message  # whole
 
     job = "d-a-gang-g1"
 
@@ -225,7 +225,7 @@ def test_a_small_job_passes_a_waiting_gang_only_under_best_effort(
     first = reconciler.run_once()
     gang = pending(first, "d/b-gang")
     assert gang.reason is PendingReason.QUOTA_EXCEEDED  # 1 + 8 > 8: never a part of it
-    assert "nvidia.com/gpu 8 (4 replicas \u00d7 2) (all or nothing)" in gang.message
+    assert "nvidia.com/gpu 8 (4 replicas \u00d7 2, all or nothing)" in gang.message
     assert not kube.list_labelled("Job", "reconciler.dev/operation=b-gang", namespace)
     if strategy == "BestEffortFIFO":
         assert first.dispatched == ("d/a-warm", "d/c-small")
