@@ -7,14 +7,17 @@ plan = world.plan()
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import LedgerEntry
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
+    BudgetSpec,
     ClusterSpec,
     CompiledOperation,
     CompiledRepo,
@@ -63,6 +66,10 @@ class OpBuilder:
         """``requests(gpu=1, cpu="500m")``; ``gpu`` means ``nvidia.com/gpu``."""
         named = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
         self._fields["requests"] = quantities(named)
+        return self
+
+    def timeout(self, seconds: int | None) -> OpBuilder:
+        self._fields["timeout"] = seconds
         return self
 
     def unapproved(self) -> OpBuilder:
@@ -130,6 +137,8 @@ class World:
         quota: dict[str, Any] | None = None,
         strict: bool = False,
         paused: bool = False,
+        budget: BudgetSpec | None = None,
+        default_timeout: int | None = None,
     ) -> World:
         if cluster not in self.clusters:
             self.cluster(cluster)
@@ -141,6 +150,8 @@ class World:
             quota=quantities(quota),
             strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
             paused=paused,
+            budget=budget,
+            default_timeout=default_timeout,
         )
         self.default_queue = next(iter(self.queues))
         return self
@@ -173,9 +184,15 @@ class World:
         queue: str | None = None,
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
+        started_at: datetime | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
-            op_id, phase, quantities(requests) if requests is not None else None, queue, cluster
+            op_id,
+            phase,
+            quantities(requests) if requests is not None else None,
+            queue,
+            cluster,
+            started_at=started_at,
         )
         return self
 
@@ -213,12 +230,13 @@ class World:
     def operations(self) -> list[CompiledOperation]:
         return [b.build() for b in self.builders]
 
-    def plan(self) -> Plan:
+    def plan(self, now: datetime = NOW, ledger: Iterable[LedgerEntry] = ()) -> Plan:
         return plan_dispatch(
             self.operations(),
             self.queues,
             self.clusters,
             list(self.observed.values()),
             self.org,
-            NOW,
+            now,
+            ledger=ledger,
         )

@@ -40,8 +40,11 @@ class Harness:
         return FakeKube(self.clusters[spec.name])
 
     def cycle(self) -> CycleResult:
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: self.repo):
-            return self.reconciler.run_once()
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
+            result = self.reconciler.run_once()
+        # the phase annotations are written off the cycle's path
+        assert self.reconciler.wait_writes(10.0)
+        return result
 
     def job(self, op_id: str, generation: int = 1) -> tuple[str, str]:
         project, name = op_id.split("/")

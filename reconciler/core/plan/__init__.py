@@ -8,7 +8,7 @@ match ``docs/dispatch.md``.
 The package, one concern a module (each says what must live in it):
 
 - ``model``: the plan and its parts, the reasons, the blocks and what would admit them;
-- ``checks``: the table of checks 0..9, in order (the docs' Checks table);
+- ``checks``: the table of checks 0..10, in order (the docs' Checks table);
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
@@ -26,6 +26,8 @@ from reconciler.core.plan.model import (
     ApprovalBlock,
     BehindHeadBlock,
     BlockedBy,
+    BudgetBlock,
+    BudgetSummary,
     ClusterUnreachableBlock,
     ConcurrencyBlock,
     DependenciesBlock,
@@ -54,6 +56,8 @@ __all__ = [
     "ApprovalBlock",
     "BehindHeadBlock",
     "BlockedBy",
+    "BudgetBlock",
+    "BudgetSummary",
     "ClusterUnreachableBlock",
     "ConcurrencyBlock",
     "DependenciesBlock",

@@ -6,7 +6,7 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
-4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
+4. ``admit``: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
@@ -23,6 +23,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.model import (
@@ -34,7 +36,7 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
@@ -60,6 +62,7 @@ def plan_dispatch(
     *,
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
@@ -67,11 +70,20 @@ def plan_dispatch(
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
     (check 0), and their active operations keep counting as observed.
+    ``ledger``: the finished runs, for what budgeted queues spent in their window (check 10).
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
         return _plan(
-            operations, queues, clusters, observed, org, now, rejected, frozenset(unreachable)
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            rejected,
+            frozenset(unreachable),
+            ledger,
         )
 
 
@@ -82,6 +94,7 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -98,6 +111,7 @@ def plan_repo(
         now,
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
+        ledger=ledger,
     )
 
 
@@ -124,16 +138,18 @@ def _plan(
     now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
+    ledger: Iterable[LedgerEntry],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
     qstate = {name: QueueState(spec) for name, spec in queues.items()}
+    track_budgets(qstate, clusters, org, now, ledger)
     counters = Counters(clusters)
     # 2. Index the operations; the candidates grouped by queue.
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..9 for each candidate, queues in priority order, then by name.
+    # 4. Checks 0..10 for each candidate, queues in priority order, then by name.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
     # 5. Prune operations removed from the repo while active, behind the guard.
@@ -148,6 +164,42 @@ def _plan(
         prune_refused=refusal,
         at=now,
     )
+
+
+def track_budgets(
+    qstate: Mapping[str, QueueState],
+    clusters: Mapping[str, ClusterSpec],
+    org: OrgSettings,
+    now: datetime,
+    ledger: Iterable[LedgerEntry],
+) -> None:
+    """Step 1, for budgeted queues: the current window of each, and what the ledger's
+    finished runs spent in it."""
+    budgeted = {name: q for name, q in qstate.items() if q.spec.budget is not None}
+    if not budgeted:
+        return
+    by_queue: dict[str, list[LedgerEntry]] = {}
+    for entry in ledger:
+        if entry.queue in budgeted:
+            by_queue.setdefault(entry.queue, []).append(entry)
+    for name, q in budgeted.items():
+        budget = q.spec.budget
+        assert budget is not None
+        window = window_at(now, budget.per, org.timezone)
+        q.budget = BudgetTrack(
+            BudgetWindow(
+                name,
+                budget,
+                window,
+                spent_in(by_queue.get(name, ()), name, budget, window),
+                org.timezone,
+                org.currency,
+            ),
+            q.spec,
+            org,
+            clusters,
+            now,
+        )
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -222,6 +274,9 @@ def count_active(
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
         if aq is not None:
             aq.hold(oid, aq.request(requests))
+            if aq.budget is not None:
+                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -229,6 +284,8 @@ def count_active(
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)
+        if q.budget is not None:
+            q.budget.committed0 = q.budget.committed
     return removed, active_total
 
 
@@ -238,7 +295,7 @@ def admit(
     counters: Counters,
     unreachable: frozenset[str],
 ) -> list[Dispatch]:
-    """Step 4: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -257,6 +314,7 @@ def admit(
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+    budget_r = PendingReason.BUDGET_EXCEEDED
 
     for q in order:
         spec = q.spec
@@ -284,6 +342,7 @@ def admit(
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
+        budget = q.budget
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -312,7 +371,7 @@ def admit(
                 if over:
                     pend((oid, op, exceeds_r, over))
                     continue
-            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
+            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 9 or 10
             if head is not None:
                 pend((oid, op, behind_r, head))
                 continue
@@ -354,6 +413,15 @@ def admit(
                 if strict:
                     head = (oid, cluster_r)
                 continue
+            # 10: the queue's budget: spent + committed + its reservation <= limit
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    pend((oid, op, budget_r, reserve))
+                    if strict:
+                        head = (oid, budget_r)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
             # Admitted: count it before the next candidate.
             q.hold(oid, req)
             q.dispatched += 1
