@@ -24,6 +24,7 @@ import http.client
 import json
 import os
 import re
+import shutil
 import ssl
 import statistics
 import subprocess
@@ -610,6 +611,7 @@ def run_side(
             extra.stop()
         if not keep:
             cluster.down(progress=lambda _m: None)
+            shutil.rmtree(work, ignore_errors=True)
 
 
 def binding_line(result: RunResult, concurrency: int, duration: float) -> str:
