@@ -25,7 +25,7 @@ from reconciler.core.ledger import (
     spent,
     window_at,
 )
-from reconciler.core.observe import WorkloadState
+from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import AdmitWhen, BudgetBlock, PendingReason
 from reconciler.core.render import render_operation
 from reconciler.core.status import read_status, render_status, status_changes
@@ -474,3 +474,42 @@ def test_the_ledger_files_are_rendered_once_per_month_that_changed() -> None:
     assert len(calls) == 3  # only January again
     assert second["status/ledger/2025-12.yaml"] == first["status/ledger/2025-12.yaml"]
     assert [e.operation for e in read_status(second).ledger] == ["p/dec", "p/jan", "p/jan2"]
+
+
+# --- distributed runs (issue 14): every replica is reserved, spent and committed ----------
+
+
+def test_a_gang_reserves_and_is_charged_for_every_replica() -> None:
+    world = budget_world("12")
+    world.with_org(prices={GPU: Decimal("2.50")}, currency="USD")
+    world.op("p/a", queue="q", gpu=2).replicas(4).timeout(3600)  # 4 x 2 GPUs for 1 h
+    world.op("p/b", queue="q", gpu=2).replicas(4).timeout(3600)
+    plan = world.plan()
+    assert [d.operation for d in plan.dispatch] == ["p/a"]
+    (waiting,) = plan.pending
+    assert waiting.reason is PendingReason.BUDGET_EXCEEDED
+    block = waiting.blocked_by
+    assert isinstance(block, BudgetBlock)
+    assert (block.committed, block.reservation, block.limit) == (8, 8, 12)
+
+    # the finished gang's ledger entry is costed from its Job: 8 GPUs for 30 minutes
+    compiled = world.repo()
+    op = next(o for o in compiled.operations if o.id == "p/a")
+    job = next(
+        m
+        for m in render_operation(op, {}, config_version="c", dispatched_at=NOW).manifests
+        if m["kind"] == "Job"
+    )
+    job["metadata"]["uid"] = "u-gang"
+    job["status"] = {
+        "conditions": [{"type": "Complete", "status": "True"}],
+        "startTime": "2026-01-01T10:00:00Z",
+        "completionTime": "2026-01-01T10:30:00Z",
+    }
+    (state,) = observe_workloads("local", [job], [])
+    decision = decide(compiled, {"local": ClusterListing((state,))}, Memory(), NOW)
+    (run,) = decision.memory.ledger
+    assert run.requests == {GPU: Decimal(8)}
+    assert run.cost == Decimal("10")  # 8 GPUs x 0.5 h x 2.50
+    summary = next(q for q in decision.plan.queues if q.name == "q").budget
+    assert summary is not None and summary.spent == 4  # GPU-hours
