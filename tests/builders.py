@@ -12,10 +12,12 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.model import duration_seconds
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
     ObservedOperation,
@@ -87,6 +89,13 @@ class OpBuilder:
         self._fields["dependencies"] = tuple(deps)
         return self
 
+    def timeout(self, value: str | int) -> OpBuilder:
+        """``run.timeout`` (what lets an operation borrow in a cohort)."""
+        spec = dict(self._fields["spec"])
+        spec["run"] = {**(spec.get("run") or {}), "timeout": value}
+        self._fields["spec"] = spec
+        return self
+
     def spec(self, spec: dict[str, Any]) -> OpBuilder:
         self._fields["spec"] = spec
         return self
@@ -113,6 +122,7 @@ class World:
         self.observed: dict[str, ObservedOperation] = {}
         self.org = OrgSettings()
         self.rejected: list[RejectedOperation] = []
+        self.cohorts: dict[str, CohortSpec] = {}
         self.default_queue = "default"
         self._seq = 0
 
@@ -130,6 +140,9 @@ class World:
         quota: dict[str, Any] | None = None,
         strict: bool = False,
         paused: bool = False,
+        cohort: str | None = None,
+        borrowing_limit: dict[str, Any] | None = None,
+        lending_limit: dict[str, Any] | None = None,
     ) -> World:
         if cluster not in self.clusters:
             self.cluster(cluster)
@@ -141,8 +154,17 @@ class World:
             quota=quantities(quota),
             strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
             paused=paused,
+            cohort=cohort,
+            borrowing_limit=quantities(borrowing_limit),
+            lending_limit=quantities(lending_limit),
         )
         self.default_queue = next(iter(self.queues))
+        return self
+
+    def cohort(
+        self, name: str, max_borrow: str | int = "2h", *, quota: dict[str, Any] | None = None
+    ) -> World:
+        self.cohorts[name] = CohortSpec(name, duration_seconds(max_borrow), quantities(quota))
         return self
 
     def set_queue(self, name: str, **changes: Any) -> World:
@@ -173,9 +195,15 @@ class World:
         queue: str | None = None,
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
+        dispatched_at: datetime | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
-            op_id, phase, quantities(requests) if requests is not None else None, queue, cluster
+            op_id,
+            phase,
+            quantities(requests) if requests is not None else None,
+            queue,
+            cluster,
+            dispatched_at=dispatched_at,
         )
         return self
 
@@ -208,6 +236,7 @@ class World:
             queues=dict(self.queues),
             operations=tuple(self.operations()),
             rejected=tuple(self.rejected),
+            cohorts=dict(self.cohorts),
         )
 
     def operations(self) -> list[CompiledOperation]:
@@ -221,4 +250,5 @@ class World:
             list(self.observed.values()),
             self.org,
             NOW,
+            cohorts=self.cohorts,
         )

@@ -731,6 +731,35 @@ class QueueFile(Strict):
     kinds: Annotated[list[Kind], Field(min_length=1)] | None = None
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     paused: StrictBool = False
+    cohort: Name | None = Field(
+        default=None,
+        description="The cohort (cohorts/<name>.yaml) whose queues lend each other unused quota.",
+    )
+    borrowing_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per quota resource, how much above its quota the queue may borrow from "
+        "its cohort (default: nothing).",
+    )
+    lending_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per quota resource, at most how much of its unused quota the queue lends "
+        "to its cohort (default: all of it).",
+    )
+
+
+class CohortFile(Strict):
+    """``cohorts/<name>.yaml``"""
+
+    kind: Literal["Cohort"]
+    name: Name | None = None
+    description: StrictStr | None = None
+    max_borrow_duration: Duration = Field(
+        description="Only an operation whose timeout is at most this long may borrow: a "
+        "lender gets its quota back within it. Seconds (int) or a duration such as '2h'."
+    )
+    quota: dict[ResourceName, Quantity] | None = Field(
+        default=None, description="A cap on the total use of the cohort's queues."
+    )
 
 
 class KubeconfigSecret(Strict):
@@ -917,6 +946,7 @@ KINDS: dict[str, type[Strict]] = {
     "Cluster": ClusterFile,
     "Connection": ConnectionFile,
     "Queue": QueueFile,
+    "Cohort": CohortFile,
     "Preset": PresetFile,
     "Project": ProjectFile,
     "Operation": OperationFile,

@@ -80,6 +80,7 @@ class WorkloadState:
             queue=self.queue,
             cluster=self.cluster,
             workflow=self.workflow,
+            dispatched_at=parse_time(self.dispatched_at),
         )
 
 

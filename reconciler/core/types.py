@@ -202,6 +202,25 @@ class QueueSpec:
     strategy: QueueStrategy = QueueStrategy.BEST_EFFORT_FIFO
     paused: bool = False
     source: str = ""
+    # Cohort borrowing (docs/dispatch.md, "Cohorts"): per quota resource, how much above its
+    # quota it may borrow (absent: none) and how much of its unused quota it lends (absent:
+    # all of it).
+    cohort: str | None = None
+    borrowing_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class CohortSpec:
+    """A ``cohorts/<name>.yaml``: queues that lend each other unused quota. Only an
+    operation with a ``timeout`` of at most ``max_borrow_seconds`` may borrow, so a lender
+    gets its quota back within that time; ``quota`` caps the members' total use."""
+
+    name: str
+    max_borrow_seconds: int
+    quota: Mapping[str, Decimal] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,6 +273,9 @@ class ObservedOperation:
     # The workflow the workload was dispatched for: "" for none, None when not known (a
     # workload from before this was recorded, the status branch, an --observed file).
     workflow: str | None = None
+    # When the workload was created (its dispatched-at annotation); a borrower's end time
+    # is this plus its timeout.
+    dispatched_at: datetime | None = None
 
 
 class RejectReason(enum.StrEnum):
@@ -364,6 +386,7 @@ class CompiledRepo:
     rejected: tuple[RejectedOperation, ...] = ()
     errors: tuple[ConfigError, ...] = ()
     connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
+    cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:

@@ -12,6 +12,7 @@ The package, one concern a module (each says what must live in it):
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
+- ``cohorts``: check 7 for a cohort's member, step 4b (borrowing), borrowed and lent;
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down).
@@ -26,12 +27,15 @@ from reconciler.core.plan.model import (
     ApprovalBlock,
     BehindHeadBlock,
     BlockedBy,
+    BorrowingNotAllowedBlock,
     ClusterUnreachableBlock,
+    CohortLimitBlock,
     ConcurrencyBlock,
     DependenciesBlock,
     DependencyState,
     Dispatch,
     ExceedsQuotaBlock,
+    LentQuotaBlock,
     Pending,
     PendingReason,
     Plan,
@@ -54,12 +58,15 @@ __all__ = [
     "ApprovalBlock",
     "BehindHeadBlock",
     "BlockedBy",
+    "BorrowingNotAllowedBlock",
     "ClusterUnreachableBlock",
+    "CohortLimitBlock",
     "ConcurrencyBlock",
     "DependenciesBlock",
     "DependencyState",
     "Dispatch",
     "ExceedsQuotaBlock",
+    "LentQuotaBlock",
     "Pending",
     "PendingReason",
     "Plan",

@@ -13,6 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
+from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
 from reconciler.core.plan.model import (
     MAX_LISTED,
     ApprovalBlock,
@@ -46,6 +47,7 @@ def explain(order: Sequence[QueueState]) -> tuple[list[Pending], list[QueueSumma
 
 def summarise(q: QueueState) -> QueueSummary:
     spec = q.spec
+    borrowed, lent = amounts(q)
     return QueueSummary(
         name=spec.name,
         cluster=spec.cluster,
@@ -60,6 +62,9 @@ def summarise(q: QueueState) -> QueueSummary:
         paused=spec.paused,
         head_reason=q.pending[0][2] if q.pending else None,
         used_after={r: to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
+        cohort=spec.cohort,
+        borrowed=borrowed,
+        lent=lent,
     )
 
 
@@ -99,25 +104,35 @@ def explain_queue(q: QueueState) -> list[Pending]:
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
+
+    def quota_block(detail: tuple[int, int]) -> QuotaBlock:
+        cached = shared.get(detail)
+        if cached is None:
+            i, amount = detail
+            need = q.used[i] + amount - q.quota[i]
+            ids, count = releasers(i, need)
+            cached = shared[detail] = QuotaBlock(
+                name,
+                q.resources[i],
+                to_decimal(amount),
+                to_decimal(q.used[i]),
+                to_decimal(q.quota[i]),
+                to_decimal(need),
+                ids,
+                count,
+            )
+        assert isinstance(cached, QuotaBlock)
+        return cached
+
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
-            key = detail
+            block = quota_block(detail)
+        elif reason in COHORT_REASONS and q.cohort is not None:
+            key = (reason, detail)
             cached = shared.get(key)
             if cached is None:
-                i, amount = detail
-                need = q.used[i] + amount - q.quota[i]
-                ids, count = releasers(i, need)
-                cached = shared[key] = QuotaBlock(
-                    name,
-                    q.resources[i],
-                    to_decimal(amount),
-                    to_decimal(q.used[i]),
-                    to_decimal(q.quota[i]),
-                    to_decimal(need),
-                    ids,
-                    count,
-                )
+                cached = shared[key] = q.cohort.block(q, reason, detail, quota_block)
             block = cached
         elif reason is conc_r:
             cached = shared.get(reason)

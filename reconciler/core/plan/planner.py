@@ -7,7 +7,8 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
 4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
-   counting each dispatch before the next candidate;
+   counting each dispatch before the next candidate; then ``cohorts.borrow`` (4b): the
+   ops that fit only by borrowing from their cohort, in the same order;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
@@ -23,6 +24,7 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.model import (
@@ -38,6 +40,7 @@ from reconciler.core.plan.state import Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
     ObservedOperation,
@@ -60,6 +63,7 @@ def plan_dispatch(
     *,
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
+    cohorts: Mapping[str, CohortSpec] | None = None,
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
@@ -67,11 +71,20 @@ def plan_dispatch(
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
     (check 0), and their active operations keep counting as observed.
+    ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
         return _plan(
-            operations, queues, clusters, observed, org, now, rejected, frozenset(unreachable)
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            rejected,
+            frozenset(unreachable),
+            cohorts or {},
         )
 
 
@@ -98,6 +111,7 @@ def plan_repo(
         now,
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
+        cohorts=repo.cohorts,
     )
 
 
@@ -124,6 +138,7 @@ def _plan(
     now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
+    cohorts: Mapping[str, CohortSpec],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
@@ -133,9 +148,13 @@ def _plan(
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..9 for each candidate, queues in priority order, then by name.
+    if cohorts or any(q.spec.cohort for q in qstate.values()):
+        join_cohorts(qstate, cohorts, ops, seen, now)
+    # 4. Checks 0..9 for each candidate, queues in priority order, then by name; then
+    # (4b) the ops that fit only by borrowing from their cohort, in the same order.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
+    dispatch.extend(borrow(order, counters, now))
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
@@ -281,6 +300,7 @@ def admit(
         nres = len(quota)
         used = q.used
         limits = q.limits
+        cohort = q.cohort
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
@@ -322,10 +342,20 @@ def admit(
                 if strict:
                     head = (oid, conc_r)
                 continue
-            # 7: quota, per resource the op requests (others are unaffected)
+            # 7: quota, per resource the op requests (others are unaffected); a cohort's
+            # member: its own quota with what it lent counted, else deferred to 4b
             if nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
+                if cohort is not None:
+                    verdict = cohort.own_fit(q, req)
+                    if verdict is not None:
+                        if verdict[0] is quota_r:
+                            q.deferred.append(len(q.pending))
+                        pend((oid, op, verdict[0], verdict[1]))
+                        if strict:
+                            head = (oid, verdict[0])
+                        continue
                 short = -1
                 for i in range(nres):
                     amount = req[i]

@@ -12,7 +12,8 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
 - ``WaitingForDependencies``, ``UpstreamFailed``: the ``DependencyState`` tuple;
 - ``ExceedsQuota``: the indexes of the quota resources the request alone is over;
 - ``WaitingBehindHead``: ``(head id, head reason)``;
-- ``QuotaExceeded``: ``(resource index, request in units)``;
+- ``QuotaExceeded``, ``WaitingForLentQuota``, ``CohortLimit``: ``(resource index, request
+  in units)``; ``BorrowingNotAllowed``: the same and the op's timeout in seconds (or None);
 - ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``.
 """
 
@@ -20,11 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.core.plan.model import PendingReason
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import ClusterSpec, CompiledOperation, QueueSpec
+
+if TYPE_CHECKING:
+    from reconciler.core.plan.cohorts import CohortState
 
 PendingTuple = tuple[str, CompiledOperation, PendingReason, Any]
 
@@ -37,9 +41,13 @@ class QueueState:
         "active",
         "active0",
         "active_ids",
+        "borrow_limit",
         "candidates",
+        "cohort",
+        "deferred",
         "dispatched",
         "holders",
+        "lend_limit",
         "limits",
         "pending",
         "quota",
@@ -66,6 +74,13 @@ class QueueState:
         self.candidates: list[tuple[Any, ...]] = []
         self.dispatched = 0
         self.pending: list[PendingTuple] = []
+        # cohort members only (cohorts.join_cohorts): the cohort, per quota resource what
+        # it may borrow and lend (-1: no lending limit), and the indexes in ``pending`` of
+        # the ops check 7 deferred to borrowing (step 4b)
+        self.cohort: CohortState | None = None
+        self.borrow_limit: tuple[int, ...] = ()
+        self.lend_limit: tuple[int, ...] = ()
+        self.deferred: list[int] = []
 
     def request(self, requests: Mapping[str, Decimal]) -> tuple[int, ...]:
         get = requests.get

@@ -1,0 +1,313 @@
+"""Cohorts in the planner: one test per rule of docs/dispatch.md, "Cohorts"."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from builders import NOW, World
+
+from reconciler.core.plan import (
+    AdmitWhen,
+    BorrowingNotAllowedBlock,
+    CohortLimitBlock,
+    LentQuotaBlock,
+    PendingReason,
+    Plan,
+    PlanInputError,
+)
+from reconciler.core.types import Phase
+
+R = PendingReason
+GPU = "nvidia.com/gpu"
+
+
+def dispatched(plan: Plan) -> list[str]:
+    return [d.operation for d in plan.dispatch]
+
+
+def reasons(plan: Plan) -> dict[str, PendingReason]:
+    return {p.operation: p.reason for p in plan.pending}
+
+
+def pending(plan: Plan, op_id: str):  # type: ignore[no-untyped-def]
+    return next(p for p in plan.pending if p.operation == op_id)
+
+
+def summary(plan: Plan, queue: str):  # type: ignore[no-untyped-def]
+    return next(q for q in plan.queues if q.name == queue)
+
+
+def teams(
+    *,
+    a_priority: int = 100,
+    b_priority: int = 90,
+    borrowing: int = 2,
+    lending: int | None = None,
+    cap: int | None = None,
+) -> World:
+    """The docs' example: team-a (2 GPUs, may borrow 2) and team-b (4 GPUs) in cohort
+    gpu-pool, maxBorrowDuration 2h."""
+    return (
+        World()
+        .cluster("local")
+        .cohort("gpu-pool", "2h", quota={GPU: cap} if cap is not None else None)
+        .queue(
+            "team-a",
+            priority=a_priority,
+            quota={GPU: 2},
+            cohort="gpu-pool",
+            borrowing_limit={GPU: borrowing},
+        )
+        .queue(
+            "team-b",
+            priority=b_priority,
+            quota={GPU: 4},
+            cohort="gpu-pool",
+            lending_limit={GPU: lending} if lending is not None else None,
+        )
+    )
+
+
+def a_busy(w: World) -> World:
+    """team-a's own 2 GPUs in use."""
+    w.op("vision/own", queue="team-a", gpu=2)
+    return w.observe("vision/own", Phase.RUNNING, dispatched_at=NOW - timedelta(hours=5))
+
+
+def test_an_op_with_a_short_enough_timeout_borrows_idle_quota() -> None:
+    w = a_busy(teams())
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/borrow"]
+    # the next cycle sees team-a 2 above its quota, team-b lending 2
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=NOW)
+    after = w.plan()
+    assert summary(after, "team-a").borrowed == {GPU: Decimal(2)}
+    assert summary(after, "team-a").lent == {GPU: Decimal(0)}
+    assert summary(after, "team-b").lent == {GPU: Decimal(2)}
+    assert summary(after, "team-b").borrowed == {GPU: Decimal(0)}
+    assert summary(after, "team-a").cohort == "gpu-pool"
+
+
+def test_no_timeout_or_a_too_long_one_may_not_borrow() -> None:
+    w = a_busy(teams())
+    w.op("vision/none", queue="team-a", gpu=1)
+    w.op("vision/long", queue="team-a", gpu=1).timeout("3h")
+    plan = w.plan()
+    assert dispatched(plan) == []
+    assert reasons(plan) == {
+        "vision/none": R.BORROWING_NOT_ALLOWED,
+        "vision/long": R.BORROWING_NOT_ALLOWED,
+    }
+    long = pending(plan, "vision/long")
+    assert isinstance(long.blocked_by, BorrowingNotAllowedBlock)
+    assert long.blocked_by.timeout_seconds == 3 * 3600
+    assert "its timeout is 3h (at most 2h may borrow)" in long.message
+    assert "it has no timeout" in pending(plan, "vision/none").message
+    # meanwhile it waits for its own quota, as QuotaExceeded would
+    assert long.admit.when is AdmitWhen.RESOURCES_RELEASED
+    assert long.admit.operations == ("vision/own",)
+    assert "or by borrowing, with a timeout of at most 2h" in long.admit.text
+
+
+def test_the_timeout_at_the_limit_may_borrow() -> None:
+    w = a_busy(teams())
+    w.op("vision/edge", queue="team-a", gpu=1).timeout(7200)
+    assert dispatched(w.plan()) == ["vision/edge"]
+
+
+def test_no_borrowing_limit_means_no_borrowing() -> None:
+    w = a_busy(teams(borrowing=0))
+    w.op("vision/x", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert reasons(plan) == {"vision/x": R.QUOTA_EXCEEDED}
+
+
+def test_borrowing_stops_at_the_borrowing_limit() -> None:
+    w = a_busy(teams(borrowing=1))
+    w.op("vision/two", queue="team-a", gpu=2).timeout("1h")
+    w.op("vision/one", queue="team-a", gpu=1).timeout("1h")
+    w.op("vision/another", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/one"]
+    assert reasons(plan) == {"vision/two": R.QUOTA_EXCEEDED, "vision/another": R.QUOTA_EXCEEDED}
+
+
+def test_a_request_over_quota_plus_borrowing_limit_is_never_admitted() -> None:
+    w = teams(borrowing=1)
+    w.op("vision/huge", queue="team-a", gpu=4).timeout("1h")
+    w.op("vision/three", queue="team-a", gpu=3).timeout("1h")
+    plan = w.plan()
+    assert reasons(plan) == {"vision/huge": R.EXCEEDS_QUOTA}
+    assert dispatched(plan) == ["vision/three"]  # 2 own + 1 borrowed
+
+
+def test_a_lender_lends_at_most_its_lending_limit() -> None:
+    w = a_busy(teams(lending=1))
+    w.op("vision/two", queue="team-a", gpu=2).timeout("1h")
+    w.op("vision/one", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/one"]
+    assert reasons(plan) == {"vision/two": R.QUOTA_EXCEEDED}
+
+
+def test_only_unused_quota_is_lent() -> None:
+    w = a_busy(teams())
+    w.ops("nlp/run-{}", 3, queue="team-b", gpu=1)
+    w.running("nlp/run-1", "nlp/run-2", "nlp/run-3")
+    w.op("vision/two", queue="team-a", gpu=2).timeout("1h")
+    w.op("vision/one", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/one"]
+
+
+def test_a_lenders_own_op_goes_before_any_borrower_whatever_the_priority() -> None:
+    w = a_busy(teams(a_priority=100, b_priority=10))
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.op("nlp/big", queue="team-b", gpu=4)
+    plan = w.plan()
+    assert dispatched(plan) == ["nlp/big"]
+    assert reasons(plan) == {"vision/borrow": R.QUOTA_EXCEEDED}
+
+
+def test_a_lenders_op_waits_for_its_lent_quota_with_the_borrowers_end_time() -> None:
+    w = a_busy(teams())
+    started = NOW - timedelta(minutes=10)
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=started)
+    w.op("nlp/big", queue="team-b", gpu=4)
+    w.op("nlp/small", queue="team-b", gpu=2)
+    plan = w.plan()
+    # 2 of team-b's 4 are lent: the small one fits what is left, the big one waits
+    assert dispatched(plan) == ["nlp/small"]
+    p = pending(plan, "nlp/big")
+    assert p.reason is R.WAITING_FOR_LENT_QUOTA
+    assert isinstance(p.blocked_by, LentQuotaBlock)
+    assert p.blocked_by.lent == Decimal(2)
+    assert p.admit.when is AdmitWhen.BORROWERS_FINISH
+    assert p.admit.operations == ("vision/borrow",)
+    assert p.admit.at == started + timedelta(hours=1)
+    assert "vision/borrow end, by 2026-01-01T12:50:00Z at the latest" in p.message
+    assert "2 of team-b's quota is lent in cohort gpu-pool" in p.message
+    assert p.blocked_by.to_json()["endsBy"] == "2026-01-01T12:50:00Z"
+
+
+def test_the_lender_starts_when_the_borrower_finishes() -> None:
+    w = a_busy(teams())
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.SUCCEEDED, dispatched_at=NOW - timedelta(minutes=50))
+    w.op("nlp/big", queue="team-b", gpu=4)
+    assert dispatched(w.plan()) == ["nlp/big"]
+
+
+def test_nothing_new_borrows_a_resource_a_lender_waits_for() -> None:
+    """team-b waits for what team-a borrowed; team-c's idle GPU is not lent meanwhile, so
+    team-b waits at most maxBorrowDuration."""
+    w = a_busy(teams())
+    w.queue("team-c", priority=200, quota={GPU: 1}, cohort="gpu-pool")
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=NOW)
+    w.ops("nlp/run-{}", 2, queue="team-b", gpu=1)
+    w.running("nlp/run-1", "nlp/run-2")
+    w.op("nlp/more", queue="team-b", gpu=2)  # fits team-b's 4, but 2 are lent; c lends 1
+    w.op("vision/again", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert reasons(plan)["nlp/more"] is R.WAITING_FOR_LENT_QUOTA
+    assert reasons(plan)["vision/again"] is R.QUOTA_EXCEEDED
+    assert dispatched(plan) == []
+
+
+def test_another_lender_can_carry_the_loan() -> None:
+    """The borrowed amount is recomputed each time: when team-c can lend it, team-b's own
+    op runs at once (team-a's borrowed GPUs now count against team-c's idle quota)."""
+    w = a_busy(teams())
+    w.queue("team-c", quota={GPU: 2}, cohort="gpu-pool")
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=NOW)
+    w.op("nlp/big", queue="team-b", gpu=4)
+    plan = w.plan()
+    assert dispatched(plan) == ["nlp/big"]
+    w.observe("nlp/big", Phase.RUNNING, dispatched_at=NOW)
+    after = w.plan()
+    assert summary(after, "team-b").lent == {GPU: Decimal(0)}
+    assert summary(after, "team-c").lent == {GPU: Decimal(2)}
+
+
+def test_the_cohort_cap() -> None:
+    w = a_busy(teams(cap=5))
+    w.op("nlp/three", queue="team-b", gpu=3)
+    w.op("nlp/two", queue="team-b", gpu=2)
+    plan = w.plan()
+    assert dispatched(plan) == ["nlp/three"]
+    p = pending(plan, "nlp/two")
+    assert p.reason is R.COHORT_LIMIT
+    assert isinstance(p.blocked_by, CohortLimitBlock)
+    assert p.message == (
+        "needs nvidia.com/gpu 2; cohort gpu-pool uses 5 of its cap 5; "
+        "admitted when 2 GPUs are released in cohort gpu-pool"
+    )
+
+
+def test_the_cohort_cap_applies_to_borrowers() -> None:
+    w = a_busy(teams(cap=3))
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    plan = w.plan()
+    assert reasons(plan) == {"vision/borrow": R.COHORT_LIMIT}
+
+
+def test_priority_orders_the_borrowers() -> None:
+    w = a_busy(teams(borrowing=2))
+    w.queue(
+        "team-c",
+        priority=500,
+        quota={GPU: 1},
+        cohort="gpu-pool",
+        borrowing_limit={GPU: 4},
+    )
+    w.op("ml/own", queue="team-c", gpu=1)
+    w.observe("ml/own", Phase.RUNNING)
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")  # submitted first
+    w.op("ml/borrow", queue="team-c", gpu=3).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["ml/borrow"]
+    assert reasons(plan) == {"vision/borrow": R.QUOTA_EXCEEDED}
+
+
+def test_queue_concurrency_still_holds_a_borrower() -> None:
+    w = a_busy(teams())
+    w.set_queue("team-a", concurrency=2)
+    w.op("vision/b1", queue="team-a", gpu=1).timeout("1h")
+    w.op("vision/b2", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/b1"]
+    assert reasons(plan) == {"vision/b2": R.QUEUE_CONCURRENCY_LIMIT}
+
+
+def test_strict_fifo_head_borrows() -> None:
+    w = a_busy(teams())
+    w.set_queue("team-a", strategy=w.queues["team-b"].strategy.STRICT_FIFO)
+    w.op("vision/head", queue="team-a", gpu=1)  # no timeout: may not borrow
+    w.op("vision/next", queue="team-a", gpu=1).timeout("1h")
+    plan = w.plan()
+    assert reasons(plan) == {
+        "vision/head": R.BORROWING_NOT_ALLOWED,
+        "vision/next": R.WAITING_BEHIND_HEAD,
+    }
+
+
+def test_a_queue_outside_any_cohort_is_unchanged() -> None:
+    w = a_busy(teams())
+    w.queue("solo", quota={GPU: 1})
+    w.ops("x/s-{}", 2, queue="solo", gpu=1)
+    plan = w.plan()
+    assert dispatched(plan) == ["x/s-1"]
+    assert summary(plan, "solo").cohort is None
+    assert summary(plan, "solo").borrowed == {}
+
+
+def test_an_unknown_cohort_is_refused() -> None:
+    w = World().cluster("local").queue("q", quota={GPU: 1}, cohort="nope")
+    with pytest.raises(PlanInputError, match="cohort 'nope'"):
+        w.plan()
