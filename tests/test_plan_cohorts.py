@@ -189,7 +189,7 @@ def test_a_lenders_op_waits_for_its_lent_quota_with_the_borrowers_end_time() -> 
     assert p.admit.when is AdmitWhen.BORROWERS_FINISH
     assert p.admit.operations == ("vision/borrow",)
     assert p.admit.at == started + timedelta(hours=1)
-    assert "vision/borrow end, by 2026-01-01T12:50:00Z at the latest" in p.message
+    assert "vision/borrow ends, by 2026-01-01T12:50:00Z at the latest" in p.message
     assert "2 of team-b's quota is lent in cohort gpu-pool" in p.message
     assert p.blocked_by.to_json()["endsBy"] == "2026-01-01T12:50:00Z"
 
@@ -311,3 +311,43 @@ def test_an_unknown_cohort_is_refused() -> None:
     w = World().cluster("local").queue("q", quota={GPU: 1}, cohort="nope")
     with pytest.raises(PlanInputError, match="cohort 'nope'"):
         w.plan()
+
+
+def test_the_worked_example_of_the_docs() -> None:
+    """docs/dispatch.md, "Example: team-a and team-b", at 10:00, 10:20 and after 11:00."""
+    ten = NOW.replace(hour=10)
+    w = teams()
+    w.op("vision/train-1", queue="team-a", gpu=2)
+    w.op("vision/long-run", queue="team-a", gpu=1)
+    w.op("vision/big-sweep", queue="team-a", gpu=2).timeout("1h")
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/train-1", "vision/big-sweep"]
+    assert reasons(plan) == {"vision/long-run": R.BORROWING_NOT_ALLOWED}
+    assert pending(plan, "vision/long-run").message == (
+        "needs nvidia.com/gpu 1; team-a uses 4 of 2; it would fit by borrowing in cohort "
+        "gpu-pool, but it has no timeout (at most 2h may borrow); admitted when 3 GPUs are "
+        "released by vision/big-sweep, vision/train-1; or by borrowing, with a timeout of at "
+        "most 2h"
+    )
+    w.observe("vision/train-1", Phase.RUNNING, dispatched_at=ten)
+    w.observe("vision/big-sweep", Phase.RUNNING, dispatched_at=ten)
+    w.op("nlp/eval", queue="team-b", gpu=2)
+    w.op("nlp/finetune", queue="team-b", gpu=2)
+    plan = w.plan()
+    assert dispatched(plan) == ["nlp/eval"]
+    finetune = pending(plan, "nlp/finetune")
+    assert finetune.reason is R.WAITING_FOR_LENT_QUOTA
+    assert finetune.admit.at == ten + timedelta(hours=1)
+    assert finetune.message == (
+        "needs nvidia.com/gpu 2; 2 of team-b's quota is lent in cohort gpu-pool; admitted "
+        "when vision/big-sweep ends, by 2026-01-01T11:00:00Z at the latest"
+    )
+    a, b = summary(plan, "team-a"), summary(plan, "team-b")
+    assert (a.used[GPU], a.borrowed[GPU], b.used[GPU], b.lent[GPU]) == (4, 2, 0, 2)
+    assert (b.used_after[GPU], b.lent_after[GPU]) == (2, 2)
+    w.observe("nlp/eval", Phase.RUNNING, dispatched_at=ten)
+    w.observe("vision/big-sweep", Phase.SUCCEEDED, dispatched_at=ten)
+    plan = w.plan()
+    assert dispatched(plan) == ["nlp/finetune"]
+    b = summary(plan, "team-b")
+    assert (b.used_after[GPU], b.lent_after[GPU]) == (4, 0)

@@ -253,6 +253,11 @@ class QueueStatus(StatusRecord):
     strategy: Text = "BestEffortFIFO"
     paused: Flag = False
     kinds: Texts = ()  # the run kinds the queue admits
+    # cohort members: the cohort, and per quota resource how much of ``used`` is borrowed
+    # and how much of ``quota`` is lent (this cycle's dispatches applied, like ``used``)
+    cohort: OptText = None
+    borrowed: OmitEmpty[TextMap] = Field(default_factory=dict)
+    lent: OmitEmpty[TextMap] = Field(default_factory=dict)
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
@@ -269,6 +274,9 @@ class QueueStatus(StatusRecord):
             strategy=str(q.strategy),
             paused=q.paused,
             kinds=kinds,
+            cohort=q.cohort,
+            borrowed={r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
+            lent={r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
         )
 
 

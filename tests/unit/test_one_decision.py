@@ -87,16 +87,28 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     for name in names:
         world.cluster(name, concurrency=draw(st.none() | st.integers(1, 4)))
     queues = [f"q{i}" for i in range(draw(st.integers(1, 3)))]
+    # sometimes all the queues are one cohort (on one cluster), borrowing and lending
+    cohort = draw(st.sampled_from([None, None, "pool"]))
+    if cohort is not None:
+        world.cohort(cohort, "2h", quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 5}])))
     for q in queues:
         world.queue(
             q,
-            cluster=draw(st.sampled_from(names)),
+            cluster=names[0] if cohort else draw(st.sampled_from(names)),
             priority=draw(st.integers(0, 2)),
             concurrency=draw(st.none() | st.integers(1, 3)),
             quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
             strict=draw(st.booleans()),
             paused=draw(st.sampled_from([False, False, False, True])),
+            cohort=cohort,
         )
+        quota = world.queues[q].quota
+        if cohort is not None and quota:
+            world.set_queue(
+                q,
+                borrowing_limit={r: Decimal(draw(st.integers(0, 2))) for r in quota},
+                lending_limit=draw(st.sampled_from([{}, {r: Decimal(1) for r in quota}])),
+            )
     count = draw(st.integers(1, 8))
     facts: dict[str, str] = {}
     for i in range(count):
@@ -106,6 +118,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         )
         if draw(st.integers(0, 5)) == 0:
             b.submitted(None)
+        if draw(st.booleans()):
+            b.timeout(draw(st.sampled_from(["1h", "3h"])))
         facts[op_id] = draw(st.sampled_from(FACTS))
         if facts[op_id] == "superseded":
             b._fields["generation"] = 2
@@ -233,19 +247,30 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             q.pending,
             str(q.head_reason) if q.head_reason else None,
             [
-                {"resource": r, "used": format_quantity(q.used[r]), "limit": format_quantity(v)}
+                {
+                    "resource": r,
+                    "used": format_quantity(q.used[r]),
+                    "limit": format_quantity(v),
+                    "borrowed": format_quantity(q.borrowed.get(r, Decimal(0))),
+                    "lent": format_quantity(q.lent.get(r, Decimal(0))),
+                }
                 for r, v in sorted(q.quota.items())
             ],
         )
         for q in plan.queues
     ]
     # status --live: what the status branch says after the cycle
-    assert [(q.name, q.active, dict(q.used), q.pending) for q in status_view.queues] == [
+    assert [
+        (q.name, q.active, dict(q.used), q.pending, dict(q.borrowed), dict(q.lent))
+        for q in status_view.queues
+    ] == [
         (
             q.name,
             q.active + q.dispatching,
             {r: format_quantity(v) for r, v in sorted(q.used_after.items())},
             q.pending,
+            {r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
+            {r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
         )
         for q in plan.queues
     ]
@@ -276,8 +301,10 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
 
     # No view shows a queue over its quota because of a dispatch, nor contradicts itself.
     for q in plan.queues:
+        spec = s.compiled.queues[q.name]
         for r, limit in q.quota.items():
-            assert q.used_after.get(r, Decimal(0)) <= max(limit, q.used.get(r, Decimal(0)))
+            most = limit + spec.borrowing_limit.get(r, Decimal(0))
+            assert q.used_after.get(r, Decimal(0)) <= max(most, q.used.get(r, Decimal(0)))
     web = WebApp(lambda: follower)
     for row in api_json["queues"]:
         if any(_units(u["used"]) > 0 for u in row["quota"]):

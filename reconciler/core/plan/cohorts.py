@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from typing import Any
 
 from reconciler.core.model import duration_seconds
@@ -341,14 +342,21 @@ def borrow(
     return dispatch
 
 
-def amounts(q: QueueState) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A member's borrowed and lent amounts, observed (before this plan), per resource."""
+Amounts = dict[str, Decimal]
+
+
+def amounts(q: QueueState) -> tuple[Amounts, Amounts, Amounts, Amounts]:
+    """A member's borrowed and lent amounts per resource: observed (before this plan), then
+    with this plan applied."""
     cohort = q.cohort
     if cohort is None:
-        return {}, {}
-    borrowed = {r: to_decimal(_borrowed(q, i, q.used0[i])) for i, r in enumerate(q.resources)}
-    lent = {
-        r: to_decimal(cohort.lent(r, lambda m, j: m.used0[j]).get(q.spec.name, 0))
-        for r in q.resources
-    }
-    return borrowed, lent
+        return {}, {}, {}, {}
+    out: list[Amounts] = []
+    for which in ("used0", "used"):
+
+        def used(m: QueueState, j: int, which: str = which) -> int:
+            return int(getattr(m, which)[j])
+
+        out.append({r: to_decimal(_borrowed(q, i, used(q, i))) for i, r in enumerate(q.resources)})
+        out.append({r: to_decimal(cohort.lent(r, used).get(q.spec.name, 0)) for r in q.resources})
+    return out[0], out[1], out[2], out[3]

@@ -47,7 +47,7 @@ def explain(order: Sequence[QueueState]) -> tuple[list[Pending], list[QueueSumma
 
 def summarise(q: QueueState) -> QueueSummary:
     spec = q.spec
-    borrowed, lent = amounts(q)
+    borrowed, lent, borrowed_after, lent_after = amounts(q)
     return QueueSummary(
         name=spec.name,
         cluster=spec.cluster,
@@ -65,6 +65,8 @@ def summarise(q: QueueState) -> QueueSummary:
         cohort=spec.cohort,
         borrowed=borrowed,
         lent=lent,
+        borrowed_after=borrowed_after,
+        lent_after=lent_after,
     )
 
 

@@ -394,9 +394,10 @@ class LentQuotaBlock:
     def admit(self) -> Admit:
         who = _names(self.borrowers, self.borrowers_count) or "the borrowers"
         when = f"by {_utc(self.ends_by)} at the latest" if self.ends_by else "(end unknown)"
+        verb = "ends" if self.borrowers_count == 1 else "end"
         return Admit(
             AdmitWhen.BORROWERS_FINISH,
-            f"admitted when {who} end, {when}",
+            f"admitted when {who} {verb}, {when}",
             self.borrowers,
             self.borrowers_count,
             self.resource,
@@ -586,6 +587,8 @@ class QueueSummary:
     cohort: str | None = None
     borrowed: Mapping[str, Decimal] = field(default_factory=dict)
     lent: Mapping[str, Decimal] = field(default_factory=dict)
+    borrowed_after: Mapping[str, Decimal] = field(default_factory=dict)  # this plan applied
+    lent_after: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
