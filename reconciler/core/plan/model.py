@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.quantity import format_quantity
+from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import QueueStrategy
 
 # How many operation names a blocker lists before it says "and N more".
@@ -357,14 +357,6 @@ class QuotaBlock:
         }
 
 
-def _duration(seconds: int) -> str:
-    """``2h``, ``90m``, ``1h30m``, ``45s``: as a config would write it."""
-    h, rest = divmod(seconds, 3600)
-    m, s = divmod(rest, 60)
-    parts = [f"{h}h" if h else "", f"{m}m" if m else "", f"{s}s" if s else ""]
-    return "".join(parts) or "0s"
-
-
 def _utc(at: datetime) -> str:
     return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
 
@@ -433,21 +425,21 @@ class BorrowingNotAllowedBlock:
 
     def admit(self) -> Admit:
         own = self.quota.admit()
-        limit = _duration(self.max_borrow_seconds)
+        limit = format_duration(self.max_borrow_seconds)
         return replace(own, text=f"{own.text}; or by borrowing, with a timeout of at most {limit}")
 
     def message(self) -> str:
         has = (
             "it has no timeout"
             if self.timeout_seconds is None
-            else f"its timeout is {_duration(self.timeout_seconds)}"
+            else f"its timeout is {format_duration(self.timeout_seconds)}"
         )
         q = self.quota
         return _joined(
             f"needs {q.resource} {format_quantity(q.request)}; {q.queue} uses "
             f"{format_quantity(q.used)} of {format_quantity(q.quota)}; it would fit by "
             f"borrowing in cohort {self.cohort}, but "
-            f"{has} (at most {_duration(self.max_borrow_seconds)} may borrow)",
+            f"{has} (at most {format_duration(self.max_borrow_seconds)} may borrow)",
             self.admit(),
         )
 
