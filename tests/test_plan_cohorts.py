@@ -351,3 +351,17 @@ def test_the_worked_example_of_the_docs() -> None:
     assert dispatched(plan) == ["nlp/finetune"]
     b = summary(plan, "team-b")
     assert (b.used_after[GPU], b.lent_after[GPU]) == (4, 0)
+
+
+def test_only_ops_that_may_borrow_are_named_as_borrowers() -> None:
+    """team-a's own-quota op has a 12h timeout: it is not a borrower, and the lender's wait
+    ends with the 1h borrower, not 12h later."""
+    w = teams()
+    w.op("vision/own", queue="team-a", gpu=2).timeout("12h")
+    w.observe("vision/own", Phase.RUNNING, dispatched_at=NOW)
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=NOW)
+    w.op("nlp/big", queue="team-b", gpu=4)
+    p = pending(w.plan(), "nlp/big")
+    assert p.admit.operations == ("vision/borrow",)
+    assert p.admit.at == NOW + timedelta(hours=1)

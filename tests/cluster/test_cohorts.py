@@ -42,20 +42,20 @@ def test_team_a_borrows_team_b_idle_gpus_and_gives_them_back(kube: Kube, config_
     for path in config_repo.glob("projects/*/operations/*.yaml"):
         path.unlink()
     ops = config_repo / "projects" / "vision" / "operations"
-    (ops / "hold.yaml").write_text(_op("hold", "team-a", 2, "600s"))
-    (ops / "borrow.yaml").write_text(_op("borrow", "team-a", 2, "20s", timeout="1h"))
+    (ops / "long.yaml").write_text(_op("long", "team-a", 2, "600s"))
+    (ops / "sweep.yaml").write_text(_op("sweep", "team-a", 2, "20s", timeout="1h"))
     commit_all(config_repo, "team-a: a long job in its own quota, a 1h job that borrows")
 
     reconciler = make_reconciler(config_repo)
     try:
         first = reconciler.run_once()
         assert first.ok and first.plan is not None, first
-        # the own-quota job in step 4, the borrower in step 4b
-        assert first.dispatched == ("vision/hold", "vision/borrow")
+        # the own-quota job in step 4, the borrower in step 4b (same commit: path order)
+        assert first.dispatched == ("vision/long", "vision/sweep")
         queues = {q.name: q for q in first.plan.queues}
         assert (queues["team-a"].used_after[GPU], queues["team-a"].borrowed_after[GPU]) == (4, 2)
         assert queues["team-b"].lent_after[GPU] == 2
-        job = kube.batch.read_namespaced_job("vision-borrow-g1", "team-a")
+        job = kube.batch.read_namespaced_job("vision-sweep-g1", "team-a")
         dispatched_at = datetime.fromisoformat(
             job.metadata.annotations[ANNOTATION_DISPATCHED_AT].replace("Z", "+00:00")
         )
@@ -74,11 +74,11 @@ def test_team_a_borrows_team_b_idle_gpus_and_gives_them_back(kube: Kube, config_
             if "language/big" in result.dispatched:
                 break
             # it waits only while the borrower holds team-b's GPUs
-            assert result.states["vision/borrow"].phase.active
+            assert result.states["vision/sweep"].phase.active
             [big] = [p for p in result.plan.pending if p.operation == "language/big"]
             assert big.reason is PendingReason.WAITING_FOR_LENT_QUOTA, big.message
             assert big.admit.when is AdmitWhen.BORROWERS_FINISH
-            assert big.admit.operations == ("vision/borrow",)
+            assert big.admit.operations == ("vision/sweep",)
             assert big.admit.at == dispatched_at + timedelta(hours=1)
             assert "2 of team-b's quota is lent in cohort gpu-pool" in big.message
             lent = {q.name: q.lent[GPU] for q in result.plan.queues if q.name == "team-b"}
@@ -87,8 +87,8 @@ def test_team_a_borrows_team_b_idle_gpus_and_gives_them_back(kube: Kube, config_
             time.sleep(1)
         assert waited >= 1, "the team-b job never had to wait"
         # started in the cycle that saw the borrower finish; team-a's own job still runs
-        assert result.states["vision/borrow"].phase is Phase.SUCCEEDED
-        assert result.states["vision/hold"].phase.active
+        assert result.states["vision/sweep"].phase is Phase.SUCCEEDED
+        assert result.states["vision/long"].phase.active
         queues = {q.name: q for q in result.plan.queues}
         assert queues["team-a"].borrowed_after[GPU] == 0
         assert (queues["team-b"].used_after[GPU], queues["team-b"].lent_after[GPU]) == (4, 0)

@@ -197,8 +197,12 @@ class CohortState:
     # -- step 6 ----------------------------------------------------------------------------
 
     def borrowers(self, r: str) -> tuple[list[str], datetime | None]:
-        """The ops that may be borrowing ``r`` (those with a timeout, in queues above their
-        quota), by end time, and the latest end (None when one is not known)."""
+        """The ops that may be borrowing ``r``, by end time, and the latest end (None when
+        one is not known). Only an op with a timeout of at most ``maxBorrowDuration`` can
+        have been admitted by borrowing, so a queue's use above its quota is held by such
+        ops of it (those admitted in its own quota keep it at or under its quota): listing
+        them, in the queues above their quota, names every borrower, and they all end by
+        the time given."""
         found: list[tuple[datetime | None, str]] = []
         for q, i in self.pools.get(r, ()):
             if q.used[i] <= q.quota[i]:
@@ -206,7 +210,7 @@ class CohortState:
             for _, oid in q.holders[i]:
                 op = self.ops.get(oid)
                 timeout = timeout_seconds(op) if op is not None else None
-                if timeout is None:
+                if timeout is None or timeout > self.max_borrow:
                     continue
                 start = self.dispatched_at.get(oid)
                 if start is None:
