@@ -439,6 +439,8 @@ def test_demo_runs_the_example_to_completion(
     assert demo.returncode == 0, demo.stderr[-3000:]
     assert "'Succeeded': 18" in demo.stderr
     assert "team-a" in demo.stderr and "nvidia.com/gpu" in demo.stderr
+    # the cohort at work: train-vit (timeout 1h) runs on an idle team-b GPU
+    assert "team-a borrows nvidia.com/gpu from cohort gpu-pool" in demo.stderr
     names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
     assert "vision-train-vit-g1" in names
 
