@@ -210,6 +210,13 @@ def _duration(value: Any) -> Any:
     return value
 
 
+def _borrow_duration(value: Any) -> Any:
+    try:
+        return _duration(value)
+    except ValueError as err:
+        raise ValueError(str(err).replace("timeout ", "", 1)) from None
+
+
 def duration_seconds(value: str | int) -> int:
     """Seconds in a validated timeout (an int, or ``1h30m``-style)."""
     if isinstance(value, int):
@@ -283,6 +290,13 @@ Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 Duration = Annotated[
     Any,
     AfterValidator(_duration),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
+    ),
+]
+BorrowDuration = Annotated[
+    Any,
+    AfterValidator(_borrow_duration),
     WithJsonSchema(
         {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
     ),
@@ -753,7 +767,7 @@ class CohortFile(Strict):
     kind: Literal["Cohort"]
     name: Name | None = None
     description: StrictStr | None = None
-    max_borrow_duration: Duration = Field(
+    max_borrow_duration: BorrowDuration = Field(
         description="Only an operation whose timeout is at most this long may borrow: a "
         "lender gets its quota back within it. Seconds (int) or a duration such as '2h'."
     )

@@ -210,6 +210,7 @@ def check_cohorts(repo: RepoIndex) -> None:
     """The queues of one cohort share a cluster: each queue on another cluster than the
     first member (by name) is an error at its ``cluster``."""
     first: dict[str, tuple[str, str]] = {}  # cohort -> (queue, cluster)
+    shared: dict[str, set[str]] = {}  # cohort -> the resources its queues have quota for
     for name in sorted(repo.named["Queue"]):
         loaded = repo.get("Queue", name)
         if loaded is None or loaded.model.cohort is None:
@@ -217,6 +218,7 @@ def check_cohorts(repo: RepoIndex) -> None:
         m: QueueFile = loaded.model
         cohort = m.cohort
         assert cohort is not None
+        shared.setdefault(cohort, set()).update(m.quota or {})
         seen = first.setdefault(cohort, (name, m.cluster))
         if seen[1] != m.cluster:
             repo.errors.add_once(
@@ -224,6 +226,18 @@ def check_cohorts(repo: RepoIndex) -> None:
                 f"queue {name!r} is in cohort {cohort!r}, whose queue {seen[0]!r} is on cluster "
                 f"{seen[1]!r}: the queues of one cohort must be on the same cluster",
             )
+    for name in sorted(repo.named["Cohort"]):
+        cohort_file = repo.get("Cohort", name)
+        if cohort_file is None:
+            continue
+        cm: CohortFile = cohort_file.model
+        for resource in cm.quota or {}:
+            if resource not in shared.get(name, set()):
+                repo.errors.add_once(
+                    cohort_file.doc.loc(("quota", resource), key=True),
+                    f"cohort {name!r} caps {resource}, but none of its queues has a quota "
+                    "for it: the cap would limit nothing",
+                )
 
 
 def find_connection(repo: RepoIndex, name: str) -> ConnectionSpec | None:
