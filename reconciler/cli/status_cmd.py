@@ -193,7 +193,15 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     clusters = tuple(
         ClusterStatus(name=c.name, reachable=c.reachable, error=c.error) for c in decision.clusters
     )
-    return read_status(render_status(compiled, decision.plan, decision.states, clusters=clusters))
+    return read_status(
+        render_status(
+            compiled,
+            decision.plan,
+            decision.states,
+            clusters=clusters,
+            superseded=decision.superseded,
+        )
+    )
 
 
 @click.command("status")

@@ -25,7 +25,9 @@ The rules, in the order :func:`decide` applies them:
    | (a generation bump)     | any             | forgotten: the new run is `Queued`    |
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
-   quota under the id ``op@gN`` until they finish, and are never pruned;
+   quota under the id ``op@gN`` until they finish, and are never pruned. Memory (the
+   status branch) keeps them too: one in a cluster that cannot be read still holds its
+   quota, and ``plan`` from the status branch counts them as the cycle does;
 5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
    filter applied to its output;
 6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
@@ -40,7 +42,7 @@ from datetime import datetime
 
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import StatusView
+from reconciler.core.status import StatusView, recorded_requests
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 # --- inputs -----------------------------------------------------------------------------
@@ -81,10 +83,12 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Memory:
     """What a cycle knows that the clusters may not say: the last state seen of each
-    operation's current run, and creates the watch may not show yet."""
+    operation's current run, creates the watch may not show yet, and the superseded runs
+    last seen active (by their planner id ``op@gN``)."""
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
+    superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
 
     def record(
         self, created: Iterable[InFlight] = (), stopped: Iterable[WorkloadState] = ()
@@ -97,7 +101,16 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight)
+        return Memory(seen, inflight, self.superseded)
+
+    def under(self, recorded: Memory) -> Memory:
+        """This memory, with what ``recorded`` (a previous process's) knows and this one
+        does not: what this process saw itself wins."""
+        return Memory(
+            {**recorded.seen, **self.seen},
+            self.inflight,
+            {**recorded.superseded, **self.superseded},
+        )
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
@@ -107,7 +120,12 @@ def memory_from_status(view: StatusView) -> Memory:
     """The workloads the status branch records (the last state a leader saw of each), so a
     restart or a read-only replica starts from what is known."""
     seen: dict[str, WorkloadState] = {}
+    superseded: dict[str, WorkloadState] = {}
     for op_id, rec in view.operations.items():
+        for run in rec.superseded:
+            old = run.state(op_id)
+            if old is not None and old.phase.active:
+                superseded[superseded_id(old)] = old
         try:
             phase = Phase(rec.phase)
         except ValueError:
@@ -132,8 +150,9 @@ def memory_from_status(view: StatusView) -> Memory:
             started_at=rec.started_at,
             finished_at=rec.finished_at,
             outputs=rec.outputs,
+            requests=recorded_requests(rec) or {},
         )
-    return Memory(seen)
+    return Memory(seen, superseded=superseded)
 
 
 def listing_from_memory(
@@ -144,13 +163,13 @@ def listing_from_memory(
     last cycle, and still are as far as this listing knows."""
     down = unreachable or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
-    for state in memory.seen.values():
+    for state in (*memory.seen.values(), *memory.superseded.values()):
         if state.cluster in by_cluster:  # the cycle reads only the config's clusters
             by_cluster[state.cluster].append(state)
     return {
         name: ClusterListing.unreachable(down[name])
         if name in down
-        else ClusterListing(tuple(sorted(states, key=lambda s: s.operation)))
+        else ClusterListing(tuple(sorted(states, key=lambda s: (s.operation, s.generation))))
         for name, states in by_cluster.items()
     }
 
@@ -294,12 +313,20 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     for state in listed:
         wanted = generations.get(state.operation)
         if wanted is not None and state.generation != wanted and state.phase.active:
-            old_id = superseded_id(state)
+            superseded[superseded_id(state)] = state
+    for old_id, state in memory.superseded.items():  # last seen where nothing can be read
+        wanted = generations.get(state.operation)
+        if (
+            (state.cluster in down or state.cluster not in compiled.clusters)
+            and wanted not in (None, state.generation)
+            and old_id not in superseded
+        ):
             superseded[old_id] = state
-            old = replace(state.to_observed(), operation=old_id)
-            if old.requests is None:
-                old = replace(old, requests=dict(ops[state.operation].requests))
-            observed.append(old)
+    for old_id, state in sorted(superseded.items()):
+        old = replace(state.to_observed(), operation=old_id)
+        if old.requests is None:
+            old = replace(old, requests=dict(ops[state.operation].requests))
+        observed.append(old)
 
     # 5. the plan
     plan = plan_repo(compiled, observed, now, superseded=superseded, unreachable=down)
@@ -331,7 +358,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight),
+        memory=Memory(seen_next, inflight, superseded),
         listed=present,
         superseded=superseded,
     )
