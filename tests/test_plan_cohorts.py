@@ -365,3 +365,30 @@ def test_only_ops_that_may_borrow_are_named_as_borrowers() -> None:
     p = pending(w.plan(), "nlp/big")
     assert p.admit.operations == ("vision/borrow",)
     assert p.admit.at == NOW + timedelta(hours=1)
+
+
+def test_a_borrower_of_one_resource_respects_what_is_lent_of_another() -> None:
+    """team-a borrows GPUs but fits its own CPU quota, of which 2 are lent to team-b: it
+    may not take those back by borrowing GPUs."""
+    w = (
+        World()
+        .cluster("local")
+        .cohort("pool", "2h")
+        .queue(
+            "team-a",
+            quota={GPU: 1, "cpu": 4},
+            cohort="pool",
+            borrowing_limit={GPU: 1},
+        )
+        .queue("team-b", quota={GPU: 2, "cpu": 2}, cohort="pool", borrowing_limit={"cpu": 2})
+    )
+    w.op("a/own", queue="team-a").requests(gpu=1, cpu=1)
+    w.observe("a/own", Phase.RUNNING)
+    w.op("b/cpu", queue="team-b").requests(cpu=4).timeout("1h")
+    w.observe("b/cpu", Phase.RUNNING, dispatched_at=NOW)  # 2 of team-a's cpu borrowed
+    w.op("a/gpu", queue="team-a").requests(gpu=1, cpu=2).timeout("1h")
+    w.op("a/small", queue="team-a").requests(gpu=1, cpu=1).timeout("1h")
+    plan = w.plan()
+    # 1 + 2 cpu of team-a's 4, with 2 lent: over; 1 + 1 fits
+    assert reasons(plan) == {"a/gpu": R.QUOTA_EXCEEDED}
+    assert dispatched(plan) == ["a/small"]

@@ -180,6 +180,9 @@ class CohortState:
             u = q.used[i]
             new = u + amount
             if new <= q.quota[i]:
+                # within its own quota for this resource, but that may be lent
+                if borrowed > lendable - _lendable(q, i, u) + _lendable(q, i, new):
+                    return _R.QUOTA_EXCEEDED, (i, amount)
                 continue
             if (
                 new - q.quota[i] > q.borrow_limit[i]
