@@ -392,3 +392,21 @@ def test_a_borrower_of_one_resource_respects_what_is_lent_of_another() -> None:
     # 1 + 2 cpu of team-a's 4, with 2 lent: over; 1 + 1 fits
     assert reasons(plan) == {"a/gpu": R.QUOTA_EXCEEDED}
     assert dispatched(plan) == ["a/small"]
+
+
+def test_the_plan_json_and_table_show_borrowed_and_lent() -> None:
+    from reconciler.core.plan_render import plan_to_dict, queue_rows
+
+    w = a_busy(teams())
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=NOW)
+    plan = w.plan()
+    queues = {q["name"]: q for q in plan_to_dict(plan)["queues"]}
+    assert (queues["team-a"]["cohort"], queues["team-a"]["borrowed"]) == (
+        "gpu-pool",
+        {GPU: "2"},
+    )
+    assert queues["team-b"]["lent"] == {GPU: "2"}
+    rows = {r[0]: r for r in queue_rows(plan)}
+    assert rows["team-a"][4] == "nvidia.com/gpu 4/2 (+2 borrowed)"
+    assert rows["team-b"][4] == "nvidia.com/gpu 0/4 (2 lent)"
