@@ -166,12 +166,9 @@ class CohortState:
         Over ``borrowingLimit``, nothing idle to borrow, or a lender waiting for that
         resource: ``QuotaExceeded``; the cap: ``CohortLimit``; a missing or too long
         timeout (when it would otherwise fit): ``BorrowingNotAllowed``."""
-        first = None
         for i, amount in enumerate(req):
             if not amount:
                 continue
-            if first is None:
-                first = i
             r = q.resources[i]
             borrowed, lendable, used = self.totals(r)
             cap = self.cap.get(r)
