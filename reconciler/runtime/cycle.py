@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.adapters.kube import ApplyResult, Kube, KubeError, NamespaceForbidden
-from reconciler.core.compile import compile_repo
+from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.cycle import (
     Actions,
     ClusterHealth,
@@ -37,7 +37,6 @@ from reconciler.core.cycle import (
     Memory,
     decide,
 )
-from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import Plan, PlanInputError
 from reconciler.core.render import (
@@ -154,7 +153,10 @@ class Reconciler:
         self._is_leader = is_leader
         self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
-        self._parse_cache = ParseCache()  # a new commit reparses only the files it changed
+        # a new commit reparses only the files it changed, and recompiles only the
+        # operations whose inputs changed
+        self._compile_cache = CompileCache()
+        self._parse_cache = self._compile_cache.parse_cache
         # the last snapshot's files and what they compiled to (unchanged files are the
         # same objects, so comparing them is cheap)
         self._compiled: tuple[CompiledRepo | None, Mapping[str, RepoFile]] = (None, {})
@@ -186,7 +188,7 @@ class Reconciler:
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
             try:
-                compiled = compile_repo(snapshot, self._parse_cache)
+                compiled = compile_repo(snapshot, cache=self._compile_cache)
             except InternalError as exc:  # a bug: the last good config stays in force
                 log.exception("internal error compiling config %s (%s)", snapshot.version, BUG_NOTE)
                 self._internal_error = str(exc)
