@@ -7,15 +7,18 @@ plan = world.plan()
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import LedgerEntry
 from reconciler.core.model import duration_seconds
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
+    BudgetSpec,
     ClusterSpec,
     CohortSpec,
     CompiledOperation,
@@ -67,6 +70,24 @@ class OpBuilder:
         self._fields["requests"] = quantities(named)
         return self
 
+    def timeout(self, value: str | int | None) -> OpBuilder:
+        """``run.timeout`` (``"1h"`` or seconds), as compile sets it: in the spec and, in
+        seconds, as the op's ``timeout`` (its Job's deadline: what a budget reserves for and
+        what lets an operation borrow in a cohort). None: no timeout."""
+        spec = dict(self._fields["spec"])
+        run = dict(spec.get("run") or {})
+        if value is None:
+            run.pop("timeout", None)
+        else:
+            run["timeout"] = value
+        if run:
+            spec["run"] = run
+        else:
+            spec.pop("run", None)
+        self._fields["spec"] = spec
+        self._fields["timeout"] = None if value is None else duration_seconds(value)
+        return self
+
     def unapproved(self) -> OpBuilder:
         self._fields["is_approved"] = False
         return self
@@ -87,13 +108,6 @@ class OpBuilder:
 
     def after(self, *deps: str) -> OpBuilder:
         self._fields["dependencies"] = tuple(deps)
-        return self
-
-    def timeout(self, value: str | int) -> OpBuilder:
-        """``run.timeout`` (what lets an operation borrow in a cohort)."""
-        spec = dict(self._fields["spec"])
-        spec["run"] = {**(spec.get("run") or {}), "timeout": value}
-        self._fields["spec"] = spec
         return self
 
     def spec(self, spec: dict[str, Any]) -> OpBuilder:
@@ -143,6 +157,8 @@ class World:
         cohort: str | None = None,
         borrowing_limit: dict[str, Any] | None = None,
         lending_limit: dict[str, Any] | None = None,
+        budget: BudgetSpec | None = None,
+        default_timeout: int | None = None,
     ) -> World:
         if cluster not in self.clusters:
             self.cluster(cluster)
@@ -157,6 +173,8 @@ class World:
             cohort=cohort,
             borrowing_limit=quantities(borrowing_limit),
             lending_limit=quantities(lending_limit),
+            budget=budget,
+            default_timeout=default_timeout,
         )
         self.default_queue = next(iter(self.queues))
         return self
@@ -196,6 +214,7 @@ class World:
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
         dispatched_at: datetime | None = None,
+        started_at: datetime | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
             op_id,
@@ -204,6 +223,7 @@ class World:
             queue,
             cluster,
             dispatched_at=dispatched_at,
+            started_at=started_at,
         )
         return self
 
@@ -242,13 +262,14 @@ class World:
     def operations(self) -> list[CompiledOperation]:
         return [b.build() for b in self.builders]
 
-    def plan(self) -> Plan:
+    def plan(self, now: datetime = NOW, ledger: Iterable[LedgerEntry] = ()) -> Plan:
         return plan_dispatch(
             self.operations(),
             self.queues,
             self.clusters,
             list(self.observed.values()),
             self.org,
-            NOW,
+            now,
             cohorts=self.cohorts,
+            ledger=ledger,
         )

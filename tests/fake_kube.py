@@ -1,18 +1,27 @@
 """A fake ``Kube`` for fast cycle tests: Jobs and Pods kept in memory and moved through
 phases by the test. It answers the calls the Reconciler makes (list, create or adopt,
-annotate, delete, events) the way the apiserver does, with increasing resourceVersions.
-The same behaviour is shown on the real control plane by tests/cluster/."""
+annotate, delete, events) the way the apiserver does, with increasing resourceVersions,
+and watches: every change is logged as a watch event, and ``watch_managed`` replays the
+events after a resourceVersion, then waits for more, as the apiserver does. The same
+behaviour is shown on the real control plane by tests/cluster/."""
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.adapters.kube import ApplyResult, KubeError, ObjectList
+from reconciler.adapters.kube import ApplyResult, KubeError, ObjectList, WatchEvent
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
+# The Job controller's times of a run the fake set going or finished (status.startTime,
+# status.completionTime or the Failed condition's lastTransitionTime).
+STARTED = "2026-01-01T11:00:00Z"
+ENDED = "2026-01-01T11:40:00Z"
 
 
 @dataclass
@@ -27,10 +36,25 @@ class FakeCluster:
     events: list[tuple[str, str, str]] = field(default_factory=list)
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
     version: int = 100
+    # every change as a watch event: (resourceVersion, kind, type, object)
+    changes: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    closed: bool = False  # ends every watch (test teardown)
 
     def _next(self) -> str:
         self.version += 1
         return str(self.version)
+
+    def _emit(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        with self.changed:
+            version = int(obj["metadata"]["resourceVersion"])
+            self.changes.append((version, kind, event_type, copy.deepcopy(obj)))
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
 
     # --- the test moves workloads through phases ----------------------------------------
 
@@ -41,29 +65,43 @@ class FakeCluster:
         meta["resourceVersion"] = self._next()
         job.setdefault("status", {})
         self.jobs[(meta["namespace"], meta["name"])] = job
+        self._emit("Job", "ADDED", job)
         return job
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or
         ``Deleting``."""
         job = self.jobs[(namespace, name)]
-        job["metadata"]["resourceVersion"] = self._next()
         pod_key = (namespace, f"{name}-pod")
-        if phase == "Deleting":
-            job["metadata"]["deletionTimestamp"] = NOW
-            return
-        if phase == "Succeeded":
-            job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-            return
-        if phase == "Failed":
-            job["status"] = {
-                "conditions": [
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
-                ]
-            }
+        if phase in ("Deleting", "Succeeded", "Failed"):
+            job["metadata"]["resourceVersion"] = self._next()
+            if phase == "Deleting":
+                job["metadata"]["deletionTimestamp"] = NOW
+            elif phase == "Succeeded":
+                job["status"] = {
+                    "conditions": [{"type": "Complete", "status": "True"}],
+                    "startTime": STARTED,
+                    "completionTime": ENDED,
+                }
+            else:
+                job["status"] = {
+                    "conditions": [
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "lastTransitionTime": ENDED,
+                        }
+                    ],
+                    "startTime": STARTED,
+                }
+            self._emit("Job", "MODIFIED", job)
             return
         if phase == "PodPending":
-            self.pods.pop(pod_key, None)
+            gone = self.pods.pop(pod_key, None)
+            if gone is not None:
+                gone["metadata"]["resourceVersion"] = self._next()
+                self._emit("Pod", "DELETED", gone)
             return
         pod: dict[str, Any] = {
             "metadata": {
@@ -76,6 +114,7 @@ class FakeCluster:
             "status": {},
         }
         if phase == "Running":
+            job["status"] = {**job.get("status", {}), "startTime": STARTED}
             pod["spec"]["nodeName"] = "gpu-node-0"
             pod["status"]["phase"] = "Running"
         elif phase == "Unschedulable":
@@ -87,7 +126,28 @@ class FakeCluster:
             }
         else:
             raise ValueError(phase)
+        pod["metadata"]["uid"] = f"uid-{pod_key[1]}"
+        pod["metadata"]["resourceVersion"] = self._next()
+        existed = pod_key in self.pods
         self.pods[pod_key] = pod
+        self._emit("Pod", "MODIFIED" if existed else "ADDED", pod)
+
+    def delete(self, namespace: str, name: str) -> bool:
+        """Delete the Job and its pod (as a background deletion ends); False if absent."""
+        pod = self.pods.pop((namespace, f"{name}-pod"), None)
+        job = self.jobs.pop((namespace, name), None)
+        for kind, obj in (("Job", job), ("Pod", pod)):
+            if obj is not None:
+                obj["metadata"]["resourceVersion"] = self._next()
+                self._emit(kind, "DELETED", obj)
+        return job is not None
+
+    def pod_succeeded(self, namespace: str, name: str) -> None:
+        """The Job's pod ends Succeeded; the Job has no terminal condition yet."""
+        pod = self.pods[(namespace, f"{name}-pod")]
+        pod["status"]["phase"] = "Succeeded"
+        pod["metadata"]["resourceVersion"] = self._next()
+        self._emit("Pod", "MODIFIED", pod)
 
 
 class FakeKube:
@@ -147,6 +207,7 @@ class FakeKube:
             raise KubeError(f"{kind} {namespace}/{name} not found")
         job["metadata"].setdefault("annotations", {}).update(annotations or {})
         job["metadata"]["resourceVersion"] = self.cluster._next()
+        self.cluster._emit("Job", "MODIFIED", job)
         self.cluster.calls.append(f"annotate {namespace}/{name}")
 
     def emit_event(
@@ -158,5 +219,28 @@ class FakeKube:
     def delete_workload(self, namespace: str, name: str) -> bool:
         self._up()
         self.cluster.calls.append(f"delete {namespace}/{name}")
-        self.cluster.pods.pop((namespace, f"{name}-pod"), None)
-        return self.cluster.jobs.pop((namespace, name), None) is not None
+        return self.cluster.delete(namespace, name)
+
+    def watch_managed(
+        self, kind: str, resource_version: str, timeout_seconds: int = 60
+    ) -> Iterator[WatchEvent]:
+        """The events of ``kind`` after ``resource_version``, then each new one as it
+        comes, until ``timeout_seconds`` pass or the cluster is closed."""
+        self._up()
+        after = int(resource_version)
+        deadline = time.monotonic() + timeout_seconds
+        position = 0
+        while True:
+            with self.cluster.changed:
+                while position == len(self.cluster.changes) and not self.cluster.closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self.cluster.changed.wait(left)
+                if self.cluster.closed:
+                    return
+                batch = self.cluster.changes[position:]
+                position = len(self.cluster.changes)
+            for version, what, event_type, obj in batch:
+                if what == kind and version > after:
+                    yield WatchEvent(event_type, obj)

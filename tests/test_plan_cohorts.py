@@ -410,3 +410,43 @@ def test_the_plan_json_and_table_show_borrowed_and_lent() -> None:
     rows = {r[0]: r for r in queue_rows(plan)}
     assert rows["team-a"][4] == "nvidia.com/gpu 4/2 (+2 borrowed)"
     assert rows["team-b"][4] == "nvidia.com/gpu 0/4 (2 lent)"
+
+
+# --- cohorts with budgets (issue 16): a borrower passes check 10 too ------------------------
+
+
+def test_a_borrower_of_a_budgeted_queue_pays_for_what_it_borrows() -> None:
+    """Step 4b applies check 10: an op that may borrow still waits BudgetExceeded when its
+    reservation does not fit its queue's budget; one that fits is charged for it."""
+    from reconciler.core.plan import BudgetBlock
+    from reconciler.core.types import BudgetPeriod, BudgetSpec
+
+    gpu_hours = BudgetSpec(Decimal(3), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
+    w = a_busy(teams()).set_queue("team-a", budget=gpu_hours)
+    own = next(b for b in w.builders if b.build().id == "vision/own")
+    own.timeout("1h")  # the running op (its start not known) reserves 2 GPU-hours from now
+    w.op("vision/fits", queue="team-a", gpu=1).timeout("1h")  # 1 GPU-hour: 3 of 3
+    w.op("vision/over", queue="team-a", gpu=1).timeout("1h")  # would borrow, over budget
+    plan = w.plan()
+    assert dispatched(plan) == ["vision/fits"]
+    assert reasons(plan) == {"vision/over": R.BUDGET_EXCEEDED}
+    block = pending(plan, "vision/over").blocked_by
+    assert isinstance(block, BudgetBlock)
+    assert (block.committed, block.reservation, block.limit) == (3, 1, 3)
+    a = summary(plan, "team-a")
+    assert a.borrowed_after == {GPU: Decimal(1)}
+    assert a.budget is not None and a.budget.committed_after == 3
+
+
+def test_the_jobs_deadline_bounds_a_borrower_without_a_run_timeout() -> None:
+    """An op's timeout is its Job's deadline: ``run.timeout``, else its queue's
+    ``defaultTimeout`` or a sandbox's default (compile sets ``CompiledOperation.timeout``);
+    such an op may borrow as one with ``run.timeout`` does."""
+    w = a_busy(teams())
+    b = w.op("language/sandbox", queue="team-a", gpu=1)
+    assert "run" not in b.build().spec
+    b._fields["timeout"] = 3600  # what compile sets from defaultTimeout: 1h
+    w.op("vision/unbounded", queue="team-a", gpu=1)
+    plan = w.plan()
+    assert dispatched(plan) == ["language/sandbox"]
+    assert reasons(plan) == {"vision/unbounded": R.BORROWING_NOT_ALLOWED}

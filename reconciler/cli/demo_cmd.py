@@ -24,7 +24,7 @@ from reconciler.devcluster.build import BuildError
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
 from reconciler.devcluster.prerequisites import apply_prerequisites
 from reconciler.runtime.cycle import CycleResult
-from reconciler.runtime.loop import run_forever
+from reconciler.runtime.loop import Wakeup, run_forever
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "config-repo-template"
 
@@ -156,11 +156,23 @@ def demo(
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(1)
 
+    wake = Wakeup()  # a Job that ends dispatches the next at once
     runtime = make_runtime(
-        str(repo), "main", {"local": cluster.kubeconfig}, cache_dir=root / "cache"
+        str(repo),
+        "main",
+        {"local": cluster.kubeconfig},
+        cache_dir=root / "cache",
+        wakeup=wake,
+        status_interval=interval,
+        fetch_interval=interval,
     )
     stop = threading.Event()
-    timer = threading.Timer(timeout, stop.set)
+
+    def time_out() -> None:
+        stop.set()
+        wake.interrupt()
+
+    timer = threading.Timer(timeout, time_out)
     timer.daemon = True
     timer.start()
     outcome: dict[str, CycleResult] = {}
@@ -182,7 +194,7 @@ def demo(
                 stop.set()
 
         with contextlib.suppress(KeyboardInterrupt):
-            run_forever(runtime.reconciler, interval, stop, on_cycle)
+            run_forever(runtime.reconciler, interval, stop, on_cycle, wake)
     timer.cancel()
     runtime.reconciler.close()
     last = outcome.get("last")

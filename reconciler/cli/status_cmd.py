@@ -200,6 +200,7 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
             decision.states,
             clusters=clusters,
             superseded=decision.superseded,
+            ledger=decision.memory.ledger,
         )
     )
 

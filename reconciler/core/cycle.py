@@ -28,9 +28,12 @@ The rules, in the order :func:`decide` applies them:
    quota under the id ``op@gN`` until they finish, and are never pruned. Memory (the
    status branch) keeps them too: one in a cluster that cannot be read still holds its
    quota, and ``plan`` from the status branch counts them as the cycle does;
-5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
-   filter applied to its output;
-6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
+5. **ledger**: each finished run (listed or remembered, any generation) not yet in the
+   memory's ledger is entered once, keyed by operation, generation and workload, costed from
+   its Job's own start and end (docs/budgets.md);
+6. **plan**: the unreachable clusters are an input of the planner (check 0), never a
+   filter applied to its output; the ledger is one too (check 10, budgets);
+7. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
    and write each listed workload's phase onto it when it changed (not one being stopped).
 """
 
@@ -40,6 +43,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from reconciler.core.ledger import (
+    Ledger,
+    LedgerEntry,
+    LedgerKey,
+    parse_moment,
+    prices_for,
+    run_cost,
+)
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView, recorded_requests
@@ -83,12 +94,14 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Memory:
     """What a cycle knows that the clusters may not say: the last state seen of each
-    operation's current run, creates the watch may not show yet, and the superseded runs
-    last seen active (by their planner id ``op@gN``)."""
+    operation's current run, creates the watch may not show yet, the superseded runs
+    last seen active (by their planner id ``op@gN``), and the ledger of finished runs
+    (what budgets have spent; the status branch's ``status/ledger/``)."""
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
     superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
 
     def record(
         self, created: Iterable[InFlight] = (), stopped: Iterable[WorkloadState] = ()
@@ -101,15 +114,16 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight, self.superseded)
+        return Memory(seen, inflight, self.superseded, self.ledger)
 
     def under(self, recorded: Memory) -> Memory:
         """This memory, with what ``recorded`` (a previous process's) knows and this one
-        does not: what this process saw itself wins."""
+        does not: what this process saw itself wins; the ledgers are joined."""
         return Memory(
             {**recorded.seen, **self.seen},
             self.inflight,
             {**recorded.superseded, **self.superseded},
+            recorded.ledger.with_entries(self.ledger),
         )
 
 
@@ -152,7 +166,7 @@ def memory_from_status(view: StatusView) -> Memory:
             outputs=rec.outputs,
             requests=recorded_requests(rec) or {},
         )
-    return Memory(seen, superseded=superseded)
+    return Memory(seen, superseded=superseded, ledger=Ledger.of(view.ledger))
 
 
 def listing_from_memory(
@@ -328,10 +342,17 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
             old = replace(old, requests=dict(ops[state.operation].requests))
         observed.append(old)
 
-    # 5. the plan
-    plan = plan_repo(compiled, observed, now, superseded=superseded, unreachable=down)
+    # 5. the ledger: every finished run not entered yet (a superseded generation's too)
+    ledger = memory.ledger.with_entries(
+        finished_runs(compiled, (*current.values(), *listed), memory.ledger, now)
+    )
 
-    # 6. the actions
+    # 6. the plan
+    plan = plan_repo(
+        compiled, observed, now, superseded=superseded, unreachable=down, ledger=ledger
+    )
+
+    # 7. the actions
     creates = tuple(Create(ops[d.operation], d.cluster, d.queue) for d in plan.dispatch)
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
@@ -358,10 +379,55 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight, superseded),
+        memory=Memory(seen_next, inflight, superseded, ledger),
         listed=present,
         superseded=superseded,
     )
+
+
+def finished_runs(
+    compiled: CompiledRepo, states: Iterable[WorkloadState], ledger: Ledger, now: datetime
+) -> list[LedgerEntry]:
+    """A ledger entry for each finished run of ``states`` the ledger does not hold yet.
+
+    Its start and end are its Job's own (``startTime``, completion or failure time), so a
+    run that ended while no reconciler was running is costed by when it ran. Without a
+    start: its dispatch time; without an end (a Job deleted before it was seen to finish):
+    ``now``, when it was noticed. Its cost is its requests (the workload's, else the
+    operation's) times the prices of its cluster now."""
+    ops = None
+    out: list[LedgerEntry] = []
+    for state in states:
+        if not state.phase.finished:
+            continue
+        key = LedgerKey(state.operation, state.generation, state.name)
+        if key in ledger:
+            continue
+        if ops is None:
+            ops = {op.id: op for op in compiled.operations}
+        op = ops.get(state.operation)
+        end = parse_moment(state.finished_at) or now
+        start = parse_moment(state.started_at) or parse_moment(state.dispatched_at) or end
+        start = min(start, end)
+        requests = dict(state.requests) if state.requests else dict(op.requests if op else {})
+        cluster = compiled.clusters.get(state.cluster)
+        prices = prices_for(compiled.org.prices, cluster.prices if cluster is not None else {})
+        out.append(
+            LedgerEntry(
+                operation=state.operation,
+                generation=state.generation,
+                workload=state.name,
+                queue=state.queue or (op.queue if op else ""),
+                cluster=state.cluster,
+                phase=str(state.phase),
+                requests=requests,
+                start=start,
+                end=end,
+                cost=run_cost(requests, prices, start, end),
+                currency=compiled.org.currency,
+            )
+        )
+    return out
 
 
 def superseded_id(state: WorkloadState) -> str:

@@ -20,6 +20,7 @@ import enum
 import re
 import types
 import typing
+import zoneinfo
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -732,6 +733,42 @@ class ProjectFile(Strict):
     defaults: ProjectDefaults | None = None
 
 
+Price = Annotated[
+    StrictInt | StrictFloat,
+    Field(ge=0, le=10**12, description="Price of one unit-hour (memory: one GiB-hour)."),
+]
+PriceList = dict[ResourceName, Price]
+
+
+def _budget_resource(value: str) -> str:
+    if value == "cost":
+        return value
+    if not value.endswith("-hours") or value == "-hours":
+        raise ValueError(
+            f"{_show(value)} is not a budget resource: use 'cost' or '<resource>-hours' "
+            "(e.g. 'nvidia.com/gpu-hours', 'cpu-hours', 'memory-hours')"
+        )
+    _resource_name(value.removesuffix("-hours"))
+    return value
+
+
+BudgetResource = Annotated[StrictStr, AfterValidator(_budget_resource)]
+
+
+class Budget(Strict):
+    limit: Annotated[StrictInt | StrictFloat, Field(gt=0, le=10**15)] = Field(
+        description="At most this much per window: money in the org's currency, or hours."
+    )
+    per: Literal["day", "week", "month"] = Field(
+        description="The calendar window (in the org's timezone; weeks start on Monday)."
+    )
+    resource: BudgetResource = Field(
+        default="cost",
+        description="'cost' (prices x requests x hours) or '<resource>-hours', e.g. "
+        "'nvidia.com/gpu-hours' (memory in GiB-hours).",
+    )
+
+
 class QueueFile(Strict):
     """``queues/<name>.yaml``"""
 
@@ -758,6 +795,14 @@ class QueueFile(Strict):
         default=None,
         description="Per quota resource, at most how much of its unused quota the queue lends "
         "to its cohort (default: all of it).",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="Dispatch only while spent + committed + the op's reservation fits "
+        "(docs/budgets.md). Every op needs a timeout, or set defaultTimeout.",
+    )
+    default_timeout: Duration | None = Field(
+        default=None, description="run.timeout for operations of this queue that set none."
     )
 
 
@@ -805,6 +850,9 @@ class ClusterFile(Strict):
     kubeconfig: Kubeconfig
     context: NonEmptyStr | None = None
     concurrency: Count | None = None
+    prices: PriceList | None = Field(
+        default=None, description="Prices here, instead of reconciler.yaml's for these resources."
+    )
 
 
 class VolumeSource(Strict):
@@ -929,6 +977,18 @@ class Policy(Strict):
     )
 
 
+def _timezone(value: str) -> str:
+    try:
+        if not value or value.startswith(("/", ".")) or ".." in value:
+            raise ValueError
+        zoneinfo.ZoneInfo(value)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(
+            f"{_show(value)} is not a time zone: use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        ) from None
+    return value
+
+
 class Prune(Strict):
     enabled: StrictBool = False
     max_fraction: Annotated[float, Field(gt=0, le=1)] = 0.5
@@ -949,6 +1009,16 @@ class OrgFile(Strict):
     policy: Policy | None = None
     prune: Prune | None = None
     status: Status | None = None
+    prices: PriceList | None = Field(
+        default=None,
+        description="Price of one unit-hour per resource (memory per GiB-hour), for budgets.",
+    )
+    currency: Annotated[StrictStr, Field(min_length=1, max_length=16)] | None = Field(
+        default=None, description="The label of prices and cost budgets, e.g. USD."
+    )
+    timezone: Annotated[StrictStr, AfterValidator(_timezone)] | None = Field(
+        default=None, description="IANA zone of budget windows (default UTC)."
+    )
 
 
 def to_snake(camel: str) -> str:

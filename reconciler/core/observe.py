@@ -81,6 +81,7 @@ class WorkloadState:
             cluster=self.cluster,
             workflow=self.workflow,
             dispatched_at=parse_time(self.dispatched_at),
+            started_at=parse_time(self.started_at or self.dispatched_at),
         )
 
 
@@ -177,9 +178,9 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _job_phase(
-    job: Mapping[str, Any], pod: Mapping[str, Any] | None
-) -> tuple[Phase, ObservedReason | None, str]:
+def _job_end(job: Mapping[str, Any]) -> tuple[Phase, ObservedReason, str] | None:
+    """The phase the Job alone says its run ended in (finished, failed, being deleted), or
+    None while it runs: the part of a workload's phase that releases its quota."""
     conditions = _conditions(job)
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
         return Phase.SUCCEEDED, ObservedReason.COMPLETED, ""
@@ -193,6 +194,23 @@ def _job_phase(
         return Phase.FAILED, mapped, str(failed.get("message") or reason)
     if (job.get("metadata") or {}).get("deletionTimestamp"):
         return Phase.STOPPED, ObservedReason.DELETING, "the workload is being deleted"
+    return None
+
+
+def job_end_phase(job: Mapping[str, Any]) -> Phase | None:
+    """``Succeeded``, ``Failed`` or ``Stopped`` (being deleted) when the Job itself says its
+    run has ended, whatever its pods say; None while it runs. ``observe_workloads`` gives
+    the same phase for it."""
+    end = _job_end(job)
+    return end[0] if end else None
+
+
+def _job_phase(
+    job: Mapping[str, Any], pod: Mapping[str, Any] | None
+) -> tuple[Phase, ObservedReason | None, str]:
+    end = _job_end(job)
+    if end is not None:
+        return end
     if pod is None:
         return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the Job's pod"
     pod_status = pod.get("status") or {}

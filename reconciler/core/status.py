@@ -2,7 +2,8 @@
 observations (pure), and read back.
 
 Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per operation,
-``status/queues.yaml`` and ``status/config.yaml``. Files are deterministic YAML with sorted
+``status/queues.yaml``, ``status/config.yaml`` and the ledger of finished runs,
+``status/ledger/<YYYY-MM>.yaml`` (``core/ledger.py``). Files are deterministic YAML with sorted
 keys and no per-cycle field (no "now"): an unchanged world renders byte-identical files, so
 the writer makes no commit.
 """
@@ -22,6 +23,13 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.ledger import (
+    Ledger,
+    LedgerEntry,
+    entries_from_document,
+    is_ledger_path,
+    ledger_files,
+)
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, Plan, QueueSummary
@@ -322,9 +330,24 @@ class QueueStatus(StatusRecord):
     cohort: OptText = None
     borrowed: OmitEmpty[TextMap] = Field(default_factory=dict)
     lent: OmitEmpty[TextMap] = Field(default_factory=dict)
+    # a budgeted queue's window, with this cycle's dispatches: limit, spent, committed, unit,
+    # per, windowStart, windowEnd (docs/budgets.md)
+    budget: LooseObject = None
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
+        budget = None
+        if q.budget is not None:
+            b = q.budget
+            budget = {
+                "limit": _amount(b.limit),
+                "spent": _amount(b.spent),
+                "committed": _amount(b.committed_after),
+                "unit": b.unit,
+                "per": b.per,
+                "windowStart": b.window_start.isoformat(),
+                "windowEnd": b.window_end.isoformat(),
+            }
         return cls(
             name=q.name,
             cluster=q.cluster,
@@ -341,7 +364,13 @@ class QueueStatus(StatusRecord):
             cohort=q.cohort,
             borrowed={r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
             lent={r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
+            budget=budget,
         )
+
+
+def _amount(value: Decimal) -> str:
+    """A budget amount in a status file: at most 6 decimals, no trailing zeros."""
+    return format(value.quantize(Decimal("0.000001")).normalize(), "f")
 
 
 class ConfigStatus(StatusRecord):
@@ -381,7 +410,13 @@ def stable_error(message: str) -> str:
     return _ADDRESS.sub("", message)
 
 
-StatusFile = OperationStatus | tuple[QueueStatus, ...] | ConfigStatus | tuple[ClusterStatus, ...]
+StatusFile = (
+    OperationStatus
+    | tuple[QueueStatus, ...]
+    | ConfigStatus
+    | tuple[ClusterStatus, ...]
+    | tuple[LedgerEntry, ...]
+)
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -398,6 +433,7 @@ def render_status(
     clusters: tuple[ClusterStatus, ...] = (),
     internal_error: str = "",
     superseded: Mapping[str, WorkloadState] | None = None,
+    ledger: Ledger | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -407,7 +443,9 @@ def render_status(
     ``states`` are the current workloads per operation id (``observe.current_states``);
     ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
     (operation -> reason and error): they stay Queued. ``superseded`` are the older
-    generations still active (``Decision.superseded``), recorded on their operation."""
+    generations still active (``Decision.superseded``), recorded on their operation.
+    ``ledger``: the finished runs, one ``status/ledger/<YYYY-MM>.yaml`` per month (not
+    given: the ledger files are left as they are; they are never deleted)."""
     records = build_status(repo, plan, states, failed, superseded)
     files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
@@ -429,6 +467,8 @@ def render_status(
             c.model_copy(update={"error": stable_error(c.error)}).to_dict() for c in clusters
         ]
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
+    if ledger is not None:
+        files.update(ledger_files(ledger, dump_yaml))
     return dict(sorted(files.items()))
 
 
@@ -771,6 +811,8 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return ConfigStatus.from_dict(data)
         if path == CLUSTERS_FILE:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
+        if is_ledger_path(path):
+            return entries_from_document(data)
         return OperationStatus.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise StatusFileError(f"{Location(path, 1, 1)}: not a status file ({err!s})") from None
@@ -785,6 +827,7 @@ class StatusView:
     config: ConfigStatus | None = None
     problems: tuple[str, ...] = field(default=())  # files that could not be read
     clusters: tuple[ClusterStatus, ...] = ()
+    ledger: tuple[LedgerEntry, ...] = ()  # every finished run, by file month then end
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -793,6 +836,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
     clusters: tuple[ClusterStatus, ...] = ()
+    ledger: list[LedgerEntry] = []
     problems: list[str] = []
     for path in sorted(files):
         if not _is_ours(path):
@@ -808,9 +852,11 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             config = parsed
         elif path == CLUSTERS_FILE:
             clusters = tuple(c for c in parsed if isinstance(c, ClusterStatus))
+        elif is_ledger_path(path):
+            ledger.extend(e for e in parsed if isinstance(e, LedgerEntry))
         else:
             queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
-    return StatusView(operations, queues, config, tuple(problems), clusters)
+    return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger))
 
 
 def _is_ours(path: str) -> bool:
@@ -824,13 +870,14 @@ def status_changes(
     before: Mapping[str, bytes], after: Mapping[str, bytes]
 ) -> dict[str, bytes | None]:
     """The files to write (changed or new) and to delete (``None``): status files in
-    ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster).
-    Other files on the branch (a human's notes) are left alone."""
+    ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster);
+    never a ledger file (the history of what was spent). Other files on the branch (a
+    human's notes) are left alone."""
     changes: dict[str, bytes | None] = {
         path: data for path, data in after.items() if before.get(path) != data
     }
     for path in before:
-        if path not in after and _is_ours(path):
+        if path not in after and _is_ours(path) and not is_ledger_path(path):
             changes[path] = None
     return dict(sorted(changes.items()))
 
@@ -919,7 +966,11 @@ def _phases(
     """Per operation (workflow parents excluded): (generation, phase)."""
     out: dict[str, tuple[int | None, RecordPhase]] = {}
     for path, data in files.items():
-        if not _is_ours(path) or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE):
+        if (
+            not _is_ours(path)
+            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
+            or is_ledger_path(path)
+        ):
             continue
         known = memo.get(path)
         if known is not None and (known[0] is data or known[0] == data):

@@ -170,12 +170,45 @@ class Provenance:
         return f"{self.step} at {printable_path(self.file)}:{self.line}"
 
 
+class BudgetPeriod(enum.StrEnum):
+    """The calendar window a queue budget covers (docs/budgets.md)."""
+
+    DAY = "day"
+    WEEK = "week"  # ISO weeks: Monday 00:00 to Monday 00:00
+    MONTH = "month"
+
+
+# A budget's ``resource``: money (``cost``), or the hours of one resource
+# (``<resource>-hours``: ``nvidia.com/gpu-hours``, ``cpu-hours``, ``memory-hours`` in GiB-hours).
+BUDGET_COST = "cost"
+HOURS_SUFFIX = "-hours"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """A queue's ``budget``: at most ``limit`` of ``resource`` per calendar ``per``."""
+
+    limit: Decimal
+    per: BudgetPeriod
+    resource: str = BUDGET_COST  # ``cost`` or ``<resource>-hours``
+
+    @property
+    def hours_of(self) -> str | None:
+        """The resource whose hours are counted; None for a ``cost`` budget."""
+        if self.resource == BUDGET_COST:
+            return None
+        return self.resource.removesuffix(HOURS_SUFFIX)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
     concurrency: int | None = None
     kubeconfig: Mapping[str, Any] = field(default_factory=dict)
     context: str | None = None
+    # per resource, the price of one unit-hour here (memory: per GiB-hour); overrides the
+    # org's price list for those resources
+    prices: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -208,6 +241,8 @@ class QueueSpec:
     cohort: str | None = None
     borrowing_limit: Mapping[str, Decimal] = field(default_factory=dict)
     lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    budget: BudgetSpec | None = None
+    default_timeout: int | None = None  # seconds, for operations that set no run.timeout
 
 
 @dataclass(frozen=True)
@@ -255,6 +290,9 @@ class CompiledOperation:
     dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
     submitted_at: datetime | None = None  # first commit time of the operation file
     params: Mapping[str, Any] = field(default_factory=dict)  # matrix/DAG child parameters
+    # seconds: run.timeout (the Job's activeDeadlineSeconds), a sandbox's default, or its
+    # queue's defaultTimeout; None when it may run unbounded
+    timeout: int | None = None
 
     @property
     def id(self) -> str:
@@ -276,6 +314,7 @@ class ObservedOperation:
     # When the workload was created (its dispatched-at annotation); a borrower's end time
     # is this plus its timeout.
     dispatched_at: datetime | None = None
+    started_at: datetime | None = None  # when the run started (its Job's startTime), if known
 
 
 class RejectReason(enum.StrEnum):
@@ -371,6 +410,10 @@ class OrgSettings:
     allow_mass_prune: bool = False
     status_branch: str = "reconciler/status"
     policy: OrgPolicy = field(default_factory=OrgPolicy)
+    # the price list: per resource, the price of one unit-hour (memory: per GiB-hour)
+    prices: Mapping[str, Decimal] = field(default_factory=dict)
+    currency: str = ""
+    timezone: str = "UTC"  # budget windows are calendar windows in this IANA zone
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,25 @@ class Metrics:
             ("queue", "resource"),
             registry=r,
         )
+        self.budget_limit = Gauge(
+            "reconciler_queue_budget_limit",
+            "A budgeted queue's limit per window, in its unit (a currency or resource-hours).",
+            ("queue", "unit"),
+            registry=r,
+        )
+        self.budget_spent = Gauge(
+            "reconciler_queue_budget_spent",
+            "What the queue's finished runs spent in the current window (the ledger).",
+            ("queue", "unit"),
+            registry=r,
+        )
+        self.budget_committed = Gauge(
+            "reconciler_queue_budget_committed",
+            "What the queue's active runs committed in the current window (cost so far and "
+            "to their timeout), with this plan's dispatches.",
+            ("queue", "unit"),
+            registry=r,
+        )
         self.dispatched = Counter(
             "reconciler_dispatched",
             "Workloads created (dispatched), per queue and cluster.",
@@ -75,6 +94,14 @@ class Metrics:
             "reconciler_cycle_duration_seconds",
             "Duration of one reconcile cycle (compile, observe, plan, converge, status).",
             buckets=CYCLE_BUCKETS,
+            registry=r,
+        )
+        self.cycle_triggers = Counter(
+            "reconciler_cycle_triggers",
+            "Requests for a cycle before its interval, by trigger (a Job finished, failed or "
+            "was deleted; a watch relisted; a new config; leadership gained; a status write "
+            "due). Requests within the debounce share one cycle.",
+            ("trigger",),
             registry=r,
         )
         self.config_commit = Gauge(
@@ -100,13 +127,21 @@ class Metrics:
         )
         self._queues: set[tuple[str, str]] = set()
         self._quotas: set[tuple[str, str]] = set()
+        self._budgets: set[tuple[str, str]] = set()
 
     def observe_plan(self, plan: Plan) -> None:
         """Set the queue gauges from a plan; queues and resources no longer in the plan
         are removed, not left at their last value."""
         queues: set[tuple[str, str]] = set()
         quotas: set[tuple[str, str]] = set()
+        budgets: set[tuple[str, str]] = set()
         for q in plan.queues:
+            if q.budget is not None:
+                key = (q.name, q.budget.unit)
+                budgets.add(key)
+                self.budget_limit.labels(*key).set(float(q.budget.limit))
+                self.budget_spent.labels(*key).set(float(q.budget.spent))
+                self.budget_committed.labels(*key).set(float(q.budget.committed_after))
             queues.add((q.name, q.cluster))
             self.queue_active.labels(q.name, q.cluster).set(q.active)
             self.queue_pending.labels(q.name, q.cluster).set(q.pending)
@@ -124,7 +159,9 @@ class Metrics:
         _remove(self.quota_limit, self._quotas - quotas)
         _remove(self.quota_borrowed, self._quotas - quotas)
         _remove(self.quota_lent, self._quotas - quotas)
-        self._queues, self._quotas = queues, quotas
+        for gauge in (self.budget_limit, self.budget_spent, self.budget_committed):
+            _remove(gauge, self._budgets - budgets)
+        self._queues, self._quotas, self._budgets = queues, quotas, budgets
 
     def count_dispatched(self, queue: str, cluster: str, count: int = 1) -> None:
         self.dispatched.labels(queue, cluster).inc(count)

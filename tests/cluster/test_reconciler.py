@@ -121,6 +121,7 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
                 break
         done = {op: s.phase for op, s in result.states.items()}
         assert done == {op.id: Phase.SUCCEEDED for op in first.compiled.operations}
+        assert reconciler.wait_writes(30.0)  # the phase annotations, written off the cycle
         finished = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
         assert finished.metadata.annotations["reconciler.dev/phase"] == "Succeeded"
     finally:
@@ -139,6 +140,7 @@ def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running
     make_long_running(config_repo, "vision")
     reconciler = make_reconciler(config_repo)
     reconciler.run_once()
+    assert reconciler.wait_writes(30.0)  # the phase annotations, written off the cycle
     before = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
     assert before
     job = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")

@@ -42,7 +42,10 @@ class Harness:
 
     def cycle(self) -> CycleResult:
         with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
-            return self.reconciler.run_once()
+            result = self.reconciler.run_once()
+        # the phase annotations are written off the cycle's path
+        assert self.reconciler.wait_writes(10.0)
+        return result
 
     def job(self, op_id: str, generation: int = 1) -> tuple[str, str]:
         project, name = op_id.split("/")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from unittest import mock
@@ -31,12 +31,20 @@ from reconciler.core.cycle import (
     decide,
     memory_from_status,
 )
+from reconciler.core.ledger import Ledger, LedgerEntry
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import plan_repo
 from reconciler.core.quantity import format_quantity
 from reconciler.core.render import render_operation
 from reconciler.core.status import ClusterStatus, read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
+from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
+    ClusterSpec,
+    CompiledRepo,
+    Phase,
+    RepoSnapshot,
+)
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.live import decide_live
 from reconciler.runtime.status import render_cycle_status
@@ -92,7 +100,22 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     cohort = draw(st.sampled_from([None, None, "pool"]))
     if cohort is not None:
         world.cohort(cohort, "2h", quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 5}])))
+    budgets: dict[str, BudgetSpec | None] = {}
     for q in queues:
+        budgets[q] = draw(
+            st.sampled_from(
+                [
+                    None,
+                    None,
+                    BudgetSpec(
+                        Decimal(draw(st.sampled_from(["1", "2.5", "4"]))),
+                        BudgetPeriod.DAY,
+                        "nvidia.com/gpu-hours",
+                    ),
+                    BudgetSpec(Decimal(6), BudgetPeriod.WEEK),
+                ]
+            )
+        )
         world.queue(
             q,
             cluster=names[0] if cohort else draw(st.sampled_from(names)),
@@ -102,6 +125,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             strict=draw(st.booleans()),
             paused=draw(st.sampled_from([False, False, False, True])),
             cohort=cohort,
+            budget=budgets[q],
         )
         quota = world.queues[q].quota
         if cohort is not None and quota:
@@ -117,6 +141,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         b = world.op(
             op_id, queue=draw(st.sampled_from(queues)), gpu=draw(st.sampled_from([None, 1, 2]))
         )
+        b.timeout(draw(st.sampled_from([1800, 3600, 7200])))
         if draw(st.integers(0, 5)) == 0:
             b.submitted(None)
         if draw(st.booleans()):
@@ -126,8 +151,12 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             b._fields["generation"] = 2
     removed = [f"p/gone{i}" for i in range(draw(st.integers(0, 2)))]
     for op_id in removed:  # in the repo while they were dispatched; removed since
-        world.op(op_id, queue=draw(st.sampled_from(queues)), gpu=1)
-    world.with_org(prune=draw(st.booleans()))
+        world.op(op_id, queue=draw(st.sampled_from(queues)), gpu=1).timeout(3600)
+    world.with_org(
+        prune=draw(st.booleans()),
+        prices={"nvidia.com/gpu": Decimal("2.5")},
+        timezone=draw(st.sampled_from(["UTC", "Asia/Tokyo"])),
+    )
     full = world.repo("c0")
     world.remove(*removed)
     compiled = world.repo("c1")
@@ -164,10 +193,25 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         for state in observe_workloads(name, jobs, pods):
             if draw(st.integers(0, 3)) > 0:  # most of what runs is on the status branch
                 recorded.append(state)
-    # the status branch as the last leader wrote it
+    # the status branch as the last leader wrote it, with runs it entered in the ledger
     states = {s.operation: s for s in recorded}
-    earlier = plan_repo(full, [s.to_observed() for s in states.values()], NOW)
-    memory = memory_from_status(read_status(render_status(full, earlier, states)))
+    past = Ledger.of(
+        LedgerEntry(
+            operation=f"p/past{i}",
+            generation=1,
+            workload=f"p-past{i}-g1",
+            queue=draw(st.sampled_from(queues)),
+            cluster=names[0],
+            phase="Succeeded",
+            requests={"nvidia.com/gpu": Decimal(1)},
+            start=NOW - timedelta(minutes=draw(st.integers(30, 48 * 60))),
+            end=NOW - timedelta(minutes=draw(st.integers(0, 29))),
+            cost=Decimal("1.25"),
+        )
+        for i in range(draw(st.integers(0, 3)))
+    )
+    earlier = plan_repo(full, [s.to_observed() for s in states.values()], NOW, ledger=past)
+    memory = memory_from_status(read_status(render_status(full, earlier, states, ledger=past)))
     for name in names:
         clusters[name].reachable = draw(st.sampled_from([True, True, True, False]))
     return Scenario(compiled, clusters, memory)
@@ -215,6 +259,17 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     plan = result.plan
     assert plan is not None
 
+    # the ledger the views counted is the one the cycle writes, and so are the budgets
+    assert result.decision is not None
+    assert decision.memory.ledger == result.decision.memory.ledger
+    assert follower.decision is not None
+    assert follower.decision.memory.ledger == result.decision.memory.ledger
+    assert [q.budget for q in decision.plan.queues] == [q.budget for q in plan.queues]
+    assert [p.admit for p in decision.plan.pending] == [p.admit for p in plan.pending]
+    # no budget is committed beyond its limit by this plan's dispatches
+    for q in plan.queues:
+        if q.budget is not None and q.dispatching:
+            assert q.budget.spent + q.budget.committed_after <= q.budget.limit
     # plan --live
     _assert_plan_json_is(plan_json, plan)
     # queues --live and /api/v1 (a follower runs the same cycle and carries out nothing)

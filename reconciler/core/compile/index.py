@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -340,6 +341,9 @@ class RepoIndex:
         prune = m.prune
         level = PodSecurityLevel(policy.pod_security if policy else "baseline")
         return OrgSettings(
+            prices=prices(m.prices),
+            currency=m.currency or "",
+            timezone=m.timezone or "UTC",
             default_queue=m.defaults.queue if m.defaults else None,
             prune=prune.enabled if prune else False,
             max_prune_fraction=prune.max_fraction if prune else 0.5,
@@ -371,6 +375,12 @@ class RepoIndex:
                 **_pod_policy(policy),
             ),
         )
+
+
+def prices(listed: Mapping[str, float | int] | None) -> dict[str, Decimal]:
+    """A price list as exact decimals (a float price as it is written: ``2.5``, not its
+    binary approximation)."""
+    return {k: Decimal(str(v)) for k, v in sorted((listed or {}).items())}
 
 
 def _pod_policy(policy: Policy | None) -> dict[str, Any]:

@@ -10,9 +10,10 @@ repo-wide check of names that must exist even when nothing uses them yet.
 from __future__ import annotations
 
 import difflib
+from decimal import Decimal
 from typing import Any
 
-from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of
+from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of, prices
 from reconciler.core.merge import Locate, Path
 from reconciler.core.model import (
     ClusterFile,
@@ -25,6 +26,8 @@ from reconciler.core.model import (
 )
 from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
     ClusterSpec,
     CohortSpec,
     ConnectionSpec,
@@ -117,6 +120,7 @@ def find_cluster(repo: RepoIndex, name: str) -> ClusterSpec | None:
         concurrency=m.concurrency,
         kubeconfig=dict(loaded.doc.data["kubeconfig"]),
         context=m.context,
+        prices=prices(m.prices),
     )
 
 
@@ -133,6 +137,7 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         return None
     quota = {k: parse_quantity(v) for k, v in (m.quota or {}).items()}
     borrowing, lending = _cohort_limits(repo, loaded, quota)
+    budget = _budget(repo, loaded, m)
     return QueueSpec(
         name=name,
         cluster=m.cluster,
@@ -146,7 +151,38 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         cohort=m.cohort,
         borrowing_limit=borrowing,
         lending_limit=lending,
+        budget=budget,
+        default_timeout=duration_seconds(m.default_timeout)
+        if m.default_timeout is not None
+        else None,
     )
+
+
+def _budget(repo: RepoIndex, loaded: Loaded[QueueFile], m: QueueFile) -> BudgetSpec | None:
+    """The queue's budget; a ``cost`` budget with no price on its cluster is an error at
+    ``budget.resource`` (it could never spend anything)."""
+    if m.budget is None:
+        return None
+    budget = BudgetSpec(
+        limit=Decimal(str(m.budget.limit)),
+        per=BudgetPeriod(m.budget.per),
+        resource=m.budget.resource,
+    )
+    if budget.hours_of is None:
+        org = repo.org_settings()
+        cluster = find_cluster(repo, m.cluster)
+        if not org.prices and not (cluster is not None and cluster.prices):
+            where = (
+                ("budget", "resource")
+                if "resource" in (loaded.doc.data.get("budget") or {})
+                else ("budget",)
+            )
+            repo.errors.add_once(
+                loaded.doc.loc(where),
+                "a cost budget needs prices: set 'prices' in reconciler.yaml or in cluster "
+                f"{m.cluster!r}, or budget a resource's hours (e.g. 'nvidia.com/gpu-hours')",
+            )
+    return budget
 
 
 def _cohort_limits(

@@ -22,9 +22,9 @@ from reconciler.core.compile.index import RepoIndex, get_in
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
-from reconciler.core.model import OperationFile
+from reconciler.core.model import OperationFile, duration_seconds
 from reconciler.core.policy import Violation, check_pod_security, check_policy
-from reconciler.core.render import env_sources, render_pod
+from reconciler.core.render import SANDBOX_DEFAULT_TIMEOUT, env_sources, render_pod
 from reconciler.core.types import (
     CompiledOperation,
     ConnectionSpec,
@@ -141,6 +141,13 @@ def resolve(
     check_pod(spec, prov, fallback, errors, specs)
     conns = [specs[name] for name in connections]
     check_env(spec, conns, prov, fallback, errors)
+    if queue is not None and queue.budget is not None and effective_timeout(spec, queue) is None:
+        errors.add(
+            fallback,
+            f"queue {queue.name!r} has a budget, so every operation needs a timeout to reserve "
+            "against it: set run.timeout, or defaultTimeout in "
+            f"queues/{queue.name}.yaml",
+        )
     if len(errors) > reported or queue is None:
         return None
     violations = check_policy(
@@ -191,6 +198,28 @@ def check_env(
         )
 
 
+def effective_timeout(spec: Mapping[str, Any], queue: QueueSpec) -> int | None:
+    """Seconds a run of ``spec`` may take (its Job's activeDeadlineSeconds): run.timeout,
+    else the queue's defaultTimeout, else a sandbox's default; None when unbounded."""
+    timeout = get_in(spec, "run", "timeout")
+    if timeout is not None:
+        return duration_seconds(timeout)
+    if queue.default_timeout is not None:
+        return queue.default_timeout
+    if get_in(spec, "run", "kind") == RunKind.SANDBOX.value:
+        return SANDBOX_DEFAULT_TIMEOUT
+    return None
+
+
+def _with_default_timeout(spec: Mapping[str, Any], queue: QueueSpec) -> Mapping[str, Any]:
+    """``spec`` with the queue's defaultTimeout as run.timeout when it sets none, so the Job
+    is bounded by the time its budget reserves."""
+    run = spec.get("run")
+    if queue.default_timeout is None or not isinstance(run, Mapping) or "timeout" in run:
+        return spec
+    return {**spec, "run": {**run, "timeout": queue.default_timeout}}
+
+
 def build(
     ctx: Context,
     repo: RepoIndex,
@@ -203,6 +232,7 @@ def build(
     dependencies: tuple[str, ...] = (),
     params: Mapping[str, Any] | None = None,
 ) -> CompiledOperation:
+    spec = _with_default_timeout(spec, resolved.queue)
     return CompiledOperation(
         project=ctx.project,
         name=name,
@@ -225,6 +255,7 @@ def build(
         dependencies=dependencies,
         submitted_at=repo.first_commit_time(ctx.op_path),
         params=dict(params or {}),
+        timeout=effective_timeout(spec, resolved.queue),
     )
 
 

@@ -8,7 +8,7 @@ match ``docs/dispatch.md``.
 The package, one concern a module (each says what must live in it):
 
 - ``model``: the plan and its parts, the reasons, the blocks and what would admit them;
-- ``checks``: the table of checks 0..9, in order (the docs' Checks table);
+- ``checks``: the table of checks 0..10, in order (the docs' Checks table);
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
@@ -28,6 +28,8 @@ from reconciler.core.plan.model import (
     BehindHeadBlock,
     BlockedBy,
     BorrowingNotAllowedBlock,
+    BudgetBlock,
+    BudgetSummary,
     ClusterUnreachableBlock,
     CohortLimitBlock,
     ConcurrencyBlock,
@@ -59,6 +61,8 @@ __all__ = [
     "BehindHeadBlock",
     "BlockedBy",
     "BorrowingNotAllowedBlock",
+    "BudgetBlock",
+    "BudgetSummary",
     "ClusterUnreachableBlock",
     "CohortLimitBlock",
     "ConcurrencyBlock",

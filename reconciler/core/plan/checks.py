@@ -1,7 +1,7 @@
 """The checks, in order: for each candidate, the first check that fails gives its pending
 reason (docs/dispatch.md, "Checks").
 
-What must live here: the table of checks 0..9 (number, what must hold, the reasons given
+What must live here: the table of checks 0..10 (number, what must hold, the reasons given
 when it fails, whether a failure holds a StrictFIFO queue), in the order the planner applies
 them. It is the one list the planner, ``PendingReason`` and docs/dispatch.md's Checks table
 follow; ``tests/test_plan_package.py`` keeps the three equal.
@@ -53,7 +53,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         5,
-        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7 or 9 this cycle",
+        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7, 9 or 10 this cycle",
         (_R.WAITING_BEHIND_HEAD,),
         "`WaitingBehindHead`",
     ),
@@ -88,6 +88,13 @@ CHECKS: tuple[Check, ...] = (
         "cluster active count < cluster `concurrency` (when set)",
         (_R.CLUSTER_CONCURRENCY_LIMIT,),
         "`ClusterConcurrencyLimit`",
+        holds_head=True,
+    ),
+    Check(
+        10,
+        "queue `budget`: spent + committed + the op's reservation ≤ limit in the window",
+        (_R.BUDGET_EXCEEDED,),
+        "`BudgetExceeded`",
         holds_head=True,
     ),
 )

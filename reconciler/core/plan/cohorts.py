@@ -51,7 +51,10 @@ _NO_LIMIT = -1  # lendingLimit not set: all of the unused quota
 
 
 def timeout_seconds(op: CompiledOperation) -> int | None:
-    """The op's ``run.timeout`` in seconds (the Job's activeDeadlineSeconds), if set."""
+    """The op's timeout in seconds (its Job's activeDeadlineSeconds: ``run.timeout``, the
+    queue's ``defaultTimeout`` or a sandbox's default), if it has one."""
+    if op.timeout is not None:
+        return op.timeout
     run = op.spec.get("run")
     timeout = run.get("timeout") if isinstance(run, Mapping) else None
     return None if timeout is None else duration_seconds(timeout)
@@ -298,7 +301,7 @@ def borrow(
     now: datetime,
 ) -> list[Dispatch]:
     """Step 4b: the ops deferred by check 7 because they fit only by borrowing, in the same
-    global order, each through checks 6..9 again (6 and 8..9 may have filled since)."""
+    global order, each through checks 6..10 again (6 and 8..10 may have filled since)."""
     dispatch: list[Dispatch] = []
     for q in order:
         cohort = q.cohort
@@ -332,6 +335,14 @@ def borrow(
             if c.limit is not None and c.active >= c.limit:
                 q.pending[idx] = (oid, op, _R.CLUSTER_CONCURRENCY_LIMIT, c)
                 continue
+            # 10: the queue's budget (a borrower pays for what it borrows)
+            budget = q.budget
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
             q.hold(oid, req)
             q.dispatched += 1
             c.hold(oid)

@@ -11,14 +11,18 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import hours, next_window
 from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
 from reconciler.core.plan.model import (
     MAX_LISTED,
     ApprovalBlock,
     BehindHeadBlock,
     BlockedBy,
+    BudgetBlock,
+    BudgetSummary,
     ClusterUnreachableBlock,
     ConcurrencyBlock,
     DependenciesBlock,
@@ -31,7 +35,7 @@ from reconciler.core.plan.model import (
     Shortfall,
     UpstreamFailedBlock,
 )
-from reconciler.core.plan.state import Counter, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counter, QueueState
 from reconciler.core.plan.units import to_decimal
 
 
@@ -67,6 +71,61 @@ def summarise(q: QueueState) -> QueueSummary:
         lent=lent,
         borrowed_after=borrowed_after,
         lent_after=lent_after,
+        budget=_budget_summary(q.budget) if q.budget is not None else None,
+    )
+
+
+def _budget_summary(track: BudgetTrack) -> BudgetSummary:
+    w = track.window
+    return BudgetSummary(
+        unit=w.unit,
+        per=str(w.budget.per),
+        limit=w.budget.limit,
+        spent=w.spent,
+        committed=track.committed0,
+        committed_after=track.committed,
+        window_start=w.window.start,
+        window_end=w.window.end,
+    )
+
+
+# How many window resets ahead the planner looks for one that would admit an operation.
+MAX_RESETS = 400
+
+
+def budget_block(track: BudgetTrack, reservation: Decimal) -> BudgetBlock:
+    """Why ``reservation`` does not fit ``track``'s window, and the first window reset at
+    which the reservations carried past it leave room for it (``holds``: each active run's
+    deadline and rate; what a run reserves past a reset counts in the new window)."""
+    w = track.window
+    budget = w.budget
+    admit_at = None
+    after_reset = False
+    if reservation <= budget.limit:
+        window = w.window
+        for step in range(MAX_RESETS):
+            window = next_window(window, budget.per, w.timezone)
+            carried = sum(
+                (rate * hours(window.start, deadline) for deadline, rate in track.holds),
+                Decimal(0),
+            )
+            if carried + reservation <= budget.limit:
+                admit_at = window.start
+                after_reset = step > 0
+                break
+    return BudgetBlock(
+        queue=w.queue,
+        unit=w.unit,
+        per=str(budget.per),
+        limit=budget.limit,
+        spent=w.spent,
+        committed=track.committed,
+        reservation=reservation,
+        window_start=w.window.start,
+        window_end=w.window.end,
+        timezone=w.timezone,
+        admit_at=admit_at,
+        after_reset=after_reset,
     )
 
 
@@ -106,6 +165,7 @@ def explain_queue(q: QueueState) -> list[Pending]:
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
+    budget_r = PendingReason.BUDGET_EXCEEDED
 
     def quota_block(detail: tuple[int, int]) -> QuotaBlock:
         cached = shared.get(detail)
@@ -165,6 +225,13 @@ def explain_queue(q: QueueState) -> list[Pending]:
             cached = shared.get(reason)
             if cached is None:
                 cached = shared[reason] = ClusterUnreachableBlock(spec.cluster)
+            block = cached
+        elif reason is budget_r:
+            key = (reason, detail)
+            cached = shared.get(key)
+            if cached is None:
+                assert q.budget is not None
+                cached = shared[key] = budget_block(q.budget, detail)
             block = cached
         elif reason is waiting_r:
             block = DependenciesBlock(detail)

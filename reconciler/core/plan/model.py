@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import zone
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import QueueStrategy
 
@@ -41,6 +42,7 @@ class PendingReason(enum.StrEnum):
     COHORT_LIMIT = "CohortLimit"  # 7, cohort: the cohort's total cap is reached
     WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 8
     CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 9
+    BUDGET_EXCEEDED = "BudgetExceeded"  # 10
 
     @property
     def never_runs(self) -> bool:
@@ -87,6 +89,7 @@ class AdmitWhen(enum.StrEnum):
     RESOURCES_RELEASED = "ResourcesReleased"  # ``amount`` of ``resource`` is released
     LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
     BORROWERS_FINISH = "BorrowersFinish"  # ``operations`` (borrowers) end, at the latest ``at``
+    BUDGET_WINDOW_RESETS = "BudgetWindowResets"  # the budget's window resets ``at``
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,7 +103,8 @@ class Admit:
     count: int = 0  # how many of the (possibly more) operations are needed
     resource: str | None = None
     amount: Decimal | None = None
-    at: datetime | None = None  # BorrowersFinish: the latest time the borrowers must end
+    # BorrowersFinish: the latest time the borrowers must end; BudgetWindowResets: when
+    at: datetime | None = None
 
 
 # --- what blocks a pending operation ----------------------------------------------------
@@ -489,6 +493,112 @@ class CohortLimitBlock:
         }
 
 
+def _budget_amount(value: Decimal) -> str:
+    """A budget amount as people read it: at most 4 decimals, no trailing zeros."""
+    rounded = value.quantize(Decimal("0.0001"))
+    text = format(rounded, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _local_time(moment: datetime, timezone: str) -> str:
+    """``2026-12-04 00:00 CET``: a window boundary in the budget's timezone."""
+    return moment.astimezone(zone(timezone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBlock:
+    """``spent + committed + reservation > limit`` in the queue's current window.
+
+    ``committed`` includes this plan's dispatches. ``admit_at``: the first window reset
+    at which the reservations carried into the new window leave room for this one (the
+    next reset, unless running operations reserve past it); None when the reservation
+    alone is over the limit. ``after_reset``: whether that is a later reset than the
+    next, i.e. committed reservations must fall due first."""
+
+    queue: str
+    unit: str  # the currency, or ``<resource>-hours``
+    per: str
+    limit: Decimal
+    spent: Decimal
+    committed: Decimal
+    reservation: Decimal
+    window_start: datetime
+    window_end: datetime
+    timezone: str
+    admit_at: datetime | None
+    after_reset: bool = False
+
+    def _amount(self, value: Decimal) -> str:
+        return f"{_budget_amount(value)} {self.unit}".rstrip()
+
+    def admit(self) -> Admit:
+        if self.admit_at is None:
+            if self.reservation > self.limit:
+                text = (
+                    f"admitted when {self.queue}'s budget is raised or the operation's timeout "
+                    "lowered (its reservation alone is over the limit)"
+                )
+            else:
+                text = f"admitted when running operations of {self.queue} end early"
+            return Admit(AdmitWhen.LIMIT_RAISED, text, resource=self.unit, amount=self.reservation)
+        when = _local_time(self.admit_at, self.timezone)
+        if self.after_reset:
+            text = (
+                f"admitted at the window reset at {when}, when enough committed reservation "
+                "has fallen due (sooner if runs end early)"
+            )
+        else:
+            text = (
+                f"admitted when the {self.per} window resets at {when} (sooner if a run ends early)"
+            )
+        return Admit(
+            AdmitWhen.BUDGET_WINDOW_RESETS,
+            text,
+            resource=self.unit,
+            amount=self.reservation,
+            at=self.admit_at,
+        )
+
+    def _head(self) -> str:
+        return (
+            f"needs {self._amount(self.reservation)}; {self.queue} spent "
+            f"{self._amount(self.spent)} and committed {self._amount(self.committed)} of "
+            f"{self._amount(self.limit)} this {self.per}"
+        )
+
+    def message(self) -> str:
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "unit": self.unit,
+            "per": self.per,
+            "limit": _budget_amount(self.limit),
+            "spent": _budget_amount(self.spent),
+            "committed": _budget_amount(self.committed),
+            "reservation": _budget_amount(self.reservation),
+            "windowStart": self.window_start.isoformat(),
+            "windowEnd": self.window_end.isoformat(),
+            "admitAt": self.admit_at.isoformat() if self.admit_at is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSummary:
+    """A budgeted queue's window: ``spent`` by finished runs, ``committed`` by active ones
+    (before this plan) and ``committed_after`` (with this plan's dispatches)."""
+
+    unit: str
+    per: str
+    limit: Decimal
+    spent: Decimal
+    committed: Decimal
+    committed_after: Decimal
+    window_start: datetime
+    window_end: datetime
+
+
 BlockedBy = (
     ClusterUnreachableBlock
     | QueuePausedBlock
@@ -502,6 +612,7 @@ BlockedBy = (
     | LentQuotaBlock
     | BorrowingNotAllowedBlock
     | CohortLimitBlock
+    | BudgetBlock
 )
 
 
@@ -581,6 +692,7 @@ class QueueSummary:
     lent: Mapping[str, Decimal] = field(default_factory=dict)
     borrowed_after: Mapping[str, Decimal] = field(default_factory=dict)  # this plan applied
     lent_after: Mapping[str, Decimal] = field(default_factory=dict)
+    budget: BudgetSummary | None = None
 
 
 @dataclass(frozen=True, slots=True)

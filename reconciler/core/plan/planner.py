@@ -6,7 +6,7 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
-4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
+4. ``admit``: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate; then ``cohorts.borrow`` (4b): the
    ops that fit only by borrowing from their cohort, in the same order;
 5. ``prune``: the stops, behind the mass-deletion guard;
@@ -24,6 +24,8 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
@@ -36,7 +38,7 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
@@ -64,6 +66,7 @@ def plan_dispatch(
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
     cohorts: Mapping[str, CohortSpec] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
@@ -72,6 +75,7 @@ def plan_dispatch(
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
     (check 0), and their active operations keep counting as observed.
     ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
+    ``ledger``: the finished runs, for what budgeted queues spent in their window (check 10).
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
@@ -85,6 +89,7 @@ def plan_dispatch(
             rejected,
             frozenset(unreachable),
             cohorts or {},
+            ledger,
         )
 
 
@@ -95,6 +100,7 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -112,6 +118,7 @@ def plan_repo(
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
         cohorts=repo.cohorts,
+        ledger=ledger,
     )
 
 
@@ -139,10 +146,12 @@ def _plan(
     rejected: Collection[str],
     unreachable: frozenset[str],
     cohorts: Mapping[str, CohortSpec],
+    ledger: Iterable[LedgerEntry],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
     qstate = {name: QueueState(spec) for name, spec in queues.items()}
+    track_budgets(qstate, clusters, org, now, ledger)
     counters = Counters(clusters)
     # 2. Index the operations; the candidates grouped by queue.
     ops = index_operations(operations, seen, qstate)
@@ -150,7 +159,7 @@ def _plan(
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
     if cohorts or any(q.spec.cohort for q in qstate.values()):
         join_cohorts(qstate, cohorts, ops, seen, now)
-    # 4. Checks 0..9 for each candidate, queues in priority order, then by name; then
+    # 4. Checks 0..10 for each candidate, queues in priority order, then by name; then
     # (4b) the ops that fit only by borrowing from their cohort, in the same order.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
@@ -167,6 +176,42 @@ def _plan(
         prune_refused=refusal,
         at=now,
     )
+
+
+def track_budgets(
+    qstate: Mapping[str, QueueState],
+    clusters: Mapping[str, ClusterSpec],
+    org: OrgSettings,
+    now: datetime,
+    ledger: Iterable[LedgerEntry],
+) -> None:
+    """Step 1, for budgeted queues: the current window of each, and what the ledger's
+    finished runs spent in it."""
+    budgeted = {name: q for name, q in qstate.items() if q.spec.budget is not None}
+    if not budgeted:
+        return
+    by_queue: dict[str, list[LedgerEntry]] = {}
+    for entry in ledger:
+        if entry.queue in budgeted:
+            by_queue.setdefault(entry.queue, []).append(entry)
+    for name, q in budgeted.items():
+        budget = q.spec.budget
+        assert budget is not None
+        window = window_at(now, budget.per, org.timezone)
+        q.budget = BudgetTrack(
+            BudgetWindow(
+                name,
+                budget,
+                window,
+                spent_in(by_queue.get(name, ()), name, budget, window),
+                org.timezone,
+                org.currency,
+            ),
+            q.spec,
+            org,
+            clusters,
+            now,
+        )
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -241,6 +286,9 @@ def count_active(
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
         if aq is not None:
             aq.hold(oid, aq.request(requests))
+            if aq.budget is not None:
+                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -248,6 +296,8 @@ def count_active(
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)
+        if q.budget is not None:
+            q.budget.committed0 = q.budget.committed
     return removed, active_total
 
 
@@ -257,7 +307,7 @@ def admit(
     counters: Counters,
     unreachable: frozenset[str],
 ) -> list[Dispatch]:
-    """Step 4: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -276,6 +326,7 @@ def admit(
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+    budget_r = PendingReason.BUDGET_EXCEEDED
 
     for q in order:
         spec = q.spec
@@ -304,6 +355,7 @@ def admit(
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
+        budget = q.budget
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -332,7 +384,7 @@ def admit(
                 if over:
                     pend((oid, op, exceeds_r, over))
                     continue
-            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
+            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 9 or 10
             if head is not None:
                 pend((oid, op, behind_r, head))
                 continue
@@ -384,6 +436,15 @@ def admit(
                 if strict:
                     head = (oid, cluster_r)
                 continue
+            # 10: the queue's budget: spent + committed + its reservation <= limit
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    pend((oid, op, budget_r, reserve))
+                    if strict:
+                        head = (oid, budget_r)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
             # Admitted: count it before the next candidate.
             q.hold(oid, req)
             q.dispatched += 1
