@@ -434,6 +434,7 @@ def render_status(
     internal_error: str = "",
     superseded: Mapping[str, WorkloadState] | None = None,
     ledger: Ledger | None = None,
+    memo: RenderMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -445,9 +446,15 @@ def render_status(
     (operation -> reason and error): they stay Queued. ``superseded`` are the older
     generations still active (``Decision.superseded``), recorded on their operation.
     ``ledger``: the finished runs, one ``status/ledger/<YYYY-MM>.yaml`` per month (not
-    given: the ledger files are left as they are; they are never deleted)."""
+    given: the ledger files are left as they are; they are never deleted). ``memo`` (kept by
+    the caller between cycles) spares dumping a record equal to the one last dumped."""
     records = build_status(repo, plan, states, failed, superseded)
-    files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+    if memo is None:
+        files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+    else:
+        files = {operation_path(r.operation): _dumped(r, memo) for r in records}
+        for gone in [p for p in memo if p not in files]:
+            del memo[gone]
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
     errors = config_error or repo.errors
@@ -470,6 +477,20 @@ def render_status(
     if ledger is not None:
         files.update(ledger_files(ledger, dump_yaml))
     return dict(sorted(files.items()))
+
+
+# The last record dumped of each operation's file, and its bytes.
+RenderMemo = dict[str, tuple["OperationStatus", bytes]]
+
+
+def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
+    path = operation_path(record.operation)
+    known = memo.get(path)
+    if known is not None and known[0] == record:
+        return known[1]
+    data = dump_yaml(record.to_dict())
+    memo[path] = (record, data)
+    return data
 
 
 # config.yaml lists at most this many errors (then how many more): a commit with 100 000

@@ -19,6 +19,7 @@ from reconciler.core.plan import Plan
 from reconciler.core.status import (
     ClusterStatus,
     PhaseMemo,
+    RenderMemo,
     StatusReason,
     read_status,
     render_status,
@@ -48,6 +49,7 @@ class StatusPublisher:
         self.commits = 0
         self.put_off = 0  # cycles whose status was left to a later one
         self.last_error = ""
+        self._rendered: RenderMemo = {}  # each operation's last record and its bytes
         self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
 
     def _current(self) -> dict[str, bytes]:
@@ -75,7 +77,7 @@ class StatusPublisher:
         self.due = None
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan)
+            files = render_cycle_status(result, compiled, plan, self._rendered)
             changes = status_changes(before, files)
             if not changes:
                 return None
@@ -100,9 +102,10 @@ class StatusPublisher:
 
 
 def render_cycle_status(
-    result: CycleResult, compiled: CompiledRepo, plan: Plan
+    result: CycleResult, compiled: CompiledRepo, plan: Plan, memo: RenderMemo | None = None
 ) -> dict[str, bytes]:
-    """Every status file one cycle writes: ``result`` with its config in force and plan."""
+    """Every status file one cycle writes: ``result`` with its config in force and plan
+    (``memo``: see ``render_status``)."""
     return render_status(
         compiled,
         plan,
@@ -120,4 +123,5 @@ def render_cycle_status(
         ),
         superseded=result.decision.superseded if result.decision else None,
         ledger=result.decision.memory.ledger if result.decision is not None else None,
+        memo=memo,
     )
