@@ -14,11 +14,13 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.ledger import LedgerEntry
+from reconciler.core.model import duration_seconds
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     BudgetSpec,
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
     Distributed,
@@ -77,8 +79,22 @@ class OpBuilder:
         self._distributed = distributed or Distributed()
         return self
 
-    def timeout(self, seconds: int | None) -> OpBuilder:
-        self._fields["timeout"] = seconds
+    def timeout(self, value: str | int | None) -> OpBuilder:
+        """``run.timeout`` (``"1h"`` or seconds), as compile sets it: in the spec and, in
+        seconds, as the op's ``timeout`` (its Job's deadline: what a budget reserves for and
+        what lets an operation borrow in a cohort). None: no timeout."""
+        spec = dict(self._fields["spec"])
+        run = dict(spec.get("run") or {})
+        if value is None:
+            run.pop("timeout", None)
+        else:
+            run["timeout"] = value
+        if run:
+            spec["run"] = run
+        else:
+            spec.pop("run", None)
+        self._fields["spec"] = spec
+        self._fields["timeout"] = None if value is None else duration_seconds(value)
         return self
 
     def unapproved(self) -> OpBuilder:
@@ -135,6 +151,7 @@ class World:
         self.observed: dict[str, ObservedOperation] = {}
         self.org = OrgSettings()
         self.rejected: list[RejectedOperation] = []
+        self.cohorts: dict[str, CohortSpec] = {}
         self.default_queue = "default"
         self._seq = 0
 
@@ -153,6 +170,9 @@ class World:
         strict: bool = False,
         paused: bool = False,
         max_pods: int | None = None,
+        cohort: str | None = None,
+        borrowing_limit: dict[str, Any] | None = None,
+        lending_limit: dict[str, Any] | None = None,
         budget: BudgetSpec | None = None,
         default_timeout: int | None = None,
     ) -> World:
@@ -167,10 +187,19 @@ class World:
             strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
             paused=paused,
             max_pods=max_pods,
+            cohort=cohort,
+            borrowing_limit=quantities(borrowing_limit),
+            lending_limit=quantities(lending_limit),
             budget=budget,
             default_timeout=default_timeout,
         )
         self.default_queue = next(iter(self.queues))
+        return self
+
+    def cohort(
+        self, name: str, max_borrow: str | int = "2h", *, quota: dict[str, Any] | None = None
+    ) -> World:
+        self.cohorts[name] = CohortSpec(name, duration_seconds(max_borrow), quantities(quota))
         return self
 
     def set_queue(self, name: str, **changes: Any) -> World:
@@ -202,6 +231,7 @@ class World:
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
         pods: int | None = None,
+        dispatched_at: datetime | None = None,
         started_at: datetime | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
@@ -211,6 +241,7 @@ class World:
             queue,
             cluster,
             pods=pods,
+            dispatched_at=dispatched_at,
             started_at=started_at,
         )
         return self
@@ -244,6 +275,7 @@ class World:
             queues=dict(self.queues),
             operations=tuple(self.operations()),
             rejected=tuple(self.rejected),
+            cohorts=dict(self.cohorts),
         )
 
     def operations(self) -> list[CompiledOperation]:
@@ -257,5 +289,6 @@ class World:
             list(self.observed.values()),
             self.org,
             now,
+            cohorts=self.cohorts,
             ledger=ledger,
         )

@@ -116,6 +116,7 @@ def test_schema_matches_template_copies(tmp_path: Path) -> None:
         "Cluster",
         "Connection",
         "Queue",
+        "Cohort",
         "Preset",
         "Project",
         "Operation",

@@ -52,7 +52,9 @@ def test_json_has_rows_and_fleet_totals(remote: Path, tmp_path: Path) -> None:
     data = json.loads(out)
     assert data["source"] == "status-branch"
     queues = {q["name"]: q for q in data["queues"]}
-    assert queues["team-a"]["quota"] == [{"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}]
+    assert queues["team-a"]["quota"] == [
+        {"resource": "nvidia.com/gpu", "used": "2", "limit": "2", "borrowed": "0", "lent": "0"}
+    ]
     assert (queues["batch"]["active"], queues["batch"]["concurrency"]) == (3, 3)
     assert queues["team-a"]["headReason"] == "QuotaExceeded"
     assert "admitted when" in queues["team-a"]["headMessage"]

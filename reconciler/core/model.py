@@ -211,6 +211,13 @@ def _duration(value: Any) -> Any:
     return value
 
 
+def _borrow_duration(value: Any) -> Any:
+    try:
+        return _duration(value)
+    except ValueError as err:
+        raise ValueError(str(err).replace("timeout ", "", 1)) from None
+
+
 def duration_seconds(value: str | int) -> int:
     """Seconds in a validated timeout (an int, or ``1h30m``-style)."""
     if isinstance(value, int):
@@ -284,6 +291,13 @@ Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 Duration = Annotated[
     Any,
     AfterValidator(_duration),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
+    ),
+]
+BorrowDuration = Annotated[
+    Any,
+    AfterValidator(_borrow_duration),
     WithJsonSchema(
         {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
     ),
@@ -805,6 +819,20 @@ class QueueFile(Strict):
         description="A distributed operation whose pods are not all running this long after "
         "dispatch is stopped and re-queued once (GangTimeout). Seconds or e.g. '10m'.",
     )
+    cohort: Name | None = Field(
+        default=None,
+        description="The cohort (cohorts/<name>.yaml) whose queues lend each other unused quota.",
+    )
+    borrowing_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per quota resource, how much above its quota the queue may borrow from "
+        "its cohort (default: nothing).",
+    )
+    lending_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per quota resource, at most how much of its unused quota the queue lends "
+        "to its cohort (default: all of it).",
+    )
     budget: Budget | None = Field(
         default=None,
         description="Dispatch only while spent + committed + the op's reservation fits "
@@ -812,6 +840,21 @@ class QueueFile(Strict):
     )
     default_timeout: Duration | None = Field(
         default=None, description="run.timeout for operations of this queue that set none."
+    )
+
+
+class CohortFile(Strict):
+    """``cohorts/<name>.yaml``"""
+
+    kind: Literal["Cohort"]
+    name: Name | None = None
+    description: StrictStr | None = None
+    max_borrow_duration: BorrowDuration = Field(
+        description="Only an operation whose timeout is at most this long may borrow: a "
+        "lender gets its quota back within it. Seconds (int) or a duration such as '2h'."
+    )
+    quota: dict[ResourceName, Quantity] | None = Field(
+        default=None, description="A cap on the total use of the cohort's queues."
     )
 
 
@@ -1029,6 +1072,7 @@ KINDS: dict[str, type[Strict]] = {
     "Cluster": ClusterFile,
     "Connection": ConnectionFile,
     "Queue": QueueFile,
+    "Cohort": CohortFile,
     "Preset": PresetFile,
     "Project": ProjectFile,
     "Operation": OperationFile,

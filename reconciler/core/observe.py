@@ -86,6 +86,7 @@ class WorkloadState:
             cluster=self.cluster,
             workflow=self.workflow,
             pods=self.pods,
+            dispatched_at=parse_time(self.dispatched_at),
             started_at=parse_time(self.started_at or self.dispatched_at),
         )
 

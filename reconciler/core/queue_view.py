@@ -47,7 +47,11 @@ ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 class QuotaUse(ApiModel):
     resource: str
     used: QuantityText
-    limit: QuantityText
+    limit: QuantityText  # the queue's own (nominal) quota
+    # in a cohort: how much of ``used`` is above the limit (borrowed), and how much of the
+    # limit other queues of the cohort use (lent)
+    borrowed: QuantityText = Decimal(0)
+    lent: QuantityText = Decimal(0)
 
     @property
     def fraction(self) -> float:
@@ -58,7 +62,12 @@ class QuotaUse(ApiModel):
 
     @property
     def text(self) -> str:
-        return f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+        text = f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+        if self.borrowed:
+            text += f" (+{format_quantity(self.borrowed)} borrowed)"
+        if self.lent:
+            text += f" ({format_quantity(self.lent)} lent)"
+        return text
 
 
 # Per resource name; ``quota`` in the JSON.
@@ -83,6 +92,7 @@ class QueueRow(ApiModel):
     paused: bool = False
     pods: int = 0  # of the active operations, every replica counted
     max_pods: int | None = None  # the limit; None: unlimited
+    cohort: str | None = None
 
     @property
     def concurrency_text(self) -> str:
@@ -206,6 +216,8 @@ def build_queues_view(
     rows = []
     for q in plan.queues:
         used = q.used_after if applied else q.used
+        borrowed = q.borrowed_after if applied else q.borrowed
+        lent = q.lent_after if applied else q.lent
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         rows.append(
@@ -215,7 +227,7 @@ def build_queues_view(
                 priority=q.priority,
                 active=q.active + q.dispatching if applied else q.active,
                 concurrency=q.concurrency,
-                quotas=_quotas(q, used),
+                quotas=_quotas(q, used, borrowed, lent),
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
@@ -227,6 +239,7 @@ def build_queues_view(
                 paused=q.paused,
                 pods=q.pods_after if applied else q.pods,
                 max_pods=q.max_pods,
+                cohort=q.cohort,
             )
         )
     return QueuesView(
@@ -238,9 +251,21 @@ def build_queues_view(
     )
 
 
-def _quotas(q: QueueSummary, used: Mapping[str, Decimal]) -> tuple[QuotaUse, ...]:
+def _quotas(
+    q: QueueSummary,
+    used: Mapping[str, Decimal],
+    borrowed: Mapping[str, Decimal],
+    lent: Mapping[str, Decimal],
+) -> tuple[QuotaUse, ...]:
+    zero = Decimal(0)
     return tuple(
-        QuotaUse(resource=r, used=used.get(r, Decimal(0)), limit=limit)
+        QuotaUse(
+            resource=r,
+            used=used.get(r, zero),
+            limit=limit,
+            borrowed=borrowed.get(r, zero),
+            lent=lent.get(r, zero),
+        )
         for r, limit in sorted(q.quota.items())
     )
 
@@ -278,7 +303,13 @@ def _status_row(
         active=q.active,
         concurrency=q.concurrency,
         quotas=tuple(
-            QuotaUse(resource=r, used=_quantity(q.used.get(r, "0")), limit=_quantity(v))
+            QuotaUse(
+                resource=r,
+                used=_quantity(q.used.get(r, "0")),
+                limit=_quantity(v),
+                borrowed=_quantity(q.borrowed.get(r, "0")),
+                lent=_quantity(q.lent.get(r, "0")),
+            )
             for r, v in sorted(q.quota.items())
         ),
         running=running,
@@ -291,6 +322,7 @@ def _status_row(
         paused=q.paused,
         pods=q.active if q.pods is None else q.pods,
         max_pods=q.max_pods,
+        cohort=q.cohort,
     )
 
 
@@ -397,6 +429,16 @@ def queue_settings(
     values += [(("quota", r), format_quantity(v)) for r, v in sorted(spec.quota.items())]
     if not spec.quota:
         values.append((("quota",), "none"))
+    if spec.cohort is not None:
+        values.append((("cohort",), spec.cohort))
+        values += [
+            ((field, r), format_quantity(v))
+            for field, limits in (
+                ("borrowingLimit", spec.borrowing_limit),
+                ("lendingLimit", spec.lending_limit),
+            )
+            for r, v in sorted(limits.items())
+        ]
     values += [
         (("kinds",), ", ".join(_kinds(spec))),
         (("strategy",), str(spec.strategy)),
@@ -670,7 +712,7 @@ def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, appli
 
 HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
 HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
-WIDE_HEADERS = [*HEADERS, "NEXT", "PODS/LIMIT", "KINDS", "STRATEGY", "PAUSED"]
+WIDE_HEADERS = [*HEADERS, "NEXT", "PODS/LIMIT", "COHORT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
 
 
@@ -694,7 +736,7 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             r.head_reason or "-",
         ]
         if wide:
-            cells += [str(r.next), r.pods_text, ",".join(r.kinds) or "-"]
+            cells += [str(r.next), r.pods_text, r.cohort or "-", ",".join(r.kinds) or "-"]
             cells += [r.strategy, str(r.paused).lower()]
         rows.append(cells)
     fleet = [

@@ -337,6 +337,11 @@ class QueueStatus(StatusRecord):
     # queue of single-pod operations has one pod per active operation)
     pods: OptNumber = None
     max_pods: OptNumber = None
+    # cohort members: the cohort, and per quota resource how much of ``used`` is borrowed
+    # and how much of ``quota`` is lent (this cycle's dispatches applied, like ``used``)
+    cohort: OptText = None
+    borrowed: OmitEmpty[TextMap] = Field(default_factory=dict)
+    lent: OmitEmpty[TextMap] = Field(default_factory=dict)
     # a budgeted queue's window, with this cycle's dispatches: limit, spent, committed, unit,
     # per, windowStart, windowEnd (docs/budgets.md)
     budget: LooseObject = None
@@ -370,6 +375,9 @@ class QueueStatus(StatusRecord):
             kinds=kinds,
             pods=q.pods_after if q.pods_after != q.active + q.dispatching else None,
             max_pods=q.max_pods,
+            cohort=q.cohort,
+            borrowed={r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
+            lent={r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
             budget=budget,
         )
 

@@ -264,8 +264,27 @@ class QueueSpec:
     source: str = ""
     max_pods: int | None = None  # pods of active operations, every replica counted
     start_timeout: int | None = None  # seconds; a gang not all running by then: GangTimeout
+    # Cohort borrowing (docs/dispatch.md, "Cohorts"): per quota resource, how much above its
+    # quota it may borrow (absent: none) and how much of its unused quota it lends (absent:
+    # all of it).
+    cohort: str | None = None
+    borrowing_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
     budget: BudgetSpec | None = None
     default_timeout: int | None = None  # seconds, for operations that set no run.timeout
+
+
+@dataclass(frozen=True)
+class CohortSpec:
+    """A ``cohorts/<name>.yaml``: queues that lend each other unused quota. Only an
+    operation with a ``timeout`` of at most ``max_borrow_seconds`` may borrow, so a lender
+    gets its quota back within that time; ``quota`` caps the members' total use."""
+
+    name: str
+    max_borrow_seconds: int
+    quota: Mapping[str, Decimal] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,6 +364,9 @@ class ObservedOperation:
     # workload from before this was recorded, the status branch, an --observed file).
     workflow: str | None = None
     pods: int | None = None  # the workload's pods (its replicas), when known
+    # When the workload was created (its dispatched-at annotation); a borrower's end time
+    # is this plus its timeout.
+    dispatched_at: datetime | None = None
     started_at: datetime | None = None  # when the run started (its Job's startTime), if known
 
 
@@ -461,6 +483,7 @@ class CompiledRepo:
     rejected: tuple[RejectedOperation, ...] = ()
     errors: tuple[ConfigError, ...] = ()
     connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
+    cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:

@@ -43,7 +43,21 @@ class Metrics:
         )
         self.quota_limit = Gauge(
             "reconciler_queue_quota_limit",
-            "Quota limit per queue and resource.",
+            "Quota limit per queue and resource (its own, nominal quota).",
+            ("queue", "resource"),
+            registry=r,
+        )
+        self.quota_borrowed = Gauge(
+            "reconciler_queue_quota_borrowed",
+            "Quota a queue uses above its own, borrowed from its cohort, with this plan's "
+            "dispatches.",
+            ("queue", "resource"),
+            registry=r,
+        )
+        self.quota_lent = Gauge(
+            "reconciler_queue_quota_lent",
+            "A queue's own quota in use by other queues of its cohort, with this plan's "
+            "dispatches.",
             ("queue", "resource"),
             registry=r,
         )
@@ -144,11 +158,16 @@ class Metrics:
                 used = q.used_after.get(resource, q.used.get(resource, 0))
                 self.quota_used.labels(q.name, resource).set(float(used))
                 self.quota_limit.labels(q.name, resource).set(float(limit))
+                borrowed = q.borrowed_after.get(resource, 0)
+                self.quota_borrowed.labels(q.name, resource).set(float(borrowed))
+                self.quota_lent.labels(q.name, resource).set(float(q.lent_after.get(resource, 0)))
         _remove(self.queue_active, self._queues - queues)
         _remove(self.queue_pending, self._queues - queues)
         _remove(self.queue_pods, self._queues - queues)
         _remove(self.quota_used, self._quotas - quotas)
         _remove(self.quota_limit, self._quotas - quotas)
+        _remove(self.quota_borrowed, self._quotas - quotas)
+        _remove(self.quota_lent, self._quotas - quotas)
         for gauge in (self.budget_limit, self.budget_spent, self.budget_committed):
             _remove(gauge, self._budgets - budgets)
         self._queues, self._quotas, self._budgets = queues, quotas, budgets

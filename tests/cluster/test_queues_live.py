@@ -49,7 +49,14 @@ def test_live_view_before_and_after_a_cycle(kube: Kube, config_repo: Path, tmp_p
         reconciler.close()
     after = _live(config_repo, tmp_path / "cache")
     assert (after["team-a"]["active"], after["team-a"]["next"]) == (2, 0)
-    assert after["team-a"]["quota"][0] == {"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}
+    assert after["team-a"]["quota"][0] == {
+        "resource": "nvidia.com/gpu",
+        "used": "2",
+        "limit": "2",
+        "borrowed": "0",  # team-b uses all of its GPUs: nothing idle to borrow
+        "lent": "0",
+    }
+    assert after["team-a"]["cohort"] == "gpu-pool"
     assert after["team-b"]["quota"][0]["used"] == "4"
     assert (after["batch"]["active"], after["batch"]["concurrency"]) == (3, 3)
     for name in ("team-a", "team-b", "batch"):

@@ -36,6 +36,10 @@ pytestmark = pytest.mark.cluster
 
 TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
 LIMITS = {"team-a": 2, "team-b": 4, "batch": 3}  # GPU quota 2 and 4 of 1-GPU ops; concurrency 3
+# team-a may borrow 2 of team-b's idle GPUs (cohort gpu-pool): its ops with a timeout of at
+# most 2h (train-vit) may run above its quota, never the cohort above its 6 GPUs
+BORROWING = {"team-a": 2}
+COHORT = ("team-a", "team-b")
 
 
 class Sampler(threading.Thread):
@@ -56,6 +60,7 @@ class Sampler(threading.Thread):
                     continue
                 queue = job["metadata"]["labels"][LABEL_QUEUE]
                 counts[queue] = counts.get(queue, 0) + 1
+            counts["(cohort)"] = sum(counts.get(q, 0) for q in COHORT)
             for queue, n in counts.items():
                 self.peak[queue] = max(self.peak.get(queue, 0), n)
             self.samples += 1
@@ -108,9 +113,10 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
                     if p.queue == queue
                     and p.reason.value in ("QuotaExceeded", "QueueConcurrencyLimit")
                 ]
-                assert active.get(queue, 0) <= limit
+                assert active.get(queue, 0) <= limit + BORROWING.get(queue, 0)
                 if waiting:  # a freed slot is refilled in the same cycle that sees it free
-                    assert active.get(queue, 0) == limit, (queue, active, waiting)
+                    assert active.get(queue, 0) >= limit, (queue, active, waiting)
+            assert sum(active.get(q, 0) for q in COHORT) <= 6
             if sum(s.phase is Phase.SUCCEEDED for s in result.states.values()) == total:
                 break
         done = {op: s.phase for op, s in result.states.items()}
@@ -123,8 +129,9 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
         sampler.join()
     assert sampler.samples > 20
     for queue, limit in LIMITS.items():
-        assert sampler.peak.get(queue, 0) <= limit, (queue, sampler.peak)
-    assert sampler.peak["team-a"] == 2 and sampler.peak["team-b"] == 4
+        assert sampler.peak.get(queue, 0) <= limit + BORROWING.get(queue, 0), (queue, sampler.peak)
+    assert sampler.peak["(cohort)"] <= 6
+    assert sampler.peak["team-a"] >= 2 and sampler.peak["team-b"] == 4
 
 
 def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running(
@@ -440,6 +447,8 @@ def test_demo_runs_the_example_to_completion(
     ddp = jobs["vision-train-ddp-g1"]
     assert ddp["spec"]["completionMode"] == "Indexed" and ddp["spec"]["parallelism"] == 2
     assert ddp["status"].get("succeeded") == 2
+    # the cohort at work: train-vit (timeout 1h) runs on an idle team-b GPU
+    assert "team-a borrows nvidia.com/gpu from cohort gpu-pool" in demo.stderr
 
 
 def test_status_branch_one_commit_per_cycle_and_human_commits_kept(

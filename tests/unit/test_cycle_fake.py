@@ -13,6 +13,7 @@ from fake_kube import FakeCluster, FakeKube
 from helpers import wait_until
 
 from reconciler.core.cycle import Memory
+from reconciler.core.plan import PendingReason
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 
@@ -215,3 +216,37 @@ def test_a_distributed_op_is_created_with_its_service_and_deleted_with_it() -> N
     assert third.stopped == ("p/ddp",)
     assert "delete p/p-ddp-g1" in h.clusters["local"].calls
     assert third.dispatched == ("p/next",)
+
+
+def test_the_template_borrows_an_idle_team_b_gpu_for_train_vit() -> None:
+    """The example config's cohort: once team-b's first four jobs are done and it has only
+    two more, vision/train-vit (timeout 1h, team-a's quota taken) runs on an idle team-b GPU;
+    the 12h-timeout vision jobs never borrow. ``reconciler demo`` prints that cycle."""
+    from conftest import TEMPLATE
+
+    from reconciler.adapters.repo import snapshot_worktree
+    from reconciler.cli.demo_cmd import borrowing_lines, queue_table
+    from reconciler.core.compile import compile_repo
+
+    h = Harness(compile_repo(snapshot_worktree(TEMPLATE)))
+    first = h.cycle()
+    assert first.plan is not None
+    vit = next(p for p in first.plan.pending if p.operation == "vision/train-vit")
+    assert vit.reason is PendingReason.QUOTA_EXCEEDED  # team-b uses all of its 4
+    fake = h.clusters["local"]
+    for namespace, name in list(fake.jobs):
+        fake.set_phase(namespace, name, "Succeeded")
+    second = h.cycle()
+    assert second.plan is not None
+    assert "vision/train-vit" in second.dispatched
+    by_name = {q.name: q for q in second.plan.queues}
+    gpu = "nvidia.com/gpu"
+    assert by_name["team-a"].borrowed_after[gpu] == 1
+    assert by_name["team-b"].lent_after[gpu] == 1
+    assert borrowing_lines(second) == [
+        "team-a borrows nvidia.com/gpu from cohort gpu-pool: 1 above its quota (team-b lends 1)"
+    ]
+    assert queue_table(second).row_count == 5
+    # the others of team-a have a 12h timeout: none borrows
+    borrowed = {d.operation for d in second.plan.dispatch if d.queue == "team-a"}
+    assert borrowed == {"vision/train-vit", "vision/sweep-lr-2", "vision/train-resnet"}

@@ -99,6 +99,10 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     for name in names:
         world.cluster(name, concurrency=draw(st.none() | st.integers(1, 4)))
     queues = [f"q{i}" for i in range(draw(st.integers(1, 3)))]
+    # sometimes all the queues are one cohort (on one cluster), borrowing and lending
+    cohort = draw(st.sampled_from([None, None, "pool"]))
+    if cohort is not None:
+        world.cohort(cohort, "2h", quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 5}])))
     budgets: dict[str, BudgetSpec | None] = {}
     for q in queues:
         budgets[q] = draw(
@@ -117,15 +121,23 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         )
         world.queue(
             q,
-            cluster=draw(st.sampled_from(names)),
+            cluster=names[0] if cohort else draw(st.sampled_from(names)),
             priority=draw(st.integers(0, 2)),
             concurrency=draw(st.none() | st.integers(1, 3)),
             quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
             strict=draw(st.booleans()),
             paused=draw(st.sampled_from([False, False, False, True])),
             max_pods=draw(st.sampled_from([None, None, 3, 5])),
+            cohort=cohort,
             budget=budgets[q],
         )
+        quota = world.queues[q].quota
+        if cohort is not None and quota:
+            world.set_queue(
+                q,
+                borrowing_limit={r: Decimal(draw(st.integers(0, 2))) for r in quota},
+                lending_limit=draw(st.sampled_from([{}, {r: Decimal(1) for r in quota}])),
+            )
     count = draw(st.integers(1, 8))
     facts: dict[str, str] = {}
     for i in range(count):
@@ -138,6 +150,8 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             b.submitted(None)
         if draw(st.integers(0, 3)) == 0:
             b.replicas(draw(st.integers(2, 3)))
+        if draw(st.booleans()):
+            b.timeout(draw(st.sampled_from(["1h", "3h"])))
         facts[op_id] = draw(st.sampled_from(FACTS))
         if facts[op_id] == "superseded":
             b._fields["generation"] = 2
@@ -295,7 +309,13 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             q.pending,
             str(q.head_reason) if q.head_reason else None,
             [
-                {"resource": r, "used": format_quantity(q.used[r]), "limit": format_quantity(v)}
+                {
+                    "resource": r,
+                    "used": format_quantity(q.used[r]),
+                    "limit": format_quantity(v),
+                    "borrowed": format_quantity(q.borrowed.get(r, Decimal(0))),
+                    "lent": format_quantity(q.lent.get(r, Decimal(0))),
+                }
                 for r, v in sorted(q.quota.items())
             ],
         )
@@ -303,7 +323,15 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     ]
     # status --live: what the status branch says after the cycle
     assert [
-        (q.name, q.active, dict(q.used), q.pending, q.active if q.pods is None else q.pods)
+        (
+            q.name,
+            q.active,
+            dict(q.used),
+            q.pending,
+            q.active if q.pods is None else q.pods,
+            dict(q.borrowed),
+            dict(q.lent),
+        )
         for q in status_view.queues
     ] == [
         (
@@ -312,6 +340,8 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             {r: format_quantity(v) for r, v in sorted(q.used_after.items())},
             q.pending,
             q.pods_after,
+            {r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
+            {r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
         )
         for q in plan.queues
     ]
@@ -355,8 +385,10 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     # No view shows a queue over its quota (or maxPods) because of a dispatch, nor
     # contradicts itself.
     for q in plan.queues:
+        spec = s.compiled.queues[q.name]
         for r, limit in q.quota.items():
-            assert q.used_after.get(r, Decimal(0)) <= max(limit, q.used.get(r, Decimal(0)))
+            most = limit + spec.borrowing_limit.get(r, Decimal(0))
+            assert q.used_after.get(r, Decimal(0)) <= max(most, q.used.get(r, Decimal(0)))
         if q.max_pods is not None and q.dispatching:
             assert q.pods_after <= max(q.max_pods, q.pods)
     web = WebApp(lambda: follower)

@@ -182,7 +182,13 @@ def test_json_api(served: tuple, cycle: CycleResult) -> None:  # type: ignore[ty
     status, ctype, body = _get(url + "/api/v1/queues")
     assert (status, ctype) == (200, "application/json")
     queues = {q["name"]: q for q in json.loads(body)["queues"]}
-    assert queues["team-a"]["quota"][0] == {"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}
+    assert queues["team-a"]["quota"][0] == {
+        "resource": "nvidia.com/gpu",
+        "used": "2",
+        "limit": "2",
+        "borrowed": "0",
+        "lent": "0",
+    }
     assert queues["batch"]["active"] == 3
     _, _, body = _get(url + "/api/v1/queues/team-a")
     detail = json.loads(body)

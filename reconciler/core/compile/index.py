@@ -3,9 +3,9 @@
 most once, lazily.
 
 What must live here: the layout rules (``reconciler.yaml``, ``clusters/``, ``queues/``,
-``connections/``, ``presets/``, ``projects/<p>/...``), loading and caching files, typed
-access to the org, project and named files, the org's settings, and small helpers to read
-loaded documents. Following a name from one file to another is ``references.py``'s.
+``cohorts/``, ``connections/``, ``presets/``, ``projects/<p>/...``), loading and caching
+files, typed access to the org, project and named files, the org's settings, and small
+helpers to read loaded documents. Following a name from one file to another is ``references.py``'s.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ DIR_KINDS = {
     "clusters": "Cluster",
     "connections": "Connection",
     "queues": "Queue",
+    "cohorts": "Cohort",
     "presets": "Preset",
 }
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")

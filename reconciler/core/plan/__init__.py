@@ -12,6 +12,7 @@ The package, one concern a module (each says what must live in it):
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
+- ``cohorts``: check 8 for a cohort's member, step 4b (borrowing), borrowed and lent;
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down).
@@ -28,14 +29,17 @@ from reconciler.core.plan.model import (
     BackendUnavailableBlock,
     BehindHeadBlock,
     BlockedBy,
+    BorrowingNotAllowedBlock,
     BudgetBlock,
     BudgetSummary,
     ClusterUnreachableBlock,
+    CohortLimitBlock,
     ConcurrencyBlock,
     DependenciesBlock,
     DependencyState,
     Dispatch,
     ExceedsQuotaBlock,
+    LentQuotaBlock,
     MaxPodsBlock,
     Pending,
     PendingReason,
@@ -61,14 +65,17 @@ __all__ = [
     "BackendUnavailableBlock",
     "BehindHeadBlock",
     "BlockedBy",
+    "BorrowingNotAllowedBlock",
     "BudgetBlock",
     "BudgetSummary",
     "ClusterUnreachableBlock",
+    "CohortLimitBlock",
     "ConcurrencyBlock",
     "DependenciesBlock",
     "DependencyState",
     "Dispatch",
     "ExceedsQuotaBlock",
+    "LentQuotaBlock",
     "MaxPodsBlock",
     "Pending",
     "PendingReason",

@@ -77,9 +77,16 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         8,
-        "for each resource in the quota: used + the op's whole request ≤ quota",
-        (_R.QUOTA_EXCEEDED,),
-        "`QuotaExceeded`, naming the resource",
+        "for each resource in the quota: used + the op's whole request (every replica) ≤ quota "
+        "(in a cohort: see Cohorts)",
+        (
+            _R.QUOTA_EXCEEDED,
+            _R.WAITING_FOR_LENT_QUOTA,
+            _R.BORROWING_NOT_ALLOWED,
+            _R.COHORT_LIMIT,
+        ),
+        "`QuotaExceeded`, naming the resource; in a cohort `WaitingForLentQuota`, "
+        "`BorrowingNotAllowed` or `CohortLimit`",
         holds_head=True,
     ),
     Check(

@@ -15,6 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.ledger import hours, next_window
+from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
 from reconciler.core.plan.model import (
     MAX_LISTED,
     PODS,
@@ -53,6 +54,7 @@ def explain(order: Sequence[QueueState]) -> tuple[list[Pending], list[QueueSumma
 
 def summarise(q: QueueState) -> QueueSummary:
     spec = q.spec
+    borrowed, lent, borrowed_after, lent_after = amounts(q)
     return QueueSummary(
         name=spec.name,
         cluster=spec.cluster,
@@ -70,6 +72,11 @@ def summarise(q: QueueState) -> QueueSummary:
         max_pods=spec.max_pods,
         pods=q.pods0,
         pods_after=q.pods,
+        cohort=spec.cohort,
+        borrowed=borrowed,
+        lent=lent,
+        borrowed_after=borrowed_after,
+        lent_after=lent_after,
         budget=_budget_summary(q.budget) if q.budget is not None else None,
     )
 
@@ -183,29 +190,39 @@ def explain_queue(q: QueueState) -> list[Pending]:
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
     budget_r = PendingReason.BUDGET_EXCEEDED
+
+    def quota_block(detail: tuple[int, int], replicas: int) -> QuotaBlock:
+        # shared by the entries short of the same amount, and of as many replicas (the
+        # message says how a distributed op's request adds up)
+        key = detail if replicas == 1 else (detail, replicas)
+        cached = shared.get(key)
+        if cached is None:
+            i, amount = detail
+            need = q.used[i] + amount - q.quota[i]
+            ids, count = releasers(i, need)
+            cached = shared[key] = QuotaBlock(
+                name,
+                q.resources[i],
+                to_decimal(amount),
+                to_decimal(q.used[i]),
+                to_decimal(q.quota[i]),
+                to_decimal(need),
+                ids,
+                count,
+                replicas,
+            )
+        assert isinstance(cached, QuotaBlock)
+        return cached
+
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
-            # shared by the entries short of the same amount, and of as many replicas (the
-            # message says how a distributed op's request adds up)
-            replicas = op.replicas
-            key = detail if replicas == 1 else (detail, replicas)
+            block = quota_block(detail, op.replicas)
+        elif reason in COHORT_REASONS and q.cohort is not None:
+            key = (reason, detail, op.replicas)
             cached = shared.get(key)
             if cached is None:
-                i, amount = detail
-                need = q.used[i] + amount - q.quota[i]
-                ids, count = releasers(i, need)
-                cached = shared[key] = QuotaBlock(
-                    name,
-                    q.resources[i],
-                    to_decimal(amount),
-                    to_decimal(q.used[i]),
-                    to_decimal(q.quota[i]),
-                    to_decimal(need),
-                    ids,
-                    count,
-                    replicas,
-                )
+                cached = shared[key] = q.cohort.block(q, reason, detail, op.replicas, quota_block)
             block = cached
         elif reason is pods_r:
             key = (reason, detail)

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
 from reconciler.core.ledger import zone
-from reconciler.core.quantity import format_quantity
+from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import QueueStrategy
 
 # How many operation names a blocker lists before it says "and N more".
@@ -39,6 +39,9 @@ class PendingReason(enum.StrEnum):
     QUEUE_CONCURRENCY_LIMIT = "QueueConcurrencyLimit"  # 6
     MAX_PODS_REACHED = "MaxPodsReached"  # 7
     QUOTA_EXCEEDED = "QuotaExceeded"  # 8
+    WAITING_FOR_LENT_QUOTA = "WaitingForLentQuota"  # 8, cohort: its quota is lent out
+    BORROWING_NOT_ALLOWED = "BorrowingNotAllowed"  # 8, cohort: fits only by borrowing
+    COHORT_LIMIT = "CohortLimit"  # 8, cohort: the cohort's total cap is reached
     WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 9
     CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 10
     BUDGET_EXCEEDED = "BudgetExceeded"  # 11
@@ -90,6 +93,7 @@ class AdmitWhen(enum.StrEnum):
     # ``amount`` of ``resource`` is released (``resource`` is ``pods`` for maxPods)
     RESOURCES_RELEASED = "ResourcesReleased"
     LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
+    BORROWERS_FINISH = "BorrowersFinish"  # ``operations`` (borrowers) end, at the latest ``at``
     BUDGET_WINDOW_RESETS = "BudgetWindowResets"  # the budget's window resets ``at``
 
 
@@ -104,7 +108,8 @@ class Admit:
     count: int = 0  # how many of the (possibly more) operations are needed
     resource: str | None = None
     amount: Decimal | None = None
-    at: datetime | None = None  # BudgetWindowResets: when
+    # BorrowersFinish: the latest time the borrowers must end; BudgetWindowResets: when
+    at: datetime | None = None
 
 
 # --- what blocks a pending operation ----------------------------------------------------
@@ -483,6 +488,138 @@ class QuotaBlock:
         }
 
 
+def _utc(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class LentQuotaBlock:
+    """``WaitingForLentQuota``: the op fits its queue's own quota, but part of it is lent to
+    other queues of the cohort; the borrowers end by ``ends_by`` at the latest (their
+    dispatch time plus timeout; None when one's dispatch time is not known)."""
+
+    queue: str
+    cohort: str
+    resource: str
+    request: Decimal
+    lent: Decimal  # of the queue's quota, in use by borrowers
+    borrowers: tuple[str, ...]  # the borrowing operations, up to MAX_LISTED
+    borrowers_count: int
+    ends_by: datetime | None
+
+    def _head(self) -> str:
+        return (
+            f"needs {self.resource} {format_quantity(self.request)}; "
+            f"{format_quantity(self.lent)} of {self.queue}'s quota is lent in cohort "
+            f"{self.cohort}"
+        )
+
+    def admit(self) -> Admit:
+        who = _names(self.borrowers, self.borrowers_count) or "the borrowers"
+        when = f"by {_utc(self.ends_by)} at the latest" if self.ends_by else "(end unknown)"
+        verb = "ends" if self.borrowers_count == 1 else "end"
+        return Admit(
+            AdmitWhen.BORROWERS_FINISH,
+            f"admitted when {who} {verb}, {when}",
+            self.borrowers,
+            self.borrowers_count,
+            self.resource,
+            self.request,
+            self.ends_by,
+        )
+
+    def message(self) -> str:
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "cohort": self.cohort,
+            "resource": self.resource,
+            "request": format_quantity(self.request),
+            "lent": format_quantity(self.lent),
+            "borrowers": list(self.borrowers),
+            "endsBy": _utc(self.ends_by) if self.ends_by else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowingNotAllowedBlock:
+    """``BorrowingNotAllowed``: the op would fit by borrowing, but only an op with a timeout
+    of at most the cohort's ``maxBorrowDuration`` may borrow. ``quota`` is what it waits for
+    meanwhile: its own queue's quota."""
+
+    quota: QuotaBlock
+    cohort: str
+    max_borrow_seconds: int
+    timeout_seconds: int | None
+
+    def admit(self) -> Admit:
+        own = self.quota.admit()
+        limit = format_duration(self.max_borrow_seconds)
+        return replace(own, text=f"{own.text}; or by borrowing, with a timeout of at most {limit}")
+
+    def message(self) -> str:
+        has = (
+            "it has no timeout"
+            if self.timeout_seconds is None
+            else f"its timeout is {format_duration(self.timeout_seconds)}"
+        )
+        q = self.quota
+        return _joined(
+            f"needs {q.resource} {format_quantity(q.request)}; {q.queue} uses "
+            f"{format_quantity(q.used)} of {format_quantity(q.quota)}; it would fit by "
+            f"borrowing in cohort {self.cohort}, but "
+            f"{has} (at most {format_duration(self.max_borrow_seconds)} may borrow)",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.quota.to_json(),
+            "cohort": self.cohort,
+            "maxBorrowSeconds": self.max_borrow_seconds,
+            "timeoutSeconds": self.timeout_seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CohortLimitBlock:
+    """``CohortLimit``: the cohort's total cap on ``resource`` is reached."""
+
+    cohort: str
+    resource: str
+    request: Decimal
+    used: Decimal  # by all the cohort's queues, this plan's dispatches included
+    cap: Decimal
+
+    def admit(self) -> Admit:
+        need = self.used + self.request - self.cap
+        amount = _amount_phrase(self.resource, need)
+        return Admit(
+            AdmitWhen.RESOURCES_RELEASED,
+            f"admitted when {amount} released in cohort {self.cohort}",
+            resource=self.resource,
+            amount=need,
+        )
+
+    def message(self) -> str:
+        return _joined(
+            f"needs {self.resource} {format_quantity(self.request)}; cohort {self.cohort} "
+            f"uses {format_quantity(self.used)} of its cap {format_quantity(self.cap)}",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cohort": self.cohort,
+            "resource": self.resource,
+            "request": format_quantity(self.request),
+            "used": format_quantity(self.used),
+            "cap": format_quantity(self.cap),
+        }
+
+
 def _budget_amount(value: Decimal) -> str:
     """A budget amount as people read it: at most 4 decimals, no trailing zeros."""
     rounded = value.quantize(Decimal("0.0001"))
@@ -601,6 +738,9 @@ BlockedBy = (
     | ConcurrencyBlock
     | MaxPodsBlock
     | QuotaBlock
+    | LentQuotaBlock
+    | BorrowingNotAllowedBlock
+    | CohortLimitBlock
     | BudgetBlock
 )
 
@@ -677,6 +817,13 @@ class QueueSummary:
     max_pods: int | None = None
     pods: int = 0  # pods of the active operations (every replica), before this plan
     pods_after: int = 0  # with this plan applied
+    # Cohort borrowing, observed (before this plan), per quota resource: how much of its use
+    # is above its quota (borrowed) and how much of its quota other queues use (lent).
+    cohort: str | None = None
+    borrowed: Mapping[str, Decimal] = field(default_factory=dict)
+    lent: Mapping[str, Decimal] = field(default_factory=dict)
+    borrowed_after: Mapping[str, Decimal] = field(default_factory=dict)  # this plan applied
+    lent_after: Mapping[str, Decimal] = field(default_factory=dict)
     budget: BudgetSummary | None = None
 
 

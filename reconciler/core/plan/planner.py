@@ -7,7 +7,8 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
 4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
-   counting each dispatch before the next candidate;
+   counting each dispatch before the next candidate; then ``cohorts.borrow`` (4b): the
+   ops that fit only by borrowing from their cohort, in the same order;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
@@ -25,6 +26,7 @@ from datetime import UTC, datetime
 
 from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
 from reconciler.core.ledger import spent as spent_in
+from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.model import (
@@ -40,6 +42,7 @@ from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
     DistributedBackend,
@@ -64,6 +67,7 @@ def plan_dispatch(
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
     backends: Mapping[str, frozenset[str]] | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
     ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
@@ -75,6 +79,7 @@ def plan_dispatch(
     cluster, the optional backends (``run.distributed.backend`` values other than ``job``)
     whose API it serves; an operation whose backend its cluster does not serve waits with
     ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
+    ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
     ``ledger``: the finished runs, for what budgeted queues spent in their window (check 11).
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
@@ -89,6 +94,7 @@ def plan_dispatch(
             rejected,
             frozenset(unreachable),
             backends or {},
+            cohorts or {},
             ledger,
         )
 
@@ -119,6 +125,7 @@ def plan_repo(
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
         backends=backends,
+        cohorts=repo.cohorts,
         ledger=ledger,
     )
 
@@ -151,6 +158,7 @@ def _plan(
     rejected: Collection[str],
     unreachable: frozenset[str],
     backends: Mapping[str, frozenset[str]],
+    cohorts: Mapping[str, CohortSpec],
     ledger: Iterable[LedgerEntry],
 ) -> Plan:
     # 1. Index the observations.
@@ -162,9 +170,13 @@ def _plan(
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..11 for each candidate, queues in priority order, then by name.
+    if cohorts or any(q.spec.cohort for q in qstate.values()):
+        join_cohorts(qstate, cohorts, ops, seen, now)
+    # 4. Checks 0..11 for each candidate, queues in priority order, then by name; then
+    # (4b) the ops that fit only by borrowing from their cohort, in the same order.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends)
+    dispatch.extend(borrow(order, counters, now))
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
@@ -371,6 +383,7 @@ def admit(
         nres = len(quota)
         used = q.used
         limits = q.limits
+        cohort = q.cohort
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
@@ -427,10 +440,20 @@ def admit(
                     head = (oid, pods_r)
                 continue
             # 8: quota, per resource the op requests (others are unaffected); a
-            # distributed op's request is every replica's: admitted whole or not at all
+            # distributed op's request is every replica's: admitted whole or not at all. A
+            # cohort's member: its own quota with what it lent counted, else deferred to 4b
             if nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
+                if cohort is not None:
+                    verdict = cohort.own_fit(q, req)
+                    if verdict is not None:
+                        if verdict[0] is quota_r:
+                            q.deferred.append(len(q.pending))
+                        pend((oid, op, verdict[0], verdict[1]))
+                        if strict:
+                            head = (oid, verdict[0])
+                        continue
                 short = -1
                 for i in range(nres):
                     amount = req[i]

@@ -14,7 +14,8 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
   first when its replicas alone are over ``maxPods``);
 - ``WaitingBehindHead``: ``(head id, head reason)``;
 - ``MaxPodsReached``: the operation's replicas;
-- ``QuotaExceeded``: ``(resource index, request in units)``;
+- ``QuotaExceeded``, ``WaitingForLentQuota``, ``CohortLimit``: ``(resource index, request
+  in units)``; ``BorrowingNotAllowed``: the same and the op's timeout in seconds (or None);
 - ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``;
 - ``BudgetExceeded``: the reservation (a ``Decimal`` in the budget's unit).
 """
@@ -24,12 +25,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from reconciler.core.ledger import BudgetWindow, hourly_rate, hours, prices_for
 from reconciler.core.plan.model import PendingReason, PlanInputError
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import ClusterSpec, CompiledOperation, OrgSettings, QueueSpec
+
+if TYPE_CHECKING:
+    from reconciler.core.plan.cohorts import CohortState
 
 PendingTuple = tuple[str, CompiledOperation, PendingReason, Any]
 
@@ -42,10 +46,14 @@ class QueueState:
         "active",
         "active0",
         "active_ids",
+        "borrow_limit",
         "budget",
         "candidates",
+        "cohort",
+        "deferred",
         "dispatched",
         "holders",
+        "lend_limit",
         "limits",
         "pending",
         "pod_holders",
@@ -79,6 +87,13 @@ class QueueState:
         self.candidates: list[tuple[Any, ...]] = []
         self.dispatched = 0
         self.pending: list[PendingTuple] = []
+        # cohort members only (cohorts.join_cohorts): the cohort, per quota resource what
+        # it may borrow and lend (-1: no lending limit), and the indexes in ``pending`` of
+        # the ops check 8 deferred to borrowing (step 4b)
+        self.cohort: CohortState | None = None
+        self.borrow_limit: tuple[int, ...] = ()
+        self.lend_limit: tuple[int, ...] = ()
+        self.deferred: list[int] = []
         self.budget: BudgetTrack | None = None
 
     def request(self, requests: Mapping[str, Decimal]) -> tuple[int, ...]:
