@@ -209,6 +209,24 @@ def _job_end(job: Mapping[str, Any]) -> tuple[Phase, ObservedReason, str] | None
     return None
 
 
+def job_finished_at(job: Mapping[str, Any]) -> str | None:
+    """When the Job's run ended, by the Job alone and the same whenever it is read: the
+    time its success or failure was first established (``SuccessCriteriaMet`` or
+    ``FailureTarget``, set before ``Complete``/``Failed`` and kept after them), else its
+    ``completionTime`` or the ``Failed`` condition's time (a Job controller that sets
+    only those); None while it runs."""
+    conditions = _conditions(job)
+    for kind in ("SuccessCriteriaMet", "FailureTarget"):
+        moment = (conditions.get(kind) or {}).get("lastTransitionTime")
+        if moment:
+            return str(moment)
+    status = job.get("status") or {}
+    moment = status.get("completionTime") or (conditions.get("Failed") or {}).get(
+        "lastTransitionTime"
+    )
+    return str(moment) if moment else None
+
+
 def job_end_phase(job: Mapping[str, Any]) -> Phase | None:
     """``Succeeded``, ``Failed`` or ``Stopped`` (being deleted) when the Job itself says its
     run has ended, whatever its pods say; None while it runs. ``observe_workloads`` gives
@@ -333,8 +351,7 @@ def observe_workloads(
                 config_commit=annotations.get(ANNOTATION_COMMIT),
                 dispatched_at=annotations.get(ANNOTATION_DISPATCHED_AT),
                 started_at=status.get("startTime"),
-                finished_at=status.get("completionTime")
-                or (_conditions(job).get("Failed") or {}).get("lastTransitionTime"),
+                finished_at=job_finished_at(job),
                 node=((pod or {}).get("spec") or {}).get("nodeName"),
                 pod=((pod or {}).get("metadata") or {}).get("name"),
                 outputs=_outputs(pod),

@@ -40,6 +40,7 @@ from reconciler.adapters.kube import Kube
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
 from reconciler.core.ledger import parse_moment
+from reconciler.core.observe import job_finished_at
 from reconciler.core.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
 from reconciler.core.status import StatusView, read_status
 from reconciler.core.types import CompiledRepo
@@ -265,9 +266,10 @@ class FaultLoop:
         for entry in view.ledger:
             job = by_job.get((entry.operation, entry.generation))
             status = (job or {}).get("status") or {}
-            if not status.get("startTime") or not status.get("completionTime"):
-                continue
-            times = (parse_moment(status["startTime"]), parse_moment(status["completionTime"]))
+            ended = job_finished_at(job or {})
+            if not status.get("startTime") or not ended:
+                continue  # the ledger's end: when its success or failure was established
+            times = (parse_moment(status["startTime"]), parse_moment(ended))
             if (entry.start, entry.end) != times:
                 out.append(
                     f"ledger: {entry.operation} ran {times[0]}..{times[1]} by its Job, "

@@ -5,7 +5,12 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.observe import ObservedReason, current_states, observe_workloads
+from reconciler.core.observe import (
+    ObservedReason,
+    current_states,
+    job_finished_at,
+    observe_workloads,
+)
 from reconciler.core.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
 from reconciler.core.types import Phase
 
@@ -228,3 +233,19 @@ def test_a_retried_index_counts_its_newest_pod() -> None:
     state = _one([_gang_job(replicas=2)], [_replica(0, "Running", "n0"), old, new])
     assert state.reason is ObservedReason.WAITING_FOR_CAPACITY
     assert state.message.startswith("1 of 2 pods placed; ")
+
+
+def test_a_run_ends_when_its_success_or_failure_is_established() -> None:
+    """The ledger's end time is the same whenever the Job is read: before ``Complete``
+    (only ``SuccessCriteriaMet``) and after it."""
+    met = {"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": "T1"}
+    done = {"type": "Complete", "status": "True", "lastTransitionTime": "T2"}
+    finishing = {"status": {"conditions": [met]}}
+    complete = {"status": {"conditions": [met, done], "completionTime": "T2"}}
+    assert job_finished_at(finishing) == job_finished_at(complete) == "T1"
+    target = {"type": "FailureTarget", "status": "True", "lastTransitionTime": "F1"}
+    failed = {"type": "Failed", "status": "True", "lastTransitionTime": "F2"}
+    assert job_finished_at({"status": {"conditions": [target, failed]}}) == "F1"
+    assert job_finished_at({"status": {"conditions": [failed]}}) == "F2"
+    assert job_finished_at({"status": {"completionTime": "T3"}}) == "T3"
+    assert job_finished_at({"status": {}}) is None
