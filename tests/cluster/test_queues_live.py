@@ -121,7 +121,7 @@ def test_serve_is_read_only_and_blames_real_commits(
         detail = json.loads(_fetch(base + "/api/v1/queues/team-a")[1])
         priority = {s["key"]: s for s in detail["settings"]}["priority"]
         assert priority["commit"] == head and priority["summary"] == "initial config"
-        assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3]
+        assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3, 4]
         assert len(detail["nextDispatch"]) == 2
     finally:
         proc.terminate()
