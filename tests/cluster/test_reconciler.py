@@ -97,6 +97,7 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
             ("QuotaExceeded", 1),
             ("QuotaExceeded", 2),
             ("QuotaExceeded", 3),
+            ("QuotaExceeded", 4),
         ]
         total = len(first.compiled.operations)
         deadline = time.monotonic() + 240
@@ -334,7 +335,11 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
             f"kind: Cluster\nname: remote\nkubeconfig:\n  path: {second.kubeconfig}\ncontext: dev\n"
         )
         queue = config_repo / "queues" / "team-b.yaml"
-        queue.write_text(queue.read_text().replace("cluster: local", "cluster: remote"))
+        queue.write_text(  # a cohort's queues share one cluster: team-b leaves gpu-pool
+            re.sub(r"(?m)^cohort: .*\n", "", queue.read_text()).replace(
+                "cluster: local", "cluster: remote"
+            )
+        )
         commit_all(config_repo, "team-b runs on the remote cluster")
         reconciler = make_reconciler(config_repo)
         result = reconciler.run_once()
@@ -475,7 +480,7 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     assert "phase: Dispatched" in record and "workload: vision-sweep-lr-0-g1" in record
     assert "logs: reconciler logs vision/sweep-lr-0" in record
     queued = git(config_repo, "show", "reconciler/status:status/vision/train-vit.yaml")
-    assert "reason: QuotaExceeded" in queued and "position: 3" in queued
+    assert "reason: QuotaExceeded" in queued and "position: 4" in queued
     assert len(status_log()) == 1 and "dispatched 11" in status_log()[0]
 
     # a human commits a note onto the status branch while the reconciler runs
