@@ -111,7 +111,8 @@ class LimitSampler(threading.Thread):
 
 
 def over_limits(repo: CompiledRepo, jobs: list[dict[str, Any]]) -> list[str]:
-    """Queues whose active Jobs exceed their concurrency or quota."""
+    """Queues whose active Jobs exceed their concurrency or quota (plus what a cohort
+    member may borrow), and cohorts whose members together exceed their quotas."""
     ops = {op.id: op for op in repo.operations}
     count: Counter[str] = Counter()
     used: dict[str, dict[str, Decimal]] = {}
@@ -130,8 +131,23 @@ def over_limits(repo: CompiledRepo, jobs: list[dict[str, Any]]) -> list[str]:
         if queue.concurrency is not None and count[name] > queue.concurrency:
             out.append(f"queue {name}: {count[name]} active > concurrency {queue.concurrency}")
         for resource, limit in queue.quota.items():
+            if queue.cohort is not None:
+                limit += queue.borrowing_limit.get(resource, Decimal(0))
             if used.get(name, {}).get(resource, Decimal(0)) > limit:
                 out.append(f"queue {name}: {resource} {used[name][resource]} > quota {limit}")
+    cohorts: dict[str, list[str]] = {}
+    for name, queue in repo.queues.items():
+        if queue.cohort is not None:
+            cohorts.setdefault(queue.cohort, []).append(name)
+    for cohort, members in cohorts.items():
+        totals: dict[str, Decimal] = {}
+        for name in members:
+            for resource, limit in repo.queues[name].quota.items():
+                totals[resource] = totals.get(resource, Decimal(0)) + limit
+        for resource, total in totals.items():
+            held = sum((used.get(n, {}).get(resource, Decimal(0)) for n in members), Decimal(0))
+            if held > total:
+                out.append(f"cohort {cohort}: {resource} {held} > its queues' quotas {total}")
     return out
 
 
