@@ -310,35 +310,32 @@ def test_a_half_placed_gang_waits_for_capacity_then_times_out_and_requeues_once(
 
 
 class QuotaSampler(threading.Thread):
-    """Every 0.2 s, the GPU limits of the queue's active (unfinished) Jobs, every replica
-    counted, as the apiserver lists them."""
+    """Every 0.2 s, the GPU limits the queue's pods hold, as the apiserver lists them: every
+    pod not yet terminal (Pending or Running), every replica counted. A Job whose pods have
+    all ended holds nothing, even before its ``Complete`` condition (the reconciler counts
+    it finished at ``SuccessCriteriaMet``, docs/dispatch.md)."""
 
-    def __init__(self, batch: client.BatchV1Api, namespace: str, quota: int) -> None:
+    def __init__(self, core: client.CoreV1Api, namespace: str, quota: int) -> None:
         super().__init__(daemon=True, name="quota-sampler")
-        self.batch, self.namespace, self.quota = batch, namespace, quota
+        self.core, self.namespace, self.quota = core, namespace, quota
         self.samples: list[int] = []
         self.halt = threading.Event()
 
     def run(self) -> None:
         while not self.halt.is_set():
             try:
-                jobs = self.batch.list_namespaced_job(self.namespace).items
+                pods = self.core.list_namespaced_pod(self.namespace).items
             except Exception:  # a lost sample (API busy), not a verdict
                 self.halt.wait(0.2)
                 continue
             used = 0
-            for job in jobs:
-                done = any(
-                    c.type in ("Complete", "Failed") and c.status == "True"
-                    for c in job.status.conditions or []
-                )
-                if done:
+            for pod in pods:
+                if (pod.status and pod.status.phase) in ("Succeeded", "Failed"):
                     continue
-                per_pod = sum(
+                used += sum(
                     int(((c.resources and c.resources.limits) or {}).get(GPU, 0))
-                    for c in job.spec.template.spec.containers
+                    for c in pod.spec.containers
                 )
-                used += per_pod * (job.spec.parallelism or 1)
             self.samples.append(used)
             self.halt.wait(0.2)
 
@@ -360,7 +357,7 @@ def test_quota_is_never_exceeded_by_30_random_distributed_and_single_pod_ops(
     repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops, quota=8)
     reconciler = make_reconciler(repo)
     reconcilers.append(reconciler)
-    sampler = QuotaSampler(client.BatchV1Api(kube_cluster.api_client()), namespace, 8)
+    sampler = QuotaSampler(client.CoreV1Api(kube_cluster.api_client()), namespace, 8)
     sampler.start()
     try:
         done = cycle_until(
