@@ -266,17 +266,20 @@ def test_a_half_placed_gang_waits_for_capacity_then_times_out_and_requeues_once(
         namespace,
         {"wide": op_yaml(5, 8, duration=None)},
         quota=64,
-        start_timeout="8s",
+        start_timeout="20s",  # room for the scheduler to place all it can on a busy machine
     )
     reconciler = make_reconciler(repo)
     reconcilers.append(reconciler)
     core = client.CoreV1Api(kube_cluster.api_client())
     assert reconciler.run_once().dispatched == ("d/wide",)
-    waiting = cycle_until(
+    waiting = cycle_until(  # the scheduler places the four it can one by one
         reconciler,
-        lambda r: r.states["d/wide"].reason is ObservedReason.WAITING_FOR_CAPACITY,
+        lambda r: (
+            r.states["d/wide"].reason is ObservedReason.WAITING_FOR_CAPACITY
+            and r.states["d/wide"].message.startswith("4 of 5 pods placed")
+        ),
         timeout=30,
-        what="WaitingForCapacity",
+        what="WaitingForCapacity with 4 of 5 placed",
     )
     state = waiting.states["d/wide"]
     assert state.phase is Phase.DISPATCHED
@@ -285,7 +288,7 @@ def test_a_half_placed_gang_waits_for_capacity_then_times_out_and_requeues_once(
     assert bound_gpus(core, namespace) == 32
 
     stopped = cycle_until(
-        reconciler, lambda r: r.stopped == ("d/wide",), timeout=30, what="the GangTimeout"
+        reconciler, lambda r: r.stopped == ("d/wide",), timeout=45, what="the GangTimeout"
     )
     assert stopped.states["d/wide"].reason is ObservedReason.GANG_TIMEOUT
     assert "re-queued" in stopped.states["d/wide"].message
