@@ -116,9 +116,10 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
     nothing dispatched yet."""
     memory = Memory() if recorded is None else memory_from_status(recorded)
     down = {c.name: c.error for c in recorded.clusters if not c.reachable} if recorded else {}
+    served = {c.name: frozenset(c.backends) for c in recorded.clusters} if recorded else {}
 
     def plan_of(repo: CompiledRepo) -> Planned:
-        listing = listing_from_memory(repo, memory, down)
+        listing = listing_from_memory(repo, memory, down, served)
         decision = decide(repo, listing, memory, now)
         return Planned(decision.plan, estimate_decision(repo, decision), [])
 

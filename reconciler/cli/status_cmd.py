@@ -232,7 +232,8 @@ def recorded_estimates(
             return NO_ESTIMATES, ["warning: no start estimates: the config does not compile"]
         memory = memory_from_status(view)
         down = {c.name: c.error for c in view.clusters if not c.reachable}
-        listing = listing_from_memory(compiled, memory, down)
+        served = {c.name: frozenset(c.backends) for c in view.clusters}
+        listing = listing_from_memory(compiled, memory, down, served)
         decision = decide(compiled, listing, memory, SystemClock().now())
     except (GitSyncError, PlanInputError) as exc:
         return NO_ESTIMATES, [f"warning: no start estimates: {exc}"]
@@ -242,7 +243,10 @@ def recorded_estimates(
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     """The status files the cycle would write for ``decision``, read back."""
     clusters = tuple(
-        ClusterStatus(name=c.name, reachable=c.reachable, error=c.error) for c in decision.clusters
+        ClusterStatus(
+            name=c.name, reachable=c.reachable, error=c.error, backends=tuple(sorted(c.backends))
+        )
+        for c in decision.clusters
     )
     return read_status(
         render_status(
@@ -251,6 +255,8 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
             decision.states,
             clusters=clusters,
             superseded=decision.superseded,
+            gang_timeouts=decision.memory.gang_timeouts,
+            ledger=decision.memory.ledger,
         )
     )
 

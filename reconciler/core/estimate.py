@@ -33,6 +33,14 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.cycle import Decision
+from reconciler.core.ledger import (
+    LedgerEntry,
+    LedgerKey,
+    next_window,
+    prices_for,
+    run_cost,
+    window_at,
+)
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
     Admission,
@@ -43,10 +51,9 @@ from reconciler.core.plan import (
     QueueAdmission,
     admit_dispatch,
 )
+from reconciler.core.plan.checks import CHECKS
 from reconciler.core.plan.units import request_units
-from reconciler.core.render import timeout_seconds
 from reconciler.core.types import (
-    ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ObservedOperation,
@@ -65,6 +72,7 @@ P90 = 0.9
 STATIC_REASONS = frozenset(
     {
         PendingReason.CLUSTER_UNREACHABLE,
+        PendingReason.BACKEND_UNAVAILABLE,
         PendingReason.QUEUE_PAUSED,
         PendingReason.AWAITING_APPROVAL,
         PendingReason.UPSTREAM_FAILED,
@@ -73,14 +81,10 @@ STATIC_REASONS = frozenset(
 )
 # A replan first plans this many candidates of a queue (plus two per free slot)
 PREFIX = 16
-# The checks that hold a StrictFIFO queue behind its head
-_HOLDS_HEAD = frozenset(
-    {
-        PendingReason.QUEUE_CONCURRENCY_LIMIT,
-        PendingReason.QUOTA_EXCEEDED,
-        PendingReason.CLUSTER_CONCURRENCY_LIMIT,
-    }
-)
+# The reasons of the checks that hold a StrictFIFO queue behind its head
+_HOLDS_HEAD = frozenset(r for c in CHECKS if c.holds_head for r in c.reasons)
+# A heap entry that is not a run's end: a budget window of the queue that follows resets
+_RESET = "\x00reset\x00"
 
 
 # --- history and durations --------------------------------------------------------------
@@ -306,7 +310,7 @@ NO_ESTIMATES = Estimates(datetime(1970, 1, 1, tzinfo=UTC))
 class _Active:
     """A run in the simulation: what it holds and when it ends (None: unknown)."""
 
-    __slots__ = ("cluster", "end", "observed", "op", "queue", "units", "workflow")
+    __slots__ = ("cluster", "end", "observed", "op", "pods", "queue", "units", "workflow")
 
     def __init__(
         self,
@@ -323,6 +327,10 @@ class _Active:
         self.end = end
         self.workflow = op.workflow.parent if op is not None and op.workflow else None
         self.units: tuple[tuple[str, int], ...] = ()  # of its queue's quota resources
+        # its pods (every replica), as the planner counts them (check 7, maxPods)
+        self.pods = (
+            observed.pods if observed.pods is not None else (op.replicas if op is not None else 1)
+        )
 
 
 class _Prepared:
@@ -339,6 +347,17 @@ class _Prepared:
             )
         }
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
+        # a cohort member's queue is planned with every member of its cohort (what it may
+        # borrow, and what it lent, depends on their usage)
+        self.cohort_mates: dict[str, tuple[str, ...]] = {}
+        by_cohort: dict[str, list[str]] = {}
+        for name, spec in repo.queues.items():
+            if spec.cohort is not None:
+                by_cohort.setdefault(spec.cohort, []).append(name)
+        for members in by_cohort.values():
+            for name in members:
+                self.cohort_mates[name] = tuple(sorted(members))
+        self.budgeted = frozenset(n for n, spec in repo.queues.items() if spec.budget is not None)
         self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
         self.candidates: dict[str, list[CompiledOperation]] = {}
         self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
@@ -379,8 +398,20 @@ class _Sim:
         horizon: timedelta,
         unreachable: frozenset[str],
         resolution: timedelta,
+        backends: Mapping[str, frozenset[str]],
+        ledger: Iterable[LedgerEntry],
     ) -> None:
         self.repo = prep.repo
+        self.backends = backends
+        self.cohort_mates = prep.cohort_mates
+        self.budgeted = prep.budgeted
+        # the finished runs of each budgeted queue (what it spent): the ledger, then the
+        # runs the simulation ends
+        self.spent: dict[str, list[LedgerEntry]] = {q: [] for q in self.budgeted}
+        for entry in ledger:
+            got = self.spent.get(entry.queue)
+            if got is not None:
+                got.append(entry)
         self.model = model
         self.q = q
         self.now = now
@@ -402,7 +433,7 @@ class _Sim:
         self.active: dict[str, _Active] = {}
         self.active_in_queue: dict[str | None, set[str]] = {}
         self.active_in_workflow: dict[str, set[str]] = {}
-        # queue -> cluster -> [how many runs, {quota resource: units}] they hold
+        # queue -> cluster -> [how many runs, {quota resource: units}, pods] they hold
         self.held: dict[str, dict[str, list[Any]]] = {}
         self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
         self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
@@ -413,6 +444,7 @@ class _Sim:
         self.exhausted = False
         for q_name, pend in prep.waits.items():
             self._note_waits(q_name, pend)
+        self._budget_resets()
         # what runs, and what this cycle dispatches (starting now)
         stopped = {s.operation for s in plan.stop}
         for o in observed:
@@ -420,17 +452,53 @@ class _Sim:
                 continue
             op = self.ops.get(o.operation)
             end = 0.0 if o.operation in stopped else self._running_end(o, op, starts)
+            if o.started_at is None:  # the planner counts a run not started yet from now
+                o = replace(o, started_at=now)
             self._activate(o, op, end)
         for d in plan.dispatch:
             op = self.ops[d.operation]
-            o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
-            self._activate(o, op, self._end_from(0.0, op, d.operation))
+            end = self._end_from(0.0, op, d.operation)
+            self._activate(self._dispatched(d.operation, d.queue, 0.0), op, end)
 
     # --- durations ---
 
     def _end_from(self, start: float, op: CompiledOperation, oid: str) -> float | None:
         d = self.model.duration(oid, op.queue, self.q, _timeout(op)).seconds
         return None if d is None else self._after(start, d)
+
+    def _dispatched(self, oid: str, queue: str, t: float) -> ObservedOperation:
+        """What the planner observes of an operation the simulation dispatched at ``t``:
+        dispatched and started then (the simulation does not model placement: every
+        dispatched gang is taken to start, docs/estimates.md)."""
+        op = self.ops[oid]
+        at = self.now + timedelta(seconds=t)
+        return ObservedOperation(
+            oid,
+            Phase.DISPATCHED,
+            dict(op.requests),
+            queue,
+            op.cluster,
+            pods=op.replicas,
+            dispatched_at=at,
+            started_at=at,
+        )
+
+    def _budget_resets(self) -> None:
+        """A heap entry at each reset of a budgeted queue's window within the horizon: what
+        it spent and committed in its window changes then, and nothing else does."""
+        org = self.repo.org
+        for name in sorted(self.budgeted):
+            if not self.candidates.get(name):
+                continue
+            budget = self.repo.queues[name].budget
+            assert budget is not None
+            window = window_at(self.now, budget.per, org.timezone)
+            while True:
+                at = (window.end - self.now).total_seconds()
+                if at > self.end_of_horizon:
+                    break
+                heapq.heappush(self.heap, (at, _RESET + name))
+                window = next_window(window, budget.per, org.timezone)
 
     def _running_end(
         self, o: ObservedOperation, op: CompiledOperation | None, starts: Mapping[str, datetime]
@@ -459,10 +527,10 @@ class _Sim:
         cluster = o.cluster or (op.cluster if op is not None else None)
         if cluster is None and queue is not None and queue in self.repo.queues:
             cluster = self.repo.queues[queue].cluster
-        if o.requests is None and op is not None:
-            o = ObservedOperation(o.operation, o.phase, dict(op.requests), queue, cluster)
-        else:
-            o = ObservedOperation(o.operation, o.phase, o.requests, queue, cluster, o.workflow)
+        requests = o.requests
+        if requests is None and op is not None:
+            requests = dict(op.requests)
+        o = replace(o, requests=requests, queue=queue, cluster=cluster)
         a = self.active[o.operation] = _Active(o, op, queue, cluster, end)
         spec = self.repo.queues.get(queue) if queue is not None else None
         if spec is not None and cluster is not None and queue is not None:
@@ -470,8 +538,9 @@ class _Sim:
             a.units = tuple(
                 (r, request_units(v)) for r in spec.quota if (v := get(r)) is not None and v
             )
-            held = self.held.setdefault(queue, {}).setdefault(cluster, [0, {}])
+            held = self.held.setdefault(queue, {}).setdefault(cluster, [0, {}, 0])
             held[0] += 1
+            held[2] += a.pods
             for r, u in a.units:
                 held[1][r] = held[1].get(r, 0) + u
         self.active_in_queue.setdefault(queue, set()).add(o.operation)
@@ -511,20 +580,28 @@ class _Sim:
             freed: set[str] = set()
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
-                self._release(oid, affected, freed)
+                if oid.startswith(_RESET):
+                    affected.add(oid.removeprefix(_RESET))
+                else:
+                    self._release(oid, affected, freed, t)
             for c in sorted(freed):
                 self._cluster_waiters(c, affected)
+            for q in list(affected):  # a cohort's members are planned together
+                affected.update(self.cohort_mates.get(q, ()))
             affected = {q for q in affected if self.candidates.get(q)}
             if affected:
                 self._replan(affected, t)
         self.exhausted = True
 
-    def _release(self, oid: str, affected: set[str], freed: set[str]) -> None:
+    def _release(self, oid: str, affected: set[str], freed: set[str], t: float) -> None:
         a = self.active.pop(oid)
         self.phase[oid] = Phase.SUCCEEDED
+        if a.queue in self.budgeted:
+            self._spend(a, t)
         if a.queue is not None and a.cluster is not None and a.queue in self.held:
             held = self.held[a.queue][a.cluster]
             held[0] -= 1
+            held[2] -= a.pods
             for r, u in a.units:
                 held[1][r] -= u
         self.active_in_queue[a.queue].discard(oid)
@@ -542,6 +619,32 @@ class _Sim:
             op = self.ops[d]
             if d not in self.dispatched_at:
                 affected.add(op.queue)
+
+    def _spend(self, a: _Active, t: float) -> None:
+        """A budgeted queue's run that ends: its ledger entry (its reservation returns,
+        what it cost is spent), as the cycle that sees it end writes it."""
+        o = a.observed
+        start = o.started_at or self.now
+        end = self.now + timedelta(seconds=t)
+        cluster = self.repo.clusters.get(a.cluster or "")
+        prices = prices_for(self.repo.org.prices, cluster.prices if cluster is not None else {})
+        requests = dict(o.requests or {})
+        assert a.queue is not None
+        key = LedgerKey(o.operation, 0, f"simulated@{t}")
+        self.spent[a.queue].append(
+            LedgerEntry(
+                operation=key.operation,
+                generation=key.generation,
+                workload=key.workload,
+                queue=a.queue,
+                cluster=a.cluster or "",
+                phase=str(Phase.SUCCEEDED),
+                requests=requests,
+                start=start,
+                end=end,
+                cost=run_cost(requests, prices, start, end),
+            )
+        )
 
     def _cluster_waiters(self, cluster: str, affected: set[str]) -> None:
         """Add the queues waiting for ``cluster``'s slots, in the planner's order, until
@@ -594,8 +697,9 @@ class _Sim:
             op = self.ops[d.operation]
             self.dispatched_at[d.operation] = t
             self.last.pop(d.operation, None)
-            o = ObservedOperation(d.operation, Phase.DISPATCHED, dict(op.requests), d.queue)
-            self._activate(o, op, self._end_from(t, op, d.operation))
+            self._activate(
+                self._dispatched(d.operation, d.queue, t), op, self._end_from(t, op, d.operation)
+            )
         if sub.dispatch:
             gone = {d.operation for d in sub.dispatch}
             for q in {d.queue for d in sub.dispatch}:
@@ -604,52 +708,62 @@ class _Sim:
             self._note_waits(qa.name, qa.pending)
 
     def _plan(self, queues: set[str], t: float, heads: Mapping[str, int | None]) -> Admission:
-        """The planner's steps 1-4 (``admit_dispatch``) over ``queues``: their candidates
-        (the first ``heads[q]`` of them when given), what holds their queues, workflows
-        and dependencies; each cluster's limit less the runs outside."""
+        """The planner's steps 1-4 (``admit_dispatch``) over ``queues`` at ``t``: their
+        candidates (the first ``heads[q]`` of them when given), what holds their queues,
+        workflows and dependencies, the members of their cohorts; each cluster's limit
+        less the runs outside; the org's prices and the budgeted queues' ledger."""
         repo = self.repo
-        operations: list[CompiledOperation] = []
+        operations: dict[str, CompiledOperation] = {}
         observed: dict[str, ObservedOperation] = {}
         workflows: set[str] = set()
         deps: set[str] = set()
+        context = set(queues)  # and the cohort members with nothing to plan
         for q in queues:
+            context.update(self.cohort_mates.get(q, ()))
             head = heads.get(q)
             cands = self.candidates[q]
             for op in cands if head is None else cands[:head]:
-                operations.append(op)
+                operations[op.id] = op
                 if op.workflow is not None:
                     workflows.add(op.workflow.parent)
                 deps.update(op.dependencies)
         # The runs that hold these queues stand in as one per queue and cluster (their
-        # requests summed, the queue's concurrency less the others); a workflow's runs
-        # are given as they are (check 8 counts them by their operation).
+        # requests and pods summed, the queue's concurrency less the others); a
+        # workflow's runs, and a budgeted queue's (each is committed by its own start and
+        # timeout), are given as they are.
         passed: set[str] = set()
         for w in workflows:
             passed.update(self.active_in_workflow.get(w, ()))
+        for q in context & self.budgeted:
+            passed.update(self.active_in_queue.get(q, ()))
         minus: dict[tuple[str | None, str | None], list[Any]] = {}
         for oid in sorted(passed):
             a = self.active[oid]
             observed[oid] = a.observed
             if a.op is not None:
-                operations.append(a.op)
-            m = minus.setdefault((a.queue, a.cluster), [0, {}])
+                operations[a.op.id] = a.op
+            m = minus.setdefault((a.queue, a.cluster), [0, {}, 0])
             m[0] += 1
+            m[2] += a.pods
             for r, u in a.units:
                 m[1][r] = m[1].get(r, 0) + u
         specs = {}
-        for q in sorted(queues):
+        for q in sorted(context):
             spec = repo.queues[q]
             stand_ins = others = 0
-            for cluster, (count, units) in sorted(self.held.get(q, {}).items()):
+            for cluster, (count, units, pods) in sorted(self.held.get(q, {}).items()):
                 less = minus.get((q, cluster))
                 if less is not None:
                     count -= less[0]
+                    pods -= less[2]
                     units = {r: u - less[1].get(r, 0) for r, u in units.items()}
                 if count <= 0:
                     continue
                 sid = f"{q}\x00{cluster}"
                 requests = {r: Decimal(u) * _NANO for r, u in units.items() if u}
-                observed[sid] = ObservedOperation(sid, Phase.RUNNING, requests, q, cluster)
+                observed[sid] = ObservedOperation(
+                    sid, Phase.RUNNING, requests, q, cluster, pods=pods
+                )
                 stand_ins += 1
                 others += count
             if spec.concurrency is not None and others != stand_ins:
@@ -670,27 +784,34 @@ class _Sim:
         for o in observed.values():
             if o.phase.active and o.cluster is not None:
                 inside[o.cluster] = inside.get(o.cluster, 0) + 1
-        involved = {self.repo.queues[q].cluster for q in queues}
-        involved.update(op.cluster for op in operations)
+        involved = {repo.queues[q].cluster for q in context}
+        involved.update(op.cluster for op in operations.values())
         involved.update(o.cluster for o in observed.values() if o.cluster is not None)
         limits = self.cluster_limit
         clusters = {
-            name: ClusterSpec(
-                name,
-                concurrency=None
-                if limit is None
-                else limit - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
+            name: spec
+            if spec.concurrency is None
+            else replace(
+                spec,
+                concurrency=spec.concurrency
+                - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
             )
             for name in involved
             if name in limits
-            for limit in (limits[name],)
+            for spec in (repo.clusters[name],)
         }
+        ledger = [e for q in sorted(context & self.budgeted) for e in self.spent[q]]
         return admit_dispatch(
-            operations,
+            operations.values(),
             specs,
             clusters,
             observed.values(),
+            repo.org,
+            self.now + timedelta(seconds=t),
             unreachable=self.unreachable,
+            backends=self.backends,
+            cohorts=repo.cohorts,
+            ledger=ledger,
         )
 
     # --- results ---
@@ -749,16 +870,23 @@ class _Sim:
 def _full(q: QueueAdmission, rest: Sequence[CompiledOperation]) -> bool:
     """After an admission, none of ``rest`` (the queue's later candidates) could be
     dispatched: its concurrency is reached, its StrictFIFO head holds it, or none of them
-    fits in what its quota has left (compared as exact quantities: a request that fits by
-    them may still not fit by the planner's rounding, never the other way round)."""
+    fits in the pods (``maxPods``) and the quota it has left (compared as exact quantities:
+    a request that fits by them may still not fit by the planner's rounding, never the
+    other way round). A cohort member's quota is not all it may use (it may borrow): only
+    its pods count then."""
     if q.strategy is QueueStrategy.STRICT_FIFO and any(r in _HOLDS_HEAD for _, r in q.pending):
         return True
     if q.concurrency is not None and q.active >= q.concurrency:
         return True
-    if not q.free:
-        return False
+    pods = q.pods_free
+    if q.cohort or not q.free:
+        if pods is None:
+            return False
+        return all(op.replicas > pods for op in rest)
     left = [(r, Decimal(units) * _NANO) for r, units in q.free]
     for op in rest:
+        if pods is not None and op.replicas > pods:
+            continue
         get = op.requests.get
         if all(get(r, _ZERO) <= free for r, free in left):
             return False
@@ -766,8 +894,8 @@ def _full(q: QueueAdmission, rest: Sequence[CompiledOperation]) -> bool:
 
 
 def _timeout(op: CompiledOperation) -> float | None:
-    t = timeout_seconds(op)
-    return None if t is None else float(t)
+    """The op's timeout (its own, a sandbox's default or its queue's ``defaultTimeout``)."""
+    return None if op.timeout is None else float(op.timeout)
 
 
 def _static_block(p: Pending) -> str:
@@ -811,16 +939,35 @@ def estimate_starts(
     horizon: timedelta = DEFAULT_HORIZON,
     unreachable: Iterable[str] = (),
     resolution: timedelta = DEFAULT_RESOLUTION,
+    backends: Mapping[str, frozenset[str]] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Estimates:
     """Every pending operation of ``plan`` (the cycle's plan over ``observed`` at ``now``),
     with when it is estimated to be dispatched. ``starts`` are the active runs' start times
-    (by planner id; missing: now); ``history`` the finished runs."""
+    (by planner id; missing: now); ``history`` the finished runs' durations. The other
+    inputs are the plan's own: the ``unreachable`` clusters, the ``backends`` each serves
+    and the ``ledger`` (what budgeted queues spent)."""
     model = DurationModel(history)
     down = frozenset(unreachable)
     prep = _Prepared(repo, plan)
+    entries = tuple(ledger)
+    served = backends or {}
     results = []
     for q in (P50, P90):
-        sim = _Sim(prep, plan, observed, starts, model, q, now, horizon, down, resolution)
+        sim = _Sim(
+            prep,
+            plan,
+            observed,
+            starts,
+            model,
+            q,
+            now,
+            horizon,
+            down,
+            resolution,
+            served,
+            entries,
+        )
         sim.run()
         results.append(sim.etas())
     p50s, p90s = results
@@ -845,37 +992,56 @@ def starts_of(workloads: Mapping[str, WorkloadState]) -> dict[str, datetime]:
     return out
 
 
-def history_of(states: Iterable[WorkloadState], extra: Iterable[RunRecord] = ()) -> list[RunRecord]:
-    """The runs a view knows: each operation's last finished run, plus ``extra`` (e.g. a
-    ledger of every finished run); one run recorded in both counts once."""
-    seen = {(r.operation, r.seconds) for r in extra}
-    out = list(extra)
-    for r in runs_from_states(states):
-        if (r.operation, r.seconds) not in seen:
-            out.append(r)
+def runs_from_ledger(ledger: Iterable[LedgerEntry]) -> tuple[RunRecord, ...]:
+    """The ledger's finished runs (start to end, its Job's own times), every one of them; a
+    run stopped by the reconciler (removed from the repo, a gang that did not start) says
+    nothing of how long the operation runs and is left out."""
+    stopped = str(Phase.STOPPED)
+    return tuple(
+        RunRecord(e.operation, e.queue or None, e.duration_seconds)
+        for e in ledger
+        if e.phase != stopped
+    )
+
+
+def history_of(
+    states: Iterable[WorkloadState], ledger: Iterable[LedgerEntry] = ()
+) -> list[RunRecord]:
+    """The runs a view knows: the ledger (every finished run, on the status branch), and
+    each operation's last finished run the ledger does not hold (a run that ended before
+    the ledger was kept). A run is counted once: by its ledger key (operation, generation,
+    workload)."""
+    entries = list(ledger)
+    keys = {e.key for e in entries}
+    out = list(runs_from_ledger(entries))
+    out += runs_from_states(
+        s for s in states if LedgerKey(s.operation, s.generation, s.name) not in keys
+    )
     return out
 
 
 def estimate_decision(
     compiled: CompiledRepo,
     decision: Decision,
-    history: Iterable[RunRecord] = (),
     *,
     horizon: timedelta = DEFAULT_HORIZON,
 ) -> Estimates:
     """THE estimates of a cycle's decision, which every view shows: its plan simulated
-    forward from its own observed state, clock (``plan.at``) and unreachable clusters. The
-    history is what the decision remembers (each operation's last finished run, from the
-    status branch) plus ``history`` (e.g. a ledger)."""
+    forward with the planner's own inputs (its observed state, clock ``plan.at``,
+    unreachable clusters, backends served and ledger). The durations are those of the
+    finished runs the decision knows: its ledger, and each operation's last run the ledger
+    does not hold (``history_of``)."""
     last = {**decision.memory.seen, **decision.states}  # each operation's last run, once
-    runs = history_of(last.values(), history)
+    ledger = decision.memory.ledger
     return estimate_starts(
         compiled,
         decision.plan,
         decision.observed,
         starts_of(decision.workloads),
-        runs,
+        history_of(last.values(), ledger),
         decision.plan.at,
         horizon=horizon,
         unreachable=decision.unreachable,
+        backends=decision.backends,
+        ledger=ledger,
     )

@@ -52,7 +52,7 @@ def plan_to_dict(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> dict[str, A
 
 
 def _queue_dict(q: QueueSummary) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "name": q.name,
         "cluster": q.cluster,
         "priority": q.priority,
@@ -63,6 +63,11 @@ def _queue_dict(q: QueueSummary) -> dict[str, Any]:
         "dispatching": q.dispatching,
         "pending": q.pending,
     }
+    if q.cohort is not None:  # observed, like ``used``
+        out["cohort"] = q.cohort
+        out["borrowed"] = {r: format_quantity(v) for r, v in sorted(q.borrowed.items())}
+        out["lent"] = {r: format_quantity(v) for r, v in sorted(q.lent.items())}
+    return out
 
 
 def plan_to_json(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> str:
@@ -88,9 +93,14 @@ def _quota_cell(q: QueueSummary) -> str:
     for r, limit in sorted(q.quota.items()):
         before = q.used.get(r, Decimal(0))
         added = q.used_after.get(r, before) - before
-        cells.append(
+        cell = (
             f"{r} {_plus(format_quantity(before), format_quantity(added))}/{format_quantity(limit)}"
         )
+        if borrowed := q.borrowed_after.get(r):
+            cell += f" (+{format_quantity(borrowed)} borrowed)"
+        elif lent := q.lent_after.get(r):
+            cell += f" ({format_quantity(lent)} lent)"
+        cells.append(cell)
     return ", ".join(cells)
 
 

@@ -11,7 +11,8 @@ Two sources build the same rows:
 - the status branch (``queues_view_from_status``), as the reconciler last wrote it.
 
 Counts: ``active`` is every Dispatched or Running operation (what holds concurrency and
-quota); of those ``running`` have a running pod and ``waiting`` are dispatched but not
+quota), ``pods`` their pods (every replica of a distributed operation: what ``maxPods``
+limits); of those ``running`` have a running pod and ``waiting`` are dispatched but not
 running yet (``WaitingForCapacity``: no node has room, or still starting). Dispatch is not
 placement: a waiting operation holds its queue's quota like a running one.
 """
@@ -31,10 +32,10 @@ from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.explain import ProvenanceRow, provenance_rows
 from reconciler.core.load import parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import Pending, Plan, QueueSummary
+from reconciler.core.plan import BudgetSummary, Pending, Plan, QueueSummary
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
-from reconciler.core.status import OperationStatus, QueueStatus, StatusView
+from reconciler.core.status import OperationStatus, QueueStatus, StatusView, budget_record
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
 from reconciler.core.wire import ApiModel, EmptyAsNull, IsoTime, Items, JsonObject, QuantityText
 
@@ -47,7 +48,11 @@ ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 class QuotaUse(ApiModel):
     resource: str
     used: QuantityText
-    limit: QuantityText
+    limit: QuantityText  # the queue's own (nominal) quota
+    # in a cohort: how much of ``used`` is above the limit (borrowed), and how much of the
+    # limit other queues of the cohort use (lent)
+    borrowed: QuantityText = Decimal(0)
+    lent: QuantityText = Decimal(0)
 
     @property
     def fraction(self) -> float:
@@ -58,7 +63,47 @@ class QuotaUse(ApiModel):
 
     @property
     def text(self) -> str:
-        return f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+        text = f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+        if self.borrowed:
+            text += f" (+{format_quantity(self.borrowed)} borrowed)"
+        if self.lent:
+            text += f" ({format_quantity(self.lent)} lent)"
+        return text
+
+
+class QueueBudget(ApiModel):
+    """A budgeted queue's window (docs/budgets.md): what its finished runs ``spent`` in it
+    and its active runs ``committed`` (cost so far and to their timeouts), against its
+    ``limit``; amounts as decimal text in ``unit`` (a currency, or resource-hours)."""
+
+    limit: str
+    spent: str
+    committed: str
+    unit: str = ""
+    per: str = ""
+    window_start: str = ""
+    window_end: str = ""
+
+    @property
+    def text(self) -> str:
+        """``2.5+5/10 USD/day``: spent + committed / limit, per window."""
+        unit = f" {self.unit}" if self.unit else ""
+        return f"{self.spent}+{self.committed}/{self.limit}{unit}/{self.per}"
+
+    @classmethod
+    def of(cls, summary: BudgetSummary | None, *, applied: bool) -> QueueBudget | None:
+        """The plan's summary of the window (the planner's, from the decision's inputs)."""
+        return None if summary is None else cls(**budget_record(summary, applied=applied))
+
+    @classmethod
+    def recorded(cls, record: Mapping[str, Any] | None) -> QueueBudget | None:
+        """What the status branch recorded (``budget_record`` of the same summary)."""
+        if not record:
+            return None
+        return cls(**{k: str(v) for k, v in record.items() if k in _BUDGET_KEYS})
+
+
+_BUDGET_KEYS = ("limit", "spent", "committed", "unit", "per", "windowStart", "windowEnd")
 
 
 # Per resource name; ``quota`` in the JSON.
@@ -83,6 +128,14 @@ class QueueRow(ApiModel):
     kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
+    pods: int = 0  # of the active operations, every replica counted
+    max_pods: int | None = None  # the limit; None: unlimited
+    cohort: str | None = None
+    budget: QueueBudget | None = None  # a budgeted queue's window
+
+    @property
+    def budget_text(self) -> str:
+        return self.budget.text if self.budget is not None else ""
 
     @property
     def head_starts(self) -> str:
@@ -91,6 +144,10 @@ class QueueRow(ApiModel):
     @property
     def concurrency_text(self) -> str:
         return f"{self.active}/{'-' if self.concurrency is None else self.concurrency}"
+
+    @property
+    def pods_text(self) -> str:
+        return f"{self.pods}/{'-' if self.max_pods is None else self.max_pods}"
 
 
 class FleetTotal(ApiModel):
@@ -104,6 +161,7 @@ class FleetTotal(ApiModel):
     pending: int
     next: int
     quotas: Quotas  # summed over the queues that limit the resource
+    pods: int = 0
 
 
 class Fleet(ApiModel):
@@ -159,6 +217,7 @@ def _total(cluster: str, rows: Sequence[QueueRow]) -> FleetTotal:
         waiting=sum(r.waiting for r in rows),
         pending=sum(r.pending for r in rows),
         next=sum(r.next for r in rows),
+        pods=sum(r.pods for r in rows),
         quotas=tuple(QuotaUse(resource=k, used=used[k], limit=limit[k]) for k in sorted(limit)),
     )
 
@@ -206,6 +265,8 @@ def build_queues_view(
     rows = []
     for q in plan.queues:
         used = q.used_after if applied else q.used
+        borrowed = q.borrowed_after if applied else q.borrowed
+        lent = q.lent_after if applied else q.lent
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         rows.append(
@@ -215,7 +276,7 @@ def build_queues_view(
                 priority=q.priority,
                 active=q.active + q.dispatching if applied else q.active,
                 concurrency=q.concurrency,
-                quotas=_quotas(q, used),
+                quotas=_quotas(q, used, borrowed, lent),
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
@@ -226,6 +287,10 @@ def build_queues_view(
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
+                pods=q.pods_after if applied else q.pods,
+                max_pods=q.max_pods,
+                cohort=q.cohort,
+                budget=QueueBudget.of(q.budget, applied=applied),
             )
         )
     return QueuesView(
@@ -237,9 +302,21 @@ def build_queues_view(
     )
 
 
-def _quotas(q: QueueSummary, used: Mapping[str, Decimal]) -> tuple[QuotaUse, ...]:
+def _quotas(
+    q: QueueSummary,
+    used: Mapping[str, Decimal],
+    borrowed: Mapping[str, Decimal],
+    lent: Mapping[str, Decimal],
+) -> tuple[QuotaUse, ...]:
+    zero = Decimal(0)
     return tuple(
-        QuotaUse(resource=r, used=used.get(r, Decimal(0)), limit=limit)
+        QuotaUse(
+            resource=r,
+            used=used.get(r, zero),
+            limit=limit,
+            borrowed=borrowed.get(r, zero),
+            lent=lent.get(r, zero),
+        )
         for r, limit in sorted(q.quota.items())
     )
 
@@ -281,7 +358,13 @@ def _status_row(
         active=q.active,
         concurrency=q.concurrency,
         quotas=tuple(
-            QuotaUse(resource=r, used=_quantity(q.used.get(r, "0")), limit=_quantity(v))
+            QuotaUse(
+                resource=r,
+                used=_quantity(q.used.get(r, "0")),
+                limit=_quantity(v),
+                borrowed=_quantity(q.borrowed.get(r, "0")),
+                lent=_quantity(q.lent.get(r, "0")),
+            )
             for r, v in sorted(q.quota.items())
         ),
         running=running,
@@ -292,6 +375,10 @@ def _status_row(
         kinds=q.kinds,
         strategy=q.strategy,
         paused=q.paused,
+        pods=q.active if q.pods is None else q.pods,
+        max_pods=q.max_pods,
+        cohort=q.cohort,
+        budget=QueueBudget.recorded(q.budget),
     )
 
 
@@ -398,14 +485,26 @@ def queue_settings(
         (("cluster",), spec.cluster),
         (("priority",), str(spec.priority)),
         (("concurrency",), "unlimited" if spec.concurrency is None else str(spec.concurrency)),
+        (("maxPods",), "unlimited" if spec.max_pods is None else str(spec.max_pods)),
     ]
     values += [(("quota", r), format_quantity(v)) for r, v in sorted(spec.quota.items())]
     if not spec.quota:
         values.append((("quota",), "none"))
+    if spec.cohort is not None:
+        values.append((("cohort",), spec.cohort))
+        values += [
+            ((field, r), format_quantity(v))
+            for field, limits in (
+                ("borrowingLimit", spec.borrowing_limit),
+                ("lendingLimit", spec.lending_limit),
+            )
+            for r, v in sorted(limits.items())
+        ]
     values += [
         (("kinds",), ", ".join(_kinds(spec))),
         (("strategy",), str(spec.strategy)),
         (("paused",), "true" if spec.paused else "false"),
+        (("startTimeout",), "none" if spec.start_timeout is None else f"{spec.start_timeout}s"),
     ]
     out = []
     for path, value in values:
@@ -677,9 +776,9 @@ def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, appli
 
 # --- text -------------------------------------------------------------------------------
 
-HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
+HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT", "BUDGET"]
 HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON", "HEAD STARTS"]
-WIDE_HEADERS = [*HEADERS, "NEXT", "KINDS", "STRATEGY", "PAUSED"]
+WIDE_HEADERS = [*HEADERS, "NEXT", "PODS/LIMIT", "COHORT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
 
 
@@ -697,6 +796,7 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             str(r.priority),
             r.concurrency_text,
             _quota_cell(r.quotas),
+            r.budget_text or "-",
             str(r.running),
             str(r.waiting),
             str(r.pending),
@@ -704,7 +804,8 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             r.head_starts or "-",
         ]
         if wide:
-            cells += [str(r.next), ",".join(r.kinds) or "-", r.strategy, str(r.paused).lower()]
+            cells += [str(r.next), r.pods_text, r.cohort or "-", ",".join(r.kinds) or "-"]
+            cells += [r.strategy, str(r.paused).lower()]
         rows.append(cells)
     fleet = [
         [

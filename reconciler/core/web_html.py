@@ -151,7 +151,8 @@ def _queue_row(r: QueueRow) -> str:
     return (
         f'<tr data-queue="{esc(r.name)}"><td>{_link(queue_href(r.name), r.name)}{esc(paused)}</td>'
         f"<td>{esc(r.cluster)}</td><td>{r.priority}</td><td class=quota>{_concurrency(r)}</td>"
-        f"<td>{quotas}</td><td>{r.running}</td><td>{r.waiting}</td><td>{r.pending}</td>"
+        f"<td>{quotas}</td><td>{esc(r.budget_text or '-')}</td>"
+        f"<td>{r.running}</td><td>{r.waiting}</td><td>{r.pending}</td>"
         f"<td>{head}</td><td>{esc(r.head_starts or '-')}</td>"
         f"<td>{esc(', '.join(r.kinds))}</td><td>{esc(r.strategy)}</td></tr>"
     )
@@ -163,6 +164,7 @@ QUEUE_TABLE_HEADERS = (
     "Priority",
     "Active/limit",
     "Quota used/limit",
+    "Budget",
     "Running",
     "Waiting",
     "Pending",
@@ -241,7 +243,14 @@ def queue_main(d: QueueDetail) -> str:
     summary = (
         f"<dl><dt>Cluster</dt><dd>{esc(r.cluster)}</dd><dt>Priority</dt><dd>{r.priority}</dd>"
         f"<dt>Active/limit</dt><dd>{_concurrency(r)}</dd><dt>Quota</dt><dd>{quotas}</dd>"
-        f"<dt>Running / waiting / pending</dt><dd>{r.running} / {r.waiting} / {r.pending}</dd>"
+        f"<dt>Pods/maxPods</dt><dd>{esc(r.pods_text)}</dd>"
+        + (f"<dt>Cohort</dt><dd>{esc(r.cohort)}</dd>" if r.cohort else "")
+        + (
+            f"<dt>Budget (spent+committed/limit)</dt><dd>{esc(r.budget_text)}</dd>"
+            if r.budget is not None
+            else ""
+        )
+        + f"<dt>Running / waiting / pending</dt><dd>{r.running} / {r.waiting} / {r.pending}</dd>"
         f"<dt>Strategy</dt><dd>{esc(r.strategy)}</dd><dt>Paused</dt>"
         f"<dd>{'yes' if r.paused else 'no'}</dd></dl>"
     )

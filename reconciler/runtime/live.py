@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
-from reconciler.core.cycle import ClusterListing, Decision, Memory, decide
+from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
 from reconciler.core.observe import observe_workloads
 from reconciler.core.types import ClusterSpec, CompiledRepo
 
@@ -29,15 +29,17 @@ def connector(overrides: Mapping[str, Path] | None = None) -> Connect:
 def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, ClusterListing]:
     """Every cluster of the config, listed fresh (nothing can lag), or why it could not be."""
     listing: dict[str, ClusterListing] = {}
+    wanted = wanted_backends(compiled)
     for name in sorted(compiled.clusters):
         try:
             kube = connect(compiled.clusters[name])
             jobs = kube.list_managed("Job").items
             pods = kube.list_managed("Pod").items
+            served = kube.served_backends(wanted[name]) if name in wanted else frozenset()
         except KubeError as exc:
             listing[name] = ClusterListing.unreachable(str(exc))
             continue
-        listing[name] = ClusterListing(observe_workloads(name, jobs, pods))
+        listing[name] = ClusterListing(observe_workloads(name, jobs, pods), backends=served)
     return listing
 
 

@@ -7,7 +7,9 @@ every event."""
 from __future__ import annotations
 
 import heapq
+from dataclasses import replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +27,10 @@ from reconciler.core.estimate import (
     estimate_starts,
     quantile,
 )
+from reconciler.core.ledger import LedgerEntry, next_window, run_cost, window_at
 from reconciler.core.plan import plan_dispatch
 from reconciler.core.plan_render import plan_to_table
-from reconciler.core.types import ObservedOperation, Phase
+from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
 
 MIN = 60.0
 HOUR = 3600.0
@@ -208,7 +211,7 @@ def test_a_dependency_is_dispatched_and_finishes_before_its_dependent() -> None:
 
 def test_no_history_takes_the_timeout_else_unknown() -> None:
     world = World().queue("q", concurrency=1).queue("r", concurrency=1)
-    world.op("p/bounded", queue="q").spec({"kind": "job", "run": {"timeout": "2h"}})
+    world.op("p/bounded", queue="q").timeout("2h")
     world.op("p/after-bounded", queue="q")
     world.op("p/unbounded", queue="r")
     world.op("p/after-unbounded", queue="r")
@@ -251,61 +254,146 @@ def test_strict_fifo_holds_the_queue_behind_its_head() -> None:
 # --- the incremental simulation equals replanning the whole world --------------------------
 
 
-def _naive(world: World, history: list[RunRecord], q: float) -> dict[str, datetime]:
-    """Replan every operation at every event: the slow reference."""
+def _naive(
+    world: World, history: list[RunRecord], q: float, ledger: list[LedgerEntry]
+) -> dict[str, datetime]:
+    """Replan every operation at every event (a run's end, a budget window's reset), with
+    the ledger of what every budgeted run that ended spent: the slow reference."""
     model = DurationModel(history)
     repo = world.repo()
     ops = {op.id: op for op in repo.operations}
-    observed = dict(world.observed)
+    observed = {
+        oid: o if o.started_at is not None else replace(o, started_at=NOW)
+        for oid, o in world.observed.items()
+    }
+    spent = list(ledger)
     heap: list[tuple[datetime, str]] = []
+    end_of_horizon = NOW + timedelta(hours=24)
+    resets: set[datetime] = set()
+    for spec in repo.queues.values():
+        if spec.budget is not None:
+            w = window_at(NOW, spec.budget.per, repo.org.timezone)
+            while w.end <= end_of_horizon:
+                resets.add(w.end)
+                w = next_window(w, spec.budget.per, repo.org.timezone)
+
+    def timeout(oid: str) -> float | None:
+        t = ops[oid].timeout
+        return None if t is None else float(t)
 
     def start(oid: str, t: datetime) -> None:
-        d = model.duration(oid, ops[oid].queue, q, None).seconds
+        d = model.duration(oid, ops[oid].queue, q, timeout(oid)).seconds
         assert d is not None
         heapq.heappush(heap, (t + timedelta(seconds=d), oid))
 
     for oid, o in observed.items():
         if o.phase.active:
-            left = model.remaining(oid, o.queue or ops[oid].queue, q, None, 0.0)
+            left = model.remaining(oid, o.queue or ops[oid].queue, q, timeout(oid), 0.0)
             assert left is not None
             heapq.heappush(heap, (NOW + timedelta(seconds=left), oid))
     out: dict[str, datetime] = {}
     t = NOW
     first = True
-    while first or heap:
+    while True:
         if not first:
-            t = heap[0][0]
-            if t > NOW + timedelta(hours=24):
+            nxt = [r for r in resets if r > t]
+            if heap:
+                nxt.append(heap[0][0])
+            if not nxt:
+                break
+            t = min(nxt)
+            if t > end_of_horizon:
                 break
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
+                o = observed[oid]
+                op = ops[oid]
+                if repo.queues[op.queue].budget is not None:
+                    requests = dict(op.requests)
+                    assert o.started_at is not None
+                    cost = run_cost(requests, repo.org.prices, o.started_at, t)
+                    spent.append(
+                        LedgerEntry(
+                            operation=oid,
+                            generation=1,
+                            workload=f"w-{t.isoformat()}",
+                            queue=op.queue,
+                            cluster=op.cluster,
+                            phase="Succeeded",
+                            requests=requests,
+                            start=o.started_at,
+                            end=t,
+                            cost=cost,
+                        )
+                    )
                 observed[oid] = ObservedOperation(oid, Phase.SUCCEEDED)
         plan = plan_dispatch(
-            repo.operations, repo.queues, repo.clusters, list(observed.values()), repo.org, t
+            repo.operations,
+            repo.queues,
+            repo.clusters,
+            list(observed.values()),
+            repo.org,
+            t,
+            cohorts=repo.cohorts,
+            ledger=spent,
         )
         for d in plan.dispatch:
             if not first:
                 out[d.operation] = t
-            observed[d.operation] = ObservedOperation(d.operation, Phase.DISPATCHED)
+            observed[d.operation] = ObservedOperation(
+                d.operation, Phase.DISPATCHED, dispatched_at=t, started_at=t
+            )
             start(d.operation, t)
         first = False
     return out
 
 
+GPU_HOURS = "nvidia.com/gpu-hours"
+
+
 @st.composite
-def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord]]:
+def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
+    """Clusters, queues (priorities, concurrency, quota, StrictFIFO, maxPods, a cohort
+    that lends and borrows, budgets per day in cost or GPU-hours), operations (GPUs,
+    gangs of 2 pods, timeouts, dependencies, a workflow), their history and a ledger of
+    what the budgeted queues spent today."""
     world = World()
+    world.with_org(
+        prices={"nvidia.com/gpu": Decimal("2.5")},
+        timezone=draw(st.sampled_from(["UTC", "America/New_York", "Asia/Tokyo"])),
+    )
     world.cluster("c0", concurrency=draw(st.none() | st.integers(1, 4)))
     world.cluster("c1", concurrency=draw(st.none() | st.integers(1, 4)))
+    world.cohort("co", draw(st.sampled_from(["30m", "2h"])))
     queues = [f"q{i}" for i in range(draw(st.integers(1, 4)))]
+    budgeted = set()
     for q in queues:
+        quota = draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}]))
+        cohort = quota is not None and draw(st.booleans())
+        budget = None
+        if draw(st.integers(0, 2)) == 0:
+            budget = BudgetSpec(
+                Decimal(draw(st.integers(1, 12))),
+                BudgetPeriod.DAY,
+                draw(st.sampled_from(["cost", GPU_HOURS])),
+            )
+            budgeted.add(q)
         world.queue(
             q,
             cluster=draw(st.sampled_from(["c0", "c1"])),
             priority=draw(st.integers(0, 2)),
             concurrency=draw(st.none() | st.integers(1, 3)),
-            quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
+            quota=quota,
             strict=draw(st.booleans()),
+            max_pods=draw(st.none() | st.integers(1, 4)),
+            cohort="co" if cohort else None,
+            borrowing_limit={"nvidia.com/gpu": draw(st.integers(1, 2))} if cohort else None,
+            lending_limit=(
+                {"nvidia.com/gpu": draw(st.integers(0, 2))}
+                if cohort and draw(st.booleans())
+                else None
+            ),
+            budget=budget,
         )
     n = draw(st.integers(1, 14))
     history: list[RunRecord] = []
@@ -314,6 +402,10 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord]]:
         oid = f"p/o{i}"
         queue = draw(st.sampled_from(queues))
         b = world.op(oid, queue=queue, gpu=draw(st.sampled_from([None, 1, 2])))
+        if draw(st.integers(0, 4)) == 0:
+            b.requests(gpu=1).replicas(2)
+        if queue in budgeted or draw(st.booleans()):
+            b.timeout(draw(st.integers(10, 240)) * 60)
         if ids and draw(st.integers(0, 4)) == 0:
             b.after(draw(st.sampled_from(ids)))
         if draw(st.integers(0, 4)) == 0:
@@ -323,19 +415,46 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord]]:
             history.append(RunRecord(oid, queue, minutes * MIN))
     for oid in draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)):
         world.running(oid)
-    return world, history
+    ledger = []
+    for q in sorted(budgeted):
+        for k in range(draw(st.integers(0, 2))):
+            hours_ago = draw(st.integers(1, 11))
+            end = NOW - timedelta(minutes=draw(st.integers(0, 59)))
+            start = end - timedelta(hours=hours_ago)
+            requests = {"nvidia.com/gpu": Decimal(1)}
+            ledger.append(
+                LedgerEntry(
+                    operation=f"p/old-{q}-{k}",
+                    generation=1,
+                    workload=f"old-{q}-{k}",
+                    queue=q,
+                    cluster=world.queues[q].cluster,
+                    phase="Succeeded",
+                    requests=requests,
+                    start=start,
+                    end=end,
+                    cost=run_cost(requests, world.org.prices, start, end),
+                )
+            )
+    return world, history, ledger
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(worlds())
 def test_the_incremental_simulation_equals_replanning_everything(
-    case: tuple[World, list[RunRecord]],
+    case: tuple[World, list[RunRecord], list[LedgerEntry]],
 ) -> None:
-    world, history = case
+    world, history, ledger = case
     starts = {oid: NOW for oid in world.observed}
-    e = _estimate(world, history, starts)
+    repo = world.repo()
+    plan = world.plan(ledger=ledger)
+    observed = [
+        o if o.started_at is not None else replace(o, started_at=NOW)
+        for o in world.observed.values()
+    ]
+    e = estimate_starts(repo, plan, observed, starts, history, NOW, ledger=ledger)
     for which, q in (("p50", 0.5), ("p90", 0.9)):
-        expected = _naive(world, history, q)
+        expected = _naive(world, history, q, ledger)
         got = {}
         for oid, est in e.pending.items():
             eta = est.p50 if which == "p50" else est.p90
@@ -355,7 +474,7 @@ def test_the_incremental_simulation_equals_replanning_everything(
 def test_the_worked_example_in_the_docs_is_what_the_code_says() -> None:
     world = World().queue("team-b", concurrency=1)
     world.op("team-b/finetune", queue="team-b")
-    world.op("team-b/pretrain", queue="team-b").spec({"kind": "job", "run": {"timeout": "2h"}})
+    world.op("team-b/pretrain", queue="team-b").timeout("2h")
     world.op("team-b/eval", queue="team-b")
     world.op("team-b/sweep", queue="team-b").unapproved()
     world.observe("team-b/finetune", Phase.RUNNING, queue="team-b")

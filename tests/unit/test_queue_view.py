@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -73,7 +73,7 @@ def test_seed_rows_are_in_priority_order_with_quota_and_concurrency(
     )
     assert team_b.quotas[0].text == "4/4" and team_b.quotas[0].fraction == 1.0
     assert (batch.active, batch.concurrency, batch.concurrency_text) == (3, 3, "3/3")
-    assert (team_a.pending, team_a.head_reason) == (3, "QuotaExceeded")
+    assert (team_a.pending, team_a.head_reason) == (4, "QuotaExceeded")
     assert "team-a uses 2 of 2" in team_a.head_message
     assert batch.kinds == ("batch", "job") and batch.strategy == "StrictFIFO"
     assert not batch.paused
@@ -139,8 +139,17 @@ def test_queue_detail_lists_pending_with_position_and_what_admits_it(
         (1, "QuotaExceeded"),
         (2, "QuotaExceeded"),
         (3, "QuotaExceeded"),
+        (4, "QuotaExceeded"),
     ]
-    assert all(p.admit.startswith("admitted when 1 GPU is released by") for p in detail.pending)
+    # the distributed train-ddp (2 x 1 GPU) waits for both GPUs at once
+    assert [p.admit.split(" released by")[0] for p in detail.pending] == [
+        "admitted when 1 GPU is",
+        "admitted when 2 GPUs are",
+        "admitted when 1 GPU is",
+        "admitted when 1 GPU is",
+    ]
+    assert detail.pending[1].operation == "vision/train-ddp"
+    assert detail.pending[1].requests == "cpu=8, memory=64Gi, nvidia.com/gpu=2"
     assert {a.operation for a in detail.active} == {
         d.operation for d in plan.dispatch if d.queue == "team-a"
     }
@@ -244,3 +253,57 @@ def test_recorded_history_keeps_one_event_per_change() -> None:
     assert [e.phase for e in events] == ["Queued", "Dispatched", "Running", "Succeeded"]
     assert events[0].note == "generation 1, QuotaExceeded, position 2, status commit " + "a" * 12
     assert events[1].at == NOW.isoformat(timespec="seconds")
+
+
+def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
+    """The BUDGET column (``reconciler queues``, the web pages, ``/api/v1``): the plan's
+    own summary of the window, spent + committed / limit, the same from the cycle and from
+    the status branch."""
+    from reconciler.core.ledger import Ledger, LedgerEntry
+    from reconciler.core.types import BudgetPeriod, BudgetSpec
+    from reconciler.core.web_html import render_queues_page
+
+    world = World().with_org(prices={"nvidia.com/gpu": Decimal(2)}, currency="USD")
+    world.queue("b", budget=BudgetSpec(Decimal(20), BudgetPeriod.DAY), quota={"nvidia.com/gpu": 4})
+    world.queue("free")
+    world.op("p/one", queue="b", gpu=1).timeout("2h")  # reserves 1 GPU x 2 h x 2 = 4
+    world.op("p/two", queue="b", gpu=2).timeout("3h")  # 12: over 20 with 5 spent and 4
+    repo = world.repo()
+    spent = LedgerEntry(
+        operation="p/old",
+        generation=1,
+        workload="p-old-g1",
+        queue="b",
+        cluster="local",
+        phase="Succeeded",
+        requests={"nvidia.com/gpu": Decimal(1)},
+        start=NOW + timedelta(hours=1),
+        end=NOW + timedelta(hours=3, minutes=30),
+        cost=Decimal(5),
+    )
+    at = NOW + timedelta(hours=4)
+    plan = plan_repo(repo, [], at, ledger=[spent])
+    assert [d.operation for d in plan.dispatch] == ["p/one"]
+    view = build_queues_view(repo, plan, {}, applied=True)
+    rows = {r.name: r for r in view.rows}
+    assert rows["b"].budget_text == "5+4/20 USD/day"
+    assert rows["free"].budget is None and rows["free"].budget_text == ""
+    unapplied = build_queues_view(repo, plan, {}, applied=False)
+    assert {r.name: r for r in unapplied.rows}["b"].budget_text == "5+0/20 USD/day"
+    table = queues_to_table(view).splitlines()
+    assert table[0].split()[5:7] == ["USED/LIMIT", "BUDGET"]
+    assert "5+4/20 USD/day" in table[1 + [r.name for r in view.rows].index("b")]
+    assert rows["b"].to_json()["budget"] == {
+        "limit": "20",
+        "spent": "5",
+        "committed": "4",
+        "unit": "USD",
+        "per": "day",
+        "windowStart": "2026-01-01T00:00:00+00:00",
+        "windowEnd": "2026-01-02T00:00:00+00:00",
+    }
+    recorded = queues_view_from_status(
+        read_status(render_status(repo, plan, {}, ledger=Ledger.of([spent])))
+    )
+    assert {r.name: r for r in recorded.rows}["b"].budget == rows["b"].budget
+    assert "5+4/20 USD/day" in render_queues_page(view)

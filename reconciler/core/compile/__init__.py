@@ -29,12 +29,13 @@ The package, one concern a module (each says what must live in it):
 - ``operations``: one operation's pipeline, steps 1-7, and ``OperationResult``;
 - ``cache``: what one compile keeps for the next (``CompileCache``): a commit recompiles
   only the operations whose inputs changed;
-- ``api``: ``compile_repo`` and ``compile_operation``, and the ``InternalError`` boundary.
+- ``api``: ``compile_repo`` and ``compile_operation``, and the ``InternalError`` boundary;
+  ``org_settings``: ``reconciler.yaml`` alone.
 
 Only the names below are the package's interface.
 """
 
-from reconciler.core.compile.api import compile_operation, compile_repo
+from reconciler.core.compile.api import compile_operation, compile_repo, org_settings
 from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.compile.workflows import MAX_WORKFLOW_CHILDREN
@@ -45,4 +46,5 @@ __all__ = [
     "OperationResult",
     "compile_operation",
     "compile_repo",
+    "org_settings",
 ]

@@ -1,7 +1,7 @@
 """The checks, in order: for each candidate, the first check that fails gives its pending
 reason (docs/dispatch.md, "Checks").
 
-What must live here: the table of checks 0..9 (number, what must hold, the reasons given
+What must live here: the table of checks 0..11 (number, what must hold, the reasons given
 when it fails, whether a failure holds a StrictFIFO queue), in the order the planner applies
 them. It is the one list the planner, ``PendingReason`` and docs/dispatch.md's Checks table
 follow; ``tests/test_plan_package.py`` keeps the three equal.
@@ -33,9 +33,10 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(
         0,
-        "the queue's cluster could be read this cycle",
-        (_R.CLUSTER_UNREACHABLE,),
-        "`ClusterUnreachable`",
+        "the queue's cluster could be read this cycle, and serves the op's "
+        "`run.distributed.backend` (the PyTorchJob CRD for `pytorchjob`)",
+        (_R.CLUSTER_UNREACHABLE, _R.BACKEND_UNAVAILABLE),
+        "`ClusterUnreachable`, or `BackendUnavailable` when the backend's API is not served",
     ),
     Check(1, "queue not `paused`", (_R.QUEUE_PAUSED,), "`QueuePaused`"),
     Check(2, "`isApproved`", (_R.AWAITING_APPROVAL,), "`AwaitingApproval`"),
@@ -47,13 +48,15 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         4,
-        "the op's request, alone, fits within every quota of its queue",
+        "the op's whole request (every replica), alone, fits within every quota and the "
+        "`maxPods` of its queue",
         (_R.EXCEEDS_QUOTA,),
         "`ExceedsQuota`",
     ),
     Check(
         5,
-        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7 or 9 this cycle",
+        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7, 8, 10 or 11 "
+        "this cycle",
         (_R.WAITING_BEHIND_HEAD,),
         "`WaitingBehindHead`",
     ),
@@ -66,22 +69,44 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         7,
-        "for each resource in the quota: used + request ≤ quota",
-        (_R.QUOTA_EXCEEDED,),
-        "`QuotaExceeded`, naming the resource",
+        "queue active pods (every replica, including dispatches earlier in this plan) + the "
+        "op's replicas ≤ `maxPods` (when set)",
+        (_R.MAX_PODS_REACHED,),
+        "`MaxPodsReached`",
         holds_head=True,
     ),
     Check(
         8,
+        "for each resource in the quota: used + the op's whole request (every replica) ≤ quota "
+        "(in a cohort: see Cohorts)",
+        (
+            _R.QUOTA_EXCEEDED,
+            _R.WAITING_FOR_LENT_QUOTA,
+            _R.BORROWING_NOT_ALLOWED,
+            _R.COHORT_LIMIT,
+        ),
+        "`QuotaExceeded`, naming the resource; in a cohort `WaitingForLentQuota`, "
+        "`BorrowingNotAllowed` or `CohortLimit`",
+        holds_head=True,
+    ),
+    Check(
+        9,
         "active children of its workflow < workflow `concurrency`",
         (_R.WORKFLOW_PARALLELISM,),
         "`WorkflowParallelism`",
     ),
     Check(
-        9,
+        10,
         "cluster active count < cluster `concurrency` (when set)",
         (_R.CLUSTER_CONCURRENCY_LIMIT,),
         "`ClusterConcurrencyLimit`",
+        holds_head=True,
+    ),
+    Check(
+        11,
+        "queue `budget`: spent + committed + the op's reservation ≤ limit in the window",
+        (_R.BUDGET_EXCEEDED,),
+        "`BudgetExceeded`",
         holds_head=True,
     ),
 )

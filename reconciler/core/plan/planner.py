@@ -6,9 +6,11 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo;
-4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
-   counting each dispatch before the next candidate;
-   (``admit_dispatch`` stops here: steps 1-4 alone, for the start-time estimate);
+4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
+   counting each dispatch before the next candidate; then ``cohorts.borrow`` (4b): the
+   ops that fit only by borrowing from their cohort, in the same order
+   (``admit_dispatch`` stops here: steps 1-4 alone, the same calls, for the start-time
+   estimate, which replans many times and shows no explanation);
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
@@ -25,6 +27,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import spent as spent_in
+from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.model import (
@@ -36,12 +41,14 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
+    DistributedBackend,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -62,18 +69,36 @@ def plan_dispatch(
     *,
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
+    backends: Mapping[str, frozenset[str]] | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
     ``observed`` lists what the clusters say; unlisted operations are ``Queued``.
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
-    (check 0), and their active operations keep counting as observed.
+    (check 0), and their active operations keep counting as observed. ``backends``: per
+    cluster, the optional backends (``run.distributed.backend`` values other than ``job``)
+    whose API it serves; an operation whose backend its cluster does not serve waits with
+    ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
+    ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
+    ``ledger``: the finished runs, for what budgeted queues spent in their window (check 11).
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
         return _plan(
-            operations, queues, clusters, observed, org, now, rejected, frozenset(unreachable)
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            rejected,
+            frozenset(unreachable),
+            backends or {},
+            cohorts or {},
+            ledger,
         )
 
 
@@ -84,6 +109,8 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
+    backends: Mapping[str, frozenset[str]] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -100,7 +127,14 @@ def plan_repo(
         now,
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
+        backends=backends,
+        cohorts=repo.cohorts,
+        ledger=ledger,
     )
+
+
+_NONE: frozenset[str] = frozenset()
+_JOB = DistributedBackend.JOB
 
 
 @contextmanager
@@ -125,7 +159,10 @@ class QueueAdmission(NamedTuple):
     concurrency: int | None
     active: int  # observed, plus this admission's dispatches
     pending: tuple[tuple[str, PendingReason], ...]  # (operation id, reason), in order
-    free: tuple[tuple[str, int], ...]  # per quota resource: the units left
+    free: tuple[tuple[str, int], ...]  # per quota resource: the units left (own quota)
+    pods_free: int | None  # maxPods less the pods held; None: no maxPods
+    cohort: bool  # a cohort member (what is left depends on the other members)
+    budgeted: bool  # a queue with a budget (what is left depends on its window)
 
 
 class Admission(NamedTuple):
@@ -138,19 +175,34 @@ def admit_dispatch(
     queues: Mapping[str, QueueSpec],
     clusters: Mapping[str, ClusterSpec],
     observed: Iterable[ObservedOperation],
+    org: OrgSettings,
+    now: datetime,
     *,
     unreachable: Collection[str] = (),
+    backends: Mapping[str, frozenset[str]] | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Admission:
-    """Steps 1-4 of :func:`plan_dispatch` (the same functions), without pruning and
-    explaining: what is dispatched and why each candidate waits. For callers that replan
-    many times and show no explanation (the start-time estimate, ``core/estimate.py``);
-    nothing is pruned (no observed operation counts as rejected)."""
+    """Steps 1-4 of :func:`plan_dispatch` (the same calls, the same inputs), without
+    pruning and explaining: what is dispatched and why each candidate waits. For callers
+    that replan many times and show no explanation (the start-time estimate,
+    ``core/estimate.py``); nothing is pruned (no observed operation counts as rejected)."""
     with _gc_paused():
-        _seen, _ops, order, dispatch, _removed, _total = _admit_steps(
-            operations, queues, clusters, observed, (), frozenset(unreachable)
+        steps = _admit_steps(
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            (),
+            frozenset(unreachable),
+            backends or {},
+            cohorts or {},
+            ledger,
         )
         return Admission(
-            tuple(dispatch),
+            tuple(steps.dispatch),
             tuple(
                 QueueAdmission(
                     q.spec.name,
@@ -159,10 +211,23 @@ def admit_dispatch(
                     q.active,
                     tuple((p[0], p[2]) for p in q.pending),
                     tuple((r, q.quota[i] - q.used[i]) for i, r in enumerate(q.resources)),
+                    None if q.spec.max_pods is None else q.spec.max_pods - q.pods,
+                    q.cohort is not None,
+                    q.budget is not None,
                 )
-                for q in order
+                for q in steps.order
             ),
         )
+
+
+class _Steps(NamedTuple):
+    """What steps 1-4 leave for 5 and 6."""
+
+    qstate: dict[str, QueueState]
+    order: list[QueueState]
+    dispatch: list[Dispatch]
+    removed: list[ObservedOperation]
+    active_total: int
 
 
 def _admit_steps(
@@ -170,28 +235,31 @@ def _admit_steps(
     queues: Mapping[str, QueueSpec],
     clusters: Mapping[str, ClusterSpec],
     observed: Iterable[ObservedOperation],
+    org: OrgSettings,
+    now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
-) -> tuple[
-    dict[str, ObservedOperation],
-    dict[str, CompiledOperation],
-    list[QueueState],
-    list[Dispatch],
-    list[ObservedOperation],
-    int,
-]:
+    backends: Mapping[str, frozenset[str]],
+    cohorts: Mapping[str, CohortSpec],
+    ledger: Iterable[LedgerEntry],
+) -> _Steps:
     # 1. Index the observations.
     seen = index_observed(observed)
     qstate = {name: QueueState(spec) for name, spec in queues.items()}
+    track_budgets(qstate, clusters, org, now, ledger)
     counters = Counters(clusters)
     # 2. Index the operations; the candidates grouped by queue.
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..9 for each candidate, queues in priority order, then by name.
+    if cohorts or any(q.spec.cohort for q in qstate.values()):
+        join_cohorts(qstate, cohorts, ops, seen, now)
+    # 4. Checks 0..11 for each candidate, queues in priority order, then by name; then
+    # (4b) the ops that fit only by borrowing from their cohort, in the same order.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
-    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
-    return seen, ops, order, dispatch, removed, active_total
+    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends)
+    dispatch.extend(borrow(order, counters, now))
+    return _Steps(qstate, order, dispatch, removed, active_total)
 
 
 def _plan(
@@ -203,12 +271,24 @@ def _plan(
     now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
+    backends: Mapping[str, frozenset[str]],
+    cohorts: Mapping[str, CohortSpec],
+    ledger: Iterable[LedgerEntry],
 ) -> Plan:
-    # 1-4. Index, count, admit.
-    _seen, _ops, order, dispatch, removed, active_total = _admit_steps(
-        operations, queues, clusters, observed, rejected, unreachable
+    # 1-4. Index, count, admit (and 4b, borrow).
+    qstate, order, dispatch, removed, active_total = _admit_steps(
+        operations,
+        queues,
+        clusters,
+        observed,
+        org,
+        now,
+        rejected,
+        unreachable,
+        backends,
+        cohorts,
+        ledger,
     )
-    qstate = {q.spec.name: q for q in order}
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
@@ -221,6 +301,42 @@ def _plan(
         prune_refused=refusal,
         at=now,
     )
+
+
+def track_budgets(
+    qstate: Mapping[str, QueueState],
+    clusters: Mapping[str, ClusterSpec],
+    org: OrgSettings,
+    now: datetime,
+    ledger: Iterable[LedgerEntry],
+) -> None:
+    """Step 1, for budgeted queues: the current window of each, and what the ledger's
+    finished runs spent in it."""
+    budgeted = {name: q for name, q in qstate.items() if q.spec.budget is not None}
+    if not budgeted:
+        return
+    by_queue: dict[str, list[LedgerEntry]] = {}
+    for entry in ledger:
+        if entry.queue in budgeted:
+            by_queue.setdefault(entry.queue, []).append(entry)
+    for name, q in budgeted.items():
+        budget = q.spec.budget
+        assert budget is not None
+        window = window_at(now, budget.per, org.timezone)
+        q.budget = BudgetTrack(
+            BudgetWindow(
+                name,
+                budget,
+                window,
+                spent_in(by_queue.get(name, ()), name, budget, window),
+                org.timezone,
+                org.currency,
+            ),
+            q.spec,
+            org,
+            clusters,
+            now,
+        )
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -293,8 +409,12 @@ def count_active(
         if cname is None and aq is not None:
             cname = aq.spec.cluster
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
+        pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
         if aq is not None:
-            aq.hold(oid, aq.request(requests))
+            aq.hold(oid, aq.request(requests), pods)
+            if aq.budget is not None:
+                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -302,6 +422,9 @@ def count_active(
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)
+        q.pods0 = q.pods
+        if q.budget is not None:
+            q.budget.committed0 = q.budget.committed
     return removed, active_total
 
 
@@ -310,8 +433,9 @@ def admit(
     deps: Dependencies,
     counters: Counters,
     unreachable: frozenset[str],
+    backends: Mapping[str, frozenset[str]] | None = None,
 ) -> list[Dispatch]:
-    """Step 4: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -322,14 +446,18 @@ def admit(
     workflow = counters.workflow
     dependency_block = deps.block
     unreachable_r = PendingReason.CLUSTER_UNREACHABLE
+    backend_r = PendingReason.BACKEND_UNAVAILABLE
+    served_by = backends or {}
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     behind_r = PendingReason.WAITING_BEHIND_HEAD
     conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
+    pods_r = PendingReason.MAX_PODS_REACHED
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+    budget_r = PendingReason.BUDGET_EXCEEDED
 
     for q in order:
         spec = q.spec
@@ -341,6 +469,18 @@ def admit(
             for cand in cands:
                 pend((cand[4], cand[5], unreachable_r, None))
             continue
+        # (0, continued) ... and serves each op's optional backend (a CRD): the ops that
+        # need one it does not serve wait; the others go on
+        served = served_by.get(spec.cluster, _NONE)
+        if any(c[5].distributed is not None for c in cands):
+            kept = []
+            for cand in cands:
+                dist = cand[5].distributed
+                if dist is not None and dist.backend is not _JOB and dist.backend not in served:
+                    pend((cand[4], cand[5], backend_r, str(dist.backend)))
+                else:
+                    kept.append(cand)
+            cands = kept
         # 1: queue paused (before any check of the operation: it decides for them all)
         if spec.paused:
             for cand in cands:
@@ -349,14 +489,17 @@ def admit(
         strict = spec.strategy is strict_fifo
         head: tuple[str, PendingReason] | None = None
         conc = spec.concurrency
+        max_pods = spec.max_pods
         quota = q.quota
         resources = q.resources
         nres = len(quota)
         used = q.used
         limits = q.limits
+        cohort = q.cohort
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
+        budget = q.budget
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -370,8 +513,15 @@ def admit(
                 if blocked is not None:
                     pend((oid, op, blocked[0], blocked[1]))
                     continue
-            # 4: the request, alone, fits every quota of the queue. Exact Decimal compare
-            # against the floored quota: same answer as in units, without converting.
+            # 4: the whole request (every replica), alone, fits every quota and the maxPods
+            # of the queue. Exact Decimal compare against the floored quota: same answer as
+            # in units, without converting.
+            if max_pods is not None and op.replicas > max_pods:
+                get = op.requests.get
+                too_big = [-1]  # -1: maxPods, then the quota resources
+                too_big += [i for i, (r, limit) in enumerate(limits) if (get(r) or 0) > limit]
+                pend((oid, op, exceeds_r, too_big))
+                continue
             if limits:
                 get = op.requests.get
                 over = None
@@ -385,7 +535,7 @@ def admit(
                 if over:
                     pend((oid, op, exceeds_r, over))
                     continue
-            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
+            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 8, 10 or 11
             if head is not None:
                 pend((oid, op, behind_r, head))
                 continue
@@ -395,10 +545,27 @@ def admit(
                 if strict:
                     head = (oid, conc_r)
                 continue
-            # 7: quota, per resource the op requests (others are unaffected)
+            # 7: maxPods: room for every replica at once
+            if max_pods is not None and q.pods + op.replicas > max_pods:
+                pend((oid, op, pods_r, op.replicas))
+                if strict:
+                    head = (oid, pods_r)
+                continue
+            # 8: quota, per resource the op requests (others are unaffected); a
+            # distributed op's request is every replica's: admitted whole or not at all. A
+            # cohort's member: its own quota with what it lent counted, else deferred to 4b
             if nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
+                if cohort is not None:
+                    verdict = cohort.own_fit(q, req)
+                    if verdict is not None:
+                        if verdict[0] is quota_r:
+                            q.deferred.append(len(q.pending))
+                        pend((oid, op, verdict[0], verdict[1]))
+                        if strict:
+                            head = (oid, verdict[0])
+                        continue
                 short = -1
                 for i in range(nres):
                     amount = req[i]
@@ -412,7 +579,7 @@ def admit(
                     continue
             else:
                 req = ()
-            # 8: workflow parallelism
+            # 9: workflow parallelism
             wf = op.workflow
             w = None
             if wf is not None:
@@ -420,15 +587,24 @@ def admit(
                 if w.limit is not None and w.active >= w.limit:
                     pend((oid, op, wf_r, w))
                     continue
-            # 9: cluster concurrency
+            # 10: cluster concurrency
             c = home_cluster if op.cluster == home_name else cluster(op.cluster)
             if c.limit is not None and c.active >= c.limit:
                 pend((oid, op, cluster_r, c))
                 if strict:
                     head = (oid, cluster_r)
                 continue
+            # 11: the queue's budget: spent + committed + its reservation <= limit
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    pend((oid, op, budget_r, reserve))
+                    if strict:
+                        head = (oid, budget_r)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
             # Admitted: count it before the next candidate.
-            q.hold(oid, req)
+            q.hold(oid, req, op.replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
