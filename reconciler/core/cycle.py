@@ -465,7 +465,13 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
     # 5. the ledger: every finished run not entered yet (a superseded generation's too)
     ledger = memory.ledger.with_entries(
-        finished_runs(compiled, (*current.values(), *listed), memory.ledger, now)
+        finished_runs(
+            compiled,
+            (*current.values(), *listed),
+            memory.ledger,
+            now,
+            stopped=[d.workload for d in gang_deletes],
+        )
     )
 
     # 6. the plan
@@ -516,9 +522,16 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
 
 def finished_runs(
-    compiled: CompiledRepo, states: Iterable[WorkloadState], ledger: Ledger, now: datetime
+    compiled: CompiledRepo,
+    states: Iterable[WorkloadState],
+    ledger: Ledger,
+    now: datetime,
+    *,
+    stopped: Iterable[WorkloadState] = (),
 ) -> list[LedgerEntry]:
-    """A ledger entry for each finished run of ``states`` the ledger does not hold yet.
+    """A ledger entry for each finished run of ``states`` the ledger does not hold yet, and
+    for each run of ``stopped`` (gangs this cycle deletes, ``GangTimeout``: still active
+    until the delete, charged for what they held, their Job's start to now).
 
     Its start and end are its Job's own (``startTime``, completion or failure time), so a
     run that ended while no reconciler was running is costed by when it ran. Without a
@@ -527,10 +540,10 @@ def finished_runs(
     operation's) times the prices of its cluster now."""
     ops = None
     out: list[LedgerEntry] = []
-    for state in states:
-        if not state.phase.finished:
+    for state in (*states, *stopped):
+        if not state.phase.finished and state.reason is not ObservedReason.GANG_TIMEOUT:
             continue
-        key = LedgerKey(state.operation, state.generation, state.name)
+        key = LedgerKey(state.operation, state.generation, ledger_workload(state))
         if key in ledger:
             continue
         if ops is None:
@@ -546,10 +559,10 @@ def finished_runs(
             LedgerEntry(
                 operation=state.operation,
                 generation=state.generation,
-                workload=state.name,
+                workload=key.workload,
                 queue=state.queue or (op.queue if op else ""),
                 cluster=state.cluster,
-                phase=str(state.phase),
+                phase=str(Phase.STOPPED if state.phase.active else state.phase),
                 requests=requests,
                 start=start,
                 end=end,
@@ -558,6 +571,15 @@ def finished_runs(
             )
         )
     return out
+
+
+def ledger_workload(state: WorkloadState) -> str:
+    """The workload a run is entered under: its name; for an attempt of a gang stopped by
+    ``GangTimeout``, its name and dispatch time (a re-queued gang runs again under the same
+    name: each attempt is its own run, entered once)."""
+    if state.reason is ObservedReason.GANG_TIMEOUT:
+        return f"{state.name}@{state.dispatched_at}"
+    return state.name
 
 
 def superseded_id(state: WorkloadState) -> str:

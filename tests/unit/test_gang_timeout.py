@@ -175,3 +175,43 @@ def test_the_count_survives_a_restart_through_the_status_branch() -> None:
     assert final.stopped == ("p/train",)
     assert third.reconciler.memory.gang_timeouts["p/train"].count == 2
     assert third.cycle(after=1).dispatched == ()
+
+
+def test_a_gang_stopped_by_its_start_timeout_is_charged_for_what_it_held() -> None:
+    """docs/budgets.md: each attempt of a gang stopped by ``GangTimeout`` is one run in the
+    ledger, charged for what it held (its Job's start to the cycle that stops it), entered
+    once: the re-queued attempt too, though it runs again under the same workload name."""
+    w = world()
+    w.with_org(prices={GPU: Decimal("3.6")}, currency="USD")
+    h = Harness(w.repo())
+    h.cycle()
+    h.gang("p-train-g1", placed=3, running=3)
+    h.cycle(after=61)  # stopped, re-queued: 8 GPUs held for 61 s
+    (first,) = h.reconciler.memory.ledger
+    assert (first.phase, first.workload) == ("Stopped", "p-train-g1@2026-01-01T12:00:00Z")
+    assert (first.start, first.end) == (NOW, NOW + timedelta(seconds=61))
+    assert first.requests == {GPU: Decimal(8)}
+    assert first.cost == Decimal("0.488")  # 8 GPUs x 61/3600 h x 3.6
+    assert h.cycle(after=1).dispatched == ("p/train",)
+    h.gang("p-train-g1", placed=2, running=2)
+    h.cycle(after=60)  # stopped again: 60 s held
+    for _ in range(3):  # later cycles see it Stopped: nothing is entered twice
+        h.cycle(after=10)
+    first_again, second = sorted(h.reconciler.memory.ledger, key=lambda e: e.start)
+    assert first_again == first
+    assert second.start == NOW + timedelta(seconds=62)
+    assert second.end == NOW + timedelta(seconds=122)
+    assert second.cost == Decimal("0.48")  # 8 GPUs x 60/3600 h x 3.6
+    # the status branch holds both; a new process from it enters neither again
+    restarted = Harness(h.repo, h.cluster)
+    restarted.clock.at = h.clock.at
+    files = render_status(
+        h.repo,
+        h.cycle().plan,  # type: ignore[arg-type]
+        h.reconciler.memory.seen,
+        gang_timeouts=h.reconciler.memory.gang_timeouts,
+        ledger=h.reconciler.memory.ledger,
+    )
+    restarted.reconciler.seed(memory_from_status(read_status(files)))
+    restarted.cycle(after=5)
+    assert sorted(restarted.reconciler.memory.ledger, key=lambda e: e.start) == [first, second]
