@@ -45,6 +45,7 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
     Admission,
     DependenciesBlock,
+    Dispatch,
     Pending,
     PendingReason,
     Plan,
@@ -54,10 +55,12 @@ from reconciler.core.plan import (
 from reconciler.core.plan.checks import CHECKS
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
+    ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ObservedOperation,
     Phase,
+    QueueSpec,
     QueueStrategy,
 )
 
@@ -155,7 +158,7 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
 class DurationModel:
     """Past run durations, grouped for the fallback order."""
 
-    __slots__ = ("by_operation", "by_project_queue", "by_queue")
+    __slots__ = ("_samples", "by_operation", "by_project_queue", "by_queue")
 
     def __init__(self, runs: Iterable[RunRecord] = ()) -> None:
         by_op: dict[str, list[float]] = {}
@@ -168,9 +171,18 @@ class DurationModel:
         self.by_operation = {k: sorted(v) for k, v in by_op.items()}
         self.by_project_queue = {k: sorted(v) for k, v in by_pq.items()}
         self.by_queue = {k: sorted(v) for k, v in by_q.items() if k is not None}
+        # (operation, queue) -> its samples and their basis: both simulations ask
+        self._samples: dict[tuple[str, str | None], tuple[Sequence[float], Basis]] = {}
 
     def samples(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
         """The past durations that stand for ``operation``'s, and which group they are."""
+        key = (operation, queue)
+        found = self._samples.get(key)
+        if found is None:
+            found = self._samples[key] = self._find(operation, queue)
+        return found
+
+    def _find(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
         got = self.by_operation.get(operation)
         if got:
             return got, Basis.OPERATION
@@ -333,13 +345,22 @@ class _Active:
         )
 
 
+# A run as counted: its observation (queue, cluster and requests filled in), queue,
+# cluster, and its units of its queue's quota resources (None: it holds no queue's quota)
+_Held = tuple[ObservedOperation, str | None, str | None, tuple[tuple[str, int], ...] | None]
+
+
 class _Prepared:
-    """What both simulations share: the operations, the queues' order, and the cycle's
-    pending entries sorted into what the clock can date and what it cannot."""
+    """What both simulations share: the operations, the queues' order, the cycle's
+    pending entries sorted into what the clock can date and what it cannot, and what each
+    run of the cycle holds (``initial``, made by the first simulation)."""
 
     def __init__(self, repo: CompiledRepo, plan: Plan) -> None:
         self.repo = repo
         self.ops = {op.id: op for op in repo.operations}
+        self.initial: (
+            list[tuple[bool, ObservedOperation | None, CompiledOperation | None, _Held]] | None
+        ) = None
         self.queue_order = {
             name: i
             for i, name in enumerate(
@@ -442,23 +463,34 @@ class _Sim:
         self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
         self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
         self.exhausted = False
+        self.specs: dict[tuple[str, int], QueueSpec] = {}
+        self.cluster_specs: dict[tuple[str, int], ClusterSpec] = {}
         for q_name, pend in prep.waits.items():
             self._note_waits(q_name, pend)
         self._budget_resets()
-        # what runs, and what this cycle dispatches (starting now)
-        stopped = {s.operation for s in plan.stop}
-        for o in observed:
-            if not o.phase.active:
-                continue
-            op = self.ops.get(o.operation)
-            end = 0.0 if o.operation in stopped else self._running_end(o, op, starts)
-            if o.started_at is None:  # the planner counts a run not started yet from now
-                o = replace(o, started_at=now)
-            self._activate(o, op, end)
-        for d in plan.dispatch:
-            op = self.ops[d.operation]
-            end = self._end_from(0.0, op, d.operation)
-            self._activate(self._dispatched(d.operation, d.queue, 0.0), op, end)
+        # what runs, and what this cycle dispatches (starting now); what each holds is the
+        # same in both simulations (worked out once), when it ends is not
+        initial = prep.initial
+        if initial is None:
+            initial = prep.initial = []
+            stopped = {s.operation for s in plan.stop}
+            for o in observed:
+                if not o.phase.active:
+                    continue
+                op = self.ops.get(o.operation)
+                counted = o if o.started_at is not None else replace(o, started_at=now)
+                # (stopped now, as observed, the operation, what it holds)
+                initial.append((o.operation in stopped, o, op, self._normal(counted, op)))
+            for d in plan.dispatch:
+                op = self.ops[d.operation]
+                initial.append((False, None, op, self._normal(self._dispatched(d, 0.0), op)))
+        for stops, seen, run_op, holds in initial:
+            if seen is None:
+                assert run_op is not None
+                end = self._end_from(0.0, run_op, holds[0].operation)
+            else:
+                end = 0.0 if stops else self._running_end(seen, run_op, starts)
+            self._hold(holds, run_op, end)
 
     # --- durations ---
 
@@ -466,22 +498,37 @@ class _Sim:
         d = self.model.duration(oid, op.queue, self.q, _timeout(op)).seconds
         return None if d is None else self._after(start, d)
 
-    def _dispatched(self, oid: str, queue: str, t: float) -> ObservedOperation:
+    def _dispatched(self, d: Dispatch, t: float) -> ObservedOperation:
         """What the planner observes of an operation the simulation dispatched at ``t``:
         dispatched and started then (the simulation does not model placement: every
         dispatched gang is taken to start, docs/estimates.md)."""
-        op = self.ops[oid]
+        op = self.ops[d.operation]
         at = self.now + timedelta(seconds=t)
         return ObservedOperation(
-            oid,
+            d.operation,
             Phase.DISPATCHED,
-            dict(op.requests),
-            queue,
+            op.requests,
+            d.queue,
             op.cluster,
             pods=op.replicas,
             dispatched_at=at,
             started_at=at,
         )
+
+    def _spec(self, spec: QueueSpec, concurrency: int) -> QueueSpec:
+        """``spec`` with another concurrency (the runs outside a replan taken off it)."""
+        key = (spec.name, concurrency)
+        got = self.specs.get(key)
+        if got is None:
+            got = self.specs[key] = replace(spec, concurrency=concurrency)
+        return got
+
+    def _cluster(self, spec: ClusterSpec, concurrency: int) -> ClusterSpec:
+        key = (spec.name, concurrency)
+        got = self.cluster_specs.get(key)
+        if got is None:
+            got = self.cluster_specs[key] = replace(spec, concurrency=concurrency)
+        return got
 
     def _budget_resets(self) -> None:
         """A heap entry at each reset of a budgeted queue's window within the horizon: what
@@ -523,21 +570,36 @@ class _Sim:
     def _activate(
         self, o: ObservedOperation, op: CompiledOperation | None, end: float | None
     ) -> None:
+        self._hold(self._normal(o, op), op, end)
+
+    def _normal(self, o: ObservedOperation, op: CompiledOperation | None) -> _Held:
+        """What the run ``o`` holds: its observation with its queue, cluster and requests
+        (the operation's when it does not say), and its units of its queue's quota."""
         queue = o.queue or (op.queue if op is not None else None)
         cluster = o.cluster or (op.cluster if op is not None else None)
         if cluster is None and queue is not None and queue in self.repo.queues:
             cluster = self.repo.queues[queue].cluster
         requests = o.requests
         if requests is None and op is not None:
-            requests = dict(op.requests)
-        o = replace(o, requests=requests, queue=queue, cluster=cluster)
-        a = self.active[o.operation] = _Active(o, op, queue, cluster, end)
+            requests = op.requests
+        if requests is not o.requests or queue != o.queue or cluster != o.cluster:
+            o = replace(o, requests=requests, queue=queue, cluster=cluster)
         spec = self.repo.queues.get(queue) if queue is not None else None
+        units: tuple[tuple[str, int], ...] | None = None
         if spec is not None and cluster is not None and queue is not None:
-            get = (o.requests or {}).get
-            a.units = tuple(
+            get = (requests or {}).get
+            units = tuple(
                 (r, request_units(v)) for r in spec.quota if (v := get(r)) is not None and v
             )
+        return o, queue, cluster, units
+
+    def _hold(self, held_: _Held, op: CompiledOperation | None, end: float | None) -> None:
+        """Count the run ``held_`` (``_normal``), ending at ``end`` (None: unknown)."""
+        o, queue, cluster, units = held_
+        a = self.active[o.operation] = _Active(o, op, queue, cluster, end)
+        if units is not None:
+            assert queue is not None and cluster is not None
+            a.units = units
             held = self.held.setdefault(queue, {}).setdefault(cluster, [0, {}, 0])
             held[0] += 1
             held[2] += a.pods
@@ -682,13 +744,13 @@ class _Sim:
         again = {q for q in queues if len(self.candidates[q]) > heads[q]}
         if again:
             admitted = {qa.name: qa for qa in sub.queues}
-            dispatched = {d.operation for d in sub.dispatch}
+            dispatched = {id(self.ops[d.operation]) for d in sub.dispatch}
             again = {
                 q
                 for q in again
                 if not _full(
                     admitted[q],
-                    [op for op in self.candidates[q][heads[q] :] if op.id not in dispatched],
+                    [op for op in self.candidates[q][heads[q] :] if id(op) not in dispatched],
                 )
             }
             if again:
@@ -697,13 +759,11 @@ class _Sim:
             op = self.ops[d.operation]
             self.dispatched_at[d.operation] = t
             self.last.pop(d.operation, None)
-            self._activate(
-                self._dispatched(d.operation, d.queue, t), op, self._end_from(t, op, d.operation)
-            )
+            self._activate(self._dispatched(d, t), op, self._end_from(t, op, d.operation))
         if sub.dispatch:
-            gone = {d.operation for d in sub.dispatch}
+            gone = {id(self.ops[d.operation]) for d in sub.dispatch}
             for q in {d.queue for d in sub.dispatch}:
-                self.candidates[q] = [op for op in self.candidates[q] if op.id not in gone]
+                self.candidates[q] = [op for op in self.candidates[q] if id(op) not in gone]
         for qa in sub.queues:
             self._note_waits(qa.name, qa.pending)
 
@@ -713,7 +773,7 @@ class _Sim:
         workflows and dependencies, the members of their cohorts; each cluster's limit
         less the runs outside; the org's prices and the budgeted queues' ledger."""
         repo = self.repo
-        operations: dict[str, CompiledOperation] = {}
+        operations: list[CompiledOperation] = []  # candidates and runs: never both
         observed: dict[str, ObservedOperation] = {}
         workflows: set[str] = set()
         deps: set[str] = set()
@@ -723,7 +783,7 @@ class _Sim:
             head = heads.get(q)
             cands = self.candidates[q]
             for op in cands if head is None else cands[:head]:
-                operations[op.id] = op
+                operations.append(op)
                 if op.workflow is not None:
                     workflows.add(op.workflow.parent)
                 deps.update(op.dependencies)
@@ -741,7 +801,7 @@ class _Sim:
             a = self.active[oid]
             observed[oid] = a.observed
             if a.op is not None:
-                operations[a.op.id] = a.op
+                operations.append(a.op)
             m = minus.setdefault((a.queue, a.cluster), [0, {}, 0])
             m[0] += 1
             m[2] += a.pods
@@ -767,7 +827,7 @@ class _Sim:
                 stand_ins += 1
                 others += count
             if spec.concurrency is not None and others != stand_ins:
-                spec = replace(spec, concurrency=spec.concurrency - others + stand_ins)
+                spec = self._spec(spec, spec.concurrency - others + stand_ins)
             specs[q] = spec
         for dep in sorted(deps):
             if dep in observed:
@@ -785,16 +845,15 @@ class _Sim:
             if o.phase.active and o.cluster is not None:
                 inside[o.cluster] = inside.get(o.cluster, 0) + 1
         involved = {repo.queues[q].cluster for q in context}
-        involved.update(op.cluster for op in operations.values())
+        involved.update(op.cluster for op in operations)
         involved.update(o.cluster for o in observed.values() if o.cluster is not None)
         limits = self.cluster_limit
         clusters = {
             name: spec
             if spec.concurrency is None
-            else replace(
+            else self._cluster(
                 spec,
-                concurrency=spec.concurrency
-                - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
+                spec.concurrency - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
             )
             for name in involved
             if name in limits
@@ -802,7 +861,7 @@ class _Sim:
         }
         ledger = [e for q in sorted(context & self.budgeted) for e in self.spent[q]]
         return admit_dispatch(
-            operations.values(),
+            operations,
             specs,
             clusters,
             observed.values(),
