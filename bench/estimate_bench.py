@@ -3,9 +3,10 @@ queues on 8 clusters, half of them with a concurrency limit, quotas, StrictFIFO 
 paused ones, workflows and DAGs) with a duration history, simulated 24 h forward at p50 and
 p90. Prints, side by side in one run, the cycle's plan and the estimate of every pending
 operation (wall and CPU), how many were dated, and last the estimate's time against the goal
-(10k pending in <= 2 s).
+(10k pending in <= 2 s). ``--budgets F`` gives a share F of the queues a daily cost budget
+(and their operations a timeout), with GPU prices: budgeted queues are replanned run by run.
 
-    PYTHONPATH=$PWD python bench/estimate_bench.py [--repeat 3] [--pending 10000]
+    PYTHONPATH=$PWD python bench/estimate_bench.py [--repeat 3] [--pending 10000] [--budgets 0.2]
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ import random
 import sys
 import time
 from collections import Counter
+from dataclasses import replace
+from decimal import Decimal
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -24,7 +27,7 @@ from plan_bench import NOW, build
 
 from reconciler.core.estimate import EtaState, RunRecord, estimate_starts
 from reconciler.core.plan import plan_dispatch
-from reconciler.core.types import CompiledRepo, OrgSettings
+from reconciler.core.types import BudgetPeriod, BudgetSpec, CompiledRepo, OrgSettings
 
 
 def history(ops, seed: int = 11) -> list[RunRecord]:  # type: ignore[no-untyped-def]
@@ -41,25 +44,48 @@ def history(ops, seed: int = 11) -> list[RunRecord]:  # type: ignore[no-untyped-
     return runs
 
 
+def budgeted(ops, qs, share: float, seed: int = 5):  # type: ignore[no-untyped-def]
+    """A ``share`` of the queues with a daily cost budget (100 to 2,000 USD) and their
+    operations with a timeout (1 to 8 h)."""
+    rng = random.Random(seed)
+    qs = dict(qs)
+    chosen = sorted(rng.sample(sorted(qs), int(len(qs) * share)))
+    for name in chosen:
+        limit = Decimal(rng.choice([100, 500, 2000]))
+        qs[name] = replace(qs[name], budget=BudgetSpec(limit, BudgetPeriod.DAY))
+    picked = set(chosen)
+    ops = [
+        replace(op, timeout=rng.choice([1, 2, 4, 8]) * 3600) if op.queue in picked else op
+        for op in ops
+    ]
+    return ops, qs
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--pending", type=int, default=10_000)
+    ap.add_argument("--budgets", type=float, default=0.0)
     args = ap.parse_args()
+    org = OrgSettings()
+    if args.budgets:
+        org = OrgSettings(prices={"nvidia.com/gpu": Decimal("2.5")}, currency="USD")
     # the plan bench's world: queued ops beyond those the first plan dispatches stay pending
     queued = args.pending
     while True:
         ops, qs, clusters, observed = build(queued, 1_000)
-        plan = plan_dispatch(ops, qs, clusters, observed, OrgSettings(), NOW)
+        if args.budgets:
+            ops, qs = budgeted(ops, qs, args.budgets)
+        plan = plan_dispatch(ops, qs, clusters, observed, org, NOW)
         if len(plan.pending) >= args.pending:
             break
         queued += args.pending - len(plan.pending)
     runs = history(ops)
-    repo = CompiledRepo("bench", OrgSettings(), clusters, qs, tuple(ops))
+    repo = CompiledRepo("bench", org, clusters, qs, tuple(ops))
     best_plan = cpu_plan = best = cpu = float("inf")
     for _ in range(args.repeat):
         t, c = time.perf_counter(), time.process_time()
-        plan = plan_dispatch(ops, qs, clusters, observed, OrgSettings(), NOW)
+        plan = plan_dispatch(ops, qs, clusters, observed, org, NOW)
         best_plan = min(best_plan, time.perf_counter() - t)
         cpu_plan = min(cpu_plan, time.process_time() - c)
         t, c = time.perf_counter(), time.process_time()

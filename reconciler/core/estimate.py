@@ -429,9 +429,17 @@ class _Sim:
         # the finished runs of each budgeted queue (what it spent): the ledger, then the
         # runs the simulation ends
         self.spent: dict[str, list[LedgerEntry]] = {q: [] for q in self.budgeted}
+        # a run that ended before its queue's window began counts nothing in it, nor in any
+        # later window: it is left out (at each reset, those that ended before it)
+        since = {
+            q: window_at(now, budget.per, prep.repo.org.timezone).start
+            for q in self.budgeted
+            for budget in (prep.repo.queues[q].budget,)
+            if budget is not None
+        }
         for entry in ledger:
             got = self.spent.get(entry.queue)
-            if got is not None:
+            if got is not None and entry.end >= since[entry.queue]:
                 got.append(entry)
         self.model = model
         self.q = q
@@ -446,9 +454,14 @@ class _Sim:
         self.simulated = prep.simulated
         self.dependents = prep.dependents
         self.workflow_queues = prep.workflow_queues
-        self.shared_workflow_queues = {
-            q for qs in prep.workflow_queues.values() if len(qs) > 1 for q in qs
-        }
+        self.uncertain = {q for qs in prep.workflow_queues.values() if len(qs) > 1 for q in qs}
+        self.uncertain |= self.budgeted
+        self.workflow_mates: dict[str, set[str]] = {}
+        for mates in prep.workflow_queues.values():
+            if len(mates) > 1:
+                for name in mates:
+                    self.workflow_mates.setdefault(name, set()).update(mates)
+        self.uncertain.update(prep.cohort_mates)
         self.candidates = {q: list(ops) for q, ops in prep.candidates.items()}  # still pending
         self.cluster_active: dict[str, int] = {}
         self.active: dict[str, _Active] = {}
@@ -643,13 +656,24 @@ class _Sim:
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
                 if oid.startswith(_RESET):
-                    affected.add(oid.removeprefix(_RESET))
+                    name = oid.removeprefix(_RESET)
+                    affected.add(name)
+                    start = self.now + timedelta(seconds=t)  # the new window's
+                    self.spent[name] = [e for e in self.spent[name] if e.end >= start]
                 else:
                     self._release(oid, affected, freed, t)
             for c in sorted(freed):
                 self._cluster_waiters(c, affected)
-            for q in list(affected):  # a cohort's members are planned together
-                affected.update(self.cohort_mates.get(q, ()))
+            # planned together: a cohort's members, and the queues of a workflow that spans
+            # queues (a child dispatched in one may move a StrictFIFO head in another from a
+            # check that holds the queue to one that does not, e.g. from 11 to 9)
+            todo = list(affected)
+            while todo:
+                q = todo.pop()
+                for other in (*self.cohort_mates.get(q, ()), *self.workflow_mates.get(q, ())):
+                    if other not in affected:
+                        affected.add(other)
+                        todo.append(other)
             affected = {q for q in affected if self.candidates.get(q)}
             if affected:
                 self._replan(affected, t)
@@ -694,7 +718,7 @@ class _Sim:
         assert a.queue is not None
         key = LedgerKey(o.operation, 0, f"simulated@{t}")
         self.spent[a.queue].append(
-            LedgerEntry(
+            LedgerEntry.model_construct(  # its fields are of their types already
                 operation=key.operation,
                 generation=key.generation,
                 workload=key.workload,
@@ -705,6 +729,7 @@ class _Sim:
                 start=start,
                 end=end,
                 cost=run_cost(requests, prices, start, end),
+                currency=self.repo.org.currency,
             )
         )
 
@@ -724,8 +749,10 @@ class _Sim:
         for q in sorted(waiting, key=self.queue_order.__getitem__):
             affected.add(q)
             # a queue with children of a workflow that spans queues may find its workflow
-            # full (another queue's child took it): it does not count as taking a slot
-            if q not in self.shared_workflow_queues:
+            # full (another queue's child took it), a budgeted one its budget spent (check
+            # 11 comes after the cluster's), a cohort member its cohort's quota taken by
+            # another member: it does not count as taking a slot
+            if q not in self.uncertain:
                 certain += 1
                 if certain >= free:
                     return
