@@ -294,6 +294,8 @@ class OperationStatus(StatusRecord):
     cluster: OptText = None
     namespace: OptText = None
     workload: OptText = None
+    # the workload's kind when it is not a Job: PyTorchJob (run.distributed.backend)
+    workload_kind: EmptyText = ""
     position: LooseNumber = None  # 1-based among the queue's pending
     generation: LooseNumber = None
     config_commit: OptText = None
@@ -756,6 +758,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "cluster": state.cluster,
             "namespace": state.namespace,
             "workload": state.name,
+            "workload_kind": "" if state.kind == "Job" else state.kind,
             "generation": state.generation,
             "config_commit": state.config_commit or base.config_commit,
             "dispatched_at": state.dispatched_at,
