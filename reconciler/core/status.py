@@ -616,6 +616,7 @@ def _compiled_record(
             reason=_reason(state),
             message=state.message,
             workload=state.name,
+            workload_kind=_workload_kind(state.kind),
             config_commit=state.config_commit or repo.version,
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
@@ -758,7 +759,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "cluster": state.cluster,
             "namespace": state.namespace,
             "workload": state.name,
-            "workload_kind": "" if state.kind == "Job" else state.kind,
+            "workload_kind": _workload_kind(state.kind),
             "generation": state.generation,
             "config_commit": state.config_commit or base.config_commit,
             "dispatched_at": state.dispatched_at,
@@ -770,6 +771,11 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "pods": _pods(state),
         }
     )
+
+
+def _workload_kind(kind: str) -> str:
+    """``workloadKind`` in a record: written only for a kind other than Job."""
+    return "" if kind == "Job" else kind
 
 
 def _held(state: WorkloadState) -> dict[str, str]:

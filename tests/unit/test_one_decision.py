@@ -157,7 +157,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             b._fields["generation"] = 2
         if facts[op_id] == "none" and draw(st.integers(0, 3)) == 0:
             # a PyTorchJob op: dispatched only where the cluster serves the CRD (an input
-            # read with the workloads), then refused by the runtime, which cannot run one
+            # read with the workloads)
             b._fields["distributed"] = Distributed(backend=DistributedBackend.PYTORCHJOB)
     removed = [f"p/gone{i}" for i in range(draw(st.integers(0, 2)))]
     for op_id in removed:  # in the repo while they were dispatched; removed since
