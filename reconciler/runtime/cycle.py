@@ -145,6 +145,21 @@ class ChangeSet:
 CREATABLE_KINDS = frozenset({"Job", PYTORCHJOB})
 
 
+def _listed_version(jobs: Informer, pytorchjobs: Informer) -> str | None:
+    """The resourceVersion every workload created at or before it is listed by: the older
+    of the Job and PyTorchJob caches' (each follows its own watch; an unserved kind's cache
+    holds nothing to wait for). A create newer than it is counted from its response."""
+    versions = [jobs.resource_version]
+    if pytorchjobs.served:
+        versions.append(pytorchjobs.resource_version)
+    if any(v is None for v in versions):
+        return None
+    try:
+        return min(versions, key=lambda v: int(str(v)))
+    except ValueError:
+        return versions[0]
+
+
 class Reconciler:
     """Holds what must survive between cycles: the last good config, the cluster clients,
     and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``)."""
@@ -264,7 +279,8 @@ class Reconciler:
 
     def _read(self, compiled: CompiledRepo) -> dict[str, ClusterListing]:
         """Jobs, PyTorchJobs and Pods per cluster from the watch caches; a fresh list where a
-        cache is not synced or its watch is failing."""
+        cache is not synced or its watch is failing, or where the cluster serves a backend
+        (its discovery says) whose cache has not listed it yet (a CRD just installed)."""
         listing: dict[str, ClusterListing] = {}
         wanted = wanted_backends(compiled)
         for name in sorted(compiled.clusters):
@@ -273,17 +289,23 @@ class Reconciler:
             backends: frozenset[str] = frozenset()
             try:
                 kube = self._client(spec)
+                if name in wanted:  # asked only where an operation needs one
+                    backends = kube.served_backends(wanted[name])
                 caches = self._informers_for(name, kube) if self._watch else ()
-                if caches and all(c.wait_synced(self._sync_timeout) and c.healthy for c in caches):
+                synced = bool(caches) and all(
+                    c.wait_synced(self._sync_timeout) and c.healthy for c in caches
+                )
+                if synced and "pytorchjob" in backends and not caches[2].served:
+                    caches[2].retry_now()
+                    synced = False
+                if synced:
                     jobs, pods = caches[0].items(), caches[1].items()
                     pytorchjobs = caches[2].items()
-                    version = caches[0].resource_version
+                    version = _listed_version(caches[0], caches[2])
                 else:
                     jobs = kube.list_managed("Job").items
                     pods = kube.list_managed("Pod").items
                     pytorchjobs = list_pytorchjobs(kube)
-                if name in wanted:  # asked only where an operation needs one
-                    backends = kube.served_backends(wanted[name])
             except KubeError as exc:
                 self._clients.pop(name, None)
                 self._stop_informers(name)

@@ -49,6 +49,7 @@ class Informer:
         self.error = ""
         self.absent_retry = absent_retry
         self.served = True  # False while the cluster does not serve the kind (NotServed)
+        self._retry = threading.Event()  # ends the wait to list an unserved kind again
 
     # --- reading -----------------------------------------------------------------------
 
@@ -79,6 +80,12 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._retry.set()
+
+    def retry_now(self) -> None:
+        """List an unserved kind again now, not at the end of ``absent_retry`` (the
+        cluster's discovery says it serves the kind now)."""
+        self._retry.set()
 
     def _relist(self) -> None:
         listed = self.kube.list_managed(self.kind)
@@ -142,7 +149,8 @@ class Informer:
                 self._synced.set()
                 if relisted and held and self.on_trigger is not None:
                     self.on_trigger(Trigger.RELISTED)  # what it held is gone
-                self._stop.wait(self.absent_retry)
+                self._retry.wait(self.absent_retry)
+                self._retry.clear()
             except WatchExpired:
                 self.relists += 1
                 log.info("%s watch expired (410): relisting", self.kind)
