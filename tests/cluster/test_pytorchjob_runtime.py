@@ -46,7 +46,7 @@ ENDED = "2026-01-01T11:40:00Z"
 def make_repo(root: Path, kubeconfig: Path, namespace: str, *, prune: bool = False) -> Path:
     org = "kind: Org\ndefaults:\n  queue: gangs\n"
     if prune:
-        org += "prune: true\nallowMassPrune: true\n"
+        org += "prune:\n  enabled: true\n  allowMassPrune: true\n"
     files = {
         "reconciler.yaml": org,
         "clusters/local.yaml": (
@@ -187,7 +187,7 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
     assert (state.kind, state.phase, state.pods) == ("PyTorchJob", Phase.DISPATCHED, 2)
     obj = _get(api, namespace)
     assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dispatch-reconciler"
-    assert obj["metadata"]["annotations"]["reconciler.dev/operation"] == OP
+    assert obj["metadata"]["annotations"]["reconciler.dev/operation-id"] == OP
     assert state.uid == obj["metadata"]["uid"]
     kube = Kube(kube_cluster.api_client())
     assert [o["metadata"]["name"] for o in list_pytorchjobs(kube)] == [NAME]
