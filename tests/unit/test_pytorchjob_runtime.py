@@ -363,3 +363,39 @@ def test_logs_read_a_replica_from_its_pytorch_container() -> None:
     show_logs(target, kube, False, None, echo=lambda s, nl=True: out.append(s))  # type: ignore[arg-type]
     assert out == ["log of replica 2\n", "log of replica 0\n"]
     assert reads == [(f"{NAME}-worker-1", "pytorch"), (f"{NAME}-master-0", "pytorch")]
+
+
+def test_the_listing_version_is_the_older_of_the_job_and_pytorchjob_caches() -> None:
+    """A PyTorchJob created at resourceVersion 150 counts from its create response until
+    the PyTorchJob cache is past 150, however far the Job cache has gone."""
+    from reconciler.runtime.cycle import _listed_version
+    from reconciler.runtime.informer import Informer
+
+    jobs = Informer(FakeKube(FakeCluster("x")), "Job")  # type: ignore[arg-type]
+    pytorchjobs = Informer(FakeKube(FakeCluster("x")), "PyTorchJob")  # type: ignore[arg-type]
+    jobs._version, pytorchjobs._version = "200", "120"
+    assert _listed_version(jobs, pytorchjobs) == "120"
+    pytorchjobs.served = False  # the cluster does not serve it: nothing to wait for there
+    assert _listed_version(jobs, pytorchjobs) == "200"
+
+
+def test_a_created_pytorchjob_the_cache_has_not_shown_yet_still_counts() -> None:
+    """The Job cache is past the create, the PyTorchJob cache is not: the run is in
+    flight, never "deleted by hand"."""
+    from reconciler.core.cycle import ClusterListing, decide
+
+    h = Harness(world().repo())
+    first = h.cycle()
+    created = h.reconciler.memory.inflight["p/train"].resource_version
+    later = str(int(created) + 50)
+    with_job_cache_only = {
+        "local": ClusterListing(version=later, backends=frozenset({"pytorchjob"}))
+    }
+    seen_too_late = decide(h.repo, with_job_cache_only, h.reconciler.memory, NOW)
+    assert seen_too_late.states["p/train"].phase is Phase.STOPPED  # why the version matters
+    older = {
+        "local": ClusterListing(version=str(int(created) - 1), backends=frozenset({"pytorchjob"}))
+    }
+    counted = decide(h.repo, older, h.reconciler.memory, NOW)
+    assert counted.states["p/train"].phase is Phase.DISPATCHED
+    assert first.states["p/train"].uid == counted.states["p/train"].uid
