@@ -92,7 +92,7 @@ def test_a_cluster_serving_the_crd_gets_the_dispatch() -> None:
         repo, {"local": ClusterListing(backends=frozenset({"pytorchjob"}))}, Memory(), NOW
     )
     assert [d.operation for d in served.plan.dispatch] == ["p/pj", "p/after"]
-    # the runtime creates the PyTorchJob (tests/unit/test_pytorchjob_runtime.py)
+    # the runtime creates the PyTorchJob (tests/unit/test_pytorchjob_cycles.py)
     cluster = FakeCluster("local", backends={"pytorchjob"})
     reconciler = harness(repo, cluster)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
