@@ -183,7 +183,12 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
         assert entry.reason is PendingReason.BACKEND_UNAVAILABLE
         assert "does not serve kubeflow.org/v1 PyTorchJob" in entry.message
         with _installed(kube_cluster):
-            assert kube.served_backends(["pytorchjob"]) == frozenset({"pytorchjob"})
+            # discovery follows an Established CRD within a moment
+            wait_until(
+                lambda: kube.served_backends(["pytorchjob"]) == frozenset({"pytorchjob"}),
+                timeout=30,
+                what="the cluster to serve PyTorchJob",
+            )
             after = reconciler.run_once()
             assert after.plan is not None and after.plan.pending == ()
             assert not after.failed and after.dispatched == ("p/t",)
