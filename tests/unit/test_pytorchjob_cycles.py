@@ -399,3 +399,23 @@ def test_a_created_pytorchjob_the_cache_has_not_shown_yet_still_counts() -> None
     counted = decide(h.repo, older, h.reconciler.memory, NOW)
     assert counted.states["p/train"].phase is Phase.DISPATCHED
     assert first.states["p/train"].uid == counted.states["p/train"].uid
+
+
+def test_the_operation_page_reads_the_masters_pytorch_container() -> None:
+    from reconciler.runtime.web import WebApp
+
+    h = Harness(world().repo())
+    h.cycle()
+    h.cluster.set_operator_pods("p", NAME, placed=4, running=4)
+    result = h.cycle(after=1)
+    asked: list[tuple[str, str]] = []
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
+        asked.append((pod, container))
+        return "epoch 1\n"
+
+    app = WebApp(lambda: result, read_logs=read_logs)
+    answer = app("/operations/p/train")
+    assert answer is not None and answer[0] == 200
+    assert "epoch 1" in answer[1].decode()
+    assert asked == [(f"{NAME}-master-0", "pytorch")]
