@@ -379,6 +379,11 @@ class _Prepared:
             for name in members:
                 self.cohort_mates[name] = tuple(sorted(members))
         self.budgeted = frozenset(n for n, spec in repo.queues.items() if spec.budget is not None)
+        # each workflow's queues: of all its children, pending, dispatched or running
+        self.workflow_spans: dict[str, set[str]] = {}
+        for child in repo.operations:
+            if child.workflow is not None:
+                self.workflow_spans.setdefault(child.workflow.parent, set()).add(child.queue)
         self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
         self.candidates: dict[str, list[CompiledOperation]] = {}
         self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
@@ -457,7 +462,7 @@ class _Sim:
         self.uncertain = {q for qs in prep.workflow_queues.values() if len(qs) > 1 for q in qs}
         self.uncertain |= self.budgeted
         self.workflow_mates: dict[str, set[str]] = {}
-        for mates in prep.workflow_queues.values():
+        for mates in prep.workflow_spans.values():
             if len(mates) > 1:
                 for name in mates:
                     self.workflow_mates.setdefault(name, set()).update(mates)
