@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -38,6 +39,28 @@ def quantities(values: dict[str, Any] | None) -> dict[str, Decimal]:
     return {k: parse_quantity(v) for k, v in (values or {}).items()}
 
 
+def _named(values: dict[str, Any]) -> dict[str, Any]:
+    return {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
+
+
+def node(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: tuple[tuple[str, str, str], ...] = (),
+    requested: dict[str, Any] | None = None,
+    **allocatable: Any,
+) -> NodeCapacity:
+    """``node("gpu-1", gpu=8, requested={"gpu": 2}, taints=(("k", "v", "NoSchedule"),))``."""
+    return NodeCapacity(
+        name,
+        dict(labels or {}),
+        tuple(sorted(Taint(k, v, e) for k, v, e in taints)),
+        quantities(_named(allocatable)),
+        quantities(_named(requested or {})),
+    )
+
+
 class OpBuilder:
     def __init__(self, world: World, op_id: str, seq: int) -> None:
         self._world = world
@@ -61,8 +84,14 @@ class OpBuilder:
 
     def requests(self, **values: Any) -> OpBuilder:
         """``requests(gpu=1, cpu="500m")``; ``gpu`` means ``nvidia.com/gpu``."""
-        named = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
-        self._fields["requests"] = quantities(named)
+        self._fields["requests"] = quantities(_named(values))
+        return self
+
+    def environment(self, **env: Any) -> OpBuilder:
+        """``run.environment`` of the spec: ``environment(nodeSelector={...})``."""
+        spec = dict(self._fields["spec"])
+        spec["run"] = {**(spec.get("run") or {}), "environment": env}
+        self._fields["spec"] = spec
         return self
 
     def unapproved(self) -> OpBuilder:
@@ -114,6 +143,8 @@ class World:
         self.org = OrgSettings()
         self.rejected: list[RejectedOperation] = []
         self.default_queue = "default"
+        self.capacity: dict[str, ClusterCapacity] = {}
+        self.unreachable: set[str] = set()
         self._seq = 0
 
     def cluster(self, name: str = "local", *, concurrency: int | None = None) -> World:
@@ -143,6 +174,36 @@ class World:
             paused=paused,
         )
         self.default_queue = next(iter(self.queues))
+        return self
+
+    def fleet(
+        self,
+        name: str,
+        clusters: tuple[str, ...],
+        *,
+        cluster_quota: dict[str, dict[str, Any]] | None = None,
+        require_capacity: bool = False,
+        **queue: Any,
+    ) -> World:
+        """A fleet queue over ``clusters`` (in choice order)."""
+        for c in clusters:
+            if c not in self.clusters:
+                self.cluster(c)
+        self.queue(name, cluster=clusters[0], **queue)
+        caps = {c: quantities(_named(v)) for c, v in (cluster_quota or {}).items()}
+        return self.set_queue(
+            name, clusters=tuple(clusters), cluster_quota=caps, require_capacity=require_capacity
+        )
+
+    def nodes(
+        self, cluster: str, *nodes: NodeCapacity, reserved: dict[str, Any] | None = None
+    ) -> World:
+        """The observed capacity of ``cluster``: its usable nodes."""
+        if cluster not in self.clusters:
+            self.cluster(cluster)
+        self.capacity[cluster] = ClusterCapacity(
+            tuple(sorted(nodes, key=lambda n: n.name)), quantities(_named(reserved or {}))
+        )
         return self
 
     def set_queue(self, name: str, **changes: Any) -> World:
@@ -221,4 +282,6 @@ class World:
             list(self.observed.values()),
             self.org,
             NOW,
+            unreachable=frozenset(self.unreachable),
+            capacity=self.capacity,
         )

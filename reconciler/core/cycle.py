@@ -27,7 +27,8 @@ The rules, in the order :func:`decide` applies them:
 4. **superseded** runs (an older generation still active after a bump) keep holding their
    quota under the id ``op@gN`` until they finish, and are never pruned;
 5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
-   filter applied to its output;
+   filter applied to its output; so is each cluster's observed free capacity (a fleet
+   queue's choice of cluster, check 10: ``ClusterListing.capacity``);
 6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
    and write each listed workload's phase onto it when it changed (not one being stopped).
 """
@@ -38,6 +39,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
 from reconciler.core.status import StatusView
@@ -51,11 +53,14 @@ class ClusterListing:
     """What one read of a cluster gave: its managed workloads, or why it could not be read.
 
     ``version`` is the resourceVersion of the watch cache the workloads came from; None for
-    a fresh list (which cannot lag behind our own creates)."""
+    a fresh list (which cannot lag behind our own creates). ``capacity`` is the free
+    capacity of its nodes (``core/capacity.py``), read for the clusters of a fleet queue;
+    None when it was not read."""
 
     workloads: tuple[WorkloadState, ...] = ()
     error: str | None = None
     version: str | None = None
+    capacity: ClusterCapacity | None = None
 
     @property
     def reachable(self) -> bool:
@@ -137,12 +142,17 @@ def memory_from_status(view: StatusView) -> Memory:
 
 
 def listing_from_memory(
-    compiled: CompiledRepo, memory: Memory, unreachable: Mapping[str, str] | None = None
+    compiled: CompiledRepo,
+    memory: Memory,
+    unreachable: Mapping[str, str] | None = None,
+    capacity: Mapping[str, ClusterCapacity] | None = None,
 ) -> dict[str, ClusterListing]:
     """Every cluster as the memory last saw it (``plan`` without ``--live``: the status
     branch stands in for the clusters); ``unreachable`` (cluster -> error) were down at the
-    last cycle, and still are as far as this listing knows."""
+    last cycle, and still are as far as this listing knows; ``capacity`` is the free
+    capacity the last cycle recorded (``status/clusters.yaml``)."""
     down = unreachable or {}
+    recorded = capacity or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
     for state in memory.seen.values():
         if state.cluster in by_cluster:  # the cycle reads only the config's clusters
@@ -150,7 +160,9 @@ def listing_from_memory(
     return {
         name: ClusterListing.unreachable(down[name])
         if name in down
-        else ClusterListing(tuple(sorted(states, key=lambda s: s.operation)))
+        else ClusterListing(
+            tuple(sorted(states, key=lambda s: s.operation)), capacity=recorded.get(name)
+        )
         for name, states in by_cluster.items()
     }
 
@@ -302,10 +314,19 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
             observed.append(old)
 
     # 5. the plan
-    plan = plan_repo(compiled, observed, now, superseded=superseded, unreachable=down)
+    capacity = {
+        name: got.capacity
+        for name, got in listing.items()
+        if got.reachable and got.capacity is not None
+    }
+    plan = plan_repo(
+        compiled, observed, now, superseded=superseded, unreachable=down, capacity=capacity
+    )
 
-    # 6. the actions
-    creates = tuple(Create(ops[d.operation], d.cluster, d.queue) for d in plan.dispatch)
+    # 6. the actions (a fleet queue's operation is rendered for the cluster chosen)
+    creates = tuple(
+        Create(_on(ops[d.operation], d.cluster), d.cluster, d.queue) for d in plan.dispatch
+    )
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
         for s in plan.stop
@@ -335,6 +356,10 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         listed=present,
         superseded=superseded,
     )
+
+
+def _on(op: CompiledOperation, cluster: str) -> CompiledOperation:
+    return op if op.cluster == cluster else replace(op, cluster=cluster)
 
 
 def superseded_id(state: WorkloadState) -> str:

@@ -91,7 +91,7 @@ def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     }
 
 
-def _pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
+def effective_pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
     """The pod's effective requests: its containers summed, with init containers and
     native sidecars counted as the scheduler does (``pod_requests``); where a container
     sets only a limit, the limit counts."""
@@ -265,7 +265,7 @@ def observe_workloads(
                 node=((pod or {}).get("spec") or {}).get("nodeName"),
                 pod=((pod or {}).get("metadata") or {}).get("name"),
                 outputs=_outputs(pod),
-                requests=_pod_requests(pod_spec),
+                requests=effective_pod_requests(pod_spec),
                 annotated_phase=annotations.get(ANNOTATION_PHASE),
                 workflow=annotations.get(ANNOTATION_WORKFLOW),
             )

@@ -193,6 +193,10 @@ class ConnectionSpec:
 
 @dataclass(frozen=True)
 class QueueSpec:
+    """A queue. A fleet queue (``clusters: [a, b]``) has ``cluster`` set to its first
+    cluster (where an operation goes when no cluster is chosen) and ``clusters`` to all of
+    them in order; a single-cluster queue has ``clusters`` empty."""
+
     name: str
     cluster: str
     priority: int = 0
@@ -202,6 +206,19 @@ class QueueSpec:
     strategy: QueueStrategy = QueueStrategy.BEST_EFFORT_FIFO
     paused: bool = False
     source: str = ""
+    clusters: tuple[str, ...] = ()  # a fleet queue's clusters, in choice order
+    # a fleet queue's per-cluster caps: cluster -> resource -> amount
+    cluster_quota: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    require_capacity: bool = False  # hold an op no cluster has the free capacity for
+
+    @property
+    def fleet(self) -> bool:
+        return bool(self.clusters)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The clusters the queue may dispatch to, in choice order."""
+        return self.clusters or (self.cluster,)
 
 
 @dataclass(frozen=True, slots=True)

@@ -113,13 +113,12 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
     if loaded is None:
         return None
     m: QueueFile = loaded.model
-    if find_cluster(repo, m.cluster) is None:
-        message = unknown_name(repo, "cluster", m.cluster, "Cluster")
-        repo.errors.add_once(loaded.doc.loc(("cluster",)), message)
+    members = _queue_clusters(repo, loaded)
+    if members is None:
         return None
     return QueueSpec(
         name=name,
-        cluster=m.cluster,
+        cluster=members[0],
         priority=m.priority,
         concurrency=m.concurrency,
         quota={k: parse_quantity(v) for k, v in (m.quota or {}).items()},
@@ -127,7 +126,55 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         strategy=QueueStrategy(m.strategy),
         paused=m.paused,
         source=loaded.path,
+        clusters=tuple(m.clusters) if m.clusters is not None else (),
+        cluster_quota={
+            c: {r: parse_quantity(v) for r, v in caps.items()}
+            for c, caps in (m.cluster_quota or {}).items()
+        },
+        require_capacity=m.require_capacity,
     )
+
+
+def _queue_clusters(repo: RepoIndex, loaded: Loaded[QueueFile]) -> tuple[str, ...] | None:
+    """A queue's clusters in choice order (one for a single-cluster queue), each defined;
+    None (each problem reported once, at its line) when they are not."""
+    m = loaded.model
+    doc = loaded.doc
+    fail = repo.errors.add_once
+    if (m.cluster is None) == (m.clusters is None):
+        where = doc.loc(("clusters",), key=True) if m.clusters is not None else doc.loc(())
+        fail(where, "set exactly one of 'cluster' or 'clusters'")
+        return None
+    ok = True
+    if m.cluster is not None:
+        for key in ("clusterQuota", "requireCapacity"):
+            if key in doc.data:
+                fail(doc.loc((key,), key=True), f"{key} is for a fleet queue: set 'clusters'")
+                ok = False
+        names: tuple[str, ...] = (m.cluster,)
+        paths: list[Path] = [("cluster",)]
+    else:
+        names = tuple(m.clusters or ())
+        paths = [("clusters", i) for i in range(len(names))]
+    seen: set[str] = set()
+    for name, path in zip(names, paths, strict=True):
+        if name in seen:
+            fail(doc.loc(path), f"cluster {name!r} is listed twice")
+            ok = False
+        seen.add(name)
+        if find_cluster(repo, name) is None:
+            fail(doc.loc(path), unknown_name(repo, "cluster", name, "Cluster"))
+            ok = False
+    for name in m.cluster_quota or {}:
+        if name not in seen:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            fail(
+                doc.loc(("clusterQuota", name), key=True),
+                f"clusterQuota names {name!r}, which is not in the queue's clusters{hint}",
+            )
+            ok = False
+    return names if ok else None
 
 
 def find_connection(repo: RepoIndex, name: str) -> ConnectionSpec | None:

@@ -8,10 +8,11 @@ match ``docs/dispatch.md``.
 The package, one concern a module (each says what must live in it):
 
 - ``model``: the plan and its parts, the reasons, the blocks and what would admit them;
-- ``checks``: the table of checks 0..9, in order (the docs' Checks table);
+- ``checks``: the table of checks 0..10, in order (the docs' Checks table);
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
+- ``fleet``: check 10, a fleet queue's choice of cluster (capacity, per-cluster caps);
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down).
@@ -32,6 +33,10 @@ from reconciler.core.plan.model import (
     DependencyState,
     Dispatch,
     ExceedsQuotaBlock,
+    FleetBlock,
+    FleetMember,
+    FleetSlice,
+    MemberState,
     Pending,
     PendingReason,
     Plan,
@@ -60,6 +65,10 @@ __all__ = [
     "DependencyState",
     "Dispatch",
     "ExceedsQuotaBlock",
+    "FleetBlock",
+    "FleetMember",
+    "FleetSlice",
+    "MemberState",
     "Pending",
     "PendingReason",
     "Plan",

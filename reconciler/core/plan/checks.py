@@ -1,7 +1,7 @@
 """The checks, in order: for each candidate, the first check that fails gives its pending
 reason (docs/dispatch.md, "Checks").
 
-What must live here: the table of checks 0..9 (number, what must hold, the reasons given
+What must live here: the table of checks 0..10 (number, what must hold, the reasons given
 when it fails, whether a failure holds a StrictFIFO queue), in the order the planner applies
 them. It is the one list the planner, ``PendingReason`` and docs/dispatch.md's Checks table
 follow; ``tests/test_plan_package.py`` keeps the three equal.
@@ -33,7 +33,7 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(
         0,
-        "the queue's cluster could be read this cycle",
+        "the queue's cluster could be read this cycle (a fleet queue: one of its clusters)",
         (_R.CLUSTER_UNREACHABLE,),
         "`ClusterUnreachable`",
     ),
@@ -53,7 +53,7 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         5,
-        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7 or 9 this cycle",
+        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7, 9 or 10 this cycle",
         (_R.WAITING_BEHIND_HEAD,),
         "`WaitingBehindHead`",
     ),
@@ -79,9 +79,18 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         9,
-        "cluster active count < cluster `concurrency` (when set)",
+        "cluster active count < cluster `concurrency` (when set; a fleet queue weighs it in 10)",
         (_R.CLUSTER_CONCURRENCY_LIMIT,),
         "`ClusterConcurrencyLimit`",
+        holds_head=True,
+    ),
+    Check(
+        10,
+        "fleet queue: a listed cluster is readable, under its `concurrency` and "
+        "`clusterQuota`; the first whose free capacity fits the request is chosen, else the "
+        "first under quota (with `requireCapacity`: it waits)",
+        (_R.NO_CLUSTER_UNDER_QUOTA, _R.NO_CLUSTER_HAS_CAPACITY),
+        "`NoClusterUnderQuota`, or `NoClusterHasCapacity` when it requires capacity",
         holds_head=True,
     ),
 )

@@ -13,6 +13,7 @@ from bisect import bisect_left
 from collections.abc import Sequence
 from typing import Any
 
+from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     MAX_LISTED,
     ApprovalBlock,
@@ -22,6 +23,7 @@ from reconciler.core.plan.model import (
     ConcurrencyBlock,
     DependenciesBlock,
     ExceedsQuotaBlock,
+    FleetBlock,
     Pending,
     PendingReason,
     QueuePausedBlock,
@@ -34,17 +36,19 @@ from reconciler.core.plan.state import Counter, QueueState
 from reconciler.core.plan.units import to_decimal
 
 
-def explain(order: Sequence[QueueState]) -> tuple[list[Pending], list[QueueSummary]]:
+def explain(
+    order: Sequence[QueueState], fleet: FleetState | None = None
+) -> tuple[list[Pending], list[QueueSummary]]:
     """The pending entries and the summaries of the queues, in consideration order."""
     pending: list[Pending] = []
     summaries: list[QueueSummary] = []
     for q in order:
         pending.extend(explain_queue(q))
-        summaries.append(summarise(q))
+        summaries.append(summarise(q, fleet))
     return pending, summaries
 
 
-def summarise(q: QueueState) -> QueueSummary:
+def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
     spec = q.spec
     return QueueSummary(
         name=spec.name,
@@ -60,6 +64,7 @@ def summarise(q: QueueState) -> QueueSummary:
         paused=spec.paused,
         head_reason=q.pending[0][2] if q.pending else None,
         used_after={r: to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
+        members=fleet.slices(spec) if fleet is not None and spec.fleet else (),
     )
 
 
@@ -99,6 +104,7 @@ def explain_queue(q: QueueState) -> list[Pending]:
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
+    fleet_r = (PendingReason.NO_CLUSTER_UNDER_QUOTA, PendingReason.NO_CLUSTER_HAS_CAPACITY)
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
@@ -147,8 +153,11 @@ def explain_queue(q: QueueState) -> list[Pending]:
         elif reason is unreachable_r:
             cached = shared.get(reason)
             if cached is None:
-                cached = shared[reason] = ClusterUnreachableBlock(spec.cluster)
+                cached = shared[reason] = ClusterUnreachableBlock(", ".join(spec.members))
             block = cached
+        elif reason in fleet_r:
+            request = {r: a for r, a in sorted(op.requests.items()) if a > 0}
+            block = FleetBlock(name, reason, request, detail)
         elif reason is waiting_r:
             block = DependenciesBlock(detail)
         elif reason is upstream_r:

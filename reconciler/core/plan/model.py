@@ -38,6 +38,8 @@ class PendingReason(enum.StrEnum):
     QUOTA_EXCEEDED = "QuotaExceeded"  # 7
     WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 8
     CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 9
+    NO_CLUSTER_UNDER_QUOTA = "NoClusterUnderQuota"  # 10, fleet queues
+    NO_CLUSTER_HAS_CAPACITY = "NoClusterHasCapacity"  # 10, fleet queues with requireCapacity
 
     @property
     def never_runs(self) -> bool:
@@ -83,6 +85,7 @@ class AdmitWhen(enum.StrEnum):
     OPERATIONS_FINISH = "OperationsFinish"  # ``count`` of ``operations`` finish
     RESOURCES_RELEASED = "ResourcesReleased"  # ``amount`` of ``resource`` is released
     LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
+    CLUSTER_HAS_ROOM = "ClusterHasRoom"  # a fleet cluster has room for the whole request
 
 
 @dataclass(frozen=True, slots=True)
@@ -352,6 +355,84 @@ class QuotaBlock:
         }
 
 
+class MemberState(enum.StrEnum):
+    """How a fleet queue's cluster stood for one operation (check 10), in check order."""
+
+    UNREACHABLE = "Unreachable"  # it could not be read this cycle
+    CONCURRENCY_LIMIT = "ConcurrencyLimit"  # the cluster's concurrency is reached
+    OVER_CLUSTER_QUOTA = "OverClusterQuota"  # the queue's clusterQuota for it would be exceeded
+    NOT_OBSERVED = "NotObserved"  # its capacity is not known (no Node could be read)
+    NO_CAPACITY = "NoCapacity"  # the matching nodes' free capacity is short
+    FITS = "Fits"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetMember:
+    """One cluster of a fleet queue, as check 10 saw it for one operation: ``free`` is the
+    free amount of each requested resource on the nodes the operation may use (empty when
+    not observed); ``short`` the resource that did not fit (cap or capacity)."""
+
+    cluster: str
+    state: MemberState
+    free: Mapping[str, Decimal] = field(default_factory=dict)
+    short: str | None = None
+
+    def phrase(self) -> str:
+        state = self.state
+        if state is MemberState.UNREACHABLE:
+            return f"{self.cluster} cannot be read"
+        if state is MemberState.CONCURRENCY_LIMIT:
+            return f"{self.cluster} is at its concurrency"
+        if state is MemberState.OVER_CLUSTER_QUOTA:
+            return f"{self.cluster} would exceed its clusterQuota of {self.short}"
+        if state is MemberState.NOT_OBSERVED:
+            return f"{self.cluster}'s capacity is not observed"
+        free = ", ".join(f"{r} {format_quantity(a)}" for r, a in self.free.items()) or "nothing"
+        return f"{self.cluster} has {free} free"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "state": str(self.state),
+            "free": {r: format_quantity(a) for r, a in self.free.items()},
+            "short": self.short,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetBlock:
+    """A fleet queue's operation that no cluster takes this cycle (check 10):
+    ``NoClusterUnderQuota`` (every cluster is unreadable, at its concurrency or over its
+    ``clusterQuota``) or ``NoClusterHasCapacity`` (``requireCapacity``, and no cluster
+    under quota has the free capacity for the whole request)."""
+
+    queue: str
+    reason: PendingReason
+    request: Mapping[str, Decimal]
+    members: tuple[FleetMember, ...]
+
+    def admit(self) -> Admit:
+        names = tuple(m.cluster for m in self.members)
+        if self.reason is PendingReason.NO_CLUSTER_HAS_CAPACITY:
+            text = "admitted when one of its clusters has the free capacity for it"
+        else:
+            text = "admitted when one of its clusters is under its quota and concurrency"
+        return Admit(AdmitWhen.CLUSTER_HAS_ROOM, text, count=len(names))
+
+    def message(self) -> str:
+        need = ", ".join(f"{r} {format_quantity(a)}" for r, a in self.request.items())
+        head = f"needs {need or 'nothing'}" if self.request else "no cluster has room"
+        parts = "; ".join(m.phrase() for m in self.members)
+        return _joined(f"{head}: {parts}", self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "request": {r: format_quantity(a) for r, a in self.request.items()},
+            "clusters": [m.to_json() for m in self.members],
+        }
+
+
 BlockedBy = (
     ClusterUnreachableBlock
     | QueuePausedBlock
@@ -362,6 +443,7 @@ BlockedBy = (
     | BehindHeadBlock
     | ConcurrencyBlock
     | QuotaBlock
+    | FleetBlock
 )
 
 
@@ -434,6 +516,23 @@ class QueueSummary:
     paused: bool = False
     head_reason: PendingReason | None = None  # reason of the pending op at position 1
     used_after: Mapping[str, Decimal] = field(default_factory=dict)  # with this plan applied
+    members: tuple[FleetSlice, ...] = ()  # a fleet queue's clusters, in choice order
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSlice:
+    """A fleet queue's share of one of its clusters, with this plan applied: its active
+    operations there, what they request, its ``clusterQuota`` for it, and the cluster's
+    free capacity on all its usable nodes (None: not observed)."""
+
+    cluster: str
+    reachable: bool
+    active: int
+    dispatching: int
+    used: Mapping[str, Decimal]
+    quota: Mapping[str, Decimal]
+    free: Mapping[str, Decimal] | None
+    nodes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

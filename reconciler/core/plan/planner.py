@@ -5,8 +5,8 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
 2. ``index_operations``: the operations by id, the candidates (the ``Queued`` ones)
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
-   and those removed from the repo;
-4. ``admit``: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order,
+   and those removed from the repo; the fleet queues' usage per cluster (``fleet.py``);
+4. ``admit``: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
@@ -23,8 +23,10 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
+from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     Dispatch,
     PendingReason,
@@ -60,6 +62,7 @@ def plan_dispatch(
     *,
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
@@ -67,11 +70,21 @@ def plan_dispatch(
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
     (check 0), and their active operations keep counting as observed.
+    ``capacity`` is the free capacity observed per cluster, for the fleet queues' choice
+    of cluster (check 10); a cluster without one is not observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
         return _plan(
-            operations, queues, clusters, observed, org, now, rejected, frozenset(unreachable)
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            rejected,
+            frozenset(unreachable),
+            capacity or {},
         )
 
 
@@ -82,6 +95,7 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -98,6 +112,7 @@ def plan_repo(
         now,
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
+        capacity=capacity,
     )
 
 
@@ -124,6 +139,7 @@ def _plan(
     now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
+    capacity: Mapping[str, ClusterCapacity],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
@@ -133,13 +149,16 @@ def _plan(
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    # 4. Checks 0..9 for each candidate, queues in priority order, then by name.
+    fleet = FleetState(queues, capacity, unreachable)
+    if fleet:
+        fleet.count(seen, ops)
+    # 4. Checks 0..10 for each candidate, queues in priority order, then by name.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
-    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable)
+    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, fleet)
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
-    pending, summaries = explain(order)
+    pending, summaries = explain(order, fleet)
     return Plan(
         dispatch=tuple(dispatch),
         pending=tuple(pending),
@@ -237,8 +256,9 @@ def admit(
     deps: Dependencies,
     counters: Counters,
     unreachable: frozenset[str],
+    fleet: FleetState | None = None,
 ) -> list[Dispatch]:
-    """Step 4: checks 0..9 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -257,14 +277,22 @@ def admit(
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+    if fleet is None:
+        fleet = FleetState({}, {}, unreachable)
 
     for q in order:
         spec = q.spec
         cands = q.candidates
         cands.sort()
         pend = q.pending.append
-        # 0: the queue's cluster could not be read (its ops are on the queue's cluster)
-        if spec.cluster in unreachable:
+        # 0: the queue's cluster could not be read (its ops are on the queue's cluster; a
+        # fleet queue's: on one of its clusters, chosen in 10)
+        members = spec.clusters
+        if (
+            spec.cluster in unreachable
+            if not members
+            else all(name in unreachable for name in members)
+        ):
             for cand in cands:
                 pend((cand[4], cand[5], unreachable_r, None))
             continue
@@ -312,7 +340,7 @@ def admit(
                 if over:
                     pend((oid, op, exceeds_r, over))
                     continue
-            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7 or 9
+            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 9 or 10
             if head is not None:
                 pend((oid, op, behind_r, head))
                 continue
@@ -347,20 +375,34 @@ def admit(
                 if w.limit is not None and w.active >= w.limit:
                     pend((oid, op, wf_r, w))
                     continue
-            # 9: cluster concurrency
-            c = home_cluster if op.cluster == home_name else cluster(op.cluster)
-            if c.limit is not None and c.active >= c.limit:
-                pend((oid, op, cluster_r, c))
-                if strict:
-                    head = (oid, cluster_r)
-                continue
+            # 9: cluster concurrency (a fleet queue weighs it in 10)
+            target = op.cluster
+            if not members:
+                c = home_cluster if target == home_name else cluster(target)
+                if c.limit is not None and c.active >= c.limit:
+                    pend((oid, op, cluster_r, c))
+                    if strict:
+                        head = (oid, cluster_r)
+                    continue
+            # 10: a fleet queue chooses the cluster
+            else:
+                choice = fleet.choose(spec, op, counters)
+                if choice.cluster is None:
+                    reason = choice.reason or cluster_r
+                    pend((oid, op, reason, choice.members))
+                    if strict:
+                        head = (oid, reason)
+                    continue
+                target = choice.cluster
+                c = cluster(target)
+                fleet.take(spec, op, target)
             # Admitted: count it before the next candidate.
             q.hold(oid, req)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
                 w.hold(oid)
-            append_dispatch(Dispatch(oid, qname, op.cluster))
+            append_dispatch(Dispatch(oid, qname, target))
     return dispatch
 
 
