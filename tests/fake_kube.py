@@ -9,7 +9,7 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.adapters.kube import ApplyResult, KubeError, ObjectList
+from reconciler.adapters.kube import MANAGED_SELECTOR, ApplyResult, KubeError, ObjectList
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
@@ -25,6 +25,9 @@ class FakeCluster:
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     namespaces: set[str] = field(default_factory=set)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # by name
+    others: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # not ours
+    nodes_forbidden: bool = False  # listing Nodes answers 403 (the RBAC is missing)
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
     version: int = 100
 
@@ -42,6 +45,39 @@ class FakeCluster:
         job.setdefault("status", {})
         self.jobs[(meta["namespace"], meta["name"])] = job
         return job
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        ready: bool = True,
+        unschedulable: bool = False,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        **allocatable: str,
+    ) -> None:
+        """A Node; ``allocatable`` by resource (``gpu`` means ``nvidia.com/gpu``)."""
+        alloc = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in allocatable.items()}
+        self.nodes[name] = {
+            "metadata": {"name": name, "labels": dict(labels or {}), "uid": f"uid-{name}"},
+            "spec": {"unschedulable": unschedulable, "taints": list(taints or [])},
+            "status": {
+                "allocatable": alloc,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+
+    def add_pod(self, namespace: str, name: str, node: str, **requests: str) -> None:
+        """Someone else's running pod bound to ``node``."""
+        req = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in requests.items()}
+        self.others[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "resources": {"requests": req}}],
+            },
+            "status": {"phase": "Running"},
+        }
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or
@@ -100,9 +136,20 @@ class FakeKube:
         if not self.cluster.reachable:
             raise KubeError(f"cluster {self.cluster.name}: connection refused")
 
-    def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
+    def list_managed(
+        self, kind: str, page_size: int = 500, *, selector: str = MANAGED_SELECTOR, fields: str = ""
+    ) -> ObjectList:
         self._up()
-        source = self.cluster.jobs if kind == "Job" else self.cluster.pods
+        if kind == "Node":
+            if self.cluster.nodes_forbidden:
+                raise KubeError("listing Nodes: forbidden", 403, "Forbidden")
+            nodes = tuple(copy.deepcopy(v) for _, v in sorted(self.cluster.nodes.items()))
+            return ObjectList(nodes, str(self.cluster.version))
+        source: dict[Any, dict[str, Any]] = (
+            self.cluster.jobs if kind == "Job" else self.cluster.pods
+        )
+        if kind == "Pod" and selector != MANAGED_SELECTOR:
+            source = {**self.cluster.others, **self.cluster.pods}
         items = tuple(copy.deepcopy(v) for _, v in sorted(source.items()))
         return ObjectList(items, str(self.cluster.version))
 

@@ -42,7 +42,7 @@ from datetime import datetime
 from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import StatusView
+from reconciler.core.status import CapacityStatus, ClusterStatus, StatusView
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 # --- inputs -----------------------------------------------------------------------------
@@ -141,6 +141,11 @@ def memory_from_status(view: StatusView) -> Memory:
     return Memory(seen)
 
 
+def capacity_from_status(view: StatusView) -> dict[str, ClusterCapacity]:
+    """The capacity the status branch recorded per cluster (``status/clusters.yaml``)."""
+    return {c.name: c.capacity.value() for c in view.clusters if c.capacity is not None}
+
+
 def listing_from_memory(
     compiled: CompiledRepo,
     memory: Memory,
@@ -223,6 +228,22 @@ class Decision:
     listed: frozenset[str]  # operations with a workload in this cycle's listing
     # older generations still active after a bump, by their planner id ``op@gN``
     superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
+    # the free capacity the plan chose fleet clusters by, per cluster
+    capacity: Mapping[str, ClusterCapacity] = field(default_factory=dict)
+
+    def cluster_records(self) -> tuple[ClusterStatus, ...]:
+        """``status/clusters.yaml``'s entries: each cluster's health and its capacity."""
+        return tuple(
+            ClusterStatus(
+                name=c.name,
+                reachable=c.reachable,
+                error=c.error,
+                capacity=CapacityStatus.of(self.capacity[c.name])
+                if c.name in self.capacity
+                else None,
+            )
+            for c in self.clusters
+        )
 
     @property
     def unreachable(self) -> frozenset[str]:
@@ -355,6 +376,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         memory=Memory(seen_next, inflight),
         listed=present,
         superseded=superseded,
+        capacity=capacity,
     )
 
 

@@ -14,7 +14,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import Annotated, Any, Self
@@ -22,10 +22,11 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import Pending, Plan, QueueSummary
-from reconciler.core.quantity import format_quantity
+from reconciler.core.plan import FleetSlice, Pending, Plan, QueueSummary
+from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.render import spec_hash, workload_name
 from reconciler.core.types import (
     CompiledOperation,
@@ -238,6 +239,39 @@ class OperationStatus(StatusRecord):
     logs: EmptyText = ""
 
 
+class FleetSliceStatus(StatusRecord):
+    """A fleet queue's share of one of its clusters (``fleet`` in ``status/queues.yaml``),
+    with this cycle's dispatches applied; ``free`` is left out when not observed."""
+
+    cluster: Text
+    reachable: Flag = True
+    active: Number = 0
+    used: TextMap = Field(default_factory=dict)
+    cluster_quota: OmitEmpty[TextMap] = Field(default_factory=dict)
+    free: OmitEmpty[TextMap | None] = None
+    nodes: Number = 0
+
+    @classmethod
+    def from_slice(cls, s: FleetSlice) -> FleetSliceStatus:
+        return cls(
+            cluster=s.cluster,
+            reachable=s.reachable,
+            active=s.active,
+            used=_quantities_text(s.used),
+            cluster_quota=_quantities_text(s.quota),
+            free=None if s.free is None else _quantities_text(s.free),
+            nodes=s.nodes,
+        )
+
+
+def _quantities_text(values: Mapping[str, Decimal]) -> dict[str, str]:
+    return {r: format_quantity(v) for r, v in sorted(values.items())}
+
+
+def _fleet(value: Any) -> tuple[FleetSliceStatus, ...]:
+    return tuple(FleetSliceStatus.from_dict(v) for v in value or ())
+
+
 class QueueStatus(StatusRecord):
     """One queue in ``status/queues.yaml``: usage with this cycle's dispatches applied."""
 
@@ -253,6 +287,8 @@ class QueueStatus(StatusRecord):
     strategy: Text = "BestEffortFIFO"
     paused: Flag = False
     kinds: Texts = ()  # the run kinds the queue admits
+    # a fleet queue: each of its clusters, in choice order
+    fleet: OmitEmpty[Annotated[Items[FleetSliceStatus], _Read(_fleet)]] = ()
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
@@ -269,6 +305,7 @@ class QueueStatus(StatusRecord):
             strategy=str(q.strategy),
             paused=q.paused,
             kinds=kinds,
+            fleet=tuple(FleetSliceStatus.from_slice(m) for m in q.members),
         )
 
 
@@ -292,12 +329,92 @@ class ConfigStatus(StatusRecord):
         return self.reason == StatusReason.INTERNAL_ERROR.value
 
 
+def _taint_text(t: Taint) -> str:
+    """``key=value:Effect`` (``key:Effect`` without a value), as kubectl writes taints."""
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+def _taint(text: str) -> Taint:
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    return Taint(key, value, effect)
+
+
+def _quantity_map(values: Mapping[str, str]) -> dict[str, Decimal]:
+    return {r: parse_quantity(v) for r, v in values.items()}
+
+
+class NodeStatus(StatusRecord):
+    """A usable node in a cluster's ``capacity``: what the fleet choice needs of it."""
+
+    name: Text
+    labels: OmitEmpty[TextMap] = Field(default_factory=dict)
+    taints: Texts = ()  # ``key=value:Effect``
+    allocatable: TextMap = Field(default_factory=dict)
+    requested: OmitEmpty[TextMap] = Field(default_factory=dict)
+
+    def value(self) -> NodeCapacity:
+        return NodeCapacity(
+            self.name,
+            dict(self.labels),
+            tuple(sorted(_taint(t) for t in self.taints)),
+            _quantity_map(self.allocatable),
+            _quantity_map(self.requested),
+        )
+
+
+def _nodes(value: Any) -> tuple[NodeStatus, ...]:
+    return tuple(NodeStatus.from_dict(v) for v in value or ())
+
+
+class CapacityStatus(StatusRecord):
+    """A cluster's observed capacity (``core/capacity.py``), so that ``plan`` without
+    ``--live`` chooses a fleet queue's cluster as the last cycle would have."""
+
+    nodes: OmitEmpty[Annotated[Items[NodeStatus], _Read(_nodes)]] = ()
+    reserved: OmitEmpty[TextMap] = Field(default_factory=dict)
+    not_ready: OmitEmpty[Number] = 0
+    cordoned: OmitEmpty[Number] = 0
+
+    @classmethod
+    def of(cls, c: ClusterCapacity) -> CapacityStatus:
+        return cls(
+            nodes=tuple(
+                NodeStatus(
+                    name=n.name,
+                    labels=dict(n.labels),
+                    taints=tuple(_taint_text(t) for t in n.taints),
+                    allocatable=_quantities_text(n.allocatable),
+                    requested=_quantities_text(n.requested),
+                )
+                for n in c.nodes
+            ),
+            reserved=_quantities_text(c.reserved),
+            not_ready=c.not_ready,
+            cordoned=c.cordoned,
+        )
+
+    def value(self) -> ClusterCapacity:
+        return ClusterCapacity(
+            tuple(n.value() for n in self.nodes),
+            _quantity_map(self.reserved),
+            self.not_ready,
+            self.cordoned,
+        )
+
+
+def _capacity(value: Any) -> CapacityStatus | None:
+    return None if value is None else CapacityStatus.from_dict(value)
+
+
 class ClusterStatus(StatusRecord):
-    """One entry of ``status/clusters.yaml``: could the last cycle read the cluster."""
+    """One entry of ``status/clusters.yaml``: could the last cycle read the cluster, and
+    (a fleet queue's cluster) the capacity it observed."""
 
     name: Text
     reachable: Flag = True
     error: OmitEmpty[Text] = ""
+    capacity: Annotated[CapacityStatus | None, _Read(_capacity)] = None
 
 
 # Object addresses in a client error ("<... object at 0x7f...>") change on every attempt; an
@@ -384,7 +501,7 @@ def build_status(
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
     their parents), rejected ones, and those only observed (e.g. removed but still running)."""
-    dispatched = {d.operation for d in plan.dispatch}
+    dispatched = {d.operation: d.cluster for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     stops = {s.operation for s in plan.stop}
     refused = set(plan.prune_refused.refused) if plan.prune_refused is not None else set()
@@ -394,6 +511,9 @@ def build_status(
         state = states.get(op.id)
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
+        chosen = dispatched.get(op.id)
+        if chosen is not None and chosen != op.cluster:
+            op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
         record = _compiled_record(
             repo, op, state, op.id in dispatched, pending.get(op.id), (failed or {}).get(op.id)
         )

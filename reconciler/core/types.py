@@ -386,6 +386,11 @@ class CompiledRepo:
     def valid(self) -> bool:
         return not self.errors
 
+    @property
+    def fleet_clusters(self) -> frozenset[str]:
+        """The clusters of the fleet queues: their capacity is observed."""
+        return frozenset(c for q in self.queues.values() for c in q.clusters)
+
     def never_pruned(self, observed: Iterable[ObservedOperation]) -> frozenset[str]:
         """Observed ids that operations refused by policy keep from being pruned: the
         operation itself, and a refused workflow's children, but only those that run as its

@@ -10,15 +10,27 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from reconciler.adapters.kube import Kube, KubeError, WatchExpired
+from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, KubeError, WatchExpired
 
 log = logging.getLogger("reconciler.informer")
 
 
 class Informer:
-    def __init__(self, kube: Kube, kind: str, *, watch_timeout: int = 30) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        kind: str,
+        *,
+        watch_timeout: int = 30,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
+    ) -> None:
+        """``selector`` and ``fields``: the label and field selectors of the objects
+        cached (by default, the ones we manage)."""
         self.kube = kube
         self.kind = kind
+        self.selector = selector
+        self.fields = fields
         self.watch_timeout = watch_timeout
         self._items: dict[str, Mapping[str, Any]] = {}  # by uid
         self._version: str | None = None
@@ -60,7 +72,7 @@ class Informer:
         self._stop.set()
 
     def _relist(self) -> None:
-        listed = self.kube.list_managed(self.kind)
+        listed = self.kube.list_managed(self.kind, selector=self.selector, fields=self.fields)
         with self._lock:
             self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
             self._version = listed.resource_version
@@ -84,7 +96,11 @@ class Informer:
                     self._relist()
                     self.error = ""
                 for event in self.kube.watch_managed(
-                    self.kind, str(self._version), timeout_seconds=self.watch_timeout
+                    self.kind,
+                    str(self._version),
+                    timeout_seconds=self.watch_timeout,
+                    selector=self.selector,
+                    fields=self.fields,
                 ):
                     self.error = ""  # the watch is back
                     self._apply(event.type, event.object)

@@ -55,7 +55,9 @@ class StatusPublisher:
                     op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
                     for op, error in result.failed.items()
                 },
-                clusters=tuple(
+                clusters=result.decision.cluster_records()
+                if result.decision is not None
+                else tuple(
                     ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
                     for h in result.clusters
                 ),

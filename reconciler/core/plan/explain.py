@@ -43,7 +43,7 @@ def explain(
     pending: list[Pending] = []
     summaries: list[QueueSummary] = []
     for q in order:
-        pending.extend(explain_queue(q))
+        pending.extend(explain_queue(q, fleet))
         summaries.append(summarise(q, fleet))
     return pending, summaries
 
@@ -68,7 +68,7 @@ def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
     )
 
 
-def explain_queue(q: QueueState) -> list[Pending]:
+def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pending]:
     """Build the pending entries of one queue. Blockers that depend only on the queue,
     workflow or cluster are shared between entries."""
     spec = q.spec
@@ -157,7 +157,8 @@ def explain_queue(q: QueueState) -> list[Pending]:
             block = cached
         elif reason in fleet_r:
             request = {r: a for r, a in sorted(op.requests.items()) if a > 0}
-            block = FleetBlock(name, reason, request, detail)
+            members = detail if fleet is None else fleet.final_members(spec, op, detail)
+            block = FleetBlock(name, reason, request, members)
         elif reason is waiting_r:
             block = DependenciesBlock(detail)
         elif reason is upstream_r:

@@ -88,7 +88,7 @@ class _Cluster:
 class FleetState:
     """The fleet queues' per-cluster state for one plan."""
 
-    __slots__ = ("active", "clusters", "dispatched", "queues", "unreachable", "used")
+    __slots__ = ("active", "clusters", "counters", "dispatched", "queues", "unreachable", "used")
 
     def __init__(
         self,
@@ -108,6 +108,7 @@ class FleetState:
         self.used: dict[tuple[str, str], dict[str, int]] = {}
         self.active: dict[tuple[str, str], int] = {}
         self.dispatched: dict[tuple[str, str], int] = {}
+        self.counters: Counters | None = None  # the plan's cluster counters, once admitting
 
     def __bool__(self) -> bool:
         return bool(self.queues)
@@ -142,8 +143,21 @@ class FleetState:
                 requests = known.requests if known is not None else {}
             self.hold(qname, cname, requests)
 
+    def final_members(
+        self, spec: QueueSpec, op: CompiledOperation, members: tuple[FleetMember, ...]
+    ) -> tuple[FleetMember, ...]:
+        """How each cluster stands for a pending operation with the whole plan applied
+        (what the next cycle sees; step 6). Capacity is only taken and usage only added
+        while planning, so the operation still finds no cluster; ``members`` (as check 10
+        saw them) otherwise."""
+        if self.counters is None:
+            return members
+        again = self.choose(spec, op, self.counters)
+        return again.members if again.cluster is None else members
+
     def choose(self, spec: QueueSpec, op: CompiledOperation, counters: Counters) -> Choice:
         """Check 10 for one candidate of the fleet queue ``spec``."""
+        self.counters = counters
         request = {r: request_units(a) for r, a in op.requests.items() if a > 0}
         placement = placement_of(op.spec)
         members: list[FleetMember] = []

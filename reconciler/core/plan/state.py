@@ -14,6 +14,8 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
 - ``WaitingBehindHead``: ``(head id, head reason)``;
 - ``QuotaExceeded``: ``(resource index, request in units)``;
 - ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``.
+- ``NoClusterUnderQuota``, ``NoClusterHasCapacity``: the ``FleetMember`` tuple (check 10;
+  step 6 recomputes it with the whole plan applied).
 """
 
 from __future__ import annotations
