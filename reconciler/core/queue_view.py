@@ -64,9 +64,45 @@ class QuotaUse(ApiModel):
 Quotas = Annotated[Items[QuotaUse], Field(serialization_alias="quota")]
 
 
+class ClusterShare(ApiModel):
+    """A fleet queue's share of one of its clusters (``clusters`` of its row), with the
+    plan's dispatches counted (carried out or not: as the status branch records it): its
+    active operations there, what they request, its ``clusterQuota`` there, and the
+    cluster's free capacity left (null: not observed)."""
+
+    cluster: str
+    reachable: bool
+    active: int
+    used: Mapping[str, str]
+    cluster_quota: Mapping[str, str]
+    free: Mapping[str, str] | None
+    nodes: int
+
+    @property
+    def used_text(self) -> str:
+        if not self.cluster_quota:
+            return _map_text(self.used)
+        return ", ".join(
+            f"{r} {self.used.get(r, '0')}/{limit}"
+            for r, limit in sorted(self.cluster_quota.items())
+        )
+
+    @property
+    def free_text(self) -> str:
+        return "not observed" if self.free is None else _map_text(self.free)
+
+
+def _map_text(values: Mapping[str, str]) -> str:
+    return ", ".join(f"{r} {v}" for r, v in sorted(values.items())) or "-"
+
+
+def _texts(values: Mapping[str, Decimal]) -> dict[str, str]:
+    return {r: format_quantity(v) for r, v in sorted(values.items())}
+
+
 class QueueRow(ApiModel):
     name: str
-    cluster: str
+    cluster: str  # a fleet queue's clusters, comma-separated in choice order
     priority: int
     active: int
     concurrency: int | None  # the limit; None: unlimited
@@ -80,6 +116,7 @@ class QueueRow(ApiModel):
     kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
+    clusters: Items[ClusterShare] = ()  # a fleet queue's clusters, in choice order
 
     @property
     def concurrency_text(self) -> str:
@@ -124,6 +161,10 @@ class QueuesView(ApiModel):
 
     def row(self, name: str) -> QueueRow | None:
         return next((r for r in self.rows if r.name == name), None)
+
+    @property
+    def fleet_queues(self) -> tuple[QueueRow, ...]:
+        return tuple(r for r in self.rows if r.clusters)
 
 
 def fleet_json(view: QueuesView) -> dict[str, Any]:
@@ -202,7 +243,7 @@ def build_queues_view(
         rows.append(
             QueueRow(
                 name=q.name,
-                cluster=q.cluster,
+                cluster=",".join(m.cluster for m in q.members) or q.cluster,
                 priority=q.priority,
                 active=q.active + q.dispatching if applied else q.active,
                 concurrency=q.concurrency,
@@ -216,6 +257,18 @@ def build_queues_view(
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
+                clusters=tuple(
+                    ClusterShare(
+                        cluster=m.cluster,
+                        reachable=m.reachable,
+                        active=m.active,
+                        used=_texts(m.used),
+                        cluster_quota=_texts(m.quota),
+                        free=None if m.free is None else _texts(m.free),
+                        nodes=m.nodes,
+                    )
+                    for m in q.members
+                ),
             )
         )
     return QueuesView(
@@ -262,7 +315,7 @@ def _status_row(
 ) -> QueueRow:
     return QueueRow(
         name=q.name,
-        cluster=q.cluster,
+        cluster=",".join(f.cluster for f in q.fleet) or q.cluster,
         priority=q.priority,
         active=q.active,
         concurrency=q.concurrency,
@@ -278,6 +331,18 @@ def _status_row(
         kinds=q.kinds,
         strategy=q.strategy,
         paused=q.paused,
+        clusters=tuple(
+            ClusterShare(
+                cluster=f.cluster,
+                reachable=f.reachable,
+                active=f.active,
+                used=dict(f.used),
+                cluster_quota=dict(f.cluster_quota),
+                free=None if f.free is None else dict(f.free),
+                nodes=f.nodes,
+            )
+            for f in q.fleet
+        ),
     )
 
 
@@ -657,6 +722,7 @@ HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
 HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
 WIDE_HEADERS = [*HEADERS, "NEXT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
+FLEET_QUEUE_HEADERS = ["FLEET QUEUE", "CLUSTER", "ACTIVE", "USED/CLUSTERQUOTA", "FREE", "NODES"]
 
 
 def _quota_cell(quotas: Sequence[QuotaUse]) -> str:
@@ -664,7 +730,8 @@ def _quota_cell(quotas: Sequence[QuotaUse]) -> str:
 
 
 def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
-    """``reconciler queues``: the rows, then the fleet totals per cluster and overall."""
+    """``reconciler queues``: the rows, then the fleet totals per cluster and overall, then
+    each fleet queue's clusters with their free capacity."""
     rows = []
     for r in view.rows:
         cells = [
@@ -693,9 +760,23 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
         ]
         for t in (*view.clusters, view.fleet)
     ]
+    shares = [
+        [
+            r.name,
+            c.cluster if c.reachable else f"{c.cluster} (unreachable)",
+            str(c.active),
+            c.used_text,
+            c.free_text,
+            str(c.nodes),
+        ]
+        for r in view.fleet_queues
+        for c in r.clusters
+    ]
+    fleet_queues = "\n\n" + text_table(FLEET_QUEUE_HEADERS, shares) if shares else ""
     return (
         text_table(WIDE_HEADERS if wide else HEADERS, rows)
         + "\n\n"
         + text_table(FLEET_HEADERS, fleet)
+        + fleet_queues
         + "\n"
     )
