@@ -440,8 +440,18 @@ def queue_settings(
         if doc is not None:
             keys = doc.keys
     by_line = {b.line: b for b in blame or ()}
-    values: list[tuple[tuple[str, ...], str]] = [
-        (("cluster",), spec.cluster),
+    values: list[tuple[tuple[str, ...], str]] = []
+    if spec.fleet:
+        values.append((("clusters",), ", ".join(spec.clusters)))
+        values += [
+            (("clusterQuota", c, r), format_quantity(v))
+            for c, caps in spec.cluster_quota.items()
+            for r, v in sorted(caps.items())
+        ]
+        values.append((("requireCapacity",), "true" if spec.require_capacity else "false"))
+    else:
+        values.append((("cluster",), spec.cluster))
+    values += [
         (("priority",), str(spec.priority)),
         (("concurrency",), "unlimited" if spec.concurrency is None else str(spec.concurrency)),
     ]

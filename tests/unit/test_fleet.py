@@ -503,3 +503,68 @@ def test_nodes_that_cannot_be_listed_leave_the_cluster_readable_but_not_observed
     (entry,) = result.plan.pending
     assert isinstance(entry.blocked_by, FleetBlock)
     assert entry.blocked_by.members[0].state is MemberState.NOT_OBSERVED
+
+
+# --- the views --------------------------------------------------------------------------
+
+
+def test_the_queue_views_show_each_fleet_clusters_share_and_free_capacity() -> None:
+    from reconciler.core.queue_view import (
+        build_queues_view,
+        queue_settings,
+        queues_to_table,
+        queues_view_from_status,
+    )
+    from reconciler.core.web_html import queues_main
+
+    world = two_clusters(cluster_quota={"a": {"gpu": 4}}).queue("single", cluster="a")
+    world.op("p/big", queue="fleet", gpu=6)
+    compiled = world.repo()
+    decision = decide(compiled, _listing(world), Memory(), NOW)
+    view = build_queues_view(compiled, decision.plan, decision.workloads, applied=False)
+    fleet = view.row("fleet")
+    assert fleet is not None and fleet.cluster == "a,b"
+    assert [c.to_json() for c in fleet.clusters] == [
+        {
+            "cluster": "a",
+            "reachable": True,
+            "active": 0,
+            "used": {},
+            "clusterQuota": {GPU: "4"},
+            "free": {GPU: "4"},
+            "nodes": 2,
+        },
+        {
+            "cluster": "b",
+            "reachable": True,
+            "active": 1,
+            "used": {GPU: "6"},
+            "clusterQuota": {},
+            "free": {GPU: "2"},
+            "nodes": 1,
+        },
+    ]
+    assert view.row("single").clusters == ()  # type: ignore[union-attr]
+    table = queues_to_table(view)
+    assert "FLEET QUEUE" in table
+    assert [line.split() for line in table.splitlines()[-2:]] == [
+        ["fleet", "a", "0", "nvidia.com/gpu", "0/4", "nvidia.com/gpu", "4", "2"],
+        ["fleet", "b", "1", "nvidia.com/gpu", "6", "nvidia.com/gpu", "2", "1"],
+    ]
+    html = queues_main(view)
+    assert '<tr data-fleet-queue="fleet" data-cluster="b">' in html
+    assert "<td class=free>nvidia.com/gpu 2</td>" in html
+    # the status branch gives the same shares
+    files = render_status(
+        compiled, decision.plan, decision.states, clusters=decision.cluster_records()
+    )
+    recorded = queues_view_from_status(read_status(files)).row("fleet")
+    assert recorded is not None and recorded.clusters == fleet.clusters
+    # the queue page's settings, each at its line
+    text = b"kind: Queue\nclusters: [a, b]\nclusterQuota:\n  a: {nvidia.com/gpu: 4}\n"
+    spec = compiled.queues["fleet"]
+    settings = {s.key: (s.value, s.line) for s in queue_settings(spec, text)}
+    assert settings["clusters"] == ("a, b", 2)
+    assert settings["clusterQuota.a.nvidia.com/gpu"] == ("4", 4)
+    assert settings["requireCapacity"] == ("false", 0)
+    assert "cluster" not in settings
