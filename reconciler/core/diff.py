@@ -179,7 +179,7 @@ def _field_changes(
 
 
 def _queue_fields(q: QueueSpec) -> dict[str, Any]:
-    return {
+    fields: dict[str, Any] = {
         "cluster": q.cluster,
         "priority": q.priority,
         "concurrency": q.concurrency,
@@ -188,6 +188,11 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         "paused": q.paused,
         "kinds": q.kinds,
     }
+    if q.fleet:  # only a fleet queue has them: a single-cluster queue's diff is unchanged
+        fields["clusters"] = list(q.clusters)
+        fields["clusterQuota"] = {c: dict(v) for c, v in q.cluster_quota.items()}
+        fields["requireCapacity"] = q.require_capacity
+    return fields
 
 
 def _op_fields(op: CompiledOperation) -> dict[str, Any]:

@@ -568,3 +568,26 @@ def test_the_queue_views_show_each_fleet_clusters_share_and_free_capacity() -> N
     assert settings["clusterQuota.a.nvidia.com/gpu"] == ("4", 4)
     assert settings["requireCapacity"] == ("false", 0)
     assert "cluster" not in settings
+
+
+def test_a_pr_plan_shows_a_queue_becoming_a_fleet_queue_and_where_its_ops_go() -> None:
+    from reconciler.core.diff import diff_plans
+
+    base = World().queue("q", cluster="a", quota={GPU: 8})
+    base.nodes("a", node("a-1", gpu=2)).nodes("b", node("b-1", gpu=8))
+    base.op("p/train", queue="q", gpu=4)
+    head = World().fleet("q", ("a", "b"), quota={GPU: 8}, require_capacity=True)
+    head.nodes("a", node("a-1", gpu=2)).nodes("b", node("b-1", gpu=8))
+    head.op("p/train", queue="q", gpu=4)
+    before, after = base.repo(), head.repo()
+    diff = diff_plans(
+        (before, decide(before, _listing(base), Memory(), NOW).plan),
+        (after, decide(after, _listing(head), Memory(), NOW).plan),
+    )
+    (queue,) = diff.queues
+    changed = {f.path: (f.before, f.after) for f in queue.fields}
+    assert changed["clusters"] == (None, ["a", "b"])
+    assert changed["requireCapacity"] == (None, True)
+    assert [
+        (d.operation, d.cluster) for d in decide(after, _listing(head), Memory(), NOW).plan.dispatch
+    ] == [("p/train", "b")]
