@@ -190,7 +190,15 @@ def read_live(
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     """The status files the cycle would write for ``decision``, read back."""
     clusters = decision.cluster_records()
-    return read_status(render_status(compiled, decision.plan, decision.states, clusters=clusters))
+    return read_status(
+        render_status(
+            compiled,
+            decision.plan,
+            decision.states,
+            clusters=clusters,
+            superseded=decision.superseded,
+        )
+    )
 
 
 @click.command("status")

@@ -25,7 +25,9 @@ The rules, in the order :func:`decide` applies them:
    | (a generation bump)     | any             | forgotten: the new run is `Queued`    |
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
-   quota under the id ``op@gN`` until they finish, and are never pruned;
+   quota under the id ``op@gN`` until they finish, and are never pruned. Memory (the
+   status branch) keeps them too: one in a cluster that cannot be read still holds its
+   quota, and ``plan`` from the status branch counts them as the cycle does;
 5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
    filter applied to its output; so is each cluster's observed free capacity (a fleet
    queue's choice of cluster, check 10: ``ClusterListing.capacity``);
@@ -42,7 +44,7 @@ from datetime import datetime
 from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states
 from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import CapacityStatus, ClusterStatus, StatusView
+from reconciler.core.status import CapacityStatus, ClusterStatus, StatusView, recorded_requests
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 # --- inputs -----------------------------------------------------------------------------
@@ -86,10 +88,12 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Memory:
     """What a cycle knows that the clusters may not say: the last state seen of each
-    operation's current run, and creates the watch may not show yet."""
+    operation's current run, creates the watch may not show yet, and the superseded runs
+    last seen active (by their planner id ``op@gN``)."""
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
+    superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
 
     def record(
         self, created: Iterable[InFlight] = (), stopped: Iterable[WorkloadState] = ()
@@ -102,7 +106,16 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight)
+        return Memory(seen, inflight, self.superseded)
+
+    def under(self, recorded: Memory) -> Memory:
+        """This memory, with what ``recorded`` (a previous process's) knows and this one
+        does not: what this process saw itself wins."""
+        return Memory(
+            {**recorded.seen, **self.seen},
+            self.inflight,
+            {**recorded.superseded, **self.superseded},
+        )
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
@@ -112,7 +125,12 @@ def memory_from_status(view: StatusView) -> Memory:
     """The workloads the status branch records (the last state a leader saw of each), so a
     restart or a read-only replica starts from what is known."""
     seen: dict[str, WorkloadState] = {}
+    superseded: dict[str, WorkloadState] = {}
     for op_id, rec in view.operations.items():
+        for run in rec.superseded:
+            old = run.state(op_id)
+            if old is not None and old.phase.active:
+                superseded[superseded_id(old)] = old
         try:
             phase = Phase(rec.phase)
         except ValueError:
@@ -137,8 +155,9 @@ def memory_from_status(view: StatusView) -> Memory:
             started_at=rec.started_at,
             finished_at=rec.finished_at,
             outputs=rec.outputs,
+            requests=recorded_requests(rec) or {},
         )
-    return Memory(seen)
+    return Memory(seen, superseded=superseded)
 
 
 def capacity_from_status(view: StatusView) -> dict[str, ClusterCapacity]:
@@ -159,14 +178,15 @@ def listing_from_memory(
     down = unreachable or {}
     recorded = capacity or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
-    for state in memory.seen.values():
+    for state in (*memory.seen.values(), *memory.superseded.values()):
         if state.cluster in by_cluster:  # the cycle reads only the config's clusters
             by_cluster[state.cluster].append(state)
     return {
         name: ClusterListing.unreachable(down[name])
         if name in down
         else ClusterListing(
-            tuple(sorted(states, key=lambda s: s.operation)), capacity=recorded.get(name)
+            tuple(sorted(states, key=lambda s: (s.operation, s.generation))),
+            capacity=recorded.get(name),
         )
         for name, states in by_cluster.items()
     }
@@ -327,12 +347,20 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     for state in listed:
         wanted = generations.get(state.operation)
         if wanted is not None and state.generation != wanted and state.phase.active:
-            old_id = superseded_id(state)
+            superseded[superseded_id(state)] = state
+    for old_id, state in memory.superseded.items():  # last seen where nothing can be read
+        wanted = generations.get(state.operation)
+        if (
+            (state.cluster in down or state.cluster not in compiled.clusters)
+            and wanted not in (None, state.generation)
+            and old_id not in superseded
+        ):
             superseded[old_id] = state
-            old = replace(state.to_observed(), operation=old_id)
-            if old.requests is None:
-                old = replace(old, requests=dict(ops[state.operation].requests))
-            observed.append(old)
+    for old_id, state in sorted(superseded.items()):
+        old = replace(state.to_observed(), operation=old_id)
+        if old.requests is None:
+            old = replace(old, requests=dict(ops[state.operation].requests))
+        observed.append(old)
 
     # 5. the plan
     capacity = {
@@ -373,7 +401,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight),
+        memory=Memory(seen_next, inflight, superseded),
         listed=present,
         superseded=superseded,
         capacity=capacity,

@@ -208,6 +208,66 @@ def _fields(
     )
 
 
+class SupersededRun(StatusRecord):
+    """An older generation of an operation still active after a bump: it holds its quota
+    until it finishes (``docs/dispatch.md``), so ``plan`` from the status branch counts it."""
+
+    generation: Number
+    cluster: Text
+    namespace: Text
+    workload: Text
+    phase: PhaseText
+    queue: OptText = None
+    requests: OmitEmpty[TextMap] = Field(default_factory=dict)
+    dispatched_at: OptText = None
+    started_at: OptText = None
+
+    @classmethod
+    def of(cls, state: WorkloadState) -> SupersededRun:
+        return cls(
+            generation=state.generation,
+            cluster=state.cluster,
+            namespace=state.namespace,
+            workload=state.name,
+            phase=state.phase,
+            queue=state.queue,
+            requests={r: format_quantity(v) for r, v in sorted(state.requests.items())},
+            dispatched_at=state.dispatched_at,
+            started_at=state.started_at,
+        )
+
+    def state(self, operation: str) -> WorkloadState | None:
+        """The run as a workload of ``operation``; None when the record cannot be one (an
+        unreadable quantity, or a phase a workload cannot have)."""
+        if not isinstance(self.phase, Phase):
+            return None
+        return WorkloadState(
+            operation=operation,
+            generation=self.generation,
+            cluster=self.cluster,
+            namespace=self.namespace,
+            name=self.workload,
+            uid="",
+            phase=self.phase,
+            queue=self.queue,
+            requests=recorded_requests(self) or {},
+            dispatched_at=self.dispatched_at,
+            started_at=self.started_at,
+        )
+
+
+def _superseded_runs(value: Any) -> tuple[SupersededRun, ...]:
+    """The readable entries of a ``superseded`` list (an unreadable one is dropped, as a
+    mistyped optional field is)."""
+    runs = []
+    for entry in value or ():
+        try:
+            runs.append(SupersededRun.from_dict(entry))
+        except ValueError:
+            continue
+    return tuple(runs)
+
+
 class OperationStatus(StatusRecord):
     """One ``status/<project>/<operation>.yaml``. ``phase`` is a :class:`Phase`, or
     ``Rejected`` (:class:`StatusPhase`); a workflow parent's is the aggregate of its
@@ -237,6 +297,10 @@ class OperationStatus(StatusRecord):
     workflow: LooseObject = None  # a child: {parent, kind, index}
     children: Texts = ()  # a workflow parent: its children's ids
     logs: EmptyText = ""
+    # what its active workload requests (the quota it holds), as the cluster said
+    requests: OmitEmpty[TextMap] = Field(default_factory=dict)
+    # older generations still active (holding quota), oldest first
+    superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
 
 
 class FleetSliceStatus(StatusRecord):
@@ -442,6 +506,7 @@ def render_status(
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     clusters: tuple[ClusterStatus, ...] = (),
     internal_error: str = "",
+    superseded: Mapping[str, WorkloadState] | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -450,8 +515,9 @@ def render_status(
     compiling it hit a bug, pass what failed as ``internal_error`` instead).
     ``states`` are the current workloads per operation id (``observe.current_states``);
     ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
-    (operation -> reason and error): they stay Queued."""
-    records = build_status(repo, plan, states, failed)
+    (operation -> reason and error): they stay Queued. ``superseded`` are the older
+    generations still active (``Decision.superseded``), recorded on their operation."""
+    records = build_status(repo, plan, states, failed, superseded)
     files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
@@ -498,9 +564,11 @@ def build_status(
     plan: Plan,
     states: Mapping[str, WorkloadState],
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
+    superseded: Mapping[str, WorkloadState] | None = None,
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
-    their parents), rejected ones, and those only observed (e.g. removed but still running)."""
+    their parents), rejected ones, and those only observed (e.g. removed but still running).
+    An operation's superseded runs still active are listed on its record."""
     dispatched = {d.operation: d.cluster for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     stops = {s.operation for s in plan.stop}
@@ -528,6 +596,15 @@ def build_status(
     for oid, state in states.items():
         if oid not in out:
             out[oid] = _observed_record(repo, state, oid in stops, oid in refused, plan)
+    older: dict[str, list[WorkloadState]] = {}
+    for old in (superseded or {}).values():
+        older.setdefault(old.operation, []).append(old)
+    for oid, runs in older.items():
+        if oid in out:
+            runs.sort(key=lambda r: r.generation)
+            out[oid] = out[oid].model_copy(
+                update={"superseded": tuple(SupersededRun.of(r) for r in runs)}
+            )
     return [out[k] for k in sorted(out)]
 
 
@@ -572,6 +649,7 @@ def _compiled_record(
             outputs=state.outputs,
             workload_spec_hash=state.spec_hash if state.spec_hash != desired else None,
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
+            requests=_held(state),
         )
     name = workload_name(op.project, op.name, op.generation)
     if dispatched and failure is not None:
@@ -712,8 +790,25 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "finished_at": state.finished_at,
             "outputs": state.outputs,
             "spec_hash": state.spec_hash,
+            "requests": _held(state),
         }
     )
+
+
+def _held(state: WorkloadState) -> dict[str, str]:
+    """The requests an active workload holds (a finished one holds none)."""
+    if not state.phase.active:
+        return {}
+    return {r: format_quantity(v) for r, v in sorted(state.requests.items())}
+
+
+def recorded_requests(record: OperationStatus | SupersededRun) -> dict[str, Decimal] | None:
+    """The requests a record says its workload holds; None when it says none or cannot be
+    read (the compiled operation's then count, as for a workload that does not say)."""
+    try:
+        return {r: parse_quantity(v) for r, v in record.requests.items()} or None
+    except ValueError:
+        return None
 
 
 # --- YAML -------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ class Reconciler:
 
     def seed(self, memory: Memory) -> None:
         """Start from what a previous process recorded (the status branch)."""
-        self.memory = Memory({**memory.seen, **self.memory.seen}, self.memory.inflight)
+        self.memory = self.memory.under(memory)
 
     # --- steps -------------------------------------------------------------------------
 

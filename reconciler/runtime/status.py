@@ -7,6 +7,7 @@ import logging
 
 from reconciler.adapters.git import GitSyncError, StatusBranch
 from reconciler.core.cycle import Memory, memory_from_status
+from reconciler.core.plan import Plan
 from reconciler.core.status import (
     ClusterStatus,
     StatusReason,
@@ -15,6 +16,7 @@ from reconciler.core.status import (
     status_changes,
     summarize_cycle,
 )
+from reconciler.core.types import CompiledRepo
 from reconciler.runtime.cycle import CycleResult
 
 log = logging.getLogger("reconciler.status")
@@ -40,28 +42,12 @@ class StatusPublisher:
 
     def publish(self, result: CycleResult) -> str | None:
         """Commit the cycle's status if it differs from the branch; the new commit's SHA."""
-        if result.compiled is None or result.plan is None:
+        compiled, plan = result.compiled, result.plan
+        if compiled is None or plan is None:
             return None  # no valid config was ever loaded: nothing to describe yet
         try:
             before = self._current()
-            files = render_status(
-                result.compiled,
-                result.plan,
-                result.states,
-                config_error=result.config_errors,
-                config_version=result.attempted_version,
-                internal_error=result.internal_error,
-                failed={
-                    op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
-                    for op, error in result.failed.items()
-                },
-                clusters=result.decision.cluster_records()
-                if result.decision is not None
-                else tuple(
-                    ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
-                    for h in result.clusters
-                ),
-            )
+            files = render_cycle_status(result, compiled, plan)
             changes = status_changes(before, files)
             if not changes:
                 return None
@@ -82,3 +68,28 @@ class StatusPublisher:
         if sha:
             self.commits += 1
         return sha
+
+
+def render_cycle_status(
+    result: CycleResult, compiled: CompiledRepo, plan: Plan
+) -> dict[str, bytes]:
+    """Every status file one cycle writes: ``result`` with its config in force and plan."""
+    return render_status(
+        compiled,
+        plan,
+        result.states,
+        config_error=result.config_errors,
+        config_version=result.attempted_version,
+        internal_error=result.internal_error,
+        failed={
+            op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
+            for op, error in result.failed.items()
+        },
+        clusters=result.decision.cluster_records()
+        if result.decision is not None
+        else tuple(
+            ClusterStatus(name=h.name, reachable=h.reachable, error=h.error)
+            for h in result.clusters
+        ),
+        superseded=result.decision.superseded if result.decision else None,
+    )

@@ -14,7 +14,9 @@ import pytest
 from conftest import KubeCluster
 from reconciler_env import TEMPLATE, client_context, git, make_reconciler
 
+from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube
+from reconciler.runtime.status import StatusPublisher
 
 pytestmark = pytest.mark.cluster
 
@@ -134,8 +136,21 @@ def test_plan_live_after_a_generation_bump_holds_like_the_cycle(
         git(repo, "commit", "-qm", f"re-run {running}")
         live = _plan_json(repo, "--live")
         nxt = reconciler.run_once()
+        # plan without --live, from the status that cycle wrote, says what the next does
+        branch = StatusBranch(ConfigRepo(str(repo), cache_dir=tmp_path / "cache"))
+        assert StatusPublisher(branch).publish(nxt) is not None
+        recorded = _plan_json(repo)
+        after = reconciler.run_once()
     finally:
         reconciler.close()
+    assert after.plan is not None
+    assert [d["operation"] for d in recorded["dispatch"]] == [  # type: ignore[attr-defined,index]
+        d.operation for d in after.plan.dispatch
+    ]
+    assert [(p["operation"], p["reason"], p["position"]) for p in recorded["pending"]] == [  # type: ignore[attr-defined,index]
+        (p.operation, str(p.reason), p.position) for p in after.plan.pending
+    ]
+    assert {p["operation"]: p["reason"] for p in recorded["pending"]}[running] == "QuotaExceeded"  # type: ignore[attr-defined,index]
     assert nxt.plan is not None
     assert [d["operation"] for d in live["dispatch"]] == [  # type: ignore[attr-defined,index]
         d.operation for d in nxt.plan.dispatch

@@ -23,7 +23,7 @@ from fake_kube import FakeCluster, FakeKube
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.cli.plan_cmd import live_planner, run_plan
+from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan
 from reconciler.cli.queues_cmd import live_queues_view
 from reconciler.cli.status_cmd import live_status_view
 from reconciler.core.cycle import (
@@ -37,10 +37,11 @@ from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import plan_repo
 from reconciler.core.quantity import format_quantity
 from reconciler.core.render import render_operation
-from reconciler.core.status import read_status, render_status
+from reconciler.core.status import ClusterStatus, read_status, render_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.live import decide_live
+from reconciler.runtime.status import render_cycle_status
 from reconciler.runtime.web import WebApp
 
 FACTS = (
@@ -187,7 +188,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     return Scenario(compiled, clusters, memory)
 
 
-def _cycle(s: Scenario, *, leading: bool) -> CycleResult:
+def _cycle(s: Scenario, *, leading: bool, memory: Memory | None = None) -> CycleResult:
     reconciler = Reconciler(
         lambda: RepoSnapshot(files={}, version=s.compiled.version),
         s.connect,  # type: ignore[arg-type]
@@ -195,7 +196,7 @@ def _cycle(s: Scenario, *, leading: bool) -> CycleResult:
         is_leader=lambda: leading,
         watch=False,
     )
-    reconciler.seed(s.memory)
+    reconciler.seed(s.memory if memory is None else memory)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: s.compiled):
         try:
             return reconciler.run_once()
@@ -230,26 +231,7 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     assert plan is not None
 
     # plan --live (a fleet queue's operation: to the same cluster)
-    assert [(d["operation"], d["cluster"]) for d in plan_json["dispatch"]] == [
-        (d.operation, d.cluster) for d in plan.dispatch
-    ]
-    assert [(p["operation"], p["reason"], p["position"]) for p in plan_json["pending"]] == [
-        (p.operation, str(p.reason), p.position) for p in plan.pending
-    ]
-    assert [x["operation"] for x in plan_json["stop"]] == [x.operation for x in plan.stop]
-    assert [
-        (q["name"], q["active"], q["used"], q["dispatching"], q["pending"])
-        for q in plan_json["queues"]
-    ] == [
-        (
-            q.name,
-            q.active,
-            {r: format_quantity(v) for r, v in sorted(q.used.items())},
-            q.dispatching,
-            q.pending,
-        )
-        for q in plan.queues
-    ]
+    _assert_plan_json_is(plan_json, plan)
     # queues --live and /api/v1 (a follower runs the same cycle and carries out nothing),
     # with each fleet queue's clusters and their free capacity
     assert api_json["queues"] == queues_json["queues"]
@@ -349,6 +331,46 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         assert d.cluster in s.compiled.queues[d.queue].members
     assert not {x.cluster for x in plan.stop} & down
 
+    # plan (no --live) from the status branch this cycle wrote says what the cycle after it
+    # does (a leader restarted from that branch), the clusters being as it recorded them.
+    assert result.compiled is not None
+    written = read_status(render_cycle_status(result, result.compiled, plan))
+    recorded = run_plan(lambda: s.compiled, recorded_planner(written, NOW), "json")
+    assert recorded.exit_code == 0, recorded.stderr
+    _assert_plan_json_is(json.loads(recorded.stdout), _cycle_after(s, written))
+
+
+def _cycle_after(s: Scenario, written: Any) -> Any:
+    """The next leader cycle, restarted from the status branch ``written``."""
+    for fake in s.clusters.values():
+        fake.calls.clear()
+    nxt = _cycle(s, leading=True, memory=memory_from_status(written)).plan
+    assert nxt is not None
+    return nxt
+
+
+def _assert_plan_json_is(plan_json: dict[str, Any], plan: Any) -> None:
+    assert [(d["operation"], d["cluster"]) for d in plan_json["dispatch"]] == [
+        (d.operation, d.cluster) for d in plan.dispatch
+    ]
+    assert [(p["operation"], p["reason"], p["position"]) for p in plan_json["pending"]] == [
+        (p.operation, str(p.reason), p.position) for p in plan.pending
+    ]
+    assert [x["operation"] for x in plan_json["stop"]] == [x.operation for x in plan.stop]
+    assert [
+        (q["name"], q["active"], q["used"], q["dispatching"], q["pending"])
+        for q in plan_json["queues"]
+    ] == [
+        (
+            q.name,
+            q.active,
+            {r: format_quantity(v) for r, v in sorted(q.used.items())},
+            q.dispatching,
+            q.pending,
+        )
+        for q in plan.queues
+    ]
+
 
 def test_a_lagging_watch_and_a_fresh_list_decide_the_same() -> None:
     """An in-flight create (its response back, the watch behind) counts exactly as the same
@@ -444,3 +466,44 @@ def test_the_plan_is_never_edited_after_planning() -> None:
     [q] = view.queues
     assert (q.active, dict(q.used)) == (0, {"nvidia.com/gpu": "0"})
     assert decision.plan.pending[0].admit.text == "admitted when it can be read again"
+
+
+def test_plan_from_the_status_branch_counts_a_superseded_run() -> None:
+    """After a generation bump of a running GPU operation, the status branch records the old
+    run (on the operation's record, with what it requests), so ``plan`` without --live holds
+    the next operation as the cycle does; with the cluster down, its quota stays held."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/train", gpu=2)._fields["generation"] = 2
+    world.op("p/next", gpu=2)
+    compiled = world.repo()
+    fake = FakeCluster("local")
+    old = _manifest(compiled, "p/train", 1)
+    fake.add_job(old)
+    fake.set_phase(old["metadata"]["namespace"], old["metadata"]["name"], "Running")
+    s = Scenario(compiled, {"local": fake}, Memory())
+    result = _cycle(s, leading=True)
+    assert result.compiled is not None and result.plan is not None
+    written = read_status(render_cycle_status(result, result.compiled, result.plan))
+    [run] = written.operations["p/train"].superseded
+    assert (run.generation, run.phase, dict(run.requests)) == (
+        1,
+        Phase.RUNNING,
+        {"nvidia.com/gpu": "2"},
+    )
+    assert written.operations["p/train"].phase == "Queued"
+    down = (ClusterStatus(name="local", reachable=False, error="connection refused"),)
+    for view, why in (
+        (written, "QuotaExceeded"),
+        (replace(written, clusters=down), "ClusterUnreachable"),
+    ):
+        planned = json.loads(run_plan(lambda: compiled, recorded_planner(view, NOW), "json").stdout)
+        assert planned["dispatch"] == [], view.clusters
+        assert {p["operation"]: p["reason"] for p in planned["pending"]}["p/next"] == why
+        [q] = planned["queues"]
+        assert q["used"] == {"nvidia.com/gpu": "2"}
+    # the cluster down at the last cycle: the run is remembered, its quota still held
+    fake.reachable = False
+    down_cycle = _cycle(s, leading=True, memory=memory_from_status(written))
+    assert down_cycle.decision is not None
+    assert set(down_cycle.decision.superseded) == {"p/train@g1"}
+    assert down_cycle.plan is not None and down_cycle.plan.dispatch == ()
