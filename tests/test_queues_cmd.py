@@ -24,14 +24,17 @@ def test_table_rows_in_priority_order_with_quota_and_fleet(remote: Path, tmp_pat
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["QUEUE", "CLUSTER", "PRIORITY"]
-    names = [ln.split()[0] for ln in lines[1:6]]
-    assert names == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
-    rows = {ln.split()[0]: ln for ln in lines[1:6]}
+    names = [ln.split()[0] for ln in lines[1:7]]
+    assert names == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
+    rows = {ln.split()[0]: ln for ln in lines[1:7]}
     assert "nvidia.com/gpu 2/2" in rows["team-a"] and "QuotaExceeded" in rows["team-a"]
     assert "nvidia.com/gpu 4/4" in rows["team-b"]
     assert rows["batch"].split()[3] == "3/3"
     fleet = [ln for ln in lines if ln.startswith(("local ", "(all) "))]
-    assert len(fleet) == 2 and "nvidia.com/gpu 7/9" in fleet[1]
+    assert len(fleet) == 2 and "nvidia.com/gpu 7/13" in fleet[1]
+    # the template's fleet queue, over its one cluster
+    (share,) = [ln.split() for ln in lines if ln.startswith("gpu-fleet    local")]
+    assert share[:5] == ["gpu-fleet", "local", "0", "nvidia.com/gpu", "0/4"]
     assert "KINDS" not in out
 
 
