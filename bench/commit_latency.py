@@ -8,9 +8,15 @@ Job created for it, for the two ways `reconciler run` notices a change.
   the working tree with inotify, not a Git remote: there is no push in this mode); each round
   saves one new operation file; latency from the save to the Job's ADDED event.
 
+With ``--ops N`` the polling repo also holds N operations in a paused queue (compiled and
+planned every cycle, never dispatched), 1% of them through a preset ``move-<i>`` that puts
+them in that queue; after the new-operation rounds, each round commits one preset change
+(``move-<i>`` now names the dispatching queue): latency from the push to the first Job of
+its operations. That is the cost of a commit in a big repo, incremental compile included.
+
 Prints both distributions and last the ratio of the watch p50 to the polling p50.
 
-    PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s]
+    PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s] [--ops 10000]
 """
 
 from __future__ import annotations
@@ -36,6 +42,28 @@ OP = (
     "  container:\n    image: busybox\n    resources: {{requests: {{cpu: 10m}}}}\n"
     "  environment:\n    annotations: {{reconciler.dev/simulated-duration: 1h}}\n"
 )
+
+MOVE = "kind: Preset\nname: move-{i}\npatchStrategy: replace\nqueue: {queue}\n"
+
+
+def write_held(root: Path, project: str, ops: int, presets: int) -> None:
+    """``ops`` operations in the paused queue ``held``; those with ``i % 100 < presets`` get
+    there through the preset ``move-<i % 100>``."""
+    (root / "queues" / "held.yaml").write_text(
+        "kind: Queue\nname: held\ncluster: local\npaused: true\n"
+    )
+    presets_dir = root / "projects" / project / "presets"
+    presets_dir.mkdir(exist_ok=True)
+    for i in range(presets):
+        (presets_dir / f"move-{i}.yaml").write_text(MOVE.format(i=i, queue="held"))
+    folder = root / "projects" / project / "operations"
+    for i in range(ops):
+        name = f"h{i:05d}"
+        if i % 100 < presets:
+            body = OP.format(name=name) + f"presets: [move-{i % 100}]\n"
+        else:
+            body = OP.format(name=name) + "queue: held\n"
+        (folder / f"{name}.yaml").write_text(body)
 
 
 def write_config(root: Path, kubeconfig: Path, project: str) -> None:
@@ -112,6 +140,7 @@ def main() -> None:
     parser.add_argument("--interval", default="2s", help="the polling run's --interval")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
+    parser.add_argument("--ops", type=int, default=0, help="operations held in the repo")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="commit-latency-"))
     cluster = DevCluster(args.state_dir or work / "cluster")
@@ -124,6 +153,9 @@ def main() -> None:
         # polling: commits pushed to a bare remote
         clone, remote = work / "clone", work / "remote.git"
         write_config(clone, kubeconfig, "poll")
+        presets = min(args.rounds, 100) if args.ops else 0
+        if args.ops:
+            write_held(clone, "poll", args.ops, presets)
         subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
         subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
         subprocess.run([*GIT, "commit", "-qm", "seed"], cwd=clone, check=True)
@@ -142,8 +174,9 @@ def main() -> None:
             work / "poll.log",
         )
         polling: list[float] = []
+        moved: list[float] = []
         try:
-            seen.wait("poll-seed-g1")
+            seen.wait("poll-seed-g1", timeout=600)
             for i in range(args.rounds):
                 name = f"c{i:03d}"
                 path = clone / "projects" / "poll" / "operations" / f"{name}.yaml"
@@ -154,6 +187,14 @@ def main() -> None:
                 pushed = time.perf_counter()
                 polling.append(seen.wait(f"poll-{name}-g1") - pushed)
                 time.sleep(0.37 * (i % 3))  # spread the pushes over the polling phase
+            for i in range(presets):
+                path = clone / "projects" / "poll" / "presets" / f"move-{i}.yaml"
+                path.write_text(MOVE.format(i=i, queue="bulk"))
+                subprocess.run([*GIT, "commit", "-qam", f"move-{i}"], cwd=clone, check=True)
+                subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
+                pushed = time.perf_counter()
+                moved.append(seen.wait(f"poll-h{i:05d}-g1", timeout=300) - pushed)
+                time.sleep(0.37 * (i % 3))
         finally:
             stop(proc)
 
@@ -190,6 +231,13 @@ def main() -> None:
             f"--watch (saved files, inotify), save to first Job, {len(watching)} rounds: "
             f"p50 {w50:.2f} s, p95 {w95:.2f} s (min {min(watching):.2f}, max {max(watching):.2f})"
         )
+        if moved:
+            m50, m95 = percentiles(moved)
+            print(
+                f"polling, {args.ops} operations held: a preset used by 1% changed, push to "
+                f"first Job of its operations, {len(moved)} rounds: p50 {m50:.2f} s, "
+                f"p95 {m95:.2f} s (min {min(moved):.2f}, max {max(moved):.2f})"
+            )
         print(f"ratio watch p50 / polling p50: {w50 / p50:.2f}")
     finally:
         if not args.keep:

@@ -13,9 +13,16 @@ from reconciler.core.types import ConfigError, Location
 
 def test_every_module_says_what_must_live_in_it() -> None:
     names = [m.name for m in pkgutil.iter_modules(package.__path__)]
-    assert {"api", "errors", "index", "operations", "references", "resolve", "workflows"} <= set(
-        names
-    )
+    assert {
+        "api",
+        "cache",
+        "errors",
+        "index",
+        "operations",
+        "references",
+        "resolve",
+        "workflows",
+    } <= set(names)
     for name in names:
         module = importlib.import_module(f"{package.__name__}.{name}")
         doc = module.__doc__ or ""
@@ -25,6 +32,7 @@ def test_every_module_says_what_must_live_in_it() -> None:
 def test_the_interface_is_the_package() -> None:
     assert set(package.__all__) == {
         "MAX_WORKFLOW_CHILDREN",
+        "CompileCache",
         "OperationResult",
         "compile_operation",
         "compile_repo",

@@ -2,7 +2,9 @@
 
 A spec is plain data in the shape of an operation file. ``apply_patch`` patches it with one
 layer (a preset, a DAG child's overrides) under one strategy and returns a new spec and a
-new provenance map; inputs are never mutated and the result shares no objects with them.
+new provenance map. Inputs are never mutated; the result shares no object with the layer,
+and shares the subtrees the layer leaves untouched with the spec patched (a spec is never
+mutated once built: each patch builds new containers down to what it changes).
 
 1. Typed sections (``TYPED_SECTIONS``) recurse field by field.
 2. Every other value is a leaf (scalar, list or free-form map), merged by the strategy's
@@ -60,7 +62,18 @@ def without_nulls(value: Any) -> Any:
     """A deep copy of ``value`` without the ``null`` values of its maps (list items kept)."""
     if isinstance(value, dict):
         return {k: without_nulls(v) for k, v in value.items() if v is not None}
-    return copy.deepcopy(value)
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value  # a scalar: immutable
+
+
+def _copied(value: Any) -> Any:
+    """A deep copy of plain data (maps, lists, immutable scalars), nulls kept."""
+    if isinstance(value, dict):
+        return {k: _copied(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_copied(v) for v in value]
+    return value
 
 
 def _new(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
@@ -264,7 +277,7 @@ def _patch_section(
     file: str,
     step: str,
 ) -> dict[str, Any]:
-    out = {k: copy.deepcopy(v) for k, v in section.items()}
+    out = dict(section)  # what the layer leaves untouched is shared, never copied
     for key, new in patch.items():
         sub = (*path, key)
         cur = out.get(key)

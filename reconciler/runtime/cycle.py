@@ -37,7 +37,7 @@ from reconciler.adapters.kube import (
     NamespaceForbidden,
 )
 from reconciler.core.capacity import ClusterCapacity, observe_capacity
-from reconciler.core.compile import compile_repo
+from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.cycle import (
     Actions,
     ClusterHealth,
@@ -47,7 +47,6 @@ from reconciler.core.cycle import (
     Memory,
     decide,
 )
-from reconciler.core.load import ParseCache
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import Plan, PlanInputError
 from reconciler.core.render import (
@@ -165,7 +164,10 @@ class Reconciler:
         self._is_leader = is_leader
         self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
-        self._parse_cache = ParseCache()  # a new commit reparses only the files it changed
+        # a new commit reparses only the files it changed, and recompiles only the
+        # operations whose inputs changed
+        self._compile_cache = CompileCache()
+        self._parse_cache = self._compile_cache.parse_cache
         # the last snapshot's files and what they compiled to (unchanged files are the
         # same objects, so comparing them is cheap)
         self._compiled: tuple[CompiledRepo | None, Mapping[str, RepoFile]] = (None, {})
@@ -199,7 +201,7 @@ class Reconciler:
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
             try:
-                compiled = compile_repo(snapshot, self._parse_cache)
+                compiled = compile_repo(snapshot, cache=self._compile_cache)
             except InternalError as exc:  # a bug: the last good config stays in force
                 log.exception("internal error compiling config %s (%s)", snapshot.version, BUG_NOTE)
                 self._internal_error = str(exc)

@@ -10,6 +10,7 @@ from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.status import (
     ClusterStatus,
+    PhaseMemo,
     StatusReason,
     read_status,
     render_status,
@@ -28,6 +29,7 @@ class StatusPublisher:
         self._files: dict[str, bytes] | None = None  # what the branch holds, as we wrote it
         self.commits = 0
         self.last_error = ""
+        self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
 
     def _current(self) -> dict[str, bytes]:
         if self._files is None:
@@ -51,7 +53,7 @@ class StatusPublisher:
             changes = status_changes(before, files)
             if not changes:
                 return None
-            sha = self.branch.write(changes, summarize_cycle(before, files))
+            sha = self.branch.write(changes, summarize_cycle(before, files, self._phases))
         except GitSyncError as exc:
             self.last_error = str(exc)
             self._files = None  # re-read the branch next time

@@ -40,7 +40,7 @@ class Harness:
         return FakeKube(self.clusters[spec.name])
 
     def cycle(self) -> CycleResult:
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: self.repo):
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
             return self.reconciler.run_once()
 
     def job(self, op_id: str, generation: int = 1) -> tuple[str, str]:

@@ -465,7 +465,7 @@ def _reconciler(compiled: CompiledRepo, clusters: dict[str, FakeCluster]) -> Any
     )
 
     def cycle() -> CycleResult:
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: compiled):
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
             return reconciler.run_once()
 
     return cycle

@@ -197,7 +197,7 @@ def _cycle(s: Scenario, *, leading: bool, memory: Memory | None = None) -> Cycle
         watch=False,
     )
     reconciler.seed(s.memory if memory is None else memory)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a: s.compiled):
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: s.compiled):
         try:
             return reconciler.run_once()
         finally:

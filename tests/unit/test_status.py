@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 from typing import Any
+from unittest import mock
 
 import yaml
 from builders import NOW, World
 
+import reconciler.core.status as status_module
 from reconciler.core.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
 from reconciler.core.render import spec_hash, workload_name
@@ -16,6 +18,7 @@ from reconciler.core.status import (
     QUEUES_FILE,
     ConfigStatus,
     OperationStatus,
+    PhaseMemo,
     StatusReason,
     parse_status_file,
     read_status,
@@ -343,6 +346,15 @@ def test_summarize_cycle_counts_transitions() -> None:
     _, third = cycle(world, done)
     message = summarize_cycle(second, third)
     assert message.splitlines()[0] == "dispatched 2, finished 2 (1 failed), pending 1"
+    # with a memo kept between cycles, the same messages; a file is parsed once per content
+    memo: PhaseMemo = {}
+    assert summarize_cycle({}, start, memo) == initial
+    assert summarize_cycle(start, second, memo) == summarize_cycle(start, second)
+    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+        assert summarize_cycle(second, third, memo) == message
+    changed = {p for p in third if third[p] != second.get(p) and p.endswith(".yaml")}
+    assert {c.args[0] for c in parse.call_args_list} <= changed
+    assert set(memo) <= set(third)
     body = message.splitlines()[2:]
     assert "vision/train-1: Running -> Succeeded" in body
     assert "vision/train-3: Queued -> Dispatched" in body

@@ -27,13 +27,22 @@ The package, one concern a module (each says what must live in it):
 - ``workflows``: matrix / DAG expansion and ``{{ params.NAME }}``, each child validated;
 - ``names``: ids and workload names unique across the repo, one project per namespace;
 - ``operations``: one operation's pipeline, steps 1-7, and ``OperationResult``;
+- ``cache``: what one compile keeps for the next (``CompileCache``): a commit recompiles
+  only the operations whose inputs changed;
 - ``api``: ``compile_repo`` and ``compile_operation``, and the ``InternalError`` boundary.
 
 Only the names below are the package's interface.
 """
 
 from reconciler.core.compile.api import compile_operation, compile_repo
+from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.compile.workflows import MAX_WORKFLOW_CHILDREN
 
-__all__ = ["MAX_WORKFLOW_CHILDREN", "OperationResult", "compile_operation", "compile_repo"]
+__all__ = [
+    "MAX_WORKFLOW_CHILDREN",
+    "CompileCache",
+    "OperationResult",
+    "compile_operation",
+    "compile_repo",
+]

@@ -8,6 +8,7 @@ an unexpected exception becomes an ``InternalError``: a bug is never a config er
 
 from __future__ import annotations
 
+from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
 from reconciler.core.compile.names import Claim, check_namespaces, check_unique, claims
@@ -28,16 +29,24 @@ from reconciler.core.types import (
 )
 
 
-def compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> CompiledRepo:
+def compile_repo(
+    snapshot: RepoSnapshot,
+    parse_cache: ParseCache | None = None,
+    *,
+    cache: CompileCache | None = None,
+) -> CompiledRepo:
     """Validate every file and compile every operation of ``snapshot``. Problems in the
     config are ``errors``; a bug in the compiler raises ``InternalError``.
 
     With ``parse_cache``, files whose content did not change since the last call are not
-    parsed again."""
+    parsed again; with ``cache`` (which has its own parse cache), operations whose inputs
+    did not change are not compiled again either (``cache.py``)."""
     try:
+        if cache is not None:
+            return _compile_repo(snapshot, cache.parse_cache, cache)
         if parse_cache is not None:
             parse_cache.retain(snapshot.files)
-        return _compile_repo(snapshot, parse_cache)
+        return _compile_repo(snapshot, parse_cache, None)
     except InternalError:
         raise
     except Exception as exc:  # a bug: never reported as a config error
@@ -79,6 +88,20 @@ def _compile_guarded(repo: RepoIndex, project: str, name: str) -> OperationResul
         raise InternalError(f"compiling operation {project}/{name}", exc, path) from exc
 
 
+def _compile_cached(
+    repo: RepoIndex, project: str, name: str, cache: CompileCache | None
+) -> OperationResult:
+    if cache is None:
+        return _compile_guarded(repo, project, name)
+    reused = cache.reusable(repo, project, name)
+    if reused is not None:
+        return reused
+    with repo.recording() as reads:
+        result = _compile_guarded(repo, project, name)
+    cache.store(repo, project, name, reads, result)
+    return result
+
+
 def _load_all(repo: RepoIndex) -> None:
     repo.org()
     for kind, names in repo.named.items():
@@ -91,8 +114,16 @@ def _load_all(repo: RepoIndex) -> None:
     check_references(repo)
 
 
-def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> CompiledRepo:
-    repo = RepoIndex(snapshot, parse_cache)
+def _compile_repo(
+    snapshot: RepoSnapshot, parse_cache: ParseCache | None, cache: CompileCache | None
+) -> CompiledRepo:
+    repo = RepoIndex(snapshot, parse_cache, cache.loads if cache is not None else None)
+    if cache is not None:
+        cache.retain(
+            snapshot.files,
+            ((p, n) for p, entry in repo.projects.items() for n in entry.operations),
+        )
+        cache.begin(repo)
     _load_all(repo)
     errors = Errors()
     operations: list[CompiledOperation] = []
@@ -100,7 +131,7 @@ def _compile_repo(snapshot: RepoSnapshot, parse_cache: ParseCache | None) -> Com
     claimed: list[Claim] = []
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
-            result = _compile_guarded(repo, project, name)
+            result = _compile_cached(repo, project, name, cache)
             errors.extend(result.errors)
             claimed.extend(claims(repo, result))
             if result.rejected:

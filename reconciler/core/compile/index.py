@@ -11,7 +11,8 @@ loaded documents. Following a name from one file to another is ``references.py``
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -24,6 +25,7 @@ from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, d
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,
+    ConfigError,
     InternalError,
     Location,
     OrgPolicy,
@@ -65,6 +67,11 @@ class ProjectEntry:
     first_file: str = ""
 
 
+def _is_operation(path: str) -> bool:
+    parts = path.split("/")
+    return len(parts) == 4 and parts[0] == "projects" and parts[2] == "operations"
+
+
 def stem(filename: str) -> str:
     return filename.rsplit(".", 1)[0]
 
@@ -74,12 +81,58 @@ def name_of(path: str) -> str:
     return stem(path.rsplit("/", 1)[-1])
 
 
-class RepoIndex:
-    """Lazily parsed, cached view of a snapshot; every problem lands in ``errors`` once."""
+@dataclass(frozen=True, slots=True)
+class _Memo:
+    content: bytes
+    kind: str
+    name: str
+    result: Loaded[Any] | None
+    errors: tuple[ConfigError, ...]
 
-    def __init__(self, snapshot: RepoSnapshot, parse_cache: ParseCache | None = None) -> None:
+
+class LoadMemo:
+    """Files loaded (parsed and validated) by earlier compiles, by path: a file whose
+    content, kind and name are the same loads to the same result and the same errors.
+    Owned by the caller, like :class:`ParseCache`."""
+
+    def __init__(self) -> None:
+        self._entries: dict[str, _Memo] = {}
+        self.hits = 0
+
+    def get(self, path: str, content: bytes, kind: str, name: str) -> _Memo | None:
+        memo = self._entries.get(path)
+        if memo is None or memo.kind != kind or memo.name != name:
+            return None
+        if memo.content is not content and memo.content != content:
+            return None
+        self.hits += 1
+        return memo
+
+    def put(self, path: str, memo: _Memo) -> None:
+        self._entries[path] = memo
+
+    def retain(self, paths: Iterable[str]) -> None:
+        keep = set(paths)
+        for path in [p for p in self._entries if p not in keep]:
+            del self._entries[path]
+
+
+class RepoIndex:
+    """Lazily parsed, cached view of a snapshot; every problem lands in ``errors`` once.
+
+    While :meth:`recording`, every file an access reads (its content, or its first-commit
+    time) is noted: what an operation's compile depends on besides the layout."""
+
+    def __init__(
+        self,
+        snapshot: RepoSnapshot,
+        parse_cache: ParseCache | None = None,
+        memo: LoadMemo | None = None,
+    ) -> None:
         self.snapshot = snapshot
         self._parse = parse_cache.parse if parse_cache is not None else parse_yaml
+        self._memo = memo
+        self._reads: set[str] | None = None
         self.files, errors = resolve_files(snapshot)
         self.errors = Errors(errors)
         self.org_path: str | None = None
@@ -91,6 +144,21 @@ class RepoIndex:
         self._org_settings: OrgSettings | None = None
         self._provenance: dict[Provenance, Provenance] = {}
         self._index()
+
+    @contextmanager
+    def recording(self) -> Iterator[set[str]]:
+        """Note the paths of the files read until the block ends."""
+        reads: set[str] = set()
+        self._reads = reads
+        try:
+            yield reads
+        finally:
+            self._reads = None
+
+    def layout(self) -> tuple[str, ...]:
+        """Every path but the operations': what names exist where (presets, queues,
+        clusters, connections, projects). An operation's compile reads it, not tracked."""
+        return tuple(p for p in sorted(self.files) if not _is_operation(p))
 
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every
@@ -170,27 +238,39 @@ class RepoIndex:
 
     # 2. files
     def load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
+        if self._reads is not None:
+            self._reads.add(path)
         if path in self._cache:
             return self._cache[path]
-        try:
-            result = self._load(path, kind, name)
-        except Exception as exc:  # a bug, not a problem in the file
-            raise InternalError(f"loading {kind} {name!r}", exc, path) from exc
+        content = self.files[path]
+        memo = self._memo.get(path, content, kind, name) if self._memo is not None else None
+        if memo is not None:
+            self.errors.extend(memo.errors)
+            result = memo.result
+        else:
+            errors = Errors()
+            try:
+                result = self._load(path, kind, name, errors)
+            except Exception as exc:  # a bug, not a problem in the file
+                raise InternalError(f"loading {kind} {name!r}", exc, path) from exc
+            self.errors.extend(errors)
+            if self._memo is not None:
+                self._memo.put(path, _Memo(content, kind, name, result, tuple(errors)))
         self._cache[path] = result
         return result
 
-    def _load(self, path: str, kind: str, name: str) -> Loaded[Any] | None:
-        doc, errors = self._parse(path, self.files[path])
+    def _load(self, path: str, kind: str, name: str, errors: Errors) -> Loaded[Any] | None:
+        doc, problems = self._parse(path, self.files[path])
         if doc is None:
-            self.errors.extend(errors)
+            errors.extend(problems)
             return None
         data = doc.data
         if not isinstance(data, dict):
-            self.errors.add(doc.loc(), f"expected a mapping with 'kind: {kind}'")
+            errors.add(doc.loc(), f"expected a mapping with 'kind: {kind}'")
             return None
         written = data.get("kind")
         if written is None:
-            self.errors.add(doc.loc(), f"missing required field 'kind' (expected {kind})")
+            errors.add(doc.loc(), f"missing required field 'kind' (expected {kind})")
             return None
         if written != kind:
             where = path.rsplit("/", 1)[0] + "/" if "/" in path else "the repo root"
@@ -200,18 +280,16 @@ class RepoIndex:
                 )
             else:
                 message = f"unknown kind {short(written)} (expected {kind})"
-            self.errors.add(doc.loc(("kind",)), message)
+            errors.add(doc.loc(("kind",)), message)
             return None
         model_type = KINDS[kind]
         try:
             model = model_type.model_validate(data)
         except ValidationError as exc:
-            add_validation_errors(
-                self.errors, exc, data, model_type, lambda p, key: doc.loc(p, key=key)
-            )
+            add_validation_errors(errors, exc, data, model_type, lambda p, key: doc.loc(p, key=key))
             return None
         if kind != "Org" and data.get("name") is not None and data["name"] != name:
-            self.errors.add(
+            errors.add(
                 doc.loc(("name",)),
                 f"name {data['name']!r} does not match the file name {name!r}",
             )
@@ -219,6 +297,8 @@ class RepoIndex:
         return Loaded(doc, model, name)
 
     def first_commit_time(self, path: str) -> Any:
+        if self._reads is not None:
+            self._reads.add(path)
         file = self.snapshot.files.get(path)
         return file.first_commit_time if file else None
 
@@ -244,6 +324,8 @@ class RepoIndex:
         return self.load(project.path, "Project", name)
 
     def org_settings(self) -> OrgSettings:
+        if self._reads is not None and self.org_path is not None:
+            self._reads.add(self.org_path)
         if self._org_settings is None:
             self._org_settings = self._make_org_settings()
         return self._org_settings

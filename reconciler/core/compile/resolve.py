@@ -9,6 +9,7 @@ children ``workflows.py``'s).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -227,5 +228,6 @@ def build(
     )
 
 
-def _sort_key(path: Path) -> list[tuple[int, str | int]]:
-    return [(0, p) if isinstance(p, int) else (1, p) for p in path]
+@functools.lru_cache(maxsize=16384)  # the same paths recur in every operation
+def _sort_key(path: Path) -> tuple[tuple[int, str | int], ...]:
+    return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)

@@ -1,0 +1,119 @@
+"""Incremental compile (issue 17, item 4): a ``CompileCache`` recompiles only the operations
+whose inputs changed, and the result is always exactly a full compile's."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.compile import CompileCache, compile_repo
+from reconciler.core.types import RepoFile, RepoSnapshot
+
+TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
+BASE = snapshot_worktree(TEMPLATE)
+PATHS = sorted(p for p in BASE.files if p.endswith(".yaml") and not p.startswith("schemas/"))
+EDITS = ("comment", "break", "digit", "delete", "restore", "copy-op", "link-op", "time")
+
+
+def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
+    file = files.get(path)
+    if kind == "restore":
+        if path in BASE.files:
+            files[path] = BASE.files[path]
+        return
+    if kind == "delete":
+        files.pop(path, None)
+        return
+    if kind in ("copy-op", "link-op"):
+        ops = sorted(p for p in files if "/operations/" in p)
+        if not ops:
+            return
+        source = ops[n % len(ops)]
+        project, name = source.split("/")[1], f"new-{n % 3}"
+        new = f"projects/{project}/operations/{name}.yaml"
+        if kind == "link-op":
+            files[new] = RepoFile(new, b"", symlink_target=f"{Path(source).name}")
+            return
+        body = files[source].content
+        body = re.sub(rb"(?m)^name: .*$", f"name: {name}".encode(), body)
+        files[new] = RepoFile(new, body)
+        return
+    if file is None or file.symlink_target is not None:
+        return
+    content = file.content
+    if kind == "comment":
+        content += f"\n# edit {n}\n".encode()
+    elif kind == "break":
+        content += b"\nkind: [unclosed\n"
+    elif kind == "digit":
+        digits = [m.start() for m in re.finditer(rb"[0-9]", content)]
+        if digits:
+            at = digits[n % len(digits)]
+            content = content[:at] + str((n % 9) + 1).encode() + content[at + 1 :]
+    elif kind == "time":
+        when = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+        files[path] = replace(file, first_commit_time=when)
+        return
+    files[path] = replace(file, content=content)
+
+
+edits = st.lists(
+    st.tuples(st.sampled_from(EDITS), st.sampled_from(PATHS), st.integers(0, 50)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(edits, min_size=1, max_size=5))
+def test_an_incremental_compile_is_a_full_compile(
+    commits: list[list[tuple[str, str, int]]],
+) -> None:
+    cache = CompileCache()
+    files = dict(BASE.files)
+    assert compile_repo(BASE, cache=cache) == compile_repo(BASE)
+    for i, commit in enumerate(commits):
+        for kind, path, n in commit:
+            _edit(files, kind, path, n)
+        snapshot = RepoSnapshot(dict(files), version=f"c{i}")
+        assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot), commit
+
+
+def test_a_preset_change_recompiles_only_the_operations_that_use_it() -> None:
+    cache = CompileCache()
+    compile_repo(BASE, cache=cache)
+    total = cache.compiled
+    files = dict(BASE.files)
+    path = "projects/vision/presets/base.yaml"
+    files[path] = replace(files[path], content=files[path].content.replace(b"12h", b"11h"))
+    compiled = compile_repo(RepoSnapshot(files, version="c1"), cache=cache)
+    assert compiled.valid, compiled.errors
+    # only the vision operations (their files) read that preset
+    vision_files = [p for p in files if p.startswith("projects/vision/operations/")]
+    assert cache.compiled - total == len(vision_files) == 6
+    assert cache.reused == sum(1 for p in files if "/operations/" in p) - len(vision_files)
+    timeouts = {op.spec["run"]["timeout"] for op in compiled.operations if op.project == "vision"}
+    assert "11h" in timeouts and "12h" not in timeouts  # isnull: an op's own timeout stays
+
+
+def test_a_new_operation_compiles_alone_and_the_layout_change_of_a_preset_recompiles_all() -> None:
+    cache = CompileCache()
+    compile_repo(BASE, cache=cache)
+    files = dict(BASE.files)
+    _edit(files, "copy-op", "", 0)
+    before = cache.compiled
+    compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
+    assert cache.compiled - before == 1
+    files["presets/extra.yaml"] = RepoFile(
+        "presets/extra.yaml", b"kind: Preset\nname: extra\npatchStrategy: isnull\n"
+    )
+    before = cache.compiled
+    snapshot = RepoSnapshot(dict(files), version="c2")
+    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    assert cache.compiled - before == sum(1 for p in files if "/operations/" in p)
