@@ -8,28 +8,42 @@ Job created for it, for the two ways `reconciler run` notices a change.
   the working tree with inotify, not a Git remote: there is no push in this mode); each round
   saves one new operation file; latency from the save to the Job's ADDED event.
 
+- finish to next: `reconciler run --repo <bare repo>` at its defaults (`--interval 10s`,
+  `--debounce 200ms`, status every 10 s) with a queue of concurrency 1 holding a chain of
+  operations of `--chain-duration` each; latency from a Job's end (the first terminal
+  condition, `SuccessCriteriaMet` or `Complete`, seen on a watch) to the next operation's
+  Job's `ADDED` event. Also how many cycles, triggers and status commits that took (from
+  the process's /metrics and the status branch).
+
 With ``--ops N`` the polling repo also holds N operations in a paused queue (compiled and
 planned every cycle, never dispatched), 1% of them through a preset ``move-<i>`` that puts
 them in that queue; after the new-operation rounds, each round commits one preset change
 (``move-<i>`` now names the dispatching queue): latency from the push to the first Job of
 its operations. That is the cost of a commit in a big repo, incremental compile included.
 
-Prints both distributions and last the ratio of the watch p50 to the polling p50.
+Prints the distributions and last the ratio of the watch p50 to the polling p50 and the
+finish-to-next p50.
 
     PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s] [--ops 10000]
+        [--chain 12] [--chain-duration 2s] [--only finish]
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import urllib.request
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from reconciler.adapters.kube import Kube, KubeError, connect
 from reconciler.devcluster.cluster import DevCluster
@@ -82,11 +96,13 @@ def write_config(root: Path, kubeconfig: Path, project: str) -> None:
 
 
 class JobSeen:
-    """The first time each Job name is seen, from a watch (not polling)."""
+    """The first time each Job name is seen, and the first time it is seen ended (a
+    terminal condition), from a watch (not polling)."""
 
     def __init__(self, kube: Kube) -> None:
         self.kube = kube
         self.seen: dict[str, float] = {}
+        self.ended: dict[str, float] = {}
         self.cond = threading.Condition()
         self.stop = False
         self.version = kube.list_managed("Job").resource_version
@@ -98,10 +114,14 @@ class JobSeen:
                 for event in self.kube.watch_managed("Job", self.version, timeout_seconds=30):
                     meta = event.object.get("metadata") or {}
                     self.version = str(meta.get("resourceVersion") or self.version)
-                    if event.type == "ADDED":
-                        with self.cond:
-                            self.seen.setdefault(str(meta.get("name")), time.perf_counter())
-                            self.cond.notify_all()
+                    now = time.perf_counter()
+                    name = str(meta.get("name"))
+                    with self.cond:
+                        if event.type == "ADDED":
+                            self.seen.setdefault(name, now)
+                        if ended(event.object):
+                            self.ended.setdefault(name, now)
+                        self.cond.notify_all()
             except KubeError:
                 time.sleep(0.2)
 
@@ -110,6 +130,102 @@ class JobSeen:
             if not self.cond.wait_for(lambda: name in self.seen, timeout):
                 raise SystemExit(f"no Job {name} after {timeout:.0f} s")
             return self.seen[name]
+
+    def wait_ended(self, name: str, timeout: float = 120.0) -> float:
+        with self.cond:
+            if not self.cond.wait_for(lambda: name in self.ended, timeout):
+                raise SystemExit(f"Job {name} not ended after {timeout:.0f} s")
+            return self.ended[name]
+
+
+def ended(job: Mapping[str, Any]) -> bool:
+    """The Job has a terminal condition (what the reconciler counts as the end of a run)."""
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("status") == "True"
+        and c.get("type") in ("Complete", "SuccessCriteriaMet", "Failed", "FailureTarget")
+        for c in conditions
+    )
+
+
+def metrics(log: Path) -> dict[str, float]:
+    """The process's /metrics (at the address it logged), summed by metric and label."""
+    found = re.search(r" on (http://127\.0\.0\.1:\d+)", log.read_text())
+    if found is None:
+        return {}
+    with urllib.request.urlopen(found[1] + "/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        key, value = line.rsplit(" ", 1)
+        out[key] = float(value)
+    return out
+
+
+def finish_to_next(
+    work: Path, kubeconfig: Path, seen: JobSeen, override: list[str], count: int, duration: str
+) -> tuple[list[float], str]:
+    """A chain of ``count`` ops under a queue of concurrency 1, pushed at once; the
+    latencies from each Job's end to the next Job's creation, and what it cost."""
+    clone, remote = work / "chain-clone", work / "chain.git"
+    write_config(clone, kubeconfig, "chain")
+    (clone / "queues" / "serial.yaml").write_text(
+        "kind: Queue\nname: serial\ncluster: local\nconcurrency: 1\n"
+    )
+    ops = clone / "projects" / "chain" / "operations"
+    (ops / "seed.yaml").unlink()
+    (clone / "projects" / "chain" / "project.yaml").write_text(
+        "kind: Project\nname: chain\nnamespace: chain\ndefaults:\n  queue: serial\n"
+    )
+    for i in range(count):  # the queue runs one at a time
+        text = OP.format(name=f"f{i:03d}").replace("1h}", f"{duration}}}")
+        (ops / f"f{i:03d}.yaml").write_text(text)
+    subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "chain"], cwd=clone, check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(remote)], check=True)
+    log = work / "chain.log"
+    started = time.perf_counter()
+    proc = start_reconciler(
+        [
+            "--repo",
+            str(remote),
+            "--cache-dir",
+            str(work / "chain-cache"),
+            "--http",
+            "127.0.0.1:0",
+            *override,
+        ],
+        log,
+    )
+    latencies: list[float] = []
+    try:
+        names = [f"chain-f{i:03d}-g1" for i in range(count)]
+        for name in names:
+            seen.wait_ended(name, timeout=60.0 + 10 * count)
+        # in the order they were created: each was created once the one before ended
+        order = sorted(names, key=lambda n: seen.seen[n])
+        for before, after in itertools.pairwise(order):
+            latencies.append(seen.seen[after] - seen.ended[before])
+        time.sleep(12)  # a status write put off by its cadence is made within 10 s
+        took = time.perf_counter() - started
+        m = metrics(log)
+    finally:
+        stop(proc)
+    commits = subprocess.run(
+        ["git", "-C", str(remote), "rev-list", "--count", "reconciler/status"],
+        capture_output=True,
+        text=True,
+        check=False,
+    ).stdout.strip()
+    cycles = m.get("reconciler_cycle_duration_seconds_count", 0.0)
+    triggers = {
+        k.split('"')[1]: v for k, v in m.items() if k.startswith("reconciler_cycle_triggers_total{")
+    }
+    cost = f"{took:.0f} s, {cycles:.0f} cycles, triggers {triggers}, {commits} status commits"
+    return latencies, cost
 
 
 def start_reconciler(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -138,6 +254,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10)
     parser.add_argument("--interval", default="2s", help="the polling run's --interval")
+    parser.add_argument("--chain", type=int, default=12, help="ops in the finish-to-next run")
+    parser.add_argument("--chain-duration", default="2s", help="how long each of them runs")
+    parser.add_argument(
+        "--only", choices=("all", "finish"), default="all", help="finish: that run only"
+    )
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
     parser.add_argument("--ops", type=int, default=0, help="operations held in the repo")
@@ -150,86 +271,99 @@ def main() -> None:
     try:
         seen = JobSeen(Kube(connect(kubeconfig)))
 
-        # polling: commits pushed to a bare remote
-        clone, remote = work / "clone", work / "remote.git"
-        write_config(clone, kubeconfig, "poll")
-        presets = min(args.rounds, 100) if args.ops else 0
-        if args.ops:
-            write_held(clone, "poll", args.ops, presets)
-        subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
-        subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
-        subprocess.run([*GIT, "commit", "-qm", "seed"], cwd=clone, check=True)
-        subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(remote)], check=True)
-        subprocess.run(["git", "remote", "add", "bench", str(remote)], cwd=clone, check=True)
-        proc = start_reconciler(
-            [
-                "--repo",
-                str(remote),
-                "--interval",
-                args.interval,
-                "--cache-dir",
-                str(work / "cache"),
-                *override,
-            ],
-            work / "poll.log",
-        )
         polling: list[float] = []
         moved: list[float] = []
-        try:
-            seen.wait("poll-seed-g1", timeout=600)
-            for i in range(args.rounds):
-                name = f"c{i:03d}"
-                path = clone / "projects" / "poll" / "operations" / f"{name}.yaml"
-                path.write_text(OP.format(name=name))
-                subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
-                subprocess.run([*GIT, "commit", "-qm", name], cwd=clone, check=True)
-                subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
-                pushed = time.perf_counter()
-                polling.append(seen.wait(f"poll-{name}-g1") - pushed)
-                time.sleep(0.37 * (i % 3))  # spread the pushes over the polling phase
-            for i in range(presets):
-                path = clone / "projects" / "poll" / "presets" / f"move-{i}.yaml"
-                path.write_text(MOVE.format(i=i, queue="bulk"))
-                subprocess.run([*GIT, "commit", "-qam", f"move-{i}"], cwd=clone, check=True)
-                subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
-                pushed = time.perf_counter()
-                moved.append(seen.wait(f"poll-h{i:05d}-g1", timeout=300) - pushed)
-                time.sleep(0.37 * (i % 3))
-        finally:
-            stop(proc)
-
-        # --watch: files saved in a plain directory
-        tree = work / "tree"
-        write_config(tree, kubeconfig, "watch")
-        proc = start_reconciler(
-            ["--repo", str(tree), "--watch", "--interval", "60s", *override], work / "watch.log"
-        )
         watching: list[float] = []
-        try:
-            seen.wait("watch-seed-g1")
-            for i in range(args.rounds):
-                name = f"w{i:03d}"
-                path = tree / "projects" / "watch" / "operations" / f"{name}.yaml"
-                tmp = path.with_suffix(".tmp")
-                tmp.write_text(OP.format(name=name))
-                tmp.rename(path)  # one atomic save, as editors do
-                saved = time.perf_counter()
-                watching.append(seen.wait(f"watch-{name}-g1") - saved)
-                time.sleep(0.5)
-        finally:
-            stop(proc)
+        if args.only == "all":
+            # polling: commits pushed to a bare remote
+            clone, remote = work / "clone", work / "remote.git"
+            write_config(clone, kubeconfig, "poll")
+            presets = min(args.rounds, 100) if args.ops else 0
+            if args.ops:
+                write_held(clone, "poll", args.ops, presets)
+            subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
+            subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+            subprocess.run([*GIT, "commit", "-qm", "seed"], cwd=clone, check=True)
+            subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(remote)], check=True)
+            subprocess.run(["git", "remote", "add", "bench", str(remote)], cwd=clone, check=True)
+            proc = start_reconciler(
+                [
+                    "--repo",
+                    str(remote),
+                    "--interval",
+                    args.interval,
+                    "--cache-dir",
+                    str(work / "cache"),
+                    *override,
+                ],
+                work / "poll.log",
+            )
+            try:
+                seen.wait("poll-seed-g1", timeout=600)
+                for i in range(args.rounds):
+                    name = f"c{i:03d}"
+                    path = clone / "projects" / "poll" / "operations" / f"{name}.yaml"
+                    path.write_text(OP.format(name=name))
+                    subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+                    subprocess.run([*GIT, "commit", "-qm", name], cwd=clone, check=True)
+                    subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
+                    pushed = time.perf_counter()
+                    polling.append(seen.wait(f"poll-{name}-g1") - pushed)
+                    time.sleep(0.37 * (i % 3))  # spread the pushes over the polling phase
+                for i in range(presets):
+                    path = clone / "projects" / "poll" / "presets" / f"move-{i}.yaml"
+                    path.write_text(MOVE.format(i=i, queue="bulk"))
+                    subprocess.run([*GIT, "commit", "-qam", f"move-{i}"], cwd=clone, check=True)
+                    subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
+                    pushed = time.perf_counter()
+                    moved.append(seen.wait(f"poll-h{i:05d}-g1", timeout=300) - pushed)
+                    time.sleep(0.37 * (i % 3))
+            finally:
+                stop(proc)
+
+            # --watch: files saved in a plain directory
+            tree = work / "tree"
+            write_config(tree, kubeconfig, "watch")
+            proc = start_reconciler(
+                ["--repo", str(tree), "--watch", "--interval", "60s", *override], work / "watch.log"
+            )
+            try:
+                seen.wait("watch-seed-g1")
+                for i in range(args.rounds):
+                    name = f"w{i:03d}"
+                    path = tree / "projects" / "watch" / "operations" / f"{name}.yaml"
+                    tmp = path.with_suffix(".tmp")
+                    tmp.write_text(OP.format(name=name))
+                    tmp.rename(path)  # one atomic save, as editors do
+                    saved = time.perf_counter()
+                    watching.append(seen.wait(f"watch-{name}-g1") - saved)
+                    time.sleep(0.5)
+            finally:
+                stop(proc)
+        chain, cost = finish_to_next(
+            work, kubeconfig, seen, override, args.chain, args.chain_duration
+        )
         seen.stop = True
 
-        p50, p95 = percentiles(polling)
-        w50, w95 = percentiles(watching)
         print(f"load average: {os.getloadavg()[0]:.1f}")
+        if polling and watching:
+            p50, p95 = percentiles(polling)
+            w50, w95 = percentiles(watching)
+            print(
+                f"polling (--interval {args.interval}), push to first Job, {len(polling)} "
+                f"rounds: p50 {p50:.2f} s, p95 {p95:.2f} s "
+                f"(min {min(polling):.2f}, max {max(polling):.2f})"
+            )
+            print(
+                f"--watch (saved files, inotify), save to first Job, {len(watching)} rounds: "
+                f"p50 {w50:.2f} s, p95 {w95:.2f} s "
+                f"(min {min(watching):.2f}, max {max(watching):.2f})"
+            )
+        f50, f95 = percentiles(chain)
         print(
-            f"polling (--interval {args.interval}), push to first Job, {len(polling)} rounds: "
-            f"p50 {p50:.2f} s, p95 {p95:.2f} s (min {min(polling):.2f}, max {max(polling):.2f})"
-        )
-        print(
-            f"--watch (saved files, inotify), save to first Job, {len(watching)} rounds: "
-            f"p50 {w50:.2f} s, p95 {w95:.2f} s (min {min(watching):.2f}, max {max(watching):.2f})"
+            f"finish to next (interval 10s, debounce 200ms), a Job's end to the next Job, "
+            f"{len(chain)} rounds: p50 {f50:.2f} s, p95 {f95:.2f} s "
+            f"(min {min(chain):.2f}, max {max(chain):.2f}); {cost}"
         )
         if moved:
             m50, m95 = percentiles(moved)
@@ -238,7 +372,9 @@ def main() -> None:
                 f"first Job of its operations, {len(moved)} rounds: p50 {m50:.2f} s, "
                 f"p95 {m95:.2f} s (min {min(moved):.2f}, max {max(moved):.2f})"
             )
-        print(f"ratio watch p50 / polling p50: {w50 / p50:.2f}")
+        if polling and watching:
+            print(f"ratio watch p50 / polling p50: {w50 / p50:.2f}")
+        print(f"finish to next p50: {f50:.2f} s (goal <= 0.5 s)")
     finally:
         if not args.keep:
             cluster.down(progress=lambda _m: None)

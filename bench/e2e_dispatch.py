@@ -1,259 +1,120 @@
-"""End-to-end dispatch throughput on the dev cluster, side by side in one run:
+"""End-to-end dispatch, the reconciler against a raw client, in interleaved pairs.
 
-(a) a raw kubernetes-client loop creates N Jobs (the very manifests the reconciler renders),
-    with W creates in flight;
-(b) the reconciler dispatches N operations from a fresh commit, under a queue whose limits
-    allow them all, until all its Jobs exist (the same W creates in flight);
-(c) binding limits: M operations that each run D seconds (kwok's simulated duration) under a
-    queue of concurrency C; dispatches per second while ops complete, against the ceiling C/D.
+Each run gets a fresh dev cluster and dispatches N Jobs, the very manifests
+``core/render.py`` renders, W creates in flight:
 
-The cluster settles (every pod of the previous step Running) before each step. Prints the
-figures of each and, last, the ratio b/a (goal >= 0.8).
+- raw: a kubernetes-client loop creates them;
+- reconciler: ``Reconciler.run_once`` dispatches them from a fresh commit under a queue
+  whose limits allow them all, then keeps cycling every ``--interval`` seconds.
 
-    PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [-w 8] [-m 600 -c 100 -d 10]
-        [--binding-only] [--state-dir DIR] [--keep]
+Runs alternate raw, reconciler, raw, reconciler... (``--pairs`` pairs), so a change of the
+machine's load falls on both sides. For each run an independent watcher times "all Jobs
+exist" and "all pods Running"; /proc gives the CPU of every process (apiserver, etcd,
+controller-manager, scheduler, kwok, the client or reconciler) and of the others on the
+machine (a run during which other processes used more than 0.2 cores is FLAGged); the
+apiserver's /metrics gives requests by verb and resource. It prints each run, the costs per
+operation, then last the ratios reconciler/raw per pair: median and spread.
+
+``--binding`` adds the binding case on one more cluster: M operations of D seconds each
+asking one GPU, under a queue with a quota of C GPUs; admissions per second against C/D.
+
+    PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--pairs 5] [-w 8]
+        [--binding -m 400 -c 100 -d 10] [--keep]
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import subprocess
-import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
+import sys
 from pathlib import Path
-from typing import Any
 
-from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.kube import Kube, connect, connect_cluster
-from reconciler.adapters.repo import snapshot_git
-from reconciler.core.compile import compile_repo
-from reconciler.core.render import render_operation
-from reconciler.core.types import ClusterSpec, Phase
-from reconciler.devcluster.cluster import DevCluster
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _measure as m
+
 from reconciler.devcluster.shape import NodePool
-from reconciler.runtime import cycle
-from reconciler.runtime.cycle import Reconciler
 
-# Room for every pod of the run, so the scheduler never retries unschedulable ones.
-POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500),)
+# Room for every pod of the run, so the scheduler never retries unschedulable ones, and
+# 128 GPUs for the binding case's quota of 100.
+POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500, gpus=32),)
 
 
-def write_repo(
-    root: Path,
-    kubeconfig: Path,
-    count: int,
-    namespace: str,
-    *,
-    duration: str = "1h",
-    concurrency: int | None = None,
-    queue: str = "bulk",
-) -> Path:
-    """A config repo with one queue (unlimited unless ``concurrency``) and ``count`` ops.
-    Each run uses its own queue name: Jobs of every run share the cluster."""
-    (root / "clusters").mkdir(parents=True)
-    (root / "queues").mkdir()
-    ops = root / "projects" / namespace / "operations"
-    ops.mkdir(parents=True)
-    (root / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
-    (root / "clusters" / "local.yaml").write_text(
-        f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
+def spec(side: str, args: argparse.Namespace) -> m.RunSpec:
+    return m.RunSpec(
+        side, side, args.n, workers=args.workers, interval=args.interval, timeout=args.timeout
     )
-    limit = f"concurrency: {concurrency}\n" if concurrency else ""
-    (root / "queues" / f"{queue}.yaml").write_text(
-        f"kind: Queue\nname: {queue}\ncluster: local\n{limit}"
+
+
+def binding_spec(args: argparse.Namespace) -> m.RunSpec:
+    return m.RunSpec(
+        "reconciler",
+        "reconciler",
+        args.m,
+        workers=args.workers,
+        interval=0.5,
+        duration=f"{args.duration}s",
+        gpus=1,
+        quota_gpus=args.concurrency,
+        until="finished",
+        timeout=args.timeout,
     )
-    (root / "projects" / namespace / "project.yaml").write_text(
-        f"kind: Project\nname: {namespace}\nnamespace: {namespace}\ndefaults:\n  queue: {queue}\n"
-    )
-    for i in range(count):
-        (ops / f"op-{i:05d}.yaml").write_text(
-            f"kind: Operation\nname: op-{i:05d}\nrun:\n  kind: job\n"
-            "  container:\n    image: busybox\n    resources: {requests: {cpu: 10m}}\n"
-            "  environment:\n"
-            f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
-        )
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=root, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=root, check=True)
-    return root
 
 
-def settle(kube: Kube, namespace: str, count: int, timeout: float = 300.0) -> float:
-    """Wait until ``count`` pods of ``namespace`` have left Pending; the seconds waited."""
-    started = time.perf_counter()
-    while time.perf_counter() - started < timeout:
-        pods = kube.core.list_namespaced_pod(namespace).items
-        if len(pods) >= count and all(p.status.phase != "Pending" for p in pods):
-            break
-        time.sleep(2)
-    else:
-        print(f"  ({namespace}: not settled after {timeout:.0f} s, going on)")
-    return time.perf_counter() - started
-
-
-COMPILES: list[float] = []  # seconds of each compile_repo the reconciler ran
-
-
-def _timed_compile(*args: Any, **kwargs: Any) -> Any:
-    started = time.perf_counter()
-    try:
-        return compile_repo(*args, **kwargs)
-    finally:
-        COMPILES.append(time.perf_counter() - started)
+def ratio_lines(raws: list[m.RunResult], recs: list[m.RunResult]) -> list[str]:
+    """Per pair, the reconciler's rate over the raw client's (raw time / reconciler time)."""
+    lines = []
+    for label, attr in (("all Jobs exist", "admitted"), ("all pods Running", "running")):
+        ratios = m.pair_ratios([getattr(r, attr) for r in raws], [getattr(r, attr) for r in recs])
+        if ratios:
+            lines.append(
+                f"ratio reconciler/raw, rate to {label}: "
+                f"{m.ratio_summary(ratios).text()} (goal >= 0.9)"
+            )
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("-n", type=int, default=2000)
+    parser.add_argument("--pairs", type=int, default=5)
     parser.add_argument("-w", "--workers", type=int, default=8, help="creates in flight")
-    parser.add_argument("-m", type=int, default=600, help="ops in the binding-limits run")
-    parser.add_argument("-c", "--concurrency", type=int, default=100)
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=2.0,
+        help="seconds between the reconciler's cycles once all are dispatched",
+    )
+    parser.add_argument("--timeout", type=float, default=900.0, help="per run")
+    parser.add_argument("--binding", action="store_true", help="add the binding case")
+    parser.add_argument("-m", type=int, default=400, help="ops in the binding case")
+    parser.add_argument("-c", "--concurrency", type=int, default=100, help="GPU quota")
     parser.add_argument("-d", "--duration", type=int, default=10, help="seconds per op")
-    parser.add_argument("--interval", type=float, default=0.5, help="seconds between cycles")
-    parser.add_argument("--binding-only", action="store_true", help="run only (c)")
-    parser.add_argument("--state-dir", type=Path, default=None)
-    parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
+    parser.add_argument("--keep", action="store_true", help="leave each dev cluster running")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="e2e-dispatch-"))
-    cluster = DevCluster(args.state_dir or work / "cluster")
-    cluster.up(POOLS, progress=lambda m: print(f"[dev-cluster] {m}", flush=True))
-    print(f"load average at start: {os.getloadavg()[0]:.1f}", flush=True)
-
-    def connect_spec(spec: ClusterSpec) -> Kube:
-        return Kube(connect_cluster(spec.kubeconfig, spec.context))
-
-    try:
-        kube = Kube(connect(cluster.kubeconfig))
-        rec_rate = raw_rate = 0.0
-        if not args.binding_only:
-            # the same manifests, rendered from the same compiled operations, for both sides
-            raw_repo = write_repo(work / "raw", cluster.kubeconfig, args.n, "bench-raw")
-            compiled = compile_repo(snapshot_git(raw_repo, "main"))
-            assert compiled.valid, compiled.errors[:3]
-            now = datetime.now(UTC)
-            manifests = [
-                render_operation(op, {}, config_version=compiled.version, dispatched_at=now).job
-                for op in compiled.operations
-            ]
-            kube.ensure_namespace("bench-raw")
-            started = time.perf_counter()
-
-            def create(manifest: dict[str, object]) -> None:
-                # the leanest client call: the response is not turned into model objects
-                resp = kube.batch.create_namespaced_job(
-                    "bench-raw", manifest, _preload_content=False
-                )
-                assert resp.data  # read the body before the connection goes back to the pool
-                resp.release_conn()
-
-            with ThreadPoolExecutor(args.workers) as pool:
-                list(pool.map(create, (dict(m) for m in manifests)))
-            raw_seconds = time.perf_counter() - started
-            raw_rate = args.n / raw_seconds
-            print(
-                f"(a) raw client, {args.workers} in flight: {args.n} Jobs in {raw_seconds:.1f} s "
-                f"= {raw_rate:.0f}/s",
-                flush=True,
-            )
-            print(f"    settled in {settle(kube, 'bench-raw', args.n):.0f} s", flush=True)
-
-            repo = write_repo(work / "reconciler", cluster.kubeconfig, args.n, "bench-rec")
-            reconciler = Reconciler(
-                lambda: snapshot_git(repo, "main"),
-                connect_spec,
-                SystemClock(),
-                create_workers=args.workers,
-            )
-            cycle.compile_repo = _timed_compile  # type: ignore[assignment]  # to report it
-            COMPILES.clear()
-            started = time.perf_counter()
-            created = 0
-            cycles = 0
-            while created < args.n:
-                result = reconciler.run_once()
-                created += len(result.dispatched) + len(result.adopted)
-                cycles += 1
-                if result.failed:
-                    raise SystemExit(f"dispatch failed: {next(iter(result.failed.values()))}")
-            rec_seconds = time.perf_counter() - started
-            reconciler.close()
-            rec_rate = args.n / rec_seconds
-            compiling = sum(COMPILES)
-            print(
-                f"(b) reconciler, {args.workers} in flight: {args.n} ops dispatched in "
-                f"{rec_seconds:.1f} s ({cycles} cycle(s); compile {compiling:.1f} s, cache sync, "
-                f"plan, creates) = {rec_rate:.0f}/s",
-                flush=True,
-            )
-            rest = args.n / (rec_seconds - compiling)
-            print(f"    without the compile: {rest:.0f}/s, ratio {rest / raw_rate:.2f}", flush=True)
-            print(f"    settled in {settle(kube, 'bench-rec', args.n):.0f} s", flush=True)
-
-        limited = write_repo(
-            work / "limited",
-            cluster.kubeconfig,
-            args.m,
-            "bench-limited",
-            duration=f"{args.duration}s",
-            concurrency=args.concurrency,
-            queue="limited",
-        )
-        reconciler = Reconciler(
-            lambda: snapshot_git(limited, "main"),
-            connect_spec,
-            SystemClock(),
-            create_workers=args.workers,
-        )
-        started = time.perf_counter()
-        dispatched = 0
-        peak = 0
-        cycles = 0
-        over = 0
-        while True:
-            result = reconciler.run_once()
-            cycles += 1
-            dispatched += len(result.dispatched)
-            ours = [s for op, s in result.states.items() if op.startswith("bench-limited/")]
-            active = sum(1 for s in ours if s.phase.active)
-            peak = max(peak, active)
-            over += active > args.concurrency
-            if dispatched >= args.m:
-                last_dispatch = time.perf_counter() - started
-                break
-            time.sleep(max(0.0, args.interval - result.duration))
-        while True:
-            ours = [s for op, s in result.states.items() if op.startswith("bench-limited/")]
-            if all(s.phase.finished for s in ours):
-                break
-            time.sleep(args.interval)
-            result = reconciler.run_once()
-        all_done = time.perf_counter() - started
-        reconciler.close()
-        ceiling = args.concurrency / args.duration
-        rate = args.m / last_dispatch
-        succeeded = sum(1 for s in ours if s.phase is Phase.SUCCEEDED)
-        print(
-            f"(c) binding limits: {args.m} ops of {args.duration} s, concurrency "
-            f"{args.concurrency}: all dispatched in {last_dispatch:.1f} s ({cycles} cycles), "
-            f"all finished in {all_done:.1f} s ({succeeded} Succeeded); peak active {peak}, "
-            f"cycles over the limit {over}",
-            flush=True,
-        )
-        print(
-            f"    dispatches/s while ops complete: {rate:.1f} vs ceiling C/D {ceiling:.1f} "
-            f"= {rate / ceiling:.2f}",
-            flush=True,
-        )
-        print(f"load average at end: {os.getloadavg()[0]:.1f}")
-        if raw_rate:
-            print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")
-    finally:
-        if not args.keep:
-            cluster.down(progress=lambda _m: None)
+    m.say(
+        f"e2e dispatch: N={args.n}, {args.pairs} interleaved pairs, {args.workers} in flight, "
+        f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}"
+    )
+    raws: list[m.RunResult] = []
+    recs: list[m.RunResult] = []
+    for pair in range(args.pairs):
+        for side, into in (("raw", raws), ("reconciler", recs)):
+            result = m.run_side(spec(side, args), POOLS, keep=args.keep)
+            into.append(result)
+            m.say(f"[{pair + 1}/{args.pairs}] {result.line()}")
+    m.print_costs(raws + recs)
+    flagged = sum(r.flagged for r in raws + recs)
+    m.say(
+        f"runs FLAGged (other processes > {m.OTHERS_LIMIT} cores): {flagged} of "
+        f"{len(raws) + len(recs)}"
+    )
+    if args.binding:
+        result = m.run_side(binding_spec(args), POOLS, keep=args.keep)
+        m.say(m.binding_line(result, args.concurrency, args.duration))
+    m.say(f"load average at end: {os.getloadavg()[0]:.1f}")
+    for line in ratio_lines(raws, recs):
+        m.say(line)
 
 
 if __name__ == "__main__":

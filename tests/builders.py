@@ -7,18 +7,24 @@ plan = world.plan()
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
+from reconciler.core.ledger import LedgerEntry
+from reconciler.core.model import duration_seconds
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
+    BudgetSpec,
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
+    Distributed,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -77,6 +83,8 @@ class OpBuilder:
             "requests": {},
             "submitted_at": T0 + timedelta(seconds=seq),
         }
+        self._replicas = 1
+        self._distributed: Distributed | None = None
 
     def queue(self, name: str) -> OpBuilder:
         self._fields["queue"] = name
@@ -92,6 +100,30 @@ class OpBuilder:
         spec = dict(self._fields["spec"])
         spec["run"] = {**(spec.get("run") or {}), "environment": env}
         self._fields["spec"] = spec
+        return self
+
+    def replicas(self, n: int, distributed: Distributed | None = None) -> OpBuilder:
+        """A distributed operation of ``n`` pods; ``requests`` are then each pod's."""
+        self._replicas = n
+        self._distributed = distributed or Distributed()
+        return self
+
+    def timeout(self, value: str | int | None) -> OpBuilder:
+        """``run.timeout`` (``"1h"`` or seconds), as compile sets it: in the spec and, in
+        seconds, as the op's ``timeout`` (its Job's deadline: what a budget reserves for and
+        what lets an operation borrow in a cohort). None: no timeout."""
+        spec = dict(self._fields["spec"])
+        run = dict(spec.get("run") or {})
+        if value is None:
+            run.pop("timeout", None)
+        else:
+            run["timeout"] = value
+        if run:
+            spec["run"] = run
+        else:
+            spec.pop("run", None)
+        self._fields["spec"] = spec
+        self._fields["timeout"] = None if value is None else duration_seconds(value)
         return self
 
     def unapproved(self) -> OpBuilder:
@@ -129,6 +161,12 @@ class OpBuilder:
         if not fields["cluster"]:
             q = self._world.queues.get(fields["queue"])
             fields["cluster"] = q.cluster if q else "local"
+        if self._distributed is not None:
+            pod = fields["requests"]
+            fields["pod_requests"] = pod
+            fields["requests"] = {k: v * self._replicas for k, v in pod.items()}
+            fields["replicas"] = self._replicas
+            fields["distributed"] = self._distributed
         return CompiledOperation(**fields)
 
 
@@ -142,6 +180,7 @@ class World:
         self.observed: dict[str, ObservedOperation] = {}
         self.org = OrgSettings()
         self.rejected: list[RejectedOperation] = []
+        self.cohorts: dict[str, CohortSpec] = {}
         self.default_queue = "default"
         self.capacity: dict[str, ClusterCapacity] = {}
         self.unreachable: set[str] = set()
@@ -161,6 +200,12 @@ class World:
         quota: dict[str, Any] | None = None,
         strict: bool = False,
         paused: bool = False,
+        max_pods: int | None = None,
+        cohort: str | None = None,
+        borrowing_limit: dict[str, Any] | None = None,
+        lending_limit: dict[str, Any] | None = None,
+        budget: BudgetSpec | None = None,
+        default_timeout: int | None = None,
     ) -> World:
         if cluster not in self.clusters:
             self.cluster(cluster)
@@ -172,6 +217,12 @@ class World:
             quota=quantities(quota),
             strategy=QueueStrategy.STRICT_FIFO if strict else QueueStrategy.BEST_EFFORT_FIFO,
             paused=paused,
+            max_pods=max_pods,
+            cohort=cohort,
+            borrowing_limit=quantities(borrowing_limit),
+            lending_limit=quantities(lending_limit),
+            budget=budget,
+            default_timeout=default_timeout,
         )
         self.default_queue = next(iter(self.queues))
         return self
@@ -206,6 +257,12 @@ class World:
         )
         return self
 
+    def cohort(
+        self, name: str, max_borrow: str | int = "2h", *, quota: dict[str, Any] | None = None
+    ) -> World:
+        self.cohorts[name] = CohortSpec(name, duration_seconds(max_borrow), quantities(quota))
+        return self
+
     def set_queue(self, name: str, **changes: Any) -> World:
         self.queues[name] = replace(self.queues[name], **changes)
         return self
@@ -234,9 +291,19 @@ class World:
         queue: str | None = None,
         cluster: str | None = None,
         requests: dict[str, Any] | None = None,
+        pods: int | None = None,
+        dispatched_at: datetime | None = None,
+        started_at: datetime | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
-            op_id, phase, quantities(requests) if requests is not None else None, queue, cluster
+            op_id,
+            phase,
+            quantities(requests) if requests is not None else None,
+            queue,
+            cluster,
+            pods=pods,
+            dispatched_at=dispatched_at,
+            started_at=started_at,
         )
         return self
 
@@ -269,19 +336,28 @@ class World:
             queues=dict(self.queues),
             operations=tuple(self.operations()),
             rejected=tuple(self.rejected),
+            cohorts=dict(self.cohorts),
         )
 
     def operations(self) -> list[CompiledOperation]:
         return [b.build() for b in self.builders]
 
-    def plan(self) -> Plan:
+    def plan(
+        self,
+        now: datetime = NOW,
+        ledger: Iterable[LedgerEntry] = (),
+        backends: Mapping[str, frozenset[str]] | None = None,
+    ) -> Plan:
         return plan_dispatch(
             self.operations(),
             self.queues,
             self.clusters,
             list(self.observed.values()),
             self.org,
-            NOW,
+            now,
             unreachable=frozenset(self.unreachable),
             capacity=self.capacity,
+            backends=backends,
+            cohorts=self.cohorts,
+            ledger=ledger,
         )

@@ -69,6 +69,42 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
         api.delete_namespace(name, propagation_policy="Background")
 
 
+@pytest.fixture
+def gang_nodes(kube_cluster: KubeCluster) -> Iterator[list[str]]:
+    """The ``gang`` shape's four 8-GPU H100 nodes (pool ``h100``, label ``gpu.type=h100``)
+    added to the session's cluster for one test and deleted after it, so tests that expect
+    no h100 node still find none."""
+    from kubernetes import client
+
+    from reconciler.devcluster.shape import named_shape
+
+    api = client.CoreV1Api(kube_cluster.api_client())
+    (pool,) = [p for p in named_shape("gang") if p.name == "h100"]
+    names = pool.node_names()
+    existing = {n.metadata.name for n in api.list_node().items}
+    for name in names:
+        if name not in existing:
+            api.create_node(pool.manifest(name))
+
+    def ready() -> bool:
+        nodes = {n.metadata.name: n for n in api.list_node().items}
+        return all(
+            name in nodes
+            and any(
+                c.type == "Ready" and c.status == "True"
+                for c in nodes[name].status.conditions or []
+            )
+            for name in names
+        )
+
+    wait_until(ready, timeout=60, what="the h100 kwok nodes to be Ready")
+    try:
+        yield names
+    finally:
+        for name in names:
+            api.delete_node(name)
+
+
 @pytest.fixture(scope="session")
 def template() -> RepoSnapshot:
     """The example config repo, as the core sees it."""

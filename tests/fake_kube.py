@@ -1,18 +1,33 @@
 """A fake ``Kube`` for fast cycle tests: Jobs and Pods kept in memory and moved through
 phases by the test. It answers the calls the Reconciler makes (list, create or adopt,
-annotate, delete, events) the way the apiserver does, with increasing resourceVersions.
-The same behaviour is shown on the real control plane by tests/cluster/."""
+annotate, delete, events) the way the apiserver does, with increasing resourceVersions,
+and watches: every change is logged as a watch event, and ``watch_managed`` replays the
+events after a resourceVersion, then waits for more, as the apiserver does. The same
+behaviour is shown on the real control plane by tests/cluster/."""
 
 from __future__ import annotations
 
 import copy
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.adapters.kube import MANAGED_SELECTOR, ApplyResult, KubeError, ObjectList
+from reconciler.adapters.kube import (
+    MANAGED_SELECTOR,
+    ApplyResult,
+    KubeError,
+    ObjectList,
+    WatchEvent,
+)
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
+# The Job controller's times of a run the fake set going or finished (status.startTime,
+# status.completionTime or the Failed condition's lastTransitionTime).
+STARTED = "2026-01-01T11:00:00Z"
+ENDED = "2026-01-01T11:40:00Z"
 
 
 @dataclass
@@ -29,11 +44,29 @@ class FakeCluster:
     others: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # not ours
     nodes_forbidden: bool = False  # listing Nodes answers 403 (the RBAC is missing)
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
+    logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, pod) -> text
+    backends: set[str] = field(default_factory=set)  # optional backends served (CRDs)
+    discoveries: int = 0  # served_backends calls
     version: int = 100
+    # every change as a watch event: (resourceVersion, kind, type, object)
+    changes: list[tuple[int, str, str, dict[str, Any]]] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+    closed: bool = False  # ends every watch (test teardown)
 
     def _next(self) -> str:
         self.version += 1
         return str(self.version)
+
+    def _emit(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        with self.changed:
+            version = int(obj["metadata"]["resourceVersion"])
+            self.changes.append((version, kind, event_type, copy.deepcopy(obj)))
+            self.changed.notify_all()
+
+    def close(self) -> None:
+        with self.changed:
+            self.closed = True
+            self.changed.notify_all()
 
     # --- the test moves workloads through phases ----------------------------------------
 
@@ -44,6 +77,7 @@ class FakeCluster:
         meta["resourceVersion"] = self._next()
         job.setdefault("status", {})
         self.jobs[(meta["namespace"], meta["name"])] = job
+        self._emit("Job", "ADDED", job)
         return job
 
     def add_node(
@@ -83,23 +117,36 @@ class FakeCluster:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or
         ``Deleting``."""
         job = self.jobs[(namespace, name)]
-        job["metadata"]["resourceVersion"] = self._next()
         pod_key = (namespace, f"{name}-pod")
-        if phase == "Deleting":
-            job["metadata"]["deletionTimestamp"] = NOW
-            return
-        if phase == "Succeeded":
-            job["status"] = {"conditions": [{"type": "Complete", "status": "True"}]}
-            return
-        if phase == "Failed":
-            job["status"] = {
-                "conditions": [
-                    {"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}
-                ]
-            }
+        if phase in ("Deleting", "Succeeded", "Failed"):
+            job["metadata"]["resourceVersion"] = self._next()
+            if phase == "Deleting":
+                job["metadata"]["deletionTimestamp"] = NOW
+            elif phase == "Succeeded":
+                job["status"] = {
+                    "conditions": [{"type": "Complete", "status": "True"}],
+                    "startTime": STARTED,
+                    "completionTime": ENDED,
+                }
+            else:
+                job["status"] = {
+                    "conditions": [
+                        {
+                            "type": "Failed",
+                            "status": "True",
+                            "reason": "BackoffLimitExceeded",
+                            "lastTransitionTime": ENDED,
+                        }
+                    ],
+                    "startTime": STARTED,
+                }
+            self._emit("Job", "MODIFIED", job)
             return
         if phase == "PodPending":
-            self.pods.pop(pod_key, None)
+            gone = self.pods.pop(pod_key, None)
+            if gone is not None:
+                gone["metadata"]["resourceVersion"] = self._next()
+                self._emit("Pod", "DELETED", gone)
             return
         pod: dict[str, Any] = {
             "metadata": {
@@ -112,6 +159,7 @@ class FakeCluster:
             "status": {},
         }
         if phase == "Running":
+            job["status"] = {**job.get("status", {}), "startTime": STARTED}
             pod["spec"]["nodeName"] = "gpu-node-0"
             pod["status"]["phase"] = "Running"
         elif phase == "Unschedulable":
@@ -123,7 +171,101 @@ class FakeCluster:
             }
         else:
             raise ValueError(phase)
+        pod["metadata"]["uid"] = f"uid-{pod_key[1]}"
+        pod["metadata"]["resourceVersion"] = self._next()
+        existed = pod_key in self.pods
         self.pods[pod_key] = pod
+        self._emit("Pod", "MODIFIED" if existed else "ADDED", pod)
+
+    def delete(self, namespace: str, name: str) -> bool:
+        """Delete the Job and its pods (as a background deletion ends); False if absent."""
+        keys = [k for k, p in self.pods.items() if _job_of(p) == (namespace, name)]
+        pods = [self.pods.pop(k) for k in keys]
+        job = self.jobs.pop((namespace, name), None)
+        for kind, obj in (("Job", job), *(("Pod", pod) for pod in pods)):
+            if obj is not None:
+                obj["metadata"]["resourceVersion"] = self._next()
+                self._emit(kind, "DELETED", obj)
+        return job is not None
+
+    def pod_succeeded(self, namespace: str, name: str) -> None:
+        """The Job's pod ends Succeeded; the Job has no terminal condition yet."""
+        pod = self.pods[(namespace, f"{name}-pod")]
+        pod["status"]["phase"] = "Succeeded"
+        pod["metadata"]["resourceVersion"] = self._next()
+        self._emit("Pod", "MODIFIED", pod)
+
+    def set_gang(
+        self,
+        namespace: str,
+        name: str,
+        replicas: int,
+        placed: int,
+        running: int = 0,
+        message: str = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+    ) -> None:
+        """The pods of an Indexed Job, as the Job controller and scheduler leave them:
+        indexes below ``placed`` bound to a node (the first ``running`` of them Running),
+        the rest Pending and Unschedulable with the scheduler's ``message``. Each pod's
+        log reads ``log of replica <i>``."""
+        job = self.jobs[(namespace, name)]
+        job["metadata"]["resourceVersion"] = self._next()
+        self._emit("Job", "MODIFIED", job)
+        for key in [k for k, p in self.pods.items() if _job_of(p) == (namespace, name)]:
+            gone = self.pods.pop(key)
+            gone["metadata"]["resourceVersion"] = self._next()
+            self._emit("Pod", "DELETED", gone)
+        for i in range(replicas):
+            pod_name = f"{name}-{i}-x{i}"
+            labels = dict((job["spec"]["template"].get("metadata") or {}).get("labels") or {})
+            labels.update({"job-name": name, MANAGED[0]: MANAGED[1]})
+            annotations = dict(
+                (job["spec"]["template"].get("metadata") or {}).get("annotations") or {}
+            )
+            annotations["batch.kubernetes.io/job-completion-index"] = str(i)
+            pod: dict[str, Any] = {
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": annotations,
+                    "creationTimestamp": NOW,
+                },
+                "spec": copy.deepcopy(job["spec"]["template"].get("spec") or {}),
+                "status": {"phase": "Pending"},
+            }
+            if i < placed:
+                pod["spec"]["nodeName"] = f"gpu-node-{i}"
+                if i < running:
+                    pod["status"]["phase"] = "Running"
+            else:
+                pod["status"]["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ]
+            pod["metadata"]["uid"] = f"uid-{pod_name}"
+            pod["metadata"]["resourceVersion"] = self._next()
+            self.pods[(namespace, pod_name)] = pod
+            self._emit("Pod", "ADDED", pod)
+            self.logs[(namespace, pod_name)] = f"log of replica {i}\n"
+
+
+def _job_of(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod["metadata"]
+    return meta["namespace"], (meta.get("labels") or {}).get("job-name", "")
+
+
+def _matches(obj: dict[str, Any], label_selector: str) -> bool:
+    labels = obj["metadata"].get("labels") or {}
+    for term in filter(None, label_selector.split(",")):
+        key, _, value = term.partition("=")
+        if labels.get(key) != value:
+            return False
+    return True
 
 
 class FakeKube:
@@ -176,6 +318,8 @@ class FakeKube:
                 created,
                 dict(m.get("annotations") or {}),
             )
+        if manifest["kind"] != "Service":  # as Kube._create
+            raise KubeError(f"cannot create {manifest['kind']}: not a workload kind")
         self.cluster.calls.append(f"create {manifest['kind']} {key[0]}/{key[1]}")
         return ApplyResult(manifest["kind"], key[0], key[1], "", self.cluster._next(), True)
 
@@ -194,6 +338,7 @@ class FakeKube:
             raise KubeError(f"{kind} {namespace}/{name} not found")
         job["metadata"].setdefault("annotations", {}).update(annotations or {})
         job["metadata"]["resourceVersion"] = self.cluster._next()
+        self.cluster._emit("Job", "MODIFIED", job)
         self.cluster.calls.append(f"annotate {namespace}/{name}")
 
     def emit_event(
@@ -205,5 +350,65 @@ class FakeKube:
     def delete_workload(self, namespace: str, name: str) -> bool:
         self._up()
         self.cluster.calls.append(f"delete {namespace}/{name}")
-        self.cluster.pods.pop((namespace, f"{name}-pod"), None)
-        return self.cluster.jobs.pop((namespace, name), None) is not None
+        return self.cluster.delete(namespace, name)
+
+    def watch_managed(
+        self,
+        kind: str,
+        resource_version: str,
+        timeout_seconds: int = 60,
+        *,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
+    ) -> Iterator[WatchEvent]:
+        """The events of ``kind`` after ``resource_version``, then each new one as it
+        comes, until ``timeout_seconds`` pass or the cluster is closed. (Only our own Jobs
+        and Pods change here: a watch of every pod or of the Nodes sees those changes.)"""
+        self._up()
+        after = int(resource_version)
+        deadline = time.monotonic() + timeout_seconds
+        position = 0
+        while True:
+            with self.cluster.changed:
+                while position == len(self.cluster.changes) and not self.cluster.closed:
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return
+                    self.cluster.changed.wait(left)
+                if self.cluster.closed:
+                    return
+                batch = self.cluster.changes[position:]
+                position = len(self.cluster.changes)
+            for version, what, event_type, obj in batch:
+                if what == kind and version > after:
+                    yield WatchEvent(event_type, obj)
+
+    def served_backends(self, wanted: Any) -> frozenset[str]:
+        self._up()
+        self.cluster.discoveries += 1
+        return frozenset(b for b in wanted if b in self.cluster.backends)
+
+    def list_labelled(
+        self, kind: str, label_selector: str, namespace: str | None = None
+    ) -> tuple[dict[str, Any], ...]:
+        self._up()
+        source = self.cluster.jobs if kind == "Job" else self.cluster.pods
+        return tuple(
+            copy.deepcopy(obj)
+            for (ns, _), obj in sorted(source.items())
+            if (namespace is None or ns == namespace) and _matches(obj, label_selector)
+        )
+
+    def read_logs(
+        self,
+        namespace: str,
+        pod: str,
+        container: str = "main",
+        follow: bool = False,
+        tail_lines: int | None = None,
+        limit_bytes: int | None = None,
+    ) -> str:
+        self._up()
+        if (namespace, pod) not in self.cluster.pods:
+            raise KubeError(f"pods {pod!r} not found", status=404)
+        return self.cluster.logs.get((namespace, pod), "")

@@ -388,12 +388,16 @@ def test_template_is_valid_and_exceeds_its_limits(template: RepoSnapshot) -> Non
     for op in compiled.operations:
         gpus[op.queue] += op.requests.get("nvidia.com/gpu", Decimal(0))
     q = compiled.queues
-    assert q["team-a"].quota == {"nvidia.com/gpu": Decimal(2)} and gpus["team-a"] == 5
+    # train-ddp: 2 replicas x 1 GPU, counted whole
+    assert q["team-a"].quota == {"nvidia.com/gpu": Decimal(2)} and gpus["team-a"] == 7
     assert all(
-        op.requests.get("nvidia.com/gpu") == 1
+        op.per_pod.get("nvidia.com/gpu") == 1
         for op in compiled.operations
         if op.queue in ("team-a", "team-b")
     )
+    assert [(op.id, op.replicas) for op in compiled.operations if op.replicas > 1] == [
+        ("vision/train-ddp", 2)
+    ]
     assert q["team-b"].quota == {"nvidia.com/gpu": Decimal(4)} and gpus["team-b"] == 6
     assert q["batch"].concurrency == 3 and not q["batch"].quota and by_queue["batch"] == 5
     assert by_queue["notebooks"] >= 1 and by_queue["sandboxes"] >= 1
@@ -465,3 +469,36 @@ def test_docs_worked_example() -> None:
     assert steps["run.container.env.DATA"] == "preset data (pre_merge)"
     assert steps["run.connections[0]"] == "preset data (pre_merge)"
     assert op.queue == "gpu" and steps["queue"] == "project default"
+
+
+def test_the_template_cohort_compiles(template: RepoSnapshot) -> None:
+    compiled = compile_repo(template)
+    assert compiled.valid, compiled.errors
+    pool = compiled.cohorts["gpu-pool"]
+    assert (pool.max_borrow_seconds, dict(pool.quota)) == (7200, {})
+    a, b = compiled.queues["team-a"], compiled.queues["team-b"]
+    assert (a.cohort, dict(a.borrowing_limit), dict(a.lending_limit)) == (
+        "gpu-pool",
+        {"nvidia.com/gpu": Decimal(2)},
+        {},
+    )
+    assert (b.cohort, dict(b.borrowing_limit)) == ("gpu-pool", {})
+
+
+def test_queues_of_one_cohort_on_two_clusters_is_an_error_at_the_cluster_line(
+    template: RepoSnapshot,
+) -> None:
+    snap = overlay(
+        template,
+        {
+            "clusters/other.yaml": "kind: Cluster\nkubeconfig:\n  path: /x\n",
+            "queues/team-c.yaml": (
+                "kind: Queue\ncluster: other\nquota: {nvidia.com/gpu: 1}\ncohort: gpu-pool\n"
+            ),
+        },
+    )
+    errors = [str(e) for e in compile_repo(snap).errors]
+    assert errors == [
+        "queues/team-c.yaml:2:10: queue 'team-c' is in cohort 'gpu-pool', whose queue 'team-a' "
+        "is on cluster 'local': the queues of one cohort must be on the same cluster"
+    ]

@@ -96,7 +96,7 @@ def test_a_preset_change_recompiles_only_the_operations_that_use_it() -> None:
     assert compiled.valid, compiled.errors
     # only the vision operations (their files) read that preset
     vision_files = [p for p in files if p.startswith("projects/vision/operations/")]
-    assert cache.compiled - total == len(vision_files) == 6
+    assert cache.compiled - total == len(vision_files) == 7
     assert cache.reused == sum(1 for p in files if "/operations/" in p) - len(vision_files)
     timeouts = {op.spec["run"]["timeout"] for op in compiled.operations if op.project == "vision"}
     assert "11h" in timeouts and "12h" not in timeouts  # isnull: an op's own timeout stays

@@ -104,3 +104,51 @@ def test_removed_queue_and_priority_change() -> None:
     assert changes["team-a"] == (Change.CHANGED, ["priority"])
     assert changes["batch"][0] is Change.REMOVED
     assert [(c.queue, c.before, c.after) for c in diff.pending_counts] == [("batch", 0, None)]
+
+
+def cohort_world(*, borrowing: int, timeout: str = "1h") -> World:
+    w = World().cohort("gpu-pool", "2h")
+    w.queue(
+        "team-a",
+        quota={"nvidia.com/gpu": 2},
+        cohort="gpu-pool",
+        borrowing_limit={"nvidia.com/gpu": borrowing} if borrowing else None,
+    )
+    w.queue("team-b", quota={"nvidia.com/gpu": 4}, cohort="gpu-pool")
+    w.ops("vision/own-{}", 2, queue="team-a", gpu=1)
+    w.op("vision/sweep", queue="team-a", gpu=2).timeout(timeout)
+    return w
+
+
+def test_a_pr_that_lets_a_queue_borrow_says_so() -> None:
+    diff = run(cohort_world(borrowing=0), cohort_world(borrowing=2))
+    (b,) = diff.borrowing
+    assert (b.queue, b.verdict, b.before) == ("team-a", "may borrow", None)
+    assert b.after == (
+        "up to nvidia.com/gpu 2 from cohort gpu-pool, for operations with a timeout of at most 2h"
+    )
+    assert [(t.operation, t.before) for t in diff.newly_dispatched] == [
+        ("vision/sweep", "QuotaExceeded")
+    ]
+    md = diff_to_markdown(diff)
+    assert "### Borrowing from a cohort" in md
+    assert "| team-a | may borrow | may not borrow | up to nvidia.com/gpu 2" in md
+    assert "| team-a | borrowingLimit.nvidia.com/gpu | — | `2` |" in md
+    assert json.loads(diff_to_json(diff))["borrowing"][0]["change"] == "may borrow"
+
+
+def test_a_pr_that_stops_a_queue_borrowing_says_so() -> None:
+    diff = run(cohort_world(borrowing=2), cohort_world(borrowing=0))
+    (b,) = diff.borrowing
+    assert (b.verdict, b.after) == ("stops borrowing", None)
+    assert [(t.operation, t.before, t.reason) for t in diff.newly_pending] == [
+        ("vision/sweep", "dispatch", PendingReason.QUOTA_EXCEEDED)
+    ]
+
+
+def test_a_longer_timeout_makes_an_op_wait_borrowing_not_allowed() -> None:
+    diff = run(cohort_world(borrowing=2), cohort_world(borrowing=2, timeout="3h"))
+    assert diff.borrowing == ()
+    assert [(t.operation, t.reason) for t in diff.newly_pending] == [
+        ("vision/sweep", PendingReason.BORROWING_NOT_ALLOWED)
+    ]

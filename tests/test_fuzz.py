@@ -34,7 +34,7 @@ PATHS = [
     "projects/a/presets/p.yaml",
     "projects/a/operations/o.yaml",
 ]
-KINDS = ["Org", "Cluster", "Connection", "Queue", "Preset", "Project", "Operation"]
+KINDS = ["Org", "Cluster", "Connection", "Queue", "Cohort", "Preset", "Project", "Operation"]
 FIELDS = [
     "kind",
     "name",

@@ -72,12 +72,25 @@ def test_parse_observed_reports_every_problem_with_its_location() -> None:
         "Succeeded, Failed, Stopped)",
         "obs.yaml:4:14: operation must be \"project/name\", got 'bad id'",
         "obs.yaml:6:3: unknown key 'extra' (expected one of: operation, phase, queue, "
-        "cluster, requests)",
+        "cluster, requests, pods)",
         "obs.yaml:7:15: operation vision/train-1 is already listed on line 1",
         "obs.yaml:7:73: requests.nvidia.com/gpu: '2x' is not a valid quantity "
         "(e.g. 2, 500m, 256Gi)",
         "obs.yaml:8:3: missing key 'operation' (\"project/name\")",
     ]
+
+
+def test_parse_observed_pods_of_a_distributed_run() -> None:
+    (gang,) = parse_observed(
+        "- {operation: vision/ddp, phase: Running, requests: {nvidia.com/gpu: 8}, pods: 4}\n",
+        "obs.yaml",
+    )
+    assert gang.pods == 4 and gang.requests == {"nvidia.com/gpu": Decimal(8)}
+    for bad in ("0", "true", "'4'", "1.5"):
+        with pytest.raises(ObservedFileError) as err:
+            parse_observed(f"- {{operation: a/b, phase: Running, pods: {bad}}}\n", "o.yaml")
+        (error,) = err.value.errors
+        assert str(error).startswith("o.yaml:1:42: pods must be a whole number of at least 1")
 
 
 @pytest.mark.parametrize(

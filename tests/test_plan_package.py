@@ -34,7 +34,7 @@ def test_the_interface_is_the_package() -> None:
         if not name.startswith("_") and getattr(value, "__module__", None) == model.__name__
     }
     assert {"Plan", "Pending", "QuotaBlock", "AdmitWhen", "PlanInputError"} <= defined
-    expected = defined | {"BlockedBy", "MAX_LISTED", "plan_dispatch", "plan_repo"}
+    expected = defined | {"BlockedBy", "MAX_LISTED", "BACKEND_APIS", "plan_dispatch", "plan_repo"}
     assert set(package.__all__) == expected
     for name in package.__all__:
         assert hasattr(package, name), name

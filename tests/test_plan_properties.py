@@ -10,11 +10,12 @@ from builders import NOW, T0
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.plan import PendingReason, Plan, plan_dispatch
+from reconciler.core.plan import MaxPodsBlock, PendingReason, Plan, QuotaBlock, plan_dispatch
 from reconciler.core.plan_render import plan_to_json
 from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
+    Distributed,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -66,6 +67,7 @@ def cases(draw: st.DrawFn, shared_cluster: bool = False) -> Case:
             quota=quota,
             strategy=draw(st.sampled_from(QueueStrategy)),
             paused=draw(st.booleans()) and draw(st.booleans()),
+            max_pods=draw(st.none() | st.none() | st.integers(0, 10)),
         )
     names = sorted(queues)
     ops: list[CompiledOperation] = []
@@ -79,6 +81,16 @@ def cases(draw: st.DrawFn, shared_cluster: bool = False) -> Case:
             requests[GPU] = Decimal(gpu)
         if draw(st.booleans()):
             requests["cpu"] = Decimal(draw(st.sampled_from(["0.25", "0.5", "1", "3"])))
+        # about one in four is distributed: 1 to 4 replicas, all or nothing
+        replicas = draw(st.integers(1, 4)) if draw(st.integers(0, 3)) == 0 else 1
+        gang = {}
+        if replicas > 1 or draw(st.integers(0, 9)) == 0:
+            gang = {
+                "replicas": replicas,
+                "distributed": Distributed(),
+                "pod_requests": requests,
+            }
+            requests = {k: v * replicas for k, v in requests.items()}
         workflow = None
         deps: tuple[str, ...] = ()
         if i and draw(st.integers(0, 4)) == 0:
@@ -104,11 +116,14 @@ def cases(draw: st.DrawFn, shared_cluster: bool = False) -> Case:
                 submitted_at=draw(
                     st.none() | st.just(T0 + timedelta(minutes=draw(st.integers(0, 5))))
                 ),
+                **gang,
             )
         )
         phase = draw(st.sampled_from(list(Phase)))
         if phase is not Phase.QUEUED or draw(st.booleans()):
-            observed.append(ObservedOperation(f"p/op{i}", phase))
+            # the workload's own pods, when observation says (a Job's parallelism)
+            pods = draw(st.none() | st.integers(1, 4)) if phase.active else None
+            observed.append(ObservedOperation(f"p/op{i}", phase, pods=pods))
     # active operations that were removed from the repo
     for j in range(draw(st.integers(0, 3))):
         q = queues[draw(st.sampled_from(names))]
@@ -129,10 +144,12 @@ def test_dispatch_never_takes_a_queue_or_cluster_over_its_limits(case: Case) -> 
     plan = case.plan()
     ops = {op.id: op for op in case.ops}
     seen = phases(case)
-    reqs = {op.id: op.requests for op in case.ops}
+    reqs = {op.id: op.requests for op in case.ops}  # every replica's
+    pods = {op.id: op.replicas for op in case.ops}
     for o in case.observed:
         if o.requests is not None:
             reqs[o.operation] = o.requests
+        pods[o.operation] = o.pods if o.pods is not None else pods.get(o.operation, 1)
     for name, q in case.queues.items():
         active = [
             oid
@@ -146,8 +163,11 @@ def test_dispatch_never_takes_a_queue_or_cluster_over_its_limits(case: Case) -> 
             == name
         ]
         new = [d.operation for d in plan.dispatch if d.queue == name]
-        if new and q.concurrency is not None:
+        if new and q.concurrency is not None:  # one per operation, whatever its replicas
             assert len(active) + len(new) <= q.concurrency
+        if new and q.max_pods is not None:  # every replica of every active operation
+            held = sum(pods[oid] for oid in active)
+            assert held + sum(ops[oid].replicas for oid in new) <= q.max_pods, name
         for resource, limit in q.quota.items():
             before = sum((reqs[oid].get(resource, Decimal(0)) for oid in active), Decimal(0))
             added = sum((reqs[oid].get(resource, Decimal(0)) for oid in new), Decimal(0))
@@ -222,3 +242,71 @@ def test_output_is_deterministic_and_independent_of_input_order(case: Case, rnd)
     queues = dict(reversed(list(case.queues.items())))
     shuffled = Case(tuple(ops), queues, case.clusters, tuple(observed), case.org)
     assert plan_to_json(shuffled.plan()) == first
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_a_distributed_op_is_all_or_nothing_and_exceeds_quota_exactly_when_it_never_fits(
+    case: Case,
+) -> None:
+    """Dispatched ops fit whole (checked above); a pending one is ExceedsQuota exactly when
+    its whole request (every replica) is over a quota, or its replicas over maxPods, and
+    every quota or maxPods entry names the whole request."""
+    plan = case.plan()
+    ops = {op.id: op for op in case.ops}
+
+    def never_fits(op: CompiledOperation) -> bool:
+        q = case.queues[op.queue]
+        over_quota = any(op.requests.get(r, Decimal(0)) > v for r, v in q.quota.items())
+        return over_quota or (q.max_pods is not None and op.replicas > q.max_pods)
+
+    for d in plan.dispatch:
+        assert not never_fits(ops[d.operation])
+    for p in plan.pending:
+        op = ops[p.operation]
+        if p.reason is PendingReason.EXCEEDS_QUOTA:
+            assert never_fits(op) and p.never_runs
+        elif p.reason in (
+            PendingReason.QUEUE_CONCURRENCY_LIMIT,
+            PendingReason.MAX_PODS_REACHED,
+            PendingReason.QUOTA_EXCEEDED,
+            PendingReason.WAITING_BEHIND_HEAD,
+            PendingReason.WORKFLOW_PARALLELISM,
+            PendingReason.CLUSTER_CONCURRENCY_LIMIT,
+        ):
+            assert not never_fits(op)  # check 4 passed: it can fit some day
+        if p.reason is PendingReason.QUOTA_EXCEEDED:
+            block = p.blocked_by
+            assert isinstance(block, QuotaBlock)
+            assert block.request == op.requests[block.resource]  # the whole request
+            assert block.replicas == op.replicas
+            assert block.used + block.request > block.quota
+        if p.reason is PendingReason.MAX_PODS_REACHED:
+            block = p.blocked_by
+            assert isinstance(block, MaxPodsBlock)
+            assert block.request == op.replicas
+            assert block.active + block.request > block.limit
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases())
+def test_best_effort_passes_a_waiting_gang_strict_fifo_never_does(case: Case) -> None:
+    """Within a queue, in consideration order: after an op held back by concurrency,
+    maxPods, quota or the cluster, a StrictFIFO queue dispatches nothing more; a
+    BestEffortFIFO queue may."""
+    plan = case.plan()
+    holds = {
+        PendingReason.QUEUE_CONCURRENCY_LIMIT,
+        PendingReason.MAX_PODS_REACHED,
+        PendingReason.QUOTA_EXCEEDED,
+        PendingReason.CLUSTER_CONCURRENCY_LIMIT,
+    }
+    for name, q in case.queues.items():
+        if q.strategy is not QueueStrategy.STRICT_FIFO:
+            continue
+        entries = [p for p in plan.pending if p.queue == name]
+        held = [p for p in entries if p.reason in holds]
+        if held:
+            after = entries[entries.index(held[0]) + 1 :]
+            assert all(p.reason is not PendingReason.QUOTA_EXCEEDED for p in after)
+            assert all(p.reason not in holds for p in after)

@@ -55,7 +55,9 @@ def test_json_has_rows_and_fleet_totals(remote: Path, tmp_path: Path) -> None:
     data = json.loads(out)
     assert data["source"] == "status-branch"
     queues = {q["name"]: q for q in data["queues"]}
-    assert queues["team-a"]["quota"] == [{"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}]
+    assert queues["team-a"]["quota"] == [
+        {"resource": "nvidia.com/gpu", "used": "2", "limit": "2", "borrowed": "0", "lent": "0"}
+    ]
     assert (queues["batch"]["active"], queues["batch"]["concurrency"]) == (3, 3)
     assert queues["team-a"]["headReason"] == "QuotaExceeded"
     assert "admitted when" in queues["team-a"]["headMessage"]
@@ -83,14 +85,16 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
     status = StatusBranch(repo)
     assert status.file_history("status/vision/train-vit.yaml") == []  # no branch yet
-    write_cycle(repo, status)  # train-vit is Queued (QuotaExceeded, position 3)
+    write_cycle(repo, status)  # train-vit is Queued (QuotaExceeded, position 4)
     compiled = compile_repo(repo.sync())
     running = [
         ObservedOperation(d, Phase.RUNNING, queue="team-a")
         for d in ("vision/sweep-lr-0", "vision/sweep-lr-1")
     ]
     gone = [ObservedOperation(o.operation, Phase.SUCCEEDED) for o in running]
-    plan = plan_repo(compiled, gone, NOW)  # both finished: train-vit moves up
+    # both finished: sweep-lr-2 and train-resnet go; train-vit moves up behind train-ddp
+    # (2 replicas x 1 GPU, waiting for both GPUs at once)
+    plan = plan_repo(compiled, gone, NOW)
     before = status.read()
     after = render_status(compiled, plan, {})
     status.write(status_changes(before, after), "second cycle")
@@ -98,7 +102,7 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     versions = status.file_history(path)
     assert len(versions) == 2 and versions[0][1] <= versions[1][1]
     records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]
-    assert [r.position for _, _, r in records] == [3, 1]  # type: ignore[union-attr]
+    assert [r.position for _, _, r in records] == [4, 2]  # type: ignore[union-attr]
     events = recorded_history(records)  # type: ignore[arg-type]
     assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
     assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note

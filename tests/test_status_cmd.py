@@ -164,3 +164,94 @@ def test_status_reports_an_unreachable_cluster(remote: Path, tmp_path: Path) -> 
         {"name": "b", "reachable": True},
         {"name": "local", "reachable": False, "error": "connection refused"},
     ]
+
+
+def test_usage_reads_the_ledger_from_the_status_branch(remote: Path, tmp_path: Path) -> None:
+    """``reconciler usage``: the ledger per window and queue; a run across midnight counts
+    in each day for the time it ran there."""
+    from datetime import UTC, datetime
+    from decimal import Decimal
+
+    from reconciler.core.ledger import Ledger, LedgerEntry
+
+    def run_entry(op: str, queue: str, start: datetime, end: datetime, cost: str) -> LedgerEntry:
+        return LedgerEntry(
+            operation=op,
+            generation=1,
+            workload=f"{op.replace('/', '-')}-g1",
+            queue=queue,
+            cluster="local",
+            phase="Succeeded",
+            requests={"nvidia.com/gpu": Decimal(2), "memory": Decimal(16 * 2**30)},
+            start=start,
+            end=end,
+            cost=Decimal(cost),
+            currency="USD",
+        )
+
+    ledger = Ledger.of(
+        [
+            run_entry(
+                "a/x",
+                "gpu",
+                datetime(2026, 1, 1, 23, tzinfo=UTC),
+                datetime(2026, 1, 2, 1, tzinfo=UTC),
+                "10",
+            ),
+            run_entry(
+                "a/y",
+                "cpu",
+                datetime(2026, 1, 2, 8, tzinfo=UTC),
+                datetime(2026, 1, 2, 9, tzinfo=UTC),
+                "1",
+            ),
+        ]
+    )
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    compiled = compile_repo(repo.sync())
+    files = render_status(compiled, plan_repo(compiled, [], NOW), {}, ledger=ledger)
+    StatusBranch(repo).write(status_changes({}, files), "a cycle")
+    cache = str(tmp_path / "cli-cache")
+    code, out, err = run("usage", "--repo", str(remote), "--cache-dir", cache, "-o", "json")
+    assert code == 0, err
+    rows = [
+        (r["windowStart"], r["queue"], r["runs"], r["hours"], r["cost"])
+        for r in json.loads(out)["usage"]
+    ]
+    assert rows == [
+        ("2026-01-01T00:00:00Z", "gpu", 0, {"memory": "16", "nvidia.com/gpu": "2"}, "5"),
+        ("2026-01-02T00:00:00Z", "cpu", 1, {"memory": "16", "nvidia.com/gpu": "2"}, "1"),
+        ("2026-01-02T00:00:00Z", "gpu", 1, {"memory": "16", "nvidia.com/gpu": "2"}, "5"),
+    ]
+    code, out, _ = run(
+        "usage",
+        "--repo",
+        str(remote),
+        "--cache-dir",
+        cache,
+        "--queue",
+        "gpu",
+        "--per",
+        "month",
+        "-o",
+        "csv",
+    )
+    assert code == 0
+    assert out.splitlines() == [
+        "window_start,window_end,queue,runs,memory-hours,nvidia.com/gpu-hours,cost,currency",
+        "2026-01-01T00:00:00Z,2026-02-01T00:00:00Z,gpu,1,32,4,10,USD",
+    ]
+    code, out, _ = run("usage", "--repo", str(remote), "--cache-dir", cache, "--per", "week")
+    assert code == 0
+    assert out.splitlines()[0].split() == [
+        "WINDOW",
+        "QUEUE",
+        "RUNS",
+        "GPU-HOURS",
+        "CPU-HOURS",
+        "MEMORY-GIB-HOURS",
+        "COST",
+    ]
+    assert out.splitlines()[2].split() == ["2025-12-29", "gpu", "1", "4", "0", "32", "10", "USD"]
+    code, _, err = run("usage", "--repo", str(remote), "--cache-dir", cache, "--timezone", "X/Y")
+    assert code == 2 and err.startswith("error: 'X/Y' is not a time zone")

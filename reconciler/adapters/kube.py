@@ -9,7 +9,7 @@ import base64
 import functools
 import json
 import stat
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
+from reconciler.core.plan import BACKEND_APIS
 from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
@@ -404,6 +405,38 @@ class Kube:
             if exc.status != 404:
                 raise _error(exc, f"deleting Service {namespace}/{name}") from exc
         return found
+
+    @_transport
+    def served_backends(self, wanted: Iterable[str]) -> frozenset[str]:
+        """Which of the optional backends ``wanted`` (``run.distributed.backend`` values)
+        the cluster serves: its discovery document lists the backend's kind
+        (``core.plan.BACKEND_APIS``), e.g. the Kubeflow Training Operator's PyTorchJob CRD."""
+        served = set()
+        for backend in wanted:
+            api_kind = BACKEND_APIS.get(backend)
+            if api_kind is None:
+                continue
+            api_version, kind = api_kind
+            what = f"discovering {api_version}"
+            try:
+                request = self.api.param_serialize(
+                    "GET", f"/apis/{api_version}", auth_settings=["BearerToken"]
+                )
+                resp: Any = self.api.call_api(
+                    *request, _request_timeout=(CONNECT_TIMEOUT, READ_TIMEOUT)
+                )
+                resp.read()
+            except _UNREACHABLE as exc:
+                raise KubeError(f"{what}: {exc}") from exc
+            if resp.status == 404:
+                continue  # the group/version is not served
+            if resp.status >= 400:
+                raise KubeError(f"{what}: HTTP {resp.status}", resp.status)
+            doc = json.loads(resp.data)
+            resources = doc.get("resources") or []
+            if any(r.get("kind") == kind and "/" not in r.get("name", "") for r in resources):
+                served.add(backend)
+        return frozenset(served)
 
     def list_labelled(
         self, kind: str, label_selector: str, namespace: str | None = None

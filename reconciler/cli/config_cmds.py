@@ -165,7 +165,15 @@ def _operation_json(op: CompiledOperation, explain: bool) -> dict[str, Any]:
         "connections": list(op.connections),
         "generation": op.generation,
         "isApproved": op.is_approved,
+        "replicas": op.replicas,
     }
+    if op.distributed is not None:
+        out["podRequests"] = {k: format_quantity(v) for k, v in sorted(op.per_pod.items())}
+        out["distributed"] = {
+            "framework": str(op.distributed.framework),
+            "port": op.distributed.port,
+            "backend": str(op.distributed.backend),
+        }
     if op.workflow is not None:
         out["workflow"] = {
             "parent": op.workflow.parent,
@@ -180,6 +188,8 @@ def _operation_json(op: CompiledOperation, explain: bool) -> dict[str, Any]:
         out["provenance"] = {
             k: {"file": p.file, "line": p.line, "step": p.step} for k, p in op.provenance.items()
         }
+        if "run.replicas" not in op.provenance:
+            out["provenance"]["run.replicas"] = {"step": "default (1)"}
     return out
 
 
@@ -221,7 +231,11 @@ def _table(op: CompiledOperation) -> None:
     table.add_column("source")
     for row in provenance_rows(op):
         table.add_row(row.field, row.value, f"{row.step}  {row.source}")
+    if "run.replicas" not in op.provenance:
+        table.add_row("run.replicas", "1", "default")
     requests = ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(op.requests.items()))
+    if op.replicas > 1:
+        requests += f" ({op.replicas} replicas)"
     table.caption = f"requests: {requests or 'none'}; presets: {', '.join(op.presets) or 'none'}"
     console = Console()
     if not console.is_terminal:

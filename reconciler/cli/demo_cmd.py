@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from decimal import Decimal
 from pathlib import Path
 
 import click
@@ -23,7 +24,7 @@ from reconciler.devcluster.build import BuildError
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
 from reconciler.devcluster.prerequisites import apply_prerequisites
 from reconciler.runtime.cycle import CycleResult
-from reconciler.runtime.loop import run_forever
+from reconciler.runtime.loop import Wakeup, run_forever
 
 TEMPLATE = Path(__file__).resolve().parents[2] / "config-repo-template"
 
@@ -58,6 +59,7 @@ def queue_table(result: CycleResult) -> Table:
         used = q.used_after or q.used
         quota = ", ".join(
             f"{r} {format_quantity(used.get(r, 0))}/{format_quantity(limit)}"  # type: ignore[arg-type]
+            + _cohort_note(q.borrowed_after.get(r), q.lent_after.get(r))
             for r, limit in sorted(q.quota.items())
         )
         table.add_row(
@@ -72,6 +74,34 @@ def queue_table(result: CycleResult) -> Table:
             q.head_reason.value if q.head_reason else "",
         )
     return table
+
+
+def _cohort_note(borrowed: Decimal | None, lent: Decimal | None) -> str:
+    if borrowed:
+        return f" (+{format_quantity(borrowed)} borrowed)"
+    if lent:
+        return f" ({format_quantity(lent)} lent)"
+    return ""
+
+
+def borrowing_lines(result: CycleResult) -> list[str]:
+    """One line per operation this cycle dispatches by borrowing from its cohort."""
+    if result.plan is None:
+        return []
+    lines = []
+    for q in result.plan.queues:
+        for r, amount in sorted(q.borrowed_after.items()):
+            if amount > q.borrowed.get(r, Decimal(0)):
+                lenders = [
+                    f"{other.name} lends {format_quantity(other.lent_after[r])}"
+                    for other in result.plan.queues
+                    if other.cohort == q.cohort and other.lent_after.get(r)
+                ]
+                lines.append(
+                    f"{q.name} borrows {r} from cohort {q.cohort}: "
+                    f"{format_quantity(amount)} above its quota ({', '.join(lenders)})"
+                )
+    return lines
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -126,11 +156,23 @@ def demo(
         console.print(f"[red]error:[/red] {exc}")
         sys.exit(1)
 
+    wake = Wakeup()  # a Job that ends dispatches the next at once
     runtime = make_runtime(
-        str(repo), "main", {"local": cluster.kubeconfig}, cache_dir=root / "cache"
+        str(repo),
+        "main",
+        {"local": cluster.kubeconfig},
+        cache_dir=root / "cache",
+        wakeup=wake,
+        status_interval=interval,
+        fetch_interval=interval,
     )
     stop = threading.Event()
-    timer = threading.Timer(timeout, stop.set)
+
+    def time_out() -> None:
+        stop.set()
+        wake.interrupt()
+
+    timer = threading.Timer(timeout, time_out)
     timer.daemon = True
     timer.start()
     outcome: dict[str, CycleResult] = {}
@@ -139,6 +181,8 @@ def demo(
         def on_cycle(result: CycleResult) -> None:
             runtime.on_cycle(result)
             outcome["last"] = result
+            for line in borrowing_lines(result):
+                live.console.print(line)
             live.update(queue_table(result))
             finished = (
                 result.plan is not None
@@ -150,7 +194,7 @@ def demo(
                 stop.set()
 
         with contextlib.suppress(KeyboardInterrupt):
-            run_forever(runtime.reconciler, interval, stop, on_cycle)
+            run_forever(runtime.reconciler, interval, stop, on_cycle, wake)
     timer.cancel()
     runtime.reconciler.close()
     last = outcome.get("last")

@@ -10,7 +10,13 @@ import click
 
 from reconciler.devcluster.build import BuildError, ensure_binaries
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
-from reconciler.devcluster.shape import ShapeError, default_shape, load_shape
+from reconciler.devcluster.shape import (
+    NAMED_SHAPES,
+    ShapeError,
+    default_shape,
+    load_shape,
+    named_shape,
+)
 
 _state_dir = click.option(
     "--state-dir",
@@ -60,6 +66,15 @@ def dev_cluster() -> None:
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="YAML file with node pools; overrides the --*-nodes options.",
 )
+@click.option(
+    "--named-shape",
+    "named_shape_name",
+    type=click.Choice(sorted(NAMED_SHAPES)),
+    default=None,
+    help="A built-in fleet; overrides the --*-nodes options. "
+    + "; ".join(f"{k}: {v}" for k, v in sorted(NAMED_SHAPES.items()))
+    + ".",
+)
 @click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait per step.")
 def up(
     state_dir: Path | None,
@@ -68,15 +83,21 @@ def up(
     gpu_type: str,
     cpu_nodes: int,
     shape_file: Path | None,
+    named_shape_name: str | None,
     timeout: float,
 ) -> None:
-    """Build the binaries (once) and start the control plane and kwok nodes."""
+    """Build the binaries (once) and start the control plane and kwok nodes. On a running
+    cluster, only creates the nodes of the shape that are missing."""
+    if shape_file and named_shape_name:
+        click.echo("error: --shape and --named-shape exclude each other", err=True)
+        sys.exit(2)
     try:
-        pools = (
-            load_shape(shape_file)
-            if shape_file
-            else default_shape(gpu_nodes, gpus_per_node, gpu_type, cpu_nodes)
-        )
+        if shape_file:
+            pools = load_shape(shape_file)
+        elif named_shape_name:
+            pools = named_shape(named_shape_name)
+        else:
+            pools = default_shape(gpu_nodes, gpus_per_node, gpu_type, cpu_nodes)
         DevCluster(state_dir).up(pools, progress=_progress, timeout=timeout)
     except (ShapeError, BuildError, DevClusterError) as exc:
         click.echo(f"error: {exc}", err=True)

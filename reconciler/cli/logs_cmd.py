@@ -15,6 +15,7 @@ from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.options import repo_dir_option
 from reconciler.core.compile import compile_repo
+from reconciler.core.gang import replica_index
 from reconciler.core.render import (
     ANNOTATION_OPERATION,
     LABEL_MANAGED_BY,
@@ -77,12 +78,16 @@ def selector(op_id: str) -> str:
     return ",".join(labels)
 
 
-def newest_pod(pods: Iterable[Mapping[str, Any]], op_id: str) -> Mapping[str, Any] | None:
-    """The op's most recently created pod (a bumped generation, a retry)."""
+def newest_pod(
+    pods: Iterable[Mapping[str, Any]], op_id: str, replica: int = 0
+) -> Mapping[str, Any] | None:
+    """The op's most recently created pod of ``replica`` (a bumped generation, a retry).
+    Replica 0 is a distributed run's index 0 (or its Master) and a single-pod run's pod."""
     mine = [
         p
         for p in pods
         if (p["metadata"].get("annotations") or {}).get(ANNOTATION_OPERATION, op_id) == op_id
+        and replica_index(p) == replica
     ]
     mine.sort(
         key=lambda p: (str(p["metadata"].get("creationTimestamp", "")), p["metadata"]["name"])
@@ -125,17 +130,31 @@ def show_logs(
     follow: bool,
     tail: int | None,
     echo: Any = click.echo,
+    replica: int = 0,
 ) -> None:
     label_selector = selector(target.op_id)
     try:
         pods = kube.list_labelled("Pod", label_selector, target.namespace)
-        pod = newest_pod(pods, target.op_id)
+        pod = newest_pod(pods, target.op_id, replica)
         jobs = () if pod else kube.list_labelled("Job", label_selector, target.namespace)
     except KubeError as exc:
         raise LogsError(str(exc)) from None
     where = f"namespace {target.namespace}" if target.namespace else "any namespace"
     if target.cluster is not None:
         where = f"cluster {target.cluster.name}, {where}"
+    if pod is None and replica:
+        seen = sorted(
+            {
+                i
+                for p in pods
+                if (i := replica_index(p)) is not None
+                and (p["metadata"].get("annotations") or {}).get(ANNOTATION_OPERATION, target.op_id)
+                == target.op_id
+            }
+        )
+        if seen:
+            shown = ", ".join(str(i) for i in seen)
+            raise LogsError(f"{target.op_id}: no pod for replica {replica} (replicas: {shown})")
     if pod is None:
         if jobs:
             job = jobs[0]["metadata"]["name"]
@@ -165,6 +184,13 @@ def show_logs(
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming while the pod runs.")
 @click.option("--tail", type=click.IntRange(min=0), help="Only the last N lines.")
 @click.option(
+    "--replica",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Which pod of a distributed run: its index (rank); 0 is the run's own log.",
+)
+@click.option(
     "--kubeconfig",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
     help="Use this kubeconfig instead of the one in the op's cluster file.",
@@ -175,11 +201,13 @@ def logs(
     operation: str,
     follow: bool,
     tail: int | None,
+    replica: int,
     kubeconfig: Path | None,
     context: str | None,
     repo_dir: Path,
 ) -> None:
-    """Print the log of the operation's newest pod, from the cluster that ran it."""
+    """Print the log of the operation's newest pod, from the cluster that ran it. For a
+    distributed run, the pod of replica 0 unless --replica names another."""
     try:
         project, name = parse_op_id(operation)
         try:
@@ -187,7 +215,8 @@ def logs(
         except Exception as exc:  # the adapter's I/O boundary
             raise LogsError(f"cannot read {repo_dir}: {exc}") from None
         target = find_target(compile_repo(snapshot), f"{project}/{name}", kubeconfig is not None)
-        show_logs(target, _connect(target.cluster, kubeconfig, context), follow, tail)
+        kube = _connect(target.cluster, kubeconfig, context)
+        show_logs(target, kube, follow, tail, replica=replica)
     except LogsError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_ERROR) from None

@@ -25,6 +25,7 @@ def _register() -> None:
         run_cmd,
         serve_cmd,
         status_cmd,
+        usage_cmd,
     )
 
     cli.add_command(devcluster_cmd.dev_cluster)
@@ -34,6 +35,7 @@ def _register() -> None:
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
     cli.add_command(status_cmd.status)
+    cli.add_command(usage_cmd.usage_command)
     cli.add_command(logs_cmd.logs)
     cli.add_command(queues_cmd.queues)
     cli.add_command(serve_cmd.serve)

@@ -111,9 +111,10 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
     memory = Memory() if recorded is None else memory_from_status(recorded)
     down = {c.name: c.error for c in recorded.clusters if not c.reachable} if recorded else {}
     capacity = capacity_from_status(recorded) if recorded else {}
+    served = {c.name: frozenset(c.backends) for c in recorded.clusters} if recorded else {}
 
     def plan_of(repo: CompiledRepo) -> tuple[Plan, list[str]]:
-        listing = listing_from_memory(repo, memory, down, capacity)
+        listing = listing_from_memory(repo, memory, down, served, capacity)
         return decide(repo, listing, memory, now).plan, []
 
     return plan_of

@@ -62,7 +62,7 @@ def render_view(view: QueuesView, output: str) -> str:
     type=click.Choice(OUTPUTS),
     default="table",
     show_default=True,
-    help="table, wide (adds kinds, strategy, paused) or json.",
+    help="table, wide (adds next, pods, cohort, kinds, strategy, paused) or json.",
 )
 def queues(
     repo: str,

@@ -22,12 +22,13 @@ from reconciler.cli.options import (
     log_options,
     parse_overrides,
 )
+from reconciler.core.trigger import Trigger
 from reconciler.core.types import BUG_NOTE
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.leader import LeaderElector, default_identity
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import Loop, exit_process, watch_files
+from reconciler.runtime.loop import Loop, Wakeup, exit_process, watch_files
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
@@ -38,20 +39,39 @@ log = logging.getLogger("reconciler.run")
 STATUS_WRITE_GRACE = 10.0
 WATCHER_GRACE = 1.0  # seconds: the file watcher ends within one of its 50 ms steps
 
-_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+(?:\.\d+)?)s)?$")
+_DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$")
 
 
 def parse_interval(text: str) -> float:
-    """``10s``, ``1m30s``, ``2h`` or plain seconds."""
+    """``10s``, ``1m30s``, ``2h``, ``200ms`` or plain seconds."""
     try:
-        return float(text)
+        seconds = float(text)
     except ValueError:
-        pass
-    match = _DURATION.match(text)
-    if not text or not match:
-        raise click.BadParameter(f"{text!r} is not a duration (e.g. 10s, 1m30s)")
-    h, m, s = match.groups()
-    return int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0)
+        match = _DURATION.match(text)
+        if not text or not match:
+            raise click.BadParameter(
+                f"{text!r} is not a duration (e.g. 10s, 1m30s, 200ms)"
+            ) from None
+        h, m, s, ms = match.groups()
+        seconds = int(h or 0) * 3600 + int(m or 0) * 60 + float(s or 0) + float(ms or 0) / 1000
+    if seconds < 0 or seconds != seconds:  # negative, NaN
+        raise click.BadParameter(f"{text!r} is not a duration (e.g. 10s, 1m30s, 200ms)")
+    return seconds
+
+
+DEFAULT_STATUS_INTERVAL = 10.0  # seconds: at most one status commit per this by default
+
+
+def debounce_option(fn: Any) -> Any:
+    return click.option(
+        "--debounce",
+        default="200ms",
+        show_default=True,
+        help="Least time between two cycles: a Job that finishes, fails or is deleted "
+        "starts a cycle at once (so does a save, for run --watch), and further events "
+        "within this time share the next one. --interval stays the longest time between "
+        "cycles.",
+    )(fn)
 
 
 def cycle_summary(result: CycleResult) -> dict[str, Any]:
@@ -88,7 +108,20 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     help="Branch of the config repo that receives status ('' to disable).",
 )
 @cache_dir_option
-@click.option("--interval", default="10s", show_default=True, help="Time between cycles.")
+@click.option(
+    "--interval",
+    default="10s",
+    show_default=True,
+    help="Longest time between cycles (a finished Job starts one sooner: --debounce).",
+)
+@debounce_option
+@click.option(
+    "--status-interval",
+    default=None,
+    help="Least time between two status commits; a cycle's status is written only when it "
+    "changed, and a later cycle writes what one within this time left. "
+    "[default: --interval, at most 10s]",
+)
 @click.option("--once", is_flag=True, help="Run one cycle, print its summary as JSON, exit.")
 @click.option(
     "--watch",
@@ -148,6 +181,8 @@ def run(
     status_branch: str,
     cache_dir: Path | None,
     interval: str,
+    debounce: str,
+    status_interval: str | None,
     once: bool,
     watch: bool,
     cluster_kubeconfigs: tuple[str, ...],
@@ -166,6 +201,12 @@ def run(
     """Pull the config repo and converge every connected cluster to its plan."""
     configure_logging(log_format, log_level)
     seconds = parse_interval(interval)
+    min_gap = min(parse_interval(debounce), seconds)
+    status_every = (
+        parse_interval(status_interval)
+        if status_interval is not None
+        else min(seconds, DEFAULT_STATUS_INTERVAL)
+    )
     elector: LeaderElector | None = None
     if leader_elect:
         try:
@@ -186,7 +227,7 @@ def run(
         sys.exit(1)
     overrides = parse_overrides(cluster_kubeconfigs)
     stop = threading.Event()
-    wake = threading.Event() if watch else None
+    wake = Wakeup()
     loop = Loop(stop, wake)
     is_leader = elector.is_leader if elector else None
 
@@ -202,6 +243,9 @@ def run(
         status_branch=status_branch or None,
         cache_dir=cache_dir,
         is_leader=may_write,
+        wakeup=wake,
+        status_interval=status_every,
+        fetch_interval=seconds,  # a cycle started by an event plans with the config in hand
     )
     reconciler = runtime.reconciler
     if once:
@@ -228,12 +272,20 @@ def run(
         server.start()
         log.info("serving /healthz /readyz /metrics and the queue pages on %s", server.url)
     if elector is not None:
+
+        def on_change(leading: bool) -> None:
+            if leading:  # dispatch now, not at the next interval
+                runtime.trigger(Trigger.LEADING)
+
+        elector.on_change = on_change
         elector.start()
     watcher: threading.Thread | None = None
-    if wake is not None:
-        watcher = threading.Thread(target=watch_files, args=(Path(repo), wake, stop), daemon=True)
+    if watch:
+        watcher = threading.Thread(
+            target=watch_files, args=(Path(repo), runtime.config_changed, stop), daemon=True
+        )
         watcher.start()
-    loop.start(reconciler, seconds, runtime.on_cycle)
+    loop.start(reconciler, seconds, runtime.on_cycle, min_gap=min_gap)
     try:
         loop.wait()
     finally:

@@ -26,10 +26,10 @@ from reconciler.cli.options import (
     parse_overrides,
     status_branch_option,
 )
-from reconciler.cli.run_cmd import parse_interval
+from reconciler.cli.run_cmd import debounce_option, parse_interval
 from reconciler.runtime.http import HttpError, HttpServer
 from reconciler.runtime.logging import configure_logging
-from reconciler.runtime.loop import Loop, exit_process
+from reconciler.runtime.loop import Loop, Wakeup, exit_process
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
 
@@ -54,7 +54,13 @@ log = logging.getLogger("reconciler.serve")
     help="Where to serve the pages (also /healthz, /readyz, /metrics).",
 )
 @cluster_kubeconfig_option
-@click.option("--interval", default="10s", show_default=True, help="Time between refreshes.")
+@click.option(
+    "--interval",
+    default="10s",
+    show_default=True,
+    help="Longest time between refreshes (a finished Job refreshes sooner: --debounce).",
+)
+@debounce_option
 @log_options
 def serve(
     repo: str,
@@ -64,15 +70,18 @@ def serve(
     http_address: str,
     cluster_kubeconfigs: tuple[str, ...],
     interval: str,
+    debounce: str,
     log_format: str,
     log_level: str,
 ) -> None:
     """Serve the queue management pages and the JSON API, read-only: compile, observe and
-    plan every interval; never dispatch, stop or write anything."""
+    plan every interval, and when a Job ends; never dispatch, stop or write anything."""
     configure_logging(log_format, log_level)
     seconds = parse_interval(interval)
+    min_gap = min(parse_interval(debounce), seconds)
     overrides = parse_overrides(cluster_kubeconfigs)
     local = Path(repo).expanduser()
+    wake = Wakeup()
     worktree = "://" not in repo and local.is_dir() and not is_git_repo(local)
     runtime = make_runtime(
         str(local) if worktree else repo,
@@ -82,6 +91,8 @@ def serve(
         status_branch=status_branch,  # read, never written: a follower does not publish
         cache_dir=cache_dir,
         is_leader=lambda: False,  # never converge: a follower that only plans
+        wakeup=wake,  # a Job that ends refreshes the pages at once, as it dispatches in run
+        fetch_interval=seconds,
     )
     web = make_web_app(runtime, overrides, worktree=local if worktree else None)
     try:
@@ -89,13 +100,13 @@ def serve(
     except (HttpError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)
-    loop = Loop(threading.Event())
+    loop = Loop(threading.Event(), wake)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, loop.request_stop)
     server.start()
     log.info("serving the queue pages (read-only) on %s", server.url)
     click.echo(f"serving {server.url}/ (read-only)", err=True)
-    loop.start(runtime.reconciler, seconds, runtime.on_cycle)
+    loop.start(runtime.reconciler, seconds, runtime.on_cycle, min_gap=min_gap)
     try:
         loop.wait()
     finally:

@@ -197,6 +197,8 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
             decision.states,
             clusters=clusters,
             superseded=decision.superseded,
+            gang_timeouts=decision.memory.gang_timeouts,
+            ledger=decision.memory.ledger,
         )
     )
 

@@ -23,15 +23,26 @@ The rules, in the order :func:`decide` applies them:
    | reachable, not listed   | finished        | that state (e.g. deleted by its TTL)  |
    | reachable, not listed   | active          | `Stopped`: deleted by hand, never re-created |
    | (a generation bump)     | any             | forgotten: the new run is `Queued`    |
+   | reachable, not listed   | stopped by a `GangTimeout` that re-queues | `Queued` again |
+
+3b. **gang start timeout**: a distributed run (an Indexed Job) of a queue with
+   `startTimeout`, not all of whose pods run that long after its dispatch, is deleted
+   (reason `GangTimeout`) and re-queued once; the second time it stays `Stopped`. It keeps
+   its quota for the cycle that deletes it. The count and the stopped attempt (its
+   ``dispatched_at``) are ``Memory.gang_timeouts``, recorded in the status branch;
 
 4. **superseded** runs (an older generation still active after a bump) keep holding their
    quota under the id ``op@gN`` until they finish, and are never pruned. Memory (the
    status branch) keeps them too: one in a cluster that cannot be read still holds its
    quota, and ``plan`` from the status branch counts them as the cycle does;
-5. **plan**: the unreachable clusters are an input of the planner (check 0), never a
-   filter applied to its output; so is each cluster's observed free capacity (a fleet
-   queue's choice of cluster, check 10: ``ClusterListing.capacity``);
-6. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
+5. **ledger**: each finished run (listed or remembered, any generation) not yet in the
+   memory's ledger is entered once, keyed by operation, generation and workload, costed from
+   its Job's own start and end (docs/budgets.md);
+6. **plan**: the unreachable clusters, the optional backends each reachable cluster
+   serves (``ClusterListing.backends``) and each cluster's observed free capacity (a fleet
+   queue's choice of cluster, check 10: ``ClusterListing.capacity``) are inputs of the
+   planner, never a filter applied to its output; the ledger is one too (check 11, budgets);
+7. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
    and write each listed workload's phase onto it when it changed (not one being stopped).
 """
 
@@ -42,10 +53,25 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.observe import ObservedReason, WorkloadState, current_states
+from reconciler.core.gang import GangTimeout, gang_timeout_message
+from reconciler.core.ledger import (
+    Ledger,
+    LedgerEntry,
+    LedgerKey,
+    parse_moment,
+    prices_for,
+    run_cost,
+)
+from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
 from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import CapacityStatus, ClusterStatus, StatusView, recorded_requests
-from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
+from reconciler.core.status import (
+    CapacityStatus,
+    ClusterStatus,
+    StatusView,
+    recorded_pods,
+    recorded_requests,
+)
+from reconciler.core.types import CompiledOperation, CompiledRepo, DistributedBackend, Phase
 
 # --- inputs -----------------------------------------------------------------------------
 
@@ -63,6 +89,9 @@ class ClusterListing:
     error: str | None = None
     version: str | None = None
     capacity: ClusterCapacity | None = None
+    # the optional backends (``run.distributed.backend``) whose API the cluster serves,
+    # e.g. ``pytorchjob`` when the Kubeflow Training Operator's CRD is installed
+    backends: frozenset[str] = frozenset()
 
     @property
     def reachable(self) -> bool:
@@ -71,6 +100,20 @@ class ClusterListing:
     @classmethod
     def unreachable(cls, error: str) -> ClusterListing:
         return cls(error=error or "unreachable")
+
+
+def wanted_backends(compiled: CompiledRepo) -> dict[str, frozenset[str]]:
+    """Per cluster, the optional backends (``run.distributed.backend`` other than ``job``)
+    its operations use: what a read must ask the cluster whether it serves."""
+    out: dict[str, set[str]] = {}
+    for op in compiled.operations:
+        dist = op.distributed
+        if dist is not None and dist.backend is not DistributedBackend.JOB:
+            queue = compiled.queues.get(op.queue)
+            # a fleet queue's operation may go to any of its clusters (check 10)
+            for name in queue.members if queue is not None else (op.cluster,):
+                out.setdefault(name, set()).add(str(dist.backend))
+    return {name: frozenset(b) for name, b in out.items()}
 
 
 # Per cluster of the config. A cluster missing from the listing was not read: unreachable.
@@ -88,12 +131,16 @@ class InFlight:
 @dataclass(frozen=True, slots=True)
 class Memory:
     """What a cycle knows that the clusters may not say: the last state seen of each
-    operation's current run, creates the watch may not show yet, and the superseded runs
-    last seen active (by their planner id ``op@gN``)."""
+    operation's current run, creates the watch may not show yet, the superseded runs
+    last seen active (by their planner id ``op@gN``), and the ledger of finished runs
+    (what budgets have spent; the status branch's ``status/ledger/``)."""
 
     seen: Mapping[str, WorkloadState] = field(default_factory=dict)
     inflight: Mapping[str, InFlight] = field(default_factory=dict)
     superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
+    # distributed operations stopped by their queue's startTimeout (rule 3b)
+    gang_timeouts: Mapping[str, GangTimeout] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
 
     def record(
         self, created: Iterable[InFlight] = (), stopped: Iterable[WorkloadState] = ()
@@ -106,15 +153,17 @@ class Memory:
             inflight[c.state.operation] = c
         for s in stopped:
             seen[s.operation] = s
-        return Memory(seen, inflight, self.superseded)
+        return Memory(seen, inflight, self.superseded, self.gang_timeouts, self.ledger)
 
     def under(self, recorded: Memory) -> Memory:
         """This memory, with what ``recorded`` (a previous process's) knows and this one
-        does not: what this process saw itself wins."""
+        does not: what this process saw itself wins; the ledgers are joined."""
         return Memory(
             {**recorded.seen, **self.seen},
             self.inflight,
             {**recorded.superseded, **self.superseded},
+            {**recorded.gang_timeouts, **self.gang_timeouts},
+            recorded.ledger.with_entries(self.ledger),
         )
 
 
@@ -126,11 +175,16 @@ def memory_from_status(view: StatusView) -> Memory:
     restart or a read-only replica starts from what is known."""
     seen: dict[str, WorkloadState] = {}
     superseded: dict[str, WorkloadState] = {}
+    timeouts: dict[str, GangTimeout] = {}
     for op_id, rec in view.operations.items():
         for run in rec.superseded:
             old = run.state(op_id)
             if old is not None and old.phase.active:
                 superseded[superseded_id(old)] = old
+        if rec.gang_timeouts is not None:
+            mark = GangTimeout.from_json(rec.gang_timeouts, rec.generation or 1)
+            if mark is not None:
+                timeouts[op_id] = mark
         try:
             phase = Phase(rec.phase)
         except ValueError:
@@ -156,8 +210,15 @@ def memory_from_status(view: StatusView) -> Memory:
             finished_at=rec.finished_at,
             outputs=rec.outputs,
             requests=recorded_requests(rec) or {},
+            pods=recorded_pods(rec),
+            # the one workload reason a rule reads back (3b); the others are re-derived
+            reason=ObservedReason.GANG_TIMEOUT
+            if rec.reason == ObservedReason.GANG_TIMEOUT.value
+            else None,
         )
-    return Memory(seen, superseded=superseded)
+    return Memory(
+        seen, superseded=superseded, gang_timeouts=timeouts, ledger=Ledger.of(view.ledger)
+    )
 
 
 def capacity_from_status(view: StatusView) -> dict[str, ClusterCapacity]:
@@ -169,12 +230,14 @@ def listing_from_memory(
     compiled: CompiledRepo,
     memory: Memory,
     unreachable: Mapping[str, str] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
     capacity: Mapping[str, ClusterCapacity] | None = None,
 ) -> dict[str, ClusterListing]:
     """Every cluster as the memory last saw it (``plan`` without ``--live``: the status
     branch stands in for the clusters); ``unreachable`` (cluster -> error) were down at the
     last cycle, and still are as far as this listing knows; ``capacity`` is the free
-    capacity the last cycle recorded (``status/clusters.yaml``)."""
+    capacity the last cycle recorded and ``backends`` (cluster -> the optional backends it
+    served) the backends it saw (``status/clusters.yaml``)."""
     down = unreachable or {}
     recorded = capacity or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
@@ -187,6 +250,7 @@ def listing_from_memory(
         else ClusterListing(
             tuple(sorted(states, key=lambda s: (s.operation, s.generation))),
             capacity=recorded.get(name),
+            backends=(backends or {}).get(name, frozenset()),
         )
         for name, states in by_cluster.items()
     }
@@ -200,6 +264,7 @@ class ClusterHealth:
     name: str
     reachable: bool
     error: str = ""
+    backends: frozenset[str] = frozenset()  # the optional backends it serves (as read)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +323,7 @@ class Decision:
                 name=c.name,
                 reachable=c.reachable,
                 error=c.error,
+                backends=tuple(sorted(c.backends)),
                 capacity=CapacityStatus.of(self.capacity[c.name])
                 if c.name in self.capacity
                 else None,
@@ -288,7 +354,12 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     health = tuple(
         ClusterHealth(name, False, listing[name].error or "")
         if name in listing and not listing[name].reachable
-        else ClusterHealth(name, name in listing, "" if name in listing else "not read")
+        else ClusterHealth(
+            name,
+            name in listing,
+            "" if name in listing else "not read",
+            listing[name].backends if name in listing else frozenset(),
+        )
         for name in sorted(compiled.clusters)
     )
     down = frozenset(h.name for h in health if not h.reachable)
@@ -317,12 +388,35 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         current[op_id] = created.state
 
     # 3. what memory knows that the listing does not say
+    marks = {
+        op_id: mark
+        for op_id, mark in memory.gang_timeouts.items()
+        if generations.get(op_id) == mark.generation  # a bump starts the count again
+    }
     for op_id, seen in memory.seen.items():
         if op_id in current:
             continue
         wanted = generations.get(op_id)
         if wanted is not None and wanted != seen.generation:
             continue  # a generation bump: a new run, Queued until dispatched
+        mark = marks.get(op_id)
+        if (
+            mark is not None
+            and mark.requeue
+            and mark.dispatched_at == seen.dispatched_at
+            and seen.cluster not in down
+        ):
+            continue  # stopped by a GangTimeout and gone: Queued again (3b)
+        if mark is not None and mark.dispatched_at == seen.dispatched_at:
+            message = seen.message if seen.reason is ObservedReason.GANG_TIMEOUT else ""
+            seen = replace(
+                seen,
+                phase=Phase.STOPPED if seen.cluster not in down else seen.phase,
+                reason=ObservedReason.GANG_TIMEOUT,
+                message=message or mark.message(),
+            )
+            current[op_id] = seen
+            continue
         if seen.cluster in down or seen.cluster not in compiled.clusters:
             if not seen.phase.finished:
                 why = "unreachable" if seen.cluster in down else "not in the config"
@@ -339,9 +433,44 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
                 seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
             )
 
-    # 4. older generations still active keep their quota (their own requests; where the
-    # workload does not say, the operation's)
     ops = {op.id: op for op in compiled.operations}
+
+    # 3b. gangs not all running within their queue's startTimeout: stopped (re-queued once)
+    gang_deletes: list[Delete] = []
+    for op_id, state in sorted(current.items()):
+        if op_id not in present:
+            continue
+        mark = marks.get(op_id)
+        if mark is not None and mark.dispatched_at == state.dispatched_at:
+            # this attempt was stopped already: its delete is under way, or was lost
+            current[op_id] = replace(
+                state, reason=ObservedReason.GANG_TIMEOUT, message=mark.message()
+            )
+            if state.phase.active:
+                gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
+            continue
+        if state.gang is None or not state.phase.active:
+            continue
+        op = ops.get(op_id)
+        queue = compiled.queues.get(op.queue) if op is not None else None
+        limit = queue.start_timeout if queue is not None else None
+        started = parse_time(state.dispatched_at)
+        if (
+            limit is None
+            or state.phase is not Phase.DISPATCHED
+            or started is None
+            or (now - started).total_seconds() < limit
+        ):
+            continue
+        mark = GangTimeout(state.generation, (mark.count if mark else 0) + 1, state.dispatched_at)
+        marks[op_id] = mark
+        message = gang_timeout_message(state.gang, limit, mark.requeue)
+        # it keeps its quota this cycle: its pods are still there until the delete
+        current[op_id] = replace(state, reason=ObservedReason.GANG_TIMEOUT, message=message)
+        gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
+
+    # 4. older generations still active keep their quota and pods (their own requests and
+    # replicas; where the workload does not say, the operation's)
     observed = [s.to_observed() for s in current.values()]
     superseded: dict[str, WorkloadState] = {}
     for state in listed:
@@ -360,19 +489,34 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         old = replace(state.to_observed(), operation=old_id)
         if old.requests is None:
             old = replace(old, requests=dict(ops[state.operation].requests))
+        if old.pods is None:  # every replica of the old run holds its pod
+            old = replace(old, pods=ops[state.operation].replicas)
         observed.append(old)
 
-    # 5. the plan
+    # 5. the ledger: every finished run not entered yet (a superseded generation's too)
+    ledger = memory.ledger.with_entries(
+        finished_runs(compiled, (*current.values(), *listed), memory.ledger, now)
+    )
+
+    # 6. the plan
+    backends = {name: listing[name].backends for name in listing if listing[name].reachable}
     capacity = {
         name: got.capacity
         for name, got in listing.items()
         if got.reachable and got.capacity is not None
     }
     plan = plan_repo(
-        compiled, observed, now, superseded=superseded, unreachable=down, capacity=capacity
+        compiled,
+        observed,
+        now,
+        superseded=superseded,
+        unreachable=down,
+        capacity=capacity,
+        backends=backends,
+        ledger=ledger,
     )
 
-    # 6. the actions (a fleet queue's operation is rendered for the cluster chosen)
+    # 7. the actions (a fleet queue's operation is rendered for the cluster chosen)
     creates = tuple(
         Create(_on(ops[d.operation], d.cluster), d.cluster, d.queue) for d in plan.dispatch
     )
@@ -380,7 +524,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         Delete(s.operation, current[s.operation], s.reason)
         for s in plan.stop
         if s.operation in current
-    )
+    ) + tuple(d for d in gang_deletes if d.operation not in {s.operation for s in plan.stop})
     stopping = {d.operation for d in deletes}
     annotations = tuple(
         Annotate(s)
@@ -401,7 +545,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         clusters=health,
         plan=plan,
         actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight, superseded),
+        memory=Memory(seen_next, inflight, superseded, marks, ledger),
         listed=present,
         superseded=superseded,
         capacity=capacity,
@@ -410,6 +554,51 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
 def _on(op: CompiledOperation, cluster: str) -> CompiledOperation:
     return op if op.cluster == cluster else replace(op, cluster=cluster)
+
+
+def finished_runs(
+    compiled: CompiledRepo, states: Iterable[WorkloadState], ledger: Ledger, now: datetime
+) -> list[LedgerEntry]:
+    """A ledger entry for each finished run of ``states`` the ledger does not hold yet.
+
+    Its start and end are its Job's own (``startTime``, completion or failure time), so a
+    run that ended while no reconciler was running is costed by when it ran. Without a
+    start: its dispatch time; without an end (a Job deleted before it was seen to finish):
+    ``now``, when it was noticed. Its cost is its requests (the workload's, else the
+    operation's) times the prices of its cluster now."""
+    ops = None
+    out: list[LedgerEntry] = []
+    for state in states:
+        if not state.phase.finished:
+            continue
+        key = LedgerKey(state.operation, state.generation, state.name)
+        if key in ledger:
+            continue
+        if ops is None:
+            ops = {op.id: op for op in compiled.operations}
+        op = ops.get(state.operation)
+        end = parse_moment(state.finished_at) or now
+        start = parse_moment(state.started_at) or parse_moment(state.dispatched_at) or end
+        start = min(start, end)
+        requests = dict(state.requests) if state.requests else dict(op.requests if op else {})
+        cluster = compiled.clusters.get(state.cluster)
+        prices = prices_for(compiled.org.prices, cluster.prices if cluster is not None else {})
+        out.append(
+            LedgerEntry(
+                operation=state.operation,
+                generation=state.generation,
+                workload=state.name,
+                queue=state.queue or (op.queue if op else ""),
+                cluster=state.cluster,
+                phase=str(state.phase),
+                requests=requests,
+                start=start,
+                end=end,
+                cost=run_cost(requests, prices, start, end),
+                currency=compiled.org.currency,
+            )
+        )
+    return out
 
 
 def superseded_id(state: WorkloadState) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 from reconciler.core.plan import PendingReason, Plan
 from reconciler.core.plan_render import md_escape, md_table
-from reconciler.core.quantity import format_quantity
+from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
@@ -88,6 +88,24 @@ class PendingCount:
 
 
 @dataclass(frozen=True, slots=True)
+class BorrowingChange:
+    """A queue whose right to borrow from its cohort changes: ``before``/``after`` say what
+    it may borrow on each side (None: it may not borrow)."""
+
+    queue: str
+    before: str | None
+    after: str | None
+
+    @property
+    def verdict(self) -> str:
+        if self.before is None:
+            return "may borrow"
+        if self.after is None:
+            return "stops borrowing"
+        return "borrows differently"
+
+
+@dataclass(frozen=True, slots=True)
 class PlanDiff:
     base_version: str
     head_version: str
@@ -99,6 +117,7 @@ class PlanDiff:
     newly_policy_violation: tuple[RejectedOperation, ...]
     newly_stopped: tuple[str, ...]
     pending_counts: tuple[PendingCount, ...]  # only queues whose pending count changes
+    borrowing: tuple[BorrowingChange, ...] = ()  # queues whose borrowing changes
 
     @property
     def has_changes(self) -> bool:
@@ -111,6 +130,7 @@ class PlanDiff:
             or self.newly_policy_violation
             or self.newly_stopped
             or self.pending_counts
+            or self.borrowing
         )
 
 
@@ -187,12 +207,37 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         "strategy": q.strategy,
         "paused": q.paused,
         "kinds": q.kinds,
+        "maxPods": q.max_pods,
+        "startTimeout": q.start_timeout,
+        "cohort": q.cohort,
+        "borrowingLimit": dict(q.borrowing_limit),
+        "lendingLimit": dict(q.lending_limit),
     }
     if q.fleet:  # only a fleet queue has them: a single-cluster queue's diff is unchanged
         fields["clusters"] = list(q.clusters)
         fields["clusterQuota"] = {c: dict(v) for c, v in q.cluster_quota.items()}
         fields["requireCapacity"] = q.require_capacity
     return fields
+
+
+def may_borrow(repo: CompiledRepo, name: str) -> str | None:
+    """What queue ``name`` may borrow from its cohort, in words; None when it may not (no
+    cohort, or no ``borrowingLimit`` above 0)."""
+    q = repo.queues.get(name)
+    cohort = repo.cohorts.get(q.cohort) if q is not None and q.cohort else None
+    if q is None or cohort is None:
+        return None
+    limits = [f"{r} {format_quantity(v)}" for r, v in sorted(q.borrowing_limit.items()) if v > 0]
+    if not limits:
+        return None
+    text = (
+        f"up to {', '.join(limits)} from cohort {cohort.name}, for operations with a timeout "
+        f"of at most {format_duration(cohort.max_borrow_seconds)}"
+    )
+    if cohort.quota:
+        caps = ", ".join(f"{r} {format_quantity(v)}" for r, v in sorted(cohort.quota.items()))
+        text += f" (cohort cap {caps})"
+    return text
 
 
 def _op_fields(op: CompiledOperation) -> dict[str, Any]:
@@ -288,6 +333,12 @@ def diff_plans(base: tuple[CompiledRepo, Plan], head: tuple[CompiledRepo, Plan])
         for name in sorted(bcount.keys() | hcount.keys())
         if bcount.get(name) != hcount.get(name)
     )
+    # 5: who may borrow from a cohort
+    borrowing = []
+    for name in sorted(base_repo.queues.keys() | head_repo.queues.keys()):
+        could, can = may_borrow(base_repo, name), may_borrow(head_repo, name)
+        if could != can:
+            borrowing.append(BorrowingChange(name, could, can))
     return PlanDiff(
         base_version=base_repo.version,
         head_version=head_repo.version,
@@ -299,6 +350,7 @@ def diff_plans(base: tuple[CompiledRepo, Plan], head: tuple[CompiledRepo, Plan])
         newly_policy_violation=newly_bad,
         newly_stopped=stopped,
         pending_counts=counts,
+        borrowing=tuple(borrowing),
     )
 
 
@@ -362,6 +414,10 @@ def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
             {"queue": c.queue, "before": c.before, "after": c.after, "delta": c.delta}
             for c in diff.pending_counts
         ],
+        "borrowing": [
+            {"queue": b.queue, "change": b.verdict, "before": b.before, "after": b.after}
+            for b in diff.borrowing
+        ],
     }
 
 
@@ -404,6 +460,8 @@ def diff_to_markdown(diff: PlanDiff) -> str:
     ]
     if diff.newly_stopped:
         summary.append(f"{len(diff.newly_stopped)} newly stopped")
+    if diff.borrowing:
+        summary.append(f"{len(diff.borrowing)} queue(s) borrow differently")
     out += ["**" + ", ".join(summary) + "**", ""]
 
     if diff.queues:
@@ -420,6 +478,14 @@ def diff_to_markdown(diff: PlanDiff) -> str:
                     ]
                 )
         out += [md_table(["Queue", "Field", "Before", "After"], rows), ""]
+
+    if diff.borrowing:
+        out += ["### Borrowing from a cohort", ""]
+        rows = [
+            [b.queue, b.verdict, b.before or "may not borrow", b.after or "may not borrow"]
+            for b in diff.borrowing
+        ]
+        out += [md_table(["Queue", "Change", "Before", "After"], rows), ""]
 
     if diff.operations:
         out += ["### Operations whose compiled spec changes", ""]

@@ -50,7 +50,14 @@ Locate = Callable[[Path], tuple[int, int]]
 # An explicit null clears the field under these; the others ignore it.
 NULL_CLEARS = frozenset({MergeStrategy.REPLACE, MergeStrategy.POST_MERGE})
 TYPED_SECTIONS: frozenset[Path] = frozenset(
-    {(), ("run",), ("run", "container"), ("run", "container", "resources"), ("run", "environment")}
+    {
+        (),
+        ("run",),
+        ("run", "container"),
+        ("run", "container", "resources"),
+        ("run", "environment"),
+        ("run", "distributed"),
+    }
 )
 
 

@@ -20,6 +20,7 @@ import enum
 import re
 import types
 import typing
+import zoneinfo
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import (
@@ -210,6 +211,13 @@ def _duration(value: Any) -> Any:
     return value
 
 
+def _borrow_duration(value: Any) -> Any:
+    try:
+        return _duration(value)
+    except ValueError as err:
+        raise ValueError(str(err).replace("timeout ", "", 1)) from None
+
+
 def duration_seconds(value: str | int) -> int:
     """Seconds in a validated timeout (an int, or ``1h30m``-style)."""
     if isinstance(value, int):
@@ -283,6 +291,13 @@ Count = Annotated[StrictInt, Field(ge=0, le=2**31 - 1)]
 Duration = Annotated[
     Any,
     AfterValidator(_duration),
+    WithJsonSchema(
+        {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
+    ),
+]
+BorrowDuration = Annotated[
+    Any,
+    AfterValidator(_borrow_duration),
     WithJsonSchema(
         {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
     ),
@@ -601,8 +616,36 @@ class Environment(Strict):
     )
 
 
+MAX_REPLICAS = 100_000  # Kubernetes' ceiling on an Indexed Job's completions and parallelism
+DEFAULT_DISTRIBUTED_PORT = 29500
+
+
+class Distributed(Strict):
+    """How the replicas of a distributed operation find each other (docs/runtime.md)."""
+
+    framework: Literal["torch", "jax", "none"] | None = Field(
+        default=None,
+        description="The rendezvous environment to set: torch (default; MASTER_ADDR, RANK...), "
+        "jax (JAX_COORDINATOR_ADDRESS...), or none (only the headless Service and the index).",
+    )
+    port: Annotated[StrictInt, Field(ge=1, le=65535)] | None = Field(
+        default=None, description="The coordinator's port on replica 0 (default 29500)."
+    )
+    backend: Literal["job", "pytorchjob"] | None = Field(
+        default=None,
+        description="job (default): an Indexed Job and a headless Service; pytorchjob: a "
+        "Kubeflow PyTorchJob (the cluster must serve its CRD).",
+    )
+
+
 class Run(Strict):
     kind: Kind | None = None
+    replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = Field(
+        default=None,
+        description="Pods that run together, all or nothing (job and batch only; default 1). "
+        "More than 1 renders an Indexed Job and a headless Service.",
+    )
+    distributed: Distributed | None = None
     container: Container | None = None
     environment: Environment | None = None
     connections: list[Name] | None = None
@@ -718,6 +761,42 @@ class ProjectFile(Strict):
     defaults: ProjectDefaults | None = None
 
 
+Price = Annotated[
+    StrictInt | StrictFloat,
+    Field(ge=0, le=10**12, description="Price of one unit-hour (memory: one GiB-hour)."),
+]
+PriceList = dict[ResourceName, Price]
+
+
+def _budget_resource(value: str) -> str:
+    if value == "cost":
+        return value
+    if not value.endswith("-hours") or value == "-hours":
+        raise ValueError(
+            f"{_show(value)} is not a budget resource: use 'cost' or '<resource>-hours' "
+            "(e.g. 'nvidia.com/gpu-hours', 'cpu-hours', 'memory-hours')"
+        )
+    _resource_name(value.removesuffix("-hours"))
+    return value
+
+
+BudgetResource = Annotated[StrictStr, AfterValidator(_budget_resource)]
+
+
+class Budget(Strict):
+    limit: Annotated[StrictInt | StrictFloat, Field(gt=0, le=10**15)] = Field(
+        description="At most this much per window: money in the org's currency, or hours."
+    )
+    per: Literal["day", "week", "month"] = Field(
+        description="The calendar window (in the org's timezone; weeks start on Monday)."
+    )
+    resource: BudgetResource = Field(
+        default="cost",
+        description="'cost' (prices x requests x hours) or '<resource>-hours', e.g. "
+        "'nvidia.com/gpu-hours' (memory in GiB-hours).",
+    )
+
+
 class QueueFile(Strict):
     """``queues/<name>.yaml``"""
 
@@ -747,6 +826,52 @@ class QueueFile(Strict):
     kinds: Annotated[list[Kind], Field(min_length=1)] | None = None
     strategy: Literal["BestEffortFIFO", "StrictFIFO"] = "BestEffortFIFO"
     paused: StrictBool = False
+    max_pods: Count | None = Field(
+        default=None,
+        description="Most pods the queue's active operations may have, counting every replica.",
+    )
+    start_timeout: Duration | None = Field(
+        default=None,
+        description="A distributed operation whose pods are not all running this long after "
+        "dispatch is stopped and re-queued once (GangTimeout). Seconds or e.g. '10m'.",
+    )
+    cohort: Name | None = Field(
+        default=None,
+        description="The cohort (cohorts/<name>.yaml) whose queues lend each other unused quota.",
+    )
+    borrowing_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per quota resource, how much above its quota the queue may borrow from "
+        "its cohort (default: nothing).",
+    )
+    lending_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per quota resource, at most how much of its unused quota the queue lends "
+        "to its cohort (default: all of it).",
+    )
+    budget: Budget | None = Field(
+        default=None,
+        description="Dispatch only while spent + committed + the op's reservation fits "
+        "(docs/budgets.md). Every op needs a timeout, or set defaultTimeout.",
+    )
+    default_timeout: Duration | None = Field(
+        default=None, description="run.timeout for operations of this queue that set none."
+    )
+
+
+class CohortFile(Strict):
+    """``cohorts/<name>.yaml``"""
+
+    kind: Literal["Cohort"]
+    name: Name | None = None
+    description: StrictStr | None = None
+    max_borrow_duration: BorrowDuration = Field(
+        description="Only an operation whose timeout is at most this long may borrow: a "
+        "lender gets its quota back within it. Seconds (int) or a duration such as '2h'."
+    )
+    quota: dict[ResourceName, Quantity] | None = Field(
+        default=None, description="A cap on the total use of the cohort's queues."
+    )
 
 
 class KubeconfigSecret(Strict):
@@ -778,6 +903,9 @@ class ClusterFile(Strict):
     kubeconfig: Kubeconfig
     context: NonEmptyStr | None = None
     concurrency: Count | None = None
+    prices: PriceList | None = Field(
+        default=None, description="Prices here, instead of reconciler.yaml's for these resources."
+    )
 
 
 class VolumeSource(Strict):
@@ -858,7 +986,9 @@ class OrgDefaults(Strict):
 class Policy(Strict):
     allowed_queues: list[Name] | None = None
     max_resources: dict[ResourceName, Quantity] | None = Field(
-        default=None, description="Largest total request per operation, per resource."
+        default=None,
+        description="Largest total request per operation, per resource, counted over all its "
+        "replicas (run.replicas x the pod's request).",
     )
     allowed_scheduler_names: list[NonEmptyStr] | None = None
     allowed_priority_classes: list[PriorityClass] | None = Field(
@@ -896,10 +1026,25 @@ class Policy(Strict):
         default=None, description="Volume types run.volumes may use; default all four."
     )
     max_retries: Count = Field(default=6, description="Largest run.maxRetries.")
+    max_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = Field(
+        default=None, description="Largest run.replicas; default no limit but Kubernetes'."
+    )
     min_ttl: Ttl = Field(
         default=3600,
         description="Shortest run.ttl: the reconciler must see a Job finish before it is deleted.",
     )
+
+
+def _timezone(value: str) -> str:
+    try:
+        if not value or value.startswith(("/", ".")) or ".." in value:
+            raise ValueError
+        zoneinfo.ZoneInfo(value)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(
+            f"{_show(value)} is not a time zone: use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        ) from None
+    return value
 
 
 class Prune(Strict):
@@ -922,6 +1067,16 @@ class OrgFile(Strict):
     policy: Policy | None = None
     prune: Prune | None = None
     status: Status | None = None
+    prices: PriceList | None = Field(
+        default=None,
+        description="Price of one unit-hour per resource (memory per GiB-hour), for budgets.",
+    )
+    currency: Annotated[StrictStr, Field(min_length=1, max_length=16)] | None = Field(
+        default=None, description="The label of prices and cost budgets, e.g. USD."
+    )
+    timezone: Annotated[StrictStr, AfterValidator(_timezone)] | None = Field(
+        default=None, description="IANA zone of budget windows (default UTC)."
+    )
 
 
 def to_snake(camel: str) -> str:
@@ -933,6 +1088,7 @@ KINDS: dict[str, type[Strict]] = {
     "Cluster": ClusterFile,
     "Connection": ConnectionFile,
     "Queue": QueueFile,
+    "Cohort": CohortFile,
     "Preset": PresetFile,
     "Project": ProjectFile,
     "Operation": OperationFile,

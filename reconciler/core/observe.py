@@ -15,6 +15,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.gang import Placement, latest_per_replica, placement
 from reconciler.core.load import MAX_NUMBER_CHARS
 from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
 from reconciler.core.render import (
@@ -43,6 +44,7 @@ class ObservedReason(enum.StrEnum):
     DELETING = "Deleting"
     FINISHING = "Finishing"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # the last state seen; the cluster is down
+    GANG_TIMEOUT = "GangTimeout"  # a gang not all running within the queue's startTimeout
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,12 @@ class WorkloadState:
     node: str | None = None
     pod: str | None = None
     outputs: Mapping[str, Any] | None = None
+    # every pod's: one pod's request times ``pods``
     requests: Mapping[str, Decimal] = field(default_factory=dict)
     annotated_phase: str | None = None  # the phase last written onto the workload
     workflow: str | None = None  # the workflow it was dispatched for ("" none, None unknown)
+    pods: int | None = None  # the Job's parallelism (its replicas); None when not known
+    gang: Placement | None = None  # a distributed run's pods: how many placed and running
 
     def to_observed(self) -> ObservedOperation:
         return ObservedOperation(
@@ -80,6 +85,9 @@ class WorkloadState:
             queue=self.queue,
             cluster=self.cluster,
             workflow=self.workflow,
+            pods=self.pods,
+            dispatched_at=parse_time(self.dispatched_at),
+            started_at=parse_time(self.started_at or self.dispatched_at),
         )
 
 
@@ -102,6 +110,12 @@ def effective_pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
             for c in pod_spec.get("initContainers") or []
         ],
     )
+
+
+def _replicas_of(job: Mapping[str, Any]) -> int:
+    """The pods a Job runs at once: its ``parallelism`` (1 when unset or unreadable)."""
+    value = (job.get("spec") or {}).get("parallelism", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else 1
 
 
 def _container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
@@ -176,9 +190,9 @@ def _depth(value: Any) -> int:
     return deepest
 
 
-def _job_phase(
-    job: Mapping[str, Any], pod: Mapping[str, Any] | None
-) -> tuple[Phase, ObservedReason | None, str]:
+def _job_end(job: Mapping[str, Any]) -> tuple[Phase, ObservedReason, str] | None:
+    """The phase the Job alone says its run ended in (finished, failed, being deleted), or
+    None while it runs: the part of a workload's phase that releases its quota."""
     conditions = _conditions(job)
     if "Complete" in conditions or "SuccessCriteriaMet" in conditions:
         return Phase.SUCCEEDED, ObservedReason.COMPLETED, ""
@@ -192,6 +206,41 @@ def _job_phase(
         return Phase.FAILED, mapped, str(failed.get("message") or reason)
     if (job.get("metadata") or {}).get("deletionTimestamp"):
         return Phase.STOPPED, ObservedReason.DELETING, "the workload is being deleted"
+    return None
+
+
+def job_finished_at(job: Mapping[str, Any]) -> str | None:
+    """When the Job's run ended, by the Job alone and the same whenever it is read: the
+    time its success or failure was first established (``SuccessCriteriaMet`` or
+    ``FailureTarget``, set before ``Complete``/``Failed`` and kept after them), else its
+    ``completionTime`` or the ``Failed`` condition's time (a Job controller that sets
+    only those); None while it runs."""
+    conditions = _conditions(job)
+    for kind in ("SuccessCriteriaMet", "FailureTarget"):
+        moment = (conditions.get(kind) or {}).get("lastTransitionTime")
+        if moment:
+            return str(moment)
+    status = job.get("status") or {}
+    moment = status.get("completionTime") or (conditions.get("Failed") or {}).get(
+        "lastTransitionTime"
+    )
+    return str(moment) if moment else None
+
+
+def job_end_phase(job: Mapping[str, Any]) -> Phase | None:
+    """``Succeeded``, ``Failed`` or ``Stopped`` (being deleted) when the Job itself says its
+    run has ended, whatever its pods say; None while it runs. ``observe_workloads`` gives
+    the same phase for it."""
+    end = _job_end(job)
+    return end[0] if end else None
+
+
+def _job_phase(
+    job: Mapping[str, Any], pod: Mapping[str, Any] | None
+) -> tuple[Phase, ObservedReason | None, str]:
+    end = _job_end(job)
+    if end is not None:
+        return end
     if pod is None:
         return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the Job's pod"
     pod_status = pod.get("status") or {}
@@ -209,6 +258,38 @@ def _job_phase(
     if (pod.get("spec") or {}).get("nodeName"):
         return Phase.DISPATCHED, ObservedReason.SCHEDULED, "starting on its node"
     return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the scheduler"
+
+
+def gang_size(job: Mapping[str, Any]) -> int:
+    """How many pods must run together: an Indexed Job's parallelism (1 for any other Job)."""
+    spec = job.get("spec") or {}
+    if spec.get("completionMode") != "Indexed":
+        return 1
+    try:
+        return max(1, int(spec.get("parallelism") or 1))
+    except (TypeError, ValueError):
+        return 1
+
+
+def _gang_phase(
+    phase: Phase, reason: ObservedReason | None, message: str, gang: Placement
+) -> tuple[Phase, ObservedReason | None, str]:
+    """A distributed run is not Running until every pod runs; while the scheduler has
+    placed only some, it waits for capacity ("k of N pods placed")."""
+    if phase.finished or reason is ObservedReason.DELETING:
+        return phase, reason, message
+    if not gang.complete and gang.unschedulable:
+        return Phase.DISPATCHED, ObservedReason.WAITING_FOR_CAPACITY, gang.message()
+    if not gang.complete:
+        created = f"{gang.created} of {gang.replicas} pods created"
+        return Phase.DISPATCHED, ObservedReason.PENDING_POD, f"{gang.message()}; {created}"
+    if gang.running < gang.replicas:
+        return (
+            Phase.DISPATCHED,
+            ObservedReason.SCHEDULED,
+            f"all {gang.replicas} pods placed, {gang.running} running",
+        )
+    return phase, reason, message
 
 
 def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -236,10 +317,20 @@ def observe_workloads(
         if not operation:
             continue  # labelled by hand, not rendered by us: never ours to judge
         namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        pod = _latest_pod(pods_by_job.get((namespace, name), []))
-        phase, reason, message = _job_phase(job, pod)
+        job_pods = pods_by_job.get((namespace, name), [])
+        size = gang_size(job)
+        gang: Placement | None = None
+        if size > 1:
+            # replica 0's pod is the run's: its node, its outputs
+            pod = latest_per_replica(job_pods).get(0) or _latest_pod(job_pods)
+            gang = placement(job_pods, size)
+            phase, reason, message = _gang_phase(*_job_phase(job, pod), gang)
+        else:
+            pod = _latest_pod(job_pods)
+            phase, reason, message = _job_phase(job, pod)
         status = job.get("status") or {}
         pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+        replicas = _replicas_of(job)
         try:
             generation = int(annotations.get(ANNOTATION_GENERATION, "1"))
         except ValueError:
@@ -260,14 +351,15 @@ def observe_workloads(
                 config_commit=annotations.get(ANNOTATION_COMMIT),
                 dispatched_at=annotations.get(ANNOTATION_DISPATCHED_AT),
                 started_at=status.get("startTime"),
-                finished_at=status.get("completionTime")
-                or (_conditions(job).get("Failed") or {}).get("lastTransitionTime"),
+                finished_at=job_finished_at(job),
                 node=((pod or {}).get("spec") or {}).get("nodeName"),
                 pod=((pod or {}).get("metadata") or {}).get("name"),
                 outputs=_outputs(pod),
-                requests=effective_pod_requests(pod_spec),
+                requests={k: v * replicas for k, v in effective_pod_requests(pod_spec).items()},
                 annotated_phase=annotations.get(ANNOTATION_PHASE),
                 workflow=annotations.get(ANNOTATION_WORKFLOW),
+                pods=replicas,
+                gang=gang,
             )
         )
     return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))

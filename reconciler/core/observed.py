@@ -3,6 +3,7 @@
     - {operation: vision/train-1, phase: Running}
     - {operation: vision/train-2, phase: Dispatched, queue: team-a, cluster: local,
        requests: {nvidia.com/gpu: 2}}
+    - {operation: vision/ddp, phase: Running, requests: {nvidia.com/gpu: 8}, pods: 4}
 
 Unlisted operations are Queued. The file is read by the config's strict loader
 (``core/load.py``), with the same limits: at most 1 MiB, YAML 1.2, no custom tags, aliases
@@ -20,7 +21,7 @@ from reconciler.core.load import Document, parse_yaml
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.types import ConfigError, Location, ObservedOperation, Phase
 
-_KEYS = ("operation", "phase", "queue", "cluster", "requests")
+_KEYS = ("operation", "phase", "queue", "cluster", "requests", "pods")
 _ID = re.compile(
     r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?/[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?$"
 )
@@ -149,6 +150,14 @@ def _operations(doc: Document) -> tuple[ObservedOperation, ...]:
                     except QuantityError as exc:
                         fail(where, f"requests.{resource}: {exc}")
                         ok = False
+        pods: int | None = None
+        if "pods" in item:
+            given = item["pods"]
+            if isinstance(given, bool) or not isinstance(given, int) or given < 1:
+                fail((i, "pods"), f"pods must be a whole number of at least 1, got {_show(given)}")
+                ok = False
+            else:
+                pods = given
         if op_id:
             line = doc.loc((i, "operation")).line
             if op_id in first_seen:
@@ -158,7 +167,11 @@ def _operations(doc: Document) -> tuple[ObservedOperation, ...]:
             else:
                 first_seen[op_id] = line
         if ok and phase is not None:
-            out.append(ObservedOperation(op_id, phase, requests, names["queue"], names["cluster"]))
+            out.append(
+                ObservedOperation(
+                    op_id, phase, requests, names["queue"], names["cluster"], pods=pods
+                )
+            )
     if errors:
         raise ObservedFileError(errors)
     return tuple(out)

@@ -48,7 +48,7 @@ def plan_to_dict(plan: Plan) -> dict[str, Any]:
 
 
 def _queue_dict(q: QueueSummary) -> dict[str, Any]:
-    return {
+    out: dict[str, Any] = {
         "name": q.name,
         "cluster": q.cluster,
         "priority": q.priority,
@@ -59,6 +59,11 @@ def _queue_dict(q: QueueSummary) -> dict[str, Any]:
         "dispatching": q.dispatching,
         "pending": q.pending,
     }
+    if q.cohort is not None:  # observed, like ``used``
+        out["cohort"] = q.cohort
+        out["borrowed"] = {r: format_quantity(v) for r, v in sorted(q.borrowed.items())}
+        out["lent"] = {r: format_quantity(v) for r, v in sorted(q.lent.items())}
+    return out
 
 
 def plan_to_json(plan: Plan) -> str:
@@ -84,9 +89,14 @@ def _quota_cell(q: QueueSummary) -> str:
     for r, limit in sorted(q.quota.items()):
         before = q.used.get(r, Decimal(0))
         added = q.used_after.get(r, before) - before
-        cells.append(
+        cell = (
             f"{r} {_plus(format_quantity(before), format_quantity(added))}/{format_quantity(limit)}"
         )
+        if borrowed := q.borrowed_after.get(r):
+            cell += f" (+{format_quantity(borrowed)} borrowed)"
+        elif lent := q.lent_after.get(r):
+            cell += f" ({format_quantity(lent)} lent)"
+        cells.append(cell)
     return ", ".join(cells)
 
 

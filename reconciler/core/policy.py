@@ -56,6 +56,7 @@ def check_policy(
     project: str,
     allowed_queues: frozenset[str] | None,
     requests: Mapping[str, Decimal],
+    replicas: int = 1,
 ) -> tuple[Violation, ...]:
     """Every policy violation of one compiled operation's spec, in a stable order (the pod
     it renders to is :func:`check_pod_security`'s)."""
@@ -90,7 +91,12 @@ def check_policy(
             f"queue {queue.name!r} does not accept kind {kind!r} "
             f"(accepts {', '.join(sorted(queue.kinds))})",
         )
-    # 3. Per-operation resource ceiling.
+    # 3. Per-operation ceilings: replicas, and resources counted over all replicas.
+    if policy.max_replicas is not None and replicas > policy.max_replicas:
+        violation(
+            ("run", "replicas"),
+            f"{replicas} replicas exceed policy.maxReplicas {policy.max_replicas}",
+        )
     for resource, ceiling in sorted(policy.max_resources.items()):
         total = requests.get(resource, Decimal(0))
         if total > ceiling:
@@ -99,10 +105,13 @@ def check_policy(
             field = req if _get(spec, req) is not None else lim
             if _get(spec, field) is None:  # set only by an init container or a sidecar
                 field = _extra_resource_field(spec, resource) or field
+            amount = format_quantity(total)
+            if replicas > 1:
+                each = format_quantity(total / replicas)
+                amount = f"{amount} ({replicas} replicas \u00d7 {each})"
             violation(
                 field,
-                f"{resource} {format_quantity(total)} exceeds policy.maxResources "
-                f"{format_quantity(ceiling)}",
+                f"{resource} {amount} exceeds policy.maxResources {format_quantity(ceiling)}",
             )
     # 4. Scheduler names.
     scheduler = _get(spec, ("run", "environment", "schedulerName"))

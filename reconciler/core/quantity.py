@@ -127,3 +127,10 @@ def pod_requests(
     for name, amount in peak.items():
         total[name] = max(total.get(name, Decimal(0)), amount)
     return total
+
+
+def format_duration(seconds: int) -> str:
+    """``2h``, ``90m``, ``1h30m``, ``45s``: a duration as a config would write it."""
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return "".join([f"{h}h" if h else "", f"{m}m" if m else "", f"{s}s" if s else ""]) or "0s"

@@ -11,7 +11,8 @@ Two sources build the same rows:
 - the status branch (``queues_view_from_status``), as the reconciler last wrote it.
 
 Counts: ``active`` is every Dispatched or Running operation (what holds concurrency and
-quota); of those ``running`` have a running pod and ``waiting`` are dispatched but not
+quota), ``pods`` their pods (every replica of a distributed operation: what ``maxPods``
+limits); of those ``running`` have a running pod and ``waiting`` are dispatched but not
 running yet (``WaitingForCapacity``: no node has room, or still starting). Dispatch is not
 placement: a waiting operation holds its queue's quota like a running one.
 """
@@ -46,7 +47,11 @@ ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 class QuotaUse(ApiModel):
     resource: str
     used: QuantityText
-    limit: QuantityText
+    limit: QuantityText  # the queue's own (nominal) quota
+    # in a cohort: how much of ``used`` is above the limit (borrowed), and how much of the
+    # limit other queues of the cohort use (lent)
+    borrowed: QuantityText = Decimal(0)
+    lent: QuantityText = Decimal(0)
 
     @property
     def fraction(self) -> float:
@@ -57,7 +62,12 @@ class QuotaUse(ApiModel):
 
     @property
     def text(self) -> str:
-        return f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+        text = f"{format_quantity(self.used)}/{format_quantity(self.limit)}"
+        if self.borrowed:
+            text += f" (+{format_quantity(self.borrowed)} borrowed)"
+        if self.lent:
+            text += f" ({format_quantity(self.lent)} lent)"
+        return text
 
 
 # Per resource name; ``quota`` in the JSON.
@@ -116,11 +126,18 @@ class QueueRow(ApiModel):
     kinds: Items[str] = ()
     strategy: str = "BestEffortFIFO"
     paused: bool = False
+    pods: int = 0  # of the active operations, every replica counted
+    max_pods: int | None = None  # the limit; None: unlimited
+    cohort: str | None = None
     clusters: Items[ClusterShare] = ()  # a fleet queue's clusters, in choice order
 
     @property
     def concurrency_text(self) -> str:
         return f"{self.active}/{'-' if self.concurrency is None else self.concurrency}"
+
+    @property
+    def pods_text(self) -> str:
+        return f"{self.pods}/{'-' if self.max_pods is None else self.max_pods}"
 
 
 class FleetTotal(ApiModel):
@@ -134,6 +151,7 @@ class FleetTotal(ApiModel):
     pending: int
     next: int
     quotas: Quotas  # summed over the queues that limit the resource
+    pods: int = 0
 
 
 class Fleet(ApiModel):
@@ -193,6 +211,7 @@ def _total(cluster: str, rows: Sequence[QueueRow]) -> FleetTotal:
         waiting=sum(r.waiting for r in rows),
         pending=sum(r.pending for r in rows),
         next=sum(r.next for r in rows),
+        pods=sum(r.pods for r in rows),
         quotas=tuple(QuotaUse(resource=k, used=used[k], limit=limit[k]) for k in sorted(limit)),
     )
 
@@ -238,6 +257,8 @@ def build_queues_view(
     rows = []
     for q in plan.queues:
         used = q.used_after if applied else q.used
+        borrowed = q.borrowed_after if applied else q.borrowed
+        lent = q.lent_after if applied else q.lent
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         rows.append(
@@ -247,7 +268,7 @@ def build_queues_view(
                 priority=q.priority,
                 active=q.active + q.dispatching if applied else q.active,
                 concurrency=q.concurrency,
-                quotas=_quotas(q, used),
+                quotas=_quotas(q, used, borrowed, lent),
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
@@ -257,6 +278,9 @@ def build_queues_view(
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
+                pods=q.pods_after if applied else q.pods,
+                max_pods=q.max_pods,
+                cohort=q.cohort,
                 clusters=tuple(
                     ClusterShare(
                         cluster=m.cluster,
@@ -280,9 +304,21 @@ def build_queues_view(
     )
 
 
-def _quotas(q: QueueSummary, used: Mapping[str, Decimal]) -> tuple[QuotaUse, ...]:
+def _quotas(
+    q: QueueSummary,
+    used: Mapping[str, Decimal],
+    borrowed: Mapping[str, Decimal],
+    lent: Mapping[str, Decimal],
+) -> tuple[QuotaUse, ...]:
+    zero = Decimal(0)
     return tuple(
-        QuotaUse(resource=r, used=used.get(r, Decimal(0)), limit=limit)
+        QuotaUse(
+            resource=r,
+            used=used.get(r, zero),
+            limit=limit,
+            borrowed=borrowed.get(r, zero),
+            lent=lent.get(r, zero),
+        )
         for r, limit in sorted(q.quota.items())
     )
 
@@ -320,7 +356,13 @@ def _status_row(
         active=q.active,
         concurrency=q.concurrency,
         quotas=tuple(
-            QuotaUse(resource=r, used=_quantity(q.used.get(r, "0")), limit=_quantity(v))
+            QuotaUse(
+                resource=r,
+                used=_quantity(q.used.get(r, "0")),
+                limit=_quantity(v),
+                borrowed=_quantity(q.borrowed.get(r, "0")),
+                lent=_quantity(q.lent.get(r, "0")),
+            )
             for r, v in sorted(q.quota.items())
         ),
         running=running,
@@ -331,6 +373,9 @@ def _status_row(
         kinds=q.kinds,
         strategy=q.strategy,
         paused=q.paused,
+        pods=q.active if q.pods is None else q.pods,
+        max_pods=q.max_pods,
+        cohort=q.cohort,
         clusters=tuple(
             ClusterShare(
                 cluster=f.cluster,
@@ -454,14 +499,26 @@ def queue_settings(
     values += [
         (("priority",), str(spec.priority)),
         (("concurrency",), "unlimited" if spec.concurrency is None else str(spec.concurrency)),
+        (("maxPods",), "unlimited" if spec.max_pods is None else str(spec.max_pods)),
     ]
     values += [(("quota", r), format_quantity(v)) for r, v in sorted(spec.quota.items())]
     if not spec.quota:
         values.append((("quota",), "none"))
+    if spec.cohort is not None:
+        values.append((("cohort",), spec.cohort))
+        values += [
+            ((field, r), format_quantity(v))
+            for field, limits in (
+                ("borrowingLimit", spec.borrowing_limit),
+                ("lendingLimit", spec.lending_limit),
+            )
+            for r, v in sorted(limits.items())
+        ]
     values += [
         (("kinds",), ", ".join(_kinds(spec))),
         (("strategy",), str(spec.strategy)),
         (("paused",), "true" if spec.paused else "false"),
+        (("startTimeout",), "none" if spec.start_timeout is None else f"{spec.start_timeout}s"),
     ]
     out = []
     for path, value in values:
@@ -730,7 +787,7 @@ def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, appli
 
 HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
 HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
-WIDE_HEADERS = [*HEADERS, "NEXT", "KINDS", "STRATEGY", "PAUSED"]
+WIDE_HEADERS = [*HEADERS, "NEXT", "PODS/LIMIT", "COHORT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
 FLEET_QUEUE_HEADERS = ["FLEET QUEUE", "CLUSTER", "ACTIVE", "USED/CLUSTERQUOTA", "FREE", "NODES"]
 
@@ -756,7 +813,8 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             r.head_reason or "-",
         ]
         if wide:
-            cells += [str(r.next), ",".join(r.kinds) or "-", r.strategy, str(r.paused).lower()]
+            cells += [str(r.next), r.pods_text, r.cohort or "-", ",".join(r.kinds) or "-"]
+            cells += [r.strategy, str(r.paused).lower()]
         rows.append(cells)
     fleet = [
         [

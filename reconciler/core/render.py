@@ -1,7 +1,9 @@
 """Render a compiled operation into the Kubernetes objects that dispatch it.
 
 Pure: the same operation, connections and config version give byte-identical manifests.
-``job`` and ``batch`` become a ``batch/v1`` Job that runs to completion. ``notebook`` and
+``job`` and ``batch`` become a ``batch/v1`` Job that runs to completion; a distributed one
+(``run.replicas`` > 1 or ``run.distributed``) an Indexed Job of ``replicas`` pods plus a
+headless Service that names each pod ``<job>-<index>.<service>``. ``notebook`` and
 ``sandbox`` are long-running: a single-pod Job bounded by ``activeDeadlineSeconds`` plus a
 Service for the port. The workload name is deterministic from project, operation and
 generation, so a repeated create meets ``AlreadyExists`` and adopts instead of duplicating.
@@ -19,7 +21,14 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.core.model import duration_seconds
-from reconciler.core.types import CompiledOperation, ConnectionSpec, RunKind
+from reconciler.core.types import (
+    CompiledOperation,
+    ConnectionSpec,
+    Distributed,
+    DistributedBackend,
+    Framework,
+    RunKind,
+)
 
 MANAGER = "dispatch-reconciler"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
@@ -60,6 +69,10 @@ POD_FIELDS = (
 
 _MAX_NAME = 63
 
+# The annotation the Job controller sets on each pod of an Indexed Job: its index.
+ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+_INDEX_FIELD = f"metadata.annotations['{ANNOTATION_COMPLETION_INDEX}']"
+
 
 @dataclass(frozen=True)
 class RenderedWorkload:
@@ -76,16 +89,25 @@ class RenderedWorkload:
         return self.manifests[0]
 
 
-def workload_name(project: str, operation: str, generation: int) -> str:
+def workload_name(project: str, operation: str, generation: int, replicas: int = 1) -> str:
     """``<project>-<operation>-g<generation>``, shortened with a hash to stay a DNS label.
 
-    Job names become pod labels (``job-name``), so 63 characters is the limit."""
+    Job names become pod labels (``job-name``), so 63 characters is the limit. The pods of
+    a distributed operation (``replicas`` > 1) get the hostname ``<name>-<index>``, itself
+    a DNS label: the name leaves room for the largest index."""
+    limit = _MAX_NAME - (len(f"-{replicas - 1}") if replicas > 1 else 0)
     base = f"{project}-{operation}-g{generation}"
-    if len(base) <= _MAX_NAME:
+    if len(base) <= limit:
         return base
     digest = hashlib.sha256(base.encode()).hexdigest()[:8]
-    keep = _MAX_NAME - len(digest) - len(f"-g{generation}") - 1
+    keep = limit - len(digest) - len(f"-g{generation}") - 1
     return f"{base[:keep].rstrip('-')}-{digest}-g{generation}"
+
+
+def operation_workload(op: CompiledOperation) -> str:
+    """The name of ``op``'s workload (its Job, and its Service if any)."""
+    replicas = op.replicas if op.distributed is not None else 1
+    return workload_name(op.project, op.name, op.generation, replicas)
 
 
 def _label_value(value: str) -> str:
@@ -300,6 +322,42 @@ def env_sources(
     return out
 
 
+def _index_env(name: str) -> dict[str, Any]:
+    """``name`` set to the pod's index in its Indexed Job."""
+    return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": _INDEX_FIELD}}}
+
+
+def distributed_env(distributed: Distributed, replicas: int, workload: str) -> list[dict[str, Any]]:
+    """The rendezvous environment of each pod of a distributed operation named ``workload``
+    (the Job and its headless Service share the name): replica 0 is the coordinator at
+    ``<workload>-0.<workload>``, and each pod's rank is its completion index."""
+    coordinator = f"{workload}-0.{workload}"
+    port = str(distributed.port)
+    if distributed.framework is Framework.TORCH:
+        return [
+            {"name": "MASTER_ADDR", "value": coordinator},
+            {"name": "MASTER_PORT", "value": port},
+            {"name": "WORLD_SIZE", "value": str(replicas)},
+            _index_env("RANK"),
+            {"name": "PET_NNODES", "value": str(replicas)},
+            _index_env("PET_NODE_RANK"),
+        ]
+    if distributed.framework is Framework.JAX:
+        return [
+            {"name": "JAX_COORDINATOR_ADDRESS", "value": f"{coordinator}:{port}"},
+            {"name": "JAX_NUM_PROCESSES", "value": str(replicas)},
+            _index_env("JAX_PROCESS_ID"),
+        ]
+    return []
+
+
+# The env names each framework sets (``distributed_env``), for the duplicate check.
+DISTRIBUTED_ENV: dict[Framework, tuple[str, ...]] = {
+    framework: tuple(e["name"] for e in distributed_env(Distributed(framework), 2, "w"))
+    for framework in Framework
+}
+
+
 def render_pod(
     spec: Mapping[str, Any],
     kind: RunKind,
@@ -455,9 +513,18 @@ def render_operation(
     config_version: str,
     dispatched_at: datetime,
 ) -> RenderedWorkload:
-    """The Job (and Service for notebooks and sandboxes) that dispatches ``op``."""
+    """The Job (and Service for notebooks, sandboxes and distributed operations) that
+    dispatches ``op``; with ``run.distributed.backend: pytorchjob``, a Kubeflow PyTorchJob
+    (``render_kubeflow``, which renders the pod through this function)."""
+    if op.distributed is not None and op.distributed.backend is DistributedBackend.PYTORCHJOB:
+        from reconciler.core.render_kubeflow import render_pytorchjob
+
+        return render_pytorchjob(
+            op, connections, config_version=config_version, dispatched_at=dispatched_at
+        )
     run = op.spec.get("run") or {}
-    name = workload_name(op.project, op.name, op.generation)
+    gang = op.distributed
+    name = operation_workload(op)
     digest = spec_hash(op, connections)
     # resolved by the compiler: unknown names never get here
     pod = render_pod(
@@ -490,18 +557,34 @@ def render_operation(
     pod_spec = pod["spec"]
     port = PORTS.get(op.kind)
 
-    job_spec: dict[str, Any] = {
-        "backoffLimit": int(run.get("maxRetries") or 0),
-        "completions": 1,
-        "parallelism": 1,
-        "template": {
-            "metadata": {
-                "labels": labels,
-                "annotations": {k: v for k, v in annotations.items() if k != ANNOTATION_PHASE},
+    retries = int(run.get("maxRetries") or 0)
+    job_spec: dict[str, Any]
+    if gang is None:
+        job_spec = {"backoffLimit": retries, "completions": 1, "parallelism": 1}
+    else:
+        # Every replica at once; one index that fails (after its own run.maxRetries) fails
+        # the run and the Job controller ends the others.
+        job_spec = {
+            "backoffLimitPerIndex": retries,
+            "completionMode": "Indexed",
+            "completions": op.replicas,
+            "maxFailedIndexes": 0,
+            "parallelism": op.replicas,
+        }
+        pod_spec["subdomain"] = name
+        main = pod_spec["containers"][0]
+        main["env"].extend(distributed_env(gang, op.replicas, name))
+    job_spec.update(
+        {
+            "template": {
+                "metadata": {
+                    "labels": labels,
+                    "annotations": {k: v for k, v in annotations.items() if k != ANNOTATION_PHASE},
+                },
+                "spec": pod_spec,
             },
-            "spec": pod_spec,
-        },
-    }
+        }
+    )
     deadline = _timeout_seconds(op)
     if deadline is not None:
         job_spec["activeDeadlineSeconds"] = deadline
@@ -520,7 +603,28 @@ def render_operation(
         "spec": job_spec,
     }
     manifests: list[Mapping[str, Any]] = [job]
-    if port:
+    if gang is not None:
+        manifests.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {
+                    "name": name,
+                    "namespace": op.namespace,
+                    "labels": labels,
+                    "annotations": {ANNOTATION_OPERATION: op.id, ANNOTATION_SPEC_HASH: digest},
+                },
+                # headless: a DNS name per pod (hostname <name>-<index>, subdomain <name>),
+                # published before the pods are ready so that replicas can find replica 0
+                # while they all start
+                "spec": {
+                    "clusterIP": "None",
+                    "selector": {LABEL_WORKLOAD: name},
+                    "publishNotReadyAddresses": True,
+                },
+            }
+        )
+    elif port:
         manifests.append(
             {
                 "apiVersion": "v1",

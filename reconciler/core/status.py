@@ -2,7 +2,8 @@
 observations (pure), and read back.
 
 Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per operation,
-``status/queues.yaml`` and ``status/config.yaml``. Files are deterministic YAML with sorted
+``status/queues.yaml``, ``status/config.yaml`` and the ledger of finished runs,
+``status/ledger/<YYYY-MM>.yaml`` (``core/ledger.py``). Files are deterministic YAML with sorted
 keys and no per-cycle field (no "now"): an unchanged world renders byte-identical files, so
 the writer makes no commit.
 """
@@ -23,11 +24,19 @@ import yaml
 from pydantic import Field
 
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
+from reconciler.core.gang import GangTimeout
+from reconciler.core.ledger import (
+    Ledger,
+    LedgerEntry,
+    entries_from_document,
+    is_ledger_path,
+    ledger_files,
+)
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import FleetSlice, Pending, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity, parse_quantity
-from reconciler.core.render import spec_hash, workload_name
+from reconciler.core.render import operation_workload, spec_hash
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
@@ -219,6 +228,7 @@ class SupersededRun(StatusRecord):
     phase: PhaseText
     queue: OptText = None
     requests: OmitEmpty[TextMap] = Field(default_factory=dict)
+    pods: OptNumber = None  # its replicas, when more than one
     dispatched_at: OptText = None
     started_at: OptText = None
 
@@ -232,6 +242,7 @@ class SupersededRun(StatusRecord):
             phase=state.phase,
             queue=state.queue,
             requests={r: format_quantity(v) for r, v in sorted(state.requests.items())},
+            pods=_pods(state),
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
         )
@@ -251,6 +262,7 @@ class SupersededRun(StatusRecord):
             phase=self.phase,
             queue=self.queue,
             requests=recorded_requests(self) or {},
+            pods=recorded_pods(self),
             dispatched_at=self.dispatched_at,
             started_at=self.started_at,
         )
@@ -299,8 +311,12 @@ class OperationStatus(StatusRecord):
     logs: EmptyText = ""
     # what its active workload requests (the quota it holds), as the cluster said
     requests: OmitEmpty[TextMap] = Field(default_factory=dict)
+    # the pods its active workload runs (a distributed run's replicas), when more than one
+    pods: OptNumber = None
     # older generations still active (holding quota), oldest first
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
+    # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
+    gang_timeouts: LooseObject = None
 
 
 class FleetSliceStatus(StatusRecord):
@@ -351,11 +367,35 @@ class QueueStatus(StatusRecord):
     strategy: Text = "BestEffortFIFO"
     paused: Flag = False
     kinds: Texts = ()  # the run kinds the queue admits
+    # pods of the active operations (every replica); written only when not ``active`` (a
+    # queue of single-pod operations has one pod per active operation)
+    pods: OptNumber = None
+    max_pods: OptNumber = None
+    # cohort members: the cohort, and per quota resource how much of ``used`` is borrowed
+    # and how much of ``quota`` is lent (this cycle's dispatches applied, like ``used``)
+    cohort: OptText = None
+    borrowed: OmitEmpty[TextMap] = Field(default_factory=dict)
+    lent: OmitEmpty[TextMap] = Field(default_factory=dict)
+    # a budgeted queue's window, with this cycle's dispatches: limit, spent, committed, unit,
+    # per, windowStart, windowEnd (docs/budgets.md)
+    budget: LooseObject = None
     # a fleet queue: each of its clusters, in choice order
     fleet: OmitEmpty[Annotated[Items[FleetSliceStatus], _Read(_fleet)]] = ()
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
+        budget = None
+        if q.budget is not None:
+            b = q.budget
+            budget = {
+                "limit": _amount(b.limit),
+                "spent": _amount(b.spent),
+                "committed": _amount(b.committed_after),
+                "unit": b.unit,
+                "per": b.per,
+                "windowStart": b.window_start.isoformat(),
+                "windowEnd": b.window_end.isoformat(),
+            }
         return cls(
             name=q.name,
             cluster=q.cluster,
@@ -369,8 +409,19 @@ class QueueStatus(StatusRecord):
             strategy=str(q.strategy),
             paused=q.paused,
             kinds=kinds,
+            pods=q.pods_after if q.pods_after != q.active + q.dispatching else None,
+            max_pods=q.max_pods,
+            cohort=q.cohort,
+            borrowed={r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
+            lent={r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
+            budget=budget,
             fleet=tuple(FleetSliceStatus.from_slice(m) for m in q.members),
         )
+
+
+def _amount(value: Decimal) -> str:
+    """A budget amount in a status file: at most 6 decimals, no trailing zeros."""
+    return format(value.quantize(Decimal("0.000001")).normalize(), "f")
 
 
 class ConfigStatus(StatusRecord):
@@ -478,6 +529,7 @@ class ClusterStatus(StatusRecord):
     name: Text
     reachable: Flag = True
     error: OmitEmpty[Text] = ""
+    backends: Texts = ()  # the optional backends it served (e.g. pytorchjob: the CRD)
     capacity: Annotated[CapacityStatus | None, _Read(_capacity)] = None
 
 
@@ -490,7 +542,13 @@ def stable_error(message: str) -> str:
     return _ADDRESS.sub("", message)
 
 
-StatusFile = OperationStatus | tuple[QueueStatus, ...] | ConfigStatus | tuple[ClusterStatus, ...]
+StatusFile = (
+    OperationStatus
+    | tuple[QueueStatus, ...]
+    | ConfigStatus
+    | tuple[ClusterStatus, ...]
+    | tuple[LedgerEntry, ...]
+)
 
 
 # --- rendering --------------------------------------------------------------------------
@@ -507,6 +565,9 @@ def render_status(
     clusters: tuple[ClusterStatus, ...] = (),
     internal_error: str = "",
     superseded: Mapping[str, WorkloadState] | None = None,
+    gang_timeouts: Mapping[str, GangTimeout] | None = None,
+    ledger: Ledger | None = None,
+    memo: RenderMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -516,9 +577,24 @@ def render_status(
     ``states`` are the current workloads per operation id (``observe.current_states``);
     ``plan`` is this cycle's plan over them; ``failed`` the planned dispatches that failed
     (operation -> reason and error): they stay Queued. ``superseded`` are the older
-    generations still active (``Decision.superseded``), recorded on their operation."""
+    generations still active (``Decision.superseded``), recorded on their operation.
+    ``gang_timeouts`` (the decision's ``Memory.gang_timeouts``) are written on their
+    operations' records, whatever their phase, so a restart knows a re-queued gang was
+    re-queued already. ``ledger``: the finished runs, one ``status/ledger/<YYYY-MM>.yaml``
+    per month (not given: the ledger files are left as they are; they are never deleted).
+    ``memo`` (kept by the caller between cycles) spares dumping a record equal to the one
+    last dumped."""
     records = build_status(repo, plan, states, failed, superseded)
-    files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+    for i, record in enumerate(records):
+        mark = (gang_timeouts or {}).get(record.operation)
+        if mark is not None:
+            records[i] = record.model_copy(update={"gang_timeouts": mark.to_json()})
+    if memo is None:
+        files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+    else:
+        files = {operation_path(r.operation): _dumped(r, memo) for r in records}
+        for gone in [p for p in memo if p not in files]:
+            del memo[gone]
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
     errors = config_error or repo.errors
@@ -538,7 +614,23 @@ def render_status(
             c.model_copy(update={"error": stable_error(c.error)}).to_dict() for c in clusters
         ]
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
+    if ledger is not None:
+        files.update(ledger_files(ledger, dump_yaml))
     return dict(sorted(files.items()))
+
+
+# The last record dumped of each operation's file, and its bytes.
+RenderMemo = dict[str, tuple["OperationStatus", bytes]]
+
+
+def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
+    path = operation_path(record.operation)
+    known = memo.get(path)
+    if known is not None and known[0] == record:
+        return known[1]
+    data = dump_yaml(record.to_dict())
+    memo[path] = (record, data)
+    return data
 
 
 # config.yaml lists at most this many errors (then how many more): a commit with 100 000
@@ -650,8 +742,9 @@ def _compiled_record(
             workload_spec_hash=state.spec_hash if state.spec_hash != desired else None,
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
             requests=_held(state),
+            pods=_pods(state),
         )
-    name = workload_name(op.project, op.name, op.generation)
+    name = operation_workload(op)
     if dispatched and failure is not None:
         return OperationStatus(
             **common,
@@ -791,6 +884,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "outputs": state.outputs,
             "spec_hash": state.spec_hash,
             "requests": _held(state),
+            "pods": _pods(state),
         }
     )
 
@@ -800,6 +894,22 @@ def _held(state: WorkloadState) -> dict[str, str]:
     if not state.phase.active:
         return {}
     return {r: format_quantity(v) for r, v in sorted(state.requests.items())}
+
+
+def _pods(state: WorkloadState) -> int | None:
+    """The pods an active workload runs, when more than one (a distributed run)."""
+    if not state.phase.active or state.pods is None or state.pods <= 1:
+        return None
+    return state.pods
+
+
+def recorded_pods(record: OperationStatus | SupersededRun) -> int | None:
+    """The pods a record says its workload runs: ``pods``, else one when it records what
+    the workload requests (a single-pod workload), else not known (None: the compiled
+    operation's replicas count)."""
+    if record.pods is not None and record.pods > 0:
+        return record.pods
+    return 1 if recorded_requests(record) else None
 
 
 def recorded_requests(record: OperationStatus | SupersededRun) -> dict[str, Decimal] | None:
@@ -883,6 +993,8 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return ConfigStatus.from_dict(data)
         if path == CLUSTERS_FILE:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
+        if is_ledger_path(path):
+            return entries_from_document(data)
         return OperationStatus.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise StatusFileError(f"{Location(path, 1, 1)}: not a status file ({err!s})") from None
@@ -897,6 +1009,7 @@ class StatusView:
     config: ConfigStatus | None = None
     problems: tuple[str, ...] = field(default=())  # files that could not be read
     clusters: tuple[ClusterStatus, ...] = ()
+    ledger: tuple[LedgerEntry, ...] = ()  # every finished run, by file month then end
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -905,6 +1018,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
     clusters: tuple[ClusterStatus, ...] = ()
+    ledger: list[LedgerEntry] = []
     problems: list[str] = []
     for path in sorted(files):
         if not _is_ours(path):
@@ -920,9 +1034,11 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             config = parsed
         elif path == CLUSTERS_FILE:
             clusters = tuple(c for c in parsed if isinstance(c, ClusterStatus))
+        elif is_ledger_path(path):
+            ledger.extend(e for e in parsed if isinstance(e, LedgerEntry))
         else:
             queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
-    return StatusView(operations, queues, config, tuple(problems), clusters)
+    return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger))
 
 
 def _is_ours(path: str) -> bool:
@@ -936,13 +1052,14 @@ def status_changes(
     before: Mapping[str, bytes], after: Mapping[str, bytes]
 ) -> dict[str, bytes | None]:
     """The files to write (changed or new) and to delete (``None``): status files in
-    ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster).
-    Other files on the branch (a human's notes) are left alone."""
+    ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster);
+    never a ledger file (the history of what was spent). Other files on the branch (a
+    human's notes) are left alone."""
     changes: dict[str, bytes | None] = {
         path: data for path, data in after.items() if before.get(path) != data
     }
     for path in before:
-        if path not in after and _is_ours(path):
+        if path not in after and _is_ours(path) and not is_ledger_path(path):
             changes[path] = None
     return dict(sorted(changes.items()))
 
@@ -1031,7 +1148,11 @@ def _phases(
     """Per operation (workflow parents excluded): (generation, phase)."""
     out: dict[str, tuple[int | None, RecordPhase]] = {}
     for path, data in files.items():
-        if not _is_ours(path) or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE):
+        if (
+            not _is_ours(path)
+            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
+            or is_ledger_path(path)
+        ):
             continue
         known = memo.get(path)
         if known is not None and (known[0] is data or known[0] == data):

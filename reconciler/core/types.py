@@ -33,6 +33,33 @@ class MergeStrategy(enum.StrEnum):
     PRE_MERGE = "pre_merge"
 
 
+class Framework(enum.StrEnum):
+    """``run.distributed.framework``: the rendezvous environment the replicas get."""
+
+    TORCH = "torch"
+    JAX = "jax"
+    NONE = "none"
+
+
+class DistributedBackend(enum.StrEnum):
+    """``run.distributed.backend``: the object a distributed operation renders to."""
+
+    JOB = "job"  # an Indexed Job and a headless Service
+    PYTORCHJOB = "pytorchjob"  # a Kubeflow Training Operator PyTorchJob
+
+
+DEFAULT_PORT = 29500
+
+
+@dataclass(frozen=True, slots=True)
+class Distributed:
+    """``run.distributed`` compiled, defaults filled in."""
+
+    framework: Framework = Framework.TORCH
+    port: int = DEFAULT_PORT
+    backend: DistributedBackend = DistributedBackend.JOB
+
+
 class Phase(enum.StrEnum):
     QUEUED = "Queued"
     DISPATCHED = "Dispatched"
@@ -170,12 +197,45 @@ class Provenance:
         return f"{self.step} at {printable_path(self.file)}:{self.line}"
 
 
+class BudgetPeriod(enum.StrEnum):
+    """The calendar window a queue budget covers (docs/budgets.md)."""
+
+    DAY = "day"
+    WEEK = "week"  # ISO weeks: Monday 00:00 to Monday 00:00
+    MONTH = "month"
+
+
+# A budget's ``resource``: money (``cost``), or the hours of one resource
+# (``<resource>-hours``: ``nvidia.com/gpu-hours``, ``cpu-hours``, ``memory-hours`` in GiB-hours).
+BUDGET_COST = "cost"
+HOURS_SUFFIX = "-hours"
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSpec:
+    """A queue's ``budget``: at most ``limit`` of ``resource`` per calendar ``per``."""
+
+    limit: Decimal
+    per: BudgetPeriod
+    resource: str = BUDGET_COST  # ``cost`` or ``<resource>-hours``
+
+    @property
+    def hours_of(self) -> str | None:
+        """The resource whose hours are counted; None for a ``cost`` budget."""
+        if self.resource == BUDGET_COST:
+            return None
+        return self.resource.removesuffix(HOURS_SUFFIX)
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     name: str
     concurrency: int | None = None
     kubeconfig: Mapping[str, Any] = field(default_factory=dict)
     context: str | None = None
+    # per resource, the price of one unit-hour here (memory: per GiB-hour); overrides the
+    # org's price list for those resources
+    prices: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -210,6 +270,16 @@ class QueueSpec:
     # a fleet queue's per-cluster caps: cluster -> resource -> amount
     cluster_quota: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
     require_capacity: bool = False  # hold an op no cluster has the free capacity for
+    max_pods: int | None = None  # pods of active operations, every replica counted
+    start_timeout: int | None = None  # seconds; a gang not all running by then: GangTimeout
+    # Cohort borrowing (docs/dispatch.md, "Cohorts"): per quota resource, how much above its
+    # quota it may borrow (absent: none) and how much of its unused quota it lends (absent:
+    # all of it).
+    cohort: str | None = None
+    borrowing_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    budget: BudgetSpec | None = None
+    default_timeout: int | None = None  # seconds, for operations that set no run.timeout
 
     @property
     def fleet(self) -> bool:
@@ -219,6 +289,19 @@ class QueueSpec:
     def members(self) -> tuple[str, ...]:
         """The clusters the queue may dispatch to, in choice order."""
         return self.clusters or (self.cluster,)
+
+
+@dataclass(frozen=True)
+class CohortSpec:
+    """A ``cohorts/<name>.yaml``: queues that lend each other unused quota. Only an
+    operation with a ``timeout`` of at most ``max_borrow_seconds`` may borrow, so a lender
+    gets its quota back within that time; ``quota`` caps the members' total use."""
+
+    name: str
+    max_borrow_seconds: int
+    quota: Mapping[str, Decimal] = field(default_factory=dict)
+    description: str = ""
+    source: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -243,7 +326,9 @@ class CompiledOperation:
     namespace: str
     kind: RunKind
     spec: Mapping[str, Any]  # compiled, same shape as the operation file
-    requests: Mapping[str, Decimal]  # total per resource (requests, or limits where only set)
+    # Total per resource over all replicas (each pod's request, or its limit where only a
+    # limit is set, times ``replicas``): what the operation takes of a queue's quota.
+    requests: Mapping[str, Decimal]
     presets: tuple[str, ...] = ()
     provenance: Mapping[str, Provenance] = field(default_factory=dict)
     connections: tuple[str, ...] = ()
@@ -253,10 +338,33 @@ class CompiledOperation:
     dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
     submitted_at: datetime | None = None  # first commit time of the operation file
     params: Mapping[str, Any] = field(default_factory=dict)  # matrix/DAG child parameters
+    # seconds: run.timeout (the Job's activeDeadlineSeconds), a sandbox's default, or its
+    # queue's defaultTimeout; None when it may run unbounded
+    timeout: int | None = None
+    replicas: int = 1  # run.replicas: pods dispatched together, all or nothing
+    # run.distributed with its defaults; set whenever the operation is distributed (more
+    # than one replica, or run.distributed written), None for a single-pod operation.
+    distributed: Distributed | None = None
+    # One pod's request per resource (``requests`` is this times ``replicas``).
+    pod_requests: Mapping[str, Decimal] | None = None
+
+    def __post_init__(self) -> None:
+        if self.replicas > 1 and self.pod_requests is None:
+            raise ValueError("a CompiledOperation with replicas > 1 needs pod_requests")
 
     @property
     def id(self) -> str:
         return f"{self.project}/{self.name}"
+
+    @property
+    def pods(self) -> int:
+        """Pods the operation runs: its replicas."""
+        return self.replicas
+
+    @property
+    def per_pod(self) -> Mapping[str, Decimal]:
+        """One pod's request per resource."""
+        return self.requests if self.pod_requests is None else self.pod_requests
 
 
 @dataclass(frozen=True, slots=True)
@@ -265,12 +373,18 @@ class ObservedOperation:
 
     operation: str  # "project/name"
     phase: Phase
-    requests: Mapping[str, Decimal] | None = None  # of the running workload, when known
+    # of the running workload (every pod), when known
+    requests: Mapping[str, Decimal] | None = None
     queue: str | None = None
     cluster: str | None = None
     # The workflow the workload was dispatched for: "" for none, None when not known (a
     # workload from before this was recorded, the status branch, an --observed file).
     workflow: str | None = None
+    pods: int | None = None  # the workload's pods (its replicas), when known
+    # When the workload was created (its dispatched-at annotation); a borrower's end time
+    # is this plus its timeout.
+    dispatched_at: datetime | None = None
+    started_at: datetime | None = None  # when the run started (its Job's startTime), if known
 
 
 class RejectReason(enum.StrEnum):
@@ -354,6 +468,7 @@ class OrgPolicy:
     allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
     allowed_volume_types: frozenset[str] = VOLUME_TYPES
     max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    max_replicas: int | None = None  # ceiling on run.replicas
     min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 
 
@@ -366,6 +481,10 @@ class OrgSettings:
     allow_mass_prune: bool = False
     status_branch: str = "reconciler/status"
     policy: OrgPolicy = field(default_factory=OrgPolicy)
+    # the price list: per resource, the price of one unit-hour (memory: per GiB-hour)
+    prices: Mapping[str, Decimal] = field(default_factory=dict)
+    currency: str = ""
+    timezone: str = "UTC"  # budget windows are calendar windows in this IANA zone
 
 
 @dataclass(frozen=True)
@@ -381,6 +500,7 @@ class CompiledRepo:
     rejected: tuple[RejectedOperation, ...] = ()
     errors: tuple[ConfigError, ...] = ()
     connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
+    cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:

@@ -267,7 +267,9 @@ def queue_main(d: QueueDetail) -> str:
     summary = (
         f"<dl><dt>Cluster</dt><dd>{esc(r.cluster)}</dd><dt>Priority</dt><dd>{r.priority}</dd>"
         f"<dt>Active/limit</dt><dd>{_concurrency(r)}</dd><dt>Quota</dt><dd>{quotas}</dd>"
-        f"<dt>Running / waiting / pending</dt><dd>{r.running} / {r.waiting} / {r.pending}</dd>"
+        f"<dt>Pods/maxPods</dt><dd>{esc(r.pods_text)}</dd>"
+        + (f"<dt>Cohort</dt><dd>{esc(r.cohort)}</dd>" if r.cohort else "")
+        + f"<dt>Running / waiting / pending</dt><dd>{r.running} / {r.waiting} / {r.pending}</dd>"
         f"<dt>Strategy</dt><dd>{esc(r.strategy)}</dd><dt>Paused</dt>"
         f"<dd>{'yes' if r.paused else 'no'}</dd></dl>"
     )

@@ -97,21 +97,44 @@ def default_shape(
     gpu_nodes: int = 2, gpus_per_node: int = 4, gpu_type: str = "a100", cpu_nodes: int = 2
 ) -> tuple[NodePool, ...]:
     return (
-        NodePool(
-            name="gpu",
-            count=gpu_nodes,
-            cpu="64",
-            memory="512Gi",
-            gpus=gpus_per_node,
-            labels={
-                "gpu.type": gpu_type,
-                "nvidia.com/gpu.present": "true",
-                "nvidia.com/gpu.product": GPU_PRODUCTS.get(gpu_type, gpu_type),
-                "node.kubernetes.io/instance-type": f"{gpu_type}-x{gpus_per_node}",
-            },
-        ),
+        gpu_pool("gpu", gpu_nodes, gpus_per_node, gpu_type),
         NodePool(name="cpu", count=cpu_nodes, cpu="32", memory="128Gi"),
     )
+
+
+def gpu_pool(name: str, count: int, gpus_per_node: int, gpu_type: str) -> NodePool:
+    """A pool of identical GPU nodes labelled like NVIDIA feature discovery labels them."""
+    return NodePool(
+        name=name,
+        count=count,
+        cpu="64",
+        memory="512Gi",
+        gpus=gpus_per_node,
+        labels={
+            "gpu.type": gpu_type,
+            "nvidia.com/gpu.present": "true",
+            "nvidia.com/gpu.product": GPU_PRODUCTS.get(gpu_type, gpu_type),
+            "node.kubernetes.io/instance-type": f"{gpu_type}-x{gpus_per_node}",
+        },
+    )
+
+
+# Named shapes for ``dev-cluster up --named-shape``. ``gang`` adds four 8-GPU H100 nodes
+# (pool ``h100``, 32 GPUs) to the default fleet: a distributed run of up to 4 x 8 GPUs
+# fits, one pod asking for 9 GPUs or a fifth 8-GPU pod does not, and the default a100
+# pools stay for the presets written for them.
+NAMED_SHAPES: dict[str, str] = {
+    "default": "2 GPU nodes x 4 a100, 2 CPU nodes",
+    "gang": "the default fleet plus 4 GPU nodes x 8 h100 (pool h100) for distributed runs",
+}
+
+
+def named_shape(name: str) -> tuple[NodePool, ...]:
+    if name == "default":
+        return default_shape()
+    if name == "gang":
+        return (*default_shape(), gpu_pool("h100", 4, 8, "h100"))
+    raise ShapeError(f"unknown shape {name!r}: one of {', '.join(sorted(NAMED_SHAPES))}")
 
 
 def load_shape(path: Path) -> tuple[NodePool, ...]:

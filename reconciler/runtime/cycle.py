@@ -46,9 +46,10 @@ from reconciler.core.cycle import (
     InFlight,
     Memory,
     decide,
+    wanted_backends,
 )
 from reconciler.core.observe import WorkloadState, observe_workloads
-from reconciler.core.plan import Plan, PlanInputError
+from reconciler.core.plan import Plan, PlanInputError, StopReason
 from reconciler.core.render import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_REASON,
@@ -57,6 +58,7 @@ from reconciler.core.render import (
     render_operation,
 )
 from reconciler.core.status import StatusReason
+from reconciler.core.trigger import Trigger
 from reconciler.core.types import (
     BUG_NOTE,
     ClusterSpec,
@@ -142,6 +144,11 @@ class ChangeSet:
         return out
 
 
+# The workload kinds the runtime creates, lists, observes and deletes. A PyTorchJob is
+# rendered and its cluster's CRD detected, but not run yet (docs/runtime.md).
+CREATABLE_KINDS = frozenset({"Job"})
+
+
 class Reconciler:
     """Holds what must survive between cycles: the last good config, the cluster clients,
     and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``)."""
@@ -157,8 +164,11 @@ class Reconciler:
         watch: bool = True,
         sync_timeout: float = 10.0,
         create_workers: int = 8,
+        on_trigger: Callable[[Trigger], None] | None = None,
     ) -> None:
         self._source = source
+        # told of each watch event by which a run ends (the loop runs a cycle at once)
+        self._on_trigger = on_trigger
         self._connect = connect
         self._clock = clock
         self._is_leader = is_leader
@@ -179,6 +189,12 @@ class Reconciler:
         self._capacity_informers: dict[str, tuple[Informer, Informer]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
+        # the phase annotations, off the cycle's path: per workload uid, the state last
+        # asked to be written, and the uids whose write is in progress
+        self._writes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="annotate")
+        self._annotating = threading.Lock()
+        self._annotated: dict[str, WorkloadState] = {}
+        self._writing: set[str] = set()
         # creates in flight per cycle; results are recorded in plan order
         self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self.memory = Memory()  # what decide needs to know that the clusters may not say
@@ -226,7 +242,10 @@ class Reconciler:
         pair = self._informers.get(name)
         if pair is None or pair[0].kube is not kube:
             self._stop_informers(name)
-            pair = (Informer(kube, "Job"), Informer(kube, "Pod"))
+            pair = (
+                Informer(kube, "Job", on_trigger=self._on_trigger),
+                Informer(kube, "Pod", on_trigger=self._on_trigger),
+            )
             for informer in pair:
                 informer.start()
             self._informers[name] = pair
@@ -264,11 +283,14 @@ class Reconciler:
             return None
 
     def close(self) -> None:
-        """Stop every watch and send the Events still queued."""
+        """Stop every watch and send the Events still queued (phase annotations still
+        queued are dropped)."""
         for name in list(self._informers) + list(self._capacity_informers):
             self._stop_informers(name)
         self._creates.shutdown(wait=True)
         self._events.shutdown(wait=True)
+        # idempotent and informative: the next leader writes what is left
+        self._writes.shutdown(wait=False, cancel_futures=True)
 
     def _read(self, compiled: CompiledRepo) -> dict[str, ClusterListing]:
         """Jobs and Pods per cluster from the watch caches; a fresh list where a cache is not
@@ -279,9 +301,11 @@ class Reconciler:
             if name not in fleet:  # no fleet queue lists it any more
                 for informer in self._capacity_informers.pop(name):
                     informer.stop()
+        wanted = wanted_backends(compiled)
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
             version: str | None = None  # a fresh list: nothing can lag
+            backends: frozenset[str] = frozenset()
             try:
                 kube = self._client(spec)
                 caches = self._informers_for(name, kube) if self._watch else ()
@@ -291,6 +315,8 @@ class Reconciler:
                 else:
                     jobs = kube.list_managed("Job").items
                     pods = kube.list_managed("Pod").items
+                if name in wanted:  # asked only where an operation needs one
+                    backends = kube.served_backends(wanted[name])
             except KubeError as exc:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
@@ -299,7 +325,10 @@ class Reconciler:
                 continue
             capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
-                observe_workloads(name, jobs, pods), version=version, capacity=capacity
+                observe_workloads(name, jobs, pods),
+                version=version,
+                capacity=capacity,
+                backends=backends,
             )
         return listing
 
@@ -345,6 +374,14 @@ class Reconciler:
             rendered = render_operation(
                 op, compiled.connections, config_version=compiled.version, dispatched_at=now
             )
+            kind = str(rendered.job["kind"])
+            if kind not in CREATABLE_KINDS:  # this operation only: the cluster is fine
+                changes.failed[op.id] = (
+                    f"the reconciler cannot run {kind} workloads yet (it creates, lists and "
+                    "deletes Jobs only); use run.distributed.backend: job"
+                )
+                log.error("dispatch of %s failed: %s", op.id, changes.failed[op.id])
+                continue
             try:
                 kube = self._client(compiled.clusters[op.cluster])
                 if (op.cluster, op.namespace) not in self._namespaces:
@@ -387,6 +424,7 @@ class Reconciler:
                 annotated_phase=job.annotations.get(ANNOTATION_PHASE),
                 requests=dict(op.requests),
                 workflow=job.annotations.get(ANNOTATION_WORKFLOW),
+                pods=op.replicas,
             )
             # counted from the create response, not the watch
             changes.created.append(InFlight(state, job.resource_version))
@@ -418,7 +456,10 @@ class Reconciler:
                 changes.failed[delete.operation] = str(exc)
                 continue
             self._faults.hit("after-stop")
-            changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=str(delete.reason)))
+            # a GangTimeout says how many pods ran and whether it is re-queued
+            gang = delete.reason is StopReason.GANG_TIMEOUT
+            message = victim.message if gang else str(delete.reason)
+            changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=message))
             log.info("stopped %s: %s", delete.operation, delete.reason)
         return changes
 
@@ -444,23 +485,81 @@ class Reconciler:
         # Off the dispatch path: an Event must never slow or block a dispatch.
         self._events.submit(emit)
 
-    def _annotate(self, compiled: CompiledRepo, actions: Actions) -> None:
-        """Write each workload's op phase onto it (the decision lists only workloads seen in
-        this cycle's listing: a state carried over may have no Job any more, and an apply
-        to a missing Job would try to create it)."""
-        for item in actions.annotations:
+    def _annotate(self, compiled: CompiledRepo, decision: Decision) -> None:
+        """Write each workload's op phase onto it, off the cycle's path (the decision lists
+        only workloads seen in this cycle's listing: a state carried over may have no Job
+        any more, and an apply to a missing Job would try to create it).
+
+        The writes go through a small pool: they are informative (``kubectl get jobs``
+        shows the phase) and must not hold the next cycle back. With queues at their limit,
+        about two writes per Job (Running, then Succeeded) done in the cycle took most of
+        its time on a loaded apiserver (docs/benchmarks.md). A phase written or being
+        written is not sent again while the watch has not shown it yet; the writes to one
+        Job are made in order, the last phase asked for last, so an older phase never
+        lands after a newer one. A failed write is forgotten, and the next cycle that
+        still lists it sends it again."""
+        with self._annotating:
+            live = {s.uid for s in decision.states.values()}
+            for uid in [u for u in self._annotated if u not in live and u not in self._writing]:
+                del self._annotated[uid]  # the Job is gone from what we count
+        for item in decision.actions.annotations:
             state = item.workload
+            try:
+                kube = self._client(compiled.clusters[state.cluster])
+            except KubeError as exc:
+                log.warning("annotating %s: %s", state.operation, exc)
+                continue
+            with self._annotating:
+                asked = self._annotated.get(state.uid)
+                if asked is not None and asked.phase is state.phase:
+                    continue  # written or being written: the watch has not shown it yet
+                self._annotated[state.uid] = state
+                if state.uid in self._writing:
+                    continue  # the write in progress sends it next
+                self._writing.add(state.uid)
+            self._writes.submit(self._write_phase, kube, state.uid)
+
+    def _write_phase(self, kube: Kube, uid: str) -> None:
+        """Write the phase last asked for onto the workload ``uid``, until none newer is."""
+        while True:
+            with self._annotating:
+                state = self._annotated.get(uid)
+                if state is None or not self._is_leader():
+                    self._annotated.pop(uid, None)  # a later cycle that leads sends it
+                    self._writing.discard(uid)
+                    return
             annotations = {ANNOTATION_PHASE: state.phase.value}
             annotations[ANNOTATION_PHASE_REASON] = state.reason.value if state.reason else ""
             try:
                 # The phase keys are reserved to the reconciler. The create that set the
                 # first value is an Update entry of our manager, which server-side apply
                 # counts as another owner: force takes these two keys back, nothing else.
-                self._client(compiled.clusters[state.cluster]).apply_metadata(
+                kube.apply_metadata(
                     "Job", state.namespace, state.name, annotations=annotations, force=True
                 )
-            except KubeError as exc:
+            except (KubeError, OSError) as exc:
                 log.warning("annotating %s: %s", state.operation, exc)
+                with self._annotating:
+                    if self._annotated.get(uid) is state:
+                        del self._annotated[uid]  # the next cycle that lists it retries
+                        self._writing.discard(uid)
+                        return
+                continue  # a newer phase was asked for meanwhile: write that one
+            with self._annotating:
+                if self._annotated.get(uid) is state:
+                    self._writing.discard(uid)
+                    return
+
+    def wait_writes(self, timeout: float) -> bool:
+        """Wait until no phase annotation is being written (tests and tools; the loop
+        never waits for them). False on timeout."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._annotating:
+                if not self._writing:
+                    return True
+            time.sleep(0.01)
+        return False
 
     # --- the cycle ---------------------------------------------------------------------
 
@@ -509,7 +608,7 @@ class Reconciler:
         changes = ChangeSet()
         if leading:
             changes = self._apply(compiled, decision.actions, now)
-            self._annotate(compiled, decision.actions)
+            self._annotate(compiled, decision)
         self.memory = decision.memory.record(changes.created, changes.stopped)
         return CycleResult(
             at=now,

@@ -1,16 +1,21 @@
 """A list-then-watch cache of the objects we manage on one cluster, like client-go's
 informers: list once, then watch from the list's resourceVersion, resume from the last
 event's resourceVersion after a dropped connection, and relist when the apiserver answers
-410 Gone (the version was compacted away)."""
+410 Gone (the version was compacted away).
+
+``on_trigger`` is told of each event by which a Job's run ends (``core/trigger.py``), and
+of every relist after the first (events may have been missed), so that the loop can run a
+cycle at once instead of at its interval."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, KubeError, WatchExpired
+from reconciler.core.trigger import Trigger, event_trigger
 
 log = logging.getLogger("reconciler.informer")
 
@@ -24,14 +29,17 @@ class Informer:
         watch_timeout: int = 30,
         selector: str = MANAGED_SELECTOR,
         fields: str = "",
+        on_trigger: Callable[[Trigger], None] | None = None,
     ) -> None:
         """``selector`` and ``fields``: the label and field selectors of the objects
-        cached (by default, the ones we manage)."""
+        cached (by default, the ones we manage); ``on_trigger`` is told of the events that
+        should start a cycle."""
         self.kube = kube
         self.kind = kind
         self.selector = selector
         self.fields = fields
         self.watch_timeout = watch_timeout
+        self.on_trigger = on_trigger
         self._items: dict[str, Mapping[str, Any]] = {}  # by uid
         self._version: str | None = None
         self._lock = threading.Lock()
@@ -76,17 +84,26 @@ class Informer:
         with self._lock:
             self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
             self._version = listed.resource_version
+        relisted = self._synced.is_set()  # not the first list: a cycle is waiting for that
         self._synced.set()
+        if relisted and self.on_trigger is not None:
+            self.on_trigger(Trigger.RELISTED)
 
     def _apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
+        uid = str(meta.get("uid"))
         with self._lock:
+            before = self._items.get(uid)
             if event_type in ("ADDED", "MODIFIED"):
-                self._items[str(meta.get("uid"))] = obj
+                self._items[uid] = obj
             elif event_type == "DELETED":
-                self._items.pop(str(meta.get("uid")), None)
+                self._items.pop(uid, None)
             if meta.get("resourceVersion"):
                 self._version = str(meta["resourceVersion"])
+        if self.on_trigger is not None:
+            trigger = event_trigger(self.kind, event_type, before, obj)
+            if trigger is not None:
+                self.on_trigger(trigger)
 
     def _run(self) -> None:
         backoff = 0.5

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from reconciler.adapters.kube import ALL_OBJECTS, LIVE_PODS, Kube, KubeError, connect_cluster
 from reconciler.core.capacity import ClusterCapacity, observe_capacity
-from reconciler.core.cycle import ClusterListing, Decision, Memory, decide
+from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
 from reconciler.core.observe import observe_workloads
 from reconciler.core.types import ClusterSpec, CompiledRepo
 
@@ -39,11 +39,13 @@ def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, Cluster
     a fleet queue's cluster with its capacity (as ``run`` reads it)."""
     listing: dict[str, ClusterListing] = {}
     fleet = compiled.fleet_clusters
+    wanted = wanted_backends(compiled)
     for name in sorted(compiled.clusters):
         try:
             kube = connect(compiled.clusters[name])
             jobs = kube.list_managed("Job").items
             pods = kube.list_managed("Pod").items
+            served = kube.served_backends(wanted[name]) if name in wanted else frozenset()
         except KubeError as exc:
             listing[name] = ClusterListing.unreachable(str(exc))
             continue
@@ -53,7 +55,9 @@ def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, Cluster
                 capacity = read_capacity(kube)
             except KubeError:
                 capacity = None  # not observed; the cluster itself was read
-        listing[name] = ClusterListing(observe_workloads(name, jobs, pods), capacity=capacity)
+        listing[name] = ClusterListing(
+            observe_workloads(name, jobs, pods), capacity=capacity, backends=served
+        )
     return listing
 
 

@@ -1,4 +1,4 @@
-"""The long-running loop: one cycle per interval until stopped.
+"""The long-running loop: a cycle per interval, sooner on events, until stopped.
 
 ``Loop`` runs it in a daemon thread so that the main thread, which takes SIGTERM and
 SIGINT, never waits on a cluster: a cycle blocked reading an unreachable apiserver is
@@ -13,17 +13,97 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import NoReturn
 
 import watchfiles
 
+from reconciler.core.trigger import Pace, Trigger
 from reconciler.runtime.cycle import CycleResult, Reconciler
 
 log = logging.getLogger("reconciler.loop")
 
 POLL = 0.05  # seconds between the main thread's checks of the stop flag
+DEFAULT_MIN_GAP = 0.2  # seconds: at most one cycle per this, however many events come
+
+
+class Wakeup:
+    """Asks the loop for a cycle before its interval (``core/trigger.py``): the watch
+    threads on an event that frees a slot, the file watcher on a save, the Lease on
+    leadership gained, the status publisher when a write it put off is due.
+
+    ``request`` notes only the first request since the last cycle started (the pace
+    serves every later one with the same cycle) and costs one lock: it is called from the
+    watch threads for each event that frees a slot. ``interrupt`` ends the wait at once,
+    whatever the pace says (shutdown). ``clock`` is injected for tests (a virtual clock);
+    ``poke`` makes a waiting loop read it again."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._requested: float | None = None  # the first request since the cycle started
+        self._due: float | None = None  # a cycle asked for at this time
+        self._interrupted = False
+        self.counts: Counter[Trigger] = Counter()  # requests, by trigger (for metrics)
+        self.waiting_until: float | None = None  # when the waiting loop will cycle
+
+    def request(self, trigger: Trigger) -> None:
+        """A cycle as soon as the pace allows."""
+        with self._cond:
+            self.counts[trigger] += 1
+            if self._requested is None:
+                self._requested = self.clock()
+                self._cond.notify_all()
+
+    def request_at(self, when: float) -> None:
+        """A cycle at ``when`` (on ``clock``) at the latest."""
+        with self._cond:
+            if self._due is None or when < self._due:
+                self._due = when
+                self._cond.notify_all()
+
+    def interrupt(self) -> None:
+        """End the current wait now (``stop`` was set)."""
+        with self._cond:
+            self._interrupted = True
+            self._cond.notify_all()
+
+    def is_set(self) -> bool:
+        """True once interrupted."""
+        with self._cond:
+            return self._interrupted
+
+    def poke(self) -> None:
+        """Make the waiting loop read ``clock`` again (a test moved a virtual clock)."""
+        with self._cond:
+            self._cond.notify_all()
+
+    @property
+    def pending(self) -> float | None:
+        """When the first request since the last cycle started came (None: none)."""
+        with self._cond:
+            return self._requested
+
+    def begin_cycle(self) -> None:
+        """A cycle starts: the requests so far are served by it. One that comes during
+        the cycle asks for the next, as the cycle may have read the caches before it."""
+        with self._cond:
+            self._requested = None
+            self._due = None
+
+    def wait(self, pace: Pace, last_started: float) -> None:
+        """Until the next cycle is due (``pace``), or ``interrupt``."""
+        with self._cond:
+            while not self._interrupted:
+                deadline = pace.next_cycle(last_started, self._requested, self._due)
+                self.waiting_until = deadline
+                left = deadline - self.clock()
+                if left <= 0:
+                    break
+                self._cond.wait(left)
+            self.waiting_until = None
 
 
 def run_forever(
@@ -31,11 +111,18 @@ def run_forever(
     interval: float,
     stop: threading.Event,
     on_cycle: Callable[[CycleResult], None] = lambda _r: None,
-    wake: threading.Event | None = None,
+    wake: Wakeup | None = None,
+    *,
+    min_gap: float = DEFAULT_MIN_GAP,
 ) -> None:
-    """Run cycles every ``interval`` seconds (or sooner when ``wake`` is set) until ``stop``."""
+    """Run cycles every ``interval`` seconds, or sooner when ``wake`` asks (at most one per
+    ``min_gap`` seconds), until ``stop``. Whoever sets ``stop`` must ``wake.interrupt()``
+    (``Loop`` does) to end a wait before its time."""
+    wakeup = wake if wake is not None else Wakeup()
+    pace = Pace(interval, min(min_gap, interval))
     while not stop.is_set():
-        started = time.monotonic()
+        started = wakeup.clock()
+        wakeup.begin_cycle()
         try:
             result = reconciler.run_once()
         except Exception:  # one bad cycle must not end the reconciler
@@ -45,12 +132,9 @@ def run_forever(
             log.exception("cycle failed")
         else:
             on_cycle(result)
-        remaining = max(0.0, interval - (time.monotonic() - started))
-        if wake is None:
-            stop.wait(remaining)
-        else:
-            wake.wait(remaining)
-            wake.clear()
+        if stop.is_set():
+            return
+        wakeup.wait(pace, started)
 
 
 class Loop:
@@ -68,9 +152,9 @@ class Loop:
     (its ``is_leader`` false once ``stopping``, then ``Reconciler.close``, which waits for
     the creates already sent): see ``reconciler run``."""
 
-    def __init__(self, stop: threading.Event, wake: threading.Event | None = None) -> None:
+    def __init__(self, stop: threading.Event, wake: Wakeup | None = None) -> None:
         self.stop = stop
-        self.wake = wake
+        self.wake = wake if wake is not None else Wakeup()
         self.error: BaseException | None = None
         self._requested = False
         self._on_cycle: Callable[[CycleResult], None] = lambda _r: None
@@ -92,16 +176,21 @@ class Loop:
         reconciler: Reconciler,
         interval: float,
         on_cycle: Callable[[CycleResult], None] = lambda _r: None,
+        *,
+        min_gap: float = DEFAULT_MIN_GAP,
     ) -> None:
         self._on_cycle = on_cycle
         self._thread = threading.Thread(
-            target=self._run, args=(reconciler, interval), name="reconcile-loop", daemon=True
+            target=self._run,
+            args=(reconciler, interval, min_gap),
+            name="reconcile-loop",
+            daemon=True,
         )
         self._thread.start()
 
-    def _run(self, reconciler: Reconciler, interval: float) -> None:
+    def _run(self, reconciler: Reconciler, interval: float, min_gap: float) -> None:
         try:
-            run_forever(reconciler, interval, self.stop, self._hand_off, wake=self.wake)
+            run_forever(reconciler, interval, self.stop, self._hand_off, self.wake, min_gap=min_gap)
         except BaseException as exc:  # raised again in the main thread by wait()
             self.error = exc
             self._requested = True
@@ -124,8 +213,7 @@ class Loop:
     def _set_stop(self) -> None:
         self._requested = True
         self.stop.set()
-        if self.wake is not None:
-            self.wake.set()  # end the wait for the next cycle at once
+        self.wake.interrupt()  # end the wait for the next cycle at once
 
     def finish(self, timeout: float | None = None) -> bool:
         """Stop the loop: wait for a hand-off (``on_cycle``) in progress, up to ``timeout``
@@ -155,12 +243,13 @@ def exit_process(code: int = 0) -> NoReturn:
     os._exit(code)
 
 
-def watch_files(repo: Path, wake: threading.Event, stop: threading.Event) -> None:
-    """Set ``wake`` after each (debounced) batch of saved changes under ``repo``."""
+def watch_files(repo: Path, changed: Callable[[], None], stop: threading.Event) -> None:
+    """Call ``changed`` (which asks for a cycle) after each (debounced) batch of saved
+    changes under ``repo``."""
     for _changes in watchfiles.watch(
         repo,
         debounce=300,
         stop_event=stop,
         watch_filter=lambda _change, path: "/.git/" not in path,
     ):
-        wake.set()
+        changed()

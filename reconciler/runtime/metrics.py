@@ -28,6 +28,13 @@ class Metrics:
             ("queue", "cluster"),
             registry=r,
         )
+        self.queue_pods = Gauge(
+            "reconciler_queue_active_pods",
+            "Pods of the queue's active operations, every replica counted, with this plan's "
+            "dispatches (what maxPods limits).",
+            ("queue", "cluster"),
+            registry=r,
+        )
         self.quota_used = Gauge(
             "reconciler_queue_quota_used",
             "Quota in use per queue and resource, with this plan's dispatches.",
@@ -36,8 +43,41 @@ class Metrics:
         )
         self.quota_limit = Gauge(
             "reconciler_queue_quota_limit",
-            "Quota limit per queue and resource.",
+            "Quota limit per queue and resource (its own, nominal quota).",
             ("queue", "resource"),
+            registry=r,
+        )
+        self.quota_borrowed = Gauge(
+            "reconciler_queue_quota_borrowed",
+            "Quota a queue uses above its own, borrowed from its cohort, with this plan's "
+            "dispatches.",
+            ("queue", "resource"),
+            registry=r,
+        )
+        self.quota_lent = Gauge(
+            "reconciler_queue_quota_lent",
+            "A queue's own quota in use by other queues of its cohort, with this plan's "
+            "dispatches.",
+            ("queue", "resource"),
+            registry=r,
+        )
+        self.budget_limit = Gauge(
+            "reconciler_queue_budget_limit",
+            "A budgeted queue's limit per window, in its unit (a currency or resource-hours).",
+            ("queue", "unit"),
+            registry=r,
+        )
+        self.budget_spent = Gauge(
+            "reconciler_queue_budget_spent",
+            "What the queue's finished runs spent in the current window (the ledger).",
+            ("queue", "unit"),
+            registry=r,
+        )
+        self.budget_committed = Gauge(
+            "reconciler_queue_budget_committed",
+            "What the queue's active runs committed in the current window (cost so far and "
+            "to their timeout), with this plan's dispatches.",
+            ("queue", "unit"),
             registry=r,
         )
         self.dispatched = Counter(
@@ -63,6 +103,14 @@ class Metrics:
             buckets=CYCLE_BUCKETS,
             registry=r,
         )
+        self.cycle_triggers = Counter(
+            "reconciler_cycle_triggers",
+            "Requests for a cycle before its interval, by trigger (a Job finished, failed or "
+            "was deleted; a watch relisted; a new config; leadership gained; a status write "
+            "due). Requests within the debounce share one cycle.",
+            ("trigger",),
+            registry=r,
+        )
         self.config_commit = Gauge(
             "reconciler_config_commit_info",
             "The config commit in force (value 1).",
@@ -86,26 +134,43 @@ class Metrics:
         )
         self._queues: set[tuple[str, str]] = set()
         self._quotas: set[tuple[str, str]] = set()
+        self._budgets: set[tuple[str, str]] = set()
 
     def observe_plan(self, plan: Plan) -> None:
         """Set the queue gauges from a plan; queues and resources no longer in the plan
         are removed, not left at their last value."""
         queues: set[tuple[str, str]] = set()
         quotas: set[tuple[str, str]] = set()
+        budgets: set[tuple[str, str]] = set()
         for q in plan.queues:
+            if q.budget is not None:
+                key = (q.name, q.budget.unit)
+                budgets.add(key)
+                self.budget_limit.labels(*key).set(float(q.budget.limit))
+                self.budget_spent.labels(*key).set(float(q.budget.spent))
+                self.budget_committed.labels(*key).set(float(q.budget.committed_after))
             queues.add((q.name, q.cluster))
             self.queue_active.labels(q.name, q.cluster).set(q.active)
             self.queue_pending.labels(q.name, q.cluster).set(q.pending)
+            self.queue_pods.labels(q.name, q.cluster).set(q.pods_after)
             for resource, limit in q.quota.items():
                 quotas.add((q.name, resource))
                 used = q.used_after.get(resource, q.used.get(resource, 0))
                 self.quota_used.labels(q.name, resource).set(float(used))
                 self.quota_limit.labels(q.name, resource).set(float(limit))
+                borrowed = q.borrowed_after.get(resource, 0)
+                self.quota_borrowed.labels(q.name, resource).set(float(borrowed))
+                self.quota_lent.labels(q.name, resource).set(float(q.lent_after.get(resource, 0)))
         _remove(self.queue_active, self._queues - queues)
         _remove(self.queue_pending, self._queues - queues)
+        _remove(self.queue_pods, self._queues - queues)
         _remove(self.quota_used, self._quotas - quotas)
         _remove(self.quota_limit, self._quotas - quotas)
-        self._queues, self._quotas = queues, quotas
+        _remove(self.quota_borrowed, self._quotas - quotas)
+        _remove(self.quota_lent, self._quotas - quotas)
+        for gauge in (self.budget_limit, self.budget_spent, self.budget_committed):
+            _remove(gauge, self._budgets - budgets)
+        self._queues, self._quotas, self._budgets = queues, quotas, budgets
 
     def count_dispatched(self, queue: str, cluster: str, count: int = 1) -> None:
         self.dispatched.labels(queue, cluster).inc(count)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
@@ -14,9 +15,11 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.faults import FaultPoints
+from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.metrics import Metrics
 from reconciler.runtime.status import StatusPublisher
 
@@ -32,6 +35,48 @@ def worktree_source(repo: Path) -> RepoSnapshot:
     return replace(snapshot, version=f"worktree-{digest.hexdigest()[:12]}")
 
 
+class PacedSource:
+    """The config source, read at most once per ``min_interval`` seconds.
+
+    Cycles started by watch events come up to five a second; a ``git fetch`` for each would
+    load the Git server (and count against a hosted one's rate limits) for nothing: the
+    config is fetched once per ``--interval``, as before cycles ran on events, and a cycle
+    in between plans with the snapshot in hand. ``expire`` makes the next read fresh (a
+    save seen by ``--watch``). A failed read is reported again, not retried, until the
+    interval has passed."""
+
+    def __init__(
+        self,
+        source: Callable[[], RepoSnapshot],
+        min_interval: float,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.source = source
+        self.min_interval = min_interval
+        self.clock = clock
+        self._last: RepoSnapshot | Exception | None = None
+        self._at = 0.0
+        self.reads = 0
+
+    def expire(self) -> None:
+        self._last = None
+
+    def __call__(self) -> RepoSnapshot:
+        now = self.clock()
+        last = self._last
+        if last is None or now >= self._at + self.min_interval:
+            self._at = now
+            self.reads += 1
+            try:
+                last = self.source()
+            except Exception as exc:  # reported by the cycle (sync_error), kept until due
+                last = exc
+            self._last = last
+        if isinstance(last, Exception):
+            raise last
+        return last
+
+
 @dataclass
 class Runtime:
     reconciler: Reconciler
@@ -40,6 +85,20 @@ class Runtime:
     completed: CycleResult | None = None  # the last cycle whose status and metrics are out
     faults: FaultPoints = field(default_factory=FaultPoints.from_env)
     config: ConfigRepo | None = None  # the Git source (None with a worktree), for blame
+    wakeup: Wakeup | None = None  # the loop's: asked for a cycle when a status write is due
+    source: Callable[[], RepoSnapshot] | None = None  # the reconciler's config source
+
+    def config_changed(self) -> None:
+        """Files were saved (``--watch``): read them in the cycle that this asks for."""
+        if isinstance(self.source, PacedSource):
+            self.source.expire()
+        self.trigger(Trigger.CONFIG)
+
+    def trigger(self, trigger: Trigger) -> None:
+        """Ask for a cycle now (the Lease gained, files saved), counted like the watches'."""
+        self.metrics.cycle_triggers.labels(trigger.value).inc()
+        if self.wakeup is not None:
+            self.wakeup.request(trigger)
 
     def on_cycle(self, result: CycleResult) -> None:
         # The metrics first: whoever sees this cycle's status already sees its metrics.
@@ -64,6 +123,9 @@ class Runtime:
             self.faults.hit("after-status")
             if self.publisher.last_error:
                 m.git_sync_errors.inc()
+            due = self.publisher.due
+            if due is not None and self.wakeup is not None:
+                self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it then
         self.completed = result
 
     def readiness(self) -> tuple[bool, str]:
@@ -88,9 +150,17 @@ def make_runtime(
     status_branch: str | None = "reconciler/status",
     cache_dir: Path | None = None,
     is_leader: Callable[[], bool] | None = None,
+    wakeup: Wakeup | None = None,
+    status_interval: float = 0.0,
+    fetch_interval: float = 0.0,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
-    branch tip) with status on ``status_branch``, or the saved files with ``worktree``."""
+    branch tip) with status on ``status_branch``, or the saved files with ``worktree``.
+
+    With ``wakeup``, a watch event by which a run ends asks it for a cycle at once
+    (``core/trigger.py``); the status is then written at most every ``status_interval``
+    seconds, and the config read at most every ``fetch_interval`` (on ``wakeup``'s
+    clock)."""
 
     def connect(spec: ClusterSpec) -> Kube:
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
@@ -105,17 +175,42 @@ def make_runtime(
         config = ConfigRepo(repo, branch, cache_dir)
         source = config.sync
         if status_branch:
-            publisher = StatusPublisher(StatusBranch(config, branch=status_branch))
+            publisher = StatusPublisher(
+                StatusBranch(config, branch=status_branch),
+                min_interval=status_interval,
+                clock=wakeup.clock if wakeup is not None else time.monotonic,
+            )
+    if fetch_interval > 0:
+        source = PacedSource(
+            source, fetch_interval, wakeup.clock if wakeup is not None else time.monotonic
+        )
+    metrics = Metrics()
+
+    def on_trigger(trigger: Trigger) -> None:
+        """A watch event by which a run ends: a cycle now (counted)."""
+        metrics.cycle_triggers.labels(trigger.value).inc()
+        if wakeup is not None:
+            wakeup.request(trigger)
+
     reconciler = Reconciler(
         source,
         connect,
         SystemClock(),
         is_leader=is_leader or (lambda: True),
         faults=FaultPoints.from_env(),
+        on_trigger=on_trigger if wakeup is not None else None,
+    )
+    runtime = Runtime(
+        reconciler,
+        publisher,
+        metrics,
+        config=None if worktree else config,
+        wakeup=wakeup,
+        source=source,
     )
     if publisher is not None:
         try:
             reconciler.seed(publisher.recorded())
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
-    return Runtime(reconciler, publisher, config=None if worktree else config)
+    return runtime

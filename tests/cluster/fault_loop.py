@@ -11,8 +11,11 @@ cluster and the status branch:
 1. no duplicate workload: at most one Job per operation and generation;
 2. no lost operation: every operation has its Job, or is Queued in status;
 3. quota and concurrency never exceeded, in any sample (a list is one consistent snapshot);
-4. (at the end, by :meth:`FaultLoop.converge`) a clean run takes every operation to
-   Succeeded, in the cluster and in status.
+4. the ledger (``status/ledger/``) has each finished run exactly once: no entry twice, no
+   finished operation in status without its entry (no cost counted twice, none lost), each
+   costed from its Job's own start and completion times;
+5. (at the end, by :meth:`FaultLoop.converge`) a clean run takes every operation to
+   Succeeded, in the cluster and in status, each with its one ledger entry.
 """
 
 from __future__ import annotations
@@ -36,8 +39,10 @@ from zygote import Zygote
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
+from reconciler.core.ledger import parse_moment
+from reconciler.core.observe import job_finished_at
 from reconciler.core.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
-from reconciler.core.status import read_status
+from reconciler.core.status import StatusView, read_status
 from reconciler.core.types import CompiledRepo
 
 STATUS_BRANCH = "reconciler/status"
@@ -106,7 +111,8 @@ class LimitSampler(threading.Thread):
 
 
 def over_limits(repo: CompiledRepo, jobs: list[dict[str, Any]]) -> list[str]:
-    """Queues whose active Jobs exceed their concurrency or quota."""
+    """Queues whose active Jobs exceed their concurrency or quota (plus what a cohort
+    member may borrow), and cohorts whose members together exceed their quotas."""
     ops = {op.id: op for op in repo.operations}
     count: Counter[str] = Counter()
     used: dict[str, dict[str, Decimal]] = {}
@@ -125,8 +131,23 @@ def over_limits(repo: CompiledRepo, jobs: list[dict[str, Any]]) -> list[str]:
         if queue.concurrency is not None and count[name] > queue.concurrency:
             out.append(f"queue {name}: {count[name]} active > concurrency {queue.concurrency}")
         for resource, limit in queue.quota.items():
+            if queue.cohort is not None:
+                limit += queue.borrowing_limit.get(resource, Decimal(0))
             if used.get(name, {}).get(resource, Decimal(0)) > limit:
                 out.append(f"queue {name}: {resource} {used[name][resource]} > quota {limit}")
+    cohorts: dict[str, list[str]] = {}
+    for name, queue in repo.queues.items():
+        if queue.cohort is not None:
+            cohorts.setdefault(queue.cohort, []).append(name)
+    for cohort, members in cohorts.items():
+        totals: dict[str, Decimal] = {}
+        for name in members:
+            for resource, limit in repo.queues[name].quota.items():
+                totals[resource] = totals.get(resource, Decimal(0)) + limit
+        for resource, total in totals.items():
+            held = sum((used.get(n, {}).get(resource, Decimal(0)) for n in members), Decimal(0))
+            if held > total:
+                out.append(f"cohort {cohort}: {resource} {held} > its queues' quotas {total}")
     return out
 
 
@@ -222,8 +243,8 @@ class FaultLoop:
     def _jobs(self) -> list[dict[str, Any]]:
         return list(self.kube.list_managed("Job").items)
 
-    def status(self) -> dict[str, str] | None:
-        """Phase per operation on the status branch; None before the first status write."""
+    def status_view(self) -> StatusView | None:
+        """The status branch read back; None before the first status write."""
         try:
             tree = gitpython.Repo(self.repo).commit(STATUS_BRANCH).tree
         except Exception:  # no branch yet
@@ -234,8 +255,43 @@ class FaultLoop:
             for item in tree.traverse()
             if isinstance(item, gitpython.Blob)
         }
-        view = read_status(files)
+        return read_status(files)
+
+    def status(self) -> dict[str, str] | None:
+        """Phase per operation on the status branch; None before the first status write."""
+        view = self.status_view()
+        if view is None:
+            return None
         return {op: rec.phase for op, rec in view.operations.items()}
+
+    def ledger_violations(self, jobs: list[dict[str, Any]]) -> list[str]:
+        """Invariant 4: each finished run in the ledger exactly once, costed from its Job."""
+        view = self.status_view()
+        if view is None:
+            return []
+        out = [f"unreadable status file: {p}" for p in view.problems]
+        keys = Counter(e.key for e in view.ledger)
+        out += [f"ledger: {key} entered {n} times" for key, n in keys.items() if n > 1]
+        entered = {(e.operation, e.generation) for e in view.ledger}
+        for op, rec in view.operations.items():
+            if rec.children or rec.phase not in ("Succeeded", "Failed", "Stopped"):
+                continue
+            if (op, rec.generation or 1) not in entered:
+                out.append(f"ledger: {op} is {rec.phase} in status but has no ledger entry")
+        by_job = {(job_key(j)[0], int(job_key(j)[1])): j for j in jobs}
+        for entry in view.ledger:
+            job = by_job.get((entry.operation, entry.generation))
+            status = (job or {}).get("status") or {}
+            ended = job_finished_at(job or {})
+            if not status.get("startTime") or not ended:
+                continue  # the ledger's end: when its success or failure was established
+            times = (parse_moment(status["startTime"]), parse_moment(ended))
+            if (entry.start, entry.end) != times:
+                out.append(
+                    f"ledger: {entry.operation} ran {times[0]}..{times[1]} by its Job, "
+                    f"entered {entry.start}..{entry.end}"
+                )
+        return out
 
     def check(self) -> list[str]:
         """Invariants 1 and 2 now, and 3 over every sample so far."""
@@ -255,6 +311,7 @@ class FaultLoop:
             if phase is not None or op.id in self._recorded:
                 out.append(f"lost operation: {op.id} has no Job and is {phase} in status")
         self._recorded |= set(status)
+        out += self.ledger_violations(jobs)
         out += self.sampler.violations
         self.sampler.violations.clear()
         return out
@@ -290,6 +347,9 @@ class FaultLoop:
             for op in sorted(wanted)
             if status.get(op) != "Succeeded"
         ]
+        view = self.status_view()
+        entered = Counter(e.operation for e in view.ledger) if view is not None else Counter()
+        left += [f"{op}: {entered[op]} ledger entries" for op in sorted(wanted) if entered[op] != 1]
         return left
 
     def close(self) -> None:

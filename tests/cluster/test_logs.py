@@ -139,3 +139,38 @@ def test_logs_of_an_unschedulable_pod_say_why(
     assert result.stderr.startswith("error: demo/huge: pod "), result.stderr
     assert "has not started: Unschedulable: " in result.stderr
     assert "Insufficient nvidia.com/gpu" in result.stderr
+
+
+def test_logs_of_a_distributed_run_read_one_replica(
+    kube_cluster: KubeCluster, namespace: str, tmp_path: Path, gang_nodes: list[str]
+) -> None:
+    """``--replica N`` reads the pod of index N (default 0). kwok serves one text for every
+    pod, so the test checks which pods exist and that each index's log is read."""
+    if kube_cluster.dev is None:
+        pytest.skip("the simulated log text is served by the dev cluster's kwok")
+    _write_repo(tmp_path, kube_cluster.kubeconfig, namespace)
+    (tmp_path / "projects/demo/operations/gang.yaml").write_text(
+        "kind: Operation\nrun:\n  kind: job\n  replicas: 3\n  container: {image: busybox}\n"
+        "  environment:\n    nodeSelector: {gpu.type: h100}\n"
+        "    annotations: {reconciler.dev/simulated-duration: 1s}\n"
+    )
+    repo = compile_repo(snapshot_worktree(tmp_path))
+    op = next(o for o in repo.operations if o.id == "demo/gang")
+    kube = Kube(kube_cluster.api_client())
+    rendered = render_operation(op, {}, config_version="c1", dispatched_at=datetime.now(UTC))
+    for manifest in rendered.manifests:
+        kube.create_or_adopt(manifest)
+
+    def all_done() -> bool:
+        pods = kube.list_labelled("Pod", f"job-name={rendered.name}", namespace)
+        return len(pods) == 3 and all(p["status"].get("phase") == "Succeeded" for p in pods)
+
+    wait_until(all_done, timeout=60, what="the 3 replicas to succeed")
+    for args in ((), ("--replica", "0"), ("--replica", "2")):
+        out = _logs("demo/gang", *args, "--repo", str(tmp_path))
+        assert (out.returncode, out.stdout) == (0, EXPECTED), out.stderr
+    missing = _logs("demo/gang", "--replica", "3", "--repo", str(tmp_path))
+    assert missing.returncode == 1
+    assert missing.stderr.startswith(
+        "error: demo/gang: no pod for replica 3 (replicas: 0, 1, 2)"
+    ), missing.stderr

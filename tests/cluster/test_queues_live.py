@@ -49,7 +49,14 @@ def test_live_view_before_and_after_a_cycle(kube: Kube, config_repo: Path, tmp_p
         reconciler.close()
     after = _live(config_repo, tmp_path / "cache")
     assert (after["team-a"]["active"], after["team-a"]["next"]) == (2, 0)
-    assert after["team-a"]["quota"][0] == {"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}
+    assert after["team-a"]["quota"][0] == {
+        "resource": "nvidia.com/gpu",
+        "used": "2",
+        "limit": "2",
+        "borrowed": "0",  # team-b uses all of its GPUs: nothing idle to borrow
+        "lent": "0",
+    }
+    assert after["team-a"]["cohort"] == "gpu-pool"
     assert after["team-b"]["quota"][0]["used"] == "4"
     assert (after["batch"]["active"], after["batch"]["concurrency"]) == (3, 3)
     for name in ("team-a", "team-b", "batch"):
@@ -114,7 +121,7 @@ def test_serve_is_read_only_and_blames_real_commits(
         detail = json.loads(_fetch(base + "/api/v1/queues/team-a")[1])
         priority = {s["key"]: s for s in detail["settings"]}["priority"]
         assert priority["commit"] == head and priority["summary"] == "initial config"
-        assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3]
+        assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3, 4]
         assert len(detail["nextDispatch"]) == 2
     finally:
         proc.terminate()

@@ -36,6 +36,10 @@ pytestmark = pytest.mark.cluster
 
 TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
 LIMITS = {"team-a": 2, "team-b": 4, "batch": 3}  # GPU quota 2 and 4 of 1-GPU ops; concurrency 3
+# team-a may borrow 2 of team-b's idle GPUs (cohort gpu-pool): its ops with a timeout of at
+# most 2h (train-vit) may run above its quota, never the cohort above its 6 GPUs
+BORROWING = {"team-a": 2}
+COHORT = ("team-a", "team-b")
 
 
 class Sampler(threading.Thread):
@@ -56,6 +60,7 @@ class Sampler(threading.Thread):
                     continue
                 queue = job["metadata"]["labels"][LABEL_QUEUE]
                 counts[queue] = counts.get(queue, 0) + 1
+            counts["(cohort)"] = sum(counts.get(q, 0) for q in COHORT)
             for queue, n in counts.items():
                 self.peak[queue] = max(self.peak.get(queue, 0), n)
             self.samples += 1
@@ -92,6 +97,7 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
             ("QuotaExceeded", 1),
             ("QuotaExceeded", 2),
             ("QuotaExceeded", 3),
+            ("QuotaExceeded", 4),
         ]
         total = len(first.compiled.operations)
         deadline = time.monotonic() + 240
@@ -108,13 +114,15 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
                     if p.queue == queue
                     and p.reason.value in ("QuotaExceeded", "QueueConcurrencyLimit")
                 ]
-                assert active.get(queue, 0) <= limit
+                assert active.get(queue, 0) <= limit + BORROWING.get(queue, 0)
                 if waiting:  # a freed slot is refilled in the same cycle that sees it free
-                    assert active.get(queue, 0) == limit, (queue, active, waiting)
+                    assert active.get(queue, 0) >= limit, (queue, active, waiting)
+            assert sum(active.get(q, 0) for q in COHORT) <= 6
             if sum(s.phase is Phase.SUCCEEDED for s in result.states.values()) == total:
                 break
         done = {op: s.phase for op, s in result.states.items()}
         assert done == {op.id: Phase.SUCCEEDED for op in first.compiled.operations}
+        assert reconciler.wait_writes(30.0)  # the phase annotations, written off the cycle
         finished = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
         assert finished.metadata.annotations["reconciler.dev/phase"] == "Succeeded"
     finally:
@@ -122,8 +130,9 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
         sampler.join()
     assert sampler.samples > 20
     for queue, limit in LIMITS.items():
-        assert sampler.peak.get(queue, 0) <= limit, (queue, sampler.peak)
-    assert sampler.peak["team-a"] == 2 and sampler.peak["team-b"] == 4
+        assert sampler.peak.get(queue, 0) <= limit + BORROWING.get(queue, 0), (queue, sampler.peak)
+    assert sampler.peak["(cohort)"] <= 6
+    assert sampler.peak["team-a"] >= 2 and sampler.peak["team-b"] == 4
 
 
 def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running(
@@ -132,6 +141,7 @@ def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running
     make_long_running(config_repo, "vision")
     reconciler = make_reconciler(config_repo)
     reconciler.run_once()
+    assert reconciler.wait_writes(30.0)  # the phase annotations, written off the cycle
     before = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
     assert before
     job = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
@@ -325,7 +335,11 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
             f"kind: Cluster\nname: remote\nkubeconfig:\n  path: {second.kubeconfig}\ncontext: dev\n"
         )
         queue = config_repo / "queues" / "team-b.yaml"
-        queue.write_text(queue.read_text().replace("cluster: local", "cluster: remote"))
+        queue.write_text(  # a cohort's queues share one cluster: team-b leaves gpu-pool
+            re.sub(r"(?m)^cohort: .*\n", "", queue.read_text()).replace(
+                "cluster: local", "cluster: remote"
+            )
+        )
         commit_all(config_repo, "team-b runs on the remote cluster")
         reconciler = make_reconciler(config_repo)
         result = reconciler.run_once()
@@ -430,10 +444,16 @@ def test_demo_runs_the_example_to_completion(
         env={**os.environ, "COLUMNS": "200"},
     )
     assert demo.returncode == 0, demo.stderr[-3000:]
-    assert "'Succeeded': 18" in demo.stderr
+    assert "'Succeeded': 19" in demo.stderr
     assert "team-a" in demo.stderr and "nvidia.com/gpu" in demo.stderr
-    names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
-    assert "vision-train-vit-g1" in names
+    jobs = {j["metadata"]["name"]: j for j in kube.list_managed("Job").items}
+    assert "vision-train-vit-g1" in jobs
+    # the distributed train-ddp: one Indexed Job of 2 pods, both succeeded
+    ddp = jobs["vision-train-ddp-g1"]
+    assert ddp["spec"]["completionMode"] == "Indexed" and ddp["spec"]["parallelism"] == 2
+    assert ddp["status"].get("succeeded") == 2
+    # the cohort at work: train-vit (timeout 1h) runs on an idle team-b GPU
+    assert "team-a borrows nvidia.com/gpu from cohort gpu-pool" in demo.stderr
 
 
 def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
@@ -460,7 +480,7 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     assert "phase: Dispatched" in record and "workload: vision-sweep-lr-0-g1" in record
     assert "logs: reconciler logs vision/sweep-lr-0" in record
     queued = git(config_repo, "show", "reconciler/status:status/vision/train-vit.yaml")
-    assert "reason: QuotaExceeded" in queued and "position: 3" in queued
+    assert "reason: QuotaExceeded" in queued and "position: 4" in queued
     assert len(status_log()) == 1 and "dispatched 11" in status_log()[0]
 
     # a human commits a note onto the status branch while the reconciler runs

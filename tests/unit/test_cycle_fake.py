@@ -13,8 +13,11 @@ from fake_kube import FakeCluster, FakeKube
 from helpers import wait_until
 
 from reconciler.core.cycle import Memory
+from reconciler.core.plan import PendingReason
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
+
+GPU = "nvidia.com/gpu"
 
 
 class FixedClock:
@@ -41,7 +44,10 @@ class Harness:
 
     def cycle(self) -> CycleResult:
         with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
-            return self.reconciler.run_once()
+            result = self.reconciler.run_once()
+        # the phase annotations are written off the cycle's path
+        assert self.reconciler.wait_writes(10.0)
+        return result
 
     def job(self, op_id: str, generation: int = 1) -> tuple[str, str]:
         project, name = op_id.split("/")
@@ -182,3 +188,65 @@ def test_a_cluster_removed_from_the_config_keeps_its_last_phases() -> None:
     assert state.phase is Phase.RUNNING
     assert state.message == "cluster a not in the config; last seen Running"
     assert h.clusters["a"].calls[-1] == "annotate p/p-a1-g1"  # nothing after it
+
+
+def test_a_distributed_op_is_created_with_its_service_and_deleted_with_it() -> None:
+    """One Create carries the Indexed Job and its headless Service; a prune deletes both
+    (``delete_workload`` removes the Job and the Service of that name)."""
+    world = World().queue("team-a", quota={"nvidia.com/gpu": 4})
+    world.op("p/ddp", gpu=2).replicas(2)
+    world.op("p/next", gpu=1)
+    world.with_org(prune=True, allow_mass_prune=True)
+    h = Harness(world.repo())
+    first = h.cycle()
+    assert first.dispatched == ("p/ddp",)  # 4 GPUs taken whole: p/next waits
+    assert h.clusters["local"].calls == ["create p/p-ddp-g1", "create Service p/p-ddp-g1"]
+    job = h.clusters["local"].jobs[h.job("p/ddp")]
+    assert job["spec"]["completionMode"] == "Indexed" and job["spec"]["parallelism"] == 2
+    assert first.plan is not None
+    (waiting,) = first.plan.pending
+    assert (waiting.operation, str(waiting.reason)) == ("p/next", "QuotaExceeded")
+    # the next cycle counts the Job it observes as the whole gang: still 4 GPUs held
+    h.move("p/ddp", "Running")
+    second = h.cycle()
+    assert second.plan is not None and second.plan.queues[0].used[GPU] == 4
+    assert second.states["p/ddp"].pods == 2
+    h.repo = world.remove("p/ddp").repo("v2")
+    third = h.cycle()
+    assert third.stopped == ("p/ddp",)
+    assert "delete p/p-ddp-g1" in h.clusters["local"].calls
+    assert third.dispatched == ("p/next",)
+
+
+def test_the_template_borrows_an_idle_team_b_gpu_for_train_vit() -> None:
+    """The example config's cohort: once team-b's first four jobs are done and it has only
+    two more, vision/train-vit (timeout 1h, team-a's quota taken) runs on an idle team-b GPU;
+    the 12h-timeout vision jobs never borrow. ``reconciler demo`` prints that cycle."""
+    from conftest import TEMPLATE
+
+    from reconciler.adapters.repo import snapshot_worktree
+    from reconciler.cli.demo_cmd import borrowing_lines, queue_table
+    from reconciler.core.compile import compile_repo
+
+    h = Harness(compile_repo(snapshot_worktree(TEMPLATE)))
+    first = h.cycle()
+    assert first.plan is not None
+    vit = next(p for p in first.plan.pending if p.operation == "vision/train-vit")
+    assert vit.reason is PendingReason.QUOTA_EXCEEDED  # team-b uses all of its 4
+    fake = h.clusters["local"]
+    for namespace, name in list(fake.jobs):
+        fake.set_phase(namespace, name, "Succeeded")
+    second = h.cycle()
+    assert second.plan is not None
+    assert "vision/train-vit" in second.dispatched
+    by_name = {q.name: q for q in second.plan.queues}
+    gpu = "nvidia.com/gpu"
+    assert by_name["team-a"].borrowed_after[gpu] == 1
+    assert by_name["team-b"].lent_after[gpu] == 1
+    assert borrowing_lines(second) == [
+        "team-a borrows nvidia.com/gpu from cohort gpu-pool: 1 above its quota (team-b lends 1)"
+    ]
+    assert queue_table(second).row_count == 6  # the template's six queues
+    # the others of team-a have a 12h timeout: none borrows
+    borrowed = {d.operation for d in second.plan.dispatch if d.queue == "team-a"}
+    assert borrowed == {"vision/train-vit", "vision/sweep-lr-2", "vision/train-resnet"}

@@ -13,7 +13,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 
 from reconciler.devcluster.cluster import ProcessRecord, _start_ticks
 from reconciler.devcluster.pki import generate_pki
-from reconciler.devcluster.shape import GPU_RESOURCE, ShapeError, default_shape, load_shape
+from reconciler.devcluster.shape import (
+    GPU_RESOURCE,
+    ShapeError,
+    default_shape,
+    load_shape,
+    named_shape,
+)
 
 
 def test_default_shape_has_gpu_and_cpu_nodes() -> None:
@@ -63,6 +69,34 @@ def test_bad_shape_files_are_clear_errors(tmp_path: Path, text: str, expected: s
         load_shape(shape)
     assert str(err.value).startswith(f"{shape}:")
     assert expected in str(err.value)
+
+
+def test_gang_shape_adds_four_8_gpu_nodes_to_the_default_fleet() -> None:
+    pools = {p.name: p for p in named_shape("gang")}
+    assert set(pools) == {"gpu", "cpu", "h100"}
+    h100 = pools["h100"]
+    assert h100.node_names() == [f"kwok-h100-{i}" for i in range(4)]
+    node = h100.manifest("kwok-h100-0")
+    assert node["status"]["allocatable"][GPU_RESOURCE] == "8"
+    assert node["metadata"]["labels"]["gpu.type"] == "h100"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert named_shape("default") == default_shape()
+    with pytest.raises(ShapeError, match="unknown shape 'dgx': one of default, gang"):
+        named_shape("dgx")
+
+
+def test_named_shape_and_shape_file_exclude_each_other(tmp_path: Path) -> None:
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    shape = tmp_path / "s.yaml"
+    shape.write_text("pools: []\n")
+    result = CliRunner().invoke(
+        cli, ["dev-cluster", "up", "--shape", str(shape), "--named-shape", "gang"]
+    )
+    assert result.exit_code == 2
+    assert "--shape and --named-shape exclude each other" in result.output
 
 
 def test_pki_chain_and_client_identities(tmp_path: Path) -> None:

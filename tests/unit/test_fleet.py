@@ -38,8 +38,19 @@ from reconciler.core.cycle import (
 )
 from reconciler.core.plan import AdmitWhen, FleetBlock, MemberState, PendingReason
 from reconciler.core.status import read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
+from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
+    ClusterSpec,
+    CompiledRepo,
+    Distributed,
+    DistributedBackend,
+    Phase,
+    RepoSnapshot,
+)
 from reconciler.runtime.cycle import CycleResult, Reconciler
+
+DAY = BudgetPeriod.DAY
 
 GPU = "nvidia.com/gpu"
 
@@ -217,6 +228,7 @@ def test_require_capacity_holds_it_with_each_clusters_free_amount() -> None:
         "state": "NoCapacity",
         "free": {GPU: "3"},
         "short": GPU,
+        "scattered": False,
     }
 
 
@@ -418,7 +430,9 @@ def test_plan_from_the_status_branch_chooses_with_the_recorded_capacity() -> Non
     live = decide(after, _listing(world), Memory(), NOW)
     recorded = decide(
         after,
-        listing_from_memory(after, memory_from_status(view), {}, capacity_from_status(view)),
+        listing_from_memory(
+            after, memory_from_status(view), {}, capacity=capacity_from_status(view)
+        ),
         memory_from_status(view),
         NOW,
     )
@@ -591,3 +605,97 @@ def test_a_pr_plan_shows_a_queue_becoming_a_fleet_queue_and_where_its_ops_go() -
     assert [
         (d.operation, d.cluster) for d in decide(after, _listing(head), Memory(), NOW).plan.dispatch
     ] == [("p/train", "b")]
+
+
+# --- fleet queues with budgets, distributed operations, maxPods and backends -------------
+
+
+def test_a_fleet_operations_cost_is_at_the_prices_of_the_cluster_it_goes_to() -> None:
+    """Check 11 after check 10: the reservation is priced on the chosen cluster."""
+    world = World().with_org(prices={GPU: Decimal("4.00")}, currency="USD")
+    world.fleet("fleet", ("a", "b"), quota={GPU: 8}, budget=BudgetSpec(Decimal(10), DAY))
+    world.clusters["b"] = ClusterSpec("b", prices={GPU: Decimal("1.00")})
+    world.nodes("a", node("a-1", gpu=1))  # room for one op: 4 USD an hour there
+    world.nodes("b", node("b-1", gpu=8))
+    for i in range(4):
+        world.op(f"p/o{i}", queue="fleet", gpu=1).timeout(2 * 3600)
+    plan = world.plan()
+    # o0 on a: 8 USD; o1 on b: 2 USD (10 in all); o2 would cost 2 more on b
+    assert [(d.operation, d.cluster) for d in plan.dispatch] == [("p/o0", "a"), ("p/o1", "b")]
+    assert plan.pending[0].reason is PendingReason.BUDGET_EXCEEDED
+    assert "needs 2 USD; fleet spent 0 USD and committed 10 USD of 10 USD" in (
+        plan.pending[0].message
+    )
+    # a running op is committed at the prices of the cluster it runs on
+    world.observe("p/o0", Phase.RUNNING, queue="fleet", cluster="b", requests=gpus(1))
+    world.nodes("a", node("a-1", gpu=0))
+    plan = world.plan()
+    assert [(d.operation, d.cluster) for d in plan.dispatch] == [
+        ("p/o1", "b"),
+        ("p/o2", "b"),
+        ("p/o3", "b"),
+    ]
+
+
+def test_a_distributed_op_goes_where_every_replica_fits_node_by_node() -> None:
+    """A gang's request is replicas x per pod, admitted whole on one cluster; each pod needs
+    one node with room for it (a has 4 GPUs free in all, but 1 per node)."""
+    world = World().fleet("fleet", ("a", "b"), quota={GPU: 16}, require_capacity=True)
+    world.nodes("a", *(node(f"a-{i}", gpu=1) for i in range(4)))
+    world.nodes("b", node("b-1", gpu=2), node("b-2", gpu=2))
+    world.op("p/ddp", queue="fleet", gpu=2).replicas(2)
+    world.op("p/single", queue="fleet", gpu=2)
+    plan = world.plan()
+    assert [(d.operation, d.cluster) for d in plan.dispatch] == [("p/ddp", "b")]
+    (entry,) = plan.pending
+    assert entry.reason is PendingReason.NO_CLUSTER_HAS_CAPACITY
+    assert isinstance(entry.blocked_by, FleetBlock)
+    a, b = entry.blocked_by.members
+    assert (a.state, a.scattered, dict(a.free)) == (MemberState.NO_CAPACITY, True, gpus(4))
+    assert (b.state, b.scattered, dict(b.free)) == (MemberState.NO_CAPACITY, False, gpus(0))
+    assert "a has nvidia.com/gpu 4 free, but not on one node per pod" in entry.message
+
+
+def test_a_gang_counts_every_replica_against_the_clusters_cap_and_max_pods() -> None:
+    world = World().fleet(
+        "fleet", ("a", "b"), quota={GPU: 16}, cluster_quota={"a": {"gpu": 3}}, max_pods=3
+    )
+    world.nodes("a", node("a-1", gpu=8))
+    world.nodes("b", node("b-1", gpu=8))
+    world.op("p/ddp", queue="fleet", gpu=1).replicas(4)  # 4 pods: over maxPods alone
+    world.op("p/pair", queue="fleet", gpu=2).replicas(2)  # 4 GPUs: over a's cap of 3
+    world.op("p/one", queue="fleet", gpu=1)
+    world.op("p/two", queue="fleet", gpu=1)
+    plan = world.plan()
+    assert [(d.operation, d.cluster) for d in plan.dispatch] == [("p/pair", "b"), ("p/one", "a")]
+    reasons = {p.operation: p.reason for p in plan.pending}
+    assert reasons == {
+        "p/ddp": PendingReason.EXCEEDS_QUOTA,
+        "p/two": PendingReason.MAX_PODS_REACHED,
+    }
+    slices = {s.cluster: s for s in plan.queues[0].members}
+    assert (slices["a"].used, slices["b"].used) == (gpus(1), gpus(4))
+
+
+def test_a_backend_goes_only_to_a_cluster_that_serves_it() -> None:
+    world = two_clusters()
+    world.op("p/torch", queue="fleet", gpu=1).replicas(
+        2, Distributed(backend=DistributedBackend.PYTORCHJOB)
+    )
+    # neither serves the PyTorchJob CRD: check 0
+    plan = world.plan()
+    assert plan.pending[0].reason is PendingReason.BACKEND_UNAVAILABLE
+    assert "clusters a, b do not serve" in plan.pending[0].message
+    # b serves it: chosen though a, listed first, has room
+    plan = world.plan(backends={"b": frozenset({"pytorchjob"})})
+    assert [(d.operation, d.cluster) for d in plan.dispatch] == [("p/torch", "b")]
+    # only a serves it, and requireCapacity with no room there: a's state says why not b
+    world.set_queue("fleet", require_capacity=True)
+    world.nodes("a", node("a-1", gpu=1))
+    plan = world.plan(backends={"a": frozenset({"pytorchjob"})})
+    (entry,) = plan.pending
+    assert isinstance(entry.blocked_by, FleetBlock)
+    assert [m.state for m in entry.blocked_by.members] == [
+        MemberState.NO_CAPACITY,
+        MemberState.BACKEND_UNAVAILABLE,
+    ]

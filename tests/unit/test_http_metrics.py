@@ -135,6 +135,46 @@ def test_observe_plan_drops_queues_that_left_the_plan() -> None:
     assert queues == {"batch"}
 
 
+def test_budget_gauges_follow_the_plan() -> None:
+    """Per budgeted queue: its limit, what the ledger says it spent in the window and what
+    its active runs (with this plan's dispatches) committed; gone when the budget is."""
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from builders import NOW
+    from prometheus_client import generate_latest
+
+    from reconciler.core.ledger import LedgerEntry
+    from reconciler.core.types import BudgetPeriod, BudgetSpec
+
+    budget = BudgetSpec(Decimal(3), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
+    w = World().cluster("local").queue("gpu", budget=budget)
+    for i in range(3):
+        w.op(f"p/o{i}", queue="gpu", gpu=1).timeout(3600)
+    done = LedgerEntry(
+        operation="p/old",
+        generation=1,
+        workload="p-old-g1",
+        queue="gpu",
+        cluster="local",
+        phase="Succeeded",
+        requests={"nvidia.com/gpu": Decimal(1)},
+        start=NOW - timedelta(hours=1, minutes=30),
+        end=NOW - timedelta(hours=1),
+        cost=Decimal(0),
+    )
+    metrics = Metrics()
+    metrics.observe_plan(w.plan(ledger=[done]))
+    s = _samples(generate_latest(metrics.registry).decode())
+    key = (("queue", "gpu"), ("unit", "nvidia.com/gpu-hours"))
+    assert s[("reconciler_queue_budget_limit", key)] == 3
+    assert s[("reconciler_queue_budget_spent", key)] == 0.5
+    assert s[("reconciler_queue_budget_committed", key)] == 2  # two of three dispatched
+    metrics.observe_plan(World().cluster("local").queue("gpu").plan())
+    s = _samples(generate_latest(metrics.registry).decode())
+    assert not [k for k in s if k[0].startswith("reconciler_queue_budget")]
+
+
 def test_address_parsing_and_bind_errors() -> None:
     assert parse_address("127.0.0.1:8080") == ("127.0.0.1", 8080)
     assert parse_address(":9090") == ("127.0.0.1", 9090)

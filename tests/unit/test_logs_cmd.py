@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from builders import World
 
@@ -11,6 +13,7 @@ from reconciler.cli.logs_cmd import (
     newest_pod,
     parse_op_id,
     selector,
+    show_logs,
     waiting_reason,
 )
 
@@ -101,3 +104,65 @@ def test_waiting_reason() -> None:
     assert waiting_reason(pulling) == "ErrImagePull"
     assert waiting_reason(_pod("p", "t", phase="Running")) is None
     assert waiting_reason(_pod("p", "t", phase="Succeeded")) is None
+
+
+# --- --replica, through the fake kube ---------------------------------------------------
+
+
+def _gang_cluster(placed: int = 4) -> tuple[Any, Any, Any]:
+    from datetime import UTC, datetime
+
+    from fake_kube import FakeCluster, FakeKube
+
+    from reconciler.core.render import render_operation
+
+    repo = _world().repo()
+    op = next(o for o in repo.operations if o.id == "vision/train")
+    rendered = render_operation(op, {}, config_version="c1", dispatched_at=datetime.now(UTC))
+    cluster = FakeCluster("local")
+    cluster.add_job(dict(rendered.job))
+    cluster.set_gang(op.namespace, rendered.name, replicas=4, placed=placed, running=placed)
+    return find_target(repo, "vision/train", have_kubeconfig=False), FakeKube(cluster), cluster
+
+
+def _show(target: Any, kube: Any, replica: int | None = None) -> str:
+    out: list[str] = []
+    kwargs = {} if replica is None else {"replica": replica}
+    show_logs(target, kube, False, None, echo=lambda s, nl=True: out.append(s), **kwargs)
+    return "".join(out)
+
+
+def test_logs_of_a_distributed_run_come_from_replica_0_unless_asked() -> None:
+    target, kube, _ = _gang_cluster()
+    assert _show(target, kube) == "log of replica 0\n"
+    assert _show(target, kube, 3) == "log of replica 3\n"
+    with pytest.raises(LogsError, match=r"no pod for replica 7 \(replicas: 0, 1, 2, 3\)"):
+        _show(target, kube, 7)
+
+
+def test_logs_of_an_unplaced_replica_say_why() -> None:
+    target, kube, _ = _gang_cluster(placed=3)
+    assert _show(target, kube, 2) == "log of replica 2\n"
+    with pytest.raises(
+        LogsError, match=r"has not started: Unschedulable: 0/4 nodes .* nvidia.com/gpu"
+    ):
+        _show(target, kube, 3)
+
+
+def test_replica_index_of_indexed_job_pytorchjob_and_single_pods() -> None:
+    from reconciler.core.gang import replica_index
+
+    def pod(annotations: dict[str, str] | None = None, **labels: str) -> dict[str, Any]:
+        return {"metadata": {"annotations": annotations or {}, "labels": labels}}
+
+    assert replica_index(pod({"batch.kubernetes.io/job-completion-index": "2"})) == 2
+    assert replica_index(pod(**{"batch.kubernetes.io/job-completion-index": "5"})) == 5
+    master = {"training.kubeflow.org/replica-type": "master"}
+    worker = {
+        "training.kubeflow.org/replica-type": "worker",
+        "training.kubeflow.org/replica-index": "1",
+    }
+    assert replica_index(pod(**master)) == 0
+    assert replica_index(pod(**worker)) == 2  # worker 1 is rank 2 (the master is rank 0)
+    assert replica_index(pod()) == 0  # a single-pod Job's pod
+    assert replica_index(pod({"batch.kubernetes.io/job-completion-index": "x"})) is None

@@ -18,7 +18,7 @@ from reconciler.adapters.kube import ApplyResult, Kube, KubeError, ObjectList
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
-from reconciler.runtime.loop import Loop
+from reconciler.runtime.loop import Loop, Wakeup
 
 SNAPSHOT = replace(snapshot_worktree(TEMPLATE), version="c1")
 PATIENCE = 10.0  # seconds a test waits for something that takes milliseconds
@@ -88,7 +88,7 @@ def reconciler(cluster: FakeCluster, loop: Loop) -> Reconciler:
 
 def test_a_cycle_blocked_on_a_cluster_read_is_left_behind(cluster: FakeCluster) -> None:
     cluster.reads_hang = True
-    wake = threading.Event()
+    wake = Wakeup()
     loop = Loop(threading.Event(), wake)
     rec = reconciler(cluster, loop)
     loop.start(rec, 60.0)

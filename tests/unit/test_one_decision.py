@@ -1,9 +1,11 @@
 """One decision path (issue 12): every view says what the next cycle does.
 
-Random worlds: queues and operations, Jobs and Pods in every phase on fake clusters,
+Random worlds: queues (some with ``maxPods``) and operations (some distributed, of 2 or 3
+replicas), Jobs and Pods in every phase on fake clusters,
 superseded generations, workloads deleted by hand, removed operations, unreachable
 clusters, fleet queues over clusters with nodes of random shapes (tainted, not Ready,
-partly used by pods that are not ours), and a status branch. For each, ``plan --live``,
+partly used by pods that are not ours) -- alone or a whole cohort of them, borrowing
+fleet-wide -- and a status branch. For each, ``plan --live``,
 ``queues --live``, ``status --live`` and ``/api/v1`` (a follower's cycle) must report
 exactly the plan of the next leader cycle: dispatch list (and each dispatch's cluster),
 pending reasons and positions, stops, queue usage and the fleet queues' clusters.
@@ -13,7 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 from unittest import mock
@@ -33,12 +35,22 @@ from reconciler.core.cycle import (
     decide,
     memory_from_status,
 )
+from reconciler.core.ledger import Ledger, LedgerEntry
 from reconciler.core.observe import WorkloadState, observe_workloads
-from reconciler.core.plan import plan_repo
+from reconciler.core.plan import PendingReason, plan_repo
 from reconciler.core.quantity import format_quantity
 from reconciler.core.render import render_operation
 from reconciler.core.status import ClusterStatus, read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
+from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
+    ClusterSpec,
+    CompiledRepo,
+    Distributed,
+    DistributedBackend,
+    Phase,
+    RepoSnapshot,
+)
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.live import decide_live
 from reconciler.runtime.status import render_cycle_status
@@ -77,8 +89,8 @@ def _manifest(compiled: CompiledRepo, op_id: str, generation: int) -> dict[str, 
     op = replace(op, generation=generation)
     rendered = render_operation(op, {}, config_version="c0", dispatched_at=NOW)
     manifest = json.loads(json.dumps(rendered.manifests[0]))
-    # the builder's ops carry their requests outside the spec: put them on the pod
-    limits = {r: format_quantity(v) for r, v in op.requests.items()}
+    # the builder's ops carry their requests outside the spec: put one pod's on the pod
+    limits = {r: format_quantity(v) for r, v in op.per_pod.items()}
     manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": limits}
     return dict(manifest)
 
@@ -90,28 +102,77 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     for name in names:
         world.cluster(name, concurrency=draw(st.none() | st.integers(1, 4)))
     queues = [f"q{i}" for i in range(draw(st.integers(1, 3)))]
+    # sometimes all the queues are one cohort (on one cluster), borrowing and lending
+    cohort = draw(st.sampled_from([None, None, "pool"]))
+    if cohort is not None:
+        world.cohort(cohort, "2h", quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 5}])))
+    budgets: dict[str, BudgetSpec | None] = {}
     for q in queues:
+        budgets[q] = draw(
+            st.sampled_from(
+                [
+                    None,
+                    None,
+                    BudgetSpec(
+                        Decimal(draw(st.sampled_from(["1", "2.5", "4"]))),
+                        BudgetPeriod.DAY,
+                        "nvidia.com/gpu-hours",
+                    ),
+                    BudgetSpec(Decimal(6), BudgetPeriod.WEEK),
+                ]
+            )
+        )
         world.queue(
             q,
-            cluster=draw(st.sampled_from(names)),
+            cluster=names[0] if cohort else draw(st.sampled_from(names)),
             priority=draw(st.integers(0, 2)),
             concurrency=draw(st.none() | st.integers(1, 3)),
             quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
             strict=draw(st.booleans()),
             paused=draw(st.sampled_from([False, False, False, True])),
+            max_pods=draw(st.sampled_from([None, None, 3, 5])),
+            cohort=cohort,
+            budget=budgets[q],
         )
-    if len(names) == 2 and draw(st.booleans()):  # q0 is a fleet queue over both
+        quota = world.queues[q].quota
+        if cohort is not None and quota:
+            world.set_queue(
+                q,
+                borrowing_limit={r: Decimal(draw(st.integers(0, 2))) for r in quota},
+                lending_limit=draw(st.sampled_from([{}, {r: Decimal(1) for r in quota}])),
+            )
+    if len(names) == 2 and cohort is None and draw(st.booleans()):  # q0: a fleet over both
         order = tuple(draw(st.permutations(names)))
         caps = {c: {"gpu": draw(st.integers(1, 3))} for c in order if draw(st.booleans())}
+        q0 = world.queues["q0"]
         world.fleet(
             "q0",
             order,
             cluster_quota=caps,
             require_capacity=draw(st.booleans()),
-            priority=world.queues["q0"].priority,
-            concurrency=world.queues["q0"].concurrency,
+            priority=q0.priority,
+            concurrency=q0.concurrency,
             quota={"nvidia.com/gpu": 4},
+            max_pods=q0.max_pods,
+            budget=q0.budget,
         )
+    elif cohort is not None and len(names) == 2 and draw(st.booleans()):
+        # the cohort's queues are all fleet queues over both clusters, each in its own
+        # order: they borrow fleet-wide, and check 10 chooses the borrower's cluster
+        for q in queues:
+            order = tuple(draw(st.permutations(names)))
+            caps = {
+                c: {"nvidia.com/gpu": Decimal(draw(st.integers(1, 3)))}
+                for c in order
+                if draw(st.booleans())
+            }
+            world.set_queue(
+                q,
+                cluster=order[0],
+                clusters=order,
+                cluster_quota=caps,
+                require_capacity=draw(st.booleans()),
+            )
     count = draw(st.integers(1, 8))
     facts: dict[str, str] = {}
     weighted = [*queues, "q0", "q0"] if world.queues["q0"].fleet else queues
@@ -122,15 +183,28 @@ def scenarios(draw: st.DrawFn) -> Scenario:
             queue=draw(st.sampled_from(weighted)),
             gpu=draw(st.sampled_from([None, 1, 2, 3])),
         )
+        b.timeout(draw(st.sampled_from([1800, 3600, 7200])))
         if draw(st.integers(0, 5)) == 0:
             b.submitted(None)
+        if draw(st.integers(0, 3)) == 0:
+            b.replicas(draw(st.integers(2, 3)))
+        if draw(st.booleans()):
+            b.timeout(draw(st.sampled_from(["1h", "3h"])))
         facts[op_id] = draw(st.sampled_from(FACTS))
         if facts[op_id] == "superseded":
             b._fields["generation"] = 2
+        if facts[op_id] == "none" and draw(st.integers(0, 3)) == 0:
+            # a PyTorchJob op: dispatched only where the cluster serves the CRD (an input
+            # read with the workloads), then refused by the runtime, which cannot run one
+            b._fields["distributed"] = Distributed(backend=DistributedBackend.PYTORCHJOB)
     removed = [f"p/gone{i}" for i in range(draw(st.integers(0, 2)))]
     for op_id in removed:  # in the repo while they were dispatched; removed since
-        world.op(op_id, queue=draw(st.sampled_from(queues)), gpu=1)
-    world.with_org(prune=draw(st.booleans()))
+        world.op(op_id, queue=draw(st.sampled_from(queues)), gpu=1).timeout(3600)
+    world.with_org(
+        prune=draw(st.booleans()),
+        prices={"nvidia.com/gpu": Decimal("2.5")},
+        timezone=draw(st.sampled_from(["UTC", "Asia/Tokyo"])),
+    )
     full = world.repo("c0")
     world.remove(*removed)
     compiled = world.repo("c1")
@@ -179,12 +253,29 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         for state in observe_workloads(name, jobs, pods):
             if draw(st.integers(0, 3)) > 0:  # most of what runs is on the status branch
                 recorded.append(state)
-    # the status branch as the last leader wrote it
+    # the status branch as the last leader wrote it, with runs it entered in the ledger
     states = {s.operation: s for s in recorded}
-    earlier = plan_repo(full, [s.to_observed() for s in states.values()], NOW)
-    memory = memory_from_status(read_status(render_status(full, earlier, states)))
+    past = Ledger.of(
+        LedgerEntry(
+            operation=f"p/past{i}",
+            generation=1,
+            workload=f"p-past{i}-g1",
+            queue=draw(st.sampled_from(queues)),
+            cluster=names[0],
+            phase="Succeeded",
+            requests={"nvidia.com/gpu": Decimal(1)},
+            start=NOW - timedelta(minutes=draw(st.integers(30, 48 * 60))),
+            end=NOW - timedelta(minutes=draw(st.integers(0, 29))),
+            cost=Decimal("1.25"),
+        )
+        for i in range(draw(st.integers(0, 3)))
+    )
+    earlier = plan_repo(full, [s.to_observed() for s in states.values()], NOW, ledger=past)
+    memory = memory_from_status(read_status(render_status(full, earlier, states, ledger=past)))
     for name in names:
         clusters[name].reachable = draw(st.sampled_from([True, True, True, False]))
+        if draw(st.booleans()):
+            clusters[name].backends.add("pytorchjob")
     return Scenario(compiled, clusters, memory)
 
 
@@ -230,6 +321,17 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     plan = result.plan
     assert plan is not None
 
+    # the ledger the views counted is the one the cycle writes, and so are the budgets
+    assert result.decision is not None
+    assert decision.memory.ledger == result.decision.memory.ledger
+    assert follower.decision is not None
+    assert follower.decision.memory.ledger == result.decision.memory.ledger
+    assert [q.budget for q in decision.plan.queues] == [q.budget for q in plan.queues]
+    assert [p.admit for p in decision.plan.pending] == [p.admit for p in plan.pending]
+    # no budget is committed beyond its limit by this plan's dispatches
+    for q in plan.queues:
+        if q.budget is not None and q.dispatching:
+            assert q.budget.spent + q.budget.committed_after <= q.budget.limit
     # plan --live (a fleet queue's operation: to the same cluster)
     _assert_plan_json_is(plan_json, plan)
     # queues --live and /api/v1 (a follower runs the same cycle and carries out nothing),
@@ -254,29 +356,60 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     ]
     assert api_json["fleet"] == queues_json["fleet"]
     assert [
-        (r["name"], r["active"], r["next"], r["pending"], r["headReason"], r["quota"])
+        (
+            r["name"],
+            r["active"],
+            r["pods"],
+            r["maxPods"],
+            r["next"],
+            r["pending"],
+            r["headReason"],
+            r["quota"],
+        )
         for r in queues_json["queues"]
     ] == [
         (
             q.name,
             q.active,
+            q.pods,
+            q.max_pods,
             q.dispatching,
             q.pending,
             str(q.head_reason) if q.head_reason else None,
             [
-                {"resource": r, "used": format_quantity(q.used[r]), "limit": format_quantity(v)}
+                {
+                    "resource": r,
+                    "used": format_quantity(q.used[r]),
+                    "limit": format_quantity(v),
+                    "borrowed": format_quantity(q.borrowed.get(r, Decimal(0))),
+                    "lent": format_quantity(q.lent.get(r, Decimal(0))),
+                }
                 for r, v in sorted(q.quota.items())
             ],
         )
         for q in plan.queues
     ]
     # status --live: what the status branch says after the cycle
-    assert [(q.name, q.active, dict(q.used), q.pending) for q in status_view.queues] == [
+    assert [
+        (
+            q.name,
+            q.active,
+            dict(q.used),
+            q.pending,
+            q.active if q.pods is None else q.pods,
+            dict(q.borrowed),
+            dict(q.lent),
+        )
+        for q in status_view.queues
+    ] == [
         (
             q.name,
             q.active + q.dispatching,
             {r: format_quantity(v) for r, v in sorted(q.used_after.items())},
             q.pending,
+            q.pods_after,
+            {r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
+            {r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
         )
         for q in plan.queues
     ]
@@ -306,18 +439,37 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         for c in f.calls
         if c.startswith(("create p/", "adopt p/"))
     }
+    pytorchjobs = {
+        op.id
+        for op in s.compiled.operations
+        if op.distributed is not None and op.distributed.backend is DistributedBackend.PYTORCHJOB
+    }
     expected = {
         f"{c.operation.namespace}/{c.operation.project}-{c.operation.name}-g{c.operation.generation}"
         for c in result.decision.actions.creates  # type: ignore[union-attr]
+        if c.operation.id not in pytorchjobs
     }
     assert {c.split("/", 1)[1] for c in created} == {e.split("/", 1)[1] for e in expected}
-    assert set(result.dispatched) | set(result.adopted) == {d.operation for d in plan.dispatch}
+    refused = {op for op in result.failed if op in pytorchjobs}
+    assert set(result.dispatched) | set(result.adopted) | refused == {
+        d.operation for d in plan.dispatch
+    }
+    for p in plan.pending:  # BackendUnavailable exactly where the cluster lacks the CRD
+        if p.operation in pytorchjobs and p.reason is PendingReason.BACKEND_UNAVAILABLE:
+            # a fleet queue's: each of its readable clusters lacks it
+            for name in p.blocked_by.to_json()["cluster"].split(", "):
+                assert "pytorchjob" not in s.clusters[name].backends
     assert set(result.stopped) == {x.operation for x in plan.stop}
 
-    # No view shows a queue over its quota because of a dispatch, nor contradicts itself.
+    # No view shows a queue over its quota (or maxPods) because of a dispatch, nor
+    # contradicts itself.
     for q in plan.queues:
+        spec = s.compiled.queues[q.name]
         for r, limit in q.quota.items():
-            assert q.used_after.get(r, Decimal(0)) <= max(limit, q.used.get(r, Decimal(0)))
+            most = limit + spec.borrowing_limit.get(r, Decimal(0))
+            assert q.used_after.get(r, Decimal(0)) <= max(most, q.used.get(r, Decimal(0)))
+        if q.max_pods is not None and q.dispatching:
+            assert q.pods_after <= max(q.max_pods, q.pods)
     web = WebApp(lambda: follower)
     for row in api_json["queues"]:
         if any(_units(u["used"]) > 0 for u in row["quota"]):

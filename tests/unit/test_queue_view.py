@@ -80,7 +80,7 @@ def test_seed_rows_are_in_priority_order_with_quota_and_concurrency(
     )
     assert team_b.quotas[0].text == "4/4" and team_b.quotas[0].fraction == 1.0
     assert (batch.active, batch.concurrency, batch.concurrency_text) == (3, 3, "3/3")
-    assert (team_a.pending, team_a.head_reason) == (3, "QuotaExceeded")
+    assert (team_a.pending, team_a.head_reason) == (4, "QuotaExceeded")
     assert "team-a uses 2 of 2" in team_a.head_message
     assert batch.kinds == ("batch", "job") and batch.strategy == "StrictFIFO"
     assert not batch.paused
@@ -146,8 +146,17 @@ def test_queue_detail_lists_pending_with_position_and_what_admits_it(
         (1, "QuotaExceeded"),
         (2, "QuotaExceeded"),
         (3, "QuotaExceeded"),
+        (4, "QuotaExceeded"),
     ]
-    assert all(p.admit.startswith("admitted when 1 GPU is released by") for p in detail.pending)
+    # the distributed train-ddp (2 x 1 GPU) waits for both GPUs at once
+    assert [p.admit.split(" released by")[0] for p in detail.pending] == [
+        "admitted when 1 GPU is",
+        "admitted when 2 GPUs are",
+        "admitted when 1 GPU is",
+        "admitted when 1 GPU is",
+    ]
+    assert detail.pending[1].operation == "vision/train-ddp"
+    assert detail.pending[1].requests == "cpu=8, memory=64Gi, nvidia.com/gpu=2"
     assert {a.operation for a in detail.active} == {
         d.operation for d in plan.dispatch if d.queue == "team-a"
     }

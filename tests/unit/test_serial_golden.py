@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from test_queue_view import _dispatched_states
 
 from reconciler.cli.queues_cmd import render_view
 from reconciler.cli.status_cmd import render as render_status_cmd
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.compile import compile_repo
 from reconciler.core.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
@@ -36,6 +38,7 @@ from reconciler.core.queue_view import (
 )
 from reconciler.core.status import (
     CONFIG_FILE,
+    CapacityStatus,
     ClusterStatus,
     ConfigStatus,
     OperationStatus,
@@ -166,6 +169,29 @@ CLUSTERS = (
         error="listing Jobs: <HTTPSConnection object at 0x7f3a2b1c>: Connection refused",
     ),
     ClusterStatus(name="local", reachable=True),
+    # every optional field: the backends it served and a fleet cluster's capacity
+    ClusterStatus(
+        name="gpu",
+        reachable=True,
+        backends=("pytorchjob",),
+        capacity=CapacityStatus.of(
+            ClusterCapacity(
+                (
+                    NodeCapacity(
+                        "gpu-0",
+                        {"gpu": "h100", "zone": "z1"},
+                        (Taint("nvidia.com/gpu", "present", "NoSchedule"),),
+                        {"cpu": Decimal(96), "nvidia.com/gpu": Decimal(8), "pods": Decimal(110)},
+                        {"cpu": Decimal("2.5"), "nvidia.com/gpu": Decimal(4), "pods": Decimal(3)},
+                    ),
+                    NodeCapacity("gpu-1", allocatable={"cpu": Decimal(96)}),
+                ),
+                {"nvidia.com/gpu": Decimal(2)},
+                not_ready=1,
+                cordoned=2,
+            )
+        ),
+    ),
 )
 
 
@@ -220,6 +246,45 @@ def test_status_files_with_the_prune_guard_holding(template: RepoSnapshot) -> No
     plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
     files = render_status(repo, plan, states)
     check("status_template_prune_refused.txt", files_text(files))
+
+
+def test_ledger_files(template: RepoSnapshot) -> None:
+    """``status/ledger/<YYYY-MM>.yaml``: the runs the cycle saw finish (a Succeeded and a
+    Failed one of the world, costed from their Jobs' times at the template's prices), an
+    older month's entry, and a run with memory and no currency; every entry reads back to
+    the same bytes."""
+    from decimal import Decimal
+
+    from reconciler.core.cycle import finished_runs
+    from reconciler.core.ledger import Ledger, LedgerEntry, entries_from_document, is_ledger_path
+
+    repo = _repo(template)
+    states = _states(repo)
+    older = LedgerEntry(
+        operation="vision/explore",
+        generation=3,
+        workload="vision-explore-g3",
+        queue="notebooks",
+        cluster="local",
+        phase="Stopped",
+        requests={"cpu": Decimal("2"), "memory": Decimal(8 * 2**30)},
+        start=datetime(2025, 12, 31, 23, 30, tzinfo=UTC),
+        end=datetime(2025, 12, 31, 23, 59, 59, tzinfo=UTC),
+        cost=Decimal("0.0583"),
+    )
+    ledger = Ledger.of([*finished_runs(repo, states.values(), Ledger(), NOW), older])
+    assert len(ledger) >= 2
+    files = {
+        p: d
+        for p, d in render_status(repo, plan_repo(repo, [], NOW), states, ledger=ledger).items()
+        if is_ledger_path(p)
+    }
+    check("status_ledger.txt", files_text(files))
+    for path, data in files.items():
+        parsed = parse_status_file(path, data)
+        assert isinstance(parsed, tuple)
+        assert parsed == entries_from_document({"entries": [e.to_dict() for e in parsed]})
+        assert dump_yaml({"entries": [e.to_dict() for e in parsed]}) == data, path
 
 
 def test_config_status_of_an_internal_error_and_of_too_many_errors(

@@ -19,6 +19,7 @@ from reconciler.core.status import (
     ConfigStatus,
     OperationStatus,
     PhaseMemo,
+    RenderMemo,
     StatusReason,
     parse_status_file,
     read_status,
@@ -456,3 +457,21 @@ def test_only_the_camel_case_keys_of_a_file_count() -> None:
     assert (record.config_commit, record.spec_hash) == ("y", None)
     queues = parse_status_file("status/queues.yaml", b"queues:\n- name: a\n  head_reason: X\n")
     assert isinstance(queues, tuple) and queues[0].head_reason is None
+
+
+def test_a_render_memo_dumps_only_the_records_that_changed() -> None:
+    world = seed()
+    repo = world.repo(COMMIT)
+    memo: RenderMemo = {}
+    _, first = cycle(world, {}, memo=memo)
+    assert first == cycle(world, {})[1]
+    running = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    with mock.patch("reconciler.core.status.dump_yaml", wraps=status_module.dump_yaml) as dump:
+        _, second = cycle(world, running, memo=memo)
+    assert second == cycle(world, running)[1]
+    changed = {p for p in second if second[p] != first.get(p)}
+    # the changed operation files, plus queues.yaml and config.yaml (always dumped)
+    assert dump.call_count == len(changed - {QUEUES_FILE, CONFIG_FILE}) + 2
+    world.remove("vision/train-5")
+    _, third = cycle(world, running, memo=memo)
+    assert "status/vision/train-5.yaml" not in memo and set(memo) <= set(third)

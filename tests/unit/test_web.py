@@ -142,8 +142,9 @@ def test_queue_page_has_blamed_settings_and_pending_with_admission(
     assert "queues/team-a.yaml:4" in body  # priority, on line 4 of the blamed text
     assert ("4" * 12) in body and "set line 4" in body and "bob" in body
     pending = body.split("<h2>Pending</h2>")[1]
-    assert [int(p) for p in re.findall(r"<tr><td>(\d+)</td>", pending)] == [1, 2, 3]
+    assert [int(p) for p in re.findall(r"<tr><td>(\d+)</td>", pending)] == [1, 2, 3, 4]
     assert pending.count("<td>admitted when 1 GPU is released by") == 3
+    assert pending.count("<td>admitted when 2 GPUs are released by") == 1  # train-ddp
     # the hostile op id is escaped, and its link percent-encoded
     assert "<script>x</script>" not in body
     assert esc(EVIL) in body and 'href="/operations/p/%3Cscript%3Ex%3C%2Fscript%3E"' in body
@@ -181,11 +182,17 @@ def test_json_api(served: tuple, cycle: CycleResult) -> None:  # type: ignore[ty
     status, ctype, body = _get(url + "/api/v1/queues")
     assert (status, ctype) == (200, "application/json")
     queues = {q["name"]: q for q in json.loads(body)["queues"]}
-    assert queues["team-a"]["quota"][0] == {"resource": "nvidia.com/gpu", "used": "2", "limit": "2"}
+    assert queues["team-a"]["quota"][0] == {
+        "resource": "nvidia.com/gpu",
+        "used": "2",
+        "limit": "2",
+        "borrowed": "0",
+        "lent": "0",
+    }
     assert queues["batch"]["active"] == 3
     _, _, body = _get(url + "/api/v1/queues/team-a")
     detail = json.loads(body)
-    assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3]
+    assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3, 4]
     assert {s["key"]: s["line"] for s in detail["settings"]}["priority"] == 4
     _, _, body = _get(url + "/api/v1/operations/vision/train-resnet")
     op = json.loads(body)

@@ -14,8 +14,10 @@ from reconciler.core.compile.index import RepoIndex, name_of
 from reconciler.core.compile.names import Claim, check_namespaces, check_unique, claims
 from reconciler.core.compile.operations import OperationResult, compile_one
 from reconciler.core.compile.references import (
+    check_cohorts,
     check_references,
     find_cluster,
+    find_cohort,
     find_connection,
     find_queue,
 )
@@ -111,6 +113,7 @@ def _load_all(repo: RepoIndex) -> None:
         repo.load(path, kind, name_of(path))
     for name in repo.named["Queue"]:
         find_queue(repo, name)
+    check_cohorts(repo)
     check_references(repo)
 
 
@@ -149,6 +152,7 @@ def _compile_repo(
     connections = {
         n: cn for n in sorted(repo.named["Connection"]) if (cn := find_connection(repo, n))
     }
+    cohorts = {n: co for n in sorted(repo.named["Cohort"]) if (co := find_cohort(repo, n))}
     return CompiledRepo(
         version=snapshot.version,
         org=repo.org_settings(),
@@ -158,4 +162,5 @@ def _compile_repo(
         rejected=tuple(rejected),
         errors=repo.errors.finish(errors),
         connections=connections,
+        cohorts=cohorts,
     )

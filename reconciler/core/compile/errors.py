@@ -10,6 +10,7 @@ A bug is not a problem in the config: it is raised as
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
@@ -91,6 +92,14 @@ def _data_path(data: Any, loc: tuple[Any, ...], missing: bool) -> tuple[Path, bo
     return tuple(out), is_key, skipped
 
 
+def _close_literal(error: Any, value: Any) -> str | None:
+    """The allowed value of a ``Literal`` field a mistyped string most likely meant."""
+    if error["type"] != "literal_error" or not isinstance(value, str):
+        return None
+    expected = re.findall(r"'([^']*)'", str((error.get("ctx") or {}).get("expected", "")))
+    return suggest(value, expected) if expected else None
+
+
 def add_validation_errors(
     errors: Errors,
     exc: ValidationError,
@@ -130,6 +139,9 @@ def add_validation_errors(
                 value = error.get("input")
                 if not isinstance(value, dict | list):
                     msg += f" (got {short(value)})"
+                    close = _close_literal(error, value)
+                    if close is not None:
+                        msg += f" (did you mean {close!r}?)"
                 else:
                     msg += f" (got a {'map' if isinstance(value, dict) else 'list'})"
             message = f"{dotted(path)}: {msg}" if path else msg

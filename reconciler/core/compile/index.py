@@ -3,9 +3,9 @@
 most once, lazily.
 
 What must live here: the layout rules (``reconciler.yaml``, ``clusters/``, ``queues/``,
-``connections/``, ``presets/``, ``projects/<p>/...``), loading and caching files, typed
-access to the org, project and named files, the org's settings, and small helpers to read
-loaded documents. Following a name from one file to another is ``references.py``'s.
+``cohorts/``, ``connections/``, ``presets/``, ``projects/<p>/...``), loading and caching
+files, typed access to the org, project and named files, the org's settings, and small
+helpers to read loaded documents. Following a name from one file to another is ``references.py``'s.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -40,6 +41,7 @@ DIR_KINDS = {
     "clusters": "Cluster",
     "connections": "Connection",
     "queues": "Queue",
+    "cohorts": "Cohort",
     "presets": "Preset",
 }
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -339,6 +341,9 @@ class RepoIndex:
         prune = m.prune
         level = PodSecurityLevel(policy.pod_security if policy else "baseline")
         return OrgSettings(
+            prices=prices(m.prices),
+            currency=m.currency or "",
+            timezone=m.timezone or "UTC",
             default_queue=m.defaults.queue if m.defaults else None,
             prune=prune.enabled if prune else False,
             max_prune_fraction=prune.max_fraction if prune else 0.5,
@@ -372,6 +377,12 @@ class RepoIndex:
         )
 
 
+def prices(listed: Mapping[str, float | int] | None) -> dict[str, Decimal]:
+    """A price list as exact decimals (a float price as it is written: ``2.5``, not its
+    binary approximation)."""
+    return {k: Decimal(str(v)) for k, v in sorted((listed or {}).items())}
+
+
 def _pod_policy(policy: Policy | None) -> dict[str, Any]:
     """The ``OrgPolicy`` fields for the pod parts presets may set (service account, pull
     secrets, volumes, retries, TTL); unset ones keep ``OrgPolicy``'s defaults."""
@@ -380,6 +391,7 @@ def _pod_policy(policy: Policy | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "max_retries": policy.max_retries,
         "min_ttl": duration_seconds(policy.min_ttl),
+        "max_replicas": policy.max_replicas,
     }
     if policy.allowed_service_accounts is not None:
         out["allowed_service_accounts"] = frozenset(policy.allowed_service_accounts)

@@ -10,14 +10,26 @@ repo-wide check of names that must exist even when nothing uses them yet.
 from __future__ import annotations
 
 import difflib
+from decimal import Decimal
 from typing import Any
 
-from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of
+from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of, prices
 from reconciler.core.merge import Locate, Path
-from reconciler.core.model import ClusterFile, ConnectionFile, PresetFile, QueueFile, to_snake
-from reconciler.core.quantity import parse_quantity
+from reconciler.core.model import (
+    ClusterFile,
+    CohortFile,
+    ConnectionFile,
+    PresetFile,
+    QueueFile,
+    duration_seconds,
+    to_snake,
+)
+from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
     ClusterSpec,
+    CohortSpec,
     ConnectionSpec,
     Location,
     QueueSpec,
@@ -26,7 +38,12 @@ from reconciler.core.types import (
 )
 
 _PRESET_FIELDS = ("namespace", "queue", "run")
-_FOLDERS = {"Cluster": "clusters", "Queue": "queues", "Connection": "connections"}
+_FOLDERS = {
+    "Cluster": "clusters",
+    "Queue": "queues",
+    "Connection": "connections",
+    "Cohort": "cohorts",
+}
 
 
 def unknown_name(repo: RepoIndex, what: str, name: str, kind: str) -> str:
@@ -103,6 +120,7 @@ def find_cluster(repo: RepoIndex, name: str) -> ClusterSpec | None:
         concurrency=m.concurrency,
         kubeconfig=dict(loaded.doc.data["kubeconfig"]),
         context=m.context,
+        prices=prices(m.prices),
     )
 
 
@@ -116,12 +134,15 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
     members = _queue_clusters(repo, loaded)
     if members is None:
         return None
+    quota = {k: parse_quantity(v) for k, v in (m.quota or {}).items()}
+    borrowing, lending = _cohort_limits(repo, loaded, quota)
+    budget = _budget(repo, loaded, m, members)
     return QueueSpec(
         name=name,
         cluster=members[0],
         priority=m.priority,
         concurrency=m.concurrency,
-        quota={k: parse_quantity(v) for k, v in (m.quota or {}).items()},
+        quota=quota,
         kinds=frozenset(RunKind(k) for k in m.kinds) if m.kinds else frozenset(RunKind),
         strategy=QueueStrategy(m.strategy),
         paused=m.paused,
@@ -132,6 +153,15 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
             for c, caps in (m.cluster_quota or {}).items()
         },
         require_capacity=m.require_capacity,
+        max_pods=m.max_pods,
+        start_timeout=duration_seconds(m.start_timeout) if m.start_timeout is not None else None,
+        cohort=m.cohort,
+        borrowing_limit=borrowing,
+        lending_limit=lending,
+        budget=budget,
+        default_timeout=duration_seconds(m.default_timeout)
+        if m.default_timeout is not None
+        else None,
     )
 
 
@@ -175,6 +205,149 @@ def _queue_clusters(repo: RepoIndex, loaded: Loaded[QueueFile]) -> tuple[str, ..
             )
             ok = False
     return names if ok else None
+
+
+def _budget(
+    repo: RepoIndex, loaded: Loaded[QueueFile], m: QueueFile, members: tuple[str, ...]
+) -> BudgetSpec | None:
+    """The queue's budget; a ``cost`` budget with no price on its cluster (a fleet queue:
+    on any of its clusters) is an error at ``budget.resource`` (it could never spend
+    anything)."""
+    if m.budget is None:
+        return None
+    budget = BudgetSpec(
+        limit=Decimal(str(m.budget.limit)),
+        per=BudgetPeriod(m.budget.per),
+        resource=m.budget.resource,
+    )
+    if budget.hours_of is None:
+        org = repo.org_settings()
+        clusters = [find_cluster(repo, name) for name in members]
+        if not org.prices and not any(c is not None and c.prices for c in clusters):
+            where = (
+                ("budget", "resource")
+                if "resource" in (loaded.doc.data.get("budget") or {})
+                else ("budget",)
+            )
+            repo.errors.add_once(
+                loaded.doc.loc(where),
+                "a cost budget needs prices: set 'prices' in reconciler.yaml or in cluster "
+                f"{' or '.join(repr(c) for c in members)}, or budget a resource's hours "
+                "(e.g. 'nvidia.com/gpu-hours')",
+            )
+    return budget
+
+
+def _cohort_limits(
+    repo: RepoIndex, loaded: Loaded[QueueFile], quota: dict[str, Any]
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A queue's ``borrowingLimit`` and ``lendingLimit``, each problem reported at its line:
+    an unknown cohort, a limit without a cohort, a limit on a resource the queue has no
+    quota for, a lending limit above the quota."""
+    m = loaded.model
+    doc = loaded.doc
+    if m.cohort is not None and repo.named["Cohort"].get(m.cohort) is None:
+        repo.errors.add_once(doc.loc(("cohort",)), unknown_name(repo, "cohort", m.cohort, "Cohort"))
+    limits: list[dict[str, Any]] = []
+    for field, written in (
+        ("borrowingLimit", m.borrowing_limit),
+        ("lendingLimit", m.lending_limit),
+    ):
+        out: dict[str, Any] = {}
+        for resource, raw in (written or {}).items():
+            where = doc.loc((field, resource), key=True)
+            amount = parse_quantity(raw)
+            if m.cohort is None:
+                repo.errors.add_once(
+                    where, f"{field} needs a cohort: set 'cohort' to share quota with other queues"
+                )
+            elif resource not in quota:
+                have = ", ".join(sorted(quota)) or "none"
+                repo.errors.add_once(
+                    where,
+                    f"{field} on {resource}, which this queue has no quota for "
+                    f"(its quota resources: {have})",
+                )
+            elif field == "lendingLimit" and amount > quota[resource]:
+                repo.errors.add_once(
+                    doc.loc((field, resource)),
+                    f"lendingLimit of {resource} is {format_quantity(amount)}, more than the "
+                    f"queue's quota of {format_quantity(quota[resource])}: a queue lends only "
+                    "its own quota",
+                )
+            else:
+                out[resource] = amount
+        limits.append(out)
+    return limits[0], limits[1]
+
+
+def find_cohort(repo: RepoIndex, name: str) -> CohortSpec | None:
+    loaded = repo.get("Cohort", name)
+    if loaded is None:
+        return None
+    m: CohortFile = loaded.model
+    return CohortSpec(
+        name=name,
+        max_borrow_seconds=duration_seconds(m.max_borrow_duration),
+        quota={k: parse_quantity(v) for k, v in (m.quota or {}).items()},
+        description=m.description or "",
+        source=loaded.path,
+    )
+
+
+def check_cohorts(repo: RepoIndex) -> None:
+    """The queues of one cohort share their clusters: all on the same cluster, or all fleet
+    queues over the same clusters (in any order). Each queue that differs from the first
+    member (by name) is an error at its ``cluster`` (or ``clusters``)."""
+    first: dict[str, tuple[str, frozenset[str], bool]] = {}  # cohort -> (queue, clusters, fleet)
+    shared: dict[str, set[str]] = {}  # cohort -> the resources its queues have quota for
+    for name in sorted(repo.named["Queue"]):
+        loaded = repo.get("Queue", name)
+        if loaded is None or loaded.model.cohort is None:
+            continue
+        m: QueueFile = loaded.model
+        cohort = m.cohort
+        assert cohort is not None
+        shared.setdefault(cohort, set()).update(m.quota or {})
+        fleet = m.clusters is not None
+        if fleet:
+            clusters = frozenset(m.clusters or ())
+        elif m.cluster is not None:
+            clusters = frozenset((m.cluster,))
+        else:
+            continue  # neither: reported at the queue already
+        seen = first.setdefault(cohort, (name, clusters, fleet))
+        if seen[1:] == (clusters, fleet):
+            continue
+        where = loaded.doc.loc(("clusters",) if fleet else ("cluster",))
+        other = ", ".join(sorted(seen[1]))
+        if seen[2] and fleet:
+            what = f"is a fleet queue over {other}"
+            rule = "the fleet queues of one cohort must be over the same clusters"
+        elif seen[2]:
+            what = f"is a fleet queue over {other}"
+            rule = "a cohort's queues are all on one cluster or all fleet queues over the same ones"
+        elif fleet:
+            what = f"is on cluster {other!r}"
+            rule = "a cohort's queues are all on one cluster or all fleet queues over the same ones"
+        else:
+            what = f"is on cluster {other!r}"
+            rule = "the queues of one cohort must be on the same cluster"
+        repo.errors.add_once(
+            where, f"queue {name!r} is in cohort {cohort!r}, whose queue {seen[0]!r} {what}: {rule}"
+        )
+    for name in sorted(repo.named["Cohort"]):
+        cohort_file = repo.get("Cohort", name)
+        if cohort_file is None:
+            continue
+        cm: CohortFile = cohort_file.model
+        for resource in cm.quota or {}:
+            if resource not in shared.get(name, set()):
+                repo.errors.add_once(
+                    cohort_file.doc.loc(("quota", resource), key=True),
+                    f"cohort {name!r} caps {resource}, but none of its queues has a quota "
+                    "for it: the cap would limit nothing",
+                )
 
 
 def find_connection(repo: RepoIndex, name: str) -> ConnectionSpec | None:

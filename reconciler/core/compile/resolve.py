@@ -22,12 +22,21 @@ from reconciler.core.compile.index import RepoIndex, get_in
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
-from reconciler.core.model import OperationFile
+from reconciler.core.model import OperationFile, duration_seconds
 from reconciler.core.policy import Violation, check_pod_security, check_policy
-from reconciler.core.render import env_sources, render_pod
+from reconciler.core.render import (
+    DISTRIBUTED_ENV,
+    SANDBOX_DEFAULT_TIMEOUT,
+    env_sources,
+    render_pod,
+)
 from reconciler.core.types import (
+    DEFAULT_PORT,
     CompiledOperation,
     ConnectionSpec,
+    Distributed,
+    DistributedBackend,
+    Framework,
     Location,
     OrgSettings,
     Provenance,
@@ -52,9 +61,61 @@ class Context:
 @dataclass(frozen=True)
 class Resolved:
     queue: QueueSpec
-    requests: dict[str, Decimal]
+    requests: dict[str, Decimal]  # one pod's
     connections: tuple[str, ...]
     violations: tuple[Violation, ...]
+    gang: Gang
+
+    @property
+    def total(self) -> dict[str, Decimal]:
+        """What the operation takes of a quota: every replica's request."""
+        return scaled(self.requests, self.gang.replicas)
+
+
+@dataclass(frozen=True, slots=True)
+class Gang:
+    """``run.replicas`` and ``run.distributed`` of a spec, compiled."""
+
+    replicas: int = 1
+    distributed: Distributed | None = None
+
+
+# Kinds that may run more than one pod (a notebook or a sandbox is one interactive pod).
+GANG_KINDS = frozenset({RunKind.JOB, RunKind.BATCH})
+
+
+def scaled(requests: Mapping[str, Decimal], replicas: int) -> dict[str, Decimal]:
+    return {k: v * replicas for k, v in requests.items()}
+
+
+def gang_of(
+    spec: Mapping[str, Any], prov: ProvMap, fallback: Location, errors: Errors
+) -> Gang | None:
+    """The spec's replicas and distributed settings (defaults filled in); None, with the
+    error reported, when its kind cannot run more than one pod."""
+    run = spec.get("run") or {}
+    replicas = int(run.get("replicas", 1))
+    written = run.get("distributed")
+    kind = RunKind(run["kind"])
+    if kind not in GANG_KINDS and (replicas > 1 or written is not None):
+        path: Path = ("run", "replicas") if replicas > 1 else ("run", "distributed")
+        errors.add(
+            at(prov, path, fallback),
+            f"{dotted(path)}: a {kind} runs one pod; only job and batch operations may set "
+            "run.replicas or run.distributed",
+        )
+        return None
+    if replicas == 1 and written is None:
+        return Gang()
+    written = written or {}
+    return Gang(
+        replicas,
+        Distributed(
+            framework=Framework(written.get("framework", Framework.TORCH)),
+            port=int(written.get("port", DEFAULT_PORT)),
+            backend=DistributedBackend(written.get("backend", DistributedBackend.JOB)),
+        ),
+    )
 
 
 # Fields every dispatchable spec must end up with (the schema leaves them optional, since a
@@ -141,7 +202,17 @@ def resolve(
     check_pod(spec, prov, fallback, errors, specs)
     conns = [specs[name] for name in connections]
     check_env(spec, conns, prov, fallback, errors)
-    if len(errors) > reported or queue is None:
+    gang = gang_of(spec, prov, fallback, errors)
+    if gang is not None:
+        check_distributed_env(spec, conns, gang, prov, fallback, errors)
+    if queue is not None and queue.budget is not None and effective_timeout(spec, queue) is None:
+        errors.add(
+            fallback,
+            f"queue {queue.name!r} has a budget, so every operation needs a timeout to reserve "
+            "against it: set run.timeout, or defaultTimeout in "
+            f"queues/{queue.name}.yaml",
+        )
+    if len(errors) > reported or queue is None or gang is None:
         return None
     violations = check_policy(
         spec,
@@ -150,7 +221,8 @@ def resolve(
         queue=queue,
         project=ctx.project,
         allowed_queues=ctx.allowed_queues,
-        requests=requests,
+        requests=scaled(requests, gang.replicas),
+        replicas=gang.replicas,
     )
     pod = render_pod(
         spec,
@@ -160,7 +232,7 @@ def resolve(
         queue=queue.name,
     )
     violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
-    return Resolved(queue, requests, tuple(connections), violations)
+    return Resolved(queue, requests, tuple(connections), violations, gang)
 
 
 def check_env(
@@ -191,6 +263,60 @@ def check_env(
         )
 
 
+def check_distributed_env(
+    spec: Mapping[str, Any],
+    conns: list[ConnectionSpec],
+    gang: Gang,
+    prov: ProvMap,
+    fallback: Location,
+    errors: Errors,
+) -> None:
+    """The rendezvous variables a distributed operation's framework sets (``MASTER_ADDR``,
+    ``RANK``...) are set for every replica: ``run.container.env`` and the connections may
+    not set them too."""
+    if gang.distributed is None:
+        return
+    framework = gang.distributed.framework
+    reserved = DISTRIBUTED_ENV[framework]
+    listed = list(get_in(spec, "run", "connections") or [])
+    for name, conn in env_sources(spec, conns):
+        if name not in reserved:
+            continue
+        if conn is None:
+            where: Path = ("run", "container", "env", name)
+            setter = "run.container.env"
+        else:
+            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+            setter = f"connection {conn!r}"
+        errors.add(
+            at(prov, where, fallback),
+            f"environment variable {name!r} is set for every replica by run.distributed "
+            f"(framework {framework}); {setter} cannot set it too",
+        )
+
+
+def effective_timeout(spec: Mapping[str, Any], queue: QueueSpec) -> int | None:
+    """Seconds a run of ``spec`` may take (its Job's activeDeadlineSeconds): run.timeout,
+    else the queue's defaultTimeout, else a sandbox's default; None when unbounded."""
+    timeout = get_in(spec, "run", "timeout")
+    if timeout is not None:
+        return duration_seconds(timeout)
+    if queue.default_timeout is not None:
+        return queue.default_timeout
+    if get_in(spec, "run", "kind") == RunKind.SANDBOX.value:
+        return SANDBOX_DEFAULT_TIMEOUT
+    return None
+
+
+def _with_default_timeout(spec: Mapping[str, Any], queue: QueueSpec) -> Mapping[str, Any]:
+    """``spec`` with the queue's defaultTimeout as run.timeout when it sets none, so the Job
+    is bounded by the time its budget reserves."""
+    run = spec.get("run")
+    if queue.default_timeout is None or not isinstance(run, Mapping) or "timeout" in run:
+        return spec
+    return {**spec, "run": {**run, "timeout": queue.default_timeout}}
+
+
 def build(
     ctx: Context,
     repo: RepoIndex,
@@ -203,6 +329,7 @@ def build(
     dependencies: tuple[str, ...] = (),
     params: Mapping[str, Any] | None = None,
 ) -> CompiledOperation:
+    spec = _with_default_timeout(spec, resolved.queue)
     return CompiledOperation(
         project=ctx.project,
         name=name,
@@ -212,7 +339,10 @@ def build(
         namespace=ctx.namespace,
         kind=RunKind(spec["run"]["kind"]),
         spec=spec,
-        requests=resolved.requests,
+        requests=resolved.total,
+        pod_requests=resolved.requests,
+        replicas=resolved.gang.replicas,
+        distributed=resolved.gang.distributed,
         presets=ctx.presets,
         provenance={
             dotted(k): repo.shared(v)
@@ -225,6 +355,7 @@ def build(
         dependencies=dependencies,
         submitted_at=repo.first_commit_time(ctx.op_path),
         params=dict(params or {}),
+        timeout=effective_timeout(spec, resolved.queue),
     )
 
 

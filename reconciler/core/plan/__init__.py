@@ -8,10 +8,11 @@ match ``docs/dispatch.md``.
 The package, one concern a module (each says what must live in it):
 
 - ``model``: the plan and its parts, the reasons, the blocks and what would admit them;
-- ``checks``: the table of checks 0..10, in order (the docs' Checks table);
+- ``checks``: the table of checks 0..11, in order (the docs' Checks table);
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
+- ``cohorts``: check 8 for a cohort's member, step 4b (borrowing), borrowed and lent;
 - ``fleet``: check 10, a fleet queue's choice of cluster (capacity, per-cluster caps);
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
@@ -21,13 +22,19 @@ Only the names below are the package's interface.
 """
 
 from reconciler.core.plan.model import (
+    BACKEND_APIS,
     MAX_LISTED,
     Admit,
     AdmitWhen,
     ApprovalBlock,
+    BackendUnavailableBlock,
     BehindHeadBlock,
     BlockedBy,
+    BorrowingNotAllowedBlock,
+    BudgetBlock,
+    BudgetSummary,
     ClusterUnreachableBlock,
+    CohortLimitBlock,
     ConcurrencyBlock,
     DependenciesBlock,
     DependencyState,
@@ -36,6 +43,8 @@ from reconciler.core.plan.model import (
     FleetBlock,
     FleetMember,
     FleetSlice,
+    LentQuotaBlock,
+    MaxPodsBlock,
     MemberState,
     Pending,
     PendingReason,
@@ -53,13 +62,19 @@ from reconciler.core.plan.model import (
 from reconciler.core.plan.planner import plan_dispatch, plan_repo
 
 __all__ = [
+    "BACKEND_APIS",
     "MAX_LISTED",
     "Admit",
     "AdmitWhen",
     "ApprovalBlock",
+    "BackendUnavailableBlock",
     "BehindHeadBlock",
     "BlockedBy",
+    "BorrowingNotAllowedBlock",
+    "BudgetBlock",
+    "BudgetSummary",
     "ClusterUnreachableBlock",
+    "CohortLimitBlock",
     "ConcurrencyBlock",
     "DependenciesBlock",
     "DependencyState",
@@ -68,6 +83,8 @@ __all__ = [
     "FleetBlock",
     "FleetMember",
     "FleetSlice",
+    "LentQuotaBlock",
+    "MaxPodsBlock",
     "MemberState",
     "Pending",
     "PendingReason",

@@ -1,7 +1,7 @@
 """The checks, in order: for each candidate, the first check that fails gives its pending
 reason (docs/dispatch.md, "Checks").
 
-What must live here: the table of checks 0..10 (number, what must hold, the reasons given
+What must live here: the table of checks 0..11 (number, what must hold, the reasons given
 when it fails, whether a failure holds a StrictFIFO queue), in the order the planner applies
 them. It is the one list the planner, ``PendingReason`` and docs/dispatch.md's Checks table
 follow; ``tests/test_plan_package.py`` keeps the three equal.
@@ -33,9 +33,11 @@ class Check:
 CHECKS: tuple[Check, ...] = (
     Check(
         0,
-        "the queue's cluster could be read this cycle (a fleet queue: one of its clusters)",
-        (_R.CLUSTER_UNREACHABLE,),
-        "`ClusterUnreachable`",
+        "the queue's cluster could be read this cycle, and serves the op's "
+        "`run.distributed.backend` (the PyTorchJob CRD for `pytorchjob`); a fleet queue: one "
+        "of its clusters",
+        (_R.CLUSTER_UNREACHABLE, _R.BACKEND_UNAVAILABLE),
+        "`ClusterUnreachable`, or `BackendUnavailable` when the backend's API is not served",
     ),
     Check(1, "queue not `paused`", (_R.QUEUE_PAUSED,), "`QueuePaused`"),
     Check(2, "`isApproved`", (_R.AWAITING_APPROVAL,), "`AwaitingApproval`"),
@@ -47,13 +49,15 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         4,
-        "the op's request, alone, fits within every quota of its queue",
+        "the op's whole request (every replica), alone, fits within every quota and the "
+        "`maxPods` of its queue",
         (_R.EXCEEDS_QUOTA,),
         "`ExceedsQuota`",
     ),
     Check(
         5,
-        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7, 9 or 10 this cycle",
+        "StrictFIFO queue: no earlier op of this queue was held back by 6, 7, 8, 10 or 11 "
+        "this cycle",
         (_R.WAITING_BEHIND_HEAD,),
         "`WaitingBehindHead`",
     ),
@@ -66,31 +70,50 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         7,
-        "for each resource in the quota: used + request ≤ quota",
-        (_R.QUOTA_EXCEEDED,),
-        "`QuotaExceeded`, naming the resource",
+        "queue active pods (every replica, including dispatches earlier in this plan) + the "
+        "op's replicas ≤ `maxPods` (when set)",
+        (_R.MAX_PODS_REACHED,),
+        "`MaxPodsReached`",
         holds_head=True,
     ),
     Check(
         8,
+        "for each resource in the quota: used + the op's whole request (every replica) ≤ quota "
+        "(in a cohort: see Cohorts)",
+        (
+            _R.QUOTA_EXCEEDED,
+            _R.WAITING_FOR_LENT_QUOTA,
+            _R.BORROWING_NOT_ALLOWED,
+            _R.COHORT_LIMIT,
+        ),
+        "`QuotaExceeded`, naming the resource; in a cohort `WaitingForLentQuota`, "
+        "`BorrowingNotAllowed` or `CohortLimit`",
+        holds_head=True,
+    ),
+    Check(
+        9,
         "active children of its workflow < workflow `concurrency`",
         (_R.WORKFLOW_PARALLELISM,),
         "`WorkflowParallelism`",
     ),
     Check(
-        9,
-        "cluster active count < cluster `concurrency` (when set; a fleet queue weighs it in 10)",
-        (_R.CLUSTER_CONCURRENCY_LIMIT,),
-        "`ClusterConcurrencyLimit`",
+        10,
+        "single-cluster queue: cluster active count < cluster `concurrency` (when set). Fleet "
+        "queue: a listed cluster is readable, serves the op's backend, is under its "
+        "`concurrency` and the queue's `clusterQuota`; the first whose free capacity fits the "
+        "whole request (every replica) is chosen, else the first under quota (with "
+        "`requireCapacity`: it waits)",
+        (_R.CLUSTER_CONCURRENCY_LIMIT, _R.NO_CLUSTER_UNDER_QUOTA, _R.NO_CLUSTER_HAS_CAPACITY),
+        "`ClusterConcurrencyLimit`; a fleet queue: `NoClusterUnderQuota`, or "
+        "`NoClusterHasCapacity` when it requires capacity",
         holds_head=True,
     ),
     Check(
-        10,
-        "fleet queue: a listed cluster is readable, under its `concurrency` and "
-        "`clusterQuota`; the first whose free capacity fits the request is chosen, else the "
-        "first under quota (with `requireCapacity`: it waits)",
-        (_R.NO_CLUSTER_UNDER_QUOTA, _R.NO_CLUSTER_HAS_CAPACITY),
-        "`NoClusterUnderQuota`, or `NoClusterHasCapacity` when it requires capacity",
+        11,
+        "queue `budget`: spent + committed + the op's reservation (at the prices of the cluster "
+        "it goes to) ≤ limit in the window",
+        (_R.BUDGET_EXCEEDED,),
+        "`BudgetExceeded`",
         holds_head=True,
     ),
 )

@@ -11,19 +11,27 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Any
 
+from reconciler.core.ledger import hours, next_window
+from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
 from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     MAX_LISTED,
+    PODS,
     ApprovalBlock,
+    BackendUnavailableBlock,
     BehindHeadBlock,
     BlockedBy,
+    BudgetBlock,
+    BudgetSummary,
     ClusterUnreachableBlock,
     ConcurrencyBlock,
     DependenciesBlock,
     ExceedsQuotaBlock,
     FleetBlock,
+    MaxPodsBlock,
     Pending,
     PendingReason,
     QueuePausedBlock,
@@ -32,7 +40,7 @@ from reconciler.core.plan.model import (
     Shortfall,
     UpstreamFailedBlock,
 )
-from reconciler.core.plan.state import Counter, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counter, QueueState
 from reconciler.core.plan.units import to_decimal
 
 
@@ -50,6 +58,7 @@ def explain(
 
 def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
     spec = q.spec
+    borrowed, lent, borrowed_after, lent_after = amounts(q)
     return QueueSummary(
         name=spec.name,
         cluster=spec.cluster,
@@ -65,6 +74,69 @@ def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
         head_reason=q.pending[0][2] if q.pending else None,
         used_after={r: to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
         members=fleet.slices(spec) if fleet is not None and spec.fleet else (),
+        max_pods=spec.max_pods,
+        pods=q.pods0,
+        pods_after=q.pods,
+        cohort=spec.cohort,
+        borrowed=borrowed,
+        lent=lent,
+        borrowed_after=borrowed_after,
+        lent_after=lent_after,
+        budget=_budget_summary(q.budget) if q.budget is not None else None,
+    )
+
+
+def _budget_summary(track: BudgetTrack) -> BudgetSummary:
+    w = track.window
+    return BudgetSummary(
+        unit=w.unit,
+        per=str(w.budget.per),
+        limit=w.budget.limit,
+        spent=w.spent,
+        committed=track.committed0,
+        committed_after=track.committed,
+        window_start=w.window.start,
+        window_end=w.window.end,
+    )
+
+
+# How many window resets ahead the planner looks for one that would admit an operation.
+MAX_RESETS = 400
+
+
+def budget_block(track: BudgetTrack, reservation: Decimal) -> BudgetBlock:
+    """Why ``reservation`` does not fit ``track``'s window, and the first window reset at
+    which the reservations carried past it leave room for it (``holds``: each active run's
+    deadline and rate; what a run reserves past a reset counts in the new window)."""
+    w = track.window
+    budget = w.budget
+    admit_at = None
+    after_reset = False
+    if reservation <= budget.limit:
+        window = w.window
+        for step in range(MAX_RESETS):
+            window = next_window(window, budget.per, w.timezone)
+            carried = sum(
+                (rate * hours(window.start, deadline) for deadline, rate in track.holds),
+                Decimal(0),
+            )
+            if carried + reservation <= budget.limit:
+                admit_at = window.start
+                after_reset = step > 0
+                break
+    return BudgetBlock(
+        queue=w.queue,
+        unit=w.unit,
+        per=str(budget.per),
+        limit=budget.limit,
+        spent=w.spent,
+        committed=track.committed,
+        reservation=reservation,
+        window_start=w.window.start,
+        window_end=w.window.end,
+        timezone=w.timezone,
+        admit_at=admit_at,
+        after_reset=after_reset,
     )
 
 
@@ -93,37 +165,78 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
         k = min(bisect_left(prefix, need) + 1, len(ids))
         return tuple(ids[: min(k, MAX_LISTED)]), k
 
+    pod_ranking: list[tuple[list[int], list[str]]] = []
+
+    def pod_releasers(need: int) -> tuple[tuple[str, ...], int]:
+        """The fewest active ops (most pods first) that together release ``need`` pods."""
+        if not pod_ranking:
+            ranked = sorted(q.pod_holders, key=lambda h: (-h[0], h[1]))
+            prefix: list[int] = []
+            total = 0
+            for amount, _ in ranked:
+                total += amount
+                prefix.append(total)
+            pod_ranking.append((prefix, [h[1] for h in ranked]))
+        prefix, ids = pod_ranking[0]
+        k = min(bisect_left(prefix, need) + 1, len(ids))
+        return tuple(ids[: min(k, MAX_LISTED)]), k
+
     append = out.append
+    pods_r = PendingReason.MAX_PODS_REACHED
     quota_r = PendingReason.QUOTA_EXCEEDED
     conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
     behind_r = PendingReason.WAITING_BEHIND_HEAD
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
     unreachable_r = PendingReason.CLUSTER_UNREACHABLE
+    backend_r = PendingReason.BACKEND_UNAVAILABLE
     waiting_r = PendingReason.WAITING_FOR_DEPENDENCIES
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
     fleet_r = (PendingReason.NO_CLUSTER_UNDER_QUOTA, PendingReason.NO_CLUSTER_HAS_CAPACITY)
+    budget_r = PendingReason.BUDGET_EXCEEDED
+
+    def quota_block(detail: tuple[int, int], replicas: int) -> QuotaBlock:
+        # shared by the entries short of the same amount, and of as many replicas (the
+        # message says how a distributed op's request adds up)
+        key = detail if replicas == 1 else (detail, replicas)
+        cached = shared.get(key)
+        if cached is None:
+            i, amount = detail
+            need = q.used[i] + amount - q.quota[i]
+            ids, count = releasers(i, need)
+            cached = shared[key] = QuotaBlock(
+                name,
+                q.resources[i],
+                to_decimal(amount),
+                to_decimal(q.used[i]),
+                to_decimal(q.quota[i]),
+                to_decimal(need),
+                ids,
+                count,
+                replicas,
+            )
+        assert isinstance(cached, QuotaBlock)
+        return cached
+
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
-            key = detail
+            block = quota_block(detail, op.replicas)
+        elif reason in COHORT_REASONS and q.cohort is not None:
+            key = (reason, detail, op.replicas)
             cached = shared.get(key)
             if cached is None:
-                i, amount = detail
-                need = q.used[i] + amount - q.quota[i]
-                ids, count = releasers(i, need)
-                cached = shared[key] = QuotaBlock(
-                    name,
-                    q.resources[i],
-                    to_decimal(amount),
-                    to_decimal(q.used[i]),
-                    to_decimal(q.quota[i]),
-                    to_decimal(need),
-                    ids,
-                    count,
-                )
+                cached = shared[key] = q.cohort.block(q, reason, detail, op.replicas, quota_block)
+            block = cached
+        elif reason is pods_r:
+            key = (reason, detail)
+            cached = shared.get(key)
+            if cached is None:
+                limit = spec.max_pods or 0
+                ids, count = pod_releasers(q.pods + detail - limit)
+                cached = shared[key] = MaxPodsBlock(name, detail, q.pods, limit, ids, count)
             block = cached
         elif reason is conc_r:
             cached = shared.get(reason)
@@ -159,6 +272,17 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
             request = {r: a for r, a in sorted(op.requests.items()) if a > 0}
             members = detail if fleet is None else fleet.final_members(spec, op, detail)
             block = FleetBlock(name, reason, request, members)
+        elif reason is backend_r:
+            # a fleet queue's: none of its readable clusters serves it
+            readable = [m for m in spec.members if fleet is None or m not in fleet.unreachable]
+            block = BackendUnavailableBlock(", ".join(readable), detail)
+        elif reason is budget_r:
+            key = (reason, detail)
+            cached = shared.get(key)
+            if cached is None:
+                assert q.budget is not None
+                cached = shared[key] = budget_block(q.budget, detail)
+            block = cached
         elif reason is waiting_r:
             block = DependenciesBlock(detail)
         elif reason is upstream_r:
@@ -168,7 +292,11 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
             block = ExceedsQuotaBlock(
                 name,
                 tuple(
-                    Shortfall(q.resources[i], to_decimal(req[i]), to_decimal(q.quota[i]))
+                    Shortfall(PODS, Decimal(op.replicas), Decimal(spec.max_pods or 0), op.replicas)
+                    if i < 0
+                    else Shortfall(
+                        q.resources[i], to_decimal(req[i]), to_decimal(q.quota[i]), op.replicas
+                    )
                     for i in over
                 ),
             )

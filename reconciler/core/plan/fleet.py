@@ -30,7 +30,12 @@ from reconciler.core.plan.model import (
 )
 from reconciler.core.plan.state import Counters
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
-from reconciler.core.types import CompiledOperation, ObservedOperation, QueueSpec
+from reconciler.core.types import (
+    CompiledOperation,
+    DistributedBackend,
+    ObservedOperation,
+    QueueSpec,
+)
 
 
 class Choice(NamedTuple):
@@ -71,9 +76,40 @@ class _Cluster:
         total = sum(self.free[i].get(resource, 0) for i in nodes)
         return max(0, total - self.reserved.get(resource, 0))
 
-    def take(self, request: Mapping[str, int], nodes: tuple[int, ...]) -> None:
-        """Count a chosen operation: its request taken from the nodes it may use, first
-        node first (a prediction; kube-scheduler places the pods)."""
+    def pods_fitting(self, pod: Mapping[str, int], nodes: Iterable[int], want: int) -> int:
+        """How many pods of request ``pod`` fit, node by node, on ``nodes`` (at most
+        ``want``): a pod needs one node with room for all of it."""
+        if not pod:
+            return want
+        count = 0
+        for i in nodes:
+            free = self.free[i]
+            count += min(free.get(r, 0) // a for r, a in pod.items())
+            if count >= want:
+                return want
+        return count
+
+    def take(
+        self,
+        request: Mapping[str, int],
+        nodes: tuple[int, ...],
+        pod: Mapping[str, int] | None = None,
+        replicas: int = 1,
+    ) -> None:
+        """Count a chosen operation (a prediction; kube-scheduler places the pods): each of
+        its ``replicas`` pods on the first node with room for it, then what did not fit
+        (chosen without room) from the nodes it may use, first node first."""
+        if pod:
+            placed = 0
+            for i in nodes:
+                free = self.free[i]
+                while placed < replicas and all(free.get(r, 0) >= a for r, a in pod.items()):
+                    for r, a in pod.items():
+                        free[r] = free.get(r, 0) - a
+                    placed += 1
+                if placed == replicas:
+                    return
+            request = {r: a * (replicas - placed) for r, a in pod.items()}
         for resource, amount in request.items():
             for i in nodes:
                 if amount <= 0:
@@ -88,16 +124,27 @@ class _Cluster:
 class FleetState:
     """The fleet queues' per-cluster state for one plan."""
 
-    __slots__ = ("active", "clusters", "counters", "dispatched", "queues", "unreachable", "used")
+    __slots__ = (
+        "active",
+        "backends",
+        "clusters",
+        "counters",
+        "dispatched",
+        "queues",
+        "unreachable",
+        "used",
+    )
 
     def __init__(
         self,
         queues: Mapping[str, QueueSpec],
         capacity: Mapping[str, ClusterCapacity],
         unreachable: Collection[str],
+        backends: Mapping[str, frozenset[str]] | None = None,
     ) -> None:
         self.queues = {name: q for name, q in queues.items() if q.fleet}
         self.unreachable = frozenset(unreachable)
+        self.backends = backends or {}
         wanted = {c for q in self.queues.values() for c in q.clusters}
         self.clusters = {
             name: _Cluster(cap)
@@ -159,12 +206,18 @@ class FleetState:
         """Check 10 for one candidate of the fleet queue ``spec``."""
         self.counters = counters
         request = {r: request_units(a) for r, a in op.requests.items() if a > 0}
+        pod = {r: request_units(a) for r, a in op.per_pod.items() if a > 0}
         placement = placement_of(op.spec)
         members: list[FleetMember] = []
         under_quota: str | None = None
+        dist = op.distributed
+        backend = None if dist is None or dist.backend is DistributedBackend.JOB else dist.backend
         for name in spec.clusters:
             if name in self.unreachable:
                 members.append(FleetMember(name, MemberState.UNREACHABLE))
+                continue
+            if backend is not None and backend not in self.backends.get(name, ()):
+                members.append(FleetMember(name, MemberState.BACKEND_UNAVAILABLE))
                 continue
             counter = counters.cluster(name)
             if counter.limit is not None and counter.active >= counter.limit:
@@ -183,14 +236,28 @@ class FleetState:
             nodes = cluster.nodes_for(placement)
             free = {r: cluster.free_units(r, nodes) for r in sorted(request)}
             short = next((r for r in sorted(request) if free[r] < request[r]), None)
+            scattered = False
             if short is None:
-                return Choice(name)
+                replicas = op.replicas
+                if cluster.pods_fitting(pod, nodes, replicas) >= replicas:
+                    return Choice(name)
+                # enough in all, but not node by node: each pod needs one node with room
+                scattered = True
+                short = next(
+                    (
+                        r
+                        for r in sorted(pod)
+                        if cluster.pods_fitting({r: pod[r]}, nodes, replicas) < replicas
+                    ),
+                    next(iter(sorted(pod)), None),
+                )
             members.append(
                 FleetMember(
                     name,
                     MemberState.NO_CAPACITY,
                     {r: to_decimal(u) for r, u in free.items()},
                     short,
+                    scattered,
                 )
             )
         if under_quota is None:
@@ -218,7 +285,9 @@ class FleetState:
         observed = self.clusters.get(cluster)
         if observed is not None:
             request = {r: request_units(a) for r, a in op.requests.items() if a > 0}
-            observed.take(request, observed.nodes_for(placement_of(op.spec)))
+            pod = {r: request_units(a) for r, a in op.per_pod.items() if a > 0}
+            nodes = observed.nodes_for(placement_of(op.spec))
+            observed.take(request, nodes, pod, op.replicas)
 
     def slices(self, spec: QueueSpec) -> tuple[FleetSlice, ...]:
         """The queue summary's fleet slices, with this plan applied."""

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.quantity import format_quantity
+from reconciler.core.ledger import zone
+from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import QueueStrategy
 
 # How many operation names a blocker lists before it says "and N more".
@@ -28,6 +29,7 @@ class PendingReason(enum.StrEnum):
     (``checks.CHECKS``), declared in check order."""
 
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # 0: its cluster could not be read
+    BACKEND_UNAVAILABLE = "BackendUnavailable"  # 0: its cluster does not serve its backend
     QUEUE_PAUSED = "QueuePaused"  # 1
     AWAITING_APPROVAL = "AwaitingApproval"  # 2
     WAITING_FOR_DEPENDENCIES = "WaitingForDependencies"  # 3
@@ -35,11 +37,16 @@ class PendingReason(enum.StrEnum):
     EXCEEDS_QUOTA = "ExceedsQuota"  # 4, never admitted under this config
     WAITING_BEHIND_HEAD = "WaitingBehindHead"  # 5
     QUEUE_CONCURRENCY_LIMIT = "QueueConcurrencyLimit"  # 6
-    QUOTA_EXCEEDED = "QuotaExceeded"  # 7
-    WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 8
-    CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 9
+    MAX_PODS_REACHED = "MaxPodsReached"  # 7
+    QUOTA_EXCEEDED = "QuotaExceeded"  # 8
+    WAITING_FOR_LENT_QUOTA = "WaitingForLentQuota"  # 8, cohort: its quota is lent out
+    BORROWING_NOT_ALLOWED = "BorrowingNotAllowed"  # 8, cohort: fits only by borrowing
+    COHORT_LIMIT = "CohortLimit"  # 8, cohort: the cohort's total cap is reached
+    WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 9
+    CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 10
     NO_CLUSTER_UNDER_QUOTA = "NoClusterUnderQuota"  # 10, fleet queues
     NO_CLUSTER_HAS_CAPACITY = "NoClusterHasCapacity"  # 10, fleet queues with requireCapacity
+    BUDGET_EXCEEDED = "BudgetExceeded"  # 11
 
     @property
     def never_runs(self) -> bool:
@@ -48,6 +55,7 @@ class PendingReason(enum.StrEnum):
 
 class StopReason(enum.StrEnum):
     REMOVED_FROM_REPO = "RemovedFromRepo"
+    GANG_TIMEOUT = "GangTimeout"  # set by decide, not the planner: see core/cycle.py
 
 
 class PlanInputError(ValueError):
@@ -77,15 +85,19 @@ class AdmitWhen(enum.StrEnum):
     """The event that would let a pending operation be dispatched."""
 
     CLUSTER_REACHABLE = "ClusterReachable"  # its cluster can be read again
+    BACKEND_SERVED = "BackendServed"  # its cluster serves the backend's API (e.g. a CRD)
     QUEUE_RESUMED = "QueueResumed"
     APPROVED = "Approved"
     DEPENDENCIES_SUCCEED = "DependenciesSucceed"  # ``operations`` must all succeed
     NEVER = "Never"  # not under this config (upstream failed, or over a quota alone)
     HEAD_DISPATCHED = "HeadDispatched"  # ``operations`` (the head) is dispatched
     OPERATIONS_FINISH = "OperationsFinish"  # ``count`` of ``operations`` finish
-    RESOURCES_RELEASED = "ResourcesReleased"  # ``amount`` of ``resource`` is released
+    # ``amount`` of ``resource`` is released (``resource`` is ``pods`` for maxPods)
+    RESOURCES_RELEASED = "ResourcesReleased"
     LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
     CLUSTER_HAS_ROOM = "ClusterHasRoom"  # a fleet cluster has room for the whole request
+    BORROWERS_FINISH = "BorrowersFinish"  # ``operations`` (borrowers) end, at the latest ``at``
+    BUDGET_WINDOW_RESETS = "BudgetWindowResets"  # the budget's window resets ``at``
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +111,8 @@ class Admit:
     count: int = 0  # how many of the (possibly more) operations are needed
     resource: str | None = None
     amount: Decimal | None = None
+    # BorrowersFinish: the latest time the borrowers must end; BudgetWindowResets: when
+    at: datetime | None = None
 
 
 # --- what blocks a pending operation ----------------------------------------------------
@@ -112,6 +126,40 @@ class DependencyState:
 
 def _joined(head: str, admit: Admit) -> str:
     return f"{head}; {admit.text}"
+
+
+# What each optional backend needs the cluster to serve (group/version, kind).
+BACKEND_APIS = {"pytorchjob": ("kubeflow.org/v1", "PyTorchJob")}
+
+
+@dataclass(frozen=True, slots=True)
+class BackendUnavailableBlock:
+    """The operation's ``run.distributed.backend`` needs an API its cluster does not serve
+    (as of the last read): a Kubeflow operator's CRD not installed. A fleet queue's
+    operation: none of its clusters serves it (``cluster`` lists them, comma-separated)."""
+
+    cluster: str
+    backend: str
+
+    def admit(self) -> Admit:
+        return Admit(
+            AdmitWhen.BACKEND_SERVED,
+            "admitted when the cluster serves it (install the operator), "
+            "or with run.distributed.backend: job",
+        )
+
+    def message(self) -> str:
+        api, kind = BACKEND_APIS.get(self.backend, ("", self.backend))
+        what = f"{api} {kind}".strip()
+        return _joined(
+            f"{'clusters' if ', ' in self.cluster else 'cluster'} {self.cluster} "
+            f"{'do' if ', ' in self.cluster else 'does'} not serve {what} (backend {self.backend})",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        api, kind = BACKEND_APIS.get(self.backend, ("", self.backend))
+        return {"cluster": self.cluster, "backend": self.backend, "apiVersion": api, "kind": kind}
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,11 +242,40 @@ class UpstreamFailedBlock:
         }
 
 
+# The ``resource`` of a shortfall or a release counted in pods (``maxPods``).
+PODS = "pods"
+
+
+def _whole(request: Decimal, replicas: int, note: str = "") -> str:
+    """A distributed operation's request, with how it adds up: ``8 (4 replicas \u00d7 2)``,
+    and ``note`` inside the parentheses."""
+    text = format_quantity(request)
+    if replicas <= 1:
+        return text
+    each = format_quantity(request / replicas)
+    return f"{text} ({replicas} replicas \u00d7 {each}{note})"
+
+
 @dataclass(frozen=True, slots=True)
 class Shortfall:
+    """The operation's whole request of ``resource`` (every replica) over the queue's
+    limit of it; ``resource`` is ``pods`` for ``maxPods``."""
+
     resource: str
     request: Decimal
     quota: Decimal
+    replicas: int = 1
+
+    def text(self, queue: str) -> str:
+        if self.resource == PODS:
+            return (
+                f"needs {format_quantity(self.request)} pods but {queue}'s maxPods is "
+                f"{format_quantity(self.quota)}"
+            )
+        return (
+            f"needs {self.resource} {_whole(self.request, self.replicas)} but {queue}'s "
+            f"quota is {format_quantity(self.quota)}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,11 +290,7 @@ class ExceedsQuotaBlock:
         )
 
     def message(self) -> str:
-        parts = "; ".join(
-            f"needs {s.resource} {format_quantity(s.request)} but {self.queue}'s quota is "
-            f"{format_quantity(s.quota)}"
-            for s in self.exceeds
-        )
+        parts = "; ".join(s.text(self.queue) for s in self.exceeds)
         return _joined(parts, self.admit())
 
     def to_json(self) -> dict[str, Any]:
@@ -228,6 +301,7 @@ class ExceedsQuotaBlock:
                     "resource": s.resource,
                     "request": format_quantity(s.request),
                     "quota": format_quantity(s.quota),
+                    **({"replicas": s.replicas} if s.replicas > 1 else {}),
                 }
                 for s in self.exceeds
             ],
@@ -303,7 +377,68 @@ class ConcurrencyBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class MaxPodsBlock:
+    """``maxPods``: ``active`` of ``limit`` pods are taken (this plan's dispatches included)
+    and the operation needs ``request`` more, all at once; ``released_by`` are the fewest
+    active operations whose pods would make room."""
+
+    queue: str
+    request: int
+    active: int
+    limit: int
+    released_by: tuple[str, ...]
+    released_by_count: int
+
+    @property
+    def release(self) -> int:
+        return self.active + self.request - self.limit
+
+    def _head(self) -> str:
+        return (
+            f"needs {self.request} pods; {self.queue} has {self.active} of {self.limit} "
+            "(maxPods) active"
+        )
+
+    def admit(self) -> Admit:
+        if not self.released_by:
+            return Admit(
+                AdmitWhen.LIMIT_RAISED,
+                f"admitted when {self.queue}'s maxPods is raised",
+                resource=PODS,
+                amount=Decimal(self.release),
+            )
+        who = _names(self.released_by, self.released_by_count)
+        pods = "1 pod is" if self.release == 1 else f"{self.release} pods are"
+        return Admit(
+            AdmitWhen.RESOURCES_RELEASED,
+            f"admitted when {pods} released by {who}",
+            self.released_by,
+            self.released_by_count,
+            PODS,
+            Decimal(self.release),
+        )
+
+    def message(self) -> str:
+        if not self.released_by:
+            return self._head()
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "pods": self.request,
+            "activePods": self.active,
+            "maxPods": self.limit,
+            "release": self.release,
+            "releasedBy": list(self.released_by),
+        }
+
+
+@dataclass(frozen=True, slots=True)
 class QuotaBlock:
+    """``request`` is the operation's whole request of ``resource``: a distributed
+    operation (``replicas`` > 1) is admitted all at once or not at all."""
+
     queue: str
     resource: str
     request: Decimal
@@ -312,11 +447,13 @@ class QuotaBlock:
     release: Decimal  # how much must be released before this operation fits
     released_by: tuple[str, ...]  # the fewest active operations that would release enough
     released_by_count: int
+    replicas: int = 1
 
     def _head(self) -> str:
+        whole = _whole(self.request, self.replicas, ", all or nothing")
         return (
-            f"needs {self.resource} {format_quantity(self.request)}; {self.queue} uses "
-            f"{format_quantity(self.used)} of {format_quantity(self.quota)}"
+            f"needs {self.resource} {whole}; "
+            f"{self.queue} uses {format_quantity(self.used)} of {format_quantity(self.quota)}"
         )
 
     def admit(self) -> Admit:
@@ -352,6 +489,7 @@ class QuotaBlock:
             "quota": format_quantity(self.quota),
             "release": format_quantity(self.release),
             "releasedBy": list(self.released_by),
+            **({"replicas": self.replicas} if self.replicas > 1 else {}),
         }
 
 
@@ -359,6 +497,7 @@ class MemberState(enum.StrEnum):
     """How a fleet queue's cluster stood for one operation (check 10), in check order."""
 
     UNREACHABLE = "Unreachable"  # it could not be read this cycle
+    BACKEND_UNAVAILABLE = "BackendUnavailable"  # it does not serve the op's backend's API
     CONCURRENCY_LIMIT = "ConcurrencyLimit"  # the cluster's concurrency is reached
     OVER_CLUSTER_QUOTA = "OverClusterQuota"  # the queue's clusterQuota for it would be exceeded
     NOT_OBSERVED = "NotObserved"  # its capacity is not known (no Node could be read)
@@ -376,11 +515,16 @@ class FleetMember:
     state: MemberState
     free: Mapping[str, Decimal] = field(default_factory=dict)
     short: str | None = None
+    # the free amounts suffice in all, but not node by node: no node (or too few) has room
+    # for a whole pod
+    scattered: bool = False
 
     def phrase(self) -> str:
         state = self.state
         if state is MemberState.UNREACHABLE:
             return f"{self.cluster} cannot be read"
+        if state is MemberState.BACKEND_UNAVAILABLE:
+            return f"{self.cluster} does not serve its backend"
         if state is MemberState.CONCURRENCY_LIMIT:
             return f"{self.cluster} is at its concurrency"
         if state is MemberState.OVER_CLUSTER_QUOTA:
@@ -388,6 +532,8 @@ class FleetMember:
         if state is MemberState.NOT_OBSERVED:
             return f"{self.cluster}'s capacity is not observed"
         free = ", ".join(f"{r} {format_quantity(a)}" for r, a in self.free.items()) or "nothing"
+        if self.scattered:
+            return f"{self.cluster} has {free} free, but not on one node per pod"
         return f"{self.cluster} has {free} free"
 
     def to_json(self) -> dict[str, Any]:
@@ -396,6 +542,7 @@ class FleetMember:
             "state": str(self.state),
             "free": {r: format_quantity(a) for r, a in self.free.items()},
             "short": self.short,
+            "scattered": self.scattered,
         }
 
 
@@ -433,8 +580,247 @@ class FleetBlock:
         }
 
 
+def _utc(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class LentQuotaBlock:
+    """``WaitingForLentQuota``: the op fits its queue's own quota, but part of it is lent to
+    other queues of the cohort; the borrowers end by ``ends_by`` at the latest (their
+    dispatch time plus timeout; None when one's dispatch time is not known)."""
+
+    queue: str
+    cohort: str
+    resource: str
+    request: Decimal
+    lent: Decimal  # of the queue's quota, in use by borrowers
+    borrowers: tuple[str, ...]  # the borrowing operations, up to MAX_LISTED
+    borrowers_count: int
+    ends_by: datetime | None
+
+    def _head(self) -> str:
+        return (
+            f"needs {self.resource} {format_quantity(self.request)}; "
+            f"{format_quantity(self.lent)} of {self.queue}'s quota is lent in cohort "
+            f"{self.cohort}"
+        )
+
+    def admit(self) -> Admit:
+        who = _names(self.borrowers, self.borrowers_count) or "the borrowers"
+        when = f"by {_utc(self.ends_by)} at the latest" if self.ends_by else "(end unknown)"
+        verb = "ends" if self.borrowers_count == 1 else "end"
+        return Admit(
+            AdmitWhen.BORROWERS_FINISH,
+            f"admitted when {who} {verb}, {when}",
+            self.borrowers,
+            self.borrowers_count,
+            self.resource,
+            self.request,
+            self.ends_by,
+        )
+
+    def message(self) -> str:
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "cohort": self.cohort,
+            "resource": self.resource,
+            "request": format_quantity(self.request),
+            "lent": format_quantity(self.lent),
+            "borrowers": list(self.borrowers),
+            "endsBy": _utc(self.ends_by) if self.ends_by else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BorrowingNotAllowedBlock:
+    """``BorrowingNotAllowed``: the op would fit by borrowing, but only an op with a timeout
+    of at most the cohort's ``maxBorrowDuration`` may borrow. ``quota`` is what it waits for
+    meanwhile: its own queue's quota."""
+
+    quota: QuotaBlock
+    cohort: str
+    max_borrow_seconds: int
+    timeout_seconds: int | None
+
+    def admit(self) -> Admit:
+        own = self.quota.admit()
+        limit = format_duration(self.max_borrow_seconds)
+        return replace(own, text=f"{own.text}; or by borrowing, with a timeout of at most {limit}")
+
+    def message(self) -> str:
+        has = (
+            "it has no timeout"
+            if self.timeout_seconds is None
+            else f"its timeout is {format_duration(self.timeout_seconds)}"
+        )
+        q = self.quota
+        return _joined(
+            f"needs {q.resource} {format_quantity(q.request)}; {q.queue} uses "
+            f"{format_quantity(q.used)} of {format_quantity(q.quota)}; it would fit by "
+            f"borrowing in cohort {self.cohort}, but "
+            f"{has} (at most {format_duration(self.max_borrow_seconds)} may borrow)",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.quota.to_json(),
+            "cohort": self.cohort,
+            "maxBorrowSeconds": self.max_borrow_seconds,
+            "timeoutSeconds": self.timeout_seconds,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CohortLimitBlock:
+    """``CohortLimit``: the cohort's total cap on ``resource`` is reached."""
+
+    cohort: str
+    resource: str
+    request: Decimal
+    used: Decimal  # by all the cohort's queues, this plan's dispatches included
+    cap: Decimal
+
+    def admit(self) -> Admit:
+        need = self.used + self.request - self.cap
+        amount = _amount_phrase(self.resource, need)
+        return Admit(
+            AdmitWhen.RESOURCES_RELEASED,
+            f"admitted when {amount} released in cohort {self.cohort}",
+            resource=self.resource,
+            amount=need,
+        )
+
+    def message(self) -> str:
+        return _joined(
+            f"needs {self.resource} {format_quantity(self.request)}; cohort {self.cohort} "
+            f"uses {format_quantity(self.used)} of its cap {format_quantity(self.cap)}",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cohort": self.cohort,
+            "resource": self.resource,
+            "request": format_quantity(self.request),
+            "used": format_quantity(self.used),
+            "cap": format_quantity(self.cap),
+        }
+
+
+def _budget_amount(value: Decimal) -> str:
+    """A budget amount as people read it: at most 4 decimals, no trailing zeros."""
+    rounded = value.quantize(Decimal("0.0001"))
+    text = format(rounded, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _local_time(moment: datetime, timezone: str) -> str:
+    """``2026-12-04 00:00 CET``: a window boundary in the budget's timezone."""
+    return moment.astimezone(zone(timezone)).strftime("%Y-%m-%d %H:%M %Z")
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetBlock:
+    """``spent + committed + reservation > limit`` in the queue's current window.
+
+    ``committed`` includes this plan's dispatches. ``admit_at``: the first window reset
+    at which the reservations carried into the new window leave room for this one (the
+    next reset, unless running operations reserve past it); None when the reservation
+    alone is over the limit. ``after_reset``: whether that is a later reset than the
+    next, i.e. committed reservations must fall due first."""
+
+    queue: str
+    unit: str  # the currency, or ``<resource>-hours``
+    per: str
+    limit: Decimal
+    spent: Decimal
+    committed: Decimal
+    reservation: Decimal
+    window_start: datetime
+    window_end: datetime
+    timezone: str
+    admit_at: datetime | None
+    after_reset: bool = False
+
+    def _amount(self, value: Decimal) -> str:
+        return f"{_budget_amount(value)} {self.unit}".rstrip()
+
+    def admit(self) -> Admit:
+        if self.admit_at is None:
+            if self.reservation > self.limit:
+                text = (
+                    f"admitted when {self.queue}'s budget is raised or the operation's timeout "
+                    "lowered (its reservation alone is over the limit)"
+                )
+            else:
+                text = f"admitted when running operations of {self.queue} end early"
+            return Admit(AdmitWhen.LIMIT_RAISED, text, resource=self.unit, amount=self.reservation)
+        when = _local_time(self.admit_at, self.timezone)
+        if self.after_reset:
+            text = (
+                f"admitted at the window reset at {when}, when enough committed reservation "
+                "has fallen due (sooner if runs end early)"
+            )
+        else:
+            text = (
+                f"admitted when the {self.per} window resets at {when} (sooner if a run ends early)"
+            )
+        return Admit(
+            AdmitWhen.BUDGET_WINDOW_RESETS,
+            text,
+            resource=self.unit,
+            amount=self.reservation,
+            at=self.admit_at,
+        )
+
+    def _head(self) -> str:
+        return (
+            f"needs {self._amount(self.reservation)}; {self.queue} spent "
+            f"{self._amount(self.spent)} and committed {self._amount(self.committed)} of "
+            f"{self._amount(self.limit)} this {self.per}"
+        )
+
+    def message(self) -> str:
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "unit": self.unit,
+            "per": self.per,
+            "limit": _budget_amount(self.limit),
+            "spent": _budget_amount(self.spent),
+            "committed": _budget_amount(self.committed),
+            "reservation": _budget_amount(self.reservation),
+            "windowStart": self.window_start.isoformat(),
+            "windowEnd": self.window_end.isoformat(),
+            "admitAt": self.admit_at.isoformat() if self.admit_at is not None else None,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetSummary:
+    """A budgeted queue's window: ``spent`` by finished runs, ``committed`` by active ones
+    (before this plan) and ``committed_after`` (with this plan's dispatches)."""
+
+    unit: str
+    per: str
+    limit: Decimal
+    spent: Decimal
+    committed: Decimal
+    committed_after: Decimal
+    window_start: datetime
+    window_end: datetime
+
+
 BlockedBy = (
     ClusterUnreachableBlock
+    | BackendUnavailableBlock
     | QueuePausedBlock
     | ApprovalBlock
     | DependenciesBlock
@@ -442,8 +828,13 @@ BlockedBy = (
     | ExceedsQuotaBlock
     | BehindHeadBlock
     | ConcurrencyBlock
+    | MaxPodsBlock
     | QuotaBlock
     | FleetBlock
+    | LentQuotaBlock
+    | BorrowingNotAllowedBlock
+    | CohortLimitBlock
+    | BudgetBlock
 )
 
 
@@ -516,6 +907,17 @@ class QueueSummary:
     paused: bool = False
     head_reason: PendingReason | None = None  # reason of the pending op at position 1
     used_after: Mapping[str, Decimal] = field(default_factory=dict)  # with this plan applied
+    max_pods: int | None = None
+    pods: int = 0  # pods of the active operations (every replica), before this plan
+    pods_after: int = 0  # with this plan applied
+    # Cohort borrowing, observed (before this plan), per quota resource: how much of its use
+    # is above its quota (borrowed) and how much of its quota other queues use (lent).
+    cohort: str | None = None
+    borrowed: Mapping[str, Decimal] = field(default_factory=dict)
+    lent: Mapping[str, Decimal] = field(default_factory=dict)
+    borrowed_after: Mapping[str, Decimal] = field(default_factory=dict)  # this plan applied
+    lent_after: Mapping[str, Decimal] = field(default_factory=dict)
+    budget: BudgetSummary | None = None
     members: tuple[FleetSlice, ...] = ()  # a fleet queue's clusters, in choice order
 
 

@@ -6,8 +6,10 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
    and those removed from the repo; the fleet queues' usage per cluster (``fleet.py``);
-4. ``admit``: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order,
-   counting each dispatch before the next candidate;
+4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
+   counting each dispatch before the next candidate (check 10 chooses a fleet queue's
+   cluster); then ``cohorts.borrow`` (4b): the ops that fit only by borrowing from their
+   cohort, in the same order;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
@@ -24,6 +26,9 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 
 from reconciler.core.capacity import ClusterCapacity
+from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import spent as spent_in
+from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.fleet import FleetState
@@ -36,12 +41,14 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
+    DistributedBackend,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -63,13 +70,21 @@ def plan_dispatch(
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
     capacity: Mapping[str, ClusterCapacity] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
     ``observed`` lists what the clusters say; unlisted operations are ``Queued``.
     ``rejected`` are ids still in the repo but refused by policy: they are never pruned.
     ``unreachable`` clusters could not be read: nothing is dispatched to or stopped in them
-    (check 0), and their active operations keep counting as observed.
+    (check 0), and their active operations keep counting as observed. ``backends``: per
+    cluster, the optional backends (``run.distributed.backend`` values other than ``job``)
+    whose API it serves; an operation whose backend its cluster does not serve waits with
+    ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
+    ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
+    ``ledger``: the finished runs, for what budgeted queues spent in their window (check 11).
     ``capacity`` is the free capacity observed per cluster, for the fleet queues' choice
     of cluster (check 10); a cluster without one is not observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
@@ -85,6 +100,9 @@ def plan_dispatch(
             rejected,
             frozenset(unreachable),
             capacity or {},
+            backends or {},
+            cohorts or {},
+            ledger,
         )
 
 
@@ -96,6 +114,8 @@ def plan_repo(
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
     capacity: Mapping[str, ClusterCapacity] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
     """``plan_dispatch`` over a compiled repo; rejected operations (and the children of a
     rejected workflow) are never pruned.
@@ -113,7 +133,14 @@ def plan_repo(
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
         capacity=capacity,
+        backends=backends,
+        cohorts=repo.cohorts,
+        ledger=ledger,
     )
+
+
+_NONE: frozenset[str] = frozenset()
+_JOB = DistributedBackend.JOB
 
 
 @contextmanager
@@ -140,21 +167,29 @@ def _plan(
     rejected: Collection[str],
     unreachable: frozenset[str],
     capacity: Mapping[str, ClusterCapacity],
+    backends: Mapping[str, frozenset[str]],
+    cohorts: Mapping[str, CohortSpec],
+    ledger: Iterable[LedgerEntry],
 ) -> Plan:
     # 1. Index the observations.
     seen = index_observed(observed)
     qstate = {name: QueueState(spec) for name, spec in queues.items()}
+    track_budgets(qstate, clusters, org, now, ledger)
     counters = Counters(clusters)
     # 2. Index the operations; the candidates grouped by queue.
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
-    fleet = FleetState(queues, capacity, unreachable)
+    fleet = FleetState(queues, capacity, unreachable, backends)
     if fleet:
         fleet.count(seen, ops)
-    # 4. Checks 0..10 for each candidate, queues in priority order, then by name.
+    if cohorts or any(q.spec.cohort for q in qstate.values()):
+        join_cohorts(qstate, cohorts, ops, seen, now)
+    # 4. Checks 0..11 for each candidate, queues in priority order, then by name; then
+    # (4b) the ops that fit only by borrowing from their cohort, in the same order.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
-    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, fleet)
+    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends, fleet)
+    dispatch.extend(borrow(order, counters, now, fleet))
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
@@ -167,6 +202,42 @@ def _plan(
         prune_refused=refusal,
         at=now,
     )
+
+
+def track_budgets(
+    qstate: Mapping[str, QueueState],
+    clusters: Mapping[str, ClusterSpec],
+    org: OrgSettings,
+    now: datetime,
+    ledger: Iterable[LedgerEntry],
+) -> None:
+    """Step 1, for budgeted queues: the current window of each, and what the ledger's
+    finished runs spent in it."""
+    budgeted = {name: q for name, q in qstate.items() if q.spec.budget is not None}
+    if not budgeted:
+        return
+    by_queue: dict[str, list[LedgerEntry]] = {}
+    for entry in ledger:
+        if entry.queue in budgeted:
+            by_queue.setdefault(entry.queue, []).append(entry)
+    for name, q in budgeted.items():
+        budget = q.spec.budget
+        assert budget is not None
+        window = window_at(now, budget.per, org.timezone)
+        q.budget = BudgetTrack(
+            BudgetWindow(
+                name,
+                budget,
+                window,
+                spent_in(by_queue.get(name, ()), name, budget, window),
+                org.timezone,
+                org.currency,
+            ),
+            q.spec,
+            org,
+            clusters,
+            now,
+        )
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -239,8 +310,12 @@ def count_active(
         if cname is None and aq is not None:
             cname = aq.spec.cluster
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
+        pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
         if aq is not None:
-            aq.hold(oid, aq.request(requests))
+            aq.hold(oid, aq.request(requests), pods)
+            if aq.budget is not None:
+                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -248,6 +323,9 @@ def count_active(
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)
+        q.pods0 = q.pods
+        if q.budget is not None:
+            q.budget.committed0 = q.budget.committed
     return removed, active_total
 
 
@@ -256,9 +334,10 @@ def admit(
     deps: Dependencies,
     counters: Counters,
     unreachable: frozenset[str],
+    backends: Mapping[str, frozenset[str]] | None = None,
     fleet: FleetState | None = None,
 ) -> list[Dispatch]:
-    """Step 4: checks 0..10 (``checks.CHECKS``) for each candidate, in one global order: the
+    """Step 4: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
     passes them all is dispatched and counted before the next candidate."""
     dispatch: list[Dispatch] = []
@@ -269,14 +348,18 @@ def admit(
     workflow = counters.workflow
     dependency_block = deps.block
     unreachable_r = PendingReason.CLUSTER_UNREACHABLE
+    backend_r = PendingReason.BACKEND_UNAVAILABLE
+    served_by = backends or {}
     paused_r = PendingReason.QUEUE_PAUSED
     approval_r = PendingReason.AWAITING_APPROVAL
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     behind_r = PendingReason.WAITING_BEHIND_HEAD
     conc_r = PendingReason.QUEUE_CONCURRENCY_LIMIT
+    pods_r = PendingReason.MAX_PODS_REACHED
     quota_r = PendingReason.QUOTA_EXCEEDED
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+    budget_r = PendingReason.BUDGET_EXCEEDED
     if fleet is None:
         fleet = FleetState({}, {}, unreachable)
 
@@ -296,6 +379,24 @@ def admit(
             for cand in cands:
                 pend((cand[4], cand[5], unreachable_r, None))
             continue
+        # (0, continued) ... and serves each op's optional backend (a CRD): the ops that
+        # need one it does not serve wait; the others go on (a fleet queue: one of its
+        # readable clusters serves it; check 10 chooses among those that do)
+        if not members:
+            served = served_by.get(spec.cluster, _NONE)
+        else:
+            served = frozenset().union(
+                *(served_by.get(m, _NONE) for m in members if m not in unreachable)
+            )
+        if any(c[5].distributed is not None for c in cands):
+            kept = []
+            for cand in cands:
+                dist = cand[5].distributed
+                if dist is not None and dist.backend is not _JOB and dist.backend not in served:
+                    pend((cand[4], cand[5], backend_r, str(dist.backend)))
+                else:
+                    kept.append(cand)
+            cands = kept
         # 1: queue paused (before any check of the operation: it decides for them all)
         if spec.paused:
             for cand in cands:
@@ -304,14 +405,17 @@ def admit(
         strict = spec.strategy is strict_fifo
         head: tuple[str, PendingReason] | None = None
         conc = spec.concurrency
+        max_pods = spec.max_pods
         quota = q.quota
         resources = q.resources
         nres = len(quota)
         used = q.used
         limits = q.limits
+        cohort = q.cohort
         home_name = spec.cluster
         home_cluster = cluster(home_name)
         qname = spec.name
+        budget = q.budget
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -325,8 +429,15 @@ def admit(
                 if blocked is not None:
                     pend((oid, op, blocked[0], blocked[1]))
                     continue
-            # 4: the request, alone, fits every quota of the queue. Exact Decimal compare
-            # against the floored quota: same answer as in units, without converting.
+            # 4: the whole request (every replica), alone, fits every quota and the maxPods
+            # of the queue. Exact Decimal compare against the floored quota: same answer as
+            # in units, without converting.
+            if max_pods is not None and op.replicas > max_pods:
+                get = op.requests.get
+                too_big = [-1]  # -1: maxPods, then the quota resources
+                too_big += [i for i, (r, limit) in enumerate(limits) if (get(r) or 0) > limit]
+                pend((oid, op, exceeds_r, too_big))
+                continue
             if limits:
                 get = op.requests.get
                 over = None
@@ -340,7 +451,7 @@ def admit(
                 if over:
                     pend((oid, op, exceeds_r, over))
                     continue
-            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 9 or 10
+            # 5: StrictFIFO: nothing earlier in this queue was held back by 6, 7, 8, 10 or 11
             if head is not None:
                 pend((oid, op, behind_r, head))
                 continue
@@ -350,10 +461,27 @@ def admit(
                 if strict:
                     head = (oid, conc_r)
                 continue
-            # 7: quota, per resource the op requests (others are unaffected)
+            # 7: maxPods: room for every replica at once
+            if max_pods is not None and q.pods + op.replicas > max_pods:
+                pend((oid, op, pods_r, op.replicas))
+                if strict:
+                    head = (oid, pods_r)
+                continue
+            # 8: quota, per resource the op requests (others are unaffected); a
+            # distributed op's request is every replica's: admitted whole or not at all. A
+            # cohort's member: its own quota with what it lent counted, else deferred to 4b
             if nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
+                if cohort is not None:
+                    verdict = cohort.own_fit(q, req)
+                    if verdict is not None:
+                        if verdict[0] is quota_r:
+                            q.deferred.append(len(q.pending))
+                        pend((oid, op, verdict[0], verdict[1]))
+                        if strict:
+                            head = (oid, verdict[0])
+                        continue
                 short = -1
                 for i in range(nres):
                     amount = req[i]
@@ -367,7 +495,7 @@ def admit(
                     continue
             else:
                 req = ()
-            # 8: workflow parallelism
+            # 9: workflow parallelism
             wf = op.workflow
             w = None
             if wf is not None:
@@ -375,7 +503,7 @@ def admit(
                 if w.limit is not None and w.active >= w.limit:
                     pend((oid, op, wf_r, w))
                     continue
-            # 9: cluster concurrency (a fleet queue weighs it in 10)
+            # 10: the cluster: its concurrency; a fleet queue chooses one (fleet.py)
             target = op.cluster
             if not members:
                 c = home_cluster if target == home_name else cluster(target)
@@ -384,7 +512,6 @@ def admit(
                     if strict:
                         head = (oid, cluster_r)
                     continue
-            # 10: a fleet queue chooses the cluster
             else:
                 choice = fleet.choose(spec, op, counters)
                 if choice.cluster is None:
@@ -395,9 +522,20 @@ def admit(
                     continue
                 target = choice.cluster
                 c = cluster(target)
+            # 11: the queue's budget: spent + committed + its reservation <= limit, at the
+            # prices of the cluster it goes to
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op, target)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    pend((oid, op, budget_r, reserve))
+                    if strict:
+                        head = (oid, budget_r)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
+            if members:
                 fleet.take(spec, op, target)
             # Admitted: count it before the next candidate.
-            q.hold(oid, req)
+            q.hold(oid, req, op.replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:

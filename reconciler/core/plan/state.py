@@ -10,23 +10,32 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
 - ``ClusterUnreachable``, ``QueuePaused``, ``AwaitingApproval``, ``QueueConcurrencyLimit``:
   ``None`` (the queue says it all);
 - ``WaitingForDependencies``, ``UpstreamFailed``: the ``DependencyState`` tuple;
-- ``ExceedsQuota``: the indexes of the quota resources the request alone is over;
+- ``ExceedsQuota``: the indexes of the quota resources the request alone is over (``-1``
+  first when its replicas alone are over ``maxPods``);
 - ``WaitingBehindHead``: ``(head id, head reason)``;
-- ``QuotaExceeded``: ``(resource index, request in units)``;
-- ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``.
+- ``MaxPodsReached``: the operation's replicas;
+- ``QuotaExceeded``, ``WaitingForLentQuota``, ``CohortLimit``: ``(resource index, request
+  in units)``; ``BorrowingNotAllowed``: the same and the op's timeout in seconds (or None);
+- ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``;
 - ``NoClusterUnderQuota``, ``NoClusterHasCapacity``: the ``FleetMember`` tuple (check 10;
-  step 6 recomputes it with the whole plan applied).
+  step 6 recomputes it with the whole plan applied);
+- ``BudgetExceeded``: the reservation (a ``Decimal`` in the budget's unit).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime, timedelta
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from reconciler.core.plan.model import PendingReason
+from reconciler.core.ledger import BudgetWindow, hourly_rate, hours, prices_for
+from reconciler.core.plan.model import PendingReason, PlanInputError
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
-from reconciler.core.types import ClusterSpec, CompiledOperation, QueueSpec
+from reconciler.core.types import ClusterSpec, CompiledOperation, OrgSettings, QueueSpec
+
+if TYPE_CHECKING:
+    from reconciler.core.plan.cohorts import CohortState
 
 PendingTuple = tuple[str, CompiledOperation, PendingReason, Any]
 
@@ -39,11 +48,19 @@ class QueueState:
         "active",
         "active0",
         "active_ids",
+        "borrow_limit",
+        "budget",
         "candidates",
+        "cohort",
+        "deferred",
         "dispatched",
         "holders",
+        "lend_limit",
         "limits",
         "pending",
+        "pod_holders",
+        "pods",
+        "pods0",
         "quota",
         "resources",
         "spec",
@@ -65,9 +82,21 @@ class QueueState:
         self.active_ids: list[str] = []
         # per quota resource: (units, id) of active operations that hold some of it
         self.holders: list[list[tuple[int, str]]] = [[] for _ in self.resources]
+        # pods of the active operations (every replica), and (pods, id) of each holder
+        self.pods = 0
+        self.pods0 = 0
+        self.pod_holders: list[tuple[int, str]] = []
         self.candidates: list[tuple[Any, ...]] = []
         self.dispatched = 0
         self.pending: list[PendingTuple] = []
+        # cohort members only (cohorts.join_cohorts): the cohort, per quota resource what
+        # it may borrow and lend (-1: no lending limit), and the indexes in ``pending`` of
+        # the ops check 8 deferred to borrowing (step 4b)
+        self.cohort: CohortState | None = None
+        self.borrow_limit: tuple[int, ...] = ()
+        self.lend_limit: tuple[int, ...] = ()
+        self.deferred: list[int] = []
+        self.budget: BudgetTrack | None = None
 
     def request(self, requests: Mapping[str, Decimal]) -> tuple[int, ...]:
         get = requests.get
@@ -77,9 +106,11 @@ class QueueState:
             out.append(0 if v is None else request_units(v))
         return tuple(out)
 
-    def hold(self, op_id: str, req: tuple[int, ...]) -> None:
+    def hold(self, op_id: str, req: tuple[int, ...], pods: int = 1) -> None:
         self.active += 1
         self.active_ids.append(op_id)
+        self.pods += pods
+        self.pod_holders.append((pods, op_id))
         used = self.used
         for i, amount in enumerate(req):
             if amount:
@@ -125,3 +156,99 @@ class Counters:
         if w is None:
             w = self.workflows[parent] = Counter(limit)
         return w
+
+
+class BudgetTrack:
+    """A budgeted queue's window while planning: ``spent`` by its finished runs (the
+    ledger), ``committed`` by its active ones (cost so far in the window and cost to their
+    timeout), with this plan's dispatches added; ``holds`` the (deadline, hourly rate) of
+    each active run, for when its reservation falls due."""
+
+    __slots__ = (
+        "clusters",
+        "committed",
+        "committed0",
+        "holds",
+        "now",
+        "org",
+        "queue",
+        "rates",
+        "window",
+    )
+
+    def __init__(
+        self,
+        window: BudgetWindow,
+        queue: QueueSpec,
+        org: OrgSettings,
+        clusters: Mapping[str, ClusterSpec],
+        now: datetime,
+    ) -> None:
+        self.window = window
+        self.queue = queue
+        self.org = org
+        self.clusters = clusters
+        self.now = now
+        self.committed = Decimal(0)
+        self.committed0 = Decimal(0)
+        self.holds: list[tuple[datetime, Decimal]] = []
+        self.rates: dict[str, dict[str, Decimal]] = {}  # prices per cluster
+
+    @property
+    def limit(self) -> Decimal:
+        return self.window.budget.limit
+
+    @property
+    def spent(self) -> Decimal:
+        return self.window.spent
+
+    def rate(self, requests: Mapping[str, Decimal], cluster: str) -> Decimal:
+        """What one hour of a run with ``requests`` on ``cluster`` counts."""
+        prices = self.rates.get(cluster)
+        if prices is None:
+            spec = self.clusters.get(cluster)
+            prices = self.rates[cluster] = prices_for(
+                self.org.prices, spec.prices if spec is not None else {}
+            )
+        return hourly_rate(requests, prices, self.window.budget.hours_of)
+
+    def reservation(
+        self, op: CompiledOperation, cluster: str | None = None
+    ) -> tuple[Decimal, Decimal, int]:
+        """(hourly rate, reservation, timeout seconds) of dispatching ``op`` now to
+        ``cluster`` (its own by default; a fleet queue's: the one check 10 chose), at that
+        cluster's prices."""
+        timeout = op.timeout if op.timeout is not None else self.queue.default_timeout
+        if timeout is None:
+            raise PlanInputError(
+                f"operation {op.id} has no timeout, but its queue {self.queue.name} has a budget"
+            )
+        rate = self.rate(op.requests, op.cluster if cluster is None else cluster)
+        return rate, rate * Decimal(timeout) / Decimal(3600), timeout
+
+    def hold_active(
+        self,
+        requests: Mapping[str, Decimal],
+        cluster: str,
+        started: datetime | None,
+        timeout: int | None,
+    ) -> None:
+        """An active run: its cost so far in the window and its cost to its timeout (none
+        when it has no timeout: it is counted as it runs)."""
+        rate = self.rate(requests, cluster)
+        now = self.now
+        start = started if started is not None and started <= now else now
+        so_far = rate * hours(max(start, self.window.window.start), now)
+        deadline = start + timedelta(seconds=min(timeout, MAX_RESERVED)) if timeout else now
+        self.committed += so_far + rate * hours(now, deadline)
+        if deadline > now:
+            self.holds.append((deadline, rate))
+
+    def hold_dispatch(self, rate: Decimal, reservation: Decimal, timeout: int) -> None:
+        self.committed += reservation
+        self.holds.append((self.now + timedelta(seconds=min(timeout, MAX_RESERVED)), rate))
+
+
+# A reservation's deadline is at most this far ahead (a timeout may be up to 2^63 s, which
+# no datetime can hold); the reservation itself is always the full timeout's.
+MAX_RESERVED = 100 * 366 * 86400

@@ -1,0 +1,220 @@
+"""The dispatching side of one benchmark run, in a process of its own (see bench/_measure.py).
+
+    python bench/_dispatcher.py raw|reconciler --kubeconfig K --namespace NS -n N
+        [-w W] [--interval S] [--duration 1h] [--gpus G] [--quota-gpus C]
+        [--kueue-queue Q]
+
+Protocol on stdin/stdout (one JSON object a line out, one word a line in):
+``ready`` once prepared; on ``go`` it dispatches, says ``dispatched`` (with the
+``time.monotonic()`` the last create returned) and keeps running until ``stop``.
+
+- raw: a kubernetes-client loop creates the Jobs ``core/render.py`` renders for the same
+  operations, W in flight. With ``--kueue-queue`` they are created ``suspend: true`` with the
+  ``kueue.x-k8s.io/queue-name`` label, for Kueue to admit.
+- reconciler: ``Reconciler.run_once`` cycles over a config repo of the same operations
+  (one queue; ``--quota-gpus`` gives it a GPU quota) until all are dispatched, then every
+  ``--interval`` seconds until ``stop``, as ``reconciler run`` would.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.kube import Kube, connect, connect_cluster
+from reconciler.adapters.repo import snapshot_git
+from reconciler.core.compile import compile_repo
+from reconciler.core.render import render_operation
+from reconciler.core.types import ClusterSpec
+from reconciler.runtime.cycle import Reconciler
+
+GPU = "nvidia.com/gpu"
+
+
+def write_repo(
+    root: Path,
+    kubeconfig: Path,
+    count: int,
+    namespace: str,
+    *,
+    duration: str = "1h",
+    gpus: int = 0,
+    quota_gpus: int = 0,
+    queue: str = "bulk",
+) -> Path:
+    """A committed config repo: one queue (a GPU quota if ``quota_gpus``), ``count`` Job
+    operations of ``duration`` (kwok's simulated duration), each asking ``gpus`` GPUs."""
+    (root / "clusters").mkdir(parents=True)
+    (root / "queues").mkdir()
+    ops = root / "projects" / namespace / "operations"
+    ops.mkdir(parents=True)
+    (root / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
+    (root / "clusters" / "local.yaml").write_text(
+        f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
+    )
+    quota = f"quota:\n  {GPU}: {quota_gpus}\n" if quota_gpus else ""
+    (root / "queues" / f"{queue}.yaml").write_text(
+        f"kind: Queue\nname: {queue}\ncluster: local\n{quota}"
+    )
+    (root / "projects" / namespace / "project.yaml").write_text(
+        f"kind: Project\nname: {namespace}\nnamespace: {namespace}\ndefaults:\n  queue: {queue}\n"
+    )
+    resources = (
+        f"{{requests: {{cpu: 10m, {GPU}: {gpus}}}, limits: {{{GPU}: {gpus}}}}}"
+        if gpus
+        else "{requests: {cpu: 10m}}"
+    )
+    for i in range(count):
+        (ops / f"op-{i:05d}.yaml").write_text(
+            f"kind: Operation\nname: op-{i:05d}\nrun:\n  kind: job\n"
+            f"  container:\n    image: busybox\n    resources: {resources}\n"
+            "  environment:\n"
+            f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
+        )
+    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
+    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=root, check=True)
+    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=root, check=True)
+    return root
+
+
+def say(event: str, **fields: Any) -> None:
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+class Commands:
+    """The parent's words on stdin."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.stop = threading.Event()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        for line in sys.stdin:
+            word = line.strip()
+            if word == "go":
+                self.go.set()
+            elif word == "stop":
+                break
+        self.go.set()
+        self.stop.set()
+
+
+def run_raw(args: argparse.Namespace, work: Path, commands: Commands) -> None:
+    repo = write_repo(
+        work / "repo",
+        args.kubeconfig,
+        args.n,
+        args.namespace,
+        duration=args.duration,
+        gpus=args.gpus,
+    )
+    compiled = compile_repo(snapshot_git(repo, "main"))
+    if not compiled.valid:
+        raise SystemExit(f"bench repo invalid: {compiled.errors[:3]}")
+    now = datetime.now(UTC)
+    manifests = [
+        render_operation(op, {}, config_version=compiled.version, dispatched_at=now).job
+        for op in compiled.operations
+    ]
+    if args.kueue_queue:
+        for manifest in manifests:
+            manifest["spec"]["suspend"] = True
+            manifest["metadata"].setdefault("labels", {})["kueue.x-k8s.io/queue-name"] = (
+                args.kueue_queue
+            )
+    kube = Kube(connect(args.kubeconfig))
+    kube.ensure_namespace(args.namespace)
+    say("ready")
+    commands.go.wait()
+
+    def create(manifest: dict[str, Any]) -> None:
+        # the leanest client call: the response is not turned into model objects
+        resp = kube.batch.create_namespaced_job(args.namespace, manifest, _preload_content=False)
+        assert resp.data  # read the body before the connection goes back to the pool
+        resp.release_conn()
+
+    with ThreadPoolExecutor(args.workers) as pool:
+        list(pool.map(create, manifests))
+    say("dispatched", at=time.monotonic(), count=len(manifests))
+    commands.stop.wait()
+
+
+def run_reconciler(args: argparse.Namespace, work: Path, commands: Commands) -> None:
+    repo = write_repo(
+        work / "repo",
+        args.kubeconfig,
+        args.n,
+        args.namespace,
+        duration=args.duration,
+        gpus=args.gpus,
+        quota_gpus=args.quota_gpus,
+    )
+
+    def connect_spec(spec: ClusterSpec) -> Kube:
+        return Kube(connect_cluster(spec.kubeconfig, spec.context))
+
+    reconciler = Reconciler(
+        lambda: snapshot_git(repo, "main"),
+        connect_spec,
+        SystemClock(),
+        create_workers=args.workers,
+    )
+    say("ready")
+    commands.go.wait()
+    dispatched = 0
+    cycles = 0
+    try:
+        while dispatched < args.n and not commands.stop.is_set():
+            result = reconciler.run_once()
+            cycles += 1
+            dispatched += len(result.dispatched) + len(result.adopted)
+            if result.failed:
+                raise SystemExit(f"dispatch failed: {next(iter(result.failed.values()))}")
+            if dispatched < args.n and args.quota_gpus:
+                commands.stop.wait(max(0.0, args.interval - result.duration))
+        say("dispatched", at=time.monotonic(), count=dispatched, cycles=cycles)
+        while not commands.stop.wait(args.interval):
+            reconciler.run_once()
+    finally:
+        reconciler.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("side", choices=("raw", "reconciler"))
+    parser.add_argument("--kubeconfig", type=Path, required=True)
+    parser.add_argument("--namespace", default="bench")
+    parser.add_argument("-n", type=int, required=True)
+    parser.add_argument("-w", "--workers", type=int, default=8)
+    parser.add_argument("--interval", type=float, default=2.0)
+    parser.add_argument("--duration", default="1h")
+    parser.add_argument("--gpus", type=int, default=0)
+    parser.add_argument("--quota-gpus", type=int, default=0)
+    parser.add_argument("--kueue-queue", default="")
+    args = parser.parse_args()
+    commands = Commands()
+    work = Path(tempfile.mkdtemp(prefix=f"dispatch-{args.side}-"))
+    try:
+        (run_raw if args.side == "raw" else run_reconciler)(args, work, commands)
+    except BaseException as exc:
+        say("error", error=repr(exc))
+        raise
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

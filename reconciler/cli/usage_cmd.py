@@ -1,0 +1,156 @@
+"""``reconciler usage``: what each queue's finished runs used and cost, per calendar window,
+from the ledger on the status branch (``status/ledger/<YYYY-MM>.yaml``, docs/budgets.md).
+
+Reading goes through the Git adapter like ``status``; the aggregation is the core's
+(``ledger.usage``), the renderers below are pure.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import click
+
+from reconciler.adapters.git import GitSyncError
+from reconciler.cli.options import cache_dir_option, status_branch_option
+from reconciler.cli.status_cmd import StatusError, read_branch, warnings
+from reconciler.core.ledger import UsageRow, usage, utc_text, zone
+from reconciler.core.plan_render import text_table
+from reconciler.core.types import BudgetPeriod
+
+OUTPUTS = ("table", "json", "csv")
+GPU = "nvidia.com/gpu"
+CENTS = Decimal("0.01")
+
+
+def _number(value: Any) -> str:
+    text = format(value, "f")
+    return text.rstrip("0").rstrip(".") if "." in text else text
+
+
+def _local(row: UsageRow, timezone: str) -> str:
+    start = row.window.start.astimezone(zone(timezone))
+    return start.strftime("%Y-%m-%d")
+
+
+def usage_to_table(rows: Sequence[UsageRow], timezone: str) -> str:
+    if not rows:
+        return "no finished runs in the ledger\n"
+    headers = ["WINDOW", "QUEUE", "RUNS", "GPU-HOURS", "CPU-HOURS", "MEMORY-GIB-HOURS", "COST"]
+    body = [
+        [
+            _local(r, timezone),
+            r.queue,
+            str(r.runs),
+            _number(r.hours.get(GPU, 0)),
+            _number(r.hours.get("cpu", 0)),
+            _number(r.hours.get("memory", 0)),
+            f"{_number(r.cost.quantize(CENTS))} {r.currency}".rstrip(),
+        ]
+        for r in rows
+    ]
+    return text_table(headers, body) + "\n"
+
+
+def usage_records(rows: Sequence[UsageRow]) -> list[dict[str, Any]]:
+    return [
+        {
+            "windowStart": utc_text(r.window.start),
+            "windowEnd": utc_text(r.window.end),
+            "queue": r.queue,
+            "runs": r.runs,
+            "hours": {k: _number(v) for k, v in r.hours.items()},
+            "cost": _number(r.cost),
+            "currency": r.currency,
+        }
+        for r in rows
+    ]
+
+
+def usage_to_json(rows: Sequence[UsageRow], per: str, timezone: str) -> str:
+    data = {"per": per, "timezone": timezone, "usage": usage_records(rows)}
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def usage_to_csv(rows: Sequence[UsageRow]) -> str:
+    resources = sorted({r for row in rows for r in row.hours})
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    hours_columns = [f"{r}-hours" for r in resources]
+    writer.writerow(
+        ["window_start", "window_end", "queue", "runs", *hours_columns, "cost", "currency"]
+    )
+    for row in rows:
+        writer.writerow(
+            [utc_text(row.window.start), utc_text(row.window.end), row.queue, row.runs]
+            + [_number(row.hours.get(r, 0)) for r in resources]
+            + [_number(row.cost), row.currency]
+        )
+    return out.getvalue()
+
+
+def render_usage(rows: Sequence[UsageRow], per: str, timezone: str, output: str) -> str:
+    if output == "json":
+        return usage_to_json(rows, per, timezone)
+    if output == "csv":
+        return usage_to_csv(rows)
+    return usage_to_table(rows, timezone)
+
+
+@click.command("usage")
+@click.option("--repo", default=".", show_default=True, help="The config repo: a URL or a path.")
+@status_branch_option
+@cache_dir_option
+@click.option("--queue", default=None, help="Only this queue.")
+@click.option(
+    "--per",
+    type=click.Choice([p.value for p in BudgetPeriod]),
+    default="day",
+    show_default=True,
+    help="Calendar window: day, ISO week (from Monday) or month.",
+)
+@click.option(
+    "--timezone",
+    default="UTC",
+    show_default=True,
+    help="IANA zone of the windows (use reconciler.yaml's timezone to match budgets).",
+)
+@click.option(
+    "-o",
+    "--output",
+    type=click.Choice(OUTPUTS),
+    default="table",
+    show_default=True,
+    help="table for people; json or csv for tools.",
+)
+def usage_command(
+    repo: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    queue: str | None,
+    per: str,
+    timezone: str,
+    output: str,
+) -> None:
+    """Show what each queue's finished runs used (GPU, CPU and memory hours) and cost, per
+    calendar window, from the ledger on the status branch."""
+    try:
+        zone(timezone)
+    except (ValueError, KeyError, OSError):
+        click.echo(f"error: {timezone!r} is not a time zone (e.g. UTC, Europe/Berlin)", err=True)
+        raise SystemExit(2) from None
+    try:
+        view = read_branch(repo, status_branch, cache_dir)
+    except (GitSyncError, StatusError) as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(1) from None
+    rows = usage(view.ledger, BudgetPeriod(per), timezone, queue)
+    click.echo(render_usage(rows, per, timezone, output), nl=False)
+    for line in warnings(view):
+        click.echo(line, err=True)

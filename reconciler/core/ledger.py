@@ -1,0 +1,493 @@
+"""The cost ledger and budget windows (pure; docs/budgets.md).
+
+What must live here: the ledger's record (``LedgerEntry``: one finished run, keyed by
+operation, generation and workload, so a run is entered once whatever restarts or leader
+changes happen), the ledger itself (``Ledger``), its files on the status branch
+(``status/ledger/<YYYY-MM>.yaml``, by the UTC month of each run's end), pricing (a run's
+hourly rate under a price list) and the calendar windows of a budget, with what a run
+counts against one.
+
+Rules (docs/budgets.md):
+
+- a run costs ``requests x price x (end - start)``, start and end being its Job's own
+  ``status.startTime`` and completion time (so a run that ended while the reconciler was
+  down is costed by when it ran, not when it was noticed);
+- memory, ephemeral storage and hugepages are priced and counted per GiB;
+- a run that spans a window boundary counts, in each window, for the time it ran in it
+  (its cost prorated by time);
+- windows are calendar days, ISO weeks (from Monday) or months in the org's timezone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from functools import lru_cache
+from typing import Annotated, Any, NamedTuple
+from zoneinfo import ZoneInfo
+
+from pydantic import PlainSerializer
+
+from reconciler.core.quantity import format_quantity, parse_quantity
+from reconciler.core.types import BudgetPeriod, BudgetSpec
+from reconciler.core.wire import WireModel
+
+LEDGER_DIR = "status/ledger"
+_GIB = Decimal(2**30)
+_HOUR = Decimal(3600)
+# Costs are kept to a millionth of the currency unit (and resource-hours likewise).
+_PLACES = Decimal("0.000001")
+# Resources counted in bytes, priced and budgeted per GiB.
+_BYTE_RESOURCES = ("memory", "ephemeral-storage")
+
+
+def per_unit(resource: str, amount: Decimal) -> Decimal:
+    """A request in the units prices and budgets use: GiB for memory-like resources."""
+    if resource in _BYTE_RESOURCES or resource.startswith("hugepages-"):
+        return amount / _GIB
+    return amount
+
+
+def hourly_rate(
+    requests: Mapping[str, Decimal], prices: Mapping[str, Decimal], hours_of: str | None = None
+) -> Decimal:
+    """What one hour of a run with ``requests`` counts: its cost under ``prices`` (``hours_of``
+    None), or its amount of the one resource ``hours_of`` (a ``<resource>-hours`` budget).
+    A resource without a price costs nothing."""
+    if hours_of is not None:
+        amount = requests.get(hours_of)
+        return per_unit(hours_of, amount) if amount is not None else Decimal(0)
+    total = Decimal(0)
+    for resource, amount in requests.items():
+        price = prices.get(resource)
+        if price is not None:
+            total += per_unit(resource, amount) * price
+    return total
+
+
+def prices_for(
+    org_prices: Mapping[str, Decimal], cluster_prices: Mapping[str, Decimal]
+) -> dict[str, Decimal]:
+    """The price list on a cluster: the org's, with the cluster's own prices instead."""
+    return {**org_prices, **cluster_prices}
+
+
+def hours(start: datetime, end: datetime) -> Decimal:
+    """Hours from ``start`` to ``end``, never negative."""
+    seconds = (end - start).total_seconds()
+    return Decimal(max(0, round(seconds * 1000))) / Decimal(1000) / _HOUR
+
+
+def quantize(value: Decimal) -> Decimal:
+    return value.quantize(_PLACES)
+
+
+def run_cost(
+    requests: Mapping[str, Decimal], prices: Mapping[str, Decimal], start: datetime, end: datetime
+) -> Decimal:
+    """The cost of a run from ``start`` to ``end``."""
+    return quantize(hourly_rate(requests, prices) * hours(start, end))
+
+
+# --- the record -------------------------------------------------------------------------
+
+
+def _decimal_text(value: Decimal) -> str:
+    """``15.7``, ``100``: no exponent, no trailing zeros."""
+    return format(value.normalize(), "f")
+
+
+Money = Annotated[Decimal, PlainSerializer(_decimal_text, return_type=str)]
+Quantities = Annotated[
+    Mapping[str, Decimal],
+    PlainSerializer(
+        lambda v: {k: format_quantity(v[k]) for k in sorted(v)}, return_type=dict[str, str]
+    ),
+]
+Time = Annotated[datetime, PlainSerializer(lambda t: utc_text(t), return_type=str)]
+
+
+def utc_text(moment: datetime) -> str:
+    """``2026-12-03T22:05:00Z``: the ledger's times are UTC, to the second."""
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class LedgerKey(NamedTuple):
+    """A run's identity: one ledger entry per key, whoever wrote it and however often."""
+
+    operation: str
+    generation: int
+    workload: str
+
+
+class LedgerEntry(WireModel):
+    """One finished run in ``status/ledger/<YYYY-MM>.yaml``.
+
+    ``requests`` are the run's own (per resource, as quantities); ``start`` and ``end`` its
+    Job's; ``cost`` what it cost under the prices in force on its cluster when it was
+    entered (``currency``: the org's label then). ``phase`` is how it ended."""
+
+    operation: str
+    generation: int
+    workload: str
+    queue: str
+    cluster: str
+    phase: str
+    requests: Quantities
+    start: Time
+    end: Time
+    cost: Money
+    currency: str = ""
+
+    @property
+    def key(self) -> LedgerKey:
+        return LedgerKey(self.operation, self.generation, self.workload)
+
+    @property
+    def month(self) -> str:
+        """``2026-12``: the file it is in (the UTC month of its end)."""
+        return self.end.astimezone(UTC).strftime("%Y-%m")
+
+    @property
+    def duration_seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    def to_dict(self) -> dict[str, Any]:
+        """The entry as its file holds it; ``currency`` left out when unset."""
+        data = self.model_dump(by_alias=True)
+        if not data["currency"]:
+            del data["currency"]
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LedgerEntry:
+        """An entry read back; raises ``ValueError`` naming what is wrong."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"expected a mapping, not {type(data).__name__}")
+        missing = [k for k in _REQUIRED if k not in data]
+        if missing:
+            raise ValueError(f"missing {', '.join(repr(k) for k in missing)}")
+        generation = data["generation"]
+        if isinstance(generation, bool) or not isinstance(generation, int):
+            raise ValueError(f"generation {generation!r} is not a number")
+        requests = data.get("requests") or {}
+        if not isinstance(requests, Mapping):
+            raise ValueError("requests is not a mapping")
+        try:
+            return cls(
+                operation=str(data["operation"]),
+                generation=generation,
+                workload=str(data["workload"]),
+                queue=str(data.get("queue") or ""),
+                cluster=str(data.get("cluster") or ""),
+                phase=str(data.get("phase") or ""),
+                requests={str(k): parse_quantity(v) for k, v in requests.items()},
+                start=_time(data["start"]),
+                end=_time(data["end"]),
+                cost=Decimal(str(data["cost"])),
+                currency=str(data.get("currency") or ""),
+            )
+        except ArithmeticError as err:
+            raise ValueError(f"cost {data['cost']!r} is not a number") from err
+        except Exception as err:  # a quantity error or a bad time: what is wrong, as text
+            raise ValueError(str(err)) from None
+
+
+_REQUIRED = ("operation", "generation", "workload", "start", "end", "cost")
+
+
+def _time(value: Any) -> datetime:
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    moment = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def parse_moment(value: str | None) -> datetime | None:
+    """An ISO 8601 time from a workload or a status record; None when absent or unreadable."""
+    if not value:
+        return None
+    try:
+        return _time(value)
+    except ValueError:
+        return None
+
+
+# --- the ledger -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Ledger:
+    """Every run entered, by key. Adding a run already entered changes nothing.
+
+    ``files`` memoises each month's rendered files (by month, then path): the status writer
+    renders the whole ledger every cycle, and a month no run was added to since is the same
+    bytes. A new ledger keeps the months its new entries do not touch."""
+
+    entries: Mapping[LedgerKey, LedgerEntry] = field(default_factory=dict)
+    files: dict[str, dict[str, bytes]] = field(default_factory=dict, compare=False, repr=False)
+    rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.entries
+
+    def __iter__(self) -> Iterator[LedgerEntry]:
+        return iter(self.entries.values())
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def with_entries(self, new: Iterable[LedgerEntry]) -> Ledger:
+        """This ledger and the runs of ``new`` it does not hold yet (the first of each key)."""
+        added = {}
+        for entry in new:
+            if entry.key not in self.entries and entry.key not in added:
+                added[entry.key] = entry
+        if not added:
+            return self
+        touched = {e.month for e in added.values()}
+        kept = {m: f for m, f in self.files.items() if m not in touched}
+        return Ledger({**self.entries, **added}, kept)
+
+    @classmethod
+    def of(cls, entries: Iterable[LedgerEntry]) -> Ledger:
+        return cls().with_entries(entries)
+
+    def months(self) -> dict[str, list[LedgerEntry]]:
+        """The entries per file month, each month's sorted by end, operation, generation."""
+        out: dict[str, list[LedgerEntry]] = {}
+        for entry in self.entries.values():
+            out.setdefault(entry.month, []).append(entry)
+        for entries in out.values():
+            entries.sort(key=lambda e: (e.end, e.operation, e.generation, e.workload))
+        return dict(sorted(out.items()))
+
+
+# Entries per ledger file: a month with more continues in ``<YYYY-MM>.2.yaml`` and so on,
+# so that each file stays well within the status reader's limits (core/load.py: 1 MiB and
+# 20 000 values a file).
+ENTRIES_PER_FILE = 500
+
+
+def ledger_path(month: str, part: int = 1) -> str:
+    """``status/ledger/2026-12.yaml``; a month's later parts ``2026-12.2.yaml``..."""
+    return f"{LEDGER_DIR}/{month}.yaml" if part == 1 else f"{LEDGER_DIR}/{month}.{part}.yaml"
+
+
+_MONTH_FILE = re.compile(rf"^{LEDGER_DIR}/\d{{4}}-\d{{2}}(\.[1-9]\d{{0,5}})?\.yaml$")
+
+
+def is_ledger_path(path: str) -> bool:
+    """``status/ledger/2026-12.yaml`` (or a later part, ``2026-12.2.yaml``)."""
+    return _MONTH_FILE.match(path) is not None
+
+
+def ledger_documents(ledger: Ledger) -> dict[str, dict[str, Any]]:
+    """The ledger's files, as data, by path (the status writer dumps them): per month, its
+    entries in order of end, ``ENTRIES_PER_FILE`` a file."""
+    out: dict[str, dict[str, Any]] = {}
+    for month, entries in ledger.months().items():
+        out.update(_month_documents(month, entries))
+    return out
+
+
+def _month_documents(month: str, entries: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
+    return {
+        ledger_path(month, i // ENTRIES_PER_FILE + 1): {
+            "entries": [e.to_dict() for e in entries[i : i + ENTRIES_PER_FILE]]
+        }
+        for i in range(0, len(entries), ENTRIES_PER_FILE)
+    }
+
+
+def ledger_files(ledger: Ledger, dump: Callable[[Mapping[str, Any]], bytes]) -> dict[str, bytes]:
+    """The ledger's files as ``dump`` writes them, by path; months already rendered for this
+    ledger (or the one it grew from) are not rendered again."""
+    if ledger.rendered or not ledger.entries:
+        return dict(ledger.rendered)
+    out: dict[str, bytes] = {}
+    months = None
+    for month in sorted({e.month for e in ledger.entries.values()}):
+        cached = ledger.files.get(month)
+        if cached is None:
+            if months is None:
+                months = ledger.months()
+            docs = _month_documents(month, months[month])
+            cached = ledger.files[month] = {path: dump(doc) for path, doc in docs.items()}
+        out.update(cached)
+    ledger.rendered.update(out)
+    return out
+
+
+def entries_from_document(data: Mapping[str, Any]) -> tuple[LedgerEntry, ...]:
+    """A ledger file's entries; raises ``ValueError`` at the first bad one."""
+    raw = data.get("entries") or ()
+    if not isinstance(raw, list):
+        raise ValueError("entries is not a list")
+    out = []
+    for i, item in enumerate(raw):
+        try:
+            out.append(LedgerEntry.from_dict(item))
+        except ValueError as err:
+            raise ValueError(f"entry {i + 1}: {err}") from None
+    return tuple(out)
+
+
+# --- windows ----------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=64)
+def zone(name: str) -> ZoneInfo:
+    return ZoneInfo(name)
+
+
+class Window(NamedTuple):
+    """A calendar window ``[start, end)``, both aware (UTC)."""
+
+    start: datetime
+    end: datetime
+
+
+def window_at(moment: datetime, per: BudgetPeriod, timezone: str = "UTC") -> Window:
+    """The calendar window of ``per`` in ``timezone`` that holds ``moment``: from local
+    midnight (of the day, of the week's Monday, of the month's first) to the next one."""
+    tz = zone(timezone)
+    local = moment.astimezone(tz)
+    day = local.date()
+    if per is BudgetPeriod.DAY:
+        first, after = day, day + timedelta(days=1)
+    elif per is BudgetPeriod.WEEK:
+        first = day - timedelta(days=day.weekday())
+        after = first + timedelta(days=7)
+    else:
+        first = day.replace(day=1)
+        after = (first + timedelta(days=32)).replace(day=1)
+    start = datetime(first.year, first.month, first.day, tzinfo=tz).astimezone(UTC)
+    end = datetime(after.year, after.month, after.day, tzinfo=tz).astimezone(UTC)
+    return Window(start, end)
+
+
+def next_window(window: Window, per: BudgetPeriod, timezone: str = "UTC") -> Window:
+    return window_at(window.end, per, timezone)
+
+
+def overlap_hours(start: datetime, end: datetime, window: Window) -> Decimal:
+    return hours(max(start, window.start), min(end, window.end))
+
+
+def entry_usage(entry: LedgerEntry, budget: BudgetSpec, window: Window) -> Decimal:
+    """What a finished run counts against ``budget`` in ``window``: the part of it that ran
+    in the window (its cost prorated by time, or the resource-hours in the window). A run
+    of no duration counts (its cost) in the window its end is in."""
+    hours_of = budget.hours_of
+    if entry.end <= entry.start:
+        if hours_of is not None or not (window.start <= entry.end < window.end):
+            return Decimal(0)
+        return entry.cost
+    inside = overlap_hours(entry.start, entry.end, window)
+    if not inside:
+        return Decimal(0)
+    if hours_of is not None:
+        return hourly_rate(entry.requests, {}, hours_of) * inside
+    return entry.cost * inside / hours(entry.start, entry.end)
+
+
+def spent(ledger: Iterable[LedgerEntry], queue: str, budget: BudgetSpec, window: Window) -> Decimal:
+    """What the runs of ``queue`` in the ledger count against ``budget`` in ``window``."""
+    total = Decimal(0)
+    for entry in ledger:
+        if entry.queue == queue and entry.end >= window.start and entry.start < window.end:
+            total += entry_usage(entry, budget, window)
+    return total
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetWindow:
+    """A budgeted queue's current window and what its finished runs have spent in it."""
+
+    queue: str
+    budget: BudgetSpec
+    window: Window
+    spent: Decimal
+    timezone: str = "UTC"
+    currency: str = ""
+
+    @property
+    def unit(self) -> str:
+        """How amounts of this budget are written: the currency, or ``<resource>-hours``."""
+        if self.budget.hours_of is not None:
+            return self.budget.resource
+        return self.currency
+
+
+# --- usage ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class UsageRow:
+    """What one queue's runs used in one window: ``runs`` that ended in it, the
+    resource-hours and the cost of the time they ran in it (memory in GiB-hours)."""
+
+    window: Window
+    queue: str
+    runs: int
+    hours: Mapping[str, Decimal]
+    cost: Decimal
+    currency: str
+
+
+def usage(
+    entries: Iterable[LedgerEntry],
+    per: BudgetPeriod,
+    timezone: str = "UTC",
+    queue: str | None = None,
+) -> list[UsageRow]:
+    """The ledger per calendar window of ``per`` and queue (only ``queue`` when given), in
+    window then queue order. A run across a boundary counts in each window for the time it
+    ran there, as budgets count it."""
+    runs: dict[tuple[datetime, str], int] = {}
+    used: dict[tuple[datetime, str], dict[str, Decimal]] = {}
+    costs: dict[tuple[datetime, str], Decimal] = {}
+    currencies: dict[tuple[datetime, str], str] = {}
+    windows: dict[datetime, Window] = {}
+    for entry in entries:
+        if queue is not None and entry.queue != queue:
+            continue
+        last = window_at(entry.end, per, timezone)
+        windows[last.start] = last
+        key = (last.start, entry.queue)
+        runs[key] = runs.get(key, 0) + 1
+        duration = hours(entry.start, entry.end)
+        if not duration:
+            costs[key] = costs.get(key, Decimal(0)) + entry.cost
+            used.setdefault(key, {})
+            currencies.setdefault(key, entry.currency)
+            continue
+        window = window_at(entry.start, per, timezone)
+        while window.start < entry.end:
+            inside = overlap_hours(entry.start, entry.end, window)
+            if inside:
+                windows[window.start] = window
+                key = (window.start, entry.queue)
+                into = used.setdefault(key, {})
+                for resource, amount in entry.requests.items():
+                    into[resource] = into.get(resource, Decimal(0)) + (
+                        per_unit(resource, amount) * inside
+                    )
+                costs[key] = costs.get(key, Decimal(0)) + entry.cost * inside / duration
+                currencies.setdefault(key, entry.currency)
+            window = next_window(window, per, timezone)
+    return [
+        UsageRow(
+            window=windows[start],
+            queue=name,
+            runs=runs.get((start, name), 0),
+            hours={r: quantize(v) for r, v in sorted(used.get((start, name), {}).items())},
+            cost=quantize(costs.get((start, name), Decimal(0))),
+            currency=currencies.get((start, name), ""),
+        )
+        for start, name in sorted(set(used) | set(costs) | set(runs))
+    ]

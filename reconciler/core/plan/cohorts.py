@@ -1,0 +1,400 @@
+"""Cohorts: queues that lend each other their unused quota, with a bounded return time
+instead of preemption (docs/dispatch.md, "Cohorts").
+
+What must live here: everything the planner knows about cohorts, and nothing else does:
+
+- which queues share which resource (a cohort's *pool* of a resource: its members that have
+  a quota for it), and the limits (``borrowingLimit``, ``lendingLimit``, the cohort's cap);
+- check 8 for a member (``CohortState.own_fit``): an op that fits its queue's own quota, the
+  lent quota given back first, or it waits (``WaitingForLentQuota``, ``CohortLimit``), or it
+  is deferred to borrowing;
+- step 4b, ``borrow``: the deferred ops, in the same global order, after every op that fits
+  its own quota (a lender's own op always goes before any borrower);
+- what is borrowed and lent, recomputed from the usage alone each time (never remembered),
+  so every view that calls the planner computes the same amounts: a queue's use above its
+  quota is *borrowed*; the cohort's borrowed total is *lent* by the members under their
+  quota, in name order, each at most its ``lendingLimit`` and its unused quota;
+- the blocks of the cohort reasons, against the final counters (step 6).
+
+Borrowing is safe without preemption because only an op whose ``timeout`` is at most the
+cohort's ``maxBorrowDuration`` may borrow, and while a lender's op waits for its lent quota
+(``WaitingForLentQuota``) nothing new borrows that resource in the cohort: every borrower it
+waits for was dispatched before it started waiting, so it waits at most that long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from reconciler.core.model import duration_seconds
+from reconciler.core.plan.fleet import FleetState
+from reconciler.core.plan.model import (
+    MAX_LISTED,
+    BlockedBy,
+    BorrowingNotAllowedBlock,
+    CohortLimitBlock,
+    Dispatch,
+    LentQuotaBlock,
+    PendingReason,
+    PlanInputError,
+    QuotaBlock,
+)
+from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.units import quota_units, to_decimal
+from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
+
+_R = PendingReason
+COHORT_REASONS = frozenset((_R.WAITING_FOR_LENT_QUOTA, _R.BORROWING_NOT_ALLOWED, _R.COHORT_LIMIT))
+_NO_LIMIT = -1  # lendingLimit not set: all of the unused quota
+
+
+def timeout_seconds(op: CompiledOperation) -> int | None:
+    """The op's timeout in seconds (its Job's activeDeadlineSeconds: ``run.timeout``, the
+    queue's ``defaultTimeout`` or a sandbox's default), if it has one."""
+    if op.timeout is not None:
+        return op.timeout
+    run = op.spec.get("run")
+    timeout = run.get("timeout") if isinstance(run, Mapping) else None
+    return None if timeout is None else duration_seconds(timeout)
+
+
+def _borrowed(q: QueueState, i: int, used: int) -> int:
+    return max(0, used - q.quota[i])
+
+
+def _lendable(q: QueueState, i: int, used: int) -> int:
+    unused = max(0, q.quota[i] - used)
+    limit = q.lend_limit[i]
+    return unused if limit == _NO_LIMIT else min(unused, limit)
+
+
+class CohortState:
+    """One cohort while planning: its members (by name) and, per resource, its pool."""
+
+    __slots__ = (
+        "_now",
+        "cap",
+        "dispatched_at",
+        "max_borrow",
+        "ops",
+        "pools",
+        "seen",
+        "spec",
+        "waiting",
+    )
+
+    def __init__(
+        self,
+        spec: CohortSpec,
+        members: Sequence[QueueState],
+        ops: Mapping[str, CompiledOperation],
+        seen: Mapping[str, ObservedOperation],
+        now: datetime,
+    ) -> None:
+        self.spec = spec
+        self.max_borrow = spec.max_borrow_seconds
+        self.cap = {r: quota_units(v) for r, v in spec.quota.items()}
+        self.pools: dict[str, list[tuple[QueueState, int]]] = {}
+        for q in sorted(members, key=lambda m: m.spec.name):
+            for i, r in enumerate(q.resources):
+                self.pools.setdefault(r, []).append((q, i))
+        self.ops = ops
+        self.seen = seen
+        # when each active op was dispatched: observed, or ``now`` for this plan's
+        self.dispatched_at: dict[str, datetime] = {}
+        self.waiting: set[str] = set()  # resources a lender's op waits for (no new borrowing)
+        self._now = now
+
+    # -- amounts ---------------------------------------------------------------------------
+
+    def totals(self, r: str) -> tuple[int, int, int]:
+        """The pool of ``r`` now: (borrowed, lendable, used) in all."""
+        borrowed = lendable = used = 0
+        for q, i in self.pools.get(r, ()):
+            u = q.used[i]
+            used += u
+            borrowed += _borrowed(q, i, u)
+            lendable += _lendable(q, i, u)
+        return borrowed, lendable, used
+
+    def lent(self, r: str, used: Callable[[QueueState, int], int]) -> dict[str, int]:
+        """Who lends the pool's borrowed total: the members under their quota, in name
+        order, each at most what it may lend."""
+        pool = self.pools.get(r, ())
+        left = sum(_borrowed(q, i, used(q, i)) for q, i in pool)
+        out: dict[str, int] = {}
+        for q, i in pool:
+            give = min(left, _lendable(q, i, used(q, i)))
+            out[q.spec.name] = give
+            left -= give
+        return out
+
+    # -- check 8 ---------------------------------------------------------------------------
+
+    def own_fit(self, q: QueueState, req: Sequence[int]) -> tuple[PendingReason, Any] | None:
+        """Check 8 for a member: None when the op fits the queue's own quota (the quota it
+        lent counted as in use); else the reason and its detail (see ``state.py``). An op
+        over its own quota gets ``QuotaExceeded`` here and is deferred to ``borrow``."""
+        over = lent_short = None
+        for i, amount in enumerate(req):
+            if not amount:
+                continue
+            r = q.resources[i]
+            borrowed, lendable, used = self.totals(r)
+            cap = self.cap.get(r)
+            if cap is not None and used + amount > cap:
+                return _R.COHORT_LIMIT, (i, amount)
+            u = q.used[i]
+            new = u + amount
+            if new > q.quota[i]:
+                if over is None:
+                    over = i
+                continue
+            after = lendable - _lendable(q, i, u) + _lendable(q, i, new)
+            if borrowed > after and lent_short is None:
+                lent_short = i
+        if over is not None:
+            return _R.QUOTA_EXCEEDED, (over, req[over])
+        if lent_short is not None:
+            self.waiting.add(q.resources[lent_short])
+            return _R.WAITING_FOR_LENT_QUOTA, (lent_short, req[lent_short])
+        return None
+
+    def borrow_fit(
+        self, q: QueueState, op: CompiledOperation, req: Sequence[int]
+    ) -> tuple[PendingReason, Any] | None:
+        """Step 4b for a deferred op: None when it may borrow what it needs; else why not.
+        Over ``borrowingLimit``, nothing idle to borrow, or a lender waiting for that
+        resource: ``QuotaExceeded``; the cap: ``CohortLimit``; a missing or too long
+        timeout (when it would otherwise fit): ``BorrowingNotAllowed``."""
+        for i, amount in enumerate(req):
+            if not amount:
+                continue
+            r = q.resources[i]
+            borrowed, lendable, used = self.totals(r)
+            cap = self.cap.get(r)
+            if cap is not None and used + amount > cap:
+                return _R.COHORT_LIMIT, (i, amount)
+            u = q.used[i]
+            new = u + amount
+            if new <= q.quota[i]:
+                # within its own quota for this resource, but that may be lent
+                if borrowed > lendable - _lendable(q, i, u) + _lendable(q, i, new):
+                    return _R.QUOTA_EXCEEDED, (i, amount)
+                continue
+            if (
+                new - q.quota[i] > q.borrow_limit[i]
+                or r in self.waiting
+                or borrowed - _borrowed(q, i, u) + _borrowed(q, i, new)
+                > lendable - _lendable(q, i, u)
+            ):
+                return _R.QUOTA_EXCEEDED, (i, amount)
+        timeout = timeout_seconds(op)
+        if timeout is None or timeout > self.max_borrow:
+            i = next(i for i, amount in enumerate(req) if q.used[i] + amount > q.quota[i])
+            return _R.BORROWING_NOT_ALLOWED, (i, req[i], timeout)
+        return None
+
+    # -- step 6 ----------------------------------------------------------------------------
+
+    def borrowers(self, r: str) -> tuple[list[str], datetime | None]:
+        """The ops that may be borrowing ``r``, by end time, and the latest end (None when
+        one is not known). Only an op with a timeout of at most ``maxBorrowDuration`` can
+        have been admitted by borrowing, so a queue's use above its quota is held by such
+        ops of it (those admitted in its own quota keep it at or under its quota): listing
+        them, in the queues above their quota, names every borrower, and they all end by
+        the time given."""
+        found: list[tuple[datetime | None, str]] = []
+        for q, i in self.pools.get(r, ()):
+            if q.used[i] <= q.quota[i]:
+                continue
+            for _, oid in q.holders[i]:
+                op = self.ops.get(oid)
+                timeout = timeout_seconds(op) if op is not None else None
+                if timeout is None or timeout > self.max_borrow:
+                    continue
+                start = self.dispatched_at.get(oid)
+                if start is None:
+                    obs = self.seen.get(oid)
+                    start = obs.dispatched_at if obs is not None else None
+                    if start is not None and start.tzinfo is None:
+                        start = start.replace(tzinfo=UTC)
+                found.append((None if start is None else start + timedelta(seconds=timeout), oid))
+        found.sort(key=lambda e: (e[0] is None, e[0] or self._now, e[1]))
+        ends = [e for e, _ in found]
+        latest = None if not ends or None in ends else max(e for e in ends if e is not None)
+        return [oid for _, oid in found], latest
+
+    def block(
+        self,
+        q: QueueState,
+        reason: PendingReason,
+        detail: Any,
+        replicas: int,
+        quota_block: Callable[[tuple[int, int], int], QuotaBlock],
+    ) -> BlockedBy:
+        i, amount = detail[0], detail[1]
+        r = q.resources[i]
+        name = self.spec.name
+        if reason is _R.COHORT_LIMIT:
+            _, _, used = self.totals(r)
+            return CohortLimitBlock(
+                name, r, to_decimal(amount), to_decimal(used), to_decimal(self.cap[r])
+            )
+        if reason is _R.BORROWING_NOT_ALLOWED:
+            return BorrowingNotAllowedBlock(
+                quota_block((i, amount), replicas), name, self.max_borrow, detail[2]
+            )
+        lent = self.lent(r, lambda m, j: m.used[j]).get(q.spec.name, 0)
+        ids, ends_by = self.borrowers(r)
+        return LentQuotaBlock(
+            q.spec.name,
+            name,
+            r,
+            to_decimal(amount),
+            to_decimal(lent),
+            tuple(ids[:MAX_LISTED]),
+            len(ids),
+            ends_by,
+        )
+
+
+def join_cohorts(
+    qstate: Mapping[str, QueueState],
+    cohorts: Mapping[str, CohortSpec],
+    ops: Mapping[str, CompiledOperation],
+    seen: Mapping[str, ObservedOperation],
+    now: datetime,
+) -> None:
+    """Give each member queue its cohort, limits in units, and check 4's limits raised by
+    what it may borrow."""
+    members: dict[str, list[QueueState]] = {}
+    for q in qstate.values():
+        name = q.spec.cohort
+        if name is None:
+            continue
+        if name not in cohorts:
+            raise PlanInputError(f"queue {q.spec.name} names cohort {name!r}, which does not exist")
+        members.setdefault(name, []).append(q)
+        spec = q.spec
+        q.borrow_limit = tuple(
+            quota_units(spec.borrowing_limit[r]) if r in spec.borrowing_limit else 0
+            for r in q.resources
+        )
+        q.lend_limit = tuple(
+            quota_units(spec.lending_limit[r]) if r in spec.lending_limit else _NO_LIMIT
+            for r in q.resources
+        )
+        q.limits = tuple(
+            (r, to_decimal(q.quota[i] + q.borrow_limit[i])) for i, r in enumerate(q.resources)
+        )
+    for name, qs in members.items():
+        state = CohortState(cohorts[name], qs, ops, seen, now)
+        for q in qs:
+            q.cohort = state
+
+
+def borrow(
+    order: Sequence[QueueState],
+    counters: Counters,
+    now: datetime,
+    fleet: FleetState | None = None,
+) -> list[Dispatch]:
+    """Step 4b: the ops deferred by check 8 because they fit only by borrowing, in the same
+    global order, each through checks 6..11 again (6, 7 and 9..11 may have filled since;
+    check 10 chooses a fleet queue's cluster as in step 4).
+    A distributed op borrows its whole request (every replica) or nothing."""
+    dispatch: list[Dispatch] = []
+    for q in order:
+        cohort = q.cohort
+        if cohort is None or not q.deferred:
+            continue
+        spec = q.spec
+        conc = spec.concurrency
+        max_pods = spec.max_pods
+        gone: set[int] = set()
+        for idx in q.deferred:
+            oid, op, _, _ = q.pending[idx]
+            # 6: queue concurrency (a borrower of this queue may have taken the last slot)
+            if conc is not None and q.active >= conc:
+                q.pending[idx] = (oid, op, _R.QUEUE_CONCURRENCY_LIMIT, None)
+                continue
+            # 7: maxPods (a borrower of this queue may have taken the last pods)
+            if max_pods is not None and q.pods + op.replicas > max_pods:
+                q.pending[idx] = (oid, op, _R.MAX_PODS_REACHED, op.replicas)
+                continue
+            # 8: borrowing, the whole request (every replica) at once
+            req = q.request(op.requests)
+            verdict = cohort.borrow_fit(q, op, req)
+            if verdict is not None:
+                q.pending[idx] = (oid, op, verdict[0], verdict[1])
+                continue
+            # 9: workflow parallelism
+            wf = op.workflow
+            w = None
+            if wf is not None:
+                w = counters.workflow(wf.parent, wf.concurrency)
+                if w.limit is not None and w.active >= w.limit:
+                    q.pending[idx] = (oid, op, _R.WORKFLOW_PARALLELISM, w)
+                    continue
+            # 10: the cluster: its concurrency; a fleet queue chooses one
+            target = op.cluster
+            if spec.fleet and fleet is not None:
+                choice = fleet.choose(spec, op, counters)
+                if choice.cluster is None:
+                    reason = choice.reason or _R.CLUSTER_CONCURRENCY_LIMIT
+                    q.pending[idx] = (oid, op, reason, choice.members)
+                    continue
+                target = choice.cluster
+                c = counters.cluster(target)
+            else:
+                c = counters.cluster(target)
+                if c.limit is not None and c.active >= c.limit:
+                    q.pending[idx] = (oid, op, _R.CLUSTER_CONCURRENCY_LIMIT, c)
+                    continue
+            # 11: the queue's budget (a borrower pays for what it borrows), at the prices of
+            # the cluster it goes to
+            budget = q.budget
+            if budget is not None:
+                rate, reserve, timeout = budget.reservation(op, target)
+                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+                    q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)
+                    continue
+                budget.hold_dispatch(rate, reserve, timeout)
+            q.hold(oid, req, op.replicas)
+            q.dispatched += 1
+            c.hold(oid)
+            if w is not None:
+                w.hold(oid)
+            if spec.fleet and fleet is not None:
+                fleet.take(spec, op, target)
+            cohort.dispatched_at[oid] = now
+            gone.add(idx)
+            dispatch.append(Dispatch(oid, spec.name, target))
+        if gone:
+            q.pending = [p for k, p in enumerate(q.pending) if k not in gone]
+        q.deferred = []
+    return dispatch
+
+
+Amounts = dict[str, Decimal]
+
+
+def amounts(q: QueueState) -> tuple[Amounts, Amounts, Amounts, Amounts]:
+    """A member's borrowed and lent amounts per resource: observed (before this plan), then
+    with this plan applied."""
+    cohort = q.cohort
+    if cohort is None:
+        return {}, {}, {}, {}
+    out: list[Amounts] = []
+    for which in ("used0", "used"):
+
+        def used(m: QueueState, j: int, which: str = which) -> int:
+            return int(getattr(m, which)[j])
+
+        out.append({r: to_decimal(_borrowed(q, i, used(q, i))) for i, r in enumerate(q.resources)})
+        out.append({r: to_decimal(cohort.lent(r, used).get(q.spec.name, 0)) for r in q.resources})
+    return out[0], out[1], out[2], out[3]

@@ -1,0 +1,200 @@
+"""The pytorchjob backend's rendering against the real PyTorchJob CRD of the Kubeflow
+Training Operator v1.8.1, installed into the dev apiserver: the apiserver accepts the
+rendered objects (server-side dry-run, so nothing is stored) with nothing pruned, and
+rejects an invalid one. No operator runs here, so no pod starts: what is tested is the
+schema, not the operator's behaviour (docs/dispatch.md, "The pytorchjob backend")."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import KubeCluster, repo
+from helpers import wait_until
+from kubeflow_crd import CrdUnavailable, pytorchjob_crd
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from reconciler.core.compile import compile_repo
+from reconciler.core.render_kubeflow import render_pytorchjob
+
+pytestmark = pytest.mark.cluster
+
+CRD_NAME = "pytorchjobs.kubeflow.org"
+
+
+@pytest.fixture
+def pytorchjob_crd_installed(kube_cluster: KubeCluster) -> Iterator[client.ApiClient]:
+    try:
+        crd = pytorchjob_crd()
+    except CrdUnavailable as exc:
+        pytest.skip(f"the PyTorchJob CRD (training-operator v1.8.1) is not available: {exc}")
+    api = kube_cluster.api_client()
+    ext = client.ApiextensionsV1Api(api)
+    body = copy.deepcopy(crd)
+    body["metadata"].pop("annotations", None)
+    try:
+        ext.create_custom_resource_definition(body)
+    except ApiException as exc:
+        if exc.status != 409:
+            raise
+
+    def established() -> bool:
+        got = ext.read_custom_resource_definition(CRD_NAME)
+        return any(
+            c.type == "Established" and c.status == "True" for c in got.status.conditions or []
+        )
+
+    wait_until(established, timeout=60, what="the PyTorchJob CRD to be Established")
+    try:
+        yield api
+    finally:
+        ext.delete_custom_resource_definition(CRD_NAME)
+
+        def gone() -> bool:
+            try:
+                ext.read_custom_resource_definition(CRD_NAME)
+            except ApiException as exc:
+                return exc.status == 404
+            return False
+
+        wait_until(gone, timeout=60, what="the PyTorchJob CRD to be deleted")
+
+
+def _rendered(namespace: str, replicas: int, extra: str = "") -> dict[str, Any]:
+    files = {
+        "reconciler.yaml": "kind: Org\ndefaults:\n  queue: gpu\n",
+        "clusters/local.yaml": "kind: Cluster\nkubeconfig:\n  inCluster: true\n",
+        "queues/gpu.yaml": "kind: Queue\ncluster: local\nquota:\n  nvidia.com/gpu: 8\n",
+        "projects/p/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
+        "projects/p/operations/t.yaml": (
+            "kind: Operation\nrun:\n  kind: job\n  container:\n    image: busybox\n"
+            "    command: [torchrun, --nnodes=$(PET_NNODES), train.py]\n"
+            "    resources:\n      limits:\n        nvidia.com/gpu: 2\n"
+            f"  replicas: {replicas}\n  distributed:\n    backend: pytorchjob\n{extra}"
+        ),
+    }
+    compiled = compile_repo(repo(files))
+    assert compiled.valid and not compiled.rejected, compiled.errors
+    (op,) = compiled.operations
+    rendered = render_pytorchjob(op, {}, config_version="c1", dispatched_at=datetime.now(UTC))
+    return dict(rendered.job)
+
+
+def _pruned(sent: Any, got: Any, path: str = "spec") -> list[str]:
+    """Paths of ``sent`` missing from, or changed in, ``got``."""
+    if isinstance(sent, dict) and isinstance(got, dict):
+        return [p for k, v in sent.items() for p in _pruned(v, got.get(k), f"{path}.{k}")]
+    if isinstance(sent, list) and isinstance(got, list) and len(sent) == len(got):
+        pairs = enumerate(zip(sent, got, strict=True))
+        return [p for i, (a, b) in pairs for p in _pruned(a, b, f"{path}[{i}]")]
+    return [] if sent == got else [path]
+
+
+def _dry_run(api: client.ApiClient, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
+    got: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs", body, dry_run="All"
+    )
+    return got
+
+
+def test_the_apiserver_accepts_the_rendered_pytorchjob(
+    pytorchjob_crd_installed: client.ApiClient, namespace: str
+) -> None:
+    api = pytorchjob_crd_installed
+    for replicas, extra in ((4, ""), (1, ""), (3, "  maxRetries: 2\n  timeout: 2h\n")):
+        body = _rendered(namespace, replicas, extra)
+        got = _dry_run(api, namespace, body)
+        # accepted, and nothing we sent was pruned as unknown by the structural schema
+        # (the apiserver adds the schema's defaults, e.g. runPolicy.suspend: false)
+        assert _pruned(body["spec"], got["spec"]) == [], replicas
+        assert got["spec"]["runPolicy"]["suspend"] is False
+        assert got["metadata"]["labels"] == body["metadata"]["labels"]
+        assert got["metadata"]["annotations"] == body["metadata"]["annotations"]
+    # dry-run stored nothing
+    listed = client.CustomObjectsApi(api).list_namespaced_custom_object(
+        "kubeflow.org", "v1", namespace, "pytorchjobs"
+    )
+    assert listed["items"] == []
+
+
+def test_the_apiserver_rejects_an_invalid_pytorchjob(
+    pytorchjob_crd_installed: client.ApiClient, namespace: str
+) -> None:
+    body = _rendered(namespace, 4)
+    body["spec"]["pytorchReplicaSpecs"]["Worker"]["replicas"] = "three"
+    with pytest.raises(ApiException) as err:
+        _dry_run(pytorchjob_crd_installed, namespace, body)
+    assert err.value.status == 422
+    assert "pytorchReplicaSpecs.Worker.replicas" in str(err.value.body)
+    body = _rendered(namespace, 4)
+    del body["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"]
+    with pytest.raises(ApiException) as err:
+        _dry_run(pytorchjob_crd_installed, namespace, body)
+    assert err.value.status == 422
+    assert "containers" in str(err.value.body)
+
+
+def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
+    kube_cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """Without the CRD a pytorchjob op waits BackendUnavailable; once it is installed, the
+    same cycle plans it (and the runtime, which cannot run PyTorchJobs yet, refuses the
+    create before any request, so nothing is created)."""
+    from reconciler_env import client_context, commit_all, git, make_reconciler
+
+    from reconciler.adapters.kube import Kube
+    from reconciler.core.plan import PendingReason
+
+    files = {
+        "reconciler.yaml": "kind: Org\ndefaults:\n  queue: gpu\n",
+        "clusters/local.yaml": (
+            f"kind: Cluster\nkubeconfig:\n  path: {kube_cluster.kubeconfig}\n"
+            f"context: {client_context(kube_cluster.kubeconfig)}\n"
+        ),
+        "queues/gpu.yaml": "kind: Queue\ncluster: local\nquota:\n  nvidia.com/gpu: 8\n",
+        "projects/p/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
+        "projects/p/operations/t.yaml": (
+            "kind: Operation\nrun:\n  kind: job\n  container:\n    image: busybox\n"
+            "    resources:\n      limits:\n        nvidia.com/gpu: 2\n"
+            "  replicas: 2\n  distributed:\n    backend: pytorchjob\n"
+        ),
+    }
+    for path, text in files.items():
+        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / path).write_text(text)
+    git(tmp_path, "init", "-q", "-b", "main")
+    commit_all(tmp_path, "ops")
+    kube = Kube(kube_cluster.api_client())
+    # discovery follows a CRD's deletion by an earlier test within a moment
+    wait_until(
+        lambda: kube.served_backends(["pytorchjob"]) == frozenset(),
+        timeout=30,
+        what="the cluster to serve no PyTorchJob",
+    )
+    reconciler = make_reconciler(tmp_path)
+    try:
+        before = reconciler.run_once()
+        assert before.plan is not None
+        (entry,) = before.plan.pending
+        assert entry.reason is PendingReason.BACKEND_UNAVAILABLE
+        assert "does not serve kubeflow.org/v1 PyTorchJob" in entry.message
+        with _installed(kube_cluster):
+            assert kube.served_backends(["pytorchjob"]) == frozenset({"pytorchjob"})
+            after = reconciler.run_once()
+            assert after.plan is not None and after.plan.pending == ()
+            assert after.failed["p/t"].startswith("the reconciler cannot run PyTorchJob")
+    finally:
+        reconciler.close()
+    assert not kube.list_labelled("Job", "reconciler.dev/operation=t", namespace)
+
+
+def _installed(kube_cluster: KubeCluster) -> Any:
+    import contextlib
+
+    fixture = pytorchjob_crd_installed.__wrapped__(kube_cluster)  # type: ignore[attr-defined]
+    return contextlib.contextmanager(lambda: fixture)()
