@@ -25,12 +25,13 @@ A100 = "NVIDIA-A100-SXM4-80GB"
 GPU = "nvidia.com/gpu"
 
 
-def _op(name: str, gpus: int, product: str) -> str:
+def _op(name: str, gpus: int, product: str, replicas: int = 1) -> str:
     return f"""kind: Operation
 name: {name}
 queue: fleet
 run:
   kind: job
+  replicas: {replicas}
   container:
     command: [train]
     resources:
@@ -111,6 +112,8 @@ def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
         (ops / "b-h100.yaml").write_text(_op("b-h100", 4, H100))  # 8 - 2 (hog) - 4: no room
         (ops / "c-a100.yaml").write_text(_op("c-a100", 1, A100))  # local, listed first
         (ops / "d-l4.yaml").write_text(_op("d-l4", 1, "NVIDIA-L4"))  # no cluster has L4s
+        # a gang of 2 x 2 H100s: remote has room for one pod (2 GPUs), not for all of them
+        (ops / "e-ddp.yaml").write_text(_op("e-ddp", 2, H100, replicas=2))
         commit_all(config_repo, "a fleet queue over local and remote")
         make_long_running(config_repo, "vision")  # nothing finishes during the test
 
@@ -132,7 +135,7 @@ def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
         assert result.decision.capacity["local"].free(h100).get(GPU, 0) == 0
 
         pending = {p.operation: p for p in result.plan.pending}
-        assert set(pending) == {"vision/b-h100", "vision/d-l4"}
+        assert set(pending) == {"vision/b-h100", "vision/d-l4", "vision/e-ddp"}
         for entry in pending.values():
             assert entry.reason is PendingReason.NO_CLUSTER_HAS_CAPACITY
             assert isinstance(entry.blocked_by, FleetBlock)
@@ -142,6 +145,11 @@ def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
         # with a-h100 counted: 8 - 2 (hog) - 4 = 2 left on remote, no H100 on local
         assert [m.free[GPU] for m in held.blocked_by.members] == [0, 2]
         assert f"{GPU} 2 free; admitted when one of its clusters has" in held.message
+        # the gang is held whole: never one replica on remote and one elsewhere
+        gang = pending["vision/e-ddp"]
+        assert isinstance(gang.blocked_by, FleetBlock)
+        assert gang.blocked_by.request[GPU] == 4  # 2 replicas x 2
+        assert [m.free[GPU] for m in gang.blocked_by.members] == [0, 2]
 
         # kube-scheduler placed the chosen one on the remote H100 node
         def placed() -> Any:
@@ -170,7 +178,11 @@ def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
         assert again.states["vision/a-h100"].cluster == "remote"
         assert again.dispatched == ()
         assert again.plan is not None
-        assert {p.operation for p in again.plan.pending} == {"vision/b-h100", "vision/d-l4"}
+        assert {p.operation for p in again.plan.pending} == {
+            "vision/b-h100",
+            "vision/d-l4",
+            "vision/e-ddp",
+        }
         reconciler.close()
     finally:
         second.down(progress=lambda _m: None)
