@@ -8,7 +8,14 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from reconciler.adapters.kube import ALL_OBJECTS, LIVE_PODS, Kube, KubeError, connect_cluster
+from reconciler.adapters.kube import (
+    ALL_OBJECTS,
+    LIVE_PODS,
+    Kube,
+    KubeError,
+    connect_cluster,
+    list_pytorchjobs,
+)
 from reconciler.core.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
 from reconciler.core.observe import observe_workloads
@@ -45,6 +52,7 @@ def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, Cluster
             kube = connect(compiled.clusters[name])
             jobs = kube.list_managed("Job").items
             pods = kube.list_managed("Pod").items
+            pytorchjobs = list_pytorchjobs(kube)
             served = kube.served_backends(wanted[name]) if name in wanted else frozenset()
         except KubeError as exc:
             listing[name] = ClusterListing.unreachable(str(exc))
@@ -56,7 +64,7 @@ def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, Cluster
             except KubeError:
                 capacity = None  # not observed; the cluster itself was read
         listing[name] = ClusterListing(
-            observe_workloads(name, jobs, pods), capacity=capacity, backends=served
+            observe_workloads(name, jobs, pods, pytorchjobs), capacity=capacity, backends=served
         )
     return listing
 
