@@ -38,6 +38,7 @@ import contextlib
 import itertools
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -240,7 +241,8 @@ def start_reconciler(
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     command = [sys.executable, "-m", "reconciler", "run", *args]
     if profile is not None:
-        command = ["py-spy", "record", "-r", "50", "-o", str(profile), "--", *command]
+        form = ["--format", "raw"] if profile.suffix == ".txt" else []  # collapsed stacks
+        command = ["py-spy", "record", "-r", "50", *form, "-o", str(profile), "--", *command]
     with log.open("wb") as out:
         return subprocess.Popen(command, stdout=out, stderr=out, env=env)
 
@@ -248,18 +250,28 @@ def start_reconciler(
 def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
     """CPU time so far of ``proc``'s Python process (py-spy's child when profiled): user and
     system, its reaped children (git) included, from /proc."""
-    pid = proc.pid
-    children = Path(f"/proc/{pid}/task/{pid}/children")
-    with contextlib.suppress(OSError):
-        if Path(f"/proc/{pid}/comm").read_text().strip() == "py-spy":
-            pid = int(children.read_text().split()[0])
+    pid = python_pid(proc)
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     ticks = sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def python_pid(proc: subprocess.Popen[bytes]) -> int:
+    """``proc``'s Python process: itself, or py-spy's child when profiled."""
+    pid = proc.pid
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        if Path(f"/proc/{pid}/comm").read_text().strip() == "py-spy":
+            return int(Path(f"/proc/{pid}/task/{pid}/children").read_text().split()[0])
+    return pid
+
+
 def stop(proc: subprocess.Popen[bytes]) -> None:
-    proc.terminate()
+    pid = python_pid(proc)
+    if pid != proc.pid:  # py-spy writes its profile when the process it runs ends
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    else:
+        proc.terminate()
     try:
         proc.wait(60)
     except subprocess.TimeoutExpired:
