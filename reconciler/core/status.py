@@ -481,6 +481,7 @@ def render_status(
     gang_timeouts: Mapping[str, GangTimeout] | None = None,
     ledger: Ledger | None = None,
     memo: RenderMemo | None = None,
+    hashes: SpecHashMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -496,8 +497,9 @@ def render_status(
     re-queued already. ``ledger``: the finished runs, one ``status/ledger/<YYYY-MM>.yaml``
     per month (not given: the ledger files are left as they are; they are never deleted).
     ``memo`` (kept by the caller between cycles) spares dumping a record equal to the one
-    last dumped."""
-    records = build_status(repo, plan, states, failed, superseded)
+    last dumped, and ``hashes`` hashing again the spec of an operation compiled as before
+    (the same object: the incremental compile reuses it)."""
+    records = build_status(repo, plan, states, failed, superseded, hashes)
     for i, record in enumerate(records):
         mark = (gang_timeouts or {}).get(record.operation)
         if mark is not None:
@@ -595,6 +597,7 @@ def build_status(
     states: Mapping[str, WorkloadState],
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     superseded: Mapping[str, WorkloadState] | None = None,
+    hashes: SpecHashMemo | None = None,
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
     their parents), rejected ones, and those only observed (e.g. removed but still running).
@@ -610,11 +613,20 @@ def build_status(
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
         record = _compiled_record(
-            repo, op, state, op.id in dispatched, pending.get(op.id), (failed or {}).get(op.id)
+            repo,
+            op,
+            state,
+            op.id in dispatched,
+            pending.get(op.id),
+            (failed or {}).get(op.id),
+            _spec_hash(repo, op, hashes),
         )
         out[op.id] = record
         if op.workflow is not None:
             children.setdefault(op.workflow.parent, []).append(record)
+    if hashes is not None and len(hashes) > len(repo.operations):
+        for gone in hashes.keys() - {op.id for op in repo.operations}:
+            del hashes[gone]
     for parent, kids in children.items():
         if parent not in out:
             out[parent] = _workflow_record(parent, kids)
@@ -642,8 +654,9 @@ def _compiled_record(
     dispatched: bool,
     pending: Pending | None,
     failure: tuple[StatusReason, str] | None = None,
+    desired: str | None = None,
 ) -> OperationStatus:
-    desired = spec_hash(op, repo.connections)
+    desired = desired or spec_hash(op, repo.connections)
     workflow = (
         {"parent": op.workflow.parent, "kind": op.workflow.kind, "index": op.workflow.index}
         if op.workflow is not None
@@ -707,6 +720,22 @@ def _compiled_record(
             blocked_by=pending.blocked_by.to_json(),
         )
     return OperationStatus(**common, phase=Phase.QUEUED, workload=name)
+
+
+# Per operation id: the compiled operation last hashed, the connections it used, its hash.
+SpecHashMemo = dict[str, tuple[CompiledOperation, tuple[Any, ...], str]]
+
+
+def _spec_hash(repo: CompiledRepo, op: CompiledOperation, memo: SpecHashMemo | None) -> str:
+    if memo is None:
+        return spec_hash(op, repo.connections)
+    used = tuple(repo.connections.get(n) for n in op.connections)
+    known = memo.get(op.id)
+    if known is not None and known[0] is op and known[1] == used:
+        return known[2]
+    digest = spec_hash(op, repo.connections)
+    memo[op.id] = (op, used, digest)
+    return digest
 
 
 def _reason(state: WorkloadState) -> str | None:

@@ -29,6 +29,7 @@ from reconciler.core.status import (
     ClusterStatus,
     PhaseMemo,
     RenderMemo,
+    SpecHashMemo,
     StatusReason,
     read_status,
     render_status,
@@ -63,6 +64,7 @@ class StatusPublisher:
         self.last_error = ""
         self._rendered: RenderMemo = {}  # each operation's last record and its bytes
         self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
+        self._hashes: SpecHashMemo = {}  # each operation's spec hash, by compiled object
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
         self.faults: FaultPoints | None = None
@@ -182,7 +184,7 @@ class StatusPublisher:
         self.due = None
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan, self._rendered)
+            files = render_cycle_status(result, compiled, plan, self._rendered, self._hashes)
             changes = status_changes(before, files)
             if not changes:
                 return None
@@ -207,7 +209,11 @@ class StatusPublisher:
 
 
 def render_cycle_status(
-    result: CycleResult, compiled: CompiledRepo, plan: Plan, memo: RenderMemo | None = None
+    result: CycleResult,
+    compiled: CompiledRepo,
+    plan: Plan,
+    memo: RenderMemo | None = None,
+    hashes: SpecHashMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file one cycle writes: ``result`` with its config in force and plan
     (``memo``: see ``render_status``)."""
@@ -235,4 +241,5 @@ def render_cycle_status(
         gang_timeouts=result.decision.memory.gang_timeouts if result.decision else None,
         ledger=result.decision.memory.ledger if result.decision is not None else None,
         memo=memo,
+        hashes=hashes,
     )

@@ -20,6 +20,7 @@ from reconciler.core.status import (
     OperationStatus,
     PhaseMemo,
     RenderMemo,
+    SpecHashMemo,
     StatusReason,
     is_order_path,
     order_path,
@@ -602,3 +603,24 @@ def test_the_render_memo_reuses_an_unchanged_order_file() -> None:
     again = render_status(repo, plan, {}, memo=memo)
     assert again[order_path("team-a")] is first[order_path("team-a")]
     assert again == render_status(repo, plan, {})
+
+
+def test_the_spec_hash_memo_gives_the_hash_a_fresh_render_gives() -> None:
+    world = _many_pending(3)
+    repo = world.repo(COMMIT)
+    plan = plan_repo(repo, [], NOW)
+    hashes: SpecHashMemo = {}
+    first = render_status(repo, plan, {}, hashes=hashes)
+    assert set(hashes) == {f"vision/train-{i}" for i in range(1, 4)}
+    assert render_status(repo, plan, {}, hashes=hashes) == first
+    # a new compile (other objects, another spec): hashed again, never the old hash
+    other = World().cluster("local").queue("team-b", quota={"nvidia.com/gpu": 1}, priority=10)
+    other.ops("vision/train-{}", 2, queue="team-b", gpu=1)
+    changed = other.repo(COMMIT)
+    again = render_status(changed, plan_repo(changed, [], NOW), {}, hashes=hashes)
+    assert again == render_status(changed, plan_repo(changed, [], NOW), {})
+    assert (
+        load(again, "status/vision/train-1.yaml")["specHash"]
+        != load(first, "status/vision/train-1.yaml")["specHash"]
+    )
+    assert set(hashes) == {"vision/train-1", "vision/train-2"}  # the gone one forgotten
