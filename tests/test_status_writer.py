@@ -80,6 +80,7 @@ def test_the_cycle_does_not_wait_for_the_write_and_results_coalesce() -> None:
         assert publisher.flush(30)
         # c1 and c2 were superseded before they were written: two commits, the newest last
         assert len(branch.messages) == 2 and publisher.commits == 2
+        assert publisher.put_off == 2
         assert branch.applied() == "c3"
     finally:
         branch.gate.set()

@@ -1012,21 +1012,23 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             ledger.extend(e for e in parsed if isinstance(e, LedgerEntry))
         else:
             queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
-    order = {
-        queue: tuple(op for part in sorted(found, key=lambda o: o.first) for op in part.pending)
-        for queue, found in sorted(parts.items())
-    }
-    _joined_records(operations, order, config.applied if config is not None else "")
+    order: dict[str, tuple[str, ...]] = {}
+    positions: dict[str, int] = {}
+    for queue, found in sorted(parts.items()):
+        found.sort(key=lambda o: o.first)
+        order[queue] = tuple(op for part in found for op in part.pending)
+        for part in found:  # each part says where it starts (a lost part shifts nothing)
+            positions.update((op, part.first + i) for i, op in enumerate(part.pending))
+    _joined_records(operations, positions, config.applied if config is not None else "")
     return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger), order)
 
 
 def _joined_records(
-    operations: dict[str, OperationStatus], order: Mapping[str, tuple[str, ...]], applied: str
+    operations: dict[str, OperationStatus], positions: Mapping[str, int], applied: str
 ) -> None:
     """Each pending operation's position from its queue's order, and the commit in force on
     Queued and Rejected records (their files hold neither). A record written before the
     order files existed keeps the position it holds, unless an order file lists it."""
-    positions = {op: i for ids in order.values() for i, op in enumerate(ids, start=1)}
     for oid, rec in operations.items():
         update: dict[str, Any] = {}
         position = positions.get(oid)

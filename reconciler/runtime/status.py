@@ -104,6 +104,8 @@ class StatusPublisher:
         with self._cond:
             if self._closed:
                 return None
+            if self._next is not None:
+                self.put_off += 1  # superseded before it was written
             self._next = result  # a newer status supersedes one not written yet
             self._cond.notify_all()
         return None

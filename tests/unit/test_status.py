@@ -560,6 +560,12 @@ def test_a_long_queue_order_is_split_and_read_back_whole() -> None:
     view = read_status(files)
     assert view.order["team-a"] == tuple(f"vision/train-{i}" for i in range(2, 7))
     assert [view.operations[f"vision/train-{i}"].position for i in range(2, 7)] == [1, 2, 3, 4, 5]
+    # a part that cannot be read shifts no other part's positions
+    damaged = {**files, order_path("team-a", 2): b"queue: [\n"}
+    shown = read_status(damaged)
+    assert [shown.operations[f"vision/train-{i}"].position for i in (2, 3, 6)] == [1, 2, 5]
+    assert shown.operations["vision/train-4"].position is None
+    assert len(shown.problems) == 1
     # the commit message counts operations, not order files
     assert summarize_cycle({}, files).endswith(
         "pending 5\n\n"
