@@ -310,6 +310,8 @@ class OperationStatus(StatusRecord):
     cluster: OptText = None
     namespace: OptText = None
     workload: OptText = None
+    # the workload's kind when it is not a Job: PyTorchJob (run.distributed.backend)
+    workload_kind: EmptyText = ""
     # 1-based among the queue's pending: read from ``status/_queues`` (``read_status``); only
     # records written before that folder existed hold it themselves
     position: LooseNumber = None
@@ -682,6 +684,7 @@ def _compiled_record(
             reason=_reason(state),
             message=state.message,
             workload=state.name,
+            workload_kind=_workload_kind(state.kind),
             config_commit=state.config_commit,
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
@@ -836,6 +839,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "cluster": state.cluster,
             "namespace": state.namespace,
             "workload": state.name,
+            "workload_kind": _workload_kind(state.kind),
             "generation": state.generation,
             "config_commit": state.config_commit or base.config_commit,
             "dispatched_at": state.dispatched_at,
@@ -847,6 +851,11 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "pods": _pods(state),
         }
     )
+
+
+def _workload_kind(kind: str) -> str:
+    """``workloadKind`` in a record: written only for a kind other than Job."""
+    return "" if kind == "Job" else kind
 
 
 def _held(state: WorkloadState) -> dict[str, str]:
