@@ -28,7 +28,6 @@ from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
 from reconciler.core.plan import PlanInputError
 from reconciler.core.plan_render import text_table
 from reconciler.core.status import (
-    ClusterStatus,
     OperationStatus,
     QueueStatus,
     StatusView,
@@ -242,12 +241,7 @@ def recorded_estimates(
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     """The status files the cycle would write for ``decision``, read back."""
-    clusters = tuple(
-        ClusterStatus(
-            name=c.name, reachable=c.reachable, error=c.error, backends=tuple(sorted(c.backends))
-        )
-        for c in decision.clusters
-    )
+    clusters = decision.cluster_records()
     return read_status(
         render_status(
             compiled,

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.cycle import Decision
 from reconciler.core.ledger import (
     LedgerEntry,
@@ -80,6 +81,9 @@ STATIC_REASONS = frozenset(
         PendingReason.AWAITING_APPROVAL,
         PendingReason.UPSTREAM_FAILED,
         PendingReason.EXCEEDS_QUOTA,
+        # the simulation does not model the clusters' free capacity changing (it sees it
+        # as observed now): no simulated event ends this wait (docs/estimates.md)
+        PendingReason.NO_CLUSTER_HAS_CAPACITY,
     }
 )
 # A replan first plans this many candidates of a queue (plus two per free slot)
@@ -379,6 +383,14 @@ class _Prepared:
             for name in members:
                 self.cohort_mates[name] = tuple(sorted(members))
         self.budgeted = frozenset(n for n, spec in repo.queues.items() if spec.budget is not None)
+        self.fleet = frozenset(n for n, spec in repo.queues.items() if spec.fleet)
+        # the resources a run's units are counted in: its queue's quota's, and a fleet
+        # queue's ``clusterQuota``'s (check 10 counts its usage per cluster)
+        self.counted: dict[str, tuple[str, ...]] = {
+            n: tuple(sorted({*spec.quota, *(r for c in spec.cluster_quota.values() for r in c)}))
+            for n, spec in repo.queues.items()
+            if spec.cluster_quota
+        }
         # each workflow's queues: of all its children, pending, dispatched or running
         self.workflow_spans: dict[str, set[str]] = {}
         for child in repo.operations:
@@ -426,11 +438,14 @@ class _Sim:
         resolution: timedelta,
         backends: Mapping[str, frozenset[str]],
         ledger: Iterable[LedgerEntry],
+        capacity: Mapping[str, ClusterCapacity],
     ) -> None:
         self.repo = prep.repo
         self.backends = backends
+        self.capacity = capacity
         self.cohort_mates = prep.cohort_mates
         self.budgeted = prep.budgeted
+        self.counted = prep.counted
         # the finished runs of each budgeted queue (what it spent): the ledger, then the
         # runs the simulation ends
         self.spent: dict[str, list[LedgerEntry]] = {q: [] for q in self.budgeted}
@@ -461,6 +476,9 @@ class _Sim:
         self.workflow_queues = prep.workflow_queues
         self.uncertain = {q for qs in prep.workflow_queues.values() if len(qs) > 1 for q in qs}
         self.uncertain |= self.budgeted
+        # a fleet queue may find a freed slot's cluster over its clusterQuota, or choose
+        # another of its clusters: it does not count as taking the slot
+        self.uncertain |= prep.fleet
         self.workflow_mates: dict[str, set[str]] = {}
         for mates in prep.workflow_spans.values():
             if len(mates) > 1:
@@ -527,7 +545,7 @@ class _Sim:
             Phase.DISPATCHED,
             op.requests,
             d.queue,
-            op.cluster,
+            d.cluster,  # a fleet queue's: the cluster check 10 chose
             pods=op.replicas,
             dispatched_at=at,
             started_at=at,
@@ -607,7 +625,9 @@ class _Sim:
         if spec is not None and cluster is not None and queue is not None:
             get = (requests or {}).get
             units = tuple(
-                (r, request_units(v)) for r in spec.quota if (v := get(r)) is not None and v
+                (r, request_units(v))
+                for r in self.counted.get(queue, spec.quota)
+                if (v := get(r)) is not None and v
             )
         return o, queue, cluster, units
 
@@ -633,16 +653,20 @@ class _Sim:
             heapq.heappush(self.heap, (end, o.operation))
 
     def _note_waits(self, queue: str, pending: Iterable[tuple[str, PendingReason]]) -> None:
-        """Which clusters' slots ``queue``'s candidates wait for (check 9: an operation's
-        own cluster)."""
+        """Which clusters' slots ``queue``'s candidates wait for (check 10: an operation's
+        own cluster, a fleet queue's: any of its clusters)."""
         for c in self.queue_waits.pop(queue, ()):
             self.waits_on_cluster[c].discard(queue)
-        clusters = set()
+        clusters: set[str] = set()
         last = self.last
         for oid, reason in pending:
             last[oid] = reason
             if reason is PendingReason.CLUSTER_CONCURRENCY_LIMIT:
                 clusters.add(self.ops[oid].cluster)
+            elif reason is PendingReason.NO_CLUSTER_UNDER_QUOTA:
+                # a fleet queue's (check 10): each of its clusters at its concurrency or
+                # over the queue's clusterQuota; a slot freed in any may take it
+                clusters.update(self.repo.queues[queue].clusters)
         if clusters:
             self.queue_waits[queue] = clusters
             for c in clusters:
@@ -876,7 +900,7 @@ class _Sim:
         for o in observed.values():
             if o.phase.active and o.cluster is not None:
                 inside[o.cluster] = inside.get(o.cluster, 0) + 1
-        involved = {repo.queues[q].cluster for q in context}
+        involved = {c for q in context for c in repo.queues[q].members}
         involved.update(op.cluster for op in operations)
         involved.update(o.cluster for o in observed.values() if o.cluster is not None)
         limits = self.cluster_limit
@@ -900,6 +924,7 @@ class _Sim:
             repo.org,
             self.now + timedelta(seconds=t),
             unreachable=self.unreachable,
+            capacity=self.capacity,
             backends=self.backends,
             cohorts=repo.cohorts,
             ledger=ledger,
@@ -917,6 +942,12 @@ class _Sim:
         unknown_ids = {a.observed.operation for a in unknown}
         out: dict[str, tuple[Eta, str]] = {}
         memo: dict[str, bool] = {}
+        queues = self.repo.queues
+
+        def clusters_of(op: CompiledOperation) -> tuple[str, ...]:
+            """The clusters ``op`` may go to: its own, a fleet queue's any of them."""
+            spec = queues.get(op.queue)
+            return spec.clusters if spec is not None and spec.clusters else (op.cluster,)
 
         def waits_on_unknown(oid: str, trail: frozenset[str] = frozenset()) -> bool:
             got = memo.get(oid)
@@ -928,7 +959,7 @@ class _Sim:
                 inner = trail | {oid}
                 result = (
                     op.queue in unknown_queues
-                    or op.cluster in unknown_clusters
+                    or not unknown_clusters.isdisjoint(clusters_of(op))
                     or (op.workflow is not None and op.workflow.parent in unknown_workflows)
                     or any(
                         d in unknown_ids
@@ -1032,12 +1063,15 @@ def estimate_starts(
     resolution: timedelta = DEFAULT_RESOLUTION,
     backends: Mapping[str, frozenset[str]] | None = None,
     ledger: Iterable[LedgerEntry] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
 ) -> Estimates:
     """Every pending operation of ``plan`` (the cycle's plan over ``observed`` at ``now``),
     with when it is estimated to be dispatched. ``starts`` are the active runs' start times
     (by planner id; missing: now); ``history`` the finished runs' durations. The other
-    inputs are the plan's own: the ``unreachable`` clusters, the ``backends`` each serves
-    and the ``ledger`` (what budgeted queues spent)."""
+    inputs are the plan's own: the ``unreachable`` clusters, the ``backends`` each serves,
+    the ``ledger`` (what budgeted queues spent) and the free ``capacity`` observed per
+    cluster (a fleet queue's choice of cluster, check 10: seen as observed now in every
+    replan, docs/estimates.md)."""
     model = DurationModel(history)
     down = frozenset(unreachable)
     prep = _Prepared(repo, plan)
@@ -1058,6 +1092,7 @@ def estimate_starts(
             resolution,
             served,
             entries,
+            capacity or {},
         )
         sim.run()
         results.append(sim.etas())
@@ -1119,9 +1154,9 @@ def estimate_decision(
 ) -> Estimates:
     """THE estimates of a cycle's decision, which every view shows: its plan simulated
     forward with the planner's own inputs (its observed state, clock ``plan.at``,
-    unreachable clusters, backends served and ledger). The durations are those of the
-    finished runs the decision knows: its ledger, and each operation's last run the ledger
-    does not hold (``history_of``)."""
+    unreachable clusters, backends served, ledger and observed capacity). The durations
+    are those of the finished runs the decision knows: its ledger, and each operation's
+    last run the ledger does not hold (``history_of``)."""
     last = {**decision.memory.seen, **decision.states}  # each operation's last run, once
     ledger = decision.memory.ledger
     return estimate_starts(
@@ -1135,4 +1170,5 @@ def estimate_decision(
         unreachable=decision.unreachable,
         backends=decision.backends,
         ledger=ledger,
+        capacity=decision.capacity,
     )

@@ -17,6 +17,7 @@ from builders import NOW, World
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from reconciler.core.capacity import NodeCapacity
 from reconciler.core.estimate import (
     Basis,
     DurationModel,
@@ -318,7 +319,7 @@ def _naive(
                             generation=1,
                             workload=f"w-{t.isoformat()}",
                             queue=op.queue,
-                            cluster=op.cluster,
+                            cluster=o.cluster or op.cluster,
                             phase="Succeeded",
                             requests=requests,
                             start=o.started_at,
@@ -334,6 +335,7 @@ def _naive(
             list(observed.values()),
             repo.org,
             t,
+            capacity=world.capacity,
             cohorts=repo.cohorts,
             ledger=spent,
         )
@@ -341,7 +343,12 @@ def _naive(
             if not first:
                 out[d.operation] = t
             observed[d.operation] = ObservedOperation(
-                d.operation, Phase.DISPATCHED, dispatched_at=t, started_at=t
+                d.operation,
+                Phase.DISPATCHED,
+                queue=d.queue,
+                cluster=d.cluster,  # a fleet queue's: the one check 10 chose
+                dispatched_at=t,
+                started_at=t,
             )
             start(d.operation, t)
         first = False
@@ -354,9 +361,10 @@ GPU_HOURS = "nvidia.com/gpu-hours"
 @st.composite
 def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
     """Clusters, queues (priorities, concurrency, quota, StrictFIFO, maxPods, a cohort
-    that lends and borrows, budgets per day in cost or GPU-hours), operations (GPUs,
-    gangs of 2 pods, timeouts, dependencies, a workflow), their history and a ledger of
-    what the budgeted queues spent today."""
+    that lends and borrows, budgets per day in cost or GPU-hours, a fleet queue over both
+    clusters with a ``clusterQuota`` and their nodes' free GPUs observed), operations
+    (GPUs, gangs of 2 pods, timeouts, dependencies, a workflow), their history and a
+    ledger of what the budgeted queues spent today."""
     world = World()
     world.with_org(
         prices={"nvidia.com/gpu": Decimal("2.5")},
@@ -395,6 +403,25 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
             ),
             budget=budget,
         )
+    if draw(st.booleans()):
+        # a fleet queue (never a cohort member: a cohort's queues are all fleet or none)
+        order = draw(st.sampled_from([("c0", "c1"), ("c1", "c0")]))
+        caps = {
+            c: {"nvidia.com/gpu": draw(st.integers(1, 3))} for c in order if draw(st.booleans())
+        }
+        world.fleet(
+            "qf",
+            order,
+            cluster_quota=caps,
+            priority=draw(st.integers(0, 2)),
+            concurrency=draw(st.none() | st.integers(1, 3)),
+            strict=draw(st.booleans()),
+        )
+        for c in order:
+            if draw(st.booleans()):
+                free = Decimal(draw(st.integers(0, 4)))
+                world.nodes(c, NodeCapacity(f"{c}-n", allocatable={"nvidia.com/gpu": free}))
+        queues.append("qf")
     n = draw(st.integers(1, 14))
     history: list[RunRecord] = []
     ids = []
@@ -452,7 +479,9 @@ def test_the_incremental_simulation_equals_replanning_everything(
         o if o.started_at is not None else replace(o, started_at=NOW)
         for o in world.observed.values()
     ]
-    e = estimate_starts(repo, plan, observed, starts, history, NOW, ledger=ledger)
+    e = estimate_starts(
+        repo, plan, observed, starts, history, NOW, ledger=ledger, capacity=world.capacity
+    )
     for which, q in (("p50", 0.5), ("p90", 0.9)):
         expected = _naive(world, history, q, ledger)
         got = {}
