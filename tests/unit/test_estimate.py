@@ -29,7 +29,7 @@ from reconciler.core.estimate import (
     quantile,
 )
 from reconciler.core.ledger import LedgerEntry, next_window, run_cost, window_at
-from reconciler.core.plan import plan_dispatch
+from reconciler.core.plan import PendingReason, plan_dispatch
 from reconciler.core.plan_render import plan_to_table
 from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
 
@@ -56,6 +56,7 @@ def _estimate(
         history,
         NOW,
         horizon=horizon,
+        capacity=world.capacity,
     )
 
 
@@ -186,6 +187,33 @@ def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
     history += _runs("p/low-1", "low", 20)
     e = _estimate(world, history, {"p/running": NOW})
     assert (_at(e, "p/high-1"), _at(e, "p/low-1")) == (10, 30)
+
+
+def test_a_fleet_queue_takes_a_slot_of_whichever_of_its_clusters_frees_first() -> None:
+    world = World().cluster("c0", concurrency=1).cluster("c1", concurrency=1)
+    world.fleet("f", ("c0", "c1"))
+    for name in ("on-c0", "on-c1", "first", "second"):
+        world.op(f"p/{name}", queue="f")
+    world.observe("p/on-c0", Phase.RUNNING, queue="f", cluster="c0")
+    world.observe("p/on-c1", Phase.RUNNING, queue="f", cluster="c1")
+    history = _runs("p/on-c0", "f", 30) + _runs("p/on-c1", "f", 10)
+    history += _runs("p/first", "f", 60) + _runs("p/second", "f", 60)
+    plan = world.plan()
+    assert {p.reason for p in plan.pending} == {PendingReason.NO_CLUSTER_UNDER_QUOTA}
+    e = _estimate(world, history, {"p/on-c0": NOW, "p/on-c1": NOW})
+    # c1 frees at 10 (first goes there), c0 at 30 (second goes there)
+    assert (_at(e, "p/first"), _at(e, "p/second")) == (10, 30)
+
+
+def test_a_fleet_queue_waiting_for_free_capacity_is_not_dated() -> None:
+    world = World().fleet("f", ("c0", "c1"), require_capacity=True)
+    for c in ("c0", "c1"):
+        world.nodes(c, NodeCapacity(f"{c}-n", allocatable={"nvidia.com/gpu": Decimal(1)}))
+    world.op("p/big", queue="f", gpu=2)
+    e = _estimate(world, _runs("p/big", "f", 10))
+    est = e.of("p/big")
+    assert est is not None and _at(e, "p/big") == "Blocked"
+    assert est.why.startswith("NoClusterHasCapacity: ")
 
 
 def test_quota_admits_what_fits_as_it_is_released() -> None:
