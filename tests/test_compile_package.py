@@ -36,6 +36,7 @@ def test_the_interface_is_the_package() -> None:
         "OperationResult",
         "compile_operation",
         "compile_repo",
+        "org_settings",  # reconciler.yaml alone (``reconciler usage``)
     }
 
 
