@@ -43,7 +43,7 @@ from reconciler.core.render import render_operation
 from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
 from reconciler.devcluster.shape import NodePool
-from reconciler.runtime import cycle
+from reconciler.runtime import cycle, informer
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import Wakeup, run_forever
 from reconciler.runtime.service import make_runtime
@@ -76,21 +76,72 @@ def _timed_compile(*args: Any, **kwargs: Any) -> Any:
         COMPILES.append(time.perf_counter() - started)
 
 
+WAIT = "reconciler: end seen → its cycle starts (debounce, cycle in progress)"
+RUN = "reconciler: cycle starts → next Job created (as the watcher saw it)"
+REACT = "reconciler: end seen → next Job created (the two above)"
+STAGES = (
+    ("Job created → pod created (Job controller)", "created", "pod_created"),
+    ("pod created → pod bound (scheduler)", "pod_created", "bound"),
+    ("pod bound → pod Running (kwok pod-started, 0.2 s)", "bound", "running"),
+    ("pod Running → pod Succeeded (kwok, D)", "running", "pod_done"),
+    ("pod Succeeded → Job SuccessCriteriaMet (Job controller)", "pod_done", "ended"),
+    ("Job ended → the reconciler's watch sees it", "ended", "observed"),
+)
+
+
+def _quantiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
+
+
 class Timeline:
-    """When an independent watcher (not the reconciler) first saw each Job created, its
-    pod Running, its pod finished and the Job ended (a terminal condition), in one
-    namespace: where a slot's time goes."""
+    """When an independent watcher (not the reconciler) first saw each Job created, its pod
+    created, bound, Running and finished, and the Job ended (its first terminal condition,
+    what the reconciler counts); and when the reconciler's own Job watch saw that end
+    (``observed``, its informer's trigger) and when its cycles ran. In one namespace,
+    ``time.perf_counter()`` seconds: where a slot's time goes."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.namespace = namespace
         self.created: dict[str, float] = {}
+        self.pod_created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.pod_done: dict[str, float] = {}
         self.ended: dict[str, float] = {}
+        self.observed: dict[str, float] = {}  # the reconciler's informer saw the end
+        self.cycles: list[tuple[float, float, int]] = []  # start, end, dispatched
         self.halt = threading.Event()
+        self._lock = threading.Lock()
         for kind in ("Job", "Pod"):
             version = kube.list_managed(kind).resource_version
             threading.Thread(target=self._watch, args=(kube, kind, version), daemon=True).start()
+
+    def hook(self, reconciler: Reconciler) -> None:
+        """Time the reconciler's side: the watch events its informers take as a run's end
+        (``event_trigger`` wrapped) and each cycle (``run_once`` wrapped)."""
+        inner_trigger = informer.event_trigger
+
+        def trigger(kind: str, event_type: str, before: Any, after: Any) -> Any:
+            found = inner_trigger(kind, event_type, before, after)
+            if found is not None and kind == "Job" and after is not None:
+                meta = after.get("metadata") or {}
+                if meta.get("namespace") == self.namespace:
+                    with self._lock:
+                        self.observed.setdefault(str(meta.get("name")), time.perf_counter())
+            return found
+
+        informer.event_trigger = trigger  # type: ignore[assignment]
+        inner_run = reconciler.run_once
+
+        def run_once() -> CycleResult:
+            started = time.perf_counter()
+            result = inner_run()
+            with self._lock:
+                self.cycles.append((started, time.perf_counter(), len(result.dispatched)))
+            return result
+
+        reconciler.run_once = run_once  # type: ignore[method-assign]
 
     def _watch(self, kube: Kube, kind: str, version: str) -> None:
         while not self.halt.is_set():
@@ -108,12 +159,16 @@ class Timeline:
                         self.created.setdefault(name, now)
                         if any(
                             c.get("status") == "True"
-                            and c.get("type") in ("SuccessCriteriaMet", "Complete", "Failed")
+                            and c.get("type")
+                            in ("SuccessCriteriaMet", "FailureTarget", "Complete", "Failed")
                             for c in status.get("conditions") or []
                         ):
                             self.ended.setdefault(name, now)
                     else:
                         job = str((meta.get("labels") or {}).get("job-name"))
+                        self.pod_created.setdefault(job, now)
+                        if (obj.get("spec") or {}).get("nodeName"):
+                            self.bound.setdefault(job, now)
                         if status.get("phase") == "Running":
                             self.running.setdefault(job, now)
                         if status.get("phase") in ("Succeeded", "Failed"):
@@ -123,29 +178,52 @@ class Timeline:
             except KubeError:
                 time.sleep(0.2)
 
-    def report(self, concurrency: int) -> str:
-        """Medians of each stage of a slot's cycle. A queue at its limit creates its k-th Job
-        (after the first ``concurrency``) when a slot frees: the reaction time pairs the
-        k-th creation with the (k - concurrency)-th end, both in time order."""
-
-        def med(values: list[float]) -> str:
-            return f"{statistics.median(values):.2f} s" if values else "n/a"
-
-        def stage(a: dict[str, float], b: dict[str, float]) -> list[float]:
-            return [b[n] - a[n] for n in a if n in b]
-
-        ends = sorted(self.ended.values())
+    def stages(self, concurrency: int) -> list[tuple[str, list[float]]]:
+        """Each stage of a slot's cycle, its seconds per Job. A queue at its limit creates
+        its k-th Job (after the first ``concurrency``) when a slot frees: the reconciler's
+        stages pair the k-th creation with the k-th end it observed, both in time order,
+        and split that by the first cycle that started after the end was observed."""
+        with self._lock:
+            observed = dict(self.observed)
+            cycles = list(self.cycles)
+        found: list[tuple[str, list[float]]] = []
+        for label, a, b in STAGES:
+            before, after = getattr(self, a), observed if b == "observed" else getattr(self, b)
+            found.append((label, [after[n] - before[n] for n in before if n in after]))
+        ends = sorted(observed.values())
         creates = sorted(self.created.values())[concurrency:]
-        reaction = [c - e for c, e in zip(creates, ends, strict=False)]
-        return (
-            f"created to pod Running {med(stage(self.created, self.running))}, "
-            f"Running to pod finished {med(stage(self.running, self.pod_done))}, "
-            f"pod finished to Job ended {med(stage(self.pod_done, self.ended))}, "
-            f"Job ended to the next Job created {med(reaction)} "
-            f"(p90 {sorted(reaction)[int(0.9 * (len(reaction) - 1))]:.2f} s)"
-            if reaction
-            else "no slot was reused"
-        )
+        starts = sorted(c[0] for c in cycles)
+        waits, runs = [], []
+        for end, create in zip(ends, creates, strict=False):
+            start = next((s for s in starts if s >= end), None)
+            if start is not None and start <= create:
+                waits.append(start - end)
+                runs.append(create - start)
+        pairs = [c - e for e, c in zip(ends, creates, strict=False)]
+        found.append((WAIT, waits))
+        found.append((RUN, runs))
+        found.append((REACT, pairs))
+        return found
+
+    def report(self, concurrency: int) -> str:
+        """The stages as a table: median and p90, seconds."""
+        lines = []
+        for label, values in self.stages(concurrency):
+            if values:
+                p50, p90 = _quantiles(values)
+                lines.append(f"      {label:<72} {p50:6.2f} s  p90 {p90:6.2f} s  (n={len(values)})")
+            else:
+                lines.append(f"      {label:<72}    n/a")
+        with self._lock:
+            cycles = list(self.cycles)
+        if cycles:
+            lengths = [e - s for s, e, _n in cycles]
+            p50, p90 = _quantiles(lengths)
+            lines.append(
+                f"      cycles: {len(cycles)}, length {p50:.2f} s p50, {p90:.2f} s p90, "
+                f"max {max(lengths):.2f} s"
+            )
+        return "\n".join(lines)
 
 
 @dataclass
@@ -214,6 +292,8 @@ def binding(
     reconciler = runtime.reconciler
     steps = time_steps(reconciler)
     timeline = Timeline(Kube(connect(kubeconfig)), namespace)
+    timeline.hook(reconciler)
+    busy_before, load_before = read_busy_seconds(), os.getloadavg()[0]
     run = Binding(args.m, args.concurrency)
     stop = threading.Event()
     prefix = f"{namespace}/"
@@ -231,6 +311,8 @@ def binding(
         run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=interval)
         pace = f"a cycle every {interval} s"
     all_done = time.perf_counter() - run.started
+    busy = (read_busy_seconds() - busy_before) / all_done
+    informer.event_trigger = EVENT_TRIGGER
     reconciler.close()
     cycle.decide = DECIDE  # type: ignore[assignment]  # unwrapped (time_steps)
     ceiling = args.concurrency / args.duration
@@ -256,13 +338,52 @@ def binding(
         flush=True,
     )
     timeline.halt.set()
-    print(f"    a slot's cycle (medians): {timeline.report(args.concurrency)}", flush=True)
+    print(
+        f"    machine: load average {load_before:.1f} → {os.getloadavg()[0]:.1f}, CPU busy "
+        f"{busy:.2f} of {os.cpu_count()} cores (/proc/stat, every process)",
+        flush=True,
+    )
+    print("    a slot's cycle, per Job (median, p90):", flush=True)
+    print(timeline.report(args.concurrency), flush=True)
+    print(f"    {implied(timeline, args)}", flush=True)
     spent = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
     print(f"    where the cycles' time went: {spent}; {status}", flush=True)
     return rate / ceiling
 
 
 DECIDE = cycle.decide
+EVENT_TRIGGER = informer.event_trigger
+
+
+def read_busy_seconds() -> float:
+    """CPU seconds the whole machine has been busy (/proc/stat's first line: all but idle
+    and iowait)."""
+    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def implied(timeline: Timeline, args: argparse.Namespace) -> str:
+    """The ratio the measured overheads allow. A slot is busy from its Job's create to the
+    next Job's create: the sum of the stages' medians, D + overhead o. Steady state gives
+    D / (D + o); this bench's figure is M over the time of the last create, the first wave
+    plus (M/C - 1) slots: M / (wave + (M/C - 1)(D + o)) / (C/D)."""
+    medians = {
+        label: statistics.median(values)
+        for label, values in timeline.stages(args.concurrency)
+        if values
+    }
+    slot = sum(medians.get(label, 0.0) for label, _a, _b in STAGES) + medians.get(REACT, 0.0)
+    first = sorted(timeline.created.values())
+    wave = first[args.concurrency - 1] - first[0] if len(first) >= args.concurrency else 0.0
+    d = float(args.duration)
+    waves = args.m / args.concurrency - 1
+    steady = d / slot if slot else 0.0
+    bench = args.m / (wave + waves * slot) / (args.concurrency / d) if slot else 0.0
+    return (
+        f"a slot (sum of the medians) {slot:.2f} s = D {d:g} s + overhead {slot - d:.2f} s: "
+        f"steady state D/(D+o) = {steady:.2f}; this bench's figure, M/(first wave "
+        f"{wave:.1f} s + {waves:g} slots)/(C/D) = {bench:.2f}"
+    )
 
 
 def time_steps(reconciler: Reconciler) -> dict[str, float]:
