@@ -22,6 +22,7 @@ figures of each and, last, the ratio b/a (goal >= 0.8).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -77,8 +78,10 @@ def _timed_compile(*args: Any, **kwargs: Any) -> Any:
 
 
 WAIT = "reconciler: end seen → its cycle starts (debounce, cycle in progress)"
-RUN = "reconciler: cycle starts → next Job created (as the watcher saw it)"
-REACT = "reconciler: end seen → next Job created (the two above)"
+PREPARE = "reconciler: cycle starts → next Job's create sent (read, decide, render)"
+POST = "reconciler: create sent → its response (apiserver, etcd)"
+WATCH = "create's response → the watcher sees the Job (watch delivery)"
+REACT = "reconciler's end seen → next Job seen created (the four above)"
 STAGES = (
     ("Job created → pod created (Job controller)", "created", "pod_created"),
     ("pod created → pod bound (scheduler)", "pod_created", "bound"),
@@ -111,6 +114,8 @@ class Timeline:
         self.ended: dict[str, float] = {}
         self.observed: dict[str, float] = {}  # the reconciler's informer saw the end
         self.cycles: list[tuple[float, float, int]] = []  # start, end, dispatched
+        self.sent: dict[str, float] = {}  # the reconciler sent the Job's create
+        self.returned: dict[str, float] = {}  # its create's response came back
         self.halt = threading.Event()
         self._lock = threading.Lock()
         for kind in ("Job", "Pod"):
@@ -142,6 +147,43 @@ class Timeline:
             return result
 
         reconciler.run_once = run_once  # type: ignore[method-assign]
+        inner_create = Kube.create_or_adopt
+
+        def create_or_adopt(kube: Kube, manifest: Any) -> Any:
+            name = str(manifest["metadata"]["name"])
+            sent = time.perf_counter()
+            try:
+                return inner_create(kube, manifest)
+            finally:
+                with self._lock:
+                    self.sent.setdefault(name, sent)
+                    self.returned.setdefault(name, time.perf_counter())
+
+        Kube.create_or_adopt = create_or_adopt  # type: ignore[method-assign]
+
+    def unhook(self) -> None:
+        informer.event_trigger = EVENT_TRIGGER
+        Kube.create_or_adopt = CREATE_OR_ADOPT  # type: ignore[method-assign]
+
+    def dump(self, path: Path) -> None:
+        """Every time recorded, as JSON (seconds on one clock), for a closer look."""
+        with self._lock:
+            data = {
+                name: getattr(self, name)
+                for name in (
+                    "created",
+                    "pod_created",
+                    "bound",
+                    "running",
+                    "pod_done",
+                    "ended",
+                    "observed",
+                    "sent",
+                    "returned",
+                )
+            }
+            data["cycles"] = self.cycles
+        path.write_text(json.dumps(data))
 
     def _watch(self, kube: Kube, kind: str, version: str) -> None:
         while not self.halt.is_set():
@@ -191,18 +233,22 @@ class Timeline:
             before, after = getattr(self, a), observed if b == "observed" else getattr(self, b)
             found.append((label, [after[n] - before[n] for n in before if n in after]))
         ends = sorted(observed.values())
-        creates = sorted(self.created.values())[concurrency:]
+        creates = sorted(self.created.items(), key=lambda item: item[1])[concurrency:]
         starts = sorted(c[0] for c in cycles)
-        waits, runs = [], []
-        for end, create in zip(ends, creates, strict=False):
+        waits, prepare, post, watch = [], [], [], []
+        for end, (name, create) in zip(ends, creates, strict=False):
             start = next((s for s in starts if s >= end), None)
-            if start is not None and start <= create:
+            sent, back = self.sent.get(name), self.returned.get(name)
+            if start is not None and sent is not None and back is not None and start <= sent:
                 waits.append(start - end)
-                runs.append(create - start)
-        pairs = [c - e for e, c in zip(ends, creates, strict=False)]
+                prepare.append(sent - start)
+                post.append(back - sent)
+                watch.append(create - back)
         found.append((WAIT, waits))
-        found.append((RUN, runs))
-        found.append((REACT, pairs))
+        found.append((PREPARE, prepare))
+        found.append((POST, post))
+        found.append((WATCH, watch))
+        found.append((REACT, [c - e for e, (_n, c) in zip(ends, creates, strict=False)]))
         return found
 
     def report(self, concurrency: int) -> str:
@@ -214,6 +260,16 @@ class Timeline:
                 lines.append(f"      {label:<72} {p50:6.2f} s  p90 {p90:6.2f} s  (n={len(values)})")
             else:
                 lines.append(f"      {label:<72}    n/a")
+        created = sorted(self.created.values())
+        if len(created) > concurrency:
+            waves = [
+                f"{created[min(k, len(created)) - 1] - created[0]:.1f} s"
+                for k in range(concurrency, len(created) + concurrency, concurrency)
+            ]
+            lines.append(
+                f"      the {concurrency}th, {2 * concurrency}th, … Job created at: "
+                + ", ".join(waves)
+            )
         with self._lock:
             cycles = list(self.cycles)
         if cycles:
@@ -312,7 +368,9 @@ def binding(
         pace = f"a cycle every {interval} s"
     all_done = time.perf_counter() - run.started
     busy = (read_busy_seconds() - busy_before) / all_done
-    informer.event_trigger = EVENT_TRIGGER
+    timeline.unhook()
+    if args.dump:
+        timeline.dump(args.dump)
     reconciler.close()
     cycle.decide = DECIDE  # type: ignore[assignment]  # unwrapped (time_steps)
     ceiling = args.concurrency / args.duration
@@ -353,6 +411,7 @@ def binding(
 
 DECIDE = cycle.decide
 EVENT_TRIGGER = informer.event_trigger
+CREATE_OR_ADOPT = Kube.create_or_adopt
 
 
 def read_busy_seconds() -> float:
@@ -433,6 +492,7 @@ def main() -> None:
         "--events-interval", type=float, default=10.0, help="the fallback interval (events)"
     )
     parser.add_argument("--debounce", type=float, default=0.2, help="seconds (events mode)")
+    parser.add_argument("--dump", type=Path, default=None, help="the stages' times, as JSON")
     parser.add_argument("--binding-only", action="store_true", help="run only (c)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
