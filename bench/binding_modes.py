@@ -34,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _measure import read_tree_seconds
 from _repo import write_repo
 
 from reconciler.adapters.clock import SystemClock
@@ -314,7 +315,7 @@ class Binding:
 def binding(
     args: argparse.Namespace,
     work: Path,
-    kubeconfig: Path,
+    cluster: DevCluster,
     mode: str,
 ) -> float:
     """(c) in one mode: ``poll``, a cycle every ``--interval`` s (what the reconciler did
@@ -322,6 +323,7 @@ def binding(
     Job ends (``--debounce``), the interval (``--events-interval``) as the fallback. The
     ratio of dispatches per second to the ceiling C/D."""
     namespace = f"bench-{mode}"
+    kubeconfig = cluster.kubeconfig
     limited = write_repo(
         work / f"limited-{mode}",
         kubeconfig,
@@ -350,6 +352,9 @@ def binding(
     timeline = Timeline(Kube(connect(kubeconfig)), namespace)
     timeline.hook(reconciler)
     busy_before, load_before = read_busy_seconds(), os.getloadavg()[0]
+    pids = {p.name: p.pid for p in cluster.processes()}
+    pids["this process (reconciler, watcher)"] = os.getpid()
+    cpu_before = {name: read_tree_seconds(pid) for name, pid in pids.items()}
     run = Binding(args.m, args.concurrency)
     stop = threading.Event()
     prefix = f"{namespace}/"
@@ -367,7 +372,10 @@ def binding(
         run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=interval)
         pace = f"a cycle every {interval} s"
     all_done = time.perf_counter() - run.started
-    busy = (read_busy_seconds() - busy_before) / all_done
+    busy_seconds = read_busy_seconds() - busy_before
+    busy = busy_seconds / all_done
+    cpu = {name: read_tree_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    cpu["every other process on the machine"] = busy_seconds - sum(cpu.values())
     timeline.unhook()
     if args.dump:
         timeline.dump(args.dump)
@@ -401,6 +409,8 @@ def binding(
         f"{busy:.2f} of {os.cpu_count()} cores (/proc/stat, every process)",
         flush=True,
     )
+    shares = ", ".join(f"{name} {seconds / all_done:.2f}" for name, seconds in cpu.items())
+    print(f"    cores used, by process: {shares}", flush=True)
     print("    a slot's cycle, per Job (median, p90):", flush=True)
     print(timeline.report(args.concurrency), flush=True)
     print(f"    {implied(timeline, args)}", flush=True)
@@ -573,7 +583,7 @@ def main() -> None:
             print(f"    settled in {settle(kube, 'bench-rec', args.n):.0f} s", flush=True)
 
         for mode in args.binding:
-            binding(args, work, cluster.kubeconfig, mode)
+            binding(args, work, cluster, mode)
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
         if raw_rate:
             print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")
