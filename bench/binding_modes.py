@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _measure import read_tree_seconds
+from _measure import read_pid_seconds, read_tree_seconds
 from _repo import write_repo
 
 from reconciler.adapters.clock import SystemClock
@@ -353,8 +353,9 @@ def binding(
     timeline.hook(reconciler)
     busy_before, load_before = read_busy_seconds(), os.getloadavg()[0]
     pids = {p.name: p.pid for p in cluster.processes()}
-    pids["this process (reconciler, watcher)"] = os.getpid()
     cpu_before = {name: read_tree_seconds(pid) for name, pid in pids.items()}
+    ours = "this process (reconciler, watcher)"  # not its tree: the cluster is its children
+    cpu_before[ours] = read_pid_seconds(os.getpid()) or 0.0
     run = Binding(args.m, args.concurrency)
     stop = threading.Event()
     prefix = f"{namespace}/"
@@ -375,6 +376,7 @@ def binding(
     busy_seconds = read_busy_seconds() - busy_before
     busy = busy_seconds / all_done
     cpu = {name: read_tree_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    cpu[ours] = (read_pid_seconds(os.getpid()) or 0.0) - cpu_before[ours]
     cpu["every other process on the machine"] = busy_seconds - sum(cpu.values())
     timeline.unhook()
     if args.dump:
