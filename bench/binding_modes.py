@@ -34,7 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from _measure import read_pid_seconds, read_tree_seconds
+from _measure import read_busy_seconds, read_pid_seconds, read_tree_seconds
 from _repo import write_repo
 
 from reconciler.adapters.clock import SystemClock
@@ -424,13 +424,6 @@ def binding(
 DECIDE = cycle.decide
 EVENT_TRIGGER = informer.event_trigger
 CREATE_OR_ADOPT = Kube.create_or_adopt
-
-
-def read_busy_seconds() -> float:
-    """CPU seconds the whole machine has been busy (/proc/stat's first line: all but idle
-    and iowait)."""
-    fields = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    return (sum(fields) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
 
 
 def implied(timeline: Timeline, args: argparse.Namespace) -> str:
