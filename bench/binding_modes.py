@@ -233,7 +233,9 @@ class Timeline:
         for label, a, b in STAGES:
             before, after = getattr(self, a), observed if b == "observed" else getattr(self, b)
             found.append((label, [after[n] - before[n] for n in before if n in after]))
-        ends = sorted(observed.values())
+        # with no triggers (poll mode) the reconciler sees an end at its next cycle's read:
+        # pair the creates with the ends as the watcher saw them
+        ends = sorted((observed or self.ended).values())
         creates = sorted(self.created.items(), key=lambda item: item[1])[concurrency:]
         starts = sorted(c[0] for c in cycles)
         waits, prepare, post, watch = [], [], [], []
