@@ -512,6 +512,12 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     # does (a leader restarted from that branch), the clusters being as it recorded them.
     assert result.compiled is not None
     written = read_status(render_cycle_status(result, result.compiled, plan))
+    # the branch's positions (its queues' order files, not the records) are the cycle's
+    for p in plan.pending:
+        assert written.operations[p.operation].position == p.position
+    assert {q: len(ids) for q, ids in written.order.items()} == {
+        q.name: q.pending for q in plan.queues if q.pending
+    }
     recorded = run_plan(lambda: s.compiled, recorded_planner(written, NOW), "json")
     assert recorded.exit_code == 0, recorded.stderr
     _assert_plan_json_is(json.loads(recorded.stdout), _cycle_after(s, written))

@@ -128,6 +128,12 @@ def _joined(head: str, admit: Admit) -> str:
     return f"{head}; {admit.text}"
 
 
+def _explained(head: str, admit: Admit) -> str:
+    """A limit's message: the head, then what would admit it, unless only raising the
+    limit would (``LimitRaised``: nothing active to wait for, so the head says it all)."""
+    return head if admit.when is AdmitWhen.LIMIT_RAISED else _joined(head, admit)
+
+
 # What each optional backend needs the cluster to serve (group/version, kind).
 BACKEND_APIS = {"pytorchjob": ("kubeflow.org/v1", "PyTorchJob")}
 
@@ -362,9 +368,7 @@ class ConcurrencyBlock:
         )
 
     def message(self) -> str:
-        if not self.active_operations:
-            return self._head()
-        return _joined(self._head(), self.admit())
+        return _explained(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -419,9 +423,7 @@ class MaxPodsBlock:
         )
 
     def message(self) -> str:
-        if not self.released_by:
-            return self._head()
-        return _joined(self._head(), self.admit())
+        return _explained(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -476,9 +478,7 @@ class QuotaBlock:
         )
 
     def message(self) -> str:
-        if not self.released_by:
-            return self._head()
-        return _joined(self._head(), self.admit())
+        return _explained(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
