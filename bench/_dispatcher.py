@@ -173,6 +173,7 @@ def run_reconciler_on_events(args: argparse.Namespace, work: Path, commands: Com
         wakeup=wake,
         status_interval=interval,
         fetch_interval=interval,
+        status_background=True,  # as `reconciler run`: the status written by a thread of its own
     )
     say("ready")
     commands.go.wait()
@@ -200,6 +201,7 @@ def run_reconciler_on_events(args: argparse.Namespace, work: Path, commands: Com
     stop.set()
     wake.interrupt()
     loop.join(timeout=30)
+    runtime.close(timeout=30.0)
     runtime.reconciler.close()
 
 

@@ -348,6 +348,7 @@ def binding(
         wakeup=wake,
         status_interval=min(interval, 10.0),
         fetch_interval=interval,
+        status_background=True,  # as `reconciler run`: the status written by a thread of its own
     )
     reconciler = runtime.reconciler
     steps = time_steps(reconciler)
@@ -375,6 +376,7 @@ def binding(
         run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=interval)
         pace = f"a cycle every {interval} s"
     all_done = time.perf_counter() - run.started
+    runtime.close(timeout=30.0)  # the last status write, as `reconciler run` at shutdown
     busy_seconds = read_busy_seconds() - busy_before
     busy = busy_seconds / all_done
     cpu = {name: read_tree_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
