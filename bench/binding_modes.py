@@ -383,8 +383,8 @@ def binding(
     cpu[ours] = (read_pid_seconds(os.getpid()) or 0.0) - cpu_before[ours]
     cpu["every other process on the machine"] = busy_seconds - sum(cpu.values())
     timeline.unhook()
-    if args.dump:
-        timeline.dump(args.dump)
+    if args.dump:  # one file per mode: FILE-poll.json, FILE-events.json
+        timeline.dump(args.dump.with_name(f"{args.dump.stem}-{mode}{args.dump.suffix}"))
     reconciler.close()
     cycle.decide = DECIDE  # type: ignore[assignment]  # unwrapped (time_steps)
     ceiling = args.concurrency / args.duration
@@ -501,7 +501,9 @@ def main() -> None:
         "--events-interval", type=float, default=10.0, help="the fallback interval (events)"
     )
     parser.add_argument("--debounce", type=float, default=0.2, help="seconds (events mode)")
-    parser.add_argument("--dump", type=Path, default=None, help="the stages' times, as JSON")
+    parser.add_argument(
+        "--dump", type=Path, default=None, help="the stages' times, as JSON (one file per mode)"
+    )
     parser.add_argument("--binding-only", action="store_true", help="run only (c)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
