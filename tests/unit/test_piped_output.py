@@ -259,3 +259,34 @@ def test_demo_piped_prints_one_line_per_cycle_a_plain_table_and_a_readable_summa
     assert f"operations: {total} ({total} Succeeded)" in lines
     assert lines[-1].startswith("cluster logs: ")
     assert any(line.startswith("status branch: reconciler/status in ") for line in lines)
+
+
+def test_every_text_command_piped_prints_whole_lines_without_python_reprs(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """Each command's text output (the default, and table/wide) with stdout a pipe, on the
+    example repo with a real status branch."""
+    from test_status_cmd import write_cycle
+
+    from reconciler.adapters.git import ConfigRepo, StatusBranch
+    from reconciler.cli.main import cli
+
+    repo = ConfigRepo(str(template_remote), cache_dir=tmp_path / "cache")
+    assert write_cycle(repo, StatusBranch(repo)) is not None
+    work = tmp_path / "work"
+    remote = ["--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")]
+    commands = [
+        ["validate", "--repo", str(work)],
+        ["compile", "vision/train-ddp", "--repo", str(work), "-o", "table"],
+        ["plan", "--repo", str(work)],
+        ["status", *remote],
+        ["status", "vision/train-resnet", *remote],
+        ["queues", *remote],
+        ["queues", *remote, "-o", "wide"],
+        ["usage", *remote],
+    ]
+    for args in commands:
+        result = CliRunner().invoke(cli, args)
+        assert result.exit_code == 0, (args, result.output)
+        lines = _plain(result.output)
+        assert all(line == line.rstrip() for line in lines), args
