@@ -3,11 +3,11 @@
 Kubernetes cannot be ``go install``-ed because its go.mod replaces every staging module
 with a local path, so ``go/k8s`` is a wrapper module that requires ``k8s.io/kubernetes``
 and pins each staging module to the matching ``v0.X.Y`` release. etcd's server module
-has the same problem and gets its own wrapper ``go/etcd``. kwok is built in the wrapper
-``go/kwok``, which pins every module it shares with ``go/k8s`` (the ``k8s.io/*`` libraries,
-grpc, golang.org/x/*) to go/k8s's version: the Go build cache then holds one compiled copy
-of them, and kwok built after Kubernetes compiles little more than its own packages. helm
-(used by the chart tests) installs directly: it needs ``k8s.io/*`` v0.37.
+has the same problem and gets its own wrapper ``go/etcd``. kwok and helm (used by the
+chart tests) are built in the wrappers ``go/kwok`` and ``go/helm``, which pin every module
+they share with ``go/k8s`` (the ``k8s.io/*`` libraries, grpc, golang.org/x/*...) to
+go/k8s's version: the Go build cache then holds one compiled copy of them, and kwok or helm
+built after Kubernetes compiles little more than its own packages.
 
 The four Kubernetes commands build in one ``go build`` (their links overlap the compiles),
 and independent modules build side by side when memory allows (:func:`_parallel_builds`).
@@ -102,11 +102,9 @@ def _go() -> str:
     return go
 
 
-def _run_go(
-    args: list[str], cwd: Path, what: str, log: Path, extra_env: dict[str, str] | None = None
-) -> float:
+def _run_go(args: list[str], cwd: Path, what: str, log: Path) -> float:
     """Run ``go args`` and return the CPU seconds it and its children used."""
-    env = dict(os.environ) | (extra_env or {})
+    env = dict(os.environ)
     env.setdefault("CGO_ENABLED", "0")
     env.setdefault("GOFLAGS", "-mod=mod")
     with log.open("ab") as out:
@@ -235,47 +233,6 @@ def _rename_outputs(out: Path, commands: dict[str, str]) -> dict[str, Path]:
             candidates[0].rename(wanted)
         result[binary] = wanted
     return result
-
-
-def _install_target(name: str, version: str) -> Path:
-    return cache_root() / "bin" / f"{name}-{version}"
-
-
-def _go_install(
-    name: str,
-    version: str,
-    package: str,
-    progress: Progress,
-    ldflags: str = "-s -w",
-    timings: list[Built] | None = None,
-) -> Path:
-    """``go install package@version`` into the cache, if missing; return the binary."""
-    target = _install_target(name, version)
-    binary = target / name
-    if binary.is_file():
-        progress(f"{name} {version}: cached in {target}")
-        return binary
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix=f"build-{name}-", dir=target.parent) as tmp:
-        started = time.monotonic()
-        progress(f"{name} {version}: building {name}")
-        env_bin = Path(tmp) / "bin"
-        env_bin.mkdir()
-        cpu = _run_go(
-            ["install", "-trimpath", "-ldflags", ldflags, f"{package}@{version}"],
-            Path(tmp),
-            name,
-            cache_root() / f"build-{name}.log",
-            {"GOBIN": str(env_bin), "GOFLAGS": ""},
-        )
-        wall = time.monotonic() - started
-        progress(f"{name} {version}: built in {_short_duration(wall)} (CPU {_short_duration(cpu)})")
-        if timings is not None:
-            timings.append(Built(name, (name,), wall, cpu))
-        if target.exists():
-            shutil.rmtree(target)
-        env_bin.rename(target)
-    return binary
 
 
 def _parallel_builds() -> int:
@@ -456,16 +413,16 @@ def ensure_binaries(
                 "helm",
                 ("helm",),
                 where.helm.is_file(),
-                lambda say, t: {
-                    "helm": _go_install(
-                        "helm",
-                        HELM_VERSION,
-                        "helm.sh/helm/v4/cmd/helm",
-                        say,
-                        f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
-                        t,
-                    )
-                },
+                lambda say, t: _build_module(
+                    "helm",
+                    HELM_VERSION,
+                    GO_DIR / "helm",
+                    {"helm": "helm.sh/helm/v4/cmd/helm"},
+                    f"-s -w -X helm.sh/helm/v4/internal/version.version={HELM_VERSION}",
+                    say,
+                    t,
+                ),
+                after=("kubernetes",),
             )
         )
     if status is None:
@@ -500,5 +457,5 @@ def cached_binaries() -> Binaries:
         kube_scheduler=k8s / "kube-scheduler",
         kubectl=k8s / "kubectl",
         kwok=_module_target("kwok", KWOK_VERSION, GO_DIR / "kwok") / "kwok",
-        helm=_install_target("helm", HELM_VERSION) / "helm",
+        helm=_module_target("helm", HELM_VERSION, GO_DIR / "helm") / "helm",
     )

@@ -1,4 +1,4 @@
-"""The kwok wrapper module shares the Kubernetes wrapper's dependency versions, so the Go
+"""The kwok and helm wrapper modules share the Kubernetes wrapper's dependency versions, so the Go
 build cache compiles ``k8s.io/*`` and their dependencies once for both (docs/dev-cluster.md,
 "What is built"). Reads the module graphs with ``go list`` (no build); needs Go on PATH."""
 
@@ -63,3 +63,16 @@ def test_kwok_builds_from_the_same_k8s_io_and_shared_modules_as_kubernetes() -> 
         if k8s[path] != kwok[path] and not path.startswith(KWOK_OWN)
     }
     assert differ == {}, "pin these in go/kwok/go.mod to go/k8s's version"
+
+
+def test_helm_builds_from_the_same_k8s_io_and_shared_modules_as_kubernetes() -> None:
+    k8s = _modules(
+        build.GO_DIR / "k8s", *(f"k8s.io/kubernetes/cmd/{c}" for c in build.K8S_COMMANDS)
+    )
+    helm = _modules(build.GO_DIR / "helm", "helm.sh/helm/v4/cmd/helm")
+    assert helm["helm.sh/helm/v4"] == build.HELM_VERSION
+    assert helm["k8s.io/client-go"] == "v0.36.3" == k8s["k8s.io/client-go"]
+    shared = sorted(set(k8s) & set(helm))
+    assert len(shared) > 60
+    differ = {path: (k8s[path], helm[path]) for path in shared if k8s[path] != helm[path]}
+    assert differ == {}, "pin these in go/helm/go.mod to go/k8s's version"

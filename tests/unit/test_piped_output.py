@@ -83,8 +83,8 @@ def test_progress_on_a_terminal_keeps_the_status_on_one_line() -> None:
 
 
 class FakeGo:
-    """Stands for ``go``: writes the binaries a ``go build -o dir/`` or ``go install`` would
-    and records what ran, at once or side by side."""
+    """Stands for ``go``: writes the binaries a ``go build -o dir/`` would and records what
+    ran, at once or side by side."""
 
     def __init__(self, seconds: float = 0.05) -> None:
         self.seconds = seconds
@@ -99,22 +99,17 @@ class FakeGo:
         cwd: Path,
         what: str,
         log: Path,
-        extra_env: dict[str, str] | None = None,
     ) -> float:
         with self.lock:
             self.calls.append(args)
             self.active += 1
             self.most_at_once = max(self.most_at_once, self.active)
         time.sleep(self.seconds)
-        if args[0] == "build":
-            out = Path(args[args.index("-o") + 1])
-            for package in args[args.index("-o") + 2 :]:
-                name = Path(package).name if package != "." else cwd.name
-                (out / (name if package != "." else "etcd")).write_bytes(b"\x7fELF")
-        else:
-            assert extra_env is not None
-            name = args[-1].split("@")[0].rsplit("/", 1)[-1]
-            (Path(extra_env["GOBIN"]) / name).write_bytes(b"\x7fELF")
+        assert args[0] == "build"
+        out = Path(args[args.index("-o") + 1])
+        for package in args[args.index("-o") + 2 :]:
+            # `go build -o dir/ .` names the binary after the module (…/etcd)
+            (out / (Path(package).name if package != "." else "etcd")).write_bytes(b"\x7fELF")
         with self.lock:
             self.active -= 1
         return 1.5
@@ -142,6 +137,7 @@ def test_build_plan_overlaps_modules_builds_kwok_after_kubernetes_and_reports_wh
     assert go.most_at_once == 2
     order = [t.name for t in timings]
     assert order.index("kwok") > order.index("kubernetes")
+    assert order.index("helm") > order.index("kubernetes")
     assert {t.name for t in timings} == {"kubernetes", "etcd", "kwok", "helm"}
     assert all(t.cpu == 1.5 and t.wall > 0 for t in timings)
     assert lines[0].startswith("to build: kube-apiserver, kube-controller-manager, ")
@@ -164,7 +160,7 @@ def test_a_failed_step_stops_the_plan_and_says_which(
     monkeypatch.setenv("RECONCILER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("RECONCILER_BUILD_JOBS", "1")
 
-    def failing(args: list[str], cwd: Path, what: str, log: Path, **_: Any) -> float:
+    def failing(args: list[str], cwd: Path, what: str, log: Path) -> float:
         raise build.BuildError(f"building {what} failed (see {log}):\nno space left")
 
     monkeypatch.setattr(build, "_run_go", failing)
