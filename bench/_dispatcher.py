@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 import threading
@@ -31,6 +30,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _repo import write_repo
+
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect, connect_cluster
 from reconciler.adapters.repo import snapshot_git
@@ -38,55 +39,6 @@ from reconciler.core.compile import compile_repo
 from reconciler.core.render import render_operation
 from reconciler.core.types import ClusterSpec
 from reconciler.runtime.cycle import Reconciler
-
-GPU = "nvidia.com/gpu"
-
-
-def write_repo(
-    root: Path,
-    kubeconfig: Path,
-    count: int,
-    namespace: str,
-    *,
-    duration: str = "1h",
-    gpus: int = 0,
-    quota_gpus: int = 0,
-    queue: str = "bulk",
-) -> Path:
-    """A committed config repo: one queue (a GPU quota if ``quota_gpus``), ``count`` Job
-    operations of ``duration`` (kwok's simulated duration), each asking ``gpus`` GPUs."""
-    (root / "clusters").mkdir(parents=True)
-    (root / "queues").mkdir()
-    ops = root / "projects" / namespace / "operations"
-    ops.mkdir(parents=True)
-    (root / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
-    (root / "clusters" / "local.yaml").write_text(
-        f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
-    )
-    quota = f"quota:\n  {GPU}: {quota_gpus}\n" if quota_gpus else ""
-    (root / "queues" / f"{queue}.yaml").write_text(
-        f"kind: Queue\nname: {queue}\ncluster: local\n{quota}"
-    )
-    (root / "projects" / namespace / "project.yaml").write_text(
-        f"kind: Project\nname: {namespace}\nnamespace: {namespace}\ndefaults:\n  queue: {queue}\n"
-    )
-    resources = (
-        f"{{requests: {{cpu: 10m, {GPU}: {gpus}}}, limits: {{{GPU}: {gpus}}}}}"
-        if gpus
-        else "{requests: {cpu: 10m}}"
-    )
-    for i in range(count):
-        (ops / f"op-{i:05d}.yaml").write_text(
-            f"kind: Operation\nname: op-{i:05d}\nrun:\n  kind: job\n"
-            f"  container:\n    image: busybox\n    resources: {resources}\n"
-            "  environment:\n"
-            f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
-        )
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=root, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=root, check=True)
-    return root
 
 
 def say(event: str, **fields: Any) -> None:

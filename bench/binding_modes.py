@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 import threading
 import time
@@ -33,6 +32,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+from _repo import write_repo
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, KubeError, connect, connect_cluster
@@ -49,47 +50,6 @@ from reconciler.runtime.service import make_runtime
 
 # Room for every pod of the run, so the scheduler never retries unschedulable ones.
 POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500),)
-
-
-def write_repo(
-    root: Path,
-    kubeconfig: Path,
-    count: int,
-    namespace: str,
-    *,
-    duration: str = "1h",
-    concurrency: int | None = None,
-    queue: str = "bulk",
-) -> Path:
-    """A config repo with one queue (unlimited unless ``concurrency``) and ``count`` ops.
-    Each run uses its own queue name: Jobs of every run share the cluster."""
-    (root / "clusters").mkdir(parents=True)
-    (root / "queues").mkdir()
-    ops = root / "projects" / namespace / "operations"
-    ops.mkdir(parents=True)
-    (root / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
-    (root / "clusters" / "local.yaml").write_text(
-        f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
-    )
-    limit = f"concurrency: {concurrency}\n" if concurrency else ""
-    (root / "queues" / f"{queue}.yaml").write_text(
-        f"kind: Queue\nname: {queue}\ncluster: local\n{limit}"
-    )
-    (root / "projects" / namespace / "project.yaml").write_text(
-        f"kind: Project\nname: {namespace}\nnamespace: {namespace}\ndefaults:\n  queue: {queue}\n"
-    )
-    for i in range(count):
-        (ops / f"op-{i:05d}.yaml").write_text(
-            f"kind: Operation\nname: op-{i:05d}\nrun:\n  kind: job\n"
-            "  container:\n    image: busybox\n    resources: {requests: {cpu: 10m}}\n"
-            "  environment:\n"
-            f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
-        )
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=root, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=root, check=True)
-    return root
 
 
 def settle(kube: Kube, namespace: str, count: int, timeout: float = 300.0) -> float:

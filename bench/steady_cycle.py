@@ -19,10 +19,11 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
-import subprocess
 import tempfile
 import time
 from pathlib import Path
+
+from _repo import commit_all, write_org
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo
@@ -36,12 +37,7 @@ POOLS = (NodePool("bench", count=2, cpu="1000", memory="4000Gi", pods=1000),)
 
 
 def write_repo(root: Path, kubeconfig: Path, count: int, concurrency: int) -> Path:
-    (root / "clusters").mkdir(parents=True)
-    (root / "queues").mkdir()
-    (root / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
-    (root / "clusters" / "local.yaml").write_text(
-        f"kind: Cluster\nname: local\nkubeconfig:\n  path: {kubeconfig}\ncontext: dev\n"
-    )
+    write_org(root, kubeconfig)
     (root / "queues" / "bulk.yaml").write_text(
         f"kind: Queue\nname: bulk\ncluster: local\nconcurrency: {concurrency}\n"
     )
@@ -63,11 +59,7 @@ def write_repo(root: Path, kubeconfig: Path, count: int, concurrency: int) -> Pa
             f"kind: Operation\nname: op-{i:05d}\nrun:\n  kind: job\n"
             f"  container:\n    args: [--seed, '{i}']\n"
         )
-    git = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.com"]
-    subprocess.run([*git, "init", "-q", "-b", "main"], cwd=root, check=True)
-    subprocess.run([*git, "add", "-A"], cwd=root, check=True)
-    subprocess.run([*git, "commit", "-q", "-m", "bench"], cwd=root, check=True)
-    return root
+    return commit_all(root)
 
 
 def main() -> None:

@@ -31,7 +31,7 @@ from helpers import (
     served_url,
     write_kubeconfig,
 )
-from hostile import STATUS, alias_text_bomb, matrix_bomb
+from hostile import OBSERVED, STATUS, alias_text_bomb, matrix_bomb
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.core.status import OperationStatus, dump_yaml
@@ -184,6 +184,22 @@ def test_observed_alias_text_bomb(tmp_path: Path) -> None:
     bomb.write_bytes(body)
     m = _reconciler("plan", "--repo", str(TEMPLATE), "--observed", str(bomb))
     assert m.returncode == 1 and "characters of text (alias bomb?)" in m.output, m
+    _within_budget(m)
+
+
+@pytest.mark.parametrize("name", sorted(OBSERVED), ids=sorted(OBSERVED))
+def test_every_hostile_observed_class_through_plan(tmp_path: Path, name: str) -> None:
+    """Each class of ``hostile.OBSERVED`` (billion laughs, aliases of a long string, 5000
+    levels of flow nesting and 300 of block nesting, Python, local and binary tags,
+    5000-digit integers, ``1e400``, a 2 MiB file, bytes that are not UTF-8, NULs) through
+    the real ``plan --observed``: the located error, within the budget (the in-process
+    corpus test in test_bad_corpus.py checks the same messages without the measure)."""
+    content, expect = OBSERVED[name]
+    observed = tmp_path / "observed.yaml"
+    observed.write_bytes(content)
+    m = _reconciler("plan", "--repo", str(TEMPLATE), "--observed", str(observed))
+    assert m.returncode == 1, m
+    assert re.search(rf"observed\.yaml:\d+:\d+: .*{re.escape(expect)}", m.output), m
     _within_budget(m)
 
 

@@ -245,3 +245,34 @@ def test_plan_json_example_has_the_contract_keys() -> None:
     assert set(example["pending"][0]["blockedBy"]) == set(
         next(p for p in real["pending"] if p["reason"] == "QuotaExceeded")["blockedBy"]
     )
+
+
+def _between(text: str, start: str, end: str) -> str:
+    assert start in text, start
+    body = text.split(start, 1)[1]
+    assert end in body, end
+    return body.split(end, 1)[0]
+
+
+@pytest.mark.parametrize(
+    ("doc", "start", "end"),
+    [
+        ("config-reference.md", "\n## Policy\n", "\n### Reserved names\n"),
+        ("operations.md", "**RBAC**", "\n### Many clusters\n"),
+    ],
+    ids=["policy", "rbac"],
+)
+def test_the_policy_and_rbac_docs_list_every_governed_field_and_knob(
+    doc: str, start: str, end: str
+) -> None:
+    """Issue 13: the RBAC and policy docs list every field that policy governs
+    (``policy.GOVERNED``, held to the violations by tests/test_policy_escapes.py) and every
+    knob of ``policy:`` that adjusts one."""
+    from reconciler.core.model import Policy
+    from reconciler.core.policy import GOVERNED
+
+    section = _between((DOCS / doc).read_text(encoding="utf-8"), start, end)
+    missing = [f for f in GOVERNED if f"`{f}`" not in section]
+    knobs = sorted(str(info.alias) for info in Policy.model_fields.values())
+    missing += [f"policy.{k}" for k in knobs if f"`policy.{k}`" not in section]
+    assert missing == [], f"docs/{doc} does not name {missing}"

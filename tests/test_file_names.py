@@ -230,3 +230,23 @@ def test_names_read_from_the_status_branch_never_forge_a_line() -> None:
     view = StatusView({record.operation: record}, config=config)
     lines = status_to_table(view, [record], queues=False).splitlines() + warnings(view)
     assert not any(line.lstrip().startswith(FORGED) for line in lines), lines
+
+
+def test_a_path_inside_a_message_is_quoted_too() -> None:
+    """A message that names another file (a collision of ids or workload names) prints that
+    path through ``printable_path`` as well, so it is quoted, not merely escaped."""
+    from reconciler.core.compile.errors import Errors
+    from reconciler.core.compile.names import Claim, check_unique
+
+    other = f"projects/p/operations/{EVIL}"
+    errors = Errors()
+    check_unique(
+        [
+            Claim("p/x", "operation p/x", Location("projects/p/operations/x.yaml", 1, 1)),
+            Claim("p/x", "child 0 of matrix p/y", Location(other, 3, 1)),
+        ],
+        errors,
+    )
+    lines = [str(e) for e in errors]
+    assert len(lines) == 2 and all(line.isprintable() for line in lines), lines
+    assert f"({printable_path(other)})" in lines[0], lines[0]

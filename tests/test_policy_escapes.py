@@ -777,3 +777,66 @@ def test_init_containers_and_sidecars_go_through_the_same_check() -> None:
         "run.sidecars[0].securityContext.allowPrivilegeEscalation: must be false under "
         "policy.podSecurity restricted (it is not set)"
     ), message
+
+
+# --- every field policy governs is in one table (issue 13: the docs list each) -------------
+
+
+def test_every_violation_lies_under_a_governed_field_and_every_knob_governs_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``policy.GOVERNED`` is the list of every field policy governs, which
+    docs/config-reference.md and docs/operations.md must show (tests/test_docs_drift.py).
+    Every violation that any escape of this file and of test_preset_pod_fields.py raises
+    lies under one of its fields, each of its fields is reached by some escape, and every
+    knob of ``policy:`` adjusts one of them."""
+    import test_preset_pod_fields as pod_fields
+
+    from reconciler.core.compile import resolve
+    from reconciler.core.model import Policy
+    from reconciler.core.policy import GOVERNED, governed_field
+
+    seen: list[str] = []
+
+    def spy(check):  # type: ignore[no-untyped-def]
+        def wrapped(*args, **kwargs):  # type: ignore[no-untyped-def]
+            found = check(*args, **kwargs)
+            seen.extend(v.field for v in found)
+            return found
+
+        return wrapped
+
+    monkeypatch.setattr(resolve, "check_policy", spy(resolve.check_policy))
+    monkeypatch.setattr(resolve, "check_pod_security", spy(resolve.check_pod_security))
+    for escape in ESCAPES.values():
+        _reject(
+            {
+                "projects/p/project.yaml": project(),
+                "projects/p/operations/t.yaml": f"kind: Operation\n{escape.body}",
+            }
+        )
+    for pod_escape in pod_fields.ESCAPES.values():
+        pod_fields._reject(
+            {"projects/p/operations/t.yaml": "kind: Operation\n" + pod_escape.body},
+            pod_escape.org,
+        )
+    # the rules the tables above do not reach: kinds, replicas, restricted, a connection
+    _reject(
+        {
+            "projects/p/project.yaml": project(),
+            "projects/p/operations/t.yaml": "kind: Operation\nqueue: nb\n",
+        }
+    )
+    org = ORG + "  maxReplicas: 2\n"
+    replicas = "kind: Operation\nrun:\n  replicas: 3\n"
+    files = {"projects/p/project.yaml": project(), "projects/p/operations/t.yaml": replicas}
+    compile_repo(repo({**BASE, "reconciler.yaml": org, **files}))
+    _compile(RESTRICTED, "")
+    no_uid = HARDENED.replace("      runAsUser: 1000\n", "")
+    _compile(RESTRICTED, no_uid + "  connections: [code]\n")
+
+    ungoverned = sorted({f for f in seen if governed_field(f) is None})
+    assert ungoverned == [], f"violations outside policy.GOVERNED: {ungoverned}"
+    assert {governed_field(f) for f in seen} == set(GOVERNED)
+    knobs = {info.alias for info in Policy.model_fields.values()}
+    assert knobs == {k for ks in GOVERNED.values() for k in ks}

@@ -3,6 +3,7 @@ a map is the value of its key, and a ``null`` value deletes a key (docs/presets.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -143,3 +144,157 @@ def test_tolerations_and_connections_are_still_added_by_post_merge() -> None:
     (op,) = compiled.operations
     assert [t["key"] for t in op.spec["run"]["environment"]["tolerations"]] == ["spot", "gpu"]
     assert op.spec["run"]["connections"] == ["a", "b"]
+
+
+# --- every map where docs/presets.md allows a null, in every layer (issue 13, section 7) ----
+
+ROOT_OP = """kind: Operation
+presets: [x]
+run:
+  kind: job
+  container:
+    image: img
+    env: {A: "1", B: "2"}
+    resources:
+      requests: {cpu: 1, memory: 1Gi}
+      limits: {cpu: 2, memory: 2Gi}
+    securityContext: {readOnlyRootFilesystem: true, runAsUser: 1000}
+  environment:
+    nodeSelector: {zone: a, pool: gpu}
+    labels: {team: p, tier: x}
+    annotations: {a: b, c: d}
+    affinity:
+      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+            - matchExpressions: [{key: k, operator: Exists}]
+      podAntiAffinity:
+        preferredDuringSchedulingIgnoredDuringExecution:
+          - weight: 1
+            podAffinityTerm: {topologyKey: zone}
+"""
+NODE_AFFINITY = """      nodeAffinity:
+        requiredDuringSchedulingIgnoredDuringExecution:
+          nodeSelectorTerms:
+            - matchExpressions: [{key: k, operator: Exists}]
+"""
+
+
+@dataclass(frozen=True)
+class NullPlace:
+    path: tuple[str, ...]  # the map in the compiled spec
+    key: str  # the key set to null
+    other: str  # another key of the same map
+    written: str  # in ROOT_OP, the text that sets ``key``
+    nulled: str  # the same with ``key: null``
+
+
+# what docs/presets.md names -> where that is in ROOT_OP
+NULL_PLACES = {
+    "`run.container.env`": NullPlace(("run", "container", "env"), "B", "A", 'B: "2"', "B: null"),
+    "`run.container.resources.requests`": NullPlace(
+        ("run", "container", "resources", "requests"),
+        "memory",
+        "cpu",
+        "{cpu: 1, memory: 1Gi}",
+        "{cpu: 1, memory: null}",
+    ),
+    "`.limits`": NullPlace(
+        ("run", "container", "resources", "limits"),
+        "memory",
+        "cpu",
+        "{cpu: 2, memory: 2Gi}",
+        "{cpu: 2, memory: null}",
+    ),
+    "`run.environment.nodeSelector`": NullPlace(
+        ("run", "environment", "nodeSelector"), "pool", "zone", "pool: gpu}", "pool: null}"
+    ),
+    "`labels`": NullPlace(
+        ("run", "environment", "labels"), "tier", "team", "tier: x}", "tier: null}"
+    ),
+    "`annotations`": NullPlace(
+        ("run", "environment", "annotations"), "c", "a", "c: d}", "c: null}"
+    ),
+    "`securityContext`": NullPlace(
+        ("run", "container", "securityContext"),
+        "runAsUser",
+        "readOnlyRootFilesystem",
+        "runAsUser: 1000}",
+        "runAsUser: null}",
+    ),
+    "`affinity`": NullPlace(
+        ("run", "environment", "affinity"),
+        "nodeAffinity",
+        "podAntiAffinity",
+        NODE_AFFINITY,
+        "      nodeAffinity: null\n",
+    ),
+}
+
+
+def _null_at(path: tuple[str, ...], key: str, indent: int = 0) -> str:
+    """YAML that sets ``key: null`` in the map at ``path`` (``run`` first)."""
+    lines = [f"{'  ' * i}{part}:" for i, part in enumerate(path)]
+    lines.append(f"{'  ' * len(path)}{key}: null")
+    return "".join(" " * indent + line + "\n" for line in lines)
+
+
+def _no_null_in_maps(value: object) -> bool:
+    if isinstance(value, dict):
+        return all(v is not None and _no_null_in_maps(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_no_null_in_maps(v) for v in value)
+    return True
+
+
+def test_the_docs_name_every_place_a_null_may_delete_a_key() -> None:
+    from conftest import ROOT
+
+    doc = (ROOT / "docs" / "presets.md").read_text(encoding="utf-8")
+    paragraph = doc.split("Where `null` is allowed in a map:", 1)[1].split("\n\n", 1)[0]
+    assert all(place in paragraph for place in NULL_PLACES), paragraph
+
+
+# layer -> (the nulled key is kept, the map's other key is kept)
+NULL_RULES = {
+    "post_merge": (False, True),  # deleted
+    "pre_merge": (True, True),  # ignored
+    "isnull": (True, True),  # the operation's map is set: kept whole
+    "replace": (False, False),  # the preset's map whole, its null dropped
+    "operation": (False, True),  # unset
+    "dag-child": (False, False),  # the child's map replaces the parent's, its null dropped
+}
+
+
+@pytest.mark.parametrize("place", sorted(NULL_PLACES), ids=lambda p: p.strip("`."))
+@pytest.mark.parametrize("layer", sorted(NULL_RULES))
+def test_a_null_in_each_documented_map_does_what_presets_md_says(place: str, layer: str) -> None:
+    """docs/presets.md, *Nulls*, in presets (each strategy), operations and DAG children:
+    never an error, never a ``null`` left in the compiled spec, and no provenance for a
+    deleted key."""
+    where = NULL_PLACES[place]
+    op_file, preset = ROOT_OP, "kind: Preset\n"
+    if layer == "operation":
+        assert where.written in ROOT_OP
+        op_file = ROOT_OP.replace(where.written, where.nulled, 1)
+    elif layer == "dag-child":
+        op_file += "dag:\n  operations:\n    - name: c\n" + _null_at(where.path, where.key, 6)
+    else:
+        preset += f"patchStrategy: {layer}\n" + _null_at(where.path, where.key)
+    compiled = compile_repo(
+        repo({**BASE, "presets/x.yaml": preset, "projects/p/operations/o.yaml": op_file})
+    )
+    assert compiled.valid and not compiled.rejected, (compiled.errors, compiled.rejected)
+    (op,) = compiled.operations
+    value: Any = op.spec
+    for part in where.path:
+        value = value.get(part) or {}
+    kept, other_kept = NULL_RULES[layer]
+    assert (where.key in value) is kept, value
+    assert (where.other in value) is other_kept, value
+    assert _no_null_in_maps(op.spec), op.spec
+    dotted = ".".join([*where.path, where.key])
+    assert (
+        any(p == dotted or p.startswith((f"{dotted}.", f"{dotted}[")) for p in op.provenance)
+        is kept
+    )

@@ -23,6 +23,47 @@ from reconciler.core.types import (
     QueueSpec,
 )
 
+# Every field of the compiled spec that policy governs, with the ``policy.*`` knobs of
+# reconciler.yaml that adjust its rule (none: a fixed rule). A violation's field always lies
+# under one of these keys (tests/test_policy_escapes.py), every knob of the ``policy`` model
+# governs one of them, and docs/config-reference.md (*Policy*) and docs/operations.md
+# (*RBAC*) list each field and knob (tests/test_docs_drift.py).
+GOVERNED: Mapping[str, tuple[str, ...]] = {
+    "namespace": ("allowSharedNamespaces",),  # never set by an operation; one project each
+    "queue": ("allowedQueues",),
+    "run.kind": (),  # the queue's kinds
+    "run.replicas": ("maxReplicas",),
+    "run.container.resources": ("maxResources",),
+    "run.container.securityContext": (
+        "podSecurity",
+        "allowPrivileged",
+        "allowedCapabilities",
+        "allowRunAsRoot",
+    ),
+    "run.environment.schedulerName": ("allowedSchedulerNames",),
+    "run.environment.priorityClassName": ("allowedPriorityClasses",),
+    "run.environment.serviceAccountName": ("allowedServiceAccounts",),
+    "run.environment.imagePullSecrets": ("allowedImagePullSecrets",),
+    "run.environment.hostNetwork": ("podSecurity",),
+    "run.environment.hostPID": ("podSecurity",),
+    "run.environment.hostIPC": ("podSecurity",),
+    "run.environment.annotations": ("podSecurity",),  # the AppArmor and seccomp annotations
+    "run.volumes": ("allowedVolumeTypes", "podSecurity"),
+    "run.initContainers": ("podSecurity", "maxResources"),
+    "run.sidecars": ("podSecurity", "maxResources"),
+    "run.connections": ("allowHostPath", "podSecurity"),
+    "run.maxRetries": ("maxRetries",),
+    "run.ttl": ("minTtl",),
+}
+
+
+def governed_field(field: str) -> str | None:
+    """The key of :data:`GOVERNED` that a violation's dotted ``field`` lies under."""
+    for key in GOVERNED:
+        if field == key or field.startswith((f"{key}.", f"{key}[")):
+            return key
+    return None
+
 
 @dataclass(frozen=True)
 class Violation:

@@ -193,6 +193,67 @@ def test_invalid_commit_is_rejected_and_changes_nothing(live: Live, name: str) -
     live.good = restored
 
 
+SHADOW = """kind: Operation
+run:
+  container:
+    command: [python, serve.py]
+    resources:
+      requests: {cpu: 1, memory: 1Gi}
+  environment:
+    annotations:
+      reconciler.dev/simulated-duration: 600s
+"""
+REFUSED_MATRIX = """kind: Operation
+matrix:
+  params:
+    lr: ["0.1", "0.2"]
+run:
+  container:
+    command: [python, serve.py]
+    securityContext:
+      privileged: true
+"""
+
+
+def test_a_refused_workflow_does_not_shield_a_deleted_operation(live: Live) -> None:
+    """Issue 13, section 2, on the dev cluster: ``vision/shadow-1`` runs as an operation of
+    its own. One commit deletes it and adds a matrix ``shadow``, refused by policy, whose
+    child 1 has the same id. Its Job records that it was no workflow's child
+    (``reconciler.dev/workflow: ""``), so it is pruned; before, the refused matrix's child
+    list kept it running. No other Job changes."""
+    ops = live.repo / "projects" / "vision" / "operations"
+    (ops / "shadow-1.yaml").write_text(SHADOW)
+    added = commit_all(live.repo, "add vision/shadow-1")
+    first = live.cycle()
+    assert first.version == added and "vision/shadow-1" in first.dispatched, first.dispatched
+    workload = first.states["vision/shadow-1"].name
+    job = live.kube.batch.read_namespaced_job(workload, "team-a")
+    assert job.metadata.annotations["reconciler.dev/workflow"] == ""
+    before = _steady(live)
+    assert workload in before
+
+    (ops / "shadow-1.yaml").unlink()
+    (ops / "shadow.yaml").write_text(REFUSED_MATRIX)
+    sha = commit_all(live.repo, "delete vision/shadow-1, add a matrix policy refuses")
+    result = live.cycle()
+    assert result.version == sha and result.config_errors == ()
+    assert result.compiled is not None
+    (refused,) = [r for r in result.compiled.rejected if r.operation == "vision/shadow"]
+    assert "vision/shadow-1" in refused.children
+    assert result.stopped == ("vision/shadow-1",) and result.dispatched == ()
+    after = live.jobs()
+    assert workload not in after
+    assert {k: v for k, v in before.items() if k != workload} == after
+    record = live.status("status/vision/shadow.yaml")
+    assert record["reason"] == "PolicyViolation", record
+
+    (ops / "shadow.yaml").unlink()
+    live.good = commit_all(live.repo, "remove the refused matrix")
+    again = live.cycle()
+    assert again.version == live.good and again.dispatched == () and again.stopped == ()
+    assert live.jobs() == after
+
+
 def test_a_valid_commit_then_resumes_normally(live: Live) -> None:
     before = _steady(live)
     result = live.runtime.reconciler.last

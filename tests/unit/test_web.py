@@ -250,3 +250,43 @@ def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
     body = render_queue_page(detail).split("<h2>Pending</h2>")[1]
     assert len(re.findall(r"<tr><td>\d+</td>", body)) == MAX_ROWS
     assert "and 49 more" in body and 'href="/api/v1/queues/gpu"' in body
+
+
+def test_paths_with_control_characters_are_quoted_on_the_pages() -> None:
+    """Issue 13, section 6: a path on a web page (an operation's file, the source of each
+    compiled field, a queue's file) goes through ``printable_path`` like everywhere else,
+    so a newline, an escape or a bidi override is shown escaped, never raw."""
+    from builders import World
+
+    from reconciler.core.explain import ProvenanceRow
+    from reconciler.core.queue_view import OperationDetail, build_queue_detail
+    from reconciler.core.types import printable_path
+    from reconciler.core.web_html import esc, render_operation_page, render_queue_page
+
+    evil = "projects/p/operations/evil\nreconciler.yaml:1:1: forged\x1b[31m\u202e.yaml"
+    shown = esc(printable_path(evil))
+    assert shown.startswith("&quot;") and "\\n" in shown and "\\x1b" in shown
+    detail = OperationDetail(
+        operation="p/evil",
+        phase="Running",
+        path=evil,
+        provenance=(
+            ProvenanceRow(
+                field="run.container.image", value="x", step="operation", file=evil, line=3
+            ),
+        ),
+    )
+    w = World().queue("gpu", quota={"nvidia.com/gpu": 1})
+    w.ops("p/op-{}", 2, queue="gpu", gpu=1)
+    queue = build_queue_detail(w.repo(), w.plan(), {}, "gpu", applied=True)
+    assert queue is not None and queue.settings
+    pages = [
+        render_operation_page(detail),
+        render_queue_page(queue.model_copy(update={"source": evil})),
+    ]
+    for html in pages:
+        assert shown in html
+        assert "\nreconciler.yaml:1:1" not in html
+        assert "\x1b" not in html and "\u202e" not in html
+    assert f"<code>{shown}:3</code>" in pages[0]
+    assert f"<code>{shown}</code>" in pages[0]

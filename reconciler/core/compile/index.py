@@ -34,6 +34,7 @@ from reconciler.core.types import (
     PodSecurityLevel,
     Provenance,
     RepoSnapshot,
+    printable_path,
 )
 
 YAML_EXT = (".yaml", ".yml")
@@ -197,7 +198,7 @@ class RepoIndex:
         project = self.projects.setdefault(name, ProjectEntry(name, first_file=path))
         if len(parts) == 3 and stem(parts[2]) == "project":
             if project.path is not None:
-                self._fail(path, f"duplicate project file (also {project.path})")
+                self._fail(path, f"duplicate project file (also {printable_path(project.path)})")
             else:
                 project.path = path
         elif len(parts) == 4 and parts[2] == "presets":

@@ -25,7 +25,7 @@ from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.render import workload_name
-from reconciler.core.types import Location
+from reconciler.core.types import Location, printable_path
 
 
 @dataclass(frozen=True)
@@ -91,7 +91,8 @@ def check_unique(all_claims: Iterable[Claim], errors: Errors) -> set[str]:
         if first is not None:
             message = (
                 f"operation id {claim.id!r} names two operations: {first.what} "
-                f"({first.location.file}) and {claim.what} ({claim.location.file}); rename one"
+                f"({printable_path(first.location.file)}) and {claim.what} "
+                f"({printable_path(claim.location.file)}); rename one"
             )
             errors.add_once(first.location, message)
             errors.add_once(claim.location, message)
@@ -105,8 +106,8 @@ def check_unique(all_claims: Iterable[Claim], errors: Errors) -> set[str]:
             namespace, workload = claim.workload
             message = (
                 f"workload name {workload!r} in namespace {namespace!r} is rendered by two "
-                f"operations: {other.what} ({other.location.file}) and {claim.what} "
-                f"({claim.location.file}); rename one"
+                f"operations: {other.what} ({printable_path(other.location.file)}) and "
+                f"{claim.what} ({printable_path(claim.location.file)}); rename one"
             )
             errors.add_once(other.location, message)
             errors.add_once(claim.location, message)
