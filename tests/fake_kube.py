@@ -1,7 +1,9 @@
-"""A fake ``Kube`` for fast cycle tests: Jobs and Pods kept in memory and moved through
-phases by the test. It answers the calls the Reconciler makes (list, create or adopt,
-annotate, delete, events) the way the apiserver does, with increasing resourceVersions,
-and watches: every change is logged as a watch event, and ``watch_managed`` replays the
+"""A fake ``Kube`` for fast cycle tests: Jobs, PyTorchJobs and Pods kept in memory and
+moved through phases by the test (a PyTorchJob's status and pods as the Kubeflow Training
+Operator v1.8.1 writes them; its kind is served only when ``backends`` has
+``pytorchjob``). It answers the calls the Reconciler makes (list, create or adopt,
+annotate, delete, events) the way the apiserver does, with increasing resourceVersions, and
+watches: every change is logged as a watch event, and ``watch_managed`` replays the
 events after a resourceVersion, then waits for more, as the apiserver does. The same
 behaviour is shown on the real control plane by tests/cluster/."""
 
@@ -14,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.adapters.kube import ApplyResult, KubeError, ObjectList, WatchEvent
+from reconciler.adapters.kube import ApplyResult, KubeError, NotServed, ObjectList, WatchEvent
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
@@ -31,6 +33,7 @@ class FakeCluster:
     name: str
     reachable: bool = True
     jobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
+    pytorchjobs: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     namespaces: set[str] = field(default_factory=set)
     events: list[tuple[str, str, str]] = field(default_factory=list)
@@ -211,6 +214,133 @@ class FakeCluster:
             self._emit("Pod", "ADDED", pod)
             self.logs[(namespace, pod_name)] = f"log of replica {i}\n"
 
+    # --- PyTorchJobs, as the Training Operator moves them ----------------------------------
+
+    def add_pytorchjob(self, manifest: dict[str, Any]) -> dict[str, Any]:
+        obj = copy.deepcopy(manifest)
+        meta = obj.setdefault("metadata", {})
+        meta.setdefault("uid", f"uid-{meta['name']}")
+        meta["resourceVersion"] = self._next()
+        obj.setdefault("status", {})
+        self.pytorchjobs[(meta["namespace"], meta["name"])] = obj
+        self._emit("PyTorchJob", "ADDED", obj)
+        return obj
+
+    def set_pytorchjob_condition(
+        self, namespace: str, name: str, kind: str, message: str = "", at: str = ENDED
+    ) -> None:
+        """The operator's status write: ``kind`` (Created, Running, Restarting, Succeeded,
+        Failed) becomes true at ``at``; Running and Restarting replace each other, and a
+        run that ends leaves Running false, as ``UpdateJobConditions`` does."""
+        obj = self.pytorchjobs[(namespace, name)]
+        status = obj.setdefault("status", {})
+        status.setdefault("startTime", STARTED)
+        conditions = [c for c in status.get("conditions") or [] if c["type"] != kind]
+        if kind in ("Running", "Restarting"):
+            other = "Restarting" if kind == "Running" else "Running"
+            conditions = [c for c in conditions if c["type"] != other]
+        if kind in ("Succeeded", "Failed"):
+            status["completionTime"] = at
+            for c in conditions:
+                if c["type"] == "Running":
+                    c["status"] = "False"
+        conditions.append(
+            {
+                "type": kind,
+                "status": "True",
+                "reason": f"PyTorchJob{kind}",
+                "message": message or f"PyTorchJob {name} is {kind.lower()}.",
+                "lastTransitionTime": at,
+                "lastUpdateTime": at,
+            }
+        )
+        status["conditions"] = conditions
+        obj["metadata"]["resourceVersion"] = self._next()
+        self._emit("PyTorchJob", "MODIFIED", obj)
+
+    def set_operator_pods(
+        self,
+        namespace: str,
+        name: str,
+        placed: int,
+        running: int = 0,
+        message: str = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.",
+    ) -> None:
+        """The pods of a PyTorchJob as the operator creates them (``<name>-master-0``,
+        ``<name>-worker-<i>``, labelled ``training.kubeflow.org/*``) and the scheduler
+        leaves them: the first ``placed`` bound to a node (the first ``running`` Running),
+        the rest Pending and Unschedulable. Each pod's log reads ``log of replica <rank>``."""
+        obj = self.pytorchjobs[(namespace, name)]
+        for key in [k for k, p in self.pods.items() if _pytorchjob_of(p) == (namespace, name)]:
+            gone = self.pods.pop(key)
+            gone["metadata"]["resourceVersion"] = self._next()
+            self._emit("Pod", "DELETED", gone)
+        specs = obj["spec"]["pytorchReplicaSpecs"]
+        ranks = [("master", 0, specs["Master"])]
+        if "Worker" in specs:
+            ranks += [("worker", i, specs["Worker"]) for i in range(specs["Worker"]["replicas"])]
+        for rank, (kind, index, spec) in enumerate(ranks):
+            template = spec["template"]
+            pod_name = f"{name}-{kind}-{index}"
+            labels = dict((template.get("metadata") or {}).get("labels") or {})
+            labels.update(
+                {
+                    "training.kubeflow.org/operator-name": "pytorchjob-controller",
+                    "training.kubeflow.org/job-name": name,
+                    "training.kubeflow.org/replica-type": kind,
+                    "training.kubeflow.org/replica-index": str(index),
+                }
+            )
+            if kind == "master":
+                labels["training.kubeflow.org/job-role"] = "master"
+            pod: dict[str, Any] = {
+                "metadata": {
+                    "name": pod_name,
+                    "namespace": namespace,
+                    "labels": labels,
+                    "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
+                    "creationTimestamp": NOW,
+                },
+                "spec": copy.deepcopy(template.get("spec") or {}),
+                "status": {"phase": "Pending"},
+            }
+            if rank < placed:
+                pod["spec"]["nodeName"] = f"gpu-node-{rank}"
+                if rank < running:
+                    pod["status"]["phase"] = "Running"
+            else:
+                pod["status"]["conditions"] = [
+                    {
+                        "type": "PodScheduled",
+                        "status": "False",
+                        "reason": "Unschedulable",
+                        "message": message,
+                    }
+                ]
+            pod["metadata"]["uid"] = f"uid-{pod_name}"
+            pod["metadata"]["resourceVersion"] = self._next()
+            self.pods[(namespace, pod_name)] = pod
+            self._emit("Pod", "ADDED", pod)
+            self.logs[(namespace, pod_name)] = f"log of replica {rank}\n"
+
+    def delete_pytorchjob(self, namespace: str, name: str) -> bool:
+        """Delete the PyTorchJob and its pods (as the garbage collector ends a background
+        deletion); False if absent."""
+        keys = [k for k, p in self.pods.items() if _pytorchjob_of(p) == (namespace, name)]
+        pods = [self.pods.pop(k) for k in keys]
+        obj = self.pytorchjobs.pop((namespace, name), None)
+        for kind, item in (("PyTorchJob", obj), *(("Pod", pod) for pod in pods)):
+            if item is not None:
+                item["metadata"]["resourceVersion"] = self._next()
+                self._emit(kind, "DELETED", item)
+        return obj is not None
+
+
+def _pytorchjob_of(pod: dict[str, Any]) -> tuple[str, str]:
+    meta = pod["metadata"]
+    labels = meta.get("labels") or {}
+    return meta["namespace"], labels.get("training.kubeflow.org/job-name", "")
+
 
 def _job_of(pod: dict[str, Any]) -> tuple[str, str]:
     meta = pod["metadata"]
@@ -236,9 +366,16 @@ class FakeKube:
         if not self.cluster.reachable:
             raise KubeError(f"cluster {self.cluster.name}: connection refused")
 
+    def _source(self, kind: str) -> dict[tuple[str, str], dict[str, Any]]:
+        if kind == "PyTorchJob":
+            if "pytorchjob" not in self.cluster.backends:
+                raise NotServed(f"listing {kind}s: the server could not find it", 404, "NotFound")
+            return self.cluster.pytorchjobs
+        return self.cluster.jobs if kind == "Job" else self.cluster.pods
+
     def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
         self._up()
-        source = self.cluster.jobs if kind == "Job" else self.cluster.pods
+        source = self._source(kind)
         items = tuple(copy.deepcopy(v) for _, v in sorted(source.items()))
         return ObjectList(items, str(self.cluster.version))
 
@@ -252,6 +389,23 @@ class FakeKube:
         key = (meta["namespace"], meta["name"])
         existing = self.cluster.jobs.get(key) if manifest["kind"] == "Job" else None
         created = existing is None
+        if manifest["kind"] == "PyTorchJob":
+            if "pytorchjob" not in self.cluster.backends:
+                raise KubeError(f"creating PyTorchJob {key[0]}/{key[1]}: not found", 404)
+            found = self.cluster.pytorchjobs.get(key)
+            obj = found if found is not None else self.cluster.add_pytorchjob(manifest)
+            verb = "create" if found is None else "adopt"
+            self.cluster.calls.append(f"{verb} PyTorchJob {key[0]}/{key[1]}")
+            m = obj["metadata"]
+            return ApplyResult(
+                "PyTorchJob",
+                key[0],
+                key[1],
+                m["uid"],
+                m["resourceVersion"],
+                found is None,
+                dict(m.get("annotations") or {}),
+            )
         if manifest["kind"] == "Job":
             job = existing if existing is not None else self.cluster.add_job(manifest)
             self.cluster.calls.append(f"{'create' if created else 'adopt'} {key[0]}/{key[1]}")
@@ -280,12 +434,13 @@ class FakeKube:
         force: bool = False,
     ) -> None:
         self._up()
-        job = self.cluster.jobs.get((namespace, name))
+        source = self.cluster.pytorchjobs if kind == "PyTorchJob" else self.cluster.jobs
+        job = source.get((namespace, name))
         if job is None:
             raise KubeError(f"{kind} {namespace}/{name} not found")
         job["metadata"].setdefault("annotations", {}).update(annotations or {})
         job["metadata"]["resourceVersion"] = self.cluster._next()
-        self.cluster._emit("Job", "MODIFIED", job)
+        self.cluster._emit(kind, "MODIFIED", job)
         self.cluster.calls.append(f"annotate {namespace}/{name}")
 
     def emit_event(
@@ -294,8 +449,11 @@ class FakeKube:
         self._up()
         self.cluster.events.append((involved["name"], reason, message))
 
-    def delete_workload(self, namespace: str, name: str) -> bool:
+    def delete_workload(self, namespace: str, name: str, kind: str = "Job") -> bool:
         self._up()
+        if kind == "PyTorchJob":
+            self.cluster.calls.append(f"delete PyTorchJob {namespace}/{name}")
+            return self.cluster.delete_pytorchjob(namespace, name)
         self.cluster.calls.append(f"delete {namespace}/{name}")
         return self.cluster.delete(namespace, name)
 
@@ -305,6 +463,7 @@ class FakeKube:
         """The events of ``kind`` after ``resource_version``, then each new one as it
         comes, until ``timeout_seconds`` pass or the cluster is closed."""
         self._up()
+        self._source(kind)  # NotServed, as the apiserver answers 404
         after = int(resource_version)
         deadline = time.monotonic() + timeout_seconds
         position = 0
@@ -332,7 +491,7 @@ class FakeKube:
         self, kind: str, label_selector: str, namespace: str | None = None
     ) -> tuple[dict[str, Any], ...]:
         self._up()
-        source = self.cluster.jobs if kind == "Job" else self.cluster.pods
+        source = self._source(kind)
         return tuple(
             copy.deepcopy(obj)
             for (ns, _), obj in sorted(source.items())

@@ -23,6 +23,9 @@ from kubernetes.config.config_exception import ConfigException
 
 from reconciler.core.plan import BACKEND_APIS
 from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
+from reconciler.core.render_kubeflow import API_VERSION as KUBEFLOW_API_VERSION
+from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.render_kubeflow import PLURAL as PYTORCHJOB_PLURAL
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 APPLY_PATCH = "application/apply-patch+yaml"
@@ -52,6 +55,17 @@ class NamespaceForbidden(KubeError):
 
 class WatchExpired(KubeError):
     """The watch's resourceVersion is too old (HTTP 410): relist, then watch again."""
+
+
+class NotServed(KubeError):
+    """The cluster does not serve the kind (HTTP 404 on its collection: a custom resource
+    whose CRD is not installed), or RBAC forbids listing it (403): none of its objects can
+    be ours to see there."""
+
+
+# The API versions of the workload kinds the reconciler creates (and of their Events).
+API_VERSIONS = {"Job": "batch/v1", "Service": "v1", PYTORCHJOB: KUBEFLOW_API_VERSION}
+_KUBEFLOW_GROUP, _KUBEFLOW_VERSION = KUBEFLOW_API_VERSION.split("/")
 
 
 @dataclass(frozen=True)
@@ -156,6 +170,15 @@ def _error(exc: ApiException, what: str) -> KubeError:
     return cls(f"{what}: {message}", status=int(exc.status or 0), reason=reason)
 
 
+def _list_error(exc: ApiException, kind: str) -> KubeError:
+    """A failed list of ``kind``: ``NotServed`` for an optional kind the cluster does not
+    serve (404) or does not let us list (403); else the usual error."""
+    if kind == PYTORCHJOB and exc.status in (403, 404):
+        error = _error(exc, f"listing {kind}s")
+        return NotServed(str(error), error.status, error.reason)
+    return _error(exc, f"listing {kind}s")
+
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -240,6 +263,7 @@ class Kube:
         self.field_manager = field_manager
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
+        self.custom = client.CustomObjectsApi(api)
 
     @_transport
     def ensure_namespace(self, name: str) -> None:
@@ -277,11 +301,28 @@ class Kube:
             return _json(self.batch.create_namespaced_job(namespace, cast(Any, body), **raw))
         if kind == "Service":
             return _json(self.core.create_namespaced_service(namespace, cast(Any, body), **raw))
+        if kind == PYTORCHJOB:
+            return _json(
+                self.custom.create_namespaced_custom_object(
+                    _KUBEFLOW_GROUP, _KUBEFLOW_VERSION, namespace, PYTORCHJOB_PLURAL, body, **raw
+                )
+            )
         raise KubeError(f"cannot create {kind}: not a workload kind")
 
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         if kind == "Job":
             return _json(self.batch.read_namespaced_job(name, namespace, _preload_content=False))
+        if kind == PYTORCHJOB:
+            return _json(
+                self.custom.get_namespaced_custom_object(
+                    _KUBEFLOW_GROUP,
+                    _KUBEFLOW_VERSION,
+                    namespace,
+                    PYTORCHJOB_PLURAL,
+                    name,
+                    _preload_content=False,
+                )
+            )
         return _json(self.core.read_namespaced_service(name, namespace, _preload_content=False))
 
     @_transport
@@ -328,9 +369,8 @@ class Kube:
 
         Without ``force``, a field another manager owns is a conflict, reported as an
         error. Pass ``force`` only for keys reserved to the reconciler."""
-        api_version = "batch/v1" if kind == "Job" else "v1"
         body = {
-            "apiVersion": api_version,
+            "apiVersion": API_VERSIONS.get(kind, "v1"),
             "kind": kind,
             "metadata": {
                 "name": name,
@@ -347,6 +387,16 @@ class Kube:
         try:
             if kind == "Job":
                 self.batch.patch_namespaced_job(name, namespace, body, **kwargs)
+            elif kind == PYTORCHJOB:
+                self.custom.patch_namespaced_custom_object(
+                    _KUBEFLOW_GROUP,
+                    _KUBEFLOW_VERSION,
+                    namespace,
+                    PYTORCHJOB_PLURAL,
+                    name,
+                    body,
+                    **kwargs,
+                )
             else:
                 self.core.patch_namespaced_service(name, namespace, body, **kwargs)
         except ApiException as exc:
@@ -387,15 +437,26 @@ class Kube:
             raise _error(exc, f"emitting event {reason} in {namespace}") from exc
 
     @_transport
-    def delete_workload(self, namespace: str, name: str) -> bool:
-        """Delete a Job (its pods in the background) and its Service. False if absent."""
+    def delete_workload(self, namespace: str, name: str, kind: str = "Job") -> bool:
+        """Delete a workload (its pods in the background: the garbage collector deletes
+        what it owns) and the headless Service of its name, if any. False if absent."""
         found = False
         try:
-            self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
+            if kind == PYTORCHJOB:
+                self.custom.delete_namespaced_custom_object(
+                    _KUBEFLOW_GROUP,
+                    _KUBEFLOW_VERSION,
+                    namespace,
+                    PYTORCHJOB_PLURAL,
+                    name,
+                    propagation_policy="Background",
+                )
+            else:
+                self.batch.delete_namespaced_job(name, namespace, propagation_policy="Background")
             found = True
         except ApiException as exc:
             if exc.status != 404:
-                raise _error(exc, f"deleting Job {namespace}/{name}") from exc
+                raise _error(exc, f"deleting {kind} {namespace}/{name}") from exc
         try:
             self.core.delete_namespaced_service(name, namespace)
         except ApiException as exc:
@@ -438,17 +499,24 @@ class Kube:
     def list_labelled(
         self, kind: str, label_selector: str, namespace: str | None = None
     ) -> tuple[Mapping[str, Any], ...]:
-        """Jobs or Pods matching ``label_selector`` in ``namespace`` (None: all), as dicts."""
+        """Jobs, PyTorchJobs or Pods matching ``label_selector`` in ``namespace`` (None:
+        all), as dicts. ``NotServed`` when the cluster does not serve the kind."""
         raw: dict[str, Any] = {"label_selector": label_selector, "_preload_content": False}
         try:
             if namespace is None:
                 page = _json(self._lister(kind)(**raw))
             elif kind == "Job":
                 page = _json(self.batch.list_namespaced_job(namespace, **raw))
+            elif kind == PYTORCHJOB:
+                page = _json(
+                    self.custom.list_namespaced_custom_object(
+                        _KUBEFLOW_GROUP, _KUBEFLOW_VERSION, namespace, PYTORCHJOB_PLURAL, **raw
+                    )
+                )
             else:
                 page = _json(self.core.list_namespaced_pod(namespace, **raw))
         except ApiException as exc:
-            raise _error(exc, f"listing {kind}s") from exc
+            raise _list_error(exc, kind) from exc
         except _UNREACHABLE as exc:
             raise KubeError(f"listing {kind}s: {exc}") from exc
         return tuple(page.get("items") or ())
@@ -488,6 +556,13 @@ class Kube:
         return _lines(resp, what)
 
     def _lister(self, kind: str) -> Any:
+        if kind == PYTORCHJOB:
+            return functools.partial(
+                self.custom.list_cluster_custom_object,
+                _KUBEFLOW_GROUP,
+                _KUBEFLOW_VERSION,
+                PYTORCHJOB_PLURAL,
+            )
         listers = {
             "Job": self.batch.list_job_for_all_namespaces,
             "Pod": self.core.list_pod_for_all_namespaces,
@@ -497,7 +572,8 @@ class Kube:
 
     @_transport
     def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
-        """Every object of ``kind`` that we manage, in pages, as plain dicts."""
+        """Every object of ``kind`` that we manage, in pages, as plain dicts. For an
+        optional kind (a PyTorchJob), ``NotServed`` when the cluster does not serve it."""
         items: list[Mapping[str, Any]] = []
         token: str | None = None
         lister = self._lister(kind)
@@ -512,7 +588,7 @@ class Kube:
                     )
                 )
             except ApiException as exc:
-                raise _error(exc, f"listing {kind}s") from exc
+                raise _list_error(exc, kind) from exc
             items.extend(page.get("items") or ())
             meta = page.get("metadata") or {}
             token = meta.get("continue")
@@ -535,6 +611,9 @@ class Kube:
                 _request_timeout=(CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_GRACE),
             )
         except ApiException as exc:
+            if kind == PYTORCHJOB and exc.status in (403, 404):
+                error = _error(exc, what)
+                raise NotServed(str(error), error.status, error.reason) from exc
             raise _error(exc, what) from exc
         except _UNREACHABLE as exc:
             raise KubeError(f"{what}: connection lost: {exc}") from exc
@@ -551,3 +630,12 @@ class Kube:
                     raise WatchExpired(f"{what}: {raw.get('message')}", 410)
                 raise KubeError(f"{what}: {raw.get('message')}", int(raw.get("code") or 0))
             yield WatchEvent(type=str(event.get("type")), object=raw)
+
+
+def list_pytorchjobs(kube: Kube) -> tuple[Mapping[str, Any], ...]:
+    """The PyTorchJobs we manage on a cluster, listed fresh; none where the cluster does not
+    serve the CRD (or does not let us list it)."""
+    try:
+        return kube.list_managed(PYTORCHJOB).items
+    except NotServed:
+        return ()

@@ -11,7 +11,7 @@ from typing import Any
 
 import click
 
-from reconciler.adapters.kube import Kube, KubeError, connect_cluster
+from reconciler.adapters.kube import Kube, KubeError, NotServed, connect_cluster
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.options import repo_dir_option
 from reconciler.core.compile import compile_repo
@@ -24,6 +24,8 @@ from reconciler.core.render import (
     MAIN_CONTAINER,
     MANAGER,
 )
+from reconciler.core.render_kubeflow import CONTAINER as PYTORCH_CONTAINER
+from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
 from reconciler.core.types import ClusterSpec, CompiledRepo
 
 EXIT_ERROR = 1
@@ -95,6 +97,15 @@ def newest_pod(
     return mine[-1] if mine else None
 
 
+def log_container(pod: Mapping[str, Any]) -> str:
+    """The container whose log is the run's: ``main``, or ``pytorch`` in a PyTorchJob's
+    pod (the Training Operator requires that name)."""
+    names = {c.get("name") for c in (pod.get("spec") or {}).get("containers") or []}
+    if MAIN_CONTAINER not in names and PYTORCH_CONTAINER in names:
+        return PYTORCH_CONTAINER
+    return MAIN_CONTAINER
+
+
 def waiting_reason(pod: Mapping[str, Any]) -> str | None:
     """Why a pod has no log yet (None when it has started)."""
     status = pod.get("status") or {}
@@ -137,6 +148,13 @@ def show_logs(
         pods = kube.list_labelled("Pod", label_selector, target.namespace)
         pod = newest_pod(pods, target.op_id, replica)
         jobs = () if pod else kube.list_labelled("Job", label_selector, target.namespace)
+        kind = "Job"
+        if not pod and not jobs:
+            kind = PYTORCHJOB
+            try:
+                jobs = kube.list_labelled(PYTORCHJOB, label_selector, target.namespace)
+            except NotServed:
+                jobs = ()
     except KubeError as exc:
         raise LogsError(str(exc)) from None
     where = f"namespace {target.namespace}" if target.namespace else "any namespace"
@@ -158,7 +176,7 @@ def show_logs(
     if pod is None:
         if jobs:
             job = jobs[0]["metadata"]["name"]
-            raise LogsError(f"{target.op_id}: Job {job} has no pod yet ({where})")
+            raise LogsError(f"{target.op_id}: {kind} {job} has no pod yet ({where})")
         raise LogsError(f"{target.op_id}: no workload on {where}: not dispatched, or deleted")
     meta = pod["metadata"]
     reason = waiting_reason(pod)
@@ -168,7 +186,7 @@ def show_logs(
     live = follow and (pod.get("status") or {}).get("phase") not in _TERMINATED
     try:
         out = kube.read_logs(
-            meta["namespace"], meta["name"], MAIN_CONTAINER, follow=live, tail_lines=tail
+            meta["namespace"], meta["name"], log_container(pod), follow=live, tail_lines=tail
         )
         if isinstance(out, str):
             echo(out, nl=False)

@@ -197,6 +197,7 @@ def memory_from_status(view: StatusView) -> Memory:
             outputs=rec.outputs,
             requests=recorded_requests(rec) or {},
             pods=recorded_pods(rec),
+            kind=rec.workload_kind or "Job",
             # the one workload reason a rule reads back (3b); the others are re-derived
             reason=ObservedReason.GANG_TIMEOUT
             if rec.reason == ObservedReason.GANG_TIMEOUT.value

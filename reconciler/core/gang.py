@@ -22,6 +22,7 @@ ANNOTATION_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # Set by the Kubeflow Training Operator on the pods of a PyTorchJob.
 LABEL_KUBEFLOW_REPLICA_TYPE = "training.kubeflow.org/replica-type"
 LABEL_KUBEFLOW_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+LABEL_KUBEFLOW_JOB_NAME = "training.kubeflow.org/job-name"  # the PyTorchJob of a pod
 
 
 def replica_index(pod: Mapping[str, Any]) -> int | None:

@@ -1,7 +1,14 @@
-"""Derive each operation's observed phase from the Jobs and Pods we manage (pure).
+"""Derive each operation's observed phase from the workloads (Jobs, and the Kubeflow
+Training Operator's PyTorchJobs) and Pods we manage (pure).
 
 Dispatch is not placement: a Job whose pod the scheduler cannot place is ``Dispatched``
 with reason ``WaitingForCapacity``; it counts against its queue like a running one.
+
+A PyTorchJob's run ends when the operator sets its ``Succeeded`` or ``Failed`` condition
+(``kubeflow.org/v1`` ``JobCondition``); ``Created`` and ``Running`` say nothing the pods do
+not, so while it runs its phase comes from its pods (Master and Workers, by the
+``training.kubeflow.org/*`` labels the operator sets), as an Indexed Job's does. While the
+operator restarts a failed replica (``Restarting``) the run is ``Running`` with that reason.
 """
 
 from __future__ import annotations
@@ -15,7 +22,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.gang import Placement, latest_per_replica, placement
+from reconciler.core.gang import (
+    LABEL_KUBEFLOW_JOB_NAME,
+    Placement,
+    latest_per_replica,
+    placement,
+)
 from reconciler.core.load import MAX_NUMBER_CHARS
 from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
 from reconciler.core.render import (
@@ -28,7 +40,10 @@ from reconciler.core.render import (
     ANNOTATION_WORKFLOW,
     LABEL_QUEUE,
 )
+from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
 from reconciler.core.types import ObservedOperation, Phase
+
+JOB = "Job"
 
 MAX_OUTPUTS_BYTES = 4096  # the kubelet caps termination messages at 4 KiB
 
@@ -45,6 +60,7 @@ class ObservedReason(enum.StrEnum):
     FINISHING = "Finishing"
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # the last state seen; the cluster is down
     GANG_TIMEOUT = "GangTimeout"  # a gang not all running within the queue's startTimeout
+    RESTARTING = "Restarting"  # a PyTorchJob's operator restarts a failed replica
 
 
 @dataclass(frozen=True)
@@ -75,6 +91,7 @@ class WorkloadState:
     workflow: str | None = None  # the workflow it was dispatched for ("" none, None unknown)
     pods: int | None = None  # the Job's parallelism (its replicas); None when not known
     gang: Placement | None = None  # a distributed run's pods: how many placed and running
+    kind: str = JOB  # the workload's kind: Job, or PyTorchJob (backend pytorchjob)
 
     def to_observed(self) -> ObservedOperation:
         return ObservedOperation(
@@ -209,6 +226,48 @@ def _job_end(job: Mapping[str, Any]) -> tuple[Phase, ObservedReason, str] | None
     return None
 
 
+def _pytorchjob_end(obj: Mapping[str, Any]) -> tuple[Phase, ObservedReason, str] | None:
+    """The phase a PyTorchJob's conditions say its run ended in, or None while it runs.
+    The operator sets ``Succeeded`` when the Master succeeds, and ``Failed`` when a replica
+    fails with restartPolicy Never, or past runPolicy's backoffLimit or
+    activeDeadlineSeconds (its reason is then ``PyTorchJobFailed``; the message says
+    which)."""
+    conditions = _conditions(obj)
+    if "Succeeded" in conditions:
+        return Phase.SUCCEEDED, ObservedReason.COMPLETED, ""
+    failed = conditions.get("Failed")
+    if failed:
+        message = str(failed.get("message") or failed.get("reason") or "")
+        reason = ObservedReason.JOB_FAILED
+        if "backoff limit" in message:
+            reason = ObservedReason.BACKOFF_LIMIT_EXCEEDED
+        elif "deadline" in message:
+            reason = ObservedReason.DEADLINE_EXCEEDED
+        return Phase.FAILED, reason, message
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return Phase.STOPPED, ObservedReason.DELETING, "the workload is being deleted"
+    return None
+
+
+def pytorchjob_finished_at(obj: Mapping[str, Any]) -> str | None:
+    """When a PyTorchJob's run ended, the same whenever it is read: the time its
+    ``Succeeded`` or ``Failed`` condition became true (the operator keeps it while the
+    condition stays true), else its ``completionTime``; None while it runs."""
+    conditions = _conditions(obj)
+    for kind in ("Succeeded", "Failed"):
+        moment = (conditions.get(kind) or {}).get("lastTransitionTime")
+        if moment:
+            return str(moment)
+    moment = (obj.get("status") or {}).get("completionTime")
+    return str(moment) if moment else None
+
+
+def workload_end_phase(kind: str, obj: Mapping[str, Any]) -> Phase | None:
+    """``job_end_phase`` for any workload kind the reconciler creates."""
+    end = _pytorchjob_end(obj) if kind == PYTORCHJOB else _job_end(obj)
+    return end[0] if end else None
+
+
 def job_finished_at(job: Mapping[str, Any]) -> str | None:
     """When the Job's run ended, by the Job alone and the same whenever it is read: the
     time its success or failure was first established (``SuccessCriteriaMet`` or
@@ -292,6 +351,41 @@ def _gang_phase(
     return phase, reason, message
 
 
+def _pytorchjob_phase(
+    obj: Mapping[str, Any], master: Mapping[str, Any] | None, gang: Placement
+) -> tuple[Phase, ObservedReason | None, str]:
+    """A PyTorchJob's phase: its conditions when its run ended or the operator restarts a
+    replica; else, as an Indexed Job's, its pods' (the Master's, then the gang's)."""
+    end = _pytorchjob_end(obj)
+    if end is not None:
+        return end
+    restarting = _conditions(obj).get("Restarting")
+    if restarting:
+        message = str(restarting.get("message") or "the operator restarts a failed replica")
+        return Phase.RUNNING, ObservedReason.RESTARTING, message
+    if master is None and not gang.created:
+        return Phase.DISPATCHED, ObservedReason.PENDING_POD, "waiting for the operator's pods"
+    return _gang_phase(*_job_phase({}, master), gang)
+
+
+def _pytorchjob_replicas(obj: Mapping[str, Any]) -> tuple[int, dict[str, Decimal]]:
+    """A PyTorchJob's pods (every replica spec's ``replicas``) and what they request
+    together (each spec's pod requests times its replicas)."""
+    specs = (obj.get("spec") or {}).get("pytorchReplicaSpecs") or {}
+    pods = 0
+    total: dict[str, Decimal] = {}
+    for spec in specs.values():
+        if not isinstance(spec, Mapping):
+            continue
+        raw = spec.get("replicas", 1)
+        count = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
+        pods += count
+        pod_spec = (spec.get("template") or {}).get("spec") or {}
+        for name, value in _pod_requests(pod_spec).items():
+            total[name] = total.get(name, Decimal(0)) + value * count
+    return max(pods, 1), total
+
+
 def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     if not pods:
         return None
@@ -299,16 +393,26 @@ def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
 
 
 def observe_workloads(
-    cluster: str, jobs: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    cluster: str,
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pytorchjobs: Iterable[Mapping[str, Any]] = (),
 ) -> tuple[WorkloadState, ...]:
-    """The state of every managed Job in ``cluster``, matched to its pods by ``job-name``."""
+    """The state of every managed Job and PyTorchJob in ``cluster``, matched to its pods
+    by ``job-name`` (set by the Job controller) or ``training.kubeflow.org/job-name`` (set
+    by the Training Operator)."""
     pods_by_job: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    pods_by_pytorchjob: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for candidate in pods:
         meta = candidate.get("metadata") or {}
-        job_name = (meta.get("labels") or {}).get("job-name")
+        labels = meta.get("labels") or {}
+        namespace = str(meta.get("namespace"))
+        job_name = labels.get("job-name")
         if job_name:
-            key = (str(meta.get("namespace")), str(job_name))
-            pods_by_job.setdefault(key, []).append(candidate)
+            pods_by_job.setdefault((namespace, str(job_name)), []).append(candidate)
+        owner = labels.get(LABEL_KUBEFLOW_JOB_NAME)
+        if owner:
+            pods_by_pytorchjob.setdefault((namespace, str(owner)), []).append(candidate)
     states = []
     for job in jobs:
         meta = job.get("metadata") or {}
@@ -328,41 +432,98 @@ def observe_workloads(
         else:
             pod = _latest_pod(job_pods)
             phase, reason, message = _job_phase(job, pod)
-        status = job.get("status") or {}
         pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
         replicas = _replicas_of(job)
-        try:
-            generation = int(annotations.get(ANNOTATION_GENERATION, "1"))
-        except ValueError:
-            generation = 1
+        requests = {k: v * replicas for k, v in _pod_requests(pod_spec).items()}
         states.append(
-            WorkloadState(
-                operation=str(operation),
-                generation=generation,
-                cluster=cluster,
-                namespace=namespace,
-                name=name,
-                uid=str(meta.get("uid", "")),
-                phase=phase,
-                reason=reason,
-                message=message,
-                queue=(meta.get("labels") or {}).get(LABEL_QUEUE),
-                spec_hash=annotations.get(ANNOTATION_SPEC_HASH),
-                config_commit=annotations.get(ANNOTATION_COMMIT),
-                dispatched_at=annotations.get(ANNOTATION_DISPATCHED_AT),
-                started_at=status.get("startTime"),
+            _state(
+                cluster,
+                job,
+                str(operation),
+                (phase, reason, message),
+                pod,
+                gang,
+                replicas,
+                requests=requests,
                 finished_at=job_finished_at(job),
-                node=((pod or {}).get("spec") or {}).get("nodeName"),
-                pod=((pod or {}).get("metadata") or {}).get("name"),
-                outputs=_outputs(pod),
-                requests={k: v * replicas for k, v in _pod_requests(pod_spec).items()},
-                annotated_phase=annotations.get(ANNOTATION_PHASE),
-                workflow=annotations.get(ANNOTATION_WORKFLOW),
-                pods=replicas,
-                gang=gang,
+                kind=JOB,
+            )
+        )
+    for obj in pytorchjobs:
+        meta = obj.get("metadata") or {}
+        operation = (meta.get("annotations") or {}).get(ANNOTATION_OPERATION)
+        if not operation:
+            continue
+        key = (str(meta.get("namespace")), str(meta.get("name")))
+        own = pods_by_pytorchjob.get(key, [])
+        replicas, requests = _pytorchjob_replicas(obj)
+        pod = latest_per_replica(own).get(0)  # the Master: its node, its outputs
+        gang = placement(own, replicas)
+        observed = _pytorchjob_phase(obj, pod, gang)
+        states.append(
+            _state(
+                cluster,
+                obj,
+                str(operation),
+                observed,
+                pod,
+                gang,
+                replicas,
+                requests=requests,
+                finished_at=pytorchjob_finished_at(obj),
+                kind=PYTORCHJOB,
             )
         )
     return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))
+
+
+def _state(
+    cluster: str,
+    obj: Mapping[str, Any],
+    operation: str,
+    observed: tuple[Phase, ObservedReason | None, str],
+    pod: Mapping[str, Any] | None,
+    gang: Placement | None,
+    replicas: int,
+    *,
+    requests: Mapping[str, Decimal],
+    finished_at: str | None,
+    kind: str,
+) -> WorkloadState:
+    """One workload's state: what every kind's metadata says, and what its kind says."""
+    meta = obj.get("metadata") or {}
+    annotations = meta.get("annotations") or {}
+    try:
+        generation = int(annotations.get(ANNOTATION_GENERATION, "1"))
+    except ValueError:
+        generation = 1
+    phase, reason, message = observed
+    return WorkloadState(
+        operation=operation,
+        generation=generation,
+        cluster=cluster,
+        namespace=str(meta.get("namespace")),
+        name=str(meta.get("name")),
+        uid=str(meta.get("uid", "")),
+        phase=phase,
+        reason=reason,
+        message=message,
+        queue=(meta.get("labels") or {}).get(LABEL_QUEUE),
+        spec_hash=annotations.get(ANNOTATION_SPEC_HASH),
+        config_commit=annotations.get(ANNOTATION_COMMIT),
+        dispatched_at=annotations.get(ANNOTATION_DISPATCHED_AT),
+        started_at=(obj.get("status") or {}).get("startTime"),
+        node=((pod or {}).get("spec") or {}).get("nodeName"),
+        pod=((pod or {}).get("metadata") or {}).get("name"),
+        outputs=_outputs(pod),
+        annotated_phase=annotations.get(ANNOTATION_PHASE),
+        workflow=annotations.get(ANNOTATION_WORKFLOW),
+        pods=replicas,
+        gang=gang if gang is not None and gang.replicas > 1 else None,
+        requests=requests,
+        finished_at=finished_at,
+        kind=kind,
+    )
 
 
 def current_states(

@@ -28,6 +28,11 @@ CONTAINER = "pytorch"  # PyTorchJobDefaultContainerName in the operator
 PORT_NAME = "pytorchjob-port"  # PyTorchJobDefaultPortName
 
 
+def log_container(kind: str) -> str:
+    """The container whose log is a run's, in a pod of a workload of ``kind``."""
+    return CONTAINER if kind == KIND else MAIN_CONTAINER
+
+
 def uses_pytorchjob(op: CompiledOperation) -> bool:
     return op.distributed is not None and op.distributed.backend is DistributedBackend.PYTORCHJOB
 

@@ -294,6 +294,8 @@ class OperationStatus(StatusRecord):
     cluster: OptText = None
     namespace: OptText = None
     workload: OptText = None
+    # the workload's kind when it is not a Job: PyTorchJob (run.distributed.backend)
+    workload_kind: EmptyText = ""
     position: LooseNumber = None  # 1-based among the queue's pending
     generation: LooseNumber = None
     config_commit: OptText = None
@@ -614,6 +616,7 @@ def _compiled_record(
             reason=_reason(state),
             message=state.message,
             workload=state.name,
+            workload_kind=_workload_kind(state.kind),
             config_commit=state.config_commit or repo.version,
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
@@ -756,6 +759,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "cluster": state.cluster,
             "namespace": state.namespace,
             "workload": state.name,
+            "workload_kind": _workload_kind(state.kind),
             "generation": state.generation,
             "config_commit": state.config_commit or base.config_commit,
             "dispatched_at": state.dispatched_at,
@@ -767,6 +771,11 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "pods": _pods(state),
         }
     )
+
+
+def _workload_kind(kind: str) -> str:
+    """``workloadKind`` in a record: written only for a kind other than Job."""
+    return "" if kind == "Job" else kind
 
 
 def _held(state: WorkloadState) -> dict[str, str]:

@@ -18,7 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core.observe import job_end_phase
+from reconciler.core.observe import workload_end_phase
+from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
 from reconciler.core.types import Phase
 
 
@@ -56,9 +57,14 @@ def event_trigger(
     our own phase annotations (MODIFIED, same end), and every Pod event. A pod that
     succeeds leaves its Job ``Running``/``Finishing`` until the Job controller marks it
     (``core/observe.py``), so a cycle on the pod's event would plan the same slots and,
-    through the debounce, delay the cycle that the Job's event asks for."""
-    if kind != "Job":
+    through the debounce, delay the cycle that the Job's event asks for. A PyTorchJob is
+    a Job here: its run ends with its ``Succeeded`` or ``Failed`` condition."""
+    if kind not in ("Job", PYTORCHJOB):
         return None
+
+    def job_end_phase(obj: Mapping[str, Any]) -> Phase | None:
+        return workload_end_phase(kind, obj)
+
     if event_type == "DELETED":
         # gone before it ended: it held its slot until now; gone after: nothing changes
         held = before if before is not None else after

@@ -26,7 +26,14 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from reconciler.adapters.kube import ApplyResult, Kube, KubeError, NamespaceForbidden
+from reconciler.adapters.kube import (
+    API_VERSIONS,
+    ApplyResult,
+    Kube,
+    KubeError,
+    NamespaceForbidden,
+    list_pytorchjobs,
+)
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.cycle import (
     Actions,
@@ -47,6 +54,7 @@ from reconciler.core.render import (
     RenderedWorkload,
     render_operation,
 )
+from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
 from reconciler.core.status import StatusReason
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import (
@@ -133,9 +141,23 @@ class ChangeSet:
         return out
 
 
-# The workload kinds the runtime creates, lists, observes and deletes. A PyTorchJob is
-# rendered and its cluster's CRD detected, but not run yet (docs/runtime.md).
-CREATABLE_KINDS = frozenset({"Job"})
+# The workload kinds the runtime creates, lists, observes and deletes (docs/runtime.md).
+CREATABLE_KINDS = frozenset({"Job", PYTORCHJOB})
+
+
+def _listed_version(jobs: Informer, pytorchjobs: Informer) -> str | None:
+    """The resourceVersion every workload created at or before it is listed by: the older
+    of the Job and PyTorchJob caches' (each follows its own watch; an unserved kind's cache
+    holds nothing to wait for). A create newer than it is counted from its response."""
+    versions = [jobs.resource_version]
+    if pytorchjobs.served:
+        versions.append(pytorchjobs.resource_version)
+    if any(v is None for v in versions):
+        return None
+    try:
+        return min(versions, key=lambda v: int(str(v)))
+    except ValueError:
+        return versions[0]
 
 
 class Reconciler:
@@ -173,7 +195,7 @@ class Reconciler:
         self._clients: dict[str, Kube] = {}
         self._watch = watch
         self._sync_timeout = sync_timeout
-        self._informers: dict[str, tuple[Informer, Informer]] = {}
+        self._informers: dict[str, tuple[Informer, ...]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         # the phase annotations, off the cycle's path: per workload uid, the state last
@@ -225,13 +247,16 @@ class Reconciler:
             self._clients[spec.name] = kube
         return kube
 
-    def _informers_for(self, name: str, kube: Kube) -> tuple[Informer, Informer]:
+    def _informers_for(self, name: str, kube: Kube) -> tuple[Informer, ...]:
+        """The watch caches of one cluster: Jobs, Pods and PyTorchJobs (an empty cache
+        where the cluster does not serve the CRD)."""
         pair = self._informers.get(name)
         if pair is None or pair[0].kube is not kube:
             self._stop_informers(name)
             pair = (
                 Informer(kube, "Job", on_trigger=self._on_trigger),
                 Informer(kube, "Pod", on_trigger=self._on_trigger),
+                Informer(kube, PYTORCHJOB, on_trigger=self._on_trigger),
             )
             for informer in pair:
                 informer.start()
@@ -253,8 +278,9 @@ class Reconciler:
         self._writes.shutdown(wait=False, cancel_futures=True)
 
     def _read(self, compiled: CompiledRepo) -> dict[str, ClusterListing]:
-        """Jobs and Pods per cluster from the watch caches; a fresh list where a cache is not
-        synced or its watch is failing."""
+        """Jobs, PyTorchJobs and Pods per cluster from the watch caches; a fresh list where a
+        cache is not synced or its watch is failing, or where the cluster serves a backend
+        (its discovery says) whose cache has not listed it yet (a CRD just installed)."""
         listing: dict[str, ClusterListing] = {}
         wanted = wanted_backends(compiled)
         for name in sorted(compiled.clusters):
@@ -263,15 +289,23 @@ class Reconciler:
             backends: frozenset[str] = frozenset()
             try:
                 kube = self._client(spec)
+                if name in wanted:  # asked only where an operation needs one
+                    backends = kube.served_backends(wanted[name])
                 caches = self._informers_for(name, kube) if self._watch else ()
-                if caches and all(c.wait_synced(self._sync_timeout) and c.healthy for c in caches):
+                synced = bool(caches) and all(
+                    c.wait_synced(self._sync_timeout) and c.healthy for c in caches
+                )
+                if synced and "pytorchjob" in backends and not caches[2].served:
+                    caches[2].retry_now()
+                    synced = False
+                if synced:
                     jobs, pods = caches[0].items(), caches[1].items()
-                    version = caches[0].resource_version
+                    pytorchjobs = caches[2].items()
+                    version = _listed_version(caches[0], caches[2])
                 else:
                     jobs = kube.list_managed("Job").items
                     pods = kube.list_managed("Pod").items
-                if name in wanted:  # asked only where an operation needs one
-                    backends = kube.served_backends(wanted[name])
+                    pytorchjobs = list_pytorchjobs(kube)
             except KubeError as exc:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
@@ -279,7 +313,9 @@ class Reconciler:
                 log.warning("cluster %s unreachable: %s", name, exc)
                 continue
             listing[name] = ClusterListing(
-                observe_workloads(name, jobs, pods), version=version, backends=backends
+                observe_workloads(name, jobs, pods, pytorchjobs),
+                version=version,
+                backends=backends,
             )
         return listing
 
@@ -327,10 +363,7 @@ class Reconciler:
             )
             kind = str(rendered.job["kind"])
             if kind not in CREATABLE_KINDS:  # this operation only: the cluster is fine
-                changes.failed[op.id] = (
-                    f"the reconciler cannot run {kind} workloads yet (it creates, lists and "
-                    "deletes Jobs only); use run.distributed.backend: job"
-                )
+                changes.failed[op.id] = f"the reconciler cannot create {kind} workloads"
                 log.error("dispatch of %s failed: %s", op.id, changes.failed[op.id])
                 continue
             try:
@@ -351,15 +384,17 @@ class Reconciler:
                 continue
             future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
             submitted.append((op, rendered, kube, future))
-        events: list[tuple[Kube, str, str, str, str]] = []
+        events: list[tuple[Kube, str, str, str, str, str]] = []
         for op, rendered, kube, future in submitted:
             results = future.result()
             if not results:
                 continue
-            job = results[0]
+            job = results[0]  # the workload (a Service, if any, comes after it)
             (changes.dispatched if job.created else changes.adopted).append(op.id)
             if job.created:
-                events.append((kube, rendered.namespace, rendered.name, job.uid, op.queue))
+                events.append(
+                    (kube, job.kind, rendered.namespace, rendered.name, job.uid, op.queue)
+                )
             state = WorkloadState(
                 operation=op.id,
                 generation=op.generation,
@@ -376,6 +411,7 @@ class Reconciler:
                 requests=dict(op.requests),
                 workflow=job.annotations.get(ANNOTATION_WORKFLOW),
                 pods=op.replicas,
+                kind=job.kind,
             )
             # counted from the create response, not the watch
             changes.created.append(InFlight(state, job.resource_version))
@@ -389,9 +425,9 @@ class Reconciler:
         # Events once every create has returned: they are informative, and must not
         # compete with the creates for the apiserver.
         message = f"dispatched at config {compiled.version[:12]}"
-        for kube, namespace, name, uid, queue in events:
+        for kube, kind, namespace, name, uid, queue in events:
             self._event(
-                kube, namespace, "Job", name, uid, "Dispatched", f"queue {queue}: {message}", now
+                kube, namespace, kind, name, uid, "Dispatched", f"queue {queue}: {message}", now
             )
         for delete in actions.deletes:
             if not self._is_leader():
@@ -401,7 +437,7 @@ class Reconciler:
                 continue
             try:
                 self._client(compiled.clusters[victim.cluster]).delete_workload(
-                    victim.namespace, victim.name
+                    victim.namespace, victim.name, victim.kind
                 )
             except (KubeError, OSError, KeyError) as exc:
                 changes.failed[delete.operation] = str(exc)
@@ -425,7 +461,8 @@ class Reconciler:
         message: str,
         now: datetime,
     ) -> None:
-        involved = {"apiVersion": "batch/v1", "kind": kind, "name": name, "uid": uid}
+        api_version = API_VERSIONS.get(kind, "v1")
+        involved = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
 
         def emit() -> None:
             try:
@@ -486,7 +523,7 @@ class Reconciler:
                 # first value is an Update entry of our manager, which server-side apply
                 # counts as another owner: force takes these two keys back, nothing else.
                 kube.apply_metadata(
-                    "Job", state.namespace, state.name, annotations=annotations, force=True
+                    state.kind, state.namespace, state.name, annotations=annotations, force=True
                 )
             except (KubeError, OSError) as exc:
                 log.warning("annotating %s: %s", state.operation, exc)

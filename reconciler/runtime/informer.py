@@ -5,7 +5,12 @@ event's resourceVersion after a dropped connection, and relist when the apiserve
 
 ``on_trigger`` is told of each event by which a Job's run ends (``core/trigger.py``), and
 of every relist after the first (events may have been missed), so that the loop can run a
-cycle at once instead of at its interval."""
+cycle at once instead of at its interval.
+
+An optional kind (a PyTorchJob: its CRD may not be installed) that the cluster does not
+serve, or does not let us list, is an empty, synced cache: none of its objects can be ours
+there. The informer lists it again every ``absent_retry`` seconds, so a CRD installed later
+is seen without a restart."""
 
 from __future__ import annotations
 
@@ -14,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from reconciler.adapters.kube import Kube, KubeError, WatchExpired
+from reconciler.adapters.kube import Kube, KubeError, NotServed, WatchExpired
 from reconciler.core.trigger import Trigger, event_trigger
 
 log = logging.getLogger("reconciler.informer")
@@ -28,6 +33,7 @@ class Informer:
         *,
         watch_timeout: int = 30,
         on_trigger: Callable[[Trigger], None] | None = None,
+        absent_retry: float = 30.0,
     ) -> None:
         self.kube = kube
         self.kind = kind
@@ -41,6 +47,9 @@ class Informer:
         self._thread: threading.Thread | None = None
         self.relists = 0
         self.error = ""
+        self.absent_retry = absent_retry
+        self.served = True  # False while the cluster does not serve the kind (NotServed)
+        self._retry = threading.Event()  # ends the wait to list an unserved kind again
 
     # --- reading -----------------------------------------------------------------------
 
@@ -71,9 +80,16 @@ class Informer:
 
     def stop(self) -> None:
         self._stop.set()
+        self._retry.set()
+
+    def retry_now(self) -> None:
+        """List an unserved kind again now, not at the end of ``absent_retry`` (the
+        cluster's discovery says it serves the kind now)."""
+        self._retry.set()
 
     def _relist(self) -> None:
         listed = self.kube.list_managed(self.kind)
+        self.served = True
         with self._lock:
             self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
             self._version = listed.resource_version
@@ -114,6 +130,27 @@ class Informer:
                         return
                 self.error = ""
                 backoff = 0.5
+            except NotServed as exc:
+                was_served = self.served
+                with self._lock:
+                    held = bool(self._items)
+                    self._items = {}
+                    self._version = None
+                self.served = False
+                self.error = ""
+                if was_served:
+                    log.info(
+                        "%s not served: %s (listing again every %.0fs)",
+                        self.kind,
+                        exc,
+                        self.absent_retry,
+                    )
+                relisted = self._synced.is_set()
+                self._synced.set()
+                if relisted and held and self.on_trigger is not None:
+                    self.on_trigger(Trigger.RELISTED)  # what it held is gone
+                self._retry.wait(self.absent_retry)
+                self._retry.clear()
             except WatchExpired:
                 self.relists += 1
                 log.info("%s watch expired (410): relisting", self.kind)

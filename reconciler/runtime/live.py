@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from reconciler.adapters.kube import Kube, KubeError, connect_cluster
+from reconciler.adapters.kube import Kube, KubeError, connect_cluster, list_pytorchjobs
 from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
 from reconciler.core.observe import observe_workloads
 from reconciler.core.types import ClusterSpec, CompiledRepo
@@ -35,11 +35,14 @@ def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, Cluster
             kube = connect(compiled.clusters[name])
             jobs = kube.list_managed("Job").items
             pods = kube.list_managed("Pod").items
+            pytorchjobs = list_pytorchjobs(kube)
             served = kube.served_backends(wanted[name]) if name in wanted else frozenset()
         except KubeError as exc:
             listing[name] = ClusterListing.unreachable(str(exc))
             continue
-        listing[name] = ClusterListing(observe_workloads(name, jobs, pods), backends=served)
+        listing[name] = ClusterListing(
+            observe_workloads(name, jobs, pods, pytorchjobs), backends=served
+        )
     return listing
 
 

@@ -36,6 +36,7 @@ from reconciler.core.queue_view import (
     build_queues_view,
     fleet_json,
 )
+from reconciler.core.render_kubeflow import log_container
 from reconciler.core.status import (
     OperationStatus,
     StatusFileError,
@@ -56,7 +57,8 @@ JSON = "application/json"
 # (rev, path) -> blame lines; raises on failure
 Blame = Callable[[str, str], list[BlameLine]]
 # (cluster, namespace, pod, tail lines) -> the log text; raises on failure
-ReadLogs = Callable[[str, str, str, int], str]
+# (cluster, namespace, pod, tail lines, container) -> the log's text
+ReadLogs = Callable[[str, str, str, int, str], str]
 # path -> the file's bytes, for sources that are not Git (``--watch``)
 ReadSource = Callable[[str], bytes | None]
 # status file path -> its versions, oldest first: (commit, commit time, content)
@@ -220,7 +222,8 @@ class WebApp:
         if not state.pod:
             return None, "the workload has no pod yet"
         try:
-            text = self._read_logs(state.cluster, state.namespace, state.pod, self._tail)
+            container = log_container(state.kind)
+            text = self._read_logs(state.cluster, state.namespace, state.pod, self._tail, container)
         except Exception as exc:  # an adapter boundary: the cluster
             return None, f"cannot read the log: {exc}"
         return text, f"last {self._tail} lines of pod {state.pod}"
@@ -307,7 +310,7 @@ def make_web_app(
     clients: dict[str, Kube] = {}
     lock = threading.Lock()
 
-    def read_logs(cluster: str, namespace: str, pod: str, tail: int) -> str:
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
         last = runtime.completed
         compiled = last.compiled if last is not None else None
         if compiled is None or cluster not in compiled.clusters:
@@ -319,7 +322,7 @@ def make_web_app(
                 kube = Kube(connect_cluster(spec.kubeconfig, spec.context, overrides.get(cluster)))
                 clients[cluster] = kube
         # A pod's 100 last lines can be one line of gigabytes: a page view reads at most this.
-        text = kube.read_logs(namespace, pod, tail_lines=tail, limit_bytes=MAX_LOG_BYTES)
+        text = kube.read_logs(namespace, pod, container, tail_lines=tail, limit_bytes=MAX_LOG_BYTES)
         return text if isinstance(text, str) else "\n".join(text)
 
     config = runtime.config

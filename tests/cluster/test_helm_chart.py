@@ -19,6 +19,7 @@ import pytest
 import yaml
 from conftest import KubeCluster
 from helpers import wait_until
+from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
 
 from reconciler.devcluster.build import cached_binaries
 
@@ -388,6 +389,47 @@ def test_rbac_matrix_least_privilege(
     wrong += [
         f"{verb} {res} ({where}) should be denied"
         for verb, res, where in DENIED
+        if can_i(kubectl, namespace, verb, res, where)
+    ]
+    assert wrong == []
+
+
+# run.distributed.backend: pytorchjob (kubectl resolves the resource through discovery:
+# the CRD must be installed for it to name it)
+PYTORCHJOB_ALLOWED = [
+    ("create", "pytorchjobs.kubeflow.org", "team-a"),
+    ("get", "pytorchjobs.kubeflow.org", "team-a"),
+    ("patch", "pytorchjobs.kubeflow.org", "team-a"),
+    ("delete", "pytorchjobs.kubeflow.org", "team-b"),
+    ("list", "pytorchjobs.kubeflow.org", "--all-namespaces"),
+    ("watch", "pytorchjobs.kubeflow.org", "--all-namespaces"),
+]
+PYTORCHJOB_DENIED = [
+    ("update", "pytorchjobs.kubeflow.org", "team-a"),
+    ("deletecollection", "pytorchjobs.kubeflow.org", "team-a"),
+]
+
+
+def test_rbac_pytorchjobs_where_the_crd_is_installed(
+    installed_rbac: Callable[..., None],
+    kubectl: Run,
+    namespace: str,
+    pytorchjob_crd_installed: Any,  # noqa: F811
+) -> None:
+    installed_rbac()
+    wait_until(
+        lambda: can_i(kubectl, namespace, "create", "pytorchjobs.kubeflow.org", "team-a"),
+        timeout=30,
+        what="the chart's bindings in effect",
+    )
+    wrong = [
+        f"{verb} {res} ({where}) should be allowed"
+        for verb, res, where in PYTORCHJOB_ALLOWED
+        if not can_i(kubectl, namespace, verb, res, where)
+    ]
+    wrong += [
+        f"{verb} {res} ({where}) should be denied"
+        for verb, res, where in PYTORCHJOB_DENIED
         if can_i(kubectl, namespace, verb, res, where)
     ]
     assert wrong == []

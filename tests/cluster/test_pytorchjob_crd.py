@@ -143,8 +143,7 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
     kube_cluster: KubeCluster, namespace: str, tmp_path: Path
 ) -> None:
     """Without the CRD a pytorchjob op waits BackendUnavailable; once it is installed, the
-    same cycle plans it (and the runtime, which cannot run PyTorchJobs yet, refuses the
-    create before any request, so nothing is created)."""
+    same cycle plans it and the runtime creates the PyTorchJob (and no Job)."""
     from reconciler_env import client_context, commit_all, git, make_reconciler
 
     from reconciler.adapters.kube import Kube
@@ -184,10 +183,23 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
         assert entry.reason is PendingReason.BACKEND_UNAVAILABLE
         assert "does not serve kubeflow.org/v1 PyTorchJob" in entry.message
         with _installed(kube_cluster):
-            assert kube.served_backends(["pytorchjob"]) == frozenset({"pytorchjob"})
+            # discovery follows an Established CRD within a moment
+            wait_until(
+                lambda: kube.served_backends(["pytorchjob"]) == frozenset({"pytorchjob"}),
+                timeout=30,
+                what="the cluster to serve PyTorchJob",
+            )
             after = reconciler.run_once()
             assert after.plan is not None and after.plan.pending == ()
-            assert after.failed["p/t"].startswith("the reconciler cannot run PyTorchJob")
+            assert not after.failed and after.dispatched == ("p/t",)
+            assert after.states["p/t"].kind == "PyTorchJob"
+            made = kube.list_labelled("PyTorchJob", "reconciler.dev/operation=t", namespace)
+            assert [o["metadata"]["name"] for o in made] == ["p-t-g1"]
+            # the watch cache lists it, though the CRD came after the reconciler started
+            listed = reconciler.run_once()
+            assert (
+                listed.dispatched == () and listed.states["p/t"].uid == made[0]["metadata"]["uid"]
+            )
     finally:
         reconciler.close()
     assert not kube.list_labelled("Job", "reconciler.dev/operation=t", namespace)

@@ -92,15 +92,15 @@ def test_a_cluster_serving_the_crd_gets_the_dispatch() -> None:
         repo, {"local": ClusterListing(backends=frozenset({"pytorchjob"}))}, Memory(), NOW
     )
     assert [d.operation for d in served.plan.dispatch] == ["p/pj", "p/after"]
-    # the runtime cannot create a PyTorchJob yet: the dispatch fails, it stays Queued
+    # the runtime creates the PyTorchJob (tests/unit/test_pytorchjob_cycles.py)
     cluster = FakeCluster("local", backends={"pytorchjob"})
     reconciler = harness(repo, cluster)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
         result = reconciler.run_once()
-    assert result.failed["p/pj"].startswith("the reconciler cannot run PyTorchJob workloads yet")
-    assert cluster.calls == ["create p/p-after-g1"]  # nothing tried for it, the rest goes
-    assert result.dispatched == ("p/after",)
-    assert not any(name.startswith("p-pj") for _, name in cluster.jobs)
+    assert not result.failed
+    assert cluster.calls == ["create PyTorchJob p/p-pj-g1", "create p/p-after-g1"]
+    assert result.dispatched == ("p/pj", "p/after")
+    assert not any(name.startswith("p-pj") for _, name in cluster.jobs)  # no Job for it
 
 
 def test_no_discovery_request_without_an_op_that_needs_a_backend() -> None:

@@ -88,8 +88,28 @@ def _manifest(compiled: CompiledRepo, op_id: str, generation: int) -> dict[str, 
     manifest = json.loads(json.dumps(rendered.manifests[0]))
     # the builder's ops carry their requests outside the spec: put one pod's on the pod
     limits = {r: format_quantity(v) for r, v in op.per_pod.items()}
+    if manifest["kind"] == "PyTorchJob":
+        for spec in manifest["spec"]["pytorchReplicaSpecs"].values():
+            spec["template"]["spec"]["containers"][0]["resources"] = {"limits": limits}
+        return dict(manifest)
     manifest["spec"]["template"]["spec"]["containers"][0]["resources"] = {"limits": limits}
     return dict(manifest)
+
+
+def _pytorchjob_fact(fake: FakeCluster, namespace: str, name: str, fact: str) -> None:
+    """A PyTorchJob as the operator leaves it in the state ``fact`` names."""
+    specs = fake.pytorchjobs[(namespace, name)]["spec"]["pytorchReplicaSpecs"]
+    pods = sum(int(s["replicas"]) for s in specs.values())
+    if fact == "Unschedulable":
+        fake.set_operator_pods(namespace, name, placed=pods - 1, running=pods - 1)
+    elif fact in ("Running", "superseded"):
+        fake.set_operator_pods(namespace, name, placed=pods, running=pods)
+        fake.set_pytorchjob_condition(namespace, name, "Running")
+    elif fact in ("Succeeded", "Failed"):
+        fake.set_pytorchjob_condition(namespace, name, fact)
+    elif fact == "Deleting":
+        obj = fake.pytorchjobs[(namespace, name)]
+        obj["metadata"]["deletionTimestamp"] = "2026-01-01T12:00:00Z"
 
 
 @st.composite
@@ -155,9 +175,9 @@ def scenarios(draw: st.DrawFn) -> Scenario:
         facts[op_id] = draw(st.sampled_from(FACTS))
         if facts[op_id] == "superseded":
             b._fields["generation"] = 2
-        if facts[op_id] == "none" and draw(st.integers(0, 3)) == 0:
+        if draw(st.integers(0, 3)) == 0:
             # a PyTorchJob op: dispatched only where the cluster serves the CRD (an input
-            # read with the workloads), then refused by the runtime, which cannot run one
+            # read with the workloads), listed only there
             b._fields["distributed"] = Distributed(backend=DistributedBackend.PYTORCHJOB)
     removed = [f"p/gone{i}" for i in range(draw(st.integers(0, 2)))]
     for op_id in removed:  # in the repo while they were dispatched; removed since
@@ -195,12 +215,17 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 )
             )
             continue
+        if manifest["kind"] == "PyTorchJob":
+            fake.add_pytorchjob(manifest)
+            _pytorchjob_fact(fake, meta["namespace"], meta["name"], fact)
+            continue
         fake.add_job(manifest)
         fake.set_phase(meta["namespace"], meta["name"], "Running" if fact == "superseded" else fact)
     for name, fake in clusters.items():
         jobs = [j for _, j in sorted(fake.jobs.items())]
         pods = [p for _, p in sorted(fake.pods.items())]
-        for state in observe_workloads(name, jobs, pods):
+        pytorchjobs = [p for _, p in sorted(fake.pytorchjobs.items())]
+        for state in observe_workloads(name, jobs, pods, pytorchjobs):
             if draw(st.integers(0, 3)) > 0:  # most of what runs is on the status branch
                 recorded.append(state)
     # the status branch as the last leader wrote it, with runs it entered in the ledger

@@ -86,7 +86,8 @@ def served(cycle: CycleResult) -> Iterator[tuple[str, Latest, list[tuple[str, st
             for i, line in enumerate(text.splitlines(), start=1)
         ]
 
-    def read_logs(cluster: str, namespace: str, pod: str, tail: int) -> str:
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
+        assert container == "main"
         return f"log of {cluster}/{namespace}/{pod} tail={tail}\n<b>not bold</b>\n"
 
     app = WebApp(latest, blame=blame, read_logs=read_logs, tail_lines=20)
