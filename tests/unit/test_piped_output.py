@@ -286,3 +286,17 @@ def test_every_text_command_piped_prints_whole_lines_without_python_reprs(
         assert result.exit_code == 0, (args, result.output)
         lines = _plain(result.output)
         assert all(line == line.rstrip() for line in lines), args
+
+
+def test_a_binary_go_names_after_its_package_gets_the_name_asked_for(tmp_path: Path) -> None:
+    (tmp_path / "training-operator.v1").write_bytes(b"\x7fELF")
+    (tmp_path / "kwok").write_bytes(b"\x7fELF")
+    got = build._rename_outputs(
+        tmp_path,
+        {
+            "training-operator": "github.com/kubeflow/training-operator/cmd/training-operator.v1",
+            "kwok": "sigs.k8s.io/kwok/cmd/kwok",
+        },
+    )
+    assert got == {"training-operator": tmp_path / "training-operator", "kwok": tmp_path / "kwok"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kwok", "training-operator"]
