@@ -7,12 +7,13 @@ plan = world.plan()
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.ledger import LedgerEntry
 from reconciler.core.model import duration_seconds
 from reconciler.core.plan import Plan, plan_dispatch
@@ -44,6 +45,28 @@ def quantities(values: dict[str, Any] | None) -> dict[str, Decimal]:
     return {k: parse_quantity(v) for k, v in (values or {}).items()}
 
 
+def _named(values: dict[str, Any]) -> dict[str, Any]:
+    return {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
+
+
+def node(
+    name: str,
+    *,
+    labels: dict[str, str] | None = None,
+    taints: tuple[tuple[str, str, str], ...] = (),
+    requested: dict[str, Any] | None = None,
+    **allocatable: Any,
+) -> NodeCapacity:
+    """``node("gpu-1", gpu=8, requested={"gpu": 2}, taints=(("k", "v", "NoSchedule"),))``."""
+    return NodeCapacity(
+        name,
+        dict(labels or {}),
+        tuple(sorted(Taint(k, v, e) for k, v, e in taints)),
+        quantities(_named(allocatable)),
+        quantities(_named(requested or {})),
+    )
+
+
 class OpBuilder:
     def __init__(self, world: World, op_id: str, seq: int) -> None:
         self._world = world
@@ -69,8 +92,14 @@ class OpBuilder:
 
     def requests(self, **values: Any) -> OpBuilder:
         """``requests(gpu=1, cpu="500m")``; ``gpu`` means ``nvidia.com/gpu``."""
-        named = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in values.items()}
-        self._fields["requests"] = quantities(named)
+        self._fields["requests"] = quantities(_named(values))
+        return self
+
+    def environment(self, **env: Any) -> OpBuilder:
+        """``run.environment`` of the spec: ``environment(nodeSelector={...})``."""
+        spec = dict(self._fields["spec"])
+        spec["run"] = {**(spec.get("run") or {}), "environment": env}
+        self._fields["spec"] = spec
         return self
 
     def replicas(self, n: int, distributed: Distributed | None = None) -> OpBuilder:
@@ -153,6 +182,8 @@ class World:
         self.rejected: list[RejectedOperation] = []
         self.cohorts: dict[str, CohortSpec] = {}
         self.default_queue = "default"
+        self.capacity: dict[str, ClusterCapacity] = {}
+        self.unreachable: set[str] = set()
         self._seq = 0
 
     def cluster(self, name: str = "local", *, concurrency: int | None = None) -> World:
@@ -194,6 +225,36 @@ class World:
             default_timeout=default_timeout,
         )
         self.default_queue = next(iter(self.queues))
+        return self
+
+    def fleet(
+        self,
+        name: str,
+        clusters: tuple[str, ...],
+        *,
+        cluster_quota: dict[str, dict[str, Any]] | None = None,
+        require_capacity: bool = False,
+        **queue: Any,
+    ) -> World:
+        """A fleet queue over ``clusters`` (in choice order)."""
+        for c in clusters:
+            if c not in self.clusters:
+                self.cluster(c)
+        self.queue(name, cluster=clusters[0], **queue)
+        caps = {c: quantities(_named(v)) for c, v in (cluster_quota or {}).items()}
+        return self.set_queue(
+            name, clusters=tuple(clusters), cluster_quota=caps, require_capacity=require_capacity
+        )
+
+    def nodes(
+        self, cluster: str, *nodes: NodeCapacity, reserved: dict[str, Any] | None = None
+    ) -> World:
+        """The observed capacity of ``cluster``: its usable nodes."""
+        if cluster not in self.clusters:
+            self.cluster(cluster)
+        self.capacity[cluster] = ClusterCapacity(
+            tuple(sorted(nodes, key=lambda n: n.name)), quantities(_named(reserved or {}))
+        )
         return self
 
     def cohort(
@@ -281,7 +342,12 @@ class World:
     def operations(self) -> list[CompiledOperation]:
         return [b.build() for b in self.builders]
 
-    def plan(self, now: datetime = NOW, ledger: Iterable[LedgerEntry] = ()) -> Plan:
+    def plan(
+        self,
+        now: datetime = NOW,
+        ledger: Iterable[LedgerEntry] = (),
+        backends: Mapping[str, frozenset[str]] | None = None,
+    ) -> Plan:
         return plan_dispatch(
             self.operations(),
             self.queues,
@@ -289,6 +355,9 @@ class World:
             list(self.observed.values()),
             self.org,
             now,
+            unreachable=frozenset(self.unreachable),
+            capacity=self.capacity,
+            backends=backends,
             cohorts=self.cohorts,
             ledger=ledger,
         )

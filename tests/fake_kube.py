@@ -16,7 +16,14 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.adapters.kube import ApplyResult, KubeError, NotServed, ObjectList, WatchEvent
+from reconciler.adapters.kube import (
+    MANAGED_SELECTOR,
+    ApplyResult,
+    KubeError,
+    NotServed,
+    ObjectList,
+    WatchEvent,
+)
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
@@ -37,6 +44,9 @@ class FakeCluster:
     pods: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)
     namespaces: set[str] = field(default_factory=set)
     events: list[tuple[str, str, str]] = field(default_factory=list)
+    nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # by name
+    others: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # not ours
+    nodes_forbidden: bool = False  # listing Nodes answers 403 (the RBAC is missing)
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, pod) -> text
     backends: set[str] = field(default_factory=set)  # optional backends served (CRDs)
@@ -73,6 +83,39 @@ class FakeCluster:
         self.jobs[(meta["namespace"], meta["name"])] = job
         self._emit("Job", "ADDED", job)
         return job
+
+    def add_node(
+        self,
+        name: str,
+        *,
+        ready: bool = True,
+        unschedulable: bool = False,
+        labels: dict[str, str] | None = None,
+        taints: list[dict[str, str]] | None = None,
+        **allocatable: str,
+    ) -> None:
+        """A Node; ``allocatable`` by resource (``gpu`` means ``nvidia.com/gpu``)."""
+        alloc = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in allocatable.items()}
+        self.nodes[name] = {
+            "metadata": {"name": name, "labels": dict(labels or {}), "uid": f"uid-{name}"},
+            "spec": {"unschedulable": unschedulable, "taints": list(taints or [])},
+            "status": {
+                "allocatable": alloc,
+                "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            },
+        }
+
+    def add_pod(self, namespace: str, name: str, node: str, **requests: str) -> None:
+        """Someone else's running pod bound to ``node``."""
+        req = {("nvidia.com/gpu" if k == "gpu" else k): v for k, v in requests.items()}
+        self.others[(namespace, name)] = {
+            "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+            "spec": {
+                "nodeName": node,
+                "containers": [{"name": "main", "resources": {"requests": req}}],
+            },
+            "status": {"phase": "Running"},
+        }
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or
@@ -371,11 +414,22 @@ class FakeKube:
             if "pytorchjob" not in self.cluster.backends:
                 raise NotServed(f"listing {kind}s: the server could not find it", 404, "NotFound")
             return self.cluster.pytorchjobs
+        if kind == "Node":
+            return {}  # listed by list_managed; never changes while watched
         return self.cluster.jobs if kind == "Job" else self.cluster.pods
 
-    def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
+    def list_managed(
+        self, kind: str, page_size: int = 500, *, selector: str = MANAGED_SELECTOR, fields: str = ""
+    ) -> ObjectList:
         self._up()
+        if kind == "Node":
+            if self.cluster.nodes_forbidden:
+                raise KubeError("listing Nodes: forbidden", 403, "Forbidden")
+            nodes = tuple(copy.deepcopy(v) for _, v in sorted(self.cluster.nodes.items()))
+            return ObjectList(nodes, str(self.cluster.version))
         source = self._source(kind)
+        if kind == "Pod" and selector != MANAGED_SELECTOR:
+            source = {**self.cluster.others, **self.cluster.pods}
         items = tuple(copy.deepcopy(v) for _, v in sorted(source.items()))
         return ObjectList(items, str(self.cluster.version))
 
@@ -458,10 +512,17 @@ class FakeKube:
         return self.cluster.delete(namespace, name)
 
     def watch_managed(
-        self, kind: str, resource_version: str, timeout_seconds: int = 60
+        self,
+        kind: str,
+        resource_version: str,
+        timeout_seconds: int = 60,
+        *,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
     ) -> Iterator[WatchEvent]:
         """The events of ``kind`` after ``resource_version``, then each new one as it
-        comes, until ``timeout_seconds`` pass or the cluster is closed."""
+        comes, until ``timeout_seconds`` pass or the cluster is closed. (Only our own Jobs
+        and Pods change here: a watch of every pod or of the Nodes sees those changes.)"""
         self._up()
         self._source(kind)  # NotServed, as the apiserver answers 404
         after = int(resource_version)

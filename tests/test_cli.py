@@ -22,7 +22,7 @@ def run(*args: str) -> tuple[int, str]:
 
 def test_validate_template_ok() -> None:
     code, out = run("validate", "--repo", str(TEMPLATE))
-    assert code == 0 and "valid: 19 operations, 5 queues, 1 clusters" in out
+    assert code == 0 and "valid: 19 operations, 6 queues, 1 clusters" in out
     code, out = run("validate", "--repo", str(TEMPLATE), "-o", "json")
     report = json.loads(out)
     assert code == 0 and report["valid"] and report["errors"] == []

@@ -12,6 +12,11 @@ plan says, and finishes what has run its time. At every cycle:
 - the cohort's cap holds;
 - a lender's operation waits ``WaitingForLentQuota`` for at most ``maxBorrowDuration``
   (plus one cycle: the simulation sees a finished borrower at the next cycle).
+
+Half the cohorts are fleet queues over clusters a and b (each queue in its own order, some
+with a ``clusterQuota`` or ``requireCapacity``; each cluster one GPU node whose free GPUs
+are what the running operations leave): the same properties hold fleet-wide, every
+operation goes to one of its queue's clusters, and no ``clusterQuota`` is exceeded.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from builders import NOW, T0
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity
 from reconciler.core.plan import PendingReason, plan_dispatch
 from reconciler.core.types import (
     ClusterSpec,
@@ -53,22 +59,29 @@ class Sim:
     queues: dict[str, QueueSpec]
     cohort: CohortSpec
     jobs: tuple[Job, ...]
+    gpus: dict[str, int]  # fleet: each cluster's GPUs (empty: one cluster, local)
 
 
 @st.composite
 def sims(draw: st.DrawFn) -> Sim:
     queues: dict[str, QueueSpec] = {}
+    fleet = draw(st.booleans())
     for i in range(draw(st.integers(2, 3))):
         quota = draw(st.integers(1, 4))
         lending = draw(st.none() | st.integers(0, quota))
+        order: tuple[str, ...] = tuple(draw(st.permutations(["a", "b"]))) if fleet else ()
+        caps = {c: {GPU: Decimal(draw(st.integers(1, 4)))} for c in order if draw(st.booleans())}
         queues[f"q{i}"] = QueueSpec(
             name=f"q{i}",
-            cluster="local",
+            cluster=order[0] if fleet else "local",
             priority=draw(st.integers(0, 2)),
             quota={GPU: Decimal(quota)},
             cohort="pool",
             borrowing_limit={GPU: Decimal(draw(st.integers(0, 4)))},
             lending_limit={} if lending is None else {GPU: Decimal(lending)},
+            clusters=order,
+            cluster_quota=caps,
+            require_capacity=fleet and draw(st.booleans()),
         )
     cap = draw(st.none() | st.integers(2, 12))
     cohort = CohortSpec("pool", MAX_BORROW, {} if cap is None else {GPU: Decimal(cap)})
@@ -86,7 +99,7 @@ def sims(draw: st.DrawFn) -> Sim:
             name=f"j{n}",
             path=f"p/operations/j{n}.yaml",
             queue=queue,
-            cluster="local",
+            cluster=queues[queue].cluster,
             namespace="p",
             kind=RunKind.JOB,
             spec=spec,
@@ -94,14 +107,16 @@ def sims(draw: st.DrawFn) -> Sim:
             submitted_at=T0 + timedelta(seconds=n),
         )
         jobs.append(Job(op, draw(st.integers(0, 30)), runs))
-    return Sim(queues, cohort, tuple(jobs))
+    gpus = {c: draw(st.integers(0, 8)) for c in ("a", "b")} if fleet else {}
+    return Sim(queues, cohort, tuple(jobs), gpus)
 
 
 @settings(max_examples=150, deadline=None)
 @given(sims())
 def test_borrowing_invariants_and_the_bounded_reclaim(sim: Sim) -> None:
-    clusters = {"local": ClusterSpec("local")}
+    clusters = {c: ClusterSpec(c) for c in sim.gpus or ("local",)}
     started: dict[str, datetime] = {}
+    where: dict[str, str] = {}  # the cluster each dispatched op went to
     finished: set[str] = set()
     waiting_since: dict[str, datetime] = {}
     by_id = {j.op.id: j for j in sim.jobs}
@@ -116,13 +131,38 @@ def test_borrowing_invariants_and_the_bounded_reclaim(sim: Sim) -> None:
                 oid,
                 Phase.SUCCEEDED if oid in finished else Phase.RUNNING,
                 queue=by_id[oid].op.queue,
-                cluster="local",
+                cluster=where[oid],
                 dispatched_at=at,
             )
             for oid, at in started.items()
         ]
+        running = [o for o in started if o not in finished]
+        capacity = {
+            c: ClusterCapacity(
+                (
+                    NodeCapacity(
+                        f"{c}-1",
+                        allocatable={GPU: Decimal(n)},
+                        requested={
+                            GPU: sum(
+                                (by_id[o].op.requests[GPU] for o in running if where[o] == c),
+                                Decimal(0),
+                            )
+                        },
+                    ),
+                )
+            )
+            for c, n in sim.gpus.items()
+        }
         plan = plan_dispatch(
-            ops, sim.queues, clusters, observed, OrgSettings(), now, cohorts={"pool": sim.cohort}
+            ops,
+            sim.queues,
+            clusters,
+            observed,
+            OrgSettings(),
+            now,
+            cohorts={"pool": sim.cohort},
+            capacity=capacity,
         )
         total_borrowed = total_lent = Decimal(0)
         for q in plan.queues:
@@ -156,3 +196,17 @@ def test_borrowing_invariants_and_the_bounded_reclaim(sim: Sim) -> None:
                 event("an op borrowed")
             waiting_since.pop(d.operation, None)
             started[d.operation] = now
+            where[d.operation] = d.cluster
+            # a fleet queue's op goes to one of its clusters, within its clusterQuota there
+            spec = sim.queues[d.queue]
+            assert d.cluster in spec.members
+        for name, spec in sim.queues.items():
+            for c, cap in spec.cluster_quota.items():
+                there = [
+                    o
+                    for o in started
+                    if o not in finished and where[o] == c and by_id[o].op.queue == name
+                ]
+                if there:
+                    event("a clusterQuota was in use")
+                assert sum(by_id[o].op.requests[GPU] for o in there) <= cap[GPU]

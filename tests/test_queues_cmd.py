@@ -24,14 +24,17 @@ def test_table_rows_in_priority_order_with_quota_and_fleet(remote: Path, tmp_pat
     assert code == 0, err
     lines = out.splitlines()
     assert lines[0].split()[:3] == ["QUEUE", "CLUSTER", "PRIORITY"]
-    names = [ln.split()[0] for ln in lines[1:6]]
-    assert names == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
-    rows = {ln.split()[0]: ln for ln in lines[1:6]}
+    names = [ln.split()[0] for ln in lines[1:7]]
+    assert names == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
+    rows = {ln.split()[0]: ln for ln in lines[1:7]}
     assert "nvidia.com/gpu 2/2" in rows["team-a"] and "QuotaExceeded" in rows["team-a"]
     assert "nvidia.com/gpu 4/4" in rows["team-b"]
     assert rows["batch"].split()[3] == "3/3"
     fleet = [ln for ln in lines if ln.startswith(("local ", "(all) "))]
-    assert len(fleet) == 2 and "nvidia.com/gpu 7/9" in fleet[1]
+    assert len(fleet) == 2 and "nvidia.com/gpu 7/13" in fleet[1]
+    # the template's fleet queue, over its one cluster
+    (share,) = [ln.split() for ln in lines if ln.startswith("gpu-fleet    local")]
+    assert share[:5] == ["gpu-fleet", "local", "0", "nvidia.com/gpu", "0/4"]
     assert "KINDS" not in out
 
 
@@ -76,7 +79,12 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     from reconciler.core.compile import compile_repo
     from reconciler.core.plan import plan_repo
     from reconciler.core.queue_view import recorded_history
-    from reconciler.core.status import parse_status_file, render_status, status_changes
+    from reconciler.core.status import (
+        order_path,
+        parse_status_file,
+        render_status,
+        status_changes,
+    )
     from reconciler.core.types import ObservedOperation, Phase
 
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
@@ -99,7 +107,14 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     versions = status.file_history(path)
     assert len(versions) == 2 and versions[0][1] <= versions[1][1]
     records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]
-    assert [r.position for _, _, r in records] == [4, 2]  # type: ignore[union-attr]
+    # the record holds no position (its queue's order file does): it changed for its
+    # message (what admits it), and the order file's history says where it stood
+    assert [r.position for _, _, r in records] == [None, None]  # type: ignore[union-attr]
+    order = [
+        parse_status_file(order_path("team-a"), data)
+        for _, _, data in status.file_history(order_path("team-a"))
+    ]
+    assert [o.pending.index("vision/train-vit") + 1 for o in order] == [4, 2]  # type: ignore[union-attr]
     events = recorded_history(records)  # type: ignore[arg-type]
     assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
     assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note

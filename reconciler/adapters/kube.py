@@ -28,6 +28,9 @@ from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
 from reconciler.core.render_kubeflow import PLURAL as PYTORCHJOB_PLURAL
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
+# Capacity observation (fleet queues): every Node, and every pod not terminated (anyone's).
+ALL_OBJECTS = ""
+LIVE_PODS = "status.phase!=Succeeded,status.phase!=Failed"
 APPLY_PATCH = "application/apply-patch+yaml"
 CONNECTION_POOL_SIZE = 32
 # Seconds to connect (TCP and TLS handshake) and to wait for each read of a response. The
@@ -567,24 +570,35 @@ class Kube:
             "Job": self.batch.list_job_for_all_namespaces,
             "Pod": self.core.list_pod_for_all_namespaces,
             "Service": self.core.list_service_for_all_namespaces,
+            "Node": self.core.list_node,
         }
         return listers[kind]
 
     @_transport
-    def list_managed(self, kind: str, page_size: int = 500) -> ObjectList:
-        """Every object of ``kind`` that we manage, in pages, as plain dicts. For an
-        optional kind (a PyTorchJob), ``NotServed`` when the cluster does not serve it."""
+    def list_managed(
+        self,
+        kind: str,
+        page_size: int = 500,
+        *,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
+    ) -> ObjectList:
+        """Every object of ``kind`` that we manage (or, with another label ``selector``
+        and a field selector, those), in pages, as plain dicts. For an optional kind (a
+        PyTorchJob), ``NotServed`` when the cluster does not serve it."""
         items: list[Mapping[str, Any]] = []
         token: str | None = None
         lister = self._lister(kind)
+        extra = {"field_selector": fields} if fields else {}
         while True:
             try:
                 page = _json(
                     lister(
-                        label_selector=MANAGED_SELECTOR,
+                        label_selector=selector,
                         limit=page_size,
                         _continue=token,
                         _preload_content=False,
+                        **extra,
                     )
                 )
             except ApiException as exc:
@@ -596,13 +610,21 @@ class Kube:
                 return ObjectList(tuple(items), str(meta.get("resourceVersion")))
 
     def watch_managed(
-        self, kind: str, resource_version: str, timeout_seconds: int = 60
+        self,
+        kind: str,
+        resource_version: str,
+        timeout_seconds: int = 60,
+        *,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
     ) -> Iterator[WatchEvent]:
         """Events after ``resource_version``. Raises ``WatchExpired`` on 410: relist."""
         what = f"watching {kind}s"
+        extra = {"field_selector": fields} if fields else {}
         try:
             resp = self._lister(kind)(
-                label_selector=MANAGED_SELECTOR,
+                label_selector=selector,
+                **extra,
                 resource_version=resource_version,
                 allow_watch_bookmarks=True,
                 timeout_seconds=timeout_seconds,

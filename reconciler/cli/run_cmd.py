@@ -246,6 +246,9 @@ def run(
         wakeup=wake,
         status_interval=status_every,
         fetch_interval=seconds,  # a cycle started by an event plans with the config in hand
+        # the loop's next cycle never waits for the last one's status write
+        status_background=not once,
+        status_leader=elector.is_leader if elector else None,
     )
     reconciler = runtime.reconciler
     if once:
@@ -290,11 +293,13 @@ def run(
         loop.wait()
     finally:
         # The order matters (docs/operations.md, "Shutdown"): may_write() is False from
-        # the signal on, so no create starts; a status commit in progress is finished;
-        # close() waits for the creates already sent (each bounded by the client's
-        # timeouts); only then is the Lease released. A cycle blocked reading a cluster is
-        # not waited for: it ends with the process.
+        # the signal on, so no create starts; the last cycle's status is written, still
+        # leading (a commit in progress is finished); close() waits for the creates
+        # already sent (each bounded by the client's timeouts); only then is the Lease
+        # released. A cycle blocked reading a cluster is not waited for: it ends with the
+        # process.
         loop.finish(timeout=STATUS_WRITE_GRACE)
+        runtime.close(timeout=STATUS_WRITE_GRACE)  # the last cycle's status, still leading
         reconciler.close()
         if elector is not None:
             elector.stop(release=True)

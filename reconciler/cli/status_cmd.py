@@ -20,7 +20,6 @@ from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Decision, Memory, memory_from_status
 from reconciler.core.plan_render import text_table
 from reconciler.core.status import (
-    ClusterStatus,
     OperationStatus,
     QueueStatus,
     StatusView,
@@ -190,12 +189,7 @@ def read_live(
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     """The status files the cycle would write for ``decision``, read back."""
-    clusters = tuple(
-        ClusterStatus(
-            name=c.name, reachable=c.reachable, error=c.error, backends=tuple(sorted(c.backends))
-        )
-        for c in decision.clusters
-    )
+    clusters = decision.cluster_records()
     return read_status(
         render_status(
             compiled,

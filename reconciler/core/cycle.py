@@ -38,9 +38,10 @@ The rules, in the order :func:`decide` applies them:
 5. **ledger**: each finished run (listed or remembered, any generation) not yet in the
    memory's ledger is entered once, keyed by operation, generation and workload, costed from
    its Job's own start and end (docs/budgets.md);
-6. **plan**: the unreachable clusters, and the optional backends each reachable cluster
-   serves (``ClusterListing.backends``), are inputs of the planner (check 0), never a
-   filter applied to its output; the ledger is one too (check 11, budgets);
+6. **plan**: the unreachable clusters, the optional backends each reachable cluster
+   serves (``ClusterListing.backends``) and each cluster's observed free capacity (a fleet
+   queue's choice of cluster, check 10: ``ClusterListing.capacity``) are inputs of the
+   planner, never a filter applied to its output; the ledger is one too (check 11, budgets);
 7. **actions**: create what the plan dispatches, stop what it stops (a workload we know),
    and write each listed workload's phase onto it when it changed (not one being stopped).
 """
@@ -51,6 +52,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.gang import GangTimeout, gang_timeout_message
 from reconciler.core.ledger import (
     Ledger,
@@ -62,7 +64,13 @@ from reconciler.core.ledger import (
 )
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
 from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import StatusView, recorded_pods, recorded_requests
+from reconciler.core.status import (
+    CapacityStatus,
+    ClusterStatus,
+    StatusView,
+    recorded_pods,
+    recorded_requests,
+)
 from reconciler.core.types import CompiledOperation, CompiledRepo, DistributedBackend, Phase
 
 # --- inputs -----------------------------------------------------------------------------
@@ -73,11 +81,14 @@ class ClusterListing:
     """What one read of a cluster gave: its managed workloads, or why it could not be read.
 
     ``version`` is the resourceVersion of the watch cache the workloads came from; None for
-    a fresh list (which cannot lag behind our own creates)."""
+    a fresh list (which cannot lag behind our own creates). ``capacity`` is the free
+    capacity of its nodes (``core/capacity.py``), read for the clusters of a fleet queue;
+    None when it was not read."""
 
     workloads: tuple[WorkloadState, ...] = ()
     error: str | None = None
     version: str | None = None
+    capacity: ClusterCapacity | None = None
     # the optional backends (``run.distributed.backend``) whose API the cluster serves,
     # e.g. ``pytorchjob`` when the Kubeflow Training Operator's CRD is installed
     backends: frozenset[str] = frozenset()
@@ -98,7 +109,10 @@ def wanted_backends(compiled: CompiledRepo) -> dict[str, frozenset[str]]:
     for op in compiled.operations:
         dist = op.distributed
         if dist is not None and dist.backend is not DistributedBackend.JOB:
-            out.setdefault(op.cluster, set()).add(str(dist.backend))
+            queue = compiled.queues.get(op.queue)
+            # a fleet queue's operation may go to any of its clusters (check 10)
+            for name in queue.members if queue is not None else (op.cluster,):
+                out.setdefault(name, set()).add(str(dist.backend))
     return {name: frozenset(b) for name, b in out.items()}
 
 
@@ -208,17 +222,25 @@ def memory_from_status(view: StatusView) -> Memory:
     )
 
 
+def capacity_from_status(view: StatusView) -> dict[str, ClusterCapacity]:
+    """The capacity the status branch recorded per cluster (``status/clusters.yaml``)."""
+    return {c.name: c.capacity.value() for c in view.clusters if c.capacity is not None}
+
+
 def listing_from_memory(
     compiled: CompiledRepo,
     memory: Memory,
     unreachable: Mapping[str, str] | None = None,
     backends: Mapping[str, frozenset[str]] | None = None,
+    capacity: Mapping[str, ClusterCapacity] | None = None,
 ) -> dict[str, ClusterListing]:
     """Every cluster as the memory last saw it (``plan`` without ``--live``: the status
     branch stands in for the clusters); ``unreachable`` (cluster -> error) were down at the
-    last cycle, and still are as far as this listing knows; ``backends`` (cluster -> the
-    optional backends it served at the last cycle, ``status/clusters.yaml``) still are."""
+    last cycle, and still are as far as this listing knows; ``capacity`` is the free
+    capacity the last cycle recorded and ``backends`` (cluster -> the optional backends it
+    served) the backends it saw (``status/clusters.yaml``)."""
     down = unreachable or {}
+    recorded = capacity or {}
     by_cluster: dict[str, list[WorkloadState]] = {name: [] for name in compiled.clusters}
     for state in (*memory.seen.values(), *memory.superseded.values()):
         if state.cluster in by_cluster:  # the cycle reads only the config's clusters
@@ -228,6 +250,7 @@ def listing_from_memory(
         if name in down
         else ClusterListing(
             tuple(sorted(states, key=lambda s: (s.operation, s.generation))),
+            capacity=recorded.get(name),
             backends=(backends or {}).get(name, frozenset()),
         )
         for name, states in by_cluster.items()
@@ -291,6 +314,23 @@ class Decision:
     listed: frozenset[str]  # operations with a workload in this cycle's listing
     # older generations still active after a bump, by their planner id ``op@gN``
     superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
+    # the free capacity the plan chose fleet clusters by, per cluster
+    capacity: Mapping[str, ClusterCapacity] = field(default_factory=dict)
+
+    def cluster_records(self) -> tuple[ClusterStatus, ...]:
+        """``status/clusters.yaml``'s entries: each cluster's health and its capacity."""
+        return tuple(
+            ClusterStatus(
+                name=c.name,
+                reachable=c.reachable,
+                error=c.error,
+                backends=tuple(sorted(c.backends)),
+                capacity=CapacityStatus.of(self.capacity[c.name])
+                if c.name in self.capacity
+                else None,
+            )
+            for c in self.clusters
+        )
 
     @property
     def unreachable(self) -> frozenset[str]:
@@ -461,18 +501,26 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
     # 6. the plan
     backends = {name: listing[name].backends for name in listing if listing[name].reachable}
+    capacity = {
+        name: got.capacity
+        for name, got in listing.items()
+        if got.reachable and got.capacity is not None
+    }
     plan = plan_repo(
         compiled,
         observed,
         now,
         superseded=superseded,
         unreachable=down,
+        capacity=capacity,
         backends=backends,
         ledger=ledger,
     )
 
-    # 7. the actions
-    creates = tuple(Create(ops[d.operation], d.cluster, d.queue) for d in plan.dispatch)
+    # 7. the actions (a fleet queue's operation is rendered for the cluster chosen)
+    creates = tuple(
+        Create(_on(ops[d.operation], d.cluster), d.cluster, d.queue) for d in plan.dispatch
+    )
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
         for s in plan.stop
@@ -501,7 +549,12 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         memory=Memory(seen_next, inflight, superseded, marks, ledger),
         listed=present,
         superseded=superseded,
+        capacity=capacity,
     )
+
+
+def _on(op: CompiledOperation, cluster: str) -> CompiledOperation:
+    return op if op.cluster == cluster else replace(op, cluster=cluster)
 
 
 def finished_runs(

@@ -199,7 +199,7 @@ def _field_changes(
 
 
 def _queue_fields(q: QueueSpec) -> dict[str, Any]:
-    return {
+    fields: dict[str, Any] = {
         "cluster": q.cluster,
         "priority": q.priority,
         "concurrency": q.concurrency,
@@ -213,6 +213,11 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         "borrowingLimit": dict(q.borrowing_limit),
         "lendingLimit": dict(q.lending_limit),
     }
+    if q.fleet:  # only a fleet queue has them: a single-cluster queue's diff is unchanged
+        fields["clusters"] = list(q.clusters)
+        fields["clusterQuota"] = {c: dict(v) for c, v in q.cluster_quota.items()}
+        fields["requireCapacity"] = q.require_capacity
+    return fields
 
 
 def may_borrow(repo: CompiledRepo, name: str) -> str | None:

@@ -36,6 +36,8 @@ from reconciler.core.types import BudgetPeriod, BudgetSpec
 from reconciler.core.wire import WireModel
 
 LEDGER_DIR = "status/ledger"
+# status/<project>/ holds a project's records: no project may be named like the ledger's folder.
+RESERVED_PROJECT_NAMES = frozenset({LEDGER_DIR.removeprefix("status/")})
 _GIB = Decimal(2**30)
 _HOUR = Decimal(3600)
 # Costs are kept to a millionth of the currency unit (and resource-hours likewise).

@@ -803,7 +803,23 @@ class QueueFile(Strict):
     kind: Literal["Queue"]
     name: Name | None = None
     description: StrictStr | None = None
-    cluster: Name
+    cluster: Name | None = Field(
+        default=None, description="The cluster the queue dispatches to (or set 'clusters')."
+    )
+    clusters: Annotated[list[Name], Field(min_length=1)] | None = Field(
+        default=None,
+        description="A fleet queue: the clusters it may dispatch to, in choice order "
+        "(instead of 'cluster'). Quota and concurrency are then fleet-wide.",
+    )
+    cluster_quota: dict[Name, dict[ResourceName, Quantity]] | None = Field(
+        default=None,
+        description="A fleet queue's cap per cluster: cluster -> resource -> amount.",
+    )
+    require_capacity: StrictBool = Field(
+        default=False,
+        description="A fleet queue holds an operation no cluster has the free capacity for "
+        "(NoClusterHasCapacity) instead of sending it to the first cluster under quota.",
+    )
     priority: Int32 = 0
     concurrency: Count | None = None
     quota: dict[ResourceName, Quantity] | None = None

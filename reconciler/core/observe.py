@@ -116,7 +116,7 @@ def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
     }
 
 
-def _pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
+def effective_pod_requests(pod_spec: Mapping[str, Any]) -> dict[str, Decimal]:
     """The pod's effective requests: its containers summed, with init containers and
     native sidecars counted as the scheduler does (``pod_requests``); where a container
     sets only a limit, the limit counts."""
@@ -381,7 +381,7 @@ def _pytorchjob_replicas(obj: Mapping[str, Any]) -> tuple[int, dict[str, Decimal
         count = raw if isinstance(raw, int) and not isinstance(raw, bool) and raw > 0 else 0
         pods += count
         pod_spec = (spec.get("template") or {}).get("spec") or {}
-        for name, value in _pod_requests(pod_spec).items():
+        for name, value in effective_pod_requests(pod_spec).items():
             total[name] = total.get(name, Decimal(0)) + value * count
     return max(pods, 1), total
 
@@ -434,7 +434,7 @@ def observe_workloads(
             phase, reason, message = _job_phase(job, pod)
         pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
         replicas = _replicas_of(job)
-        requests = {k: v * replicas for k, v in _pod_requests(pod_spec).items()}
+        requests = {k: v * replicas for k, v in effective_pod_requests(pod_spec).items()}
         states.append(
             _state(
                 cluster,

@@ -74,9 +74,45 @@ class QuotaUse(ApiModel):
 Quotas = Annotated[Items[QuotaUse], Field(serialization_alias="quota")]
 
 
+class ClusterShare(ApiModel):
+    """A fleet queue's share of one of its clusters (``clusters`` of its row), with the
+    plan's dispatches counted (carried out or not: as the status branch records it): its
+    active operations there, what they request, its ``clusterQuota`` there, and the
+    cluster's free capacity left (null: not observed)."""
+
+    cluster: str
+    reachable: bool
+    active: int
+    used: Mapping[str, str]
+    cluster_quota: Mapping[str, str]
+    free: Mapping[str, str] | None
+    nodes: int
+
+    @property
+    def used_text(self) -> str:
+        if not self.cluster_quota:
+            return _map_text(self.used)
+        return ", ".join(
+            f"{r} {self.used.get(r, '0')}/{limit}"
+            for r, limit in sorted(self.cluster_quota.items())
+        )
+
+    @property
+    def free_text(self) -> str:
+        return "not observed" if self.free is None else _map_text(self.free)
+
+
+def _map_text(values: Mapping[str, str]) -> str:
+    return ", ".join(f"{r} {v}" for r, v in sorted(values.items())) or "-"
+
+
+def _texts(values: Mapping[str, Decimal]) -> dict[str, str]:
+    return {r: format_quantity(v) for r, v in sorted(values.items())}
+
+
 class QueueRow(ApiModel):
     name: str
-    cluster: str
+    cluster: str  # a fleet queue's clusters, comma-separated in choice order
     priority: int
     active: int
     concurrency: int | None  # the limit; None: unlimited
@@ -93,6 +129,7 @@ class QueueRow(ApiModel):
     pods: int = 0  # of the active operations, every replica counted
     max_pods: int | None = None  # the limit; None: unlimited
     cohort: str | None = None
+    clusters: Items[ClusterShare] = ()  # a fleet queue's clusters, in choice order
 
     @property
     def concurrency_text(self) -> str:
@@ -142,6 +179,10 @@ class QueuesView(ApiModel):
 
     def row(self, name: str) -> QueueRow | None:
         return next((r for r in self.rows if r.name == name), None)
+
+    @property
+    def fleet_queues(self) -> tuple[QueueRow, ...]:
+        return tuple(r for r in self.rows if r.clusters)
 
 
 def fleet_json(view: QueuesView) -> dict[str, Any]:
@@ -223,7 +264,7 @@ def build_queues_view(
         rows.append(
             QueueRow(
                 name=q.name,
-                cluster=q.cluster,
+                cluster=",".join(m.cluster for m in q.members) or q.cluster,
                 priority=q.priority,
                 active=q.active + q.dispatching if applied else q.active,
                 concurrency=q.concurrency,
@@ -240,6 +281,18 @@ def build_queues_view(
                 pods=q.pods_after if applied else q.pods,
                 max_pods=q.max_pods,
                 cohort=q.cohort,
+                clusters=tuple(
+                    ClusterShare(
+                        cluster=m.cluster,
+                        reachable=m.reachable,
+                        active=m.active,
+                        used=_texts(m.used),
+                        cluster_quota=_texts(m.quota),
+                        free=None if m.free is None else _texts(m.free),
+                        nodes=m.nodes,
+                    )
+                    for m in q.members
+                ),
             )
         )
     return QueuesView(
@@ -298,7 +351,7 @@ def _status_row(
 ) -> QueueRow:
     return QueueRow(
         name=q.name,
-        cluster=q.cluster,
+        cluster=",".join(f.cluster for f in q.fleet) or q.cluster,
         priority=q.priority,
         active=q.active,
         concurrency=q.concurrency,
@@ -323,6 +376,18 @@ def _status_row(
         pods=q.active if q.pods is None else q.pods,
         max_pods=q.max_pods,
         cohort=q.cohort,
+        clusters=tuple(
+            ClusterShare(
+                cluster=f.cluster,
+                reachable=f.reachable,
+                active=f.active,
+                used=dict(f.used),
+                cluster_quota=dict(f.cluster_quota),
+                free=None if f.free is None else dict(f.free),
+                nodes=f.nodes,
+            )
+            for f in q.fleet
+        ),
     )
 
 
@@ -420,8 +485,18 @@ def queue_settings(
         if doc is not None:
             keys = doc.keys
     by_line = {b.line: b for b in blame or ()}
-    values: list[tuple[tuple[str, ...], str]] = [
-        (("cluster",), spec.cluster),
+    values: list[tuple[tuple[str, ...], str]] = []
+    if spec.fleet:
+        values.append((("clusters",), ", ".join(spec.clusters)))
+        values += [
+            (("clusterQuota", c, r), format_quantity(v))
+            for c, caps in spec.cluster_quota.items()
+            for r, v in sorted(caps.items())
+        ]
+        values.append((("requireCapacity",), "true" if spec.require_capacity else "false"))
+    else:
+        values.append((("cluster",), spec.cluster))
+    values += [
         (("priority",), str(spec.priority)),
         (("concurrency",), "unlimited" if spec.concurrency is None else str(spec.concurrency)),
         (("maxPods",), "unlimited" if spec.max_pods is None else str(spec.max_pods)),
@@ -714,6 +789,7 @@ HEADERS = ["QUEUE", "CLUSTER", "PRIORITY", "ACTIVE/LIMIT", "QUOTA USED/LIMIT"]
 HEADERS += ["RUNNING", "WAITING", "PENDING", "HEAD REASON"]
 WIDE_HEADERS = [*HEADERS, "NEXT", "PODS/LIMIT", "COHORT", "KINDS", "STRATEGY", "PAUSED"]
 FLEET_HEADERS = ["CLUSTER", "QUEUES", "ACTIVE", "RUNNING", "WAITING", "PENDING", "QUOTA USED/LIMIT"]
+FLEET_QUEUE_HEADERS = ["FLEET QUEUE", "CLUSTER", "ACTIVE", "USED/CLUSTERQUOTA", "FREE", "NODES"]
 
 
 def _quota_cell(quotas: Sequence[QuotaUse]) -> str:
@@ -721,7 +797,8 @@ def _quota_cell(quotas: Sequence[QuotaUse]) -> str:
 
 
 def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
-    """``reconciler queues``: the rows, then the fleet totals per cluster and overall."""
+    """``reconciler queues``: the rows, then the fleet totals per cluster and overall, then
+    each fleet queue's clusters with their free capacity."""
     rows = []
     for r in view.rows:
         cells = [
@@ -751,9 +828,23 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
         ]
         for t in (*view.clusters, view.fleet)
     ]
+    shares = [
+        [
+            r.name,
+            c.cluster if c.reachable else f"{c.cluster} (unreachable)",
+            str(c.active),
+            c.used_text,
+            c.free_text,
+            str(c.nodes),
+        ]
+        for r in view.fleet_queues
+        for c in r.clusters
+    ]
+    fleet_queues = "\n\n" + text_table(FLEET_QUEUE_HEADERS, shares) if shares else ""
     return (
         text_table(WIDE_HEADERS if wide else HEADERS, rows)
         + "\n\n"
         + text_table(FLEET_HEADERS, fleet)
+        + fleet_queues
         + "\n"
     )

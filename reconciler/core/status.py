@@ -2,7 +2,8 @@
 observations (pure), and read back.
 
 Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per operation,
-``status/queues.yaml``, ``status/config.yaml`` and the ledger of finished runs,
+``status/queues.yaml``, each queue's pending order ``status/_queues/<queue>.yaml``,
+``status/config.yaml`` and the ledger of finished runs,
 ``status/ledger/<YYYY-MM>.yaml`` (``core/ledger.py``). Files are deterministic YAML with sorted
 keys and no per-cycle field (no "now"): an unchanged world renders byte-identical files, so
 the writer makes no commit.
@@ -15,7 +16,7 @@ import json
 import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import Annotated, Any, Self
@@ -23,6 +24,7 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.gang import GangTimeout
 from reconciler.core.ledger import (
     Ledger,
@@ -33,7 +35,7 @@ from reconciler.core.ledger import (
 )
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import Pending, Plan, QueueSummary
+from reconciler.core.plan import FleetSlice, Pending, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.render import operation_workload, spec_hash
 from reconciler.core.types import (
@@ -51,6 +53,21 @@ STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
 CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
 CLUSTERS_FILE = f"{STATUS_DIR}/clusters.yaml"
+# Each queue's pending operations in order (their positions): ``status/_queues/<queue>.yaml``,
+# continued in ``<queue>.2.yaml``, ... The ``_`` keeps the folder apart from the projects'
+# (a project name is a DNS label), and a queue name has no dot.
+ORDER_DIR = f"{STATUS_DIR}/_queues"
+ORDER_PER_FILE = 5000  # ids per file: well within the reader's limits (1 MiB, 20,000 values)
+_ORDER_FILE = re.compile(r"^status/_queues/([^/.]+)(?:\.([1-9][0-9]*))?\.yaml$")
+
+
+def order_path(queue: str, part: int = 1) -> str:
+    """``status/_queues/<queue>.yaml``, then ``<queue>.2.yaml``, ..."""
+    return f"{ORDER_DIR}/{queue}.yaml" if part == 1 else f"{ORDER_DIR}/{queue}.{part}.yaml"
+
+
+def is_order_path(path: str) -> bool:
+    return _ORDER_FILE.match(path) is not None
 
 
 class StatusPhase(enum.StrEnum):
@@ -296,7 +313,9 @@ class OperationStatus(StatusRecord):
     workload: OptText = None
     # the workload's kind when it is not a Job: PyTorchJob (run.distributed.backend)
     workload_kind: EmptyText = ""
-    position: LooseNumber = None  # 1-based among the queue's pending
+    # 1-based among the queue's pending: read from ``status/_queues`` (``read_status``); only
+    # records written before that folder existed hold it themselves
+    position: LooseNumber = None
     generation: LooseNumber = None
     config_commit: OptText = None
     dispatched_at: OptText = None
@@ -318,6 +337,50 @@ class OperationStatus(StatusRecord):
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
     # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
     gang_timeouts: LooseObject = None
+
+
+class FleetSliceStatus(StatusRecord):
+    """A fleet queue's share of one of its clusters (``fleet`` in ``status/queues.yaml``),
+    with this cycle's dispatches applied; ``free`` is left out when not observed."""
+
+    cluster: Text
+    reachable: Flag = True
+    active: Number = 0
+    used: TextMap = Field(default_factory=dict)
+    cluster_quota: OmitEmpty[TextMap] = Field(default_factory=dict)
+    free: OmitEmpty[TextMap | None] = None
+    nodes: Number = 0
+
+    @classmethod
+    def from_slice(cls, s: FleetSlice) -> FleetSliceStatus:
+        return cls(
+            cluster=s.cluster,
+            reachable=s.reachable,
+            active=s.active,
+            used=_quantities_text(s.used),
+            cluster_quota=_quantities_text(s.quota),
+            free=None if s.free is None else _quantities_text(s.free),
+            nodes=s.nodes,
+        )
+
+
+def _quantities_text(values: Mapping[str, Decimal]) -> dict[str, str]:
+    return {r: format_quantity(v) for r, v in sorted(values.items())}
+
+
+def _fleet(value: Any) -> tuple[FleetSliceStatus, ...]:
+    return tuple(FleetSliceStatus.from_dict(v) for v in value or ())
+
+
+class QueueOrder(StatusRecord):
+    """One ``status/_queues/<queue>.yaml`` (or a continuation, ``part`` 2, 3, ...): a queue's
+    pending operations in consideration order. ``first`` is the position of the first one.
+    A dispatch, an arrival or a change of order rewrites only these files, never the
+    operations' own records."""
+
+    queue: Text
+    first: Number = 1
+    pending: Texts = ()
 
 
 class QueueStatus(StatusRecord):
@@ -347,6 +410,8 @@ class QueueStatus(StatusRecord):
     # a budgeted queue's window, with this cycle's dispatches: limit, spent, committed, unit,
     # per, windowStart, windowEnd (docs/budgets.md)
     budget: LooseObject = None
+    # a fleet queue: each of its clusters, in choice order
+    fleet: OmitEmpty[Annotated[Items[FleetSliceStatus], _Read(_fleet)]] = ()
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
@@ -381,6 +446,7 @@ class QueueStatus(StatusRecord):
             borrowed={r: format_quantity(v) for r, v in sorted(q.borrowed_after.items())},
             lent={r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
             budget=budget,
+            fleet=tuple(FleetSliceStatus.from_slice(m) for m in q.members),
         )
 
 
@@ -409,13 +475,93 @@ class ConfigStatus(StatusRecord):
         return self.reason == StatusReason.INTERNAL_ERROR.value
 
 
+def _taint_text(t: Taint) -> str:
+    """``key=value:Effect`` (``key:Effect`` without a value), as kubectl writes taints."""
+    return f"{t.key}={t.value}:{t.effect}" if t.value else f"{t.key}:{t.effect}"
+
+
+def _taint(text: str) -> Taint:
+    head, _, effect = text.rpartition(":")
+    key, _, value = head.partition("=")
+    return Taint(key, value, effect)
+
+
+def _quantity_map(values: Mapping[str, str]) -> dict[str, Decimal]:
+    return {r: parse_quantity(v) for r, v in values.items()}
+
+
+class NodeStatus(StatusRecord):
+    """A usable node in a cluster's ``capacity``: what the fleet choice needs of it."""
+
+    name: Text
+    labels: OmitEmpty[TextMap] = Field(default_factory=dict)
+    taints: Texts = ()  # ``key=value:Effect``
+    allocatable: TextMap = Field(default_factory=dict)
+    requested: OmitEmpty[TextMap] = Field(default_factory=dict)
+
+    def value(self) -> NodeCapacity:
+        return NodeCapacity(
+            self.name,
+            dict(self.labels),
+            tuple(sorted(_taint(t) for t in self.taints)),
+            _quantity_map(self.allocatable),
+            _quantity_map(self.requested),
+        )
+
+
+def _nodes(value: Any) -> tuple[NodeStatus, ...]:
+    return tuple(NodeStatus.from_dict(v) for v in value or ())
+
+
+class CapacityStatus(StatusRecord):
+    """A cluster's observed capacity (``core/capacity.py``), so that ``plan`` without
+    ``--live`` chooses a fleet queue's cluster as the last cycle would have."""
+
+    nodes: OmitEmpty[Annotated[Items[NodeStatus], _Read(_nodes)]] = ()
+    reserved: OmitEmpty[TextMap] = Field(default_factory=dict)
+    not_ready: OmitEmpty[Number] = 0
+    cordoned: OmitEmpty[Number] = 0
+
+    @classmethod
+    def of(cls, c: ClusterCapacity) -> CapacityStatus:
+        return cls(
+            nodes=tuple(
+                NodeStatus(
+                    name=n.name,
+                    labels=dict(n.labels),
+                    taints=tuple(_taint_text(t) for t in n.taints),
+                    allocatable=_quantities_text(n.allocatable),
+                    requested=_quantities_text(n.requested),
+                )
+                for n in c.nodes
+            ),
+            reserved=_quantities_text(c.reserved),
+            not_ready=c.not_ready,
+            cordoned=c.cordoned,
+        )
+
+    def value(self) -> ClusterCapacity:
+        return ClusterCapacity(
+            tuple(n.value() for n in self.nodes),
+            _quantity_map(self.reserved),
+            self.not_ready,
+            self.cordoned,
+        )
+
+
+def _capacity(value: Any) -> CapacityStatus | None:
+    return None if value is None else CapacityStatus.from_dict(value)
+
+
 class ClusterStatus(StatusRecord):
-    """One entry of ``status/clusters.yaml``: could the last cycle read the cluster."""
+    """One entry of ``status/clusters.yaml``: could the last cycle read the cluster, and
+    (a fleet queue's cluster) the capacity it observed."""
 
     name: Text
     reachable: Flag = True
     error: OmitEmpty[Text] = ""
     backends: Texts = ()  # the optional backends it served (e.g. pytorchjob: the CRD)
+    capacity: Annotated[CapacityStatus | None, _Read(_capacity)] = None
 
 
 # Object addresses in a client error ("<... object at 0x7f...>") change on every attempt; an
@@ -429,6 +575,7 @@ def stable_error(message: str) -> str:
 
 StatusFile = (
     OperationStatus
+    | QueueOrder
     | tuple[QueueStatus, ...]
     | ConfigStatus
     | tuple[ClusterStatus, ...]
@@ -453,6 +600,7 @@ def render_status(
     gang_timeouts: Mapping[str, GangTimeout] | None = None,
     ledger: Ledger | None = None,
     memo: RenderMemo | None = None,
+    hashes: SpecHashMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -468,8 +616,9 @@ def render_status(
     re-queued already. ``ledger``: the finished runs, one ``status/ledger/<YYYY-MM>.yaml``
     per month (not given: the ledger files are left as they are; they are never deleted).
     ``memo`` (kept by the caller between cycles) spares dumping a record equal to the one
-    last dumped."""
-    records = build_status(repo, plan, states, failed, superseded)
+    last dumped, and ``hashes`` hashing again the spec of an operation compiled as before
+    (the same object: the incremental compile reuses it)."""
+    records = build_status(repo, plan, states, failed, superseded, hashes)
     for i, record in enumerate(records):
         mark = (gang_timeouts or {}).get(record.operation)
         if mark is not None:
@@ -478,6 +627,8 @@ def render_status(
         files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     else:
         files = {operation_path(r.operation): _dumped(r, memo) for r in records}
+    files.update(_order_files(plan, memo))
+    if memo is not None:
         for gone in [p for p in memo if p not in files]:
             del memo[gone]
     queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
@@ -504,8 +655,31 @@ def render_status(
     return dict(sorted(files.items()))
 
 
-# The last record dumped of each operation's file, and its bytes.
-RenderMemo = dict[str, tuple["OperationStatus", bytes]]
+# The last record dumped of each operation's file (or queue order file), and its bytes.
+RenderMemo = dict[str, tuple["OperationStatus | QueueOrder", bytes]]
+
+
+def _order_files(plan: Plan, memo: RenderMemo | None) -> dict[str, bytes]:
+    """Each queue's pending operations in order, ``ORDER_PER_FILE`` a file; a queue with
+    none has no file. Dumped without ``dump_yaml``'s memo: a long list keys it badly."""
+    by_queue: dict[str, list[str]] = {}
+    for p in plan.pending:  # in consideration order: by queue, then position
+        by_queue.setdefault(p.queue, []).append(p.operation)
+    out: dict[str, bytes] = {}
+    for queue, ids in by_queue.items():
+        for start in range(0, len(ids), ORDER_PER_FILE):
+            path = order_path(queue, start // ORDER_PER_FILE + 1)
+            record = QueueOrder(
+                queue=queue, first=start + 1, pending=tuple(ids[start : start + ORDER_PER_FILE])
+            )
+            known = None if memo is None else memo.get(path)
+            if known is not None and known[0] == record:
+                out[path] = known[1]
+                continue
+            out[path] = data = _yaml_dump(record.to_dict())
+            if memo is not None:
+                memo[path] = (record, data)
+    return out
 
 
 def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
@@ -542,11 +716,12 @@ def build_status(
     states: Mapping[str, WorkloadState],
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     superseded: Mapping[str, WorkloadState] | None = None,
+    hashes: SpecHashMemo | None = None,
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
     their parents), rejected ones, and those only observed (e.g. removed but still running).
     An operation's superseded runs still active are listed on its record."""
-    dispatched = {d.operation for d in plan.dispatch}
+    dispatched = {d.operation: d.cluster for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     stops = {s.operation for s in plan.stop}
     refused = set(plan.prune_refused.refused) if plan.prune_refused is not None else set()
@@ -556,12 +731,24 @@ def build_status(
         state = states.get(op.id)
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
+        chosen = dispatched.get(op.id)
+        if chosen is not None and chosen != op.cluster:
+            op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
         record = _compiled_record(
-            repo, op, state, op.id in dispatched, pending.get(op.id), (failed or {}).get(op.id)
+            repo,
+            op,
+            state,
+            op.id in dispatched,
+            pending.get(op.id),
+            (failed or {}).get(op.id),
+            _spec_hash(repo, op, hashes),
         )
         out[op.id] = record
         if op.workflow is not None:
             children.setdefault(op.workflow.parent, []).append(record)
+    if hashes is not None and len(hashes) > len(repo.operations):
+        for gone in hashes.keys() - {op.id for op in repo.operations}:
+            del hashes[gone]
     for parent, kids in children.items():
         if parent not in out:
             out[parent] = _workflow_record(parent, kids)
@@ -589,8 +776,9 @@ def _compiled_record(
     dispatched: bool,
     pending: Pending | None,
     failure: tuple[StatusReason, str] | None = None,
+    desired: str | None = None,
 ) -> OperationStatus:
-    desired = spec_hash(op, repo.connections)
+    desired = desired or spec_hash(op, repo.connections)
     workflow = (
         {"parent": op.workflow.parent, "kind": op.workflow.kind, "index": op.workflow.index}
         if op.workflow is not None
@@ -617,7 +805,7 @@ def _compiled_record(
             message=state.message,
             workload=state.name,
             workload_kind=_workload_kind(state.kind),
-            config_commit=state.config_commit or repo.version,
+            config_commit=state.config_commit,
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
             finished_at=state.finished_at,
@@ -635,7 +823,6 @@ def _compiled_record(
             reason=failure[0].value,
             message=failure[1],
             workload=name,
-            config_commit=repo.version,
         )
     if dispatched:
         return OperationStatus(
@@ -653,11 +840,25 @@ def _compiled_record(
             reason=str(pending.reason),
             message=pending.message,
             workload=name,
-            position=pending.position,
-            config_commit=repo.version,
             blocked_by=pending.blocked_by.to_json(),
         )
-    return OperationStatus(**common, phase=Phase.QUEUED, workload=name, config_commit=repo.version)
+    return OperationStatus(**common, phase=Phase.QUEUED, workload=name)
+
+
+# Per operation id: the compiled operation last hashed, the connections it used, its hash.
+SpecHashMemo = dict[str, tuple[CompiledOperation, tuple[Any, ...], str]]
+
+
+def _spec_hash(repo: CompiledRepo, op: CompiledOperation, memo: SpecHashMemo | None) -> str:
+    if memo is None:
+        return spec_hash(op, repo.connections)
+    used = tuple(repo.connections.get(n) for n in op.connections)
+    known = memo.get(op.id)
+    if known is not None and known[0] is op and known[1] == used:
+        return known[2]
+    digest = spec_hash(op, repo.connections)
+    memo[op.id] = (op, used, digest)
+    return digest
 
 
 def _reason(state: WorkloadState) -> str | None:
@@ -713,7 +914,6 @@ def _rejected_record(
         reason=str(rejected.reason),
         message=message,
         path=rejected.path,
-        config_commit=repo.version,
         logs=logs_command(rejected.operation),
     )
     if state is None:
@@ -743,7 +943,7 @@ def _observed_record(
         phase=state.phase,
         reason=reason.value,
         message=message,
-        config_commit=state.config_commit or repo.version,
+        config_commit=state.config_commit,
         logs=logs_command(state.operation),
         sync=(Sync.OUT_OF_SYNC if state.phase.active else Sync.SYNCED).value,
     )
@@ -848,8 +1048,12 @@ def dump_yaml(data: Mapping[str, Any]) -> bytes:
 
 @lru_cache(maxsize=32768)
 def _yaml_text(canonical_json: str) -> bytes:
+    return _yaml_dump(json.loads(canonical_json))
+
+
+def _yaml_dump(data: Mapping[str, Any]) -> bytes:
     text = yaml.dump(
-        json.loads(canonical_json),
+        data,
         Dumper=_Dumper,
         sort_keys=True,
         default_flow_style=False,
@@ -884,6 +1088,8 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
         if is_ledger_path(path):
             return entries_from_document(data)
+        if is_order_path(path):
+            return QueueOrder.from_dict(data)
         return OperationStatus.from_dict(data)
     except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise StatusFileError(f"{Location(path, 1, 1)}: not a status file ({err!s})") from None
@@ -891,7 +1097,10 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
 
 @dataclass(frozen=True)
 class StatusView:
-    """A whole status branch, read back."""
+    """A whole status branch, read back. Each operation's ``position`` is the one its
+    queue's order file gives (``status/_queues``), and a Queued or Rejected record's
+    ``config_commit`` the commit in force (``config.applied``): the records themselves hold
+    neither, so that a commit or a dispatch does not rewrite every pending record."""
 
     operations: Mapping[str, OperationStatus]
     queues: tuple[QueueStatus, ...] = ()
@@ -899,6 +1108,8 @@ class StatusView:
     problems: tuple[str, ...] = field(default=())  # files that could not be read
     clusters: tuple[ClusterStatus, ...] = ()
     ledger: tuple[LedgerEntry, ...] = ()  # every finished run, by file month then end
+    # per queue, its pending operations in order (position 1 first)
+    order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -908,6 +1119,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     config: ConfigStatus | None = None
     clusters: tuple[ClusterStatus, ...] = ()
     ledger: list[LedgerEntry] = []
+    parts: dict[str, list[QueueOrder]] = {}
     problems: list[str] = []
     for path in sorted(files):
         if not _is_ours(path):
@@ -919,6 +1131,8 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             continue
         if isinstance(parsed, OperationStatus):
             operations[parsed.operation] = parsed
+        elif isinstance(parsed, QueueOrder):
+            parts.setdefault(parsed.queue, []).append(parsed)
         elif isinstance(parsed, ConfigStatus):
             config = parsed
         elif path == CLUSTERS_FILE:
@@ -927,7 +1141,32 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             ledger.extend(e for e in parsed if isinstance(e, LedgerEntry))
         else:
             queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
-    return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger))
+    order: dict[str, tuple[str, ...]] = {}
+    positions: dict[str, int] = {}
+    for queue, found in sorted(parts.items()):
+        found.sort(key=lambda o: o.first)
+        order[queue] = tuple(op for part in found for op in part.pending)
+        for part in found:  # each part says where it starts (a lost part shifts nothing)
+            positions.update((op, part.first + i) for i, op in enumerate(part.pending))
+    _joined_records(operations, positions, config.applied if config is not None else "")
+    return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger), order)
+
+
+def _joined_records(
+    operations: dict[str, OperationStatus], positions: Mapping[str, int], applied: str
+) -> None:
+    """Each pending operation's position from its queue's order, and the commit in force on
+    Queued and Rejected records (their files hold neither). A record written before the
+    order files existed keeps the position it holds, unless an order file lists it."""
+    for oid, rec in operations.items():
+        update: dict[str, Any] = {}
+        position = positions.get(oid)
+        if position is not None and rec.position != position:
+            update["position"] = position
+        if rec.config_commit is None and applied and rec.phase in (Phase.QUEUED, REJECTED):
+            update["config_commit"] = applied
+        if update:
+            operations[oid] = rec.model_copy(update=update)
 
 
 def _is_ours(path: str) -> bool:
@@ -1041,6 +1280,7 @@ def _phases(
             not _is_ours(path)
             or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
             or is_ledger_path(path)
+            or is_order_path(path)
         ):
             continue
         known = memo.get(path)

@@ -253,6 +253,10 @@ class ConnectionSpec:
 
 @dataclass(frozen=True)
 class QueueSpec:
+    """A queue. A fleet queue (``clusters: [a, b]``) has ``cluster`` set to its first
+    cluster (where an operation goes when no cluster is chosen) and ``clusters`` to all of
+    them in order; a single-cluster queue has ``clusters`` empty."""
+
     name: str
     cluster: str
     priority: int = 0
@@ -262,6 +266,10 @@ class QueueSpec:
     strategy: QueueStrategy = QueueStrategy.BEST_EFFORT_FIFO
     paused: bool = False
     source: str = ""
+    clusters: tuple[str, ...] = ()  # a fleet queue's clusters, in choice order
+    # a fleet queue's per-cluster caps: cluster -> resource -> amount
+    cluster_quota: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+    require_capacity: bool = False  # hold an op no cluster has the free capacity for
     max_pods: int | None = None  # pods of active operations, every replica counted
     start_timeout: int | None = None  # seconds; a gang not all running by then: GangTimeout
     # Cohort borrowing (docs/dispatch.md, "Cohorts"): per quota resource, how much above its
@@ -272,6 +280,15 @@ class QueueSpec:
     lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
     budget: BudgetSpec | None = None
     default_timeout: int | None = None  # seconds, for operations that set no run.timeout
+
+    @property
+    def fleet(self) -> bool:
+        return bool(self.clusters)
+
+    @property
+    def members(self) -> tuple[str, ...]:
+        """The clusters the queue may dispatch to, in choice order."""
+        return self.clusters or (self.cluster,)
 
 
 @dataclass(frozen=True)
@@ -488,6 +505,11 @@ class CompiledRepo:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    @property
+    def fleet_clusters(self) -> frozenset[str]:
+        """The clusters of the fleet queues: their capacity is observed."""
+        return frozenset(c for q in self.queues.values() for c in q.clusters)
 
     def never_pruned(self, observed: Iterable[ObservedOperation]) -> frozenset[str]:
         """Observed ids that operations refused by policy keep from being pruned: the

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from reconciler.core.queue_view import (
+    ClusterShare,
     FleetTotal,
     OperationDetail,
     QueueDetail,
@@ -175,6 +176,33 @@ def _version_line(version: str, extra: str = "") -> str:
     return f"<p class=muted>config <code>{esc(version[:12])}</code>{esc(extra)}</p>"
 
 
+def _share_row(r: QueueRow, c: ClusterShare) -> str:
+    state = "" if c.reachable else " (unreachable)"
+    return (
+        f'<tr data-fleet-queue="{esc(r.name)}" data-cluster="{esc(c.cluster)}">'
+        f"<td>{_link(queue_href(r.name), r.name)}</td><td>{esc(c.cluster)}{esc(state)}</td>"
+        f"<td>{c.active}</td><td>{esc(c.used_text)}</td>"
+        f"<td class=free>{esc(c.free_text)}</td><td>{c.nodes}</td></tr>"
+    )
+
+
+FLEET_QUEUE_HEADERS = ("Fleet queue", "Cluster", "Active", "Used/clusterQuota", "Free", "Nodes")
+
+
+def fleet_queues_section(view: QueuesView) -> str:
+    """Each fleet queue's clusters, in choice order, with their free capacity."""
+    if not view.fleet_queues:
+        return ""
+    rows = (_share_row(r, c) for r in view.fleet_queues for c in r.clusters)
+    return (
+        "<h2>Fleet queues</h2>"
+        + _table(FLEET_QUEUE_HEADERS, rows)
+        + "<p class=muted>Free: allocatable of the cluster's Ready, schedulable nodes minus "
+        "the requests of every pod bound to them; a fleet queue's operation goes to the "
+        "first cluster in this order whose free capacity fits it.</p>"
+    )
+
+
 def queues_main(view: QueuesView, note: str = "") -> str:
     cards = "".join(_fleet_card(t) for t in (*view.clusters, view.fleet))
     extra = f" · {note}" if note else ""
@@ -185,6 +213,7 @@ def queues_main(view: QueuesView, note: str = "") -> str:
         + "<p class=muted>Waiting: dispatched, not running yet (no node has room, or "
         "starting); it holds its quota. Priority orders dispatch, it never preempts.</p>"
         + f"<h2>Fleet</h2><div class=cards>{cards}</div>"
+        + fleet_queues_section(view)
     )
 
 

@@ -6,7 +6,9 @@ The guard ladder, in order:
    so does a bug in the compiler (``InternalError``: logged with its traceback, reported as
    ``internal_error``, never as a config error);
 3. read every cluster from its list-then-watch caches (a fresh list where a cache is not
-   synced); a cluster that cannot be read is listed as unreachable;
+   synced); a cluster that cannot be read is listed as unreachable; a fleet queue's
+   cluster also gives its capacity (its Nodes and every live pod; when they cannot be
+   read, the capacity is not observed, and the cluster is still read);
 4. ``decide`` (pure, ``core/cycle.py``): the observed state, the plan and the actions, from
    the listing and the memory (in-flight creates, the last state seen of each run);
 5. apply the actions, only while leading: create or adopt what the plan dispatches (a
@@ -27,13 +29,16 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from reconciler.adapters.kube import (
+    ALL_OBJECTS,
     API_VERSIONS,
+    LIVE_PODS,
     ApplyResult,
     Kube,
     KubeError,
     NamespaceForbidden,
     list_pytorchjobs,
 )
+from reconciler.core.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.cycle import (
     Actions,
@@ -70,6 +75,7 @@ from reconciler.core.types import (
 )
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.informer import Informer
+from reconciler.runtime.live import read_capacity
 
 log = logging.getLogger("reconciler.cycle")
 
@@ -196,6 +202,8 @@ class Reconciler:
         self._watch = watch
         self._sync_timeout = sync_timeout
         self._informers: dict[str, tuple[Informer, ...]] = {}
+        # a fleet queue's cluster: its Nodes and all its live pods (capacity)
+        self._capacity_informers: dict[str, tuple[Informer, Informer]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         # the phase annotations, off the cycle's path: per workload uid, the state last
@@ -266,11 +274,38 @@ class Reconciler:
     def _stop_informers(self, name: str) -> None:
         for informer in self._informers.pop(name, ()):
             informer.stop()
+        for informer in self._capacity_informers.pop(name, ()):
+            informer.stop()
+
+    def _capacity(self, name: str, kube: Kube) -> ClusterCapacity | None:
+        """The cluster's capacity, from its Node and live-pod caches (a fresh list where
+        they are not synced); None, logged, when they cannot be read (e.g. the RBAC to
+        list Nodes is missing): the choice then treats it as not observed."""
+        try:
+            if not self._watch:
+                return read_capacity(kube)
+            pair = self._capacity_informers.get(name)
+            if pair is None or pair[0].kube is not kube:
+                for informer in self._capacity_informers.pop(name, ()):
+                    informer.stop()
+                pair = (
+                    Informer(kube, "Node", selector=ALL_OBJECTS),
+                    Informer(kube, "Pod", selector=ALL_OBJECTS, fields=LIVE_PODS),
+                )
+                for informer in pair:
+                    informer.start()
+                self._capacity_informers[name] = pair
+            if all(c.wait_synced(self._sync_timeout) and c.healthy for c in pair):
+                return observe_capacity(pair[0].items(), pair[1].items())
+            return read_capacity(kube)
+        except KubeError as exc:
+            log.warning("capacity of cluster %s not observed: %s", name, exc)
+            return None
 
     def close(self) -> None:
         """Stop every watch and send the Events still queued (phase annotations still
         queued are dropped)."""
-        for name in list(self._informers):
+        for name in list(self._informers) + list(self._capacity_informers):
             self._stop_informers(name)
         self._creates.shutdown(wait=True)
         self._events.shutdown(wait=True)
@@ -282,6 +317,11 @@ class Reconciler:
         cache is not synced or its watch is failing, or where the cluster serves a backend
         (its discovery says) whose cache has not listed it yet (a CRD just installed)."""
         listing: dict[str, ClusterListing] = {}
+        fleet = compiled.fleet_clusters
+        for name in list(self._capacity_informers):
+            if name not in fleet:  # no fleet queue lists it any more
+                for informer in self._capacity_informers.pop(name):
+                    informer.stop()
         wanted = wanted_backends(compiled)
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
@@ -312,9 +352,11 @@ class Reconciler:
                 listing[name] = ClusterListing.unreachable(str(exc))
                 log.warning("cluster %s unreachable: %s", name, exc)
                 continue
+            capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
                 observe_workloads(name, jobs, pods, pytorchjobs),
                 version=version,
+                capacity=capacity,
                 backends=backends,
             )
         return listing

@@ -19,7 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from reconciler.adapters.kube import Kube, KubeError, NotServed, WatchExpired
+from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, KubeError, NotServed, WatchExpired
 from reconciler.core.trigger import Trigger, event_trigger
 
 log = logging.getLogger("reconciler.informer")
@@ -32,11 +32,18 @@ class Informer:
         kind: str,
         *,
         watch_timeout: int = 30,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
         on_trigger: Callable[[Trigger], None] | None = None,
         absent_retry: float = 30.0,
     ) -> None:
+        """``selector`` and ``fields``: the label and field selectors of the objects
+        cached (by default, the ones we manage); ``on_trigger`` is told of the events that
+        should start a cycle."""
         self.kube = kube
         self.kind = kind
+        self.selector = selector
+        self.fields = fields
         self.watch_timeout = watch_timeout
         self.on_trigger = on_trigger
         self._items: dict[str, Mapping[str, Any]] = {}  # by uid
@@ -88,7 +95,7 @@ class Informer:
         self._retry.set()
 
     def _relist(self) -> None:
-        listed = self.kube.list_managed(self.kind)
+        listed = self.kube.list_managed(self.kind, selector=self.selector, fields=self.fields)
         self.served = True
         with self._lock:
             self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
@@ -122,7 +129,11 @@ class Informer:
                     self._relist()
                     self.error = ""
                 for event in self.kube.watch_managed(
-                    self.kind, str(self._version), timeout_seconds=self.watch_timeout
+                    self.kind,
+                    str(self._version),
+                    timeout_seconds=self.watch_timeout,
+                    selector=self.selector,
+                    fields=self.fields,
                 ):
                     self.error = ""  # the watch is back
                     self._apply(event.type, event.object)

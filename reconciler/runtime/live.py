@@ -8,7 +8,15 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 from pathlib import Path
 
-from reconciler.adapters.kube import Kube, KubeError, connect_cluster, list_pytorchjobs
+from reconciler.adapters.kube import (
+    ALL_OBJECTS,
+    LIVE_PODS,
+    Kube,
+    KubeError,
+    connect_cluster,
+    list_pytorchjobs,
+)
+from reconciler.core.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
 from reconciler.core.observe import observe_workloads
 from reconciler.core.types import ClusterSpec, CompiledRepo
@@ -26,9 +34,18 @@ def connector(overrides: Mapping[str, Path] | None = None) -> Connect:
     return connect
 
 
+def read_capacity(kube: Kube) -> ClusterCapacity:
+    """A cluster's capacity from a fresh list of its Nodes and live pods."""
+    nodes = kube.list_managed("Node", selector=ALL_OBJECTS).items
+    pods = kube.list_managed("Pod", selector=ALL_OBJECTS, fields=LIVE_PODS).items
+    return observe_capacity(nodes, pods)
+
+
 def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, ClusterListing]:
-    """Every cluster of the config, listed fresh (nothing can lag), or why it could not be."""
+    """Every cluster of the config, listed fresh (nothing can lag), or why it could not be;
+    a fleet queue's cluster with its capacity (as ``run`` reads it)."""
     listing: dict[str, ClusterListing] = {}
+    fleet = compiled.fleet_clusters
     wanted = wanted_backends(compiled)
     for name in sorted(compiled.clusters):
         try:
@@ -40,8 +57,14 @@ def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, Cluster
         except KubeError as exc:
             listing[name] = ClusterListing.unreachable(str(exc))
             continue
+        capacity: ClusterCapacity | None = None
+        if name in fleet:
+            try:
+                capacity = read_capacity(kube)
+            except KubeError:
+                capacity = None  # not observed; the cluster itself was read
         listing[name] = ClusterListing(
-            observe_workloads(name, jobs, pods, pytorchjobs), backends=served
+            observe_workloads(name, jobs, pods, pytorchjobs), capacity=capacity, backends=served
         )
     return listing
 

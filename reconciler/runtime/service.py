@@ -88,6 +88,11 @@ class Runtime:
     wakeup: Wakeup | None = None  # the loop's: asked for a cycle when a status write is due
     source: Callable[[], RepoSnapshot] | None = None  # the reconciler's config source
 
+    def __post_init__(self) -> None:
+        if self.publisher is not None:
+            self.publisher.faults = self.faults  # before-status, after-status: the writer's
+            self.publisher.on_failure = self.metrics.git_sync_errors.inc
+
     def config_changed(self) -> None:
         """Files were saved (``--watch``): read them in the cycle that this asks for."""
         if isinstance(self.source, PacedSource):
@@ -118,15 +123,20 @@ class Runtime:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
         if self.publisher is not None and result.leading:
-            self.faults.hit("before-status")
+            # in the background: handed to the writer thread, not delaying the next cycle
             self.publisher.publish(result)
-            self.faults.hit("after-status")
-            if self.publisher.last_error:
-                m.git_sync_errors.inc()
-            due = self.publisher.due
-            if due is not None and self.wakeup is not None:
-                self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it then
+            if not self.publisher.background:
+                if self.publisher.last_error:
+                    m.git_sync_errors.inc()
+                due = self.publisher.due
+                if due is not None and self.wakeup is not None:
+                    self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
         self.completed = result
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Write the status last handed over and stop the status writer (shutdown); False
+        when the write outlived ``timeout``."""
+        return self.publisher.close(timeout) if self.publisher is not None else True
 
     def readiness(self) -> tuple[bool, str]:
         last = self.completed
@@ -153,6 +163,8 @@ def make_runtime(
     wakeup: Wakeup | None = None,
     status_interval: float = 0.0,
     fetch_interval: float = 0.0,
+    status_background: bool = False,
+    status_leader: Callable[[], bool] | None = None,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch``, or the saved files with ``worktree``.
@@ -160,7 +172,9 @@ def make_runtime(
     With ``wakeup``, a watch event by which a run ends asks it for a cycle at once
     (``core/trigger.py``); the status is then written at most every ``status_interval``
     seconds, and the config read at most every ``fetch_interval`` (on ``wakeup``'s
-    clock)."""
+    clock). With ``status_background`` the status is written by a thread of its own while
+    ``status_leader`` says this process leads (``StatusPublisher``); ``Runtime.close``
+    writes the last one."""
 
     def connect(spec: ClusterSpec) -> Kube:
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
@@ -179,6 +193,8 @@ def make_runtime(
                 StatusBranch(config, branch=status_branch),
                 min_interval=status_interval,
                 clock=wakeup.clock if wakeup is not None else time.monotonic,
+                background=status_background,
+                is_leader=status_leader,
             )
     if fetch_interval > 0:
         source = PacedSource(

@@ -5,11 +5,20 @@ Cycles run on events, up to five a second (``runtime/loop.py``); a commit for ea
 flood the branch's history and every tool that follows it (an Argo CD or Flux source, a
 webhook, a mirror). So a cycle within ``min_interval`` of the last write attempt writes
 nothing and says when the next write is due (``due``): the loop runs a cycle then, whose
-status has everything the skipped ones had (status is a snapshot, not a log)."""
+status has everything the skipped ones had (status is a snapshot, not a log).
+
+With ``background``, the write is made by a thread of its own (``status-writer``), so that
+writing the status of cycle k (10,000 files to compare and a push) never delays cycle k+1
+and its dispatches. ``publish`` then only hands the result over: results handed over while
+a write is in progress or put off by the cadence coalesce (the newest one is written, and
+has everything the others had). The thread writes only while ``is_leader`` says so (a
+result left from before a lost Lease is dropped), and ``close`` writes the last result
+handed over before it returns (shutdown)."""
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable
 
@@ -20,6 +29,7 @@ from reconciler.core.status import (
     ClusterStatus,
     PhaseMemo,
     RenderMemo,
+    SpecHashMemo,
     StatusReason,
     read_status,
     render_status,
@@ -28,6 +38,7 @@ from reconciler.core.status import (
 )
 from reconciler.core.types import CompiledRepo
 from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.faults import FaultPoints
 
 log = logging.getLogger("reconciler.status")
 
@@ -39,6 +50,8 @@ class StatusPublisher:
         *,
         min_interval: float = 0.0,
         clock: Callable[[], float] = time.monotonic,
+        background: bool = False,
+        is_leader: Callable[[], bool] | None = None,
     ) -> None:
         self.branch = branch
         self.min_interval = min_interval
@@ -51,6 +64,25 @@ class StatusPublisher:
         self.last_error = ""
         self._rendered: RenderMemo = {}  # each operation's last record and its bytes
         self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
+        self._hashes: SpecHashMemo = {}  # each operation's spec hash, by compiled object
+        # the fault points around a write, and what to count a failed one with: set by the
+        # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
+        self.faults: FaultPoints | None = None
+        self.on_failure: Callable[[], None] | None = None
+        self.is_leader = is_leader
+        self._writing = threading.Lock()  # one write at a time: the files and memos are its
+        self._cond = threading.Condition()
+        self._next: CycleResult | None = None  # handed over, not written yet
+        self._busy = False  # the writer thread holds a result
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(target=self._run, name="status-writer", daemon=True)
+            self._thread.start()
+
+    @property
+    def background(self) -> bool:
+        return self._thread is not None
 
     def _current(self) -> dict[str, bytes]:
         if self._files is None:
@@ -61,23 +93,100 @@ class StatusPublisher:
         """What a previous process recorded, so a workload deleted by hand while we were
         down is ``Stopped`` rather than dispatched again, and a cluster that cannot be read
         keeps its last known phases."""
-        return memory_from_status(read_status(self._current()))
+        with self._writing:
+            return memory_from_status(read_status(self._current()))
 
     def publish(self, result: CycleResult) -> str | None:
-        """Commit the cycle's status if it differs from the branch; the new commit's SHA."""
+        """Commit the cycle's status if it differs from the branch; the new commit's SHA.
+        In the background: hand it to the writer thread (None)."""
+        if self._thread is None:
+            return self._write(result)
+        with self._cond:
+            if self._closed:
+                return None
+            if self._next is not None:
+                self.put_off += 1  # superseded before it was written
+            self._next = result  # a newer status supersedes one not written yet
+            self._cond.notify_all()
+        return None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while self._next is None and not self._closed:
+                    self._cond.wait()
+                if self._next is None:
+                    return  # closed, all written
+                # the cadence: the next write at ``min_interval`` after the last attempt,
+                # with the newest result by then (at once when closing)
+                while not self._closed:
+                    last = self._last_attempt
+                    wait = 0.0 if last is None else last + self.min_interval - self.clock()
+                    if wait <= 0:
+                        break
+                    self._cond.wait(wait)
+                result, self._next = self._next, None
+                self._busy = True
+            try:
+                if self.is_leader is None or self.is_leader():
+                    self._write(result, paced=False)  # paced above
+                    if self.last_error and self.on_failure is not None:
+                        self.on_failure()
+                else:  # the Lease was lost: another leader writes; read the branch again
+                    with self._writing:
+                        self._files = None
+            except Exception:  # a bug writing one status must not end the writer
+                log.exception("status write failed")
+            finally:
+                with self._cond:
+                    self._busy = False
+                    self._cond.notify_all()
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every result handed over is written (or dropped); False on timeout."""
+        if self._thread is None:
+            return True
+        with self._cond:
+            return self._cond.wait_for(lambda: self._next is None and not self._busy, timeout)
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Write the last result handed over (not waiting for the cadence), then stop the
+        writer thread. False when the write outlived ``timeout``: it is left to end with the
+        process (a push is made whole or not at all)."""
+        if self._thread is None:
+            return True
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            log.warning("shutdown: left a status write in progress after %ss", timeout)
+            return False
+        return True
+
+    def _write(self, result: CycleResult, *, paced: bool = True) -> str | None:
+        with self._writing:
+            if self.faults is not None:
+                self.faults.hit("before-status")
+            sha = self._commit(result, paced=paced)
+            if self.faults is not None:
+                self.faults.hit("after-status")
+        return sha
+
+    def _commit(self, result: CycleResult, *, paced: bool) -> str | None:
         compiled, plan = result.compiled, result.plan
         if compiled is None or plan is None:
             return None  # no valid config was ever loaded: nothing to describe yet
         now = self.clock()
         last = self._last_attempt
-        if last is not None and now < last + self.min_interval:
+        if paced and last is not None and now < last + self.min_interval:
             self.due = last + self.min_interval
             self.put_off += 1
             return None  # not even rendered: a later cycle's status supersedes this one
         self.due = None
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan, self._rendered)
+            files = render_cycle_status(result, compiled, plan, self._rendered, self._hashes)
             changes = status_changes(before, files)
             if not changes:
                 return None
@@ -102,7 +211,11 @@ class StatusPublisher:
 
 
 def render_cycle_status(
-    result: CycleResult, compiled: CompiledRepo, plan: Plan, memo: RenderMemo | None = None
+    result: CycleResult,
+    compiled: CompiledRepo,
+    plan: Plan,
+    memo: RenderMemo | None = None,
+    hashes: SpecHashMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file one cycle writes: ``result`` with its config in force and plan
     (``memo``: see ``render_status``)."""
@@ -117,7 +230,9 @@ def render_cycle_status(
             op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
             for op, error in result.failed.items()
         },
-        clusters=tuple(
+        clusters=result.decision.cluster_records()
+        if result.decision is not None
+        else tuple(
             ClusterStatus(
                 name=h.name,
                 reachable=h.reachable,
@@ -130,4 +245,5 @@ def render_cycle_status(
         gang_timeouts=result.decision.memory.gang_timeouts if result.decision else None,
         ledger=result.decision.memory.ledger if result.decision is not None else None,
         memo=memo,
+        hashes=hashes,
     )

@@ -325,6 +325,8 @@ ALLOWED = [
     ("patch", "jobs.batch", "team-a"),
     ("watch", "jobs.batch", "--all-namespaces"),
     ("list", "pods", "--all-namespaces"),
+    ("list", "nodes", None),  # a fleet queue's capacity (read-only)
+    ("watch", "nodes", None),
     ("get", "pods/log", "team-a"),
     ("create", "services", "team-a"),
     ("delete", "services", "team-a"),
@@ -344,6 +346,9 @@ DENIED = [
     ("get", "secrets", "@release"),
     ("list", "secrets", "team-a"),
     ("create", "pods", "team-a"),
+    ("patch", "nodes", None),
+    ("update", "nodes", None),
+    ("delete", "nodes", None),
     ("delete", "pods", "team-a"),
     ("create", "pods/exec", "team-a"),
     ("update", "jobs.batch", "team-a"),

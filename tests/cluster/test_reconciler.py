@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from conftest import KubeCluster
 from helpers import wait_until
 from reconciler_env import (
@@ -486,7 +487,10 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     assert "phase: Dispatched" in record and "workload: vision-sweep-lr-0-g1" in record
     assert "logs: reconciler logs vision/sweep-lr-0" in record
     queued = git(config_repo, "show", "reconciler/status:status/vision/train-vit.yaml")
-    assert "reason: QuotaExceeded" in queued and "position: 4" in queued
+    assert "reason: QuotaExceeded" in queued and "position" not in queued
+    # its place in the queue is in the queue's order file, 4th
+    order = git(config_repo, "show", "reconciler/status:status/_queues/team-a.yaml")
+    assert yaml.safe_load(order)["pending"].index("vision/train-vit") == 3
     assert len(status_log()) == 1 and "dispatched 11" in status_log()[0]
 
     # a human commits a note onto the status branch while the reconciler runs

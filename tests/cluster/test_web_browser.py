@@ -116,7 +116,7 @@ def _browse(page, base: str, out: Path) -> None:  # type: ignore[no-untyped-def]
     assert "nvidia.com/gpu 4/4" in team_b
     assert "3/3" in batch.split("\t")[3]  # the count-limited queue: active/limit
     order = page.locator("tr[data-queue]").evaluate_all("rows => rows.map(r => r.dataset.queue)")
-    assert order == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
+    assert order == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
     assert "fleet (all clusters)" in page.locator('[data-fleet="*"]').inner_text()
     # the page refreshes itself by polling its <main>
     with page.expect_response(lambda r: "partial=main" in r.url, timeout=15_000) as polled:

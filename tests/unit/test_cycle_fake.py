@@ -246,7 +246,7 @@ def test_the_template_borrows_an_idle_team_b_gpu_for_train_vit() -> None:
     assert borrowing_lines(second) == [
         "team-a borrows nvidia.com/gpu from cohort gpu-pool: 1 above its quota (team-b lends 1)"
     ]
-    assert queue_table(second).row_count == 5
+    assert queue_table(second).row_count == 6  # the template's six queues
     # the others of team-a have a 12h timeout: none borrows
     borrowed = {d.operation for d in second.plan.dispatch if d.queue == "team-a"}
     assert borrowed == {"vision/train-vit", "vision/sweep-lr-2", "vision/train-resnet"}

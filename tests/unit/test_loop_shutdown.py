@@ -36,7 +36,8 @@ class FakeCluster:
         self.unblock = threading.Event()  # ends every hang at teardown
         self.creates: list[str] = []  # names of the objects created (a Job, its Service)
 
-    def list_managed(self, kind: str) -> ObjectList:
+    def list_managed(self, kind: str, *, selector: str = "", fields: str = "") -> ObjectList:
+        """Jobs and Pods (and, for the template's fleet queue, Nodes and every pod)."""
         self.reading.set()
         if self.reads_hang:
             self.unblock.wait()

@@ -3,9 +3,12 @@
 Random worlds: queues (some with ``maxPods``) and operations (some distributed, of 2 or 3
 replicas), Jobs and Pods in every phase on fake clusters,
 superseded generations, workloads deleted by hand, removed operations, unreachable
-clusters, and a status branch. For each, ``plan --live``, ``queues --live``,
-``status --live`` and ``/api/v1`` (a follower's cycle) must report exactly the plan of the
-next leader cycle: dispatch list, pending reasons and positions, stops and queue usage.
+clusters, fleet queues over clusters with nodes of random shapes (tainted, not Ready,
+partly used by pods that are not ours) -- alone or a whole cohort of them, borrowing
+fleet-wide -- and a status branch. For each, ``plan --live``,
+``queues --live``, ``status --live`` and ``/api/v1`` (a follower's cycle) must report
+exactly the plan of the next leader cycle: dispatch list (and each dispatch's cluster),
+pending reasons and positions, stops, queue usage and the fleet queues' clusters.
 """
 
 from __future__ import annotations
@@ -158,12 +161,47 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 borrowing_limit={r: Decimal(draw(st.integers(0, 2))) for r in quota},
                 lending_limit=draw(st.sampled_from([{}, {r: Decimal(1) for r in quota}])),
             )
+    if len(names) == 2 and cohort is None and draw(st.booleans()):  # q0: a fleet over both
+        order = tuple(draw(st.permutations(names)))
+        caps = {c: {"gpu": draw(st.integers(1, 3))} for c in order if draw(st.booleans())}
+        q0 = world.queues["q0"]
+        world.fleet(
+            "q0",
+            order,
+            cluster_quota=caps,
+            require_capacity=draw(st.booleans()),
+            priority=q0.priority,
+            concurrency=q0.concurrency,
+            quota={"nvidia.com/gpu": 4},
+            max_pods=q0.max_pods,
+            budget=q0.budget,
+        )
+    elif cohort is not None and len(names) == 2 and draw(st.booleans()):
+        # the cohort's queues are all fleet queues over both clusters, each in its own
+        # order: they borrow fleet-wide, and check 10 chooses the borrower's cluster
+        for q in queues:
+            order = tuple(draw(st.permutations(names)))
+            caps = {
+                c: {"nvidia.com/gpu": Decimal(draw(st.integers(1, 3)))}
+                for c in order
+                if draw(st.booleans())
+            }
+            world.set_queue(
+                q,
+                cluster=order[0],
+                clusters=order,
+                cluster_quota=caps,
+                require_capacity=draw(st.booleans()),
+            )
     count = draw(st.integers(1, 8))
     facts: dict[str, str] = {}
+    weighted = [*queues, "q0", "q0"] if world.queues["q0"].fleet else queues
     for i in range(count):
         op_id = f"p/o{i}"
         b = world.op(
-            op_id, queue=draw(st.sampled_from(queues)), gpu=draw(st.sampled_from([None, 1, 2]))
+            op_id,
+            queue=draw(st.sampled_from(weighted)),
+            gpu=draw(st.sampled_from([None, 1, 2, 3])),
         )
         b.timeout(draw(st.sampled_from([1800, 3600, 7200])))
         if draw(st.integers(0, 5)) == 0:
@@ -192,10 +230,22 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     compiled = world.repo("c1")
 
     clusters = {name: FakeCluster(name) for name in names}
+    for fake in clusters.values():
+        for i in range(draw(st.integers(0, 2))):
+            fake.add_node(
+                f"gpu-node-{i}",  # the fake's running pods are bound to gpu-node-0
+                ready=draw(st.sampled_from([True, True, False])),
+                taints=draw(st.sampled_from([[], [{"key": "x", "effect": "NoSchedule"}]])),
+                gpu=str(draw(st.integers(0, 6))),
+            )
+        if draw(st.booleans()):
+            fake.add_pod("other", "hog", "gpu-node-0", gpu=str(draw(st.integers(1, 2))))
     recorded: list[WorkloadState] = []
     for op_id, fact in [*facts.items(), *((r, "Running") for r in removed)]:
         op = next(o for o in full.operations if o.id == op_id)
-        fake = clusters[op.cluster]
+        members = full.queues[op.queue].members
+        on = draw(st.sampled_from(members)) if len(members) > 1 else op.cluster
+        fake = clusters[on]
         if fact == "none":
             continue
         generation = 1 if fact == "superseded" else op.generation
@@ -206,7 +256,7 @@ def scenarios(draw: st.DrawFn) -> Scenario:
                 WorkloadState(
                     op_id,
                     generation,
-                    op.cluster,
+                    on,
                     meta["namespace"],
                     meta["name"],
                     "",
@@ -307,10 +357,28 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     for q in plan.queues:
         if q.budget is not None and q.dispatching:
             assert q.budget.spent + q.budget.committed_after <= q.budget.limit
-    # plan --live
+    # plan --live (a fleet queue's operation: to the same cluster)
     _assert_plan_json_is(plan_json, plan)
-    # queues --live and /api/v1 (a follower runs the same cycle and carries out nothing)
+    # queues --live and /api/v1 (a follower runs the same cycle and carries out nothing),
+    # with each fleet queue's clusters and their free capacity
     assert api_json["queues"] == queues_json["queues"]
+    assert [r["clusters"] for r in queues_json["queues"]] == [
+        [
+            {
+                "cluster": m.cluster,
+                "reachable": m.reachable,
+                "active": m.active,
+                "used": {r: format_quantity(v) for r, v in m.used.items()},
+                "clusterQuota": {r: format_quantity(v) for r, v in m.quota.items()},
+                "free": None
+                if m.free is None
+                else {r: format_quantity(v) for r, v in m.free.items()},
+                "nodes": m.nodes,
+            }
+            for m in q.members
+        ]
+        for q in plan.queues
+    ]
     assert api_json["fleet"] == queues_json["fleet"]
     assert [
         (
@@ -378,7 +446,16 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             p.position,
         )
     for d in plan.dispatch:
-        assert status_view.operations[d.operation].phase == "Dispatched"
+        record = status_view.operations[d.operation]
+        assert (record.phase, record.cluster) == ("Dispatched", d.cluster)
+    assert [[f.cluster for f in q.fleet] for q in status_view.queues] == [
+        [m.cluster for m in q.members] for q in plan.queues
+    ]
+    # the capacity each cluster was chosen by, as the status branch records it
+    recorded_capacity = {c.name: c.capacity for c in status_view.clusters if c.capacity}
+    assert {n: c.value() for n, c in recorded_capacity.items()} == dict(
+        result.decision.capacity  # type: ignore[union-attr]
+    )
 
     # The cycle did what the views said, and nothing else.
     created = {
@@ -404,7 +481,9 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     }
     for p in plan.pending:  # BackendUnavailable exactly where the cluster lacks the CRD
         if p.operation in pytorchjobs and p.reason is PendingReason.BACKEND_UNAVAILABLE:
-            assert "pytorchjob" not in s.clusters[p.blocked_by.to_json()["cluster"]].backends
+            # a fleet queue's: each of its readable clusters lacks it
+            for name in p.blocked_by.to_json()["cluster"].split(", "):
+                assert "pytorchjob" not in s.clusters[name].backends
     assert set(result.stopped) == {x.operation for x in plan.stop}
 
     # No view shows a queue over its quota (or maxPods) because of a dispatch, nor
@@ -425,12 +504,20 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             assert json.loads(body)["activeOperations"], row
     down = {name for name, f in s.clusters.items() if not f.reachable}
     assert not {d.cluster for d in plan.dispatch} & down
+    for d in plan.dispatch:  # a fleet queue dispatches only to its own clusters
+        assert d.cluster in s.compiled.queues[d.queue].members
     assert not {x.cluster for x in plan.stop} & down
 
     # plan (no --live) from the status branch this cycle wrote says what the cycle after it
     # does (a leader restarted from that branch), the clusters being as it recorded them.
     assert result.compiled is not None
     written = read_status(render_cycle_status(result, result.compiled, plan))
+    # the branch's positions (its queues' order files, not the records) are the cycle's
+    for p in plan.pending:
+        assert written.operations[p.operation].position == p.position
+    assert {q: len(ids) for q, ids in written.order.items()} == {
+        q.name: q.pending for q in plan.queues if q.pending
+    }
     recorded = run_plan(lambda: s.compiled, recorded_planner(written, NOW), "json")
     assert recorded.exit_code == 0, recorded.stderr
     _assert_plan_json_is(json.loads(recorded.stdout), _cycle_after(s, written))
@@ -446,7 +533,9 @@ def _cycle_after(s: Scenario, written: Any) -> Any:
 
 
 def _assert_plan_json_is(plan_json: dict[str, Any], plan: Any) -> None:
-    assert [d["operation"] for d in plan_json["dispatch"]] == [d.operation for d in plan.dispatch]
+    assert [(d["operation"], d["cluster"]) for d in plan_json["dispatch"]] == [
+        (d.operation, d.cluster) for d in plan.dispatch
+    ]
     assert [(p["operation"], p["reason"], p["position"]) for p in plan_json["pending"]] == [
         (p.operation, str(p.reason), p.position) for p in plan.pending
     ]

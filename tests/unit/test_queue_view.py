@@ -65,7 +65,14 @@ def test_seed_rows_are_in_priority_order_with_quota_and_concurrency(
 ) -> None:
     repo, plan = _seed(template)
     view = build_queues_view(repo, plan, {}, applied=True)
-    assert [r.name for r in view.rows] == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
+    assert [r.name for r in view.rows] == [
+        "notebooks",
+        "sandboxes",
+        "team-a",
+        "team-b",
+        "gpu-fleet",
+        "batch",
+    ]
     team_a, team_b, batch = view.row("team-a"), view.row("team-b"), view.row("batch")
     assert team_a is not None and team_b is not None and batch is not None
     assert team_a.quotas == (
@@ -103,7 +110,7 @@ def test_running_and_waiting_come_from_the_observed_workloads(template: RepoSnap
     assert total.active == sum(r.active for r in view.rows) == len(states)
     assert total.running + total.waiting == total.active
     gpu = {q.resource: q for q in total.quotas}["nvidia.com/gpu"]
-    assert gpu.limit == 1 + 2 + 2 + 4  # notebooks, sandboxes, team-a, team-b
+    assert gpu.limit == 1 + 2 + 2 + 4 + 4  # notebooks, sandboxes, team-a, team-b, gpu-fleet
     assert gpu.used == sum(
         q.used for r in view.rows for q in r.quotas if q.resource == "nvidia.com/gpu"
     )

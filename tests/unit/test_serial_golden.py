@@ -17,6 +17,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from test_queue_view import _dispatched_states
 
 from reconciler.cli.queues_cmd import render_view
 from reconciler.cli.status_cmd import render as render_status_cmd
+from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.compile import compile_repo
 from reconciler.core.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
@@ -36,6 +38,7 @@ from reconciler.core.queue_view import (
 )
 from reconciler.core.status import (
     CONFIG_FILE,
+    CapacityStatus,
     ClusterStatus,
     ConfigStatus,
     OperationStatus,
@@ -166,6 +169,29 @@ CLUSTERS = (
         error="listing Jobs: <HTTPSConnection object at 0x7f3a2b1c>: Connection refused",
     ),
     ClusterStatus(name="local", reachable=True),
+    # every optional field: the backends it served and a fleet cluster's capacity
+    ClusterStatus(
+        name="gpu",
+        reachable=True,
+        backends=("pytorchjob",),
+        capacity=CapacityStatus.of(
+            ClusterCapacity(
+                (
+                    NodeCapacity(
+                        "gpu-0",
+                        {"gpu": "h100", "zone": "z1"},
+                        (Taint("nvidia.com/gpu", "present", "NoSchedule"),),
+                        {"cpu": Decimal(96), "nvidia.com/gpu": Decimal(8), "pods": Decimal(110)},
+                        {"cpu": Decimal("2.5"), "nvidia.com/gpu": Decimal(4), "pods": Decimal(3)},
+                    ),
+                    NodeCapacity("gpu-1", allocatable={"cpu": Decimal(96)}),
+                ),
+                {"nvidia.com/gpu": Decimal(2)},
+                not_ready=1,
+                cordoned=2,
+            )
+        ),
+    ),
 )
 
 

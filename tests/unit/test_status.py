@@ -20,7 +20,10 @@ from reconciler.core.status import (
     OperationStatus,
     PhaseMemo,
     RenderMemo,
+    SpecHashMemo,
     StatusReason,
+    is_order_path,
+    order_path,
     parse_status_file,
     read_status,
     render_status,
@@ -93,6 +96,7 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
     assert set(files) == {
         CONFIG_FILE,
         QUEUES_FILE,
+        order_path("team-a"),
         *(f"status/vision/train-{i}.yaml" for i in range(1, 6)),
     }
     one = load(files, "status/vision/train-1.yaml")
@@ -107,11 +111,20 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
     two = load(files, "status/vision/train-2.yaml")
     assert (two["phase"], two["reason"]) == ("Dispatched", "WaitingForCapacity")
     assert "Insufficient nvidia.com/gpu" in two["message"]
+    # the queue's order file holds the positions; the records hold neither the position
+    # nor the commit in force (config.yaml's applied), so neither rewrites them
+    assert load(files, order_path("team-a")) == {
+        "queue": "team-a",
+        "first": 1,
+        "pending": ["vision/train-3", "vision/train-4", "vision/train-5"],
+    }
+    view = read_status(files)
     for i, position in ((3, 1), (4, 2), (5, 3)):
         queued = load(files, f"status/vision/train-{i}.yaml")
         assert (queued["phase"], queued["reason"]) == ("Queued", "QuotaExceeded")
-        assert queued["position"] == position
-        assert queued["configCommit"] == COMMIT  # not dispatched: the repo version
+        assert "position" not in queued and "configCommit" not in queued
+        read = view.operations[f"vision/train-{i}"]
+        assert (read.position, read.config_commit) == (position, COMMIT)
         assert queued["queue"] == "team-a" and queued["cluster"] == "local"
         assert queued["workload"] == f"vision-train-{i}-g1"
         assert "uses 2 of 2" in queued["message"]
@@ -475,3 +488,145 @@ def test_a_render_memo_dumps_only_the_records_that_changed() -> None:
     world.remove("vision/train-5")
     _, third = cycle(world, running, memo=memo)
     assert "status/vision/train-5.yaml" not in memo and set(memo) <= set(third)
+
+
+# --- what a commit and a dispatch rewrite ----------------------------------------------
+
+
+def _many_pending(n: int) -> World:
+    world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 1}, priority=10)
+    world.ops("vision/train-{}", n, queue="team-a", gpu=1)
+    return world
+
+
+def test_a_new_config_commit_rewrites_no_pending_record() -> None:
+    """The commit in force is config.yaml's; a Queued record does not hold it, so a commit
+    that changes no operation rewrites config.yaml alone."""
+    world = _many_pending(6)
+    running = {"vision/train-1": None}
+    repo = world.repo(COMMIT)
+    states = {op: state(repo, op, Phase.RUNNING) for op in running}
+    observed = [s.to_observed() for s in states.values()]
+    before = render_status(repo, plan_repo(repo, observed, NOW), states)
+    later = world.repo(OLD_COMMIT[::-1])
+    after = render_status(later, plan_repo(later, observed, NOW), states)
+    assert list(status_changes(before, after)) == [CONFIG_FILE]
+    assert read_status(after).operations["vision/train-2"].config_commit == OLD_COMMIT[::-1]
+
+
+def test_a_dispatch_from_the_head_rewrites_the_order_not_every_pending_record() -> None:
+    world = _many_pending(6)
+    repo = world.repo(COMMIT)
+    first = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    before = render_status(
+        repo, plan_repo(repo, [s.to_observed() for s in first.values()], NOW), first
+    )
+    # train-1 finished, train-2 (the head) is dispatched: every other one moves up by one
+    done = {"vision/train-1": state(repo, "vision/train-1", Phase.SUCCEEDED, finished_at="x")}
+    after = render_status(
+        repo, plan_repo(repo, [s.to_observed() for s in done.values()], NOW), done
+    )
+    changed = set(status_changes(before, after))
+    assert {order_path("team-a"), QUEUES_FILE, "status/vision/train-2.yaml"} <= changed
+    # the others changed only in what they wait for (train-2 now holds the GPU), not in
+    # where they stand
+    for i in range(3, 7):
+        path = f"status/vision/train-{i}.yaml"
+        was, now = load(before, path), load(after, path)
+        assert {k for k in was.keys() | now.keys() if was.get(k) != now.get(k)} == {
+            "message",
+            "blockedBy",
+        }
+        assert "vision/train-2" in now["message"]
+    view = read_status(after)
+    assert [view.operations[f"vision/train-{i}"].position for i in range(3, 7)] == [1, 2, 3, 4]
+    assert view.operations["vision/train-2"].position is None
+    assert view.order == {"team-a": tuple(f"vision/train-{i}" for i in range(3, 7))}
+
+
+def test_a_long_queue_order_is_split_and_read_back_whole() -> None:
+    world = _many_pending(6)
+    repo = world.repo(COMMIT)
+    with mock.patch.object(status_module, "ORDER_PER_FILE", 2):
+        files = render_status(repo, plan_repo(repo, [], NOW), {})
+    # train-1 is dispatched; 5 pending: 2 + 2 + 1
+    parts = sorted(p for p in files if is_order_path(p))
+    assert parts == [order_path("team-a", 2), order_path("team-a", 3), order_path("team-a")]
+    assert load(files, order_path("team-a", 3)) == {
+        "queue": "team-a",
+        "first": 5,
+        "pending": ["vision/train-6"],
+    }
+    view = read_status(files)
+    assert view.order["team-a"] == tuple(f"vision/train-{i}" for i in range(2, 7))
+    assert [view.operations[f"vision/train-{i}"].position for i in range(2, 7)] == [1, 2, 3, 4, 5]
+    # a part that cannot be read shifts no other part's positions
+    damaged = {**files, order_path("team-a", 2): b"queue: [\n"}
+    shown = read_status(damaged)
+    assert [shown.operations[f"vision/train-{i}"].position for i in (2, 3, 6)] == [1, 2, 5]
+    assert shown.operations["vision/train-4"].position is None
+    assert len(shown.problems) == 1
+    # the commit message counts operations, not order files
+    assert summarize_cycle({}, files).endswith(
+        "pending 5\n\n"
+        + "\n".join(
+            ["vision/train-1: new -> Dispatched"]
+            + [f"vision/train-{i}: new -> Queued" for i in range(2, 7)]
+        )
+        + "\n"
+    )
+    # a queue with nothing pending any more: its order files are deleted
+    gone = render_status(repo, plan_repo(repo, [], NOW), {}, memo={})
+    emptied = {p: d for p, d in gone.items() if not is_order_path(p)}
+    changes = status_changes(files, emptied)
+    assert {p for p, d in changes.items() if d is None} == set(parts)
+
+
+def test_an_old_format_branch_keeps_its_positions_and_commits() -> None:
+    """Records written before the order files: each holds its position and configCommit."""
+    files = {
+        CONFIG_FILE: b"version: new\napplied: new\nvalid: true\n",
+        "status/p/a.yaml": b"operation: p/a\nphase: Queued\nposition: 2\nconfigCommit: old\n",
+        "status/p/b.yaml": b"operation: p/b\nphase: Queued\nposition: 1\n",
+        "status/p/c.yaml": b"operation: p/c\nphase: Rejected\n",
+    }
+    view = read_status(files)
+    assert (view.operations["p/a"].position, view.operations["p/a"].config_commit) == (2, "old")
+    assert (view.operations["p/b"].position, view.operations["p/b"].config_commit) == (1, "new")
+    assert view.operations["p/c"].config_commit == "new"
+    assert view.order == {}
+    # an order file, where there is one, is what says the position
+    files[order_path("q")] = b"queue: q\npending: [p/a]\n"
+    assert read_status(files).operations["p/a"].position == 1
+
+
+def test_the_render_memo_reuses_an_unchanged_order_file() -> None:
+    world = _many_pending(4)
+    repo = world.repo(COMMIT)
+    plan = plan_repo(repo, [], NOW)
+    memo: RenderMemo = {}
+    first = render_status(repo, plan, {}, memo=memo)
+    again = render_status(repo, plan, {}, memo=memo)
+    assert again[order_path("team-a")] is first[order_path("team-a")]
+    assert again == render_status(repo, plan, {})
+
+
+def test_the_spec_hash_memo_gives_the_hash_a_fresh_render_gives() -> None:
+    world = _many_pending(3)
+    repo = world.repo(COMMIT)
+    plan = plan_repo(repo, [], NOW)
+    hashes: SpecHashMemo = {}
+    first = render_status(repo, plan, {}, hashes=hashes)
+    assert set(hashes) == {f"vision/train-{i}" for i in range(1, 4)}
+    assert render_status(repo, plan, {}, hashes=hashes) == first
+    # a new compile (other objects, another spec): hashed again, never the old hash
+    other = World().cluster("local").queue("team-b", quota={"nvidia.com/gpu": 1}, priority=10)
+    other.ops("vision/train-{}", 2, queue="team-b", gpu=1)
+    changed = other.repo(COMMIT)
+    again = render_status(changed, plan_repo(changed, [], NOW), {}, hashes=hashes)
+    assert again == render_status(changed, plan_repo(changed, [], NOW), {})
+    assert (
+        load(again, "status/vision/train-1.yaml")["specHash"]
+        != load(first, "status/vision/train-1.yaml")["specHash"]
+    )
+    assert set(hashes) == {"vision/train-1", "vision/train-2"}  # the gone one forgotten

@@ -117,7 +117,7 @@ def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
     status, _, body = _get(url + "/")
     assert status == 200 and body.startswith("<!doctype html>")
     order = re.findall(r'<tr data-queue="([^"]+)"', body)
-    assert order == ["notebooks", "sandboxes", "team-a", "team-b", "batch"]
+    assert order == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
     team_a = body.split('data-queue="team-a"')[1].split("</tr>")[0]
     assert 'data-used="2/2"' in team_a and 'style="width:100%"' in team_a
     assert "QuotaExceeded" in team_a

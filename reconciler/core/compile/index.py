@@ -20,6 +20,7 @@ from typing import Any, Generic, TypeVar
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
+from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.merge import Locate, Path
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
@@ -194,6 +195,13 @@ class RepoIndex:
             return
         name = parts[1]
         if not self._valid_name(path, name, "project directory"):
+            return
+        if name in RESERVED_PROJECT_NAMES:
+            self._fail(
+                path,
+                f"project directory {name!r} is reserved: the status branch keeps the "
+                f"{name} in status/{name}/, where this project's records would go; rename it",
+            )
             return
         project = self.projects.setdefault(name, ProjectEntry(name, first_file=path))
         if len(parts) == 3 and stem(parts[2]) == "project":

@@ -131,16 +131,15 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
     if loaded is None:
         return None
     m: QueueFile = loaded.model
-    if find_cluster(repo, m.cluster) is None:
-        message = unknown_name(repo, "cluster", m.cluster, "Cluster")
-        repo.errors.add_once(loaded.doc.loc(("cluster",)), message)
+    members = _queue_clusters(repo, loaded)
+    if members is None:
         return None
     quota = {k: parse_quantity(v) for k, v in (m.quota or {}).items()}
     borrowing, lending = _cohort_limits(repo, loaded, quota)
-    budget = _budget(repo, loaded, m)
+    budget = _budget(repo, loaded, m, members)
     return QueueSpec(
         name=name,
-        cluster=m.cluster,
+        cluster=members[0],
         priority=m.priority,
         concurrency=m.concurrency,
         quota=quota,
@@ -148,6 +147,12 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         strategy=QueueStrategy(m.strategy),
         paused=m.paused,
         source=loaded.path,
+        clusters=tuple(m.clusters) if m.clusters is not None else (),
+        cluster_quota={
+            c: {r: parse_quantity(v) for r, v in caps.items()}
+            for c, caps in (m.cluster_quota or {}).items()
+        },
+        require_capacity=m.require_capacity,
         max_pods=m.max_pods,
         start_timeout=duration_seconds(m.start_timeout) if m.start_timeout is not None else None,
         cohort=m.cohort,
@@ -160,9 +165,54 @@ def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
     )
 
 
-def _budget(repo: RepoIndex, loaded: Loaded[QueueFile], m: QueueFile) -> BudgetSpec | None:
-    """The queue's budget; a ``cost`` budget with no price on its cluster is an error at
-    ``budget.resource`` (it could never spend anything)."""
+def _queue_clusters(repo: RepoIndex, loaded: Loaded[QueueFile]) -> tuple[str, ...] | None:
+    """A queue's clusters in choice order (one for a single-cluster queue), each defined;
+    None (each problem reported once, at its line) when they are not."""
+    m = loaded.model
+    doc = loaded.doc
+    fail = repo.errors.add_once
+    if (m.cluster is None) == (m.clusters is None):
+        where = doc.loc(("clusters",), key=True) if m.clusters is not None else doc.loc(())
+        fail(where, "set exactly one of 'cluster' or 'clusters'")
+        return None
+    ok = True
+    if m.cluster is not None:
+        for key in ("clusterQuota", "requireCapacity"):
+            if key in doc.data:
+                fail(doc.loc((key,), key=True), f"{key} is for a fleet queue: set 'clusters'")
+                ok = False
+        names: tuple[str, ...] = (m.cluster,)
+        paths: list[Path] = [("cluster",)]
+    else:
+        names = tuple(m.clusters or ())
+        paths = [("clusters", i) for i in range(len(names))]
+    seen: set[str] = set()
+    for name, path in zip(names, paths, strict=True):
+        if name in seen:
+            fail(doc.loc(path), f"cluster {name!r} is listed twice")
+            ok = False
+        seen.add(name)
+        if find_cluster(repo, name) is None:
+            fail(doc.loc(path), unknown_name(repo, "cluster", name, "Cluster"))
+            ok = False
+    for name in m.cluster_quota or {}:
+        if name not in seen:
+            close = difflib.get_close_matches(name, names, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            fail(
+                doc.loc(("clusterQuota", name), key=True),
+                f"clusterQuota names {name!r}, which is not in the queue's clusters{hint}",
+            )
+            ok = False
+    return names if ok else None
+
+
+def _budget(
+    repo: RepoIndex, loaded: Loaded[QueueFile], m: QueueFile, members: tuple[str, ...]
+) -> BudgetSpec | None:
+    """The queue's budget; a ``cost`` budget with no price on its cluster (a fleet queue:
+    on any of its clusters) is an error at ``budget.resource`` (it could never spend
+    anything)."""
     if m.budget is None:
         return None
     budget = BudgetSpec(
@@ -172,8 +222,8 @@ def _budget(repo: RepoIndex, loaded: Loaded[QueueFile], m: QueueFile) -> BudgetS
     )
     if budget.hours_of is None:
         org = repo.org_settings()
-        cluster = find_cluster(repo, m.cluster)
-        if not org.prices and not (cluster is not None and cluster.prices):
+        clusters = [find_cluster(repo, name) for name in members]
+        if not org.prices and not any(c is not None and c.prices for c in clusters):
             where = (
                 ("budget", "resource")
                 if "resource" in (loaded.doc.data.get("budget") or {})
@@ -182,7 +232,8 @@ def _budget(repo: RepoIndex, loaded: Loaded[QueueFile], m: QueueFile) -> BudgetS
             repo.errors.add_once(
                 loaded.doc.loc(where),
                 "a cost budget needs prices: set 'prices' in reconciler.yaml or in cluster "
-                f"{m.cluster!r}, or budget a resource's hours (e.g. 'nvidia.com/gpu-hours')",
+                f"{' or '.join(repr(c) for c in members)}, or budget a resource's hours "
+                "(e.g. 'nvidia.com/gpu-hours')",
             )
     return budget
 
@@ -245,9 +296,10 @@ def find_cohort(repo: RepoIndex, name: str) -> CohortSpec | None:
 
 
 def check_cohorts(repo: RepoIndex) -> None:
-    """The queues of one cohort share a cluster: each queue on another cluster than the
-    first member (by name) is an error at its ``cluster``."""
-    first: dict[str, tuple[str, str]] = {}  # cohort -> (queue, cluster)
+    """The queues of one cohort share their clusters: all on the same cluster, or all fleet
+    queues over the same clusters (in any order). Each queue that differs from the first
+    member (by name) is an error at its ``cluster`` (or ``clusters``)."""
+    first: dict[str, tuple[str, frozenset[str], bool]] = {}  # cohort -> (queue, clusters, fleet)
     shared: dict[str, set[str]] = {}  # cohort -> the resources its queues have quota for
     for name in sorted(repo.named["Queue"]):
         loaded = repo.get("Queue", name)
@@ -257,13 +309,33 @@ def check_cohorts(repo: RepoIndex) -> None:
         cohort = m.cohort
         assert cohort is not None
         shared.setdefault(cohort, set()).update(m.quota or {})
-        seen = first.setdefault(cohort, (name, m.cluster))
-        if seen[1] != m.cluster:
-            repo.errors.add_once(
-                loaded.doc.loc(("cluster",)),
-                f"queue {name!r} is in cohort {cohort!r}, whose queue {seen[0]!r} is on cluster "
-                f"{seen[1]!r}: the queues of one cohort must be on the same cluster",
-            )
+        fleet = m.clusters is not None
+        if fleet:
+            clusters = frozenset(m.clusters or ())
+        elif m.cluster is not None:
+            clusters = frozenset((m.cluster,))
+        else:
+            continue  # neither: reported at the queue already
+        seen = first.setdefault(cohort, (name, clusters, fleet))
+        if seen[1:] == (clusters, fleet):
+            continue
+        where = loaded.doc.loc(("clusters",) if fleet else ("cluster",))
+        other = ", ".join(sorted(seen[1]))
+        if seen[2] and fleet:
+            what = f"is a fleet queue over {other}"
+            rule = "the fleet queues of one cohort must be over the same clusters"
+        elif seen[2]:
+            what = f"is a fleet queue over {other}"
+            rule = "a cohort's queues are all on one cluster or all fleet queues over the same ones"
+        elif fleet:
+            what = f"is on cluster {other!r}"
+            rule = "a cohort's queues are all on one cluster or all fleet queues over the same ones"
+        else:
+            what = f"is on cluster {other!r}"
+            rule = "the queues of one cohort must be on the same cluster"
+        repo.errors.add_once(
+            where, f"queue {name!r} is in cohort {cohort!r}, whose queue {seen[0]!r} {what}: {rule}"
+        )
     for name in sorted(repo.named["Cohort"]):
         cohort_file = repo.get("Cohort", name)
         if cohort_file is None:

@@ -13,6 +13,7 @@ The package, one concern a module (each says what must live in it):
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
 - ``cohorts``: check 8 for a cohort's member, step 4b (borrowing), borrowed and lent;
+- ``fleet``: check 10, a fleet queue's choice of cluster (capacity, per-cluster caps);
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down).
@@ -39,8 +40,12 @@ from reconciler.core.plan.model import (
     DependencyState,
     Dispatch,
     ExceedsQuotaBlock,
+    FleetBlock,
+    FleetMember,
+    FleetSlice,
     LentQuotaBlock,
     MaxPodsBlock,
+    MemberState,
     Pending,
     PendingReason,
     Plan,
@@ -75,8 +80,12 @@ __all__ = [
     "DependencyState",
     "Dispatch",
     "ExceedsQuotaBlock",
+    "FleetBlock",
+    "FleetMember",
+    "FleetSlice",
     "LentQuotaBlock",
     "MaxPodsBlock",
+    "MemberState",
     "Pending",
     "PendingReason",
     "Plan",

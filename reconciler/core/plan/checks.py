@@ -34,7 +34,8 @@ CHECKS: tuple[Check, ...] = (
     Check(
         0,
         "the queue's cluster could be read this cycle, and serves the op's "
-        "`run.distributed.backend` (the PyTorchJob CRD for `pytorchjob`)",
+        "`run.distributed.backend` (the PyTorchJob CRD for `pytorchjob`); a fleet queue: one "
+        "of its clusters",
         (_R.CLUSTER_UNREACHABLE, _R.BACKEND_UNAVAILABLE),
         "`ClusterUnreachable`, or `BackendUnavailable` when the backend's API is not served",
     ),
@@ -97,14 +98,20 @@ CHECKS: tuple[Check, ...] = (
     ),
     Check(
         10,
-        "cluster active count < cluster `concurrency` (when set)",
-        (_R.CLUSTER_CONCURRENCY_LIMIT,),
-        "`ClusterConcurrencyLimit`",
+        "single-cluster queue: cluster active count < cluster `concurrency` (when set). Fleet "
+        "queue: a listed cluster is readable, serves the op's backend, is under its "
+        "`concurrency` and the queue's `clusterQuota`; the first whose free capacity fits the "
+        "whole request (every replica) is chosen, else the first under quota (with "
+        "`requireCapacity`: it waits)",
+        (_R.CLUSTER_CONCURRENCY_LIMIT, _R.NO_CLUSTER_UNDER_QUOTA, _R.NO_CLUSTER_HAS_CAPACITY),
+        "`ClusterConcurrencyLimit`; a fleet queue: `NoClusterUnderQuota`, or "
+        "`NoClusterHasCapacity` when it requires capacity",
         holds_head=True,
     ),
     Check(
         11,
-        "queue `budget`: spent + committed + the op's reservation ≤ limit in the window",
+        "queue `budget`: spent + committed + the op's reservation (at the prices of the cluster "
+        "it goes to) ≤ limit in the window",
         (_R.BUDGET_EXCEEDED,),
         "`BudgetExceeded`",
         holds_head=True,

@@ -30,6 +30,7 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.model import duration_seconds
+from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     MAX_LISTED,
     BlockedBy,
@@ -300,9 +301,11 @@ def borrow(
     order: Sequence[QueueState],
     counters: Counters,
     now: datetime,
+    fleet: FleetState | None = None,
 ) -> list[Dispatch]:
     """Step 4b: the ops deferred by check 8 because they fit only by borrowing, in the same
-    global order, each through checks 6..11 again (6, 7 and 9..11 may have filled since).
+    global order, each through checks 6..11 again (6, 7 and 9..11 may have filled since;
+    check 10 chooses a fleet queue's cluster as in step 4).
     A distributed op borrows its whole request (every replica) or nothing."""
     dispatch: list[Dispatch] = []
     for q in order:
@@ -337,15 +340,26 @@ def borrow(
                 if w.limit is not None and w.active >= w.limit:
                     q.pending[idx] = (oid, op, _R.WORKFLOW_PARALLELISM, w)
                     continue
-            # 10: cluster concurrency
-            c = counters.cluster(op.cluster)
-            if c.limit is not None and c.active >= c.limit:
-                q.pending[idx] = (oid, op, _R.CLUSTER_CONCURRENCY_LIMIT, c)
-                continue
-            # 11: the queue's budget (a borrower pays for what it borrows)
+            # 10: the cluster: its concurrency; a fleet queue chooses one
+            target = op.cluster
+            if spec.fleet and fleet is not None:
+                choice = fleet.choose(spec, op, counters)
+                if choice.cluster is None:
+                    reason = choice.reason or _R.CLUSTER_CONCURRENCY_LIMIT
+                    q.pending[idx] = (oid, op, reason, choice.members)
+                    continue
+                target = choice.cluster
+                c = counters.cluster(target)
+            else:
+                c = counters.cluster(target)
+                if c.limit is not None and c.active >= c.limit:
+                    q.pending[idx] = (oid, op, _R.CLUSTER_CONCURRENCY_LIMIT, c)
+                    continue
+            # 11: the queue's budget (a borrower pays for what it borrows), at the prices of
+            # the cluster it goes to
             budget = q.budget
             if budget is not None:
-                rate, reserve, timeout = budget.reservation(op)
+                rate, reserve, timeout = budget.reservation(op, target)
                 if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
                     q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)
                     continue
@@ -355,9 +369,11 @@ def borrow(
             c.hold(oid)
             if w is not None:
                 w.hold(oid)
+            if spec.fleet and fleet is not None:
+                fleet.take(spec, op, target)
             cohort.dispatched_at[oid] = now
             gone.add(idx)
-            dispatch.append(Dispatch(oid, spec.name, op.cluster))
+            dispatch.append(Dispatch(oid, spec.name, target))
         if gone:
             q.pending = [p for k, p in enumerate(q.pending) if k not in gone]
         q.deferred = []

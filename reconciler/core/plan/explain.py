@@ -16,6 +16,7 @@ from typing import Any
 
 from reconciler.core.ledger import hours, next_window
 from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
+from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     MAX_LISTED,
     PODS,
@@ -29,6 +30,7 @@ from reconciler.core.plan.model import (
     ConcurrencyBlock,
     DependenciesBlock,
     ExceedsQuotaBlock,
+    FleetBlock,
     MaxPodsBlock,
     Pending,
     PendingReason,
@@ -42,17 +44,19 @@ from reconciler.core.plan.state import BudgetTrack, Counter, QueueState
 from reconciler.core.plan.units import to_decimal
 
 
-def explain(order: Sequence[QueueState]) -> tuple[list[Pending], list[QueueSummary]]:
+def explain(
+    order: Sequence[QueueState], fleet: FleetState | None = None
+) -> tuple[list[Pending], list[QueueSummary]]:
     """The pending entries and the summaries of the queues, in consideration order."""
     pending: list[Pending] = []
     summaries: list[QueueSummary] = []
     for q in order:
-        pending.extend(explain_queue(q))
-        summaries.append(summarise(q))
+        pending.extend(explain_queue(q, fleet))
+        summaries.append(summarise(q, fleet))
     return pending, summaries
 
 
-def summarise(q: QueueState) -> QueueSummary:
+def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
     spec = q.spec
     borrowed, lent, borrowed_after, lent_after = amounts(q)
     return QueueSummary(
@@ -69,6 +73,7 @@ def summarise(q: QueueState) -> QueueSummary:
         paused=spec.paused,
         head_reason=q.pending[0][2] if q.pending else None,
         used_after={r: to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
+        members=fleet.slices(spec) if fleet is not None and spec.fleet else (),
         max_pods=spec.max_pods,
         pods=q.pods0,
         pods_after=q.pods,
@@ -135,7 +140,7 @@ def budget_block(track: BudgetTrack, reservation: Decimal) -> BudgetBlock:
     )
 
 
-def explain_queue(q: QueueState) -> list[Pending]:
+def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pending]:
     """Build the pending entries of one queue. Blockers that depend only on the queue,
     workflow or cluster are shared between entries."""
     spec = q.spec
@@ -189,6 +194,7 @@ def explain_queue(q: QueueState) -> list[Pending]:
     upstream_r = PendingReason.UPSTREAM_FAILED
     exceeds_r = PendingReason.EXCEEDS_QUOTA
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
+    fleet_r = (PendingReason.NO_CLUSTER_UNDER_QUOTA, PendingReason.NO_CLUSTER_HAS_CAPACITY)
     budget_r = PendingReason.BUDGET_EXCEEDED
 
     def quota_block(detail: tuple[int, int], replicas: int) -> QuotaBlock:
@@ -260,10 +266,16 @@ def explain_queue(q: QueueState) -> list[Pending]:
         elif reason is unreachable_r:
             cached = shared.get(reason)
             if cached is None:
-                cached = shared[reason] = ClusterUnreachableBlock(spec.cluster)
+                cached = shared[reason] = ClusterUnreachableBlock(", ".join(spec.members))
             block = cached
+        elif reason in fleet_r:
+            request = {r: a for r, a in sorted(op.requests.items()) if a > 0}
+            members = detail if fleet is None else fleet.final_members(spec, op, detail)
+            block = FleetBlock(name, reason, request, members)
         elif reason is backend_r:
-            block = BackendUnavailableBlock(spec.cluster, detail)
+            # a fleet queue's: none of its readable clusters serves it
+            readable = [m for m in spec.members if fleet is None or m not in fleet.unreachable]
+            block = BackendUnavailableBlock(", ".join(readable), detail)
         elif reason is budget_r:
             key = (reason, detail)
             cached = shared.get(key)

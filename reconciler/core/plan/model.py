@@ -44,6 +44,8 @@ class PendingReason(enum.StrEnum):
     COHORT_LIMIT = "CohortLimit"  # 8, cohort: the cohort's total cap is reached
     WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 9
     CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 10
+    NO_CLUSTER_UNDER_QUOTA = "NoClusterUnderQuota"  # 10, fleet queues
+    NO_CLUSTER_HAS_CAPACITY = "NoClusterHasCapacity"  # 10, fleet queues with requireCapacity
     BUDGET_EXCEEDED = "BudgetExceeded"  # 11
 
     @property
@@ -93,6 +95,7 @@ class AdmitWhen(enum.StrEnum):
     # ``amount`` of ``resource`` is released (``resource`` is ``pods`` for maxPods)
     RESOURCES_RELEASED = "ResourcesReleased"
     LIMIT_RAISED = "LimitRaised"  # nothing active to wait for: only a config change helps
+    CLUSTER_HAS_ROOM = "ClusterHasRoom"  # a fleet cluster has room for the whole request
     BORROWERS_FINISH = "BorrowersFinish"  # ``operations`` (borrowers) end, at the latest ``at``
     BUDGET_WINDOW_RESETS = "BudgetWindowResets"  # the budget's window resets ``at``
 
@@ -125,6 +128,12 @@ def _joined(head: str, admit: Admit) -> str:
     return f"{head}; {admit.text}"
 
 
+def _explained(head: str, admit: Admit) -> str:
+    """A limit's message: the head, then what would admit it, unless only raising the
+    limit would (``LimitRaised``: nothing active to wait for, so the head says it all)."""
+    return head if admit.when is AdmitWhen.LIMIT_RAISED else _joined(head, admit)
+
+
 # What each optional backend needs the cluster to serve (group/version, kind).
 BACKEND_APIS = {"pytorchjob": ("kubeflow.org/v1", "PyTorchJob")}
 
@@ -132,7 +141,8 @@ BACKEND_APIS = {"pytorchjob": ("kubeflow.org/v1", "PyTorchJob")}
 @dataclass(frozen=True, slots=True)
 class BackendUnavailableBlock:
     """The operation's ``run.distributed.backend`` needs an API its cluster does not serve
-    (as of the last read): a Kubeflow operator's CRD not installed."""
+    (as of the last read): a Kubeflow operator's CRD not installed. A fleet queue's
+    operation: none of its clusters serves it (``cluster`` lists them, comma-separated)."""
 
     cluster: str
     backend: str
@@ -148,7 +158,8 @@ class BackendUnavailableBlock:
         api, kind = BACKEND_APIS.get(self.backend, ("", self.backend))
         what = f"{api} {kind}".strip()
         return _joined(
-            f"cluster {self.cluster} does not serve {what} (backend {self.backend})",
+            f"{'clusters' if ', ' in self.cluster else 'cluster'} {self.cluster} "
+            f"{'do' if ', ' in self.cluster else 'does'} not serve {what} (backend {self.backend})",
             self.admit(),
         )
 
@@ -357,9 +368,7 @@ class ConcurrencyBlock:
         )
 
     def message(self) -> str:
-        if not self.active_operations:
-            return self._head()
-        return _joined(self._head(), self.admit())
+        return _explained(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -414,9 +423,7 @@ class MaxPodsBlock:
         )
 
     def message(self) -> str:
-        if not self.released_by:
-            return self._head()
-        return _joined(self._head(), self.admit())
+        return _explained(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -471,9 +478,7 @@ class QuotaBlock:
         )
 
     def message(self) -> str:
-        if not self.released_by:
-            return self._head()
-        return _joined(self._head(), self.admit())
+        return _explained(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -485,6 +490,93 @@ class QuotaBlock:
             "release": format_quantity(self.release),
             "releasedBy": list(self.released_by),
             **({"replicas": self.replicas} if self.replicas > 1 else {}),
+        }
+
+
+class MemberState(enum.StrEnum):
+    """How a fleet queue's cluster stood for one operation (check 10), in check order."""
+
+    UNREACHABLE = "Unreachable"  # it could not be read this cycle
+    BACKEND_UNAVAILABLE = "BackendUnavailable"  # it does not serve the op's backend's API
+    CONCURRENCY_LIMIT = "ConcurrencyLimit"  # the cluster's concurrency is reached
+    OVER_CLUSTER_QUOTA = "OverClusterQuota"  # the queue's clusterQuota for it would be exceeded
+    NOT_OBSERVED = "NotObserved"  # its capacity is not known (no Node could be read)
+    NO_CAPACITY = "NoCapacity"  # the matching nodes' free capacity is short
+    FITS = "Fits"
+
+
+@dataclass(frozen=True, slots=True)
+class FleetMember:
+    """One cluster of a fleet queue, as check 10 saw it for one operation: ``free`` is the
+    free amount of each requested resource on the nodes the operation may use (empty when
+    not observed); ``short`` the resource that did not fit (cap or capacity)."""
+
+    cluster: str
+    state: MemberState
+    free: Mapping[str, Decimal] = field(default_factory=dict)
+    short: str | None = None
+    # the free amounts suffice in all, but not node by node: no node (or too few) has room
+    # for a whole pod
+    scattered: bool = False
+
+    def phrase(self) -> str:
+        state = self.state
+        if state is MemberState.UNREACHABLE:
+            return f"{self.cluster} cannot be read"
+        if state is MemberState.BACKEND_UNAVAILABLE:
+            return f"{self.cluster} does not serve its backend"
+        if state is MemberState.CONCURRENCY_LIMIT:
+            return f"{self.cluster} is at its concurrency"
+        if state is MemberState.OVER_CLUSTER_QUOTA:
+            return f"{self.cluster} would exceed its clusterQuota of {self.short}"
+        if state is MemberState.NOT_OBSERVED:
+            return f"{self.cluster}'s capacity is not observed"
+        free = ", ".join(f"{r} {format_quantity(a)}" for r, a in self.free.items()) or "nothing"
+        if self.scattered:
+            return f"{self.cluster} has {free} free, but not on one node per pod"
+        return f"{self.cluster} has {free} free"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cluster,
+            "state": str(self.state),
+            "free": {r: format_quantity(a) for r, a in self.free.items()},
+            "short": self.short,
+            "scattered": self.scattered,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FleetBlock:
+    """A fleet queue's operation that no cluster takes this cycle (check 10):
+    ``NoClusterUnderQuota`` (every cluster is unreadable, at its concurrency or over its
+    ``clusterQuota``) or ``NoClusterHasCapacity`` (``requireCapacity``, and no cluster
+    under quota has the free capacity for the whole request)."""
+
+    queue: str
+    reason: PendingReason
+    request: Mapping[str, Decimal]
+    members: tuple[FleetMember, ...]
+
+    def admit(self) -> Admit:
+        names = tuple(m.cluster for m in self.members)
+        if self.reason is PendingReason.NO_CLUSTER_HAS_CAPACITY:
+            text = "admitted when one of its clusters has the free capacity for it"
+        else:
+            text = "admitted when one of its clusters is under its quota and concurrency"
+        return Admit(AdmitWhen.CLUSTER_HAS_ROOM, text, count=len(names))
+
+    def message(self) -> str:
+        need = ", ".join(f"{r} {format_quantity(a)}" for r, a in self.request.items())
+        head = f"needs {need or 'nothing'}" if self.request else "no cluster has room"
+        parts = "; ".join(m.phrase() for m in self.members)
+        return _joined(f"{head}: {parts}", self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "request": {r: format_quantity(a) for r, a in self.request.items()},
+            "clusters": [m.to_json() for m in self.members],
         }
 
 
@@ -738,6 +830,7 @@ BlockedBy = (
     | ConcurrencyBlock
     | MaxPodsBlock
     | QuotaBlock
+    | FleetBlock
     | LentQuotaBlock
     | BorrowingNotAllowedBlock
     | CohortLimitBlock
@@ -825,6 +918,23 @@ class QueueSummary:
     borrowed_after: Mapping[str, Decimal] = field(default_factory=dict)  # this plan applied
     lent_after: Mapping[str, Decimal] = field(default_factory=dict)
     budget: BudgetSummary | None = None
+    members: tuple[FleetSlice, ...] = ()  # a fleet queue's clusters, in choice order
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSlice:
+    """A fleet queue's share of one of its clusters, with this plan applied: its active
+    operations there, what they request, its ``clusterQuota`` for it, and the cluster's
+    free capacity on all its usable nodes (None: not observed)."""
+
+    cluster: str
+    reachable: bool
+    active: int
+    dispatching: int
+    used: Mapping[str, Decimal]
+    quota: Mapping[str, Decimal]
+    free: Mapping[str, Decimal] | None
+    nodes: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,11 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
 2. ``index_operations``: the operations by id, the candidates (the ``Queued`` ones)
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
-   and those removed from the repo;
+   and those removed from the repo; the fleet queues' usage per cluster (``fleet.py``);
 4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
-   counting each dispatch before the next candidate; then ``cohorts.borrow`` (4b): the
-   ops that fit only by borrowing from their cohort, in the same order;
+   counting each dispatch before the next candidate (check 10 chooses a fleet queue's
+   cluster); then ``cohorts.borrow`` (4b): the ops that fit only by borrowing from their
+   cohort, in the same order;
 5. ``prune``: the stops, behind the mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
@@ -24,11 +25,13 @@ from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
 
+from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
 from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
+from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     Dispatch,
     PendingReason,
@@ -66,6 +69,7 @@ def plan_dispatch(
     *,
     rejected: Collection[str] = (),
     unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
     backends: Mapping[str, frozenset[str]] | None = None,
     cohorts: Mapping[str, CohortSpec] | None = None,
     ledger: Iterable[LedgerEntry] = (),
@@ -81,6 +85,8 @@ def plan_dispatch(
     ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
     ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
     ``ledger``: the finished runs, for what budgeted queues spent in their window (check 11).
+    ``capacity`` is the free capacity observed per cluster, for the fleet queues' choice
+    of cluster (check 10); a cluster without one is not observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
     with _gc_paused():
@@ -93,6 +99,7 @@ def plan_dispatch(
             now,
             rejected,
             frozenset(unreachable),
+            capacity or {},
             backends or {},
             cohorts or {},
             ledger,
@@ -106,6 +113,7 @@ def plan_repo(
     *,
     superseded: Collection[str] = (),
     unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
     backends: Mapping[str, frozenset[str]] | None = None,
     ledger: Iterable[LedgerEntry] = (),
 ) -> Plan:
@@ -124,6 +132,7 @@ def plan_repo(
         now,
         rejected=repo.never_pruned(observed) | frozenset(superseded),
         unreachable=unreachable,
+        capacity=capacity,
         backends=backends,
         cohorts=repo.cohorts,
         ledger=ledger,
@@ -157,6 +166,7 @@ def _plan(
     now: datetime,
     rejected: Collection[str],
     unreachable: frozenset[str],
+    capacity: Mapping[str, ClusterCapacity],
     backends: Mapping[str, frozenset[str]],
     cohorts: Mapping[str, CohortSpec],
     ledger: Iterable[LedgerEntry],
@@ -170,17 +180,20 @@ def _plan(
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
+    fleet = FleetState(queues, capacity, unreachable, backends)
+    if fleet:
+        fleet.count(seen, ops)
     if cohorts or any(q.spec.cohort for q in qstate.values()):
         join_cohorts(qstate, cohorts, ops, seen, now)
     # 4. Checks 0..11 for each candidate, queues in priority order, then by name; then
     # (4b) the ops that fit only by borrowing from their cohort, in the same order.
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
-    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends)
-    dispatch.extend(borrow(order, counters, now))
+    dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends, fleet)
+    dispatch.extend(borrow(order, counters, now, fleet))
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
     # 6. Explain every pending op against the final counters (this plan applied).
-    pending, summaries = explain(order)
+    pending, summaries = explain(order, fleet)
     return Plan(
         dispatch=tuple(dispatch),
         pending=tuple(pending),
@@ -322,6 +335,7 @@ def admit(
     counters: Counters,
     unreachable: frozenset[str],
     backends: Mapping[str, frozenset[str]] | None = None,
+    fleet: FleetState | None = None,
 ) -> list[Dispatch]:
     """Step 4: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order: the
     first that fails makes it pending (a tuple on its queue, see ``state.py``); one that
@@ -346,20 +360,34 @@ def admit(
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
     budget_r = PendingReason.BUDGET_EXCEEDED
+    if fleet is None:
+        fleet = FleetState({}, {}, unreachable)
 
     for q in order:
         spec = q.spec
         cands = q.candidates
         cands.sort()
         pend = q.pending.append
-        # 0: the queue's cluster could not be read (its ops are on the queue's cluster)
-        if spec.cluster in unreachable:
+        # 0: the queue's cluster could not be read (its ops are on the queue's cluster; a
+        # fleet queue's: on one of its clusters, chosen in 10)
+        members = spec.clusters
+        if (
+            spec.cluster in unreachable
+            if not members
+            else all(name in unreachable for name in members)
+        ):
             for cand in cands:
                 pend((cand[4], cand[5], unreachable_r, None))
             continue
         # (0, continued) ... and serves each op's optional backend (a CRD): the ops that
-        # need one it does not serve wait; the others go on
-        served = served_by.get(spec.cluster, _NONE)
+        # need one it does not serve wait; the others go on (a fleet queue: one of its
+        # readable clusters serves it; check 10 chooses among those that do)
+        if not members:
+            served = served_by.get(spec.cluster, _NONE)
+        else:
+            served = frozenset().union(
+                *(served_by.get(m, _NONE) for m in members if m not in unreachable)
+            )
         if any(c[5].distributed is not None for c in cands):
             kept = []
             for cand in cands:
@@ -475,29 +503,44 @@ def admit(
                 if w.limit is not None and w.active >= w.limit:
                     pend((oid, op, wf_r, w))
                     continue
-            # 10: cluster concurrency
-            c = home_cluster if op.cluster == home_name else cluster(op.cluster)
-            if c.limit is not None and c.active >= c.limit:
-                pend((oid, op, cluster_r, c))
-                if strict:
-                    head = (oid, cluster_r)
-                continue
-            # 11: the queue's budget: spent + committed + its reservation <= limit
+            # 10: the cluster: its concurrency; a fleet queue chooses one (fleet.py)
+            target = op.cluster
+            if not members:
+                c = home_cluster if target == home_name else cluster(target)
+                if c.limit is not None and c.active >= c.limit:
+                    pend((oid, op, cluster_r, c))
+                    if strict:
+                        head = (oid, cluster_r)
+                    continue
+            else:
+                choice = fleet.choose(spec, op, counters)
+                if choice.cluster is None:
+                    reason = choice.reason or cluster_r
+                    pend((oid, op, reason, choice.members))
+                    if strict:
+                        head = (oid, reason)
+                    continue
+                target = choice.cluster
+                c = cluster(target)
+            # 11: the queue's budget: spent + committed + its reservation <= limit, at the
+            # prices of the cluster it goes to
             if budget is not None:
-                rate, reserve, timeout = budget.reservation(op)
+                rate, reserve, timeout = budget.reservation(op, target)
                 if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
                     pend((oid, op, budget_r, reserve))
                     if strict:
                         head = (oid, budget_r)
                     continue
                 budget.hold_dispatch(rate, reserve, timeout)
+            if members:
+                fleet.take(spec, op, target)
             # Admitted: count it before the next candidate.
             q.hold(oid, req, op.replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
                 w.hold(oid)
-            append_dispatch(Dispatch(oid, qname, op.cluster))
+            append_dispatch(Dispatch(oid, qname, target))
     return dispatch
 
 

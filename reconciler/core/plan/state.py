@@ -17,6 +17,8 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
 - ``QuotaExceeded``, ``WaitingForLentQuota``, ``CohortLimit``: ``(resource index, request
   in units)``; ``BorrowingNotAllowed``: the same and the op's timeout in seconds (or None);
 - ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``;
+- ``NoClusterUnderQuota``, ``NoClusterHasCapacity``: the ``FleetMember`` tuple (check 10;
+  step 6 recomputes it with the whole plan applied);
 - ``BudgetExceeded``: the reservation (a ``Decimal`` in the budget's unit).
 """
 
@@ -210,14 +212,18 @@ class BudgetTrack:
             )
         return hourly_rate(requests, prices, self.window.budget.hours_of)
 
-    def reservation(self, op: CompiledOperation) -> tuple[Decimal, Decimal, int]:
-        """(hourly rate, reservation, timeout seconds) of dispatching ``op`` now."""
+    def reservation(
+        self, op: CompiledOperation, cluster: str | None = None
+    ) -> tuple[Decimal, Decimal, int]:
+        """(hourly rate, reservation, timeout seconds) of dispatching ``op`` now to
+        ``cluster`` (its own by default; a fleet queue's: the one check 10 chose), at that
+        cluster's prices."""
         timeout = op.timeout if op.timeout is not None else self.queue.default_timeout
         if timeout is None:
             raise PlanInputError(
                 f"operation {op.id} has no timeout, but its queue {self.queue.name} has a budget"
             )
-        rate = self.rate(op.requests, op.cluster)
+        rate = self.rate(op.requests, op.cluster if cluster is None else cluster)
         return rate, rate * Decimal(timeout) / Decimal(3600), timeout
 
     def hold_active(

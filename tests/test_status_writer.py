@@ -1,0 +1,138 @@
+"""The status writer in the background (``StatusPublisher(background=True)``): the cycle
+hands its result over and goes on; results coalesce while a write is in progress; a
+result left from before a lost Lease is dropped; ``close`` writes the last one."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import replace
+
+from conftest import TEMPLATE
+
+from reconciler.adapters.clock import SystemClock
+from reconciler.adapters.kube import Kube, KubeError
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.status import CONFIG_FILE, read_status
+from reconciler.core.types import ClusterSpec, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.service import Runtime
+from reconciler.runtime.status import StatusPublisher
+
+
+def _unreachable(spec: ClusterSpec) -> Kube:
+    raise KubeError(f"cluster {spec.name} is not there in a unit test")
+
+
+class GatedBranch:
+    """A status branch whose writes wait for ``gate`` (a slow push)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.messages: list[str] = []
+        self.gate = threading.Event()
+        self.entered = threading.Event()
+
+    def read(self) -> dict[str, bytes]:
+        return dict(self.files)
+
+    def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        for path, content in changes.items():
+            if content is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = content
+        self.messages.append(message)
+        return f"sha{len(self.messages)}"
+
+    def applied(self) -> str:
+        config = read_status(self.files).config
+        assert config is not None
+        return config.applied
+
+
+def _results(count: int) -> list[CycleResult]:
+    """``count`` cycles, each with a config commit of its own (so each status differs)."""
+    base = snapshot_worktree(TEMPLATE)
+    feed = iter(replace(base, version=f"c{i}") for i in range(count))
+
+    def source() -> RepoSnapshot:
+        return next(feed)
+
+    rec = Reconciler(source, _unreachable, SystemClock(), watch=False)
+    return [rec.run_once() for _ in range(count)]
+
+
+def test_the_cycle_does_not_wait_for_the_write_and_results_coalesce() -> None:
+    results = _results(4)
+    branch = GatedBranch()
+    publisher = StatusPublisher(branch, background=True)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    try:
+        runtime.on_cycle(results[0])
+        assert branch.entered.wait(30)  # the writer is in the push of c0, held there
+        for later in results[1:]:
+            runtime.on_cycle(later)  # returns at once: the write of c0 is still held
+        assert runtime.completed is results[3] and branch.messages == []
+        branch.gate.set()
+        assert publisher.flush(30)
+        # c1 and c2 were superseded before they were written: two commits, the newest last
+        assert len(branch.messages) == 2 and publisher.commits == 2
+        assert publisher.put_off == 2
+        assert branch.applied() == "c3"
+    finally:
+        branch.gate.set()
+        assert publisher.close(30)
+
+
+def test_close_writes_the_last_result_without_waiting_for_the_cadence() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(branch, background=True, min_interval=3600.0)  # type: ignore[arg-type]
+    publisher.publish(first)
+    assert publisher.flush(30) and branch.applied() == "c0"
+    publisher.publish(second)  # due in an hour
+    assert not publisher.flush(0.3) and branch.applied() == "c0"
+    assert publisher.close(30)
+    assert branch.applied() == "c1" and len(branch.messages) == 2
+    publisher.publish(first)  # after close: nothing more is written
+    assert branch.applied() == "c1"
+
+
+def test_a_result_from_before_a_lost_lease_is_dropped() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    leading = {"now": True}
+    publisher = StatusPublisher(
+        branch,  # type: ignore[arg-type]
+        background=True,
+        is_leader=lambda: leading["now"],
+    )
+    publisher.publish(first)
+    assert publisher.flush(30) and branch.applied() == "c0"
+    leading["now"] = False
+    publisher.publish(second)
+    assert publisher.close(30)
+    assert branch.applied() == "c0" and len(branch.messages) == 1
+    assert CONFIG_FILE in branch.files
+
+
+def test_a_failed_write_is_counted_by_the_runtime() -> None:
+    from reconciler.adapters.git import GitSyncError
+
+    (result,) = _results(1)
+
+    class Refusing(GatedBranch):
+        def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+            raise GitSyncError("push refused by a hook")
+
+    publisher = StatusPublisher(Refusing(), background=True)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    runtime.on_cycle(result)
+    assert publisher.close(30)
+    assert publisher.last_error == "push refused by a hook"
+    assert runtime.metrics.git_sync_errors._value.get() == 1
