@@ -2,7 +2,7 @@
 
     python bench/_dispatcher.py raw|reconciler --kubeconfig K --namespace NS -n N
         [-w W] [--interval S] [--duration 1h] [--gpus G] [--quota-gpus C]
-        [--kueue-queue Q]
+        [--kueue-queue Q] [--events]
 
 Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 ``ready`` once prepared; on ``go`` it dispatches, says ``dispatched`` (with the
@@ -13,7 +13,9 @@ Protocol on stdin/stdout (one JSON object a line out, one word a line in):
   ``kueue.x-k8s.io/queue-name`` label, for Kueue to admit.
 - reconciler: ``Reconciler.run_once`` cycles over a config repo of the same operations
   (one queue; ``--quota-gpus`` gives it a GPU quota) until all are dispatched, then every
-  ``--interval`` seconds until ``stop``, as ``reconciler run`` would.
+  ``--interval`` seconds until ``stop``. With ``--events``, ``reconciler run``'s loop
+  instead: a cycle when a Job's run ends (debounced 0.2 s), every 10 s as the fallback,
+  status written to the repo's status branch at its cadence.
 """
 
 from __future__ import annotations
@@ -38,7 +40,9 @@ from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
 from reconciler.core.render import render_operation
 from reconciler.core.types import ClusterSpec
-from reconciler.runtime.cycle import Reconciler
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.loop import DEFAULT_MIN_GAP, Wakeup, run_forever
+from reconciler.runtime.service import make_runtime
 
 
 def say(event: str, **fields: Any) -> None:
@@ -105,6 +109,9 @@ def run_raw(args: argparse.Namespace, work: Path, commands: Commands) -> None:
 
 
 def run_reconciler(args: argparse.Namespace, work: Path, commands: Commands) -> None:
+    if args.events:
+        run_reconciler_on_events(args, work, commands)
+        return
     repo = write_repo(
         work / "repo",
         args.kubeconfig,
@@ -144,6 +151,60 @@ def run_reconciler(args: argparse.Namespace, work: Path, commands: Commands) -> 
         reconciler.close()
 
 
+def run_reconciler_on_events(args: argparse.Namespace, work: Path, commands: Commands) -> None:
+    """What ``reconciler run`` does: a cycle when a Job's run ends (debounced 0.2 s), the
+    interval (10 s) as the fallback, status on the repo's status branch at its cadence."""
+    repo = write_repo(
+        work / "repo",
+        args.kubeconfig,
+        args.n,
+        args.namespace,
+        duration=args.duration,
+        gpus=args.gpus,
+        quota_gpus=args.quota_gpus,
+    )
+    interval = 10.0
+    wake = Wakeup()
+    runtime = make_runtime(
+        str(repo),
+        "main",
+        {},
+        cache_dir=work / "cache",
+        wakeup=wake,
+        status_interval=interval,
+        fetch_interval=interval,
+        status_background=True,  # as `reconciler run`: the status written by a thread of its own
+    )
+    say("ready")
+    commands.go.wait()
+    stop = threading.Event()
+    dispatched = 0
+    cycles = 0
+
+    def on_cycle(result: CycleResult) -> None:
+        nonlocal dispatched, cycles
+        runtime.on_cycle(result)
+        cycles += 1
+        before = dispatched
+        dispatched += len(result.dispatched) + len(result.adopted)
+        if before < args.n <= dispatched:
+            say("dispatched", at=time.monotonic(), count=dispatched, cycles=cycles)
+
+    loop = threading.Thread(
+        target=run_forever,
+        args=(runtime.reconciler, interval, stop, on_cycle, wake),
+        kwargs={"min_gap": DEFAULT_MIN_GAP},
+        daemon=True,
+    )
+    loop.start()
+    commands.stop.wait()
+    stop.set()
+    wake.interrupt()
+    loop.join(timeout=30)
+    runtime.close(timeout=30.0)
+    runtime.reconciler.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("side", choices=("raw", "reconciler"))
@@ -156,6 +217,11 @@ def main() -> None:
     parser.add_argument("--gpus", type=int, default=0)
     parser.add_argument("--quota-gpus", type=int, default=0)
     parser.add_argument("--kueue-queue", default="")
+    parser.add_argument(
+        "--events",
+        action="store_true",
+        help="reconciler: `reconciler run`'s loop (cycles on events)",
+    )
     args = parser.parse_args()
     commands = Commands()
     work = Path(tempfile.mkdtemp(prefix=f"dispatch-{args.side}-"))

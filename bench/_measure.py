@@ -527,6 +527,7 @@ class RunSpec:
     quota_gpus: int = 0  # the reconciler queue's quota (binding case)
     kueue_queue: str = ""  # create suspended, labelled for this LocalQueue
     until: str = "running"  # running | finished (the binding case)
+    events: bool = False  # the reconciler runs `reconciler run`'s loop (cycles on events)
     timeout: float = 600.0
     namespace: str = "bench"
 
@@ -575,6 +576,8 @@ def run_side(
         ]
         if spec.kueue_queue:
             argv += ["--kueue-queue", spec.kueue_queue]
+        if spec.events:
+            argv.append("--events")
         dispatcher = Dispatcher(argv, work / "dispatcher.log")
         dispatcher.wait_ready()
         watcher = Watcher(api, spec.namespace)

@@ -22,6 +22,7 @@ figures of each and, last, the ratio b/a (goal >= 0.8).
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 import tempfile
@@ -33,6 +34,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _measure import read_busy_seconds, read_pid_seconds, read_tree_seconds
 from _repo import write_repo
 
 from reconciler.adapters.clock import SystemClock
@@ -43,7 +45,7 @@ from reconciler.core.render import render_operation
 from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
 from reconciler.devcluster.shape import NodePool
-from reconciler.runtime import cycle
+from reconciler.runtime import cycle, informer
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import Wakeup, run_forever
 from reconciler.runtime.service import make_runtime
@@ -76,21 +78,113 @@ def _timed_compile(*args: Any, **kwargs: Any) -> Any:
         COMPILES.append(time.perf_counter() - started)
 
 
+WAIT = "reconciler: end seen → its cycle starts (debounce, cycle in progress)"
+PREPARE = "reconciler: cycle starts → next Job's create sent (read, decide, render)"
+POST = "reconciler: create sent → its response (apiserver, etcd)"
+WATCH = "create's response → the watcher sees the Job (watch delivery)"
+REACT = "reconciler's end seen → next Job seen created (the four above)"
+STAGES = (
+    ("Job created → pod created (Job controller)", "created", "pod_created"),
+    ("pod created → pod bound (scheduler)", "pod_created", "bound"),
+    ("pod bound → pod Running (kwok pod-started, 0.2 s)", "bound", "running"),
+    ("pod Running → pod Succeeded (kwok, D)", "running", "pod_done"),
+    ("pod Succeeded → Job SuccessCriteriaMet (Job controller)", "pod_done", "ended"),
+    ("Job ended → the reconciler's watch sees it", "ended", "observed"),
+)
+
+
+def _quantiles(values: list[float]) -> tuple[float, float]:
+    ordered = sorted(values)
+    return statistics.median(ordered), ordered[int(0.9 * (len(ordered) - 1))]
+
+
 class Timeline:
-    """When an independent watcher (not the reconciler) first saw each Job created, its
-    pod Running, its pod finished and the Job ended (a terminal condition), in one
-    namespace: where a slot's time goes."""
+    """When an independent watcher (not the reconciler) first saw each Job created, its pod
+    created, bound, Running and finished, and the Job ended (its first terminal condition,
+    what the reconciler counts); and when the reconciler's own Job watch saw that end
+    (``observed``, its informer's trigger) and when its cycles ran. In one namespace,
+    ``time.perf_counter()`` seconds: where a slot's time goes."""
 
     def __init__(self, kube: Kube, namespace: str) -> None:
         self.namespace = namespace
         self.created: dict[str, float] = {}
+        self.pod_created: dict[str, float] = {}
+        self.bound: dict[str, float] = {}
         self.running: dict[str, float] = {}
         self.pod_done: dict[str, float] = {}
         self.ended: dict[str, float] = {}
+        self.observed: dict[str, float] = {}  # the reconciler's informer saw the end
+        self.cycles: list[tuple[float, float, int]] = []  # start, end, dispatched
+        self.sent: dict[str, float] = {}  # the reconciler sent the Job's create
+        self.returned: dict[str, float] = {}  # its create's response came back
         self.halt = threading.Event()
+        self._lock = threading.Lock()
         for kind in ("Job", "Pod"):
             version = kube.list_managed(kind).resource_version
             threading.Thread(target=self._watch, args=(kube, kind, version), daemon=True).start()
+
+    def hook(self, reconciler: Reconciler) -> None:
+        """Time the reconciler's side: the watch events its informers take as a run's end
+        (``event_trigger`` wrapped) and each cycle (``run_once`` wrapped)."""
+        inner_trigger = informer.event_trigger
+
+        def trigger(kind: str, event_type: str, before: Any, after: Any) -> Any:
+            found = inner_trigger(kind, event_type, before, after)
+            if found is not None and kind == "Job" and after is not None:
+                meta = after.get("metadata") or {}
+                if meta.get("namespace") == self.namespace:
+                    with self._lock:
+                        self.observed.setdefault(str(meta.get("name")), time.perf_counter())
+            return found
+
+        informer.event_trigger = trigger  # type: ignore[assignment]
+        inner_run = reconciler.run_once
+
+        def run_once() -> CycleResult:
+            started = time.perf_counter()
+            result = inner_run()
+            with self._lock:
+                self.cycles.append((started, time.perf_counter(), len(result.dispatched)))
+            return result
+
+        reconciler.run_once = run_once  # type: ignore[method-assign]
+        inner_create = Kube.create_or_adopt
+
+        def create_or_adopt(kube: Kube, manifest: Any) -> Any:
+            name = str(manifest["metadata"]["name"])
+            sent = time.perf_counter()
+            try:
+                return inner_create(kube, manifest)
+            finally:
+                with self._lock:
+                    self.sent.setdefault(name, sent)
+                    self.returned.setdefault(name, time.perf_counter())
+
+        Kube.create_or_adopt = create_or_adopt  # type: ignore[method-assign]
+
+    def unhook(self) -> None:
+        informer.event_trigger = EVENT_TRIGGER
+        Kube.create_or_adopt = CREATE_OR_ADOPT  # type: ignore[method-assign]
+
+    def dump(self, path: Path) -> None:
+        """Every time recorded, as JSON (seconds on one clock), for a closer look."""
+        with self._lock:
+            data = {
+                name: getattr(self, name)
+                for name in (
+                    "created",
+                    "pod_created",
+                    "bound",
+                    "running",
+                    "pod_done",
+                    "ended",
+                    "observed",
+                    "sent",
+                    "returned",
+                )
+            }
+            data["cycles"] = self.cycles
+        path.write_text(json.dumps(data))
 
     def _watch(self, kube: Kube, kind: str, version: str) -> None:
         while not self.halt.is_set():
@@ -108,12 +202,16 @@ class Timeline:
                         self.created.setdefault(name, now)
                         if any(
                             c.get("status") == "True"
-                            and c.get("type") in ("SuccessCriteriaMet", "Complete", "Failed")
+                            and c.get("type")
+                            in ("SuccessCriteriaMet", "FailureTarget", "Complete", "Failed")
                             for c in status.get("conditions") or []
                         ):
                             self.ended.setdefault(name, now)
                     else:
                         job = str((meta.get("labels") or {}).get("job-name"))
+                        self.pod_created.setdefault(job, now)
+                        if (obj.get("spec") or {}).get("nodeName"):
+                            self.bound.setdefault(job, now)
                         if status.get("phase") == "Running":
                             self.running.setdefault(job, now)
                         if status.get("phase") in ("Succeeded", "Failed"):
@@ -123,29 +221,68 @@ class Timeline:
             except KubeError:
                 time.sleep(0.2)
 
+    def stages(self, concurrency: int) -> list[tuple[str, list[float]]]:
+        """Each stage of a slot's cycle, its seconds per Job. A queue at its limit creates
+        its k-th Job (after the first ``concurrency``) when a slot frees: the reconciler's
+        stages pair the k-th creation with the k-th end it observed, both in time order,
+        and split that by the first cycle that started after the end was observed."""
+        with self._lock:
+            observed = dict(self.observed)
+            cycles = list(self.cycles)
+        found: list[tuple[str, list[float]]] = []
+        for label, a, b in STAGES:
+            before, after = getattr(self, a), observed if b == "observed" else getattr(self, b)
+            found.append((label, [after[n] - before[n] for n in before if n in after]))
+        # with no triggers (poll mode) the reconciler sees an end at its next cycle's read:
+        # pair the creates with the ends as the watcher saw them
+        ends = sorted((observed or self.ended).values())
+        creates = sorted(self.created.items(), key=lambda item: item[1])[concurrency:]
+        starts = sorted(c[0] for c in cycles)
+        waits, prepare, post, watch = [], [], [], []
+        for end, (name, create) in zip(ends, creates, strict=False):
+            start = next((s for s in starts if s >= end), None)
+            sent, back = self.sent.get(name), self.returned.get(name)
+            if start is not None and sent is not None and back is not None and start <= sent:
+                waits.append(start - end)
+                prepare.append(sent - start)
+                post.append(back - sent)
+                watch.append(create - back)
+        found.append((WAIT, waits))
+        found.append((PREPARE, prepare))
+        found.append((POST, post))
+        found.append((WATCH, watch))
+        found.append((REACT, [c - e for e, (_n, c) in zip(ends, creates, strict=False)]))
+        return found
+
     def report(self, concurrency: int) -> str:
-        """Medians of each stage of a slot's cycle. A queue at its limit creates its k-th Job
-        (after the first ``concurrency``) when a slot frees: the reaction time pairs the
-        k-th creation with the (k - concurrency)-th end, both in time order."""
-
-        def med(values: list[float]) -> str:
-            return f"{statistics.median(values):.2f} s" if values else "n/a"
-
-        def stage(a: dict[str, float], b: dict[str, float]) -> list[float]:
-            return [b[n] - a[n] for n in a if n in b]
-
-        ends = sorted(self.ended.values())
-        creates = sorted(self.created.values())[concurrency:]
-        reaction = [c - e for c, e in zip(creates, ends, strict=False)]
-        return (
-            f"created to pod Running {med(stage(self.created, self.running))}, "
-            f"Running to pod finished {med(stage(self.running, self.pod_done))}, "
-            f"pod finished to Job ended {med(stage(self.pod_done, self.ended))}, "
-            f"Job ended to the next Job created {med(reaction)} "
-            f"(p90 {sorted(reaction)[int(0.9 * (len(reaction) - 1))]:.2f} s)"
-            if reaction
-            else "no slot was reused"
-        )
+        """The stages as a table: median and p90, seconds."""
+        lines = []
+        for label, values in self.stages(concurrency):
+            if values:
+                p50, p90 = _quantiles(values)
+                lines.append(f"      {label:<72} {p50:6.2f} s  p90 {p90:6.2f} s  (n={len(values)})")
+            else:
+                lines.append(f"      {label:<72}    n/a")
+        created = sorted(self.created.values())
+        if len(created) > concurrency:
+            waves = [
+                f"{created[min(k, len(created)) - 1] - created[0]:.1f} s"
+                for k in range(concurrency, len(created) + concurrency, concurrency)
+            ]
+            lines.append(
+                f"      the {concurrency}th, {2 * concurrency}th, … Job created at: "
+                + ", ".join(waves)
+            )
+        with self._lock:
+            cycles = list(self.cycles)
+        if cycles:
+            lengths = [e - s for s, e, _n in cycles]
+            p50, p90 = _quantiles(lengths)
+            lines.append(
+                f"      cycles: {len(cycles)}, length {p50:.2f} s p50, {p90:.2f} s p90, "
+                f"max {max(lengths):.2f} s"
+            )
+        return "\n".join(lines)
 
 
 @dataclass
@@ -180,7 +317,7 @@ class Binding:
 def binding(
     args: argparse.Namespace,
     work: Path,
-    kubeconfig: Path,
+    cluster: DevCluster,
     mode: str,
 ) -> float:
     """(c) in one mode: ``poll``, a cycle every ``--interval`` s (what the reconciler did
@@ -188,6 +325,7 @@ def binding(
     Job ends (``--debounce``), the interval (``--events-interval``) as the fallback. The
     ratio of dispatches per second to the ceiling C/D."""
     namespace = f"bench-{mode}"
+    kubeconfig = cluster.kubeconfig
     limited = write_repo(
         work / f"limited-{mode}",
         kubeconfig,
@@ -210,10 +348,17 @@ def binding(
         wakeup=wake,
         status_interval=min(interval, 10.0),
         fetch_interval=interval,
+        status_background=True,  # as `reconciler run`: the status written by a thread of its own
     )
     reconciler = runtime.reconciler
     steps = time_steps(reconciler)
     timeline = Timeline(Kube(connect(kubeconfig)), namespace)
+    timeline.hook(reconciler)
+    busy_before, load_before = read_busy_seconds(), os.getloadavg()[0]
+    pids = {p.name: p.pid for p in cluster.processes()}
+    cpu_before = {name: read_tree_seconds(pid) for name, pid in pids.items()}
+    ours = "this process (reconciler, watcher)"  # not its tree: the cluster is its children
+    cpu_before[ours] = read_pid_seconds(os.getpid()) or 0.0
     run = Binding(args.m, args.concurrency)
     stop = threading.Event()
     prefix = f"{namespace}/"
@@ -231,6 +376,15 @@ def binding(
         run_forever(reconciler, interval, stop, on_cycle, wake, min_gap=interval)
         pace = f"a cycle every {interval} s"
     all_done = time.perf_counter() - run.started
+    runtime.close(timeout=30.0)  # the last status write, as `reconciler run` at shutdown
+    busy_seconds = read_busy_seconds() - busy_before
+    busy = busy_seconds / all_done
+    cpu = {name: read_tree_seconds(pid) - cpu_before[name] for name, pid in pids.items()}
+    cpu[ours] = (read_pid_seconds(os.getpid()) or 0.0) - cpu_before[ours]
+    cpu["every other process on the machine"] = busy_seconds - sum(cpu.values())
+    timeline.unhook()
+    if args.dump:  # one file per mode: FILE-poll.json, FILE-events.json
+        timeline.dump(args.dump.with_name(f"{args.dump.stem}-{mode}{args.dump.suffix}"))
     reconciler.close()
     cycle.decide = DECIDE  # type: ignore[assignment]  # unwrapped (time_steps)
     ceiling = args.concurrency / args.duration
@@ -256,13 +410,48 @@ def binding(
         flush=True,
     )
     timeline.halt.set()
-    print(f"    a slot's cycle (medians): {timeline.report(args.concurrency)}", flush=True)
+    print(
+        f"    machine: load average {load_before:.1f} → {os.getloadavg()[0]:.1f}, CPU busy "
+        f"{busy:.2f} of {os.cpu_count()} cores (/proc/stat, every process)",
+        flush=True,
+    )
+    shares = ", ".join(f"{name} {seconds / all_done:.2f}" for name, seconds in cpu.items())
+    print(f"    cores used, by process: {shares}", flush=True)
+    print("    a slot's cycle, per Job (median, p90):", flush=True)
+    print(timeline.report(args.concurrency), flush=True)
+    print(f"    {implied(timeline, args)}", flush=True)
     spent = ", ".join(f"{name} {seconds:.1f} s" for name, seconds in steps.items())
     print(f"    where the cycles' time went: {spent}; {status}", flush=True)
     return rate / ceiling
 
 
 DECIDE = cycle.decide
+EVENT_TRIGGER = informer.event_trigger
+CREATE_OR_ADOPT = Kube.create_or_adopt
+
+
+def implied(timeline: Timeline, args: argparse.Namespace) -> str:
+    """The ratio the measured overheads allow. A slot is busy from its Job's create to the
+    next Job's create: the sum of the stages' medians, D + overhead o. Steady state gives
+    D / (D + o); this bench's figure is M over the time of the last create, the first wave
+    plus (M/C - 1) slots: M / (wave + (M/C - 1)(D + o)) / (C/D)."""
+    medians = {
+        label: statistics.median(values)
+        for label, values in timeline.stages(args.concurrency)
+        if values
+    }
+    slot = sum(medians.get(label, 0.0) for label, _a, _b in STAGES) + medians.get(REACT, 0.0)
+    first = sorted(timeline.created.values())
+    wave = first[args.concurrency - 1] - first[0] if len(first) >= args.concurrency else 0.0
+    d = float(args.duration)
+    waves = args.m / args.concurrency - 1
+    steady = d / slot if slot else 0.0
+    bench = args.m / (wave + waves * slot) / (args.concurrency / d) if slot else 0.0
+    return (
+        f"a slot (sum of the medians) {slot:.2f} s = D {d:g} s + overhead {slot - d:.2f} s: "
+        f"steady state D/(D+o) = {steady:.2f}; this bench's figure, M/(first wave "
+        f"{wave:.1f} s + {waves:g} slots)/(C/D) = {bench:.2f}"
+    )
 
 
 def time_steps(reconciler: Reconciler) -> dict[str, float]:
@@ -312,6 +501,9 @@ def main() -> None:
         "--events-interval", type=float, default=10.0, help="the fallback interval (events)"
     )
     parser.add_argument("--debounce", type=float, default=0.2, help="seconds (events mode)")
+    parser.add_argument(
+        "--dump", type=Path, default=None, help="the stages' times, as JSON (one file per mode)"
+    )
     parser.add_argument("--binding-only", action="store_true", help="run only (c)")
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
@@ -392,7 +584,7 @@ def main() -> None:
             print(f"    settled in {settle(kube, 'bench-rec', args.n):.0f} s", flush=True)
 
         for mode in args.binding:
-            binding(args, work, cluster.kubeconfig, mode)
+            binding(args, work, cluster, mode)
         print(f"load average at end: {os.getloadavg()[0]:.1f}")
         if raw_rate:
             print(f"ratio b/a: {rec_rate / raw_rate:.2f} (goal >= 0.8)")

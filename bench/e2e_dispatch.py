@@ -17,9 +17,11 @@ operation, then last the ratios reconciler/raw per pair: median and spread.
 
 ``--binding`` adds the binding case on one more cluster: M operations of D seconds each
 asking one GPU, under a queue with a quota of C GPUs; admissions per second against C/D.
+The reconciler runs as ``reconciler run`` does, cycles on events (``--binding-mode poll``:
+a cycle every 0.5 s, as before cycles ran on events).
 
     PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--pairs 5] [-w 8]
-        [--binding -m 400 -c 100 -d 10] [--keep]
+        [--binding -m 400 -c 100 -d 10 [--binding-mode events|poll]] [--keep]
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ def binding_spec(args: argparse.Namespace) -> m.RunSpec:
         quota_gpus=args.concurrency,
         until="finished",
         timeout=args.timeout,
+        events=args.binding_mode == "events",
     )
 
 
@@ -90,6 +93,13 @@ def main() -> None:
     parser.add_argument("-m", type=int, default=400, help="ops in the binding case")
     parser.add_argument("-c", "--concurrency", type=int, default=100, help="GPU quota")
     parser.add_argument("-d", "--duration", type=int, default=10, help="seconds per op")
+    parser.add_argument(
+        "--binding-mode",
+        choices=("events", "poll"),
+        default="events",
+        help="the binding case's reconciler: `reconciler run`'s loop (cycles on events), "
+        "or a cycle every 0.5 s",
+    )
     parser.add_argument("--keep", action="store_true", help="leave each dev cluster running")
     args = parser.parse_args()
     m.say(

@@ -20,6 +20,7 @@ import click
 import yaml
 
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.cli.output import plain_table
 from reconciler.core.compile import OperationResult, compile_operation, compile_repo
 from reconciler.core.explain import provenance_rows
 from reconciler.core.model import json_schemas
@@ -222,24 +223,29 @@ def _result_json(result: OperationResult, explain: bool) -> dict[str, Any]:
 
 
 def _table(op: CompiledOperation) -> None:
+    """One row per field with its value and where it came from: a rich table on a
+    terminal, plain aligned lines (never cut to a width) when piped."""
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=f"{op.id}  queue={op.queue}  cluster={op.cluster}  ns={op.namespace}")
-    table.add_column("field")
-    table.add_column("value")
-    table.add_column("source")
-    for row in provenance_rows(op):
-        table.add_row(row.field, row.value, f"{row.step}  {row.source}")
+    title = f"{op.id}  queue={op.queue}  cluster={op.cluster}  ns={op.namespace}"
+    rows = [(row.field, row.value, f"{row.step}  {row.source}") for row in provenance_rows(op)]
     if "run.replicas" not in op.provenance:
-        table.add_row("run.replicas", "1", "default")
+        rows.append(("run.replicas", "1", "default"))
     requests = ", ".join(f"{k}={format_quantity(v)}" for k, v in sorted(op.requests.items()))
     if op.replicas > 1:
         requests += f" ({op.replicas} replicas)"
-    table.caption = f"requests: {requests or 'none'}; presets: {', '.join(op.presets) or 'none'}"
+    caption = f"requests: {requests or 'none'}; presets: {', '.join(op.presets) or 'none'}"
     console = Console()
     if not console.is_terminal:
-        console = Console(width=200)
+        for line in [title, *plain_table(("field", "value", "source"), rows), caption]:
+            click.echo(line)
+        return
+    table = Table(title=title, caption=caption)
+    for column in ("field", "value", "source"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
     console.print(table)
 
 

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 
 from reconciler.adapters.kube import KubeError, connect
+from reconciler.cli.output import ProgressPrinter, counts_line, plain_table
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import Phase
 from reconciler.devcluster.build import BuildError
@@ -29,23 +30,28 @@ from reconciler.runtime.loop import Wakeup, run_forever
 TEMPLATE = Path(__file__).resolve().parents[2] / "config-repo-template"
 
 
-def queue_table(result: CycleResult) -> Table:
-    """Priority, concurrency, quota used/limit, running, waiting for capacity, pending."""
-    table = Table(title=f"config {str(result.version)[:12]}  ·  {result.at:%H:%M:%S}")
-    for column in (
-        "queue",
-        "cluster",
-        "priority",
-        "active/limit",
-        "quota used/limit",
-        "running",
-        "waiting",
-        "pending",
-        "head reason",
-    ):
-        table.add_column(column)
+QUEUE_COLUMNS = (
+    "queue",
+    "cluster",
+    "priority",
+    "active/limit",
+    "quota used/limit",
+    "running",
+    "waiting",
+    "pending",
+    "head reason",
+)
+
+
+def queue_title(result: CycleResult) -> str:
+    return f"config {str(result.version)[:12]}  ·  {result.at:%H:%M:%S}"
+
+
+def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
+    """One row per queue, in :data:`QUEUE_COLUMNS` order: priority, concurrency, quota
+    used/limit, running, waiting for capacity, pending, why its head waits."""
     if result.plan is None:
-        return table
+        return []
     running: dict[str, int] = {}
     waiting: dict[str, int] = {}
     for state in result.states.values():
@@ -55,6 +61,7 @@ def queue_table(result: CycleResult) -> Table:
             running[state.queue] = running.get(state.queue, 0) + 1
         elif state.phase is Phase.DISPATCHED:
             waiting[state.queue] = waiting.get(state.queue, 0) + 1
+    rows: list[tuple[str, ...]] = []
     for q in result.plan.queues:
         used = q.used_after or q.used
         quota = ", ".join(
@@ -62,18 +69,62 @@ def queue_table(result: CycleResult) -> Table:
             + _cohort_note(q.borrowed_after.get(r), q.lent_after.get(r))
             for r, limit in sorted(q.quota.items())
         )
-        table.add_row(
-            q.name,
-            q.cluster,
-            str(q.priority),
-            f"{q.active + q.dispatching}/{q.concurrency if q.concurrency is not None else '-'}",
-            quota or "-",
-            str(running.get(q.name, 0)),
-            str(waiting.get(q.name, 0)),
-            str(q.pending),
-            q.head_reason.value if q.head_reason else "",
+        rows.append(
+            (
+                q.name,
+                q.cluster,
+                str(q.priority),
+                f"{q.active + q.dispatching}/{q.concurrency if q.concurrency is not None else '-'}",
+                quota or "-",
+                str(running.get(q.name, 0)),
+                str(waiting.get(q.name, 0)),
+                str(q.pending),
+                q.head_reason.value if q.head_reason else "",
+            )
         )
+    return rows
+
+
+def queue_table(result: CycleResult) -> Table:
+    """The queue rows as a rich table, for a terminal."""
+    table = Table(title=queue_title(result))
+    for column in QUEUE_COLUMNS:
+        table.add_column(column)
+    for row in queue_rows(result):
+        table.add_row(*row)
     return table
+
+
+def queue_lines(result: CycleResult) -> list[str]:
+    """The queue rows as plain aligned lines, for a pipe or a log: never cut to a width."""
+    return [queue_title(result), *plain_table(QUEUE_COLUMNS, queue_rows(result), indent="  ")]
+
+
+def phase_counts(result: CycleResult | None) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for state in result.states.values() if result else ():
+        counts[state.phase.value] = counts.get(state.phase.value, 0) + 1
+    return counts
+
+
+def cycle_line(result: CycleResult) -> str:
+    """One plain line for a cycle, piped: what it did and where the operations stand."""
+    did = []
+    for verb, ops in (
+        ("dispatched", result.dispatched),
+        ("adopted", result.adopted),
+        ("stopped", result.stopped),
+        ("failed", tuple(result.failed)),
+    ):
+        if ops:
+            shown = ", ".join(ops[:4]) + (f" and {len(ops) - 4} more" if len(ops) > 4 else "")
+            did.append(f"{verb} {len(ops)} ({shown})")
+    pending = len(result.plan.pending) if result.plan is not None else 0
+    return (
+        f"{result.at:%H:%M:%S} config {str(result.version)[:12]}: "
+        + ("; ".join(did) + "; " if did else "")
+        + f"operations {counts_line(phase_counts(result))}, {pending} pending"
+    )
 
 
 def _cohort_note(borrowed: Decimal | None, lent: Decimal | None) -> str:
@@ -137,7 +188,8 @@ def demo(
     """Copy the example config into a Git repo, start the dev cluster and reconcile it live."""
     from reconciler.runtime.service import make_runtime
 
-    console = Console(stderr=True)
+    console = Console()
+    errors = Console(stderr=True)
     root = workdir or Path(tempfile.mkdtemp(prefix="reconciler-demo-"))
     repo = root / "config"
     if repo.exists():
@@ -146,14 +198,16 @@ def demo(
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "example config")
-    console.print(f"config repo: {repo}")
+    say = ProgressPrinter(console)
+    say.line(f"config repo: {repo}")
 
     cluster = DevCluster(state_dir)
     try:
-        cluster.up(progress=lambda msg: console.print(f"[dim]{msg}[/dim]"))
+        with say:
+            cluster.up(progress=say.line, build_status=lambda now: say.status(now.line()))
         apply_prerequisites(connect(cluster.kubeconfig))
     except (BuildError, DevClusterError, KubeError, ApiException) as exc:
-        console.print(f"[red]error:[/red] {exc}")
+        errors.print(f"[red]error:[/red] {exc}", highlight=False)
         sys.exit(1)
 
     wake = Wakeup()  # a Job that ends dispatches the next at once
@@ -176,38 +230,58 @@ def demo(
     timer.daemon = True
     timer.start()
     outcome: dict[str, CycleResult] = {}
-    with Live(console=console, refresh_per_second=2) as live:
+    # a terminal gets the table redrawn in place; a pipe one line per cycle that changed
+    # something (a live display piped comes out as frames cut to 80 columns)
+    live = Live(console=console, refresh_per_second=2) if console.is_terminal else None
+    last_line = [""]
 
-        def on_cycle(result: CycleResult) -> None:
-            runtime.on_cycle(result)
-            outcome["last"] = result
-            for line in borrowing_lines(result):
-                live.console.print(line)
+    def on_cycle(result: CycleResult) -> None:
+        runtime.on_cycle(result)
+        outcome["last"] = result
+        for line in borrowing_lines(result):
+            say.line(line)
+        if live is not None:
             live.update(queue_table(result))
-            finished = (
-                result.plan is not None
-                and all(s.phase.finished for s in result.states.values())
-                and not result.plan.pending
-                and not result.plan.dispatch
-            )
-            if finished and not keep:
-                stop.set()
+        else:
+            line = cycle_line(result)
+            if line.partition(": ")[2] != last_line[0]:
+                last_line[0] = line.partition(": ")[2]
+                say.line(line)
+        finished = (
+            result.plan is not None
+            and all(s.phase.finished for s in result.states.values())
+            and not result.plan.pending
+            and not result.plan.dispatch
+        )
+        if finished and not keep:
+            stop.set()
 
-        with contextlib.suppress(KeyboardInterrupt):
-            run_forever(runtime.reconciler, interval, stop, on_cycle, wake)
+    with (
+        live if live is not None else contextlib.nullcontext(),
+        contextlib.suppress(KeyboardInterrupt),
+    ):
+        run_forever(runtime.reconciler, interval, stop, on_cycle, wake)
     timer.cancel()
     runtime.reconciler.close()
     last = outcome.get("last")
     done = last is not None and all(s.phase.finished for s in last.states.values())
-    counts: dict[str, int] = {}
-    for state in last.states.values() if last else ():
-        counts[state.phase.value] = counts.get(state.phase.value, 0) + 1
-    if last is not None:
+    summary = summary_lines(last, repo, cluster.logs)
+    if last is not None and console.is_terminal:
         console.print(queue_table(last))
-    console.print(f"operations: {counts}")
-    console.print(
-        f"status branch: reconciler/status in {repo} "
-        f"(`reconciler status --repo {repo}`, `git -C {repo} log reconciler/status`)"
-    )
-    console.print(f"cluster logs: {cluster.logs}; stop it with `reconciler dev-cluster down`")
+    elif last is not None:
+        for line in queue_lines(last):
+            say.line(line)
+    for line in summary:
+        say.line(line)
     sys.exit(0 if done or keep else 1)
+
+
+def summary_lines(last: CycleResult | None, repo: Path, logs: Path) -> list[str]:
+    """What the demo prints at the end, after the last queue table: the operations by
+    phase, where the status branch and the cluster logs are."""
+    return [
+        f"operations: {counts_line(phase_counts(last))}",
+        f"status branch: reconciler/status in {repo} "
+        f"(`reconciler status --repo {repo}`, `git -C {repo} log reconciler/status`)",
+        f"cluster logs: {logs}; stop it with `reconciler dev-cluster down`",
+    ]

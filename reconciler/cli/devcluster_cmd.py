@@ -7,8 +7,10 @@ import sys
 from pathlib import Path
 
 import click
+from rich.console import Console
 
-from reconciler.devcluster.build import BuildError, ensure_binaries
+from reconciler.cli.output import ProgressPrinter
+from reconciler.devcluster.build import BuildError, StatusSink, ensure_binaries
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
 from reconciler.devcluster.shape import (
     NAMED_SHAPES,
@@ -27,8 +29,14 @@ _state_dir = click.option(
 )
 
 
-def _progress(message: str) -> None:
-    click.echo(message, err=True)
+def _printer() -> ProgressPrinter:
+    """Progress on stderr: a spinner line with the build's elapsed time on a terminal,
+    plain lines (one a minute while a build runs) when stderr is piped."""
+    return ProgressPrinter(Console(stderr=True))
+
+
+def _build_status(printer: ProgressPrinter) -> StatusSink:
+    return lambda now: printer.status(now.line())
 
 
 @click.group("dev-cluster")
@@ -98,7 +106,13 @@ def up(
             pools = named_shape(named_shape_name)
         else:
             pools = default_shape(gpu_nodes, gpus_per_node, gpu_type, cpu_nodes)
-        DevCluster(state_dir).up(pools, progress=_progress, timeout=timeout)
+        with _printer() as printer:
+            DevCluster(state_dir).up(
+                pools,
+                progress=printer.line,
+                timeout=timeout,
+                build_status=_build_status(printer),
+            )
     except (ShapeError, BuildError, DevClusterError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -108,7 +122,8 @@ def up(
 def build() -> None:
     """Build (or find in the cache) etcd, kube-*, kubectl and kwok, and print their paths."""
     try:
-        binaries = ensure_binaries(progress=_progress)
+        with _printer() as printer:
+            binaries = ensure_binaries(progress=printer.line, status=_build_status(printer))
     except BuildError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)
@@ -121,7 +136,7 @@ def build() -> None:
 def down(state_dir: Path | None) -> None:
     """Stop every process that ``up`` started."""
     try:
-        survivors = DevCluster(state_dir).down(progress=_progress)
+        survivors = DevCluster(state_dir).down(progress=lambda m: click.echo(m, err=True))
     except DevClusterError as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(1)

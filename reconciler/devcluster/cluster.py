@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from reconciler.devcluster.build import Binaries, Progress, ensure_binaries
+from reconciler.devcluster.build import Binaries, Progress, StatusSink, ensure_binaries
 from reconciler.devcluster.pki import Pki, generate_pki
 from reconciler.devcluster.shape import GPU_RESOURCE, NodePool, default_shape
 
@@ -179,8 +179,10 @@ class DevCluster:
         progress: Progress = print,
         binaries: Binaries | None = None,
         timeout: float = 120.0,
+        build_status: StatusSink | None = None,
     ) -> None:
-        """Start the control plane and the node fleet. Idempotent when already running."""
+        """Start the control plane and the node fleet. Idempotent when already running.
+        ``build_status`` follows a build of the binaries (see :func:`ensure_binaries`)."""
         pools = pools if pools is not None else default_shape()
         if self.is_ready():
             progress(f"dev cluster already running ({self.kubeconfig})")
@@ -191,7 +193,7 @@ class DevCluster:
             self.down(progress)
 
         progress("[1/7] binaries")
-        bins = binaries or ensure_binaries(progress, helm=False)
+        bins = binaries or ensure_binaries(progress, helm=False, status=build_status)
         self._reset_state_dir()
         ports = {
             name: _free_port()

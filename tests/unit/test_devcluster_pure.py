@@ -149,8 +149,8 @@ def test_cached_binaries_are_where_the_build_puts_them_and_are_not_rebuilt(
 
     monkeypatch.setenv("RECONCILER_CACHE_DIR", str(tmp_path))
     where = build.cached_binaries()
-    assert where.helm == tmp_path / "bin" / f"helm-{build.HELM_VERSION}" / "helm"
-    assert where.kwok == tmp_path / "bin" / f"kwok-{build.KWOK_VERSION}" / "kwok"
+    assert where.helm.parent.name.startswith(f"helm-{build.HELM_VERSION}-")  # go/helm's hash
+    assert where.kwok.parent.name.startswith(f"kwok-{build.KWOK_VERSION}-")  # go/kwok's hash
     assert where.kubectl.parent.name.startswith(f"kubernetes-{build.KUBERNETES_VERSION}-")
     assert set(where.all()) >= {"kubectl", "helm", "kwok", "etcd"}
     # a cached binary is returned as is: go is never run
