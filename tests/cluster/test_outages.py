@@ -90,13 +90,14 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
         proc = _start(repo, dev.kubeconfig, tmp_path, "run", "--http", f"127.0.0.1:{port}")
         wait_until(lambda: len(_jobs_per_op(kube)) >= 11, timeout=90, what="the first wave")
         before = _uids(kube)
+
+        def health() -> list[tuple[object, object]]:
+            # each entry also holds what a fleet queue needs (backends served, capacity)
+            clusters = (_status_file(repo, "clusters.yaml") or {}).get("clusters") or []
+            return [(c.get("name"), c.get("reachable")) for c in clusters]  # type: ignore[union-attr]
+
         wait_until(
-            lambda: (
-                (_status_file(repo, "clusters.yaml") or {}).get("clusters")
-                == [{"name": "local", "reachable": True}]
-            ),
-            timeout=30,
-            what="cluster health in status",
+            lambda: health() == [("local", True)], timeout=30, what="cluster health in status"
         )
 
         dev.stop_component("kube-apiserver")
