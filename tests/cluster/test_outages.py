@@ -191,8 +191,12 @@ def test_git_remote_gone_and_back(
         after = _uids(kube)
         assert {op: after.get(op) for op in before} == before
         assert set(_jobs_per_op(kube).values()) == {1}
-        config = _status_file(config_repo, "config.yaml") or {}
-        assert config.get("applied") == git(config_repo, "rev-parse", "HEAD")
+        head = git(config_repo, "rev-parse", "HEAD")
+        wait_until(  # the status is written by a thread of its own, at most every interval
+            lambda: (_status_file(config_repo, "config.yaml") or {}).get("applied") == head,
+            timeout=30,
+            what="the status branch to record the commit in force",
+        )
     finally:
         if away.exists() and not config_repo.exists():
             shutil.move(away, config_repo)
