@@ -54,6 +54,7 @@ from reconciler.core.plan import (
     admit_dispatch,
 )
 from reconciler.core.plan.checks import CHECKS
+from reconciler.core.plan.planner import gc_paused
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
@@ -1072,40 +1073,43 @@ def estimate_starts(
     the ``ledger`` (what budgeted queues spent) and the free ``capacity`` observed per
     cluster (a fleet queue's choice of cluster, check 10: seen as observed now in every
     replan, docs/estimates.md)."""
-    model = DurationModel(history)
-    down = frozenset(unreachable)
-    prep = _Prepared(repo, plan)
-    entries = tuple(ledger)
-    served = backends or {}
-    results = []
-    for q in (P50, P90):
-        sim = _Sim(
-            prep,
-            plan,
-            observed,
-            starts,
-            model,
-            q,
-            now,
-            horizon,
-            down,
-            resolution,
-            served,
-            entries,
-            capacity or {},
-        )
-        sim.run()
-        results.append(sim.etas())
-    p50s, p90s = results
-    out: dict[str, StartEstimate] = {}
-    for p in plan.pending:
-        (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
-        if b.state is EtaState.AT and (
-            a.state is not EtaState.AT or (a.at is not None and b.at is not None and b.at < a.at)
-        ):
-            b = a  # the p90 is never earlier than the p50
-        out[p.operation] = StartEstimate(p.operation, p.queue, a, b, why or why90)
-    return Estimates(now, horizon, out)
+    # thousands of replans allocate while the whole repo stays alive: pause the collector
+    with gc_paused():
+        model = DurationModel(history)
+        down = frozenset(unreachable)
+        prep = _Prepared(repo, plan)
+        entries = tuple(ledger)
+        served = backends or {}
+        results = []
+        for q in (P50, P90):
+            sim = _Sim(
+                prep,
+                plan,
+                observed,
+                starts,
+                model,
+                q,
+                now,
+                horizon,
+                down,
+                resolution,
+                served,
+                entries,
+                capacity or {},
+            )
+            sim.run()
+            results.append(sim.etas())
+        p50s, p90s = results
+        out: dict[str, StartEstimate] = {}
+        for p in plan.pending:
+            (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
+            if b.state is EtaState.AT and (
+                a.state is not EtaState.AT
+                or (a.at is not None and b.at is not None and b.at < a.at)
+            ):
+                b = a  # the p90 is never earlier than the p50
+            out[p.operation] = StartEstimate(p.operation, p.queue, a, b, why or why90)
+        return Estimates(now, horizon, out)
 
 
 def starts_of(workloads: Mapping[str, WorkloadState]) -> dict[str, datetime]:

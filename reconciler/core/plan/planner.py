@@ -91,7 +91,7 @@ def plan_dispatch(
     of cluster (check 10); a cluster without one is not observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
-    with _gc_paused():
+    with gc_paused():
         return _plan(
             operations,
             queues,
@@ -146,10 +146,12 @@ _JOB = DistributedBackend.JOB
 
 
 @contextmanager
-def _gc_paused() -> Iterator[None]:
+def gc_paused() -> Iterator[None]:
     """Planning allocates a few objects per operation and keeps them all; meanwhile CPython's
     cyclic GC would rescan the whole heap (every compiled operation) several times, which
-    costs more than the planning itself. Pause it for the call; results do not depend on it."""
+    costs more than the planning itself. Pause it for the call; results do not depend on it.
+    Nests: an inner pause leaves the collector as the outer one found it (the start-time
+    estimate pauses it over all its replans)."""
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -196,7 +198,7 @@ def admit_dispatch(
     pruning and explaining: what is dispatched and why each candidate waits. For callers
     that replan many times and show no explanation (the start-time estimate,
     ``core/estimate.py``); nothing is pruned (no observed operation counts as rejected)."""
-    with _gc_paused():
+    with gc_paused():
         steps = _admit_steps(
             operations,
             queues,
