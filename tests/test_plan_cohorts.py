@@ -194,6 +194,21 @@ def test_a_lenders_op_waits_for_its_lent_quota_with_the_borrowers_end_time() -> 
     assert p.blocked_by.to_json()["endsBy"] == "2026-01-01T12:50:00Z"
 
 
+def test_the_end_time_is_said_to_the_second_rounded_up() -> None:
+    """A dispatch time read from a Job's annotation has microseconds: the latest end is
+    said to the next whole second (the message and the status record alike)."""
+    w = a_busy(teams())
+    started = NOW - timedelta(minutes=10, microseconds=-463573)  # 11:50:00.463573
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")
+    w.observe("vision/borrow", Phase.RUNNING, dispatched_at=started)
+    w.op("nlp/big", queue="team-b", gpu=4)
+    p = pending(w.plan(), "nlp/big")
+    assert isinstance(p.blocked_by, LentQuotaBlock)
+    assert p.admit.at == started + timedelta(hours=1)  # exact; only the text is rounded
+    assert "by 2026-01-01T12:50:01Z at the latest" in p.message
+    assert p.blocked_by.to_json()["endsBy"] == "2026-01-01T12:50:01Z"
+
+
 def test_the_lender_starts_when_the_borrower_finishes() -> None:
     w = a_busy(teams())
     w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")

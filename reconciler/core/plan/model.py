@@ -12,7 +12,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -581,7 +581,12 @@ class FleetBlock:
 
 
 def _utc(at: datetime) -> str:
-    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")
+    """``2026-01-01T11:00:00Z``: to the second, rounded up (a latest end time; a dispatch
+    time read from a Job's annotation has microseconds)."""
+    at = at.astimezone(UTC)
+    if at.microsecond:
+        at = at.replace(microsecond=0) + timedelta(seconds=1)
+    return at.isoformat().replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
