@@ -3,11 +3,12 @@ from the example template, pointed at the test cluster, with short simulated dur
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import yaml
 
@@ -15,6 +16,8 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect_cluster
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.types import ClusterSpec, Phase
+from reconciler.devcluster.cluster import DevCluster
+from reconciler.devcluster.shape import NodePool
 from reconciler.runtime.cycle import CycleResult, Reconciler
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,3 +98,32 @@ def active_by_queue(result: CycleResult) -> dict[str, int]:
 
 def phases(result: CycleResult) -> Mapping[str, Phase]:
     return {op: s.phase for op, s in result.states.items()}
+
+
+class SecondCluster(NamedTuple):
+    dev: DevCluster  # to stop it mid-test (an outage), or to read its kubeconfig
+    kube: Kube
+
+
+@contextlib.contextmanager
+def second_cluster(
+    workdir: Path, repo: Path, shape: tuple[NodePool, ...], name: str = "remote"
+) -> Iterator[SecondCluster]:
+    """A second dev cluster of ``shape`` under ``workdir`` with the example's prerequisites,
+    and ``clusters/<name>.yaml`` for it in ``repo`` (not committed); stopped on exit. The
+    session's cluster (``local``) is never disturbed."""
+    from kubernetes import config
+
+    from reconciler.devcluster.prerequisites import apply_prerequisites
+
+    dev = DevCluster(workdir)
+    dev.up(shape, progress=lambda _m: None)
+    try:
+        kube = Kube(config.new_client_from_config(config_file=str(dev.kubeconfig)))
+        apply_prerequisites(kube.api)
+        (repo / "clusters" / f"{name}.yaml").write_text(
+            f"kind: Cluster\nname: {name}\nkubeconfig:\n  path: {dev.kubeconfig}\ncontext: dev\n"
+        )
+        yield SecondCluster(dev, kube)
+    finally:
+        dev.down(progress=lambda _m: None)

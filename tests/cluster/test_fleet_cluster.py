@@ -10,13 +10,13 @@ from typing import Any
 import pytest
 from conftest import KubeCluster
 from helpers import wait_until
-from reconciler_env import commit_all, make_long_running, make_reconciler
+from reconciler_env import commit_all, make_long_running, make_reconciler, second_cluster
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.capacity import placement_of
 from reconciler.core.plan import FleetBlock, MemberState, PendingReason
 from reconciler.core.status import read_status, render_status
-from reconciler.devcluster.prerequisites import apply_prerequisites
+from reconciler.devcluster.shape import default_shape
 
 pytestmark = pytest.mark.cluster
 
@@ -82,21 +82,9 @@ def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
 ) -> None:
     if kube_cluster.dev is None:
         pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
-    from reconciler.devcluster.cluster import DevCluster
-    from reconciler.devcluster.shape import default_shape
-
-    second = DevCluster(tmp_path / "second")
-    second.up(
-        default_shape(gpu_nodes=1, gpus_per_node=8, gpu_type="h100", cpu_nodes=0),
-        progress=lambda _m: None,
-    )
-    try:
-        remote = Kube(KubeCluster(second.kubeconfig, second).api_client())
-        apply_prerequisites(remote.api)
+    shape = default_shape(gpu_nodes=1, gpus_per_node=8, gpu_type="h100", cpu_nodes=0)
+    with second_cluster(tmp_path / "second", config_repo, shape) as (_, remote):
         _hog(remote)
-        (config_repo / "clusters" / "remote.yaml").write_text(
-            f"kind: Cluster\nname: remote\nkubeconfig:\n  path: {second.kubeconfig}\ncontext: dev\n"
-        )
         for op in config_repo.glob("projects/*/operations/*.yaml"):
             op.unlink()  # only this test's operations
         (config_repo / "queues" / "fleet.yaml").write_text(
@@ -184,5 +172,3 @@ def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
             "vision/e-ddp",
         }
         reconciler.close()
-    finally:
-        second.down(progress=lambda _m: None)

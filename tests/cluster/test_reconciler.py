@@ -25,13 +25,13 @@ from reconciler_env import (
     commit_all,
     make_long_running,
     make_reconciler,
+    second_cluster,
 )
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.observe import ObservedReason, WorkloadState
 from reconciler.core.render import LABEL_QUEUE
 from reconciler.core.types import Phase
-from reconciler.devcluster.prerequisites import apply_prerequisites
 
 pytestmark = pytest.mark.cluster
 
@@ -324,17 +324,10 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
 ) -> None:
     if kube_cluster.dev is None:
         pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
-    from reconciler.devcluster.cluster import DevCluster
     from reconciler.devcluster.shape import default_shape
 
-    second = DevCluster(tmp_path / "second")
-    second.up(default_shape(gpu_nodes=2, cpu_nodes=0), progress=lambda _m: None)
-    try:
-        remote = Kube(KubeCluster(second.kubeconfig, second).api_client())
-        apply_prerequisites(remote.api)
-        (config_repo / "clusters" / "remote.yaml").write_text(
-            f"kind: Cluster\nname: remote\nkubeconfig:\n  path: {second.kubeconfig}\ncontext: dev\n"
-        )
+    shape = default_shape(gpu_nodes=2, cpu_nodes=0)
+    with second_cluster(tmp_path / "second", config_repo, shape) as (second, remote):
         queue = config_repo / "queues" / "team-b.yaml"
         queue.write_text(  # a cohort's queues share one cluster: team-b leaves gpu-pool
             re.sub(r"(?m)^cohort: .*\n", "", queue.read_text()).replace(
@@ -364,8 +357,6 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
         assert not any(op in down.dispatched for op in team_b)
         assert "vision/extra" in down.dispatched  # local queues go on
         assert len(kube.list_managed("Job").items) > local_before
-    finally:
-        second.down(progress=lambda _m: None)
 
 
 def test_watch_mode_replans_as_files_are_saved(
