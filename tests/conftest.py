@@ -151,6 +151,24 @@ def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
 
 
 @pytest.fixture
+def h100_remote(config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path) -> Iterator[Any]:
+    """A second dev cluster, ``remote`` in ``config_repo`` (``clusters/remote.yaml``, not
+    committed): one 8-GPU H100 node, where the session's (``local``) has A100s only. The
+    config repo's example operations are removed (uncommitted): the test writes its own."""
+    if kube_cluster.dev is None:
+        pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
+    from reconciler_env import second_cluster
+
+    from reconciler.devcluster.shape import default_shape
+
+    for op in config_repo.glob("projects/*/operations/*.yaml"):
+        op.unlink()
+    shape = default_shape(gpu_nodes=1, gpus_per_node=8, gpu_type="h100", cpu_nodes=0)
+    with second_cluster(tmp_path / "second", config_repo, shape) as second:
+        yield second.kube
+
+
+@pytest.fixture
 def template_remote(tmp_path: Path) -> Path:
     """The example config repo, one commit on main, in a bare remote."""
     import shutil

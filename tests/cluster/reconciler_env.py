@@ -6,7 +6,9 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -15,6 +17,7 @@ import yaml
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect_cluster
 from reconciler.adapters.repo import snapshot_git
+from reconciler.core.plan import AdmitWhen, PendingReason
 from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
 from reconciler.devcluster.shape import NodePool
@@ -127,3 +130,78 @@ def second_cluster(
         yield SecondCluster(dev, kube)
     finally:
         dev.down(progress=lambda _m: None)
+
+
+GPU = "nvidia.com/gpu"
+
+
+def gpu_op(
+    name: str,
+    queue: str,
+    gpus: int,
+    duration: str,
+    *,
+    timeout: str | None = None,
+    product: str | None = None,
+) -> str:
+    """An Operation file: a Job of ``gpus`` GPUs that the dev cluster's kwok stages end
+    Succeeded after ``duration``; ``product`` (``nvidia.com/gpu.product``) picks the nodes."""
+    selector = f"    nodeSelector:\n      {GPU}.product: {product}\n" if product else ""
+    return (
+        f"kind: Operation\nname: {name}\nqueue: {queue}\nrun:\n"
+        + (f"  timeout: {timeout}\n" if timeout else "")
+        + "  container:\n    command: [python, run.py]\n"
+        f"    resources:\n      limits: {{{GPU}: {gpus}}}\n"
+        "  environment:\n" + selector + "    tolerations:\n"
+        f"      - {{key: {GPU}, operator: Exists, effect: NoSchedule}}\n"
+        f"    annotations:\n      reconciler.dev/simulated-duration: {duration}\n"
+    )
+
+
+def job_names(kube: Kube) -> list[str]:
+    """The managed Jobs on ``kube``, by name."""
+    return sorted(j["metadata"]["name"] for j in kube.list_managed("Job").items)
+
+
+def bound_node(kube: Kube, job: str) -> str | None:
+    """The node the first pod of Job ``job`` is bound to (None while it is not)."""
+    for pod in kube.list_managed("Pod").items:
+        if pod["metadata"]["labels"].get("job-name") == job:
+            return pod["spec"].get("nodeName") or None
+    return None
+
+
+def cycles_until_lent_quota_returns(
+    reconciler: Reconciler,
+    lender: str,
+    borrower: str,
+    ends_by: datetime,
+    *,
+    each_wait: Callable[[CycleResult, int], None] = lambda _r, _n: None,
+    timeout: float = 150,
+) -> CycleResult:
+    """Cycles a second apart until ``lender`` (an operation of a cohort's lending queue) is
+    dispatched; that cycle's result. Before it, in every cycle, ``borrower`` still runs and
+    ``lender`` waits ``WaitingForLentQuota`` for it alone, to end by ``ends_by``;
+    ``each_wait(result, n)`` asserts more of the n-th wait (0 first). The lender must have
+    waited at least once, and starts in the cycle that sees the borrower succeed."""
+    waited = 0
+    deadline = time.monotonic() + timeout
+    while True:
+        assert time.monotonic() < deadline, f"{lender} never started"
+        result = reconciler.run_once()
+        assert result.ok and result.plan is not None, result
+        if lender in result.dispatched:
+            break
+        # it waits only while the borrower holds the lender's quota
+        assert result.states[borrower].phase.active
+        [wait] = [p for p in result.plan.pending if p.operation == lender]
+        assert wait.reason is PendingReason.WAITING_FOR_LENT_QUOTA, wait.message
+        assert wait.admit.when is AdmitWhen.BORROWERS_FINISH
+        assert (wait.admit.operations, wait.admit.at) == ((borrower,), ends_by)
+        each_wait(result, waited)
+        waited += 1
+        time.sleep(1)
+    assert waited >= 1, f"{lender} never had to wait"
+    assert result.states[borrower].phase is Phase.SUCCEEDED
+    return result

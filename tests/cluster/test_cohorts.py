@@ -8,42 +8,25 @@ cycle after the borrower finishes (simulated durations: the dev cluster's kwok s
 
 from __future__ import annotations
 
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from reconciler_env import commit_all, make_reconciler
+from reconciler_env import GPU, commit_all, cycles_until_lent_quota_returns, gpu_op, make_reconciler
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.plan import AdmitWhen, PendingReason
 from reconciler.core.render import ANNOTATION_DISPATCHED_AT
-from reconciler.core.types import Phase
+from reconciler.runtime.cycle import CycleResult
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
-
-GPU = "nvidia.com/gpu"
-
-
-def _op(name: str, queue: str, gpus: int, duration: str, timeout: str | None = None) -> str:
-    return (
-        f"kind: Operation\nname: {name}\nqueue: {queue}\nrun:\n"
-        + (f"  timeout: {timeout}\n" if timeout else "")
-        + "  container:\n    command: [python, run.py]\n"
-        f"    resources:\n      limits: {{{GPU}: {gpus}}}\n"
-        "  environment:\n"
-        "    tolerations:\n"
-        f"      - {{key: {GPU}, operator: Exists, effect: NoSchedule}}\n"
-        f"    annotations:\n      reconciler.dev/simulated-duration: {duration}\n"
-    )
 
 
 def test_team_a_borrows_team_b_idle_gpus_and_gives_them_back(kube: Kube, config_repo: Path) -> None:
     for path in config_repo.glob("projects/*/operations/*.yaml"):
         path.unlink()
     ops = config_repo / "projects" / "vision" / "operations"
-    (ops / "long.yaml").write_text(_op("long", "team-a", 2, "600s"))
-    (ops / "sweep.yaml").write_text(_op("sweep", "team-a", 2, "20s", timeout="1h"))
+    (ops / "long.yaml").write_text(gpu_op("long", "team-a", 2, "600s"))
+    (ops / "sweep.yaml").write_text(gpu_op("sweep", "team-a", 2, "20s", timeout="1h"))
     commit_all(config_repo, "team-a: a long job in its own quota, a 1h job that borrows")
 
     reconciler = make_reconciler(config_repo)
@@ -62,32 +45,26 @@ def test_team_a_borrows_team_b_idle_gpus_and_gives_them_back(kube: Kube, config_
         assert job.spec.active_deadline_seconds == 3600
 
         (config_repo / "projects" / "language" / "operations" / "big.yaml").write_text(
-            _op("big", "team-b", 4, "5s")
+            gpu_op("big", "team-b", 4, "5s")
         )
         commit_all(config_repo, "team-b: a job that needs all of its 4 GPUs")
-        waited = 0
-        deadline = time.monotonic() + 150
-        while True:
-            assert time.monotonic() < deadline, "language/big never started"
-            result = reconciler.run_once()
-            assert result.ok and result.plan is not None, result
-            if "language/big" in result.dispatched:
-                break
-            # it waits only while the borrower holds team-b's GPUs
-            assert result.states["vision/sweep"].phase.active
+
+        def each_wait(result: CycleResult, _n: int) -> None:
+            assert result.plan is not None
             [big] = [p for p in result.plan.pending if p.operation == "language/big"]
-            assert big.reason is PendingReason.WAITING_FOR_LENT_QUOTA, big.message
-            assert big.admit.when is AdmitWhen.BORROWERS_FINISH
-            assert big.admit.operations == ("vision/sweep",)
-            assert big.admit.at == dispatched_at + timedelta(hours=1)
             assert "2 of team-b's quota is lent in cohort gpu-pool" in big.message
             lent = {q.name: q.lent[GPU] for q in result.plan.queues if q.name == "team-b"}
             assert lent == {"team-b": 2}
-            waited += 1
-            time.sleep(1)
-        assert waited >= 1, "the team-b job never had to wait"
+
+        result = cycles_until_lent_quota_returns(
+            reconciler,
+            "language/big",
+            "vision/sweep",
+            dispatched_at + timedelta(hours=1),
+            each_wait=each_wait,
+        )
+        assert result.plan is not None
         # started in the cycle that saw the borrower finish; team-a's own job still runs
-        assert result.states["vision/sweep"].phase is Phase.SUCCEEDED
         assert result.states["vision/long"].phase.active
         queues = {q.name: q for q in result.plan.queues}
         assert queues["team-a"].borrowed_after[GPU] == 0

@@ -5,18 +5,15 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
-from conftest import KubeCluster
 from helpers import wait_until
-from reconciler_env import commit_all, make_long_running, make_reconciler, second_cluster
+from reconciler_env import bound_node, commit_all, job_names, make_long_running, make_reconciler
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.capacity import placement_of
 from reconciler.core.plan import FleetBlock, MemberState, PendingReason
 from reconciler.core.status import read_status, render_status
-from reconciler.devcluster.shape import default_shape
 
 pytestmark = pytest.mark.cluster
 
@@ -73,102 +70,86 @@ def _hog(remote: Kube) -> None:
     wait_until(bound, timeout=60, what="the hog pod running on the remote H100 node")
 
 
-def _jobs(kube: Kube) -> list[str]:
-    return sorted(j["metadata"]["name"] for j in kube.list_managed("Job").items)
-
-
 def test_a_fleet_queue_sends_each_operation_to_the_first_cluster_with_room(
-    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+    kube: Kube, config_repo: Path, h100_remote: Kube
 ) -> None:
-    if kube_cluster.dev is None:
-        pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
-    shape = default_shape(gpu_nodes=1, gpus_per_node=8, gpu_type="h100", cpu_nodes=0)
-    with second_cluster(tmp_path / "second", config_repo, shape) as (_, remote):
-        _hog(remote)
-        for op in config_repo.glob("projects/*/operations/*.yaml"):
-            op.unlink()  # only this test's operations
-        (config_repo / "queues" / "fleet.yaml").write_text(
-            "kind: Queue\nname: fleet\nclusters: [local, remote]\nrequireCapacity: true\n"
-            f"quota: {{{GPU}: 32}}\nkinds: [job]\n"
-        )
-        project = config_repo / "projects" / "vision" / "project.yaml"
-        project.write_text(
-            project.read_text().replace("allowedQueues: [", "allowedQueues: [fleet, ")
-        )
-        ops = config_repo / "projects" / "vision" / "operations"
-        (ops / "a-h100.yaml").write_text(_op("a-h100", 4, H100))  # only remote has H100s
-        (ops / "b-h100.yaml").write_text(_op("b-h100", 4, H100))  # 8 - 2 (hog) - 4: no room
-        (ops / "c-a100.yaml").write_text(_op("c-a100", 1, A100))  # local, listed first
-        (ops / "d-l4.yaml").write_text(_op("d-l4", 1, "NVIDIA-L4"))  # no cluster has L4s
-        # a gang of 2 x 2 H100s: remote has room for one pod (2 GPUs), not for all of them
-        (ops / "e-ddp.yaml").write_text(_op("e-ddp", 2, H100, replicas=2))
-        commit_all(config_repo, "a fleet queue over local and remote")
-        make_long_running(config_repo, "vision")  # nothing finishes during the test
+    remote = h100_remote
+    _hog(remote)
+    (config_repo / "queues" / "fleet.yaml").write_text(
+        "kind: Queue\nname: fleet\nclusters: [local, remote]\nrequireCapacity: true\n"
+        f"quota: {{{GPU}: 32}}\nkinds: [job]\n"
+    )
+    project = config_repo / "projects" / "vision" / "project.yaml"
+    project.write_text(project.read_text().replace("allowedQueues: [", "allowedQueues: [fleet, "))
+    ops = config_repo / "projects" / "vision" / "operations"
+    (ops / "a-h100.yaml").write_text(_op("a-h100", 4, H100))  # only remote has H100s
+    (ops / "b-h100.yaml").write_text(_op("b-h100", 4, H100))  # 8 - 2 (hog) - 4: no room
+    (ops / "c-a100.yaml").write_text(_op("c-a100", 1, A100))  # local, listed first
+    (ops / "d-l4.yaml").write_text(_op("d-l4", 1, "NVIDIA-L4"))  # no cluster has L4s
+    # a gang of 2 x 2 H100s: remote has room for one pod (2 GPUs), not for all of them
+    (ops / "e-ddp.yaml").write_text(_op("e-ddp", 2, H100, replicas=2))
+    commit_all(config_repo, "a fleet queue over local and remote")
+    make_long_running(config_repo, "vision")  # nothing finishes during the test
 
-        reconciler = make_reconciler(config_repo)
-        result = reconciler.run_once()
-        assert result.ok, result
-        assert result.plan is not None and result.decision is not None
-        assert [(d.operation, d.cluster) for d in result.plan.dispatch] == [
-            ("vision/a-h100", "remote"),
-            ("vision/c-a100", "local"),
-        ]
-        assert _jobs(remote) == ["vision-a-h100-g1"]
-        assert "vision-a-h100-g1" not in _jobs(kube) and "vision-c-a100-g1" in _jobs(kube)
-        # the hog, not ours, is counted: 6 of the H100 node's 8 GPUs were free
-        assert result.compiled is not None
-        first = next(o for o in result.compiled.operations if o.name == "a-h100")
-        h100 = placement_of(first.spec)
-        assert result.decision.capacity["remote"].free(h100)[GPU] == 6
-        assert result.decision.capacity["local"].free(h100).get(GPU, 0) == 0
+    reconciler = make_reconciler(config_repo)
+    result = reconciler.run_once()
+    assert result.ok, result
+    assert result.plan is not None and result.decision is not None
+    assert [(d.operation, d.cluster) for d in result.plan.dispatch] == [
+        ("vision/a-h100", "remote"),
+        ("vision/c-a100", "local"),
+    ]
+    assert job_names(remote) == ["vision-a-h100-g1"]
+    assert "vision-a-h100-g1" not in job_names(kube) and "vision-c-a100-g1" in job_names(kube)
+    # the hog, not ours, is counted: 6 of the H100 node's 8 GPUs were free
+    assert result.compiled is not None
+    first = next(o for o in result.compiled.operations if o.name == "a-h100")
+    h100 = placement_of(first.spec)
+    assert result.decision.capacity["remote"].free(h100)[GPU] == 6
+    assert result.decision.capacity["local"].free(h100).get(GPU, 0) == 0
 
-        pending = {p.operation: p for p in result.plan.pending}
-        assert set(pending) == {"vision/b-h100", "vision/d-l4", "vision/e-ddp"}
-        for entry in pending.values():
-            assert entry.reason is PendingReason.NO_CLUSTER_HAS_CAPACITY
-            assert isinstance(entry.blocked_by, FleetBlock)
-            assert [m.state for m in entry.blocked_by.members] == [MemberState.NO_CAPACITY] * 2
-        held = pending["vision/b-h100"]
-        assert isinstance(held.blocked_by, FleetBlock)
-        # with a-h100 counted: 8 - 2 (hog) - 4 = 2 left on remote, no H100 on local
-        assert [m.free[GPU] for m in held.blocked_by.members] == [0, 2]
-        assert f"{GPU} 2 free; admitted when one of its clusters has" in held.message
-        # the gang is held whole: never one replica on remote and one elsewhere
-        gang = pending["vision/e-ddp"]
-        assert isinstance(gang.blocked_by, FleetBlock)
-        assert gang.blocked_by.request[GPU] == 4  # 2 replicas x 2
-        assert [m.free[GPU] for m in gang.blocked_by.members] == [0, 2]
+    pending = {p.operation: p for p in result.plan.pending}
+    assert set(pending) == {"vision/b-h100", "vision/d-l4", "vision/e-ddp"}
+    for entry in pending.values():
+        assert entry.reason is PendingReason.NO_CLUSTER_HAS_CAPACITY
+        assert isinstance(entry.blocked_by, FleetBlock)
+        assert [m.state for m in entry.blocked_by.members] == [MemberState.NO_CAPACITY] * 2
+    held = pending["vision/b-h100"]
+    assert isinstance(held.blocked_by, FleetBlock)
+    # with a-h100 counted: 8 - 2 (hog) - 4 = 2 left on remote, no H100 on local
+    assert [m.free[GPU] for m in held.blocked_by.members] == [0, 2]
+    assert f"{GPU} 2 free; admitted when one of its clusters has" in held.message
+    # the gang is held whole: never one replica on remote and one elsewhere
+    gang = pending["vision/e-ddp"]
+    assert isinstance(gang.blocked_by, FleetBlock)
+    assert gang.blocked_by.request[GPU] == 4  # 2 replicas x 2
+    assert [m.free[GPU] for m in gang.blocked_by.members] == [0, 2]
 
-        # kube-scheduler placed the chosen one on the remote H100 node
-        def placed() -> Any:
-            pods = [
-                p
-                for p in remote.list_managed("Pod").items
-                if p["metadata"]["labels"].get("job-name") == "vision-a-h100-g1"
-            ]
-            return pods and pods[0]["spec"].get("nodeName")
+    # kube-scheduler placed the chosen one on the remote H100 node
+    node = wait_until(
+        lambda: bound_node(remote, "vision-a-h100-g1"), timeout=60, what="the pod bound on remote"
+    )
+    assert node.startswith("kwok-")
 
-        assert wait_until(placed, timeout=60, what="the pod bound on remote").startswith("kwok-")
+    # the status branch records the capacity it chose by
+    files = render_status(
+        result.compiled,
+        result.plan,
+        result.states,
+        clusters=result.decision.cluster_records(),
+    )
+    recorded = {c.name: c.capacity for c in read_status(files).clusters}
+    assert recorded["remote"] is not None and recorded["local"] is not None
+    assert [n.name for n in recorded["remote"].nodes] == ["kwok-gpu-0"]
 
-        # the status branch records the capacity it chose by
-        files = render_status(
-            result.compiled,
-            result.plan,
-            result.states,
-            clusters=result.decision.cluster_records(),
-        )
-        recorded = {c.name: c.capacity for c in read_status(files).clusters}
-        assert recorded["remote"] is not None and recorded["local"] is not None
-        assert [n.name for n in recorded["remote"].nodes] == ["kwok-gpu-0"]
-
-        # the next cycle: a-h100 stays on remote, the others still wait
-        again = reconciler.run_once()
-        assert again.states["vision/a-h100"].cluster == "remote"
-        assert again.dispatched == ()
-        assert again.plan is not None
-        assert {p.operation for p in again.plan.pending} == {
-            "vision/b-h100",
-            "vision/d-l4",
-            "vision/e-ddp",
-        }
-        reconciler.close()
+    # the next cycle: a-h100 stays on remote, the others still wait
+    again = reconciler.run_once()
+    assert again.states["vision/a-h100"].cluster == "remote"
+    assert again.dispatched == ()
+    assert again.plan is not None
+    assert {p.operation for p in again.plan.pending} == {
+        "vision/b-h100",
+        "vision/d-l4",
+        "vision/e-ddp",
+    }
+    reconciler.close()

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,22 +22,27 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from conftest import KubeCluster
 from helpers import wait_until
-from reconciler_env import commit_all, git, make_reconciler, second_cluster
+from reconciler_env import (
+    GPU,
+    bound_node,
+    commit_all,
+    cycles_until_lent_quota_returns,
+    git,
+    gpu_op,
+    job_names,
+    make_reconciler,
+)
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube
 from reconciler.cli.main import cli
-from reconciler.core.plan import AdmitWhen, PendingReason
 from reconciler.core.render import ANNOTATION_DISPATCHED_AT
-from reconciler.core.types import Phase
-from reconciler.devcluster.shape import default_shape
+from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.status import StatusPublisher
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-GPU = "nvidia.com/gpu"
 H100 = "NVIDIA-H100-80GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
 
@@ -49,26 +53,6 @@ def _queue(name: str, priority: int, gpus: int, extra: str = "") -> str:
         f"priority: {priority}\nquota: {{{GPU}: {gpus}}}\ncohort: gpu-pool\n{extra}"
         "kinds: [job]\n"
     )
-
-
-def _op(
-    name: str, queue: str, gpus: int, duration: str, product: str, timeout: str | None = None
-) -> str:
-    return (
-        f"kind: Operation\nname: {name}\nqueue: {queue}\nrun:\n"
-        + (f"  timeout: {timeout}\n" if timeout else "")
-        + "  container:\n    command: [python, run.py]\n"
-        f"    resources:\n      limits: {{{GPU}: {gpus}}}\n"
-        "  environment:\n"
-        f"    nodeSelector:\n      nvidia.com/gpu.product: {product}\n"
-        "    tolerations:\n"
-        f"      - {{key: {GPU}, operator: Exists, effect: NoSchedule}}\n"
-        f"    annotations:\n      reconciler.dev/simulated-duration: {duration}\n"
-    )
-
-
-def _jobs(kube: Kube) -> list[str]:
-    return sorted(j["metadata"]["name"] for j in kube.list_managed("Job").items)
 
 
 def _recorded(repo: Path, path: str) -> dict[str, Any]:
@@ -93,147 +77,121 @@ def _queues_view(repo: Path, cache: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_a_fleet_queue_borrows_idle_quota_on_the_cluster_with_room_and_gives_it_back(
-    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+    kube: Kube, config_repo: Path, h100_remote: Kube, tmp_path: Path
 ) -> None:
-    if kube_cluster.dev is None:
-        pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
-    shape = default_shape(gpu_nodes=1, gpus_per_node=8, gpu_type="h100", cpu_nodes=0)
-    with second_cluster(tmp_path / "second", config_repo, shape) as (_, remote):
-        for path in config_repo.glob("projects/*/operations/*.yaml"):
-            path.unlink()  # only this test's operations
-        queues = config_repo / "queues"
-        (queues / "team-a.yaml").write_text(
-            _queue("team-a", 100, 2, f"borrowingLimit: {{{GPU}: 2}}\n")
+    remote = h100_remote
+    queues = config_repo / "queues"
+    (queues / "team-a.yaml").write_text(_queue("team-a", 100, 2, f"borrowingLimit: {{{GPU}: 2}}\n"))
+    (queues / "team-b.yaml").write_text(_queue("team-b", 90, 4))
+    ops = config_repo / "projects" / "vision" / "operations"
+    # team-a's own quota, for 10 minutes; the preset's 12h timeout is too long to borrow
+    (ops / "long.yaml").write_text(gpu_op("long", "team-a", 2, "600s", product=A100))
+    # fits only by borrowing; only remote has H100s
+    (ops / "sweep.yaml").write_text(gpu_op("sweep", "team-a", 2, "20s", timeout="1h", product=H100))
+    commit_all(config_repo, "fleet cohort: team-a's own job, and one that borrows")
+
+    reconciler = make_reconciler(config_repo)
+    branch = StatusBranch(ConfigRepo(str(config_repo), cache_dir=tmp_path / "cache"))
+    publisher = StatusPublisher(branch, background=True)
+    try:
+        first = reconciler.run_once()
+        assert first.ok and first.plan is not None, first
+        publisher.publish(first)
+        # the own-quota job in step 4 (local, listed first), the borrower in step 4b;
+        # check 10 sends it to remote, the first cluster with room for it
+        assert [(d.operation, d.cluster) for d in first.plan.dispatch] == [
+            ("vision/long", "local"),
+            ("vision/sweep", "remote"),
+        ]
+        summary = {q.name: q for q in first.plan.queues}
+        team_a, team_b = summary["team-a"], summary["team-b"]
+        assert (team_a.used_after[GPU], team_a.borrowed_after[GPU]) == (4, 2)
+        assert team_b.lent_after[GPU] == 2
+        assert {s.cluster: s.used[GPU] for s in team_a.members} == {"local": 2, "remote": 2}
+        # the real Jobs on the real apiservers
+        assert job_names(kube) == ["vision-long-g1"] and job_names(remote) == ["vision-sweep-g1"]
+        job = remote.batch.read_namespaced_job("vision-sweep-g1", "team-a")
+        assert job.spec.active_deadline_seconds == 3600  # what lets it borrow
+        dispatched_at = datetime.fromisoformat(
+            job.metadata.annotations[ANNOTATION_DISPATCHED_AT].replace("Z", "+00:00")
         )
-        (queues / "team-b.yaml").write_text(_queue("team-b", 90, 4))
-        ops = config_repo / "projects" / "vision" / "operations"
-        # team-a's own quota, for 10 minutes; the preset's 12h timeout is too long to borrow
-        (ops / "long.yaml").write_text(_op("long", "team-a", 2, "600s", A100))
-        # fits only by borrowing; only remote has H100s
-        (ops / "sweep.yaml").write_text(_op("sweep", "team-a", 2, "20s", H100, timeout="1h"))
-        commit_all(config_repo, "fleet cohort: team-a's own job, and one that borrows")
+        ends_by = dispatched_at + timedelta(hours=1)
+        # as the status and the message say it: to the second, rounded up
+        ends = (ends_by + timedelta(microseconds=999_999)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-        reconciler = make_reconciler(config_repo)
-        branch = StatusBranch(ConfigRepo(str(config_repo), cache_dir=tmp_path / "cache"))
-        publisher = StatusPublisher(branch, background=True)
-        try:
-            first = reconciler.run_once()
-            assert first.ok and first.plan is not None, first
-            publisher.publish(first)
-            # the own-quota job in step 4 (local, listed first), the borrower in step 4b;
-            # check 10 sends it to remote, the first cluster with room for it
-            assert [(d.operation, d.cluster) for d in first.plan.dispatch] == [
-                ("vision/long", "local"),
-                ("vision/sweep", "remote"),
-            ]
-            summary = {q.name: q for q in first.plan.queues}
-            team_a, team_b = summary["team-a"], summary["team-b"]
-            assert (team_a.used_after[GPU], team_a.borrowed_after[GPU]) == (4, 2)
-            assert team_b.lent_after[GPU] == 2
-            assert {s.cluster: s.used[GPU] for s in team_a.members} == {"local": 2, "remote": 2}
-            # the real Jobs on the real apiservers
-            assert _jobs(kube) == ["vision-long-g1"] and _jobs(remote) == ["vision-sweep-g1"]
-            job = remote.batch.read_namespaced_job("vision-sweep-g1", "team-a")
-            assert job.spec.active_deadline_seconds == 3600  # what lets it borrow
-            dispatched_at = datetime.fromisoformat(
-                job.metadata.annotations[ANNOTATION_DISPATCHED_AT].replace("Z", "+00:00")
-            )
-            ends_by = dispatched_at + timedelta(hours=1)
-            # as the status and the message say it: to the second, rounded up
-            whole = ends_by.replace(microsecond=0)
-            ends = (whole + timedelta(seconds=1 if ends_by.microsecond else 0)).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
+        # kube-scheduler bound the borrower's pod to the remote H100 node
+        wait_until(
+            lambda: bound_node(remote, "vision-sweep-g1"),
+            timeout=60,
+            what="the borrower's pod bound on remote",
+        )
+
+        # the status branch (written by the publisher's own thread) records the borrowing
+        def recorded_borrowing() -> bool:
+            view = _queues_view(config_repo, tmp_path / "cli-cache")
+            return bool(
+                view
+                and view["team-a"]["quota"][0]["borrowed"] == "2"
+                and view["team-b"]["quota"][0]["lent"] == "2"
             )
 
-            # kube-scheduler bound the borrower's pod to the remote H100 node
-            def bound() -> Any:
-                pods = [
-                    p
-                    for p in remote.list_managed("Pod").items
-                    if p["metadata"]["labels"].get("job-name") == "vision-sweep-g1"
-                ]
-                return pods and pods[0]["spec"].get("nodeName")
+        wait_until(recorded_borrowing, timeout=30, what="the borrowing in the status branch")
 
-            wait_until(bound, timeout=60, what="the borrower's pod bound on remote")
+        (config_repo / "projects" / "language" / "operations" / "big.yaml").write_text(
+            gpu_op("big", "team-b", 4, "5s", timeout="1h", product=A100)
+        )
+        commit_all(config_repo, "team-b: a job that needs all of its 4 GPUs")
 
-            # the status branch (written by the publisher's own thread) records the borrowing
-            def recorded_borrowing() -> bool:
-                view = _queues_view(config_repo, tmp_path / "cli-cache")
-                return bool(
-                    view
-                    and view["team-a"]["quota"][0]["borrowed"] == "2"
-                    and view["team-b"]["quota"][0]["lent"] == "2"
-                )
+        def each_wait(result: CycleResult, n: int) -> None:
+            publisher.publish(result)
+            assert result.plan is not None
+            [big] = [p for p in result.plan.pending if p.operation == "language/big"]
+            assert "2 of team-b's quota is lent in cohort gpu-pool" in big.message
+            # though local has an idle A100 node: the quota is fleet-wide
+            assert "language-big-g1" not in job_names(kube) + job_names(remote)
+            if n > 0:
+                return
 
-            wait_until(recorded_borrowing, timeout=30, what="the borrowing in the status branch")
-
-            (config_repo / "projects" / "language" / "operations" / "big.yaml").write_text(
-                _op("big", "team-b", 4, "5s", A100, timeout="1h")
-            )
-            commit_all(config_repo, "team-b: a job that needs all of its 4 GPUs")
-            waited = 0
-            deadline = time.monotonic() + 150
-            while True:
-                assert time.monotonic() < deadline, "language/big never started"
-                result = reconciler.run_once()
-                assert result.ok and result.plan is not None, result
-                publisher.publish(result)
-                if "language/big" in result.dispatched:
-                    break
-                # it waits only while the borrower holds team-b's quota, though local has
-                # an idle A100 node: the quota is fleet-wide
-                assert result.states["vision/sweep"].phase.active
-                [big] = [p for p in result.plan.pending if p.operation == "language/big"]
-                assert big.reason is PendingReason.WAITING_FOR_LENT_QUOTA, big.message
-                assert big.admit.when is AdmitWhen.BORROWERS_FINISH
-                assert (big.admit.operations, big.admit.at) == (("vision/sweep",), ends_by)
-                assert "2 of team-b's quota is lent in cohort gpu-pool" in big.message
-                assert "language-big-g1" not in _jobs(kube) + _jobs(remote)
-                if waited == 0:
-                    # the wait and its end time on the status branch, and in `queues`
-                    def recorded_wait() -> dict[str, Any]:
-                        record = _recorded(config_repo, "language/big.yaml")
-                        return record if record.get("reason") == "WaitingForLentQuota" else {}
-
-                    record = wait_until(
-                        recorded_wait, timeout=30, what="the wait in the status branch"
-                    )
-                    assert record["blockedBy"]["borrowers"] == ["vision/sweep"], record
-                    assert record["blockedBy"]["endsBy"] == ends, record
-                    row = _queues_view(config_repo, tmp_path / "cli-cache")["team-b"]
-                    assert (row["pending"], row["headReason"]) == (1, "WaitingForLentQuota"), row
-                    assert (
-                        f"admitted when vision/sweep ends, by {ends} at the latest"
-                        in (row["headMessage"])
-                    ), row
-                waited += 1
-                time.sleep(1)
-            assert waited >= 1, "the team-b job never had to wait"
-            # started in the cycle that saw the borrower finish; team-a's own job still runs
-            assert result.states["vision/sweep"].phase is Phase.SUCCEEDED
-            assert result.states["vision/long"].phase.active
-            assert [(d.operation, d.cluster) for d in result.plan.dispatch] == [
-                ("language/big", "local")  # the first cluster with room for 4 A100s
-            ]
-            assert "language-big-g1" in _jobs(kube) and "language-big-g1" not in _jobs(remote)
-            summary = {q.name: q for q in result.plan.queues}
-            assert summary["team-a"].borrowed_after[GPU] == 0
-            assert (summary["team-b"].used_after[GPU], summary["team-b"].lent_after[GPU]) == (
-                4,
-                0,
-            )
-
-            def recorded_return() -> bool:
+            # the wait and its end time on the status branch, and in `queues`
+            def recorded_wait() -> dict[str, Any]:
                 record = _recorded(config_repo, "language/big.yaml")
-                view = _queues_view(config_repo, tmp_path / "cli-cache")
-                return bool(
-                    record.get("cluster") == "local"
-                    and record.get("phase") in ("Dispatched", "Running", "Succeeded")
-                    and view["team-a"]["quota"][0]["borrowed"] == "0"
-                    and view["team-b"]["quota"][0]["lent"] == "0"
-                )
+                return record if record.get("reason") == "WaitingForLentQuota" else {}
 
-            wait_until(recorded_return, timeout=30, what="the quota back in the status branch")
-        finally:
-            publisher.close(timeout=30)
-            reconciler.close()
+            record = wait_until(recorded_wait, timeout=30, what="the wait in the status branch")
+            assert record["blockedBy"]["borrowers"] == ["vision/sweep"], record
+            assert record["blockedBy"]["endsBy"] == ends, record
+            row = _queues_view(config_repo, tmp_path / "cli-cache")["team-b"]
+            assert (row["pending"], row["headReason"]) == (1, "WaitingForLentQuota"), row
+            admitted = f"admitted when vision/sweep ends, by {ends} at the latest"
+            assert admitted in row["headMessage"], row
+
+        result = cycles_until_lent_quota_returns(
+            reconciler, "language/big", "vision/sweep", ends_by, each_wait=each_wait
+        )
+        publisher.publish(result)
+        assert result.plan is not None
+        # started in the cycle that saw the borrower succeed; team-a's own job still runs
+        assert result.states["vision/long"].phase.active
+        assert [(d.operation, d.cluster) for d in result.plan.dispatch] == [
+            ("language/big", "local")  # the first cluster with room for 4 A100s
+        ]
+        assert "language-big-g1" in job_names(kube) and "language-big-g1" not in job_names(remote)
+        summary = {q.name: q for q in result.plan.queues}
+        team_a, team_b = summary["team-a"], summary["team-b"]
+        assert team_a.borrowed_after[GPU] == 0
+        assert (team_b.used_after[GPU], team_b.lent_after[GPU]) == (4, 0)
+
+        def recorded_return() -> bool:
+            record = _recorded(config_repo, "language/big.yaml")
+            view = _queues_view(config_repo, tmp_path / "cli-cache")
+            return bool(
+                record.get("cluster") == "local"
+                and record.get("phase") in ("Dispatched", "Running", "Succeeded")
+                and view["team-a"]["quota"][0]["borrowed"] == "0"
+                and view["team-b"]["quota"][0]["lent"] == "0"
+            )
+
+        wait_until(recorded_return, timeout=30, what="the quota back in the status branch")
+    finally:
+        publisher.close(timeout=30)
+        reconciler.close()
