@@ -12,7 +12,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -67,6 +67,11 @@ class FakeCluster:
             self.changes.append((version, kind, event_type, copy.deepcopy(obj)))
             self.changed.notify_all()
 
+    def _changed(self, kind: str, event_type: str, obj: dict[str, Any]) -> None:
+        """``obj`` changed: its next resourceVersion, and the watch event."""
+        obj["metadata"]["resourceVersion"] = self._next()
+        self._emit(kind, event_type, obj)
+
     def close(self) -> None:
         with self.changed:
             self.closed = True
@@ -75,14 +80,18 @@ class FakeCluster:
     # --- the test moves workloads through phases ----------------------------------------
 
     def add_job(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        job = copy.deepcopy(manifest)
-        meta = job.setdefault("metadata", {})
+        return self._add(self.jobs, "Job", manifest)
+
+    def _add(
+        self, store: dict[tuple[str, str], dict[str, Any]], kind: str, manifest: dict[str, Any]
+    ) -> dict[str, Any]:
+        obj = copy.deepcopy(manifest)
+        meta = obj.setdefault("metadata", {})
         meta.setdefault("uid", f"uid-{meta['name']}")
-        meta["resourceVersion"] = self._next()
-        job.setdefault("status", {})
-        self.jobs[(meta["namespace"], meta["name"])] = job
-        self._emit("Job", "ADDED", job)
-        return job
+        obj.setdefault("status", {})
+        store[(meta["namespace"], meta["name"])] = obj
+        self._changed(kind, "ADDED", obj)
+        return obj
 
     def add_node(
         self,
@@ -149,8 +158,7 @@ class FakeCluster:
         if phase == "PodPending":
             gone = self.pods.pop(pod_key, None)
             if gone is not None:
-                gone["metadata"]["resourceVersion"] = self._next()
-                self._emit("Pod", "DELETED", gone)
+                self._changed("Pod", "DELETED", gone)
             return
         pod: dict[str, Any] = {
             "metadata": {
@@ -183,21 +191,29 @@ class FakeCluster:
 
     def delete(self, namespace: str, name: str) -> bool:
         """Delete the Job and its pods (as a background deletion ends); False if absent."""
-        keys = [k for k, p in self.pods.items() if _job_of(p) == (namespace, name)]
+        return self._delete(self.jobs, "Job", _job_of, namespace, name)
+
+    def _delete(
+        self,
+        store: dict[tuple[str, str], dict[str, Any]],
+        kind: str,
+        owner: Callable[[dict[str, Any]], tuple[str, str]],
+        namespace: str,
+        name: str,
+    ) -> bool:
+        keys = [k for k, p in self.pods.items() if owner(p) == (namespace, name)]
         pods = [self.pods.pop(k) for k in keys]
-        job = self.jobs.pop((namespace, name), None)
-        for kind, obj in (("Job", job), *(("Pod", pod) for pod in pods)):
-            if obj is not None:
-                obj["metadata"]["resourceVersion"] = self._next()
-                self._emit(kind, "DELETED", obj)
-        return job is not None
+        obj = store.pop((namespace, name), None)
+        for item_kind, item in ((kind, obj), *(("Pod", pod) for pod in pods)):
+            if item is not None:
+                self._changed(item_kind, "DELETED", item)
+        return obj is not None
 
     def pod_succeeded(self, namespace: str, name: str) -> None:
         """The Job's pod ends Succeeded; the Job has no terminal condition yet."""
         pod = self.pods[(namespace, f"{name}-pod")]
         pod["status"]["phase"] = "Succeeded"
-        pod["metadata"]["resourceVersion"] = self._next()
-        self._emit("Pod", "MODIFIED", pod)
+        self._changed("Pod", "MODIFIED", pod)
 
     def set_gang(
         self,
@@ -213,61 +229,84 @@ class FakeCluster:
         the rest Pending and Unschedulable with the scheduler's ``message``. Each pod's
         log reads ``log of replica <i>``."""
         job = self.jobs[(namespace, name)]
-        job["metadata"]["resourceVersion"] = self._next()
-        self._emit("Job", "MODIFIED", job)
-        for key in [k for k, p in self.pods.items() if _job_of(p) == (namespace, name)]:
-            gone = self.pods.pop(key)
-            gone["metadata"]["resourceVersion"] = self._next()
-            self._emit("Pod", "DELETED", gone)
+        self._changed("Job", "MODIFIED", job)
+        self._drop_pods(_job_of, namespace, name)
+        template = job["spec"]["template"]
         for i in range(replicas):
-            pod_name = f"{name}-{i}-x{i}"
-            labels = dict((job["spec"]["template"].get("metadata") or {}).get("labels") or {})
+            labels = dict((template.get("metadata") or {}).get("labels") or {})
             labels.update({"job-name": name, MANAGED[0]: MANAGED[1]})
-            annotations = dict(
-                (job["spec"]["template"].get("metadata") or {}).get("annotations") or {}
-            )
+            annotations = dict((template.get("metadata") or {}).get("annotations") or {})
             annotations["batch.kubernetes.io/job-completion-index"] = str(i)
-            pod: dict[str, Any] = {
-                "metadata": {
-                    "name": pod_name,
-                    "namespace": namespace,
-                    "labels": labels,
-                    "annotations": annotations,
-                    "creationTimestamp": NOW,
-                },
-                "spec": copy.deepcopy(job["spec"]["template"].get("spec") or {}),
-                "status": {"phase": "Pending"},
-            }
-            if i < placed:
-                pod["spec"]["nodeName"] = f"gpu-node-{i}"
-                if i < running:
-                    pod["status"]["phase"] = "Running"
-            else:
-                pod["status"]["conditions"] = [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": message,
-                    }
-                ]
-            pod["metadata"]["uid"] = f"uid-{pod_name}"
-            pod["metadata"]["resourceVersion"] = self._next()
-            self.pods[(namespace, pod_name)] = pod
-            self._emit("Pod", "ADDED", pod)
-            self.logs[(namespace, pod_name)] = f"log of replica {i}\n"
+            self._add_pod(
+                namespace,
+                f"{name}-{i}-x{i}",
+                template,
+                labels,
+                annotations,
+                i,
+                placed=placed,
+                running=running,
+                message=message,
+            )
+
+    def _drop_pods(
+        self, owner: Callable[[dict[str, Any]], tuple[str, str]], namespace: str, name: str
+    ) -> None:
+        """Delete the pods ``owner`` says belong to ``namespace/name``."""
+        for key in [k for k, p in self.pods.items() if owner(p) == (namespace, name)]:
+            gone = self.pods.pop(key)
+            self._changed("Pod", "DELETED", gone)
+
+    def _add_pod(
+        self,
+        namespace: str,
+        name: str,
+        template: dict[str, Any],
+        labels: dict[str, str],
+        annotations: dict[str, str],
+        rank: int,
+        *,
+        placed: int,
+        running: int,
+        message: str,
+    ) -> None:
+        """A pod of ``template`` as the scheduler leaves it: bound to ``gpu-node-<rank>``
+        when ``rank < placed`` (Running when ``rank < running``), else Pending and
+        Unschedulable with its ``message``. Its log reads ``log of replica <rank>``."""
+        pod: dict[str, Any] = {
+            "metadata": {
+                "name": name,
+                "namespace": namespace,
+                "labels": labels,
+                "annotations": annotations,
+                "creationTimestamp": NOW,
+            },
+            "spec": copy.deepcopy(template.get("spec") or {}),
+            "status": {"phase": "Pending"},
+        }
+        if rank < placed:
+            pod["spec"]["nodeName"] = f"gpu-node-{rank}"
+            if rank < running:
+                pod["status"]["phase"] = "Running"
+        else:
+            pod["status"]["conditions"] = [
+                {
+                    "type": "PodScheduled",
+                    "status": "False",
+                    "reason": "Unschedulable",
+                    "message": message,
+                }
+            ]
+        pod["metadata"]["uid"] = f"uid-{name}"
+        pod["metadata"]["resourceVersion"] = self._next()
+        self.pods[(namespace, name)] = pod
+        self._emit("Pod", "ADDED", pod)
+        self.logs[(namespace, name)] = f"log of replica {rank}\n"
 
     # --- PyTorchJobs, as the Training Operator moves them ----------------------------------
 
     def add_pytorchjob(self, manifest: dict[str, Any]) -> dict[str, Any]:
-        obj = copy.deepcopy(manifest)
-        meta = obj.setdefault("metadata", {})
-        meta.setdefault("uid", f"uid-{meta['name']}")
-        meta["resourceVersion"] = self._next()
-        obj.setdefault("status", {})
-        self.pytorchjobs[(meta["namespace"], meta["name"])] = obj
-        self._emit("PyTorchJob", "ADDED", obj)
-        return obj
+        return self._add(self.pytorchjobs, "PyTorchJob", manifest)
 
     def set_pytorchjob_condition(
         self, namespace: str, name: str, kind: str, message: str = "", at: str = ENDED
@@ -298,8 +337,7 @@ class FakeCluster:
             }
         )
         status["conditions"] = conditions
-        obj["metadata"]["resourceVersion"] = self._next()
-        self._emit("PyTorchJob", "MODIFIED", obj)
+        self._changed("PyTorchJob", "MODIFIED", obj)
 
     def set_operator_pods(
         self,
@@ -314,17 +352,13 @@ class FakeCluster:
         leaves them: the first ``placed`` bound to a node (the first ``running`` Running),
         the rest Pending and Unschedulable. Each pod's log reads ``log of replica <rank>``."""
         obj = self.pytorchjobs[(namespace, name)]
-        for key in [k for k, p in self.pods.items() if _pytorchjob_of(p) == (namespace, name)]:
-            gone = self.pods.pop(key)
-            gone["metadata"]["resourceVersion"] = self._next()
-            self._emit("Pod", "DELETED", gone)
+        self._drop_pods(_pytorchjob_of, namespace, name)
         specs = obj["spec"]["pytorchReplicaSpecs"]
         ranks = [("master", 0, specs["Master"])]
         if "Worker" in specs:
             ranks += [("worker", i, specs["Worker"]) for i in range(specs["Worker"]["replicas"])]
         for rank, (kind, index, spec) in enumerate(ranks):
             template = spec["template"]
-            pod_name = f"{name}-{kind}-{index}"
             labels = dict((template.get("metadata") or {}).get("labels") or {})
             labels.update(
                 {
@@ -336,47 +370,23 @@ class FakeCluster:
             )
             if kind == "master":
                 labels["training.kubeflow.org/job-role"] = "master"
-            pod: dict[str, Any] = {
-                "metadata": {
-                    "name": pod_name,
-                    "namespace": namespace,
-                    "labels": labels,
-                    "annotations": dict((template.get("metadata") or {}).get("annotations") or {}),
-                    "creationTimestamp": NOW,
-                },
-                "spec": copy.deepcopy(template.get("spec") or {}),
-                "status": {"phase": "Pending"},
-            }
-            if rank < placed:
-                pod["spec"]["nodeName"] = f"gpu-node-{rank}"
-                if rank < running:
-                    pod["status"]["phase"] = "Running"
-            else:
-                pod["status"]["conditions"] = [
-                    {
-                        "type": "PodScheduled",
-                        "status": "False",
-                        "reason": "Unschedulable",
-                        "message": message,
-                    }
-                ]
-            pod["metadata"]["uid"] = f"uid-{pod_name}"
-            pod["metadata"]["resourceVersion"] = self._next()
-            self.pods[(namespace, pod_name)] = pod
-            self._emit("Pod", "ADDED", pod)
-            self.logs[(namespace, pod_name)] = f"log of replica {rank}\n"
+            annotations = dict((template.get("metadata") or {}).get("annotations") or {})
+            self._add_pod(
+                namespace,
+                f"{name}-{kind}-{index}",
+                template,
+                labels,
+                annotations,
+                rank,
+                placed=placed,
+                running=running,
+                message=message,
+            )
 
     def delete_pytorchjob(self, namespace: str, name: str) -> bool:
         """Delete the PyTorchJob and its pods (as the garbage collector ends a background
         deletion); False if absent."""
-        keys = [k for k, p in self.pods.items() if _pytorchjob_of(p) == (namespace, name)]
-        pods = [self.pods.pop(k) for k in keys]
-        obj = self.pytorchjobs.pop((namespace, name), None)
-        for kind, item in (("PyTorchJob", obj), *(("Pod", pod) for pod in pods)):
-            if item is not None:
-                item["metadata"]["resourceVersion"] = self._next()
-                self._emit(kind, "DELETED", item)
-        return obj is not None
+        return self._delete(self.pytorchjobs, "PyTorchJob", _pytorchjob_of, namespace, name)
 
 
 def _pytorchjob_of(pod: dict[str, Any]) -> tuple[str, str]:
