@@ -102,6 +102,16 @@ class OpBuilder:
         self._fields["spec"] = spec
         return self
 
+    def container(self, image: str = "img", **limits: Any) -> OpBuilder:
+        """``run.container`` of a job's spec, as compile leaves it, with these ``limits``
+        (``gpu`` means ``nvidia.com/gpu``): what the rendered workload's pods request."""
+        spec = dict(self._fields["spec"])
+        resources = {"limits": {k: str(v) for k, v in _named(limits).items()}}
+        run = {**(spec.get("run") or {}), "kind": spec.get("kind", "job")}
+        spec["run"] = {**run, "container": {"image": image, "resources": resources}}
+        self._fields["spec"] = spec
+        return self
+
     def replicas(self, n: int, distributed: Distributed | None = None) -> OpBuilder:
         """A distributed operation of ``n`` pods; ``requests`` are then each pod's."""
         self._replicas = n

@@ -12,9 +12,11 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
+from unittest import mock
 
 from reconciler.adapters.kube import (
     MANAGED_SELECTOR,
@@ -24,6 +26,11 @@ from reconciler.adapters.kube import (
     ObjectList,
     WatchEvent,
 )
+from reconciler.core.cycle import memory_from_status
+from reconciler.core.status import read_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.status import render_cycle_status
 
 MANAGED = ("app.kubernetes.io/managed-by", "dispatch-reconciler")
 NOW = "2026-01-01T12:00:00Z"
@@ -582,3 +589,73 @@ class FakeKube:
         if (namespace, pod) not in self.cluster.pods:
             raise KubeError(f"pods {pod!r} not found", status=404)
         return self.cluster.logs.get((namespace, pod), "")
+
+
+# --- cycles over a fake cluster ----------------------------------------------------------
+
+
+class SteppedClock:
+    """The Reconciler's clock: ``at`` (builders.NOW to start with) until the test moves it."""
+
+    def __init__(self, at: datetime = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)) -> None:
+        self.at = at
+
+    def now(self) -> datetime:
+        return self.at
+
+
+class FakeCycles:
+    """One Reconciler (a process) over one :class:`FakeCluster` (``local``; with
+    ``backends``, e.g. ``{"pytorchjob"}``, when none is given), whose every cycle compiles
+    to ``repo``, on a clock the test moves: ``cycle(after=30)``."""
+
+    def __init__(
+        self,
+        repo: CompiledRepo,
+        cluster: FakeCluster | None = None,
+        *,
+        backends: set[str] | None = None,
+        watch: bool = False,
+        clock: SteppedClock | None = None,
+    ) -> None:
+        self.repo = repo
+        self.clock = clock or SteppedClock()
+        self.cluster = cluster or FakeCluster("local", backends=set(backends or ()))
+        self.reconciler = Reconciler(
+            lambda: RepoSnapshot(files={}, version=self.repo.version),
+            self._connect,  # type: ignore[arg-type]
+            self.clock,
+            is_leader=lambda: True,
+            watch=watch,
+            sync_timeout=5.0,
+        )
+
+    def _connect(self, spec: ClusterSpec) -> Any:
+        return FakeKube(self.cluster)
+
+    def cycle(self, after: float = 0) -> CycleResult:
+        """A cycle ``after`` seconds after the clock's time."""
+        self.clock.at += timedelta(seconds=after)
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
+            return self.reconciler.run_once()
+
+    def status_of(self, result: CycleResult) -> dict[str, bytes]:
+        """The status files the status writer commits for ``result``."""
+        assert result.plan is not None
+        return render_cycle_status(result, self.repo, result.plan)
+
+    def restart(self, status: Mapping[str, bytes]) -> FakeCycles:
+        """A new process over the same cluster, at the same time, that knows only what the
+        status branch's ``status`` files record."""
+        again = type(self)(self.repo, self.cluster, clock=SteppedClock(self.clock.at))
+        again.reconciler.seed(memory_from_status(read_status(status)))
+        return again
+
+    def bound_gpus(self) -> int:
+        """The GPUs of the cluster's pods bound to a node."""
+        return sum(
+            int((c.get("resources") or {}).get("limits", {}).get("nvidia.com/gpu", 0))
+            for p in self.cluster.pods.values()
+            if p["spec"].get("nodeName")
+            for c in p["spec"].get("containers") or []
+        )

@@ -5,61 +5,30 @@ real CRD (tests/cluster/test_pytorchjob_crd.py)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-from typing import Any
-from unittest import mock
-
 from builders import NOW, World
-from fake_kube import FakeCluster, FakeKube
+from fake_kube import FakeCycles
 
 from reconciler.core.cycle import ClusterListing, Memory, decide, listing_from_memory
 from reconciler.core.plan import AdmitWhen, PendingReason
 from reconciler.core.types import (
-    ClusterSpec,
-    CompiledRepo,
     Distributed,
     DistributedBackend,
-    RepoSnapshot,
 )
-from reconciler.runtime.cycle import Reconciler
-
-
-class Clock:
-    def now(self) -> datetime:
-        return NOW
 
 
 def world(strict: bool = False) -> World:
     w = World().queue("gpu", quota={"nvidia.com/gpu": 16}, strict=strict)
-    pj = w.op("p/pj", gpu=8)
-    pj._fields.update(
-        replicas=4,
-        distributed=Distributed(backend=DistributedBackend.PYTORCHJOB),
-        pod_requests={"nvidia.com/gpu": 2},
-    )
+    pytorchjob = Distributed(backend=DistributedBackend.PYTORCHJOB)
+    w.op("p/pj").requests(gpu=2).replicas(4, pytorchjob)
     w.op("p/after", gpu=1)
     return w
 
 
-def harness(repo: CompiledRepo, cluster: FakeCluster) -> Reconciler:
-    def connect(spec: ClusterSpec) -> Any:
-        return FakeKube(cluster)
-
-    return Reconciler(
-        lambda: RepoSnapshot(files={}, version=repo.version),
-        connect,  # type: ignore[arg-type]
-        Clock(),
-        is_leader=lambda: True,
-        watch=False,
-    )
-
-
 def test_a_cluster_without_the_crd_keeps_the_op_queued_with_backend_unavailable() -> None:
     repo = world().repo()
-    cluster = FakeCluster("local")
-    reconciler = harness(repo, cluster)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
-        result = reconciler.run_once()
+    cycles = FakeCycles(repo)
+    cluster = cycles.cluster
+    result = cycles.cycle()
     assert result.plan is not None
     (entry,) = [p for p in result.plan.pending if p.operation == "p/pj"]
     assert entry.reason is PendingReason.BACKEND_UNAVAILABLE
@@ -93,10 +62,9 @@ def test_a_cluster_serving_the_crd_gets_the_dispatch() -> None:
     )
     assert [d.operation for d in served.plan.dispatch] == ["p/pj", "p/after"]
     # the runtime creates the PyTorchJob (tests/unit/test_pytorchjob_cycles.py)
-    cluster = FakeCluster("local", backends={"pytorchjob"})
-    reconciler = harness(repo, cluster)
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
-        result = reconciler.run_once()
+    cycles = FakeCycles(repo, backends={"pytorchjob"})
+    cluster = cycles.cluster
+    result = cycles.cycle()
     assert not result.failed
     assert cluster.calls == ["create PyTorchJob p/p-pj-g1", "create p/p-after-g1"]
     assert result.dispatched == ("p/pj", "p/after")
@@ -107,10 +75,9 @@ def test_no_discovery_request_without_an_op_that_needs_a_backend() -> None:
     w = World().queue("gpu", quota={"nvidia.com/gpu": 16})
     w.op("p/plain", gpu=1)
     repo = w.repo()
-    cluster = FakeCluster("local")
-    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
-        harness(repo, cluster).run_once()
-    assert cluster.discoveries == 0
+    cycles = FakeCycles(repo)
+    cycles.cycle()
+    assert cycles.cluster.discoveries == 0
 
 
 def test_a_view_from_the_status_branch_uses_the_backends_the_last_cycle_recorded() -> None:

@@ -6,52 +6,19 @@ version is tests/cluster/test_distributed_live.py."""
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from decimal import Decimal
-from typing import Any
-from unittest import mock
 
 from builders import NOW, World
-from fake_kube import FakeCluster, FakeKube
+from fake_kube import FakeCycles
 
-from reconciler.core.cycle import memory_from_status
 from reconciler.core.observe import ObservedReason
-from reconciler.core.status import read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Distributed, Phase, RepoSnapshot
-from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.core.types import Distributed, Phase
 
 GPU = "nvidia.com/gpu"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = NOW
-
-    def now(self) -> datetime:
-        return self.at
-
-
-class Harness:
-    def __init__(self, repo: CompiledRepo, cluster: FakeCluster | None = None) -> None:
-        self.repo = repo
-        self.clock = Clock()
-        self.cluster = cluster or FakeCluster("local")
-        self.reconciler = Reconciler(
-            lambda: RepoSnapshot(files={}, version=self.repo.version),
-            self._connect,  # type: ignore[arg-type]
-            self.clock,
-            is_leader=lambda: True,
-            watch=False,
-        )
-
-    def _connect(self, spec: ClusterSpec) -> Any:
-        return FakeKube(self.cluster)
-
-    def cycle(self, after: float = 0) -> CycleResult:
-        self.clock.at += timedelta(seconds=after)
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
-            return self.reconciler.run_once()
-
+class Harness(FakeCycles):
     def gang(self, name: str, placed: int, running: int = 0) -> None:
         """The scheduler placed ``placed`` of the 4 pods of the Indexed Job."""
         job = self.cluster.jobs[("p", name)]
@@ -59,32 +26,11 @@ class Harness:
         job["spec"].update(completionMode="Indexed", completions=4, parallelism=4)
         self.cluster.set_gang("p", name, replicas=4, placed=placed, running=running)
 
-    def bound_gpus(self) -> int:
-        return sum(
-            int((c.get("resources") or {}).get("limits", {}).get(GPU, 0))
-            for p in self.cluster.pods.values()
-            if p["spec"].get("nodeName")
-            for c in p["spec"].get("containers") or []
-        )
-
 
 def world(start_timeout: int | None = 60) -> World:
     w = World().queue("gpu", quota={GPU: 16})
     w.set_queue("gpu", start_timeout=start_timeout)
-    b = w.op("p/train", gpu=8)
-    b._fields.update(
-        replicas=4,
-        distributed=Distributed(),
-        pod_requests={GPU: Decimal(2)},
-        spec={
-            "kind": "job",
-            "name": "train",
-            "run": {
-                "kind": "job",
-                "container": {"image": "img", "resources": {"limits": {GPU: "2"}}},
-            },
-        },
-    )
+    w.op("p/train").requests(gpu=2).replicas(4, Distributed()).container(gpu=2)
     return w
 
 
@@ -146,30 +92,15 @@ def test_the_count_survives_a_restart_through_the_status_branch() -> None:
     stopped = h.cycle(after=61)
     assert stopped.stopped == ("p/train",)
     assert stopped.decision is not None
-    files = render_status(
-        h.repo,
-        stopped.plan,  # type: ignore[arg-type]
-        stopped.states,
-        gang_timeouts=stopped.decision.memory.gang_timeouts,
-    )
+    files = h.status_of(stopped)
     assert b"gangTimeouts:" in files["status/p/train.yaml"]
     # a new process, from the status branch only: it re-queues (once) ...
-    restarted = Harness(h.repo, h.cluster)
-    restarted.clock.at = h.clock.at
-    restarted.reconciler.seed(memory_from_status(read_status(files)))
+    restarted = h.restart(files)
     again = restarted.cycle(after=1)
     assert again.dispatched == ("p/train",)
     assert again.decision is not None
     # ... and the re-queued (Queued, then Dispatched) record still carries the count
-    queued_files = render_status(
-        h.repo,
-        again.plan,  # type: ignore[arg-type]
-        again.states,
-        gang_timeouts=again.decision.memory.gang_timeouts,
-    )
-    third = Harness(h.repo, h.cluster)
-    third.clock.at = restarted.clock.at
-    third.reconciler.seed(memory_from_status(read_status(queued_files)))
+    third = restarted.restart(restarted.status_of(again))
     third.gang("p-train-g1", placed=3, running=3)
     final = third.cycle(after=61)
     assert final.stopped == ("p/train",)
@@ -203,15 +134,6 @@ def test_a_gang_stopped_by_its_start_timeout_is_charged_for_what_it_held() -> No
     assert second.end == NOW + timedelta(seconds=122)
     assert second.cost == Decimal("0.48")  # 8 GPUs x 60/3600 h x 3.6
     # the status branch holds both; a new process from it enters neither again
-    restarted = Harness(h.repo, h.cluster)
-    restarted.clock.at = h.clock.at
-    files = render_status(
-        h.repo,
-        h.cycle().plan,  # type: ignore[arg-type]
-        h.reconciler.memory.seen,
-        gang_timeouts=h.reconciler.memory.gang_timeouts,
-        ledger=h.reconciler.memory.ledger,
-    )
-    restarted.reconciler.seed(memory_from_status(read_status(files)))
+    restarted = h.restart(h.status_of(h.cycle()))
     restarted.cycle(after=5)
     assert sorted(restarted.reconciler.memory.ledger, key=lambda e: e.start) == [first, second]

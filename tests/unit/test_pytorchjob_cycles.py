@@ -9,93 +9,49 @@ tests/cluster/test_pytorchjob_runtime.py."""
 from __future__ import annotations
 
 import time
-from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
-from unittest import mock
 
 import pytest
 from builders import NOW, World
-from fake_kube import ENDED, STARTED, FakeCluster, FakeKube
+from fake_kube import ENDED, STARTED, FakeCluster, FakeCycles, FakeKube, SteppedClock
 
 from reconciler.cli.logs_cmd import Target, show_logs
 from reconciler.core.cycle import memory_from_status
 from reconciler.core.observe import ObservedReason, observe_workloads
 from reconciler.core.render import ANNOTATION_PHASE
-from reconciler.core.status import read_status, render_status
+from reconciler.core.status import read_status
 from reconciler.core.trigger import Trigger, event_trigger
 from reconciler.core.types import (
-    ClusterSpec,
     CompiledRepo,
     Distributed,
     DistributedBackend,
     Phase,
-    RepoSnapshot,
 )
-from reconciler.runtime.cycle import CycleResult, Reconciler
 
 GPU = "nvidia.com/gpu"
 NAME = "p-train-g1"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.at = NOW
+class Harness(FakeCycles):
+    """Cycles over a cluster that serves PyTorchJobs (unless ``cluster`` is given)."""
 
-    def now(self) -> datetime:
-        return self.at
-
-
-class Harness:
     def __init__(
-        self, repo: CompiledRepo, cluster: FakeCluster | None = None, *, watch: bool = False
+        self,
+        repo: CompiledRepo,
+        cluster: FakeCluster | None = None,
+        *,
+        watch: bool = False,
+        clock: SteppedClock | None = None,
     ) -> None:
-        self.repo = repo
-        self.clock = Clock()
-        self.cluster = cluster or FakeCluster("local", backends={"pytorchjob"})
-        self.reconciler = Reconciler(
-            lambda: RepoSnapshot(files={}, version=self.repo.version),
-            self._connect,  # type: ignore[arg-type]
-            self.clock,
-            is_leader=lambda: True,
-            watch=watch,
-            sync_timeout=5.0,
-        )
-
-    def _connect(self, spec: ClusterSpec) -> Any:
-        return FakeKube(self.cluster)
-
-    def cycle(self, after: float = 0) -> CycleResult:
-        self.clock.at += timedelta(seconds=after)
-        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
-            return self.reconciler.run_once()
-
-    def bound_gpus(self) -> int:
-        return sum(
-            int((c.get("resources") or {}).get("limits", {}).get(GPU, 0))
-            for p in self.cluster.pods.values()
-            if p["spec"].get("nodeName")
-            for c in p["spec"].get("containers") or []
-        )
+        super().__init__(repo, cluster, backends={"pytorchjob"}, watch=watch, clock=clock)
 
 
 def world(start_timeout: int | None = None, replicas: int = 4) -> World:
     w = World().queue("gpu", quota={GPU: 16})
     w.set_queue("gpu", start_timeout=start_timeout)
-    b = w.op("p/train", gpu=2 * replicas)
-    b._fields.update(
-        replicas=replicas,
-        distributed=Distributed(backend=DistributedBackend.PYTORCHJOB),
-        pod_requests={GPU: Decimal(2)},
-        spec={
-            "kind": "job",
-            "name": "train",
-            "run": {
-                "kind": "job",
-                "container": {"image": "img", "resources": {"limits": {GPU: "2"}}},
-            },
-        },
-    )
+    pytorchjob = Distributed(backend=DistributedBackend.PYTORCHJOB)
+    w.op("p/train").requests(gpu=2).replicas(replicas, pytorchjob).container(gpu=2)
     return w
 
 
@@ -243,14 +199,13 @@ def test_a_restart_adopts_the_pytorchjob_through_the_status_branch() -> None:
     h = Harness(world().repo())
     first = h.cycle()
     assert first.plan is not None
-    files = render_status(h.repo, first.plan, first.states)
+    files = h.status_of(first)
     record = files["status/p/train.yaml"].decode()
     assert "workloadKind: PyTorchJob" in record
     memory = memory_from_status(read_status(files))
     assert memory.seen["p/train"].kind == "PyTorchJob"
     # a new process on the same cluster: it sees the PyTorchJob and never creates another
-    restarted = Harness(h.repo, h.cluster)
-    restarted.reconciler.seed(memory)
+    restarted = h.restart(files)
     h.cluster.set_operator_pods("p", NAME, placed=4, running=4)
     again = restarted.cycle(after=1)
     assert again.dispatched == () and again.adopted == ()
