@@ -135,32 +135,8 @@ def test_org_policy_fields_are_strict() -> None:
 
 # --- compiled, with provenance ---------------------
 
-EVERYTHING = """kind: Preset
-patchStrategy: post_merge
-run:
-  environment:
-    serviceAccountName: trainer
-    imagePullSecrets: [registry]
-  volumes:
-    - name: scratch
-      emptyDir: {medium: Memory, sizeLimit: 1Gi}
-    - name: cfg
-      configMap: {name: settings}
-  container:
-    volumeMounts:
-      - {name: scratch, mountPath: /scratch}
-  initContainers:
-    - name: warm
-      image: busybox
-      command: [sh, -c, "echo warm"]
-      volumeMounts: [{name: cfg, mountPath: /cfg, readOnly: true}]
-  sidecars:
-    - name: logs
-      image: fluent/fluent-bit:3
-      resources: {requests: {cpu: 100m}}
-  maxRetries: 2
-  ttl: 2h
-"""
+# every pod field a preset may set
+EVERYTHING = (Path(__file__).parent / "data" / "presets" / "pod-fields.yaml").read_text()
 PERMISSIVE = ORG + "  allowedServiceAccounts: [trainer]\n"
 
 

@@ -7,6 +7,7 @@ and the real Job controller creates a pod with each of them."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 from conftest import KubeCluster, repo
@@ -19,32 +20,8 @@ from reconciler.core.render import render_operation
 
 pytestmark = pytest.mark.cluster
 
-PLATFORM = """kind: Preset
-patchStrategy: post_merge
-run:
-  environment:
-    serviceAccountName: trainer
-    imagePullSecrets: [registry]
-  volumes:
-    - name: scratch
-      emptyDir: {medium: Memory, sizeLimit: 1Gi}
-    - name: cfg
-      configMap: {name: settings}
-  container:
-    volumeMounts:
-      - {name: scratch, mountPath: /scratch}
-  initContainers:
-    - name: warm
-      image: busybox
-      command: [sh, -c, "echo warm"]
-      volumeMounts: [{name: cfg, mountPath: /cfg, readOnly: true}]
-  sidecars:
-    - name: logs
-      image: fluent/fluent-bit:3
-      resources: {requests: {cpu: 100m}}
-  maxRetries: 2
-  ttl: 2h
-"""
+# every pod field a preset may set (also compiled in tests/test_preset_pod_fields.py)
+PLATFORM = (Path(__file__).parents[1] / "data" / "presets" / "pod-fields.yaml").read_text()
 
 
 def test_the_pod_fields_of_a_preset_reach_the_pod(
