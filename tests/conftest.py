@@ -150,6 +150,26 @@ def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
     return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
 
 
+class Reconcilers(list[Any]):
+    """The Reconcilers a test made, closed after it (watches stopped, Events sent)."""
+
+    def start(self, repo: Path, **kw: Any) -> Any:
+        """A Reconciler over the Git config repo ``repo`` (``reconciler_env.make_reconciler``)."""
+        from reconciler_env import make_reconciler
+
+        reconciler = make_reconciler(repo, **kw)
+        self.append(reconciler)
+        return reconciler
+
+
+@pytest.fixture
+def reconcilers() -> Iterator[Reconcilers]:
+    made = Reconcilers()
+    yield made
+    for reconciler in made:
+        reconciler.close()
+
+
 @pytest.fixture
 def h100_remote(config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path) -> Iterator[Any]:
     """A second dev cluster, ``remote`` in ``config_repo`` (``clusters/remote.yaml``, not

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import yaml
+from helpers import wait_until
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, connect_cluster
@@ -205,3 +206,85 @@ def cycles_until_lent_quota_returns(
     assert waited >= 1, f"{lender} never had to wait"
     assert result.states[borrower].phase is Phase.SUCCEEDED
     return result
+
+
+def gang_op(
+    replicas: int,
+    gpus: int,
+    *,
+    backend: str | None = None,
+    duration: str | None = None,
+    command: str = "[torchrun, train.py]",
+    selector: str | None = "{gpu.type: h100}",
+) -> str:
+    """An Operation file: ``replicas`` pods of ``gpus`` GPUs each (one pod when 1), run by
+    ``backend`` (``run.distributed.backend``); on the ``gang_nodes`` (``selector``); the
+    dev cluster's kwok stages end its pods Succeeded after ``duration`` (never: None)."""
+    return (
+        "kind: Operation\nrun:\n  kind: job\n"
+        + (f"  replicas: {replicas}\n" if replicas > 1 else "")
+        + (f"  distributed:\n    backend: {backend}\n" if backend else "")
+        + f"  container:\n    image: busybox\n    command: {command}\n"
+        + f"    resources:\n      limits:\n        {GPU}: {gpus}\n"
+        + (f"  environment:\n    nodeSelector: {selector}\n" if selector else "")
+        + (
+            f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
+            if duration
+            else ""
+        )
+    )
+
+
+def small_repo(
+    root: Path,
+    kubeconfig: Path,
+    namespace: str,
+    ops: Mapping[str, str],
+    *,
+    queue: str = "gangs",
+    quota: int = 8,
+    queue_extra: str = "",
+    org_extra: str = "",
+    project: str = "d",
+) -> Path:
+    """A config repo of one queue (``quota`` GPUs, on the cluster of ``kubeconfig``), one
+    project ``project`` in ``namespace`` and its ``ops`` (by name), committed on main."""
+    files = {
+        "reconciler.yaml": f"kind: Org\ndefaults:\n  queue: {queue}\n{org_extra}",
+        "clusters/local.yaml": (
+            f"kind: Cluster\nkubeconfig:\n  path: {kubeconfig}\n"
+            f"context: {client_context(kubeconfig)}\n"
+        ),
+        f"queues/{queue}.yaml": (
+            f"kind: Queue\ncluster: local\n{queue_extra}quota:\n  {GPU}: {quota}\n"
+        ),
+        f"projects/{project}/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
+        **{f"projects/{project}/operations/{name}.yaml": text for name, text in ops.items()},
+    }
+    for path, text in files.items():
+        (root / path).parent.mkdir(parents=True, exist_ok=True)
+        (root / path).write_text(text)
+    git(root, "init", "-q", "-b", "main")
+    commit_all(root, "ops")
+    return root
+
+
+def cycle_until(
+    reconciler: Reconciler,
+    check: Callable[[CycleResult], Any],
+    *,
+    timeout: float,
+    what: str,
+    period: float = 0.5,
+) -> CycleResult:
+    """Run cycles until ``check(result)`` is truthy; that cycle's result."""
+    holder: list[CycleResult] = []
+
+    def one() -> Any:
+        result = reconciler.run_once()
+        assert result.plan is not None, result.sync_error
+        holder[:] = [result]
+        return check(result)
+
+    wait_until(one, timeout=timeout, what=what, interval=period)
+    return holder[0]

@@ -12,22 +12,21 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Callable, Iterator
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
+from conftest import KubeCluster, Reconcilers
 from helpers import wait_until
 from kubernetes import client
-from reconciler_env import client_context, commit_all, git, make_reconciler
+from reconciler_env import cycle_until, gang_op, small_repo
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.observe import ObservedReason
 from reconciler.core.plan import PendingReason
 from reconciler.core.types import Phase
-from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.cycle import CycleResult
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(420)]
 
@@ -36,75 +35,7 @@ INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def op_yaml(replicas: int, gpus: int, duration: str | None = "6s") -> str:
-    annotations = f"    annotations: {{reconciler.dev/simulated-duration: {duration}}}\n"
-    return (
-        "kind: Operation\nrun:\n  kind: job\n"
-        + (f"  replicas: {replicas}\n" if replicas > 1 else "")
-        + "  container:\n    image: busybox\n    command: [torchrun, train.py]\n"
-        + f"    resources:\n      limits:\n        {GPU}: {gpus}\n"
-        + "  environment:\n    nodeSelector: {gpu.type: h100}\n"
-        + (annotations if duration else "")
-    )
-
-
-def make_repo(
-    root: Path,
-    kubeconfig: Path,
-    namespace: str,
-    ops: dict[str, str],
-    *,
-    quota: int = 8,
-    strategy: str = "BestEffortFIFO",
-    start_timeout: str | None = None,
-) -> Path:
-    queue = f"kind: Queue\ncluster: local\nstrategy: {strategy}\nquota:\n  {GPU}: {quota}\n" + (
-        f"startTimeout: {start_timeout}\n" if start_timeout else ""
-    )
-    files = {
-        "reconciler.yaml": "kind: Org\ndefaults:\n  queue: gangs\n",
-        "clusters/local.yaml": (
-            f"kind: Cluster\nkubeconfig:\n  path: {kubeconfig}\n"
-            f"context: {client_context(kubeconfig)}\n"
-        ),
-        "queues/gangs.yaml": queue,
-        "projects/d/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
-        **{f"projects/d/operations/{name}.yaml": text for name, text in ops.items()},
-    }
-    for path, text in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    git(root, "init", "-q", "-b", "main")
-    commit_all(root, "ops")
-    return root
-
-
-@pytest.fixture
-def reconcilers() -> Iterator[list[Reconciler]]:
-    made: list[Reconciler] = []
-    yield made
-    for r in made:
-        r.close()
-
-
-def cycle_until(
-    reconciler: Reconciler,
-    check: Callable[[CycleResult], Any],
-    *,
-    timeout: float,
-    what: str,
-    period: float = 0.5,
-) -> CycleResult:
-    """Run cycles until ``check(result)`` is truthy."""
-    holder: list[CycleResult] = []
-
-    def one() -> Any:
-        result = reconciler.run_once()
-        assert result.plan is not None, result.sync_error
-        holder[:] = [result]
-        return check(result)
-
-    wait_until(one, timeout=timeout, what=what, interval=period)
-    return holder[0]
+    return gang_op(replicas, gpus, duration=duration)
 
 
 def pending(result: CycleResult, op: str) -> Any:
@@ -133,12 +64,12 @@ def test_a_gang_is_dispatched_whole_ranked_and_succeeds_and_the_next_waits_for_q
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
     ops = {"a-gang": op_yaml(4, 2), "b-gang": op_yaml(4, 2)}
-    repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops)
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    reconciler = reconcilers.start(
+        small_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops)
+    )
     core = client.CoreV1Api(kube_cluster.api_client())
     discovery = client.DiscoveryV1Api(kube_cluster.api_client())
 
@@ -211,7 +142,7 @@ def test_a_small_job_passes_a_waiting_gang_only_under_best_effort(
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
     strategy: str,
 ) -> None:
     ops = {
@@ -219,9 +150,9 @@ def test_a_small_job_passes_a_waiting_gang_only_under_best_effort(
         "b-gang": op_yaml(4, 2),
         "c-small": op_yaml(1, 1),
     }
-    repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops, strategy=strategy)
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    extra = f"strategy: {strategy}\n"
+    repo = small_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops, queue_extra=extra)
+    reconciler = reconcilers.start(repo)
     first = reconciler.run_once()
     gang = pending(first, "d/b-gang")
     assert gang.reason is PendingReason.QUOTA_EXCEEDED  # 1 + 8 > 8: never a part of it
@@ -239,11 +170,12 @@ def test_a_gang_larger_than_the_quota_is_exceeds_quota_at_once(
     kube: Kube,
     namespace: str,
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
-    repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, {"five": op_yaml(5, 2)})
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    ops = {"five": op_yaml(5, 2)}
+    reconciler = reconcilers.start(
+        small_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops)
+    )
     result = reconciler.run_once()
     entry = pending(result, "d/five")
     assert entry.reason is PendingReason.EXCEEDS_QUOTA
@@ -257,19 +189,19 @@ def test_a_half_placed_gang_waits_for_capacity_then_times_out_and_requeues_once(
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
     """5 pods of 8 GPUs: the 64-GPU quota admits them, the four 8-GPU nodes place 4."""
-    repo = make_repo(
+    repo = small_repo(
         tmp_path / "repo",
         kube_cluster.kubeconfig,
         namespace,
         {"wide": op_yaml(5, 8, duration=None)},
         quota=64,
-        start_timeout="20s",  # room for the scheduler to place all it can on a busy machine
+        # room for the scheduler to place all it can on a busy machine
+        queue_extra="startTimeout: 20s\n",
     )
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    reconciler = reconcilers.start(repo)
     core = client.CoreV1Api(kube_cluster.api_client())
     assert reconciler.run_once().dispatched == ("d/wide",)
     waiting = cycle_until(  # the scheduler places the four it can one by one
@@ -349,7 +281,7 @@ def test_quota_is_never_exceeded_by_30_random_distributed_and_single_pod_ops(
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
     rng = random.Random(14)
     ops: dict[str, str] = {}
@@ -357,9 +289,9 @@ def test_quota_is_never_exceeded_by_30_random_distributed_and_single_pod_ops(
         replicas = rng.choice([1, 1, 2, 3, 4])
         gpus = rng.choice([1, 2]) if replicas > 1 else rng.choice([1, 2, 4])
         ops[f"op-{i:02d}"] = op_yaml(replicas, gpus, duration=f"{rng.randint(1, 4)}s")
-    repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops, quota=8)
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    reconciler = reconcilers.start(
+        small_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, ops, quota=8)
+    )
     sampler = QuotaSampler(client.CoreV1Api(kube_cluster.api_client()), namespace, 8)
     sampler.start()
     try:

@@ -144,30 +144,13 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
 ) -> None:
     """Without the CRD a pytorchjob op waits BackendUnavailable; once it is installed, the
     same cycle plans it and the runtime creates the PyTorchJob (and no Job)."""
-    from reconciler_env import client_context, commit_all, git, make_reconciler
+    from reconciler_env import gang_op, make_reconciler, small_repo
 
     from reconciler.adapters.kube import Kube
     from reconciler.core.plan import PendingReason
 
-    files = {
-        "reconciler.yaml": "kind: Org\ndefaults:\n  queue: gpu\n",
-        "clusters/local.yaml": (
-            f"kind: Cluster\nkubeconfig:\n  path: {kube_cluster.kubeconfig}\n"
-            f"context: {client_context(kube_cluster.kubeconfig)}\n"
-        ),
-        "queues/gpu.yaml": "kind: Queue\ncluster: local\nquota:\n  nvidia.com/gpu: 8\n",
-        "projects/p/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
-        "projects/p/operations/t.yaml": (
-            "kind: Operation\nrun:\n  kind: job\n  container:\n    image: busybox\n"
-            "    resources:\n      limits:\n        nvidia.com/gpu: 2\n"
-            "  replicas: 2\n  distributed:\n    backend: pytorchjob\n"
-        ),
-    }
-    for path, text in files.items():
-        (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / path).write_text(text)
-    git(tmp_path, "init", "-q", "-b", "main")
-    commit_all(tmp_path, "ops")
+    ops = {"t": gang_op(2, 2, backend="pytorchjob", selector=None)}
+    repo = small_repo(tmp_path, kube_cluster.kubeconfig, namespace, ops, queue="gpu", project="p")
     kube = Kube(kube_cluster.api_client())
     # discovery follows a CRD's deletion by an earlier test within a moment
     wait_until(
@@ -175,7 +158,7 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
         timeout=30,
         what="the cluster to serve no PyTorchJob",
     )
-    reconciler = make_reconciler(tmp_path)
+    reconciler = make_reconciler(repo)
     try:
         before = reconciler.run_once()
         assert before.plan is not None

@@ -31,15 +31,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
+from conftest import KubeCluster, Reconcilers
 from helpers import wait_until
 from kubeflow_operator import cached_operator
 from kubernetes import client
-from reconciler_env import client_context, commit_all, git, make_reconciler
+from reconciler_env import cycle_until, gang_op, small_repo
 from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
 
 from reconciler.core.types import Phase
-from reconciler.runtime.cycle import CycleResult, Reconciler
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -142,41 +141,6 @@ def operator(
                 proc.wait()
 
 
-def make_repo(root: Path, kubeconfig: Path, namespace: str) -> Path:
-    files = {
-        "reconciler.yaml": "kind: Org\ndefaults:\n  queue: gangs\n",
-        "clusters/local.yaml": (
-            f"kind: Cluster\nkubeconfig:\n  path: {kubeconfig}\n"
-            f"context: {client_context(kubeconfig)}\n"
-        ),
-        "queues/gangs.yaml": f"kind: Queue\ncluster: local\nquota:\n  {GPU}: 8\n",
-        "projects/d/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
-        "projects/d/operations/ddp.yaml": (
-            "kind: Operation\nrun:\n  kind: job\n  replicas: 2\n"
-            "  distributed:\n    backend: pytorchjob\n"
-            "  container:\n    image: busybox\n"
-            "    command: [torchrun, --nnodes=$(PET_NNODES), train.py]\n"
-            f"    resources:\n      limits:\n        {GPU}: 2\n"
-            "  environment:\n    nodeSelector: {gpu.type: h100}\n"
-            "    annotations: {reconciler.dev/simulated-duration: 4s}\n"
-        ),
-    }
-    for path, text in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    git(root, "init", "-q", "-b", "main")
-    commit_all(root, "ops")
-    return root
-
-
-@pytest.fixture
-def reconcilers() -> Iterator[list[Reconciler]]:
-    made: list[Reconciler] = []
-    yield made
-    for r in made:
-        r.close()
-
-
 def _env(pod: Any) -> dict[str, str]:
     (container,) = [c for c in pod.spec.containers if c.name == "pytorch"]
     return {e.name: e.value for e in container.env or [] if e.value is not None}
@@ -189,24 +153,19 @@ def test_the_operator_runs_a_dispatched_pytorchjob_to_succeeded(
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
     api = pytorchjob_crd_installed
-    repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace)
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
-    holder: list[CycleResult] = []
-
-    def cycle(check: Any) -> Any:
-        def one() -> Any:
-            result = reconciler.run_once()
-            assert result.plan is not None, result.sync_error
-            holder[:] = [result]
-            return check(result)
-
-        return one
-
-    wait_until(cycle(lambda r: OP in r.dispatched), timeout=60, what="the dispatch")
+    ddp = gang_op(
+        2,
+        2,
+        backend="pytorchjob",
+        command="[torchrun, --nnodes=$(PET_NNODES), train.py]",
+        duration="4s",
+    )
+    repo = small_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, {"ddp": ddp})
+    reconciler = reconcilers.start(repo)
+    cycle_until(reconciler, lambda r: OP in r.dispatched, timeout=60, what="the dispatch")
     core = client.CoreV1Api(api)
     selector = f"training.kubeflow.org/job-name={NAME}"
 
@@ -228,12 +187,12 @@ def test_the_operator_runs_a_dispatched_pytorchjob_to_succeeded(
     )
 
     started = time.monotonic()
-    wait_until(
-        cycle(lambda r: r.states[OP].phase is Phase.SUCCEEDED),
+    done = cycle_until(
+        reconciler,
+        lambda r: r.states[OP].phase is Phase.SUCCEEDED,
         timeout=120,
         what="the run Succeeded (the operator's condition)",
-    )
-    done = holder[0].states[OP]
+    ).states[OP]
     obj = client.CustomObjectsApi(api).get_namespaced_custom_object(
         "kubeflow.org", "v1", namespace, "pytorchjobs", NAME
     )

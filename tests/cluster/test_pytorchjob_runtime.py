@@ -14,16 +14,15 @@ With the operator itself: tests/cluster/test_pytorchjob_operator.py (optional)."
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
+from conftest import KubeCluster, Reconcilers
 from helpers import wait_until
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from reconciler_env import client_context, commit_all, git, make_reconciler
+from reconciler_env import commit_all, cycle_until, gang_op, small_repo
 from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
 
 from reconciler.adapters.kube import Kube, list_pytorchjobs
@@ -32,7 +31,6 @@ from reconciler.core.observe import ObservedReason
 from reconciler.core.render import ANNOTATION_PHASE
 from reconciler.core.status import read_status, render_status
 from reconciler.core.types import Phase
-from reconciler.runtime.cycle import CycleResult, Reconciler
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -44,52 +42,13 @@ ENDED = "2026-01-01T11:40:00Z"
 
 
 def make_repo(root: Path, kubeconfig: Path, namespace: str, *, prune: bool = False) -> Path:
-    org = "kind: Org\ndefaults:\n  queue: gangs\n"
-    if prune:
-        org += "prune:\n  enabled: true\n  allowMassPrune: true\n"
-    files = {
-        "reconciler.yaml": org,
-        "clusters/local.yaml": (
-            f"kind: Cluster\nkubeconfig:\n  path: {kubeconfig}\n"
-            f"context: {client_context(kubeconfig)}\n"
-        ),
-        "queues/gangs.yaml": f"kind: Queue\ncluster: local\nquota:\n  {GPU}: 8\n",
-        "projects/d/project.yaml": f"kind: Project\nnamespace: {namespace}\n",
-        "projects/d/operations/train.yaml": (
-            "kind: Operation\nrun:\n  kind: job\n  replicas: 2\n"
-            "  distributed:\n    backend: pytorchjob\n"
-            "  container:\n    image: busybox\n    command: [torchrun, train.py]\n"
-            f"    resources:\n      limits:\n        {GPU}: 2\n"
-            "  environment:\n    nodeSelector: {gpu.type: h100}\n"
-        ),
-    }
-    for path, text in files.items():
-        (root / path).parent.mkdir(parents=True, exist_ok=True)
-        (root / path).write_text(text)
-    git(root, "init", "-q", "-b", "main")
-    commit_all(root, "ops")
-    return root
-
-
-@pytest.fixture
-def reconcilers() -> Iterator[list[Reconciler]]:
-    made: list[Reconciler] = []
-    yield made
-    for r in made:
-        r.close()
-
-
-def cycle_until(reconciler: Reconciler, check: Any, *, timeout: float, what: str) -> CycleResult:
-    holder: list[CycleResult] = []
-
-    def one() -> Any:
-        result = reconciler.run_once()
-        assert result.plan is not None, result.sync_error
-        holder[:] = [result]
-        return check(result)
-
-    wait_until(one, timeout=timeout, what=what, interval=0.5)
-    return holder[0]
+    return small_repo(
+        root,
+        kubeconfig,
+        namespace,
+        {"train": gang_op(2, 2, backend="pytorchjob")},
+        org_extra="prune:\n  enabled: true\n  allowMassPrune: true\n" if prune else "",
+    )
 
 
 def _get(api: client.ApiClient, namespace: str) -> dict[str, Any]:
@@ -173,12 +132,11 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
     api = pytorchjob_crd_installed
     repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace)
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    reconciler = reconcilers.start(repo)
     first = cycle_until(
         reconciler, lambda r: r.dispatched == (OP,), timeout=60, what="the dispatch"
     )
@@ -256,8 +214,7 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
     assert entry.end.isoformat() == "2026-01-01T11:40:00+00:00"
     assert entry.requests == {GPU: 4}
     # a fresh list (no watch) says the same
-    fresh = make_reconciler(repo, watch=False)
-    reconcilers.append(fresh)
+    fresh = reconcilers.start(repo, watch=False)
     assert fresh.run_once().states[OP].phase is Phase.SUCCEEDED
 
 
@@ -267,12 +224,11 @@ def test_a_restart_adopts_it_and_a_deleted_operation_prunes_it(
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
-    reconcilers: list[Reconciler],
+    reconcilers: Reconcilers,
 ) -> None:
     api = pytorchjob_crd_installed
     repo = make_repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace, prune=True)
-    reconciler = make_reconciler(repo)
-    reconcilers.append(reconciler)
+    reconciler = reconcilers.start(repo)
     first = cycle_until(
         reconciler, lambda r: r.dispatched == (OP,), timeout=60, what="the dispatch"
     )
@@ -284,8 +240,7 @@ def test_a_restart_adopts_it_and_a_deleted_operation_prunes_it(
     reconciler.close()
 
     # a new process, from the status branch: it finds the PyTorchJob, creates no other
-    restarted = make_reconciler(repo)
-    reconcilers.append(restarted)
+    restarted = reconcilers.start(repo)
     restarted.seed(memory_from_status(read_status(files)))
     adopted = cycle_until(
         restarted,
