@@ -10,7 +10,6 @@ from unittest import mock
 
 from builders import NOW, World
 from fake_kube import FakeCluster, FakeKube
-from helpers import wait_until
 
 from reconciler.core.cycle import Memory
 from reconciler.core.plan import PendingReason
