@@ -50,7 +50,7 @@ from reconciler.core.cycle import (
     decide,
     wanted_backends,
 )
-from reconciler.core.observe import WorkloadState, observe_workloads
+from reconciler.core.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
 from reconciler.core.render import (
     ANNOTATION_PHASE,
@@ -222,6 +222,8 @@ class Reconciler:
         # creates in flight per cycle; results are recorded in plan order
         self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self.memory = Memory()  # what decide needs to know that the clusters may not say
+        # each workload observed again only when it or its pods changed (resourceVersion)
+        self._observer = Observer()
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
@@ -361,7 +363,7 @@ class Reconciler:
                 continue
             capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
-                observe_workloads(name, jobs, pods, pytorchjobs),
+                self._observer.observe(name, jobs, pods, pytorchjobs),
                 version=version,
                 capacity=capacity,
                 backends=backends,
