@@ -14,6 +14,7 @@ operator restarts a failed replica (``Restarting``) the run is ``Running`` with 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -646,7 +647,10 @@ def current_states(
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time from an object or a record; None when absent or unreadable. Cached:
+    each cycle reads the same dispatch and start times of every workload again."""
     if not value:
         return None
     try:
