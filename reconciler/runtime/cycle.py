@@ -398,9 +398,7 @@ class Reconciler:
 
         # Render and submit in plan order; the pool bounds the creates in flight. The plan
         # was made before any create, so concurrency cannot over-admit a quota.
-        submitted: list[
-            tuple[CompiledOperation, RenderedWorkload, Kube, Future[list[ApplyResult]]]
-        ] = []
+        submitted: list[tuple[CompiledOperation, RenderedWorkload, Future[list[ApplyResult]]]] = []
         for item in actions.creates:
             op = item.operation
             if op.cluster in broken:
@@ -434,16 +432,17 @@ class Reconciler:
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
             future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
-            submitted.append((op, rendered, kube, future))
-        for op, rendered, _kube, future in submitted:
+            submitted.append((op, rendered, future))
+        for op, rendered, future in submitted:
             results = future.result()
             if not results:
                 continue
             job = results[0]  # the workload (a Service, if any, comes after it)
             (changes.dispatched if job.created else changes.adopted).append(op.id)
-            # No Event for a dispatch (docs/runtime.md, "Events"): the Job carries its queue,
-            # config commit and dispatch time, and the Job controller's SuccessfulCreate
-            # Event follows; one more POST per operation would say nothing new.
+            # No Event for a dispatch (docs/runtime.md, "Events and phase annotations"): the
+            # Job carries its queue, config commit and dispatch time, and the Job
+            # controller's SuccessfulCreate Event follows; one more POST per operation
+            # would say nothing new.
             state = WorkloadState(
                 operation=op.id,
                 generation=op.generation,
