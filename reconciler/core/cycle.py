@@ -299,6 +299,30 @@ class Annotate:
     workload: WorkloadState
 
 
+def phase_annotation_due(state: WorkloadState) -> bool:
+    """Whether the workload's op phase is written onto it now (docs/runtime.md, "The phase
+    annotations"): only what the workload's own status does not say, and never an annotation
+    left to lie. Each write is an apply the apiserver stores and sends to every watcher, so
+    the common path of a run (created, Running, Succeeded) costs one, at its end:
+
+    - the run has ended (``Succeeded``, ``Failed``): the final word stays on the workload;
+    - it waits for room (``Dispatched``, ``WaitingForCapacity``): the Job says only that it
+      is active;
+    - an annotation already on it says another phase (written earlier in the run, or at
+      create by a version that wrote ``Dispatched`` then): it is brought up to date.
+
+    While the run is in flight with nothing written yet (``Dispatched`` waiting for its
+    pod, ``Running``), nothing is written: ``kubectl get jobs`` shows the Job's status, and
+    ``reconciler status`` the phase. A ``Stopped`` workload is being deleted."""
+    if state.phase is Phase.STOPPED or state.phase.value == state.annotated_phase:
+        return False
+    return (
+        state.phase.finished
+        or state.reason is ObservedReason.WAITING_FOR_CAPACITY
+        or state.annotated_phase is not None
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Actions:
     creates: tuple[Create, ...] = ()  # in plan order
@@ -548,8 +572,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         for s in current.values()
         if s.operation in present
         and s.operation not in stopping
-        and s.phase.value != s.annotated_phase
-        and s.phase is not Phase.STOPPED
+        and phase_annotation_due(s)
         and s.cluster in compiled.clusters
         and s.cluster not in down
     )

@@ -14,6 +14,7 @@ operator restarts a failed replica (``Restarting``) the run is ``Running`` with 
 from __future__ import annotations
 
 import enum
+import functools
 import json
 import math
 from collections.abc import Iterable, Mapping
@@ -106,6 +107,18 @@ class WorkloadState:
             dispatched_at=parse_time(self.dispatched_at),
             started_at=parse_time(self.started_at or self.dispatched_at),
         )
+
+
+def cached(obj: dict[str, Any]) -> dict[str, Any]:
+    """What the watch caches keep of an object read from a cluster: all of it but
+    ``metadata.managedFields``, server-side apply's record of who set which field (about
+    half of a Job's JSON, read by nothing here). Observation gives the same on it as on the
+    whole object (tests/unit/test_observe_cached.py). Changes ``obj`` in place: it is the
+    caller's own, just parsed."""
+    meta = obj.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return obj
 
 
 def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
@@ -392,15 +405,12 @@ def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
 
 
-def observe_workloads(
-    cluster: str,
-    jobs: Iterable[Mapping[str, Any]],
+def _pods_by_owner(
     pods: Iterable[Mapping[str, Any]],
-    pytorchjobs: Iterable[Mapping[str, Any]] = (),
-) -> tuple[WorkloadState, ...]:
-    """The state of every managed Job and PyTorchJob in ``cluster``, matched to its pods
-    by ``job-name`` (set by the Job controller) or ``training.kubeflow.org/job-name`` (set
-    by the Training Operator)."""
+) -> tuple[
+    dict[tuple[str, str], list[Mapping[str, Any]]], dict[tuple[str, str], list[Mapping[str, Any]]]
+]:
+    """The pods per (namespace, Job name) and per (namespace, PyTorchJob name)."""
     pods_by_job: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     pods_by_pytorchjob: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
     for candidate in pods:
@@ -413,68 +423,163 @@ def observe_workloads(
         owner = labels.get(LABEL_KUBEFLOW_JOB_NAME)
         if owner:
             pods_by_pytorchjob.setdefault((namespace, str(owner)), []).append(candidate)
+    return pods_by_job, pods_by_pytorchjob
+
+
+def _operation_of(obj: Mapping[str, Any]) -> str | None:
+    """The operation a workload was rendered for; None for one labelled by hand, not
+    rendered by us: never ours to judge."""
+    operation = ((obj.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_OPERATION)
+    return str(operation) if operation else None
+
+
+def _owner_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    meta = obj.get("metadata") or {}
+    return str(meta.get("namespace")), str(meta.get("name"))
+
+
+def _observe_job(
+    cluster: str, job: Mapping[str, Any], operation: str, job_pods: list[Mapping[str, Any]]
+) -> WorkloadState:
+    size = gang_size(job)
+    gang: Placement | None = None
+    if size > 1:
+        # replica 0's pod is the run's: its node, its outputs
+        pod = latest_per_replica(job_pods).get(0) or _latest_pod(job_pods)
+        gang = placement(job_pods, size)
+        phase, reason, message = _gang_phase(*_job_phase(job, pod), gang)
+    else:
+        pod = _latest_pod(job_pods)
+        phase, reason, message = _job_phase(job, pod)
+    pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
+    replicas = _replicas_of(job)
+    requests = {k: v * replicas for k, v in effective_pod_requests(pod_spec).items()}
+    return _state(
+        cluster,
+        job,
+        operation,
+        (phase, reason, message),
+        pod,
+        gang,
+        replicas,
+        requests=requests,
+        finished_at=job_finished_at(job),
+        kind=JOB,
+    )
+
+
+def _observe_pytorchjob(
+    cluster: str, obj: Mapping[str, Any], operation: str, own: list[Mapping[str, Any]]
+) -> WorkloadState:
+    replicas, requests = _pytorchjob_replicas(obj)
+    pod = latest_per_replica(own).get(0)  # the Master: its node, its outputs
+    gang = placement(own, replicas)
+    return _state(
+        cluster,
+        obj,
+        operation,
+        _pytorchjob_phase(obj, pod, gang),
+        pod,
+        gang,
+        replicas,
+        requests=requests,
+        finished_at=pytorchjob_finished_at(obj),
+        kind=PYTORCHJOB,
+    )
+
+
+def _sorted(states: Iterable[WorkloadState]) -> tuple[WorkloadState, ...]:
+    return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))
+
+
+def observe_workloads(
+    cluster: str,
+    jobs: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    pytorchjobs: Iterable[Mapping[str, Any]] = (),
+) -> tuple[WorkloadState, ...]:
+    """The state of every managed Job and PyTorchJob in ``cluster``, matched to its pods
+    by ``job-name`` (set by the Job controller) or ``training.kubeflow.org/job-name`` (set
+    by the Training Operator)."""
+    pods_by_job, pods_by_pytorchjob = _pods_by_owner(pods)
     states = []
     for job in jobs:
-        meta = job.get("metadata") or {}
-        annotations = meta.get("annotations") or {}
-        operation = annotations.get(ANNOTATION_OPERATION)
-        if not operation:
-            continue  # labelled by hand, not rendered by us: never ours to judge
-        namespace, name = str(meta.get("namespace")), str(meta.get("name"))
-        job_pods = pods_by_job.get((namespace, name), [])
-        size = gang_size(job)
-        gang: Placement | None = None
-        if size > 1:
-            # replica 0's pod is the run's: its node, its outputs
-            pod = latest_per_replica(job_pods).get(0) or _latest_pod(job_pods)
-            gang = placement(job_pods, size)
-            phase, reason, message = _gang_phase(*_job_phase(job, pod), gang)
-        else:
-            pod = _latest_pod(job_pods)
-            phase, reason, message = _job_phase(job, pod)
-        pod_spec = ((job.get("spec") or {}).get("template") or {}).get("spec") or {}
-        replicas = _replicas_of(job)
-        requests = {k: v * replicas for k, v in effective_pod_requests(pod_spec).items()}
-        states.append(
-            _state(
-                cluster,
-                job,
-                str(operation),
-                (phase, reason, message),
-                pod,
-                gang,
-                replicas,
-                requests=requests,
-                finished_at=job_finished_at(job),
-                kind=JOB,
+        operation = _operation_of(job)
+        if operation is not None:
+            states.append(
+                _observe_job(cluster, job, operation, pods_by_job.get(_owner_key(job), []))
             )
-        )
     for obj in pytorchjobs:
-        meta = obj.get("metadata") or {}
-        operation = (meta.get("annotations") or {}).get(ANNOTATION_OPERATION)
-        if not operation:
-            continue
-        key = (str(meta.get("namespace")), str(meta.get("name")))
-        own = pods_by_pytorchjob.get(key, [])
-        replicas, requests = _pytorchjob_replicas(obj)
-        pod = latest_per_replica(own).get(0)  # the Master: its node, its outputs
-        gang = placement(own, replicas)
-        observed = _pytorchjob_phase(obj, pod, gang)
-        states.append(
-            _state(
-                cluster,
-                obj,
-                str(operation),
-                observed,
-                pod,
-                gang,
-                replicas,
-                requests=requests,
-                finished_at=pytorchjob_finished_at(obj),
-                kind=PYTORCHJOB,
-            )
+        operation = _operation_of(obj)
+        if operation is not None:
+            own = pods_by_pytorchjob.get(_owner_key(obj), [])
+            states.append(_observe_pytorchjob(cluster, obj, operation, own))
+    return _sorted(states)
+
+
+# A workload's inputs to observation: the resourceVersions of it and of its pods, in
+# order. The apiserver gives each write a resourceVersion no other object has, so these
+# say which version of each object was read.
+_Versions = tuple[str, ...]
+
+
+def _versions(obj: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> _Versions | None:
+    """What observation of ``obj`` with ``pods`` depends on, or None when an object has no
+    resourceVersion (then it is observed afresh each time)."""
+    try:
+        versions = (
+            obj["metadata"]["resourceVersion"],
+            *(pod["metadata"]["resourceVersion"] for pod in pods),
         )
-    return tuple(sorted(states, key=lambda s: (s.operation, s.generation, s.cluster)))
+    except (KeyError, TypeError):
+        return None
+    return versions if all(versions) else None
+
+
+class Observer:
+    """``observe_workloads`` with a memory: a workload whose object and pods are at the
+    resourceVersions it was last observed at is not observed again (the apiserver gives an
+    object a new resourceVersion on every change, so its state cannot have changed). A
+    cycle over 2,000 running Jobs then observes the few that moved, not all of them
+    (docs/benchmarks.md, "cost per operation"). The same states as ``observe_workloads``
+    on the same objects (tests/unit/test_observe_cached.py). Not thread-safe: one cycle at
+    a time, as the Reconciler runs them."""
+
+    def __init__(self) -> None:
+        self._seen: dict[tuple[str, str, str], tuple[_Versions, WorkloadState]] = {}
+
+    def observe(
+        self,
+        cluster: str,
+        jobs: Iterable[Mapping[str, Any]],
+        pods: Iterable[Mapping[str, Any]],
+        pytorchjobs: Iterable[Mapping[str, Any]] = (),
+    ) -> tuple[WorkloadState, ...]:
+        pods_by_job, pods_by_pytorchjob = _pods_by_owner(pods)
+        seen = {k: v for k, v in self._seen.items() if k[0] != cluster}
+        states = []
+        for kind, objects, by_owner in (
+            (JOB, jobs, pods_by_job),
+            (PYTORCHJOB, pytorchjobs, pods_by_pytorchjob),
+        ):
+            for obj in objects:
+                operation = _operation_of(obj)
+                if operation is None:
+                    continue
+                own = by_owner.get(_owner_key(obj), [])
+                versions = _versions(obj, own)
+                key = (cluster, kind, str((obj.get("metadata") or {}).get("uid")))
+                last = self._seen.get(key)
+                if versions is not None and last is not None and last[0] == versions:
+                    state = last[1]
+                else:
+                    observe = _observe_job if kind == JOB else _observe_pytorchjob
+                    state = observe(cluster, obj, operation, own)
+                if versions is not None:
+                    seen[key] = (versions, state)
+                states.append(state)
+        self._seen = seen
+        return _sorted(states)
 
 
 def _state(
@@ -542,7 +647,10 @@ def current_states(
     return out
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def parse_time(value: str | None) -> datetime | None:
+    """An RFC 3339 time from an object or a record; None when absent or unreadable. Cached:
+    each cycle reads the same dispatch and start times of every workload again."""
     if not value:
         return None
     try:

@@ -42,7 +42,7 @@ ANNOTATION_SPEC_HASH = "reconciler.dev/spec-hash"
 ANNOTATION_DISPATCHED_AT = "reconciler.dev/dispatched-at"
 ANNOTATION_OPERATION = "reconciler.dev/operation-id"
 ANNOTATION_GENERATION = "reconciler.dev/generation"
-ANNOTATION_PHASE = "reconciler.dev/phase"  # written back each cycle the phase changes
+ANNOTATION_PHASE = "reconciler.dev/phase"  # see core/cycle.py phase_annotation_due
 ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
 # The workflow a child was dispatched for ("" for an operation that is none's child): a
 # workflow refused by policy keeps only its own children running, never another's workload.
@@ -552,7 +552,6 @@ def render_operation(
         ANNOTATION_COMMIT: config_version,
         ANNOTATION_SPEC_HASH: digest,
         ANNOTATION_DISPATCHED_AT: dispatched_at.isoformat().replace("+00:00", "Z"),
-        ANNOTATION_PHASE: "Dispatched",  # updated by the reconciler as the op moves on
     }
     pod_spec = pod["spec"]
     port = PORTS.get(op.kind)
@@ -579,7 +578,7 @@ def render_operation(
             "template": {
                 "metadata": {
                     "labels": labels,
-                    "annotations": {k: v for k, v in annotations.items() if k != ANNOTATION_PHASE},
+                    "annotations": dict(annotations),
                 },
                 "spec": pod_spec,
             },

@@ -50,7 +50,7 @@ from reconciler.core.cycle import (
     decide,
     wanted_backends,
 )
-from reconciler.core.observe import WorkloadState, observe_workloads
+from reconciler.core.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
 from reconciler.core.render import (
     ANNOTATION_PHASE,
@@ -166,6 +166,13 @@ def _listed_version(jobs: Informer, pytorchjobs: Informer) -> str | None:
         return versions[0]
 
 
+def _stop_message(operation: str, message: str, gang: bool, version: str) -> str:
+    """The message of the Event on a workload the reconciler deleted."""
+    if gang:
+        return f"operation {operation}: {message}"
+    return f"operation {operation} is no longer in the repo at config {version[:12]}: deleted"
+
+
 class Reconciler:
     """Holds what must survive between cycles: the last good config, the cluster clients,
     and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``)."""
@@ -215,6 +222,8 @@ class Reconciler:
         # creates in flight per cycle; results are recorded in plan order
         self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self.memory = Memory()  # what decide needs to know that the clusters may not say
+        # each workload observed again only when it or its pods changed (resourceVersion)
+        self._observer = Observer()
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
@@ -354,7 +363,7 @@ class Reconciler:
                 continue
             capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
-                observe_workloads(name, jobs, pods, pytorchjobs),
+                self._observer.observe(name, jobs, pods, pytorchjobs),
                 version=version,
                 capacity=capacity,
                 backends=backends,
@@ -389,9 +398,7 @@ class Reconciler:
 
         # Render and submit in plan order; the pool bounds the creates in flight. The plan
         # was made before any create, so concurrency cannot over-admit a quota.
-        submitted: list[
-            tuple[CompiledOperation, RenderedWorkload, Kube, Future[list[ApplyResult]]]
-        ] = []
+        submitted: list[tuple[CompiledOperation, RenderedWorkload, Future[list[ApplyResult]]]] = []
         for item in actions.creates:
             op = item.operation
             if op.cluster in broken:
@@ -425,18 +432,17 @@ class Reconciler:
                 log.error("dispatch of %s failed: %s", op.id, exc)
                 continue
             future = self._creates.submit(create, op.id, op.cluster, kube, rendered.manifests)
-            submitted.append((op, rendered, kube, future))
-        events: list[tuple[Kube, str, str, str, str, str]] = []
-        for op, rendered, kube, future in submitted:
+            submitted.append((op, rendered, future))
+        for op, rendered, future in submitted:
             results = future.result()
             if not results:
                 continue
             job = results[0]  # the workload (a Service, if any, comes after it)
             (changes.dispatched if job.created else changes.adopted).append(op.id)
-            if job.created:
-                events.append(
-                    (kube, job.kind, rendered.namespace, rendered.name, job.uid, op.queue)
-                )
+            # No Event for a dispatch (docs/runtime.md, "Events and phase annotations"): the
+            # Job carries its queue, config commit and dispatch time, and the Job
+            # controller's SuccessfulCreate Event follows; one more POST per operation
+            # would say nothing new.
             state = WorkloadState(
                 operation=op.id,
                 generation=op.generation,
@@ -464,13 +470,6 @@ class Reconciler:
                 rendered.name,
                 "created" if job.created else "adopted",
             )
-        # Events once every create has returned: they are informative, and must not
-        # compete with the creates for the apiserver.
-        message = f"dispatched at config {compiled.version[:12]}"
-        for kube, kind, namespace, name, uid, queue in events:
-            self._event(
-                kube, namespace, kind, name, uid, "Dispatched", f"queue {queue}: {message}", now
-            )
         for delete in actions.deletes:
             if not self._is_leader():
                 break
@@ -478,9 +477,8 @@ class Reconciler:
             if victim.cluster in broken:
                 continue
             try:
-                self._client(compiled.clusters[victim.cluster]).delete_workload(
-                    victim.namespace, victim.name, victim.kind
-                )
+                kube = self._client(compiled.clusters[victim.cluster])
+                kube.delete_workload(victim.namespace, victim.name, victim.kind)
             except (KubeError, OSError, KeyError) as exc:
                 changes.failed[delete.operation] = str(exc)
                 continue
@@ -490,6 +488,18 @@ class Reconciler:
             message = victim.message if gang else str(delete.reason)
             changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=message))
             log.info("stopped %s: %s", delete.operation, delete.reason)
+            # The workload is gone: the Event is what `kubectl get events` keeps of why.
+            self._event(
+                kube,
+                victim.namespace,
+                victim.kind,
+                victim.name,
+                victim.uid,
+                str(delete.reason),
+                _stop_message(delete.operation, message, gang, compiled.version),
+                now,
+                warning=gang,
+            )
         return changes
 
     def _event(
@@ -502,13 +512,18 @@ class Reconciler:
         reason: str,
         message: str,
         now: datetime,
+        *,
+        warning: bool = False,
     ) -> None:
         api_version = API_VERSIONS.get(kind, "v1")
         involved = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+        event_type = "Warning" if warning else "Normal"
 
         def emit() -> None:
             try:
-                kube.emit_event(namespace, involved, reason, message, now=now)
+                kube.emit_event(
+                    namespace, involved, reason, message, event_type=event_type, now=now
+                )
             except KubeError as exc:  # events are informative; never fail a dispatch on them
                 log.warning("event %s on %s/%s: %s", reason, namespace, name, exc)
 

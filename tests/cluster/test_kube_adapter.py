@@ -96,10 +96,11 @@ def test_notebook_service_and_metadata_apply(kube_cluster: KubeCluster, namespac
     )
     results = [kube.create_or_adopt(m) for m in rendered.manifests]
     assert [r.kind for r in results] == ["Job", "Service"]
-    phase = {"reconciler.dev/phase": "Running"}
+    commit = {"reconciler.dev/config-commit": "other"}
     with pytest.raises(KubeError) as conflict:  # set by the create: owned by its Update entry
-        kube.apply_metadata("Job", namespace, rendered.name, annotations=phase)
+        kube.apply_metadata("Job", namespace, rendered.name, annotations=commit)
     assert conflict.value.status == 409
+    phase = {"reconciler.dev/phase": "Running"}
     kube.apply_metadata("Job", namespace, rendered.name, annotations=phase, force=True)
     job = kube.batch.read_namespaced_job(rendered.name, namespace)
     assert job.metadata.annotations["reconciler.dev/phase"] == "Running"

@@ -181,12 +181,9 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
             "replicaStatuses": {"Master": {"active": 1}, "Worker": {"active": 1}},
         },
     )
+    # running: the PyTorchJob's own status says so, no phase is written onto it
     assert reconciler.wait_writes(10)
-    wait_until(
-        lambda: _get(api, namespace)["metadata"]["annotations"].get(ANNOTATION_PHASE) == "Running",
-        timeout=30,
-        what="the phase annotation on the PyTorchJob",
-    )
+    assert ANNOTATION_PHASE not in _get(api, namespace)["metadata"]["annotations"]
 
     # the run ends when the operator says so: its Succeeded condition's time is its end
     write_status(
@@ -210,6 +207,14 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
     )
     assert done.states[OP].finished_at == ENDED
     assert done.states[OP].started_at == started
+    # the end of the run is written onto it
+    wait_until(
+        lambda: (
+            _get(api, namespace)["metadata"]["annotations"].get(ANNOTATION_PHASE) == "Succeeded"
+        ),
+        timeout=30,
+        what="the phase annotation on the PyTorchJob",
+    )
     (entry,) = [e for e in reconciler.memory.ledger if e.operation == OP]
     assert entry.end.isoformat() == "2026-01-01T11:40:00+00:00"
     assert entry.requests == {GPU: 4}

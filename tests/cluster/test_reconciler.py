@@ -146,19 +146,26 @@ def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running
     before = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
     assert before
     job = kube.batch.read_namespaced_job("vision-sweep-lr-0-g1", "team-a")
-    assert job.metadata.annotations["reconciler.dev/phase"] == "Dispatched"  # written back
+    # what a user reads of the dispatch is on the Job; no phase is written while it runs
+    assert job.metadata.labels["reconciler.dev/queue"] == "team-a"
+    assert {"reconciler.dev/config-commit", "reconciler.dev/dispatched-at"} <= set(
+        job.metadata.annotations
+    )
+    assert "reconciler.dev/phase" not in job.metadata.annotations
 
-    def dispatched_events() -> list[Any]:
-        return list(
-            kube.core.list_namespaced_event(
-                "team-a",
-                field_selector=f"involvedObject.uid={job.metadata.uid},reason=Dispatched",
-            ).items
-        )
+    def once_the_controller_made_the_pod() -> list[Any]:
+        events = kube.core.list_namespaced_event(
+            "team-a", field_selector=f"involvedObject.uid={job.metadata.uid}"
+        ).items
+        return list(events) if any(e.reason == "SuccessfulCreate" for e in events) else []
 
-    events = wait_until(dispatched_events, timeout=20, what="the Dispatched Event")
-    assert len(events) == 1 and "queue team-a" in events[0].message
-    assert events[0].reporting_component == "dispatch-reconciler"
+    # the Job controller's Event says it made the pod; the reconciler sends none of its own
+    events = wait_until(
+        once_the_controller_made_the_pod,
+        timeout=30,
+        what="the Job controller's SuccessfulCreate Event",
+    )
+    assert not [e for e in events if "dispatch-reconciler" in (e.reporting_component or "")]
 
     again = make_reconciler(config_repo).run_once()  # a fresh process: adopts, never duplicates
     assert again.dispatched == ()
@@ -201,6 +208,15 @@ def test_dispatch_is_not_placement(kube: Kube, config_repo: Path) -> None:
     waiting = wait_until(unschedulable, timeout=60, what="vision/huge to be Unschedulable")
     assert waiting.phase is Phase.DISPATCHED
     assert "Insufficient nvidia.com/gpu" in waiting.message
+    # the Job says only that it is active: the reconciler writes why it waits onto it
+    assert reconciler.wait_writes(30.0)
+    annotations = kube.batch.read_namespaced_job(
+        waiting.name, waiting.namespace
+    ).metadata.annotations
+    assert (annotations["reconciler.dev/phase"], annotations["reconciler.dev/phase-reason"]) == (
+        "Dispatched",
+        "WaitingForCapacity",
+    )
     assert reconciler.last is not None
     assert "vision/huge" not in {p.operation for p in reconciler.last.plan.pending}
 
@@ -233,6 +249,20 @@ def test_invalid_commit_changes_nothing_and_prune_stops_removed_ops(
     assert fixed.stopped == ("language/distill",)  # prune is on in the example org
     names = {j["metadata"]["name"] for j in kube.list_managed("Job").items}
     assert "language-distill-g1" not in names
+    # the Job is gone; an Event says why
+    stopped = fixed.states["language/distill"]
+    events = wait_until(
+        lambda: (
+            kube.core.list_namespaced_event(
+                stopped.namespace,
+                field_selector=f"involvedObject.uid={stopped.uid},reason=RemovedFromRepo",
+            ).items
+        ),
+        timeout=30,
+        what="the RemovedFromRepo Event",
+    )
+    assert events[0].reporting_component == "dispatch-reconciler"
+    assert "language/distill is no longer in the repo" in events[0].message
 
 
 def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo: Path) -> None:

@@ -10,7 +10,6 @@ from unittest import mock
 
 from builders import NOW, World
 from fake_kube import FakeCluster, FakeKube
-from helpers import wait_until
 
 from reconciler.core.cycle import Memory
 from reconciler.core.plan import PendingReason
@@ -69,20 +68,26 @@ def test_dispatch_run_finish_then_the_next_one_goes() -> None:
     first = h.cycle()
     assert first.dispatched == ("p/a", "p/b")
     assert h.clusters["local"].calls == ["create p/p-a-g1", "create p/p-b-g1"]
-    # Events are sent off the dispatch path, once every create has returned
-    wait_until(lambda: len(h.clusters["local"].events) == 2, timeout=5, what="the Events")
-    assert [e[1] for e in h.clusters["local"].events] == ["Dispatched", "Dispatched"]
     h.move("p/a", "Running")
     second = h.cycle()
     assert second.dispatched == () and second.states["p/a"].phase is Phase.RUNNING
-    # the phase is written back onto the Job once, when it changed
-    assert h.clusters["local"].calls[-1] == "annotate p/p-a-g1"
-    annotations = h.clusters["local"].jobs[h.job("p/a")]["metadata"]["annotations"]
-    assert annotations["reconciler.dev/phase"] == "Running"
+    # Running is not written back: the Job's own status says it
+    assert h.clusters["local"].calls[-1] == "create p/p-b-g1"
     h.move("p/a", "Succeeded")
     third = h.cycle()
     assert third.dispatched == ("p/c",)
     assert third.states["p/a"].phase is Phase.SUCCEEDED
+    # the end of the run is written back onto the Job once
+    assert h.clusters["local"].calls.count("annotate p/p-a-g1") == 1
+    annotations = h.clusters["local"].jobs[h.job("p/a")]["metadata"]["annotations"]
+    assert (annotations["reconciler.dev/phase"], annotations["reconciler.dev/phase-reason"]) == (
+        "Succeeded",
+        "Completed",
+    )
+    h.cycle()
+    assert h.clusters["local"].calls.count("annotate p/p-a-g1") == 1  # shown: not again
+    # a dispatch sends no Event: the Job carries its queue, commit and dispatch time
+    assert h.clusters["local"].events == []
 
 
 def test_a_job_deleted_by_hand_is_stopped_and_never_recreated() -> None:
@@ -187,7 +192,7 @@ def test_a_cluster_removed_from_the_config_keeps_its_last_phases() -> None:
     state = result.states["p/a1"]
     assert state.phase is Phase.RUNNING
     assert state.message == "cluster a not in the config; last seen Running"
-    assert h.clusters["a"].calls[-1] == "annotate p/p-a1-g1"  # nothing after it
+    assert h.clusters["a"].calls == ["create p/p-a1-g1"]  # nothing after it
 
 
 def test_a_distributed_op_is_created_with_its_service_and_deleted_with_it() -> None:
@@ -216,6 +221,15 @@ def test_a_distributed_op_is_created_with_its_service_and_deleted_with_it() -> N
     assert third.stopped == ("p/ddp",)
     assert "delete p/p-ddp-g1" in h.clusters["local"].calls
     assert third.dispatched == ("p/next",)
+    # the Job is gone: an Event says why (a dispatch sends none)
+    h.reconciler.close()  # sends the Events still queued
+    assert h.clusters["local"].events == [
+        (
+            "p-ddp-g1",
+            "RemovedFromRepo",
+            "operation p/ddp is no longer in the repo at config v2: deleted",
+        )
+    ]
 
 
 def test_the_template_borrows_an_idle_team_b_gpu_for_train_vit() -> None:
