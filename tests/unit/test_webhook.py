@@ -14,9 +14,11 @@ from unittest import mock
 
 import pytest
 from builders import World
+from click.testing import CliRunner
 from fake_kube import FakeCluster, FakeKube
 from test_event_cycles import FixedClock, VirtualClock
 
+from reconciler.cli.main import cli
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
@@ -413,3 +415,30 @@ def test_a_push_told_during_a_read_still_makes_the_next_read_fresh() -> None:
     assert source().version == "v2"  # expired during this read...
     assert source().version == "v3"  # ...so the next one reads again
     assert source().version == "v3"
+
+
+# --- the CLI ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("extra", "env", "message"),
+    [
+        (["--webhook-secret-file", "{empty}"], {}, "the file is empty"),
+        (["--webhook-secret-file", "{missing}"], {}, "cannot read"),
+        (["--webhook-secret-file", "{good}"], {}, "needs --http"),
+        ([], {SECRET_ENV: "from-env"}, "needs --http"),
+        (["--webhook-secret-file", "{good}", "--watch", "--http", ":0"], {}, "not with --watch"),
+    ],
+)
+def test_run_refuses_a_receiver_it_cannot_serve(
+    tmp_path: Path, extra: list[str], env: dict[str, str], message: str
+) -> None:
+    (tmp_path / "empty").write_bytes(b"")
+    (tmp_path / "good").write_bytes(SECRET)
+    paths = {"empty": tmp_path / "empty", "missing": tmp_path / "nope", "good": tmp_path / "good"}
+    args = [a.format(**paths) for a in extra]
+    result = CliRunner().invoke(
+        cli, ["run", "--repo", str(tmp_path), *args], env={SECRET_ENV: "", **env}
+    )
+    assert result.exit_code == 2, result.output
+    assert message in result.output
