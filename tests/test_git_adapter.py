@@ -170,6 +170,21 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
             assert stats.blobs_read == blobs, what
 
 
+def test_a_last_commit_gone_from_the_cache_lists_the_whole_tree(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """The tree diff needs the last commit read; when git cannot find it (pruned from the
+    cache), the sync lists the whole tree instead of failing."""
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    repo.sync()
+    repo._version = "0123456789abcdef0123456789abcdef01234567"  # a pruned commit
+    (work / "queues" / "b.yaml").write_text("kind: Queue\ncluster: changed\n")
+    commit_all(work, "change b", when=1_700_000_100)
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap.files["queues/b.yaml"].content == b"kind: Queue\ncluster: changed\n"
+
+
 def test_sync_after_a_force_push_rereads_history(remote: Path, work: Path, tmp_path: Path) -> None:
     repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
     repo.sync()

@@ -289,14 +289,17 @@ class ConfigRepo:
             self.last_sync_stats = SyncStats(sha, previous, False, 0, 0, 0, 0)
             return RepoSnapshot(files=dict(self._files), version=sha)
         old = self._entries if previous is not None else {}
-        try:
-            if previous is not None:  # the change only (O(changed))
-                entries, added, modified, deleted = _diff_tree(repo, previous, sha, old)
-            else:
+        changes = self._diff(repo, previous, sha, old) if previous is not None else None
+        if changes is not None:  # the change only (O(changed))
+            entries, added, modified, deleted = changes
+        else:
+            try:
                 entries = _ls_tree(repo, sha)
-                added, modified, deleted = list(entries), [], []
-        except git.GitCommandError as err:
-            raise GitSyncError(f"cannot read commit {sha[:12]}: {_reason(err)}") from None
+            except git.GitCommandError as err:
+                raise GitSyncError(f"cannot read commit {sha[:12]}: {_reason(err)}") from None
+            added = [p for p in entries if p not in old]
+            modified = [p for p, e in entries.items() if p in old and old[p] != e]
+            deleted = [p for p in old if p not in entries]
         # First-commit times: incremental (added paths only) along a fast-forward; the
         # whole history again when the branch was rewritten or on the first sync.
         times: Mapping[str, datetime]
@@ -341,6 +344,17 @@ class ConfigRepo:
             sha, previous, previous is None, blobs, len(added), len(modified), len(deleted)
         )
         return RepoSnapshot(files=dict(self._files), version=sha)
+
+    @staticmethod
+    def _diff(
+        repo: git.Repo, previous: str, sha: str, old: Mapping[str, _Entry]
+    ) -> tuple[dict[str, _Entry], list[str], list[str], list[str]] | None:
+        """``_diff_tree`` from the last commit read, or None when git cannot diff them (the
+        last commit pruned from the cache): the whole tree is listed then."""
+        try:
+            return _diff_tree(repo, previous, sha, old)
+        except git.GitCommandError:
+            return None
 
     def _first(self, path: str) -> datetime | None:
         f = self._files.get(path)
