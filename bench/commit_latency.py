@@ -22,11 +22,17 @@ them in that queue; after the new-operation rounds, each round commits one prese
 its operations (the next round is pushed once all of them have their Job). That is the
 cost of a commit in a big repo, incremental compile included.
 
+- webhook (``--only poll`` runs it after the polling rounds, ``--only webhook`` alone): the
+  same rounds against `reconciler run --http ... --webhook-secret-file F --interval 60s`;
+  after each push the bench POSTs a signed GitHub push event to /api/webhook, as the Git
+  host would; latency from the push's return (the POST included) to the Job's ADDED event.
+
 Prints the distributions and last the ratio of the watch p50 to the polling p50 and the
 finish-to-next p50.
 
     PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s] [--ops 10000]
-        [--chain 12] [--chain-duration 2s] [--only finish|poll] [--profile OUT.svg]
+        [--chain 12] [--chain-duration 2s] [--only finish|poll|webhook]
+        [--webhook-interval 60s] [--profile OUT.svg]
 
 Also the reconciler's CPU time (user and system, from /proc) per polling round: steadier
 than the latencies on a shared machine.
@@ -36,7 +42,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
+import hmac
 import itertools
+import json
 import os
 import re
 import signal
@@ -48,6 +57,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -279,6 +289,152 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
         proc.kill()
 
 
+class Hook:
+    """The Git host's side of a webhook: a GitHub push event, signed with the secret, POSTed
+    to the reconciler's /api/webhook once the push is in."""
+
+    def __init__(self, work: Path, log: Path) -> None:
+        self.secret = os.urandom(16).hex().encode()
+        self.secret_file = work / "webhook-secret"
+        self.secret_file.write_bytes(self.secret + b"\n")
+        self.log = log
+        self.url = ""
+
+    def post(self, clone: Path) -> None:
+        if not self.url:
+            self.url = server_url(self.log) + "/api/webhook"
+        after = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=clone, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        body = json.dumps({"ref": "refs/heads/main", "after": after}).encode()
+        signature = hmac.new(self.secret, body, hashlib.sha256).hexdigest()
+        request = urllib.request.Request(
+            self.url,
+            data=body,
+            headers={
+                "Content-Type": "application/json",
+                "X-GitHub-Event": "push",
+                "X-Hub-Signature-256": f"sha256={signature}",
+            },
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:
+            if resp.status != 202:
+                raise SystemExit(f"webhook answered {resp.status}: {resp.read()!r}")
+
+
+def server_url(log: Path, timeout: float = 60.0) -> str:
+    """The reconciler's --http address, from its log."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = re.search(r" on (http://127\.0\.0\.1:\d+)", log.read_text())
+        if found:
+            return found[1]
+        time.sleep(0.1)
+    raise SystemExit(f"no HTTP address in {log}")
+
+
+def commit_rounds(
+    work: Path,
+    kubeconfig: Path,
+    seen: JobSeen,
+    override: list[str],
+    args: argparse.Namespace,
+    mode: str,
+) -> Rounds:
+    """``args.rounds`` new operations, then a preset change per round (with ``--ops``),
+    each pushed to a bare remote: noticed by polling (``--interval``) or told by a signed
+    webhook (``--webhook-interval`` as the fallback)."""
+    project = "poll" if mode == "poll" else "hook"
+    clone, remote = work / f"{project}-clone", work / f"{project}.git"
+    write_config(clone, kubeconfig, project)
+    presets = min(args.rounds, 100) if args.ops else 0
+    if args.ops:
+        write_held(clone, project, args.ops, presets)
+    subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
+    subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+    subprocess.run([*GIT, "commit", "-qm", "seed"], cwd=clone, check=True)
+    subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(remote)], check=True)
+    subprocess.run(["git", "remote", "add", "bench", str(remote)], cwd=clone, check=True)
+    log = work / f"{project}.log"
+    hook = Hook(work, log) if mode == "webhook" else None
+    extra = (
+        ["--interval", args.interval]
+        if hook is None
+        else [
+            "--interval",
+            args.webhook_interval,
+            "--http",
+            "127.0.0.1:0",
+            "--webhook-secret-file",
+            str(hook.secret_file),
+        ]
+    )
+    profile = args.profile
+    if profile is not None and args.only == "poll":  # both modes: one profile each
+        profile = profile.with_name(f"{profile.stem}-{mode}{profile.suffix}")
+    proc = start_reconciler(
+        ["--repo", str(remote), "--cache-dir", str(work / f"{project}-cache"), *extra, *override],
+        log,
+        profile,
+    )
+    out = Rounds(mode)
+
+    def pushed() -> float:
+        subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
+        at = time.perf_counter()
+        if hook is not None:
+            hook.post(clone)
+        return at
+
+    try:
+        seen.wait(f"{project}-seed-g1", timeout=600)
+        time.sleep(5)  # the first cycle's status write (every operation's file)
+        start = cpu_seconds(proc)
+        for i in range(args.rounds):
+            name = f"c{i:03d}"
+            path = clone / "projects" / project / "operations" / f"{name}.yaml"
+            path.write_text(OP.format(name=name))
+            subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
+            subprocess.run([*GIT, "commit", "-qm", name], cwd=clone, check=True)
+            at = pushed()
+            out.new.append(seen.wait(f"{project}-{name}-g1") - at)
+            time.sleep(0.37 * (i % 3))  # spread the pushes over the polling phase
+        after_new = cpu_seconds(proc)
+        out.cpu_new = (after_new - start) / max(1, len(out.new))
+        for i in range(presets):
+            path = clone / "projects" / project / "presets" / f"move-{i}.yaml"
+            path.write_text(MOVE.format(i=i, queue="bulk"))
+            subprocess.run([*GIT, "commit", "-qam", f"move-{i}"], cwd=clone, check=True)
+            at = pushed()
+            out.moved.append(seen.wait(f"{project}-h{i:05d}-g1", timeout=300) - at)
+            # the round's other Jobs (1% of the operations) are created in the same
+            # cycle: the next push waits for them, or it would time their creates
+            for j in range(i + 100, args.ops, 100):
+                seen.wait(f"{project}-h{j:05d}-g1", timeout=300)
+            time.sleep(0.37 * (i % 3))
+        if out.moved:
+            out.cpu_moved = (cpu_seconds(proc) - after_new) / len(out.moved)
+    finally:
+        stop(proc)
+    return out
+
+
+@dataclass
+class Rounds:
+    """One mode's latencies (seconds) and the reconciler's CPU per round."""
+
+    mode: str
+    new: list[float] = field(default_factory=list)
+    moved: list[float] = field(default_factory=list)
+    cpu_new: float = 0.0
+    cpu_moved: float = 0.0
+
+    def label(self, interval: str, fallback: str) -> str:
+        if self.mode == "poll":
+            return f"polling (--interval {interval})"
+        return f"webhook (--interval {fallback})"
+
+
 def percentiles(samples: list[float]) -> tuple[float, float]:
     ordered = sorted(samples)
     p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
@@ -293,12 +449,22 @@ def main() -> None:
     parser.add_argument("--chain-duration", default="2s", help="how long each of them runs")
     parser.add_argument(
         "--only",
-        choices=("all", "finish", "poll"),
+        choices=("all", "finish", "poll", "webhook"),
         default="all",
-        help="finish or poll (the polling rounds, --ops included): that run only",
+        help="finish: that run only; poll: the polling rounds then the webhook rounds "
+        "(--ops included), side by side; webhook: the webhook rounds only",
     )
     parser.add_argument(
-        "--profile", type=Path, default=None, help="py-spy the polling run's reconciler here"
+        "--webhook-interval",
+        default="60s",
+        help="the webhook run's --interval (its fallback: every fetch comes from a webhook)",
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="py-spy the commit rounds' reconciler here (OUT-poll.svg and OUT-webhook.svg "
+        "with --only poll)",
     )
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
@@ -312,66 +478,12 @@ def main() -> None:
     try:
         seen = JobSeen(Kube(connect(kubeconfig)))
 
-        polling: list[float] = []
-        moved: list[float] = []
+        rounds: dict[str, Rounds] = {}
         watching: list[float] = []
-        cpu: dict[str, float] = {}
-        if args.only in ("all", "poll"):
-            # polling: commits pushed to a bare remote
-            clone, remote = work / "clone", work / "remote.git"
-            write_config(clone, kubeconfig, "poll")
-            presets = min(args.rounds, 100) if args.ops else 0
-            if args.ops:
-                write_held(clone, "poll", args.ops, presets)
-            subprocess.run([*GIT, "init", "-q", "-b", "main"], cwd=clone, check=True)
-            subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
-            subprocess.run([*GIT, "commit", "-qm", "seed"], cwd=clone, check=True)
-            subprocess.run(["git", "clone", "-q", "--bare", str(clone), str(remote)], check=True)
-            subprocess.run(["git", "remote", "add", "bench", str(remote)], cwd=clone, check=True)
-            proc = start_reconciler(
-                [
-                    "--repo",
-                    str(remote),
-                    "--interval",
-                    args.interval,
-                    "--cache-dir",
-                    str(work / "cache"),
-                    *override,
-                ],
-                work / "poll.log",
-                args.profile,
-            )
-            try:
-                seen.wait("poll-seed-g1", timeout=600)
-                time.sleep(5)  # the first cycle's status write (every operation's file)
-                cpu["start"] = cpu_seconds(proc)
-                for i in range(args.rounds):
-                    name = f"c{i:03d}"
-                    path = clone / "projects" / "poll" / "operations" / f"{name}.yaml"
-                    path.write_text(OP.format(name=name))
-                    subprocess.run([*GIT, "add", "-A"], cwd=clone, check=True)
-                    subprocess.run([*GIT, "commit", "-qm", name], cwd=clone, check=True)
-                    subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
-                    pushed = time.perf_counter()
-                    polling.append(seen.wait(f"poll-{name}-g1") - pushed)
-                    time.sleep(0.37 * (i % 3))  # spread the pushes over the polling phase
-                cpu["new"] = cpu_seconds(proc)
-                for i in range(presets):
-                    path = clone / "projects" / "poll" / "presets" / f"move-{i}.yaml"
-                    path.write_text(MOVE.format(i=i, queue="bulk"))
-                    subprocess.run([*GIT, "commit", "-qam", f"move-{i}"], cwd=clone, check=True)
-                    subprocess.run(["git", "push", "-q", "bench", "main"], cwd=clone, check=True)
-                    pushed = time.perf_counter()
-                    moved.append(seen.wait(f"poll-h{i:05d}-g1", timeout=300) - pushed)
-                    # the round's other Jobs (1% of the operations) are created in the same
-                    # cycle: the next push waits for them, or it would time their creates
-                    for j in range(i + 100, args.ops, 100):
-                        seen.wait(f"poll-h{j:05d}-g1", timeout=300)
-                    time.sleep(0.37 * (i % 3))
-                cpu["moved"] = cpu_seconds(proc)
-            finally:
-                stop(proc)
-
+        if args.only in ("all", "poll", "webhook"):
+            modes = {"all": ("poll",), "poll": ("poll", "webhook"), "webhook": ("webhook",)}
+            for mode in modes[args.only]:
+                rounds[mode] = commit_rounds(work, kubeconfig, seen, override, args, mode)
         if args.only == "all":
             # --watch: files saved in a plain directory
             tree = work / "tree"
@@ -401,6 +513,7 @@ def main() -> None:
         seen.stop = True
 
         print(f"load average: {os.getloadavg()[0]:.1f}")
+        polling = rounds["poll"].new if "poll" in rounds else []
         if polling and watching:
             p50, p95 = percentiles(polling)
             w50, w95 = percentiles(watching)
@@ -414,23 +527,27 @@ def main() -> None:
                 f"p50 {w50:.2f} s, p95 {w95:.2f} s "
                 f"(min {min(watching):.2f}, max {max(watching):.2f})"
             )
-        if polling and args.only == "poll":
-            p50, p95 = percentiles(polling)
-            print(
-                f"polling (--interval {args.interval}), {args.ops} operations held, a new "
-                f"operation, push to its Job, {len(polling)} rounds: p50 {p50:.2f} s, "
-                f"p95 {p95:.2f} s (min {min(polling):.2f}, max {max(polling):.2f})"
-            )
-        if "new" in cpu:
-            print(
-                f"reconciler CPU (user+sys, git children included): new-operation rounds "
-                f"{(cpu['new'] - cpu['start']) / len(polling):.2f} s per round"
-            )
-        if "moved" in cpu and moved:
-            print(
-                f"reconciler CPU: preset rounds {(cpu['moved'] - cpu['new']) / len(moved):.2f} s "
-                f"per round"
-            )
+        if args.only in ("poll", "webhook"):
+            for what, pick, cpu in (
+                ("a new operation, push to its Job", "new", "cpu_new"),
+                (
+                    "a preset used by 1% changed, push to the first Job of its operations",
+                    "moved",
+                    "cpu_moved",
+                ),
+            ):
+                for r in rounds.values():
+                    samples: list[float] = getattr(r, pick)
+                    if not samples:
+                        continue
+                    m50, m95 = percentiles(samples)
+                    print(
+                        f"{r.label(args.interval, args.webhook_interval)}, {args.ops} "
+                        f"operations held, {what}, {len(samples)} rounds: p50 {m50:.2f} s, "
+                        f"p95 {m95:.2f} s (min {min(samples):.2f}, max {max(samples):.2f}); "
+                        f"reconciler CPU {getattr(r, cpu):.2f} s per round (user+sys, git "
+                        f"children included)"
+                    )
         if chain:
             f50, f95 = percentiles(chain)
             print(
@@ -438,15 +555,11 @@ def main() -> None:
                 f"{len(chain)} rounds: p50 {f50:.2f} s, p95 {f95:.2f} s "
                 f"(min {min(chain):.2f}, max {max(chain):.2f}); {cost}"
             )
-        if moved:
-            m50, m95 = percentiles(moved)
-            print(
-                f"polling, {args.ops} operations held: a preset used by 1% changed, push to "
-                f"first Job of its operations, {len(moved)} rounds: p50 {m50:.2f} s, "
-                f"p95 {m95:.2f} s (min {min(moved):.2f}, max {max(moved):.2f})"
-            )
         if polling and watching:
             print(f"ratio watch p50 / polling p50: {w50 / p50:.2f}")
+        if "poll" in rounds and "webhook" in rounds and rounds["webhook"].new:
+            ratio = percentiles(rounds["webhook"].new)[0] / percentiles(polling)[0]
+            print(f"ratio webhook p50 / polling p50, new operation: {ratio:.2f}")
         if chain:
             print(f"finish to next p50: {f50:.2f} s (goal <= 0.5 s)")
     finally:

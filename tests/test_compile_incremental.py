@@ -7,13 +7,16 @@ import re
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import CompileCache, compile_repo
-from reconciler.core.types import RepoFile, RepoSnapshot
+from reconciler.core.compile import api as api_module
+from reconciler.core.types import InternalError, RepoFile, RepoSnapshot
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
 BASE = snapshot_worktree(TEMPLATE)
@@ -117,3 +120,50 @@ def test_a_new_operation_compiles_alone_and_the_layout_change_of_a_preset_recomp
     snapshot = RepoSnapshot(dict(files), version="c2")
     assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
     assert cache.compiled - before == sum(1 for p in files if "/operations/" in p)
+
+
+def test_a_compile_that_fails_half_way_leaves_the_cache_exact() -> None:
+    """``begin`` forgets the operations whose reads changed before any compiles: one that
+    raises (a bug) leaves every kept entry valid, and the next compile is exact."""
+    cache = CompileCache()
+    compile_repo(BASE, cache=cache)
+    files = dict(BASE.files)
+    path = "projects/vision/presets/base.yaml"
+    files[path] = replace(files[path], content=files[path].content.replace(b"12h", b"11h"))
+    broken = RepoSnapshot(dict(files), version="c1")
+    calls = {"n": 0}
+    real = api_module._compile_guarded
+
+    def flaky(repo: object, project: str, name: str) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a bug in the compiler")
+        return real(repo, project, name)  # type: ignore[arg-type]
+
+    with mock.patch.object(api_module, "_compile_guarded", flaky), pytest.raises(InternalError):
+        compile_repo(broken, cache=cache)
+    assert calls["n"] == 2  # one vision operation compiled, the next one raised
+    again = RepoSnapshot(dict(files), version="c2")
+    compiled = compile_repo(again, cache=cache)
+    assert compiled == compile_repo(again)
+    timeouts = {op.spec["run"]["timeout"] for op in compiled.operations if op.project == "vision"}
+    assert "11h" in timeouts and "12h" not in timeouts  # none kept from before the change
+
+
+def test_an_unchanged_commit_reuses_every_operation_and_its_problems() -> None:
+    """Nothing read changed: every operation is reused, claims and file errors too (a
+    broken operation file is still reported, a name collision still found)."""
+    cache = CompileCache()
+    files = dict(BASE.files)
+    _edit(files, "break", "projects/language/operations/agent-sandbox.yaml", 0)
+    _edit(files, "copy-op", "", 1)
+    ops = sorted(p for p in files if "/operations/" in p)
+    twin = ops[0].rsplit("/", 1)[0] + "/twin.yaml"
+    files[twin] = RepoFile(twin, files[ops[1]].content)  # the same name inside: a collision
+    first = compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
+    assert not first.valid
+    before = cache.compiled
+    files["README.md"] = RepoFile("README.md", b"changed")
+    again = RepoSnapshot(dict(files), version="c2")
+    assert compile_repo(again, cache=cache) == compile_repo(again)
+    assert cache.compiled == before  # a non-config file: nothing recompiled

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -113,6 +114,75 @@ def test_incremental_sync_reads_only_changed_blobs(
     # incremental equals a fresh full read of the same commit
     fresh = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
     assert snap == fresh
+
+
+def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """The tree is diffed (``git diff-tree``), and without symlinks only added or changed
+    config files are read: after each commit the snapshot is a fresh full read's."""
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    repo.sync()
+    project = work / "projects" / "p" / "operations"
+    steps: list[tuple[str, Callable[[], None], int | None]] = [
+        ("drop the symlink", lambda: (work / "queues" / "link.yaml").unlink(), 0),
+        (
+            "add ops",
+            lambda: [
+                (
+                    project.mkdir(parents=True, exist_ok=True),
+                    *[
+                        (project / f"o{i}.yaml").write_text(f"kind: Operation\nname: o{i}\n")
+                        for i in range(5)
+                    ],
+                )
+            ],
+            5,
+        ),
+        ("add a non-config file", lambda: (work / "README.md").write_text("hi\n"), 0),
+        ("change one op", lambda: (project / "o1.yaml").write_text("kind: Operation\n"), 1),
+        ("make one executable", lambda: (project / "o2.yaml").chmod(0o755), 1),
+        ("delete one op", lambda: (project / "o3.yaml").unlink(), 0),
+        (
+            "a file becomes a directory",
+            lambda: [
+                (work / "queues" / "b.yaml").unlink(),
+                (work / "queues" / "b.yaml").mkdir(),
+                (work / "queues" / "b.yaml" / "x.yaml").write_text("kind: Queue\n"),
+            ],
+            1,
+        ),
+        ("a symlink again", lambda: os.symlink("o1.yaml", project / "l.yaml"), None),
+        ("the symlink's target changes", lambda: (project / "o1.yaml").write_text("x: 1\n"), None),
+        ("no symlink again", lambda: (project / "l.yaml").unlink(), None),
+        ("after it", lambda: (project / "o4.yaml").write_text("kind: Operation\nname: z\n"), 1),
+    ]
+    for n, (what, change, blobs) in enumerate(steps):
+        change()
+        commit_all(work, what, when=1_700_000_000 + 100 * (n + 1))
+        snap = repo.sync()
+        fresh = ConfigRepo(str(remote), "main", cache_dir=tmp_path / f"fresh{n}").sync()
+        assert snap == fresh, what
+        assert snap == snapshot_git(work, "HEAD"), what
+        stats = repo.last_sync_stats
+        assert stats is not None
+        if blobs is not None:
+            assert stats.blobs_read == blobs, what
+
+
+def test_a_last_commit_gone_from_the_cache_lists_the_whole_tree(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """The tree diff needs the last commit read; when git cannot find it (pruned from the
+    cache), the sync lists the whole tree instead of failing."""
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    repo.sync()
+    repo._version = "0123456789abcdef0123456789abcdef01234567"  # a pruned commit
+    (work / "queues" / "b.yaml").write_text("kind: Queue\ncluster: changed\n")
+    commit_all(work, "change b", when=1_700_000_100)
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap.files["queues/b.yaml"].content == b"kind: Queue\ncluster: changed\n"
 
 
 def test_sync_after_a_force_push_rereads_history(remote: Path, work: Path, tmp_path: Path) -> None:

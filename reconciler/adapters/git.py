@@ -30,6 +30,7 @@ from typing import cast
 import git
 
 from reconciler.adapters.repo import first_commit_times, read_blob, read_blob_file, read_needed
+from reconciler.core.load import check_path, is_config_path
 from reconciler.core.queue_view import BlameLine
 from reconciler.core.types import RepoFile, RepoSnapshot
 
@@ -169,6 +170,34 @@ def _ls_tree(repo: git.Repo, ref: str, prefix: str | None = None) -> dict[str, _
     return out
 
 
+def _diff_tree(
+    repo: git.Repo, old: str, new: str, entries: Mapping[str, _Entry]
+) -> tuple[dict[str, _Entry], list[str], list[str], list[str]]:
+    """The blobs of ``new``'s tree from ``old``'s (``entries``) and ``git diff-tree`` between
+    the two commits: git skips every subtree whose id did not change, so the cost is that
+    of the change, not of the tree. Also the paths added, modified and deleted."""
+    out = dict(entries)
+    added: list[str] = []
+    modified: list[str] = []
+    deleted: list[str] = []
+    args = ["diff-tree", "-r", "-z", "--no-renames", "--no-abbrev", "--raw", old, new]
+    fields = _run(repo, args).split("\0")
+    for meta, path in zip(fields[0::2], fields[1::2], strict=False):
+        if not meta.startswith(":"):
+            continue
+        _old_mode, new_mode, _old_sha, new_sha, _status = meta[1:].split(" ")
+        mode = int(new_mode, 8)
+        was = path in out
+        if mode == 0 or mode == _GITLINK_MODE:  # gone, or a submodule now (skipped)
+            if was:
+                del out[path]
+                deleted.append(path)
+            continue
+        out[path] = _Entry(mode, new_sha)
+        (modified if was else added).append(path)
+    return out, added, modified, deleted
+
+
 # --- the config repo --------------------------------------------------------------------
 
 
@@ -210,6 +239,7 @@ class ConfigRepo:
         self._files: dict[str, RepoFile] = {}
         self._entries: dict[str, _Entry] = {}
         self._read: set[str] = set()  # paths of ``_files`` whose content was read
+        self._links = False  # the last tree holds a symlink
         self.last_sync_stats: SyncStats | None = None
 
     def open(self) -> git.Repo:
@@ -258,14 +288,18 @@ class ConfigRepo:
         if previous == sha:
             self.last_sync_stats = SyncStats(sha, previous, False, 0, 0, 0, 0)
             return RepoSnapshot(files=dict(self._files), version=sha)
-        try:
-            entries = _ls_tree(repo, sha)
-        except git.GitCommandError as err:
-            raise GitSyncError(f"cannot read commit {sha[:12]}: {_reason(err)}") from None
         old = self._entries if previous is not None else {}
-        added = [p for p in entries if p not in old]
-        modified = [p for p, e in entries.items() if p in old and old[p] != e]
-        deleted = [p for p in old if p not in entries]
+        changes = self._diff(repo, previous, sha, old) if previous is not None else None
+        if changes is not None:  # the change only (O(changed))
+            entries, added, modified, deleted = changes
+        else:
+            try:
+                entries = _ls_tree(repo, sha)
+            except git.GitCommandError as err:
+                raise GitSyncError(f"cannot read commit {sha[:12]}: {_reason(err)}") from None
+            added = [p for p in entries if p not in old]
+            modified = [p for p, e in entries.items() if p in old and old[p] != e]
+            deleted = [p for p in old if p not in entries]
         # First-commit times: incremental (added paths only) along a fast-forward; the
         # whole history again when the branch was rewritten or on the first sync.
         times: Mapping[str, datetime]
@@ -289,9 +323,20 @@ class ConfigRepo:
                 repo, path, entry.mode, bytes.fromhex(entry.sha), first, content=False
             )
             blobs += entry.mode == git.Blob.link_mode
-        shas = {path: bytes.fromhex(e.sha) for path, e in entries.items()}
-        self._read, read = read_needed(repo, files, shas, have)
-        blobs += read
+        links = any(e.mode == _LINK_MODE for e in entries.values())
+        if not full and not links and not self._links:
+            # no symlink before or now: the loader reads every config file, so those added
+            # or changed are the blobs to read (read_needed would resolve the whole tree)
+            fresh = [p for p in (*added, *modified) if is_config_path(p) and not check_path(p)]
+            for path in fresh:
+                files[path] = _with_content(files[path], read_blob(repo, _binsha(entries, path)))
+            self._read = have.union(fresh)
+            blobs += len(fresh)
+        else:
+            shas = {path: bytes.fromhex(e.sha) for path, e in entries.items()}
+            self._read, read = read_needed(repo, files, shas, have)
+            blobs += read
+        self._links = links
         self._files = dict(sorted(files.items()))
         self._entries = entries
         self._version = sha
@@ -299,6 +344,17 @@ class ConfigRepo:
             sha, previous, previous is None, blobs, len(added), len(modified), len(deleted)
         )
         return RepoSnapshot(files=dict(self._files), version=sha)
+
+    @staticmethod
+    def _diff(
+        repo: git.Repo, previous: str, sha: str, old: Mapping[str, _Entry]
+    ) -> tuple[dict[str, _Entry], list[str], list[str], list[str]] | None:
+        """``_diff_tree`` from the last commit read, or None when git cannot diff them (the
+        last commit pruned from the cache): the whole tree is listed then."""
+        try:
+            return _diff_tree(repo, previous, sha, old)
+        except git.GitCommandError:
+            return None
 
     def _first(self, path: str) -> datetime | None:
         f = self._files.get(path)
@@ -349,6 +405,14 @@ def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
                 )
             )
     return out
+
+
+def _with_content(f: RepoFile, content: bytes) -> RepoFile:
+    return RepoFile(f.path, content, f.symlink_target, f.first_commit_time)
+
+
+def _binsha(entries: Mapping[str, _Entry], path: str) -> bytes:
+    return bytes.fromhex(entries[path].sha)
 
 
 def _with_time(f: RepoFile, when: datetime | None) -> RepoFile:

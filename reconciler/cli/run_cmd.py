@@ -31,6 +31,7 @@ from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import Loop, Wakeup, exit_process, watch_files
 from reconciler.runtime.service import make_runtime
 from reconciler.runtime.web import make_web_app
+from reconciler.runtime.webhook import SECRET_ENV, Receiver, WebhookConfigError, load_secret
 
 log = logging.getLogger("reconciler.run")
 
@@ -138,6 +139,14 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     "(e.g. 127.0.0.1:8080).",
 )
 @click.option(
+    "--webhook-secret-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Serve POST /api/webhook on --http: a GitHub, GitLab or generic (HMAC) push "
+    "webhook signed with the secret in this file starts a fetch and a cycle at once. "
+    f"[default: the secret in ${SECRET_ENV}; neither: no receiver]",
+)
+@click.option(
     "--leader-elect",
     is_flag=True,
     help="Dispatch only while holding a Lease (run several replicas safely).",
@@ -187,6 +196,7 @@ def run(
     watch: bool,
     cluster_kubeconfigs: tuple[str, ...],
     http_address: str | None,
+    webhook_secret_file: Path | None,
     log_format: str,
     leader_elect: bool,
     lease_kubeconfig: Path | None,
@@ -222,6 +232,17 @@ def run(
         except (ValueError, KubeError, OSError) as exc:
             click.echo(f"error: leader election: {exc}", err=True)
             sys.exit(2)
+    try:
+        webhook_secret = load_secret(webhook_secret_file)
+    except WebhookConfigError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
+    if webhook_secret is not None and not http_address and not once:
+        click.echo("error: the webhook receiver (--webhook-secret-file) needs --http", err=True)
+        sys.exit(2)
+    if webhook_secret is not None and watch:
+        click.echo("error: --webhook-secret-file reads pushes: not with --watch", err=True)
+        sys.exit(2)
     if watch and not Path(repo).is_dir():
         click.echo(f"error: {repo}: --watch needs a local directory", err=True)
         sys.exit(1)
@@ -268,12 +289,29 @@ def run(
     if http_address:
         try:
             web = make_web_app(runtime, overrides, worktree=Path(repo) if watch else None)
-            server = HttpServer(http_address, runtime.metrics.registry, runtime.readiness, web=web)
+            receiver = None
+            if webhook_secret is not None:
+                counts = runtime.metrics.webhook_requests
+                receiver = Receiver(
+                    webhook_secret,
+                    branch,
+                    runtime.webhook_push,
+                    on_reply=lambda r: counts.labels(r.provider, r.result).inc(),
+                )
+            server = HttpServer(
+                http_address,
+                runtime.metrics.registry,
+                runtime.readiness,
+                web=web,
+                webhook=receiver,
+            )
         except HttpError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
         server.start()
         log.info("serving /healthz /readyz /metrics and the queue pages on %s", server.url)
+        if webhook_secret is not None:
+            log.info("webhook receiver on %s/api/webhook (branch %s)", server.url, branch)
     if elector is not None:
 
         def on_change(leading: bool) -> None:

@@ -2,8 +2,8 @@
 
 A cycle runs every ``interval`` seconds as a fallback. Sooner, when something happens that
 can change what the planner decides: a watch event by which an operation's run ends
-(``event_trigger``), a new config (a commit, or a save with ``--watch``), leadership
-gained. ``Pace`` spaces those cycles: at most one per ``min_gap`` seconds, so a burst of
+(``event_trigger``), a new config (a Git host's webhook on a push, a save with ``--watch``),
+leadership gained. ``Pace`` spaces those cycles: at most one per ``min_gap`` seconds, so a burst of
 events (100 Jobs finishing within a second) makes a few cycles, not a hundred.
 
 The effectful side (a condition variable the watch threads notify, the loop that waits on
@@ -31,6 +31,7 @@ class Trigger(enum.StrEnum):
     DELETED = "Deleted"  # a Job is being deleted, or is gone
     RELISTED = "Relisted"  # a watch was listed again: events may have been missed
     CONFIG = "Config"  # a new config (files saved, with --watch)
+    WEBHOOK = "Webhook"  # a Git host's webhook: a push to the branch followed
     LEADING = "Leading"  # this replica just became the leader
     STATUS = "Status"  # a status write put off by its cadence is due
 

@@ -7,6 +7,9 @@
 
 Any other GET goes to ``web`` when given (the queue pages, ``runtime/web.py``): it
 answers ``(status, body, content type)``, or None for 404.
+
+``POST /api/webhook`` goes to ``webhook`` when given (``runtime/webhook.py``): the body is
+read only with a ``Content-Length`` of at most its ``max_body`` (411, 413 otherwise).
 """
 
 from __future__ import annotations
@@ -19,11 +22,16 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from reconciler.runtime import webhook as hooks
+
 log = logging.getLogger("reconciler.http")
 
 # How often serve_forever checks for stop(): stop() waits up to this long (the default,
 # 0.5 s, was half of the shutdown budget).
 POLL_INTERVAL = 0.05
+
+# Seconds a connection may stall (a webhook body sent slowly) before it is dropped.
+SOCKET_TIMEOUT = 30.0
 
 # ready() returns ok, or (ok, reason); the reason is shown on /readyz.
 Readiness = Callable[[], bool | tuple[bool, str]]
@@ -45,6 +53,50 @@ def parse_address(address: str) -> tuple[str, int]:
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    timeout = SOCKET_TIMEOUT
+
+    def do_POST(self) -> None:
+        path = self.path.partition("?")[0]
+        receiver = self.server.webhook
+        if path != hooks.PATH:
+            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+            return
+        if receiver is None:
+            self._reply(404, "no webhook receiver: start with --webhook-secret-file")
+            return
+        if self.headers.get("Transfer-Encoding"):
+            self._reply(411, "a webhook needs a Content-Length (no chunked body)")
+            return
+        length_text = self.headers.get("Content-Length")
+        if length_text is None:
+            self._reply(411, "a webhook needs a Content-Length")
+            return
+        try:
+            length = int(length_text)
+        except ValueError:
+            length = -1
+        if length < 0:
+            self._reply(400, f"bad Content-Length {length_text[:20]!r}")
+            return
+        if length > receiver.max_body:
+            self._reply(413, f"webhook body of {length} bytes: at most {receiver.max_body}")
+            return
+        body = self.rfile.read(length)
+        if len(body) < length:
+            self._reply(400, f"webhook body cut short: {len(body)} of {length} bytes")
+            return
+        try:
+            reply = receiver.handle(dict(self.headers.items()), body)
+        except Exception:
+            log.exception("webhook")
+            self._reply(500, "internal error; see the reconciler's log")
+            return
+        self._send(reply.status, reply.body, "text/plain; charset=utf-8")
+
+    def _reply(self, status: int, message: str) -> None:
+        """An answer before the body was read: the connection is closed after it."""
+        self.close_connection = True
+        self._send(status, (message + "\n").encode(), "text/plain; charset=utf-8")
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
@@ -97,11 +149,13 @@ class _Server(ThreadingHTTPServer):
         registry: CollectorRegistry,
         ready: Readiness,
         web: WebRoutes | None = None,
+        webhook: hooks.Receiver | None = None,
     ) -> None:
         super().__init__(address, _Handler)
         self.registry = registry
         self.ready = ready
         self.web = web
+        self.webhook = webhook
 
 
 class HttpServer:
@@ -113,10 +167,11 @@ class HttpServer:
         registry: CollectorRegistry,
         ready: Readiness,
         web: WebRoutes | None = None,
+        webhook: hooks.Receiver | None = None,
     ) -> None:
         host, port = parse_address(address)
         try:
-            self._server = _Server((host, port), registry, ready, web)
+            self._server = _Server((host, port), registry, ready, web, webhook)
         except OSError as exc:
             raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
         self._thread: threading.Thread | None = None

@@ -111,6 +111,14 @@ class Metrics:
             ("trigger",),
             registry=r,
         )
+        self.webhook_requests = Counter(
+            "reconciler_webhook_requests",
+            "Git webhook requests on /api/webhook, by sender (github, gitlab, generic, "
+            "unknown) and result (triggered: a push to the branch followed; ignored: another "
+            "branch, a ping; unauthorized; invalid).",
+            ("provider", "result"),
+            registry=r,
+        )
         self.config_commit = Gauge(
             "reconciler_config_commit_info",
             "The config commit in force (value 1).",

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -42,8 +43,9 @@ class PacedSource:
     load the Git server (and count against a hosted one's rate limits) for nothing: the
     config is fetched once per ``--interval``, as before cycles ran on events, and a cycle
     in between plans with the snapshot in hand. ``expire`` makes the next read fresh (a
-    save seen by ``--watch``). A failed read is reported again, not retried, until the
-    interval has passed."""
+    save seen by ``--watch``, a push told by a webhook), even when it comes during a read
+    (that read may have fetched before the push). A failed read is reported again, not
+    retried, until the interval has passed."""
 
     def __init__(
         self,
@@ -56,15 +58,20 @@ class PacedSource:
         self.clock = clock
         self._last: RepoSnapshot | Exception | None = None
         self._at = 0.0
+        self._expired = False
+        self._lock = threading.Lock()
         self.reads = 0
 
     def expire(self) -> None:
-        self._last = None
+        with self._lock:
+            self._expired = True
 
     def __call__(self) -> RepoSnapshot:
         now = self.clock()
         last = self._last
-        if last is None or now >= self._at + self.min_interval:
+        with self._lock:
+            expired, self._expired = self._expired, False
+        if last is None or expired or now >= self._at + self.min_interval:
             self._at = now
             self.reads += 1
             try:
@@ -98,6 +105,14 @@ class Runtime:
         if isinstance(self.source, PacedSource):
             self.source.expire()
         self.trigger(Trigger.CONFIG)
+
+    def webhook_push(self, provider: str) -> None:
+        """A Git host told of a push to the branch followed: fetch in the cycle this asks
+        for, whatever ``fetch_interval`` says (``runtime/webhook.py``)."""
+        if isinstance(self.source, PacedSource):
+            self.source.expire()
+        log.debug("webhook from %s: a fetch now", provider)
+        self.trigger(Trigger.WEBHOOK)
 
     def trigger(self, trigger: Trigger) -> None:
         """Ask for a cycle now (the Lease gained, files saved), counted like the watches'."""

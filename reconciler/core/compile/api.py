@@ -8,6 +8,8 @@ an unexpected exception becomes an ``InternalError``: a bug is never a config er
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
@@ -93,16 +95,22 @@ def _compile_guarded(repo: RepoIndex, project: str, name: str) -> OperationResul
 
 def _compile_cached(
     repo: RepoIndex, project: str, name: str, cache: CompileCache | None
-) -> OperationResult:
+) -> tuple[OperationResult, Sequence[Claim]]:
+    """The operation's result and its name claims: kept ones when none of its reads
+    changed, else compiled (and kept)."""
     if cache is None:
-        return _compile_guarded(repo, project, name)
+        result = _compile_guarded(repo, project, name)
+        return result, claims(repo, result)
     reused = cache.reusable(repo, project, name)
     if reused is not None:
-        return reused
+        # its file's problems are the repo's, reported by loading it (a memo hit)
+        repo.load(repo.projects[project].operations[name], "Operation", name)
+        return reused.result, reused.claims
     with repo.recording() as reads:
         result = _compile_guarded(repo, project, name)
-    cache.store(repo, project, name, reads, result)
-    return result
+    claimed = claims(repo, result)  # from the operation's own file: one of ``reads``
+    cache.store(project, name, reads, result, claimed)
+    return result, claimed
 
 
 def _load_all(repo: RepoIndex) -> None:
@@ -135,9 +143,9 @@ def _compile_repo(
     claimed: list[Claim] = []
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
-            result = _compile_cached(repo, project, name, cache)
+            result, its_claims = _compile_cached(repo, project, name, cache)
             errors.extend(result.errors)
-            claimed.extend(claims(repo, result))
+            claimed.extend(its_claims)
             if result.rejected:
                 rejected.append(result.rejected)
             operations.extend(result.operations)

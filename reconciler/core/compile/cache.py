@@ -8,26 +8,33 @@ result is reused when the layout is the same and every file it read has the same
 and first-commit time. Anything else compiles again: invalidation is exact by
 construction, and ``tests/test_compile_incremental.py`` checks it against a full compile.
 Whole-repo checks (references, unique names, namespaces) always run.
+
+The check costs O(changed), not O(operations x files read): ``begin`` diffs the repo
+against the last compile's (content and first-commit time of every path, unchanged files
+mostly the same objects, so an identity check) and forgets the operations that read a
+changed path (an index from each path to its readers); every other kept operation is
+reused as is, with its name claims.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 
 from reconciler.core.compile.index import LoadMemo, RepoIndex
+from reconciler.core.compile.names import Claim
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.load import ParseCache
+from reconciler.core.types import RepoFile
 
-# A file as an operation's compile read it: path, content, first-commit time.
-Read = tuple[str, bytes | None, datetime | None]
+_Key = tuple[str, str]  # (project, operation name)
 
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    reads: tuple[Read, ...]
+    reads: tuple[str, ...]  # the paths its compile read
     result: OperationResult
+    claims: tuple[Claim, ...]
 
 
 class CompileCache:
@@ -38,55 +45,97 @@ class CompileCache:
         self.parse_cache = parse_cache if parse_cache is not None else ParseCache()
         self.loads = LoadMemo()
         self._layout: tuple[str, ...] | None = None
-        self._operations: dict[tuple[str, str], _Compiled] = {}
+        self._operations: dict[_Key, _Compiled] = {}
+        self._readers: dict[str, set[_Key]] = {}  # path -> the kept operations that read it
+        # what the last compile saw: resolved contents and the snapshot's files
+        self._contents: Mapping[str, bytes] = {}
+        self._files: Mapping[str, RepoFile] = {}
         self.reused = 0
         self.compiled = 0
 
     def begin(self, repo: RepoIndex) -> None:
-        """Start a compile of ``repo``: a changed layout forgets every operation."""
+        """Start a compile of ``repo``: a changed layout forgets every operation, a changed
+        path the operations that read it."""
         layout = repo.layout()
         if layout != self._layout:
             self._operations.clear()
+            self._readers.clear()
             self._layout = layout
+        else:
+            for path in _changed(self._contents, repo.files, self._files, repo.snapshot.files):
+                for key in self._readers.pop(path, ()):
+                    self._forget(key)
+        # before any operation compiles: a compile that fails half-way leaves every kept
+        # entry valid against this repo, the next diff's base (copied: the caller may
+        # reuse its mapping for the next snapshot)
+        self._contents = dict(repo.files)
+        self._files = dict(repo.snapshot.files)
 
-    def reusable(self, repo: RepoIndex, project: str, name: str) -> OperationResult | None:
+    def reusable(self, repo: RepoIndex, project: str, name: str) -> _Compiled | None:
+        """The kept result and claims of ``project/name`` (none of its reads changed since
+        it was compiled), or None: compile it."""
         entry = self._operations.get((project, name))
-        if entry is None or not all(_same(repo, read) for read in entry.reads):
-            return None
-        self.reused += 1
-        return entry.result
+        if entry is not None:
+            self.reused += 1
+        return entry
 
     def store(
         self,
-        repo: RepoIndex,
         project: str,
         name: str,
         reads: Iterable[str],
         result: OperationResult,
+        claims: Iterable[Claim],
     ) -> None:
-        """Keep ``result`` of compiling ``project/name``, which read the files ``reads``."""
-        kept = tuple(_read(repo, p) for p in sorted(reads))
-        self._operations[(project, name)] = _Compiled(kept, result)
+        """Keep ``result`` of compiling ``project/name``, which read the files ``reads``
+        (of the repo given to ``begin``), and its name claims."""
+        key = (project, name)
+        self._forget(key)
+        kept = tuple(sorted(reads))
+        self._operations[key] = _Compiled(kept, result, tuple(claims))
+        for path in kept:
+            self._readers.setdefault(path, set()).add(key)
         self.compiled += 1
 
-    def retain(self, files: Mapping[str, object], operations: Iterable[tuple[str, str]]) -> None:
+    def retain(self, files: Mapping[str, object], operations: Iterable[_Key]) -> None:
         """Forget what is no longer in the repo."""
         self.parse_cache.retain(files)
         self.loads.retain(files)
         keep = set(operations)
         for key in [k for k in self._operations if k not in keep]:
-            del self._operations[key]
+            self._forget(key)
+
+    def _forget(self, key: _Key) -> None:
+        entry = self._operations.pop(key, None)
+        if entry is None:
+            return
+        for path in entry.reads:
+            readers = self._readers.get(path)
+            if readers is not None:
+                readers.discard(key)
+                if not readers:
+                    del self._readers[path]
 
 
-def _read(repo: RepoIndex, path: str) -> Read:
-    file = repo.snapshot.files.get(path)
-    return path, repo.files.get(path), file.first_commit_time if file else None
-
-
-def _same(repo: RepoIndex, read: Read) -> bool:
-    path, content, when = read
-    now = repo.files.get(path)
-    if now is not content and now != content:
-        return False
-    file = repo.snapshot.files.get(path)
-    return (file.first_commit_time if file else None) == when
+def _changed(
+    contents: Mapping[str, bytes],
+    new_contents: Mapping[str, bytes],
+    files: Mapping[str, RepoFile],
+    new_files: Mapping[str, RepoFile],
+) -> set[str]:
+    """The paths whose resolved content or first-commit time differ (added and removed
+    ones included). Unchanged files are mostly the same objects: an identity check."""
+    out: set[str] = set()
+    for path, content in new_contents.items():
+        old = contents.get(path)
+        if old is not content and (old is None or old != content):
+            out.add(path)
+    out.update(path for path in contents if path not in new_contents)
+    for path, file in new_files.items():
+        before = files.get(path)
+        if before is not file and (
+            before is None or before.first_commit_time != file.first_commit_time
+        ):
+            out.add(path)
+    out.update(path for path in files if path not in new_files)
+    return out
