@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 import git as gitpython
-from reconciler_env import commit_all, git
+from reconciler_env import commit_all, git, run_args
 from zygote import Zygote
 
 from reconciler.adapters.kube import Kube
@@ -174,17 +174,8 @@ class FaultLoop:
             return self._compiled
 
     def _argv(self) -> list[str]:
-        return [
-            "run",
-            "--repo",
-            str(self.repo),
-            "--interval",
-            "0.5s",
-            "--cache-dir",
-            str(self.work / "cache"),  # kept across runs: a crash must not break it
-            "--cluster-kubeconfig",
-            f"local={self.kubeconfig}",
-        ]
+        # the cache is kept across runs: a crash must not break it
+        return run_args(self.repo, self.kubeconfig, interval="0.5s", cache_dir=self.work / "cache")
 
     def add_operation(self, index: int) -> None:
         """One more operation per run, in each queue in turn: there is always work to do."""

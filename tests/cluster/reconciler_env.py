@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import datetime
@@ -76,6 +77,67 @@ def commit_all(repo: Path, message: str) -> str:
     git(repo, "add", "-A")
     git(repo, "commit", "-q", "--allow-empty", "-m", message)
     return git(repo, "rev-parse", "HEAD")
+
+
+def run_args(
+    repo: Path,
+    kubeconfig: Path,
+    *extra: str,
+    interval: str | None = None,
+    cache_dir: Path | None = None,
+) -> list[str]:
+    """The arguments of ``reconciler run`` on ``repo``, its cluster ``local`` being the test
+    cluster."""
+    args = ["run", "--repo", str(repo)]
+    if interval is not None:
+        args += ["--interval", interval]
+    if cache_dir is not None:
+        args += ["--cache-dir", str(cache_dir)]
+    return [*args, "--cluster-kubeconfig", f"local={kubeconfig}", *extra]
+
+
+def start_run(
+    repo: Path,
+    kubeconfig: Path,
+    stderr: Path | int,
+    *extra: str,
+    interval: str | None = "1s",
+    cache_dir: Path | None = None,
+) -> subprocess.Popen[str]:
+    """``reconciler run`` as a process of its own: stdout discarded, stderr written to the
+    file ``stderr`` (or a ``subprocess`` constant such as ``PIPE``)."""
+    argv = [
+        sys.executable,
+        "-m",
+        "reconciler",
+        *run_args(repo, kubeconfig, *extra, interval=interval, cache_dir=cache_dir),
+    ]
+    if isinstance(stderr, Path):
+        with stderr.open("w") as log:  # the child keeps its own copy
+            return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=log, text=True)
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=stderr, text=True)
+
+
+def run_once(
+    repo: Path,
+    kubeconfig: Path,
+    *extra: str,
+    cache_dir: Path | None = None,
+    env: Mapping[str, str] | None = None,
+) -> subprocess.CompletedProcess[str]:
+    """``reconciler run --once``, its output captured."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "reconciler",
+            *run_args(repo, kubeconfig, "--once", *extra, cache_dir=cache_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=None if env is None else dict(env),
+    )
 
 
 def clean_workloads(kube: Kube) -> None:

@@ -5,8 +5,6 @@ clock: tests/unit/test_event_cycles.py."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -14,7 +12,7 @@ from typing import Any
 import pytest
 from conftest import KubeCluster
 from helpers import wait_until
-from reconciler_env import client_context, commit_all, git
+from reconciler_env import client_context, commit_all, git, start_run
 
 from reconciler.adapters.kube import Kube
 
@@ -79,23 +77,8 @@ def test_a_job_that_completes_dispatches_the_next_well_before_the_interval(
 ) -> None:
     repo = chain_repo(tmp_path / "config", kube_cluster.kubeconfig, namespace)
     log = tmp_path / "run.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "run",
-            "--repo",
-            str(repo),
-            "--interval",
-            f"{INTERVAL}s",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--cluster-kubeconfig",
-            f"local={kube_cluster.kubeconfig}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
+    proc = start_run(
+        repo, kube_cluster.kubeconfig, log, interval=f"{INTERVAL}s", cache_dir=tmp_path / "cache"
     )
     try:
         first = "chain-first-g1"

@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import KubeCluster
 from fault_loop import FaultLoop
-from reconciler_env import clean_workloads, make_config_repo
+from reconciler_env import clean_workloads, make_config_repo, run_once
 
 from reconciler.adapters.kube import Kube
 
@@ -63,24 +61,7 @@ def test_a_restart_after_finished_jobs_were_deleted_reruns_and_touches_nothing(
         loop.close()
     assert left == [], left
     clean_workloads(kube)
-    once = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "run",
-            "--repo",
-            str(repo),
-            "--once",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--cluster-kubeconfig",
-            f"local={kube_cluster.kubeconfig}",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    once = run_once(repo, kube_cluster.kubeconfig, cache_dir=tmp_path / "cache")
     assert once.returncode == 0, once.stderr
     summary = json.loads(once.stdout)
     assert summary["dispatched"] == [] and len(kube.list_managed("Job").items) == 0

@@ -25,7 +25,9 @@ from reconciler_env import (
     commit_all,
     make_long_running,
     make_reconciler,
+    run_once,
     second_cluster,
+    start_run,
 )
 
 from reconciler.adapters.kube import Kube
@@ -283,21 +285,9 @@ def test_kill_9_between_create_and_status_leaves_no_duplicates(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster
 ) -> None:
     def run(faults: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "reconciler",
-                "run",
-                "--repo",
-                str(config_repo),
-                "--once",
-                "--cluster-kubeconfig",
-                f"local={kube_cluster.kubeconfig}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
+        return run_once(
+            config_repo,
+            kube_cluster.kubeconfig,
             env={**os.environ, "RECONCILER_FAULTS": faults},
         )
 
@@ -392,23 +382,8 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
 def test_watch_mode_replans_as_files_are_saved(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster
 ) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "run",
-            "--repo",
-            str(config_repo),
-            "--watch",
-            "--interval",
-            "300s",
-            "--cluster-kubeconfig",
-            f"local={kube_cluster.kubeconfig}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
+    proc = start_run(
+        config_repo, kube_cluster.kubeconfig, subprocess.PIPE, "--watch", interval="300s"
     )
     try:
         wait_until(

@@ -18,7 +18,7 @@ from conftest import KubeCluster
 from helpers import wait_until
 from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from reconciler_env import commit_all, git, make_long_running
+from reconciler_env import commit_all, git, make_long_running, run_once, start_run
 
 from reconciler.adapters.kube import Kube
 
@@ -34,27 +34,14 @@ def _free_port() -> int:
 def _start(
     repo: Path, kubeconfig: Path, tmp: Path, name: str, *extra: str
 ) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "run",
-            "--repo",
-            str(repo),
-            "--interval",
-            "1s",
-            "--cache-dir",
-            str(tmp / f"cache-{name}"),
-            "--cluster-kubeconfig",
-            f"local={kubeconfig}",
-            "--log-format",
-            "json",
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=open(tmp / f"{name}.log", "w"),
-        text=True,
+    return start_run(
+        repo,
+        kubeconfig,
+        tmp / f"{name}.log",
+        "--log-format",
+        "json",
+        *extra,
+        cache_dir=tmp / f"cache-{name}",
     )
 
 
@@ -274,16 +261,12 @@ def test_plan_and_status_live_read_the_clusters(
         cli("plan", "--repo", str(config_repo), "--live", *override, "-o", "json").stdout
     )
     assert len(before["dispatch"]) == 11
-    once = cli(
-        "run",
-        "--repo",
-        str(config_repo),
-        "--once",
+    once = run_once(
+        config_repo,
+        kube_cluster.kubeconfig,
         "--status-branch",
         "",
-        "--cache-dir",
-        str(tmp_path / "cache"),
-        *override,
+        cache_dir=tmp_path / "cache",
     )
     assert once.returncode == 0, once.stderr
     after = json.loads(

@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 import shutil
 import socket
-import subprocess
-import sys
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -19,7 +17,7 @@ import pytest
 from conftest import KubeCluster
 from helpers import wait_until
 from playwright.sync_api import sync_playwright
-from reconciler_env import make_long_running
+from reconciler_env import make_long_running, start_run
 
 from reconciler.adapters.kube import Kube
 
@@ -68,39 +66,25 @@ def test_queue_pages_in_chromium(
     make_long_running(config_repo, "*")
     port = _free_port()
     base = f"http://127.0.0.1:{port}"
-    with (tmp_path / "run.log").open("w") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "reconciler",
-                "run",
-                "--repo",
-                str(config_repo),
-                "--interval",
-                "1s",
-                "--cache-dir",
-                str(tmp_path / "cache"),
-                "--cluster-kubeconfig",
-                f"local={kube_cluster.kubeconfig}",
-                "--http",
-                f"127.0.0.1:{port}",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            text=True,
-        )
-        try:
-            wait_until(lambda: _dispatched(base), timeout=90, what="the first dispatch")
-            with sync_playwright() as pw:
-                browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-                try:
-                    _browse(browser.new_page(), base, tmp_path)
-                finally:
-                    browser.close()
-        finally:
-            proc.terminate()
-            proc.wait(timeout=30)
+    proc = start_run(
+        config_repo,
+        kube_cluster.kubeconfig,
+        tmp_path / "run.log",
+        "--http",
+        f"127.0.0.1:{port}",
+        cache_dir=tmp_path / "cache",
+    )
+    try:
+        wait_until(lambda: _dispatched(base), timeout=90, what="the first dispatch")
+        with sync_playwright() as pw:
+            browser = pw.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+            try:
+                _browse(browser.new_page(), base, tmp_path)
+            finally:
+                browser.close()
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def _row(page, queue: str) -> str:  # type: ignore[no-untyped-def]

@@ -8,8 +8,6 @@ from __future__ import annotations
 import http.client
 import json
 import re
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +15,7 @@ from typing import Any
 import pytest
 from conftest import KubeCluster
 from helpers import wait_until
-from reconciler_env import client_context, commit_all, git
+from reconciler_env import client_context, commit_all, git, start_run
 
 from reconciler.adapters.kube import Kube
 from reconciler.runtime.webhook import sign
@@ -94,27 +92,16 @@ def test_a_signed_push_dispatches_at_once_and_bad_requests_do_nothing(
     secret_file = tmp_path / "secret"
     secret_file.write_bytes(SECRET + b"\n")
     log = tmp_path / "run.log"
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "reconciler",
-            "run",
-            "--repo",
-            str(repo),
-            "--interval",
-            f"{INTERVAL}s",
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            "--http",
-            "127.0.0.1:0",
-            "--webhook-secret-file",
-            str(secret_file),
-            "--cluster-kubeconfig",
-            f"local={kube_cluster.kubeconfig}",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("w"),
+    proc = start_run(
+        repo,
+        kube_cluster.kubeconfig,
+        log,
+        "--http",
+        "127.0.0.1:0",
+        "--webhook-secret-file",
+        str(secret_file),
+        interval=f"{INTERVAL}s",
+        cache_dir=tmp_path / "cache",
     )
     try:
         wait_until(lambda: "hook-first-g1" in jobs(kube, namespace), timeout=60, what="first")
