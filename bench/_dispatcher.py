@@ -11,8 +11,10 @@ Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 - raw: a kubernetes-client loop creates the Jobs ``core/render.py`` renders for the same
   operations, W in flight. With ``--kueue-queue`` they are created ``suspend: true`` with the
   ``kueue.x-k8s.io/queue-name`` label, for Kueue to admit.
-- reconciler: ``Reconciler.run_once`` cycles over a config repo of the same operations
-  (one queue; ``--quota-gpus`` gives it a GPU quota) until all are dispatched, then every
+- reconciler: what ``reconciler run --interval I --status-interval 10s`` builds
+  (``make_runtime``: the config fetched and read at most every I, the status branch written
+  in the background) cycles over a config repo of the same operations (one queue;
+  ``--quota-gpus`` gives it a GPU quota) until all are dispatched, then every
   ``--interval`` seconds until ``stop``. With ``--events``, ``reconciler run``'s loop
   instead: a cycle when a Job's run ends (debounced 0.2 s), every 10 s as the fallback,
   status written to the repo's status branch at its cadence.
@@ -34,13 +36,12 @@ from typing import Any
 
 from _repo import write_repo
 
-from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.kube import Kube, connect, connect_cluster
+from reconciler.adapters.kube import Kube, connect
 from reconciler.adapters.repo import snapshot_git
+from reconciler.cli.run_cmd import DEFAULT_STATUS_INTERVAL
 from reconciler.core.compile import compile_repo
 from reconciler.core.render import render_operation
-from reconciler.core.types import ClusterSpec
-from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.loop import DEFAULT_MIN_GAP, Wakeup, run_forever
 from reconciler.runtime.service import make_runtime
 
@@ -109,6 +110,10 @@ def run_raw(args: argparse.Namespace, work: Path, commands: Commands) -> None:
 
 
 def run_reconciler(args: argparse.Namespace, work: Path, commands: Commands) -> None:
+    """What ``reconciler run --interval I --status-interval 10s`` builds (``make_runtime``):
+    the config fetched into a cache and read at most every I (``PacedSource``), the status
+    branch written by a thread of its own at most every 10 s (the default cadence of
+    ``reconciler run``); cycles back to back until all are dispatched, then every I."""
     if args.events:
         run_reconciler_on_events(args, work, commands)
         return
@@ -121,23 +126,31 @@ def run_reconciler(args: argparse.Namespace, work: Path, commands: Commands) -> 
         gpus=args.gpus,
         quota_gpus=args.quota_gpus,
     )
-
-    def connect_spec(spec: ClusterSpec) -> Kube:
-        return Kube(connect_cluster(spec.kubeconfig, spec.context))
-
-    reconciler = Reconciler(
-        lambda: snapshot_git(repo, "main"),
-        connect_spec,
-        SystemClock(),
+    runtime = make_runtime(
+        str(repo),
+        "main",
+        {},
+        cache_dir=work / "cache",
+        status_interval=DEFAULT_STATUS_INTERVAL,
+        fetch_interval=args.interval,
+        status_background=True,
         create_workers=args.workers,
+        freeze_heap=True,
     )
+    reconciler = runtime.reconciler
     say("ready")
     commands.go.wait()
     dispatched = 0
     cycles = 0
+
+    def cycle() -> CycleResult:
+        result = reconciler.run_once()
+        runtime.on_cycle(result)
+        return result
+
     try:
         while dispatched < args.n and not commands.stop.is_set():
-            result = reconciler.run_once()
+            result = cycle()
             cycles += 1
             dispatched += len(result.dispatched) + len(result.adopted)
             if result.failed:
@@ -146,8 +159,9 @@ def run_reconciler(args: argparse.Namespace, work: Path, commands: Commands) -> 
                 commands.stop.wait(max(0.0, args.interval - result.duration))
         say("dispatched", at=time.monotonic(), count=dispatched, cycles=cycles)
         while not commands.stop.wait(args.interval):
-            reconciler.run_once()
+            cycle()
     finally:
+        runtime.close(timeout=30.0)
         reconciler.close()
 
 
@@ -174,6 +188,7 @@ def run_reconciler_on_events(args: argparse.Namespace, work: Path, commands: Com
         status_interval=interval,
         fetch_interval=interval,
         status_background=True,  # as `reconciler run`: the status written by a thread of its own
+        freeze_heap=True,
     )
     say("ready")
     commands.go.wait()

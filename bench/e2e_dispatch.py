@@ -4,8 +4,9 @@ Each run gets a fresh dev cluster and dispatches N Jobs, the very manifests
 ``core/render.py`` renders, W creates in flight:
 
 - raw: a kubernetes-client loop creates them;
-- reconciler: ``Reconciler.run_once`` dispatches them from a fresh commit under a queue
-  whose limits allow them all, then keeps cycling every ``--interval`` seconds.
+- reconciler: what ``reconciler run --interval I --status-interval 10s`` builds
+  (``make_runtime``) dispatches them from a fresh commit under a queue whose limits allow
+  them all, then keeps cycling every ``--interval`` seconds.
 
 Runs alternate raw, reconciler, raw, reconciler... (``--pairs`` pairs), so a change of the
 machine's load falls on both sides. For each run an independent watcher times "all Jobs

@@ -18,6 +18,7 @@ import orjson
 import urllib3
 import yaml
 from kubernetes import client, config
+from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
@@ -70,6 +71,12 @@ class NotServed(KubeError):
 # The API versions of the workload kinds the reconciler creates (and of their Events).
 API_VERSIONS = {"Job": "batch/v1", "Service": "v1", PYTORCHJOB: KUBEFLOW_API_VERSION}
 _KUBEFLOW_GROUP, _KUBEFLOW_VERSION = KUBEFLOW_API_VERSION.split("/")
+# Where each workload kind is created (the collection in ``{namespace}``).
+_CREATE_PATHS = {
+    "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
+    "Service": "/api/v1/namespaces/{namespace}/services",
+    PYTORCHJOB: f"/apis/{KUBEFLOW_API_VERSION}/namespaces/{{namespace}}/{PYTORCHJOB_PLURAL}",
+}
 
 
 @dataclass(frozen=True)
@@ -272,6 +279,14 @@ def _client_from_secret(
     return bounded(api)
 
 
+def preload_clients() -> None:
+    """Import the client's API classes ``Kube`` uses now. The kubernetes package imports
+    each on first use, which takes about 0.6 s of CPU: a process that will connect (``reconciler
+    run``) pays it at start, not in its first cycle; the other commands never pay it."""
+    for name in ("CoreV1Api", "BatchV1Api", "CustomObjectsApi"):
+        getattr(client, name)
+
+
 class Kube:
     """The calls the reconciler makes against one cluster."""
 
@@ -313,18 +328,51 @@ class Kube:
                     raise _error(create_exc, f"creating namespace {name}") from create_exc
 
     def _create(self, kind: str, namespace: str, body: dict[str, Any]) -> dict[str, Any]:
-        raw: dict[str, Any] = {"field_manager": self.field_manager, "_preload_content": False}
-        if kind == "Job":
-            return _json(self.batch.create_namespaced_job(namespace, cast(Any, body), **raw))
-        if kind == "Service":
-            return _json(self.core.create_namespaced_service(namespace, cast(Any, body), **raw))
-        if kind == PYTORCHJOB:
-            return _json(
-                self.custom.create_namespaced_custom_object(
-                    _KUBEFLOW_GROUP, _KUBEFLOW_VERSION, namespace, PYTORCHJOB_PLURAL, body, **raw
-                )
+        path = _CREATE_PATHS.get(kind)
+        if path is None:
+            raise KubeError(f"cannot create {kind}: not a workload kind")
+        return self._post(path, namespace, body)
+
+    def _post(self, path: str, namespace: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """POST ``body`` (plain JSON: a rendered manifest) to the collection ``path`` in
+        ``namespace`` with our field manager; the created object as plain JSON.
+
+        What the client's generated create methods send, through the same ``ApiClient``:
+        its host, auth headers (``param_serialize``: a refreshed token included), TLS
+        connection pool and retries, and a non-2xx answer raised as the same
+        ``ApiException``. Without their per-call costs, which were most of the reconciler's
+        CPU per create (docs/benchmarks.md, "Cost per operation"): pydantic's validation of
+        every argument, a recursive copy of the manifest, then the standard library's
+        ``json.dumps``; the body is serialised once, by orjson. The timeouts are
+        ``bounded``'s defaults."""
+        method, url, headers, _, _ = self.api.param_serialize(
+            "POST",
+            path,
+            path_params={"namespace": namespace},
+            query_params=[("fieldManager", self.field_manager)],
+            header_params={"Accept": "application/json", "Content-Type": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        try:
+            raw = self.api.rest_client.pool_manager.request(
+                method,
+                url,
+                body=orjson.dumps(body),
+                headers=headers,
+                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT),
+                preload_content=False,
             )
-        raise KubeError(f"cannot create {kind}: not a workload kind")
+        except urllib3.exceptions.SSLError as exc:  # as the client's REST layer says it
+            raise ApiException(status=0, reason=f"{type(exc).__name__}\n{exc}") from exc
+        resp = rest.RESTResponse(raw)
+        try:
+            content: bytes = resp.read()
+        finally:
+            raw.release_conn()
+        if not 200 <= resp.status <= 299:
+            raise ApiException.from_response(http_resp=resp, body=None, data=None)
+        data: dict[str, Any] = _loads(content)
+        return data
 
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
         if kind == "Job":

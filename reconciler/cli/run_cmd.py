@@ -270,6 +270,7 @@ def run(
         # the loop's next cycle never waits for the last one's status write
         status_background=not once,
         status_leader=elector.is_leader if elector else None,
+        freeze_heap=not once,  # a long-lived process
     )
     reconciler = runtime.reconciler
     if once:

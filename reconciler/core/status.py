@@ -605,6 +605,7 @@ def render_status(
     ledger: Ledger | None = None,
     memo: RenderMemo | None = None,
     hashes: SpecHashMemo | None = None,
+    phases: PhaseMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -621,7 +622,9 @@ def render_status(
     per month (not given: the ledger files are left as they are; they are never deleted).
     ``memo`` (kept by the caller between cycles) spares dumping a record equal to the one
     last dumped, and ``hashes`` hashing again the spec of an operation compiled as before
-    (the same object: the incremental compile reuses it)."""
+    (the same object: the incremental compile reuses it). ``phases`` (``summarize_cycle``'s
+    memo) is given each operation file's run as rendered, so the commit message does not
+    parse back the YAML just dumped: in a dispatch, most files change at every write."""
     records = build_status(repo, plan, states, failed, superseded, hashes)
     for i, record in enumerate(records):
         mark = (gang_timeouts or {}).get(record.operation)
@@ -631,6 +634,10 @@ def render_status(
         files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
     else:
         files = {operation_path(r.operation): _dumped(r, memo) for r in records}
+    if phases is not None:
+        for r in records:
+            path = operation_path(r.operation)
+            phases[path] = (files[path], _run_of_record(r))
     files.update(_order_files(plan, memo))
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
@@ -1303,9 +1310,16 @@ def _run_of(path: str, data: bytes) -> tuple[str, int | None, RecordPhase] | Non
         parsed = parse_status_file(path, data)
     except StatusFileError:
         return None
-    if isinstance(parsed, OperationStatus) and not parsed.children:
-        return parsed.operation, parsed.generation, parsed.phase
+    if isinstance(parsed, OperationStatus):
+        return _run_of_record(parsed)
     return None
+
+
+def _run_of_record(record: OperationStatus) -> tuple[str, int | None, RecordPhase] | None:
+    """An operation file's run (workflow parents: none), from its record."""
+    if record.children:
+        return None
+    return record.operation, record.generation, record.phase
 
 
 def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int, bool] | None:

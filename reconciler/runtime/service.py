@@ -3,6 +3,7 @@ around the cycle. Used by ``reconciler run`` and ``reconciler demo``."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import logging
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
-from reconciler.adapters.kube import Kube, connect_cluster
+from reconciler.adapters.kube import Kube, connect_cluster, preload_clients
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
@@ -82,6 +83,30 @@ class PacedSource:
         if isinstance(last, Exception):
             raise last
         return last
+
+
+# A full collection at most once per this many collections of the middle generation
+# (CPython's default: 10). See settle_heap.
+FULL_COLLECTION_EVERY = 100
+
+
+def settle_heap() -> None:
+    """Tune CPython's cyclic garbage collector for a long-lived reconciler process.
+
+    Each watch event is parsed into a new object that replaces the one cached, so the
+    tracked heap is replaced all the time; with the default thresholds a full collection
+    then rescans the whole heap (the modules, the compiled config, every cached Job and pod)
+    each time a quarter of it is new: eight or nine times in a dispatch of 2,000 operations
+    (docs/benchmarks.md, "Cost per operation"). Here: the
+    garbage is collected once, what is left (the modules, loaded) is frozen (``gc.freeze``:
+    never rescanned, still freed when unreferenced), and a full collection may run at most
+    once per ``FULL_COLLECTION_EVERY`` collections of the middle generation. The young
+    generations are collected as usual; a reference cycle that becomes garbage is still
+    collected, only later."""
+    gc.collect()
+    gc.freeze()
+    young, middle, _ = gc.get_threshold()
+    gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
 
 
 @dataclass
@@ -180,6 +205,8 @@ def make_runtime(
     fetch_interval: float = 0.0,
     status_background: bool = False,
     status_leader: Callable[[], bool] | None = None,
+    create_workers: int = 8,
+    freeze_heap: bool = False,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch``, or the saved files with ``worktree``.
@@ -189,7 +216,11 @@ def make_runtime(
     seconds, and the config read at most every ``fetch_interval`` (on ``wakeup``'s
     clock). With ``status_background`` the status is written by a thread of its own while
     ``status_leader`` says this process leads (``StatusPublisher``); ``Runtime.close``
-    writes the last one."""
+    writes the last one. ``create_workers``: the creates in flight per cycle. The
+    Kubernetes client's API classes are imported here, not in the first cycle
+    (``preload_clients``); with ``freeze_heap`` (a long-lived process), ``settle_heap``
+    tunes the garbage collector once they are."""
+    preload_clients()
 
     def connect(spec: ClusterSpec) -> Kube:
         api = connect_cluster(spec.kubeconfig, spec.context, overrides.get(spec.name))
@@ -230,6 +261,7 @@ def make_runtime(
         is_leader=is_leader or (lambda: True),
         faults=FaultPoints.from_env(),
         on_trigger=on_trigger if wakeup is not None else None,
+        create_workers=create_workers,
     )
     runtime = Runtime(
         reconciler,
@@ -244,4 +276,6 @@ def make_runtime(
             reconciler.seed(publisher.recorded())
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
+    if freeze_heap:
+        settle_heap()
     return runtime

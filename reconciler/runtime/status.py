@@ -186,7 +186,9 @@ class StatusPublisher:
         self.due = None
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan, self._rendered, self._hashes)
+            files = render_cycle_status(
+                result, compiled, plan, self._rendered, self._hashes, self._phases
+            )
             changes = status_changes(before, files)
             if not changes:
                 return None
@@ -216,9 +218,10 @@ def render_cycle_status(
     plan: Plan,
     memo: RenderMemo | None = None,
     hashes: SpecHashMemo | None = None,
+    phases: PhaseMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file one cycle writes: ``result`` with its config in force and plan
-    (``memo``: see ``render_status``)."""
+    (``memo``, ``hashes``, ``phases``: see ``render_status``)."""
     return render_status(
         compiled,
         plan,
@@ -246,4 +249,5 @@ def render_cycle_status(
         ledger=result.decision.memory.ledger if result.decision is not None else None,
         memo=memo,
         hashes=hashes,
+        phases=phases,
     )

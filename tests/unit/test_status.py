@@ -630,3 +630,30 @@ def test_the_spec_hash_memo_gives_the_hash_a_fresh_render_gives() -> None:
         != load(first, "status/vision/train-1.yaml")["specHash"]
     )
     assert set(hashes) == {"vision/train-1", "vision/train-2"}  # the gone one forgotten
+
+
+def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
+    """``render_status(phases=...)`` fills ``summarize_cycle``'s memo with each operation
+    file's run as rendered: the same as parsing the file back, workflow parents and rejected
+    operations included; the commit message then parses nothing."""
+    world = seed().reject("vision/train-5", "nope")
+    for i in range(2):
+        world.op(f"vision/sweep-{i}", queue="team-a").child_of("vision/sweep", i, concurrency=1)
+    repo = world.repo(COMMIT)
+    states = {
+        "vision/train-1": state(repo, "vision/train-1", Phase.RUNNING),
+        "vision/sweep-0": state(repo, "vision/sweep-0", Phase.SUCCEEDED),
+    }
+    phases: PhaseMemo = {}
+    _, files = cycle(world, states, phases=phases)
+    operations = {p for p in files if p.startswith("status/vision/")}
+    assert len(operations) == 8 and set(phases) == operations
+    for path in operations:
+        data, run = phases[path]
+        assert data is files[path]
+        assert run == status_module._run_of(path, data), path
+    assert phases["status/vision/sweep.yaml"][1] is None  # a workflow parent
+    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+        message = summarize_cycle({}, files, phases)
+    assert message == summarize_cycle({}, files)
+    assert parse.call_count == 0
