@@ -98,18 +98,21 @@ def _compile_cached(
 ) -> tuple[OperationResult, Sequence[Claim]]:
     """The operation's result and its name claims: kept ones when none of its reads
     changed, else compiled (and kept)."""
+    path = repo.projects[project].operations[name]
     if cache is None:
         result = _compile_guarded(repo, project, name)
         return result, claims(repo, result)
     reused = cache.reusable(repo, project, name)
     if reused is not None:
-        # its file's problems are the repo's, reported by loading it (a memo hit)
-        repo.load(repo.projects[project].operations[name], "Operation", name)
+        # its file's problems are the repo's: reported again from the entry (the file
+        # itself is not loaded: unchanged, or the entry would have been forgotten)
+        repo.errors.extend(reused.file_errors)
         return reused.result, reused.claims
     with repo.recording() as reads:
         result = _compile_guarded(repo, project, name)
     claimed = claims(repo, result)  # from the operation's own file: one of ``reads``
-    cache.store(project, name, reads, result, claimed)
+    cache.store(project, name, reads, result, claimed, repo.file_errors(path))
+    repo.release(path)  # its parse is needed no more
     return result, claimed
 
 
@@ -129,7 +132,12 @@ def _load_all(repo: RepoIndex) -> None:
 def _compile_repo(
     snapshot: RepoSnapshot, parse_cache: ParseCache | None, cache: CompileCache | None
 ) -> CompiledRepo:
-    repo = RepoIndex(snapshot, parse_cache, cache.loads if cache is not None else None)
+    repo = RepoIndex(
+        snapshot,
+        parse_cache,
+        cache.loads if cache is not None else None,
+        keep_operations=cache is None,
+    )
     if cache is not None:
         cache.retain(
             snapshot.files,

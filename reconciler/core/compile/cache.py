@@ -25,7 +25,7 @@ from reconciler.core.compile.index import LoadMemo, RepoIndex
 from reconciler.core.compile.names import Claim
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.load import ParseCache
-from reconciler.core.types import RepoFile
+from reconciler.core.types import ConfigError, RepoFile
 
 _Key = tuple[str, str]  # (project, operation name)
 
@@ -35,11 +35,19 @@ class _Compiled:
     reads: tuple[str, ...]  # the paths its compile read
     result: OperationResult
     claims: tuple[Claim, ...]
+    file_errors: tuple[ConfigError, ...]  # the problems loading its own file reported
 
 
 class CompileCache:
     """Parsed files, loaded files and compiled operations kept between compiles. Owned by
-    the caller (the long-running reconciler); pure."""
+    the caller (the long-running reconciler); pure.
+
+    Of an operation file it keeps only what reuse needs: the result, its name claims and
+    the problems its file reported (its content is the snapshot's, compared in ``begin``).
+    Its parse (plain data and the position of every node) and its validated model are
+    needed only while it compiles, so the parse cache and the load memo hold the files
+    operations share (org, projects, presets, queues, clusters, connections), not one entry
+    per operation."""
 
     def __init__(self, parse_cache: ParseCache | None = None) -> None:
         self.parse_cache = parse_cache if parse_cache is not None else ParseCache()
@@ -86,13 +94,15 @@ class CompileCache:
         reads: Iterable[str],
         result: OperationResult,
         claims: Iterable[Claim],
+        file_errors: Iterable[ConfigError] = (),
     ) -> None:
         """Keep ``result`` of compiling ``project/name``, which read the files ``reads``
-        (of the repo given to ``begin``), and its name claims."""
+        (of the repo given to ``begin``), its name claims and the problems loading its own
+        file reported."""
         key = (project, name)
         self._forget(key)
         kept = tuple(sorted(reads))
-        self._operations[key] = _Compiled(kept, result, tuple(claims))
+        self._operations[key] = _Compiled(kept, result, tuple(claims), tuple(file_errors))
         for path in kept:
             self._readers.setdefault(path, set()).add(key)
         self.compiled += 1

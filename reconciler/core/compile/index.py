@@ -132,10 +132,19 @@ class RepoIndex:
         snapshot: RepoSnapshot,
         parse_cache: ParseCache | None = None,
         memo: LoadMemo | None = None,
+        *,
+        keep_operations: bool = True,
     ) -> None:
+        """``keep_operations=False`` (a ``CompileCache`` keeps each operation's result
+        instead): operation files are parsed without ``parse_cache`` and not memoised, and
+        :meth:`release` lets go of one once it is compiled, so neither its parse nor its
+        position map outlives its compile."""
         self.snapshot = snapshot
+        self._parse_cache = parse_cache
         self._parse = parse_cache.parse if parse_cache is not None else parse_yaml
         self._memo = memo
+        self._keep_operations = keep_operations
+        self._file_errors: dict[str, tuple[ConfigError, ...]] = {}
         self._reads: set[str] | None = None
         self.files, errors = resolve_files(snapshot)
         self.errors = Errors(errors)
@@ -254,24 +263,44 @@ class RepoIndex:
         if path in self._cache:
             return self._cache[path]
         content = self.files[path]
-        memo = self._memo.get(path, content, kind, name) if self._memo is not None else None
+        transient = not self._keep_operations and _is_operation(path)
+        memo = None
+        if self._memo is not None and not transient:
+            memo = self._memo.get(path, content, kind, name)
         if memo is not None:
             self.errors.extend(memo.errors)
             result = memo.result
         else:
             errors = Errors()
             try:
-                result = self._load(path, kind, name, errors)
+                result = self._load(path, kind, name, errors, transient)
             except Exception as exc:  # a bug, not a problem in the file
                 raise InternalError(f"loading {kind} {name!r}", exc, path) from exc
             self.errors.extend(errors)
-            if self._memo is not None:
+            if transient:
+                self._file_errors[path] = tuple(errors)
+            elif self._memo is not None:
                 self._memo.put(path, _Memo(content, kind, name, result, tuple(errors)))
         self._cache[path] = result
         return result
 
-    def _load(self, path: str, kind: str, name: str, errors: Errors) -> Loaded[Any] | None:
-        doc, problems = self._parse(path, self.files[path])
+    def file_errors(self, path: str) -> tuple[ConfigError, ...]:
+        """The problems loading the operation file ``path`` reported (with
+        ``keep_operations=False``, once it was loaded): what a kept result reports again."""
+        return self._file_errors.get(path, ())
+
+    def release(self, path: str) -> None:
+        """Let go of the loaded operation file ``path`` (with ``keep_operations=False``):
+        its compile is done. A later load parses it again."""
+        if not self._keep_operations:
+            self._cache.pop(path, None)
+            self._file_errors.pop(path, None)
+
+    def _load(
+        self, path: str, kind: str, name: str, errors: Errors, transient: bool = False
+    ) -> Loaded[Any] | None:
+        parse = parse_yaml if transient else self._parse
+        doc, problems = parse(path, self.files[path])
         if doc is None:
             errors.extend(problems)
             return None
