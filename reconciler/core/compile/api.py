@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reconciler.core import gcpause
 from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
@@ -47,11 +48,12 @@ def compile_repo(
     parsed again; with ``cache`` (which has its own parse cache), operations whose inputs
     did not change are not compiled again either (``cache.py``)."""
     try:
-        if cache is not None:
-            return _compile_repo(snapshot, cache.parse_cache, cache)
-        if parse_cache is not None:
-            parse_cache.retain(snapshot.files)
-        return _compile_repo(snapshot, parse_cache, None)
+        with gcpause.paused():  # a cold compile: millions of long-lived objects (gcpause.py)
+            if cache is not None:
+                return _compile_repo(snapshot, cache.parse_cache, cache)
+            if parse_cache is not None:
+                parse_cache.retain(snapshot.files)
+            return _compile_repo(snapshot, parse_cache, None)
     except InternalError:
         raise
     except Exception as exc:  # a bug: never reported as a config error

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from reconciler.core.compile.index import LoadMemo, RepoIndex
+from reconciler.core.compile.index import LoadMemo, RepoIndex, is_operation
 from reconciler.core.compile.names import Claim
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.load import ParseCache
@@ -32,7 +32,8 @@ _Key = tuple[str, str]  # (project, operation name)
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    reads: tuple[str, ...]  # the paths its compile read
+    own: tuple[str, ...]  # the operation files its compile read (its own)
+    shared: tuple[str, ...]  # the other files it read: one tuple per distinct set
     result: OperationResult
     claims: tuple[Claim, ...]
     file_errors: tuple[ConfigError, ...]  # the problems loading its own file reported
@@ -54,7 +55,13 @@ class CompileCache:
         self.loads = LoadMemo()
         self._layout: tuple[str, ...] | None = None
         self._operations: dict[_Key, _Compiled] = {}
-        self._readers: dict[str, set[_Key]] = {}  # path -> the kept operations that read it
+        # who read what, compact: most operations read the same shared files (org,
+        # project, presets, queue, cluster), so those are indexed once per distinct set
+        # of them (a group), not once per operation
+        self._own: dict[str, set[_Key]] = {}  # operation file -> the kept operations that read it
+        # shared reads -> (the one tuple of them, the operations that read them)
+        self._groups: dict[tuple[str, ...], tuple[tuple[str, ...], set[_Key]]] = {}
+        self._readers: dict[str, set[tuple[str, ...]]] = {}  # shared file -> its groups
         # what the last compile saw: resolved contents and the snapshot's files
         self._contents: Mapping[str, bytes] = {}
         self._files: Mapping[str, RepoFile] = {}
@@ -67,12 +74,17 @@ class CompileCache:
         layout = repo.layout()
         if layout != self._layout:
             self._operations.clear()
+            self._own.clear()
+            self._groups.clear()
             self._readers.clear()
             self._layout = layout
         else:
             for path in _changed(self._contents, repo.files, self._files, repo.snapshot.files):
-                for key in self._readers.pop(path, ()):
+                for key in list(self._own.get(path, ())):
                     self._forget(key)
+                for group in list(self._readers.get(path, ())):
+                    for key in list(self._groups[group][1] if group in self._groups else ()):
+                        self._forget(key)
         # before any operation compiles: a compile that fails half-way leaves every kept
         # entry valid against this repo, the next diff's base (copied: the caller may
         # reuse its mapping for the next snapshot)
@@ -101,10 +113,19 @@ class CompileCache:
         file reported."""
         key = (project, name)
         self._forget(key)
-        kept = tuple(sorted(reads))
-        self._operations[key] = _Compiled(kept, result, tuple(claims), tuple(file_errors))
-        for path in kept:
-            self._readers.setdefault(path, set()).add(key)
+        read = sorted(reads)
+        own = tuple(p for p in read if is_operation(p))
+        shared = tuple(p for p in read if not is_operation(p))
+        group = self._groups.get(shared)
+        if group is None:
+            group = self._groups[shared] = (shared, set())
+            for path in shared:
+                self._readers.setdefault(path, set()).add(shared)
+        shared = group[0]  # one tuple per distinct set of reads, kept by every member
+        group[1].add(key)
+        for path in own:
+            self._own.setdefault(path, set()).add(key)
+        self._operations[key] = _Compiled(own, shared, result, tuple(claims), tuple(file_errors))
         self.compiled += 1
 
     def retain(self, files: Mapping[str, object], operations: Iterable[_Key]) -> None:
@@ -119,12 +140,23 @@ class CompileCache:
         entry = self._operations.pop(key, None)
         if entry is None:
             return
-        for path in entry.reads:
-            readers = self._readers.get(path)
+        for path in entry.own:
+            readers = self._own.get(path)
             if readers is not None:
                 readers.discard(key)
                 if not readers:
-                    del self._readers[path]
+                    del self._own[path]
+        group = self._groups.get(entry.shared)
+        if group is not None:
+            group[1].discard(key)
+            if not group[1]:
+                del self._groups[entry.shared]
+                for path in entry.shared:
+                    groups = self._readers.get(path)
+                    if groups is not None:
+                        groups.discard(entry.shared)
+                        if not groups:
+                            del self._readers[path]
 
 
 def _changed(

@@ -34,6 +34,8 @@ from reconciler.core.types import (
     OrgSettings,
     PodSecurityLevel,
     Provenance,
+    ProvenanceKeys,
+    ProvenanceMap,
     RepoSnapshot,
     printable_path,
 )
@@ -71,7 +73,7 @@ class ProjectEntry:
     first_file: str = ""
 
 
-def _is_operation(path: str) -> bool:
+def is_operation(path: str) -> bool:
     parts = path.split("/")
     return len(parts) == 4 and parts[0] == "projects" and parts[2] == "operations"
 
@@ -156,6 +158,10 @@ class RepoIndex:
         self._checked: set[str] = set()
         self._org_settings: OrgSettings | None = None
         self._provenance: dict[Provenance, Provenance] = {}
+        self._provenance_keys: dict[tuple[str, ...], ProvenanceKeys] = {}
+        # shared_value's table: a subtree's key holds its children's ids; each child is a
+        # value of the table too, so kept alive (its id not reused) as long as the key is
+        self._values: dict[Any, Any] = {}
         self._index()
 
     @contextmanager
@@ -171,12 +177,59 @@ class RepoIndex:
     def layout(self) -> tuple[str, ...]:
         """Every path but the operations': what names exist where (presets, queues,
         clusters, connections, projects). An operation's compile reads it, not tracked."""
-        return tuple(p for p in sorted(self.files) if not _is_operation(p))
+        return tuple(p for p in sorted(self.files) if not is_operation(p))
 
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every
         operation that applies it."""
         return self._provenance.setdefault(prov, prov)
+
+    def shared_value(self, value: Any) -> Any:
+        """``value`` (plain data: maps, lists, scalars) with every subtree equal to one
+        seen before in this compile replaced by that one: a preset's resources, a node
+        selector, the same command are one object in every operation that has them. Specs
+        are never changed once built, so sharing is safe (``merge.py`` shares untouched
+        subtrees the same way). Maps must have the same keys in the same order."""
+        if isinstance(value, dict):
+            items = [(self.shared_value(k), self.shared_value(v)) for k, v in value.items()]
+            key: Any = ("d", tuple((k, id(v)) for k, v in items))
+            found = self._values.get(key)
+            if found is None:
+                found = self._values[key] = dict(items)
+            return found
+        if isinstance(value, list):
+            elements = [self.shared_value(v) for v in value]
+            key = ("l", tuple(id(v) for v in elements))
+            found = self._values.get(key)
+            if found is None:
+                found = self._values[key] = elements
+            return found
+        if isinstance(value, str | int):  # bool is an int: the type is in the key
+            scalar = (type(value), value)
+            found = self._values.get(scalar)
+            if found is None:
+                found = self._values[scalar] = value
+            return found
+        return value
+
+    def shared_amounts(self, amounts: Mapping[str, Decimal]) -> Mapping[str, Decimal]:
+        """One object per distinct map of amounts (an operation's requests), compared
+        exactly (``4`` and ``4.0`` are not the same amount as written)."""
+        key = tuple((k, str(v)) for k, v in amounts.items())
+        found = self._values.get(("a", key))
+        if found is None:
+            found = self._values[("a", key)] = amounts
+        return found
+
+    def provenance_map(self, items: Iterable[tuple[str, Provenance]]) -> ProvenanceMap:
+        """A compiled operation's provenance, compact: its leaves' names shared with every
+        operation of the same layering, its values shared where equal (``shared``)."""
+        pairs = list(items)
+        names = tuple(name for name, _ in pairs)
+        keys = self._provenance_keys.get(names)
+        if keys is None:
+            keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
+        return ProvenanceMap(keys, tuple(self.shared(prov) for _, prov in pairs))
 
     # 1. layout
     def _index(self) -> None:
@@ -263,7 +316,7 @@ class RepoIndex:
         if path in self._cache:
             return self._cache[path]
         content = self.files[path]
-        transient = not self._keep_operations and _is_operation(path)
+        transient = not self._keep_operations and is_operation(path)
         memo = None
         if self._memo is not None and not transient:
             memo = self._memo.get(path, content, kind, name)
