@@ -162,6 +162,7 @@ class RepoIndex:
         # shared_value's table: a subtree's key holds its children's ids; each child is a
         # value of the table too, so kept alive (its id not reused) as long as the key is
         self._values: dict[Any, Any] = {}
+        self._canonical: set[int] = set()  # ids of the table's maps and lists
         self._index()
 
     @contextmanager
@@ -190,19 +191,26 @@ class RepoIndex:
         selector, the same command are one object in every operation that has them. Specs
         are never changed once built, so sharing is safe (``merge.py`` shares untouched
         subtrees the same way). Maps must have the same keys in the same order."""
+        if isinstance(value, dict | list) and id(value) in self._canonical:
+            return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
             items = [(self.shared_value(k), self.shared_value(v)) for k, v in value.items()]
             key: Any = ("d", tuple((k, id(v)) for k, v in items))
             found = self._values.get(key)
             if found is None:
-                found = self._values[key] = dict(items)
+                pairs = zip(items, value.items(), strict=True)
+                same = all(k is ok and v is ov for (k, v), (ok, ov) in pairs)
+                found = self._values[key] = value if same else dict(items)
+                self._canonical.add(id(found))  # alive in the table: its id is its own
             return found
         if isinstance(value, list):
             elements = [self.shared_value(v) for v in value]
             key = ("l", tuple(id(v) for v in elements))
             found = self._values.get(key)
             if found is None:
-                found = self._values[key] = elements
+                same = all(a is b for a, b in zip(elements, value, strict=True))
+                found = self._values[key] = value if same else elements
+                self._canonical.add(id(found))
             return found
         if isinstance(value, str | int):  # bool is an int: the type is in the key
             scalar = (type(value), value)
