@@ -12,8 +12,9 @@ Whole-repo checks (references, unique names, namespaces) always run.
 The check costs O(changed), not O(operations x files read): ``begin`` diffs the repo
 against the last compile's (content and first-commit time of every path, unchanged files
 mostly the same objects, so an identity check) and forgets the operations that read a
-changed path (an index from each path to its readers); every other kept operation is
-reused as is, with its name claims.
+changed path (an index from each operation file to its reader, and from each shared file
+to the groups of operations that read the same shared files); every other kept operation
+is reused as is, with its name claims and its file's problems.
 """
 
 from __future__ import annotations
