@@ -59,7 +59,8 @@ class CompileCache:
         # who read what, compact: most operations read the same shared files (org,
         # project, presets, queue, cluster), so those are indexed once per distinct set
         # of them (a group), not once per operation
-        self._own: dict[str, set[_Key]] = {}  # operation file -> the kept operations that read it
+        # operation file -> the kept operations that read it (its own: a tuple of one)
+        self._own: dict[str, tuple[_Key, ...]] = {}
         # shared reads -> (the one tuple of them, the operations that read them)
         self._groups: dict[tuple[str, ...], tuple[tuple[str, ...], set[_Key]]] = {}
         self._readers: dict[str, set[tuple[str, ...]]] = {}  # shared file -> its groups
@@ -125,7 +126,7 @@ class CompileCache:
         shared = group[0]  # one tuple per distinct set of reads, kept by every member
         group[1].add(key)
         for path in own:
-            self._own.setdefault(path, set()).add(key)
+            self._own[path] = (*self._own.get(path, ()), key)
         self._operations[key] = _Compiled(own, shared, result, tuple(claims), tuple(file_errors))
         self.compiled += 1
 
@@ -142,11 +143,11 @@ class CompileCache:
         if entry is None:
             return
         for path in entry.own:
-            readers = self._own.get(path)
-            if readers is not None:
-                readers.discard(key)
-                if not readers:
-                    del self._own[path]
+            readers = tuple(k for k in self._own.get(path, ()) if k != key)
+            if readers:
+                self._own[path] = readers
+            else:
+                self._own.pop(path, None)
         group = self._groups.get(entry.shared)
         if group is not None:
             group[1].discard(key)
