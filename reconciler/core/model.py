@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import functools
 import re
 import types
 import typing
@@ -1079,6 +1080,7 @@ class OrgFile(Strict):
     )
 
 
+@functools.lru_cache(maxsize=256)  # a handful of names, asked per operation and connection
 def to_snake(camel: str) -> str:
     return re.sub(r"(?<!^)([A-Z])", r"_\1", camel).lower()
 

@@ -5,7 +5,7 @@ renderer and status writer consume them. No I/O here; adapters build ``RepoSnaps
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -195,6 +195,59 @@ class Provenance:
 
     def __str__(self) -> str:
         return f"{self.step} at {printable_path(self.file)}:{self.line}"
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class ProvenanceKeys:
+    """The leaves of a compiled spec, in order, and where each is in the values: one object
+    per distinct layering, shared by every operation compiled the same way (the same
+    presets applied to operations of the same shape)."""
+
+    names: tuple[str, ...]
+    index: Mapping[str, int]
+
+    @classmethod
+    def of(cls, names: tuple[str, ...]) -> ProvenanceKeys:
+        return cls(names, {name: i for i, name in enumerate(names)})
+
+
+class ProvenanceMap(Mapping[str, Provenance]):
+    """A compiled operation's provenance (dotted leaf -> :class:`Provenance`), compact: the
+    shared :class:`ProvenanceKeys` of its layering and a tuple of values (themselves shared
+    between operations where they come from the same preset line). Reads as the ordered
+    mapping it replaces, and equals one with the same items."""
+
+    __slots__ = ("_keys", "_values")
+
+    def __init__(self, keys: ProvenanceKeys, values: tuple[Provenance, ...]) -> None:
+        if len(keys.names) != len(values):
+            raise ValueError("one provenance per leaf")
+        self._keys = keys
+        self._values = values
+
+    def __getitem__(self, key: str) -> Provenance:
+        return self._values[self._keys.index[key]]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._keys.index
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._keys.names)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, ProvenanceMap) and self._keys.names == other._keys.names:
+            return self._values == other._values
+        if isinstance(other, Mapping):
+            return dict(self.items()) == dict(other.items())
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ProvenanceMap({dict(self.items())!r})"
 
 
 class BudgetPeriod(enum.StrEnum):

@@ -39,16 +39,32 @@ def test_an_unchanged_version_reuses_the_compiled_repo() -> None:
     assert second.plan is not None and second.version == "c1"
 
 
-def test_a_new_version_recompiles_reparsing_only_the_changed_file() -> None:
+def test_a_new_version_recompiles_only_the_changed_operation() -> None:
     base = replace(snapshot_worktree(TEMPLATE), version="c1")
     text = base.files[EDITED].content.decode()
     edited = overlay(replace(base, version="c2"), {EDITED: text + "\n# edited\n"})
     rec = reconciler_over([base, edited])
     first = rec.run_once()
     misses = rec._parse_cache.misses
+    compiled = rec._compile_cache.compiled
     second = rec.run_once()
     assert second.compiled is not first.compiled
     assert second.version == "c2"
+    # operation files are parsed outside the parse cache (their parse is not kept)
+    assert rec._parse_cache.misses == misses
+    assert rec._compile_cache.compiled == compiled + 1  # only the edited operation
+
+
+def test_a_new_version_reparses_only_the_changed_shared_file() -> None:
+    base = replace(snapshot_worktree(TEMPLATE), version="c1")
+    path = "queues/team-a.yaml"
+    text = base.files[path].content.decode()
+    edited = overlay(replace(base, version="c2"), {path: text + "\n# edited\n"})
+    rec = reconciler_over([base, edited])
+    rec.run_once()
+    misses = rec._parse_cache.misses
+    second = rec.run_once()
+    assert second.version == "c2" and second.compiled is not None
     assert rec._parse_cache.misses == misses + 1  # only the edited file
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from reconciler.core import gcpause
 from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
@@ -47,11 +48,12 @@ def compile_repo(
     parsed again; with ``cache`` (which has its own parse cache), operations whose inputs
     did not change are not compiled again either (``cache.py``)."""
     try:
-        if cache is not None:
-            return _compile_repo(snapshot, cache.parse_cache, cache)
-        if parse_cache is not None:
-            parse_cache.retain(snapshot.files)
-        return _compile_repo(snapshot, parse_cache, None)
+        with gcpause.paused():  # a cold compile: millions of long-lived objects (gcpause.py)
+            if cache is not None:
+                return _compile_repo(snapshot, cache.parse_cache, cache)
+            if parse_cache is not None:
+                parse_cache.retain(snapshot.files)
+            return _compile_repo(snapshot, parse_cache, None)
     except InternalError:
         raise
     except Exception as exc:  # a bug: never reported as a config error
@@ -98,18 +100,21 @@ def _compile_cached(
 ) -> tuple[OperationResult, Sequence[Claim]]:
     """The operation's result and its name claims: kept ones when none of its reads
     changed, else compiled (and kept)."""
+    path = repo.projects[project].operations[name]
     if cache is None:
         result = _compile_guarded(repo, project, name)
         return result, claims(repo, result)
     reused = cache.reusable(repo, project, name)
     if reused is not None:
-        # its file's problems are the repo's, reported by loading it (a memo hit)
-        repo.load(repo.projects[project].operations[name], "Operation", name)
+        # its file's problems are the repo's: reported again from the entry (the file
+        # itself is not loaded: unchanged, or the entry would have been forgotten)
+        repo.errors.extend(reused.file_errors)
         return reused.result, reused.claims
     with repo.recording() as reads:
         result = _compile_guarded(repo, project, name)
     claimed = claims(repo, result)  # from the operation's own file: one of ``reads``
-    cache.store(project, name, reads, result, claimed)
+    cache.store(project, name, reads, result, claimed, repo.file_errors(path))
+    repo.release(path)  # its parse is needed no more
     return result, claimed
 
 
@@ -129,7 +134,12 @@ def _load_all(repo: RepoIndex) -> None:
 def _compile_repo(
     snapshot: RepoSnapshot, parse_cache: ParseCache | None, cache: CompileCache | None
 ) -> CompiledRepo:
-    repo = RepoIndex(snapshot, parse_cache, cache.loads if cache is not None else None)
+    repo = RepoIndex(
+        snapshot,
+        parse_cache,
+        cache.loads if cache is not None else None,
+        keep_operations=cache is None,
+    )
     if cache is not None:
         cache.retain(
             snapshot.files,

@@ -12,8 +12,9 @@ Whole-repo checks (references, unique names, namespaces) always run.
 The check costs O(changed), not O(operations x files read): ``begin`` diffs the repo
 against the last compile's (content and first-commit time of every path, unchanged files
 mostly the same objects, so an identity check) and forgets the operations that read a
-changed path (an index from each path to its readers); every other kept operation is
-reused as is, with its name claims.
+changed path (an index from each operation file to its reader, and from each shared file
+to the groups of operations that read the same shared files); every other kept operation
+is reused as is, with its name claims and its file's problems.
 """
 
 from __future__ import annotations
@@ -21,32 +22,48 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from reconciler.core.compile.index import LoadMemo, RepoIndex
+from reconciler.core.compile.index import LoadMemo, RepoIndex, is_operation
 from reconciler.core.compile.names import Claim
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.load import ParseCache
-from reconciler.core.types import RepoFile
+from reconciler.core.types import ConfigError, RepoFile
 
 _Key = tuple[str, str]  # (project, operation name)
 
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
-    reads: tuple[str, ...]  # the paths its compile read
+    own: tuple[str, ...]  # the operation files its compile read (its own)
+    shared: tuple[str, ...]  # the other files it read: one tuple per distinct set
     result: OperationResult
     claims: tuple[Claim, ...]
+    file_errors: tuple[ConfigError, ...]  # the problems loading its own file reported
 
 
 class CompileCache:
     """Parsed files, loaded files and compiled operations kept between compiles. Owned by
-    the caller (the long-running reconciler); pure."""
+    the caller (the long-running reconciler); pure.
+
+    Of an operation file it keeps only what reuse needs: the result, its name claims and
+    the problems its file reported (its content is the snapshot's, compared in ``begin``).
+    Its parse (plain data and the position of every node) and its validated model are
+    needed only while it compiles, so the parse cache and the load memo hold the files
+    operations share (org, projects, presets, queues, clusters, connections), not one entry
+    per operation."""
 
     def __init__(self, parse_cache: ParseCache | None = None) -> None:
         self.parse_cache = parse_cache if parse_cache is not None else ParseCache()
         self.loads = LoadMemo()
         self._layout: tuple[str, ...] | None = None
         self._operations: dict[_Key, _Compiled] = {}
-        self._readers: dict[str, set[_Key]] = {}  # path -> the kept operations that read it
+        # who read what, compact: most operations read the same shared files (org,
+        # project, presets, queue, cluster), so those are indexed once per distinct set
+        # of them (a group), not once per operation
+        # operation file -> the kept operations that read it (its own: a tuple of one)
+        self._own: dict[str, tuple[_Key, ...]] = {}
+        # shared reads -> (the one tuple of them, the operations that read them)
+        self._groups: dict[tuple[str, ...], tuple[tuple[str, ...], set[_Key]]] = {}
+        self._readers: dict[str, set[tuple[str, ...]]] = {}  # shared file -> its groups
         # what the last compile saw: resolved contents and the snapshot's files
         self._contents: Mapping[str, bytes] = {}
         self._files: Mapping[str, RepoFile] = {}
@@ -59,12 +76,17 @@ class CompileCache:
         layout = repo.layout()
         if layout != self._layout:
             self._operations.clear()
+            self._own.clear()
+            self._groups.clear()
             self._readers.clear()
             self._layout = layout
         else:
             for path in _changed(self._contents, repo.files, self._files, repo.snapshot.files):
-                for key in self._readers.pop(path, ()):
+                for key in list(self._own.get(path, ())):
                     self._forget(key)
+                for group in list(self._readers.get(path, ())):
+                    for key in list(self._groups[group][1] if group in self._groups else ()):
+                        self._forget(key)
         # before any operation compiles: a compile that fails half-way leaves every kept
         # entry valid against this repo, the next diff's base (copied: the caller may
         # reuse its mapping for the next snapshot)
@@ -86,15 +108,26 @@ class CompileCache:
         reads: Iterable[str],
         result: OperationResult,
         claims: Iterable[Claim],
+        file_errors: Iterable[ConfigError] = (),
     ) -> None:
         """Keep ``result`` of compiling ``project/name``, which read the files ``reads``
-        (of the repo given to ``begin``), and its name claims."""
+        (of the repo given to ``begin``), its name claims and the problems loading its own
+        file reported."""
         key = (project, name)
         self._forget(key)
-        kept = tuple(sorted(reads))
-        self._operations[key] = _Compiled(kept, result, tuple(claims))
-        for path in kept:
-            self._readers.setdefault(path, set()).add(key)
+        read = sorted(reads)
+        own = tuple(p for p in read if is_operation(p))
+        shared = tuple(p for p in read if not is_operation(p))
+        group = self._groups.get(shared)
+        if group is None:
+            group = self._groups[shared] = (shared, set())
+            for path in shared:
+                self._readers.setdefault(path, set()).add(shared)
+        shared = group[0]  # one tuple per distinct set of reads, kept by every member
+        group[1].add(key)
+        for path in own:
+            self._own[path] = (*self._own.get(path, ()), key)
+        self._operations[key] = _Compiled(own, shared, result, tuple(claims), tuple(file_errors))
         self.compiled += 1
 
     def retain(self, files: Mapping[str, object], operations: Iterable[_Key]) -> None:
@@ -109,12 +142,23 @@ class CompileCache:
         entry = self._operations.pop(key, None)
         if entry is None:
             return
-        for path in entry.reads:
-            readers = self._readers.get(path)
-            if readers is not None:
-                readers.discard(key)
-                if not readers:
-                    del self._readers[path]
+        for path in entry.own:
+            readers = tuple(k for k in self._own.get(path, ()) if k != key)
+            if readers:
+                self._own[path] = readers
+            else:
+                self._own.pop(path, None)
+        group = self._groups.get(entry.shared)
+        if group is not None:
+            group[1].discard(key)
+            if not group[1]:
+                del self._groups[entry.shared]
+                for path in entry.shared:
+                    groups = self._readers.get(path)
+                    if groups is not None:
+                        groups.discard(entry.shared)
+                        if not groups:
+                            del self._readers[path]
 
 
 def _changed(

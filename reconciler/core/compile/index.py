@@ -34,6 +34,8 @@ from reconciler.core.types import (
     OrgSettings,
     PodSecurityLevel,
     Provenance,
+    ProvenanceKeys,
+    ProvenanceMap,
     RepoSnapshot,
     printable_path,
 )
@@ -71,7 +73,7 @@ class ProjectEntry:
     first_file: str = ""
 
 
-def _is_operation(path: str) -> bool:
+def is_operation(path: str) -> bool:
     parts = path.split("/")
     return len(parts) == 4 and parts[0] == "projects" and parts[2] == "operations"
 
@@ -132,10 +134,19 @@ class RepoIndex:
         snapshot: RepoSnapshot,
         parse_cache: ParseCache | None = None,
         memo: LoadMemo | None = None,
+        *,
+        keep_operations: bool = True,
     ) -> None:
+        """``keep_operations=False`` (a ``CompileCache`` keeps each operation's result
+        instead): operation files are parsed without ``parse_cache`` and not memoised, and
+        :meth:`release` lets go of one once it is compiled, so neither its parse nor its
+        position map outlives its compile."""
         self.snapshot = snapshot
+        self._parse_cache = parse_cache
         self._parse = parse_cache.parse if parse_cache is not None else parse_yaml
         self._memo = memo
+        self._keep_operations = keep_operations
+        self._file_errors: dict[str, tuple[ConfigError, ...]] = {}
         self._reads: set[str] | None = None
         self.files, errors = resolve_files(snapshot)
         self.errors = Errors(errors)
@@ -147,6 +158,11 @@ class RepoIndex:
         self._checked: set[str] = set()
         self._org_settings: OrgSettings | None = None
         self._provenance: dict[Provenance, Provenance] = {}
+        self._provenance_keys: dict[tuple[str, ...], ProvenanceKeys] = {}
+        # shared_value's table: a subtree's key holds its children's ids; each child is a
+        # value of the table too, so kept alive (its id not reused) as long as the key is
+        self._values: dict[Any, Any] = {}
+        self._canonical: set[int] = set()  # ids of the table's maps and lists
         self._index()
 
     @contextmanager
@@ -162,12 +178,66 @@ class RepoIndex:
     def layout(self) -> tuple[str, ...]:
         """Every path but the operations': what names exist where (presets, queues,
         clusters, connections, projects). An operation's compile reads it, not tracked."""
-        return tuple(p for p in sorted(self.files) if not _is_operation(p))
+        return tuple(p for p in sorted(self.files) if not is_operation(p))
 
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every
         operation that applies it."""
         return self._provenance.setdefault(prov, prov)
+
+    def shared_value(self, value: Any) -> Any:
+        """``value`` (plain data: maps, lists, scalars) with every subtree equal to one
+        seen before in this compile replaced by that one: a preset's resources, a node
+        selector, the same command are one object in every operation that has them. Specs
+        are never changed once built, so sharing is safe (``merge.py`` shares untouched
+        subtrees the same way). Maps must have the same keys in the same order."""
+        if isinstance(value, dict | list) and id(value) in self._canonical:
+            return value  # a subtree shared already (a preset's, untouched): O(1)
+        if isinstance(value, dict):
+            items = [(self.shared_value(k), self.shared_value(v)) for k, v in value.items()]
+            key: Any = ("d", tuple((k, id(v)) for k, v in items))
+            found = self._values.get(key)
+            if found is None:
+                pairs = zip(items, value.items(), strict=True)
+                same = all(k is ok and v is ov for (k, v), (ok, ov) in pairs)
+                found = self._values[key] = value if same else dict(items)
+                self._canonical.add(id(found))  # alive in the table: its id is its own
+            return found
+        if isinstance(value, list):
+            elements = [self.shared_value(v) for v in value]
+            key = ("l", tuple(id(v) for v in elements))
+            found = self._values.get(key)
+            if found is None:
+                same = all(a is b for a, b in zip(elements, value, strict=True))
+                found = self._values[key] = value if same else elements
+                self._canonical.add(id(found))
+            return found
+        if isinstance(value, str | int):  # bool is an int: the type is in the key
+            scalar = (type(value), value)
+            found = self._values.get(scalar)
+            if found is None:
+                found = self._values[scalar] = value
+            return found
+        return value
+
+    def shared_amounts(self, amounts: Mapping[str, Decimal]) -> Mapping[str, Decimal]:
+        """One object per distinct map of amounts (an operation's requests), compared
+        exactly (``4`` and ``4.0`` are not the same amount as written)."""
+        key = tuple((k, str(v)) for k, v in amounts.items())
+        found = self._values.get(("a", key))
+        if found is None:
+            found = self._values[("a", key)] = amounts
+        return found
+
+    def provenance_map(self, items: Iterable[tuple[str, Provenance]]) -> ProvenanceMap:
+        """A compiled operation's provenance, compact: its leaves' names shared with every
+        operation of the same layering, its values shared where equal (``shared``)."""
+        pairs = list(items)
+        names = tuple(name for name, _ in pairs)
+        keys = self._provenance_keys.get(names)
+        if keys is None:
+            keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
+        return ProvenanceMap(keys, tuple(self.shared(prov) for _, prov in pairs))
 
     # 1. layout
     def _index(self) -> None:
@@ -254,24 +324,44 @@ class RepoIndex:
         if path in self._cache:
             return self._cache[path]
         content = self.files[path]
-        memo = self._memo.get(path, content, kind, name) if self._memo is not None else None
+        transient = not self._keep_operations and is_operation(path)
+        memo = None
+        if self._memo is not None and not transient:
+            memo = self._memo.get(path, content, kind, name)
         if memo is not None:
             self.errors.extend(memo.errors)
             result = memo.result
         else:
             errors = Errors()
             try:
-                result = self._load(path, kind, name, errors)
+                result = self._load(path, kind, name, errors, transient)
             except Exception as exc:  # a bug, not a problem in the file
                 raise InternalError(f"loading {kind} {name!r}", exc, path) from exc
             self.errors.extend(errors)
-            if self._memo is not None:
+            if transient:
+                self._file_errors[path] = tuple(errors)
+            elif self._memo is not None:
                 self._memo.put(path, _Memo(content, kind, name, result, tuple(errors)))
         self._cache[path] = result
         return result
 
-    def _load(self, path: str, kind: str, name: str, errors: Errors) -> Loaded[Any] | None:
-        doc, problems = self._parse(path, self.files[path])
+    def file_errors(self, path: str) -> tuple[ConfigError, ...]:
+        """The problems loading the operation file ``path`` reported (with
+        ``keep_operations=False``, once it was loaded): what a kept result reports again."""
+        return self._file_errors.get(path, ())
+
+    def release(self, path: str) -> None:
+        """Let go of the loaded operation file ``path`` (with ``keep_operations=False``):
+        its compile is done. A later load parses it again."""
+        if not self._keep_operations:
+            self._cache.pop(path, None)
+            self._file_errors.pop(path, None)
+
+    def _load(
+        self, path: str, kind: str, name: str, errors: Errors, transient: bool = False
+    ) -> Loaded[Any] | None:
+        parse = parse_yaml if transient else self._parse
+        doc, problems = parse(path, self.files[path])
         if doc is None:
             errors.extend(problems)
             return None

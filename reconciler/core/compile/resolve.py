@@ -338,16 +338,15 @@ def build(
         cluster=resolved.queue.cluster,
         namespace=ctx.namespace,
         kind=RunKind(spec["run"]["kind"]),
-        spec=spec,
-        requests=resolved.total,
-        pod_requests=resolved.requests,
+        spec=repo.shared_value(spec),  # identical subtrees shared between operations
+        requests=repo.shared_amounts(resolved.total),
+        pod_requests=repo.shared_amounts(resolved.requests),
         replicas=resolved.gang.replicas,
         distributed=resolved.gang.distributed,
         presets=ctx.presets,
-        provenance={
-            dotted(k): repo.shared(v)
-            for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))
-        },
+        provenance=repo.provenance_map(
+            (dotted(k), v) for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))
+        ),
         connections=resolved.connections,
         generation=int(spec.get("generation", 1)),
         is_approved=bool(spec.get("isApproved", True)),

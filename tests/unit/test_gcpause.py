@@ -1,0 +1,53 @@
+"""``gcpause.paused`` stops the cyclic collector for its block and restores it as it was."""
+
+from __future__ import annotations
+
+import gc
+
+import pytest
+
+from reconciler.core import gcpause
+
+
+def test_paused_disables_the_collector_then_restores_it() -> None:
+    assert gc.isenabled()
+    with gcpause.paused():
+        assert not gc.isenabled()
+        with gcpause.paused():  # nested: still paused after the inner block
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    assert gc.isenabled()
+
+
+def test_paused_restores_the_collector_when_the_block_raises() -> None:
+    with pytest.raises(ValueError), gcpause.paused():
+        raise ValueError("boom")
+    assert gc.isenabled()
+
+
+def test_paused_leaves_a_disabled_collector_disabled() -> None:
+    gc.disable()
+    try:
+        with gcpause.paused():
+            assert not gc.isenabled()
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
+
+
+def test_no_collection_runs_while_paused() -> None:
+    collections: list[str] = []
+
+    def note(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            collections.append(phase)
+
+    gc.callbacks.append(note)
+    try:
+        with gcpause.paused():
+            junk = [[i] for i in range(200_000)]  # far past generation 0's threshold
+            del junk
+        paused_runs = len(collections)
+    finally:
+        gc.callbacks.remove(note)
+    assert paused_runs == 0
