@@ -5,7 +5,7 @@ renderer and status writer consume them. No I/O here; adapters build ``RepoSnaps
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -211,22 +211,68 @@ class ProvenanceKeys:
         return cls(names, {name: i for i, name in enumerate(names)})
 
 
+# An operation's own leaf, packed: its line and column in one int (half the size of a
+# ``Provenance``, not tracked by the cyclic collector).
+_COL_BITS = 32
+
+
 class ProvenanceMap(Mapping[str, Provenance]):
     """A compiled operation's provenance (dotted leaf -> :class:`Provenance`), compact: the
-    shared :class:`ProvenanceKeys` of its layering and a tuple of values (themselves shared
-    between operations where they come from the same preset line). Reads as the ordered
-    mapping it replaces, and equals one with the same items."""
+    shared :class:`ProvenanceKeys` of its layering and a tuple of values. A value set by a
+    preset or a default is an object shared between operations where it comes from the same
+    line; one from the operation's own file (``own``: that file and its step, every such
+    line its own) is kept as its packed line and column. Reads as the ordered mapping it
+    replaces, and equals one with the same items."""
 
-    __slots__ = ("_keys", "_values")
+    __slots__ = ("_keys", "_own", "_values")
 
-    def __init__(self, keys: ProvenanceKeys, values: tuple[Provenance, ...]) -> None:
+    def __init__(
+        self,
+        keys: ProvenanceKeys,
+        values: tuple[Provenance | int, ...],
+        own: tuple[str, str] | None = None,
+    ) -> None:
         if len(keys.names) != len(values):
             raise ValueError("one provenance per leaf")
+        if own is None and any(isinstance(v, int) for v in values):
+            raise ValueError("a packed position needs its file")
         self._keys = keys
         self._values = values
+        self._own = own
+
+    @classmethod
+    def of(
+        cls,
+        keys: ProvenanceKeys,
+        values: Sequence[Provenance],
+        own_file: str,
+        shared: Callable[[Provenance], Provenance],
+    ) -> ProvenanceMap:
+        """The map of ``values``: those from ``own_file`` (with the step of its first)
+        packed, the others ``shared``."""
+        step = next((v.step for v in values if v.file == own_file), None)
+        if step is None:
+            return cls(keys, tuple(shared(v) for v in values))
+        return cls(
+            keys,
+            tuple(
+                (v.line << _COL_BITS) | v.col
+                if v.file == own_file
+                and v.step == step
+                and 0 <= v.col < 1 << _COL_BITS
+                and v.line >= 0
+                else shared(v)
+                for v in values
+            ),
+            (own_file, step),
+        )
 
     def __getitem__(self, key: str) -> Provenance:
-        return self._values[self._keys.index[key]]
+        value = self._values[self._keys.index[key]]
+        if isinstance(value, int):
+            file, step = self._own or ("", "")
+            return Provenance(file, value >> _COL_BITS, step, value & ((1 << _COL_BITS) - 1))
+        return value
 
     def __contains__(self, key: object) -> bool:
         return key in self._keys.index
@@ -239,7 +285,9 @@ class ProvenanceMap(Mapping[str, Provenance]):
 
     def __eq__(self, other: object) -> bool:
         if isinstance(other, ProvenanceMap) and self._keys.names == other._keys.names:
-            return self._values == other._values
+            if self._own == other._own and self._values == other._values:
+                return True
+            return all(self[k] == other[k] for k in self._keys.names)
         if isinstance(other, Mapping):
             return dict(self.items()) == dict(other.items())
         return NotImplemented

@@ -47,3 +47,20 @@ def test_operations_of_the_same_layering_share_keys_and_preset_values(
     assert second["run.container.args[1]"].file.endswith("gen-1.yaml")
     other = ops["dedupe"].provenance  # another layering: its own keys
     assert isinstance(other, ProvenanceMap) and other._keys is not first._keys
+
+
+def test_the_operations_own_leaves_are_packed_and_read_back_as_written() -> None:
+    own = "projects/p/operations/x.yaml"
+    mine, other = Provenance(own, 7, "operation", 5), Provenance(own, 9, "operation", 3)
+    preset = Provenance("projects/p/presets/a.yaml", 2, "preset a (replace)", 1)
+    shared: list[Provenance] = []
+    keys = ProvenanceKeys.of(("run.image", "run.kind", "name"))
+    prov = ProvenanceMap.of(keys, [preset, mine, other], own, lambda p: shared.append(p) or p)
+    assert shared == [preset]  # only the preset's value goes through the shared table
+    assert isinstance(prov._values[1], int) and isinstance(prov._values[2], int)
+    assert prov["run.kind"] == mine and prov["name"] == other and prov["run.image"] is preset
+    assert prov == {"run.image": preset, "run.kind": mine, "name": other}
+    unpacked = ProvenanceMap(keys, (preset, mine, other))
+    assert prov == unpacked and unpacked == prov  # the same items, however kept
+    with pytest.raises(ValueError):
+        ProvenanceMap(keys, (preset, 1, 2))  # a packed position without its file

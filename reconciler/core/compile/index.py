@@ -159,10 +159,15 @@ class RepoIndex:
         self._org_settings: OrgSettings | None = None
         self._provenance: dict[Provenance, Provenance] = {}
         self._provenance_keys: dict[tuple[str, ...], ProvenanceKeys] = {}
-        # shared_value's table: a subtree's key holds its children's ids; each child is a
-        # value of the table too, so kept alive (its id not reused) as long as the key is
-        self._values: dict[Any, Any] = {}
+        # shared_value's tables. A map or list is found by a hash of its children's ids
+        # and checked child by child (identity): the table holds no key objects of its
+        # own, which a compile would free all at once at its end (holes in the heap that
+        # kept the process's RSS at the compile's peak)
+        self._subtrees: dict[int, dict[Any, Any] | list[Any]] = {}
         self._canonical: set[int] = set()  # ids of the table's maps and lists
+        self._strings: dict[str, str] = {}
+        self._ints: dict[int, int] = {}
+        self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
         self._index()
 
     @contextmanager
@@ -195,49 +200,53 @@ class RepoIndex:
             return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
             items = [(self.shared_value(k), self.shared_value(v)) for k, v in value.items()]
-            key: Any = ("d", tuple((k, id(v)) for k, v in items))
-            found = self._values.get(key)
-            if found is None:
-                pairs = zip(items, value.items(), strict=True)
-                same = all(k is ok and v is ov for (k, v), (ok, ov) in pairs)
-                found = self._values[key] = value if same else dict(items)
-                self._canonical.add(id(found))  # alive in the table: its id is its own
-            return found
+            mark = hash(("d", *(x for k, v in items for x in (k, id(v)))))
+            found = self._subtrees.get(mark)
+            if isinstance(found, dict) and _same_pairs(found, items):
+                return found
+            pairs = zip(items, value.items(), strict=True)
+            same = all(k is ok and v is ov for (k, v), (ok, ov) in pairs)
+            return self._keep(mark, found, value if same else dict(items))
         if isinstance(value, list):
             elements = [self.shared_value(v) for v in value]
-            key = ("l", tuple(id(v) for v in elements))
-            found = self._values.get(key)
-            if found is None:
-                same = all(a is b for a, b in zip(elements, value, strict=True))
-                found = self._values[key] = value if same else elements
-                self._canonical.add(id(found))
-            return found
-        if isinstance(value, str | int):  # bool is an int: the type is in the key
-            scalar = (type(value), value)
-            found = self._values.get(scalar)
-            if found is None:
-                found = self._values[scalar] = value
-            return found
+            mark = hash(("l", *(id(v) for v in elements)))
+            found = self._subtrees.get(mark)
+            if isinstance(found, list) and _same_elements(found, elements):
+                return found
+            same = all(a is b for a, b in zip(elements, value, strict=True))
+            return self._keep(mark, found, value if same else elements)
+        if type(value) is str:
+            return self._strings.setdefault(value, value)
+        if type(value) is int:  # not bool: True and 1 stay apart
+            return self._ints.setdefault(value, value)
+        return value
+
+    def _keep(self, mark: int, found: Any, value: Any) -> Any:
+        """``value`` kept as the subtree of hash ``mark`` unless another holds it (a hash
+        collision: rare, and that value is then simply not shared)."""
+        if found is None:
+            self._subtrees[mark] = value
+            self._canonical.add(id(value))  # alive in the table: its id is its own
         return value
 
     def shared_amounts(self, amounts: Mapping[str, Decimal]) -> Mapping[str, Decimal]:
         """One object per distinct map of amounts (an operation's requests), compared
         exactly (``4`` and ``4.0`` are not the same amount as written)."""
         key = tuple((k, str(v)) for k, v in amounts.items())
-        found = self._values.get(("a", key))
-        if found is None:
-            found = self._values[("a", key)] = amounts
-        return found
+        return self._amounts.setdefault(key, amounts)
 
-    def provenance_map(self, items: Iterable[tuple[str, Provenance]]) -> ProvenanceMap:
+    def provenance_map(
+        self, items: Iterable[tuple[str, Provenance]], own_file: str
+    ) -> ProvenanceMap:
         """A compiled operation's provenance, compact: its leaves' names shared with every
-        operation of the same layering, its values shared where equal (``shared``)."""
+        operation of the same layering, the values from its own file ``own_file`` packed,
+        the others shared where equal (``shared``)."""
         pairs = list(items)
         names = tuple(name for name, _ in pairs)
         keys = self._provenance_keys.get(names)
         if keys is None:
             keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
-        return ProvenanceMap(keys, tuple(self.shared(prov) for _, prov in pairs))
+        return ProvenanceMap.of(keys, [prov for _, prov in pairs], own_file, self.shared)
 
     # 1. layout
     def _index(self) -> None:
@@ -524,3 +533,15 @@ def get_in(spec: Mapping[str, Any], *path: str) -> Any:
     for part in path:
         value = value.get(part) if isinstance(value, dict) else None
     return value
+
+
+def _same_pairs(found: dict[Any, Any], items: list[tuple[Any, Any]]) -> bool:
+    """The map ``found`` has these keys and values, in order, as the same objects."""
+    return len(found) == len(items) and all(
+        a is c and b is d for (a, b), (c, d) in zip(found.items(), items, strict=True)
+    )
+
+
+def _same_elements(found: list[Any], elements: list[Any]) -> bool:
+    """The list ``found`` has these elements, in order, as the same objects."""
+    return len(found) == len(elements) and all(a is b for a, b in zip(found, elements, strict=True))

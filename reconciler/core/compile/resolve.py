@@ -345,7 +345,8 @@ def build(
         distributed=resolved.gang.distributed,
         presets=ctx.presets,
         provenance=repo.provenance_map(
-            (dotted(k), v) for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))
+            ((dotted(k), v) for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))),
+            ctx.op_path,
         ),
         connections=resolved.connections,
         generation=int(spec.get("generation", 1)),
