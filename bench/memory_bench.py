@@ -96,6 +96,8 @@ def main() -> None:
     print(f"RSS planned:              {r['planned']:8.0f} MiB")
     per_op = (r["compiled"] - r["snapshot"]) * 2**20 / ops
     print(f"compiled repo per op:     {per_op / 1024:8.1f} KiB")
+    planned_op = (r["planned"] - r["snapshot"]) * 2**20 / ops
+    print(f"compiled and planned, per op: {planned_op / 1024:4.1f} KiB")
     if "top" in r:
         print("biggest allocation sites while compiling (tracemalloc):")
         print(r["top"])

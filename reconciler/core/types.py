@@ -448,14 +448,13 @@ class CompiledOperation:
     distributed: Distributed | None = None
     # One pod's request per resource (``requests`` is this times ``replicas``).
     pod_requests: Mapping[str, Decimal] | None = None
+    # "project/name": one string, kept (every plan and view reads it for every operation)
+    id: str = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.replicas > 1 and self.pod_requests is None:
             raise ValueError("a CompiledOperation with replicas > 1 needs pod_requests")
-
-    @property
-    def id(self) -> str:
-        return f"{self.project}/{self.name}"
+        object.__setattr__(self, "id", f"{self.project}/{self.name}")
 
     @property
     def pods(self) -> int:

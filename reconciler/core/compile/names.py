@@ -28,7 +28,7 @@ from reconciler.core.render import workload_name
 from reconciler.core.types import Location, printable_path
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Claim:
     """One operation id (and, when it renders a workload, its namespace and name)."""
 

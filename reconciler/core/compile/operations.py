@@ -35,7 +35,7 @@ from reconciler.core.types import (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OperationResult:
     """One operation compiled. ``compiled`` is the operation itself (for a workflow, the
     parent with its ``matrix``/``dag``); ``operations`` what gets dispatched (the children of a

@@ -382,7 +382,7 @@ def index_operations(
     not_queued = {oid for oid, o in seen.items() if o.phase is not Phase.QUEUED}
     ops: dict[str, CompiledOperation] = {}
     for op in operations:
-        oid = f"{op.project}/{op.name}"  # op.id, inlined: this loop sees every operation
+        oid = op.id
         if oid in ops:
             raise PlanInputError(f"operation {oid} appears twice")
         ops[oid] = op
