@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
+from operator import is_
 from typing import Any, Generic, TypeVar
 
 from pydantic import ValidationError
@@ -199,22 +200,21 @@ class RepoIndex:
         if isinstance(value, dict | list) and id(value) in self._canonical:
             return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
-            items = [(self.shared_value(k), self.shared_value(v)) for k, v in value.items()]
-            mark = hash(("d", *(x for k, v in items for x in (k, id(v)))))
+            keys = [self.shared_value(k) for k in value]
+            values = [self.shared_value(v) for v in value.values()]
+            mark = hash((len(keys), *keys, *map(id, values)))
             found = self._subtrees.get(mark)
-            if isinstance(found, dict) and _same_pairs(found, items):
+            if isinstance(found, dict) and _same(found, keys) and _same(found.values(), values):
                 return found
-            pairs = zip(items, value.items(), strict=True)
-            same = all(k is ok and v is ov for (k, v), (ok, ov) in pairs)
-            return self._keep(mark, found, value if same else dict(items))
+            same = _same(value, keys) and _same(value.values(), values)
+            return self._keep(mark, found, value if same else dict(zip(keys, values, strict=True)))
         if isinstance(value, list):
             elements = [self.shared_value(v) for v in value]
-            mark = hash(("l", *(id(v) for v in elements)))
+            mark = hash((-1, *map(id, elements)))
             found = self._subtrees.get(mark)
-            if isinstance(found, list) and _same_elements(found, elements):
+            if isinstance(found, list) and _same(found, elements):
                 return found
-            same = all(a is b for a, b in zip(elements, value, strict=True))
-            return self._keep(mark, found, value if same else elements)
+            return self._keep(mark, found, value if _same(value, elements) else elements)
         if type(value) is str:
             return self._strings.setdefault(value, value)
         if type(value) is int:  # not bool: True and 1 stay apart
@@ -535,13 +535,7 @@ def get_in(spec: Mapping[str, Any], *path: str) -> Any:
     return value
 
 
-def _same_pairs(found: dict[Any, Any], items: list[tuple[Any, Any]]) -> bool:
-    """The map ``found`` has these keys and values, in order, as the same objects."""
-    return len(found) == len(items) and all(
-        a is c and b is d for (a, b), (c, d) in zip(found.items(), items, strict=True)
-    )
-
-
-def _same_elements(found: list[Any], elements: list[Any]) -> bool:
-    """The list ``found`` has these elements, in order, as the same objects."""
-    return len(found) == len(elements) and all(a is b for a, b in zip(found, elements, strict=True))
+def _same(found: Iterable[Any], items: list[Any]) -> bool:
+    """``found`` holds ``items``, in order, as the same objects (a map: its keys)."""
+    kept = list(found)
+    return len(kept) == len(items) and all(map(is_, kept, items))
