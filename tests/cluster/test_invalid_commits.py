@@ -29,7 +29,8 @@ from reconciler.runtime.service import Runtime, make_runtime
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(120)]
 
-Jobs = dict[str, tuple[str, str]]  # name -> (uid, resourceVersion)
+# name -> (uid, generation, annotations, labels): what the reconciler writes
+Jobs = dict[str, tuple[str, int | None, tuple[tuple[str, str], ...], tuple[tuple[str, str], ...]]]
 
 
 @dataclass
@@ -45,8 +46,16 @@ class Live:
         return result
 
     def jobs(self) -> Jobs:
+        """Each Job as far as the reconciler writes it: which object (uid), its spec
+        (generation), annotations and labels. Not its resourceVersion: the Job controller
+        keeps writing the status of running Jobs (ready pods) at its own pace."""
         return {
-            j["metadata"]["name"]: (j["metadata"]["uid"], j["metadata"]["resourceVersion"])
+            j["metadata"]["name"]: (
+                j["metadata"]["uid"],
+                j["metadata"].get("generation"),
+                tuple(sorted((j["metadata"].get("annotations") or {}).items())),
+                tuple(sorted((j["metadata"].get("labels") or {}).items())),
+            )
             for j in self.kube.list_managed("Job").items
         }
 
