@@ -28,7 +28,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -42,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import _measure as m
 
 from reconciler.devcluster import build
+from reconciler.devcluster.cluster import free_port
+from reconciler.devcluster.pki import write_self_signed
 from reconciler.devcluster.shape import NodePool
 
 KUEUE_VERSION = "v0.17.0"
@@ -76,38 +77,6 @@ def kueue_source() -> Path:
         env=dict(os.environ, GOFLAGS="-mod=mod"),
     )
     return Path(out.stdout.strip())
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _self_signed(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            "openssl",
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "1",
-            "-subj",
-            "/CN=kueue-bench",
-            "-addext",
-            "subjectAltName=IP:127.0.0.1",
-            "-keyout",
-            str(directory / "tls.key"),
-            "-out",
-            str(directory / "tls.crt"),
-        ],
-        check=True,
-        capture_output=True,
-    )
 
 
 def _config(work: Path, concurrency: int, ports: dict[str, int]) -> Path:
@@ -187,8 +156,8 @@ def start_kueue(
         _wait_established(api)
         for ns in ("kueue-system", "bench"):
             _kubectl(cluster, "create", "namespace", ns)
-        _self_signed(work / "certs")
-        ports = {name: _free_port() for name in ("health", "metrics", "webhook")}
+        write_self_signed(work / "certs", "kueue-bench")
+        ports = {name: free_port() for name in ("health", "metrics", "webhook")}
         config = _config(work, concurrency, ports)
         # With internal cert management off, Kueue reads its metrics cert from the fixed path
         # /etc/kueue/metrics/certs and exits without one. In a private mount namespace an

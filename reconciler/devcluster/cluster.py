@@ -78,7 +78,8 @@ def _start_ticks(pid: int) -> int | None:
     return int(fields[19])
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -196,7 +197,7 @@ class DevCluster:
         bins = binaries or ensure_binaries(progress, helm=False, status=build_status)
         self._reset_state_dir()
         ports = {
-            name: _free_port()
+            name: free_port()
             for name in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler", "kwok")
         }
         state: dict[str, Any] = {

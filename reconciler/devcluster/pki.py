@@ -162,3 +162,21 @@ def generate_pki(directory: Path, clients: dict[str, tuple[str, str | None]]) ->
         )
     )
     return pki
+
+
+def write_self_signed(directory: Path, common_name: str) -> None:
+    """Write ``tls.crt`` and ``tls.key``, a self-signed serving cert for 127.0.0.1: what a
+    controller's webhook or metrics server must load even when nothing calls it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = _name(common_name)
+    cert = _issue(
+        name,
+        key,
+        name,
+        key,
+        usages=[ExtendedKeyUsageOID.SERVER_AUTH],
+        sans=[x509.IPAddress(ipaddress.ip_address("127.0.0.1"))],
+    )
+    (directory / "tls.crt").write_bytes(_pem(cert))
+    _write_key(directory / "tls.key", key)

@@ -18,9 +18,10 @@ from conftest import KubeCluster
 from helpers import wait_until
 from prometheus_client.parser import text_string_to_metric_families
 from reconciler_env import commit_all, git, make_config_repo, make_long_running
-from test_run_process import _free_port, _jobs_per_op, _start
+from test_run_process import _jobs_per_op, _start
 
 from reconciler.adapters.kube import Kube
+from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
 
@@ -79,7 +80,7 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
 
     dev = DevCluster(tmp_path / "dev")  # its own: the session cluster is never disturbed
     dev.up(default_shape(gpu_nodes=2, cpu_nodes=1), progress=lambda _m: None)
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = None
     try:
@@ -159,7 +160,7 @@ def test_git_remote_gone_and_back(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     make_long_running(config_repo, "*")
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = _start(
         config_repo, kube_cluster.kubeconfig, tmp_path, "run", "--http", f"127.0.0.1:{port}"

@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -39,6 +38,8 @@ from reconciler_env import cycle_until, gang_op, small_repo
 from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
 
 from reconciler.core.types import Phase
+from reconciler.devcluster.cluster import free_port
+from reconciler.devcluster.pki import write_self_signed
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -46,25 +47,6 @@ GPU = "nvidia.com/gpu"
 OP = "d/ddp"
 NAME = "d-ddp-g1"
 SECRET = "training-operator-webhook-cert"  # the operator's --webhook-secret-name default
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _self_signed(directory: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1",
-            "-subj", "/CN=training-operator", "-addext", "subjectAltName=IP:127.0.0.1",
-            "-keyout", str(directory / "tls.key"), "-out", str(directory / "tls.crt"),
-        ],
-        check=True,
-        capture_output=True,
-    )  # fmt: skip
 
 
 @pytest.fixture
@@ -85,8 +67,8 @@ def operator(
     core = client.CoreV1Api(pytorchjob_crd_installed)
     core.create_namespaced_secret(namespace, {"metadata": {"name": SECRET}})
     certs = tmp_path / "certs"
-    _self_signed(certs)
-    ports = {name: _free_port() for name in ("metrics", "health", "webhook")}
+    write_self_signed(certs, "training-operator")
+    ports = {name: free_port() for name in ("metrics", "health", "webhook")}
     script = (
         "set -e; mkdir -p /tmp/k8s-webhook-server; "
         "mount -t tmpfs tmpfs /tmp/k8s-webhook-server; "

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from reconciler_env import git, make_long_running, make_reconciler
 
 from reconciler.adapters.kube import Kube
 from reconciler.cli.main import cli
+from reconciler.devcluster.cluster import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(180)]
 
@@ -64,12 +64,6 @@ def test_live_view_before_and_after_a_cycle(kube: Kube, config_repo: Path, tmp_p
         assert q["running"] + q["waiting"] == q["active"]
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _fetch(url: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(url, timeout=5) as resp:
@@ -83,7 +77,7 @@ def _fetch(url: str) -> tuple[int, str]:
 def test_serve_is_read_only_and_blames_real_commits(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     log = (tmp_path / "serve.log").open("w")
     proc = subprocess.Popen(

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import urllib.request
@@ -21,14 +20,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from reconciler_env import commit_all, git, make_long_running, run_once, start_run
 
 from reconciler.adapters.kube import Kube
+from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _start(
@@ -130,7 +124,7 @@ def test_two_replicas_one_dispatches_and_the_other_takes_over(
 def test_metrics_and_readiness_over_http(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     proc = _start(
         config_repo, kube_cluster.kubeconfig, tmp_path, "metrics", "--http", f"127.0.0.1:{port}"
     )

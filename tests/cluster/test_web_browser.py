@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -20,6 +19,7 @@ from playwright.sync_api import sync_playwright
 from reconciler_env import make_long_running, start_run
 
 from reconciler.adapters.kube import Kube
+from reconciler.devcluster.cluster import free_port
 
 pytestmark = [pytest.mark.cluster, pytest.mark.browser, pytest.mark.timeout(300)]
 
@@ -34,12 +34,6 @@ ARGS = [
     "--disable-component-update",
     "--disable-sync",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _json(url: str) -> object | None:
@@ -64,7 +58,7 @@ def test_queue_pages_in_chromium(
     if shutil.which(CHROMIUM) is None:
         pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (see .ci/run)")
     make_long_running(config_repo, "*")
-    port = _free_port()
+    port = free_port()
     base = f"http://127.0.0.1:{port}"
     proc = start_run(
         config_repo,

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import pytest
 from cryptography import x509
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from reconciler.devcluster.cluster import ProcessRecord, _start_ticks
-from reconciler.devcluster.pki import generate_pki
+from reconciler.devcluster.pki import generate_pki, write_self_signed
 from reconciler.devcluster.shape import (
     GPU_RESOURCE,
     ShapeError,
@@ -114,6 +115,20 @@ def test_pki_chain_and_client_identities(tmp_path: Path) -> None:
     assert [a.value for a in org] == ["system:masters"]
     assert oct(pki.sa_key.stat().st_mode & 0o777) == "0o600"
     assert pki.sa_pub.read_text().startswith("-----BEGIN PUBLIC KEY-----")
+
+
+def test_self_signed_serving_cert_for_a_local_webhook(tmp_path: Path) -> None:
+    write_self_signed(tmp_path / "certs", "kueue-bench")
+    cert = x509.load_pem_x509_certificate((tmp_path / "certs" / "tls.crt").read_bytes())
+    key = serialization.load_pem_private_key(
+        (tmp_path / "certs" / "tls.key").read_bytes(), password=None
+    )
+    cert.verify_directly_issued_by(cert)
+    assert cert.public_key() == key.public_key()
+    assert cert.subject.rfc4514_string() == "CN=kueue-bench"
+    sans = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert [str(ip) for ip in sans.get_values_for_type(x509.IPAddress)] == ["127.0.0.1"]
+    assert oct((tmp_path / "certs" / "tls.key").stat().st_mode & 0o777) == "0o600"
 
 
 def test_process_record_detects_exit_and_pid_reuse() -> None:
