@@ -193,11 +193,22 @@ class Document:
         p = tuple(path)
         if key and p in self.keys:
             return Location(self.path, *self.keys[p])
-        while p:
-            if p in self.values:
-                return Location(self.path, *self.values[p])
-            p = p[:-1]
-        return Location(self.path, *self.values.get((), (1, 1)))
+        return Location(self.path, *self.pos(p))
+
+    def pos(self, path: PathKey) -> tuple[int, int]:
+        """``(line, col)`` of the value at ``path`` (a tuple), or of its nearest known
+        ancestor: :meth:`loc`'s position without building a ``Location`` (provenance asks
+        for one per leaf per operation)."""
+        values = self.values
+        found = values.get(path)
+        if found is not None:
+            return found
+        while path:
+            path = path[:-1]
+            found = values.get(path)
+            if found is not None:
+                return found
+        return (1, 1)
 
     def line(self, path: PathKey) -> int:
         return self.loc(path).line

@@ -36,7 +36,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from deepmerge import Merger
 
@@ -44,6 +44,7 @@ from reconciler.core.types import MergeStrategy, Provenance
 
 Path = tuple[str | int, ...]
 ProvMap = dict[Path, Provenance]
+_T = TypeVar("_T")
 # (line, col) of the value at a path of the layer being applied
 Locate = Callable[[Path], tuple[int, int]]
 
@@ -257,6 +258,83 @@ def start(
     return clean, _from_layer(clean, (), (), locate, file, step)
 
 
+def _itself(value: _T) -> _T:
+    return value
+
+
+class Layer:
+    """One layer (a preset) applied to many specs, each the same way: where a spec has
+    nothing at a path the layer sets, what the layer puts there (its value, nulls
+    dropped, and each leaf's provenance) depends on the layer alone, so it is computed once
+    and the same objects go into every spec (``share_value`` and ``share_provenance`` make
+    them the compile's shared ones). Specs are never changed once built, so sharing is
+    safe. The patch must not change while the layer is in use."""
+
+    __slots__ = (
+        "_fresh",
+        "_share_provenance",
+        "_share_value",
+        "file",
+        "locate",
+        "patch",
+        "step",
+        "strategy",
+    )
+
+    def __init__(
+        self,
+        patch: Mapping[str, Any],
+        strategy: MergeStrategy,
+        locate: Locate,
+        file: str,
+        step: str,
+        *,
+        share_value: Callable[[Any], Any] = _itself,
+        share_provenance: Callable[[Provenance], Provenance] = _itself,
+    ) -> None:
+        if strategy not in MERGERS:
+            raise ValueError(f"unknown patch strategy {strategy!r}")
+        self.patch = patch
+        self.strategy = strategy
+        self.locate = locate
+        self.file = file
+        self.step = step
+        self._share_value = share_value
+        self._share_provenance = share_provenance
+        self._fresh: dict[Path, tuple[Any, tuple[tuple[Path, Provenance], ...]]] = {}
+
+    def fresh(self, path: Path, new: Any) -> tuple[Any, tuple[tuple[Path, Provenance], ...]]:
+        """The value the layer sets at ``path`` of a spec that has none there (``new`` is
+        the patch's value at ``path``: always the same one), and its leaves' provenance."""
+        hit = self._fresh.get(path)
+        if hit is None:
+            value = self._share_value(without_nulls(new))
+            leaves = _from_layer(new, path, path, self.locate, self.file, self.step)
+            share = self._share_provenance
+            hit = self._fresh[path] = (value, tuple((k, share(v)) for k, v in leaves.items()))
+        return hit
+
+
+def apply_layer(
+    spec: Mapping[str, Any], prov: Mapping[Path, Provenance], layer: Layer
+) -> tuple[dict[str, Any], ProvMap]:
+    """``apply_patch`` with ``layer``'s patch, strategy and source; what the layer sets on
+    paths the spec leaves unset is the layer's once-computed value and provenance."""
+    out_prov: ProvMap = dict(prov)
+    out = _patch_section(
+        spec,
+        layer.patch,
+        (),
+        layer.strategy,
+        out_prov,
+        layer.locate,
+        layer.file,
+        layer.step,
+        layer,
+    )
+    return out, out_prov
+
+
 def apply_patch(
     spec: Mapping[str, Any],
     prov: Mapping[Path, Provenance],
@@ -283,6 +361,7 @@ def _patch_section(
     locate: Locate,
     file: str,
     step: str,
+    layer: Layer | None = None,
 ) -> dict[str, Any]:
     out = dict(section)  # what the layer leaves untouched is shared, never copied
     for key, new in patch.items():
@@ -295,14 +374,18 @@ def _patch_section(
             continue
         if sub in TYPED_SECTIONS and isinstance(new, dict):
             base = cur if isinstance(cur, dict) else {}
-            merged = _patch_section(base, new, sub, strategy, prov, locate, file, step)
+            merged = _patch_section(base, new, sub, strategy, prov, locate, file, step, layer)
             if merged or key in out:
                 out[key] = merged
             continue
         if cur is None:
-            out[key] = without_nulls(new)
             _drop(prov, sub)
-            prov.update(_from_layer(new, sub, sub, locate, file, step))
+            if layer is not None:
+                out[key], leaves = layer.fresh(sub, new)
+                prov.update(leaves)
+            else:
+                out[key] = without_nulls(new)
+                prov.update(_from_layer(new, sub, sub, locate, file, step))
             continue
         merged_leaf = merge_leaf(strategy, cur, new)
         attributed = _attribute(strategy, cur, new, sub, prov, locate, file, step)

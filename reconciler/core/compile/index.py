@@ -11,12 +11,12 @@ helpers to read loaded documents. Following a name from one file to another is `
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import is_
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import ValidationError
 
@@ -52,6 +52,7 @@ DIR_KINDS = {
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 M = TypeVar("M", bound=Strict)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ class RepoIndex:
         self._strings: dict[str, str] = {}
         self._ints: dict[int, int] = {}
         self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
+        self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
         self._index()
 
     @contextmanager
@@ -180,6 +182,29 @@ class RepoIndex:
             yield reads
         finally:
             self._reads = None
+
+    def memoized(self, key: tuple[str, str], compute: Callable[[], T]) -> T:
+        """``compute()`` once per compile for ``key`` (a spec built from files, e.g. a
+        queue's): later calls return the same object and note, while :meth:`recording`,
+        the files the first call read, so an operation that uses it depends on them as if
+        it had read them itself. ``compute`` must depend on the snapshot alone and report
+        problems once (``Errors.add_once``, or through :meth:`load`)."""
+        hit = self._memos.get(key)
+        if hit is not None:
+            if self._reads is not None:
+                self._reads.update(hit[1])
+            return cast(T, hit[0])
+        outer = self._reads
+        reads: set[str] = set()
+        self._reads = reads
+        try:
+            value = compute()
+        finally:
+            self._reads = outer
+        if outer is not None:
+            outer.update(reads)
+        self._memos[key] = (value, frozenset(reads))
+        return value
 
     def layout(self) -> tuple[str, ...]:
         """Every path but the operations': what names exist where (presets, queues,
@@ -520,9 +545,11 @@ def _capability(name: str) -> str:
 def locator(doc: Document, prefix: Path = ()) -> Locate:
     """``(line, col)`` of a path under ``prefix`` of ``doc``, for merge provenance."""
 
+    if not prefix:
+        return doc.pos
+
     def locate(path: Path) -> tuple[int, int]:
-        loc = doc.loc((*prefix, *path))
-        return loc.line, loc.col
+        return doc.pos((*prefix, *path))
 
     return locate
 

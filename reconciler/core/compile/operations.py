@@ -17,13 +17,13 @@ from reconciler.core.compile.references import (
     find_preset,
     org_default_presets,
     preset_is_defined,
-    preset_patch,
+    preset_layer,
     unknown_org_preset,
     unknown_preset,
 )
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.compile.workflows import Child, expand
-from reconciler.core.merge import Path, apply_patch, dotted, start
+from reconciler.core.merge import Path, apply_layer, dotted, start
 from reconciler.core.policy import Violation
 from reconciler.core.types import (
     CompiledOperation,
@@ -89,11 +89,7 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
                     ref, unknown_org_preset(name) if org_ref else unknown_preset(project_name, name)
                 )
             continue
-        patch, locate = preset_patch(preset)
-        strategy = preset.model.patch_strategy
-        spec, prov = apply_patch(
-            spec, prov, patch, strategy, locate, preset.path, f"preset {name} ({strategy})"
-        )
+        spec, prov = apply_layer(spec, prov, preset_layer(repo, preset))
         applied.append(name)
     if errors:
         return OperationResult(op_id, found=True, errors=tuple(errors))
