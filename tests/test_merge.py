@@ -338,7 +338,7 @@ _LEAF = st.one_of(
 
 
 def _section(**fields: Any) -> Any:
-    return st.one_of(st.none(), st.fixed_dictionaries({}, optional=fields))
+    return st.one_of(st.none(), st.just("s"), st.fixed_dictionaries({}, optional=fields))
 
 
 _SPEC = st.fixed_dictionaries(

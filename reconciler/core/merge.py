@@ -378,14 +378,19 @@ def _patch_section(
             if merged or key in out:
                 out[key] = merged
             continue
-        if cur is None:
-            _drop(prov, sub)
-            if layer is not None:
+        if layer is not None:
+            # a spec holds no null, and provenance only under paths that have a value
+            # (a null clear drops both), so an unset ``cur`` has none to drop
+            if cur is None:
                 out[key], leaves = layer.fresh(sub, new)
                 prov.update(leaves)
-            else:
-                out[key] = without_nulls(new)
-                prov.update(_from_layer(new, sub, sub, locate, file, step))
+                continue
+            if strategy == MergeStrategy.ISNULL:
+                continue  # set already: the value and its provenance stay as they are
+        if cur is None:
+            out[key] = without_nulls(new)
+            _drop(prov, sub)
+            prov.update(_from_layer(new, sub, sub, locate, file, step))
             continue
         merged_leaf = merge_leaf(strategy, cur, new)
         attributed = _attribute(strategy, cur, new, sub, prov, locate, file, step)
