@@ -255,7 +255,11 @@ def start(
 ) -> tuple[dict[str, Any], ProvMap]:
     """The initial spec (nulls dropped: a null in the operation means unset) and its provenance."""
     clean = without_nulls(spec)
-    return clean, _from_layer(clean, (), (), locate, file, step)
+    prov: ProvMap = {}
+    for leaf in fine_leaves(clean):  # no null left to drop: ``_from_layer`` without the copy
+        line, col = locate(leaf)
+        prov[leaf] = Provenance(file, line, step, col)
+    return clean, prov
 
 
 def _itself(value: _T) -> _T:

@@ -11,8 +11,7 @@ helpers to read loaded documents. Following a name from one file to another is `
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import is_
@@ -125,6 +124,23 @@ class LoadMemo:
             del self._entries[path]
 
 
+class _Recording:
+    """``RepoIndex.recording``: a plain context manager (one per operation compiled)."""
+
+    __slots__ = ("_repo",)
+
+    def __init__(self, repo: RepoIndex) -> None:
+        self._repo = repo
+
+    def __enter__(self) -> set[str]:
+        reads: set[str] = set()
+        self._repo._reads = reads
+        return reads
+
+    def __exit__(self, *exc: object) -> None:
+        self._repo._reads = None
+
+
 class RepoIndex:
     """Lazily parsed, cached view of a snapshot; every problem lands in ``errors`` once.
 
@@ -160,6 +176,7 @@ class RepoIndex:
         self._checked: set[str] = set()
         self._org_settings: OrgSettings | None = None
         self._provenance: dict[Provenance, Provenance] = {}
+        self._provenance_ids: set[int] = set()  # ids of the table's values
         self._provenance_keys: dict[tuple[str, ...], ProvenanceKeys] = {}
         # shared_value's tables. A map or list is found by a hash of its children's ids
         # and checked child by child (identity): the table holds no key objects of its
@@ -173,15 +190,9 @@ class RepoIndex:
         self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
         self._index()
 
-    @contextmanager
-    def recording(self) -> Iterator[set[str]]:
-        """Note the paths of the files read until the block ends."""
-        reads: set[str] = set()
-        self._reads = reads
-        try:
-            yield reads
-        finally:
-            self._reads = None
+    def recording(self) -> _Recording:
+        """Note the paths of the files read until the block ends (``with``: the set)."""
+        return _Recording(self)
 
     def memoized(self, key: tuple[str, str], compute: Callable[[], T]) -> T:
         """``compute()`` once per compile for ``key`` (a spec built from files, e.g. a
@@ -214,7 +225,12 @@ class RepoIndex:
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every
         operation that applies it."""
-        return self._provenance.setdefault(prov, prov)
+        if id(prov) in self._provenance_ids:
+            return prov  # the shared one itself (alive in the table: its id is its own)
+        shared = self._provenance.setdefault(prov, prov)
+        if shared is prov:
+            self._provenance_ids.add(id(prov))
+        return shared
 
     def shared_value(self, value: Any) -> Any:
         """``value`` (plain data: maps, lists, scalars) with every subtree equal to one
@@ -222,10 +238,16 @@ class RepoIndex:
         selector, the same command are one object in every operation that has them. Specs
         are never changed once built, so sharing is safe (``merge.py`` shares untouched
         subtrees the same way). Maps must have the same keys in the same order."""
-        if isinstance(value, dict | list) and id(value) in self._canonical:
+        kind = type(value)
+        if kind is str:
+            return self._strings.setdefault(value, value)
+        if (kind is dict or kind is list) and id(value) in self._canonical:
             return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
-            keys = [self.shared_value(k) for k in value]
+            strings = self._strings
+            keys = [
+                strings.setdefault(k, k) if type(k) is str else self.shared_value(k) for k in value
+            ]
             values = [self.shared_value(v) for v in value.values()]
             mark = hash((len(keys), *keys, *map(id, values)))
             found = self._subtrees.get(mark)
