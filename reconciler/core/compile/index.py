@@ -10,6 +10,7 @@ helpers to read loaded documents. Following a name from one file to another is `
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from pydantic import ValidationError
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
-from reconciler.core.merge import Locate, Path
+from reconciler.core.merge import Locate, Path, dotted
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -178,6 +179,8 @@ class RepoIndex:
         self._provenance: dict[Provenance, Provenance] = {}
         self._provenance_ids: set[int] = set()  # ids of the table's values
         self._provenance_keys: dict[tuple[str, ...], ProvenanceKeys] = {}
+        # provenance_of: a merge's paths, as ordered -> (their sorted order, the keys)
+        self._layouts: dict[tuple[Path, ...], tuple[tuple[int, ...], ProvenanceKeys]] = {}
         # shared_value's tables. A map or list is found by a hash of its children's ids
         # and checked child by child (identity): the table holds no key objects of its
         # own, which a compile would free all at once at its end (holes in the heap that
@@ -282,18 +285,25 @@ class RepoIndex:
         key = tuple((k, str(v)) for k, v in amounts.items())
         return self._amounts.setdefault(key, amounts)
 
-    def provenance_map(
-        self, items: Iterable[tuple[str, Provenance]], own_file: str
-    ) -> ProvenanceMap:
-        """A compiled operation's provenance, compact: its leaves' names shared with every
-        operation of the same layering, the values from its own file ``own_file`` packed,
-        the others shared where equal (``shared``)."""
-        pairs = list(items)
-        names = tuple(name for name, _ in pairs)
-        keys = self._provenance_keys.get(names)
-        if keys is None:
-            keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
-        return ProvenanceMap.of(keys, [prov for _, prov in pairs], own_file, self.shared)
+    def provenance_of(self, prov: Mapping[Path, Provenance], own_file: str) -> ProvenanceMap:
+        """A compiled operation's provenance, compact, from its merge's map (path ->
+        provenance): the leaves in path order (indices before names), named dotted, those
+        names shared with every operation of the same layering; the values from its own
+        file ``own_file`` packed, the others shared where equal (``shared``). Operations
+        compiled alike have the same paths in the same order in their merge's map, so the
+        sorted order and the names are worked out once per such layout."""
+        paths = tuple(prov)
+        layout = self._layouts.get(paths)
+        if layout is None:
+            order = tuple(sorted(range(len(paths)), key=lambda i: _sort_key(paths[i])))
+            names = tuple(dotted(paths[i]) for i in order)
+            keys = self._provenance_keys.get(names)
+            if keys is None:
+                keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
+            layout = self._layouts[paths] = (order, keys)
+        order, keys = layout
+        values = list(prov.values())
+        return ProvenanceMap.of(keys, [values[i] for i in order], own_file, self.shared)
 
     # 1. layout
     def _index(self) -> None:
@@ -588,3 +598,8 @@ def _same(found: Iterable[Any], items: list[Any]) -> bool:
     """``found`` holds ``items``, in order, as the same objects (a map: its keys)."""
     kept = list(found)
     return len(kept) == len(items) and all(map(is_, kept, items))
+
+
+@functools.lru_cache(maxsize=16384)  # the same paths recur in every operation
+def _sort_key(path: Path) -> tuple[tuple[int, str | int], ...]:
+    return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)
