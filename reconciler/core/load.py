@@ -158,6 +158,18 @@ if _CParser is not None:
             if resolvers is not None:
                 self.yaml_implicit_resolvers = resolvers
 
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+            """``BaseResolver.resolve`` for these resolvers (no path resolvers, none for
+            any first character), called by libyaml for every node: without building
+            a list of candidates each time."""
+            if kind is ScalarNode:
+                if implicit[0]:
+                    for tag, regexp in self.yaml_implicit_resolvers.get(value[:1], ()):
+                        if regexp.match(value):
+                            return str(tag)
+                return _STR
+            return _SEQ if kind is SequenceNode else _MAP
+
     _CLoader = _LibYamlLoader
 
 
@@ -289,7 +301,15 @@ class _Walker:
             )
         if len(path) > MAX_DEPTH:
             raise _Fail(*_pos(node), f"nesting deeper than {MAX_DEPTH} levels")
-        self.values[path] = _pos(node)
+        mark = node.start_mark
+        self.values[path] = (mark.line + 1, mark.column + 1)
+        if type(node) is ScalarNode:  # ``_text`` and ``_scalar``'s string case, inline
+            value = node.value
+            self.chars += len(value)
+            if self.chars > MAX_EXPANDED_CHARS:
+                self.chars -= len(value)
+                self._text(node)  # raises, with its message
+            return value if node.tag == _STR else _scalar(node)
         if isinstance(node, ScalarNode):
             self._text(node)
             return _scalar(node)
@@ -307,14 +327,15 @@ class _Walker:
                 out: dict[str, Any] = {}
                 for key_node, value_node in node.value:
                     key = self._key(key_node)
+                    sub = (*path, key)
                     if key in out:
-                        first = self.keys[(*path, key)]
+                        first = self.keys[sub]
                         raise _Fail(
                             *_pos(key_node),
                             f"duplicate key {key!r} (first defined at line {first[0]})",
                         )
-                    self.keys[(*path, key)] = _pos(key_node)
-                    out[key] = self.walk(value_node, (*path, key))
+                    self.keys[sub] = _pos(key_node)
+                    out[key] = self.walk(value_node, sub)
                 return out
         finally:
             self.stack.discard(id(node))

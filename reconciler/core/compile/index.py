@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import is_
@@ -594,10 +594,9 @@ def get_in(spec: Mapping[str, Any], *path: str) -> Any:
     return value
 
 
-def _same(found: Iterable[Any], items: list[Any]) -> bool:
+def _same(found: Collection[Any], items: list[Any]) -> bool:
     """``found`` holds ``items``, in order, as the same objects (a map: its keys)."""
-    kept = list(found)
-    return len(kept) == len(items) and all(map(is_, kept, items))
+    return len(found) == len(items) and all(map(is_, found, items))
 
 
 @functools.lru_cache(maxsize=16384)  # the same paths recur in every operation
