@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.merge import Layer, apply_layer, apply_patch, merge_leaf, start
+from reconciler.core.merge import Layer, Sections, apply_layer, apply_patch, merge_leaf, start
 from reconciler.core.types import MergeStrategy, Provenance
 
 REPLACE, ISNULL = MergeStrategy.REPLACE, MergeStrategy.ISNULL
@@ -385,8 +385,18 @@ def test_a_layer_patches_every_spec_as_its_patch_would(
     """The same layers applied in turn to several specs (their once-computed parts reused
     from one spec to the next) give each spec exactly what ``apply_patch`` gives: the same
     values in the same key order, the same provenance."""
+    sections = Sections()  # what one layer built, the next knows (a chain of presets)
+    share = _canonical()
     layers = [
-        Layer(patch, strategy, _layer_locate, f"p{i}.yaml", f"preset p{i} ({strategy})")
+        Layer(
+            patch,
+            strategy,
+            _layer_locate,
+            f"p{i}.yaml",
+            f"preset p{i} ({strategy})",
+            share_value=share,
+            sections=sections,
+        )
         for i, (patch, strategy) in enumerate(patches)
     ]
     patches_before = copy.deepcopy(patches)
@@ -402,6 +412,48 @@ def test_a_layer_patches_every_spec_as_its_patch_would(
             assert _ordered(got_spec) == _ordered(want_spec)
             assert got_prov == want_prov
     assert patches == patches_before  # the layers' patches are never changed
+
+
+def _canonical() -> Any:
+    """A stand-in for ``RepoIndex.shared_value``: the first value seen of each content."""
+    table: dict[str, Any] = {}
+
+    def share(value: Any) -> Any:
+        if isinstance(value, dict | list):
+            return table.setdefault(repr(_ordered(value)), value)
+        return value
+
+    return share
+
+
+@pytest.mark.parametrize("strategy", list(MergeStrategy))
+def test_equal_sections_from_two_chains_keep_their_own_provenance(
+    strategy: MergeStrategy,
+) -> None:
+    """Two presets in two files set the same section; a third patches it. Each spec's
+    leaves name the file they came from, though the sections are equal."""
+    sections, share = Sections(), _canonical()
+    same = {"run": {"environment": {"labels": {"team": "a"}, "nodeSelector": {"z": "1"}}}}
+    first = Layer(same, ISNULL, _loc(3), "a.yaml", "preset a", share_value=share, sections=sections)
+    second = Layer(
+        same, ISNULL, _loc(5), "b.yaml", "preset b", share_value=share, sections=sections
+    )
+    patch = {"run": {"environment": {"labels": {"x": "y"}, "nodeSelector": None}}}
+    third = Layer(
+        patch, strategy, _loc(9), "c.yaml", "preset c", share_value=share, sections=sections
+    )
+    labels = ("run", "environment", "labels")
+    for layer, file in ((first, "a.yaml"), (second, "b.yaml"), (first, "a.yaml")):
+        spec, prov = start({"run": {"kind": "job"}}, _loc(1), "op.yaml", "operation")
+        want = apply_patch(
+            spec, prov, same, ISNULL, _loc(3 if file == "a.yaml" else 5), file, layer.step
+        )
+        want = apply_patch(*want, patch, strategy, _loc(9), "c.yaml", "preset c")
+        got = apply_layer(*apply_layer(spec, prov, layer), third)
+        assert _ordered(got[0]) == _ordered(want[0])
+        assert got[1] == want[1]
+        if strategy != REPLACE:
+            assert got[1][(*labels, "team")].file == file
 
 
 def test_what_a_layer_sets_on_unset_paths_is_one_object_in_every_spec() -> None:

@@ -266,21 +266,49 @@ def _itself(value: _T) -> _T:
     return value
 
 
+Items = tuple[tuple[Path, Provenance], ...]
+
+
+class Sections:
+    """The typed sections (``run.environment``...) that layers built by merging once, with
+    the provenance of everything under them: shared by the layers of one compile (a
+    chain of presets), so a section one layer built is known to the next. An entry keeps
+    its section alive, so its id stays its own."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[Path, int], tuple[dict[str, Any], Items]] = {}
+
+    def items(self, path: Path, section: Any) -> Items | None:
+        """The provenance under ``path`` of ``section`` when a layer built it there."""
+        known = self._known.get((path, id(section)))
+        return known[1] if known is not None and known[0] is section else None
+
+    def add(self, path: Path, section: dict[str, Any], items: Items) -> None:
+        self._known.setdefault((path, id(section)), (section, items))
+
+
 class Layer:
-    """One layer (a preset) applied to many specs, each the same way: where a spec has
-    nothing at a path the layer sets, what the layer puts there (its value, nulls
-    dropped, and each leaf's provenance) depends on the layer alone, so it is computed once
-    and the same objects go into every spec (``share_value`` and ``share_provenance`` make
-    them the compile's shared ones). Specs are never changed once built, so sharing is
-    safe. The patch must not change while the layer is in use."""
+    """One layer (a preset) applied to many specs, each the same way. What it does at a
+    path depends only on what the spec has there and its provenance: where a spec has
+    nothing at a path the layer sets, what the layer puts there (its value, nulls dropped,
+    and each leaf's provenance) depends on the layer alone; a typed section the spec does
+    not have, or has as an earlier layer built it (``sections``), merges the same way in
+    every spec. Each is computed once and the same objects go into every spec
+    (``share_value`` and ``share_provenance`` make them the compile's shared ones). Specs
+    are never changed once built, so sharing is safe. The patch must not change while
+    the layer is in use."""
 
     __slots__ = (
         "_fresh",
+        "_merged",
         "_share_provenance",
         "_share_value",
         "file",
         "locate",
         "patch",
+        "sections",
         "step",
         "strategy",
     )
@@ -295,6 +323,7 @@ class Layer:
         *,
         share_value: Callable[[Any], Any] = _itself,
         share_provenance: Callable[[Provenance], Provenance] = _itself,
+        sections: Sections | None = None,
     ) -> None:
         if strategy not in MERGERS:
             raise ValueError(f"unknown patch strategy {strategy!r}")
@@ -305,9 +334,40 @@ class Layer:
         self.step = step
         self._share_value = share_value
         self._share_provenance = share_provenance
-        self._fresh: dict[Path, tuple[Any, tuple[tuple[Path, Provenance], ...]]] = {}
+        self._fresh: dict[Path, tuple[Any, Items]] = {}
+        self.sections = sections if sections is not None else Sections()
+        # (path, id of the section before, or -1 for none) -> (that section, the merged
+        # one or None when the layer leaves none, the provenance under it before, after)
+        self._merged: dict[tuple[Path, int], tuple[Any, dict[str, Any] | None, Items, Items]]
+        self._merged = {}
 
-    def fresh(self, path: Path, new: Any) -> tuple[Any, tuple[tuple[Path, Provenance], ...]]:
+    def section(
+        self, path: Path, cur: Any, new: Mapping[str, Any], before: Items
+    ) -> tuple[dict[str, Any] | None, Items]:
+        """The typed section at ``path`` patched with ``new`` (the patch's section there),
+        where the spec has none (``cur`` None) or the one a layer built (``before``: the
+        provenance under it), and the provenance under the result. None: the layer
+        leaves no section there (it set nothing in it)."""
+        key = (path, -1 if cur is None else id(cur))
+        hit = self._merged.get(key)
+        if hit is None or hit[0] is not cur:
+            prov: ProvMap = dict(before)
+            base = cur if cur is not None else {}
+            built = _patch_section(
+                base, new, path, self.strategy, prov, self.locate, self.file, self.step, self
+            )
+            after = tuple(prov.items())
+            merged: dict[str, Any] | None = None
+            if built or cur is not None:
+                # not made the compile's shared one: an equal section another chain of
+                # layers built has other provenance, so each keeps its own object (its id
+                # says where it came from); its contents are shared already
+                merged = built
+                self.sections.add(path, built, after)
+            hit = self._merged[key] = (cur, merged, before, after)
+        return hit[1], hit[3]
+
+    def fresh(self, path: Path, new: Any) -> tuple[Any, Items]:
         """The value the layer sets at ``path`` of a spec that has none there (``new`` is
         the patch's value at ``path``: always the same one), and its leaves' provenance."""
         hit = self._fresh.get(path)
@@ -377,6 +437,16 @@ def _patch_section(
                 _drop(prov, sub)
             continue
         if sub in TYPED_SECTIONS and isinstance(new, dict):
+            if layer is not None:
+                before = () if cur is None else layer.sections.items(sub, cur)
+                if before is not None:  # merged once for every spec (``Layer.section``)
+                    merged_section, after = layer.section(sub, cur, new, before)
+                    for leaf, _ in before:
+                        del prov[leaf]  # exactly what is under ``sub``
+                    prov.update(after)
+                    if merged_section is not None:
+                        out[key] = merged_section
+                    continue
             base = cur if isinstance(cur, dict) else {}
             merged = _patch_section(base, new, sub, strategy, prov, locate, file, step, layer)
             if merged or key in out:

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
-from reconciler.core.merge import Locate, Path, dotted
+from reconciler.core.merge import Locate, Path, Sections, dotted
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -191,6 +191,7 @@ class RepoIndex:
         self._ints: dict[int, int] = {}
         self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
         self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
+        self.sections = Sections()  # typed sections the presets' layers built (merge.py)
         self._index()
 
     def recording(self) -> _Recording:

@@ -117,6 +117,7 @@ def _layer(repo: RepoIndex, loaded: Loaded[PresetFile]) -> Layer:
         f"preset {loaded.name} ({strategy})",
         share_value=repo.shared_value,
         share_provenance=repo.shared,
+        sections=repo.sections,
     )
 
 
