@@ -5,6 +5,10 @@ layer (a preset, a DAG child's overrides) under one strategy and returns a new s
 new provenance map. Inputs are never mutated; the result shares no object with the layer,
 and shares the subtrees the layer leaves untouched with the spec patched (a spec is never
 mutated once built: each patch builds new containers down to what it changes).
+``apply_layer`` gives the same result for a ``Layer`` (a preset applied to every operation
+of a compile): what the layer sets where a spec has nothing, and a typed section a spec
+does not have (or has as an earlier layer of its chain built it), is merged once with its
+provenance, and those objects are shared by every spec it is applied to.
 
 1. Typed sections (``TYPED_SECTIONS``) recurse field by field.
 2. Every other value is a leaf (scalar, list or free-form map), merged by the strategy's
