@@ -167,3 +167,39 @@ def test_an_unchanged_commit_reuses_every_operation_and_its_problems() -> None:
     again = RepoSnapshot(dict(files), version="c2")
     assert compile_repo(again, cache=cache) == compile_repo(again)
     assert cache.compiled == before  # a non-config file: nothing recompiled
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "uses"),
+    [
+        # the queue is built once per compile; every operation on it depends on its file
+        ("queues/team-b.yaml", b"priority: 90", b"priority: 91", lambda op: op.queue == "team-b"),
+        # so is a connection
+        (
+            "connections/hf-token.yaml",
+            b"kind: Connection",
+            b"# edited\nkind: Connection",
+            lambda op: "hf-token" in op.connections,
+        ),
+        # and the cluster a queue is on, read while building the queue
+        ("clusters/local.yaml", b"kind: Cluster", b"# edited\nkind: Cluster", lambda op: True),
+    ],
+)
+def test_a_file_built_once_per_compile_is_a_read_of_every_operation_that_uses_it(
+    path: str, old: bytes, new: bytes, uses: object
+) -> None:
+    """Queues and connections are built once per compile (``RepoIndex.memoized``): the
+    operations compiled after the first that used one still depend on its files, so a
+    change to them recompiles exactly those operations."""
+    cache = CompileCache()
+    first = compile_repo(BASE, cache=cache)
+    assert first.valid, first.errors
+    users = {op.path for op in first.operations if uses(op)}  # type: ignore[operator]
+    assert len(users) >= 2  # the second one took the built spec
+    files = dict(BASE.files)
+    assert old in files[path].content
+    files[path] = replace(files[path], content=files[path].content.replace(old, new, 1))
+    before = cache.compiled
+    snapshot = RepoSnapshot(files, version="c1")
+    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    assert cache.compiled - before == len(users)

@@ -6,8 +6,10 @@ import copy
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from reconciler.core.merge import apply_patch, merge_leaf, start
+from reconciler.core.merge import Layer, Sections, apply_layer, apply_patch, merge_leaf, start
 from reconciler.core.types import MergeStrategy, Provenance
 
 REPLACE, ISNULL = MergeStrategy.REPLACE, MergeStrategy.ISNULL
@@ -312,3 +314,179 @@ def test_null_in_a_nested_map_deletes_that_key_and_its_provenance() -> None:
     assert (*limits, "nvidia.com/gpu") not in p and p[(*limits, "cpu")].file == "op.yaml"
     out, p = apply_patch(spec, prov, patch, PRE_MERGE, _loc(4), "p.yaml", "p")
     assert out["run"]["container"]["resources"]["limits"] == {"cpu": 2, "nvidia.com/gpu": 1}
+
+
+# --- a layer applied to many specs (``Layer``: what it sets on unset paths, computed once) ---
+
+_LEAF = st.one_of(
+    st.none(),
+    st.sampled_from(["a", "b"]),
+    st.integers(0, 2),
+    st.lists(st.sampled_from(["x", "y", "z"]), max_size=3),
+    st.lists(st.fixed_dictionaries({"k": st.sampled_from(["1", "2"])}), max_size=2),
+    st.dictionaries(
+        st.sampled_from(["k", "m", "n"]),
+        st.one_of(
+            st.none(),
+            st.sampled_from(["v", "w"]),
+            st.lists(st.sampled_from(["x", "y"]), max_size=2),
+            st.dictionaries(st.sampled_from(["p", "q"]), st.sampled_from(["1", "2"]), max_size=2),
+        ),
+        max_size=3,
+    ),
+)
+
+
+def _section(**fields: Any) -> Any:
+    return st.one_of(st.none(), st.just("s"), st.fixed_dictionaries({}, optional=fields))
+
+
+_SPEC = st.fixed_dictionaries(
+    {},
+    optional={
+        "queue": _LEAF,
+        "run": _section(
+            kind=_LEAF,
+            timeout=_LEAF,
+            connections=_LEAF,
+            container=_section(
+                image=_LEAF,
+                command=_LEAF,
+                env=_LEAF,
+                resources=_section(limits=_LEAF, requests=_LEAF),
+            ),
+            environment=_section(nodeSelector=_LEAF, labels=_LEAF, tolerations=_LEAF),
+        ),
+    },
+)
+
+
+def _ordered(value: Any) -> Any:
+    """``value`` with every map as its list of items: equal only in the same key order."""
+    if isinstance(value, dict):
+        return [(k, _ordered(v)) for k, v in value.items()]
+    if isinstance(value, list):
+        return [_ordered(v) for v in value]
+    return value
+
+
+def _layer_locate(path: tuple[Any, ...]) -> tuple[int, int]:
+    return 10 + len(path), 1 + sum(len(str(p)) for p in path)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.lists(_SPEC, min_size=1, max_size=4),
+    st.lists(st.tuples(_SPEC, st.sampled_from(list(MergeStrategy))), min_size=1, max_size=3),
+)
+def test_a_layer_patches_every_spec_as_its_patch_would(
+    specs: list[dict[str, Any]], patches: list[tuple[dict[str, Any], MergeStrategy]]
+) -> None:
+    """The same layers applied in turn to several specs (their once-computed parts reused
+    from one spec to the next) give each spec exactly what ``apply_patch`` gives: the same
+    values in the same key order, the same provenance."""
+    sections = Sections()  # what one layer built, the next knows (a chain of presets)
+    share = _canonical()
+    layers = [
+        Layer(
+            patch,
+            strategy,
+            _layer_locate,
+            f"p{i}.yaml",
+            f"preset p{i} ({strategy})",
+            share_value=share,
+            sections=sections,
+        )
+        for i, (patch, strategy) in enumerate(patches)
+    ]
+    patches_before = copy.deepcopy(patches)
+    for data in specs:
+        spec, prov = start(data, _loc(1), "op.yaml", "operation")
+        want_spec, want_prov = spec, prov
+        got_spec, got_prov = spec, prov
+        for i, ((patch, strategy), layer) in enumerate(zip(patches, layers, strict=True)):
+            want_spec, want_prov = apply_patch(
+                want_spec, want_prov, patch, strategy, _layer_locate, f"p{i}.yaml", layer.step
+            )
+            got_spec, got_prov = apply_layer(got_spec, got_prov, layer)
+            assert _ordered(got_spec) == _ordered(want_spec)
+            assert got_prov == want_prov
+    assert patches == patches_before  # the layers' patches are never changed
+
+
+def _canonical() -> Any:
+    """A stand-in for ``RepoIndex.shared_value``: the first value seen of each content."""
+    table: dict[str, Any] = {}
+
+    def share(value: Any) -> Any:
+        if isinstance(value, dict | list):
+            return table.setdefault(repr(_ordered(value)), value)
+        return value
+
+    return share
+
+
+@pytest.mark.parametrize("strategy", list(MergeStrategy))
+def test_equal_sections_from_two_chains_keep_their_own_provenance(
+    strategy: MergeStrategy,
+) -> None:
+    """Two presets in two files set the same section; a third patches it. Each spec's
+    leaves name the file they came from, though the sections are equal."""
+    sections, share = Sections(), _canonical()
+    same = {"run": {"environment": {"labels": {"team": "a"}, "nodeSelector": {"z": "1"}}}}
+    first = Layer(same, ISNULL, _loc(3), "a.yaml", "preset a", share_value=share, sections=sections)
+    second = Layer(
+        same, ISNULL, _loc(5), "b.yaml", "preset b", share_value=share, sections=sections
+    )
+    patch = {"run": {"environment": {"labels": {"x": "y"}, "nodeSelector": None}}}
+    third = Layer(
+        patch, strategy, _loc(9), "c.yaml", "preset c", share_value=share, sections=sections
+    )
+    labels = ("run", "environment", "labels")
+    for layer, file in ((first, "a.yaml"), (second, "b.yaml"), (first, "a.yaml")):
+        spec, prov = start({"run": {"kind": "job"}}, _loc(1), "op.yaml", "operation")
+        want = apply_patch(
+            spec, prov, same, ISNULL, _loc(3 if file == "a.yaml" else 5), file, layer.step
+        )
+        want = apply_patch(*want, patch, strategy, _loc(9), "c.yaml", "preset c")
+        got = apply_layer(*apply_layer(spec, prov, layer), third)
+        assert _ordered(got[0]) == _ordered(want[0])
+        assert got[1] == want[1]
+        if strategy != REPLACE:
+            assert got[1][(*labels, "team")].file == file
+
+
+def test_what_a_layer_sets_on_unset_paths_is_one_object_in_every_spec() -> None:
+    patch = {"run": {"environment": {"labels": {"team": "a", "gone": None}}, "timeout": "1h"}}
+    shared: list[Any] = []
+    layer = Layer(
+        patch, POST_MERGE, _loc(7), "p.yaml", "preset p", share_value=shared_value(shared)
+    )
+    outs = []
+    for image in ("one", "two"):
+        spec, prov = start(
+            {"run": {"container": {"image": image}}}, _loc(1), "op.yaml", "operation"
+        )
+        outs.append(apply_layer(spec, prov, layer))
+    (a, pa), (b, pb) = outs
+    labels = ("run", "environment", "labels")
+    assert a["run"]["environment"]["labels"] == {"team": "a"}  # the null dropped
+    assert a["run"]["environment"]["labels"] is b["run"]["environment"]["labels"]
+    assert a["run"]["environment"]["labels"] is not patch["run"]["environment"]["labels"]
+    assert pa[(*labels, "team")] is pb[(*labels, "team")]
+    assert pa[(*labels, "team")] == Provenance("p.yaml", 7, "preset p", 1)
+    assert shared == [{"team": "a"}, "1h"]  # each computed (and made shared) once
+    assert a["run"]["container"]["image"] == "one" and b["run"]["container"]["image"] == "two"
+
+
+def shared_value(seen: list[Any]) -> Any:
+    def share(value: Any) -> Any:
+        seen.append(value)
+        return value
+
+    return share
+
+
+def test_a_layer_refuses_an_unknown_strategy() -> None:
+    with pytest.raises(ValueError, match="unknown patch strategy"):
+        Layer({}, "merge", _loc(1), "p.yaml", "p")  # type: ignore[arg-type]

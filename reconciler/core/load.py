@@ -158,6 +158,18 @@ if _CParser is not None:
             if resolvers is not None:
                 self.yaml_implicit_resolvers = resolvers
 
+        def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+            """``BaseResolver.resolve`` for these resolvers (no path resolvers, none for
+            any first character), called by libyaml for every node: without building
+            a list of candidates each time."""
+            if kind is ScalarNode:
+                if implicit[0]:
+                    for tag, regexp in self.yaml_implicit_resolvers.get(value[:1], ()):
+                        if regexp.match(value):
+                            return str(tag)
+                return _STR
+            return _SEQ if kind is SequenceNode else _MAP
+
     _CLoader = _LibYamlLoader
 
 
@@ -193,11 +205,22 @@ class Document:
         p = tuple(path)
         if key and p in self.keys:
             return Location(self.path, *self.keys[p])
-        while p:
-            if p in self.values:
-                return Location(self.path, *self.values[p])
-            p = p[:-1]
-        return Location(self.path, *self.values.get((), (1, 1)))
+        return Location(self.path, *self.pos(p))
+
+    def pos(self, path: PathKey) -> tuple[int, int]:
+        """``(line, col)`` of the value at ``path`` (a tuple), or of its nearest known
+        ancestor: :meth:`loc`'s position without building a ``Location`` (provenance asks
+        for one per leaf per operation)."""
+        values = self.values
+        found = values.get(path)
+        if found is not None:
+            return found
+        while path:
+            path = path[:-1]
+            found = values.get(path)
+            if found is not None:
+                return found
+        return (1, 1)
 
     def line(self, path: PathKey) -> int:
         return self.loc(path).line
@@ -278,7 +301,15 @@ class _Walker:
             )
         if len(path) > MAX_DEPTH:
             raise _Fail(*_pos(node), f"nesting deeper than {MAX_DEPTH} levels")
-        self.values[path] = _pos(node)
+        mark = node.start_mark
+        self.values[path] = (mark.line + 1, mark.column + 1)
+        if type(node) is ScalarNode:  # ``_text`` and ``_scalar``'s string case, inline
+            value = node.value
+            self.chars += len(value)
+            if self.chars > MAX_EXPANDED_CHARS:
+                self.chars -= len(value)
+                self._text(node)  # raises, with its message
+            return value if node.tag == _STR else _scalar(node)
         if isinstance(node, ScalarNode):
             self._text(node)
             return _scalar(node)
@@ -296,14 +327,15 @@ class _Walker:
                 out: dict[str, Any] = {}
                 for key_node, value_node in node.value:
                     key = self._key(key_node)
+                    sub = (*path, key)
                     if key in out:
-                        first = self.keys[(*path, key)]
+                        first = self.keys[sub]
                         raise _Fail(
                             *_pos(key_node),
                             f"duplicate key {key!r} (first defined at line {first[0]})",
                         )
-                    self.keys[(*path, key)] = _pos(key_node)
-                    out[key] = self.walk(value_node, (*path, key))
+                    self.keys[sub] = _pos(key_node)
+                    out[key] = self.walk(value_node, sub)
                 return out
         finally:
             self.stack.discard(id(node))

@@ -5,6 +5,10 @@ layer (a preset, a DAG child's overrides) under one strategy and returns a new s
 new provenance map. Inputs are never mutated; the result shares no object with the layer,
 and shares the subtrees the layer leaves untouched with the spec patched (a spec is never
 mutated once built: each patch builds new containers down to what it changes).
+``apply_layer`` gives the same result for a ``Layer`` (a preset applied to every operation
+of a compile): what the layer sets where a spec has nothing, and a typed section a spec
+does not have (or has as an earlier layer of its chain built it), is merged once with its
+provenance, and those objects are shared by every spec it is applied to.
 
 1. Typed sections (``TYPED_SECTIONS``) recurse field by field.
 2. Every other value is a leaf (scalar, list or free-form map), merged by the strategy's
@@ -36,7 +40,7 @@ from __future__ import annotations
 import copy
 import functools
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from deepmerge import Merger
 
@@ -44,6 +48,7 @@ from reconciler.core.types import MergeStrategy, Provenance
 
 Path = tuple[str | int, ...]
 ProvMap = dict[Path, Provenance]
+_T = TypeVar("_T")
 # (line, col) of the value at a path of the layer being applied
 Locate = Callable[[Path], tuple[int, int]]
 
@@ -254,7 +259,148 @@ def start(
 ) -> tuple[dict[str, Any], ProvMap]:
     """The initial spec (nulls dropped: a null in the operation means unset) and its provenance."""
     clean = without_nulls(spec)
-    return clean, _from_layer(clean, (), (), locate, file, step)
+    prov: ProvMap = {}
+    for leaf in fine_leaves(clean):  # no null left to drop: ``_from_layer`` without the copy
+        line, col = locate(leaf)
+        prov[leaf] = Provenance(file, line, step, col)
+    return clean, prov
+
+
+def _itself(value: _T) -> _T:
+    return value
+
+
+Items = tuple[tuple[Path, Provenance], ...]
+
+
+class Sections:
+    """The typed sections (``run.environment``...) that layers built by merging once, with
+    the provenance of everything under them: shared by the layers of one compile (a
+    chain of presets), so a section one layer built is known to the next. An entry keeps
+    its section alive, so its id stays its own."""
+
+    __slots__ = ("_known",)
+
+    def __init__(self) -> None:
+        self._known: dict[tuple[Path, int], tuple[dict[str, Any], Items]] = {}
+
+    def items(self, path: Path, section: Any) -> Items | None:
+        """The provenance under ``path`` of ``section`` when a layer built it there."""
+        known = self._known.get((path, id(section)))
+        return known[1] if known is not None and known[0] is section else None
+
+    def add(self, path: Path, section: dict[str, Any], items: Items) -> None:
+        self._known.setdefault((path, id(section)), (section, items))
+
+
+class Layer:
+    """One layer (a preset) applied to many specs, each the same way. What it does at a
+    path depends only on what the spec has there and its provenance: where a spec has
+    nothing at a path the layer sets, what the layer puts there (its value, nulls dropped,
+    and each leaf's provenance) depends on the layer alone; a typed section the spec does
+    not have, or has as an earlier layer built it (``sections``), merges the same way in
+    every spec. Each is computed once and the same objects go into every spec
+    (``share_value`` and ``share_provenance`` make them the compile's shared ones). Specs
+    are never changed once built, so sharing is safe. The patch must not change while
+    the layer is in use."""
+
+    __slots__ = (
+        "_fresh",
+        "_merged",
+        "_share_provenance",
+        "_share_value",
+        "file",
+        "locate",
+        "patch",
+        "sections",
+        "step",
+        "strategy",
+    )
+
+    def __init__(
+        self,
+        patch: Mapping[str, Any],
+        strategy: MergeStrategy,
+        locate: Locate,
+        file: str,
+        step: str,
+        *,
+        share_value: Callable[[Any], Any] = _itself,
+        share_provenance: Callable[[Provenance], Provenance] = _itself,
+        sections: Sections | None = None,
+    ) -> None:
+        if strategy not in MERGERS:
+            raise ValueError(f"unknown patch strategy {strategy!r}")
+        self.patch = patch
+        self.strategy = strategy
+        self.locate = locate
+        self.file = file
+        self.step = step
+        self._share_value = share_value
+        self._share_provenance = share_provenance
+        self._fresh: dict[Path, tuple[Any, Items]] = {}
+        self.sections = sections if sections is not None else Sections()
+        # (path, id of the section before, or -1 for none) -> (that section, the merged
+        # one or None when the layer leaves none, the provenance under it before, after)
+        self._merged: dict[tuple[Path, int], tuple[Any, dict[str, Any] | None, Items, Items]]
+        self._merged = {}
+
+    def section(
+        self, path: Path, cur: Any, new: Mapping[str, Any], before: Items
+    ) -> tuple[dict[str, Any] | None, Items]:
+        """The typed section at ``path`` patched with ``new`` (the patch's section there),
+        where the spec has none (``cur`` None) or the one a layer built (``before``: the
+        provenance under it), and the provenance under the result. None: the layer
+        leaves no section there (it set nothing in it)."""
+        key = (path, -1 if cur is None else id(cur))
+        hit = self._merged.get(key)
+        if hit is None or hit[0] is not cur:
+            prov: ProvMap = dict(before)
+            base = cur if cur is not None else {}
+            built = _patch_section(
+                base, new, path, self.strategy, prov, self.locate, self.file, self.step, self
+            )
+            after = tuple(prov.items())
+            merged: dict[str, Any] | None = None
+            if built or cur is not None:
+                # not made the compile's shared one: an equal section another chain of
+                # layers built has other provenance, so each keeps its own object (its id
+                # says where it came from); its contents are shared already
+                merged = built
+                self.sections.add(path, built, after)
+            hit = self._merged[key] = (cur, merged, before, after)
+        return hit[1], hit[3]
+
+    def fresh(self, path: Path, new: Any) -> tuple[Any, Items]:
+        """The value the layer sets at ``path`` of a spec that has none there (``new`` is
+        the patch's value at ``path``: always the same one), and its leaves' provenance."""
+        hit = self._fresh.get(path)
+        if hit is None:
+            value = self._share_value(without_nulls(new))
+            leaves = _from_layer(new, path, path, self.locate, self.file, self.step)
+            share = self._share_provenance
+            hit = self._fresh[path] = (value, tuple((k, share(v)) for k, v in leaves.items()))
+        return hit
+
+
+def apply_layer(
+    spec: Mapping[str, Any], prov: Mapping[Path, Provenance], layer: Layer
+) -> tuple[dict[str, Any], ProvMap]:
+    """``apply_patch`` with ``layer``'s patch, strategy and source; what the layer sets on
+    paths the spec leaves unset is the layer's once-computed value and provenance."""
+    out_prov: ProvMap = dict(prov)
+    out = _patch_section(
+        spec,
+        layer.patch,
+        (),
+        layer.strategy,
+        out_prov,
+        layer.locate,
+        layer.file,
+        layer.step,
+        layer,
+    )
+    return out, out_prov
 
 
 def apply_patch(
@@ -283,6 +429,7 @@ def _patch_section(
     locate: Locate,
     file: str,
     step: str,
+    layer: Layer | None = None,
 ) -> dict[str, Any]:
     out = dict(section)  # what the layer leaves untouched is shared, never copied
     for key, new in patch.items():
@@ -294,11 +441,30 @@ def _patch_section(
                 _drop(prov, sub)
             continue
         if sub in TYPED_SECTIONS and isinstance(new, dict):
+            if layer is not None:
+                before = () if cur is None else layer.sections.items(sub, cur)
+                if before is not None:  # merged once for every spec (``Layer.section``)
+                    merged_section, after = layer.section(sub, cur, new, before)
+                    for leaf, _ in before:
+                        del prov[leaf]  # exactly what is under ``sub``
+                    prov.update(after)
+                    if merged_section is not None:
+                        out[key] = merged_section
+                    continue
             base = cur if isinstance(cur, dict) else {}
-            merged = _patch_section(base, new, sub, strategy, prov, locate, file, step)
+            merged = _patch_section(base, new, sub, strategy, prov, locate, file, step, layer)
             if merged or key in out:
                 out[key] = merged
             continue
+        if layer is not None:
+            # a spec holds no null, and provenance only under paths that have a value
+            # (a null clear drops both), so an unset ``cur`` has none to drop
+            if cur is None:
+                out[key], leaves = layer.fresh(sub, new)
+                prov.update(leaves)
+                continue
+            if strategy == MergeStrategy.ISNULL:
+                continue  # set already: the value and its provenance stay as they are
         if cur is None:
             out[key] = without_nulls(new)
             _drop(prov, sub)

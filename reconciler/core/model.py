@@ -56,6 +56,13 @@ _DURATION = re.compile(r"^(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 KIND_NAMES = ("job", "notebook", "sandbox", "batch")
 
 
+# The checks of names, keys and values a schema runs on the same few strings in every file
+# (and on every merged spec): a string that passed is not checked again. A failure raises,
+# so it is never kept, and is checked (and reported) every time.
+_checked_once = functools.lru_cache(maxsize=8192)
+
+
+@_checked_once
 def _dns_label(value: str) -> str:
     if len(value) > 63 or not _DNS_LABEL.match(value):
         raise ValueError(
@@ -65,6 +72,7 @@ def _dns_label(value: str) -> str:
     return value
 
 
+@_checked_once
 def _qualified(value: str, what: str) -> str:
     prefix, _, name = value.rpartition("/")
     if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
@@ -82,12 +90,14 @@ def _resource_name(value: str) -> str:
     return _qualified(value, "resource name")
 
 
+@_checked_once
 def _label_value(value: str) -> str:
     if len(value) > 63 or not _LABEL_VALUE.match(value):
         raise ValueError(f"{_show(value)} is not a valid label value (at most 63 characters)")
     return value
 
 
+@_checked_once
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
         raise ValueError(f"{_show(value)} is not a valid environment variable name")

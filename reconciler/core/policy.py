@@ -378,14 +378,17 @@ def pod_security_findings(pod: Mapping[str, Any], policy: OrgPolicy) -> list[tup
                 )
             )
     allowed_caps = policy.allowed_capabilities
-    caps_name = next(
-        (
-            f"the Pod Security {lv.value} set"
-            for lv, c in PROFILE_CAPABILITIES.items()
-            if c == allowed_caps and lv is not PodSecurityLevel.PRIVILEGED
-        ),
-        ", ".join(sorted(allowed_caps)) or "none",
-    )
+
+    def caps_name() -> str:  # named only in a finding: not built for every pod
+        return next(
+            (
+                f"the Pod Security {lv.value} set"
+                for lv, c in PROFILE_CAPABILITIES.items()
+                if c == allowed_caps and lv is not PodSecurityLevel.PRIVILEGED
+            ),
+            ", ".join(sorted(allowed_caps)) or "none",
+        )
+
     for where, c in containers:
         ctx = c.get("securityContext") or {}
         sc = (*where, "securityContext")
@@ -398,7 +401,7 @@ def pod_security_findings(pod: Mapping[str, Any], policy: OrgPolicy) -> list[tup
                         (
                             (*sc, "capabilities", "add", i),
                             f"capability {cap!r} is not in policy.allowedCapabilities "
-                            f"({caps_name})",
+                            f"({caps_name()})",
                         )
                     )
         for j, port in enumerate(c.get("ports") or []):

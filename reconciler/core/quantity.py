@@ -7,6 +7,7 @@ or a decimal exponent (e3, E-2).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from decimal import Decimal, InvalidOperation
@@ -50,6 +51,17 @@ _show = short_repr
 
 def parse_quantity(value: str | int | float | Decimal) -> Decimal:
     """Parse a quantity such as ``2``, ``500m``, ``256Gi`` or ``1e3`` into a Decimal."""
+    if type(value) is str:  # the same few strings in every operation: parsed once
+        return _parse_text(value)
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(value: str) -> Decimal:
+    return _parse(value)
+
+
+def _parse(value: str | int | float | Decimal) -> Decimal:
     if isinstance(value, bool):
         raise QuantityError(f"{_show(value)} is not a quantity")
     if isinstance(value, int | Decimal):

@@ -57,3 +57,50 @@ def test_every_repo_and_corpus_file_parses_the_same(monkeypatch: pytest.MonkeyPa
 def test_odd_files_give_the_same_result(monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
     fast, slow = parse_both(monkeypatch, content)
     assert fast == slow
+
+
+@pytest.mark.parametrize("resolvers", [None, load.WRITTEN_RESOLVERS])
+@pytest.mark.parametrize(
+    "value",
+    [
+        "",
+        "~",
+        "null",
+        "Null",
+        "true",
+        "FALSE",
+        "yes",
+        "0",
+        "-12",
+        "+3",
+        "0o17",
+        "0x1F",
+        "09",
+        "1.5",
+        "-.5",
+        ".inf",
+        ".NaN",
+        "1e3",
+        "1e+3",
+        "2h",
+        "64Gi",
+        "a b",
+        "--seed",
+        "[x]",
+    ],
+)
+def test_the_fast_resolver_tags_as_pyyaml_does(resolvers: object, value: str) -> None:
+    """libyaml asks ``_LibYamlLoader.resolve`` for every node's tag: the same answer as
+    PyYAML's ``BaseResolver.resolve`` with the same implicit resolvers, plain or quoted."""
+    from yaml.nodes import MappingNode, ScalarNode, SequenceNode
+    from yaml.resolver import BaseResolver
+
+    assert load._CLoader is not None
+    loader = load._CLoader("a: 1\n", resolvers)
+    try:
+        for kind in (ScalarNode, SequenceNode, MappingNode):
+            for implicit in ((True, False), (False, True), (False, False)):
+                want = BaseResolver.resolve(loader, kind, value, implicit)
+                assert loader.resolve(kind, value, implicit) == want
+    finally:
+        loader.dispose()

@@ -115,9 +115,11 @@ class CompileCache:
         file reported."""
         key = (project, name)
         self._forget(key)
-        read = sorted(reads)
-        own = tuple(p for p in read if is_operation(p))
-        shared = tuple(p for p in read if not is_operation(p))
+        mine: list[str] = []
+        theirs: list[str] = []
+        for path in sorted(reads):
+            (mine if is_operation(path) else theirs).append(path)
+        own, shared = tuple(mine), tuple(theirs)
         group = self._groups.get(shared)
         if group is None:
             group = self._groups[shared] = (shared, set())

@@ -10,20 +10,20 @@ helpers to read loaded documents. Following a name from one file to another is `
 
 from __future__ import annotations
 
+import functools
 import re
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 from operator import is_
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, cast
 
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
-from reconciler.core.merge import Locate, Path
+from reconciler.core.merge import Locate, Path, Sections, dotted
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -52,6 +52,7 @@ DIR_KINDS = {
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 M = TypeVar("M", bound=Strict)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,23 @@ class LoadMemo:
             del self._entries[path]
 
 
+class _Recording:
+    """``RepoIndex.recording``: a plain context manager (one per operation compiled)."""
+
+    __slots__ = ("_repo",)
+
+    def __init__(self, repo: RepoIndex) -> None:
+        self._repo = repo
+
+    def __enter__(self) -> set[str]:
+        reads: set[str] = set()
+        self._repo._reads = reads
+        return reads
+
+    def __exit__(self, *exc: object) -> None:
+        self._repo._reads = None
+
+
 class RepoIndex:
     """Lazily parsed, cached view of a snapshot; every problem lands in ``errors`` once.
 
@@ -159,7 +177,10 @@ class RepoIndex:
         self._checked: set[str] = set()
         self._org_settings: OrgSettings | None = None
         self._provenance: dict[Provenance, Provenance] = {}
+        self._provenance_ids: set[int] = set()  # ids of the table's values
         self._provenance_keys: dict[tuple[str, ...], ProvenanceKeys] = {}
+        # provenance_of: a merge's paths, as ordered -> (their sorted order, the keys)
+        self._layouts: dict[tuple[Path, ...], tuple[tuple[int, ...], ProvenanceKeys]] = {}
         # shared_value's tables. A map or list is found by a hash of its children's ids
         # and checked child by child (identity): the table holds no key objects of its
         # own, which a compile would free all at once at its end (holes in the heap that
@@ -169,17 +190,36 @@ class RepoIndex:
         self._strings: dict[str, str] = {}
         self._ints: dict[int, int] = {}
         self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
+        self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
+        self.sections = Sections()  # typed sections the presets' layers built (merge.py)
         self._index()
 
-    @contextmanager
-    def recording(self) -> Iterator[set[str]]:
-        """Note the paths of the files read until the block ends."""
+    def recording(self) -> _Recording:
+        """Note the paths of the files read until the block ends (``with``: the set)."""
+        return _Recording(self)
+
+    def memoized(self, key: tuple[str, str], compute: Callable[[], T]) -> T:
+        """``compute()`` once per compile for ``key`` (a spec built from files, e.g. a
+        queue's): later calls return the same object and note, while :meth:`recording`,
+        the files the first call read, so an operation that uses it depends on them as if
+        it had read them itself. ``compute`` must depend on the snapshot alone and report
+        problems once (``Errors.add_once``, or through :meth:`load`)."""
+        hit = self._memos.get(key)
+        if hit is not None:
+            if self._reads is not None:
+                self._reads.update(hit[1])
+            return cast(T, hit[0])
+        outer = self._reads
         reads: set[str] = set()
         self._reads = reads
         try:
-            yield reads
+            value = compute()
         finally:
-            self._reads = None
+            self._reads = outer
+        if outer is not None:
+            outer.update(reads)
+        self._memos[key] = (value, frozenset(reads))
+        return value
 
     def layout(self) -> tuple[str, ...]:
         """Every path but the operations': what names exist where (presets, queues,
@@ -189,7 +229,12 @@ class RepoIndex:
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every
         operation that applies it."""
-        return self._provenance.setdefault(prov, prov)
+        if id(prov) in self._provenance_ids:
+            return prov  # the shared one itself (alive in the table: its id is its own)
+        shared = self._provenance.setdefault(prov, prov)
+        if shared is prov:
+            self._provenance_ids.add(id(prov))
+        return shared
 
     def shared_value(self, value: Any) -> Any:
         """``value`` (plain data: maps, lists, scalars) with every subtree equal to one
@@ -197,10 +242,16 @@ class RepoIndex:
         selector, the same command are one object in every operation that has them. Specs
         are never changed once built, so sharing is safe (``merge.py`` shares untouched
         subtrees the same way). Maps must have the same keys in the same order."""
-        if isinstance(value, dict | list) and id(value) in self._canonical:
+        kind = type(value)
+        if kind is str:
+            return self._strings.setdefault(value, value)
+        if (kind is dict or kind is list) and id(value) in self._canonical:
             return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
-            keys = [self.shared_value(k) for k in value]
+            strings = self._strings
+            keys = [
+                strings.setdefault(k, k) if type(k) is str else self.shared_value(k) for k in value
+            ]
             values = [self.shared_value(v) for v in value.values()]
             mark = hash((len(keys), *keys, *map(id, values)))
             found = self._subtrees.get(mark)
@@ -235,18 +286,25 @@ class RepoIndex:
         key = tuple((k, str(v)) for k, v in amounts.items())
         return self._amounts.setdefault(key, amounts)
 
-    def provenance_map(
-        self, items: Iterable[tuple[str, Provenance]], own_file: str
-    ) -> ProvenanceMap:
-        """A compiled operation's provenance, compact: its leaves' names shared with every
-        operation of the same layering, the values from its own file ``own_file`` packed,
-        the others shared where equal (``shared``)."""
-        pairs = list(items)
-        names = tuple(name for name, _ in pairs)
-        keys = self._provenance_keys.get(names)
-        if keys is None:
-            keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
-        return ProvenanceMap.of(keys, [prov for _, prov in pairs], own_file, self.shared)
+    def provenance_of(self, prov: Mapping[Path, Provenance], own_file: str) -> ProvenanceMap:
+        """A compiled operation's provenance, compact, from its merge's map (path ->
+        provenance): the leaves in path order (indices before names), named dotted, those
+        names shared with every operation of the same layering; the values from its own
+        file ``own_file`` packed, the others shared where equal (``shared``). Operations
+        compiled alike have the same paths in the same order in their merge's map, so the
+        sorted order and the names are worked out once per such layout."""
+        paths = tuple(prov)
+        layout = self._layouts.get(paths)
+        if layout is None:
+            order = tuple(sorted(range(len(paths)), key=lambda i: _sort_key(paths[i])))
+            names = tuple(dotted(paths[i]) for i in order)
+            keys = self._provenance_keys.get(names)
+            if keys is None:
+                keys = self._provenance_keys[names] = ProvenanceKeys.of(names)
+            layout = self._layouts[paths] = (order, keys)
+        order, keys = layout
+        values = list(prov.values())
+        return ProvenanceMap.of(keys, [values[i] for i in order], own_file, self.shared)
 
     # 1. layout
     def _index(self) -> None:
@@ -520,9 +578,11 @@ def _capability(name: str) -> str:
 def locator(doc: Document, prefix: Path = ()) -> Locate:
     """``(line, col)`` of a path under ``prefix`` of ``doc``, for merge provenance."""
 
+    if not prefix:
+        return doc.pos
+
     def locate(path: Path) -> tuple[int, int]:
-        loc = doc.loc((*prefix, *path))
-        return loc.line, loc.col
+        return doc.pos((*prefix, *path))
 
     return locate
 
@@ -535,7 +595,11 @@ def get_in(spec: Mapping[str, Any], *path: str) -> Any:
     return value
 
 
-def _same(found: Iterable[Any], items: list[Any]) -> bool:
+def _same(found: Collection[Any], items: list[Any]) -> bool:
     """``found`` holds ``items``, in order, as the same objects (a map: its keys)."""
-    kept = list(found)
-    return len(kept) == len(items) and all(map(is_, kept, items))
+    return len(found) == len(items) and all(map(is_, found, items))
+
+
+@functools.lru_cache(maxsize=16384)  # the same paths recur in every operation
+def _sort_key(path: Path) -> tuple[tuple[int, str | int], ...]:
+    return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)

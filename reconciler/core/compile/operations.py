@@ -12,18 +12,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from reconciler.core.compile.errors import Errors, at
-from reconciler.core.compile.index import RepoIndex, locator
+from reconciler.core.compile.index import Loaded, RepoIndex, locator
 from reconciler.core.compile.references import (
     find_preset,
     org_default_presets,
     preset_is_defined,
-    preset_patch,
+    preset_layer,
     unknown_org_preset,
     unknown_preset,
 )
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.compile.workflows import Child, expand
-from reconciler.core.merge import Path, apply_patch, dotted, start
+from reconciler.core.merge import Path, apply_layer, dotted, start
+from reconciler.core.model import ProjectFile
 from reconciler.core.policy import Violation
 from reconciler.core.types import (
     CompiledOperation,
@@ -49,6 +50,16 @@ class OperationResult:
     errors: tuple[ConfigError, ...] = ()
 
 
+def _default_refs(repo: RepoIndex, proj: Loaded[ProjectFile]) -> tuple[tuple[str, Location], ...]:
+    """The presets every operation of the project applies first, and where each is named:
+    the org's ``defaults.presets``, then the project's (once per compile)."""
+    refs: list[tuple[str, Location]] = org_default_presets(repo)
+    defaults = proj.model.defaults
+    for i, name in enumerate((defaults.presets if defaults else None) or []):
+        refs.append((name, proj.doc.loc(("defaults", "presets", i))))
+    return tuple(refs)
+
+
 def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationResult:
     """Compile ``project_name/op_name``; ``errors`` are those of this operation (problems in
     the files it loaded are in ``repo.errors``)."""
@@ -71,10 +82,8 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     spec["name"] = op_name
 
     # 2. Presets: the org's defaults, the project's, then the operation's own, each once.
-    refs: list[tuple[str, Location]] = org_default_presets(repo)
     defaults = proj.model.defaults
-    for i, name in enumerate((defaults.presets if defaults else None) or []):
-        refs.append((name, proj.doc.loc(("defaults", "presets", i))))
+    refs = list(repo.memoized(("Defaults", project_name), lambda: _default_refs(repo, proj)))
     for i, name in enumerate(model.presets or []):
         refs.append((name, doc.loc(("presets", i))))
     applied: list[str] = []
@@ -89,11 +98,7 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
                     ref, unknown_org_preset(name) if org_ref else unknown_preset(project_name, name)
                 )
             continue
-        patch, locate = preset_patch(preset)
-        strategy = preset.model.patch_strategy
-        spec, prov = apply_patch(
-            spec, prov, patch, strategy, locate, preset.path, f"preset {name} ({strategy})"
-        )
+        spec, prov = apply_layer(spec, prov, preset_layer(repo, preset))
         applied.append(name)
     if errors:
         return OperationResult(op_id, found=True, errors=tuple(errors))

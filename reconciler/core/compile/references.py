@@ -14,7 +14,7 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of, prices
-from reconciler.core.merge import Locate, Path
+from reconciler.core.merge import Layer, Locate, Path
 from reconciler.core.model import (
     ClusterFile,
     CohortFile,
@@ -94,10 +94,31 @@ def preset_patch(loaded: Loaded[PresetFile]) -> tuple[dict[str, Any], Locate]:
     def locate(path: Path) -> tuple[int, int]:
         if shorthand and path[:2] == ("run", "connections"):
             path = ("connections", *path[2:])
-        loc = doc.loc(path)
-        return loc.line, loc.col
+        return doc.pos(path)
 
     return patch, locate
+
+
+def preset_layer(repo: RepoIndex, loaded: Loaded[PresetFile]) -> Layer:
+    """The preset as the layer it applies, built once per compile: what it sets where an
+    operation sets nothing is merged, with its provenance, once, and shared by every
+    operation that applies it (``merge.Layer``)."""
+    return repo.memoized(("Layer", loaded.path), lambda: _layer(repo, loaded))
+
+
+def _layer(repo: RepoIndex, loaded: Loaded[PresetFile]) -> Layer:
+    patch, locate = preset_patch(loaded)
+    strategy = loaded.model.patch_strategy
+    return Layer(
+        patch,
+        strategy,
+        locate,
+        loaded.path,
+        f"preset {loaded.name} ({strategy})",
+        share_value=repo.shared_value,
+        share_provenance=repo.shared,
+        sections=repo.sections,
+    )
 
 
 def org_default_presets(repo: RepoIndex) -> list[tuple[str, Location]]:
@@ -126,7 +147,12 @@ def find_cluster(repo: RepoIndex, name: str) -> ClusterSpec | None:
 
 def find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
     """The queue ``name``; None when it is not defined, invalid, or names an unknown
-    cluster (reported once, at the queue file)."""
+    cluster (reported once, at the queue file). Built once per compile (every operation
+    of the queue asks for it)."""
+    return repo.memoized(("Queue", name), lambda: _find_queue(repo, name))
+
+
+def _find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
     loaded = repo.get("Queue", name)
     if loaded is None:
         return None
@@ -351,6 +377,12 @@ def check_cohorts(repo: RepoIndex) -> None:
 
 
 def find_connection(repo: RepoIndex, name: str) -> ConnectionSpec | None:
+    """The connection ``name``; None when it is not defined or invalid. Built once per
+    compile (every operation that mounts it asks for it)."""
+    return repo.memoized(("Connection", name), lambda: _find_connection(repo, name))
+
+
+def _find_connection(repo: RepoIndex, name: str) -> ConnectionSpec | None:
     loaded = repo.get("Connection", name)
     if loaded is None:
         return None

@@ -9,7 +9,6 @@ children ``workflows.py``'s).
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -344,10 +343,7 @@ def build(
         replicas=resolved.gang.replicas,
         distributed=resolved.gang.distributed,
         presets=ctx.presets,
-        provenance=repo.provenance_map(
-            ((dotted(k), v) for k, v in sorted(prov.items(), key=lambda kv: _sort_key(kv[0]))),
-            ctx.op_path,
-        ),
+        provenance=repo.provenance_of(prov, ctx.op_path),
         connections=resolved.connections,
         generation=int(spec.get("generation", 1)),
         is_approved=bool(spec.get("isApproved", True)),
@@ -357,8 +353,3 @@ def build(
         params=dict(params or {}),
         timeout=effective_timeout(spec, resolved.queue),
     )
-
-
-@functools.lru_cache(maxsize=16384)  # the same paths recur in every operation
-def _sort_key(path: Path) -> tuple[tuple[int, str | int], ...]:
-    return tuple((0, p) if isinstance(p, int) else (1, p) for p in path)
