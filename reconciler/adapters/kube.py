@@ -223,6 +223,20 @@ def _parse(data: bytes, decoder: msgspec.json.Decoder[Any] | None) -> Any:
     return _loads(data)
 
 
+class _CreatedMeta(TypedDict, total=False):
+    uid: Any
+    resourceVersion: Any
+    annotations: Any
+
+
+class _Created(TypedDict, total=False):
+    metadata: _CreatedMeta | None
+
+
+# What ``create_or_adopt`` reads of a create's answer: the object's metadata it reports.
+_CREATED = msgspec.json.Decoder(_Created)
+
+
 def narrowed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
     """``obj`` as the narrow watch caches keep it: the fields observation reads (the whole
     object, less ``managedFields``, for a kind without a narrow shape)."""
@@ -405,7 +419,8 @@ class Kube:
         CPU per create (docs/benchmarks.md, "Cost per operation"): pydantic's validation of
         every argument, a recursive copy of the manifest, then the standard library's
         ``json.dumps``; the body is serialised once, by orjson. The timeouts are
-        ``bounded``'s defaults."""
+        ``bounded``'s defaults. Of the answer, only the metadata ``create_or_adopt``
+        reports is decoded (uid, resourceVersion, annotations)."""
         method, url, headers, _, _ = self.api.param_serialize(
             "POST",
             path,
@@ -432,7 +447,7 @@ class Kube:
             raw.release_conn()
         if not 200 <= resp.status <= 299:
             raise ApiException.from_response(http_resp=resp, body=None, data=None)
-        data: dict[str, Any] = _loads(content)
+        data: dict[str, Any] = _parse(content, _CREATED)  # what create_or_adopt reads
         return data
 
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
