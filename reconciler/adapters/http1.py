@@ -16,6 +16,7 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
+CONNECT_TRIES = 4  # as urllib3's default retries: a failed connect is tried 3 more times
 MAX_HEAD = 64 * 1024  # the status line and the headers
 MAX_BODY = 64 * 1024 * 1024  # an answer's body (the apiserver's objects are at most ~3 MiB)
 _READ = 65536
@@ -52,9 +53,10 @@ def request(
 ) -> Answer:
     """Send ``method target`` with ``headers`` and ``body`` on a connection of ``pool`` (a
     urllib3 ``HTTPConnectionPool``), read the whole answer, and hand the connection back
-    (closed first unless it can be used again). A connection taken from the pool that the
-    server closed while it was idle (nothing sent back) is replaced by a new one, once, as
-    urllib3 does; any other failure is raised."""
+    (closed first unless it can be used again). As urllib3 does by default: a connect
+    (TCP and TLS) that fails is tried again up to three times, and a connection taken from
+    the pool that the server closed while it was idle (nothing sent back) is replaced by a
+    new one, once; any other failure is raised."""
     head = _head(method, target, host, headers, len(body))
     for attempt in (1, 2):
         conn = pool._get_conn()
@@ -62,8 +64,7 @@ def request(
         keep = False
         try:
             if conn.sock is None:
-                conn.timeout = connect_timeout
-                conn.connect()
+                _connect(conn, connect_timeout)
             sock = conn.sock
             sock.settimeout(read_timeout)
             try:
@@ -81,6 +82,18 @@ def request(
                 conn.close()
             pool._put_conn(conn)
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def _connect(conn: Any, timeout: float) -> None:
+    for tries_left in range(CONNECT_TRIES - 1, -1, -1):
+        conn.timeout = timeout
+        try:
+            conn.connect()
+            return
+        except Exception:  # urllib3's NewConnectionError, SSLError; OSError
+            conn.close()
+            if not tries_left:
+                raise
 
 
 def _head(method: str, target: str, host: str, headers: dict[str, str], length: int) -> bytes:

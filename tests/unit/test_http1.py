@@ -250,3 +250,39 @@ def test_what_is_not_http_is_an_error(server_kube: Any, answer: bytes) -> None:
     _, kube = server_kube(lambda _h: [answer])
     with pytest.raises(KubeError, match="unreachable"):
         kube.create_or_adopt(JOB)
+
+
+class _FlakyConnection(urllib3.connection.HTTPConnection):
+    """Its first ``fails`` connects fail, as a refused or timed-out connect does."""
+
+    fails = 0
+    tries = 0
+
+    def connect(self) -> None:
+        _FlakyConnection.tries += 1
+        if _FlakyConnection.tries <= _FlakyConnection.fails:
+            raise urllib3.exceptions.NewConnectionError(self, "refused")
+        super().connect()
+
+
+@pytest.mark.parametrize(("fails", "works"), [(3, True), (4, False)])
+def test_a_failed_connect_is_tried_again_three_times(fails: int, works: bool) -> None:
+    server = Server([lambda _h: fixed("201 Created", CREATED)])
+    try:
+        pool = urllib3.HTTPConnectionPool("127.0.0.1", server.port)
+        pool.ConnectionCls = _FlakyConnection
+        _FlakyConnection.fails, _FlakyConnection.tries = fails, 0
+
+        def post() -> http1.Answer:
+            return http1.request(
+                pool, "POST", "/x", "h", {}, b"{}", connect_timeout=1, read_timeout=1
+            )
+
+        if works:
+            assert post().status == 201
+        else:
+            with pytest.raises(urllib3.exceptions.NewConnectionError):
+                post()
+        assert _FlakyConnection.tries == 4
+    finally:
+        server.close()
