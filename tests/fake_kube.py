@@ -25,6 +25,7 @@ from reconciler.adapters.kube import (
     NotServed,
     ObjectList,
     WatchEvent,
+    narrowed,
 )
 from reconciler.core.cycle import memory_from_status
 from reconciler.core.status import read_status
@@ -436,8 +437,24 @@ class FakeKube:
         return self.cluster.jobs if kind == "Job" else self.cluster.pods
 
     def list_managed(
-        self, kind: str, page_size: int = 500, *, selector: str = MANAGED_SELECTOR, fields: str = ""
+        self,
+        kind: str,
+        page_size: int = 500,
+        *,
+        selector: str = MANAGED_SELECTOR,
+        fields: str = "",
+        narrow: bool = False,
     ) -> ObjectList:
+        """As ``Kube.list_managed``; with ``narrow``, each object as the narrow decode
+        keeps it (``narrowed``: the adapter's own decoder)."""
+        listed = self._list_managed(kind, selector, fields)
+        if not narrow:
+            return listed
+        return ObjectList(
+            tuple(narrowed(kind, obj) for obj in listed.items), listed.resource_version
+        )
+
+    def _list_managed(self, kind: str, selector: str, fields: str) -> ObjectList:
         self._up()
         if kind == "Node":
             if self.cluster.nodes_forbidden:
@@ -536,10 +553,12 @@ class FakeKube:
         *,
         selector: str = MANAGED_SELECTOR,
         fields: str = "",
+        narrow: bool = False,
     ) -> Iterator[WatchEvent]:
         """The events of ``kind`` after ``resource_version``, then each new one as it
         comes, until ``timeout_seconds`` pass or the cluster is closed. (Only our own Jobs
-        and Pods change here: a watch of every pod or of the Nodes sees those changes.)"""
+        and Pods change here: a watch of every pod or of the Nodes sees those changes.)
+        With ``narrow``, each object as the narrow decode keeps it (``narrowed``)."""
         self._up()
         self._source(kind)  # NotServed, as the apiserver answers 404
         after = int(resource_version)
@@ -558,7 +577,7 @@ class FakeKube:
                 position = len(self.cluster.changes)
             for version, what, event_type, obj in batch:
                 if what == kind and version > after:
-                    yield WatchEvent(event_type, obj)
+                    yield WatchEvent(event_type, narrowed(kind, obj) if narrow else obj)
 
     def served_backends(self, wanted: Any) -> frozenset[str]:
         self._up()

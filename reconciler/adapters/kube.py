@@ -12,8 +12,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, cast
+from typing import Any, Generic, ParamSpec, TypedDict, TypeVar, cast
 
+import msgspec
 import orjson
 import urllib3
 import yaml
@@ -22,7 +23,8 @@ from kubernetes.client import rest
 from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
-from reconciler.core.observe import cached
+from reconciler.adapters import http1
+from reconciler.core.observe import OBSERVED_FIELDS, cached
 from reconciler.core.plan import BACKEND_APIS
 from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
 from reconciler.core.render_kubeflow import API_VERSION as KUBEFLOW_API_VERSION
@@ -171,11 +173,85 @@ def _loads(data: bytes | str) -> Any:
     return orjson.loads(data)
 
 
-def _json(resp: Any) -> dict[str, Any]:
+T = TypeVar("T")
+
+
+class _Event(TypedDict, Generic[T]):
+    type: str
+    object: T
+
+
+# ``continue`` is a Python keyword: the functional form
+_ListMeta = TypedDict("_ListMeta", {"resourceVersion": Any, "continue": Any}, total=False)
+
+
+class _Page(TypedDict, Generic[T], total=False):
+    items: list[T] | None
+    metadata: _ListMeta | None
+
+
+@dataclass(frozen=True, slots=True)
+class _Narrow:
+    """Decoders of a watch event and of a list page straight into the fields observation
+    reads of a kind (``core.observe.OBSERVED_FIELDS``)."""
+
+    event: msgspec.json.Decoder[Any]
+    page: msgspec.json.Decoder[Any]
+    one: msgspec.json.Decoder[Any]
+
+
+@functools.cache
+def _narrow(kind: str) -> _Narrow | None:
+    shape = OBSERVED_FIELDS.get(kind)
+    if shape is None:
+        return None
+    return _Narrow(
+        msgspec.json.Decoder(_Event[shape]),  # type: ignore[valid-type]
+        msgspec.json.Decoder(_Page[shape]),  # type: ignore[valid-type]
+        msgspec.json.Decoder(shape),
+    )
+
+
+def _parse(data: bytes, decoder: msgspec.json.Decoder[Any] | None) -> Any:
+    """``data`` decoded by ``decoder`` (the fields observation reads), or whole, by
+    ``_loads``, when there is none or the data does not fit it (then ``ValueError`` if it
+    is not JSON at all)."""
+    if decoder is not None:
+        try:
+            return decoder.decode(data)
+        except msgspec.DecodeError:  # not the shape (ValidationError), or not JSON
+            pass
+    return _loads(data)
+
+
+class _CreatedMeta(TypedDict, total=False):
+    uid: Any
+    resourceVersion: Any
+    annotations: Any
+
+
+class _Created(TypedDict, total=False):
+    metadata: _CreatedMeta | None
+
+
+# What ``create_or_adopt`` reads of a create's answer: the object's metadata it reports.
+_CREATED = msgspec.json.Decoder(_Created)
+
+
+def narrowed(kind: str, obj: Mapping[str, Any]) -> dict[str, Any]:
+    """``obj`` as the narrow watch caches keep it: the fields observation reads (the whole
+    object, less ``managedFields``, for a kind without a narrow shape)."""
+    narrow = _narrow(kind)
+    data: dict[str, Any] = _parse(orjson.dumps(obj), narrow.one if narrow else None)
+    return cached(data)
+
+
+def _json(resp: Any, decoder: msgspec.json.Decoder[Any] | None = None) -> dict[str, Any]:
     """The body of a ``_preload_content=False`` response as plain JSON: the API's own
-    field names, without the client's model objects (several times faster to read)."""
+    field names, without the client's model objects (several times faster to read); with
+    ``decoder``, only the fields it decodes (``_parse``)."""
     try:
-        data: dict[str, Any] = _loads(resp.data)
+        data: dict[str, Any] = _parse(resp.data, decoder)
         return data
     finally:
         resp.release_conn()
@@ -339,12 +415,17 @@ class Kube:
 
         What the client's generated create methods send, through the same ``ApiClient``:
         its host, auth headers (``param_serialize``: a refreshed token included), TLS
-        connection pool and retries, and a non-2xx answer raised as the same
-        ``ApiException``. Without their per-call costs, which were most of the reconciler's
-        CPU per create (docs/benchmarks.md, "Cost per operation"): pydantic's validation of
-        every argument, a recursive copy of the manifest, then the standard library's
+        connection pool, and a non-2xx answer raised as the same ``ApiException``. The
+        request is written and its answer read straight on a kept-alive connection of
+        that pool (``http1.request``: a connection the server closed while idle is
+        replaced once, as urllib3 does), without ``http.client``'s and urllib3's
+        per-request Python; through a proxy, by urllib3 as before. Without the generated
+        methods' per-call costs, which were most of the reconciler's CPU per create
+        (docs/benchmarks.md, "Cost per operation"): pydantic's validation of every
+        argument, a recursive copy of the manifest, then the standard library's
         ``json.dumps``; the body is serialised once, by orjson. The timeouts are
-        ``bounded``'s defaults."""
+        ``bounded``'s defaults. Of the answer, only the metadata ``create_or_adopt``
+        reports is decoded (uid, resourceVersion, annotations)."""
         method, url, headers, _, _ = self.api.param_serialize(
             "POST",
             path,
@@ -353,25 +434,42 @@ class Kube:
             header_params={"Accept": "application/json", "Content-Type": "application/json"},
             auth_settings=["BearerToken"],
         )
-        try:
-            raw = self.api.rest_client.pool_manager.request(
+        payload = orjson.dumps(body)
+        manager = self.api.rest_client.pool_manager
+        answer: Any
+        if type(manager) is urllib3.PoolManager:  # not through a proxy: straight on a socket
+            target = urllib3.util.parse_url(url)
+            answer = http1.request(
+                manager.connection_from_url(url),
                 method,
-                url,
-                body=orjson.dumps(body),
-                headers=headers,
-                timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT),
-                preload_content=False,
+                target.request_uri,
+                str(target.netloc),
+                headers,
+                payload,
+                connect_timeout=CONNECT_TIMEOUT,
+                read_timeout=READ_TIMEOUT,
             )
-        except urllib3.exceptions.SSLError as exc:  # as the client's REST layer says it
-            raise ApiException(status=0, reason=f"{type(exc).__name__}\n{exc}") from exc
-        resp = rest.RESTResponse(raw)
-        try:
-            content: bytes = resp.read()
-        finally:
-            raw.release_conn()
-        if not 200 <= resp.status <= 299:
-            raise ApiException.from_response(http_resp=resp, body=None, data=None)
-        data: dict[str, Any] = _loads(content)
+            content = answer.data
+        else:
+            try:
+                raw = manager.request(
+                    method,
+                    url,
+                    body=payload,
+                    headers=headers,
+                    timeout=urllib3.Timeout(connect=CONNECT_TIMEOUT, read=READ_TIMEOUT),
+                    preload_content=False,
+                )
+            except urllib3.exceptions.SSLError as exc:  # as the client's REST layer says it
+                raise ApiException(status=0, reason=f"{type(exc).__name__}\n{exc}") from exc
+            answer = rest.RESTResponse(raw)
+            try:
+                content = answer.read()
+            finally:
+                raw.release_conn()
+        if not 200 <= answer.status <= 299:
+            raise ApiException.from_response(http_resp=answer, body=None, data=None)
+        data: dict[str, Any] = _parse(content, _CREATED)  # what create_or_adopt reads
         return data
 
     def _read(self, kind: str, namespace: str, name: str) -> dict[str, Any]:
@@ -644,14 +742,17 @@ class Kube:
         *,
         selector: str = MANAGED_SELECTOR,
         fields: str = "",
+        narrow: bool = False,
     ) -> ObjectList:
         """Every object of ``kind`` that we manage (or, with another label ``selector``
         and a field selector, those), in pages, as plain dicts. For an optional kind (a
-        PyTorchJob), ``NotServed`` when the cluster does not serve it."""
+        PyTorchJob), ``NotServed`` when the cluster does not serve it. With ``narrow``,
+        each object holds only the fields observation reads (``narrowed``)."""
         items: list[Mapping[str, Any]] = []
         token: str | None = None
         lister = self._lister(kind)
         extra = {"field_selector": fields} if fields else {}
+        shape = _narrow(kind) if narrow else None
         while True:
             try:
                 page = _json(
@@ -661,7 +762,8 @@ class Kube:
                         _continue=token,
                         _preload_content=False,
                         **extra,
-                    )
+                    ),
+                    shape.page if shape else None,
                 )
             except ApiException as exc:
                 raise _list_error(exc, kind) from exc
@@ -679,9 +781,15 @@ class Kube:
         *,
         selector: str = MANAGED_SELECTOR,
         fields: str = "",
+        narrow: bool = False,
     ) -> Iterator[WatchEvent]:
-        """Events after ``resource_version``. Raises ``WatchExpired`` on 410: relist."""
+        """Events after ``resource_version``. Raises ``WatchExpired`` on 410: relist. With
+        ``narrow``, each event's object holds only the fields observation reads
+        (``narrowed``), decoded without building the rest (docs/benchmarks.md, "Cost per
+        operation")."""
         what = f"watching {kind}s"
+        shape = _narrow(kind) if narrow else None
+        decoder = shape.event if shape else None
         extra = {"field_selector": fields} if fields else {}
         try:
             resp = self._lister(kind)(
@@ -705,7 +813,9 @@ class Kube:
             if not line.strip():
                 continue
             try:
-                event = _loads(line)
+                event = _parse(line, decoder)
+                if decoder is not None and event.get("type") == "ERROR":
+                    event = _loads(line)  # its Status whole: code, message
             except ValueError as exc:
                 raise KubeError(f"{what}: bad event: {line[:200]!r}") from exc
             raw = event.get("object") or {}

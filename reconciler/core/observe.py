@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypedDict
 
 from reconciler.core.gang import (
     LABEL_KUBEFLOW_JOB_NAME,
@@ -119,6 +119,115 @@ def cached(obj: dict[str, Any]) -> dict[str, Any]:
     if isinstance(meta, dict):
         meta.pop("managedFields", None)
     return obj
+
+
+# What observation reads of each kind (this module, ``core/gang.py`` and ``core/trigger.py``
+# through ``workload_end_phase``): the watch caches of the workloads and their pods keep
+# only these fields (``adapters/kube.py`` decodes a watch event or a list straight into
+# them, without building the rest: ``managedFields``, the pod's volumes, env, images...).
+# A field read here must be in these; tests/unit/test_observe_narrow.py checks that the
+# observation of the narrow objects equals that of the whole ones on real Jobs, Indexed
+# Jobs, PyTorchJobs and pods (failed, evicted, deleted). Leaves are ``Any``: any JSON value
+# reads as the whole object's would. An object that does not fit (a value of another JSON
+# type where an object or list is expected) is parsed whole instead.
+
+
+class _Metadata(TypedDict, total=False):
+    name: Any
+    namespace: Any
+    uid: Any
+    resourceVersion: Any
+    creationTimestamp: Any
+    deletionTimestamp: Any
+    labels: Any
+    annotations: Any
+
+
+class _Condition(TypedDict, total=False):
+    type: Any
+    status: Any
+    reason: Any
+    message: Any
+    lastTransitionTime: Any
+
+
+class _Terminated(TypedDict, total=False):
+    message: Any
+
+
+class _ContainerState(TypedDict, total=False):
+    terminated: _Terminated | None
+
+
+class _ContainerStatus(TypedDict, total=False):
+    state: _ContainerState | None
+
+
+class _Status(TypedDict, total=False):
+    phase: Any
+    conditions: list[_Condition] | None
+    startTime: Any
+    completionTime: Any
+    containerStatuses: list[_ContainerStatus] | None
+
+
+class _Container(TypedDict, total=False):
+    resources: Any
+    restartPolicy: Any
+
+
+class _PodSpec(TypedDict, total=False):
+    containers: list[_Container] | None
+    initContainers: list[_Container] | None
+
+
+class _Template(TypedDict, total=False):
+    spec: _PodSpec | None
+
+
+class _JobSpec(TypedDict, total=False):
+    parallelism: Any
+    completionMode: Any
+    template: _Template | None
+
+
+class _ReplicaSpec(TypedDict, total=False):
+    replicas: Any
+    template: _Template | None
+
+
+class _PyTorchJobSpec(TypedDict, total=False):
+    pytorchReplicaSpecs: dict[str, _ReplicaSpec | None] | None
+
+
+class _BoundSpec(TypedDict, total=False):
+    nodeName: Any
+
+
+class ObservedJob(TypedDict, total=False):
+    metadata: _Metadata | None
+    spec: _JobSpec | None
+    status: _Status | None
+
+
+class ObservedPyTorchJob(TypedDict, total=False):
+    metadata: _Metadata | None
+    spec: _PyTorchJobSpec | None
+    status: _Status | None
+
+
+class ObservedPod(TypedDict, total=False):
+    metadata: _Metadata | None
+    spec: _BoundSpec | None
+    status: _Status | None
+
+
+# The fields observation reads, per kind of object cached for it.
+OBSERVED_FIELDS: Mapping[str, type] = {
+    JOB: ObservedJob,
+    "Pod": ObservedPod,
+    PYTORCHJOB: ObservedPyTorchJob,
+}
 
 
 def _conditions(obj: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:

@@ -266,14 +266,15 @@ class Reconciler:
 
     def _informers_for(self, name: str, kube: Kube) -> tuple[Informer, ...]:
         """The watch caches of one cluster: Jobs, Pods and PyTorchJobs (an empty cache
-        where the cluster does not serve the CRD)."""
+        where the cluster does not serve the CRD), each object narrowed to the fields
+        observation reads (the observer and the triggers are their only readers)."""
         pair = self._informers.get(name)
         if pair is None or pair[0].kube is not kube:
             self._stop_informers(name)
             pair = (
-                Informer(kube, "Job", on_trigger=self._on_trigger),
-                Informer(kube, "Pod", on_trigger=self._on_trigger),
-                Informer(kube, PYTORCHJOB, on_trigger=self._on_trigger),
+                Informer(kube, "Job", on_trigger=self._on_trigger, narrow=True),
+                Informer(kube, "Pod", on_trigger=self._on_trigger, narrow=True),
+                Informer(kube, PYTORCHJOB, on_trigger=self._on_trigger, narrow=True),
             )
             for informer in pair:
                 informer.start()

@@ -36,16 +36,20 @@ class Informer:
         fields: str = "",
         on_trigger: Callable[[Trigger], None] | None = None,
         absent_retry: float = 30.0,
+        narrow: bool = False,
     ) -> None:
         """``selector`` and ``fields``: the label and field selectors of the objects
         cached (by default, the ones we manage); ``on_trigger`` is told of the events that
-        should start a cycle."""
+        should start a cycle; with ``narrow``, the cache keeps only the fields observation
+        reads of each object (``Kube.watch_managed``): for the caches that only the
+        observer and the triggers read."""
         self.kube = kube
         self.kind = kind
         self.selector = selector
         self.fields = fields
         self.watch_timeout = watch_timeout
         self.on_trigger = on_trigger
+        self.narrow = narrow
         self._items: dict[str, Mapping[str, Any]] = {}  # by uid
         self._version: str | None = None
         self._lock = threading.Lock()
@@ -95,7 +99,9 @@ class Informer:
         self._retry.set()
 
     def _relist(self) -> None:
-        listed = self.kube.list_managed(self.kind, selector=self.selector, fields=self.fields)
+        listed = self.kube.list_managed(
+            self.kind, selector=self.selector, fields=self.fields, narrow=self.narrow
+        )
         self.served = True
         with self._lock:
             self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
@@ -134,6 +140,7 @@ class Informer:
                     timeout_seconds=self.watch_timeout,
                     selector=self.selector,
                     fields=self.fields,
+                    narrow=self.narrow,
                 ):
                     self.error = ""  # the watch is back
                     self._apply(event.type, event.object)
