@@ -636,8 +636,7 @@ def render_status(
         files = {operation_path(r.operation): _dumped(r, memo) for r in records}
     if phases is not None:
         for r in records:
-            path = operation_path(r.operation)
-            phases[path] = (files[path], _run_of_record(r))
+            phases[files[operation_path(r.operation)]] = _run_of_record(r)
     files.update(_order_files(plan, memo))
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
@@ -1206,9 +1205,11 @@ def status_changes(
 MAX_BODY_LINES = 50
 
 
-# What a status file says of its operation's run: (operation, generation, phase), or None
-# for a file that is not an operation's (or cannot be read), by the file's content.
-PhaseMemo = dict[str, tuple[bytes, tuple[str, int | None, RecordPhase] | None]]
+# What an operation's status file says of its run: (operation, generation, phase), or None
+# for a workflow parent's (or a file that cannot be read), by the file's content. Keyed by
+# content, not path: the previous write's content of a file that changed is still known
+# (it is the ``before`` of the next commit message), so nothing is parsed back twice.
+PhaseMemo = dict[bytes, tuple[str, int | None, RecordPhase] | None]
 
 
 def summarize_cycle(
@@ -1222,8 +1223,10 @@ def summarize_cycle(
     memo = {} if memo is None else memo
     old = _phases(before, memo)
     new = _phases(after, memo)
-    for gone in [p for p in memo if p not in after]:
-        del memo[gone]
+    if len(memo) > len(after):  # forget the contents no file has any more
+        kept = set(after.values())
+        for gone in [data for data in memo if data not in kept]:
+            del memo[gone]
     counts: Counter[str] = Counter()
     lines: list[str] = []
     for oid in sorted(set(old) | set(new)):
@@ -1294,12 +1297,10 @@ def _phases(
             or is_order_path(path)
         ):
             continue
-        known = memo.get(path)
-        if known is not None and (known[0] is data or known[0] == data):
-            run = known[1]
+        if data in memo:
+            run = memo[data]
         else:
-            run = _run_of(path, data)
-            memo[path] = (data, run)
+            run = memo[data] = _run_of(path, data)
         if run is not None:
             out[run[0]] = run[1:]
     return out

@@ -368,7 +368,7 @@ def test_summarize_cycle_counts_transitions() -> None:
         assert summarize_cycle(second, third, memo) == message
     changed = {p for p in third if third[p] != second.get(p) and p.endswith(".yaml")}
     assert {c.args[0] for c in parse.call_args_list} <= changed
-    assert set(memo) <= set(third)
+    assert set(memo) <= set(third.values())
     body = message.splitlines()[2:]
     assert "vision/train-1: Running -> Succeeded" in body
     assert "vision/train-3: Queued -> Dispatched" in body
@@ -647,13 +647,27 @@ def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
     phases: PhaseMemo = {}
     _, files = cycle(world, states, phases=phases)
     operations = {p for p in files if p.startswith("status/vision/")}
-    assert len(operations) == 8 and set(phases) == operations
+    assert len(operations) == 8 and set(phases) == {files[p] for p in operations}
     for path in operations:
-        data, run = phases[path]
-        assert data is files[path]
-        assert run == status_module._run_of(path, data), path
-    assert phases["status/vision/sweep.yaml"][1] is None  # a workflow parent
+        assert phases[files[path]] == status_module._run_of(path, files[path]), path
+    assert phases[files["status/vision/sweep.yaml"]] is None  # a workflow parent
     with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
         message = summarize_cycle({}, files, phases)
     assert message == summarize_cycle({}, files)
     assert parse.call_count == 0
+    # the next write: the files that changed are known by their old content as well, so
+    # the commit message of a dispatch parses nothing back either
+    later = {
+        **states,
+        "vision/train-1": state(repo, "vision/train-1", Phase.SUCCEEDED),
+        "vision/train-2": state(repo, "vision/train-2", Phase.RUNNING),
+    }
+    _, after = cycle(world, later, phases=phases)
+    changed = [p for p in operations if after[p] != files[p]]
+    assert len(changed) >= 2
+    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+        message = summarize_cycle(files, after, phases)
+    assert message == summarize_cycle(files, after)
+    assert "vision/train-1: Running -> Succeeded" in message
+    assert parse.call_count == 0
+    assert set(phases) <= set(after.values())  # the old contents forgotten
