@@ -24,6 +24,7 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.block_yaml import BlockYaml
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.gang import GangTimeout
 from reconciler.core.ledger import (
@@ -1061,7 +1062,21 @@ def _yaml_text(canonical_json: str) -> bytes:
     return _yaml_dump(json.loads(canonical_json))
 
 
+# The same text as ``yaml.dump`` below for the values status records hold, without PyYAML's
+# representer (most of the dump's cost); None for anything else. Only for libyaml's
+# dumper: the writer follows its emitter's rules.
+_BLOCK = BlockYaml(_Dumper.yaml_implicit_resolvers) if _BaseDumper is not yaml.SafeDumper else None
+
+
 def _yaml_dump(data: Mapping[str, Any]) -> bytes:
+    if _BLOCK is not None:
+        fast = _BLOCK.document(data)
+        if fast is not None:
+            return fast.encode()
+    return _pyyaml_dump(data)
+
+
+def _pyyaml_dump(data: Mapping[str, Any]) -> bytes:
     text = yaml.dump(
         data,
         Dumper=_Dumper,
