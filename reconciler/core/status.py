@@ -607,6 +607,7 @@ def render_status(
     memo: RenderMemo | None = None,
     hashes: SpecHashMemo | None = None,
     phases: PhaseMemo | None = None,
+    built: RecordMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -625,8 +626,10 @@ def render_status(
     last dumped, and ``hashes`` hashing again the spec of an operation compiled as before
     (the same object: the incremental compile reuses it). ``phases`` (``summarize_cycle``'s
     memo) is given each operation file's run as rendered, so the commit message does not
-    parse back the YAML just dumped: in a dispatch, most files change at every write."""
-    records = build_status(repo, plan, states, failed, superseded, hashes)
+    parse back the YAML just dumped: in a dispatch, most files change at every write.
+    ``built`` (``build_status``'s memo) spares building again the record of a compiled
+    operation whose inputs are the same objects, or equal, as last time."""
+    records = build_status(repo, plan, states, failed, superseded, hashes, built)
     for i, record in enumerate(records):
         mark = (gang_timeouts or {}).get(record.operation)
         if mark is not None:
@@ -696,7 +699,7 @@ def _order_files(plan: Plan, memo: RenderMemo | None) -> dict[str, bytes]:
 def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
     path = operation_path(record.operation)
     known = memo.get(path)
-    if known is not None and known[0] == record:
+    if known is not None and (known[0] is record or known[0] == record):
         return known[1]
     data = dump_yaml(record.to_dict())
     memo[path] = (record, data)
@@ -728,10 +731,15 @@ def build_status(
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     superseded: Mapping[str, WorkloadState] | None = None,
     hashes: SpecHashMemo | None = None,
+    built: RecordMemo | None = None,
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
     their parents), rejected ones, and those only observed (e.g. removed but still running).
-    An operation's superseded runs still active are listed on its record."""
+    An operation's superseded runs still active are listed on its record.
+
+    ``built`` (kept by the caller between cycles): each compiled operation's record and
+    what it was built from; a record whose inputs are the same (most of them, cycle after
+    cycle) is not built again."""
     dispatched = {d.operation: d.cluster for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     stops = {s.operation for s in plan.stop}
@@ -743,23 +751,36 @@ def build_status(
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
         chosen = dispatched.get(op.id)
-        if chosen is not None and chosen != op.cluster:
-            op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
-        record = _compiled_record(
-            repo,
+        waiting = pending.get(op.id)
+        failure = (failed or {}).get(op.id)
+        desired = _spec_hash(repo, op, hashes)
+        inputs = (
             op,
+            chosen,
             state,
-            op.id in dispatched,
-            pending.get(op.id),
-            (failed or {}).get(op.id),
-            _spec_hash(repo, op, hashes),
+            None if waiting is None else (waiting.reason, waiting.blocked_by),
+            failure,
+            desired,
+            repo.version if chosen is not None and state is None else None,
         )
+        known = None if built is None else built.get(op.id)
+        if known is not None and known[0] == inputs:
+            record = known[1]
+        else:
+            if chosen is not None and chosen != op.cluster:
+                op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
+            record = _compiled_record(
+                repo, op, state, chosen is not None, waiting, failure, desired
+            )
+            if built is not None:
+                built[op.id] = (inputs, record)
         out[op.id] = record
         if op.workflow is not None:
             children.setdefault(op.workflow.parent, []).append(record)
-    if hashes is not None and len(hashes) > len(repo.operations):
-        for gone in hashes.keys() - {op.id for op in repo.operations}:
-            del hashes[gone]
+    for memo in (hashes, built):
+        if memo is not None and len(memo) > len(repo.operations):
+            for gone in memo.keys() - {op.id for op in repo.operations}:
+                del memo[gone]
     for parent, kids in children.items():
         if parent not in out:
             out[parent] = _workflow_record(parent, kids)
@@ -855,6 +876,11 @@ def _compiled_record(
         )
     return OperationStatus(**common, phase=Phase.QUEUED, workload=name)
 
+
+# Per operation id: what its record was built from (the compiled operation, the cluster
+# chosen, its workload, why it waits, its failed dispatch, its spec hash, the commit it is
+# dispatched at) and the record.
+RecordMemo = dict[str, tuple[tuple[Any, ...], OperationStatus]]
 
 # Per operation id: the compiled operation last hashed, the connections it used, its hash.
 SpecHashMemo = dict[str, tuple[CompiledOperation, tuple[Any, ...], str]]

@@ -19,6 +19,7 @@ from reconciler.core.status import (
     ConfigStatus,
     OperationStatus,
     PhaseMemo,
+    RecordMemo,
     RenderMemo,
     SpecHashMemo,
     StatusReason,
@@ -630,6 +631,37 @@ def test_the_spec_hash_memo_gives_the_hash_a_fresh_render_gives() -> None:
         != load(first, "status/vision/train-1.yaml")["specHash"]
     )
     assert set(hashes) == {"vision/train-1", "vision/train-2"}  # the gone one forgotten
+
+
+def test_the_record_memo_gives_the_files_a_fresh_render_gives() -> None:
+    """With every memo kept between cycles, as the status writer keeps them, each cycle of
+    a dispatch renders the very files a render without memos does; a record whose inputs
+    did not change is the one built before."""
+    world = _many_pending(4)
+    repo = world.repo(COMMIT)
+    built: RecordMemo = {}
+    memos: dict[str, Any] = {"memo": {}, "hashes": {}, "phases": {}, "built": built}
+    op = "vision/train-1"
+    running = {op: state(repo, op, Phase.RUNNING)}
+    steps: list[tuple[CompiledRepo, dict[str, WorkloadState], dict[str, Any]]] = [
+        (repo, {}, {}),  # train-1 dispatched, the rest wait
+        (repo, {}, {}),  # the same cycle again
+        (repo, {}, {"failed": {op: (StatusReason.DISPATCH_FAILED, "boom")}}),
+        (repo, running, {}),
+        (repo, {op: state(repo, op, Phase.SUCCEEDED)}, {}),  # train-2 dispatched
+        (world.repo(OLD_COMMIT), {op: state(repo, op, Phase.SUCCEEDED)}, {}),  # a new commit
+    ]
+    records: dict[str, Any] = {}
+    for i, (compiled, states, kw) in enumerate(steps):
+        plan = plan_repo(compiled, [s.to_observed() for s in states.values()], NOW)
+        fresh = render_status(compiled, plan, states, **kw)
+        assert render_status(compiled, plan, states, **kw, **memos) == fresh, i
+        if i == 1:  # nothing changed: no record built again
+            assert all(built[k][1] is records[k] for k in records)
+        records = {k: v[1] for k, v in built.items()}
+    assert set(built) == {f"vision/train-{i}" for i in range(1, 5)}
+    # train-2, dispatched again under the new commit, says that commit (the same operation)
+    assert load(fresh, "status/vision/train-2.yaml")["configCommit"] == OLD_COMMIT
 
 
 def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
