@@ -68,7 +68,7 @@ def order_path(queue: str, part: int = 1) -> str:
 
 
 def is_order_path(path: str) -> bool:
-    return _ORDER_FILE.match(path) is not None
+    return path.startswith(ORDER_DIR) and _ORDER_FILE.match(path) is not None
 
 
 class StatusPhase(enum.StrEnum):
@@ -889,7 +889,7 @@ SpecHashMemo = dict[str, tuple[CompiledOperation, tuple[Any, ...], str]]
 def _spec_hash(repo: CompiledRepo, op: CompiledOperation, memo: SpecHashMemo | None) -> str:
     if memo is None:
         return spec_hash(op, repo.connections)
-    used = tuple(repo.connections.get(n) for n in op.connections)
+    used = tuple(map(repo.connections.get, op.connections)) if op.connections else ()
     known = memo.get(op.id)
     if known is not None and known[0] is op and known[1] == used:
         return known[2]
