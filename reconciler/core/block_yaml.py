@@ -21,6 +21,7 @@ rules libyaml's emitter follows (``yaml_emitter_analyze_scalar`` and
   list in a list begins on its item's line (``- a: 1``, ``- - 1``); an empty mapping or list
   ``{}`` / ``[]``.
 
+A str subclass (a ``StrEnum``) is written as its text, as ``json.dumps`` writes it.
 Anything else (a text with a line break, a tab or a character outside printable ASCII, a
 key longer than 128 characters, a mapping or list met twice, a float that is not finite,
 another type) returns None: the caller
@@ -98,6 +99,8 @@ class BlockYaml:
         kind = type(value)
         if kind is str:
             return self._text(value, key=key)
+        if isinstance(value, str):  # a StrEnum (a record's phase): written as its text,
+            return self._text(str.__str__(value), key=key)  # as its JSON is
         if key:
             return None  # a mapping key other than text: left to PyYAML
         if kind is bool:

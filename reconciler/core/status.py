@@ -1075,8 +1075,15 @@ def _json_default(value: Any) -> Any:
 def dump_yaml(data: Mapping[str, Any]) -> bytes:
     """Deterministic YAML: sorted keys, block style, no line wrapping.
 
-    The canonical JSON of ``data`` keys a memo of the YAML text: most records are the
-    same from one cycle to the next, and the YAML emitter is the costly part."""
+    Data of JSON's own types (dict, list, str or a str subclass, int, float, bool, None)
+    is written by the direct writer as it is: the same text as through the canonical JSON
+    below, which would give back equal data. Other data (a Decimal, a tuple, a set, a
+    mapping that is not a dict) goes through its canonical JSON, which keys a memo of
+    PyYAML's text: most of those records are the same from one cycle to the next."""
+    if _BLOCK is not None:
+        direct = _BLOCK.document(data)
+        if direct is not None:
+            return direct.encode()
     key = json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
     )

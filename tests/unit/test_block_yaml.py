@@ -116,6 +116,21 @@ def test_what_it_declines() -> None:
     assert BLOCK.document({}) is None
 
 
+def test_a_record_as_its_model_dumps_it_takes_the_direct_path() -> None:
+    """``to_dict`` holds the phase as a ``Phase`` (a StrEnum): written as its text, with no
+    detour through JSON."""
+    record = OperationStatus(operation="a/b", phase=Phase.RUNNING, requests={"cpu": "1"})
+    data = record.to_dict()
+    assert type(data["phase"]) is Phase
+    assert BLOCK is not None and BLOCK.document(data) == (
+        "operation: a/b\nphase: Running\nrequests:\n  cpu: '1'\nsync: Synced\n"
+    )
+    assert dump_yaml(data) == pyyaml(json.loads(json.dumps(data)))
+    enums: dict[str, Any] = {Phase.QUEUED: Phase.FAILED, "k": [Phase.STOPPED]}
+    text = BLOCK.document(enums)
+    assert text is not None and text.encode() == pyyaml(json.loads(json.dumps(enums)))
+
+
 def test_common_records_take_the_direct_path() -> None:
     """The records of a dispatch are written without PyYAML (the point of the writer)."""
     assert same({"k": "dispatched to cluster local", "n": 3, "q": {"cpu": "10m"}}) is not None
@@ -195,3 +210,23 @@ def test_status_records_are_written_as_pyyaml_writes_them(record: OperationStatu
 @given(records_of(ascii_texts))
 def test_status_records_of_printable_text_are_written_directly(record: OperationStatus) -> None:
     assert check_record(record) is not None
+
+
+def test_data_of_other_types_goes_through_its_canonical_json() -> None:
+    """``dump_yaml`` writes JSON-typed data directly (a StrEnum as its text) and anything
+    else (a Decimal, a tuple, a mapping that is not a dict) as its canonical JSON's YAML:
+    the same text either way."""
+    from decimal import Decimal
+    from types import MappingProxyType
+
+    odd: dict[str, Any] = {
+        "a": Decimal("0.5"),
+        "b": ("x", "y"),
+        "c": MappingProxyType({"k": 1}),
+        "d": Phase.RUNNING,
+        "e": {2: "int key"},
+    }
+    assert BLOCK is not None and BLOCK.document(odd) is None
+    canonical = json.loads(json.dumps(odd, sort_keys=True, default=status_module._json_default))
+    assert dump_yaml(odd) == pyyaml(canonical)
+    assert b"a: 500m\n" in dump_yaml(odd) and b"d: Running\n" in dump_yaml(odd)
