@@ -81,8 +81,10 @@ class BlockYaml:
     def _text(self, value: str, *, key: bool) -> str | None:
         if key and len(value) > _MAX_SIMPLE_KEY:
             return None
-        if value in self._texts:
+        try:  # one lookup: another thread may clear the memo between two
             return self._texts[value]
+        except KeyError:
+            pass
         if len(self._texts) >= _MAX_TEXTS:
             self._texts.clear()
         text = self._texts[value] = self._written(value)
