@@ -284,7 +284,7 @@ _MONTH_FILE = re.compile(rf"^{LEDGER_DIR}/\d{{4}}-\d{{2}}(\.[1-9]\d{{0,5}})?\.ya
 
 def is_ledger_path(path: str) -> bool:
     """``status/ledger/2026-12.yaml`` (or a later part, ``2026-12.2.yaml``)."""
-    return _MONTH_FILE.match(path) is not None
+    return path.startswith(LEDGER_DIR) and _MONTH_FILE.match(path) is not None
 
 
 def ledger_documents(ledger: Ledger) -> dict[str, dict[str, Any]]:

@@ -95,6 +95,13 @@ class WorkloadState:
     kind: str = JOB  # the workload's kind: Job, or PyTorchJob (backend pytorchjob)
 
     def to_observed(self) -> ObservedOperation:
+        """The workload as the planner sees it. Built once per state: a workload's state is
+        the same object from cycle to cycle until it changes (``Observer``), and every
+        cycle's ``decide`` asks each one."""
+        return self._observed
+
+    @functools.cached_property
+    def _observed(self) -> ObservedOperation:
         return ObservedOperation(
             operation=self.operation,
             phase=self.phase,

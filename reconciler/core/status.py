@@ -24,6 +24,7 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
+from reconciler.core.block_yaml import BlockYaml
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.gang import GangTimeout
 from reconciler.core.ledger import (
@@ -67,7 +68,7 @@ def order_path(queue: str, part: int = 1) -> str:
 
 
 def is_order_path(path: str) -> bool:
-    return _ORDER_FILE.match(path) is not None
+    return path.startswith(ORDER_DIR) and _ORDER_FILE.match(path) is not None
 
 
 class StatusPhase(enum.StrEnum):
@@ -606,6 +607,7 @@ def render_status(
     memo: RenderMemo | None = None,
     hashes: SpecHashMemo | None = None,
     phases: PhaseMemo | None = None,
+    built: RecordMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file for one cycle, by path.
 
@@ -624,8 +626,10 @@ def render_status(
     last dumped, and ``hashes`` hashing again the spec of an operation compiled as before
     (the same object: the incremental compile reuses it). ``phases`` (``summarize_cycle``'s
     memo) is given each operation file's run as rendered, so the commit message does not
-    parse back the YAML just dumped: in a dispatch, most files change at every write."""
-    records = build_status(repo, plan, states, failed, superseded, hashes)
+    parse back the YAML just dumped: in a dispatch, most files change at every write.
+    ``built`` (``build_status``'s memo) spares building again the record of a compiled
+    operation whose inputs are the same objects, or equal, as last time."""
+    records = build_status(repo, plan, states, failed, superseded, hashes, built)
     for i, record in enumerate(records):
         mark = (gang_timeouts or {}).get(record.operation)
         if mark is not None:
@@ -636,8 +640,7 @@ def render_status(
         files = {operation_path(r.operation): _dumped(r, memo) for r in records}
     if phases is not None:
         for r in records:
-            path = operation_path(r.operation)
-            phases[path] = (files[path], _run_of_record(r))
+            phases[files[operation_path(r.operation)]] = _run_of_record(r)
     files.update(_order_files(plan, memo))
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
@@ -696,7 +699,7 @@ def _order_files(plan: Plan, memo: RenderMemo | None) -> dict[str, bytes]:
 def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
     path = operation_path(record.operation)
     known = memo.get(path)
-    if known is not None and known[0] == record:
+    if known is not None and (known[0] is record or known[0] == record):
         return known[1]
     data = dump_yaml(record.to_dict())
     memo[path] = (record, data)
@@ -728,10 +731,15 @@ def build_status(
     failed: Mapping[str, tuple[StatusReason, str]] | None = None,
     superseded: Mapping[str, WorkloadState] | None = None,
     hashes: SpecHashMemo | None = None,
+    built: RecordMemo | None = None,
 ) -> list[OperationStatus]:
     """The per-operation records, sorted by id: compiled operations (workflow children and
     their parents), rejected ones, and those only observed (e.g. removed but still running).
-    An operation's superseded runs still active are listed on its record."""
+    An operation's superseded runs still active are listed on its record.
+
+    ``built`` (kept by the caller between cycles): each compiled operation's record and
+    what it was built from; a record whose inputs are the same (most of them, cycle after
+    cycle) is not built again."""
     dispatched = {d.operation: d.cluster for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     stops = {s.operation for s in plan.stop}
@@ -743,23 +751,36 @@ def build_status(
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
         chosen = dispatched.get(op.id)
-        if chosen is not None and chosen != op.cluster:
-            op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
-        record = _compiled_record(
-            repo,
+        waiting = pending.get(op.id)
+        failure = (failed or {}).get(op.id)
+        desired = _spec_hash(repo, op, hashes)
+        inputs = (
             op,
+            chosen,
             state,
-            op.id in dispatched,
-            pending.get(op.id),
-            (failed or {}).get(op.id),
-            _spec_hash(repo, op, hashes),
+            None if waiting is None else (waiting.reason, waiting.blocked_by),
+            failure,
+            desired,
+            repo.version if chosen is not None and state is None else None,
         )
+        known = None if built is None else built.get(op.id)
+        if known is not None and known[0] == inputs:
+            record = known[1]
+        else:
+            if chosen is not None and chosen != op.cluster:
+                op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
+            record = _compiled_record(
+                repo, op, state, chosen is not None, waiting, failure, desired
+            )
+            if built is not None:
+                built[op.id] = (inputs, record)
         out[op.id] = record
         if op.workflow is not None:
             children.setdefault(op.workflow.parent, []).append(record)
-    if hashes is not None and len(hashes) > len(repo.operations):
-        for gone in hashes.keys() - {op.id for op in repo.operations}:
-            del hashes[gone]
+    for memo in (hashes, built):
+        if memo is not None and len(memo) > len(repo.operations):
+            for gone in memo.keys() - {op.id for op in repo.operations}:
+                del memo[gone]
     for parent, kids in children.items():
         if parent not in out:
             out[parent] = _workflow_record(parent, kids)
@@ -856,6 +877,11 @@ def _compiled_record(
     return OperationStatus(**common, phase=Phase.QUEUED, workload=name)
 
 
+# Per operation id: what its record was built from (the compiled operation, the cluster
+# chosen, its workload, why it waits, its failed dispatch, its spec hash, the commit it is
+# dispatched at) and the record.
+RecordMemo = dict[str, tuple[tuple[Any, ...], OperationStatus]]
+
 # Per operation id: the compiled operation last hashed, the connections it used, its hash.
 SpecHashMemo = dict[str, tuple[CompiledOperation, tuple[Any, ...], str]]
 
@@ -863,7 +889,7 @@ SpecHashMemo = dict[str, tuple[CompiledOperation, tuple[Any, ...], str]]
 def _spec_hash(repo: CompiledRepo, op: CompiledOperation, memo: SpecHashMemo | None) -> str:
     if memo is None:
         return spec_hash(op, repo.connections)
-    used = tuple(repo.connections.get(n) for n in op.connections)
+    used = tuple(map(repo.connections.get, op.connections)) if op.connections else ()
     known = memo.get(op.id)
     if known is not None and known[0] is op and known[1] == used:
         return known[2]
@@ -1049,8 +1075,15 @@ def _json_default(value: Any) -> Any:
 def dump_yaml(data: Mapping[str, Any]) -> bytes:
     """Deterministic YAML: sorted keys, block style, no line wrapping.
 
-    The canonical JSON of ``data`` keys a memo of the YAML text: most records are the
-    same from one cycle to the next, and the YAML emitter is the costly part."""
+    Data of JSON's own types (dict, list, str or a str subclass, int, float, bool, None)
+    is written by the direct writer as it is: the same text as through the canonical JSON
+    below, which would give back equal data. Other data (a Decimal, a tuple, a set, a
+    mapping that is not a dict) goes through its canonical JSON, which keys a memo of
+    PyYAML's text: most of those records are the same from one cycle to the next."""
+    if _BLOCK is not None:
+        direct = _BLOCK.document(data)
+        if direct is not None:
+            return direct.encode()
     key = json.dumps(
         data, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=_json_default
     )
@@ -1062,7 +1095,21 @@ def _yaml_text(canonical_json: str) -> bytes:
     return _yaml_dump(json.loads(canonical_json))
 
 
+# The same text as ``yaml.dump`` below for the values status records hold, without PyYAML's
+# representer (most of the dump's cost); None for anything else. Only for libyaml's
+# dumper: the writer follows its emitter's rules.
+_BLOCK = BlockYaml(_Dumper.yaml_implicit_resolvers) if _BaseDumper is not yaml.SafeDumper else None
+
+
 def _yaml_dump(data: Mapping[str, Any]) -> bytes:
+    if _BLOCK is not None:
+        fast = _BLOCK.document(data)
+        if fast is not None:
+            return fast.encode()
+    return _pyyaml_dump(data)
+
+
+def _pyyaml_dump(data: Mapping[str, Any]) -> bytes:
     text = yaml.dump(
         data,
         Dumper=_Dumper,
@@ -1206,9 +1253,11 @@ def status_changes(
 MAX_BODY_LINES = 50
 
 
-# What a status file says of its operation's run: (operation, generation, phase), or None
-# for a file that is not an operation's (or cannot be read), by the file's content.
-PhaseMemo = dict[str, tuple[bytes, tuple[str, int | None, RecordPhase] | None]]
+# What an operation's status file says of its run: (operation, generation, phase), or None
+# for a workflow parent's (or a file that cannot be read), by the file's content. Keyed by
+# content, not path: the previous write's content of a file that changed is still known
+# (it is the ``before`` of the next commit message), so nothing is parsed back twice.
+PhaseMemo = dict[bytes, tuple[str, int | None, RecordPhase] | None]
 
 
 def summarize_cycle(
@@ -1222,8 +1271,10 @@ def summarize_cycle(
     memo = {} if memo is None else memo
     old = _phases(before, memo)
     new = _phases(after, memo)
-    for gone in [p for p in memo if p not in after]:
-        del memo[gone]
+    if len(memo) > len(after):  # forget the contents no file has any more
+        kept = set(after.values())
+        for gone in [data for data in memo if data not in kept]:
+            del memo[gone]
     counts: Counter[str] = Counter()
     lines: list[str] = []
     for oid in sorted(set(old) | set(new)):
@@ -1294,12 +1345,10 @@ def _phases(
             or is_order_path(path)
         ):
             continue
-        known = memo.get(path)
-        if known is not None and (known[0] is data or known[0] == data):
-            run = known[1]
+        if data in memo:
+            run = memo[data]
         else:
-            run = _run_of(path, data)
-            memo[path] = (data, run)
+            run = memo[data] = _run_of(path, data)
         if run is not None:
             out[run[0]] = run[1:]
     return out

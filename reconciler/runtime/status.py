@@ -28,6 +28,7 @@ from reconciler.core.plan import Plan
 from reconciler.core.status import (
     ClusterStatus,
     PhaseMemo,
+    RecordMemo,
     RenderMemo,
     SpecHashMemo,
     StatusReason,
@@ -65,6 +66,7 @@ class StatusPublisher:
         self._rendered: RenderMemo = {}  # each operation's last record and its bytes
         self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
         self._hashes: SpecHashMemo = {}  # each operation's spec hash, by compiled object
+        self._built: RecordMemo = {}  # each operation's record, by what it was built from
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
         self.faults: FaultPoints | None = None
@@ -187,7 +189,7 @@ class StatusPublisher:
         try:
             before = self._current()
             files = render_cycle_status(
-                result, compiled, plan, self._rendered, self._hashes, self._phases
+                result, compiled, plan, self._rendered, self._hashes, self._phases, self._built
             )
             changes = status_changes(before, files)
             if not changes:
@@ -219,9 +221,10 @@ def render_cycle_status(
     memo: RenderMemo | None = None,
     hashes: SpecHashMemo | None = None,
     phases: PhaseMemo | None = None,
+    built: RecordMemo | None = None,
 ) -> dict[str, bytes]:
     """Every status file one cycle writes: ``result`` with its config in force and plan
-    (``memo``, ``hashes``, ``phases``: see ``render_status``)."""
+    (``memo``, ``hashes``, ``phases``, ``built``: see ``render_status``)."""
     return render_status(
         compiled,
         plan,
@@ -250,4 +253,5 @@ def render_cycle_status(
         memo=memo,
         hashes=hashes,
         phases=phases,
+        built=built,
     )

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
 from reconciler.core.observe import (
     ObservedReason,
+    WorkloadState,
     current_states,
     job_finished_at,
     observe_workloads,
@@ -249,3 +251,33 @@ def test_a_run_ends_when_its_success_or_failure_is_established() -> None:
     assert job_finished_at({"status": {"conditions": [failed]}}) == "F2"
     assert job_finished_at({"status": {"completionTime": "T3"}}) == "T3"
     assert job_finished_at({"status": {}}) is None
+
+
+def test_a_state_is_turned_into_the_planners_view_once() -> None:
+    """``to_observed`` is built once per state (each cycle asks every state again), and a
+    state changed by ``replace`` is a new one with its own view."""
+    state = WorkloadState(
+        operation="p/a",
+        generation=1,
+        cluster="local",
+        namespace="ns",
+        name="p-a-g1",
+        uid="u",
+        phase=Phase.RUNNING,
+        queue="q",
+        requests={"cpu": Decimal(1)},
+        dispatched_at="2026-01-01T10:00:00Z",
+        started_at="2026-01-01T10:01:00Z",
+    )
+    seen = state.to_observed()
+    assert state.to_observed() is seen
+    assert (seen.operation, seen.phase, seen.requests, seen.queue) == (
+        "p/a",
+        Phase.RUNNING,
+        {"cpu": Decimal(1)},
+        "q",
+    )
+    assert seen.started_at is not None and seen.started_at.minute == 1
+    done = replace(state, phase=Phase.SUCCEEDED)
+    assert done.to_observed().phase is Phase.SUCCEEDED and state.to_observed() is seen
+    assert done == replace(done)  # the view is no field: equality is the fields'

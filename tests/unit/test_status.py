@@ -19,6 +19,7 @@ from reconciler.core.status import (
     ConfigStatus,
     OperationStatus,
     PhaseMemo,
+    RecordMemo,
     RenderMemo,
     SpecHashMemo,
     StatusReason,
@@ -368,7 +369,7 @@ def test_summarize_cycle_counts_transitions() -> None:
         assert summarize_cycle(second, third, memo) == message
     changed = {p for p in third if third[p] != second.get(p) and p.endswith(".yaml")}
     assert {c.args[0] for c in parse.call_args_list} <= changed
-    assert set(memo) <= set(third)
+    assert set(memo) <= set(third.values())
     body = message.splitlines()[2:]
     assert "vision/train-1: Running -> Succeeded" in body
     assert "vision/train-3: Queued -> Dispatched" in body
@@ -632,6 +633,37 @@ def test_the_spec_hash_memo_gives_the_hash_a_fresh_render_gives() -> None:
     assert set(hashes) == {"vision/train-1", "vision/train-2"}  # the gone one forgotten
 
 
+def test_the_record_memo_gives_the_files_a_fresh_render_gives() -> None:
+    """With every memo kept between cycles, as the status writer keeps them, each cycle of
+    a dispatch renders the very files a render without memos does; a record whose inputs
+    did not change is the one built before."""
+    world = _many_pending(4)
+    repo = world.repo(COMMIT)
+    built: RecordMemo = {}
+    memos: dict[str, Any] = {"memo": {}, "hashes": {}, "phases": {}, "built": built}
+    op = "vision/train-1"
+    running = {op: state(repo, op, Phase.RUNNING)}
+    steps: list[tuple[CompiledRepo, dict[str, WorkloadState], dict[str, Any]]] = [
+        (repo, {}, {}),  # train-1 dispatched, the rest wait
+        (repo, {}, {}),  # the same cycle again
+        (repo, {}, {"failed": {op: (StatusReason.DISPATCH_FAILED, "boom")}}),
+        (repo, running, {}),
+        (repo, {op: state(repo, op, Phase.SUCCEEDED)}, {}),  # train-2 dispatched
+        (world.repo(OLD_COMMIT), {op: state(repo, op, Phase.SUCCEEDED)}, {}),  # a new commit
+    ]
+    records: dict[str, Any] = {}
+    for i, (compiled, states, kw) in enumerate(steps):
+        plan = plan_repo(compiled, [s.to_observed() for s in states.values()], NOW)
+        fresh = render_status(compiled, plan, states, **kw)
+        assert render_status(compiled, plan, states, **kw, **memos) == fresh, i
+        if i == 1:  # nothing changed: no record built again
+            assert all(built[k][1] is records[k] for k in records)
+        records = {k: v[1] for k, v in built.items()}
+    assert set(built) == {f"vision/train-{i}" for i in range(1, 5)}
+    # train-2, dispatched again under the new commit, says that commit (the same operation)
+    assert load(fresh, "status/vision/train-2.yaml")["configCommit"] == OLD_COMMIT
+
+
 def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
     """``render_status(phases=...)`` fills ``summarize_cycle``'s memo with each operation
     file's run as rendered: the same as parsing the file back, workflow parents and rejected
@@ -647,13 +679,27 @@ def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
     phases: PhaseMemo = {}
     _, files = cycle(world, states, phases=phases)
     operations = {p for p in files if p.startswith("status/vision/")}
-    assert len(operations) == 8 and set(phases) == operations
+    assert len(operations) == 8 and set(phases) == {files[p] for p in operations}
     for path in operations:
-        data, run = phases[path]
-        assert data is files[path]
-        assert run == status_module._run_of(path, data), path
-    assert phases["status/vision/sweep.yaml"][1] is None  # a workflow parent
+        assert phases[files[path]] == status_module._run_of(path, files[path]), path
+    assert phases[files["status/vision/sweep.yaml"]] is None  # a workflow parent
     with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
         message = summarize_cycle({}, files, phases)
     assert message == summarize_cycle({}, files)
     assert parse.call_count == 0
+    # the next write: the files that changed are known by their old content as well, so
+    # the commit message of a dispatch parses nothing back either
+    later = {
+        **states,
+        "vision/train-1": state(repo, "vision/train-1", Phase.SUCCEEDED),
+        "vision/train-2": state(repo, "vision/train-2", Phase.RUNNING),
+    }
+    _, after = cycle(world, later, phases=phases)
+    changed = [p for p in operations if after[p] != files[p]]
+    assert len(changed) >= 2
+    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+        message = summarize_cycle(files, after, phases)
+    assert message == summarize_cycle(files, after)
+    assert "vision/train-1: Running -> Succeeded" in message
+    assert parse.call_count == 0
+    assert set(phases) <= set(after.values())  # the old contents forgotten
