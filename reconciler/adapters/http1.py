@@ -53,10 +53,13 @@ def request(
 ) -> Answer:
     """Send ``method target`` with ``headers`` and ``body`` on a connection of ``pool`` (a
     urllib3 ``HTTPConnectionPool``), read the whole answer, and hand the connection back
-    (closed first unless it can be used again). As urllib3 does by default: a connect
-    (TCP and TLS) that fails is tried again up to three times, and a connection taken from
-    the pool that the server closed while it was idle (nothing sent back) is replaced by a
-    new one, once; any other failure is raised."""
+    (closed first unless it can be used again). As urllib3 does by default, a connect
+    (TCP and TLS) that fails is tried again up to three times, and the pool replaces a
+    connection it finds dropped before the request is sent. Unlike urllib3, a reused
+    connection the server closes after that, before any byte of an answer, is replaced
+    once and the request sent again (urllib3 raises): for a create this is safe, since a
+    create the server had stored answers 409 and is adopted. Any other failure is
+    raised."""
     head = _head(method, target, host, headers, len(body))
     for attempt in (1, 2):
         conn = pool._get_conn()
@@ -195,12 +198,15 @@ def _read_answer(sock: Any) -> tuple[Answer, bool]:
     if reader.buf:  # more than one answer: never reuse such a connection
         keep = False
     encoding = headers.get("content-encoding", "identity").lower()
-    if encoding == "gzip":
-        data = gzip.decompress(data)
-    elif encoding == "deflate":
-        data = zlib.decompress(data)
-    elif encoding != "identity":
-        raise BadAnswer(f"an answer encoded as {encoding}")
+    try:
+        if encoding == "gzip":
+            data = gzip.decompress(data)
+        elif encoding == "deflate":
+            data = zlib.decompress(data)
+        elif encoding != "identity":
+            raise BadAnswer(f"an answer encoded as {encoding}")
+    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
+        raise BadAnswer(f"an answer that does not decode as {encoding}: {exc}") from exc
     return Answer(status, reason, headers, data), keep
 
 

@@ -417,15 +417,15 @@ class Kube:
         its host, auth headers (``param_serialize``: a refreshed token included), TLS
         connection pool, and a non-2xx answer raised as the same ``ApiException``. The
         request is written and its answer read straight on a kept-alive connection of
-        that pool (``http1.request``: a connection the server closed while idle is
-        replaced once, as urllib3 does), without ``http.client``'s and urllib3's
-        per-request Python; through a proxy, by urllib3 as before. Without the generated
-        methods' per-call costs, which were most of the reconciler's CPU per create
-        (docs/benchmarks.md, "Cost per operation"): pydantic's validation of every
-        argument, a recursive copy of the manifest, then the standard library's
-        ``json.dumps``; the body is serialised once, by orjson. The timeouts are
-        ``bounded``'s defaults. Of the answer, only the metadata ``create_or_adopt``
-        reports is decoded (uid, resourceVersion, annotations)."""
+        that pool (``http1.request``: a reused connection the server closed before
+        answering is replaced and the create sent again, once), without
+        ``http.client``'s and urllib3's per-request Python; through a proxy, by urllib3
+        as before. Without the generated methods' per-call costs, which were most of the
+        reconciler's CPU per create (docs/benchmarks.md, "Cost per operation"):
+        pydantic's validation of every argument, a recursive copy of the manifest, then
+        the standard library's ``json.dumps``; the body is serialised once, by orjson.
+        The timeouts are ``bounded``'s defaults. Of the answer, only the metadata
+        ``create_or_adopt`` reports is decoded (uid, resourceVersion, annotations)."""
         method, url, headers, _, _ = self.api.param_serialize(
             "POST",
             path,
