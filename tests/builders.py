@@ -67,6 +67,35 @@ def node(
     )
 
 
+def run_op(
+    name: str,
+    run: Mapping[str, Any],
+    *,
+    project: str = "vision",
+    namespace: str | None = None,
+    queue: str = "team-a",
+    kind: RunKind = RunKind.JOB,
+    requests: Mapping[str, Any] | None = None,
+    **fields: Any,
+) -> CompiledOperation:
+    """One compiled operation as ``compile`` leaves it, built from its ``run`` section
+    alone: for the render, adapter and watch tests that need a workload and not a world.
+    ``requests`` take quantities (``{"nvidia.com/gpu": 1}``); other ``fields`` are
+    ``CompiledOperation``'s own."""
+    return CompiledOperation(
+        project=project,
+        name=name,
+        path=f"projects/{project}/operations/{name}.yaml",
+        queue=queue,
+        cluster="local",
+        namespace=namespace or project,
+        kind=kind,
+        spec={"name": name, "run": {"kind": kind.value, **run}},
+        requests=quantities(dict(requests or {})),
+        **fields,
+    )
+
+
 class OpBuilder:
     def __init__(self, world: World, op_id: str, seq: int) -> None:
         self._world = world

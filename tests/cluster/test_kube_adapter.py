@@ -4,9 +4,9 @@ adopted on a repeated create, listed and watched by our label, and run to comple
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from decimal import Decimal
 
 import pytest
+from builders import run_op
 from conftest import KubeCluster
 from helpers import wait_until
 
@@ -18,25 +18,18 @@ pytestmark = pytest.mark.cluster
 
 
 def _op(namespace: str, name: str, kind: RunKind = RunKind.JOB) -> CompiledOperation:
-    return CompiledOperation(
-        project="vision",
-        name=name,
-        path=f"projects/vision/operations/{name}.yaml",
-        queue="team-a",
-        cluster="local",
+    return run_op(
+        name,
+        {
+            "container": {"image": "busybox", "resources": {"limits": {"nvidia.com/gpu": 1}}},
+            "environment": {
+                "nodeSelector": {"gpu.type": "a100"},
+                "annotations": {"reconciler.dev/simulated-duration": "2s"},
+            },
+        },
         namespace=namespace,
         kind=kind,
-        spec={
-            "run": {
-                "kind": kind.value,
-                "container": {"image": "busybox", "resources": {"limits": {"nvidia.com/gpu": 1}}},
-                "environment": {
-                    "nodeSelector": {"gpu.type": "a100"},
-                    "annotations": {"reconciler.dev/simulated-duration": "2s"},
-                },
-            }
-        },
-        requests={"nvidia.com/gpu": Decimal(1)},
+        requests={"nvidia.com/gpu": 1},
     )
 
 

@@ -17,12 +17,12 @@ import os
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from builders import run_op
 from conftest import KubeCluster
 from helpers import wait_until
 from kubernetes import client
@@ -32,7 +32,7 @@ from watch_replay import replay
 from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, _byte_lines
 from reconciler.core.observe import observe_workloads
 from reconciler.core.render import LABEL_MANAGED_BY, MANAGER, render_operation
-from reconciler.core.types import CompiledOperation, Phase, RunKind
+from reconciler.core.types import Phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
@@ -40,22 +40,16 @@ KINDS = ("Job", "Pod", "PyTorchJob")
 
 
 def _job(namespace: str, name: str, annotations: dict[str, str], **spec: Any) -> dict[str, Any]:
-    op = CompiledOperation(
-        project="w",
-        name=name,
-        path=f"projects/w/operations/{name}.yaml",
-        queue="q",
-        cluster="local",
-        namespace=namespace,
-        kind=RunKind.JOB,
-        spec={
-            "run": {
-                "kind": "job",
-                "container": {"image": "busybox", "resources": {"requests": {"cpu": "100m"}}},
-                "environment": {"annotations": annotations, **spec},
-            }
+    op = run_op(
+        name,
+        {
+            "container": {"image": "busybox", "resources": {"requests": {"cpu": "100m"}}},
+            "environment": {"annotations": annotations, **spec},
         },
-        requests={"cpu": Decimal("0.1")},
+        project="w",
+        namespace=namespace,
+        queue="q",
+        requests={"cpu": "100m"},
     )
     rendered = render_operation(op, {}, config_version="c0ffee", dispatched_at=datetime.now(UTC))
     return dict(rendered.job)

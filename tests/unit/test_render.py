@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
-from decimal import Decimal
 from typing import Any
 
 import pytest
+from builders import run_op
 
 from reconciler.core.render import (
     ANNOTATION_COMMIT,
@@ -48,19 +48,8 @@ def _op(
         },
         **(run or {}),
     }
-    fields: dict[str, Any] = {
-        "project": "vision",
-        "name": "train-1",
-        "path": "projects/vision/operations/train-1.yaml",
-        "queue": "team-a",
-        "cluster": "local",
-        "namespace": "vision",
-        "kind": kind,
-        "spec": {"name": "train-1", "run": full_run},
-        "requests": {"nvidia.com/gpu": Decimal(1), "cpu": Decimal(4)},
-    }
-    fields.update(kw)
-    return CompiledOperation(**fields)
+    requests = {"nvidia.com/gpu": 1, "cpu": 4}
+    return run_op("train-1", full_run, kind=kind, requests=requests, **kw)
 
 
 def _render(op: CompiledOperation, connections: dict[str, ConnectionSpec] | None = None) -> Any:

@@ -8,7 +8,7 @@ from decimal import Decimal
 from typing import Any
 
 import pytest
-from builders import World
+from builders import World, run_op
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
@@ -26,7 +26,6 @@ from reconciler.core.types import (
     Distributed,
     DistributedBackend,
     Framework,
-    RunKind,
 )
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
@@ -41,28 +40,15 @@ def _op(
     name: str = "ddp",
 ) -> CompiledOperation:
     pod = {"nvidia.com/gpu": Decimal(2)}
-    return CompiledOperation(
-        project="vision",
-        name=name,
-        path=f"projects/vision/operations/{name}.yaml",
-        queue="team-a",
-        cluster="local",
-        namespace="vision",
-        kind=RunKind.JOB,
-        spec={
-            "name": name,
-            "run": {
-                "kind": "job",
-                "replicas": replicas,
-                "container": {
-                    "image": "pytorch/pytorch:2.4",
-                    "command": ["torchrun", "train.py"],
-                    "env": {"EPOCHS": "3"},
-                    "resources": {"limits": {"nvidia.com/gpu": 2}},
-                },
-                **(run or {}),
-            },
-        },
+    container = {
+        "image": "pytorch/pytorch:2.4",
+        "command": ["torchrun", "train.py"],
+        "env": {"EPOCHS": "3"},
+        "resources": {"limits": {"nvidia.com/gpu": 2}},
+    }
+    return run_op(
+        name,
+        {"replicas": replicas, "container": container, **(run or {})},
         requests={k: v * replicas for k, v in pod.items()},
         pod_requests=pod,
         replicas=replicas,

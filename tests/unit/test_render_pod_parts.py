@@ -9,29 +9,20 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from builders import run_op
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.observe import observe_workloads
 from reconciler.core.quantity import pod_requests
 from reconciler.core.render import render_operation
-from reconciler.core.types import CompiledOperation, ConnectionSpec, RunKind
+from reconciler.core.types import CompiledOperation, ConnectionSpec
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)
 
 
 def _op(run: dict[str, Any]) -> CompiledOperation:
-    return CompiledOperation(
-        project="vision",
-        name="train",
-        path="projects/vision/operations/train.yaml",
-        queue="q",
-        cluster="local",
-        namespace="vision",
-        kind=RunKind.JOB,
-        spec={"name": "train", "run": {"kind": "job", **run}},
-        requests={},
-    )
+    return run_op("train", run, queue="q")
 
 
 def _job(run: dict[str, Any], connections: dict[str, ConnectionSpec] | None = None) -> Any:
