@@ -191,6 +191,253 @@ def _compose_fast(text: str, resolvers: Resolvers | None = None) -> Node | None:
         loader.dispose()
 
 
+# --- the plain reader: the common shape of a config file, without libyaml --------------
+# A file of block maps and lists whose values are one-line scalars (plain, or quoted
+# without escapes) or one-line flow lists and maps of such scalars, with comments: what
+# nearly every config file is. Anything else (anchors, tags, block scalars, multi-line
+# values, empty values, documents markers, tabs, non-ASCII text, a problem of any kind)
+# is left to libyaml and the composer (``_Plain`` -> None), so the result is the same.
+
+_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}):(?: +|$)")
+_FLOW_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}): +")
+_SAFE = r"[^\s#:,\[\]{}'\"]"  # inside a plain scalar: never an indicator here
+_FIRST = r"(?:[A-Za-z0-9_./~+$(=^]|-(?=[A-Za-z0-9_./~+$(=^-]))"
+# In a block, ':' may sit inside a plain scalar when a safe character follows it; in a
+# flow collection never (libyaml and YAML 1.2 disagree there).
+_PLAIN_BLOCK = re.compile(_FIRST + r"(?:" + _SAFE + r"|:(?=" + _SAFE + r")| +(?=" + _SAFE + r"))*")
+_PLAIN_FLOW = re.compile(_FIRST + r"(?:" + _SAFE + r"| +(?=" + _SAFE + r"))*")
+_SINGLE = re.compile(r"'([^'\n]*)'(?!')")
+_DOUBLE = re.compile(r'"([^"\\\n]*)"')
+_TRAIL = re.compile(r"(?: +#.*| *)$")
+_SPACES = re.compile(r" *")
+_PLAIN_TEXT = re.compile(r"[\n\x20-\x7e]*")  # printable ASCII lines: no tab, no CR
+
+
+_PLAIN_READER = True  # tests turn it off to compare with libyaml's reading
+
+
+class _Slow(Exception):
+    """Internal: the plain reader leaves this file to libyaml and the composer."""
+
+
+class _Plain:
+    """Reads a file of the plain shape (above) into the data and positions the composer
+    and :class:`_Walker` give it; :meth:`read` returns None for any other file."""
+
+    __slots__ = ("chars", "count", "keys", "resolvers", "rows", "values")
+
+    def __init__(self, text: str, resolvers: Resolvers) -> None:
+        self.resolvers = resolvers
+        self.values: dict[PathKey, tuple[int, int]] = {}
+        self.keys: dict[PathKey, tuple[int, int]] = {}
+        self.count = 0
+        self.chars = 0
+        rows: list[tuple[int, int, str]] = []  # (line, indent, text) of each content line
+        for number, line in enumerate(text.split("\n"), 1):
+            content = line.lstrip(" ")
+            if content and content[0] != "#":
+                rows.append((number, len(line) - len(content), line))
+        self.rows = rows
+
+    def read(self) -> Any:
+        rows = self.rows
+        if not rows or rows[0][1] != 0:
+            raise _Slow
+        data, end = self._block(0, 0, ())
+        if end != len(rows):
+            raise _Slow
+        return data
+
+    def _node(self, path: PathKey, line: int, col: int) -> None:
+        self.count += 1
+        if self.count > MAX_NODES or len(path) > MAX_DEPTH:
+            raise _Slow
+        self.values[path] = (line, col + 1)
+
+    def _text(self, text: str) -> None:
+        self.chars += len(text)
+        if self.chars > MAX_EXPANDED_CHARS:
+            raise _Slow
+
+    def _plain(self, text: str, line: int, col: int) -> Any:
+        self._text(text)
+        for tag, regexp in self.resolvers.get(text[:1], ()):
+            if regexp.match(text):
+                if tag == _STR:
+                    return text
+                try:
+                    return _scalar_value(tag, text, line, col + 1)
+                except _Fail:
+                    raise _Slow from None
+        return text
+
+    def _key(self, key: str, line: int, col: int, out: dict[str, Any], path: PathKey) -> PathKey:
+        self._text(key)
+        if type(self._plain_key(key)) is not str or key in out:
+            raise _Slow
+        sub = (*path, key)
+        self.keys[sub] = (line, col + 1)
+        return sub
+
+    def _plain_key(self, key: str) -> Any:
+        for tag, regexp in self.resolvers.get(key[:1], ()):
+            if regexp.match(key):
+                return key if tag == _STR else None
+        return key
+
+    def _block(self, index: int, indent: int, path: PathKey) -> tuple[Any, int]:
+        line = self.rows[index][2]
+        if line.startswith("- ", indent):
+            return self._sequence(index, indent, path)
+        return self._mapping(index, indent, path, False)
+
+    def _mapping(
+        self, index: int, indent: int, path: PathKey, inline: bool
+    ) -> tuple[dict[str, Any], int]:
+        """The block map whose first key is at column ``indent`` of row ``index`` (in a
+        list item when ``inline``: the row itself starts with ``- ``)."""
+        rows = self.rows
+        self._node(path, rows[index][0], indent)
+        out: dict[str, Any] = {}
+        while index < len(rows):
+            number, at, line = rows[index]
+            if inline:
+                inline = False
+            elif at < indent:
+                break
+            elif at > indent:
+                raise _Slow
+            match = _KEY.match(line, indent)
+            if match is None:
+                raise _Slow
+            sub = self._key(match.group(1), number, indent, out, path)
+            rest = match.end()
+            if rest < len(line) and line[rest] != "#":
+                out[match.group(1)] = self._inline(line, rest, number, sub)
+                index += 1
+                continue
+            index += 1  # ``key:``: its value is the block below
+            if index == len(rows):
+                raise _Slow  # an empty value
+            below, line = rows[index][1], rows[index][2]
+            if below > indent:
+                out[match.group(1)], index = self._block(index, below, sub)
+            elif below == indent and line.startswith("- ", indent):
+                out[match.group(1)], index = self._sequence(index, indent, sub)
+            else:
+                raise _Slow  # an empty value
+        return out, index
+
+    def _sequence(self, index: int, indent: int, path: PathKey) -> tuple[list[Any], int]:
+        rows = self.rows
+        self._node(path, rows[index][0], indent)
+        items: list[Any] = []
+        while index < len(rows):
+            number, at, line = rows[index]
+            if at < indent:
+                break
+            if at > indent:
+                raise _Slow
+            if not line.startswith("- ", indent):
+                break  # the next key of the map this list is a value of, or an error there
+            col = _SPACES.match(line, indent + 2).end()  # type: ignore[union-attr]
+            if col == len(line) or line[col] == "#":
+                raise _Slow  # an empty item, or one below
+            sub = (*path, len(items))
+            if _KEY.match(line, col) is not None:
+                item, index = self._mapping(index, col, sub, True)
+                items.append(item)
+                continue
+            items.append(self._inline(line, col, number, sub))
+            index += 1
+        return items, index
+
+    def _inline(self, line: str, col: int, number: int, path: PathKey) -> Any:
+        """The one-line value at ``col`` of ``line``, then only spaces or a comment."""
+        first = line[col]
+        if first == "[":
+            self._node(path, number, col)
+            value, end = self._flow_list(line, col + 1, number, path)
+        elif first == "{":
+            self._node(path, number, col)
+            value, end = self._flow_map(line, col + 1, number, path)
+        else:
+            value, end = self._scalar(line, col, number, path, _PLAIN_BLOCK)
+        if _TRAIL.match(line, end) is None:
+            raise _Slow
+        return value
+
+    def _scalar(
+        self, line: str, col: int, number: int, path: PathKey, plain: re.Pattern[str]
+    ) -> tuple[Any, int]:
+        self._node(path, number, col)
+        first = line[col]
+        if first == "'" or first == '"':
+            match = (_SINGLE if first == "'" else _DOUBLE).match(line, col)
+            if match is None:
+                raise _Slow
+            text = match.group(1)
+            self._text(text)
+            return text, match.end()
+        match = plain.match(line, col)
+        if match is None:
+            raise _Slow
+        return self._plain(match.group(), number, col), match.end()
+
+    def _flow_list(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
+        items: list[Any] = []
+        col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+        if line[col] == "]":
+            return items, col + 1
+        while True:
+            if line[col] in "[{":
+                raise _Slow
+            item, col = self._scalar(line, col, number, (*path, len(items)), _PLAIN_FLOW)
+            items.append(item)
+            col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+            if line[col] == "]":
+                return items, col + 1
+            if line[col] != ",":
+                raise _Slow
+            col = _SPACES.match(line, col + 1).end()  # type: ignore[union-attr]
+
+    def _flow_map(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
+        out: dict[str, Any] = {}
+        col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+        if line[col] == "}":
+            return out, col + 1
+        while True:
+            match = _FLOW_KEY.match(line, col)
+            if match is None:
+                raise _Slow
+            sub = self._key(match.group(1), number, col, out, path)
+            col = match.end()
+            if line[col] in "[{":
+                raise _Slow
+            out[match.group(1)], col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
+            col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+            if line[col] == "}":
+                return out, col + 1
+            if line[col] != ",":
+                raise _Slow
+            col = _SPACES.match(line, col + 1).end()  # type: ignore[union-attr]
+
+
+def _read_plain(
+    text: str, resolvers: Resolvers | None
+) -> tuple[Any, dict[PathKey, tuple[int, int]], dict[PathKey, tuple[int, int]]] | None:
+    """The data, value positions and key positions of a file of the plain shape, or None
+    (:class:`_Plain`)."""
+    if _PLAIN_TEXT.fullmatch(text) is None:
+        return None
+    reader = _Plain(text, resolvers if resolvers is not None else YAML12_RESOLVERS)
+    try:
+        data = reader.read()
+    except (_Slow, IndexError):
+        return None
+    return data, reader.values, reader.keys
+
+
 @dataclass(frozen=True)
 class Document:
     """One parsed YAML file: plain data plus 1-based (line, col) of every key and value."""
@@ -239,7 +486,11 @@ def _pos(node: Node) -> tuple[int, int]:
 
 
 def _scalar(node: ScalarNode) -> Any:
-    tag, value = node.tag, node.value
+    return _scalar_value(node.tag, node.value, *_pos(node))
+
+
+def _scalar_value(tag: str, value: str, line: int, col: int) -> Any:
+    """The scalar ``value`` of ``tag`` as data; ``line`` and ``col`` locate a refusal."""
     if tag == _STR:
         return value
     if tag == _NULL:
@@ -252,7 +503,8 @@ def _scalar(node: ScalarNode) -> Any:
             return False
     elif tag in (_INT, _FLOAT) and len(value) > MAX_NUMBER_CHARS:
         raise _Fail(
-            *_pos(node),
+            line,
+            col,
             f"number is {len(value)} characters long; the limit is {MAX_NUMBER_CHARS}",
         )
     elif tag == _INT:
@@ -268,18 +520,18 @@ def _scalar(node: ScalarNode) -> Any:
     elif tag == _FLOAT:
         low = value.lower()
         if low.endswith(".inf") or low == ".nan":
-            raise _Fail(*_pos(node), f"{value!r}: infinity and NaN are not allowed here")
+            raise _Fail(line, col, f"{value!r}: infinity and NaN are not allowed here")
         try:
             number = float(value)
         except ValueError:
             pass
         else:
             if number in (float("inf"), float("-inf")):
-                raise _Fail(*_pos(node), f"number {value!r} is out of range")
+                raise _Fail(line, col, f"number {value!r} is out of range")
             return number
     else:
-        raise _Fail(*_pos(node), f"unsupported YAML tag {tag!r}")
-    raise _Fail(*_pos(node), f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}")
+        raise _Fail(line, col, f"unsupported YAML tag {tag!r}")
+    raise _Fail(line, col, f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}")
 
 
 class _Walker:
@@ -392,8 +644,9 @@ def parse_yaml(
 ) -> tuple[Document | None, list[ConfigError]]:
     """Parse one file strictly. Returns the document, or ``None`` and its errors.
 
-    ``fast`` lets libyaml compose a plain file; any error is then found again by the pure
-    composer, so a file gets the same message and position either way. ``written`` reads a
+    ``fast`` reads a file of the common plain shape itself (:class:`_Plain`) and lets
+    libyaml compose any other; any error is then found again by the pure composer, so a
+    file gets the same message and position either way. ``written`` reads a
     file PyYAML wrote (the status branch) with :class:`_WrittenResolver`: same limits, same
     strictness, only fewer plain scalars taken for numbers."""
     resolvers = WRITTEN_RESOLVERS if written else None
@@ -410,6 +663,10 @@ def parse_yaml(
     except UnicodeDecodeError as exc:
         return fail(*_offset_to_line_col(content, exc.start), "file is not valid UTF-8")
     text = text.removeprefix("\ufeff")
+    if fast and _PLAIN_READER:
+        plain = _read_plain(text, resolvers)
+        if plain is not None:
+            return Document(path, *plain), []
     loader: _Loader | None = None
     try:
         root = _compose_fast(text, resolvers) if fast else None
