@@ -222,16 +222,18 @@ class _Slow(Exception):
 
 class _Plain:
     """Reads a file of the plain shape (above) into the data and positions the composer
-    and :class:`_Walker` give it; :meth:`read` returns None for any other file."""
+    and :class:`_Walker` give it; :func:`_read_plain` returns None for any other file.
 
-    __slots__ = ("chars", "count", "keys", "resolvers", "rows", "values")
+    Without aliases, nothing is counted twice: the nodes are the positions recorded
+    (checked once, at the end), and the text of every key and value is shorter than the
+    file, itself at most ``MAX_FILE_BYTES`` = ``MAX_EXPANDED_CHARS``."""
 
-    def __init__(self, text: str, resolvers: Resolvers) -> None:
-        self.resolvers = resolvers
+    __slots__ = ("keys", "resolved", "rows", "values")
+
+    def __init__(self, text: str, resolved: dict[str, Any]) -> None:
+        self.resolved = resolved  # plain scalar -> its value (a memo of the resolvers')
         self.values: dict[PathKey, tuple[int, int]] = {}
         self.keys: dict[PathKey, tuple[int, int]] = {}
-        self.count = 0
-        self.chars = 0
         rows: list[tuple[int, int, str]] = []  # (line, indent, text) of each content line
         for number, line in enumerate(text.split("\n"), 1):
             content = line.lstrip(" ")
@@ -244,50 +246,21 @@ class _Plain:
         if not rows or rows[0][1] != 0:
             raise _Slow
         data, end = self._block(0, 0, ())
-        if end != len(rows):
+        if end != len(rows) or len(self.values) > MAX_NODES:
             raise _Slow
         return data
 
-    def _node(self, path: PathKey, line: int, col: int) -> None:
-        self.count += 1
-        if self.count > MAX_NODES or len(path) > MAX_DEPTH:
-            raise _Slow
-        self.values[path] = (line, col + 1)
-
-    def _text(self, text: str) -> None:
-        self.chars += len(text)
-        if self.chars > MAX_EXPANDED_CHARS:
-            raise _Slow
-
-    def _plain(self, text: str, line: int, col: int) -> Any:
-        self._text(text)
-        for tag, regexp in self.resolvers.get(text[:1], ()):
-            if regexp.match(text):
-                if tag == _STR:
-                    return text
-                try:
-                    return _scalar_value(tag, text, line, col + 1)
-                except _Fail:
-                    raise _Slow from None
-        return text
-
     def _key(self, key: str, line: int, col: int, out: dict[str, Any], path: PathKey) -> PathKey:
-        self._text(key)
-        if type(self._plain_key(key)) is not str or key in out:
-            raise _Slow
+        if key in out or type(self.resolved.get(key, key)) is not str:
+            raise _Slow  # a duplicate, or not a string
         sub = (*path, key)
         self.keys[sub] = (line, col + 1)
         return sub
 
-    def _plain_key(self, key: str) -> Any:
-        for tag, regexp in self.resolvers.get(key[:1], ()):
-            if regexp.match(key):
-                return key if tag == _STR else None
-        return key
-
     def _block(self, index: int, indent: int, path: PathKey) -> tuple[Any, int]:
-        line = self.rows[index][2]
-        if line.startswith("- ", indent):
+        if len(path) >= MAX_DEPTH:
+            raise _Slow
+        if self.rows[index][2].startswith("- ", indent):
             return self._sequence(index, indent, path)
         return self._mapping(index, indent, path, False)
 
@@ -297,46 +270,51 @@ class _Plain:
         """The block map whose first key is at column ``indent`` of row ``index`` (in a
         list item when ``inline``: the row itself starts with ``- ``)."""
         rows = self.rows
-        self._node(path, rows[index][0], indent)
+        self.values[path] = (rows[index][0], indent + 1)
         out: dict[str, Any] = {}
-        while index < len(rows):
+        count = len(rows)
+        while index < count:
             number, at, line = rows[index]
             if inline:
                 inline = False
-            elif at < indent:
-                break
-            elif at > indent:
+            elif at != indent:
+                if at < indent:
+                    break
                 raise _Slow
             match = _KEY.match(line, indent)
             if match is None:
                 raise _Slow
-            sub = self._key(match.group(1), number, indent, out, path)
+            key = match.group(1)
+            sub = self._key(key, number, indent, out, path)
             rest = match.end()
+            index += 1
             if rest < len(line) and line[rest] != "#":
-                out[match.group(1)] = self._inline(line, rest, number, sub)
-                index += 1
+                out[key] = self._inline(line, rest, number, sub)
                 continue
-            index += 1  # ``key:``: its value is the block below
-            if index == len(rows):
+            # ``key:``: its value is the block below
+            if index == count:
                 raise _Slow  # an empty value
             below, line = rows[index][1], rows[index][2]
             if below > indent:
-                out[match.group(1)], index = self._block(index, below, sub)
+                out[key], index = self._block(index, below, sub)
             elif below == indent and line.startswith("- ", indent):
-                out[match.group(1)], index = self._sequence(index, indent, sub)
+                out[key], index = self._sequence(index, indent, sub)
             else:
                 raise _Slow  # an empty value
         return out, index
 
     def _sequence(self, index: int, indent: int, path: PathKey) -> tuple[list[Any], int]:
+        if len(path) >= MAX_DEPTH:
+            raise _Slow
         rows = self.rows
-        self._node(path, rows[index][0], indent)
+        self.values[path] = (rows[index][0], indent + 1)
         items: list[Any] = []
-        while index < len(rows):
+        count = len(rows)
+        while index < count:
             number, at, line = rows[index]
-            if at < indent:
-                break
-            if at > indent:
+            if at != indent:
+                if at < indent:
+                    break
                 raise _Slow
             if not line.startswith("- ", indent):
                 break  # the next key of the map this list is a value of, or an error there
@@ -355,12 +333,14 @@ class _Plain:
     def _inline(self, line: str, col: int, number: int, path: PathKey) -> Any:
         """The one-line value at ``col`` of ``line``, then only spaces or a comment."""
         first = line[col]
-        if first == "[":
-            self._node(path, number, col)
-            value, end = self._flow_list(line, col + 1, number, path)
-        elif first == "{":
-            self._node(path, number, col)
-            value, end = self._flow_map(line, col + 1, number, path)
+        if first == "[" or first == "{":
+            if len(path) >= MAX_DEPTH:
+                raise _Slow
+            self.values[path] = (number, col + 1)
+            if first == "[":
+                value, end = self._flow_list(line, col + 1, number, path)
+            else:
+                value, end = self._flow_map(line, col + 1, number, path)
         else:
             value, end = self._scalar(line, col, number, path, _PLAIN_BLOCK)
         if _TRAIL.match(line, end) is None:
@@ -370,19 +350,18 @@ class _Plain:
     def _scalar(
         self, line: str, col: int, number: int, path: PathKey, plain: re.Pattern[str]
     ) -> tuple[Any, int]:
-        self._node(path, number, col)
+        self.values[path] = (number, col + 1)
         first = line[col]
         if first == "'" or first == '"':
             match = (_SINGLE if first == "'" else _DOUBLE).match(line, col)
             if match is None:
                 raise _Slow
-            text = match.group(1)
-            self._text(text)
-            return text, match.end()
+            return match.group(1), match.end()
         match = plain.match(line, col)
         if match is None:
             raise _Slow
-        return self._plain(match.group(), number, col), match.end()
+        text = match.group()
+        return self.resolved.get(text, text), match.end()
 
     def _flow_list(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
         items: list[Any] = []
@@ -410,11 +389,12 @@ class _Plain:
             match = _FLOW_KEY.match(line, col)
             if match is None:
                 raise _Slow
-            sub = self._key(match.group(1), number, col, out, path)
+            key = match.group(1)
+            sub = self._key(key, number, col, out, path)
             col = match.end()
             if line[col] in "[{":
                 raise _Slow
-            out[match.group(1)], col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
+            out[key], col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
             col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
             if line[col] == "}":
                 return out, col + 1
@@ -423,14 +403,51 @@ class _Plain:
             col = _SPACES.match(line, col + 1).end()  # type: ignore[union-attr]
 
 
+class _Resolved(dict[str, Any]):
+    """Plain scalars -> their values under one set of implicit resolvers, those that
+    are not the string itself (a number, a boolean, null), computed on first use; one
+    that must be refused raises ``_Slow``. Bounded: cleared past ``_RESOLVED_MAX``."""
+
+    def __init__(self, resolvers: Resolvers) -> None:
+        super().__init__()
+        self.resolvers = resolvers
+
+    def get(self, text: str, default: Any = None) -> Any:
+        try:
+            return self[text]
+        except KeyError:
+            pass
+        value: Any = text
+        for tag, regexp in self.resolvers.get(text[:1], ()):
+            if regexp.match(text):
+                if tag != _STR:
+                    try:
+                        value = _scalar_value(tag, text, 1, 1)
+                    except _Fail:
+                        raise _Slow from None
+                break
+        if len(self) >= _RESOLVED_MAX:
+            self.clear()
+        self[text] = value
+        return value
+
+
+_RESOLVED_MAX = 4096
+_RESOLVED: dict[int, _Resolved] = {}  # by id of the resolvers (module constants)
+
+
 def _read_plain(
     text: str, resolvers: Resolvers | None
 ) -> tuple[Any, dict[PathKey, tuple[int, int]], dict[PathKey, tuple[int, int]]] | None:
     """The data, value positions and key positions of a file of the plain shape, or None
     (:class:`_Plain`)."""
-    if _PLAIN_TEXT.fullmatch(text) is None:
+    if len(text) > MAX_EXPANDED_CHARS or _PLAIN_TEXT.fullmatch(text) is None:
         return None
-    reader = _Plain(text, resolvers if resolvers is not None else YAML12_RESOLVERS)
+    resolvers = resolvers if resolvers is not None else YAML12_RESOLVERS
+    resolved = _RESOLVED.get(id(resolvers))
+    if resolved is None or resolved.resolvers is not resolvers:
+        resolved = _RESOLVED[id(resolvers)] = _Resolved(resolvers)
+    reader = _Plain(text, resolved)
     try:
         data = reader.read()
     except (_Slow, IndexError):
