@@ -279,10 +279,15 @@ class Sections:
     chain of presets), so a section one layer built is known to the next. An entry keeps
     its section alive, so its id stays its own."""
 
-    __slots__ = ("_known",)
+    __slots__ = ("_ids", "_known")
 
     def __init__(self) -> None:
         self._known: dict[tuple[Path, int], tuple[dict[str, Any], Items]] = {}
+        self._ids: set[int] = set()  # of the sections kept (alive here: their own)
+
+    def built(self, section: Any) -> bool:
+        """Whether ``section`` is one a layer built (kept here)."""
+        return id(section) in self._ids
 
     def items(self, path: Path, section: Any) -> Items | None:
         """The provenance under ``path`` of ``section`` when a layer built it there."""
@@ -291,6 +296,7 @@ class Sections:
 
     def add(self, path: Path, section: dict[str, Any], items: Items) -> None:
         self._known.setdefault((path, id(section)), (section, items))
+        self._ids.add(id(section))
 
 
 class Layer:

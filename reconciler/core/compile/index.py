@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
-from reconciler.core.merge import Locate, Path, Sections, dotted
+from reconciler.core.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -125,6 +125,73 @@ class LoadMemo:
             del self._entries[path]
 
 
+# The typed sections of the operation schema below the top (``merge.TYPED_SECTIONS``):
+# models whose fields are all optional and that have no validator of the model as a
+# whole, so a field left out validates the rest as before (``tests/test_validated.py``).
+VALIDATED_SECTIONS: frozenset[Path] = frozenset(TYPED_SECTIONS - {()})
+# Top-level fields never left out: required (``kind``), or read by the model's validator.
+_ALWAYS: frozenset[str] = frozenset({"kind", "matrix", "dag"})
+
+
+_Part = tuple[Path, str, Any]  # (a typed section's path, a key in it, its value)
+
+
+class ValidatedParts:
+    """The parts of merged specs that passed the operation schema, by path and identity:
+    the values presets put in every operation (shared objects). Validating a field is the
+    same wherever its spec: the schema at a path is fixed, and no validator of the top
+    model or of a typed section reads a field it may leave out (``_ALWAYS``). So a spec
+    is checked without the parts that passed already (:meth:`unchecked`); should that
+    fail, the whole spec is checked again, for exactly the errors it always gave. One
+    per compile; only objects the compile keeps alive anyway are noted (``alive``), so
+    an id stays its own."""
+
+    __slots__ = ("_alive", "_parts")
+
+    def __init__(self, alive: Callable[[Any], bool]) -> None:
+        self._alive = alive
+        # section path -> key -> id -> the part (kept: its id stays its own)
+        self._parts: dict[Path, dict[str, dict[int, Any]]] = {}
+
+    def unchecked(
+        self,
+        spec: Mapping[str, Any],
+        path: Path = (),
+        new: list[tuple[Path, str, Any]] | None = None,
+    ) -> tuple[dict[str, Any], list[tuple[Path, str, Any]]]:
+        """``spec`` without the parts that passed at their paths before (a typed section
+        that did not pass as a whole: without those of its own that did), and the parts
+        it keeps (``(section path, key, value)``: to :meth:`note` once it passed)."""
+        if new is None:
+            new = []
+        known = self._parts.get(path)
+        out: dict[str, Any] = {}
+        for key, value in spec.items():
+            if known is not None:
+                seen = known.get(key)
+                if (
+                    seen is not None
+                    and seen.get(id(value)) is value
+                    and (path or key not in _ALWAYS)
+                ):
+                    continue
+            new.append((path, key, value))
+            if type(value) is dict:
+                sub = (*path, key)
+                if sub in VALIDATED_SECTIONS:
+                    value = self.unchecked(value, sub, new)[0]
+            out[key] = value
+        return out, new
+
+    def note(self, new: list[_Part]) -> None:
+        """The parts :meth:`unchecked` kept passed: those the compile keeps alive are
+        known from now on."""
+        alive, parts = self._alive, self._parts
+        for path, key, value in new:
+            if alive(value):
+                parts.setdefault(path, {}).setdefault(key, {})[id(value)] = value
+
+
 class _Recording:
     """``RepoIndex.recording``: a plain context manager (one per operation compiled)."""
 
@@ -192,6 +259,8 @@ class RepoIndex:
         self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
         self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
         self.sections = Sections()  # typed sections the presets' layers built (merge.py)
+        # the parts of merged specs that passed the schema (resolve.ValidatedParts)
+        self.validated = ValidatedParts(self.kept)
         self._index()
 
     def recording(self) -> _Recording:
@@ -225,6 +294,13 @@ class RepoIndex:
         """Every path but the operations': what names exist where (presets, queues,
         clusters, connections, projects). An operation's compile reads it, not tracked."""
         return tuple(p for p in sorted(self.files) if not is_operation(p))
+
+    def kept(self, value: Any) -> bool:
+        """Whether the compile keeps ``value`` alive for its whole length: one of
+        :meth:`shared_value`'s maps, lists or strings, or a typed section a layer built."""
+        if type(value) is str:
+            return self._strings.get(value) is value
+        return id(value) in self._canonical or self.sections.built(value)
 
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every

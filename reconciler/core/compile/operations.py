@@ -123,7 +123,14 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     def unset(path: Path) -> tuple[Location, str]:
         return doc.loc(("run",)), f"{dotted(path)} is not set by the operation or its presets"
 
-    validate_spec(spec, locate_merged, errors, prefix="after merging presets: ", unset=unset)
+    validate_spec(
+        spec,
+        locate_merged,
+        errors,
+        prefix="after merging presets: ",
+        unset=unset,
+        validated=repo.validated,
+    )
     if errors:
         return OperationResult(op_id, found=True, errors=tuple(errors))
 

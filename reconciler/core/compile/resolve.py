@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
-from reconciler.core.compile.index import RepoIndex, get_in
+from reconciler.core.compile.index import RepoIndex, ValidatedParts, get_in
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
@@ -129,13 +129,23 @@ def validate_spec(
     *,
     prefix: str,
     unset: Callable[[Path], tuple[Location, str]],
+    validated: ValidatedParts | None = None,
 ) -> bool:
     """A merged (or expanded) spec checked as if it were written by hand: the operation
     schema, then the fields it must have. ``unset(path)`` says where and why a required
-    field is missing. False when anything is wrong (reported)."""
+    field is missing. False when anything is wrong (reported). With ``validated``, the
+    parts of specs that passed before are not checked again (:class:`ValidatedParts`)."""
     reported = len(errors)
     try:
-        OperationFile.model_validate(spec)
+        if validated is None:
+            OperationFile.model_validate(spec)
+        else:
+            unchecked, new = validated.unchecked(spec)
+            try:
+                OperationFile.model_validate(unchecked)
+            except ValidationError:
+                OperationFile.model_validate(spec)  # the errors, as the whole spec gives them
+            validated.note(new)
     except ValidationError as exc:
         add_validation_errors(errors, exc, spec, OperationFile, locate, prefix=prefix)
     for path in REQUIRED:
