@@ -60,6 +60,20 @@ FRAGMENTS: list[dict[str, Any]] = [
     {"distributed": {"framework": "torch"}},
     {"distributed": {"framework": "mpi"}},
     {"mystery": 1},
+    # what Pod Security reads (resolve._pod_security)
+    {"container": {"securityContext": {"privileged": True}}},
+    {"container": {"securityContext": {"runAsUser": 0, "capabilities": {"add": ["NET_ADMIN"]}}}},
+    {"container": {"shmSize": "1Gi"}},
+    {"environment": {"annotations": {"container.apparmor.security.beta.kubernetes.io/main": "x"}}},
+    {"environment": {"hostPID": True, "labels": {"team": "b"}}},
+    {
+        "initContainers": [
+            {"name": "init", "image": "busybox:1", "securityContext": {"privileged": True}}
+        ]
+    },
+    {"sidecars": [{"name": "side", "image": "busybox:1"}]},
+    {"volumes": [{"name": "v", "emptyDir": {}}]},
+    {"connections": ["hf-token", "checkpoints"]},
 ]
 STRATEGIES = ["replace", "isnull", "post_merge", "pre_merge"]
 

@@ -206,6 +206,10 @@ _FIRST = r"(?:[A-Za-z0-9_./~+$(=^]|-(?=[A-Za-z0-9_./~+$(=^-]))"
 # flow collection never (libyaml and YAML 1.2 disagree there).
 _PLAIN_BLOCK = re.compile(_FIRST + r"(?:" + _SAFE + r"|:(?=" + _SAFE + r")| +(?=" + _SAFE + r"))*")
 _PLAIN_FLOW = re.compile(_FIRST + r"(?:" + _SAFE + r"| +(?=" + _SAFE + r"))*")
+_KEY_PLAIN = re.compile(
+    r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}): +(" + _PLAIN_BLOCK.pattern + r")(?: +#.*| *)$"
+)
+_FLOW_ITEM = re.compile(r"(" + _PLAIN_FLOW.pattern + r") *([,\]]) *")
 _SINGLE = re.compile(r"'([^'\n]*)'(?!')")
 _DOUBLE = re.compile(r'"([^"\\\n]*)"')
 _TRAIL = re.compile(r"(?: +#.*| *)$")
@@ -230,7 +234,7 @@ class _Plain:
 
     __slots__ = ("keys", "resolved", "rows", "values")
 
-    def __init__(self, text: str, resolved: dict[str, Any]) -> None:
+    def __init__(self, text: str, resolved: _Resolved) -> None:
         self.resolved = resolved  # plain scalar -> its value (a memo of the resolvers')
         self.values: dict[PathKey, tuple[int, int]] = {}
         self.keys: dict[PathKey, tuple[int, int]] = {}
@@ -251,7 +255,7 @@ class _Plain:
         return data
 
     def _key(self, key: str, line: int, col: int, out: dict[str, Any], path: PathKey) -> PathKey:
-        if key in out or type(self.resolved.get(key, key)) is not str:
+        if key in out or type(self.resolved[key]) is not str:
             raise _Slow  # a duplicate, or not a string
         sub = (*path, key)
         self.keys[sub] = (line, col + 1)
@@ -281,6 +285,14 @@ class _Plain:
                 if at < indent:
                     break
                 raise _Slow
+            match = _KEY_PLAIN.match(line, indent)
+            if match is not None:  # ``key: plain scalar``, the most common line
+                key, text = match.group(1, 2)
+                sub = self._key(key, number, indent, out, path)
+                self.values[sub] = (number, match.start(2) + 1)
+                out[key] = self.resolved[text]
+                index += 1
+                continue
             match = _KEY.match(line, indent)
             if match is None:
                 raise _Slow
@@ -361,14 +373,23 @@ class _Plain:
         if match is None:
             raise _Slow
         text = match.group()
-        return self.resolved.get(text, text), match.end()
+        return self.resolved[text], match.end()
 
     def _flow_list(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
         items: list[Any] = []
         col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
         if line[col] == "]":
             return items, col + 1
+        values, resolved = self.values, self.resolved
         while True:
+            match = _FLOW_ITEM.match(line, col)
+            if match is not None:  # a plain item, then ``,`` or ``]`` (spaces around)
+                values[(*path, len(items))] = (number, col + 1)
+                items.append(resolved[match.group(1)])
+                if match.group(2) == "]":
+                    return items, match.end(2)  # what follows is the line's (a comment)
+                col = match.end()
+                continue
             if line[col] in "[{":
                 raise _Slow
             item, col = self._scalar(line, col, number, (*path, len(items)), _PLAIN_FLOW)
@@ -412,11 +433,7 @@ class _Resolved(dict[str, Any]):
         super().__init__()
         self.resolvers = resolvers
 
-    def get(self, text: str, default: Any = None) -> Any:
-        try:
-            return self[text]
-        except KeyError:
-            pass
+    def __missing__(self, text: str) -> Any:
         value: Any = text
         for tag, regexp in self.resolvers.get(text[:1], ()):
             if regexp.match(text):

@@ -258,6 +258,9 @@ class RepoIndex:
         self._ints: dict[int, int] = {}
         self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
         self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
+        # resolve._pod_security: the parts of a spec Pod Security reads, by kind and ids ->
+        # (those parts, kept alive: their ids stay their own; whether it found anything)
+        self.pod_findings: dict[tuple[Any, ...], tuple[tuple[Any, ...], bool]] = {}
         self.sections = Sections()  # typed sections the presets' layers built (merge.py)
         # the parts of merged specs that passed the schema (resolve.ValidatedParts)
         self.validated = ValidatedParts(self.kept)

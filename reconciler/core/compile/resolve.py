@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import is_
 from typing import Any
 
 from pydantic import ValidationError
@@ -22,7 +23,12 @@ from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
 from reconciler.core.model import OperationFile, duration_seconds
-from reconciler.core.policy import Violation, check_pod_security, check_policy
+from reconciler.core.policy import (
+    Violation,
+    check_pod_security,
+    check_policy,
+    pod_security_findings,
+)
 from reconciler.core.render import (
     DISTRIBUTED_ENV,
     SANDBOX_DEFAULT_TIMEOUT,
@@ -233,15 +239,48 @@ def resolve(
         requests=scaled(requests, gang.replicas),
         replicas=gang.replicas,
     )
-    pod = render_pod(
-        spec,
-        RunKind(spec["run"]["kind"]),
-        conns,
-        operation=f"{ctx.project}/{spec['name']}",
-        queue=queue.name,
-    )
-    violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
+    violations += _pod_security(repo, ctx, spec, prov, conns, queue)
     return Resolved(queue, requests, tuple(connections), violations, gang)
+
+
+def _pod_security(
+    repo: RepoIndex,
+    ctx: Context,
+    spec: Mapping[str, Any],
+    prov: ProvMap,
+    conns: list[ConnectionSpec],
+    queue: QueueSpec,
+) -> tuple[Violation, ...]:
+    """``check_pod_security`` of the pod rendered from ``spec``. What Pod Security reads of
+    a pod (its annotations, security contexts, host namespaces, ports, volumes, sysctls)
+    comes from ``run.environment``, the main container's ``securityContext`` and
+    ``shmSize``, ``run.volumes``, ``run.initContainers``, ``run.sidecars``, the kind (its
+    ports) and the connections, never from the rest (command, env, image, resources...):
+    where those parts are objects the compile keeps (a preset's, or none), a pod with the
+    same ones has the same findings, so an operation like one seen before renders no pod
+    when there are none (``RepoIndex.pod_findings``)."""
+    policy = ctx.org.policy
+    run = spec["run"]
+    container = run.get("container") or {}
+    parts = (
+        run.get("environment"),
+        container.get("securityContext"),
+        run.get("volumes"),
+        run.get("initContainers"),
+        run.get("sidecars"),
+        *conns,
+    )
+    key: tuple[Any, ...] | None = None
+    if all(part is None or repo.kept(part) for part in parts[:5]):
+        key = (run["kind"], bool(container.get("shmSize")), *map(id, parts))
+        hit = repo.pod_findings.get(key)
+        if hit is not None and all(map(is_, hit[0], parts)) and not hit[1]:
+            return ()
+    kind = RunKind(run["kind"])
+    pod = render_pod(spec, kind, conns, operation=f"{ctx.project}/{spec['name']}", queue=queue.name)
+    if key is not None:
+        repo.pod_findings[key] = (parts, bool(pod_security_findings(pod, policy)))
+    return check_pod_security(spec, prov, pod, policy=policy)
 
 
 def check_env(
