@@ -261,6 +261,8 @@ class RepoIndex:
         # resolve._pod_security: the parts of a spec Pod Security reads, by kind and ids ->
         # (those parts, kept alive: their ids stay their own; whether it found anything)
         self.pod_findings: dict[tuple[Any, ...], tuple[tuple[Any, ...], bool]] = {}
+        # resolve.total_requests: id of kept resources -> (them, their totals)
+        self.totals: dict[int, tuple[Any, dict[str, Decimal]]] = {}
         self.sections = Sections()  # typed sections the presets' layers built (merge.py)
         # the parts of merged specs that passed the schema (resolve.ValidatedParts)
         self.validated = ValidatedParts(self.kept)
@@ -327,11 +329,17 @@ class RepoIndex:
         if (kind is dict or kind is list) and id(value) in self._canonical:
             return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
-            strings = self._strings
-            keys = [
-                strings.setdefault(k, k) if type(k) is str else self.shared_value(k) for k in value
+            strings, canonical, share = self._strings, self._canonical, self.shared_value
+            keys = [strings.setdefault(k, k) if type(k) is str else share(k) for k in value]
+            # a string, or a subtree shared already, inline: most values are one or other
+            values = [
+                strings.setdefault(v, v)
+                if type(v) is str
+                else v
+                if id(v) in canonical
+                else share(v)
+                for v in value.values()
             ]
-            values = [self.shared_value(v) for v in value.values()]
             mark = hash((len(keys), *keys, *map(id, values)))
             found = self._subtrees.get(mark)
             if isinstance(found, dict) and _same(found, keys) and _same(found.values(), values):
@@ -339,7 +347,15 @@ class RepoIndex:
             same = _same(value, keys) and _same(value.values(), values)
             return self._keep(mark, found, value if same else dict(zip(keys, values, strict=True)))
         if isinstance(value, list):
-            elements = [self.shared_value(v) for v in value]
+            strings, canonical, share = self._strings, self._canonical, self.shared_value
+            elements = [
+                strings.setdefault(v, v)
+                if type(v) is str
+                else v
+                if id(v) in canonical
+                else share(v)
+                for v in value
+            ]
             mark = hash((-1, *map(id, elements)))
             found = self._subtrees.get(mark)
             if isinstance(found, list) and _same(found, elements):

@@ -9,6 +9,7 @@ children ``workflows.py``'s).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
@@ -166,14 +167,27 @@ def total_requests(
     prov: Mapping[Path, Provenance],
     fallback: Location,
     errors: Errors,
+    repo: RepoIndex | None = None,
 ) -> dict[str, Decimal]:
     """Total request per resource of the main container: the request, or the limit where
-    only a limit is set."""
+    only a limit is set. With ``repo``, the totals of resources the compile keeps (a
+    preset's) are worked out once (``RepoIndex.totals``)."""
     resources = get_in(spec, "run", "container", "resources") or {}
     base: Path = ("run", "container", "resources")
-    return container_totals(
+    known = repo is not None and bool(resources) and repo.kept(resources)
+    if known:
+        assert repo is not None
+        hit = repo.totals.get(id(resources))
+        if hit is not None and hit[0] is resources:
+            return dict(hit[1])
+    reported = len(errors)
+    totals = container_totals(
         resources, lambda kind, resource: at(prov, (*base, kind, resource), fallback), errors
     )
+    if known and len(errors) == reported:  # where a problem is reported depends on the spec
+        assert repo is not None
+        repo.totals[id(resources)] = (resources, dict(totals))
+    return totals
 
 
 def resolve(
@@ -212,7 +226,7 @@ def resolve(
         specs[name] = conn
         if name not in connections:
             connections.append(name)
-    requests = total_requests(spec, prov, fallback, errors)
+    requests = total_requests(spec, prov, fallback, errors, repo)
     requests = pod_total(spec, prov, fallback, errors, requests)
     check_pod(spec, prov, fallback, errors, specs)
     conns = [specs[name] for name in connections]
@@ -343,12 +357,17 @@ def check_distributed_env(
         )
 
 
+@functools.lru_cache(maxsize=1024, typed=True)  # the same few timeouts, every operation
+def _seconds(timeout: str | int) -> int:
+    return duration_seconds(timeout)
+
+
 def effective_timeout(spec: Mapping[str, Any], queue: QueueSpec) -> int | None:
     """Seconds a run of ``spec`` may take (its Job's activeDeadlineSeconds): run.timeout,
     else the queue's defaultTimeout, else a sandbox's default; None when unbounded."""
     timeout = get_in(spec, "run", "timeout")
     if timeout is not None:
-        return duration_seconds(timeout)
+        return _seconds(timeout)
     if queue.default_timeout is not None:
         return queue.default_timeout
     if get_in(spec, "run", "kind") == RunKind.SANDBOX.value:
