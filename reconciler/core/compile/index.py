@@ -75,6 +75,7 @@ class ProjectEntry:
     first_file: str = ""
 
 
+@functools.lru_cache(maxsize=8192)  # every compile asks of the same paths, many times
 def is_operation(path: str) -> bool:
     parts = path.split("/")
     return len(parts) == 4 and parts[0] == "projects" and parts[2] == "operations"

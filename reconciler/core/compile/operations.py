@@ -60,6 +60,12 @@ def _default_refs(repo: RepoIndex, proj: Loaded[ProjectFile]) -> tuple[tuple[str
     return tuple(refs)
 
 
+def _allowed(proj: Loaded[ProjectFile]) -> frozenset[str] | None:
+    """The project's ``allowedQueues`` (once per compile)."""
+    listed = proj.model.allowed_queues
+    return frozenset(listed) if listed is not None else None
+
+
 def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationResult:
     """Compile ``project_name/op_name``; ``errors`` are those of this operation (problems in
     the files it loaded are in ``repo.errors``)."""
@@ -137,9 +143,7 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     ctx = Context(
         project=project_name,
         namespace=proj.model.namespace or project_name,
-        allowed_queues=frozenset(proj.model.allowed_queues)
-        if proj.model.allowed_queues is not None
-        else None,
+        allowed_queues=repo.memoized(("AllowedQueues", project_name), lambda: _allowed(proj)),
         org=org,
         op_path=op_path,
         presets=tuple(applied),

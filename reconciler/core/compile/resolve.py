@@ -86,6 +86,14 @@ class Gang:
     distributed: Distributed | None = None
 
 
+_RUN_KINDS: dict[str, RunKind] = {kind.value: kind for kind in RunKind}
+
+
+def run_kind(value: str) -> RunKind:
+    """``RunKind(value)``, by a dictionary lookup for the kinds there are."""
+    return _RUN_KINDS.get(value) or RunKind(value)
+
+
 # Kinds that may run more than one pod (a notebook or a sandbox is one interactive pod).
 GANG_KINDS = frozenset({RunKind.JOB, RunKind.BATCH})
 
@@ -102,7 +110,7 @@ def gang_of(
     run = spec.get("run") or {}
     replicas = int(run.get("replicas", 1))
     written = run.get("distributed")
-    kind = RunKind(run["kind"])
+    kind = run_kind(run["kind"])
     if kind not in GANG_KINDS and (replicas > 1 or written is not None):
         path: Path = ("run", "replicas") if replicas > 1 else ("run", "distributed")
         errors.add(
@@ -290,7 +298,7 @@ def _pod_security(
         hit = repo.pod_findings.get(key)
         if hit is not None and all(map(is_, hit[0], parts)) and not hit[1]:
             return ()
-    kind = RunKind(run["kind"])
+    kind = run_kind(run["kind"])
     pod = render_pod(spec, kind, conns, operation=f"{ctx.project}/{spec['name']}", queue=queue.name)
     if key is not None:
         repo.pod_findings[key] = (parts, bool(pod_security_findings(pod, policy)))
@@ -404,7 +412,7 @@ def build(
         queue=resolved.queue.name,
         cluster=resolved.queue.cluster,
         namespace=ctx.namespace,
-        kind=RunKind(spec["run"]["kind"]),
+        kind=run_kind(spec["run"]["kind"]),
         spec=repo.shared_value(spec),  # identical subtrees shared between operations
         requests=repo.shared_amounts(resolved.total),
         pod_requests=repo.shared_amounts(resolved.requests),
