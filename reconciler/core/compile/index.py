@@ -330,17 +330,11 @@ class RepoIndex:
         if (kind is dict or kind is list) and id(value) in self._canonical:
             return value  # a subtree shared already (a preset's, untouched): O(1)
         if isinstance(value, dict):
-            strings, canonical, share = self._strings, self._canonical, self.shared_value
-            keys = [strings.setdefault(k, k) if type(k) is str else share(k) for k in value]
-            # a string, or a subtree shared already, inline: most values are one or other
-            values = [
-                strings.setdefault(v, v)
-                if type(v) is str
-                else v
-                if id(v) in canonical
-                else share(v)
-                for v in value.values()
+            strings = self._strings
+            keys = [
+                strings.setdefault(k, k) if type(k) is str else self.shared_value(k) for k in value
             ]
+            values = self._shared_each(value.values())
             mark = hash((len(keys), *keys, *map(id, values)))
             found = self._subtrees.get(mark)
             if isinstance(found, dict) and _same(found, keys) and _same(found.values(), values):
@@ -348,15 +342,7 @@ class RepoIndex:
             same = _same(value, keys) and _same(value.values(), values)
             return self._keep(mark, found, value if same else dict(zip(keys, values, strict=True)))
         if isinstance(value, list):
-            strings, canonical, share = self._strings, self._canonical, self.shared_value
-            elements = [
-                strings.setdefault(v, v)
-                if type(v) is str
-                else v
-                if id(v) in canonical
-                else share(v)
-                for v in value
-            ]
+            elements = self._shared_each(value)
             mark = hash((-1, *map(id, elements)))
             found = self._subtrees.get(mark)
             if isinstance(found, list) and _same(found, elements):
@@ -367,6 +353,15 @@ class RepoIndex:
         if type(value) is int:  # not bool: True and 1 stay apart
             return self._ints.setdefault(value, value)
         return value
+
+    def _shared_each(self, items: Iterable[Any]) -> list[Any]:
+        """:meth:`shared_value` of each of ``items``, a string or a subtree shared already
+        inline (most values are one or the other)."""
+        strings, canonical, share = self._strings, self._canonical, self.shared_value
+        return [
+            strings.setdefault(v, v) if type(v) is str else v if id(v) in canonical else share(v)
+            for v in items
+        ]
 
     def _keep(self, mark: int, found: Any, value: Any) -> Any:
         """``value`` kept as the subtree of hash ``mark`` unless another holds it (a hash

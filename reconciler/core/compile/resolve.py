@@ -134,7 +134,7 @@ def gang_of(
 
 # Fields every dispatchable spec must end up with (the schema leaves them optional, since a
 # preset may set them).
-REQUIRED: tuple[Path, ...] = (("run", "kind"), ("run", "container", "image"))
+REQUIRED: tuple[tuple[str, ...], ...] = (("run", "kind"), ("run", "container", "image"))
 
 
 def validate_spec(
@@ -164,7 +164,7 @@ def validate_spec(
     except ValidationError as exc:
         add_validation_errors(errors, exc, spec, OperationFile, locate, prefix=prefix)
     for path in REQUIRED:
-        if get_in(spec, *(str(p) for p in path)) is None:
+        if get_in(spec, *path) is None:
             location, message = unset(path)
             errors.add(location, message)
     return len(errors) == reported
