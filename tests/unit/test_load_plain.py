@@ -84,6 +84,8 @@ def test_an_operation_file_is_read_plain() -> None:
         b"a: 1e400\n",  # a number out of range
         b"- a\n-\n",  # an empty item
         b"a: [b,]\n",  # a trailing comma
+        b"k" * 1001 + b": v\n",  # a key longer than libyaml looks ahead for its ':'
+        b"k" * 1100 + b": v\n",
     ],
 )
 def test_other_shapes_are_left_to_libyaml(monkeypatch: pytest.MonkeyPatch, content: bytes) -> None:
