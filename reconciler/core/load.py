@@ -191,6 +191,287 @@ def _compose_fast(text: str, resolvers: Resolvers | None = None) -> Node | None:
         loader.dispose()
 
 
+# --- the plain reader: the common shape of a config file, without libyaml --------------
+# A file of block maps and lists whose values are one-line scalars (plain, or quoted
+# without escapes) or one-line flow lists and maps of such scalars, with comments: what
+# nearly every config file is. Anything else (anchors, tags, block scalars, multi-line
+# values, empty values, documents markers, tabs, non-ASCII text, a problem of any kind)
+# is left to libyaml and the composer (``_Plain`` -> None), so the result is the same.
+
+_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}):(?: +|$)")
+_FLOW_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}): +")
+_SAFE = r"[^\s#:,\[\]{}'\"]"  # inside a plain scalar: never an indicator here
+_FIRST = r"(?:[A-Za-z0-9_./~+$(=^]|-(?=[A-Za-z0-9_./~+$(=^-]))"
+# In a block, ':' may sit inside a plain scalar when a safe character follows it; in a
+# flow collection never (libyaml and YAML 1.2 disagree there).
+_PLAIN_BLOCK = re.compile(_FIRST + r"(?:" + _SAFE + r"|:(?=" + _SAFE + r")| +(?=" + _SAFE + r"))*")
+_PLAIN_FLOW = re.compile(_FIRST + r"(?:" + _SAFE + r"| +(?=" + _SAFE + r"))*")
+_KEY_PLAIN = re.compile(
+    r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}): +(" + _PLAIN_BLOCK.pattern + r")(?: +#.*| *)$"
+)
+_FLOW_ITEM = re.compile(r"(" + _PLAIN_FLOW.pattern + r") *([,\]]) *")
+_SINGLE = re.compile(r"'([^'\n]*)'(?!')")
+_DOUBLE = re.compile(r'"([^"\\\n]*)"')
+_TRAIL = re.compile(r"(?: +#.*| *)$")
+_SPACES = re.compile(r" *")
+_PLAIN_TEXT = re.compile(r"[\n\x20-\x7e]*")  # printable ASCII lines: no tab, no CR
+
+
+_PLAIN_READER = True  # tests turn it off to compare with libyaml's reading
+
+
+class _Slow(Exception):
+    """Internal: the plain reader leaves this file to libyaml and the composer."""
+
+
+class _Plain:
+    """Reads a file of the plain shape (above) into the data and positions the composer
+    and :class:`_Walker` give it; :func:`_read_plain` returns None for any other file.
+
+    Without aliases, nothing is counted twice: the nodes are the positions recorded
+    (checked once, at the end), and the text of every key and value is shorter than the
+    file, itself at most ``MAX_FILE_BYTES`` = ``MAX_EXPANDED_CHARS``."""
+
+    __slots__ = ("keys", "resolved", "rows", "values")
+
+    def __init__(self, text: str, resolved: _Resolved) -> None:
+        self.resolved = resolved  # plain scalar -> its value (a memo of the resolvers')
+        self.values: dict[PathKey, tuple[int, int]] = {}
+        self.keys: dict[PathKey, tuple[int, int]] = {}
+        rows: list[tuple[int, int, str]] = []  # (line, indent, text) of each content line
+        for number, line in enumerate(text.split("\n"), 1):
+            content = line.lstrip(" ")
+            if content and content[0] != "#":
+                rows.append((number, len(line) - len(content), line))
+        self.rows = rows
+
+    def read(self) -> Any:
+        rows = self.rows
+        if not rows or rows[0][1] != 0:
+            raise _Slow
+        data, end = self._block(0, 0, ())
+        if end != len(rows) or len(self.values) > MAX_NODES:
+            raise _Slow
+        return data
+
+    def _key(self, key: str, line: int, col: int, out: dict[str, Any], path: PathKey) -> PathKey:
+        if key in out or type(self.resolved[key]) is not str:
+            raise _Slow  # a duplicate, or not a string
+        sub = (*path, key)
+        self.keys[sub] = (line, col + 1)
+        return sub
+
+    def _block(self, index: int, indent: int, path: PathKey) -> tuple[Any, int]:
+        if len(path) >= MAX_DEPTH:
+            raise _Slow
+        if self.rows[index][2].startswith("- ", indent):
+            return self._sequence(index, indent, path)
+        return self._mapping(index, indent, path, False)
+
+    def _mapping(
+        self, index: int, indent: int, path: PathKey, inline: bool
+    ) -> tuple[dict[str, Any], int]:
+        """The block map whose first key is at column ``indent`` of row ``index`` (in a
+        list item when ``inline``: the row itself starts with ``- ``)."""
+        rows = self.rows
+        self.values[path] = (rows[index][0], indent + 1)
+        out: dict[str, Any] = {}
+        count = len(rows)
+        while index < count:
+            number, at, line = rows[index]
+            if inline:
+                inline = False
+            elif at != indent:
+                if at < indent:
+                    break
+                raise _Slow
+            match = _KEY_PLAIN.match(line, indent)
+            if match is not None:  # ``key: plain scalar``, the most common line
+                key, text = match.group(1, 2)
+                sub = self._key(key, number, indent, out, path)
+                self.values[sub] = (number, match.start(2) + 1)
+                out[key] = self.resolved[text]
+                index += 1
+                continue
+            match = _KEY.match(line, indent)
+            if match is None:
+                raise _Slow
+            key = match.group(1)
+            sub = self._key(key, number, indent, out, path)
+            rest = match.end()
+            index += 1
+            if rest < len(line) and line[rest] != "#":
+                out[key] = self._inline(line, rest, number, sub)
+                continue
+            # ``key:``: its value is the block below
+            if index == count:
+                raise _Slow  # an empty value
+            below, line = rows[index][1], rows[index][2]
+            if below > indent:
+                out[key], index = self._block(index, below, sub)
+            elif below == indent and line.startswith("- ", indent):
+                out[key], index = self._sequence(index, indent, sub)
+            else:
+                raise _Slow  # an empty value
+        return out, index
+
+    def _sequence(self, index: int, indent: int, path: PathKey) -> tuple[list[Any], int]:
+        if len(path) >= MAX_DEPTH:
+            raise _Slow
+        rows = self.rows
+        self.values[path] = (rows[index][0], indent + 1)
+        items: list[Any] = []
+        count = len(rows)
+        while index < count:
+            number, at, line = rows[index]
+            if at != indent:
+                if at < indent:
+                    break
+                raise _Slow
+            if not line.startswith("- ", indent):
+                break  # the next key of the map this list is a value of, or an error there
+            col = _SPACES.match(line, indent + 2).end()  # type: ignore[union-attr]
+            if col == len(line) or line[col] == "#":
+                raise _Slow  # an empty item, or one below
+            sub = (*path, len(items))
+            if _KEY.match(line, col) is not None:
+                item, index = self._mapping(index, col, sub, True)
+                items.append(item)
+                continue
+            items.append(self._inline(line, col, number, sub))
+            index += 1
+        return items, index
+
+    def _inline(self, line: str, col: int, number: int, path: PathKey) -> Any:
+        """The one-line value at ``col`` of ``line``, then only spaces or a comment."""
+        first = line[col]
+        if first == "[" or first == "{":
+            if len(path) >= MAX_DEPTH:
+                raise _Slow
+            self.values[path] = (number, col + 1)
+            if first == "[":
+                value, end = self._flow_list(line, col + 1, number, path)
+            else:
+                value, end = self._flow_map(line, col + 1, number, path)
+        else:
+            value, end = self._scalar(line, col, number, path, _PLAIN_BLOCK)
+        if _TRAIL.match(line, end) is None:
+            raise _Slow
+        return value
+
+    def _scalar(
+        self, line: str, col: int, number: int, path: PathKey, plain: re.Pattern[str]
+    ) -> tuple[Any, int]:
+        self.values[path] = (number, col + 1)
+        first = line[col]
+        if first == "'" or first == '"':
+            match = (_SINGLE if first == "'" else _DOUBLE).match(line, col)
+            if match is None:
+                raise _Slow
+            return match.group(1), match.end()
+        match = plain.match(line, col)
+        if match is None:
+            raise _Slow
+        text = match.group()
+        return self.resolved[text], match.end()
+
+    def _flow_list(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
+        items: list[Any] = []
+        col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+        if line[col] == "]":
+            return items, col + 1
+        values, resolved = self.values, self.resolved
+        while True:
+            match = _FLOW_ITEM.match(line, col)
+            if match is not None:  # a plain item, then ``,`` or ``]`` (spaces around)
+                values[(*path, len(items))] = (number, col + 1)
+                items.append(resolved[match.group(1)])
+                if match.group(2) == "]":
+                    return items, match.end(2)  # what follows is the line's (a comment)
+                col = match.end()
+                continue
+            if line[col] in "[{":
+                raise _Slow
+            item, col = self._scalar(line, col, number, (*path, len(items)), _PLAIN_FLOW)
+            items.append(item)
+            col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+            if line[col] == "]":
+                return items, col + 1
+            if line[col] != ",":
+                raise _Slow
+            col = _SPACES.match(line, col + 1).end()  # type: ignore[union-attr]
+
+    def _flow_map(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
+        out: dict[str, Any] = {}
+        col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+        if line[col] == "}":
+            return out, col + 1
+        while True:
+            match = _FLOW_KEY.match(line, col)
+            if match is None:
+                raise _Slow
+            key = match.group(1)
+            sub = self._key(key, number, col, out, path)
+            col = match.end()
+            if line[col] in "[{":
+                raise _Slow
+            out[key], col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
+            col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
+            if line[col] == "}":
+                return out, col + 1
+            if line[col] != ",":
+                raise _Slow
+            col = _SPACES.match(line, col + 1).end()  # type: ignore[union-attr]
+
+
+class _Resolved(dict[str, Any]):
+    """Plain scalars -> their values under one set of implicit resolvers, those that
+    are not the string itself (a number, a boolean, null), computed on first use; one
+    that must be refused raises ``_Slow``. Bounded: cleared past ``_RESOLVED_MAX``."""
+
+    def __init__(self, resolvers: Resolvers) -> None:
+        super().__init__()
+        self.resolvers = resolvers
+
+    def __missing__(self, text: str) -> Any:
+        value: Any = text
+        for tag, regexp in self.resolvers.get(text[:1], ()):
+            if regexp.match(text):
+                if tag != _STR:
+                    try:
+                        value = _scalar_value(tag, text, 1, 1)
+                    except _Fail:
+                        raise _Slow from None
+                break
+        if len(self) >= _RESOLVED_MAX:
+            self.clear()
+        self[text] = value
+        return value
+
+
+_RESOLVED_MAX = 4096
+_RESOLVED: dict[int, _Resolved] = {}  # by id of the resolvers (module constants)
+
+
+def _read_plain(
+    text: str, resolvers: Resolvers | None
+) -> tuple[Any, dict[PathKey, tuple[int, int]], dict[PathKey, tuple[int, int]]] | None:
+    """The data, value positions and key positions of a file of the plain shape, or None
+    (:class:`_Plain`)."""
+    if len(text) > MAX_EXPANDED_CHARS or _PLAIN_TEXT.fullmatch(text) is None:
+        return None
+    resolvers = resolvers if resolvers is not None else YAML12_RESOLVERS
+    resolved = _RESOLVED.get(id(resolvers))
+    if resolved is None or resolved.resolvers is not resolvers:
+        resolved = _RESOLVED[id(resolvers)] = _Resolved(resolvers)
+    reader = _Plain(text, resolved)
+    try:
+        data = reader.read()
+    except (_Slow, IndexError):
+        return None
+    return data, reader.values, reader.keys
+
+
 @dataclass(frozen=True)
 class Document:
     """One parsed YAML file: plain data plus 1-based (line, col) of every key and value."""
@@ -239,7 +520,11 @@ def _pos(node: Node) -> tuple[int, int]:
 
 
 def _scalar(node: ScalarNode) -> Any:
-    tag, value = node.tag, node.value
+    return _scalar_value(node.tag, node.value, *_pos(node))
+
+
+def _scalar_value(tag: str, value: str, line: int, col: int) -> Any:
+    """The scalar ``value`` of ``tag`` as data; ``line`` and ``col`` locate a refusal."""
     if tag == _STR:
         return value
     if tag == _NULL:
@@ -252,7 +537,8 @@ def _scalar(node: ScalarNode) -> Any:
             return False
     elif tag in (_INT, _FLOAT) and len(value) > MAX_NUMBER_CHARS:
         raise _Fail(
-            *_pos(node),
+            line,
+            col,
             f"number is {len(value)} characters long; the limit is {MAX_NUMBER_CHARS}",
         )
     elif tag == _INT:
@@ -268,18 +554,18 @@ def _scalar(node: ScalarNode) -> Any:
     elif tag == _FLOAT:
         low = value.lower()
         if low.endswith(".inf") or low == ".nan":
-            raise _Fail(*_pos(node), f"{value!r}: infinity and NaN are not allowed here")
+            raise _Fail(line, col, f"{value!r}: infinity and NaN are not allowed here")
         try:
             number = float(value)
         except ValueError:
             pass
         else:
             if number in (float("inf"), float("-inf")):
-                raise _Fail(*_pos(node), f"number {value!r} is out of range")
+                raise _Fail(line, col, f"number {value!r} is out of range")
             return number
     else:
-        raise _Fail(*_pos(node), f"unsupported YAML tag {tag!r}")
-    raise _Fail(*_pos(node), f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}")
+        raise _Fail(line, col, f"unsupported YAML tag {tag!r}")
+    raise _Fail(line, col, f"{value!r} is not a valid {tag.rsplit(':', 1)[-1]}")
 
 
 class _Walker:
@@ -392,8 +678,9 @@ def parse_yaml(
 ) -> tuple[Document | None, list[ConfigError]]:
     """Parse one file strictly. Returns the document, or ``None`` and its errors.
 
-    ``fast`` lets libyaml compose a plain file; any error is then found again by the pure
-    composer, so a file gets the same message and position either way. ``written`` reads a
+    ``fast`` reads a file of the common plain shape itself (:class:`_Plain`) and lets
+    libyaml compose any other; any error is then found again by the pure composer, so a
+    file gets the same message and position either way. ``written`` reads a
     file PyYAML wrote (the status branch) with :class:`_WrittenResolver`: same limits, same
     strictness, only fewer plain scalars taken for numbers."""
     resolvers = WRITTEN_RESOLVERS if written else None
@@ -410,6 +697,10 @@ def parse_yaml(
     except UnicodeDecodeError as exc:
         return fail(*_offset_to_line_col(content, exc.start), "file is not valid UTF-8")
     text = text.removeprefix("\ufeff")
+    if fast and _PLAIN_READER:
+        plain = _read_plain(text, resolvers)
+        if plain is not None:
+            return Document(path, *plain), []
     loader: _Loader | None = None
     try:
         root = _compose_fast(text, resolvers) if fast else None

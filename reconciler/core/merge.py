@@ -37,7 +37,6 @@ provenance, and those objects are shared by every spec it is applied to.
 
 from __future__ import annotations
 
-import copy
 import functools
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
@@ -67,7 +66,8 @@ TYPED_SECTIONS: frozenset[Path] = frozenset(
 
 
 # --- deepmerge strategies ----------------------------------------------------------------
-# Each returns a fresh object; inputs are deep-copied, never modified.
+# Each returns a fresh object; inputs (plain data) are deep-copied (``_copied``), never
+# modified.
 
 
 def without_nulls(value: Any) -> Any:
@@ -93,15 +93,15 @@ def _new(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
 
 
 def _cur(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
-    return copy.deepcopy(cur)
+    return _copied(cur)
 
 
 def _cur_if_set(merger: Merger, path: list[Any], cur: Any, new: Any) -> Any:
-    return without_nulls(new) if cur is None else copy.deepcopy(cur)
+    return without_nulls(new) if cur is None else _copied(cur)
 
 
 def _post_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[str, Any]) -> Any:
-    out = {k: copy.deepcopy(v) for k, v in cur.items()}
+    out = {k: _copied(v) for k, v in cur.items()}
     for key, value in new.items():
         if value is None:
             out.pop(key, None)
@@ -113,7 +113,7 @@ def _post_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[s
 
 
 def _pre_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[str, Any]) -> Any:
-    out = {k: copy.deepcopy(v) for k, v in cur.items()}
+    out = {k: _copied(v) for k, v in cur.items()}
     for key, value in new.items():
         if value is None:
             continue
@@ -130,14 +130,14 @@ def _pre_dict(merger: Merger, path: list[Any], cur: dict[str, Any], new: dict[st
 
 def _post_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -> Any:
     if path:
-        return copy.deepcopy(new)
-    return [copy.deepcopy(x) for x in cur] + [copy.deepcopy(x) for x in new if x not in cur]
+        return _copied(new)
+    return [_copied(x) for x in cur] + [_copied(x) for x in new if x not in cur]
 
 
 def _pre_list(merger: Merger, path: list[Any], cur: list[Any], new: list[Any]) -> Any:
     if path:
-        return copy.deepcopy(cur)
-    return [copy.deepcopy(x) for x in new] + [copy.deepcopy(x) for x in cur if x not in new]
+        return _copied(cur)
+    return [_copied(x) for x in new] + [_copied(x) for x in cur if x not in new]
 
 
 MERGERS: Mapping[MergeStrategy, Merger] = {
@@ -154,7 +154,7 @@ def merge_leaf(strategy: MergeStrategy, cur: Any, new: Any) -> Any:
     ``cur is None`` means unset. Returns ``None`` when the leaf ends up unset.
     """
     if new is None:
-        return None if strategy in NULL_CLEARS else copy.deepcopy(cur)
+        return None if strategy in NULL_CLEARS else _copied(cur)
     if cur is None:
         return without_nulls(new)
     return MERGERS[strategy].merge(cur, new)
@@ -279,10 +279,15 @@ class Sections:
     chain of presets), so a section one layer built is known to the next. An entry keeps
     its section alive, so its id stays its own."""
 
-    __slots__ = ("_known",)
+    __slots__ = ("_ids", "_known")
 
     def __init__(self) -> None:
         self._known: dict[tuple[Path, int], tuple[dict[str, Any], Items]] = {}
+        self._ids: set[int] = set()  # of the sections kept (alive here: their own)
+
+    def built(self, section: Any) -> bool:
+        """Whether ``section`` is one a layer built (kept here)."""
+        return id(section) in self._ids
 
     def items(self, path: Path, section: Any) -> Items | None:
         """The provenance under ``path`` of ``section`` when a layer built it there."""
@@ -291,6 +296,7 @@ class Sections:
 
     def add(self, path: Path, section: dict[str, Any], items: Items) -> None:
         self._known.setdefault((path, id(section)), (section, items))
+        self._ids.add(id(section))
 
 
 class Layer:

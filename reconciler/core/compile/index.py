@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
-from reconciler.core.merge import Locate, Path, Sections, dotted
+from reconciler.core.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
 from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -75,6 +75,7 @@ class ProjectEntry:
     first_file: str = ""
 
 
+@functools.lru_cache(maxsize=8192)  # every compile asks of the same paths, many times
 def is_operation(path: str) -> bool:
     parts = path.split("/")
     return len(parts) == 4 and parts[0] == "projects" and parts[2] == "operations"
@@ -123,6 +124,73 @@ class LoadMemo:
         keep = set(paths)
         for path in [p for p in self._entries if p not in keep]:
             del self._entries[path]
+
+
+# The typed sections of the operation schema below the top (``merge.TYPED_SECTIONS``):
+# models whose fields are all optional and that have no validator of the model as a
+# whole, so a field left out validates the rest as before (``tests/test_validated.py``).
+VALIDATED_SECTIONS: frozenset[Path] = frozenset(TYPED_SECTIONS - {()})
+# Top-level fields never left out: required (``kind``), or read by the model's validator.
+_ALWAYS: frozenset[str] = frozenset({"kind", "matrix", "dag"})
+
+
+_Part = tuple[Path, str, Any]  # (a typed section's path, a key in it, its value)
+
+
+class ValidatedParts:
+    """The parts of merged specs that passed the operation schema, by path and identity:
+    the values presets put in every operation (shared objects). Validating a field is the
+    same wherever its spec: the schema at a path is fixed, and no validator of the top
+    model or of a typed section reads a field it may leave out (``_ALWAYS``). So a spec
+    is checked without the parts that passed already (:meth:`unchecked`); should that
+    fail, the whole spec is checked again, for exactly the errors it always gave. One
+    per compile; only objects the compile keeps alive anyway are noted (``alive``), so
+    an id stays its own."""
+
+    __slots__ = ("_alive", "_parts")
+
+    def __init__(self, alive: Callable[[Any], bool]) -> None:
+        self._alive = alive
+        # section path -> key -> id -> the part (kept: its id stays its own)
+        self._parts: dict[Path, dict[str, dict[int, Any]]] = {}
+
+    def unchecked(
+        self,
+        spec: Mapping[str, Any],
+        path: Path = (),
+        new: list[tuple[Path, str, Any]] | None = None,
+    ) -> tuple[dict[str, Any], list[tuple[Path, str, Any]]]:
+        """``spec`` without the parts that passed at their paths before (a typed section
+        that did not pass as a whole: without those of its own that did), and the parts
+        it keeps (``(section path, key, value)``: to :meth:`note` once it passed)."""
+        if new is None:
+            new = []
+        known = self._parts.get(path)
+        out: dict[str, Any] = {}
+        for key, value in spec.items():
+            if known is not None:
+                seen = known.get(key)
+                if (
+                    seen is not None
+                    and seen.get(id(value)) is value
+                    and (path or key not in _ALWAYS)
+                ):
+                    continue
+            new.append((path, key, value))
+            if type(value) is dict:
+                sub = (*path, key)
+                if sub in VALIDATED_SECTIONS:
+                    value = self.unchecked(value, sub, new)[0]
+            out[key] = value
+        return out, new
+
+    def note(self, new: list[_Part]) -> None:
+        """The parts :meth:`unchecked` kept passed: those the compile keeps alive are
+        known from now on."""
+        alive, parts = self._alive, self._parts
+        for path, key, value in new:
+            if alive(value):
+                parts.setdefault(path, {}).setdefault(key, {})[id(value)] = value
 
 
 class _Recording:
@@ -191,7 +259,14 @@ class RepoIndex:
         self._ints: dict[int, int] = {}
         self._amounts: dict[tuple[tuple[str, str], ...], Mapping[str, Decimal]] = {}
         self._memos: dict[tuple[str, str], tuple[Any, frozenset[str]]] = {}
+        # resolve._pod_security: the parts of a spec Pod Security reads, by kind and ids ->
+        # (those parts, kept alive: their ids stay their own; whether it found anything)
+        self.pod_findings: dict[tuple[Any, ...], tuple[tuple[Any, ...], bool]] = {}
+        # resolve.total_requests: id of kept resources -> (them, their totals)
+        self.totals: dict[int, tuple[Any, dict[str, Decimal]]] = {}
         self.sections = Sections()  # typed sections the presets' layers built (merge.py)
+        # the parts of merged specs that passed the schema (resolve.ValidatedParts)
+        self.validated = ValidatedParts(self.kept)
         self._index()
 
     def recording(self) -> _Recording:
@@ -226,6 +301,13 @@ class RepoIndex:
         clusters, connections, projects). An operation's compile reads it, not tracked."""
         return tuple(p for p in sorted(self.files) if not is_operation(p))
 
+    def kept(self, value: Any) -> bool:
+        """Whether the compile keeps ``value`` alive for its whole length: one of
+        :meth:`shared_value`'s maps, lists or strings, or a typed section a layer built."""
+        if type(value) is str:
+            return self._strings.get(value) is value
+        return id(value) in self._canonical or self.sections.built(value)
+
     def shared(self, prov: Provenance) -> Provenance:
         """One object per distinct provenance: a preset's leaves are the same in every
         operation that applies it."""
@@ -252,7 +334,7 @@ class RepoIndex:
             keys = [
                 strings.setdefault(k, k) if type(k) is str else self.shared_value(k) for k in value
             ]
-            values = [self.shared_value(v) for v in value.values()]
+            values = self._shared_each(value.values())
             mark = hash((len(keys), *keys, *map(id, values)))
             found = self._subtrees.get(mark)
             if isinstance(found, dict) and _same(found, keys) and _same(found.values(), values):
@@ -260,7 +342,7 @@ class RepoIndex:
             same = _same(value, keys) and _same(value.values(), values)
             return self._keep(mark, found, value if same else dict(zip(keys, values, strict=True)))
         if isinstance(value, list):
-            elements = [self.shared_value(v) for v in value]
+            elements = self._shared_each(value)
             mark = hash((-1, *map(id, elements)))
             found = self._subtrees.get(mark)
             if isinstance(found, list) and _same(found, elements):
@@ -271,6 +353,15 @@ class RepoIndex:
         if type(value) is int:  # not bool: True and 1 stay apart
             return self._ints.setdefault(value, value)
         return value
+
+    def _shared_each(self, items: Iterable[Any]) -> list[Any]:
+        """:meth:`shared_value` of each of ``items``, a string or a subtree shared already
+        inline (most values are one or the other)."""
+        strings, canonical, share = self._strings, self._canonical, self.shared_value
+        return [
+            strings.setdefault(v, v) if type(v) is str else v if id(v) in canonical else share(v)
+            for v in items
+        ]
 
     def _keep(self, mark: int, found: Any, value: Any) -> Any:
         """``value`` kept as the subtree of hash ``mark`` unless another holds it (a hash

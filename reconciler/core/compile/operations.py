@@ -60,6 +60,12 @@ def _default_refs(repo: RepoIndex, proj: Loaded[ProjectFile]) -> tuple[tuple[str
     return tuple(refs)
 
 
+def _allowed(proj: Loaded[ProjectFile]) -> frozenset[str] | None:
+    """The project's ``allowedQueues`` (once per compile)."""
+    listed = proj.model.allowed_queues
+    return frozenset(listed) if listed is not None else None
+
+
 def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationResult:
     """Compile ``project_name/op_name``; ``errors`` are those of this operation (problems in
     the files it loaded are in ``repo.errors``)."""
@@ -123,16 +129,21 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     def unset(path: Path) -> tuple[Location, str]:
         return doc.loc(("run",)), f"{dotted(path)} is not set by the operation or its presets"
 
-    validate_spec(spec, locate_merged, errors, prefix="after merging presets: ", unset=unset)
+    validate_spec(
+        spec,
+        locate_merged,
+        errors,
+        prefix="after merging presets: ",
+        unset=unset,
+        validated=repo.validated,
+    )
     if errors:
         return OperationResult(op_id, found=True, errors=tuple(errors))
 
     ctx = Context(
         project=project_name,
         namespace=proj.model.namespace or project_name,
-        allowed_queues=frozenset(proj.model.allowed_queues)
-        if proj.model.allowed_queues is not None
-        else None,
+        allowed_queues=repo.memoized(("AllowedQueues", project_name), lambda: _allowed(proj)),
         org=org,
         op_path=op_path,
         presets=tuple(applied),

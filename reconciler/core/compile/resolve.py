@@ -9,20 +9,27 @@ children ``workflows.py``'s).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
+from operator import is_
 from typing import Any
 
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
-from reconciler.core.compile.index import RepoIndex, get_in
+from reconciler.core.compile.index import RepoIndex, ValidatedParts, get_in
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.references import find_connection, find_queue, unknown_name
 from reconciler.core.merge import Path, ProvMap, dotted
 from reconciler.core.model import OperationFile, duration_seconds
-from reconciler.core.policy import Violation, check_pod_security, check_policy
+from reconciler.core.policy import (
+    Violation,
+    check_pod_security,
+    check_policy,
+    pod_security_findings,
+)
 from reconciler.core.render import (
     DISTRIBUTED_ENV,
     SANDBOX_DEFAULT_TIMEOUT,
@@ -79,6 +86,14 @@ class Gang:
     distributed: Distributed | None = None
 
 
+_RUN_KINDS: dict[str, RunKind] = {kind.value: kind for kind in RunKind}
+
+
+def run_kind(value: str) -> RunKind:
+    """``RunKind(value)``, by a dictionary lookup for the kinds there are."""
+    return _RUN_KINDS.get(value) or RunKind(value)
+
+
 # Kinds that may run more than one pod (a notebook or a sandbox is one interactive pod).
 GANG_KINDS = frozenset({RunKind.JOB, RunKind.BATCH})
 
@@ -95,7 +110,7 @@ def gang_of(
     run = spec.get("run") or {}
     replicas = int(run.get("replicas", 1))
     written = run.get("distributed")
-    kind = RunKind(run["kind"])
+    kind = run_kind(run["kind"])
     if kind not in GANG_KINDS and (replicas > 1 or written is not None):
         path: Path = ("run", "replicas") if replicas > 1 else ("run", "distributed")
         errors.add(
@@ -119,7 +134,7 @@ def gang_of(
 
 # Fields every dispatchable spec must end up with (the schema leaves them optional, since a
 # preset may set them).
-REQUIRED: tuple[Path, ...] = (("run", "kind"), ("run", "container", "image"))
+REQUIRED: tuple[tuple[str, ...], ...] = (("run", "kind"), ("run", "container", "image"))
 
 
 def validate_spec(
@@ -129,17 +144,27 @@ def validate_spec(
     *,
     prefix: str,
     unset: Callable[[Path], tuple[Location, str]],
+    validated: ValidatedParts | None = None,
 ) -> bool:
     """A merged (or expanded) spec checked as if it were written by hand: the operation
     schema, then the fields it must have. ``unset(path)`` says where and why a required
-    field is missing. False when anything is wrong (reported)."""
+    field is missing. False when anything is wrong (reported). With ``validated``, the
+    parts of specs that passed before are not checked again (:class:`ValidatedParts`)."""
     reported = len(errors)
     try:
-        OperationFile.model_validate(spec)
+        if validated is None:
+            OperationFile.model_validate(spec)
+        else:
+            unchecked, new = validated.unchecked(spec)
+            try:
+                OperationFile.model_validate(unchecked)
+            except ValidationError:
+                OperationFile.model_validate(spec)  # the errors, as the whole spec gives them
+            validated.note(new)
     except ValidationError as exc:
         add_validation_errors(errors, exc, spec, OperationFile, locate, prefix=prefix)
     for path in REQUIRED:
-        if get_in(spec, *(str(p) for p in path)) is None:
+        if get_in(spec, *path) is None:
             location, message = unset(path)
             errors.add(location, message)
     return len(errors) == reported
@@ -150,14 +175,27 @@ def total_requests(
     prov: Mapping[Path, Provenance],
     fallback: Location,
     errors: Errors,
+    repo: RepoIndex | None = None,
 ) -> dict[str, Decimal]:
     """Total request per resource of the main container: the request, or the limit where
-    only a limit is set."""
+    only a limit is set. With ``repo``, the totals of resources the compile keeps (a
+    preset's) are worked out once (``RepoIndex.totals``)."""
     resources = get_in(spec, "run", "container", "resources") or {}
     base: Path = ("run", "container", "resources")
-    return container_totals(
+    known = repo is not None and bool(resources) and repo.kept(resources)
+    if known:
+        assert repo is not None
+        hit = repo.totals.get(id(resources))
+        if hit is not None and hit[0] is resources:
+            return dict(hit[1])
+    reported = len(errors)
+    totals = container_totals(
         resources, lambda kind, resource: at(prov, (*base, kind, resource), fallback), errors
     )
+    if known and len(errors) == reported:  # where a problem is reported depends on the spec
+        assert repo is not None
+        repo.totals[id(resources)] = (resources, dict(totals))
+    return totals
 
 
 def resolve(
@@ -196,7 +234,7 @@ def resolve(
         specs[name] = conn
         if name not in connections:
             connections.append(name)
-    requests = total_requests(spec, prov, fallback, errors)
+    requests = total_requests(spec, prov, fallback, errors, repo)
     requests = pod_total(spec, prov, fallback, errors, requests)
     check_pod(spec, prov, fallback, errors, specs)
     conns = [specs[name] for name in connections]
@@ -223,15 +261,48 @@ def resolve(
         requests=scaled(requests, gang.replicas),
         replicas=gang.replicas,
     )
-    pod = render_pod(
-        spec,
-        RunKind(spec["run"]["kind"]),
-        conns,
-        operation=f"{ctx.project}/{spec['name']}",
-        queue=queue.name,
-    )
-    violations += check_pod_security(spec, prov, pod, policy=ctx.org.policy)
+    violations += _pod_security(repo, ctx, spec, prov, conns, queue)
     return Resolved(queue, requests, tuple(connections), violations, gang)
+
+
+def _pod_security(
+    repo: RepoIndex,
+    ctx: Context,
+    spec: Mapping[str, Any],
+    prov: ProvMap,
+    conns: list[ConnectionSpec],
+    queue: QueueSpec,
+) -> tuple[Violation, ...]:
+    """``check_pod_security`` of the pod rendered from ``spec``. What Pod Security reads of
+    a pod (its annotations, security contexts, host namespaces, ports, volumes, sysctls)
+    comes from ``run.environment``, the main container's ``securityContext`` and
+    ``shmSize``, ``run.volumes``, ``run.initContainers``, ``run.sidecars``, the kind (its
+    ports) and the connections, never from the rest (command, env, image, resources...):
+    where those parts are objects the compile keeps (a preset's, or none), a pod with the
+    same ones has the same findings, so an operation like one seen before renders no pod
+    when there are none (``RepoIndex.pod_findings``)."""
+    policy = ctx.org.policy
+    run = spec["run"]
+    container = run.get("container") or {}
+    parts = (
+        run.get("environment"),
+        container.get("securityContext"),
+        run.get("volumes"),
+        run.get("initContainers"),
+        run.get("sidecars"),
+        *conns,
+    )
+    key: tuple[Any, ...] | None = None
+    if all(part is None or repo.kept(part) for part in parts[:5]):
+        key = (run["kind"], bool(container.get("shmSize")), *map(id, parts))
+        hit = repo.pod_findings.get(key)
+        if hit is not None and all(map(is_, hit[0], parts)) and not hit[1]:
+            return ()
+    kind = run_kind(run["kind"])
+    pod = render_pod(spec, kind, conns, operation=f"{ctx.project}/{spec['name']}", queue=queue.name)
+    if key is not None:
+        repo.pod_findings[key] = (parts, bool(pod_security_findings(pod, policy)))
+    return check_pod_security(spec, prov, pod, policy=policy)
 
 
 def check_env(
@@ -294,12 +365,17 @@ def check_distributed_env(
         )
 
 
+@functools.lru_cache(maxsize=1024, typed=True)  # the same few timeouts, every operation
+def _seconds(timeout: str | int) -> int:
+    return duration_seconds(timeout)
+
+
 def effective_timeout(spec: Mapping[str, Any], queue: QueueSpec) -> int | None:
     """Seconds a run of ``spec`` may take (its Job's activeDeadlineSeconds): run.timeout,
     else the queue's defaultTimeout, else a sandbox's default; None when unbounded."""
     timeout = get_in(spec, "run", "timeout")
     if timeout is not None:
-        return duration_seconds(timeout)
+        return _seconds(timeout)
     if queue.default_timeout is not None:
         return queue.default_timeout
     if get_in(spec, "run", "kind") == RunKind.SANDBOX.value:
@@ -336,7 +412,7 @@ def build(
         queue=resolved.queue.name,
         cluster=resolved.queue.cluster,
         namespace=ctx.namespace,
-        kind=RunKind(spec["run"]["kind"]),
+        kind=run_kind(spec["run"]["kind"]),
         spec=repo.shared_value(spec),  # identical subtrees shared between operations
         requests=repo.shared_amounts(resolved.total),
         pod_requests=repo.shared_amounts(resolved.requests),
