@@ -96,9 +96,12 @@ class Server:
                 pieces = self.answers.pop(0)(head) if self.answers else None
                 if pieces is None:
                     return  # close without an answer
-                for piece in pieces:
-                    conn.sendall(piece)
-                    time.sleep(0.001)
+                try:
+                    for piece in pieces:
+                        conn.sendall(piece)
+                        time.sleep(0.001)
+                except OSError:  # the client left (a watch it stopped reading)
+                    return
                 if b"Connection: close" in b"".join(pieces[:1]) or pieces[-1:] == [b""]:
                     return  # b"" last: close after the answer
 
