@@ -15,6 +15,8 @@ socket's own failures are."""
 from __future__ import annotations
 
 import gzip
+import select
+import time
 import zlib
 from collections.abc import Generator
 from dataclasses import dataclass
@@ -328,20 +330,29 @@ class Stream:
         finally:
             self._done(keep)
 
-    def lines(self) -> Generator[bytes, None, None]:
+    def lines(self, gather: float = 0.0) -> Generator[bytes, None, None]:
         """The body's lines, without their newlines, as they come (``BodyLines``): one read
-        of the socket of up to 64 KiB at a time. Leaving the iterator before the body's end
-        closes the connection."""
+        of the socket of up to 64 KiB (a TLS record) at a time. With ``gather``, once
+        nothing more is there to read, wait that many seconds before the next read, so
+        that lines that come in quick succession are read together, with one wake-up of
+        the thread, not one each. Leaving the iterator before the body's end closes the
+        connection."""
         body = self._body
         keep = False
         try:
             first = bytes(self._reader.buf)
             self._reader.buf.clear()
             yield from body.feed(first)
-            recv = self._conn.sock.recv
+            sock = self._conn.sock
+            recv = sock.recv
+            pending = getattr(sock, "pending", None)  # TLS: decrypted, not yet read
+            poller = select.poll()
+            poller.register(sock, select.POLLIN)
             while not body.done:
                 data = recv(_READ)
                 yield from body.feed(data) if data else body.end()
+                if gather and not (pending and pending()) and not poller.poll(0):
+                    time.sleep(gather)
             keep = self._head.keep and not body.extra
         finally:
             self._done(keep)

@@ -45,6 +45,13 @@ CONNECTION_POOL_SIZE = 32
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 WATCH_READ_GRACE = 30.0
+# Seconds a watch waits, once it has read all that had come, before it reads again: the
+# events that come meanwhile are read at once, with one wake-up of its thread instead of one
+# each (in a dispatch, several events a second per watch; each wake-up also takes the GIL
+# from the cycle). An event is seen at most this much later; cycles on events are at least
+# 0.2 s apart anyway (runtime/loop.py DEFAULT_MIN_GAP), and an event that comes after a
+# quiet spell is read at once.
+WATCH_GATHER = 0.05
 
 
 class KubeError(RuntimeError):
@@ -889,7 +896,7 @@ class Kube:
         )
         if not 200 <= stream.status <= 299:
             raise ApiException(http_resp=stream.read())
-        return stream.lines()
+        return stream.lines(WATCH_GATHER)
 
 
 def list_pytorchjobs(kube: Kube) -> tuple[Mapping[str, Any], ...]:
