@@ -117,7 +117,8 @@ def _exchange(
             if conn.sock is None:
                 _connect(conn, connect_timeout)
             sock = conn.sock
-            sock.settimeout(read_timeout)
+            if sock.gettimeout() != read_timeout:  # a system call: not for every request
+                sock.settimeout(read_timeout)
             try:
                 sock.sendall(data)
             except OSError as exc:  # the server closed the kept-alive connection
@@ -333,10 +334,10 @@ class Stream:
     def lines(self, gather: float = 0.0) -> Generator[bytes, None, None]:
         """The body's lines, without their newlines, as they come (``BodyLines``): one read
         of the socket of up to 64 KiB (a TLS record) at a time. With ``gather``, once
-        nothing more is there to read, wait that many seconds before the next read, so
-        that lines that come in quick succession are read together, with one wake-up of
-        the thread, not one each. Leaving the iterator before the body's end closes the
-        connection."""
+        nothing more is there to read and no line is cut, wait that many seconds before
+        the next read, so that lines that come in quick succession are read together, with
+        one wake-up of the thread, not one each (the rest of a cut line is read at once).
+        Leaving the iterator before the body's end closes the connection."""
         body = self._body
         keep = False
         try:
@@ -351,7 +352,12 @@ class Stream:
             while not body.done:
                 data = recv(_READ)
                 yield from body.feed(data) if data else body.end()
-                if gather and not (pending and pending()) and not poller.poll(0):
+                if (
+                    gather
+                    and not body.midline
+                    and not (pending and pending())
+                    and not poller.poll(0)
+                ):  # all read, at the end of a line: let the next lines gather
                     time.sleep(gather)
             keep = self._head.keep and not body.extra
         finally:
@@ -446,6 +452,11 @@ class BodyLines:
         if self.done:
             lines += self._finish()
         return lines
+
+    @property
+    def midline(self) -> bool:
+        """Part of a line is read, not its end."""
+        return bool(self._held)
 
     def end(self) -> list[bytes]:
         """The connection closed: the last line of a body that ends with it, or

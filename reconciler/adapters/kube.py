@@ -181,6 +181,14 @@ def _lines(resp: Any, what: str, amt: int | None = 4096) -> Iterator[str]:
         yield line.decode("utf-8", errors="replace")
 
 
+@functools.lru_cache(maxsize=1024)
+def _split_url(url: str) -> tuple[str, str, int | None, str, str]:
+    """``url``'s scheme, host, port, request target (path and query) and Host header, as
+    urllib3 parses it; remembered, as the creates of a namespace all post to one URL."""
+    parsed = urllib3.util.parse_url(url)
+    return str(parsed.scheme), str(parsed.host), parsed.port, parsed.request_uri, str(parsed.netloc)
+
+
 def _loads(data: bytes | str) -> Any:
     """JSON from the apiserver, parsed with orjson (a watch event of a Job, a few KiB, in a
     fraction of the standard library's time: every event of every watched object passes
@@ -387,6 +395,21 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self._pools: dict[tuple[str, str, int | None], Any] = {}
+
+    def _direct(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, str, str]:
+        """The connection pool of ``url``'s host in ``manager``, the request target and
+        the Host header, for ``http1``: the URL parsed once (``_split_url``) and the pool
+        kept, until ``manager`` closes it, rather than both looked up for every create
+        (urllib3's ``connection_from_url`` and ``parse_url``: about 60 µs of CPU a
+        request)."""
+        scheme, host, port, target, netloc = _split_url(url)
+        key = (scheme, host, port)
+        pool = self._pools.get(key)
+        if pool is None or pool.pool is None:  # not yet, or closed (evicted, cleared)
+            pool = manager.connection_from_host(host, port=port, scheme=scheme)
+            self._pools[key] = pool
+        return pool, target, netloc
 
     @_transport
     def ensure_namespace(self, name: str) -> None:
@@ -453,12 +476,12 @@ class Kube:
         manager = self.api.rest_client.pool_manager
         answer: Any
         if type(manager) is urllib3.PoolManager:  # not through a proxy: straight on a socket
-            target = urllib3.util.parse_url(url)
+            pool, target, host = self._direct(manager, url)
             answer = http1.request(
-                manager.connection_from_url(url),
+                pool,
                 method,
-                target.request_uri,
-                str(target.netloc),
+                target,
+                host,
                 headers,
                 payload,
                 connect_timeout=CONNECT_TIMEOUT,
@@ -884,12 +907,12 @@ class Kube:
                     resp.response.release_conn()
                 raise ApiException.from_response(http_resp=resp, body=None, data=None)
             return _byte_lines(resp.response, f"watching {kind}s: connection lost", amt=None)
-        target = urllib3.util.parse_url(url)
+        pool, target, host = self._direct(manager, url)
         stream = http1.stream(
-            manager.connection_from_url(url),
+            pool,
             method,
-            target.request_uri,
-            str(target.netloc),
+            target,
+            host,
             headers,
             connect_timeout=CONNECT_TIMEOUT,
             read_timeout=read_timeout,

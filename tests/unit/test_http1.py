@@ -6,6 +6,7 @@ token refreshed per request, and a 409 that ``create_or_adopt`` adopts."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
@@ -75,6 +76,10 @@ class Server:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # the client left (a watch it stopped reading)
+            self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
         buf = b""
         with conn:
             while True:
@@ -96,12 +101,9 @@ class Server:
                 pieces = self.answers.pop(0)(head) if self.answers else None
                 if pieces is None:
                     return  # close without an answer
-                try:
-                    for piece in pieces:
-                        conn.sendall(piece)
-                        time.sleep(0.001)
-                except OSError:  # the client left (a watch it stopped reading)
-                    return
+                for piece in pieces:
+                    conn.sendall(piece)
+                    time.sleep(0.001)
                 if b"Connection: close" in b"".join(pieces[:1]) or pieces[-1:] == [b""]:
                     return  # b"" last: close after the answer
 
