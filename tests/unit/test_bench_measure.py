@@ -136,6 +136,15 @@ def test_run_result_costs_per_op_and_flag() -> None:
     assert not _result("raw", {}, {"POST jobs": 1.0}, others=0.2).flagged
 
 
+def test_run_result_prints_the_clients_threads_per_op() -> None:
+    result = _result("reconciler", {"client": 0.5}, {"POST jobs": 100.0})
+    assert "client threads" not in result.line()  # none reported (the dispatcher said none)
+    result.threads = {"watches": 0.05, "creates": 0.03, "main": 0.1}
+    assert result.line().splitlines()[-1].split(": ", 1)[1] == (
+        "creates 0.30, main 1.00, watches 0.50"
+    )
+
+
 def test_print_costs_shows_each_side_in_process_order() -> None:
     out = io.StringIO()
     measure.print_costs(

@@ -10,7 +10,7 @@ import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -116,8 +116,10 @@ class Server:
         self.sock.close()
 
 
-@pytest.fixture
-def server_kube(tmp_path: Path) -> Any:
+@contextlib.contextmanager
+def serving(tmp_path: Path) -> Iterator[Callable[..., tuple[Server, Kube]]]:
+    """Makes a scripted ``Server`` of the answers given and a ``Kube`` connected to it (a
+    kubeconfig with a bearer token); closes the servers at the end."""
     made: list[Server] = []
 
     def make(*answers: Script) -> tuple[Server, Kube]:
@@ -125,9 +127,17 @@ def server_kube(tmp_path: Path) -> Any:
         made.append(server)
         return server, Kube(connect(write_kubeconfig(tmp_path / "kubeconfig", server.url())))
 
-    yield make
-    for server in made:
-        server.close()
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.close()
+
+
+@pytest.fixture
+def server_kube(tmp_path: Path) -> Iterator[Callable[..., tuple[Server, Kube]]]:
+    with serving(tmp_path) as make:
+        yield make
 
 
 def test_a_create_is_posted_and_its_answer_read_whole(server_kube: Any) -> None:
@@ -293,3 +303,13 @@ def test_a_failed_connect_is_tried_again_three_times(fails: int, works: bool) ->
         assert _FlakyConnection.tries == 4
     finally:
         server.close()
+
+
+def test_a_pool_closed_by_its_manager_is_replaced(server_kube: Any) -> None:
+    server, kube = server_kube(*[lambda _h: fixed("201 Created", CREATED)] * 3)
+    kube.create_or_adopt(JOB)
+    kube.create_or_adopt(JOB)
+    assert server.connections == 1  # the pool kept between creates, and its connection
+    kube.api.rest_client.pool_manager.clear()  # closes its pools (as on eviction)
+    assert kube.create_or_adopt(JOB).uid == "u-1"
+    assert server.connections == 2

@@ -3,24 +3,26 @@ through ``http1.stream``), against a scripted HTTP/1.1 server: the request the c
 list method would send (selectors, resourceVersion, bookmarks, timeoutSeconds, the bearer
 token), events in chunks cut anywhere, a 410 (an answer or an ERROR event), a PyTorchJob
 not served, a read that waits too long, an event that never ends, a connection cut
-mid-chunk, and what happens to the connection after a watch ends or is left."""
+mid-chunk, what happens to the connection after a watch ends or is left, and a watch
+through a proxy (urllib3 reads it, as before)."""
 
 from __future__ import annotations
 
 import gzip
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from helpers import write_kubeconfig
-from test_http1 import Server, fixed
+from kubernetes import client, config
+from test_http1 import Server, fixed, serving
 
 import reconciler.adapters.kube as kube_module
 from reconciler.adapters import http1
-from reconciler.adapters.kube import Kube, KubeError, NotServed, WatchExpired, connect
+from reconciler.adapters.kube import Kube, KubeError, NotServed, WatchExpired, bounded
 
 POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1", "resourceVersion": "12"}}
 
@@ -46,17 +48,9 @@ def streamed(
 
 
 @pytest.fixture
-def watching(tmp_path: Path) -> Any:
-    made: list[Server] = []
-
-    def make(*answers: Callable[[bytes], list[bytes] | None]) -> tuple[Server, Kube]:
-        server = Server(list(answers))
-        made.append(server)
-        return server, Kube(connect(write_kubeconfig(tmp_path / "kubeconfig", server.url())))
-
-    yield make
-    for server in made:
-        server.close()
+def watching(tmp_path: Path) -> Iterator[Callable[..., tuple[Server, Kube]]]:
+    with serving(tmp_path) as make:
+        yield make
 
 
 def test_a_watch_sends_the_list_request_and_reads_events_cut_anywhere(watching: Any) -> None:
@@ -177,3 +171,28 @@ def test_a_gzip_watch_is_read(watching: Any) -> None:
     body = gzip.compress(event("ADDED", POD) + event("MODIFIED", POD))
     _, kube = watching(lambda _h: streamed(body, size=7, extra=b"Content-Encoding: gzip\r\n"))
     assert [e.type for e in kube.watch_managed("Pod", "1")] == ["ADDED", "MODIFIED"]
+
+
+def test_through_a_proxy_urllib3_reads_the_watch(tmp_path: Path) -> None:
+    gone = {"kind": "Status", "message": "too old", "code": 410}
+    server = Server(
+        [
+            lambda _h: streamed(event("ADDED", POD) + event("DELETED", POD)),
+            lambda _h: fixed("410 Gone", orjson.dumps(gone)),
+        ]
+    )
+    try:
+        configuration = client.Configuration()
+        config.load_kube_config(
+            config_file=str(write_kubeconfig(tmp_path / "kubeconfig", "http://apiserver.test")),
+            client_configuration=configuration,
+        )
+        configuration.proxy = server.url()
+        kube = Kube(bounded(client.ApiClient(configuration)))
+        assert [e.type for e in kube.watch_managed("Pod", "1")] == ["ADDED", "DELETED"]
+        with pytest.raises(WatchExpired, match="too old"):
+            list(kube.watch_managed("Pod", "1"))
+        # the proxy was asked for the apiserver's URL, in absolute form
+        assert server.requests[0][0].startswith(b"GET http://apiserver.test/api/v1/pods?")
+    finally:
+        server.close()
