@@ -400,13 +400,13 @@ class Kube:
     def _direct(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, str, str]:
         """The connection pool of ``url``'s host in ``manager``, the request target and
         the Host header, for ``http1``: the URL parsed once (``_split_url``) and the pool
-        kept, until ``manager`` closes it, rather than both looked up for every create
-        (urllib3's ``connection_from_url`` and ``parse_url``: about 60 µs of CPU a
-        request)."""
+        kept while it is open (``manager`` holds one pool for the API server's host),
+        rather than both looked up for every create (urllib3's ``connection_from_url`` and
+        ``parse_url``: about 60 µs of CPU a request)."""
         scheme, host, port, target, netloc = _split_url(url)
         key = (scheme, host, port)
         pool = self._pools.get(key)
-        if pool is None or pool.pool is None:  # not yet, or closed (evicted, cleared)
+        if pool is None or pool.pool is None:  # not yet, or closed
             pool = manager.connection_from_host(host, port=port, scheme=scheme)
             self._pools[key] = pool
         return pool, target, netloc

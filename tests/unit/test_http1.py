@@ -305,11 +305,14 @@ def test_a_failed_connect_is_tried_again_three_times(fails: int, works: bool) ->
         server.close()
 
 
-def test_a_pool_closed_by_its_manager_is_replaced(server_kube: Any) -> None:
+def test_a_closed_pool_is_replaced(server_kube: Any) -> None:
     server, kube = server_kube(*[lambda _h: fixed("201 Created", CREATED)] * 3)
     kube.create_or_adopt(JOB)
     kube.create_or_adopt(JOB)
     assert server.connections == 1  # the pool kept between creates, and its connection
-    kube.api.rest_client.pool_manager.clear()  # closes its pools (as on eviction)
+    manager = kube.api.rest_client.pool_manager
+    pool = manager.connection_from_url(server.url())
+    manager.clear()  # the manager forgets its pools (ApiClient.close, an eviction)...
+    pool.close()  # ...and the one the Kube kept is closed
     assert kube.create_or_adopt(JOB).uid == "u-1"
     assert server.connections == 2
