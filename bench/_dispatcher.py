@@ -66,47 +66,39 @@ _TICK = os.sysconf("SC_CLK_TCK")
 class ThreadCpu:
     """The CPU seconds (user and system, from /proc/self/task) of this process's threads
     between ``start`` and ``mark``, summed by kind (``THREAD_KINDS``; ``other`` for the
-    rest). Sampled every 0.5 s meanwhile, so a thread that ends before the mark counts up
-    to its last sample."""
+    rest). Read at those two moments only, so that measuring costs nothing in between: a
+    thread that ends before the mark is not counted (the runtime's threads live as long
+    as the process)."""
 
     def __init__(self) -> None:
-        self._base: dict[int, float] = {}
-        self._last: dict[int, tuple[str, float]] = {}
-        self._lock = threading.Lock()
-        self._marked = threading.Event()
+        self._base: dict[int, tuple[str, float]] = {}
+        self._end: dict[int, tuple[str, float]] = {}
 
-    def _sample(self) -> None:
-        names = {t.native_id: t.name for t in threading.enumerate()}
-        for tid, name in names.items():
+    @staticmethod
+    def _sample() -> dict[int, tuple[str, float]]:
+        out = {}
+        for thread in threading.enumerate():
+            tid = thread.native_id
             try:
                 stat = Path(f"/proc/self/task/{tid}/stat").read_text()
             except OSError:
                 continue
             fields = stat.rsplit(")", 1)[1].split()
-            seconds = (int(fields[11]) + int(fields[12])) / _TICK
-            with self._lock:
-                self._last[tid] = (name, seconds)
+            out[tid] = (thread.name, (int(fields[11]) + int(fields[12])) / _TICK)
+        return out
 
     def start(self) -> None:
-        self._sample()
-        self._base = {tid: seconds for tid, (_, seconds) in self._last.items()}
-
-        def run() -> None:
-            while not self._marked.wait(0.5):
-                self._sample()
-
-        threading.Thread(target=run, name="thread-cpu", daemon=True).start()
+        self._base = self._sample()
 
     def mark(self) -> None:
-        self._sample()
-        self._marked.set()
+        self._end = self._sample()
 
     def by_kind(self) -> dict[str, float]:
         out: dict[str, float] = {}
-        with self._lock:
-            for tid, (name, seconds) in self._last.items():
-                kind = next((k for p, k in THREAD_KINDS if name.startswith(p)), "other")
-                out[kind] = out.get(kind, 0.0) + seconds - self._base.get(tid, 0.0)
+        for tid, (name, seconds) in self._end.items():
+            kind = next((k for p, k in THREAD_KINDS if name.startswith(p)), "other")
+            base = self._base.get(tid, (name, 0.0))[1]
+            out[kind] = out.get(kind, 0.0) + seconds - base
         return out
 
 
