@@ -6,7 +6,9 @@
 
 Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 ``ready`` once prepared; on ``go`` it dispatches, says ``dispatched`` (with the
-``time.monotonic()`` the last create returned) and keeps running until ``stop``.
+``time.monotonic()`` the last create returned) and keeps running until ``stop``. A ``mark``
+ends the measured window: on ``stop`` it says ``threads``, the CPU seconds of its threads
+from ``go`` to the mark, by kind of thread (``ThreadCpu``).
 
 - raw: a kubernetes-client loop creates the Jobs ``core/render.py`` renders for the same
   operations, W in flight. With ``--kueue-queue`` they are created ``suspend: true`` with the
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import tempfile
@@ -50,19 +53,72 @@ def say(event: str, **fields: Any) -> None:
     print(json.dumps({"event": event, **fields}), flush=True)
 
 
+# A thread's kind by its name's start: the CPU of each kind is reported per run.
+THREAD_KINDS = (
+    ("informer-", "watches"),
+    ("create", "creates"),
+    ("status-writer", "status writer"),
+    ("MainThread", "main"),
+)
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+class ThreadCpu:
+    """The CPU seconds (user and system, from /proc/self/task) of this process's threads
+    between ``start`` and ``mark``, summed by kind (``THREAD_KINDS``; ``other`` for the
+    rest). Read at those two moments only, so that measuring costs nothing in between: a
+    thread that ends before the mark is not counted (the runtime's threads live as long
+    as the process)."""
+
+    def __init__(self) -> None:
+        self._base: dict[int, tuple[str, float]] = {}
+        self._end: dict[int, tuple[str, float]] = {}
+
+    @staticmethod
+    def _sample() -> dict[int, tuple[str, float]]:
+        out = {}
+        for thread in threading.enumerate():
+            tid = thread.native_id
+            try:
+                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+            except OSError:
+                continue
+            fields = stat.rsplit(")", 1)[1].split()
+            out[tid] = (thread.name, (int(fields[11]) + int(fields[12])) / _TICK)
+        return out
+
+    def start(self) -> None:
+        self._base = self._sample()
+
+    def mark(self) -> None:
+        self._end = self._sample()
+
+    def by_kind(self) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for tid, (name, seconds) in self._end.items():
+            kind = next((k for p, k in THREAD_KINDS if name.startswith(p)), "other")
+            base = self._base.get(tid, (name, 0.0))[1]
+            out[kind] = out.get(kind, 0.0) + seconds - base
+        return out
+
+
 class Commands:
     """The parent's words on stdin."""
 
     def __init__(self) -> None:
         self.go = threading.Event()
         self.stop = threading.Event()
+        self.threads = ThreadCpu()
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
         for line in sys.stdin:
             word = line.strip()
             if word == "go":
+                self.threads.start()
                 self.go.set()
+            elif word == "mark":
+                self.threads.mark()
             elif word == "stop":
                 break
         self.go.set()
@@ -242,6 +298,7 @@ def main() -> None:
     work = Path(tempfile.mkdtemp(prefix=f"dispatch-{args.side}-"))
     try:
         (run_raw if args.side == "raw" else run_reconciler)(args, work, commands)
+        say("threads", cpu=commands.threads.by_kind())
     except BaseException as exc:
         say("error", error=repr(exc))
         raise

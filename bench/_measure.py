@@ -167,6 +167,7 @@ class RunResult:
     others: float = 0.0  # cores used by other processes during the window
     load: float = 0.0  # 1-minute load average at the end
     admissions: list[float] = field(default_factory=list)  # per Job, seconds from go
+    threads: dict[str, float] = field(default_factory=dict)  # the client's, by kind
     note: str = ""
 
     @property
@@ -189,8 +190,17 @@ class RunResult:
             f"{self.side:<11} N={self.n}: all admitted {self.admitted:.1f} s, all Running "
             f"{running}, CPU/op {1000 * self.total_cpu() / self.n:.1f} ms, requests/op "
             f"{self.requests_per_op():.2f}; others {self.others:.2f} cores, load "
-            f"{self.load:.1f}{flag}"
+            f"{self.load:.1f}{flag}{self.thread_text()}"
         )
+
+    def thread_text(self) -> str:
+        """The client process's CPU per op by kind of thread, in the window."""
+        if not self.threads:
+            return ""
+        cells = ", ".join(
+            f"{kind} {1000 * s / self.n:.2f}" for kind, s in sorted(self.threads.items())
+        )
+        return f"\n{'':<12}client threads, CPU ms/op: {cells}"
 
 
 def print_costs(results: list[RunResult], out: IO[str] = sys.stdout) -> None:
@@ -466,10 +476,18 @@ class Dispatcher:
     def wait_ready(self) -> None:
         self._expect("ready")
 
-    def go(self) -> None:
+    def _say(self, word: str, *, quiet: bool = False) -> None:
+        """Write ``word`` to it; with ``quiet``, nothing if it has exited."""
         assert self.proc.stdin is not None
-        self.proc.stdin.write("go\n")
-        self.proc.stdin.flush()
+        try:
+            self.proc.stdin.write(f"{word}\n")
+            self.proc.stdin.flush()
+        except OSError:
+            if not quiet:
+                raise
+
+    def go(self) -> None:
+        self._say("go")
 
         def read() -> None:
             try:
@@ -480,19 +498,28 @@ class Dispatcher:
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
 
-    def stop(self) -> None:
-        try:
-            assert self.proc.stdin is not None
-            self.proc.stdin.write("stop\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, OSError):
-            pass
+    def mark(self) -> None:
+        """The end of the measured window (its threads' CPU, ``stop``'s answer)."""
+        self._say("mark", quiet=True)
+
+    def stop(self) -> dict[str, float]:
+        """Stop it; the CPU seconds of its threads by kind from go to ``mark`` (empty if it
+        did not say)."""
+        threads: dict[str, float] = {}
+        self._say("stop", quiet=True)
+        if self._reader is not None and not self._reader.is_alive():
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:  # to its exit
+                message = json.loads(line)
+                if message.get("event") == "threads":
+                    threads = message["cpu"]
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
+        return threads
 
 
 def temp_dir(prefix: str) -> Path:
@@ -597,6 +624,7 @@ def run_side(
             running = watcher.wait("running", spec.n, 0.0)
             result.running = (running - go) if running is not None else 0.0
         after = sampler.snap()
+        dispatcher.mark()
         fill_window(result, before, after)
         if dispatcher.dispatched_at is not None:
             result.dispatched = dispatcher.dispatched_at - go
@@ -609,7 +637,7 @@ def run_side(
         if watcher is not None:
             watcher.stop()
         if dispatcher is not None:
-            dispatcher.stop()
+            result.threads = dispatcher.stop()
         if extra is not None:
             extra.stop()
         if not keep:

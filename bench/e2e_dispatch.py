@@ -16,13 +16,18 @@ machine (a run during which other processes used more than 0.2 cores is FLAGged)
 apiserver's /metrics gives requests by verb and resource. It prints each run, the costs per
 operation, then last the ratios reconciler/raw per pair: median and spread.
 
+``--side raw`` or ``--side reconciler`` runs that side only, ``--pairs`` times (to measure
+a change of one side: no ratios). Each reconciler run also prints its process's CPU per
+operation by kind of thread (watches, creates, status writer, main), in the window.
+
 ``--binding`` adds the binding case on one more cluster: M operations of D seconds each
 asking one GPU, under a queue with a quota of C GPUs; admissions per second against C/D.
 The reconciler runs as ``reconciler run`` does, cycles on events (``--binding-mode poll``:
 a cycle every 0.5 s, as before cycles ran on events).
 
     PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--pairs 5] [-w 8]
-        [--binding -m 400 -c 100 -d 10 [--binding-mode events|poll]] [--keep]
+        [--side both|raw|reconciler] [--binding -m 400 -c 100 -d 10
+        [--binding-mode events|poll]] [--keep]
 """
 
 from __future__ import annotations
@@ -66,8 +71,11 @@ def binding_spec(args: argparse.Namespace) -> m.RunSpec:
 
 
 def ratio_lines(raws: list[m.RunResult], recs: list[m.RunResult]) -> list[str]:
-    """Per pair, the reconciler's rate over the raw client's (raw time / reconciler time)."""
-    lines = []
+    """Per pair, the reconciler's rate over the raw client's (raw time / reconciler time);
+    none when one side did not run."""
+    lines: list[str] = []
+    if not raws or not recs:
+        return lines
     for label, attr in (("all Jobs exist", "admitted"), ("all pods Running", "running")):
         ratios = m.pair_ratios([getattr(r, attr) for r in raws], [getattr(r, attr) for r in recs])
         if ratios:
@@ -101,6 +109,12 @@ def main() -> None:
         help="the binding case's reconciler: `reconciler run`'s loop (cycles on events), "
         "or a cycle every 0.5 s",
     )
+    parser.add_argument(
+        "--side",
+        choices=("both", "raw", "reconciler"),
+        default="both",
+        help="run one side only, --pairs times (no ratios)",
+    )
     parser.add_argument("--keep", action="store_true", help="leave each dev cluster running")
     args = parser.parse_args()
     m.say(
@@ -111,6 +125,8 @@ def main() -> None:
     recs: list[m.RunResult] = []
     for pair in range(args.pairs):
         for side, into in (("raw", raws), ("reconciler", recs)):
+            if args.side not in ("both", side):
+                continue
             result = m.run_side(spec(side, args), POOLS, keep=args.keep)
             into.append(result)
             m.say(f"[{pair + 1}/{args.pairs}] {result.line()}")

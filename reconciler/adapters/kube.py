@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 import functools
 import stat
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -45,6 +45,13 @@ CONNECTION_POOL_SIZE = 32
 CONNECT_TIMEOUT = 5.0
 READ_TIMEOUT = 30.0
 WATCH_READ_GRACE = 30.0
+# Seconds a watch waits, once it has read all that had come, before it reads again: the
+# events that come meanwhile are read at once, with one wake-up of its thread instead of one
+# each (in a dispatch, several events a second per watch; each wake-up also takes the GIL
+# from the cycle). An event is seen at most this much later; cycles on events are at least
+# 0.2 s apart anyway (runtime/loop.py DEFAULT_MIN_GAP), and an event that comes after a
+# quiet spell is read at once.
+WATCH_GATHER = 0.05
 
 
 class KubeError(RuntimeError):
@@ -73,6 +80,14 @@ class NotServed(KubeError):
 # The API versions of the workload kinds the reconciler creates (and of their Events).
 API_VERSIONS = {"Job": "batch/v1", "Service": "v1", PYTORCHJOB: KUBEFLOW_API_VERSION}
 _KUBEFLOW_GROUP, _KUBEFLOW_VERSION = KUBEFLOW_API_VERSION.split("/")
+# Where each kind is listed and watched in every namespace.
+_WATCH_PATHS = {
+    "Job": "/apis/batch/v1/jobs",
+    "Pod": "/api/v1/pods",
+    "Service": "/api/v1/services",
+    "Node": "/api/v1/nodes",
+    PYTORCHJOB: f"/apis/{KUBEFLOW_API_VERSION}/{PYTORCHJOB_PLURAL}",
+}
 # Where each workload kind is created (the collection in ``{namespace}``).
 _CREATE_PATHS = {
     "Job": "/apis/batch/v1/namespaces/{namespace}/jobs",
@@ -138,7 +153,7 @@ def bounded(
 _UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
 
 
-def _byte_lines(resp: Any, what: str, amt: int | None = 4096) -> Iterator[bytes]:
+def _byte_lines(resp: Any, what: str, amt: int | None = 4096) -> Generator[bytes, None, None]:
     """Split a streamed body into lines (bytes, without the newline); the connection is
     released when done. ``amt=None`` yields each chunk as it arrives (a watch: no waiting
     for a full buffer)."""
@@ -164,6 +179,14 @@ def _lines(resp: Any, what: str, amt: int | None = 4096) -> Iterator[str]:
     """``_byte_lines`` as text (a followed log)."""
     for line in _byte_lines(resp, what, amt):
         yield line.decode("utf-8", errors="replace")
+
+
+@functools.lru_cache(maxsize=1024)
+def _split_url(url: str) -> tuple[str, str, int | None, str, str]:
+    """``url``'s scheme, host, port, request target (path and query) and Host header, as
+    urllib3 parses it; remembered, as the creates of a namespace all post to one URL."""
+    parsed = urllib3.util.parse_url(url)
+    return str(parsed.scheme), str(parsed.host), parsed.port, parsed.request_uri, str(parsed.netloc)
 
 
 def _loads(data: bytes | str) -> Any:
@@ -372,6 +395,21 @@ class Kube:
         self.core = client.CoreV1Api(api)
         self.batch = client.BatchV1Api(api)
         self.custom = client.CustomObjectsApi(api)
+        self._pools: dict[tuple[str, str, int | None], Any] = {}
+
+    def _direct(self, manager: urllib3.PoolManager, url: str) -> tuple[Any, str, str]:
+        """The connection pool of ``url``'s host in ``manager``, the request target and
+        the Host header, for ``http1``: the URL parsed once (``_split_url``) and the pool
+        kept while it is open (``manager`` holds one pool for the API server's host),
+        rather than both looked up for every create (urllib3's ``connection_from_url`` and
+        ``parse_url``: about 60 µs of CPU a request)."""
+        scheme, host, port, target, netloc = _split_url(url)
+        key = (scheme, host, port)
+        pool = self._pools.get(key)
+        if pool is None or pool.pool is None:  # not yet, or closed
+            pool = manager.connection_from_host(host, port=port, scheme=scheme)
+            self._pools[key] = pool
+        return pool, target, netloc
 
     @_transport
     def ensure_namespace(self, name: str) -> None:
@@ -438,12 +476,12 @@ class Kube:
         manager = self.api.rest_client.pool_manager
         answer: Any
         if type(manager) is urllib3.PoolManager:  # not through a proxy: straight on a socket
-            target = urllib3.util.parse_url(url)
+            pool, target, host = self._direct(manager, url)
             answer = http1.request(
-                manager.connection_from_url(url),
+                pool,
                 method,
-                target.request_uri,
-                str(target.netloc),
+                target,
+                host,
                 headers,
                 payload,
                 connect_timeout=CONNECT_TIMEOUT,
@@ -783,25 +821,21 @@ class Kube:
         fields: str = "",
         narrow: bool = False,
     ) -> Iterator[WatchEvent]:
-        """Events after ``resource_version``. Raises ``WatchExpired`` on 410: relist. With
-        ``narrow``, each event's object holds only the fields observation reads
-        (``narrowed``), decoded without building the rest (docs/benchmarks.md, "Cost per
-        operation")."""
+        """Events after ``resource_version`` (bookmarks included), until the apiserver
+        ends the watch after ``timeout_seconds``. Raises ``WatchExpired`` on 410 (an
+        answer or an ``ERROR`` event): relist; ``NotServed`` for a PyTorchJob the cluster
+        does not serve; ``KubeError`` for another error, a lost connection, a read that
+        waits more than ``timeout_seconds`` + ``WATCH_READ_GRACE``, or an event longer
+        than ``http1.MAX_LINE``. With ``narrow``, each event's object holds only the fields
+        observation reads (``narrowed``), decoded without building the rest
+        (docs/benchmarks.md, "Cost per operation"). The stream is read straight off a
+        connection of the client's pool (``_watch_lines``). Closing the iterator before
+        the end closes its connection."""
         what = f"watching {kind}s"
         shape = _narrow(kind) if narrow else None
         decoder = shape.event if shape else None
-        extra = {"field_selector": fields} if fields else {}
         try:
-            resp = self._lister(kind)(
-                label_selector=selector,
-                **extra,
-                resource_version=resource_version,
-                allow_watch_bookmarks=True,
-                timeout_seconds=timeout_seconds,
-                watch=True,
-                _preload_content=False,
-                _request_timeout=(CONNECT_TIMEOUT, timeout_seconds + WATCH_READ_GRACE),
-            )
+            lines = self._watch_lines(kind, selector, fields, resource_version, timeout_seconds)
         except ApiException as exc:
             if kind == PYTORCHJOB and exc.status in (403, 404):
                 error = _error(exc, what)
@@ -809,21 +843,83 @@ class Kube:
             raise _error(exc, what) from exc
         except _UNREACHABLE as exc:
             raise KubeError(f"{what}: connection lost: {exc}") from exc
-        for line in _byte_lines(resp, f"{what}: connection lost", amt=None):
-            if not line.strip():
-                continue
-            try:
-                event = _parse(line, decoder)
-                if decoder is not None and event.get("type") == "ERROR":
-                    event = _loads(line)  # its Status whole: code, message
-            except ValueError as exc:
-                raise KubeError(f"{what}: bad event: {line[:200]!r}") from exc
-            raw = event.get("object") or {}
-            if event.get("type") == "ERROR":
-                if raw.get("code") == 410:
-                    raise WatchExpired(f"{what}: {raw.get('message')}", 410)
-                raise KubeError(f"{what}: {raw.get('message')}", int(raw.get("code") or 0))
-            yield WatchEvent(type=str(event.get("type")), object=cached(raw))
+        try:
+            for line in lines:
+                if not line.strip():
+                    continue
+                try:
+                    event = _parse(line, decoder)
+                    if decoder is not None and event.get("type") == "ERROR":
+                        event = _loads(line)  # its Status whole: code, message
+                except ValueError as exc:
+                    raise KubeError(f"{what}: bad event: {line[:200]!r}") from exc
+                raw = event.get("object") or {}
+                if event.get("type") == "ERROR":
+                    if raw.get("code") == 410:
+                        raise WatchExpired(f"{what}: {raw.get('message')}", 410)
+                    raise KubeError(f"{what}: {raw.get('message')}", int(raw.get("code") or 0))
+                yield WatchEvent(type=str(event.get("type")), object=cached(raw))
+        except _UNREACHABLE as exc:
+            raise KubeError(f"{what}: connection lost: {exc}") from exc
+        finally:
+            lines.close()
+
+    def _watch_lines(
+        self, kind: str, selector: str, fields: str, resource_version: str, timeout_seconds: int
+    ) -> Generator[bytes, None, None]:
+        """The lines of a watch of ``kind`` in every namespace: its request as the
+        client's generated list method makes it (``param_serialize``: the host, the auth
+        headers with a refreshed token), sent on a connection of the client's pool (its
+        TLS settings: CA, client certificate), and the chunked stream read straight off
+        that socket in blocks of up to 64 KiB, de-chunked and split into lines
+        (``http1.stream``), without urllib3's response object and ``http.client``'s chunk
+        reader (several calls for each chunk). Each read waits at most
+        ``timeout_seconds`` + ``WATCH_READ_GRACE``. Through a proxy, by urllib3 as before
+        (``_byte_lines``). An error answer is raised as the client's ``ApiException``; a
+        failure to connect or a lost connection as an ``OSError`` or urllib3's
+        ``HTTPError``, when the watch opens or from the lines."""
+        read_timeout = timeout_seconds + WATCH_READ_GRACE
+        query: list[tuple[str, Any]] = [("labelSelector", selector)]
+        if fields:
+            query.append(("fieldSelector", fields))
+        query += [
+            ("resourceVersion", resource_version),
+            ("allowWatchBookmarks", True),
+            ("timeoutSeconds", timeout_seconds),
+            ("watch", True),
+        ]
+        method, url, headers, _, _ = self.api.param_serialize(
+            "GET",
+            _WATCH_PATHS[kind],
+            query_params=query,
+            header_params={"Accept": "application/json"},
+            auth_settings=["BearerToken"],
+        )
+        manager = self.api.rest_client.pool_manager
+        if type(manager) is not urllib3.PoolManager:  # through a proxy: urllib3 as before
+            resp = self.api.rest_client.request(
+                method, url, headers=headers, _request_timeout=(CONNECT_TIMEOUT, read_timeout)
+            )
+            if not 200 <= resp.status <= 299:
+                try:
+                    resp.read()
+                finally:
+                    resp.response.release_conn()
+                raise ApiException.from_response(http_resp=resp, body=None, data=None)
+            return _byte_lines(resp.response, f"watching {kind}s: connection lost", amt=None)
+        pool, target, host = self._direct(manager, url)
+        stream = http1.stream(
+            pool,
+            method,
+            target,
+            host,
+            headers,
+            connect_timeout=CONNECT_TIMEOUT,
+            read_timeout=read_timeout,
+        )
+        if not 200 <= stream.status <= 299:
+            raise ApiException(http_resp=stream.read())
+        return stream.lines(WATCH_GATHER)
 
 
 def list_pytorchjobs(kube: Kube) -> tuple[Mapping[str, Any], ...]:

@@ -7,6 +7,8 @@ import importlib.util
 import io
 import os
 import sys
+import threading
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -136,6 +138,15 @@ def test_run_result_costs_per_op_and_flag() -> None:
     assert not _result("raw", {}, {"POST jobs": 1.0}, others=0.2).flagged
 
 
+def test_run_result_prints_the_clients_threads_per_op() -> None:
+    result = _result("reconciler", {"client": 0.5}, {"POST jobs": 100.0})
+    assert "client threads" not in result.line()  # none reported (the dispatcher said none)
+    result.threads = {"watches": 0.05, "creates": 0.03, "main": 0.1}
+    assert result.line().splitlines()[-1].split(": ", 1)[1] == (
+        "creates 0.30, main 1.00, watches 0.50"
+    )
+
+
 def test_print_costs_shows_each_side_in_process_order() -> None:
     out = io.StringIO()
     measure.print_costs(
@@ -156,3 +167,38 @@ def test_print_costs_shows_each_side_in_process_order() -> None:
     assert lines[3].split() == ["total", "31.00", "36.00"]
     assert ["POST", "events", "0.000", "1.000"] in [line.split() for line in lines]
     assert lines[-1].split() == ["total", "1.00", "2.00"]
+
+
+def test_thread_cpu_sums_the_window_by_kind_of_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.syspath_prepend(str(BENCH))  # _dispatcher imports _repo beside it
+    spec = importlib.util.spec_from_file_location("_dispatcher", BENCH / "_dispatcher.py")
+    assert spec and spec.loader
+    dispatcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(dispatcher)
+    before = threading.Event()
+    window_done = threading.Event()
+
+    def spin(seconds: float, then: threading.Event, wait: threading.Event) -> None:
+        start = time.thread_time()
+        while time.thread_time() - start < seconds:
+            pass
+        then.set()
+        wait.wait()
+
+    released = threading.Event()
+    # 0.2 s of CPU before the window (not counted), then 0.3 s inside it
+    early = threading.Thread(target=spin, args=(0.2, before, released), name="informer-Job")
+    early.start()
+    before.wait()
+    cpu = dispatcher.ThreadCpu()
+    cpu.start()
+    late = threading.Thread(target=spin, args=(0.3, window_done, released), name="create_0")
+    late.start()
+    window_done.wait()
+    cpu.mark()
+    released.set()
+    early.join()
+    late.join()
+    kinds = cpu.by_kind()
+    assert 0.25 <= kinds["creates"] <= 0.5  # born in the window: all of it
+    assert kinds["watches"] < 0.1  # its 0.2 s came before the window

@@ -6,10 +6,11 @@ token refreshed per request, and a 409 that ``create_or_adopt`` adopts."""
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +76,10 @@ class Server:
             threading.Thread(target=self._serve, args=(conn,), daemon=True).start()
 
     def _serve(self, conn: socket.socket) -> None:
+        with contextlib.suppress(OSError):  # the client left (a watch it stopped reading)
+            self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
         buf = b""
         with conn:
             while True:
@@ -111,8 +116,10 @@ class Server:
         self.sock.close()
 
 
-@pytest.fixture
-def server_kube(tmp_path: Path) -> Any:
+@contextlib.contextmanager
+def serving(tmp_path: Path) -> Iterator[Callable[..., tuple[Server, Kube]]]:
+    """Makes a scripted ``Server`` of the answers given and a ``Kube`` connected to it (a
+    kubeconfig with a bearer token); closes the servers at the end."""
     made: list[Server] = []
 
     def make(*answers: Script) -> tuple[Server, Kube]:
@@ -120,9 +127,17 @@ def server_kube(tmp_path: Path) -> Any:
         made.append(server)
         return server, Kube(connect(write_kubeconfig(tmp_path / "kubeconfig", server.url())))
 
-    yield make
-    for server in made:
-        server.close()
+    try:
+        yield make
+    finally:
+        for server in made:
+            server.close()
+
+
+@pytest.fixture
+def server_kube(tmp_path: Path) -> Iterator[Callable[..., tuple[Server, Kube]]]:
+    with serving(tmp_path) as make:
+        yield make
 
 
 def test_a_create_is_posted_and_its_answer_read_whole(server_kube: Any) -> None:
@@ -288,3 +303,16 @@ def test_a_failed_connect_is_tried_again_three_times(fails: int, works: bool) ->
         assert _FlakyConnection.tries == 4
     finally:
         server.close()
+
+
+def test_a_closed_pool_is_replaced(server_kube: Any) -> None:
+    server, kube = server_kube(*[lambda _h: fixed("201 Created", CREATED)] * 3)
+    kube.create_or_adopt(JOB)
+    kube.create_or_adopt(JOB)
+    assert server.connections == 1  # the pool kept between creates, and its connection
+    manager = kube.api.rest_client.pool_manager
+    pool = manager.connection_from_url(server.url())
+    manager.clear()  # the manager forgets its pools (ApiClient.close, an eviction)...
+    pool.close()  # ...and the one the Kube kept is closed
+    assert kube.create_or_adopt(JOB).uid == "u-1"
+    assert server.connections == 2

@@ -224,23 +224,15 @@ def test_the_narrow_decode_keeps_only_what_observation_reads() -> None:
     assert narrowed("Node", node) == {"metadata": {"name": "n"}, "status": {"allocatable": {}}}
 
 
-class _Response:
-    def __init__(self, lines: list[bytes]) -> None:
-        self.body = b"".join(line + b"\n" for line in lines)
-
-    def stream(self, amt: int | None, decode_content: bool) -> Iterator[bytes]:
-        yield self.body
-
-    def close(self) -> None:
-        pass
-
-    def release_conn(self) -> None:
-        pass
-
-
 def _watching(lines: list[bytes]) -> Kube:
+    """A ``Kube`` whose watches read ``lines`` (the stream's lines, as
+    ``Kube._watch_lines`` gives them)."""
     kube = Kube(client.ApiClient())
-    kube._lister = lambda kind: lambda **kw: _Response(lines)  # type: ignore[method-assign]
+
+    def watch_lines(*_args: object) -> Iterator[bytes]:
+        yield from lines
+
+    kube._watch_lines = watch_lines  # type: ignore[method-assign,assignment]
     return kube
 
 
