@@ -6,7 +6,10 @@
 
 Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 ``ready`` once prepared; on ``go`` it dispatches, says ``dispatched`` (with the
-``time.monotonic()`` the last create returned) and keeps running until ``stop``.
+``time.monotonic()`` the last create returned) and keeps running until ``stop``. On
+``snap`` it says ``snap``: the CPU seconds of its threads since ``go`` by group
+(``_measure.THREAD_GROUPS``: main, watches, creates, status writer...) and its full
+collections since ``go`` (the cyclic GC's oldest generation, timed by ``gc.callbacks``).
 
 - raw: a kubernetes-client loop creates the Jobs ``core/render.py`` renders for the same
   operations, W in flight. With ``--kueue-queue`` they are created ``suspend: true`` with the
@@ -23,6 +26,7 @@ Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import sys
@@ -34,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _measure import group_thread_seconds, read_own_threads
 from _repo import write_repo
 
 from reconciler.adapters.kube import Kube, connect
@@ -45,9 +50,34 @@ from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.loop import DEFAULT_MIN_GAP, Wakeup, run_forever
 from reconciler.runtime.service import make_runtime
 
+_SAYING = threading.Lock()
+
 
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    with _SAYING:  # one line at a time: the stdin reader answers `snap` from its thread
+        sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+        sys.stdout.flush()
+
+
+class FullCollections:
+    """The cyclic GC's full collections (generation 2) and their CPU, from ``gc.callbacks``
+    (a collection runs on the thread that triggered it: its thread time is the cost)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.seconds = 0.0
+        self._started: dict[int, float] = {}
+        gc.callbacks.append(self._on)
+
+    def _on(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        key = threading.get_ident()
+        if phase == "start":
+            self._started[key] = time.thread_time()
+        elif key in self._started:
+            self.count += 1
+            self.seconds += time.thread_time() - self._started.pop(key)
 
 
 class Commands:
@@ -56,17 +86,33 @@ class Commands:
     def __init__(self) -> None:
         self.go = threading.Event()
         self.stop = threading.Event()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._gcs = FullCollections()
+        self._at_go: tuple[dict[str, float], int, float] = ({}, 0, 0.0)
+        threading.Thread(target=self._read, name="bench-stdin", daemon=True).start()
 
     def _read(self) -> None:
         for line in sys.stdin:
             word = line.strip()
             if word == "go":
+                self._at_go = (read_own_threads(), self._gcs.count, self._gcs.seconds)
                 self.go.set()
+            elif word == "snap":
+                self._snap()
             elif word == "stop":
                 break
         self.go.set()
         self.stop.set()
+
+    def _snap(self) -> None:
+        names = {str(t.native_id): t.name for t in threading.enumerate()}
+        before, count, seconds = self._at_go
+        threads = group_thread_seconds(before, read_own_threads(), names)
+        say(
+            "snap",
+            threads={g: round(s, 3) for g, s in threads.items()},
+            full_gcs=self._gcs.count - count,
+            full_gc_seconds=round(self._gcs.seconds - seconds, 3),
+        )
 
 
 def run_raw(args: argparse.Namespace, work: Path, commands: Commands) -> None:
@@ -238,6 +284,9 @@ def main() -> None:
         help="reconciler: `reconciler run`'s loop (cycles on events)",
     )
     args = parser.parse_args()
+    import reconciler
+
+    print(f"reconciler from {Path(reconciler.__file__).parent}", file=sys.stderr, flush=True)
     commands = Commands()
     work = Path(tempfile.mkdtemp(prefix=f"dispatch-{args.side}-"))
     try:

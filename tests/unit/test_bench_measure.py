@@ -156,3 +156,36 @@ def test_print_costs_shows_each_side_in_process_order() -> None:
     assert lines[3].split() == ["total", "31.00", "36.00"]
     assert ["POST", "events", "0.000", "1.000"] in [line.split() for line in lines]
     assert lines[-1].split() == ["total", "1.00", "2.00"]
+
+
+def test_threads_are_grouped_by_the_prefix_of_their_names() -> None:
+    names = {
+        "1": "MainThread",
+        "2": "informer-Job",
+        "3": "informer-Pod",
+        "4": "create_0",
+        "5": "status-writer",
+        "6": "bench-stdin",
+    }
+    before = {"1": 1.0, "2": 0.5, "3": 0.25}  # 4-6 started in the window
+    after = {"1": 3.0, "2": 1.5, "3": 0.75, "4": 2.0, "5": 0.5, "6": 0.01, "7": 0.125}
+    grouped = measure.group_thread_seconds(before, after, names)
+    assert grouped == {
+        "main": 2.0,
+        "watches": 1.5,
+        "creates": 2.0,
+        "status writer": 0.5,
+        "other": 0.135,  # the stdin reader and a thread with no name known
+    }
+    assert list(grouped) == ["main", "watches", "creates", "status writer", "other"]
+
+
+def test_the_client_line_gives_each_thread_group_per_operation() -> None:
+    result = measure.RunResult("reconciler", 1000, wall=60.0)
+    result.cpu = {"client": 2.5}
+    result.threads = {"main": 1.25, "watches": 0.5}
+    result.full_gcs = (3, 0.25)
+    assert result.client_line() == (
+        "client 2.50 ms/op in 60 s; threads ms/op: main 1.25, watches 0.50; full GCs 3 (0.25 ms/op)"
+    )
+    assert result.client_line() in result.line()
