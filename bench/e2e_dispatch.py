@@ -158,8 +158,9 @@ def main() -> None:
         result = m.run_side(binding_spec(args), POOLS, keep=args.keep)
         m.say(m.binding_line(result, args.concurrency, args.duration))
     m.say(f"load average at end: {os.getloadavg()[0]:.1f}")
-    for line in ratio_lines(raws, recs):
-        m.say(line)
+    if args.side == "both":
+        for line in ratio_lines(raws, recs):
+            m.say(line)
 
 
 if __name__ == "__main__":
