@@ -700,7 +700,7 @@ class Observer:
     """``observe_workloads`` kept up to date from the watch caches' changes: a cycle
     observes again only the workloads whose object or pods changed (``update``), not every
     cached Job and pod, and keeps the states sorted as they change, so a cycle over 10,000
-    running Jobs costs what changed in it (docs/runtime.md, "Observation").
+    running Jobs costs what changed in it (docs/runtime.md, "One cycle", step 3).
     ``observe`` reads whole listings (a fresh list) the same way. A workload whose object
     and pods are at the resourceVersions it was last observed at is not observed again
     (a relist gives every object anew). For any sequence of changes, the states are equal

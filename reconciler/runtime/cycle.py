@@ -552,9 +552,11 @@ class Reconciler:
         lands after a newer one. A failed write is forgotten, and the next cycle that
         still lists it sends it again."""
         with self._annotating:
-            live = {s.uid for s in decision.states.values()}
-            for uid in [u for u in self._annotated if u not in live and u not in self._writing]:
-                del self._annotated[uid]  # the Job is gone from what we count
+            if self._annotated:  # most cycles ask for none: no set of every uid then
+                live = {s.uid for s in decision.states.values()}
+                gone = [u for u in self._annotated if u not in live and u not in self._writing]
+                for uid in gone:
+                    del self._annotated[uid]  # the Job is gone from what we count
         for item in decision.actions.annotations:
             state = item.workload
             try:
