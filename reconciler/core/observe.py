@@ -771,9 +771,15 @@ class _ClusterView:
         self._workloads(JOB, jobs, dirty)
         self._workloads(PYTORCHJOB, pytorchjobs, dirty)
         self._pods(pods, dirty)
+        # many changed (a list, a relist): sorted once, not moved one by one
+        bulk = len(dirty) > 64 + len(self.seen) // 8
         moved = False
         for key in dirty:
-            moved = self._observe(*key) or moved
+            moved = self._observe(*key, bulk=bulk) or moved
+        if bulk:
+            ordered = sorted(self.seen.values(), key=lambda seen: seen[2])
+            self.order = [seen[2] for seen in ordered]
+            self.states = [seen[1] for seen in ordered]
         if moved:
             self.out = tuple(self.states)
         return self.out
@@ -807,10 +813,10 @@ class _ClusterView:
 
     def _pods(self, changes: CacheChanges, dirty: set[_Key]) -> None:
         places = self.places["Pod"]
+        touch = not changes.reset  # else every workload is observed again
         if changes.reset:
+            dirty.update((kind, uid) for kind in _KINDS for uid in self.workloads[kind])
             for kind in _KINDS:
-                for owner in self.pods[kind]:
-                    self._touch(kind, owner, dirty)
                 self.pods[kind].clear()
             self.pod_owners.clear()
             places.clear()
@@ -831,7 +837,8 @@ class _ClusterView:
                     del group[uid]
                     if not group:
                         del groups[was]
-                    self._touch(kind, was, dirty)
+                    if touch:
+                        self._touch(kind, was, dirty)
                 if now is None or obj is None:
                     continue
                 group = groups.setdefault(now, {})
@@ -841,11 +848,12 @@ class _ClusterView:
                 group[uid] = obj
                 if late:  # its owner changed in place: among the others by its place
                     groups[now] = dict(sorted(group.items(), key=lambda kv: places[kv[0]]))
-                self._touch(kind, now, dirty)
+                if touch:
+                    self._touch(kind, now, dirty)
 
-    def _observe(self, kind: str, uid: str) -> bool:
+    def _observe(self, kind: str, uid: str, *, bulk: bool = False) -> bool:
         """Observe one workload again (its object or pods changed); True when the states
-        moved."""
+        moved. With ``bulk``, the sorted lists are left to the caller to rebuild."""
         key = (kind, uid)
         obj = self.workloads[kind].get(uid)
         last = self.seen.get(key)
@@ -854,7 +862,8 @@ class _ClusterView:
             if last is None:
                 return False
             del self.seen[key]
-            self._remove(last[2])
+            if not bulk:
+                self._remove(last[2])
             return True
         own = list(self.pods[kind].get(_owner_key(obj), {}).values())
         versions = _versions(obj, own)
@@ -865,9 +874,11 @@ class _ClusterView:
             state = observe(self.cluster, obj, operation, own)
         order = (state.operation, state.generation, _KINDS.index(kind), self.places[kind][uid])
         self.seen[key] = (versions, state, order)
+        if last is not None and last[1] is state and last[2] == order:
+            return False
+        if bulk:
+            return True
         if last is not None:
-            if last[1] is state and last[2] == order:
-                return False
             self._remove(last[2])
         at = bisect.bisect_left(self.order, order)
         self.order.insert(at, order)
