@@ -6,9 +6,10 @@
 
 Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 ``ready`` once prepared; on ``go`` it dispatches, says ``dispatched`` (with the
-``time.monotonic()`` the last create returned) and keeps running until ``stop``. A ``mark``
-ends the measured window: on ``stop`` it says ``threads``, the CPU seconds of its threads
-from ``go`` to the mark, by kind of thread (``ThreadCpu``).
+``time.monotonic()`` the last create returned) and keeps running until ``stop``. On
+``snap`` it says ``snap``: the CPU seconds of its threads since ``go`` by group
+(``_measure.THREAD_GROUPS``: main, watches, creates, status writer...) and its full
+collections since ``go`` (the cyclic GC's oldest generation, timed by ``gc.callbacks``).
 
 - raw: a kubernetes-client loop creates the Jobs ``core/render.py`` renders for the same
   operations, W in flight. With ``--kueue-queue`` they are created ``suspend: true`` with the
@@ -25,8 +26,8 @@ from ``go`` to the mark, by kind of thread (``ThreadCpu``).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
-import os
 import shutil
 import sys
 import tempfile
@@ -37,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from _measure import group_thread_seconds, read_own_threads
 from _repo import write_repo
 
 from reconciler.adapters.kube import Kube, connect
@@ -48,58 +50,34 @@ from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.loop import DEFAULT_MIN_GAP, Wakeup, run_forever
 from reconciler.runtime.service import make_runtime
 
+_SAYING = threading.Lock()
+
 
 def say(event: str, **fields: Any) -> None:
-    print(json.dumps({"event": event, **fields}), flush=True)
+    with _SAYING:  # one line at a time: the stdin reader answers `snap` from its thread
+        sys.stdout.write(json.dumps({"event": event, **fields}) + "\n")
+        sys.stdout.flush()
 
 
-# A thread's kind by its name's start: the CPU of each kind is reported per run.
-THREAD_KINDS = (
-    ("informer-", "watches"),
-    ("create", "creates"),
-    ("status-writer", "status writer"),
-    ("MainThread", "main"),
-)
-_TICK = os.sysconf("SC_CLK_TCK")
-
-
-class ThreadCpu:
-    """The CPU seconds (user and system, from /proc/self/task) of this process's threads
-    between ``start`` and ``mark``, summed by kind (``THREAD_KINDS``; ``other`` for the
-    rest). Read at those two moments only, so that measuring costs nothing in between: a
-    thread that ends before the mark is not counted (the runtime's threads live as long
-    as the process)."""
+class FullCollections:
+    """The cyclic GC's full collections (generation 2) and their CPU, from ``gc.callbacks``
+    (a collection runs on the thread that triggered it: its thread time is the cost)."""
 
     def __init__(self) -> None:
-        self._base: dict[int, tuple[str, float]] = {}
-        self._end: dict[int, tuple[str, float]] = {}
+        self.count = 0
+        self.seconds = 0.0
+        self._started: dict[int, float] = {}
+        gc.callbacks.append(self._on)
 
-    @staticmethod
-    def _sample() -> dict[int, tuple[str, float]]:
-        out = {}
-        for thread in threading.enumerate():
-            tid = thread.native_id
-            try:
-                stat = Path(f"/proc/self/task/{tid}/stat").read_text()
-            except OSError:
-                continue
-            fields = stat.rsplit(")", 1)[1].split()
-            out[tid] = (thread.name, (int(fields[11]) + int(fields[12])) / _TICK)
-        return out
-
-    def start(self) -> None:
-        self._base = self._sample()
-
-    def mark(self) -> None:
-        self._end = self._sample()
-
-    def by_kind(self) -> dict[str, float]:
-        out: dict[str, float] = {}
-        for tid, (name, seconds) in self._end.items():
-            kind = next((k for p, k in THREAD_KINDS if name.startswith(p)), "other")
-            base = self._base.get(tid, (name, 0.0))[1]
-            out[kind] = out.get(kind, 0.0) + seconds - base
-        return out
+    def _on(self, phase: str, info: dict[str, Any]) -> None:
+        if info.get("generation") != 2:
+            return
+        key = threading.get_ident()
+        if phase == "start":
+            self._started[key] = time.thread_time()
+        elif key in self._started:
+            self.count += 1
+            self.seconds += time.thread_time() - self._started.pop(key)
 
 
 class Commands:
@@ -108,21 +86,33 @@ class Commands:
     def __init__(self) -> None:
         self.go = threading.Event()
         self.stop = threading.Event()
-        self.threads = ThreadCpu()
-        threading.Thread(target=self._read, daemon=True).start()
+        self._gcs = FullCollections()
+        self._at_go: tuple[dict[str, float], int, float] = ({}, 0, 0.0)
+        threading.Thread(target=self._read, name="bench-stdin", daemon=True).start()
 
     def _read(self) -> None:
         for line in sys.stdin:
             word = line.strip()
             if word == "go":
-                self.threads.start()
+                self._at_go = (read_own_threads(), self._gcs.count, self._gcs.seconds)
                 self.go.set()
-            elif word == "mark":
-                self.threads.mark()
+            elif word == "snap":
+                self._snap()
             elif word == "stop":
                 break
         self.go.set()
         self.stop.set()
+
+    def _snap(self) -> None:
+        names = {str(t.native_id): t.name for t in threading.enumerate()}
+        before, count, seconds = self._at_go
+        threads = group_thread_seconds(before, read_own_threads(), names)
+        say(
+            "snap",
+            threads={g: round(s, 3) for g, s in threads.items()},
+            full_gcs=self._gcs.count - count,
+            full_gc_seconds=round(self._gcs.seconds - seconds, 3),
+        )
 
 
 def run_raw(args: argparse.Namespace, work: Path, commands: Commands) -> None:
@@ -294,11 +284,13 @@ def main() -> None:
         help="reconciler: `reconciler run`'s loop (cycles on events)",
     )
     args = parser.parse_args()
+    import reconciler
+
+    print(f"reconciler from {Path(reconciler.__file__).parent}", file=sys.stderr, flush=True)
     commands = Commands()
     work = Path(tempfile.mkdtemp(prefix=f"dispatch-{args.side}-"))
     try:
         (run_raw if args.side == "raw" else run_reconciler)(args, work, commands)
-        say("threads", cpu=commands.threads.by_kind())
     except BaseException as exc:
         say("error", error=repr(exc))
         raise

@@ -20,11 +20,13 @@ unit-tested (tests/unit/test_bench_measure.py); the rest does the I/O.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import re
 import shutil
+import signal
 import ssl
 import statistics
 import subprocess
@@ -52,7 +54,46 @@ PROCESS_ORDER = (
     "client",
 )
 
+# The dispatching process's threads, by the prefix of their names (``threading``'s), in the
+# order printed: the cycles, the watch caches, the creates, the status writer...
+THREAD_GROUPS = (
+    ("MainThread", "main"),
+    ("reconcile-loop", "main"),  # `reconciler run`'s loop (--events): the cycles
+    ("informer-", "watches"),
+    ("create", "creates"),
+    ("status-writer", "status writer"),
+    ("annotate", "annotations"),
+    ("events", "events"),
+)
+
 # --- pure parsing and arithmetic --------------------------------------------------------
+
+
+def thread_group(name: str) -> str:
+    """The group a thread's CPU is reported under (``THREAD_GROUPS``; "other" for the rest:
+    the bench's own stdin reader, the raw client's pool)."""
+    for prefix, group in THREAD_GROUPS:
+        if name.startswith(prefix):
+            return group
+    return "other"
+
+
+def group_thread_seconds(
+    before: Mapping[str, float], after: Mapping[str, float], names: Mapping[str, str]
+) -> dict[str, float]:
+    """CPU seconds per thread group between two snapshots of ``{tid: seconds}``; ``names``
+    gives each tid's thread name. A thread started in between counts from zero; one ended
+    in between is not in ``after``, and its CPU is lost (the pools' threads live on)."""
+    out: dict[str, float] = {}
+    for tid, seconds in after.items():
+        group = thread_group(names.get(tid, ""))
+        out[group] = out.get(group, 0.0) + seconds - before.get(tid, 0.0)
+    return {g: out[g] for g in sorted(out, key=_group_rank)}
+
+
+def _group_rank(group: str) -> int:
+    order = [g for _, g in THREAD_GROUPS]
+    return order.index(group) if group in order else len(order)
 
 
 def parse_cpu_line(stat_text: str) -> tuple[int, int]:
@@ -167,8 +208,9 @@ class RunResult:
     others: float = 0.0  # cores used by other processes during the window
     load: float = 0.0  # 1-minute load average at the end
     admissions: list[float] = field(default_factory=list)  # per Job, seconds from go
-    threads: dict[str, float] = field(default_factory=dict)  # the client's, by kind
     note: str = ""
+    threads: dict[str, float] = field(default_factory=dict)  # the client's, by group, in window
+    full_gcs: tuple[int, float] = (0, 0.0)  # the client's full collections in window, seconds
 
     @property
     def flagged(self) -> bool:
@@ -186,21 +228,24 @@ class RunResult:
     def line(self) -> str:
         flag = f"  FLAG: others used {self.others:.2f} cores" if self.flagged else ""
         running = f"{self.running:.1f} s" if self.running else "not reached"
-        return (
+        text = (
             f"{self.side:<11} N={self.n}: all admitted {self.admitted:.1f} s, all Running "
             f"{running}, CPU/op {1000 * self.total_cpu() / self.n:.1f} ms, requests/op "
             f"{self.requests_per_op():.2f}; others {self.others:.2f} cores, load "
-            f"{self.load:.1f}{flag}{self.thread_text()}"
+            f"{self.load:.1f}{flag}"
         )
+        return text + (f"\n{'':<12}{self.client_line()}" if self.threads else "")
 
-    def thread_text(self) -> str:
-        """The client process's CPU per op by kind of thread, in the window."""
-        if not self.threads:
-            return ""
-        cells = ", ".join(
-            f"{kind} {1000 * s / self.n:.2f}" for kind, s in sorted(self.threads.items())
+    def client_line(self) -> str:
+        """The dispatching process in the window: its CPU per operation, per thread group,
+        and its full collections (the cyclic GC's oldest generation)."""
+        client = 1000 * self.cpu.get("client", 0.0) / self.n
+        threads = ", ".join(f"{g} {1000 * s / self.n:.2f}" for g, s in self.threads.items())
+        count, seconds = self.full_gcs
+        return (
+            f"client {client:.2f} ms/op in {self.wall:.0f} s; threads ms/op: {threads}; "
+            f"full GCs {count} ({1000 * seconds / self.n:.2f} ms/op)"
         )
-        return f"\n{'':<12}client threads, CPU ms/op: {cells}"
 
 
 def print_costs(results: list[RunResult], out: IO[str] = sys.stdout) -> None:
@@ -259,6 +304,17 @@ def read_tree_seconds(pid: int) -> float:
     for child in _children(pid):
         total += read_tree_seconds(child)
     return total
+
+
+def read_own_threads() -> dict[str, float]:
+    """CPU seconds of each live thread of this process, ``{tid: seconds}``."""
+    out: dict[str, float] = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            out[task.name] = parse_pid_ticks((task / "stat").read_text()) / TICK
+        except (FileNotFoundError, ProcessLookupError, ValueError, IndexError):
+            continue
+    return out
 
 
 def _children(pid: int) -> list[int]:
@@ -443,12 +499,17 @@ class Watcher:
 class Dispatcher:
     """``bench/_dispatcher.py`` in a child process: it prepares (renders the manifests, or
     writes the config repo), says ``ready``, dispatches on ``go``, says ``dispatched``, and
-    keeps running (the reconciler keeps cycling) until ``stop``. Its CPU is read from /proc
-    like the cluster's processes, so the interpreter's start-up is not counted."""
+    keeps running (the reconciler keeps cycling) until ``stop``; asked ``snap``, it says
+    the CPU of each of its threads and its full collections since ``go``. Its CPU is read
+    from /proc like the cluster's processes, so the interpreter's start-up is not counted.
+    ``code``: a directory whose ``reconciler`` package it runs instead of this checkout's
+    (to compare two versions with the same bench)."""
 
-    def __init__(self, args: list[str], log: Path) -> None:
+    def __init__(self, args: list[str], log: Path, code: str = "") -> None:
         env = dict(os.environ)
-        env["PYTHONPATH"] = str(BENCH_DIR.parent) + os.pathsep + env.get("PYTHONPATH", "")
+        paths = [code] if code else []
+        paths += [str(BENCH_DIR.parent), env.get("PYTHONPATH", "")]
+        env["PYTHONPATH"] = os.pathsep.join(p for p in paths if p)
         self._log = log.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, str(DISPATCHER), *args],
@@ -459,14 +520,19 @@ class Dispatcher:
             env=env,
         )
         self.dispatched_at: float | None = None
+        self._snaps: list[dict[str, Any]] = []
+        self._said = threading.Condition()
         self._reader: threading.Thread | None = None
 
-    def _expect(self, what: str) -> dict[str, Any]:
+    def _read(self) -> dict[str, Any] | None:
         assert self.proc.stdout is not None
         line = self.proc.stdout.readline()
-        if not line:
+        return json.loads(line) if line else None
+
+    def _expect(self, what: str) -> dict[str, Any]:
+        message = self._read()
+        if message is None:
             raise RuntimeError(f"the dispatcher exited before {what!r}; see {self._log.name}")
-        message: dict[str, Any] = json.loads(line)
         if message.get("event") == "error":
             raise RuntimeError(f"the dispatcher failed: {message.get('error')}")
         if message.get("event") != what:
@@ -476,50 +542,66 @@ class Dispatcher:
     def wait_ready(self) -> None:
         self._expect("ready")
 
-    def _say(self, word: str, *, quiet: bool = False) -> None:
-        """Write ``word`` to it; with ``quiet``, nothing if it has exited."""
+    def _send(self, word: str) -> None:
         assert self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(f"{word}\n")
-            self.proc.stdin.flush()
-        except OSError:
-            if not quiet:
-                raise
+        self.proc.stdin.write(word + "\n")
+        self.proc.stdin.flush()
 
     def go(self) -> None:
-        self._say("go")
+        self._send("go")
 
         def read() -> None:
-            try:
-                self.dispatched_at = float(self._expect("dispatched")["at"])
-            except RuntimeError as exc:
-                print(f"  {exc}", flush=True)
+            while (message := self._read()) is not None:
+                event = message.get("event")
+                if event == "dispatched":
+                    self.dispatched_at = float(message["at"])
+                elif event == "snap":
+                    with self._said:
+                        self._snaps.append(message)
+                        self._said.notify_all()
+                elif event == "error":
+                    print(f"  the dispatcher failed: {message.get('error')}", flush=True)
 
         self._reader = threading.Thread(target=read, daemon=True)
         self._reader.start()
 
-    def mark(self) -> None:
-        """The end of the measured window (its threads' CPU, ``stop``'s answer)."""
-        self._say("mark", quiet=True)
+    def snap(self, timeout: float = 30.0) -> dict[str, Any] | None:
+        """Its threads' CPU seconds by group and its full collections since ``go``."""
+        with self._said:
+            count = len(self._snaps)
+            self._send("snap")
+            self._said.wait_for(lambda: len(self._snaps) > count, timeout)
+            return self._snaps[-1] if len(self._snaps) > count else None
 
-    def stop(self) -> dict[str, float]:
-        """Stop it; the CPU seconds of its threads by kind from go to ``mark`` (empty if it
-        did not say)."""
-        threads: dict[str, float] = {}
-        self._say("stop", quiet=True)
-        if self._reader is not None and not self._reader.is_alive():
-            assert self.proc.stdout is not None
-            for line in self.proc.stdout:  # to its exit
-                message = json.loads(line)
-                if message.get("event") == "threads":
-                    threads = message["cpu"]
+    def stop(self) -> None:
+        with contextlib.suppress(BrokenPipeError, OSError):
+            self._send("stop")
         try:
             self.proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
         self._log.close()
-        return threads
+
+
+class Profiler:
+    """``py-spy record --gil -r 50`` attached to a process, raw (collapsed) stacks to
+    ``out``, until ``stop``."""
+
+    def __init__(self, pid: int, out: Path) -> None:
+        self.proc = subprocess.Popen(
+            ["py-spy", "record", "--gil", "-r", "50", "-p", str(pid), "-f", "raw", "-o", str(out)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def stop(self) -> None:
+        self.proc.send_signal(signal.SIGINT)
+        try:
+            self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def temp_dir(prefix: str) -> Path:
@@ -557,6 +639,8 @@ class RunSpec:
     events: bool = False  # the reconciler runs `reconciler run`'s loop (cycles on events)
     timeout: float = 600.0
     namespace: str = "bench"
+    code: str = ""  # the reconciler package's directory (default: this checkout's)
+    profile: str = ""  # a file for py-spy's raw stacks of the dispatching process
 
 
 def run_side(
@@ -575,6 +659,7 @@ def run_side(
     extra: Extra | None = None
     dispatcher: Dispatcher | None = None
     watcher: Watcher | None = None
+    profiler: Profiler | None = None
     result = RunResult(spec.side, spec.n)
     try:
         api = ApiClient(cluster)
@@ -605,13 +690,15 @@ def run_side(
             argv += ["--kueue-queue", spec.kueue_queue]
         if spec.events:
             argv.append("--events")
-        dispatcher = Dispatcher(argv, work / "dispatcher.log")
+        dispatcher = Dispatcher(argv, work / "dispatcher.log", code=spec.code)
         dispatcher.wait_ready()
         watcher = Watcher(api, spec.namespace)
         watcher.start()
         time.sleep(1.0)  # the watches are open before the first create
         pids["client"] = dispatcher.proc.pid
         sampler = Sampler(api, pids)
+        if spec.profile:
+            profiler = Profiler(dispatcher.proc.pid, Path(spec.profile))
         before = sampler.snap()
         go = before.at
         dispatcher.go()
@@ -624,8 +711,14 @@ def run_side(
             running = watcher.wait("running", spec.n, 0.0)
             result.running = (running - go) if running is not None else 0.0
         after = sampler.snap()
-        dispatcher.mark()
+        own = dispatcher.snap()
+        if profiler is not None:
+            profiler.stop()
+            profiler = None
         fill_window(result, before, after)
+        if own is not None:
+            result.threads = dict(own["threads"])
+            result.full_gcs = (int(own["full_gcs"]), float(own["full_gc_seconds"]))
         if dispatcher.dispatched_at is not None:
             result.dispatched = dispatcher.dispatched_at - go
         result.admissions = sorted(t - go for t in watcher.admitted.values())
@@ -634,10 +727,12 @@ def run_side(
             result.note += f"; TIMED OUT after {spec.timeout:.0f} s"
         return result
     finally:
+        if profiler is not None:
+            profiler.stop()
         if watcher is not None:
             watcher.stop()
         if dispatcher is not None:
-            result.threads = dispatcher.stop()
+            dispatcher.stop()
         if extra is not None:
             extra.stop()
         if not keep:

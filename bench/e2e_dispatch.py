@@ -16,18 +16,23 @@ machine (a run during which other processes used more than 0.2 cores is FLAGged)
 apiserver's /metrics gives requests by verb and resource. It prints each run, the costs per
 operation, then last the ratios reconciler/raw per pair: median and spread.
 
-``--side raw`` or ``--side reconciler`` runs that side only, ``--pairs`` times (to measure
-a change of one side: no ratios). Each reconciler run also prints its process's CPU per
-operation by kind of thread (watches, creates, status writer, main), in the window.
-
 ``--binding`` adds the binding case on one more cluster: M operations of D seconds each
 asking one GPU, under a queue with a quota of C GPUs; admissions per second against C/D.
 The reconciler runs as ``reconciler run`` does, cycles on events (``--binding-mode poll``:
 a cycle every 0.5 s, as before cycles ran on events).
 
+``--side reconciler`` (or ``raw``) runs one side only, ``--pairs`` times, with no ratios: to
+measure a change of the reconciler's own cost. ``--code DIR`` runs the ``reconciler``
+package found in DIR (e.g. another version copied out with ``git archive``) with this
+checkout's bench, so two versions can be run alternately; ``--profile FILE`` attaches
+``py-spy record --gil -r 50`` to the dispatching process for the window (raw stacks; a
+run number is added to the name). For the dispatching process it also prints its CPU per
+operation per thread (main: the cycles; watches; creates; status writer...) and its full
+collections, both in the window.
+
     PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--pairs 5] [-w 8]
-        [--side both|raw|reconciler] [--binding -m 400 -c 100 -d 10
-        [--binding-mode events|poll]] [--keep]
+        [--side both|raw|reconciler] [--code DIR] [--profile FILE]
+        [--binding -m 400 -c 100 -d 10 [--binding-mode events|poll]] [--keep]
 """
 
 from __future__ import annotations
@@ -48,9 +53,20 @@ from reconciler.devcluster.shape import NodePool
 POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500, gpus=32),)
 
 
-def spec(side: str, args: argparse.Namespace) -> m.RunSpec:
+def spec(side: str, args: argparse.Namespace, run: int = 0) -> m.RunSpec:
+    profile = ""
+    if args.profile and side == "reconciler":
+        path = Path(args.profile)
+        profile = str(path.with_name(f"{path.stem}-{run + 1}{path.suffix}"))
     return m.RunSpec(
-        side, side, args.n, workers=args.workers, interval=args.interval, timeout=args.timeout
+        side,
+        side,
+        args.n,
+        workers=args.workers,
+        interval=args.interval,
+        timeout=args.timeout,
+        code=args.code if side == "reconciler" else "",
+        profile=profile,
     )
 
 
@@ -71,11 +87,8 @@ def binding_spec(args: argparse.Namespace) -> m.RunSpec:
 
 
 def ratio_lines(raws: list[m.RunResult], recs: list[m.RunResult]) -> list[str]:
-    """Per pair, the reconciler's rate over the raw client's (raw time / reconciler time);
-    none when one side did not run."""
-    lines: list[str] = []
-    if not raws or not recs:
-        return lines
+    """Per pair, the reconciler's rate over the raw client's (raw time / reconciler time)."""
+    lines = []
     for label, attr in (("all Jobs exist", "admitted"), ("all pods Running", "running")):
         ratios = m.pair_ratios([getattr(r, attr) for r in raws], [getattr(r, attr) for r in recs])
         if ratios:
@@ -109,25 +122,30 @@ def main() -> None:
         help="the binding case's reconciler: `reconciler run`'s loop (cycles on events), "
         "or a cycle every 0.5 s",
     )
+    parser.add_argument("--keep", action="store_true", help="leave each dev cluster running")
     parser.add_argument(
         "--side",
         choices=("both", "raw", "reconciler"),
         default="both",
-        help="run one side only, --pairs times (no ratios)",
+        help="run one side only (--pairs runs of it, no ratios)",
     )
-    parser.add_argument("--keep", action="store_true", help="leave each dev cluster running")
+    parser.add_argument("--code", default="", help="the reconciler package's directory")
+    parser.add_argument("--profile", default="", help="py-spy raw stacks of the reconciler")
     args = parser.parse_args()
     m.say(
-        f"e2e dispatch: N={args.n}, {args.pairs} interleaved pairs, {args.workers} in flight, "
-        f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}"
+        f"e2e dispatch: N={args.n}, {args.pairs} interleaved pairs ({args.side}), "
+        f"{args.workers} in flight, "
+        + (f"reconciler from {args.code}, " if args.code else "")
+        + f"{os.cpu_count()} cores, load average at start {os.getloadavg()[0]:.1f}"
     )
     raws: list[m.RunResult] = []
     recs: list[m.RunResult] = []
+    sides = [("raw", raws), ("reconciler", recs)]
+    if args.side != "both":
+        sides = [(side, into) for side, into in sides if side == args.side]
     for pair in range(args.pairs):
-        for side, into in (("raw", raws), ("reconciler", recs)):
-            if args.side not in ("both", side):
-                continue
-            result = m.run_side(spec(side, args), POOLS, keep=args.keep)
+        for side, into in sides:
+            result = m.run_side(spec(side, args, pair), POOLS, keep=args.keep)
             into.append(result)
             m.say(f"[{pair + 1}/{args.pairs}] {result.line()}")
     m.print_costs(raws + recs)
@@ -140,8 +158,9 @@ def main() -> None:
         result = m.run_side(binding_spec(args), POOLS, keep=args.keep)
         m.say(m.binding_line(result, args.concurrency, args.duration))
     m.say(f"load average at end: {os.getloadavg()[0]:.1f}")
-    for line in ratio_lines(raws, recs):
-        m.say(line)
+    if args.side == "both":
+        for line in ratio_lines(raws, recs):
+            m.say(line)
 
 
 if __name__ == "__main__":

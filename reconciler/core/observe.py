@@ -13,6 +13,7 @@ operator restarts a failed replica (``Restarting``) the run is ``Running`` with 
 
 from __future__ import annotations
 
+import bisect
 import enum
 import functools
 import json
@@ -521,24 +522,35 @@ def _latest_pod(pods: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     return max(pods, key=lambda p: str((p.get("metadata") or {}).get("creationTimestamp") or ""))
 
 
+_Owner = tuple[str, str]  # (namespace, name) of a workload
+
+
+def _pod_owners(pod: Mapping[str, Any]) -> tuple[_Owner | None, _Owner | None]:
+    """The (namespace, name) of the Job and of the PyTorchJob a pod belongs to, by the
+    ``job-name`` and ``training.kubeflow.org/job-name`` labels; None where unlabelled."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    namespace = str(meta.get("namespace"))
+    job_name = labels.get("job-name")
+    owner = labels.get(LABEL_KUBEFLOW_JOB_NAME)
+    return (
+        (namespace, str(job_name)) if job_name else None,
+        (namespace, str(owner)) if owner else None,
+    )
+
+
 def _pods_by_owner(
     pods: Iterable[Mapping[str, Any]],
-) -> tuple[
-    dict[tuple[str, str], list[Mapping[str, Any]]], dict[tuple[str, str], list[Mapping[str, Any]]]
-]:
+) -> tuple[dict[_Owner, list[Mapping[str, Any]]], dict[_Owner, list[Mapping[str, Any]]]]:
     """The pods per (namespace, Job name) and per (namespace, PyTorchJob name)."""
-    pods_by_job: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
-    pods_by_pytorchjob: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+    pods_by_job: dict[_Owner, list[Mapping[str, Any]]] = {}
+    pods_by_pytorchjob: dict[_Owner, list[Mapping[str, Any]]] = {}
     for candidate in pods:
-        meta = candidate.get("metadata") or {}
-        labels = meta.get("labels") or {}
-        namespace = str(meta.get("namespace"))
-        job_name = labels.get("job-name")
-        if job_name:
-            pods_by_job.setdefault((namespace, str(job_name)), []).append(candidate)
-        owner = labels.get(LABEL_KUBEFLOW_JOB_NAME)
-        if owner:
-            pods_by_pytorchjob.setdefault((namespace, str(owner)), []).append(candidate)
+        job, pytorchjob = _pod_owners(candidate)
+        if job is not None:
+            pods_by_job.setdefault(job, []).append(candidate)
+        if pytorchjob is not None:
+            pods_by_pytorchjob.setdefault(pytorchjob, []).append(candidate)
     return pods_by_job, pods_by_pytorchjob
 
 
@@ -549,7 +561,7 @@ def _operation_of(obj: Mapping[str, Any]) -> str | None:
     return str(operation) if operation else None
 
 
-def _owner_key(obj: Mapping[str, Any]) -> tuple[str, str]:
+def _owner_key(obj: Mapping[str, Any]) -> _Owner:
     meta = obj.get("metadata") or {}
     return str(meta.get("namespace")), str(meta.get("name"))
 
@@ -652,17 +664,52 @@ def _versions(obj: Mapping[str, Any], pods: list[Mapping[str, Any]]) -> _Version
     return versions if all(versions) else None
 
 
+# One change of a cached object, by uid: the object now (None: deleted), and whether it was
+# inserted anew, i.e. placed after every other (a dict places a new key last; a change in
+# place keeps the object's place).
+Change = tuple[Mapping[str, Any] | None, bool]
+
+
+@dataclass(frozen=True, slots=True)
+class CacheChanges:
+    """What changed in one watch cache (``runtime/informer.py``) since it was last read:
+    ``changed`` per uid, in the order the changes were made (an object inserted anew is
+    last, as in the cache). With ``reset``, ``changed`` is everything the cache holds, in
+    its order: the first read, after a list (a 410, a kind no longer served), or from a
+    fresh list."""
+
+    changed: Mapping[str, Change]
+    reset: bool = False
+
+    @classmethod
+    def listing(cls, objects: Iterable[Mapping[str, Any]]) -> CacheChanges:
+        """A whole listing, as a reset (an object whose uid was seen already is kept too,
+        under another key: observation counts every object listed)."""
+        changed: dict[str, Change] = {}
+        for obj in objects:
+            uid = str((obj.get("metadata") or {}).get("uid"))
+            changed[uid if uid not in changed else f"{uid}\0{len(changed)}"] = (obj, True)
+        return cls(changed, reset=True)
+
+
+NO_CHANGES = CacheChanges({})
+_KINDS = (JOB, PYTORCHJOB)  # in the order observe_workloads lists them
+
+
 class Observer:
-    """``observe_workloads`` with a memory: a workload whose object and pods are at the
-    resourceVersions it was last observed at is not observed again (the apiserver gives an
-    object a new resourceVersion on every change, so its state cannot have changed). A
-    cycle over 2,000 running Jobs then observes the few that moved, not all of them
-    (docs/benchmarks.md, "cost per operation"). The same states as ``observe_workloads``
-    on the same objects (tests/unit/test_observe_cached.py). Not thread-safe: one cycle at
-    a time, as the Reconciler runs them."""
+    """``observe_workloads`` kept up to date from the watch caches' changes: a cycle
+    observes again only the workloads whose object or pods changed (``update``), not every
+    cached Job and pod, and keeps the states sorted as they change, so a cycle over 10,000
+    running Jobs costs what changed in it (docs/runtime.md, "One cycle", step 3).
+    ``observe`` reads whole listings (a fresh list) the same way. A workload whose object
+    and pods are at the resourceVersions it was last observed at is not observed again
+    (a relist gives every object anew). For any sequence of changes, the states are equal
+    to ``observe_workloads`` over the objects the caches hold, in their order
+    (tests/unit/test_observe_deltas.py, tests/unit/test_observe_cached.py). Not
+    thread-safe: one cycle at a time, as the Reconciler runs them."""
 
     def __init__(self) -> None:
-        self._seen: dict[tuple[str, str, str], tuple[_Versions, WorkloadState]] = {}
+        self._clusters: dict[str, _ClusterView] = {}
 
     def observe(
         self,
@@ -671,31 +718,185 @@ class Observer:
         pods: Iterable[Mapping[str, Any]],
         pytorchjobs: Iterable[Mapping[str, Any]] = (),
     ) -> tuple[WorkloadState, ...]:
-        pods_by_job, pods_by_pytorchjob = _pods_by_owner(pods)
-        seen = {k: v for k, v in self._seen.items() if k[0] != cluster}
-        states = []
-        for kind, objects, by_owner in (
-            (JOB, jobs, pods_by_job),
-            (PYTORCHJOB, pytorchjobs, pods_by_pytorchjob),
-        ):
-            for obj in objects:
-                operation = _operation_of(obj)
-                if operation is None:
+        """The states of whole listings of ``cluster`` (what it held before is replaced)."""
+        return self.update(
+            cluster,
+            CacheChanges.listing(jobs),
+            CacheChanges.listing(pods),
+            CacheChanges.listing(pytorchjobs),
+        )
+
+    def update(
+        self,
+        cluster: str,
+        jobs: CacheChanges,
+        pods: CacheChanges,
+        pytorchjobs: CacheChanges = NO_CHANGES,
+    ) -> tuple[WorkloadState, ...]:
+        """The states of ``cluster`` after these changes to what it held."""
+        view = self._clusters.get(cluster)
+        if view is None:
+            view = self._clusters[cluster] = _ClusterView(cluster)
+        return view.update(jobs, pods, pytorchjobs)
+
+
+_Key = tuple[str, str]  # (kind, uid) of a workload
+_SortKey = tuple[str, int, int, int]  # operation, generation, kind's rank, place
+
+
+class _ClusterView:
+    """One cluster's cached workloads and pods, indexed by owner, and their states in
+    ``observe_workloads``' order: by (operation, generation), then Jobs before PyTorchJobs,
+    then in cache order (its sort is stable). A place is a counter given to an object when
+    it is inserted into its cache, so places are in cache order."""
+
+    def __init__(self, cluster: str) -> None:
+        self.cluster = cluster
+        self.workloads: dict[str, dict[str, Mapping[str, Any]]] = {k: {} for k in _KINDS}
+        self.owned: dict[str, dict[_Owner, set[str]]] = {k: {} for k in _KINDS}  # uids
+        self.pod_owners: dict[str, tuple[_Owner | None, _Owner | None]] = {}
+        # per kind, per owner, its pods by uid in cache order
+        self.pods: dict[str, dict[_Owner, dict[str, Mapping[str, Any]]]] = {k: {} for k in _KINDS}
+        self.places: dict[str, dict[str, int]] = {k: {} for k in (*_KINDS, "Pod")}
+        self.counter = 0
+        self.seen: dict[_Key, tuple[_Versions | None, WorkloadState, _SortKey]] = {}
+        self.order: list[_SortKey] = []  # sorted, beside the states in that order
+        self.states: list[WorkloadState] = []
+        self.out: tuple[WorkloadState, ...] = ()
+
+    def update(
+        self, jobs: CacheChanges, pods: CacheChanges, pytorchjobs: CacheChanges
+    ) -> tuple[WorkloadState, ...]:
+        dirty: set[_Key] = set()
+        self._workloads(JOB, jobs, dirty)
+        self._workloads(PYTORCHJOB, pytorchjobs, dirty)
+        self._pods(pods, dirty)
+        # many changed (a list, a relist): sorted once, not moved one by one
+        bulk = len(dirty) > 64 + len(self.seen) // 8
+        moved = False
+        for key in dirty:
+            moved = self._observe(*key, bulk=bulk) or moved
+        if bulk:
+            ordered = sorted(self.seen.values(), key=lambda seen: seen[2])
+            self.order = [seen[2] for seen in ordered]
+            self.states = [seen[1] for seen in ordered]
+        if moved:
+            self.out = tuple(self.states)
+        return self.out
+
+    def _place(self, kind: str, uid: str) -> None:
+        self.counter += 1
+        self.places[kind][uid] = self.counter
+
+    def _workloads(self, kind: str, changes: CacheChanges, dirty: set[_Key]) -> None:
+        objects, owned, places = self.workloads[kind], self.owned[kind], self.places[kind]
+        if changes.reset:
+            dirty.update((kind, uid) for uid in objects)
+            objects.clear()
+            owned.clear()
+            places.clear()
+        for uid, (obj, inserted) in changes.changed.items():
+            dirty.add((kind, uid))
+            old = objects.pop(uid, None)
+            if old is not None:
+                _discard(owned, _owner_key(old), uid)
+            if obj is None:
+                places.pop(uid, None)
+                continue
+            objects[uid] = obj
+            if inserted or old is None:
+                self._place(kind, uid)
+            owned.setdefault(_owner_key(obj), set()).add(uid)
+
+    def _touch(self, kind: str, owner: _Owner, dirty: set[_Key]) -> None:
+        dirty.update((kind, uid) for uid in self.owned[kind].get(owner, ()))
+
+    def _pods(self, changes: CacheChanges, dirty: set[_Key]) -> None:
+        places = self.places["Pod"]
+        touch = not changes.reset  # else every workload is observed again
+        if changes.reset:
+            dirty.update((kind, uid) for kind in _KINDS for uid in self.workloads[kind])
+            for kind in _KINDS:
+                self.pods[kind].clear()
+            self.pod_owners.clear()
+            places.clear()
+        for uid, (obj, inserted) in changes.changed.items():
+            before = self.pod_owners.pop(uid, (None, None))
+            moved = inserted or uid not in places
+            if obj is None:
+                places.pop(uid, None)
+                after: tuple[_Owner | None, _Owner | None] = (None, None)
+            else:
+                if moved:
+                    self._place("Pod", uid)
+                after = self.pod_owners[uid] = _pod_owners(obj)
+            for kind, was, now in zip(_KINDS, before, after, strict=True):
+                groups = self.pods[kind]
+                if was is not None and (was != now or moved):
+                    group = groups[was]
+                    del group[uid]
+                    if not group:
+                        del groups[was]
+                    if touch:
+                        self._touch(kind, was, dirty)
+                if now is None or obj is None:
                     continue
-                own = by_owner.get(_owner_key(obj), [])
-                versions = _versions(obj, own)
-                key = (cluster, kind, str((obj.get("metadata") or {}).get("uid")))
-                last = self._seen.get(key)
-                if versions is not None and last is not None and last[0] == versions:
-                    state = last[1]
-                else:
-                    observe = _observe_job if kind == JOB else _observe_pytorchjob
-                    state = observe(cluster, obj, operation, own)
-                if versions is not None:
-                    seen[key] = (versions, state)
-                states.append(state)
-        self._seen = seen
-        return _sorted(states)
+                group = groups.setdefault(now, {})
+                # in cache order; only an owner changed in place can come in before the last
+                last = next(reversed(group), None)
+                late = uid not in group and last is not None and places[last] > places[uid]
+                group[uid] = obj
+                if late:  # its owner changed in place: among the others by its place
+                    groups[now] = dict(sorted(group.items(), key=lambda kv: places[kv[0]]))
+                if touch:
+                    self._touch(kind, now, dirty)
+
+    def _observe(self, kind: str, uid: str, *, bulk: bool = False) -> bool:
+        """Observe one workload again (its object or pods changed); True when the states
+        moved. With ``bulk``, the sorted lists are left to the caller to rebuild."""
+        key = (kind, uid)
+        obj = self.workloads[kind].get(uid)
+        last = self.seen.get(key)
+        operation = _operation_of(obj) if obj is not None else None
+        if obj is None or operation is None:
+            if last is None:
+                return False
+            del self.seen[key]
+            if not bulk:
+                self._remove(last[2])
+            return True
+        own = list(self.pods[kind].get(_owner_key(obj), {}).values())
+        versions = _versions(obj, own)
+        if versions is not None and last is not None and last[0] == versions:
+            state = last[1]
+        else:
+            observe = _observe_job if kind == JOB else _observe_pytorchjob
+            state = observe(self.cluster, obj, operation, own)
+        order = (state.operation, state.generation, _KINDS.index(kind), self.places[kind][uid])
+        self.seen[key] = (versions, state, order)
+        if last is not None and last[1] is state and last[2] == order:
+            return False
+        if bulk:
+            return True
+        if last is not None:
+            self._remove(last[2])
+        at = bisect.bisect_left(self.order, order)
+        self.order.insert(at, order)
+        self.states.insert(at, state)
+        return True
+
+    def _remove(self, order: _SortKey) -> None:
+        at = bisect.bisect_left(self.order, order)
+        del self.order[at]
+        del self.states[at]
+
+
+def _discard(owned: dict[_Owner, set[str]], owner: _Owner, uid: str) -> None:
+    uids = owned.get(owner)
+    if uids is not None:
+        uids.discard(uid)
+        if not uids:
+            del owned[owner]
 
 
 def _state(

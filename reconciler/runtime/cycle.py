@@ -222,8 +222,10 @@ class Reconciler:
         # creates in flight per cycle; results are recorded in plan order
         self._creates = ThreadPoolExecutor(max_workers=create_workers, thread_name_prefix="create")
         self.memory = Memory()  # what decide needs to know that the clusters may not say
-        # each workload observed again only when it or its pods changed (resourceVersion)
+        # each workload observed again only when it or its pods changed: fed what the watch
+        # caches say changed since the last cycle (``Informer.changes``)
         self._observer = Observer()
+        self._observed_from: dict[str, tuple[Informer, ...]] = {}  # the caches it follows
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
@@ -271,10 +273,9 @@ class Reconciler:
         pair = self._informers.get(name)
         if pair is None or pair[0].kube is not kube:
             self._stop_informers(name)
-            pair = (
-                Informer(kube, "Job", on_trigger=self._on_trigger, narrow=True),
-                Informer(kube, "Pod", on_trigger=self._on_trigger, narrow=True),
-                Informer(kube, PYTORCHJOB, on_trigger=self._on_trigger, narrow=True),
+            pair = tuple(
+                Informer(kube, kind, on_trigger=self._on_trigger, narrow=True, track=True)
+                for kind in ("Job", "Pod", PYTORCHJOB)
             )
             for informer in pair:
                 informer.start()
@@ -282,6 +283,7 @@ class Reconciler:
         return pair
 
     def _stop_informers(self, name: str) -> None:
+        self._observed_from.pop(name, None)
         for informer in self._informers.pop(name, ()):
             informer.stop()
         for informer in self._capacity_informers.pop(name, ()):
@@ -349,13 +351,21 @@ class Reconciler:
                     caches[2].retry_now()
                     synced = False
                 if synced:
-                    jobs, pods = caches[0].items(), caches[1].items()
-                    pytorchjobs = caches[2].items()
+                    # what changed since the last read of these caches (all they hold when
+                    # the observer's copy of this cluster came from elsewhere)
+                    again = self._observed_from.pop(name, None) is caches
+                    jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
                     version = _listed_version(caches[0], caches[2])
+                    states = self._observer.update(name, jobs, pods, pytorchjobs)
+                    self._observed_from[name] = caches
                 else:
-                    jobs = kube.list_managed("Job").items
-                    pods = kube.list_managed("Pod").items
-                    pytorchjobs = list_pytorchjobs(kube)
+                    self._observed_from.pop(name, None)
+                    states = self._observer.observe(
+                        name,
+                        kube.list_managed("Job").items,
+                        kube.list_managed("Pod").items,
+                        list_pytorchjobs(kube),
+                    )
             except KubeError as exc:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
@@ -364,10 +374,7 @@ class Reconciler:
                 continue
             capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
-                self._observer.observe(name, jobs, pods, pytorchjobs),
-                version=version,
-                capacity=capacity,
-                backends=backends,
+                states, version=version, capacity=capacity, backends=backends
             )
         return listing
 
@@ -545,9 +552,11 @@ class Reconciler:
         lands after a newer one. A failed write is forgotten, and the next cycle that
         still lists it sends it again."""
         with self._annotating:
-            live = {s.uid for s in decision.states.values()}
-            for uid in [u for u in self._annotated if u not in live and u not in self._writing]:
-                del self._annotated[uid]  # the Job is gone from what we count
+            if self._annotated:  # most cycles ask for none: no set of every uid then
+                live = {s.uid for s in decision.states.values()}
+                gone = [u for u in self._annotated if u not in live and u not in self._writing]
+                for uid in gone:
+                    del self._annotated[uid]  # the Job is gone from what we count
         for item in decision.actions.annotations:
             state = item.workload
             try:

@@ -10,7 +10,12 @@ cycle at once instead of at its interval.
 An optional kind (a PyTorchJob: its CRD may not be installed) that the cluster does not
 serve, or does not let us list, is an empty, synced cache: none of its objects can be ours
 there. The informer lists it again every ``absent_retry`` seconds, so a CRD installed later
-is seen without a restart."""
+is seen without a restart.
+
+With ``track``, the informer also keeps what changed since it was last asked (``changes``):
+per uid, the object now or its deletion, in the order the cache changed. The cycle's
+``Observer`` reads that, not the whole cache, and observes again only the workloads that
+changed. A list (the first, after a 410, a kind no longer served) gives everything anew."""
 
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, KubeError, NotServed, WatchExpired
+from reconciler.core.observe import CacheChanges, Change
 from reconciler.core.trigger import Trigger, event_trigger
 
 log = logging.getLogger("reconciler.informer")
@@ -37,12 +43,14 @@ class Informer:
         on_trigger: Callable[[Trigger], None] | None = None,
         absent_retry: float = 30.0,
         narrow: bool = False,
+        track: bool = False,
     ) -> None:
         """``selector`` and ``fields``: the label and field selectors of the objects
         cached (by default, the ones we manage); ``on_trigger`` is told of the events that
         should start a cycle; with ``narrow``, the cache keeps only the fields observation
         reads of each object (``Kube.watch_managed``): for the caches that only the
-        observer and the triggers read."""
+        observer and the triggers read; with ``track``, it keeps what changed for
+        ``changes``, which one reader must then ask regularly."""
         self.kube = kube
         self.kind = kind
         self.selector = selector
@@ -61,6 +69,9 @@ class Informer:
         self.absent_retry = absent_retry
         self.served = True  # False while the cluster does not serve the kind (NotServed)
         self._retry = threading.Event()  # ends the wait to list an unserved kind again
+        self.track = track
+        self._changed: dict[str, Change] = {}  # since the last ``changes``, by uid
+        self._reset = True  # the next ``changes`` gives everything (nothing read yet)
 
     # --- reading -----------------------------------------------------------------------
 
@@ -74,6 +85,37 @@ class Informer:
     def items(self) -> tuple[Mapping[str, Any], ...]:
         with self._lock:
             return tuple(self._items.values())
+
+    def changes(self, *, reset: bool = False) -> CacheChanges:
+        """What changed since the last call (with ``track``), in the order the cache
+        changed; everything it holds, as a reset, at the first call, after a list, or
+        with ``reset`` (the reader's copy came from elsewhere, e.g. a fresh list)."""
+        with self._lock:
+            if self._reset or reset or not self.track:
+                out = CacheChanges({u: (o, True) for u, o in self._items.items()}, reset=True)
+            else:
+                out = CacheChanges(self._changed)
+            self._changed = {}
+            self._reset = False
+        return out
+
+    def _log(self, uid: str, change: Change) -> None:
+        """Keep a change for ``changes`` (under the lock). An object inserted anew goes
+        last, as in the cache; a change in place keeps an insertion's mark. A log that a
+        reader left unread grows no larger than the cache: it becomes a reset."""
+        if not self.track or self._reset:
+            return
+        if change[1]:
+            self._changed.pop(uid, None)
+        elif change[0] is not None and uid in self._changed:
+            change = (change[0], self._changed[uid][1])
+        self._changed[uid] = change
+        if len(self._changed) > 2 * len(self._items) + 1024:
+            self._forget_changes()
+
+    def _forget_changes(self) -> None:
+        self._changed = {}
+        self._reset = True
 
     @property
     def resource_version(self) -> str | None:
@@ -106,10 +148,20 @@ class Informer:
         with self._lock:
             self._items = {str(o["metadata"]["uid"]): o for o in listed.items}
             self._version = listed.resource_version
+            self._forget_changes()
         relisted = self._synced.is_set()  # not the first list: a cycle is waiting for that
         self._synced.set()
         if relisted and self.on_trigger is not None:
             self.on_trigger(Trigger.RELISTED)
+
+    def _forget(self) -> bool:
+        """Hold nothing (the cluster does not serve the kind); whether it held anything."""
+        with self._lock:
+            held = bool(self._items)
+            self._items = {}
+            self._version = None
+            self._forget_changes()
+        return held
 
     def _apply(self, event_type: str, obj: Mapping[str, Any]) -> None:
         meta = obj.get("metadata") or {}
@@ -118,8 +170,10 @@ class Informer:
             before = self._items.get(uid)
             if event_type in ("ADDED", "MODIFIED"):
                 self._items[uid] = obj
-            elif event_type == "DELETED":
-                self._items.pop(uid, None)
+                self._log(uid, (obj, before is None))
+            elif event_type == "DELETED" and before is not None:
+                del self._items[uid]
+                self._log(uid, (None, False))
             if meta.get("resourceVersion"):
                 self._version = str(meta["resourceVersion"])
         if self.on_trigger is not None:
@@ -150,10 +204,7 @@ class Informer:
                 backoff = 0.5
             except NotServed as exc:
                 was_served = self.served
-                with self._lock:
-                    held = bool(self._items)
-                    self._items = {}
-                    self._version = None
+                held = self._forget()
                 self.served = False
                 self.error = ""
                 if was_served:

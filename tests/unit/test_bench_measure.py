@@ -7,8 +7,6 @@ import importlib.util
 import io
 import os
 import sys
-import threading
-import time
 from pathlib import Path
 from types import ModuleType
 
@@ -138,15 +136,6 @@ def test_run_result_costs_per_op_and_flag() -> None:
     assert not _result("raw", {}, {"POST jobs": 1.0}, others=0.2).flagged
 
 
-def test_run_result_prints_the_clients_threads_per_op() -> None:
-    result = _result("reconciler", {"client": 0.5}, {"POST jobs": 100.0})
-    assert "client threads" not in result.line()  # none reported (the dispatcher said none)
-    result.threads = {"watches": 0.05, "creates": 0.03, "main": 0.1}
-    assert result.line().splitlines()[-1].split(": ", 1)[1] == (
-        "creates 0.30, main 1.00, watches 0.50"
-    )
-
-
 def test_print_costs_shows_each_side_in_process_order() -> None:
     out = io.StringIO()
     measure.print_costs(
@@ -169,36 +158,34 @@ def test_print_costs_shows_each_side_in_process_order() -> None:
     assert lines[-1].split() == ["total", "1.00", "2.00"]
 
 
-def test_thread_cpu_sums_the_window_by_kind_of_thread(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.syspath_prepend(str(BENCH))  # _dispatcher imports _repo beside it
-    spec = importlib.util.spec_from_file_location("_dispatcher", BENCH / "_dispatcher.py")
-    assert spec and spec.loader
-    dispatcher = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(dispatcher)
-    before = threading.Event()
-    window_done = threading.Event()
+def test_threads_are_grouped_by_the_prefix_of_their_names() -> None:
+    names = {
+        "1": "MainThread",
+        "2": "informer-Job",
+        "3": "informer-Pod",
+        "4": "create_0",
+        "5": "status-writer",
+        "6": "bench-stdin",
+    }
+    before = {"1": 1.0, "2": 0.5, "3": 0.25}  # 4-6 started in the window
+    after = {"1": 3.0, "2": 1.5, "3": 0.75, "4": 2.0, "5": 0.5, "6": 0.01, "7": 0.125}
+    grouped = measure.group_thread_seconds(before, after, names)
+    assert grouped == {
+        "main": 2.0,
+        "watches": 1.5,
+        "creates": 2.0,
+        "status writer": 0.5,
+        "other": 0.135,  # the stdin reader and a thread with no name known
+    }
+    assert list(grouped) == ["main", "watches", "creates", "status writer", "other"]
 
-    def spin(seconds: float, then: threading.Event, wait: threading.Event) -> None:
-        start = time.thread_time()
-        while time.thread_time() - start < seconds:
-            pass
-        then.set()
-        wait.wait()
 
-    released = threading.Event()
-    # 0.2 s of CPU before the window (not counted), then 0.3 s inside it
-    early = threading.Thread(target=spin, args=(0.2, before, released), name="informer-Job")
-    early.start()
-    before.wait()
-    cpu = dispatcher.ThreadCpu()
-    cpu.start()
-    late = threading.Thread(target=spin, args=(0.3, window_done, released), name="create_0")
-    late.start()
-    window_done.wait()
-    cpu.mark()
-    released.set()
-    early.join()
-    late.join()
-    kinds = cpu.by_kind()
-    assert 0.25 <= kinds["creates"] <= 0.5  # born in the window: all of it
-    assert kinds["watches"] < 0.1  # its 0.2 s came before the window
+def test_the_client_line_gives_each_thread_group_per_operation() -> None:
+    result = measure.RunResult("reconciler", 1000, wall=60.0)
+    result.cpu = {"client": 2.5}
+    result.threads = {"main": 1.25, "watches": 0.5}
+    result.full_gcs = (3, 0.25)
+    assert result.client_line() == (
+        "client 2.50 ms/op in 60 s; threads ms/op: main 1.25, watches 0.50; full GCs 3 (0.25 ms/op)"
+    )
+    assert result.client_line() in result.line()
