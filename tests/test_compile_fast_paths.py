@@ -22,9 +22,12 @@ from reconciler.core import load
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.compile import index as index_module
 from reconciler.core.compile import operations as operations_module
+from reconciler.core.compile import resolve as resolve_module
 from reconciler.core.compile.index import VALIDATED_SECTIONS
 from reconciler.core.model import OperationFile
-from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot
+from reconciler.core.policy import check_pod_security
+from reconciler.core.render import render_pod
+from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot, RunKind
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
 BASE = snapshot_worktree(TEMPLATE)
@@ -77,6 +80,17 @@ FRAGMENTS: list[dict[str, Any]] = [
     {"sidecars": [{"name": "side", "image": "busybox:1"}]},
     {"volumes": [{"name": "v", "emptyDir": {}}]},
     {"connections": ["hf-token", "checkpoints"]},
+    # valid alone, refused once merged with one another: only the merged spec's check
+    # finds these (what ValidatedParts must never hide)
+    {"container": {"securityContext": {"seccompProfile": {"type": "RuntimeDefault"}}}},
+    {
+        "container": {
+            "securityContext": {
+                "seccompProfile": {"type": "Localhost", "localhostProfile": "p.json"}
+            }
+        }
+    },
+    {"container": {"securityContext": {"seccompProfile": {"localhostProfile": "q.json"}}}},
 ]
 STRATEGIES = ["replace", "isnull", "post_merge", "pre_merge"]
 
@@ -127,17 +141,33 @@ def repos(draw: st.DrawFn) -> RepoSnapshot:
 
 
 def _compile_before(snapshot: RepoSnapshot, cached: bool) -> CompiledRepo:
-    """The compile without the fast paths: libyaml reads every file, and the merged spec
-    is checked whole."""
-    real = operations_module.validate_spec
+    """The compile without the fast paths: libyaml reads every file, the merged spec is
+    checked whole, every operation's pod is rendered for Pod Security, and every
+    container's totals are worked out."""
+    real_validate, real_totals = operations_module.validate_spec, resolve_module.total_requests
 
     def whole(*args: Any, **kwargs: Any) -> bool:
         kwargs.pop("validated", None)
-        return real(*args, **kwargs)
+        return real_validate(*args, **kwargs)
+
+    def totals(*args: Any) -> Any:
+        return real_totals(*args[:4])  # without the repo: no memo
+
+    def pod_security(repo: Any, ctx: Any, spec: Any, prov: Any, conns: Any, queue: Any) -> Any:
+        pod = render_pod(
+            spec,
+            RunKind(spec["run"]["kind"]),
+            conns,
+            operation=f"{ctx.project}/{spec['name']}",
+            queue=queue.name,
+        )
+        return check_pod_security(spec, prov, pod, policy=ctx.org.policy)
 
     with pytest.MonkeyPatch.context() as m:
         m.setattr(load, "_PLAIN_READER", False)
         m.setattr(operations_module, "validate_spec", whole)
+        m.setattr(resolve_module, "total_requests", totals)
+        m.setattr(resolve_module, "_pod_security", pod_security)
         return compile_repo(snapshot, cache=CompileCache() if cached else None)
 
 
@@ -201,3 +231,30 @@ def test_a_part_left_out_changes_nothing_else(path: tuple[str | int, ...]) -> No
         assert required == {"kind"}
         assert set(decorators.model_validators) == {"_one_workflow"}
     assert not decorators.field_validators, model
+
+
+def test_an_error_only_the_merged_spec_has_is_found_with_the_fast_paths() -> None:
+    """A preset's part that passed in one operation, merged over another's into a spec
+    the schema refuses: the merged spec's check still reports it, where it always did."""
+    files = dict(BASE.files)
+    preset = "projects/vision/presets/seccomp.yaml"
+    files[preset] = RepoFile(
+        preset,
+        b"kind: Preset\nname: seccomp\npatchStrategy: post_merge\nrun:\n  container:\n"
+        b"    securityContext:\n      seccompProfile: {type: RuntimeDefault}\n",
+    )
+    for name, profile in (("plain", b""), ("local", b"localhostProfile: p.json, ")):
+        path = f"projects/vision/operations/{name}.yaml"
+        files[path] = RepoFile(
+            path,
+            b"kind: Operation\nname: " + name.encode() + b"\npresets: [seccomp]\nrun:\n"
+            b"  container:\n    securityContext:\n      seccompProfile: {"
+            + profile
+            + b"type: Localhost}\n",
+        )
+    snapshot = RepoSnapshot(files)
+    compiled = compile_repo(snapshot)
+    local = "projects/vision/operations/local.yaml"
+    found = [e for e in compiled.errors if e.location.file == local]
+    assert any("localhostProfile" in e.message and "after merging" in e.message for e in found)
+    assert compiled == _compile_before(snapshot, cached=False)

@@ -273,12 +273,21 @@ def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo:
     first = reconciler.run_once()
     victim = first.states["vision/sweep-lr-0"]
     kube.delete_workload(victim.namespace, victim.name)
-    result = reconciler.run_once()
-    assert result.states["vision/sweep-lr-0"].phase is Phase.STOPPED
-    assert "vision/sweep-lr-0" not in result.dispatched
+    # The cycle reads the watch caches, which see the deletion a moment after it is made
+    # (up to the watch's 50 ms gather): until they do, the Job still counts as Dispatched.
+    # No cycle may create it again, and the one that sees it gone stops the operation.
+    cycles = []
+
+    def stopped() -> bool:
+        cycles.append(reconciler.run_once())
+        return cycles[-1].states["vision/sweep-lr-0"].phase is Phase.STOPPED
+
+    wait_until(stopped, timeout=30, what="vision/sweep-lr-0 to be Stopped", interval=0.05)
+    assert all("vision/sweep-lr-0" not in c.dispatched for c in cycles)
     assert victim.name not in {j["metadata"]["name"] for j in kube.list_managed("Job").items}
     # its quota is free again, so the next team-a op is dispatched in the same cycle
-    assert "vision/sweep-lr-2" in result.dispatched
+    assert "vision/sweep-lr-2" in cycles[-1].dispatched
+    assert all("vision/sweep-lr-2" not in c.dispatched for c in cycles[:-1])
 
 
 def test_kill_9_between_create_and_status_leaves_no_duplicates(

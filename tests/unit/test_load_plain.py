@@ -6,7 +6,9 @@ errors with it on and off."""
 from __future__ import annotations
 
 import contextlib
+import math
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -22,15 +24,44 @@ FILES = sorted(
 )
 
 
+def typed(value: Any) -> Any:
+    """``value`` with every scalar's type and every map's key order made part of it:
+    ``==`` alone takes ``1 == 1.0 == True`` and ``{"a": 1, "b": 2} == {"b": 2, "a": 1}``."""
+    if isinstance(value, dict):
+        return ("map", [(typed(k), typed(v)) for k, v in value.items()])
+    if isinstance(value, list):
+        return ("list", [typed(v) for v in value])
+    if isinstance(value, float) and math.isnan(value):
+        return ("float", "nan")
+    return (type(value).__name__, value)
+
+
+def canonical(parsed: tuple[load.Document | None, list[Any]]) -> object:
+    doc, errors = parsed
+    if doc is None:
+        return None, errors
+    return (doc.path, typed(doc.data), list(doc.values.items()), list(doc.keys.items())), errors
+
+
 def parse_both(
     monkeypatch: pytest.MonkeyPatch, content: bytes, *, written: bool = False
 ) -> tuple[object, object]:
+    """The plain reader's and libyaml's reading of ``content``, in a form where types,
+    key order and the order positions were recorded in count."""
     with monkeypatch.context() as m:
         m.setattr(load, "_PLAIN_READER", True)
         plain = load.parse_yaml("f.yaml", content, written=written)
         m.setattr(load, "_PLAIN_READER", False)
         other = load.parse_yaml("f.yaml", content, written=written)
-    return plain, other
+    return canonical(plain), canonical(other)
+
+
+def test_the_comparison_sees_types_and_order() -> None:
+    one = load.Document("f", {"a": 1, "b": True})
+    assert canonical((one, [])) != canonical((load.Document("f", {"a": 1.0, "b": True}), []))
+    assert canonical((one, [])) != canonical((load.Document("f", {"a": 1, "b": 1}), []))
+    assert canonical((one, [])) != canonical((load.Document("f", {"b": True, "a": 1}), []))
+    assert canonical((one, [])) == canonical((load.Document("f", {"a": 1, "b": True}), []))
 
 
 def reads_plain(content: bytes) -> bool:
