@@ -604,6 +604,57 @@ class Profiler:
             self.proc.wait()
 
 
+# The control plane's components that serve Go's /debug/pprof when the dev cluster runs
+# with profiling on: their port's name in the cluster's state, and their scheme.
+PPROF_PORTS = (
+    ("kube-apiserver", "apiserver", "https"),
+    ("etcd", "etcd", "http"),
+    ("kube-controller-manager", "kcm", "https"),
+    ("kube-scheduler", "scheduler", "https"),
+)
+
+
+class GoProfiles:
+    """A CPU profile of each control-plane component over the first ``seconds`` of the
+    window (``/debug/pprof/profile``), written to ``out_dir/<label>-<component>.pprof``.
+    Read them with ``go tool pprof -top <file>``."""
+
+    def __init__(self, cluster: Any, out_dir: Path, label: str, seconds: float) -> None:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        ports = cluster._read_state()["ports"]
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False  # self-signed serving certs of the controllers
+        ctx.verify_mode = ssl.CERT_NONE
+        ctx.load_cert_chain(cluster.pki.client_cert("admin"), cluster.pki.client_key("admin"))
+        self.files: list[Path] = []
+        self.errors: list[str] = []
+        self.threads: list[threading.Thread] = []
+        for name, port, scheme in PPROF_PORTS:
+            out = out_dir / f"{label}-{name}.pprof"
+            url = f"{scheme}://127.0.0.1:{ports[port]}/debug/pprof/profile?seconds={seconds:.0f}"
+            thread = threading.Thread(target=self._fetch, args=(url, out, ctx), daemon=True)
+            thread.start()
+            self.threads.append(thread)
+
+    def _fetch(self, url: str, out: Path, ctx: ssl.SSLContext) -> None:
+        import urllib.request
+
+        try:
+            with urllib.request.urlopen(url, context=ctx, timeout=600) as resp:
+                out.write_bytes(resp.read())
+            self.files.append(out)
+        except OSError as exc:
+            self.errors.append(f"{url}: {exc}")
+
+    def join(self) -> None:
+        for thread in self.threads:
+            thread.join()
+        for error in self.errors:
+            say(f"  pprof: {error}")
+        for path in sorted(self.files):
+            say(f"  pprof: {path}")
+
+
 def temp_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
@@ -641,6 +692,9 @@ class RunSpec:
     namespace: str = "bench"
     code: str = ""  # the reconciler package's directory (default: this checkout's)
     profile: str = ""  # a file for py-spy's raw stacks of the dispatching process
+    pprof: str = ""  # a directory for the control plane's Go CPU profiles (GoProfiles)
+    pprof_seconds: float = 20.0
+    label: str = ""  # the profiles' file prefix (default: the side)
 
 
 def run_side(
@@ -654,8 +708,9 @@ def run_side(
     from reconciler.devcluster.cluster import DevCluster
 
     work = temp_dir(f"bench-{spec.side}-")
-    cluster = DevCluster(work / "cluster")
+    cluster = DevCluster(work / "cluster", profiling=bool(spec.pprof))
     cluster.up(pools, progress=lambda _m: None)
+    go_profiles: GoProfiles | None = None
     extra: Extra | None = None
     dispatcher: Dispatcher | None = None
     watcher: Watcher | None = None
@@ -701,6 +756,9 @@ def run_side(
             profiler = Profiler(dispatcher.proc.pid, Path(spec.profile))
         before = sampler.snap()
         go = before.at
+        if spec.pprof:
+            label = spec.label or spec.side
+            go_profiles = GoProfiles(cluster, Path(spec.pprof), label, spec.pprof_seconds)
         dispatcher.go()
         admitted = watcher.wait("admitted", spec.n, spec.timeout)
         result.admitted = (admitted - go) if admitted is not None else 0.0
@@ -716,6 +774,8 @@ def run_side(
             profiler.stop()
             profiler = None
         fill_window(result, before, after)
+        if go_profiles is not None:
+            go_profiles.join()
         if own is not None:
             result.threads = dict(own["threads"])
             result.full_gcs = (int(own["full_gcs"]), float(own["full_gc_seconds"]))

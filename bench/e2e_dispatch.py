@@ -26,12 +26,16 @@ measure a change of the reconciler's own cost. ``--code DIR`` runs the ``reconci
 package found in DIR (e.g. another version copied out with ``git archive``) with this
 checkout's bench, so two versions can be run alternately; ``--profile FILE`` attaches
 ``py-spy record --gil -r 50`` to the dispatching process for the window (raw stacks; a
-run number is added to the name). For the dispatching process it also prints its CPU per
-operation per thread (main: the cycles; watches; creates; status writer...) and its full
-collections, both in the window.
+run number is added to the name). ``--pprof DIR`` runs the control plane with profiling on
+and writes a Go CPU profile of etcd, the apiserver, the controller manager and the
+scheduler over the first ``--pprof-seconds`` of each run's window
+(``DIR/<side>-<run>-<component>.pprof``; ``go tool pprof -top`` reads them). For the
+dispatching process it also prints its CPU per operation per thread (main: the cycles;
+watches; creates; status writer...) and its full collections, both in the window.
 
     PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--pairs 5] [-w 8]
         [--side both|raw|reconciler] [--code DIR] [--profile FILE]
+        [--pprof DIR [--pprof-seconds 20]]
         [--binding -m 400 -c 100 -d 10 [--binding-mode events|poll]] [--keep]
 """
 
@@ -67,6 +71,9 @@ def spec(side: str, args: argparse.Namespace, run: int = 0) -> m.RunSpec:
         timeout=args.timeout,
         code=args.code if side == "reconciler" else "",
         profile=profile,
+        pprof=args.pprof,
+        pprof_seconds=args.pprof_seconds,
+        label=f"{side}-{run + 1}",
     )
 
 
@@ -131,6 +138,10 @@ def main() -> None:
     )
     parser.add_argument("--code", default="", help="the reconciler package's directory")
     parser.add_argument("--profile", default="", help="py-spy raw stacks of the reconciler")
+    parser.add_argument(
+        "--pprof", default="", help="a directory for the control plane's Go CPU profiles"
+    )
+    parser.add_argument("--pprof-seconds", type=float, default=20.0, help="from go")
     args = parser.parse_args()
     m.say(
         f"e2e dispatch: N={args.n}, {args.pairs} interleaved pairs ({args.side}), "

@@ -19,7 +19,7 @@ once (minutes) into the binary cache, ~/.cache/reconciler/bin/kueue-v0.17.0-<key
 root for a private mount namespace (see ``start_kueue``).
 
     PYTHONPATH=$PWD python bench/kueue_side_by_side.py [-n 500] [--rounds 1] [-w 8]
-        [--group-kind-concurrency 50] [-m 400 -c 100 -d 10] [--no-binding]
+        [--group-kind-concurrency 50] [-m 400 -c 100 -d 10] [--no-binding] [--pprof DIR]
 """
 
 from __future__ import annotations
@@ -286,6 +286,10 @@ def main() -> None:
     parser.add_argument("-d", "--duration", type=int, default=10, help="seconds per Job")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run")
     parser.add_argument("--keep", action="store_true")
+    parser.add_argument(
+        "--pprof", default="", help="a directory for the control plane's Go CPU profiles"
+    )
+    parser.add_argument("--pprof-seconds", type=float, default=20.0, help="from go")
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("unshare"):
         raise SystemExit("Kueue's metrics cert needs a private mount namespace: run as root")
@@ -308,6 +312,9 @@ def main() -> None:
                 interval=args.interval,
                 timeout=args.timeout,
                 kueue_queue=QUEUE if side == "kueue" else "",
+                pprof=args.pprof,
+                pprof_seconds=args.pprof_seconds,
+                label=f"{side}-{r + 1}",
             )
             extra = start_kueue(binary, gkc, 0) if side == "kueue" else None
             result = m.run_side(spec, POOLS, start_extra=extra, keep=args.keep)

@@ -105,8 +105,17 @@ def _wait(
 class DevCluster:
     """One dev cluster, identified by its state directory."""
 
-    def __init__(self, state_dir: Path | None = None, *, job_watch_cache: bool = True) -> None:
+    def __init__(
+        self,
+        state_dir: Path | None = None,
+        *,
+        job_watch_cache: bool = True,
+        profiling: bool = False,
+    ) -> None:
         self.state_dir = (state_dir or default_state_dir()).resolve()
+        # On: etcd, the apiserver, the controller manager and the scheduler serve Go's
+        # /debug/pprof (the benches' --pprof); off by default, as in production.
+        self.profiling = profiling
         # Off: Job watches go straight to etcd (no watch cache), so an etcd compaction gives
         # the 410 Gone a long-lived cluster gives, and the informer's relist is testable.
         self.job_watch_cache = job_watch_cache
@@ -328,6 +337,7 @@ class DevCluster:
             "--unsafe-no-fsync",  # a throwaway dev store: speed over durability
             "--quota-backend-bytes=4294967296",
             "--log-level=warn",
+            *(["--enable-pprof"] if self.profiling else []),
         ]
 
     def _apiserver_args(self, bins: Binaries, ports: dict[str, int], etcd_url: str) -> list[str]:
@@ -355,7 +365,7 @@ class DevCluster:
             f"--kubelet-client-key={p.client_key('admin')}",
             "--max-requests-inflight=2000",
             "--max-mutating-requests-inflight=1000",
-            "--profiling=false",
+            f"--profiling={str(self.profiling).lower()}",
             "-v=1",
             *([] if self.job_watch_cache else ["--watch-cache-sizes=jobs.batch#0"]),
         ]
@@ -380,7 +390,7 @@ class DevCluster:
             f"--kube-api-burst={API_BURST}",
             "--concurrent-job-syncs=50",
             "--concurrent-gc-syncs=50",
-            "--profiling=false",
+            f"--profiling={str(self.profiling).lower()}",
             "-v=1",
         ]
 
@@ -398,6 +408,7 @@ class DevCluster:
                         "burst": API_BURST,
                     },
                     "leaderElection": {"leaderElect": False},
+                    "enableProfiling": self.profiling,
                 }
             )
         )

@@ -6,13 +6,15 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+import yaml
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from reconciler.devcluster.cluster import ProcessRecord, _start_ticks
+from reconciler.devcluster.cluster import DevCluster, ProcessRecord, _start_ticks
 from reconciler.devcluster.pki import generate_pki, write_self_signed
 from reconciler.devcluster.shape import (
     GPU_RESOURCE,
@@ -179,3 +181,29 @@ def test_cached_binaries_are_where_the_build_puts_them_and_are_not_rebuilt(
     where.helm.unlink()  # `dev-cluster up` does not need helm: never built there
     assert build.ensure_binaries(progress=messages.append, helm=False).helm == where.helm
     assert not where.helm.exists()
+
+
+@pytest.mark.parametrize("profiling", [False, True])
+def test_profiling_turns_on_go_pprof_in_every_control_plane_component(
+    tmp_path: Path, profiling: bool
+) -> None:
+    """Off by default, as in production; the benches' --pprof turns it on for all four."""
+    dev = DevCluster(tmp_path, profiling=profiling)
+    bins = SimpleNamespace(
+        etcd=Path("etcd"),
+        kube_apiserver=Path("kube-apiserver"),
+        kube_controller_manager=Path("kube-controller-manager"),
+        kube_scheduler=Path("kube-scheduler"),
+    )
+    ports = {name: 1 for name in ("etcd", "etcd_peer", "apiserver", "kcm", "scheduler")}
+    etcd = dev._etcd_args(bins, ports)  # type: ignore[arg-type]
+    apiserver = dev._apiserver_args(bins, ports, "http://127.0.0.1:1")  # type: ignore[arg-type]
+    kcm = dev._kcm_args(bins, ports)  # type: ignore[arg-type]
+    dev._scheduler_args(bins, ports)  # type: ignore[arg-type]
+    config = yaml.safe_load((tmp_path / "scheduler-config.yaml").read_text())
+
+    flag = f"--profiling={str(profiling).lower()}"
+    assert ("--enable-pprof" in etcd) is profiling
+    assert flag in apiserver and flag in kcm
+    assert config["enableProfiling"] is profiling
+    assert DevCluster(tmp_path).profiling is False
