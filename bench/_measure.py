@@ -614,6 +614,14 @@ PPROF_PORTS = (
 )
 
 
+def add_pprof_options(parser: Any) -> None:
+    """``--pprof DIR [--pprof-seconds S]``, read into ``RunSpec.pprof``/``pprof_seconds``."""
+    parser.add_argument(
+        "--pprof", default="", help="a directory for the control plane's Go CPU profiles"
+    )
+    parser.add_argument("--pprof-seconds", type=float, default=20.0, help="from go")
+
+
 class GoProfiles:
     """A CPU profile of each control-plane component over the first ``seconds`` of the
     window (``/debug/pprof/profile``), written to ``out_dir/<label>-<component>.pprof``.

@@ -138,10 +138,7 @@ def main() -> None:
     )
     parser.add_argument("--code", default="", help="the reconciler package's directory")
     parser.add_argument("--profile", default="", help="py-spy raw stacks of the reconciler")
-    parser.add_argument(
-        "--pprof", default="", help="a directory for the control plane's Go CPU profiles"
-    )
-    parser.add_argument("--pprof-seconds", type=float, default=20.0, help="from go")
+    m.add_pprof_options(parser)
     args = parser.parse_args()
     m.say(
         f"e2e dispatch: N={args.n}, {args.pairs} interleaved pairs ({args.side}), "

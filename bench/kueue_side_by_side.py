@@ -286,10 +286,7 @@ def main() -> None:
     parser.add_argument("-d", "--duration", type=int, default=10, help="seconds per Job")
     parser.add_argument("--timeout", type=float, default=900.0, help="per run")
     parser.add_argument("--keep", action="store_true")
-    parser.add_argument(
-        "--pprof", default="", help="a directory for the control plane's Go CPU profiles"
-    )
-    parser.add_argument("--pprof-seconds", type=float, default=20.0, help="from go")
+    m.add_pprof_options(parser)
     args = parser.parse_args()
     if os.geteuid() != 0 or not shutil.which("unshare"):
         raise SystemExit("Kueue's metrics cert needs a private mount namespace: run as root")
