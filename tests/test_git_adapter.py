@@ -12,6 +12,8 @@ import pytest
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
 from reconciler.adapters.repo import snapshot_git
+from reconciler.core.types import Phase
+from reconciler.runtime.status import StatusPublisher
 
 ENV = dict(
     os.environ,
@@ -465,3 +467,74 @@ def test_status_write_of_many_files_goes_in_one_pack_and_reads_back(
         ["git", "hash-object", "--stdin"], input=files["status/big.yaml"], capture_output=True
     )
     assert blob == hashed.stdout.decode().strip()
+
+
+def _status_file(phase: str) -> bytes:
+    return (
+        "operation: p/a\n"
+        f"phase: {phase}\n"
+        "generation: 1\n"
+        "cluster: local\n"
+        "namespace: ns\n"
+        "workload: p-a-g1\n"
+    ).encode()
+
+
+def test_a_follower_reads_the_status_branch_again_only_when_its_tip_moves(
+    remote: Path, tmp_path: Path
+) -> None:
+    leader = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "leader"))
+    assert leader.write({"status/p/a.yaml": _status_file("Running")}, "one") is not None
+    now = [0.0]
+    clock: Callable[[], float] = lambda: now[0]  # noqa: E731
+    follower = StatusPublisher(
+        StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "follower")),
+        clock=clock,
+        follow_interval=10.0,
+    )
+    start = follower.recorded()  # as make_runtime seeds it
+    assert start.seen["p/a"].phase is Phase.RUNNING
+    assert follower.leader_record() is None  # fetched: the tip has not moved
+    assert leader.write({"status/p/a.yaml": _status_file("Succeeded")}, "two") is not None
+    now[0] = 5.0
+    assert follower.leader_record() is None  # within the interval: not fetched
+    now[0] = 10.0
+    moved = follower.leader_record()
+    assert moved is not None and moved.seen["p/a"].phase is Phase.SUCCEEDED
+    now[0] = 20.0
+    assert follower.leader_record() is None  # read once per move
+
+
+def test_files_since_an_earlier_commit_are_the_files_read_whole(
+    remote: Path, tmp_path: Path
+) -> None:
+    """A follower reads only the blobs a leader's write changed: the same files as a whole
+    read, for files changed, added, deleted, turned into a symlink, and outside status/."""
+    leader = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "leader"))
+    follower = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "follower"))
+    leader.write({f"status/p/{c}.yaml": f"{c}: 1\n".encode() for c in "abcd"}, "one")
+    old = follower.fetch()
+    assert old is not None
+    known = follower.files_at(old)
+    leader.write({"status/p/a.yaml": b"a: 2\n", "status/p/e.yaml": b"e: 1\n"}, "two")
+    human = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "-b", "reconciler/status", str(remote), str(human))
+    (human / "status" / "p" / "b.yaml").unlink()
+    (human / "status" / "p" / "c.yaml").unlink()
+    os.symlink("d.yaml", human / "status" / "p" / "c.yaml")
+    (human / "NOTES.md").write_text("hand-written\n")
+    git(human, "add", "-A")
+    git(human, "commit", "-qm", "human")
+    git(human, "push", "-q", "origin", "reconciler/status")
+    tip = follower.fetch()
+    assert tip is not None
+    since = follower.files_at(tip, (old, known))
+    assert since == follower.files_at(tip)
+    assert since == {
+        "status/p/a.yaml": b"a: 2\n",
+        "status/p/d.yaml": b"d: 1\n",
+        "status/p/e.yaml": b"e: 1\n",
+    }
+    assert since["status/p/d.yaml"] is known["status/p/d.yaml"]  # not read again
+    # an earlier commit the clone no longer has: read whole
+    assert follower.files_at(tip, ("0" * 40, known)) == since

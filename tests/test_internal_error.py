@@ -108,6 +108,7 @@ class FakeStatusBranch:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.messages: list[str] = []
+        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
 
     def read(self) -> dict[str, bytes]:
         return dict(self.files)

@@ -31,6 +31,7 @@ class GatedBranch:
         self.files: dict[str, bytes] = {}
         self.messages: list[str] = []
         self.gate = threading.Event()
+        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
         self.entered = threading.Event()
 
     def read(self) -> dict[str, bytes]:

@@ -511,9 +511,35 @@ class StatusBranch:
 
     def read(self) -> dict[str, bytes]:
         """The files under ``status/`` at the remote tip (empty when there is no branch)."""
-        tip = self.fetch()
+        return self.files_at(self.fetch())
+
+    def files_at(
+        self, tip: str | None, since: tuple[str, Mapping[str, bytes]] | None = None
+    ) -> dict[str, bytes]:
+        """The files under ``status/`` at ``tip``, a commit fetched (None: no branch). With
+        ``since``, an earlier commit and its files, only the blobs that changed between the
+        two are read (``git diff-tree``), so a follower reads a leader's write at its cost."""
         if tip is None:
             return {}
+        if since is not None:
+            old, known = since
+            now = dict(known)
+            entries = {path: _Entry(0, "") for path in known}
+            try:
+                moved, added, modified, deleted = _diff_tree(self._git, old, tip, entries)
+            except git.GitCommandError:  # the earlier commit is gone (pruned): read it all
+                return self.files_at(tip)
+            for path in deleted:
+                now.pop(path, None)
+            for path in (*added, *modified):
+                if not path.startswith("status/"):
+                    continue
+                entry = moved[path]
+                if entry.mode == _LINK_MODE:
+                    now.pop(path, None)  # never read, as below
+                else:
+                    now[path] = read_blob(self._git, bytes.fromhex(entry.sha))
+            return now
         out: dict[str, bytes] = {}
         for path, entry in _ls_tree(self._git, tip, "status/").items():
             if entry.mode != _LINK_MODE:

@@ -172,6 +172,26 @@ class Memory:
             recorded.ledger.with_entries(self.ledger),
         )
 
+    def following(self, recorded: Memory) -> Memory:
+        """A follower's memory (``serve``, a standby replica) joined with the leader's newer
+        record: as ``under``, and a run this process last saw active that the record has
+        seen end takes the record's state. The follower may not have seen it end: cut off
+        from its cluster, it finds the Job gone (deleted by its ``run.ttl``), which alone
+        would read as deleted by hand."""
+        seen = {**recorded.seen, **self.seen}
+        for op_id, theirs in recorded.seen.items():
+            ours = self.seen.get(op_id)
+            ended = ours is not None and ours.phase.active and theirs.phase.finished
+            if ended and ours is not None and _same_run(ours, theirs):
+                seen[op_id] = theirs
+        return replace(self.under(recorded), seen=seen)
+
+
+def _same_run(a: WorkloadState, b: WorkloadState) -> bool:
+    """The same workload: its name where it runs, and its uid where both know it."""
+    where = (a.cluster, a.namespace, a.name) == (b.cluster, b.namespace, b.name)
+    return where and (not a.uid or not b.uid or a.uid == b.uid)
+
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
 

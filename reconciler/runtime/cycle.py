@@ -189,8 +189,11 @@ class Reconciler:
         sync_timeout: float = 10.0,
         create_workers: int = 8,
         on_trigger: Callable[[Trigger], None] | None = None,
+        leader_record: Callable[[], Memory | None] | None = None,
     ) -> None:
         self._source = source
+        # while not leading: the leader's record when it changed, joined before each cycle
+        self._leader_record = leader_record
         # told of each watch event by which a run ends (the loop runs a cycle at once)
         self._on_trigger = on_trigger
         self._connect = connect
@@ -642,6 +645,10 @@ class Reconciler:
                 attempted_version=attempted,
             )
         self._faults.hit("after-load")
+        if self._leader_record is not None and not self._is_leader():
+            recorded = self._leader_record()
+            if recorded is not None:
+                self.memory = self.memory.following(recorded)
         listing = self._read(compiled)
         self._faults.hit("after-observe")
         try:

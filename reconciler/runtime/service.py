@@ -241,6 +241,7 @@ def make_runtime(
                 clock=wakeup.clock if wakeup is not None else time.monotonic,
                 background=status_background,
                 is_leader=status_leader,
+                follow_interval=fetch_interval,
             )
     if fetch_interval > 0:
         source = PacedSource(
@@ -262,6 +263,7 @@ def make_runtime(
         faults=FaultPoints.from_env(),
         on_trigger=on_trigger if wakeup is not None else None,
         create_workers=create_workers,
+        leader_record=publisher.leader_record if publisher is not None else None,
     )
     runtime = Runtime(
         reconciler,

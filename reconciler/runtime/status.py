@@ -13,7 +13,12 @@ and its dispatches. ``publish`` then only hands the result over: results handed 
 a write is in progress or put off by the cadence coalesce (the newest one is written, and
 has everything the others had). The thread writes only while ``is_leader`` says so (a
 result left from before a lost Lease is dropped), and ``close`` writes the last result
-handed over before it returns (shutdown)."""
+handed over before it returns (shutdown).
+
+A process that does not lead (``serve``, a standby replica) follows the leader's record:
+``leader_record`` reads the branch again when its tip has moved, and the cycle joins it into
+its memory (``Memory.following``), so it shows what the leader recorded of a run it did not
+see end, and starts from it if it takes the Lease."""
 
 from __future__ import annotations
 
@@ -53,11 +58,13 @@ class StatusPublisher:
         clock: Callable[[], float] = time.monotonic,
         background: bool = False,
         is_leader: Callable[[], bool] | None = None,
+        follow_interval: float = 0.0,
     ) -> None:
         self.branch = branch
         self.min_interval = min_interval
         self.clock = clock
         self._files: dict[str, bytes] | None = None  # what the branch holds, as we wrote it
+        self._files_tip: str | None = None  # the commit ``_files`` was read at (None: written)
         self._last_attempt: float | None = None  # of a write (a commit, or a failed one)
         self.due: float | None = None  # when a write put off by the cadence is due
         self.commits = 0
@@ -72,6 +79,9 @@ class StatusPublisher:
         self.faults: FaultPoints | None = None
         self.on_failure: Callable[[], None] | None = None
         self.is_leader = is_leader
+        # following the leader's record (``leader_record``): at most one fetch per interval
+        self.follow_interval = follow_interval
+        self._followed_at: float | None = None
         self._writing = threading.Lock()  # one write at a time: the files and memos are its
         self._cond = threading.Condition()
         self._next: CycleResult | None = None  # handed over, not written yet
@@ -89,7 +99,30 @@ class StatusPublisher:
     def _current(self) -> dict[str, bytes]:
         if self._files is None:
             self._files = self.branch.read()
+            self._files_tip = self.branch.last_tip
         return self._files
+
+    def leader_record(self) -> Memory | None:
+        """For a process that does not lead: the status branch's record if its tip moved
+        since it was last read, else None; fetched at most every ``follow_interval``. A
+        fetch that fails is logged and tried again at the next interval."""
+        now = self.clock()
+        if self._followed_at is not None and now - self._followed_at < self.follow_interval:
+            return None
+        self._followed_at = now
+        with self._writing:
+            try:
+                tip = self.branch.fetch()
+                known, read = self._files, self._files_tip
+                if known is not None and tip == read:
+                    return None
+                since = (read, known) if known is not None and read is not None else None
+                self._files = self.branch.files_at(tip, since)
+                self._files_tip = tip
+            except GitSyncError as exc:
+                log.warning("cannot read the status branch: %s", exc)
+                return None
+            return memory_from_status(read_status(self._files))
 
     def recorded(self) -> Memory:
         """What a previous process recorded, so a workload deleted by hand while we were
@@ -208,6 +241,7 @@ class StatusPublisher:
             else:
                 merged[path] = content
         self._files = merged
+        self._files_tip = None  # as we wrote it: a follower's next read is a whole one
         self.last_error = ""
         if sha:
             self.commits += 1

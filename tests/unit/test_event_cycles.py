@@ -186,6 +186,7 @@ class FakeStatusBranch:
     def __init__(self) -> None:
         self.files: dict[str, bytes] = {}
         self.commits = 0
+        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
 
     def read(self) -> dict[str, bytes]:
         return dict(self.files)
