@@ -24,13 +24,7 @@ from reconciler.adapters.repo import is_git_repo, read_capped, snapshot_checkout
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import (
-    Memory,
-    capacity_from_status,
-    decide,
-    listing_from_memory,
-    memory_from_status,
-)
+from reconciler.core.cycle import Memory, decide_recorded, memory_from_status
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
@@ -121,14 +115,9 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
     its workloads, the clusters its last cycle could not read and the capacity it
     observed (a fleet queue's choice of cluster). No status branch:
     nothing dispatched yet."""
-    memory = Memory() if recorded is None else memory_from_status(recorded)
-    down = {c.name: c.error for c in recorded.clusters if not c.reachable} if recorded else {}
-    capacity = capacity_from_status(recorded) if recorded else {}
-    served = {c.name: frozenset(c.backends) for c in recorded.clusters} if recorded else {}
 
     def plan_of(repo: CompiledRepo) -> Planned:
-        listing = listing_from_memory(repo, memory, down, served, capacity)
-        decision = decide(repo, listing, memory, now)
+        decision = decide_recorded(repo, recorded, now)
         return Planned(decision.plan, estimate_decision(repo, decision), [])
 
     return plan_of

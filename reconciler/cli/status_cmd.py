@@ -17,13 +17,7 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import (
-    Decision,
-    Memory,
-    decide,
-    listing_from_memory,
-    memory_from_status,
-)
+from reconciler.core.cycle import Decision, Memory, decide_recorded, memory_from_status
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
 from reconciler.core.plan import PlanInputError
 from reconciler.core.plan_render import text_table
@@ -229,11 +223,7 @@ def recorded_estimates(
         compiled = compile_repo(ConfigRepo(repo, branch, cache_dir).sync())
         if not compiled.valid:
             return NO_ESTIMATES, ["warning: no start estimates: the config does not compile"]
-        memory = memory_from_status(view)
-        down = {c.name: c.error for c in view.clusters if not c.reachable}
-        served = {c.name: frozenset(c.backends) for c in view.clusters}
-        listing = listing_from_memory(compiled, memory, down, served)
-        decision = decide(compiled, listing, memory, SystemClock().now())
+        decision = decide_recorded(compiled, view, SystemClock().now())
     except (GitSyncError, PlanInputError) as exc:
         return NO_ESTIMATES, [f"warning: no start estimates: {exc}"]
     return estimate_decision(compiled, decision), []

@@ -283,6 +283,30 @@ def listing_from_memory(
     }
 
 
+def listing_from_status(compiled: CompiledRepo, view: StatusView | None, memory: Memory) -> Listing:
+    """Every cluster as the status branch ``view`` last recorded it (``memory`` is
+    ``memory_from_status(view)``): its workloads, the clusters its last cycle could not
+    read, the backends each served and the free capacity each had (a fleet queue's choice
+    of cluster). Every view without ``--live`` (``plan``, ``status``, ``queues``) decides
+    over this one listing."""
+    if view is None:
+        return listing_from_memory(compiled, memory)
+    return listing_from_memory(
+        compiled,
+        memory,
+        {c.name: c.error for c in view.clusters if not c.reachable},
+        {c.name: frozenset(c.backends) for c in view.clusters},
+        capacity_from_status(view),
+    )
+
+
+def decide_recorded(compiled: CompiledRepo, view: StatusView | None, now: datetime) -> Decision:
+    """The next cycle's decision if the clusters are as the status branch ``view`` last
+    recorded them, with that branch as memory (no branch: nothing dispatched yet)."""
+    memory = Memory() if view is None else memory_from_status(view)
+    return decide(compiled, listing_from_status(compiled, view, memory), memory, now)
+
+
 # --- outputs ----------------------------------------------------------------------------
 
 

@@ -1,0 +1,87 @@
+"""Red-team audit of "every view is the one decision" (h25a): each test is a case where a
+view once said something other than the decision it claims to show."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+from unittest import mock
+
+from builders import NOW, World, node
+
+from reconciler.cli import status_cmd
+from reconciler.cli.plan_cmd import recorded_planner
+from reconciler.core.cycle import ClusterListing, Memory, decide
+from reconciler.core.status import StatusView, read_status, render_status
+from reconciler.core.types import CompiledRepo
+
+
+class _FixedClock:
+    def now(self) -> datetime:
+        return NOW
+
+
+def _fleet_world() -> CompiledRepo:
+    """A fleet queue that needs capacity over ``a`` (no GPU free) and ``b`` (8 free)."""
+    world = World()
+    world.fleet("gpu", ("a", "b"), require_capacity=True, quota={"nvidia.com/gpu": 4})
+    world.nodes("a", node("a-1", gpu=0))
+    world.nodes("b", node("b-1", gpu=8))
+    for name in ("p/x", "p/y", "p/z"):
+        world.op(name, gpu=2).timeout("1h")
+    return world.repo()
+
+
+def _recorded_with_capacity(compiled: CompiledRepo) -> StatusView:
+    """The status branch of the leader's cycle that read both clusters' capacity and
+    dispatched p/x and p/y to ``b``."""
+    world_capacity = {
+        "a": ClusterListing(capacity=_fleet_capacity("a")),
+        "b": ClusterListing(capacity=_fleet_capacity("b")),
+    }
+    decision = decide(compiled, world_capacity, Memory(), NOW)
+    files = render_status(
+        compiled,
+        decision.plan,
+        {},
+        clusters=decision.cluster_records(),
+        ledger=decision.memory.ledger,
+    )
+    return read_status(files)
+
+
+def _fleet_capacity(cluster: str) -> Any:
+    world = World()
+    world.nodes(cluster, node(f"{cluster}-1", gpu=0 if cluster == "a" else 8))
+    return world.capacity[cluster]
+
+
+def test_status_and_queues_estimate_over_the_recorded_capacity_as_plan_does() -> None:
+    """``status`` and ``queues`` (without --live) estimate the next cycle over the status
+    branch, as ``plan`` does: with the capacity the last cycle recorded, or a fleet queue
+    that requires capacity would wait for ever in one view and start in the other."""
+    compiled = _fleet_world()
+    view = _recorded_with_capacity(compiled)
+    assert {c.name for c in view.clusters if c.capacity is not None} == {"a", "b"}
+    planned = recorded_planner(view, NOW)(compiled)
+    assert planned.plan.dispatch == ()
+    assert [p.operation for p in planned.plan.pending] == ["p/z"]
+    # p/z starts on b when p/x or p/y ends (their timeout: 1h)
+    assert planned.estimates.text("p/z").startswith("~1 h")
+
+    class _Config:
+        def __init__(self, *_a: Any, **_k: Any) -> None:
+            pass
+
+        def sync(self) -> object:
+            return object()
+
+    with (
+        mock.patch.object(status_cmd, "ConfigRepo", _Config),
+        mock.patch.object(status_cmd, "compile_repo", lambda _snapshot: compiled),
+        mock.patch.object(status_cmd, "SystemClock", _FixedClock),
+    ):
+        estimates, notes = status_cmd.recorded_estimates("repo", "main", None, view)
+    assert notes == []
+    assert estimates.json_of("p/z") == planned.estimates.json_of("p/z")
+    assert estimates == planned.estimates
