@@ -830,8 +830,11 @@ def _compiled_record(
     }
     if state is not None:
         out_of_sync = state.phase.active and state.spec_hash not in (None, desired)
+        # where it runs: the queue that admitted it (its workload's label) holds its quota,
+        # whatever queue the repo names now (docs/dispatch.md, "Usage")
+        where = {"cluster": state.cluster, "namespace": state.namespace}
         return OperationStatus(
-            **{**common, "cluster": state.cluster, "namespace": state.namespace},
+            **{**common, **where, "queue": state.queue or op.queue},
             phase=state.phase,
             reason=_reason(state),
             message=state.message,

@@ -3,7 +3,9 @@ view once said something other than the decision it claims to show."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 from unittest import mock
 
@@ -11,9 +13,11 @@ from builders import NOW, World, node
 
 from reconciler.cli import status_cmd
 from reconciler.cli.plan_cmd import recorded_planner
-from reconciler.core.cycle import ClusterListing, Memory, decide
+from reconciler.core.cycle import ClusterListing, Memory, decide, decide_recorded
+from reconciler.core.observe import WorkloadState
+from reconciler.core.queue_view import build_queues_view, queues_view_from_status
 from reconciler.core.status import StatusView, read_status, render_status
-from reconciler.core.types import CompiledRepo
+from reconciler.core.types import CompiledRepo, Phase
 
 
 class _FixedClock:
@@ -85,3 +89,57 @@ def test_status_and_queues_estimate_over_the_recorded_capacity_as_plan_does() ->
     assert notes == []
     assert estimates.json_of("p/z") == planned.estimates.json_of("p/z")
     assert estimates == planned.estimates
+
+
+def _moved_world() -> tuple[CompiledRepo, WorkloadState]:
+    """p/a runs in qa (its Job's queue label) and has since been moved to qb in the repo."""
+    world = World()
+    world.queue("qa", quota={"nvidia.com/gpu": 2}, priority=1)
+    world.queue("qb", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", queue="qb", gpu=2)
+    world.op("p/b", queue="qa", gpu=2)
+    world.op("p/c", queue="qb", gpu=1)
+    compiled = world.repo()
+    running = WorkloadState(
+        "p/a",
+        1,
+        "local",
+        "p",
+        "p-a-g1",
+        "uid-a",
+        Phase.RUNNING,
+        queue="qa",
+        requests={"nvidia.com/gpu": Decimal(2)},
+        dispatched_at="2026-01-01T11:00:00+00:00",
+        started_at="2026-01-01T11:00:05+00:00",
+    )
+    return compiled, running
+
+
+def test_a_run_moved_to_another_queue_counts_where_it_runs_in_every_view() -> None:
+    """A running operation whose queue changed in the repo holds its quota in the queue it
+    was admitted by (its Job's label), in the cycle. The status branch the cycle writes,
+    and ``plan``/``status``/``queues`` read from it, must count it there too."""
+    compiled, running = _moved_world()
+    cycle = decide(compiled, {"local": ClusterListing((running,))}, Memory(), NOW)
+    assert {q.name: q.active for q in cycle.plan.queues} == {"qa": 1, "qb": 0}
+    assert [d.operation for d in cycle.plan.dispatch] == ["p/c"]
+    view = read_status(
+        render_status(compiled, cycle.plan, cycle.states, clusters=cycle.cluster_records())
+    )
+    # the next cycle over what the branch records: p/a still holds qa's quota
+    after = decide_recorded(compiled, view, NOW)
+    assert {q.name: (q.active, dict(q.used)) for q in after.plan.queues} == {
+        q.name: (q.active + q.dispatching, dict(q.used_after)) for q in cycle.plan.queues
+    }
+    assert [(p.operation, str(p.reason)) for p in after.plan.pending] == [
+        ("p/b", "QuotaExceeded")
+    ]
+    # the queue view from the branch says what the cycle's view says, row by row (the
+    # leader's view counts p/c as created)
+    created = replace(running, operation="p/c", name="p-c-g1", phase=Phase.DISPATCHED)
+    created = replace(created, queue="qb", started_at=None)
+    applied = {**cycle.states, "p/c": created}
+    from_cycle = build_queues_view(compiled, cycle.plan, applied, applied=True)
+    from_branch = queues_view_from_status(view)
+    assert list(from_branch.rows) == [r.model_copy(update={"next": 0}) for r in from_cycle.rows]
