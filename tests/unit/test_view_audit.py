@@ -132,9 +132,7 @@ def test_a_run_moved_to_another_queue_counts_where_it_runs_in_every_view() -> No
     assert {q.name: (q.active, dict(q.used)) for q in after.plan.queues} == {
         q.name: (q.active + q.dispatching, dict(q.used_after)) for q in cycle.plan.queues
     }
-    assert [(p.operation, str(p.reason)) for p in after.plan.pending] == [
-        ("p/b", "QuotaExceeded")
-    ]
+    assert [(p.operation, str(p.reason)) for p in after.plan.pending] == [("p/b", "QuotaExceeded")]
     # the queue view from the branch says what the cycle's view says, row by row (the
     # leader's view counts p/c as created)
     created = replace(running, operation="p/c", name="p-c-g1", phase=Phase.DISPATCHED)
