@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
 from functools import lru_cache
+from itertools import chain
 from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
@@ -385,7 +386,10 @@ def queues_view_from_status(view: StatusView, estimates: Estimates = NO_ESTIMATE
     """The view the status branch records (usage with that cycle's dispatches applied);
     ``estimates``: those of the next cycle over what it records (the branch has none)."""
     ops = [o for o in view.operations.values() if not o.children]
-    counts = _counts((o.queue, o.phase) for o in ops)
+    # an older generation still running holds its queue's quota: it runs (or waits) there,
+    # as the cycle's view counts it (``Decision.workloads``)
+    older = ((r.queue or o.queue, r.phase) for o in ops for r in o.superseded)
+    counts = _counts(chain(((o.queue, o.phase) for o in ops), older))
     heads = {o.queue: o for o in ops if o.position == 1 and o.queue is not None}
     rows = []
     for q in view.queues:

@@ -141,3 +141,42 @@ def test_a_run_moved_to_another_queue_counts_where_it_runs_in_every_view() -> No
     from_cycle = build_queues_view(compiled, cycle.plan, applied, applied=True)
     from_branch = queues_view_from_status(view)
     assert list(from_branch.rows) == [r.model_copy(update={"next": 0}) for r in from_cycle.rows]
+
+
+def test_a_superseded_run_is_running_in_the_status_branch_view_too() -> None:
+    """After a generation bump, the old run still runs and holds its queue's quota: the
+    cycle's queue view counts it running (``Decision.workloads``); the view the status
+    branch gives (``reconciler queues``) must too, not an active operation that neither
+    runs nor waits."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/t", gpu=2)._fields["generation"] = 2
+    compiled = world.repo()
+    old = WorkloadState(
+        "p/t",
+        1,
+        "local",
+        "p",
+        "p-t-g1",
+        "uid-t",
+        Phase.RUNNING,
+        queue="q",
+        requests={"nvidia.com/gpu": Decimal(2)},
+        started_at="2026-01-01T11:00:05+00:00",
+    )
+    cycle = decide(compiled, {"local": ClusterListing((old,))}, Memory(), NOW)
+    assert set(cycle.superseded) == {"p/t@g1"}
+    from_cycle = build_queues_view(compiled, cycle.plan, cycle.workloads, applied=True)
+    [row] = from_cycle.rows
+    assert (row.active, row.running, row.waiting, row.pending) == (1, 1, 0, 1)
+    view = read_status(
+        render_status(
+            compiled,
+            cycle.plan,
+            cycle.states,
+            clusters=cycle.cluster_records(),
+            superseded=cycle.superseded,
+        )
+    )
+    from_branch = queues_view_from_status(view)
+    assert list(from_branch.rows) == [r.model_copy(update={"next": 0}) for r in from_cycle.rows]
+    assert from_branch.fleet == from_cycle.fleet
