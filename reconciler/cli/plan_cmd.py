@@ -24,7 +24,7 @@ from reconciler.adapters.repo import is_git_repo, read_capped, snapshot_checkout
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Memory, decide_recorded, memory_from_status
+from reconciler.core.cycle import Memory, decide, decide_recorded, memory_from_status
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
@@ -32,7 +32,7 @@ from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.core.status import StatusView
 from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot, printable_path
-from reconciler.runtime.live import Connect, connector, decide_live, unreachable_warnings
+from reconciler.runtime.live import ClusterReads, Connect, connector, unreachable_warnings
 
 EXIT_OK = 0
 EXIT_ERROR = 1
@@ -124,10 +124,12 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
 
 
 def live_planner(memory: Memory, now: datetime, connect: Connect) -> Planner:
-    """``--live``: the next cycle's plan over the clusters as they are now."""
+    """``--live``: the next cycle's plan over the clusters as they are now, each read once
+    (with ``--base``, both revisions are planned over the same read)."""
+    reads = ClusterReads(connect)
 
     def plan_of(repo: CompiledRepo) -> Planned:
-        decision = decide_live(repo, memory, now, connect)
+        decision = decide(repo, reads(repo), memory, now)
         return Planned(
             decision.plan, estimate_decision(repo, decision), unreachable_warnings(decision)
         )

@@ -3,6 +3,7 @@ view once said something other than the decision it claims to show."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -10,14 +11,16 @@ from typing import Any
 from unittest import mock
 
 from builders import NOW, World, node
+from fake_kube import FakeCluster, FakeKube
+from test_one_decision import _manifest
 
 from reconciler.cli import status_cmd
-from reconciler.cli.plan_cmd import recorded_planner
+from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan_diff
 from reconciler.core.cycle import ClusterListing, Memory, decide, decide_recorded
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import build_queues_view, queues_view_from_status
 from reconciler.core.status import StatusView, read_status, render_status
-from reconciler.core.types import CompiledRepo, Phase
+from reconciler.core.types import ClusterSpec, CompiledRepo, Phase
 
 
 class _FixedClock:
@@ -180,3 +183,33 @@ def test_a_superseded_run_is_running_in_the_status_branch_view_too() -> None:
     from_branch = queues_view_from_status(view)
     assert list(from_branch.rows) == [r.model_copy(update={"next": 0}) for r in from_cycle.rows]
     assert from_branch.fleet == from_cycle.fleet
+
+
+def test_plan_live_base_plans_both_revisions_over_one_read_of_the_clusters() -> None:
+    """``plan --live --base``: "compile and plan both revisions against the same observed
+    state". A Job that ends between two reads must not show up as a change of the PR: the
+    same revision on both sides is no change (exit 0), whatever the clusters do meanwhile."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", gpu=2)
+    world.op("p/b", gpu=2)
+    compiled = world.repo()
+    fake = FakeCluster("local")
+    job = _manifest(compiled, "p/a", 1)
+    fake.add_job(job)
+    fake.set_phase(job["metadata"]["namespace"], job["metadata"]["name"], "Running")
+    reads = 0
+
+    def connect(spec: ClusterSpec) -> Any:
+        nonlocal reads
+        reads += 1
+        if reads == 2:  # p/a ends while the PR is planned
+            fake.set_phase(job["metadata"]["namespace"], job["metadata"]["name"], "Succeeded")
+        return FakeKube(fake)
+
+    outcome = run_plan_diff(
+        lambda: compiled, lambda: compiled, live_planner(Memory(), NOW, connect), "json"
+    )
+    diff = json.loads(outcome.stdout)
+    assert diff["newlyDispatched"] == [] and diff["pendingCounts"] == [], diff
+    assert outcome.exit_code == 0
+    assert reads == 1
