@@ -156,8 +156,11 @@ def test_run_plan_json_contract() -> None:
         "message",
         "blockedBy",
         "admitWhen",
+        "admit",
         "estimate",
     ]
+    assert p["admit"]["when"] == p["admitWhen"] == "ResourcesReleased"
+    assert p["admit"]["operations"] == ["vision/train-1"] and p["admit"]["amount"] == "1"
     assert (p["operation"], p["reason"], p["position"]) == ("vision/train-3", "QuotaExceeded", 1)
     # no history and no timeout: what it waits for (train-1's GPU) cannot be dated
     assert p["estimate"]["p50"] == {"state": "Unknown", "at": None}

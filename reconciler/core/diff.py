@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.plan import PendingReason, Plan
+from reconciler.core.plan import Admit, PendingReason, Plan
 from reconciler.core.plan_render import md_escape, md_table
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
@@ -75,6 +75,7 @@ class Transition:
     reason: PendingReason | None = None  # head reason when pending
     position: int | None = None
     message: str = ""
+    admit: Admit | None = None  # head: what would admit it, when pending
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,7 +337,7 @@ def diff_plans(
     for p in head_plan.pending:
         was = before.get(p.operation)
         prior = was[0] if was else "absent"
-        t = Transition(p.operation, p.queue, prior, p.reason, p.position, p.message)
+        t = Transition(p.operation, p.queue, prior, p.reason, p.position, p.message, p.admit)
         if was is None or was[0] == "dispatch":
             pending.append(t)
         if p.reason is PendingReason.EXCEEDS_QUOTA and prior != PendingReason.EXCEEDS_QUOTA:
@@ -430,6 +431,8 @@ def _transition_json(t: Transition) -> dict[str, Any]:
     out: dict[str, Any] = {"operation": t.operation, "queue": t.queue, "before": t.before}
     if t.reason is not None:
         out.update(reason=t.reason.value, position=t.position, message=t.message)
+    if t.admit is not None:
+        out["admit"] = t.admit.to_json()
     return out
 
 

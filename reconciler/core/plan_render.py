@@ -19,12 +19,12 @@ def plan_to_dict(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> dict[str, A
     estimate (``estimate``: p50 and p90, see docs/estimates.md) when ``estimates`` has one."""
     estimate = estimates.json_of
     # Pending entries of one queue share blockers: render each blocker once.
-    rendered: dict[int, tuple[str, dict[str, Any], str]] = {}
+    rendered: dict[int, tuple[str, dict[str, Any], dict[str, Any]]] = {}
 
-    def explain(block: BlockedBy) -> tuple[str, dict[str, Any], str]:
+    def explain(block: BlockedBy) -> tuple[str, dict[str, Any], dict[str, Any]]:
         got = rendered.get(id(block))
         if got is None:
-            got = rendered[id(block)] = (block.message(), block.to_json(), str(block.admit().when))
+            got = rendered[id(block)] = (block.message(), block.to_json(), block.admit().to_json())
         return got
 
     return {
@@ -40,7 +40,8 @@ def plan_to_dict(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> dict[str, A
                 "position": p.position,
                 "message": message,
                 "blockedBy": blocked_by,
-                "admitWhen": admit,
+                "admitWhen": admit["when"],
+                "admit": admit,
                 "estimate": estimate(p.operation),
             }
             for p in plan.pending

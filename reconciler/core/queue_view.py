@@ -33,7 +33,7 @@ from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.explain import ProvenanceRow, provenance_rows
 from reconciler.core.load import parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import BudgetSummary, Pending, Plan, QueueSummary
+from reconciler.core.plan import Admit, BudgetSummary, Pending, Plan, QueueSummary
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.status import OperationStatus, QueueStatus, StatusView, budget_record
@@ -490,16 +490,14 @@ class ActiveOp(ApiModel):
     requests: str
 
 
-# What would admit a pending operation; ``admittedWhen`` in the JSON.
-Admit = Annotated[str, Field(serialization_alias="admittedWhen")]
-
-
 class PendingOp(ApiModel):
     operation: str
     position: int
     reason: str
     message: str  # the planner's full explanation
-    admit: Admit  # the part that says what would admit it
+    admitted_when: str  # the part that says what would admit it (``admit.text``)
+    admit: JsonObject  # what would admit it, as data (``Admit.to_json``)
+    blocked_by: JsonObject  # what holds it, as ``plan -o json`` says (``blockedBy``)
     never_runs: bool
     requests: str
     estimate: JsonObject | None = None  # when it is estimated to start: {p50, p90, text}
@@ -638,13 +636,15 @@ def build_queue_detail(
     )
     ops = {op.id: op for op in repo.operations}
     # Pending entries of one queue share blockers: word each blocker once.
-    worded: dict[int, tuple[str, str]] = {}
+    worded: dict[int, tuple[str, Admit, dict[str, Any], dict[str, Any]]] = {}
 
-    def explain(p: Pending) -> tuple[str, str]:
+    def explain(p: Pending) -> tuple[str, Admit, dict[str, Any], dict[str, Any]]:
         got = worded.get(id(p.blocked_by))
         if got is None:
-            message = p.message
-            got = worded[id(p.blocked_by)] = (message, p.admit.text)
+            block = p.blocked_by
+            admit = block.admit()
+            got = (block.message(), admit, admit.to_json(), block.to_json())
+            worded[id(block)] = got
         return got
 
     pending = tuple(
@@ -653,14 +653,16 @@ def build_queue_detail(
             position=p.position,
             reason=str(p.reason),
             message=message,
-            admit=admit,
+            admitted_when=admit.text,
+            admit=admit_json,
+            blocked_by=blocked_by,
             never_runs=p.never_runs,
             requests=requests_text(ops[p.operation].requests) if p.operation in ops else "",
             estimate=estimates.json_of(p.operation),
         )
         for p in plan.pending
         if p.queue == name
-        for message, admit in (explain(p),)
+        for message, admit, admit_json, blocked_by in (explain(p),)
     )
     upcoming = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
     settings = queue_settings(spec, source_text, blame)
@@ -698,7 +700,9 @@ class OperationDetail(ApiModel):
     node: str | None = None
     generation: int | None = None
     position: int | None = None
-    admit: EmptyAsNull[Admit] = ""
+    admitted_when: EmptyAsNull[str] = ""  # a pending one: what would admit it, in words
+    admit: JsonObject | None = None  # ... as data (``Admit.to_json``)
+    blocked_by: JsonObject | None = None  # what holds it (``blockedBy`` of ``plan -o json``)
     estimate: JsonObject | None = None  # a pending one: when it is estimated to start
     config_commit: str | None = None
     requests: str = ""
@@ -832,7 +836,9 @@ def build_operation_detail(
             reason=str(pending.reason),
             message=pending.message,
             position=pending.position,
-            admit=pending.admit.text,
+            admitted_when=pending.admit.text,
+            admit=pending.admit.to_json(),
+            blocked_by=pending.blocked_by.to_json(),
             estimate=estimates.json_of(op_id),
         )
     elif not applied and any(d.operation == op_id for d in plan.dispatch):

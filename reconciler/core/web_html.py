@@ -255,7 +255,7 @@ def queue_main(d: QueueDetail) -> str:
             f"<tr><td>{p.position}</td><td>{_link(operation_href(p.operation), p.operation)}</td>"
             f'<td class="reason{" never" if p.never_runs else ""}" title="{esc(p.message)}">'
             f"{esc(p.reason)}</td><td>{esc(p.requests)}</td><td>{esc(p.starts or '-')}</td>"
-            f"<td>{esc(p.admit)}</td></tr>"
+            f"<td>{esc(p.admitted_when)}</td></tr>"
             for p in d.pending[:MAX_ROWS]
         ),
         "nothing pending",
@@ -319,7 +319,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Reason", f"<span class=reason>{esc(d.reason)}</span>" if d.reason else ""),
         ("Message", esc(d.message)),
         ("Position", str(d.position) if d.position is not None else ""),
-        ("What would admit it", esc(d.admit)),
+        ("What would admit it", esc(d.admitted_when)),
         ("Starts", esc((d.estimate or {}).get("text") or "")),
         ("Kind", esc(d.kind)),
         ("File", f"<code>{esc(printable_path(d.path))}</code>" if d.path else ""),

@@ -149,11 +149,14 @@ def test_queue_detail_lists_pending_with_position_and_what_admits_it(
         (4, "QuotaExceeded"),
     ]
     # the distributed train-ddp (2 x 1 GPU) waits for both GPUs at once
-    assert [p.admit.split(" released by")[0] for p in detail.pending] == [
-        "admitted when 1 GPU is",
-        "admitted when 2 GPUs are",
-        "admitted when 1 GPU is",
-        "admitted when 1 GPU is",
+    assert [(p.admit["when"], p.admit["resource"], p.admit["amount"]) for p in detail.pending] == [
+        ("ResourcesReleased", "nvidia.com/gpu", "1"),
+        ("ResourcesReleased", "nvidia.com/gpu", "2"),
+        ("ResourcesReleased", "nvidia.com/gpu", "1"),
+        ("ResourcesReleased", "nvidia.com/gpu", "1"),
+    ]
+    assert [p.admitted_when for p in detail.pending] == [
+        p.admit.text for p in plan.pending if p.queue == "team-a"
     ]
     assert detail.pending[1].operation == "vision/train-ddp"
     assert detail.pending[1].requests == "cpu=8, memory=64Gi, nvidia.com/gpu=2"
@@ -187,7 +190,8 @@ def test_operation_detail_has_history_workload_and_provenance(template: RepoSnap
     waiting = build_operation_detail(repo, plan, states, queued.operation, applied=True)
     assert waiting is not None and waiting.phase == "Queued"
     assert (waiting.position, waiting.reason) == (1, "QuotaExceeded")
-    assert waiting.admit.startswith("admitted when")
+    assert waiting.admitted_when == queued.admit.text
+    assert waiting.admit == queued.admit.to_json() and waiting.admit["when"] == "ResourcesReleased"
     parent = build_operation_detail(repo, plan, states, "vision/sweep-lr", applied=True)
     assert parent is not None and parent.children == (
         "vision/sweep-lr-0",
@@ -208,7 +212,8 @@ def test_paused_queue_and_exceeds_quota_on_a_built_world() -> None:
     assert gpu is not None and gpu.head_reason == "ExceedsQuota"
     detail = build_queue_detail(repo, plan, {}, "gpu", applied=True)
     assert detail is not None and detail.pending[0].never_runs
-    assert detail.pending[0].admit.startswith("it can never be admitted")
+    assert detail.pending[0].admitted_when.startswith("it can never be admitted")
+    assert detail.pending[0].admit["when"] == "Never"
     table = queues_to_table(view, wide=True)
     assert table.splitlines()[0].split()[:2] == ["QUEUE", "CLUSTER"]
     assert "PAUSED" in table and "(all)" in table
@@ -235,9 +240,11 @@ def test_admit_is_a_structured_field_not_parsed_from_the_message(
     detail = build_queue_detail(repo, plan, {}, "team-a", applied=False)
     assert detail is not None
     assert detail.pending[0].message == "reworded entirely"
-    assert detail.pending[0].admit == "admitted when 2 GPUs are released by vision/a"
+    assert detail.pending[0].admitted_when == "admitted when 2 GPUs are released by vision/a"
     page = build_operation_detail(repo, plan, {}, "vision/b", applied=False)
-    assert page is not None and page.admit == "admitted when 2 GPUs are released by vision/a"
+    assert page is not None
+    assert page.admitted_when == "admitted when 2 GPUs are released by vision/a"
+    assert page.admit == pending.admit.to_json()
 
 
 def test_recorded_history_keeps_one_event_per_change() -> None:

@@ -17,10 +17,16 @@ from test_one_decision import _manifest
 from reconciler.cli import status_cmd
 from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan_diff
 from reconciler.core.cycle import ClusterListing, Memory, decide, decide_recorded
+from reconciler.core.diff import diff_plans, diff_to_dict
 from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import Pending, plan_repo
+from reconciler.core.plan_render import plan_to_json
+from reconciler.core.quantity import format_quantity
 from reconciler.core.queue_view import build_queues_view, queues_view_from_status
 from reconciler.core.status import StatusView, read_status, render_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase
+from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.web import WebApp
 
 
 class _FixedClock:
@@ -213,3 +219,64 @@ def test_plan_live_base_plans_both_revisions_over_one_read_of_the_clusters() -> 
     assert diff["newlyDispatched"] == [] and diff["pendingCounts"] == [], diff
     assert outcome.exit_code == 0
     assert reads == 1
+
+
+def _admit_json(p: Pending) -> dict[str, Any]:
+    """What every JSON view must say of what would admit ``p``: the decision's ``admit``."""
+    a = p.admit
+    return {
+        "when": str(a.when),
+        "text": a.text,
+        "operations": list(a.operations),
+        "count": a.count,
+        "resource": a.resource,
+        "amount": None if a.amount is None else format_quantity(a.amount),
+        "at": None if a.at is None else a.at.isoformat(),
+    }
+
+
+def test_every_json_view_carries_the_structured_admit_of_a_pending_entry() -> None:
+    """``plan -o json``, the PR diff, ``/api/v1/queues/<q>`` and ``/api/v1/operations/<op>``
+    give the same structured ``admit`` (and ``blockedBy``) of each pending entry, so no
+    client has to parse the English ``admittedWhen``/``message`` to know whom it waits for."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", gpu=2)
+    world.op("p/b", gpu=1)
+    compiled = world.repo()
+    decision = decide(compiled, {"local": ClusterListing()}, Memory(), NOW)
+    [pending] = decision.plan.pending
+    assert pending.admit.operations == ("p/a",) and pending.admit.amount == 1
+    expected = _admit_json(pending)
+
+    plan_json = json.loads(plan_to_json(decision.plan))
+    [entry] = plan_json["pending"]
+    assert entry["admit"] == expected
+    assert entry["admitWhen"] == expected["when"]
+
+    diff = diff_to_dict(
+        diff_plans((World().repo(), plan_repo(World().repo(), [], NOW)), (compiled, decision.plan))
+    )
+    [newly] = [t for t in diff["newlyPending"] if t["operation"] == "p/b"]
+    assert newly["admit"] == expected
+
+    result = CycleResult(
+        at=NOW,
+        version=compiled.version,
+        compiled=compiled,
+        plan=decision.plan,
+        states=decision.states,
+        clusters=decision.clusters,
+        leading=False,
+        decision=decision,
+    )
+    web = WebApp(lambda: result)
+    got = web("/api/v1/queues/q")
+    assert got is not None and got[0] == 200
+    [api_entry] = json.loads(got[1])["pendingOperations"]
+    assert api_entry["admit"] == expected
+    assert api_entry["blockedBy"] == entry["blockedBy"]
+    assert api_entry["admittedWhen"] == pending.admit.text
+    got = web("/api/v1/operations/p/b")
+    assert got is not None and got[0] == 200
+    detail = json.loads(got[1])
+    assert detail["admit"] == expected and detail["blockedBy"] == entry["blockedBy"]

@@ -114,6 +114,19 @@ class Admit:
     # BorrowersFinish: the latest time the borrowers must end; BudgetWindowResets: when
     at: datetime | None = None
 
+    def to_json(self) -> dict[str, Any]:
+        """``admit`` in every JSON view of a pending entry (``plan -o json``, the PR diff,
+        ``/api/v1``): the one serializer, so a client never parses ``text``."""
+        return {
+            "when": str(self.when),
+            "text": self.text,
+            "operations": list(self.operations),
+            "count": self.count,
+            "resource": self.resource,
+            "amount": None if self.amount is None else format_quantity(self.amount),
+            "at": None if self.at is None else self.at.isoformat(),
+        }
+
 
 # --- what blocks a pending operation ----------------------------------------------------
 
