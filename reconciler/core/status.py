@@ -349,7 +349,8 @@ class FleetSliceStatus(StatusRecord):
     active: Number = 0
     used: TextMap = Field(default_factory=dict)
     cluster_quota: OmitEmpty[TextMap] = Field(default_factory=dict)
-    free: OmitEmpty[TextMap | None] = None
+    # left out when not observed (None); written when observed, even with nothing free ({})
+    free: TextMap | None = None
     nodes: Number = 0
 
     @classmethod

@@ -41,7 +41,9 @@ from reconciler.core.estimate import estimate_decision
 from reconciler.core.ledger import Ledger, LedgerEntry
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import PendingReason, plan_repo
+from reconciler.core.plan_render import plan_to_dict
 from reconciler.core.quantity import format_quantity
+from reconciler.core.queue_view import build_queues_view, queues_view_from_status
 from reconciler.core.render import render_operation
 from reconciler.core.status import ClusterStatus, read_status, render_status
 from reconciler.core.types import (
@@ -545,6 +547,14 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     assert {q: len(ids) for q, ids in written.order.items()} == {
         q.name: q.pending for q in plan.queues if q.pending
     }
+    # `reconciler queues` (the status branch) shows the rows the leader's pages show
+    if not result.failed:
+        leader_rows = build_queues_view(result.compiled, plan, result.workloads, applied=True)
+        got = [r.model_dump() for r in queues_view_from_status(written).rows]
+        want = [r.model_copy(update={"next": 0}).model_dump() for r in leader_rows.rows]
+        assert [
+            {k: (a[k], b[k]) for k in a if a[k] != b[k]} for a, b in zip(got, want, strict=True)
+        ] == [{}] * len(got)
     recorded = run_plan(lambda: s.compiled, recorded_planner(written, NOW), "json")
     assert recorded.exit_code == 0, recorded.stderr
     _assert_plan_json_is(json.loads(recorded.stdout), _cycle_after(s, written))
@@ -560,6 +570,15 @@ def _cycle_after(s: Scenario, written: Any) -> Any:
 
 
 def _assert_plan_json_is(plan_json: dict[str, Any], plan: Any) -> None:
+    # every field of the contract but the estimates (compared on their own): messages,
+    # blockedBy and the structured admit of each pending entry, each queue's usage
+    expected = plan_to_dict(plan)
+    assert [{k: v for k, v in p.items() if k != "estimate"} for p in plan_json["pending"]] == [
+        {k: v for k, v in p.items() if k != "estimate"} for p in expected["pending"]
+    ]
+    assert plan_json["dispatch"] == expected["dispatch"]
+    assert plan_json["stop"] == expected["stop"]
+    assert plan_json["queues"] == expected["queues"]
     assert [(d["operation"], d["cluster"]) for d in plan_json["dispatch"]] == [
         (d.operation, d.cluster) for d in plan.dispatch
     ]

@@ -18,6 +18,7 @@ from test_one_decision import _manifest
 from reconciler.adapters.kube import KubeError
 from reconciler.cli import status_cmd
 from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan_diff
+from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.cycle import ClusterListing, Memory, decide, decide_recorded
 from reconciler.core.diff import diff_plans, diff_to_dict
 from reconciler.core.observe import WorkloadState
@@ -337,3 +338,27 @@ def test_a_failed_create_is_not_counted_by_the_leaders_views() -> None:
     [recorded] = view.queues
     assert (recorded.active, recorded.used["nvidia.com/gpu"]) == held
     assert view.operations["p/b"].phase == "Queued"
+
+
+def test_a_cluster_observed_with_nothing_free_is_not_not_observed_on_the_branch() -> None:
+    """A fleet queue's cluster whose Nodes were read but give nothing free (``free: {}``)
+    is not a cluster whose capacity was not observed (``free: null``, "not observed"):
+    the status branch (``reconciler queues``) must keep the difference the cycle's pages
+    show."""
+    world = World()
+    world.fleet("gpu", ("a", "b"), quota={"nvidia.com/gpu": 4})
+    world.op("p/x", gpu=1)
+    compiled = world.repo()
+    empty = ClusterCapacity()  # read: no usable node
+    cycle = decide(
+        compiled, {"a": ClusterListing(capacity=empty), "b": ClusterListing()}, Memory(), NOW
+    )
+    from_cycle = build_queues_view(compiled, cycle.plan, cycle.workloads, applied=True)
+    [row] = from_cycle.rows
+    assert [(c.cluster, c.free) for c in row.clusters] == [("a", {}), ("b", None)]
+    view = read_status(
+        render_status(compiled, cycle.plan, cycle.states, clusters=cycle.cluster_records())
+    )
+    [branch_row] = queues_view_from_status(view).rows
+    assert [(c.cluster, c.free) for c in branch_row.clusters] == [("a", {}), ("b", None)]
+    assert [c.free_text for c in branch_row.clusters] == ["-", "not observed"]
