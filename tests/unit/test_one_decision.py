@@ -531,6 +531,13 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             # the queue page lists who holds it: never a full bar and no active operation
             _, body, _ = web(f"/api/v1/queues/{row['name']}") or (0, b"", "")
             assert json.loads(body)["activeOperations"], row
+    # each queue page's pending entries are plan --live's, field for field
+    keys = ("operation", "position", "reason", "message", "admit", "blockedBy", "estimate")
+    for row in api_json["queues"]:
+        _, body, _ = web(f"/api/v1/queues/{row['name']}") or (0, b"", "")
+        assert [{k: p[k] for k in keys} for p in json.loads(body)["pendingOperations"]] == [
+            {k: p[k] for k in keys} for p in plan_json["pending"] if p["queue"] == row["name"]
+        ]
     down = {name for name, f in s.clusters.items() if not f.reachable}
     assert not {d.cluster for d in plan.dispatch} & down
     for d in plan.dispatch:  # a fleet queue dispatches only to its own clusters
