@@ -44,7 +44,6 @@ from reconciler.core.types import (
     CompiledRepo,
     ConfigError,
     Location,
-    ObservedOperation,
     Phase,
     RejectedOperation,
 )
@@ -1386,14 +1385,3 @@ def _config(files: Mapping[str, bytes]) -> tuple[str, bool, int, bool] | None:
     if not isinstance(parsed, ConfigStatus):
         return None
     return parsed.version, parsed.valid, len(parsed.errors), parsed.is_internal_error
-
-
-def observed_from_status(view: StatusView) -> tuple[ObservedOperation, ...]:
-    """What the status branch last recorded, as the planner's observed state: every op it
-    saw dispatched or finished (workflow parents and Queued ops are left out)."""
-    out = []
-    for op_id, rec in sorted(view.operations.items()):
-        if not isinstance(rec.phase, Phase) or rec.phase is Phase.QUEUED or rec.children:
-            continue
-        out.append(ObservedOperation(op_id, rec.phase, queue=rec.queue, cluster=rec.cluster))
-    return tuple(out)

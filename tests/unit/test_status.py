@@ -394,26 +394,6 @@ def test_operation_status_ignores_unknown_and_mistyped_fields() -> None:
     assert record.position is None and record.phase == "Queued"
 
 
-def test_observed_from_status_keeps_dispatched_and_finished_ops_only() -> None:
-    from reconciler.core.status import OperationStatus, StatusView, observed_from_status
-    from reconciler.core.types import Phase
-
-    view = StatusView(
-        operations={
-            "p/a": OperationStatus(operation="p/a", phase="Running", queue="q", cluster="c"),
-            "p/b": OperationStatus(operation="p/b", phase="Queued", queue="q"),
-            "p/c": OperationStatus(operation="p/c", phase="Succeeded", queue="q", cluster="c"),
-            "p/w": OperationStatus(operation="p/w", phase="Running", children=("p/w-0",)),
-            "p/r": OperationStatus(operation="p/r", phase="Rejected"),
-        }
-    )
-    observed = observed_from_status(view)
-    assert [(o.operation, o.phase, o.queue, o.cluster) for o in observed] == [
-        ("p/a", Phase.RUNNING, "q", "c"),
-        ("p/c", Phase.SUCCEEDED, "q", "c"),
-    ]
-
-
 def test_cluster_health_is_recorded_stably_and_reads_back() -> None:
     from reconciler.core.status import CLUSTERS_FILE, ClusterStatus
 
