@@ -36,7 +36,13 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Admit, BudgetSummary, Pending, Plan, QueueSummary
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
-from reconciler.core.status import OperationStatus, QueueStatus, StatusView, budget_record
+from reconciler.core.status import (
+    OperationStatus,
+    QueueStatus,
+    StatusView,
+    budget_record,
+    workflow_summary,
+)
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
 from reconciler.core.wire import ApiModel, EmptyAsNull, IsoTime, Items, JsonObject, QuantityText
 
@@ -783,11 +789,13 @@ def build_operation_detail(
         children = tuple(o.id for o in repo.operations if o.workflow and o.workflow.parent == op_id)
         if children:
             first = next(o for o in repo.operations if o.id == children[0])
-            phases = sorted({_phase_of(c, states, plan, applied) for c in children})
+            phase, message = workflow_summary(
+                Phase(_phase_of(c, states, plan, applied)) for c in children
+            )
             return OperationDetail(
                 operation=op_id,
-                phase=", ".join(phases),
-                message=f"workflow of {len(children)} children",
+                phase=phase.value,
+                message=message,
                 kind=first.workflow.kind if first.workflow else None,
                 path=first.path,
                 queue=first.queue,

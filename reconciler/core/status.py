@@ -905,10 +905,11 @@ def _reason(state: WorkloadState) -> str | None:
     return str(state.reason) if state.reason is not None else None
 
 
-def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatus:
-    """A workflow parent: its phase is the aggregate of its children's."""
-    phases = Counter(k.phase for k in kids)
-    total = len(kids)
+def workflow_summary(children: Iterable[RecordPhase]) -> tuple[Phase, str]:
+    """A workflow parent's phase, the aggregate of its children's phases, and its message
+    (``3 children: 1 queued, 2 running``): what its status record and its page say."""
+    phases = Counter(children)
+    total = sum(phases.values())
     finished = sum(phases[p] for p in Phase if p.finished)
     active = sum(phases[p] for p in Phase if p.active)
     if finished == total:
@@ -925,12 +926,18 @@ def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatu
     else:
         phase = Phase.QUEUED
     counts = ", ".join(f"{n} {p.lower()}" for p, n in sorted(phases.items()))
+    return phase, f"{total} children: {counts}"
+
+
+def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatus:
+    """A workflow parent: its phase is the aggregate of its children's."""
+    phase, message = workflow_summary(k.phase for k in kids)
     first = kids[0]
     wf = first.workflow or {}
     return OperationStatus(
         operation=parent,
         phase=phase,
-        message=f"{total} children: {counts}",
+        message=message,
         kind=str(wf.get("kind", WORKFLOW)),
         path=first.path,
         queue=first.queue,

@@ -25,7 +25,11 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Pending, plan_repo
 from reconciler.core.plan_render import plan_to_json
 from reconciler.core.quantity import format_quantity
-from reconciler.core.queue_view import build_queues_view, queues_view_from_status
+from reconciler.core.queue_view import (
+    build_operation_detail,
+    build_queues_view,
+    queues_view_from_status,
+)
 from reconciler.core.status import StatusView, read_status, render_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase
 from reconciler.runtime.cycle import CycleResult
@@ -362,3 +366,24 @@ def test_a_cluster_observed_with_nothing_free_is_not_not_observed_on_the_branch(
     [branch_row] = queues_view_from_status(view).rows
     assert [(c.cluster, c.free) for c in branch_row.clusters] == [("a", {}), ("b", None)]
     assert [c.free_text for c in branch_row.clusters] == ["-", "not observed"]
+
+
+def test_a_workflow_parent_has_one_phase_in_status_and_on_its_page() -> None:
+    """A matrix parent with one child running and one waiting: ``reconciler status`` (its
+    record aggregates the children's) and its web page / API say the same phase and
+    message."""
+    world = World().queue("q", concurrency=1)
+    world.op("p/sweep-0").child_of("p/sweep", 0)
+    world.op("p/sweep-1").child_of("p/sweep", 1)
+    compiled = world.repo()
+    cycle = decide(compiled, {"local": ClusterListing()}, Memory(), NOW)
+    assert [d.operation for d in cycle.plan.dispatch] == ["p/sweep-0"]
+    created = WorkloadState(
+        "p/sweep-0", 1, "local", "p", "p-sweep-0-g1", "u0", Phase.DISPATCHED, queue="q"
+    )
+    applied = {**cycle.states, "p/sweep-0": created}
+    record = read_status(render_status(compiled, cycle.plan, applied)).operations["p/sweep"]
+    page = build_operation_detail(compiled, cycle.plan, applied, "p/sweep", applied=True)
+    assert page is not None
+    assert (page.phase, page.message) == (record.phase, record.message)
+    assert page.children == record.children == ("p/sweep-0", "p/sweep-1")
