@@ -39,8 +39,10 @@ from reconciler.core.quantity import QuantityError, format_quantity, parse_quant
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
+    StatusPhase,
     StatusView,
     budget_record,
+    rejected_message,
     workflow_summary,
 )
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
@@ -808,7 +810,11 @@ def build_operation_detail(
             return None
     base = OperationDetail(
         operation=op_id,
-        phase=_phase_of(op_id, states, plan, applied) if rejected is None else "Rejected",
+        # refused by policy: Rejected, or the phase of its workload that still runs (as its
+        # status record says)
+        phase=_phase_of(op_id, states, plan, applied)
+        if rejected is None or state is not None
+        else StatusPhase.REJECTED.value,
         kind=str(op.kind) if op else None,
         path=op.path if op else (rejected.path if rejected else None),
         queue=op.queue if op else (state.queue if state else None),
@@ -837,9 +843,9 @@ def build_operation_detail(
             outputs=state.outputs,
             config_commit=state.config_commit or repo.version,
         )
-    elif rejected is not None:
-        fields.update(reason=str(rejected.reason), message=rejected.message)
-    elif pending is not None:
+    if rejected is not None:  # what its status record says, with a workload or not
+        fields.update(reason=str(rejected.reason), message=rejected_message(rejected))
+    elif state is None and pending is not None:
         fields.update(
             reason=str(pending.reason),
             message=pending.message,
@@ -849,7 +855,7 @@ def build_operation_detail(
             blocked_by=pending.blocked_by.to_json(),
             estimate=estimates.json_of(op_id),
         )
-    elif not applied and any(d.operation == op_id for d in plan.dispatch):
+    elif state is None and not applied and any(d.operation == op_id for d in plan.dispatch):
         fields.update(message="the plan dispatches it next (not created yet)")
     return _replace(base, fields)
 

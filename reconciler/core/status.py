@@ -950,16 +950,21 @@ def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatu
     )
 
 
+def rejected_message(rejected: RejectedOperation) -> str:
+    """Why an operation is refused, at the file:line:col of the violation when known: what
+    its status record and its page say."""
+    return f"{rejected.location}: {rejected.message}" if rejected.location else rejected.message
+
+
 def _rejected_record(
     repo: CompiledRepo, rejected: RejectedOperation, state: WorkloadState | None
 ) -> OperationStatus:
     """Refused by policy (``PolicyViolation``): never dispatched under this config."""
-    message = f"{rejected.location}: {rejected.message}" if rejected.location else rejected.message
     base = OperationStatus(
         operation=rejected.operation,
         phase=REJECTED,
         reason=str(rejected.reason),
-        message=message,
+        message=rejected_message(rejected),
         path=rejected.path,
         logs=logs_command(rejected.operation),
     )

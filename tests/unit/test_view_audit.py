@@ -31,7 +31,7 @@ from reconciler.core.queue_view import (
     queues_view_from_status,
 )
 from reconciler.core.status import StatusView, read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Phase
+from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.web import WebApp
 
@@ -387,3 +387,31 @@ def test_a_workflow_parent_has_one_phase_in_status_and_on_its_page() -> None:
     assert page is not None
     assert (page.phase, page.message) == (record.phase, record.message)
     assert page.children == record.children == ("p/sweep-0", "p/sweep-1")
+
+
+def test_a_rejected_operation_reads_the_same_in_status_and_on_its_page() -> None:
+    """An operation refused by policy: ``reconciler status`` and its page / API give the
+    same phase, reason and message (with the file:line:col of the violation), also while
+    a workload of it dispatched before the refusal still runs."""
+    world = World().queue("q")
+    world.op("p/ok")
+    world.op("p/bad")
+    world.op("p/old")
+    world.reject("p/bad", "run.privileged: not allowed")
+    world.reject("p/old", "run.privileged: not allowed")
+    where = Location("projects/p/operations/bad.yaml", 3, 5)
+    world.rejected = [replace(r, location=where) for r in world.rejected]
+    compiled = world.repo()
+    running = WorkloadState("p/old", 1, "local", "p", "p-old-g1", "u", Phase.RUNNING, queue="q")
+    cycle = decide(compiled, {"local": ClusterListing((running,))}, Memory(), NOW)
+    records = read_status(render_status(compiled, cycle.plan, cycle.states)).operations
+    for op_id in ("p/bad", "p/old"):
+        page = build_operation_detail(compiled, cycle.plan, cycle.states, op_id, applied=True)
+        record = records[op_id]
+        assert page is not None
+        assert (page.phase, page.reason, page.message) == (
+            record.phase,
+            record.reason,
+            record.message,
+        ), op_id
+    assert records["p/bad"].message.startswith("projects/p/operations/bad.yaml:3:5: ")
