@@ -855,9 +855,16 @@ def build_operation_detail(
             blocked_by=pending.blocked_by.to_json(),
             estimate=estimates.json_of(op_id),
         )
-    elif state is None and not applied and any(d.operation == op_id for d in plan.dispatch):
-        fields.update(message="the plan dispatches it next (not created yet)")
+    elif state is None and (chosen := _dispatched_to(plan, op_id)) is not None:
+        fields.update(cluster=chosen)  # a fleet queue's: the cluster check 10 chose
+        if not applied:
+            fields.update(message="the plan dispatches it next (not created yet)")
     return _replace(base, fields)
+
+
+def _dispatched_to(plan: Plan, op_id: str) -> str | None:
+    """The cluster the plan dispatches ``op_id`` to; None when it does not dispatch it."""
+    return next((d.cluster for d in plan.dispatch if d.operation == op_id), None)
 
 
 def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDetail:

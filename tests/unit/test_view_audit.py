@@ -415,3 +415,20 @@ def test_a_rejected_operation_reads_the_same_in_status_and_on_its_page() -> None
             record.message,
         ), op_id
     assert records["p/bad"].message.startswith("projects/p/operations/bad.yaml:3:5: ")
+
+
+def test_a_fleet_operation_dispatched_next_shows_the_cluster_chosen() -> None:
+    """On a read-only server (``serve``, a follower), a fleet queue's operation the plan
+    dispatches next goes to the cluster check 10 chose: its page says that cluster, as
+    ``status --live`` records it, not the queue's first cluster."""
+    compiled = _fleet_world()
+    listing = {
+        "a": ClusterListing(capacity=_fleet_capacity("a")),
+        "b": ClusterListing(capacity=_fleet_capacity("b")),
+    }
+    cycle = decide(compiled, listing, Memory(), NOW)
+    assert [(d.operation, d.cluster) for d in cycle.plan.dispatch] == [("p/x", "b"), ("p/y", "b")]
+    page = build_operation_detail(compiled, cycle.plan, cycle.states, "p/x", applied=False)
+    assert page is not None and page.phase == "Queued"
+    record = read_status(render_status(compiled, cycle.plan, cycle.states)).operations["p/x"]
+    assert page.cluster == record.cluster == "b"
