@@ -43,6 +43,7 @@ from reconciler.core.status import (
     StatusView,
     budget_record,
     rejected_message,
+    removed_reason,
     workflow_summary,
 )
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
@@ -845,6 +846,12 @@ def build_operation_detail(
         )
     if rejected is not None:  # what its status record says, with a workload or not
         fields.update(reason=str(rejected.reason), message=rejected_message(rejected))
+    elif op is None and state is not None:  # removed from the repo, its workload still there
+        refusal = plan.prune_refused
+        refused = refusal is not None and op_id in refusal.refused
+        stopping = any(s.operation == op_id for s in plan.stop)
+        reason, message = removed_reason(state, stopping, refusal if refused else None)
+        fields.update(reason=reason.value, message=message)
     elif state is None and pending is not None:
         fields.update(
             reason=str(pending.reason),

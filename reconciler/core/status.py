@@ -36,7 +36,14 @@ from reconciler.core.ledger import (
 )
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import BudgetSummary, FleetSlice, Pending, Plan, QueueSummary
+from reconciler.core.plan import (
+    BudgetSummary,
+    FleetSlice,
+    Pending,
+    Plan,
+    PruneRefusal,
+    QueueSummary,
+)
 from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.render import operation_workload, spec_hash
 from reconciler.core.types import (
@@ -973,6 +980,21 @@ def _rejected_record(
     return _with_state(base, state)
 
 
+def removed_reason(
+    state: WorkloadState, stopping: bool, refusal: PruneRefusal | None
+) -> tuple[StatusReason, str]:
+    """Why an operation no longer in the repo whose workload still exists is where it is
+    (``stopping``: the plan stops it; ``refusal``: the guard that refused to stop it):
+    what its status record and its page say."""
+    if stopping:
+        return StatusReason.REMOVED_FROM_REPO, "removed from the repo; stopping it"
+    if refusal is not None:
+        return StatusReason.PRUNE_REFUSED, refusal.message()
+    if state.phase.active:
+        return StatusReason.REMOVED_FROM_REPO, "removed from the repo; left running (prune is off)"
+    return StatusReason.REMOVED_FROM_REPO, "removed from the repo"
+
+
 def _observed_record(
     repo: CompiledRepo,
     state: WorkloadState,
@@ -981,15 +1003,7 @@ def _observed_record(
     plan: Plan,
 ) -> OperationStatus:
     """No longer in the repo, but its workload still exists in a cluster."""
-    if stopping:
-        reason, message = StatusReason.REMOVED_FROM_REPO, "removed from the repo; stopping it"
-    elif refused and plan.prune_refused is not None:
-        reason, message = StatusReason.PRUNE_REFUSED, plan.prune_refused.message()
-    elif state.phase.active:
-        reason = StatusReason.REMOVED_FROM_REPO
-        message = "removed from the repo; left running (prune is off)"
-    else:
-        reason, message = StatusReason.REMOVED_FROM_REPO, "removed from the repo"
+    reason, message = removed_reason(state, stopping, plan.prune_refused if refused else None)
     base = OperationStatus(
         operation=state.operation,
         phase=state.phase,

@@ -485,6 +485,19 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         assert detail is not None and json.loads(detail[1])["estimate"] == estimates.json_of(
             p.operation
         )
+    # each operation's page (a follower's) says what status --live records of it; an
+    # operation the plan dispatches is Queued there ("next"), to the same cluster
+    keys = ("phase", "reason", "message", "queue", "cluster", "position")
+    dispatching = {d.operation for d in plan.dispatch}
+    for op_id, record in status_view.operations.items():
+        got = WebApp(lambda: follower)(f"/api/v1/operations/{op_id}")
+        assert got is not None and got[0] == 200, op_id
+        page = json.loads(got[1])
+        said = {k: getattr(record, k) for k in keys}
+        said["message"] = said["message"] or None
+        if op_id in dispatching:
+            said.update(phase="Queued", reason=None, message=page["message"])
+        assert {k: page[k] for k in keys} == said, op_id
 
     # The cycle did what the views said, and nothing else.
     created = {

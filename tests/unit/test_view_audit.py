@@ -432,3 +432,18 @@ def test_a_fleet_operation_dispatched_next_shows_the_cluster_chosen() -> None:
     assert page is not None and page.phase == "Queued"
     record = read_status(render_status(compiled, cycle.plan, cycle.states)).operations["p/x"]
     assert page.cluster == record.cluster == "b"
+
+
+def test_an_operation_removed_from_the_repo_reads_the_same_in_status_and_on_its_page() -> None:
+    """Removed from the repo while it runs (prune off): its page says RemovedFromRepo,
+    "left running", as its status record does."""
+    world = World().queue("q")
+    world.op("p/kept")
+    compiled = world.repo()
+    running = WorkloadState("p/gone", 1, "local", "p", "p-gone-g1", "u", Phase.RUNNING, queue="q")
+    cycle = decide(compiled, {"local": ClusterListing((running,))}, Memory(), NOW)
+    record = read_status(render_status(compiled, cycle.plan, cycle.states)).operations["p/gone"]
+    page = build_operation_detail(compiled, cycle.plan, cycle.states, "p/gone", applied=True)
+    assert page is not None
+    assert (page.phase, page.reason, page.message) == (record.phase, record.reason, record.message)
+    assert page.message == "removed from the repo; left running (prune is off)"
