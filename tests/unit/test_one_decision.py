@@ -487,17 +487,17 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         )
     # each operation's page (a follower's) says what status --live records of it; an
     # operation the plan dispatches is Queued there ("next"), to the same cluster
-    keys = ("phase", "reason", "message", "queue", "cluster", "position")
+    record_keys = ("phase", "reason", "message", "queue", "cluster", "position")
     dispatching = {d.operation for d in plan.dispatch}
     for op_id, record in status_view.operations.items():
         got = WebApp(lambda: follower)(f"/api/v1/operations/{op_id}")
         assert got is not None and got[0] == 200, op_id
         page = json.loads(got[1])
-        said = {k: getattr(record, k) for k in keys}
+        said = {k: getattr(record, k) for k in record_keys}
         said["message"] = said["message"] or None
         if op_id in dispatching:
             said.update(phase="Queued", reason=None, message=page["message"])
-        assert {k: page[k] for k in keys} == said, op_id
+        assert {k: page[k] for k in record_keys} == said, op_id
 
     # The cycle did what the views said, and nothing else.
     created = {
@@ -575,6 +575,17 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         assert [
             {k: (a[k], b[k]) for k in a if a[k] != b[k]} for a, b in zip(got, want, strict=True)
         ] == [{}] * len(got)
+    # and each operation's page on the leader says what the branch records of it
+    leader_web = WebApp(lambda: result)
+    for op_id, record in written.operations.items():
+        if op_id in result.failed:
+            continue  # see test_view_audit: a failed create is counted as held
+        got = leader_web(f"/api/v1/operations/{op_id}")
+        assert got is not None and got[0] == 200, op_id
+        page = json.loads(got[1])
+        said = {k: getattr(record, k) for k in record_keys}
+        said["message"] = said["message"] or None
+        assert {k: page[k] for k in record_keys} == said, op_id
     recorded = run_plan(lambda: s.compiled, recorded_planner(written, NOW), "json")
     assert recorded.exit_code == 0, recorded.stderr
     _assert_plan_json_is(json.loads(recorded.stdout), _cycle_after(s, written))
