@@ -836,6 +836,7 @@ def build_operation_detail(
         fields.update(
             reason=str(state.reason) if state.reason is not None else None,
             message=state.message,
+            queue=state.queue or (op.queue if op else None),  # the queue that admitted it
             cluster=state.cluster,
             namespace=state.namespace,
             workload=state.name,

@@ -157,6 +157,9 @@ def test_a_run_moved_to_another_queue_counts_where_it_runs_in_every_view() -> No
     from_cycle = build_queues_view(compiled, cycle.plan, applied, applied=True)
     from_branch = queues_view_from_status(view)
     assert list(from_branch.rows) == [r.model_copy(update={"next": 0}) for r in from_cycle.rows]
+    # and its page names the queue that holds it, as its record does
+    page = build_operation_detail(compiled, cycle.plan, applied, "p/a", applied=True)
+    assert page is not None and page.queue == view.operations["p/a"].queue == "qa"
 
 
 def test_a_superseded_run_is_running_in_the_status_branch_view_too() -> None:
