@@ -232,6 +232,11 @@ def scenarios(draw: st.DrawFn) -> Scenario:
     )
     full = world.repo("c0")
     world.remove(*removed)
+    if len(queues) > 1 and draw(st.integers(0, 3)) == 0:
+        # an operation moved to another queue since it was dispatched: it holds the quota
+        # of the queue that admitted it (its Job's label) until it ends
+        moved = draw(st.sampled_from([b for b in world.builders if b.build().id in facts]))
+        moved.queue(draw(st.sampled_from([q for q in queues if q != moved.build().queue])))
     compiled = world.repo("c1")
 
     clusters = {name: FakeCluster(name) for name in names}
