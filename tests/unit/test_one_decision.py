@@ -26,7 +26,7 @@ from fake_kube import FakeCluster, FakeKube
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan
+from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan, run_plan_diff
 from reconciler.cli.queues_cmd import live_queues_view
 from reconciler.cli.status_cmd import live_status_view
 from reconciler.cli.status_cmd import render as render_status_cli
@@ -342,6 +342,11 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     planned = run_plan(lambda: s.compiled, live_planner(s.memory, NOW, connect), "json")
     assert planned.exit_code == 0, planned.stderr
     plan_json = json.loads(planned.stdout)
+    # a PR that changes nothing changes nothing, whatever the clusters hold
+    unchanged = run_plan_diff(
+        lambda: s.compiled, lambda: s.compiled, live_planner(s.memory, NOW, connect), "json"
+    )
+    assert unchanged.exit_code == 0 and not json.loads(unchanged.stdout)["changed"]
     decision = decide_live(s.compiled, s.memory, NOW, connect)
     queues_json = live_queues_view(s.compiled, decision).to_json()
     status_view = live_status_view(s.compiled, decision)
