@@ -24,7 +24,7 @@ from reconciler.adapters.repo import is_git_repo, read_capped, snapshot_checkout
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Memory, decide, decide_recorded, memory_from_status
+from reconciler.core.cycle import Memory, decide, listing_from_status, memory_from_status
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
@@ -116,8 +116,10 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
     observed (a fleet queue's choice of cluster). No status branch:
     nothing dispatched yet."""
 
+    memory = Memory() if recorded is None else memory_from_status(recorded)  # once for both
+
     def plan_of(repo: CompiledRepo) -> Planned:
-        decision = decide_recorded(repo, recorded, now)
+        decision = decide(repo, listing_from_status(repo, recorded, memory), memory, now)
         return Planned(decision.plan, estimate_decision(repo, decision), [])
 
     return plan_of
