@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
@@ -42,16 +42,16 @@ def read_capacity(kube: Kube) -> ClusterCapacity:
     return observe_capacity(nodes, pods)
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Read:
-    """One cluster as read once: its connection, its workloads (or why it could not be
-    read), the backends asked about and those served, its capacity once read."""
+    """One cluster as read: its connection, its workloads (or why it could not be read),
+    the backends asked about and those served, its capacity once read."""
 
     spec: ClusterSpec
     kube: Kube | None
     listing: ClusterListing
-    asked: set[str] = field(default_factory=set)
-    served: set[str] = field(default_factory=set)
+    asked: frozenset[str] = frozenset()
+    served: frozenset[str] = frozenset()
     capacity: ClusterCapacity | None = None
     capacity_read: bool = False
 
@@ -77,8 +77,9 @@ class ClusterReads:
             spec = compiled.clusters[name]
             read = self._reads.get(name)
             if read is None or read.spec != spec:
-                read = self._reads[name] = self._list(spec)
-            listing[name] = self._listing(read, wanted.get(name, frozenset()), name in fleet)
+                read = self._list(spec)
+            read, listing[name] = self._more(read, wanted.get(name, frozenset()), name in fleet)
+            self._reads[name] = read
         return listing
 
     def _list(self, spec: ClusterSpec) -> _Read:
@@ -89,31 +90,34 @@ class ClusterReads:
             pytorchjobs = list_pytorchjobs(kube)
         except KubeError as exc:
             return _Read(spec, None, ClusterListing.unreachable(str(exc)))
-        return _Read(
-            spec, kube, ClusterListing(observe_workloads(spec.name, jobs, pods, pytorchjobs))
-        )
+        workloads = observe_workloads(spec.name, jobs, pods, pytorchjobs)
+        return _Read(spec, kube, ClusterListing(workloads))
 
-    def _listing(self, read: _Read, wanted: frozenset[str], fleet: bool) -> ClusterListing:
+    def _more(
+        self, read: _Read, wanted: frozenset[str], fleet: bool
+    ) -> tuple[_Read, ClusterListing]:
+        """``read`` with what this revision needs of it read too, and its listing."""
         if read.kube is None:
-            return read.listing
+            return read, read.listing
         missing = wanted - read.asked
         if missing:
             try:
-                read.served |= read.kube.served_backends(missing)
+                served = read.kube.served_backends(missing)
             except KubeError as exc:
-                return ClusterListing.unreachable(str(exc))  # as a fresh read says
-            read.asked |= missing
+                return read, ClusterListing.unreachable(str(exc))  # as a fresh read says
+            read = replace(read, asked=read.asked | missing, served=read.served | served)
         if fleet and not read.capacity_read:
             try:
-                read.capacity = read_capacity(read.kube)
+                capacity: ClusterCapacity | None = read_capacity(read.kube)
             except KubeError:
-                read.capacity = None  # not observed; the cluster itself was read
-            read.capacity_read = True
-        return replace(
+                capacity = None  # not observed; the cluster itself was read
+            read = replace(read, capacity=capacity, capacity_read=True)
+        listing = replace(
             read.listing,
             capacity=read.capacity if fleet else None,
-            backends=frozenset(read.served & wanted),
+            backends=read.served & wanted,
         )
+        return read, listing
 
 
 def read_clusters(compiled: CompiledRepo, connect: Connect) -> dict[str, ClusterListing]:

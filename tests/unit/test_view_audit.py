@@ -33,6 +33,7 @@ from reconciler.core.queue_view import (
 from reconciler.core.status import StatusView, read_status, render_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
 from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.live import ClusterReads
 from reconciler.runtime.web import WebApp
 
 
@@ -437,3 +438,30 @@ def test_an_operation_removed_from_the_repo_reads_the_same_in_status_and_on_its_
     assert page is not None
     assert (page.phase, page.reason, page.message) == (record.phase, record.reason, record.message)
     assert page.message == "removed from the repo; left running (prune is off)"
+
+
+def test_cluster_reads_read_only_what_another_revision_adds() -> None:
+    """A PR that makes a queue a fleet queue: its revision needs the cluster's capacity too,
+    which is read then, without listing the cluster's workloads again."""
+    base_world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    base_world.op("p/a", gpu=1)
+    head_world = World()
+    head_world.fleet("q", ("local",), quota={"nvidia.com/gpu": 2})
+    head_world.op("p/a", gpu=1)
+    fake = FakeCluster("local")
+    fake.add_node("gpu-node-0", gpu="4")
+    connects = 0
+
+    def connect(spec: ClusterSpec) -> Any:
+        nonlocal connects
+        connects += 1
+        return FakeKube(fake)
+
+    reads = ClusterReads(connect)
+    base = reads(base_world.repo())
+    head = reads(head_world.repo())
+    assert connects == 1
+    assert base["local"].capacity is None
+    capacity = head["local"].capacity
+    assert capacity is not None and capacity.free()["nvidia.com/gpu"] == 4
+    assert head["local"].workloads is base["local"].workloads
