@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +42,12 @@ class Target:
     op_id: str
     cluster: ClusterSpec | None  # None when the op is not in the repo (needs --kubeconfig)
     namespace: str | None  # None: search every namespace
+    # a fleet queue's other clusters, in choice order: check 10 may have sent it to any
+    others: tuple[ClusterSpec, ...] = ()
+
+
+class NoWorkload(LogsError):
+    """The cluster holds no workload of the operation."""
 
 
 # --- pure steps -------------------------------------------------------------------------
@@ -58,7 +64,12 @@ def find_target(repo: CompiledRepo, op_id: str, have_kubeconfig: bool) -> Target
     """Where the op runs: its cluster and namespace, from the compiled repo."""
     op = next((o for o in repo.operations if o.id == op_id), None)
     if op is not None:
-        return Target(op_id, repo.clusters.get(op.cluster), op.namespace)
+        queue = repo.queues.get(op.queue)
+        members = queue.members if queue is not None else (op.cluster,)
+        specs = [repo.clusters[c] for c in members if c in repo.clusters]
+        if not specs:
+            return Target(op_id, repo.clusters.get(op.cluster), op.namespace)
+        return Target(op_id, specs[0], op.namespace, tuple(specs[1:]))
     children = [o.id for o in repo.operations if o.workflow and o.workflow.parent == op_id]
     if children:
         shown = ", ".join(children[:5]) + (", ..." if len(children) > 5 else "")
@@ -177,7 +188,7 @@ def show_logs(
         if jobs:
             job = jobs[0]["metadata"]["name"]
             raise LogsError(f"{target.op_id}: {kind} {job} has no pod yet ({where})")
-        raise LogsError(f"{target.op_id}: no workload on {where}: not dispatched, or deleted")
+        raise NoWorkload(f"{target.op_id}: no workload on {where}: not dispatched, or deleted")
     meta = pod["metadata"]
     reason = waiting_reason(pod)
     if reason is not None:
@@ -193,6 +204,56 @@ def show_logs(
         else:
             for line in out:
                 echo(line)
+    except KubeError as exc:
+        raise LogsError(str(exc)) from None
+
+
+def show_logs_of(
+    target: Target,
+    connect: Callable[[ClusterSpec], Kube],
+    follow: bool,
+    tail: int | None,
+    echo: Any = click.echo,
+    replica: int = 0,
+) -> None:
+    """``show_logs`` on the cluster that ran the operation: a fleet queue's operation ran
+    on the cluster check 10 chose, which only the cluster knows here (the cluster whose
+    pod of it is the newest; else the first, in choice order, with a workload of it)."""
+    if target.cluster is None or not target.others:
+        show_logs(target, _kube(connect, target.cluster), follow, tail, echo, replica)
+        return
+    newest: tuple[str, ClusterSpec, Kube] | None = None
+    for spec in (target.cluster, *target.others):
+        kube = _kube(connect, spec)
+        try:
+            pods = kube.list_labelled("Pod", selector(target.op_id), target.namespace)
+        except KubeError:
+            continue  # a cluster that cannot be read did not run it, as far as we know
+        pod = newest_pod(pods, target.op_id, replica)
+        created = str(pod["metadata"].get("creationTimestamp", "")) if pod else None
+        if created is not None and (newest is None or created > newest[0]):
+            newest = (created, spec, kube)
+    if newest is not None:
+        _, spec, kube = newest
+        show_logs(replace(target, cluster=spec, others=()), kube, follow, tail, echo, replica)
+        return
+    missing: NoWorkload | None = None
+    for spec in (target.cluster, *target.others):  # none has a pod: who has its workload
+        try:
+            here = replace(target, cluster=spec, others=())
+            show_logs(here, _kube(connect, spec), follow, tail, echo, replica)
+            return
+        except NoWorkload as exc:
+            missing = exc
+    assert missing is not None
+    raise missing
+
+
+def _kube(connect: Callable[[ClusterSpec], Kube], spec: ClusterSpec | None) -> Kube:
+    if spec is None:
+        raise LogsError("the operation's cluster is unknown; pass --kubeconfig")
+    try:
+        return connect(spec)
     except KubeError as exc:
         raise LogsError(str(exc)) from None
 
@@ -233,8 +294,15 @@ def logs(
         except Exception as exc:  # the adapter's I/O boundary
             raise LogsError(f"cannot read {repo_dir}: {exc}") from None
         target = find_target(compile_repo(snapshot), f"{project}/{name}", kubeconfig is not None)
-        kube = _connect(target.cluster, kubeconfig, context)
-        show_logs(target, kube, follow, tail, replica=replica)
+        if kubeconfig is not None:  # that cluster, whatever the queue's clusters are
+            kube = _connect(target.cluster, kubeconfig, context)
+            show_logs(replace(target, others=()), kube, follow, tail, replica=replica)
+        else:
+
+            def connect(spec: ClusterSpec) -> Kube:
+                return _connect(spec, None, context)
+
+            show_logs_of(target, connect, follow, tail, replica=replica)
     except LogsError as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_ERROR) from None

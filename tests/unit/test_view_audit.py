@@ -17,6 +17,7 @@ from test_one_decision import _manifest
 
 from reconciler.adapters.kube import KubeError
 from reconciler.cli import status_cmd
+from reconciler.cli.logs_cmd import find_target, show_logs_of
 from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan_diff
 from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.cycle import ClusterListing, Memory, decide, decide_recorded
@@ -30,6 +31,7 @@ from reconciler.core.queue_view import (
     build_queues_view,
     queues_view_from_status,
 )
+from reconciler.core.render import render_operation
 from reconciler.core.status import StatusView, read_status, render_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
 from reconciler.runtime.cycle import CycleResult
@@ -465,3 +467,30 @@ def test_cluster_reads_read_only_what_another_revision_adds() -> None:
     capacity = head["local"].capacity
     assert capacity is not None and capacity.free()["nvidia.com/gpu"] == 4
     assert head["local"].workloads is base["local"].workloads
+
+
+def test_logs_of_a_fleet_operation_come_from_the_cluster_it_was_dispatched_to() -> None:
+    """``reconciler logs`` reads "the cluster that ran it": for a fleet queue's operation,
+    the cluster check 10 chose (b: a has no GPU free), not the queue's first cluster."""
+    compiled = _fleet_world()
+    listing = {
+        "a": ClusterListing(capacity=_fleet_capacity("a")),
+        "b": ClusterListing(capacity=_fleet_capacity("b")),
+    }
+    cycle = decide(compiled, listing, Memory(), NOW)
+    [create, _] = cycle.actions.creates
+    assert (create.operation.id, create.cluster) == ("p/x", "b")
+    fakes = {"a": FakeCluster("a"), "b": FakeCluster("b")}
+    rendered = render_operation(create.operation, {}, config_version="c1", dispatched_at=NOW)
+    fakes["b"].add_job(dict(rendered.job))
+    fakes["b"].set_gang(create.operation.namespace, rendered.name, replicas=1, placed=1, running=1)
+    target = find_target(compiled, "p/x", have_kubeconfig=False)
+    out: list[str] = []
+    show_logs_of(
+        target,
+        lambda spec: FakeKube(fakes[spec.name]),
+        False,
+        None,
+        echo=lambda s, nl=True: out.append(s),
+    )
+    assert "".join(out) == "log of replica 0\n"  # the pod on b
