@@ -20,7 +20,13 @@ from reconciler.cli import status_cmd
 from reconciler.cli.logs_cmd import find_target, show_logs_of
 from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan_diff
 from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.cycle import ClusterListing, Memory, decide, decide_recorded
+from reconciler.core.cycle import (
+    ClusterListing,
+    Memory,
+    decide,
+    decide_recorded,
+    memory_from_status,
+)
 from reconciler.core.diff import diff_plans, diff_to_dict
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import plan_repo
@@ -33,8 +39,8 @@ from reconciler.core.queue_view import (
 )
 from reconciler.core.render import render_operation
 from reconciler.core.status import StatusView, read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
-from reconciler.runtime.cycle import CycleResult
+from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.live import ClusterReads
 from reconciler.runtime.web import WebApp
 
@@ -494,3 +500,44 @@ def test_logs_of_a_fleet_operation_come_from_the_cluster_it_was_dispatched_to() 
         echo=lambda s, nl=True: out.append(s),
     )
     assert "".join(out) == "log of replica 0\n"  # the pod on b
+
+
+class _FollowerCycles(FakeCycles):
+    """A read-only replica (``serve``, or ``run`` without the Lease) over the same cluster,
+    on the same clock, seeded with the status branch when it starts, as ``serve`` is."""
+
+    def __init__(self, leader: FakeCycles, status: dict[str, bytes]) -> None:
+        super().__init__(leader.repo, leader.cluster, clock=leader.clock)
+        self.reconciler = Reconciler(
+            lambda: RepoSnapshot(files={}, version=self.repo.version),
+            self._connect,  # type: ignore[arg-type]
+            self.clock,
+            is_leader=lambda: False,
+            watch=False,
+        )
+        self.reconciler.seed(memory_from_status(read_status(status)))
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="h25a finding, not fixed: serve reads the status branch once, at start; a run "
+    "whose end and deletion it did not see is 'deleted by hand' there (see the report)",
+)
+def test_serve_says_what_the_leader_knows_of_a_run_it_did_not_see_end() -> None:
+    """A run dispatched, finished and deleted (``run.ttl``) between two cycles of ``serve``:
+    the leader saw it succeed and recorded it (status branch, ledger); ``serve``, which
+    read the status branch when it started, must not show it Stopped ("deleted")."""
+    world = World().queue("q", quota={"nvidia.com/gpu": 2})
+    world.op("p/a", gpu=1).timeout("1h")
+    leader = FakeCycles(world.repo())
+    first = leader.cycle()
+    assert first.dispatched == ("p/a",)
+    follower = _FollowerCycles(leader, leader.status_of(first))
+    assert follower.cycle().states["p/a"].phase is Phase.DISPATCHED
+    job = next(iter(leader.cluster.jobs))
+    leader.cluster.set_phase(*job, "Succeeded")
+    ended = leader.cycle(after=60)
+    assert ended.states["p/a"].phase is Phase.SUCCEEDED  # recorded on the status branch
+    leader.cluster.delete(*job)  # its ttl: gone before serve's next cycle
+    seen = follower.cycle(after=5)
+    assert seen.states["p/a"].phase is leader.cycle().states["p/a"].phase
