@@ -504,10 +504,12 @@ def test_logs_of_a_fleet_operation_come_from_the_cluster_it_was_dispatched_to() 
 
 class _FollowerCycles(FakeCycles):
     """A read-only replica (``serve``, or ``run`` without the Lease) over the same cluster,
-    on the same clock, seeded with the status branch when it starts, as ``serve`` is."""
+    on the same clock, seeded with the status branch when it starts, as ``serve`` is;
+    ``cut`` stops it reading the cluster (a partition between it and the cluster)."""
 
     def __init__(self, leader: FakeCycles, status: dict[str, bytes]) -> None:
         super().__init__(leader.repo, leader.cluster, clock=leader.clock)
+        self.cut = False
         self.reconciler = Reconciler(
             lambda: RepoSnapshot(files={}, version=self.repo.version),
             self._connect,  # type: ignore[arg-type]
@@ -517,6 +519,22 @@ class _FollowerCycles(FakeCycles):
         )
         self.reconciler.seed(memory_from_status(read_status(status)))
 
+    def _connect(self, spec: ClusterSpec) -> Any:
+        return _CutKube(self)
+
+
+class _CutKube(FakeKube):
+    """The follower's client: every call fails while the follower is cut off."""
+
+    def __init__(self, follower: _FollowerCycles) -> None:
+        super().__init__(follower.cluster)
+        self.follower = follower
+
+    def _up(self) -> None:
+        if self.follower.cut:
+            raise KubeError("connection refused")
+        super()._up()
+
 
 @pytest.mark.xfail(
     strict=True,
@@ -524,9 +542,10 @@ class _FollowerCycles(FakeCycles):
     "whose end and deletion it did not see is 'deleted by hand' there (see the report)",
 )
 def test_serve_says_what_the_leader_knows_of_a_run_it_did_not_see_end() -> None:
-    """A run dispatched, finished and deleted (``run.ttl``) between two cycles of ``serve``:
-    the leader saw it succeed and recorded it (status branch, ledger); ``serve``, which
-    read the status branch when it started, must not show it Stopped ("deleted")."""
+    """``serve`` cannot read a cluster for longer than ``policy.minTtl``: meanwhile a run
+    there ends and its Job is deleted by its ``run.ttl``. The leader saw it succeed and
+    recorded it (status branch, ledger); ``serve``, which read the status branch when it
+    started, must not show it Stopped ("deleted") once it reads the cluster again."""
     world = World().queue("q", quota={"nvidia.com/gpu": 2})
     world.op("p/a", gpu=1).timeout("1h")
     leader = FakeCycles(world.repo())
@@ -534,10 +553,13 @@ def test_serve_says_what_the_leader_knows_of_a_run_it_did_not_see_end() -> None:
     assert first.dispatched == ("p/a",)
     follower = _FollowerCycles(leader, leader.status_of(first))
     assert follower.cycle().states["p/a"].phase is Phase.DISPATCHED
+    follower.cut = True
     job = next(iter(leader.cluster.jobs))
     leader.cluster.set_phase(*job, "Succeeded")
     ended = leader.cycle(after=60)
     assert ended.states["p/a"].phase is Phase.SUCCEEDED  # recorded on the status branch
-    leader.cluster.delete(*job)  # its ttl: gone before serve's next cycle
-    seen = follower.cycle(after=5)
+    assert follower.cycle(after=5).states["p/a"].phase is Phase.DISPATCHED  # last seen
+    leader.cluster.delete(*job)  # its ttl (at least policy.minTtl, 1h) has passed
+    follower.cut = False
+    seen = follower.cycle(after=3600)
     assert seen.states["p/a"].phase is leader.cycle().states["p/a"].phase
