@@ -115,7 +115,6 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
     its workloads, the clusters its last cycle could not read and the capacity it
     observed (a fleet queue's choice of cluster). No status branch:
     nothing dispatched yet."""
-
     memory = Memory() if recorded is None else memory_from_status(recorded)  # once for both
 
     def plan_of(repo: CompiledRepo) -> Planned:
