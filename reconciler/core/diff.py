@@ -76,6 +76,7 @@ class Transition:
     position: int | None = None
     message: str = ""
     admit: Admit | None = None  # head: what would admit it, when pending
+    blocked_by: Mapping[str, Any] | None = None  # head: what holds it (``blockedBy``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,7 +338,16 @@ def diff_plans(
     for p in head_plan.pending:
         was = before.get(p.operation)
         prior = was[0] if was else "absent"
-        t = Transition(p.operation, p.queue, prior, p.reason, p.position, p.message, p.admit)
+        t = Transition(
+            p.operation,
+            p.queue,
+            prior,
+            p.reason,
+            p.position,
+            p.message,
+            p.admit,
+            p.blocked_by.to_json(),
+        )
         if was is None or was[0] == "dispatch":
             pending.append(t)
         if p.reason is PendingReason.EXCEEDS_QUOTA and prior != PendingReason.EXCEEDS_QUOTA:
@@ -433,6 +443,8 @@ def _transition_json(t: Transition) -> dict[str, Any]:
         out.update(reason=t.reason.value, position=t.position, message=t.message)
     if t.admit is not None:
         out["admit"] = t.admit.to_json()
+    if t.blocked_by is not None:
+        out["blockedBy"] = dict(t.blocked_by)
     return out
 
 

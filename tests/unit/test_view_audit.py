@@ -263,7 +263,7 @@ def test_every_json_view_carries_the_structured_admit_of_a_pending_entry() -> No
         diff_plans((World().repo(), plan_repo(World().repo(), [], NOW)), (compiled, decision.plan))
     )
     [newly] = [t for t in diff["newlyPending"] if t["operation"] == "p/b"]
-    assert newly["admit"] == expected
+    assert newly["admit"] == expected and newly["blockedBy"] == entry["blockedBy"]
 
     result = CycleResult(
         at=NOW,
