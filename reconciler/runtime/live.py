@@ -103,8 +103,9 @@ class ClusterReads:
         if missing:
             try:
                 served = read.kube.served_backends(missing)
-            except KubeError as exc:
-                return read, ClusterListing.unreachable(str(exc))  # as a fresh read says
+            except KubeError as exc:  # unreachable, as a fresh read says, for every revision
+                read = replace(read, kube=None, listing=ClusterListing.unreachable(str(exc)))
+                return read, read.listing
             read = replace(read, asked=read.asked | missing, served=read.served | served)
         if fleet and not read.capacity_read:
             try:
