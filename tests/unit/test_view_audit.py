@@ -51,24 +51,26 @@ class _FixedClock:
 
 
 def _fleet_world() -> CompiledRepo:
-    """A fleet queue that needs capacity over ``a`` (no GPU free) and ``b`` (8 free)."""
+    """A fleet queue that needs capacity over ``a`` and ``b``, and three 2-GPU operations."""
     world = World()
     world.fleet("gpu", ("a", "b"), require_capacity=True, quota={"nvidia.com/gpu": 4})
-    world.nodes("a", node("a-1", gpu=0))
-    world.nodes("b", node("b-1", gpu=8))
     for name in ("p/x", "p/y", "p/z"):
         world.op(name, gpu=2).timeout("1h")
     return world.repo()
 
 
+def _fleet_listing() -> dict[str, ClusterListing]:
+    """Both clusters read: ``a`` has no GPU free, ``b`` 8."""
+    return {
+        "a": ClusterListing(capacity=ClusterCapacity((node("a-1", gpu=0),))),
+        "b": ClusterListing(capacity=ClusterCapacity((node("b-1", gpu=8),))),
+    }
+
+
 def _recorded_with_capacity(compiled: CompiledRepo) -> StatusView:
     """The status branch of the leader's cycle that read both clusters' capacity and
     dispatched p/x and p/y to ``b``."""
-    world_capacity = {
-        "a": ClusterListing(capacity=_fleet_capacity("a")),
-        "b": ClusterListing(capacity=_fleet_capacity("b")),
-    }
-    decision = decide(compiled, world_capacity, Memory(), NOW)
+    decision = decide(compiled, _fleet_listing(), Memory(), NOW)
     files = render_status(
         compiled,
         decision.plan,
@@ -77,12 +79,6 @@ def _recorded_with_capacity(compiled: CompiledRepo) -> StatusView:
         ledger=decision.memory.ledger,
     )
     return read_status(files)
-
-
-def _fleet_capacity(cluster: str) -> Any:
-    world = World()
-    world.nodes(cluster, node(f"{cluster}-1", gpu=0 if cluster == "a" else 8))
-    return world.capacity[cluster]
 
 
 def test_status_and_queues_estimate_over_the_recorded_capacity_as_plan_does() -> None:
@@ -421,11 +417,7 @@ def test_a_fleet_operation_dispatched_next_shows_the_cluster_chosen() -> None:
     dispatches next goes to the cluster check 10 chose: its page says that cluster, as
     ``status --live`` records it, not the queue's first cluster."""
     compiled = _fleet_world()
-    listing = {
-        "a": ClusterListing(capacity=_fleet_capacity("a")),
-        "b": ClusterListing(capacity=_fleet_capacity("b")),
-    }
-    cycle = decide(compiled, listing, Memory(), NOW)
+    cycle = decide(compiled, _fleet_listing(), Memory(), NOW)
     assert [(d.operation, d.cluster) for d in cycle.plan.dispatch] == [("p/x", "b"), ("p/y", "b")]
     page = build_operation_detail(compiled, cycle.plan, cycle.states, "p/x", applied=False)
     assert page is not None and page.phase == "Queued"
@@ -479,11 +471,7 @@ def test_logs_of_a_fleet_operation_come_from_the_cluster_it_was_dispatched_to() 
     """``reconciler logs`` reads "the cluster that ran it": for a fleet queue's operation,
     the cluster check 10 chose (b: a has no GPU free), not the queue's first cluster."""
     compiled = _fleet_world()
-    listing = {
-        "a": ClusterListing(capacity=_fleet_capacity("a")),
-        "b": ClusterListing(capacity=_fleet_capacity("b")),
-    }
-    cycle = decide(compiled, listing, Memory(), NOW)
+    cycle = decide(compiled, _fleet_listing(), Memory(), NOW)
     [create, _] = cycle.actions.creates
     assert (create.operation.id, create.cluster) == ("p/x", "b")
     fakes = {"a": FakeCluster("a"), "b": FakeCluster("b")}
