@@ -97,19 +97,20 @@ class ClusterReads:
         self, read: _Read, wanted: frozenset[str], fleet: bool
     ) -> tuple[_Read, ClusterListing]:
         """``read`` with what this revision needs of it read too, and its listing."""
-        if read.kube is None:
+        kube = read.kube
+        if kube is None:
             return read, read.listing
         missing = wanted - read.asked
         if missing:
             try:
-                served = read.kube.served_backends(missing)
+                served = kube.served_backends(missing)
             except KubeError as exc:  # unreachable, as a fresh read says, for every revision
                 read = replace(read, kube=None, listing=ClusterListing.unreachable(str(exc)))
                 return read, read.listing
             read = replace(read, asked=read.asked | missing, served=read.served | served)
         if fleet and not read.capacity_read:
             try:
-                capacity: ClusterCapacity | None = read_capacity(read.kube)
+                capacity: ClusterCapacity | None = read_capacity(kube)
             except KubeError:
                 capacity = None  # not observed; the cluster itself was read
             read = replace(read, capacity=capacity, capacity_read=True)
