@@ -399,3 +399,9 @@ def render_message_page(title: str, message: str, *, refresh: int = REFRESH_SECO
 
 def json_text(data: Mapping[str, Any] | Sequence[Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def error_json(message: str) -> bytes:
+    """Every error of the JSON API, from the pages' routes and the server alike:
+    ``{"error": message}``, through ``json_text``."""
+    return json_text({"error": message}).encode()

@@ -9,19 +9,35 @@ Any other GET goes to ``web`` when given (the queue pages, ``runtime/web.py``): 
 answers ``(status, body, content type)``, or None for 404.
 
 ``POST /api/webhook`` goes to ``webhook`` when given (``runtime/webhook.py``): the body is
-read only with a ``Content-Length`` of at most its ``max_body`` (411, 413 otherwise).
+read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``max_body``
+(411, 400, 413 otherwise).
+
+What any client can make it hold is bounded: at most ``MAX_CONNECTIONS`` connections are
+served at once (one thread each; another is answered 503 at once), each request must
+arrive whole (line, headers, body) within ``READ_SECONDS`` however slowly it trickles
+in, and an answer a client stops reading is dropped after ``SOCKET_TIMEOUT``. HEAD is a
+GET without the body, OPTIONS lists the methods (``Allow``), any other method is 405 with
+``Allow``. Every refusal is one line of text (``{"error": ...}`` under ``/api/v1``); an exception
+of ours is a 500 with a generic line and the traceback in the log, and a client that went
+away is a debug line.
 """
 
 from __future__ import annotations
 
+import io
 import logging
+import socket
+import sys
 import threading
+import time
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
+from reconciler.core.web_html import error_json
 from reconciler.runtime import webhook as hooks
 
 log = logging.getLogger("reconciler.http")
@@ -30,8 +46,25 @@ log = logging.getLogger("reconciler.http")
 # 0.5 s, was half of the shutdown budget).
 POLL_INTERVAL = 0.05
 
-# Seconds a connection may stall (a webhook body sent slowly) before it is dropped.
+# Connections served at once (a thread each, and a webhook body of up to 5 MiB): another
+# one is answered 503 at once. The pages poll every 5 s per open tab.
+MAX_CONNECTIONS = 64
+# Seconds a whole request (line, headers, body) may take to arrive, however it trickles in.
+READ_SECONDS = 30.0
+# Seconds a write may stall (a client that stops reading the answer) before it is dropped.
 SOCKET_TIMEOUT = 30.0
+
+INTERNAL_ERROR = "internal error; see the reconciler's log"
+TEXT = "text/plain; charset=utf-8"
+_READ_METHODS = "GET, HEAD, OPTIONS"
+_BUSY = b"busy: too many connections, retry in a moment\n"
+_BUSY_ANSWER = (
+    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
+    + str(len(_BUSY)).encode()
+    + b"\r\n\r\n"
+    + _BUSY
+)
 
 # ready() returns ok, or (ok, reason); the reason is shown on /readyz.
 Readiness = Callable[[], bool | tuple[bool, str]]
@@ -51,15 +84,166 @@ def parse_address(address: str) -> tuple[str, int]:
     return (host.strip("[]") or "127.0.0.1", int(port))
 
 
+def _is_api(path: str) -> bool:
+    return path == "/api/v1" or path.startswith("/api/v1/")
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's bytes, every read waiting at most until ``deadline`` (monotonic): the
+    socket's own timeout counts per read, so a byte every few seconds never ends."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"the request was not received within {READ_SECONDS:g} s")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     timeout = SOCKET_TIMEOUT
+    # a refusal of a request line that is not HTTP at all still gets a status line
+    default_request_version = "HTTP/1.0"
+    _head = False  # a HEAD: the answer without its body
+    _answered = False  # the status line is out: a later failure cannot become a 500
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the socket's own file: replaced by one bounded in time
+        reader = _DeadlineReader(self.connection, time.monotonic() + READ_SECONDS)
+        self.rfile = io.BufferedReader(reader)
+
+    # --- methods -----------------------------------------------------------------------
+
+    def do_GET(self) -> None:
+        self._guarded(self._get)
+
+    def do_HEAD(self) -> None:
+        self._head = True
+        self._guarded(self._get)
 
     def do_POST(self) -> None:
-        path = self.path.partition("?")[0]
+        self._guarded(self._post)
+
+    def do_OPTIONS(self) -> None:
+        self._send(204, b"", TEXT, allow=self._allow())
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's refusals (a malformed request line or headers, a method without a
+        ``do_`` here) as ours: one line, not an HTML page."""
+        self.close_connection = True
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # no do_<METHOD>: not allowed on any path
+            self._not_allowed()
+            return
+        log.debug("http: refused (%s): %s", code, message)
+        self._error(code, message or HTTPStatus(code).phrase)
+
+    # --- answers -----------------------------------------------------------------------
+
+    def _guarded(self, serve: Callable[[], None]) -> None:
+        """``serve()``, with an exception of ours answered 500 and logged."""
+        try:
+            serve()
+        except (ConnectionError, TimeoutError):
+            raise  # the client went away or stalled: the server's handle_error notes it
+        except Exception:
+            log.exception("serving %s %s", self.command, self.path[:200])
+            if not self._answered:
+                self.close_connection = True
+                self._error(500, INTERNAL_ERROR)
+
+    def _path(self) -> str:
+        return (getattr(self, "path", "") or "").partition("?")[0]
+
+    def _allow(self) -> str:
+        if self._path() == hooks.PATH and self.server.webhook is not None:
+            return "POST, OPTIONS"
+        return _READ_METHODS
+
+    def _not_allowed(self) -> None:
+        allow = self._allow()
+        self._error(405, f"method {self.command} not allowed here: {allow}", allow=allow)
+
+    def _error(self, status: int, message: str, allow: str | None = None) -> None:
+        """One line: ``{"error": ...}`` under /api/v1, text elsewhere."""
+        if _is_api(self._path()):
+            self._send(status, error_json(message), "application/json", allow=allow)
+        else:
+            line = " ".join(message.splitlines())
+            self._send(status, (line + "\n").encode(), TEXT, allow=allow)
+
+    def _reply(self, status: int, message: str) -> None:
+        """An answer before the body was read: the connection is closed after it."""
+        self.close_connection = True
+        self._send(status, (message + "\n").encode(), TEXT)
+
+    def _send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: str,
+        page: bool = False,
+        allow: str | None = None,
+    ) -> None:
+        self.connection.settimeout(SOCKET_TIMEOUT)  # the read's deadline is not the answer's
+        self._answered = True
+        self.send_response(status)
+        if status != 204:
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+        if allow is not None:
+            self.send_header("Allow", allow)
+        if page:  # the web pages: always fresh, never sniffed as another type
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+        if self.close_connection:
+            self.send_header("Connection", "close")
+        self.end_headers()
+        if not self._head and status != 204:
+            self.wfile.write(body)
+
+    # --- routes ------------------------------------------------------------------------
+
+    def _get(self) -> None:
+        path, _, query = self.path.partition("?")
+        if path == hooks.PATH and self.server.webhook is not None:
+            self._not_allowed()
+        elif path == "/healthz":
+            self._send(200, b"ok\n", TEXT)
+        elif path == "/readyz":
+            try:
+                answer = self.server.ready()
+                ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
+            except Exception as exc:  # a broken probe is "not ready", never a 500 loop
+                log.exception("the readiness check")
+                ok, reason = False, f"readiness check failed: {exc}"
+            body = (reason or ("ok" if ok else "not ready")) + "\n"
+            self._send(200 if ok else 503, body.encode(), TEXT)
+        elif path == "/metrics":
+            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
+        elif self.server.web is not None:
+            reply = self.server.web(path, query)
+            if reply is None:
+                self._error(404, "not found")
+            else:
+                code, payload, content_type = reply
+                self._send(code, payload, content_type, page=True)
+        else:
+            self._error(404, "not found")
+
+    def _post(self) -> None:
         receiver = self.server.webhook
-        if path != hooks.PATH:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
+        if self._path() != hooks.PATH:
+            self._not_allowed()
             return
         if receiver is None:
             self._reply(404, "no webhook receiver: start with --webhook-secret-file")
@@ -67,74 +251,32 @@ class _Handler(BaseHTTPRequestHandler):
         if self.headers.get("Transfer-Encoding"):
             self._reply(411, "a webhook needs a Content-Length (no chunked body)")
             return
-        length_text = self.headers.get("Content-Length")
-        if length_text is None:
+        lengths = [v.strip() for v in self.headers.get_all("Content-Length") or []]
+        if not lengths:
             self._reply(411, "a webhook needs a Content-Length")
             return
+        if len(set(lengths)) > 1:
+            self._reply(400, "conflicting Content-Length headers")
+            return
+        text = lengths[0]
+        if not (text.isascii() and text.isdigit()):
+            self._reply(400, f"bad Content-Length {text[:20]!r}: expected digits")
+            return
+        if len(text) > 15 or int(text) > receiver.max_body:
+            shown = text if len(text) <= 15 else "over 10^15"
+            self._reply(413, f"webhook body of {shown} bytes: at most {receiver.max_body}")
+            return
+        length = int(text)
         try:
-            length = int(length_text)
-        except ValueError:
-            length = -1
-        if length < 0:
-            self._reply(400, f"bad Content-Length {length_text[:20]!r}")
+            body = self.rfile.read(length)
+        except TimeoutError:
+            self._reply(408, f"webhook body not received within {READ_SECONDS:g} s")
             return
-        if length > receiver.max_body:
-            self._reply(413, f"webhook body of {length} bytes: at most {receiver.max_body}")
-            return
-        body = self.rfile.read(length)
         if len(body) < length:
             self._reply(400, f"webhook body cut short: {len(body)} of {length} bytes")
             return
-        try:
-            reply = receiver.handle(dict(self.headers.items()), body)
-        except Exception:
-            log.exception("webhook")
-            self._reply(500, "internal error; see the reconciler's log")
-            return
-        self._send(reply.status, reply.body, "text/plain; charset=utf-8")
-
-    def _reply(self, status: int, message: str) -> None:
-        """An answer before the body was read: the connection is closed after it."""
-        self.close_connection = True
-        self._send(status, (message + "\n").encode(), "text/plain; charset=utf-8")
-
-    def do_GET(self) -> None:
-        path, _, query = self.path.partition("?")
-        if path == "/healthz":
-            self._send(200, b"ok\n", "text/plain; charset=utf-8")
-        elif path == "/readyz":
-            try:
-                answer = self.server.ready()
-                ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
-            except Exception as exc:  # a broken probe is "not ready", never a 500 loop
-                ok, reason = False, f"readiness check failed: {exc}"
-            body = (reason or ("ok" if ok else "not ready")) + "\n"
-            self._send(200 if ok else 503, body.encode(), "text/plain; charset=utf-8")
-        elif path == "/metrics":
-            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
-        elif self.server.web is not None:
-            try:
-                reply = self.server.web(path, query)
-            except Exception:
-                log.exception("serving %s", path)
-                reply = (500, b"internal error; see the reconciler's log\n", "text/plain")
-            if reply is None:
-                self._send(404, b"not found\n", "text/plain; charset=utf-8")
-            else:
-                code, payload, content_type = reply
-                self._send(code, payload, content_type, page=True)
-        else:
-            self._send(404, b"not found\n", "text/plain; charset=utf-8")
-
-    def _send(self, status: int, body: bytes, content_type: str, page: bool = False) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        if page:  # the web pages: always fresh, never sniffed as another type
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-        self.end_headers()
-        self.wfile.write(body)
+        reply = receiver.handle(dict(self.headers.items()), body)
+        self._send(reply.status, reply.body, TEXT)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("http %s", format % args)
@@ -156,6 +298,40 @@ class _Server(ThreadingHTTPServer):
         self.ready = ready
         self.web = web
         self.webhook = webhook
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection while there is a slot; else 503 at once (from the
+        accepting thread, never blocking it: the answer fits any socket buffer)."""
+        if not self._slots.acquire(blocking=False):
+            log.debug("http: %s refused: %d connections served", client_address, MAX_CONNECTIONS)
+            try:
+                request.setblocking(False)
+                request.send(_BUSY_ANSWER)
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """Not socketserver's traceback on stderr: a client gone is a debug line, anything
+        else a bug, logged."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError):
+            log.debug("http: the connection from %s ended: %s", client_address, exc)
+        else:
+            log.error("http: serving %s", client_address, exc_info=True)
 
 
 class HttpServer:

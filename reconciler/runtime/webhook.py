@@ -107,11 +107,17 @@ def _signature_ok(secret: bytes, body: bytes, header: str) -> str | None:
     digest = _DIGESTS.get(algorithm.lower())
     if not sep or digest is None:
         return f"signature {header[:20]!r}: expected sha256=<hex> or sha512=<hex>"
-    expected = hmac.new(secret, body, digest).hexdigest()
-    # compare_digest on ASCII str: constant-time in the length of the expected value
-    if not hmac.compare_digest(expected, given.strip().lower()):
+    expected = hmac.new(secret, body, digest).hexdigest().encode()
+    # bytes, constant-time in the length of the expected value (compare_digest refuses a
+    # str that is not ASCII, and a header value is any byte)
+    if not hmac.compare_digest(expected, _bytes(given.strip().lower())):
         return "signature does not match the body (wrong secret?)"
     return None
+
+
+def _bytes(value: str) -> bytes:
+    """A header's value as bytes, whatever it holds (a lone surrogate included)."""
+    return value.encode("utf-8", "surrogatepass")
 
 
 def _json(body: bytes) -> dict[str, Any] | str:
@@ -196,7 +202,7 @@ class Receiver:
             return Reply(
                 401, "GitLab webhook without X-Gitlab-Token: set its secret token", False, "gitlab"
             )
-        if not hmac.compare_digest(token.encode(), self._secret):
+        if not hmac.compare_digest(_bytes(token), self._secret):
             return Reply(
                 401, "GitLab webhook: X-Gitlab-Token does not match the secret", False, "gitlab"
             )

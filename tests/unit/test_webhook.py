@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import select
+import socket
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +23,7 @@ from test_event_cycles import FixedClock, VirtualClock
 from reconciler.cli.main import cli
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
+from reconciler.runtime import http as http_server
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.http import HttpServer
 from reconciler.runtime.loop import Loop, Wakeup
@@ -97,6 +100,26 @@ def test_a_github_push_without_a_good_signature_is_401(
     hook, pushes = receiver
     reply = hook.handle(headers, push())
     assert reply.status == 401 and why in reply.message and not reply.triggered
+    assert pushes.providers == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=\xe9\xe9"},
+        {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + "\u0663" * 64},
+        {"X-Signature": "sha512=\xff"},
+        {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "\udcff\xe9"},
+    ],
+)
+def test_a_signature_that_is_not_ascii_is_401_not_an_internal_error(
+    receiver: tuple[Receiver, Pushes], headers: dict[str, str]
+) -> None:
+    """A header value is any byte (decoded as Latin-1): ``compare_digest`` of non-ASCII
+    ``str`` raised TypeError, answered 500 as if it were our bug."""
+    hook, pushes = receiver
+    reply = hook.handle(headers, push())
+    assert reply.status == 401 and not reply.triggered, reply.message
     assert pushes.providers == []
 
 
@@ -346,7 +369,7 @@ def test_bad_requests_through_http_never_trigger(served: Served) -> None:
         ("/api/webhook", b"{", github(b"{"), 400),
         ("/api/webhook", body, {"Content-Type": "application/json"}, 400),
         ("/api/webhook", push("refs/heads/dev"), github(push("refs/heads/dev")), 200),
-        ("/api/other", body, github(body), 404),
+        ("/api/other", body, github(body), 405),  # not the receiver: GET, HEAD, OPTIONS
     ]
     for path, payload, headers, expected in cases:
         status, text = post(url, path, payload, headers)
@@ -380,6 +403,69 @@ def test_the_body_is_bounded_before_it_is_read(served: Served) -> None:
         assert resp.status == 411 and b"Content-Length" in resp.read()
     finally:
         conn.close()
+    assert served.wake.counts[Trigger.WEBHOOK] == 0
+
+
+def raw_post(url: str, head: bytes, body: bytes = b"", wait: float = 5.0) -> bytes:
+    """Send ``head`` (the headers after the request line, no blank line) and ``body`` as
+    given, byte for byte; the whole answer (until the server closes)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(b"POST /api/webhook HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+@pytest.mark.parametrize(
+    ("length", "expected"),
+    [
+        (b"Content-Length: 1_0", b"400"),  # int() took it as 10
+        (b"Content-Length: +10", b"400"),
+        (b"Content-Length: \xd9\xa1\xd9\xa0", b"400"),  # Arabic-Indic digits, as UTF-8
+        (b"Content-Length: 10\r\nContent-Length: 12", b"400"),  # which one?
+        (b"Content-Length: " + b"9" * 5000, b"413"),
+    ],
+)
+def test_content_length_is_plain_ascii_digits_and_said_once(
+    served: Served, length: bytes, expected: bytes
+) -> None:
+    body = b"0123456789"
+    answer = raw_post(
+        served.server.url,
+        b"X-Signature: " + sign(SECRET, body).encode() + b"\r\n" + length + b"\r\n",
+        body,
+    )
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.split(b" ")[1] == expected, answer
+    assert rest.endswith(b"\n") and len(rest.split(b"\r\n\r\n", 1)[1].splitlines()) == 1
+    assert served.wake.counts[Trigger.WEBHOOK] == 0
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole request must arrive within ``READ_SECONDS``, however slowly it trickles."""
+    monkeypatch.setattr(http_server, "READ_SECONDS", 0.5)
+    body = push()
+    host, port = served.server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /api/webhook HTTP/1.1\r\nX-Signature: "
+            + sign(SECRET, body).encode()
+            + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        answer = b""
+        for byte in body[:-1]:  # never the last byte; each one well within the old timeout
+            sock.sendall(bytes([byte]))
+            ready, _, _ = select.select([sock], [], [], 0.1)
+            if ready:
+                break
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 408 "), answer
+    assert b"not received within" in answer
     assert served.wake.counts[Trigger.WEBHOOK] == 0
 
 
