@@ -10,7 +10,8 @@ Routes (GET only; nothing here changes a cluster or the repo):
 - ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
   ``/api/v1/fleet``: the same views as JSON.
 
-``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh). The
+``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh); any
+other query parameter is a 400 that names it (``did you mean``), the API takes none. The
 rendering is pure (``core.web_html``); this module only fetches what the views need.
 """
 
@@ -29,6 +30,7 @@ from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.model import suggest
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
     BlameLine,
@@ -50,6 +52,8 @@ from reconciler.runtime.service import Runtime
 log = logging.getLogger("reconciler.web")
 
 MAX_LOG_BYTES = 256 << 10  # of a pod's log, per page view
+PAGE_PARAMETERS = ("partial",)  # ?partial=main: only the page's <main> (its refresh)
+MAX_QUERY_FIELDS = 16
 
 Response = tuple[int, bytes, str]
 HTML = "text/html; charset=utf-8"
@@ -101,17 +105,24 @@ class WebApp:
 
     def __call__(self, path: str, query: str = "") -> Response | None:
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
-        partial = parse_qs(query).get("partial", [""])[0] == "main"
         if parts[:2] == ["api", "v1"]:
-            return self._api(parts[2:])
+            wrong = query_error(query, ())
+            return _error(400, wrong) if wrong else self._api(parts[2:])
+        page: tuple[str, Callable[[_Cycle], tuple[int, str] | None]]
         if not parts or parts == ["queues"]:
-            return self._html(partial, "Queues", self._queues_main)
-        if parts[0] == "queues" and len(parts) == 2:
-            return self._html(partial, f"Queue {parts[1]}", lambda c: self._queue_main(c, parts[1]))
-        if parts[0] == "operations" and len(parts) == 3:
+            page = ("Queues", self._queues_main)
+        elif parts[0] == "queues" and len(parts) == 2:
+            page = (f"Queue {parts[1]}", lambda c: self._queue_main(c, parts[1]))
+        elif parts[0] == "operations" and len(parts) == 3:
             op_id = f"{parts[1]}/{parts[2]}"
-            return self._html(partial, f"Operation {op_id}", lambda c: self._op_main(c, op_id))
-        return None
+            page = (f"Operation {op_id}", lambda c: self._op_main(c, op_id))
+        else:
+            return None
+        wrong = query_error(query, PAGE_PARAMETERS)
+        if wrong:
+            text = web_html.render_message_page("Bad request", wrong, refresh=0)
+            return 400, text.encode(), HTML
+        return self._html("partial" in parse_qs(query, keep_blank_values=True), *page)
 
     def _cycle(self) -> _Cycle | None:
         result = self._latest()
@@ -259,7 +270,7 @@ class WebApp:
     def _api(self, parts: list[str]) -> Response | None:
         cycle = self._cycle()
         if cycle is None:
-            return _json(503, {"error": "no valid config has been loaded yet"})
+            return _error(503, "no valid config has been loaded yet")
         r = cycle.result
         assert r.compiled is not None and r.plan is not None
         view = build_queues_view(
@@ -286,7 +297,7 @@ class WebApp:
                 estimates=cycle.estimates,
             )
             if detail is None:
-                return _json(404, {"error": f"no queue {parts[1]!r}"})
+                return _error(404, f"no queue {parts[1]!r}")
             return _json(200, detail.to_json())
         if len(parts) == 3 and parts[0] == "operations":
             op_id = f"{parts[1]}/{parts[2]}"
@@ -300,13 +311,37 @@ class WebApp:
                 estimates=cycle.estimates,
             )
             if op is None:
-                return _json(404, {"error": f"no operation {op_id!r}"})
+                return _error(404, f"no operation {op_id!r}")
             return _json(200, op.to_json())
-        return _json(404, {"error": "not found"})
+        return _error(404, "not found")
 
 
 def _json(status: int, data: Mapping[str, Any]) -> Response:
     return status, web_html.json_text(data).encode(), JSON
+
+
+def _error(status: int, message: str) -> Response:
+    return status, web_html.error_json(message), JSON
+
+
+def query_error(query: str, allowed: tuple[str, ...]) -> str | None:
+    """Why a page's (``partial=main`` only) or the API's (none) query is refused, or None:
+    an unknown or misspelt name is an error, never ignored."""
+    try:
+        params = parse_qs(query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return "too many query parameters"
+    for name, values in params.items():
+        if name not in allowed:
+            if not allowed:
+                return f"unknown query parameter {name!r}: /api/v1 takes none"
+            close = suggest(name, allowed)
+            hint = f"did you mean {close!r}?" if close else f"allowed: {', '.join(allowed)}"
+            return f"unknown query parameter {name!r} ({hint})"
+        wrong = [v for v in values if v != "main"]
+        if wrong:
+            return f"{name}={wrong[0]!r}: the only value is main"
+    return None
 
 
 def _note(result: CycleResult, applied: bool) -> str:

@@ -329,3 +329,84 @@ def test_paths_with_control_characters_are_quoted_on_the_pages() -> None:
         assert "\x1b" not in html and "\u202e" not in html
     assert f"<code>{shown}:3</code>" in pages[0]
     assert f"<code>{shown}</code>" in pages[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "said"),
+    [
+        (
+            "/queues?partail=main",
+            400,
+            "unknown query parameter 'partail' (did you mean 'partial'?)",
+        ),
+        ("/?Partial=main", 400, "unknown query parameter 'Partial' (did you mean 'partial'?)"),
+        ("/queues/team-a?zzz=1", 400, "unknown query parameter 'zzz' (allowed: partial)"),
+        ("/queues?partial=yes", 400, "partial='yes': the only value is main"),
+        ("/queues?partial", 400, "partial='': the only value is main"),
+        ("/queues?partial=main&partial=all", 400, "partial='all': the only value is main"),
+        (
+            "/api/v1/queues?partial=main",
+            400,
+            "unknown query parameter 'partial': /api/v1 takes none",
+        ),
+        (
+            "/api/v1/fleet?" + "&".join(f"a{i}=1" for i in range(30)),
+            400,
+            "too many query parameters",
+        ),
+        ("/favicon.ico?x=1", 404, "not found"),
+        ("/queues?", 200, "<!doctype html>"),
+        ("/queues?&", 200, "<!doctype html>"),  # no parameter: the whole page
+        ("/queues?partial=main", 200, "<h1>Queues</h1>"),
+    ],
+)
+def test_query_parameters_are_checked_not_ignored(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+    path: str,
+    status: int,
+    said: str,
+) -> None:
+    """An unknown or misspelt parameter was ignored: ``?partail=main`` got the whole page."""
+    url, latest, _ = served
+    latest.result = cycle
+    got, ctype, body = _get(url + path)
+    assert got == status, body[:300]
+    if path.startswith("/api/"):
+        assert ctype == "application/json" and json.loads(body) == {"error": said}
+    elif status == 400:
+        assert ctype == "text/html; charset=utf-8" and esc(said) in body
+    else:
+        assert body.startswith(said)
+
+
+def test_api_errors_are_one_json_shape_whoever_answers(cycle: CycleResult) -> None:
+    """A bug under /api/v1 was a text/plain 500, another method a text 404: every API error
+    is ``{"error": ...}`` (``web_html.error_json``), pages and probes keep text."""
+    calls = {"n": 0}
+
+    def broken() -> CycleResult | None:
+        calls["n"] += 1
+        raise RuntimeError("a bug in the view")
+
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=WebApp(broken))
+    server.start()
+    try:
+        status, ctype, body = _get(server.url + "/api/v1/queues")
+        assert (status, ctype) == (500, "application/json")
+        assert json.loads(body) == {"error": "internal error; see the reconciler's log"}
+        status, ctype, body = _get(server.url + "/queues")
+        assert (status, ctype) == (500, "text/plain; charset=utf-8")
+        assert body == "internal error; see the reconciler's log\n" and "a bug" not in body
+        request = urllib.request.Request(server.url + "/api/v1/queues", data=b"{}", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=5)
+            pytest.fail("POST was answered")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 405 and exc.headers["Allow"] == "GET, HEAD, OPTIONS"
+            assert json.loads(exc.read()) == {
+                "error": "method POST not allowed here: GET, HEAD, OPTIONS"
+            }
+    finally:
+        server.stop()
+    assert calls["n"] == 2
