@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import pathlib
 import select
 import socket
 import struct
@@ -396,3 +397,19 @@ def test_malformed_requests_get_one_line(
     assert got == status
     assert headers["content-type"] == "text/plain; charset=utf-8"
     assert body.endswith(b"\n") and len(body.splitlines()) == 1 and b"<" not in body
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_bad_http_address_is_a_usage_error_not_a_traceback(
+    command: str, tmp_path: pathlib.Path
+) -> None:
+    """``run --http foo`` raised parse_address's ValueError out of the command."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    extra = ["--watch"] if command == "run" else []
+    result = CliRunner().invoke(cli, [command, "--repo", str(tmp_path), *extra, "--http", "foo"])
+    assert result.exit_code == 2, result.output
+    assert "error: --http 'foo': expected HOST:PORT" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)
