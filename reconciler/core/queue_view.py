@@ -762,9 +762,12 @@ def build_operation_detail(
     applied: bool,
     recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
     estimates: Estimates = NO_ESTIMATES,
+    failed: Mapping[str, tuple[str, str]] | None = None,
 ) -> OperationDetail | None:
     """One operation (a workflow parent lists its children), or None if neither the
-    config nor any cluster knows it."""
+    config nor any cluster knows it. ``failed``: the applied plan's dispatches whose create
+    failed, with (reason, error): Queued with them, as the status branch records them."""
+    failed = {} if failed is None or not applied else failed
     op = next((o for o in repo.operations if o.id == op_id), None)
     state = states.get(op_id)
     if state is not None and op is not None and state.generation != op.generation:
@@ -775,7 +778,7 @@ def build_operation_detail(
         children = tuple(o.id for o in repo.operations if o.workflow and o.workflow.parent == op_id)
         if children:
             first = next(o for o in repo.operations if o.id == children[0])
-            phases = sorted({_phase_of(c, states, plan, applied) for c in children})
+            phases = sorted({_phase_of(c, states, plan, applied, failed) for c in children})
             return OperationDetail(
                 operation=op_id,
                 phase=", ".join(phases),
@@ -792,7 +795,7 @@ def build_operation_detail(
             return None
     base = OperationDetail(
         operation=op_id,
-        phase=_phase_of(op_id, states, plan, applied) if rejected is None else "Rejected",
+        phase=_phase_of(op_id, states, plan, applied, failed) if rejected is None else "Rejected",
         kind=str(op.kind) if op else None,
         path=op.path if op else (rejected.path if rejected else None),
         queue=op.queue if op else (state.queue if state else None),
@@ -823,6 +826,8 @@ def build_operation_detail(
         )
     elif rejected is not None:
         fields.update(reason=str(rejected.reason), message=rejected.message)
+    elif op_id in failed:
+        fields.update(reason=failed[op_id][0], message=failed[op_id][1])
     elif pending is not None:
         fields.update(
             reason=str(pending.reason),
@@ -840,11 +845,17 @@ def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDet
     return detail.model_copy(update=fields)
 
 
-def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, applied: bool) -> str:
+def _phase_of(
+    op_id: str,
+    states: Mapping[str, WorkloadState],
+    plan: Plan,
+    applied: bool,
+    failed: Mapping[str, tuple[str, str]],
+) -> str:
     state = states.get(op_id)
     if state is not None:
         return state.phase.value
-    if applied and any(d.operation == op_id for d in plan.dispatch):
+    if applied and op_id not in failed and any(d.operation == op_id for d in plan.dispatch):
         return Phase.DISPATCHED.value
     return Phase.QUEUED.value
 

@@ -43,6 +43,7 @@ from reconciler.core.render_kubeflow import log_container
 from reconciler.core.status import (
     OperationStatus,
     StatusFileError,
+    StatusReason,
     operation_path,
     parse_status_file,
 )
@@ -208,6 +209,7 @@ class WebApp:
             applied=c.applied,
             recorded=self._recorded(op_id),
             estimates=c.estimates,
+            failed=_failed(r),
         )
         if detail is None:
             return None
@@ -309,6 +311,7 @@ class WebApp:
                 applied=cycle.applied,
                 recorded=self._recorded(op_id),
                 estimates=cycle.estimates,
+                failed=_failed(r),
             )
             if op is None:
                 return _error(404, f"no operation {op_id!r}")
@@ -342,6 +345,15 @@ def query_error(query: str, allowed: tuple[str, ...]) -> str | None:
         if wrong:
             return f"{name}={wrong[0]!r}: the only value is main"
     return None
+
+
+def _failed(result: CycleResult) -> dict[str, tuple[str, str]]:
+    """The cycle's dispatches whose create failed, (reason, error) as the status branch
+    records them (``runtime/status.py``)."""
+    return {
+        op: (str(result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED)), error)
+        for op, error in result.failed.items()
+    }
 
 
 def _note(result: CycleResult, applied: bool) -> str:

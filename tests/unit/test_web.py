@@ -410,3 +410,44 @@ def test_api_errors_are_one_json_shape_whoever_answers(cycle: CycleResult) -> No
     finally:
         server.stop()
     assert calls["n"] == 2
+
+
+def test_a_dispatch_that_failed_is_shown_as_the_cycle_recorded_it(template: RepoSnapshot) -> None:
+    """The leader's cycle planned a dispatch whose create failed: the status branch records
+    it Queued with reason DispatchFailed and the error, but the operation page and its API
+    said Dispatched (the plan's intent, not what the cycle did)."""
+    from reconciler.core.status import StatusReason, build_status
+
+    repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
+    plan = plan_repo(repo, [], NOW)
+    op = plan.dispatch[0].operation
+    error = "creating Job team-a/x: admission webhook denied the request"
+    result = CycleResult(
+        at=NOW,
+        version=repo.version,
+        compiled=repo,
+        plan=plan,
+        states={},
+        dispatched=tuple(d.operation for d in plan.dispatch if d.operation != op),
+        failed={op: error},
+        failure_reasons={op: StatusReason.DISPATCH_FAILED},
+    )
+    failed = {op: (StatusReason.DISPATCH_FAILED, error)}
+    record = next(r for r in build_status(repo, plan, {}, failed) if r.operation == op)
+    assert (record.phase, record.reason) == (Phase.QUEUED, "DispatchFailed")
+    app = WebApp(lambda: result)
+    reply = app(f"/api/v1/operations/{op}")
+    assert reply is not None and reply[0] == 200
+    shown = json.loads(reply[1])
+    assert (shown["phase"], shown["reason"], shown["message"]) == (
+        record.phase.value,
+        record.reason,
+        record.message,
+    )
+    reply = app(operation_href(op))
+    assert reply is not None
+    page = reply[1].decode()
+    assert "<b>Queued</b>" in page and "DispatchFailed" in page and esc(error) in page
+    other = next(d.operation for d in plan.dispatch if d.operation != op)
+    reply = app(f"/api/v1/operations/{other}")
+    assert reply is not None and json.loads(reply[1])["phase"] == "Dispatched"
