@@ -42,6 +42,7 @@ PATH = "/api/webhook"
 # at most 20 commits (a few hundred KB at worst); refused before reading with 413.
 MAX_BODY = 5 * 1024 * 1024
 SECRET_ENV = "RECONCILER_WEBHOOK_SECRET"
+FORM = "application/x-www-form-urlencoded"
 
 _DIGESTS: Mapping[str, Callable[[], Any]] = {
     "sha256": hashlib.sha256,
@@ -126,6 +127,8 @@ def _json(body: bytes) -> dict[str, Any] | str:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         return f"body is not JSON: {exc}"
+    except RecursionError:  # json's scanner on thousands of nested arrays or objects
+        return "body is not JSON we read: nested too deeply"
     if not isinstance(data, dict):
         return "body is not a JSON object"
     return data
@@ -194,7 +197,7 @@ class Receiver:
             return Reply(200, "pong", False, "github")
         if event != "push":
             return Reply(200, f"GitHub event {event!r} ignored: only push is read", False, "github")
-        return self._push(body, "github")
+        return self._push(body, "github", headers.get("content-type", ""))
 
     def _gitlab(self, headers: Mapping[str, str], body: bytes) -> Reply:
         token = headers.get("x-gitlab-token")
@@ -211,7 +214,7 @@ class Receiver:
             return Reply(
                 200, f"GitLab event {event!r} ignored: only Push Hook is read", False, "gitlab"
             )
-        return self._push(body, "gitlab")
+        return self._push(body, "gitlab", headers.get("content-type", ""))
 
     def _generic(self, headers: Mapping[str, str], body: bytes) -> Reply:
         wrong = _signature_ok(self._secret, body, headers["x-signature"])
@@ -232,9 +235,11 @@ class Receiver:
             ref = f"refs/heads/{branch}"
         return self._ref(ref, "generic")
 
-    def _push(self, body: bytes, provider: str) -> Reply:
+    def _push(self, body: bytes, provider: str, content_type: str) -> Reply:
         data = _json(body)
         if isinstance(data, str):
+            if content_type.split(";")[0].strip().lower() == FORM:  # GitHub's other choice
+                data = f"sent as {FORM}: set the webhook's content type to application/json"
             return Reply(400, f"{provider} push: {data}", False, provider)
         if provider == "gitlab" and data.get("object_kind", "push") != "push":
             kind = data.get("object_kind")

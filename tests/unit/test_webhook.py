@@ -9,6 +9,7 @@ import json
 import select
 import socket
 import threading
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -221,6 +222,37 @@ def test_a_malformed_signed_push_is_400(
     hook, pushes = receiver
     reply = hook.handle(github(body), body)
     assert reply.status == 400 and why in reply.message and reply.result == "invalid"
+    assert pushes.providers == []
+
+
+def test_a_signed_body_nested_too_deeply_is_bad_input_not_a_bug(
+    receiver: tuple[Receiver, Pushes],
+) -> None:
+    """json.loads raises RecursionError (not ValueError) on 100 000 nested arrays: a signed
+    sender's bad payload was a 500, as if it were our bug."""
+    hook, pushes = receiver
+    body = b"[" * 100_000 + b"]" * 100_000
+    reply = hook.handle(github(body), body)
+    assert reply.status == 400 and "not JSON" in reply.message, reply.message
+    reply = hook.handle({"X-Signature": sign(SECRET, body)}, body)
+    assert reply.status == 202  # generic: a body that is no JSON object just asks for a fetch
+    assert pushes.providers == ["generic"]
+
+
+def test_a_form_encoded_github_push_says_to_send_json(
+    receiver: tuple[Receiver, Pushes],
+) -> None:
+    """GitHub's other content type (``payload=<url-encoded JSON>``) was answered "body is
+    not JSON: Expecting value", which does not say what to change."""
+    hook, pushes = receiver
+    body = b"payload=" + urllib.parse.quote_plus(push().decode()).encode()
+    headers = {**github(body), "Content-Type": "application/x-www-form-urlencoded"}
+    reply = hook.handle(headers, body)
+    assert reply.status == 400 and not reply.triggered
+    assert reply.message == (
+        "github push: sent as application/x-www-form-urlencoded: set the webhook's content "
+        "type to application/json"
+    )
     assert pushes.providers == []
 
 
