@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.core.types import printable_text
+
 log = logging.getLogger("reconciler.webhook")
 
 PATH = "/api/webhook"
@@ -114,6 +116,14 @@ def _signature_ok(secret: bytes, body: bytes, header: str) -> str | None:
     if not hmac.compare_digest(expected, _bytes(given.strip().lower())):
         return "signature does not match the body (wrong secret?)"
     return None
+
+
+def _shown(value: object, *, quote: bool = True, limit: int = 100) -> str:
+    """A value of the request in an answer or a log line: quoted (``repr``) or, a string,
+    as is; on one line, nothing hidden (``printable_text``), at most ``limit`` characters."""
+    text = repr(value) if quote or not isinstance(value, str) else value
+    text = printable_text(text[:limit])
+    return text if len(str(value)) <= limit else text + "..."
 
 
 def _bytes(value: str) -> bytes:
@@ -196,7 +206,9 @@ class Receiver:
         if event == "ping":
             return Reply(200, "pong", False, "github")
         if event != "push":
-            return Reply(200, f"GitHub event {event!r} ignored: only push is read", False, "github")
+            return Reply(
+                200, f"GitHub event {_shown(event)} ignored: only push is read", False, "github"
+            )
         return self._push(body, "github", headers.get("content-type", ""))
 
     def _gitlab(self, headers: Mapping[str, str], body: bytes) -> Reply:
@@ -212,7 +224,10 @@ class Receiver:
         event = headers["x-gitlab-event"].strip()
         if event not in ("Push Hook", "System Hook"):
             return Reply(
-                200, f"GitLab event {event!r} ignored: only Push Hook is read", False, "gitlab"
+                200,
+                f"GitLab event {_shown(event)} ignored: only Push Hook is read",
+                False,
+                "gitlab",
             )
         return self._push(body, "gitlab", headers.get("content-type", ""))
 
@@ -243,14 +258,21 @@ class Receiver:
             return Reply(400, f"{provider} push: {data}", False, provider)
         if provider == "gitlab" and data.get("object_kind", "push") != "push":
             kind = data.get("object_kind")
-            return Reply(200, f"GitLab {kind!r} hook ignored: only push is read", False, provider)
+            return Reply(
+                200, f"GitLab {_shown(kind)} hook ignored: only push is read", False, provider
+            )
         return self._ref(data.get("ref"), provider)
 
     def _ref(self, ref: object, provider: str) -> Reply:
         if not isinstance(ref, str) or not ref:
             return Reply(400, f"{provider} push: no ref in the payload", False, provider)
         if ref != self.ref:
-            return Reply(200, f"push to {ref} ignored: following {self.ref}", False, provider)
+            return Reply(
+                200,
+                f"push to {_shown(ref, quote=False)} ignored: following {self.ref}",
+                False,
+                provider,
+            )
         return self._trigger(f"push to {ref}", provider)
 
     def _trigger(self, what: str, provider: str) -> Reply:

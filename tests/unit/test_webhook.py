@@ -256,6 +256,27 @@ def test_a_form_encoded_github_push_says_to_send_json(
     assert pushes.providers == []
 
 
+@pytest.mark.parametrize(
+    "ref",
+    ["refs/heads/dev\nwebhook: push to refs/heads/main: fetching", "refs/heads/" + "x" * 200_000],
+)
+def test_an_ignored_ref_is_quoted_on_one_short_line(
+    receiver: tuple[Receiver, Pushes], ref: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The payload's ref was echoed raw into the one-line answer and the log: a newline
+    forged a second line, a 200 KB ref was answered and logged whole."""
+    hook, pushes = receiver
+    body = push(ref)
+    with caplog.at_level("INFO", logger="reconciler.webhook"):
+        reply = hook.handle(github(body), body)
+    assert reply.status == 200 and not reply.triggered
+    assert len(reply.body.splitlines()) == 1 and len(reply.body) < 400
+    assert reply.message.startswith("push to refs/heads/")
+    assert reply.message.endswith("ignored: following refs/heads/main")
+    assert all("\n" not in r.getMessage() and len(r.getMessage()) < 400 for r in caplog.records)
+    assert pushes.providers == []
+
+
 def test_an_unknown_sender_is_400(receiver: tuple[Receiver, Pushes]) -> None:
     hook, pushes = receiver
     reply = hook.handle({"Content-Type": "application/json"}, push())
