@@ -47,6 +47,7 @@ from reconciler.core.status import (
     operation_path,
     parse_status_file,
 )
+from reconciler.core.types import printable_text
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.service import Runtime
 
@@ -113,10 +114,11 @@ class WebApp:
         if not parts or parts == ["queues"]:
             page = ("Queues", self._queues_main)
         elif parts[0] == "queues" and len(parts) == 2:
-            page = (f"Queue {parts[1]}", lambda c: self._queue_main(c, parts[1]))
+            shown = printable_text(parts[1])  # a title from a link: nothing hidden
+            page = (f"Queue {shown}", lambda c: self._queue_main(c, parts[1]))
         elif parts[0] == "operations" and len(parts) == 3:
             op_id = f"{parts[1]}/{parts[2]}"
-            page = (f"Operation {op_id}", lambda c: self._op_main(c, op_id))
+            page = (f"Operation {printable_text(op_id)}", lambda c: self._op_main(c, op_id))
         else:
             return None
         wrong = query_error(query, PAGE_PARAMETERS)

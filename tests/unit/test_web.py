@@ -451,3 +451,18 @@ def test_a_dispatch_that_failed_is_shown_as_the_cycle_recorded_it(template: Repo
     other = next(d.operation for d in plan.dispatch if d.operation != op)
     reply = app(f"/api/v1/operations/{other}")
     assert reply is not None and json.loads(reply[1])["phase"] == "Dispatched"
+
+
+def test_a_name_from_the_path_is_shown_on_one_line_with_nothing_hidden(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """A 404 page repeated the path's name raw (escaped for HTML only): a bidi override, an
+    escape or a NUL from a link went onto the page and into its title."""
+    url, latest, _ = served
+    latest.result = cycle
+    for path in ("/queues/%E2%80%AEnimda%1B%5B31m%00", "/operations/p/%E2%80%AEx%0Ay"):
+        status, _, body = _get(url + path)
+        assert status == 404
+        assert not any(c in body for c in "\u202e\x1b\x00"), body
+        assert "\\u202e" in body and ("\\x1b" in body or "\\n" in body)
