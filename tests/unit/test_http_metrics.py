@@ -83,7 +83,9 @@ def test_healthz_and_readyz_follow_the_callable(
     assert _get(server.url + "/nope")[0] == 404
 
 
-def test_a_raising_readiness_check_is_not_ready() -> None:
+def test_a_raising_readiness_check_is_not_ready(caplog: pytest.LogCaptureFixture) -> None:
+    """Not ready (a probe answers 503, never a 500 loop), and the bug is logged with its
+    traceback: it was only in the probe's answer."""
     metrics = Metrics()
 
     def broken() -> bool:
@@ -92,10 +94,12 @@ def test_a_raising_readiness_check_is_not_ready() -> None:
     other = HttpServer("127.0.0.1:0", metrics.registry, broken)
     other.start()
     try:
-        status, _, body = _get(other.url + "/readyz")
+        with caplog.at_level("ERROR", logger="reconciler.http"):
+            status, _, body = _get(other.url + "/readyz")
     finally:
         other.stop()
     assert status == 503 and "boom" in body
+    assert any(r.exc_info and "boom" in str(r.exc_info[1]) for r in caplog.records)
 
 
 def test_metrics_expose_every_series(served: tuple[HttpServer, Metrics, Readiness]) -> None:
