@@ -40,6 +40,17 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
+def _get_logged(server: HttpServer, path: str, caplog: pytest.LogCaptureFixture) -> tuple[int, str]:
+    """One GET of ``path`` on ``server`` (started and stopped here), its errors logged."""
+    server.start()
+    try:
+        with caplog.at_level("ERROR", logger="reconciler.http"):
+            status, _, body = _get(server.url + path)
+    finally:
+        server.stop()
+    return status, body
+
+
 class Readiness:
     def __init__(self) -> None:
         self.state: bool | tuple[bool, str] = (False, "no cycle has run yet")
@@ -91,13 +102,9 @@ def test_a_raising_readiness_check_is_not_ready(caplog: pytest.LogCaptureFixture
     def broken() -> bool:
         raise RuntimeError("boom")
 
-    other = HttpServer("127.0.0.1:0", metrics.registry, broken)
-    other.start()
-    try:
-        with caplog.at_level("ERROR", logger="reconciler.http"):
-            status, _, body = _get(other.url + "/readyz")
-    finally:
-        other.stop()
+    status, body = _get_logged(
+        HttpServer("127.0.0.1:0", metrics.registry, broken), "/readyz", caplog
+    )
     assert status == 503 and "boom" in body
     assert any(r.exc_info and "boom" in str(r.exc_info[1]) for r in caplog.records)
 
@@ -339,13 +346,9 @@ def test_a_bug_while_serving_metrics_is_a_logged_500(caplog: pytest.LogCaptureFi
 
     registry = CollectorRegistry()
     registry.register(Broken())  # type: ignore[arg-type]
-    server = HttpServer("127.0.0.1:0", registry, lambda: True)
-    server.start()
-    try:
-        with caplog.at_level("ERROR", logger="reconciler.http"):
-            status, _, body = _get(server.url + "/metrics")
-    finally:
-        server.stop()
+    status, body = _get_logged(
+        HttpServer("127.0.0.1:0", registry, lambda: True), "/metrics", caplog
+    )
     assert (status, body) == (500, "internal error; see the reconciler's log\n")
     assert "collector bug" not in body
     assert any(r.exc_info and "collector bug" in str(r.exc_info[1]) for r in caplog.records)
