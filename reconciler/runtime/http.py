@@ -13,13 +13,13 @@ read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``m
 (411, 400, 413 otherwise).
 
 What any client can make it hold is bounded: at most ``MAX_CONNECTIONS`` connections are
-served at once (one thread each; another is answered 503 at once), each request must
-arrive whole (line, headers, body) within ``READ_SECONDS`` however slowly it trickles
-in, and an answer a client stops reading is dropped after ``SOCKET_TIMEOUT``. HEAD is a
-GET without the body, OPTIONS lists the methods (``Allow``), any other method is 405 with
-``Allow``. Every refusal is one line of text (``{"error": ...}`` under ``/api/v1``); an exception
-of ours is a 500 with a generic line and the traceback in the log, and a client that went
-away is a debug line.
+served at once, ``MAX_PER_CLIENT`` from one address (one thread each; another is answered
+503 at once), each request must arrive whole (line, headers, body) within ``READ_SECONDS``
+however slowly it trickles in, and an answer a client stops reading is dropped after
+``SOCKET_TIMEOUT``. HEAD is a GET without the body, OPTIONS lists the methods (``Allow``),
+any other method is 405 with ``Allow``. Every refusal is one line of text (``{"error":
+...}`` under ``/api/v1``); an exception of ours is a 500 with a generic line and the
+traceback in the log, and a client that went away is a debug line.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import socket
 import sys
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -49,6 +50,9 @@ POLL_INTERVAL = 0.05
 # Connections served at once (a thread each, and a webhook body of up to 5 MiB): another
 # one is answered 503 at once. The pages poll every 5 s per open tab.
 MAX_CONNECTIONS = 64
+# Of those, from one client address: a host alone cannot take them all (and with them the
+# kubelet's /healthz).
+MAX_PER_CLIENT = 16
 # Seconds a whole request (line, headers, body) may take to arrive, however it trickles in.
 READ_SECONDS = 30.0
 # Seconds a write may stall (a client that stops reading the answer) before it is dropped.
@@ -298,13 +302,29 @@ class _Server(ThreadingHTTPServer):
         self.ready = ready
         self.web = web
         self.webhook = webhook
-        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self._lock = threading.Lock()
+        self._served: Counter[str] = Counter()  # connections served, by client address
+
+    def _take(self, client: str) -> bool:
+        with self._lock:
+            if self._served.total() >= MAX_CONNECTIONS or self._served[client] >= MAX_PER_CLIENT:
+                return False
+            self._served[client] += 1
+            return True
+
+    def _give_back(self, client: str) -> None:
+        with self._lock:
+            self._served[client] -= 1
+            if self._served[client] <= 0:
+                del self._served[client]
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for the connection while there is a slot; else 503 at once (from the
-        accepting thread, never blocking it: the answer fits any socket buffer)."""
-        if not self._slots.acquire(blocking=False):
-            log.debug("http: %s refused: %d connections served", client_address, MAX_CONNECTIONS)
+        """A thread for the connection while there is a slot (``MAX_CONNECTIONS``, at most
+        ``MAX_PER_CLIENT`` of them per address); else 503 at once (from the accepting
+        thread, never blocking it: the answer fits any socket buffer)."""
+        client = str(client_address[0])
+        if not self._take(client):
+            log.debug("http: %s refused: too many connections", client)
             try:
                 request.setblocking(False)
                 request.send(_BUSY_ANSWER)
@@ -315,14 +335,14 @@ class _Server(ThreadingHTTPServer):
         try:
             super().process_request(request, client_address)
         except BaseException:
-            self._slots.release()
+            self._give_back(client)
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._give_back(str(client_address[0]))
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """Not socketserver's traceback on stderr: a client gone is a debug line, anything

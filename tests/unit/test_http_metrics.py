@@ -279,6 +279,36 @@ def test_connections_are_bounded_and_released_on_disconnect(
         server.stop()
 
 
+def test_one_client_cannot_take_every_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the bound alone, one host holding every slot (slow requests, reconnecting at
+    each deadline) made /healthz answer 503: the kubelet's liveness probe would restart
+    the reconciler. One address gets at most ``MAX_PER_CLIENT`` of them."""
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(http, "MAX_PER_CLIENT", 2)
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True)
+    server.start()
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(server.address, timeout=5)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            held.append(sock)
+        status, _, _ = _status_headers_body(_raw(server, b"GET /healthz HTTP/1.0\r\n\r\n"))
+        assert status == 503  # a third from the same address
+        with socket.create_connection(
+            server.address, timeout=5, source_address=("127.0.0.2", 0)
+        ) as other:
+            other.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
+            answer = b""
+            while chunk := other.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.0 200 "), answer  # another address is served
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
 def test_a_request_that_trickles_in_is_dropped_at_its_deadline(
     served: tuple[HttpServer, Metrics, Readiness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
