@@ -14,12 +14,13 @@ read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``m
 
 What any client can make it hold is bounded: at most ``MAX_CONNECTIONS`` connections are
 served at once, ``MAX_PER_CLIENT`` from one address (one thread each; another is answered
-503 at once), each request must arrive whole (line, headers, body) within ``READ_SECONDS``
-however slowly it trickles in, and an answer a client stops reading is dropped after
-``SOCKET_TIMEOUT``. HEAD is a GET without the body, OPTIONS lists the methods (``Allow``),
-any other method is 405 with ``Allow``. Every refusal is one line of text (``{"error":
-...}`` under ``/api/v1``); an exception of ours is a 500 with a generic line and the
-traceback in the log, and a client that went away is a debug line.
+503 at once), at most ``MAX_WEBHOOK_BODIES`` webhook bodies are read at once, each request
+must arrive whole (line, headers, body) within ``READ_SECONDS`` however slowly it trickles
+in, and an answer a client stops reading is dropped after ``SOCKET_TIMEOUT``. HEAD is a
+GET without the body, OPTIONS lists the methods (``Allow``), any other method is 405 with
+``Allow``. Every refusal is one line of text (``{"error": ...}`` under ``/api/v1``); an
+exception of ours is a 500 with a generic line and the traceback in the log, and a client
+that went away is a debug line.
 """
 
 from __future__ import annotations
@@ -53,6 +54,9 @@ MAX_CONNECTIONS = 64
 # Of those, from one client address: a host alone cannot take them all (and with them the
 # kubelet's /healthz).
 MAX_PER_CLIENT = 16
+# Webhook bodies read at once (up to 5 MiB each, before the signature can be checked):
+# another push is 503, the interval being the fallback. A Git host sends one per push.
+MAX_WEBHOOK_BODIES = 4
 # Seconds a whole request (line, headers, body) may take to arrive, however it trickles in.
 READ_SECONDS = 30.0
 # Seconds a write may stall (a client that stops reading the answer) before it is dropped.
@@ -270,7 +274,15 @@ class _Handler(BaseHTTPRequestHandler):
             shown = text if len(text) <= 15 else "over 10^15"
             self._reply(413, f"webhook body of {shown} bytes: at most {receiver.max_body}")
             return
-        length = int(text)
+        if not self.server.bodies.acquire(blocking=False):
+            self._reply(503, "busy: other webhook bodies are being read; retry later")
+            return
+        try:
+            self._read_webhook(receiver, int(text))
+        finally:
+            self.server.bodies.release()
+
+    def _read_webhook(self, receiver: hooks.Receiver, length: int) -> None:
         try:
             body = self.rfile.read(length)
         except TimeoutError:
@@ -302,6 +314,7 @@ class _Server(ThreadingHTTPServer):
         self.ready = ready
         self.web = web
         self.webhook = webhook
+        self.bodies = threading.BoundedSemaphore(MAX_WEBHOOK_BODIES)
         self._lock = threading.Lock()
         self._served: Counter[str] = Counter()  # connections served, by client address
 

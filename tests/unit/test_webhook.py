@@ -9,6 +9,7 @@ import json
 import select
 import socket
 import threading
+import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
@@ -520,6 +521,35 @@ def test_a_body_that_does_not_arrive_in_time_is_408(
     assert answer.startswith(b"HTTP/1.0 408 "), answer
     assert b"not received within" in answer
     assert served.wake.counts[Trigger.WEBHOOK] == 0
+
+
+def test_webhook_bodies_read_at_once_are_few(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection could hold a 5 MiB body (64 of them: 320 MiB, unauthenticated, as
+    the signature is checked once the body is in): at most ``MAX_WEBHOOK_BODIES`` bodies
+    are read at once (1 here), another push is 503 (the interval is the fallback)."""
+    assert http_server.MAX_WEBHOOK_BODIES == 4
+    monkeypatch.setattr(served.server._server, "bodies", threading.BoundedSemaphore(1))
+    url = served.server.url
+    host, port = url.removeprefix("http://").split(":")
+    body = push()
+    with socket.create_connection((host, int(port)), timeout=5) as slow:
+        slow.sendall(
+            b"POST /api/webhook HTTP/1.0\r\nX-Signature: x\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        for _ in range(100):  # until the server reads that body
+            status, text = post(url, "/api/webhook", body, github(body))
+            if status == 503:
+                break
+            time.sleep(0.02)
+        assert (status, text) == (503, "busy: other webhook bodies are being read; retry later\n")
+    for _ in range(100):  # that body's slot is back once its client is gone
+        status, text = post(url, "/api/webhook", body, github(body))
+        if status != 503:
+            break
+        time.sleep(0.02)
+    assert status == 202, text
 
 
 def test_without_a_secret_there_is_no_receiver() -> None:
