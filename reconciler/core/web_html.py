@@ -20,7 +20,7 @@ from reconciler.core.queue_view import (
     QueuesView,
     QuotaUse,
 )
-from reconciler.core.types import printable_path
+from reconciler.core.types import printable_path, printable_text
 
 REFRESH_SECONDS = 5
 MAX_ROWS = 200  # pending rows on a queue page; the JSON API lists every one
@@ -84,7 +84,9 @@ def operation_href(op_id: str) -> str:
 
 
 def _link(href: str, text: str) -> str:
-    return f'<a href="{esc(href)}">{esc(text)}</a>'
+    """A link to a queue or an operation: its name on one line, nothing hidden (an
+    operation id may come from a workload's annotation: any text)."""
+    return f'<a href="{esc(href)}">{esc(printable_text(text))}</a>'
 
 
 def page(title: str, main: str, *, refresh: int = REFRESH_SECONDS) -> str:
@@ -284,7 +286,7 @@ def queue_main(d: QueueDetail) -> str:
         f"<dd>{'yes' if r.paused else 'no'}</dd></dl>"
     )
     return (
-        f"<h1>Queue {esc(r.name)}</h1>{summary}<h2>Settings</h2>{settings}"
+        f"<h1>Queue {esc(printable_text(r.name))}</h1>{summary}<h2>Settings</h2>{settings}"
         f"<h2>Active operations</h2>{active}{upcoming}<h2>Pending</h2>{pending}"
     )
 
@@ -334,7 +336,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Presets", esc(", ".join(d.presets))),
         ("Workflow", _link(operation_href(d.parent), d.parent) if d.parent else ""),
     ]
-    parts = [f"<h1>Operation {esc(d.operation)}</h1>", _dl(items)]
+    parts = [f"<h1>Operation {esc(printable_text(d.operation))}</h1>", _dl(items)]
     if d.children:
         kids = "".join(f"<li>{_link(operation_href(c), c)}</li>" for c in d.children)
         parts.append(f"<h2>Children</h2><ul>{kids}</ul>")

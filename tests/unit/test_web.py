@@ -466,3 +466,22 @@ def test_a_name_from_the_path_is_shown_on_one_line_with_nothing_hidden(
         assert status == 404
         assert not any(c in body for c in "\u202e\x1b\x00"), body
         assert "\\u202e" in body and ("\\x1b" in body or "\\n" in body)
+
+
+def test_an_operation_id_from_a_cluster_is_shown_with_nothing_hidden(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """An operation id comes from a workload's annotation (anyone who may create a Job
+    there): HTML-escaped, but a bidi override or a newline in it went onto the queue page's
+    links and the operation page's heading raw, spoofing what the row says."""
+    url, latest, _ = served
+    spoof = "p/\u202egpj.exe\nforged"
+    states = dict(cycle.states)
+    states[spoof] = replace(states[EVIL], operation=spoof, name="spoof-g1")
+    latest.result = replace(cycle, states=states)
+    for path in ("/queues/team-a", operation_href(spoof)):
+        status, _, body = _get(url + path)
+        assert status == 200, path
+        assert "\u202e" not in body and "gpj.exe\nforged" not in body, path
+        assert "\\u202egpj.exe\\nforged" in body, path
