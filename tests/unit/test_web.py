@@ -392,9 +392,10 @@ def test_api_errors_are_one_json_shape_whoever_answers(cycle: CycleResult) -> No
     server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=WebApp(broken))
     server.start()
     try:
-        status, ctype, body = _get(server.url + "/api/v1/queues")
-        assert (status, ctype) == (500, "application/json")
-        assert json.loads(body) == {"error": "internal error; see the reconciler's log"}
+        for path in ("/api/v1/queues", "//api/v1/fleet/"):  # the routes strip the slashes
+            status, ctype, body = _get(server.url + path)
+            assert (status, ctype) == (500, "application/json")
+            assert json.loads(body) == {"error": "internal error; see the reconciler's log"}
         status, ctype, body = _get(server.url + "/queues")
         assert (status, ctype) == (500, "text/plain; charset=utf-8")
         assert body == "internal error; see the reconciler's log\n" and "a bug" not in body
@@ -409,7 +410,7 @@ def test_api_errors_are_one_json_shape_whoever_answers(cycle: CycleResult) -> No
             }
     finally:
         server.stop()
-    assert calls["n"] == 2
+    assert calls["n"] == 3
 
 
 def test_a_dispatch_that_failed_is_shown_as_the_cycle_recorded_it(template: RepoSnapshot) -> None:
