@@ -14,17 +14,19 @@ read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``m
 
 What any client can make it hold is bounded: at most ``MAX_CONNECTIONS`` connections are
 served at once, ``MAX_PER_CLIENT`` from one address (one thread each; another is answered
-503 at once), at most ``MAX_WEBHOOK_BODIES`` webhook bodies are read at once, each request
-must arrive whole (line, headers, body) within ``READ_SECONDS`` however slowly it trickles
-in, and an answer a client stops reading is dropped after ``SOCKET_TIMEOUT``. HEAD is a
-GET without the body, OPTIONS lists the methods (``Allow``), any other method is 405 with
-``Allow``. Every refusal is one line of text (``{"error": ...}`` under ``/api/v1``); an
-exception of ours is a 500 with a generic line and the traceback in the log, and a client
-that went away is a debug line.
+503 at once), at most ``MAX_WEBHOOK_BODIES`` webhook bodies are read at once, a request's
+line and headers are at most ``MAX_HEAD`` bytes (431), each request must arrive whole
+(line, headers, body) within ``READ_SECONDS`` however slowly it trickles in, and an
+answer a client stops reading is dropped after ``SOCKET_TIMEOUT``. HEAD is a GET without
+the body, OPTIONS lists the methods (``Allow``), any other method is 405 with ``Allow``.
+Every refusal is one line of text (``{"error": ...}`` under ``/api/v1``); an exception of
+ours is a 500 with a generic line and the traceback in the log, and a client that went
+away is a debug line.
 """
 
 from __future__ import annotations
 
+import http.client
 import io
 import logging
 import socket
@@ -57,6 +59,9 @@ MAX_PER_CLIENT = 16
 # Webhook bodies read at once (up to 5 MiB each, before the signature can be checked):
 # another push is 503, the interval being the fallback. A Git host sends one per push.
 MAX_WEBHOOK_BODIES = 4
+# Bytes of a request's line and headers in all: the stdlib caps each line at 64 KiB and
+# their number at 100 (6.4 MB a request, held per connection and parsed into objects).
+MAX_HEAD = 128 * 1024
 # Seconds a whole request (line, headers, body) may take to arrive, however it trickles in.
 READ_SECONDS = 30.0
 # Seconds a write may stall (a client that stops reading the answer) before it is dropped.
@@ -96,24 +101,36 @@ def _is_api(path: str) -> bool:
     return path == "/api/v1" or path.startswith("/api/v1/")
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A socket's bytes, every read waiting at most until ``deadline`` (monotonic): the
-    socket's own timeout counts per read, so a byte every few seconds never ends."""
+class HeadTooLarge(http.client.HTTPException):
+    """The request's line and headers are over ``MAX_HEAD`` bytes (the stdlib answers an
+    ``HTTPException`` from the headers' parser 431)."""
 
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
+
+class _RequestReader(io.RawIOBase):
+    """A socket's bytes, every read waiting at most until ``deadline`` (monotonic): the
+    socket's own timeout counts per read, so a byte every few seconds never ends. At most
+    ``budget`` bytes are read (the head's; a body's is added once it is accepted)."""
+
+    def __init__(self, sock: socket.socket, deadline: float, budget: int) -> None:
         super().__init__()
         self._sock = sock
         self._deadline = deadline
+        self.budget = budget
 
     def readable(self) -> bool:
         return True
 
     def readinto(self, buffer: Any) -> int:
+        if self.budget <= 0:
+            raise HeadTooLarge(f"request head over {MAX_HEAD} bytes")
         left = self._deadline - time.monotonic()
         if left <= 0:
             raise TimeoutError(f"the request was not received within {READ_SECONDS:g} s")
         self._sock.settimeout(left)
-        return self._sock.recv_into(buffer)
+        view = memoryview(buffer)[: self.budget]
+        got = self._sock.recv_into(view)
+        self.budget -= got
+        return got
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -126,9 +143,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def setup(self) -> None:
         super().setup()
-        self.rfile.close()  # the socket's own file: replaced by one bounded in time
-        reader = _DeadlineReader(self.connection, time.monotonic() + READ_SECONDS)
-        self.rfile = io.BufferedReader(reader)
+        self.rfile.close()  # the socket's own file: replaced by one bounded in time and size
+        deadline = time.monotonic() + READ_SECONDS
+        self._reader = _RequestReader(self.connection, deadline, MAX_HEAD)
+        self.rfile = io.BufferedReader(self._reader)
 
     # --- methods -----------------------------------------------------------------------
 
@@ -153,6 +171,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._not_allowed()
             return
         log.debug("http: refused (%s): %s", code, message)
+        if code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE and explain:
+            message = explain  # which limit: a line, their number, all of them
         self._error(code, message or HTTPStatus(code).phrase)
 
     # --- answers -----------------------------------------------------------------------
@@ -283,6 +303,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.server.bodies.release()
 
     def _read_webhook(self, receiver: hooks.Receiver, length: int) -> None:
+        self._reader.budget = length  # at most the rest of the body (some may be buffered)
         try:
             body = self.rfile.read(length)
         except TimeoutError:
