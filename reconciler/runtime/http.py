@@ -33,7 +33,7 @@ import socket
 import sys
 import threading
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -59,6 +59,11 @@ MAX_PER_CLIENT = 16
 # Webhook bodies read at once (up to 5 MiB each, before the signature can be checked):
 # another push is 503, the interval being the fallback. A Git host sends one per push.
 MAX_WEBHOOK_BODIES = 4
+# A connection answered before its request was read (503, 411, 413, ...) is closed this
+# many seconds later, so that the client reads the answer rather than a reset; at most
+# MAX_REFUSED refused connections wait at once.
+REFUSED_LINGER = 1.0
+MAX_REFUSED = 256
 # Bytes of a request's line and headers in all: the stdlib caps each line at 64 KiB and
 # their number at 100 (6.4 MB a request, held per connection and parsed into objects).
 MAX_HEAD = 128 * 1024
@@ -210,9 +215,21 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(status, (line + "\n").encode(), TEXT, allow=allow)
 
     def _reply(self, status: int, message: str) -> None:
-        """An answer before the body was read: the connection is closed after it."""
+        """An answer before the body was read: the connection is closed after it, once what
+        the client still sends is read off for a moment (closed with unread bytes, the
+        connection is reset, and the client may see the reset instead of the answer)."""
         self.close_connection = True
         self._send(status, (message + "\n").encode(), TEXT)
+        try:
+            self.wfile.flush()
+            self.connection.shutdown(socket.SHUT_WR)
+            deadline = time.monotonic() + REFUSED_LINGER
+            for _ in range(16):  # at most 1 MiB
+                self.connection.settimeout(max(deadline - time.monotonic(), 0.001))
+                if not self.connection.recv(65536):
+                    break
+        except OSError:  # the time is up, or the client is gone
+            pass
 
     def _send(
         self,
@@ -321,6 +338,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
+    # the listen backlog (socketserver's 5 reset connections of a burst before they were
+    # accepted, and refused with 503)
+    request_queue_size = 128
 
     def __init__(
         self,
@@ -338,6 +358,7 @@ class _Server(ThreadingHTTPServer):
         self.bodies = threading.BoundedSemaphore(MAX_WEBHOOK_BODIES)
         self._lock = threading.Lock()
         self._served: Counter[str] = Counter()  # connections served, by client address
+        self._refused: deque[tuple[socket.socket, float]] = deque()  # to close, and when
 
     def _take(self, client: str) -> bool:
         with self._lock:
@@ -359,18 +380,40 @@ class _Server(ThreadingHTTPServer):
         client = str(client_address[0])
         if not self._take(client):
             log.debug("http: %s refused: too many connections", client)
-            try:
-                request.setblocking(False)
-                request.send(_BUSY_ANSWER)
-            except OSError:
-                pass
-            self.shutdown_request(request)
+            self._refuse(request)
             return
         try:
             super().process_request(request, client_address)
         except BaseException:
             self._give_back(client)
             raise
+
+    def _refuse(self, sock: socket.socket) -> None:
+        """503 and the end of our side at once, without blocking (the answer fits any
+        socket buffer). The socket is closed a moment later (``service_actions``): closed
+        at once, the request the client sends meanwhile would reset the connection, and
+        the client would see the reset instead of the answer."""
+        try:
+            sock.setblocking(False)
+            sock.send(_BUSY_ANSWER)
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # the client is gone already
+            pass
+        if len(self._refused) >= MAX_REFUSED:
+            self._refused.popleft()[0].close()
+        self._refused.append((sock, time.monotonic() + REFUSED_LINGER))
+
+    def service_actions(self) -> None:
+        """Close the refused sockets whose moment has passed (serve_forever calls this at
+        every poll)."""
+        now = time.monotonic()
+        while self._refused and self._refused[0][1] <= now:
+            self._refused.popleft()[0].close()
+
+    def server_close(self) -> None:
+        super().server_close()
+        while self._refused:
+            self._refused.popleft()[0].close()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:

@@ -4,6 +4,7 @@ fetches and runs a cycle at once while a bad one triggers nothing."""
 
 from __future__ import annotations
 
+import collections
 import http.client
 import json
 import select
@@ -550,6 +551,33 @@ def test_webhook_bodies_read_at_once_are_few(
             break
         time.sleep(0.02)
     assert status == 202, text
+
+
+def test_a_flood_of_pushes_is_answered_and_coalesced(served: Served) -> None:
+    """200 signed pushes at once: every one gets an answer (202, or 503 when the bodies
+    being read are too many), none a reset (socketserver's listen backlog of 5 reset a
+    burst; a refusal closed with the request unread was reset too); the pushes only ask
+    for cycles (one fetch each, however many pushes it serves), nothing is queued."""
+    served.wait_cycles(1)
+    body = push()
+    answers: list[int | str] = []
+
+    def one() -> None:
+        try:
+            answers.append(post(served.server.url, "/api/webhook", body, github(body))[0])
+        except OSError as exc:
+            answers.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(answers) <= {202, 503}, collections.Counter(answers)
+    assert served.wake.counts[Trigger.WEBHOOK] == answers.count(202)
+    served.wait_cycles(2)
+    with served.cycled:
+        assert served.reads == len(served.results)  # a fetch per cycle, not per push
 
 
 def test_without_a_secret_there_is_no_receiver() -> None:
