@@ -350,7 +350,6 @@ class _Server(ThreadingHTTPServer):
         web: WebRoutes | None = None,
         webhook: hooks.Receiver | None = None,
     ) -> None:
-        super().__init__(address, _Handler)
         self.registry = registry
         self.ready = ready
         self.web = web
@@ -359,6 +358,7 @@ class _Server(ThreadingHTTPServer):
         self._lock = threading.Lock()
         self._served: Counter[str] = Counter()  # connections served, by client address
         self._refused: deque[tuple[socket.socket, float]] = deque()  # to close, and when
+        super().__init__(address, _Handler)  # last: a failed bind calls server_close
 
     def _take(self, client: str) -> bool:
         with self._lock:
