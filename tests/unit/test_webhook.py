@@ -5,6 +5,7 @@ fetches and runs a cycle at once while a bad one triggers nothing."""
 from __future__ import annotations
 
 import collections
+import hmac
 import http.client
 import json
 import select
@@ -156,6 +157,27 @@ def test_gitlab_token_is_compared_with_the_secret(receiver: tuple[Receiver, Push
     missing = hook.handle({"X-Gitlab-Event": "Push Hook"}, body)
     assert missing.status == 401 and "without X-Gitlab-Token" in missing.message
     assert pushes.providers == ["gitlab"]
+
+
+def test_the_gitlab_token_comparison_does_not_depend_on_its_length(
+    receiver: tuple[Receiver, Pushes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare_digest`` returns at once on inputs of different lengths: comparing the
+    token with the secret itself told the secret's length by timing. Both are hashed
+    first, so every comparison is of two equal-length digests."""
+    hook, _ = receiver
+    compared: list[tuple[int, int]] = []
+    real = hmac.compare_digest
+
+    def recording(a: bytes, b: bytes) -> bool:
+        compared.append((len(a), len(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", recording)
+    body = push(object_kind="push")
+    for token in ("x", "guess" * 40, SECRET.decode()):
+        hook.handle({"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": token}, body)
+    assert len(compared) == 3 and all(a == b == compared[0][0] for a, b in compared)
 
 
 def test_generic_hmac_accepts_sha256_and_sha512(receiver: tuple[Receiver, Pushes]) -> None:
