@@ -108,7 +108,7 @@ class WebApp:
     def __call__(self, path: str, query: str = "") -> Response | None:
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
         if parts[:2] == ["api", "v1"]:
-            wrong = query_error(query, ())
+            wrong = _query_error(query, ())
             return _error(400, wrong) if wrong else self._api(parts[2:])
         page: tuple[str, Callable[[_Cycle], tuple[int, str] | None]]
         if not parts or parts == ["queues"]:
@@ -121,7 +121,7 @@ class WebApp:
             page = (f"Operation {printable_text(op_id)}", lambda c: self._op_main(c, op_id))
         else:
             return None
-        wrong = query_error(query, PAGE_PARAMETERS)
+        wrong = _query_error(query, PAGE_PARAMETERS)
         if wrong:
             text = web_html.render_message_page("Bad request", wrong, refresh=0)
             return 400, text.encode(), HTML
@@ -329,7 +329,7 @@ def _error(status: int, message: str) -> Response:
     return status, web_html.error_json(message), JSON
 
 
-def query_error(query: str, allowed: tuple[str, ...]) -> str | None:
+def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
     """Why a page's (``partial=main`` only) or the API's (none) query is refused, or None:
     an unknown or misspelt name is an error, never ignored."""
     try:
