@@ -41,7 +41,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from reconciler.core.web_html import error_json
+from reconciler.core.web_html import CONTENT_SECURITY_POLICY, error_json
 from reconciler.runtime import webhook as hooks
 
 log = logging.getLogger("reconciler.http")
@@ -247,9 +247,10 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
         if allow is not None:
             self.send_header("Allow", allow)
-        if page:  # the web pages: always fresh, never sniffed as another type
+        if page:  # the web pages: always fresh, never sniffed, only their own script
             self.send_header("Cache-Control", "no-store")
             self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
         if self.close_connection:
             self.send_header("Connection", "close")
         self.end_headers()

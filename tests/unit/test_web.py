@@ -486,3 +486,25 @@ def test_an_operation_id_from_a_cluster_is_shown_with_nothing_hidden(
         assert status == 200, path
         assert "\u202e" not in body and "gpj.exe\nforged" not in body, path
         assert "\\u202egpj.exe\\nforged" in body, path
+
+
+def test_pages_forbid_any_script_but_their_own(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """Defense in depth behind ``esc``: a Content-Security-Policy that lets only the
+    page's own refresh script run (by its hash), no other origin, no framing."""
+    import base64
+    import hashlib
+
+    url, latest, _ = served
+    latest.result = cycle
+    with urllib.request.urlopen(url + "/queues/team-a", timeout=5) as resp:
+        policy = resp.headers["Content-Security-Policy"]
+        body = resp.read().decode()
+    scripts = re.findall(r"<script>(.*?)</script>", body, re.S)
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+    assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+    assert "connect-src 'self'" in policy  # the refresh's fetch
