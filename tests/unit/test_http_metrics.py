@@ -230,9 +230,10 @@ def test_cluster_up_and_errors_follow_each_cycle() -> None:
 # --- hostile clients ----------------------------------------------------------------------
 
 
-def _raw(server: HttpServer, request: bytes, wait: float = 5.0) -> bytes:
-    """Send ``request`` byte for byte; the whole answer (until the server closes)."""
-    with socket.create_connection(server.address, timeout=wait) as sock:
+def _raw(server: HttpServer, request: bytes, wait: float = 5.0, source: str = "") -> bytes:
+    """Send ``request`` byte for byte (from the address ``source``, when given); the whole
+    answer (until the server closes)."""
+    with socket.create_connection(server.address, wait, (source, 0) if source else None) as sock:
         sock.sendall(request)
         answer = b""
         while chunk := sock.recv(65536):
@@ -295,13 +296,7 @@ def test_one_client_cannot_take_every_connection(monkeypatch: pytest.MonkeyPatch
             held.append(sock)
         status, _, _ = _status_headers_body(_raw(server, b"GET /healthz HTTP/1.0\r\n\r\n"))
         assert status == 503  # a third from the same address
-        with socket.create_connection(
-            server.address, timeout=5, source_address=("127.0.0.2", 0)
-        ) as other:
-            other.sendall(b"GET /healthz HTTP/1.0\r\n\r\n")
-            answer = b""
-            while chunk := other.recv(65536):
-                answer += chunk
+        answer = _raw(server, b"GET /healthz HTTP/1.0\r\n\r\n", source="127.0.0.2")
         assert answer.startswith(b"HTTP/1.0 200 "), answer  # another address is served
     finally:
         for sock in held:
