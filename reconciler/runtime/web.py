@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
@@ -227,8 +228,11 @@ class WebApp:
                 return self._blames[key]
         try:
             lines: list[BlameLine] | None = self._blame(rev, path)
-        except Exception as exc:  # an adapter boundary: Git
+        except GitSyncError as exc:  # Git failed: the page goes without blame
             log.warning("blame %s at %s: %s", path, rev[:12], exc)
+            lines = None
+        except Exception:  # a bug of ours, reported as one: the page goes without blame
+            log.exception("internal error: blame %s at %s", path, rev[:12])
             lines = None
         with self._lock:
             if len(self._blames) > 256:
@@ -242,8 +246,11 @@ class WebApp:
         path = operation_path(op_id)
         try:
             versions = self._status_history(path)
-        except Exception as exc:  # an adapter boundary: Git
+        except GitSyncError as exc:  # Git failed: the page goes without the history
             log.warning("history of %s: %s", path, exc)
+            return []
+        except Exception:  # a bug of ours, reported as one
+            log.exception("internal error: history of %s", path)
             return []
         out = []
         for sha, when, content in versions:
@@ -265,8 +272,11 @@ class WebApp:
         try:
             container = log_container(state.kind)
             text = self._read_logs(state.cluster, state.namespace, state.pod, self._tail, container)
-        except Exception as exc:  # an adapter boundary: the cluster
+        except KubeError as exc:  # the cluster's failure, said as such
             return None, f"cannot read the log: {exc}"
+        except Exception:  # a bug of ours: never worded as the cluster's
+            log.exception("internal error: reading the log of %s", state.pod)
+            return None, "internal error reading the log (a bug in the reconciler; see its log)"
         return text, f"last {self._tail} lines of pod {state.pod}"
 
     # --- JSON --------------------------------------------------------------------------

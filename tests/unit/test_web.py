@@ -5,6 +5,7 @@ cluster, which the browser test exercises for real)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import urllib.error
@@ -508,3 +509,57 @@ def test_pages_forbid_any_script_but_their_own(
     assert f"script-src 'sha256-{digest}'" in policy
     assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
     assert "connect-src 'self'" in policy  # the refresh's fetch
+
+
+def test_a_bug_behind_a_page_is_reported_as_ours_not_as_the_cluster_or_git(
+    cycle: CycleResult, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log tail, the blame and the status history caught every exception: a bug in our
+    code read "cannot read the log: 'NoneType' object ..." on the page, as if the cluster
+    had failed, and a blame or history bug was a warning without its traceback."""
+    from reconciler.adapters.git import GitSyncError
+    from reconciler.adapters.kube import KubeError
+
+    running = next(s for op, s in cycle.states.items() if s.phase is Phase.RUNNING and op != EVIL)
+    failures: dict[str, Exception] = {}
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
+        raise failures["logs"]
+
+    def blame(rev: str, path: str) -> list[BlameLine]:
+        raise failures["blame"]
+
+    def history(path: str) -> list[tuple[str, datetime, bytes]]:
+        raise failures["history"]
+
+    def views() -> str:
+        app = WebApp(lambda: cycle, blame=blame, read_logs=read_logs, status_history=history)
+        for path in ("/queues/team-a", "/operations/" + running.operation):
+            reply = app(path)
+            assert reply is not None and reply[0] == 200, path
+        return reply[1].decode()
+
+    failures.update(
+        logs=KubeError("pods/log: cluster unreachable"),
+        blame=GitSyncError("cannot blame"),
+        history=GitSyncError("cannot read the history"),
+    )
+    with caplog.at_level("WARNING", logger="reconciler.web"):
+        page = views()
+    assert "cannot read the log: pods/log: cluster unreachable" in page
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # theirs, not ours
+    caplog.clear()
+    failures.update(
+        logs=AttributeError("'NoneType' object has no attribute 'decode'"),
+        blame=TypeError("a blame bug"),
+        history=KeyError("a history bug"),
+    )
+    with caplog.at_level("WARNING", logger="reconciler.web"):
+        page = views()
+    assert "NoneType" not in page and "internal error reading the log" in page
+    bugs = {str(r.exc_info[1]) for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info}
+    assert bugs == {
+        "'NoneType' object has no attribute 'decode'",
+        "a blame bug",
+        "'a history bug'",
+    }
