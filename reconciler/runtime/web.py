@@ -423,7 +423,10 @@ def make_web_app(
             target = (root / path).resolve()
             if not target.is_relative_to(root.resolve()) or not target.is_file():
                 return None
-            return read_capped(target)  # over the loader's limit: refused, never read whole
+            try:  # over the loader's limit: refused, never read whole
+                return read_capped(target)
+            except OSError:  # gone or unreadable meanwhile (an editor saves by renaming)
+                return None
 
     return WebApp(
         lambda: runtime.completed,

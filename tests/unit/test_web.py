@@ -240,6 +240,30 @@ def test_worktree_sources_give_setting_lines_and_stay_inside_the_repo(
     assert app("/favicon.ico", "") is None  # the server answers 404
 
 
+def test_a_worktree_file_that_goes_away_while_read_is_not_an_internal_error(
+    cycle: CycleResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor saves by renaming: the queue file can vanish between the check and the
+    read (``--watch``). That raised FileNotFoundError out of the page: a 500 "internal
+    error" for a file being saved; the page goes without the settings' lines instead."""
+    from reconciler.runtime import web
+    from reconciler.runtime.service import Runtime
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    runtime = Runtime(reconciler=None, publisher=None, completed=cycle)  # type: ignore[arg-type]
+    app = web.make_web_app(runtime, {}, worktree=root)
+
+    def vanished(path: Path) -> bytes:
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(web, "read_capped", vanished)
+    reply = app("/api/v1/queues/team-a", "")
+    assert reply is not None and reply[0] == 200
+    settings = {s["key"]: s for s in json.loads(reply[1])["settings"]}
+    assert settings["priority"]["line"] is None
+
+
 def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
     from builders import World
 
