@@ -556,30 +556,29 @@ def test_a_bug_behind_a_page_is_reported_as_ours_not_as_the_cluster_or_git(
     def history(path: str) -> list[tuple[str, datetime, bytes]]:
         raise failures["history"]
 
-    def views() -> str:
+    def views(logs: Exception, blamed: Exception, recorded: Exception) -> str:
+        """The queue page and the operation page, with these failures behind them."""
+        failures.update(logs=logs, blame=blamed, history=recorded)
+        caplog.clear()
         app = WebApp(lambda: cycle, blame=blame, read_logs=read_logs, status_history=history)
-        for path in ("/queues/team-a", "/operations/" + running.operation):
-            reply = app(path)
-            assert reply is not None and reply[0] == 200, path
+        with caplog.at_level("WARNING", logger="reconciler.web"):
+            for path in ("/queues/team-a", "/operations/" + running.operation):
+                reply = app(path)
+                assert reply is not None and reply[0] == 200, path
         return reply[1].decode()
 
-    failures.update(
-        logs=KubeError("pods/log: cluster unreachable"),
-        blame=GitSyncError("cannot blame"),
-        history=GitSyncError("cannot read the history"),
+    page = views(
+        KubeError("pods/log: cluster unreachable"),
+        GitSyncError("cannot blame"),
+        GitSyncError("cannot read the history"),
     )
-    with caplog.at_level("WARNING", logger="reconciler.web"):
-        page = views()
     assert "cannot read the log: pods/log: cluster unreachable" in page
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # theirs, not ours
-    caplog.clear()
-    failures.update(
-        logs=AttributeError("'NoneType' object has no attribute 'decode'"),
-        blame=TypeError("a blame bug"),
-        history=KeyError("a history bug"),
+    page = views(
+        AttributeError("'NoneType' object has no attribute 'decode'"),
+        TypeError("a blame bug"),
+        KeyError("a history bug"),
     )
-    with caplog.at_level("WARNING", logger="reconciler.web"):
-        page = views()
     assert "NoneType" not in page and "internal error reading the log" in page
     bugs = {str(r.exc_info[1]) for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info}
     assert bugs == {
