@@ -216,7 +216,8 @@ class WebApp:
         )
         if detail is None:
             return None
-        logs, note = self._logs(r.states.get(op_id))
+        down = {h.name for h in r.clusters if not h.reachable}
+        logs, note = self._logs(r.states.get(op_id), down)
         return 200, web_html.operation_main(detail, logs, note)
 
     def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
@@ -262,13 +263,18 @@ class WebApp:
                 out.append((sha, when, parsed))
         return out
 
-    def _logs(self, state: WorkloadState | None) -> tuple[str | None, str]:
+    def _logs(self, state: WorkloadState | None, down: set[str]) -> tuple[str | None, str]:
         if state is None:
             return None, "no workload yet"
         if self._read_logs is None:
             return None, "logs are not available from this server"
         if not state.pod:
             return None, "the workload has no pod yet"
+        if state.cluster in down:  # as the page says: not waited for at every view
+            return (
+                None,
+                f"cannot read the log: cluster {state.cluster} was unreachable at the last cycle",
+            )
         try:
             container = log_container(state.kind)
             text = self._read_logs(state.cluster, state.namespace, state.pod, self._tail, container)

@@ -586,3 +586,29 @@ def test_a_bug_behind_a_page_is_reported_as_ours_not_as_the_cluster_or_git(
         "a blame bug",
         "'a history bug'",
     }
+
+
+def test_the_log_of_a_cluster_the_cycle_found_unreachable_is_not_waited_for(
+    cycle: CycleResult,
+) -> None:
+    """The page said the cluster was unreachable and still tried its log at every view and
+    every 5 s refresh: a blackholed API server held the page (and a connection slot) for
+    the connect timeout each time. The page says what the cycle found instead."""
+    from reconciler.core.cycle import ClusterHealth
+
+    running = next(s for op, s in cycle.states.items() if s.phase is Phase.RUNNING and op != EVIL)
+    calls: list[str] = []
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
+        calls.append(pod)
+        return "a log line\n"
+
+    down = replace(cycle, clusters=(ClusterHealth("local", False, "connect timeout"),))
+    reply = WebApp(lambda: down, read_logs=read_logs)("/operations/" + running.operation)
+    assert reply is not None and reply[0] == 200 and calls == []
+    assert "cannot read the log: cluster local was unreachable at the last cycle" in (
+        reply[1].decode()
+    )
+    up = replace(cycle, clusters=(ClusterHealth("local", True),))
+    reply = WebApp(lambda: up, read_logs=read_logs)("/operations/" + running.operation)
+    assert reply is not None and "a log line" in reply[1].decode() and calls == [running.pod]
