@@ -197,8 +197,12 @@ class _Handler(BaseHTTPRequestHandler):
     def _path(self) -> str:
         return (getattr(self, "path", "") or "").partition("?")[0]
 
+    def _is_webhook(self) -> bool:
+        """The receiver's path, with a trailing slash too (as the pages' routes)."""
+        return self._path().rstrip("/") == hooks.PATH
+
     def _allow(self) -> str:
-        if self._path() == hooks.PATH and self.server.webhook is not None:
+        if self._is_webhook() and self.server.webhook is not None:
             return "POST, OPTIONS"
         return _READ_METHODS
 
@@ -261,7 +265,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _get(self) -> None:
         path, _, query = self.path.partition("?")
-        if path == hooks.PATH and self.server.webhook is not None:
+        if self._is_webhook() and self.server.webhook is not None:
             self._not_allowed()
         elif path == "/healthz":
             self._send(200, b"ok\n", TEXT)
@@ -288,7 +292,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _post(self) -> None:
         receiver = self.server.webhook
-        if self._path() != hooks.PATH:
+        if not self._is_webhook():
             self._not_allowed()
             return
         if receiver is None:

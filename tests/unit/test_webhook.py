@@ -437,6 +437,17 @@ def test_a_signed_push_through_http_fetches_and_cycles_at_once(served: Served) -
     assert sample == 1.0
 
 
+def test_the_receiver_path_is_the_same_with_a_trailing_slash_or_a_query(served: Served) -> None:
+    """A webhook URL set to ``.../api/webhook/`` was answered 405 "not allowed here: GET,
+    HEAD, OPTIONS", while the pages' routes ignore a trailing slash."""
+    served.wait_cycles(1)
+    body = push()
+    for path in ("/api/webhook/", "/api/webhook?from=github"):
+        status, text = post(served.server.url, path, body, github(body))
+        assert status == 202, (path, text)
+    assert served.wake.counts[Trigger.WEBHOOK] == 2
+
+
 def test_bad_requests_through_http_never_trigger(served: Served) -> None:
     served.wait_cycles(1)
     url, body = served.server.url, push()
