@@ -447,7 +447,15 @@ def test_a_bad_http_address_is_a_usage_error_not_a_traceback(
     from reconciler.cli.main import cli
 
     extra = ["--watch"] if command == "run" else []
-    result = CliRunner().invoke(cli, [command, "--repo", str(tmp_path), *extra, "--http", "foo"])
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:  # the command configures logging for the process: put it back for the next tests
+        result = CliRunner().invoke(
+            cli, [command, "--repo", str(tmp_path), *extra, "--http", "foo"]
+        )
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
     assert result.exit_code == 2, result.output
     assert "error: --http 'foo': expected HOST:PORT" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
