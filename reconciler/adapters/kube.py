@@ -722,6 +722,7 @@ class Kube:
             raise KubeError(f"listing {kind}s: {exc}") from exc
         return tuple(page.get("items") or ())
 
+    @_transport  # the body is read here too: a connection cut mid-log is a KubeError
     def read_logs(
         self,
         namespace: str,

@@ -25,7 +25,7 @@ from reconciler.cli.options import (
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import BUG_NOTE
 from reconciler.runtime.cycle import CycleResult
-from reconciler.runtime.http import HttpError, HttpServer
+from reconciler.runtime.http import HttpError, HttpServer, parse_address
 from reconciler.runtime.leader import LeaderElector, default_identity
 from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import Loop, Wakeup, exit_process, watch_files
@@ -217,6 +217,12 @@ def run(
         if status_interval is not None
         else min(seconds, DEFAULT_STATUS_INTERVAL)
     )
+    if http_address:  # a usage error before anything starts, not parse_address's ValueError
+        try:
+            parse_address(http_address)
+        except ValueError as exc:
+            click.echo(f"error: {exc}", err=True)
+            sys.exit(2)
     elector: LeaderElector | None = None
     if leader_elect:
         try:

@@ -27,7 +27,7 @@ from reconciler.cli.options import (
     status_branch_option,
 )
 from reconciler.cli.run_cmd import debounce_option, parse_interval
-from reconciler.runtime.http import HttpError, HttpServer
+from reconciler.runtime.http import HttpError, HttpServer, parse_address
 from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import Loop, Wakeup, exit_process
 from reconciler.runtime.service import make_runtime
@@ -80,6 +80,11 @@ def serve(
     seconds = parse_interval(interval)
     min_gap = min(parse_interval(debounce), seconds)
     overrides = parse_overrides(cluster_kubeconfigs)
+    try:  # before the config is fetched
+        parse_address(http_address)
+    except ValueError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(2)
     local = Path(repo).expanduser()
     wake = Wakeup()
     worktree = "://" not in repo and local.is_dir() and not is_git_repo(local)

@@ -779,9 +779,12 @@ def build_operation_detail(
     applied: bool,
     recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
     estimates: Estimates = NO_ESTIMATES,
+    failed: Mapping[str, tuple[str, str]] | None = None,
 ) -> OperationDetail | None:
     """One operation (a workflow parent lists its children), or None if neither the
-    config nor any cluster knows it."""
+    config nor any cluster knows it. ``failed``: the applied plan's dispatches whose create
+    failed, with (reason, error): Queued with them, as the status branch records them."""
+    failed = {} if failed is None or not applied else failed
     op = next((o for o in repo.operations if o.id == op_id), None)
     state = states.get(op_id)
     if state is not None and op is not None and state.generation != op.generation:
@@ -793,7 +796,7 @@ def build_operation_detail(
         if children:
             first = next(o for o in repo.operations if o.id == children[0])
             phase, message = workflow_summary(
-                Phase(_phase_of(c, states, plan, applied)) for c in children
+                Phase(_phase_of(c, states, plan, applied, failed)) for c in children
             )
             return OperationDetail(
                 operation=op_id,
@@ -813,7 +816,7 @@ def build_operation_detail(
         operation=op_id,
         # refused by policy: Rejected, or the phase of its workload that still runs (as its
         # status record says)
-        phase=_phase_of(op_id, states, plan, applied)
+        phase=_phase_of(op_id, states, plan, applied, failed)
         if rejected is None or state is not None
         else StatusPhase.REJECTED.value,
         kind=str(op.kind) if op else None,
@@ -853,6 +856,8 @@ def build_operation_detail(
         stopping = any(s.operation == op_id for s in plan.stop)
         reason, message = removed_reason(state, stopping, refusal if refused else None)
         fields.update(reason=reason.value, message=message)
+    elif state is None and op_id in failed:  # its create failed: Queued, as recorded
+        fields.update(reason=failed[op_id][0], message=failed[op_id][1])
     elif state is None and pending is not None:
         fields.update(
             reason=str(pending.reason),
@@ -879,11 +884,17 @@ def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDet
     return detail.model_copy(update=fields)
 
 
-def _phase_of(op_id: str, states: Mapping[str, WorkloadState], plan: Plan, applied: bool) -> str:
+def _phase_of(
+    op_id: str,
+    states: Mapping[str, WorkloadState],
+    plan: Plan,
+    applied: bool,
+    failed: Mapping[str, tuple[str, str]],
+) -> str:
     state = states.get(op_id)
     if state is not None:
         return state.phase.value
-    if applied and any(d.operation == op_id for d in plan.dispatch):
+    if applied and op_id not in failed and any(d.operation == op_id for d in plan.dispatch):
         return Phase.DISPATCHED.value
     return Phase.QUEUED.value
 

@@ -6,6 +6,8 @@ pages refresh their ``<main>`` by polling ``?partial=main`` (no front-end stack)
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
@@ -20,7 +22,7 @@ from reconciler.core.queue_view import (
     QueuesView,
     QuotaUse,
 )
-from reconciler.core.types import printable_path
+from reconciler.core.types import printable_path, printable_text
 
 REFRESH_SECONDS = 5
 MAX_ROWS = 200  # pending rows on a queue page; the JSON API lists every one
@@ -58,6 +60,21 @@ setInterval(function(){fetch(location.pathname+'?partial=main',{cache:'no-store'
 """
 
 
+def _script_source(refresh: int) -> str:
+    return _SCRIPT % (refresh * 1000)
+
+
+# Sent with every page: only the page's own refresh script runs (by its hash), nothing is
+# loaded from elsewhere, the page is never framed. A value that escaped ``esc`` could still
+# not run script.
+CONTENT_SECURITY_POLICY = (
+    "default-src 'none'; script-src 'sha256-"
+    + base64.b64encode(hashlib.sha256(_script_source(REFRESH_SECONDS).encode()).digest()).decode()
+    + "'; style-src 'unsafe-inline'; connect-src 'self'; img-src 'self'; base-uri 'none'; "
+    "form-action 'none'; frame-ancestors 'none'"
+)
+
+
 def esc(value: Any) -> str:
     return html.escape("" if value is None else str(value), quote=True)
 
@@ -84,12 +101,14 @@ def operation_href(op_id: str) -> str:
 
 
 def _link(href: str, text: str) -> str:
-    return f'<a href="{esc(href)}">{esc(text)}</a>'
+    """A link to a queue or an operation: its name on one line, nothing hidden (an
+    operation id may come from a workload's annotation: any text)."""
+    return f'<a href="{esc(href)}">{esc(printable_text(text))}</a>'
 
 
 def page(title: str, main: str, *, refresh: int = REFRESH_SECONDS) -> str:
     """A whole document around ``main`` (already HTML)."""
-    script = f"<script>{_SCRIPT % (refresh * 1000)}</script>" if refresh > 0 else ""
+    script = f"<script>{_script_source(refresh)}</script>" if refresh > 0 else ""
     return (
         "<!doctype html><html lang=en><head><meta charset=utf-8>"
         '<meta name=viewport content="width=device-width,initial-scale=1">'
@@ -284,7 +303,7 @@ def queue_main(d: QueueDetail) -> str:
         f"<dd>{'yes' if r.paused else 'no'}</dd></dl>"
     )
     return (
-        f"<h1>Queue {esc(r.name)}</h1>{summary}<h2>Settings</h2>{settings}"
+        f"<h1>Queue {esc(printable_text(r.name))}</h1>{summary}<h2>Settings</h2>{settings}"
         f"<h2>Active operations</h2>{active}{upcoming}<h2>Pending</h2>{pending}"
     )
 
@@ -334,7 +353,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Presets", esc(", ".join(d.presets))),
         ("Workflow", _link(operation_href(d.parent), d.parent) if d.parent else ""),
     ]
-    parts = [f"<h1>Operation {esc(d.operation)}</h1>", _dl(items)]
+    parts = [f"<h1>Operation {esc(printable_text(d.operation))}</h1>", _dl(items)]
     if d.children:
         kids = "".join(f"<li>{_link(operation_href(c), c)}</li>" for c in d.children)
         parts.append(f"<h2>Children</h2><ul>{kids}</ul>")
@@ -399,3 +418,9 @@ def render_message_page(title: str, message: str, *, refresh: int = REFRESH_SECO
 
 def json_text(data: Mapping[str, Any] | Sequence[Any]) -> str:
     return json.dumps(data, indent=2, sort_keys=True, default=str) + "\n"
+
+
+def error_json(message: str) -> bytes:
+    """Every error of the JSON API, from the pages' routes and the server alike:
+    ``{"error": message}``, through ``json_text``."""
+    return json_text({"error": message}).encode()

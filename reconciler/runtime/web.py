@@ -10,7 +10,8 @@ Routes (GET only; nothing here changes a cluster or the repo):
 - ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
   ``/api/v1/fleet``: the same views as JSON.
 
-``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh). The
+``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh); any
+other query parameter is a 400 that names it (``did you mean``), the API takes none. The
 rendering is pure (``core.web_html``); this module only fetches what the views need.
 """
 
@@ -25,10 +26,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
+from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.model import suggest
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
     BlameLine,
@@ -41,15 +44,19 @@ from reconciler.core.render_kubeflow import log_container
 from reconciler.core.status import (
     OperationStatus,
     StatusFileError,
+    StatusReason,
     operation_path,
     parse_status_file,
 )
+from reconciler.core.types import printable_text
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.service import Runtime
 
 log = logging.getLogger("reconciler.web")
 
 MAX_LOG_BYTES = 256 << 10  # of a pod's log, per page view
+PAGE_PARAMETERS = ("partial",)  # ?partial=main: only the page's <main> (its refresh)
+MAX_QUERY_FIELDS = 16
 
 Response = tuple[int, bytes, str]
 HTML = "text/html; charset=utf-8"
@@ -101,17 +108,25 @@ class WebApp:
 
     def __call__(self, path: str, query: str = "") -> Response | None:
         parts = [unquote(p) for p in path.strip("/").split("/")] if path.strip("/") else []
-        partial = parse_qs(query).get("partial", [""])[0] == "main"
         if parts[:2] == ["api", "v1"]:
-            return self._api(parts[2:])
+            wrong = _query_error(query, ())
+            return _error(400, wrong) if wrong else self._api(parts[2:])
+        page: tuple[str, Callable[[_Cycle], tuple[int, str] | None]]
         if not parts or parts == ["queues"]:
-            return self._html(partial, "Queues", self._queues_main)
-        if parts[0] == "queues" and len(parts) == 2:
-            return self._html(partial, f"Queue {parts[1]}", lambda c: self._queue_main(c, parts[1]))
-        if parts[0] == "operations" and len(parts) == 3:
+            page = ("Queues", self._queues_main)
+        elif parts[0] == "queues" and len(parts) == 2:
+            shown = printable_text(parts[1])  # a title from a link: nothing hidden
+            page = (f"Queue {shown}", lambda c: self._queue_main(c, parts[1]))
+        elif parts[0] == "operations" and len(parts) == 3:
             op_id = f"{parts[1]}/{parts[2]}"
-            return self._html(partial, f"Operation {op_id}", lambda c: self._op_main(c, op_id))
-        return None
+            page = (f"Operation {printable_text(op_id)}", lambda c: self._op_main(c, op_id))
+        else:
+            return None
+        wrong = _query_error(query, PAGE_PARAMETERS)
+        if wrong:
+            text = web_html.render_message_page("Bad request", wrong, refresh=0)
+            return 400, text.encode(), HTML
+        return self._html("partial" in parse_qs(query, keep_blank_values=True), *page)
 
     def _cycle(self) -> _Cycle | None:
         result = self._latest()
@@ -197,10 +212,12 @@ class WebApp:
             applied=c.applied,
             recorded=self._recorded(op_id),
             estimates=c.estimates,
+            failed=_failed(r),
         )
         if detail is None:
             return None
-        logs, note = self._logs(r.states.get(op_id))
+        down = {h.name for h in r.clusters if not h.reachable}
+        logs, note = self._logs(r.states.get(op_id), down)
         return 200, web_html.operation_main(detail, logs, note)
 
     def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
@@ -212,8 +229,11 @@ class WebApp:
                 return self._blames[key]
         try:
             lines: list[BlameLine] | None = self._blame(rev, path)
-        except Exception as exc:  # an adapter boundary: Git
+        except GitSyncError as exc:  # Git failed: the page goes without blame
             log.warning("blame %s at %s: %s", path, rev[:12], exc)
+            lines = None
+        except Exception:  # a bug of ours, reported as one: the page goes without blame
+            log.exception("internal error: blame %s at %s", path, rev[:12])
             lines = None
         with self._lock:
             if len(self._blames) > 256:
@@ -227,8 +247,11 @@ class WebApp:
         path = operation_path(op_id)
         try:
             versions = self._status_history(path)
-        except Exception as exc:  # an adapter boundary: Git
+        except GitSyncError as exc:  # Git failed: the page goes without the history
             log.warning("history of %s: %s", path, exc)
+            return []
+        except Exception:  # a bug of ours, reported as one
+            log.exception("internal error: history of %s", path)
             return []
         out = []
         for sha, when, content in versions:
@@ -240,18 +263,26 @@ class WebApp:
                 out.append((sha, when, parsed))
         return out
 
-    def _logs(self, state: WorkloadState | None) -> tuple[str | None, str]:
+    def _logs(self, state: WorkloadState | None, down: set[str]) -> tuple[str | None, str]:
         if state is None:
             return None, "no workload yet"
         if self._read_logs is None:
             return None, "logs are not available from this server"
         if not state.pod:
             return None, "the workload has no pod yet"
+        if state.cluster in down:  # as the page says: not waited for at every view
+            return (
+                None,
+                f"cannot read the log: cluster {state.cluster} was unreachable at the last cycle",
+            )
         try:
             container = log_container(state.kind)
             text = self._read_logs(state.cluster, state.namespace, state.pod, self._tail, container)
-        except Exception as exc:  # an adapter boundary: the cluster
+        except KubeError as exc:  # the cluster's failure, said as such
             return None, f"cannot read the log: {exc}"
+        except Exception:  # a bug of ours: never worded as the cluster's
+            log.exception("internal error: reading the log of %s", state.pod)
+            return None, "internal error reading the log (a bug in the reconciler; see its log)"
         return text, f"last {self._tail} lines of pod {state.pod}"
 
     # --- JSON --------------------------------------------------------------------------
@@ -259,7 +290,7 @@ class WebApp:
     def _api(self, parts: list[str]) -> Response | None:
         cycle = self._cycle()
         if cycle is None:
-            return _json(503, {"error": "no valid config has been loaded yet"})
+            return _error(503, "no valid config has been loaded yet")
         r = cycle.result
         assert r.compiled is not None and r.plan is not None
         view = build_queues_view(
@@ -286,7 +317,7 @@ class WebApp:
                 estimates=cycle.estimates,
             )
             if detail is None:
-                return _json(404, {"error": f"no queue {parts[1]!r}"})
+                return _error(404, f"no queue {parts[1]!r}")
             return _json(200, detail.to_json())
         if len(parts) == 3 and parts[0] == "operations":
             op_id = f"{parts[1]}/{parts[2]}"
@@ -298,15 +329,49 @@ class WebApp:
                 applied=cycle.applied,
                 recorded=self._recorded(op_id),
                 estimates=cycle.estimates,
+                failed=_failed(r),
             )
             if op is None:
-                return _json(404, {"error": f"no operation {op_id!r}"})
+                return _error(404, f"no operation {op_id!r}")
             return _json(200, op.to_json())
-        return _json(404, {"error": "not found"})
+        return _error(404, "not found")
 
 
 def _json(status: int, data: Mapping[str, Any]) -> Response:
     return status, web_html.json_text(data).encode(), JSON
+
+
+def _error(status: int, message: str) -> Response:
+    return status, web_html.error_json(message), JSON
+
+
+def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
+    """Why a page's (``partial=main`` only) or the API's (none) query is refused, or None:
+    an unknown or misspelt name is an error, never ignored."""
+    try:
+        params = parse_qs(query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return "too many query parameters"
+    for name, values in params.items():
+        if name not in allowed:
+            if not allowed:
+                return f"unknown query parameter {name!r}: /api/v1 takes none"
+            close = suggest(name, allowed)
+            hint = f"did you mean {close!r}?" if close else f"allowed: {', '.join(allowed)}"
+            return f"unknown query parameter {name!r} ({hint})"
+        wrong = [v for v in values if v != "main"]
+        if wrong:
+            return f"{name}={wrong[0]!r}: the only value is main"
+    return None
+
+
+def _failed(result: CycleResult) -> dict[str, tuple[str, str]]:
+    """The cycle's dispatches whose create failed, (reason, error) as the status branch
+    records them (``runtime/status.py``)."""
+    return {
+        op: (str(result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED)), error)
+        for op, error in result.failed.items()
+    }
 
 
 def _note(result: CycleResult, applied: bool) -> str:
@@ -364,7 +429,10 @@ def make_web_app(
             target = (root / path).resolve()
             if not target.is_relative_to(root.resolve()) or not target.is_file():
                 return None
-            return read_capped(target)  # over the loader's limit: refused, never read whole
+            try:  # over the loader's limit: refused, never read whole
+                return read_capped(target)
+            except OSError:  # gone or unreadable meanwhile (an editor saves by renaming)
+                return None
 
     return WebApp(
         lambda: runtime.completed,

@@ -35,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from reconciler.core.types import printable_text
+
 log = logging.getLogger("reconciler.webhook")
 
 PATH = "/api/webhook"
@@ -42,6 +44,7 @@ PATH = "/api/webhook"
 # at most 20 commits (a few hundred KB at worst); refused before reading with 413.
 MAX_BODY = 5 * 1024 * 1024
 SECRET_ENV = "RECONCILER_WEBHOOK_SECRET"
+FORM = "application/x-www-form-urlencoded"
 
 _DIGESTS: Mapping[str, Callable[[], Any]] = {
     "sha256": hashlib.sha256,
@@ -107,11 +110,31 @@ def _signature_ok(secret: bytes, body: bytes, header: str) -> str | None:
     digest = _DIGESTS.get(algorithm.lower())
     if not sep or digest is None:
         return f"signature {header[:20]!r}: expected sha256=<hex> or sha512=<hex>"
-    expected = hmac.new(secret, body, digest).hexdigest()
-    # compare_digest on ASCII str: constant-time in the length of the expected value
-    if not hmac.compare_digest(expected, given.strip().lower()):
+    expected = hmac.new(secret, body, digest).hexdigest().encode()
+    # bytes, constant-time in the length of the expected value (compare_digest refuses a
+    # str that is not ASCII, and a header value is any byte)
+    if not hmac.compare_digest(expected, _bytes(given.strip().lower())):
         return "signature does not match the body (wrong secret?)"
     return None
+
+
+def _shown(value: object, *, quote: bool = True, limit: int = 100) -> str:
+    """A value of the request in an answer or a log line: quoted (``repr``) or, a string,
+    as is; on one line, nothing hidden (``printable_text``), at most ``limit`` characters."""
+    text = repr(value) if quote or not isinstance(value, str) else value
+    text = printable_text(text[:limit])
+    return text if len(str(value)) <= limit else text + "..."
+
+
+def _digest(value: bytes) -> bytes:
+    """What a token is compared by: ``compare_digest`` of inputs of different lengths
+    returns at once, so comparing the token itself would tell the secret's length."""
+    return hashlib.sha256(value).digest()
+
+
+def _bytes(value: str) -> bytes:
+    """A header's value as bytes, whatever it holds (a lone surrogate included)."""
+    return value.encode("utf-8", "surrogatepass")
 
 
 def _json(body: bytes) -> dict[str, Any] | str:
@@ -120,6 +143,8 @@ def _json(body: bytes) -> dict[str, Any] | str:
         data = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         return f"body is not JSON: {exc}"
+    except RecursionError:  # json's scanner on thousands of nested arrays or objects
+        return "body is not JSON we read: nested too deeply"
     if not isinstance(data, dict):
         return "body is not a JSON object"
     return data
@@ -187,8 +212,10 @@ class Receiver:
         if event == "ping":
             return Reply(200, "pong", False, "github")
         if event != "push":
-            return Reply(200, f"GitHub event {event!r} ignored: only push is read", False, "github")
-        return self._push(body, "github")
+            return Reply(
+                200, f"GitHub event {_shown(event)} ignored: only push is read", False, "github"
+            )
+        return self._push(body, "github", headers.get("content-type", ""))
 
     def _gitlab(self, headers: Mapping[str, str], body: bytes) -> Reply:
         token = headers.get("x-gitlab-token")
@@ -196,16 +223,19 @@ class Receiver:
             return Reply(
                 401, "GitLab webhook without X-Gitlab-Token: set its secret token", False, "gitlab"
             )
-        if not hmac.compare_digest(token.encode(), self._secret):
+        if not hmac.compare_digest(_digest(_bytes(token)), _digest(self._secret)):
             return Reply(
                 401, "GitLab webhook: X-Gitlab-Token does not match the secret", False, "gitlab"
             )
         event = headers["x-gitlab-event"].strip()
         if event not in ("Push Hook", "System Hook"):
             return Reply(
-                200, f"GitLab event {event!r} ignored: only Push Hook is read", False, "gitlab"
+                200,
+                f"GitLab event {_shown(event)} ignored: only Push Hook is read",
+                False,
+                "gitlab",
             )
-        return self._push(body, "gitlab")
+        return self._push(body, "gitlab", headers.get("content-type", ""))
 
     def _generic(self, headers: Mapping[str, str], body: bytes) -> Reply:
         wrong = _signature_ok(self._secret, body, headers["x-signature"])
@@ -226,20 +256,29 @@ class Receiver:
             ref = f"refs/heads/{branch}"
         return self._ref(ref, "generic")
 
-    def _push(self, body: bytes, provider: str) -> Reply:
+    def _push(self, body: bytes, provider: str, content_type: str) -> Reply:
         data = _json(body)
         if isinstance(data, str):
+            if content_type.split(";")[0].strip().lower() == FORM:  # GitHub's other choice
+                data = f"sent as {FORM}: set the webhook's content type to application/json"
             return Reply(400, f"{provider} push: {data}", False, provider)
         if provider == "gitlab" and data.get("object_kind", "push") != "push":
             kind = data.get("object_kind")
-            return Reply(200, f"GitLab {kind!r} hook ignored: only push is read", False, provider)
+            return Reply(
+                200, f"GitLab {_shown(kind)} hook ignored: only push is read", False, provider
+            )
         return self._ref(data.get("ref"), provider)
 
     def _ref(self, ref: object, provider: str) -> Reply:
         if not isinstance(ref, str) or not ref:
             return Reply(400, f"{provider} push: no ref in the payload", False, provider)
         if ref != self.ref:
-            return Reply(200, f"push to {ref} ignored: following {self.ref}", False, provider)
+            return Reply(
+                200,
+                f"push to {_shown(ref, quote=False)} ignored: following {self.ref}",
+                False,
+                provider,
+            )
         return self._trigger(f"push to {ref}", provider)
 
     def _trigger(self, what: str, provider: str) -> Reply:

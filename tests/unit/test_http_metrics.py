@@ -2,14 +2,24 @@
 
 from __future__ import annotations
 
+import logging
+import pathlib
+import select
+import socket
+import struct
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from builders import World
+from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
+from reconciler.runtime import http
 from reconciler.runtime.http import HttpError, HttpServer, parse_address
 from reconciler.runtime.metrics import Metrics
 
@@ -28,6 +38,17 @@ def _samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         for s in family.samples:
             out[(s.name, tuple(sorted(s.labels.items())))] = s.value
     return out
+
+
+def _get_logged(server: HttpServer, path: str, caplog: pytest.LogCaptureFixture) -> tuple[int, str]:
+    """One GET of ``path`` on ``server`` (started and stopped here), its errors logged."""
+    server.start()
+    try:
+        with caplog.at_level("ERROR", logger="reconciler.http"):
+            status, _, body = _get(server.url + path)
+    finally:
+        server.stop()
+    return status, body
 
 
 class Readiness:
@@ -73,19 +94,19 @@ def test_healthz_and_readyz_follow_the_callable(
     assert _get(server.url + "/nope")[0] == 404
 
 
-def test_a_raising_readiness_check_is_not_ready() -> None:
+def test_a_raising_readiness_check_is_not_ready(caplog: pytest.LogCaptureFixture) -> None:
+    """Not ready (a probe answers 503, never a 500 loop), and the bug is logged with its
+    traceback: it was only in the probe's answer."""
     metrics = Metrics()
 
     def broken() -> bool:
         raise RuntimeError("boom")
 
-    other = HttpServer("127.0.0.1:0", metrics.registry, broken)
-    other.start()
-    try:
-        status, _, body = _get(other.url + "/readyz")
-    finally:
-        other.stop()
+    status, body = _get_logged(
+        HttpServer("127.0.0.1:0", metrics.registry, broken), "/readyz", caplog
+    )
     assert status == 503 and "boom" in body
+    assert any(r.exc_info and "boom" in str(r.exc_info[1]) for r in caplog.records)
 
 
 def test_metrics_expose_every_series(served: tuple[HttpServer, Metrics, Readiness]) -> None:
@@ -204,3 +225,237 @@ def test_cluster_up_and_errors_follow_each_cycle() -> None:
     s = _samples(generate_latest(metrics.registry).decode())
     assert s[("reconciler_cluster_up", (("cluster", "remote"),))] == 1
     assert s[("reconciler_cluster_errors_total", (("cluster", "remote"),))] == 2
+
+
+# --- hostile clients ----------------------------------------------------------------------
+
+
+def _raw(server: HttpServer, request: bytes, wait: float = 5.0, source: str = "") -> bytes:
+    """Send ``request`` byte for byte (from the address ``source``, when given); the whole
+    answer (until the server closes)."""
+    with socket.create_connection(server.address, wait, (source, 0) if source else None) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+def _status_headers_body(answer: bytes) -> tuple[int, dict[str, str], bytes]:
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = dict(line.split(": ", 1) for line in lines[1:])
+    return int(lines[0].split(" ")[1]), {k.lower(): v for k, v in headers.items()}, body
+
+
+def test_connections_are_bounded_and_released_on_disconnect(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A thread per connection, without bound, was a thread and a body buffer (up to 5 MiB
+    for a webhook) per client: past ``MAX_CONNECTIONS`` a client is answered 503 at once."""
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 4)
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True)
+    server.start()
+    held = []
+    try:
+        for _ in range(4):  # each holds a slot: a request line, never the blank line
+            sock = socket.create_connection(server.address, timeout=5)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            held.append(sock)
+        status, headers, body = _status_headers_body(_raw(server, b"GET /healthz HTTP/1.0\r\n\r\n"))
+        assert status == 503 and headers["retry-after"] == "1"
+        assert body.endswith(b"\n") and len(body.splitlines()) == 1 and b"busy" in body
+        for sock in held:
+            sock.close()
+        held.clear()
+        for _ in range(100):  # the slots come back as the handlers see the disconnects
+            if _get(server.url + "/healthz")[0] == 200:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the slots were not released on disconnect")
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_one_client_cannot_take_every_connection(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the bound alone, one host holding every slot (slow requests, reconnecting at
+    each deadline) made /healthz answer 503: the kubelet's liveness probe would restart
+    the reconciler. One address gets at most ``MAX_PER_CLIENT`` of them."""
+    monkeypatch.setattr(http, "MAX_CONNECTIONS", 4)
+    monkeypatch.setattr(http, "MAX_PER_CLIENT", 2)
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True)
+    server.start()
+    held = []
+    try:
+        for _ in range(2):
+            sock = socket.create_connection(server.address, timeout=5)
+            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            held.append(sock)
+        status, _, _ = _status_headers_body(_raw(server, b"GET /healthz HTTP/1.0\r\n\r\n"))
+        assert status == 503  # a third from the same address
+        answer = _raw(server, b"GET /healthz HTTP/1.0\r\n\r\n", source="127.0.0.2")
+        assert answer.startswith(b"HTTP/1.0 200 "), answer  # another address is served
+    finally:
+        for sock in held:
+            sock.close()
+        server.stop()
+
+
+def test_a_request_that_trickles_in_is_dropped_at_its_deadline(
+    served: tuple[HttpServer, Metrics, Readiness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Slowloris: a byte of header every 0.1 s kept a connection (and its thread) forever, as
+    the socket timeout counts per read. The whole request must arrive within ``READ_SECONDS``."""
+    monkeypatch.setattr(http, "READ_SECONDS", 0.5)
+    server, _, _ = served
+    with socket.create_connection(server.address, timeout=5) as sock:
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        closed = False
+        for _ in range(50):  # 5 s of one header byte every 0.1 s
+            try:
+                sock.sendall(b"X")
+            except OSError:
+                closed = True
+                break
+            ready, _, _ = select.select([sock], [], [], 0.1)
+            if ready:  # an answer, or the end: either way the server gave up on it
+                closed = True
+                break
+        assert closed, "the connection was still open after 5 s"
+
+
+def test_a_client_that_goes_away_mid_answer_is_no_traceback(
+    capfd: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """socketserver printed the ConnectionResetError's traceback on stderr (bypassing the
+    log format); a client gone is a debug line, not an error."""
+    answered = threading.Event()
+    client_gone = threading.Event()
+
+    def web(path: str, query: str) -> tuple[int, bytes, str]:
+        client_gone.wait(5)
+        answered.set()
+        return 200, b"x" * 100_000, "text/plain"
+
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=web)
+    server.start()
+    try:
+        with caplog.at_level("DEBUG", logger="reconciler.http"):
+            sock = socket.create_connection(server.address, timeout=5)
+            sock.sendall(b"GET /page HTTP/1.0\r\n\r\n")
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()  # a reset: the answer's writes fail
+            client_gone.set()
+            assert answered.wait(5)
+            for _ in range(100):
+                if any("connection" in r.getMessage() for r in caplog.records):
+                    break
+                time.sleep(0.05)
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("connection" in r.getMessage() for r in caplog.records)
+
+
+def test_a_bug_while_serving_metrics_is_a_logged_500(caplog: pytest.LogCaptureFixture) -> None:
+    """Any exception of ours is a 500 with a generic body and the traceback in the log, not a
+    connection closed without an answer."""
+
+    class Broken:
+        def collect(self) -> Iterator[Any]:
+            raise RuntimeError("collector bug")
+
+    registry = CollectorRegistry()
+    registry.register(Broken())  # type: ignore[arg-type]
+    status, body = _get_logged(
+        HttpServer("127.0.0.1:0", registry, lambda: True), "/metrics", caplog
+    )
+    assert (status, body) == (500, "internal error; see the reconciler's log\n")
+    assert "collector bug" not in body
+    assert any(r.exc_info and "collector bug" in str(r.exc_info[1]) for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("request_line", "status", "allow"),
+    [
+        (b"PUT /healthz HTTP/1.0", 405, "GET, HEAD, OPTIONS"),
+        (b"DELETE /metrics HTTP/1.0", 405, "GET, HEAD, OPTIONS"),
+        (b"BREW /healthz HTTP/1.0", 405, "GET, HEAD, OPTIONS"),
+        (b"POST /healthz HTTP/1.0", 405, "GET, HEAD, OPTIONS"),
+        (b"OPTIONS /healthz HTTP/1.0", 204, "GET, HEAD, OPTIONS"),
+    ],
+)
+def test_other_methods_are_405_with_allow(
+    served: tuple[HttpServer, Metrics, Readiness], request_line: bytes, status: int, allow: str
+) -> None:
+    server, _, _ = served
+    answer = _raw(server, request_line + b"\r\nContent-Length: 0\r\n\r\n")
+    got, headers, body = _status_headers_body(answer)
+    assert (got, headers["allow"]) == (status, allow), answer
+    if status == 405:
+        assert headers["content-type"] == "text/plain; charset=utf-8"
+        assert body.endswith(b"\n") and len(body.splitlines()) == 1
+    else:
+        assert body == b""
+
+
+def test_head_is_get_without_the_body(served: tuple[HttpServer, Metrics, Readiness]) -> None:
+    server, _, _ = served
+    got, headers, body = _status_headers_body(_raw(server, b"HEAD /metrics HTTP/1.0\r\n\r\n"))
+    full = _get(server.url + "/metrics")[2].encode()
+    assert got == 200 and body == b""
+    assert abs(int(headers["content-length"]) - len(full)) < 200  # a scrape's own series moved
+
+
+@pytest.mark.parametrize(
+    ("sent", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", 400),
+        (b"GET /" + b"a" * 70_000 + b" HTTP/1.0\r\n\r\n", 414),
+        (b"GET / HTTP/1.0\r\n" + b"X-A: b\r\n" * 101 + b"\r\n", 431),
+        (b"GET / HTTP/7.0\r\n\r\n", 505),
+        # each line within the stdlib's 64 KiB, 100 of them were 6.4 MB a request (64
+        # connections held 470 MB, then 1 GB as they were parsed): at most MAX_HEAD in all
+        (b"GET /healthz HTTP/1.0\r\n" + b"X-Pad: " + b"a" * 60_000 + b"\r\n" * 3 + b"\r\n", 200),
+        (b"GET /healthz HTTP/1.0\r\n" + (b"X-Pad: " + b"a" * 60_000 + b"\r\n") * 3 + b"\r\n", 431),
+    ],
+)
+def test_malformed_requests_get_one_line(
+    served: tuple[HttpServer, Metrics, Readiness], sent: bytes, status: int
+) -> None:
+    """The stdlib's own refusals were an HTML page; every refusal is one line of text."""
+    server, _, _ = served
+    got, headers, body = _status_headers_body(_raw(server, sent))
+    assert got == status
+    assert headers["content-type"] == "text/plain; charset=utf-8"
+    assert body.endswith(b"\n") and len(body.splitlines()) == 1 and b"<" not in body
+    if len(sent) > http.MAX_HEAD:
+        assert body == f"request head over {http.MAX_HEAD} bytes\n".encode()
+
+
+@pytest.mark.parametrize("command", ["run", "serve"])
+def test_a_bad_http_address_is_a_usage_error_not_a_traceback(
+    command: str, tmp_path: pathlib.Path
+) -> None:
+    """``run --http foo`` raised parse_address's ValueError out of the command."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    extra = ["--watch"] if command == "run" else []
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:  # the command configures logging for the process: put it back for the next tests
+        result = CliRunner().invoke(
+            cli, [command, "--repo", str(tmp_path), *extra, "--http", "foo"]
+        )
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    assert result.exit_code == 2, result.output
+    assert "error: --http 'foo': expected HOST:PORT" in result.output
+    assert result.exception is None or isinstance(result.exception, SystemExit)

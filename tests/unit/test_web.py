@@ -5,6 +5,7 @@ cluster, which the browser test exercises for real)."""
 from __future__ import annotations
 
 import json
+import logging
 import re
 import shutil
 import urllib.error
@@ -239,6 +240,30 @@ def test_worktree_sources_give_setting_lines_and_stay_inside_the_repo(
     assert app("/favicon.ico", "") is None  # the server answers 404
 
 
+def test_a_worktree_file_that_goes_away_while_read_is_not_an_internal_error(
+    cycle: CycleResult, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An editor saves by renaming: the queue file can vanish between the check and the
+    read (``--watch``). That raised FileNotFoundError out of the page: a 500 "internal
+    error" for a file being saved; the page goes without the settings' lines instead."""
+    from reconciler.runtime import web
+    from reconciler.runtime.service import Runtime
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    runtime = Runtime(reconciler=None, publisher=None, completed=cycle)  # type: ignore[arg-type]
+    app = web.make_web_app(runtime, {}, worktree=root)
+
+    def vanished(path: Path) -> bytes:
+        raise FileNotFoundError(2, "No such file or directory", str(path))
+
+    monkeypatch.setattr(web, "read_capped", vanished)
+    reply = app("/api/v1/queues/team-a", "")
+    assert reply is not None and reply[0] == 200
+    settings = {s["key"]: s for s in json.loads(reply[1])["settings"]}
+    assert settings["priority"]["line"] is None
+
+
 def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
     from builders import World
 
@@ -329,3 +354,261 @@ def test_paths_with_control_characters_are_quoted_on_the_pages() -> None:
         assert "\x1b" not in html and "\u202e" not in html
     assert f"<code>{shown}:3</code>" in pages[0]
     assert f"<code>{shown}</code>" in pages[0]
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "said"),
+    [
+        (
+            "/queues?partail=main",
+            400,
+            "unknown query parameter 'partail' (did you mean 'partial'?)",
+        ),
+        ("/?Partial=main", 400, "unknown query parameter 'Partial' (did you mean 'partial'?)"),
+        ("/queues/team-a?zzz=1", 400, "unknown query parameter 'zzz' (allowed: partial)"),
+        ("/queues?partial=yes", 400, "partial='yes': the only value is main"),
+        ("/queues?partial", 400, "partial='': the only value is main"),
+        ("/queues?partial=main&partial=all", 400, "partial='all': the only value is main"),
+        (
+            "/api/v1/queues?partial=main",
+            400,
+            "unknown query parameter 'partial': /api/v1 takes none",
+        ),
+        (
+            "/api/v1/fleet?" + "&".join(f"a{i}=1" for i in range(30)),
+            400,
+            "too many query parameters",
+        ),
+        ("/favicon.ico?x=1", 404, "not found"),
+        ("/queues?", 200, "<!doctype html>"),
+        ("/queues?&", 200, "<!doctype html>"),  # no parameter: the whole page
+        ("/queues?partial=main", 200, "<h1>Queues</h1>"),
+    ],
+)
+def test_query_parameters_are_checked_not_ignored(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+    path: str,
+    status: int,
+    said: str,
+) -> None:
+    """An unknown or misspelt parameter was ignored: ``?partail=main`` got the whole page."""
+    url, latest, _ = served
+    latest.result = cycle
+    got, ctype, body = _get(url + path)
+    assert got == status, body[:300]
+    if path.startswith("/api/"):
+        assert ctype == "application/json" and json.loads(body) == {"error": said}
+    elif status == 400:
+        assert ctype == "text/html; charset=utf-8" and esc(said) in body
+    else:
+        assert body.startswith(said)
+
+
+def test_api_errors_are_one_json_shape_whoever_answers(cycle: CycleResult) -> None:
+    """A bug under /api/v1 was a text/plain 500, another method a text 404: every API error
+    is ``{"error": ...}`` (``web_html.error_json``), pages and probes keep text."""
+    calls = {"n": 0}
+
+    def broken() -> CycleResult | None:
+        calls["n"] += 1
+        raise RuntimeError("a bug in the view")
+
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=WebApp(broken))
+    server.start()
+    try:
+        for path in ("/api/v1/queues", "//api/v1/fleet/"):  # the routes strip the slashes
+            status, ctype, body = _get(server.url + path)
+            assert (status, ctype) == (500, "application/json")
+            assert json.loads(body) == {"error": "internal error; see the reconciler's log"}
+        status, ctype, body = _get(server.url + "/queues")
+        assert (status, ctype) == (500, "text/plain; charset=utf-8")
+        assert body == "internal error; see the reconciler's log\n" and "a bug" not in body
+        request = urllib.request.Request(server.url + "/api/v1/queues", data=b"{}", method="POST")
+        try:
+            urllib.request.urlopen(request, timeout=5)
+            pytest.fail("POST was answered")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 405 and exc.headers["Allow"] == "GET, HEAD, OPTIONS"
+            assert json.loads(exc.read()) == {
+                "error": "method POST not allowed here: GET, HEAD, OPTIONS"
+            }
+    finally:
+        server.stop()
+    assert calls["n"] == 3
+
+
+def test_a_dispatch_that_failed_is_shown_as_the_cycle_recorded_it(template: RepoSnapshot) -> None:
+    """The leader's cycle planned a dispatch whose create failed: the status branch records
+    it Queued with reason DispatchFailed and the error, but the operation page and its API
+    said Dispatched (the plan's intent, not what the cycle did)."""
+    from reconciler.core.status import StatusReason, build_status
+
+    repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
+    plan = plan_repo(repo, [], NOW)
+    op = plan.dispatch[0].operation
+    error = "creating Job team-a/x: admission webhook denied the request"
+    result = CycleResult(
+        at=NOW,
+        version=repo.version,
+        compiled=repo,
+        plan=plan,
+        states={},
+        dispatched=tuple(d.operation for d in plan.dispatch if d.operation != op),
+        failed={op: error},
+        failure_reasons={op: StatusReason.DISPATCH_FAILED},
+    )
+    failed = {op: (StatusReason.DISPATCH_FAILED, error)}
+    record = next(r for r in build_status(repo, plan, {}, failed) if r.operation == op)
+    assert (record.phase, record.reason) == (Phase.QUEUED, "DispatchFailed")
+    app = WebApp(lambda: result)
+    reply = app(f"/api/v1/operations/{op}")
+    assert reply is not None and reply[0] == 200
+    shown = json.loads(reply[1])
+    assert (shown["phase"], shown["reason"], shown["message"]) == (
+        record.phase.value,
+        record.reason,
+        record.message,
+    )
+    reply = app(operation_href(op))
+    assert reply is not None
+    page = reply[1].decode()
+    assert "<b>Queued</b>" in page and "DispatchFailed" in page and esc(error) in page
+    other = next(d.operation for d in plan.dispatch if d.operation != op)
+    reply = app(f"/api/v1/operations/{other}")
+    assert reply is not None and json.loads(reply[1])["phase"] == "Dispatched"
+
+
+def test_a_name_from_the_path_is_shown_on_one_line_with_nothing_hidden(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """A 404 page repeated the path's name raw (escaped for HTML only): a bidi override, an
+    escape or a NUL from a link went onto the page and into its title."""
+    url, latest, _ = served
+    latest.result = cycle
+    for path in ("/queues/%E2%80%AEnimda%1B%5B31m%00", "/operations/p/%E2%80%AEx%0Ay"):
+        status, _, body = _get(url + path)
+        assert status == 404
+        assert not any(c in body for c in "\u202e\x1b\x00"), body
+        assert "\\u202e" in body and ("\\x1b" in body or "\\n" in body)
+
+
+def test_an_operation_id_from_a_cluster_is_shown_with_nothing_hidden(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """An operation id comes from a workload's annotation (anyone who may create a Job
+    there): HTML-escaped, but a bidi override or a newline in it went onto the queue page's
+    links and the operation page's heading raw, spoofing what the row says."""
+    url, latest, _ = served
+    spoof = "p/\u202egpj.exe\nforged"
+    states = dict(cycle.states)
+    states[spoof] = replace(states[EVIL], operation=spoof, name="spoof-g1")
+    latest.result = replace(cycle, states=states)
+    for path in ("/queues/team-a", operation_href(spoof)):
+        status, _, body = _get(url + path)
+        assert status == 200, path
+        assert "\u202e" not in body and "gpj.exe\nforged" not in body, path
+        assert "\\u202egpj.exe\\nforged" in body, path
+
+
+def test_pages_forbid_any_script_but_their_own(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """Defense in depth behind ``esc``: a Content-Security-Policy that lets only the
+    page's own refresh script run (by its hash), no other origin, no framing."""
+    import base64
+    import hashlib
+
+    url, latest, _ = served
+    latest.result = cycle
+    with urllib.request.urlopen(url + "/queues/team-a", timeout=5) as resp:
+        policy = resp.headers["Content-Security-Policy"]
+        body = resp.read().decode()
+    scripts = re.findall(r"<script>(.*?)</script>", body, re.S)
+    assert len(scripts) == 1
+    digest = base64.b64encode(hashlib.sha256(scripts[0].encode()).digest()).decode()
+    assert f"script-src 'sha256-{digest}'" in policy
+    assert "default-src 'none'" in policy and "frame-ancestors 'none'" in policy
+    assert "connect-src 'self'" in policy  # the refresh's fetch
+
+
+def test_a_bug_behind_a_page_is_reported_as_ours_not_as_the_cluster_or_git(
+    cycle: CycleResult, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The log tail, the blame and the status history caught every exception: a bug in our
+    code read "cannot read the log: 'NoneType' object ..." on the page, as if the cluster
+    had failed, and a blame or history bug was a warning without its traceback."""
+    from reconciler.adapters.git import GitSyncError
+    from reconciler.adapters.kube import KubeError
+
+    running = next(s for op, s in cycle.states.items() if s.phase is Phase.RUNNING and op != EVIL)
+    failures: dict[str, Exception] = {}
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
+        raise failures["logs"]
+
+    def blame(rev: str, path: str) -> list[BlameLine]:
+        raise failures["blame"]
+
+    def history(path: str) -> list[tuple[str, datetime, bytes]]:
+        raise failures["history"]
+
+    def views(logs: Exception, blamed: Exception, recorded: Exception) -> str:
+        """The queue page and the operation page, with these failures behind them."""
+        failures.update(logs=logs, blame=blamed, history=recorded)
+        caplog.clear()
+        app = WebApp(lambda: cycle, blame=blame, read_logs=read_logs, status_history=history)
+        with caplog.at_level("WARNING", logger="reconciler.web"):
+            for path in ("/queues/team-a", "/operations/" + running.operation):
+                reply = app(path)
+                assert reply is not None and reply[0] == 200, path
+        return reply[1].decode()
+
+    page = views(
+        KubeError("pods/log: cluster unreachable"),
+        GitSyncError("cannot blame"),
+        GitSyncError("cannot read the history"),
+    )
+    assert "cannot read the log: pods/log: cluster unreachable" in page
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # theirs, not ours
+    page = views(
+        AttributeError("'NoneType' object has no attribute 'decode'"),
+        TypeError("a blame bug"),
+        KeyError("a history bug"),
+    )
+    assert "NoneType" not in page and "internal error reading the log" in page
+    bugs = {str(r.exc_info[1]) for r in caplog.records if r.levelno >= logging.ERROR and r.exc_info}
+    assert bugs == {
+        "'NoneType' object has no attribute 'decode'",
+        "a blame bug",
+        "'a history bug'",
+    }
+
+
+def test_the_log_of_a_cluster_the_cycle_found_unreachable_is_not_waited_for(
+    cycle: CycleResult,
+) -> None:
+    """The page said the cluster was unreachable and still tried its log at every view and
+    every 5 s refresh: a blackholed API server held the page (and a connection slot) for
+    the connect timeout each time. The page says what the cycle found instead."""
+    from reconciler.core.cycle import ClusterHealth
+
+    running = next(s for op, s in cycle.states.items() if s.phase is Phase.RUNNING and op != EVIL)
+    calls: list[str] = []
+
+    def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
+        calls.append(pod)
+        return "a log line\n"
+
+    down = replace(cycle, clusters=(ClusterHealth("local", False, "connect timeout"),))
+    reply = WebApp(lambda: down, read_logs=read_logs)("/operations/" + running.operation)
+    assert reply is not None and reply[0] == 200 and calls == []
+    assert "cannot read the log: cluster local was unreachable at the last cycle" in (
+        reply[1].decode()
+    )
+    up = replace(cycle, clusters=(ClusterHealth("local", True),))
+    reply = WebApp(lambda: up, read_logs=read_logs)("/operations/" + running.operation)
+    assert reply is not None and "a log line" in reply[1].decode() and calls == [running.pod]

@@ -4,9 +4,15 @@ fetches and runs a cycle at once while a bad one triggers nothing."""
 
 from __future__ import annotations
 
+import collections
+import hmac
 import http.client
 import json
+import select
+import socket
 import threading
+import time
+import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,6 +27,7 @@ from test_event_cycles import FixedClock, VirtualClock
 from reconciler.cli.main import cli
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
+from reconciler.runtime import http as http_server
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.http import HttpServer
 from reconciler.runtime.loop import Loop, Wakeup
@@ -100,6 +107,26 @@ def test_a_github_push_without_a_good_signature_is_401(
     assert pushes.providers == []
 
 
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=\xe9\xe9"},
+        {"X-GitHub-Event": "push", "X-Hub-Signature-256": "sha256=" + "\u0663" * 64},
+        {"X-Signature": "sha512=\xff"},
+        {"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": "\udcff\xe9"},
+    ],
+)
+def test_a_signature_that_is_not_ascii_is_401_not_an_internal_error(
+    receiver: tuple[Receiver, Pushes], headers: dict[str, str]
+) -> None:
+    """A header value is any byte (decoded as Latin-1): ``compare_digest`` of non-ASCII
+    ``str`` raised TypeError, answered 500 as if it were our bug."""
+    hook, pushes = receiver
+    reply = hook.handle(headers, push())
+    assert reply.status == 401 and not reply.triggered, reply.message
+    assert pushes.providers == []
+
+
 def test_a_signature_by_another_secret_or_of_another_body_is_refused(
     receiver: tuple[Receiver, Pushes],
 ) -> None:
@@ -130,6 +157,27 @@ def test_gitlab_token_is_compared_with_the_secret(receiver: tuple[Receiver, Push
     missing = hook.handle({"X-Gitlab-Event": "Push Hook"}, body)
     assert missing.status == 401 and "without X-Gitlab-Token" in missing.message
     assert pushes.providers == ["gitlab"]
+
+
+def test_the_gitlab_token_comparison_does_not_depend_on_its_length(
+    receiver: tuple[Receiver, Pushes], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``compare_digest`` returns at once on inputs of different lengths: comparing the
+    token with the secret itself told the secret's length by timing. Both are hashed
+    first, so every comparison is of two equal-length digests."""
+    hook, _ = receiver
+    compared: list[tuple[int, int]] = []
+    real = hmac.compare_digest
+
+    def recording(a: bytes, b: bytes) -> bool:
+        compared.append((len(a), len(b)))
+        return real(a, b)
+
+    monkeypatch.setattr(hmac, "compare_digest", recording)
+    body = push(object_kind="push")
+    for token in ("x", "guess" * 40, SECRET.decode()):
+        hook.handle({"X-Gitlab-Event": "Push Hook", "X-Gitlab-Token": token}, body)
+    assert len(compared) == 3 and all(a == b == compared[0][0] for a, b in compared)
 
 
 def test_generic_hmac_accepts_sha256_and_sha512(receiver: tuple[Receiver, Pushes]) -> None:
@@ -198,6 +246,58 @@ def test_a_malformed_signed_push_is_400(
     hook, pushes = receiver
     reply = hook.handle(github(body), body)
     assert reply.status == 400 and why in reply.message and reply.result == "invalid"
+    assert pushes.providers == []
+
+
+def test_a_signed_body_nested_too_deeply_is_bad_input_not_a_bug(
+    receiver: tuple[Receiver, Pushes],
+) -> None:
+    """json.loads raises RecursionError (not ValueError) on 100 000 nested arrays: a signed
+    sender's bad payload was a 500, as if it were our bug."""
+    hook, pushes = receiver
+    body = b"[" * 100_000 + b"]" * 100_000
+    reply = hook.handle(github(body), body)
+    assert reply.status == 400 and "not JSON" in reply.message, reply.message
+    reply = hook.handle({"X-Signature": sign(SECRET, body)}, body)
+    assert reply.status == 202  # generic: a body that is no JSON object just asks for a fetch
+    assert pushes.providers == ["generic"]
+
+
+def test_a_form_encoded_github_push_says_to_send_json(
+    receiver: tuple[Receiver, Pushes],
+) -> None:
+    """GitHub's other content type (``payload=<url-encoded JSON>``) was answered "body is
+    not JSON: Expecting value", which does not say what to change."""
+    hook, pushes = receiver
+    body = b"payload=" + urllib.parse.quote_plus(push().decode()).encode()
+    headers = {**github(body), "Content-Type": "application/x-www-form-urlencoded"}
+    reply = hook.handle(headers, body)
+    assert reply.status == 400 and not reply.triggered
+    assert reply.message == (
+        "github push: sent as application/x-www-form-urlencoded: set the webhook's content "
+        "type to application/json"
+    )
+    assert pushes.providers == []
+
+
+@pytest.mark.parametrize(
+    "ref",
+    ["refs/heads/dev\nwebhook: push to refs/heads/main: fetching", "refs/heads/" + "x" * 200_000],
+)
+def test_an_ignored_ref_is_quoted_on_one_short_line(
+    receiver: tuple[Receiver, Pushes], ref: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The payload's ref was echoed raw into the one-line answer and the log: a newline
+    forged a second line, a 200 KB ref was answered and logged whole."""
+    hook, pushes = receiver
+    body = push(ref)
+    with caplog.at_level("INFO", logger="reconciler.webhook"):
+        reply = hook.handle(github(body), body)
+    assert reply.status == 200 and not reply.triggered
+    assert len(reply.body.splitlines()) == 1 and len(reply.body) < 400
+    assert reply.message.startswith("push to refs/heads/")
+    assert reply.message.endswith("ignored: following refs/heads/main")
+    assert all("\n" not in r.getMessage() and len(r.getMessage()) < 400 for r in caplog.records)
     assert pushes.providers == []
 
 
@@ -337,6 +437,17 @@ def test_a_signed_push_through_http_fetches_and_cycles_at_once(served: Served) -
     assert sample == 1.0
 
 
+def test_the_receiver_path_is_the_same_with_a_trailing_slash_or_a_query(served: Served) -> None:
+    """A webhook URL set to ``.../api/webhook/`` was answered 405 "not allowed here: GET,
+    HEAD, OPTIONS", while the pages' routes ignore a trailing slash."""
+    served.wait_cycles(1)
+    body = push()
+    for path in ("/api/webhook/", "/api/webhook?from=github"):
+        status, text = post(served.server.url, path, body, github(body))
+        assert status == 202, (path, text)
+    assert served.wake.counts[Trigger.WEBHOOK] == 2
+
+
 def test_bad_requests_through_http_never_trigger(served: Served) -> None:
     served.wait_cycles(1)
     url, body = served.server.url, push()
@@ -346,7 +457,7 @@ def test_bad_requests_through_http_never_trigger(served: Served) -> None:
         ("/api/webhook", b"{", github(b"{"), 400),
         ("/api/webhook", body, {"Content-Type": "application/json"}, 400),
         ("/api/webhook", push("refs/heads/dev"), github(push("refs/heads/dev")), 200),
-        ("/api/other", body, github(body), 404),
+        ("/api/other", body, github(body), 405),  # not the receiver: GET, HEAD, OPTIONS
     ]
     for path, payload, headers, expected in cases:
         status, text = post(url, path, payload, headers)
@@ -381,6 +492,125 @@ def test_the_body_is_bounded_before_it_is_read(served: Served) -> None:
     finally:
         conn.close()
     assert served.wake.counts[Trigger.WEBHOOK] == 0
+
+
+def raw_post(url: str, head: bytes, body: bytes = b"", wait: float = 5.0) -> bytes:
+    """Send ``head`` (the headers after the request line, no blank line) and ``body`` as
+    given, byte for byte; the whole answer (until the server closes)."""
+    host, port = url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=wait) as sock:
+        sock.sendall(b"POST /api/webhook HTTP/1.1\r\nHost: x\r\n" + head + b"\r\n" + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+        return answer
+
+
+@pytest.mark.parametrize(
+    ("length", "expected"),
+    [
+        (b"Content-Length: 1_0", b"400"),  # int() took it as 10
+        (b"Content-Length: +10", b"400"),
+        (b"Content-Length: \xd9\xa1\xd9\xa0", b"400"),  # Arabic-Indic digits, as UTF-8
+        (b"Content-Length: 10\r\nContent-Length: 12", b"400"),  # which one?
+        (b"Content-Length: " + b"9" * 5000, b"413"),
+    ],
+)
+def test_content_length_is_plain_ascii_digits_and_said_once(
+    served: Served, length: bytes, expected: bytes
+) -> None:
+    body = b"0123456789"
+    answer = raw_post(
+        served.server.url,
+        b"X-Signature: " + sign(SECRET, body).encode() + b"\r\n" + length + b"\r\n",
+        body,
+    )
+    status, _, rest = answer.partition(b"\r\n")
+    assert status.split(b" ")[1] == expected, answer
+    assert rest.endswith(b"\n") and len(rest.split(b"\r\n\r\n", 1)[1].splitlines()) == 1
+    assert served.wake.counts[Trigger.WEBHOOK] == 0
+
+
+def test_a_body_that_does_not_arrive_in_time_is_408(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The whole request must arrive within ``READ_SECONDS``, however slowly it trickles."""
+    monkeypatch.setattr(http_server, "READ_SECONDS", 0.5)
+    body = push()
+    host, port = served.server.url.removeprefix("http://").split(":")
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(
+            b"POST /api/webhook HTTP/1.1\r\nX-Signature: "
+            + sign(SECRET, body).encode()
+            + f"\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        )
+        answer = b""
+        for byte in body[:-1]:  # never the last byte; each one well within the old timeout
+            sock.sendall(bytes([byte]))
+            ready, _, _ = select.select([sock], [], [], 0.1)
+            if ready:
+                break
+        while chunk := sock.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.0 408 "), answer
+    assert b"not received within" in answer
+    assert served.wake.counts[Trigger.WEBHOOK] == 0
+
+
+def test_webhook_bodies_read_at_once_are_few(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every connection could hold a 5 MiB body (64 of them: 320 MiB, unauthenticated, as
+    the signature is checked once the body is in): at most ``MAX_WEBHOOK_BODIES`` bodies
+    are read at once (1 here), another push is 503 (the interval is the fallback)."""
+    assert http_server.MAX_WEBHOOK_BODIES == 4
+    monkeypatch.setattr(served.server._server, "bodies", threading.BoundedSemaphore(1))
+    url = served.server.url
+    host, port = url.removeprefix("http://").split(":")
+    body = push()
+    with socket.create_connection((host, int(port)), timeout=5) as slow:
+        slow.sendall(
+            b"POST /api/webhook HTTP/1.0\r\nX-Signature: x\r\nContent-Length: 1000\r\n\r\n{"
+        )
+        for _ in range(100):  # until the server reads that body
+            status, text = post(url, "/api/webhook", body, github(body))
+            if status == 503:
+                break
+            time.sleep(0.02)
+        assert (status, text) == (503, "busy: other webhook bodies are being read; retry later\n")
+    for _ in range(100):  # that body's slot is back once its client is gone
+        status, text = post(url, "/api/webhook", body, github(body))
+        if status != 503:
+            break
+        time.sleep(0.02)
+    assert status == 202, text
+
+
+def test_a_flood_of_pushes_is_answered_and_coalesced(served: Served) -> None:
+    """200 signed pushes at once: every one gets an answer (202, or 503 when the bodies
+    being read are too many), none a reset (socketserver's listen backlog of 5 reset a
+    burst; a refusal closed with the request unread was reset too); the pushes only ask
+    for cycles (one fetch each, however many pushes it serves), nothing is queued."""
+    served.wait_cycles(1)
+    body = push()
+    answers: list[int | str] = []
+
+    def one() -> None:
+        try:
+            answers.append(post(served.server.url, "/api/webhook", body, github(body))[0])
+        except OSError as exc:
+            answers.append(type(exc).__name__)
+
+    threads = [threading.Thread(target=one) for _ in range(200)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert set(answers) <= {202, 503}, collections.Counter(answers)
+    assert served.wake.counts[Trigger.WEBHOOK] == answers.count(202)
+    served.wait_cycles(2)
+    with served.cycled:
+        assert served.reads == len(served.results)  # a fetch per cycle, not per push
 
 
 def test_without_a_secret_there_is_no_receiver() -> None:
