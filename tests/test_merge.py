@@ -362,9 +362,10 @@ _SPEC = st.fixed_dictionaries(
 
 
 def _ordered(value: Any) -> Any:
-    """``value`` with every map as its list of items: equal only in the same key order."""
+    """``value`` with every map as its list of items: equal only in the same key order
+    (tagged, so that a map is never equal to a list: ``{}`` is not ``[]``)."""
     if isinstance(value, dict):
-        return [(k, _ordered(v)) for k, v in value.items()]
+        return ("map", [(k, _ordered(v)) for k, v in value.items()])
     if isinstance(value, list):
         return [_ordered(v) for v in value]
     return value
