@@ -22,6 +22,7 @@ and the status branch.
 from __future__ import annotations
 
 import bisect
+import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -66,19 +67,16 @@ _Yaml12Resolver.add_implicit_resolver(
 _Yaml12Resolver.add_implicit_resolver(
     _NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
 )
-_Yaml12Resolver.add_implicit_resolver(
-    _INT,
-    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-    list("-+0123456789"),
+# The core schema's numbers: what an untagged scalar must look like to be read as one, and
+# what a scalar tagged ``!!int`` or ``!!float`` must look like (Python's ``int`` and
+# ``float`` also take ``1_0``, `` 7``, ``nan`` and any script's digits).
+_CORE_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_CORE_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 )
-_Yaml12Resolver.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+.0123456789"),
-)
+_Yaml12Resolver.add_implicit_resolver(_INT, _CORE_INT, list("-+0123456789"))
+_Yaml12Resolver.add_implicit_resolver(_FLOAT, _CORE_FLOAT, list("-+.0123456789"))
 
 
 Resolvers = dict[Any, list[tuple[str, re.Pattern[str]]]]  # first character -> [(tag, pattern)]
@@ -542,25 +540,20 @@ def _scalar_value(tag: str, value: str, line: int, col: int) -> Any:
             f"number is {len(value)} characters long; the limit is {MAX_NUMBER_CHARS}",
         )
     elif tag == _INT:
-        v = value
-        try:
+        if _CORE_INT.fullmatch(value):  # not ``match``: its ``$`` passes a final newline
+            v = value
             if v.startswith("0o"):
                 return int(v[2:], 8)
             if v.startswith("0x"):
                 return int(v[2:], 16)
             return int(v, 10)
-        except ValueError:
-            pass
     elif tag == _FLOAT:
-        low = value.lower()
-        if low.endswith(".inf") or low == ".nan":
-            raise _Fail(line, col, f"{value!r}: infinity and NaN are not allowed here")
-        try:
+        if _CORE_FLOAT.fullmatch(value):
+            low = value.lower()
+            if ".inf" in low or ".nan" in low:
+                raise _Fail(line, col, f"{value!r}: infinity and NaN are not allowed here")
             number = float(value)
-        except ValueError:
-            pass
-        else:
-            if number in (float("inf"), float("-inf")):
+            if not math.isfinite(number):
                 raise _Fail(line, col, f"number {value!r} is out of range")
             return number
     else:
