@@ -86,8 +86,23 @@ def _label_key(value: str) -> str:
     return _qualified(value, "label key")
 
 
+# Kubernetes' resources for containers without a domain prefix; every other resource has
+# one (``nvidia.com/gpu``). The API server refuses a container that requests ``CPU`` or
+# ``gpu``, and a quota on either would cap nothing any operation requests.
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+@_checked_once
 def _resource_name(value: str) -> str:
-    return _qualified(value, "resource name")
+    _qualified(value, "resource name")
+    if "/" in value or value in STANDARD_RESOURCES or value.startswith("hugepages-"):
+        return value
+    meant = {_fold(name): name for name in STANDARD_RESOURCES}.get(_fold(value))
+    raise ValueError(
+        f"{_show(value)} is not a resource Kubernetes knows: without a domain prefix a "
+        "resource is cpu, memory, ephemeral-storage or hugepages-<size> (others have their "
+        "prefix, e.g. nvidia.com/gpu)" + (f"; did you mean {meant!r}?" if meant else "")
+    )
 
 
 @_checked_once
