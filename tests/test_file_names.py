@@ -215,6 +215,56 @@ def test_a_linked_directory_shows_its_files_under_the_link() -> None:
     assert files == {"queues/a.yaml": b"kind: Queue\n", "queues/b.yaml": b"kind: Queue\n"}
 
 
+SUBMODULE = "is a Git submodule, which the reconciler does not read: commit its files instead"
+
+
+def _with_submodule(tmp_path: Path, moved: str, at: str) -> Path:
+    """The template with ``moved`` (a directory of it) made a repository of its own and
+    added back as a submodule at ``at``."""
+    root = _repo(tmp_path)
+    source = tmp_path / "submodule"
+    shutil.move(root / moved, source)
+    _git(source, "init", "-q", "-b", "main")
+    _git(source, "add", "-A")
+    _git(source, "commit", "-qm", "its own repo")
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source), at)
+    return root
+
+
+def test_a_submodule_where_the_loader_reads_is_an_error_at_its_path(tmp_path: Path) -> None:
+    """A project moved into a repo of its own and added back as a submodule: a checkout
+    shows its files, but the commit holds only a link to another repo's commit. Before,
+    the Git readers skipped it without a word: its operations were gone from the config
+    (pruned, with prune on) while ``validate`` read the checked-out files and passed."""
+    root = _with_submodule(tmp_path, "projects/vision", "projects/vision")
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == [f"projects/vision:1:1: {SUBMODULE}"], errors
+
+
+def test_a_submodule_where_the_loader_does_not_read_is_ignored(tmp_path: Path) -> None:
+    root = _with_submodule(tmp_path, "projects/vision", "docs/vendored")
+    shutil.copytree(TEMPLATE / "projects" / "vision", root / "projects" / "vision")
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == []
+
+
+def test_a_link_into_a_submodule_is_an_error_at_the_link() -> None:
+    snapshot = RepoSnapshot(
+        {
+            "vendor/shared": RepoFile("vendor/shared", b"", submodule=True),
+            "presets": RepoFile("presets", b"", symlink_target="vendor/shared/presets"),
+            "queues/q.yaml": RepoFile("queues/q.yaml", b"", symlink_target="../vendor/shared"),
+        }
+    )
+    files, errors = resolve_files(snapshot)
+    assert files == {}
+    assert [str(e) for e in errors] == [
+        f"presets:1:1: symlink target 'vendor/shared' {SUBMODULE}",
+        f"queues/q.yaml:1:1: symlink target 'vendor/shared' {SUBMODULE}",
+    ]
+
+
 def test_names_read_from_the_status_branch_never_forge_a_line() -> None:
     """Anyone who can push to the status branch writes what ``status`` prints: a record's
     operation, queue or an error of ``config.yaml`` with a newline stays on one line."""

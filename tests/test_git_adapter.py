@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable
@@ -156,6 +157,9 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
         ("the symlink's target changes", lambda: (project / "o1.yaml").write_text("x: 1\n"), None),
         ("no symlink again", lambda: (project / "l.yaml").unlink(), None),
         ("after it", lambda: (project / "o4.yaml").write_text("kind: Operation\nname: z\n"), 1),
+        ("a submodule named like a config file", lambda: _nested_repo(work / "queues/s.yaml"), 0),
+        ("a config file beside it", lambda: (project / "o5.yaml").write_text("x: 5\n"), 1),
+        ("no submodule again", lambda: shutil.rmtree(work / "queues/s.yaml"), 0),
     ]
     for n, (what, change, blobs) in enumerate(steps):
         change()
@@ -168,6 +172,15 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
         assert stats is not None
         if blobs is not None:
             assert stats.blobs_read == blobs, what
+
+
+def _nested_repo(path: Path) -> None:
+    """A repository inside the work tree: ``git add`` records it as a submodule."""
+    path.mkdir(parents=True)
+    (path / "q.yaml").write_text("kind: Queue\n")
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "nested")
 
 
 def test_a_last_commit_gone_from_the_cache_lists_the_whole_tree(

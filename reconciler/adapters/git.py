@@ -155,7 +155,7 @@ class _Entry:
 
 
 def _ls_tree(repo: git.Repo, ref: str, prefix: str | None = None) -> dict[str, _Entry]:
-    """Every blob (and symlink) in the tree of ``ref``, by path; submodules are skipped."""
+    """Every blob, symlink and submodule in the tree of ``ref``, by path."""
     args = ["ls-tree", "-r", "-z", "--full-tree", ref]
     if prefix is not None:
         args += ["--", prefix]
@@ -165,7 +165,7 @@ def _ls_tree(repo: git.Repo, ref: str, prefix: str | None = None) -> dict[str, _
             continue
         meta, path = record.split("\t", 1)
         mode, kind, sha = meta.split(" ")
-        if kind == "blob":
+        if kind in ("blob", "commit"):  # a commit: a submodule (recorded, never read)
             out[path] = _Entry(int(mode, 8), sha)
     return out
 
@@ -188,7 +188,7 @@ def _diff_tree(
         _old_mode, new_mode, _old_sha, new_sha, _status = meta[1:].split(" ")
         mode = int(new_mode, 8)
         was = path in out
-        if mode == 0 or mode == _GITLINK_MODE:  # gone, or a submodule now (skipped)
+        if mode == 0:  # gone
             if was:
                 del out[path]
                 deleted.append(path)
@@ -327,7 +327,11 @@ class ConfigRepo:
         if not full and not links and not self._links:
             # no symlink before or now: the loader reads every config file, so those added
             # or changed are the blobs to read (read_needed would resolve the whole tree)
-            fresh = [p for p in (*added, *modified) if is_config_path(p) and not check_path(p)]
+            fresh = [
+                p
+                for p in (*added, *modified)
+                if is_config_path(p) and not check_path(p) and entries[p].mode != _GITLINK_MODE
+            ]
             for path in fresh:
                 files[path] = _with_content(files[path], read_blob(repo, _binsha(entries, path)))
             self._read = have.union(fresh)
@@ -516,7 +520,7 @@ class StatusBranch:
             return {}
         out: dict[str, bytes] = {}
         for path, entry in _ls_tree(self._git, tip, "status/").items():
-            if entry.mode != _LINK_MODE:
+            if entry.mode not in (_LINK_MODE, _GITLINK_MODE):
                 # At most the loader's limit + 1 byte: a huge file is refused, not read.
                 out[path] = read_blob(self._git, bytes.fromhex(entry.sha))
         return out

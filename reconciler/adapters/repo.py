@@ -22,6 +22,7 @@ from reconciler.core.load import MAX_FILE_BYTES, MAX_LINK_TARGET_BYTES, needed_p
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 _SKIP_DIRS = {".git"}
+_GITLINK_MODE = 0o160000  # a submodule's tree entry
 
 
 def read_capped(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -46,6 +47,9 @@ def snapshot_worktree(root: Path) -> RepoSnapshot:
             if full.is_symlink():  # a symlinked directory: record it, do not descend
                 rel = full.relative_to(root).as_posix()
                 files[rel] = RepoFile(rel, b"", symlink_target=os.readlink(full))
+            elif (full / ".git").exists():  # a submodule (or a repo Git would add as one)
+                rel = full.relative_to(root).as_posix()
+                files[rel] = RepoFile(rel, b"", submodule=True)
             else:
                 kept.append(d)
         dirnames[:] = kept
@@ -166,8 +170,11 @@ def read_blob_file(
     content: bool = True,
 ) -> RepoFile:
     """One committed blob as a ``RepoFile``: symlinks recorded (``symlink_target``), not
-    followed; content read up to the loader's limit + 1 byte so it can report the size, or
-    not at all without ``content`` (a file the loader does not read)."""
+    followed, and submodules (``submodule``), never read; content read up to the loader's
+    limit + 1 byte so it can report the size, or not at all without ``content`` (a file
+    the loader does not read)."""
+    if mode == _GITLINK_MODE:  # ``binsha`` is a commit of another repo
+        return RepoFile(path, b"", first_commit_time=first_commit_time, submodule=True)
     if mode == git.Blob.link_mode:
         raw = read_blob(repo, binsha, MAX_LINK_TARGET_BYTES)
         target = raw.decode("utf-8", "surrogateescape")
@@ -202,6 +209,10 @@ def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
     files: dict[str, RepoFile] = {}
     shas: dict[str, bytes] = {}
     for item in commit.tree.traverse():
+        if isinstance(item, git.Submodule):
+            path = str(item.path)
+            files[path] = RepoFile(path, b"", first_commit_time=times.get(path), submodule=True)
+            continue
         if not isinstance(item, git.Blob):
             continue
         path = str(item.path)

@@ -805,6 +805,8 @@ class _Tree:
             name = pending.pop(0)
             candidate = f"{here}/{name}" if here else name
             file = self.files.get(candidate)
+            if file is not None and file.submodule:
+                return f"symlink target {_short(candidate)} {SUBMODULE}"
             if file is not None and file.symlink_target is not None:
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
@@ -863,7 +865,9 @@ class _Tree:
             return
         for entry in self.under(real):
             inner = f"{path}/{entry[len(real) + 1 :]}" if real else f"{path}/{entry}"
-            if self.files[entry].symlink_target is not None:
+            if self.files[entry].submodule:
+                self.errors.append(ConfigError(Location(inner, 1, 1), SUBMODULE))
+            elif self.files[entry].symlink_target is not None:
                 self.follow(inner, entry, (*chain, real))
             elif is_config_path(inner):
                 self.linked += 1
@@ -878,6 +882,11 @@ class _Tree:
                 self.add(inner, entry)
 
 
+# A submodule is a commit of another repo: a checkout may show its files, the commit does
+# not hold them. Skipping it would drop its files from the config without a word.
+SUBMODULE = "is a Git submodule, which the reconciler does not read: commit its files instead"
+
+
 def _short(text: str | None, limit: int = 80) -> str:
     text = text or ""
     return repr(text if len(text) <= limit else text[:limit] + "...")
@@ -887,7 +896,8 @@ def resolve_paths(snapshot: RepoSnapshot) -> tuple[dict[str, str], list[ConfigEr
     """Each config file the loader reads (see :func:`is_config_path`) -> the real file it
     reads, symlinks followed as a checkout would: a link to a file reads that file, a link
     to a directory shows that directory's files under the link's path. Links that leave the
-    repo, dangle or loop are errors at the link. Links and files elsewhere are ignored."""
+    repo, dangle or loop are errors at the link, and so are submodules (and links into
+    them). Links, files and submodules elsewhere are ignored."""
     valid: list[str] = []
     errors: list[ConfigError] = []
     for path in sorted(snapshot.files):
@@ -899,7 +909,11 @@ def resolve_paths(snapshot: RepoSnapshot) -> tuple[dict[str, str], list[ConfigEr
     tree = _Tree(snapshot, valid)
     tree.errors = errors
     for path in valid:
-        if snapshot.files[path].symlink_target is None:
+        file = snapshot.files[path]
+        if file.submodule:
+            if _followed(path):
+                errors.append(ConfigError(Location(path, 1, 1), SUBMODULE))
+        elif file.symlink_target is None:
             tree.add(path, path)
         elif _followed(path):
             tree.follow(path, path)
