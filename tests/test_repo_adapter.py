@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.adapters.repo import first_commit_times, snapshot_git, snapshot_worktree
+from reconciler.adapters.repo import (
+    RevisionError,
+    first_commit_times,
+    snapshot_git,
+    snapshot_worktree,
+)
 
 
 def _git(repo: Path, *args: str, when: int | None = None) -> None:
@@ -81,3 +86,49 @@ def test_snapshot_worktree_records_symlinks_and_skips_git(gitrepo: Path) -> None
     assert snap.files["queues/link.yaml"].symlink_target == "a.yaml"
     assert snap.files["escape"].symlink_target == "/etc"
     assert snap.files["escape"].content == b""
+
+
+@pytest.mark.parametrize(
+    ("ref", "expect"),
+    [
+        ("nosuch", "unknown revision 'nosuch'"),
+        ("HEAD~5", "unknown revision 'HEAD~5'"),
+        ("HEAD:queues", "'HEAD:queues' is not a commit"),
+        ("HEAD^{tree}", "'HEAD^{tree}' is not a commit"),
+        ("--output=x", "unknown revision '--output=x'"),
+    ],
+)
+def test_snapshot_git_refuses_a_ref_that_names_no_commit_in_one_line(
+    gitrepo: Path, ref: str, expect: str
+) -> None:
+    with pytest.raises(RevisionError) as caught:
+        snapshot_git(gitrepo, ref)
+    assert str(caught.value) == expect
+
+
+def test_a_shallow_clone_has_no_commit_past_its_boundary(gitrepo: Path, tmp_path: Path) -> None:
+    """Git reads a shallow clone's boundary commit as having no parent; GitPython read its
+    parent's id from the commit and gave ``plan --base HEAD~2`` a many-line ``bad object``
+    failure of ``git log`` (or 'SHA ... could not be resolved'), not 'unknown revision'."""
+    _git(gitrepo, "commit", "-q", "--allow-empty", "-m", "three")
+    clone = tmp_path / "shallow"
+    _git(tmp_path, "clone", "-q", "--depth", "2", f"file://{gitrepo}", str(clone))
+    assert set(snapshot_git(clone, "HEAD~1").files) == {
+        "queues/a.yaml",
+        "queues/b.yaml",
+        "queues/link.yaml",
+    }
+    for ref in ("HEAD~2", "HEAD~3"):
+        with pytest.raises(RevisionError) as caught:
+            snapshot_git(clone, ref)
+        assert str(caught.value) == (
+            f"unknown revision {ref!r} (the clone is shallow: fetch its history, e.g. "
+            "actions/checkout with fetch-depth: 0)"
+        )
+
+
+def test_snapshot_git_outside_a_repository_says_so(tmp_path: Path) -> None:
+    (tmp_path / "plain").mkdir()
+    with pytest.raises(RevisionError) as caught:
+        snapshot_git(tmp_path / "plain", "HEAD")
+    assert str(caught.value) == f"{tmp_path / 'plain'} is not a Git repository"

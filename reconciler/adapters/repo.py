@@ -201,10 +201,45 @@ def read_needed(
     return needed, count
 
 
+class RevisionError(ValueError):
+    """A revision that cannot be read: a ref that names no commit, or no Git repository to
+    look in. ``str()`` is one line."""
+
+
+def resolve_commit(repo: git.Repo, ref: str) -> str:
+    """The SHA of the commit ``ref`` names, resolved by git itself: GitPython's own
+    resolution ignores a shallow clone's boundary (it reads the parents of the boundary
+    commit, which the clone does not have). Raises :class:`RevisionError`."""
+
+    def rev_parse(*args: str) -> str | None:
+        try:
+            return str(repo.git.execute(["git", "rev-parse", *args])).strip() or None
+        except git.GitCommandError:
+            return None
+
+    def verify(spec: str) -> str | None:
+        return rev_parse("--verify", "--quiet", "--end-of-options", spec)
+
+    if verify(ref) is None:
+        hint = ""
+        if rev_parse("--is-shallow-repository") == "true":
+            hint = " (the clone is shallow: fetch its history, e.g. actions/checkout with "
+            hint += "fetch-depth: 0)"
+        raise RevisionError(f"unknown revision {ref!r}{hint}")
+    sha = verify(f"{ref}^{{commit}}")
+    if sha is None:
+        raise RevisionError(f"{ref!r} is not a commit")
+    return sha
+
+
 def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
-    """The tree committed at ``ref`` (never the working tree); version is the commit SHA."""
-    repo = git.Repo(repo_dir)
-    commit = repo.commit(ref)
+    """The tree committed at ``ref`` (never the working tree); version is the commit SHA.
+    Raises :class:`RevisionError` when there is no such commit."""
+    try:
+        repo = git.Repo(repo_dir)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise RevisionError(f"{repo_dir} is not a Git repository") from None
+    commit = repo.commit(resolve_commit(repo, ref))
     times = first_commit_times(repo, commit.hexsha)
     files: dict[str, RepoFile] = {}
     shas: dict[str, bytes] = {}
