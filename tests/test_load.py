@@ -138,3 +138,30 @@ def test_an_explicit_number_tag_takes_only_yaml_12_numbers(text: str) -> None:
 
 def test_explicit_number_tags_read_core_schema_numbers() -> None:
     assert data("a: !!int '0x1f'\nb: !!float '1'\nc: !!int -3\n") == {"a": 31, "b": 1.0, "c": -3}
+
+
+@pytest.mark.parametrize(("char", "name"), [("\x85", "NEL"), ("\u2028", "LS"), ("\u2029", "PS")])
+def test_a_line_break_editors_do_not_show_is_refused(char: str, name: str) -> None:
+    """YAML 1.1 (PyYAML and libyaml) breaks lines at NEL, LS and PS; YAML 1.2 and editors
+    do not. Read as breaks, ``description: a<LS>queue: b`` held a second key that an editor
+    and a reviewer see inside the description, and every line number after it was one more
+    than the editor's."""
+    text = f"kind: Queue\ndescription: nightly{char}priority: 5\n"
+    assert error(text.encode()) == (
+        f"f.yaml:2:21: character U+{ord(char):04X} ({name}): YAML 1.1 readers break the line "
+        "there and editors do not; write it escaped in a double-quoted string if you mean it"
+    )
+    assert data(f'a: "x\\{"N" if name == "NEL" else name[0]}y"\n') == {"a": f"x{char}y"}
+
+
+def test_a_written_file_keeps_the_line_breaks_pyyaml_writes_unescaped() -> None:
+    """The status branch is read back as written: PyYAML puts LS and PS in single-quoted
+    strings as they are, and a record must not become unreadable for it."""
+    from reconciler.core.status import dump_yaml
+
+    message = "pod failed:\u2028see events\u2029"
+    written = dump_yaml({"message": message})
+    text = written if isinstance(written, str) else written.decode()
+    assert "\u2028" in text
+    doc, errors = parse_yaml("status/p/op.yaml", text.encode(), written=True)
+    assert errors == [] and doc is not None and doc.data == {"message": message}

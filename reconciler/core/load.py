@@ -643,6 +643,13 @@ class _Walker:
         return value
 
 
+# Line breaks to YAML 1.1 (PyYAML and libyaml), ordinary characters to YAML 1.2 and to
+# editors: read as breaks, a key could hide inside what an editor shows as one line, and
+# every line number after one would be off. Written escaped (``"\L"``) they are fine.
+_UNSEEN_BREAKS = {"\x85": "NEL", "\u2028": "LS", "\u2029": "PS"}
+_UNSEEN_BREAK = re.compile("[\x85\u2028\u2029]")
+
+
 def _offset_to_line_col(text: str | bytes, offset: int) -> tuple[int, int]:
     nl: Any = b"\n" if isinstance(text, bytes) else "\n"
     line = text.count(nl, 0, offset) + 1
@@ -694,6 +701,16 @@ def parse_yaml(
         plain = _read_plain(text, resolvers)
         if plain is not None:
             return Document(path, *plain), []
+    # PyYAML writes them unescaped in single-quoted strings: a file it wrote keeps them.
+    unseen = None if written else _UNSEEN_BREAK.search(text)
+    if unseen is not None:
+        char = unseen.group()
+        return fail(
+            *_offset_to_line_col(text, unseen.start()),
+            f"character U+{ord(char):04X} ({_UNSEEN_BREAKS[char]}): YAML 1.1 readers break the "
+            "line there and editors do not; write it escaped in a double-quoted string if you "
+            "mean it",
+        )
     loader: _Loader | None = None
     try:
         root = _compose_fast(text, resolvers) if fast else None
