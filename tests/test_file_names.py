@@ -88,6 +88,23 @@ def test_a_newline_in_a_file_name_cannot_forge_a_line_of_validate(tmp_path: Path
     assert json.loads(result.output)["errors"][0]["file"] == f"queues/{EVIL}"
 
 
+@pytest.mark.parametrize("name", ["queues/extra\n.yaml", "projects/vision/operations/x\n.yaml"])
+def test_a_name_that_ends_in_a_newline_is_not_a_dns_label(tmp_path: Path, name: str) -> None:
+    """``$`` matches before a final newline: ``queues/extra\\n.yaml`` was the queue
+    ``'extra\\n'``, and an operation file so named an operation ``vision/x\\n``, whose
+    workload name Kubernetes refuses."""
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (root / name).write_text("kind: Queue\ncluster: local\n")
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
+    assert result.exit_code == 1
+    stem = name.rsplit("/", 1)[1].removesuffix(".yaml")
+    assert result.output.splitlines()[0] == (
+        f"{printable_path(name)}:1:1: file name {stem!r} is not a valid name: use lowercase "
+        "letters, digits and '-' (DNS-1123 label, at most 63 characters)"
+    )
+
+
 def test_control_characters_never_reach_the_status_branch(tmp_path: Path) -> None:
     snapshot = snapshot_worktree(TEMPLATE)
     files = dict(snapshot.files)

@@ -84,6 +84,15 @@ def test_parse_observed_reports_every_problem_with_its_location() -> None:
     ]
 
 
+def test_parse_observed_ids_end_where_they_end() -> None:
+    """``$`` passes a final newline: ``"vision/x\\n"`` was taken for an id."""
+    with pytest.raises(ObservedFileError) as err:
+        parse_observed('- {operation: "vision/x\\n", phase: Running}\n', "obs.yaml")
+    assert [str(e) for e in err.value.errors] == [
+        "obs.yaml:1:15: operation must be \"project/name\", got 'vision/x\\n'"
+    ]
+
+
 def test_parse_observed_pods_of_a_distributed_run() -> None:
     (gang,) = parse_observed(
         "- {operation: vision/ddp, phase: Running, requests: {nvidia.com/gpu: 8}, pods: 4}\n",
