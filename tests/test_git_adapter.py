@@ -215,6 +215,20 @@ def test_sync_after_a_force_push_rereads_history(remote: Path, work: Path, tmp_p
     assert first is not None and first.timestamp() == 1_800_000_000
 
 
+def test_a_force_push_keeps_what_each_entry_is(remote: Path, work: Path, tmp_path: Path) -> None:
+    """Across a rewritten history the unchanged entries are kept with new first-commit
+    times: a submodule stays a submodule (it became an empty regular file)."""
+    _nested_repo(work / "queues" / "vendored")
+    commit_all(work, "a submodule", when=1_700_000_100)
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    assert repo.sync().files["queues/vendored"].submodule
+    git(work, "commit", "-q", "--amend", "-m", "rewritten", when=1_700_000_200)
+    git(work, "push", "-qf", "origin", "HEAD:main")
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap.files["queues/vendored"].submodule
+
+
 def test_sync_errors_are_typed_and_one_line(remote: Path, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cases = [

@@ -22,7 +22,7 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import cast
@@ -412,7 +412,7 @@ def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
 
 
 def _with_content(f: RepoFile, content: bytes) -> RepoFile:
-    return RepoFile(f.path, content, f.symlink_target, f.first_commit_time)
+    return replace(f, content=content)
 
 
 def _binsha(entries: Mapping[str, _Entry], path: str) -> bytes:
@@ -422,7 +422,7 @@ def _binsha(entries: Mapping[str, _Entry], path: str) -> bytes:
 def _with_time(f: RepoFile, when: datetime | None) -> RepoFile:
     if f.first_commit_time == when:
         return f
-    return RepoFile(f.path, f.content, f.symlink_target, when)
+    return replace(f, first_commit_time=when)  # every other field kept (``submodule``)
 
 
 def _default_cache_dir() -> Path:
