@@ -25,6 +25,11 @@ _SKIP_DIRS = {".git"}
 _GITLINK_MODE = 0o160000  # a submodule's tree entry
 
 
+class RevisionError(ValueError):
+    """A revision that cannot be read: a ref that names no commit, no Git repository to
+    look in, or an object the clone lacks. ``str()`` is one line."""
+
+
 def read_capped(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
     """At most ``limit + 1`` bytes of ``path`` (one more than allowed tells it is too large):
     ``/dev/zero`` or a 10 GB file costs no more than a file at the limit."""
@@ -144,7 +149,13 @@ def read_blob(repo: git.Repo, binsha: bytes, limit: int = MAX_FILE_BYTES) -> byt
     """A blob's bytes, at most ``limit + 1``. A larger blob is never read whole: its size
     comes from the object header, and its first bytes from a ``git cat-file`` cut short
     (GitPython's own stream would drain the rest in one read)."""
-    if repo.odb.info(binsha).size <= limit:
+    try:
+        size = repo.odb.info(binsha).size
+    except ValueError:  # GitPython's word for a missing object
+        raise RevisionError(
+            f"object {binsha.hex()} is not in the repository (a shallow or partial clone?)"
+        ) from None
+    if size <= limit:
         return bytes(repo.odb.stream(binsha).read())
     proc = subprocess.Popen(
         ["git", "--git-dir", str(repo.git_dir), "cat-file", "blob", binsha.hex()],
@@ -199,11 +210,6 @@ def read_needed(
         files[path] = replace(files[path], content=read_blob(repo, shas[path]))
         count += 1
     return needed, count
-
-
-class RevisionError(ValueError):
-    """A revision that cannot be read: a ref that names no commit, or no Git repository to
-    look in. ``str()`` is one line."""
 
 
 def resolve_commit(repo: git.Repo, ref: str) -> str:
