@@ -132,3 +132,21 @@ def test_snapshot_git_outside_a_repository_says_so(tmp_path: Path) -> None:
     with pytest.raises(RevisionError) as caught:
         snapshot_git(tmp_path / "plain", "HEAD")
     assert str(caught.value) == f"{tmp_path / 'plain'} is not a Git repository"
+
+
+def test_a_blob_missing_from_the_clone_is_a_revision_error(gitrepo: Path) -> None:
+    """GitPython says ``ValueError`` for an object the repository lacks (a broken or
+    partial clone): a revision that cannot be read, in one line, not a bug."""
+    blob = subprocess.run(
+        ["git", "rev-parse", "HEAD:queues/b.yaml"],
+        cwd=gitrepo,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (gitrepo / ".git" / "objects" / blob[:2] / blob[2:]).unlink()
+    with pytest.raises(RevisionError) as caught:
+        snapshot_git(gitrepo, "HEAD")
+    assert str(caught.value) == (
+        f"object {blob} is not in the repository (a shallow or partial clone?)"
+    )
