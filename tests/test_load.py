@@ -165,3 +165,18 @@ def test_a_written_file_keeps_the_line_breaks_pyyaml_writes_unescaped() -> None:
     assert "\u2028" in text
     doc, errors = parse_yaml("status/p/op.yaml", text.encode(), written=True)
     assert errors == [] and doc is not None and doc.data == {"message": message}
+
+
+def test_a_git_lfs_pointer_is_named_as_such() -> None:
+    """A config file tracked by Git LFS: a checkout with LFS shows the file (``validate``
+    passes) while the commit, which ``run`` and ``plan --base`` read, holds a pointer.
+    Before, the pointer read as one plain string: "expected a mapping"."""
+    pointer = (
+        b"version https://git-lfs.github.com/spec/v1\n"
+        b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+        b"size 12345\n"
+    )
+    assert error(pointer) == (
+        "f.yaml:1:1: file is a Git LFS pointer: the commit holds a pointer, not the file, "
+        "and the reconciler reads commits; keep config files out of LFS (.gitattributes)"
+    )

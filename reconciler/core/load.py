@@ -45,6 +45,7 @@ MAX_SYMLINK_HOPS = 8  # links followed to reach one file; directory links nested
 MAX_LINKED_FILES = 10_000  # config files that directory symlinks may add, in all
 MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: a longer symlink target names no file
 MAX_NUMBER_CHARS = 100  # a number literal longer than this is a typo (or an attack)
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"  # how every LFS pointer begins
 
 PathKey = tuple[str | int, ...]
 
@@ -692,6 +693,13 @@ def parse_yaml(
         return fail(1, 1, f"file is larger than the limit of {MAX_FILE_BYTES} bytes")
     if content.startswith((b"\xff\xfe", b"\xfe\xff")):
         return fail(1, 1, "file is UTF-16; save it as UTF-8")
+    if content.startswith(_LFS_POINTER):
+        return fail(
+            1,
+            1,
+            "file is a Git LFS pointer: the commit holds a pointer, not the file, and the "
+            "reconciler reads commits; keep config files out of LFS (.gitattributes)",
+        )
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
