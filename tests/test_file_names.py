@@ -105,6 +105,26 @@ def test_a_name_that_ends_in_a_newline_is_not_a_dns_label(tmp_path: Path, name: 
     )
 
 
+def test_run_watch_reads_a_directory_whatever_its_file_names(tmp_path: Path) -> None:
+    """``run --watch`` versions the directory by a hash of its paths and contents: a name
+    that is not UTF-8 (anywhere, ``docs/`` too) raised UnicodeEncodeError there, so no
+    config was ever loaded while it existed. The version also follows a link's target."""
+    from reconciler.runtime.service import worktree_source
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (root / "docs").mkdir()
+    with open(os.fsencode(root / "docs") + b"/caf\xe9.md", "wb") as fh:
+        fh.write(b"x")
+    first = worktree_source(root)
+    assert compile_repo(first).valid
+    (root / "queues" / "nightly.yaml").symlink_to("batch.yaml")
+    linked = worktree_source(root)
+    (root / "queues" / "nightly.yaml").unlink()
+    (root / "queues" / "nightly.yaml").symlink_to("team-a.yaml")
+    assert worktree_source(root).version != linked.version != first.version
+
+
 def test_control_characters_never_reach_the_status_branch(tmp_path: Path) -> None:
     snapshot = snapshot_worktree(TEMPLATE)
     files = dict(snapshot.files)

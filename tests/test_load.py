@@ -180,3 +180,17 @@ def test_a_git_lfs_pointer_is_named_as_such() -> None:
         "f.yaml:1:1: file is a Git LFS pointer: the commit holds a pointer, not the file, "
         "and the reconciler reads commits; keep config files out of LFS (.gitattributes)"
     )
+
+
+@pytest.mark.parametrize("escape", ["\\uD800", "\\udfff", "\\U0000DC00"])
+def test_an_escape_of_a_surrogate_is_not_a_character(escape: str) -> None:
+    """``"\\uD800"`` gave a string no UTF-8 encoder takes: it passed validate, and every
+    cycle then failed when the Job's body was serialised (orjson: 'surrogates not
+    allowed'), for every operation, not only that one."""
+    code = int(escape[2:], 16)
+    assert error(f'a:\n  - "x{escape}y"\n'.encode()) == (
+        f"f.yaml:2:5: an escape of U+{code:04X}, a UTF-16 surrogate, is not a character: "
+        "write the character itself"
+    )
+    assert error(f'"k{escape}": 1\n'.encode()).startswith("f.yaml:1:1: ")
+    assert data("a: '\\uD800'\n") == {"a": "\\uD800"}  # single-quoted: no escapes

@@ -589,6 +589,8 @@ class _Walker:
             if self.chars > MAX_EXPANDED_CHARS:
                 self.chars -= len(value)
                 self._text(node)  # raises, with its message
+            if node.style == '"':
+                _no_surrogate(node)
             return value if node.tag == _STR else _scalar(node)
         if isinstance(node, ScalarNode):
             self._text(node)
@@ -634,6 +636,8 @@ class _Walker:
         if not isinstance(node, ScalarNode):
             raise _Fail(*_pos(node), "mapping keys must be plain strings")
         self._text(node)
+        if node.style == '"':
+            _no_surrogate(node)
         if (
             node.tag == _STR and node.value == "<<" and not node.style
         ):  # plain: None, or "" from libyaml
@@ -649,6 +653,21 @@ class _Walker:
 # every line number after one would be off. Written escaped (``"\L"``) they are fine.
 _UNSEEN_BREAKS = {"\x85": "NEL", "\u2028": "LS", "\u2029": "PS"}
 _UNSEEN_BREAK = re.compile("[\x85\u2028\u2029]")
+
+
+# Only a double-quoted scalar has escapes, and only an escape gives a surrogate (the text is
+# UTF-8): such a string is no character, and no UTF-8 encoder takes it (the Job's body).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _no_surrogate(node: ScalarNode) -> None:
+    found = _SURROGATE.search(node.value)
+    if found is not None:
+        raise _Fail(
+            *_pos(node),
+            f"an escape of U+{ord(found.group()):04X}, a UTF-16 surrogate, is not a "
+            "character: write the character itself",
+        )
 
 
 def _offset_to_line_col(text: str | bytes, offset: int) -> tuple[int, int]:
