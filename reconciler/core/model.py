@@ -537,7 +537,9 @@ class Toleration(Strict):
     operator: Literal["Exists", "Equal"] | None = None
     value: StrictStr | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: StrictInt | None = None
+    # Kubernetes' int64 (0 and below: evict at once); a larger int is no JSON number the
+    # Job's body can carry
+    toleration_seconds: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
 
     @model_validator(mode="after")
     def _as_kubernetes_checks(self) -> Toleration:
