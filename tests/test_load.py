@@ -182,15 +182,21 @@ def test_a_git_lfs_pointer_is_named_as_such() -> None:
     )
 
 
-@pytest.mark.parametrize("escape", ["\\uD800", "\\udfff", "\\U0000DC00"])
-def test_an_escape_of_a_surrogate_is_not_a_character(escape: str) -> None:
+@pytest.mark.parametrize("escape", ["\\uD800", "\\udfff", "\\U0000DC00", "\\ude00\\ud83d"])
+def test_an_escape_of_a_lone_surrogate_is_not_a_character(escape: str) -> None:
     """``"\\uD800"`` gave a string no UTF-8 encoder takes: it passed validate, and every
     cycle then failed when the Job's body was serialised (orjson: 'surrogates not
     allowed'), for every operation, not only that one."""
-    code = int(escape[2:], 16)
+    code = int(escape[2:6] if escape[1] == "u" else escape[2:], 16)
     assert error(f'a:\n  - "x{escape}y"\n'.encode()) == (
-        f"f.yaml:2:5: an escape of U+{code:04X}, a UTF-16 surrogate, is not a character: "
-        "write the character itself"
+        f"f.yaml:2:5: an escape of U+{code:04X}, a UTF-16 surrogate without its pair, is not "
+        "a character: write the character itself"
     )
     assert error(f'"k{escape}": 1\n'.encode()).startswith("f.yaml:1:1: ")
     assert data("a: '\\uD800'\n") == {"a": "\\uD800"}  # single-quoted: no escapes
+
+
+def test_an_escaped_surrogate_pair_is_the_character_as_in_json() -> None:
+    """JSON writes a character past U+FFFF as a pair of escapes (``json.dumps``); YAML
+    1.2 reads JSON, so the pair is that character, in values and in keys."""
+    assert data('"k\\ud83d\\ude00": ["\\ud83d\\ude00!"]\n') == {"k\U0001f600": ["\U0001f600!"]}

@@ -589,8 +589,8 @@ class _Walker:
             if self.chars > MAX_EXPANDED_CHARS:
                 self.chars -= len(value)
                 self._text(node)  # raises, with its message
-            if node.style == '"':
-                _no_surrogate(node)
+            if node.style == '"' and _SURROGATE.search(value):
+                value = _paired(node)
             return value if node.tag == _STR else _scalar(node)
         if isinstance(node, ScalarNode):
             self._text(node)
@@ -636,8 +636,6 @@ class _Walker:
         if not isinstance(node, ScalarNode):
             raise _Fail(*_pos(node), "mapping keys must be plain strings")
         self._text(node)
-        if node.style == '"':
-            _no_surrogate(node)
         if (
             node.tag == _STR and node.value == "<<" and not node.style
         ):  # plain: None, or "" from libyaml
@@ -645,6 +643,8 @@ class _Walker:
         value = _scalar(node)
         if not isinstance(value, str):
             raise _Fail(*_pos(node), f"mapping key {node.value!r} must be a string (quote it)")
+        if node.style == '"' and _SURROGATE.search(value):
+            value = _paired(node)
         return value
 
 
@@ -656,18 +656,37 @@ _UNSEEN_BREAK = re.compile("[\x85\u2028\u2029]")
 
 
 # Only a double-quoted scalar has escapes, and only an escape gives a surrogate (the text is
-# UTF-8): such a string is no character, and no UTF-8 encoder takes it (the Job's body).
+# UTF-8). A pair is one character, as JSON writes it (``"\ud83d\ude00"``); a lone one is no
+# character, and no UTF-8 encoder takes it (the Job's body).
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
-def _no_surrogate(node: ScalarNode) -> None:
-    found = _SURROGATE.search(node.value)
-    if found is not None:
-        raise _Fail(
-            *_pos(node),
-            f"an escape of U+{ord(found.group()):04X}, a UTF-16 surrogate, is not a "
-            "character: write the character itself",
-        )
+def _paired(node: ScalarNode) -> str:
+    """``node``'s string with each escaped surrogate pair made the character it encodes;
+    a lone surrogate is refused."""
+    value: str = node.value
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        char = value[i]
+        if (
+            "\ud800" <= char <= "\udbff"
+            and i + 1 < len(value)
+            and "\udc00" <= value[i + 1] <= "\udfff"
+        ):
+            pair = (ord(char) - 0xD800) * 0x400 + (ord(value[i + 1]) - 0xDC00) + 0x10000
+            out.append(chr(pair))
+            i += 2
+            continue
+        if "\ud800" <= char <= "\udfff":
+            raise _Fail(
+                *_pos(node),
+                f"an escape of U+{ord(char):04X}, a UTF-16 surrogate without its pair, is not "
+                "a character: write the character itself",
+            )
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def _offset_to_line_col(text: str | bytes, offset: int) -> tuple[int, int]:
