@@ -7,6 +7,7 @@ import shutil
 import subprocess
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -492,3 +493,23 @@ def test_status_write_of_many_files_goes_in_one_pack_and_reads_back(
         ["git", "hash-object", "--stdin"], input=files["status/big.yaml"], capture_output=True
     )
     assert blob == hashed.stdout.decode().strip()
+
+
+def test_a_commit_dated_past_year_9999_is_blamed_and_listed(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """Git takes any committer date; the serve pages' blame and status history raised on
+    one past year 9999 (a datetime's last year). Its time is held at the last one."""
+    (work / "queues" / "a.yaml").write_text("kind: Queue\ncluster: future\n")
+    git(work, "add", "-A")
+    future = "@1000000000000 +0000"
+    env = dict(ENV, GIT_AUTHOR_DATE=future, GIT_COMMITTER_DATE=future)
+    subprocess.run(["git", "commit", "-qm", "future"], cwd=work, env=env, check=True)
+    git(work, "push", "-q", "origin", "HEAD:main")
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    snap = repo.sync()
+    _, line = repo.blame(snap.version, "queues/a.yaml")  # line 2: the future commit's
+    assert line.committed_at == datetime.max.replace(tzinfo=UTC)
+    assert snap.files["queues/b.yaml"].first_commit_time == datetime.fromtimestamp(
+        1_700_000_000, UTC
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -149,4 +150,26 @@ def test_a_blob_missing_from_the_clone_is_a_revision_error(gitrepo: Path) -> Non
         snapshot_git(gitrepo, "HEAD")
     assert str(caught.value) == (
         f"object {blob} is not in the repository (a shallow or partial clone?)"
+    )
+
+
+def test_a_commit_dated_past_year_9999_is_read(gitrepo: Path) -> None:
+    """Git takes any committer date; Python's datetime ends with year 9999. A commit dated
+    year 33658 (pushed by anyone, merged from any fork) made every read of the repo fail:
+    ``plan`` exited 70 and ``run`` could never load a config. The time is held at the
+    last one a datetime has: the file sorts after every other."""
+    (gitrepo / "queues" / "c.yaml").write_text("kind: Queue\ncluster: z\n")
+    _git(gitrepo, "add", "-A")
+    future = "@1000000000000 +0000"  # "@": seconds since the epoch, however many
+    env = dict(os.environ, GIT_AUTHOR_DATE=future, GIT_COMMITTER_DATE=future)
+    subprocess.run(
+        ["git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "future"],
+        cwd=gitrepo,
+        env=env,
+        check=True,
+    )
+    snap = snapshot_git(gitrepo, "HEAD")
+    assert snap.files["queues/c.yaml"].first_commit_time == datetime.max.replace(tzinfo=UTC)
+    assert snap.files["queues/a.yaml"].first_commit_time == datetime.fromtimestamp(
+        1_700_000_000, UTC
     )

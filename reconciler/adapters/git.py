@@ -29,7 +29,13 @@ from typing import cast
 
 import git
 
-from reconciler.adapters.repo import first_commit_times, read_blob, read_blob_file, read_needed
+from reconciler.adapters.repo import (
+    commit_time,
+    first_commit_times,
+    read_blob,
+    read_blob_file,
+    read_needed,
+)
 from reconciler.core.load import check_path, is_config_path
 from reconciler.core.queue_view import BlameLine
 from reconciler.core.types import RepoFile, RepoSnapshot
@@ -403,12 +409,28 @@ def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
                     len(out) + 1,
                     commit.hexsha,
                     str(commit.author.name or ""),
-                    commit.committed_datetime,
+                    _committed(commit),
                     summary,
                     line,
                 )
             )
     return out
+
+
+def _when(seconds: int, iso: str) -> datetime:
+    """A commit's time in its committer's zone, or in UTC held within what a datetime can
+    be when the commit is dated past year 9999 (git takes any date)."""
+    try:
+        return datetime.fromisoformat(iso)
+    except ValueError:
+        return commit_time(seconds)
+
+
+def _committed(commit: git.Commit) -> datetime:
+    try:
+        return commit.committed_datetime
+    except (ValueError, OverflowError):
+        return commit_time(commit.committed_date)
 
 
 def _with_content(f: RepoFile, content: bytes) -> RepoFile:
@@ -536,7 +558,7 @@ class StatusBranch:
         try:
             log = _run(
                 self._git,
-                ["log", f"-n{limit}", "--format=%H %cI", self.tracking, "--", path],
+                ["log", f"-n{limit}", "--format=%H %ct %cI", self.tracking, "--", path],
             )
         except git.GitCommandError as err:
             raise GitSyncError(f"cannot read the history of {path}: {_reason(err)}") from None
@@ -545,12 +567,13 @@ class StatusBranch:
             if not line.strip():
                 continue
             sha, _, when = line.partition(" ")
+            seconds, _, iso = when.partition(" ")
             try:
                 blob = _run(self._git, ["rev-parse", "--verify", "--quiet", f"{sha}:{path}"])
             except git.GitCommandError:
                 continue  # deleted in that commit
             content = read_blob(self._git, bytes.fromhex(blob.strip()))  # capped
-            out.append((sha, datetime.fromisoformat(when), content))
+            out.append((sha, _when(int(seconds), iso), content))
         return out
 
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:

@@ -138,11 +138,24 @@ def _first_commit_times(repo: git.Repo, ref: str, paths: list[str] | None) -> di
     when: datetime | None = None
     for line in log.split("\n"):
         if line.startswith(marker):
-            when = datetime.fromtimestamp(int(line[len(marker) :]), UTC)
+            when = commit_time(int(line[len(marker) :]))
         elif line and when is not None:
             # Newest first: the last time we see a path is when it was first added.
             out[line] = when
     return out
+
+
+# Git takes any committer date; a datetime holds years 1 to 9999 (in seconds since 1970).
+_FIRST_SECOND = -62_135_596_800  # 0001-01-01T00:00:00Z
+_LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
+def commit_time(seconds: int) -> datetime:
+    """A commit's time, held within what a datetime can be: a commit dated year 33658
+    made every read of its repo fail."""
+    if seconds > _LAST_SECOND:
+        return datetime.max.replace(tzinfo=UTC)
+    return datetime.fromtimestamp(max(seconds, _FIRST_SECOND), UTC)
 
 
 def read_blob(repo: git.Repo, binsha: bytes, limit: int = MAX_FILE_BYTES) -> bytes:
