@@ -156,25 +156,3 @@ def test_dag_children_and_workflow_names_are_claimed_too() -> None:
         "(projects/p/operations/sweep.yaml) and dag p/sweep-0" in e
         for e in found
     ), found
-
-
-def test_a_service_name_starts_with_a_letter() -> None:
-    """A project name is a DNS-1123 label and may start with a digit; a Service name is a
-    DNS-1035 label and may not. A notebook, a sandbox or a distributed operation renders a
-    Service named like its Job, ``<project>-<op>-g<n>``: in project ``9lives`` validate
-    passed it and the API server refused the Service at dispatch (the Job created alone).
-    Plain Jobs keep working in such a project."""
-    files = {
-        "projects/9lives/project.yaml": project("nine"),
-        "projects/9lives/operations/batch.yaml": OP,
-        "projects/9lives/operations/lab.yaml": "kind: Operation\nrun:\n  kind: notebook\n"
-        "  container:\n    image: img:1\n",
-        "projects/9lives/operations/ddp.yaml": OP + "run:\n  replicas: 2\n",
-    }
-    assert errors(files) == [
-        f"projects/9lives/operations/{op}.yaml:1:1: 9lives/{op} renders a Service named "
-        f"'9lives-{op}-g1', which Kubernetes refuses: a Service name starts with a letter "
-        "(DNS-1035 label), and it starts with the project's name; rename the project "
-        "directory to start with a letter"
-        for op in ("ddp", "lab")
-    ]

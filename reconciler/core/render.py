@@ -104,13 +104,6 @@ def workload_name(project: str, operation: str, generation: int, replicas: int =
     return f"{base[:keep].rstrip('-')}-{digest}-g{generation}"
 
 
-def renders_service(op: CompiledOperation) -> bool:
-    """Whether ``op``'s workload comes with Services named after it: a notebook's or a
-    sandbox's, a distributed operation's headless one (or those a PyTorchJob's operator
-    makes). A Service name is a DNS-1035 label: it starts with a letter."""
-    return op.distributed is not None or op.kind in PORTS
-
-
 def operation_workload(op: CompiledOperation) -> str:
     """The name of ``op``'s workload (its Job, and its Service if any)."""
     replicas = op.replicas if op.distributed is not None else 1

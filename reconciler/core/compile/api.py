@@ -14,13 +14,7 @@ from reconciler.core import gcpause
 from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
-from reconciler.core.compile.names import (
-    Claim,
-    check_namespaces,
-    check_service_names,
-    check_unique,
-    claims,
-)
+from reconciler.core.compile.names import Claim, check_namespaces, check_unique, claims
 from reconciler.core.compile.operations import OperationResult, compile_one
 from reconciler.core.compile.references import (
     check_cohorts,
@@ -171,7 +165,6 @@ def _compile_repo(
         for op in operations:
             unique.setdefault(op.id, op)
         operations = list(unique.values())
-    check_service_names(claimed, operations, errors)
     check_namespaces(repo, errors)
     clusters = {n: c for n in sorted(repo.named["Cluster"]) if (c := find_cluster(repo, n))}
     queues = {n: q for n in sorted(repo.named["Queue"]) if (q := find_queue(repo, n))}

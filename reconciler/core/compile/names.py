@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex
 from reconciler.core.compile.operations import OperationResult
-from reconciler.core.render import operation_workload, renders_service, workload_name
-from reconciler.core.types import CompiledOperation, Location, printable_path
+from reconciler.core.render import workload_name
+from reconciler.core.types import Location, printable_path
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,24 +114,6 @@ def check_unique(all_claims: Iterable[Claim], errors: Errors) -> set[str]:
             continue
         workloads[claim.workload] = claim
     return twice
-
-
-def check_service_names(
-    all_claims: Iterable[Claim], operations: Iterable[CompiledOperation], errors: Errors
-) -> None:
-    """A Service is named like its workload, ``<project>-...``, and a Service name starts
-    with a letter (DNS-1035); a project name (DNS-1123) may start with a digit."""
-    where = {claim.id: claim.location for claim in all_claims}
-    for op in operations:
-        name = operation_workload(op)
-        if not renders_service(op) or "a" <= name[0] <= "z":
-            continue
-        errors.add_once(
-            where.get(op.id, Location(op.path, 1, 1)),
-            f"{op.id} renders a Service named {name!r}, which Kubernetes refuses: a Service "
-            "name starts with a letter (DNS-1035 label), and it starts with the project's "
-            "name; rename the project directory to start with a letter",
-        )
 
 
 def check_namespaces(repo: RepoIndex, errors: Errors) -> None:
