@@ -25,8 +25,8 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
-# ASCII digits only, and nothing around: the string is sent to Kubernetes as written, and
-# its parser takes neither spaces nor another script's digits (``\d`` would).
+# ASCII digits only: the string is sent to Kubernetes as written, and its parser takes no
+# other script's digits (``\d`` would). It trims spaces around the number, as ``strip``.
 _RE = re.compile(
     r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]{1,3})?"
@@ -71,7 +71,7 @@ def _parse(value: str | int | float | Decimal) -> Decimal:
     elif isinstance(value, float):
         number = Decimal(repr(value))
     elif isinstance(value, str):
-        match = _RE.fullmatch(value)
+        match = _RE.fullmatch(value.strip())
         if not match:
             raise QuantityError(f"{_show(value)} is not a valid quantity (e.g. 2, 500m, 256Gi)")
         try:
