@@ -106,7 +106,7 @@ def test_notebook_service_and_metadata_apply(kube_cluster: KubeCluster, namespac
 def test_the_api_server_refuses_what_validate_now_refuses(
     kube_cluster: KubeCluster, namespace: str
 ) -> None:
-    """The ground truth behind two compile rules: each value refused below passed
+    """The ground truth behind three compile rules: each value refused below passed
     ``validate`` and is refused here: 422 Invalid, or 400 for a quantity the API server
     cannot even decode."""
     kube = Kube(kube_cluster.api_client())
@@ -135,4 +135,7 @@ def test_the_api_server_refuses_what_validate_now_refuses(
     assert kube.create_or_adopt(rendered.job).created
     assert kube.delete_workload(namespace, rendered.name) is True
     op = run_op("r", {"container": {"image": "busybox", "resources": {"limits": {"CPU": "1"}}}})
+    assert refused(replace(op, namespace=namespace)).status == 422
+    # names end where they end: Go's "$" does not pass a final newline, as Python's does
+    op = run_op("n", {"container": {"image": "busybox", "env": {"A\n": "x"}}})
     assert refused(replace(op, namespace=namespace)).status == 422
