@@ -55,6 +55,7 @@ class FakeCluster:
     nodes: dict[str, dict[str, Any]] = field(default_factory=dict)  # by name
     others: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict)  # not ours
     nodes_forbidden: bool = False  # listing Nodes answers 403 (the RBAC is missing)
+    invalid: set[str] = field(default_factory=set)  # workload names a create answers 422
     calls: list[str] = field(default_factory=list)  # mutating calls, in order
     logs: dict[tuple[str, str], str] = field(default_factory=dict)  # (namespace, pod) -> text
     backends: set[str] = field(default_factory=set)  # optional backends served (CRDs)
@@ -475,6 +476,13 @@ class FakeKube:
         self._up()
         meta = manifest["metadata"]
         key = (meta["namespace"], meta["name"])
+        if meta["name"] in self.cluster.invalid:  # as the API server refuses a bad object
+            raise KubeError(
+                f"creating {manifest['kind']} {key[0]}/{key[1]}: {manifest['kind']} "
+                f"{key[1]!r} is invalid: metadata.annotations: Too long",
+                422,
+                "Invalid",
+            )
         existing = self.cluster.jobs.get(key) if manifest["kind"] == "Job" else None
         created = existing is None
         if manifest["kind"] == "PyTorchJob":

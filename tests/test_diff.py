@@ -152,3 +152,21 @@ def test_a_longer_timeout_makes_an_op_wait_borrowing_not_allowed() -> None:
     assert [(t.operation, t.reason) for t in diff.newly_pending] == [
         ("vision/sweep", PendingReason.BORROWING_NOT_ALLOWED)
     ]
+
+
+def test_a_value_cannot_leave_its_code_span_in_the_pr_comment() -> None:
+    """A value is shown as a code span. A backtick in it closed the span, so the rest of
+    the value was Markdown and HTML in the comment (``<img>``, ``@team`` mentions, a
+    ``<!--`` hiding the cell); a backslash showed doubled (no escape works in a code
+    span). The fence is now longer than any run of backticks in the value."""
+
+    def world(image: str) -> World:
+        w = World().queue("team-a")
+        w.op("vision/train", queue="team-a").spec({"kind": "job", "image": image})
+        return w
+
+    diff = run(world("busybox"), world("evil` <img src=x> @org/team `C:\\tmp"))
+    md = diff_to_markdown(diff)
+    assert "| `image` | `busybox` | ``evil` <img src=x> @org/team `C:\\tmp`` |" in md
+    diff = run(world("busybox"), world("`a|b`"))
+    assert "| `image` | `busybox` | `` `a\\|b` `` |" in diff_to_markdown(diff)

@@ -88,6 +88,43 @@ def test_a_newline_in_a_file_name_cannot_forge_a_line_of_validate(tmp_path: Path
     assert json.loads(result.output)["errors"][0]["file"] == f"queues/{EVIL}"
 
 
+@pytest.mark.parametrize("name", ["queues/extra\n.yaml", "projects/vision/operations/x\n.yaml"])
+def test_a_name_that_ends_in_a_newline_is_not_a_dns_label(tmp_path: Path, name: str) -> None:
+    """``$`` matches before a final newline: ``queues/extra\\n.yaml`` was the queue
+    ``'extra\\n'``, and an operation file so named an operation ``vision/x\\n``, whose
+    workload name Kubernetes refuses."""
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (root / name).write_text("kind: Queue\ncluster: local\n")
+    result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
+    assert result.exit_code == 1
+    stem = name.rsplit("/", 1)[1].removesuffix(".yaml")
+    assert result.output.splitlines()[0] == (
+        f"{printable_path(name)}:1:1: file name {stem!r} is not a valid name: use lowercase "
+        "letters, digits and '-' (DNS-1123 label, at most 63 characters)"
+    )
+
+
+def test_run_watch_reads_a_directory_whatever_its_file_names(tmp_path: Path) -> None:
+    """``run --watch`` versions the directory by a hash of its paths and contents: a name
+    that is not UTF-8 (anywhere, ``docs/`` too) raised UnicodeEncodeError there, so no
+    config was ever loaded while it existed. The version also follows a link's target."""
+    from reconciler.runtime.service import worktree_source
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    (root / "docs").mkdir()
+    with open(os.fsencode(root / "docs") + b"/caf\xe9.md", "wb") as fh:
+        fh.write(b"x")
+    first = worktree_source(root)
+    assert compile_repo(first).valid
+    (root / "queues" / "nightly.yaml").symlink_to("batch.yaml")
+    linked = worktree_source(root)
+    (root / "queues" / "nightly.yaml").unlink()
+    (root / "queues" / "nightly.yaml").symlink_to("team-a.yaml")
+    assert worktree_source(root).version != linked.version != first.version
+
+
 def test_control_characters_never_reach_the_status_branch(tmp_path: Path) -> None:
     snapshot = snapshot_worktree(TEMPLATE)
     files = dict(snapshot.files)
@@ -213,6 +250,56 @@ def test_a_linked_directory_shows_its_files_under_the_link() -> None:
     files, errors = resolve_files(snapshot)
     assert errors == []
     assert files == {"queues/a.yaml": b"kind: Queue\n", "queues/b.yaml": b"kind: Queue\n"}
+
+
+SUBMODULE = "is a Git submodule, which the reconciler does not read: commit its files instead"
+
+
+def _with_submodule(tmp_path: Path, moved: str, at: str) -> Path:
+    """The template with ``moved`` (a directory of it) made a repository of its own and
+    added back as a submodule at ``at``."""
+    root = _repo(tmp_path)
+    source = tmp_path / "submodule"
+    shutil.move(root / moved, source)
+    _git(source, "init", "-q", "-b", "main")
+    _git(source, "add", "-A")
+    _git(source, "commit", "-qm", "its own repo")
+    _git(root, "init", "-q", "-b", "main")
+    _git(root, "-c", "protocol.file.allow=always", "submodule", "add", "-q", str(source), at)
+    return root
+
+
+def test_a_submodule_where_the_loader_reads_is_an_error_at_its_path(tmp_path: Path) -> None:
+    """A project moved into a repo of its own and added back as a submodule: a checkout
+    shows its files, but the commit holds only a link to another repo's commit. Before,
+    the Git readers skipped it without a word: its operations were gone from the config
+    (pruned, with prune on) while ``validate`` read the checked-out files and passed."""
+    root = _with_submodule(tmp_path, "projects/vision", "projects/vision")
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == [f"projects/vision:1:1: {SUBMODULE}"], errors
+
+
+def test_a_submodule_where_the_loader_does_not_read_is_ignored(tmp_path: Path) -> None:
+    root = _with_submodule(tmp_path, "projects/vision", "docs/vendored")
+    shutil.copytree(TEMPLATE / "projects" / "vision", root / "projects" / "vision")
+    for errors in _compiled_three_ways(root, tmp_path):
+        assert errors == []
+
+
+def test_a_link_into_a_submodule_is_an_error_at_the_link() -> None:
+    snapshot = RepoSnapshot(
+        {
+            "vendor/shared": RepoFile("vendor/shared", b"", submodule=True),
+            "presets": RepoFile("presets", b"", symlink_target="vendor/shared/presets"),
+            "queues/q.yaml": RepoFile("queues/q.yaml", b"", symlink_target="../vendor/shared"),
+        }
+    )
+    files, errors = resolve_files(snapshot)
+    assert files == {}
+    assert [str(e) for e in errors] == [
+        f"presets:1:1: symlink target 'vendor/shared' {SUBMODULE}",
+        f"queues/q.yaml:1:1: symlink target 'vendor/shared' {SUBMODULE}",
+    ]
 
 
 def test_names_read_from_the_status_branch_never_forge_a_line() -> None:

@@ -2,16 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
+from builders import NOW
+from conftest import overlay
 from helpers import BUDGET_KIB, run_measured
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
+from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_operation, compile_repo
 from reconciler.core.load import (
     MAX_DEPTH,
@@ -21,6 +26,7 @@ from reconciler.core.load import (
     parse_yaml,
 )
 from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.render import render_operation
 from reconciler.core.status import read_status
 from reconciler.core.types import RepoFile, RepoSnapshot, printable_path
 
@@ -95,6 +101,48 @@ def test_random_structured_repos(files: dict[str, object]) -> None:
         {p: RepoFile(p, yaml.safe_dump(doc).encode()) for p, doc in files.items()}
     )
     _check(snapshot)
+
+
+# Text with what a double-quoted YAML string can spell by escape: any code point, surrogates
+# included (``json.dumps`` writes them as ``\\udXXX``, which YAML reads the same way).
+any_text = st.text(alphabet=st.characters(min_codepoint=0), max_size=12)
+huge_ints = st.integers(-(2**70), 2**70)
+_WORLD = snapshot_worktree(Path(__file__).parent.parent / "config-repo-template")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=any_text, number=huge_ints)
+def test_a_workload_validate_accepts_can_be_sent_to_kubernetes(text: str, number: int) -> None:
+    """Every string and integer an operation may carry into its Job, as a value validate
+    accepts, serialises to the Job's body (orjson, as ``Kube._create`` sends it): a
+    surrogate escape or an integer past 64 bits raised there, on every cycle, for every
+    operation."""
+    body = "\n".join(
+        [
+            "kind: Operation",
+            "queue: team-a",
+            "run:",
+            "  kind: job",
+            "  container:",
+            "    image: busybox",
+            f"    args: [{json.dumps(text)}]",
+            f"    env: {{A: {json.dumps(text)}}}",
+            "  environment:",
+            f"    annotations: {{example.com/a: {json.dumps(text)}}}",
+            "    tolerations:",
+            f"      - {{key: a, operator: Exists, effect: NoExecute, tolerationSeconds: {number}}}",
+            "",
+        ]
+    )
+    snapshot = overlay(_WORLD, {"projects/vision/operations/fuzzed.yaml": body})
+    compiled = compile_repo(snapshot)
+    for op in compiled.operations:
+        if op.id == "vision/fuzzed":
+            rendered = render_operation(
+                op, compiled.connections, config_version="v", dispatched_at=NOW
+            )
+            for manifest in rendered.manifests:
+                orjson.dumps(manifest)
 
 
 @settings(max_examples=300, deadline=None)

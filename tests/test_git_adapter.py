@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -158,6 +160,9 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
         ("the symlink's target changes", lambda: (project / "o1.yaml").write_text("x: 1\n"), None),
         ("no symlink again", lambda: (project / "l.yaml").unlink(), None),
         ("after it", lambda: (project / "o4.yaml").write_text("kind: Operation\nname: z\n"), 1),
+        ("a submodule named like a config file", lambda: _nested_repo(work / "queues/s.yaml"), 0),
+        ("a config file beside it", lambda: (project / "o5.yaml").write_text("x: 5\n"), 1),
+        ("no submodule again", lambda: shutil.rmtree(work / "queues/s.yaml"), 0),
     ]
     for n, (what, change, blobs) in enumerate(steps):
         change()
@@ -170,6 +175,15 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
         assert stats is not None
         if blobs is not None:
             assert stats.blobs_read == blobs, what
+
+
+def _nested_repo(path: Path) -> None:
+    """A repository inside the work tree: ``git add`` records it as a submodule."""
+    path.mkdir(parents=True)
+    (path / "q.yaml").write_text("kind: Queue\n")
+    git(path, "init", "-q", "-b", "main")
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "nested")
 
 
 def test_a_last_commit_gone_from_the_cache_lists_the_whole_tree(
@@ -202,6 +216,20 @@ def test_sync_after_a_force_push_rereads_history(remote: Path, work: Path, tmp_p
     assert set(snap.files) == {"queues/a.yaml"}
     first = snap.files["queues/a.yaml"].first_commit_time
     assert first is not None and first.timestamp() == 1_800_000_000
+
+
+def test_a_force_push_keeps_what_each_entry_is(remote: Path, work: Path, tmp_path: Path) -> None:
+    """Across a rewritten history the unchanged entries are kept with new first-commit
+    times: a submodule stays a submodule (it became an empty regular file)."""
+    _nested_repo(work / "queues" / "vendored")
+    commit_all(work, "a submodule", when=1_700_000_100)
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    assert repo.sync().files["queues/vendored"].submodule
+    git(work, "commit", "-q", "--amend", "-m", "rewritten", when=1_700_000_200)
+    git(work, "push", "-qf", "origin", "HEAD:main")
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap.files["queues/vendored"].submodule
 
 
 def test_sync_errors_are_typed_and_one_line(remote: Path, tmp_path: Path) -> None:
@@ -538,3 +566,23 @@ def test_files_since_an_earlier_commit_are_the_files_read_whole(
     assert since["status/p/d.yaml"] is known["status/p/d.yaml"]  # not read again
     # an earlier commit the clone no longer has: read whole
     assert follower.files_at(tip, ("0" * 40, known)) == since
+
+
+def test_a_commit_dated_past_year_9999_is_blamed_and_listed(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """Git takes any committer date; the serve pages' blame and status history raised on
+    one past year 9999 (a datetime's last year). Its time is held at the last one."""
+    (work / "queues" / "a.yaml").write_text("kind: Queue\ncluster: future\n")
+    git(work, "add", "-A")
+    future = "@1000000000000 +0000"
+    env = dict(ENV, GIT_AUTHOR_DATE=future, GIT_COMMITTER_DATE=future)
+    subprocess.run(["git", "commit", "-qm", "future"], cwd=work, env=env, check=True)
+    git(work, "push", "-q", "origin", "HEAD:main")
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    snap = repo.sync()
+    _, line = repo.blame(snap.version, "queues/a.yaml")  # line 2: the future commit's
+    assert line.committed_at == datetime.max.replace(tzinfo=UTC)
+    assert snap.files["queues/b.yaml"].first_commit_time == datetime.fromtimestamp(
+        1_700_000_000, UTC
+    )

@@ -239,3 +239,29 @@ def test_config_errors_still_exit_1(tmp_path: Path) -> None:
     (root / "reconciler.yaml").write_text("kind: Org\nnope: 1\n")
     code, out, err = _invoke("validate", "--repo", str(root))
     assert code == 1 and _LOCATED.search(out) and "internal error" not in out + err
+
+
+@pytest.mark.parametrize("args", [("plan",), ("plan", "--base", "HEAD")], ids=" ".join)
+def test_a_bug_while_reading_the_repo_exits_70(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """``plan`` reported any exception of the reader as ``error: cannot read HEAD in DIR``
+    and exit 1, as it does a missing ref or an unreadable file: a bug in the reader blamed
+    the pull request it planned."""
+    import shutil
+    import subprocess
+
+    import reconciler.adapters.repo as repo_adapter
+
+    root = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, root)
+    for git_args in (("init", "-q", "-b", "main"), ("add", "-A"), ("commit", "-qm", "t")):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *git_args], cwd=root, check=True
+        )
+    monkeypatch.setattr(repo_adapter, "needed_paths", _boom)
+    monkeypatch.setattr(repo_adapter, "read_needed", _boom)
+    code, out, err = _invoke(*args, "--repo", str(root))
+    assert code == 70, (out, err)
+    assert err.startswith("internal error: reading ")
+    assert "Traceback (most recent call last)" in err and "RuntimeError: boom" in err

@@ -107,3 +107,96 @@ def test_symlinks_inside_are_followed_and_escapes_refused() -> None:
 def test_path_traversal_refused(path: str) -> None:
     files, errors = resolve_files(RepoSnapshot({path: RepoFile(path, b"a: 1")}))
     assert files == {} and len(errors) == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["!!float nan", "!!float NaN", "!!float '-nan'", "!!float infinity", "!!float ' .nan'"],
+)
+def test_an_explicit_float_tag_never_gives_nan_or_infinity(text: str) -> None:
+    """``.nan`` is refused; so is NaN spelled through a tag (before, it passed the loader
+    and a NaN quantity raised inside the compiler: an internal error for bad input)."""
+    assert error(f"a: {text}\n".encode()).startswith("f.yaml:1:4: ")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "!!int 1_0",
+        "!!int '\u0663'",
+        "!!int ' 7'",
+        '!!int "7\\n"',
+        "!!float 1_0.5",
+        "!!float '\uff11'",
+    ],
+)
+def test_an_explicit_number_tag_takes_only_yaml_12_numbers(text: str) -> None:
+    """Python's ``int`` and ``float`` take underscores, spaces and any script's digits; a
+    tagged scalar is held to the YAML 1.2 core schema like an untagged one."""
+    assert "is not a valid" in error(f"a: {text}\n".encode())
+
+
+def test_explicit_number_tags_read_core_schema_numbers() -> None:
+    assert data("a: !!int '0x1f'\nb: !!float '1'\nc: !!int -3\n") == {"a": 31, "b": 1.0, "c": -3}
+
+
+@pytest.mark.parametrize(("char", "name"), [("\x85", "NEL"), ("\u2028", "LS"), ("\u2029", "PS")])
+def test_a_line_break_editors_do_not_show_is_refused(char: str, name: str) -> None:
+    """YAML 1.1 (PyYAML and libyaml) breaks lines at NEL, LS and PS; YAML 1.2 and editors
+    do not. Read as breaks, ``description: a<LS>queue: b`` held a second key that an editor
+    and a reviewer see inside the description, and every line number after it was one more
+    than the editor's."""
+    text = f"kind: Queue\ndescription: nightly{char}priority: 5\n"
+    assert error(text.encode()) == (
+        f"f.yaml:2:21: character U+{ord(char):04X} ({name}): YAML 1.1 readers break the line "
+        "there and editors do not; write it escaped in a double-quoted string if you mean it"
+    )
+    assert data(f'a: "x\\{"N" if name == "NEL" else name[0]}y"\n') == {"a": f"x{char}y"}
+
+
+def test_a_written_file_keeps_the_line_breaks_pyyaml_writes_unescaped() -> None:
+    """The status branch is read back as written: PyYAML puts LS and PS in single-quoted
+    strings as they are, and a record must not become unreadable for it."""
+    from reconciler.core.status import dump_yaml
+
+    message = "pod failed:\u2028see events\u2029"
+    written = dump_yaml({"message": message})
+    text = written if isinstance(written, str) else written.decode()
+    assert "\u2028" in text
+    doc, errors = parse_yaml("status/p/op.yaml", text.encode(), written=True)
+    assert errors == [] and doc is not None and doc.data == {"message": message}
+
+
+def test_a_git_lfs_pointer_is_named_as_such() -> None:
+    """A config file tracked by Git LFS: a checkout with LFS shows the file (``validate``
+    passes) while the commit, which ``run`` and ``plan --base`` read, holds a pointer.
+    Before, the pointer read as one plain string: "expected a mapping"."""
+    pointer = (
+        b"version https://git-lfs.github.com/spec/v1\n"
+        b"oid sha256:4d7a214614ab2935c943f9e0ff69d22eadbb8f32b1258daaa5e2ca24d17e2393\n"
+        b"size 12345\n"
+    )
+    assert error(pointer) == (
+        "f.yaml:1:1: file is a Git LFS pointer: the commit holds a pointer, not the file, "
+        "and the reconciler reads commits; keep config files out of LFS (.gitattributes)"
+    )
+
+
+@pytest.mark.parametrize("escape", ["\\uD800", "\\udfff", "\\U0000DC00", "\\ude00\\ud83d"])
+def test_an_escape_of_a_lone_surrogate_is_not_a_character(escape: str) -> None:
+    """``"\\uD800"`` gave a string no UTF-8 encoder takes: it passed validate, and every
+    cycle then failed when the Job's body was serialised (orjson: 'surrogates not
+    allowed'), for every operation, not only that one."""
+    code = int(escape[2:6] if escape[1] == "u" else escape[2:], 16)
+    assert error(f'a:\n  - "x{escape}y"\n'.encode()) == (
+        f"f.yaml:2:5: an escape of U+{code:04X}, a UTF-16 surrogate without its pair, is not "
+        "a character: write the character itself"
+    )
+    assert error(f'"k{escape}": 1\n'.encode()).startswith("f.yaml:1:1: ")
+    assert data("a: '\\uD800'\n") == {"a": "\\uD800"}  # single-quoted: no escapes
+
+
+def test_an_escaped_surrogate_pair_is_the_character_as_in_json() -> None:
+    """JSON writes a character past U+FFFF as a pair of escapes (``json.dumps``); YAML
+    1.2 reads JSON, so the pair is that character, in values and in keys."""
+    assert data('"k\\ud83d\\ude00": ["\\ud83d\\ude00!"]\n') == {"k\U0001f600": ["\U0001f600!"]}

@@ -84,6 +84,15 @@ def test_parse_observed_reports_every_problem_with_its_location() -> None:
     ]
 
 
+def test_parse_observed_ids_end_where_they_end() -> None:
+    """``$`` passes a final newline: ``"vision/x\\n"`` was taken for an id."""
+    with pytest.raises(ObservedFileError) as err:
+        parse_observed('- {operation: "vision/x\\n", phase: Running}\n', "obs.yaml")
+    assert [str(e) for e in err.value.errors] == [
+        "obs.yaml:1:15: operation must be \"project/name\", got 'vision/x\\n'"
+    ]
+
+
 def test_parse_observed_pods_of_a_distributed_run() -> None:
     (gang,) = parse_observed(
         "- {operation: vision/ddp, phase: Running, requests: {nvidia.com/gpu: 8}, pods: 4}\n",
@@ -320,3 +329,18 @@ def test_the_pr_plan_says_how_a_change_moves_a_start_estimate() -> None:
         "~40 min",
     )
     assert move["afterEstimate"]["p50"]["at"] == "2026-01-01T12:40:00+00:00"
+
+
+def test_cli_a_base_ref_that_names_no_commit_is_one_line(tmp_path: Path) -> None:
+    """``plan --base`` with a ref git does not know: exit 1 and one line, naming the ref."""
+    import subprocess
+
+    repo = tmp_path / "cfg"
+    repo.mkdir()
+    for args in (("init", "-q", "-b", "main"), ("commit", "-q", "--allow-empty", "-m", "one")):
+        subprocess.run(
+            ["git", "-c", "user.name=t", "-c", "user.email=t@t", *args], cwd=repo, check=True
+        )
+    result = CliRunner().invoke(cli, ["plan", "--repo", str(repo), "--base", "HEAD~3"])
+    assert result.exit_code == EXIT_ERROR
+    assert result.output == f"error: cannot read HEAD~3 in {repo}: unknown revision 'HEAD~3'\n"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -17,6 +17,7 @@ from reconciler.core.plan import (
     Plan,
     PlanInputError,
 )
+from reconciler.core.plan.state import MAX_RESERVED
 from reconciler.core.types import Phase
 
 R = PendingReason
@@ -192,6 +193,35 @@ def test_a_lenders_op_waits_for_its_lent_quota_with_the_borrowers_end_time() -> 
     assert "vision/borrow ends, by 2026-01-01T12:50:00Z at the latest" in p.message
     assert "2 of team-b's quota is lent in cohort gpu-pool" in p.message
     assert p.blocked_by.to_json()["endsBy"] == "2026-01-01T12:50:00Z"
+
+
+def test_a_borrower_with_the_longest_timeout_kubernetes_allows_ends_far_but_in_range() -> None:
+    """``run.timeout`` and ``maxBorrowDuration`` may be up to 2^63-1 seconds (Kubernetes'
+    int64); the borrower's end was its start plus that: an OverflowError out of the
+    planner on every cycle. The end is capped as the planner's other holds are."""
+    longest = 2**63 - 1
+
+    def borrowing(timeout: int | str, started: datetime) -> World:
+        w = a_busy(
+            World()
+            .cluster("local")
+            .cohort("gpu-pool", longest)
+            .queue("team-a", quota={GPU: 2}, cohort="gpu-pool", borrowing_limit={GPU: 2})
+            .queue("team-b", quota={GPU: 4}, cohort="gpu-pool")
+        )
+        w.op("vision/borrow", queue="team-a", gpu=2).timeout(timeout)
+        w.observe("vision/borrow", Phase.RUNNING, dispatched_at=started)
+        w.op("nlp/big", queue="team-b", gpu=4)
+        return w
+
+    started = NOW - timedelta(minutes=10)
+    p = pending(borrowing(longest, started).plan(), "nlp/big")
+    assert p.reason is R.WAITING_FOR_LENT_QUOTA
+    assert p.admit.at == started + timedelta(seconds=MAX_RESERVED)
+    # a dispatch time recorded in the future (the status branch, a Job's annotation) is
+    # taken as now, as a budget's holds take it: 9999-12-31T23:30Z + 1h overflowed too
+    far = datetime(9999, 12, 31, 23, 30, tzinfo=UTC)
+    assert pending(borrowing("1h", far).plan(), "nlp/big").admit.at == NOW + timedelta(hours=1)
 
 
 def test_the_end_time_is_said_to_the_second_rounded_up() -> None:

@@ -22,14 +22,20 @@ import tempfile
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 from typing import cast
 
 import git
 
-from reconciler.adapters.repo import first_commit_times, read_blob, read_blob_file, read_needed
+from reconciler.adapters.repo import (
+    commit_time,
+    first_commit_times,
+    read_blob,
+    read_blob_file,
+    read_needed,
+)
 from reconciler.core.load import check_path, is_config_path
 from reconciler.core.queue_view import BlameLine
 from reconciler.core.types import RepoFile, RepoSnapshot
@@ -155,7 +161,7 @@ class _Entry:
 
 
 def _ls_tree(repo: git.Repo, ref: str, prefix: str | None = None) -> dict[str, _Entry]:
-    """Every blob (and symlink) in the tree of ``ref``, by path; submodules are skipped."""
+    """Every blob, symlink and submodule in the tree of ``ref``, by path."""
     args = ["ls-tree", "-r", "-z", "--full-tree", ref]
     if prefix is not None:
         args += ["--", prefix]
@@ -165,7 +171,7 @@ def _ls_tree(repo: git.Repo, ref: str, prefix: str | None = None) -> dict[str, _
             continue
         meta, path = record.split("\t", 1)
         mode, kind, sha = meta.split(" ")
-        if kind == "blob":
+        if kind in ("blob", "commit"):  # a commit: a submodule (recorded, never read)
             out[path] = _Entry(int(mode, 8), sha)
     return out
 
@@ -188,7 +194,7 @@ def _diff_tree(
         _old_mode, new_mode, _old_sha, new_sha, _status = meta[1:].split(" ")
         mode = int(new_mode, 8)
         was = path in out
-        if mode == 0 or mode == _GITLINK_MODE:  # gone, or a submodule now (skipped)
+        if mode == 0:  # gone
             if was:
                 del out[path]
                 deleted.append(path)
@@ -327,7 +333,11 @@ class ConfigRepo:
         if not full and not links and not self._links:
             # no symlink before or now: the loader reads every config file, so those added
             # or changed are the blobs to read (read_needed would resolve the whole tree)
-            fresh = [p for p in (*added, *modified) if is_config_path(p) and not check_path(p)]
+            fresh = [
+                p
+                for p in (*added, *modified)
+                if is_config_path(p) and not check_path(p) and entries[p].mode != _GITLINK_MODE
+            ]
             for path in fresh:
                 files[path] = _with_content(files[path], read_blob(repo, _binsha(entries, path)))
             self._read = have.union(fresh)
@@ -399,7 +409,7 @@ def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
                     len(out) + 1,
                     commit.hexsha,
                     str(commit.author.name or ""),
-                    commit.committed_datetime,
+                    _committed(commit),
                     summary,
                     line,
                 )
@@ -407,8 +417,24 @@ def blame(repo: git.Repo, rev: str, path: str) -> list[BlameLine]:
     return out
 
 
+def _when(seconds: int, iso: str) -> datetime:
+    """A commit's time in its committer's zone, or in UTC held within what a datetime can
+    be when the commit is dated past year 9999 (git takes any date)."""
+    try:
+        return datetime.fromisoformat(iso)
+    except ValueError:
+        return commit_time(seconds)
+
+
+def _committed(commit: git.Commit) -> datetime:
+    try:
+        return commit.committed_datetime
+    except (ValueError, OverflowError):
+        return commit_time(commit.committed_date)
+
+
 def _with_content(f: RepoFile, content: bytes) -> RepoFile:
-    return RepoFile(f.path, content, f.symlink_target, f.first_commit_time)
+    return replace(f, content=content)
 
 
 def _binsha(entries: Mapping[str, _Entry], path: str) -> bytes:
@@ -418,7 +444,7 @@ def _binsha(entries: Mapping[str, _Entry], path: str) -> bytes:
 def _with_time(f: RepoFile, when: datetime | None) -> RepoFile:
     if f.first_commit_time == when:
         return f
-    return RepoFile(f.path, f.content, f.symlink_target, when)
+    return replace(f, first_commit_time=when)  # every other field kept (``submodule``)
 
 
 def _default_cache_dir() -> Path:
@@ -542,7 +568,7 @@ class StatusBranch:
             return now
         out: dict[str, bytes] = {}
         for path, entry in _ls_tree(self._git, tip, "status/").items():
-            if entry.mode != _LINK_MODE:
+            if entry.mode not in (_LINK_MODE, _GITLINK_MODE):
                 # At most the loader's limit + 1 byte: a huge file is refused, not read.
                 out[path] = read_blob(self._git, bytes.fromhex(entry.sha))
         return out
@@ -558,7 +584,7 @@ class StatusBranch:
         try:
             log = _run(
                 self._git,
-                ["log", f"-n{limit}", "--format=%H %cI", self.tracking, "--", path],
+                ["log", f"-n{limit}", "--format=%H %ct %cI", self.tracking, "--", path],
             )
         except git.GitCommandError as err:
             raise GitSyncError(f"cannot read the history of {path}: {_reason(err)}") from None
@@ -567,12 +593,13 @@ class StatusBranch:
             if not line.strip():
                 continue
             sha, _, when = line.partition(" ")
+            seconds, _, iso = when.partition(" ")
             try:
                 blob = _run(self._git, ["rev-parse", "--verify", "--quiet", f"{sha}:{path}"])
             except git.GitCommandError:
                 continue  # deleted in that commit
             content = read_blob(self._git, bytes.fromhex(blob.strip()))  # capped
-            out.append((sha, datetime.fromisoformat(when), content))
+            out.append((sha, _when(int(seconds), iso), content))
         return out
 
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:

@@ -22,6 +22,12 @@ from reconciler.core.load import MAX_FILE_BYTES, MAX_LINK_TARGET_BYTES, needed_p
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 _SKIP_DIRS = {".git"}
+_GITLINK_MODE = 0o160000  # a submodule's tree entry
+
+
+class RevisionError(ValueError):
+    """A revision that cannot be read: a ref that names no commit, no Git repository to
+    look in, or an object the clone lacks. ``str()`` is one line."""
 
 
 def read_capped(path: Path, limit: int = MAX_FILE_BYTES) -> bytes:
@@ -46,6 +52,9 @@ def snapshot_worktree(root: Path) -> RepoSnapshot:
             if full.is_symlink():  # a symlinked directory: record it, do not descend
                 rel = full.relative_to(root).as_posix()
                 files[rel] = RepoFile(rel, b"", symlink_target=os.readlink(full))
+            elif (full / ".git").exists():  # a submodule (or a repo Git would add as one)
+                rel = full.relative_to(root).as_posix()
+                files[rel] = RepoFile(rel, b"", submodule=True)
             else:
                 kept.append(d)
         dirnames[:] = kept
@@ -129,18 +138,37 @@ def _first_commit_times(repo: git.Repo, ref: str, paths: list[str] | None) -> di
     when: datetime | None = None
     for line in log.split("\n"):
         if line.startswith(marker):
-            when = datetime.fromtimestamp(int(line[len(marker) :]), UTC)
+            when = commit_time(int(line[len(marker) :]))
         elif line and when is not None:
             # Newest first: the last time we see a path is when it was first added.
             out[line] = when
     return out
 
 
+# Git takes any committer date; a datetime holds years 1 to 9999 (in seconds since 1970).
+_FIRST_SECOND = -62_135_596_800  # 0001-01-01T00:00:00Z
+_LAST_SECOND = 253_402_300_799  # 9999-12-31T23:59:59Z
+
+
+def commit_time(seconds: int) -> datetime:
+    """A commit's time, held within what a datetime can be: a commit dated year 33658
+    made every read of its repo fail."""
+    if seconds > _LAST_SECOND:
+        return datetime.max.replace(tzinfo=UTC)
+    return datetime.fromtimestamp(max(seconds, _FIRST_SECOND), UTC)
+
+
 def read_blob(repo: git.Repo, binsha: bytes, limit: int = MAX_FILE_BYTES) -> bytes:
     """A blob's bytes, at most ``limit + 1``. A larger blob is never read whole: its size
     comes from the object header, and its first bytes from a ``git cat-file`` cut short
     (GitPython's own stream would drain the rest in one read)."""
-    if repo.odb.info(binsha).size <= limit:
+    try:
+        size = repo.odb.info(binsha).size
+    except ValueError:  # GitPython's word for a missing object
+        raise RevisionError(
+            f"object {binsha.hex()} is not in the repository (a shallow or partial clone?)"
+        ) from None
+    if size <= limit:
         return bytes(repo.odb.stream(binsha).read())
     proc = subprocess.Popen(
         ["git", "--git-dir", str(repo.git_dir), "cat-file", "blob", binsha.hex()],
@@ -166,8 +194,11 @@ def read_blob_file(
     content: bool = True,
 ) -> RepoFile:
     """One committed blob as a ``RepoFile``: symlinks recorded (``symlink_target``), not
-    followed; content read up to the loader's limit + 1 byte so it can report the size, or
-    not at all without ``content`` (a file the loader does not read)."""
+    followed, and submodules (``submodule``), never read; content read up to the loader's
+    limit + 1 byte so it can report the size, or not at all without ``content`` (a file
+    the loader does not read)."""
+    if mode == _GITLINK_MODE:  # ``binsha`` is a commit of another repo
+        return RepoFile(path, b"", first_commit_time=first_commit_time, submodule=True)
     if mode == git.Blob.link_mode:
         raw = read_blob(repo, binsha, MAX_LINK_TARGET_BYTES)
         target = raw.decode("utf-8", "surrogateescape")
@@ -194,14 +225,48 @@ def read_needed(
     return needed, count
 
 
+def resolve_commit(repo: git.Repo, ref: str) -> str:
+    """The SHA of the commit ``ref`` names, resolved by git itself: GitPython's own
+    resolution ignores a shallow clone's boundary (it reads the parents of the boundary
+    commit, which the clone does not have). Raises :class:`RevisionError`."""
+
+    def rev_parse(*args: str) -> str | None:
+        try:
+            return str(repo.git.execute(["git", "rev-parse", *args])).strip() or None
+        except git.GitCommandError:
+            return None
+
+    def verify(spec: str) -> str | None:
+        return rev_parse("--verify", "--quiet", "--end-of-options", spec)
+
+    if verify(ref) is None:
+        hint = ""
+        if rev_parse("--is-shallow-repository") == "true":
+            hint = " (the clone is shallow: fetch its history, e.g. actions/checkout with "
+            hint += "fetch-depth: 0)"
+        raise RevisionError(f"unknown revision {ref!r}{hint}")
+    sha = verify(f"{ref}^{{commit}}")
+    if sha is None:
+        raise RevisionError(f"{ref!r} is not a commit")
+    return sha
+
+
 def snapshot_git(repo_dir: Path, ref: str = "HEAD") -> RepoSnapshot:
-    """The tree committed at ``ref`` (never the working tree); version is the commit SHA."""
-    repo = git.Repo(repo_dir)
-    commit = repo.commit(ref)
+    """The tree committed at ``ref`` (never the working tree); version is the commit SHA.
+    Raises :class:`RevisionError` when there is no such commit."""
+    try:
+        repo = git.Repo(repo_dir)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise RevisionError(f"{repo_dir} is not a Git repository") from None
+    commit = repo.commit(resolve_commit(repo, ref))
     times = first_commit_times(repo, commit.hexsha)
     files: dict[str, RepoFile] = {}
     shas: dict[str, bytes] = {}
     for item in commit.tree.traverse():
+        if isinstance(item, git.Submodule):
+            path = str(item.path)
+            files[path] = RepoFile(path, b"", first_commit_time=times.get(path), submodule=True)
+            continue
         if not isinstance(item, git.Blob):
             continue
         path = str(item.path)

@@ -17,10 +17,17 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import click
+import git
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import GitSyncError
-from reconciler.adapters.repo import is_git_repo, read_capped, snapshot_checkout, snapshot_git
+from reconciler.adapters.repo import (
+    RevisionError,
+    is_git_repo,
+    read_capped,
+    snapshot_checkout,
+    snapshot_git,
+)
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
@@ -31,7 +38,13 @@ from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.core.status import StatusView
-from reconciler.core.types import CompiledRepo, ObservedOperation, RepoSnapshot, printable_path
+from reconciler.core.types import (
+    CompiledRepo,
+    InternalError,
+    ObservedOperation,
+    RepoSnapshot,
+    printable_path,
+)
 from reconciler.runtime.live import ClusterReads, Connect, connector, unreachable_warnings
 
 EXIT_OK = 0
@@ -194,13 +207,20 @@ def _compile(snapshot: RepoSnapshot) -> CompiledRepo:
     return compile_repo(snapshot)
 
 
+# What reading a revision may meet that is not a bug: an unreadable file, a ref that names
+# no commit, a failing or missing git, objects missing from a shallow or broken clone.
+_UNREADABLE = (OSError, RevisionError, git.exc.GitError, git.exc.ODBError)
+
+
 def _snapshot(call: Callable[[], Any], what: str) -> RepoSnapshot:
     try:
         snap: RepoSnapshot = call()
     except LoadError:
         raise
-    except Exception as exc:  # the adapter's I/O boundary: report, never a traceback
+    except _UNREADABLE as exc:  # the adapter's I/O boundary: report, never a traceback
         raise LoadError([f"error: cannot read {what}: {exc}"]) from None
+    except Exception as exc:  # a bug in the reader, not a problem of the revision
+        raise InternalError(f"reading {what}", exc) from exc
     return snap
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan import Admit, PendingReason, Plan
-from reconciler.core.plan_render import md_escape, md_table
+from reconciler.core.plan_render import md_code, md_escape, md_table
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
     CompiledOperation,
@@ -509,8 +509,8 @@ def _cell(value: Any, present: bool = True) -> str:
     if not present:
         return "—"
     if isinstance(value, str):
-        return f"`{value}`"
-    return f"`{json.dumps(value, sort_keys=True, ensure_ascii=False)}`"
+        return md_code(value)
+    return md_code(json.dumps(value, sort_keys=True, ensure_ascii=False))
 
 
 def _from(p: Provenance | None) -> str:
@@ -574,7 +574,7 @@ def diff_to_markdown(diff: PlanDiff) -> str:
             out += [f"#### `{title}`", ""]
             rows = [
                 [
-                    f"`{f.path}`",
+                    md_code(f.path),
                     _cell(f.before, f.change is not Change.ADDED),
                     _cell(f.after, f.change is not Change.REMOVED),
                     _from(f.after_from if f.change is not Change.REMOVED else f.before_from),

@@ -22,6 +22,7 @@ and the status branch.
 from __future__ import annotations
 
 import bisect
+import math
 import posixpath
 import re
 from collections.abc import Iterable, Mapping
@@ -44,6 +45,7 @@ MAX_SYMLINK_HOPS = 8  # links followed to reach one file; directory links nested
 MAX_LINKED_FILES = 10_000  # config files that directory symlinks may add, in all
 MAX_LINK_TARGET_BYTES = 4096  # PATH_MAX: a longer symlink target names no file
 MAX_NUMBER_CHARS = 100  # a number literal longer than this is a typo (or an attack)
+_LFS_POINTER = b"version https://git-lfs.github.com/spec/"  # how every LFS pointer begins
 
 PathKey = tuple[str | int, ...]
 
@@ -66,19 +68,16 @@ _Yaml12Resolver.add_implicit_resolver(
 _Yaml12Resolver.add_implicit_resolver(
     _NULL, re.compile(r"^(?:~|null|Null|NULL|)$"), ["~", "n", "N", ""]
 )
-_Yaml12Resolver.add_implicit_resolver(
-    _INT,
-    re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"),
-    list("-+0123456789"),
+# The core schema's numbers: what an untagged scalar must look like to be read as one, and
+# what a scalar tagged ``!!int`` or ``!!float`` must look like (Python's ``int`` and
+# ``float`` also take ``1_0``, `` 7``, ``nan`` and any script's digits).
+_CORE_INT = re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$")
+_CORE_FLOAT = re.compile(
+    r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+    r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
 )
-_Yaml12Resolver.add_implicit_resolver(
-    _FLOAT,
-    re.compile(
-        r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
-        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-    ),
-    list("-+.0123456789"),
-)
+_Yaml12Resolver.add_implicit_resolver(_INT, _CORE_INT, list("-+0123456789"))
+_Yaml12Resolver.add_implicit_resolver(_FLOAT, _CORE_FLOAT, list("-+.0123456789"))
 
 
 Resolvers = dict[Any, list[tuple[str, re.Pattern[str]]]]  # first character -> [(tag, pattern)]
@@ -542,25 +541,20 @@ def _scalar_value(tag: str, value: str, line: int, col: int) -> Any:
             f"number is {len(value)} characters long; the limit is {MAX_NUMBER_CHARS}",
         )
     elif tag == _INT:
-        v = value
-        try:
+        if _CORE_INT.fullmatch(value):  # not ``match``: its ``$`` passes a final newline
+            v = value
             if v.startswith("0o"):
                 return int(v[2:], 8)
             if v.startswith("0x"):
                 return int(v[2:], 16)
             return int(v, 10)
-        except ValueError:
-            pass
     elif tag == _FLOAT:
-        low = value.lower()
-        if low.endswith(".inf") or low == ".nan":
-            raise _Fail(line, col, f"{value!r}: infinity and NaN are not allowed here")
-        try:
+        if _CORE_FLOAT.fullmatch(value):
+            low = value.lower()
+            if ".inf" in low or ".nan" in low:
+                raise _Fail(line, col, f"{value!r}: infinity and NaN are not allowed here")
             number = float(value)
-        except ValueError:
-            pass
-        else:
-            if number in (float("inf"), float("-inf")):
+            if not math.isfinite(number):
                 raise _Fail(line, col, f"number {value!r} is out of range")
             return number
     else:
@@ -595,6 +589,8 @@ class _Walker:
             if self.chars > MAX_EXPANDED_CHARS:
                 self.chars -= len(value)
                 self._text(node)  # raises, with its message
+            if node.style == '"' and _SURROGATE.search(value):
+                value = _paired(node)
             return value if node.tag == _STR else _scalar(node)
         if isinstance(node, ScalarNode):
             self._text(node)
@@ -647,7 +643,50 @@ class _Walker:
         value = _scalar(node)
         if not isinstance(value, str):
             raise _Fail(*_pos(node), f"mapping key {node.value!r} must be a string (quote it)")
+        if node.style == '"' and _SURROGATE.search(value):
+            value = _paired(node)
         return value
+
+
+# Line breaks to YAML 1.1 (PyYAML and libyaml), ordinary characters to YAML 1.2 and to
+# editors: read as breaks, a key could hide inside what an editor shows as one line, and
+# every line number after one would be off. Written escaped (``"\L"``) they are fine.
+_UNSEEN_BREAKS = {"\x85": "NEL", "\u2028": "LS", "\u2029": "PS"}
+_UNSEEN_BREAK = re.compile("[\x85\u2028\u2029]")
+
+
+# Only a double-quoted scalar has escapes, and only an escape gives a surrogate (the text is
+# UTF-8). A pair is one character, as JSON writes it (``"\ud83d\ude00"``); a lone one is no
+# character, and no UTF-8 encoder takes it (the Job's body).
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _paired(node: ScalarNode) -> str:
+    """``node``'s string with each escaped surrogate pair made the character it encodes;
+    a lone surrogate is refused."""
+    value: str = node.value
+    out: list[str] = []
+    i = 0
+    while i < len(value):
+        char = value[i]
+        if (
+            "\ud800" <= char <= "\udbff"
+            and i + 1 < len(value)
+            and "\udc00" <= value[i + 1] <= "\udfff"
+        ):
+            pair = (ord(char) - 0xD800) * 0x400 + (ord(value[i + 1]) - 0xDC00) + 0x10000
+            out.append(chr(pair))
+            i += 2
+            continue
+        if "\ud800" <= char <= "\udfff":
+            raise _Fail(
+                *_pos(node),
+                f"an escape of U+{ord(char):04X}, a UTF-16 surrogate without its pair, is not "
+                "a character: write the character itself",
+            )
+        out.append(char)
+        i += 1
+    return "".join(out)
 
 
 def _offset_to_line_col(text: str | bytes, offset: int) -> tuple[int, int]:
@@ -692,6 +731,13 @@ def parse_yaml(
         return fail(1, 1, f"file is larger than the limit of {MAX_FILE_BYTES} bytes")
     if content.startswith((b"\xff\xfe", b"\xfe\xff")):
         return fail(1, 1, "file is UTF-16; save it as UTF-8")
+    if content.startswith(_LFS_POINTER):
+        return fail(
+            1,
+            1,
+            "file is a Git LFS pointer: the commit holds a pointer, not the file, and the "
+            "reconciler reads commits; keep config files out of LFS (.gitattributes)",
+        )
     try:
         text = content.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -701,6 +747,16 @@ def parse_yaml(
         plain = _read_plain(text, resolvers)
         if plain is not None:
             return Document(path, *plain), []
+    # PyYAML writes them unescaped in single-quoted strings: a file it wrote keeps them.
+    unseen = None if written else _UNSEEN_BREAK.search(text)
+    if unseen is not None:
+        char = unseen.group()
+        return fail(
+            *_offset_to_line_col(text, unseen.start()),
+            f"character U+{ord(char):04X} ({_UNSEEN_BREAKS[char]}): YAML 1.1 readers break the "
+            "line there and editors do not; write it escaped in a double-quoted string if you "
+            "mean it",
+        )
     loader: _Loader | None = None
     try:
         root = _compose_fast(text, resolvers) if fast else None
@@ -812,6 +868,8 @@ class _Tree:
             name = pending.pop(0)
             candidate = f"{here}/{name}" if here else name
             file = self.files.get(candidate)
+            if file is not None and file.submodule:
+                return f"symlink target {_short(candidate)} {SUBMODULE}"
             if file is not None and file.symlink_target is not None:
                 hops += 1
                 if hops > MAX_SYMLINK_HOPS:
@@ -870,7 +928,9 @@ class _Tree:
             return
         for entry in self.under(real):
             inner = f"{path}/{entry[len(real) + 1 :]}" if real else f"{path}/{entry}"
-            if self.files[entry].symlink_target is not None:
+            if self.files[entry].submodule:
+                self.errors.append(ConfigError(Location(inner, 1, 1), SUBMODULE))
+            elif self.files[entry].symlink_target is not None:
                 self.follow(inner, entry, (*chain, real))
             elif is_config_path(inner):
                 self.linked += 1
@@ -885,6 +945,11 @@ class _Tree:
                 self.add(inner, entry)
 
 
+# A submodule is a commit of another repo: a checkout may show its files, the commit does
+# not hold them. Skipping it would drop its files from the config without a word.
+SUBMODULE = "is a Git submodule, which the reconciler does not read: commit its files instead"
+
+
 def _short(text: str | None, limit: int = 80) -> str:
     text = text or ""
     return repr(text if len(text) <= limit else text[:limit] + "...")
@@ -894,7 +959,8 @@ def resolve_paths(snapshot: RepoSnapshot) -> tuple[dict[str, str], list[ConfigEr
     """Each config file the loader reads (see :func:`is_config_path`) -> the real file it
     reads, symlinks followed as a checkout would: a link to a file reads that file, a link
     to a directory shows that directory's files under the link's path. Links that leave the
-    repo, dangle or loop are errors at the link. Links and files elsewhere are ignored."""
+    repo, dangle or loop are errors at the link, and so are submodules (and links into
+    them). Links, files and submodules elsewhere are ignored."""
     valid: list[str] = []
     errors: list[ConfigError] = []
     for path in sorted(snapshot.files):
@@ -906,7 +972,11 @@ def resolve_paths(snapshot: RepoSnapshot) -> tuple[dict[str, str], list[ConfigEr
     tree = _Tree(snapshot, valid)
     tree.errors = errors
     for path in valid:
-        if snapshot.files[path].symlink_target is None:
+        file = snapshot.files[path]
+        if file.submodule:
+            if _followed(path):
+                errors.append(ConfigError(Location(path, 1, 1), SUBMODULE))
+        elif file.symlink_target is None:
             tree.add(path, path)
         elif _followed(path):
             tree.follow(path, path)

@@ -44,6 +44,7 @@ from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.quantity import short_repr as _show
 from reconciler.core.types import MergeStrategy
 
+# Matched with ``fullmatch``: ``match`` lets ``$`` pass a final newline ('team-a\n').
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _QUALIFIED_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
@@ -64,7 +65,7 @@ _checked_once = functools.lru_cache(maxsize=8192)
 
 @_checked_once
 def _dns_label(value: str) -> str:
-    if len(value) > 63 or not _DNS_LABEL.match(value):
+    if len(value) > 63 or not _DNS_LABEL.fullmatch(value):
         raise ValueError(
             f"{_show(value)} is not a valid name: use at most 63 lowercase letters, digits and "
             "'-', starting and ending with a letter or digit (DNS-1123 label)"
@@ -75,9 +76,9 @@ def _dns_label(value: str) -> str:
 @_checked_once
 def _qualified(value: str, what: str) -> str:
     prefix, _, name = value.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.match(prefix)):
+    if prefix and (len(prefix) > 253 or not _DNS_SUBDOMAIN.fullmatch(prefix)):
         raise ValueError(f"{_show(value)} is not a valid {what}: bad prefix {prefix!r}")
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
         raise ValueError(f"{_show(value)} is not a valid {what}")
     return value
 
@@ -86,20 +87,35 @@ def _label_key(value: str) -> str:
     return _qualified(value, "label key")
 
 
+# Kubernetes' resources for containers without a domain prefix; every other resource has
+# one (``nvidia.com/gpu``). The API server refuses a container that requests ``CPU`` or
+# ``gpu``, and a quota on either would cap nothing any operation requests.
+STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage")
+
+
+@_checked_once
 def _resource_name(value: str) -> str:
-    return _qualified(value, "resource name")
+    _qualified(value, "resource name")
+    if "/" in value or value in STANDARD_RESOURCES or value.startswith("hugepages-"):
+        return value
+    meant = {_fold(name): name for name in STANDARD_RESOURCES}.get(_fold(value))
+    raise ValueError(
+        f"{_show(value)} is not a resource Kubernetes knows: without a domain prefix a "
+        "resource is cpu, memory, ephemeral-storage or hugepages-<size> (others have their "
+        "prefix, e.g. nvidia.com/gpu)" + (f"; did you mean {meant!r}?" if meant else "")
+    )
 
 
 @_checked_once
 def _label_value(value: str) -> str:
-    if len(value) > 63 or not _LABEL_VALUE.match(value):
+    if len(value) > 63 or not _LABEL_VALUE.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a valid label value (at most 63 characters)")
     return value
 
 
 @_checked_once
 def _env_name(value: str) -> str:
-    if not _ENV_NAME.match(value):
+    if not _ENV_NAME.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a valid environment variable name")
     if value.startswith(RESERVED_ENV_PREFIX):
         raise ValueError(
@@ -160,7 +176,7 @@ def _image(value: str) -> str:
 
 
 def _param_name(value: str) -> str:
-    if not _PARAM_NAME.match(value):
+    if not _PARAM_NAME.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a valid parameter name (letters, digits, '_')")
     return value
 
@@ -179,7 +195,7 @@ _BUCKET_URL = re.compile(r"^(s3|gs|gcs|az|abfs)://[^\s/]+(/\S*)?$")
 
 
 def _bucket_url(value: str) -> str:
-    if not _BUCKET_URL.match(value):
+    if not _BUCKET_URL.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a bucket URL (s3://, gs://, az://...)")
     return value
 
@@ -209,7 +225,7 @@ MAX_TIMEOUT_SECONDS = 2**63 - 1
 def _duration(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
-    if isinstance(value, str) and not _DURATION.match(value):
+    if isinstance(value, str) and not _DURATION.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
     seconds = duration_seconds(value)
     if seconds < 1:
@@ -233,14 +249,14 @@ def duration_seconds(value: str | int) -> int:
     """Seconds in a validated timeout (an int, or ``1h30m``-style)."""
     if isinstance(value, int):
         return value
-    match = _DURATION.match(value)
+    match = _DURATION.fullmatch(value)
     assert match is not None
     h, m, s = (int(g) if g else 0 for g in match.groups())
     return h * 3600 + m * 60 + s
 
 
 def _dns_subdomain(value: str) -> str:
-    if len(value) > 253 or not _DNS_SUBDOMAIN.match(value):
+    if len(value) > 253 or not _DNS_SUBDOMAIN.fullmatch(value):
         raise ValueError(
             f"{_show(value)} is not a valid name: use at most 253 lowercase letters, digits, "
             "'-' and '.' (DNS-1123 subdomain)"
@@ -269,7 +285,7 @@ def _user_container(value: str) -> str:
 def _ttl(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
-    if isinstance(value, str) and not _DURATION.match(value):
+    if isinstance(value, str) and not _DURATION.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
     seconds = duration_seconds(value)
     if not 0 <= seconds <= 2**31 - 1:
@@ -521,7 +537,9 @@ class Toleration(Strict):
     operator: Literal["Exists", "Equal"] | None = None
     value: StrictStr | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
-    toleration_seconds: StrictInt | None = None
+    # Kubernetes' int64 (0 and below: evict at once); a larger int is no JSON number the
+    # Job's body can carry
+    toleration_seconds: Annotated[StrictInt, Field(ge=-(2**63), le=2**63 - 1)] | None = None
 
     @model_validator(mode="after")
     def _as_kubernetes_checks(self) -> Toleration:

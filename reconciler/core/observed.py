@@ -103,7 +103,7 @@ def _operations(doc: Document) -> tuple[ObservedOperation, ...]:
         if "operation" not in item:
             fail((i,), "missing key 'operation' (\"project/name\")")
             ok = False
-        elif not isinstance(value, str) or not _ID.match(value):
+        elif not isinstance(value, str) or not _ID.fullmatch(value):
             fail((i, "operation"), f'operation must be "project/name", got {_show(value)}')
             ok = False
         else:

@@ -4,6 +4,7 @@ Markdown (PR comments, docs) and a plain-text table (terminals). Same plan, same
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
@@ -197,9 +198,29 @@ def md_escape(text: str) -> str:
     return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
 
 
+class MdCode(str):
+    """A Markdown code span made by :func:`md_code`: a table puts it in a cell as it is."""
+
+    __slots__ = ()
+
+
+def md_code(text: str) -> MdCode:
+    """``text`` as one code span, for a table cell: fenced by more backticks than any run
+    of them in it (a single backtick would close the span and let the rest be Markdown
+    and HTML), padded when it begins or ends with one; only ``|`` is escaped (no other
+    escape works in a code span, so a backslash is shown as it is)."""
+    text = text.replace("\n", " ").replace("|", "\\|")
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return MdCode(f"{fence}{pad}{text}{pad}{fence}")
+
+
 def md_table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines.extend("| " + " | ".join(md_escape(c) for c in row) + " |" for row in rows)
+    lines.extend(
+        "| " + " | ".join(c if isinstance(c, MdCode) else md_escape(c) for c in row) + " |"
+        for row in rows
+    )
     return "\n".join(lines)
 
 

@@ -25,9 +25,11 @@ _DECIMAL = {
     "P": Decimal("1e15"),
     "E": Decimal("1e18"),
 }
+# ASCII digits only: the string is sent to Kubernetes as written, and its parser takes no
+# other script's digits (``\d`` would). It trims spaces around the number, as ``strip``.
 _RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
-    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?$"
+    r"(?P<num>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]{1,3})?"
 )
 # Kubernetes caps quantities at 2^63-1 milli-units; anything larger is a typo.
 MAX_QUANTITY = Decimal(2**63 - 1) / 1000
@@ -69,7 +71,7 @@ def _parse(value: str | int | float | Decimal) -> Decimal:
     elif isinstance(value, float):
         number = Decimal(repr(value))
     elif isinstance(value, str):
-        match = _RE.match(value.strip())
+        match = _RE.fullmatch(value.strip())
         if not match:
             raise QuantityError(f"{_show(value)} is not a valid quantity (e.g. 2, 500m, 256Gi)")
         try:

@@ -82,12 +82,15 @@ class Phase(enum.StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class RepoFile:
-    """One blob of the config repo. ``symlink_target`` is set for symlinks (content empty)."""
+    """One blob of the config repo. ``symlink_target`` is set for symlinks (content empty);
+    ``submodule`` for a Git submodule (a commit of another repo; content empty), which the
+    loader refuses where it reads and ignores elsewhere."""
 
     path: str  # posix, relative to the repo root
     content: bytes
     symlink_target: str | None = None
     first_commit_time: datetime | None = None  # when the file was first added, if known
+    submodule: bool = False
 
 
 @dataclass(frozen=True)

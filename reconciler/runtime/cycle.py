@@ -173,6 +173,15 @@ def _stop_message(operation: str, message: str, gang: bool, version: str) -> str
     return f"operation {operation} is no longer in the repo at config {version[:12]}: deleted"
 
 
+# A create the API server answers with these refuses the object itself (a value it does not
+# accept: 400 BadRequest, 422 Invalid), not the cluster: the other creates go on.
+_OBJECT_REFUSED = (400, 422)
+
+
+def _refused_object(exc: Exception) -> bool:
+    return isinstance(exc, KubeError) and exc.status in _OBJECT_REFUSED
+
+
 class Reconciler:
     """Holds what must survive between cycles: the last good config, the cluster clients,
     and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``)."""
@@ -400,7 +409,8 @@ class Reconciler:
                 results = [kube.create_or_adopt(m) for m in manifests]
             except (KubeError, OSError) as exc:
                 with lock:
-                    broken.add(cluster)
+                    if not _refused_object(exc):  # else this operation only: the cluster is fine
+                        broken.add(cluster)
                     changes.failed[op_id] = str(exc)
                 log.error("dispatch of %s failed: %s", op_id, exc)
                 return []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -33,7 +34,12 @@ def worktree_source(repo: Path) -> RepoSnapshot:
     snapshot = snapshot_worktree(repo)
     digest = hashlib.sha256()
     for path in sorted(snapshot.files):
-        digest.update(path.encode() + b"\0" + snapshot.files[path].content)
+        f = snapshot.files[path]
+        # a name or a link's target need not be UTF-8: their bytes, as the file system has them
+        kind = b"S" if f.submodule else b"F" if f.symlink_target is None else b"L"
+        if f.symlink_target is not None:
+            kind += os.fsencode(f.symlink_target)
+        digest.update(os.fsencode(path) + b"\0" + kind + b"\0" + f.content)
     return replace(snapshot, version=f"worktree-{digest.hexdigest()[:12]}")
 
 

@@ -3,6 +3,7 @@ adopted on a repeated create, listed and watched by our label, and run to comple
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -100,3 +101,41 @@ def test_notebook_service_and_metadata_apply(kube_cluster: KubeCluster, namespac
     assert job.metadata.annotations[ANNOTATION_SPEC_HASH] == rendered.spec_hash  # kept
     assert kube.delete_workload(namespace, rendered.name) is True
     assert kube.delete_workload(namespace, rendered.name) is False
+
+
+def test_the_api_server_refuses_what_validate_now_refuses(
+    kube_cluster: KubeCluster, namespace: str
+) -> None:
+    """The ground truth behind three compile rules: each value refused below passed
+    ``validate`` and is refused here: 422 Invalid, or 400 for a quantity the API server
+    cannot even decode."""
+    kube = Kube(kube_cluster.api_client())
+    now = datetime.now(UTC)
+
+    def refused(op: CompiledOperation) -> KubeError:
+        rendered = render_operation(op, {}, config_version="c3", dispatched_at=now)
+        with pytest.raises(KubeError) as caught:
+            for manifest in rendered.manifests:
+                kube.create_or_adopt(manifest)
+        kube.delete_workload(namespace, rendered.name)
+        return caught.value
+
+    # quantities as Kubernetes parses them: ASCII digits (it trims spaces, as validate
+    # does: " 2" is taken); resources it knows
+    op = run_op(
+        "q", {"container": {"image": "busybox", "resources": {"requests": {"memory": "\u0663Gi"}}}}
+    )
+    assert refused(replace(op, namespace=namespace)).status in (400, 422)
+    spaced = run_op(
+        "s", {"container": {"image": "busybox", "resources": {"requests": {"cpu": " 2"}}}}
+    )
+    rendered = render_operation(
+        replace(spaced, namespace=namespace), {}, config_version="c3", dispatched_at=now
+    )
+    assert kube.create_or_adopt(rendered.job).created
+    assert kube.delete_workload(namespace, rendered.name) is True
+    op = run_op("r", {"container": {"image": "busybox", "resources": {"limits": {"CPU": "1"}}}})
+    assert refused(replace(op, namespace=namespace)).status == 422
+    # names end where they end: Go's "$" does not pass a final newline, as Python's does
+    op = run_op("n", {"container": {"image": "busybox", "env": {"A\n": "x"}}})
+    assert refused(replace(op, namespace=namespace)).status == 422

@@ -90,6 +90,22 @@ def test_dispatch_run_finish_then_the_next_one_goes() -> None:
     assert h.clusters["local"].events == []
 
 
+def test_a_workload_the_api_server_refuses_fails_alone() -> None:
+    """A create answered 422 (a value validate let through and the API server refuses) is
+    that operation's failure: the cluster is fine. It used to mark the cluster failed for
+    the rest of the cycle, so on every cycle each dispatch after it in plan order, to that
+    cluster, was skipped: one bad operation held up the whole cluster."""
+    world = team_a("p/bad", "p/good").queue("team-b", quota={GPU: 4})
+    world.op("p/elsewhere", queue="team-b", gpu=1)
+    h = Harness(world.repo())
+    h.clusters["local"].invalid.add("p-bad-g1")
+    for _ in range(2):
+        result = h.cycle()
+        assert set(result.failed) == {"p/bad"}
+        assert "is invalid" in result.failed["p/bad"]
+    assert sorted(name for _, name in h.clusters["local"].jobs) == ["p-elsewhere-g1", "p-good-g1"]
+
+
 def test_a_job_deleted_by_hand_is_stopped_and_never_recreated() -> None:
     h = Harness(team_a("p/a", "p/b", "p/c").repo())
     h.cycle()

@@ -463,7 +463,8 @@ class RepoIndex:
             into[name] = path
 
     def _valid_name(self, path: str, name: str, what: str) -> bool:
-        if len(name) <= 63 and _DNS_LABEL.match(name):
+        # ``fullmatch``: ``match`` lets ``$`` pass a final newline ('batch\n' of 'batch\n.yaml')
+        if len(name) <= 63 and _DNS_LABEL.fullmatch(name):
             return True
         self._fail(
             path,

@@ -42,7 +42,7 @@ from reconciler.core.plan.model import (
     PlanInputError,
     QuotaBlock,
 )
-from reconciler.core.plan.state import Counters, QueueState
+from reconciler.core.plan.state import MAX_RESERVED, Counters, QueueState
 from reconciler.core.plan.units import quota_units, to_decimal
 from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
 
@@ -222,7 +222,12 @@ class CohortState:
                     start = obs.dispatched_at if obs is not None else None
                     if start is not None and start.tzinfo is None:
                         start = start.replace(tzinfo=UTC)
-                found.append((None if start is None else start + timedelta(seconds=timeout), oid))
+                end = None
+                if start is not None:  # as a budget holds it (``BudgetTrack.hold_active``): a
+                    # timeout may be 2^63-1 s, a recorded dispatch time anything up to 9999
+                    start = min(start, self._now)
+                    end = start + timedelta(seconds=min(timeout, MAX_RESERVED))
+                found.append((end, oid))
         found.sort(key=lambda e: (e[0] is None, e[0] or self._now, e[1]))
         ends = [e for e, _ in found]
         latest = None if not ends or None in ends else max(e for e in ends if e is not None)
