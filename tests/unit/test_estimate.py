@@ -451,6 +451,8 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
                 world.nodes(c, NodeCapacity(f"{c}-n", allocatable={"nvidia.com/gpu": free}))
         queues.append("qf")
     n = draw(st.integers(1, 14))
+    # one workflow: its children share its concurrency, as the compiler gives them
+    workflow_concurrency = draw(st.integers(1, 2))
     history: list[RunRecord] = []
     ids = []
     for i in range(n):
@@ -464,7 +466,7 @@ def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
         if ids and draw(st.integers(0, 4)) == 0:
             b.after(draw(st.sampled_from(ids)))
         if draw(st.integers(0, 4)) == 0:
-            b.child_of("p/wf", i, concurrency=draw(st.integers(1, 2)))
+            b.child_of("p/wf", i, concurrency=workflow_concurrency)
         ids.append(oid)
         for minutes in draw(st.lists(st.integers(1, 120), min_size=1, max_size=3)):
             history.append(RunRecord(oid, queue, minutes * MIN))
