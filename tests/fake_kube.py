@@ -27,7 +27,7 @@ from reconciler.adapters.kube import (
     WatchEvent,
     narrowed,
 )
-from reconciler.core.cycle import memory_from_status
+from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.status import read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
@@ -644,6 +644,8 @@ class FakeCycles:
         backends: set[str] | None = None,
         watch: bool = False,
         clock: SteppedClock | None = None,
+        leading: bool = True,
+        leader_record: Callable[[], Memory | None] | None = None,
     ) -> None:
         self.repo = repo
         self.clock = clock or SteppedClock()
@@ -652,9 +654,10 @@ class FakeCycles:
             lambda: RepoSnapshot(files={}, version=self.repo.version),
             self._connect,  # type: ignore[arg-type]
             self.clock,
-            is_leader=lambda: True,
+            is_leader=lambda: leading,
             watch=watch,
             sync_timeout=5.0,
+            leader_record=leader_record,
         )
 
     def _connect(self, spec: ClusterSpec) -> Any:
@@ -686,3 +689,47 @@ class FakeCycles:
             if p["spec"].get("nodeName")
             for c in p["spec"].get("containers") or []
         )
+
+
+class FollowerCycles(FakeCycles):
+    """A replica that never leads (``serve``, ``run`` without the Lease) over ``leader``'s
+    cluster and clock, seeded with ``status`` (the status branch when it starts). With
+    ``follow`` it follows the leader's record: ``record`` is what the status branch holds
+    when the replica next fetches it (None: the branch did not move), read once; ``asked``
+    counts the fetches. ``cut`` cuts it off from the cluster (every call fails)."""
+
+    def __init__(
+        self, leader: FakeCycles, status: Mapping[str, bytes], *, follow: bool = True
+    ) -> None:
+        super().__init__(
+            leader.repo,
+            leader.cluster,
+            clock=leader.clock,
+            leading=False,
+            leader_record=self._leader_record if follow else None,
+        )
+        self.cut = False
+        self.record: Mapping[str, bytes] | None = None
+        self.asked = 0
+        self.reconciler.seed(memory_from_status(read_status(status)))
+
+    def _leader_record(self) -> Memory | None:
+        self.asked += 1
+        record, self.record = self.record, None
+        return None if record is None else memory_from_status(read_status(record))
+
+    def _connect(self, spec: ClusterSpec) -> Any:
+        return _CutKube(self)
+
+
+class _CutKube(FakeKube):
+    """A follower's client: every call fails while the follower is cut off."""
+
+    def __init__(self, follower: FollowerCycles) -> None:
+        super().__init__(follower.cluster)
+        self.follower = follower
+
+    def _up(self) -> None:
+        if self.follower.cut:
+            raise KubeError("connection refused")
+        super()._up()

@@ -7,14 +7,11 @@ from __future__ import annotations
 
 import pytest
 from builders import World
-from fake_kube import FakeCycles, FakeKube
+from fake_kube import FakeCycles, FollowerCycles
 
-from reconciler.adapters.kube import KubeError
-from reconciler.core.cycle import Memory, memory_from_status
+from reconciler.core.cycle import Memory
 from reconciler.core.observe import WorkloadState
-from reconciler.core.status import read_status
-from reconciler.core.types import Phase, RepoSnapshot
-from reconciler.runtime.cycle import Reconciler
+from reconciler.core.types import Phase
 
 
 def _state(phase: Phase, *, name: str = "p-a-g1", uid: str = "u1") -> WorkloadState:
@@ -74,44 +71,7 @@ def test_what_only_the_record_knows_is_added_as_at_start() -> None:
 # --- the cycle --------------------------------------------------------------------------
 
 
-class _Follower(FakeCycles):
-    """A replica that never leads, over the leader's cluster and clock, seeded with the
-    status branch at start; ``cut`` cuts it off from the cluster; ``record`` is what its
-    ``leader_record`` returns (None: the branch did not move)."""
-
-    def __init__(self, leader: FakeCycles, status: dict[str, bytes], follow: bool) -> None:
-        super().__init__(leader.repo, leader.cluster, clock=leader.clock)
-        self.cut = False
-        self.record: Memory | None = None
-        self.asked = 0
-        self.reconciler = Reconciler(
-            lambda: RepoSnapshot(files={}, version=self.repo.version),
-            self._connect,  # type: ignore[arg-type]
-            self.clock,
-            is_leader=lambda: False,
-            watch=False,
-            leader_record=self._leader_record if follow else None,
-        )
-        self.reconciler.seed(memory_from_status(read_status(status)))
-
-    def _leader_record(self) -> Memory | None:
-        self.asked += 1
-        record, self.record = self.record, None
-        return record
-
-    def _connect(self, spec: object) -> FakeKube:
-        follower = self
-
-        class Cut(FakeKube):
-            def _up(self) -> None:
-                if follower.cut:
-                    raise KubeError("connection refused")
-                super()._up()
-
-        return Cut(self.cluster)
-
-
-def _run_ends_unseen(follow: bool) -> tuple[FakeCycles, _Follower]:
+def _run_ends_unseen(follow: bool) -> tuple[FakeCycles, FollowerCycles]:
     """The leader dispatches p/a; the follower sees it dispatched, is cut off from the
     cluster, and meanwhile the run succeeds (the leader records it) and its Job is deleted
     by its ttl; then the follower reads the cluster again."""
@@ -120,14 +80,14 @@ def _run_ends_unseen(follow: bool) -> tuple[FakeCycles, _Follower]:
     leader = FakeCycles(world.repo())
     first = leader.cycle()
     assert first.dispatched == ("p/a",)
-    follower = _Follower(leader, leader.status_of(first), follow)
+    follower = FollowerCycles(leader, leader.status_of(first), follow=follow)
     assert follower.cycle().states["p/a"].phase is Phase.DISPATCHED
     follower.cut = True
     job = next(iter(leader.cluster.jobs))
     leader.cluster.set_phase(*job, "Succeeded")
     ended = leader.cycle(after=60)
     assert ended.states["p/a"].phase is Phase.SUCCEEDED
-    follower.record = memory_from_status(read_status(leader.status_of(ended)))
+    follower.record = leader.status_of(ended)
     follower.cycle(after=5)  # cut off: the record is joined, the cluster not read
     leader.cluster.delete(*job)
     follower.cut = False
@@ -140,6 +100,8 @@ def test_a_follower_shows_what_the_leader_recorded_of_a_run_it_did_not_see_end()
     theirs = leader.cycle()
     assert seen.states["p/a"].phase is theirs.states["p/a"].phase is Phase.SUCCEEDED
     assert seen.plan == theirs.plan
+    assert seen.decision is not None and theirs.decision is not None
+    assert seen.decision.memory.ledger == theirs.decision.memory.ledger
     assert follower.asked == 3  # once a cycle while it does not lead
 
 
@@ -158,8 +120,7 @@ def test_the_leader_never_asks_for_the_record() -> None:
 
     world = World().queue("q", quota={"nvidia.com/gpu": 2})
     world.op("p/a", gpu=1)
-    leader = FakeCycles(world.repo())
-    leader.reconciler._leader_record = record
-    leader.cycle()
+    leader = FakeCycles(world.repo(), leader_record=record)
+    assert leader.cycle().dispatched == ("p/a",)
     leader.cycle(after=10)
     assert asked == []

@@ -25,7 +25,6 @@ from reconciler.core.cycle import (
     Memory,
     decide,
     decide_recorded,
-    memory_from_status,
 )
 from reconciler.core.diff import diff_plans, diff_to_dict
 from reconciler.core.observe import WorkloadState
@@ -39,8 +38,8 @@ from reconciler.core.queue_view import (
 )
 from reconciler.core.render import render_operation
 from reconciler.core.status import StatusView, read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase, RepoSnapshot
-from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
+from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.live import ClusterReads
 from reconciler.runtime.web import WebApp
 
@@ -488,72 +487,3 @@ def test_logs_of_a_fleet_operation_come_from_the_cluster_it_was_dispatched_to() 
         echo=lambda s, nl=True: out.append(s),
     )
     assert "".join(out) == "log of replica 0\n"  # the pod on b
-
-
-class _FollowerCycles(FakeCycles):
-    """A read-only replica (``serve``, or ``run`` without the Lease) over the same cluster,
-    on the same clock, that follows the leader's record (``record``: what the status
-    branch holds when it fetches it); ``cut`` stops it reading the cluster (a partition
-    between it and the cluster)."""
-
-    def __init__(self, leader: FakeCycles, status: dict[str, bytes]) -> None:
-        super().__init__(leader.repo, leader.cluster, clock=leader.clock)
-        self.cut = False
-        self.record: dict[str, bytes] | None = None
-        self.reconciler = Reconciler(
-            lambda: RepoSnapshot(files={}, version=self.repo.version),
-            self._connect,  # type: ignore[arg-type]
-            self.clock,
-            is_leader=lambda: False,
-            watch=False,
-            leader_record=self._recorded,
-        )
-        self.reconciler.seed(memory_from_status(read_status(status)))
-
-    def _recorded(self) -> Memory | None:
-        return None if self.record is None else memory_from_status(read_status(self.record))
-
-    def _connect(self, spec: ClusterSpec) -> Any:
-        return _CutKube(self)
-
-
-class _CutKube(FakeKube):
-    """The follower's client: every call fails while the follower is cut off."""
-
-    def __init__(self, follower: _FollowerCycles) -> None:
-        super().__init__(follower.cluster)
-        self.follower = follower
-
-    def _up(self) -> None:
-        if self.follower.cut:
-            raise KubeError("connection refused")
-        super()._up()
-
-
-def test_serve_says_what_the_leader_knows_of_a_run_it_did_not_see_end() -> None:
-    """``serve`` cannot read a cluster for longer than ``policy.minTtl``: meanwhile a run
-    there ends and its Job is deleted by its ``run.ttl``. The leader saw it succeed and
-    recorded it (status branch, ledger); ``serve``, which follows the leader's record, must
-    not show it Stopped ("deleted") once it reads the cluster again. (Found by this audit
-    while main fixed it: ``Memory.following``.)"""
-    world = World().queue("q", quota={"nvidia.com/gpu": 2})
-    world.op("p/a", gpu=1).timeout("1h")
-    leader = FakeCycles(world.repo())
-    first = leader.cycle()
-    assert first.dispatched == ("p/a",)
-    follower = _FollowerCycles(leader, leader.status_of(first))
-    assert follower.cycle().states["p/a"].phase is Phase.DISPATCHED
-    follower.cut = True
-    job = next(iter(leader.cluster.jobs))
-    leader.cluster.set_phase(*job, "Succeeded")
-    ended = leader.cycle(after=60)
-    assert ended.states["p/a"].phase is Phase.SUCCEEDED  # recorded on the status branch
-    assert follower.cycle(after=5).states["p/a"].phase is Phase.DISPATCHED  # last seen
-    follower.record = leader.status_of(ended)
-    leader.cluster.delete(*job)  # its ttl (at least policy.minTtl, 1h) has passed
-    follower.cut = False
-    seen = follower.cycle(after=3600)
-    after = leader.cycle()
-    assert seen.states["p/a"].phase is after.states["p/a"].phase is Phase.SUCCEEDED
-    assert seen.decision is not None and after.decision is not None
-    assert seen.decision.memory.ledger == after.decision.memory.ledger
