@@ -25,10 +25,12 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     Distributed,
+    FlavorSpec,
     ObservedOperation,
     OrgSettings,
     Phase,
     Provenance,
+    QueueFlavor,
     QueueSpec,
     QueueStrategy,
     RejectedOperation,
@@ -223,6 +225,7 @@ class World:
         self.default_queue = "default"
         self.capacity: dict[str, ClusterCapacity] = {}
         self.unreachable: set[str] = set()
+        self.flavors: dict[str, FlavorSpec] = {}
         self._seq = 0
 
     def cluster(self, name: str = "local", *, concurrency: int | None = None) -> World:
@@ -302,6 +305,38 @@ class World:
         self.cohorts[name] = CohortSpec(name, duration_seconds(max_borrow), quantities(quota))
         return self
 
+    def flavor(self, name: str, product: str | None = None, **labels: str) -> World:
+        """A flavor whose nodes carry ``nvidia.com/gpu.product: <product>`` (the name by
+        default) and ``labels``."""
+        node_labels = {"nvidia.com/gpu.product": product or name, **labels}
+        self.flavors[name] = FlavorSpec(name, node_labels)
+        return self
+
+    def flavored(self, name: str, *flavors: tuple[str, dict[str, Any]], **limits: Any) -> World:
+        """Give queue ``name`` quota per flavor: ``("h100", {"gpu": 2}), ...`` in fallback
+        order (each flavor is defined if it is not yet); ``borrowing_limit`` and
+        ``lending_limit`` map a flavor to its limits, ``cluster_quota`` a flavor to its
+        caps per cluster."""
+        entries = []
+        for fname, quota in flavors:
+            if fname not in self.flavors:
+                self.flavor(fname)
+            entries.append(
+                QueueFlavor(
+                    fname,
+                    quantities(_named(quota)),
+                    quantities(_named(limits.get("borrowing_limit", {}).get(fname) or {})),
+                    quantities(_named(limits.get("lending_limit", {}).get(fname) or {})),
+                    {
+                        c: quantities(_named(v))
+                        for c, v in (limits.get("cluster_quota", {}).get(fname) or {}).items()
+                    },
+                )
+            )
+        return self.set_queue(
+            name, quota={}, borrowing_limit={}, lending_limit={}, flavors=tuple(entries)
+        )
+
     def set_queue(self, name: str, **changes: Any) -> World:
         self.queues[name] = replace(self.queues[name], **changes)
         return self
@@ -333,6 +368,7 @@ class World:
         pods: int | None = None,
         dispatched_at: datetime | None = None,
         started_at: datetime | None = None,
+        flavor: str | None = None,
     ) -> World:
         self.observed[op_id] = ObservedOperation(
             op_id,
@@ -341,6 +377,7 @@ class World:
             queue,
             cluster,
             pods=pods,
+            flavor=flavor,
             dispatched_at=dispatched_at,
             started_at=started_at,
         )
@@ -376,6 +413,7 @@ class World:
             operations=tuple(self.operations()),
             rejected=tuple(self.rejected),
             cohorts=dict(self.cohorts),
+            flavors=dict(self.flavors),
         )
 
     def operations(self) -> list[CompiledOperation]:
@@ -399,4 +437,5 @@ class World:
             backends=backends,
             cohorts=self.cohorts,
             ledger=ledger,
+            flavors=self.flavors,
         )

@@ -302,7 +302,9 @@ def test_the_cohort_cap_applies_to_borrowers() -> None:
     assert reasons(plan) == {"vision/borrow": R.COHORT_LIMIT}
 
 
-def test_priority_orders_the_borrowers() -> None:
+def test_priority_orders_borrowers_of_equal_share() -> None:
+    # both borrow nothing yet (share 0): the higher priority borrows first, and the other
+    # then waits for its fair share of what is left
     w = a_busy(teams(borrowing=2))
     w.queue(
         "team-c",
@@ -317,7 +319,7 @@ def test_priority_orders_the_borrowers() -> None:
     w.op("ml/borrow", queue="team-c", gpu=3).timeout("1h")
     plan = w.plan()
     assert dispatched(plan) == ["ml/borrow"]
-    assert reasons(plan) == {"vision/borrow": R.QUOTA_EXCEEDED}
+    assert reasons(plan) == {"vision/borrow": R.WAITING_FOR_FAIR_SHARE}
 
 
 def test_queue_concurrency_still_holds_a_borrower() -> None:

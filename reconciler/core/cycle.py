@@ -75,6 +75,7 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     DistributedBackend,
+    FlavorSpec,
     ObservedOperation,
     Phase,
 )
@@ -237,6 +238,7 @@ def memory_from_status(view: StatusView) -> Memory:
             outputs=rec.outputs,
             requests=recorded_requests(rec) or {},
             pods=recorded_pods(rec),
+            flavor=rec.flavor,
             kind=rec.workload_kind or "Job",
             # the one workload reason a rule reads back (3b); the others are re-derived
             reason=ObservedReason.GANG_TIMEOUT
@@ -601,9 +603,15 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         ledger=ledger,
     )
 
-    # 7. the actions (a fleet queue's operation is rendered for the cluster chosen)
+    # 7. the actions (a fleet queue's operation is rendered for the cluster chosen; one of
+    # a queue with flavors, with the flavor assigned)
     creates = tuple(
-        Create(_on(ops[d.operation], d.cluster), d.cluster, d.queue) for d in plan.dispatch
+        Create(
+            _on(ops[d.operation], d.cluster, compiled.flavors.get(d.flavor or "")),
+            d.cluster,
+            d.queue,
+        )
+        for d in plan.dispatch
     )
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
@@ -638,7 +646,9 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     )
 
 
-def _on(op: CompiledOperation, cluster: str) -> CompiledOperation:
+def _on(op: CompiledOperation, cluster: str, flavor: FlavorSpec | None) -> CompiledOperation:
+    if flavor is not None:
+        return replace(op, cluster=cluster, flavor=flavor)
     return op if op.cluster == cluster else replace(op, cluster=cluster)
 
 
@@ -675,7 +685,13 @@ def finished_runs(
         start = min(start, end)
         requests = dict(state.requests) if state.requests else dict(op.requests if op else {})
         cluster = compiled.clusters.get(state.cluster)
-        prices = prices_for(compiled.org.prices, cluster.prices if cluster is not None else {})
+        prices = prices_for(
+            compiled.org.prices,
+            cluster.prices if cluster is not None else {},
+            state.flavor,
+            compiled.org.flavor_prices,
+            cluster.flavor_prices if cluster is not None else {},
+        )
         out.append(
             LedgerEntry(
                 operation=state.operation,
@@ -689,6 +705,7 @@ def finished_runs(
                 end=end,
                 cost=run_cost(requests, prices, start, end),
                 currency=compiled.org.currency,
+                flavor=state.flavor or "",
             )
         )
     return out

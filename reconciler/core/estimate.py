@@ -82,6 +82,7 @@ STATIC_REASONS = frozenset(
         PendingReason.AWAITING_APPROVAL,
         PendingReason.UPSTREAM_FAILED,
         PendingReason.EXCEEDS_QUOTA,
+        PendingReason.NO_ELIGIBLE_FLAVOR,
         # the simulation does not model the clusters' free capacity changing (it sees it
         # as observed now): no simulated event ends this wait (docs/estimates.md)
         PendingReason.NO_CLUSTER_HAS_CAPACITY,
@@ -743,7 +744,13 @@ class _Sim:
         start = o.started_at or self.now
         end = self.now + timedelta(seconds=t)
         cluster = self.repo.clusters.get(a.cluster or "")
-        prices = prices_for(self.repo.org.prices, cluster.prices if cluster is not None else {})
+        prices = prices_for(
+            self.repo.org.prices,
+            cluster.prices if cluster is not None else {},
+            o.flavor,
+            self.repo.org.flavor_prices,
+            cluster.flavor_prices if cluster is not None else {},
+        )
         requests = dict(o.requests or {})
         assert a.queue is not None
         key = LedgerKey(o.operation, 0, f"simulated@{t}")

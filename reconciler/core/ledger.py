@@ -71,10 +71,23 @@ def hourly_rate(
 
 
 def prices_for(
-    org_prices: Mapping[str, Decimal], cluster_prices: Mapping[str, Decimal]
+    org_prices: Mapping[str, Decimal],
+    cluster_prices: Mapping[str, Decimal],
+    flavor: str | None = None,
+    org_flavor_prices: Mapping[str, Mapping[str, Decimal]] | None = None,
+    cluster_flavor_prices: Mapping[str, Mapping[str, Decimal]] | None = None,
 ) -> dict[str, Decimal]:
-    """The price list on a cluster: the org's, with the cluster's own prices instead."""
-    return {**org_prices, **cluster_prices}
+    """The price list on a cluster: the org's, with the cluster's own prices instead; for a
+    run assigned ``flavor``, the flavor's prices over those (the org's, then the
+    cluster's)."""
+    if flavor is None:
+        return {**org_prices, **cluster_prices}
+    return {
+        **org_prices,
+        **cluster_prices,
+        **(org_flavor_prices or {}).get(flavor, {}),
+        **(cluster_flavor_prices or {}).get(flavor, {}),
+    }
 
 
 def hours(start: datetime, end: datetime) -> Decimal:
@@ -143,6 +156,7 @@ class LedgerEntry(WireModel):
     end: Time
     cost: Money
     currency: str = ""
+    flavor: str = ""  # the flavor it ran in ("": its queue had none)
 
     @property
     def key(self) -> LedgerKey:
@@ -158,10 +172,11 @@ class LedgerEntry(WireModel):
         return max(0.0, (self.end - self.start).total_seconds())
 
     def to_dict(self) -> dict[str, Any]:
-        """The entry as its file holds it; ``currency`` left out when unset."""
+        """The entry as its file holds it; ``currency`` and ``flavor`` left out when unset."""
         data = self.model_dump(by_alias=True)
-        if not data["currency"]:
-            del data["currency"]
+        for optional in ("currency", "flavor"):
+            if not data[optional]:
+                del data[optional]
         return data
 
     @classmethod
@@ -191,6 +206,7 @@ class LedgerEntry(WireModel):
                 end=_time(data["end"]),
                 cost=Decimal(str(data["cost"])),
                 currency=str(data.get("currency") or ""),
+                flavor=str(data.get("flavor") or ""),
             )
         except ArithmeticError as err:
             raise ValueError(f"cost {data['cost']!r} is not a number") from err

@@ -796,14 +796,22 @@ def parse_yaml(
 # --- the snapshot as files -------------------------------------------------------------
 
 YAML_EXT = (".yaml", ".yml")
-CONFIG_DIRS = ("clusters", "cohorts", "connections", "queues", "presets", "projects")
+CONFIG_DIRS = (
+    "clusters",
+    "cohorts",
+    "connections",
+    "flavors",
+    "queues",
+    "presets",
+    "projects",
+)
 ORG_FILES = ("reconciler.yaml", "reconciler.yml")
 
 
 def is_config_path(path: str) -> bool:
     """Whether the loader reads a file at ``path``: ``reconciler.yaml`` and every YAML file
-    under ``clusters/``, ``cohorts/``, ``connections/``, ``queues/``, ``presets/`` and
-    ``projects/``.
+    under ``clusters/``, ``cohorts/``, ``connections/``, ``flavors/``, ``queues/``,
+    ``presets/`` and ``projects/``.
     Everything else (README.md, docs/, schemas/, a YAML file at the top or under .github/)
     is ignored: never read, and a symlink there is never followed."""
     if not path.endswith(YAML_EXT):

@@ -826,6 +826,41 @@ class Budget(Strict):
     )
 
 
+class QueueFlavorEntry(Strict):
+    """One entry of a queue's ``flavors``: its quota of that flavor (the list order is the
+    fallback order)."""
+
+    name: Name = Field(description="The flavor (flavors/<name>.yaml).")
+    quota: dict[ResourceName, Quantity] = Field(
+        description="The queue's quota of this flavor, per resource."
+    )
+    borrowing_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per resource, how much of this flavor above its quota the queue may "
+        "borrow from its cohort (default: nothing).",
+    )
+    lending_limit: dict[ResourceName, Quantity] | None = Field(
+        default=None,
+        description="Per resource, at most how much of its unused quota of this flavor the "
+        "queue lends to its cohort (default: all of it).",
+    )
+    cluster_quota: dict[Name, dict[ResourceName, Quantity]] | None = Field(
+        default=None,
+        description="A fleet queue's cap of this flavor per cluster: cluster -> resource -> "
+        "amount.",
+    )
+
+
+FairWeight = Annotated[
+    StrictInt | StrictFloat,
+    Field(gt=0, le=10**6, description="A larger weight borrows a larger share; default 1."),
+]
+
+
+class FairSharing(Strict):
+    weight: FairWeight = 1
+
+
 class QueueFile(Strict):
     """``queues/<name>.yaml``"""
 
@@ -886,6 +921,35 @@ class QueueFile(Strict):
     default_timeout: Duration | None = Field(
         default=None, description="run.timeout for operations of this queue that set none."
     )
+    flavors: Annotated[list[QueueFlavorEntry], Field(min_length=1, max_length=64)] | None = Field(
+        default=None,
+        description="The quota per flavor (GPU type), instead of 'quota'; an operation gets "
+        "the first flavor, in this order, that it may use and that fits.",
+    )
+    fair_sharing: FairSharing | None = Field(
+        default=None,
+        description="How this queue shares what its cohort lends: the next borrower is the "
+        "queue with the lowest borrowed share divided by its weight.",
+    )
+
+
+class FlavorFile(Strict):
+    """``flavors/<name>.yaml``"""
+
+    kind: Literal["Flavor"]
+    name: Name | None = None
+    description: StrictStr | None = None
+    node_labels: Annotated[dict[LabelKey, LabelValue], Field(max_length=64)] | None = Field(
+        default=None,
+        description="The labels of this flavor's nodes; an operation assigned the flavor "
+        "gets them as its nodeSelector.",
+    )
+    tolerations: list[Toleration] | None = Field(
+        default=None, description="Added to the pod of every operation assigned this flavor."
+    )
+
+
+FlavorPriceList = dict[Name, PriceList]
 
 
 class CohortFile(Strict):
@@ -934,6 +998,10 @@ class ClusterFile(Strict):
     concurrency: Count | None = None
     prices: PriceList | None = Field(
         default=None, description="Prices here, instead of reconciler.yaml's for these resources."
+    )
+    flavor_prices: FlavorPriceList | None = Field(
+        default=None,
+        description="Per flavor, prices here of an operation assigned that flavor.",
     )
 
 
@@ -1100,6 +1168,11 @@ class OrgFile(Strict):
         default=None,
         description="Price of one unit-hour per resource (memory per GiB-hour), for budgets.",
     )
+    flavor_prices: FlavorPriceList | None = Field(
+        default=None,
+        description="Per flavor, the price of one unit-hour of an operation assigned that "
+        "flavor (an H100-hour costs more than an A100-hour); over 'prices'.",
+    )
     currency: Annotated[StrictStr, Field(min_length=1, max_length=16)] | None = Field(
         default=None, description="The label of prices and cost budgets, e.g. USD."
     )
@@ -1119,6 +1192,7 @@ KINDS: dict[str, type[Strict]] = {
     "Connection": ConnectionFile,
     "Queue": QueueFile,
     "Cohort": CohortFile,
+    "Flavor": FlavorFile,
     "Preset": PresetFile,
     "Project": ProjectFile,
     "Operation": OperationFile,

@@ -40,6 +40,7 @@ from reconciler.core.render import (
     ANNOTATION_PHASE,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_WORKFLOW,
+    LABEL_FLAVOR,
     LABEL_QUEUE,
 )
 from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
@@ -94,6 +95,7 @@ class WorkloadState:
     pods: int | None = None  # the Job's parallelism (its replicas); None when not known
     gang: Placement | None = None  # a distributed run's pods: how many placed and running
     kind: str = JOB  # the workload's kind: Job, or PyTorchJob (backend pytorchjob)
+    flavor: str | None = None  # the flavor it was dispatched with (a queue with flavors)
 
     def to_observed(self) -> ObservedOperation:
         """The workload as the planner sees it. Built once per state: a workload's state is
@@ -112,6 +114,7 @@ class WorkloadState:
             cluster=self.cluster,
             workflow=self.workflow,
             pods=self.pods,
+            flavor=self.flavor,
             dispatched_at=parse_time(self.dispatched_at),
             started_at=parse_time(self.started_at or self.dispatched_at),
         )
@@ -931,6 +934,7 @@ def _state(
         reason=reason,
         message=message,
         queue=(meta.get("labels") or {}).get(LABEL_QUEUE),
+        flavor=(meta.get("labels") or {}).get(LABEL_FLAVOR) or None,
         spec_hash=annotations.get(ANNOTATION_SPEC_HASH),
         config_commit=annotations.get(ANNOTATION_COMMIT),
         dispatched_at=annotations.get(ANNOTATION_DISPATCHED_AT),

@@ -26,6 +26,7 @@ from reconciler.core.types import (
     ConnectionSpec,
     Distributed,
     DistributedBackend,
+    FlavorSpec,
     Framework,
     RunKind,
 )
@@ -37,6 +38,7 @@ LABEL_OPERATION = "reconciler.dev/operation"
 LABEL_QUEUE = "reconciler.dev/queue"
 LABEL_WORKLOAD = "reconciler.dev/workload"
 LABEL_KIND = "reconciler.dev/kind"
+LABEL_FLAVOR = "reconciler.dev/flavor"  # the flavor the plan assigned (its quota is held)
 ANNOTATION_COMMIT = "reconciler.dev/config-commit"
 ANNOTATION_SPEC_HASH = "reconciler.dev/spec-hash"
 ANNOTATION_DISPATCHED_AT = "reconciler.dev/dispatched-at"
@@ -506,6 +508,22 @@ def pod_field_origin(
     return FieldOrigin(("run",))
 
 
+def with_flavor(spec: Mapping[str, Any], flavor: FlavorSpec | None) -> Mapping[str, Any]:
+    """The spec with the assigned flavor's nodeLabels added to its nodeSelector (its own
+    entries win: the plan assigns a flavor only where they agree) and the flavor's
+    tolerations after its own. The spec hash is of the spec without them: the flavor is
+    the plan's choice, not a change to the operation."""
+    if flavor is None:
+        return spec
+    run = dict(spec.get("run") or {})
+    env = dict(run.get("environment") or {})
+    env["nodeSelector"] = {**flavor.node_labels, **(env.get("nodeSelector") or {})}
+    own = list(env.get("tolerations") or ())
+    env["tolerations"] = own + [dict(t) for t in flavor.tolerations if t not in own]
+    run["environment"] = env
+    return {**spec, "run": run}
+
+
 def render_operation(
     op: CompiledOperation,
     connections: Mapping[str, ConnectionSpec],
@@ -528,7 +546,7 @@ def render_operation(
     digest = spec_hash(op, connections)
     # resolved by the compiler: unknown names never get here
     pod = render_pod(
-        op.spec,
+        with_flavor(op.spec, op.flavor),
         op.kind,
         [connections[c] for c in op.connections],
         operation=op.id,
@@ -543,6 +561,7 @@ def render_operation(
         LABEL_QUEUE: op.queue,
         LABEL_KIND: op.kind.value,
         LABEL_WORKLOAD: name,
+        **({LABEL_FLAVOR: op.flavor.name} if op.flavor is not None else {}),
     }
     annotations = {
         **pod["metadata"]["annotations"],

@@ -254,6 +254,7 @@ class SupersededRun(StatusRecord):
     pods: OptNumber = None  # its replicas, when more than one
     dispatched_at: OptText = None
     started_at: OptText = None
+    flavor: OptText = None  # the flavor it holds quota in
 
     @classmethod
     def of(cls, state: WorkloadState) -> SupersededRun:
@@ -268,6 +269,7 @@ class SupersededRun(StatusRecord):
             pods=_pods(state),
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
+            flavor=state.flavor,
         )
 
     def state(self, operation: str) -> WorkloadState | None:
@@ -288,6 +290,7 @@ class SupersededRun(StatusRecord):
             pods=recorded_pods(self),
             dispatched_at=self.dispatched_at,
             started_at=self.started_at,
+            flavor=self.flavor,
         )
 
 
@@ -344,6 +347,8 @@ class OperationStatus(StatusRecord):
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
     # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
     gang_timeouts: LooseObject = None
+    # the flavor its run was assigned (a queue with flavors): the quota it holds
+    flavor: OptText = None
 
 
 class FleetSliceStatus(StatusRecord):
@@ -747,7 +752,7 @@ def build_status(
     ``built`` (kept by the caller between cycles): each compiled operation's record and
     what it was built from; a record whose inputs are the same (most of them, cycle after
     cycle) is not built again."""
-    dispatched = {d.operation: d.cluster for d in plan.dispatch}
+    dispatched = {d.operation: d for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     stops = {s.operation for s in plan.stop}
     refused = set(plan.prune_refused.refused) if plan.prune_refused is not None else set()
@@ -757,7 +762,8 @@ def build_status(
         state = states.get(op.id)
         if state is not None and state.generation != op.generation:
             state = None  # a previous generation's workload: the current one is not out yet
-        chosen = dispatched.get(op.id)
+        dispatch = dispatched.get(op.id)
+        chosen = None if dispatch is None else (dispatch.cluster, dispatch.flavor)
         waiting = pending.get(op.id)
         failure = (failed or {}).get(op.id)
         desired = _spec_hash(repo, op, hashes)
@@ -774,10 +780,17 @@ def build_status(
         if known is not None and known[0] == inputs:
             record = known[1]
         else:
-            if chosen is not None and chosen != op.cluster:
-                op = replace(op, cluster=chosen)  # a fleet queue's: the cluster chosen
+            if chosen is not None and chosen[0] != op.cluster:
+                op = replace(op, cluster=chosen[0])  # a fleet queue's: the cluster chosen
             record = _compiled_record(
-                repo, op, state, chosen is not None, waiting, failure, desired
+                repo,
+                op,
+                state,
+                chosen is not None,
+                waiting,
+                failure,
+                desired,
+                None if chosen is None else chosen[1],
             )
             if built is not None:
                 built[op.id] = (inputs, record)
@@ -816,6 +829,7 @@ def _compiled_record(
     pending: Pending | None,
     failure: tuple[StatusReason, str] | None = None,
     desired: str | None = None,
+    flavor: str | None = None,
 ) -> OperationStatus:
     desired = desired or spec_hash(op, repo.connections)
     workflow = (
@@ -856,6 +870,7 @@ def _compiled_record(
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
             requests=_held(state),
             pods=_pods(state),
+            flavor=state.flavor,
         )
     name = operation_workload(op)
     if dispatched and failure is not None:
@@ -871,9 +886,11 @@ def _compiled_record(
             **common,
             phase=Phase.DISPATCHED,
             reason=StatusReason.WORKLOAD_CREATED.value,
-            message=f"dispatched to cluster {op.cluster}",
+            message=f"dispatched to cluster {op.cluster}"
+            + (f" in flavor {flavor}" if flavor else ""),
             workload=name,
             config_commit=repo.version,
+            flavor=flavor,
         )
     if pending is not None:
         return OperationStatus(
@@ -1035,6 +1052,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "spec_hash": state.spec_hash,
             "requests": _held(state),
             "pods": _pods(state),
+            "flavor": state.flavor,
         }
     )
 

@@ -340,6 +340,34 @@ class ClusterSpec:
     # per resource, the price of one unit-hour here (memory: per GiB-hour); overrides the
     # org's price list for those resources
     prices: Mapping[str, Decimal] = field(default_factory=dict)
+    # per flavor, per resource: the price of an op assigned that flavor here (over
+    # ``prices`` and the org's flavor prices)
+    flavor_prices: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class FlavorSpec:
+    """A ``flavors/<name>.yaml``: a kind of node (a GPU product), by the labels its nodes
+    carry. An operation assigned the flavor gets ``node_labels`` as its nodeSelector and
+    ``tolerations`` added to its pod."""
+
+    name: str
+    node_labels: Mapping[str, str]
+    tolerations: tuple[Mapping[str, Any], ...] = ()
+    description: str = ""
+    source: str = ""
+
+
+@dataclass(frozen=True)
+class QueueFlavor:
+    """One entry of a queue's ``flavors``: its quota of that flavor, and what it may borrow
+    and lend of it in its cohort, and (a fleet queue) its cap per cluster."""
+
+    name: str
+    quota: Mapping[str, Decimal] = field(default_factory=dict)
+    borrowing_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
+    cluster_quota: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -384,6 +412,11 @@ class QueueSpec:
     lending_limit: Mapping[str, Decimal] = field(default_factory=dict)
     budget: BudgetSpec | None = None
     default_timeout: int | None = None  # seconds, for operations that set no run.timeout
+    # Flavors, in fallback order (empty: ``quota`` is one pool with no flavor); a flavored
+    # queue's ``quota`` and limits above are empty.
+    flavors: tuple[QueueFlavor, ...] = ()
+    # fairSharing.weight: a larger weight borrows a larger share of what its cohort lends
+    fair_weight: Decimal = Decimal(1)
 
     @property
     def fleet(self) -> bool:
@@ -451,6 +484,8 @@ class CompiledOperation:
     distributed: Distributed | None = None
     # One pod's request per resource (``requests`` is this times ``replicas``).
     pod_requests: Mapping[str, Decimal] | None = None
+    # The flavor the plan assigned (set on the operation a Create renders; never compiled)
+    flavor: FlavorSpec | None = None
     # "project/name": one string, kept (every plan and view reads it for every operation)
     id: str = field(init=False, compare=False)
 
@@ -484,6 +519,7 @@ class ObservedOperation:
     # workload from before this was recorded, the status branch, an --observed file).
     workflow: str | None = None
     pods: int | None = None  # the workload's pods (its replicas), when known
+    flavor: str | None = None  # the flavor it was dispatched with, when known
     # When the workload was created (its dispatched-at annotation); a borrower's end time
     # is this plus its timeout.
     dispatched_at: datetime | None = None
@@ -586,6 +622,8 @@ class OrgSettings:
     policy: OrgPolicy = field(default_factory=OrgPolicy)
     # the price list: per resource, the price of one unit-hour (memory: per GiB-hour)
     prices: Mapping[str, Decimal] = field(default_factory=dict)
+    # per flavor, per resource: prices of an op assigned that flavor (over ``prices``)
+    flavor_prices: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
     currency: str = ""
     timezone: str = "UTC"  # budget windows are calendar windows in this IANA zone
 
@@ -604,6 +642,7 @@ class CompiledRepo:
     errors: tuple[ConfigError, ...] = ()
     connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
     cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)
+    flavors: Mapping[str, FlavorSpec] = field(default_factory=dict)
 
     @property
     def valid(self) -> bool:

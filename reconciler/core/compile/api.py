@@ -18,10 +18,12 @@ from reconciler.core.compile.names import Claim, check_namespaces, check_unique,
 from reconciler.core.compile.operations import OperationResult, compile_one
 from reconciler.core.compile.references import (
     check_cohorts,
+    check_flavors,
     check_references,
     find_cluster,
     find_cohort,
     find_connection,
+    find_flavor,
     find_queue,
 )
 from reconciler.core.load import ParseCache
@@ -128,6 +130,7 @@ def _load_all(repo: RepoIndex) -> None:
     for name in repo.named["Queue"]:
         find_queue(repo, name)
     check_cohorts(repo)
+    check_flavors(repo)
     check_references(repo)
 
 
@@ -172,6 +175,7 @@ def _compile_repo(
         n: cn for n in sorted(repo.named["Connection"]) if (cn := find_connection(repo, n))
     }
     cohorts = {n: co for n in sorted(repo.named["Cohort"]) if (co := find_cohort(repo, n))}
+    flavors = {n: f for n in sorted(repo.named["Flavor"]) if (f := find_flavor(repo, n))}
     return CompiledRepo(
         version=snapshot.version,
         org=repo.org_settings(),
@@ -182,6 +186,7 @@ def _compile_repo(
         errors=repo.errors.finish(errors),
         connections=connections,
         cohorts=cohorts,
+        flavors=flavors,
     )
 
 

@@ -3,8 +3,8 @@
 most once, lazily.
 
 What must live here: the layout rules (``reconciler.yaml``, ``clusters/``, ``queues/``,
-``cohorts/``, ``connections/``, ``presets/``, ``projects/<p>/...``), loading and caching
-files, typed access to the org, project and named files, the org's settings, and small
+``cohorts/``, ``flavors/``, ``connections/``, ``presets/``, ``projects/<p>/...``), loading
+and caching files, typed access to the org, project and named files, the org's settings, and small
 helpers to read loaded documents. Following a name from one file to another is ``references.py``'s.
 """
 
@@ -47,6 +47,7 @@ DIR_KINDS = {
     "connections": "Connection",
     "queues": "Queue",
     "cohorts": "Cohort",
+    "flavors": "Flavor",
     "presets": "Preset",
 }
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -600,6 +601,9 @@ class RepoIndex:
         level = PodSecurityLevel(policy.pod_security if policy else "baseline")
         return OrgSettings(
             prices=prices(m.prices),
+            flavor_prices={
+                f: prices(listed) for f, listed in sorted((m.flavor_prices or {}).items())
+            },
             currency=m.currency or "",
             timezone=m.timezone or "UTC",
             default_queue=m.defaults.queue if m.defaults else None,

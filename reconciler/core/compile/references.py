@@ -19,6 +19,7 @@ from reconciler.core.model import (
     ClusterFile,
     CohortFile,
     ConnectionFile,
+    FlavorFile,
     PresetFile,
     QueueFile,
     duration_seconds,
@@ -31,7 +32,9 @@ from reconciler.core.types import (
     ClusterSpec,
     CohortSpec,
     ConnectionSpec,
+    FlavorSpec,
     Location,
+    QueueFlavor,
     QueueSpec,
     QueueStrategy,
     RunKind,
@@ -43,6 +46,7 @@ _FOLDERS = {
     "Queue": "queues",
     "Connection": "connections",
     "Cohort": "cohorts",
+    "Flavor": "flavors",
 }
 
 
@@ -142,6 +146,27 @@ def find_cluster(repo: RepoIndex, name: str) -> ClusterSpec | None:
         kubeconfig=dict(loaded.doc.data["kubeconfig"]),
         context=m.context,
         prices=prices(m.prices),
+        flavor_prices={f: prices(p) for f, p in sorted((m.flavor_prices or {}).items())},
+    )
+
+
+def find_flavor(repo: RepoIndex, name: str) -> FlavorSpec | None:
+    """The flavor ``name``; None when it is not defined or invalid (a flavor with no
+    ``nodeLabels`` is reported at its file by ``check_flavors``)."""
+    loaded = repo.get("Flavor", name)
+    if loaded is None:
+        return None
+    m: FlavorFile = loaded.model
+    if not m.node_labels:
+        return None
+    return FlavorSpec(
+        name=name,
+        node_labels=dict(sorted(m.node_labels.items())),
+        tolerations=tuple(
+            t.model_dump(by_alias=True, exclude_none=True) for t in m.tolerations or ()
+        ),
+        description=m.description or "",
+        source=loaded.path,
     )
 
 
@@ -162,6 +187,9 @@ def _find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         return None
     quota = {k: parse_quantity(v) for k, v in (m.quota or {}).items()}
     borrowing, lending = _cohort_limits(repo, loaded, quota)
+    flavors = _queue_flavors(repo, loaded, members)
+    if flavors is None:
+        return None
     budget = _budget(repo, loaded, m, members)
     return QueueSpec(
         name=name,
@@ -188,7 +216,100 @@ def _find_queue(repo: RepoIndex, name: str) -> QueueSpec | None:
         default_timeout=duration_seconds(m.default_timeout)
         if m.default_timeout is not None
         else None,
+        flavors=flavors,
+        fair_weight=Decimal(str(m.fair_sharing.weight)) if m.fair_sharing else Decimal(1),
     )
+
+
+def _queue_flavors(
+    repo: RepoIndex, loaded: Loaded[QueueFile], members: tuple[str, ...]
+) -> tuple[QueueFlavor, ...] | None:
+    """A queue's ``flavors``, in fallback order; None (each problem reported once, at its
+    line) when they are not valid: ``quota`` beside them, an unknown or repeated flavor, a
+    top-level limit or cap that belongs in a flavor, a per-flavor limit on a resource the
+    flavor has no quota for, a cap on a cluster the queue does not list."""
+    m = loaded.model
+    doc = loaded.doc
+    fail = repo.errors.add_once
+    if m.flavors is None:
+        return ()
+    ok = True
+    if m.quota is not None:
+        fail(
+            doc.loc(("quota",), key=True),
+            "set 'quota' or 'flavors', not both: with flavors, each flavor has its quota",
+        )
+        ok = False
+    for key in ("borrowingLimit", "lendingLimit", "clusterQuota"):
+        if key in doc.data:
+            fail(
+                doc.loc((key,), key=True),
+                f"{key} is per flavor in a queue with flavors: set it under each flavor",
+            )
+            ok = False
+    out: list[QueueFlavor] = []
+    seen: set[str] = set()
+    for k, entry in enumerate(m.flavors):
+        at = ("flavors", k)
+        if entry.name in seen:
+            fail(doc.loc((*at, "name")), f"flavor {entry.name!r} is listed twice")
+            ok = False
+            continue
+        seen.add(entry.name)
+        if repo.named["Flavor"].get(entry.name) is None:
+            fail(doc.loc((*at, "name")), unknown_name(repo, "flavor", entry.name, "Flavor"))
+            ok = False
+            continue
+        quota = {r: parse_quantity(v) for r, v in entry.quota.items()}
+        limits: list[dict[str, Decimal]] = []
+        for field, written in (
+            ("borrowingLimit", entry.borrowing_limit),
+            ("lendingLimit", entry.lending_limit),
+        ):
+            got: dict[str, Decimal] = {}
+            for resource, raw in (written or {}).items():
+                amount = parse_quantity(raw)
+                where = doc.loc((*at, field, resource), key=True)
+                if m.cohort is None:
+                    fail(where, f"{field} needs a cohort: set 'cohort' to share quota")
+                    ok = False
+                elif resource not in quota:
+                    have = ", ".join(sorted(quota)) or "none"
+                    fail(
+                        where,
+                        f"{field} on {resource}, which flavor {entry.name!r} of this queue has "
+                        f"no quota for (its quota resources: {have})",
+                    )
+                    ok = False
+                elif field == "lendingLimit" and amount > quota[resource]:
+                    fail(
+                        doc.loc((*at, field, resource)),
+                        f"lendingLimit of {resource} is {format_quantity(amount)}, more than the "
+                        f"queue's {entry.name} quota of {format_quantity(quota[resource])}: a "
+                        "queue lends only its own quota",
+                    )
+                    ok = False
+                else:
+                    got[resource] = amount
+            limits.append(got)
+        caps: dict[str, dict[str, Decimal]] = {}
+        for cluster, written_caps in (entry.cluster_quota or {}).items():
+            where = doc.loc((*at, "clusterQuota", cluster), key=True)
+            if m.clusters is None:
+                fail(where, "clusterQuota is for a fleet queue: set 'clusters'")
+                ok = False
+            elif cluster not in members:
+                close = difflib.get_close_matches(cluster, members, n=1)
+                hint = f" (did you mean {close[0]!r}?)" if close else ""
+                fail(
+                    where,
+                    f"clusterQuota names {cluster!r}, which is not in the queue's clusters{hint}",
+                )
+                ok = False
+            else:
+                caps[cluster] = {r: parse_quantity(v) for r, v in written_caps.items()}
+        out.append(QueueFlavor(entry.name, quota, limits[0], limits[1], caps))
+    return tuple(out) if ok else None
 
 
 def _queue_clusters(repo: RepoIndex, loaded: Loaded[QueueFile]) -> tuple[str, ...] | None:
@@ -327,6 +448,7 @@ def check_cohorts(repo: RepoIndex) -> None:
     member (by name) is an error at its ``cluster`` (or ``clusters``)."""
     first: dict[str, tuple[str, frozenset[str], bool]] = {}  # cohort -> (queue, clusters, fleet)
     shared: dict[str, set[str]] = {}  # cohort -> the resources its queues have quota for
+    flavored_first: dict[str, tuple[str, bool]] = {}  # cohort -> (first queue, has flavors)
     for name in sorted(repo.named["Queue"]):
         loaded = repo.get("Queue", name)
         if loaded is None or loaded.model.cohort is None:
@@ -335,6 +457,21 @@ def check_cohorts(repo: RepoIndex) -> None:
         cohort = m.cohort
         assert cohort is not None
         shared.setdefault(cohort, set()).update(m.quota or {})
+        for entry in m.flavors or ():
+            shared[cohort].update(entry.quota)
+        flavored = m.flavors is not None
+        kind_seen = flavored_first.setdefault(cohort, (name, flavored))
+        if kind_seen[1] != flavored:
+            where = loaded.doc.loc(("flavors",) if flavored else ("quota",), key=True)
+            if not flavored and "quota" not in loaded.doc.data:
+                where = loaded.doc.loc(("cohort",))
+            has = "has flavors" if kind_seen[1] else "has no flavors"
+            repo.errors.add_once(
+                where,
+                f"queue {name!r} is in cohort {cohort!r}, whose queue {kind_seen[0]!r} {has}: "
+                "a cohort's queues all give their quota per flavor, or none does (what they "
+                "lend each other must line up)",
+            )
         fleet = m.clusters is not None
         if fleet:
             clusters = frozenset(m.clusters or ())
@@ -373,6 +510,37 @@ def check_cohorts(repo: RepoIndex) -> None:
                     cohort_file.doc.loc(("quota", resource), key=True),
                     f"cohort {name!r} caps {resource}, but none of its queues has a quota "
                     "for it: the cap would limit nothing",
+                )
+
+
+def check_flavors(repo: RepoIndex) -> None:
+    """Every flavor selects nodes (``nodeLabels``), and every flavor price names a flavor
+    (reconciler.yaml's and each cluster's ``flavorPrices``)."""
+    for name in sorted(repo.named["Flavor"]):
+        loaded = repo.get("Flavor", name)
+        if loaded is None or loaded.model.node_labels:
+            continue
+        where = ("nodeLabels",) if "nodeLabels" in loaded.doc.data else ()
+        repo.errors.add_once(
+            loaded.doc.loc(where),
+            f"flavor {name!r} has no nodeLabels: a flavor is the nodes that carry its labels "
+            "(e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3)",
+        )
+    places: list[tuple[Loaded[Any], Any]] = []
+    org = repo.org()
+    if org is not None:
+        places.append((org, org.model.flavor_prices))
+    for name in sorted(repo.named["Cluster"]):
+        cluster = repo.get("Cluster", name)
+        if cluster is not None:
+            places.append((cluster, cluster.model.flavor_prices))
+    for loaded, listed in places:
+        for flavor in listed or {}:
+            if repo.named["Flavor"].get(flavor) is None:
+                repo.errors.add_once(
+                    loaded.doc.loc(("flavorPrices", flavor), key=True),
+                    "a price for an unknown flavor: "
+                    + unknown_name(repo, "flavor", flavor, "Flavor").removeprefix("unknown "),
                 )
 
 

@@ -50,9 +50,10 @@ CHECKS: tuple[Check, ...] = (
     Check(
         4,
         "the op's whole request (every replica), alone, fits within every quota and the "
-        "`maxPods` of its queue",
-        (_R.EXCEEDS_QUOTA,),
-        "`ExceedsQuota`",
+        "`maxPods` of its queue; a queue with flavors: within those of one flavor whose "
+        "`nodeLabels` the op's own nodeSelector and required node affinity do not contradict",
+        (_R.NO_ELIGIBLE_FLAVOR, _R.EXCEEDS_QUOTA),
+        "`ExceedsQuota`, or `NoEligibleFlavor` when the op may use none of its queue's flavors",
     ),
     Check(
         5,
@@ -79,15 +80,17 @@ CHECKS: tuple[Check, ...] = (
     Check(
         8,
         "for each resource in the quota: used + the op's whole request (every replica) ≤ quota "
-        "(in a cohort: see Cohorts)",
+        "(in a cohort: see Cohorts); a queue with flavors: the first eligible flavor, in order, "
+        "for which this holds is assigned (see Flavors)",
         (
             _R.QUOTA_EXCEEDED,
             _R.WAITING_FOR_LENT_QUOTA,
             _R.BORROWING_NOT_ALLOWED,
             _R.COHORT_LIMIT,
+            _R.WAITING_FOR_FAIR_SHARE,
         ),
-        "`QuotaExceeded`, naming the resource; in a cohort `WaitingForLentQuota`, "
-        "`BorrowingNotAllowed` or `CohortLimit`",
+        "`QuotaExceeded`, naming the resource (and each flavor tried); in a cohort "
+        "`WaitingForLentQuota`, `BorrowingNotAllowed`, `CohortLimit` or `WaitingForFairShare`",
         holds_head=True,
     ),
     Check(

@@ -3,13 +3,16 @@ instead of preemption (docs/dispatch.md, "Cohorts").
 
 What must live here: everything the planner knows about cohorts, and nothing else does:
 
-- which queues share which resource (a cohort's *pool* of a resource: its members that have
-  a quota for it), and the limits (``borrowingLimit``, ``lendingLimit``, the cohort's cap);
+- which queues share which resource (a cohort's *pool* of a resource, or of a flavor's
+  resource: its members that have a quota for it), and the limits (``borrowingLimit``,
+  ``lendingLimit``, per flavor in a queue with flavors; the cohort's cap, per resource over
+  every flavor);
 - check 8 for a member (``CohortState.own_fit``): an op that fits its queue's own quota, the
   lent quota given back first, or it waits (``WaitingForLentQuota``, ``CohortLimit``), or it
   is deferred to borrowing;
-- step 4b, ``borrow``: the deferred ops, in the same global order, after every op that fits
-  its own quota (a lender's own op always goes before any borrower);
+- step 4b, ``borrow``: the deferred ops, after every op that fits its own quota (a lender's
+  own op always goes before any borrower); within a cohort, the next borrower is the queue
+  with the lowest weighted share (fair sharing: ``share``), and within a queue its order;
 - what is borrowed and lent, recomputed from the usage alone each time (never remembered),
   so every view that calls the planner computes the same amounts: a queue's use above its
   quota is *borrowed*; the cohort's borrowed total is *lent* by the members under their
@@ -24,9 +27,11 @@ waits for was dispatched before it started waiting, so it waits at most that lon
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from fractions import Fraction
 from typing import Any
 
 from reconciler.core.model import duration_seconds
@@ -37,6 +42,7 @@ from reconciler.core.plan.model import (
     BorrowingNotAllowedBlock,
     CohortLimitBlock,
     Dispatch,
+    FairShareBlock,
     LentQuotaBlock,
     PendingReason,
     PlanInputError,
@@ -47,8 +53,16 @@ from reconciler.core.plan.units import quota_units, to_decimal
 from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
 
 _R = PendingReason
-COHORT_REASONS = frozenset((_R.WAITING_FOR_LENT_QUOTA, _R.BORROWING_NOT_ALLOWED, _R.COHORT_LIMIT))
+COHORT_REASONS = frozenset(
+    (
+        _R.WAITING_FOR_LENT_QUOTA,
+        _R.BORROWING_NOT_ALLOWED,
+        _R.COHORT_LIMIT,
+        _R.WAITING_FOR_FAIR_SHARE,
+    )
+)
 _NO_LIMIT = -1  # lendingLimit not set: all of the unused quota
+Key = tuple[str | None, str]  # what a pool is of: (flavor or None, resource)
 
 
 def timeout_seconds(op: CompiledOperation) -> int | None:
@@ -76,13 +90,17 @@ class CohortState:
 
     __slots__ = (
         "_now",
+        "by_resource",
         "cap",
+        "capacity",
         "dispatched_at",
+        "idle0",
         "max_borrow",
         "ops",
         "pools",
         "seen",
         "spec",
+        "taken_by",
         "waiting",
     )
 
@@ -97,33 +115,75 @@ class CohortState:
         self.spec = spec
         self.max_borrow = spec.max_borrow_seconds
         self.cap = {r: quota_units(v) for r, v in spec.quota.items()}
-        self.pools: dict[str, list[tuple[QueueState, int]]] = {}
+        self.pools: dict[Key, list[tuple[QueueState, int]]] = {}
         for q in sorted(members, key=lambda m: m.spec.name):
-            for i, r in enumerate(q.resources):
-                self.pools.setdefault(r, []).append((q, i))
+            for i, key in enumerate(q.keys):
+                self.pools.setdefault(key, []).append((q, i))
+        # the pools of each resource (one, or one per flavor): the cap counts them all
+        self.by_resource: dict[str, list[Key]] = {}
+        for key in self.pools:
+            self.by_resource.setdefault(key[1], []).append(key)
+        # what the cohort can lend of each pool at most (fair sharing's denominator)
+        self.capacity: dict[Key, int] = {
+            key: sum(
+                q.quota[i] if q.lend_limit[i] == _NO_LIMIT else q.lend_limit[i] for q, i in pool
+            )
+            for key, pool in self.pools.items()
+        }
         self.ops = ops
         self.seen = seen
         # when each active op was dispatched: observed, or ``now`` for this plan's
         self.dispatched_at: dict[str, datetime] = {}
-        self.waiting: set[str] = set()  # resources a lender's op waits for (no new borrowing)
+        self.waiting: set[Key] = set()  # pools a lender's op waits for (no new borrowing)
+        # step 4b: what was idle in each pool when borrowing began, and who borrowed since
+        self.idle0: dict[Key, int] = {}
+        self.taken_by: dict[Key, set[str]] = {}
         self._now = now
 
     # -- amounts ---------------------------------------------------------------------------
 
-    def totals(self, r: str) -> tuple[int, int, int]:
-        """The pool of ``r`` now: (borrowed, lendable, used) in all."""
+    def totals(self, key: Key) -> tuple[int, int, int]:
+        """The pool ``key`` now: (borrowed, lendable, used) in all."""
         borrowed = lendable = used = 0
-        for q, i in self.pools.get(r, ()):
+        for q, i in self.pools.get(key, ()):
             u = q.used[i]
             used += u
             borrowed += _borrowed(q, i, u)
             lendable += _lendable(q, i, u)
         return borrowed, lendable, used
 
-    def lent(self, r: str, used: Callable[[QueueState, int], int]) -> dict[str, int]:
+    def cap_used(self, resource: str) -> int:
+        """What the cohort's queues use of ``resource``, every flavor of it counted."""
+        return sum(
+            q.used[i] for key in self.by_resource.get(resource, ()) for q, i in self.pools[key]
+        )
+
+    def over_cap(self, q: QueueState, req: Sequence[int]) -> int | None:
+        """The first slot whose request would take the cohort over its cap, if any."""
+        if not self.cap:
+            return None
+        for i, amount in enumerate(req):
+            if amount:
+                cap = self.cap.get(q.resources[i])
+                if cap is not None and self.cap_used(q.resources[i]) + amount > cap:
+                    return i
+        return None
+
+    def share(self, q: QueueState) -> Fraction:
+        """Fair sharing: the largest, over the pools ``q`` borrows from, of what it borrows
+        over what the cohort can lend of that pool, divided by its weight."""
+        top = Fraction(0)
+        for i, key in enumerate(q.keys):
+            over = q.used[i] - q.quota[i]
+            capacity = self.capacity.get(key, 0)
+            if over > 0 and capacity > 0:
+                top = max(top, Fraction(over, capacity))
+        return top / Fraction(q.spec.fair_weight)
+
+    def lent(self, key: Key, used: Callable[[QueueState, int], int]) -> dict[str, int]:
         """Who lends the pool's borrowed total: the members under their quota, in name
         order, each at most what it may lend."""
-        pool = self.pools.get(r, ())
+        pool = self.pools.get(key, ())
         left = sum(_borrowed(q, i, used(q, i)) for q, i in pool)
         out: dict[str, int] = {}
         for q, i in pool:
@@ -137,16 +197,17 @@ class CohortState:
     def own_fit(self, q: QueueState, req: Sequence[int]) -> tuple[PendingReason, Any] | None:
         """Check 8 for a member: None when the op fits the queue's own quota (the quota it
         lent counted as in use); else the reason and its detail (see ``state.py``). An op
-        over its own quota gets ``QuotaExceeded`` here and is deferred to ``borrow``."""
+        over its own quota gets ``QuotaExceeded`` here and is deferred to ``borrow``. The
+        caller marks a ``WaitingForLentQuota`` pool as waited for (``waiting``): with
+        flavors, another flavor may still fit."""
         over = lent_short = None
+        capped = self.over_cap(q, req)
+        if capped is not None:
+            return _R.COHORT_LIMIT, (capped, req[capped])
         for i, amount in enumerate(req):
             if not amount:
                 continue
-            r = q.resources[i]
-            borrowed, lendable, used = self.totals(r)
-            cap = self.cap.get(r)
-            if cap is not None and used + amount > cap:
-                return _R.COHORT_LIMIT, (i, amount)
+            borrowed, lendable, _ = self.totals(q.keys[i])
             u = q.used[i]
             new = u + amount
             if new > q.quota[i]:
@@ -159,7 +220,6 @@ class CohortState:
         if over is not None:
             return _R.QUOTA_EXCEEDED, (over, req[over])
         if lent_short is not None:
-            self.waiting.add(q.resources[lent_short])
             return _R.WAITING_FOR_LENT_QUOTA, (lent_short, req[lent_short])
         return None
 
@@ -169,15 +229,17 @@ class CohortState:
         """Step 4b for a deferred op: None when it may borrow what it needs; else why not.
         Over ``borrowingLimit``, nothing idle to borrow, or a lender waiting for that
         resource: ``QuotaExceeded``; the cap: ``CohortLimit``; a missing or too long
-        timeout (when it would otherwise fit): ``BorrowingNotAllowed``."""
+        timeout (when it would otherwise fit): ``BorrowingNotAllowed``; idle when borrowing
+        began this cycle, but borrowed since by another queue (a lower weighted share):
+        ``WaitingForFairShare``."""
+        capped = self.over_cap(q, req)
+        if capped is not None:
+            return _R.COHORT_LIMIT, (capped, req[capped])
         for i, amount in enumerate(req):
             if not amount:
                 continue
-            r = q.resources[i]
-            borrowed, lendable, used = self.totals(r)
-            cap = self.cap.get(r)
-            if cap is not None and used + amount > cap:
-                return _R.COHORT_LIMIT, (i, amount)
+            key = q.keys[i]
+            borrowed, lendable, _ = self.totals(key)
             u = q.used[i]
             new = u + amount
             if new <= q.quota[i]:
@@ -185,12 +247,13 @@ class CohortState:
                 if borrowed > lendable - _lendable(q, i, u) + _lendable(q, i, new):
                     return _R.QUOTA_EXCEEDED, (i, amount)
                 continue
-            if (
-                new - q.quota[i] > q.borrow_limit[i]
-                or r in self.waiting
-                or borrowed - _borrowed(q, i, u) + _borrowed(q, i, new)
-                > lendable - _lendable(q, i, u)
-            ):
+            if new - q.quota[i] > q.borrow_limit[i] or key in self.waiting:
+                return _R.QUOTA_EXCEEDED, (i, amount)
+            more = _borrowed(q, i, new) - _borrowed(q, i, u)
+            if borrowed + more > lendable - _lendable(q, i, u):
+                others = self.taken_by.get(key, set()) - {q.spec.name}
+                if others and more <= self.idle0.get(key, 0):
+                    return _R.WAITING_FOR_FAIR_SHARE, (i, amount)
                 return _R.QUOTA_EXCEEDED, (i, amount)
         timeout = timeout_seconds(op)
         if timeout is None or timeout > self.max_borrow:
@@ -200,7 +263,15 @@ class CohortState:
 
     # -- step 6 ----------------------------------------------------------------------------
 
-    def borrowers(self, r: str) -> tuple[list[str], datetime | None]:
+    def start_borrowing(self) -> None:
+        """Step 4b begins: what is idle in each pool now (fair sharing tells an op that waits
+        because others borrowed it from one that waits because nothing was idle)."""
+        for key in self.pools:
+            borrowed, lendable, _ = self.totals(key)
+            self.idle0[key] = max(0, lendable - borrowed)
+        self.taken_by = {}
+
+    def borrowers(self, key: Key) -> tuple[list[str], datetime | None]:
         """The ops that may be borrowing ``r``, by end time, and the latest end (None when
         one is not known). Only an op with a timeout of at most ``maxBorrowDuration`` can
         have been admitted by borrowing, so a queue's use above its quota is held by such
@@ -208,7 +279,7 @@ class CohortState:
         them, in the queues above their quota, names every borrower, and they all end by
         the time given."""
         found: list[tuple[datetime | None, str]] = []
-        for q, i in self.pools.get(r, ()):
+        for q, i in self.pools.get(key, ()):
             if q.used[i] <= q.quota[i]:
                 continue
             for _, oid in q.holders[i]:
@@ -243,18 +314,37 @@ class CohortState:
     ) -> BlockedBy:
         i, amount = detail[0], detail[1]
         r = q.resources[i]
+        key = q.keys[i]
         name = self.spec.name
         if reason is _R.COHORT_LIMIT:
-            _, _, used = self.totals(r)
             return CohortLimitBlock(
-                name, r, to_decimal(amount), to_decimal(used), to_decimal(self.cap[r])
+                name,
+                r,
+                to_decimal(amount),
+                to_decimal(self.cap_used(r)),
+                to_decimal(self.cap[r]),
             )
         if reason is _R.BORROWING_NOT_ALLOWED:
             return BorrowingNotAllowedBlock(
                 quota_block((i, amount), replicas), name, self.max_borrow, detail[2]
             )
-        lent = self.lent(r, lambda m, j: m.used[j]).get(q.spec.name, 0)
-        ids, ends_by = self.borrowers(r)
+        ids, ends_by = self.borrowers(key)
+        if reason is _R.WAITING_FOR_FAIR_SHARE:
+            share = self.share(q)
+            return FairShareBlock(
+                q.spec.name,
+                name,
+                r,
+                to_decimal(amount),
+                Decimal(share.numerator) / Decimal(share.denominator),
+                q.spec.fair_weight,
+                tuple(sorted(self.taken_by.get(key, set()) - {q.spec.name})),
+                tuple(ids[:MAX_LISTED]),
+                len(ids),
+                ends_by,
+                key[0],
+            )
+        lent = self.lent(key, lambda m, j: m.used[j]).get(q.spec.name, 0)
         return LentQuotaBlock(
             q.spec.name,
             name,
@@ -264,6 +354,7 @@ class CohortState:
             tuple(ids[:MAX_LISTED]),
             len(ids),
             ends_by,
+            key[0],
         )
 
 
@@ -285,14 +376,19 @@ def join_cohorts(
             raise PlanInputError(f"queue {q.spec.name} names cohort {name!r}, which does not exist")
         members.setdefault(name, []).append(q)
         spec = q.spec
-        q.borrow_limit = tuple(
-            quota_units(spec.borrowing_limit[r]) if r in spec.borrowing_limit else 0
-            for r in q.resources
-        )
-        q.lend_limit = tuple(
-            quota_units(spec.lending_limit[r]) if r in spec.lending_limit else _NO_LIMIT
-            for r in q.resources
-        )
+        per_flavor = {f.name: (f.borrowing_limit, f.lending_limit) for f in spec.flavors}
+        borrowing: list[int] = []
+        lending: list[int] = []
+        for flavor, r in q.keys:
+            b, lend = (
+                per_flavor[flavor]
+                if flavor is not None
+                else (spec.borrowing_limit, spec.lending_limit)
+            )
+            borrowing.append(quota_units(b[r]) if r in b else 0)
+            lending.append(quota_units(lend[r]) if r in lend else _NO_LIMIT)
+        q.borrow_limit = tuple(borrowing)
+        q.lend_limit = tuple(lending)
         q.limits = tuple(
             (r, to_decimal(q.quota[i] + q.borrow_limit[i])) for i, r in enumerate(q.resources)
         )
@@ -308,89 +404,148 @@ def borrow(
     now: datetime,
     fleet: FleetState | None = None,
 ) -> list[Dispatch]:
-    """Step 4b: the ops deferred by check 8 because they fit only by borrowing, in the same
-    global order, each through checks 6..11 again (6, 7 and 9..11 may have filled since;
-    check 10 chooses a fleet queue's cluster as in step 4).
-    A distributed op borrows its whole request (every replica) or nothing."""
+    """Step 4b: the ops deferred by check 8 because they fit only by borrowing, each
+    through checks 6..11 again (6, 7 and 9..11 may have filled since; check 10 chooses a
+    fleet queue's cluster as in step 4). Cohorts take their turn in the global order (at
+    their first member's place); within a cohort, the next op is the next one of the queue
+    with the lowest weighted share (``CohortState.share``; ties: the global order), so
+    queues that compete for what the cohort lends get it in proportion to their weights.
+    A distributed op borrows its whole request (every replica) or nothing; with flavors,
+    in the first eligible flavor it may borrow in."""
     dispatch: list[Dispatch] = []
+    done: set[str] = set()
+    rank = {q.spec.name: n for n, q in enumerate(order)}
     for q in order:
         cohort = q.cohort
-        if cohort is None or not q.deferred:
+        if cohort is None or not q.deferred or cohort.spec.name in done:
             continue
-        spec = q.spec
-        conc = spec.concurrency
-        max_pods = spec.max_pods
-        gone: set[int] = set()
-        for idx in q.deferred:
-            oid, op, _, _ = q.pending[idx]
-            # 6: queue concurrency (a borrower of this queue may have taken the last slot)
-            if conc is not None and q.active >= conc:
-                q.pending[idx] = (oid, op, _R.QUEUE_CONCURRENCY_LIMIT, None)
-                continue
-            # 7: maxPods (a borrower of this queue may have taken the last pods)
-            if max_pods is not None and q.pods + op.replicas > max_pods:
-                q.pending[idx] = (oid, op, _R.MAX_PODS_REACHED, op.replicas)
-                continue
-            # 8: borrowing, the whole request (every replica) at once
-            req = q.request(op.requests)
-            verdict = cohort.borrow_fit(q, op, req)
-            if verdict is not None:
-                q.pending[idx] = (oid, op, verdict[0], verdict[1])
-                continue
-            # 9: workflow parallelism
-            wf = op.workflow
-            w = None
-            if wf is not None:
-                w = counters.workflow(wf.parent, wf.concurrency)
-                if w.limit is not None and w.active >= w.limit:
-                    q.pending[idx] = (oid, op, _R.WORKFLOW_PARALLELISM, w)
-                    continue
-            # 10: the cluster: its concurrency; a fleet queue chooses one
-            target = op.cluster
-            if spec.fleet and fleet is not None:
-                choice = fleet.choose(spec, op, counters)
-                if choice.cluster is None:
-                    reason = choice.reason or _R.CLUSTER_CONCURRENCY_LIMIT
-                    q.pending[idx] = (oid, op, reason, choice.members)
-                    continue
-                target = choice.cluster
-                c = counters.cluster(target)
-            else:
-                c = counters.cluster(target)
-                if c.limit is not None and c.active >= c.limit:
-                    q.pending[idx] = (oid, op, _R.CLUSTER_CONCURRENCY_LIMIT, c)
-                    continue
-            # 11: the queue's budget (a borrower pays for what it borrows), at the prices of
-            # the cluster it goes to
-            budget = q.budget
-            if budget is not None:
-                rate, reserve, timeout = budget.reservation(op, target)
-                if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
-                    q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)
-                    continue
-                budget.hold_dispatch(rate, reserve, timeout)
-            q.hold(oid, req, op.replicas)
-            q.dispatched += 1
-            c.hold(oid)
-            if w is not None:
-                w.hold(oid)
-            if spec.fleet and fleet is not None:
-                fleet.take(spec, op, target)
-            cohort.dispatched_at[oid] = now
-            gone.add(idx)
-            dispatch.append(Dispatch(oid, spec.name, target))
-        if gone:
-            q.pending = [p for k, p in enumerate(q.pending) if k not in gone]
-        q.deferred = []
+        done.add(cohort.spec.name)
+        members = [m for m in order if m.cohort is cohort and m.deferred]
+        cohort.start_borrowing()
+        heap = [(cohort.share(m), rank[m.spec.name], 0) for m in members]
+        by_rank = {rank[m.spec.name]: m for m in members}
+        gone: dict[str, set[int]] = {m.spec.name: set() for m in members}
+        heapq.heapify(heap)
+        while heap:
+            _, n, at = heapq.heappop(heap)
+            m = by_rank[n]
+            idx = m.deferred[at]
+            got = _borrow_one(m, idx, counters, now, fleet)
+            if got is not None:
+                dispatch.append(got)
+                gone[m.spec.name].add(idx)
+            if at + 1 < len(m.deferred):
+                heapq.heappush(heap, (cohort.share(m), n, at + 1))
+        for m in members:
+            if gone[m.spec.name]:
+                m.pending = [p for k, p in enumerate(m.pending) if k not in gone[m.spec.name]]
+            m.deferred = []
     return dispatch
 
 
-Amounts = dict[str, Decimal]
+def _borrow_one(
+    q: QueueState,
+    idx: int,
+    counters: Counters,
+    now: datetime,
+    fleet: FleetState | None,
+) -> Dispatch | None:
+    """Checks 6..11 for the deferred op at ``q.pending[idx]``: its dispatch, counted; or
+    None, its pending entry set to why it waits."""
+    cohort = q.cohort
+    assert cohort is not None
+    spec = q.spec
+    oid, op, _, _ = q.pending[idx]
+    # 6: queue concurrency (a borrower of this queue may have taken the last slot)
+    if spec.concurrency is not None and q.active >= spec.concurrency:
+        q.pending[idx] = (oid, op, _R.QUEUE_CONCURRENCY_LIMIT, None)
+        return None
+    # 7: maxPods (a borrower of this queue may have taken the last pods)
+    if spec.max_pods is not None and q.pods + op.replicas > spec.max_pods:
+        q.pending[idx] = (oid, op, _R.MAX_PODS_REACHED, op.replicas)
+        return None
+    # 8: borrowing, the whole request (every replica) at once; with flavors, the first
+    # eligible flavor that may borrow it
+    flavor = -1
+    if q.flavors:
+        first: tuple[PendingReason, Any] | None = None
+        short: list[Any] = []
+        for k in q.eligible(op):
+            req = q.request(op.requests, k)
+            verdict = cohort.borrow_fit(q, op, req)
+            if verdict is None:
+                flavor = k
+                break
+            if first is None:
+                first = verdict
+            if verdict[0] is _R.QUOTA_EXCEEDED:
+                short.append(verdict[1])
+        if flavor < 0:
+            assert first is not None
+            if first[0] is _R.QUOTA_EXCEEDED and len(short) > 1:
+                first = (_R.QUOTA_EXCEEDED, tuple(short))
+            q.pending[idx] = (oid, op, first[0], first[1])
+            return None
+    else:
+        req = q.request(op.requests)
+        verdict = cohort.borrow_fit(q, op, req)
+        if verdict is not None:
+            q.pending[idx] = (oid, op, verdict[0], verdict[1])
+            return None
+    # 9: workflow parallelism
+    wf = op.workflow
+    w = None
+    if wf is not None:
+        w = counters.workflow(wf.parent, wf.concurrency)
+        if w.limit is not None and w.active >= w.limit:
+            q.pending[idx] = (oid, op, _R.WORKFLOW_PARALLELISM, w)
+            return None
+    # 10: the cluster: its concurrency; a fleet queue chooses one
+    target = op.cluster
+    assigned = q.flavors[flavor] if flavor >= 0 else None
+    if spec.fleet and fleet is not None:
+        choice = fleet.choose(spec, op, counters, assigned)
+        if choice.cluster is None:
+            reason = choice.reason or _R.CLUSTER_CONCURRENCY_LIMIT
+            q.pending[idx] = (oid, op, reason, (choice.members, assigned))
+            return None
+        target = choice.cluster
+        c = counters.cluster(target)
+    else:
+        c = counters.cluster(target)
+        if c.limit is not None and c.active >= c.limit:
+            q.pending[idx] = (oid, op, _R.CLUSTER_CONCURRENCY_LIMIT, c)
+            return None
+    # 11: the queue's budget (a borrower pays for what it borrows), at the prices of the
+    # cluster it goes to
+    fname = assigned.name if assigned is not None else None
+    budget = q.budget
+    if budget is not None:
+        rate, reserve, timeout = budget.reservation(op, target, fname)
+        if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
+            q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)
+            return None
+        budget.hold_dispatch(rate, reserve, timeout)
+    q.hold(oid, req, op.replicas)
+    q.dispatched += 1
+    c.hold(oid)
+    if w is not None:
+        w.hold(oid)
+    if spec.fleet and fleet is not None:
+        fleet.take(spec, op, target, assigned)
+    cohort.dispatched_at[oid] = now
+    for i, amount in enumerate(req):
+        if amount and q.used[i] > q.quota[i]:
+            cohort.taken_by.setdefault(q.keys[i], set()).add(spec.name)
+    return Dispatch(oid, spec.name, target, fname)
+
+
+Amounts = dict[Key, Decimal]
 
 
 def amounts(q: QueueState) -> tuple[Amounts, Amounts, Amounts, Amounts]:
-    """A member's borrowed and lent amounts per resource: observed (before this plan), then
-    with this plan applied."""
+    """A member's borrowed and lent amounts per pool (flavor, resource): observed (before
+    this plan), then with this plan applied."""
     cohort = q.cohort
     if cohort is None:
         return {}, {}, {}, {}
@@ -400,6 +555,6 @@ def amounts(q: QueueState) -> tuple[Amounts, Amounts, Amounts, Amounts]:
         def used(m: QueueState, j: int, which: str = which) -> int:
             return int(getattr(m, which)[j])
 
-        out.append({r: to_decimal(_borrowed(q, i, used(q, i))) for i, r in enumerate(q.resources)})
-        out.append({r: to_decimal(cohort.lent(r, used).get(q.spec.name, 0)) for r in q.resources})
+        out.append({k: to_decimal(_borrowed(q, i, used(q, i))) for i, k in enumerate(q.keys)})
+        out.append({k: to_decimal(cohort.lent(k, used).get(q.spec.name, 0)) for k in q.keys})
     return out[0], out[1], out[2], out[3]

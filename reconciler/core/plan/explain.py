@@ -30,8 +30,11 @@ from reconciler.core.plan.model import (
     ConcurrencyBlock,
     DependenciesBlock,
     ExceedsQuotaBlock,
+    FlavorsQuotaBlock,
+    FlavorUsage,
     FleetBlock,
     MaxPodsBlock,
+    NoEligibleFlavorBlock,
     Pending,
     PendingReason,
     QueuePausedBlock,
@@ -41,7 +44,12 @@ from reconciler.core.plan.model import (
     UpstreamFailedBlock,
 )
 from reconciler.core.plan.state import BudgetTrack, Counter, QueueState
-from reconciler.core.plan.units import to_decimal
+from reconciler.core.plan.units import request_units, to_decimal
+
+
+def _units(requests: Any, resource: str) -> int:
+    v = requests.get(resource)
+    return 0 if v is None else request_units(v)
 
 
 def explain(
@@ -56,23 +64,61 @@ def explain(
     return pending, summaries
 
 
+def _by_resource(q: QueueState, values: Sequence[int] | dict[Any, Decimal]) -> dict[str, Decimal]:
+    """Per slot values summed per resource (over a queue's flavors)."""
+    out: dict[str, Decimal] = {}
+    if isinstance(values, dict):
+        for (_, r), v in values.items():
+            out[r] = out.get(r, Decimal(0)) + v
+        return out
+    for i, r in enumerate(q.resources):
+        out[r] = out.get(r, Decimal(0)) + to_decimal(values[i])
+    return out
+
+
+def _flavor_usage(
+    q: QueueState, amounts_: tuple[dict[Any, Decimal], ...]
+) -> tuple[FlavorUsage, ...]:
+    out = []
+    for span in q.flavors:
+        slots = range(span.lo, span.hi)
+
+        def pick(values: dict[Any, Decimal], name: str = span.name) -> dict[str, Decimal]:
+            return {r: v for (f, r), v in values.items() if f == name}
+
+        out.append(
+            FlavorUsage(
+                name=span.name,
+                quota={q.resources[i]: to_decimal(q.quota[i]) for i in slots},
+                used={q.resources[i]: to_decimal(q.used0[i]) for i in slots},
+                used_after={q.resources[i]: to_decimal(q.used[i]) for i in slots},
+                borrowed=pick(amounts_[0]),
+                lent=pick(amounts_[1]),
+                borrowed_after=pick(amounts_[2]),
+                lent_after=pick(amounts_[3]),
+            )
+        )
+    return tuple(out)
+
+
 def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
     spec = q.spec
-    borrowed, lent, borrowed_after, lent_after = amounts(q)
+    pools = amounts(q)
+    borrowed, lent, borrowed_after, lent_after = (_by_resource(q, a) for a in pools)
     return QueueSummary(
         name=spec.name,
         cluster=spec.cluster,
         priority=spec.priority,
         concurrency=spec.concurrency,
-        quota=dict(spec.quota),
+        quota=dict(spec.quota) if not q.flavors else _by_resource(q, q.quota),
         active=q.active0,
-        used={r: to_decimal(q.used0[i]) for i, r in enumerate(q.resources)},
+        used=_by_resource(q, q.used0),
         dispatching=q.dispatched,
         pending=len(q.pending),
         strategy=spec.strategy,
         paused=spec.paused,
         head_reason=q.pending[0][2] if q.pending else None,
-        used_after={r: to_decimal(q.used[i]) for i, r in enumerate(q.resources)},
+        used_after=_by_resource(q, q.used),
         members=fleet.slices(spec) if fleet is not None and spec.fleet else (),
         max_pods=spec.max_pods,
         pods=q.pods0,
@@ -83,6 +129,8 @@ def summarise(q: QueueState, fleet: FleetState | None = None) -> QueueSummary:
         borrowed_after=borrowed_after,
         lent_after=lent_after,
         budget=_budget_summary(q.budget) if q.budget is not None else None,
+        flavors=_flavor_usage(q, pools) if q.flavors else (),
+        fair_weight=spec.fair_weight,
     )
 
 
@@ -196,6 +244,7 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
     workflow_r = PendingReason.WORKFLOW_PARALLELISM
     fleet_r = (PendingReason.NO_CLUSTER_UNDER_QUOTA, PendingReason.NO_CLUSTER_HAS_CAPACITY)
     budget_r = PendingReason.BUDGET_EXCEEDED
+    no_flavor_r = PendingReason.NO_ELIGIBLE_FLAVOR
 
     def quota_block(detail: tuple[int, int], replicas: int) -> QuotaBlock:
         # shared by the entries short of the same amount, and of as many replicas (the
@@ -216,6 +265,7 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
                 ids,
                 count,
                 replicas,
+                q.slot_flavor[i],
             )
         assert isinstance(cached, QuotaBlock)
         return cached
@@ -223,7 +273,12 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
     for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
         block: BlockedBy
         if reason is quota_r:
-            block = quota_block(detail, op.replicas)
+            if isinstance(detail[0], tuple):  # with flavors: each flavor tried
+                block = FlavorsQuotaBlock(name, tuple(quota_block(d, op.replicas) for d in detail))
+            else:
+                block = quota_block(detail, op.replicas)
+        elif reason is no_flavor_r:
+            block = NoEligibleFlavorBlock(name, q.eligible.conflicts(op))
         elif reason in COHORT_REASONS and q.cohort is not None:
             key = (reason, detail, op.replicas)
             cached = shared.get(key)
@@ -270,7 +325,9 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
             block = cached
         elif reason in fleet_r:
             request = {r: a for r, a in sorted(op.requests.items()) if a > 0}
-            members = detail if fleet is None else fleet.final_members(spec, op, detail)
+            members, assigned = detail
+            if fleet is not None:
+                members = fleet.final_members(spec, op, members, assigned)
             block = FleetBlock(name, reason, request, members)
         elif reason is backend_r:
             # a fleet queue's: none of its readable clusters serves it
@@ -288,14 +345,18 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
         elif reason is upstream_r:
             block = UpstreamFailedBlock(detail)
         elif reason is exceeds_r:
-            req, over = q.request(op.requests), detail
+            over = detail
             block = ExceedsQuotaBlock(
                 name,
                 tuple(
                     Shortfall(PODS, Decimal(op.replicas), Decimal(spec.max_pods or 0), op.replicas)
                     if i < 0
                     else Shortfall(
-                        q.resources[i], to_decimal(req[i]), to_decimal(q.quota[i]), op.replicas
+                        q.resources[i],
+                        to_decimal(_units(op.requests, q.resources[i])),
+                        to_decimal(q.quota[i]),
+                        op.replicas,
+                        q.slot_flavor[i],
                     )
                     for i in over
                 ),

@@ -22,13 +22,14 @@ from decimal import Decimal
 from typing import NamedTuple
 
 from reconciler.core.capacity import ClusterCapacity, Placement, placement_of
+from reconciler.core.plan.flavors import FlavorSlots, flavored_placement
 from reconciler.core.plan.model import (
     FleetMember,
     FleetSlice,
     MemberState,
     PendingReason,
 )
-from reconciler.core.plan.state import Counters
+from reconciler.core.plan.state import Counters, QueueState
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import (
     CompiledOperation,
@@ -151,8 +152,8 @@ class FleetState:
             for name, cap in capacity.items()
             if name in wanted and name not in self.unreachable
         }
-        # per (queue, cluster): the usage in units of every resource requested there
-        self.used: dict[tuple[str, str], dict[str, int]] = {}
+        # per (queue, cluster, flavor): the usage in units of every resource requested there
+        self.used: dict[tuple[str, str, str | None], dict[str, int]] = {}
         self.active: dict[tuple[str, str], int] = {}
         self.dispatched: dict[tuple[str, str], int] = {}
         self.counters: Counters | None = None  # the plan's cluster counters, once admitting
@@ -160,20 +161,28 @@ class FleetState:
     def __bool__(self) -> bool:
         return bool(self.queues)
 
-    def hold(self, queue: str, cluster: str, requests: Mapping[str, Decimal]) -> None:
-        """An active operation of a fleet queue on ``cluster``."""
-        key = (queue, cluster)
-        used = self.used.setdefault(key, {})
+    def hold(
+        self,
+        queue: str,
+        cluster: str,
+        requests: Mapping[str, Decimal],
+        flavor: str | None = None,
+    ) -> None:
+        """An active operation of a fleet queue on ``cluster`` (in ``flavor``)."""
+        used = self.used.setdefault((queue, cluster, flavor), {})
         for r, a in requests.items():
             used[r] = used.get(r, 0) + request_units(a)
+        key = (queue, cluster)
         self.active[key] = self.active.get(key, 0) + 1
 
     def count(
         self,
         seen: Mapping[str, ObservedOperation],
         ops: Mapping[str, CompiledOperation],
+        qstate: Mapping[str, QueueState] | None = None,
     ) -> None:
-        """Step 3b: the active operations of the fleet queues, per cluster."""
+        """Step 3b: the active operations of the fleet queues, per cluster (and flavor: the
+        one each holds quota in, ``QueueState.flavor_of``)."""
         for oid in sorted(seen):
             obs = seen[oid]
             if not obs.phase.active:
@@ -188,10 +197,18 @@ class FleetState:
             requests = obs.requests
             if requests is None:
                 requests = known.requests if known is not None else {}
-            self.hold(qname, cname, requests)
+            q = qstate.get(qname) if qstate is not None else None
+            flavor = None
+            if q is not None and q.flavors:
+                flavor = q.flavors[q.flavor_of(known, obs.flavor)].name
+            self.hold(qname, cname, requests, flavor)
 
     def final_members(
-        self, spec: QueueSpec, op: CompiledOperation, members: tuple[FleetMember, ...]
+        self,
+        spec: QueueSpec,
+        op: CompiledOperation,
+        members: tuple[FleetMember, ...],
+        flavor: FlavorSlots | None = None,
     ) -> tuple[FleetMember, ...]:
         """How each cluster stands for a pending operation with the whole plan applied
         (what the next cycle sees; step 6). Capacity is only taken and usage only added
@@ -199,15 +216,24 @@ class FleetState:
         saw them) otherwise."""
         if self.counters is None:
             return members
-        again = self.choose(spec, op, self.counters)
+        again = self.choose(spec, op, self.counters, flavor)
         return again.members if again.cluster is None else members
 
-    def choose(self, spec: QueueSpec, op: CompiledOperation, counters: Counters) -> Choice:
-        """Check 10 for one candidate of the fleet queue ``spec``."""
+    def choose(
+        self,
+        spec: QueueSpec,
+        op: CompiledOperation,
+        counters: Counters,
+        flavor: FlavorSlots | None = None,
+    ) -> Choice:
+        """Check 10 for one candidate of the fleet queue ``spec`` (assigned ``flavor`` by
+        check 8: only the nodes with its labels count, and its ``clusterQuota``)."""
         self.counters = counters
         request = {r: request_units(a) for r, a in op.requests.items() if a > 0}
         pod = {r: request_units(a) for r, a in op.per_pod.items() if a > 0}
-        placement = placement_of(op.spec)
+        placement = flavored_placement(
+            placement_of(op.spec), flavor.spec if flavor is not None else None
+        )
         members: list[FleetMember] = []
         under_quota: str | None = None
         dist = op.distributed
@@ -223,7 +249,7 @@ class FleetState:
             if counter.limit is not None and counter.active >= counter.limit:
                 members.append(FleetMember(name, MemberState.CONCURRENCY_LIMIT))
                 continue
-            over = self._over_cap(spec, name, request)
+            over = self._over_cap(spec, name, request, flavor)
             if over is not None:
                 members.append(FleetMember(name, MemberState.OVER_CLUSTER_QUOTA, short=over))
                 continue
@@ -266,28 +292,58 @@ class FleetState:
             return Choice(None, PendingReason.NO_CLUSTER_HAS_CAPACITY, tuple(members))
         return Choice(under_quota)
 
-    def _over_cap(self, spec: QueueSpec, cluster: str, request: Mapping[str, int]) -> str | None:
-        caps = spec.cluster_quota.get(cluster)
+    def _over_cap(
+        self,
+        spec: QueueSpec,
+        cluster: str,
+        request: Mapping[str, int],
+        flavor: FlavorSlots | None = None,
+    ) -> str | None:
+        fname = flavor.name if flavor is not None else None
+        if fname is None:
+            caps = spec.cluster_quota.get(cluster)
+        else:
+            caps = next(
+                (f.cluster_quota.get(cluster) for f in spec.flavors if f.name == fname), None
+            )
         if not caps:
             return None
-        used = self.used.get((spec.name, cluster), {})
+        used = self.used.get((spec.name, cluster, fname), {})
         for r in sorted(caps):
             amount = request.get(r, 0)
             if amount and used.get(r, 0) + amount > quota_units(caps[r]):
                 return r
         return None
 
-    def take(self, spec: QueueSpec, op: CompiledOperation, cluster: str) -> None:
-        """Count a dispatch of the fleet queue ``spec`` to ``cluster``."""
-        self.hold(spec.name, cluster, op.requests)
+    def take(
+        self,
+        spec: QueueSpec,
+        op: CompiledOperation,
+        cluster: str,
+        flavor: FlavorSlots | None = None,
+    ) -> None:
+        """Count a dispatch of the fleet queue ``spec`` to ``cluster`` (in ``flavor``)."""
+        self.hold(spec.name, cluster, op.requests, flavor.name if flavor is not None else None)
         key = (spec.name, cluster)
         self.dispatched[key] = self.dispatched.get(key, 0) + 1
         observed = self.clusters.get(cluster)
         if observed is not None:
             request = {r: request_units(a) for r, a in op.requests.items() if a > 0}
             pod = {r: request_units(a) for r, a in op.per_pod.items() if a > 0}
-            nodes = observed.nodes_for(placement_of(op.spec))
+            placement = flavored_placement(
+                placement_of(op.spec), flavor.spec if flavor is not None else None
+            )
+            nodes = observed.nodes_for(placement)
             observed.take(request, nodes, pod, op.replicas)
+
+    def _used(self, key: tuple[str, str]) -> dict[str, int]:
+        """A fleet queue's usage on a cluster, every flavor counted."""
+        out: dict[str, int] = {}
+        for (queue, cluster, _), used in self.used.items():
+            if (queue, cluster) == key:
+                for r, u in used.items():
+                    out[r] = out.get(r, 0) + u
+        return out
 
     def slices(self, spec: QueueSpec) -> tuple[FleetSlice, ...]:
         """The queue summary's fleet slices, with this plan applied."""
@@ -308,10 +364,21 @@ class FleetState:
                     reachable=name not in self.unreachable,
                     active=self.active.get(key, 0),
                     dispatching=self.dispatched.get(key, 0),
-                    used={r: to_decimal(u) for r, u in sorted(self.used.get(key, {}).items())},
-                    quota=dict(sorted(spec.cluster_quota.get(name, {}).items())),
+                    used={r: to_decimal(u) for r, u in sorted(self._used(key).items())},
+                    quota=_caps(spec, name),
                     free=free,
                     nodes=nodes,
                 )
             )
         return tuple(out)
+
+
+def _caps(spec: QueueSpec, cluster: str) -> dict[str, Decimal]:
+    """A fleet queue's ``clusterQuota`` for ``cluster``; with flavors, summed over them."""
+    if not spec.flavors:
+        return dict(sorted(spec.cluster_quota.get(cluster, {}).items()))
+    out: dict[str, Decimal] = {}
+    for f in spec.flavors:
+        for r, a in f.cluster_quota.get(cluster, {}).items():
+            out[r] = out.get(r, Decimal(0)) + a
+    return dict(sorted(out.items()))

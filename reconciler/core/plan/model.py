@@ -34,6 +34,7 @@ class PendingReason(enum.StrEnum):
     AWAITING_APPROVAL = "AwaitingApproval"  # 2
     WAITING_FOR_DEPENDENCIES = "WaitingForDependencies"  # 3
     UPSTREAM_FAILED = "UpstreamFailed"  # 3, never runs
+    NO_ELIGIBLE_FLAVOR = "NoEligibleFlavor"  # 4, its pins contradict every flavor's labels
     EXCEEDS_QUOTA = "ExceedsQuota"  # 4, never admitted under this config
     WAITING_BEHIND_HEAD = "WaitingBehindHead"  # 5
     QUEUE_CONCURRENCY_LIMIT = "QueueConcurrencyLimit"  # 6
@@ -42,6 +43,7 @@ class PendingReason(enum.StrEnum):
     WAITING_FOR_LENT_QUOTA = "WaitingForLentQuota"  # 8, cohort: its quota is lent out
     BORROWING_NOT_ALLOWED = "BorrowingNotAllowed"  # 8, cohort: fits only by borrowing
     COHORT_LIMIT = "CohortLimit"  # 8, cohort: the cohort's total cap is reached
+    WAITING_FOR_FAIR_SHARE = "WaitingForFairShare"  # 8, cohort: lent to a lower share first
     WORKFLOW_PARALLELISM = "WorkflowParallelism"  # 9
     CLUSTER_CONCURRENCY_LIMIT = "ClusterConcurrencyLimit"  # 10
     NO_CLUSTER_UNDER_QUOTA = "NoClusterUnderQuota"  # 10, fleet queues
@@ -50,7 +52,11 @@ class PendingReason(enum.StrEnum):
 
     @property
     def never_runs(self) -> bool:
-        return self in (PendingReason.UPSTREAM_FAILED, PendingReason.EXCEEDS_QUOTA)
+        return self in (
+            PendingReason.UPSTREAM_FAILED,
+            PendingReason.EXCEEDS_QUOTA,
+            PendingReason.NO_ELIGIBLE_FLAVOR,
+        )
 
 
 class StopReason(enum.StrEnum):
@@ -63,12 +69,18 @@ class PlanInputError(ValueError):
     The compiler rules these out; the planner refuses rather than guessing."""
 
 
-def _amount_phrase(resource: str, amount: Decimal) -> str:
-    """``2 GPUs are``, ``1 GPU is``, ``4Gi memory is``."""
+def _amount_phrase(resource: str, amount: Decimal, flavor: str | None = None) -> str:
+    """``2 GPUs are``, ``1 GPU is``, ``4Gi memory is``; of a flavor: ``1 h100 GPU is``."""
     text = format_quantity(amount)
+    of = f"{flavor} " if flavor else ""
     if resource.rsplit("/", 1)[-1].lower() == "gpu":
-        return f"{text} GPU is" if amount == 1 else f"{text} GPUs are"
-    return f"{text} {resource} is"
+        return f"{text} {of}GPU is" if amount == 1 else f"{text} {of}GPUs are"
+    return f"{text} {of}{resource} is"
+
+
+def _of(resource: str, flavor: str | None) -> str:
+    """``nvidia.com/gpu``, or of a flavor ``nvidia.com/gpu (h100)``."""
+    return f"{resource} ({flavor})" if flavor else resource
 
 
 def _names(ids: Sequence[str], total: int | None = None) -> str:
@@ -113,6 +125,9 @@ class Admit:
     amount: Decimal | None = None
     # BorrowersFinish: the latest time the borrowers must end; BudgetWindowResets: when
     at: datetime | None = None
+    flavor: str | None = None  # the flavor this way in is of (a queue with flavors)
+    # other ways in, one per further flavor that could admit it (in the queue's order)
+    alternatives: tuple[Admit, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """``admit`` in every JSON view of a pending entry (``plan -o json``, the PR diff,
@@ -125,6 +140,9 @@ class Admit:
             "resource": self.resource,
             "amount": None if self.amount is None else format_quantity(self.amount),
             "at": None if self.at is None else self.at.isoformat(),
+            # a queue with flavors: each way in names its flavor
+            **({"flavor": self.flavor} if self.flavor is not None else {}),
+            **({"or": [a.to_json() for a in self.alternatives]} if self.alternatives else {}),
         }
 
 
@@ -284,6 +302,7 @@ class Shortfall:
     request: Decimal
     quota: Decimal
     replicas: int = 1
+    flavor: str | None = None
 
     def text(self, queue: str) -> str:
         if self.resource == PODS:
@@ -291,9 +310,10 @@ class Shortfall:
                 f"needs {format_quantity(self.request)} pods but {queue}'s maxPods is "
                 f"{format_quantity(self.quota)}"
             )
+        of = f"{self.flavor} " if self.flavor else ""
         return (
             f"needs {self.resource} {_whole(self.request, self.replicas)} but {queue}'s "
-            f"quota is {format_quantity(self.quota)}"
+            f"{of}quota is {format_quantity(self.quota)}"
         )
 
 
@@ -321,6 +341,7 @@ class ExceedsQuotaBlock:
                     "request": format_quantity(s.request),
                     "quota": format_quantity(s.quota),
                     **({"replicas": s.replicas} if s.replicas > 1 else {}),
+                    **({"flavor": s.flavor} if s.flavor else {}),
                 }
                 for s in self.exceeds
             ],
@@ -463,23 +484,27 @@ class QuotaBlock:
     released_by: tuple[str, ...]  # the fewest active operations that would release enough
     released_by_count: int
     replicas: int = 1
+    flavor: str | None = None  # the flavor whose quota this is (a queue with flavors)
 
     def _head(self) -> str:
         whole = _whole(self.request, self.replicas, ", all or nothing")
+        of = f" of {self.flavor}" if self.flavor else ""
         return (
-            f"needs {self.resource} {whole}; "
-            f"{self.queue} uses {format_quantity(self.used)} of {format_quantity(self.quota)}"
+            f"needs {self.resource} {whole}; {self.queue} uses "
+            f"{format_quantity(self.used)} of {format_quantity(self.quota)}{of}"
         )
 
     def admit(self) -> Admit:
         if not self.released_by:
+            of = f"{self.flavor} " if self.flavor else ""
             return Admit(
                 AdmitWhen.LIMIT_RAISED,
-                f"admitted when {self.queue}'s {self.resource} quota is raised",
+                f"admitted when {self.queue}'s {of}{self.resource} quota is raised",
                 resource=self.resource,
                 amount=self.release,
+                flavor=self.flavor,
             )
-        amount = _amount_phrase(self.resource, self.release)
+        amount = _amount_phrase(self.resource, self.release, self.flavor)
         who = _names(self.released_by, self.released_by_count)
         return Admit(
             AdmitWhen.RESOURCES_RELEASED,
@@ -488,6 +513,7 @@ class QuotaBlock:
             self.released_by_count,
             self.resource,
             self.release,
+            flavor=self.flavor,
         )
 
     def message(self) -> str:
@@ -503,6 +529,57 @@ class QuotaBlock:
             "release": format_quantity(self.release),
             "releasedBy": list(self.released_by),
             **({"replicas": self.replicas} if self.replicas > 1 else {}),
+            **({"flavor": self.flavor} if self.flavor else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorsQuotaBlock:
+    """``QuotaExceeded`` in a queue with flavors, when more than one flavor was tried: why
+    each did not fit (in the queue's order); any of them releasing enough admits it."""
+
+    queue: str
+    tried: tuple[QuotaBlock, ...]
+
+    def admit(self) -> Admit:
+        ways = [b.admit() for b in self.tried]
+        first = ways[0]
+        text = first.text
+        for way in ways[1:]:
+            text += ", or " + way.text.removeprefix("admitted when ")
+        return replace(first, text=text, alternatives=tuple(ways[1:]))
+
+    def message(self) -> str:
+        tried = "; ".join(f"{b.flavor}: {b._head()}" for b in self.tried)
+        return _explained(f"no flavor of {self.queue} fits ({tried})", self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "flavors": [b.to_json() for b in self.tried]}
+
+
+@dataclass(frozen=True, slots=True)
+class NoEligibleFlavorBlock:
+    """``NoEligibleFlavor``: the op's own nodeSelector or required node affinity contradicts
+    the ``nodeLabels`` of every flavor of its queue."""
+
+    queue: str
+    conflicts: tuple[tuple[str, str], ...]  # (flavor, why), in the queue's order
+
+    def admit(self) -> Admit:
+        return Admit(
+            AdmitWhen.NEVER,
+            "it can never be admitted unless its pins or the queue's flavors change",
+        )
+
+    def message(self) -> str:
+        why = "; ".join(f"{f}: {reason}" for f, reason in self.conflicts)
+        return _joined(f"it may use no flavor of {self.queue} ({why})", self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "flavors": [{"flavor": f, "conflict": why} for f, why in self.conflicts],
+            "neverRuns": True,
         }
 
 
@@ -616,10 +693,11 @@ class LentQuotaBlock:
     borrowers: tuple[str, ...]  # the borrowing operations, up to MAX_LISTED
     borrowers_count: int
     ends_by: datetime | None
+    flavor: str | None = None
 
     def _head(self) -> str:
         return (
-            f"needs {self.resource} {format_quantity(self.request)}; "
+            f"needs {_of(self.resource, self.flavor)} {format_quantity(self.request)}; "
             f"{format_quantity(self.lent)} of {self.queue}'s quota is lent in cohort "
             f"{self.cohort}"
         )
@@ -636,6 +714,7 @@ class LentQuotaBlock:
             self.resource,
             self.request,
             self.ends_by,
+            flavor=self.flavor,
         )
 
     def message(self) -> str:
@@ -650,6 +729,68 @@ class LentQuotaBlock:
             "lent": format_quantity(self.lent),
             "borrowers": list(self.borrowers),
             "endsBy": _utc(self.ends_by) if self.ends_by else None,
+            **({"flavor": self.flavor} if self.flavor else {}),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class FairShareBlock:
+    """``WaitingForFairShare``: the op may borrow, and its cohort had idle ``resource`` for
+    it when borrowing began this cycle, but queues with a lower weighted share borrowed it
+    first (docs/dispatch.md, "Fair sharing"). ``share`` is its queue's weighted share;
+    ``ahead`` the queues that borrowed it this cycle. Nothing is preempted: it borrows when
+    the borrowers end and its share is the lowest of those waiting."""
+
+    queue: str
+    cohort: str
+    resource: str
+    request: Decimal
+    share: Decimal
+    weight: Decimal
+    ahead: tuple[str, ...]
+    borrowers: tuple[str, ...]  # the borrowing operations, up to MAX_LISTED
+    borrowers_count: int
+    ends_by: datetime | None
+    flavor: str | None = None
+
+    def _head(self) -> str:
+        return (
+            f"waits for its fair share: needs {_of(self.resource, self.flavor)} "
+            f"{format_quantity(self.request)} borrowed in cohort {self.cohort}, lent first to "
+            f"{', '.join(self.ahead)} (lower weighted share; {self.queue}'s is "
+            f"{self.share:.3f} at weight {format_quantity(self.weight)})"
+        )
+
+    def admit(self) -> Admit:
+        who = _names(self.borrowers, self.borrowers_count) or "the borrowers"
+        when = f"by {_utc(self.ends_by)} at the latest" if self.ends_by else "(end unknown)"
+        verb = "ends" if self.borrowers_count == 1 else "end"
+        return Admit(
+            AdmitWhen.BORROWERS_FINISH,
+            f"admitted when {who} {verb}, {when}, and its share is the lowest waiting",
+            self.borrowers,
+            self.borrowers_count,
+            self.resource,
+            self.request,
+            self.ends_by,
+            flavor=self.flavor,
+        )
+
+    def message(self) -> str:
+        return _joined(self._head(), self.admit())
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "queue": self.queue,
+            "cohort": self.cohort,
+            "resource": self.resource,
+            "request": format_quantity(self.request),
+            "share": str(self.share.quantize(Decimal("0.001"))),
+            "weight": format_quantity(self.weight),
+            "ahead": list(self.ahead),
+            "borrowers": list(self.borrowers),
+            "endsBy": _utc(self.ends_by) if self.ends_by else None,
+            **({"flavor": self.flavor} if self.flavor else {}),
         }
 
 
@@ -848,10 +989,13 @@ BlockedBy = (
     | ConcurrencyBlock
     | MaxPodsBlock
     | QuotaBlock
+    | FlavorsQuotaBlock
+    | NoEligibleFlavorBlock
     | FleetBlock
     | LentQuotaBlock
     | BorrowingNotAllowedBlock
     | CohortLimitBlock
+    | FairShareBlock
     | BudgetBlock
 )
 
@@ -864,6 +1008,7 @@ class Dispatch:
     operation: str
     queue: str
     cluster: str
+    flavor: str | None = None  # the flavor assigned (None: the queue has no flavors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -937,6 +1082,25 @@ class QueueSummary:
     lent_after: Mapping[str, Decimal] = field(default_factory=dict)
     budget: BudgetSummary | None = None
     members: tuple[FleetSlice, ...] = ()  # a fleet queue's clusters, in choice order
+    # A queue with flavors: each flavor's share of the above, in the queue's order (the
+    # maps above are then the sums over its flavors)
+    flavors: tuple[FlavorUsage, ...] = ()
+    fair_weight: Decimal = Decimal(1)
+
+
+@dataclass(frozen=True, slots=True)
+class FlavorUsage:
+    """One flavor of a queue: its quota and use per resource, observed (before this plan)
+    and with this plan applied, and in a cohort what it borrowed and lent of the flavor."""
+
+    name: str
+    quota: Mapping[str, Decimal]
+    used: Mapping[str, Decimal]
+    used_after: Mapping[str, Decimal]
+    borrowed: Mapping[str, Decimal] = field(default_factory=dict)
+    lent: Mapping[str, Decimal] = field(default_factory=dict)
+    borrowed_after: Mapping[str, Decimal] = field(default_factory=dict)
+    lent_after: Mapping[str, Decimal] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
+from reconciler.core.plan.flavors import fit_flavor, flavors_exceeded
 from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     Dispatch,
@@ -51,6 +52,7 @@ from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
     DistributedBackend,
+    FlavorSpec,
     ObservedOperation,
     OrgSettings,
     Phase,
@@ -75,6 +77,7 @@ def plan_dispatch(
     backends: Mapping[str, frozenset[str]] | None = None,
     cohorts: Mapping[str, CohortSpec] | None = None,
     ledger: Iterable[LedgerEntry] = (),
+    flavors: Mapping[str, FlavorSpec] | None = None,
 ) -> Plan:
     """Decide what to dispatch, what waits and why, and what to stop.
 
@@ -87,6 +90,7 @@ def plan_dispatch(
     ``BackendUnavailable`` (check 0; a cluster missing from it serves none).
     ``cohorts``: the cohorts the queues name (docs/dispatch.md, "Cohorts").
     ``ledger``: the finished runs, for what budgeted queues spent in their window (check 11).
+    ``flavors``: the flavors the queues name (docs/dispatch.md, "Flavors").
     ``capacity`` is the free capacity observed per cluster, for the fleet queues' choice
     of cluster (check 10); a cluster without one is not observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
@@ -105,6 +109,7 @@ def plan_dispatch(
             backends or {},
             cohorts or {},
             ledger,
+            flavors or {},
         )
 
 
@@ -138,6 +143,7 @@ def plan_repo(
         backends=backends,
         cohorts=repo.cohorts,
         ledger=ledger,
+        flavors=repo.flavors,
     )
 
 
@@ -193,6 +199,7 @@ def admit_dispatch(
     backends: Mapping[str, frozenset[str]] | None = None,
     cohorts: Mapping[str, CohortSpec] | None = None,
     ledger: Iterable[LedgerEntry] = (),
+    flavors: Mapping[str, FlavorSpec] | None = None,
 ) -> Admission:
     """Steps 1-4 of :func:`plan_dispatch` (the same calls, the same inputs), without
     pruning and explaining: what is dispatched and why each candidate waits. For callers
@@ -212,6 +219,7 @@ def admit_dispatch(
             backends or {},
             cohorts or {},
             ledger,
+            flavors or {},
         )
         return Admission(
             tuple(steps.dispatch),
@@ -256,10 +264,11 @@ def _admit_steps(
     backends: Mapping[str, frozenset[str]],
     cohorts: Mapping[str, CohortSpec],
     ledger: Iterable[LedgerEntry],
+    flavors: Mapping[str, FlavorSpec],
 ) -> _Steps:
     # 1. Index the observations.
     seen = index_observed(observed)
-    qstate = {name: QueueState(spec) for name, spec in queues.items()}
+    qstate = {name: QueueState(spec, flavors) for name, spec in queues.items()}
     track_budgets(qstate, clusters, org, now, ledger)
     counters = Counters(clusters)
     # 2. Index the operations; the candidates grouped by queue.
@@ -268,7 +277,7 @@ def _admit_steps(
     removed, active_total = count_active(seen, ops, rejected, qstate, counters)
     fleet = FleetState(queues, capacity, unreachable, backends)
     if fleet:
-        fleet.count(seen, ops)
+        fleet.count(seen, ops, qstate)
     if cohorts or any(q.spec.cohort for q in qstate.values()):
         join_cohorts(qstate, cohorts, ops, seen, now)
     # 4. Checks 0..11 for each candidate, queues in priority order, then by name; then
@@ -292,6 +301,7 @@ def _plan(
     backends: Mapping[str, frozenset[str]],
     cohorts: Mapping[str, CohortSpec],
     ledger: Iterable[LedgerEntry],
+    flavors: Mapping[str, FlavorSpec],
 ) -> Plan:
     # 1-4. Index, count, admit (and 4b, borrow).
     qstate, order, dispatch, removed, active_total, fleet = _admit_steps(
@@ -307,6 +317,7 @@ def _plan(
         backends,
         cohorts,
         ledger,
+        flavors,
     )
     # 5. Prune operations removed from the repo while active, behind the guard.
     stops, refusal = prune(removed, qstate, unreachable, org, active_total)
@@ -430,10 +441,17 @@ def count_active(
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
         pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
         if aq is not None:
-            aq.hold(oid, aq.request(requests), pods)
+            k = aq.flavor_of(known, obs.flavor) if aq.flavors else -1
+            aq.hold(oid, aq.request(requests, k), pods)
             if aq.budget is not None:
                 timeout = known.timeout if known is not None else aq.spec.default_timeout
-                aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
+                aq.budget.hold_active(
+                    requests,
+                    cname or aq.spec.cluster,
+                    obs.started_at,
+                    timeout,
+                    aq.flavors[k].name if k >= 0 else None,
+                )
         if cname is not None:
             counters.cluster(cname).hold(oid)
         if known is not None and known.workflow is not None:
@@ -478,6 +496,8 @@ def admit(
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
     budget_r = PendingReason.BUDGET_EXCEEDED
+    lent_r = PendingReason.WAITING_FOR_LENT_QUOTA
+    no_flavor_r = PendingReason.NO_ELIGIBLE_FLAVOR
     if fleet is None:
         fleet = FleetState({}, {}, unreachable)
 
@@ -534,6 +554,7 @@ def admit(
         home_cluster = cluster(home_name)
         qname = spec.name
         budget = q.budget
+        flavors = q.flavors
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -549,14 +570,24 @@ def admit(
                     continue
             # 4: the whole request (every replica), alone, fits every quota and the maxPods
             # of the queue. Exact Decimal compare against the floored quota: same answer as
-            # in units, without converting.
-            if max_pods is not None and op.replicas > max_pods:
+            # in units, without converting. With flavors: some flavor the op may use (its
+            # nodeLabels do not contradict the op's own pins) has room for it alone.
+            if flavors:
+                eligible = q.eligible(op)
+                if not eligible:
+                    pend((oid, op, no_flavor_r, None))
+                    continue
+                over = flavors_exceeded(q, op, eligible)
+                if over is not None:
+                    pend((oid, op, exceeds_r, over))
+                    continue
+            elif max_pods is not None and op.replicas > max_pods:
                 get = op.requests.get
                 too_big = [-1]  # -1: maxPods, then the quota resources
                 too_big += [i for i, (r, limit) in enumerate(limits) if (get(r) or 0) > limit]
                 pend((oid, op, exceeds_r, too_big))
                 continue
-            if limits:
+            elif limits:
                 get = op.requests.get
                 over = None
                 for i, (r, limit) in enumerate(limits):
@@ -587,8 +618,23 @@ def admit(
                 continue
             # 8: quota, per resource the op requests (others are unaffected); a
             # distributed op's request is every replica's: admitted whole or not at all. A
-            # cohort's member: its own quota with what it lent counted, else deferred to 4b
-            if nres:
+            # cohort's member: its own quota with what it lent counted, else deferred to 4b.
+            # With flavors: the first eligible flavor that fits (flavors.py), or it waits
+            flavor = -1
+            if flavors:
+                fit = fit_flavor(q, op, eligible)
+                if fit[0] < 0:
+                    verdict = fit[1]
+                    if verdict[0] is quota_r and cohort is not None and fit[2]:
+                        q.deferred.append(len(q.pending))
+                    elif verdict[0] is lent_r and cohort is not None:
+                        cohort.waiting.add(q.keys[verdict[1][0]])
+                    pend((oid, op, verdict[0], verdict[1]))
+                    if strict:
+                        head = (oid, verdict[0])
+                    continue
+                flavor, req, _ = fit
+            elif nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
                 if cohort is not None:
@@ -596,6 +642,8 @@ def admit(
                     if verdict is not None:
                         if verdict[0] is quota_r:
                             q.deferred.append(len(q.pending))
+                        elif verdict[0] is lent_r:
+                            cohort.waiting.add(q.keys[verdict[1][0]])
                         pend((oid, op, verdict[0], verdict[1]))
                         if strict:
                             head = (oid, verdict[0])
@@ -631,10 +679,11 @@ def admit(
                         head = (oid, cluster_r)
                     continue
             else:
-                choice = fleet.choose(spec, op, counters)
+                assigned = flavors[flavor] if flavor >= 0 else None
+                choice = fleet.choose(spec, op, counters, assigned)
                 if choice.cluster is None:
                     reason = choice.reason or cluster_r
-                    pend((oid, op, reason, choice.members))
+                    pend((oid, op, reason, (choice.members, assigned)))
                     if strict:
                         head = (oid, reason)
                     continue
@@ -642,8 +691,9 @@ def admit(
                 c = cluster(target)
             # 11: the queue's budget: spent + committed + its reservation <= limit, at the
             # prices of the cluster it goes to
+            fname = flavors[flavor].name if flavor >= 0 else None
             if budget is not None:
-                rate, reserve, timeout = budget.reservation(op, target)
+                rate, reserve, timeout = budget.reservation(op, target, fname)
                 if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
                     pend((oid, op, budget_r, reserve))
                     if strict:
@@ -651,14 +701,14 @@ def admit(
                     continue
                 budget.hold_dispatch(rate, reserve, timeout)
             if members:
-                fleet.take(spec, op, target)
+                fleet.take(spec, op, target, flavors[flavor] if flavor >= 0 else None)
             # Admitted: count it before the next candidate.
             q.hold(oid, req, op.replicas)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
                 w.hold(oid)
-            append_dispatch(Dispatch(oid, qname, target))
+            append_dispatch(Dispatch(oid, qname, target, fname))
     return dispatch
 
 

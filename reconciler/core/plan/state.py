@@ -14,11 +14,15 @@ A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by 
   first when its replicas alone are over ``maxPods``);
 - ``WaitingBehindHead``: ``(head id, head reason)``;
 - ``MaxPodsReached``: the operation's replicas;
-- ``QuotaExceeded``, ``WaitingForLentQuota``, ``CohortLimit``: ``(resource index, request
-  in units)``; ``BorrowingNotAllowed``: the same and the op's timeout in seconds (or None);
+- ``QuotaExceeded``, ``WaitingForLentQuota``, ``CohortLimit``: ``(slot, request in units)``
+  (a slot is a quota resource, or with flavors a flavor's resource: ``QueueState``);
+  ``BorrowingNotAllowed``: the same and the op's timeout in seconds (or None);
 - ``WorkflowParallelism``, ``ClusterConcurrencyLimit``: the full ``Counter``;
 - ``NoClusterUnderQuota``, ``NoClusterHasCapacity``: the ``FleetMember`` tuple (check 10;
-  step 6 recomputes it with the whole plan applied);
+  step 6 recomputes it with the whole plan applied) and the flavor assigned (or None);
+- ``NoEligibleFlavor``: ``None``; ``QuotaExceeded`` in a queue with flavors, when more than
+  one flavor was tried: a tuple of ``(slot, request in units)``, one per flavor;
+- ``WaitingForFairShare``: ``(slot, request in units)``;
 - ``BudgetExceeded``: the reservation (a ``Decimal`` in the budget's unit).
 """
 
@@ -30,9 +34,16 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from reconciler.core.ledger import BudgetWindow, hourly_rate, hours, prices_for
+from reconciler.core.plan.flavors import EligibleFlavors, FlavorSlots
 from reconciler.core.plan.model import PendingReason, PlanInputError
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
-from reconciler.core.types import ClusterSpec, CompiledOperation, OrgSettings, QueueSpec
+from reconciler.core.types import (
+    ClusterSpec,
+    CompiledOperation,
+    FlavorSpec,
+    OrgSettings,
+    QueueSpec,
+)
 
 if TYPE_CHECKING:
     from reconciler.core.plan.cohorts import CohortState
@@ -54,7 +65,10 @@ class QueueState:
         "cohort",
         "deferred",
         "dispatched",
+        "eligible",
+        "flavors",
         "holders",
+        "keys",
         "lend_limit",
         "limits",
         "pending",
@@ -63,15 +77,40 @@ class QueueState:
         "pods0",
         "quota",
         "resources",
+        "slot_flavor",
         "spec",
         "used",
         "used0",
     )
 
-    def __init__(self, spec: QueueSpec) -> None:
+    def __init__(self, spec: QueueSpec, flavors: Mapping[str, FlavorSpec] | None = None) -> None:
         self.spec = spec
-        self.resources: tuple[str, ...] = tuple(sorted(spec.quota))
-        self.quota: tuple[int, ...] = tuple(quota_units(spec.quota[r]) for r in self.resources)
+        # A slot per quota resource; a queue with flavors has a slot per (flavor, resource),
+        # flavor by flavor in fallback order, so one flavor's slots are a contiguous span.
+        self.flavors: tuple[FlavorSlots, ...] = ()
+        if spec.flavors:
+            slots: list[tuple[str, str]] = []
+            quota: list[int] = []
+            spans: list[FlavorSlots] = []
+            known = flavors or {}
+            for qf in spec.flavors:
+                lo = len(slots)
+                for r in sorted(qf.quota):
+                    slots.append((qf.name, r))
+                    quota.append(quota_units(qf.quota[r]))
+                spans.append(FlavorSlots(qf.name, known.get(qf.name), lo, len(slots)))
+            self.flavors = tuple(spans)
+            self.resources: tuple[str, ...] = tuple(r for _, r in slots)
+            self.slot_flavor: tuple[str | None, ...] = tuple(f for f, _ in slots)
+            self.quota: tuple[int, ...] = tuple(quota)
+        else:
+            self.resources = tuple(sorted(spec.quota))
+            self.slot_flavor = (None,) * len(self.resources)
+            self.quota = tuple(quota_units(spec.quota[r]) for r in self.resources)
+        # what a cohort pools: (flavor, resource) per slot
+        self.keys: tuple[tuple[str | None, str], ...] = tuple(
+            zip(self.slot_flavor, self.resources, strict=True)
+        )
         self.limits: tuple[tuple[str, Decimal], ...] = tuple(
             (r, to_decimal(u)) for r, u in zip(self.resources, self.quota, strict=True)
         )
@@ -97,14 +136,39 @@ class QueueState:
         self.lend_limit: tuple[int, ...] = ()
         self.deferred: list[int] = []
         self.budget: BudgetTrack | None = None
+        # the flavors (numbers, in order) an operation may use: memoised per placement
+        self.eligible = EligibleFlavors(self.flavors)
 
-    def request(self, requests: Mapping[str, Decimal]) -> tuple[int, ...]:
+    def request(self, requests: Mapping[str, Decimal], flavor: int = -1) -> tuple[int, ...]:
+        """``requests`` in units per slot; with flavors, in the slots of flavor number
+        ``flavor`` (0 elsewhere)."""
         get = requests.get
-        out = []
-        for r in self.resources:
-            v = get(r)
-            out.append(0 if v is None else request_units(v))
-        return tuple(out)
+        if flavor < 0:
+            out = []
+            for r in self.resources:
+                v = get(r)
+                out.append(0 if v is None else request_units(v))
+            return tuple(out)
+        span = self.flavors[flavor]
+        units = [0] * len(self.resources)
+        for i in range(span.lo, span.hi):
+            v = get(self.resources[i])
+            if v is not None:
+                units[i] = request_units(v)
+        return tuple(units)
+
+    def flavor_of(self, op: CompiledOperation | None, name: str | None) -> int:
+        """The flavor (its number) an active operation holds quota in: the one it was
+        dispatched with, else (dispatched before the queue had it) its first eligible
+        flavor, else the first."""
+        for k, span in enumerate(self.flavors):
+            if span.name == name:
+                return k
+        if op is not None:
+            eligible = self.eligible(op)
+            if eligible:
+                return eligible[0]
+        return 0
 
     def hold(self, op_id: str, req: tuple[int, ...], pods: int = 1) -> None:
         self.active += 1
@@ -192,7 +256,8 @@ class BudgetTrack:
         self.committed = Decimal(0)
         self.committed0 = Decimal(0)
         self.holds: list[tuple[datetime, Decimal]] = []
-        self.rates: dict[str, dict[str, Decimal]] = {}  # prices per cluster
+        # prices per (cluster, flavor)
+        self.rates: dict[tuple[str, str | None], dict[str, Decimal]] = {}
 
     @property
     def limit(self) -> Decimal:
@@ -202,28 +267,34 @@ class BudgetTrack:
     def spent(self) -> Decimal:
         return self.window.spent
 
-    def rate(self, requests: Mapping[str, Decimal], cluster: str) -> Decimal:
-        """What one hour of a run with ``requests`` on ``cluster`` counts."""
-        prices = self.rates.get(cluster)
+    def rate(
+        self, requests: Mapping[str, Decimal], cluster: str, flavor: str | None = None
+    ) -> Decimal:
+        """What one hour of a run with ``requests`` on ``cluster`` (in ``flavor``) counts."""
+        prices = self.rates.get((cluster, flavor))
         if prices is None:
             spec = self.clusters.get(cluster)
-            prices = self.rates[cluster] = prices_for(
-                self.org.prices, spec.prices if spec is not None else {}
+            prices = self.rates[(cluster, flavor)] = prices_for(
+                self.org.prices,
+                spec.prices if spec is not None else {},
+                flavor,
+                self.org.flavor_prices,
+                spec.flavor_prices if spec is not None else {},
             )
         return hourly_rate(requests, prices, self.window.budget.hours_of)
 
     def reservation(
-        self, op: CompiledOperation, cluster: str | None = None
+        self, op: CompiledOperation, cluster: str | None = None, flavor: str | None = None
     ) -> tuple[Decimal, Decimal, int]:
         """(hourly rate, reservation, timeout seconds) of dispatching ``op`` now to
         ``cluster`` (its own by default; a fleet queue's: the one check 10 chose), at that
-        cluster's prices."""
+        cluster's prices (of ``flavor``, the one check 8 assigned)."""
         timeout = op.timeout if op.timeout is not None else self.queue.default_timeout
         if timeout is None:
             raise PlanInputError(
                 f"operation {op.id} has no timeout, but its queue {self.queue.name} has a budget"
             )
-        rate = self.rate(op.requests, op.cluster if cluster is None else cluster)
+        rate = self.rate(op.requests, op.cluster if cluster is None else cluster, flavor)
         return rate, rate * Decimal(timeout) / Decimal(3600), timeout
 
     def hold_active(
@@ -232,10 +303,11 @@ class BudgetTrack:
         cluster: str,
         started: datetime | None,
         timeout: int | None,
+        flavor: str | None = None,
     ) -> None:
         """An active run: its cost so far in the window and its cost to its timeout (none
         when it has no timeout: it is counted as it runs)."""
-        rate = self.rate(requests, cluster)
+        rate = self.rate(requests, cluster, flavor)
         now = self.now
         start = started if started is not None and started <= now else now
         so_far = rate * hours(max(start, self.window.window.start), now)

@@ -1,0 +1,174 @@
+"""Flavors: which of a queue's flavors an operation may use (docs/dispatch.md, "Flavors").
+
+What must live here: the rule that makes a flavor *eligible* for an operation (its
+``nodeLabels`` do not contradict the operation's own nodeSelector or required node
+affinity), memoised per placement, and the placement of an operation once a flavor is
+assigned (its labels and tolerations added, for check 10's choice of nodes). Which
+eligible flavor *fits* is check 8's (``planner.admit``, ``cohorts.py``): a flavor is tried
+in the queue's order, and the first that fits wins.
+
+A label the flavor does not name never contradicts: the operation may still pin a node
+property the flavor says nothing about.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+from reconciler.core.capacity import Placement, Toleration, placement_of
+from reconciler.core.plan.model import PendingReason
+from reconciler.core.types import CompiledOperation, FlavorSpec
+
+if TYPE_CHECKING:
+    from reconciler.core.plan.state import QueueState
+
+_QUOTA = PendingReason.QUOTA_EXCEEDED
+
+
+class FlavorSlots(NamedTuple):
+    """One of a queue's flavors while planning: its name, its spec (None: not defined,
+    which the compiler rules out) and its quota slots ``lo..hi`` in the queue's state."""
+
+    name: str
+    spec: FlavorSpec | None
+    lo: int
+    hi: int
+
+
+def contradiction(labels: Mapping[str, str], placement: Placement) -> str | None:
+    """Why nodes with ``labels`` can never take a pod with ``placement`` (a phrase), or
+    None when they may."""
+    for key, value in placement.node_selector:
+        have = labels.get(key)
+        if have is not None and have != value:
+            return f"its nodeSelector wants {key}={value}, the flavor's nodes have {have}"
+    if placement.required is None:
+        return None
+    for term in placement.required:
+        if not term.expressions and not term.fields:
+            continue  # matches no node at all: the scheduler's concern, not a flavor's
+        if all(r.key not in labels or r.holds(labels[r.key]) for r in term.expressions):
+            return None
+    return "no term of its required node affinity matches the flavor's nodeLabels"
+
+
+def _pinned(spec: Mapping[str, Any]) -> bool:
+    """Whether the spec has a nodeSelector or node affinity at all (most have neither)."""
+    run = spec.get("run")
+    env = run.get("environment") if isinstance(run, Mapping) else None
+    return isinstance(env, Mapping) and bool(env.get("nodeSelector") or env.get("affinity"))
+
+
+class EligibleFlavors:
+    """The flavors (their numbers, in order) an operation may use, memoised per placement:
+    an operation with no nodeSelector and no affinity may use all of them."""
+
+    __slots__ = ("_all", "_by_placement", "_flavors")
+
+    def __init__(self, flavors: tuple[FlavorSlots, ...]) -> None:
+        self._flavors = flavors
+        self._all = tuple(range(len(flavors)))
+        self._by_placement: dict[Placement, tuple[int, ...]] = {}
+
+    def __call__(self, op: CompiledOperation) -> tuple[int, ...]:
+        if not self._flavors or not _pinned(op.spec):
+            return self._all
+        placement = placement_of(op.spec)
+        got = self._by_placement.get(placement)
+        if got is None:
+            got = self._by_placement[placement] = tuple(
+                k
+                for k, f in enumerate(self._flavors)
+                if f.spec is None or contradiction(f.spec.node_labels, placement) is None
+            )
+        return got
+
+    def conflicts(self, op: CompiledOperation) -> tuple[tuple[str, str], ...]:
+        """Each flavor and why the operation may not use it (for an operation with none)."""
+        placement = placement_of(op.spec)
+        out = []
+        for f in self._flavors:
+            why = contradiction(f.spec.node_labels, placement) if f.spec is not None else None
+            if why is not None:
+                out.append((f.name, why))
+        return tuple(out)
+
+
+def flavored_placement(placement: Placement, flavor: FlavorSpec | None) -> Placement:
+    """``placement`` with the flavor's labels as nodeSelector entries and its tolerations
+    (what the rendered pod will have)."""
+    if flavor is None:
+        return placement
+    selector = dict(placement.node_selector)
+    for key, value in flavor.node_labels.items():
+        selector.setdefault(key, value)
+    tolerations = placement.tolerations + tuple(
+        Toleration(
+            str(t.get("key") or ""),
+            str(t.get("operator") or "Equal"),
+            str(t.get("value") or ""),
+            str(t.get("effect") or ""),
+        )
+        for t in flavor.tolerations
+    )
+    return Placement(tuple(sorted(selector.items())), tolerations, placement.required)
+
+
+def flavors_exceeded(
+    q: QueueState, op: CompiledOperation, eligible: tuple[int, ...]
+) -> list[int] | None:
+    """Check 4 with flavors: None when some eligible flavor has room for the whole request
+    alone (its quota, plus what it may borrow, and the queue's maxPods); else the slots
+    each flavor is over (``-1`` first when the replicas alone are over maxPods)."""
+    max_pods = q.spec.max_pods
+    if max_pods is not None and op.replicas > max_pods:
+        return [-1]
+    get = op.requests.get
+    limits = q.limits
+    over: list[int] = []
+    for k in eligible:
+        span = q.flavors[k]
+        short = [i for i in range(span.lo, span.hi) if (get(limits[i][0]) or 0) > limits[i][1]]
+        if not short:
+            return None
+        over.extend(short)
+    return over
+
+
+def fit_flavor(
+    q: QueueState, op: CompiledOperation, eligible: tuple[int, ...]
+) -> tuple[int, Any, bool]:
+    """Check 8 with flavors: ``(flavor, request in units, False)`` for the first eligible
+    flavor whose quota has room (a cohort member's: its own quota, what it lent counted);
+    else ``(-1, (reason, detail), may_borrow)``. ``may_borrow``: some flavor fits only by
+    borrowing (the op is deferred to step 4b). A ``QuotaExceeded`` detail is one
+    ``(slot, units)`` per flavor tried, or that pair alone when one flavor was."""
+    cohort = q.cohort
+    used = q.used
+    quota = q.quota
+    short: list[tuple[int, int]] = []
+    other: tuple[PendingReason, Any] | None = None
+    for k in eligible:
+        req = q.request(op.requests, k)
+        if cohort is not None:
+            verdict = cohort.own_fit(q, req)
+            if verdict is None:
+                return k, req, False
+            if verdict[0] is _QUOTA:
+                short.append(verdict[1])
+            elif other is None:
+                other = verdict
+            continue
+        span = q.flavors[k]
+        for i in range(span.lo, span.hi):
+            amount = req[i]
+            if amount and used[i] + amount > quota[i]:
+                short.append((i, amount))
+                break
+        else:
+            return k, req, False
+    if other is not None and not short:
+        return -1, other, False
+    detail: Any = short[0] if len(short) == 1 else tuple(short)
+    return -1, (_QUOTA, detail), cohort is not None
