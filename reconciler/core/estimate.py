@@ -52,6 +52,7 @@ from reconciler.core.plan import (
     Plan,
     QueueAdmission,
     admit_dispatch,
+    held_flavor,
 )
 from reconciler.core.plan.checks import CHECKS
 from reconciler.core.plan.planner import gc_paused
@@ -388,10 +389,20 @@ class _Prepared:
         self.fleet = frozenset(n for n, spec in repo.queues.items() if spec.fleet)
         # the resources a run's units are counted in: its queue's quota's, and a fleet
         # queue's ``clusterQuota``'s (check 10 counts its usage per cluster)
+        # (a queue with flavors: every flavor's)
         self.counted: dict[str, tuple[str, ...]] = {
-            n: tuple(sorted({*spec.quota, *(r for c in spec.cluster_quota.values() for r in c)}))
+            n: tuple(
+                sorted(
+                    {
+                        *spec.quota,
+                        *(r for c in spec.cluster_quota.values() for r in c),
+                        *(r for f in spec.flavors for r in f.quota),
+                        *(r for f in spec.flavors for c in f.cluster_quota.values() for r in c),
+                    }
+                )
+            )
             for n, spec in repo.queues.items()
-            if spec.cluster_quota
+            if spec.cluster_quota or spec.flavors
         }
         # each workflow's queues: of all its children, pending, dispatched or running
         self.workflow_spans: dict[str, set[str]] = {}
@@ -493,7 +504,8 @@ class _Sim:
         self.active_in_queue: dict[str | None, set[str]] = {}
         self.active_in_workflow: dict[str, set[str]] = {}
         # queue -> cluster -> [how many runs, {quota resource: units}, pods] they hold
-        self.held: dict[str, dict[str, list[Any]]] = {}
+        # per queue, per (cluster, flavor): the runs' count, units and pods
+        self.held: dict[str, dict[tuple[str, str | None], list[Any]]] = {}
         self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
         self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
         self.dispatched_at: dict[str, float] = {}  # seconds from now
@@ -549,6 +561,7 @@ class _Sim:
             d.queue,
             d.cluster,  # a fleet queue's: the cluster check 10 chose
             pods=op.replicas,
+            flavor=d.flavor,  # a queue with flavors: the flavor check 8 assigned
             dispatched_at=at,
             started_at=at,
         )
@@ -620,9 +633,17 @@ class _Sim:
         requests = o.requests
         if requests is None and op is not None:
             requests = op.requests
-        if requests is not o.requests or queue != o.queue or cluster != o.cluster:
-            o = replace(o, requests=requests, queue=queue, cluster=cluster)
         spec = self.repo.queues.get(queue) if queue is not None else None
+        flavor = o.flavor
+        if spec is not None and spec.flavors:  # the flavor it holds quota in (the planner's)
+            flavor = held_flavor(spec, self.repo.flavors, op, o.flavor)
+        if (
+            requests is not o.requests
+            or queue != o.queue
+            or cluster != o.cluster
+            or flavor != o.flavor
+        ):
+            o = replace(o, requests=requests, queue=queue, cluster=cluster, flavor=flavor)
         units: tuple[tuple[str, int], ...] | None = None
         if spec is not None and cluster is not None and queue is not None:
             get = (requests or {}).get
@@ -640,7 +661,7 @@ class _Sim:
         if units is not None:
             assert queue is not None and cluster is not None
             a.units = units
-            held = self.held.setdefault(queue, {}).setdefault(cluster, [0, {}, 0])
+            held = self.held.setdefault(queue, {}).setdefault((cluster, o.flavor), [0, {}, 0])
             held[0] += 1
             held[2] += a.pods
             for r, u in a.units:
@@ -716,7 +737,7 @@ class _Sim:
         if a.queue in self.budgeted:
             self._spend(a, t)
         if a.queue is not None and a.cluster is not None and a.queue in self.held:
-            held = self.held[a.queue][a.cluster]
+            held = self.held[a.queue][(a.cluster, a.observed.flavor)]
             held[0] -= 1
             held[2] -= a.pods
             for r, u in a.units:
@@ -860,13 +881,13 @@ class _Sim:
             passed.update(self.active_in_workflow.get(w, ()))
         for q in context & self.budgeted:
             passed.update(self.active_in_queue.get(q, ()))
-        minus: dict[tuple[str | None, str | None], list[Any]] = {}
+        minus: dict[tuple[str | None, str | None, str | None], list[Any]] = {}
         for oid in sorted(passed):
             a = self.active[oid]
             observed[oid] = a.observed
             if a.op is not None:
                 operations.append(a.op)
-            m = minus.setdefault((a.queue, a.cluster), [0, {}, 0])
+            m = minus.setdefault((a.queue, a.cluster, a.observed.flavor), [0, {}, 0])
             m[0] += 1
             m[2] += a.pods
             for r, u in a.units:
@@ -875,18 +896,20 @@ class _Sim:
         for q in sorted(context):
             spec = repo.queues[q]
             stand_ins = others = 0
-            for cluster, (count, units, pods) in sorted(self.held.get(q, {}).items()):
-                less = minus.get((q, cluster))
+            for (cluster, flavor), (count, units, pods) in sorted(
+                self.held.get(q, {}).items(), key=lambda e: (e[0][0], e[0][1] or "")
+            ):
+                less = minus.get((q, cluster, flavor))
                 if less is not None:
                     count -= less[0]
                     pods -= less[2]
                     units = {r: u - less[1].get(r, 0) for r, u in units.items()}
                 if count <= 0:
                     continue
-                sid = f"{q}\x00{cluster}"
+                sid = f"{q}\x00{cluster}\x00{flavor or ''}"
                 requests = {r: Decimal(u) * _NANO for r, u in units.items() if u}
                 observed[sid] = ObservedOperation(
-                    sid, Phase.RUNNING, requests, q, cluster, pods=pods
+                    sid, Phase.RUNNING, requests, q, cluster, pods=pods, flavor=flavor
                 )
                 stand_ins += 1
                 others += count
@@ -936,6 +959,7 @@ class _Sim:
             backends=self.backends,
             cohorts=repo.cohorts,
             ledger=ledger,
+            flavors=repo.flavors,
         )
 
     # --- results ---

@@ -12,7 +12,9 @@ The package, one concern a module (each says what must live in it):
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
-- ``cohorts``: check 8 for a cohort's member, step 4b (borrowing), borrowed and lent;
+- ``flavors``: which of a queue's flavors an operation may use, and check 8's choice;
+- ``cohorts``: check 8 for a cohort's member, step 4b (borrowing and fair sharing),
+  borrowed and lent;
 - ``fleet``: check 10, a fleet queue's choice of cluster (capacity, per-cluster caps);
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
@@ -21,6 +23,7 @@ The package, one concern a module (each says what must live in it):
 Only the names below are the package's interface.
 """
 
+from reconciler.core.plan.flavors import held_flavor
 from reconciler.core.plan.model import (
     BACKEND_APIS,
     MAX_LISTED,
@@ -40,12 +43,16 @@ from reconciler.core.plan.model import (
     DependencyState,
     Dispatch,
     ExceedsQuotaBlock,
+    FairShareBlock,
+    FlavorsQuotaBlock,
+    FlavorUsage,
     FleetBlock,
     FleetMember,
     FleetSlice,
     LentQuotaBlock,
     MaxPodsBlock,
     MemberState,
+    NoEligibleFlavorBlock,
     Pending,
     PendingReason,
     Plan,
@@ -87,12 +94,16 @@ __all__ = [
     "DependencyState",
     "Dispatch",
     "ExceedsQuotaBlock",
+    "FairShareBlock",
+    "FlavorUsage",
+    "FlavorsQuotaBlock",
     "FleetBlock",
     "FleetMember",
     "FleetSlice",
     "LentQuotaBlock",
     "MaxPodsBlock",
     "MemberState",
+    "NoEligibleFlavorBlock",
     "Pending",
     "PendingReason",
     "Plan",
@@ -107,6 +118,7 @@ __all__ = [
     "StopReason",
     "UpstreamFailedBlock",
     "admit_dispatch",
+    "held_flavor",
     "plan_dispatch",
     "plan_repo",
 ]

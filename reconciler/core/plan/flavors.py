@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reconciler.core.capacity import Placement, Toleration, placement_of
 from reconciler.core.plan.model import PendingReason
-from reconciler.core.types import CompiledOperation, FlavorSpec
+from reconciler.core.types import CompiledOperation, FlavorSpec, QueueSpec
 
 if TYPE_CHECKING:
     from reconciler.core.plan.state import QueueState
@@ -93,6 +93,27 @@ class EligibleFlavors:
             if why is not None:
                 out.append((f.name, why))
         return tuple(out)
+
+
+def held_flavor(
+    spec: QueueSpec,
+    flavors: Mapping[str, FlavorSpec],
+    op: CompiledOperation | None,
+    name: str | None,
+) -> str:
+    """The flavor an active run of the queue ``spec`` holds quota in: the one it was
+    dispatched with, else (dispatched before the queue had it) the first its operation may
+    use, else the first."""
+    names = [f.name for f in spec.flavors]
+    if name in names:
+        return name
+    if op is not None and _pinned(op.spec):
+        placement = placement_of(op.spec)
+        for n in names:
+            f = flavors.get(n)
+            if f is None or contradiction(f.node_labels, placement) is None:
+                return n
+    return names[0]
 
 
 def flavored_placement(placement: Placement, flavor: FlavorSpec | None) -> Placement:

@@ -158,9 +158,7 @@ class QueueState:
         return tuple(units)
 
     def flavor_of(self, op: CompiledOperation | None, name: str | None) -> int:
-        """The flavor (its number) an active operation holds quota in: the one it was
-        dispatched with, else (dispatched before the queue had it) its first eligible
-        flavor, else the first."""
+        """The flavor (its number) an active operation holds quota in (``held_flavor``)."""
         for k, span in enumerate(self.flavors):
             if span.name == name:
                 return k
