@@ -52,7 +52,7 @@ CHECKS: tuple[Check, ...] = (
         "the op's whole request (every replica), alone, fits within every quota and the "
         "`maxPods` of its queue; a queue with flavors: within those of one flavor whose "
         "`nodeLabels` the op's own nodeSelector and required node affinity do not contradict",
-        (_R.NO_ELIGIBLE_FLAVOR, _R.EXCEEDS_QUOTA),
+        (_R.EXCEEDS_QUOTA, _R.NO_ELIGIBLE_FLAVOR),
         "`ExceedsQuota`, or `NoEligibleFlavor` when the op may use none of its queue's flavors",
     ),
     Check(

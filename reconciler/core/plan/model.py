@@ -34,8 +34,8 @@ class PendingReason(enum.StrEnum):
     AWAITING_APPROVAL = "AwaitingApproval"  # 2
     WAITING_FOR_DEPENDENCIES = "WaitingForDependencies"  # 3
     UPSTREAM_FAILED = "UpstreamFailed"  # 3, never runs
-    NO_ELIGIBLE_FLAVOR = "NoEligibleFlavor"  # 4, its pins contradict every flavor's labels
     EXCEEDS_QUOTA = "ExceedsQuota"  # 4, never admitted under this config
+    NO_ELIGIBLE_FLAVOR = "NoEligibleFlavor"  # 4, its pins contradict every flavor's labels
     WAITING_BEHIND_HEAD = "WaitingBehindHead"  # 5
     QUEUE_CONCURRENCY_LIMIT = "QueueConcurrencyLimit"  # 6
     MAX_PODS_REACHED = "MaxPodsReached"  # 7
