@@ -242,7 +242,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
         try:
             ensure_binaries(say, helm=helm)
         except BuildError as exc:
-            pytest.exit(f"the dev cluster's binaries could not be built: {exc}", returncode=1)
+            pytest.exit(f"before the first test: {exc}", returncode=1)
 
 
 # --- the end of the test process ----------------------------------------------------------
