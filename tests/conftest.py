@@ -210,24 +210,32 @@ def template_remote(tmp_path: Path) -> Path:
 # --- before the first test: the dev cluster's binaries -------------------------------------
 
 
+def binaries_to_build(items: list[Any]) -> set[str]:
+    """The dev cluster's binaries that ``items`` need and the cache lacks: none unless a
+    test runs on the dev cluster; helm only if a test uses the ``helm`` fixture."""
+    if os.environ.get("RECONCILER_TEST_KUBECONFIG"):
+        return set()
+    cluster = [item for item in items if item.get_closest_marker("cluster")]
+    if not cluster:
+        return set()
+    from reconciler.devcluster.build import cached_binaries
+
+    wanted = cached_binaries().all()
+    if not any("helm" in getattr(item, "fixturenames", ()) for item in cluster):
+        del wanted["helm"]
+    return {name for name, path in wanted.items() if not path.is_file()}
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Build the dev cluster's binaries (and helm, when a collected test uses it) before the
     first test, when a collected test runs on the dev cluster and one is missing: a cold
     build takes 10-20 minutes on 2 cores, longer than a test's timeout, and the README's
     test command runs no build before pytest. A build that fails stops the run, with why."""
-    if os.environ.get("RECONCILER_TEST_KUBECONFIG") or session.config.option.collectonly:
+    missing = set() if session.config.option.collectonly else binaries_to_build(session.items)
+    if not missing:
         return
-    cluster = [item for item in session.items if item.get_closest_marker("cluster")]
-    if not cluster:
-        return
-    from reconciler.devcluster.build import BuildError, cached_binaries, ensure_binaries
+    from reconciler.devcluster.build import BuildError, ensure_binaries
 
-    helm = any("helm" in getattr(item, "fixturenames", ()) for item in cluster)
-    wanted = cached_binaries().all()
-    if not helm:
-        del wanted["helm"]
-    if all(path.is_file() for path in wanted.values()):
-        return
     reporter = session.config.pluginmanager.get_plugin("terminalreporter")
     capture = session.config.pluginmanager.get_plugin("capturemanager")
 
@@ -240,7 +248,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
     with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
         try:
-            ensure_binaries(say, helm=helm)
+            ensure_binaries(say, helm="helm" in missing)
         except BuildError as exc:
             pytest.exit(f"before the first test: {exc}", returncode=1)
 

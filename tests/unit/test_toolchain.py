@@ -16,6 +16,7 @@ import threading
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from helpers import refused_port
@@ -383,3 +384,30 @@ def test_a_session_without_cluster_tests_builds_nothing(tmp_path: Path) -> None:
     out = _pytest(tmp_path, "tests/cluster/test_helm_chart.py", "-m", "not cluster")
     assert out.returncode == 5, out.stdout[-3000:]  # all deselected, nothing built
     assert "before the first test" not in out.stdout
+
+
+def test_the_binaries_a_session_builds_first(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from conftest import binaries_to_build
+
+    monkeypatch.setenv("RECONCILER_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.delenv("RECONCILER_TEST_KUBECONFIG", raising=False)
+
+    def item(cluster: bool, *fixtures: str) -> SimpleNamespace:
+        marker = SimpleNamespace(name="cluster") if cluster else None
+        return SimpleNamespace(get_closest_marker=lambda name: marker, fixturenames=fixtures)
+
+    everything = set(build.cached_binaries().all())
+    chart, browser, pure = item(True, "helm", "kube"), item(True, "kube"), item(False)
+    assert binaries_to_build([pure]) == set()
+    assert binaries_to_build([pure, browser]) == everything - {"helm"}
+    assert binaries_to_build([browser, chart]) == everything
+    for name, path in build.cached_binaries().all().items():
+        if name != "helm":
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.touch()
+    assert binaries_to_build([browser]) == set()
+    assert binaries_to_build([chart]) == {"helm"}
+    monkeypatch.setenv("RECONCILER_TEST_KUBECONFIG", str(tmp_path / "kubeconfig"))
+    assert binaries_to_build([chart]) == set()
