@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import http.client
 import os
 import platform
 import re
@@ -24,7 +25,6 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
 import urllib.request
 import zipfile
 from collections.abc import Callable
@@ -85,13 +85,18 @@ def go_version(go: Path | str) -> tuple[int, int] | None:
     return parse_version(out.stdout) if out.returncode == 0 else None
 
 
+def _usable(go: Path | str) -> bool:
+    if not Path(go).is_file():
+        return False
+    version = go_version(go)
+    return version is not None and version >= GO_MIN
+
+
 def find_go() -> Path | None:
     """Go >= 1.26: the one on PATH, else the cached toolchain; None when neither is."""
     for candidate in (shutil.which("go"), cached_go()):
-        if candidate and Path(candidate).is_file():
-            version = go_version(candidate)
-            if version is not None and version >= GO_MIN:
-                return Path(candidate)
+        if candidate and _usable(candidate):
+            return Path(candidate)
     return None
 
 
@@ -150,7 +155,7 @@ def _download(url: str, out: Path, timeout: float) -> int:
         for chunk in iter(lambda: response.read(1 << 20), b""):
             written += len(chunk)
             if written > MAX_ZIP_BYTES:
-                raise ToolchainError(f"{url} sent more than {MAX_ZIP_BYTES >> 20} MiB")
+                raise ToolchainError(f"{url} sent more than {MAX_ZIP_BYTES >> 20} MiB: {BY_HAND}")
             sink.write(chunk)
     return written
 
@@ -201,7 +206,7 @@ def fetch_go(
         archive = Path(tmp) / "go.zip"
         try:
             _download(url, archive, timeout)
-        except (urllib.error.URLError, OSError, TimeoutError) as exc:
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError is an OSError
             reason = getattr(exc, "reason", None) or exc
             raise ToolchainError(f"fetching {url} failed ({reason}): {BY_HAND}") from None
         try:
@@ -213,10 +218,15 @@ def fetch_go(
         unpacked = Path(tmp) / "go"
         _extract(archive, f"{module}/", unpacked)
         archive.unlink()
-        if not dest.exists():  # else a concurrent fetch got there first: keep its copy
+        go = dest / "bin" / "go"
+        if dest.exists() and not _usable(go):  # what an interrupted copy left: replace it
+            dest.rename(Path(tmp) / "broken")
+        try:
             unpacked.rename(dest)
-    go = dest / "bin" / "go"
-    if (go_version(go) or (0, 0)) < GO_MIN:
+        except OSError:
+            if not dest.is_dir():  # else a concurrent fetch got there first: keep its copy
+                raise
+    if not _usable(go):
         raise ToolchainError(f"the fetched {go} does not run as Go >= 1.26: {BY_HAND}")
     return go
 

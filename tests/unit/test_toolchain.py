@@ -229,6 +229,19 @@ def test_the_toolchain_is_fetched_into_the_cache_and_found_there(
     assert toolchain.find_go() == go
 
 
+def test_a_broken_cached_toolchain_is_replaced(isolated: Path, proxy: tuple[str, Path]) -> None:
+    """What an interrupted copy left (a go that does not run) is not kept."""
+    url, zip_path = proxy
+    _good_zip(zip_path)
+    broken = toolchain.cached_go()
+    broken.parent.mkdir(parents=True)
+    _put(broken.parent, "go", "#!/bin/sh\nexit 1\n")
+    assert toolchain.find_go() is None
+    go = toolchain.fetch_go(plat=PLAT, proxy=url, expected_h1=toolchain.zip_h1(zip_path))
+    assert go == broken and toolchain.find_go() == go
+    assert (go.parents[1] / "VERSION").is_file()
+
+
 def test_a_zip_whose_hash_is_not_the_pinned_one_is_refused(
     isolated: Path, proxy: tuple[str, Path]
 ) -> None:
