@@ -101,9 +101,8 @@ def _go(progress: Progress) -> Path:
         ) from None
 
 
-def _run_go(args: list[str], cwd: Path, what: str, log: Path, progress: Progress) -> float:
+def _run_go(go: Path, args: list[str], cwd: Path, what: str, log: Path) -> float:
     """Run ``go args`` and return the CPU seconds it and its children used."""
-    go = _go(progress)
     env = go_env(go)
     env.setdefault("CGO_ENABLED", "0")
     env.setdefault("GOFLAGS", "-mod=mod")
@@ -185,9 +184,11 @@ def _build_module(
         shutil.copytree(module, work)
         out = Path(tmp) / "out"
         out.mkdir()
+        go = _go(progress)
         started = time.monotonic()
         progress(f"{name} {version}: building {', '.join(commands)}")
         cpu = _run_go(
+            go,
             [
                 "build",
                 "-p",
@@ -202,7 +203,6 @@ def _build_module(
             work,
             ", ".join(commands),
             log,
-            progress,
         )
         built = _rename_outputs(out, commands)
         wall = time.monotonic() - started
@@ -282,7 +282,7 @@ def _run_plan(
     if not todo:
         return results
     names = [b for s in todo for b in s.binaries]
-    _go(progress)  # before any build starts, and once: the steps then find it
+    _go(progress)  # before any build starts (a fetch is said here), not inside a step
     progress(
         f"to build: {', '.join(names)} (a cold build of all takes 10-20 minutes on 2 cores; "
         f"{_parallel_builds()} at a time; log in {cache_root()}/build-*.log)"

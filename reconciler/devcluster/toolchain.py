@@ -34,8 +34,9 @@ GO_MIN = (1, 26)
 GO_VERSION = "1.26.8"
 DEFAULT_PROXY = "https://proxy.golang.org"
 BY_HAND = "install Go >= 1.26 from https://go.dev/dl and put its bin/ on PATH"
-# The proxy's toolchain zips' h1: hashes (go.sum's form, as sum.golang.org records them).
-# Another version or platform has no pin, so it is never fetched: install Go by hand.
+# The proxy's toolchain zips' h1: hashes (go.sum's form). Another version or platform has
+# no pin, so it is never fetched: install Go by hand. A new GO_VERSION's pins are the "Sum"
+# of `go mod download -json golang.org/toolchain@v0.0.1-go<version>.<platform>`.
 PINNED_H1: dict[tuple[str, str], str] = {
     ("1.26.8", "linux-amd64"): "h1:ZOmGe1OnfREDMIdb1Qi4G9JSuDPBLGExZMQ4nis1RXM=",
     ("1.26.8", "linux-arm64"): "h1:sYL/O6MqS68ML0kjsQ36WoYIpJqkw60TxizWUYUKQMc=",
