@@ -44,6 +44,7 @@ from reconciler.devcluster import build
 from reconciler.devcluster.cluster import free_port
 from reconciler.devcluster.pki import write_self_signed
 from reconciler.devcluster.shape import NodePool
+from reconciler.devcluster.toolchain import ensure_go, go_env
 
 KUEUE_VERSION = "v0.17.0"
 KUEUE_MODULE = Path(__file__).resolve().parent / "kueue"
@@ -68,13 +69,14 @@ def ensure_kueue(progress: Callable[[str], None] = m.say) -> Path:
 
 def kueue_source() -> Path:
     """Kueue's module directory in the Go module cache (its CRDs are there)."""
+    go = ensure_go()
     out = subprocess.run(
-        ["go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue"],
+        [str(go), "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/kueue"],
         cwd=KUEUE_MODULE,
         capture_output=True,
         text=True,
         check=True,
-        env=dict(os.environ, GOFLAGS="-mod=mod"),
+        env=go_env(go) | {"GOFLAGS": "-mod=mod"},
     )
     return Path(out.stdout.strip())
 

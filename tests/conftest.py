@@ -1,9 +1,11 @@
 """Shared fixtures. Cluster tests (marked ``cluster``) run against a real control plane:
 ``$RECONCILER_TEST_KUBECONFIG`` when set (kind, minikube, any cluster), otherwise a dev
-cluster started for the session and stopped after it."""
+cluster started for the session and stopped after it, its binaries built before the first
+test (``pytest_collection_finish``)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator
@@ -203,6 +205,52 @@ def template_remote(tmp_path: Path) -> Path:
     bare = tmp_path / "remote.git"
     git(tmp_path, "clone", "-q", "--bare", str(work), str(bare))
     return bare
+
+
+# --- before the first test: the dev cluster's binaries -------------------------------------
+
+
+def binaries_to_build(items: list[Any]) -> set[str]:
+    """The dev cluster's binaries that ``items`` need and the cache lacks: none unless a
+    test runs on the dev cluster; helm only if a test uses the ``helm`` fixture."""
+    if os.environ.get("RECONCILER_TEST_KUBECONFIG"):
+        return set()
+    cluster = [item for item in items if item.get_closest_marker("cluster")]
+    if not cluster:
+        return set()
+    from reconciler.devcluster.build import cached_binaries
+
+    wanted = cached_binaries().all()
+    if not any("helm" in getattr(item, "fixturenames", ()) for item in cluster):
+        del wanted["helm"]
+    return {name for name, path in wanted.items() if not path.is_file()}
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Build the dev cluster's binaries (and helm, when a collected test uses it) before the
+    first test, when a collected test runs on the dev cluster and one is missing: a cold
+    build takes 10-20 minutes on 2 cores, longer than a test's timeout, and the README's
+    test command runs no build before pytest. A build that fails stops the run, with why."""
+    missing = set() if session.config.option.collectonly else binaries_to_build(session.items)
+    if not missing:
+        return
+    from reconciler.devcluster.build import BuildError, ensure_binaries
+
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    capture = session.config.pluginmanager.get_plugin("capturemanager")
+
+    def say(line: str) -> None:
+        text = f"[dev-cluster build] {line}"
+        if reporter is not None:
+            reporter.write_line(text)
+        else:
+            print(text, flush=True)
+
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        try:
+            ensure_binaries(say, helm="helm" in missing)
+        except BuildError as exc:
+            pytest.exit(f"before the first test: {exc}", returncode=1)
 
 
 # --- the end of the test process ----------------------------------------------------------

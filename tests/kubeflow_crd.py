@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import tempfile
 import zipfile
@@ -16,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from reconciler.devcluster.toolchain import find_go, go_env
 
 MODULE = "github.com/kubeflow/training-operator"
 VERSION = "v1.8.1"
@@ -32,13 +33,14 @@ def cache_file() -> Path:
 
 
 def _download() -> bytes:
-    go = shutil.which("go")
+    go = find_go()
     if go is None:
-        raise CrdUnavailable("the go tool is not installed (it fetches the CRD's module)")
+        raise CrdUnavailable("no Go >= 1.26 (it fetches the CRD's module): run scripts/bootstrap")
     with tempfile.TemporaryDirectory(prefix="kubeflow-crd-") as tmp:
         init = subprocess.run(
             [go, "mod", "init", "example.invalid/crdfetch"],
             cwd=tmp,
+            env=go_env(go),
             capture_output=True,
             text=True,
             timeout=60,
@@ -49,6 +51,7 @@ def _download() -> bytes:
             got = subprocess.run(
                 [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
                 cwd=tmp,
+                env=go_env(go),
                 capture_output=True,
                 text=True,
                 timeout=300,

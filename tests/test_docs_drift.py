@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import json
 import re
+import subprocess
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -276,3 +277,67 @@ def test_the_policy_and_rbac_docs_list_every_governed_field_and_knob(
     knobs = sorted(str(info.alias) for info in Policy.model_fields.values())
     missing += [f"policy.{k}" for k in knobs if f"`policy.{k}`" not in section]
     assert missing == [], f"docs/{doc} does not name {missing}"
+
+
+# --- the README's commands, as CI runs them (issue 34) -------------------------------------
+
+CI_RUN = ROOT / ".ci" / "run"
+# how .ci/run takes the test command out of README.md, and runs it
+CI_EXTRACT = re.compile(r"""^TEST_CMD=\$\((sed -n '([^']*)' README\.md)\)$""", re.M)
+
+
+def _readme_command(marker: str) -> str:
+    """What ``sed -n '/<!-- marker -->/{n;n;p;}'`` prints (the line after the ```bash fence
+    below the marker), once the block is checked to be one fenced line."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    at = [i for i, line in enumerate(lines) if f"<!-- {marker} -->" in line]
+    assert len(at) == 1, f"README.md has {len(at)} <!-- {marker} --> markers, not 1"
+    i = at[0]
+    assert lines[i + 1 : i + 4 : 2] == ["```bash", "```"], f"{marker}: not one fenced line"
+    return lines[i + 2]
+
+
+def _parts(command: str) -> list[str]:
+    return [part.strip() for part in command.split("&&")]
+
+
+def test_ci_runs_the_readme_test_command_as_it_is_written() -> None:
+    ci = CI_RUN.read_text(encoding="utf-8")
+    found = CI_EXTRACT.search(ci)
+    assert found, ".ci/run no longer takes TEST_CMD from README.md with sed"
+    assert found.group(2) == "/<!-- test-command -->/{n;n;p;}"
+    sed = subprocess.run(
+        ["bash", "-c", found.group(1)], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    assert sed.stdout == _readme_command("test-command") + "\n"
+    assert '\nbash -c "$TEST_CMD"\n' in ci
+
+
+def test_ci_does_no_set_up_the_readme_test_command_lacks() -> None:
+    """CI installs and builds nothing before the README's command but the linters' venv,
+    with the README's own install: a set-up step of CI's own would hide a README that
+    no longer passes alone."""
+    lines = CI_RUN.read_text(encoding="utf-8").splitlines()
+    ci = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+    for setup in ("apt-get", "scripts/bootstrap ", "proxy.golang.org", "dev-cluster build"):
+        assert setup not in ci, f".ci/run does {setup!r} itself: the README's command must"
+    assert not re.search(r"^\s*export (PATH|GOTOOLCHAIN|GO)", ci, flags=re.M)
+    installs = re.findall(r"pip install (?:-q )?(-e \S+)", ci)
+    readme_install = _parts(_readme_command("test-command"))[1]
+    assert installs == [readme_install.split("pip install ", 1)[1]]
+
+
+def test_the_readme_test_command_sets_up_then_runs_every_test() -> None:
+    bootstrap, install, run = _parts(_readme_command("test-command"))
+    assert bootstrap == "bash scripts/bootstrap" and (ROOT / "scripts/bootstrap").is_file()
+    assert install == "python3 -m pip install -e '.[dev]'"
+    assert run == "python3 -m pytest"  # no -m, -k or path: nothing left out
+
+
+def test_the_readme_run_command_is_the_demo_the_tests_run() -> None:
+    install, run = _parts(_readme_command("run-command"))
+    assert install == "python3 -m pip install -e ."  # a subset of the test command's
+    assert run == "reconciler demo"
+    assert run in _command_options()
+    demo_test = (ROOT / "tests/cluster/test_reconciler.py").read_text(encoding="utf-8")
+    assert '"-m",\n            "reconciler",\n            "demo",' in demo_test

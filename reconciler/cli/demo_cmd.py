@@ -207,7 +207,7 @@ def demo(
             cluster.up(progress=say.line, build_status=lambda now: say.status(now.line()))
         apply_prerequisites(connect(cluster.kubeconfig))
     except (BuildError, DevClusterError, KubeError, ApiException) as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False)
+        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(1)
 
     wake = Wakeup()  # a Job that ends dispatches the next at once

@@ -11,6 +11,8 @@ built after Kubernetes compiles little more than its own packages.
 
 The four Kubernetes commands build in one ``go build`` (their links overlap the compiles),
 and independent modules build side by side when memory allows (:func:`_parallel_builds`).
+Go is the one :mod:`reconciler.devcluster.toolchain` finds, or fetches before the first
+build starts.
 """
 
 from __future__ import annotations
@@ -25,6 +27,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from reconciler.devcluster.toolchain import ToolchainError, ensure_go, go_env
+from reconciler.devcluster.toolchain import cache_root as cache_root
 
 KUBERNETES_VERSION = "v1.36.3"
 ETCD_VERSION = "v3.6.16"
@@ -63,14 +68,6 @@ class Binaries:
         }
 
 
-def cache_root() -> Path:
-    override = os.environ.get("RECONCILER_CACHE_DIR")
-    if override:
-        return Path(override)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "reconciler"
-
-
 def _module_key(module: Path) -> str:
     digest = hashlib.sha256()
     for name in sorted(p.name for p in module.iterdir() if p.is_file()):
@@ -92,26 +89,28 @@ def _k8s_ldflags() -> str:
     return " ".join(flags)
 
 
-def _go() -> str:
-    go = shutil.which("go")
-    if not go:
+def _go(progress: Progress) -> Path:
+    """Go >= 1.26 from PATH or the cache, fetched from the module proxy when missing
+    (:func:`reconciler.devcluster.toolchain.ensure_go`)."""
+    try:
+        return ensure_go(progress)
+    except ToolchainError as exc:
         raise BuildError(
-            "the dev cluster is built from Go modules and needs Go >= 1.26 on PATH "
-            "(https://go.dev/dl); or point RECONCILER_TEST_KUBECONFIG at an existing cluster"
-        )
-    return go
+            f"the dev cluster is built from Go modules: {exc}; or point "
+            "RECONCILER_TEST_KUBECONFIG at an existing cluster"
+        ) from None
 
 
-def _run_go(args: list[str], cwd: Path, what: str, log: Path) -> float:
+def _run_go(go: Path, args: list[str], cwd: Path, what: str, log: Path) -> float:
     """Run ``go args`` and return the CPU seconds it and its children used."""
-    env = dict(os.environ)
+    env = go_env(go)
     env.setdefault("CGO_ENABLED", "0")
     env.setdefault("GOFLAGS", "-mod=mod")
     with log.open("ab") as out:
         out.write(f"\n$ go {' '.join(args)}\n".encode())
         out.flush()
         proc = subprocess.Popen(
-            [_go(), *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
+            [str(go), *args], cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT
         )
         # wait4 gives this child's rusage, its reaped children (compile, link) included
         _pid, status, usage = os.wait4(proc.pid, 0)
@@ -185,9 +184,11 @@ def _build_module(
         shutil.copytree(module, work)
         out = Path(tmp) / "out"
         out.mkdir()
+        go = _go(progress)
         started = time.monotonic()
         progress(f"{name} {version}: building {', '.join(commands)}")
         cpu = _run_go(
+            go,
             [
                 "build",
                 "-p",
@@ -281,6 +282,7 @@ def _run_plan(
     if not todo:
         return results
     names = [b for s in todo for b in s.binaries]
+    _go(progress)  # before any build starts (a fetch is said here), not inside a step
     progress(
         f"to build: {', '.join(names)} (a cold build of all takes 10-20 minutes on 2 cores; "
         f"{_parallel_builds()} at a time; log in {cache_root()}/build-*.log)"

@@ -56,7 +56,10 @@ def test_queue_pages_in_chromium(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     if shutil.which(CHROMIUM) is None:
-        pytest.fail(f"{CHROMIUM} is missing: apt-get install chromium (see .ci/run)")
+        pytest.fail(
+            f"{CHROMIUM} is missing: scripts/bootstrap installs it "
+            "(the README's test command runs it first)"
+        )
     make_long_running(config_repo, "*")
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -174,7 +174,9 @@ def test_cached_binaries_are_where_the_build_puts_them_and_are_not_rebuilt(
     for path in where.all().values():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(b"")
-    monkeypatch.setattr(build, "_go", lambda: pytest.fail("go must not run for a cached binary"))
+    monkeypatch.setattr(
+        build, "_go", lambda progress: pytest.fail("go must not run for a cached binary")
+    )
     messages: list[str] = []
     assert build.ensure_binaries(progress=messages.append) == where
     assert any(m.startswith(f"helm {build.HELM_VERSION}: cached") for m in messages)

@@ -1,20 +1,23 @@
 """The kwok and helm wrapper modules share the Kubernetes wrapper's dependency versions, so the Go
 build cache compiles ``k8s.io/*`` and their dependencies once for both (docs/dev-cluster.md,
-"What is built"). Reads the module graphs with ``go list`` (no build); needs Go on PATH."""
+"What is built"). Reads the module graphs with ``go list`` (no build); needs Go >= 1.26 on PATH
+or in the cache (scripts/bootstrap fetches it)."""
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from reconciler.devcluster import build
+from reconciler.devcluster.toolchain import find_go, go_env
 
-pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="needs Go on PATH")
+GO = find_go()
+pytestmark = pytest.mark.skipif(
+    GO is None, reason="needs Go >= 1.26 on PATH or in the cache: run scripts/bootstrap"
+)
 
 # kwok's otelrestful v0.69.0 imports otel/semconv/v1.41.0, which go/k8s's otel v1.41.0
 # does not have: kwok keeps its own otel (go/kwok/go.mod says so)
@@ -23,9 +26,10 @@ KWOK_OWN = ("go.opentelemetry.io/otel",)
 
 def _modules(module: Path, *packages: str) -> dict[str, str]:
     """module path -> version (after replace) of every package the packages build from."""
-    env = dict(os.environ, GOFLAGS="-mod=mod", CGO_ENABLED="0")
+    assert GO is not None
+    env = go_env(GO) | {"GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"}
     out = subprocess.run(
-        ["go", "list", "-deps", "-json=Module,Standard", *packages],
+        [str(GO), "list", "-deps", "-json=Module,Standard", *packages],
         cwd=module,
         env=env,
         capture_output=True,

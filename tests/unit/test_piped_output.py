@@ -82,6 +82,12 @@ def test_progress_on_a_terminal_keeps_the_status_on_one_line() -> None:
 # --- the build plan ------------------------------------------------------------------------
 
 
+@pytest.fixture(autouse=True)
+def no_real_go(monkeypatch: pytest.MonkeyPatch) -> None:
+    """FakeGo stands for every go command: the build neither looks for Go nor fetches it."""
+    monkeypatch.setattr(build, "_go", lambda progress: Path("/nonexistent/go"))
+
+
 class FakeGo:
     """Stands for ``go``: writes the binaries a ``go build -o dir/`` would and records what
     ran, at once or side by side."""
@@ -95,6 +101,7 @@ class FakeGo:
 
     def __call__(
         self,
+        go: Path,
         args: list[str],
         cwd: Path,
         what: str,
@@ -160,7 +167,7 @@ def test_a_failed_step_stops_the_plan_and_says_which(
     monkeypatch.setenv("RECONCILER_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("RECONCILER_BUILD_JOBS", "1")
 
-    def failing(args: list[str], cwd: Path, what: str, log: Path) -> float:
+    def failing(go: Path, args: list[str], cwd: Path, what: str, log: Path) -> float:
         raise build.BuildError(f"building {what} failed (see {log}):\nno space left")
 
     monkeypatch.setattr(build, "_run_go", failing)
