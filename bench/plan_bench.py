@@ -1,8 +1,11 @@
 """Benchmark plan_dispatch: 1,000 queues with 10k queued + 1k active operations, then
 100k queued + 10k active, then the same 100k with 10% of the operations distributed (2, 4
-or 8 replicas, all or nothing) and a fifth of the queues limited by ``maxPods``, measured
-side by side in one run. Prints the plan time of each and, last, the ratios 100k/10k
-(goal: <= 1 s at 100k, ratio <= 12) and distributed/plain at 100k.
+or 8 replicas, all or nothing) and a fifth of the queues limited by ``maxPods``, then the
+same 100k with every queue's quota given as 3 flavors (h100, a100, l4: the same totals,
+split; 10% of the operations pinned to one GPU product by nodeSelector), measured side by
+side in one run. Prints the plan time of each and, last, the ratios 100k/10k (goal: <= 1 s
+at 100k, ratio <= 12), distributed/plain at 100k and 3 flavors/plain at 100k in CPU (goal:
+<= 1.5, issue 26).
 
     PYTHONPATH=$PWD python bench/plan_bench.py [--repeat 3]
 """
@@ -13,6 +16,7 @@ import argparse
 import os
 import random
 import time
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -22,15 +26,26 @@ from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
     Distributed,
+    FlavorSpec,
     ObservedOperation,
     OrgSettings,
     Phase,
+    QueueFlavor,
     QueueSpec,
     QueueStrategy,
     RunKind,
     WorkflowRef,
 )
 
+PRODUCTS = {
+    "h100": "NVIDIA-H100-80GB-HBM3",
+    "a100": "NVIDIA-A100-SXM4-80GB",
+    "l4": "NVIDIA-L4",
+}
+FLAVORS = {
+    name: FlavorSpec(name, {"nvidia.com/gpu.product": product})
+    for name, product in PRODUCTS.items()
+}
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 T0 = datetime(2025, 1, 1, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -63,6 +78,10 @@ def build(queued: int, active: int, queues: int = 1000, seed: int = 7, distribut
             max_pods=grng.choice([16, 32, 64]) if distributed and i % 5 == 1 else None,
         )
     names = list(qs)
+    pins = [
+        {"run": {"environment": {"nodeSelector": {"nvidia.com/gpu.product": product}}}}
+        for product in PRODUCTS.values()
+    ]
     ops: list[CompiledOperation] = []
     observed: list[ObservedOperation] = []
     total = queued + active
@@ -100,7 +119,9 @@ def build(queued: int, active: int, queues: int = 1000, seed: int = 7, distribut
                     cluster=q.cluster,
                     namespace=project,
                     kind=RunKind.JOB,
-                    spec={},
+                    # one in ten pinned to a GPU product (a second stream: the rest is the
+                    # same world)
+                    spec=pins[grng.randrange(len(pins))] if grng.random() < 0.1 else {},
                     requests=total_requests,
                     is_approved=rng.random() > 0.01,
                     workflow=None
@@ -117,14 +138,31 @@ def build(queued: int, active: int, queues: int = 1000, seed: int = 7, distribut
     return ops, qs, clusters, observed
 
 
+def three_flavors(spec: QueueSpec) -> QueueSpec:
+    """The queue with its quota split over h100, a100 and l4 (the same totals)."""
+    parts: list[dict[str, Decimal]] = [{}, {}, {}]
+    for r, total in spec.quota.items():
+        third = (total / 3).to_integral_value() if r == GPU else total / 3
+        parts[0][r], parts[1][r], parts[2][r] = third, third, total - 2 * third
+    return replace(
+        spec,
+        quota={},
+        flavors=tuple(QueueFlavor(n, q) for n, q in zip(PRODUCTS, parts, strict=True)),
+    )
+
+
 def measure(
-    queued: int, active: int, repeat: int, distributed: float = 0.0
+    queued: int, active: int, repeat: int, distributed: float = 0.0, flavors: bool = False
 ) -> tuple[float, float, float, int, int]:
     ops, qs, clusters, observed = build(queued, active, distributed=distributed)
+    if flavors:
+        qs = {n: three_flavors(q) for n, q in qs.items()}
     best = render = cpu = float("inf")
     for _ in range(repeat):
         t, c = time.perf_counter(), time.process_time()
-        plan = plan_dispatch(ops, qs, clusters, observed, OrgSettings(), NOW)
+        plan = plan_dispatch(
+            ops, qs, clusters, observed, OrgSettings(), NOW, flavors=FLAVORS if flavors else None
+        )
         best = min(best, time.perf_counter() - t)
         cpu = min(cpu, time.process_time() - c)
         t = time.perf_counter()
@@ -140,10 +178,12 @@ def main() -> None:
     small = measure(10_000, 1_000, args.repeat)
     large = measure(100_000, 10_000, args.repeat)
     gangs = measure(100_000, 10_000, args.repeat, distributed=0.1)
+    flavored = measure(100_000, 10_000, args.repeat, flavors=True)
     for label, (plan_s, cpu_s, json_s, nd, np) in (
         ("10k", small),
         ("100k", large),
         ("100k, 10% distributed", gangs),
+        ("100k, 3 flavors per queue", flavored),
     ):
         print(
             f"{label:>5} queued: plan {plan_s * 1000:7.1f} ms wall, {cpu_s * 1000:7.1f} ms CPU"
@@ -152,6 +192,7 @@ def main() -> None:
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print(f"ratio 100k/10k: {large[0] / small[0]:.2f}")
     print(f"ratio distributed/plain at 100k: {gangs[0] / large[0]:.2f}")
+    print(f"ratio 3 flavors/plain at 100k, CPU: {flavored[1] / large[1]:.2f}")
 
 
 if __name__ == "__main__":

@@ -274,7 +274,13 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
         block: BlockedBy
         if reason is quota_r:
             if isinstance(detail[0], tuple):  # with flavors: each flavor tried
-                block = FlavorsQuotaBlock(name, tuple(quota_block(d, op.replicas) for d in detail))
+                key = (detail, op.replicas)
+                cached = shared.get(key)
+                if cached is None:
+                    cached = shared[key] = FlavorsQuotaBlock(
+                        name, tuple(quota_block(d, op.replicas) for d in detail)
+                    )
+                block = cached
             else:
                 block = quota_block(detail, op.replicas)
         elif reason is no_flavor_r:
@@ -345,22 +351,29 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
         elif reason is upstream_r:
             block = UpstreamFailedBlock(detail)
         elif reason is exceeds_r:
-            over = detail
-            block = ExceedsQuotaBlock(
-                name,
-                tuple(
-                    Shortfall(PODS, Decimal(op.replicas), Decimal(spec.max_pods or 0), op.replicas)
-                    if i < 0
-                    else Shortfall(
-                        q.resources[i],
-                        to_decimal(_units(op.requests, q.resources[i])),
-                        to_decimal(q.quota[i]),
-                        op.replicas,
-                        q.slot_flavor[i],
-                    )
-                    for i in over
-                ),
-            )
+            # shared by the entries over the same limits by the same amounts
+            wants = tuple(_units(op.requests, q.resources[i]) if i >= 0 else 0 for i in detail)
+            key = (reason, tuple(detail), wants, op.replicas)
+            cached = shared.get(key)
+            if cached is None:
+                cached = shared[key] = ExceedsQuotaBlock(
+                    name,
+                    tuple(
+                        Shortfall(
+                            PODS, Decimal(op.replicas), Decimal(spec.max_pods or 0), op.replicas
+                        )
+                        if i < 0
+                        else Shortfall(
+                            q.resources[i],
+                            to_decimal(want),
+                            to_decimal(q.quota[i]),
+                            op.replicas,
+                            q.slot_flavor[i],
+                        )
+                        for i, want in zip(detail, wants, strict=True)
+                    ),
+                )
+            block = cached
         else:  # workflow or cluster concurrency: detail is the counter
             counter: Counter = detail
             scope = "workflow" if reason is workflow_r else "cluster"

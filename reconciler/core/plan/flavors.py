@@ -54,27 +54,48 @@ def contradiction(labels: Mapping[str, str], placement: Placement) -> str | None
 
 
 def _pinned(spec: Mapping[str, Any]) -> bool:
-    """Whether the spec has a nodeSelector or node affinity at all (most have neither)."""
-    run = spec.get("run")
-    env = run.get("environment") if isinstance(run, Mapping) else None
-    return isinstance(env, Mapping) and bool(env.get("nodeSelector") or env.get("affinity"))
+    """Whether the spec has a nodeSelector or node affinity at all (most have neither).
+    Asked once per candidate: duck-typed, as an ABC ``isinstance`` costs more than the
+    rest of it."""
+    try:
+        env = spec["run"]["environment"]
+        return bool(env.get("nodeSelector") or env.get("affinity"))
+    except (KeyError, TypeError, AttributeError):
+        return False
 
 
 class EligibleFlavors:
     """The flavors (their numbers, in order) an operation may use, memoised per placement:
     an operation with no nodeSelector and no affinity may use all of them."""
 
-    __slots__ = ("_all", "_by_placement", "_flavors")
+    __slots__ = ("_all", "_by_placement", "_by_selector", "_flavors")
 
     def __init__(self, flavors: tuple[FlavorSlots, ...]) -> None:
         self._flavors = flavors
         self._all = tuple(range(len(flavors)))
         self._by_placement: dict[Placement, tuple[int, ...]] = {}
+        self._by_selector: dict[tuple[tuple[str, str], ...], tuple[int, ...]] = {}
 
     def __call__(self, op: CompiledOperation) -> tuple[int, ...]:
-        if not self._flavors or not _pinned(op.spec):
+        """Asked once per candidate: the common cases (no pins; a nodeSelector alone) are
+        memoised on the selector's items, without building a placement."""
+        try:
+            env = op.spec["run"]["environment"]
+            selector = env.get("nodeSelector")
+            affinity = env.get("affinity")
+        except (KeyError, TypeError, AttributeError):
             return self._all
-        placement = placement_of(op.spec)
+        if not (selector or affinity) or not self._flavors:
+            return self._all
+        if affinity:
+            return self._of(placement_of(op.spec))
+        key = tuple(selector.items())
+        got = self._by_selector.get(key)
+        if got is None:
+            got = self._by_selector[key] = self._of(placement_of(op.spec))
+        return got
+
+    def _of(self, placement: Placement) -> tuple[int, ...]:
         got = self._by_placement.get(placement)
         if got is None:
             got = self._by_placement[placement] = tuple(
@@ -147,13 +168,18 @@ def flavors_exceeded(
         return [-1]
     get = op.requests.get
     limits = q.limits
+    for k in eligible:
+        span = q.flavors[k]
+        for i in range(span.lo, span.hi):
+            v = get(limits[i][0])
+            if v is not None and v > limits[i][1]:
+                break
+        else:
+            return None  # this flavor has room for it alone
     over: list[int] = []
     for k in eligible:
         span = q.flavors[k]
-        short = [i for i in range(span.lo, span.hi) if (get(limits[i][0]) or 0) > limits[i][1]]
-        if not short:
-            return None
-        over.extend(short)
+        over.extend(i for i in range(span.lo, span.hi) if (get(limits[i][0]) or 0) > limits[i][1])
     return over
 
 

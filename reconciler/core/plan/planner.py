@@ -555,6 +555,8 @@ def admit(
         qname = spec.name
         budget = q.budget
         flavors = q.flavors
+        # per flavor: (resource, quota plus what may be borrowed) for check 4
+        flavor_limits = [limits[f.lo : f.hi] for f in flavors]
         for cand in cands:
             oid = cand[4]
             op = cand[5]
@@ -577,9 +579,19 @@ def admit(
                 if not eligible:
                     pend((oid, op, no_flavor_r, None))
                     continue
-                over = flavors_exceeded(q, op, eligible)
-                if over is not None:
-                    pend((oid, op, exceeds_r, over))
+                get = op.requests.get
+                for k in eligible:  # some flavor has room for it alone (flavors_exceeded)
+                    for r, limit in flavor_limits[k]:
+                        v = get(r)
+                        if v is not None and v > limit:
+                            break
+                    else:
+                        break
+                else:
+                    pend((oid, op, exceeds_r, flavors_exceeded(q, op, eligible)))
+                    continue
+                if max_pods is not None and op.replicas > max_pods:
+                    pend((oid, op, exceeds_r, [-1]))
                     continue
             elif max_pods is not None and op.replicas > max_pods:
                 get = op.requests.get
@@ -621,7 +633,31 @@ def admit(
             # cohort's member: its own quota with what it lent counted, else deferred to 4b.
             # With flavors: the first eligible flavor that fits (flavors.py), or it waits
             flavor = -1
-            if flavors:
+            if flavors and cohort is None:
+                # the first eligible flavor with room (fit_flavor, inline: once per candidate)
+                short_of = None
+                for k in eligible:
+                    span = flavors[k]
+                    for i in range(span.lo, span.hi):
+                        v = get(resources[i])
+                        if v and used[i] + (amount := units(v)) > quota[i]:
+                            if short_of is None:
+                                short_of = [(i, amount)]
+                            else:
+                                short_of.append((i, amount))
+                            break
+                    else:
+                        flavor = k
+                        break
+                else:
+                    assert short_of is not None
+                    detail = short_of[0] if len(short_of) == 1 else tuple(short_of)
+                    pend((oid, op, quota_r, detail))
+                    if strict:
+                        head = (oid, quota_r)
+                    continue
+                req = q.request(op.requests, flavor)
+            elif flavors:
                 fit = fit_flavor(q, op, eligible)
                 if fit[0] < 0:
                     verdict = fit[1]

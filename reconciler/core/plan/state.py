@@ -151,9 +151,10 @@ class QueueState:
             return tuple(out)
         span = self.flavors[flavor]
         units = [0] * len(self.resources)
+        resources = self.resources
         for i in range(span.lo, span.hi):
-            v = get(self.resources[i])
-            if v is not None:
+            v = get(resources[i])
+            if v:
                 units[i] = request_units(v)
         return tuple(units)
 
