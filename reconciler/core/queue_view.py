@@ -33,7 +33,7 @@ from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.explain import ProvenanceRow, provenance_rows
 from reconciler.core.load import parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import Admit, BudgetSummary, Pending, Plan
+from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.status import (
@@ -556,6 +556,7 @@ class ActiveOp(ApiModel):
     dispatched_at: str | None
     started_at: str | None
     requests: str
+    flavor: OmitEmpty[str | None] = None  # the flavor it holds quota in (a queue with flavors)
 
 
 class PendingOp(ApiModel):
@@ -715,6 +716,7 @@ def build_queue_detail(
             dispatched_at=s.dispatched_at,
             started_at=s.started_at,
             requests=requests_text(s.requests),
+            flavor=s.flavor,
         )
         for _, s in sorted(states.items())
         if s.queue == name and s.phase.active
@@ -800,6 +802,8 @@ class OperationDetail(ApiModel):
     spec: JsonObject | None = None
     children: Items[str] = ()  # a workflow parent's children
     parent: str | None = None  # a workflow child's parent
+    # the flavor its run holds quota in, or the plan assigns it (a queue with flavors)
+    flavor: OmitEmpty[str | None] = None
 
 
 def phase_history(
@@ -923,6 +927,7 @@ def build_operation_detail(
             node=state.node,
             outputs=state.outputs,
             config_commit=state.config_commit or repo.version,
+            flavor=state.flavor,
         )
     if rejected is not None:  # what its status record says, with a workload or not
         fields.update(reason=str(rejected.reason), message=rejected_message(rejected))
@@ -945,15 +950,16 @@ def build_operation_detail(
             estimate=estimates.json_of(op_id),
         )
     elif state is None and (chosen := _dispatched_to(plan, op_id)) is not None:
-        fields.update(cluster=chosen)  # a fleet queue's: the cluster check 10 chose
+        # a fleet queue's: the cluster check 10 chose; a queue with flavors': the flavor
+        fields.update(cluster=chosen.cluster, flavor=chosen.flavor)
         if not applied:
             fields.update(message="the plan dispatches it next (not created yet)")
     return _replace(base, fields)
 
 
-def _dispatched_to(plan: Plan, op_id: str) -> str | None:
-    """The cluster the plan dispatches ``op_id`` to; None when it does not dispatch it."""
-    return next((d.cluster for d in plan.dispatch if d.operation == op_id), None)
+def _dispatched_to(plan: Plan, op_id: str) -> Dispatch | None:
+    """The plan's dispatch of ``op_id``; None when it does not dispatch it."""
+    return next((d for d in plan.dispatch if d.operation == op_id), None)
 
 
 def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDetail:

@@ -274,7 +274,8 @@ def queue_main(d: QueueDetail) -> str:
             f'<td>{esc(a.phase)}</td><td class=reason title="{esc(a.message)}">'
             f"{esc(a.reason or '')}</td><td><code>{esc(a.cluster)}/{esc(a.namespace)}/"
             f"{esc(a.workload)}</code></td><td>{esc(a.node or '')}</td>"
-            f"<td>{esc(a.requests)}</td><td>{esc(a.dispatched_at or '')}</td></tr>"
+            f"<td>{esc(a.requests)}{esc(f' in {a.flavor}' if a.flavor else '')}</td>"
+            f"<td>{esc(a.dispatched_at or '')}</td></tr>"
             for a in d.active
         ),
         "no active operations",
@@ -355,6 +356,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("File", f"<code>{esc(printable_path(d.path))}</code>" if d.path else ""),
         ("Queue", queue),
         ("Cluster", esc(d.cluster)),
+        ("Flavor", esc(d.flavor or "")),
         ("Workload", f"<code>{workload}</code>" if d.workload else ""),
         ("Pod", f"<code>{esc(d.pod)}</code>" if d.pod else ""),
         ("Node", esc(d.node)),

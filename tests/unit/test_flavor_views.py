@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime
+from decimal import Decimal
 
 from builders import World
 
@@ -159,7 +160,7 @@ def test_the_web_pages_show_a_bar_per_flavor() -> None:
 
 def test_a_flavored_queues_settings_list_each_flavor() -> None:
     w = cohort_world()
-    w.set_queue("team-a", fair_weight=__import__("decimal").Decimal(3))
+    w.set_queue("team-a", fair_weight=Decimal(3))
     settings = {s.key: s.value for s in queue_settings(w.repo().queues["team-a"])}
     assert settings["flavors"] == "h100, a100"
     assert settings["flavors.a100.quota.nvidia.com/gpu"] == "1"
@@ -178,3 +179,38 @@ def test_a_running_flavored_run_counts_in_its_flavor() -> None:
     b = view.row("team-b")
     assert b is not None
     assert [(f.name, f.quotas[0].used) for f in b.flavors] == [("h100", 0), ("a100", 1)]
+
+
+def test_an_operation_and_an_active_run_name_their_flavor() -> None:
+    from reconciler.core.observe import WorkloadState
+    from reconciler.core.queue_view import build_operation_detail
+    from reconciler.core.web_html import operation_main
+
+    repo, plan = planned()
+    # planned, not created yet (read-only): the flavor the plan assigns
+    detail = build_operation_detail(repo, plan, {}, "vision/big", applied=False)
+    assert detail is not None and detail.flavor == "a100"
+    assert detail.to_json()["flavor"] == "a100"
+    assert "<dt>Flavor</dt><dd>a100</dd>" in operation_main(detail)
+    plain = build_operation_detail(repo, plan, {}, "vision/plain", applied=False)
+    assert plain is not None and "flavor" not in plain.to_json()
+    state = WorkloadState(
+        operation="vision/small",
+        generation=1,
+        cluster="local",
+        namespace="vision",
+        name="vision-small-g1",
+        uid="u",
+        phase=Phase.RUNNING,
+        queue="team-b",
+        requests={GPU: Decimal(1)},
+        flavor="h100",
+    )
+    states = {"vision/small": state}
+    running = build_operation_detail(repo, plan, states, "vision/small", applied=True)
+    assert running is not None and running.flavor == "h100"
+    queue = build_queue_detail(repo, plan, states, "team-b", applied=True)
+    assert queue is not None
+    (active,) = queue.active
+    assert active.flavor == "h100" and active.to_json()["flavor"] == "h100"
+    assert "nvidia.com/gpu=1 in h100" in queue_main(queue)
