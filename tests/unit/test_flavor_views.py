@@ -214,3 +214,26 @@ def test_an_operation_and_an_active_run_name_their_flavor() -> None:
     (active,) = queue.active
     assert active.flavor == "h100" and active.to_json()["flavor"] == "h100"
     assert "nvidia.com/gpu=1 in h100" in queue_main(queue)
+
+
+def test_each_flavor_setting_has_its_line_in_the_queue_file() -> None:
+    source = b"""kind: Queue
+name: team-a
+cluster: local
+flavors:
+  - name: h100
+    quota:
+      nvidia.com/gpu: 1
+  - name: a100
+    quota:
+      nvidia.com/gpu: 1
+    borrowingLimit:
+      nvidia.com/gpu: 2
+cohort: pool
+"""
+    spec = cohort_world().repo().queues["team-a"]
+    lines = {s.key: s.line for s in queue_settings(spec, source)}
+    assert lines["flavors"] == 4
+    assert lines["flavors.h100.quota.nvidia.com/gpu"] == 7
+    assert lines["flavors.a100.quota.nvidia.com/gpu"] == 10
+    assert lines["flavors.a100.borrowingLimit.nvidia.com/gpu"] == 12
