@@ -170,3 +170,82 @@ def test_a_value_cannot_leave_its_code_span_in_the_pr_comment() -> None:
     assert "| `image` | `busybox` | ``evil` <img src=x> @org/team `C:\\tmp`` |" in md
     diff = run(world("busybox"), world("`a|b`"))
     assert "| `image` | `busybox` | `` `a\\|b` `` |" in diff_to_markdown(diff)
+
+
+# --- flavors ------------------------------------------------------------------------------
+
+
+def flavored(*order: tuple[str, int], borrow_a100: int = 0) -> World:
+    """team-a with quota per flavor in ``order``, three 1-GPU operations."""
+    w = World().cohort("pool", "2h").queue("team-a", cohort="pool")
+    w.flavored(
+        "team-a",
+        *((name, {"gpu": gpu}) for name, gpu in order),
+        borrowing_limit={"a100": {"gpu": borrow_a100}} if borrow_a100 else {},
+    )
+    w.ops("vision/train-{}", 3, queue="team-a", gpu=1)
+    return w
+
+
+def test_reordering_a_queues_flavors_moves_its_dispatches_to_another_flavor() -> None:
+    diff = run(flavored(("h100", 2), ("a100", 4)), flavored(("a100", 4), ("h100", 2)))
+    assert diff.has_changes
+    (q,) = diff.queues
+    assert [(f.path, f.before, f.after) for f in q.fields] == [
+        ("flavors", ["h100", "a100"], ["a100", "h100"])
+    ]
+    assert [m.text for m in diff.flavor_moves] == [
+        "vision/train-1 h100 → a100",
+        "vision/train-2 h100 → a100",
+    ]
+    assert diff.newly_dispatched == () and diff.newly_pending == ()
+    md = diff_to_markdown(diff)
+    assert "2 move(s) flavor" in md
+    assert "### Moves flavor" in md and "| vision/train-1 | team-a | h100 | a100 |" in md
+    moves = json.loads(diff_to_json(diff))["flavorMoves"]
+    assert moves[0] == {
+        "operation": "vision/train-1",
+        "queue": "team-a",
+        "before": "h100",
+        "after": "a100",
+    }
+
+
+def test_a_flavors_quota_change_is_per_flavor_before_and_after() -> None:
+    diff = run(flavored(("h100", 2), ("a100", 4)), flavored(("h100", 3), ("a100", 4)))
+    (q,) = diff.queues
+    assert [(f.path, f.before, f.after) for f in q.fields] == [
+        ("flavors.h100.quota.nvidia.com/gpu", "2", "3")
+    ]
+    assert [m.text for m in diff.flavor_moves] == ["vision/train-3 a100 → h100"]
+    assert "| team-a | flavors.h100.quota.nvidia.com/gpu | `2` | `3` |" in diff_to_markdown(diff)
+
+
+def test_adding_and_removing_a_flavor() -> None:
+    diff = run(flavored(("h100", 1)), flavored(("h100", 1), ("a100", 4)))
+    (q,) = diff.queues
+    assert [(f.path, f.change, f.after) for f in q.fields] == [
+        ("flavors", Change.CHANGED, ["h100", "a100"]),
+        ("flavors.a100.quota.nvidia.com/gpu", Change.ADDED, "4"),
+    ]
+    assert [(t.operation, t.before, t.flavor) for t in diff.newly_dispatched] == [
+        ("vision/train-2", "QuotaExceeded", "a100"),
+        ("vision/train-3", "QuotaExceeded", "a100"),
+    ]
+    md = diff_to_markdown(diff)
+    assert "| vision/train-2 | team-a | QuotaExceeded | dispatch (a100) |" in md
+    assert json.loads(diff_to_json(diff))["newlyDispatched"][0]["flavor"] == "a100"
+    back = run(flavored(("h100", 1), ("a100", 4)), flavored(("h100", 1)))
+    (q,) = back.queues
+    assert ("flavors.a100.quota.nvidia.com/gpu", Change.REMOVED) in [
+        (f.path, f.change) for f in q.fields
+    ]
+
+
+def test_a_flavors_borrowing_limit_is_what_the_queue_may_borrow() -> None:
+    diff = run(
+        flavored(("h100", 1), ("a100", 1)), flavored(("h100", 1), ("a100", 1), borrow_a100=2)
+    )
+    (b,) = diff.borrowing
+    assert b.verdict == "may borrow"
+    assert b.after is not None and b.after.startswith("up to nvidia.com/gpu 2 of a100 from cohort")

@@ -155,7 +155,12 @@ def test_run_plan_json_contract() -> None:
     assert out.exit_code == EXIT_OK
     data = json.loads(out.stdout)
     assert list(data) == ["dispatch", "pending", "stop", "queues"]
-    assert data["dispatch"][0] == {"operation": "etl/job-1", "queue": "batch", "cluster": "local"}
+    assert data["dispatch"][0] == {
+        "operation": "etl/job-1",
+        "queue": "batch",
+        "cluster": "local",
+        "flavor": None,
+    }
     p = next(p for p in data["pending"] if p["queue"] == "team-a")
     assert list(p) == [
         "operation",
@@ -206,6 +211,41 @@ def test_run_plan_table_and_markdown() -> None:
     assert "3 (QuotaExceeded)" in table
     md = run_plan(loader(w.repo()), observed_planner([], NOW), "markdown").stdout
     assert md.startswith("## Dispatch plan\n\n9 to dispatch, 7 pending, 0 to stop.")
+
+
+def flavored_world() -> World:
+    """team-a: 2 h100 then 4 a100, with three 1-GPU operations and one running on h100."""
+    w = World().cluster("local").queue("team-a", priority=10)
+    w.flavored("team-a", ("h100", {"gpu": 2}), ("a100", {"gpu": 4}))
+    w.op("vision/running", queue="team-a", gpu=1)
+    w.observe("vision/running", Phase.RUNNING, flavor="h100")
+    w.ops("vision/train-{}", 2, queue="team-a", gpu=1)
+    return w
+
+
+def test_the_plan_names_each_dispatchs_flavor() -> None:
+    w = flavored_world()
+    planner = observed_planner(list(w.observed.values()), NOW)
+    data = json.loads(run_plan(loader(w.repo()), planner, "json").stdout)
+    assert [(d["operation"], d["flavor"]) for d in data["dispatch"]] == [
+        ("vision/train-1", "h100"),
+        ("vision/train-2", "a100"),
+    ]
+    (team_a,) = data["queues"]
+    assert team_a["quota"] == {"nvidia.com/gpu": "6"} and team_a["used"] == {"nvidia.com/gpu": "1"}
+    assert team_a["flavors"] == [
+        {"name": "h100", "quota": {"nvidia.com/gpu": "2"}, "used": {"nvidia.com/gpu": "1"}},
+        {"name": "a100", "quota": {"nvidia.com/gpu": "4"}, "used": {"nvidia.com/gpu": "0"}},
+    ]
+    table = run_plan(loader(w.repo()), planner, "table").stdout
+    assert "h100: nvidia.com/gpu 1+1/2; a100: nvidia.com/gpu 0+1/4" in table
+    lines = table.splitlines()
+    assert lines[lines.index("DISPATCH        QUEUE   CLUSTER") + 1 :][:2] == [
+        "vision/train-1  team-a  local (h100)",
+        "vision/train-2  team-a  local (a100)",
+    ]
+    md = run_plan(loader(w.repo()), planner, "markdown").stdout
+    assert "| 1 | vision/train-1 | team-a | local (h100) |" in md
 
 
 def test_run_plan_errors() -> None:

@@ -321,7 +321,7 @@ def test_metrics_count_every_replica() -> None:
     metrics = Metrics()
     metrics.observe_plan(plan)
     labels = {"queue": "team-a", "cluster": "local"}
-    gpu = {"queue": "team-a", "resource": GPU}
+    gpu = {"queue": "team-a", "resource": GPU, "flavor": ""}
     assert metrics.registry.get_sample_value("reconciler_queue_active_pods", labels) == 4
     assert metrics.registry.get_sample_value("reconciler_queue_quota_used", gpu) == 8
     assert metrics.registry.get_sample_value("reconciler_queue_active_operations", labels) == 1

@@ -66,6 +66,66 @@ def test_json_has_rows_and_fleet_totals(remote: Path, tmp_path: Path) -> None:
     assert [c["cluster"] for c in data["fleet"]["clusters"]] == ["local"]
 
 
+FLAVORED_TEAM_A = """kind: Queue
+name: team-a
+cluster: local
+priority: 100
+flavors:
+  - name: h100
+    quota:
+      nvidia.com/gpu: 1
+  - name: a100
+    quota:
+      nvidia.com/gpu: 1
+kinds: [job, batch]
+"""
+
+
+def _flavored(remote: Path, tmp_path: Path) -> Path:
+    """The template with team-a's quota per flavor (h100 then a100), pushed to ``remote``,
+    and one cycle written to its status branch."""
+    from test_git_adapter import git
+
+    work = tmp_path / "work"  # the template_remote fixture's checkout
+    (work / "flavors").mkdir()
+    for name, product in (("h100", "NVIDIA-H100-80GB-HBM3"), ("a100", "NVIDIA-A100-SXM4-80GB")):
+        (work / "flavors" / f"{name}.yaml").write_text(
+            f"kind: Flavor\nname: {name}\nnodeLabels:\n  nvidia.com/gpu.product: {product}\n"
+        )
+    (work / "queues" / "team-a.yaml").write_text(FLAVORED_TEAM_A)
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "team-a: quota per flavor")
+    git(work, "push", "-q", str(remote), "main")
+    return _published(remote, tmp_path)
+
+
+def test_a_queue_with_flavors_from_a_real_status_branch(remote: Path, tmp_path: Path) -> None:
+    """``queues`` (table and json) and ``status`` read each flavor's use back from the
+    status branch; the other queues' rows are as they were."""
+    cache = str(_flavored(remote, tmp_path))
+    code, out, err = run("queues", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0, err
+    rows = {ln.split()[0]: ln for ln in out.splitlines()[1:7]}
+    assert "h100: nvidia.com/gpu 0/1; a100: nvidia.com/gpu 1/1" in rows["team-a"]
+    assert "nvidia.com/gpu 4/4" in rows["team-b"] and "h100" not in rows["team-b"]
+    code, out, err = run("queues", "--repo", str(remote), "--cache-dir", cache, "-o", "json")
+    assert code == 0, err
+    queues = {q["name"]: q for q in json.loads(out)["queues"]}
+    assert [(f["name"], f["quota"][0]["used"]) for f in queues["team-a"]["flavors"]] == [
+        ("h100", "0"),
+        ("a100", "1"),
+    ]
+    assert queues["team-a"]["quota"][0]["limit"] == "2"  # the sum over its flavors
+    assert "flavors" not in queues["team-b"]
+    code, out, err = run("status", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0, err
+    row = next(ln for ln in out.splitlines() if ln.startswith("team-a "))
+    assert "h100: nvidia.com/gpu 0/1; a100: nvidia.com/gpu 1/1" in row
+    code, out, err = run("status", "vision/sweep-lr-0", "--repo", str(remote), "--cache-dir", cache)
+    assert code == 0, err
+    assert "flavor: a100" in out
+
+
 def test_no_status_branch_yet_is_a_clear_error(remote: Path, tmp_path: Path) -> None:
     code, _, err = run("queues", "--repo", str(remote), "--cache-dir", str(tmp_path / "c"))
     assert code == 1

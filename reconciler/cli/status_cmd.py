@@ -7,7 +7,7 @@ are pure and take the parsed :class:`~reconciler.core.status.StatusView`.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -58,9 +58,16 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return text_table(headers, rows)
 
 
+def _used_of(quota: Mapping[str, str], used: Mapping[str, str]) -> str:
+    return ", ".join(f"{r} {used.get(r, '0')}/{v}" for r, v in sorted(quota.items()))
+
+
 def _queue_row(q: QueueStatus) -> list[str]:
+    """A queue with flavors shows its use per flavor: ``h100: nvidia.com/gpu 1/2; ...``."""
     limit = "-" if q.concurrency is None else str(q.concurrency)
-    quota = ", ".join(f"{r} {q.used.get(r, '0')}/{v}" for r, v in sorted(q.quota.items()))
+    quota = _used_of(q.quota, q.used)
+    if q.flavors:
+        quota = "; ".join(f"{f.name}: {_used_of(f.quota, f.used) or '-'}" for f in q.flavors)
     return [q.name, q.cluster, str(q.priority), f"{q.active}/{limit}", quota or "-", str(q.pending)]
 
 

@@ -40,14 +40,22 @@ def _local(row: UsageRow, timezone: str) -> str:
     return start.strftime("%Y-%m-%d")
 
 
+def _flavored(rows: Sequence[UsageRow]) -> bool:
+    """Whether any run ran in a flavor: then the table and CSV have a flavor column."""
+    return any(r.flavor for r in rows)
+
+
 def usage_to_table(rows: Sequence[UsageRow], timezone: str) -> str:
     if not rows:
         return "no finished runs in the ledger\n"
-    headers = ["WINDOW", "QUEUE", "RUNS", "GPU-HOURS", "CPU-HOURS", "MEMORY-GIB-HOURS", "COST"]
+    flavored = _flavored(rows)
+    headers = ["WINDOW", "QUEUE", *(["FLAVOR"] if flavored else [])]
+    headers += ["RUNS", "GPU-HOURS", "CPU-HOURS", "MEMORY-GIB-HOURS", "COST"]
     body = [
         [
             _local(r, timezone),
             r.queue,
+            *([r.flavor or "-"] if flavored else []),
             str(r.runs),
             _number(r.hours.get(GPU, 0)),
             _number(r.hours.get("cpu", 0)),
@@ -69,6 +77,7 @@ def usage_records(rows: Sequence[UsageRow]) -> list[dict[str, Any]]:
             "hours": {k: _number(v) for k, v in r.hours.items()},
             "cost": _number(r.cost),
             "currency": r.currency,
+            **({"flavor": r.flavor} if r.flavor else {}),
         }
         for r in rows
     ]
@@ -84,12 +93,15 @@ def usage_to_csv(rows: Sequence[UsageRow]) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
     hours_columns = [f"{r}-hours" for r in resources]
+    flavor = ["flavor"] if _flavored(rows) else []
     writer.writerow(
-        ["window_start", "window_end", "queue", "runs", *hours_columns, "cost", "currency"]
+        ["window_start", "window_end", "queue", *flavor, "runs", *hours_columns, "cost", "currency"]
     )
     for row in rows:
         writer.writerow(
-            [utc_text(row.window.start), utc_text(row.window.end), row.queue, row.runs]
+            [utc_text(row.window.start), utc_text(row.window.end), row.queue]
+            + ([row.flavor] if flavor else [])
+            + [row.runs]
             + [_number(row.hours.get(r, 0)) for r in resources]
             + [_number(row.cost), row.currency]
         )
@@ -153,8 +165,8 @@ def usage_command(
     output: str,
 ) -> None:
     """Show what each queue's finished runs used (GPU, CPU and memory hours) and cost, per
-    calendar window (in the org's timezone, as budgets count them), from the ledger on the
-    status branch."""
+    calendar window (in the org's timezone, as budgets count them) and per flavor (a queue
+    with flavors), from the ledger on the status branch."""
     notes: list[str] = []
     if timezone is None:
         timezone, notes = org_timezone(repo, branch, cache_dir)

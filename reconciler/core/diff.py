@@ -77,6 +77,7 @@ class Transition:
     message: str = ""
     admit: Admit | None = None  # head: what would admit it, when pending
     blocked_by: Mapping[str, Any] | None = None  # head: what holds it (``blockedBy``)
+    flavor: str | None = None  # head: the flavor a dispatch is assigned (a queue with flavors)
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,6 +127,22 @@ class BorrowingChange:
 
 
 @dataclass(frozen=True, slots=True)
+class FlavorMove:
+    """An operation both plans dispatch, to another flavor in head than in base (``None``:
+    its queue has no flavors on that side)."""
+
+    operation: str
+    queue: str
+    before: str | None
+    after: str | None
+
+    @property
+    def text(self) -> str:
+        """``vision/train-3 h100 → a100``."""
+        return f"{self.operation} {self.before or 'no flavor'} → {self.after or 'no flavor'}"
+
+
+@dataclass(frozen=True, slots=True)
 class PlanDiff:
     base_version: str
     head_version: str
@@ -141,6 +158,7 @@ class PlanDiff:
     # it follows from the others, against the same observed state, history and clock)
     moved: tuple[EstimateMove, ...] = ()
     borrowing: tuple[BorrowingChange, ...] = ()  # queues whose borrowing changes
+    flavor_moves: tuple[FlavorMove, ...] = ()  # dispatched by both, to another flavor
 
     @property
     def has_changes(self) -> bool:
@@ -154,6 +172,7 @@ class PlanDiff:
             or self.newly_stopped
             or self.pending_counts
             or self.borrowing
+            or self.flavor_moves
         )
 
 
@@ -240,6 +259,21 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         fields["clusters"] = list(q.clusters)
         fields["clusterQuota"] = {c: dict(v) for c, v in q.cluster_quota.items()}
         fields["requireCapacity"] = q.require_capacity
+    if q.flavors:  # only a queue with flavors: their order, then each one's quota and limits
+        fields["flavors"] = [f.name for f in q.flavors]
+        for f in q.flavors:
+            fields[f"flavors.{f.name}"] = {
+                key: value
+                for key, value in (
+                    ("quota", dict(f.quota)),
+                    ("borrowingLimit", dict(f.borrowing_limit)),
+                    ("lendingLimit", dict(f.lending_limit)),
+                    ("clusterQuota", {c: dict(v) for c, v in f.cluster_quota.items()}),
+                )
+                if value
+            }
+    if q.fair_weight != 1:
+        fields["fairSharing"] = {"weight": format(q.fair_weight.normalize(), "f")}
     return fields
 
 
@@ -251,6 +285,12 @@ def may_borrow(repo: CompiledRepo, name: str) -> str | None:
     if q is None or cohort is None:
         return None
     limits = [f"{r} {format_quantity(v)}" for r, v in sorted(q.borrowing_limit.items()) if v > 0]
+    limits += [  # a queue with flavors: per flavor, in its order
+        f"{r} {format_quantity(v)} of {f.name}"
+        for f in q.flavors
+        for r, v in sorted(f.borrowing_limit.items())
+        if v > 0
+    ]
     if not limits:
         return None
     text = (
@@ -331,10 +371,15 @@ def diff_plans(
     # 3: the plan's decisions
     before = _states(base_plan)
     dispatched, pending, exceeds = [], [], []
+    base_flavor = {d.operation: d.flavor for d in base_plan.dispatch}
+    moves = []
     for d in head_plan.dispatch:
         was = before.get(d.operation)
         if was is None or was[0] != "dispatch":
-            dispatched.append(Transition(d.operation, d.queue, was[0] if was else "absent"))
+            prior = was[0] if was else "absent"
+            dispatched.append(Transition(d.operation, d.queue, prior, flavor=d.flavor))
+        elif base_flavor[d.operation] != d.flavor:
+            moves.append(FlavorMove(d.operation, d.queue, base_flavor[d.operation], d.flavor))
     for p in head_plan.pending:
         was = before.get(p.operation)
         prior = was[0] if was else "absent"
@@ -389,6 +434,7 @@ def diff_plans(
         pending_counts=counts,
         moved=_moves(before, head_plan, estimates),
         borrowing=tuple(borrowing),
+        flavor_moves=tuple(moves),
     )
 
 
@@ -445,6 +491,8 @@ def _transition_json(t: Transition) -> dict[str, Any]:
         out["admit"] = t.admit.to_json()
     if t.blocked_by is not None:
         out["blockedBy"] = dict(t.blocked_by)
+    if t.flavor is not None:
+        out["flavor"] = t.flavor
     return out
 
 
@@ -498,6 +546,10 @@ def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
             {"queue": b.queue, "change": b.verdict, "before": b.before, "after": b.after}
             for b in diff.borrowing
         ],
+        "flavorMoves": [
+            {"operation": m.operation, "queue": m.queue, "before": m.before, "after": m.after}
+            for m in diff.flavor_moves
+        ],
     }
 
 
@@ -542,6 +594,8 @@ def diff_to_markdown(diff: PlanDiff) -> str:
         summary.append(f"{len(diff.newly_stopped)} newly stopped")
     if diff.borrowing:
         summary.append(f"{len(diff.borrowing)} queue(s) borrow differently")
+    if diff.flavor_moves:
+        summary.append(f"{len(diff.flavor_moves)} move(s) flavor")
     out += ["**" + ", ".join(summary) + "**", ""]
 
     if diff.queues:
@@ -592,7 +646,7 @@ def diff_to_markdown(diff: PlanDiff) -> str:
                 t.operation,
                 t.queue,
                 t.before,
-                str(t.reason) if t.reason else "dispatch",
+                str(t.reason) if t.reason else _dispatch(t.flavor),
                 str(t.position) if t.position else "",
                 t.message,
             ]
@@ -603,6 +657,13 @@ def diff_to_markdown(diff: PlanDiff) -> str:
         )
 
     transitions("Newly dispatched", diff.newly_dispatched)
+    if diff.flavor_moves:
+        out += ["### Moves flavor", ""]
+        rows = [
+            [m.operation, m.queue, m.before or "no flavor", m.after or "no flavor"]
+            for m in diff.flavor_moves
+        ]
+        out += [md_table(["Operation", "Queue", "Before", "After"], rows), ""]
     transitions("Newly pending", diff.newly_pending)
     transitions("Newly ExceedsQuota (can never be admitted)", diff.newly_exceeds_quota)
     if diff.newly_policy_violation:
@@ -631,6 +692,11 @@ def diff_to_markdown(diff: PlanDiff) -> str:
             out.append(f"- and {len(diff.moved) - MAX_MOVES_LISTED} more (see `-o json`)")
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
+
+
+def _dispatch(flavor: str | None) -> str:
+    """A newly dispatched operation's After cell: ``dispatch``, or ``dispatch (h100)``."""
+    return "dispatch" if flavor is None else f"dispatch ({flavor})"
 
 
 # A PR comment lists this many moved estimates, then says how many more.

@@ -447,7 +447,8 @@ class BudgetWindow:
 @dataclass(frozen=True, slots=True)
 class UsageRow:
     """What one queue's runs used in one window: ``runs`` that ended in it, the
-    resource-hours and the cost of the time they ran in it (memory in GiB-hours)."""
+    resource-hours and the cost of the time they ran in it (memory in GiB-hours). A queue
+    with flavors has a row per flavor its runs ran in (``flavor``; "" for runs without)."""
 
     window: Window
     queue: str
@@ -455,6 +456,7 @@ class UsageRow:
     hours: Mapping[str, Decimal]
     cost: Decimal
     currency: str
+    flavor: str = ""
 
 
 def usage(
@@ -463,20 +465,20 @@ def usage(
     timezone: str = "UTC",
     queue: str | None = None,
 ) -> list[UsageRow]:
-    """The ledger per calendar window of ``per`` and queue (only ``queue`` when given), in
-    window then queue order. A run across a boundary counts in each window for the time it
-    ran there, as budgets count it."""
-    runs: dict[tuple[datetime, str], int] = {}
-    used: dict[tuple[datetime, str], dict[str, Decimal]] = {}
-    costs: dict[tuple[datetime, str], Decimal] = {}
-    currencies: dict[tuple[datetime, str], str] = {}
+    """The ledger per calendar window of ``per``, queue (only ``queue`` when given) and
+    flavor, in window, queue then flavor order. A run across a boundary counts in each
+    window for the time it ran there, as budgets count it."""
+    runs: dict[tuple[datetime, str, str], int] = {}
+    used: dict[tuple[datetime, str, str], dict[str, Decimal]] = {}
+    costs: dict[tuple[datetime, str, str], Decimal] = {}
+    currencies: dict[tuple[datetime, str, str], str] = {}
     windows: dict[datetime, Window] = {}
     for entry in entries:
         if queue is not None and entry.queue != queue:
             continue
         last = window_at(entry.end, per, timezone)
         windows[last.start] = last
-        key = (last.start, entry.queue)
+        key = (last.start, entry.queue, entry.flavor)
         runs[key] = runs.get(key, 0) + 1
         duration = hours(entry.start, entry.end)
         if not duration:
@@ -489,7 +491,7 @@ def usage(
             inside = overlap_hours(entry.start, entry.end, window)
             if inside:
                 windows[window.start] = window
-                key = (window.start, entry.queue)
+                key = (window.start, entry.queue, entry.flavor)
                 into = used.setdefault(key, {})
                 for resource, amount in entry.requests.items():
                     into[resource] = into.get(resource, Decimal(0)) + (
@@ -500,12 +502,13 @@ def usage(
             window = next_window(window, per, timezone)
     return [
         UsageRow(
-            window=windows[start],
-            queue=name,
-            runs=runs.get((start, name), 0),
-            hours={r: quantize(v) for r, v in sorted(used.get((start, name), {}).items())},
-            cost=quantize(costs.get((start, name), Decimal(0))),
-            currency=currencies.get((start, name), ""),
+            window=windows[key[0]],
+            queue=key[1],
+            runs=runs.get(key, 0),
+            hours={r: quantize(v) for r, v in sorted(used.get(key, {}).items())},
+            cost=quantize(costs.get(key, Decimal(0))),
+            currency=currencies.get(key, ""),
+            flavor=key[2],
         )
-        for start, name in sorted(set(used) | set(costs) | set(runs))
+        for key in sorted(set(used) | set(costs) | set(runs))
     ]

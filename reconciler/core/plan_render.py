@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 from reconciler.core.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.plan import BlockedBy, Plan, QueueSummary
+from reconciler.core.plan import BlockedBy, Dispatch, FlavorUsage, Plan, QueueSummary
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import printable_text
 
@@ -30,7 +30,7 @@ def plan_to_dict(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> dict[str, A
 
     return {
         "dispatch": [
-            {"operation": d.operation, "queue": d.queue, "cluster": d.cluster}
+            {"operation": d.operation, "queue": d.queue, "cluster": d.cluster, "flavor": d.flavor}
             for d in plan.dispatch
         ],
         "pending": [
@@ -69,6 +69,24 @@ def _queue_dict(q: QueueSummary) -> dict[str, Any]:
         out["cohort"] = q.cohort
         out["borrowed"] = {r: format_quantity(v) for r, v in sorted(q.borrowed.items())}
         out["lent"] = {r: format_quantity(v) for r, v in sorted(q.lent.items())}
+    if q.flavors:  # a queue with flavors: each one's share of the above, in its order
+        out["flavors"] = [_flavor_dict(f, cohort=q.cohort is not None) for f in q.flavors]
+    return out
+
+
+def _quantities(values: Mapping[str, Decimal]) -> dict[str, str]:
+    return {r: format_quantity(v) for r, v in sorted(values.items())}
+
+
+def _flavor_dict(f: FlavorUsage, *, cohort: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": f.name,
+        "quota": _quantities(f.quota),
+        "used": _quantities(f.used),
+    }
+    if cohort:
+        out["borrowed"] = _quantities(f.borrowed)
+        out["lent"] = _quantities(f.lent)
     return out
 
 
@@ -89,21 +107,41 @@ def _concurrency_cell(q: QueueSummary) -> str:
 
 
 def _quota_cell(q: QueueSummary) -> str:
-    if not q.quota:
-        return "-"
+    """Per resource; a queue with flavors per flavor: ``h100: nvidia.com/gpu 0+1/2; ...``."""
+    if q.flavors:
+        return "; ".join(
+            f"{f.name}: "
+            + (_uses(f.quota, f.used, f.used_after, f.borrowed_after, f.lent_after) or "-")
+            for f in q.flavors
+        )
+    return _uses(q.quota, q.used, q.used_after, q.borrowed_after, q.lent_after) or "-"
+
+
+def _uses(
+    quota: Mapping[str, Decimal],
+    used: Mapping[str, Decimal],
+    used_after: Mapping[str, Decimal],
+    borrowed_after: Mapping[str, Decimal],
+    lent_after: Mapping[str, Decimal],
+) -> str:
     cells = []
-    for r, limit in sorted(q.quota.items()):
-        before = q.used.get(r, Decimal(0))
-        added = q.used_after.get(r, before) - before
+    for r, limit in sorted(quota.items()):
+        before = used.get(r, Decimal(0))
+        added = used_after.get(r, before) - before
         cell = (
             f"{r} {_plus(format_quantity(before), format_quantity(added))}/{format_quantity(limit)}"
         )
-        if borrowed := q.borrowed_after.get(r):
+        if borrowed := borrowed_after.get(r):
             cell += f" (+{format_quantity(borrowed)} borrowed)"
-        elif lent := q.lent_after.get(r):
+        elif lent := lent_after.get(r):
             cell += f" ({format_quantity(lent)} lent)"
         cells.append(cell)
     return ", ".join(cells)
+
+
+def dispatch_target(d: Dispatch) -> str:
+    """Where a dispatch goes: its cluster, and the flavor assigned (``local (h100)``)."""
+    return d.cluster if d.flavor is None else f"{d.cluster} ({d.flavor})"
 
 
 def _head_cell(q: QueueSummary) -> str:
@@ -174,7 +212,7 @@ def plan_to_table(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> str:
         out.append(
             text_table(
                 ["DISPATCH", "QUEUE", "CLUSTER"],
-                [[d.operation, d.queue, d.cluster] for d in plan.dispatch],
+                [[d.operation, d.queue, dispatch_target(d)] for d in plan.dispatch],
             )
         )
     if plan.pending:
@@ -237,7 +275,10 @@ def plan_to_markdown(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> str:
         out.append(
             md_table(
                 ["#", "Operation", "Queue", "Cluster"],
-                [[str(i), d.operation, d.queue, d.cluster] for i, d in enumerate(plan.dispatch, 1)],
+                [
+                    [str(i), d.operation, d.queue, dispatch_target(d)]
+                    for i, d in enumerate(plan.dispatch, 1)
+                ],
             )
         )
     if plan.pending:

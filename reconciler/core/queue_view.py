@@ -33,7 +33,7 @@ from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.explain import ProvenanceRow, provenance_rows
 from reconciler.core.load import parse_yaml
 from reconciler.core.observe import WorkloadState
-from reconciler.core.plan import Admit, BudgetSummary, Pending, Plan, QueueSummary
+from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.status import (
@@ -47,7 +47,15 @@ from reconciler.core.status import (
     workflow_summary,
 )
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
-from reconciler.core.wire import ApiModel, EmptyAsNull, IsoTime, Items, JsonObject, QuantityText
+from reconciler.core.wire import (
+    ApiModel,
+    EmptyAsNull,
+    IsoTime,
+    Items,
+    JsonObject,
+    OmitEmpty,
+    QuantityText,
+)
 
 ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 
@@ -79,6 +87,24 @@ class QuotaUse(ApiModel):
         if self.lent:
             text += f" ({format_quantity(self.lent)} lent)"
         return text
+
+
+# Per resource name; ``quota`` in the JSON.
+Quotas = Annotated[Items[QuotaUse], Field(serialization_alias="quota")]
+
+
+class FlavorQuota(ApiModel):
+    """One flavor of a queue with flavors (``flavors`` of its row), in the queue's order:
+    its quota use per resource, as ``quota`` of the row is the queue's (the row's ``quota``
+    is then the sum over its flavors)."""
+
+    name: str
+    quotas: Quotas
+
+    @property
+    def text(self) -> str:
+        """``h100: nvidia.com/gpu 1/2 (+1 borrowed)``."""
+        return f"{self.name}: {_quota_cell(self.quotas)}"
 
 
 class QueueBudget(ApiModel):
@@ -114,10 +140,6 @@ class QueueBudget(ApiModel):
 
 
 _BUDGET_KEYS = ("limit", "spent", "committed", "unit", "per", "windowStart", "windowEnd")
-
-
-# Per resource name; ``quota`` in the JSON.
-Quotas = Annotated[Items[QuotaUse], Field(serialization_alias="quota")]
 
 
 class ClusterShare(ApiModel):
@@ -179,6 +201,17 @@ class QueueRow(ApiModel):
     cohort: str | None = None
     budget: QueueBudget | None = None  # a budgeted queue's window
     clusters: Items[ClusterShare] = ()  # a fleet queue's clusters, in choice order
+    # a queue with flavors: each flavor's quota use, in the queue's order (left out of the
+    # JSON for a queue without flavors)
+    flavors: OmitEmpty[Items[FlavorQuota]] = ()
+
+    @property
+    def quota_text(self) -> str:
+        """The quota cell: per resource, or per flavor for a queue with flavors
+        (``h100: nvidia.com/gpu 1/2; a100: nvidia.com/gpu 3/4``)."""
+        if self.flavors:
+            return "; ".join(f.text for f in self.flavors)
+        return _quota_cell(self.quotas)
 
     @property
     def budget_text(self) -> str:
@@ -327,7 +360,7 @@ def build_queues_view(
                 priority=q.priority,
                 active=q.active + q.dispatching if applied else q.active,
                 concurrency=q.concurrency,
-                quotas=_quotas(q, used, borrowed, lent),
+                quotas=_quota_uses(q.quota, used, borrowed, lent),
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
@@ -354,6 +387,18 @@ def build_queues_view(
                     )
                     for m in q.members
                 ),
+                flavors=tuple(
+                    FlavorQuota(
+                        name=f.name,
+                        quotas=_quota_uses(
+                            f.quota,
+                            f.used_after if applied else f.used,
+                            f.borrowed_after if applied else f.borrowed,
+                            f.lent_after if applied else f.lent,
+                        ),
+                    )
+                    for f in q.flavors
+                ),
             )
         )
     return QueuesView(
@@ -365,8 +410,8 @@ def build_queues_view(
     )
 
 
-def _quotas(
-    q: QueueSummary,
+def _quota_uses(
+    quota: Mapping[str, Decimal],
     used: Mapping[str, Decimal],
     borrowed: Mapping[str, Decimal],
     lent: Mapping[str, Decimal],
@@ -380,7 +425,26 @@ def _quotas(
             borrowed=borrowed.get(r, zero),
             lent=lent.get(r, zero),
         )
-        for r, limit in sorted(q.quota.items())
+        for r, limit in sorted(quota.items())
+    )
+
+
+def _recorded_uses(
+    quota: Mapping[str, str],
+    used: Mapping[str, str],
+    borrowed: Mapping[str, str],
+    lent: Mapping[str, str],
+) -> tuple[QuotaUse, ...]:
+    """``_quota_uses`` of what a status record holds (quantities as text)."""
+    return tuple(
+        QuotaUse(
+            resource=r,
+            used=_quantity(used.get(r, "0")),
+            limit=_quantity(v),
+            borrowed=_quantity(borrowed.get(r, "0")),
+            lent=_quantity(lent.get(r, "0")),
+        )
+        for r, v in sorted(quota.items())
     )
 
 
@@ -423,16 +487,7 @@ def _status_row(
         priority=q.priority,
         active=q.active,
         concurrency=q.concurrency,
-        quotas=tuple(
-            QuotaUse(
-                resource=r,
-                used=_quantity(q.used.get(r, "0")),
-                limit=_quantity(v),
-                borrowed=_quantity(q.borrowed.get(r, "0")),
-                lent=_quantity(q.lent.get(r, "0")),
-            )
-            for r, v in sorted(q.quota.items())
-        ),
+        quotas=_recorded_uses(q.quota, q.used, q.borrowed, q.lent),
         running=running,
         waiting=waiting,
         pending=q.pending,
@@ -456,6 +511,10 @@ def _status_row(
                 nodes=f.nodes,
             )
             for f in q.fleet
+        ),
+        flavors=tuple(
+            FlavorQuota(name=f.name, quotas=_recorded_uses(f.quota, f.used, f.borrowed, f.lent))
+            for f in q.flavors
         ),
     )
 
@@ -497,6 +556,7 @@ class ActiveOp(ApiModel):
     dispatched_at: str | None
     started_at: str | None
     requests: str
+    flavor: OmitEmpty[str | None] = None  # the flavor it holds quota in (a queue with flavors)
 
 
 class PendingOp(ApiModel):
@@ -574,8 +634,23 @@ def queue_settings(
         (("maxPods",), "unlimited" if spec.max_pods is None else str(spec.max_pods)),
     ]
     values += [(("quota", r), format_quantity(v)) for r, v in sorted(spec.quota.items())]
-    if not spec.quota:
+    if not spec.quota and not spec.flavors:
         values.append((("quota",), "none"))
+    # a queue with flavors: their order, then each one's quota and limits (the key names
+    # the flavor; its line is found by its index in the list)
+    flavored: dict[tuple[str, ...], tuple[Any, ...]] = {}
+    if spec.flavors:
+        values.append((("flavors",), ", ".join(f.name for f in spec.flavors)))
+    for i, f in enumerate(spec.flavors):
+        for field, limits in (
+            ("quota", f.quota),
+            ("borrowingLimit", f.borrowing_limit),
+            ("lendingLimit", f.lending_limit),
+        ):
+            for r, v in sorted(limits.items()):
+                key = ("flavors", f.name, field, r)
+                flavored[key] = ("flavors", i, field, r)
+                values.append((key, format_quantity(v)))
     if spec.cohort is not None:
         values.append((("cohort",), spec.cohort))
         values += [
@@ -586,6 +661,8 @@ def queue_settings(
             )
             for r, v in sorted(limits.items())
         ]
+    if spec.fair_weight != 1:
+        values.append((("fairSharing", "weight"), format(spec.fair_weight.normalize(), "f")))
     values += [
         (("kinds",), ", ".join(_kinds(spec))),
         (("strategy",), str(spec.strategy)),
@@ -594,7 +671,7 @@ def queue_settings(
     ]
     out = []
     for path, value in values:
-        line = keys.get(path, (0, 0))[0]
+        line = keys.get(flavored.get(path, path), (0, 0))[0]
         b = by_line.get(line)
         out.append(
             Setting(
@@ -639,6 +716,7 @@ def build_queue_detail(
             dispatched_at=s.dispatched_at,
             started_at=s.started_at,
             requests=requests_text(s.requests),
+            flavor=s.flavor,
         )
         for _, s in sorted(states.items())
         if s.queue == name and s.phase.active
@@ -724,6 +802,8 @@ class OperationDetail(ApiModel):
     spec: JsonObject | None = None
     children: Items[str] = ()  # a workflow parent's children
     parent: str | None = None  # a workflow child's parent
+    # the flavor its run holds quota in, or the plan assigns it (a queue with flavors)
+    flavor: OmitEmpty[str | None] = None
 
 
 def phase_history(
@@ -847,6 +927,7 @@ def build_operation_detail(
             node=state.node,
             outputs=state.outputs,
             config_commit=state.config_commit or repo.version,
+            flavor=state.flavor,
         )
     if rejected is not None:  # what its status record says, with a workload or not
         fields.update(reason=str(rejected.reason), message=rejected_message(rejected))
@@ -869,15 +950,16 @@ def build_operation_detail(
             estimate=estimates.json_of(op_id),
         )
     elif state is None and (chosen := _dispatched_to(plan, op_id)) is not None:
-        fields.update(cluster=chosen)  # a fleet queue's: the cluster check 10 chose
+        # a fleet queue's: the cluster check 10 chose; a queue with flavors': the flavor
+        fields.update(cluster=chosen.cluster, flavor=chosen.flavor)
         if not applied:
             fields.update(message="the plan dispatches it next (not created yet)")
     return _replace(base, fields)
 
 
-def _dispatched_to(plan: Plan, op_id: str) -> str | None:
-    """The cluster the plan dispatches ``op_id`` to; None when it does not dispatch it."""
-    return next((d.cluster for d in plan.dispatch if d.operation == op_id), None)
+def _dispatched_to(plan: Plan, op_id: str) -> Dispatch | None:
+    """The plan's dispatch of ``op_id``; None when it does not dispatch it."""
+    return next((d for d in plan.dispatch if d.operation == op_id), None)
 
 
 def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDetail:
@@ -922,7 +1004,7 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
             r.cluster,
             str(r.priority),
             r.concurrency_text,
-            _quota_cell(r.quotas),
+            r.quota_text,
             r.budget_text or "-",
             str(r.running),
             str(r.waiting),

@@ -38,6 +38,7 @@ from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
     BudgetSummary,
+    FlavorUsage,
     FleetSlice,
     Pending,
     Plan,
@@ -385,6 +386,40 @@ def _fleet(value: Any) -> tuple[FleetSliceStatus, ...]:
     return tuple(FleetSliceStatus.from_dict(v) for v in value or ())
 
 
+class FlavorStatus(StatusRecord):
+    """One flavor of a queue with flavors (``flavors`` in ``status/queues.yaml``): its quota
+    and use per resource, and in a cohort what it borrowed and lent of the flavor, with this
+    cycle's dispatches applied (like the queue's ``used``)."""
+
+    name: Text
+    quota: TextMap = Field(default_factory=dict)
+    used: TextMap = Field(default_factory=dict)
+    borrowed: OmitEmpty[TextMap] = Field(default_factory=dict)
+    lent: OmitEmpty[TextMap] = Field(default_factory=dict)
+
+    @classmethod
+    def from_usage(cls, f: FlavorUsage) -> FlavorStatus:
+        return cls(
+            name=f.name,
+            quota=_quantities_text(f.quota),
+            used=_quantities_text(f.used_after),
+            borrowed=_quantities_text(f.borrowed_after),
+            lent=_quantities_text(f.lent_after),
+        )
+
+
+def _flavors(value: Any) -> tuple[FlavorStatus, ...]:
+    """A queue's flavors as recorded; an entry that is not a flavor record is skipped (a
+    hand-edited file loses that flavor's line in the views, not the queue)."""
+    out = []
+    for entry in value or ():
+        try:
+            out.append(FlavorStatus.from_dict(entry))
+        except ValueError:
+            continue
+    return tuple(out)
+
+
 class QueueOrder(StatusRecord):
     """One ``status/_queues/<queue>.yaml`` (or a continuation, ``part`` 2, 3, ...): a queue's
     pending operations in consideration order. ``first`` is the position of the first one.
@@ -425,6 +460,9 @@ class QueueStatus(StatusRecord):
     budget: LooseObject = None
     # a fleet queue: each of its clusters, in choice order
     fleet: OmitEmpty[Annotated[Items[FleetSliceStatus], _Read(_fleet)]] = ()
+    # a queue with flavors: each flavor's quota and use, in the queue's order (``quota``,
+    # ``used``, ``borrowed`` and ``lent`` above are then the sums over its flavors)
+    flavors: OmitEmpty[Annotated[Items[FlavorStatus], _Read(_flavors)]] = ()
 
     @classmethod
     def from_summary(cls, q: QueueSummary, kinds: tuple[str, ...] = ()) -> QueueStatus:
@@ -449,6 +487,7 @@ class QueueStatus(StatusRecord):
             lent={r: format_quantity(v) for r, v in sorted(q.lent_after.items())},
             budget=budget,
             fleet=tuple(FleetSliceStatus.from_slice(m) for m in q.members),
+            flavors=tuple(FlavorStatus.from_usage(f) for f in q.flavors),
         )
 
 

@@ -127,14 +127,25 @@ def _table(headers: Sequence[str], rows: Iterable[str], empty: str = "none") -> 
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def quota_bar(q: QuotaUse) -> str:
+def quota_bar(q: QuotaUse, flavor: str | None = None) -> str:
+    """One resource's bar; of a flavor (a queue with flavors): labelled with the flavor."""
     pct = round(q.fraction * 100)
     full = " class=full" if q.fraction >= 1 else ""
+    of = "" if flavor is None else f' data-flavor="{esc(flavor)}"'
+    label = esc(q.resource) if flavor is None else f"{esc(flavor)} {esc(q.resource)}"
     return (
-        f'<div class=quota data-resource="{esc(q.resource)}" data-used="{esc(q.text)}">'
+        f'<div class=quota{of} data-resource="{esc(q.resource)}" data-used="{esc(q.text)}">'
         f'<span class=bar><span{full} style="width:{pct}%"></span></span>'
-        f"{esc(q.resource)} <b>{esc(q.text)}</b></div>"
+        f"{label} <b>{esc(q.text)}</b></div>"
     )
+
+
+def _row_bars(r: QueueRow) -> str:
+    """A row's quota bars: per resource, or per flavor and resource (a queue with flavors,
+    in its order)."""
+    if r.flavors:
+        return "".join(quota_bar(q, f.name) for f in r.flavors for q in f.quotas)
+    return "".join(quota_bar(q) for q in r.quotas)
 
 
 def _concurrency(row: QueueRow) -> str:
@@ -161,7 +172,7 @@ def _fleet_card(total: FleetTotal) -> str:
 
 
 def _queue_row(r: QueueRow) -> str:
-    quotas = "".join(quota_bar(q) for q in r.quotas) or "<span class=muted>-</span>"
+    quotas = _row_bars(r) or "<span class=muted>-</span>"
     head = (
         f'<span class=reason title="{esc(r.head_message)}">{esc(r.head_reason)}</span>'
         if r.head_reason
@@ -263,7 +274,8 @@ def queue_main(d: QueueDetail) -> str:
             f'<td>{esc(a.phase)}</td><td class=reason title="{esc(a.message)}">'
             f"{esc(a.reason or '')}</td><td><code>{esc(a.cluster)}/{esc(a.namespace)}/"
             f"{esc(a.workload)}</code></td><td>{esc(a.node or '')}</td>"
-            f"<td>{esc(a.requests)}</td><td>{esc(a.dispatched_at or '')}</td></tr>"
+            f"<td>{esc(a.requests)}{esc(f' in {a.flavor}' if a.flavor else '')}</td>"
+            f"<td>{esc(a.dispatched_at or '')}</td></tr>"
             for a in d.active
         ),
         "no active operations",
@@ -287,7 +299,7 @@ def queue_main(d: QueueDetail) -> str:
     if d.next:
         items = "".join(f"<li>{_link(operation_href(o), o)}</li>" for o in d.next)
         upcoming = f"<h2>Dispatched by the next cycle</h2><ul>{items}</ul>"
-    quotas = "".join(quota_bar(q) for q in r.quotas) or "<span class=muted>no quota</span>"
+    quotas = _row_bars(r) or "<span class=muted>no quota</span>"
     summary = (
         f"<dl><dt>Cluster</dt><dd>{esc(r.cluster)}</dd><dt>Priority</dt><dd>{r.priority}</dd>"
         f"<dt>Active/limit</dt><dd>{_concurrency(r)}</dd><dt>Quota</dt><dd>{quotas}</dd>"
@@ -344,6 +356,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("File", f"<code>{esc(printable_path(d.path))}</code>" if d.path else ""),
         ("Queue", queue),
         ("Cluster", esc(d.cluster)),
+        ("Flavor", esc(d.flavor or "")),
         ("Workload", f"<code>{workload}</code>" if d.workload else ""),
         ("Pod", f"<code>{esc(d.pod)}</code>" if d.pod else ""),
         ("Node", esc(d.node)),

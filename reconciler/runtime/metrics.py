@@ -3,11 +3,23 @@ state, so two reconcilers in one test process do not collide)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from decimal import Decimal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from reconciler.core.plan import Plan
+
+# A queue's quota pool: flavor ("" without flavors), quota, used before the plan, then
+# used, borrowed and lent with the plan's dispatches, per resource.
+QuotaPool = tuple[
+    str,
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+    Mapping[str, Decimal],
+]
 
 CYCLE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
 
@@ -37,28 +49,30 @@ class Metrics:
         )
         self.quota_used = Gauge(
             "reconciler_queue_quota_used",
-            "Quota in use per queue and resource, with this plan's dispatches.",
-            ("queue", "resource"),
+            "Quota in use per queue and resource, with this plan's dispatches; per flavor for "
+            'a queue with flavors (flavor "" without).',
+            ("queue", "resource", "flavor"),
             registry=r,
         )
         self.quota_limit = Gauge(
             "reconciler_queue_quota_limit",
-            "Quota limit per queue and resource (its own, nominal quota).",
-            ("queue", "resource"),
+            "Quota limit per queue and resource (its own, nominal quota); per flavor for a "
+            'queue with flavors (flavor "" without).',
+            ("queue", "resource", "flavor"),
             registry=r,
         )
         self.quota_borrowed = Gauge(
             "reconciler_queue_quota_borrowed",
             "Quota a queue uses above its own, borrowed from its cohort, with this plan's "
             "dispatches.",
-            ("queue", "resource"),
+            ("queue", "resource", "flavor"),
             registry=r,
         )
         self.quota_lent = Gauge(
             "reconciler_queue_quota_lent",
             "A queue's own quota in use by other queues of its cohort, with this plan's "
             "dispatches.",
-            ("queue", "resource"),
+            ("queue", "resource", "flavor"),
             registry=r,
         )
         self.budget_limit = Gauge(
@@ -141,14 +155,14 @@ class Metrics:
             "reconciler_leader", "1 while this replica holds the leader Lease.", registry=r
         )
         self._queues: set[tuple[str, str]] = set()
-        self._quotas: set[tuple[str, str]] = set()
+        self._quotas: set[tuple[str, ...]] = set()
         self._budgets: set[tuple[str, str]] = set()
 
     def observe_plan(self, plan: Plan) -> None:
         """Set the queue gauges from a plan; queues and resources no longer in the plan
         are removed, not left at their last value."""
         queues: set[tuple[str, str]] = set()
-        quotas: set[tuple[str, str]] = set()
+        quotas: set[tuple[str, ...]] = set()
         budgets: set[tuple[str, str]] = set()
         for q in plan.queues:
             if q.budget is not None:
@@ -161,14 +175,20 @@ class Metrics:
             self.queue_active.labels(q.name, q.cluster).set(q.active)
             self.queue_pending.labels(q.name, q.cluster).set(q.pending)
             self.queue_pods.labels(q.name, q.cluster).set(q.pods_after)
-            for resource, limit in q.quota.items():
-                quotas.add((q.name, resource))
-                used = q.used_after.get(resource, q.used.get(resource, 0))
-                self.quota_used.labels(q.name, resource).set(float(used))
-                self.quota_limit.labels(q.name, resource).set(float(limit))
-                borrowed = q.borrowed_after.get(resource, 0)
-                self.quota_borrowed.labels(q.name, resource).set(float(borrowed))
-                self.quota_lent.labels(q.name, resource).set(float(q.lent_after.get(resource, 0)))
+            # one series per resource, or (a queue with flavors) per flavor and resource
+            pools: tuple[QuotaPool, ...] = tuple(
+                (f.name, f.quota, f.used, f.used_after, f.borrowed_after, f.lent_after)
+                for f in q.flavors
+            ) or (("", q.quota, q.used, q.used_after, q.borrowed_after, q.lent_after),)
+            for flavor, quota, used, used_after, borrowed_after, lent_after in pools:
+                for resource, limit in quota.items():
+                    pool = (q.name, resource, flavor)
+                    quotas.add(pool)
+                    in_use = used_after.get(resource, used.get(resource, 0))
+                    self.quota_used.labels(*pool).set(float(in_use))
+                    self.quota_limit.labels(*pool).set(float(limit))
+                    self.quota_borrowed.labels(*pool).set(float(borrowed_after.get(resource, 0)))
+                    self.quota_lent.labels(*pool).set(float(lent_after.get(resource, 0)))
         _remove(self.queue_active, self._queues - queues)
         _remove(self.queue_pending, self._queues - queues)
         _remove(self.queue_pods, self._queues - queues)
@@ -199,6 +219,6 @@ class Metrics:
         self.leader.set(1 if leading else 0)
 
 
-def _remove(gauge: Gauge, keys: Iterable[tuple[str, str]]) -> None:
+def _remove(gauge: Gauge, keys: Iterable[tuple[str, ...]]) -> None:
     for key in keys:
         gauge.remove(*key)

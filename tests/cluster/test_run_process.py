@@ -150,14 +150,17 @@ def test_metrics_and_readiness_over_http(
         }
         quota = {k: v for k, v in samples.items() if k[0] == "reconciler_queue_quota_used"}
         gpu_a = quota.get(
-            ("reconciler_queue_quota_used", (("queue", "team-a"), ("resource", "nvidia.com/gpu")))
+            (
+                "reconciler_queue_quota_used",
+                (("flavor", ""), ("queue", "team-a"), ("resource", "nvidia.com/gpu")),
+            )
         )
         assert gpu_a == 2, quota
         assert (
             samples[
                 (
                     "reconciler_queue_quota_limit",
-                    (("queue", "team-b"), ("resource", "nvidia.com/gpu")),
+                    (("flavor", ""), ("queue", "team-b"), ("resource", "nvidia.com/gpu")),
                 )
             ]
             == 4

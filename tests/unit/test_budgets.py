@@ -513,3 +513,59 @@ def test_a_gang_reserves_and_is_charged_for_every_replica() -> None:
     assert run.cost == Decimal("10")  # 8 GPUs x 0.5 h x 2.50
     summary = next(q for q in decision.plan.queues if q.name == "q").budget
     assert summary is not None and summary.spent == 4  # GPU-hours
+
+
+def test_usage_is_split_by_the_flavor_each_run_ran_in() -> None:
+    """``reconciler usage``: a queue with flavors has a row per flavor (table, JSON, CSV),
+    from each ledger entry's ``flavor`` as the status branch holds it; a ledger without
+    flavors renders as it did (no flavor column, no ``flavor`` key)."""
+    import csv
+    import io
+    import json
+
+    from reconciler.cli.usage_cmd import render_usage
+    from reconciler.core.ledger import entries_from_document, ledger_documents, usage
+
+    def entry(op: str, flavor: str, gpu: int, cost: str) -> LedgerEntry:
+        return LedgerEntry(
+            operation=op,
+            generation=1,
+            workload=f"{op.replace('/', '-')}-g1",
+            queue="team-a",
+            cluster="local",
+            phase="Succeeded",
+            requests={"nvidia.com/gpu": Decimal(gpu)},
+            start=datetime(2026, 1, 2, 8, tzinfo=UTC),
+            end=datetime(2026, 1, 2, 10, tzinfo=UTC),
+            cost=Decimal(cost),
+            currency="USD",
+            flavor=flavor,
+        )
+
+    ledger = Ledger.of(
+        [entry("v/a", "h100", 1, "8"), entry("v/b", "a100", 2, "6"), entry("v/c", "h100", 1, "8")]
+    )
+    # through the status branch's ledger file and back
+    (doc,) = ledger_documents(ledger).values()
+    read = entries_from_document(doc)
+    rows = usage(read, BudgetPeriod.DAY)
+    assert [(r.queue, r.flavor, r.runs, r.hours, r.cost) for r in rows] == [
+        ("team-a", "a100", 1, {"nvidia.com/gpu": Decimal(4)}, Decimal(6)),
+        ("team-a", "h100", 2, {"nvidia.com/gpu": Decimal(4)}, Decimal(16)),
+    ]
+    table = render_usage(rows, "day", "UTC", "table").splitlines()
+    assert table[0].split()[:4] == ["WINDOW", "QUEUE", "FLAVOR", "RUNS"]
+    assert table[1].split()[:5] == ["2026-01-02", "team-a", "a100", "1", "4"]
+    data = json.loads(render_usage(rows, "day", "UTC", "json"))["usage"]
+    assert [(u["flavor"], u["runs"], u["cost"]) for u in data] == [
+        ("a100", 1, "6"),
+        ("h100", 2, "16"),
+    ]
+    lines = list(csv.reader(io.StringIO(render_usage(rows, "day", "UTC", "csv"))))
+    assert lines[0][:5] == ["window_start", "window_end", "queue", "flavor", "runs"]
+    assert lines[2][2:5] == ["team-a", "h100", "2"]
+    plain = usage([entry("v/d", "", 1, "2")], BudgetPeriod.DAY)
+    assert plain[0].flavor == ""
+    assert "FLAVOR" not in render_usage(plain, "day", "UTC", "table")
+    assert "flavor" not in json.loads(render_usage(plain, "day", "UTC", "json"))["usage"][0]
+    assert "flavor" not in render_usage(plain, "day", "UTC", "csv")

@@ -80,6 +80,35 @@ def _world() -> World:
     return w
 
 
+def test_a_queue_with_flavors_has_quota_series_per_flavor() -> None:
+    w = World().cluster("local").cohort("pool", "2h").queue("team-a", cohort="pool")
+    w.flavored(
+        "team-a", ("h100", {"gpu": 1}), ("a100", {"gpu": 1}), borrowing_limit={"a100": {"gpu": 2}}
+    )
+    w.queue("team-b", cohort="pool").flavored("team-b", ("h100", {"gpu": 4}), ("a100", {"gpu": 4}))
+    w.queue("plain", quota={"nvidia.com/gpu": 2})
+    w.op("vision/big", queue="team-a", gpu=3).timeout("1h")
+    metrics = Metrics()
+    metrics.observe_plan(w.plan())
+    value = metrics.registry.get_sample_value
+
+    def of(queue: str, flavor: str) -> dict[str, str]:
+        return {"queue": queue, "resource": "nvidia.com/gpu", "flavor": flavor}
+
+    assert value("reconciler_queue_quota_used", of("team-a", "a100")) == 3
+    assert value("reconciler_queue_quota_limit", of("team-a", "a100")) == 1
+    assert value("reconciler_queue_quota_borrowed", of("team-a", "a100")) == 2
+    assert value("reconciler_queue_quota_used", of("team-a", "h100")) == 0
+    assert value("reconciler_queue_quota_lent", of("team-b", "a100")) == 2
+    assert value("reconciler_queue_quota_used", of("team-a", "")) is None  # no sum series
+    assert value("reconciler_queue_quota_limit", of("plain", "")) == 2
+    # a flavor the queue no longer has is removed, not left at its last value
+    w.flavored("team-a", ("h100", {"gpu": 1}))
+    metrics.observe_plan(w.plan())
+    assert value("reconciler_queue_quota_limit", of("team-a", "a100")) is None
+    assert value("reconciler_queue_quota_limit", of("team-a", "h100")) == 1
+
+
 def test_healthz_and_readyz_follow_the_callable(
     served: tuple[HttpServer, Metrics, Readiness],
 ) -> None:
@@ -125,7 +154,7 @@ def test_metrics_expose_every_series(served: tuple[HttpServer, Metrics, Readines
     s = _samples(text)
     a = (("cluster", "local"), ("queue", "team-a"))
     b = (("cluster", "local"), ("queue", "batch"))
-    gpu = (("queue", "team-a"), ("resource", "nvidia.com/gpu"))
+    gpu = (("flavor", ""), ("queue", "team-a"), ("resource", "nvidia.com/gpu"))
     assert s[("reconciler_queue_active_operations", a)] == 0
     assert s[("reconciler_queue_pending_operations", a)] == 3
     assert s[("reconciler_queue_pending_operations", b)] == 1

@@ -171,6 +171,39 @@ def test_a_run_moved_to_another_queue_counts_where_it_runs_in_every_view() -> No
     assert page is not None and page.queue == view.operations["p/a"].queue == "qa"
 
 
+def test_a_flavored_queues_use_per_flavor_is_the_same_from_the_status_branch() -> None:
+    """A queue with flavors: the cycle's view, the status branch it writes, the next cycle
+    over that branch (``plan``, ``status``, ``serve`` start from it) and the queue view from
+    the branch all count each run in its own flavor."""
+    world = World().cluster("local").queue("team-a", priority=10)
+    world.flavored("team-a", ("h100", {"gpu": 2}), ("a100", {"gpu": 4}))
+    world.op("p/a", queue="team-a", gpu=2)
+    world.op("p/b", queue="team-a", gpu=2)
+    compiled = world.repo()
+    running = replace(_running("p/a", "team-a", generation=1), flavor="a100")
+    cycle = decide(compiled, {"local": ClusterListing((running,))}, Memory(), NOW)
+    assert [(d.operation, d.flavor) for d in cycle.plan.dispatch] == [("p/b", "h100")]
+    view = read_status(
+        render_status(compiled, cycle.plan, cycle.states, clusters=cycle.cluster_records())
+    )
+    assert (view.operations["p/a"].flavor, view.operations["p/b"].flavor) == ("a100", "h100")
+    after = decide_recorded(compiled, view, NOW)
+    [was], [now] = cycle.plan.queues, after.plan.queues
+    assert [(f.name, dict(f.used)) for f in now.flavors] == [
+        (f.name, dict(f.used_after)) for f in was.flavors
+    ]
+    created = replace(running, operation="p/b", name="p-b-g1", phase=Phase.DISPATCHED)
+    created = replace(created, flavor="h100", started_at=None)
+    applied = {**cycle.states, "p/b": created}
+    from_cycle = build_queues_view(compiled, cycle.plan, applied, applied=True)
+    from_branch = queues_view_from_status(view)
+    assert list(from_branch.rows) == [r.model_copy(update={"next": 0}) for r in from_cycle.rows]
+    assert from_branch.rows[0].quota_text == "h100: nvidia.com/gpu 2/2; a100: nvidia.com/gpu 2/4"
+    # the view of the next cycle over the branch (not applied: serve, queues --live)
+    live = build_queues_view(compiled, after.plan, after.states, applied=False)
+    assert live.rows[0].flavors == from_branch.rows[0].flavors
+
+
 def test_a_superseded_run_is_running_in_the_status_branch_view_too() -> None:
     """After a generation bump, the old run still runs and holds its queue's quota: the
     cycle's queue view counts it running (``Decision.workloads``); the view the status
