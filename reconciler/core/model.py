@@ -137,16 +137,46 @@ SIMULATION_ANNOTATIONS = frozenset(
     }
 )
 RESERVED_ENV_PREFIX = "RECONCILER_"
+# Keys the controllers that run our workloads write on their pods: the Job controller
+# (k8s.io/api/batch/v1: job-name, controller-uid and batch.kubernetes.io/job-name,
+# controller-uid, job-completion-index, job-tracking, job-index-failure-count, ...) and
+# the Kubeflow Training Operator (kubeflow/common: training.kubeflow.org/job-name,
+# replica-type, replica-index, job-role, operator-name, and the unprefixed labels it
+# deprecated). A user's copy would make `kubectl get pods -l job-name=...` (and our log
+# lookup) find another run's pods, or be refused by the API server only at create time.
+JOB_CONTROLLER_KEYS = ("batch.kubernetes.io/", frozenset({"job-name", "controller-uid"}))
+TRAINING_OPERATOR_KEYS = (
+    "training.kubeflow.org/",
+    frozenset({"replica-index", "replica-type", "replica-name", "group-name", "job-role"}),
+)
+
+
+def _controller_owning(key: str, *, annotation: bool) -> str | None:
+    """Which controller owns ``key`` on the pods it runs (annotations: by prefix only)."""
+    for owner, (prefix, labels) in (
+        ("the Job controller", JOB_CONTROLLER_KEYS),
+        ("the Kubeflow Training Operator", TRAINING_OPERATOR_KEYS),
+    ):
+        if key.startswith(prefix) or (not annotation and key in labels):
+            return owner
+    return None
 
 
 def _user_key(value: str, *, annotation: bool) -> str:
     if annotation and value in SIMULATION_ANNOTATIONS:
         return value
+    what = "annotation" if annotation else "label"
     if value.startswith(RESERVED_KEY_PREFIX) or value in RESERVED_KEYS:
-        what = "annotation" if annotation else "label"
         raise ValueError(
             f"{what}s under {RESERVED_KEY_PREFIX}* and app.kubernetes.io/managed-by are the "
             "reconciler's own and cannot be set"
+        )
+    owner = _controller_owning(value, annotation=annotation)
+    if owner is not None:
+        raise ValueError(
+            f"{what} {value!r} is set by {owner} on the pods it runs and cannot be set "
+            "(reserved: job-name, controller-uid, batch.kubernetes.io/*, "
+            "training.kubeflow.org/* and the Training Operator's unprefixed labels)"
         )
     return value
 
