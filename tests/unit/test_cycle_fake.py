@@ -280,3 +280,40 @@ def test_the_template_borrows_an_idle_team_b_gpu_for_train_vit() -> None:
     # the others of team-a have a 12h timeout: none borrows
     borrowed = {d.operation for d in second.plan.dispatch if d.queue == "team-a"}
     assert borrowed == {"vision/train-vit", "vision/sweep-lr-2", "vision/train-resnet"}
+
+
+def test_a_flavor_is_rendered_read_back_and_counted_in_its_own_flavor() -> None:
+    # h100 first (1 GPU), a100 next (2): the second op falls back to a100, and the next
+    # cycle reads each run's flavor from its Job, so a third 1-GPU op fits nowhere
+    world = World().queue("team-a").flavored("team-a", ("h100", {"gpu": 1}), ("a100", {"gpu": 2}))
+    for op in ("p/a", "p/b", "p/c", "p/d"):
+        world.op(op, queue="team-a", gpu=1)
+    h = Harness(world.repo())
+    first = h.cycle()
+    assert first.dispatched == ("p/a", "p/b", "p/c")
+    jobs = h.clusters["local"].jobs
+    flavor_of = {
+        name: (
+            job["metadata"]["labels"].get("reconciler.dev/flavor"),
+            job["spec"]["template"]["spec"].get("nodeSelector"),
+        )
+        for (_, name), job in jobs.items()
+    }
+    assert flavor_of == {
+        "p-a-g1": ("h100", {"nvidia.com/gpu.product": "h100"}),
+        "p-b-g1": ("a100", {"nvidia.com/gpu.product": "a100"}),
+        "p-c-g1": ("a100", {"nvidia.com/gpu.product": "a100"}),
+    }
+    for op in ("p/a", "p/b", "p/c"):
+        h.move(op, "Running")
+    second = h.cycle()
+    assert {op: second.states[op].flavor for op in ("p/a", "p/b", "p/c")} == {
+        "p/a": "h100",
+        "p/b": "a100",
+        "p/c": "a100",
+    }
+    assert second.dispatched == ()
+    h.move("p/b", "Succeeded")  # an a100 GPU frees: p/d takes it, as a100
+    third = h.cycle()
+    assert third.dispatched == ("p/d",)
+    assert jobs[h.job("p/d")]["metadata"]["labels"]["reconciler.dev/flavor"] == "a100"

@@ -240,3 +240,34 @@ def test_every_field_of_the_rendered_pod_maps_back_to_the_spec() -> None:
     )
     assert origin("spec", "containers", 0, "ports", 0) == (("run", "kind"), None)
     assert origin("spec", "containers", 0, "volumeMounts", 1) == (("run", "connections", 1), "code")
+
+
+def test_an_assigned_flavor_adds_its_labels_tolerations_and_label_not_to_the_hash() -> None:
+    from dataclasses import replace
+
+    from reconciler.core.render import LABEL_FLAVOR
+    from reconciler.core.types import FlavorSpec
+
+    op = _op()
+    h100 = FlavorSpec(
+        "h100",
+        {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "gpu.type": "h100"},
+        ({"key": "h100", "operator": "Exists", "effect": "NoSchedule"},),
+    )
+    plain = _render(op)
+    flavored = _render(replace(op, flavor=h100))
+    pod = flavored.job["spec"]["template"]["spec"]
+    # the operation's own entries win (gpu.type: a100 stays); the flavor's are added
+    assert pod["nodeSelector"] == {
+        "gpu.type": "a100",
+        "nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3",
+    }
+    assert pod["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+        {"key": "h100", "operator": "Exists", "effect": "NoSchedule"},
+    ]
+    assert flavored.job["metadata"]["labels"][LABEL_FLAVOR] == "h100"
+    assert flavored.job["spec"]["template"]["metadata"]["labels"][LABEL_FLAVOR] == "h100"
+    assert LABEL_FLAVOR not in plain.job["metadata"]["labels"]
+    # the plan's choice, not a change to the operation: the hash (syncStatus) is the same
+    assert flavored.spec_hash == plain.spec_hash == spec_hash(op, {})
