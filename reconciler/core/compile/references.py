@@ -261,37 +261,16 @@ def _queue_flavors(
             ok = False
             continue
         quota = {r: parse_quantity(v) for r, v in entry.quota.items()}
-        limits: list[dict[str, Decimal]] = []
-        for field, written in (
-            ("borrowingLimit", entry.borrowing_limit),
-            ("lendingLimit", entry.lending_limit),
-        ):
-            got: dict[str, Decimal] = {}
-            for resource, raw in (written or {}).items():
-                amount = parse_quantity(raw)
-                where = doc.loc((*at, field, resource), key=True)
-                if m.cohort is None:
-                    fail(where, f"{field} needs a cohort: set 'cohort' to share quota")
-                    ok = False
-                elif resource not in quota:
-                    have = ", ".join(sorted(quota)) or "none"
-                    fail(
-                        where,
-                        f"{field} on {resource}, which flavor {entry.name!r} of this queue has "
-                        f"no quota for (its quota resources: {have})",
-                    )
-                    ok = False
-                elif field == "lendingLimit" and amount > quota[resource]:
-                    fail(
-                        doc.loc((*at, field, resource)),
-                        f"lendingLimit of {resource} is {format_quantity(amount)}, more than the "
-                        f"queue's {entry.name} quota of {format_quantity(quota[resource])}: a "
-                        "queue lends only its own quota",
-                    )
-                    ok = False
-                else:
-                    got[resource] = amount
-            limits.append(got)
+        borrowing, lending, valid = _limits(
+            repo,
+            loaded,
+            at,
+            entry.borrowing_limit,
+            entry.lending_limit,
+            quota,
+            flavor=entry.name,
+        )
+        ok = ok and valid
         caps: dict[str, dict[str, Decimal]] = {}
         for cluster, written_caps in (entry.cluster_quota or {}).items():
             where = doc.loc((*at, "clusterQuota", cluster), key=True)
@@ -308,7 +287,7 @@ def _queue_flavors(
                 ok = False
             else:
                 caps[cluster] = {r: parse_quantity(v) for r, v in written_caps.items()}
-        out.append(QueueFlavor(entry.name, quota, limits[0], limits[1], caps))
+        out.append(QueueFlavor(entry.name, quota, borrowing, lending, caps))
     return tuple(out) if ok else None
 
 
@@ -388,44 +367,68 @@ def _budget(
 def _cohort_limits(
     repo: RepoIndex, loaded: Loaded[QueueFile], quota: dict[str, Any]
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A queue's ``borrowingLimit`` and ``lendingLimit``, each problem reported at its line:
-    an unknown cohort, a limit without a cohort, a limit on a resource the queue has no
-    quota for, a lending limit above the quota."""
+    """A queue's ``borrowingLimit`` and ``lendingLimit`` (``_limits``), and an unknown
+    cohort reported at its line."""
     m = loaded.model
     doc = loaded.doc
     if m.cohort is not None and repo.named["Cohort"].get(m.cohort) is None:
         repo.errors.add_once(doc.loc(("cohort",)), unknown_name(repo, "cohort", m.cohort, "Cohort"))
+    borrowing, lending, _ = _limits(
+        repo, loaded, (), m.borrowing_limit, m.lending_limit, quota, flavor=None
+    )
+    return borrowing, lending
+
+
+def _limits(
+    repo: RepoIndex,
+    loaded: Loaded[QueueFile],
+    at: Path,
+    borrowing: dict[str, Any] | None,
+    lending: dict[str, Any] | None,
+    quota: dict[str, Any],
+    *,
+    flavor: str | None,
+) -> tuple[dict[str, Any], dict[str, Any], bool]:
+    """The borrowing and lending limits written at ``at`` (the queue, or one of its
+    flavors), and whether all were valid; each problem reported at its line: a limit
+    without a cohort, a limit on a resource without quota, a lending limit above the
+    quota."""
+    doc = loaded.doc
+    cohort = loaded.model.cohort
+    fail = repo.errors.add_once
+    whose = "this queue" if flavor is None else f"flavor {flavor!r} of this queue"
+    quota_of = "quota" if flavor is None else f"{flavor} quota"
+    ok = True
     limits: list[dict[str, Any]] = []
-    for field, written in (
-        ("borrowingLimit", m.borrowing_limit),
-        ("lendingLimit", m.lending_limit),
-    ):
+    for field, written in (("borrowingLimit", borrowing), ("lendingLimit", lending)):
         out: dict[str, Any] = {}
         for resource, raw in (written or {}).items():
-            where = doc.loc((field, resource), key=True)
+            where = doc.loc((*at, field, resource), key=True)
             amount = parse_quantity(raw)
-            if m.cohort is None:
-                repo.errors.add_once(
+            if cohort is None:
+                fail(
                     where, f"{field} needs a cohort: set 'cohort' to share quota with other queues"
                 )
             elif resource not in quota:
                 have = ", ".join(sorted(quota)) or "none"
-                repo.errors.add_once(
+                fail(
                     where,
-                    f"{field} on {resource}, which this queue has no quota for "
+                    f"{field} on {resource}, which {whose} has no quota for "
                     f"(its quota resources: {have})",
                 )
             elif field == "lendingLimit" and amount > quota[resource]:
-                repo.errors.add_once(
-                    doc.loc((field, resource)),
+                fail(
+                    doc.loc((*at, field, resource)),
                     f"lendingLimit of {resource} is {format_quantity(amount)}, more than the "
-                    f"queue's quota of {format_quantity(quota[resource])}: a queue lends only "
+                    f"queue's {quota_of} of {format_quantity(quota[resource])}: a queue lends only "
                     "its own quota",
                 )
             else:
                 out[resource] = amount
+                continue
+            ok = False
         limits.append(out)
-    return limits[0], limits[1]
+    return limits[0], limits[1], ok
 
 
 def find_cohort(repo: RepoIndex, name: str) -> CohortSpec | None:

@@ -488,10 +488,14 @@ class QuotaBlock:
 
     def _head(self) -> str:
         whole = _whole(self.request, self.replicas, ", all or nothing")
-        of = f" of {self.flavor}" if self.flavor else ""
+        if self.flavor:
+            return (
+                f"needs {self.resource} {whole}; {self.queue} uses "
+                f"{format_quantity(self.used)} of its {format_quantity(self.quota)} {self.flavor}"
+            )
         return (
-            f"needs {self.resource} {whole}; {self.queue} uses "
-            f"{format_quantity(self.used)} of {format_quantity(self.quota)}{of}"
+            f"needs {self.resource} {whole}; "
+            f"{self.queue} uses {format_quantity(self.used)} of {format_quantity(self.quota)}"
         )
 
     def admit(self) -> Admit:
@@ -679,6 +683,37 @@ def _utc(at: datetime) -> str:
     return at.isoformat().replace("+00:00", "Z")
 
 
+def _borrowers_finish(block: LentQuotaBlock | FairShareBlock, then: str = "") -> Admit:
+    """``BorrowersFinish``: the cohort's borrowers of the block's pool end (by their latest
+    end, when known), ``then`` what else must hold."""
+    who = _names(block.borrowers, block.borrowers_count) or "the borrowers"
+    when = f"by {_utc(block.ends_by)} at the latest" if block.ends_by else "(end unknown)"
+    verb = "ends" if block.borrowers_count == 1 else "end"
+    return Admit(
+        AdmitWhen.BORROWERS_FINISH,
+        f"admitted when {who} {verb}, {when}{then}",
+        block.borrowers,
+        block.borrowers_count,
+        block.resource,
+        block.request,
+        block.ends_by,
+        flavor=block.flavor,
+    )
+
+
+def _pool_json(block: LentQuotaBlock | FairShareBlock) -> dict[str, Any]:
+    """What a cohort block's JSON says of its pool and its borrowers."""
+    return {
+        "queue": block.queue,
+        "cohort": block.cohort,
+        "resource": block.resource,
+        "request": format_quantity(block.request),
+        "borrowers": list(block.borrowers),
+        "endsBy": _utc(block.ends_by) if block.ends_by else None,
+        **({"flavor": block.flavor} if block.flavor else {}),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class LentQuotaBlock:
     """``WaitingForLentQuota``: the op fits its queue's own quota, but part of it is lent to
@@ -703,34 +738,13 @@ class LentQuotaBlock:
         )
 
     def admit(self) -> Admit:
-        who = _names(self.borrowers, self.borrowers_count) or "the borrowers"
-        when = f"by {_utc(self.ends_by)} at the latest" if self.ends_by else "(end unknown)"
-        verb = "ends" if self.borrowers_count == 1 else "end"
-        return Admit(
-            AdmitWhen.BORROWERS_FINISH,
-            f"admitted when {who} {verb}, {when}",
-            self.borrowers,
-            self.borrowers_count,
-            self.resource,
-            self.request,
-            self.ends_by,
-            flavor=self.flavor,
-        )
+        return _borrowers_finish(self)
 
     def message(self) -> str:
         return _joined(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "queue": self.queue,
-            "cohort": self.cohort,
-            "resource": self.resource,
-            "request": format_quantity(self.request),
-            "lent": format_quantity(self.lent),
-            "borrowers": list(self.borrowers),
-            "endsBy": _utc(self.ends_by) if self.ends_by else None,
-            **({"flavor": self.flavor} if self.flavor else {}),
-        }
+        return {**_pool_json(self), "lent": format_quantity(self.lent)}
 
 
 @dataclass(frozen=True, slots=True)
@@ -757,40 +771,22 @@ class FairShareBlock:
         return (
             f"waits for its fair share: needs {_of(self.resource, self.flavor)} "
             f"{format_quantity(self.request)} borrowed in cohort {self.cohort}, lent first to "
-            f"{', '.join(self.ahead)} (lower weighted share; {self.queue}'s is "
-            f"{self.share:.3f} at weight {format_quantity(self.weight)})"
+            f"{', '.join(self.ahead)} (by weighted share, then priority; {self.queue}'s share "
+            f"is {self.share:.3f} at weight {format_quantity(self.weight)})"
         )
 
     def admit(self) -> Admit:
-        who = _names(self.borrowers, self.borrowers_count) or "the borrowers"
-        when = f"by {_utc(self.ends_by)} at the latest" if self.ends_by else "(end unknown)"
-        verb = "ends" if self.borrowers_count == 1 else "end"
-        return Admit(
-            AdmitWhen.BORROWERS_FINISH,
-            f"admitted when {who} {verb}, {when}, and its share is the lowest waiting",
-            self.borrowers,
-            self.borrowers_count,
-            self.resource,
-            self.request,
-            self.ends_by,
-            flavor=self.flavor,
-        )
+        return _borrowers_finish(self, ", and its share is the lowest waiting")
 
     def message(self) -> str:
         return _joined(self._head(), self.admit())
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "queue": self.queue,
-            "cohort": self.cohort,
-            "resource": self.resource,
-            "request": format_quantity(self.request),
+            **_pool_json(self),
             "share": str(self.share.quantize(Decimal("0.001"))),
             "weight": format_quantity(self.weight),
             "ahead": list(self.ahead),
-            "borrowers": list(self.borrowers),
-            "endsBy": _utc(self.ends_by) if self.ends_by else None,
-            **({"flavor": self.flavor} if self.flavor else {}),
         }
 
 
