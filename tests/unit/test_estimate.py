@@ -548,3 +548,27 @@ def test_the_worked_example_in_the_docs_is_what_the_code_says() -> None:
     assert rows == ("POS" + example).strip("\n").splitlines()
     assert (_at(e, "team-b/pretrain"), _at(e, "team-b/pretrain", "p90")) == (40, 70)
     assert (_at(e, "team-b/eval"), _at(e, "team-b/eval", "p90")) == (90, 160)
+
+
+def test_the_simulation_assigns_flavors_as_the_planner_does() -> None:
+    # team-a: 1 h100 then 1 a100. The h100 run ends in 10 min, the a100 run in 40 min:
+    # p/a100-only, first in line, may not use the h100 freed at 10: p/next takes it, and
+    # p/a100-only waits for the a100 run (40)
+    world = World().queue("team-a").flavored("team-a", ("h100", {"gpu": 1}), ("a100", {"gpu": 1}))
+    world.op("p/h", queue="team-a", gpu=1)
+    world.op("p/a", queue="team-a", gpu=1)
+    world.op("p/a100-only", queue="team-a", gpu=1).environment(
+        nodeSelector={"nvidia.com/gpu.product": "a100"}
+    )
+    world.op("p/next", queue="team-a", gpu=1)  # after p/a100-only, yet first to start
+    world.observe("p/h", Phase.RUNNING, flavor="h100")
+    world.observe("p/a", Phase.RUNNING, flavor="a100")
+    history = (
+        _runs("p/h", "team-a", 10)
+        + _runs("p/a", "team-a", 40)
+        + _runs("p/next", "team-a", 60)
+        + _runs("p/a100-only", "team-a", 60)
+    )
+    e = _estimate(world, history, {"p/h": NOW, "p/a": NOW})
+    assert _at(e, "p/next") == 10
+    assert _at(e, "p/a100-only") == 40
