@@ -322,7 +322,10 @@ def _transport(fn: Callable[P, R]) -> Callable[P, R]:
 def connect_cluster(
     kubeconfig: Mapping[str, Any], context: str | None, override: Path | None = None
 ) -> client.ApiClient:
-    """An API client for a Cluster file's ``kubeconfig`` (path | inCluster | secret)."""
+    """An API client for a Cluster file's ``kubeconfig`` (path | inCluster | secret); a
+    ``KubeError`` (one line) for any failure to build it, so only this cluster is
+    unreachable."""
+    where = str(override or kubeconfig.get("path") or "")
     try:
         if override is not None:
             return connect(override, context)
@@ -337,8 +340,35 @@ def connect_cluster(
             str(secret.get("key", "kubeconfig")),
             context,
         )
-    except (ConfigException, OSError, ValueError, KeyError) as exc:
-        raise KubeError(f"cannot load kubeconfig: {exc}") from exc
+    except KubeError:
+        raise
+    except _BAD_KUBECONFIG as exc:
+        named = f" {where}" if where else ""
+        raise KubeError(f"cannot load kubeconfig{named}: {_one_line(exc)}") from exc
+
+
+# What the client's config loader raises on a file that is not a kubeconfig: besides its
+# own ConfigException, YAML errors, and TypeError/AttributeError/IndexError where a list
+# stands for a map (it indexes the parsed document without checking its shape). Input,
+# one cluster's: the cluster is unreachable, never the cycle.
+_BAD_KUBECONFIG = (
+    ConfigException,
+    yaml.YAMLError,
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The loader's message on one line (YAML errors span several), type-named when empty."""
+    text = " ".join(str(exc).split())
+    if isinstance(exc, (TypeError, AttributeError, IndexError)):
+        return f"not a kubeconfig ({text or type(exc).__name__})"
+    return text or type(exc).__name__
 
 
 MAX_KUBECONFIG_BYTES = 1 << 20
@@ -374,6 +404,8 @@ def _client_from_secret(
     if not data:
         raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
     loaded = yaml.safe_load(base64.b64decode(data))
+    if not isinstance(loaded, dict):
+        raise ValueError(f"Secret {namespace}/{name} key {key!r} is not a kubeconfig map")
     api: client.ApiClient = config.new_client_from_config_dict(loaded, context=context)
     return bounded(api)
 

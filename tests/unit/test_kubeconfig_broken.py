@@ -1,0 +1,36 @@
+"""A Cluster file's kubeconfig that cannot be loaded is that cluster's failure, said in
+one line: ``connect_cluster`` raises ``KubeError`` (the cycle's and the views' signal for
+an unreachable cluster), never the client's own exception."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import broken_kubeconfigs, write_kubeconfig
+
+from reconciler.adapters.kube import KubeError, connect_cluster
+
+# connection-time failures (TLS, auth) need a server: tests/cluster/test_broken_kubeconfig.py
+_AT_LOAD = ("truncated", "nul-byte", "a-list", "clusters-a-map", "users-a-string")
+
+
+@pytest.mark.parametrize("case", _AT_LOAD)
+def test_a_kubeconfig_that_does_not_load_is_a_one_line_kube_error(
+    tmp_path: Path, case: str
+) -> None:
+    good = write_kubeconfig(tmp_path / "good", "https://127.0.0.1:1").read_text()
+    path = tmp_path / case
+    path.write_bytes(broken_kubeconfigs(good)[case])
+    with pytest.raises(KubeError) as caught:
+        connect_cluster({"path": str(path)}, None)
+    message = str(caught.value)
+    assert message.startswith(f"cannot load kubeconfig {path}: ")
+    assert "\n" not in message
+
+
+def test_a_secret_kubeconfig_that_is_not_a_map_is_a_kube_error(tmp_path: Path) -> None:
+    path = tmp_path / "list"
+    path.write_text("- a\n- b\n")
+    with pytest.raises(KubeError, match="not a kubeconfig"):
+        connect_cluster({}, None, override=path)
