@@ -254,6 +254,7 @@ class SupersededRun(StatusRecord):
     pods: OptNumber = None  # its replicas, when more than one
     dispatched_at: OptText = None
     started_at: OptText = None
+    timeout: OptNumber = None  # seconds it was dispatched with: its reservation's end
 
     @classmethod
     def of(cls, state: WorkloadState) -> SupersededRun:
@@ -268,6 +269,7 @@ class SupersededRun(StatusRecord):
             pods=_pods(state),
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
+            timeout=_held_timeout(state),
         )
 
     def state(self, operation: str) -> WorkloadState | None:
@@ -288,6 +290,7 @@ class SupersededRun(StatusRecord):
             pods=recorded_pods(self),
             dispatched_at=self.dispatched_at,
             started_at=self.started_at,
+            timeout=_positive(self.timeout),
         )
 
 
@@ -340,6 +343,8 @@ class OperationStatus(StatusRecord):
     requests: OmitEmpty[TextMap] = Field(default_factory=dict)
     # the pods its active workload runs (a distributed run's replicas), when more than one
     pods: OptNumber = None
+    # seconds its active workload was dispatched with (its reservation runs to it)
+    timeout: OptNumber = None
     # older generations still active (holding quota), oldest first
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
     # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
@@ -856,6 +861,7 @@ def _compiled_record(
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
             requests=_held(state),
             pods=_pods(state),
+            timeout=_held_timeout(state),
         )
     name = operation_workload(op)
     if dispatched and failure is not None:
@@ -1035,6 +1041,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "spec_hash": state.spec_hash,
             "requests": _held(state),
             "pods": _pods(state),
+            "timeout": _held_timeout(state),
         }
     )
 
@@ -1049,6 +1056,15 @@ def _held(state: WorkloadState) -> dict[str, str]:
     if not state.phase.active:
         return {}
     return {r: format_quantity(v) for r, v in sorted(state.requests.items())}
+
+
+def _held_timeout(state: WorkloadState) -> int | None:
+    """The timeout an active workload was dispatched with (none once it ended)."""
+    return state.timeout if state.phase.active else None
+
+
+def _positive(value: int | None) -> int | None:
+    return value if value is not None and value > 0 else None
 
 
 def _pods(state: WorkloadState) -> int | None:

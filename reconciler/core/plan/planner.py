@@ -432,7 +432,10 @@ def count_active(
         if aq is not None:
             aq.hold(oid, aq.request(requests), pods)
             if aq.budget is not None:
-                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                # the run's own timeout, as dispatched: its file may have changed or gone
+                timeout = obs.timeout
+                if timeout is None:
+                    timeout = known.timeout if known is not None else aq.spec.default_timeout
                 aq.budget.hold_active(requests, cname or aq.spec.cluster, obs.started_at, timeout)
         if cname is not None:
             counters.cluster(cname).hold(oid)
