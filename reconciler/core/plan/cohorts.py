@@ -43,7 +43,7 @@ from reconciler.core.plan.model import (
     QuotaBlock,
 )
 from reconciler.core.plan.state import MAX_RESERVED, Counters, QueueState
-from reconciler.core.plan.units import quota_units, to_decimal
+from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
 
 _R = PendingReason
@@ -80,6 +80,7 @@ class CohortState:
         "dispatched_at",
         "max_borrow",
         "ops",
+        "outside",
         "pools",
         "seen",
         "spec",
@@ -107,6 +108,36 @@ class CohortState:
         self.dispatched_at: dict[str, datetime] = {}
         self.waiting: set[str] = set()  # resources a lender's op waits for (no new borrowing)
         self._now = now
+        # per capped resource, what members without a quota for it use: the cap holds the
+        # total use of every member, not only of those in its pool
+        self.outside: dict[str, int] = dict.fromkeys(self.cap, 0)
+        for q in members:
+            for oid in q.active_ids:
+                obs = seen.get(oid)
+                op = ops.get(oid)
+                requests = obs.requests if obs is not None and obs.requests is not None else None
+                if requests is None:
+                    requests = op.requests if op is not None else {}
+                self.take(q, requests)
+
+    def take(self, q: QueueState, requests: Mapping[str, Decimal]) -> None:
+        """Count a run of member ``q`` against the caps its quota does not track."""
+        for r in self.outside:
+            if r not in q.resources and (v := requests.get(r)) is not None:
+                self.outside[r] += request_units(v)
+
+    def cap_fit(
+        self, q: QueueState, requests: Mapping[str, Decimal]
+    ) -> tuple[PendingReason, Any] | None:
+        """The cap for the resources ``q`` has no quota for (its pool's are checked with
+        its quota): ``CohortLimit`` with (resource, units) when the op would pass it."""
+        for r, cap in self.cap.items():
+            if r in q.resources or (v := requests.get(r)) is None:
+                continue
+            amount = request_units(v)
+            if amount and self.totals(r)[2] + amount > cap:
+                return _R.COHORT_LIMIT, (r, amount)
+        return None
 
     # -- amounts ---------------------------------------------------------------------------
 
@@ -118,7 +149,7 @@ class CohortState:
             used += u
             borrowed += _borrowed(q, i, u)
             lendable += _lendable(q, i, u)
-        return borrowed, lendable, used
+        return borrowed, lendable, used + self.outside.get(r, 0)
 
     def lent(self, r: str, used: Callable[[QueueState, int], int]) -> dict[str, int]:
         """Who lends the pool's borrowed total: the members under their quota, in name
@@ -170,6 +201,9 @@ class CohortState:
         Over ``borrowingLimit``, nothing idle to borrow, or a lender waiting for that
         resource: ``QuotaExceeded``; the cap: ``CohortLimit``; a missing or too long
         timeout (when it would otherwise fit): ``BorrowingNotAllowed``."""
+        outside = self.cap_fit(q, op.requests)
+        if outside is not None:
+            return outside
         for i, amount in enumerate(req):
             if not amount:
                 continue
@@ -242,7 +276,7 @@ class CohortState:
         quota_block: Callable[[tuple[int, int], int], QuotaBlock],
     ) -> BlockedBy:
         i, amount = detail[0], detail[1]
-        r = q.resources[i]
+        r = i if isinstance(i, str) else q.resources[i]  # a cap outside its quota: named
         name = self.spec.name
         if reason is _R.COHORT_LIMIT:
             _, _, used = self.totals(r)
@@ -370,6 +404,7 @@ def borrow(
                     continue
                 budget.hold_dispatch(rate, reserve, timeout)
             q.hold(oid, req, op.replicas)
+            cohort.take(q, op.requests)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:

@@ -591,6 +591,11 @@ def admit(
             # 8: quota, per resource the op requests (others are unaffected); a
             # distributed op's request is every replica's: admitted whole or not at all. A
             # cohort's member: its own quota with what it lent counted, else deferred to 4b
+            if cohort is not None and (cap := cohort.cap_fit(q, op.requests)) is not None:
+                pend((oid, op, cap[0], cap[1]))  # the cap, for what its quota does not hold
+                if strict:
+                    head = (oid, cap[0])
+                continue
             if nres:
                 get = op.requests.get
                 req = tuple([0 if (v := get(r)) is None else units(v) for r in resources])
@@ -657,6 +662,8 @@ def admit(
                 fleet.take(spec, op, target)
             # Admitted: count it before the next candidate.
             q.hold(oid, req, op.replicas)
+            if cohort is not None:
+                cohort.take(q, op.requests)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:
