@@ -246,8 +246,13 @@ class CohortState:
             if q.used[i] <= q.quota[i]:
                 continue
             for _, oid in q.holders[i]:
-                op = self.ops.get(oid)
-                timeout = timeout_seconds(op) if op is not None else None
+                # the run's own timeout (as dispatched): a borrower whose file was removed
+                # or changed still runs, and holds what it borrowed, until its deadline
+                obs = self.seen.get(oid)
+                timeout = obs.timeout if obs is not None else None
+                if timeout is None:
+                    op = self.ops.get(oid)
+                    timeout = timeout_seconds(op) if op is not None else None
                 if timeout is None or timeout > self.max_borrow:
                     continue
                 start = self.dispatched_at.get(oid)
