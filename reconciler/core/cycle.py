@@ -245,7 +245,10 @@ def memory_from_status(view: StatusView) -> Memory:
             else None,
         )
     return Memory(
-        seen, superseded=superseded, gang_timeouts=timeouts, ledger=Ledger.of(view.ledger)
+        seen,
+        superseded=superseded,
+        gang_timeouts=timeouts,
+        ledger=Ledger.of(view.ledger, view.ledger_problems),
     )
 
 

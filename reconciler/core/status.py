@@ -28,11 +28,15 @@ from reconciler.core.block_yaml import BlockYaml
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.gang import GangTimeout
 from reconciler.core.ledger import (
+    LEDGER_DIR,
     Ledger,
     LedgerEntry,
+    LedgerFile,
+    LedgerProblems,
     entries_from_document,
     is_ledger_path,
     ledger_files,
+    ledger_month,
 )
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
@@ -596,7 +600,7 @@ StatusFile = (
     | tuple[QueueStatus, ...]
     | ConfigStatus
     | tuple[ClusterStatus, ...]
-    | tuple[LedgerEntry, ...]
+    | LedgerFile
 )
 
 
@@ -1213,6 +1217,8 @@ class StatusView:
     ledger: tuple[LedgerEntry, ...] = ()  # every finished run, by file month then end
     # per queue, its pending operations in order (position 1 first)
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # what of the ledger could not be read (budgets it may belong to wait)
+    ledger_problems: LedgerProblems = field(default_factory=LedgerProblems)
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -1224,6 +1230,10 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     ledger: list[LedgerEntry] = []
     parts: dict[str, list[QueueOrder]] = {}
     problems: list[str] = []
+    unread: dict[str, str] = {}
+    raw: dict[str, list[Any]] = {}
+    worst: list[LedgerEntry] = []
+    frozen: set[str] = set()
     for path in sorted(files):
         if not _is_ours(path):
             continue
@@ -1231,6 +1241,9 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             parsed = parse_status_file(path, files[path])
         except StatusFileError as err:
             problems.append(str(err))
+            if is_ledger_path(path):  # which budgets it holds cannot be known: all wait
+                unread.setdefault("", str(err))
+                frozen.add(path)
             continue
         if isinstance(parsed, OperationStatus):
             operations[parsed.operation] = parsed
@@ -1238,10 +1251,19 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             parts.setdefault(parsed.queue, []).append(parsed)
         elif isinstance(parsed, ConfigStatus):
             config = parsed
+        elif isinstance(parsed, LedgerFile):
+            ledger.extend(parsed.entries)
+            where = Location(path, 1, 1)
+            for entry, message, item in parsed.worst:
+                worst.append(entry)
+                raw.setdefault(ledger_month(path), []).append(item)
+                problems.append(f"{where}: {message}")
+            for queue, message, item in parsed.unread:
+                unread.setdefault(queue, f"{where}: {message}")
+                raw.setdefault(ledger_month(path), []).append(item)
+                problems.append(f"{where}: {message}")
         elif path == CLUSTERS_FILE:
             clusters = tuple(c for c in parsed if isinstance(c, ClusterStatus))
-        elif is_ledger_path(path):
-            ledger.extend(e for e in parsed if isinstance(e, LedgerEntry))
         else:
             queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
     order: dict[str, tuple[str, ...]] = {}
@@ -1252,7 +1274,16 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         for part in found:  # each part says where it starts (a lost part shifts nothing)
             positions.update((op, part.first + i) for i, op in enumerate(part.pending))
     _joined_records(operations, positions, config.applied if config is not None else "")
-    return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger), order)
+    unreadable = LedgerProblems(
+        unread,
+        {m: tuple(r) for m, r in raw.items()},
+        frozenset(frozen),
+        tuple(worst),
+        tuple(p for p in problems if p.startswith(f"{LEDGER_DIR}/")),
+    )
+    return StatusView(
+        operations, queues, config, tuple(problems), clusters, tuple(ledger), order, unreadable
+    )
 
 
 def _joined_records(

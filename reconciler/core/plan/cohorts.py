@@ -403,6 +403,9 @@ def borrow(
             # the cluster it goes to
             budget = q.budget
             if budget is not None:
+                if budget.unreadable is not None:
+                    q.pending[idx] = (oid, op, _R.LEDGER_UNREADABLE, None)
+                    continue
                 rate, reserve, timeout = budget.reservation(op, target)
                 if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
                     q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)

@@ -31,6 +31,7 @@ from reconciler.core.plan.model import (
     DependenciesBlock,
     ExceedsQuotaBlock,
     FleetBlock,
+    LedgerBlock,
     MaxPodsBlock,
     Pending,
     PendingReason,
@@ -276,6 +277,9 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
             # a fleet queue's: none of its readable clusters serves it
             readable = [m for m in spec.members if fleet is None or m not in fleet.unreachable]
             block = BackendUnavailableBlock(", ".join(readable), detail)
+        elif reason is PendingReason.LEDGER_UNREADABLE:
+            assert q.budget is not None and q.budget.unreadable is not None
+            block = LedgerBlock(name, q.budget.unreadable)
         elif reason is budget_r:
             key = (reason, detail)
             cached = shared.get(key)

@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import BudgetWindow, Ledger, LedgerEntry, window_at
 from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
@@ -335,7 +335,8 @@ def track_budgets(
     if not budgeted:
         return
     by_queue: dict[str, list[LedgerEntry]] = {}
-    for entry in ledger:
+    book = ledger if isinstance(ledger, Ledger) else None  # its bad entries count too
+    for entry in book.counted() if book is not None else ledger:
         if entry.queue in budgeted:
             by_queue.setdefault(entry.queue, []).append(entry)
     for name, q in budgeted.items():
@@ -356,6 +357,8 @@ def track_budgets(
             clusters,
             now,
         )
+        if book is not None:
+            q.budget.unreadable = book.unreadable(name)
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -651,6 +654,11 @@ def admit(
             # 11: the queue's budget: spent + committed + its reservation <= limit, at the
             # prices of the cluster it goes to
             if budget is not None:
+                if budget.unreadable is not None:
+                    pend((oid, op, PendingReason.LEDGER_UNREADABLE, None))
+                    if strict:
+                        head = (oid, PendingReason.LEDGER_UNREADABLE)
+                    continue
                 rate, reserve, timeout = budget.reservation(op, target)
                 if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
                     pend((oid, op, budget_r, reserve))

@@ -173,6 +173,7 @@ class BudgetTrack:
         "org",
         "queue",
         "rates",
+        "unreadable",
         "window",
     )
 
@@ -193,6 +194,8 @@ class BudgetTrack:
         self.committed0 = Decimal(0)
         self.holds: list[tuple[datetime, Decimal]] = []
         self.rates: dict[str, dict[str, Decimal]] = {}  # prices per cluster
+        # why what it spent cannot be known (its ledger is unreadable): nothing dispatches
+        self.unreadable: str | None = None
 
     @property
     def limit(self) -> Decimal:
