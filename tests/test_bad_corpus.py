@@ -82,6 +82,9 @@ def test_bad_file(case: Path, tmp_path: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
     _validate(root, expect)
+    if data.split(b"\n", 3)[2].startswith(b"# alone:"):  # its dependents are not blamed
+        result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
+        assert "invalid: 1 errors" in result.output, result.output
 
 
 @pytest.mark.parametrize("case", CASES[:10], ids=[c.stem for c in CASES[:10]])

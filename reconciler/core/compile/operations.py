@@ -93,6 +93,7 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     for i, name in enumerate(model.presets or []):
         refs.append((name, doc.loc(("presets", i))))
     applied: list[str] = []
+    broken = False  # a preset whose file is invalid: its own error says why
     for name, ref in refs:
         if name in applied:
             continue
@@ -103,10 +104,12 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
                 errors.add(
                     ref, unknown_org_preset(name) if org_ref else unknown_preset(project_name, name)
                 )
+            else:
+                broken = True
             continue
         spec, prov = apply_layer(spec, prov, preset_layer(repo, preset))
         applied.append(name)
-    if errors:
+    if errors or broken:  # without the preset, every field it sets would read as unset
         return OperationResult(op_id, found=True, errors=tuple(errors))
 
     # 3. Queue defaults: the project's, then the org's.
