@@ -252,11 +252,7 @@ def _budget(
         clusters = [find_cluster(repo, name) for name in members]
         # an invalid reconciler.yaml or Cluster file may set prices: its own error says so
         unknown = (repo.org_path is not None and repo.org() is None) or None in clusters
-        if (
-            not unknown
-            and not org.prices
-            and not any(c is not None and c.prices for c in clusters)
-        ):
+        if not unknown and not org.prices and not any(c is not None and c.prices for c in clusters):
             where = (
                 ("budget", "resource")
                 if "resource" in (loaded.doc.data.get("budget") or {})
