@@ -68,6 +68,7 @@ from reconciler.core.status import (
     CapacityStatus,
     ClusterStatus,
     StatusView,
+    recorded_placement,
     recorded_pods,
     recorded_requests,
 )
@@ -238,6 +239,7 @@ def memory_from_status(view: StatusView) -> Memory:
             requests=recorded_requests(rec) or {},
             pods=recorded_pods(rec),
             timeout=rec.timeout if rec.timeout is not None and rec.timeout > 0 else None,
+            gang=recorded_placement(rec),
             kind=rec.workload_kind or "Job",
             # the one workload reason a rule reads back (3b); the others are re-derived
             reason=ObservedReason.GANG_TIMEOUT

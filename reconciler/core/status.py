@@ -26,7 +26,7 @@ from pydantic import Field
 
 from reconciler.core.block_yaml import BlockYaml
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
-from reconciler.core.gang import GangTimeout
+from reconciler.core.gang import GangTimeout, Placement
 from reconciler.core.ledger import (
     LEDGER_DIR,
     Ledger,
@@ -353,6 +353,9 @@ class OperationStatus(StatusRecord):
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
     # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
     gang_timeouts: LooseObject = None
+    # an active distributed run's pods: {replicas, placed, running}, so the views from the
+    # status branch see a gang past its queue's startTimeout as the cycle does
+    placement: LooseObject = None
 
 
 class FleetSliceStatus(StatusRecord):
@@ -866,6 +869,7 @@ def _compiled_record(
             requests=_held(state),
             pods=_pods(state),
             timeout=_held_timeout(state),
+            placement=_placement(state),
         )
     name = operation_workload(op)
     if dispatched and failure is not None:
@@ -1046,6 +1050,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "requests": _held(state),
             "pods": _pods(state),
             "timeout": _held_timeout(state),
+            "placement": _placement(state),
         }
     )
 
@@ -1065,6 +1070,26 @@ def _held(state: WorkloadState) -> dict[str, str]:
 def _held_timeout(state: WorkloadState) -> int | None:
     """The timeout an active workload was dispatched with (none once it ended)."""
     return state.timeout if state.phase.active else None
+
+
+def _placement(state: WorkloadState) -> dict[str, int] | None:
+    """An active gang's pods, as the cycle last saw them."""
+    gang = state.gang
+    if gang is None or not state.phase.active:
+        return None
+    return {"replicas": gang.replicas, "placed": gang.placed, "running": gang.running}
+
+
+def recorded_placement(record: OperationStatus) -> Placement | None:
+    """The gang's pods a record holds; None when it holds none or they cannot be read."""
+    data = record.placement or {}
+    try:
+        replicas, placed, running = (int(data[k]) for k in ("replicas", "placed", "running"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if replicas <= 1 or not 0 <= running <= placed <= replicas:
+        return None
+    return Placement(replicas, placed, running)
 
 
 def _positive(value: int | None) -> int | None:
