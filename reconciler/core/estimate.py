@@ -608,7 +608,10 @@ class _Sim:
         elapsed = (self.now - start).total_seconds()
         name = o.operation.split("@", 1)[0]  # a superseded run ``op@gN`` ran as ``op``
         queue = o.queue or (op.queue if op is not None else None)
-        timeout = _timeout(op) if op is not None else None
+        # the run's own timeout (as dispatched): its file may have changed or gone
+        timeout = float(o.timeout) if o.timeout is not None else None
+        if timeout is None and op is not None:
+            timeout = _timeout(op)
         left = self.model.remaining(name, queue, self.q, timeout, elapsed)
         if left is None:
             return None

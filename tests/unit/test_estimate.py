@@ -569,3 +569,20 @@ def test_a_wait_on_a_running_op_with_no_history_reads_no_later_than() -> None:
         world, _runs("p/running", "q", 40), starts={"p/running": NOW - timedelta(minutes=30)}
     )
     assert _at(e, "p/next") == 10
+
+
+def test_a_running_op_whose_file_is_gone_ends_by_its_own_timeout() -> None:
+    world = World().queue("q", concurrency=1)
+    world.op("p/next", queue="q")
+    observed = ObservedOperation(
+        "p/gone",
+        Phase.RUNNING,
+        queue="q",
+        cluster="local",
+        timeout=7200,
+        dispatched_at=NOW - timedelta(minutes=30),
+        started_at=NOW - timedelta(minutes=30),
+    )
+    world.observed["p/gone"] = observed
+    e = _estimate(world, [], starts={"p/gone": NOW - timedelta(minutes=30)})
+    assert e.text("p/next") == "no later than 1 h 30 min"  # before: unknown
