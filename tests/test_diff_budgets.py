@@ -80,14 +80,13 @@ def test_a_budget_or_price_change_is_in_the_pr_plan(
 
 
 def test_the_operations_whose_budget_check_changes_are_listed() -> None:
-    # 10 USD a day, 2.5 an op: 4 dispatch; at 3 USD an op, 3 do and the 4th waits; with
-    # 4 already waiting, a price change moves their numbers, not their reason
-    base = budgeted(limit="5")  # 2 dispatch, 2 wait
-    diff = run(base, budgeted(limit="5", org_gpu="2"))  # still 2 (4 > 5 - ... ) wait
-    moved = {t.operation: t for t in diff.budget_moved}
-    assert moved, diff
-    t = next(iter(moved.values()))
+    # 5 USD a day at 2.5 an op: 2 dispatch and 2 wait; at 2 USD an op, still 2 wait (2 + 2 +
+    # 2 > 5), now with another reservation: their budget check reads differently
+    diff = run(budgeted(limit="5"), budgeted(limit="5", org_gpu="2"))
+    assert diff.budget_moved, diff
+    t = diff.budget_moved[0]
     assert t.reason is PendingReason.BUDGET_EXCEEDED and t.before == "BudgetExceeded"
+    assert t.blocked_by is not None and t.blocked_by["reservation"] == "2"
     assert "### Budget check changes" in diff_to_markdown(diff)
     assert json.loads(diff_to_json(diff))["budgetMoved"]
 
