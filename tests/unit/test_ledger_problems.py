@@ -174,3 +174,18 @@ def test_usage_is_bounded_by_the_windows_it_shows() -> None:
     for per in BudgetPeriod:  # every period, in a zone west and east of UTC
         for zone in ("America/Los_Angeles", "Pacific/Kiritimati"):
             assert usage_shown([long], per, zone).rows
+
+
+def test_the_live_views_say_why_too() -> None:
+    """``status --live`` and ``queues --live`` decide from the status branch's ledger as
+    well: a ledger file that could not be read at all (never written back) is still named."""
+    from reconciler.cli.queues_cmd import live_queues_view
+    from reconciler.cli.status_cmd import live_status_view
+
+    memory = memory_from_status(read_status({PATH: b"entries: [\n"}))
+    w = world()
+    decision = decide(w.repo(), {"local": ClusterListing(())}, memory, NOW)
+    view = live_status_view(w.repo(), decision)
+    assert [p for p in view.problems if p.startswith(f"{PATH}:")]
+    assert memory.ledger.problems.warnings()[0].startswith(f"warning: ledger: {PATH}:")
+    assert live_queues_view(w.repo(), decision) is not None
