@@ -85,6 +85,7 @@ STATIC_REASONS = frozenset(
         # the simulation does not model the clusters' free capacity changing (it sees it
         # as observed now): no simulated event ends this wait (docs/estimates.md)
         PendingReason.NO_CLUSTER_HAS_CAPACITY,
+        PendingReason.LEDGER_UNREADABLE,  # a person repairs the ledger
     }
 )
 # A replan first plans this many candidates of a queue (plus two per free slot)

@@ -189,3 +189,14 @@ def test_the_live_views_say_why_too() -> None:
     assert [p for p in view.problems if p.startswith(f"{PATH}:")]
     assert memory.ledger.problems.warnings()[0].startswith(f"warning: ledger: {PATH}:")
     assert live_queues_view(w.repo(), decision) is not None
+
+
+def test_a_budget_waiting_on_its_ledger_is_not_estimated() -> None:
+    from reconciler.core.estimate import EtaState, estimate_decision
+
+    text = "entries:\n" + good(1) + good(3).replace("start: '2026-01-01T03:00:00Z'", "start: x")
+    w = world()
+    decision = decided({PATH: text.encode()}, w)
+    est = estimate_decision(w.repo(), decision).of("p/next")
+    assert est is not None and est.p50.state is EtaState.BLOCKED
+    assert est.why.startswith("LedgerUnreadable")
