@@ -125,6 +125,7 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
     if kubeconfig is None:
         config.load_incluster_config(client_configuration=configuration)
     else:
+        _check_shape(yaml.safe_load(kubeconfig.read_bytes()))
         config.load_kube_config(
             config_file=str(kubeconfig),
             context=context,
@@ -363,8 +364,78 @@ _BAD_KUBECONFIG = (
 )
 
 
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a map"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "nothing" if value is None else f"a {type(value).__name__}"
+
+
+def _check_shape(doc: Any) -> None:
+    """The shape the client's loader indexes without checking, said in its terms: a map,
+    whose ``clusters``, ``contexts`` and ``users`` are lists of maps with a ``name``, and
+    whose strings are strings. Raises ``ValueError``."""
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"not a kubeconfig: expected a map, not {_kind(doc)}")
+    for key, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
+        items = doc.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ValueError(f"{key}: expected a list, not {_kind(items)}")
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                raise ValueError(f"{key}[{i}]: expected a map with a name")
+            body = item.get(inner)
+            if body is not None and not isinstance(body, Mapping):
+                raise ValueError(f"{key}[{i}].{inner}: expected a map, not {_kind(body)}")
+            for field_name, value in (body or {}).items():
+                if field_name in _TEXT_FIELDS and not isinstance(value, str):
+                    raise ValueError(
+                        f"{key}[{i}].{inner}.{field_name}: expected a string, not {_kind(value)}"
+                    )
+    current = doc.get("current-context")
+    if current is not None and not isinstance(current, str):
+        raise ValueError(f"current-context: expected a string, not {_kind(current)}")
+
+
+# Fields of a cluster, context or user the loader uses as strings.
+_TEXT_FIELDS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+        "token",
+        "tokenFile",
+        "cluster",
+        "user",
+        "namespace",
+        "username",
+        "password",
+        "tls-server-name",
+        "proxy-url",
+    }
+)
+
+
 def _one_line(exc: BaseException) -> str:
     """The loader's message on one line (YAML errors span several), type-named when empty."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"not YAML: {exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"not YAML: character #x{exc.character:04x} is not allowed (byte {exc.position})"
     text = " ".join(str(exc).split())
     if isinstance(exc, (TypeError, AttributeError, IndexError)):
         return f"not a kubeconfig ({text or type(exc).__name__})"
@@ -404,8 +475,7 @@ def _client_from_secret(
     if not data:
         raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
     loaded = yaml.safe_load(base64.b64decode(data))
-    if not isinstance(loaded, dict):
-        raise ValueError(f"Secret {namespace}/{name} key {key!r} is not a kubeconfig map")
+    _check_shape(loaded)
     api: client.ApiClient = config.new_client_from_config_dict(loaded, context=context)
     return bounded(api)
 

@@ -32,5 +32,35 @@ def test_a_kubeconfig_that_does_not_load_is_a_one_line_kube_error(
 def test_a_secret_kubeconfig_that_is_not_a_map_is_a_kube_error(tmp_path: Path) -> None:
     path = tmp_path / "list"
     path.write_text("- a\n- b\n")
-    with pytest.raises(KubeError, match="not a kubeconfig"):
+    with pytest.raises(KubeError, match="not a kubeconfig: expected a map, not a list"):
         connect_cluster({}, None, override=path)
+
+
+CORPUS = Path(__file__).parent.parent / "data" / "bad" / "kubeconfig"
+# each file of the corpus, and the one line its cluster is unreachable with
+EXPECT = {
+    "a-list": "not a kubeconfig: expected a map, not a list",
+    "a-string": "not a kubeconfig: expected a map, not a string",
+    "clusters-a-map": "clusters: expected a list, not a map",
+    "context-unknown": "Invalid kube-config file. Expected object with name nope in ",
+    "empty": "not a kubeconfig: expected a map, not nothing",
+    "nul-byte": "not YAML: character #x0000 is not allowed (byte 21)",
+    "server-a-number": "clusters[0].cluster.server: expected a string, not a number",
+    "server-bad-ipv6": "Invalid IPv6 URL",
+    "truncated": "not YAML: could not find expected ':' (line 8, column 8)",
+    "users-a-string": "users: expected a list, not a string",
+}
+
+
+def test_the_corpus_has_an_expectation_for_each_file() -> None:
+    assert sorted(p.stem for p in CORPUS.glob("*.yaml")) == sorted(EXPECT)
+
+
+@pytest.mark.parametrize("case", sorted(EXPECT))
+def test_a_kubeconfig_of_the_corpus_is_one_located_line(case: str) -> None:
+    path = CORPUS / f"{case}.yaml"
+    with pytest.raises(KubeError) as caught:
+        connect_cluster({"path": str(path)}, None)
+    message = str(caught.value)
+    assert message.startswith(f"cannot load kubeconfig {path}: {EXPECT[case]}"), message
+    assert "\n" not in message
