@@ -120,18 +120,23 @@ class WatchEvent:
 
 
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
-    """An API client from a kubeconfig file, or the in-cluster service account."""
+    """An API client from a kubeconfig file, or the in-cluster service account; a
+    ``KubeError`` (one line) when it cannot be loaded."""
     configuration = client.Configuration()
-    if kubeconfig is None:
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        _check_shape(yaml.safe_load(kubeconfig.read_bytes()))
-        config.load_kube_config(
-            config_file=str(kubeconfig),
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            _check_shape(yaml.safe_load(kubeconfig.read_bytes()))
+            config.load_kube_config(
+                config_file=str(kubeconfig),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except _BAD_KUBECONFIG as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster config"
+        raise KubeError(f"cannot load {where}: {_one_line(exc)}") from exc
     # room for the watches, the pool of creates and the Event senders at once
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     return bounded(client.ApiClient(configuration))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from helpers import broken_kubeconfigs, write_kubeconfig
 
-from reconciler.adapters.kube import KubeError, connect_cluster
+from reconciler.adapters.kube import KubeError, connect, connect_cluster
 
 # connection-time failures (TLS, auth) need a server: tests/cluster/test_broken_kubeconfig.py
 _AT_LOAD = ("truncated", "nul-byte", "a-list", "clusters-a-map", "users-a-string")
@@ -64,3 +64,31 @@ def test_a_kubeconfig_of_the_corpus_is_one_located_line(case: str) -> None:
     message = str(caught.value)
     assert message.startswith(f"cannot load kubeconfig {path}: {EXPECT[case]}"), message
     assert "\n" not in message
+
+
+@pytest.mark.parametrize("case", sorted(EXPECT))
+def test_a_lease_kubeconfig_that_does_not_load_is_a_one_line_error(case: str) -> None:
+    """``run --lease-kubeconfig FILE`` (``connect``): the operator's file, said as such at
+    start (exit 2), never a traceback that reads as a bug of the reconciler."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    path = CORPUS / f"{case}.yaml"
+    with pytest.raises(KubeError, match=f"^cannot load kubeconfig {path}: "):
+        connect(path)
+    if case in ("nul-byte", "a-list"):  # through the command, twice is enough
+        result = CliRunner().invoke(
+            cli,
+            [
+                "run",
+                "--repo",
+                str(path.parent),
+                "--once",
+                "--leader-elect",
+                "--lease-kubeconfig",
+                str(path),
+            ],
+        )
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: leader election: cannot load kubeconfig {path}")
