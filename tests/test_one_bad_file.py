@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 
 import pytest
-from conftest import TEMPLATE, overlay
+from conftest import TEMPLATE, overlay, repo
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_repo
@@ -37,6 +37,29 @@ def test_one_bad_file_is_reported_at_that_file_only(path: str, how: str) -> None
     broken = BREAKS[how](text)
     assert broken != text
     compiled = compile_repo(overlay(_SNAPSHOT, {path: broken}))
+    assert not compiled.valid
+    elsewhere = [str(e) for e in compiled.errors if e.location.file != path]
+    assert not elsewhere, elsewhere
+
+
+# A repo whose operations take their queue and a preset from reconciler.yaml's defaults.
+_ORG_DEFAULTS = {
+    "reconciler.yaml": "kind: Org\ndefaults:\n  queue: q\n  presets: [base]\n",
+    "clusters/local.yaml": "kind: Cluster\nkubeconfig: {inCluster: true}\n",
+    "queues/q.yaml": "kind: Queue\ncluster: local\n",
+    "presets/base.yaml": "kind: Preset\nrun:\n  kind: job\n  container: {image: busybox}\n",
+    "projects/p/project.yaml": "kind: Project\n",
+    "projects/p/operations/a.yaml": "kind: Operation\n",
+}
+
+
+@pytest.mark.parametrize("path", sorted(_ORG_DEFAULTS))
+@pytest.mark.parametrize("how", sorted(BREAKS))
+def test_operations_that_lean_on_reconciler_yaml_are_not_blamed_for_it(path: str, how: str) -> None:
+    files = dict(_ORG_DEFAULTS)
+    assert compile_repo(repo(files)).valid
+    files[path] = BREAKS[how](files[path])
+    compiled = compile_repo(repo(files))
     assert not compiled.valid
     elsewhere = [str(e) for e in compiled.errors if e.location.file != path]
     assert not elsewhere, elsewhere

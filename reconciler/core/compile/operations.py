@@ -78,6 +78,10 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     loaded = repo.load(op_path, "Operation", op_name)
     if proj is None or loaded is None:
         return OperationResult(op_id, found=True)
+    if repo.org_path is not None and repo.org() is None:
+        # every operation reads reconciler.yaml (its default queue and presets, policy):
+        # compiled without it, each would report what that file's own error explains
+        return OperationResult(op_id, found=True)
     doc, model = loaded.doc, loaded.model
     org = repo.org_settings()
     errors = Errors()
