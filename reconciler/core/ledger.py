@@ -172,6 +172,8 @@ class LedgerEntry(WireModel):
         missing = [k for k in _REQUIRED if k not in data]
         if missing:
             raise ValueError(f"missing {', '.join(repr(k) for k in missing)}")
+        if "queue" not in data:  # whose budget it counts against cannot be told ('' is none)
+            raise ValueError("missing 'queue'")
         generation = data["generation"]
         if isinstance(generation, bool) or not isinstance(generation, int):
             raise ValueError(f"generation {generation!r} is not a number")
@@ -228,8 +230,6 @@ def short_text(value: Any) -> str:
 
 
 def _check_entry(entry: LedgerEntry) -> None:
-    if not entry.queue:  # whose budget it counts against cannot be told
-        raise ValueError("missing 'queue'")
     if not entry.cost.is_finite() or entry.cost < 0:
         raise ValueError(f"cost {_decimal_text(entry.cost)} is not a finite amount of at least 0")
     for name, moment in (("start", entry.start), ("end", entry.end)):
@@ -268,7 +268,7 @@ def worst_case(data: Any) -> LedgerEntry | None:
             operation=str(data.get("operation") or "?"),
             generation=generation if isinstance(generation, int) else 0,
             workload=str(data.get("workload") or "?"),
-            queue=str(data["queue"]),
+            queue=str(data["queue"] or ""),
             cluster=str(data.get("cluster") or ""),
             phase=str(data.get("phase") or ""),
             requests=amounts,
@@ -280,7 +280,7 @@ def worst_case(data: Any) -> LedgerEntry | None:
         _check_entry(entry)
     except Exception:  # unreadable whichever way: the caller says so, at the entry
         return None
-    return entry if entry.queue else None
+    return entry
 
 
 def _time(value: Any) -> datetime:

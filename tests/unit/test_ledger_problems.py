@@ -200,3 +200,13 @@ def test_a_budget_waiting_on_its_ledger_is_not_estimated() -> None:
     est = estimate_decision(w.repo(), decision).of("p/next")
     assert est is not None and est.p50.state is EtaState.BLOCKED
     assert est.why.startswith("LedgerUnreadable")
+
+
+def test_a_run_entered_with_no_queue_reads_back_and_holds_no_budget() -> None:
+    # the cycle enters a run whose queue nobody knows (no label, its file gone) with
+    # queue '': it counts against no budget, and reading it back holds none either
+    entry = _entry("2026-01-01T09:00:00Z").model_copy(update={"queue": ""})
+    files = {PATH: dump_yaml({"entries": [entry.to_dict()]})}
+    view = read_status(files)
+    assert (view.problems, view.ledger_problems.unread) == ((), {})
+    assert not reasons(decided(files))
