@@ -21,6 +21,7 @@ from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
     ClusterSpec,
+    CohortSpec,
     CompiledRepo,
     OrgSettings,
     QueueSpec,
@@ -103,6 +104,9 @@ NOT_DECISIONS = {
     (QueueSpec, "name"): "the queue's identity (a rename is a removal and an addition)",
     (QueueSpec, "source"): "its file's path",
     (ClusterSpec, "name"): "the cluster's identity",
+    (CohortSpec, "name"): "the cohort's identity",
+    (CohortSpec, "description"): "words for people",
+    (CohortSpec, "source"): "its file's path",
     (ClusterSpec, "kubeconfig"): "how to reach it, not what runs there",
     (ClusterSpec, "context"): "how to reach it, not what runs there",
     (OrgSettings, "status_branch"): "where status is written",
@@ -136,6 +140,7 @@ def _other(value: Any, name: str) -> Any:
 def _repo_with(change: Callable[[CompiledRepo], CompiledRepo]) -> tuple[CompiledRepo, CompiledRepo]:
     w = budgeted()
     w.set_queue("q", clusters=("local", "b"))  # a fleet queue: it has every field
+    w.cohort("pool", "1h", quota={GPU: 4})
     base = w.repo("a" * 40)
     return base, change(base)
 
@@ -180,6 +185,16 @@ def _walk() -> list[tuple[type, str, Callable[[CompiledRepo], CompiledRepo]]]:
             return dataclasses.replace(repo, clusters={**repo.clusters, "local": changed})
 
         out.append((ClusterSpec, f.name, cluster))
+    for f in dataclasses.fields(CohortSpec):
+        if (CohortSpec, f.name) in NOT_DECISIONS:
+            continue
+
+        def cohort(repo: CompiledRepo, name: str = f.name) -> CompiledRepo:
+            c = repo.cohorts["pool"]
+            changed = dataclasses.replace(c, **{name: _other(getattr(c, name), name)})
+            return dataclasses.replace(repo, cohorts={"pool": changed})
+
+        out.append((CohortSpec, f.name, cohort))
     for f in dataclasses.fields(OrgSettings):
         if (OrgSettings, f.name) in NOT_DECISIONS:
             continue

@@ -21,6 +21,7 @@ from reconciler.core.plan_render import md_code, md_escape, md_table
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
     ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
     OrgSettings,
@@ -302,6 +303,11 @@ def _cluster_fields(c: ClusterSpec) -> dict[str, Any]:
     return {"concurrency": c.concurrency, "prices": _prices(c.prices)}
 
 
+def _cohort_fields(c: CohortSpec) -> dict[str, Any]:
+    """A cohort's settings: who may borrow (``maxBorrowDuration``) and its cap."""
+    return {"maxBorrowDuration": c.max_borrow_seconds, "quota": dict(c.quota)}
+
+
 def _org_fields(org: OrgSettings) -> dict[str, Any]:
     """reconciler.yaml's settings that move what runs or stops (its policy shows as the
     operations it refuses)."""
@@ -396,6 +402,12 @@ def diff_plans(
         if fields:
             change = Change.CHANGED if bc and hc else Change.ADDED if hc else Change.REMOVED
             settings.append(QueueChange(f"cluster {name}", change, fields))
+    for name in sorted(base_repo.cohorts.keys() | head_repo.cohorts.keys()):
+        bh, hh = base_repo.cohorts.get(name), head_repo.cohorts.get(name)
+        fields = _field_changes(_cohort_fields(bh) if bh else {}, _cohort_fields(hh) if hh else {})
+        if fields:
+            change = Change.CHANGED if bh and hh else Change.ADDED if hh else Change.REMOVED
+            settings.append(QueueChange(f"cohort {name}", change, fields))
     fields = _field_changes(_org_fields(base_repo.org), _org_fields(head_repo.org))
     if fields:
         settings.append(QueueChange("reconciler.yaml", Change.CHANGED, fields))
@@ -705,7 +717,7 @@ def diff_to_markdown(diff: PlanDiff) -> str:
         out += [md_table(["Queue", "Field", "Before", "After"], rows), ""]
 
     if diff.settings:
-        out += ["### Cluster and org settings", ""]
+        out += ["### Cluster, cohort and org settings", ""]
         rows = [
             [
                 q.name if q.change is Change.CHANGED else f"{q.name} ({q.change})",
