@@ -193,3 +193,69 @@ def served_url(log: Path, timeout: float = 90) -> str:
 
     wait_until(ready, timeout=timeout, what="the server's first cycle")
     return found[0]
+
+
+# --- kubeconfigs a Cluster file may point at, broken in each way ------------------------
+
+
+def broken_kubeconfigs(good: str) -> dict[str, bytes]:
+    """``good`` (a working kubeconfig's text) broken in each way a file can be: it does not
+    parse (truncated, a NUL byte), has the wrong shape (a list, a map of clusters), holds bad
+    TLS material (not base64; base64 of no certificate), or fails auth (a wrong token, an
+    exec plugin that does not exist). Each must leave its cluster, only, unreachable."""
+    import base64
+
+    import yaml
+
+    data = yaml.safe_load(good)
+    raw = good.encode()
+
+    def dump(doc: object) -> bytes:
+        return yaml.safe_dump(doc).encode()
+
+    def mutate(change: Callable[[dict], None]) -> bytes:  # type: ignore[type-arg]
+        doc = yaml.safe_load(good)
+        change(doc)
+        return dump(doc)
+
+    def cluster(doc: dict) -> dict:  # type: ignore[type-arg]
+        return doc["clusters"][0]["cluster"]  # type: ignore[no-any-return]
+
+    def user(doc: dict) -> dict:  # type: ignore[type-arg]
+        return doc["users"][0]["user"]  # type: ignore[no-any-return]
+
+    garbage = base64.b64encode(b"-----BEGIN CERTIFICATE-----\nnot one\n").decode()
+    return {
+        "truncated": raw[: len(raw) // 2],
+        "nul-byte": raw[:20] + b"\0" + raw[20:],
+        "a-list": dump([data]),
+        "clusters-a-map": mutate(lambda d: d.update(clusters={"c": d["clusters"][0]})),
+        "users-a-string": mutate(lambda d: d.update(users="admin")),
+        "ca-not-base64": mutate(lambda d: cluster(d).update({"certificate-authority-data": "!!"})),
+        "ca-not-a-certificate": mutate(
+            lambda d: cluster(d).update({"certificate-authority-data": garbage})
+        ),
+        "client-cert-not-a-certificate": mutate(
+            lambda d: user(d).update({"client-certificate-data": garbage})
+        ),
+        "wrong-token": mutate(
+            lambda d: d.update(
+                users=[{"name": d["users"][0]["name"], "user": {"token": "not-a-token"}}]
+            )
+        ),
+        "exec-missing": mutate(
+            lambda d: d.update(
+                users=[
+                    {
+                        "name": d["users"][0]["name"],
+                        "user": {
+                            "exec": {
+                                "apiVersion": "client.authentication.k8s.io/v1",
+                                "command": "/nonexistent/kube-login",
+                            }
+                        },
+                    }
+                ]
+            )
+        ),
+    }

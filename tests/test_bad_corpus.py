@@ -11,6 +11,7 @@ the long-running reconciler does), so the unchanged template files are parsed on
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -81,6 +82,9 @@ def test_bad_file(case: Path, tmp_path: Path) -> None:
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(data)
     _validate(root, expect)
+    if data.split(b"\n", 3)[2].startswith(b"# alone:"):  # its dependents are not blamed
+        result = CliRunner().invoke(cli, ["validate", "--repo", str(root)])
+        assert "invalid: 1 errors" in result.output, result.output
 
 
 @pytest.mark.parametrize("case", CASES[:10], ids=[c.stem for c in CASES[:10]])
@@ -282,3 +286,70 @@ def test_status_and_queues_report_every_bad_status_file(tmp_path: Path) -> None:
         cli, ["status", "--repo", str(work), "--cache-dir", str(tmp_path / "cache")]
     )
     assert "vision/good" in result.output
+
+
+# --- the ledger on the status branch: one bad entry never lowers what is spent ---------------
+
+LEDGER_CASES = sorted((BAD / "ledger").glob("*.yaml"))
+
+
+def _counts(data: bytes) -> str:
+    return data.split(b"\n", 3)[2].decode().removeprefix("# counts: ")
+
+
+@pytest.mark.parametrize("case", LEDGER_CASES, ids=[c.stem for c in LEDGER_CASES])
+def test_bad_ledger_file(case: Path) -> None:
+    """A bad entry is skipped alone: counted at its worst case when it can be read at all
+    (``worst``), else its queue's budget waits (``queue``; ``all`` when the entry names no
+    queue, or the file cannot be read)."""
+    data = case.read_bytes()
+    path, expect = _header(data)
+    assert _LOCATED.match(expect), f"{case.name}: expectation must be file:line:col: message"
+    view = read_status({path: data})
+    assert view.problems == (expect,)
+    found = view.ledger_problems
+    counts = _counts(data)
+    if counts == "worst":
+        assert (len(found.worst), found.unread) == (1, {})
+        assert [e.operation for e in view.ledger] == ["p/o0"]
+    elif counts == "queue":
+        assert found.unread == {"team-b": expect}
+    else:
+        assert counts == "all" and found.unread == {"": expect}
+
+
+def test_every_view_says_why_a_budget_waits_on_its_ledger(tmp_path: Path) -> None:
+    """``plan``, ``status`` and ``queues`` on a status branch holding every bad ledger file
+    (each in a month of its own): each problem on stderr, and team-b's operations (a 500 USD
+    budget) wait ``LedgerUnreadable`` in the plan."""
+    work = tmp_path / "work"
+    shutil.copytree(TEMPLATE, work)
+    _git(work, "init", "-q", "-b", "main")
+    _git(work, "add", "-A")
+    _git(work, "commit", "-qm", "template")
+    files: dict[str, bytes] = {}
+    expected = []
+    for month, case in enumerate(LEDGER_CASES, start=1):
+        data = case.read_bytes()
+        path, expect = _header(data)
+        where = f"status/ledger/2025-{month:02d}.yaml"
+        files[where] = data
+        expected.append(expect.replace(path, where))
+    branch = StatusBranch(ConfigRepo(str(work), cache_dir=tmp_path / "cache"))
+    assert branch.write(files, "bad ledger files")
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    for command in (
+        ["plan", "--repo", str(work)],
+        ["status", "--repo", str(work), *cache],
+        ["queues", "--repo", str(work), *cache],
+    ):
+        result = CliRunner().invoke(cli, command)
+        assert result.exit_code == 0, result.output
+        assert "Traceback" not in result.output and "internal error" not in result.output
+        for expect in expected:
+            assert expect in result.stderr, f"{command}: expected\n  {expect}\ngot\n{result.stderr}"
+    plan = CliRunner().invoke(cli, ["plan", "--repo", str(work), "-o", "json"])
+    pending = {p["operation"]: p for p in json.loads(plan.stdout)["pending"]}
+    waiting = [p for p in pending.values() if p["reason"] == "LedgerUnreadable"]
+    assert waiting and all(p["queue"] == "team-b" for p in waiting)
+    assert waiting[0]["blockedBy"]["ledgerProblem"] in expected

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -531,3 +532,28 @@ def test_step_4b_applies_max_pods_to_a_borrowing_gang() -> None:
     assert dispatched(plan) == ["vision/one"]
     assert reasons(plan) == {"vision/ddp": R.MAX_PODS_REACHED}
     assert summary(plan, "team-a").pods_after == 2
+
+
+def test_a_removed_borrower_still_holds_until_its_own_deadline() -> None:
+    """A borrower whose file was removed keeps running (prune off) and keeps what it
+    borrowed until its deadline: the lender's "by T at the latest" is read from the run's
+    own timeout (as dispatched), not from the compiled operations."""
+    w = a_busy(teams())
+    started = NOW - timedelta(minutes=15)
+    w.observe(
+        "vision/borrow",
+        Phase.RUNNING,
+        queue="team-a",
+        requests={GPU: 2},
+        dispatched_at=started,
+    )
+    w.observed["vision/borrow"] = replace(w.observed["vision/borrow"], timeout=2 * 3600)
+    w.op("nlp/big", queue="team-b", gpu=4)
+    p = pending(w.plan(), "nlp/big")
+    assert p.reason is R.WAITING_FOR_LENT_QUOTA
+    assert p.admit.operations == ("vision/borrow",)
+    assert p.admit.at == started + timedelta(hours=2)
+    # and the same when its file is still there but says a shorter timeout now
+    w.op("vision/borrow", queue="team-a", gpu=2).timeout("15m")
+    p = pending(w.plan(), "nlp/big")
+    assert p.admit.at == started + timedelta(hours=2)

@@ -315,3 +315,42 @@ def test_usage_windows_are_in_the_orgs_timezone_unless_told(remote: Path, tmp_pa
         ("2026-01-01T00:00:00Z", "2"),  # across UTC midnight: half in each day
         ("2026-01-02T00:00:00Z", "2"),
     ]
+
+
+def test_usage_over_entries_that_span_centuries_or_leave_the_calendar(
+    remote: Path, tmp_path: Path
+) -> None:
+    """An entry from 1970 to 9998 is split into the latest 1000 day windows only (it used
+    to walk every day of it: 3.6 GB and killed); one ending 9999-12-31T23:00Z is refused at
+    read with its file and entry (it used to end in an OverflowError traceback)."""
+    import time
+
+    entry = (
+        "- operation: p/a\n  generation: 1\n  workload: a-g1\n  queue: gpu\n  cluster: local\n"
+        "  phase: Succeeded\n  requests: {{nvidia.com/gpu: '1'}}\n  start: '{start}'\n"
+        "  end: '{end}'\n  cost: '1'\n"
+    )
+    files = {
+        "status/ledger/9998-12.yaml": (
+            "entries:\n" + entry.format(start="1970-01-01T00:00:00Z", end="9998-12-31T23:00:00Z")
+        ).encode(),
+        "status/ledger/9999-12.yaml": (
+            "entries:\n" + entry.format(start="9998-12-31T00:00:00Z", end="9999-12-31T23:00:00Z")
+        ).encode(),
+    }
+    repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
+    StatusBranch(repo).write(status_changes({}, files), "two long entries")
+    started = time.monotonic()
+    code, out, err = run(
+        "usage", "--repo", str(remote), "--cache-dir", str(tmp_path / "c"), "-o", "json"
+    )
+    assert time.monotonic() - started < 30
+    assert code == 0, err
+    rows = json.loads(out)["usage"]
+    assert len(rows) == 1000
+    assert rows[-1]["windowStart"] == "9998-12-31T00:00:00Z"
+    assert "note: only the latest 1000 windows are shown" in err
+    assert (
+        "status/ledger/9999-12.yaml:1:1: entry 1: end 9999-12-31T23:00:00Z is out of range" in err
+    )
+    assert "Traceback" not in err

@@ -120,17 +120,23 @@ class WatchEvent:
 
 
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
-    """An API client from a kubeconfig file, or the in-cluster service account."""
+    """An API client from a kubeconfig file, or the in-cluster service account; a
+    ``KubeError`` (one line) when it cannot be loaded."""
     configuration = client.Configuration()
-    if kubeconfig is None:
-        config.load_incluster_config(client_configuration=configuration)
-    else:
-        config.load_kube_config(
-            config_file=str(kubeconfig),
-            context=context,
-            client_configuration=configuration,
-            persist_config=False,
-        )
+    try:
+        if kubeconfig is None:
+            config.load_incluster_config(client_configuration=configuration)
+        else:
+            _check_shape(yaml.safe_load(kubeconfig.read_bytes()))
+            config.load_kube_config(
+                config_file=str(kubeconfig),
+                context=context,
+                client_configuration=configuration,
+                persist_config=False,
+            )
+    except _BAD_KUBECONFIG as exc:
+        where = f"kubeconfig {kubeconfig}" if kubeconfig is not None else "the in-cluster config"
+        raise KubeError(f"cannot load {where}: {_one_line(exc)}") from exc
     # room for the watches, the pool of creates and the Event senders at once
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     return bounded(client.ApiClient(configuration))
@@ -322,7 +328,10 @@ def _transport(fn: Callable[P, R]) -> Callable[P, R]:
 def connect_cluster(
     kubeconfig: Mapping[str, Any], context: str | None, override: Path | None = None
 ) -> client.ApiClient:
-    """An API client for a Cluster file's ``kubeconfig`` (path | inCluster | secret)."""
+    """An API client for a Cluster file's ``kubeconfig`` (path | inCluster | secret); a
+    ``KubeError`` (one line) for any failure to build it, so only this cluster is
+    unreachable."""
+    where = str(override or kubeconfig.get("path") or "")
     try:
         if override is not None:
             return connect(override, context)
@@ -337,8 +346,105 @@ def connect_cluster(
             str(secret.get("key", "kubeconfig")),
             context,
         )
-    except (ConfigException, OSError, ValueError, KeyError) as exc:
-        raise KubeError(f"cannot load kubeconfig: {exc}") from exc
+    except KubeError:
+        raise
+    except _BAD_KUBECONFIG as exc:
+        named = f" {where}" if where else ""
+        raise KubeError(f"cannot load kubeconfig{named}: {_one_line(exc)}") from exc
+
+
+# What the client's config loader raises on a file that is not a kubeconfig: besides its
+# own ConfigException, YAML errors, and TypeError/AttributeError/IndexError where a list
+# stands for a map (it indexes the parsed document without checking its shape). Input,
+# one cluster's: the cluster is unreachable, never the cycle.
+_BAD_KUBECONFIG = (
+    ConfigException,
+    yaml.YAMLError,
+    OSError,
+    ValueError,
+    KeyError,
+    TypeError,
+    AttributeError,
+    IndexError,
+)
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return "a map"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "nothing" if value is None else f"a {type(value).__name__}"
+
+
+def _check_shape(doc: Any) -> None:
+    """The shape the client's loader indexes without checking, said in its terms: a map,
+    whose ``clusters``, ``contexts`` and ``users`` are lists of maps with a ``name``, and
+    whose strings are strings. Raises ``ValueError``."""
+    if not isinstance(doc, Mapping):
+        raise ValueError(f"not a kubeconfig: expected a map, not {_kind(doc)}")
+    for key, inner in (("clusters", "cluster"), ("contexts", "context"), ("users", "user")):
+        items = doc.get(key)
+        if items is None:
+            continue
+        if not isinstance(items, list):
+            raise ValueError(f"{key}: expected a list, not {_kind(items)}")
+        for i, item in enumerate(items):
+            if not isinstance(item, Mapping) or not isinstance(item.get("name"), str):
+                raise ValueError(f"{key}[{i}]: expected a map with a name")
+            body = item.get(inner)
+            if body is not None and not isinstance(body, Mapping):
+                raise ValueError(f"{key}[{i}].{inner}: expected a map, not {_kind(body)}")
+            for field_name, value in (body or {}).items():
+                if field_name in _TEXT_FIELDS and not isinstance(value, str):
+                    raise ValueError(
+                        f"{key}[{i}].{inner}.{field_name}: expected a string, not {_kind(value)}"
+                    )
+    current = doc.get("current-context")
+    if current is not None and not isinstance(current, str):
+        raise ValueError(f"current-context: expected a string, not {_kind(current)}")
+
+
+# Fields of a cluster, context or user the loader uses as strings.
+_TEXT_FIELDS = frozenset(
+    {
+        "server",
+        "certificate-authority",
+        "certificate-authority-data",
+        "client-certificate",
+        "client-certificate-data",
+        "client-key",
+        "client-key-data",
+        "token",
+        "tokenFile",
+        "cluster",
+        "user",
+        "namespace",
+        "username",
+        "password",
+        "tls-server-name",
+        "proxy-url",
+    }
+)
+
+
+def _one_line(exc: BaseException) -> str:
+    """The loader's message on one line (YAML errors span several), type-named when empty."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"not YAML: {exc.problem} (line {mark.line + 1}, column {mark.column + 1})"
+    if isinstance(exc, yaml.reader.ReaderError):
+        return f"not YAML: character #x{exc.character:04x} is not allowed (byte {exc.position})"
+    text = " ".join(str(exc).split())
+    if isinstance(exc, (TypeError, AttributeError, IndexError)):
+        return f"not a kubeconfig ({text or type(exc).__name__})"
+    return text or type(exc).__name__
 
 
 MAX_KUBECONFIG_BYTES = 1 << 20
@@ -374,6 +480,7 @@ def _client_from_secret(
     if not data:
         raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
     loaded = yaml.safe_load(base64.b64decode(data))
+    _check_shape(loaded)
     api: client.ApiClient = config.new_client_from_config_dict(loaded, context=context)
     return bounded(api)
 

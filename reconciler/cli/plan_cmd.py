@@ -132,7 +132,8 @@ def recorded_planner(recorded: StatusView | None, now: datetime) -> Planner:
 
     def plan_of(repo: CompiledRepo) -> Planned:
         decision = decide(repo, listing_from_status(repo, recorded, memory), memory, now)
-        return Planned(decision.plan, estimate_decision(repo, decision), [])
+        notes = memory.ledger.problems.warnings()
+        return Planned(decision.plan, estimate_decision(repo, decision), notes)
 
     return plan_of
 
@@ -144,9 +145,8 @@ def live_planner(memory: Memory, now: datetime, connect: Connect) -> Planner:
 
     def plan_of(repo: CompiledRepo) -> Planned:
         decision = decide(repo, reads(repo), memory, now)
-        return Planned(
-            decision.plan, estimate_decision(repo, decision), unreachable_warnings(decision)
-        )
+        notes = [*memory.ledger.problems.warnings(), *unreachable_warnings(decision)]
+        return Planned(decision.plan, estimate_decision(repo, decision), notes)
 
     return plan_of
 

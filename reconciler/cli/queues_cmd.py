@@ -42,9 +42,10 @@ def read_live_view(
     overrides: dict[str, Path],
 ) -> tuple[QueuesView, list[str]]:
     """The next cycle's decision over the clusters as they are now; nothing is dispatched.
-    Also the warnings for clusters that could not be read."""
+    Also the warnings for clusters that could not be read, and for the ledger."""
     compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
-    return live_queues_view(compiled, decision), unreachable_warnings(decision)
+    notes = [*decision.memory.ledger.problems.warnings(), *unreachable_warnings(decision)]
+    return live_queues_view(compiled, decision), notes
 
 
 def live_queues_view(compiled: CompiledRepo, decision: Decision) -> QueuesView:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -237,9 +238,11 @@ def recorded_estimates(
 
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
-    """The status files the cycle would write for ``decision``, read back."""
+    """The status files the cycle would write for ``decision``, read back, with the
+    problems of the ledger it decided from (a ledger file that could not be read at all
+    is not written back)."""
     clusters = decision.cluster_records()
-    return read_status(
+    view = read_status(
         render_status(
             compiled,
             decision.plan,
@@ -250,6 +253,8 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
             ledger=decision.memory.ledger,
         )
     )
+    more = [m for m in decision.memory.ledger.problems.messages if m not in view.problems]
+    return replace(view, problems=(*view.problems, *more)) if more else view
 
 
 @click.command("status")

@@ -21,7 +21,7 @@ from reconciler.adapters.git import ConfigRepo, GitSyncError
 from reconciler.cli.options import branch_option, cache_dir_option, status_branch_option
 from reconciler.cli.status_cmd import StatusError, read_branch, warnings
 from reconciler.core.compile import org_settings
-from reconciler.core.ledger import UsageRow, usage, utc_text, zone
+from reconciler.core.ledger import MAX_USAGE_WINDOWS, UsageRow, usage_shown, utc_text, zone
 from reconciler.core.plan_render import text_table
 from reconciler.core.types import BudgetPeriod
 
@@ -180,7 +180,12 @@ def usage_command(
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None
-    rows = usage(view.ledger, BudgetPeriod(per), timezone, queue)
-    click.echo(render_usage(rows, per, timezone, output), nl=False)
+    shown = usage_shown(view.ledger, BudgetPeriod(per), timezone, queue)
+    click.echo(render_usage(shown.rows, per, timezone, output), nl=False)
+    if shown.earlier and shown.since is not None:
+        notes.append(
+            f"note: only the latest {MAX_USAGE_WINDOWS} windows are shown; usage before "
+            f"{utc_text(shown.since)} is left out"
+        )
     for line in [*notes, *warnings(view)]:
         click.echo(line, err=True)

@@ -68,6 +68,7 @@ from reconciler.core.status import (
     CapacityStatus,
     ClusterStatus,
     StatusView,
+    recorded_placement,
     recorded_pods,
     recorded_requests,
 )
@@ -239,6 +240,8 @@ def memory_from_status(view: StatusView) -> Memory:
             requests=recorded_requests(rec) or {},
             pods=recorded_pods(rec),
             flavor=rec.flavor,
+            timeout=rec.timeout if rec.timeout is not None and rec.timeout > 0 else None,
+            gang=recorded_placement(rec),
             kind=rec.workload_kind or "Job",
             # the one workload reason a rule reads back (3b); the others are re-derived
             reason=ObservedReason.GANG_TIMEOUT
@@ -246,7 +249,10 @@ def memory_from_status(view: StatusView) -> Memory:
             else None,
         )
     return Memory(
-        seen, superseded=superseded, gang_timeouts=timeouts, ledger=Ledger.of(view.ledger)
+        seen,
+        superseded=superseded,
+        gang_timeouts=timeouts,
+        ledger=Ledger.of(view.ledger, view.ledger_problems),
     )
 
 
@@ -555,23 +561,22 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     observed = [s.to_observed() for s in current.values()]
     superseded: dict[str, WorkloadState] = {}
     for state in listed:
-        wanted = generations.get(state.operation)
-        if wanted is not None and state.generation != wanted and state.phase.active:
+        if state.phase.active and _older(state, generations, current):
             superseded[superseded_id(state)] = state
     for old_id, state in memory.superseded.items():  # last seen where nothing can be read
-        wanted = generations.get(state.operation)
         if (
             (state.cluster in down or state.cluster not in compiled.clusters)
-            and wanted not in (None, state.generation)
+            and _older(state, generations, current)
             and old_id not in superseded
         ):
             superseded[old_id] = state
     for old_id, state in sorted(superseded.items()):
         old = replace(state.to_observed(), operation=old_id)
+        known = ops.get(state.operation)  # None: its file is gone, and it still runs
         if old.requests is None:
-            old = replace(old, requests=dict(ops[state.operation].requests))
+            old = replace(old, requests=dict(known.requests) if known is not None else {})
         if old.pods is None:  # every replica of the old run holds its pod
-            old = replace(old, pods=ops[state.operation].replicas)
+            old = replace(old, pods=known.replicas if known is not None else 1)
         observed.append(old)
 
     # 5. the ledger: every finished run not entered yet (a superseded generation's too)
@@ -718,6 +723,18 @@ def ledger_workload(state: WorkloadState) -> str:
     if state.reason is ObservedReason.GANG_TIMEOUT:
         return f"{state.name}@{state.dispatched_at}"
     return state.name
+
+
+def _older(
+    state: WorkloadState, generations: Mapping[str, int], current: Mapping[str, WorkloadState]
+) -> bool:
+    """A run of an older generation than its operation's current one: the repo's, or, for
+    an operation no longer in the repo, its newest run's (both still run and hold)."""
+    wanted = generations.get(state.operation)
+    if wanted is None:
+        newest = current.get(state.operation)
+        wanted = newest.generation if newest is not None else None
+    return wanted is not None and state.generation != wanted
 
 
 def superseded_id(state: WorkloadState) -> str:

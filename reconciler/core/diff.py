@@ -15,12 +15,16 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.plan import Admit, PendingReason, Plan
+from reconciler.core.ledger import prices_for
+from reconciler.core.plan import Admit, BudgetSummary, PendingReason, Plan
 from reconciler.core.plan_render import md_code, md_escape, md_table
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
+    ClusterSpec,
+    CohortSpec,
     CompiledOperation,
     CompiledRepo,
+    OrgSettings,
     Provenance,
     QueueSpec,
     RejectedOperation,
@@ -143,6 +147,17 @@ class FlavorMove:
 
 
 @dataclass(frozen=True, slots=True)
+class BudgetChange:
+    """A budgeted queue whose budget window reads differently in head: its limit, what it
+    spent and committed, and what it commits with the plan's dispatches (the burn the
+    change implies), each as ``BudgetSummary`` JSON (None: no budget on that side)."""
+
+    queue: str
+    before: Mapping[str, Any] | None
+    after: Mapping[str, Any] | None
+
+
+@dataclass(frozen=True, slots=True)
 class PlanDiff:
     base_version: str
     head_version: str
@@ -159,6 +174,11 @@ class PlanDiff:
     moved: tuple[EstimateMove, ...] = ()
     borrowing: tuple[BorrowingChange, ...] = ()  # queues whose borrowing changes
     flavor_moves: tuple[FlavorMove, ...] = ()  # dispatched by both, to another flavor
+    # pending in both, whose budget check reads differently (another reservation, limit,
+    # window or reason): what a change of budget or price does to each operation
+    settings: tuple[QueueChange, ...] = ()  # the clusters' and reconciler.yaml's
+    budget_moved: tuple[Transition, ...] = ()
+    budgets: tuple[BudgetChange, ...] = ()  # queues whose budget window reads differently
 
     @property
     def has_changes(self) -> bool:
@@ -173,6 +193,9 @@ class PlanDiff:
             or self.pending_counts
             or self.borrowing
             or self.flavor_moves
+            or self.budget_moved
+            or self.budgets
+            or self.settings
         )
 
 
@@ -240,7 +263,10 @@ def _field_changes(
     return tuple(out)
 
 
-def _queue_fields(q: QueueSpec) -> dict[str, Any]:
+def _queue_fields(q: QueueSpec, repo: CompiledRepo | None = None) -> dict[str, Any]:
+    """Every setting of a queue that moves what runs; with ``repo``, also what its budget
+    is counted with there: the prices on each of its clusters (the org's, with the
+    cluster's own instead), the org's timezone and currency."""
     fields: dict[str, Any] = {
         "cluster": q.cluster,
         "priority": q.priority,
@@ -254,7 +280,41 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         "cohort": q.cohort,
         "borrowingLimit": dict(q.borrowing_limit),
         "lendingLimit": dict(q.lending_limit),
+        "defaultTimeout": q.default_timeout,
     }
+    if q.budget is not None:
+        fields["budget"] = {
+            "limit": _amount(q.budget.limit),
+            "per": q.budget.per,
+            "resource": q.budget.resource,
+        }
+        if repo is not None:
+            fields["budget"]["timezone"] = repo.org.timezone
+            if q.budget.hours_of is None:  # a cost budget: what each hour costs where it runs
+                fields["budget"]["currency"] = repo.org.currency
+                fields["budget"]["prices"] = {
+                    c: _prices(
+                        prices_for(
+                            repo.org.prices,
+                            repo.clusters[c].prices if c in repo.clusters else {},
+                        )
+                    )
+                    for c in q.members
+                }
+                if q.flavors:  # and per flavor, what an hour of each costs there
+                    fields["budget"]["flavorPrices"] = {
+                        f"{c}.{f.name}": _prices(
+                            prices_for(
+                                repo.org.prices,
+                                repo.clusters[c].prices if c in repo.clusters else {},
+                                f.name,
+                                repo.org.flavor_prices,
+                                repo.clusters[c].flavor_prices if c in repo.clusters else {},
+                            )
+                        )
+                        for c in q.members
+                        for f in q.flavors
+                    }
     if q.fleet:  # only a fleet queue has them: a single-cluster queue's diff is unchanged
         fields["clusters"] = list(q.clusters)
         fields["clusterQuota"] = {c: dict(v) for c, v in q.cluster_quota.items()}
@@ -275,6 +335,45 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
     if q.fair_weight != 1:
         fields["fairSharing"] = {"weight": format(q.fair_weight.normalize(), "f")}
     return fields
+
+
+def _amount(value: Decimal) -> str:
+    """A price or a budget as written (``2.5``), not as a quantity (``2500m``)."""
+    return format(value.normalize(), "f")
+
+
+def _prices(prices: Mapping[str, Decimal]) -> dict[str, str]:
+    return {r: _amount(v) for r, v in prices.items()}
+
+
+def _cluster_fields(c: ClusterSpec) -> dict[str, Any]:
+    """A cluster's settings that move what runs: its concurrency (check 10) and prices (of
+    each flavor too)."""
+    return {
+        "concurrency": c.concurrency,
+        "prices": _prices(c.prices),
+        **{f"flavorPrices.{f}": _prices(p) for f, p in sorted(c.flavor_prices.items())},
+    }
+
+
+def _cohort_fields(c: CohortSpec) -> dict[str, Any]:
+    """A cohort's settings: who may borrow (``maxBorrowDuration``) and its cap."""
+    return {"maxBorrowDuration": c.max_borrow_seconds, "quota": dict(c.quota)}
+
+
+def _org_fields(org: OrgSettings) -> dict[str, Any]:
+    """reconciler.yaml's settings that move what runs or stops (its policy shows as the
+    operations it refuses)."""
+    return {
+        "defaults.queue": org.default_queue,
+        "prune.enabled": org.prune,
+        "prune.maxFraction": org.max_prune_fraction,
+        "prune.allowMassPrune": org.allow_mass_prune,
+        "prices": _prices(org.prices),
+        **{f"flavorPrices.{f}": _prices(p) for f, p in sorted(org.flavor_prices.items())},
+        "currency": org.currency,
+        "timezone": org.timezone,
+    }
 
 
 def may_borrow(repo: CompiledRepo, name: str) -> str | None:
@@ -345,11 +444,33 @@ def diff_plans(
     queues = []
     for name in sorted(base_repo.queues.keys() | head_repo.queues.keys()):
         bq, hq = base_repo.queues.get(name), head_repo.queues.get(name)
-        fields = _field_changes(_queue_fields(bq) if bq else {}, _queue_fields(hq) if hq else {})
+        fields = _field_changes(
+            _queue_fields(bq, base_repo) if bq else {}, _queue_fields(hq, head_repo) if hq else {}
+        )
         if fields:
             change = Change.CHANGED if bq and hq else Change.ADDED if hq else Change.REMOVED
             either = hq or bq
             queues.append(QueueChange(name, change, fields, either.source if either else ""))
+
+    # 1b: the clusters' and the org's settings
+    settings = []
+    for name in sorted(base_repo.clusters.keys() | head_repo.clusters.keys()):
+        bc, hc = base_repo.clusters.get(name), head_repo.clusters.get(name)
+        fields = _field_changes(
+            _cluster_fields(bc) if bc else {}, _cluster_fields(hc) if hc else {}
+        )
+        if fields:
+            change = Change.CHANGED if bc and hc else Change.ADDED if hc else Change.REMOVED
+            settings.append(QueueChange(f"cluster {name}", change, fields))
+    for name in sorted(base_repo.cohorts.keys() | head_repo.cohorts.keys()):
+        bh, hh = base_repo.cohorts.get(name), head_repo.cohorts.get(name)
+        fields = _field_changes(_cohort_fields(bh) if bh else {}, _cohort_fields(hh) if hh else {})
+        if fields:
+            change = Change.CHANGED if bh and hh else Change.ADDED if hh else Change.REMOVED
+            settings.append(QueueChange(f"cohort {name}", change, fields))
+    fields = _field_changes(_org_fields(base_repo.org), _org_fields(head_repo.org))
+    if fields:
+        settings.append(QueueChange("reconciler.yaml", Change.CHANGED, fields))
 
     # 2: compiled specs, field by field with provenance
     base_ops = {op.id: op for op in base_repo.operations}
@@ -415,6 +536,35 @@ def diff_plans(
         for name in sorted(bcount.keys() | hcount.keys())
         if bcount.get(name) != hcount.get(name)
     )
+    # 4b: what the budgets read, and the operations whose budget check reads differently
+    budget_moved = []
+    for p in head_plan.pending:
+        was = before.get(p.operation)
+        if was is None or was[0] == "dispatch":
+            continue  # newly pending: listed above
+        old_p = was[2]
+        if not ({p.reason, old_p.reason} & _BUDGET_REASONS):
+            continue
+        if old_p.reason != p.reason or old_p.blocked_by.to_json() != p.blocked_by.to_json():
+            budget_moved.append(
+                Transition(
+                    p.operation,
+                    p.queue,
+                    str(old_p.reason),
+                    p.reason,
+                    p.position,
+                    p.message,
+                    p.admit,
+                    p.blocked_by.to_json(),
+                )
+            )
+    bbudget = {q.name: _budget_json(q.budget) for q in base_plan.queues}
+    hbudget = {q.name: _budget_json(q.budget) for q in head_plan.queues}
+    budgets = tuple(
+        BudgetChange(name, bbudget.get(name), hbudget.get(name))
+        for name in sorted(bbudget.keys() | hbudget.keys())
+        if bbudget.get(name) != hbudget.get(name)
+    )
     # 5: who may borrow from a cohort
     borrowing = []
     for name in sorted(base_repo.queues.keys() | head_repo.queues.keys()):
@@ -435,7 +585,28 @@ def diff_plans(
         moved=_moves(before, head_plan, estimates),
         borrowing=tuple(borrowing),
         flavor_moves=tuple(moves),
+        budget_moved=tuple(budget_moved),
+        budgets=budgets,
+        settings=tuple(settings),
     )
+
+
+_BUDGET_REASONS = frozenset({PendingReason.BUDGET_EXCEEDED, PendingReason.LEDGER_UNREADABLE})
+
+
+def _budget_json(summary: BudgetSummary | None) -> dict[str, Any] | None:
+    if summary is None:
+        return None
+    return {
+        "unit": summary.unit,
+        "per": summary.per,
+        "limit": format_quantity(summary.limit),
+        "spent": format_quantity(summary.spent),
+        "committed": format_quantity(summary.committed),
+        "committedAfter": format_quantity(summary.committed_after),
+        "windowStart": summary.window_start.isoformat(),
+        "windowEnd": summary.window_end.isoformat(),
+    }
 
 
 def _moves(
@@ -550,6 +721,12 @@ def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
             {"operation": m.operation, "queue": m.queue, "before": m.before, "after": m.after}
             for m in diff.flavor_moves
         ],
+        "settings": [
+            {"name": q.name, "change": q.change.value, "fields": [_field_json(f) for f in q.fields]}
+            for q in diff.settings
+        ],
+        "budgetMoved": [_transition_json(t) for t in diff.budget_moved],
+        "budgets": [{"queue": b.queue, "before": b.before, "after": b.after} for b in diff.budgets],
     }
 
 
@@ -613,6 +790,20 @@ def diff_to_markdown(diff: PlanDiff) -> str:
                 )
         out += [md_table(["Queue", "Field", "Before", "After"], rows), ""]
 
+    if diff.settings:
+        out += ["### Cluster, cohort and org settings", ""]
+        rows = [
+            [
+                q.name if q.change is Change.CHANGED else f"{q.name} ({q.change})",
+                f.path,
+                _cell(f.before, f.change is not Change.ADDED),
+                _cell(f.after, f.change is not Change.REMOVED),
+            ]
+            for q in diff.settings
+            for f in q.fields
+        ]
+        out += [md_table(["Of", "Field", "Before", "After"], rows), ""]
+
     if diff.borrowing:
         out += ["### Borrowing from a cohort", ""]
         rows = [
@@ -665,6 +856,18 @@ def diff_to_markdown(diff: PlanDiff) -> str:
         ]
         out += [md_table(["Operation", "Queue", "Before", "After"], rows), ""]
     transitions("Newly pending", diff.newly_pending)
+    transitions("Budget check changes", diff.budget_moved)
+    if diff.budgets:
+        out += ["### Budgets (the burn this plan implies)", ""]
+        rows = [
+            [
+                b.queue,
+                _burn(b.before),
+                _burn(b.after),
+            ]
+            for b in diff.budgets
+        ]
+        out += [md_table(["Queue", "Before", "After"], rows), ""]
     transitions("Newly ExceedsQuota (can never be admitted)", diff.newly_exceeds_quota)
     if diff.newly_policy_violation:
         out += ["### Newly PolicyViolation", ""]
@@ -697,6 +900,17 @@ def diff_to_markdown(diff: PlanDiff) -> str:
 def _dispatch(flavor: str | None) -> str:
     """A newly dispatched operation's After cell: ``dispatch``, or ``dispatch (h100)``."""
     return "dispatch" if flavor is None else f"dispatch ({flavor})"
+
+
+def _burn(budget: Mapping[str, Any] | None) -> str:
+    """``spent 120 + committed 376.8 of 500 USD a day (after this plan: 452.16)``."""
+    if budget is None:
+        return "no budget"
+    unit = f" {budget['unit']}" if budget["unit"] else ""
+    return md_escape(
+        f"spent {budget['spent']} + committed {budget['committed']} of {budget['limit']}{unit} "
+        f"a {budget['per']} (after this plan: {budget['committedAfter']} committed)"
+    )
 
 
 # A PR comment lists this many moved estimates, then says how many more.

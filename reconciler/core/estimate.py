@@ -87,6 +87,7 @@ STATIC_REASONS = frozenset(
         # the simulation does not model the clusters' free capacity changing (it sees it
         # as observed now): no simulated event ends this wait (docs/estimates.md)
         PendingReason.NO_CLUSTER_HAS_CAPACITY,
+        PendingReason.LEDGER_UNREADABLE,  # a person repairs the ledger
     }
 )
 # A replan first plans this many candidates of a queue (plus two per free slot)
@@ -235,6 +236,9 @@ class DurationModel:
 
 class EtaState(enum.StrEnum):
     AT = "At"  # dispatched at ``at``
+    # dispatched by ``at`` at the latest: it waits on a run with no history, taken to run
+    # to its timeout (the latest it can end)
+    NO_LATER_THAN = "NoLaterThan"
     AFTER_HORIZON = "AfterHorizon"  # not within the horizon
     UNKNOWN = "Unknown"  # waits on a run whose duration nobody can estimate
     BLOCKED = "Blocked"  # waits for an event no clock predicts (approval, resume, a fix)
@@ -248,6 +252,8 @@ class Eta:
     def text(self, now: datetime, horizon: timedelta = DEFAULT_HORIZON) -> str:
         if self.state is EtaState.AT and self.at is not None:
             return "~" + duration_text((self.at - now).total_seconds())
+        if self.state is EtaState.NO_LATER_THAN and self.at is not None:
+            return "no later than " + duration_text((self.at - now).total_seconds())
         if self.state is EtaState.AFTER_HORIZON:
             return f"after {duration_text(horizon.total_seconds())}"
         if self.state is EtaState.UNKNOWN:
@@ -477,6 +483,8 @@ class _Sim:
         self.model = model
         self.q = q
         self.now = now
+        # the earliest end of a run dated by its timeout alone (seconds from now)
+        self.bound_from = math.inf
         self.end_of_horizon = horizon.total_seconds()  # seconds from now: the clock
         self.step = resolution.total_seconds()
         self.unreachable = unreachable
@@ -545,8 +553,18 @@ class _Sim:
     # --- durations ---
 
     def _end_from(self, start: float, op: CompiledOperation, oid: str) -> float | None:
-        d = self.model.duration(oid, op.queue, self.q, _timeout(op)).seconds
-        return None if d is None else self._after(start, d)
+        got = self.model.duration(oid, op.queue, self.q, _timeout(op))
+        if got.seconds is None:
+            return None
+        end = self._after(start, got.seconds)
+        if got.basis is Basis.TIMEOUT:
+            self._bounded(end)
+        return end
+
+    def _bounded(self, end: float) -> None:
+        """A run taken to end at ``end`` only because its timeout says it cannot run longer:
+        what is dispatched from then on is dated "no later than"."""
+        self.bound_from = min(self.bound_from, end)
 
     def _dispatched(self, d: Dispatch, t: float) -> ObservedOperation:
         """What the planner observes of an operation the simulation dispatched at ``t``:
@@ -605,9 +623,17 @@ class _Sim:
         elapsed = (self.now - start).total_seconds()
         name = o.operation.split("@", 1)[0]  # a superseded run ``op@gN`` ran as ``op``
         queue = o.queue or (op.queue if op is not None else None)
-        timeout = _timeout(op) if op is not None else None
+        # the run's own timeout (as dispatched): its file may have changed or gone
+        timeout = float(o.timeout) if o.timeout is not None else None
+        if timeout is None and op is not None:
+            timeout = _timeout(op)
         left = self.model.remaining(name, queue, self.q, timeout, elapsed)
-        return None if left is None else self._after(0.0, left)
+        if left is None:
+            return None
+        end = self._after(0.0, left)
+        if not self.model.samples(name, queue)[0]:  # no history: its timeout alone
+            self._bounded(end)
+        return end
 
     def _after(self, start: float, seconds: float) -> float:
         """``start`` plus ``seconds`` rounded to the resolution: runs that end within the
@@ -1009,7 +1035,8 @@ class _Sim:
             oid = op.id
             at = self.dispatched_at.get(oid)
             if at is not None:
-                out[oid] = (Eta(EtaState.AT, self.now + timedelta(seconds=at)), "")
+                state = EtaState.NO_LATER_THAN if at >= self.bound_from else EtaState.AT
+                out[oid] = (Eta(state, self.now + timedelta(seconds=at)), "")
             elif waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
@@ -1134,9 +1161,9 @@ def estimate_starts(
         out: dict[str, StartEstimate] = {}
         for p in plan.pending:
             (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
-            if b.state is EtaState.AT and (
-                a.state is not EtaState.AT
-                or (a.at is not None and b.at is not None and b.at < a.at)
+            dated = (EtaState.AT, EtaState.NO_LATER_THAN)
+            if b.state in dated and (
+                a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
             ):
                 b = a  # the p90 is never earlier than the p50
             out[p.operation] = StartEstimate(p.operation, p.queue, a, b, why or why90)

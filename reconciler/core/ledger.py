@@ -187,14 +187,29 @@ class LedgerEntry(WireModel):
         missing = [k for k in _REQUIRED if k not in data]
         if missing:
             raise ValueError(f"missing {', '.join(repr(k) for k in missing)}")
+        if "queue" not in data:  # whose budget it counts against cannot be told ('' is none)
+            raise ValueError("missing 'queue'")
         generation = data["generation"]
         if isinstance(generation, bool) or not isinstance(generation, int):
             raise ValueError(f"generation {generation!r} is not a number")
         requests = data.get("requests") or {}
         if not isinstance(requests, Mapping):
             raise ValueError("requests is not a mapping")
+        for name in ("start", "end"):
+            try:
+                _time(data[name])
+            except (ValueError, TypeError, OverflowError):
+                raise ValueError(f"{name} {short_text(data[name])} is not a time") from None
         try:
-            return cls(
+            cost = Decimal(str(data["cost"]))
+        except ArithmeticError:
+            cost = None
+        if cost is None or not cost.is_finite():
+            raise ValueError(
+                f"cost {short_text(data['cost'])} is not a finite amount of at least 0"
+            )
+        try:
+            entry = cls(
                 operation=str(data["operation"]),
                 generation=generation,
                 workload=str(data["workload"]),
@@ -212,9 +227,77 @@ class LedgerEntry(WireModel):
             raise ValueError(f"cost {data['cost']!r} is not a number") from err
         except Exception as err:  # a quantity error or a bad time: what is wrong, as text
             raise ValueError(str(err)) from None
+        _check_entry(entry)
+        return entry
 
 
 _REQUIRED = ("operation", "generation", "workload", "start", "end", "cost")
+
+# The times a ledger entry may hold: every window of a budget or of ``reconciler usage``
+# (a month, in any zone) around them can be computed. Outside, an entry is refused at read.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+
+
+def short_text(value: Any) -> str:
+    """A value of an entry, quoted and cut short for a one-line message."""
+    text = repr(value) if isinstance(value, str) else repr(str(value))
+    return text if len(text) <= 60 else f"{text[:57]}...'"
+
+
+def _check_entry(entry: LedgerEntry) -> None:
+    if not entry.cost.is_finite() or entry.cost < 0:
+        raise ValueError(f"cost {_decimal_text(entry.cost)} is not a finite amount of at least 0")
+    for name, moment in (("start", entry.start), ("end", entry.end)):
+        if not EARLIEST <= moment < LATEST:
+            raise ValueError(
+                f"{name} {_iso(moment)} is out of range ({utc_text(EARLIEST)} to "
+                f"{utc_text(LATEST)})"
+            )
+
+
+def _iso(moment: datetime) -> str:
+    """``utc_text`` where UTC can hold it (year 1 at +01:00 is before any UTC time)."""
+    try:
+        return utc_text(moment)
+    except OverflowError:
+        return moment.isoformat()
+
+
+def worst_case(data: Any) -> LedgerEntry | None:
+    """A bad entry read at its worst case, so it never lowers what is counted as spent:
+    negative amounts taken as positive, a missing workload or generation filled in. None
+    when it cannot be read at all (no queue, no readable times or cost)."""
+    if not isinstance(data, Mapping):
+        return None
+    try:
+        requests = data.get("requests") or {}
+        if not isinstance(requests, Mapping):
+            requests = {}
+        amounts = {}
+        for k, v in requests.items():
+            text = str(v).strip()
+            amounts[str(k)] = parse_quantity(text[1:] if text.startswith("-") else text)
+        cost = abs(Decimal(str(data["cost"])))
+        generation = data.get("generation")
+        entry = LedgerEntry(
+            operation=str(data.get("operation") or "?"),
+            generation=generation if isinstance(generation, int) else 0,
+            workload=str(data.get("workload") or "?"),
+            queue=str(data["queue"] or ""),
+            cluster=str(data.get("cluster") or ""),
+            phase=str(data.get("phase") or ""),
+            requests=amounts,
+            start=_time(data["start"]),
+            end=_time(data["end"]),
+            cost=cost,
+            currency=str(data.get("currency") or ""),
+            flavor=str(data.get("flavor") or ""),
+        )
+        _check_entry(entry)
+    except Exception:  # unreadable whichever way: the caller says so, at the entry
+        return None
+    return entry
 
 
 def _time(value: Any) -> datetime:
@@ -248,6 +331,9 @@ class Ledger:
     entries: Mapping[LedgerKey, LedgerEntry] = field(default_factory=dict)
     files: dict[str, dict[str, bytes]] = field(default_factory=dict, compare=False, repr=False)
     rendered: dict[str, bytes] = field(default_factory=dict, compare=False, repr=False)
+    # what could not be read back (``LedgerProblems``): budgets it may belong to wait, and
+    # the writer keeps those entries and files as they are
+    problems: LedgerProblems = field(default_factory=lambda: LedgerProblems())
 
     def __contains__(self, key: object) -> bool:
         return key in self.entries
@@ -268,11 +354,22 @@ class Ledger:
             return self
         touched = {e.month for e in added.values()}
         kept = {m: f for m, f in self.files.items() if m not in touched}
-        return Ledger({**self.entries, **added}, kept)
+        return Ledger({**self.entries, **added}, kept, problems=self.problems)
 
     @classmethod
-    def of(cls, entries: Iterable[LedgerEntry]) -> Ledger:
-        return cls().with_entries(entries)
+    def of(cls, entries: Iterable[LedgerEntry], problems: LedgerProblems | None = None) -> Ledger:
+        return cls(problems=LedgerProblems() if problems is None else problems).with_entries(
+            entries
+        )
+
+    def counted(self) -> Iterator[LedgerEntry]:
+        """What budgets count: every entry, and the bad ones at their worst case."""
+        yield from self.entries.values()
+        yield from self.problems.worst
+
+    def unreadable(self, queue: str) -> str | None:
+        """Why what ``queue`` spent cannot be known (None: it can)."""
+        return self.problems.unread.get(queue) or self.problems.unread.get("")
 
     def months(self) -> dict[str, list[LedgerEntry]]:
         """The entries per file month, each month's sorted by end, operation, generation."""
@@ -298,9 +395,33 @@ def ledger_path(month: str, part: int = 1) -> str:
 _MONTH_FILE = re.compile(rf"^{LEDGER_DIR}/\d{{4}}-\d{{2}}(\.[1-9]\d{{0,5}})?\.yaml$")
 
 
+def ledger_month(path: str) -> str:
+    """``2026-12`` of ``status/ledger/2026-12.2.yaml``."""
+    return path.removeprefix(f"{LEDGER_DIR}/")[:7]
+
+
 def is_ledger_path(path: str) -> bool:
     """``status/ledger/2026-12.yaml`` (or a later part, ``2026-12.2.yaml``)."""
     return path.startswith(LEDGER_DIR) and _MONTH_FILE.match(path) is not None
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerProblems:
+    """What the status branch's ledger holds that could not be read: ``unread``, per queue
+    ("" for any queue: an entry without one, or a whole file), the first problem; ``raw``,
+    per month, the unreadable entries as they were (written back with the month, never
+    dropped); ``frozen``, the files that could not be read at all (never overwritten)."""
+
+    unread: Mapping[str, str] = field(default_factory=dict)
+    raw: Mapping[str, tuple[Any, ...]] = field(default_factory=dict)
+    frozen: frozenset[str] = frozenset()
+    # the bad entries read at their worst case: counted as spent, written back as they were
+    worst: tuple[LedgerEntry, ...] = ()
+    messages: tuple[str, ...] = ()  # every problem, file:line:col: message
+
+    def warnings(self) -> list[str]:
+        """One line per problem, for the views' stderr and the reconciler's log."""
+        return [f"warning: ledger: {m}" for m in self.messages]
 
 
 def ledger_documents(ledger: Ledger) -> dict[str, dict[str, Any]]:
@@ -308,17 +429,27 @@ def ledger_documents(ledger: Ledger) -> dict[str, dict[str, Any]]:
     entries in order of end, ``ENTRIES_PER_FILE`` a file."""
     out: dict[str, dict[str, Any]] = {}
     for month, entries in ledger.months().items():
-        out.update(_month_documents(month, entries))
+        out.update(_month_documents(month, entries, ledger.problems))
     return out
 
 
-def _month_documents(month: str, entries: list[LedgerEntry]) -> dict[str, dict[str, Any]]:
-    return {
+def _month_documents(
+    month: str, entries: list[LedgerEntry], problems: LedgerProblems | None = None
+) -> dict[str, dict[str, Any]]:
+    raw = list(problems.raw.get(month, ())) if problems is not None else []
+    out = {
         ledger_path(month, i // ENTRIES_PER_FILE + 1): {
             "entries": [e.to_dict() for e in entries[i : i + ENTRIES_PER_FILE]]
         }
         for i in range(0, len(entries), ENTRIES_PER_FILE)
     }
+    if raw:  # the unreadable entries stay, as they were, for a person to repair
+        last = ledger_path(month, max(1, -(-len(entries) // ENTRIES_PER_FILE)))
+        out.setdefault(last, {"entries": []})["entries"].extend(raw)
+    if problems is not None:
+        for path in problems.frozen & out.keys():
+            del out[path]
+    return out
 
 
 def ledger_files(ledger: Ledger, dump: Callable[[Mapping[str, Any]], bytes]) -> dict[str, bytes]:
@@ -333,25 +464,47 @@ def ledger_files(ledger: Ledger, dump: Callable[[Mapping[str, Any]], bytes]) -> 
         if cached is None:
             if months is None:
                 months = ledger.months()
-            docs = _month_documents(month, months[month])
+            docs = _month_documents(month, months[month], ledger.problems)
             cached = ledger.files[month] = {path: dump(doc) for path, doc in docs.items()}
         out.update(cached)
     ledger.rendered.update(out)
     return out
 
 
-def entries_from_document(data: Mapping[str, Any]) -> tuple[LedgerEntry, ...]:
-    """A ledger file's entries; raises ``ValueError`` at the first bad one."""
+@dataclass(frozen=True, slots=True)
+class LedgerFile:
+    """A ledger file read back: its entries (a bad one at its worst case, ``worst``), and
+    the entries that could not be read at all (``unread``: queue or "", message, raw)."""
+
+    entries: tuple[LedgerEntry, ...]
+    worst: tuple[tuple[LedgerEntry, str, Any], ...] = ()  # (entry, message, as written)
+    unread: tuple[tuple[str, str, Any], ...] = ()  # (queue or "", message, as written)
+
+
+def entries_from_document(data: Mapping[str, Any]) -> LedgerFile:
+    """A ledger file's entries. A bad entry never lowers what is counted as spent: it is
+    counted at its worst case (``worst_case``) when it can be read at all, else left out and
+    named in ``unread`` (its queue's budget then waits). Raises ``ValueError`` only when the
+    file has no list of entries."""
     raw = data.get("entries") or ()
     if not isinstance(raw, list):
         raise ValueError("entries is not a list")
     out = []
+    worst: list[tuple[LedgerEntry, str, Any]] = []
+    unread: list[tuple[str, str, Any]] = []
     for i, item in enumerate(raw):
         try:
             out.append(LedgerEntry.from_dict(item))
+            continue
         except ValueError as err:
-            raise ValueError(f"entry {i + 1}: {err}") from None
-    return tuple(out)
+            problem = f"entry {i + 1}: {err}"
+        entry = worst_case(item)
+        if entry is not None:
+            worst.append((entry, f"{problem} (counted at its worst case)", item))
+        else:
+            queue = item.get("queue") if isinstance(item, Mapping) else None
+            unread.append((queue if isinstance(queue, str) else "", problem, item))
+    return LedgerFile(tuple(out), tuple(worst), tuple(unread))
 
 
 # --- windows ----------------------------------------------------------------------------
@@ -459,6 +612,21 @@ class UsageRow:
     flavor: str = ""
 
 
+# ``reconciler usage`` shows at most this many windows, the latest: its cost is bounded by
+# what it shows, whatever span an entry claims (an entry may run from 1970 to 9998).
+MAX_USAGE_WINDOWS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class UsageShown:
+    """The rows of ``usage``, and whether usage earlier than the first window shown exists
+    (left out: more than ``MAX_USAGE_WINDOWS`` windows)."""
+
+    rows: list[UsageRow]
+    earlier: bool
+    since: datetime | None  # the start of the first window shown
+
+
 def usage(
     entries: Iterable[LedgerEntry],
     per: BudgetPeriod,
@@ -466,19 +634,57 @@ def usage(
     queue: str | None = None,
 ) -> list[UsageRow]:
     """The ledger per calendar window of ``per``, queue (only ``queue`` when given) and
-    flavor, in window, queue then flavor order. A run across a boundary counts in each
-    window for the time it ran there, as budgets count it."""
+    flavor, in window, queue then flavor order (the latest ``MAX_USAGE_WINDOWS`` windows:
+    ``usage_shown``)."""
+    return usage_shown(entries, per, timezone, queue).rows
+
+
+def _windows_before(window: Window, per: BudgetPeriod, count: int, timezone: str) -> Window:
+    """The window ``count`` windows before ``window``, computed from its local date (not
+    walked), never before ``EARLIEST``."""
+    tz = zone(timezone)
+    first = window.start.astimezone(tz).date()
+    if per is BudgetPeriod.MONTH:
+        months = first.year * 12 + first.month - 1 - count
+        year, month = divmod(months, 12)
+        year = max(year, EARLIEST.year - 1)
+        day = first.replace(year=year, month=month + 1, day=1)
+    else:
+        step = 7 if per is BudgetPeriod.WEEK else 1
+        ordinal = max(first.toordinal() - step * count, (EARLIEST - timedelta(days=7)).toordinal())
+        day = first.fromordinal(ordinal)
+    moment = datetime(day.year, day.month, day.day, tzinfo=tz).astimezone(UTC)
+    return window_at(max(moment, EARLIEST), per, timezone)
+
+
+def usage_shown(
+    entries: Iterable[LedgerEntry],
+    per: BudgetPeriod,
+    timezone: str = "UTC",
+    queue: str | None = None,
+) -> UsageShown:
+    """``usage``'s rows, and whether earlier ones were left out. A run across a boundary
+    counts in each window for the time it ran there, as budgets count it; only the windows
+    shown are computed."""
+    chosen = [e for e in entries if queue is None or e.queue == queue]
+    if not chosen:
+        return UsageShown([], False, None)
+    last = window_at(max(e.end for e in chosen), per, timezone)
+    floor = _windows_before(last, per, MAX_USAGE_WINDOWS - 1, timezone).start
+    earlier = False
     runs: dict[tuple[datetime, str, str], int] = {}
     used: dict[tuple[datetime, str, str], dict[str, Decimal]] = {}
     costs: dict[tuple[datetime, str, str], Decimal] = {}
     currencies: dict[tuple[datetime, str, str], str] = {}
     windows: dict[datetime, Window] = {}
-    for entry in entries:
-        if queue is not None and entry.queue != queue:
+    for entry in chosen:
+        if entry.start < floor or entry.end < floor:
+            earlier = True
+        if entry.end < floor:
             continue
-        last = window_at(entry.end, per, timezone)
-        windows[last.start] = last
-        key = (last.start, entry.queue, entry.flavor)
+        end_window = window_at(entry.end, per, timezone)
+        windows[end_window.start] = end_window
+        key = (end_window.start, entry.queue, entry.flavor)
         runs[key] = runs.get(key, 0) + 1
         duration = hours(entry.start, entry.end)
         if not duration:
@@ -486,7 +692,7 @@ def usage(
             used.setdefault(key, {})
             currencies.setdefault(key, entry.currency)
             continue
-        window = window_at(entry.start, per, timezone)
+        window = window_at(max(entry.start, floor), per, timezone)
         while window.start < entry.end:
             inside = overlap_hours(entry.start, entry.end, window)
             if inside:
@@ -500,7 +706,7 @@ def usage(
                 costs[key] = costs.get(key, Decimal(0)) + entry.cost * inside / duration
                 currencies.setdefault(key, entry.currency)
             window = next_window(window, per, timezone)
-    return [
+    rows = [
         UsageRow(
             window=windows[key[0]],
             queue=key[1],
@@ -512,3 +718,4 @@ def usage(
         )
         for key in sorted(set(used) | set(costs) | set(runs))
     ]
+    return UsageShown(rows, earlier, floor)

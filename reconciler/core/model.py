@@ -1162,9 +1162,20 @@ class Policy(Strict):
     )
 
 
+# Names the host's zone database holds that are not IANA zones: ``localtime`` is the host's
+# own zone (two replicas, or a CI runner, would count budget windows differently), the
+# others aliases of its build.
+_NOT_IANA = frozenset({"localtime", "posixrules", "Factory"})
+
+
 def _timezone(value: str) -> str:
     try:
-        if not value or value.startswith(("/", ".")) or ".." in value:
+        if (
+            not value
+            or value.startswith(("/", ".", "posix/", "right/"))
+            or ".." in value
+            or value in _NOT_IANA
+        ):
             raise ValueError
         zoneinfo.ZoneInfo(value)
     except (ValueError, zoneinfo.ZoneInfoNotFoundError):

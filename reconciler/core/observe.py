@@ -96,6 +96,9 @@ class WorkloadState:
     gang: Placement | None = None  # a distributed run's pods: how many placed and running
     kind: str = JOB  # the workload's kind: Job, or PyTorchJob (backend pytorchjob)
     flavor: str | None = None  # the flavor it was dispatched with (a queue with flavors)
+    # seconds: the timeout it was dispatched with (its activeDeadlineSeconds); its budget
+    # reservation runs to it, whatever the repo says now. None: unbounded or not known
+    timeout: int | None = None
 
     def to_observed(self) -> ObservedOperation:
         """The workload as the planner sees it. Built once per state: a workload's state is
@@ -117,6 +120,7 @@ class WorkloadState:
             flavor=self.flavor,
             dispatched_at=parse_time(self.dispatched_at),
             started_at=parse_time(self.started_at or self.dispatched_at),
+            timeout=self.timeout,
         )
 
 
@@ -198,6 +202,7 @@ class _Template(TypedDict, total=False):
 
 class _JobSpec(TypedDict, total=False):
     parallelism: Any
+    activeDeadlineSeconds: Any
     completionMode: Any
     template: _Template | None
 
@@ -207,8 +212,13 @@ class _ReplicaSpec(TypedDict, total=False):
     template: _Template | None
 
 
+class _RunPolicy(TypedDict, total=False):
+    activeDeadlineSeconds: Any
+
+
 class _PyTorchJobSpec(TypedDict, total=False):
     pytorchReplicaSpecs: dict[str, _ReplicaSpec | None] | None
+    runPolicy: _RunPolicy | None
 
 
 class _BoundSpec(TypedDict, total=False):
@@ -596,6 +606,7 @@ def _observe_job(
         requests=requests,
         finished_at=job_finished_at(job),
         kind=JOB,
+        timeout=_deadline((job.get("spec") or {}).get("activeDeadlineSeconds")),
     )
 
 
@@ -616,7 +627,17 @@ def _observe_pytorchjob(
         requests=requests,
         finished_at=pytorchjob_finished_at(obj),
         kind=PYTORCHJOB,
+        timeout=_deadline(
+            (((obj.get("spec") or {}).get("runPolicy")) or {}).get("activeDeadlineSeconds")
+        ),
     )
+
+
+def _deadline(value: Any) -> int | None:
+    """A workload's activeDeadlineSeconds; None when unset or not a positive integer."""
+    if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+        return value
+    return None
 
 
 def _sorted(states: Iterable[WorkloadState]) -> tuple[WorkloadState, ...]:
@@ -914,6 +935,7 @@ def _state(
     requests: Mapping[str, Decimal],
     finished_at: str | None,
     kind: str,
+    timeout: int | None = None,
 ) -> WorkloadState:
     """One workload's state: what every kind's metadata says, and what its kind says."""
     meta = obj.get("metadata") or {}
@@ -949,6 +971,7 @@ def _state(
         requests=requests,
         finished_at=finished_at,
         kind=kind,
+        timeout=timeout,
     )
 
 

@@ -26,13 +26,17 @@ from pydantic import Field
 
 from reconciler.core.block_yaml import BlockYaml
 from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
-from reconciler.core.gang import GangTimeout
+from reconciler.core.gang import GangTimeout, Placement
 from reconciler.core.ledger import (
+    LEDGER_DIR,
     Ledger,
     LedgerEntry,
+    LedgerFile,
+    LedgerProblems,
     entries_from_document,
     is_ledger_path,
     ledger_files,
+    ledger_month,
 )
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
@@ -256,6 +260,7 @@ class SupersededRun(StatusRecord):
     dispatched_at: OptText = None
     started_at: OptText = None
     flavor: OptText = None  # the flavor it holds quota in
+    timeout: OptNumber = None  # seconds it was dispatched with: its reservation's end
 
     @classmethod
     def of(cls, state: WorkloadState) -> SupersededRun:
@@ -271,6 +276,7 @@ class SupersededRun(StatusRecord):
             dispatched_at=state.dispatched_at,
             started_at=state.started_at,
             flavor=state.flavor,
+            timeout=_held_timeout(state),
         )
 
     def state(self, operation: str) -> WorkloadState | None:
@@ -292,6 +298,7 @@ class SupersededRun(StatusRecord):
             dispatched_at=self.dispatched_at,
             started_at=self.started_at,
             flavor=self.flavor,
+            timeout=_positive(self.timeout),
         )
 
 
@@ -344,12 +351,17 @@ class OperationStatus(StatusRecord):
     requests: OmitEmpty[TextMap] = Field(default_factory=dict)
     # the pods its active workload runs (a distributed run's replicas), when more than one
     pods: OptNumber = None
+    # seconds its active workload was dispatched with (its reservation runs to it)
+    timeout: OptNumber = None
     # older generations still active (holding quota), oldest first
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
     # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
     gang_timeouts: LooseObject = None
     # the flavor its run was assigned (a queue with flavors): the quota it holds
     flavor: OptText = None
+    # an active distributed run's pods: {replicas, placed, running}, so the views from the
+    # status branch see a gang past its queue's startTimeout as the cycle does
+    placement: LooseObject = None
 
 
 class FleetSliceStatus(StatusRecord):
@@ -635,7 +647,7 @@ StatusFile = (
     | tuple[QueueStatus, ...]
     | ConfigStatus
     | tuple[ClusterStatus, ...]
-    | tuple[LedgerEntry, ...]
+    | LedgerFile
 )
 
 
@@ -910,6 +922,8 @@ def _compiled_record(
             requests=_held(state),
             pods=_pods(state),
             flavor=state.flavor,
+            timeout=_held_timeout(state),
+            placement=_placement(state),
         )
     name = operation_workload(op)
     if dispatched and failure is not None:
@@ -1092,6 +1106,8 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "requests": _held(state),
             "pods": _pods(state),
             "flavor": state.flavor,
+            "timeout": _held_timeout(state),
+            "placement": _placement(state),
         }
     )
 
@@ -1106,6 +1122,35 @@ def _held(state: WorkloadState) -> dict[str, str]:
     if not state.phase.active:
         return {}
     return {r: format_quantity(v) for r, v in sorted(state.requests.items())}
+
+
+def _held_timeout(state: WorkloadState) -> int | None:
+    """The timeout an active workload was dispatched with (none once it ended)."""
+    return state.timeout if state.phase.active else None
+
+
+def _placement(state: WorkloadState) -> dict[str, int] | None:
+    """An active gang's pods, as the cycle last saw them."""
+    gang = state.gang
+    if gang is None or not state.phase.active:
+        return None
+    return {"replicas": gang.replicas, "placed": gang.placed, "running": gang.running}
+
+
+def recorded_placement(record: OperationStatus) -> Placement | None:
+    """The gang's pods a record holds; None when it holds none or they cannot be read."""
+    data = record.placement or {}
+    try:
+        replicas, placed, running = (int(data[k]) for k in ("replicas", "placed", "running"))
+    except (KeyError, TypeError, ValueError):
+        return None
+    if replicas <= 1 or not 0 <= running <= placed <= replicas:
+        return None
+    return Placement(replicas, placed, running)
+
+
+def _positive(value: int | None) -> int | None:
+    return value if value is not None and value > 0 else None
 
 
 def _pods(state: WorkloadState) -> int | None:
@@ -1254,6 +1299,8 @@ class StatusView:
     ledger: tuple[LedgerEntry, ...] = ()  # every finished run, by file month then end
     # per queue, its pending operations in order (position 1 first)
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    # what of the ledger could not be read (budgets it may belong to wait)
+    ledger_problems: LedgerProblems = field(default_factory=LedgerProblems)
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -1265,6 +1312,10 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     ledger: list[LedgerEntry] = []
     parts: dict[str, list[QueueOrder]] = {}
     problems: list[str] = []
+    unread: dict[str, str] = {}
+    raw: dict[str, list[Any]] = {}
+    worst: list[LedgerEntry] = []
+    frozen: set[str] = set()
     for path in sorted(files):
         if not _is_ours(path):
             continue
@@ -1272,6 +1323,9 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             parsed = parse_status_file(path, files[path])
         except StatusFileError as err:
             problems.append(str(err))
+            if is_ledger_path(path):  # which budgets it holds cannot be known: all wait
+                unread.setdefault("", str(err))
+                frozen.add(path)
             continue
         if isinstance(parsed, OperationStatus):
             operations[parsed.operation] = parsed
@@ -1279,10 +1333,19 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             parts.setdefault(parsed.queue, []).append(parsed)
         elif isinstance(parsed, ConfigStatus):
             config = parsed
+        elif isinstance(parsed, LedgerFile):
+            ledger.extend(parsed.entries)
+            where = Location(path, 1, 1)
+            for entry, message, item in parsed.worst:
+                worst.append(entry)
+                raw.setdefault(ledger_month(path), []).append(item)
+                problems.append(f"{where}: {message}")
+            for queue, message, item in parsed.unread:
+                unread.setdefault(queue, f"{where}: {message}")
+                raw.setdefault(ledger_month(path), []).append(item)
+                problems.append(f"{where}: {message}")
         elif path == CLUSTERS_FILE:
             clusters = tuple(c for c in parsed if isinstance(c, ClusterStatus))
-        elif is_ledger_path(path):
-            ledger.extend(e for e in parsed if isinstance(e, LedgerEntry))
         else:
             queues = tuple(q for q in parsed if isinstance(q, QueueStatus))
     order: dict[str, tuple[str, ...]] = {}
@@ -1293,7 +1356,16 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         for part in found:  # each part says where it starts (a lost part shifts nothing)
             positions.update((op, part.first + i) for i, op in enumerate(part.pending))
     _joined_records(operations, positions, config.applied if config is not None else "")
-    return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger), order)
+    unreadable = LedgerProblems(
+        unread,
+        {m: tuple(r) for m, r in raw.items()},
+        frozenset(frozen),
+        tuple(worst),
+        tuple(p for p in problems if p.startswith(f"{LEDGER_DIR}/")),
+    )
+    return StatusView(
+        operations, queues, config, tuple(problems), clusters, tuple(ledger), order, unreadable
+    )
 
 
 def _joined_records(

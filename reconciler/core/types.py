@@ -524,6 +524,9 @@ class ObservedOperation:
     # is this plus its timeout.
     dispatched_at: datetime | None = None
     started_at: datetime | None = None  # when the run started (its Job's startTime), if known
+    # seconds: the timeout the run was dispatched with (recorded on its workload and in
+    # status); its budget reservation runs to it even when its file changed or is gone
+    timeout: int | None = None
 
 
 class RejectReason(enum.StrEnum):

@@ -481,6 +481,7 @@ class Reconciler:
                 workflow=job.annotations.get(ANNOTATION_WORKFLOW),
                 pods=op.replicas,
                 kind=job.kind,
+                timeout=op.timeout,
             )
             # counted from the create response, not the watch
             changes.created.append(InFlight(state, job.resource_version))

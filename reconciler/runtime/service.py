@@ -281,7 +281,10 @@ def make_runtime(
     )
     if publisher is not None:
         try:
-            reconciler.seed(publisher.recorded())
+            recorded = publisher.recorded()
+            for line in recorded.ledger.problems.warnings():  # budgets they hold wait
+                log.warning("%s", line.removeprefix("warning: "))
+            reconciler.seed(recorded)
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
     if freeze_heap:

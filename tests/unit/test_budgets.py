@@ -338,10 +338,10 @@ def test_a_ledger_entry_reads_back_equal_and_a_bad_one_is_a_problem() -> None:
     files = {"status/ledger/2026-01.yaml": b"entries:\n- operation: p/a\n  generation: x\n"}
     view = read_status(files)
     assert view.ledger == ()
-    assert view.problems == (
-        "status/ledger/2026-01.yaml:1:1: not a status file (entry 1: missing 'workload', "
-        "'start', 'end', 'cost')",
-    )
+    # the entry alone is skipped; no queue can be told from it, so every budget waits
+    message = "status/ledger/2026-01.yaml:1:1: entry 1: missing 'workload', 'start', 'end', 'cost'"
+    assert view.problems == (message,)
+    assert view.ledger_problems.unread == {"": message}
     assert LedgerEntry.from_dict(run.to_dict()) == run
 
 
@@ -548,7 +548,7 @@ def test_usage_is_split_by_the_flavor_each_run_ran_in() -> None:
     # through the status branch's ledger file and back
     (doc,) = ledger_documents(ledger).values()
     read = entries_from_document(doc)
-    rows = usage(read, BudgetPeriod.DAY)
+    rows = usage(read.entries, BudgetPeriod.DAY)
     assert [(r.queue, r.flavor, r.runs, r.hours, r.cost) for r in rows] == [
         ("team-a", "a100", 1, {"nvidia.com/gpu": Decimal(4)}, Decimal(6)),
         ("team-a", "h100", 2, {"nvidia.com/gpu": Decimal(4)}, Decimal(16)),

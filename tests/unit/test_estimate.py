@@ -65,7 +65,7 @@ def _at(e: Estimates, op: str, which: str = "p50") -> float | str:
     est = e.of(op)
     assert est is not None, op
     eta = est.p50 if which == "p50" else est.p90
-    if eta.state is EtaState.AT:
+    if eta.state is EtaState.AT:  # a likely time (NoLaterThan: returned as its state)
         assert eta.at is not None
         return (eta.at - NOW).total_seconds() / MIN
     return str(eta.state)
@@ -245,7 +245,12 @@ def test_no_history_takes_the_timeout_else_unknown() -> None:
     world.op("p/unbounded", queue="r")
     world.op("p/after-unbounded", queue="r")
     e = _estimate(world, [])
-    assert _at(e, "p/after-bounded") == 120
+    # dated by a timeout alone: the latest it can start, not a likely time (docs/estimates.md)
+    bounded = e.of("p/after-bounded")
+    assert bounded is not None and bounded.p50.state is EtaState.NO_LATER_THAN
+    assert bounded.p50.at == NOW + timedelta(hours=2)
+    assert e.text("p/after-bounded") == "no later than 2 h"
+    assert e.json_of("p/after-bounded")["p50"]["state"] == "NoLaterThan"  # type: ignore[index]
     assert _at(e, "p/after-unbounded") == "Unknown"
     est = e.of("p/after-unbounded")
     assert est is not None and "p/unbounded" in est.why
@@ -572,3 +577,36 @@ def test_the_simulation_assigns_flavors_as_the_planner_does() -> None:
     e = _estimate(world, history, {"p/h": NOW, "p/a": NOW})
     assert _at(e, "p/next") == 10
     assert _at(e, "p/a100-only") == 40
+
+
+def test_a_wait_on_a_running_op_with_no_history_reads_no_later_than() -> None:
+    world = World().queue("q", concurrency=1)
+    world.op("p/running", queue="q").timeout("2h")
+    world.op("p/next", queue="q")
+    world.observe("p/running", Phase.RUNNING, started_at=NOW - timedelta(minutes=30))
+    e = _estimate(world, [], starts={"p/running": NOW - timedelta(minutes=30)})
+    est = e.of("p/next")
+    assert est is not None and est.p50.state is EtaState.NO_LATER_THAN
+    assert e.text("p/next") == "no later than 1 h 30 min"
+    # with history, the same wait is a likely time
+    e = _estimate(
+        world, _runs("p/running", "q", 40), starts={"p/running": NOW - timedelta(minutes=30)}
+    )
+    assert _at(e, "p/next") == 10
+
+
+def test_a_running_op_whose_file_is_gone_ends_by_its_own_timeout() -> None:
+    world = World().queue("q", concurrency=1)
+    world.op("p/next", queue="q")
+    observed = ObservedOperation(
+        "p/gone",
+        Phase.RUNNING,
+        queue="q",
+        cluster="local",
+        timeout=7200,
+        dispatched_at=NOW - timedelta(minutes=30),
+        started_at=NOW - timedelta(minutes=30),
+    )
+    world.observed["p/gone"] = observed
+    e = _estimate(world, [], starts={"p/gone": NOW - timedelta(minutes=30)})
+    assert e.text("p/next") == "no later than 1 h 30 min"  # before: unknown

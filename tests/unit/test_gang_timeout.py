@@ -137,3 +137,27 @@ def test_a_gang_stopped_by_its_start_timeout_is_charged_for_what_it_held() -> No
     restarted = h.restart(h.status_of(h.cycle()))
     restarted.cycle(after=5)
     assert sorted(restarted.reconciler.memory.ledger, key=lambda e: e.start) == [first, second]
+
+
+def test_the_views_from_the_status_branch_see_a_gang_past_its_start_timeout() -> None:
+    """``plan`` without ``--live`` decides from the status branch: it records the gang's
+    placed pods and its dispatch time, so it shows the stop the next cycle makes."""
+    from reconciler.core.cycle import decide, listing_from_memory, memory_from_status
+    from reconciler.core.status import read_status
+
+    h = Harness(world().repo())
+    h.cycle()
+    h.gang("p-train-g1", placed=3, running=3)
+    waiting = h.cycle(after=30)
+    files = h.status_of(waiting)
+    assert b"placement:" in files["status/p/train.yaml"]
+    memory = memory_from_status(read_status(files))
+    recorded = memory.seen["p/train"]
+    assert recorded.gang is not None and (recorded.gang.placed, recorded.gang.replicas) == (3, 4)
+    repo = h.repo
+    at = h.clock.at + timedelta(seconds=31)  # 61 s after the dispatch
+    decision = decide(repo, listing_from_memory(repo, memory), memory, at)
+    (delete,) = decision.actions.deletes
+    assert delete.operation == "p/train" and delete.workload.reason is ObservedReason.GANG_TIMEOUT
+    # and what the next cycle does, on the cluster, is the same stop
+    assert h.cycle(after=31).stopped == ("p/train",)

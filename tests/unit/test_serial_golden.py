@@ -256,7 +256,13 @@ def test_ledger_files(template: RepoSnapshot) -> None:
     from decimal import Decimal
 
     from reconciler.core.cycle import finished_runs
-    from reconciler.core.ledger import Ledger, LedgerEntry, entries_from_document, is_ledger_path
+    from reconciler.core.ledger import (
+        Ledger,
+        LedgerEntry,
+        LedgerFile,
+        entries_from_document,
+        is_ledger_path,
+    )
 
     repo = _repo(template)
     states = _states(repo)
@@ -282,9 +288,10 @@ def test_ledger_files(template: RepoSnapshot) -> None:
     check("status_ledger.txt", files_text(files))
     for path, data in files.items():
         parsed = parse_status_file(path, data)
-        assert isinstance(parsed, tuple)
-        assert parsed == entries_from_document({"entries": [e.to_dict() for e in parsed]})
-        assert dump_yaml({"entries": [e.to_dict() for e in parsed]}) == data, path
+        assert isinstance(parsed, LedgerFile) and not parsed.worst and not parsed.unread
+        entries = parsed.entries
+        assert parsed == entries_from_document({"entries": [e.to_dict() for e in entries]})
+        assert dump_yaml({"entries": [e.to_dict() for e in entries]}) == data, path
 
 
 def test_config_status_of_an_internal_error_and_of_too_many_errors(

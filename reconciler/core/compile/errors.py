@@ -92,6 +92,41 @@ def _data_path(data: Any, loc: tuple[Any, ...], missing: bool) -> tuple[Path, bo
     return tuple(out), is_key, skipped
 
 
+# pydantic's type errors, as the type they wanted
+_TYPE_WORDS = {
+    "int_type": "number",
+    "int_parsing": "number",
+    "float_type": "number",
+    "decimal_type": "number",
+    "string_type": "string",
+    "bool_type": "boolean",
+    "dict_type": "map",
+    "list_type": "list",
+}
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if value is None:
+        return "null"
+    return "map" if isinstance(value, dict) else "list" if isinstance(value, list) else "value"
+
+
+def _wrong_type(wanted: list[str], value: Any) -> str:
+    """``has the wrong type: expected a number, not a string``: what the field's union
+    accepts (every member's type), and what it got."""
+    if not wanted:
+        return "has the wrong type"
+    alts = wanted[0] if len(wanted) == 1 else f"{', '.join(wanted[:-1])} or {wanted[-1]}"
+    got = _kind_of(value)
+    return f"has the wrong type: expected a {alts}, not a {got}"
+
+
 def _close_literal(error: Any, value: Any) -> str | None:
     """The allowed value of a ``Literal`` field a mistyped string most likely meant."""
     if error["type"] != "literal_error" or not isinstance(value, str):
@@ -111,6 +146,14 @@ def add_validation_errors(
     """Report pydantic's errors on ``data`` (validated as ``model``), one per field, each
     message after ``prefix``."""
     out: dict[tuple[Path, bool], tuple[Location, str]] = {}
+    # what each field's union accepts, from its members' type errors: a union's error is
+    # one per member, and names the types it wanted only together
+    wanted: dict[tuple[Path, bool], list[str]] = {}
+    for error in exc.errors():
+        path, is_key, skipped = _data_path(data, tuple(error["loc"]), False)
+        word = _TYPE_WORDS.get(error["type"])
+        if skipped and word is not None and word not in wanted.setdefault((path, is_key), []):
+            wanted[(path, is_key)].append(word)
     for error in exc.errors():
         kind = error["type"]
         path, is_key, skipped = _data_path(data, tuple(error["loc"]), kind == "missing")
@@ -134,7 +177,7 @@ def add_validation_errors(
             for drop in ("Value error, ", "Assertion failed, "):
                 msg = msg.removeprefix(drop)
             if skipped and kind.endswith("_type"):
-                msg = "has the wrong type (expected a string, number or boolean)"
+                msg = _wrong_type(wanted.get((path, is_key), []), error.get("input"))
             if kind.endswith("_type") or kind in ("literal_error", "enum"):
                 value = error.get("input")
                 if not isinstance(value, dict | list):

@@ -78,6 +78,10 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     loaded = repo.load(op_path, "Operation", op_name)
     if proj is None or loaded is None:
         return OperationResult(op_id, found=True)
+    if repo.org_path is not None and repo.org() is None:
+        # every operation reads reconciler.yaml (its default queue and presets, policy):
+        # compiled without it, each would report what that file's own error explains
+        return OperationResult(op_id, found=True)
     doc, model = loaded.doc, loaded.model
     org = repo.org_settings()
     errors = Errors()
@@ -93,6 +97,7 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     for i, name in enumerate(model.presets or []):
         refs.append((name, doc.loc(("presets", i))))
     applied: list[str] = []
+    broken = False  # a preset whose file is invalid: its own error says why
     for name, ref in refs:
         if name in applied:
             continue
@@ -103,10 +108,12 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
                 errors.add(
                     ref, unknown_org_preset(name) if org_ref else unknown_preset(project_name, name)
                 )
+            else:
+                broken = True
             continue
         spec, prov = apply_layer(spec, prov, preset_layer(repo, preset))
         applied.append(name)
-    if errors:
+    if errors or broken:  # without the preset, every field it sets would read as unset
         return OperationResult(op_id, found=True, errors=tuple(errors))
 
     # 3. Queue defaults: the project's, then the org's.

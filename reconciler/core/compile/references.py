@@ -319,7 +319,8 @@ def _queue_clusters(repo: RepoIndex, loaded: Loaded[QueueFile]) -> tuple[str, ..
             ok = False
         seen.add(name)
         if find_cluster(repo, name) is None:
-            fail(doc.loc(path), unknown_name(repo, "cluster", name, "Cluster"))
+            if repo.named["Cluster"].get(name) is None:  # else its own file's error says why
+                fail(doc.loc(path), unknown_name(repo, "cluster", name, "Cluster"))
             ok = False
     for name in m.cluster_quota or {}:
         if name not in seen:
@@ -349,7 +350,9 @@ def _budget(
     if budget.hours_of is None:
         org = repo.org_settings()
         clusters = [find_cluster(repo, name) for name in members]
-        if not org.prices and not any(c is not None and c.prices for c in clusters):
+        # an invalid reconciler.yaml or Cluster file may set prices: its own error says so
+        unknown = (repo.org_path is not None and repo.org() is None) or None in clusters
+        if not unknown and not org.prices and not any(c is not None and c.prices for c in clusters):
             where = (
                 ("budget", "resource")
                 if "resource" in (loaded.doc.data.get("budget") or {})

@@ -114,9 +114,9 @@ CHECKS: tuple[Check, ...] = (
     Check(
         11,
         "queue `budget`: spent + committed + the op's reservation (at the prices of the cluster "
-        "it goes to) ≤ limit in the window",
-        (_R.BUDGET_EXCEEDED,),
-        "`BudgetExceeded`",
+        "it goes to) ≤ limit in the window, and its ledger can be read",
+        (_R.BUDGET_EXCEEDED, _R.LEDGER_UNREADABLE),
+        "`BudgetExceeded`; `LedgerUnreadable` when the ledger cannot be read",
         holds_head=True,
     ),
 )

@@ -49,7 +49,7 @@ from reconciler.core.plan.model import (
     QuotaBlock,
 )
 from reconciler.core.plan.state import MAX_RESERVED, Counters, QueueState
-from reconciler.core.plan.units import quota_units, to_decimal
+from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
 
 _R = PendingReason
@@ -97,6 +97,7 @@ class CohortState:
         "idle0",
         "max_borrow",
         "ops",
+        "outside",
         "pools",
         "seen",
         "spec",
@@ -139,6 +140,37 @@ class CohortState:
         self.idle0: dict[Key, int] = {}
         self.taken_by: dict[Key, set[str]] = {}
         self._now = now
+        # per capped resource, what members without a quota for it (in any flavor) use: the
+        # cap holds the total use of every member, not only of those in its pools
+        self.outside: dict[str, int] = dict.fromkeys(self.cap, 0)
+        for q in members:
+            for oid in q.active_ids:
+                obs = seen.get(oid)
+                op = ops.get(oid)
+                requests = obs.requests if obs is not None and obs.requests is not None else None
+                if requests is None:
+                    requests = op.requests if op is not None else {}
+                self.take(q, requests)
+
+    def take(self, q: QueueState, requests: Mapping[str, Decimal]) -> None:
+        """Count a run of member ``q`` against the caps its quota does not track."""
+        for r in self.outside:
+            if r not in q.resources and (v := requests.get(r)) is not None:
+                self.outside[r] += request_units(v)
+
+    def cap_fit(
+        self, q: QueueState, requests: Mapping[str, Decimal]
+    ) -> tuple[PendingReason, Any] | None:
+        """The cap for the resources ``q`` has no quota for (its pools' are checked with
+        its quota, ``over_cap``): ``CohortLimit`` with (resource, units) when the op would
+        pass it."""
+        for r, cap in self.cap.items():
+            if r in q.resources or (v := requests.get(r)) is None:
+                continue
+            amount = request_units(v)
+            if amount and self.cap_used(r) + amount > cap:
+                return _R.COHORT_LIMIT, (r, amount)
+        return None
 
     # -- amounts ---------------------------------------------------------------------------
 
@@ -153,10 +185,12 @@ class CohortState:
         return borrowed, lendable, used
 
     def cap_used(self, resource: str) -> int:
-        """What the cohort's queues use of ``resource``, every flavor of it counted."""
-        return sum(
+        """What the cohort's queues use of ``resource``, every flavor of it counted, and the
+        members without a quota for it too."""
+        pooled = sum(
             q.used[i] for key in self.by_resource.get(resource, ()) for q, i in self.pools[key]
         )
+        return pooled + self.outside.get(resource, 0)
 
     def over_cap(self, q: QueueState, req: Sequence[int]) -> int | None:
         """The first slot whose request would take the cohort over its cap, if any."""
@@ -232,6 +266,9 @@ class CohortState:
         timeout (when it would otherwise fit): ``BorrowingNotAllowed``; idle when borrowing
         began this cycle, but borrowed since by another queue (a lower weighted share):
         ``WaitingForFairShare``."""
+        outside = self.cap_fit(q, op.requests)
+        if outside is not None:
+            return outside
         capped = self.over_cap(q, req)
         if capped is not None:
             return _R.COHORT_LIMIT, (capped, req[capped])
@@ -283,8 +320,13 @@ class CohortState:
             if q.used[i] <= q.quota[i]:
                 continue
             for _, oid in q.holders[i]:
-                op = self.ops.get(oid)
-                timeout = timeout_seconds(op) if op is not None else None
+                # the run's own timeout (as dispatched): a borrower whose file was removed
+                # or changed still runs, and holds what it borrowed, until its deadline
+                obs = self.seen.get(oid)
+                timeout = obs.timeout if obs is not None else None
+                if timeout is None:
+                    op = self.ops.get(oid)
+                    timeout = timeout_seconds(op) if op is not None else None
                 if timeout is None or timeout > self.max_borrow:
                     continue
                 start = self.dispatched_at.get(oid)
@@ -313,6 +355,14 @@ class CohortState:
         quota_block: Callable[[tuple[int, int], int], QuotaBlock],
     ) -> BlockedBy:
         i, amount = detail[0], detail[1]
+        if isinstance(i, str):  # a cap on a resource outside its quota: named
+            return CohortLimitBlock(
+                self.spec.name,
+                i,
+                to_decimal(amount),
+                to_decimal(self.cap_used(i)),
+                to_decimal(self.cap[i]),
+            )
         r = q.resources[i]
         key = q.keys[i]
         name = self.spec.name
@@ -521,12 +571,16 @@ def _borrow_one(
     fname = assigned.name if assigned is not None else None
     budget = q.budget
     if budget is not None:
+        if budget.unreadable is not None:
+            q.pending[idx] = (oid, op, _R.LEDGER_UNREADABLE, None)
+            return None
         rate, reserve, timeout = budget.reservation(op, target, fname)
         if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
             q.pending[idx] = (oid, op, _R.BUDGET_EXCEEDED, reserve)
             return None
         budget.hold_dispatch(rate, reserve, timeout)
     q.hold(oid, req, op.replicas)
+    cohort.take(q, op.requests)
     q.dispatched += 1
     c.hold(oid)
     if w is not None:

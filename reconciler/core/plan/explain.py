@@ -33,6 +33,7 @@ from reconciler.core.plan.model import (
     FlavorsQuotaBlock,
     FlavorUsage,
     FleetBlock,
+    LedgerBlock,
     MaxPodsBlock,
     NoEligibleFlavorBlock,
     Pending,
@@ -339,6 +340,9 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
             # a fleet queue's: none of its readable clusters serves it
             readable = [m for m in spec.members if fleet is None or m not in fleet.unreachable]
             block = BackendUnavailableBlock(", ".join(readable), detail)
+        elif reason is PendingReason.LEDGER_UNREADABLE:
+            assert q.budget is not None and q.budget.unreadable is not None
+            block = LedgerBlock(name, q.budget.unreadable)
         elif reason is budget_r:
             key = (reason, detail)
             cached = shared.get(key)

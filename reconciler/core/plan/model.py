@@ -49,6 +49,7 @@ class PendingReason(enum.StrEnum):
     NO_CLUSTER_UNDER_QUOTA = "NoClusterUnderQuota"  # 10, fleet queues
     NO_CLUSTER_HAS_CAPACITY = "NoClusterHasCapacity"  # 10, fleet queues with requireCapacity
     BUDGET_EXCEEDED = "BudgetExceeded"  # 11
+    LEDGER_UNREADABLE = "LedgerUnreadable"  # 11: what the budget spent cannot be known
 
     @property
     def never_runs(self) -> bool:
@@ -110,6 +111,7 @@ class AdmitWhen(enum.StrEnum):
     CLUSTER_HAS_ROOM = "ClusterHasRoom"  # a fleet cluster has room for the whole request
     BORROWERS_FINISH = "BorrowersFinish"  # ``operations`` (borrowers) end, at the latest ``at``
     BUDGET_WINDOW_RESETS = "BudgetWindowResets"  # the budget's window resets ``at``
+    LEDGER_REPAIRED = "LedgerRepaired"  # the status branch's ledger can be read again
 
 
 @dataclass(frozen=True, slots=True)
@@ -959,6 +961,31 @@ class BudgetBlock:
 
 
 @dataclass(frozen=True, slots=True)
+class LedgerBlock:
+    """A budgeted queue whose spend cannot be known: a ledger file (or an entry of it, that
+    could be this queue's) on the status branch cannot be read. Dispatching would trust a
+    spend that may be too low, so nothing is charged to the budget until it is repaired."""
+
+    queue: str
+    problem: str  # the first unreadable file or entry, as file:line:col: message
+
+    def admit(self) -> Admit:
+        return Admit(
+            AdmitWhen.LEDGER_REPAIRED,
+            "admitted when the ledger on the status branch is repaired",
+        )
+
+    def message(self) -> str:
+        return _joined(
+            f"{self.queue}'s budget cannot be checked: its ledger cannot be read ({self.problem})",
+            self.admit(),
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {"queue": self.queue, "ledgerProblem": self.problem}
+
+
+@dataclass(frozen=True, slots=True)
 class BudgetSummary:
     """A budgeted queue's window: ``spent`` by finished runs, ``committed`` by active ones
     (before this plan) and ``committed_after`` (with this plan's dispatches)."""
@@ -993,6 +1020,7 @@ BlockedBy = (
     | CohortLimitBlock
     | FairShareBlock
     | BudgetBlock
+    | LedgerBlock
 )
 
 

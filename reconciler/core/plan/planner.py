@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from typing import NamedTuple
 
 from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.ledger import BudgetWindow, LedgerEntry, window_at
+from reconciler.core.ledger import BudgetWindow, Ledger, LedgerEntry, window_at
 from reconciler.core.ledger import spent as spent_in
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
@@ -346,7 +346,8 @@ def track_budgets(
     if not budgeted:
         return
     by_queue: dict[str, list[LedgerEntry]] = {}
-    for entry in ledger:
+    book = ledger if isinstance(ledger, Ledger) else None  # its bad entries count too
+    for entry in book.counted() if book is not None else ledger:
         if entry.queue in budgeted:
             by_queue.setdefault(entry.queue, []).append(entry)
     for name, q in budgeted.items():
@@ -367,6 +368,8 @@ def track_budgets(
             clusters,
             now,
         )
+        if book is not None:
+            q.budget.unreadable = book.unreadable(name)
 
 
 def index_observed(observed: Iterable[ObservedOperation]) -> dict[str, ObservedOperation]:
@@ -444,7 +447,10 @@ def count_active(
             k = aq.flavor_of(known, obs.flavor) if aq.flavors else -1
             aq.hold(oid, aq.request(requests, k), pods)
             if aq.budget is not None:
-                timeout = known.timeout if known is not None else aq.spec.default_timeout
+                # the run's own timeout, as dispatched: its file may have changed or gone
+                timeout = obs.timeout
+                if timeout is None:
+                    timeout = known.timeout if known is not None else aq.spec.default_timeout
                 aq.budget.hold_active(
                     requests,
                     cname or aq.spec.cluster,
@@ -496,6 +502,7 @@ def admit(
     wf_r = PendingReason.WORKFLOW_PARALLELISM
     cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
     budget_r = PendingReason.BUDGET_EXCEEDED
+    ledger_r = PendingReason.LEDGER_UNREADABLE
     lent_r = PendingReason.WAITING_FOR_LENT_QUOTA
     no_flavor_r = PendingReason.NO_ELIGIBLE_FLAVOR
     if fleet is None:
@@ -632,6 +639,11 @@ def admit(
             # distributed op's request is every replica's: admitted whole or not at all. A
             # cohort's member: its own quota with what it lent counted, else deferred to 4b.
             # With flavors: the first eligible flavor that fits (flavors.py), or it waits
+            if cohort is not None and (cap := cohort.cap_fit(q, op.requests)) is not None:
+                pend((oid, op, cap[0], cap[1]))  # the cap, for what its quota does not hold
+                if strict:
+                    head = (oid, cap[0])
+                continue
             flavor = -1
             if flavors and cohort is None:
                 # the first eligible flavor with room (fit_flavor, inline: once per candidate)
@@ -729,6 +741,11 @@ def admit(
             # prices of the cluster it goes to
             fname = flavors[flavor].name if flavor >= 0 else None
             if budget is not None:
+                if budget.unreadable is not None:
+                    pend((oid, op, ledger_r, None))
+                    if strict:
+                        head = (oid, ledger_r)
+                    continue
                 rate, reserve, timeout = budget.reservation(op, target, fname)
                 if budget.window.spent + budget.committed + reserve > budget.window.budget.limit:
                     pend((oid, op, budget_r, reserve))
@@ -740,6 +757,8 @@ def admit(
                 fleet.take(spec, op, target, flavors[flavor] if flavor >= 0 else None)
             # Admitted: count it before the next candidate.
             q.hold(oid, req, op.replicas)
+            if cohort is not None:
+                cohort.take(q, op.requests)
             q.dispatched += 1
             c.hold(oid)
             if w is not None:

@@ -236,6 +236,7 @@ class BudgetTrack:
         "org",
         "queue",
         "rates",
+        "unreadable",
         "window",
     )
 
@@ -257,6 +258,8 @@ class BudgetTrack:
         self.holds: list[tuple[datetime, Decimal]] = []
         # prices per (cluster, flavor)
         self.rates: dict[tuple[str, str | None], dict[str, Decimal]] = {}
+        # why what it spent cannot be known (its ledger is unreadable): nothing dispatches
+        self.unreadable: str | None = None
 
     @property
     def limit(self) -> Decimal:
