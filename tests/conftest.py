@@ -6,6 +6,7 @@ test (``pytest_collection_finish``)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -22,6 +23,18 @@ from reconciler.core.types import RepoFile, RepoSnapshot
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "config-repo-template"
 
+
+
+@pytest.fixture(autouse=True)
+def _process_logging_put_back() -> Iterator[None]:
+    """``run`` and ``serve`` configure the process's logging (the root logger's handlers
+    and level): a test that invokes them in-process must not change what the next tests'
+    ``caplog`` sees."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
 
 @dataclass(frozen=True)
 class KubeCluster:
