@@ -393,7 +393,7 @@ class _Importer:
             if root.get("kind") == "operation":
                 run = self.run_patch(root, run, scope)
                 run = _merge(run, self.termination(root.at("termination")), "post_merge")
-            run = _merge(self.termination(component.at("termination")), run, "post_merge")
+            run = _merge(run, self.termination(component.at("termination")), "pre_merge")
             body["run"] = run
         if matrix_out is not None:
             body["matrix"] = matrix_out
@@ -902,7 +902,7 @@ class _Importer:
             run = self.run(comp.at("run"), child_scope)
             if run is None:
                 return None
-            run = _merge(self.termination(comp.at("termination")), run, "post_merge")
+            run = _merge(run, self.termination(comp.at("termination")), "pre_merge")
             run = _merge(run, self.termination(cat.at("termination")), "post_merge")
             out: dict[str, Any] = {"name": names[child["name"]]}
             deps = [names.get(str(d), dns_label(str(d))) for d in child.get("dependencies") or []]
