@@ -100,21 +100,6 @@ _CONTAINER_COPY = (
 _VOLUME_KINDS = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
 _SERVICE_PORTS = {8888: "notebook", 8080: "sandbox"}
 _STRATEGIES = ("replace", "isnull", "post_merge", "pre_merge")
-_DISTRIBUTED_NO = {
-    "tfjob",
-    "mpijob",
-    "mxjob",
-    "xgbjob",
-    "paddlejob",
-    "daskjob",
-    "rayjob",
-    "daskcluster",
-    "raycluster",
-    "notifier",
-    "tuner",
-    "cleaner",
-    "watchdog",
-}
 _MATRIX_UNSUPPORTED = ("hyperband", "bayes", "hyperopt", "iterative")
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.S)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
@@ -223,6 +208,26 @@ class _Importer:
 
     def error(self, at: _At, message: str, *, key: bool = True) -> None:
         self.report.error(at.doc, at.path, message, key=key)
+
+    def mapping(self, at: _At) -> dict[str, Any]:
+        """The mapping at ``at`` ({} when unset); another type is an error there."""
+        value = at.get()
+        if value is None:
+            return {}
+        if isinstance(value, dict):
+            return value
+        self.error(at, f"expected a mapping, got {_kind(value)}", key=False)
+        return {}
+
+    def sequence(self, at: _At) -> list[Any]:
+        """The list at ``at`` ([] when unset); another type is an error there."""
+        value = at.get()
+        if value is None:
+            return []
+        if isinstance(value, list):
+            return value
+        self.error(at, f"expected a list, got {_kind(value)}", key=False)
+        return []
 
     # --- files ---------------------------------------------------------------------------
 
@@ -347,7 +352,7 @@ class _Importer:
         # Fields of the operation (and of its component, the same list).
         separate = component.doc is not root.doc or component.path != root.path
         for where in (component, root) if separate else (root,):
-            for key in where.get() or {}:
+            for key in self.mapping(where):
                 at = where.at(key)
                 if key in NO_EQUIVALENT:
                     self.note(at, f"{key}: {NO_EQUIVALENT[key]}")
@@ -434,6 +439,7 @@ class _Importer:
                 at,
                 f"{ref} {value!r} cannot be resolved offline: the import reads local files "
                 "only; download the component and use pathRef, or inline it as `component:`",
+                key=False,
             )
             return None
         if ref == "dagRef":
@@ -449,13 +455,13 @@ class _Importer:
         path = posixpath.normpath(posixpath.join(posixpath.dirname(holder.doc.path), value))
         source = self.resolve(path)
         if source is None:
-            self.error(at, f"pathRef {value!r}: no file {path}")
+            self.error(at, f"pathRef {value!r}: no file {path}", key=False)
             return None
         doc = self.load(source)
         if doc is None:
             return None
         if doc.data.get("kind") != "component":
-            self.error(at, f"pathRef {value!r}: {path} is not a `kind: component`")
+            self.error(at, f"pathRef {value!r}: {path} is not a `kind: component`", key=False)
             return None
         return _At(doc, ())
 
@@ -463,7 +469,7 @@ class _Importer:
 
     def inputs(self, component: _At) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        for i, item in enumerate(component.get("inputs") or []):
+        for i, item in enumerate(self.sequence(component.at("inputs"))):
             if isinstance(item, dict) and isinstance(item.get("name"), str):
                 if "value" in item and item["value"] is not None:
                     values[item["name"]] = item["value"]
@@ -476,10 +482,7 @@ class _Importer:
 
     def params(self, at: _At) -> dict[str, Any]:
         values: dict[str, Any] = {}
-        params = at.get()
-        if not isinstance(params, dict):
-            return values
-        for name, spec in params.items():
+        for name, spec in self.mapping(at).items():
             if isinstance(spec, dict) and "value" in spec:
                 values[name] = spec["value"]
                 for extra in spec:
@@ -507,7 +510,7 @@ class _Importer:
 
     def preset_refs(self, at: _At) -> list[str]:
         out: list[str] = []
-        for i, item in enumerate(at.get() or []):
+        for i, item in enumerate(self.sequence(at)):
             name = dns_label(str(item))
             if name in self.target.presets or name in self.preset_names:
                 out.append(name)
@@ -519,10 +522,7 @@ class _Importer:
 
     def termination(self, at: _At) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        data = at.get()
-        if not isinstance(data, dict):
-            return out
-        for key, value in data.items():
+        for key, value in self.mapping(at).items():
             if key == "maxRetries":
                 out["maxRetries"] = value
             elif key == "timeout":
@@ -551,18 +551,22 @@ class _Importer:
         return _merge(run, patch, str(strategy))
 
     def run(self, at: _At, scope: _Scope, *, partial: bool = False) -> dict[str, Any] | None:
-        data = at.get()
+        data = self.mapping(at)
         out: dict[str, Any] = {}
         kind = data.get("kind")
         replica: _At = at
+        if not isinstance(kind, str | None):
+            self.error(at.at("kind"), f"run.kind: expected a name, got {_kind(kind)}", key=False)
+            return None
         if kind == "job" or (partial and kind is None):
             if kind:
                 out["kind"] = "job"
         elif kind == "service":
-            ports = data.get("ports") or []
+            ports = self.sequence(at.at("ports"))
             port = ports[0] if len(ports) == 1 else None
-            out["kind"] = _SERVICE_PORTS.get(port, "sandbox") if isinstance(port, int) else "sandbox"
-            if port not in _SERVICE_PORTS:
+            known = isinstance(port, int) and port in _SERVICE_PORTS
+            out["kind"] = _SERVICE_PORTS[port] if known else "sandbox"
+            if not known:
                 self.note(at.at("ports"), f"ports {ports}: a notebook serves 8888 and a sandbox "
                           "8080; written as a sandbox: make the service listen on 8080")
             if "replicas" in data:
@@ -585,7 +589,7 @@ class _Importer:
                 if key not in ("kind", "master", "worker"):
                     self.note(at.at(key), f"pytorchjob.{key}: no equivalent; not converted")
             replica = master
-        elif kind in _DISTRIBUTED_NO or (isinstance(kind, str) and kind != "dag"):
+        elif isinstance(kind, str) and kind != "dag":
             self.note(at.at("kind"), f"run.kind {kind!r} has no equivalent (jobs, services, "
                       "PyTorchJob-style distributed jobs and DAGs are converted): the "
                       "operation is not converted")
@@ -593,7 +597,7 @@ class _Importer:
         else:
             self.error(at, "run.kind is required (job, service, dag, pytorchjob, ...)")
             return None
-        rdata = replica.get()
+        rdata = self.mapping(replica)
         for key in rdata:
             if replica is not at and key == "replicas":
                 continue
@@ -619,7 +623,7 @@ class _Importer:
                     out["initContainers"] = inits
             elif key == "sidecars":
                 cars = [
-                    c for i, _ in enumerate(value or [])
+                    c for i, _ in enumerate(self.sequence(sub))
                     if (c := self.container(sub.at(i), scope, f"sidecar-{i}")) is not None
                 ]
                 if cars:
@@ -636,14 +640,14 @@ class _Importer:
                 self.note(sub, f"{key}: {NO_EQUIVALENT[key]}")
             else:
                 self.note(sub, f"run.{key}: no equivalent; not converted")
-        if not partial and "image" not in out.get("container", {}):
+        if not partial and not isinstance(out.get("container", {}).get("image"), str):
             self.error(replica, "the run has no container.image")
             return None
         return out
 
     def environment(self, at: _At) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        for key, value in (at.get() or {}).items():
+        for key, value in self.mapping(at).items():
             refused = self.refused(key, value)
             if refused:
                 self.note(at.at(key), f"environment.{key} {value!r}: {refused}; dropped")
@@ -660,6 +664,8 @@ class _Importer:
     def refused(self, key: str, value: Any) -> str | None:
         """Why org policy would reject this environment value, if it would."""
         target = self.target
+        if not isinstance(value, str | bool):
+            return None
         if key == "serviceAccountName" and value != "default" and (
             value not in target.service_accounts
         ):
@@ -676,7 +682,7 @@ class _Importer:
 
     def connections(self, at: _At) -> list[str]:
         out: list[str] = []
-        for i, item in enumerate(at.get() or []):
+        for i, item in enumerate(self.sequence(at)):
             name = str(item)
             if name in self.target.connections:
                 out.append(name)
@@ -688,7 +694,7 @@ class _Importer:
 
     def volumes(self, at: _At) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for i, item in enumerate(at.get() or []):
+        for i, item in enumerate(self.sequence(at)):
             kinds = [k for k in item if k != "name"] if isinstance(item, dict) else []
             if len(kinds) == 1 and kinds[0] in _VOLUME_KINDS:
                 out.append(item)
@@ -700,7 +706,7 @@ class _Importer:
 
     def init(self, at: _At, scope: _Scope) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
-        for i, item in enumerate(at.get() or []):
+        for i, item in enumerate(self.sequence(at)):
             if isinstance(item, dict) and set(item) == {"container"}:
                 container = self.container(at.at(i, "container"), scope, f"init-{i}")
                 if container:
@@ -748,7 +754,7 @@ class _Importer:
 
     def env(self, at: _At, scope: _Scope) -> dict[str, str]:
         out: dict[str, str] = {}
-        for i, item in enumerate(at.get() or []):
+        for i, item in enumerate(self.sequence(at)):
             if isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item \
                     and set(item) == {"name", "value"}:
                 value = self.templated(at.at(i, "value"), item["value"], scope)
@@ -807,7 +813,7 @@ class _Importer:
                       "(isApproved: false)", key=False)
             return None, None, True
         params: dict[str, list[Any]] = {}
-        for name, spec in (data.get("params") or {}).items():
+        for name, spec in self.mapping(at.at("params")).items():
             values = self.grid_values(at.at("params", name), spec)
             if values is None:
                 return None, None, True
@@ -858,7 +864,7 @@ class _Importer:
     def dag(self, at: _At, scope: _Scope) -> dict[str, Any] | None:
         data = at.get()
         components: dict[str, _At] = {}
-        for i, comp in enumerate(data.get("components") or []):
+        for i, comp in enumerate(self.sequence(at.at("components"))):
             if isinstance(comp, dict) and isinstance(comp.get("name"), str):
                 components[comp["name"]] = at.at("components", i)
         for key in data:
@@ -867,10 +873,11 @@ class _Importer:
                           "each child (or in a preset); not converted")
         children: list[dict[str, Any]] = []
         names: dict[str, str] = {}
-        for i, child in enumerate(data.get("operations") or []):
+        operations = self.sequence(at.at("operations"))
+        for i, child in enumerate(operations):
             if isinstance(child, dict) and isinstance(child.get("name"), str):
                 names[child["name"]] = dns_label(child["name"])
-        for i, child in enumerate(data.get("operations") or []):
+        for i, child in enumerate(operations):
             cat = at.at("operations", i)
             if not isinstance(child, dict) or not isinstance(child.get("name"), str):
                 self.error(cat, "a DAG operation needs a name", key=False)
@@ -892,7 +899,7 @@ class _Importer:
                 elif key not in ("name", "dependencies", "params", "termination", *refs):
                     if key not in FIELDS["operation"]:
                         self.note(cat.at(key), f"{key}: not converted")
-            for key in comp.get() or {}:
+            for key in self.mapping(comp):
                 if key in NO_EQUIVALENT:
                     self.note(comp.at(key), f"{key}: {NO_EQUIVALENT[key]}")
             if comp.get("run", "kind") == "dag":
@@ -905,7 +912,7 @@ class _Importer:
             run = _merge(run, self.termination(comp.at("termination")), "pre_merge")
             run = _merge(run, self.termination(cat.at("termination")), "post_merge")
             out: dict[str, Any] = {"name": names[child["name"]]}
-            deps = [names.get(str(d), dns_label(str(d))) for d in child.get("dependencies") or []]
+            deps = [names.get(str(d), dns_label(str(d))) for d in self.sequence(cat.at("dependencies"))]
             if deps:
                 out["dependencies"] = deps
             out["run"] = run
@@ -968,6 +975,14 @@ class _Importer:
                 {"kind": "Queue", "name": name, "cluster": self.target.cluster},
             )))
         return out
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r}"[:40]
 
 
 def _count(value: Any) -> int:
