@@ -81,6 +81,26 @@ class _Importer:
     def note(self, doc: Document, path: PathKey, message: str, *, key: bool = True) -> None:
         self.report.note(doc, path, message, key=key)
 
+    def mapping(self, doc: Document, path: PathKey) -> dict[str, Any]:
+        """The mapping at ``path`` ({} when unset); another type is an error there."""
+        value = _get(doc.data, path)
+        if value is None:
+            return {}
+        if isinstance(value, dict):
+            return value
+        self.report.error(doc, path, f"expected a mapping, got {_kind(value)}", key=False)
+        return {}
+
+    def sequence(self, doc: Document, path: PathKey) -> list[Any]:
+        """The list at ``path`` ([] when unset); another type is an error there."""
+        value = _get(doc.data, path)
+        if value is None:
+            return []
+        if isinstance(value, list):
+            return value
+        self.report.error(doc, path, f"expected a list, got {_kind(value)}", key=False)
+        return []
+
     def document(self, doc: Document) -> None:
         data = doc.data
         if not isinstance(data, dict):
@@ -111,14 +131,15 @@ class _Importer:
             self.note(doc, (*at, "kind"), f"kind {kind!r} has no equivalent; not converted "
                       f"(converted: {', '.join(KINDS)})", key=False)
             return
-        meta = obj.get("metadata") or {}
-        raw = meta.get("name") if isinstance(meta, dict) else None
+        meta = self.mapping(doc, (*at, "metadata"))
+        raw = meta.get("name")
         if not isinstance(raw, str) or not raw:
-            self.report.error(doc, (*at, "metadata"), f"{kind} without metadata.name")
+            where = (*at, "metadata") if "metadata" in obj else (*at, "kind")
+            self.report.error(doc, where, f"{kind} without metadata.name")
             return
         name = dns_label(raw)
-        spec = obj.get("spec") or {}
         spec_at = (*at, "spec")
+        spec = self.mapping(doc, spec_at)
         if kind == "ResourceFlavor":
             self.flavor(doc, spec_at, spec, name)
         elif kind == "ClusterQueue":
@@ -161,7 +182,11 @@ class _Importer:
             if key == "nodeLabels" and isinstance(value, dict) and value:
                 body["nodeLabels"] = value
             elif key == "tolerations" and value:
-                body["tolerations"] = value
+                if isinstance(value, list) and all(isinstance(t, dict) for t in value):
+                    body["tolerations"] = value
+                else:
+                    self.report.error(doc, (*at, key), "tolerations: expected a list of "
+                                      "tolerations", key=False)
             elif key == "nodeTaints":
                 self.note(doc, (*at, key), "nodeTaints: no equivalent: Kueue matches a flavor's "
                           "taints against a workload's tolerations; here a flavor only adds its "
@@ -170,7 +195,10 @@ class _Importer:
                 self.note(doc, (*at, key), "topologyName: topology-aware scheduling (TAS) has "
                           "no equivalent: placement is the scheduler's; use "
                           "run.environment.affinity")
-            elif key != "nodeLabels":
+            elif key == "nodeLabels":
+                if not isinstance(value, dict | None):
+                    self.report.error(doc, (*at, key), "nodeLabels: expected a mapping", key=False)
+            else:
                 self.note(doc, (*at, key), f"ResourceFlavor {key}: no equivalent; not converted")
         if "nodeLabels" not in body:
             self.empty_flavors.add(name)
@@ -227,7 +255,8 @@ class _Importer:
                 else:
                     self.note(doc, sub, f"queueingStrategy {value!r}: unknown; not converted")
             elif key == "fairSharing":
-                weight = value.get("weight") if isinstance(value, dict) else None
+                value = self.mapping(doc, sub)
+                weight = value.get("weight")
                 if weight is not None:
                     number = _number(weight)
                     if number is not None and number > 0:
@@ -236,7 +265,7 @@ class _Importer:
                         self.note(doc, (*sub, "weight"), f"fairSharing.weight {weight!r}: a "
                                   "weight here is a number above 0 (a Kueue weight of 0 "
                                   "borrows only what no one else wants: no equivalent)")
-                for extra in value if isinstance(value, dict) else ():
+                for extra in value:
                     if extra != "weight":
                         self.note(doc, (*sub, extra), f"fairSharing.{extra}: no equivalent")
             elif key == "stopPolicy":
@@ -247,7 +276,7 @@ class _Importer:
                                   "which holds new work; draining (evicting admitted work) has "
                                   "no equivalent: " + NEVER_PREEMPT)
             elif key == "resourceGroups":
-                self.resource_groups(doc, sub, value, queue)
+                self.resource_groups(doc, sub, self.sequence(doc, sub), queue)
             elif key == "namespaceSelector":
                 self.note(doc, sub, "namespaceSelector: which projects may use a queue is each "
                           "project's allowedQueues (written from LocalQueues), not a selector")
@@ -259,7 +288,7 @@ class _Importer:
                           "when the queue's checks pass; use a fleet queue (`clusters`) for "
                           "several clusters")
             elif key == "flavorFungibility":
-                self.fungibility(doc, sub, value)
+                self.fungibility(doc, sub, self.mapping(doc, sub))
             elif key == "admissionScope":
                 self.note(doc, sub, "admissionScope: admission fair sharing has no "
                           "equivalent: fair sharing is between queues of a cohort")
@@ -269,9 +298,7 @@ class _Importer:
             body["cohort"] = queue.cohort
         self.queues[name] = queue
 
-    def fungibility(self, doc: Document, at: PathKey, value: Any) -> None:
-        if not isinstance(value, dict):
-            return
+    def fungibility(self, doc: Document, at: PathKey, value: dict[str, Any]) -> None:
         for key, policy in value.items():
             if key == "whenCanBorrow" and policy == "TryNextFlavor":
                 continue
@@ -285,13 +312,14 @@ class _Importer:
             else:
                 self.note(doc, (*at, key), f"flavorFungibility.{key}: no equivalent")
 
-    def resource_groups(self, doc: Document, at: PathKey, groups: Any, queue: _Queue) -> None:
+    def resource_groups(
+        self, doc: Document, at: PathKey, groups: list[Any], queue: _Queue
+    ) -> None:
         flavors: dict[str, dict[str, dict[str, Any]]] = {}
         where: dict[str, PathKey] = {}
-        for g, group in enumerate(groups or []):
-            if not isinstance(group, dict):
-                continue
-            for f, flavor in enumerate(group.get("flavors") or []):
+        for g, _ in enumerate(groups):
+            group = self.mapping(doc, (*at, g))
+            for f, flavor in enumerate(self.sequence(doc, (*at, g, "flavors"))):
                 fat = (*at, g, "flavors", f)
                 if not isinstance(flavor, dict) or not isinstance(flavor.get("name"), str):
                     self.report.error(doc, fat, "a flavor quota needs a name", key=False)
@@ -306,7 +334,7 @@ class _Importer:
                     flavors[fname] = {"quota": {}, "borrowingLimit": {}, "lendingLimit": {}}
                     where[fname] = fat
                 entry = flavors[fname]
-                for r, resource in enumerate(flavor.get("resources") or []):
+                for r, resource in enumerate(self.sequence(doc, (*fat, "resources"))):
                     rat = (*fat, "resources", r)
                     rname = resource.get("name") if isinstance(resource, dict) else None
                     if not isinstance(rname, str):
@@ -323,7 +351,7 @@ class _Importer:
             for extra in group:
                 if extra not in ("coveredResources", "flavors"):
                     self.note(doc, (*at, g, extra), f"resourceGroups[].{extra}: no equivalent")
-        if len(groups or []) > 1:
+        if len(groups) > 1:
             self.note(doc, at, "resourceGroups: several groups are merged per flavor into one "
                       "`flavors` list (in the order flavors first appear): an operation gets "
                       "one flavor for all its resources", key=False)
@@ -432,8 +460,21 @@ class _Importer:
 
 def _get(data: Any, path: PathKey) -> Any:
     for part in path:
-        data = data[part]
+        if isinstance(data, dict) and isinstance(part, str):
+            data = data.get(part)
+        elif isinstance(data, list) and isinstance(part, int) and part < len(data):
+            data = data[part]
+        else:
+            return None
     return data
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r}"[:40]
 
 
 def _number(value: Any) -> int | float | None:
