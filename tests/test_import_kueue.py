@@ -75,7 +75,9 @@ def test_the_converted_repo_validates(tmp_path: Path) -> None:
 
 def test_queues_keep_flavor_order_limits_and_cohort(tmp_path: Path) -> None:
     out = _repo(tmp_path)
-    assert _run("import", "kueue", *_paths(), "--out", str(out), "--cluster", "local").exit_code == 0
+    assert (
+        _run("import", "kueue", *_paths(), "--out", str(out), "--cluster", "local").exit_code == 0
+    )
     team_a = yaml.safe_load((out / "queues/team-a.yaml").read_text())
     assert [f["name"] for f in team_a["flavors"]] == ["h100", "a100"]
     assert team_a["flavors"][0]["borrowingLimit"] == {"nvidia.com/gpu": 2}
@@ -145,7 +147,9 @@ def test_strict_writes_nothing(tmp_path: Path) -> None:
         ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: [\n", ":3:1:", "expected"),
     ],
 )
-def test_bad_manifests_are_located_errors(tmp_path: Path, text: str, where: str, words: str) -> None:
+def test_bad_manifests_are_located_errors(
+    tmp_path: Path, text: str, where: str, words: str
+) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text(text)
     out = tmp_path / "o"
@@ -171,7 +175,13 @@ def test_a_second_document_keeps_the_lines_of_the_file(tmp_path: Path) -> None:
 
 def _mutations(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
     out: list[tuple[tuple[Any, ...], Any]] = []
-    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    items = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
     for key, value in items:
         for wrong in (None, 7, "x", [1], {"a": 1}):
             if type(wrong) is not type(value):

@@ -42,11 +42,7 @@ def _run(*args: str) -> Result:
 
 
 def _tree(root: Path) -> dict[str, str]:
-    return {
-        str(p.relative_to(root)): p.read_text()
-        for p in sorted(root.rglob("*"))
-        if p.is_file()
-    }
+    return {str(p.relative_to(root)): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 def _repo(tmp_path: Path, name: str = "repo") -> Path:
@@ -80,7 +76,9 @@ def test_golden_each_polyaxonfile_becomes(tmp_path: Path) -> None:
 
 def test_the_converted_repo_validates(tmp_path: Path) -> None:
     out = _repo(tmp_path)
-    assert _run("import", "polyaxon", *_own(), "--project", "vision", "--out", str(out)).exit_code == 0
+    assert (
+        _run("import", "polyaxon", *_own(), "--project", "vision", "--out", str(out)).exit_code == 0
+    )
     result = _run("validate", "--repo", str(out))
     assert result.exit_code == 0, result.output
 
@@ -100,7 +98,9 @@ def test_the_public_corpus_imports_and_validates(tmp_path: Path, base: str) -> N
     out = tmp_path / "dest"
     if base == "minimal":
         (out / "clusters").mkdir(parents=True)
-        (out / "clusters" / "local.yaml").write_text("kind: Cluster\nkubeconfig: {inCluster: true}\n")
+        (out / "clusters" / "local.yaml").write_text(
+            "kind: Cluster\nkubeconfig: {inCluster: true}\n"
+        )
     else:
         shutil.copytree(ROOT / base, out)
     files = sorted(str(p) for p in CORPUS.rglob("*") if p.suffix in (".yaml", ".yml"))
@@ -116,14 +116,39 @@ def test_every_unsupported_field_is_reported_at_its_line(tmp_path: Path) -> None
     result = _run("import", "polyaxon", str(source), "--project", "p", "--out", str(tmp_path / "o"))
     assert result.exit_code == 0
     lines = source.read_text().splitlines()
-    reported = {int(line.split(":")[1]) for line in result.stderr.splitlines() if line.startswith(str(source))}
+    reported = {
+        int(line.split(":")[1])
+        for line in result.stderr.splitlines()
+        if line.startswith(str(source))
+    }
     # Every line that holds a field without an equivalent is named.
     for number, line in enumerate(lines, 1):
         key = line.strip().lstrip("- ").split(":")[0]
-        if key in {"tags", "owner", "cache", "plugins", "build", "hooks", "events", "joins", "cost",
-                   "schedule", "earlyStopping", "outputs", "restartPolicy", "dnsPolicy",
-                   "securityContext", "priority", "imagePullPolicy", "ports", "livenessProbe",
-                   "envFrom", "numInitialRuns", "maxIterations", "metric"}:
+        if key in {
+            "tags",
+            "owner",
+            "cache",
+            "plugins",
+            "build",
+            "hooks",
+            "events",
+            "joins",
+            "cost",
+            "schedule",
+            "earlyStopping",
+            "outputs",
+            "restartPolicy",
+            "dnsPolicy",
+            "securityContext",
+            "priority",
+            "imagePullPolicy",
+            "ports",
+            "livenessProbe",
+            "envFrom",
+            "numInitialRuns",
+            "maxIterations",
+            "metric",
+        }:
             assert number in reported, f"line {number} ({line.strip()}) is not reported"
     written = (tmp_path / "o" / "projects/p/operations/everything-else.yaml").read_text()
     assert "isApproved: false" in written  # the schedule and the matrix hold it
@@ -131,13 +156,29 @@ def test_every_unsupported_field_is_reported_at_its_line(tmp_path: Path) -> None
 
 def test_strict_turns_reports_into_errors_and_writes_nothing(tmp_path: Path) -> None:
     out = tmp_path / "o"
-    result = _run("import", "polyaxon", str(DATA / "polyaxon" / "unsupported.yaml"),
-                  "--project", "p", "--out", str(out), "--strict")
+    result = _run(
+        "import",
+        "polyaxon",
+        str(DATA / "polyaxon" / "unsupported.yaml"),
+        "--project",
+        "p",
+        "--out",
+        str(out),
+        "--strict",
+    )
     assert result.exit_code == 1
     assert "nothing was written" in result.stderr
     assert not out.exists()
-    clean = _run("import", "polyaxon", str(DATA / "polyaxon" / "lab.yaml"), "--project", "p",
-                 "--out", str(out), "--strict")
+    clean = _run(
+        "import",
+        "polyaxon",
+        str(DATA / "polyaxon" / "lab.yaml"),
+        "--project",
+        "p",
+        "--out",
+        str(out),
+        "--strict",
+    )
     assert clean.exit_code == 0, clean.output
 
 
@@ -178,7 +219,9 @@ def test_an_existing_file_is_never_overwritten(tmp_path: Path) -> None:
     (out / "queues").mkdir()
     (out / "queues" / "gpu-queue.yaml").write_text("kind: Queue\ncluster: local\n")
     # gpu-queue exists, so it is not written; the project queue is new.
-    assert _run("import", "polyaxon", *_own(), "--project", "vision", "--out", str(out)).exit_code == 0
+    assert (
+        _run("import", "polyaxon", *_own(), "--project", "vision", "--out", str(out)).exit_code == 0
+    )
     assert (out / "queues" / "gpu-queue.yaml").read_text() == "kind: Queue\ncluster: local\n"
     before = _tree(out)
     again = _run("import", "polyaxon", *_own(), "--project", "vision", "--out", str(out))
@@ -212,25 +255,47 @@ def test_a_failure_while_moving_files_in_undoes_the_import(
 
 def test_a_new_out_directory_appears_whole(tmp_path: Path) -> None:
     out = tmp_path / "new" / "repo"
-    result = _run("import", "polyaxon", str(DATA / "polyaxon" / "lab.yaml"), "--project", "p",
-                  "--out", str(out))
+    result = _run(
+        "import",
+        "polyaxon",
+        str(DATA / "polyaxon" / "lab.yaml"),
+        "--project",
+        "p",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0
     assert sorted(_tree(out)) == [
-        "projects/p/operations/lab.yaml", "projects/p/project.yaml", "queues/p.yaml"
+        "projects/p/operations/lab.yaml",
+        "projects/p/project.yaml",
+        "queues/p.yaml",
     ]
     assert sorted(p.name for p in out.parent.iterdir()) == ["repo"]
 
 
 def test_project_must_be_a_label(tmp_path: Path) -> None:
-    result = _run("import", "polyaxon", str(DATA / "polyaxon" / "lab.yaml"), "--project", "My_Proj",
-                  "--out", str(tmp_path / "o"))
+    result = _run(
+        "import",
+        "polyaxon",
+        str(DATA / "polyaxon" / "lab.yaml"),
+        "--project",
+        "My_Proj",
+        "--out",
+        str(tmp_path / "o"),
+    )
     assert result.exit_code == 2
     assert "'my-proj'" in result.output
 
 
 def _mutations(data: Any, path: tuple[Any, ...] = ()) -> list[tuple[tuple[Any, ...], Any]]:
     out: list[tuple[tuple[Any, ...], Any]] = []
-    children = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    children = (
+        data.items()
+        if isinstance(data, dict)
+        else enumerate(data)
+        if isinstance(data, list)
+        else ()
+    )
     for key, value in children:
         for wrong in (None, 7, "x", [1], {"a": 1}):
             if type(wrong) is not type(value):

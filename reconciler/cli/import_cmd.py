@@ -49,8 +49,7 @@ _cluster = click.option(
 _strict = click.option(
     "--strict",
     is_flag=True,
-    help="Treat every field without an equivalent as an error: report them all and write "
-    "nothing.",
+    help="Treat every field without an equivalent as an error: report them all and write nothing.",
 )
 
 

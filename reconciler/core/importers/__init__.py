@@ -127,9 +127,7 @@ def parse_all(source: Source, report: Report) -> list[Document]:
     docs: list[Document] = []
     for offset, chunk in chunks:
         body = "".join(chunk)
-        if not body.strip() or all(
-            not s.strip() or s.lstrip().startswith("#") for s in chunk
-        ):
+        if not body.strip() or all(not s.strip() or s.lstrip().startswith("#") for s in chunk):
             continue
         content = ("\n" * offset + body).encode("utf-8")
         doc = parse(Source(source.path, content), report)
@@ -154,7 +152,5 @@ _Dumper.add_representer(str, _str)
 def render(header: list[str], body: Mapping[str, Any]) -> str:
     """A file: ``# `` comment lines, then the body as block YAML in the given key order."""
     lines = [f"# {line}".rstrip() for line in header]
-    text = yaml.dump(
-        dict(body), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100
-    )
+    text = yaml.dump(dict(body), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     return "\n".join([*lines, text.rstrip("\n")]) + "\n"

@@ -128,8 +128,12 @@ class _Importer:
             )
             return
         if kind not in KINDS:
-            self.note(doc, (*at, "kind"), f"kind {kind!r} has no equivalent; not converted "
-                      f"(converted: {', '.join(KINDS)})", key=False)
+            self.note(
+                doc,
+                (*at, "kind"),
+                f"kind {kind!r} has no equivalent; not converted (converted: {', '.join(KINDS)})",
+                key=False,
+            )
             return
         meta = self.mapping(doc, (*at, "metadata"))
         raw = meta.get("name")
@@ -151,28 +155,46 @@ class _Importer:
             cq = spec.get("clusterQueue")
             for key in spec:
                 if key != "clusterQueue":
-                    self.note(doc, (*spec_at, key), f"LocalQueue {key}: "
-                              + ("the queue's `paused` is the one switch; set it on the queue"
-                                 if key == "stopPolicy" else
-                                 "admission fair sharing between LocalQueues has no "
-                                 "equivalent: fair sharing is between queues of a cohort"
-                                 if key == "fairSharing" else "no equivalent; not converted"))
+                    self.note(
+                        doc,
+                        (*spec_at, key),
+                        f"LocalQueue {key}: "
+                        + (
+                            "the queue's `paused` is the one switch; set it on the queue"
+                            if key == "stopPolicy"
+                            else "admission fair sharing between LocalQueues has no "
+                            "equivalent: fair sharing is between queues of a cohort"
+                            if key == "fairSharing"
+                            else "no equivalent; not converted"
+                        ),
+                    )
             if not isinstance(namespace, str) or not isinstance(cq, str):
-                self.report.error(doc, spec_at if isinstance(namespace, str) else (*at, "metadata"),
-                                  "a LocalQueue needs metadata.namespace and spec.clusterQueue",
-                                  key=False)
+                self.report.error(
+                    doc,
+                    spec_at if isinstance(namespace, str) else (*at, "metadata"),
+                    "a LocalQueue needs metadata.namespace and spec.clusterQueue",
+                    key=False,
+                )
                 return
             if name != dns_label(cq):
-                self.note(doc, (*at, "metadata", "name"), f"LocalQueue name {raw!r} is not "
-                          f"kept: operations name the queue itself ({dns_label(cq)!r})",
-                          key=False)
+                self.note(
+                    doc,
+                    (*at, "metadata", "name"),
+                    f"LocalQueue name {raw!r} is not "
+                    f"kept: operations name the queue itself ({dns_label(cq)!r})",
+                    key=False,
+                )
             self.local.append((doc, namespace, dns_label(cq)))
         else:  # WorkloadPriorityClass
             value = obj.get("value")
-            self.note(doc, (*at, "value") if "value" in obj else (*at, "kind"),
-                      f"WorkloadPriorityClass {raw!r} (value {value}): there is no "
-                      "per-operation priority; order work with the queue's `priority` (one "
-                      "queue per priority level), never preempting", key=False)
+            self.note(
+                doc,
+                (*at, "value") if "value" in obj else (*at, "kind"),
+                f"WorkloadPriorityClass {raw!r} (value {value}): there is no "
+                "per-operation priority; order work with the queue's `priority` (one "
+                "queue per priority level), never preempting",
+                key=False,
+            )
 
     # --- ResourceFlavor ------------------------------------------------------------------
 
@@ -185,16 +207,25 @@ class _Importer:
                 if isinstance(value, list) and all(isinstance(t, dict) for t in value):
                     body["tolerations"] = value
                 else:
-                    self.report.error(doc, (*at, key), "tolerations: expected a list of "
-                                      "tolerations", key=False)
+                    self.report.error(
+                        doc, (*at, key), "tolerations: expected a list of tolerations", key=False
+                    )
             elif key == "nodeTaints":
-                self.note(doc, (*at, key), "nodeTaints: no equivalent: Kueue matches a flavor's "
-                          "taints against a workload's tolerations; here a flavor only adds its "
-                          "`tolerations` to the pod: list the tolerations the taints need")
+                self.note(
+                    doc,
+                    (*at, key),
+                    "nodeTaints: no equivalent: Kueue matches a flavor's "
+                    "taints against a workload's tolerations; here a flavor only adds its "
+                    "`tolerations` to the pod: list the tolerations the taints need",
+                )
             elif key == "topologyName":
-                self.note(doc, (*at, key), "topologyName: topology-aware scheduling (TAS) has "
-                          "no equivalent: placement is the scheduler's; use "
-                          "run.environment.affinity")
+                self.note(
+                    doc,
+                    (*at, key),
+                    "topologyName: topology-aware scheduling (TAS) has "
+                    "no equivalent: placement is the scheduler's; use "
+                    "run.environment.affinity",
+                )
             elif key == "nodeLabels":
                 if not isinstance(value, dict | None):
                     self.report.error(doc, (*at, key), "nodeLabels: expected a mapping", key=False)
@@ -202,28 +233,46 @@ class _Importer:
                 self.note(doc, (*at, key), f"ResourceFlavor {key}: no equivalent; not converted")
         if "nodeLabels" not in body:
             self.empty_flavors.add(name)
-            self.note(doc, at if spec else (), f"ResourceFlavor {name!r} has no nodeLabels: a "
-                      "flavor needs at least one, so it is not written; a queue that uses only "
-                      "it gets a plain `quota`", key=False)
+            self.note(
+                doc,
+                at if spec else (),
+                f"ResourceFlavor {name!r} has no nodeLabels: a "
+                "flavor needs at least one, so it is not written; a queue that uses only "
+                "it gets a plain `quota`",
+                key=False,
+            )
             return
         self.flavors[name] = (doc.path, body)
 
     # --- Cohort --------------------------------------------------------------------------
 
-    def cohort(self, doc: Document, at: PathKey, spec: dict[str, Any], name: str,
-               name_at: PathKey) -> None:
+    def cohort(
+        self, doc: Document, at: PathKey, spec: dict[str, Any], name: str, name_at: PathKey
+    ) -> None:
         notes: list[str] = []
         for key in spec:
             if key in ("parentName", "parent"):
-                self.note(doc, (*at, key), "parentName: cohorts are not nested: every queue "
-                          "of a cohort is a direct member; flatten the tree")
+                self.note(
+                    doc,
+                    (*at, key),
+                    "parentName: cohorts are not nested: every queue "
+                    "of a cohort is a direct member; flatten the tree",
+                )
             elif key == "resourceGroups":
-                self.note(doc, (*at, key), "resourceGroups: a cohort's own quota adds nothing "
-                          "to lend here; a cohort `quota` only caps the total use of its "
-                          "queues: set it by hand if a cap is meant")
+                self.note(
+                    doc,
+                    (*at, key),
+                    "resourceGroups: a cohort's own quota adds nothing "
+                    "to lend here; a cohort `quota` only caps the total use of its "
+                    "queues: set it by hand if a cap is meant",
+                )
             elif key == "fairSharing":
-                self.note(doc, (*at, key), "fairSharing: a cohort's weight in its parent has "
-                          "no equivalent (cohorts are not nested); queues keep theirs")
+                self.note(
+                    doc,
+                    (*at, key),
+                    "fairSharing: a cohort's weight in its parent has "
+                    "no equivalent (cohorts are not nested); queues keep theirs",
+                )
             else:
                 self.note(doc, (*at, key), f"Cohort {key}: no equivalent; not converted")
         self.cohort_file(doc, name_at, name, notes)
@@ -231,16 +280,22 @@ class _Importer:
     def cohort_file(self, doc: Document, at: PathKey, name: str, notes: list[str]) -> None:
         if name in self.cohorts or name in self.target.cohorts:
             return
-        self.note(doc, at, f"cohort {name!r}: maxBorrowDuration is required here and has no "
-                  f"Kueue equivalent: written as {DEFAULT_MAX_BORROW}; set it to how long a "
-                  "lender may wait for its quota back", key=False)
+        self.note(
+            doc,
+            at,
+            f"cohort {name!r}: maxBorrowDuration is required here and has no "
+            f"Kueue equivalent: written as {DEFAULT_MAX_BORROW}; set it to how long a "
+            "lender may wait for its quota back",
+            key=False,
+        )
         body = {"kind": "Cohort", "name": name, "maxBorrowDuration": DEFAULT_MAX_BORROW}
         self.cohorts[name] = (doc.path, body, notes)
 
     # --- ClusterQueue --------------------------------------------------------------------
 
-    def cluster_queue(self, doc: Document, at: PathKey, spec: dict[str, Any], name: str,
-                      version: str) -> None:
+    def cluster_queue(
+        self, doc: Document, at: PathKey, spec: dict[str, Any], name: str, version: str
+    ) -> None:
         body: dict[str, Any] = {"kind": "Queue", "name": name, "cluster": self.target.cluster}
         queue = _Queue(name, doc.path, body)
         for key, value in spec.items():
@@ -262,9 +317,13 @@ class _Importer:
                     if number is not None and number > 0:
                         body["fairSharing"] = {"weight": number}
                     else:
-                        self.note(doc, (*sub, "weight"), f"fairSharing.weight {weight!r}: a "
-                                  "weight here is a number above 0 (a Kueue weight of 0 "
-                                  "borrows only what no one else wants: no equivalent)")
+                        self.note(
+                            doc,
+                            (*sub, "weight"),
+                            f"fairSharing.weight {weight!r}: a "
+                            "weight here is a number above 0 (a Kueue weight of 0 "
+                            "borrows only what no one else wants: no equivalent)",
+                        )
                 for extra in value:
                     if extra != "weight":
                         self.note(doc, (*sub, extra), f"fairSharing.{extra}: no equivalent")
@@ -272,26 +331,42 @@ class _Importer:
                 if value in ("Hold", "HoldAndDrain"):
                     body["paused"] = True
                     if value == "HoldAndDrain":
-                        self.note(doc, sub, "stopPolicy HoldAndDrain: written `paused: true`, "
-                                  "which holds new work; draining (evicting admitted work) has "
-                                  "no equivalent: " + NEVER_PREEMPT)
+                        self.note(
+                            doc,
+                            sub,
+                            "stopPolicy HoldAndDrain: written `paused: true`, "
+                            "which holds new work; draining (evicting admitted work) has "
+                            "no equivalent: " + NEVER_PREEMPT,
+                        )
             elif key == "resourceGroups":
                 self.resource_groups(doc, sub, self.sequence(doc, sub), queue)
             elif key == "namespaceSelector":
-                self.note(doc, sub, "namespaceSelector: which projects may use a queue is each "
-                          "project's allowedQueues (written from LocalQueues), not a selector")
+                self.note(
+                    doc,
+                    sub,
+                    "namespaceSelector: which projects may use a queue is each "
+                    "project's allowedQueues (written from LocalQueues), not a selector",
+                )
             elif key == "preemption":
                 self.note(doc, sub, "preemption: no equivalent: " + NEVER_PREEMPT)
             elif key in ("admissionChecks", "admissionChecksStrategy"):
-                self.note(doc, sub, f"{key}: admission checks (ProvisioningRequest, "
-                          "MultiKueue, ...) have no equivalent: an operation is dispatched "
-                          "when the queue's checks pass; use a fleet queue (`clusters`) for "
-                          "several clusters")
+                self.note(
+                    doc,
+                    sub,
+                    f"{key}: admission checks (ProvisioningRequest, "
+                    "MultiKueue, ...) have no equivalent: an operation is dispatched "
+                    "when the queue's checks pass; use a fleet queue (`clusters`) for "
+                    "several clusters",
+                )
             elif key == "flavorFungibility":
                 self.fungibility(doc, sub, self.mapping(doc, sub))
             elif key == "admissionScope":
-                self.note(doc, sub, "admissionScope: admission fair sharing has no "
-                          "equivalent: fair sharing is between queues of a cohort")
+                self.note(
+                    doc,
+                    sub,
+                    "admissionScope: admission fair sharing has no "
+                    "equivalent: fair sharing is between queues of a cohort",
+                )
             else:
                 self.note(doc, sub, f"ClusterQueue {key}: no equivalent; not converted")
         if queue.cohort:
@@ -303,18 +378,20 @@ class _Importer:
             if key == "whenCanBorrow" and policy == "TryNextFlavor":
                 continue
             if key == "whenCanBorrow":
-                self.note(doc, (*at, key), f"whenCanBorrow {policy}: an operation takes the "
-                          "first flavor with room of its own and tries the next flavor before "
-                          "borrowing (TryNextFlavor); there is no other order")
+                self.note(
+                    doc,
+                    (*at, key),
+                    f"whenCanBorrow {policy}: an operation takes the "
+                    "first flavor with room of its own and tries the next flavor before "
+                    "borrowing (TryNextFlavor); there is no other order",
+                )
             elif key == "whenCanPreempt":
                 if policy != "TryNextFlavor":
                     self.note(doc, (*at, key), f"whenCanPreempt {policy}: " + NEVER_PREEMPT)
             else:
                 self.note(doc, (*at, key), f"flavorFungibility.{key}: no equivalent")
 
-    def resource_groups(
-        self, doc: Document, at: PathKey, groups: list[Any], queue: _Queue
-    ) -> None:
+    def resource_groups(self, doc: Document, at: PathKey, groups: list[Any], queue: _Queue) -> None:
         flavors: dict[str, dict[str, dict[str, Any]]] = {}
         where: dict[str, PathKey] = {}
         for g, _ in enumerate(groups):
@@ -327,9 +404,14 @@ class _Importer:
                 fname = dns_label(flavor["name"])
                 if fname in flavors:
                     if where[fname][len(at)] != g:
-                        self.note(doc, (*fat, "name"), f"flavor {fname!r} is in two resource "
-                                  "groups: merged into one entry of `flavors` (Kueue refuses "
-                                  "this; check the quotas)", key=False)
+                        self.note(
+                            doc,
+                            (*fat, "name"),
+                            f"flavor {fname!r} is in two resource "
+                            "groups: merged into one entry of `flavors` (Kueue refuses "
+                            "this; check the quotas)",
+                            key=False,
+                        )
                 else:
                     flavors[fname] = {"quota": {}, "borrowingLimit": {}, "lendingLimit": {}}
                     where[fname] = fat
@@ -340,9 +422,11 @@ class _Importer:
                     if not isinstance(rname, str):
                         self.report.error(doc, rat, "a resource quota needs a name", key=False)
                         continue
-                    for src, dst in (("nominalQuota", "quota"),
-                                     ("borrowingLimit", "borrowingLimit"),
-                                     ("lendingLimit", "lendingLimit")):
+                    for src, dst in (
+                        ("nominalQuota", "quota"),
+                        ("borrowingLimit", "borrowingLimit"),
+                        ("lendingLimit", "lendingLimit"),
+                    ):
                         if src in resource:
                             entry[dst][rname] = resource[src]
                     for extra in resource:
@@ -352,9 +436,14 @@ class _Importer:
                 if extra not in ("coveredResources", "flavors"):
                     self.note(doc, (*at, g, extra), f"resourceGroups[].{extra}: no equivalent")
         if len(groups) > 1:
-            self.note(doc, at, "resourceGroups: several groups are merged per flavor into one "
-                      "`flavors` list (in the order flavors first appear): an operation gets "
-                      "one flavor for all its resources", key=False)
+            self.note(
+                doc,
+                at,
+                "resourceGroups: several groups are merged per flavor into one "
+                "`flavors` list (in the order flavors first appear): an operation gets "
+                "one flavor for all its resources",
+                key=False,
+            )
         queue.body["_flavors"] = flavors
         queue.flavor_refs = [(n, doc, (*where[n], "name")) for n in flavors]
 
@@ -371,31 +460,53 @@ class _Importer:
                 if len(flavors) == 1:
                     plain = flavors[name]
                 else:
-                    self.note(doc, at, f"flavor {name!r} (no nodeLabels) cannot be one of "
-                              "several flavors of a queue: its quota is dropped; give it "
-                              "nodeLabels", key=False)
+                    self.note(
+                        doc,
+                        at,
+                        f"flavor {name!r} (no nodeLabels) cannot be one of "
+                        "several flavors of a queue: its quota is dropped; give it "
+                        "nodeLabels",
+                        key=False,
+                    )
                 continue
             if name not in known:
-                self.note(doc, at, f"flavor {name!r}: no ResourceFlavor of that name among "
-                          "the imported files nor in the repo: its quota is dropped; import "
-                          "its ResourceFlavor", key=False)
+                self.note(
+                    doc,
+                    at,
+                    f"flavor {name!r}: no ResourceFlavor of that name among "
+                    "the imported files nor in the repo: its quota is dropped; import "
+                    "its ResourceFlavor",
+                    key=False,
+                )
                 continue
             entry: dict[str, Any] = {"name": name, "quota": flavors[name]["quota"]}
             entries.append(self.limits(entry, flavors[name], queue, doc, at))
         if plain is not None:
-            body.update(self.limits({"quota": plain["quota"]}, plain, queue,
-                                    *queue.flavor_refs[0][1:]))
+            body.update(
+                self.limits({"quota": plain["quota"]}, plain, queue, *queue.flavor_refs[0][1:])
+            )
         elif entries:
             body["flavors"] = entries
 
-    def limits(self, entry: dict[str, Any], source: dict[str, dict[str, Any]], queue: _Queue,
-               doc: Document, at: PathKey) -> dict[str, Any]:
+    def limits(
+        self,
+        entry: dict[str, Any],
+        source: dict[str, dict[str, Any]],
+        queue: _Queue,
+        doc: Document,
+        at: PathKey,
+    ) -> dict[str, Any]:
         for key in ("borrowingLimit", "lendingLimit"):
             if not source[key]:
                 continue
             if queue.cohort is None:
-                self.note(doc, at, f"{key}: the queue has no cohort, so there is nothing to "
-                          "borrow or lend: dropped", key=False)
+                self.note(
+                    doc,
+                    at,
+                    f"{key}: the queue has no cohort, so there is nothing to "
+                    "borrow or lend: dropped",
+                    key=False,
+                )
                 continue
             entry[key] = source[key]
         return entry
@@ -407,11 +518,21 @@ class _Importer:
             if name not in self.target.flavors:
                 out.append((f"flavors/{name}.yaml", render([head.format(source)], body)))
         for name, (source, body, _) in self.cohorts.items():
-            out.append((f"cohorts/{name}.yaml", render([
-                head.format(source),
-                "maxBorrowDuration has no Kueue equivalent: a default. Only an operation whose",
-                "timeout is at most this long may borrow; a lender waits at most this long.",
-            ], body)))
+            out.append(
+                (
+                    f"cohorts/{name}.yaml",
+                    render(
+                        [
+                            head.format(source),
+                            "maxBorrowDuration has no Kueue equivalent: a default. Only an "
+                            "operation whose",
+                            "timeout is at most this long may borrow; a lender waits at most "
+                            "this long.",
+                        ],
+                        body,
+                    ),
+                )
+            )
         for name, queue in self.queues.items():
             self.finish_queue(queue)
             if name in self.target.queues:
@@ -431,19 +552,29 @@ class _Importer:
             queues: list[str] = []
             for doc, cq in refs:
                 if cq not in known:
-                    self.note(doc, ("spec", "clusterQueue"), f"clusterQueue {cq!r}: no "
-                              "ClusterQueue of that name among the imported files nor in the "
-                              "repo: not added", key=False)
+                    self.note(
+                        doc,
+                        ("spec", "clusterQueue"),
+                        f"clusterQueue {cq!r}: no "
+                        "ClusterQueue of that name among the imported files nor in the "
+                        "repo: not added",
+                        key=False,
+                    )
                 elif cq not in queues:
                     queues.append(cq)
             if not queues:
                 continue
             if ns in existing:
                 doc = refs[0][0]
-                self.note(doc, ("metadata", "namespace"), f"namespace {ns!r} is project "
-                          f"{existing[ns]!r}: add {', '.join(queues)} to allowedQueues in "
-                          f"projects/{existing[ns]}/project.yaml (the import writes only new "
-                          "files)", key=False)
+                self.note(
+                    doc,
+                    ("metadata", "namespace"),
+                    f"namespace {ns!r} is project "
+                    f"{existing[ns]!r}: add {', '.join(queues)} to allowedQueues in "
+                    f"projects/{existing[ns]}/project.yaml (the import writes only new "
+                    "files)",
+                    key=False,
+                )
                 continue
             project = dns_label(ns)
             body: dict[str, Any] = {"kind": "Project", "name": project}
@@ -451,10 +582,19 @@ class _Importer:
                 body["namespace"] = ns
             body["allowedQueues"] = queues
             body["defaults"] = {"queue": queues[0]}
-            out.append((f"projects/{project}/project.yaml", render([
-                f"Imported from Kueue LocalQueues of namespace {ns} (reconciler import kueue).",
-                "Its operations go in projects/" + project + "/operations/.",
-            ], body)))
+            out.append(
+                (
+                    f"projects/{project}/project.yaml",
+                    render(
+                        [
+                            f"Imported from Kueue LocalQueues of namespace {ns} "
+                            "(reconciler import kueue).",
+                            "Its operations go in projects/" + project + "/operations/.",
+                        ],
+                        body,
+                    ),
+                )
+            )
         return out
 
 

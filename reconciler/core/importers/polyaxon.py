@@ -50,8 +50,7 @@ NO_EQUIVALENT: dict[str, str] = {
     "outputs": "outputs are not tracked: write them through a connection (bucket or volume)",
     "cost": "set prices and budgets on the queue (docs/budgets.md)",
     "template": "templates are Git's: keep a preset for what is shared",
-    "trigger": "a DAG child runs once every dependency has succeeded; there is no other "
-    "trigger",
+    "trigger": "a DAG child runs once every dependency has succeeded; there is no other trigger",
     "conditions": "a DAG child has no conditions: split the workflow",
     "skipOnUpstreamSkip": "a DAG child has no conditions, so nothing is skipped",
     "dependencies": "dependencies exist between children of one DAG only",
@@ -308,8 +307,9 @@ class _Importer:
                 if queue:
                     body["queue"] = queue
             elif key == "runPatch":
-                if isinstance(data[key], dict):
-                    run = _merge(run, self.run(at, scope, partial=True), "post_merge")
+                patch = self.run(at, scope, partial=True)
+                if patch is not None:
+                    run = _merge(run, patch, "post_merge")
             elif key == "termination":
                 run = _merge(run, self.termination(at), "post_merge")
             elif key in NO_EQUIVALENT:
@@ -372,8 +372,9 @@ class _Importer:
                 elif key in FIELDS["operation"] or key in FIELDS["component"]:
                     continue
                 else:
-                    self.note(at, f"{key}: not a polyaxonfile field this importer knows; "
-                              "not converted")
+                    self.note(
+                        at, f"{key}: not a polyaxonfile field this importer knows; not converted"
+                    )
         run_at = component.at("run")
         if not isinstance(run_at.get(), dict):
             self.error(component, "the component has no `run`")
@@ -381,15 +382,21 @@ class _Importer:
         kind = run_at.get("kind")
         if kind == "dag":
             if matrix_out is not None or dag_children is not None:
-                self.note(root.at("matrix"), "matrix: a matrix over a DAG has no equivalent "
-                          "(a workflow's children are plain operations); not converted")
+                self.note(
+                    root.at("matrix"),
+                    "matrix: a matrix over a DAG has no equivalent "
+                    "(a workflow's children are plain operations); not converted",
+                )
                 matrix_out, dag_children = None, None
                 scope.params = frozenset()
             dag = self.dag(run_at, scope)
             if dag is None:
                 return
             first = dag["operations"][0]["run"]
-            body["run"] = {"kind": first["kind"], "container": {"image": first["container"]["image"]}}
+            body["run"] = {
+                "kind": first["kind"],
+                "container": {"image": first["container"]["image"]},
+            }
             body["dag"] = dag
         else:
             run = self.run(run_at, scope)
@@ -403,16 +410,21 @@ class _Importer:
         if matrix_out is not None:
             body["matrix"] = matrix_out
         if dag_children is not None:
-            body["dag"] = {"operations": dag_children, **(
-                {"concurrency": root.get("matrix", "concurrency")}
-                if isinstance(root.get("matrix", "concurrency"), int) else {}
-            )}
-            notes.append("the grid's first numRuns combinations, as a DAG of independent "
-                         "children <name>-0 .. <name>-N")
+            body["dag"] = {
+                "operations": dag_children,
+                **(
+                    {"concurrency": root.get("matrix", "concurrency")}
+                    if isinstance(root.get("matrix", "concurrency"), int)
+                    else {}
+                ),
+            }
+            notes.append(
+                "the grid's first numRuns combinations, as a DAG of independent "
+                "children <name>-0 .. <name>-N"
+            )
         if held:
             body["isApproved"] = False
-            notes.append("held (isApproved: false): see the import report; approve it when "
-                         "ready")
+            notes.append("held (isApproved: false): see the import report; approve it when ready")
         self.ops.append(_Op(root.doc.path, name, body, notes))
 
     def component_of(self, root: _At) -> _At | None:
@@ -421,12 +433,18 @@ class _Importer:
             return root
         refs = [k for k in ("component", "pathRef", "hubRef", "urlRef", "dagRef") if k in data]
         if len(refs) != 1:
-            self.error(root, "an operation needs exactly one of component, pathRef, hubRef "
-                       f"(found {', '.join(refs) or 'none'})", key=False)
+            self.error(
+                root,
+                "an operation needs exactly one of component, pathRef, hubRef "
+                f"(found {', '.join(refs) or 'none'})",
+                key=False,
+            )
             return None
         return self.reference(root, refs[0])
 
-    def reference(self, holder: _At, ref: str, components: Mapping[str, _At] | None = None) -> _At | None:
+    def reference(
+        self, holder: _At, ref: str, components: Mapping[str, _At] | None = None
+    ) -> _At | None:
         at = holder.at(ref)
         value = at.get()
         if ref == "component":
@@ -445,8 +463,9 @@ class _Importer:
         if ref == "dagRef":
             found = (components or {}).get(str(value))
             if found is None:
-                self.error(at, f"dagRef {value!r}: no component of that name in the DAG's "
-                           "`components`")
+                self.error(
+                    at, f"dagRef {value!r}: no component of that name in the DAG's `components`"
+                )
             return found
         # pathRef: relative to the file that names it.
         if not isinstance(value, str) or not value:
@@ -475,9 +494,11 @@ class _Importer:
                     values[item["name"]] = item["value"]
                 for extra in ("options", "validation", "connection", "toInit", "toEnv"):
                     if extra in item:
-                        self.note(component.at("inputs", i, extra),
-                                  f"inputs[].{extra}: no equivalent; inputs are written out "
-                                  "as their values")
+                        self.note(
+                            component.at("inputs", i, extra),
+                            f"inputs[].{extra}: no equivalent; inputs are written out "
+                            "as their values",
+                        )
         return values
 
     def params(self, at: _At) -> dict[str, Any]:
@@ -487,11 +508,17 @@ class _Importer:
                 values[name] = spec["value"]
                 for extra in spec:
                     if extra != "value":
-                        self.note(at.at(name, extra), f"params.{name}.{extra}: no equivalent; "
-                                  "the param is written out as its value")
+                        self.note(
+                            at.at(name, extra),
+                            f"params.{name}.{extra}: no equivalent; "
+                            "the param is written out as its value",
+                        )
             else:
-                self.note(at.at(name), f"params.{name}: only a `value` is converted (a `ref` "
-                          "to another run's outputs has no equivalent: pass the value)")
+                self.note(
+                    at.at(name),
+                    f"params.{name}: only a `value` is converted (a `ref` "
+                    "to another run's outputs has no equivalent: pass the value)",
+                )
         return values
 
     def queue(self, at: _At) -> str | None:
@@ -501,8 +528,12 @@ class _Importer:
             return None
         agent, _, queue = value.rpartition("/")
         if agent:
-            self.note(at, f"queue: agent {agent!r} has no equivalent: a queue dispatches to "
-                      f"its `cluster` (--cluster {self.target.cluster})", key=False)
+            self.note(
+                at,
+                f"queue: agent {agent!r} has no equivalent: a queue dispatches to "
+                f"its `cluster` (--cluster {self.target.cluster})",
+                key=False,
+            )
         name = dns_label(queue)
         if name not in self.target.queues and name not in self.queues:
             self.queues[name] = str(at.doc.loc(at.path, key=False))
@@ -515,9 +546,13 @@ class _Importer:
             if name in self.target.presets or name in self.preset_names:
                 out.append(name)
             else:
-                self.note(at.at(i), f"preset {item!r} is not in the repo nor among the imported "
-                          "files: dropped; import its file (isPreset: true) or write "
-                          f"presets/{name}.yaml, then list it again", key=False)
+                self.note(
+                    at.at(i),
+                    f"preset {item!r} is not in the repo nor among the imported "
+                    "files: dropped; import its file (isPreset: true) or write "
+                    f"presets/{name}.yaml, then list it again",
+                    key=False,
+                )
         return out
 
     def termination(self, at: _At) -> dict[str, Any]:
@@ -529,10 +564,13 @@ class _Importer:
                 out["timeout"] = value
             elif key == "ttl":
                 if isinstance(value, int) and value < self.target.min_ttl:
-                    self.note(at.at(key), f"termination.ttl {value}: below the org's "
-                              f"policy.minTtl ({self.target.min_ttl} s), which keeps a finished "
-                              "Job until the reconciler has seen it: written as "
-                              f"{self.target.min_ttl}")
+                    self.note(
+                        at.at(key),
+                        f"termination.ttl {value}: below the org's "
+                        f"policy.minTtl ({self.target.min_ttl} s), which keeps a finished "
+                        "Job until the reconciler has seen it: written as "
+                        f"{self.target.min_ttl}",
+                    )
                     value = self.target.min_ttl
                 out["ttl"] = value
             else:
@@ -564,11 +602,14 @@ class _Importer:
         elif kind == "service":
             ports = self.sequence(at.at("ports"))
             port = ports[0] if len(ports) == 1 else None
-            known = isinstance(port, int) and port in _SERVICE_PORTS
-            out["kind"] = _SERVICE_PORTS[port] if known else "sandbox"
+            known = _SERVICE_PORTS.get(port) if isinstance(port, int) else None
+            out["kind"] = known or "sandbox"
             if not known:
-                self.note(at.at("ports"), f"ports {ports}: a notebook serves 8888 and a sandbox "
-                          "8080; written as a sandbox: make the service listen on 8080")
+                self.note(
+                    at.at("ports"),
+                    f"ports {ports}: a notebook serves 8888 and a sandbox "
+                    "8080; written as a sandbox: make the service listen on 8080",
+                )
             if "replicas" in data:
                 self.note(at.at("replicas"), "replicas: a notebook or sandbox runs one pod")
         elif kind == "pytorchjob":
@@ -583,16 +624,22 @@ class _Importer:
             out["replicas"] = replicas
             out["distributed"] = {"framework": "torch"}
             if isinstance(worker.get(), dict) and _strip(worker.get()) != _strip(master.get()):
-                self.note(worker, "worker: its pod spec differs from master's; every replica "
-                          "runs one pod spec here, master's")
+                self.note(
+                    worker,
+                    "worker: its pod spec differs from master's; every replica "
+                    "runs one pod spec here, master's",
+                )
             for key in data:
                 if key not in ("kind", "master", "worker"):
                     self.note(at.at(key), f"pytorchjob.{key}: no equivalent; not converted")
             replica = master
         elif isinstance(kind, str) and kind != "dag":
-            self.note(at.at("kind"), f"run.kind {kind!r} has no equivalent (jobs, services, "
-                      "PyTorchJob-style distributed jobs and DAGs are converted): the "
-                      "operation is not converted")
+            self.note(
+                at.at("kind"),
+                f"run.kind {kind!r} has no equivalent (jobs, services, "
+                "PyTorchJob-style distributed jobs and DAGs are converted): the "
+                "operation is not converted",
+            )
             return None
         else:
             self.error(at, "run.kind is required (job, service, dag, pytorchjob, ...)")
@@ -602,7 +649,6 @@ class _Importer:
             if replica is not at and key == "replicas":
                 continue
             sub = replica.at(key)
-            value = rdata[key]
             if key == "kind":
                 continue
             if key == "environment":
@@ -623,7 +669,8 @@ class _Importer:
                     out["initContainers"] = inits
             elif key == "sidecars":
                 cars = [
-                    c for i, _ in enumerate(self.sequence(sub))
+                    c
+                    for i, _ in enumerate(self.sequence(sub))
                     if (c := self.container(sub.at(i), scope, f"sidecar-{i}")) is not None
                 ]
                 if cars:
@@ -632,10 +679,8 @@ class _Importer:
                 container = self.container(sub, scope, None)
                 if container:
                     out["container"] = container
-            elif key == "ports" and kind == "service":
-                continue
-            elif key == "replicas" and kind == "service":
-                continue
+            elif key in ("ports", "replicas") and kind == "service":
+                continue  # reported above
             elif key in NO_EQUIVALENT:
                 self.note(sub, f"{key}: {NO_EQUIVALENT[key]}")
             else:
@@ -666,14 +711,18 @@ class _Importer:
         target = self.target
         if not isinstance(value, str | bool):
             return None
-        if key == "serviceAccountName" and value != "default" and (
-            value not in target.service_accounts
+        if (
+            key == "serviceAccountName"
+            and value != "default"
+            and (value not in target.service_accounts)
         ):
             return "org policy.allowedServiceAccounts does not list it: list it there first"
         if key == "priorityClassName" and value not in target.priority_classes:
             return "org policy.allowedPriorityClasses does not list it: list it there first"
-        if key == "schedulerName" and target.scheduler_names is not None and (
-            value not in target.scheduler_names
+        if (
+            key == "schedulerName"
+            and target.scheduler_names is not None
+            and (value not in target.scheduler_names)
         ):
             return "org policy.allowedSchedulerNames does not list it: list it there first"
         if key in ("hostNetwork", "hostPID") and value is True and not target.host_namespaces:
@@ -687,9 +736,13 @@ class _Importer:
             if name in self.target.connections:
                 out.append(name)
             else:
-                self.note(at.at(i), f"connection {name!r} is not in the repo: dropped; write "
-                          f"connections/{dns_label(name)}.yaml (volume, secret, configMap, "
-                          "bucket or git) and list it again in run.connections", key=False)
+                self.note(
+                    at.at(i),
+                    f"connection {name!r} is not in the repo: dropped; write "
+                    f"connections/{dns_label(name)}.yaml (volume, secret, configMap, "
+                    "bucket or git) and list it again in run.connections",
+                    key=False,
+                )
         return out
 
     def volumes(self, at: _At) -> list[dict[str, Any]]:
@@ -699,9 +752,13 @@ class _Importer:
             if len(kinds) == 1 and kinds[0] in _VOLUME_KINDS:
                 out.append(item)
             else:
-                self.note(at.at(i), f"volume of type {', '.join(kinds) or '?'}: only "
-                          f"{', '.join(_VOLUME_KINDS)} are expressible (host paths through a "
-                          "volume connection); dropped", key=False)
+                self.note(
+                    at.at(i),
+                    f"volume of type {', '.join(kinds) or '?'}: only "
+                    f"{', '.join(_VOLUME_KINDS)} are expressible (host paths through a "
+                    "volume connection); dropped",
+                    key=False,
+                )
         return out
 
     def init(self, at: _At, scope: _Scope) -> list[dict[str, Any]]:
@@ -712,13 +769,21 @@ class _Importer:
                 if container:
                     out.append(container)
             elif isinstance(item, dict) and "git" in item:
-                self.note(at.at(i), "init git: write a git connection (connections/<name>.yaml "
-                          "with git: {url, revision, mountPath}) and list it in "
-                          "run.connections; dropped", key=False)
+                self.note(
+                    at.at(i),
+                    "init git: write a git connection (connections/<name>.yaml "
+                    "with git: {url, revision, mountPath}) and list it in "
+                    "run.connections; dropped",
+                    key=False,
+                )
             else:
                 kinds = ", ".join(k for k in item) if isinstance(item, dict) else "?"
-                self.note(at.at(i), f"init {kinds}: no equivalent (only `container` init steps "
-                          "and git checkouts through a git connection); dropped", key=False)
+                self.note(
+                    at.at(i),
+                    f"init {kinds}: no equivalent (only `container` init steps "
+                    "and git checkouts through a git connection); dropped",
+                    key=False,
+                )
         return out
 
     def container(self, at: _At, scope: _Scope, name: str | None) -> dict[str, Any] | None:
@@ -740,8 +805,11 @@ class _Importer:
                 if isinstance(path, str) and path.startswith("/") and "{{" not in path:
                     out[key] = path
                 else:
-                    self.note(sub, f"workingDir {value!r}: not an absolute path once its "
-                              "templates are written out: dropped; set an absolute path")
+                    self.note(
+                        sub,
+                        f"workingDir {value!r}: not an absolute path once its "
+                        "templates are written out: dropped; set an absolute path",
+                    )
             elif key in _CONTAINER_COPY:
                 out[key] = self.templated(sub, value, scope)
             elif key == "env":
@@ -755,13 +823,21 @@ class _Importer:
     def env(self, at: _At, scope: _Scope) -> dict[str, str]:
         out: dict[str, str] = {}
         for i, item in enumerate(self.sequence(at)):
-            if isinstance(item, dict) and isinstance(item.get("name"), str) and "value" in item \
-                    and set(item) == {"name", "value"}:
+            if (
+                isinstance(item, dict)
+                and isinstance(item.get("name"), str)
+                and "value" in item
+                and set(item) == {"name", "value"}
+            ):
                 value = self.templated(at.at(i, "value"), item["value"], scope)
                 out[item["name"]] = _text(value)
             else:
-                self.note(at.at(i), "env: only `{name, value}` is expressible (valueFrom: use a "
-                          "secret or configMap connection with envFrom); dropped", key=False)
+                self.note(
+                    at.at(i),
+                    "env: only `{name, value}` is expressible (valueFrom: use a "
+                    "secret or configMap connection with envFrom); dropped",
+                    key=False,
+                )
         return out
 
     def templated(self, at: _At, value: Any, scope: _Scope) -> Any:
@@ -775,17 +851,25 @@ class _Importer:
         def sub(match: re.Match[str]) -> str:
             found = _NAME.match(match.group(1))
             if found is None:
-                self.note(at, f"template {match.group(0).strip()!r}: only {{{{ NAME }}}} of an "
-                          "input or param is written out; Polyaxon's globals and expressions "
-                          "have no equivalent: write the value", key=False)
+                self.note(
+                    at,
+                    f"template {match.group(0).strip()!r}: only {{{{ NAME }}}} of an "
+                    "input or param is written out; Polyaxon's globals and expressions "
+                    "have no equivalent: write the value",
+                    key=False,
+                )
                 return match.group(0)
             name = found.group(1)
             if name in scope.params:
-                return "{{ params.%s }}" % name
+                return f"{{{{ params.{name} }}}}"
             if name in scope.values:
                 return _text(scope.values[name])
-            self.note(at, f"template {{{{ {name} }}}}: input {name!r} has no value; give it "
-                      "one (params or the input's value)", key=False)
+            self.note(
+                at,
+                f"template {{{{ {name} }}}}: input {name!r} has no value; give it "
+                "one (params or the input's value)",
+                key=False,
+            )
             return match.group(0)
 
         return _TEMPLATE.sub(sub, value)
@@ -801,16 +885,24 @@ class _Importer:
         if "earlyStopping" in data:
             self.note(at.at("earlyStopping"), f"earlyStopping: {NO_EQUIVALENT['earlyStopping']}")
         if kind in ("mapping", "random"):
-            self.note(at.at("kind"), f"matrix kind {kind!r} is not supported yet (it lands "
-                      "with the lifecycle issue): the operation is written without its "
-                      "matrix and held (isApproved: false); write one operation per "
-                      "combination, or wait for it", key=False)
+            self.note(
+                at.at("kind"),
+                f"matrix kind {kind!r} is not supported yet (it lands "
+                "with the lifecycle issue): the operation is written without its "
+                "matrix and held (isApproved: false); write one operation per "
+                "combination, or wait for it",
+                key=False,
+            )
             return None, None, True
         if kind != "grid":
             what = "adaptive" if kind in _MATRIX_UNSUPPORTED else "unknown"
-            self.note(at.at("kind"), f"matrix kind {kind!r} ({what}) has no equivalent: only "
-                      "`grid` is; the operation is written without its matrix and held "
-                      "(isApproved: false)", key=False)
+            self.note(
+                at.at("kind"),
+                f"matrix kind {kind!r} ({what}) has no equivalent: only "
+                "`grid` is; the operation is written without its matrix and held "
+                "(isApproved: false)",
+                key=False,
+            )
             return None, None, True
         params: dict[str, list[Any]] = {}
         for name, spec in self.mapping(at.at("params")).items():
@@ -833,9 +925,13 @@ class _Importer:
             ]
             return None, children, False
         if count > MAX_GRID:
-            self.note(at.at("params"), f"matrix: the grid has {count} combinations, above "
-                      f"the limit of {MAX_GRID} children; set numRuns or narrow params; "
-                      "written held (isApproved: false) without its matrix", key=False)
+            self.note(
+                at.at("params"),
+                f"matrix: the grid has {count} combinations, above "
+                f"the limit of {MAX_GRID} children; set numRuns or narrow params; "
+                "written held (isApproved: false) without its matrix",
+                key=False,
+            )
             return None, None, True
         out: dict[str, Any] = {"kind": "grid"}
         if isinstance(concurrency, int):
@@ -856,9 +952,13 @@ class _Importer:
         except (ValueError, TypeError, ArithmeticError):
             self.error(at.at("value"), f"matrix param of kind {kind}: cannot read {value!r}")
             return None
-        self.note(at.at("kind"), f"matrix param kind {kind!r}: a grid takes discrete values "
-                  "(choice, range, linspace, logspace, geomspace); distributions have no "
-                  "equivalent; the operation is written held without its matrix", key=False)
+        self.note(
+            at.at("kind"),
+            f"matrix param kind {kind!r}: a grid takes discrete values "
+            "(choice, range, linspace, logspace, geomspace); distributions have no "
+            "equivalent; the operation is written held without its matrix",
+            key=False,
+        )
         return None
 
     def dag(self, at: _At, scope: _Scope) -> dict[str, Any] | None:
@@ -869,12 +969,15 @@ class _Importer:
                 components[comp["name"]] = at.at("components", i)
         for key in data:
             if key not in ("kind", "operations", "components", "concurrency"):
-                self.note(at.at(key), f"dag {key}: no equivalent at the DAG level; set it on "
-                          "each child (or in a preset); not converted")
+                self.note(
+                    at.at(key),
+                    f"dag {key}: no equivalent at the DAG level; set it on "
+                    "each child (or in a preset); not converted",
+                )
         children: list[dict[str, Any]] = []
         names: dict[str, str] = {}
         operations = self.sequence(at.at("operations"))
-        for i, child in enumerate(operations):
+        for child in operations:
             if isinstance(child, dict) and isinstance(child.get("name"), str):
                 names[child["name"]] = dns_label(child["name"])
         for i, child in enumerate(operations):
@@ -884,8 +987,11 @@ class _Importer:
                 return None
             refs = [k for k in ("component", "pathRef", "hubRef", "urlRef", "dagRef") if k in child]
             if len(refs) != 1:
-                self.error(cat, "a DAG operation needs exactly one of component, dagRef, "
-                           "pathRef, hubRef", key=False)
+                self.error(
+                    cat,
+                    "a DAG operation needs exactly one of component, dagRef, pathRef, hubRef",
+                    key=False,
+                )
                 return None
             comp = self.reference(cat, refs[0], components)
             if comp is None:
@@ -896,15 +1002,20 @@ class _Importer:
             for key in child:
                 if key in NO_EQUIVALENT and key != "dependencies":
                     self.note(cat.at(key), f"{key}: {NO_EQUIVALENT[key]}")
-                elif key not in ("name", "dependencies", "params", "termination", *refs):
-                    if key not in FIELDS["operation"]:
-                        self.note(cat.at(key), f"{key}: not converted")
+                elif key not in ("name", "dependencies", "params", "termination", *refs) and (
+                    key not in FIELDS["operation"]
+                ):
+                    self.note(cat.at(key), f"{key}: not converted")
             for key in self.mapping(comp):
                 if key in NO_EQUIVALENT:
                     self.note(comp.at(key), f"{key}: {NO_EQUIVALENT[key]}")
             if comp.get("run", "kind") == "dag":
-                self.note(comp.at("run", "kind"), "a DAG inside a DAG has no equivalent: the "
-                          "workflow is not converted; flatten it", key=False)
+                self.note(
+                    comp.at("run", "kind"),
+                    "a DAG inside a DAG has no equivalent: the "
+                    "workflow is not converted; flatten it",
+                    key=False,
+                )
                 return None
             run = self.run(comp.at("run"), child_scope)
             if run is None:
@@ -912,7 +1023,9 @@ class _Importer:
             run = _merge(run, self.termination(comp.at("termination")), "pre_merge")
             run = _merge(run, self.termination(cat.at("termination")), "post_merge")
             out: dict[str, Any] = {"name": names[child["name"]]}
-            deps = [names.get(str(d), dns_label(str(d))) for d in self.sequence(cat.at("dependencies"))]
+            deps = [
+                names.get(str(d), dns_label(str(d))) for d in self.sequence(cat.at("dependencies"))
+            ]
             if deps:
                 out["dependencies"] = deps
             out["run"] = run
@@ -956,24 +1069,39 @@ class _Importer:
             ]
             out.append((f"projects/{project}/project.yaml", render(header, body)))
         for name, (source, body) in self.presets.items():
-            out.append((f"presets/{name}.yaml", render(
-                [f"Imported from Polyaxon preset {source} (reconciler import polyaxon)."], body
-            )))
+            out.append(
+                (
+                    f"presets/{name}.yaml",
+                    render(
+                        [f"Imported from Polyaxon preset {source} (reconciler import polyaxon)."],
+                        body,
+                    ),
+                )
+            )
         taken: set[str] = set()
         for op in self.ops:
             name = self._unique(op.name, taken)
             op.body["name"] = name
-            header = [f"Imported from Polyaxon {op.source} (reconciler import polyaxon).", *op.notes]
+            header = [
+                f"Imported from Polyaxon {op.source} (reconciler import polyaxon).",
+                *op.notes,
+            ]
             out.append((f"projects/{project}/operations/{name}.yaml", render(header, op.body)))
         for name, where in self.queues.items():
-            out.append((f"queues/{name}.yaml", render(
-                [
-                    f"Created by reconciler import polyaxon for {where}.",
-                    "Set its quota (quota: {nvidia.com/gpu: N}, or flavors:), concurrency and "
-                    "priority: Polyaxon keeps a queue's settings in its UI, not in polyaxonfiles.",
-                ],
-                {"kind": "Queue", "name": name, "cluster": self.target.cluster},
-            )))
+            out.append(
+                (
+                    f"queues/{name}.yaml",
+                    render(
+                        [
+                            f"Created by reconciler import polyaxon for {where}.",
+                            "Set its quota (quota: {nvidia.com/gpu: N}, or flavors:), concurrency "
+                            "and priority: Polyaxon keeps a queue's settings in its UI, not in "
+                            "polyaxonfiles.",
+                        ],
+                        {"kind": "Queue", "name": name, "cluster": self.target.cluster},
+                    ),
+                )
+            )
         return out
 
 
@@ -1036,30 +1164,28 @@ def _space(kind: str, value: Any) -> list[Any]:
         return out
     if len(parts) not in (3, 4):
         raise ValueError(value)
-    start, stop, num = float(parts[0]), float(parts[1]), int(parts[2])
+    low, high, num = float(parts[0]), float(parts[1]), int(parts[2])
     if num < 1 or num > 100_000:
         raise ValueError(value)
-    step = (stop - start) / (num - 1) if num > 1 else 0.0
-    lin = [start + step * i for i in range(num)]
+    gap = (high - low) / (num - 1) if num > 1 else 0.0
+    lin = [low + gap * i for i in range(num)]
     if kind == "linspace":
-        return [round(x, 12) for x in lin]
+        return [round(v, 12) for v in lin]
     if kind == "logspace":
         base = float(parts[3]) if len(parts) == 4 else 10.0
-        return [float(f"{base**x:.12g}") for x in lin]
-    # geomspace: start and stop are the values themselves.
-    if start <= 0 or stop <= 0:
+        return [float(f"{base**v:.12g}") for v in lin]
+    # geomspace: the two ends are the values themselves.
+    if low <= 0 or high <= 0:
         raise ValueError(value)
-    ratio = (stop / start) ** (1 / (num - 1)) if num > 1 else 1.0
-    return [float(f"{start * ratio**i:.12g}") for i in range(num)]
+    ratio: float = (high / low) ** (1 / (num - 1)) if num > 1 else 1.0
+    return [float(f"{low * ratio**i:.12g}") for i in range(num)]
 
 
 def _merge(base: dict[str, Any], patch: Mapping[str, Any], strategy: str) -> dict[str, Any]:
     """Polyaxon's (and our presets') patch strategies, on plain data; lists are values."""
     out = dict(base)
     for key, value in patch.items():
-        if key not in out or out[key] is None:
-            out[key] = value
-        elif strategy == "replace":
+        if key not in out or out[key] is None or strategy == "replace":
             out[key] = value
         elif isinstance(out[key], dict) and isinstance(value, dict):
             out[key] = _merge(out[key], value, strategy)
@@ -1077,11 +1203,7 @@ def import_polyaxon(
     Presets are imported first, so that operations may name them whatever the order of the
     files on the command line."""
     importer = _Importer(project, target, resolve)
-    docs: list[tuple[Source, bool]] = []
-    for source in sources:
-        preset = b"isPreset" in source.content
-        docs.append((source, preset))
-    for source, preset in sorted(docs, key=lambda d: not d[1]):
+    for source in sorted(sources, key=lambda s: b"isPreset" not in s.content):
         importer.import_file(source)
     report = importer.report
     findings = tuple(dict.fromkeys(report.findings))  # a file read twice reports once
