@@ -204,3 +204,16 @@ def test_a_value_of_any_wrong_type_never_crashes(path: Path) -> None:
             result = import_kueue([Source("m.yaml", text)], target=Target())
             for item in (*result.errors, *result.findings):
                 assert str(item).startswith("m.yaml:"), item
+
+
+def test_the_docs_tables_name_every_field_the_importer_knows() -> None:
+    from reconciler.core.importers.kueue import FIELDS
+
+    text = (ROOT / "docs" / "from-kueue.md").read_text()
+    missing = [
+        f"{kind}.{f}"
+        for kind, names in FIELDS.items()
+        for f in names
+        if f"`{f}`" not in text and f"`spec.{f}`" not in text and f"`…resources[].{f}`" not in text
+    ]
+    assert not missing, f"docs/from-kueue.md does not name {missing}"

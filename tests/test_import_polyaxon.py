@@ -334,3 +334,11 @@ def test_a_value_of_any_wrong_type_never_crashes(path: Path) -> None:
         )
         for item in (*result.errors, *result.findings):
             assert str(item).startswith(str(DATA / "polyaxon" / "")), item
+
+
+def test_the_docs_table_names_every_field_the_importer_knows() -> None:
+    from reconciler.core.importers.polyaxon import FIELDS
+
+    text = (ROOT / "docs" / "from-polyaxon.md").read_text()
+    missing = [f for names in FIELDS.values() for f in names if f"`{f}`" not in text]
+    assert not missing, f"docs/from-polyaxon.md does not name {missing}"
