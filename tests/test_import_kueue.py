@@ -145,6 +145,13 @@ def test_strict_writes_nothing(tmp_path: Path) -> None:
             "ClusterQueue without metadata.name",
         ),
         ("apiVersion: kueue.x-k8s.io/v1beta1\nkind: [\n", ":3:1:", "expected"),
+        (
+            "apiVersion: kueue.x-k8s.io/v1beta2\nkind: ClusterQueue\nmetadata: {name: q}\n"
+            "spec:\n  resourceGroups:\n  - coveredResources: [cpu]\n    flavors:\n"
+            "    - name: a100\n      resources:\n      - {name: cpu, nominalQuota: lots}\n",
+            ":10:35:",
+            "nominalQuota 'lots' is not a quantity",
+        ),
     ],
 )
 def test_bad_manifests_are_located_errors(
@@ -217,3 +224,15 @@ def test_the_docs_tables_name_every_field_the_importer_knows() -> None:
         if f"`{f}`" not in text and f"`spec.{f}`" not in text and f"`…resources[].{f}`" not in text
     ]
     assert not missing, f"docs/from-kueue.md does not name {missing}"
+
+
+def test_a_queue_the_repo_has_is_reported_not_written(tmp_path: Path) -> None:
+    out = _repo(tmp_path)
+    (out / "queues").mkdir()
+    (out / "queues" / "team-b.yaml").write_text("kind: Queue\ncluster: local\n")
+    result = _run("import", "kueue", *_paths(), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert (
+        f"{DATA / 'kueue' / 'cluster-queues.yaml'}:45:9: queues/team-b.yaml exists" in result.stderr
+    )
+    assert (out / "queues" / "team-b.yaml").read_text() == "kind: Queue\ncluster: local\n"

@@ -24,6 +24,7 @@ from reconciler.core.importers import (
     render,
 )
 from reconciler.core.load import Document, PathKey
+from reconciler.core.quantity import parse_quantity
 
 GROUP = "kueue.x-k8s.io"
 VERSIONS = ("v1beta1", "v1beta2")
@@ -144,6 +145,19 @@ class _Importer:
         name = dns_label(raw)
         spec_at = (*at, "spec")
         spec = self.mapping(doc, spec_at)
+        have = {
+            "ClusterQueue": ("queues", self.target.queues),
+            "ResourceFlavor": ("flavors", self.target.flavors),
+        }.get(str(kind))
+        if have is not None and name in have[1]:
+            self.note(
+                doc,
+                (*at, "metadata", "name"),
+                f"{have[0]}/{name}.yaml exists in the "
+                "repo: not written (the import writes only new files); compare the two "
+                "by hand",
+                key=False,
+            )
         if kind == "ResourceFlavor":
             self.flavor(doc, spec_at, spec, name)
         elif kind == "ClusterQueue":
@@ -428,7 +442,16 @@ class _Importer:
                         ("lendingLimit", "lendingLimit"),
                     ):
                         if src in resource:
-                            entry[dst][rname] = resource[src]
+                            amount = resource[src]
+                            if _quantity(amount):
+                                entry[dst][rname] = amount
+                            else:
+                                self.report.error(
+                                    doc,
+                                    (*rat, src),
+                                    f"{src} {amount!r} is not a quantity",
+                                    key=False,
+                                )
                     for extra in resource:
                         if extra not in ("name", "nominalQuota", "borrowingLimit", "lendingLimit"):
                             self.note(doc, (*rat, extra), f"resources[].{extra}: no equivalent")
@@ -515,8 +538,9 @@ class _Importer:
         out: list[tuple[str, str]] = []
         head = "Imported from Kueue {} (reconciler import kueue)."
         for name, (source, body) in self.flavors.items():
-            if name not in self.target.flavors:
-                out.append((f"flavors/{name}.yaml", render([head.format(source)], body)))
+            if name in self.target.flavors:
+                continue
+            out.append((f"flavors/{name}.yaml", render([head.format(source)], body)))
         for name, (source, body, _) in self.cohorts.items():
             out.append(
                 (
@@ -615,6 +639,16 @@ def _kind(value: Any) -> str:
     if isinstance(value, list):
         return "a list"
     return f"{value!r}"[:40]
+
+
+def _quantity(value: Any) -> bool:
+    if isinstance(value, bool) or not isinstance(value, int | float | str):
+        return False
+    try:
+        parse_quantity(value)
+    except (ValueError, ArithmeticError):
+        return False
+    return True
 
 
 def _number(value: Any) -> int | float | None:
