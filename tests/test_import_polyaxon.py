@@ -342,3 +342,30 @@ def test_the_docs_table_names_every_field_the_importer_knows() -> None:
     text = (ROOT / "docs" / "from-polyaxon.md").read_text()
     missing = [f for names in FIELDS.values() for f in names if f"`{f}`" not in text]
     assert not missing, f"docs/from-polyaxon.md does not name {missing}"
+
+
+def test_into_an_existing_project_policy_is_kept(tmp_path: Path) -> None:
+    out = tmp_path / "template"
+    shutil.copytree(ROOT / "config-repo-template", out)
+    result = _run("import", "polyaxon", *_own(), "--project", "vision", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    lines = result.stderr.splitlines()
+    polyaxon = DATA / "polyaxon"
+    assert (
+        f"{polyaxon}/train-fast.yaml:6:8: project 'vision' may not use queue 'gpu-queue': "
+        "written with queue 'team-a'; to keep 'gpu-queue', add it to the project's "
+        "allowedQueues"
+    ) in lines
+    assert any(
+        line.startswith(f"{polyaxon}/lab.yaml:") and "written with queue 'notebooks'" in line
+        for line in lines
+    )
+    assert any(
+        line.startswith(f"{polyaxon}/shell.yaml:") and "not written" in line for line in lines
+    )
+    assert not (out / "projects/vision/operations/shell.yaml").exists()
+    assert (out / "projects/vision/project.yaml").read_text() == (
+        ROOT / "config-repo-template/projects/vision/project.yaml"
+    ).read_text()
+    result = _run("validate", "--repo", str(out))
+    assert result.exit_code == 0, result.output

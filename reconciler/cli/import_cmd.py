@@ -77,22 +77,25 @@ def _target(out: Path, cluster: str, project: str | None = None) -> Target:
     if project:
         presets |= _stems(out / "projects" / project / "presets")
     projects: dict[str, str] = {}
+    mine: dict[str, Any] = {}
     if (out / "projects").is_dir():
         for entry in sorted((out / "projects").iterdir()):
             for name in ("project.yaml", "project.yml"):
-                if (entry / name).is_file():
-                    doc, _ = parse_yaml(name, (entry / name).read_bytes())
-                    ns = entry.name
-                    if doc is not None and isinstance(doc.data, dict):
-                        ns = str(doc.data.get("namespace") or entry.name)
-                    projects[entry.name] = ns
-    policy: dict[str, Any] = {}
-    for name in ("reconciler.yaml", "reconciler.yml"):
-        if (out / name).is_file():
-            doc, _ = parse_yaml(name, (out / name).read_bytes())
-            if doc is not None and isinstance(doc.data, dict):
-                found = doc.data.get("policy")
-                policy = found if isinstance(found, dict) else {}
+                data = _data(entry / name)
+                if data is not None:
+                    projects[entry.name] = str(data.get("namespace") or entry.name)
+                    if entry.name == project:
+                        mine = data
+    org = _data(out / "reconciler.yaml") or _data(out / "reconciler.yml") or {}
+    policy = _map(org.get("policy"))
+    kinds: list[tuple[str, tuple[str, ...]]] = []
+    for queue in sorted(_stems(out / "queues")):
+        for ext in (".yaml", ".yml"):
+            data = _data(out / "queues" / f"{queue}{ext}")
+            if data is not None and isinstance(data.get("kinds"), list):
+                kinds.append((queue, tuple(map(str, data["kinds"]))))
+    org_queues, project_queues = policy.get("allowedQueues"), mine.get("allowedQueues")
+    default = _map(mine.get("defaults")).get("queue") or _map(org.get("defaults")).get("queue")
     schedulers = policy.get("allowedSchedulerNames")
     try:
         min_ttl = duration_seconds(policy.get("minTtl", "1h"))
@@ -112,7 +115,28 @@ def _target(out: Path, cluster: str, project: str | None = None) -> Target:
         scheduler_names=None if schedulers is None else frozenset(map(str, schedulers)),
         host_namespaces=policy.get("podSecurity") == "privileged",
         min_ttl=min_ttl,
+        queue_kinds=tuple(kinds),
+        org_allowed_queues=_names(org_queues),
+        project_allowed_queues=_names(project_queues),
+        default_queue=str(default) if default else None,
     )
+
+
+def _data(path: Path) -> dict[str, Any] | None:
+    """A YAML file of the repo as a mapping; ``None`` when missing or unreadable (the
+    import does not judge the repo: ``reconciler validate`` does)."""
+    if not path.is_file():
+        return None
+    doc, _ = parse_yaml(path.name, path.read_bytes())
+    return doc.data if doc is not None and isinstance(doc.data, dict) else None
+
+
+def _map(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _names(value: Any) -> frozenset[str] | None:
+    return frozenset(map(str, value)) if isinstance(value, list) else None
 
 
 def write_all(out: Path, files: Sequence[tuple[str, str]]) -> None:

@@ -48,6 +48,12 @@ class Target:
     scheduler_names: frozenset[str] | None = None  # None: any
     host_namespaces: bool = False  # podSecurity privileged
     min_ttl: int = 3600
+    # Where an operation of the project may go: the kinds of the repo's queues that limit
+    # them, the queues org and project policy allow (None: any), the queue it gets by default.
+    queue_kinds: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    org_allowed_queues: frozenset[str] | None = None
+    project_allowed_queues: frozenset[str] | None = None
+    default_queue: str | None = None
 
 
 @dataclass(frozen=True, order=True, slots=True)

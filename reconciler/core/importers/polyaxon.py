@@ -182,11 +182,10 @@ class _Scope:
 
 @dataclass(slots=True)
 class _Op:
-    source: str
+    root: _At
     name: str
     body: dict[str, Any]
     notes: list[str]
-    queue_refs: list[tuple[str, _At]] = field(default_factory=list)
 
 
 class _Importer:
@@ -425,7 +424,7 @@ class _Importer:
         if held:
             body["isApproved"] = False
             notes.append("held (isApproved: false): see the import report; approve it when ready")
-        self.ops.append(_Op(root.doc.path, name, body, notes))
+        self.ops.append(_Op(root, name, body, notes))
 
     def component_of(self, root: _At) -> _At | None:
         data = root.get()
@@ -1041,6 +1040,63 @@ class _Importer:
 
     # --- output --------------------------------------------------------------------------
 
+    def allowed(self, queue: str) -> bool:
+        target = self.target
+        org, project = target.org_allowed_queues, target.project_allowed_queues
+        return (org is None or queue in org) and (project is None or queue in project)
+
+    def accepts(self, queue: str, kind: Any) -> bool:
+        kinds = dict(self.target.queue_kinds).get(queue)
+        return kinds is None or kind in kinds
+
+    def place(self, op: _Op) -> bool:
+        """Keep the operation off a queue that policy would refuse it: its project's
+        allowedQueues (and the org's), and the queue's `kinds`. Another queue the project may
+        use is written instead, and the report says why; with none, the operation is not
+        written (reported), so that the repo still validates."""
+        body = op.body
+        kind = body.get("run", {}).get("kind")
+        queue = body.get("queue")
+        for preset in body.get("presets", []):
+            queue = queue or self.presets.get(preset, ("", {}))[1].get("queue")
+        if queue is None:
+            queue = self.target.default_queue if self.project in self.target.projects else None
+            queue = queue or self.project
+        why = (
+            None
+            if self.allowed(queue) and self.accepts(queue, kind)
+            else f"project {self.project!r} may not use queue {queue!r}"
+            if not self.allowed(queue)
+            else f"queue {queue!r} does not accept kind {kind!r} (its `kinds`)"
+        )
+        if why is None:
+            return True
+        at = op.root.at("queue") if "queue" in (op.root.get() or {}) else op.root
+        order = [self.target.default_queue or "", *sorted(self.target.project_allowed_queues or ())]
+        order += sorted({*self.target.queues, *self.queues})
+        for candidate in order:
+            if candidate and self.allowed(candidate) and self.accepts(candidate, kind):
+                body["queue"] = candidate
+                self.note(
+                    at,
+                    f"{why}: written with queue {candidate!r}; to keep {queue!r}, "
+                    + (
+                        "add it to the project's allowedQueues"
+                        if not self.allowed(queue)
+                        else f"add {kind} to its `kinds`"
+                    ),
+                    key=False,
+                )
+                return True
+        self.note(
+            at,
+            f"{why}, nor any other queue it may use, so policy would reject it: not written; "
+            f"add a queue that accepts it to projects/{self.project}/project.yaml "
+            "allowedQueues and import it again",
+            key=False,
+        )
+        return False
+
     @staticmethod
     def _unique(name: str, taken: set[str]) -> str:
         out, n = name, 2
@@ -1082,8 +1138,10 @@ class _Importer:
         for op in self.ops:
             name = self._unique(op.name, taken)
             op.body["name"] = name
+            if not self.place(op):
+                continue
             header = [
-                f"Imported from Polyaxon {op.source} (reconciler import polyaxon).",
+                f"Imported from Polyaxon {op.root.doc.path} (reconciler import polyaxon).",
                 *op.notes,
             ]
             out.append((f"projects/{project}/operations/{name}.yaml", render(header, op.body)))
@@ -1206,8 +1264,8 @@ def import_polyaxon(
     for source in sorted(sources, key=lambda s: b"isPreset" not in s.content):
         importer.import_file(source)
     report = importer.report
-    findings = tuple(dict.fromkeys(report.findings))  # a file read twice reports once
     if report.errors:
+        findings = tuple(dict.fromkeys(report.findings))  # a file read twice reports once
         return ImportResult((), findings, tuple(dict.fromkeys(report.errors)))
     files = importer.files()
-    return ImportResult(tuple(files), findings, ())
+    return ImportResult(tuple(files), tuple(dict.fromkeys(report.findings)), ())
