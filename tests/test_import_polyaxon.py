@@ -369,3 +369,24 @@ def test_into_an_existing_project_policy_is_kept(tmp_path: Path) -> None:
     ).read_text()
     result = _run("validate", "--repo", str(out))
     assert result.exit_code == 0, result.output
+
+
+def test_a_file_name_cannot_forge_a_line_of_the_report_or_of_a_written_file(
+    tmp_path: Path,
+) -> None:
+    odd = tmp_path / "job\nkind: Queue.yaml"
+    odd.write_text(
+        "version: 1.1\nkind: component\ntags: [x]\nrun:\n  kind: job\n"
+        "  container: {image: busybox:1.36}\n"
+    )
+    out = tmp_path / "o"
+    result = _run("import", "polyaxon", str(odd), "--project", "p", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stderr.splitlines() if "tags" in line] == [
+        f'"{tmp_path}/job\\nkind: Queue.yaml":3:1: tags: tags are not kept; say it in '
+        "`description`, or as run.environment.labels"
+    ]
+    written = (out / "projects/p/operations/job-kind-queue.yaml").read_text()
+    assert yaml.safe_load(written)["kind"] == "Operation"
+    assert written.splitlines()[0].startswith("# Imported from Polyaxon ")
+    assert written.splitlines()[1] == "kind: Operation"

@@ -157,6 +157,7 @@ _Dumper.add_representer(str, _str)
 
 def render(header: list[str], body: Mapping[str, Any]) -> str:
     """A file: ``# `` comment lines, then the body as block YAML in the given key order."""
-    lines = [f"# {line}".rstrip() for line in header]
+    # One comment line each, whatever a file name or a value holds: never a second line.
+    lines = [f"# {printable_text(line)}".rstrip() for line in header]
     text = yaml.dump(dict(body), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     return "\n".join([*lines, text.rstrip("\n")]) + "\n"

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+import yaml
+
 from reconciler.core.importers import (
     ImportResult,
     Report,
@@ -333,7 +335,7 @@ class _Importer:
         description = data.get("description") or comp.get("description")
         if description:
             body["description"] = str(description)
-        held = False
+        held: list[str] = []  # the sections not converted that hold the operation
         # Values of inputs (component defaults, then the operation's params).
         scope = _Scope(values=self.inputs(component))
         if root.get("kind") == "operation":
@@ -343,7 +345,8 @@ class _Importer:
         dag_children: list[dict[str, Any]] | None = None
         if isinstance(matrix, dict):
             matrix_out, dag_children, hold = self.matrix(root.at("matrix"))
-            held = held or hold
+            if hold:
+                held.append("matrix")
             if matrix_out is not None:
                 scope.params = frozenset(matrix_out["params"])
             elif dag_children is not None:
@@ -356,7 +359,7 @@ class _Importer:
                 if key in NO_EQUIVALENT:
                     self.note(at, f"{key}: {NO_EQUIVALENT[key]}")
                     if key == "schedule":
-                        held = True
+                        held.append(key)
                 elif key == "queue":
                     queue = self.queue(at)
                     if queue:
@@ -423,7 +426,13 @@ class _Importer:
             )
         if held:
             body["isApproved"] = False
-            notes.append("held (isApproved: false): see the import report; approve it when ready")
+            notes.append(
+                f"Held (isApproved: false): its {' and '.join(held)} could not be converted "
+                "(see the import report). As written in Polyaxon:"
+            )
+            for section in held:
+                text = yaml.safe_dump({section: root.get(section)}, sort_keys=False, width=88)
+                notes.extend(f"  {line}" for line in text.splitlines())
         self.ops.append(_Op(root, name, body, notes))
 
     def component_of(self, root: _At) -> _At | None:
