@@ -236,3 +236,51 @@ def test_a_queue_the_repo_has_is_reported_not_written(tmp_path: Path) -> None:
         f"{DATA / 'kueue' / 'cluster-queues.yaml'}:45:9: queues/team-b.yaml exists" in result.stderr
     )
     assert (out / "queues" / "team-b.yaml").read_text() == "kind: Queue\ncluster: local\n"
+
+
+def test_kubectl_output_with_kueue_defaults_reports_only_what_differs(tmp_path: Path) -> None:
+    # As `kubectl get clusterqueues,localqueues -o yaml` prints them: a List, with the
+    # defaults filled in and a status.
+    listing = tmp_path / "cq.yaml"
+    listing.write_text(
+        """apiVersion: v1
+kind: List
+items:
+  - apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ClusterQueue
+    metadata: {name: q, uid: 1b2c, resourceVersion: "42"}
+    spec:
+      namespaceSelector: {}
+      queueingStrategy: BestEffortFIFO
+      stopPolicy: None
+      flavorFungibility: {whenCanBorrow: TryNextFlavor, whenCanPreempt: TryNextFlavor}
+      preemption:
+        borrowWithinCohort: {policy: Never}
+        reclaimWithinCohort: Never
+        withinClusterQueue: Never
+      resourceGroups:
+        - coveredResources: [cpu]
+          flavors:
+            - name: default-flavor
+              resources: [{name: cpu, nominalQuota: "8"}]
+    status: {pendingWorkloads: 0}
+  - apiVersion: kueue.x-k8s.io/v1beta1
+    kind: ClusterQueue
+    metadata: {name: q}
+    spec: {}
+  - apiVersion: kueue.x-k8s.io/v1beta1
+    kind: LocalQueue
+    metadata: {name: q, namespace: ml}
+    spec: {clusterQueue: nope}
+"""
+    )
+    out = tmp_path / "o"
+    result = _run("import", "kueue", str(listing), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert result.stderr.splitlines()[:-1] == [
+        f"{listing}:24:22: ClusterQueue 'q' twice: the last one is kept",
+        f"{listing}:28:22: LocalQueue name 'q' is not kept: operations name the queue itself "
+        "('nope')",
+        f"{listing}:29:26: clusterQueue 'nope': no ClusterQueue of that name among the "
+        "imported files nor in the repo: not added",
+    ]

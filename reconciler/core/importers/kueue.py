@@ -77,7 +77,8 @@ class _Importer:
     queues: dict[str, _Queue] = field(default_factory=dict)
     cohorts: dict[str, tuple[str, dict[str, Any], list[str]]] = field(default_factory=dict)
     cohort_refs: dict[str, str] = field(default_factory=dict)
-    local: list[tuple[Document, str, str]] = field(default_factory=list)  # (doc, ns, cq)
+    # Each LocalQueue: (its document, its path there, its namespace, its ClusterQueue).
+    local: list[tuple[Document, PathKey, str, str]] = field(default_factory=list)
 
     def note(self, doc: Document, path: PathKey, message: str, *, key: bool = True) -> None:
         self.report.note(doc, path, message, key=key)
@@ -198,7 +199,7 @@ class _Importer:
                     f"kept: operations name the queue itself ({dns_label(cq)!r})",
                     key=False,
                 )
-            self.local.append((doc, namespace, dns_label(cq)))
+            self.local.append((doc, at, namespace, dns_label(cq)))
         else:  # WorkloadPriorityClass
             value = obj.get("value")
             self.note(
@@ -256,6 +257,13 @@ class _Importer:
                 key=False,
             )
             return
+        if name in self.flavors:
+            self.note(
+                doc,
+                (*at[:-1], "metadata", "name"),
+                f"ResourceFlavor {name!r} twice: the last one is kept",
+                key=False,
+            )
         self.flavors[name] = (doc.path, body)
 
     # --- Cohort --------------------------------------------------------------------------
@@ -354,6 +362,12 @@ class _Importer:
                         )
             elif key == "resourceGroups":
                 self.resource_groups(doc, sub, self.sequence(doc, sub), queue)
+            elif key == "namespaceSelector" and value == {}:
+                continue  # every namespace: as a queue no project's allowedQueues leaves out
+            elif key == "preemption" and _never(value):
+                continue  # Kueue's default, and ours
+            elif key in ("admissionChecks", "admissionChecksStrategy") and not value:
+                continue
             elif key == "namespaceSelector":
                 self.note(
                     doc,
@@ -385,6 +399,13 @@ class _Importer:
                 self.note(doc, sub, f"ClusterQueue {key}: no equivalent; not converted")
         if queue.cohort:
             body["cohort"] = queue.cohort
+        if name in self.queues:
+            self.note(
+                doc,
+                (*at[:-1], "metadata", "name"),
+                f"ClusterQueue {name!r} twice: the last one is kept",
+                key=False,
+            )
         self.queues[name] = queue
 
     def fungibility(self, doc: Document, at: PathKey, value: dict[str, Any]) -> None:
@@ -566,19 +587,19 @@ class _Importer:
         return out
 
     def projects(self) -> list[tuple[str, str]]:
-        by_ns: dict[str, list[tuple[Document, str]]] = {}
-        for doc, ns, cq in self.local:
-            by_ns.setdefault(ns, []).append((doc, cq))
+        by_ns: dict[str, list[tuple[Document, PathKey, str]]] = {}
+        for doc, at, ns, cq in self.local:
+            by_ns.setdefault(ns, []).append((doc, at, cq))
         existing = dict((ns, p) for p, ns in self.target.project_namespaces)
         known = set(self.queues) | set(self.target.queues)
         out: list[tuple[str, str]] = []
         for ns, refs in by_ns.items():
             queues: list[str] = []
-            for doc, cq in refs:
+            for doc, at, cq in refs:
                 if cq not in known:
                     self.note(
                         doc,
-                        ("spec", "clusterQueue"),
+                        (*at, "spec", "clusterQueue"),
                         f"clusterQueue {cq!r}: no "
                         "ClusterQueue of that name among the imported files nor in the "
                         "repo: not added",
@@ -589,10 +610,10 @@ class _Importer:
             if not queues:
                 continue
             if ns in existing:
-                doc = refs[0][0]
+                doc, at, _ = refs[0]
                 self.note(
                     doc,
-                    ("metadata", "namespace"),
+                    (*at, "metadata", "namespace"),
                     f"namespace {ns!r} is project "
                     f"{existing[ns]!r}: add {', '.join(queues)} to allowedQueues in "
                     f"projects/{existing[ns]}/project.yaml (the import writes only new "
@@ -631,6 +652,19 @@ def _get(data: Any, path: PathKey) -> Any:
         else:
             return None
     return data
+
+
+def _never(preemption: Any) -> bool:
+    """Whether a ClusterQueue's ``preemption`` preempts nothing (every policy ``Never``, as
+    ``kubectl get -o yaml`` shows the defaults)."""
+    if not isinstance(preemption, dict):
+        return False
+    for key, policy in preemption.items():
+        if key == "borrowWithinCohort":
+            policy = policy.get("policy") if isinstance(policy, dict) else policy
+        if policy != "Never":
+            return False
+    return True
 
 
 def _kind(value: Any) -> str:
