@@ -102,6 +102,10 @@ _VOLUME_KINDS = ("persistentVolumeClaim", "configMap", "secret", "emptyDir")
 _SERVICE_PORTS = {8888: "notebook", 8080: "sandbox"}
 _STRATEGIES = ("replace", "isnull", "post_merge", "pre_merge")
 _MATRIX_UNSUPPORTED = ("hyperband", "bayes", "hyperopt", "iterative")
+_DAG_CHILD = (
+    "{key} of a DAG operation: a child has only its name, dependencies, params and run "
+    "(queue, presets and approval are the workflow's); not converted"
+)
 _TEMPLATE = re.compile(r"\{\{(.*?)\}\}", re.S)
 _NAME = re.compile(r"^\s*([A-Za-z_][A-Za-z0-9_]*)\s*$")
 
@@ -1010,13 +1014,13 @@ class _Importer:
             for key in child:
                 if key in NO_EQUIVALENT and key != "dependencies":
                     self.note(cat.at(key), f"{key}: {NO_EQUIVALENT[key]}")
-                elif key not in ("name", "dependencies", "params", "termination", *refs) and (
-                    key not in FIELDS["operation"]
-                ):
-                    self.note(cat.at(key), f"{key}: not converted")
+                elif key not in ("name", "dependencies", "params", "termination", *refs):
+                    self.note(cat.at(key), _DAG_CHILD.format(key=key))
             for key in self.mapping(comp):
                 if key in NO_EQUIVALENT:
                     self.note(comp.at(key), f"{key}: {NO_EQUIVALENT[key]}")
+                elif key not in ("name", "inputs", "run", "termination", "version", "kind"):
+                    self.note(comp.at(key), _DAG_CHILD.format(key=key))
             if comp.get("run", "kind") == "dag":
                 self.note(
                     comp.at("run", "kind"),
