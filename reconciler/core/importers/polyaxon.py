@@ -364,6 +364,8 @@ class _Importer:
                     self.note(at, f"{key}: {NO_EQUIVALENT[key]}")
                     if key == "schedule":
                         held.append(key)
+                elif key in ("queue", "presets") and where is component and key in root.get():
+                    continue  # the operation's own wins, as in Polyaxon
                 elif key == "queue":
                     queue = self.queue(at)
                     if queue:
