@@ -188,7 +188,7 @@ def _unknown_flags(text: str, commands: dict[str, set[str]]) -> list[str]:
     """``--flags`` written after ``reconciler <command>`` on a line that the command lacks."""
     found: list[str] = []
     for line in text.splitlines():
-        for m in re.finditer(r"reconciler ((?:dev-cluster )?[a-z][a-z-]*)([^`]*)", line):
+        for m in re.finditer(r"reconciler ((?:dev-cluster |import )?[a-z][a-z-]*)([^`]*)", line):
             path = f"reconciler {m.group(1)}"
             if path not in commands:
                 continue  # prose ("the reconciler reads ...")

@@ -19,6 +19,7 @@ def _register() -> None:
         config_cmds,
         demo_cmd,
         devcluster_cmd,
+        import_cmd,
         logs_cmd,
         plan_cmd,
         queues_cmd,
@@ -39,6 +40,7 @@ def _register() -> None:
     cli.add_command(logs_cmd.logs)
     cli.add_command(queues_cmd.queues)
     cli.add_command(serve_cmd.serve)
+    cli.add_command(import_cmd.import_group)
 
 
 _register()
