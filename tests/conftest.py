@@ -24,7 +24,6 @@ ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "config-repo-template"
 
 
-
 @pytest.fixture(autouse=True)
 def _process_logging_put_back() -> Iterator[None]:
     """``run`` and ``serve`` configure the process's logging (the root logger's handlers
@@ -35,6 +34,7 @@ def _process_logging_put_back() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+
 
 @dataclass(frozen=True)
 class KubeCluster:
