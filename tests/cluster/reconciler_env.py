@@ -277,7 +277,7 @@ def gang_op(
     backend: str | None = None,
     duration: str | None = None,
     command: str = "[torchrun, train.py]",
-    selector: str | None = "{gpu.type: h100}",
+    selector: str | None = "{reconciler.dev/pool: gang}",
 ) -> str:
     """An Operation file: ``replicas`` pods of ``gpus`` GPUs each (one pod when 1), run by
     ``backend`` (``run.distributed.backend``); on the ``gang_nodes`` (``selector``); the
