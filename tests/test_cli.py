@@ -117,6 +117,7 @@ def test_schema_matches_template_copies(tmp_path: Path) -> None:
         "Connection",
         "Queue",
         "Cohort",
+        "Flavor",
         "Preset",
         "Project",
         "Operation",

@@ -27,11 +27,14 @@ def test_table_rows_in_priority_order_with_quota_and_fleet(remote: Path, tmp_pat
     names = [ln.split()[0] for ln in lines[1:7]]
     assert names == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
     rows = {ln.split()[0]: ln for ln in lines[1:7]}
-    assert "nvidia.com/gpu 2/2" in rows["team-a"] and "QuotaExceeded" in rows["team-a"]
-    assert "nvidia.com/gpu 4/4" in rows["team-b"]
+    # quota summed over the flavors: team-a's 1 H100 + 1 A100 and 1 H100 borrowed from
+    # team-b, whose ops pin A100 (2 of its 2), its H100s idle
+    team_a, team_b = rows["team-a"], rows["team-b"]
+    assert "nvidia.com/gpu 3/2 (+1 borrowed)" in team_a and "BorrowingNotAllowed" in team_a
+    assert "nvidia.com/gpu 2/4 (1 lent)" in team_b
     assert rows["batch"].split()[3] == "3/3"
     fleet = [ln for ln in lines if ln.startswith(("local ", "(all) "))]
-    assert len(fleet) == 2 and "nvidia.com/gpu 7/13" in fleet[1]
+    assert len(fleet) == 2 and "nvidia.com/gpu 6/13" in fleet[1]
     # the template's fleet queue, over its one cluster
     (share,) = [ln.split() for ln in lines if ln.startswith("gpu-fleet    local")]
     assert share[:5] == ["gpu-fleet", "local", "0", "nvidia.com/gpu", "0/4"]
@@ -56,10 +59,10 @@ def test_json_has_rows_and_fleet_totals(remote: Path, tmp_path: Path) -> None:
     assert data["source"] == "status-branch"
     queues = {q["name"]: q for q in data["queues"]}
     assert queues["team-a"]["quota"] == [
-        {"resource": "nvidia.com/gpu", "used": "2", "limit": "2", "borrowed": "0", "lent": "0"}
+        {"resource": "nvidia.com/gpu", "used": "3", "limit": "2", "borrowed": "1", "lent": "0"}
     ]
     assert (queues["batch"]["active"], queues["batch"]["concurrency"]) == (3, 3)
-    assert queues["team-a"]["headReason"] == "QuotaExceeded"
+    assert queues["team-a"]["headReason"] == "BorrowingNotAllowed"  # sweep-lr-2: 12h timeout
     assert "admitted when" in queues["team-a"]["headMessage"]
     total = data["fleet"]["total"]
     assert total["cluster"] is None and total["active"] == sum(q["active"] for q in queues.values())
@@ -89,21 +92,21 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
 
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
     status = StatusBranch(repo)
-    assert status.file_history("status/vision/train-vit.yaml") == []  # no branch yet
-    write_cycle(repo, status)  # train-vit is Queued (QuotaExceeded, position 4)
+    assert status.file_history("status/vision/train-ddp.yaml") == []  # no branch yet
+    write_cycle(repo, status)  # train-ddp is Queued (QuotaExceeded, position 2)
     compiled = compile_repo(repo.sync())
     running = [
         ObservedOperation(d, Phase.RUNNING, queue="team-a")
         for d in ("vision/sweep-lr-0", "vision/sweep-lr-1")
     ]
     gone = [ObservedOperation(o.operation, Phase.SUCCEEDED) for o in running]
-    # both finished: sweep-lr-2 and train-resnet go; train-vit moves up behind train-ddp
-    # (2 replicas x 1 GPU, waiting for both GPUs at once)
+    # both finished: sweep-lr-2 (h100) and train-resnet (a100) go; train-ddp (2 x A100,
+    # waiting for both at once: its own and one team-b lends) moves up to the head
     plan = plan_repo(compiled, gone, NOW)
     before = status.read()
     after = render_status(compiled, plan, {})
     status.write(status_changes(before, after), "second cycle")
-    path = "status/vision/train-vit.yaml"
+    path = "status/vision/train-ddp.yaml"
     versions = status.file_history(path)
     assert len(versions) == 2 and versions[0][1] <= versions[1][1]
     records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]
@@ -114,7 +117,7 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
         parse_status_file(order_path("team-a"), data)
         for _, _, data in status.file_history(order_path("team-a"))
     ]
-    assert [o.pending.index("vision/train-vit") + 1 for o in order] == [4, 2]  # type: ignore[union-attr]
+    assert [o.pending.index("vision/train-ddp") + 1 for o in order] == [2, 1]  # type: ignore[union-attr]
     events = recorded_history(records)  # type: ignore[arg-type]
     assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
     assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note

@@ -146,9 +146,7 @@ def test_node_selector_is_respected(kube_cluster: KubeCluster, namespace: str) -
     core.create_namespaced_pod(
         namespace, _pod("on-cpu", node_selector={"reconciler.dev/pool": "cpu"})
     )
-    core.create_namespaced_pod(
-        namespace, _pod("on-l4", gpus=1, node_selector={"gpu.type": "l4"})
-    )
+    core.create_namespaced_pod(namespace, _pod("on-l4", gpus=1, node_selector={"gpu.type": "l4"}))
 
     def bound() -> str | None:
         return core.read_namespaced_pod("on-cpu", namespace).spec.node_name  # type: ignore[no-any-return]
