@@ -1,0 +1,154 @@
+"""Resource flavors on the dev cluster (docs/dispatch.md, "Flavors"): its default fleet has
+two 4-GPU H100 nodes and two 4-GPU A100 nodes, labelled as NVIDIA GPU feature discovery
+labels them. A queue with flavors h100 (4 GPUs) then a100 (6 GPUs):
+
+- two 2-GPU ops take the h100 flavor; a third, finding it full, falls back to a100 while
+  the H100 runs keep running; an op pinned to A100 by its own nodeSelector only ever gets
+  a100;
+- each Job carries ``reconciler.dev/flavor`` and the flavor's nodeLabels as nodeSelector
+  entries, so kube-scheduler binds its pod to a node of that product;
+- the next cycle reads each workload's flavor back from its Job and counts it there: an
+  op of 4 GPUs then waits (a100 holds 4 of 6), where counting the unpinned fallback run in
+  the queue's first flavor would have let it in.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import KubeCluster, Reconcilers
+from helpers import wait_until
+from reconciler_env import GPU, commit_all, cycle_until, small_repo
+
+from reconciler.adapters.kube import Kube
+from reconciler.core.plan import PendingReason
+from reconciler.core.render import LABEL_FLAVOR
+from reconciler.core.types import Phase
+from reconciler.runtime.cycle import CycleResult
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
+
+PRODUCT = "nvidia.com/gpu.product"
+PRODUCTS = {"h100": "NVIDIA-H100-80GB-HBM3", "a100": "NVIDIA-A100-SXM4-80GB"}
+
+
+def _flavor(name: str) -> str:
+    return (
+        f"kind: Flavor\nname: {name}\nnodeLabels:\n  {PRODUCT}: {PRODUCTS[name]}\n"
+        f"tolerations:\n  - {{key: {GPU}, operator: Exists, effect: NoSchedule}}\n"
+    )
+
+
+QUEUE = (
+    "kind: Queue\nname: gpus\ncluster: local\n"
+    "flavors:\n"
+    f"  - {{name: h100, quota: {{{GPU}: 4}}}}\n"
+    f"  - {{name: a100, quota: {{{GPU}: 6}}}}\n"
+)
+
+
+def _op(gpus: int, product: str | None = None) -> str:
+    """An op of ``gpus`` GPUs that keeps running (no simulated duration); ``product`` pins
+    a GPU product with its own nodeSelector."""
+    pin = f"  environment:\n    nodeSelector: {{{PRODUCT}: {product}}}\n" if product else ""
+    return (
+        "kind: Operation\nrun:\n  kind: job\n"
+        f"  container:\n    image: busybox\n    resources:\n      limits: {{{GPU}: {gpus}}}\n" + pin
+    )
+
+
+def _repo(root: Path, kubeconfig: Path, namespace: str) -> Path:
+    repo = small_repo(
+        root,
+        kubeconfig,
+        namespace,
+        {
+            "a-one": _op(2),
+            "b-two": _op(2),
+            "c-three": _op(2),  # h100 is full after a-one and b-two: falls back to a100
+            "d-pinned": _op(2, PRODUCTS["a100"]),  # only ever a100
+        },
+        queue="gpus",
+    )
+    (repo / "queues" / "gpus.yaml").write_text(QUEUE)
+    for name in PRODUCTS:
+        (repo / "flavors").mkdir(exist_ok=True)
+        (repo / "flavors" / f"{name}.yaml").write_text(_flavor(name))
+    commit_all(repo, "queue gpus with flavors h100 then a100")
+    return repo
+
+
+def _pods_by_op(kube: Kube, namespace: str) -> dict[str, dict[str, Any]]:
+    return {
+        p["metadata"]["labels"]["reconciler.dev/operation"]: p
+        for p in kube.list_managed("Pod").items
+        if p["metadata"]["namespace"] == namespace
+    }
+
+
+def _used(result: CycleResult) -> dict[str, str]:
+    assert result.plan is not None
+    (queue,) = [q for q in result.plan.queues if q.name == "gpus"]
+    return {f.name: str(f.used.get(GPU, 0)) for f in queue.flavors}
+
+
+def test_flavors_place_pods_on_their_product_fall_back_and_are_read_back(
+    kube: Kube,
+    kube_cluster: KubeCluster,
+    namespace: str,
+    tmp_path: Path,
+    reconcilers: Reconcilers,
+) -> None:
+    repo = _repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace)
+    reconciler = reconcilers.start(repo)
+
+    first = reconciler.run_once()
+    assert first.plan is not None and not first.failed, first.failed
+    assigned = {d.operation.split("/")[1]: d.flavor for d in first.plan.dispatch}
+    assert assigned == {"a-one": "h100", "b-two": "h100", "c-three": "a100", "d-pinned": "a100"}
+
+    # the Job: the flavor label, its nodeLabels as nodeSelector, its toleration
+    for job in kube.list_managed("Job").items:
+        if job["metadata"]["namespace"] != namespace:
+            continue
+        op = job["metadata"]["labels"]["reconciler.dev/operation"]
+        flavor = assigned[op]
+        assert job["metadata"]["labels"][LABEL_FLAVOR] == flavor
+        pod_spec = job["spec"]["template"]["spec"]
+        assert pod_spec["nodeSelector"][PRODUCT] == PRODUCTS[flavor]
+        assert {"key": GPU, "operator": "Exists", "effect": "NoSchedule"} in pod_spec["tolerations"]
+
+    # kube-scheduler binds each pod to a node of its flavor's product
+    def all_bound() -> dict[str, dict[str, Any]] | None:
+        pods = _pods_by_op(kube, namespace)
+        done = len(pods) == 4 and all(p["spec"].get("nodeName") for p in pods.values())
+        return pods if done else None
+
+    pods = wait_until(all_bound, timeout=60, what="the four pods to be bound")
+    for op, pod in pods.items():
+        node = kube.core.read_node(pod["spec"]["nodeName"])
+        assert node.metadata.labels[PRODUCT] == PRODUCTS[assigned[op]], (op, node.metadata.name)
+        assert node.metadata.name.startswith(f"kwok-{assigned[op]}-")
+
+    # the next cycle reads each workload's flavor back from its Job (the label) and counts
+    # it there: c-three holds a100, though the queue's first flavor is h100
+    def running(result: CycleResult) -> bool:
+        return all(s.phase is Phase.RUNNING for s in result.states.values() if s.cluster == "local")
+
+    second = cycle_until(reconciler, running, timeout=60, what="the four runs to be Running")
+    flavors = {op.split("/")[1]: s.flavor for op, s in second.states.items()}
+    assert flavors == assigned
+    assert second.dispatched == ()
+    assert _used(second) == {"h100": "4", "a100": "4"}
+
+    # a 4-GPU op: h100 full (its runs still running), a100 holds 4 of 6: it waits
+    (repo / "projects" / "d" / "operations" / "e-four.yaml").write_text(_op(4))
+    commit_all(repo, "a 4-GPU op")
+    third = reconciler.run_once()
+    assert third.plan is not None and third.dispatched == ()
+    (waiting,) = [p for p in third.plan.pending if p.operation == "d/e-four"]
+    assert waiting.reason is PendingReason.QUOTA_EXCEEDED, waiting.message
+    assert {op: s.phase for op, s in third.states.items()}["d/a-one"] is Phase.RUNNING
+    assert _used(third) == {"h100": "4", "a100": "4"}
