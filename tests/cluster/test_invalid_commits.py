@@ -131,6 +131,17 @@ class Bad:
     whole: bool = True  # rejected whole (else: guarded, the commit is in force)
 
 
+BAD_CORPUS = Path(__file__).resolve().parent.parent / "data" / "bad"
+
+
+def _corpus(name: str) -> Bad:
+    """A case of tests/data/bad/ (``# path:`` and ``# expect:`` header) as a commit: its
+    file written over the config, its exact expectation the error."""
+    text = (BAD_CORPUS / f"{name}.yaml").read_text()
+    path, expect = (line.split(": ", 1)[1] for line in text.splitlines()[:2])
+    return Bad(_write(path, text), "^" + re.escape(expect) + "$")
+
+
 CASES = {
     "yaml": Bad(
         _write("queues/team-b.yaml", "kind: Queue\nname: team-b\ncluster: [oops\n"),
@@ -155,6 +166,21 @@ CASES = {
         r"^refusing to prune \d+ of \d+ active operations \(more than 50%\)",
         whole=False,
     ),
+    # flavors (issue 26, section 5): the running H100 and A100 Jobs stay as they are
+    **{
+        name: _corpus(name)
+        for name in (
+            "flavor-no-node-labels",
+            "queue-flavor-unknown",
+            "queue-flavor-twice",
+            "queue-quota-and-flavors",
+            "cohort-flavored-and-not",
+            "org-flavor-prices-unknown",
+            "cluster-flavor-prices-unknown",
+            "queue-fair-sharing-weight-zero",
+            "queue-fair-sharing-weight-negative",
+        )
+    },
 }
 
 
