@@ -170,3 +170,21 @@ def test_a_value_cannot_leave_its_code_span_in_the_pr_comment() -> None:
     assert "| `image` | `busybox` | ``evil` <img src=x> @org/team `C:\\tmp`` |" in md
     diff = run(world("busybox"), world("`a|b`"))
     assert "| `image` | `busybox` | `` `a\\|b` `` |" in diff_to_markdown(diff)
+
+
+def test_a_pr_that_changes_a_queues_flavors_lists_each_flavor_field() -> None:
+    def flavored(h100: int, a100: int | None) -> World:
+        w = World().queue("team-a")
+        rest = [("a100", {"gpu": a100})] if a100 is not None else []
+        w.flavored("team-a", ("h100", {"gpu": h100}), *rest)
+        w.op("vision/train-1", queue="team-a", gpu=1)
+        return w
+
+    assert not run(flavored(1, 1), flavored(1, 1)).has_changes
+    diff = run(flavored(1, None), flavored(2, 1))
+    (q,) = diff.queues
+    assert [(f.path, f.before, f.after) for f in q.fields] == [
+        ("flavors.a100.order", None, 2),
+        ("flavors.a100.quota.nvidia.com/gpu", None, "1"),
+        ("flavors.h100.quota.nvidia.com/gpu", "1", "2"),
+    ]

@@ -13,9 +13,9 @@ from reconciler.cli.output import ProgressPrinter
 from reconciler.devcluster.build import BuildError, StatusSink, ensure_binaries
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
 from reconciler.devcluster.shape import (
+    DEFAULT_GPU_PRODUCTS,
     NAMED_SHAPES,
     ShapeError,
-    DEFAULT_GPU_PRODUCTS,
     default_shape,
     load_shape,
     named_shape,

@@ -236,6 +236,25 @@ def _queue_fields(q: QueueSpec) -> dict[str, Any]:
         "borrowingLimit": dict(q.borrowing_limit),
         "lendingLimit": dict(q.lending_limit),
     }
+    if q.flavors:  # only a queue with flavors has them: another queue's diff is unchanged
+        fields["flavors"] = {
+            f.name: {
+                "order": i + 1,  # the fallback order
+                "quota": dict(f.quota),
+                **{  # the limits and caps a flavor sets (none: no field to diff)
+                    key: value
+                    for key, value in (
+                        ("borrowingLimit", dict(f.borrowing_limit)),
+                        ("lendingLimit", dict(f.lending_limit)),
+                        ("clusterQuota", {c: dict(v) for c, v in f.cluster_quota.items()}),
+                    )
+                    if value
+                },
+            }
+            for i, f in enumerate(q.flavors)
+        }
+    if q.fair_weight != 1:
+        fields["fairSharing"] = {"weight": q.fair_weight}
     if q.fleet:  # only a fleet queue has them: a single-cluster queue's diff is unchanged
         fields["clusters"] = list(q.clusters)
         fields["clusterQuota"] = {c: dict(v) for c, v in q.cluster_quota.items()}

@@ -14,6 +14,7 @@ labels them. A queue with flavors h100 (4 GPUs) then a100 (6 GPUs):
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -152,3 +153,55 @@ def test_flavors_place_pods_on_their_product_fall_back_and_are_read_back(
     assert waiting.reason is PendingReason.QUOTA_EXCEEDED, waiting.message
     assert {op: s.phase for op, s in third.states.items()}["d/a-one"] is Phase.RUNNING
     assert _used(third) == {"h100": "4", "a100": "4"}
+
+
+L4 = (
+    "# yaml-language-server: $schema=../schemas/flavor.schema.json\n"
+    f"kind: Flavor\nname: l4\nnodeLabels:\n  {PRODUCT}: NVIDIA-L4\n"
+)
+
+
+def test_validate_and_plan_live_warn_about_a_flavor_that_matches_no_node(
+    kube: Kube, kube_cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """``validate --live`` and ``plan --live --base`` read the nodes of each cluster: a
+    flavor whose nodeLabels no node carries (an L4, which the dev cluster lacks) is a
+    warning at its nodeLabels, the exit code unchanged; h100 and a100 match nodes."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    repo = _repo(tmp_path / "repo", kube_cluster.kubeconfig, namespace)
+    runner = CliRunner()
+    quiet = runner.invoke(cli, ["validate", "--live", "--repo", str(repo)])
+    assert quiet.exit_code == 0, quiet.output
+    assert "warning" not in quiet.stderr
+
+    (repo / "flavors" / "l4.yaml").write_text(L4)
+    queue = repo / "queues" / "gpus.yaml"
+    queue.write_text(queue.read_text() + f"  - {{name: l4, quota: {{{GPU}: 2}}}}\n")
+    commit_all(repo, "an l4 flavor, which no node of the cluster has")
+    expected = (
+        "flavors/l4.yaml:4:1: warning: flavor 'l4' matches no node: no node of cluster local "
+        f"has all of its nodeLabels ({PRODUCT}=NVIDIA-L4); an operation assigned it will not "
+        "be placed until such nodes exist"
+    )
+    warned = runner.invoke(cli, ["validate", "--live", "--repo", str(repo)])
+    assert warned.exit_code == 0, warned.output
+    assert warned.stderr.splitlines()[0] == expected
+    as_json = runner.invoke(cli, ["validate", "--live", "--repo", str(repo), "-o", "json"])
+    assert json.loads(as_json.stdout)["warnings"] == [expected]
+    # without --live nothing reads the nodes
+    offline = runner.invoke(cli, ["validate", "--repo", str(repo)])
+    assert offline.exit_code == 0 and "warning" not in offline.stderr
+
+    # the PR plan: on stderr, and in the markdown comment
+    pr = runner.invoke(
+        cli,
+        ["plan", "--repo", str(repo), "--live", "--base", "HEAD~1", "-o", "markdown"],
+    )
+    assert pr.exit_code == 3, pr.output  # the change adds a flavor to the queue
+    assert "flavors.l4.quota.nvidia.com/gpu" in pr.stdout
+    assert expected in pr.stderr.splitlines()
+    assert f"- {expected}" in pr.stdout.split("**Warnings**")[1]
+    assert not kube.list_managed("Job").items  # planning dispatches nothing
