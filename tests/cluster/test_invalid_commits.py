@@ -112,7 +112,8 @@ def _write(path: str, text: str) -> Callable[[Path], None]:
 
 
 def _privileged_preset(repo: Path) -> None:
-    preset = repo / "presets" / "a100.yaml"
+    """The gpu preset (sweep-lr's and train-vit's, running) asks for a privileged container."""
+    preset = repo / "presets" / "gpu.yaml"
     text = preset.read_text().replace(
         "  container:\n", "  container:\n    securityContext:\n      privileged: true\n", 1
     )
@@ -157,8 +158,8 @@ CASES = {
     ),
     "policy-violation": Bad(
         _privileged_preset,
-        r"presets/a100\.yaml:\d+:\d+: .*privileged containers are not allowed by policy "
-        r"\(set by preset a100 \(post_merge\) at presets/a100\.yaml:\d+\)",
+        r"presets/gpu\.yaml:\d+:\d+: .*privileged containers are not allowed by policy "
+        r"\(set by preset gpu \(post_merge\) at presets/gpu\.yaml:\d+\)",
         whole=False,
     ),
     "delete-every-operation": Bad(
