@@ -243,9 +243,11 @@ def test_plan_json_example_has_the_contract_keys() -> None:
         assert set(example[section][0]) == set(real[section][0]), section
     assert set(example["stop"][0]) == {"operation", "reason"}
     optional = {"flavor", "replicas"}  # of a queue with flavors, of a distributed run
-    assert set(example["pending"][0]["blockedBy"]) - optional == set(
-        next(p for p in real["pending"] if p["reason"] == "QuotaExceeded")["blockedBy"]
-    ) - optional
+    assert (
+        set(example["pending"][0]["blockedBy"]) - optional
+        == set(next(p for p in real["pending"] if p["reason"] == "QuotaExceeded")["blockedBy"])
+        - optional
+    )
 
 
 def _between(text: str, start: str, end: str) -> str:
