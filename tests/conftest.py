@@ -86,15 +86,15 @@ def namespace(kube_cluster: KubeCluster) -> Iterator[str]:
 
 @pytest.fixture
 def gang_nodes(kube_cluster: KubeCluster) -> Iterator[list[str]]:
-    """The ``gang`` shape's four 8-GPU H100 nodes (pool ``h100``, label ``gpu.type=h100``)
-    added to the session's cluster for one test and deleted after it, so tests that expect
-    no h100 node still find none."""
+    """The ``gang`` shape's four 8-GPU H100 nodes (pool ``gang``, selected by
+    ``reconciler.dev/pool: gang``) added to the session's cluster for one test and deleted
+    after it, so the other tests see the default fleet only."""
     from kubernetes import client
 
-    from reconciler.devcluster.shape import named_shape
+    from reconciler.devcluster.shape import GANG_POOL, named_shape
 
     api = client.CoreV1Api(kube_cluster.api_client())
-    (pool,) = [p for p in named_shape("gang") if p.name == "h100"]
+    (pool,) = [p for p in named_shape("gang") if p.name == GANG_POOL]
     names = pool.node_names()
     existing = {n.metadata.name for n in api.list_node().items}
     for name in names:
@@ -112,7 +112,7 @@ def gang_nodes(kube_cluster: KubeCluster) -> Iterator[list[str]]:
             for name in names
         )
 
-    wait_until(ready, timeout=60, what="the h100 kwok nodes to be Ready")
+    wait_until(ready, timeout=60, what="the gang kwok nodes to be Ready")
     try:
         yield names
     finally:
@@ -186,9 +186,9 @@ def reconcilers() -> Iterator[Reconcilers]:
 
 
 @pytest.fixture
-def h100_remote(config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path) -> Iterator[Any]:
+def h200_remote(config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path) -> Iterator[Any]:
     """A second dev cluster, ``remote`` in ``config_repo`` (``clusters/remote.yaml``, not
-    committed): one 8-GPU H100 node, where the session's (``local``) has A100s only. The
+    committed): one 8-GPU H200 node, a product the session's (``local``) lacks. The
     config repo's example operations are removed (uncommitted): the test writes its own."""
     if kube_cluster.dev is None:
         pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
@@ -198,7 +198,7 @@ def h100_remote(config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path) ->
 
     for op in config_repo.glob("projects/*/operations/*.yaml"):
         op.unlink()
-    shape = default_shape(gpu_nodes=1, gpus_per_node=8, gpu_type="h100", cpu_nodes=0)
+    shape = default_shape(gpu_nodes=1, gpus_per_node=8, gpu_types=("h200",), cpu_nodes=0)
     with second_cluster(tmp_path / "second", config_repo, shape) as second:
         yield second.kube
 

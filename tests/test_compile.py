@@ -388,8 +388,14 @@ def test_template_is_valid_and_exceeds_its_limits(template: RepoSnapshot) -> Non
     for op in compiled.operations:
         gpus[op.queue] += op.requests.get("nvidia.com/gpu", Decimal(0))
     q = compiled.queues
+
     # train-ddp: 2 replicas x 1 GPU, counted whole
-    assert q["team-a"].quota == {"nvidia.com/gpu": Decimal(2)} and gpus["team-a"] == 7
+    def quota(name: str) -> list[tuple[str, dict[str, Decimal]]]:
+        return [(f.name, dict(f.quota)) for f in q[name].flavors]
+
+    one, two = {"nvidia.com/gpu": Decimal(1)}, {"nvidia.com/gpu": Decimal(2)}
+    # quota per flavor, H100 first: 2 GPUs in all for team-a, 4 for team-b
+    assert quota("team-a") == [("h100", one), ("a100", one)] and gpus["team-a"] == 7
     assert all(
         op.per_pod.get("nvidia.com/gpu") == 1
         for op in compiled.operations
@@ -398,7 +404,7 @@ def test_template_is_valid_and_exceeds_its_limits(template: RepoSnapshot) -> Non
     assert [(op.id, op.replicas) for op in compiled.operations if op.replicas > 1] == [
         ("vision/train-ddp", 2)
     ]
-    assert q["team-b"].quota == {"nvidia.com/gpu": Decimal(4)} and gpus["team-b"] == 6
+    assert quota("team-b") == [("h100", two), ("a100", two)] and gpus["team-b"] == 6
     assert q["batch"].concurrency == 3 and not q["batch"].quota and by_queue["batch"] == 5
     assert by_queue["notebooks"] >= 1 and by_queue["sandboxes"] >= 1
     assert len({queue.priority for queue in q.values()}) == len(q)
@@ -477,12 +483,14 @@ def test_the_template_cohort_compiles(template: RepoSnapshot) -> None:
     pool = compiled.cohorts["gpu-pool"]
     assert (pool.max_borrow_seconds, dict(pool.quota)) == (7200, {})
     a, b = compiled.queues["team-a"], compiled.queues["team-b"]
-    assert (a.cohort, dict(a.borrowing_limit), dict(a.lending_limit)) == (
-        "gpu-pool",
-        {"nvidia.com/gpu": Decimal(2)},
-        {},
-    )
-    assert (b.cohort, dict(b.borrowing_limit)) == ("gpu-pool", {})
+    one = {"nvidia.com/gpu": Decimal(1)}
+    assert a.cohort == "gpu-pool"
+    assert [(f.name, dict(f.borrowing_limit), dict(f.lending_limit)) for f in a.flavors] == [
+        ("h100", one, {}),
+        ("a100", one, {}),
+    ]
+    assert b.cohort == "gpu-pool"
+    assert [(f.name, dict(f.borrowing_limit)) for f in b.flavors] == [("h100", {}), ("a100", {})]
 
 
 def test_queues_of_one_cohort_on_two_clusters_is_an_error_at_the_cluster_line(
@@ -493,7 +501,8 @@ def test_queues_of_one_cohort_on_two_clusters_is_an_error_at_the_cluster_line(
         {
             "clusters/other.yaml": "kind: Cluster\nkubeconfig:\n  path: /x\n",
             "queues/team-c.yaml": (
-                "kind: Queue\ncluster: other\nquota: {nvidia.com/gpu: 1}\ncohort: gpu-pool\n"
+                "kind: Queue\ncluster: other\ncohort: gpu-pool\n"
+                "flavors: [{name: h100, quota: {nvidia.com/gpu: 1}}]\n"
             ),
         },
     )

@@ -321,3 +321,27 @@ def test_an_op_that_lost_its_share_waits_for_its_fair_share() -> None:
     assert p.blocked_by.ahead == ("team-a",) and p.blocked_by.flavor == "h100"
     assert "waits for its fair share" in p.message
     assert p.admit.when is AdmitWhen.BORROWERS_FINISH and p.admit.operations == ("a/big",)
+
+
+def test_a_flavor_whose_node_labels_no_node_carries_is_a_warning_at_its_node_labels() -> None:
+    from reconciler.core.plan.flavors import flavor_node_warnings
+    from reconciler.core.types import FlavorSpec, Location
+
+    at = Location("flavors/l4.yaml", 4, 1)
+    flavors = {
+        "h100": FlavorSpec("h100", {"nvidia.com/gpu.product": H100}),
+        "l4": FlavorSpec("l4", {"nvidia.com/gpu.product": "NVIDIA-L4", "zone": "a"}, location=at),
+    }
+    nodes = {
+        "local": [{"nvidia.com/gpu.product": H100, "zone": "b"}],
+        "remote": [{"nvidia.com/gpu.product": "NVIDIA-L4", "zone": "b"}],  # not zone a
+    }
+    (warning,) = flavor_node_warnings(flavors, nodes, unread=("far",))
+    assert warning == (
+        "flavors/l4.yaml:4:1: warning: flavor 'l4' matches no node: no node of cluster "
+        "local, remote has all of its nodeLabels (nvidia.com/gpu.product=NVIDIA-L4, zone=a); "
+        "not read: far; an operation assigned it will not be placed until such nodes exist"
+    )
+    nodes["remote"].append({"nvidia.com/gpu.product": "NVIDIA-L4", "zone": "a"})
+    assert flavor_node_warnings(flavors, nodes) == []
+    assert flavor_node_warnings(flavors, {}) == []  # nothing read: nothing to compare

@@ -27,11 +27,15 @@ def test_table_rows_in_priority_order_with_quota_and_fleet(remote: Path, tmp_pat
     names = [ln.split()[0] for ln in lines[1:7]]
     assert names == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
     rows = {ln.split()[0]: ln for ln in lines[1:7]}
-    assert "nvidia.com/gpu 2/2" in rows["team-a"] and "QuotaExceeded" in rows["team-a"]
-    assert "nvidia.com/gpu 4/4" in rows["team-b"]
+    # a cell per flavor: team-a's 1 H100 + 1 A100 and 1 H100 borrowed from team-b, whose
+    # ops pin A100 (2 of its 2), its H100s idle
+    team_a, team_b = rows["team-a"], rows["team-b"]
+    assert "h100: nvidia.com/gpu 2/1 (+1 borrowed); a100: nvidia.com/gpu 1/1" in team_a
+    assert "BorrowingNotAllowed" in team_a
+    assert "h100: nvidia.com/gpu 0/2 (1 lent); a100: nvidia.com/gpu 2/2" in team_b
     assert rows["batch"].split()[3] == "3/3"
     fleet = [ln for ln in lines if ln.startswith(("local ", "(all) "))]
-    assert len(fleet) == 2 and "nvidia.com/gpu 7/13" in fleet[1]
+    assert len(fleet) == 2 and "nvidia.com/gpu 6/13" in fleet[1]
     # the template's fleet queue, over its one cluster
     (share,) = [ln.split() for ln in lines if ln.startswith("gpu-fleet    local")]
     assert share[:5] == ["gpu-fleet", "local", "0", "nvidia.com/gpu", "0/4"]
@@ -56,72 +60,40 @@ def test_json_has_rows_and_fleet_totals(remote: Path, tmp_path: Path) -> None:
     assert data["source"] == "status-branch"
     queues = {q["name"]: q for q in data["queues"]}
     assert queues["team-a"]["quota"] == [
-        {"resource": "nvidia.com/gpu", "used": "2", "limit": "2", "borrowed": "0", "lent": "0"}
+        {"resource": "nvidia.com/gpu", "used": "3", "limit": "2", "borrowed": "1", "lent": "0"}
     ]
     assert (queues["batch"]["active"], queues["batch"]["concurrency"]) == (3, 3)
-    assert queues["team-a"]["headReason"] == "QuotaExceeded"
+    assert queues["team-a"]["headReason"] == "BorrowingNotAllowed"  # sweep-lr-2: 12h timeout
     assert "admitted when" in queues["team-a"]["headMessage"]
     total = data["fleet"]["total"]
     assert total["cluster"] is None and total["active"] == sum(q["active"] for q in queues.values())
     assert [c["cluster"] for c in data["fleet"]["clusters"]] == ["local"]
 
 
-FLAVORED_TEAM_A = """kind: Queue
-name: team-a
-cluster: local
-priority: 100
-flavors:
-  - name: h100
-    quota:
-      nvidia.com/gpu: 1
-  - name: a100
-    quota:
-      nvidia.com/gpu: 1
-kinds: [job, batch]
-"""
-
-
-def _flavored(remote: Path, tmp_path: Path) -> Path:
-    """The template with team-a's quota per flavor (h100 then a100), pushed to ``remote``,
-    and one cycle written to its status branch."""
-    from test_git_adapter import git
-
-    work = tmp_path / "work"  # the template_remote fixture's checkout
-    (work / "flavors").mkdir()
-    for name, product in (("h100", "NVIDIA-H100-80GB-HBM3"), ("a100", "NVIDIA-A100-SXM4-80GB")):
-        (work / "flavors" / f"{name}.yaml").write_text(
-            f"kind: Flavor\nname: {name}\nnodeLabels:\n  nvidia.com/gpu.product: {product}\n"
-        )
-    (work / "queues" / "team-a.yaml").write_text(FLAVORED_TEAM_A)
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "team-a: quota per flavor")
-    git(work, "push", "-q", str(remote), "main")
-    return _published(remote, tmp_path)
-
-
 def test_a_queue_with_flavors_from_a_real_status_branch(remote: Path, tmp_path: Path) -> None:
     """``queues`` (table and json) and ``status`` read each flavor's use back from the
-    status branch; the other queues' rows are as they were."""
-    cache = str(_flavored(remote, tmp_path))
+    status branch (the template's team-a and team-b give their quota per flavor); the
+    other queues' rows are as they were."""
+    cache = str(_published(remote, tmp_path))
     code, out, err = run("queues", "--repo", str(remote), "--cache-dir", cache)
     assert code == 0, err
     rows = {ln.split()[0]: ln for ln in out.splitlines()[1:7]}
-    assert "h100: nvidia.com/gpu 0/1; a100: nvidia.com/gpu 1/1" in rows["team-a"]
-    assert "nvidia.com/gpu 4/4" in rows["team-b"] and "h100" not in rows["team-b"]
+    assert "h100: nvidia.com/gpu 2/1 (+1 borrowed); a100: nvidia.com/gpu 1/1" in rows["team-a"]
+    assert "nvidia.com/gpu 1/2" in rows["sandboxes"] and "h100" not in rows["sandboxes"]
     code, out, err = run("queues", "--repo", str(remote), "--cache-dir", cache, "-o", "json")
     assert code == 0, err
     queues = {q["name"]: q for q in json.loads(out)["queues"]}
     assert [(f["name"], f["quota"][0]["used"]) for f in queues["team-a"]["flavors"]] == [
-        ("h100", "0"),
+        ("h100", "2"),
         ("a100", "1"),
     ]
     assert queues["team-a"]["quota"][0]["limit"] == "2"  # the sum over its flavors
-    assert "flavors" not in queues["team-b"]
+    assert "flavors" not in queues["sandboxes"]
     code, out, err = run("status", "--repo", str(remote), "--cache-dir", cache)
     assert code == 0, err
     row = next(ln for ln in out.splitlines() if ln.startswith("team-a "))
-    assert "h100: nvidia.com/gpu 0/1; a100: nvidia.com/gpu 1/1" in row
-    code, out, err = run("status", "vision/sweep-lr-0", "--repo", str(remote), "--cache-dir", cache)
+    assert "h100: nvidia.com/gpu 2/1; a100: nvidia.com/gpu 1/1" in row  # status: no borrowing
+    code, out, err = run("status", "vision/sweep-lr-1", "--repo", str(remote), "--cache-dir", cache)
     assert code == 0, err
     assert "flavor: a100" in out
 
@@ -149,21 +121,21 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
 
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
     status = StatusBranch(repo)
-    assert status.file_history("status/vision/train-vit.yaml") == []  # no branch yet
-    write_cycle(repo, status)  # train-vit is Queued (QuotaExceeded, position 4)
+    assert status.file_history("status/vision/train-ddp.yaml") == []  # no branch yet
+    write_cycle(repo, status)  # train-ddp is Queued (QuotaExceeded, position 2)
     compiled = compile_repo(repo.sync())
     running = [
         ObservedOperation(d, Phase.RUNNING, queue="team-a")
         for d in ("vision/sweep-lr-0", "vision/sweep-lr-1")
     ]
     gone = [ObservedOperation(o.operation, Phase.SUCCEEDED) for o in running]
-    # both finished: sweep-lr-2 and train-resnet go; train-vit moves up behind train-ddp
-    # (2 replicas x 1 GPU, waiting for both GPUs at once)
+    # both finished: sweep-lr-2 (h100) and train-resnet (a100) go; train-ddp (2 x A100,
+    # waiting for both at once: its own and one team-b lends) moves up to the head
     plan = plan_repo(compiled, gone, NOW)
     before = status.read()
     after = render_status(compiled, plan, {})
     status.write(status_changes(before, after), "second cycle")
-    path = "status/vision/train-vit.yaml"
+    path = "status/vision/train-ddp.yaml"
     versions = status.file_history(path)
     assert len(versions) == 2 and versions[0][1] <= versions[1][1]
     records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]
@@ -174,7 +146,7 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
         parse_status_file(order_path("team-a"), data)
         for _, _, data in status.file_history(order_path("team-a"))
     ]
-    assert [o.pending.index("vision/train-vit") + 1 for o in order] == [4, 2]  # type: ignore[union-attr]
+    assert [o.pending.index("vision/train-ddp") + 1 for o in order] == [2, 1]  # type: ignore[union-attr]
     events = recorded_history(records)  # type: ignore[arg-type]
     assert [e.phase for e in events] == ["Queued"]  # same phase and reason: one event
     assert "QuotaExceeded" in events[0].note and versions[0][0][:12] in events[0].note

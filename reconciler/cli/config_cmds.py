@@ -20,6 +20,7 @@ import click
 import yaml
 
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
 from reconciler.cli.output import plain_table
 from reconciler.core.compile import OperationResult, compile_operation, compile_repo
 from reconciler.core.explain import provenance_rows
@@ -105,10 +106,18 @@ def _rejected_text(rejected: RejectedOperation) -> str:
     "--output",
     type=click.Choice(["text", "json"]),
     default="text",
-    help="text: one line per error; json: valid, errors, rejected, operations, queues, clusters.",
+    help="text: one line per error; json: valid, errors, rejected, operations, queues, "
+    "clusters, warnings.",
 )
+@click.option(
+    "--live",
+    is_flag=True,
+    help="Also read each cluster's nodes: warn about a flavor whose nodeLabels match no "
+    "node of any cluster (a warning: the exit code is the same).",
+)
+@cluster_kubeconfig_option
 @_guard
-def validate(repo: Path, output: str) -> None:
+def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str, ...]) -> None:
     """Validate every file of the config repo and compile every operation.
 
     Lists every error as file:line:col: message. Exit 0 if valid, 1 if not, 70 on an
@@ -116,6 +125,11 @@ def validate(repo: Path, output: str) -> None:
     """
     compiled = compile_repo(_snapshot(repo))
     ok = compiled.valid and not compiled.rejected
+    warnings: list[str] = []
+    if live and compiled.valid:
+        from reconciler.runtime.live import connector, flavor_warnings
+
+        warnings = flavor_warnings(compiled, connector(parse_overrides(cluster_kubeconfigs)))
     if output == "json":
         click.echo(
             json.dumps(
@@ -127,6 +141,7 @@ def validate(repo: Path, output: str) -> None:
                     "operations": [op.id for op in compiled.operations],
                     "queues": sorted(compiled.queues),
                     "clusters": sorted(compiled.clusters),
+                    **({"warnings": warnings} if live else {}),
                 },
                 indent=2,
             )
@@ -136,6 +151,8 @@ def validate(repo: Path, output: str) -> None:
             click.echo(str(error))
         for rejected in compiled.rejected:
             click.echo(_rejected_text(rejected))
+        for warning in warnings:
+            click.echo(warning, err=True)
         summary = (
             f"{len(compiled.operations)} operations, {len(compiled.queues)} queues, "
             f"{len(compiled.clusters)} clusters"

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+from collections.abc import Mapping
 from decimal import Decimal
 from pathlib import Path
 
@@ -19,6 +20,9 @@ from rich.table import Table
 
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.output import ProgressPrinter, counts_line, plain_table
+from reconciler.core.capacity import placement_of
+from reconciler.core.plan.flavors import contradiction
+from reconciler.core.plan.model import FlavorUsage, QueueSummary
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import Phase
 from reconciler.devcluster.build import BuildError
@@ -63,12 +67,14 @@ def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
             waiting[state.queue] = waiting.get(state.queue, 0) + 1
     rows: list[tuple[str, ...]] = []
     for q in result.plan.queues:
-        used = q.used_after or q.used
-        quota = ", ".join(
-            f"{r} {format_quantity(used.get(r, 0))}/{format_quantity(limit)}"  # type: ignore[arg-type]
-            + _cohort_note(q.borrowed_after.get(r), q.lent_after.get(r))
-            for r, limit in sorted(q.quota.items())
-        )
+        if q.flavors:  # one cell per flavor, in the queue's fallback order
+            quota = "; ".join(
+                f"{f.name}: "
+                + _quota_cell(f.quota, f.used_after or f.used, f.borrowed_after, f.lent_after)
+                for f in q.flavors
+            )
+        else:
+            quota = _quota_cell(q.quota, q.used_after or q.used, q.borrowed_after, q.lent_after)
         rows.append(
             (
                 q.name,
@@ -127,6 +133,20 @@ def cycle_line(result: CycleResult) -> str:
     )
 
 
+def _quota_cell(
+    quota: Mapping[str, Decimal],
+    used: Mapping[str, Decimal],
+    borrowed: Mapping[str, Decimal],
+    lent: Mapping[str, Decimal],
+) -> str:
+    """``nvidia.com/gpu 1/2 (+1 borrowed), memory 8Gi/64Gi``: used/limit per resource."""
+    return ", ".join(
+        f"{r} {format_quantity(used.get(r, Decimal(0)))}/{format_quantity(limit)}"
+        + _cohort_note(borrowed.get(r), lent.get(r))
+        for r, limit in sorted(quota.items())
+    )
+
+
 def _cohort_note(borrowed: Decimal | None, lent: Decimal | None) -> str:
     if borrowed:
         return f" (+{format_quantity(borrowed)} borrowed)"
@@ -136,22 +156,70 @@ def _cohort_note(borrowed: Decimal | None, lent: Decimal | None) -> str:
 
 
 def borrowing_lines(result: CycleResult) -> list[str]:
-    """One line per operation this cycle dispatches by borrowing from its cohort."""
+    """One line per operation this cycle dispatches by borrowing from its cohort (of a
+    flavor, in a queue with flavors: a cohort lends each flavor on its own)."""
     if result.plan is None:
         return []
     lines = []
-    for q in result.plan.queues:
-        for r, amount in sorted(q.borrowed_after.items()):
-            if amount > q.borrowed.get(r, Decimal(0)):
+    queues = result.plan.queues
+    for q in queues:
+        for flavor, mine in _cohort_shares(q):
+            for r, amount in sorted(mine.borrowed_after.items()):
+                if amount <= mine.borrowed.get(r, Decimal(0)):
+                    continue
                 lenders = [
-                    f"{other.name} lends {format_quantity(other.lent_after[r])}"
-                    for other in result.plan.queues
-                    if other.cohort == q.cohort and other.lent_after.get(r)
+                    f"{other.name} lends {format_quantity(theirs.lent_after[r])}"
+                    for other in queues
+                    if other.cohort == q.cohort
+                    for f, theirs in _cohort_shares(other)
+                    if f == flavor and theirs.lent_after.get(r)
                 ]
+                of = f"{r} ({flavor})" if flavor else r
                 lines.append(
-                    f"{q.name} borrows {r} from cohort {q.cohort}: "
+                    f"{q.name} borrows {of} from cohort {q.cohort}: "
                     f"{format_quantity(amount)} above its quota ({', '.join(lenders)})"
                 )
+    return lines
+
+
+def _cohort_shares(q: QueueSummary) -> list[tuple[str | None, QueueSummary | FlavorUsage]]:
+    """What a queue borrows and lends: per flavor in a queue with flavors, else the queue's."""
+    if q.flavors:
+        return [(f.name, f) for f in q.flavors]
+    return [(None, q)]
+
+
+def flavor_lines(result: CycleResult) -> list[str]:
+    """One line per operation this cycle dispatches to a flavor after the first of its queue
+    that it could have used: the earlier ones were full (the fallback order at work). An
+    operation whose nodeSelector rules the earlier flavors out (presets/a100.yaml) gets no
+    line: it never had a choice."""
+    if result.plan is None or result.compiled is None:
+        return []
+    compiled = result.compiled
+    by_id = {op.id: op for op in compiled.operations}
+    summaries = {q.name: q for q in result.plan.queues}
+    lines = []
+    for d in result.plan.dispatch:
+        q = summaries.get(d.queue)
+        op = by_id.get(d.operation)
+        if d.flavor is None or q is None or op is None:
+            continue
+        names = [f.name for f in q.flavors]
+        if d.flavor not in names:
+            continue
+        placement = placement_of(op.spec)
+        skipped = [
+            f
+            for f in q.flavors[: names.index(d.flavor)]
+            if f.name in compiled.flavors
+            and contradiction(compiled.flavors[f.name].node_labels, placement) is None
+        ]
+        if skipped:
+            full = " and ".join(f.name for f in skipped)
+            lines.append(
+                f"{d.operation} falls back to flavor {d.flavor} of {d.queue}: {full} has no room"
+            )
     return lines
 
 
@@ -238,7 +306,7 @@ def demo(
     def on_cycle(result: CycleResult) -> None:
         runtime.on_cycle(result)
         outcome["last"] = result
-        for line in borrowing_lines(result):
+        for line in (*flavor_lines(result), *borrowing_lines(result)):
             say.line(line)
         if live is not None:
             live.update(queue_table(result))

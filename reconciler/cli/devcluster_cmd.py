@@ -13,6 +13,7 @@ from reconciler.cli.output import ProgressPrinter
 from reconciler.devcluster.build import BuildError, StatusSink, ensure_binaries
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
 from reconciler.devcluster.shape import (
+    DEFAULT_GPU_PRODUCTS,
     NAMED_SHAPES,
     ShapeError,
     default_shape,
@@ -51,7 +52,7 @@ def dev_cluster() -> None:
     default=2,
     show_default=True,
     type=click.IntRange(0, 5000),
-    help="Fake GPU nodes (kwok) to create.",
+    help="Fake GPU nodes (kwok) to create, per GPU product (--gpu-type).",
 )
 @click.option(
     "--gpus-per-node",
@@ -60,7 +61,16 @@ def dev_cluster() -> None:
     type=click.IntRange(1, 64),
     help="nvidia.com/gpu capacity of each GPU node.",
 )
-@click.option("--gpu-type", default="a100", show_default=True, help="Value of the gpu.type label.")
+@click.option(
+    "--gpu-type",
+    "gpu_types",
+    multiple=True,
+    default=DEFAULT_GPU_PRODUCTS,
+    show_default=", ".join(DEFAULT_GPU_PRODUCTS),
+    help="A GPU product: one pool of --gpu-nodes nodes per product (repeat the option), "
+    "labelled gpu.type=<product> and, for a known product (h100, h200, a100, l4, t4), with "
+    "NVIDIA's nvidia.com/gpu.product label.",
+)
 @click.option(
     "--cpu-nodes",
     default=2,
@@ -88,7 +98,7 @@ def up(
     state_dir: Path | None,
     gpu_nodes: int,
     gpus_per_node: int,
-    gpu_type: str,
+    gpu_types: tuple[str, ...],
     cpu_nodes: int,
     shape_file: Path | None,
     named_shape_name: str | None,
@@ -105,7 +115,7 @@ def up(
         elif named_shape_name:
             pools = named_shape(named_shape_name)
         else:
-            pools = default_shape(gpu_nodes, gpus_per_node, gpu_type, cpu_nodes)
+            pools = default_shape(gpu_nodes, gpus_per_node, gpu_types, cpu_nodes)
         with _printer() as printer:
             DevCluster(state_dir).up(
                 pools,

@@ -106,6 +106,9 @@ class Planned(NamedTuple):
     plan: Plan
     estimates: Estimates  # when each pending operation starts (docs/estimates.md)
     notes: list[str]  # warnings for stderr
+    # warnings about the config itself that a PR comment (markdown) shows too, e.g. a
+    # flavor whose nodeLabels match no node of the clusters read (--live only)
+    config_warnings: tuple[str, ...] = ()
 
 
 # A compiled repo -> its plan, its estimates and warnings. Raises PlanInputError.
@@ -145,8 +148,9 @@ def live_planner(memory: Memory, now: datetime, connect: Connect) -> Planner:
 
     def plan_of(repo: CompiledRepo) -> Planned:
         decision = decide(repo, reads(repo), memory, now)
-        notes = [*memory.ledger.problems.warnings(), *unreachable_warnings(decision)]
-        return Planned(decision.plan, estimate_decision(repo, decision), notes)
+        flavors = reads.flavor_warnings(repo)
+        notes = [*memory.ledger.problems.warnings(), *unreachable_warnings(decision), *flavors]
+        return Planned(decision.plan, estimate_decision(repo, decision), notes, tuple(flavors))
 
     return plan_of
 
@@ -161,11 +165,12 @@ def run_plan(load: Callable[[], CompiledRepo], planner: Planner, output: str) ->
     if errors:
         return Outcome("", "\n".join(errors) + "\n", EXIT_ERROR)
     try:
-        plan, estimates, notes = planner(repo)
+        plan, estimates, notes, config_warnings = planner(repo)
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
     stderr = "".join(f"{n}\n" for n in notes) + _warnings(plan)
-    return Outcome(render_plan(plan, output, estimates), stderr, EXIT_OK)
+    stdout = render_plan(plan, output, estimates) + _markdown_warnings(config_warnings, output)
+    return Outcome(stdout, stderr, EXIT_OK)
 
 
 def run_plan_diff(
@@ -192,12 +197,24 @@ def run_plan_diff(
         return Outcome("", "\n".join(unique) + "\n", EXIT_ERROR)
     base, head = repos
     try:
-        (base_plan, base_est, _), (head_plan, head_est, notes) = planner(base), planner(head)
+        (base_plan, base_est, _, _), (head_plan, head_est, notes, config_warnings) = (
+            planner(base),
+            planner(head),
+        )
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
     diff = diff_plans((base, base_plan), (head, head_plan), (base_est, head_est))
     stderr = "".join(f"{n}\n" for n in notes) + _warnings(head_plan)
-    return Outcome(render_diff(diff, output), stderr, diff_exit_code(diff))
+    stdout = render_diff(diff, output) + _markdown_warnings(config_warnings, output)
+    return Outcome(stdout, stderr, diff_exit_code(diff))
+
+
+def _markdown_warnings(warnings: Sequence[str], output: str) -> str:
+    """The config warnings as a list after a markdown plan (a PR comment); the other
+    outputs give them on stderr only."""
+    if output != "markdown" or not warnings:
+        return ""
+    return "\n**Warnings**\n\n" + "".join(f"- {w}\n" for w in warnings)
 
 
 # --- wiring ---------------------------------------------------------------------------

@@ -356,6 +356,7 @@ class FlavorSpec:
     tolerations: tuple[Mapping[str, Any], ...] = ()
     description: str = ""
     source: str = ""
+    location: Location | None = None  # its nodeLabels, for a warning about them
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ GPU_RESOURCE = "nvidia.com/gpu"
 GPU_PRODUCTS = {
     "a100": "NVIDIA-A100-SXM4-80GB",
     "h100": "NVIDIA-H100-80GB-HBM3",
+    "h200": "NVIDIA-H200-141GB-HBM3",
     "l4": "NVIDIA-L4",
     "t4": "Tesla-T4",
 }
@@ -93,11 +94,21 @@ class NodePool:
         }
 
 
+DEFAULT_GPU_PRODUCTS = ("h100", "a100")
+
+
 def default_shape(
-    gpu_nodes: int = 2, gpus_per_node: int = 4, gpu_type: str = "a100", cpu_nodes: int = 2
+    gpu_nodes: int = 2,
+    gpus_per_node: int = 4,
+    gpu_types: tuple[str, ...] = DEFAULT_GPU_PRODUCTS,
+    cpu_nodes: int = 2,
 ) -> tuple[NodePool, ...]:
+    """One pool of ``gpu_nodes`` GPU nodes per GPU product in ``gpu_types`` (pool and
+    ``gpu.type`` label the product's short name: ``kwok-h100-0``), then the CPU pool. By
+    default two products, 2 H100 and 2 A100 nodes of 4 GPUs each, so a queue can give its
+    quota per flavor (GPU product) and fall back from one to the other."""
     return (
-        gpu_pool("gpu", gpu_nodes, gpus_per_node, gpu_type),
+        *(gpu_pool(t, gpu_nodes, gpus_per_node, t) for t in gpu_types),
         NodePool(name="cpu", count=cpu_nodes, cpu="32", memory="128Gi"),
     )
 
@@ -119,13 +130,18 @@ def gpu_pool(name: str, count: int, gpus_per_node: int, gpu_type: str) -> NodePo
     )
 
 
+# The pool of the ``gang`` shape: its nodes are told apart from the default H100 nodes by
+# their pool label (both carry the H100 product label), so a distributed run selects them
+# with ``reconciler.dev/pool: gang``.
+GANG_POOL = "gang"
+
 # Named shapes for ``dev-cluster up --named-shape``. ``gang`` adds four 8-GPU H100 nodes
-# (pool ``h100``, 32 GPUs) to the default fleet: a distributed run of up to 4 x 8 GPUs
-# fits, one pod asking for 9 GPUs or a fifth 8-GPU pod does not, and the default a100
-# pools stay for the presets written for them.
+# (pool ``gang``, 32 GPUs) to the default fleet: a distributed run of up to 4 x 8 GPUs
+# fits, one pod asking for 9 GPUs or a fifth 8-GPU pod does not, and the default pools
+# stay for the presets and flavors written for them.
 NAMED_SHAPES: dict[str, str] = {
-    "default": "2 GPU nodes x 4 a100, 2 CPU nodes",
-    "gang": "the default fleet plus 4 GPU nodes x 8 h100 (pool h100) for distributed runs",
+    "default": "2 GPU nodes x 4 h100 and 2 x 4 a100 (pools h100, a100), 2 CPU nodes",
+    "gang": "the default fleet plus 4 GPU nodes x 8 h100 (pool gang) for distributed runs",
 }
 
 
@@ -133,7 +149,7 @@ def named_shape(name: str) -> tuple[NodePool, ...]:
     if name == "default":
         return default_shape()
     if name == "gang":
-        return (*default_shape(), gpu_pool("h100", 4, 8, "h100"))
+        return (*default_shape(), gpu_pool(GANG_POOL, 4, 8, "h100"))
     raise ShapeError(f"unknown shape {name!r}: one of {', '.join(sorted(NAMED_SHAPES))}")
 
 

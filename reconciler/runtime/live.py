@@ -20,6 +20,7 @@ from reconciler.adapters.kube import (
 from reconciler.core.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
 from reconciler.core.observe import observe_workloads
+from reconciler.core.plan.flavors import flavor_node_warnings
 from reconciler.core.types import ClusterSpec, CompiledRepo
 
 Connect = Callable[[ClusterSpec], Kube]
@@ -40,6 +41,38 @@ def read_capacity(kube: Kube) -> ClusterCapacity:
     nodes = kube.list_managed("Node", selector=ALL_OBJECTS).items
     pods = kube.list_managed("Pod", selector=ALL_OBJECTS, fields=LIVE_PODS).items
     return observe_capacity(nodes, pods)
+
+
+def read_node_labels(kube: Kube) -> list[dict[str, str]]:
+    """The labels of every Node of a cluster (Ready or not: a flavor names kinds of node)."""
+    nodes = kube.list_managed("Node", selector=ALL_OBJECTS).items
+    return [
+        {str(k): str(v) for k, v in ((n.get("metadata") or {}).get("labels") or {}).items()}
+        for n in nodes
+    ]
+
+
+def flavor_warnings(compiled: CompiledRepo, connect: Connect) -> list[str]:
+    """``validate --live``: a warning per flavor whose nodeLabels match no node of any
+    cluster of the config (each cluster's Nodes read once), and one per cluster that
+    could not be read."""
+    if not compiled.flavors:
+        return []
+    nodes: dict[str, list[dict[str, str]]] = {}
+    unread: dict[str, str] = {}
+    for name in sorted(compiled.clusters):
+        try:
+            nodes[name] = read_node_labels(connect(compiled.clusters[name]))
+        except KubeError as exc:
+            unread[name] = str(exc)
+    notes = [
+        f"warning: cluster {name} cannot be read: {error} (its nodes are not checked "
+        "against the flavors)"
+        for name, error in unread.items()
+    ]
+    if not nodes:
+        return [*notes, "warning: no cluster could be read: the flavors' nodeLabels are unchecked"]
+    return [*notes, *flavor_node_warnings(compiled.flavors, nodes, tuple(unread))]
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +101,31 @@ class ClusterReads:
     def __init__(self, connect: Connect) -> None:
         self._connect = connect
         self._reads: dict[str, _Read] = {}
+        self._nodes: dict[str, tuple[ClusterSpec, list[dict[str, str]]]] = {}
+
+    def flavor_warnings(self, compiled: CompiledRepo) -> list[str]:
+        """A warning per flavor of ``compiled`` whose nodeLabels match no node of its
+        clusters (each cluster's Nodes listed once, on the connection this instance read
+        it with; call after reading ``compiled``). A cluster that could not be read is
+        named in the warning, not checked."""
+        if not compiled.flavors:
+            return []
+        nodes: dict[str, list[dict[str, str]]] = {}
+        unread: list[str] = []
+        for name in sorted(compiled.clusters):
+            read = self._reads.get(name)
+            if read is None or read.kube is None:
+                unread.append(name)
+                continue
+            cached = self._nodes.get(name)
+            if cached is None or cached[0] != read.spec:
+                try:
+                    cached = self._nodes[name] = (read.spec, read_node_labels(read.kube))
+                except KubeError:
+                    unread.append(name)
+                    continue
+            nodes[name] = cached[1]
+        return flavor_node_warnings(compiled.flavors, nodes, tuple(unread))
 
     def __call__(self, compiled: CompiledRepo) -> dict[str, ClusterListing]:
         listing: dict[str, ClusterListing] = {}

@@ -62,6 +62,28 @@ def make_config_repo(dest: Path, kubeconfig: Path, duration: str = "3s") -> Path
     return dest
 
 
+# The example's team-a and team-b without flavors: one GPU quota each (2, may borrow 2;
+# 4), in cohort gpu-pool. A cohort's queues all have flavors or none does.
+UNFLAVORED_TEAMS = {
+    "queues/team-a.yaml": (
+        "kind: Queue\nname: team-a\ncluster: local\npriority: 100\n"
+        "quota:\n  nvidia.com/gpu: 2\ncohort: gpu-pool\nborrowingLimit:\n  nvidia.com/gpu: 2\n"
+        "kinds: [job, batch]\nstrategy: BestEffortFIFO\n"
+    ),
+    "queues/team-b.yaml": (
+        "kind: Queue\nname: team-b\ncluster: local\npriority: 90\n"
+        "quota:\n  nvidia.com/gpu: 4\ncohort: gpu-pool\nkinds: [job, batch]\n"
+        "strategy: BestEffortFIFO\n"
+    ),
+}
+
+
+def unflavored_teams(repo: Path) -> None:
+    """team-a and team-b as :data:`UNFLAVORED_TEAMS` (not committed)."""
+    for path, text in UNFLAVORED_TEAMS.items():
+        (repo / path).write_text(text)
+
+
 def make_long_running(repo: Path, project: str) -> None:
     """Ops of ``project`` (``*`` for all) run for 10 minutes instead of 3 s; committed."""
     for base in repo.glob(f"projects/{project}/presets/base.yaml"):
@@ -277,7 +299,7 @@ def gang_op(
     backend: str | None = None,
     duration: str | None = None,
     command: str = "[torchrun, train.py]",
-    selector: str | None = "{gpu.type: h100}",
+    selector: str | None = "{reconciler.dev/pool: gang}",
 ) -> str:
     """An Operation file: ``replicas`` pods of ``gpus`` GPUs each (one pod when 1), run by
     ``backend`` (``run.distributed.backend``); on the ``gang_nodes`` (``selector``); the

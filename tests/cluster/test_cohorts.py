@@ -1,5 +1,6 @@
 """Cohort borrowing on the real control plane (docs/dispatch.md, "Cohorts"): the example's
-gpu-pool cohort, team-a (2 GPUs, may borrow 2) and team-b (4 GPUs).
+gpu-pool cohort with team-a (2 GPUs, may borrow 2) and team-b (4 GPUs) given their quota
+without flavors (tests/cluster/test_flavors.py and the demo borrow per flavor).
 
 team-a's own 2 GPUs are taken by a long job; a 1 h-timeout team-a job borrows 2 of
 team-b's idle GPUs; a later 4-GPU team-b job waits ``WaitingForLentQuota`` with the
@@ -12,7 +13,14 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from reconciler_env import GPU, commit_all, cycles_until_lent_quota_returns, gpu_op, make_reconciler
+from reconciler_env import (
+    GPU,
+    commit_all,
+    cycles_until_lent_quota_returns,
+    gpu_op,
+    make_reconciler,
+    unflavored_teams,
+)
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.render import ANNOTATION_DISPATCHED_AT
@@ -24,6 +32,7 @@ pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]
 def test_team_a_borrows_team_b_idle_gpus_and_gives_them_back(kube: Kube, config_repo: Path) -> None:
     for path in config_repo.glob("projects/*/operations/*.yaml"):
         path.unlink()
+    unflavored_teams(config_repo)
     ops = config_repo / "projects" / "vision" / "operations"
     (ops / "long.yaml").write_text(gpu_op("long", "team-a", 2, "600s"))
     (ops / "sweep.yaml").write_text(gpu_op("sweep", "team-a", 2, "20s", timeout="1h"))

@@ -1,6 +1,6 @@
 """Distributed operations on the dev cluster, end to end (issue 14, "Done when"): the
 reconciler's cycles against the real apiserver, scheduler and Job controller, with the
-``gang`` shape's four 8-GPU nodes (``gang_nodes``: pool h100, selected by the ops).
+``gang`` shape's four 8-GPU nodes (``gang_nodes``: pool gang, selected by the ops).
 
 The kwok pods run no container, so ``RANK`` and ``MASTER_ADDR`` are checked where they
 are decided: the pod's env (``RANK`` from its completion index, ``MASTER_ADDR`` naming

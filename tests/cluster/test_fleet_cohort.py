@@ -1,11 +1,11 @@
 """Borrowing inside a cohort of fleet queues on two real control planes (docs/dispatch.md,
 "Cohorts of fleet queues"): team-a (2 GPUs, may borrow 2) and team-b (4 GPUs), fleet queues
-over ``local`` (the session's dev cluster: two 4-GPU A100 nodes) and ``remote`` (a second
-one: one 8-GPU H100 node), in cohort gpu-pool (maxBorrowDuration 2h).
+over ``local`` (the session's dev cluster: 4-GPU H100 and A100 nodes) and ``remote`` (a second
+one: one 8-GPU H200 node), in cohort gpu-pool (maxBorrowDuration 2h).
 
-team-a's own 2 GPUs are taken by a long A100 job (on local); a 1 h-timeout H100 job of
+team-a's own 2 GPUs are taken by a long A100 job (on local); a 1 h-timeout H200 job of
 team-a borrows 2 of team-b's idle quota and goes to remote, the first cluster with room
-(check 10: local has no H100). A later 4-GPU team-b job waits ``WaitingForLentQuota``,
+(check 10: local has no H200). A later 4-GPU team-b job waits ``WaitingForLentQuota``,
 recorded on the status branch with the borrower's end time (its Job's dispatched-at
 annotation plus 1 h), though local has room for it: quota is fleet-wide. It starts in the
 first cycle after the borrower finishes (simulated durations: the dev clusters' kwok
@@ -43,7 +43,7 @@ from reconciler.runtime.status import StatusPublisher
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
-H100 = "NVIDIA-H100-80GB-HBM3"
+H200 = "NVIDIA-H200-141GB-HBM3"
 A100 = "NVIDIA-A100-SXM4-80GB"
 
 
@@ -77,17 +77,17 @@ def _queues_view(repo: Path, cache: Path) -> dict[str, dict[str, Any]]:
 
 
 def test_a_fleet_queue_borrows_idle_quota_on_the_cluster_with_room_and_gives_it_back(
-    kube: Kube, config_repo: Path, h100_remote: Kube, tmp_path: Path
+    kube: Kube, config_repo: Path, h200_remote: Kube, tmp_path: Path
 ) -> None:
-    remote = h100_remote
+    remote = h200_remote
     queues = config_repo / "queues"
     (queues / "team-a.yaml").write_text(_queue("team-a", 100, 2, f"borrowingLimit: {{{GPU}: 2}}\n"))
     (queues / "team-b.yaml").write_text(_queue("team-b", 90, 4))
     ops = config_repo / "projects" / "vision" / "operations"
     # team-a's own quota, for 10 minutes; the preset's 12h timeout is too long to borrow
     (ops / "long.yaml").write_text(gpu_op("long", "team-a", 2, "600s", product=A100))
-    # fits only by borrowing; only remote has H100s
-    (ops / "sweep.yaml").write_text(gpu_op("sweep", "team-a", 2, "20s", timeout="1h", product=H100))
+    # fits only by borrowing; only remote has H200s
+    (ops / "sweep.yaml").write_text(gpu_op("sweep", "team-a", 2, "20s", timeout="1h", product=H200))
     commit_all(config_repo, "fleet cohort: team-a's own job, and one that borrows")
 
     reconciler = make_reconciler(config_repo)
@@ -119,7 +119,7 @@ def test_a_fleet_queue_borrows_idle_quota_on_the_cluster_with_room_and_gives_it_
         # as the status and the message say it: to the second, rounded up
         ends = (ends_by + timedelta(microseconds=999_999)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
-        # kube-scheduler bound the borrower's pod to the remote H100 node
+        # kube-scheduler bound the borrower's pod to the remote H200 node
         wait_until(
             lambda: bound_node(remote, "vision-sweep-g1"),
             timeout=60,

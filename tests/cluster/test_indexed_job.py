@@ -30,7 +30,7 @@ def _indexed(
             "spec": {
                 "restartPolicy": "Never",
                 "subdomain": name,
-                "nodeSelector": {"gpu.type": "h100"},
+                "nodeSelector": {"reconciler.dev/pool": "gang"},
                 "containers": [
                     {"name": "main", "image": "busybox", "resources": {"limits": {GPU: str(gpus)}}}
                 ],

@@ -112,7 +112,8 @@ def _write(path: str, text: str) -> Callable[[Path], None]:
 
 
 def _privileged_preset(repo: Path) -> None:
-    preset = repo / "presets" / "a100.yaml"
+    """The gpu preset (sweep-lr's and train-vit's, running) asks for a privileged container."""
+    preset = repo / "presets" / "gpu.yaml"
     text = preset.read_text().replace(
         "  container:\n", "  container:\n    securityContext:\n      privileged: true\n", 1
     )
@@ -131,6 +132,17 @@ class Bad:
     whole: bool = True  # rejected whole (else: guarded, the commit is in force)
 
 
+BAD_CORPUS = Path(__file__).resolve().parent.parent / "data" / "bad"
+
+
+def _corpus(name: str) -> Bad:
+    """A case of tests/data/bad/ (``# path:`` and ``# expect:`` header) as a commit: its
+    file written over the config, its exact expectation the error."""
+    text = (BAD_CORPUS / f"{name}.yaml").read_text()
+    path, expect = (line.split(": ", 1)[1] for line in text.splitlines()[:2])
+    return Bad(_write(path, text), "^" + re.escape(expect) + "$")
+
+
 CASES = {
     "yaml": Bad(
         _write("queues/team-b.yaml", "kind: Queue\nname: team-b\ncluster: [oops\n"),
@@ -146,8 +158,8 @@ CASES = {
     ),
     "policy-violation": Bad(
         _privileged_preset,
-        r"presets/a100\.yaml:\d+:\d+: .*privileged containers are not allowed by policy "
-        r"\(set by preset a100 \(post_merge\) at presets/a100\.yaml:\d+\)",
+        r"presets/gpu\.yaml:\d+:\d+: .*privileged containers are not allowed by policy "
+        r"\(set by preset gpu \(post_merge\) at presets/gpu\.yaml:\d+\)",
         whole=False,
     ),
     "delete-every-operation": Bad(
@@ -155,6 +167,21 @@ CASES = {
         r"^refusing to prune \d+ of \d+ active operations \(more than 50%\)",
         whole=False,
     ),
+    # flavors (issue 26, section 5): the running H100 and A100 Jobs stay as they are
+    **{
+        name: _corpus(name)
+        for name in (
+            "flavor-no-node-labels",
+            "queue-flavor-unknown",
+            "queue-flavor-twice",
+            "queue-quota-and-flavors",
+            "cohort-flavored-and-not",
+            "org-flavor-prices-unknown",
+            "cluster-flavor-prices-unknown",
+            "queue-fair-sharing-weight-zero",
+            "queue-fair-sharing-weight-negative",
+        )
+    },
 }
 
 

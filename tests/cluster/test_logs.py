@@ -151,7 +151,7 @@ def test_logs_of_a_distributed_run_read_one_replica(
     _write_repo(tmp_path, kube_cluster.kubeconfig, namespace)
     (tmp_path / "projects/demo/operations/gang.yaml").write_text(
         "kind: Operation\nrun:\n  kind: job\n  replicas: 3\n  container: {image: busybox}\n"
-        "  environment:\n    nodeSelector: {gpu.type: h100}\n"
+        "  environment:\n    nodeSelector: {reconciler.dev/pool: gang}\n"
         "    annotations: {reconciler.dev/simulated-duration: 1s}\n"
     )
     repo = compile_repo(snapshot_worktree(tmp_path))

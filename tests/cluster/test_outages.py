@@ -89,7 +89,7 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
         repo = make_config_repo(tmp_path / "config", dev.kubeconfig)
         make_long_running(repo, "*")
         proc = _start(repo, dev.kubeconfig, tmp_path, "run", "--http", f"127.0.0.1:{port}")
-        wait_until(lambda: len(_jobs_per_op(kube)) >= 11, timeout=90, what="the first wave")
+        wait_until(lambda: len(_jobs_per_op(kube)) >= 10, timeout=90, what="the first wave")
         before = _uids(kube)
 
         def health() -> list[tuple[object, object]]:
@@ -168,7 +168,7 @@ def test_git_remote_gone_and_back(
     away = tmp_path / "remote-away"
     try:
         wait_until(lambda: _get(base, "/readyz")[0] == 200, timeout=90, what="ready")
-        wait_until(lambda: len(_jobs_per_op(kube)) >= 11, timeout=60, what="the first wave")
+        wait_until(lambda: len(_jobs_per_op(kube)) >= 10, timeout=60, what="the first wave")
         before = _uids(kube)
         errors0 = _metrics(base).get(("reconciler_git_sync_errors_total", ()), 0)
 

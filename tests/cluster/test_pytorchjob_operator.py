@@ -12,7 +12,7 @@ never calls it); its cert rotator only needs its Secret to exist.
 
 What it shows: the reconciler creates the PyTorchJob; the operator creates the Master and
 Worker pods (labels ``training.kubeflow.org/replica-type``/``replica-index``, env
-``MASTER_ADDR``, ``WORLD_SIZE``, ``RANK``); the scheduler places them on the h100 kwok
+``MASTER_ADDR``, ``WORLD_SIZE``, ``RANK``); the scheduler places them on the gang kwok
 nodes and kwok ends them after their simulated duration; the operator sets ``Succeeded``
 when the Master succeeds; the reconciler observes the run Succeeded, its end the
 condition's time."""

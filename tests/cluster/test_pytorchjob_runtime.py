@@ -159,7 +159,7 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
     )
     assert listed.dispatched == () and listed.states[OP].uid == state.uid
 
-    # the operator's part: Created, then its pods, which kwok runs on the h100 nodes
+    # the operator's part: Created, then its pods, which kwok runs on the gang nodes
     started = "2026-01-01T11:00:00Z"
     write_status(api, namespace, {"conditions": [condition("Created", started)]})
     create_operator_pods(api, namespace)

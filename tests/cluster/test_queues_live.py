@@ -39,7 +39,7 @@ def test_live_view_before_and_after_a_cycle(kube: Kube, config_repo: Path, tmp_p
     make_long_running(config_repo, "*")
     before = _live(config_repo, tmp_path / "cache")
     assert not kube.list_managed("Job").items  # read-only: nothing was created
-    assert (before["team-a"]["active"], before["team-a"]["next"]) == (0, 2)
+    assert (before["team-a"]["active"], before["team-a"]["next"]) == (0, 3)
     assert before["team-a"]["quota"][0]["used"] == "0"
 
     reconciler = make_reconciler(config_repo)
@@ -48,16 +48,16 @@ def test_live_view_before_and_after_a_cycle(kube: Kube, config_repo: Path, tmp_p
     finally:
         reconciler.close()
     after = _live(config_repo, tmp_path / "cache")
-    assert (after["team-a"]["active"], after["team-a"]["next"]) == (2, 0)
-    assert after["team-a"]["quota"][0] == {
+    assert (after["team-a"]["active"], after["team-a"]["next"]) == (3, 0)
+    assert after["team-a"]["quota"][0] == {  # summed over its flavors
         "resource": "nvidia.com/gpu",
-        "used": "2",
+        "used": "3",
         "limit": "2",
-        "borrowed": "0",  # team-b uses all of its GPUs: nothing idle to borrow
+        "borrowed": "1",  # train-vit on an H100 of team-b's, whose ops pin A100
         "lent": "0",
     }
     assert after["team-a"]["cohort"] == "gpu-pool"
-    assert after["team-b"]["quota"][0]["used"] == "4"
+    assert after["team-b"]["quota"][0]["used"] == "2"
     assert (after["batch"]["active"], after["batch"]["concurrency"]) == (3, 3)
     for name in ("team-a", "team-b", "batch"):
         q = after[name]
@@ -108,15 +108,15 @@ def test_serve_is_read_only_and_blames_real_commits(
         time.sleep(2.5)
         assert not kube.list_managed("Job").items
         queues = {q["name"]: q for q in json.loads(_fetch(base + "/api/v1/queues")[1])["queues"]}
-        assert (queues["team-a"]["active"], queues["team-a"]["next"]) == (0, 2)
+        assert (queues["team-a"]["active"], queues["team-a"]["next"]) == (0, 3)
         status, page = _fetch(base + "/")
         assert status == 200 and "read-only" in page and 'data-queue="team-a"' in page
         head = git(config_repo, "rev-parse", "HEAD")
         detail = json.loads(_fetch(base + "/api/v1/queues/team-a")[1])
         priority = {s["key"]: s for s in detail["settings"]}["priority"]
         assert priority["commit"] == head and priority["summary"] == "initial config"
-        assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3, 4]
-        assert len(detail["nextDispatch"]) == 2
+        assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3]
+        assert len(detail["nextDispatch"]) == 3  # its H100, its A100, a borrowed H100
     finally:
         proc.terminate()
         proc.wait(timeout=30)

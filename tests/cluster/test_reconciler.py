@@ -38,10 +38,14 @@ from reconciler.core.types import Phase
 pytestmark = pytest.mark.cluster
 
 TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
-LIMITS = {"team-a": 2, "team-b": 4, "batch": 3}  # GPU quota 2 and 4 of 1-GPU ops; concurrency 3
-# team-a may borrow 2 of team-b's idle GPUs (cohort gpu-pool): its ops with a timeout of at
-# most 2h (train-vit) may run above its quota, never the cohort above its 6 GPUs
-BORROWING = {"team-a": 2}
+# Active ops at most, per queue: GPU quota (per flavor: team-a 1 H100 + 1 A100, team-b 2 + 2)
+# of 1-GPU ops, plus what team-a may borrow of team-b's idle GPUs (1 per flavor, cohort
+# gpu-pool: its ops with a timeout of at most 2h, train-vit and train-ddp); batch: its
+# concurrency. Never the cohort above its 6 GPUs.
+CAPS = {"team-a": 4, "team-b": 4, "batch": 3}
+# the first cycle: team-a its H100 and A100 (sweep-lr-0, sweep-lr-1) and a borrowed H100
+# (train-vit); team-b's ops pin A100, so 2; batch 3
+FIRST = {"team-a": 3, "team-b": 2, "batch": 3}
 COHORT = ("team-a", "team-b")
 
 
@@ -93,14 +97,13 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
     try:
         first = reconciler.run_once()
         assert first.ok, first
-        for queue, limit in LIMITS.items():
-            assert _active_jobs(kube, queue) == limit, queue
+        for queue, count in FIRST.items():
+            assert _active_jobs(kube, queue) == count, queue
         pending_team_a = [p for p in first.plan.pending if p.queue == "team-a"]
         assert [(p.reason.value, p.position) for p in pending_team_a] == [
-            ("QuotaExceeded", 1),
+            ("BorrowingNotAllowed", 1),  # sweep-lr-2: both flavors full, a 12h timeout
             ("QuotaExceeded", 2),
             ("QuotaExceeded", 3),
-            ("QuotaExceeded", 4),
         ]
         total = len(first.compiled.operations)
         deadline = time.monotonic() + 240
@@ -110,16 +113,22 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
             result = reconciler.run_once()
             assert result.ok, result
             active = active_by_queue(result)
-            for queue, limit in LIMITS.items():
-                waiting = [
-                    p
-                    for p in result.plan.pending
-                    if p.queue == queue
-                    and p.reason.value in ("QuotaExceeded", "QueueConcurrencyLimit")
-                ]
-                assert active.get(queue, 0) <= limit + BORROWING.get(queue, 0)
-                if waiting:  # a freed slot is refilled in the same cycle that sees it free
-                    assert active.get(queue, 0) >= limit, (queue, active, waiting)
+            for queue, cap in CAPS.items():
+                assert active.get(queue, 0) <= cap, (queue, active)
+            # each flavor within its quota and what it may borrow
+            for q in result.plan.queues:
+                spec = result.compiled.queues[q.name]
+                for used, flavor in zip(q.flavors, spec.flavors, strict=True):
+                    for r, amount in used.used_after.items():
+                        most = flavor.quota.get(r, 0) + flavor.borrowing_limit.get(r, 0)
+                        assert amount <= most, (q.name, flavor.name, r, amount)
+            concurrency = [
+                p
+                for p in result.plan.pending
+                if p.queue == "batch" and p.reason.value == "QueueConcurrencyLimit"
+            ]
+            if concurrency:  # a freed slot is refilled in the same cycle that sees it free
+                assert active.get("batch", 0) >= 3, (active, concurrency)
             assert sum(active.get(q, 0) for q in COHORT) <= 6
             if sum(s.phase is Phase.SUCCEEDED for s in result.states.values()) == total:
                 break
@@ -132,10 +141,10 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
         sampler.halt.set()
         sampler.join()
     assert sampler.samples > 20
-    for queue, limit in LIMITS.items():
-        assert sampler.peak.get(queue, 0) <= limit + BORROWING.get(queue, 0), (queue, sampler.peak)
+    for queue, cap in CAPS.items():
+        assert sampler.peak.get(queue, 0) <= cap, (queue, sampler.peak)
     assert sampler.peak["(cohort)"] <= 6
-    assert sampler.peak["team-a"] >= 2 and sampler.peak["team-b"] == 4
+    assert sampler.peak["team-a"] >= 3 and sampler.peak["team-b"] == 2  # team-b: A100s only
 
 
 def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running(
@@ -175,15 +184,16 @@ def test_rerun_is_idempotent_and_priority_or_quota_changes_touch_nothing_running
     queue.write_text(
         queue.read_text()
         .replace("priority: 100", "priority: 1000")
-        .replace("nvidia.com/gpu: 2", "nvidia.com/gpu: 1")
+        .replace("quota: {nvidia.com/gpu: 1}", "quota: {nvidia.com/gpu: 0}", 1)  # its H100
     )
-    commit_all(config_repo, "team-a: higher priority, smaller quota")
+    commit_all(config_repo, "team-a: higher priority, no H100 of its own")
     result = reconciler.run_once()
     assert result.ok and result.stopped == ()
     after = {j["metadata"]["name"]: j["metadata"]["uid"] for j in kube.list_managed("Job").items}
     assert {k: after[k] for k in before} == before  # same Jobs, same uids: nothing restarted
     team_a = [p for p in result.plan.pending if p.queue == "team-a"]
-    assert team_a and all(p.reason.value == "QuotaExceeded" for p in team_a)
+    assert team_a and not [d for d in result.plan.dispatch if d.queue == "team-a"]
+    assert {p.reason.value for p in team_a} <= {"QuotaExceeded", "BorrowingNotAllowed"}
 
 
 def test_dispatch_is_not_placement(kube: Kube, config_repo: Path) -> None:
@@ -271,7 +281,7 @@ def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo:
     make_long_running(config_repo, "vision")
     reconciler = make_reconciler(config_repo)
     first = reconciler.run_once()
-    victim = first.states["vision/sweep-lr-0"]
+    victim = first.states["vision/sweep-lr-1"]  # on team-a's A100
     kube.delete_workload(victim.namespace, victim.name)
     # The cycle reads the watch caches, which see the deletion a moment after it is made
     # (up to the watch's 50 ms gather): until they do, the Job still counts as Dispatched.
@@ -280,12 +290,13 @@ def test_a_job_deleted_by_hand_is_stopped_not_recreated(kube: Kube, config_repo:
 
     def stopped() -> bool:
         cycles.append(reconciler.run_once())
-        return cycles[-1].states["vision/sweep-lr-0"].phase is Phase.STOPPED
+        return cycles[-1].states["vision/sweep-lr-1"].phase is Phase.STOPPED
 
-    wait_until(stopped, timeout=30, what="vision/sweep-lr-0 to be Stopped", interval=0.05)
-    assert all("vision/sweep-lr-0" not in c.dispatched for c in cycles)
+    wait_until(stopped, timeout=30, what="vision/sweep-lr-1 to be Stopped", interval=0.05)
+    assert all("vision/sweep-lr-1" not in c.dispatched for c in cycles)
     assert victim.name not in {j["metadata"]["name"] for j in kube.list_managed("Job").items}
-    # its quota is free again, so the next team-a op is dispatched in the same cycle
+    # its quota (team-a's A100) is free again, so the next team-a op is dispatched there in
+    # the same cycle
     assert "vision/sweep-lr-2" in cycles[-1].dispatched
     assert all("vision/sweep-lr-2" not in c.dispatched for c in cycles[:-1])
 
@@ -310,7 +321,7 @@ def test_kill_9_between_create_and_status_leaves_no_duplicates(
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     # died when its 3rd create returned; creates already in flight in the pool may land too
     before = op_uids()
-    assert 3 <= len(before) <= 11, killed.stderr
+    assert 3 <= len(before) <= 10, killed.stderr
 
     again = run("")
     assert again.returncode == 0, again.stderr
@@ -319,7 +330,7 @@ def test_kill_9_between_create_and_status_leaves_no_duplicates(
     assert {op: after[op] for op in before} == before  # observed, never recreated
     assert not set(summary["dispatched"]) & set(before)
     assert set(after) == set(before) | set(summary["dispatched"])  # nothing else created
-    assert len(after) >= 11  # what the first cycle planned (more if a DAG step has finished)
+    assert len(after) >= 10  # what the first cycle planned (more if a DAG step has finished)
     assert summary["ok"] is True
     assert all(summary["phases"][op] in ("Dispatched", "Running", "Succeeded") for op in after)
 
@@ -344,8 +355,9 @@ def test_higher_priority_queues_go_first_on_a_capped_cluster(kube: Kube, config_
     queue.write_text(queue.read_text().replace("priority: 90", "priority: 1000"))
     commit_all(config_repo, "team-b first")
     second = make_reconciler(config_repo).run_once()
-    assert [d.queue for d in second.plan.dispatch] == ["team-b"] * 3
-    assert _queues_of_jobs(kube) == ["team-b"] * 3
+    # team-b's ops pin A100, and it has 2 of them: the third slot goes to the next queue
+    assert [d.queue for d in second.plan.dispatch] == ["team-b", "team-b", "notebooks"]
+    assert sorted(_queues_of_jobs(kube)) == ["notebooks", "team-b", "team-b"]
 
 
 def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues(
@@ -367,7 +379,8 @@ def test_queues_route_to_their_clusters_and_a_down_cluster_holds_only_its_queues
         reconciler = make_reconciler(config_repo)
         result = reconciler.run_once()
         assert result.ok, result
-        assert set(_queues_of_jobs(remote)) == {"team-b"} and len(_queues_of_jobs(remote)) == 4
+        # its A100 flavor's 2 (its ops pin A100)
+        assert set(_queues_of_jobs(remote)) == {"team-b"} and len(_queues_of_jobs(remote)) == 2
         assert "team-b" not in _queues_of_jobs(kube)
 
         second.down(progress=lambda _m: None)
@@ -408,9 +421,9 @@ def test_watch_mode_replans_as_files_are_saved(
     )
     try:
         wait_until(
-            lambda: len(kube.list_managed("Job").items) == 11,
+            lambda: len(kube.list_managed("Job").items) == 10,
             timeout=60,
-            what="the first plan's 11 Jobs",
+            what="the first plan's 10 Jobs",
         )
         # saved, never committed: --watch reads the files as they are on disk
         (config_repo / "queues" / "extra.yaml").write_text(
@@ -474,10 +487,14 @@ def test_demo_runs_the_example_to_completion(
     ddp = jobs["vision-train-ddp-g1"]
     assert ddp["spec"]["completionMode"] == "Indexed" and ddp["spec"]["parallelism"] == 2
     assert ddp["status"].get("succeeded") == 2
-    # the cohort at work: train-vit (timeout 1h) runs on an idle team-b GPU
-    assert any(
-        line.startswith("team-a borrows nvidia.com/gpu from cohort gpu-pool") for line in lines
-    )
+    # the cohort at work: train-vit (timeout 1h) runs on an idle team-b H100, train-ddp
+    # (2 x A100, team-a has 1) on an idle team-b A100
+    for flavor in ("h100", "a100"):
+        borrows = f"team-a borrows nvidia.com/gpu ({flavor}) from cohort gpu-pool"
+        assert any(line.startswith(borrows) for line in lines), flavor
+    # the fallback: sweep-lr-1 finds team-a's H100 taken by sweep-lr-0
+    assert "vision/sweep-lr-1 falls back to flavor a100 of team-a: h100 has no room" in lines
+    assert jobs["vision-sweep-lr-1-g1"]["metadata"]["labels"]["reconciler.dev/flavor"] == "a100"
 
 
 def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
@@ -503,12 +520,12 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     record = git(config_repo, "show", "reconciler/status:status/vision/sweep-lr-0.yaml")
     assert "phase: Dispatched" in record and "workload: vision-sweep-lr-0-g1" in record
     assert "logs: reconciler logs vision/sweep-lr-0" in record
-    queued = git(config_repo, "show", "reconciler/status:status/vision/train-vit.yaml")
+    queued = git(config_repo, "show", "reconciler/status:status/vision/train-resnet.yaml")
     assert "reason: QuotaExceeded" in queued and "position" not in queued
-    # its place in the queue is in the queue's order file, 4th
+    # its place in the queue is in the queue's order file, 3rd
     order = git(config_repo, "show", "reconciler/status:status/_queues/team-a.yaml")
-    assert yaml.safe_load(order)["pending"].index("vision/train-vit") == 3
-    assert len(status_log()) == 1 and "dispatched 11" in status_log()[0]
+    assert yaml.safe_load(order)["pending"].index("vision/train-resnet") == 2
+    assert len(status_log()) == 1 and "dispatched 10" in status_log()[0]
 
     # a human commits a note onto the status branch while the reconciler runs
     note = tmp_path / "human"

@@ -89,7 +89,7 @@ def test_two_replicas_one_dispatches_and_the_other_takes_over(
     }
     try:
         leader = wait_until(lambda: _lease_holder(kube, namespace), timeout=30, what="a leader")
-        wait_until(lambda: len(_jobs_per_op(kube)) >= 11, timeout=60, what="the first dispatches")
+        wait_until(lambda: len(_jobs_per_op(kube)) >= 10, timeout=60, what="the first dispatches")
         assert set(_jobs_per_op(kube).values()) == {1}  # never dispatched twice
         follower = "b" if leader == "a" else "a"
         follower_log = (tmp_path / f"{follower}.log").read_text()
@@ -155,7 +155,7 @@ def test_metrics_and_readiness_over_http(
                 (("flavor", ""), ("queue", "team-a"), ("resource", "nvidia.com/gpu")),
             )
         )
-        assert gpu_a == 2, quota
+        assert gpu_a == 3, quota  # its H100 and A100, and an H100 borrowed from team-b
         assert (
             samples[
                 (
@@ -168,7 +168,7 @@ def test_metrics_and_readiness_over_http(
         dispatched = sum(
             v for (name, _), v in samples.items() if name == "reconciler_dispatched_total"
         )
-        assert dispatched >= 11
+        assert dispatched >= 10
         commit = git(config_repo, "rev-parse", "HEAD")
         assert samples[("reconciler_config_commit_info", (("commit", commit),))] == 1
         assert any(
@@ -257,7 +257,7 @@ def test_plan_and_status_live_read_the_clusters(
     before = json.loads(
         cli("plan", "--repo", str(config_repo), "--live", *override, "-o", "json").stdout
     )
-    assert len(before["dispatch"]) == 11
+    assert len(before["dispatch"]) == 10
     once = run_once(
         config_repo,
         kube_cluster.kubeconfig,
@@ -271,7 +271,7 @@ def test_plan_and_status_live_read_the_clusters(
     )
     assert after["dispatch"] == []  # what runs now is observed, not dispatched again
     team_a = next(q for q in after["queues"] if q["name"] == "team-a")
-    assert team_a["active"] == 2 and team_a["used"] == {"nvidia.com/gpu": "2"}
+    assert team_a["active"] == 3 and team_a["used"] == {"nvidia.com/gpu": "3"}
     live = cli(
         "status",
         "vision/sweep-lr-0",

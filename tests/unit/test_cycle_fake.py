@@ -248,38 +248,62 @@ def test_a_distributed_op_is_created_with_its_service_and_deleted_with_it() -> N
     ]
 
 
-def test_the_template_borrows_an_idle_team_b_gpu_for_train_vit() -> None:
-    """The example config's cohort: once team-b's first four jobs are done and it has only
-    two more, vision/train-vit (timeout 1h, team-a's quota taken) runs on an idle team-b GPU;
-    the 12h-timeout vision jobs never borrow. ``reconciler demo`` prints that cycle."""
+def test_the_template_falls_back_to_a100_and_borrows_idle_team_b_h100s() -> None:
+    """The example config's flavors: team-a has 1 H100 then 1 A100. sweep-lr-0 (either
+    product) takes the H100 and sweep-lr-1 falls back to the A100; train-vit (timeout 1h)
+    borrows one of team-b's idle H100s (team-b's ops pin A100); the 12h-timeout ops never
+    borrow, and train-resnet (pinned A100) waits for a100 quota while h100 quota is free.
+    train-ddp (2 x A100, 1h) borrows team-b's A100 once team-b's own A100 work is done.
+    ``reconciler demo`` prints those lines and the per-flavor cells."""
     from conftest import TEMPLATE
 
     from reconciler.adapters.repo import snapshot_worktree
-    from reconciler.cli.demo_cmd import borrowing_lines, queue_table
+    from reconciler.cli.demo_cmd import borrowing_lines, flavor_lines, queue_rows, queue_table
     from reconciler.core.compile import compile_repo
 
     h = Harness(compile_repo(snapshot_worktree(TEMPLATE)))
     first = h.cycle()
     assert first.plan is not None
-    vit = next(p for p in first.plan.pending if p.operation == "vision/train-vit")
-    assert vit.reason is PendingReason.QUOTA_EXCEEDED  # team-b uses all of its 4
-    fake = h.clusters["local"]
-    for namespace, name in list(fake.jobs):
-        fake.set_phase(namespace, name, "Succeeded")
-    second = h.cycle()
-    assert second.plan is not None
-    assert "vision/train-vit" in second.dispatched
-    by_name = {q.name: q for q in second.plan.queues}
-    gpu = "nvidia.com/gpu"
-    assert by_name["team-a"].borrowed_after[gpu] == 1
-    assert by_name["team-b"].lent_after[gpu] == 1
-    assert borrowing_lines(second) == [
-        "team-a borrows nvidia.com/gpu from cohort gpu-pool: 1 above its quota (team-b lends 1)"
+    flavors = {d.operation: d.flavor for d in first.plan.dispatch if d.queue == "team-a"}
+    assert flavors == {
+        "vision/sweep-lr-0": "h100",
+        "vision/sweep-lr-1": "a100",
+        "vision/train-vit": "h100",
+    }
+    assert flavor_lines(first) == [
+        "vision/sweep-lr-1 falls back to flavor a100 of team-a: h100 has no room"
     ]
-    assert queue_table(second).row_count == 6  # the template's six queues
-    # the others of team-a have a 12h timeout: none borrows
-    borrowed = {d.operation for d in second.plan.dispatch if d.queue == "team-a"}
-    assert borrowed == {"vision/train-vit", "vision/sweep-lr-2", "vision/train-resnet"}
+    assert borrowing_lines(first) == [
+        "team-a borrows nvidia.com/gpu (h100) from cohort gpu-pool: 1 above its quota "
+        "(team-b lends 1)"
+    ]
+    rows = {row[0]: row for row in queue_rows(first)}
+    assert rows["team-a"][4] == ("h100: nvidia.com/gpu 2/1 (+1 borrowed); a100: nvidia.com/gpu 1/1")
+    assert rows["team-b"][4] == "h100: nvidia.com/gpu 0/2 (1 lent); a100: nvidia.com/gpu 2/2"
+    assert queue_table(first).row_count == 6  # the template's six queues
+    pending = {p.operation: p.reason for p in first.plan.pending if p.queue == "team-a"}
+    assert pending == {
+        "vision/sweep-lr-2": PendingReason.BORROWING_NOT_ALLOWED,  # 12h: never borrows
+        "vision/train-resnet": PendingReason.QUOTA_EXCEEDED,  # a100 only, and it is taken
+        "vision/train-ddp": PendingReason.QUOTA_EXCEEDED,  # team-b's A100s are all in use
+    }
+    fake = h.clusters["local"]
+    dispatched: dict[str, str | None] = {}
+    for _ in range(4):
+        for namespace, name in list(fake.jobs):
+            fake.set_phase(namespace, name, "Succeeded")
+        later = h.cycle()
+        assert later.plan is not None
+        dispatched.update({d.operation: d.flavor for d in later.plan.dispatch})
+        if "vision/train-ddp" in dispatched:
+            assert borrowing_lines(later) == [
+                "team-a borrows nvidia.com/gpu (a100) from cohort gpu-pool: 1 above its "
+                "quota (team-b lends 1)"
+            ]
+            break
+    assert dispatched["vision/train-ddp"] == "a100"
+    assert dispatched["vision/train-resnet"] == "a100"
+    assert {dispatched[f"language/{op}"] for op in ("finetune", "pretrain")} == {"a100"}
 
 
 def test_a_flavor_is_rendered_read_back_and_counted_in_its_own_flavor() -> None:

@@ -25,16 +25,25 @@ from reconciler.devcluster.shape import (
 )
 
 
-def test_default_shape_has_gpu_and_cpu_nodes() -> None:
+def test_default_shape_has_h100_a100_and_cpu_nodes() -> None:
     pools = default_shape()
     manifests = [pool.manifest(name) for pool in pools for name in pool.node_names()]
     gpu = [m for m in manifests if GPU_RESOURCE in m["status"]["allocatable"]]
-    assert [m["metadata"]["name"] for m in gpu] == ["kwok-gpu-0", "kwok-gpu-1"]
+    products = {
+        m["metadata"]["name"]: m["metadata"]["labels"]["nvidia.com/gpu.product"] for m in gpu
+    }
+    assert products == {
+        "kwok-h100-0": "NVIDIA-H100-80GB-HBM3",
+        "kwok-h100-1": "NVIDIA-H100-80GB-HBM3",
+        "kwok-a100-0": "NVIDIA-A100-SXM4-80GB",
+        "kwok-a100-1": "NVIDIA-A100-SXM4-80GB",
+    }
     for m in gpu:
         assert m["status"]["capacity"][GPU_RESOURCE] == "4"
         assert m["status"]["allocatable"][GPU_RESOURCE] == "4"
-        assert m["metadata"]["labels"]["gpu.type"] == "a100"
-    assert len(manifests) == 4
+        labels = m["metadata"]["labels"]
+        assert labels["gpu.type"] == labels["reconciler.dev/pool"] in {"h100", "a100"}
+    assert len(manifests) == 6
     for m in manifests:
         assert m["metadata"]["annotations"]["kwok.x-k8s.io/node"] == "fake"
         assert "taints" not in m["spec"]  # the real scheduler must be free to place pods
@@ -51,7 +60,10 @@ def test_shape_is_configurable(tmp_path: Path) -> None:
     assert [(p.name, p.count, p.gpus) for p in pools] == [("h100", 3, 8), ("spot", 1, 0)]
     node = pools[1].manifest("kwok-spot-0")
     assert node["spec"]["taints"] == [{"key": "spot", "value": "", "effect": "NoSchedule"}]
-    assert default_shape(gpu_nodes=5, gpus_per_node=2)[0].node_names()[-1] == "kwok-gpu-4"
+    assert default_shape(gpu_nodes=5, gpus_per_node=2)[0].node_names()[-1] == "kwok-h100-4"
+    one = default_shape(gpu_nodes=1, gpu_types=("t4",), cpu_nodes=0)
+    assert [(p.name, p.count) for p in one] == [("t4", 1), ("cpu", 0)]
+    assert one[0].labels["nvidia.com/gpu.product"] == "Tesla-T4"
 
 
 @pytest.mark.parametrize(
@@ -76,12 +88,13 @@ def test_bad_shape_files_are_clear_errors(tmp_path: Path, text: str, expected: s
 
 def test_gang_shape_adds_four_8_gpu_nodes_to_the_default_fleet() -> None:
     pools = {p.name: p for p in named_shape("gang")}
-    assert set(pools) == {"gpu", "cpu", "h100"}
-    h100 = pools["h100"]
-    assert h100.node_names() == [f"kwok-h100-{i}" for i in range(4)]
-    node = h100.manifest("kwok-h100-0")
+    assert set(pools) == {"h100", "a100", "cpu", "gang"}
+    gang = pools["gang"]
+    assert gang.node_names() == [f"kwok-gang-{i}" for i in range(4)]
+    node = gang.manifest("kwok-gang-0")
     assert node["status"]["allocatable"][GPU_RESOURCE] == "8"
     assert node["metadata"]["labels"]["gpu.type"] == "h100"
+    assert node["metadata"]["labels"]["reconciler.dev/pool"] == "gang"  # what gang ops select
     assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
     assert named_shape("default") == default_shape()
     with pytest.raises(ShapeError, match="unknown shape 'dgx': one of default, gang"):

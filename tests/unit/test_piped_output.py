@@ -249,7 +249,11 @@ def test_demo_piped_prints_one_line_per_cycle_a_plain_table_and_a_readable_summa
     assert len(cycles) >= 2
     assert "dispatched" in cycles[0]
     assert cycles[-1].endswith(", 0 pending")
-    assert any(line.startswith("team-a borrows nvidia.com/gpu from cohort") for line in lines)
+    assert any(
+        line.startswith("team-a borrows nvidia.com/gpu (h100) from cohort") for line in lines
+    )
+    # the fallback: sweep-lr-1 finds team-a's H100 taken by sweep-lr-0
+    assert "vision/sweep-lr-1 falls back to flavor a100 of team-a: h100 has no room" in lines
     # the last queue table, every column whole, every queue a row
     header = next(i for i, line in enumerate(lines) if line.lstrip().startswith("queue "))
     assert lines[header].split() == [

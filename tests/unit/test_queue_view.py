@@ -46,6 +46,7 @@ def _dispatched_states(repo: CompiledRepo, plan: Plan) -> dict[str, WorkloadStat
             phase=Phase.RUNNING if running else Phase.DISPATCHED,
             reason=None if running else ObservedReason.WAITING_FOR_CAPACITY,
             queue=op.queue,
+            flavor=d.flavor,  # as observed from the Job's label
             requests=dict(op.requests),
             dispatched_at="2026-01-01T00:00:00+00:00",
             started_at="2026-01-01T00:00:05+00:00" if running else None,
@@ -75,13 +76,14 @@ def test_seed_rows_are_in_priority_order_with_quota_and_concurrency(
     ]
     team_a, team_b, batch = view.row("team-a"), view.row("team-b"), view.row("batch")
     assert team_a is not None and team_b is not None and batch is not None
+    # summed over the flavors: team-a's own H100 and A100 and one H100 borrowed from team-b
     assert team_a.quotas == (
-        QuotaUse(resource="nvidia.com/gpu", used=Decimal(2), limit=Decimal(2)),
+        QuotaUse(resource="nvidia.com/gpu", used=Decimal(3), limit=Decimal(2), borrowed=Decimal(1)),
     )
-    assert team_b.quotas[0].text == "4/4" and team_b.quotas[0].fraction == 1.0
+    assert team_b.quotas[0].text == "2/4 (1 lent)" and team_b.quotas[0].fraction == 0.5
     assert (batch.active, batch.concurrency, batch.concurrency_text) == (3, 3, "3/3")
-    assert (team_a.pending, team_a.head_reason) == (4, "QuotaExceeded")
-    assert "team-a uses 2 of 2" in team_a.head_message
+    assert (team_a.pending, team_a.head_reason) == (3, "BorrowingNotAllowed")
+    assert "its timeout is 12h" in team_a.head_message
     assert batch.kinds == ("batch", "job") and batch.strategy == "StrictFIFO"
     assert not batch.paused
 
@@ -91,7 +93,7 @@ def test_unapplied_plan_counts_its_dispatches_as_next_not_active(template: RepoS
     view = build_queues_view(repo, plan, {}, applied=False, source="live")
     team_a = view.row("team-a")
     assert team_a is not None
-    assert (team_a.active, team_a.next, team_a.quotas[0].used) == (0, 2, 0)
+    assert (team_a.active, team_a.next, team_a.quotas[0].used) == (0, 3, 0)
     assert view.source == "live" and view.fleet.next == len(plan.dispatch)
 
 
@@ -102,8 +104,8 @@ def test_running_and_waiting_come_from_the_observed_workloads(template: RepoSnap
     view = build_queues_view(repo, plan, states, applied=True)
     team_b = view.row("team-b")
     assert team_b is not None
-    assert (team_b.active, team_b.running, team_b.waiting) == (4, 1, 3)
-    assert team_b.quotas[0].text == "4/4"
+    assert (team_b.active, team_b.running, team_b.waiting) == (2, 1, 1)
+    assert team_b.quotas[0].text == "2/4 (1 lent)"  # an H100 to team-a's train-vit
     # fleet totals: per cluster and over all clusters, per resource
     assert [c.cluster for c in view.clusters] == ["local"]
     total = view.fleet
@@ -143,17 +145,19 @@ def test_queue_detail_lists_pending_with_position_and_what_admits_it(
     )
     assert detail is not None and detail.source == "queues/team-a.yaml"
     assert [(p.position, p.reason) for p in detail.pending] == [
-        (1, "QuotaExceeded"),
+        (1, "BorrowingNotAllowed"),  # sweep-lr-2: 12h timeout, both of team-a's flavors full
         (2, "QuotaExceeded"),
         (3, "QuotaExceeded"),
-        (4, "QuotaExceeded"),
     ]
-    # the distributed train-ddp (2 x 1 GPU) waits for both GPUs at once
-    assert [(p.admit["when"], p.admit["resource"], p.admit["amount"]) for p in detail.pending] == [
-        ("ResourcesReleased", "nvidia.com/gpu", "1"),
-        ("ResourcesReleased", "nvidia.com/gpu", "2"),
-        ("ResourcesReleased", "nvidia.com/gpu", "1"),
-        ("ResourcesReleased", "nvidia.com/gpu", "1"),
+    # the distributed train-ddp (2 x 1 A100) waits for both GPUs at once; each way in names
+    # the flavor whose quota it is
+    assert [
+        (p.admit["when"], p.admit["resource"], p.admit["amount"], p.admit["flavor"])
+        for p in detail.pending
+    ] == [
+        ("ResourcesReleased", "nvidia.com/gpu", "2", "h100"),
+        ("ResourcesReleased", "nvidia.com/gpu", "2", "a100"),
+        ("ResourcesReleased", "nvidia.com/gpu", "1", "a100"),
     ]
     assert [p.admitted_when for p in detail.pending] == [
         p.admit.text for p in plan.pending if p.queue == "team-a"
@@ -167,8 +171,8 @@ def test_queue_detail_lists_pending_with_position_and_what_admits_it(
     priority = settings["priority"]
     assert priority.value == "100" and lines[priority.line - 1] == "priority: 100"
     assert priority.commit == f"{priority.line:040x}" and priority.author == "alice"
-    gpu = settings["quota.nvidia.com/gpu"]
-    assert gpu.value == "2" and lines[gpu.line - 1].strip() == "nvidia.com/gpu: 2"
+    cohort = settings["cohort"]
+    assert cohort.value == "gpu-pool" and lines[cohort.line - 1] == "cohort: gpu-pool"
     assert settings["concurrency"].line == 0  # not written: the default
     assert build_queue_detail(repo, plan, states, "nope", applied=True) is None
 

@@ -122,10 +122,11 @@ def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
     order = re.findall(r'<tr data-queue="([^"]+)"', body)
     assert order == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
     team_a = body.split('data-queue="team-a"')[1].split("</tr>")[0]
-    assert 'data-used="2/2"' in team_a and 'style="width:100%"' in team_a
+    # summed over team-a's flavors: its H100 and A100, and an H100 borrowed from team-b
+    assert 'data-used="3/2 (+1 borrowed)"' in team_a and 'style="width:100%"' in team_a
     assert "QuotaExceeded" in team_a
     team_b = body.split('data-queue="team-b"')[1].split("</tr>")[0]
-    assert 'data-used="4/4"' in team_b
+    assert 'data-used="2/4 (1 lent)"' in team_b
     batch = body.split('data-queue="batch"')[1].split("</tr>")[0]
     assert "<b>3/3</b>" in batch
     assert 'data-fleet="local"' in body and 'data-fleet="*"' in body
@@ -146,9 +147,11 @@ def test_queue_page_has_blamed_settings_and_pending_with_admission(
     assert "queues/team-a.yaml:4" in body  # priority, on line 4 of the blamed text
     assert ("4" * 12) in body and "set line 4" in body and "bob" in body
     pending = body.split("<h2>Pending</h2>")[1]
-    assert [int(p) for p in re.findall(r"<tr><td>(\d+)</td>", pending)] == [1, 2, 3, 4]
-    assert pending.count("<td>admitted when 1 GPU is released by") == 3
-    assert pending.count("<td>admitted when 2 GPUs are released by") == 1  # train-ddp
+    assert [int(p) for p in re.findall(r"<tr><td>(\d+)</td>", pending)] == [1, 2, 3]
+    # per flavor: sweep-lr-2 may take either, train-ddp (2 x A100) and train-resnet the a100
+    assert pending.count("<td>admitted when 2 h100 GPUs are released by") == 1
+    assert pending.count("<td>admitted when 2 a100 GPUs are released by") == 1  # train-ddp
+    assert pending.count("<td>admitted when 1 a100 GPU is released by") == 1
     # the hostile op id is escaped, and its link percent-encoded
     assert "<script>x</script>" not in body
     assert esc(EVIL) in body and 'href="/operations/p/%3Cscript%3Ex%3C%2Fscript%3E"' in body
@@ -188,15 +191,15 @@ def test_json_api(served: tuple, cycle: CycleResult) -> None:  # type: ignore[ty
     queues = {q["name"]: q for q in json.loads(body)["queues"]}
     assert queues["team-a"]["quota"][0] == {
         "resource": "nvidia.com/gpu",
-        "used": "2",
+        "used": "3",
         "limit": "2",
-        "borrowed": "0",
+        "borrowed": "1",
         "lent": "0",
     }
     assert queues["batch"]["active"] == 3
     _, _, body = _get(url + "/api/v1/queues/team-a")
     detail = json.loads(body)
-    assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3, 4]
+    assert [p["position"] for p in detail["pendingOperations"]] == [1, 2, 3]
     assert {s["key"]: s["line"] for s in detail["settings"]}["priority"] == 4
     _, _, body = _get(url + "/api/v1/operations/vision/train-resnet")
     op = json.loads(body)
@@ -232,7 +235,7 @@ def test_worktree_sources_give_setting_lines_and_stay_inside_the_repo(
     reply = app("/api/v1/queues/team-a", "")
     assert reply is not None and reply[0] == 200
     settings = {s["key"]: s for s in json.loads(reply[1])["settings"]}
-    assert settings["priority"]["line"] == 6 and settings["priority"]["commit"] is None
+    assert settings["priority"]["line"] == 10 and settings["priority"]["commit"] is None
     assert app._read_source is not None
     assert app._read_source("queues/team-a.yaml") == (root / "queues/team-a.yaml").read_bytes()
     assert app._read_source("../secret.yaml") is None

@@ -167,6 +167,7 @@ def find_flavor(repo: RepoIndex, name: str) -> FlavorSpec | None:
         ),
         description=m.description or "",
         source=loaded.path,
+        location=loaded.doc.loc(("nodeLabels",), key=True),
     )
 
 
@@ -252,7 +253,11 @@ def _queue_flavors(
     for k, entry in enumerate(m.flavors):
         at = ("flavors", k)
         if entry.name in seen:
-            fail(doc.loc((*at, "name")), f"flavor {entry.name!r} is listed twice")
+            fail(
+                doc.loc((*at, "name")),
+                f"flavor {entry.name!r} is listed twice: list each flavor once, in the "
+                "order an operation tries them",
+            )
             ok = False
             continue
         seen.add(entry.name)
@@ -529,8 +534,9 @@ def check_flavors(repo: RepoIndex) -> None:
         where = ("nodeLabels",) if "nodeLabels" in loaded.doc.data else ()
         repo.errors.add_once(
             loaded.doc.loc(where),
-            f"flavor {name!r} has no nodeLabels: a flavor is the nodes that carry its labels "
-            "(e.g. nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3)",
+            f"flavor {name!r} has no nodeLabels: set the labels its nodes carry, e.g. "
+            "nodeLabels: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3} (a flavor is the "
+            "nodes with those labels)",
         )
     places: list[tuple[Loaded[Any], Any]] = []
     org = repo.org()
@@ -545,8 +551,7 @@ def check_flavors(repo: RepoIndex) -> None:
             if repo.named["Flavor"].get(flavor) is None:
                 repo.errors.add_once(
                     loaded.doc.loc(("flavorPrices", flavor), key=True),
-                    "a price for an unknown flavor: "
-                    + unknown_name(repo, "flavor", flavor, "Flavor").removeprefix("unknown "),
+                    "flavorPrices names an " + unknown_name(repo, "flavor", flavor, "Flavor"),
                 )
 
 

@@ -13,7 +13,7 @@ property the flavor says nothing about.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reconciler.core.capacity import Placement, Toleration, placement_of
@@ -219,3 +219,37 @@ def fit_flavor(
         return -1, other, False
     detail: Any = short[0] if len(short) == 1 else tuple(short)
     return -1, (_QUOTA, detail), cohort is not None
+
+
+def flavor_node_warnings(
+    flavors: Mapping[str, FlavorSpec],
+    nodes: Mapping[str, Sequence[Mapping[str, str]]],
+    unread: Sequence[str] = (),
+) -> list[str]:
+    """One ``file:line:col: warning: ...`` per flavor whose ``nodeLabels`` match no node of
+    any cluster read (``nodes``: each cluster's node labels; ``unread``: the clusters that
+    could not be read, named in the warning since a flavor may match nodes there). Such a
+    flavor's quota can be assigned, but its pods will never be placed. Nothing when no
+    cluster was read: there is nothing to compare with."""
+    if not nodes:
+        return []
+    out = []
+    for name in sorted(flavors):
+        flavor = flavors[name]
+        wanted = flavor.node_labels.items()
+        if any(
+            all(labels.get(k) == v for k, v in wanted)
+            for listed in nodes.values()
+            for labels in listed
+        ):
+            continue
+        where = str(flavor.location) if flavor.location is not None else flavor.source
+        labels = ", ".join(f"{k}={v}" for k, v in sorted(wanted))
+        read = ", ".join(sorted(nodes))
+        not_read = f"; not read: {', '.join(sorted(unread))}" if unread else ""
+        out.append(
+            f"{where}: warning: flavor {name!r} matches no node: no node of cluster "
+            f"{read} has all of its nodeLabels ({labels}){not_read}; an operation assigned "
+            "it will not be placed until such nodes exist"
+        )
+    return out
