@@ -137,3 +137,67 @@ def test_a_failed_write_is_counted_by_the_runtime() -> None:
     assert publisher.close(30)
     assert publisher.last_error == "push refused by a hook"
     assert runtime.metrics.git_sync_errors._value.get() == 1
+
+
+def test_in_the_foreground_close_writes_the_result_the_cadence_put_off() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(branch, min_interval=3600.0)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    runtime.on_cycle(first)
+    runtime.on_cycle(second)  # due in an hour: put off
+    assert branch.applied() == "c0" and runtime.unwritten == "put off by --status-interval"
+    assert runtime.close(30)
+    assert branch.applied() == "c1" and runtime.unwritten == ""
+
+
+def test_a_result_close_cannot_write_says_why() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    leading = {"now": True}
+    publisher = StatusPublisher(
+        branch,  # type: ignore[arg-type]
+        min_interval=3600.0,
+        is_leader=lambda: leading["now"],
+    )
+    publisher.publish(first)
+    publisher.publish(second)
+    leading["now"] = False
+    assert publisher.close(30)
+    assert branch.applied() == "c0"
+    assert "no longer holds the Lease" in publisher.unwritten
+
+
+def test_a_result_from_before_a_lost_lease_says_why_it_was_dropped() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    leading = {"now": True}
+    publisher = StatusPublisher(
+        branch,  # type: ignore[arg-type]
+        background=True,
+        is_leader=lambda: leading["now"],
+    )
+    publisher.publish(first)
+    assert publisher.flush(30) and publisher.unwritten == ""
+    leading["now"] = False
+    publisher.publish(second)
+    assert publisher.close(30)
+    assert "no longer holds the Lease" in publisher.unwritten
+
+
+def test_a_failed_push_at_close_says_why() -> None:
+    from reconciler.adapters.git import GitSyncError
+
+    (result,) = _results(1)
+
+    class Refusing(GatedBranch):
+        def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+            raise GitSyncError("push refused by a hook")
+
+    publisher = StatusPublisher(Refusing())  # type: ignore[arg-type]
+    publisher.publish(result)
+    assert publisher.close(30)
+    assert publisher.unwritten == "the push failed: push refused by a hook"

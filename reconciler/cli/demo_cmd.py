@@ -262,6 +262,7 @@ def demo(
     ):
         run_forever(runtime.reconciler, interval, stop, on_cycle, wake)
     timer.cancel()
+    runtime.close()  # the last cycle's status, even if --status-interval put it off
     runtime.reconciler.close()
     last = outcome.get("last")
     done = last is not None and all(s.phase.finished for s in last.states.values())
@@ -273,6 +274,9 @@ def demo(
             say.line(line)
     for line in summary:
         say.line(line)
+    if runtime.unwritten:
+        errors.print(f"error: the status branch lags this summary: {runtime.unwritten}")
+        sys.exit(1)
     sys.exit(0 if done or keep else 1)
 
 

@@ -640,6 +640,59 @@ class Reconciler:
         self.last = result
         return result
 
+    def run_final(self) -> CycleResult | None:
+        """At shutdown, once no cycle runs: the clusters as the watch caches hold them now,
+        decided over and nothing carried out (what a Job that ended since the last cycle
+        changed). It reads nothing over the network, so it never holds an exit up: the
+        config in force, the backends and capacity the last cycle read. None, logged, when
+        it cannot say more than the last cycle did: no config, no watch caches, or a
+        cluster whose caches are not synced."""
+        last = self.last
+        compiled = self._last_good
+        if compiled is None or last is None or last.decision is None or not self._watch:
+            return None
+        started = time.monotonic()
+        listing: dict[str, ClusterListing] = {}
+        for name in sorted(compiled.clusters):
+            caches = self._informers.get(name)
+            if caches is None or not all(c.healthy for c in caches):
+                log.warning("shutdown: the watch of cluster %s is not synced", name)
+                return None
+            again = self._observed_from.pop(name, None) is caches
+            jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
+            states = self._observer.update(name, jobs, pods, pytorchjobs)
+            self._observed_from[name] = caches
+            listing[name] = ClusterListing(
+                states,
+                version=_listed_version(caches[0], caches[2]),
+                capacity=last.decision.capacity.get(name),
+                backends=last.decision.backends.get(name, frozenset()),
+            )
+        now = self._clock.now()
+        try:
+            decision = decide(compiled, listing, self.memory, now)
+        except PlanInputError as exc:
+            log.warning("shutdown: cannot plan: %s", exc)
+            return None
+        self.memory = decision.memory
+        result = CycleResult(
+            at=now,
+            version=compiled.version,
+            compiled=compiled,
+            plan=decision.plan,
+            states=decision.states,
+            config_errors=last.config_errors,
+            sync_error=last.sync_error,
+            clusters=decision.clusters,
+            leading=False,
+            attempted_version=last.attempted_version,
+            decision=decision,
+            duration=time.monotonic() - started,
+            internal_error=last.internal_error,
+        )
+        self.last = result
+        return result
+
     def _cycle(self) -> CycleResult:
         now = self._clock.now()
         compiled, config_errors, sync_error, attempted = self._load()

@@ -264,3 +264,53 @@ def test_the_config_is_read_at_most_once_per_interval() -> None:
     failing["now"] = False
     clock.t = 30.5
     assert source().version == "v5"
+
+
+def test_a_job_that_ended_after_the_last_cycle_is_on_the_branch_at_shutdown() -> None:
+    """SIGTERM before the cycle a finished Job asks for: the shutdown decides once more
+    over the watch caches (nothing carried out) and writes that, so the branch has the
+    Job's phase."""
+    from reconciler.core.status import read_status
+
+    repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    for op in ("p/a", "p/b", "p/c"):
+        repo.op(op, gpu=1)
+    compiled = repo.repo()
+    branch = FakeStatusBranch()
+    holder: dict[str, Runtime] = {}
+    world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
+    publisher = StatusPublisher(branch, min_interval=3600.0, clock=world.clock)  # type: ignore[arg-type]
+    runtime = holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        try:
+            world.start()
+            world.wait_cycles(1)
+            world.waiting_until(INTERVAL)
+            world.loop.request_stop()  # SIGTERM, and the loop is done
+            world.loop.wait()
+            assert world.loop.finish()
+            world.finish("p/a")  # the Job ends before any cycle sees it
+            assert len(world.results) == 1
+            final = wait_final(world.reconciler)
+            assert runtime.close(30, final)
+        finally:
+            world.cluster.close()
+            world.reconciler.close()
+    view = read_status(branch.files)
+    assert view.operations["p/a"].phase == "Succeeded"
+    assert runtime.unwritten == ""
+
+
+def wait_final(reconciler: Reconciler) -> CycleResult:
+    """``run_final`` once the watch has shown the end of p/a (it reads only the caches)."""
+    got: list[CycleResult] = []
+
+    def ended() -> bool:
+        final = reconciler.run_final()
+        if final is not None and final.states["p/a"].phase.finished:
+            got.append(final)
+            return True
+        return False
+
+    wait_until(ended, timeout=PATIENCE, what="the watch to show p/a ended")
+    return got[0]
