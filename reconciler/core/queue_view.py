@@ -36,6 +36,7 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
+from reconciler.core.report import Report
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
@@ -340,6 +341,7 @@ def build_queues_view(
     applied: bool,
     source: str = "cycle",
     estimates: Estimates = NO_ESTIMATES,
+    upcoming: Mapping[str, int] | None = None,
 ) -> QueuesView:
     """The view of one cycle. ``states`` are the current workloads per operation (with
     ``applied``, those the cycle just created included); ``estimates`` the cycle's start
@@ -364,7 +366,9 @@ def build_queues_view(
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
-                next=0 if applied else q.dispatching,
+                next=(upcoming or {}).get(q.name, 0)
+                if upcoming is not None or applied
+                else q.dispatching,
                 head_reason=str(q.head_reason) if q.head_reason is not None else None,
                 head_message=head.message if head is not None else "",
                 head_estimate=estimates.json_of(head.operation) if head is not None else None,
@@ -697,10 +701,16 @@ def build_queue_detail(
     source_text: bytes | None = None,
     blame: Sequence[BlameLine] | None = None,
     estimates: Estimates = NO_ESTIMATES,
+    upcoming: Mapping[str, int] | None = None,
+    next_ops: tuple[str, ...] | None = None,
 ) -> QueueDetail | None:
-    """One queue, or None when the config has no such queue."""
+    """One queue, or None when the config has no such queue. ``upcoming`` and
+    ``next_ops``: a report's planned dispatches not carried out (per queue, and this
+    queue's), instead of what ``applied`` says."""
     spec = repo.queues.get(name)
-    row = build_queues_view(repo, plan, states, applied=applied, estimates=estimates).row(name)
+    row = build_queues_view(
+        repo, plan, states, applied=applied, estimates=estimates, upcoming=upcoming
+    ).row(name)
     if spec is None or row is None:
         return None
     active = tuple(
@@ -751,14 +761,15 @@ def build_queue_detail(
         if p.queue == name
         for message, admit, admit_json, blocked_by in (explain(p),)
     )
-    upcoming = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
+    if next_ops is None:
+        next_ops = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
     settings = queue_settings(spec, source_text, blame)
     return QueueDetail(
         row=row,
         source=spec.source,
         settings=settings,
         active=active,
-        next=upcoming,
+        next=next_ops,
         pending=pending,
     )
 
@@ -860,11 +871,17 @@ def build_operation_detail(
     recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
     estimates: Estimates = NO_ESTIMATES,
     failed: Mapping[str, tuple[str, str]] | None = None,
+    carried: frozenset[str] | None = None,
 ) -> OperationDetail | None:
     """One operation (a workflow parent lists its children), or None if neither the
     config nor any cluster knows it. ``failed``: the applied plan's dispatches whose create
-    failed, with (reason, error): Queued with them, as the status branch records them."""
-    failed = {} if failed is None or not applied else failed
+    failed, with (reason, error): Queued with them, as the status branch records them.
+    ``carried``: a report's planned dispatches carried out (instead of all of them with
+    ``applied``, none without); its ``failed`` are then given whatever ``applied`` says."""
+    failed = {} if failed is None or not (applied or carried is not None) else failed
+    if carried is None:
+        carried = frozenset(d.operation for d in plan.dispatch) if applied else frozenset()
+    applied = op_id in carried or op_id in failed
     op = next((o for o in repo.operations if o.id == op_id), None)
     state = states.get(op_id)
     if state is not None and op is not None and state.generation != op.generation:
@@ -876,7 +893,7 @@ def build_operation_detail(
         if children:
             first = next(o for o in repo.operations if o.id == children[0])
             phase, message = workflow_summary(
-                Phase(_phase_of(c, states, plan, applied, failed)) for c in children
+                Phase(_phase_of(c, states, carried, failed)) for c in children
             )
             return OperationDetail(
                 operation=op_id,
@@ -896,7 +913,7 @@ def build_operation_detail(
         operation=op_id,
         # refused by policy: Rejected, or the phase of its workload that still runs (as its
         # status record says)
-        phase=_phase_of(op_id, states, plan, applied, failed)
+        phase=_phase_of(op_id, states, carried, failed)
         if rejected is None or state is not None
         else StatusPhase.REJECTED.value,
         kind=str(op.kind) if op else None,
@@ -969,14 +986,13 @@ def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDet
 def _phase_of(
     op_id: str,
     states: Mapping[str, WorkloadState],
-    plan: Plan,
-    applied: bool,
+    carried: frozenset[str],
     failed: Mapping[str, tuple[str, str]],
 ) -> str:
     state = states.get(op_id)
     if state is not None:
         return state.phase.value
-    if applied and op_id not in failed and any(d.operation == op_id for d in plan.dispatch):
+    if op_id in carried and op_id not in failed:
         return Phase.DISPATCHED.value
     return Phase.QUEUED.value
 
@@ -1047,4 +1063,65 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
         + text_table(FLEET_HEADERS, fleet)
         + fleet_queues
         + "\n"
+    )
+
+
+# --- a cycle's report ---------------------------------------------------------------------
+
+
+def queues_view(shown: Report, estimates: Estimates = NO_ESTIMATES) -> QueuesView:
+    """The queue rows of one cycle's report: its use as reported, its ``next``."""
+    return build_queues_view(
+        shown.compiled,
+        shown.plan,
+        shown.workloads,
+        applied=True,
+        estimates=estimates,
+        upcoming=shown.next,
+    )
+
+
+def queue_detail(
+    shown: Report,
+    name: str,
+    *,
+    source_text: bytes | None = None,
+    blame: Sequence[BlameLine] | None = None,
+    estimates: Estimates = NO_ESTIMATES,
+) -> QueueDetail | None:
+    """One queue of a cycle's report, or None when the config has no such queue."""
+    return build_queue_detail(
+        shown.compiled,
+        shown.plan,
+        shown.workloads,
+        name,
+        applied=True,
+        source_text=source_text,
+        blame=blame,
+        estimates=estimates,
+        upcoming=shown.next,
+        next_ops=shown.upcoming(name),
+    )
+
+
+def operation_detail(
+    shown: Report,
+    op_id: str,
+    *,
+    recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
+    estimates: Estimates = NO_ESTIMATES,
+) -> OperationDetail | None:
+    """One operation of a cycle's report: a planned dispatch is Dispatched when it was
+    carried out, Queued with its reason and error when its create failed, and Queued as
+    the plan's next when it was not tried."""
+    return build_operation_detail(
+        shown.compiled,
+        shown.plan,
+        shown.states,
+        op_id,
+        applied=False,
+        recorded=recorded,
+        estimates=estimates,
+        failed={op: (str(f.reason), f.error) for op, f in shown.failed.items()},
+        carried=shown.carried_out,
     )

@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from reconciler.adapters.kube import (
@@ -60,7 +61,8 @@ from reconciler.core.render import (
     render_operation,
 )
 from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
-from reconciler.core.status import StatusReason
+from reconciler.core.report import Failure, Outcome, Report, planned_report, report
+from reconciler.core.status import ClusterStatus, StatusReason
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import (
     BUG_NOTE,
@@ -110,6 +112,40 @@ class CycleResult:
     duration: float = 0.0  # seconds the cycle took
     decision: Decision | None = None  # what decide returned (None: it did not run)
     internal_error: str = ""  # a bug compiling attempted_version (not a config error)
+    outcome: Outcome | None = None  # what carrying out the decision did (None: nothing)
+
+    @cached_property
+    def report(self) -> Report | None:
+        """The decision with its outcome: what this cycle shows (``core/report.py``). A
+        result made without a decision (a plan over given states) reports that plan: its
+        dispatches carried out when ``leading`` (but ``failed``), else none."""
+        if self.compiled is None or self.plan is None:
+            return None
+        if self.decision is None:
+            planned = {d.operation for d in self.plan.dispatch}
+            failed = {
+                op: Failure(self.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
+                for op, error in self.failed.items()
+                if op in planned
+            }
+            clusters = tuple(
+                ClusterStatus(
+                    name=h.name,
+                    reachable=h.reachable,
+                    error=h.error,
+                    backends=tuple(sorted(h.backends)),
+                )
+                for h in self.clusters
+            )
+            return planned_report(
+                self.compiled,
+                self.plan,
+                self.states,
+                carried_out=self.leading,
+                failed=failed,
+                clusters=clusters,
+            )
+        return report(self.compiled, self.decision, self.outcome or Outcome.none())
 
     @property
     def workloads(self) -> Mapping[str, WorkloadState]:
@@ -137,14 +173,20 @@ class ChangeSet:
     failed: dict[str, str] = field(default_factory=dict)  # operation -> error
     reasons: dict[str, StatusReason] = field(default_factory=dict)  # of failed
 
-    def applied_to(self, states: Mapping[str, WorkloadState]) -> dict[str, WorkloadState]:
-        """The decision's states with these results."""
-        out = dict(states)
-        for c in self.created:
-            out[c.state.operation] = c.state
-        for s in self.stopped:
-            out[s.operation] = s
-        return out
+    def outcome(self, actions: Actions) -> Outcome:
+        """These results as the value the report reads: a failed create with its reason
+        (a failed delete is not a failed dispatch: its workload is still counted)."""
+        planned = {c.operation.id for c in actions.creates}
+        return Outcome(
+            created=tuple(self.created),
+            adopted=frozenset(self.adopted),
+            failed={
+                op: Failure(self.reasons.get(op, StatusReason.DISPATCH_FAILED), error)
+                for op, error in self.failed.items()
+                if op in planned
+            },
+            stopped=tuple(self.stopped),
+        )
 
 
 # The workload kinds the runtime creates, lists, observes and deletes (docs/runtime.md).
@@ -480,6 +522,7 @@ class Reconciler:
                 requests=dict(op.requests),
                 workflow=job.annotations.get(ANNOTATION_WORKFLOW),
                 pods=op.replicas,
+                flavor=op.flavor.name if op.flavor is not None else None,
                 kind=job.kind,
             )
             # counted from the create response, not the watch
@@ -735,12 +778,14 @@ class Reconciler:
             changes = self._apply(compiled, decision.actions, now)
             self._annotate(compiled, decision)
         self.memory = decision.memory.record(changes.created, changes.stopped)
+        outcome = changes.outcome(decision.actions)
+        shown = report(compiled, decision, outcome)
         return CycleResult(
             at=now,
             version=compiled.version,
             compiled=compiled,
             plan=decision.plan,
-            states=changes.applied_to(decision.states),
+            states=shown.states,
             config_errors=config_errors,
             sync_error=sync_error,
             clusters=decision.clusters,
@@ -752,4 +797,5 @@ class Reconciler:
             leading=leading,
             attempted_version=attempted,
             decision=decision,
+            outcome=outcome,
         )

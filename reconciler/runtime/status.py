@@ -33,15 +33,13 @@ from collections.abc import Callable
 from reconciler.adapters.git import GitSyncError, StatusBranch
 from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
+from reconciler.core.report import encode
 from reconciler.core.status import (
-    ClusterStatus,
     PhaseMemo,
     RecordMemo,
     RenderMemo,
     SpecHashMemo,
-    StatusReason,
     read_status,
-    render_status,
     status_changes,
     summarize_cycle,
 )
@@ -282,33 +280,17 @@ def render_cycle_status(
     phases: PhaseMemo | None = None,
     built: RecordMemo | None = None,
 ) -> dict[str, bytes]:
-    """Every status file one cycle writes: ``result`` with its config in force and plan
-    (``memo``, ``hashes``, ``phases``, ``built``: see ``render_status``)."""
-    return render_status(
-        compiled,
-        plan,
-        result.states,
+    """Every status file one cycle writes: its report (``encode``: ``compiled`` and
+    ``plan`` are the result's, whose report carries them), with the config commit read
+    and its errors."""
+    shown = result.report
+    if shown is None:
+        raise ValueError("render_cycle_status: a result without a decision has no report")
+    return encode(
+        shown,
         config_error=result.config_errors,
         config_version=result.attempted_version,
         internal_error=result.internal_error,
-        failed={
-            op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
-            for op, error in result.failed.items()
-        },
-        clusters=result.decision.cluster_records()
-        if result.decision is not None
-        else tuple(
-            ClusterStatus(
-                name=h.name,
-                reachable=h.reachable,
-                error=h.error,
-                backends=tuple(sorted(h.backends)),
-            )
-            for h in result.clusters
-        ),
-        superseded=result.decision.superseded if result.decision else None,
-        gang_timeouts=result.decision.memory.gang_timeouts if result.decision else None,
-        ledger=result.decision.memory.ledger if result.decision is not None else None,
         memo=memo,
         hashes=hashes,
         phases=phases,

@@ -298,6 +298,7 @@ def test_a_job_that_ended_after_the_last_cycle_is_on_the_branch_at_shutdown() ->
             world.reconciler.close()
     view = read_status(branch.files)
     assert view.operations["p/a"].phase == "Succeeded"
+    assert view.operations["p/c"].phase == "Queued"  # nothing carried out: not dispatched
     assert runtime.unwritten == ""
 
 

@@ -10,7 +10,6 @@ from decimal import Decimal
 from typing import Any
 from unittest import mock
 
-import pytest
 from builders import NOW, World, node
 from fake_kube import FakeCluster, FakeCycles, FakeKube
 from test_one_decision import _manifest
@@ -332,11 +331,6 @@ class _FailingCycles(FakeCycles):
         return _FailingKube(self.cluster)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="h25a finding, not fixed: the leader's applied views count every planned dispatch, "
-    "a failed create included (QueueSummary.*_after); see the h25a report",
-)
 def test_a_failed_create_is_not_counted_by_the_leaders_views() -> None:
     """The leader's cycle plans p/a and p/b; the create of p/b fails (it stays Queued,
     ``DispatchFailed``). What the leader's pages and status branch say a queue holds is what

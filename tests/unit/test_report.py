@@ -1,0 +1,152 @@
+"""``report(compiled, decision, outcome)``: the one place where the plan and what was
+carried out of it meet. Its queue use is the planner's own count of the states it reports:
+the fast paths (all carried out, none carried out) equal a recount by the planner, in
+plain queues, cohorts, flavors and fleets; a partial outcome is recounted."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from builders import World
+
+from reconciler.core.cycle import ClusterListing, Decision, InFlight, Memory, decide
+from reconciler.core.observe import WorkloadState
+from reconciler.core.plan import QueueSummary
+from reconciler.core.report import Failure, Outcome, recount, report
+from reconciler.core.status import StatusReason
+from reconciler.core.types import CompiledRepo, Phase
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _created(decision: Decision, op_id: str) -> InFlight:
+    """The create of ``op_id`` as the runtime records its response."""
+    create = next(c for c in decision.actions.creates if c.operation.id == op_id)
+    op = create.operation
+    state = WorkloadState(
+        operation=op.id,
+        generation=op.generation,
+        cluster=op.cluster,
+        namespace=op.namespace,
+        name=f"{op.id.replace('/', '-')}-g{op.generation}",
+        uid=f"uid-{op.id}",
+        phase=Phase.DISPATCHED,
+        queue=op.queue,
+        requests=dict(op.requests),
+        pods=op.replicas,
+        flavor=op.flavor.name if op.flavor is not None else None,
+    )
+    return InFlight(state, "1")
+
+
+def _held(q: QueueSummary) -> tuple[object, ...]:
+    """What a queue holds, as every reader shows it."""
+    return (
+        q.name,
+        q.active + q.dispatching,
+        dict(q.used_after),
+        q.pods_after,
+        dict(q.borrowed_after),
+        dict(q.lent_after),
+        q.budget.committed_after if q.budget is not None else None,
+        tuple(
+            (f.name, dict(f.used_after), dict(f.borrowed_after), dict(f.lent_after))
+            for f in q.flavors
+        ),
+        q.pending,
+        q.head_reason,
+    )
+
+
+def _plain() -> World:
+    w = World().queue("q", quota={"nvidia.com/gpu": 4}, concurrency=3)
+    for i in range(5):
+        w.op(f"p/o{i}", gpu=1)
+    return w
+
+
+def _cohort() -> World:
+    w = (
+        World()
+        .cluster("local")
+        .cohort("pool", "2h")
+        .queue("team-a", cohort="pool", priority=100)
+        .flavored(
+            "team-a",
+            ("h100", {"gpu": 1}),
+            ("a100", {"gpu": 1}),
+            borrowing_limit={"a100": {"gpu": 2}},
+        )
+        .queue("team-b", cohort="pool", priority=50)
+        .flavored("team-b", ("h100", {"gpu": 4}), ("a100", {"gpu": 4}))
+        .queue("plain", quota={"nvidia.com/gpu": 2}, priority=10)
+    )
+    w.op("vision/big", queue="team-a", gpu=3).timeout("1h")
+    w.op("vision/small", queue="team-b", gpu=1)
+    w.op("vision/more", queue="team-b", gpu=2)
+    w.op("vision/plain", queue="plain", gpu=1)
+    w.op("vision/plain2", queue="plain", gpu=1)
+    return w
+
+
+def _fleet() -> World:
+    w = World()
+    w.fleet("gpu", ("a", "b"), quota={"nvidia.com/gpu": 4})
+    for i in range(3):
+        w.op(f"p/x{i}", gpu=1)
+    return w
+
+
+WORLDS = {"plain": _plain, "cohort with flavors": _cohort, "fleet": _fleet}
+
+
+def _decide(world: World) -> tuple[CompiledRepo, Decision]:
+    compiled = world.repo()
+    listing = {name: ClusterListing() for name in compiled.clusters}
+    return compiled, decide(compiled, listing, Memory(), NOW)
+
+
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_all_carried_out_is_the_planners_count_of_the_states(name: str) -> None:
+    compiled, decision = _decide(WORLDS[name]())
+    assert len(decision.plan.dispatch) >= 2
+    created = tuple(_created(decision, d.operation) for d in decision.plan.dispatch)
+    shown = report(compiled, decision, Outcome(created=created))
+    assert shown.carried_out == {d.operation for d in decision.plan.dispatch}
+    assert shown.next == {}
+    counted = recount(compiled, decision, shown.states, shown.carried_out)
+    assert [_held(q) for q in shown.queues] == [_held(q) for q in counted]
+
+
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_nothing_carried_out_is_the_planners_count_before_its_plan(name: str) -> None:
+    compiled, decision = _decide(WORLDS[name]())
+    shown = report(compiled, decision, Outcome.none())
+    assert shown.states == decision.states and shown.carried_out == frozenset()
+    counted = recount(compiled, decision, shown.states, frozenset())
+    assert [_held(q) for q in shown.queues] == [_held(q) for q in counted]
+    planned: dict[str, int] = {}
+    for d in decision.plan.dispatch:
+        planned[d.queue] = planned.get(d.queue, 0) + 1
+    assert shown.next == planned
+    assert all(q.dispatching == 0 for q in shown.queues)
+
+
+@pytest.mark.parametrize("name", sorted(WORLDS))
+def test_a_failed_create_holds_nothing(name: str) -> None:
+    compiled, decision = _decide(WORLDS[name]())
+    first, *rest = decision.plan.dispatch
+    created = tuple(_created(decision, d.operation) for d in rest)
+    failed = {first.operation: Failure(StatusReason.DISPATCH_FAILED, "refused")}
+    shown = report(compiled, decision, Outcome(created=created, failed=failed))
+    assert first.operation not in shown.states
+    # the same as if the plan had never dispatched it: the planner's count of the states
+    # with only the others created
+    alone = {**decision.states, **{c.state.operation: c.state for c in created}}
+    counted = recount(compiled, decision, alone, frozenset(alone) - set(decision.states))
+    assert [_held(q) for q in shown.queues] == [_held(q) for q in counted]
+    queue = next(q for q in shown.queues if q.name == first.queue)
+    before = next(q for q in decision.plan.queues if q.name == first.queue)
+    assert queue.active + queue.dispatching == before.active + before.dispatching - 1
+    assert shown.next.get(first.queue, 0) == 0
