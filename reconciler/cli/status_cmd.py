@@ -21,13 +21,13 @@ from reconciler.core.cycle import Decision, Memory, decide_recorded, memory_from
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
 from reconciler.core.plan import PlanInputError
 from reconciler.core.plan_render import text_table
+from reconciler.core.report import expected, status_view
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
     StatusView,
     dump_yaml,
     read_status,
-    render_status,
 )
 from reconciler.core.types import BUG_NOTE, CompiledRepo, printable_text
 from reconciler.runtime.live import connector, decide_live
@@ -237,19 +237,9 @@ def recorded_estimates(
 
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
-    """The status files the cycle would write for ``decision``, read back."""
-    clusters = decision.cluster_records()
-    return read_status(
-        render_status(
-            compiled,
-            decision.plan,
-            decision.states,
-            clusters=clusters,
-            superseded=decision.superseded,
-            gang_timeouts=decision.memory.gang_timeouts,
-            ledger=decision.memory.ledger,
-        )
-    )
+    """What the status branch says after the cycle of ``decision``, if its creates succeed
+    (``status_view`` of its expected report: no files written and read back)."""
+    return status_view(expected(compiled, decision))
 
 
 @click.command("status")

@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from reconciler.core.cycle import Decision, InFlight
 from reconciler.core.gang import GangTimeout
@@ -30,12 +31,21 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import FlavorUsage, Plan, QueueSummary, plan_repo
 from reconciler.core.status import (
     ClusterStatus,
+    ConfigStatus,
+    OperationStatus,
     PhaseMemo,
+    QueueStatus,
     RecordMemo,
     RenderMemo,
     SpecHashMemo,
     StatusReason,
+    StatusView,
+    build_status,
+    join_records,
+    listed_errors,
+    queue_kinds,
     render_status,
+    stable_error,
 )
 from reconciler.core.types import CompiledRepo, ConfigError
 
@@ -133,6 +143,23 @@ def report(compiled: CompiledRepo, decision: Decision, outcome: Outcome) -> Repo
         carried_out=carried,
         failed=dict(outcome.failed),
         next=dict(Counter(d.queue for d in left if d.operation not in outcome.failed)),
+        superseded=decision.superseded,
+        gang_timeouts=decision.memory.gang_timeouts,
+        ledger=decision.memory.ledger,
+        clusters=decision.cluster_records(),
+    )
+
+
+def expected(compiled: CompiledRepo, decision: Decision) -> Report:
+    """The report of ``decision`` if every planned create succeeds: what the status branch
+    says after the next cycle (``status --live``). A dispatch is then recorded without its
+    create's response (``Dispatched``, ``WorkloadCreated``), and each queue's use is the
+    plan's with its dispatches."""
+    return Report(
+        compiled=compiled,
+        plan=decision.plan,
+        states=decision.states,
+        carried_out=frozenset(d.operation for d in decision.plan.dispatch),
         superseded=decision.superseded,
         gang_timeouts=decision.memory.gang_timeouts,
         ledger=decision.memory.ledger,
@@ -244,13 +271,9 @@ def encode(
     writer's, kept between cycles). A planned dispatch is recorded as dispatched only when
     it was carried out; one whose create failed is ``Queued`` with its reason and error;
     one not carried out (a dry run) is ``Queued``."""
-    plan = shown.plan
-    if len(shown.carried_out) + len(shown.failed) < len(plan.dispatch):
-        tried = shown.carried_out | shown.failed.keys()
-        plan = replace(plan, dispatch=tuple(d for d in plan.dispatch if d.operation in tried))
     return render_status(
         shown.compiled,
-        plan,
+        _tried(shown),
         shown.states,
         config_error=config_error,
         config_version=config_version,
@@ -265,3 +288,63 @@ def encode(
         phases=phases,
         built=built,
     )
+
+
+def status_view(shown: Report) -> StatusView:
+    """What the status branch says once ``encode(shown)`` is written, as read back
+    (``read_status``), made from the report without the files: ``status --live``."""
+    built = build_status(
+        shown.compiled,
+        _tried(shown),
+        shown.states,
+        {op: (f.reason, f.error) for op, f in shown.failed.items()},
+        shown.superseded,
+    )
+    records: dict[str, OperationStatus] = {}
+    for record in built:
+        mark = shown.gang_timeouts.get(record.operation)
+        if mark is not None:
+            record = record.model_copy(update={"gang_timeouts": mark.to_json()})
+        records[record.operation] = record
+    order: dict[str, list[str]] = {}
+    for p in shown.plan.pending:
+        order.setdefault(p.queue, []).append(p.operation)
+    positions = {op: i for ids in order.values() for i, op in enumerate(ids, start=1)}
+    repo = shown.compiled
+    join_records(records, positions, repo.version)
+    queues = tuple(
+        QueueStatus.from_summary(q, queue_kinds(repo, q.name)) for q in shown.plan.queues
+    )
+    clusters = tuple(
+        sorted(
+            (c.model_copy(update={"error": stable_error(c.error)}) for c in shown.clusters),
+            key=lambda c: c.name,
+        )
+    )
+    warnings = (shown.plan.prune_refused.message(),) if shown.plan.prune_refused is not None else ()
+    config = ConfigStatus(
+        version=repo.version,
+        applied=repo.version,
+        valid=not repo.errors,
+        errors=listed_errors(str(e) for e in sorted(repo.errors)),
+        warnings=warnings,
+    )
+    ledger = () if shown.ledger is None else tuple(chain(*shown.ledger.months().values()))
+    return StatusView(
+        dict(sorted(records.items())),
+        queues,
+        config,
+        (),
+        clusters,
+        ledger,
+        {q: tuple(ids) for q, ids in sorted(order.items())},
+    )
+
+
+def _tried(shown: Report) -> Plan:
+    """The report's plan with only the dispatches carried out or tried."""
+    plan = shown.plan
+    if len(shown.carried_out) + len(shown.failed) < len(plan.dispatch):
+        tried = shown.carried_out | shown.failed.keys()
+        plan = replace(plan, dispatch=tuple(d for d in plan.dispatch if d.operation in tried))
+    return plan

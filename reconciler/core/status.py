@@ -696,7 +696,7 @@ def render_status(
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
             del memo[gone]
-    queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
+    queues = [QueueStatus.from_summary(q, queue_kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
     errors = config_error or repo.errors
     warnings = (plan.prune_refused.message(),) if plan.prune_refused is not None else ()
@@ -704,7 +704,7 @@ def render_status(
         version=config_version or repo.version,
         applied=repo.version,
         valid=not errors and not internal_error,
-        errors=_listed(str(e) for e in sorted(errors)),
+        errors=listed_errors(str(e) for e in sorted(errors)),
         warnings=warnings,
         reason=StatusReason.INTERNAL_ERROR.value if internal_error else None,
         internal_error=stable_error(internal_error),
@@ -762,7 +762,7 @@ def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
 MAX_STATUS_ERRORS = 1000
 
 
-def _listed(errors: Iterable[str]) -> tuple[str, ...]:
+def listed_errors(errors: Iterable[str]) -> tuple[str, ...]:
     listed = list(errors)
     if len(listed) <= MAX_STATUS_ERRORS:
         return tuple(listed)
@@ -770,7 +770,7 @@ def _listed(errors: Iterable[str]) -> tuple[str, ...]:
     return (*listed[:MAX_STATUS_ERRORS], f"... and {more} more (run reconciler validate)")
 
 
-def _kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
+def queue_kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
     spec = repo.queues.get(queue)
     return tuple(sorted(str(k) for k in spec.kinds)) if spec is not None else ()
 
@@ -1292,11 +1292,11 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         order[queue] = tuple(op for part in found for op in part.pending)
         for part in found:  # each part says where it starts (a lost part shifts nothing)
             positions.update((op, part.first + i) for i, op in enumerate(part.pending))
-    _joined_records(operations, positions, config.applied if config is not None else "")
+    join_records(operations, positions, config.applied if config is not None else "")
     return StatusView(operations, queues, config, tuple(problems), clusters, tuple(ledger), order)
 
 
-def _joined_records(
+def join_records(
     operations: dict[str, OperationStatus], positions: Mapping[str, int], applied: str
 ) -> None:
     """Each pending operation's position from its queue's order, and the commit in force on

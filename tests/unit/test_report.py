@@ -13,8 +13,8 @@ from builders import World
 from reconciler.core.cycle import ClusterListing, Decision, InFlight, Memory, decide
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import QueueSummary
-from reconciler.core.report import Failure, Outcome, recount, report
-from reconciler.core.status import StatusReason
+from reconciler.core.report import Failure, Outcome, encode, recount, report, status_view
+from reconciler.core.status import StatusReason, read_status
 from reconciler.core.types import CompiledRepo, Phase
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -150,3 +150,89 @@ def test_a_failed_create_holds_nothing(name: str) -> None:
     before = next(q for q in decision.plan.queues if q.name == first.queue)
     assert queue.active + queue.dispatching == before.active + before.dispatching - 1
     assert shown.next.get(first.queue, 0) == 0
+
+
+def _template() -> tuple[CompiledRepo, Decision]:
+    from conftest import TEMPLATE
+
+    from reconciler.adapters.repo import snapshot_worktree
+    from reconciler.core.compile import compile_repo
+
+    compiled = compile_repo(snapshot_worktree(TEMPLATE))
+    listing = {name: ClusterListing() for name in compiled.clusters}
+    return compiled, decide(compiled, listing, Memory(), NOW)
+
+
+def _outcomes(decision: Decision) -> dict[str, Outcome]:
+    first, *rest = decision.plan.dispatch
+    return {
+        "none": Outcome.none(),
+        "all": Outcome(
+            created=tuple(_created(decision, d.operation) for d in decision.plan.dispatch)
+        ),
+        "one failed": Outcome(
+            created=tuple(_created(decision, d.operation) for d in rest),
+            failed={first.operation: Failure(StatusReason.NAMESPACE_FORBIDDEN, "forbidden")},
+        ),
+    }
+
+
+@pytest.mark.parametrize("name", [*sorted(WORLDS), "template"])
+def test_the_status_view_of_a_report_is_its_files_read_back(name: str) -> None:
+    """``status --live`` shows ``status_view(report)``: what ``encode(report)`` writes, as
+    ``read_status`` reads it, without the files."""
+    compiled, decision = _template() if name == "template" else _decide(WORLDS[name]())
+    for outcome in _outcomes(decision).values():
+        shown = report(compiled, decision, outcome)
+        assert status_view(shown) == read_status(encode(shown))
+
+
+def test_the_status_view_of_a_report_with_a_ledger_and_a_cluster_down() -> None:
+    world = _plain()
+    world.fleet("far", ("a", "b"), quota={"nvidia.com/gpu": 2})
+    world.op("p/far", queue="far", gpu=1)
+    compiled = world.repo()
+    done = WorkloadState(
+        operation="p/o0",
+        generation=1,
+        cluster="local",
+        namespace="p",
+        name="p-o0-g1",
+        uid="u0",
+        phase=Phase.SUCCEEDED,
+        queue="q",
+        requests={"nvidia.com/gpu": "1"},
+        started_at="2025-12-31T22:00:00Z",
+        finished_at="2025-12-31T23:00:00Z",
+    )
+    listing = {
+        "local": ClusterListing((done,)),
+        "a": ClusterListing.unreachable("dial tcp 10.0.0.1:443: connection refused"),
+        "b": ClusterListing(),
+    }
+    decision = decide(compiled, listing, Memory(), NOW)
+    assert len(decision.memory.ledger) == 1
+    for outcome in _outcomes(decision).values():
+        shown = report(compiled, decision, outcome)
+        assert status_view(shown) == read_status(encode(shown))
+
+
+@pytest.mark.parametrize("name", [*sorted(WORLDS), "template"])
+def test_the_expected_report_reads_as_the_plan_rendered_applied(name: str) -> None:
+    """``status --live``: the report if every create succeeds is what rendering the plan
+    over the decision's states says (every dispatch ``Dispatched``, the plan's counts)."""
+    from reconciler.core.report import expected
+    from reconciler.core.status import render_status
+
+    compiled, decision = _template() if name == "template" else _decide(WORLDS[name]())
+    rendered = render_status(
+        compiled,
+        decision.plan,
+        decision.states,
+        clusters=decision.cluster_records(),
+        superseded=decision.superseded,
+        gang_timeouts=decision.memory.gang_timeouts,
+        ledger=decision.memory.ledger,
+    )
+    assert status_view(expected(compiled, decision)) == read_status(rendered)
+    assert encode(expected(compiled, decision)) == rendered
