@@ -1069,13 +1069,16 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
 # --- a cycle's report ---------------------------------------------------------------------
 
 
-def queues_view(shown: Report, estimates: Estimates = NO_ESTIMATES) -> QueuesView:
+def queues_view(
+    shown: Report, estimates: Estimates = NO_ESTIMATES, *, source: str = "cycle"
+) -> QueuesView:
     """The queue rows of one cycle's report: its use as reported, its ``next``."""
     return build_queues_view(
         shown.compiled,
         shown.plan,
         shown.workloads,
         applied=True,
+        source=source,
         estimates=estimates,
         upcoming=shown.next,
     )
