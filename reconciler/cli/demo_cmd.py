@@ -50,7 +50,8 @@ def queue_title(result: CycleResult) -> str:
 def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
     """One row per queue, in :data:`QUEUE_COLUMNS` order: priority, concurrency, quota
     used/limit, running, waiting for capacity, pending, why its head waits."""
-    if result.plan is None:
+    shown = result.report
+    if shown is None:
         return []
     running: dict[str, int] = {}
     waiting: dict[str, int] = {}
@@ -62,7 +63,7 @@ def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
         elif state.phase is Phase.DISPATCHED:
             waiting[state.queue] = waiting.get(state.queue, 0) + 1
     rows: list[tuple[str, ...]] = []
-    for q in result.plan.queues:
+    for q in shown.queues:  # what the cycle's states hold (a failed create holds nothing)
         used = q.used_after or q.used
         quota = ", ".join(
             f"{r} {format_quantity(used.get(r, 0))}/{format_quantity(limit)}"  # type: ignore[arg-type]
@@ -137,15 +138,16 @@ def _cohort_note(borrowed: Decimal | None, lent: Decimal | None) -> str:
 
 def borrowing_lines(result: CycleResult) -> list[str]:
     """One line per operation this cycle dispatches by borrowing from its cohort."""
-    if result.plan is None:
+    shown = result.report
+    if shown is None:
         return []
     lines = []
-    for q in result.plan.queues:
+    for q in shown.queues:
         for r, amount in sorted(q.borrowed_after.items()):
             if amount > q.borrowed.get(r, Decimal(0)):
                 lenders = [
                     f"{other.name} lends {format_quantity(other.lent_after[r])}"
-                    for other in result.plan.queues
+                    for other in shown.queues
                     if other.cohort == q.cohort and other.lent_after.get(r)
                 ]
                 lines.append(

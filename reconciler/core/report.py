@@ -20,7 +20,7 @@ apart.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
@@ -56,6 +56,22 @@ class Failure:
 
     reason: StatusReason
     error: str
+
+
+def failures(
+    errors: Mapping[str, str],
+    reasons: Mapping[str, StatusReason],
+    planned: Iterable[str],
+) -> dict[str, Failure]:
+    """The failed creates among ``errors`` (operation -> error of any failed action),
+    each with its reason (``DispatchFailed`` unless ``reasons`` says another); a failed
+    delete is not a failed dispatch."""
+    wanted = set(planned)
+    return {
+        op: Failure(reasons.get(op, StatusReason.DISPATCH_FAILED), error)
+        for op, error in errors.items()
+        if op in wanted
+    }
 
 
 @dataclass(frozen=True, slots=True)

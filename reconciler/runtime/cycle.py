@@ -61,7 +61,7 @@ from reconciler.core.render import (
     render_operation,
 )
 from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
-from reconciler.core.report import Failure, Outcome, Report, planned_report, report
+from reconciler.core.report import Outcome, Report, failures, planned_report, report
 from reconciler.core.status import ClusterStatus, StatusReason
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import (
@@ -122,12 +122,8 @@ class CycleResult:
         if self.compiled is None or self.plan is None:
             return None
         if self.decision is None:
-            planned = {d.operation for d in self.plan.dispatch}
-            failed = {
-                op: Failure(self.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
-                for op, error in self.failed.items()
-                if op in planned
-            }
+            planned = (d.operation for d in self.plan.dispatch)
+            failed = failures(self.failed, self.failure_reasons, planned)
             clusters = tuple(
                 ClusterStatus(
                     name=h.name,
@@ -176,15 +172,10 @@ class ChangeSet:
     def outcome(self, actions: Actions) -> Outcome:
         """These results as the value the report reads: a failed create with its reason
         (a failed delete is not a failed dispatch: its workload is still counted)."""
-        planned = {c.operation.id for c in actions.creates}
         return Outcome(
             created=tuple(self.created),
             adopted=frozenset(self.adopted),
-            failed={
-                op: Failure(self.reasons.get(op, StatusReason.DISPATCH_FAILED), error)
-                for op, error in self.failed.items()
-                if op in planned
-            },
+            failed=failures(self.failed, self.reasons, (c.operation.id for c in actions.creates)),
             stopped=tuple(self.stopped),
         )
 

@@ -161,10 +161,11 @@ class Runtime:
             m.git_sync_errors.inc()
         if result.internal_error:
             m.internal_errors.inc()
-        if result.plan is not None and result.compiled is not None:
-            m.observe_plan(result.plan)
-            m.set_config_commit(result.compiled.version)
-            clusters = {d.operation: (d.queue, d.cluster) for d in result.plan.dispatch}
+        shown = result.report
+        if shown is not None:
+            m.observe_report(shown)
+            m.set_config_commit(shown.compiled.version)
+            clusters = {d.operation: (d.queue, d.cluster) for d in shown.plan.dispatch}
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
