@@ -4,10 +4,12 @@ pages render these; nothing here reads a cluster or Git.
 
 Two sources build the same rows:
 
-- a cycle: the compiled config, its :class:`~reconciler.core.plan.Plan` and the observed
-  workloads (``build_queues_view``). ``applied`` says whether the plan's dispatches were
-  carried out (the leader's cycle) or only computed (``--live``, ``serve``, a follower):
-  then they are counted as ``next``, not as active;
+- a cycle's :class:`~reconciler.core.report.Report` (``queues_view``, ``queue_detail``,
+  ``operation_detail``): each queue's use as the report counts it from what was carried
+  out (the leader's cycle) or not (``--live``, ``serve``, a follower: the plan's dispatches
+  are then ``next``, not active). ``build_queues_view`` and its siblings take a plan over
+  given states and make its report (every dispatch carried out with ``applied``, none
+  without);
 - the status branch (``queues_view_from_status``), as the reconciler last wrote it.
 
 Counts: ``active`` is every Dispatched or Running operation (what holds concurrency and
@@ -36,11 +38,12 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
-from reconciler.core.report import Report
+from reconciler.core.report import Failure, Report, planned_report
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
     StatusPhase,
+    StatusReason,
     StatusView,
     budget_record,
     rejected_message,
@@ -128,9 +131,9 @@ class QueueBudget(ApiModel):
         return f"{self.spent}+{self.committed}/{self.limit}{unit}/{self.per}"
 
     @classmethod
-    def of(cls, summary: BudgetSummary | None, *, applied: bool) -> QueueBudget | None:
-        """The plan's summary of the window (the planner's, from the decision's inputs)."""
-        return None if summary is None else cls(**budget_record(summary, applied=applied))
+    def of(cls, summary: BudgetSummary | None) -> QueueBudget | None:
+        """A report's summary of the window (the planner's, from the decision's inputs)."""
+        return None if summary is None else cls(**budget_record(summary))
 
     @classmethod
     def recorded(cls, record: Mapping[str, Any] | None) -> QueueBudget | None:
@@ -341,18 +344,26 @@ def build_queues_view(
     applied: bool,
     source: str = "cycle",
     estimates: Estimates = NO_ESTIMATES,
-    upcoming: Mapping[str, int] | None = None,
 ) -> QueuesView:
-    """The view of one cycle. ``states`` are the current workloads per operation (with
-    ``applied``, those the cycle just created included); ``estimates`` the cycle's start
-    estimates (``estimate_decision``)."""
-    counts = _counts((s.queue, s.phase.value) for s in states.values())
+    """The view of a plan over ``states`` made without a decision: ``queues_view`` of its
+    report, every dispatch carried out with ``applied`` (``states`` then hold those the
+    cycle created), none without."""
+    shown = planned_report(repo, plan, states, carried_out=applied)
+    return queues_view(shown, estimates, source=source)
+
+
+def queues_view(
+    shown: Report, estimates: Estimates = NO_ESTIMATES, *, source: str = "cycle"
+) -> QueuesView:
+    """The queue rows of one cycle's report: each queue's use as the report counts it (a
+    failed create holds nothing), its planned dispatches not carried out as ``next``;
+    ``estimates`` the cycle's start estimates (``estimate_decision``)."""
+    repo, plan = shown.compiled, shown.plan
+    counts = _counts((s.queue, s.phase.value) for s in shown.workloads.values())
     heads = _heads(plan.pending)
     rows = []
-    for q in plan.queues:
-        used = q.used_after if applied else q.used
-        borrowed = q.borrowed_after if applied else q.borrowed
-        lent = q.lent_after if applied else q.lent
+    for q in shown.queues:
+        used, borrowed, lent = q.used_after, q.borrowed_after, q.lent_after
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         rows.append(
@@ -360,25 +371,23 @@ def build_queues_view(
                 name=q.name,
                 cluster=",".join(m.cluster for m in q.members) or q.cluster,
                 priority=q.priority,
-                active=q.active + q.dispatching if applied else q.active,
+                active=q.active + q.dispatching,
                 concurrency=q.concurrency,
                 quotas=_quota_uses(q.quota, used, borrowed, lent),
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
-                next=(upcoming or {}).get(q.name, 0)
-                if upcoming is not None or applied
-                else q.dispatching,
+                next=shown.next.get(q.name, 0),
                 head_reason=str(q.head_reason) if q.head_reason is not None else None,
                 head_message=head.message if head is not None else "",
                 head_estimate=estimates.json_of(head.operation) if head is not None else None,
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
-                pods=q.pods_after if applied else q.pods,
+                pods=q.pods_after,
                 max_pods=q.max_pods,
                 cohort=q.cohort,
-                budget=QueueBudget.of(q.budget, applied=applied),
+                budget=QueueBudget.of(q.budget),
                 clusters=tuple(
                     ClusterShare(
                         cluster=m.cluster,
@@ -394,12 +403,7 @@ def build_queues_view(
                 flavors=tuple(
                     FlavorQuota(
                         name=f.name,
-                        quotas=_quota_uses(
-                            f.quota,
-                            f.used_after if applied else f.used,
-                            f.borrowed_after if applied else f.borrowed,
-                            f.lent_after if applied else f.lent,
-                        ),
+                        quotas=_quota_uses(f.quota, f.used_after, f.borrowed_after, f.lent_after),
                     )
                     for f in q.flavors
                 ),
@@ -701,16 +705,27 @@ def build_queue_detail(
     source_text: bytes | None = None,
     blame: Sequence[BlameLine] | None = None,
     estimates: Estimates = NO_ESTIMATES,
-    upcoming: Mapping[str, int] | None = None,
-    next_ops: tuple[str, ...] | None = None,
 ) -> QueueDetail | None:
-    """One queue, or None when the config has no such queue. ``upcoming`` and
-    ``next_ops``: a report's planned dispatches not carried out (per queue, and this
-    queue's), instead of what ``applied`` says."""
+    """``queue_detail`` of a plan over ``states`` made without a decision (its dispatches
+    carried out with ``applied``, none without)."""
+    shown = planned_report(repo, plan, states, carried_out=applied)
+    return queue_detail(shown, name, source_text=source_text, blame=blame, estimates=estimates)
+
+
+def queue_detail(
+    shown: Report,
+    name: str,
+    *,
+    source_text: bytes | None = None,
+    blame: Sequence[BlameLine] | None = None,
+    estimates: Estimates = NO_ESTIMATES,
+) -> QueueDetail | None:
+    """One queue of a cycle's report, or None when the config has no such queue: its row,
+    settings, active runs, pending entries, and ``next``, its planned dispatches not
+    carried out."""
+    repo, plan, states = shown.compiled, shown.plan, shown.workloads
     spec = repo.queues.get(name)
-    row = build_queues_view(
-        repo, plan, states, applied=applied, estimates=estimates, upcoming=upcoming
-    ).row(name)
+    row = queues_view(shown, estimates).row(name)
     if spec is None or row is None:
         return None
     active = tuple(
@@ -761,15 +776,13 @@ def build_queue_detail(
         if p.queue == name
         for message, admit, admit_json, blocked_by in (explain(p),)
     )
-    if next_ops is None:
-        next_ops = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
     settings = queue_settings(spec, source_text, blame)
     return QueueDetail(
         row=row,
         source=spec.source,
         settings=settings,
         active=active,
-        next=next_ops,
+        next=shown.upcoming(name),
         pending=pending,
     )
 
@@ -871,17 +884,30 @@ def build_operation_detail(
     recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
     estimates: Estimates = NO_ESTIMATES,
     failed: Mapping[str, tuple[str, str]] | None = None,
-    carried: frozenset[str] | None = None,
 ) -> OperationDetail | None:
-    """One operation (a workflow parent lists its children), or None if neither the
-    config nor any cluster knows it. ``failed``: the applied plan's dispatches whose create
-    failed, with (reason, error): Queued with them, as the status branch records them.
-    ``carried``: a report's planned dispatches carried out (instead of all of them with
-    ``applied``, none without); its ``failed`` are then given whatever ``applied`` says."""
-    failed = {} if failed is None or not (applied or carried is not None) else failed
-    if carried is None:
-        carried = frozenset(d.operation for d in plan.dispatch) if applied else frozenset()
-    applied = op_id in carried or op_id in failed
+    """``operation_detail`` of a plan over ``states`` made without a decision: its
+    dispatches carried out with ``applied`` but ``failed`` (reason and error), none
+    without."""
+    failures = {op: Failure(StatusReason(r), e) for op, (r, e) in (failed or {}).items()}
+    shown = planned_report(repo, plan, states, carried_out=applied, failed=failures)
+    return operation_detail(shown, op_id, recorded=recorded, estimates=estimates)
+
+
+def operation_detail(
+    shown: Report,
+    op_id: str,
+    *,
+    recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
+    estimates: Estimates = NO_ESTIMATES,
+) -> OperationDetail | None:
+    """One operation of a cycle's report (a workflow parent lists its children), or None
+    if neither the config nor any cluster knows it. A planned dispatch is Dispatched when
+    it was carried out, Queued with its reason and error when its create failed (as the
+    status branch records it), and Queued as the plan's next when it was not tried."""
+    repo, plan, states = shown.compiled, shown.plan, shown.states
+    carried = shown.carried_out
+    failed = {op: (str(f.reason), f.error) for op, f in shown.failed.items()}
+    applied = op_id in carried or op_id in failed  # tried: its create's result is known
     op = next((o for o in repo.operations if o.id == op_id), None)
     state = states.get(op_id)
     if state is not None and op is not None and state.generation != op.generation:
@@ -1063,68 +1089,4 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
         + text_table(FLEET_HEADERS, fleet)
         + fleet_queues
         + "\n"
-    )
-
-
-# --- a cycle's report ---------------------------------------------------------------------
-
-
-def queues_view(
-    shown: Report, estimates: Estimates = NO_ESTIMATES, *, source: str = "cycle"
-) -> QueuesView:
-    """The queue rows of one cycle's report: its use as reported, its ``next``."""
-    return build_queues_view(
-        shown.compiled,
-        shown.plan,
-        shown.workloads,
-        applied=True,
-        source=source,
-        estimates=estimates,
-        upcoming=shown.next,
-    )
-
-
-def queue_detail(
-    shown: Report,
-    name: str,
-    *,
-    source_text: bytes | None = None,
-    blame: Sequence[BlameLine] | None = None,
-    estimates: Estimates = NO_ESTIMATES,
-) -> QueueDetail | None:
-    """One queue of a cycle's report, or None when the config has no such queue."""
-    return build_queue_detail(
-        shown.compiled,
-        shown.plan,
-        shown.workloads,
-        name,
-        applied=True,
-        source_text=source_text,
-        blame=blame,
-        estimates=estimates,
-        upcoming=shown.next,
-        next_ops=shown.upcoming(name),
-    )
-
-
-def operation_detail(
-    shown: Report,
-    op_id: str,
-    *,
-    recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
-    estimates: Estimates = NO_ESTIMATES,
-) -> OperationDetail | None:
-    """One operation of a cycle's report: a planned dispatch is Dispatched when it was
-    carried out, Queued with its reason and error when its create failed, and Queued as
-    the plan's next when it was not tried."""
-    return build_operation_detail(
-        shown.compiled,
-        shown.plan,
-        shown.states,
-        op_id,
-        applied=False,
-        recorded=recorded,
-        estimates=estimates,
-        failed={op: (str(f.reason), f.error) for op, f in shown.failed.items()},
-        carried=shown.carried_out,
     )

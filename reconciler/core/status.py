@@ -491,14 +491,14 @@ class QueueStatus(StatusRecord):
         )
 
 
-def budget_record(b: BudgetSummary, *, applied: bool = True) -> dict[str, str]:
+def budget_record(b: BudgetSummary) -> dict[str, str]:
     """A budgeted queue's window as every view shows it (the status record, the queue
-    view's row, ``/api/v1``): limit, spent, committed (with the plan's dispatches when
-    ``applied``), unit, per, windowStart, windowEnd."""
+    view's row, ``/api/v1``): limit, spent, committed (a report's: with the dispatches
+    carried out), unit, per, windowStart, windowEnd."""
     return {
         "limit": _amount(b.limit),
         "spent": _amount(b.spent),
-        "committed": _amount(b.committed_after if applied else b.committed),
+        "committed": _amount(b.committed_after),
         "unit": b.unit,
         "per": b.per,
         "windowStart": b.window_start.isoformat(),
