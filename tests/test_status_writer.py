@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 from conftest import TEMPLATE
 
@@ -103,21 +104,29 @@ def test_close_writes_the_last_result_without_waiting_for_the_cadence() -> None:
     assert branch.applied() == "c1"
 
 
-def test_a_result_from_before_a_lost_lease_is_dropped() -> None:
-    first, second = _results(2)
+def _while_leading(**settings: Any) -> tuple[GatedBranch, StatusPublisher, dict[str, bool]]:
+    """A publisher that writes while ``leading["now"]``, on an open branch."""
     branch = GatedBranch()
     branch.gate.set()
     leading = {"now": True}
     publisher = StatusPublisher(
         branch,  # type: ignore[arg-type]
-        background=True,
         is_leader=lambda: leading["now"],
+        **settings,
     )
+    return branch, publisher, leading
+
+
+def test_a_result_from_before_a_lost_lease_is_dropped() -> None:
+    first, second = _results(2)
+    branch, publisher, leading = _while_leading(background=True)
     publisher.publish(first)
     assert publisher.flush(30) and branch.applied() == "c0"
+    assert publisher.unwritten == ""
     leading["now"] = False
     publisher.publish(second)
     assert publisher.close(30)
+    assert "no longer holds the Lease" in publisher.unwritten
     assert branch.applied() == "c0" and len(branch.messages) == 1
     assert CONFIG_FILE in branch.files
 
@@ -154,37 +163,12 @@ def test_in_the_foreground_close_writes_the_result_the_cadence_put_off() -> None
 
 def test_a_result_close_cannot_write_says_why() -> None:
     first, second = _results(2)
-    branch = GatedBranch()
-    branch.gate.set()
-    leading = {"now": True}
-    publisher = StatusPublisher(
-        branch,  # type: ignore[arg-type]
-        min_interval=3600.0,
-        is_leader=lambda: leading["now"],
-    )
+    branch, publisher, leading = _while_leading(min_interval=3600.0)
     publisher.publish(first)
     publisher.publish(second)
     leading["now"] = False
     assert publisher.close(30)
     assert branch.applied() == "c0"
-    assert "no longer holds the Lease" in publisher.unwritten
-
-
-def test_a_result_from_before_a_lost_lease_says_why_it_was_dropped() -> None:
-    first, second = _results(2)
-    branch = GatedBranch()
-    branch.gate.set()
-    leading = {"now": True}
-    publisher = StatusPublisher(
-        branch,  # type: ignore[arg-type]
-        background=True,
-        is_leader=lambda: leading["now"],
-    )
-    publisher.publish(first)
-    assert publisher.flush(30) and publisher.unwritten == ""
-    leading["now"] = False
-    publisher.publish(second)
-    assert publisher.close(30)
     assert "no longer holds the Lease" in publisher.unwritten
 
 

@@ -169,6 +169,29 @@ class ChangeSet:
     failed: dict[str, str] = field(default_factory=dict)  # operation -> error
     reasons: dict[str, StatusReason] = field(default_factory=dict)  # of failed
 
+    def result(
+        self, base: CycleResult, decision: Decision, *, leading: bool, attempted: str | None
+    ) -> CycleResult:
+        """The cycle's result: ``base`` (its time, config and errors) with the decision and
+        these results of carrying it out (none: a cycle that does not lead)."""
+        outcome = self.outcome(decision.actions)
+        assert base.compiled is not None  # a decision is made over a compiled config
+        return replace(
+            base,
+            plan=decision.plan,
+            states=report(base.compiled, decision, outcome).states,
+            clusters=decision.clusters,
+            dispatched=tuple(self.dispatched),
+            adopted=tuple(self.adopted),
+            stopped=tuple(s.operation for s in self.stopped),
+            failed=self.failed,
+            failure_reasons=self.reasons,
+            leading=leading,
+            attempted_version=attempted,
+            decision=decision,
+            outcome=outcome,
+        )
+
     def outcome(self, actions: Actions) -> Outcome:
         """These results as the value the report reads: a failed create with its reason
         (a failed delete is not a failed dispatch: its workload is still counted)."""
@@ -709,23 +732,14 @@ class Reconciler:
             log.warning("shutdown: cannot plan: %s", exc)
             return None
         self.memory = decision.memory
-        result = CycleResult(
-            at=now,
-            version=compiled.version,
-            compiled=compiled,
-            plan=decision.plan,
-            states=decision.states,
-            config_errors=last.config_errors,
-            sync_error=last.sync_error,
-            clusters=decision.clusters,
+        result = ChangeSet().result(
+            replace(last, at=now, version=compiled.version, compiled=compiled),
+            decision,
             leading=False,
-            attempted_version=last.attempted_version,
-            decision=decision,
-            duration=time.monotonic() - started,
-            internal_error=last.internal_error,
+            attempted=last.attempted_version,
         )
-        self.last = result
-        return result
+        self.last = replace(result, duration=time.monotonic() - started)
+        return self.last
 
     def _cycle(self) -> CycleResult:
         now = self._clock.now()
@@ -769,24 +783,9 @@ class Reconciler:
             changes = self._apply(compiled, decision.actions, now)
             self._annotate(compiled, decision)
         self.memory = decision.memory.record(changes.created, changes.stopped)
-        outcome = changes.outcome(decision.actions)
-        shown = report(compiled, decision, outcome)
-        return CycleResult(
-            at=now,
-            version=compiled.version,
-            compiled=compiled,
-            plan=decision.plan,
-            states=shown.states,
-            config_errors=config_errors,
-            sync_error=sync_error,
-            clusters=decision.clusters,
-            dispatched=tuple(changes.dispatched),
-            adopted=tuple(changes.adopted),
-            stopped=tuple(s.operation for s in changes.stopped),
-            failed=changes.failed,
-            failure_reasons=changes.reasons,
+        return changes.result(
+            CycleResult(now, compiled.version, compiled, None, {}, config_errors, sync_error),
+            decision,
             leading=leading,
-            attempted_version=attempted,
-            decision=decision,
-            outcome=outcome,
+            attempted=attempted,
         )

@@ -201,16 +201,26 @@ class FakeStatusBranch:
         return f"sha{self.commits}"
 
 
-def test_status_is_written_at_most_once_per_status_interval() -> None:
+def _writing(
+    ops: tuple[str, ...], status_interval: float
+) -> tuple[CompiledRepo, EventLoop, FakeStatusBranch, StatusPublisher, Runtime]:
+    """The event loop over ``ops`` (one GPU each, a queue of 2), its results handed to a
+    runtime that writes the status at most every ``status_interval`` virtual seconds."""
     repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
-    for op in ("p/a", "p/b", "p/c", "p/d", "p/e", "p/f"):
+    for op in ops:
         repo.op(op, gpu=1)
     compiled = repo.repo()
     branch = FakeStatusBranch()
     holder: dict[str, Runtime] = {}
     world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
-    publisher = StatusPublisher(branch, min_interval=3.0, clock=world.clock)  # type: ignore[arg-type]
-    holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    publisher = StatusPublisher(branch, min_interval=status_interval, clock=world.clock)  # type: ignore[arg-type]
+    runtime = holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    return compiled, world, branch, publisher, runtime
+
+
+def test_status_is_written_at_most_once_per_status_interval() -> None:
+    ops = ("p/a", "p/b", "p/c", "p/d", "p/e", "p/f")
+    compiled, world, branch, publisher, _ = _writing(ops, 3.0)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
         try:
             world.start()
@@ -272,15 +282,7 @@ def test_a_job_that_ended_after_the_last_cycle_is_on_the_branch_at_shutdown() ->
     Job's phase."""
     from reconciler.core.status import read_status
 
-    repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
-    for op in ("p/a", "p/b", "p/c"):
-        repo.op(op, gpu=1)
-    compiled = repo.repo()
-    branch = FakeStatusBranch()
-    holder: dict[str, Runtime] = {}
-    world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
-    publisher = StatusPublisher(branch, min_interval=3600.0, clock=world.clock)  # type: ignore[arg-type]
-    runtime = holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    compiled, world, branch, _, runtime = _writing(("p/a", "p/b", "p/c"), 3600.0)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
         try:
             world.start()

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 
 import pytest
 from builders import World
+from test_flavor_views import cohort_world
 
 from reconciler.core.cycle import ClusterListing, Decision, InFlight, Memory, decide
 from reconciler.core.observe import WorkloadState
@@ -67,25 +68,9 @@ def _plain() -> World:
 
 
 def _cohort() -> World:
-    w = (
-        World()
-        .cluster("local")
-        .cohort("pool", "2h")
-        .queue("team-a", cohort="pool", priority=100)
-        .flavored(
-            "team-a",
-            ("h100", {"gpu": 1}),
-            ("a100", {"gpu": 1}),
-            borrowing_limit={"a100": {"gpu": 2}},
-        )
-        .queue("team-b", cohort="pool", priority=50)
-        .flavored("team-b", ("h100", {"gpu": 4}), ("a100", {"gpu": 4}))
-        .queue("plain", quota={"nvidia.com/gpu": 2}, priority=10)
-    )
-    w.op("vision/big", queue="team-a", gpu=3).timeout("1h")
-    w.op("vision/small", queue="team-b", gpu=1)
+    """test_flavor_views' cohort of flavored queues, with more to dispatch in each."""
+    w = cohort_world()
     w.op("vision/more", queue="team-b", gpu=2)
-    w.op("vision/plain", queue="plain", gpu=1)
     w.op("vision/plain2", queue="plain", gpu=1)
     return w
 

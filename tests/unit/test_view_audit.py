@@ -4,6 +4,8 @@ view once said something other than the decision it claims to show."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from datetime import datetime
 from decimal import Decimal
@@ -92,6 +94,17 @@ def test_status_and_queues_estimate_over_the_recorded_capacity_as_plan_does() ->
     # p/z starts on b when p/x or p/y ends (their timeout: 1h)
     assert planned.estimates.text("p/z").startswith("~1 h")
 
+    with _config_at_tip(compiled):
+        estimates, notes = status_cmd.recorded_estimates("repo", "main", None, view)
+    assert notes == []
+    assert estimates.json_of("p/z") == planned.estimates.json_of("p/z")
+    assert estimates == planned.estimates
+
+
+@contextmanager
+def _config_at_tip(compiled: CompiledRepo) -> Iterator[None]:
+    """``status_cmd`` reads ``compiled`` as the config at the branch tip, at ``NOW``."""
+
     class _Config:
         def __init__(self, *_a: Any, **_k: Any) -> None:
             pass
@@ -104,10 +117,7 @@ def test_status_and_queues_estimate_over_the_recorded_capacity_as_plan_does() ->
         mock.patch.object(status_cmd, "compile_repo", lambda _snapshot: compiled),
         mock.patch.object(status_cmd, "SystemClock", _FixedClock),
     ):
-        estimates, notes = status_cmd.recorded_estimates("repo", "main", None, view)
-    assert notes == []
-    assert estimates.json_of("p/z") == planned.estimates.json_of("p/z")
-    assert estimates == planned.estimates
+        yield
 
 
 def _moved_world() -> tuple[CompiledRepo, WorkloadState]:
@@ -540,17 +550,8 @@ def test_queues_and_status_from_the_branch_show_rows_and_estimates_of_one_decisi
     tip.op("p/b", gpu=2)
     compiled = tip.repo()
 
-    class _Config:
-        def __init__(self, *_a: Any, **_k: Any) -> None:
-            pass
-
-        def sync(self) -> object:
-            return object()
-
     with (
-        mock.patch.object(status_cmd, "ConfigRepo", _Config),
-        mock.patch.object(status_cmd, "compile_repo", lambda _snapshot: compiled),
-        mock.patch.object(status_cmd, "SystemClock", _FixedClock),
+        _config_at_tip(compiled),
         mock.patch.object(status_cmd, "read_branch", lambda *_a: view),
         mock.patch.object(queues_cmd, "read_branch", lambda *_a: view),
     ):
