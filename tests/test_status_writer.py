@@ -7,6 +7,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from conftest import TEMPLATE
@@ -185,3 +186,24 @@ def test_a_failed_push_at_close_says_why() -> None:
     publisher.publish(result)
     assert publisher.close(30)
     assert publisher.unwritten == "the push failed: push refused by a hook"
+
+
+def test_run_once_says_loudly_when_its_status_is_not_on_the_branch(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """``run --once`` whose status push a hook refuses: it exits 1 and says why."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    hook = template_remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'status writes are frozen' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    nowhere = tmp_path / "missing.kubeconfig"  # the cluster cannot be read: nothing runs
+    args = ["run", "--once", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")]
+    args += ["--cluster-kubeconfig", f"local={nowhere}"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "error: the status of this cycle is not on the branch: the push failed" in (
+        result.stderr
+    )
