@@ -33,11 +33,8 @@ from reconciler.core.status import (
     ClusterStatus,
     ConfigStatus,
     OperationStatus,
-    PhaseMemo,
     QueueStatus,
-    RecordMemo,
-    RenderMemo,
-    SpecHashMemo,
+    StatusMemos,
     StatusReason,
     StatusView,
     build_status,
@@ -278,12 +275,9 @@ def encode(
     config_error: tuple[ConfigError, ...] = (),
     config_version: str | None = None,
     internal_error: str = "",
-    memo: RenderMemo | None = None,
-    hashes: SpecHashMemo | None = None,
-    phases: PhaseMemo | None = None,
-    built: RecordMemo | None = None,
+    memos: StatusMemos | None = None,
 ) -> dict[str, bytes]:
-    """Every status file of the report, by path (``render_status``; the memos are the
+    """Every status file of the report, by path (``render_status``; ``memos``: the
     writer's, kept between cycles). A planned dispatch is recorded as dispatched only when
     it was carried out; one whose create failed is ``Queued`` with its reason and error;
     one not carried out (a dry run) is ``Queued``."""
@@ -299,10 +293,7 @@ def encode(
         superseded=shown.superseded,
         gang_timeouts=shown.gang_timeouts,
         ledger=shown.ledger,
-        memo=memo,
-        hashes=hashes,
-        phases=phases,
-        built=built,
+        **(memos.arguments() if memos is not None else {}),
     )
 
 

@@ -1346,6 +1346,27 @@ MAX_BODY_LINES = 50
 PhaseMemo = dict[bytes, tuple[str, int | None, RecordPhase] | None]
 
 
+@dataclass(frozen=True, slots=True)
+class StatusMemos:
+    """What a status writer keeps from cycle to cycle (``render_status``'s memos): each
+    file's last record and bytes, each operation's spec hash and record by what they were
+    made from, and each file's run by its content (``summarize_cycle``'s)."""
+
+    rendered: RenderMemo = field(default_factory=dict)
+    hashes: SpecHashMemo = field(default_factory=dict)
+    phases: PhaseMemo = field(default_factory=dict)
+    built: RecordMemo = field(default_factory=dict)
+
+    def arguments(self) -> dict[str, Any]:
+        """``render_status``'s memo arguments."""
+        return {
+            "memo": self.rendered,
+            "hashes": self.hashes,
+            "phases": self.phases,
+            "built": self.built,
+        }
+
+
 def summarize_cycle(
     before: Mapping[str, bytes], after: Mapping[str, bytes], memo: PhaseMemo | None = None
 ) -> str:

@@ -35,10 +35,7 @@ from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.report import encode
 from reconciler.core.status import (
-    PhaseMemo,
-    RecordMemo,
-    RenderMemo,
-    SpecHashMemo,
+    StatusMemos,
     read_status,
     status_changes,
     summarize_cycle,
@@ -73,10 +70,7 @@ class StatusPublisher:
         self.commits = 0
         self.put_off = 0  # cycles whose status was left to a later one
         self.last_error = ""
-        self._rendered: RenderMemo = {}  # each operation's last record and its bytes
-        self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
-        self._hashes: SpecHashMemo = {}  # each operation's spec hash, by compiled object
-        self._built: RecordMemo = {}  # each operation's record, by what it was built from
+        self._memos = StatusMemos()  # what spares rendering an unchanged record again
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
         self.faults: FaultPoints | None = None
@@ -241,15 +235,13 @@ class StatusPublisher:
         self._held = None
         try:
             before = self._current()
-            files = render_cycle_status(
-                result, compiled, plan, self._rendered, self._hashes, self._phases, self._built
-            )
+            files = render_cycle_status(result, compiled, plan, self._memos)
             changes = status_changes(before, files)
             if not changes:
                 self.unwritten = ""
                 return None
             self._last_attempt = now  # a failing remote is retried at the cadence too
-            sha = self.branch.write(changes, summarize_cycle(before, files, self._phases))
+            sha = self.branch.write(changes, summarize_cycle(before, files, self._memos.phases))
         except GitSyncError as exc:
             self.last_error = str(exc)
             self.unwritten = f"the push failed: {exc}"
@@ -272,13 +264,7 @@ class StatusPublisher:
 
 
 def render_cycle_status(
-    result: CycleResult,
-    compiled: CompiledRepo,
-    plan: Plan,
-    memo: RenderMemo | None = None,
-    hashes: SpecHashMemo | None = None,
-    phases: PhaseMemo | None = None,
-    built: RecordMemo | None = None,
+    result: CycleResult, compiled: CompiledRepo, plan: Plan, memos: StatusMemos | None = None
 ) -> dict[str, bytes]:
     """Every status file one cycle writes: its report (``encode``: ``compiled`` and
     ``plan`` are the result's, whose report carries them), with the config commit read
@@ -291,8 +277,5 @@ def render_cycle_status(
         config_error=result.config_errors,
         config_version=result.attempted_version,
         internal_error=result.internal_error,
-        memo=memo,
-        hashes=hashes,
-        phases=phases,
-        built=built,
+        memos=memos,
     )

@@ -5,6 +5,7 @@ plain queues, cohorts, flavors and fleets; a partial outcome is recounted."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
@@ -16,29 +17,32 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import QueueSummary
 from reconciler.core.report import Failure, Outcome, encode, recount, report, status_view
 from reconciler.core.status import StatusReason, read_status
-from reconciler.core.types import CompiledRepo, Phase
+from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def _created(decision: Decision, op_id: str) -> InFlight:
-    """The create of ``op_id`` as the runtime records its response."""
-    create = next(c for c in decision.actions.creates if c.operation.id == op_id)
-    op = create.operation
-    state = WorkloadState(
+def _run_of(op: CompiledOperation, phase: Phase) -> WorkloadState:
+    """A run of ``op`` in ``phase``, as the runtime records a create's response."""
+    return WorkloadState(
         operation=op.id,
         generation=op.generation,
         cluster=op.cluster,
         namespace=op.namespace,
         name=f"{op.id.replace('/', '-')}-g{op.generation}",
         uid=f"uid-{op.id}",
-        phase=Phase.DISPATCHED,
+        phase=phase,
         queue=op.queue,
         requests=dict(op.requests),
         pods=op.replicas,
         flavor=op.flavor.name if op.flavor is not None else None,
     )
-    return InFlight(state, "1")
+
+
+def _created(decision: Decision, op_id: str) -> InFlight:
+    """The create of ``op_id`` as the runtime records its response."""
+    create = next(c for c in decision.actions.creates if c.operation.id == op_id)
+    return InFlight(_run_of(create.operation, Phase.DISPATCHED), "1")
 
 
 def _held(q: QueueSummary) -> tuple[object, ...]:
@@ -177,16 +181,9 @@ def test_the_status_view_of_a_report_with_a_ledger_and_a_cluster_down() -> None:
     world.fleet("far", ("a", "b"), quota={"nvidia.com/gpu": 2})
     world.op("p/far", queue="far", gpu=1)
     compiled = world.repo()
-    done = WorkloadState(
-        operation="p/o0",
-        generation=1,
-        cluster="local",
-        namespace="p",
-        name="p-o0-g1",
-        uid="u0",
-        phase=Phase.SUCCEEDED,
-        queue="q",
-        requests={"nvidia.com/gpu": "1"},
+    [first] = [op for op in compiled.operations if op.id == "p/o0"]
+    done = replace(
+        _run_of(first, Phase.SUCCEEDED),
         started_at="2025-12-31T22:00:00Z",
         finished_at="2025-12-31T23:00:00Z",
     )
