@@ -643,8 +643,10 @@ def time_out_gangs(
             if state.phase.active:
                 deletes.append(Delete(op_id, out[op_id], StopReason.GANG_TIMEOUT))
             continue
+        if state.gang is None or not state.phase.active:
+            continue
         limit = _start_timeout(compiled, seen.ops.get(op_id))
-        if not _gang_timed_out(state, limit, now) or limit is None or state.gang is None:
+        if limit is None or not _gang_timed_out(state, limit, now):
             continue
         mark = GangTimeout(state.generation, (mark.count if mark else 0) + 1, state.dispatched_at)
         marks_next[op_id] = mark
@@ -660,10 +662,8 @@ def _start_timeout(compiled: CompiledRepo, op: CompiledOperation | None) -> int 
     return queue.start_timeout if queue is not None else None
 
 
-def _gang_timed_out(state: WorkloadState, limit: int | None, now: datetime) -> bool:
+def _gang_timed_out(state: WorkloadState, limit: int, now: datetime) -> bool:
     """A gang still Dispatched ``limit`` seconds after its dispatch."""
-    if state.gang is None or not state.phase.active or limit is None:
-        return False
     started = parse_time(state.dispatched_at)
     return (
         state.phase is Phase.DISPATCHED
