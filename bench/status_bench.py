@@ -13,6 +13,11 @@
    dispatch: every operation goes Queued -> Dispatched -> Running, a third of them a write
    (each record changes two or three times), then a write where nothing changed. CPU per
    write and per operation.
+5. The report the writer encodes (``core/report.py``), side by side with rendering the
+   plan as before: ``decide`` over a third of the operations running, then ``report`` with
+   every create carried out, with none (a follower's), with one create failed (the
+   planner recounts), and ``encode(report)`` against ``render_status`` of the same plan
+   and states. CPU, best of 3.
 """
 
 from __future__ import annotations
@@ -29,14 +34,17 @@ from pathlib import Path
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
+from reconciler.core.cycle import ClusterListing, InFlight, Memory, decide
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import plan_repo
 from reconciler.core.render import spec_hash, workload_name
+from reconciler.core.report import Failure, Outcome, encode, report
 from reconciler.core.status import (
     PhaseMemo,
     RecordMemo,
     RenderMemo,
     SpecHashMemo,
+    StatusReason,
     _yaml_text,
     render_status,
     status_changes,
@@ -139,6 +147,7 @@ def main() -> None:
         )
         print(f"ratio render_status / plan_repo:     {t_render / t_plan:8.1f}x (unchanged world)")
         dispatch_writes(compiled, now)
+        report_costs(compiled, now)
 
         bare = root / "remote.git"
         git(root, "init", "-q", "--bare", str(bare))
@@ -237,6 +246,87 @@ def dispatch_writes(compiled: CompiledRepo, now: datetime) -> None:
         f"writer CPU over the dispatch:        {total * 1000:8.1f} ms "
         f"({total * 1e6 / len(ops):.0f} us per operation)"
     )
+
+
+def report_costs(compiled: CompiledRepo, now: datetime) -> None:
+    """Section 5: what the report adds to the writer's work, side by side."""
+    ops = compiled.operations
+    running = [
+        WorkloadState(
+            operation=op.id,
+            generation=op.generation,
+            cluster=op.cluster,
+            namespace=op.namespace,
+            name=workload_name(*op.id.split("/"), op.generation),
+            uid=f"uid-{i}",
+            phase=Phase.RUNNING,
+            queue=op.queue,
+            requests=dict(op.requests),
+            dispatched_at="2026-01-01T00:00:01Z",
+            started_at="2026-01-01T00:00:09Z",
+        )
+        for i, op in enumerate(ops)
+        if i % 3 == 0
+    ]
+    listing = {name: ClusterListing() for name in compiled.clusters}
+    for state in running:
+        got = listing[state.cluster]
+        listing[state.cluster] = ClusterListing((*got.workloads, state))
+    decision = decide(compiled, listing, Memory(), now)
+    created = tuple(
+        InFlight(
+            WorkloadState(
+                operation=c.operation.id,
+                generation=c.operation.generation,
+                cluster=c.cluster,
+                namespace=c.operation.namespace,
+                name=workload_name(*c.operation.id.split("/"), c.operation.generation),
+                uid=f"new-{c.operation.id}",
+                phase=Phase.DISPATCHED,
+                queue=c.queue,
+                requests=dict(c.operation.requests),
+            ),
+            "1",
+        )
+        for c in decision.actions.creates
+    )
+    failed = {created[0].state.operation: Failure(StatusReason.DISPATCH_FAILED, "refused")}
+    outcomes = {
+        "all carried out": Outcome(created=created),
+        "none (a follower)": Outcome.none(),
+        "one create failed": Outcome(created=created[1:], failed=failed),
+    }
+    t_decide = best_cpu(lambda: decide(compiled, listing, Memory(), now))
+    print(f"dispatches planned / running:        {len(created)} / {len(running)}")
+    print(f"decide:                              {t_decide * 1000:8.1f} ms CPU")
+    for name, outcome in outcomes.items():
+        t = best_cpu(lambda o=outcome: report(compiled, decision, o))  # type: ignore[misc]
+        print(f"report, {name + ':':28} {t * 1000:8.1f} ms CPU")
+    shown = report(compiled, decision, outcomes["all carried out"])
+    states = dict(shown.states)
+    t_render = best_cpu(
+        lambda: render_status(
+            compiled,
+            decision.plan,
+            states,
+            clusters=decision.cluster_records(),
+            superseded=decision.superseded,
+            ledger=decision.memory.ledger,
+        )
+    )
+    t_encode = best_cpu(lambda: encode(report(compiled, decision, outcomes["all carried out"])))
+    print(f"render_status of plan and states:    {t_render * 1000:8.1f} ms CPU (before)")
+    print(f"encode(report(...)):                 {t_encode * 1000:8.1f} ms CPU (now)")
+    print(f"ratio encode(report) / render:       {t_encode / t_render:8.2f}x")
+
+
+def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:
+    times = []
+    for _ in range(repeat):
+        started = time.process_time()
+        fn()
+        times.append(time.process_time() - started)
+    return min(times)
 
 
 def cpu_seconds() -> float:

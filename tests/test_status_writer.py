@@ -7,6 +7,8 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping
 from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from conftest import TEMPLATE
 
@@ -103,21 +105,29 @@ def test_close_writes_the_last_result_without_waiting_for_the_cadence() -> None:
     assert branch.applied() == "c1"
 
 
-def test_a_result_from_before_a_lost_lease_is_dropped() -> None:
-    first, second = _results(2)
+def _while_leading(**settings: Any) -> tuple[GatedBranch, StatusPublisher, dict[str, bool]]:
+    """A publisher that writes while ``leading["now"]``, on an open branch."""
     branch = GatedBranch()
     branch.gate.set()
     leading = {"now": True}
     publisher = StatusPublisher(
         branch,  # type: ignore[arg-type]
-        background=True,
         is_leader=lambda: leading["now"],
+        **settings,
     )
+    return branch, publisher, leading
+
+
+def test_a_result_from_before_a_lost_lease_is_dropped() -> None:
+    first, second = _results(2)
+    branch, publisher, leading = _while_leading(background=True)
     publisher.publish(first)
     assert publisher.flush(30) and branch.applied() == "c0"
+    assert publisher.unwritten == ""
     leading["now"] = False
     publisher.publish(second)
     assert publisher.close(30)
+    assert "no longer holds the Lease" in publisher.unwritten
     assert branch.applied() == "c0" and len(branch.messages) == 1
     assert CONFIG_FILE in branch.files
 
@@ -137,3 +147,63 @@ def test_a_failed_write_is_counted_by_the_runtime() -> None:
     assert publisher.close(30)
     assert publisher.last_error == "push refused by a hook"
     assert runtime.metrics.git_sync_errors._value.get() == 1
+
+
+def test_in_the_foreground_close_writes_the_result_the_cadence_put_off() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(branch, min_interval=3600.0)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    runtime.on_cycle(first)
+    runtime.on_cycle(second)  # due in an hour: put off
+    assert branch.applied() == "c0" and runtime.unwritten == "put off by --status-interval"
+    assert runtime.close(30)
+    assert branch.applied() == "c1" and runtime.unwritten == ""
+
+
+def test_a_result_close_cannot_write_says_why() -> None:
+    first, second = _results(2)
+    branch, publisher, leading = _while_leading(min_interval=3600.0)
+    publisher.publish(first)
+    publisher.publish(second)
+    leading["now"] = False
+    assert publisher.close(30)
+    assert branch.applied() == "c0"
+    assert "no longer holds the Lease" in publisher.unwritten
+
+
+def test_a_failed_push_at_close_says_why() -> None:
+    from reconciler.adapters.git import GitSyncError
+
+    (result,) = _results(1)
+
+    class Refusing(GatedBranch):
+        def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+            raise GitSyncError("push refused by a hook")
+
+    publisher = StatusPublisher(Refusing())  # type: ignore[arg-type]
+    publisher.publish(result)
+    assert publisher.close(30)
+    assert publisher.unwritten == "the push failed: push refused by a hook"
+
+
+def test_run_once_says_loudly_when_its_status_is_not_on_the_branch(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """``run --once`` whose status push a hook refuses: it exits 1 and says why."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    hook = template_remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'status writes are frozen' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    nowhere = tmp_path / "missing.kubeconfig"  # the cluster cannot be read: nothing runs
+    args = ["run", "--once", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")]
+    args += ["--cluster-kubeconfig", f"local={nowhere}"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "error: the status of this cycle is not on the branch: the push failed" in (
+        result.stderr
+    )

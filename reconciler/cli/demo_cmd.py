@@ -54,7 +54,8 @@ def queue_title(result: CycleResult) -> str:
 def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
     """One row per queue, in :data:`QUEUE_COLUMNS` order: priority, concurrency, quota
     used/limit, running, waiting for capacity, pending, why its head waits."""
-    if result.plan is None:
+    shown = result.report
+    if shown is None:
         return []
     running: dict[str, int] = {}
     waiting: dict[str, int] = {}
@@ -66,7 +67,7 @@ def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
         elif state.phase is Phase.DISPATCHED:
             waiting[state.queue] = waiting.get(state.queue, 0) + 1
     rows: list[tuple[str, ...]] = []
-    for q in result.plan.queues:
+    for q in shown.queues:  # what the cycle's states hold (a failed create holds nothing)
         if q.flavors:  # one cell per flavor, in the queue's fallback order
             quota = "; ".join(
                 f"{f.name}: "
@@ -158,10 +159,11 @@ def _cohort_note(borrowed: Decimal | None, lent: Decimal | None) -> str:
 def borrowing_lines(result: CycleResult) -> list[str]:
     """One line per operation this cycle dispatches by borrowing from its cohort (of a
     flavor, in a queue with flavors: a cohort lends each flavor on its own)."""
-    if result.plan is None:
+    shown = result.report
+    if shown is None:
         return []
     lines = []
-    queues = result.plan.queues
+    queues = shown.queues
     for q in queues:
         for flavor, mine in _cohort_shares(q):
             for r, amount in sorted(mine.borrowed_after.items()):
@@ -330,6 +332,7 @@ def demo(
     ):
         run_forever(runtime.reconciler, interval, stop, on_cycle, wake)
     timer.cancel()
+    runtime.close()  # the last cycle's status, even if --status-interval put it off
     runtime.reconciler.close()
     last = outcome.get("last")
     done = last is not None and all(s.phase.finished for s in last.states.values())
@@ -341,6 +344,9 @@ def demo(
             say.line(line)
     for line in summary:
         say.line(line)
+    if runtime.unwritten:
+        errors.print(f"error: the status branch lags this summary: {runtime.unwritten}")
+        sys.exit(1)
     sys.exit(0 if done or keep else 1)
 
 

@@ -18,16 +18,17 @@ from reconciler.cli.status_cmd import (
     StatusError,
     live_decision,
     read_branch,
-    recorded_estimates,
+    recorded_report,
 )
 from reconciler.core.cycle import Decision
 from reconciler.core.estimate import estimate_decision
 from reconciler.core.queue_view import (
     QueuesView,
-    build_queues_view,
     queues_to_table,
+    queues_view,
     queues_view_from_status,
 )
+from reconciler.core.report import Outcome, report
 from reconciler.core.types import CompiledRepo
 from reconciler.runtime.live import unreachable_warnings
 
@@ -49,15 +50,10 @@ def read_live_view(
 
 
 def live_queues_view(compiled: CompiledRepo, decision: Decision) -> QueuesView:
-    """The queue view of ``decision``, not carried out, with its start estimates."""
-    return build_queues_view(
-        compiled,
-        decision.plan,
-        decision.workloads,
-        applied=False,
-        source="live",
-        estimates=estimate_decision(compiled, decision),
-    )
+    """The queue view of ``decision``, not carried out (its dispatches are ``next``), with
+    its start estimates."""
+    shown = report(compiled, decision, Outcome.none())
+    return queues_view(shown, estimate_decision(compiled, decision), source="live")
 
 
 def render_view(view: QueuesView, output: str) -> str:
@@ -100,8 +96,12 @@ def queues(
             status = read_branch(repo, status_branch, cache_dir)
             for problem in status.problems:
                 click.echo(f"warning: unreadable status file {problem}", err=True)
-            estimates, notes = recorded_estimates(repo, branch, cache_dir, status)
-            view = queues_view_from_status(status, estimates)
+            shown, estimates, notes = recorded_report(repo, branch, cache_dir, status)
+            view = (
+                queues_view_from_status(status, estimates)
+                if shown is None
+                else queues_view(shown, estimates, source="status-branch")
+            )
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None

@@ -282,13 +282,20 @@ def run(
     if once:
         result = reconciler.run_once()
         runtime.on_cycle(result)
+        runtime.close(timeout=STATUS_WRITE_GRACE)
         reconciler.close()
+        unwritten = runtime.unwritten
         click.echo(json.dumps(cycle_summary(result), indent=2, sort_keys=True))
         for error in result.config_errors:
             click.echo(str(error), err=True)
         if result.internal_error:  # the traceback is in the log
             click.echo(f"internal error: {result.internal_error} ({BUG_NOTE})", err=True)
             sys.exit(EX_SOFTWARE)
+        if unwritten:
+            click.echo(
+                f"error: the status of this cycle is not on the branch: {unwritten}", err=True
+            )
+            sys.exit(1)
         sys.exit(0 if result.ok and not result.config_errors else 1)
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, loop.request_stop)
@@ -343,8 +350,18 @@ def run(
         # already sent (each bounded by the client's timeouts); only then is the Lease
         # released. A cycle blocked reading a cluster is not waited for: it ends with the
         # process.
-        loop.finish(timeout=STATUS_WRITE_GRACE)
-        runtime.close(timeout=STATUS_WRITE_GRACE)  # the last cycle's status, still leading
+        # When no cycle is left running, what the watch caches hold now (a Job that ended
+        # since the last cycle) is decided over once more, nothing carried out, and written
+        # with the rest: the branch never lags what this process saw.
+        ended = loop.finish(timeout=STATUS_WRITE_GRACE)
+        leads = elector is None or elector.is_leader()
+        final = reconciler.run_final() if ended and leads else None
+        runtime.close(STATUS_WRITE_GRACE, final)  # the last status, still leading
+        if runtime.unwritten:
+            log.error("shutdown: the last status is not on the branch: %s", runtime.unwritten)
+            click.echo(
+                f"warning: the last status is not on the branch: {runtime.unwritten}", err=True
+            )
         reconciler.close()
         if elector is not None:
             elector.stop(release=True)

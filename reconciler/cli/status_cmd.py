@@ -22,13 +22,14 @@ from reconciler.core.cycle import Decision, Memory, decide_recorded, memory_from
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
 from reconciler.core.plan import PlanInputError
 from reconciler.core.plan_render import text_table
+from reconciler.core.report import Outcome, Report, expected, report, status_view
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
     StatusView,
     dump_yaml,
+    queue_kinds,
     read_status,
-    render_status,
 )
 from reconciler.core.types import BUG_NOTE, CompiledRepo, printable_text
 from reconciler.runtime.live import connector, decide_live
@@ -224,35 +225,45 @@ def recorded_estimates(
     repo: str, branch: str, cache_dir: Path | None, view: StatusView
 ) -> tuple[Estimates, list[str]]:
     """The start estimates of the next cycle over what ``view`` (the status branch)
-    records: the config at the branch tip, the branch as memory and as the clusters (as
-    ``reconciler plan`` does). None when the config cannot be read or compiled: a warning
-    says why."""
+    records (``recorded_report``)."""
+    _, estimates, notes = recorded_report(repo, branch, cache_dir, view)
+    return estimates, notes
+
+
+def recorded_report(
+    repo: str, branch: str, cache_dir: Path | None, view: StatusView
+) -> tuple[Report | None, Estimates, list[str]]:
+    """The next cycle over what ``view`` (the status branch) records: the config at the
+    branch tip, the branch as memory and as the clusters (as ``reconciler plan`` does),
+    nothing carried out; its report and start estimates, one decision for both. None when
+    the config cannot be read or compiled: a warning says why."""
     try:
         compiled = compile_repo(ConfigRepo(repo, branch, cache_dir).sync())
         if not compiled.valid:
-            return NO_ESTIMATES, ["warning: no start estimates: the config does not compile"]
+            return None, NO_ESTIMATES, ["warning: no start estimates: the config does not compile"]
         decision = decide_recorded(compiled, view, SystemClock().now())
     except (GitSyncError, PlanInputError) as exc:
-        return NO_ESTIMATES, [f"warning: no start estimates: {exc}"]
-    return estimate_decision(compiled, decision), []
+        return None, NO_ESTIMATES, [f"warning: no start estimates: {exc}"]
+    shown = report(compiled, decision, Outcome.none())
+    return shown, estimate_decision(compiled, decision), []
+
+
+def with_rows_of(view: StatusView, shown: Report | None) -> StatusView:
+    """``view`` with the queue rows of ``shown`` (the decision its estimates come from);
+    as it is without one."""
+    if shown is None:
+        return view
+    rows = tuple(
+        QueueStatus.from_summary(q, queue_kinds(shown.compiled, q.name)) for q in shown.queues
+    )
+    return replace(view, queues=rows)
 
 
 def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
-    """The status files the cycle would write for ``decision``, read back, with the
-    problems of the ledger it decided from (a ledger file that could not be read at all
-    is not written back)."""
-    clusters = decision.cluster_records()
-    view = read_status(
-        render_status(
-            compiled,
-            decision.plan,
-            decision.states,
-            clusters=clusters,
-            superseded=decision.superseded,
-            gang_timeouts=decision.memory.gang_timeouts,
-            ledger=decision.memory.ledger,
-        )
-    )
+    """What the status branch says after the cycle of ``decision``, if its creates succeed
+    (``status_view`` of its expected report: no files written and read back), with the
+    problems of the ledger it decided from."""
+    view = status_view(expected(compiled, decision))
     more = [m for m in decision.memory.ledger.problems.messages if m not in view.problems]
     return replace(view, problems=(*view.problems, *more)) if more else view
 
@@ -289,7 +300,8 @@ def status(
             )
         else:
             view = read_branch(repo, status_branch, cache_dir)
-            estimates, notes = recorded_estimates(repo, branch, cache_dir, view)
+            shown, estimates, notes = recorded_report(repo, branch, cache_dir, view)
+            view = with_rows_of(view, shown)
         text = render(view, target, output, estimates)
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)

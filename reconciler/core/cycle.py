@@ -7,7 +7,11 @@ their results with :meth:`Memory.record`. Every view (``plan``, ``--live``, ``se
 web pages, ``/api/v1``) calls the same :func:`decide` with the memory it has (the status
 branch) and carries out nothing, so it says what the next cycle does.
 
-The rules, in the order :func:`decide` applies them:
+The rules, in the order :func:`decide` applies them, each one named pure function (as
+kueue's scheduler runs numbered phases, one call each): ``read_listing`` (1),
+``hold_inflight`` (2), ``recall_memory`` (3), ``time_out_gangs`` (3b), ``keep_superseded``
+(4), ``enter_ledger`` (5), ``plan_inputs`` and ``plan_over`` (6: the planner's inputs are
+one :class:`PlanInputs`), ``make_actions`` (7):
 
 1. **listing**: each reachable cluster's workloads; for each operation, the workload of the
    generation the repo asks for (an operation no longer in the repo: its newest one);
@@ -383,6 +387,21 @@ class Actions:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanInputs:
+    """Everything the planner is given besides the config and the time: the workloads it
+    counts (``observed``: each operation's current run, and each superseded run under its
+    id ``op@gN``), the superseded runs, the clusters it cannot read, the free capacity and
+    the optional backends of those it can, and the ledger (budgets)."""
+
+    observed: tuple[ObservedOperation, ...] = ()
+    superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
+    unreachable: frozenset[str] = frozenset()
+    capacity: Mapping[str, ClusterCapacity] = field(default_factory=dict)
+    backends: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    ledger: Ledger = field(default_factory=Ledger)
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     """Everything one cycle decides. ``states``: per operation, the workload the cycle
     counts (listed, in flight or remembered); ``memory``: the next cycle's, before the
@@ -394,14 +413,27 @@ class Decision:
     actions: Actions
     memory: Memory
     listed: frozenset[str]  # operations with a workload in this cycle's listing
-    # older generations still active after a bump, by their planner id ``op@gN``
-    superseded: Mapping[str, WorkloadState] = field(default_factory=dict)
-    # the planner's observed input, as given to it (the start-time estimate replans from it)
-    observed: tuple[ObservedOperation, ...] = ()
-    # per reachable cluster, the optional backends it serves (the planner's check 0 input)
-    backends: Mapping[str, frozenset[str]] = field(default_factory=dict)
-    # the free capacity the plan chose fleet clusters by, per cluster
-    capacity: Mapping[str, ClusterCapacity] = field(default_factory=dict)
+    inputs: PlanInputs = field(default_factory=lambda: PlanInputs())  # what was planned over
+
+    @property
+    def superseded(self) -> Mapping[str, WorkloadState]:
+        """Older generations still active after a bump, by their planner id ``op@gN``."""
+        return self.inputs.superseded
+
+    @property
+    def observed(self) -> tuple[ObservedOperation, ...]:
+        """The planner's observed input, as given to it (the estimate replans from it)."""
+        return self.inputs.observed
+
+    @property
+    def backends(self) -> Mapping[str, frozenset[str]]:
+        """Per reachable cluster, the optional backends it serves (check 0's input)."""
+        return self.inputs.backends
+
+    @property
+    def capacity(self) -> Mapping[str, ClusterCapacity]:
+        """The free capacity the plan chose fleet clusters by, per cluster."""
+        return self.inputs.capacity
 
     def cluster_records(self) -> tuple[ClusterStatus, ...]:
         """``status/clusters.yaml``'s entries: each cluster's health and its capacity."""
@@ -433,11 +465,50 @@ class Decision:
 
 
 def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: datetime) -> Decision:
-    """The observed state, the plan and the actions of one cycle (pure).
+    """The observed state, the plan and the actions of one cycle (pure), in the order of
+    the rules above, one named phase each.
 
     Raises :class:`~reconciler.core.plan.PlanInputError` when the inputs contradict each
     other (the compiler rules that out)."""
-    # 1. what each cluster listed
+    seen = read_listing(compiled, listing)  # 1
+    current, inflight = hold_inflight(seen, listing, memory)  # 2
+    marks = gang_marks(seen, memory)
+    current = recall_memory(compiled, seen, memory, marks, current)  # 3
+    current, marks, gang_deletes = time_out_gangs(compiled, seen, marks, current, now)  # 3b
+    superseded = keep_superseded(compiled, seen, memory, current)  # 4
+    ledger = enter_ledger(compiled, seen, memory, current, gang_deletes, now)  # 5
+    inputs = plan_inputs(compiled, seen, listing, current, superseded, ledger)  # 6
+    plan = plan_over(compiled, inputs, now)
+    actions = make_actions(compiled, seen, plan, current, gang_deletes)  # 7
+    return Decision(
+        states=current,
+        clusters=seen.health,
+        plan=plan,
+        actions=actions,
+        memory=Memory(remembered(memory, current), inflight, superseded, marks, ledger),
+        listed=seen.present,
+        inputs=inputs,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """What the listing says (rule 1): each cluster's health, those that cannot be read,
+    every workload listed, the generation the repo asks of each operation, and per
+    operation the workload of that generation (``present``: the operations listed)."""
+
+    health: tuple[ClusterHealth, ...]
+    down: frozenset[str]
+    workloads: tuple[WorkloadState, ...]
+    generations: Mapping[str, int]
+    current: Mapping[str, WorkloadState]
+    present: frozenset[str]
+    ops: Mapping[str, CompiledOperation]
+
+
+def read_listing(compiled: CompiledRepo, listing: Listing) -> Listed:
+    """Rule 1: each cluster's health, and each operation's workload of the generation the
+    repo asks for (an operation no longer in the repo: its newest)."""
     health = tuple(
         ClusterHealth(name, False, listing[name].error or "")
         if name in listing and not listing[name].reachable
@@ -449,19 +520,33 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         )
         for name in sorted(compiled.clusters)
     )
-    down = frozenset(h.name for h in health if not h.reachable)
-    listed = [
+    listed = tuple(
         w for name in sorted(listing) if listing[name].reachable for w in listing[name].workloads
-    ]
+    )
     generations = {op.id: op.generation for op in compiled.operations}
     current = current_states(listed, generations)
-    present = frozenset(current)
+    return Listed(
+        health=health,
+        down=frozenset(h.name for h in health if not h.reachable),
+        workloads=listed,
+        generations=generations,
+        current=current,
+        present=frozenset(current),
+        ops={op.id: op for op in compiled.operations},
+    )
 
-    # 2. creates the watch has not shown yet
+
+def hold_inflight(
+    seen: Listed, listing: Listing, memory: Memory
+) -> tuple[dict[str, WorkloadState], dict[str, InFlight]]:
+    """Rule 2: a create the watch has not shown yet still counts, until the listing's
+    resourceVersion is past the create's (one in a cluster that cannot be read waits for
+    it). The states with them, and the creates still in flight."""
+    current = dict(seen.current)
     inflight: dict[str, InFlight] = {}
     for op_id, created in memory.inflight.items():
         cluster = created.state.cluster
-        if cluster in down:
+        if cluster in seen.down:
             inflight[op_id] = created  # decided when the cluster can be read again
             continue
         version = listing[cluster].version if cluster in listing else None
@@ -473,182 +558,260 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
             continue  # in the listing, or the listing is past our create
         inflight[op_id] = created
         current[op_id] = created.state
+    return current, inflight
 
-    # 3. what memory knows that the listing does not say
-    marks = {
+
+def gang_marks(seen: Listed, memory: Memory) -> dict[str, GangTimeout]:
+    """The gang timeouts remembered of each operation's current generation (a bump starts
+    the count again)."""
+    return {
         op_id: mark
         for op_id, mark in memory.gang_timeouts.items()
-        if generations.get(op_id) == mark.generation  # a bump starts the count again
+        if seen.generations.get(op_id) == mark.generation
     }
-    for op_id, seen in memory.seen.items():
-        if op_id in current:
+
+
+def recall_memory(
+    compiled: CompiledRepo,
+    seen: Listed,
+    memory: Memory,
+    marks: Mapping[str, GangTimeout],
+    current: Mapping[str, WorkloadState],
+) -> dict[str, WorkloadState]:
+    """Rule 3: what memory knows of each operation the listing does not say."""
+    out = dict(current)
+    for op_id, last in memory.seen.items():
+        if op_id in out:
             continue
-        wanted = generations.get(op_id)
-        if wanted is not None and wanted != seen.generation:
+        wanted = seen.generations.get(op_id)
+        if wanted is not None and wanted != last.generation:
             continue  # a generation bump: a new run, Queued until dispatched
-        mark = marks.get(op_id)
-        if (
-            mark is not None
-            and mark.requeue
-            and mark.dispatched_at == seen.dispatched_at
-            and seen.cluster not in down
-        ):
-            continue  # stopped by a GangTimeout and gone: Queued again (3b)
-        if mark is not None and mark.dispatched_at == seen.dispatched_at:
-            message = seen.message if seen.reason is ObservedReason.GANG_TIMEOUT else ""
-            seen = replace(
-                seen,
-                phase=Phase.STOPPED if seen.cluster not in down else seen.phase,
-                reason=ObservedReason.GANG_TIMEOUT,
-                message=message or mark.message(),
-            )
-            current[op_id] = seen
-            continue
-        if seen.cluster in down or seen.cluster not in compiled.clusters:
-            if not seen.phase.finished:
-                why = "unreachable" if seen.cluster in down else "not in the config"
-                seen = replace(
-                    seen,
-                    reason=ObservedReason.CLUSTER_UNREACHABLE,
-                    message=f"cluster {seen.cluster} {why}; last seen {seen.phase}",
-                )
-            current[op_id] = seen
-        elif seen.phase.finished:
-            current[op_id] = seen
-        else:
-            current[op_id] = replace(  # deleted by hand: never recreated
-                seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
-            )
+        state = _recalled(compiled, seen.down, marks.get(op_id), last)
+        if state is not None:
+            out[op_id] = state
+    return out
 
-    ops = {op.id: op for op in compiled.operations}
 
-    # 3b. gangs not all running within their queue's startTimeout: stopped (re-queued once)
-    gang_deletes: list[Delete] = []
+def _recalled(
+    compiled: CompiledRepo,
+    down: frozenset[str],
+    mark: GangTimeout | None,
+    last: WorkloadState,
+) -> WorkloadState | None:
+    """One remembered run the listing does not show, as this cycle counts it (rule 3's
+    table); None: it is Queued again (a gang stopped by its GangTimeout, and gone)."""
+    reachable = last.cluster not in down
+    if mark is not None and mark.dispatched_at == last.dispatched_at:
+        if mark.requeue and reachable:
+            return None  # stopped by a GangTimeout and gone: Queued again (3b)
+        message = last.message if last.reason is ObservedReason.GANG_TIMEOUT else ""
+        return replace(
+            last,
+            phase=Phase.STOPPED if reachable else last.phase,
+            reason=ObservedReason.GANG_TIMEOUT,
+            message=message or mark.message(),
+        )
+    if not reachable or last.cluster not in compiled.clusters:
+        if last.phase.finished:
+            return last
+        why = "unreachable" if not reachable else "not in the config"
+        return replace(
+            last,
+            reason=ObservedReason.CLUSTER_UNREACHABLE,
+            message=f"cluster {last.cluster} {why}; last seen {last.phase}",
+        )
+    if last.phase.finished:
+        return last
+    # deleted by hand: never recreated
+    return replace(last, phase=Phase.STOPPED, reason=None, message="the workload was deleted")
+
+
+def time_out_gangs(
+    compiled: CompiledRepo,
+    seen: Listed,
+    marks: Mapping[str, GangTimeout],
+    current: Mapping[str, WorkloadState],
+    now: datetime,
+) -> tuple[dict[str, WorkloadState], dict[str, GangTimeout], list[Delete]]:
+    """Rule 3b: a listed gang not all running within its queue's ``startTimeout`` of its
+    dispatch is stopped (re-queued once); it keeps its quota this cycle. The states, the
+    marks and the deletes."""
+    out = dict(current)
+    marks_next = dict(marks)
+    deletes: list[Delete] = []
     for op_id, state in sorted(current.items()):
-        if op_id not in present:
+        if op_id not in seen.present:
             continue
-        mark = marks.get(op_id)
+        mark = marks_next.get(op_id)
         if mark is not None and mark.dispatched_at == state.dispatched_at:
             # this attempt was stopped already: its delete is under way, or was lost
-            current[op_id] = replace(
-                state, reason=ObservedReason.GANG_TIMEOUT, message=mark.message()
-            )
+            out[op_id] = replace(state, reason=ObservedReason.GANG_TIMEOUT, message=mark.message())
             if state.phase.active:
-                gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
+                deletes.append(Delete(op_id, out[op_id], StopReason.GANG_TIMEOUT))
             continue
         if state.gang is None or not state.phase.active:
             continue
-        op = ops.get(op_id)
-        queue = compiled.queues.get(op.queue) if op is not None else None
-        limit = queue.start_timeout if queue is not None else None
-        started = parse_time(state.dispatched_at)
-        if (
-            limit is None
-            or state.phase is not Phase.DISPATCHED
-            or started is None
-            or (now - started).total_seconds() < limit
-        ):
+        limit = _start_timeout(compiled, seen.ops.get(op_id))
+        if limit is None or not _gang_timed_out(state, limit, now):
             continue
         mark = GangTimeout(state.generation, (mark.count if mark else 0) + 1, state.dispatched_at)
-        marks[op_id] = mark
+        marks_next[op_id] = mark
         message = gang_timeout_message(state.gang, limit, mark.requeue)
         # it keeps its quota this cycle: its pods are still there until the delete
-        current[op_id] = replace(state, reason=ObservedReason.GANG_TIMEOUT, message=message)
-        gang_deletes.append(Delete(op_id, current[op_id], StopReason.GANG_TIMEOUT))
+        out[op_id] = replace(state, reason=ObservedReason.GANG_TIMEOUT, message=message)
+        deletes.append(Delete(op_id, out[op_id], StopReason.GANG_TIMEOUT))
+    return out, marks_next, deletes
 
-    # 4. older generations still active keep their quota and pods (their own requests and
-    # replicas; where the workload does not say, the operation's)
-    observed = [s.to_observed() for s in current.values()]
-    superseded: dict[str, WorkloadState] = {}
-    for state in listed:
-        if state.phase.active and _older(state, generations, current):
-            superseded[superseded_id(state)] = state
-    for old_id, state in memory.superseded.items():  # last seen where nothing can be read
+
+def _start_timeout(compiled: CompiledRepo, op: CompiledOperation | None) -> int | None:
+    queue = compiled.queues.get(op.queue) if op is not None else None
+    return queue.start_timeout if queue is not None else None
+
+
+def _gang_timed_out(state: WorkloadState, limit: int, now: datetime) -> bool:
+    """A gang still Dispatched ``limit`` seconds after its dispatch."""
+    started = parse_time(state.dispatched_at)
+    return (
+        state.phase is Phase.DISPATCHED
+        and started is not None
+        and (now - started).total_seconds() >= limit
+    )
+
+
+def keep_superseded(
+    compiled: CompiledRepo,
+    seen: Listed,
+    memory: Memory,
+    current: Mapping[str, WorkloadState],
+) -> dict[str, WorkloadState]:
+    """Rule 4: older generations still active keep their quota, by their id ``op@gN``:
+    those listed, and those last seen where nothing can be read now (``_older``: of an
+    operation whose file is gone too, older than its newest run)."""
+    out: dict[str, WorkloadState] = {}
+    for state in seen.workloads:
+        if state.phase.active and _older(state, seen.generations, current):
+            out[superseded_id(state)] = state
+    for old_id, state in memory.superseded.items():
         if (
-            (state.cluster in down or state.cluster not in compiled.clusters)
-            and _older(state, generations, current)
-            and old_id not in superseded
+            (state.cluster in seen.down or state.cluster not in compiled.clusters)
+            and _older(state, seen.generations, current)
+            and old_id not in out
         ):
-            superseded[old_id] = state
-    for old_id, state in sorted(superseded.items()):
-        old = replace(state.to_observed(), operation=old_id)
-        known = ops.get(state.operation)  # None: its file is gone, and it still runs
-        if old.requests is None:
-            old = replace(old, requests=dict(known.requests) if known is not None else {})
-        if old.pods is None:  # every replica of the old run holds its pod
-            old = replace(old, pods=known.replicas if known is not None else 1)
-        observed.append(old)
+            out[old_id] = state
+    return out
 
-    # 5. the ledger: every finished run not entered yet (a superseded generation's too)
-    ledger = memory.ledger.with_entries(
+
+def enter_ledger(
+    compiled: CompiledRepo,
+    seen: Listed,
+    memory: Memory,
+    current: Mapping[str, WorkloadState],
+    gang_deletes: Iterable[Delete],
+    now: datetime,
+) -> Ledger:
+    """Rule 5: every finished run not entered yet (a superseded generation's too), and each
+    gang this cycle stops, enters the ledger once."""
+    return memory.ledger.with_entries(
         finished_runs(
             compiled,
-            (*current.values(), *listed),
+            (*current.values(), *seen.workloads),
             memory.ledger,
             now,
             stopped=[d.workload for d in gang_deletes],
         )
     )
 
-    # 6. the plan
-    backends = {name: listing[name].backends for name in listing if listing[name].reachable}
-    capacity = {
-        name: got.capacity
-        for name, got in listing.items()
-        if got.reachable and got.capacity is not None
-    }
-    plan = plan_repo(
-        compiled,
-        observed,
-        now,
+
+def plan_inputs(
+    compiled: CompiledRepo,
+    seen: Listed,
+    listing: Listing,
+    current: Mapping[str, WorkloadState],
+    superseded: Mapping[str, WorkloadState],
+    ledger: Ledger,
+) -> PlanInputs:
+    """Rule 6's inputs: the current runs and the superseded ones (with their own requests
+    and replicas; where the workload does not say, the operation's), the clusters that
+    cannot be read, the capacity and backends of those that can, the ledger."""
+    observed = [s.to_observed() for s in current.values()]
+    for old_id, state in sorted(superseded.items()):
+        old = replace(state.to_observed(), operation=old_id)
+        known = seen.ops.get(state.operation)  # None: its file is gone, and it still runs
+        if old.requests is None:
+            old = replace(old, requests=dict(known.requests) if known is not None else {})
+        if old.pods is None:  # every replica of the old run holds its pod
+            old = replace(old, pods=known.replicas if known is not None else 1)
+        observed.append(old)
+    reachable = {name: got for name, got in listing.items() if got.reachable}
+    return PlanInputs(
+        observed=tuple(observed),
         superseded=superseded,
-        unreachable=down,
-        capacity=capacity,
-        backends=backends,
+        unreachable=seen.down,
+        capacity={n: got.capacity for n, got in reachable.items() if got.capacity is not None},
+        backends={n: got.backends for n, got in reachable.items()},
         ledger=ledger,
     )
 
-    # 7. the actions (a fleet queue's operation is rendered for the cluster chosen; one of
-    # a queue with flavors, with the flavor assigned)
+
+def plan_over(compiled: CompiledRepo, inputs: PlanInputs, now: datetime) -> Plan:
+    """Rule 6: the plan. Every input is the planner's; no output is filtered after it."""
+    return plan_repo(
+        compiled,
+        inputs.observed,
+        now,
+        superseded=inputs.superseded,
+        unreachable=inputs.unreachable,
+        capacity=inputs.capacity,
+        backends=inputs.backends,
+        ledger=inputs.ledger,
+    )
+
+
+def make_actions(
+    compiled: CompiledRepo,
+    seen: Listed,
+    plan: Plan,
+    current: Mapping[str, WorkloadState],
+    gang_deletes: Iterable[Delete],
+) -> Actions:
+    """Rule 7: create what the plan dispatches (a fleet queue's operation rendered for the
+    cluster chosen, a flavored queue's with the flavor assigned), delete what it stops and
+    the gangs timed out, and write each listed workload's phase when due."""
     creates = tuple(
         Create(
-            _on(ops[d.operation], d.cluster, compiled.flavors.get(d.flavor or "")),
+            _on(seen.ops[d.operation], d.cluster, compiled.flavors.get(d.flavor or "")),
             d.cluster,
             d.queue,
         )
         for d in plan.dispatch
     )
+    stopped = {s.operation for s in plan.stop}
     deletes = tuple(
         Delete(s.operation, current[s.operation], s.reason)
         for s in plan.stop
         if s.operation in current
-    ) + tuple(d for d in gang_deletes if d.operation not in {s.operation for s in plan.stop})
+    ) + tuple(d for d in gang_deletes if d.operation not in stopped)
     stopping = {d.operation for d in deletes}
     annotations = tuple(
         Annotate(s)
         for s in current.values()
-        if s.operation in present
+        if s.operation in seen.present
         and s.operation not in stopping
         and phase_annotation_due(s)
         and s.cluster in compiled.clusters
-        and s.cluster not in down
+        and s.cluster not in seen.down
     )
-    seen_next = dict(memory.seen)
+    return Actions(creates, deletes, annotations)
+
+
+def remembered(memory: Memory, current: Mapping[str, WorkloadState]) -> dict[str, WorkloadState]:
+    """The next cycle's last state seen of each run: every one this cycle counts that is
+    not Queued, over what was remembered."""
+    out = dict(memory.seen)
     for op_id, state in current.items():
         if state.phase is not Phase.QUEUED:
-            seen_next[op_id] = state
-    return Decision(
-        states=current,
-        clusters=health,
-        plan=plan,
-        actions=Actions(creates, deletes, annotations),
-        memory=Memory(seen_next, inflight, superseded, marks, ledger),
-        listed=present,
-        superseded=superseded,
-        observed=tuple(observed),
-        backends=backends,
-        capacity=capacity,
-    )
+            out[op_id] = state
+    return out
 
 
 def _on(op: CompiledOperation, cluster: str, flavor: FlavorSpec | None) -> CompiledOperation:

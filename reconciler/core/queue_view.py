@@ -4,10 +4,12 @@ pages render these; nothing here reads a cluster or Git.
 
 Two sources build the same rows:
 
-- a cycle: the compiled config, its :class:`~reconciler.core.plan.Plan` and the observed
-  workloads (``build_queues_view``). ``applied`` says whether the plan's dispatches were
-  carried out (the leader's cycle) or only computed (``--live``, ``serve``, a follower):
-  then they are counted as ``next``, not as active;
+- a cycle's :class:`~reconciler.core.report.Report` (``queues_view``, ``queue_detail``,
+  ``operation_detail``): each queue's use as the report counts it from what was carried
+  out (the leader's cycle) or not (``--live``, ``serve``, a follower: the plan's dispatches
+  are then ``next``, not active). ``build_queues_view`` and its siblings take a plan over
+  given states and make its report (every dispatch carried out with ``applied``, none
+  without);
 - the status branch (``queues_view_from_status``), as the reconciler last wrote it.
 
 Counts: ``active`` is every Dispatched or Running operation (what holds concurrency and
@@ -36,10 +38,12 @@ from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
+from reconciler.core.report import Failure, Report, planned_report
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
     StatusPhase,
+    StatusReason,
     StatusView,
     budget_record,
     rejected_message,
@@ -127,9 +131,9 @@ class QueueBudget(ApiModel):
         return f"{self.spent}+{self.committed}/{self.limit}{unit}/{self.per}"
 
     @classmethod
-    def of(cls, summary: BudgetSummary | None, *, applied: bool) -> QueueBudget | None:
-        """The plan's summary of the window (the planner's, from the decision's inputs)."""
-        return None if summary is None else cls(**budget_record(summary, applied=applied))
+    def of(cls, summary: BudgetSummary | None) -> QueueBudget | None:
+        """A report's summary of the window (the planner's, from the decision's inputs)."""
+        return None if summary is None else cls(**budget_record(summary))
 
     @classmethod
     def recorded(cls, record: Mapping[str, Any] | None) -> QueueBudget | None:
@@ -341,16 +345,25 @@ def build_queues_view(
     source: str = "cycle",
     estimates: Estimates = NO_ESTIMATES,
 ) -> QueuesView:
-    """The view of one cycle. ``states`` are the current workloads per operation (with
-    ``applied``, those the cycle just created included); ``estimates`` the cycle's start
-    estimates (``estimate_decision``)."""
-    counts = _counts((s.queue, s.phase.value) for s in states.values())
+    """The view of a plan over ``states`` made without a decision: ``queues_view`` of its
+    report, every dispatch carried out with ``applied`` (``states`` then hold those the
+    cycle created), none without."""
+    shown = planned_report(repo, plan, states, carried_out=applied)
+    return queues_view(shown, estimates, source=source)
+
+
+def queues_view(
+    shown: Report, estimates: Estimates = NO_ESTIMATES, *, source: str = "cycle"
+) -> QueuesView:
+    """The queue rows of one cycle's report: each queue's use as the report counts it (a
+    failed create holds nothing), its planned dispatches not carried out as ``next``;
+    ``estimates`` the cycle's start estimates (``estimate_decision``)."""
+    repo, plan = shown.compiled, shown.plan
+    counts = _counts((s.queue, s.phase.value) for s in shown.workloads.values())
     heads = _heads(plan.pending)
     rows = []
-    for q in plan.queues:
-        used = q.used_after if applied else q.used
-        borrowed = q.borrowed_after if applied else q.borrowed
-        lent = q.lent_after if applied else q.lent
+    for q in shown.queues:
+        used, borrowed, lent = q.used_after, q.borrowed_after, q.lent_after
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         rows.append(
@@ -358,23 +371,23 @@ def build_queues_view(
                 name=q.name,
                 cluster=",".join(m.cluster for m in q.members) or q.cluster,
                 priority=q.priority,
-                active=q.active + q.dispatching if applied else q.active,
+                active=q.active + q.dispatching,
                 concurrency=q.concurrency,
                 quotas=_quota_uses(q.quota, used, borrowed, lent),
                 running=running,
                 waiting=waiting,
                 pending=q.pending,
-                next=0 if applied else q.dispatching,
+                next=shown.next.get(q.name, 0),
                 head_reason=str(q.head_reason) if q.head_reason is not None else None,
                 head_message=head.message if head is not None else "",
                 head_estimate=estimates.json_of(head.operation) if head is not None else None,
                 kinds=_kinds(repo.queues.get(q.name)),
                 strategy=str(q.strategy),
                 paused=q.paused,
-                pods=q.pods_after if applied else q.pods,
+                pods=q.pods_after,
                 max_pods=q.max_pods,
                 cohort=q.cohort,
-                budget=QueueBudget.of(q.budget, applied=applied),
+                budget=QueueBudget.of(q.budget),
                 clusters=tuple(
                     ClusterShare(
                         cluster=m.cluster,
@@ -390,12 +403,7 @@ def build_queues_view(
                 flavors=tuple(
                     FlavorQuota(
                         name=f.name,
-                        quotas=_quota_uses(
-                            f.quota,
-                            f.used_after if applied else f.used,
-                            f.borrowed_after if applied else f.borrowed,
-                            f.lent_after if applied else f.lent,
-                        ),
+                        quotas=_quota_uses(f.quota, f.used_after, f.borrowed_after, f.lent_after),
                     )
                     for f in q.flavors
                 ),
@@ -698,9 +706,26 @@ def build_queue_detail(
     blame: Sequence[BlameLine] | None = None,
     estimates: Estimates = NO_ESTIMATES,
 ) -> QueueDetail | None:
-    """One queue, or None when the config has no such queue."""
+    """``queue_detail`` of a plan over ``states`` made without a decision (its dispatches
+    carried out with ``applied``, none without)."""
+    shown = planned_report(repo, plan, states, carried_out=applied)
+    return queue_detail(shown, name, source_text=source_text, blame=blame, estimates=estimates)
+
+
+def queue_detail(
+    shown: Report,
+    name: str,
+    *,
+    source_text: bytes | None = None,
+    blame: Sequence[BlameLine] | None = None,
+    estimates: Estimates = NO_ESTIMATES,
+) -> QueueDetail | None:
+    """One queue of a cycle's report, or None when the config has no such queue: its row,
+    settings, active runs, pending entries, and ``next``, its planned dispatches not
+    carried out."""
+    repo, plan, states = shown.compiled, shown.plan, shown.workloads
     spec = repo.queues.get(name)
-    row = build_queues_view(repo, plan, states, applied=applied, estimates=estimates).row(name)
+    row = queues_view(shown, estimates).row(name)
     if spec is None or row is None:
         return None
     active = tuple(
@@ -751,14 +776,13 @@ def build_queue_detail(
         if p.queue == name
         for message, admit, admit_json, blocked_by in (explain(p),)
     )
-    upcoming = () if applied else tuple(d.operation for d in plan.dispatch if d.queue == name)
     settings = queue_settings(spec, source_text, blame)
     return QueueDetail(
         row=row,
         source=spec.source,
         settings=settings,
         active=active,
-        next=upcoming,
+        next=shown.upcoming(name),
         pending=pending,
     )
 
@@ -861,10 +885,29 @@ def build_operation_detail(
     estimates: Estimates = NO_ESTIMATES,
     failed: Mapping[str, tuple[str, str]] | None = None,
 ) -> OperationDetail | None:
-    """One operation (a workflow parent lists its children), or None if neither the
-    config nor any cluster knows it. ``failed``: the applied plan's dispatches whose create
-    failed, with (reason, error): Queued with them, as the status branch records them."""
-    failed = {} if failed is None or not applied else failed
+    """``operation_detail`` of a plan over ``states`` made without a decision: its
+    dispatches carried out with ``applied`` but ``failed`` (reason and error), none
+    without."""
+    failures = {op: Failure(StatusReason(r), e) for op, (r, e) in (failed or {}).items()}
+    shown = planned_report(repo, plan, states, carried_out=applied, failed=failures)
+    return operation_detail(shown, op_id, recorded=recorded, estimates=estimates)
+
+
+def operation_detail(
+    shown: Report,
+    op_id: str,
+    *,
+    recorded: Sequence[tuple[str, datetime, OperationStatus]] = (),
+    estimates: Estimates = NO_ESTIMATES,
+) -> OperationDetail | None:
+    """One operation of a cycle's report (a workflow parent lists its children), or None
+    if neither the config nor any cluster knows it. A planned dispatch is Dispatched when
+    it was carried out, Queued with its reason and error when its create failed (as the
+    status branch records it), and Queued as the plan's next when it was not tried."""
+    repo, plan, states = shown.compiled, shown.plan, shown.states
+    carried = shown.carried_out
+    failed = {op: (str(f.reason), f.error) for op, f in shown.failed.items()}
+    applied = op_id in carried or op_id in failed  # tried: its create's result is known
     op = next((o for o in repo.operations if o.id == op_id), None)
     state = states.get(op_id)
     if state is not None and op is not None and state.generation != op.generation:
@@ -876,7 +919,7 @@ def build_operation_detail(
         if children:
             first = next(o for o in repo.operations if o.id == children[0])
             phase, message = workflow_summary(
-                Phase(_phase_of(c, states, plan, applied, failed)) for c in children
+                Phase(_phase_of(c, states, carried, failed)) for c in children
             )
             return OperationDetail(
                 operation=op_id,
@@ -896,7 +939,7 @@ def build_operation_detail(
         operation=op_id,
         # refused by policy: Rejected, or the phase of its workload that still runs (as its
         # status record says)
-        phase=_phase_of(op_id, states, plan, applied, failed)
+        phase=_phase_of(op_id, states, carried, failed)
         if rejected is None or state is not None
         else StatusPhase.REJECTED.value,
         kind=str(op.kind) if op else None,
@@ -969,14 +1012,13 @@ def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDet
 def _phase_of(
     op_id: str,
     states: Mapping[str, WorkloadState],
-    plan: Plan,
-    applied: bool,
+    carried: frozenset[str],
     failed: Mapping[str, tuple[str, str]],
 ) -> str:
     state = states.get(op_id)
     if state is not None:
         return state.phase.value
-    if applied and op_id not in failed and any(d.operation == op_id for d in plan.dispatch):
+    if op_id in carried and op_id not in failed:
         return Phase.DISPATCHED.value
     return Phase.QUEUED.value
 

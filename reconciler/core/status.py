@@ -503,14 +503,14 @@ class QueueStatus(StatusRecord):
         )
 
 
-def budget_record(b: BudgetSummary, *, applied: bool = True) -> dict[str, str]:
+def budget_record(b: BudgetSummary) -> dict[str, str]:
     """A budgeted queue's window as every view shows it (the status record, the queue
-    view's row, ``/api/v1``): limit, spent, committed (with the plan's dispatches when
-    ``applied``), unit, per, windowStart, windowEnd."""
+    view's row, ``/api/v1``): limit, spent, committed (a report's: with the dispatches
+    carried out), unit, per, windowStart, windowEnd."""
     return {
         "limit": _amount(b.limit),
         "spent": _amount(b.spent),
-        "committed": _amount(b.committed_after if applied else b.committed),
+        "committed": _amount(b.committed_after),
         "unit": b.unit,
         "per": b.per,
         "windowStart": b.window_start.isoformat(),
@@ -708,7 +708,7 @@ def render_status(
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
             del memo[gone]
-    queues = [QueueStatus.from_summary(q, _kinds(repo, q.name)).to_dict() for q in plan.queues]
+    queues = [QueueStatus.from_summary(q, queue_kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
     errors = config_error or repo.errors
     warnings = (plan.prune_refused.message(),) if plan.prune_refused is not None else ()
@@ -716,7 +716,7 @@ def render_status(
         version=config_version or repo.version,
         applied=repo.version,
         valid=not errors and not internal_error,
-        errors=_listed(str(e) for e in sorted(errors)),
+        errors=listed_errors(str(e) for e in sorted(errors)),
         warnings=warnings,
         reason=StatusReason.INTERNAL_ERROR.value if internal_error else None,
         internal_error=stable_error(internal_error),
@@ -774,7 +774,7 @@ def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
 MAX_STATUS_ERRORS = 1000
 
 
-def _listed(errors: Iterable[str]) -> tuple[str, ...]:
+def listed_errors(errors: Iterable[str]) -> tuple[str, ...]:
     listed = list(errors)
     if len(listed) <= MAX_STATUS_ERRORS:
         return tuple(listed)
@@ -782,7 +782,7 @@ def _listed(errors: Iterable[str]) -> tuple[str, ...]:
     return (*listed[:MAX_STATUS_ERRORS], f"... and {more} more (run reconciler validate)")
 
 
-def _kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
+def queue_kinds(repo: CompiledRepo, queue: str) -> tuple[str, ...]:
     spec = repo.queues.get(queue)
     return tuple(sorted(str(k) for k in spec.kinds)) if spec is not None else ()
 
@@ -1355,7 +1355,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         order[queue] = tuple(op for part in found for op in part.pending)
         for part in found:  # each part says where it starts (a lost part shifts nothing)
             positions.update((op, part.first + i) for i, op in enumerate(part.pending))
-    _joined_records(operations, positions, config.applied if config is not None else "")
+    join_records(operations, positions, config.applied if config is not None else "")
     unreadable = LedgerProblems(
         unread,
         {m: tuple(r) for m, r in raw.items()},
@@ -1368,7 +1368,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     )
 
 
-def _joined_records(
+def join_records(
     operations: dict[str, OperationStatus], positions: Mapping[str, int], applied: str
 ) -> None:
     """Each pending operation's position from its queue's order, and the commit in force on
@@ -1416,6 +1416,27 @@ MAX_BODY_LINES = 50
 # content, not path: the previous write's content of a file that changed is still known
 # (it is the ``before`` of the next commit message), so nothing is parsed back twice.
 PhaseMemo = dict[bytes, tuple[str, int | None, RecordPhase] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class StatusMemos:
+    """What a status writer keeps from cycle to cycle (``render_status``'s memos): each
+    file's last record and bytes, each operation's spec hash and record by what they were
+    made from, and each file's run by its content (``summarize_cycle``'s)."""
+
+    rendered: RenderMemo = field(default_factory=dict)
+    hashes: SpecHashMemo = field(default_factory=dict)
+    phases: PhaseMemo = field(default_factory=dict)
+    built: RecordMemo = field(default_factory=dict)
+
+    def arguments(self) -> dict[str, Any]:
+        """``render_status``'s memo arguments."""
+        return {
+            "memo": self.rendered,
+            "hashes": self.hashes,
+            "phases": self.phases,
+            "built": self.built,
+        }
 
 
 def summarize_cycle(

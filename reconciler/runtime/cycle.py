@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import cached_property
 from typing import Any, Protocol
 
 from reconciler.adapters.kube import (
@@ -60,7 +61,8 @@ from reconciler.core.render import (
     render_operation,
 )
 from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
-from reconciler.core.status import StatusReason
+from reconciler.core.report import Outcome, Report, failures, planned_report, report
+from reconciler.core.status import ClusterStatus, StatusReason
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import (
     BUG_NOTE,
@@ -110,6 +112,36 @@ class CycleResult:
     duration: float = 0.0  # seconds the cycle took
     decision: Decision | None = None  # what decide returned (None: it did not run)
     internal_error: str = ""  # a bug compiling attempted_version (not a config error)
+    outcome: Outcome | None = None  # what carrying out the decision did (None: nothing)
+
+    @cached_property
+    def report(self) -> Report | None:
+        """The decision with its outcome: what this cycle shows (``core/report.py``). A
+        result made without a decision (a plan over given states) reports that plan: its
+        dispatches carried out when ``leading`` (but ``failed``), else none."""
+        if self.compiled is None or self.plan is None:
+            return None
+        if self.decision is None:
+            planned = (d.operation for d in self.plan.dispatch)
+            failed = failures(self.failed, self.failure_reasons, planned)
+            clusters = tuple(
+                ClusterStatus(
+                    name=h.name,
+                    reachable=h.reachable,
+                    error=h.error,
+                    backends=tuple(sorted(h.backends)),
+                )
+                for h in self.clusters
+            )
+            return planned_report(
+                self.compiled,
+                self.plan,
+                self.states,
+                carried_out=self.leading,
+                failed=failed,
+                clusters=clusters,
+            )
+        return report(self.compiled, self.decision, self.outcome or Outcome.none())
 
     @property
     def workloads(self) -> Mapping[str, WorkloadState]:
@@ -137,14 +169,38 @@ class ChangeSet:
     failed: dict[str, str] = field(default_factory=dict)  # operation -> error
     reasons: dict[str, StatusReason] = field(default_factory=dict)  # of failed
 
-    def applied_to(self, states: Mapping[str, WorkloadState]) -> dict[str, WorkloadState]:
-        """The decision's states with these results."""
-        out = dict(states)
-        for c in self.created:
-            out[c.state.operation] = c.state
-        for s in self.stopped:
-            out[s.operation] = s
-        return out
+    def result(
+        self, base: CycleResult, decision: Decision, *, leading: bool, attempted: str | None
+    ) -> CycleResult:
+        """The cycle's result: ``base`` (its time, config and errors) with the decision and
+        these results of carrying it out (none: a cycle that does not lead)."""
+        outcome = self.outcome(decision.actions)
+        assert base.compiled is not None  # a decision is made over a compiled config
+        return replace(
+            base,
+            plan=decision.plan,
+            states=report(base.compiled, decision, outcome).states,
+            clusters=decision.clusters,
+            dispatched=tuple(self.dispatched),
+            adopted=tuple(self.adopted),
+            stopped=tuple(s.operation for s in self.stopped),
+            failed=self.failed,
+            failure_reasons=self.reasons,
+            leading=leading,
+            attempted_version=attempted,
+            decision=decision,
+            outcome=outcome,
+        )
+
+    def outcome(self, actions: Actions) -> Outcome:
+        """These results as the value the report reads: a failed create with its reason
+        (a failed delete is not a failed dispatch: its workload is still counted)."""
+        return Outcome(
+            created=tuple(self.created),
+            adopted=frozenset(self.adopted),
+            failed=failures(self.failed, self.reasons, (c.operation.id for c in actions.creates)),
+            stopped=tuple(self.stopped),
+        )
 
 
 # The workload kinds the runtime creates, lists, observes and deletes (docs/runtime.md).
@@ -480,6 +536,7 @@ class Reconciler:
                 requests=dict(op.requests),
                 workflow=job.annotations.get(ANNOTATION_WORKFLOW),
                 pods=op.replicas,
+                flavor=op.flavor.name if op.flavor is not None else None,
                 kind=job.kind,
                 timeout=op.timeout,
             )
@@ -641,6 +698,50 @@ class Reconciler:
         self.last = result
         return result
 
+    def run_final(self) -> CycleResult | None:
+        """At shutdown, once no cycle runs: the clusters as the watch caches hold them now,
+        decided over and nothing carried out (what a Job that ended since the last cycle
+        changed). It reads nothing over the network, so it never holds an exit up: the
+        config in force, the backends and capacity the last cycle read. None, logged, when
+        it cannot say more than the last cycle did: no config, no watch caches, or a
+        cluster whose caches are not synced."""
+        last = self.last
+        compiled = self._last_good
+        if compiled is None or last is None or last.decision is None or not self._watch:
+            return None
+        started = time.monotonic()
+        listing: dict[str, ClusterListing] = {}
+        for name in sorted(compiled.clusters):
+            caches = self._informers.get(name)
+            if caches is None or not all(c.healthy for c in caches):
+                log.warning("shutdown: the watch of cluster %s is not synced", name)
+                return None
+            again = self._observed_from.pop(name, None) is caches
+            jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
+            states = self._observer.update(name, jobs, pods, pytorchjobs)
+            self._observed_from[name] = caches
+            listing[name] = ClusterListing(
+                states,
+                version=_listed_version(caches[0], caches[2]),
+                capacity=last.decision.capacity.get(name),
+                backends=last.decision.backends.get(name, frozenset()),
+            )
+        now = self._clock.now()
+        try:
+            decision = decide(compiled, listing, self.memory, now)
+        except PlanInputError as exc:
+            log.warning("shutdown: cannot plan: %s", exc)
+            return None
+        self.memory = decision.memory
+        result = ChangeSet().result(
+            replace(last, at=now, version=compiled.version, compiled=compiled),
+            decision,
+            leading=False,
+            attempted=last.attempted_version,
+        )
+        self.last = replace(result, duration=time.monotonic() - started)
+        return self.last
+
     def _cycle(self) -> CycleResult:
         now = self._clock.now()
         compiled, config_errors, sync_error, attempted = self._load()
@@ -683,21 +784,9 @@ class Reconciler:
             changes = self._apply(compiled, decision.actions, now)
             self._annotate(compiled, decision)
         self.memory = decision.memory.record(changes.created, changes.stopped)
-        return CycleResult(
-            at=now,
-            version=compiled.version,
-            compiled=compiled,
-            plan=decision.plan,
-            states=changes.applied_to(decision.states),
-            config_errors=config_errors,
-            sync_error=sync_error,
-            clusters=decision.clusters,
-            dispatched=tuple(changes.dispatched),
-            adopted=tuple(changes.adopted),
-            stopped=tuple(s.operation for s in changes.stopped),
-            failed=changes.failed,
-            failure_reasons=changes.reasons,
+        return changes.result(
+            CycleResult(now, compiled.version, compiled, None, {}, config_errors, sync_error),
+            decision,
             leading=leading,
-            attempted_version=attempted,
-            decision=decision,
+            attempted=attempted,
         )

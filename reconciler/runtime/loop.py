@@ -25,6 +25,9 @@ from reconciler.runtime.cycle import CycleResult, Reconciler
 
 log = logging.getLogger("reconciler.loop")
 
+# seconds ``finish`` gives a loop that was only waiting to end (one left in a cluster read
+# is not waited for: it ends with the process)
+LOOP_END = 0.2
 POLL = 0.05  # seconds between the main thread's checks of the stop flag
 DEFAULT_MIN_GAP = 0.2  # seconds: at most one cycle per this, however many events come
 
@@ -226,6 +229,8 @@ class Loop:
             self._handoff.release()
         else:
             log.warning("shutdown: left a status write in progress after %ss", timeout)
+        if self._thread is not None:  # a loop only waiting ends within a step
+            self._thread.join(LOOP_END if timeout is None else min(LOOP_END, timeout))
         return self._thread is None or not self._thread.is_alive()
 
 

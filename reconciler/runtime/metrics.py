@@ -9,6 +9,7 @@ from decimal import Decimal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from reconciler.core.plan import Plan
+from reconciler.core.report import Report
 
 # A queue's quota pool: flavor ("" without flavors), quota, used before the plan, then
 # used, borrowed and lent with the plan's dispatches, per resource.
@@ -30,7 +31,7 @@ class Metrics:
         r = self.registry
         self.queue_active = Gauge(
             "reconciler_queue_active_operations",
-            "Operations dispatched and not finished, per queue (observed before the plan).",
+            "Operations dispatched and not finished, per queue (this cycle's dispatches included).",
             ("queue", "cluster"),
             registry=r,
         )
@@ -158,9 +159,15 @@ class Metrics:
         self._quotas: set[tuple[str, ...]] = set()
         self._budgets: set[tuple[str, str]] = set()
 
+    def observe_report(self, shown: Report) -> None:
+        """Set the queue gauges from a cycle's report: what its states hold (a failed
+        create holds nothing; a follower's plan is not carried out)."""
+        self.observe_plan(shown.plan)
+
     def observe_plan(self, plan: Plan) -> None:
-        """Set the queue gauges from a plan; queues and resources no longer in the plan
-        are removed, not left at their last value."""
+        """Set the queue gauges from a plan, its dispatches carried out (a report's plan:
+        what its states hold); queues and resources no longer in the plan are removed, not
+        left at their last value."""
         queues: set[tuple[str, str]] = set()
         quotas: set[tuple[str, ...]] = set()
         budgets: set[tuple[str, str]] = set()
@@ -172,7 +179,7 @@ class Metrics:
                 self.budget_spent.labels(*key).set(float(q.budget.spent))
                 self.budget_committed.labels(*key).set(float(q.budget.committed_after))
             queues.add((q.name, q.cluster))
-            self.queue_active.labels(q.name, q.cluster).set(q.active)
+            self.queue_active.labels(q.name, q.cluster).set(q.active + q.dispatching)
             self.queue_pending.labels(q.name, q.cluster).set(q.pending)
             self.queue_pods.labels(q.name, q.cluster).set(q.pods_after)
             # one series per resource, or (a queue with flavors) per flavor and resource

@@ -161,10 +161,11 @@ class Runtime:
             m.git_sync_errors.inc()
         if result.internal_error:
             m.internal_errors.inc()
-        if result.plan is not None and result.compiled is not None:
-            m.observe_plan(result.plan)
-            m.set_config_commit(result.compiled.version)
-            clusters = {d.operation: (d.queue, d.cluster) for d in result.plan.dispatch}
+        shown = result.report
+        if shown is not None:
+            m.observe_report(shown)
+            m.set_config_commit(shown.compiled.version)
+            clusters = {d.operation: (d.queue, d.cluster) for d in shown.plan.dispatch}
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
@@ -179,10 +180,23 @@ class Runtime:
                     self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
         self.completed = result
 
-    def close(self, timeout: float | None = None) -> bool:
+    def close(self, timeout: float | None = None, final: CycleResult | None = None) -> bool:
         """Write the status last handed over and stop the status writer (shutdown); False
-        when the write outlived ``timeout``."""
-        return self.publisher.close(timeout) if self.publisher is not None else True
+        when the write outlived ``timeout``. ``final`` (``Reconciler.run_final``: what the
+        watch caches said after the last cycle, nothing carried out) is handed over first,
+        leading or not: the publisher writes only while this process holds the Lease.
+        ``unwritten`` then says why the last status is not on the branch."""
+        if self.publisher is None:
+            return True
+        if final is not None:
+            self.publisher.publish(final)
+            self.completed = final
+        return self.publisher.close(timeout)
+
+    @property
+    def unwritten(self) -> str:
+        """Why the last status this process saw is not on the branch; "" when it is."""
+        return self.publisher.unwritten if self.publisher is not None else ""
 
     def readiness(self) -> tuple[bool, str]:
         last = self.completed

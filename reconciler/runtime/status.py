@@ -12,8 +12,11 @@ writing the status of cycle k (10,000 files to compare and a push) never delays 
 and its dispatches. ``publish`` then only hands the result over: results handed over while
 a write is in progress or put off by the cadence coalesce (the newest one is written, and
 has everything the others had). The thread writes only while ``is_leader`` says so (a
-result left from before a lost Lease is dropped), and ``close`` writes the last result
-handed over before it returns (shutdown).
+result left from before a lost Lease is dropped, and ``unwritten`` says so), and ``close``
+writes the last result handed over before it returns (shutdown), in the foreground too: a
+result the cadence put off is written then, not lost. When it cannot be written (the Lease
+is lost, the push fails, the write outlives its time), ``unwritten`` says why, for the
+process to say on its way out.
 
 A process that does not lead (``serve``, a standby replica) follows the leader's record:
 ``leader_record`` reads the branch again when its tip has moved, and the cycle joins it into
@@ -30,15 +33,10 @@ from collections.abc import Callable
 from reconciler.adapters.git import GitSyncError, StatusBranch
 from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
+from reconciler.core.report import encode
 from reconciler.core.status import (
-    ClusterStatus,
-    PhaseMemo,
-    RecordMemo,
-    RenderMemo,
-    SpecHashMemo,
-    StatusReason,
+    StatusMemos,
     read_status,
-    render_status,
     status_changes,
     summarize_cycle,
 )
@@ -47,6 +45,8 @@ from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.faults import FaultPoints
 
 log = logging.getLogger("reconciler.status")
+
+LOST_LEASE = "this replica no longer holds the Lease: the leader writes the status"
 
 
 class StatusPublisher:
@@ -70,10 +70,7 @@ class StatusPublisher:
         self.commits = 0
         self.put_off = 0  # cycles whose status was left to a later one
         self.last_error = ""
-        self._rendered: RenderMemo = {}  # each operation's last record and its bytes
-        self._phases: PhaseMemo = {}  # each status file's run, by content: parsed once
-        self._hashes: SpecHashMemo = {}  # each operation's spec hash, by compiled object
-        self._built: RecordMemo = {}  # each operation's record, by what it was built from
+        self._memos = StatusMemos()  # what spares rendering an unchanged record again
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
         self.faults: FaultPoints | None = None
@@ -85,6 +82,10 @@ class StatusPublisher:
         self._writing = threading.Lock()  # one write at a time: the files and memos are its
         self._cond = threading.Condition()
         self._next: CycleResult | None = None  # handed over, not written yet
+        self._held: CycleResult | None = None  # in the foreground: put off by the cadence
+        # why the last result handed over is not on the branch ("" when it is, or when
+        # nothing differed): what a process says on its way out
+        self.unwritten = ""
         self._busy = False  # the writer thread holds a result
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -170,6 +171,8 @@ class StatusPublisher:
                 else:  # the Lease was lost: another leader writes; read the branch again
                     with self._writing:
                         self._files = None
+                    self.unwritten = LOST_LEASE
+                    log.warning("status of %s not written: %s", result.version, LOST_LEASE)
             except Exception:  # a bug writing one status must not end the writer
                 log.exception("status write failed")
             finally:
@@ -187,8 +190,15 @@ class StatusPublisher:
     def close(self, timeout: float | None = None) -> bool:
         """Write the last result handed over (not waiting for the cadence), then stop the
         writer thread. False when the write outlived ``timeout``: it is left to end with the
-        process (a push is made whole or not at all)."""
+        process (a push is made whole or not at all). ``unwritten`` then says why the last
+        result is not on the branch."""
         if self._thread is None:
+            held, self._held = self._held, None
+            if held is not None:
+                if self.is_leader is None or self.is_leader():
+                    self._write(held, paced=False)
+                else:
+                    self.unwritten = LOST_LEASE
             return True
         with self._cond:
             self._closed = True
@@ -196,6 +206,7 @@ class StatusPublisher:
         self._thread.join(timeout)
         if self._thread.is_alive():
             log.warning("shutdown: left a status write in progress after %ss", timeout)
+            self.unwritten = f"the status write outlived {timeout}s and ends with the process"
             return False
         return True
 
@@ -217,20 +228,23 @@ class StatusPublisher:
         if paced and last is not None and now < last + self.min_interval:
             self.due = last + self.min_interval
             self.put_off += 1
+            self._held = result  # written by a later cycle, or by ``close``
+            self.unwritten = "put off by --status-interval"
             return None  # not even rendered: a later cycle's status supersedes this one
         self.due = None
+        self._held = None
         try:
             before = self._current()
-            files = render_cycle_status(
-                result, compiled, plan, self._rendered, self._hashes, self._phases, self._built
-            )
+            files = render_cycle_status(result, compiled, plan, self._memos)
             changes = status_changes(before, files)
             if not changes:
+                self.unwritten = ""
                 return None
             self._last_attempt = now  # a failing remote is retried at the cadence too
-            sha = self.branch.write(changes, summarize_cycle(before, files, self._phases))
+            sha = self.branch.write(changes, summarize_cycle(before, files, self._memos.phases))
         except GitSyncError as exc:
             self.last_error = str(exc)
+            self.unwritten = f"the push failed: {exc}"
             self._files = None  # re-read the branch next time
             log.error("status write failed: %s", exc)
             return None
@@ -243,49 +257,25 @@ class StatusPublisher:
         self._files = merged
         self._files_tip = None  # as we wrote it: a follower's next read is a whole one
         self.last_error = ""
+        self.unwritten = ""
         if sha:
             self.commits += 1
         return sha
 
 
 def render_cycle_status(
-    result: CycleResult,
-    compiled: CompiledRepo,
-    plan: Plan,
-    memo: RenderMemo | None = None,
-    hashes: SpecHashMemo | None = None,
-    phases: PhaseMemo | None = None,
-    built: RecordMemo | None = None,
+    result: CycleResult, compiled: CompiledRepo, plan: Plan, memos: StatusMemos | None = None
 ) -> dict[str, bytes]:
-    """Every status file one cycle writes: ``result`` with its config in force and plan
-    (``memo``, ``hashes``, ``phases``, ``built``: see ``render_status``)."""
-    return render_status(
-        compiled,
-        plan,
-        result.states,
+    """Every status file one cycle writes: its report (``encode``: ``compiled`` and
+    ``plan`` are the result's, whose report carries them), with the config commit read
+    and its errors."""
+    shown = result.report
+    if shown is None:
+        raise ValueError("render_cycle_status: a result without a decision has no report")
+    return encode(
+        shown,
         config_error=result.config_errors,
         config_version=result.attempted_version,
         internal_error=result.internal_error,
-        failed={
-            op: (result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED), error)
-            for op, error in result.failed.items()
-        },
-        clusters=result.decision.cluster_records()
-        if result.decision is not None
-        else tuple(
-            ClusterStatus(
-                name=h.name,
-                reachable=h.reachable,
-                error=h.error,
-                backends=tuple(sorted(h.backends)),
-            )
-            for h in result.clusters
-        ),
-        superseded=result.decision.superseded if result.decision else None,
-        gang_timeouts=result.decision.memory.gang_timeouts if result.decision else None,
-        ledger=result.decision.memory.ledger if result.decision is not None else None,
-        memo=memo,
-        hashes=hashes,
-        phases=phases,
-        built=built,
+        memos=memos,
     )

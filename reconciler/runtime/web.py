@@ -35,16 +35,16 @@ from reconciler.core.model import suggest
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
     BlameLine,
-    build_operation_detail,
-    build_queue_detail,
-    build_queues_view,
     fleet_json,
+    operation_detail,
+    queue_detail,
+    queues_view,
 )
 from reconciler.core.render_kubeflow import log_container
+from reconciler.core.report import Report
 from reconciler.core.status import (
     OperationStatus,
     StatusFileError,
-    StatusReason,
     operation_path,
     parse_status_file,
 )
@@ -76,7 +76,8 @@ StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
 @dataclass(frozen=True)
 class _Cycle:
     result: CycleResult
-    applied: bool
+    report: Report  # what every page and /api/v1 shows of it
+    applied: bool  # leading: its actions were carried out (the page says when not)
     estimates: Estimates = NO_ESTIMATES
 
 
@@ -130,9 +131,10 @@ class WebApp:
 
     def _cycle(self) -> _Cycle | None:
         result = self._latest()
-        if result is None or result.compiled is None or result.plan is None:
+        shown = None if result is None else result.report
+        if result is None or shown is None:
             return None
-        return _Cycle(result, applied=result.leading, estimates=self._estimates(result))
+        return _Cycle(result, shown, applied=result.leading, estimates=self._estimates(result))
 
     def _estimates(self, result: CycleResult) -> Estimates:
         """The cycle's start estimates (``estimate_decision``: what every view shows)."""
@@ -172,9 +174,7 @@ class WebApp:
     def _queues_main(self, c: _Cycle) -> tuple[int, str]:
         r = c.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(
-            r.compiled, r.plan, r.workloads, applied=c.applied, estimates=c.estimates
-        )
+        view = queues_view(c.report, c.estimates)
         return 200, web_html.queues_main(view, _note(r, c.applied))
 
     def _queue_main(self, c: _Cycle, name: str) -> tuple[int, str] | None:
@@ -189,30 +189,16 @@ class WebApp:
             source = "".join(b.text + "\n" for b in blame).encode()
         else:
             source = self._read_source(spec.source) if self._read_source else None
-        detail = build_queue_detail(
-            r.compiled,
-            r.plan,
-            r.workloads,
-            name,
-            applied=c.applied,
-            source_text=source,
-            blame=blame,
-            estimates=c.estimates,
+        detail = queue_detail(
+            c.report, name, source_text=source, blame=blame, estimates=c.estimates
         )
         return None if detail is None else (200, web_html.queue_main(detail))
 
     def _op_main(self, c: _Cycle, op_id: str) -> tuple[int, str] | None:
         r = c.result
         assert r.compiled is not None and r.plan is not None
-        detail = build_operation_detail(
-            r.compiled,
-            r.plan,
-            r.states,
-            op_id,
-            applied=c.applied,
-            recorded=self._recorded(op_id),
-            estimates=c.estimates,
-            failed=_failed(r),
+        detail = operation_detail(
+            c.report, op_id, recorded=self._recorded(op_id), estimates=c.estimates
         )
         if detail is None:
             return None
@@ -293,9 +279,7 @@ class WebApp:
             return _error(503, "no valid config has been loaded yet")
         r = cycle.result
         assert r.compiled is not None and r.plan is not None
-        view = build_queues_view(
-            r.compiled, r.plan, r.workloads, applied=cycle.applied, estimates=cycle.estimates
-        )
+        view = queues_view(cycle.report, cycle.estimates)
         if parts == ["queues"]:
             return _json(200, view.to_json())
         if parts == ["fleet"]:
@@ -306,30 +290,16 @@ class WebApp:
             source = "".join(b.text + "\n" for b in blame).encode() if blame else None
             if source is None and spec is not None and self._read_source is not None:
                 source = self._read_source(spec.source)
-            detail = build_queue_detail(
-                r.compiled,
-                r.plan,
-                r.workloads,
-                parts[1],
-                applied=cycle.applied,
-                source_text=source,
-                blame=blame,
-                estimates=cycle.estimates,
+            detail = queue_detail(
+                cycle.report, parts[1], source_text=source, blame=blame, estimates=cycle.estimates
             )
             if detail is None:
                 return _error(404, f"no queue {parts[1]!r}")
             return _json(200, detail.to_json())
         if len(parts) == 3 and parts[0] == "operations":
             op_id = f"{parts[1]}/{parts[2]}"
-            op = build_operation_detail(
-                r.compiled,
-                r.plan,
-                r.states,
-                op_id,
-                applied=cycle.applied,
-                recorded=self._recorded(op_id),
-                estimates=cycle.estimates,
-                failed=_failed(r),
+            op = operation_detail(
+                cycle.report, op_id, recorded=self._recorded(op_id), estimates=cycle.estimates
             )
             if op is None:
                 return _error(404, f"no operation {op_id!r}")
@@ -363,15 +333,6 @@ def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
         if wrong:
             return f"{name}={wrong[0]!r}: the only value is main"
     return None
-
-
-def _failed(result: CycleResult) -> dict[str, tuple[str, str]]:
-    """The cycle's dispatches whose create failed, (reason, error) as the status branch
-    records them (``runtime/status.py``)."""
-    return {
-        op: (str(result.failure_reasons.get(op, StatusReason.DISPATCH_FAILED)), error)
-        for op, error in result.failed.items()
-    }
 
 
 def _note(result: CycleResult, applied: bool) -> str:

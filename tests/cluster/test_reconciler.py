@@ -495,6 +495,22 @@ def test_demo_runs_the_example_to_completion(
     # the fallback: sweep-lr-1 finds team-a's H100 taken by sweep-lr-0
     assert "vision/sweep-lr-1 falls back to flavor a100 of team-a: h100 has no room" in lines
     assert jobs["vision-sweep-lr-1-g1"]["metadata"]["labels"]["reconciler.dev/flavor"] == "a100"
+    # the status branch's tip says what the summary says: the last cycle was written
+    argv = ["status", "-o", "json", "--repo", str(tmp_path / "config")]
+    status = subprocess.run(
+        [sys.executable, "-m", "reconciler", *argv],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert status.returncode == 0, status.stderr[-3000:]
+    recorded = json.loads(status.stdout)
+    runs = [o for o in recorded["operations"] if not o.get("children")]
+    assert Counter(o["phase"] for o in runs if o["phase"] != "Rejected") == {"Succeeded": 19}
+    for queue in recorded["queues"]:
+        assert queue["active"] == 0 and not any(
+            v not in ("0", 0) for v in queue.get("used", {}).values()
+        ), queue
 
 
 def test_status_branch_one_commit_per_cycle_and_human_commits_kept(

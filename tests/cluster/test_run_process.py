@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import urllib.request
 from collections import Counter
 from pathlib import Path
@@ -288,3 +289,54 @@ def test_plan_and_status_live_read_the_clusters(
     record = json.loads(live.stdout)
     record = record[0] if isinstance(record, list) else record
     assert record.get("phase") in ("Dispatched", "Running"), record
+
+
+def test_sigterm_right_after_a_job_finished_leaves_its_phase_on_the_branch(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
+) -> None:
+    """No cycle runs between the end of a Job and SIGTERM (a debounce and intervals of an
+    hour): the shutdown decides over the watch caches once more and writes that."""
+    proc = _start(
+        config_repo,
+        kube_cluster.kubeconfig,
+        tmp_path,
+        "term",
+        "--debounce",
+        "1h",
+        "--status-interval",
+        "1h",
+        "--interval",
+        "1h",
+    )
+    try:
+        wait_until(
+            lambda: "reconciler/status" in git(config_repo, "branch", "--list"),
+            timeout=120,
+            what="the first cycle's status",
+        )
+
+        def finished() -> list[str]:
+            return [
+                j["metadata"]["annotations"]["reconciler.dev/operation-id"]
+                for j in kube.list_managed("Job").items
+                if any(
+                    c["type"] == "Complete" and c["status"] == "True"
+                    for c in (j.get("status") or {}).get("conditions") or ()
+                )
+            ]
+
+        wait_until(lambda: bool(finished()), timeout=120, what="a Job to finish")
+        ended = finished()
+        first = git(config_repo, "show", f"reconciler/status:status/{ended[0]}.yaml")
+        assert "phase: Succeeded" not in first  # the branch has not seen it yet
+        time.sleep(1.0)  # the watch has shown it (tens of ms); no cycle has run
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    for op_id in ended:
+        record = git(config_repo, "show", f"reconciler/status:status/{op_id}.yaml")
+        assert "phase: Succeeded" in record, record
+    log = (tmp_path / "term.log").read_text()
+    assert "not on the branch" not in log

@@ -201,16 +201,26 @@ class FakeStatusBranch:
         return f"sha{self.commits}"
 
 
-def test_status_is_written_at_most_once_per_status_interval() -> None:
+def _writing(
+    ops: tuple[str, ...], status_interval: float
+) -> tuple[CompiledRepo, EventLoop, FakeStatusBranch, StatusPublisher, Runtime]:
+    """The event loop over ``ops`` (one GPU each, a queue of 2), its results handed to a
+    runtime that writes the status at most every ``status_interval`` virtual seconds."""
     repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
-    for op in ("p/a", "p/b", "p/c", "p/d", "p/e", "p/f"):
+    for op in ops:
         repo.op(op, gpu=1)
     compiled = repo.repo()
     branch = FakeStatusBranch()
     holder: dict[str, Runtime] = {}
     world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
-    publisher = StatusPublisher(branch, min_interval=3.0, clock=world.clock)  # type: ignore[arg-type]
-    holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    publisher = StatusPublisher(branch, min_interval=status_interval, clock=world.clock)  # type: ignore[arg-type]
+    runtime = holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    return compiled, world, branch, publisher, runtime
+
+
+def test_status_is_written_at_most_once_per_status_interval() -> None:
+    ops = ("p/a", "p/b", "p/c", "p/d", "p/e", "p/f")
+    compiled, world, branch, publisher, _ = _writing(ops, 3.0)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
         try:
             world.start()
@@ -264,3 +274,46 @@ def test_the_config_is_read_at_most_once_per_interval() -> None:
     failing["now"] = False
     clock.t = 30.5
     assert source().version == "v5"
+
+
+def test_a_job_that_ended_after_the_last_cycle_is_on_the_branch_at_shutdown() -> None:
+    """SIGTERM before the cycle a finished Job asks for: the shutdown decides once more
+    over the watch caches (nothing carried out) and writes that, so the branch has the
+    Job's phase."""
+    from reconciler.core.status import read_status
+
+    compiled, world, branch, _, runtime = _writing(("p/a", "p/b", "p/c"), 3600.0)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        try:
+            world.start()
+            world.wait_cycles(1)
+            world.waiting_until(INTERVAL)
+            world.loop.request_stop()  # SIGTERM, and the loop is done
+            world.loop.wait()
+            assert world.loop.finish()
+            world.finish("p/a")  # the Job ends before any cycle sees it
+            assert len(world.results) == 1
+            final = wait_final(world.reconciler)
+            assert runtime.close(30, final)
+        finally:
+            world.cluster.close()
+            world.reconciler.close()
+    view = read_status(branch.files)
+    assert view.operations["p/a"].phase == "Succeeded"
+    assert view.operations["p/c"].phase == "Queued"  # nothing carried out: not dispatched
+    assert runtime.unwritten == ""
+
+
+def wait_final(reconciler: Reconciler) -> CycleResult:
+    """``run_final`` once the watch has shown the end of p/a (it reads only the caches)."""
+    got: list[CycleResult] = []
+
+    def ended() -> bool:
+        final = reconciler.run_final()
+        if final is not None and final.states["p/a"].phase.finished:
+            got.append(final)
+            return True
+        return False
+
+    wait_until(ended, timeout=PATIENCE, what="the watch to show p/a ended")
+    return got[0]

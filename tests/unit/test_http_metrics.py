@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from builders import World
+from builders import NOW, World
 from prometheus_client import CollectorRegistry
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -155,7 +155,7 @@ def test_metrics_expose_every_series(served: tuple[HttpServer, Metrics, Readines
     a = (("cluster", "local"), ("queue", "team-a"))
     b = (("cluster", "local"), ("queue", "batch"))
     gpu = (("flavor", ""), ("queue", "team-a"), ("resource", "nvidia.com/gpu"))
-    assert s[("reconciler_queue_active_operations", a)] == 0
+    assert s[("reconciler_queue_active_operations", a)] == 2  # with this plan's dispatches
     assert s[("reconciler_queue_pending_operations", a)] == 3
     assert s[("reconciler_queue_pending_operations", b)] == 1
     assert s[("reconciler_queue_quota_used", gpu)] == 2  # with this plan's dispatches
@@ -488,3 +488,38 @@ def test_a_bad_http_address_is_a_usage_error_not_a_traceback(
     assert result.exit_code == 2, result.output
     assert "error: --http 'foo': expected HOST:PORT" in result.output
     assert result.exception is None or isinstance(result.exception, SystemExit)
+
+
+def test_the_gauges_count_what_the_report_says_is_held() -> None:
+    """A failed create holds nothing in the gauges either: they are set from the cycle's
+    report, as its status and pages are."""
+    from decimal import Decimal
+
+    from reconciler.core.cycle import ClusterListing, InFlight, Memory, decide
+    from reconciler.core.observe import WorkloadState
+    from reconciler.core.report import Failure, Outcome, report
+    from reconciler.core.status import StatusReason
+    from reconciler.core.types import Phase
+
+    w = World().queue("q", quota={"nvidia.com/gpu": 4})
+    w.op("p/a", gpu=2)
+    w.op("p/b", gpu=2)
+    compiled = w.repo()
+    decision = decide(compiled, {"local": ClusterListing()}, Memory(), NOW)
+    created = WorkloadState(
+        "p/a", 1, "local", "p", "p-a-g1", "u", Phase.DISPATCHED, queue="q",
+        requests={"nvidia.com/gpu": Decimal(2)},
+    )  # fmt: skip
+    outcome = Outcome(
+        created=(InFlight(created, "1"),),
+        failed={"p/b": Failure(StatusReason.DISPATCH_FAILED, "refused")},
+    )
+    metrics = Metrics()
+    metrics.observe_report(report(compiled, decision, outcome))
+    get = metrics.registry.get_sample_value
+    assert get("reconciler_queue_active_operations", {"queue": "q", "cluster": "local"}) == 1
+    gpu = {"queue": "q", "resource": "nvidia.com/gpu", "flavor": ""}
+    assert get("reconciler_queue_quota_used", gpu) == 2
+    metrics.observe_report(report(compiled, decision, Outcome.none()))  # a follower's
+    assert get("reconciler_queue_active_operations", {"queue": "q", "cluster": "local"}) == 0
+    assert get("reconciler_queue_quota_used", gpu) == 0

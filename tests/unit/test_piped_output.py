@@ -238,7 +238,10 @@ def test_demo_piped_prints_one_line_per_cycle_a_plain_table_and_a_readable_summa
         service,
         "make_runtime",
         lambda *_a, **_k: SimpleNamespace(
-            reconciler=harness.reconciler, on_cycle=lambda _result: None
+            reconciler=harness.reconciler,
+            on_cycle=lambda _result: None,
+            close=lambda: True,
+            unwritten="",
         ),
     )
     result = CliRunner().invoke(demo_cmd.demo, ["--workdir", str(tmp_path / "demo")])

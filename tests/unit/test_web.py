@@ -122,11 +122,11 @@ def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
     order = re.findall(r'<tr data-queue="([^"]+)"', body)
     assert order == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
     team_a = body.split('data-queue="team-a"')[1].split("</tr>")[0]
-    # summed over team-a's flavors: its H100 and A100, and an H100 borrowed from team-b
-    assert 'data-used="3/2 (+1 borrowed)"' in team_a and 'style="width:100%"' in team_a
-    assert "QuotaExceeded" in team_a
+    # a bar per flavor: team-a's H100 and an H100 borrowed from team-b, its A100
+    assert 'data-used="2/1 (+1 borrowed)"' in team_a and 'data-used="1/1"' in team_a
+    assert 'style="width:100%"' in team_a and "QuotaExceeded" in team_a
     team_b = body.split('data-queue="team-b"')[1].split("</tr>")[0]
-    assert 'data-used="2/4 (1 lent)"' in team_b
+    assert 'data-used="0/2 (1 lent)"' in team_b and 'data-used="2/2"' in team_b
     batch = body.split('data-queue="batch"')[1].split("</tr>")[0]
     assert "<b>3/3</b>" in batch
     assert 'data-fleet="local"' in body and 'data-fleet="*"' in body
