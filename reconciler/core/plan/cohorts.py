@@ -101,6 +101,7 @@ class CohortState:
         "pools",
         "seen",
         "spec",
+        "sums",
         "taken_by",
         "waiting",
     )
@@ -131,6 +132,15 @@ class CohortState:
             )
             for key, pool in self.pools.items()
         }
+        # per pool: [borrowed, lendable, used] in all, moved along as members hold more
+        self.sums: dict[Key, list[int]] = {}
+        for key, pool in self.pools.items():
+            sums = self.sums[key] = [0, 0, 0]
+            for q, i in pool:
+                u = q.used[i]
+                sums[0] += _borrowed(q, i, u)
+                sums[1] += _lendable(q, i, u)
+                sums[2] += u
         self.ops = ops
         self.seen = seen
         # when each active op was dispatched: observed, or ``now`` for this plan's
@@ -175,14 +185,18 @@ class CohortState:
     # -- amounts ---------------------------------------------------------------------------
 
     def totals(self, key: Key) -> tuple[int, int, int]:
-        """The pool ``key`` now: (borrowed, lendable, used) in all."""
-        borrowed = lendable = used = 0
-        for q, i in self.pools.get(key, ()):
-            u = q.used[i]
-            used += u
-            borrowed += _borrowed(q, i, u)
-            lendable += _lendable(q, i, u)
-        return borrowed, lendable, used
+        """The pool ``key`` now: (borrowed, lendable, used) in all (kept as members' use
+        moves, ``moved``: asked per candidate and slot, a sum over the members each time
+        made a cohort of n queues cost n^2 per plan)."""
+        got = self.sums.get(key)
+        return (got[0], got[1], got[2]) if got is not None else (0, 0, 0)
+
+    def moved(self, q: QueueState, i: int, before: int, after: int) -> None:
+        """Member ``q``'s use of slot ``i`` went from ``before`` to ``after``."""
+        got = self.sums[q.keys[i]]
+        got[0] += _borrowed(q, i, after) - _borrowed(q, i, before)
+        got[1] += _lendable(q, i, after) - _lendable(q, i, before)
+        got[2] += after - before
 
     def cap_used(self, resource: str) -> int:
         """What the cohort's queues use of ``resource``, every flavor of it counted, and the

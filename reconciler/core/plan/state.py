@@ -179,10 +179,13 @@ class QueueState:
         self.pods += pods
         self.pod_holders.append((pods, op_id))
         used = self.used
+        cohort = self.cohort
         for i, amount in enumerate(req):
             if amount:
                 used[i] += amount
                 self.holders[i].append((amount, op_id))
+                if cohort is not None:  # its pools' totals move with it
+                    cohort.moved(self, i, used[i] - amount, used[i])
 
 
 class Counter:
