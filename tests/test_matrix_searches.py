@@ -128,7 +128,7 @@ def test_the_child_cap_holds_for_every_kind() -> None:
         "matrix:\n  kind: random\n  numRuns: 1001\n  seed: 1\n  params:\n"
         "    lr: {kind: uniform, value: [0, 1]}\n"
     )
-    assert (
-        drawn
-        == "projects/p/operations/w.yaml:4:12: the matrix expands to 1001 operations; the limit is 1000"
+    assert drawn == (
+        "projects/p/operations/w.yaml:4:12: the matrix expands to 1001 operations; "
+        "the limit is 1000"
     )

@@ -51,6 +51,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.gang import GangTimeout, gang_timeout_message
@@ -195,6 +196,7 @@ def _same_run(a: WorkloadState, b: WorkloadState) -> bool:
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
+_READ_BACK = {r.value: r for r in (ObservedReason.GANG_TIMEOUT, ObservedReason.STOPPED_IN_REPO)}
 
 
 def memory_from_status(view: StatusView) -> Memory:
@@ -240,10 +242,9 @@ def memory_from_status(view: StatusView) -> Memory:
             pods=recorded_pods(rec),
             flavor=rec.flavor,
             kind=rec.workload_kind or "Job",
-            # the one workload reason a rule reads back (3b); the others are re-derived
-            reason=ObservedReason.GANG_TIMEOUT
-            if rec.reason == ObservedReason.GANG_TIMEOUT.value
-            else None,
+            # the workload reasons rules read back (3, 3b); the others are re-derived
+            reason=_READ_BACK.get(rec.reason or ""),
+            stopped_by=rec.stopped_by,
         )
     return Memory(
         seen, superseded=superseded, gang_timeouts=timeouts, ledger=Ledger.of(view.ledger)
@@ -468,6 +469,8 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         inflight[op_id] = created
         current[op_id] = created.state
 
+    ops = {op.id: op for op in compiled.operations}
+
     # 3. what memory knows that the listing does not say
     marks = {
         op_id: mark
@@ -509,12 +512,22 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
             current[op_id] = seen
         elif seen.phase.finished:
             current[op_id] = seen
+        elif seen.reason is ObservedReason.STOPPED_IN_REPO or (
+            op_id in ops and ops[op_id].stopped
+        ):  # its delete was carried out (or by hand): stopped, as the repo asks
+            current[op_id] = replace(
+                seen,
+                phase=Phase.STOPPED,
+                reason=ObservedReason.STOPPED_IN_REPO,
+                message=seen.message
+                if seen.reason is ObservedReason.STOPPED_IN_REPO
+                else stopped_message(ops[op_id], compiled.version),
+                stopped_by=seen.stopped_by or stopped_by(ops[op_id], compiled.version),
+            )
         else:
             current[op_id] = replace(  # deleted by hand: never recreated
                 seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
             )
-
-    ops = {op.id: op for op in compiled.operations}
 
     # 3b. gangs not all running within their queue's startTimeout: stopped (re-queued once)
     gang_deletes: list[Delete] = []
@@ -604,7 +617,17 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     )
 
     # 7. the actions (a fleet queue's operation is rendered for the cluster chosen; one of
-    # a queue with flavors, with the flavor assigned)
+    # a queue with flavors, with the flavor assigned); a run stopped in the repo says so
+    for s in plan.stop:
+        if s.reason is StopReason.STOPPED_IN_REPO and s.operation in current:
+            state = current[s.operation]
+            if state.reason is not ObservedReason.STOPPED_IN_REPO:
+                current[s.operation] = replace(
+                    state,
+                    reason=ObservedReason.STOPPED_IN_REPO,
+                    message=stopped_message(ops[s.operation], compiled.version),
+                    stopped_by=stopped_by(ops[s.operation], compiled.version),
+                )
     creates = tuple(
         Create(
             _on(ops[d.operation], d.cluster, compiled.flavors.get(d.flavor or "")),
@@ -644,6 +667,26 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         backends=backends,
         capacity=capacity,
     )
+
+
+def stopped_by(op: CompiledOperation, version: str) -> dict[str, Any]:
+    """Where ``stopped: true`` is set (a workflow child: in its parent's file) and the config
+    commit in force; the runtime puts the commit that last changed that line, and its
+    author, in their place when Git can say (``git blame``)."""
+    where = op.provenance.get("stopped")
+    return {
+        "commit": version,
+        "author": "",
+        "file": where.file if where is not None else op.path,
+        "line": where.line if where is not None else 0,
+    }
+
+
+def stopped_message(op: CompiledOperation, version: str) -> str:
+    """A run stopped in the repo: why, and at which line and commit."""
+    where = op.provenance.get("stopped")
+    at = f" at {where.file}:{where.line}" if where is not None else ""
+    return f"stopped: true{at} (config {version[:12]}): its workload is deleted"
 
 
 def _on(op: CompiledOperation, cluster: str, flavor: FlavorSpec | None) -> CompiledOperation:

@@ -703,6 +703,9 @@ class Run(Strict):
 
 # --- workflows ------------------------------------------------------------------------
 
+MAX_OPERATION_PRIORITY = 1000
+OperationPriority = Annotated[StrictInt, Field(ge=0, le=MAX_OPERATION_PRIORITY)]
+
 
 DISTRIBUTIONS = ("choice", "range", "uniform", "loguniform", "normal")
 # exp() of a larger bound is past a float's range: a loguniform draw would be infinity.
@@ -860,6 +863,17 @@ class OperationFile(Strict):
     presets: list[Name] | None = None
     generation: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] = 1
     is_approved: StrictBool = True
+    priority: OperationPriority | None = Field(
+        default=None,
+        description="Rank inside its queue (0..1000, default 0): higher is considered first, "
+        "then commit order. At most policy.maxOperationPriority. Never preempts.",
+    )
+    stopped: StrictBool = Field(
+        default=False,
+        description="Stop it (a workflow: all its children): an active run is deleted "
+        "(StoppedInRepo), a pending one is not dispatched. false and a generation bump run it "
+        "again.",
+    )
     run: Run | None = None
     matrix: Matrix | None = None
     dag: Dag | None = None
@@ -882,6 +896,9 @@ class PresetFile(Strict):
         default=None, description="Not allowed: the namespace is always the project's."
     )
     queue: Name | None = None
+    priority: OperationPriority | None = Field(
+        default=None, description="The operations' rank inside their queue (0..1000)."
+    )
     run: Run | None = None
     connections: list[Name] | None = Field(
         default=None, description="Shorthand for run.connections."
@@ -896,6 +913,9 @@ class PresetFile(Strict):
 
 class ProjectDefaults(Strict):
     queue: Name | None = None
+    priority: OperationPriority | None = Field(
+        default=None, description="The priority of operations that set none (after presets)."
+    )
     presets: list[Name] | None = None
 
 
@@ -1243,6 +1263,9 @@ class Policy(Strict):
         default=None, description="Volume types run.volumes may use; default all four."
     )
     max_retries: Count = Field(default=6, description="Largest run.maxRetries.")
+    max_operation_priority: OperationPriority = Field(
+        default=MAX_OPERATION_PRIORITY, description="Largest priority an operation may have."
+    )
     max_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = Field(
         default=None, description="Largest run.replicas; default no limit but Kubernetes'."
     )

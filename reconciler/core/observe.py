@@ -64,6 +64,7 @@ class ObservedReason(enum.StrEnum):
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # the last state seen; the cluster is down
     GANG_TIMEOUT = "GangTimeout"  # a gang not all running within the queue's startTimeout
     RESTARTING = "Restarting"  # a PyTorchJob's operator restarts a failed replica
+    STOPPED_IN_REPO = "StoppedInRepo"  # ``stopped: true``: its workload deleted
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,9 @@ class WorkloadState:
     gang: Placement | None = None  # a distributed run's pods: how many placed and running
     kind: str = JOB  # the workload's kind: Job, or PyTorchJob (backend pytorchjob)
     flavor: str | None = None  # the flavor it was dispatched with (a queue with flavors)
+    # ``StoppedInRepo``: the commit that set ``stopped: true`` and its author, and where
+    # ({commit, author, file, line}; the author only where Git could say)
+    stopped_by: Mapping[str, Any] | None = None
 
     def to_observed(self) -> ObservedOperation:
         """The workload as the planner sees it. Built once per state: a workload's state is

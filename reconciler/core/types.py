@@ -471,6 +471,11 @@ class CompiledOperation:
     connections: tuple[str, ...] = ()
     generation: int = 1
     is_approved: bool = True
+    # Rank inside its queue (0..1000): higher is considered first, then commit order
+    priority: int = 0
+    # ``stopped: true`` in the repo (a workflow's, for each child): never dispatched, and an
+    # active run is deleted (StoppedInRepo)
+    stopped: bool = False
     workflow: WorkflowRef | None = None
     dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
     submitted_at: datetime | None = None  # first commit time of the operation file
@@ -607,6 +612,7 @@ class OrgPolicy:
     allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
     allowed_volume_types: frozenset[str] = VOLUME_TYPES
     max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    max_operation_priority: int = 1000  # ceiling on an operation's priority
     max_replicas: int | None = None  # ceiling on run.replicas
     min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 
