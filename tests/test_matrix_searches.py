@@ -132,3 +132,30 @@ def test_the_child_cap_holds_for_every_kind() -> None:
         "projects/p/operations/w.yaml:4:12: the matrix expands to 1001 operations; "
         "the limit is 1000"
     )
+
+
+@settings(max_examples=15, deadline=None)
+@given(
+    seed=st.integers(0, 2**63 - 1),
+    runs=st.integers(1, 12),
+    order=st.permutations(["lr", "bs", "m"]),
+)
+def test_a_random_matrix_is_a_function_of_its_file(seed: int, runs: int, order: list[str]) -> None:
+    """The same seed gives the same children, whatever order the file writes its params in
+    and however often it is compiled (each compile starts from nothing)."""
+    dists = {
+        "lr": "{kind: loguniform, value: [-7, -2]}",
+        "bs": "{kind: choice, value: [16, 32, 64]}",
+        "m": "{kind: normal, value: [0.9, 0.05]}",
+    }
+
+    def matrix(names: list[str]) -> str:
+        params = "".join(f"    {n}: {dists[n]}\n" for n in names)
+        return f"matrix:\n  kind: random\n  numRuns: {runs}\n  seed: {seed}\n  params:\n{params}"
+
+    written = _children(matrix(["lr", "bs", "m"]))
+    assert [c[0] for c in written] == [f"p/w-{i}" for i in range(runs)]
+    assert _children(matrix(order)) == written
+    assert [c[1]["lr"] for c in written] == [
+        draw({"kind": "loguniform", "value": [-7, -2]}, seed, i, "lr") for i in range(runs)
+    ]
