@@ -529,6 +529,26 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
                 seen, phase=Phase.STOPPED, reason=None, message="the workload was deleted"
             )
 
+    # (3, continued) a run stopped in the repo whose Job is still being deleted (listed,
+    # Stopped) keeps the reason, message and stoppedBy its stop recorded
+    for op_id in [oid for oid, op in ops.items() if op.stopped]:
+        state, prior = current.get(op_id), memory.seen.get(op_id)
+        if (
+            state is not None
+            and prior is not None
+            and state is not prior
+            and prior.reason is ObservedReason.STOPPED_IN_REPO
+            and state.reason is not ObservedReason.STOPPED_IN_REPO
+            and state.phase is Phase.STOPPED
+            and state.generation == prior.generation
+        ):
+            current[op_id] = replace(
+                state,
+                reason=ObservedReason.STOPPED_IN_REPO,
+                message=prior.message,
+                stopped_by=prior.stopped_by,
+            )
+
     # 3b. gangs not all running within their queue's startTimeout: stopped (re-queued once)
     gang_deletes: list[Delete] = []
     for op_id, state in sorted(current.items()):

@@ -189,3 +189,25 @@ def test_the_record_names_the_commit_and_author_that_set_stopped() -> None:
         "line": 4,
     }
     assert later.message.endswith(f"its workload is deleted; set by author 4 in {'4' * 12}")
+
+
+def test_a_job_still_being_deleted_keeps_the_reason_of_its_stop() -> None:
+    h = FakeCycles(world().repo(FIRST))
+    h.cycle()
+    deleting: list[tuple[str, str]] = []
+
+    def slow_delete(namespace: str, name: str) -> bool:  # a finalizer holds the Job a while
+        deleting.append((namespace, name))
+        h.cluster.set_phase(namespace, name, "Deleting")
+        return True
+
+    h.cluster.delete = slow_delete  # type: ignore[method-assign]
+    h.repo = world(stopped=True).repo(COMMIT)
+    assert h.cycle(after=1).stopped == ("p/train-0",)
+    assert deleting == [("p", "p-train-0-g1")]
+    listed = h.cycle(after=1).states["p/train-0"]  # listed, Stopped, being deleted
+    assert (listed.phase, listed.reason) == (Phase.STOPPED, ObservedReason.STOPPED_IN_REPO)
+    assert listed.stopped_by is not None and listed.stopped_by["line"] == 4
+    del h.cluster.jobs[("p", "p-train-0-g1")]
+    gone = h.cycle(after=1).states["p/train-0"]
+    assert (gone.phase, gone.reason) == (Phase.STOPPED, ObservedReason.STOPPED_IN_REPO)
