@@ -159,3 +159,28 @@ def test_a_random_matrix_is_a_function_of_its_file(seed: int, runs: int, order: 
     assert [c[1]["lr"] for c in written] == [
         draw({"kind": "loguniform", "value": [-7, -2]}, seed, i, "lr") for i in range(runs)
     ]
+
+
+def _rejected(matrix: str) -> str:
+    run = (
+        "run:\n  kind: job\n  container:\n    image: img:1\n  environment:\n    annotations:\n"
+        '      container.apparmor.security.beta.kubernetes.io/main: "{{ params.a }}"\n'
+    )
+    files = {**BASE, "projects/p/operations/w.yaml": f"kind: Operation\n{matrix}{run}"}
+    compiled = compile_repo(repo(files))
+    assert not compiled.errors and not compiled.operations, compiled.errors
+    (rejected,) = compiled.rejected
+    return rejected.message
+
+
+def test_policy_holds_after_substitution_for_every_kind() -> None:
+    mapping = _rejected(
+        "matrix:\n  kind: mapping\n  values:\n    - {a: runtime/default}\n    - {a: unconfined}\n"
+    )
+    assert mapping.startswith("w-1: run.environment.annotations"), mapping
+    assert "w-0" not in mapping
+    drawn = _rejected(
+        "matrix:\n  kind: random\n  numRuns: 2\n  seed: 3\n  params:\n"
+        "    a: {kind: choice, value: [unconfined]}\n"
+    )
+    assert drawn.startswith("w-0: run.environment.annotations"), drawn
