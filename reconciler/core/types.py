@@ -493,11 +493,16 @@ class CompiledOperation:
     flavor: FlavorSpec | None = None
     # "project/name": one string, kept (every plan and view reads it for every operation)
     id: str = field(init=False, compare=False)
+    # The planner's first sort key inside a queue (``-2 * priority``; it adds 1 for an op
+    # without a commit time), None when stopped (never a candidate): one slot read per
+    # operation in the admission's hot path, kept with the id
+    rank: int | None = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.replicas > 1 and self.pod_requests is None:
             raise ValueError("a CompiledOperation with replicas > 1 needs pod_requests")
         object.__setattr__(self, "id", f"{self.project}/{self.name}")
+        object.__setattr__(self, "rank", None if self.stopped else -2 * self.priority)
 
     @property
     def pods(self) -> int:

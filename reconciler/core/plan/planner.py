@@ -403,7 +403,8 @@ def index_operations(
         if oid in ops:
             raise PlanInputError(f"operation {oid} appears twice")
         ops[oid] = op
-        if oid in not_queued or op.stopped:  # stopped in the repo: never a candidate
+        rank = op.rank  # None: stopped in the repo, never a candidate
+        if oid in not_queued or rank is None:
             continue
         home = qstate.get(op.queue)
         if home is None:
@@ -412,7 +413,6 @@ def index_operations(
         wf = op.workflow
         index = -1 if wf is None else wf.index
         # the first key is the rank: a higher priority first, then committed before not
-        rank = -2 * op.priority
         if ts is None:
             home.candidates.append((rank + 1, _EPOCH, op.path, index, oid, op))
         else:
