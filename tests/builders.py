@@ -171,6 +171,14 @@ class OpBuilder:
         self._fields["is_approved"] = False
         return self
 
+    def priority(self, value: int) -> OpBuilder:
+        self._fields["priority"] = value
+        return self
+
+    def stopped(self) -> OpBuilder:
+        self._fields["stopped"] = True
+        return self
+
     def submitted(self, at: datetime | None) -> OpBuilder:
         self._fields["submitted_at"] = at
         return self

@@ -4,13 +4,18 @@ injected, so this runs without the compiler or Git."""
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builders import NOW, World
 from click.testing import CliRunner
+from conftest import TEMPLATE
 
+from reconciler.cli import plan_cmd
 from reconciler.cli.main import cli
 from reconciler.cli.plan_cmd import (
     EXIT_CHANGES,
@@ -20,6 +25,7 @@ from reconciler.cli.plan_cmd import (
     Planned,
     Planner,
     observed_planner,
+    parse_now,
     read_observed,
     run_plan,
     run_plan_diff,
@@ -27,7 +33,7 @@ from reconciler.cli.plan_cmd import (
 from reconciler.core.estimate import RunRecord, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import plan_repo
-from reconciler.core.types import CompiledRepo, ConfigError, Location, Phase
+from reconciler.core.types import CompiledRepo, ConfigError, Location, ObservedOperation, Phase
 from tests.test_plan import seed_world
 
 
@@ -384,3 +390,61 @@ def test_cli_a_base_ref_that_names_no_commit_is_one_line(tmp_path: Path) -> None
     result = CliRunner().invoke(cli, ["plan", "--repo", str(repo), "--base", "HEAD~3"])
     assert result.exit_code == EXIT_ERROR
     assert result.output == f"error: cannot read HEAD~3 in {repo}: unknown revision 'HEAD~3'\n"
+
+
+# --- plan --now -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("2026-01-01T12:00:00Z", datetime(2026, 1, 1, 12, tzinfo=UTC)),
+        ("2026-01-01t13:30:00+01:00", datetime(2026, 1, 1, 12, 30, tzinfo=UTC)),
+        ("2026-01-01 12:00:00.123456789-00:00", datetime(2026, 1, 1, 12, 0, 0, 123456, tzinfo=UTC)),
+        ("2026-01-01T12:00:00.5z", datetime(2026, 1, 1, 12, 0, 0, 500000, tzinfo=UTC)),
+    ],
+)
+def test_now_reads_rfc3339(text: str, expected: datetime) -> None:
+    assert parse_now(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "now",
+        "2026-01-01",
+        "2026-01-01T12:00:00",
+        "2026-01-01T12:00Z",
+        "2026-02-30T00:00:00Z",
+        "2026-01-01T24:00:00Z",
+        "1767268800",
+        "2026-01-01T12:00:00+0100",
+        " 2026-01-01T12:00:00Z",
+    ],
+)
+def test_cli_now_not_rfc3339_is_one_line(text: str, tmp_path: Path) -> None:
+    result = CliRunner().invoke(cli, ["plan", "--repo", str(tmp_path), "--now", text])
+    assert result.exit_code == EXIT_ERROR
+    assert result.output.splitlines() == [
+        f"error: --now: {text!r} is not an RFC 3339 time "
+        "(e.g. 2026-01-01T12:00:00Z or 2026-01-01T13:00:00+01:00)"
+    ]
+
+
+def test_cli_plans_at_the_given_instant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[datetime] = []
+    real = plan_cmd.observed_planner
+
+    def spy(observed: Sequence[ObservedOperation], now: datetime) -> Any:
+        seen.append(now)
+        return real(observed, now)
+
+    monkeypatch.setattr(plan_cmd, "observed_planner", spy)
+    observed = tmp_path / "observed.yaml"
+    observed.write_text("[]\n")
+    args = ["plan", "--repo", str(TEMPLATE), "--observed", str(observed), "-o", "json"]
+    first = CliRunner().invoke(cli, [*args, "--now", "2026-03-01T09:00:00+01:00"])
+    second = CliRunner().invoke(cli, [*args, "--now", "2026-03-01T08:00:00Z"])
+    assert first.exit_code == second.exit_code == 0, first.output
+    assert seen == [datetime(2026, 3, 1, 8, tzinfo=UTC)] * 2
+    assert first.output == second.output

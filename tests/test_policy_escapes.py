@@ -23,6 +23,7 @@ policy:
     nvidia.com/gpu: 4
   allowedSchedulerNames: [default-scheduler]
   allowRunAsRoot: false
+  maxOperationPriority: 500
 """
 BASE = {
     "clusters/local.yaml": "kind: Cluster\nkubeconfig:\n  inCluster: true\n",
@@ -56,6 +57,9 @@ class Escape:
 
 SC = "run:\n  container:\n    securityContext:\n"
 ESCAPES = {
+    "priority": Escape(
+        "priority: 800\n", "priority", "priority 800 exceeds policy.maxOperationPriority 500", 1
+    ),
     "queue-not-allowed": Escape(
         "queue: other\n", "queue", "queue 'other' is not in project 'p' allowedQueues [gpu, nb]", 1
     ),

@@ -10,9 +10,10 @@ next ``reconciler run`` cycle makes. Only ``--observed FILE`` plans a given stat
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -269,6 +270,29 @@ def read_observed(path: Path | None) -> tuple[ObservedOperation, ...]:
         raise LoadError([str(e) for e in exc.errors]) from None
 
 
+# RFC 3339's date-time: a full date, a full time with an optional fraction, and an offset.
+_RFC3339 = re.compile(
+    r"(\d{4}-\d{2}-\d{2})[Tt ](\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?([Zz]|[+-]\d{2}:\d{2})"
+)
+
+
+def parse_now(text: str) -> datetime | None:
+    """An RFC 3339 time (``2026-01-01T12:00:00Z``, ``2026-01-01T13:00:00+01:00``); None when
+    ``text`` is not one (the offset is required: a local time would plan differently on
+    each reviewer's machine), in UTC. Fractions past microseconds are cut."""
+    match = _RFC3339.fullmatch(text)
+    if match is None:
+        return None
+    date, clock, fraction, zone = match.groups()
+    micros = f".{(fraction + '00000')[:6]}" if fraction else ""
+    offset = "+00:00" if zone in "Zz" else zone
+    try:
+        given = datetime.fromisoformat(f"{date}T{clock}{micros}{offset}")
+    except ValueError:  # a date or time that does not exist: 2026-02-30, 25:00
+        return None
+    return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
+
+
 def status_on_branch(repo_dir: Path) -> StatusView | None:
     """What the reconciler last wrote to the status branch: the local branch, else a
     clone's ``origin/`` copy (a PR checkout has only that); None when there is neither
@@ -312,6 +336,13 @@ def memory_on_status_branch(repo_dir: Path) -> Memory:
 )
 @click.option("--base", help="Plan a change: the Git ref it starts from (e.g. origin/main).")
 @click.option("--head", help="With --base: the ref of the change.  [default: HEAD]")
+@click.option(
+    "--now",
+    "now_text",
+    metavar="TIME",
+    help="Plan at this instant, an RFC 3339 time such as 2026-01-01T12:00:00Z (default: the "
+    "clock): budgets' windows, schedules and start estimates are then reproducible.",
+)
 def plan(
     repo_dir: Path,
     observed: Path | None,
@@ -320,6 +351,7 @@ def plan(
     output: str,
     base: str | None,
     head: str | None,
+    now_text: str | None,
 ) -> None:
     """Show what would be dispatched now, what waits and why, and what would stop.
 
@@ -330,7 +362,18 @@ def plan(
         raise click.UsageError("--head needs --base")
     if live and observed:
         raise click.UsageError("--live and --observed are exclusive")
-    now = SystemClock().now()
+    if now_text is None:
+        now = SystemClock().now()
+    else:
+        given = parse_now(now_text)
+        if given is None:
+            click.echo(
+                f"error: --now: {now_text[:60]!r} is not an RFC 3339 time "
+                "(e.g. 2026-01-01T12:00:00Z or 2026-01-01T13:00:00+01:00)",
+                err=True,
+            )
+            raise SystemExit(EXIT_ERROR)
+        now = given
     planner: Planner
     try:
         if observed:

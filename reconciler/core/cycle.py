@@ -55,6 +55,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Any
 
 from reconciler.core.capacity import ClusterCapacity
 from reconciler.core.gang import GangTimeout, gang_timeout_message
@@ -200,6 +201,7 @@ def _same_run(a: WorkloadState, b: WorkloadState) -> bool:
 
 
 _RECORDED = frozenset(p for p in Phase if p is not Phase.QUEUED)
+_READ_BACK = {r.value: r for r in (ObservedReason.GANG_TIMEOUT, ObservedReason.STOPPED_IN_REPO)}
 
 
 def memory_from_status(view: StatusView) -> Memory:
@@ -247,10 +249,9 @@ def memory_from_status(view: StatusView) -> Memory:
             timeout=rec.timeout if rec.timeout is not None and rec.timeout > 0 else None,
             gang=recorded_placement(rec),
             kind=rec.workload_kind or "Job",
-            # the one workload reason a rule reads back (3b); the others are re-derived
-            reason=ObservedReason.GANG_TIMEOUT
-            if rec.reason == ObservedReason.GANG_TIMEOUT.value
-            else None,
+            # the workload reasons rules read back (3, 3b); the others are re-derived
+            reason=_READ_BACK.get(rec.reason or ""),
+            stopped_by=rec.stopped_by,
         )
     return Memory(
         seen,
@@ -479,7 +480,8 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     ledger = enter_ledger(compiled, seen, memory, current, gang_deletes, now)  # 5
     inputs = plan_inputs(compiled, seen, listing, current, superseded, ledger)  # 6
     plan = plan_over(compiled, inputs, now)
-    actions = make_actions(compiled, seen, plan, current, gang_deletes)  # 7
+    current = mark_stopped(compiled, seen, plan, current)  # 7
+    actions = make_actions(compiled, seen, plan, current, gang_deletes)
     return Decision(
         states=current,
         clusters=seen.health,
@@ -586,9 +588,53 @@ def recall_memory(
         wanted = seen.generations.get(op_id)
         if wanted is not None and wanted != last.generation:
             continue  # a generation bump: a new run, Queued until dispatched
-        state = _recalled(compiled, seen.down, marks.get(op_id), last)
+        state = _recalled(compiled, seen.down, marks.get(op_id), last, seen.ops)
         if state is not None:
             out[op_id] = state
+    return keep_stop_records(seen, memory, out)
+
+
+def keep_stop_records(
+    seen: Listed, memory: Memory, current: dict[str, WorkloadState]
+) -> dict[str, WorkloadState]:
+    """(3, continued) A run stopped in the repo whose Job is still being deleted (listed,
+    Stopped) keeps the reason, message and ``stoppedBy`` its stop recorded."""
+    for op_id in [oid for oid, op in seen.ops.items() if op.stopped]:
+        state, prior = current.get(op_id), memory.seen.get(op_id)
+        if (
+            state is not None
+            and prior is not None
+            and state is not prior
+            and prior.reason is ObservedReason.STOPPED_IN_REPO
+            and state.reason is not ObservedReason.STOPPED_IN_REPO
+            and state.phase is Phase.STOPPED
+            and state.generation == prior.generation
+        ):
+            current[op_id] = replace(
+                state,
+                reason=ObservedReason.STOPPED_IN_REPO,
+                message=prior.message,
+                stopped_by=prior.stopped_by,
+            )
+    return current
+
+
+def mark_stopped(
+    compiled: CompiledRepo, seen: Listed, plan: Plan, current: Mapping[str, WorkloadState]
+) -> dict[str, WorkloadState]:
+    """(7) A run the plan stops because the repo says ``stopped: true`` says so, and where."""
+    out = dict(current)
+    for s in plan.stop:
+        if s.reason is StopReason.STOPPED_IN_REPO and s.operation in out:
+            state = out[s.operation]
+            op = seen.ops[s.operation]
+            if state.reason is not ObservedReason.STOPPED_IN_REPO:
+                out[s.operation] = replace(
+                    state,
+                    reason=ObservedReason.STOPPED_IN_REPO,
+                    message=stopped_message(op, compiled.version),
+                    stopped_by=stopped_by(op, compiled.version),
+                )
     return out
 
 
@@ -597,6 +643,7 @@ def _recalled(
     down: frozenset[str],
     mark: GangTimeout | None,
     last: WorkloadState,
+    seen_ops: Mapping[str, CompiledOperation],
 ) -> WorkloadState | None:
     """One remembered run the listing does not show, as this cycle counts it (rule 3's
     table); None: it is Queued again (a gang stopped by its GangTimeout, and gone)."""
@@ -622,6 +669,19 @@ def _recalled(
         )
     if last.phase.finished:
         return last
+    op = seen_ops.get(last.operation)
+    if last.reason is ObservedReason.STOPPED_IN_REPO or (op is not None and op.stopped):
+        # its delete was carried out (or done by hand): stopped, as the repo asks
+        return replace(
+            last,
+            phase=Phase.STOPPED,
+            reason=ObservedReason.STOPPED_IN_REPO,
+            message=last.message
+            if last.reason is ObservedReason.STOPPED_IN_REPO or op is None
+            else stopped_message(op, compiled.version),
+            stopped_by=last.stopped_by
+            or (stopped_by(op, compiled.version) if op is not None else None),
+        )
     # deleted by hand: never recreated
     return replace(last, phase=Phase.STOPPED, reason=None, message="the workload was deleted")
 
@@ -812,6 +872,26 @@ def remembered(memory: Memory, current: Mapping[str, WorkloadState]) -> dict[str
         if state.phase is not Phase.QUEUED:
             out[op_id] = state
     return out
+
+
+def stopped_by(op: CompiledOperation, version: str) -> dict[str, Any]:
+    """Where ``stopped: true`` is set (a workflow child: in its parent's file) and the config
+    commit in force; the runtime puts the commit that last changed that line, and its
+    author, in their place when Git can say (``git blame``)."""
+    where = op.provenance.get("stopped")
+    return {
+        "commit": version,
+        "author": "",
+        "file": where.file if where is not None else op.path,
+        "line": where.line if where is not None else 0,
+    }
+
+
+def stopped_message(op: CompiledOperation, version: str) -> str:
+    """A run stopped in the repo: why, and at which line and commit."""
+    where = op.provenance.get("stopped")
+    at = f" at {where.file}:{where.line}" if where is not None else ""
+    return f"stopped: true{at} (config {version[:12]}): its workload is deleted"
 
 
 def _on(op: CompiledOperation, cluster: str, flavor: FlavorSpec | None) -> CompiledOperation:

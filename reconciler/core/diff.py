@@ -16,7 +16,7 @@ from typing import Any
 
 from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.ledger import prices_for
-from reconciler.core.plan import Admit, BudgetSummary, PendingReason, Plan
+from reconciler.core.plan import Admit, BudgetSummary, Pending, PendingReason, Plan, StopReason
 from reconciler.core.plan_render import md_code, md_escape, md_table
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
@@ -158,6 +158,28 @@ class BudgetChange:
 
 
 @dataclass(frozen=True, slots=True)
+class PositionMove:
+    """An operation pending in both plans in the same queue, at another position in head
+    (an operation's ``priority``, or one added or gone ahead of it, moves it)."""
+
+    operation: str
+    queue: str
+    before: int
+    after: int
+
+
+@dataclass(frozen=True, slots=True)
+class StopChange:
+    """An operation head stops and base did not: ``reason`` is ``StoppedInRepo`` (its
+    ``stopped: true``) or ``RemovedFromRepo``; ``action`` what merging does to it."""
+
+    operation: str
+    queue: str
+    reason: str
+    action: str  # "delete" (its active run's workload) or "hold" (not dispatched)
+
+
+@dataclass(frozen=True, slots=True)
 class PlanDiff:
     base_version: str
     head_version: str
@@ -179,6 +201,8 @@ class PlanDiff:
     settings: tuple[QueueChange, ...] = ()  # the clusters' and reconciler.yaml's
     budget_moved: tuple[Transition, ...] = ()
     budgets: tuple[BudgetChange, ...] = ()  # queues whose budget window reads differently
+    position_moves: tuple[PositionMove, ...] = ()  # pending in both, at another position
+    stops: tuple[StopChange, ...] = ()  # stopped by head, not by base
 
     @property
     def has_changes(self) -> bool:
@@ -196,6 +220,8 @@ class PlanDiff:
             or self.budget_moved
             or self.budgets
             or self.settings
+            or self.position_moves
+            or self.stops
         )
 
 
@@ -527,6 +553,17 @@ def diff_plans(
 
     base_stops = {s.operation for s in base_plan.stop}
     stopped = tuple(s.operation for s in head_plan.stop if s.operation not in base_stops)
+    stops = _stops(base_ops, head_ops, base_plan, head_plan)
+
+    # position inside its queue, for those pending in both in the same queue
+    base_pending: dict[str, Pending] = {p.operation: p for p in base_plan.pending}
+    positions = tuple(
+        PositionMove(p.operation, p.queue, earlier.position, p.position)
+        for p in head_plan.pending
+        if (earlier := base_pending.get(p.operation)) is not None
+        and earlier.queue == p.queue
+        and earlier.position != p.position
+    )
 
     # 4: pending count per queue
     bcount = {q.name: q.pending for q in base_plan.queues}
@@ -588,6 +625,8 @@ def diff_plans(
         budget_moved=tuple(budget_moved),
         budgets=budgets,
         settings=tuple(settings),
+        position_moves=positions,
+        stops=stops,
     )
 
 
@@ -607,6 +646,28 @@ def _budget_json(summary: BudgetSummary | None) -> dict[str, Any] | None:
         "windowStart": summary.window_start.isoformat(),
         "windowEnd": summary.window_end.isoformat(),
     }
+
+
+def _stops(
+    base_ops: Mapping[str, CompiledOperation],
+    head_ops: Mapping[str, CompiledOperation],
+    base_plan: Plan,
+    head_plan: Plan,
+) -> tuple[StopChange, ...]:
+    """What head stops that base did not: each run it deletes (``StoppedInRepo``,
+    ``RemovedFromRepo``), and each operation it newly holds with ``stopped: true``."""
+    base_stops = {s.operation for s in base_plan.stop}
+    out = {
+        s.operation: StopChange(s.operation, s.queue or "", str(s.reason), "delete")
+        for s in head_plan.stop
+        if s.operation not in base_stops
+    }
+    for oid, op in head_ops.items():
+        was = base_ops.get(oid)
+        newly = op.stopped and (was is None or not was.stopped)
+        if newly and oid not in out and oid not in base_stops:
+            out[oid] = StopChange(oid, op.queue, str(StopReason.STOPPED_IN_REPO), "hold")
+    return tuple(out[k] for k in sorted(out))
 
 
 def _moves(
@@ -727,6 +788,14 @@ def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
         ],
         "budgetMoved": [_transition_json(t) for t in diff.budget_moved],
         "budgets": [{"queue": b.queue, "before": b.before, "after": b.after} for b in diff.budgets],
+        "positionMoves": [
+            {"operation": m.operation, "queue": m.queue, "before": m.before, "after": m.after}
+            for m in diff.position_moves
+        ],
+        "stops": [
+            {"operation": s.operation, "queue": s.queue, "reason": s.reason, "action": s.action}
+            for s in diff.stops
+        ],
     }
 
 
@@ -767,8 +836,10 @@ def diff_to_markdown(diff: PlanDiff) -> str:
         f"{len(diff.newly_exceeds_quota)} newly ExceedsQuota",
         f"{len(diff.newly_policy_violation)} newly PolicyViolation",
     ]
-    if diff.newly_stopped:
-        summary.append(f"{len(diff.newly_stopped)} newly stopped")
+    if diff.stops:
+        summary.append(f"{len(diff.stops)} stop(s)")
+    if diff.position_moves:
+        summary.append(f"{len(diff.position_moves)} move(s) position")
     if diff.borrowing:
         summary.append(f"{len(diff.borrowing)} queue(s) borrow differently")
     if diff.flavor_moves:
@@ -873,9 +944,20 @@ def diff_to_markdown(diff: PlanDiff) -> str:
         out += ["### Newly PolicyViolation", ""]
         rows = [[r.operation, r.path, r.message] for r in diff.newly_policy_violation]
         out += [md_table(["Operation", "File", "Violation"], rows), ""]
-    if diff.newly_stopped:
-        out += ["### Newly stopped (RemovedFromRepo)", ""]
-        out += [", ".join(md_escape(s) for s in diff.newly_stopped), ""]
+    if diff.stops:
+        out += ["### Stops", ""]
+        rows = [[s.operation, s.queue, s.reason, _STOP_ACTIONS[s.action]] for s in diff.stops]
+        out += [md_table(["Operation", "Queue", "Reason", "On merge"], rows), ""]
+    if diff.position_moves:
+        out += ["### Position changes in a queue", ""]
+        rows = [
+            [m.operation, m.queue, str(m.before), str(m.after)]
+            for m in diff.position_moves[:MAX_MOVES_LISTED]
+        ]
+        out += [md_table(["Operation", "Queue", "Before", "After"], rows), ""]
+        if len(diff.position_moves) > MAX_MOVES_LISTED:
+            more = len(diff.position_moves) - MAX_MOVES_LISTED
+            out += [f"and {more} more (see `-o json`)", ""]
     if diff.pending_counts:
         out += ["### Pending per queue", ""]
         rows = [
@@ -914,4 +996,10 @@ def _burn(budget: Mapping[str, Any] | None) -> str:
 
 
 # A PR comment lists this many moved estimates, then says how many more.
+_STOP_ACTIONS = {
+    "delete": "its running workload is deleted",
+    "hold": "not dispatched",
+}
+
+# A PR comment lists this many moved estimates (and position changes), then how many more.
 MAX_MOVES_LISTED = 50

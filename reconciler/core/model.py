@@ -28,12 +28,14 @@ from pydantic import (
     AfterValidator,
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     GetPydanticSchema,
     StrictBool,
     StrictFloat,
     StrictInt,
     StrictStr,
+    Tag,
     WithJsonSchema,
     model_validator,
 )
@@ -731,13 +733,134 @@ class Run(Strict):
 
 # --- workflows ------------------------------------------------------------------------
 
+MAX_OPERATION_PRIORITY = 1000
+OperationPriority = Annotated[StrictInt, Field(ge=0, le=MAX_OPERATION_PRIORITY)]
+
+
+DISTRIBUTIONS = ("choice", "range", "uniform", "loguniform", "normal")
+# exp() of a larger bound is past a float's range: a loguniform draw would be infinity.
+MAX_LOG_BOUND = 700
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+class Distribution(Strict):
+    """One parameter of a ``random`` matrix, as Polyaxon writes it: ``{kind, value}``."""
+
+    kind: Literal["choice", "range", "uniform", "loguniform", "normal"]
+    value: Annotated[list[Scalar], Field(min_length=1)] = Field(
+        description="choice: the values; range: [start, stop, step]; uniform: [low, high]; "
+        "loguniform: [low, high] of the logarithm (a draw is exp(uniform(low, high))); "
+        "normal: [mean, standard deviation]."
+    )
+
+    @model_validator(mode="after")
+    def _shape(self) -> Distribution:
+        if self.kind == "choice":
+            return self
+        arity = 3 if self.kind == "range" else 2
+        shape = {
+            "range": "[start, stop, step]",
+            "uniform": "[low, high]",
+            "loguniform": "[low, high] (of the logarithm)",
+            "normal": "[mean, standard deviation]",
+        }[self.kind]
+        if len(self.value) != arity or not all(_number(v) for v in self.value):
+            raise ValueError(f"a {self.kind} distribution's value is {arity} numbers, {shape}")
+        first, second = float(self.value[0]), float(self.value[1])
+        if self.kind == "range":
+            step = float(self.value[2])
+            if step == 0 or (second - first) / step <= 0:
+                raise ValueError(
+                    f"range {_show(self.value)} has no values: from start, step must move "
+                    "towards stop (stop excluded)"
+                )
+        elif self.kind == "normal":
+            if second <= 0:
+                raise ValueError("a normal distribution's standard deviation must be above 0")
+        elif first >= second:
+            raise ValueError(f"a {self.kind} distribution's low must be below its high")
+        elif self.kind == "loguniform" and max(abs(first), abs(second)) > MAX_LOG_BOUND:
+            raise ValueError(
+                f"loguniform bounds are logarithms (a draw is exp(uniform(low, high))); "
+                f"keep them within ±{MAX_LOG_BOUND}"
+            )
+        return self
+
+
+# The tags of the union below: ``compile/errors.py`` reads through them to the data.
+PARAM_VALUE_TAGS = ("param-values", "param-distribution")
+ParamValues = Annotated[
+    Annotated[Annotated[list[Scalar], Field(min_length=1)], Tag("param-values")]
+    | Annotated[Distribution, Tag("param-distribution")],
+    Discriminator(
+        lambda v: "param-distribution" if isinstance(v, dict | Distribution) else "param-values"
+    ),
+]
+
 
 class Matrix(Strict):
-    kind: Literal["grid"] = "grid"
+    """A search: ``grid`` (the product of ``params``' lists), ``mapping`` (the maps of
+    ``values``, one child each) or ``random`` (``numRuns`` children, each parameter drawn
+    from its distribution in ``params`` with ``seed``). See docs/config-reference.md."""
+
+    kind: Literal["grid", "mapping", "random"] = "grid"
     concurrency: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = None
-    params: Annotated[
-        dict[ParamName, Annotated[list[Scalar], Field(min_length=1)]], Field(min_length=1)
-    ]
+    params: Annotated[dict[ParamName, ParamValues], Field(min_length=1)] | None = Field(
+        default=None,
+        description="grid: name -> list of values; random: name -> {kind, value} distribution.",
+    )
+    values: (
+        Annotated[
+            list[Annotated[dict[ParamName, Scalar], Field(min_length=1)]], Field(min_length=1)
+        ]
+        | None
+    ) = Field(default=None, description="mapping: one map of parameters per child.")
+    num_runs: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = Field(
+        default=None, description="random: how many children to draw (at most 1000)."
+    )
+    seed: Annotated[StrictInt, Field(ge=0, le=2**63 - 1)] | None = Field(
+        default=None, description="random: required; the same seed gives the same children."
+    )
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> Matrix:
+        given = {
+            name
+            for name in ("params", "values", "num_runs", "seed")
+            if getattr(self, name) is not None
+        }
+        needs = {
+            "grid": {"params"},
+            "mapping": {"values"},
+            "random": {"params", "num_runs", "seed"},
+        }[self.kind]
+        yaml = {"params": "params", "values": "values", "num_runs": "numRuns", "seed": "seed"}
+        missing = sorted(yaml[n] for n in needs - given)
+        if missing:
+            why = (
+                " (the same seed gives the same children on every machine)"
+                if "seed" in missing
+                else ""
+            )
+            raise ValueError(f"a {self.kind} matrix needs {' and '.join(map(repr, missing))}{why}")
+        extra = sorted(yaml[n] for n in given - needs)
+        if extra:
+            raise ValueError(f"a {self.kind} matrix has no {' or '.join(map(repr, extra))}")
+        for name, value in (self.params or {}).items():
+            if self.kind == "grid" and isinstance(value, Distribution):
+                raise ValueError(
+                    f"params.{name}: a grid matrix lists each parameter's values; a "
+                    "distribution needs kind: random"
+                )
+            if self.kind == "random" and not isinstance(value, Distribution):
+                raise ValueError(
+                    f"params.{name}: a random matrix draws each parameter from a distribution, "
+                    f"e.g. {{kind: choice, value: [...]}} ({', '.join(DISTRIBUTIONS)})"
+                )
+        return self
 
 
 class DagOperation(Strict):
@@ -770,6 +893,17 @@ class OperationFile(Strict):
     presets: list[Name] | None = None
     generation: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] = 1
     is_approved: StrictBool = True
+    priority: OperationPriority | None = Field(
+        default=None,
+        description="Rank inside its queue (0..1000, default 0): higher is considered first, "
+        "then commit order. At most policy.maxOperationPriority. Never preempts.",
+    )
+    stopped: StrictBool = Field(
+        default=False,
+        description="Stop it (a workflow: all its children): an active run is deleted "
+        "(StoppedInRepo), a pending one is not dispatched. false and a generation bump run it "
+        "again.",
+    )
     run: Run | None = None
     matrix: Matrix | None = None
     dag: Dag | None = None
@@ -792,6 +926,9 @@ class PresetFile(Strict):
         default=None, description="Not allowed: the namespace is always the project's."
     )
     queue: Name | None = None
+    priority: OperationPriority | None = Field(
+        default=None, description="The operations' rank inside their queue (0..1000)."
+    )
     run: Run | None = None
     connections: list[Name] | None = Field(
         default=None, description="Shorthand for run.connections."
@@ -806,6 +943,9 @@ class PresetFile(Strict):
 
 class ProjectDefaults(Strict):
     queue: Name | None = None
+    priority: OperationPriority | None = Field(
+        default=None, description="The priority of operations that set none (after presets)."
+    )
     presets: list[Name] | None = None
 
 
@@ -1153,6 +1293,9 @@ class Policy(Strict):
         default=None, description="Volume types run.volumes may use; default all four."
     )
     max_retries: Count = Field(default=6, description="Largest run.maxRetries.")
+    max_operation_priority: OperationPriority = Field(
+        default=MAX_OPERATION_PRIORITY, description="Largest priority an operation may have."
+    )
     max_replicas: Annotated[StrictInt, Field(ge=1, le=MAX_REPLICAS)] | None = Field(
         default=None, description="Largest run.replicas; default no limit but Kubernetes'."
     )

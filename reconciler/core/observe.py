@@ -64,6 +64,7 @@ class ObservedReason(enum.StrEnum):
     CLUSTER_UNREACHABLE = "ClusterUnreachable"  # the last state seen; the cluster is down
     GANG_TIMEOUT = "GangTimeout"  # a gang not all running within the queue's startTimeout
     RESTARTING = "Restarting"  # a PyTorchJob's operator restarts a failed replica
+    STOPPED_IN_REPO = "StoppedInRepo"  # ``stopped: true``: its workload deleted
 
 
 @dataclass(frozen=True)
@@ -99,6 +100,9 @@ class WorkloadState:
     # seconds: the timeout it was dispatched with (its activeDeadlineSeconds); its budget
     # reservation runs to it, whatever the repo says now. None: unbounded or not known
     timeout: int | None = None
+    # ``StoppedInRepo``: the commit that set ``stopped: true`` and its author, and where
+    # ({commit, author, file, line}; the author only where Git could say)
+    stopped_by: Mapping[str, Any] | None = None
 
     def to_observed(self) -> ObservedOperation:
         """The workload as the planner sees it. Built once per state: a workload's state is

@@ -54,6 +54,7 @@ GOVERNED: Mapping[str, tuple[str, ...]] = {
     "run.connections": ("allowHostPath", "podSecurity"),
     "run.maxRetries": ("maxRetries",),
     "run.ttl": ("minTtl",),
+    "priority": ("maxOperationPriority",),
 }
 
 
@@ -259,6 +260,15 @@ def pod_violations(spec: Mapping[str, Any], policy: OrgPolicy) -> list[tuple[Pat
                         f"[{', '.join(sorted(policy.allowed_volume_types))}]",
                     )
                 )
+    priority = spec.get("priority")
+    if isinstance(priority, int) and priority > policy.max_operation_priority:
+        out.append(
+            (
+                ("priority",),
+                f"priority {priority} exceeds policy.maxOperationPriority "
+                f"{policy.max_operation_priority}",
+            )
+        )
     retries = _get(spec, ("run", "maxRetries"))
     if isinstance(retries, int) and retries > policy.max_retries:
         out.append(

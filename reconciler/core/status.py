@@ -48,6 +48,7 @@ from reconciler.core.plan import (
     Plan,
     PruneRefusal,
     QueueSummary,
+    StopReason,
 )
 from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.render import operation_workload, spec_hash
@@ -357,6 +358,9 @@ class OperationStatus(StatusRecord):
     superseded: OmitEmpty[Annotated[Items[SupersededRun], _Read(_superseded_runs)]] = ()
     # a distributed run stopped by its queue's startTimeout: {count, dispatchedAt}
     gang_timeouts: LooseObject = None
+    # a run stopped in the repo (StoppedInRepo): the commit that set ``stopped: true``, its
+    # author (when Git could say) and the file and line: {commit, author, file, line}
+    stopped_by: LooseObject = None
     # the flavor its run was assigned (a queue with flavors): the quota it holds
     flavor: OptText = None
     # an active distributed run's pods: {replicas, placed, running}, so the views from the
@@ -924,8 +928,20 @@ def _compiled_record(
             flavor=state.flavor,
             timeout=_held_timeout(state),
             placement=_placement(state),
+            stopped_by=dict(state.stopped_by) if state.stopped_by else None,
         )
     name = operation_workload(op)
+    if op.stopped and not dispatched:  # never dispatched: held, as the repo asks
+        stop_at = op.provenance.get("stopped")
+        return OperationStatus(
+            **common,
+            phase=Phase.QUEUED,
+            reason=StopReason.STOPPED_IN_REPO.value,
+            message="stopped: true"
+            + (f" at {stop_at.file}:{stop_at.line}" if stop_at is not None else "")
+            + ": not dispatched (set it to false and bump generation to run it)",
+            workload=name,
+        )
     if dispatched and failure is not None:
         return OperationStatus(
             **common,

@@ -472,6 +472,11 @@ class CompiledOperation:
     connections: tuple[str, ...] = ()
     generation: int = 1
     is_approved: bool = True
+    # Rank inside its queue (0..1000): higher is considered first, then commit order
+    priority: int = 0
+    # ``stopped: true`` in the repo (a workflow's, for each child): never dispatched, and an
+    # active run is deleted (StoppedInRepo)
+    stopped: bool = False
     workflow: WorkflowRef | None = None
     dependencies: tuple[str, ...] = ()  # "project/name" ids of DAG siblings
     submitted_at: datetime | None = None  # first commit time of the operation file
@@ -489,11 +494,16 @@ class CompiledOperation:
     flavor: FlavorSpec | None = None
     # "project/name": one string, kept (every plan and view reads it for every operation)
     id: str = field(init=False, compare=False)
+    # The planner's first sort key inside a queue (``-2 * priority``; it adds 1 for an op
+    # without a commit time), None when stopped (never a candidate): one slot read per
+    # operation in the admission's hot path, kept with the id
+    rank: int | None = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.replicas > 1 and self.pod_requests is None:
             raise ValueError("a CompiledOperation with replicas > 1 needs pod_requests")
         object.__setattr__(self, "id", f"{self.project}/{self.name}")
+        object.__setattr__(self, "rank", None if self.stopped else -2 * self.priority)
 
     @property
     def pods(self) -> int:
@@ -611,6 +621,7 @@ class OrgPolicy:
     allowed_image_pull_secrets: frozenset[str] | None = None  # None: any
     allowed_volume_types: frozenset[str] = VOLUME_TYPES
     max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
+    max_operation_priority: int = 1000  # ceiling on an operation's priority
     max_replicas: int | None = None  # ceiling on run.replicas
     min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
 

@@ -53,6 +53,7 @@ from reconciler.core.cycle import (
 )
 from reconciler.core.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
+from reconciler.core.queue_view import BlameLine
 from reconciler.core.render import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_REASON,
@@ -255,8 +256,11 @@ class Reconciler:
         create_workers: int = 8,
         on_trigger: Callable[[Trigger], None] | None = None,
         leader_record: Callable[[], Memory | None] | None = None,
+        blame: Callable[[str, str], list[BlameLine]] | None = None,
     ) -> None:
         self._source = source
+        # ``git blame`` of a file at a commit: who set an operation's ``stopped: true``
+        self._blame = blame
         # while not leading: the leader's record when it changed, joined before each cycle
         self._leader_record = leader_record
         # told of each watch event by which a run ends (the loop runs a cycle at once)
@@ -562,10 +566,17 @@ class Reconciler:
                 changes.failed[delete.operation] = str(exc)
                 continue
             self._faults.hit("after-stop")
-            # a GangTimeout says how many pods ran and whether it is re-queued
+            # a GangTimeout says how many pods ran and whether it is re-queued; a stop in
+            # the repo, where and by whom
             gang = delete.reason is StopReason.GANG_TIMEOUT
-            message = victim.message if gang else str(delete.reason)
-            changes.stopped.append(replace(victim, phase=Phase.STOPPED, message=message))
+            in_repo = delete.reason is StopReason.STOPPED_IN_REPO
+            message = victim.message if gang or in_repo else str(delete.reason)
+            by = self._stopped_by(victim.stopped_by) if in_repo else victim.stopped_by
+            if by and by.get("author"):
+                message += f"; set by {by['author']} in {str(by['commit'])[:12]}"
+            changes.stopped.append(
+                replace(victim, phase=Phase.STOPPED, message=message, stopped_by=by)
+            )
             log.info("stopped %s: %s", delete.operation, delete.reason)
             # The workload is gone: the Event is what `kubectl get events` keeps of why.
             self._event(
@@ -575,11 +586,28 @@ class Reconciler:
                 victim.name,
                 victim.uid,
                 str(delete.reason),
-                _stop_message(delete.operation, message, gang, compiled.version),
+                _stop_message(delete.operation, message, gang or in_repo, compiled.version),
                 now,
                 warning=gang,
             )
         return changes
+
+    def _stopped_by(self, where: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+        """``where`` (the config commit, the file and line of ``stopped: true``) with the
+        commit that last changed that line and its author, when Git can say; else as it
+        is (a worktree, or Git failed: the stop goes on without them)."""
+        if where is None or self._blame is None or not where.get("line"):
+            return where
+        try:
+            lines = self._blame(str(where["commit"]), str(where["file"]))
+        except Exception as exc:  # an adapter boundary: git
+            log.warning("blame %s at %s: %s", where["file"], str(where["commit"])[:12], exc)
+            return where
+        line = int(where["line"])
+        if not 0 < line <= len(lines):
+            return where
+        found = lines[line - 1]
+        return {**where, "commit": found.commit, "author": found.author}
 
     def _event(
         self,

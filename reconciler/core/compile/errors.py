@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from reconciler.core.merge import Path, dotted, lookup
-from reconciler.core.model import Strict, field_names, suggest
+from reconciler.core.model import PARAM_VALUE_TAGS, Strict, field_names, suggest
 from reconciler.core.types import ConfigError, Location, Provenance
 
 # ``locate(path, key=...)``: where the value (or with ``key=True`` its key) at ``path`` is.
@@ -80,6 +80,8 @@ def _data_path(data: Any, loc: tuple[Any, ...], missing: bool) -> tuple[Path, bo
     for i, part in enumerate(loc):
         if part == "[key]":
             is_key = True
+        elif part in PARAM_VALUE_TAGS and not (isinstance(cur, dict) and part in cur):
+            continue  # the tag of a union chosen by shape: the value itself, not a label
         elif (isinstance(cur, dict) and part in cur) or (
             isinstance(cur, list) and isinstance(part, int) and 0 <= part < len(cur)
         ):

@@ -652,6 +652,7 @@ def _pod_policy(policy: Policy | None) -> dict[str, Any]:
         return {}
     out: dict[str, Any] = {
         "max_retries": policy.max_retries,
+        "max_operation_priority": policy.max_operation_priority,
         "min_ttl": duration_seconds(policy.min_ttl),
         "max_replicas": policy.max_replicas,
     }

@@ -129,6 +129,12 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
             spec["queue"] = org.default_queue
             prov[("queue",)] = Provenance(org_loaded.path, loc.line, "org default", loc.col)
 
+    # 3b. Priority: the project's default where the operation and its presets set none.
+    if spec.get("priority") is None and defaults and defaults.priority is not None:
+        loc = proj.doc.loc(("defaults", "priority"))
+        spec["priority"] = defaults.priority
+        prov[("priority",)] = Provenance(proj.path, loc.line, "project default", loc.col)
+
     # 4. The merged spec must itself be a valid, complete operation.
     def locate_merged(path: Path, key: bool = False) -> Location:
         return at(prov, path, fallback)

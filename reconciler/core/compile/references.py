@@ -40,7 +40,7 @@ from reconciler.core.types import (
     RunKind,
 )
 
-_PRESET_FIELDS = ("namespace", "queue", "run")
+_PRESET_FIELDS = ("namespace", "queue", "priority", "run")
 _FOLDERS = {
     "Cluster": "clusters",
     "Queue": "queues",

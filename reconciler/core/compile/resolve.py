@@ -423,6 +423,8 @@ def build(
         connections=resolved.connections,
         generation=int(spec.get("generation", 1)),
         is_approved=bool(spec.get("isApproved", True)),
+        priority=int(spec.get("priority") or 0),
+        stopped=spec.get("stopped") is True,
         workflow=workflow,
         dependencies=dependencies,
         submitted_at=repo.first_commit_time(ctx.op_path),

@@ -9,10 +9,11 @@ dependencies and cycles, child names and the limit on children) and the
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -148,6 +149,98 @@ def check_dag(doc: Document, dag: Mapping[str, Any], errors: Errors) -> bool:
     return True
 
 
+Combo = tuple[dict[str, Any], dict[str, Path]]  # a child's params, and where each is written
+
+
+def _matrix_children(
+    doc: Document, matrix: Mapping[str, Any], errors: Errors
+) -> list[Combo] | None:
+    """Each child's parameters, in child order, for a ``grid``, ``mapping`` or ``random``
+    matrix; None (reported) when there would be more than ``MAX_WORKFLOW_CHILDREN``."""
+    kind = matrix.get("kind", "grid")
+    if kind == "grid":
+        count, where = math.prod(len(v) for v in matrix["params"].values()), "params"
+    elif kind == "mapping":
+        count, where = len(matrix["values"]), "values"
+    else:
+        count, where = matrix["numRuns"], "numRuns"
+    if count > MAX_WORKFLOW_CHILDREN:
+        errors.add(
+            doc.loc(("matrix", where)),
+            f"the matrix expands to {count} operations; the limit is {MAX_WORKFLOW_CHILDREN}",
+        )
+        return None
+    if kind == "mapping":
+        out: list[Combo] = []
+        for i, entry in enumerate(matrix["values"]):
+            where_each: dict[str, Path] = {n: ("matrix", "values", i, n) for n in entry}
+            out.append((dict(entry), where_each))
+        return out
+    if kind == "random":
+        params, seed = matrix["params"], matrix["seed"]
+        paths: dict[str, Path] = {n: ("matrix", "params", n) for n in params}
+        return [
+            ({n: draw(dist, seed, i, n) for n, dist in params.items()}, paths) for i in range(count)
+        ]
+    names = list(matrix["params"])
+    ranges = [range(len(v)) for v in matrix["params"].values()]
+    return [
+        (
+            {n: matrix["params"][n][j] for n, j in zip(names, combo, strict=True)},
+            {n: ("matrix", "params", n, j) for n, j in zip(names, combo, strict=True)},
+        )
+        for combo in itertools.product(*ranges)
+    ]
+
+
+# Drawn floats keep this many significant digits: exp, log and cos may differ in their
+# last bit between C libraries, and a child's parameters must read the same everywhere.
+DRAW_DIGITS = 10
+
+
+def uniforms(seed: int, index: int, name: str) -> Iterator[float]:
+    """The uniform draws in [0, 1) for parameter ``name`` of child ``index`` of a random
+    matrix with ``seed``: the k-th is the first 53 bits of SHA-256 of the text
+    ``"{seed}/{index}/{name}/{k}"``, over 2**53. Defined by the text alone, so the same on
+    every machine and Python build, whatever the order of the file's maps; each parameter
+    draws from its own stream, so adding, removing or reordering one leaves the others'
+    values alone. (``random`` is kept out of ``core``: nothing here may depend on a
+    generator's state.)"""
+    for k in itertools.count():
+        digest = hashlib.sha256(f"{seed}/{index}/{name}/{k}".encode()).digest()
+        yield (int.from_bytes(digest[:8], "big") >> 11) / float(1 << 53)
+
+
+def draw(dist: Mapping[str, Any], seed: int, index: int, name: str) -> Any:
+    """Parameter ``name`` of child ``index`` of a random matrix with ``seed``, from its
+    ``{kind, value}`` as Polyaxon defines them: ``choice`` one of the values, ``range`` one
+    of start, start + step, ... before stop, ``uniform`` in [low, high), ``loguniform``
+    exp of a uniform in [low, high), ``normal`` mean + deviation times a standard normal
+    (Box-Muller). Drawn floats keep ``DRAW_DIGITS`` significant digits."""
+    draws = uniforms(seed, index, name)
+    kind, value = dist["kind"], dist["value"]
+    u = next(draws)
+    if kind == "choice":
+        return value[min(int(u * len(value)), len(value) - 1)]
+    if kind == "range":
+        start, stop, step = value
+        count = math.ceil((stop - start) / step)
+        k = min(int(u * count), count - 1)
+        out = start + k * step
+        return out if isinstance(out, int) else _rounded(out)
+    low, high = float(value[0]), float(value[1])
+    if kind == "uniform":
+        return _rounded(low + u * (high - low))
+    if kind == "loguniform":
+        return _rounded(math.exp(low + u * (high - low)))
+    z = math.sqrt(-2.0 * math.log(1.0 - u)) * math.cos(2.0 * math.pi * next(draws))
+    return _rounded(low + high * z)
+
+
+def _rounded(value: float) -> float:
+    return float(f"{value:.{DRAW_DIGITS}g}")
+
+
 @dataclass(frozen=True)
 class _Layer:
     """One child before it is resolved: its spec, and where its own lines are."""
@@ -231,20 +324,10 @@ def expand(
     if "matrix" in spec:
         matrix = spec["matrix"]
         kind, concurrency = "matrix", matrix.get("concurrency")
-        names = list(matrix["params"])
-        count = math.prod(len(v) for v in matrix["params"].values())
-        if count > MAX_WORKFLOW_CHILDREN:
-            errors.add(
-                doc.loc(("matrix", "params")),
-                f"the matrix expands to {count} operations; the limit is {MAX_WORKFLOW_CHILDREN}",
-            )
+        combos = _matrix_children(doc, matrix, errors)
+        if combos is None:
             return []
-        ranges = [range(len(v)) for v in matrix["params"].values()]
-        for i, combo in enumerate(itertools.product(*ranges)):
-            values = {n: matrix["params"][n][j] for n, j in zip(names, combo, strict=True)}
-            paths: dict[str, Path] = {
-                n: ("matrix", "params", n, j) for n, j in zip(names, combo, strict=True)
-            }
+        for i, (values, paths) in enumerate(combos):
             shown = ", ".join(f"{n}={short(v)}" for n, v in values.items())
             layers.append(
                 _Layer(

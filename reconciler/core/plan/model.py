@@ -62,6 +62,7 @@ class PendingReason(enum.StrEnum):
 
 class StopReason(enum.StrEnum):
     REMOVED_FROM_REPO = "RemovedFromRepo"
+    STOPPED_IN_REPO = "StoppedInRepo"  # ``stopped: true`` on the operation (or its workflow)
     GANG_TIMEOUT = "GangTimeout"  # set by decide, not the planner: see core/cycle.py
 
 

@@ -5,13 +5,15 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
 2. ``index_operations``: the operations by id, the candidates (the ``Queued`` ones)
    grouped by queue, with their consideration-order sort keys;
 3. ``count_active``: the usage of the active operations, per queue, cluster and workflow,
-   and those removed from the repo; the fleet queues' usage per cluster (``fleet.py``);
+   those removed from the repo and those stopped in it; the fleet queues' usage per
+   cluster (``fleet.py``);
 4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate (check 10 chooses a fleet queue's
    cluster); then ``cohorts.borrow`` (4b): the ops that fit only by borrowing from their
    cohort, in the same order (``admit_dispatch`` stops here: steps 1-4 alone, the same
    calls, for the start-time estimate, which replans many times and shows no explanation);
-5. ``prune``: the stops, behind the mass-deletion guard;
+5. ``prune``: the stops: ``stopped: true`` ones as they are, removed ones behind the
+   mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
 
 What must live here: the steps, their order, and the admission loop. The loop applies the
@@ -247,6 +249,7 @@ class _Steps(NamedTuple):
     order: list[QueueState]
     dispatch: list[Dispatch]
     removed: list[ObservedOperation]
+    stopped: list[ObservedOperation]
     active_total: int
     fleet: FleetState
 
@@ -274,7 +277,7 @@ def _admit_steps(
     # 2. Index the operations; the candidates grouped by queue.
     ops = index_operations(operations, seen, qstate)
     # 3. Usage of the active operations (Dispatched or Running).
-    removed, active_total = count_active(seen, ops, rejected, qstate, counters)
+    removed, stopped, active_total = count_active(seen, ops, rejected, qstate, counters)
     fleet = FleetState(queues, capacity, unreachable, backends)
     if fleet:
         fleet.count(seen, ops, qstate)
@@ -285,7 +288,7 @@ def _admit_steps(
     order = sorted(qstate.values(), key=lambda q: (-q.spec.priority, q.spec.name))
     dispatch = admit(order, Dependencies(seen, ops), counters, unreachable, backends, fleet)
     dispatch.extend(borrow(order, counters, now, fleet))
-    return _Steps(qstate, order, dispatch, removed, active_total, fleet)
+    return _Steps(qstate, order, dispatch, removed, stopped, active_total, fleet)
 
 
 def _plan(
@@ -304,7 +307,7 @@ def _plan(
     flavors: Mapping[str, FlavorSpec],
 ) -> Plan:
     # 1-4. Index, count, admit (and 4b, borrow).
-    qstate, order, dispatch, removed, active_total, fleet = _admit_steps(
+    qstate, order, dispatch, removed, stopped, active_total, fleet = _admit_steps(
         operations,
         queues,
         clusters,
@@ -319,8 +322,9 @@ def _plan(
         ledger,
         flavors,
     )
-    # 5. Prune operations removed from the repo while active, behind the guard.
-    stops, refusal = prune(removed, qstate, unreachable, org, active_total)
+    # 5. Stop the active operations stopped in the repo; prune those removed from it while
+    # active, behind the guard.
+    stops, refusal = prune(removed, qstate, unreachable, org, active_total, stopped)
     # 6. Explain every pending op against the final counters (this plan applied).
     pending, summaries = explain(order, fleet)
     return Plan(
@@ -389,10 +393,12 @@ def index_operations(
 ) -> dict[str, CompiledOperation]:
     """Step 2: the operations by id; each candidate (a ``Queued`` one) added to its queue.
 
-    Within a queue: first-commit time, then path; workflow children at their parent's
-    position, in index order. Ops without a commit time (outside Git, or uncommitted)
-    follow, in path order. Sort keys are flat tuples ending in the unique id: ops are never
-    compared."""
+    Within a queue: the operation's priority, highest first; then first-commit time, then
+    path; workflow children at their parent's position, in index order. Ops without a
+    commit time (outside Git, or uncommitted) follow those of their priority, in path
+    order. The priority and the commit flag are one int (``-2 * priority``, plus 1 without
+    a commit time), so the key stays as short as it was. Sort keys are flat tuples ending
+    in the unique id: ops are never compared."""
     not_queued = {oid for oid, o in seen.items() if o.phase is not Phase.QUEUED}
     ops: dict[str, CompiledOperation] = {}
     for op in operations:
@@ -400,7 +406,8 @@ def index_operations(
         if oid in ops:
             raise PlanInputError(f"operation {oid} appears twice")
         ops[oid] = op
-        if oid in not_queued:
+        rank = op.rank  # None: stopped in the repo, never a candidate
+        if oid in not_queued or rank is None:
             continue
         home = qstate.get(op.queue)
         if home is None:
@@ -408,12 +415,13 @@ def index_operations(
         ts = op.submitted_at
         wf = op.workflow
         index = -1 if wf is None else wf.index
+        # the first key is the rank: a higher priority first, then committed before not
         if ts is None:
-            home.candidates.append((1, _EPOCH, op.path, index, oid, op))
+            home.candidates.append((rank + 1, _EPOCH, op.path, index, oid, op))
         else:
             if ts.tzinfo is None:
                 ts = ts.replace(tzinfo=UTC)
-            home.candidates.append((0, ts, op.path, index, oid, op))
+            home.candidates.append((rank, ts, op.path, index, oid, op))
     return ops
 
 
@@ -423,10 +431,12 @@ def count_active(
     rejected: Collection[str],
     qstate: Mapping[str, QueueState],
     counters: Counters,
-) -> tuple[list[ObservedOperation], int]:
+) -> tuple[list[ObservedOperation], list[ObservedOperation], int]:
     """Step 3: each active operation held by its queue, cluster and workflow; returns those
-    removed from the repo (not rejected: still in it) and how many are active in all."""
+    removed from the repo (not rejected: still in it), those ``stopped: true`` in it, and
+    how many are active in all."""
     removed: list[ObservedOperation] = []
+    stopped: list[ObservedOperation] = []
     active_total = 0
     for oid in sorted(seen):
         obs = seen[oid]
@@ -434,8 +444,11 @@ def count_active(
             continue
         active_total += 1
         known = ops.get(oid)
-        if known is None and oid not in rejected:
-            removed.append(obs)
+        if known is None:
+            if oid not in rejected:
+                removed.append(obs)
+        elif known.stopped:
+            stopped.append(obs)
         qname = obs.queue or (known.queue if known is not None else None)
         aq = qstate.get(qname) if qname is not None else None
         cname = obs.cluster or (known.cluster if known is not None else None)
@@ -468,7 +481,7 @@ def count_active(
         q.pods0 = q.pods
         if q.budget is not None:
             q.budget.committed0 = q.budget.committed
-    return removed, active_total
+    return removed, stopped, active_total
 
 
 def admit(
@@ -773,10 +786,26 @@ def prune(
     unreachable: frozenset[str],
     org: OrgSettings,
     active_total: int,
+    stopped: Sequence[ObservedOperation] = (),
 ) -> tuple[tuple[Stop, ...], PruneRefusal | None]:
-    """Step 5: stop the operations removed from the repo while active, unless the org does
-    not prune or the mass-deletion guard holds; never in a cluster that could not be read
-    (they are stopped once it can be)."""
+    """Step 5: stop the active operations ``stopped: true`` in the repo (``StoppedInRepo``:
+    one deliberate line in a reviewed diff, so neither ``prune.enabled`` nor the guard
+    holds them), then those removed from the repo while active, unless the org does not
+    prune or the mass-deletion guard holds; never in a cluster that could not be read (they
+    are stopped once it can be)."""
+    explicit = tuple(
+        s
+        for s in (
+            Stop(
+                o.operation,
+                StopReason.STOPPED_IN_REPO,
+                o.queue,
+                o.cluster or (qstate[o.queue].spec.cluster if o.queue in qstate else None),
+            )
+            for o in stopped
+        )
+        if s.cluster not in unreachable
+    )
     stops: tuple[Stop, ...] = ()
     refusal: PruneRefusal | None = None
     candidates = tuple(
@@ -799,4 +828,4 @@ def prune(
             )
         else:
             stops = candidates
-    return stops, refusal
+    return explicit + stops, refusal
