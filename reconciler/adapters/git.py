@@ -878,8 +878,16 @@ class WorkClone:
             text = f"{err.stdout or ''}\n{err.stderr or ''}"
             reason = _reason(err)
             for line in text.splitlines():
-                if "\t" in line and "[" in line and "rejected" in line:
-                    reason = line.split("\t")[-1].strip().strip("()") or reason
+                m = re.search(r"\t\[([^\]]+)\](?: \((.*)\))?\s*$", line)
+                if m:
+                    reason = m.group(1) + (f": {m.group(2)}" if m.group(2) else "")
+            said = [
+                m.group(1).strip()
+                for ln in text.splitlines()
+                if (m := re.match(r"^\s*(?:stderr: ')?remote: (.*?)'?$", ln)) and m.group(1).strip()
+            ]
+            if said:
+                reason += f" ({'; '.join(redact(x) for x in said[:3])})"
             if _REFUSED.search(text):
                 raise PushRefused(f"push to {redact(remote)} {branch} refused: {reason}") from None
             raise GitSyncError(f"cannot push to {redact(remote)}: {reason}") from None
