@@ -264,7 +264,7 @@ def _watch_line(o: OperationStatus | None) -> str:
         return "not on the status branch yet"
     parts = [str(o.phase)]
     if o.reason:
-        parts.append(str(o.reason))
+        parts.append(f"reason {o.reason}")
     where = [f"queue {o.queue}"] if o.queue else []
     if o.position:
         where.append(f"position {o.position}")
@@ -272,7 +272,7 @@ def _watch_line(o: OperationStatus | None) -> str:
         where.append(f"cluster {o.cluster}")
     if o.generation is not None:
         where.append(f"generation {o.generation}")
-    text = " ".join(parts) + (f" ({', '.join(where)})" if where else "")
+    text = ", ".join(parts) + (f" ({', '.join(where)})" if where else "")
     return text + (f": {o.message}" if o.message else "")
 
 
