@@ -37,7 +37,7 @@ def _demo(kubeconfig: Path, workdir: Path, *extra: str) -> subprocess.CompletedP
             "--timeout",
             "540",
             *extra,
-        ],  # fmt: skip
+        ],
         capture_output=True,
         text=True,
         timeout=600,
