@@ -174,6 +174,28 @@ def test_uncommitted_changes_are_refused(
     assert git(clone, "rev-parse", "HEAD") == before
 
 
+def test_a_clone_not_at_the_remote_tip_is_refused(
+    served: tuple[str, Path], clone: Path, tmp_path: Path
+) -> None:
+    _, bare = served
+    before = git(bare, "rev-parse", "main")
+    (clone / "notes.txt").write_text("mine\n")
+    git(clone, "add", "notes.txt")
+    git(clone, "commit", "-qm", "not pushed yet")
+    ahead = git(clone, "rev-parse", "HEAD")
+    code, _, err = _invoke(
+        "submit", str(_op_file(tmp_path)), "--project", "vision", "-P", "lr=1", "-P", "epochs=2",
+        "--repo", str(clone), "--push",
+    )  # fmt: skip
+    assert code == 1
+    assert err.strip() == (
+        f"error: {clone} is at {ahead[:12]}, not at origin/main ({before[:12]}): "
+        "check out main and pull (or push) first"
+    )
+    assert git(bare, "rev-parse", "main") == before
+    assert git(clone, "rev-parse", "HEAD") == ahead
+
+
 def test_what_does_not_compile_is_refused_at_its_line(
     served: tuple[str, Path], clone: Path, tmp_path: Path
 ) -> None:

@@ -823,6 +823,16 @@ class WorkClone:
         except git.GitCommandError:
             return  # no status branch yet: every operation counts as Queued
 
+    def remote_tip(self, branch: str) -> str | None:
+        """Fetch ``branch`` of origin; its tip, or None when origin has no such branch."""
+        try:
+            _run(self._git, ["fetch", "-q", "--no-tags", "origin", _tracking_spec(branch)])
+        except git.GitCommandError as err:
+            if "couldn't find remote ref" in _reason(err):
+                return None
+            raise GitSyncError(f"cannot fetch origin {branch}: {_reason(err)}") from None
+        return self._do("rev-parse", "--verify", f"refs/remotes/origin/{branch}").strip()
+
     def remote_url(self) -> str | None:
         try:
             return _run(self._git, ["remote", "get-url", "origin"]).strip() or None

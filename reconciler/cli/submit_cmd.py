@@ -84,6 +84,22 @@ def pull_request_url(remote: str, base: str, branch: str) -> str | None:
     return None
 
 
+def _up_to_date(clone: WorkClone, config_branch: str) -> None:
+    """The commit goes on top of the config branch as the remote has it: a clone behind it
+    or ahead of it (commits not pushed yet) is refused, so nothing else is pushed along."""
+    if clone.remote_url() is None:
+        return
+    tip = clone.remote_tip(config_branch)
+    head = clone.head()
+    if tip is not None and tip != head:
+        raise Refused(
+            [
+                f"error: {clone.path} is at {head[:12]}, not at origin/{config_branch} "
+                f"({tip[:12]}): check out {config_branch} and pull (or push) first"
+            ]
+        )
+
+
 def _dirty(clone: WorkClone) -> None:
     changed = clone.uncommitted()
     if changed:
@@ -406,6 +422,7 @@ def submit(
             raise Refused([f"{where}:1:1: which project? pass --project"])
         clone = open_clone(repo, config_branch, cache_dir)
         _dirty(clone)
+        _up_to_date(clone, config_branch)
         rel = f"projects/{proj}/operations/{name}.yaml"
         if not (clone.path / "projects" / proj / "project.yaml").is_file():
             raise Refused([f"{where}:1:1: project {proj!r} is not in {clone.path}"])
@@ -458,6 +475,7 @@ def rerun(
             raise click.BadParameter(f"{operation!r}: expected PROJECT/OP", param_hint="OP")
         clone = open_clone(repo, config_branch, cache_dir)
         _dirty(clone)
+        _up_to_date(clone, config_branch)
         rel = f"projects/{project}/operations/{name}.yaml"
         if not clone.tracked(rel):
             raise Refused([f"error: {operation} is not in {clone.path} (no {rel})"])
