@@ -275,6 +275,28 @@ def test_a_protected_branch_gets_a_branch_for_a_pull_request(
     assert git(bare, "ls-tree", "--name-only", "try/lr", "projects/language/operations/")
 
 
+def test_a_file_written_in_the_clone_is_submitted_in_place(
+    served: tuple[str, Path], clone: Path
+) -> None:
+    _, bare = served
+    _protect_main(bare)
+    mine = clone / "projects/vision/operations/lr-try.yaml"
+    mine.write_text(OP)
+    code, _, err = _invoke(
+        "submit", str(mine), "-P", "lr=1", "-P", "epochs=2", "--repo", str(clone), "--push"
+    )  # fmt: skip
+    assert code == 1 and "refused" in err
+    assert mine.read_text() == OP  # the user's file, as it was, still not committed
+    assert git(clone, "status", "--porcelain") == "?? projects/vision/operations/lr-try.yaml"
+    (bare / "hooks" / "pre-receive").unlink()
+    code, _, err = _invoke(
+        "submit", str(mine), "-P", "lr=1", "-P", "epochs=2", "--repo", str(clone), "--push"
+    )  # fmt: skip
+    assert code == 0, err
+    assert not git(clone, "status", "--porcelain")
+    assert '"1"' in git(bare, "show", "main:projects/vision/operations/lr-try.yaml")
+
+
 def test_rerun_bumps_the_generation(served: tuple[str, Path], clone: Path) -> None:
     _, bare = served
     code, out, err = _invoke("rerun", "vision/train-resnet", "--repo", str(clone), "--push")

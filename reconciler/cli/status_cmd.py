@@ -292,6 +292,7 @@ def watch_operation(
     *,
     interval: float = 2.0,
     generation: int | None = None,
+    branch: str = "main",
     tail: int = 20,
     echo: Callable[[str], None] = click.echo,
     sleep: Callable[[float], None] = time.sleep,
@@ -318,7 +319,7 @@ def watch_operation(
             break
         sleep(interval)
     assert record is not None
-    _log_tail(repo, op_id, cache_dir, tail, echo)
+    _log_tail(repo, branch, op_id, cache_dir, tail, echo)
     return str(record.phase)
 
 
@@ -328,14 +329,19 @@ def _echo_lines(echo: Callable[[str], None], text: object) -> None:
 
 
 def _log_tail(
-    repo: str, op_id: str, cache_dir: Path | None, tail: int, echo: Callable[[str], None]
+    repo: str,
+    branch: str,
+    op_id: str,
+    cache_dir: Path | None,
+    tail: int,
+    echo: Callable[[str], None],
 ) -> None:
     from reconciler.cli.logs_cmd import LogsError, find_target, show_logs_of
     from reconciler.cli.logs_cmd import _connect as connect_logs
 
     echo(f"--- last {tail} lines of {op_id}'s log ---")
     try:
-        compiled = compile_repo(ConfigRepo(repo, "main", cache_dir).sync())
+        compiled = compile_repo(ConfigRepo(repo, branch, cache_dir).sync())
         target = find_target(compiled, op_id, False)
         show_logs_of(
             target,
@@ -392,7 +398,9 @@ def status(
         if live:
             raise click.UsageError("--watch reads the status branch: drop --live")
         try:
-            phase = watch_operation(repo, target, status_branch, cache_dir, interval=interval)
+            phase = watch_operation(
+                repo, target, status_branch, cache_dir, interval=interval, branch=branch
+            )
         except GitSyncError as exc:
             click.echo(f"error: {exc}", err=True)
             raise SystemExit(1) from None

@@ -100,8 +100,10 @@ def _up_to_date(clone: WorkClone, config_branch: str) -> None:
         )
 
 
-def _dirty(clone: WorkClone) -> None:
-    changed = clone.uncommitted()
+def _dirty(clone: WorkClone, own: str | None = None) -> None:
+    """Refuse uncommitted changes, but for ``own``: the submitted file itself, written
+    where it goes in the clone and not committed yet."""
+    changed = [p for p in clone.uncommitted() if p != own]
     if changed:
         raise Refused(
             [
@@ -273,7 +275,11 @@ def write_and_commit(
     except GitSyncError as exc:
         raise Refused([f"error: cannot commit: {exc}"]) from None
     echo(f"committed {rel}: {message.splitlines()[0]}")
-    on_branch = deliver(clone, before, sha, op, how, echo)
+    try:
+        on_branch = deliver(clone, before, sha, op, how, echo)
+    finally:
+        if old is not None and not target.exists():
+            target.write_bytes(old)  # the user's own file, not committed: left as it was
     ids = _op_ids(compiled, project, name)
     for line in plan_lines(compiled, clone, ids):
         echo(line)
@@ -283,7 +289,9 @@ def write_and_commit(
         echo("not watching: the change is not on the config branch until it is merged")
         return
     source = clone.remote_url() or str(clone.path)
-    phase = watch_operation(source, ids[0], STATUS_BRANCH, cache_dir, generation=generation)
+    phase = watch_operation(
+        source, ids[0], STATUS_BRANCH, cache_dir, generation=generation, branch=how.config_branch
+    )
     sys.exit(0 if phase == "Succeeded" else 1)
 
 
@@ -421,9 +429,10 @@ def submit(
         if proj is None:
             raise Refused([f"{where}:1:1: which project? pass --project"])
         clone = open_clone(repo, config_branch, cache_dir)
-        _dirty(clone)
-        _up_to_date(clone, config_branch)
         rel = f"projects/{proj}/operations/{name}.yaml"
+        in_place = file.resolve() == (clone.path / rel).resolve()
+        _dirty(clone, rel if in_place else None)
+        _up_to_date(clone, config_branch)
         if not (clone.path / "projects" / proj / "project.yaml").is_file():
             raise Refused([f"{where}:1:1: project {proj!r} is not in {clone.path}"])
         if clone.tracked(rel) and (clone.path / rel).read_text(encoding="utf-8") != text:
