@@ -721,3 +721,184 @@ class StatusBranch:
                 return "rejected as non-fast-forward (someone pushed first)"
             raise GitSyncError(f"cannot push to {redact(self.remote)}: {_reason(err)}") from None
         return None
+
+
+# --- a change, committed from a working clone (submit, rerun) ---------------------------
+
+
+class PushRefused(GitSyncError):
+    """The remote refused the push (a protected branch, a hook, someone pushed first)."""
+
+
+_REFUSED = re.compile(
+    r"\[rejected\]|\[remote rejected\]|protected branch|non-fast-forward|fetch first"
+    r"|denied|pre-receive hook declined|hook declined|refusing to update"
+)
+
+
+def _tracking_spec(branch: str) -> str:
+    return f"+refs/heads/{branch}:refs/remotes/origin/{branch}"
+
+
+class WorkClone:
+    """A working clone of the config repo: a user's own clone, or one kept in the cache
+    for ``--repo URL``. Unlike :class:`ConfigRepo` it has a working tree: a change is
+    written there, committed as the local Git identity and pushed."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = Path(path)
+        try:
+            self._git = git.Repo(self.path)
+        except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+            raise GitSyncError(f"{self.path} is not a Git repository") from None
+        if self._git.bare:
+            raise GitSyncError(f"{self.path} is a bare repository: submit needs a working clone")
+        self.path = Path(self._git.working_tree_dir or self.path)
+
+    @classmethod
+    def cached(cls, source: str, branch: str, cache_dir: Path | None = None) -> WorkClone:
+        """``source`` cloned into the cache (once), reset to the tip of ``branch``."""
+        source = _normal_source(source)
+        base = Path(cache_dir) if cache_dir is not None else _default_cache_dir()
+        path = base / f"{_cache_key(source)}.work"
+        cmd = git.Git(str(base))
+        try:
+            if not (path / ".git").exists():
+                base.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=base))
+                cmd.execute(
+                    ["git", "clone", "-q", "--no-tags", "-b", branch, source, str(tmp / "w")],
+                    env=_ENV,
+                )
+                (tmp / "w").rename(path)
+                _remove_tree(tmp)
+            work = git.Git(str(path))
+            for args in (
+                [
+                    "fetch",
+                    "-q",
+                    "--no-tags",
+                    "origin",
+                    f"+refs/heads/{branch}:refs/remotes/origin/{branch}",
+                ],
+                ["checkout", "-q", "-B", branch, f"refs/remotes/origin/{branch}"],
+                ["reset", "-q", "--hard", f"refs/remotes/origin/{branch}"],
+                ["clean", "-qfdx"],
+            ):
+                work.execute(["git", *args], env=_ENV)
+        except git.GitCommandError as err:
+            raise GitSyncError(f"cannot clone {redact(source)}: {_reason(err)}") from None
+        return cls(path)
+
+    def _do(self, *args: str) -> str:
+        try:
+            return _run(self._git, list(args))
+        except git.GitCommandError as err:
+            raise GitSyncError(f"git {args[0]} in {self.path}: {_reason(err)}") from None
+
+    def head(self) -> str:
+        return self._do("rev-parse", "--verify", "HEAD").strip()
+
+    def current_branch(self) -> str | None:
+        try:
+            name = _run(self._git, ["symbolic-ref", "--quiet", "--short", "HEAD"]).strip()
+        except git.GitCommandError:
+            return None  # detached
+        return name or None
+
+    def uncommitted(self) -> list[str]:
+        """Paths with uncommitted changes (untracked files included)."""
+        out = self._do("status", "--porcelain=v1", "-z", "--untracked-files=all")
+        return [entry[3:] for entry in out.split("\0") if len(entry) > 3]
+
+    def tracked(self, path: str) -> bool:
+        return bool(self._do("ls-files", "--", path).strip())
+
+    def fetch_status(self, branch: str) -> None:
+        """Bring the remote's status branch, if there is one (its plan's memory)."""
+        if self.remote_url() is None:
+            return
+        try:
+            _run(self._git, ["fetch", "-q", "--no-tags", "origin", _tracking_spec(branch)])
+        except git.GitCommandError:
+            return  # no status branch yet: every operation counts as Queued
+
+    def remote_tip(self, branch: str) -> str | None:
+        """Fetch ``branch`` of origin; its tip, or None when origin has no such branch."""
+        try:
+            _run(self._git, ["fetch", "-q", "--no-tags", "origin", _tracking_spec(branch)])
+        except git.GitCommandError as err:
+            if "couldn't find remote ref" in _reason(err):
+                return None
+            raise GitSyncError(f"cannot fetch origin {branch}: {_reason(err)}") from None
+        return self._do("rev-parse", "--verify", f"refs/remotes/origin/{branch}").strip()
+
+    def remote_url(self) -> str | None:
+        try:
+            return _run(self._git, ["remote", "get-url", "origin"]).strip() or None
+        except git.GitCommandError:
+            return None
+
+    def commit(self, changes: Mapping[str, bytes], message: str) -> str:
+        """Write ``changes`` into the working tree and commit them (and only them) as the
+        local Git identity; on any failure the working tree is put back as it was."""
+        written: list[str] = []
+        try:
+            for rel, content in changes.items():
+                target = self.path / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(content)
+                written.append(rel)
+            self._do("add", "--", *written)
+            self._do("commit", "-q", "-m", message, "--", *written)
+        except (OSError, GitSyncError):
+            self._restore(written)
+            raise
+        return self.head()
+
+    def _restore(self, paths: list[str]) -> None:
+        for rel in paths:
+            if self.tracked(rel):
+                _run(self._git, ["checkout", "-q", "HEAD", "--", rel])
+            else:
+                with_index = self.path / rel
+                _run(self._git, ["rm", "-q", "--cached", "--ignore-unmatch", "--", rel])
+                with_index.unlink(missing_ok=True)
+
+    def undo(self, before: str) -> None:
+        """Move the current branch (and the working tree) back to ``before``."""
+        self._do("reset", "-q", "--keep", before)
+
+    def branch_at(self, name: str, sha: str) -> None:
+        self._do("branch", "-f", name, sha)
+
+    def push(self, sha: str, branch: str) -> str:
+        """Push ``sha`` to ``branch`` of origin, without force; git's ``remote:`` lines.
+        A refusal raises :class:`PushRefused`, any other failure GitSyncError."""
+        remote = self.remote_url()
+        if remote is None:
+            raise GitSyncError(f"{self.path} has no remote 'origin' to push to")
+        try:
+            self._git.git.execute(
+                ["git", "push", "--porcelain", "origin", f"{sha}:refs/heads/{branch}"],
+                env=_ENV,
+                with_extended_output=True,
+            )
+        except git.GitCommandError as err:
+            text = f"{err.stdout or ''}\n{err.stderr or ''}"
+            reason = _reason(err)
+            for line in text.splitlines():
+                m = re.search(r"\t\[([^\]]+)\](?: \((.*)\))?\s*$", line)
+                if m:
+                    reason = m.group(1) + (f": {m.group(2)}" if m.group(2) else "")
+            said = [
+                m.group(1).strip()
+                for ln in text.splitlines()
+                if (m := re.match(r"^\s*(?:stderr: ')?remote: (.*?)'?$", ln)) and m.group(1).strip()
+            ]
+            if said:
+                reason += f" ({'; '.join(redact(x) for x in said[:3])})"
+            if _REFUSED.search(text):
+                raise PushRefused(f"push to {redact(remote)} {branch} refused: {reason}") from None
+            raise GitSyncError(f"cannot push to {redact(remote)}: {reason}") from None
+        return ""

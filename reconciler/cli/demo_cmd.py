@@ -27,6 +27,14 @@ from reconciler.core.quantity import format_quantity
 from reconciler.core.types import Phase
 from reconciler.devcluster.build import BuildError
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
+from reconciler.devcluster.existing import (
+    OWNER,
+    OWNER_LABEL,
+    ExistingClusterError,
+    adapt_repo,
+    clean_up,
+    create_prerequisites,
+)
 from reconciler.devcluster.prerequisites import apply_prerequisites
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.loop import Wakeup, run_forever
@@ -252,39 +260,77 @@ def _git(repo: Path, *args: str) -> None:
     default=None,
     help="The dev cluster's state dir (default: the usual one).",
 )
+@click.option(
+    "--kubeconfig",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
+    help="Run on this existing cluster instead of the dev cluster: only namespaced "
+    "objects, in namespaces the demo labels as its own, deleted at the end unless --keep.",
+)
+@click.option("--context", help="With --kubeconfig: its context (default: its current one).")
 def demo(
-    keep: bool, interval: float, workdir: Path | None, timeout: float, state_dir: Path | None
+    keep: bool,
+    interval: float,
+    workdir: Path | None,
+    timeout: float,
+    state_dir: Path | None,
+    kubeconfig: Path | None,
+    context: str | None,
 ) -> None:
-    """Copy the example config into a Git repo, start the dev cluster and reconcile it live."""
+    """Copy the example config into a Git repo, start the dev cluster (or use an existing
+    one) and reconcile it live."""
     from reconciler.runtime.service import make_runtime
 
     console = Console()
     errors = Console(stderr=True)
+    if context is not None and kubeconfig is None:
+        raise click.UsageError("--context needs --kubeconfig")
+    if kubeconfig is not None and state_dir is not None:
+        raise click.UsageError("--state-dir is the dev cluster's: drop it with --kubeconfig")
     root = workdir or Path(tempfile.mkdtemp(prefix="reconciler-demo-"))
     repo = root / "config"
     if repo.exists():
         shutil.rmtree(repo)
     shutil.copytree(TEMPLATE, repo)
+    say = ProgressPrinter(console)
+    ours: list[str] = []
+    if kubeconfig is not None:
+        kubeconfig = kubeconfig.resolve()
+        try:
+            context = context or current_context(kubeconfig)
+            api = connect(kubeconfig, context)
+            notes = adapt_repo(repo, kubeconfig, context)
+            ours = create_prerequisites(api, root.name)
+        except (ExistingClusterError, KubeError, ApiException, ValueError) as exc:
+            why = f"{exc.status} {exc.reason}" if isinstance(exc, ApiException) else exc
+            errors.print(f"[red]error:[/red] {why}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+        for note in notes:
+            say.line(note)
+        say.line(f"namespaces (labelled {OWNER_LABEL}={OWNER}): {', '.join(ours)}")
+        logs = f"{kubeconfig} (an existing cluster)"
     _git(repo, "init", "-q", "-b", "main")
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "example config")
-    say = ProgressPrinter(console)
     say.line(f"config repo: {repo}")
 
-    cluster = DevCluster(state_dir)
-    try:
-        with say:
-            cluster.up(progress=say.line, build_status=lambda now: say.status(now.line()))
-        apply_prerequisites(connect(cluster.kubeconfig))
-    except (BuildError, DevClusterError, KubeError, ApiException) as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        sys.exit(1)
+    if kubeconfig is None:
+        cluster = DevCluster(state_dir)
+        try:
+            with say:
+                cluster.up(progress=say.line, build_status=lambda now: say.status(now.line()))
+            apply_prerequisites(connect(cluster.kubeconfig))
+        except (BuildError, DevClusterError, KubeError, ApiException) as exc:
+            errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+        kubeconfig = cluster.kubeconfig
+        logs = f"{cluster.logs}; stop it with `reconciler dev-cluster down`"
 
     wake = Wakeup()  # a Job that ends dispatches the next at once
     runtime = make_runtime(
         str(repo),
         "main",
-        {"local": cluster.kubeconfig},
+        {"local": kubeconfig},
         cache_dir=root / "cache",
         wakeup=wake,
         status_interval=interval,
@@ -336,7 +382,7 @@ def demo(
     runtime.reconciler.close()
     last = outcome.get("last")
     done = last is not None and all(s.phase.finished for s in last.states.values())
-    summary = summary_lines(last, repo, cluster.logs)
+    summary = summary_lines(last, repo, logs)
     if last is not None and console.is_terminal:
         console.print(queue_table(last))
     elif last is not None:
@@ -344,18 +390,38 @@ def demo(
             say.line(line)
     for line in summary:
         say.line(line)
+    if ours and not keep:
+        try:
+            gone = clean_up(connect(kubeconfig, context), ours)
+            say.line(f"deleted namespaces {', '.join(gone)} (and everything in them)")
+        except (KubeError, ApiException) as exc:
+            errors.print(f"[red]error:[/red] cleaning up: {exc}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+    elif ours:
+        say.line(f"kept namespaces {', '.join(ours)} (--keep)")
     if runtime.unwritten:
         errors.print(f"error: the status branch lags this summary: {runtime.unwritten}")
         sys.exit(1)
     sys.exit(0 if done or keep else 1)
 
 
-def summary_lines(last: CycleResult | None, repo: Path, logs: Path) -> list[str]:
+def current_context(kubeconfig: Path) -> str:
+    """The kubeconfig's current context; ValueError when it has none."""
+    import yaml
+
+    doc = yaml.safe_load(kubeconfig.read_text())
+    name = doc.get("current-context") if isinstance(doc, dict) else None
+    if not name:
+        raise ValueError(f"{kubeconfig} has no current-context: pass --context")
+    return str(name)
+
+
+def summary_lines(last: CycleResult | None, repo: Path, logs: Path | str) -> list[str]:
     """What the demo prints at the end, after the last queue table: the operations by
     phase, where the status branch and the cluster logs are."""
     return [
         f"operations: {counts_line(phase_counts(last))}",
         f"status branch: reconciler/status in {repo} "
         f"(`reconciler status --repo {repo}`, `git -C {repo} log reconciler/status`)",
-        f"cluster logs: {logs}; stop it with `reconciler dev-cluster down`",
+        f"cluster logs: {logs}",
     ]

@@ -26,6 +26,7 @@ def _register() -> None:
         run_cmd,
         serve_cmd,
         status_cmd,
+        submit_cmd,
         usage_cmd,
     )
 
@@ -36,6 +37,8 @@ def _register() -> None:
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
     cli.add_command(status_cmd.status)
+    for command in submit_cmd.COMMANDS:
+        cli.add_command(command)
     cli.add_command(usage_cmd.usage_command)
     cli.add_command(logs_cmd.logs)
     cli.add_command(queues_cmd.queues)

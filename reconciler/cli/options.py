@@ -105,7 +105,7 @@ def status_source_options(fn: F) -> F:
                 is_flag=True,
                 help="Compile the branch tip and read the clusters now, not the status branch.",
             ),
-            branch_option("With --live: the config branch."),
+            branch_option("With --live (and status --watch): the config branch."),
             cluster_kubeconfig_option,
         )
     ):

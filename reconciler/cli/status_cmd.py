@@ -7,8 +7,10 @@ are pure and take the parsed :class:`~reconciler.core.status.StatusView`.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -268,9 +270,116 @@ def live_status_view(compiled: CompiledRepo, decision: Decision) -> StatusView:
     return replace(view, problems=(*view.problems, *more)) if more else view
 
 
+def _watch_line(o: OperationStatus | None) -> str:
+    if o is None:
+        return "not on the status branch yet"
+    parts = [str(o.phase)]
+    if o.reason:
+        parts.append(f"reason {o.reason}")
+    where = [f"queue {o.queue}"] if o.queue else []
+    if o.position:
+        where.append(f"position {o.position}")
+    if o.cluster and str(o.phase) != "Queued":
+        where.append(f"cluster {o.cluster}")
+    if o.generation is not None:
+        where.append(f"generation {o.generation}")
+    text = ", ".join(parts) + (f" ({', '.join(where)})" if where else "")
+    return text + (f": {o.message}" if o.message else "")
+
+
+def _ended(o: OperationStatus | None, generation: int | None) -> bool:
+    if o is None:
+        return False
+    if generation is not None and (o.generation is None or int(o.generation) < generation):
+        return False  # the record of an earlier run
+    return str(o.phase) in ("Succeeded", "Failed", "Stopped", "Rejected")
+
+
+def watch_operation(
+    repo: str,
+    op_id: str,
+    status_branch: str,
+    cache_dir: Path | None,
+    *,
+    interval: float = 2.0,
+    generation: int | None = None,
+    branch: str = "main",
+    tail: int = 20,
+    echo: Callable[[str], None] = click.echo,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Follow ``op_id`` on the status branch of ``repo``, a line each time its phase,
+    reason or position changes, until it ends (of ``generation`` or later); then its log's
+    last ``tail`` lines. The phase it ended in."""
+    last = ""
+    while True:
+        try:
+            view: StatusView | None = read_branch(repo, status_branch, cache_dir)
+        except StatusError:
+            view = None  # no cycle has run yet
+        record = view.operations.get(op_id) if view is not None else None
+        if generation is not None and record is not None and record.generation is not None:
+            stale = int(record.generation) < generation
+        else:
+            stale = False
+        line = "waiting for the reconciler" if stale else _watch_line(record)
+        if line != last:
+            echo(f"{datetime.now(UTC):%H:%M:%S} {op_id}: {line}")
+            last = line
+        if _ended(record, generation):
+            break
+        sleep(interval)
+    assert record is not None
+    _log_tail(repo, branch, op_id, cache_dir, tail, echo)
+    return str(record.phase)
+
+
+def _echo_lines(echo: Callable[[str], None], text: object) -> None:
+    for line in str(text).splitlines():
+        echo(line)
+
+
+def _log_tail(
+    repo: str,
+    branch: str,
+    op_id: str,
+    cache_dir: Path | None,
+    tail: int,
+    echo: Callable[[str], None],
+) -> None:
+    from reconciler.cli.logs_cmd import LogsError, find_target, show_logs_of
+    from reconciler.cli.logs_cmd import _connect as connect_logs
+
+    echo(f"--- last {tail} lines of {op_id}'s log ---")
+    try:
+        compiled = compile_repo(ConfigRepo(repo, branch, cache_dir).sync())
+        target = find_target(compiled, op_id, False)
+        show_logs_of(
+            target,
+            lambda spec: connect_logs(spec, None, None),
+            False,
+            tail,
+            echo=lambda text, nl=True: _echo_lines(echo, text),
+        )
+    except (LogsError, GitSyncError) as exc:
+        echo(f"(no log: {exc})")
+
+
 @click.command("status")
 @click.argument("target", required=False, metavar="[PROJECT[/OP]]")
 @status_source_options
+@click.option(
+    "--watch",
+    is_flag=True,
+    help="With PROJECT/OP: follow its phase until it ends, then print its log's tail.",
+)
+@click.option(
+    "--interval",
+    type=click.FloatRange(min=0.1),
+    default=2.0,
+    show_default=True,
+    help="With --watch: seconds between reads of the status branch.",
+)
 @click.option(
     "-o",
     "--output",
@@ -288,10 +397,27 @@ def status(
     branch: str,
     cluster_kubeconfigs: tuple[str, ...],
     output: str,
+    watch: bool,
+    interval: float,
 ) -> None:
     """Show each operation's phase, reason, queue and position from the status branch,
     and when a pending one is estimated to start (STARTS: p50, and p90 when it differs);
-    with PROJECT/OP, that operation's full record."""
+    with PROJECT/OP, that operation's full record; with --watch, follow it until it ends."""
+    if watch:
+        if target is None or "/" not in target:
+            raise click.UsageError("--watch needs PROJECT/OP")
+        if live:
+            raise click.UsageError("--watch reads the status branch: drop --live")
+        try:
+            phase = watch_operation(
+                repo, target, status_branch, cache_dir, interval=interval, branch=branch
+            )
+        except GitSyncError as exc:
+            click.echo(f"error: {exc}", err=True)
+            raise SystemExit(1) from None
+        except KeyboardInterrupt:
+            raise SystemExit(130) from None
+        raise SystemExit(0 if phase == "Succeeded" else 1)
     notes: list[str] = []
     try:
         if live:

@@ -1,0 +1,176 @@
+"""What ``submit`` and ``rerun`` write into an operation file: parameters filled in, the
+queue and presets set, the generation bumped. Pure text in, text out: the file keeps its
+comments and layout, and only the lines that change are rewritten. Errors carry the
+file's name and the line and column they are about."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+PLACEHOLDER = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
+_TOP_KEY = r"^{key}:[ \t]*(?P<value>[^\n#]*?)[ \t]*(?:#[^\n]*)?$"
+
+
+@dataclass(frozen=True)
+class SubmitError(Exception):
+    """One located problem of a submitted file (``file:line:col: message``)."""
+
+    path: str
+    line: int
+    col: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}:{self.line}:{self.col}: {self.message}"
+
+
+class SubmitErrors(Exception):
+    def __init__(self, errors: Sequence[SubmitError]) -> None:
+        super().__init__("\n".join(str(e) for e in errors))
+        self.errors = tuple(errors)
+
+
+def parse_param(text: str) -> tuple[str, str]:
+    """``key=value`` of a ``-P``; raises ValueError with the reason."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"{text!r}: expected key=value")
+    return key, value
+
+
+def _document(text: str, path: str) -> dict[str, Any]:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line, col = (mark.line + 1, mark.column + 1) if mark is not None else (1, 1)
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise SubmitErrors([SubmitError(path, line, col, f"YAML: {problem}")]) from None
+    if not isinstance(doc, dict):
+        raise SubmitErrors([SubmitError(path, 1, 1, "expected an Operation (a mapping)")])
+    return doc
+
+
+def _position(text: str, offset: int) -> tuple[int, int]:
+    line = text.count("\n", 0, offset) + 1
+    return line, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def parameters(text: str, path: str) -> dict[str, tuple[int, int]]:
+    """The parameters the file takes: each ``{{ params.NAME }}`` that is not one of its
+    matrix's or DAG operations' own params, with where it first appears."""
+    doc = _document(text, path)
+    own: set[str] = set()
+    matrix = doc.get("matrix")
+    if isinstance(matrix, dict) and isinstance(matrix.get("params"), dict):
+        own.update(str(k) for k in matrix["params"])
+    dag = doc.get("dag")
+    if isinstance(dag, dict) and isinstance(dag.get("operations"), list):
+        for child in dag["operations"]:
+            if isinstance(child, dict) and isinstance(child.get("params"), dict):
+                own.update(str(k) for k in child["params"])
+    found: dict[str, tuple[int, int]] = {}
+    for m in PLACEHOLDER.finditer(text):
+        if m.group(1) not in own:
+            found.setdefault(m.group(1), _position(text, m.start()))
+    return found
+
+
+def _scalar(value: str) -> str:
+    """A ``-P`` value as it is written into the file: as is where the placeholder sits in a
+    quoted string or among other text, so the file's own quoting stays in force."""
+    return value
+
+
+def apply_params(text: str, params: Mapping[str, str], path: str) -> str:
+    """Fill in ``{{ params.NAME }}``; a ``-P`` the file has no placeholder for, or a
+    placeholder left without a value, is an error."""
+    known = parameters(text, path)
+    errors = [
+        SubmitError(
+            path,
+            1,
+            1,
+            f"-P {name}: the file has no parameter {name!r} "
+            + (f"(its parameters: {', '.join(sorted(known))})" if known else "(it takes none)"),
+        )
+        for name in params
+        if name not in known
+    ]
+    errors += [
+        SubmitError(path, line, col, f"parameter {name!r} has no value: pass -P {name}=VALUE")
+        for name, (line, col) in known.items()
+        if name not in params
+    ]
+    if errors:
+        raise SubmitErrors(errors)
+
+    def fill(m: re.Match[str]) -> str:
+        name = m.group(1)
+        return _scalar(params[name]) if name in params else m.group(0)
+
+    filled = PLACEHOLDER.sub(fill, text)
+    _document(filled, path)  # a value that breaks the YAML is an error here, located
+    return filled
+
+
+def _top_key(text: str, key: str) -> re.Match[str] | None:
+    return re.search(_TOP_KEY.format(key=re.escape(key)), text, re.MULTILINE)
+
+
+def _insert_after_name(text: str, line: str) -> str:
+    m = re.search(r"^name:[^\n]*\n?", text, re.MULTILINE)
+    at = m.end() if m else len(text)
+    prefix = text[:at] if text[:at].endswith("\n") or not text[:at] else text[:at] + "\n"
+    return prefix + line + "\n" + text[at:]
+
+
+def _drop_block(text: str, key: str) -> str:
+    """Remove a top-level ``key:`` and its indented or ``- `` continuation lines."""
+    return re.sub(
+        rf"^{re.escape(key)}:[^\n]*\n(?:(?:[ \t]+[^\n]*|-[^\n]*)\n)*", "", text, flags=re.MULTILINE
+    )
+
+
+def set_queue(text: str, queue: str) -> str:
+    m = _top_key(text, "queue")
+    if m is None:
+        return _insert_after_name(text, f"queue: {queue}")
+    return text[: m.start("value")] + queue + text[m.end("value") :]
+
+
+def add_presets(text: str, presets: Sequence[str], path: str) -> str:
+    """The operation's presets, then each of ``presets`` not already listed."""
+    doc = _document(text, path)
+    have = doc.get("presets") or []
+    if not isinstance(have, list):
+        raise SubmitErrors([SubmitError(path, 1, 1, "presets: expected a list")])
+    names = [str(p) for p in have] + [p for p in presets if p not in have]
+    return _insert_after_name(_drop_block(text, "presets"), f"presets: [{', '.join(names)}]")
+
+
+def operation_name(text: str, path: str) -> str:
+    name = _document(text, path).get("name")
+    if not isinstance(name, str) or not name:
+        raise SubmitErrors([SubmitError(path, 1, 1, "name: the operation has no name")])
+    return name
+
+
+def bump_generation(text: str, path: str) -> tuple[str, int]:
+    """The file with ``generation`` one more than it was (1 when unset), and the new one."""
+    doc = _document(text, path)
+    current = doc.get("generation", 1)
+    if not isinstance(current, int) or isinstance(current, bool):
+        m = _top_key(text, "generation")
+        line, col = _position(text, m.start()) if m else (1, 1)
+        raise SubmitErrors([SubmitError(path, line, col, "generation: expected an integer")])
+    new = current + 1
+    m = _top_key(text, "generation")
+    if m is None:
+        return _insert_after_name(text, f"generation: {new}"), new
+    return text[: m.start("value")] + str(new) + text[m.end("value") :], new
