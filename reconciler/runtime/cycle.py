@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Protocol
 
 from reconciler.adapters.kube import (
@@ -166,6 +166,22 @@ def _listed_version(jobs: Informer, pytorchjobs: Informer) -> str | None:
         return versions[0]
 
 
+# A cluster that cannot be read is tried again after 1 s, then twice as long after each
+# failed attempt up to this; meanwhile it is listed unreachable with its last error, and
+# nothing about it is logged: one line per failed attempt (docs/reliability.md).
+CLUSTER_BACKOFF = (1.0, 30.0)
+
+
+@dataclass
+class _Down:
+    """A cluster that the last attempt could not read."""
+
+    error: str
+    since: datetime
+    attempts: int
+    retry_at: datetime
+
+
 def _stop_message(operation: str, message: str, gang: bool, version: str) -> str:
     """The message of the Event on a workload the reconciler deleted."""
     if gang:
@@ -224,6 +240,7 @@ class Reconciler:
         # a fleet queue's cluster: its Nodes and all its live pods (capacity)
         self._capacity_informers: dict[str, tuple[Informer, Informer]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
+        self._down: dict[str, _Down] = {}  # clusters not read, until their next attempt
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         # the phase annotations, off the cycle's path: per workload uid, the state last
         # asked to be written, and the uids whose write is in progress
@@ -347,15 +364,26 @@ class Reconciler:
                 for informer in self._capacity_informers.pop(name):
                     informer.stop()
         wanted = wanted_backends(compiled)
+        now = self._clock.now()
+        for name in list(self._down):
+            if name not in compiled.clusters:
+                del self._down[name]
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
+            down = self._down.get(name)
+            if down is not None and now < down.retry_at:
+                listing[name] = ClusterListing.unreachable(down.error)  # not tried: no line
+                continue
             version: str | None = None  # a fresh list: nothing can lag
             backends: frozenset[str] = frozenset()
             try:
                 kube = self._client(spec)
                 if name in wanted:  # asked only where an operation needs one
                     backends = kube.served_backends(wanted[name])
-                caches = self._informers_for(name, kube) if self._watch else ()
+                # a cluster that was down is probed with one list: its watches start
+                # once it answers (the next cycle), not to fail three times meanwhile
+                watch = self._watch and down is None
+                caches = self._informers_for(name, kube) if watch else ()
                 synced = bool(caches) and all(
                     c.wait_synced(self._sync_timeout) and c.healthy for c in caches
                 )
@@ -382,13 +410,32 @@ class Reconciler:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
                 listing[name] = ClusterListing.unreachable(str(exc))
-                log.warning("cluster %s unreachable: %s", name, exc)
+                self._failed_attempt(name, str(exc), now)
                 continue
+            if down is not None:
+                del self._down[name]
+                log.info(
+                    "cluster %s reachable again after %d failed attempts (down %.0fs)",
+                    name,
+                    down.attempts,
+                    (now - down.since).total_seconds(),
+                )
             capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
                 states, version=version, capacity=capacity, backends=backends
             )
         return listing
+
+    def _failed_attempt(self, name: str, error: str, now: datetime) -> None:
+        """Record a failed read of cluster ``name`` and log it, once, with the delay until
+        the next attempt (doubled after each failure, up to ``CLUSTER_BACKOFF``)."""
+        first, cap = CLUSTER_BACKOFF
+        down = self._down.get(name)
+        attempts = 1 if down is None else down.attempts + 1
+        delay = min(cap, first * 2 ** (attempts - 1))
+        since = now if down is None else down.since
+        self._down[name] = _Down(error, since, attempts, now + timedelta(seconds=delay))
+        log.warning("cluster %s unreachable: %s (retrying in %.0fs)", name, error, delay)
 
     def _apply(self, compiled: CompiledRepo, actions: Actions, now: datetime) -> ChangeSet:
         """Carry out the creates and deletes, in plan order; the results as a ChangeSet."""
