@@ -237,8 +237,6 @@ class Informer:
                 # Before the first list, the cycle waiting on this cache reports the cluster
                 # (one line per attempt, runtime/cycle.py): this would say it three times.
                 level = logging.WARNING if self._synced.is_set() else logging.DEBUG
-                log.log(
-                    level, "%s watch failed: %s (retrying in %.1fs)", self.kind, exc, backoff
-                )
+                log.log(level, "%s watch failed: %s (retrying in %.1fs)", self.kind, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)
