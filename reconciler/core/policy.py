@@ -56,6 +56,9 @@ GOVERNED: Mapping[str, tuple[str, ...]] = {
     "run.ttl": ("minTtl",),
 }
 
+# Knobs of ``policy:`` that govern the config commit itself, not an operation's field.
+COMMIT_KNOBS = ("requireSignedCommits",)
+
 
 def governed_field(field: str) -> str | None:
     """The key of :data:`GOVERNED` that a violation's dotted ``field`` lies under."""

@@ -612,6 +612,9 @@ class OrgPolicy:
     max_retries: int = 6  # ceiling on run.maxRetries (the Job's backoffLimit)
     max_replicas: int | None = None  # ceiling on run.replicas
     min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
+    # The allowed-signers file (a path in the repo) every new config commit must be signed
+    # by a key of, as of the last good config; None: commits need no signature.
+    allowed_signers: str | None = None
 
 
 @dataclass(frozen=True)

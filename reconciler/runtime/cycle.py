@@ -69,6 +69,7 @@ from reconciler.core.types import (
     CompiledRepo,
     ConfigError,
     InternalError,
+    Location,
     Phase,
     RepoFile,
     RepoSnapshot,
@@ -124,6 +125,8 @@ class CycleResult:
 
 
 ConnectCluster = Callable[[ClusterSpec], Kube]
+# (last good commit or None, new commit, allowed-signers path) -> "" or why it is refused
+VerifyCommits = Callable[[str | None, str, str], str]
 
 
 @dataclass
@@ -215,8 +218,13 @@ class Reconciler:
         create_workers: int = 8,
         on_trigger: Callable[[Trigger], None] | None = None,
         leader_record: Callable[[], Memory | None] | None = None,
+        verify_commits: VerifyCommits | None = None,
     ) -> None:
         self._source = source
+        # policy.requireSignedCommits: checks the commits from the last good config to a
+        # new one (None: the source is no Git repository, nothing to check)
+        self._verify_commits = verify_commits
+        self._refused: tuple[str | None, str, str, str] | None = None  # good, tip, path, why
         # while not leading: the leader's record when it changed, joined before each cycle
         self._leader_record = leader_record
         # told of each watch event by which a run ends (the loop runs a cycle at once)
@@ -271,6 +279,11 @@ class Reconciler:
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
             return self._last_good, (), str(exc) or type(exc).__name__, None
+        if self._last_good is not None:  # the policy in force decides
+            refusal = self._unsigned(self._last_good, snapshot.version)
+            if refusal is not None:
+                log.error("refused config %s: %s", snapshot.version, refusal)
+                return self._last_good, (refusal,), "", snapshot.version
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
             try:
@@ -285,8 +298,36 @@ class Reconciler:
             for error in compiled.errors:
                 log.error("invalid config %s: %s", snapshot.version, error)
             return self._last_good, compiled.errors, "", snapshot.version
+        if self._last_good is None:  # a first start: the tip's own policy, on the tip alone
+            refusal = self._unsigned(compiled, snapshot.version, first=True)
+            if refusal is not None:
+                log.error("refused config %s: %s", snapshot.version, refusal)
+                return None, (refusal,), "", snapshot.version
         self._last_good = compiled
         return compiled, (), "", snapshot.version
+
+    def _unsigned(
+        self, good: CompiledRepo, version: str, *, first: bool = False
+    ) -> ConfigError | None:
+        """Why commit ``version`` is refused under ``policy.requireSignedCommits`` of
+        ``good`` (the last good config), or None: every commit since that config must be
+        signed by a key allowed before it (``verify_signatures``). With ``first`` (no config
+        in force yet), ``good`` is ``version``'s own and the commit alone is checked. A
+        refusal is remembered: the same commits are not checked again each cycle."""
+        if self._verify_commits is None or (good.version == version and not first):
+            return None
+        signers = good.org.policy.allowed_signers
+        if signers is None:
+            return None
+        key = (None if first else good.version, version, signers)
+        if self._refused is not None and self._refused[:3] == key:
+            reason = self._refused[3]
+        else:
+            reason = self._verify_commits(*key)
+            self._refused = (*key, reason) if reason else None
+        if not reason:
+            return None
+        return ConfigError(Location(signers), f"{reason} (policy.requireSignedCommits)")
 
     def _client(self, spec: ClusterSpec) -> Kube:
         kube = self._clients.get(spec.name)

@@ -270,6 +270,7 @@ def make_runtime(
         on_trigger=on_trigger if wakeup is not None else None,
         create_workers=create_workers,
         leader_record=publisher.leader_record if publisher is not None else None,
+        verify_commits=config.verify_signatures if config is not None else None,
     )
     runtime = Runtime(
         reconciler,
