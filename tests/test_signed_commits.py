@@ -109,8 +109,8 @@ def setup(tmp_path: Path, keys: Keys) -> tuple[Repo, Keys, Path]:
 
 
 class Runner:
-    def __init__(self, repo: Repo, cache: Path) -> None:
-        self.cluster = FakeCluster("local")
+    def __init__(self, repo: Repo, cache: Path, cluster: FakeCluster | None = None) -> None:
+        self.cluster = cluster or FakeCluster("local")
         self.config = ConfigRepo(str(repo.path), "main", cache)
         self.reconciler = Reconciler(
             self.config.sync,
@@ -255,3 +255,27 @@ def test_a_first_start_checks_the_tip_against_the_signers_before_it(
     assert run.cluster.calls == []
     signed = repo.commit(alice)
     assert run.cycle().version == signed
+
+
+def test_a_restart_checks_every_commit_since_the_config_recorded_in_force(
+    setup: tuple[Repo, Keys, Path], tmp_path: Path
+) -> None:
+    repo, keys, alice = setup
+    good = repo.commit(alice, {})
+    first = Runner(repo, tmp_path / "cache")
+    assert first.cycle().version == good
+    first.reconciler.close()
+    # while no process runs: an unsigned commit allows mallory, who then signs the tip
+    mallory = keys.make("mallory")
+    text = (repo.path / SIGNERS).read_text() + Keys.line("mallory@example.org", mallory)
+    sneaked = repo.commit(None, {SIGNERS: text})
+    tip = repo.commit(mallory)
+    # the next process starts from the status branch's ``applied``: the chain is checked
+    calls = list(first.cluster.calls)
+    run = Runner(repo, tmp_path / "cache", first.cluster)
+    run.reconciler.trust(good, run.config.snapshot)
+    refused = run.cycle()
+    assert refused.version == good and refused.attempted_version == tip
+    assert f"commit {sneaked[:12]} is not signed" in str(refused.config_errors[0])
+    assert refused.plan is not None  # the recorded config stays in force
+    assert run.cluster.calls == calls  # nothing changed in the cluster

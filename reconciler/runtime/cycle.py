@@ -225,6 +225,9 @@ class Reconciler:
         # new one (None: the source is no Git repository, nothing to check)
         self._verify_commits = verify_commits
         self._refused: tuple[str | None, str, str, str] | None = None  # good, tip, path, why
+        # the config a previous process had in force, and how to read a commit: at a start,
+        # the last good config the signature check begins from (``trust``)
+        self._anchor: tuple[str, Callable[[str], RepoSnapshot]] | None = None
         # while not leading: the leader's record when it changed, joined before each cycle
         self._leader_record = leader_record
         # told of each watch event by which a run ends (the loop runs a cycle at once)
@@ -266,6 +269,29 @@ class Reconciler:
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
+    def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
+        """Start from ``commit``, the config a previous process had in force (the status
+        branch's ``applied``), read by ``read``: at the first load of a new tip, when it
+        asks for signed commits, it is the last good config, so
+        ``policy.requireSignedCommits`` checks every commit since it, and a refused or
+        invalid tip leaves it in force. Otherwise (unreadable, invalid, no such policy) it
+        is ignored, and the tip alone is checked under its own policy."""
+        self._anchor = (commit, read)
+
+    def _load_anchor(self, version: str) -> None:
+        anchor, self._anchor = self._anchor, None
+        if anchor is None or anchor[0] == version:
+            return
+        commit, read = anchor
+        try:  # through the cache: the tip then recompiles only what differs
+            compiled = compile_repo(read(commit), cache=self._compile_cache)
+        except Exception as exc:  # an adapter boundary (git), or a bug compiling it
+            log.warning("config %s recorded in force cannot be read: %s", commit[:12], exc)
+            return
+        # only a config that asks for signed commits is kept in force from the start
+        if compiled.valid and compiled.org.policy.allowed_signers is not None:
+            self._last_good = compiled
+
     def seed(self, memory: Memory) -> None:
         """Start from what a previous process recorded (the status branch)."""
         self.memory = self.memory.under(memory)
@@ -279,6 +305,8 @@ class Reconciler:
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
             return self._last_good, (), str(exc) or type(exc).__name__, None
+        if self._last_good is None and self._anchor is not None:
+            self._load_anchor(snapshot.version)
         if self._last_good is not None:  # the policy in force decides
             refusal = self._unsigned(self._last_good, snapshot.version)
             if refusal is not None:

@@ -286,6 +286,9 @@ def make_runtime(
             for line in recorded.ledger.problems.warnings():  # budgets they hold wait
                 log.warning("%s", line.removeprefix("warning: "))
             reconciler.seed(recorded)
+            applied = publisher.applied()
+            if applied is not None and config is not None:
+                reconciler.trust(applied, config.snapshot)
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
     if freeze_heap:
