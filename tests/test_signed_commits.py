@@ -14,10 +14,12 @@ from typing import Any
 import pytest
 import yaml
 from builders import NOW
+from click.testing import CliRunner
 from conftest import TEMPLATE
 from fake_kube import FakeCluster, FakeKube
 
 from reconciler.adapters.git import ConfigRepo
+from reconciler.cli.main import cli
 from reconciler.core.types import ClusterSpec
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.status import render_cycle_status
@@ -279,3 +281,25 @@ def test_a_restart_checks_every_commit_since_the_config_recorded_in_force(
     assert f"commit {sneaked[:12]} is not signed" in str(refused.config_errors[0])
     assert refused.plan is not None  # the recorded config stays in force
     assert run.cluster.calls == calls  # nothing changed in the cluster
+
+
+def test_validate_warns_when_head_would_be_refused(
+    setup: tuple[Repo, Keys, Path], tmp_path: Path
+) -> None:
+    repo, keys, alice = setup
+
+    def validate() -> tuple[int, str]:
+        result = CliRunner().invoke(cli, ["validate", "--repo", str(repo.path)])
+        assert "Traceback" not in result.output
+        return result.exit_code, result.stderr
+
+    repo.commit(alice, {})
+    code, err = validate()
+    assert code == 0 and "warning" not in err
+    unsigned = repo.commit(None)
+    code, err = validate()
+    assert code == 0  # the files are valid: the signature is a warning
+    assert f"warning: HEAD: commit {unsigned[:12]} is not signed" in err
+    repo.commit(keys.make("mallory"))
+    code, err = validate()
+    assert code == 0 and "is signed by key SHA256:" in err

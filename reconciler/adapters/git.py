@@ -446,6 +446,27 @@ def verify_signatures(repo: git.Repo, good: str | None, tip: str, signers: str) 
     return ""
 
 
+def head_signature(path: Path, signers: str) -> str | None:
+    """Whether the commit checked out in the repository at ``path`` (its top) is signed
+    by a key of ``signers`` as of its first parent (its own, for a first commit): "" when
+    it is, else why not, one line; None when ``path`` holds no commit to check (not the
+    top of a repository, or no commit yet). For ``validate``: the files it judges are
+    the working tree's, so this says what ``run`` would make of ``HEAD``."""
+    try:
+        repo = git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    try:
+        with repo:
+            try:
+                head = _run(repo, ["rev-parse", "--verify", "--quiet", "HEAD"]).strip()
+            except git.GitCommandError:
+                return None
+            return verify_signatures(repo, None, head, signers) if head else None
+    except GitSyncError as err:
+        return str(err)
+
+
 def _no_signers(signers: str, base: str, commit: str) -> str:
     return f"{signers} does not exist at commit {base[:12]}: no key may sign {commit[:12]}"
 
