@@ -303,3 +303,29 @@ def test_validate_warns_when_head_would_be_refused(
     repo.commit(keys.make("mallory"))
     code, err = validate()
     assert code == 0 and "is signed by key SHA256:" in err
+
+
+def test_the_same_commits_are_checked_once(
+    setup: tuple[Repo, Keys, Path], tmp_path: Path
+) -> None:
+    repo, _keys, alice = setup
+    good = repo.commit(alice, {})
+    run = Runner(repo, tmp_path / "cache")
+    checks: list[tuple[str | None, str]] = []
+    verify = run.config.verify_signatures
+
+    def counted(base: str | None, tip: str, signers: str) -> str:
+        checks.append((base, tip))
+        return verify(base, tip, signers)
+
+    run.reconciler._verify_commits = counted
+    run.cycle()
+    broken = repo.commit(alice, {NEW_OP.format(n=99): "kind: Operation\nname: [\n"})
+    for _ in range(3):  # signed, but invalid: the last good config stays, checked once
+        result = run.cycle()
+        assert result.version == good and result.attempted_version == broken
+        assert result.config_errors and "extra-99" in str(result.config_errors[0])
+    unsigned = repo.commit(None)
+    for _ in range(3):
+        assert "is not signed" in str(run.cycle().config_errors[0])
+    assert checks == [(None, good), (good, broken), (good, unsigned)]

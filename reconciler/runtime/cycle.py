@@ -224,7 +224,8 @@ class Reconciler:
         # policy.requireSignedCommits: checks the commits from the last good config to a
         # new one (None: the source is no Git repository, nothing to check)
         self._verify_commits = verify_commits
-        self._refused: tuple[str | None, str, str, str] | None = None  # good, tip, path, why
+        # the last check: (good, tip, allowed-signers path) and its answer ("": signed)
+        self._checked: tuple[tuple[str | None, str, str], str] | None = None
         # the config a previous process had in force, and how to read a commit: at a start,
         # the last good config the signature check begins from (``trust``)
         self._anchor: tuple[str, Callable[[str], RepoSnapshot]] | None = None
@@ -340,19 +341,20 @@ class Reconciler:
         """Why commit ``version`` is refused under ``policy.requireSignedCommits`` of
         ``good`` (the last good config), or None: every commit since that config must be
         signed by a key allowed before it (``verify_signatures``). With ``first`` (no config
-        in force yet), ``good`` is ``version``'s own and the commit alone is checked. A
-        refusal is remembered: the same commits are not checked again each cycle."""
+        in force yet), ``good`` is ``version``'s own and the commit alone is checked. The
+        answer is remembered: the same commits are not checked again each cycle (a tip
+        signed but invalid stays so until the next commit)."""
         if self._verify_commits is None or (good.version == version and not first):
             return None
         signers = good.org.policy.allowed_signers
         if signers is None:
             return None
         key = (None if first else good.version, version, signers)
-        if self._refused is not None and self._refused[:3] == key:
-            reason = self._refused[3]
+        if self._checked is not None and self._checked[0] == key:
+            reason = self._checked[1]
         else:
             reason = self._verify_commits(*key)
-            self._refused = (*key, reason) if reason else None
+            self._checked = (key, reason)
         if not reason:
             return None
         return ConfigError(Location(signers), f"{reason} (policy.requireSignedCommits)")
