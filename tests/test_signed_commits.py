@@ -305,9 +305,7 @@ def test_validate_warns_when_head_would_be_refused(
     assert code == 0 and "is signed by key SHA256:" in err
 
 
-def test_the_same_commits_are_checked_once(
-    setup: tuple[Repo, Keys, Path], tmp_path: Path
-) -> None:
+def test_the_same_commits_are_checked_once(setup: tuple[Repo, Keys, Path], tmp_path: Path) -> None:
     repo, _keys, alice = setup
     good = repo.commit(alice, {})
     run = Runner(repo, tmp_path / "cache")
