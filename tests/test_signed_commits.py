@@ -17,11 +17,13 @@ from builders import NOW
 from click.testing import CliRunner
 from conftest import TEMPLATE
 from fake_kube import FakeCluster, FakeKube
+from helpers import write_kubeconfig
 
 from reconciler.adapters.git import ConfigRepo
 from reconciler.cli.main import cli
 from reconciler.core.types import ClusterSpec
 from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.service import make_runtime
 from reconciler.runtime.status import render_cycle_status
 
 pytestmark = pytest.mark.skipif(
@@ -327,3 +329,33 @@ def test_the_same_commits_are_checked_once(setup: tuple[Repo, Keys, Path], tmp_p
     for _ in range(3):
         assert "is not signed" in str(run.cycle().config_errors[0])
     assert checks == [(None, good), (good, broken), (good, unsigned)]
+
+
+def test_make_runtime_starts_from_the_config_the_status_branch_records(
+    setup: tuple[Repo, Keys, Path], tmp_path: Path
+) -> None:
+    repo, keys, alice = setup
+    good = repo.commit(alice, {})
+    # the cluster is a closed port: nothing here may reach a real one
+    nowhere = {"local": write_kubeconfig(tmp_path / "kubeconfig", "https://127.0.0.1:9")}
+
+    def runtime() -> Any:
+        return make_runtime(str(repo.path), "main", nowhere, cache_dir=tmp_path / "cache")
+
+    first = runtime()
+    result = first.reconciler.run_once()
+    assert result.version == good
+    first.on_cycle(result)  # writes status/config.yaml: applied is good
+    first.close()
+    first.reconciler.close()
+    mallory = keys.make("mallory")
+    text = (repo.path / SIGNERS).read_text() + Keys.line("mallory@example.org", mallory)
+    sneaked = repo.commit(None, {SIGNERS: text})
+    repo.commit(mallory)
+    second = runtime()
+    try:
+        refused = second.reconciler.run_once()
+        assert refused.version == good
+        assert f"commit {sneaked[:12]} is not signed" in str(refused.config_errors[0])
+    finally:
+        second.reconciler.close()
