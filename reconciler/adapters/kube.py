@@ -326,9 +326,17 @@ def _transport(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeError(f"{fn.__name__}: cluster unreachable: {exc}") from exc
+            raise KubeError(f"{fn.__name__}: cluster unreachable: {_failure(exc)}") from exc
 
     return wrapper
+
+
+def _failure(exc: BaseException) -> str:
+    """What failed: with no retries (``NO_RETRIES``), urllib3's "Max retries exceeded with
+    url: ..." wraps the one failure, which is what is said."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return str(exc.reason)
+    return str(exc)
 
 
 def connect_cluster(

@@ -78,6 +78,9 @@ def test_a_down_cluster_logs_one_line_per_attempt_backs_off_and_says_when_it_is_
         delays = [m.getMessage().rsplit("retrying in ", 1)[1] for m in lines]
         assert delays == ["1s)", "2s)", "4s)", "8s)", "16s)", "30s)"]
         assert not [r for r in caplog.records if r.name.startswith("urllib3")]
+        # the one failure, not urllib3's "Max retries exceeded" around it
+        assert "Connection refused" in lines[0].getMessage()
+        assert "Max retries" not in lines[0].getMessage()
         assert CLUSTER_BACKOFF[1] == 30.0
         caplog.clear()
         state["down"] = False
