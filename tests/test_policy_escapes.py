@@ -798,7 +798,7 @@ def test_every_violation_lies_under_a_governed_field_and_every_knob_governs_one(
 
     from reconciler.core.compile import resolve
     from reconciler.core.model import Policy
-    from reconciler.core.policy import GOVERNED, governed_field
+    from reconciler.core.policy import COMMIT_KNOBS, GOVERNED, governed_field
 
     seen: list[str] = []
 
@@ -843,4 +843,4 @@ def test_every_violation_lies_under_a_governed_field_and_every_knob_governs_one(
     assert ungoverned == [], f"violations outside policy.GOVERNED: {ungoverned}"
     assert {governed_field(f) for f in seen} == set(GOVERNED)
     knobs = {info.alias for info in Policy.model_fields.values()}
-    assert knobs == {k for ks in GOVERNED.values() for k in ks}
+    assert knobs == {k for ks in GOVERNED.values() for k in ks} | set(COMMIT_KNOBS)

@@ -30,6 +30,7 @@ from typing import cast
 import git
 
 from reconciler.adapters.repo import (
+    RevisionError,
     commit_time,
     first_commit_times,
     read_blob,
@@ -370,6 +371,10 @@ class ConfigRepo:
         f = self._files.get(path)
         return f.first_commit_time if f is not None else None
 
+    def verify_signatures(self, good: str | None, tip: str, signers: str) -> str:
+        """:func:`verify_signatures` in the cache (both commits already fetched)."""
+        return verify_signatures(self.open(), good, tip, signers)
+
     def blame(self, rev: str, path: str) -> list[BlameLine]:
         """``git blame`` of ``path`` at ``rev`` in the cache (already fetched)."""
         return blame(self.open(), rev, path)
@@ -381,6 +386,135 @@ class ConfigRepo:
         except git.GitCommandError:
             return False
         return True
+
+
+# How git reads a commit's signature here: SSH signatures only, checked against the
+# allowed-signers file given; an OpenPGP or X.509 signature can never verify (the host's
+# keyrings are not a trust source), so it reads as "cannot be checked".
+_SSH_ONLY = ["-c", "gpg.program=false", "-c", "gpg.x509.program=false"]
+_SIGNED_BY = "%G?%x1f%GK"
+
+
+def verify_signatures(repo: git.Repo, good: str | None, tip: str, signers: str) -> str:
+    """Whether the commits from ``good`` (the last good config) to ``tip`` are all signed
+    by allowed keys: "" when they are, else the first refusal, one line.
+
+    The commits checked are those ``tip`` reaches and ``good`` does not, parents first.
+    Each must carry an SSH signature that verifies (``git verify-commit``) against the
+    allowed-signers file ``signers`` (a path in the repo) as it is in the tree of its
+    first parent when that parent is one of these commits itself, else as it is at
+    ``good``. So a change to the file takes effect for the commits after it, and is itself
+    checked against the keys allowed before it: a rotation (a commit signed by the old key
+    adds the new one) and the commits signed by the new key can arrive in one push.
+
+    With no ``good`` (no config in force yet: a first start), ``tip`` alone is checked,
+    against the file as of its first parent (its own, for a first commit)."""
+    if good == tip:
+        return ""
+    if good is None:
+        try:
+            parents = _run(repo, ["rev-list", "--parents", "-n1", tip]).split()[1:]
+        except git.GitCommandError as err:
+            return f"cannot read commit {tip[:12]}: {_reason(err)}"
+        base = parents[0] if parents else tip
+        with tempfile.TemporaryDirectory(prefix="reconciler-signers-") as tmp:
+            path = _signers_file(repo, base, signers, Path(tmp) / "allowed")
+            if path is None:
+                return _no_signers(signers, base, tip)
+            return _refusal(repo, tip, path, signers, base)
+    try:
+        listed = _run(repo, ["rev-list", "--topo-order", "--reverse", "--parents", tip, f"^{good}"])
+    except git.GitCommandError as err:
+        return f"cannot list the commits from {good[:12]} to {tip[:12]}: {_reason(err)}"
+    new: set[str] = set()
+    with tempfile.TemporaryDirectory(prefix="reconciler-signers-") as tmp:
+        files: dict[str, Path | None] = {}  # per base commit: its allowed-signers file
+        for line in listed.split("\n"):
+            if not line.strip():
+                continue
+            commit, *parents = line.split()
+            base = parents[0] if parents and parents[0] in new else good
+            if base not in files:
+                files[base] = _signers_file(repo, base, signers, Path(tmp) / base)
+            path = files[base]
+            if path is None:
+                return _no_signers(signers, base, commit)
+            refusal = _refusal(repo, commit, path, signers, base)
+            if refusal:
+                return refusal
+            new.add(commit)
+    return ""
+
+
+def head_signature(path: Path, signers: str) -> str | None:
+    """Whether the commit checked out in the repository at ``path`` (its top) is signed
+    by a key of ``signers`` as of its first parent (its own, for a first commit): "" when
+    it is, else why not, one line; None when ``path`` holds no commit to check (not the
+    top of a repository, or no commit yet). For ``validate``: the files it judges are
+    the working tree's, so this says what ``run`` would make of ``HEAD``."""
+    try:
+        repo = git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        return None
+    try:
+        with repo:
+            try:
+                head = _run(repo, ["rev-parse", "--verify", "--quiet", "HEAD"]).strip()
+            except git.GitCommandError:
+                return None
+            return verify_signatures(repo, None, head, signers) if head else None
+    except GitSyncError as err:
+        return str(err)
+
+
+def _no_signers(signers: str, base: str, commit: str) -> str:
+    return f"{signers} does not exist at commit {base[:12]}: no key may sign {commit[:12]}"
+
+
+def _signers_file(repo: git.Repo, commit: str, signers: str, out: Path) -> Path | None:
+    """A temporary copy of the allowed-signers file of ``commit``, or None without one."""
+    try:
+        sha = _run(repo, ["rev-parse", "--verify", "--quiet", f"{commit}:{signers}"]).strip()
+    except git.GitCommandError:
+        return None
+    if not sha:
+        return None
+    try:
+        out.write_bytes(read_blob(repo, bytes.fromhex(sha)))
+    except (RevisionError, ValueError, git.GitCommandError):
+        return None
+    return out
+
+
+def _refusal(repo: git.Repo, commit: str, signers: Path, path: str, base: str) -> str:
+    try:
+        shown = _run(
+            repo,
+            [
+                *_SSH_ONLY,
+                "-c",
+                f"gpg.ssh.allowedSignersFile={signers}",
+                "show",
+                "-s",
+                f"--format={_SIGNED_BY}",
+                commit,
+            ],
+        ).strip()
+    except git.GitCommandError as err:
+        return f"cannot check the signature of commit {commit[:12]}: {_reason(err)}"
+    status, key = [*shown.split("\x1f"), ""][:2]
+    short = commit[:12]
+    if status == "G":
+        return ""
+    if status == "N":
+        return f"commit {short} is not signed"
+    if status == "B":
+        return f"commit {short} has a bad signature"
+    if status == "U" and key:
+        return f"commit {short} is signed by key {key}, not in {path} as of {base[:12]}"
+    if status in ("X", "Y", "R"):
+        return f"commit {short} is signed by an expired or revoked key {key}".rstrip()
+    return f"the signature of commit {short} cannot be checked (only SSH signatures are)"
 
 
 # Lines blamed per file (a page view): a queue file has a few dozen. GitPython holds the

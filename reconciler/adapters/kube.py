@@ -139,6 +139,10 @@ def connect(kubeconfig: Path | None = None, context: str | None = None) -> clien
         raise KubeError(f"cannot load {where}: {_one_line(exc)}") from exc
     # room for the watches, the pool of creates and the Event senders at once
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
+    # No retries inside urllib3: each of its retries logged a "Retrying" warning (three per
+    # failed attempt on a cluster that is down) before our own line. The runtime retries
+    # with its own backoff and logs one line per failed attempt (docs/reliability.md).
+    configuration.retries = NO_RETRIES
     return bounded(client.ApiClient(configuration))
 
 
@@ -157,6 +161,8 @@ def bounded(
 
 
 _UNREACHABLE = (OSError, urllib3.exceptions.HTTPError)
+# urllib3's pools retry nothing: a failed request is one error, retried by the caller.
+NO_RETRIES = urllib3.Retry(total=0, connect=0, read=0, redirect=0, status=0, other=0)
 
 
 def _byte_lines(resp: Any, what: str, amt: int | None = 4096) -> Generator[bytes, None, None]:
@@ -320,9 +326,17 @@ def _transport(fn: Callable[P, R]) -> Callable[P, R]:
         try:
             return fn(*args, **kwargs)
         except (urllib3.exceptions.HTTPError, OSError) as exc:
-            raise KubeError(f"{fn.__name__}: cluster unreachable: {exc}") from exc
+            raise KubeError(f"{fn.__name__}: cluster unreachable: {_failure(exc)}") from exc
 
     return wrapper
+
+
+def _failure(exc: BaseException) -> str:
+    """What failed: with no retries (``NO_RETRIES``), urllib3's "Max retries exceeded with
+    url: ..." wraps the one failure, which is what is said."""
+    if isinstance(exc, urllib3.exceptions.MaxRetryError) and exc.reason is not None:
+        return str(exc.reason)
+    return str(exc)
 
 
 def connect_cluster(

@@ -19,6 +19,7 @@ from typing import Any, TypeVar, cast
 import click
 import yaml
 
+from reconciler.adapters.git import head_signature
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
 from reconciler.cli.output import plain_table
@@ -74,6 +75,18 @@ def _snapshot(repo: Path) -> RepoSnapshot:
     return snapshot_worktree(repo)
 
 
+def _warn_signature(repo: Path, signers: str) -> None:
+    """``policy.requireSignedCommits``: a warning when the commit checked out would be
+    refused by ``run`` (the working tree's files are what is validated, not a commit)."""
+    refusal = head_signature(repo, signers)
+    if refusal:
+        click.echo(
+            f"warning: HEAD: {refusal} (policy.requireSignedCommits: run and serve would "
+            "refuse it)",
+            err=True,
+        )
+
+
 def _error_json(error: ConfigError) -> dict[str, Any]:
     loc = error.location
     return {"file": loc.file, "line": loc.line, "col": loc.col, "message": error.message}
@@ -121,7 +134,9 @@ def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str
     """Validate every file of the config repo and compile every operation.
 
     Lists every error as file:line:col: message. Exit 0 if valid, 1 if not, 70 on an
-    internal error (a bug in the reconciler, not in the config).
+    internal error (a bug in the reconciler, not in the config). With
+    policy.requireSignedCommits, warns on stderr when HEAD would be refused (not signed by
+    an allowed key); the exit code stays that of the files.
     """
     compiled = compile_repo(_snapshot(repo))
     ok = compiled.valid and not compiled.rejected
@@ -130,6 +145,9 @@ def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str
         from reconciler.runtime.live import connector, flavor_warnings
 
         warnings = flavor_warnings(compiled, connector(parse_overrides(cluster_kubeconfigs)))
+    signers = compiled.org.policy.allowed_signers
+    if signers is not None:
+        _warn_signature(repo, signers)
     if output == "json":
         click.echo(
             json.dumps(

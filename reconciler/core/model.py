@@ -1250,6 +1250,13 @@ class OrgDefaults(Strict):
     )
 
 
+class SignedCommits(Strict):
+    allowed_signers: RelPath = Field(
+        description="Path in the repo of an SSH allowed-signers file (ssh-keygen(1), "
+        "ALLOWED SIGNERS): the keys that may sign a config commit."
+    )
+
+
 class Policy(Strict):
     allowed_queues: list[Name] | None = None
     max_resources: dict[ResourceName, Quantity] | None = Field(
@@ -1302,6 +1309,11 @@ class Policy(Strict):
     min_ttl: Ttl = Field(
         default=3600,
         description="Shortest run.ttl: the reconciler must see a Job finish before it is deleted.",
+    )
+    require_signed_commits: SignedCommits | None = Field(
+        default=None,
+        description="Refuse whole a config commit not signed by a key of allowedSigners, as "
+        "of the last good config (docs/reliability.md).",
     )
 
 

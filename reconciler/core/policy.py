@@ -57,6 +57,9 @@ GOVERNED: Mapping[str, tuple[str, ...]] = {
     "priority": ("maxOperationPriority",),
 }
 
+# Knobs of ``policy:`` that govern the config commit itself, not an operation's field.
+COMMIT_KNOBS = ("requireSignedCommits",)
+
 
 def governed_field(field: str) -> str | None:
     """The key of :data:`GOVERNED` that a violation's dotted ``field`` lies under."""

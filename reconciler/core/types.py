@@ -624,6 +624,9 @@ class OrgPolicy:
     max_operation_priority: int = 1000  # ceiling on an operation's priority
     max_replicas: int | None = None  # ceiling on run.replicas
     min_ttl: int = 3600  # floor on run.ttl in seconds (ttlSecondsAfterFinished)
+    # The allowed-signers file (a path in the repo) every new config commit must be signed
+    # by a key of, as of the last good config; None: commits need no signature.
+    allowed_signers: str | None = None
 
 
 @dataclass(frozen=True)

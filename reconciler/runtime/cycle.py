@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Protocol
 
@@ -72,6 +72,7 @@ from reconciler.core.types import (
     CompiledRepo,
     ConfigError,
     InternalError,
+    Location,
     Phase,
     RepoFile,
     RepoSnapshot,
@@ -157,6 +158,8 @@ class CycleResult:
 
 
 ConnectCluster = Callable[[ClusterSpec], Kube]
+# (last good commit or None, new commit, allowed-signers path) -> "" or why it is refused
+VerifyCommits = Callable[[str | None, str, str], str]
 
 
 @dataclass
@@ -223,6 +226,22 @@ def _listed_version(jobs: Informer, pytorchjobs: Informer) -> str | None:
         return versions[0]
 
 
+# A cluster that cannot be read is tried again after 1 s, then twice as long after each
+# failed attempt up to this; meanwhile it is listed unreachable with its last error, and
+# nothing about it is logged: one line per failed attempt (docs/reliability.md).
+CLUSTER_BACKOFF = (1.0, 30.0)
+
+
+@dataclass
+class _Down:
+    """A cluster that the last attempt could not read."""
+
+    error: str
+    since: datetime
+    attempts: int
+    retry_at: datetime
+
+
 def _stop_message(operation: str, message: str, gang: bool, version: str) -> str:
     """The message of the Event on a workload the reconciler deleted."""
     if gang:
@@ -257,10 +276,19 @@ class Reconciler:
         on_trigger: Callable[[Trigger], None] | None = None,
         leader_record: Callable[[], Memory | None] | None = None,
         blame: Callable[[str, str], list[BlameLine]] | None = None,
+        verify_commits: VerifyCommits | None = None,
     ) -> None:
         self._source = source
         # ``git blame`` of a file at a commit: who set an operation's ``stopped: true``
         self._blame = blame
+        # policy.requireSignedCommits: checks the commits from the last good config to a
+        # new one (None: the source is no Git repository, nothing to check)
+        self._verify_commits = verify_commits
+        # the last check: (good, tip, allowed-signers path) and its answer ("": signed)
+        self._checked: tuple[tuple[str | None, str, str], str] | None = None
+        # the config a previous process had in force, and how to read a commit: at a start,
+        # the last good config the signature check begins from (``trust``)
+        self._anchor: tuple[str, Callable[[str], RepoSnapshot]] | None = None
         # while not leading: the leader's record when it changed, joined before each cycle
         self._leader_record = leader_record
         # told of each watch event by which a run ends (the loop runs a cycle at once)
@@ -284,6 +312,7 @@ class Reconciler:
         # a fleet queue's cluster: its Nodes and all its live pods (capacity)
         self._capacity_informers: dict[str, tuple[Informer, Informer]] = {}
         self._namespaces: set[tuple[str, str]] = set()  # (cluster, namespace) known to exist
+        self._down: dict[str, _Down] = {}  # clusters not read, until their next attempt
         self._events = ThreadPoolExecutor(max_workers=2, thread_name_prefix="events")
         # the phase annotations, off the cycle's path: per workload uid, the state last
         # asked to be written, and the uids whose write is in progress
@@ -301,6 +330,29 @@ class Reconciler:
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
+    def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
+        """Start from ``commit``, the config a previous process had in force (the status
+        branch's ``applied``), read by ``read``: at the first load of a new tip, when it
+        asks for signed commits, it is the last good config, so
+        ``policy.requireSignedCommits`` checks every commit since it, and a refused or
+        invalid tip leaves it in force. Otherwise (unreadable, invalid, no such policy) it
+        is ignored, and the tip alone is checked under its own policy."""
+        self._anchor = (commit, read)
+
+    def _load_anchor(self, version: str) -> None:
+        anchor, self._anchor = self._anchor, None
+        if anchor is None or anchor[0] == version:
+            return
+        commit, read = anchor
+        try:  # through the cache: the tip then recompiles only what differs
+            compiled = compile_repo(read(commit), cache=self._compile_cache)
+        except Exception as exc:  # an adapter boundary (git), or a bug compiling it
+            log.warning("config %s recorded in force cannot be read: %s", commit[:12], exc)
+            return
+        # only a config that asks for signed commits is kept in force from the start
+        if compiled.valid and compiled.org.policy.allowed_signers is not None:
+            self._last_good = compiled
+
     def seed(self, memory: Memory) -> None:
         """Start from what a previous process recorded (the status branch)."""
         self.memory = self.memory.under(memory)
@@ -314,6 +366,13 @@ class Reconciler:
         except Exception as exc:  # an adapter boundary: git, filesystem
             log.warning("config sync failed: %s", exc)
             return self._last_good, (), str(exc) or type(exc).__name__, None
+        if self._last_good is None and self._anchor is not None:
+            self._load_anchor(snapshot.version)
+        if self._last_good is not None:  # the policy in force decides
+            refusal = self._unsigned(self._last_good, snapshot.version)
+            if refusal is not None:
+                log.error("refused config %s: %s", snapshot.version, refusal)
+                return self._last_good, (refusal,), "", snapshot.version
         compiled, files = self._compiled
         if compiled is None or compiled.version != snapshot.version or files != snapshot.files:
             try:
@@ -328,8 +387,37 @@ class Reconciler:
             for error in compiled.errors:
                 log.error("invalid config %s: %s", snapshot.version, error)
             return self._last_good, compiled.errors, "", snapshot.version
+        if self._last_good is None:  # a first start: the tip's own policy, on the tip alone
+            refusal = self._unsigned(compiled, snapshot.version, first=True)
+            if refusal is not None:
+                log.error("refused config %s: %s", snapshot.version, refusal)
+                return None, (refusal,), "", snapshot.version
         self._last_good = compiled
         return compiled, (), "", snapshot.version
+
+    def _unsigned(
+        self, good: CompiledRepo, version: str, *, first: bool = False
+    ) -> ConfigError | None:
+        """Why commit ``version`` is refused under ``policy.requireSignedCommits`` of
+        ``good`` (the last good config), or None: every commit since that config must be
+        signed by a key allowed before it (``verify_signatures``). With ``first`` (no config
+        in force yet), ``good`` is ``version``'s own and the commit alone is checked. The
+        answer is remembered: the same commits are not checked again each cycle (a tip
+        signed but invalid stays so until the next commit)."""
+        if self._verify_commits is None or (good.version == version and not first):
+            return None
+        signers = good.org.policy.allowed_signers
+        if signers is None:
+            return None
+        key = (None if first else good.version, version, signers)
+        if self._checked is not None and self._checked[0] == key:
+            reason = self._checked[1]
+        else:
+            reason = self._verify_commits(*key)
+            self._checked = (key, reason)
+        if not reason:
+            return None
+        return ConfigError(Location(signers), f"{reason} (policy.requireSignedCommits)")
 
     def _client(self, spec: ClusterSpec) -> Kube:
         kube = self._clients.get(spec.name)
@@ -407,15 +495,26 @@ class Reconciler:
                 for informer in self._capacity_informers.pop(name):
                     informer.stop()
         wanted = wanted_backends(compiled)
+        now = self._clock.now()
+        for name in list(self._down):
+            if name not in compiled.clusters:
+                del self._down[name]
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
+            down = self._down.get(name)
+            if down is not None and now < down.retry_at:
+                listing[name] = ClusterListing.unreachable(down.error)  # not tried: no line
+                continue
             version: str | None = None  # a fresh list: nothing can lag
             backends: frozenset[str] = frozenset()
             try:
                 kube = self._client(spec)
                 if name in wanted:  # asked only where an operation needs one
                     backends = kube.served_backends(wanted[name])
-                caches = self._informers_for(name, kube) if self._watch else ()
+                # a cluster that was down is probed with one list: its watches start
+                # once it answers (the next cycle), not to fail three times meanwhile
+                watch = self._watch and down is None
+                caches = self._informers_for(name, kube) if watch else ()
                 synced = bool(caches) and all(
                     c.wait_synced(self._sync_timeout) and c.healthy for c in caches
                 )
@@ -442,13 +541,32 @@ class Reconciler:
                 self._clients.pop(name, None)
                 self._stop_informers(name)
                 listing[name] = ClusterListing.unreachable(str(exc))
-                log.warning("cluster %s unreachable: %s", name, exc)
+                self._failed_attempt(name, str(exc), now)
                 continue
+            if down is not None:
+                del self._down[name]
+                log.info(
+                    "cluster %s reachable again after %d failed attempts (down %.0fs)",
+                    name,
+                    down.attempts,
+                    (now - down.since).total_seconds(),
+                )
             capacity = self._capacity(name, kube) if name in fleet else None
             listing[name] = ClusterListing(
                 states, version=version, capacity=capacity, backends=backends
             )
         return listing
+
+    def _failed_attempt(self, name: str, error: str, now: datetime) -> None:
+        """Record a failed read of cluster ``name`` and log it, once, with the delay until
+        the next attempt (doubled after each failure, up to ``CLUSTER_BACKOFF``)."""
+        first, cap = CLUSTER_BACKOFF
+        down = self._down.get(name)
+        attempts = 1 if down is None else down.attempts + 1
+        delay = min(cap, first * 2 ** (attempts - 1))
+        since = now if down is None else down.since
+        self._down[name] = _Down(error, since, attempts, now + timedelta(seconds=delay))
+        log.warning("cluster %s unreachable: %s (retrying in %.0fs)", name, error, delay)
 
     def _apply(self, compiled: CompiledRepo, actions: Actions, now: datetime) -> ChangeSet:
         """Carry out the creates and deletes, in plan order; the results as a ChangeSet."""

@@ -63,6 +63,7 @@ class Informer:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._synced = threading.Event()
+        self._tried = threading.Event()  # set by the first list, or by a failure
         self._thread: threading.Thread | None = None
         self.relists = 0
         self.error = ""
@@ -76,7 +77,10 @@ class Informer:
     # --- reading -----------------------------------------------------------------------
 
     def wait_synced(self, timeout: float) -> bool:
-        return self._synced.wait(timeout)
+        """Whether the cache has listed, waiting up to ``timeout`` for it; False at once
+        when a list or watch failed since (the caller lists afresh, and says why)."""
+        self._tried.wait(timeout)
+        return self._synced.is_set()
 
     @property
     def healthy(self) -> bool:
@@ -151,6 +155,7 @@ class Informer:
             self._forget_changes()
         relisted = self._synced.is_set()  # not the first list: a cycle is waiting for that
         self._synced.set()
+        self._tried.set()
         if relisted and self.on_trigger is not None:
             self.on_trigger(Trigger.RELISTED)
 
@@ -216,6 +221,7 @@ class Informer:
                     )
                 relisted = self._synced.is_set()
                 self._synced.set()
+                self._tried.set()
                 if relisted and held and self.on_trigger is not None:
                     self.on_trigger(Trigger.RELISTED)  # what it held is gone
                 self._retry.wait(self.absent_retry)
@@ -227,6 +233,10 @@ class Informer:
                     self._version = None
             except KubeError as exc:
                 self.error = str(exc)
-                log.warning("%s watch failed: %s (retrying in %.1fs)", self.kind, exc, backoff)
+                self._tried.set()
+                # Before the first list, the cycle waiting on this cache reports the cluster
+                # (one line per attempt, runtime/cycle.py): this would say it three times.
+                level = logging.WARNING if self._synced.is_set() else logging.DEBUG
+                log.log(level, "%s watch failed: %s (retrying in %.1fs)", self.kind, exc, backoff)
                 self._stop.wait(backoff)
                 backoff = min(backoff * 2, 10.0)

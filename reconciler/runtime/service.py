@@ -285,6 +285,7 @@ def make_runtime(
         create_workers=create_workers,
         leader_record=publisher.leader_record if publisher is not None else None,
         blame=config.blame if config is not None else None,
+        verify_commits=config.verify_signatures if config is not None else None,
     )
     runtime = Runtime(
         reconciler,
@@ -300,6 +301,9 @@ def make_runtime(
             for line in recorded.ledger.problems.warnings():  # budgets they hold wait
                 log.warning("%s", line.removeprefix("warning: "))
             reconciler.seed(recorded)
+            applied = publisher.applied()
+            if applied is not None and config is not None:
+                reconciler.trust(applied, config.snapshot)
         except GitSyncError as exc:
             log.warning("cannot read the status branch yet: %s", exc)
     if freeze_heap:

@@ -132,6 +132,13 @@ class StatusPublisher:
         with self._writing:
             return memory_from_status(read_status(self._current()))
 
+    def applied(self) -> str | None:
+        """The config commit a previous process had in force (``status/config.yaml``
+        ``applied``), or None: the anchor of the signature check at a start."""
+        with self._writing:
+            config = read_status(self._current()).config
+        return (config.applied or None) if config is not None else None
+
     def publish(self, result: CycleResult) -> str | None:
         """Commit the cycle's status if it differs from the branch; the new commit's SHA.
         In the background: hand it to the writer thread (None)."""

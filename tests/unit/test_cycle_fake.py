@@ -4,7 +4,7 @@ control plane in tests/cluster/test_reconciler.py."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -20,8 +20,11 @@ GPU = "nvidia.com/gpu"
 
 
 class FixedClock:
+    def __init__(self) -> None:
+        self.at = NOW
+
     def now(self) -> datetime:
-        return NOW
+        return self.at
 
 
 class Harness:
@@ -30,10 +33,11 @@ class Harness:
     def __init__(self, repo: CompiledRepo, *clusters: str, leading: bool = True) -> None:
         self.repo = repo
         self.clusters = {name: FakeCluster(name) for name in clusters or ("local",)}
+        self.clock = FixedClock()
         self.reconciler = Reconciler(
             lambda: RepoSnapshot(files={}, version=self.repo.version),
             self._connect,  # type: ignore[arg-type]
-            FixedClock(),
+            self.clock,
             is_leader=lambda: leading,
             watch=False,
         )
@@ -139,6 +143,7 @@ def test_an_unreachable_cluster_holds_only_its_own_queues_and_prunes_nothing() -
     }
     assert [(c.name, c.reachable) for c in result.clusters] == [("a", False), ("b", True)]
     h.clusters["a"].reachable = True
+    h.clock.at += timedelta(seconds=1)  # tried again after 1 s (CLUSTER_BACKOFF)
     back = h.cycle()
     assert back.stopped == ("p/a1",)  # pruned once the cluster can be read
     assert back.dispatched == ()  # p/a1 held gpu-a's one slot until it was stopped

@@ -656,6 +656,8 @@ def _pod_policy(policy: Policy | None) -> dict[str, Any]:
         "min_ttl": duration_seconds(policy.min_ttl),
         "max_replicas": policy.max_replicas,
     }
+    if policy.require_signed_commits is not None:
+        out["allowed_signers"] = policy.require_signed_commits.allowed_signers
     if policy.allowed_service_accounts is not None:
         out["allowed_service_accounts"] = frozenset(policy.allowed_service_accounts)
     if policy.allowed_image_pull_secrets is not None:
