@@ -23,6 +23,7 @@ from reconciler.core.submit import (
     apply_params,
     bump_generation,
     set_queue,
+    set_stopped,
 )
 
 TEMPLATE = Path(__file__).resolve().parents[1] / "config-repo-template"
@@ -315,6 +316,26 @@ def test_rerun_bumps_the_generation(served: tuple[str, Path], clone: Path) -> No
     assert code == 1 and err.startswith("error: vision/nope is not in ")
 
 
+def test_stop_sets_stopped_and_rerun_clears_it(served: tuple[str, Path], clone: Path) -> None:
+    _, bare = served
+    path = "main:projects/vision/operations/train-resnet.yaml"
+    code, _, err = _invoke("stop", "vision/train-resnet", "--repo", str(clone), "--push")
+    assert code == 0, err
+    assert yaml.safe_load(git(bare, "show", path))["stopped"] is True
+    assert git(bare, "log", "-1", "--format=%s", "main") == (
+        "stop vision/train-resnet: stopped: true"
+    )
+    # stopped twice: refused at the line, nothing committed
+    code, _, err = _invoke("stop", "vision/train-resnet", "--repo", str(clone), "--push")
+    assert code == 1 and "train-resnet.yaml:" in err and "it is stopped already" in err
+    assert git(bare, "log", "-1", "--format=%s", "main").startswith("stop ")
+    # rerun: stopped cleared and a new generation, as the docs say a stopped op runs again
+    code, _, err = _invoke("rerun", "vision/train-resnet", "--repo", str(clone), "--push")
+    assert code == 0, err
+    doc = yaml.safe_load(git(bare, "show", path))
+    assert "stopped" not in doc and doc["generation"] == 2
+
+
 # --- the pure edits -----------------------------------------------------------------------
 
 
@@ -328,6 +349,9 @@ def test_edits_keep_the_rest_of_the_file() -> None:
     assert yaml.safe_load(presets)["presets"] == ["a100", "data", "notebook"]
     bumped, generation = bump_generation(text, "f.yaml")
     assert generation == 2 and yaml.safe_load(bumped)["generation"] == 2
+    stopped = set_stopped(text, "f.yaml", True)
+    assert yaml.safe_load(stopped)["stopped"] is True
+    assert set_stopped(stopped, "f.yaml", False) == text
     again, generation = bump_generation(bumped, "f.yaml")
     assert generation == 3 and again.count("generation:") == 1
 

@@ -38,6 +38,7 @@ from reconciler.core.submit import (
     operation_name,
     parse_param,
     set_queue,
+    set_stopped,
 )
 from reconciler.core.types import CompiledRepo
 
@@ -475,7 +476,8 @@ def rerun(
     watch: bool,
     cache_dir: Path | None,
 ) -> None:
-    """Run PROJECT/OP again: bump its generation, validate, commit and push as submit does."""
+    """Run PROJECT/OP again: bump its generation (and clear stopped: true), validate,
+    commit and push as submit does."""
     how = _delivery(branch_name, push, config_branch)
 
     def body() -> None:
@@ -488,7 +490,8 @@ def rerun(
         rel = f"projects/{project}/operations/{name}.yaml"
         if not clone.tracked(rel):
             raise Refused([f"error: {operation} is not in {clone.path} (no {rel})"])
-        text, generation = bump_generation((clone.path / rel).read_text(encoding="utf-8"), rel)
+        text = set_stopped((clone.path / rel).read_text(encoding="utf-8"), rel, False)
+        text, generation = bump_generation(text, rel)
         message = f"rerun {operation}: generation {generation}"
         write_and_commit(
             clone, rel, text.encode(), message, how, operation, watch, generation, cache_dir
@@ -497,4 +500,49 @@ def rerun(
     _run(body)
 
 
-COMMANDS = (submit, rerun)
+@click.command("stop")
+@click.argument("operation", metavar="PROJECT/OP")
+@delivery_options
+def stop(
+    operation: str,
+    repo: str,
+    branch_name: str | None,
+    push: bool,
+    config_branch: str,
+    watch: bool,
+    cache_dir: Path | None,
+) -> None:
+    """Stop PROJECT/OP (a workflow: all its children): set stopped: true, validate,
+    commit and push as submit does. Its active run is deleted (StoppedInRepo) whatever
+    prune says; rerun runs it again."""
+    how = _delivery(branch_name, push, config_branch)
+
+    def body() -> None:
+        project, sep, name = operation.partition("/")
+        if not sep or not project or not name or "/" in name:
+            raise click.BadParameter(f"{operation!r}: expected PROJECT/OP", param_hint="OP")
+        clone = open_clone(repo, config_branch, cache_dir)
+        _dirty(clone)
+        _up_to_date(clone, config_branch)
+        rel = f"projects/{project}/operations/{name}.yaml"
+        if not clone.tracked(rel):
+            raise Refused([f"error: {operation} is not in {clone.path} (no {rel})"])
+        before = (clone.path / rel).read_text(encoding="utf-8")
+        text = set_stopped(before, rel, True)
+        message = f"stop {operation}: stopped: true"
+        write_and_commit(
+            clone,
+            rel,
+            text.encode(),
+            message,
+            how,
+            operation,
+            watch,
+            _generation(before),
+            cache_dir,
+        )
+
+    _run(body)
+
+
+COMMANDS = (submit, rerun, stop)

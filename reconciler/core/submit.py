@@ -174,3 +174,23 @@ def bump_generation(text: str, path: str) -> tuple[str, int]:
     if m is None:
         return _insert_after_name(text, f"generation: {new}"), new
     return text[: m.start("value")] + str(new) + text[m.end("value") :], new
+
+
+def set_stopped(text: str, path: str, stopped: bool) -> str:
+    """The file with ``stopped: true`` (or without ``stopped``, when ``stopped`` is False:
+    false is the default); an operation stopped twice, or run again while not stopped, is
+    refused at its line."""
+    doc = _document(text, path)
+    current = doc.get("stopped", False)
+    m = _top_key(text, "stopped")
+    if not isinstance(current, bool):
+        line, col = _position(text, m.start()) if m else (1, 1)
+        raise SubmitErrors([SubmitError(path, line, col, "stopped: expected true or false")])
+    if stopped:
+        if current:
+            line, col = _position(text, m.start()) if m else (1, 1)
+            raise SubmitErrors([SubmitError(path, line, col, "it is stopped already")])
+        if m is None:
+            return _insert_after_name(text, "stopped: true")
+        return text[: m.start("value")] + "true" + text[m.end("value") :]
+    return text if m is None else _drop_block(text, "stopped")
