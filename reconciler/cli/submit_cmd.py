@@ -464,6 +464,36 @@ def _generation(text: str) -> int:
     return int(m.group(1)) if m else 1
 
 
+def _edit_operation(
+    operation: str,
+    repo: str,
+    how: Delivery,
+    watch: bool,
+    cache_dir: Path | None,
+    edit: Callable[[str, str], tuple[str, int, str]],
+) -> None:
+    """Edit PROJECT/OP's file in the clone (``edit``: the text and its path to the new
+    text, the generation to watch and the commit message), then validate, commit and push
+    as submit does."""
+
+    def body() -> None:
+        project, sep, name = operation.partition("/")
+        if not sep or not project or not name or "/" in name:
+            raise click.BadParameter(f"{operation!r}: expected PROJECT/OP", param_hint="OP")
+        clone = open_clone(repo, how.config_branch, cache_dir)
+        _dirty(clone)
+        _up_to_date(clone, how.config_branch)
+        rel = f"projects/{project}/operations/{name}.yaml"
+        if not clone.tracked(rel):
+            raise Refused([f"error: {operation} is not in {clone.path} (no {rel})"])
+        text, generation, message = edit((clone.path / rel).read_text(encoding="utf-8"), rel)
+        write_and_commit(
+            clone, rel, text.encode(), message, how, operation, watch, generation, cache_dir
+        )
+
+    _run(body)
+
+
 @click.command("rerun")
 @click.argument("operation", metavar="PROJECT/OP")
 @delivery_options
@@ -478,26 +508,14 @@ def rerun(
 ) -> None:
     """Run PROJECT/OP again: bump its generation (and clear stopped: true), validate,
     commit and push as submit does."""
-    how = _delivery(branch_name, push, config_branch)
 
-    def body() -> None:
-        project, sep, name = operation.partition("/")
-        if not sep or not project or not name or "/" in name:
-            raise click.BadParameter(f"{operation!r}: expected PROJECT/OP", param_hint="OP")
-        clone = open_clone(repo, config_branch, cache_dir)
-        _dirty(clone)
-        _up_to_date(clone, config_branch)
-        rel = f"projects/{project}/operations/{name}.yaml"
-        if not clone.tracked(rel):
-            raise Refused([f"error: {operation} is not in {clone.path} (no {rel})"])
-        text = set_stopped((clone.path / rel).read_text(encoding="utf-8"), rel, False)
-        text, generation = bump_generation(text, rel)
-        message = f"rerun {operation}: generation {generation}"
-        write_and_commit(
-            clone, rel, text.encode(), message, how, operation, watch, generation, cache_dir
-        )
+    def edit(text: str, rel: str) -> tuple[str, int, str]:
+        text, generation = bump_generation(set_stopped(text, rel, False), rel)
+        return text, generation, f"rerun {operation}: generation {generation}"
 
-    _run(body)
+    _edit_operation(
+        operation, repo, _delivery(branch_name, push, config_branch), watch, cache_dir, edit
+    )
 
 
 @click.command("stop")
@@ -515,34 +533,14 @@ def stop(
     """Stop PROJECT/OP (a workflow: all its children): set stopped: true, validate,
     commit and push as submit does. Its active run is deleted (StoppedInRepo) whatever
     prune says; rerun runs it again."""
-    how = _delivery(branch_name, push, config_branch)
 
-    def body() -> None:
-        project, sep, name = operation.partition("/")
-        if not sep or not project or not name or "/" in name:
-            raise click.BadParameter(f"{operation!r}: expected PROJECT/OP", param_hint="OP")
-        clone = open_clone(repo, config_branch, cache_dir)
-        _dirty(clone)
-        _up_to_date(clone, config_branch)
-        rel = f"projects/{project}/operations/{name}.yaml"
-        if not clone.tracked(rel):
-            raise Refused([f"error: {operation} is not in {clone.path} (no {rel})"])
-        before = (clone.path / rel).read_text(encoding="utf-8")
-        text = set_stopped(before, rel, True)
-        message = f"stop {operation}: stopped: true"
-        write_and_commit(
-            clone,
-            rel,
-            text.encode(),
-            message,
-            how,
-            operation,
-            watch,
-            _generation(before),
-            cache_dir,
-        )
+    def edit(text: str, rel: str) -> tuple[str, int, str]:
+        stopped = set_stopped(text, rel, True)
+        return stopped, _generation(text), f"stop {operation}: stopped: true"
 
-    _run(body)
+    _edit_operation(
+        operation, repo, _delivery(branch_name, push, config_branch), watch, cache_dir, edit
+    )
 
 
 COMMANDS = (submit, rerun, stop)

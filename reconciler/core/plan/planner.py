@@ -793,34 +793,23 @@ def prune(
     holds them), then those removed from the repo while active, unless the org does not
     prune or the mass-deletion guard holds; never in a cluster that could not be read (they
     are stopped once it can be)."""
-    explicit = tuple(
-        s
-        for s in (
+
+    def stops_of(runs: Sequence[ObservedOperation], reason: StopReason) -> tuple[Stop, ...]:
+        out = (
             Stop(
                 o.operation,
-                StopReason.STOPPED_IN_REPO,
+                reason,
                 o.queue,
                 o.cluster or (qstate[o.queue].spec.cluster if o.queue in qstate else None),
             )
-            for o in stopped
+            for o in runs
         )
-        if s.cluster not in unreachable
-    )
+        return tuple(s for s in out if s.cluster not in unreachable)
+
+    explicit = stops_of(stopped, StopReason.STOPPED_IN_REPO)
     stops: tuple[Stop, ...] = ()
     refusal: PruneRefusal | None = None
-    candidates = tuple(
-        s
-        for s in (
-            Stop(
-                o.operation,
-                StopReason.REMOVED_FROM_REPO,
-                o.queue,
-                o.cluster or (qstate[o.queue].spec.cluster if o.queue in qstate else None),
-            )
-            for o in removed
-        )
-        if s.cluster not in unreachable
-    )
+    candidates = stops_of(removed, StopReason.REMOVED_FROM_REPO)
     if org.prune and candidates:
         if not org.allow_mass_prune and len(candidates) > org.max_prune_fraction * active_total:
             refusal = PruneRefusal(
