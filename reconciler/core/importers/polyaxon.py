@@ -152,7 +152,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     ),
     "environment": (*_ENV_COPY, *_ENV_NO),
     "container": ("name", *_CONTAINER_COPY, "env"),
-    "matrix": ("kind", "concurrency", "params", "numRuns", "values", "earlyStopping"),
+    "matrix": ("kind", "concurrency", "params", "numRuns", "values", "seed", "earlyStopping"),
 }
 
 
@@ -323,6 +323,14 @@ class _Importer:
                 self.note(at, f"{key}: not a preset field this importer knows; not converted")
         if run:
             body["run"] = run
+        if name in self.target.presets:
+            self.note(
+                root.at("name") if "name" in data else root,
+                f"preset {name!r}: the repo has presets/{name}.yaml: written as project "
+                f"{self.project}'s preset (projects/{self.project}/presets/{name}.yaml), "
+                "which shadows it for this project's operations only",
+                key=False,
+            )
         self.presets[name] = (root.doc.path, body)
 
     # --- operations ----------------------------------------------------------------------
@@ -351,8 +359,11 @@ class _Importer:
             matrix_out, dag_children, hold = self.matrix(root.at("matrix"))
             if hold:
                 held.append("matrix")
-            if matrix_out is not None:
-                scope.params = frozenset(matrix_out["params"])
+            if matrix_out is not None:  # the names its children's params take
+                if "values" in matrix_out:
+                    scope.params = frozenset(k for v in matrix_out["values"] for k in v)
+                else:
+                    scope.params = frozenset(matrix_out["params"])
             elif dag_children is not None:
                 scope.params = frozenset(dag_children[0]["params"]) if dag_children else frozenset()
         # Fields of the operation (and of its component, the same list).
@@ -898,16 +909,10 @@ class _Importer:
                 self.note(at.at(key), f"matrix.{key}: no equivalent; not converted")
         if "earlyStopping" in data:
             self.note(at.at("earlyStopping"), f"earlyStopping: {NO_EQUIVALENT['earlyStopping']}")
-        if kind in ("mapping", "random"):
-            self.note(
-                at.at("kind"),
-                f"matrix kind {kind!r} is not supported yet (it lands "
-                "with the lifecycle issue): the operation is written without its "
-                "matrix and held (isApproved: false); write one operation per "
-                "combination, or wait for it",
-                key=False,
-            )
-            return None, None, True
+        if kind == "mapping":
+            return self.mapping_matrix(at, data)
+        if kind == "random":
+            return self.random_matrix(at, data)
         if kind != "grid":
             what = "adaptive" if kind in _MATRIX_UNSUPPORTED else "unknown"
             self.note(
@@ -950,6 +955,88 @@ class _Importer:
         out: dict[str, Any] = {"kind": "grid"}
         if isinstance(concurrency, int):
             out["concurrency"] = concurrency
+        out["params"] = params
+        return out, None, False
+
+    def mapping_matrix(
+        self, at: _At, data: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None, bool]:
+        """``kind: mapping``: its ``values`` (a list of parameter maps) as they are."""
+        values = data.get("values")
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, dict) and v for v in values)
+        ):
+            self.note(
+                at.at("values") if "values" in data else at,
+                "matrix mapping: values is a non-empty list of parameter maps; the "
+                "operation is written held (isApproved: false) without its matrix",
+                key=False,
+            )
+            return None, None, True
+        if len(values) > MAX_GRID:
+            self.note(
+                at.at("values"),
+                f"matrix: {len(values)} maps, above the limit of {MAX_GRID} children; "
+                "written held (isApproved: false) without its matrix",
+                key=False,
+            )
+            return None, None, True
+        out: dict[str, Any] = {"kind": "mapping"}
+        if isinstance(data.get("concurrency"), int):
+            out["concurrency"] = data["concurrency"]
+        out["values"] = [dict(v) for v in values]
+        return out, None, False
+
+    def random_matrix(
+        self, at: _At, data: dict[str, Any]
+    ) -> tuple[dict[str, Any] | None, list[dict[str, Any]] | None, bool]:
+        """``kind: random``: ``numRuns``, ``seed`` and each parameter's distribution, as
+        Polyaxon writes them (the kinds this repo draws from: choice, range, uniform,
+        loguniform, normal). Without a seed the children would differ from run to run
+        here, so the operation is held until one is set."""
+        held = False
+        seed = data.get("seed")
+        if not isinstance(seed, int) or isinstance(seed, bool) or seed < 0:
+            self.note(
+                at,
+                "matrix random: no seed (Polyaxon draws anew each time; here the same seed "
+                "gives the same children on every machine): set `seed`; the operation is "
+                "written held (isApproved: false) without its matrix",
+                key=False,
+            )
+            held = True
+        num_runs = data.get("numRuns")
+        if not isinstance(num_runs, int) or not 0 < num_runs <= MAX_GRID:
+            self.note(
+                at.at("numRuns") if "numRuns" in data else at,
+                f"matrix random: numRuns must be 1 to {MAX_GRID}; the operation is written "
+                "held (isApproved: false) without its matrix",
+                key=False,
+            )
+            held = True
+        params: dict[str, Any] = {}
+        for name, spec in self.mapping(at.at("params")).items():
+            kind = spec.get("kind") if isinstance(spec, dict) else None
+            if kind not in ("choice", "range", "uniform", "loguniform", "normal"):
+                self.note(
+                    at.at("params", name),
+                    f"matrix param {name}: distribution {kind!r} has no equivalent (choice, "
+                    "range, uniform, loguniform, normal do); the operation is written held "
+                    "without its matrix",
+                    key=False,
+                )
+                held = True
+                continue
+            params[name] = {"kind": kind, "value": spec.get("value")}
+        if held or not params:
+            return None, None, True
+        out: dict[str, Any] = {"kind": "random"}
+        if isinstance(data.get("concurrency"), int):
+            out["concurrency"] = data["concurrency"]
+        out["numRuns"] = num_runs
+        out["seed"] = seed
         out["params"] = params
         return out, None, False
 
@@ -1140,15 +1227,17 @@ class _Importer:
             ]
             out.append((f"projects/{project}/project.yaml", render(header, body)))
         for name, (source, body) in self.presets.items():
-            out.append(
-                (
-                    f"presets/{name}.yaml",
-                    render(
-                        [f"Imported from Polyaxon preset {source} (reconciler import polyaxon)."],
-                        body,
-                    ),
+            header = [f"Imported from Polyaxon preset {source} (reconciler import polyaxon)."]
+            where = f"presets/{name}.yaml"
+            if name in self.target.presets:
+                # the repo has an org preset of that name: the imported one is the
+                # project's, which shadows it for the project's operations only
+                where = f"projects/{project}/presets/{name}.yaml"
+                header.append(
+                    f"The repo has an org preset {name!r}: this one is project {project}'s, "
+                    "and shadows it for this project's operations."
                 )
-            )
+            out.append((where, render(header, body)))
         taken: set[str] = set()
         for op in self.ops:
             name = self._unique(op.name, taken)
