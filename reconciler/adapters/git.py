@@ -763,6 +763,97 @@ class StatusBranch:
             f"{self.max_attempts} attempts: {last}"
         )
 
+    def retain(self, retention: Retention, now: float | None = None) -> Retained:
+        """Bound the branch's history: the commits older than ``retention`` allows are
+        squashed into one root commit holding the tree of the newest of them, and the kept
+        commits are replayed on it (same trees, messages, authors and dates), so the tip's
+        tree is unchanged. Pushed with a lease on this one ref: when the remote moved
+        meanwhile (another replica wrote), nothing is pushed and ``lost_lease`` says so,
+        for a later pass. Refused (``RetentionRefused``) when any commit on the branch was
+        not committed by the reconciler's identity, or the history is not linear."""
+        if self.source_ref != self.branch:
+            raise GitSyncError(f"status read from {self.source_ref} is read-only")
+        if not retention:
+            return Retained()
+        tip = self.fetch()
+        if tip is None:
+            return Retained()
+        commits = []  # newest first: (sha, committer time)
+        for line in _run(self._git, ["log", f"--format={_COMMIT_LOG}", tip]).splitlines():
+            if not line:
+                continue
+            sha, parents, name, email, when = line.split("\0")
+            if (name, email) != (self.author.name, self.author.email):
+                raise RetentionRefused(
+                    f"status retention refused: commit {sha[:12]} on {self.branch} was "
+                    f"committed by {name} <{email}>, not {self.author.name} "
+                    f"<{self.author.email}>: only the reconciler's own history is rewritten"
+                )
+            if len(parents.split()) > 1:
+                raise RetentionRefused(
+                    f"status retention refused: commit {sha[:12]} on {self.branch} is a "
+                    "merge: only a linear history of the reconciler's commits is rewritten"
+                )
+            commits.append((sha, int(when)))
+        keep = len(commits)
+        if retention.max_commits is not None:
+            keep = min(keep, max(retention.max_commits - 1, 0))
+        if retention.keep_days is not None:
+            cutoff = (time.time() if now is None else now) - retention.keep_days * 86400
+            recent = 0
+            while recent < len(commits) and commits[recent][1] >= cutoff:
+                recent += 1
+            keep = min(keep, recent)
+        squashed = commits[keep:]
+        if len(squashed) <= 1:
+            return Retained()  # at most a root commit is older: nothing to squash
+        newest_old = squashed[0][0]
+        env, _ = _commit_env(self._raw(newest_old))
+        message = (
+            f"status history squashed: {len(squashed)} commits up to "
+            f"{newest_old[:12]} ({self.branch} retention)\n"
+        )
+        base = _run(
+            self._git,
+            ["commit-tree", f"{newest_old}^{{tree}}", "-F", "-"],
+            stdin=message.encode(),
+            env=env,
+        ).strip()
+        for sha, _ in reversed(commits[:keep]):
+            env, body = _commit_env(self._raw(sha))
+            base = _run(
+                self._git,
+                ["commit-tree", f"{sha}^{{tree}}", "-p", base, "-F", "-"],
+                stdin=body,
+                env=env,
+            ).strip()
+        if not self._lease_push(base, tip):
+            return Retained(lost_lease=True)
+        _run(self._git, ["update-ref", self.tracking, base])
+        self.last_tip = base
+        return Retained(squashed=len(squashed), kept=keep, tip=base)
+
+    def _raw(self, sha: str) -> bytes:
+        out: bytes = self._git.git.execute(
+            ["git", "cat-file", "commit", sha], env=_ENV, stdout_as_string=False
+        )
+        return out
+
+    def _lease_push(self, commit: str, expected: str) -> bool:
+        """Replace the branch with ``commit`` only if the remote tip is still ``expected``;
+        False when it moved. Any other failure raises GitSyncError."""
+        ref = f"refs/heads/{self.branch}"
+        try:
+            push = ["-c", "pack.window=0", "push", "--porcelain", "--quiet"]
+            lease = f"--force-with-lease={ref}:{expected}"
+            _run(self._git, [*push, lease, self.remote, f"{commit}:{ref}"])
+        except git.GitCommandError as err:
+            text = str(err)
+            if "stale info" in text or _LOST_RACE.search(text):
+                return False
+            raise GitSyncError(f"cannot push to {redact(self.remote)}: {_reason(err)}") from None
+        return True
+
     def _store(self, blobs: Mapping[str, bytes]) -> dict[str, str]:
         """Write the blobs; the SHA of each, by path. Many blobs go in one pack built here
         and indexed by ``git index-pack`` (no delta search: status files are small), a few
@@ -855,6 +946,56 @@ class StatusBranch:
                 return "rejected as non-fast-forward (someone pushed first)"
             raise GitSyncError(f"cannot push to {redact(self.remote)}: {_reason(err)}") from None
         return None
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much of the status branch's history to keep: the commits of the last
+    ``keep_days`` days and at most ``max_commits`` commits (either may be None); the
+    older ones are squashed into one root commit."""
+
+    keep_days: float | None = None
+    max_commits: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.keep_days is not None or self.max_commits is not None
+
+
+@dataclass(frozen=True)
+class Retained:
+    """What one retention pass did: ``squashed`` commits made one (0: nothing to do),
+    ``kept`` replayed on it, ``tip`` the new tip; ``lost_lease`` when the remote moved
+    during the pass (nothing was pushed: try again later)."""
+
+    squashed: int = 0
+    kept: int = 0
+    tip: str | None = None
+    lost_lease: bool = False
+
+
+class RetentionRefused(GitSyncError):
+    """The status branch holds a commit the reconciler did not make: it is not rewritten."""
+
+
+_COMMIT_LOG = "%H%x00%P%x00%cn%x00%ce%x00%ct"
+
+
+def _commit_env(raw: bytes) -> tuple[dict[str, str], bytes]:
+    """The author, committer and their dates of a raw commit object (the environment
+    ``commit-tree`` takes), and its message."""
+    head, _, message = raw.partition(b"\n\n")
+    env: dict[str, str] = {}
+    for line in head.split(b"\n"):
+        key, _, value = line.decode("utf-8", "replace").partition(" ")
+        if key not in ("author", "committer"):
+            continue
+        who, _, when = value.rpartition("> ")
+        name, _, email = who.partition(" <")
+        role = key.upper()
+        env[f"GIT_{role}_NAME"] = name
+        env[f"GIT_{role}_EMAIL"] = email
+        env[f"GIT_{role}_DATE"] = when  # Git's own format: "<seconds> <+hhmm>"
+    return env, message
 
 
 # --- a change, committed from a working clone (submit, rerun) ---------------------------

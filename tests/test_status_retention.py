@@ -1,0 +1,187 @@
+"""Status branch retention and ``status.repo`` against Git remotes served by ``git daemon``
+on 127.0.0.1: the history stays bounded, the tip's tree never changes, a follower keeps
+reading, a concurrent writer is never lost and a human commit stops the rewrite."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from reconciler.adapters.git import (
+    ConfigRepo,
+    Retention,
+    RetentionRefused,
+    StatusBranch,
+)
+from tests.git_daemon import git_daemon
+
+BRANCH = "reconciler/status"
+
+
+def git(cwd: Path, *args: str) -> str:
+    env = {
+        "GIT_AUTHOR_NAME": "human",
+        "GIT_AUTHOR_EMAIL": "human@example.com",
+        "GIT_COMMITTER_NAME": "human",
+        "GIT_COMMITTER_EMAIL": "human@example.com",
+        "HOME": str(cwd),
+        "PATH": "/usr/bin:/bin:/usr/local/bin",
+    }
+    out = subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True)
+    return out.stdout.decode().strip()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[tuple[Path, str]]:
+    """A config repo (one commit on main) and an empty status repo, both bare, served by
+    ``git daemon``; yields the served root and its URL."""
+    root = tmp_path / "served"
+    root.mkdir()
+    git(root, "init", "-q", "--bare", "-b", "main", "config.git")
+    git(root, "init", "-q", "--bare", "-b", "main", "status.git")
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(root / "config.git"), str(work))
+    (work / "reconciler.yaml").write_text("kind: Org\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "one")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    with git_daemon(root) as url:
+        yield root, url
+
+
+def writer(url: str, cache: Path) -> StatusBranch:
+    """The reconciler's status branch: config from ``config.git``, status pushed to
+    ``status.git`` (``status.repo``)."""
+    config = ConfigRepo(f"{url}/config.git", cache_dir=cache)
+    return StatusBranch(config, remote=f"{url}/status.git", branch=BRANCH)
+
+
+def status_file(i: int) -> bytes:
+    return f"operation: team-a/op-{i}\nphase: Queued\n".encode()
+
+
+def log(bare: Path) -> list[str]:
+    return git(bare, "log", "--format=%H", BRANCH).split()
+
+
+def tip_tree(bare: Path) -> str:
+    return git(bare, "rev-parse", f"{BRANCH}^{{tree}}")
+
+
+def test_retention_bounds_the_history_and_keeps_the_tip_tree(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    status = writer(url, tmp_path / "cache")
+    for cycle in range(12):
+        status.write({f"status/team-a/op-{cycle}.yaml": status_file(cycle)}, f"cycle {cycle}")
+        before = tip_tree(root / "status.git")
+        kept_messages = git(root / "status.git", "log", "-3", "--format=%B", BRANCH)
+        done = status.retain(Retention(max_commits=4))
+        assert len(log(root / "status.git")) <= 4
+        assert tip_tree(root / "status.git") == before  # byte-identical tree at the tip
+        if done.squashed:
+            # the kept commits are replayed with their messages
+            assert git(root / "status.git", "log", "-3", "--format=%B", BRANCH) == kept_messages
+    assert len(log(root / "status.git")) == 4
+    root_commit = log(root / "status.git")[-1]
+    assert "squashed" in git(root / "status.git", "log", "-1", "--format=%s", root_commit)
+    # every commit is still the reconciler's own, so a later pass may run again
+    committers = set(git(root / "status.git", "log", "--format=%cn <%ce>", BRANCH).split("\n"))
+    assert committers == {"dispatch-reconciler <reconciler@dispatch.invalid>"}
+    # status.repo: the config repo never got a status branch
+    assert git(root / "config.git", "branch", "--list", BRANCH) == ""
+    # the files read back are all twelve
+    assert sorted(status.read()) == sorted(f"status/team-a/op-{i}.yaml" for i in range(12))
+
+
+def test_keep_days_squashes_what_is_older(served: tuple[Path, str], tmp_path: Path) -> None:
+    root, url = served
+    status = writer(url, tmp_path / "cache")
+    for cycle in range(5):
+        status.write({f"status/team-a/op-{cycle}.yaml": status_file(cycle)}, f"cycle {cycle}")
+    before = tip_tree(root / "status.git")
+    assert not status.retain(Retention(keep_days=7)).squashed  # all are recent
+    assert len(log(root / "status.git")) == 5
+    done = status.retain(Retention(keep_days=7), now=time.time() + 8 * 86400)
+    assert (done.squashed, done.kept) == (5, 0)
+    assert len(log(root / "status.git")) == 1
+    assert tip_tree(root / "status.git") == before
+    # once squashed, the next pass has nothing to do
+    assert not status.retain(Retention(keep_days=7), now=time.time() + 8 * 86400).squashed
+
+
+def test_a_follower_keeps_reading_across_a_rewrite(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    status = writer(url, tmp_path / "leader")
+    follower = writer(url, tmp_path / "follower")
+    for cycle in range(6):
+        status.write({f"status/team-a/op-{cycle}.yaml": status_file(cycle)}, f"cycle {cycle}")
+    old = follower.fetch()
+    assert old is not None
+    known = follower.files_at(old)
+    assert status.retain(Retention(max_commits=2)).squashed == 5
+    status.write({"status/team-a/op-0.yaml": None}, "removed")
+    new = follower.fetch()
+    assert new is not None and new != old
+    assert follower.files_at(new, since=(old, known)) == follower.files_at(new)
+    assert "status/team-a/op-0.yaml" not in follower.files_at(new)
+
+
+def test_a_concurrent_push_during_retention_is_not_lost(
+    served: tuple[Path, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root, url = served
+    status = writer(url, tmp_path / "leader")
+    replica = writer(url, tmp_path / "replica")
+    for cycle in range(6):
+        status.write({f"status/team-a/op-{cycle}.yaml": status_file(cycle)}, f"cycle {cycle}")
+    lease_push = StatusBranch._lease_push
+
+    def racing(self: StatusBranch, commit: str, expected: str) -> bool:
+        # another replica pushes between the fetch and the rewrite's push
+        replica.write({"status/team-a/late.yaml": status_file(99)}, "the other replica")
+        return lease_push(self, commit, expected)
+
+    monkeypatch.setattr(StatusBranch, "_lease_push", racing)
+    done = status.retain(Retention(max_commits=2))
+    assert done.lost_lease and not done.squashed
+    assert len(log(root / "status.git")) == 7  # nothing rewritten, the late commit on top
+    assert git(root / "status.git", "log", "-1", "--format=%s", BRANCH) == "the other replica"
+    monkeypatch.setattr(StatusBranch, "_lease_push", lease_push)
+    before = tip_tree(root / "status.git")
+    assert status.retain(Retention(max_commits=2)).squashed == 6
+    assert tip_tree(root / "status.git") == before
+    assert "status/team-a/late.yaml" in status.read()
+    # a writer that built on the old tip rebuilds on the rewritten one: nothing lost
+    replica.write({"status/team-a/later.yaml": status_file(100)}, "after the rewrite")
+    files = status.read()
+    assert {"status/team-a/late.yaml", "status/team-a/later.yaml"} <= set(files)
+    assert len(log(root / "status.git")) == 3
+
+
+def test_a_human_commit_stops_retention(served: tuple[Path, str], tmp_path: Path) -> None:
+    root, url = served
+    status = writer(url, tmp_path / "cache")
+    for cycle in range(4):
+        status.write({f"status/team-a/op-{cycle}.yaml": status_file(cycle)}, f"cycle {cycle}")
+    human = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "-b", BRANCH, f"{url}/status.git", str(human))
+    (human / "NOTES.md").write_text("a human's note\n")
+    git(human, "add", "-A")
+    git(human, "commit", "-qm", "a note")
+    git(human, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    status.write({"status/team-a/op-9.yaml": status_file(9)}, "cycle 9")
+    before = log(root / "status.git")
+    with pytest.raises(RetentionRefused) as err:
+        status.retain(Retention(max_commits=2))
+    message = str(err.value)
+    assert "\n" not in message
+    assert "committed by human <human@example.com>" in message
+    assert log(root / "status.git") == before  # nothing rewritten
