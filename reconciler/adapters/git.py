@@ -644,7 +644,8 @@ class StatusBranch:
     ) -> None:
         if isinstance(repo, ConfigRepo):
             self._git = repo.open()
-            self.remote = remote or repo.source
+            # ``status.repo``: another repo (a URL or a path) than the config repo's
+            self.remote = _normal_source(remote) if remote else repo.source
         else:
             self._git = _open_bare(Path(repo))
             self.remote = remote or "origin"

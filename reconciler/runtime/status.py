@@ -21,7 +21,13 @@ process to say on its way out.
 A process that does not lead (``serve``, a standby replica) follows the leader's record:
 ``leader_record`` reads the branch again when its tip has moved, and the cycle joins it into
 its memory (``Memory.following``), so it shows what the leader recorded of a run it did not
-see end, and starts from it if it takes the Lease."""
+see end, and starts from it if it takes the Lease.
+
+With ``retention``, the writer bounds the branch's history after a commit, at most every
+``retention_interval`` seconds (``StatusBranch.retain``: what is older is squashed into one
+root commit, pushed with a lease). A lost lease (another replica wrote meanwhile) is tried
+again after the next commit; a branch that holds a commit the reconciler did not make is
+never rewritten, said once in one line, and retention stops until the process restarts."""
 
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from reconciler.adapters.git import GitSyncError, StatusBranch
+from reconciler.adapters.git import GitSyncError, Retention, RetentionRefused, StatusBranch
 from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.report import encode
@@ -46,6 +52,8 @@ from reconciler.runtime.faults import FaultPoints
 
 log = logging.getLogger("reconciler.status")
 
+RETENTION_INTERVAL = 600.0  # seconds between two retention passes of one writer
+
 LOST_LEASE = "this replica no longer holds the Lease: the leader writes the status"
 
 
@@ -59,6 +67,8 @@ class StatusPublisher:
         background: bool = False,
         is_leader: Callable[[], bool] | None = None,
         follow_interval: float = 0.0,
+        retention: Retention | None = None,
+        retention_interval: float = RETENTION_INTERVAL,
     ) -> None:
         self.branch = branch
         self.min_interval = min_interval
@@ -70,6 +80,10 @@ class StatusPublisher:
         self.commits = 0
         self.put_off = 0  # cycles whose status was left to a later one
         self.last_error = ""
+        self.retention = retention if retention else None
+        self.retention_interval = retention_interval
+        self._retained_at: float | None = None  # the last retention pass (None: none yet)
+        self.squashed = 0  # commits squashed by retention, all passes
         self._memos = StatusMemos()  # what spares rendering an unchanged record again
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
@@ -267,7 +281,35 @@ class StatusPublisher:
         self.unwritten = ""
         if sha:
             self.commits += 1
+            self._retain(now)
         return sha
+
+    def _retain(self, now: float) -> None:
+        """One retention pass after a commit, at most every ``retention_interval``."""
+        if self.retention is None:
+            return
+        if self._retained_at is not None and now - self._retained_at < self.retention_interval:
+            return
+        try:
+            done = self.branch.retain(self.retention)
+        except RetentionRefused as exc:
+            log.error("%s; status retention is off until a restart", exc)
+            self.retention = None
+            return
+        except GitSyncError as exc:
+            log.warning("status retention failed, tried again after the next commit: %s", exc)
+            return
+        if done.lost_lease:
+            log.info("status retention: the branch moved meanwhile (another writer); tried again")
+            return
+        self._retained_at = now
+        if done.squashed:
+            self.squashed += done.squashed
+            log.info(
+                "status retention: squashed %d commits into one, kept %d",
+                done.squashed,
+                done.kept,
+            )
 
 
 def render_cycle_status(
