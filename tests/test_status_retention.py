@@ -4,12 +4,18 @@ reading, a concurrent writer is never lost and a human commit stops the rewrite.
 
 from __future__ import annotations
 
+import logging
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
+from conftest import TEMPLATE
+from git_daemon import git_daemon
+from test_status_writer import _results
 
 from reconciler.adapters.git import (
     ConfigRepo,
@@ -17,7 +23,9 @@ from reconciler.adapters.git import (
     RetentionRefused,
     StatusBranch,
 )
-from tests.git_daemon import git_daemon
+from reconciler.cli.main import cli
+from reconciler.cli.plan_cmd import status_on_branch
+from reconciler.runtime.status import StatusPublisher
 
 BRANCH = "reconciler/status"
 
@@ -118,7 +126,7 @@ def test_keep_days_squashes_what_is_older(served: tuple[Path, str], tmp_path: Pa
 def test_a_follower_keeps_reading_across_a_rewrite(
     served: tuple[Path, str], tmp_path: Path
 ) -> None:
-    root, url = served
+    _root, url = served
     status = writer(url, tmp_path / "leader")
     follower = writer(url, tmp_path / "follower")
     for cycle in range(6):
@@ -185,3 +193,90 @@ def test_a_human_commit_stops_retention(served: tuple[Path, str], tmp_path: Path
     assert "\n" not in message
     assert "committed by human <human@example.com>" in message
     assert log(root / "status.git") == before  # nothing rewritten
+
+
+# --- the writer's passes, the readers of a status repo, the shallow fetch -----------------
+
+
+def served_template(root: Path, tmp_path: Path) -> None:
+    """The example config repo on ``config.git``'s main."""
+    work = tmp_path / "template"
+    shutil.copytree(TEMPLATE, work)
+    git(work, "init", "-q", "-b", "main")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "template")
+    git(work, "push", "-q", "--force", str(root / "config.git"), "HEAD:main")
+
+
+def test_the_writer_bounds_the_history_over_cycles_and_a_follower_keeps_reading(
+    served: tuple[Path, str], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root, url = served
+    results = _results(8)
+    leader = StatusPublisher(
+        writer(url, tmp_path / "leader"), retention=Retention(max_commits=3), retention_interval=0
+    )
+    follower = StatusPublisher(writer(url, tmp_path / "follower"))
+    reader = writer(url, tmp_path / "reader")
+    for result in results[:5]:
+        assert leader.publish(result) is not None
+        assert len(log(root / "status.git")) <= 3
+        assert reader.read() == leader._current()  # the tip holds what was written
+        record = follower.leader_record()  # a follower reads on across each rewrite
+        assert record is not None
+        assert follower._current() == leader._current()
+    assert leader.squashed > 0
+    # a human's commit on the branch: retention stops, said in one line; writes go on
+    human = tmp_path / "human"
+    git(tmp_path, "clone", "-q", "-b", BRANCH, f"{url}/status.git", str(human))
+    (human / "NOTES.md").write_text("a human's note\n")
+    git(human, "add", "-A")
+    git(human, "commit", "-qm", "a note")
+    git(human, "push", "-q", "origin", f"HEAD:{BRANCH}")
+    caplog.set_level(logging.INFO, logger="reconciler.status")
+    for result in results[5:]:
+        assert leader.publish(result) is not None
+    refusals = [r.getMessage() for r in caplog.records if "retention refused" in r.getMessage()]
+    assert len(refusals) == 1 and "\n" not in refusals[0]
+    assert leader.retention is None
+    assert len(log(root / "status.git")) == 3 + 1 + 3  # nothing rewritten since
+    assert "NOTES.md" in git(root / "status.git", "ls-tree", "--name-only", BRANCH)
+
+
+def test_the_readers_use_the_status_repo_and_pr_ci_fetches_one_commit(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    served_template(root, tmp_path)
+    config, status_repo = f"{url}/config.git", f"{url}/status.git"
+    cache = tmp_path / "cache"
+    publisher = StatusPublisher(writer(url, tmp_path / "leader"))
+    for result in _results(3):
+        publisher.publish(result)
+    runner = CliRunner()
+    found = runner.invoke(
+        cli,
+        ["status", "--repo", config, "--status-repo", status_repo, "--cache-dir", str(cache)],
+    )
+    assert found.exit_code == 0, found.output
+    assert "vision/" in found.output
+    for command in (["queues"], ["usage"]):
+        shown = runner.invoke(
+            cli,
+            [*command, "--repo", config, "--cache-dir", str(cache)],
+            env={"RECONCILER_STATUS_REPO": status_repo},
+        )
+        assert shown.exit_code == 0, shown.output
+    missing = runner.invoke(cli, ["status", "--repo", config, "--cache-dir", str(cache)])
+    assert missing.exit_code == 1
+    assert f"branch {BRANCH} does not exist in {config}" in missing.output
+    # PR-plan CI: a clone of the config repo and a shallow fetch of the status tip
+    clone = tmp_path / "pr"
+    git(tmp_path, "clone", "-q", "--depth=1", config, str(clone))
+    git(clone, "fetch", "-q", "--depth=1", status_repo, f"{BRANCH}:refs/remotes/origin/{BRANCH}")
+    assert git(clone, "rev-list", "--count", f"refs/remotes/origin/{BRANCH}") == "1"
+    view = status_on_branch(clone)
+    assert view is not None and view.operations
+    assert status_on_branch(clone, status_repo) is not None  # plan --status-repo, fetched
+    planned = runner.invoke(cli, ["plan", "--repo", str(clone), "--status-repo", status_repo])
+    assert planned.exit_code == 0, planned.output

@@ -117,11 +117,18 @@ def _run(
 
 
 def _fetch(
-    repo: git.Repo, remote: str, branch: str, tracking: str, timeout: float | None
+    repo: git.Repo,
+    remote: str,
+    branch: str,
+    tracking: str,
+    timeout: float | None,
+    *,
+    from_shallow: bool = False,
 ) -> str | None:
     """Fetch ``branch`` of ``remote`` (a branch name, or a full ``refs/...`` name) into
     ``tracking``; its SHA, or None if it does not exist. Raises GitSyncError for anything
-    else (unreachable, auth, not a repository)."""
+    else (unreachable, auth, not a repository). ``from_shallow``: a tip fetched with
+    ``--depth=1`` into a shallow clone is taken too (Git drops it otherwise)."""
     ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
     try:
         repo.git.execute(
@@ -131,6 +138,7 @@ def _fetch(
                 "--quiet",
                 "--no-tags",
                 "--no-write-fetch-head",
+                *(["--update-shallow"] if from_shallow else []),
                 remote,
                 f"+{ref}:{tracking}",
             ],
@@ -666,7 +674,12 @@ class StatusBranch:
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
         self.last_tip = _fetch(
-            self._git, self.remote, self.source_ref, self.tracking, self.fetch_timeout
+            self._git,
+            self.remote,
+            self.source_ref,
+            self.tracking,
+            self.fetch_timeout,
+            from_shallow=True,  # PR-plan CI's shallow fetch of the status tip
         )
         return self.last_tip
 
