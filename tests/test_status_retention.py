@@ -280,3 +280,20 @@ def test_the_readers_use_the_status_repo_and_pr_ci_fetches_one_commit(
     assert status_on_branch(clone, status_repo) is not None  # plan --status-repo, fetched
     planned = runner.invoke(cli, ["plan", "--repo", str(clone), "--status-repo", status_repo])
     assert planned.exit_code == 0, planned.output
+
+
+def test_reconciler_yaml_validates_status_repo_and_retention(tmp_path: Path) -> None:
+    repo = tmp_path / "cfg"
+    repo.mkdir()
+    org = repo / "reconciler.yaml"
+    org.write_text(
+        "kind: Org\nstatus:\n  repo: https://git.example.com/org/status.git\n"
+        "  retention: {keepDays: 7, maxCommits: 500}\n"
+    )
+    runner = CliRunner()
+    assert runner.invoke(cli, ["validate", "--repo", str(repo)]).exit_code == 0
+    org.write_text("kind: Org\nstatus:\n  retention: {keepDays: 0, maxCommit: 5}\n")
+    bad = runner.invoke(cli, ["validate", "--repo", str(repo)])
+    assert bad.exit_code == 1
+    assert "reconciler.yaml:3:" in bad.output and "keepDays" in bad.output
+    assert "maxCommit" in bad.output
