@@ -297,3 +297,33 @@ def test_reconciler_yaml_validates_status_repo_and_retention(tmp_path: Path) -> 
     assert bad.exit_code == 1
     assert "reconciler.yaml:3:" in bad.output and "keepDays" in bad.output
     assert "maxCommit" in bad.output
+
+
+def test_the_documented_shallow_fetch_of_the_status_tip_feeds_plan(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    served_template(root, tmp_path)
+    config = f"{url}/config.git"
+    in_config = StatusBranch(ConfigRepo(config, cache_dir=tmp_path / "leader"), branch=BRANCH)
+    publisher = StatusPublisher(in_config)
+    for result in _results(4):
+        publisher.publish(result)
+    assert int(git(root / "config.git", "rev-list", "--count", BRANCH)) == 4
+    clone = tmp_path / "pr"
+    git(tmp_path, "clone", "-q", config, str(clone))  # fetch-depth: 0
+    git(
+        clone,
+        "fetch",
+        "--no-tags",
+        "-q",
+        "--depth=1",
+        "origin",
+        f"{BRANCH}:refs/remotes/origin/{BRANCH}",
+    )
+    assert git(clone, "rev-list", "--count", f"refs/remotes/origin/{BRANCH}") == "1"
+    assert git(clone, "rev-list", "--count", "origin/main") == "1"  # main's history whole
+    view = status_on_branch(clone)
+    assert view is not None and view.operations
+    planned = CliRunner().invoke(cli, ["plan", "--repo", str(clone), "-o", "json"])
+    assert planned.exit_code == 0, planned.output
