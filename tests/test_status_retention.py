@@ -19,6 +19,7 @@ from test_status_writer import _results
 
 from reconciler.adapters.git import (
     ConfigRepo,
+    Retained,
     Retention,
     RetentionRefused,
     StatusBranch,
@@ -238,7 +239,7 @@ def test_the_writer_bounds_the_history_over_cycles_and_a_follower_keeps_reading(
         assert leader.publish(result) is not None
     refusals = [r.getMessage() for r in caplog.records if "retention refused" in r.getMessage()]
     assert len(refusals) == 1 and "\n" not in refusals[0]
-    assert leader.retention is None
+    assert "human <human@example.com>" in leader.retention_refused
     assert len(log(root / "status.git")) == 3 + 1 + 3  # nothing rewritten since
     assert "NOTES.md" in git(root / "status.git", "ls-tree", "--name-only", BRANCH)
 
@@ -327,3 +328,34 @@ def test_the_documented_shallow_fetch_of_the_status_tip_feeds_plan(
     assert view is not None and view.operations
     planned = CliRunner().invoke(cli, ["plan", "--repo", str(clone), "-o", "json"])
     assert planned.exit_code == 0, planned.output
+
+
+def test_the_org_files_status_settings_that_differ_from_the_flags_are_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    class Branch:
+        last_tip: str | None = None
+
+        def read(self) -> dict[str, bytes]:
+            return {}
+
+        def write(self, changes: object, message: str) -> str:
+            return "sha"
+
+        def retain(self, retention: Retention) -> Retained:
+            return Retained()
+
+    caplog.set_level(logging.WARNING, logger="reconciler.status")
+    publisher = StatusPublisher(
+        Branch(),  # type: ignore[arg-type]
+        retention=Retention(keep_days=7.0),
+        status_repo="https://git.example.com/org/status.git",
+    )
+    for result in _results(3):
+        publisher.publish(result)
+    said = [r.getMessage() for r in caplog.records if "differ from the flags" in r.getMessage()]
+    assert said == [
+        "reconciler.yaml's status settings (repo -, keepDays -, maxCommits -) differ from the "
+        "flags this process runs with (--status-repo https://git.example.com/org/status.git, "
+        "--status-keep-days 7, --status-max-commits -): the flags are used"
+    ]

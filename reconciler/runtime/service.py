@@ -267,6 +267,7 @@ def make_runtime(
                 is_leader=status_leader,
                 follow_interval=fetch_interval,
                 retention=retention,
+                status_repo=status_repo,
             )
     if fetch_interval > 0:
         source = PacedSource(

@@ -69,6 +69,7 @@ class StatusPublisher:
         follow_interval: float = 0.0,
         retention: Retention | None = None,
         retention_interval: float = RETENTION_INTERVAL,
+        status_repo: str | None = None,
     ) -> None:
         self.branch = branch
         self.min_interval = min_interval
@@ -83,7 +84,11 @@ class StatusPublisher:
         self.retention = retention if retention else None
         self.retention_interval = retention_interval
         self._retained_at: float | None = None  # the last retention pass (None: none yet)
+        self.retention_refused = ""  # why retention stopped (a commit not the reconciler's)
         self.squashed = 0  # commits squashed by retention, all passes
+        # --status-repo as given: what the org file's status.repo is compared with
+        self.status_repo = status_repo
+        self._settings_warned = ""  # the last disagreement with the org file said
         self._memos = StatusMemos()  # what spares rendering an unchanged record again
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
@@ -254,6 +259,7 @@ class StatusPublisher:
             return None  # not even rendered: a later cycle's status supersedes this one
         self.due = None
         self._held = None
+        self._check_settings(compiled)
         try:
             before = self._current()
             files = render_cycle_status(result, compiled, plan, self._memos)
@@ -284,9 +290,35 @@ class StatusPublisher:
             self._retain(now)
         return sha
 
+    def _check_settings(self, compiled: CompiledRepo) -> None:
+        """Say once, in one line, when the config in force's ``status.repo`` or
+        ``status.retention`` differs from the flags this process runs with (they win)."""
+        org = compiled.org
+        kept = self.retention or Retention()
+        flags = (self.status_repo, kept.keep_days, kept.max_commits)
+        config = (org.status_repo, org.status_keep_days, org.status_max_commits)
+        if flags == config:
+            self._settings_warned = ""
+            return
+
+        def said(value: str | float | None) -> str:
+            return (
+                "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+            )
+
+        line = (
+            f"reconciler.yaml's status settings (repo {said(config[0])}, keepDays "
+            f"{said(config[1])}, maxCommits {said(config[2])}) differ from the flags this "
+            f"process runs with (--status-repo {said(flags[0])}, --status-keep-days "
+            f"{said(flags[1])}, --status-max-commits {said(flags[2])}): the flags are used"
+        )
+        if line != self._settings_warned:
+            log.warning("%s", line)
+            self._settings_warned = line
+
     def _retain(self, now: float) -> None:
         """One retention pass after a commit, at most every ``retention_interval``."""
-        if self.retention is None:
+        if self.retention is None or self.retention_refused:
             return
         if self._retained_at is not None and now - self._retained_at < self.retention_interval:
             return
@@ -294,7 +326,7 @@ class StatusPublisher:
             done = self.branch.retain(self.retention)
         except RetentionRefused as exc:
             log.error("%s; status retention is off until a restart", exc)
-            self.retention = None
+            self.retention_refused = str(exc)
             return
         except GitSyncError as exc:
             log.warning("status retention failed, tried again after the next commit: %s", exc)
