@@ -359,3 +359,36 @@ def test_the_org_files_status_settings_that_differ_from_the_flags_are_said_once(
         "flags this process runs with (--status-repo https://git.example.com/org/status.git, "
         "--status-keep-days 7, --status-max-commits -): the flags are used"
     ]
+
+
+def test_run_once_writes_to_the_status_repo_and_bounds_its_history(
+    served: tuple[Path, str], tmp_path: Path
+) -> None:
+    root, url = served
+    served_template(root, tmp_path)
+    config, status_repo = f"{url}/config.git", f"{url}/status.git"
+    earlier = StatusPublisher(writer(url, tmp_path / "earlier"))
+    for result in _results(5):  # an earlier process's history
+        earlier.publish(result)
+    assert len(log(root / "status.git")) == 5
+    nowhere = tmp_path / "missing.kubeconfig"  # the cluster cannot be read: nothing runs
+    args = ["run", "--once", "--repo", config, "--cache-dir", str(tmp_path / "c")]
+    args += ["--cluster-kubeconfig", f"local={nowhere}"]
+    args += ["--status-repo", status_repo, "--status-max-commits", "2"]
+    ran = CliRunner().invoke(cli, args)
+    assert ran.exit_code == 0, ran.output
+    assert len(log(root / "status.git")) == 2
+    assert git(root / "config.git", "branch", "--list", BRANCH) == ""
+    shown = CliRunner().invoke(
+        cli,
+        [
+            "status",
+            "--repo",
+            config,
+            "--status-repo",
+            status_repo,
+            "--cache-dir",
+            str(tmp_path / "c"),
+        ],
+    )
+    assert shown.exit_code == 0, shown.output
