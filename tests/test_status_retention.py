@@ -89,13 +89,15 @@ def test_retention_bounds_the_history_and_keeps_the_tip_tree(
     for cycle in range(12):
         status.write({f"status/team-a/op-{cycle}.yaml": status_file(cycle)}, f"cycle {cycle}")
         before = tip_tree(root / "status.git")
-        kept_messages = git(root / "status.git", "log", "-3", "--format=%B", BRANCH)
+        shown = "--format=%an <%ae> %ad %cn <%ce> %cd%n%B"
+        kept_messages = git(root / "status.git", "log", "-3", "--date=raw", shown, BRANCH)
         done = status.retain(Retention(max_commits=4))
         assert len(log(root / "status.git")) <= 4
         assert tip_tree(root / "status.git") == before  # byte-identical tree at the tip
         if done.squashed:
-            # the kept commits are replayed with their messages
-            assert git(root / "status.git", "log", "-3", "--format=%B", BRANCH) == kept_messages
+            # the kept commits are replayed with their messages, authors and dates
+            replayed = git(root / "status.git", "log", "-3", "--date=raw", shown, BRANCH)
+            assert replayed == kept_messages
     assert len(log(root / "status.git")) == 4
     root_commit = log(root / "status.git")[-1]
     assert "squashed" in git(root / "status.git", "log", "-1", "--format=%s", root_commit)

@@ -822,36 +822,79 @@ class StatusBranch:
         if len(squashed) <= 1:
             return Retained()  # at most a root commit is older: nothing to squash
         newest_old = squashed[0][0]
-        env, _ = _commit_env(self._raw(newest_old))
         message = (
             f"status history squashed: {len(squashed)} commits up to "
             f"{newest_old[:12]} ({self.branch} retention)\n"
-        )
-        base = _run(
-            self._git,
-            ["commit-tree", f"{newest_old}^{{tree}}", "-F", "-"],
-            stdin=message.encode(),
-            env=env,
-        ).strip()
-        for sha, _ in reversed(commits[:keep]):
-            env, body = _commit_env(self._raw(sha))
-            base = _run(
-                self._git,
-                ["commit-tree", f"{sha}^{{tree}}", "-p", base, "-F", "-"],
-                stdin=body,
-                env=env,
-            ).strip()
+        ).encode()
+        base = self._replay(newest_old, message, [sha for sha, _ in reversed(commits[:keep])])
         if not self._lease_push(base, tip):
             return Retained(lost_lease=True)
         _run(self._git, ["update-ref", self.tracking, base])
         self.last_tip = base
         return Retained(squashed=len(squashed), kept=keep, tip=base)
 
-    def _raw(self, sha: str) -> bytes:
-        out: bytes = self._git.git.execute(
-            ["git", "cat-file", "commit", sha], env=_ENV, stdout_as_string=False
-        )
-        return out
+    def _replay(self, root: str, message: bytes, kept: list[str]) -> str:
+        """One ``git fast-import`` (not a process per commit: a week of a busy fleet's
+        status is thousands of commits): a root commit with ``root``'s tree, author,
+        committer and dates and ``message``, then each of ``kept`` (oldest first) on it
+        with its own tree, message, author, committer and dates. The last commit's SHA."""
+        raw = self._objects([root, *kept])
+        trees = {sha: _commit_tree(raw[sha]) for sha in (root, *kept)}
+        listed = self._objects(sorted(set(trees.values())))
+        width = 20 if self._sha1() else 32
+        stream = bytearray()
+        ref = f"refs/reconciler/retain/{self.branch}"
+        for mark, sha in enumerate([root, *kept], 1):
+            head, _, body = raw[sha].partition(b"\n\n")
+            who = [
+                line for line in head.split(b"\n") if line.startswith((b"author ", b"committer "))
+            ]
+            text = message if mark == 1 else body
+            stream += b"commit %s\nmark :%d\n" % (ref.encode(), mark)
+            stream += b"\n".join(who) + b"\n"
+            stream += b"data %d\n" % len(text) + text + b"\n"
+            if mark > 1:
+                stream += b"from :%d\n" % (mark - 1)
+            stream += b"deleteall\n"
+            for mode, name, entry in _tree_entries(listed[trees[sha]], width):
+                stream += b"M %06d %s %s\n" % (int(mode), entry.hex().encode(), _quoted(name))
+            stream += b"\n"
+        with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
+            marks = Path(tmp) / "marks"
+            # the root commit must not take the ref's old value as its parent
+            _run(self._git, ["update-ref", "-d", ref])
+            _run(
+                self._git,
+                ["fast-import", "--quiet", "--done", f"--export-marks={marks}"],
+                stdin=bytes(stream) + b"done\n",
+            )
+            last = dict(line.split(" ", 1) for line in marks.read_text().split("\n") if line)
+        _run(self._git, ["update-ref", "-d", ref])
+        return last[f":{len(kept) + 1}"]
+
+    def _objects(self, shas: list[str]) -> dict[str, bytes]:
+        """The raw content of each object, read by one ``git cat-file --batch``."""
+        with tempfile.TemporaryFile() as fh:
+            fh.write("".join(f"{sha}\n" for sha in shas).encode())
+            fh.seek(0)
+            out: bytes = self._git.git.execute(
+                ["git", "cat-file", "--batch"],
+                env=_ENV,
+                istream=fh,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        found: dict[str, bytes] = {}
+        at = 0
+        for sha in shas:
+            eol = out.index(b"\n", at)
+            header = out[at:eol].split(b" ")
+            if len(header) != 3:
+                raise GitSyncError(f"cannot read object {sha[:12]}: {out[at:eol]!r}")
+            size = int(header[2])
+            found[sha] = out[eol + 1 : eol + 1 + size]
+            at = eol + 1 + size + 1
+        return found
 
     def _lease_push(self, commit: str, expected: str) -> bool:
         """Replace the branch with ``commit`` only if the remote tip is still ``expected``;
@@ -994,22 +1037,32 @@ class RetentionRefused(GitSyncError):
 _COMMIT_LOG = "%H%x00%P%x00%cn%x00%ce%x00%ct"
 
 
-def _commit_env(raw: bytes) -> tuple[dict[str, str], bytes]:
-    """The author, committer and their dates of a raw commit object (the environment
-    ``commit-tree`` takes), and its message."""
-    head, _, message = raw.partition(b"\n\n")
-    env: dict[str, str] = {}
-    for line in head.split(b"\n"):
-        key, _, value = line.decode("utf-8", "replace").partition(" ")
-        if key not in ("author", "committer"):
-            continue
-        who, _, when = value.rpartition("> ")
-        name, _, email = who.partition(" <")
-        role = key.upper()
-        env[f"GIT_{role}_NAME"] = name
-        env[f"GIT_{role}_EMAIL"] = email
-        env[f"GIT_{role}_DATE"] = when  # Git's own format: "<seconds> <+hhmm>"
-    return env, message
+def _commit_tree(raw: bytes) -> str:
+    """The tree of a raw commit object."""
+    first = raw.split(b"\n", 1)[0]
+    if not first.startswith(b"tree "):
+        raise GitSyncError("cannot read a status commit: it names no tree")
+    return first[5:].decode()
+
+
+def _tree_entries(raw: bytes, width: int) -> list[tuple[bytes, bytes, bytes]]:
+    """The entries of a raw tree object: (mode, name, object id)."""
+    out = []
+    at = 0
+    while at < len(raw):
+        space = raw.index(b" ", at)
+        nul = raw.index(b"\0", space)
+        out.append((raw[at:space], raw[space + 1 : nul], raw[nul + 1 : nul + 1 + width]))
+        at = nul + 1 + width
+    return out
+
+
+def _quoted(name: bytes) -> bytes:
+    """A path as ``git fast-import`` reads it: C-quoted when it must be."""
+    if not any(c in name for c in (b'"', b"\\", b"\n")) and not name.startswith(b" "):
+        return name
+    body = name.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+    return b'"' + body + b'"'
 
 
 # --- a change, committed from a working clone (submit, rerun) ---------------------------
