@@ -404,3 +404,20 @@ def test_no_project_is_a_located_error(tmp_path: Path, identity: None) -> None:
     op = _op_file(tmp_path)
     code, _, err = _invoke("submit", str(op), "-P", "lr=1", "-P", "epochs=1", "--repo", os.devnull)
     assert code == 1 and err.strip() == f"{op}:1:1: which project? pass --project"
+
+
+def test_submit_plans_from_the_status_repo_it_is_given(
+    served: tuple[str, Path], clone: Path, tmp_path: Path
+) -> None:
+    url, bare = served
+    missing = url.replace("config.git", "status.git")  # not served: it does not exist
+    op = _op_file(tmp_path, OP.replace('"{{ params.lr }}"', '"0.1"'))
+    code, out, err = _invoke(
+        "submit", str(op), "--project", "language", "-P", "epochs=1",
+        "--repo", str(clone), "--push", "--status-repo", missing,
+    )  # fmt: skip
+    assert code == 0, err
+    assert git(bare, "ls-tree", "--name-only", "main", "projects/language/operations/lr-try.yaml")
+    [line] = [line for line in out.splitlines() if line.startswith("plan: ")]
+    assert line.startswith(f"plan: unavailable: cannot fetch {missing}: ")
+    assert "\n" not in line

@@ -117,11 +117,18 @@ def _run(
 
 
 def _fetch(
-    repo: git.Repo, remote: str, branch: str, tracking: str, timeout: float | None
+    repo: git.Repo,
+    remote: str,
+    branch: str,
+    tracking: str,
+    timeout: float | None,
+    *,
+    from_shallow: bool = False,
 ) -> str | None:
     """Fetch ``branch`` of ``remote`` (a branch name, or a full ``refs/...`` name) into
     ``tracking``; its SHA, or None if it does not exist. Raises GitSyncError for anything
-    else (unreachable, auth, not a repository)."""
+    else (unreachable, auth, not a repository). ``from_shallow``: a tip fetched with
+    ``--depth=1`` into a shallow clone is taken too (Git drops it otherwise)."""
     ref = branch if branch.startswith("refs/") else f"refs/heads/{branch}"
     try:
         repo.git.execute(
@@ -131,6 +138,7 @@ def _fetch(
                 "--quiet",
                 "--no-tags",
                 "--no-write-fetch-head",
+                *(["--update-shallow"] if from_shallow else []),
                 remote,
                 f"+{ref}:{tracking}",
             ],
@@ -644,7 +652,8 @@ class StatusBranch:
     ) -> None:
         if isinstance(repo, ConfigRepo):
             self._git = repo.open()
-            self.remote = remote or repo.source
+            # ``status.repo``: another repo (a URL or a path) than the config repo's
+            self.remote = _normal_source(remote) if remote else repo.source
         else:
             self._git = _open_bare(Path(repo))
             self.remote = remote or "origin"
@@ -665,7 +674,12 @@ class StatusBranch:
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
         self.last_tip = _fetch(
-            self._git, self.remote, self.source_ref, self.tracking, self.fetch_timeout
+            self._git,
+            self.remote,
+            self.source_ref,
+            self.tracking,
+            self.fetch_timeout,
+            from_shallow=True,  # PR-plan CI's shallow fetch of the status tip
         )
         return self.last_tip
 
@@ -763,6 +777,140 @@ class StatusBranch:
             f"{self.max_attempts} attempts: {last}"
         )
 
+    def retain(self, retention: Retention, now: float | None = None) -> Retained:
+        """Bound the branch's history: the commits older than ``retention`` allows are
+        squashed into one root commit holding the tree of the newest of them, and the kept
+        commits are replayed on it (same trees, messages, authors and dates), so the tip's
+        tree is unchanged. Pushed with a lease on this one ref: when the remote moved
+        meanwhile (another replica wrote), nothing is pushed and ``lost_lease`` says so,
+        for a later pass. Refused (``RetentionRefused``) when any commit on the branch was
+        not committed by the reconciler's identity, or the history is not linear."""
+        if self.source_ref != self.branch:
+            raise GitSyncError(f"status read from {self.source_ref} is read-only")
+        if not retention:
+            return Retained()
+        tip = self.fetch()
+        if tip is None:
+            return Retained()
+        commits = []  # newest first: (sha, committer time)
+        for line in _run(self._git, ["log", f"--format={_COMMIT_LOG}", tip]).splitlines():
+            if not line:
+                continue
+            sha, parents, name, email, when = line.split("\0")
+            if (name, email) != (self.author.name, self.author.email):
+                raise RetentionRefused(
+                    f"status retention refused: commit {sha[:12]} on {self.branch} was "
+                    f"committed by {name} <{email}>, not {self.author.name} "
+                    f"<{self.author.email}>: only the reconciler's own history is rewritten"
+                )
+            if len(parents.split()) > 1:
+                raise RetentionRefused(
+                    f"status retention refused: commit {sha[:12]} on {self.branch} is a "
+                    "merge: only a linear history of the reconciler's commits is rewritten"
+                )
+            commits.append((sha, int(when)))
+        keep = len(commits)
+        if retention.max_commits is not None:
+            keep = min(keep, max(retention.max_commits - 1, 0))
+        if retention.keep_days is not None:
+            cutoff = (time.time() if now is None else now) - retention.keep_days * 86400
+            recent = 0
+            while recent < len(commits) and commits[recent][1] >= cutoff:
+                recent += 1
+            keep = min(keep, recent)
+        squashed = commits[keep:]
+        if len(squashed) <= 1:
+            return Retained()  # at most a root commit is older: nothing to squash
+        newest_old = squashed[0][0]
+        message = (
+            f"status history squashed: {len(squashed)} commits up to "
+            f"{newest_old[:12]} ({self.branch} retention)\n"
+        ).encode()
+        base = self._replay(newest_old, message, [sha for sha, _ in reversed(commits[:keep])])
+        if not self._lease_push(base, tip):
+            return Retained(lost_lease=True)
+        _run(self._git, ["update-ref", self.tracking, base])
+        self.last_tip = base
+        return Retained(squashed=len(squashed), kept=keep, tip=base)
+
+    def _replay(self, root: str, message: bytes, kept: list[str]) -> str:
+        """One ``git fast-import`` (not a process per commit: a week of a busy fleet's
+        status is thousands of commits): a root commit with ``root``'s tree, author,
+        committer and dates and ``message``, then each of ``kept`` (oldest first) on it
+        with its own tree, message, author, committer and dates. The last commit's SHA."""
+        raw = self._objects([root, *kept])
+        trees = {sha: _commit_tree(raw[sha]) for sha in (root, *kept)}
+        listed = self._objects(sorted(set(trees.values())))
+        width = 20 if self._sha1() else 32
+        stream = bytearray()
+        ref = f"refs/reconciler/retain/{self.branch}"
+        for mark, sha in enumerate([root, *kept], 1):
+            head, _, body = raw[sha].partition(b"\n\n")
+            who = [
+                line for line in head.split(b"\n") if line.startswith((b"author ", b"committer "))
+            ]
+            text = message if mark == 1 else body
+            stream += b"commit %s\nmark :%d\n" % (ref.encode(), mark)
+            stream += b"\n".join(who) + b"\n"
+            stream += b"data %d\n" % len(text) + text + b"\n"
+            if mark > 1:
+                stream += b"from :%d\n" % (mark - 1)
+            stream += b"deleteall\n"
+            for mode, name, entry in _tree_entries(listed[trees[sha]], width):
+                stream += b"M %06d %s %s\n" % (int(mode), entry.hex().encode(), _quoted(name))
+            stream += b"\n"
+        with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
+            marks = Path(tmp) / "marks"
+            # the root commit must not take the ref's old value as its parent
+            _run(self._git, ["update-ref", "-d", ref])
+            _run(
+                self._git,
+                ["fast-import", "--quiet", "--done", f"--export-marks={marks}"],
+                stdin=bytes(stream) + b"done\n",
+            )
+            last = dict(line.split(" ", 1) for line in marks.read_text().split("\n") if line)
+        _run(self._git, ["update-ref", "-d", ref])
+        return last[f":{len(kept) + 1}"]
+
+    def _objects(self, shas: list[str]) -> dict[str, bytes]:
+        """The raw content of each object, read by one ``git cat-file --batch``."""
+        with tempfile.TemporaryFile() as fh:
+            fh.write("".join(f"{sha}\n" for sha in shas).encode())
+            fh.seek(0)
+            out: bytes = self._git.git.execute(
+                ["git", "cat-file", "--batch"],
+                env=_ENV,
+                istream=fh,
+                stdout_as_string=False,
+                strip_newline_in_stdout=False,
+            )
+        found: dict[str, bytes] = {}
+        at = 0
+        for sha in shas:
+            eol = out.index(b"\n", at)
+            header = out[at:eol].split(b" ")
+            if len(header) != 3:
+                raise GitSyncError(f"cannot read object {sha[:12]}: {out[at:eol]!r}")
+            size = int(header[2])
+            found[sha] = out[eol + 1 : eol + 1 + size]
+            at = eol + 1 + size + 1
+        return found
+
+    def _lease_push(self, commit: str, expected: str) -> bool:
+        """Replace the branch with ``commit`` only if the remote tip is still ``expected``;
+        False when it moved. Any other failure raises GitSyncError."""
+        ref = f"refs/heads/{self.branch}"
+        try:
+            push = ["-c", "pack.window=0", "push", "--porcelain", "--quiet"]
+            lease = f"--force-with-lease={ref}:{expected}"
+            _run(self._git, [*push, lease, self.remote, f"{commit}:{ref}"])
+        except git.GitCommandError as err:
+            text = str(err)
+            if "stale info" in text or _LOST_RACE.search(text):
+                return False
+            raise GitSyncError(f"cannot push to {redact(self.remote)}: {_reason(err)}") from None
+        return True
+
     def _store(self, blobs: Mapping[str, bytes]) -> dict[str, str]:
         """Write the blobs; the SHA of each, by path. Many blobs go in one pack built here
         and indexed by ``git index-pack`` (no delta search: status files are small), a few
@@ -855,6 +1003,66 @@ class StatusBranch:
                 return "rejected as non-fast-forward (someone pushed first)"
             raise GitSyncError(f"cannot push to {redact(self.remote)}: {_reason(err)}") from None
         return None
+
+
+@dataclass(frozen=True)
+class Retention:
+    """How much of the status branch's history to keep: the commits of the last
+    ``keep_days`` days and at most ``max_commits`` commits (either may be None); the
+    older ones are squashed into one root commit."""
+
+    keep_days: float | None = None
+    max_commits: int | None = None
+
+    def __bool__(self) -> bool:
+        return self.keep_days is not None or self.max_commits is not None
+
+
+@dataclass(frozen=True)
+class Retained:
+    """What one retention pass did: ``squashed`` commits made one (0: nothing to do),
+    ``kept`` replayed on it, ``tip`` the new tip; ``lost_lease`` when the remote moved
+    during the pass (nothing was pushed: try again later)."""
+
+    squashed: int = 0
+    kept: int = 0
+    tip: str | None = None
+    lost_lease: bool = False
+
+
+class RetentionRefused(GitSyncError):
+    """The status branch holds a commit the reconciler did not make: it is not rewritten."""
+
+
+_COMMIT_LOG = "%H%x00%P%x00%cn%x00%ce%x00%ct"
+
+
+def _commit_tree(raw: bytes) -> str:
+    """The tree of a raw commit object."""
+    first = raw.split(b"\n", 1)[0]
+    if not first.startswith(b"tree "):
+        raise GitSyncError("cannot read a status commit: it names no tree")
+    return first[5:].decode()
+
+
+def _tree_entries(raw: bytes, width: int) -> list[tuple[bytes, bytes, bytes]]:
+    """The entries of a raw tree object: (mode, name, object id)."""
+    out = []
+    at = 0
+    while at < len(raw):
+        space = raw.index(b" ", at)
+        nul = raw.index(b"\0", space)
+        out.append((raw[at:space], raw[space + 1 : nul], raw[nul + 1 : nul + 1 + width]))
+        at = nul + 1 + width
+    return out
+
+
+def _quoted(name: bytes) -> bytes:
+    """A path as ``git fast-import`` reads it: C-quoted when it must be."""
+    if not any(c in name for c in (b'"', b"\\", b"\n")) and not name.startswith(b" "):
+        return name
+    body = name.replace(b"\\", b"\\\\").replace(b'"', b'\\"').replace(b"\n", b"\\n")
+    return b'"' + body + b'"'
 
 
 # --- a change, committed from a working clone (submit, rerun) ---------------------------

@@ -57,6 +57,18 @@ def status_branch_option(fn: F) -> F:
     )(fn)
 
 
+def status_repo_option(fn: F) -> F:
+    """``--status-repo``: the repo that holds the status branch when it is not the config
+    repo (``status.repo``); every reader and the writer take the same value."""
+    return click.option(
+        "--status-repo",
+        envvar="RECONCILER_STATUS_REPO",
+        default=None,
+        help="The repo (a URL or a path) whose status branch holds the reconciler's status, "
+        "when it is not the config repo's.  [default: $RECONCILER_STATUS_REPO, else --repo]",
+    )(fn)
+
+
 def cache_dir_option(fn: F) -> F:
     """``--cache-dir``: where bare clones of config repos are kept (shared by every command)."""
     return click.option(
@@ -99,6 +111,7 @@ def status_source_options(fn: F) -> F:
                 help="The config repo: a URL or a local path.",
             ),
             status_branch_option,
+            status_repo_option,
             cache_dir_option,
             click.option(
                 "--live",

@@ -29,7 +29,12 @@ from reconciler.adapters.repo import (
     snapshot_checkout,
     snapshot_git,
 )
-from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides, repo_dir_option
+from reconciler.cli.options import (
+    cluster_kubeconfig_option,
+    parse_overrides,
+    repo_dir_option,
+    status_repo_option,
+)
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Memory, decide, listing_from_status, memory_from_status
@@ -293,12 +298,18 @@ def parse_now(text: str) -> datetime | None:
     return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
 
 
-def status_on_branch(repo_dir: Path) -> StatusView | None:
+def status_on_branch(repo_dir: Path, status_repo: str | None = None) -> StatusView | None:
     """What the reconciler last wrote to the status branch: the local branch, else a
     clone's ``origin/`` copy (a PR checkout has only that); None when there is neither
-    (or no Git repo), so every operation counts as Queued."""
+    (or no Git repo), so every operation counts as Queued. With ``status_repo`` (the
+    status kept apart, ``status.repo``), its status branch's tip, fetched."""
     if not is_git_repo(repo_dir):
         return None
+    if status_repo:
+        try:
+            return read_branch(str(repo_dir), STATUS_BRANCH, None, status_repo=status_repo)
+        except StatusError:
+            return None
     for ref in (None, f"refs/remotes/origin/{STATUS_BRANCH}"):
         try:
             return read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref)
@@ -307,8 +318,8 @@ def status_on_branch(repo_dir: Path) -> StatusView | None:
     return None
 
 
-def memory_on_status_branch(repo_dir: Path) -> Memory:
-    view = status_on_branch(repo_dir)
+def memory_on_status_branch(repo_dir: Path, status_repo: str | None = None) -> Memory:
+    view = status_on_branch(repo_dir, status_repo)
     return Memory() if view is None else memory_from_status(view)
 
 
@@ -343,6 +354,7 @@ def memory_on_status_branch(repo_dir: Path) -> Memory:
     help="Plan at this instant, an RFC 3339 time such as 2026-01-01T12:00:00Z (default: the "
     "clock): budgets' windows, schedules and start estimates are then reproducible.",
 )
+@status_repo_option
 def plan(
     repo_dir: Path,
     observed: Path | None,
@@ -352,6 +364,7 @@ def plan(
     base: str | None,
     head: str | None,
     now_text: str | None,
+    status_repo: str | None,
 ) -> None:
     """Show what would be dispatched now, what waits and why, and what would stop.
 
@@ -380,14 +393,17 @@ def plan(
             planner = observed_planner(read_observed(observed), now)
         elif live:
             planner = live_planner(
-                memory_on_status_branch(repo_dir),
+                memory_on_status_branch(repo_dir, status_repo),
                 now,
                 connector(parse_overrides(cluster_kubeconfigs)),
             )
         else:
-            planner = recorded_planner(status_on_branch(repo_dir), now)
+            planner = recorded_planner(status_on_branch(repo_dir, status_repo), now)
     except LoadError as exc:
         click.echo("\n".join(exc.lines), err=True)
+        raise SystemExit(EXIT_ERROR) from None
+    except GitSyncError as exc:  # --status-repo given and not read
+        click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_ERROR) from None
     if base is None:
         outcome = run_plan(_worktree_loader(repo_dir), planner, output)

@@ -41,10 +41,13 @@ def read_live_view(
     status_branch: str,
     cache_dir: Path | None,
     overrides: dict[str, Path],
+    status_repo: str | None = None,
 ) -> tuple[QueuesView, list[str]]:
     """The next cycle's decision over the clusters as they are now; nothing is dispatched.
     Also the warnings for clusters that could not be read, and for the ledger."""
-    compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
+    compiled, decision = live_decision(
+        repo, branch, status_branch, cache_dir, overrides, status_repo
+    )
     notes = [*decision.memory.ledger.problems.warnings(), *unreachable_warnings(decision)]
     return live_queues_view(compiled, decision), notes
 
@@ -75,6 +78,7 @@ def render_view(view: QueuesView, output: str) -> str:
 def queues(
     repo: str,
     status_branch: str,
+    status_repo: str | None,
     cache_dir: Path | None,
     live: bool,
     branch: str,
@@ -90,10 +94,15 @@ def queues(
     try:
         if live:
             view, notes = read_live_view(
-                repo, branch, status_branch, cache_dir, parse_overrides(cluster_kubeconfigs)
+                repo,
+                branch,
+                status_branch,
+                cache_dir,
+                parse_overrides(cluster_kubeconfigs),
+                status_repo,
             )
         else:
-            status = read_branch(repo, status_branch, cache_dir)
+            status = read_branch(repo, status_branch, cache_dir, status_repo=status_repo)
             for problem in status.problems:
                 click.echo(f"warning: unreadable status file {problem}", err=True)
             shown, estimates, notes = recorded_report(repo, branch, cache_dir, status)

@@ -13,6 +13,7 @@ from typing import Any
 
 import click
 
+from reconciler.adapters.git import Retention
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.errors import EX_SOFTWARE
 from reconciler.cli.options import (
@@ -21,6 +22,7 @@ from reconciler.cli.options import (
     cluster_kubeconfig_option,
     log_options,
     parse_overrides,
+    status_repo_option,
 )
 from reconciler.core.trigger import Trigger
 from reconciler.core.types import BUG_NOTE
@@ -108,6 +110,21 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     show_default=True,
     help="Branch of the config repo that receives status ('' to disable).",
 )
+@status_repo_option
+@click.option(
+    "--status-keep-days",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    help="Status retention: squash the status branch's commits older than this many days "
+    "into one root commit (status.retention.keepDays).",
+)
+@click.option(
+    "--status-max-commits",
+    type=click.IntRange(min=2),
+    default=None,
+    help="Status retention: keep at most this many commits on the status branch, the "
+    "oldest squashed into one root commit (status.retention.maxCommits).",
+)
 @cache_dir_option
 @click.option(
     "--interval",
@@ -188,6 +205,9 @@ def run(
     repo: str,
     branch: str,
     status_branch: str,
+    status_repo: str | None,
+    status_keep_days: float | None,
+    status_max_commits: int | None,
     cache_dir: Path | None,
     interval: str,
     debounce: str,
@@ -268,6 +288,8 @@ def run(
         overrides,
         worktree=watch,
         status_branch=status_branch or None,
+        status_repo=status_repo,
+        retention=Retention(status_keep_days, status_max_commits),
         cache_dir=cache_dir,
         is_leader=may_write,
         wakeup=wake,

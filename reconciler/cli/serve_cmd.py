@@ -25,6 +25,7 @@ from reconciler.cli.options import (
     log_options,
     parse_overrides,
     status_branch_option,
+    status_repo_option,
 )
 from reconciler.cli.run_cmd import debounce_option, parse_interval
 from reconciler.runtime.http import HttpError, HttpServer, parse_address
@@ -44,6 +45,7 @@ log = logging.getLogger("reconciler.serve")
 )
 @branch_option("The config branch to show.")
 @status_branch_option
+@status_repo_option
 @cache_dir_option
 @click.option(
     "--http",
@@ -66,6 +68,7 @@ def serve(
     repo: str,
     branch: str,
     status_branch: str,
+    status_repo: str | None,
     cache_dir: Path | None,
     http_address: str,
     cluster_kubeconfigs: tuple[str, ...],
@@ -94,6 +97,7 @@ def serve(
         overrides,
         worktree=worktree,
         status_branch=status_branch,  # read, never written: a follower does not publish
+        status_repo=status_repo,
         cache_dir=cache_dir,
         is_leader=lambda: False,  # never converge: a follower that only plans
         wakeup=wake,  # a Job that ends refreshes the pages at once, as it dispatches in run

@@ -17,7 +17,7 @@ from typing import Any
 import click
 
 from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Decision, Memory, decide_recorded, memory_from_status
@@ -170,25 +170,34 @@ def warnings(view: StatusView) -> list[str]:
 
 
 def read_branch(
-    repo: str, branch: str, cache_dir: Path | None, *, ref: str | None = None
+    repo: str,
+    branch: str,
+    cache_dir: Path | None,
+    *,
+    ref: str | None = None,
+    status_repo: str | None = None,
 ) -> StatusView:
-    """The status view at ``branch`` of ``repo`` (or at another ``ref`` of it)."""
+    """The status view at ``branch`` of ``repo`` (or at another ``ref`` of it), or of
+    ``status_repo`` when the status is kept apart (``status.repo``)."""
     config = ConfigRepo(repo, cache_dir=cache_dir)
-    status = StatusBranch(config, branch=branch, source_ref=ref)
+    status = StatusBranch(config, remote=status_repo, branch=branch, source_ref=ref)
     files = status.read()
     if status.last_tip is None:
         raise StatusError(
-            f"no status yet: branch {branch} does not exist in {config.source} "
+            f"no status yet: branch {branch} does not exist in "
+            f"{redact(status_repo) if status_repo else config.source} "
             "(the reconciler writes it after its first cycle)"
         )
     return read_status(files)
 
 
-def status_memory(repo: str, branch: str, cache_dir: Path | None) -> Memory:
+def status_memory(
+    repo: str, branch: str, cache_dir: Path | None, status_repo: str | None = None
+) -> Memory:
     """The views' memory: what the leader last recorded on the status branch (nothing when
     there is no status branch yet)."""
     try:
-        return memory_from_status(read_branch(repo, branch, cache_dir))
+        return memory_from_status(read_branch(repo, branch, cache_dir, status_repo=status_repo))
     except StatusError:
         return Memory()
 
@@ -199,6 +208,7 @@ def live_decision(
     status_branch: str,
     cache_dir: Path | None,
     overrides: dict[str, Path],
+    status_repo: str | None = None,
 ) -> tuple[CompiledRepo, Decision]:
     """Compile the tip, read every cluster and decide as the next cycle would, with the
     status branch as memory; nothing is carried out."""
@@ -206,7 +216,7 @@ def live_decision(
     compiled = compile_repo(config.sync())
     if not compiled.valid:
         raise StatusError("the config is invalid:\n" + "\n".join(str(e) for e in compiled.errors))
-    memory = status_memory(repo, status_branch, cache_dir)
+    memory = status_memory(repo, status_branch, cache_dir, status_repo)
     return compiled, decide_live(compiled, memory, SystemClock().now(), connector(overrides))
 
 
@@ -216,10 +226,13 @@ def read_live(
     status_branch: str,
     cache_dir: Path | None,
     overrides: dict[str, Path],
+    status_repo: str | None = None,
 ) -> tuple[StatusView, Estimates]:
     """What the status branch would say after the next cycle, if its creates succeed
     (nothing is dispatched here), and that cycle's start estimates."""
-    compiled, decision = live_decision(repo, branch, status_branch, cache_dir, overrides)
+    compiled, decision = live_decision(
+        repo, branch, status_branch, cache_dir, overrides, status_repo
+    )
     return live_status_view(compiled, decision), estimate_decision(compiled, decision)
 
 
@@ -307,6 +320,7 @@ def watch_operation(
     tail: int = 20,
     echo: Callable[[str], None] = click.echo,
     sleep: Callable[[float], None] = time.sleep,
+    status_repo: str | None = None,
 ) -> str:
     """Follow ``op_id`` on the status branch of ``repo``, a line each time its phase,
     reason or position changes, until it ends (of ``generation`` or later); then its log's
@@ -314,7 +328,9 @@ def watch_operation(
     last = ""
     while True:
         try:
-            view: StatusView | None = read_branch(repo, status_branch, cache_dir)
+            view: StatusView | None = read_branch(
+                repo, status_branch, cache_dir, status_repo=status_repo
+            )
         except StatusError:
             view = None  # no cycle has run yet
         record = view.operations.get(op_id) if view is not None else None
@@ -392,6 +408,7 @@ def status(
     target: str | None,
     repo: str,
     status_branch: str,
+    status_repo: str | None,
     cache_dir: Path | None,
     live: bool,
     branch: str,
@@ -410,7 +427,13 @@ def status(
             raise click.UsageError("--watch reads the status branch: drop --live")
         try:
             phase = watch_operation(
-                repo, target, status_branch, cache_dir, interval=interval, branch=branch
+                repo,
+                target,
+                status_branch,
+                cache_dir,
+                interval=interval,
+                branch=branch,
+                status_repo=status_repo,
             )
         except GitSyncError as exc:
             click.echo(f"error: {exc}", err=True)
@@ -422,10 +445,15 @@ def status(
     try:
         if live:
             view, estimates = read_live(
-                repo, branch, status_branch, cache_dir, parse_overrides(cluster_kubeconfigs)
+                repo,
+                branch,
+                status_branch,
+                cache_dir,
+                parse_overrides(cluster_kubeconfigs),
+                status_repo,
             )
         else:
-            view = read_branch(repo, status_branch, cache_dir)
+            view = read_branch(repo, status_branch, cache_dir, status_repo=status_repo)
             shown, estimates, notes = recorded_report(repo, branch, cache_dir, view)
             view = with_rows_of(view, shown)
         text = render(view, target, output, estimates)

@@ -19,7 +19,7 @@ import click
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import GitSyncError, PushRefused, WorkClone, redact
 from reconciler.adapters.repo import snapshot_checkout
-from reconciler.cli.options import cache_dir_option
+from reconciler.cli.options import cache_dir_option, status_repo_option
 from reconciler.cli.plan_cmd import (
     STATUS_BRANCH,
     LoadError,
@@ -58,6 +58,7 @@ class Delivery:
     mode: str  # "push", "branch" or "auto"
     branch: str | None  # --branch NAME
     config_branch: str
+    status_repo: str | None = None  # --status-repo: where the status branch is read
 
 
 # --- where the commit goes ----------------------------------------------------------------
@@ -165,12 +166,22 @@ def deliver(
 # --- the plan for one operation ---------------------------------------------------------
 
 
-def plan_lines(compiled: CompiledRepo, clone: WorkClone, op_ids: Sequence[str]) -> list[str]:
+def plan_lines(
+    compiled: CompiledRepo,
+    clone: WorkClone,
+    op_ids: Sequence[str],
+    status_repo: str | None = None,
+) -> list[str]:
     """What the next cycle does with ``op_ids``, as ``reconciler plan`` plans it (the
-    status branch as the clusters): queue, cluster, dispatched now or position and reason,
-    and the start estimate."""
-    clone.fetch_status(STATUS_BRANCH)
-    planner = recorded_planner(status_on_branch(clone.path), SystemClock().now())
+    status branch as the clusters, of ``status_repo`` when set): queue, cluster,
+    dispatched now or position and reason, and the start estimate."""
+    if status_repo is None:
+        clone.fetch_status(STATUS_BRANCH)
+    try:
+        view = status_on_branch(clone.path, status_repo)
+    except GitSyncError as exc:
+        return [f"plan: unavailable: {exc}"]
+    planner = recorded_planner(view, SystemClock().now())
     try:
         plan, estimates, *_ = planner(compiled)
     except PlanInputError as exc:
@@ -282,7 +293,7 @@ def write_and_commit(
         if old is not None and not target.exists():
             target.write_bytes(old)  # the user's own file, not committed: left as it was
     ids = _op_ids(compiled, project, name)
-    for line in plan_lines(compiled, clone, ids):
+    for line in plan_lines(compiled, clone, ids, how.status_repo):
         echo(line)
     if not watch:
         return
@@ -291,7 +302,13 @@ def write_and_commit(
         return
     source = clone.remote_url() or str(clone.path)
     phase = watch_operation(
-        source, ids[0], STATUS_BRANCH, cache_dir, generation=generation, branch=how.config_branch
+        source,
+        ids[0],
+        STATUS_BRANCH,
+        cache_dir,
+        generation=generation,
+        branch=how.config_branch,
+        status_repo=how.status_repo,
     )
     sys.exit(0 if phase == "Succeeded" else 1)
 
@@ -328,6 +345,7 @@ def delivery_options(fn: Callable[..., None]) -> Callable[..., None]:
                 is_flag=True,
                 help="Follow the operation's status until it ends, then print its log's tail.",
             ),
+            status_repo_option,
             cache_dir_option,
         )
     ):
@@ -335,11 +353,13 @@ def delivery_options(fn: Callable[..., None]) -> Callable[..., None]:
     return fn
 
 
-def _delivery(branch_name: str | None, push: bool, config_branch: str) -> Delivery:
+def _delivery(
+    branch_name: str | None, push: bool, config_branch: str, status_repo: str | None = None
+) -> Delivery:
     if branch_name and push:
         raise click.UsageError("--branch and --push are exclusive")
     mode = "push" if push else "branch" if branch_name else "auto"
-    return Delivery(mode, branch_name, config_branch)
+    return Delivery(mode, branch_name, config_branch, status_repo)
 
 
 def _run(body: Callable[[], None]) -> None:
@@ -396,6 +416,7 @@ def submit(
     push: bool,
     config_branch: str,
     watch: bool,
+    status_repo: str | None,
     cache_dir: Path | None,
 ) -> None:
     """Write the operation in FILE into the config repo (parameters applied), validate
@@ -404,7 +425,7 @@ def submit(
 
     Without --push or --branch it pushes to the config branch and, when that is refused
     (a protected branch), to a new branch for a pull request."""
-    how = _delivery(branch_name, push, config_branch)
+    how = _delivery(branch_name, push, config_branch, status_repo)
 
     def body() -> None:
         where = str(file)
@@ -504,6 +525,7 @@ def rerun(
     push: bool,
     config_branch: str,
     watch: bool,
+    status_repo: str | None,
     cache_dir: Path | None,
 ) -> None:
     """Run PROJECT/OP again: bump its generation (and clear stopped: true), validate,
@@ -513,9 +535,8 @@ def rerun(
         text, generation = bump_generation(set_stopped(text, rel, False), rel)
         return text, generation, f"rerun {operation}: generation {generation}"
 
-    _edit_operation(
-        operation, repo, _delivery(branch_name, push, config_branch), watch, cache_dir, edit
-    )
+    how = _delivery(branch_name, push, config_branch, status_repo)
+    _edit_operation(operation, repo, how, watch, cache_dir, edit)
 
 
 @click.command("stop")
@@ -528,6 +549,7 @@ def stop(
     push: bool,
     config_branch: str,
     watch: bool,
+    status_repo: str | None,
     cache_dir: Path | None,
 ) -> None:
     """Stop PROJECT/OP (a workflow: all its children): set stopped: true, validate,
@@ -538,9 +560,8 @@ def stop(
         stopped = set_stopped(text, rel, True)
         return stopped, _generation(text), f"stop {operation}: stopped: true"
 
-    _edit_operation(
-        operation, repo, _delivery(branch_name, push, config_branch), watch, cache_dir, edit
-    )
+    how = _delivery(branch_name, push, config_branch, status_repo)
+    _edit_operation(operation, repo, how, watch, cache_dir, edit)
 
 
 COMMANDS = (submit, rerun, stop)

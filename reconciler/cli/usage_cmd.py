@@ -18,7 +18,12 @@ from typing import Any
 import click
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError
-from reconciler.cli.options import branch_option, cache_dir_option, status_branch_option
+from reconciler.cli.options import (
+    branch_option,
+    cache_dir_option,
+    status_branch_option,
+    status_repo_option,
+)
 from reconciler.cli.status_cmd import StatusError, read_branch, warnings
 from reconciler.core.compile import org_settings
 from reconciler.core.ledger import MAX_USAGE_WINDOWS, UsageRow, usage_shown, utc_text, zone
@@ -131,6 +136,7 @@ def org_timezone(repo: str, branch: str, cache_dir: Path | None) -> tuple[str, l
 @click.option("--repo", default=".", show_default=True, help="The config repo: a URL or a path.")
 @branch_option("The config branch (its reconciler.yaml gives the timezone).")
 @status_branch_option
+@status_repo_option
 @cache_dir_option
 @click.option("--queue", default=None, help="Only this queue.")
 @click.option(
@@ -158,6 +164,7 @@ def usage_command(
     repo: str,
     branch: str,
     status_branch: str,
+    status_repo: str | None,
     cache_dir: Path | None,
     queue: str | None,
     per: str,
@@ -176,7 +183,7 @@ def usage_command(
         click.echo(f"error: {timezone!r} is not a time zone (e.g. UTC, Europe/Berlin)", err=True)
         raise SystemExit(2) from None
     try:
-        view = read_branch(repo, status_branch, cache_dir)
+        view = read_branch(repo, status_branch, cache_dir, status_repo=status_repo)
     except (GitSyncError, StatusError) as exc:
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(1) from None

@@ -1346,8 +1346,22 @@ class Prune(Strict):
     allow_mass_prune: StrictBool = False
 
 
+class StatusRetention(Strict):
+    """How much of the status branch's history the reconciler keeps (``run
+    --status-keep-days``, ``--status-max-commits``): what is older is squashed."""
+
+    keep_days: Annotated[int, Field(gt=0, strict=True)] | None = None
+    max_commits: Annotated[int, Field(ge=2, strict=True)] | None = None
+
+
 class Status(Strict):
     branch: NonEmptyStr = "reconciler/status"
+    repo: NonEmptyStr | None = Field(
+        default=None,
+        description="The repo (a URL or a path) the status branch is pushed to and read "
+        "from, instead of the config repo (run --status-repo).",
+    )
+    retention: StatusRetention | None = None
 
 
 class OrgFile(Strict):

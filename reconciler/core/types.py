@@ -637,6 +637,11 @@ class OrgSettings:
     max_prune_fraction: float = 0.5
     allow_mass_prune: bool = False
     status_branch: str = "reconciler/status"
+    # ``status.repo`` and ``status.retention`` (keepDays, maxCommits): validated; the
+    # process's --status-repo, --status-keep-days and --status-max-commits decide
+    status_repo: str | None = None
+    status_keep_days: int | None = None
+    status_max_commits: int | None = None
     policy: OrgPolicy = field(default_factory=OrgPolicy)
     # the price list: per resource, the price of one unit-hour (memory: per GiB-hour)
     prices: Mapping[str, Decimal] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from functools import partial
 from pathlib import Path
 
 from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
+from reconciler.adapters.git import ConfigRepo, GitSyncError, Retention, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster, preload_clients
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.trigger import Trigger
@@ -218,6 +218,8 @@ def make_runtime(
     *,
     worktree: bool = False,
     status_branch: str | None = "reconciler/status",
+    status_repo: str | None = None,
+    retention: Retention | None = None,
     cache_dir: Path | None = None,
     is_leader: Callable[[], bool] | None = None,
     wakeup: Wakeup | None = None,
@@ -229,7 +231,9 @@ def make_runtime(
     freeze_heap: bool = False,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
-    branch tip) with status on ``status_branch``, or the saved files with ``worktree``.
+    branch tip) with status on ``status_branch`` (of ``status_repo`` when set, else of the
+    config repo; its history bounded by ``retention``), or the saved files with
+    ``worktree``.
 
     With ``wakeup``, a watch event by which a run ends asks it for a cycle at once
     (``core/trigger.py``); the status is then written at most every ``status_interval``
@@ -256,12 +260,14 @@ def make_runtime(
         source = config.sync
         if status_branch:
             publisher = StatusPublisher(
-                StatusBranch(config, branch=status_branch),
+                StatusBranch(config, remote=status_repo, branch=status_branch),
                 min_interval=status_interval,
                 clock=wakeup.clock if wakeup is not None else time.monotonic,
                 background=status_background,
                 is_leader=status_leader,
                 follow_interval=fetch_interval,
+                retention=retention,
+                status_repo=status_repo,
             )
     if fetch_interval > 0:
         source = PacedSource(

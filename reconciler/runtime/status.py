@@ -21,7 +21,13 @@ process to say on its way out.
 A process that does not lead (``serve``, a standby replica) follows the leader's record:
 ``leader_record`` reads the branch again when its tip has moved, and the cycle joins it into
 its memory (``Memory.following``), so it shows what the leader recorded of a run it did not
-see end, and starts from it if it takes the Lease."""
+see end, and starts from it if it takes the Lease.
+
+With ``retention``, the writer bounds the branch's history after a commit, at most every
+``retention_interval`` seconds (``StatusBranch.retain``: what is older is squashed into one
+root commit, pushed with a lease). A lost lease (another replica wrote meanwhile) is tried
+again after the next commit; a branch that holds a commit the reconciler did not make is
+never rewritten, said once in one line, and retention stops until the process restarts."""
 
 from __future__ import annotations
 
@@ -30,7 +36,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from reconciler.adapters.git import GitSyncError, StatusBranch
+from reconciler.adapters.git import GitSyncError, Retention, RetentionRefused, StatusBranch
 from reconciler.core.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.report import encode
@@ -46,6 +52,8 @@ from reconciler.runtime.faults import FaultPoints
 
 log = logging.getLogger("reconciler.status")
 
+RETENTION_INTERVAL = 600.0  # seconds between two retention passes of one writer
+
 LOST_LEASE = "this replica no longer holds the Lease: the leader writes the status"
 
 
@@ -59,6 +67,9 @@ class StatusPublisher:
         background: bool = False,
         is_leader: Callable[[], bool] | None = None,
         follow_interval: float = 0.0,
+        retention: Retention | None = None,
+        retention_interval: float = RETENTION_INTERVAL,
+        status_repo: str | None = None,
     ) -> None:
         self.branch = branch
         self.min_interval = min_interval
@@ -70,6 +81,14 @@ class StatusPublisher:
         self.commits = 0
         self.put_off = 0  # cycles whose status was left to a later one
         self.last_error = ""
+        self.retention = retention if retention else None
+        self.retention_interval = retention_interval
+        self._retained_at: float | None = None  # the last retention pass (None: none yet)
+        self.retention_refused = ""  # why retention stopped (a commit not the reconciler's)
+        self.squashed = 0  # commits squashed by retention, all passes
+        # --status-repo as given: what the org file's status.repo is compared with
+        self.status_repo = status_repo
+        self._settings_warned = ""  # the last disagreement with the org file said
         self._memos = StatusMemos()  # what spares rendering an unchanged record again
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
@@ -240,6 +259,7 @@ class StatusPublisher:
             return None  # not even rendered: a later cycle's status supersedes this one
         self.due = None
         self._held = None
+        self._check_settings(compiled)
         try:
             before = self._current()
             files = render_cycle_status(result, compiled, plan, self._memos)
@@ -267,7 +287,61 @@ class StatusPublisher:
         self.unwritten = ""
         if sha:
             self.commits += 1
+            self._retain(now)
         return sha
+
+    def _check_settings(self, compiled: CompiledRepo) -> None:
+        """Say once, in one line, when the config in force's ``status.repo`` or
+        ``status.retention`` differs from the flags this process runs with (they win)."""
+        org = compiled.org
+        kept = self.retention or Retention()
+        flags = (self.status_repo, kept.keep_days, kept.max_commits)
+        config = (org.status_repo, org.status_keep_days, org.status_max_commits)
+        if flags == config:
+            self._settings_warned = ""
+            return
+
+        def said(value: str | float | None) -> str:
+            return (
+                "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+            )
+
+        line = (
+            f"reconciler.yaml's status settings (repo {said(config[0])}, keepDays "
+            f"{said(config[1])}, maxCommits {said(config[2])}) differ from the flags this "
+            f"process runs with (--status-repo {said(flags[0])}, --status-keep-days "
+            f"{said(flags[1])}, --status-max-commits {said(flags[2])}): the flags are used"
+        )
+        if line != self._settings_warned:
+            log.warning("%s", line)
+            self._settings_warned = line
+
+    def _retain(self, now: float) -> None:
+        """One retention pass after a commit, at most every ``retention_interval``."""
+        if self.retention is None or self.retention_refused:
+            return
+        if self._retained_at is not None and now - self._retained_at < self.retention_interval:
+            return
+        try:
+            done = self.branch.retain(self.retention)
+        except RetentionRefused as exc:
+            log.error("%s; status retention is off until a restart", exc)
+            self.retention_refused = str(exc)
+            return
+        except GitSyncError as exc:
+            log.warning("status retention failed, tried again after the next commit: %s", exc)
+            return
+        if done.lost_lease:
+            log.info("status retention: the branch moved meanwhile (another writer); tried again")
+            return
+        self._retained_at = now
+        if done.squashed:
+            self.squashed += done.squashed
+            log.info(
+                "status retention: squashed %d commits into one, kept %d",
+                done.squashed,
+                done.kept,
+            )
 
 
 def render_cycle_status(

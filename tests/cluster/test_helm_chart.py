@@ -213,6 +213,25 @@ def test_deployment_runs_two_leader_elected_replicas_with_remote_clusters(helm: 
     assert not [d for d in rendered if d["kind"] == "ServiceMonitor"]  # off by default
 
 
+def test_status_repo_and_retention_values_become_the_run_flags(helm: Run) -> None:
+    plain = container(docs(template(helm, "dispatch", *SSH_SETS)))["args"]
+    assert not [
+        a for a in plain if a.startswith(("--status-repo", "--status-keep", "--status-max"))
+    ]
+    sets = (
+        "repo.statusRepo=git@git.example.com:org/ml-status.git",
+        "repo.statusRetention.keepDays=7",
+        "repo.statusRetention.maxCommits=5000",
+    )
+    args = container(docs(template(helm, "dispatch", *SSH_SETS, *sets)))["args"]
+    for expected in (
+        "--status-repo=git@git.example.com:org/ml-status.git",
+        "--status-keep-days=7",
+        "--status-max-commits=5000",
+    ):
+        assert expected in args
+
+
 def test_service_monitor_when_enabled(helm: Run) -> None:
     rendered = docs(template(helm, "dispatch", "serviceMonitor.enabled=true"))
     monitor = next(d for d in rendered if d["kind"] == "ServiceMonitor")

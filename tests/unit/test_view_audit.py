@@ -552,8 +552,8 @@ def test_queues_and_status_from_the_branch_show_rows_and_estimates_of_one_decisi
 
     with (
         _config_at_tip(compiled),
-        mock.patch.object(status_cmd, "read_branch", lambda *_a: view),
-        mock.patch.object(queues_cmd, "read_branch", lambda *_a: view),
+        mock.patch.object(status_cmd, "read_branch", lambda *_a, **_k: view),
+        mock.patch.object(queues_cmd, "read_branch", lambda *_a, **_k: view),
     ):
         queues = CliRunner().invoke(queues_cmd.queues, ["--repo", "r", "-o", "json"])
         status = CliRunner().invoke(status_cmd.status, ["--repo", "r", "-o", "json"])

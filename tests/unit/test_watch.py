@@ -27,7 +27,10 @@ def _watch(
 ) -> list[str]:
     feed: Iterator[StatusView | None] = iter(views)
 
-    def read_branch(repo: str, branch: str, cache_dir: Path | None) -> StatusView:
+    def read_branch(
+        repo: str, branch: str, cache_dir: Path | None, *, status_repo: str | None = None
+    ) -> StatusView:
+        assert status_repo is None  # no --status-repo: the config repo's branch
         view = next(feed)
         if view is None:
             raise status_cmd.StatusError("no status yet")

@@ -611,6 +611,13 @@ class RepoIndex:
             max_prune_fraction=prune.max_fraction if prune else 0.5,
             allow_mass_prune=prune.allow_mass_prune if prune else False,
             status_branch=m.status.branch if m.status else "reconciler/status",
+            status_repo=m.status.repo if m.status else None,
+            status_keep_days=m.status.retention.keep_days
+            if m.status and m.status.retention
+            else None,
+            status_max_commits=m.status.retention.max_commits
+            if m.status and m.status.retention
+            else None,
             policy=OrgPolicy(
                 allowed_queues=frozenset(policy.allowed_queues)
                 if policy and policy.allowed_queues is not None
