@@ -150,22 +150,19 @@ def test_metrics_and_readiness_over_http(
             for s in family.samples
         }
         quota = {k: v for k, v in samples.items() if k[0] == "reconciler_queue_quota_used"}
-        gpu_a = quota.get(
-            (
-                "reconciler_queue_quota_used",
-                (("flavor", ""), ("queue", "team-a"), ("resource", "nvidia.com/gpu")),
-            )
-        )
-        assert gpu_a == 3, quota  # its H100 and A100, and an H100 borrowed from team-b
-        assert (
-            samples[
-                (
-                    "reconciler_queue_quota_limit",
-                    (("flavor", ""), ("queue", "team-b"), ("resource", "nvidia.com/gpu")),
-                )
-            ]
-            == 4
-        )
+
+        def gpu(name: str, queue: str, flavor: str) -> float | None:
+            labels = (("flavor", flavor), ("queue", queue), ("resource", "nvidia.com/gpu"))
+            return samples.get((name, labels))
+
+        # a series per flavor: team-a's H100 and one borrowed from team-b, its A100
+        used = "reconciler_queue_quota_used"
+        assert (gpu(used, "team-a", "h100"), gpu(used, "team-a", "a100")) == (2, 1), quota
+        assert gpu(used, "team-a", "") is None  # no sum series for a queue with flavors
+        limit = "reconciler_queue_quota_limit"
+        assert (gpu(limit, "team-b", "h100"), gpu(limit, "team-b", "a100")) == (2, 2)
+        # a queue without flavors keeps its one series, flavor ""
+        assert gpu(limit, "sandboxes", "") == 2
         dispatched = sum(
             v for (name, _), v in samples.items() if name == "reconciler_dispatched_total"
         )
