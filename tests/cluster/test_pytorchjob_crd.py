@@ -172,7 +172,17 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
                 timeout=30,
                 what="the cluster to serve PyTorchJob",
             )
-            after = reconciler.run_once()
+            # a CRD just established may answer its first lists with "storage is
+            # (re)initializing": the cluster is unreachable that cycle, and tried again after
+            # its backoff (docs/reliability.md, R2); the first cycle that reads it plans it
+            results: list[Any] = []
+
+            def read() -> bool:
+                results.append(reconciler.run_once())
+                return all(h.reachable for h in results[-1].clusters)
+
+            wait_until(read, timeout=60, what="a cycle that reads the cluster again")
+            after = results[-1]
             assert after.plan is not None and after.plan.pending == ()
             assert not after.failed and after.dispatched == ("p/t",)
             assert after.states["p/t"].kind == "PyTorchJob"

@@ -75,9 +75,12 @@ def test_submit_push_then_run_dispatches_it(
         "--repo", str(tmp_path / "clone"), env=env,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
-    assert "plan: vision/lr-try: queue team-a, cluster local: dispatched at the next cycle" in (
-        done.stdout
-    )
+    # team-a gives its quota per flavor: the plan line names the flavor assigned (its
+    # preset pins A100)
+    assert (
+        "plan: vision/lr-try: queue team-a, cluster local, flavor a100: dispatched at the next "
+        "cycle"
+    ) in done.stdout
     run = _reconciler(
         "run", "--repo", served, "--once", "--cache-dir", str(tmp_path / "run-cache"),
         "--cluster-kubeconfig", f"local={kube_cluster.kubeconfig}", env=env,

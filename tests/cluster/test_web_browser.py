@@ -93,11 +93,12 @@ def _browse(page, base: str, out: Path) -> None:  # type: ignore[no-untyped-def]
     page.wait_for_selector('tr[data-queue="batch"]')
     assert page.locator("h1").inner_text() == "Queues"
     team_a, team_b, batch = _row(page, "team-a"), _row(page, "team-b"), _row(page, "batch")
-    # summed over the flavors: team-a's H100 and A100 and an H100 borrowed from team-b,
-    # whose ops pin A100 (2 of its 4 GPUs)
-    assert "nvidia.com/gpu 3/2" in team_a
+    # a bar per flavor: team-a's H100 and an H100 borrowed from team-b, its A100; team-b's
+    # ops pin A100 (2 of its 2), its H100s idle (one lent)
+    assert "h100 nvidia.com/gpu 2/1 (+1 borrowed)" in team_a
+    assert "a100 nvidia.com/gpu 1/1" in team_a
     assert "QuotaExceeded" in team_a or "BorrowingNotAllowed" in team_a  # sweep-lr-2
-    assert "nvidia.com/gpu 2/4" in team_b
+    assert "h100 nvidia.com/gpu 0/2 (1 lent)" in team_b and "a100 nvidia.com/gpu 2/2" in team_b
     assert "3/3" in batch.split("\t")[3]  # the count-limited queue: active/limit
     order = page.locator("tr[data-queue]").evaluate_all("rows => rows.map(r => r.dataset.queue)")
     assert order == ["notebooks", "sandboxes", "team-a", "team-b", "gpu-fleet", "batch"]
