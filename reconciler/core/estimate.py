@@ -310,23 +310,34 @@ class Estimates:
     at: datetime
     horizon: timedelta = DEFAULT_HORIZON
     pending: Mapping[str, StartEstimate] = field(default_factory=dict)
+    # False: not computed yet (a view shows "estimates pending" for every operation it asks)
+    ready: bool = True
 
     def of(self, operation: str) -> StartEstimate | None:
         return self.pending.get(operation)
 
     def text(self, operation: str) -> str:
+        if not self.ready:
+            return PENDING_TEXT
         e = self.pending.get(operation)
         return e.text(self.at, self.horizon) if e is not None else ""
 
     def json_of(self, operation: str) -> dict[str, Any] | None:
-        """``{p50, p90, text[, why]}``: what every view's JSON says of ``operation``."""
+        """``{p50, p90, text[, why]}``: what every view's JSON says of ``operation``
+        (``{p50: null, p90: null, text: "estimates pending", pending: true}`` before the
+        first estimates are ready)."""
+        if not self.ready:
+            return {"p50": None, "p90": None, "text": PENDING_TEXT, "pending": True}
         e = self.pending.get(operation)
         if e is None:
             return None
         return {**e.to_json(), "text": e.text(self.at, self.horizon)}
 
 
+PENDING_TEXT = "estimates pending"
 NO_ESTIMATES = Estimates(datetime(1970, 1, 1, tzinfo=UTC))
+# what a view shows before the worker has estimated any decision (runtime/estimates.py)
+ESTIMATES_PENDING = Estimates(datetime(1970, 1, 1, tzinfo=UTC), ready=False)
 
 
 # --- the simulation ---------------------------------------------------------------------
