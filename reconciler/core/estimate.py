@@ -92,6 +92,8 @@ STATIC_REASONS = frozenset(
 )
 # A replan first plans this many candidates of a queue (plus two per free slot)
 PREFIX = 16
+# ... and, when that head does not fill the queue, this many times more
+GROW = 4
 # The reasons of the checks that hold a StrictFIFO queue behind its head
 _HOLDS_HEAD = frozenset(r for c in CHECKS if c.holds_head for r in c.reasons)
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
@@ -853,30 +855,29 @@ class _Sim:
                     return
 
     def _replan(self, queues: set[str], t: float) -> None:
-        """The planner over ``queues`` (``_plan``), first with the head of each long queue:
-        when the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a
-        quota none of the rest fits in), the rest would only have waited, and is not
-        planned; otherwise the planner runs again with every candidate."""
-        heads = {
-            q: PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
-            for q in queues
-            for spec in (self.repo.queues[q],)
-        }
-        sub = self._plan(queues, t, heads)
-        again = {q for q in queues if len(self.candidates[q]) > heads[q]}
-        if again:
+        """The planner over ``queues`` (``_plan``), with the head of each long queue: when
+        the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a quota
+        none of the rest fits in), the rest would only have waited, and is not planned;
+        otherwise the planner runs again with that queue's head ``GROW`` times longer (at
+        last every candidate), the others' as they were, until every queue planned by its
+        head is filled by it: then planning the rest of each changes nothing."""
+        heads: dict[str, int | None] = {}
+        for q in queues:
+            spec = self.repo.queues[q]
+            n = PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
+            heads[q] = n if len(self.candidates[q]) > n else None
+        while True:
+            sub = self._plan(queues, t, heads)
+            cut = [q for q, n in heads.items() if n is not None]
+            if not cut:
+                break
             admitted = {qa.name: qa for qa in sub.queues}
-            dispatched = {id(self.ops[d.operation]) for d in sub.dispatch}
-            again = {
-                q
-                for q in again
-                if not _full(
-                    admitted[q],
-                    [op for op in self.candidates[q][heads[q] :] if id(op) not in dispatched],
-                )
-            }
-            if again:
-                sub = self._plan(queues, t, {q: None for q in again})
+            grow = [q for q in cut if not _full(admitted[q], self.candidates[q][heads[q] :])]
+            if not grow:
+                break
+            for q in grow:
+                n = (heads[q] or 0) * GROW
+                heads[q] = n if len(self.candidates[q]) > n else None
         for d in sub.dispatch:
             op = self.ops[d.operation]
             self.dispatched_at[d.operation] = t
