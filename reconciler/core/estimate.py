@@ -534,6 +534,8 @@ class _Sim:
         self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
         self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
         self.exhausted = False
+        # queue -> the head its replans grew to (the next replan starts from it)
+        self.grown: dict[str, int] = {}
         self.specs: dict[tuple[str, int], QueueSpec] = {}
         self.cluster_specs: dict[tuple[str, int], ClusterSpec] = {}
         for q_name, pend in prep.waits.items():
@@ -862,9 +864,11 @@ class _Sim:
         last every candidate), the others' as they were, until every queue planned by its
         head is filled by it: then planning the rest of each changes nothing."""
         heads: dict[str, int | None] = {}
+        grown = self.grown
         for q in queues:
             spec = self.repo.queues[q]
             n = PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
+            n = max(n, grown.get(q, 0))  # the head its last replan needed
             heads[q] = n if len(self.candidates[q]) > n else None
         while True:
             sub = self._plan(queues, t, heads)
@@ -878,6 +882,7 @@ class _Sim:
             for q in grow:
                 n = (heads[q] or 0) * GROW
                 heads[q] = n if len(self.candidates[q]) > n else None
+                grown[q] = n
         for d in sub.dispatch:
             op = self.ops[d.operation]
             self.dispatched_at[d.operation] = t
