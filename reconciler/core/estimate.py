@@ -92,6 +92,8 @@ STATIC_REASONS = frozenset(
 )
 # A replan first plans this many candidates of a queue (plus two per free slot)
 PREFIX = 16
+# ... and, when that head does not fill the queue, this many times more
+GROW = 4
 # The reasons of the checks that hold a StrictFIFO queue behind its head
 _HOLDS_HEAD = frozenset(r for c in CHECKS if c.holds_head for r in c.reasons)
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
@@ -310,23 +312,34 @@ class Estimates:
     at: datetime
     horizon: timedelta = DEFAULT_HORIZON
     pending: Mapping[str, StartEstimate] = field(default_factory=dict)
+    # False: not computed yet (a view shows "estimates pending" for every operation it asks)
+    ready: bool = True
 
     def of(self, operation: str) -> StartEstimate | None:
         return self.pending.get(operation)
 
     def text(self, operation: str) -> str:
+        if not self.ready:
+            return PENDING_TEXT
         e = self.pending.get(operation)
         return e.text(self.at, self.horizon) if e is not None else ""
 
     def json_of(self, operation: str) -> dict[str, Any] | None:
-        """``{p50, p90, text[, why]}``: what every view's JSON says of ``operation``."""
+        """``{p50, p90, text[, why]}``: what every view's JSON says of ``operation``
+        (``{p50: null, p90: null, text: "estimates pending", pending: true}`` before the
+        first estimates are ready)."""
+        if not self.ready:
+            return {"p50": None, "p90": None, "text": PENDING_TEXT, "pending": True}
         e = self.pending.get(operation)
         if e is None:
             return None
         return {**e.to_json(), "text": e.text(self.at, self.horizon)}
 
 
+PENDING_TEXT = "estimates pending"
 NO_ESTIMATES = Estimates(datetime(1970, 1, 1, tzinfo=UTC))
+# what a view shows before the worker has estimated any decision (runtime/estimates.py)
+ESTIMATES_PENDING = Estimates(datetime(1970, 1, 1, tzinfo=UTC), ready=False)
 
 
 # --- the simulation ---------------------------------------------------------------------
@@ -521,6 +534,8 @@ class _Sim:
         self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
         self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
         self.exhausted = False
+        # queue -> the head its replans grew to (the next replan starts from it)
+        self.grown: dict[str, int] = {}
         self.specs: dict[tuple[str, int], QueueSpec] = {}
         self.cluster_specs: dict[tuple[str, int], ClusterSpec] = {}
         for q_name, pend in prep.waits.items():
@@ -842,30 +857,32 @@ class _Sim:
                     return
 
     def _replan(self, queues: set[str], t: float) -> None:
-        """The planner over ``queues`` (``_plan``), first with the head of each long queue:
-        when the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a
-        quota none of the rest fits in), the rest would only have waited, and is not
-        planned; otherwise the planner runs again with every candidate."""
-        heads = {
-            q: PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
-            for q in queues
-            for spec in (self.repo.queues[q],)
-        }
-        sub = self._plan(queues, t, heads)
-        again = {q for q in queues if len(self.candidates[q]) > heads[q]}
-        if again:
+        """The planner over ``queues`` (``_plan``), with the head of each long queue: when
+        the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a quota
+        none of the rest fits in), the rest would only have waited, and is not planned;
+        otherwise the planner runs again with that queue's head ``GROW`` times longer (at
+        last every candidate), the others' as they were, until every queue planned by its
+        head is filled by it: then planning the rest of each changes nothing."""
+        heads: dict[str, int | None] = {}
+        grown = self.grown
+        for q in queues:
+            spec = self.repo.queues[q]
+            n = PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
+            n = max(n, grown.get(q, 0))  # the head its last replan needed
+            heads[q] = n if len(self.candidates[q]) > n else None
+        while True:
+            sub = self._plan(queues, t, heads)
+            cut = [q for q, n in heads.items() if n is not None]
+            if not cut:
+                break
             admitted = {qa.name: qa for qa in sub.queues}
-            dispatched = {id(self.ops[d.operation]) for d in sub.dispatch}
-            again = {
-                q
-                for q in again
-                if not _full(
-                    admitted[q],
-                    [op for op in self.candidates[q][heads[q] :] if id(op) not in dispatched],
-                )
-            }
-            if again:
-                sub = self._plan(queues, t, {q: None for q in again})
+            grow = [q for q in cut if not _full(admitted[q], self.candidates[q][heads[q] :])]
+            if not grow:
+                break
+            for q in grow:
+                n = (heads[q] or 0) * GROW
+                heads[q] = n if len(self.candidates[q]) > n else None
+                grown[q] = n
         for d in sub.dispatch:
             op = self.ops[d.operation]
             self.dispatched_at[d.operation] = t

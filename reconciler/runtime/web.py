@@ -30,7 +30,7 @@ from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core import web_html
-from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.model import suggest
 from reconciler.core.observe import WorkloadState
 from reconciler.core.queue_view import (
@@ -50,6 +50,7 @@ from reconciler.core.status import (
 )
 from reconciler.core.types import printable_text
 from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.service import Runtime
 
 log = logging.getLogger("reconciler.web")
@@ -93,6 +94,7 @@ class WebApp:
         read_source: ReadSource | None = None,
         status_history: StatusHistory | None = None,
         tail_lines: int = 100,
+        estimator: EstimateWorker | None = None,
     ) -> None:
         self._latest = latest
         self._blame = blame
@@ -102,8 +104,8 @@ class WebApp:
         self._tail = tail_lines
         self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
         self._lock = threading.Lock()
-        # the estimates of the latest cycle, computed once per cycle (not per page view)
-        self._estimated: tuple[CycleResult, Estimates] | None = None
+        # the estimates of the latest decision, computed once per decision off this thread
+        self._estimator = estimator if estimator is not None else EstimateWorker()
 
     # --- routing -----------------------------------------------------------------------
 
@@ -137,17 +139,9 @@ class WebApp:
         return _Cycle(result, shown, applied=result.leading, estimates=self._estimates(result))
 
     def _estimates(self, result: CycleResult) -> Estimates:
-        """The cycle's start estimates (``estimate_decision``: what every view shows)."""
-        with self._lock:
-            got = self._estimated
-            if got is not None and got[0] is result:
-                return got[1]
-        if result.compiled is None or result.decision is None:
-            return NO_ESTIMATES
-        estimates = estimate_decision(result.compiled, result.decision)
-        with self._lock:
-            self._estimated = (result, estimates)
-        return estimates
+        """The latest finished start estimates (``EstimateWorker``: computed once per
+        decision on its own thread, never on the request's)."""
+        return self._estimator.latest(result.compiled, result.decision)
 
     def _html(
         self, partial: bool, title: str, main: Callable[[_Cycle], tuple[int, str] | None]

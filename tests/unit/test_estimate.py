@@ -13,10 +13,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import pytest
 from builders import NOW, World
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import reconciler.core.estimate as estimate_module
 from reconciler.core.capacity import NodeCapacity
 from reconciler.core.estimate import (
     Basis,
@@ -533,6 +535,15 @@ def test_the_incremental_simulation_equals_replanning_everything(
 
 
 # --- the worked example of docs/estimates.md --------------------------------------------
+
+
+def test_short_heads_grown_until_each_queue_is_full_give_the_same_estimates(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With a first head of one candidate, almost every replan plans some queue further
+    (its head grown, the others' kept): still the same as replanning everything."""
+    monkeypatch.setattr(estimate_module, "PREFIX", 1)
+    test_the_incremental_simulation_equals_replanning_everything()
 
 
 def test_the_worked_example_in_the_docs_is_what_the_code_says() -> None:

@@ -15,6 +15,7 @@ start estimates of the pending operations.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -57,6 +58,7 @@ from reconciler.core.types import (
     RepoSnapshot,
 )
 from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.live import decide_live
 from reconciler.runtime.status import render_cycle_status
 from reconciler.runtime.web import WebApp
@@ -72,6 +74,11 @@ FACTS = (
     "superseded",  # the repo asks for generation 2; generation 1 still runs
     "deleted",  # recorded Running on the status branch, the Job is gone
 )
+
+
+def _inline(work: Callable[[], None]) -> None:
+    """Run the estimate worker on the caller's thread: these tests check what is shown."""
+    work()
 
 
 class FixedClock:
@@ -351,7 +358,9 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     queues_json = live_queues_view(s.compiled, decision).to_json()
     status_view = live_status_view(s.compiled, decision)
     follower = _cycle(s, leading=False)
-    api_status, api_body, _ = WebApp(lambda: follower)("/api/v1/queues") or (0, b"", "")
+    api_status, api_body, _ = WebApp(lambda: follower, estimator=EstimateWorker(spawn=_inline))(
+        "/api/v1/queues"
+    ) or (0, b"", "")
     assert api_status == 200
     api_json = json.loads(api_body)
     assert not any(f.calls for f in s.clusters.values()), "a view changed a cluster"
@@ -491,7 +500,9 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         p.operation: estimates.json_of(p.operation) for p in plan.pending
     }
     for p in plan.pending:
-        detail = WebApp(lambda: follower)(f"/api/v1/operations/{p.operation}")
+        detail = WebApp(lambda: follower, estimator=EstimateWorker(spawn=_inline))(
+            f"/api/v1/operations/{p.operation}"
+        )
         assert detail is not None and json.loads(detail[1])["estimate"] == estimates.json_of(
             p.operation
         )
@@ -500,7 +511,9 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     record_keys = ("phase", "reason", "message", "queue", "cluster", "position")
     dispatching = {d.operation for d in plan.dispatch}
     for op_id, record in status_view.operations.items():
-        got = WebApp(lambda: follower)(f"/api/v1/operations/{op_id}")
+        got = WebApp(lambda: follower, estimator=EstimateWorker(spawn=_inline))(
+            f"/api/v1/operations/{op_id}"
+        )
         assert got is not None and got[0] == 200, op_id
         page = json.loads(got[1])
         said = {k: getattr(record, k) for k in record_keys}
@@ -547,7 +560,7 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             assert q.used_after.get(r, Decimal(0)) <= max(most, q.used.get(r, Decimal(0)))
         if q.max_pods is not None and q.dispatching:
             assert q.pods_after <= max(q.max_pods, q.pods)
-    web = WebApp(lambda: follower)
+    web = WebApp(lambda: follower, estimator=EstimateWorker(spawn=_inline))
     for row in api_json["queues"]:
         if any(_units(u["used"]) > 0 for u in row["quota"]):
             assert row["active"] > 0, row
@@ -586,7 +599,7 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
             {k: (a[k], b[k]) for k in a if a[k] != b[k]} for a, b in zip(got, want, strict=True)
         ] == [{}] * len(got)
     # and each operation's page on the leader says what the branch records of it
-    leader_web = WebApp(lambda: result)
+    leader_web = WebApp(lambda: result, estimator=EstimateWorker(spawn=_inline))
     for op_id, record in written.operations.items():
         if op_id in result.failed:
             continue  # see test_view_audit: a failed create is counted as held

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -61,6 +61,7 @@ from reconciler.core.types import (
     RepoSnapshot,
 )
 from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.web import WebApp
 
 GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
@@ -583,6 +584,11 @@ def test_status_and_queues_command_output(template: RepoSnapshot) -> None:
 # --- /api/v1 ------------------------------------------------------------------------------
 
 
+def _inline(work: Callable[[], None]) -> None:
+    """Run the estimate worker on the caller's thread: the golden files hold the estimates."""
+    work()
+
+
 def _app(template: RepoSnapshot, *, leading: bool) -> tuple[WebApp, CycleResult]:
     repo = _repo(template)
     states = _states(repo)
@@ -620,7 +626,12 @@ def _app(template: RepoSnapshot, *, leading: bool) -> tuple[WebApp, CycleResult]
             ("4" * 40, datetime(2026, 1, 1, 0, 1, tzinfo=UTC), b"not: [valid\n"),
         ]
 
-    app = WebApp(lambda: result, blame=blame, status_history=status_history)
+    app = WebApp(
+        lambda: result,
+        blame=blame,
+        status_history=status_history,
+        estimator=EstimateWorker(spawn=_inline),
+    )
     return app, result
 
 
@@ -671,7 +682,7 @@ def test_json_api_of_a_built_world() -> None:
     states = {"p/a": failed}
     plan = plan_repo(repo, [s.to_observed() for s in states.values()], NOW)
     result = CycleResult(at=NOW, version=COMMIT, compiled=repo, plan=plan, states=states)
-    app = WebApp(lambda: result)
+    app = WebApp(lambda: result, estimator=EstimateWorker(spawn=_inline))
     paths = ["/api/v1/queues", "/api/v1/fleet"]
     paths += [f"/api/v1/queues/{q}" for q in ("gpu", "off", "free")]
     paths += [f"/api/v1/operations/{op}" for op in ("p/big", "p/small", "p/idle", "p/b", "p/dag")]

@@ -10,7 +10,7 @@ import re
 import shutil
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,12 +28,18 @@ from reconciler.core.queue_view import BlameLine
 from reconciler.core.types import Phase, RepoSnapshot
 from reconciler.core.web_html import esc, operation_href, quote_path
 from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.http import HttpServer
 from reconciler.runtime.metrics import Metrics
 from reconciler.runtime.web import WebApp
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 EVIL = "p/<script>x</script>"  # an op id from a cluster annotation: anything goes
+
+
+def _inline(work: Callable[[], None]) -> None:
+    """Run the estimate worker on the caller's thread: these tests check what is shown."""
+    work()
 
 
 def _get(url: str) -> tuple[int, str, str]:
@@ -300,7 +306,7 @@ def test_pages_and_api_show_the_cycles_start_estimates(template: RepoSnapshot) -
     head = next(p for p in decision.plan.pending if p.queue == "team-a" and p.position == 1)
     expected = estimates.json_of(head.operation)
     assert expected is not None and expected["text"]
-    app = WebApp(lambda: result)
+    app = WebApp(lambda: result, estimator=EstimateWorker(spawn=_inline))
     _, body, _ = app("/api/v1/queues") or (0, b"", "")
     row = next(q for q in json.loads(body)["queues"] if q["name"] == "team-a")
     assert row["headEstimate"] == expected
