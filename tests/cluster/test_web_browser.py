@@ -108,7 +108,7 @@ def _browse(page, base: str, out: Path) -> None:  # type: ignore[no-untyped-def]
         pass
     assert polled.value.status == 200
     page.wait_for_selector('tr[data-queue="team-a"]')
-    assert "nvidia.com/gpu 3/2" in _row(page, "team-a")
+    assert "h100 nvidia.com/gpu 2/1 (+1 borrowed)" in _row(page, "team-a")
     page.screenshot(path=str(out / "queues.png"), full_page=True)
 
     page.locator('tr[data-queue="team-a"] a').first.click()
