@@ -111,6 +111,9 @@ NOT_DECISIONS = {
     (ClusterSpec, "kubeconfig"): "how to reach it, not what runs there",
     (ClusterSpec, "context"): "how to reach it, not what runs there",
     (OrgSettings, "status_branch"): "where status is written",
+    (OrgSettings, "status_repo"): "where status is written",
+    (OrgSettings, "status_keep_days"): "how much of the status branch's history is kept",
+    (OrgSettings, "status_max_commits"): "how much of the status branch's history is kept",
     (OrgSettings, "policy"): "shows as the operations it refuses (newlyPolicyViolation)",
 }
 
