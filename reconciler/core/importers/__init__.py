@@ -161,3 +161,12 @@ def render(header: list[str], body: Mapping[str, Any]) -> str:
     lines = [f"# {printable_text(line)}".rstrip() for line in header]
     text = yaml.dump(dict(body), Dumper=_Dumper, sort_keys=False, allow_unicode=True, width=100)
     return "\n".join([*lines, text.rstrip("\n")]) + "\n"
+
+
+def value_kind(value: Any) -> str:
+    """What a value is, for a message: "a mapping", "a list", else the value (cut short)."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    return f"{value!r}"[:40]

@@ -22,6 +22,7 @@ from reconciler.core.importers import (
     dns_label,
     parse_all,
     render,
+    value_kind,
 )
 from reconciler.core.load import Document, PathKey
 from reconciler.core.quantity import parse_quantity
@@ -90,7 +91,7 @@ class _Importer:
             return {}
         if isinstance(value, dict):
             return value
-        self.report.error(doc, path, f"expected a mapping, got {_kind(value)}", key=False)
+        self.report.error(doc, path, f"expected a mapping, got {value_kind(value)}", key=False)
         return {}
 
     def sequence(self, doc: Document, path: PathKey) -> list[Any]:
@@ -100,7 +101,7 @@ class _Importer:
             return []
         if isinstance(value, list):
             return value
-        self.report.error(doc, path, f"expected a list, got {_kind(value)}", key=False)
+        self.report.error(doc, path, f"expected a list, got {value_kind(value)}", key=False)
         return []
 
     def document(self, doc: Document) -> None:
@@ -665,14 +666,6 @@ def _never(preemption: Any) -> bool:
         if policy != "Never":
             return False
     return True
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"{value!r}"[:40]
 
 
 def _quantity(value: Any) -> bool:

@@ -31,6 +31,7 @@ from reconciler.core.importers import (
     dns_label,
     parse,
     render,
+    value_kind,
 )
 from reconciler.core.load import Document, PathKey
 
@@ -220,7 +221,7 @@ class _Importer:
             return {}
         if isinstance(value, dict):
             return value
-        self.error(at, f"expected a mapping, got {_kind(value)}", key=False)
+        self.error(at, f"expected a mapping, got {value_kind(value)}", key=False)
         return {}
 
     def sequence(self, at: _At) -> list[Any]:
@@ -230,7 +231,7 @@ class _Importer:
             return []
         if isinstance(value, list):
             return value
-        self.error(at, f"expected a list, got {_kind(value)}", key=False)
+        self.error(at, f"expected a list, got {value_kind(value)}", key=False)
         return []
 
     # --- files ---------------------------------------------------------------------------
@@ -619,7 +620,9 @@ class _Importer:
         kind = data.get("kind")
         replica: _At = at
         if not isinstance(kind, str | None):
-            self.error(at.at("kind"), f"run.kind: expected a name, got {_kind(kind)}", key=False)
+            self.error(
+                at.at("kind"), f"run.kind: expected a name, got {value_kind(kind)}", key=False
+            )
             return None
         if kind == "job" or (partial and kind is None):
             if kind:
@@ -1265,14 +1268,6 @@ class _Importer:
                 )
             )
         return out
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    return f"{value!r}"[:40]
 
 
 def _count(value: Any) -> int:
