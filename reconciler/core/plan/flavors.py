@@ -186,39 +186,29 @@ def flavors_exceeded(
 def fit_flavor(
     q: QueueState, op: CompiledOperation, eligible: tuple[int, ...]
 ) -> tuple[int, Any, bool]:
-    """Check 8 with flavors: ``(flavor, request in units, False)`` for the first eligible
-    flavor whose quota has room (a cohort member's: its own quota, what it lent counted);
-    else ``(-1, (reason, detail), may_borrow)``. ``may_borrow``: some flavor fits only by
+    """Check 8 with flavors, for a cohort's member (a queue outside a cohort has the same
+    rule inline in ``planner.admit``): ``(flavor, request in units, False)`` for the first
+    eligible flavor whose own quota has room, what it lent counted as in use; else
+    ``(-1, (reason, detail), may_borrow)``. ``may_borrow``: some flavor fits only by
     borrowing (the op is deferred to step 4b). A ``QuotaExceeded`` detail is one
     ``(slot, units)`` per flavor tried, or that pair alone when one flavor was."""
     cohort = q.cohort
-    used = q.used
-    quota = q.quota
+    assert cohort is not None
     short: list[tuple[int, int]] = []
     other: tuple[PendingReason, Any] | None = None
     for k in eligible:
         req = q.request(op.requests, k)
-        if cohort is not None:
-            verdict = cohort.own_fit(q, req)
-            if verdict is None:
-                return k, req, False
-            if verdict[0] is _QUOTA:
-                short.append(verdict[1])
-            elif other is None:
-                other = verdict
-            continue
-        span = q.flavors[k]
-        for i in range(span.lo, span.hi):
-            amount = req[i]
-            if amount and used[i] + amount > quota[i]:
-                short.append((i, amount))
-                break
-        else:
+        verdict = cohort.own_fit(q, req)
+        if verdict is None:
             return k, req, False
+        if verdict[0] is _QUOTA:
+            short.append(verdict[1])
+        elif other is None:
+            other = verdict
     if other is not None and not short:
         return -1, other, False
     detail: Any = short[0] if len(short) == 1 else tuple(short)
-    return -1, (_QUOTA, detail), cohort is not None
+    return -1, (_QUOTA, detail), True
 
 
 def flavor_node_warnings(

@@ -683,12 +683,13 @@ def admit(
                     continue
                 req = q.request(op.requests, flavor)
             elif flavors:
+                assert cohort is not None  # a cohort's member (the other case is above)
                 fit = fit_flavor(q, op, eligible)
                 if fit[0] < 0:
                     verdict = fit[1]
-                    if verdict[0] is quota_r and cohort is not None and fit[2]:
+                    if verdict[0] is quota_r and fit[2]:
                         q.deferred.append(len(q.pending))
-                    elif verdict[0] is lent_r and cohort is not None:
+                    elif verdict[0] is lent_r:
                         cohort.waiting.add(q.keys[verdict[1][0]])
                     pend((oid, op, verdict[0], verdict[1]))
                     if strict:
