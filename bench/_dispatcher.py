@@ -11,7 +11,7 @@ Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 (``_measure.THREAD_GROUPS``: main, watches, creates, status writer...) and its full
 collections since ``go`` (the cyclic GC's oldest generation, timed by ``gc.callbacks``).
 
-- raw: a kubernetes-client loop creates the Jobs ``core/render.py`` renders for the same
+- raw: a kubernetes-client loop creates the Jobs ``core/decision/render.py`` renders for the same
   operations, W in flight. With ``--kueue-queue`` they are created ``suspend: true`` with the
   ``kueue.x-k8s.io/queue-name`` label, for Kueue to admit.
 - reconciler: what ``reconciler run --interval I --status-interval 10s`` builds
@@ -45,7 +45,7 @@ from reconciler.adapters.kube import Kube, connect
 from reconciler.adapters.repo import snapshot_git
 from reconciler.cli.run_cmd import DEFAULT_STATUS_INTERVAL
 from reconciler.core.compile import compile_repo
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.loop import DEFAULT_MIN_GAP, Wakeup, run_forever
 from reconciler.runtime.service import make_runtime

@@ -41,7 +41,7 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, KubeError, connect, connect_cluster
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
 from reconciler.devcluster.shape import NodePool

@@ -1,7 +1,7 @@
 """End-to-end dispatch, the reconciler against a raw client, in interleaved pairs.
 
 Each run gets a fresh dev cluster and dispatches N Jobs, the very manifests
-``core/render.py`` renders, W creates in flight:
+``core/decision/render.py`` renders, W creates in flight:
 
 - raw: a kubernetes-client loop creates them;
 - reconciler: what ``reconciler run --interval I --status-interval 10s`` builds

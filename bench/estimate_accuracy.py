@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from reconciler.core.estimate import EtaState, RunRecord, estimate_starts
 from reconciler.core.plan import plan_repo
+from reconciler.core.plan.estimate import EtaState, RunRecord, estimate_starts
 from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,

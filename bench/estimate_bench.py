@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from plan_bench import NOW, build
 
-from reconciler.core.estimate import EtaState, RunRecord, estimate_starts
 from reconciler.core.plan import plan_dispatch
+from reconciler.core.plan.estimate import EtaState, RunRecord, estimate_starts
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,

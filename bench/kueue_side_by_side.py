@@ -1,6 +1,6 @@
 """Kueue beside the reconciler (and the raw client), admitting the same Jobs.
 
-Each run gets a fresh dev cluster; the Jobs are the manifests ``core/render.py`` renders.
+Each run gets a fresh dev cluster; the Jobs are the manifests ``core/decision/render.py`` renders.
 
 - raw: a kubernetes-client loop creates the N Jobs (W in flight);
 - reconciler: ``Reconciler.run_once`` dispatches them from a config repo;

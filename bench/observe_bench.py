@@ -15,8 +15,8 @@ import argparse
 import time
 from typing import Any
 
-from reconciler.core.observe import CacheChanges, Observer, observe_workloads
-from reconciler.core.render import ANNOTATION_OPERATION
+from reconciler.core.decision.render import ANNOTATION_OPERATION
+from reconciler.core.observation.observe import CacheChanges, Observer, observe_workloads
 
 
 def job(i: int, version: int) -> dict[str, Any]:

@@ -21,7 +21,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from reconciler.core.plan import plan_dispatch
-from reconciler.core.plan_render import plan_to_json
 from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
@@ -36,6 +35,7 @@ from reconciler.core.types import (
     RunKind,
     WorkflowRef,
 )
+from reconciler.core.views.plan_render import plan_to_json
 
 PRODUCTS = {
     "h100": "NVIDIA-H100-80GB-HBM3",

@@ -13,7 +13,7 @@
    dispatch: every operation goes Queued -> Dispatched -> Running, a third of them a write
    (each record changes two or three times), then a write where nothing changed. CPU per
    write and per operation.
-5. The report the writer encodes (``core/report.py``), side by side with rendering the
+5. The report the writer encodes (``core/reporting/report.py``), side by side with rendering the
    plan as before: ``decide`` over a third of the operations running, then ``report`` with
    every create carried out, with none (a follower's), with one create failed (the
    planner recounts), and ``encode(report)`` against ``render_status`` of the same plan
@@ -34,12 +34,12 @@ from pathlib import Path
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import ClusterListing, InFlight, Memory, decide
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import ClusterListing, InFlight, Memory, decide
+from reconciler.core.decision.render import spec_hash, workload_name
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.render import spec_hash, workload_name
-from reconciler.core.report import Failure, Outcome, encode, report
-from reconciler.core.status import (
+from reconciler.core.reporting.report import Failure, Outcome, encode, report
+from reconciler.core.reporting.status import (
     PhaseMemo,
     RecordMemo,
     RenderMemo,

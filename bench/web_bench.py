@@ -22,13 +22,17 @@ from pathlib import Path
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
-from reconciler.core.queue_view import (
+from reconciler.core.types import RepoFile, RepoSnapshot
+from reconciler.core.views.queue_view import (
     build_operation_detail,
     build_queue_detail,
     build_queues_view,
 )
-from reconciler.core.types import RepoFile, RepoSnapshot
-from reconciler.core.web_html import render_operation_page, render_queue_page, render_queues_page
+from reconciler.core.views.web_html import (
+    render_operation_page,
+    render_queue_page,
+    render_queues_page,
+)
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
 NOW = datetime(2026, 1, 1, tzinfo=UTC)

@@ -13,10 +13,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
-from reconciler.core.ledger import LedgerEntry
-from reconciler.core.model import duration_seconds
+from reconciler.core.compile.model import duration_seconds
+from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.plan import Plan, plan_dispatch
+from reconciler.core.plan.ledger import LedgerEntry
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     BudgetSpec,

@@ -27,8 +27,8 @@ from reconciler.adapters.kube import (
     WatchEvent,
     narrowed,
 )
-from reconciler.core.cycle import Memory, memory_from_status
-from reconciler.core.status import read_status
+from reconciler.core.decision.cycle import Memory, memory_from_status
+from reconciler.core.reporting.status import read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.status import render_cycle_status

@@ -18,9 +18,9 @@ from hostile import billion_laughs, deep_nesting, matrix_bomb
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.load import MAX_EXPANDED_CHARS, parse_yaml
-from reconciler.core.observed import ObservedFileError, parse_observed
-from reconciler.core.status import read_status
+from reconciler.core.compile.load import MAX_EXPANDED_CHARS, parse_yaml
+from reconciler.core.observation.observed import ObservedFileError, parse_observed
+from reconciler.core.reporting.status import read_status
 from reconciler.core.types import RepoFile
 
 TEMPLATE = snapshot_worktree(Path(__file__).resolve().parents[1] / "config-repo-template")

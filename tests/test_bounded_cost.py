@@ -34,7 +34,7 @@ from helpers import (
 from hostile import OBSERVED, STATUS, alias_text_bomb, matrix_bomb
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
-from reconciler.core.status import OperationStatus, dump_yaml
+from reconciler.core.reporting.status import OperationStatus, dump_yaml
 from reconciler.core.types import Phase
 
 CPU_SECONDS = 8.0  # "a few seconds": the template alone takes about 1 s of CPU

@@ -19,11 +19,11 @@ from builders import NOW, World
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.cycle import ClusterListing, Memory, decide, memory_from_status
-from reconciler.core.ledger import Ledger, LedgerEntry, ledger_documents
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import ClusterListing, Memory, decide, memory_from_status
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import PendingReason
-from reconciler.core.status import dump_yaml, read_status
+from reconciler.core.plan.ledger import Ledger, LedgerEntry, ledger_documents
+from reconciler.core.reporting.status import dump_yaml, read_status
 from reconciler.core.types import BudgetPeriod, BudgetSpec, Phase
 
 GPU = "nvidia.com/gpu"

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from conftest import ROOT, TEMPLATE
 
 from reconciler.cli.main import cli
-from reconciler.core.model import json_schemas
+from reconciler.core.compile.model import json_schemas
 
 
 def run(*args: str) -> tuple[int, str]:

@@ -29,7 +29,7 @@ from builders import NOW, T0
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.capacity import ClusterCapacity, NodeCapacity
+from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity
 from reconciler.core.plan import PendingReason, plan_dispatch
 from reconciler.core.types import (
     ClusterSpec,

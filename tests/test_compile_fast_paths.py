@@ -18,15 +18,14 @@ from hypothesis import strategies as st
 from pydantic import BaseModel
 
 from reconciler.adapters.repo import snapshot_worktree
-from reconciler.core import load
-from reconciler.core.compile import CompileCache, compile_repo
+from reconciler.core.compile import CompileCache, compile_repo, load
 from reconciler.core.compile import index as index_module
 from reconciler.core.compile import operations as operations_module
 from reconciler.core.compile import resolve as resolve_module
 from reconciler.core.compile.index import VALIDATED_SECTIONS
-from reconciler.core.model import OperationFile
-from reconciler.core.policy import check_pod_security
-from reconciler.core.render import render_pod
+from reconciler.core.compile.model import OperationFile
+from reconciler.core.compile.policy import check_pod_security
+from reconciler.core.decision.render import render_pod
 from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot, RunKind
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"

@@ -6,9 +6,9 @@ import json
 
 from builders import NOW, World
 
-from reconciler.core.diff import Change, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.plan import PendingReason, plan_repo
 from reconciler.core.types import Provenance
+from reconciler.core.views.diff import Change, diff_plans, diff_to_json, diff_to_markdown
 
 GPU_PATH = "resources.limits.nvidia.com/gpu"
 

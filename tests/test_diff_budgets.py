@@ -15,7 +15,6 @@ from typing import Any
 import pytest
 from builders import NOW, World
 
-from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.plan import PendingReason, plan_repo
 from reconciler.core.types import (
     BudgetPeriod,
@@ -28,6 +27,7 @@ from reconciler.core.types import (
     QueueSpec,
     RunKind,
 )
+from reconciler.core.views.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 
 GPU = "nvidia.com/gpu"
 

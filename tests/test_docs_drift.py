@@ -16,11 +16,10 @@ from conftest import ROOT, TEMPLATE
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli import gendoc
 from reconciler.core.compile import compile_repo
-from reconciler.core.model import json_schemas
-from reconciler.core.observe import ObservedReason
+from reconciler.core.compile.model import json_schemas
+from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.plan import PendingReason, StopReason, plan_repo
-from reconciler.core.plan_render import plan_to_dict
-from reconciler.core.status import (
+from reconciler.core.reporting.status import (
     ClusterStatus,
     ConfigStatus,
     OperationStatus,
@@ -29,6 +28,7 @@ from reconciler.core.status import (
     Sync,
 )
 from reconciler.core.types import Phase, QueueStrategy, RejectReason
+from reconciler.core.views.plan_render import plan_to_dict
 
 DOCS = ROOT / "docs"
 REASON_DOCS = ("dispatch.md", "status.md")
@@ -127,6 +127,50 @@ def test_docs_index_links_every_doc() -> None:
     linked = set(re.findall(r"\]\(([^)#]+\.md)\)", index))
     docs = {p.name for p in DOCS.glob("*.md")} - {"README.md"}
     assert docs - linked == set(), f"docs/README.md does not link {sorted(docs - linked)}"
+
+
+def _layout_table() -> str:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    """Each module of the package is named, in backticks, on its package's row."""
+    rows = {
+        m.group(1): m.group(2)
+        for m in re.finditer(r"^\| `reconciler/([\w/]*?)/?` \| (.*)$", _layout_table(), re.M)
+    }
+    missing: list[str] = []
+    for module in sorted((ROOT / "reconciler").rglob("*.py")):
+        parts = module.relative_to(ROOT / "reconciler").parts
+        if module.name == "__main__.py":
+            continue
+        if module.name == "__init__.py":  # a package: its own row, or named on its parent's
+            if "/".join(parts[:-1]) in rows or len(parts) < 3:
+                continue
+            parts, name = parts[:-1], parts[-2] + "/"
+        else:
+            name = module.stem
+        # the row of its package, or of the nearest package above that has one
+        package = next(
+            "/".join(parts[:i]) for i in range(len(parts) - 1, 0, -1) if "/".join(parts[:i]) in rows
+        )
+        if f"`{name}`" not in rows[package]:
+            missing.append(f"{'/'.join(parts[:-1])}: {name}")
+    assert not missing, "README.md's Layout does not name:\n" + "\n".join(missing)
+
+
+def test_source_paths_named_in_the_docs_exist() -> None:
+    """A path such as `core/plan/planner.py` in a doc names a file that is there."""
+    wrong: list[str] = []
+    for doc in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
+        if doc.name == "benchmarks-history.md":  # a journal: it names files as they were
+            continue
+        text = doc.read_text(encoding="utf-8")
+        for path in set(re.findall(r"\b((?:core|runtime|adapters|cli)/[\w/]+\.py)\b", text)):
+            if not (ROOT / "reconciler" / path).exists():
+                wrong.append(f"{doc.relative_to(ROOT)}: {path}")
+    assert not wrong, "docs name files that are not there:\n" + "\n".join(sorted(wrong))
 
 
 def test_relative_links_in_docs_resolve() -> None:
@@ -272,8 +316,8 @@ def test_the_policy_and_rbac_docs_list_every_governed_field_and_knob(
     """Issue 13: the RBAC and policy docs list every field that policy governs
     (``policy.GOVERNED``, held to the violations by tests/test_policy_escapes.py) and every
     knob of ``policy:`` that adjusts one."""
-    from reconciler.core.model import Policy
-    from reconciler.core.policy import GOVERNED
+    from reconciler.core.compile.model import Policy
+    from reconciler.core.compile.policy import GOVERNED
 
     section = _between((DOCS / doc).read_text(encoding="utf-8"), start, end)
     missing = [f for f in GOVERNED if f"`{f}`" not in section]

@@ -10,7 +10,7 @@ from conftest import ROOT, TEMPLATE
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_repo
-from reconciler.core.merge import merge_leaf
+from reconciler.core.compile.merge import merge_leaf
 from reconciler.core.types import MergeStrategy
 
 PRESETS_MD = ROOT / "docs" / "presets.md"
@@ -163,7 +163,7 @@ def _pin_example() -> tuple[str, str]:
 def test_presets_node_pin_example_keeps_exactly_one_pin(tmp_path: Path) -> None:
     from datetime import UTC, datetime
 
-    from reconciler.core.render import render_operation
+    from reconciler.core.decision.render import render_operation
 
     preset, operation = _pin_example()
     doc = PRESETS_MD.read_text(encoding="utf-8")

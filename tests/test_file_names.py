@@ -27,9 +27,14 @@ from reconciler.adapters.git import ConfigRepo
 from reconciler.adapters.repo import snapshot_git, snapshot_worktree
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
-from reconciler.core.load import resolve_files
+from reconciler.core.compile.load import resolve_files
 from reconciler.core.plan import plan_repo
-from reconciler.core.status import CONFIG_FILE, OperationStatus, parse_status_file, render_status
+from reconciler.core.reporting.status import (
+    CONFIG_FILE,
+    OperationStatus,
+    parse_status_file,
+    render_status,
+)
 from reconciler.core.types import (
     ConfigError,
     InternalError,
@@ -306,7 +311,7 @@ def test_names_read_from_the_status_branch_never_forge_a_line() -> None:
     """Anyone who can push to the status branch writes what ``status`` prints: a record's
     operation, queue or an error of ``config.yaml`` with a newline stays on one line."""
     from reconciler.cli.status_cmd import status_to_table, warnings
-    from reconciler.core.status import ConfigStatus, StatusView
+    from reconciler.core.reporting.status import ConfigStatus, StatusView
 
     record = OperationStatus(
         operation=f"vision/x\n{FORGED}", phase=Phase.RUNNING, queue=f"q\n{FORGED}"

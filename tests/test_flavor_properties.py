@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from test_cohort_properties import Sim, sims
 from test_plan_properties import Case, cases
 
-from reconciler.core.capacity import ClusterCapacity, NodeCapacity
+from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.types import (
     ClusterSpec,

@@ -18,16 +18,16 @@ from pydantic import ValidationError
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.load import (
+from reconciler.core.compile.load import (
     MAX_DEPTH,
     MAX_EXPANDED_CHARS,
     MAX_FILE_BYTES,
     MAX_NODES,
     parse_yaml,
 )
-from reconciler.core.observed import ObservedFileError, parse_observed
-from reconciler.core.render import render_operation
-from reconciler.core.status import read_status
+from reconciler.core.decision.render import render_operation
+from reconciler.core.observation.observed import ObservedFileError, parse_observed
+from reconciler.core.reporting.status import read_status
 from reconciler.core.types import RepoFile, RepoSnapshot, printable_path
 
 PATHS = [
@@ -374,7 +374,7 @@ def _get(value: object, path: tuple[str, ...]) -> object:
 def test_a_list_inside_a_map_is_one_layers_value_and_no_null_stays(
     cur: dict[str, object], new: dict[str, object], strategy: str
 ) -> None:
-    from reconciler.core.merge import apply_patch, fine_leaves, start
+    from reconciler.core.compile.merge import apply_patch, fine_leaves, start
 
     loc = lambda path: (1, 1)  # noqa: E731
     spec, prov = start({"run": {"environment": {"affinity": cur}}}, loc, "op.yaml", "operation")
@@ -400,7 +400,7 @@ def test_a_list_inside_a_map_is_one_layers_value_and_no_null_stays(
 
 
 def _respell(alias: str, style: str) -> str:
-    from reconciler.core.model import to_snake
+    from reconciler.core.compile.model import to_snake
 
     snake = to_snake(alias)
     return {
@@ -420,7 +420,7 @@ def test_any_other_spelling_of_a_field_is_an_unknown_field_naming_it(
     from test_unknown_keys import CAMEL_FIELDS, _nest
 
     from reconciler.core.compile.errors import Errors, add_validation_errors
-    from reconciler.core.model import KINDS
+    from reconciler.core.compile.model import KINDS
     from reconciler.core.types import Location
 
     kind, path, alias = data.draw(st.sampled_from(CAMEL_FIELDS))

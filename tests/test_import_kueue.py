@@ -19,8 +19,8 @@ import yaml
 from click.testing import CliRunner, Result
 
 from reconciler.cli.main import cli
-from reconciler.core.importers import Source, Target
-from reconciler.core.importers.kueue import import_kueue
+from reconciler.core.authoring.importers import Source, Target
+from reconciler.core.authoring.importers.kueue import import_kueue
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path("tests/data/import")
@@ -214,7 +214,7 @@ def test_a_value_of_any_wrong_type_never_crashes(path: Path) -> None:
 
 
 def test_the_docs_tables_name_every_field_the_importer_knows() -> None:
-    from reconciler.core.importers.kueue import FIELDS
+    from reconciler.core.authoring.importers.kueue import FIELDS
 
     text = (ROOT / "docs" / "from-kueue.md").read_text()
     missing = [

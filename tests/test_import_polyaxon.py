@@ -20,8 +20,8 @@ from click.testing import CliRunner, Result
 
 from reconciler.cli import import_cmd
 from reconciler.cli.main import cli
-from reconciler.core.importers import Source, Target
-from reconciler.core.importers.polyaxon import import_polyaxon
+from reconciler.core.authoring.importers import Source, Target
+from reconciler.core.authoring.importers.polyaxon import import_polyaxon
 
 ROOT = Path(__file__).resolve().parent.parent
 DATA = Path("tests/data/import")
@@ -337,7 +337,7 @@ def test_a_value_of_any_wrong_type_never_crashes(path: Path) -> None:
 
 
 def test_the_docs_table_names_every_field_the_importer_knows() -> None:
-    from reconciler.core.importers.polyaxon import FIELDS
+    from reconciler.core.authoring.importers.polyaxon import FIELDS
 
     text = (ROOT / "docs" / "from-polyaxon.md").read_text()
     missing = [f for names in FIELDS.values() for f in names if f"`{f}`" not in text]

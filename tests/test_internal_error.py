@@ -28,7 +28,7 @@ from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.main import cli
 from reconciler.cli.status_cmd import warnings
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.status import CONFIG_FILE, StatusReason, read_status
+from reconciler.core.reporting.status import CONFIG_FILE, StatusReason, read_status
 from reconciler.core.types import BUG_NOTE, ClusterSpec, ConfigError, InternalError
 from reconciler.runtime.cycle import Reconciler
 from reconciler.runtime.service import Runtime

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.core.load import MAX_FILE_BYTES, parse_yaml, resolve_files
+from reconciler.core.compile.load import MAX_FILE_BYTES, parse_yaml, resolve_files
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 
@@ -157,7 +157,7 @@ def test_a_line_break_editors_do_not_show_is_refused(char: str, name: str) -> No
 def test_a_written_file_keeps_the_line_breaks_pyyaml_writes_unescaped() -> None:
     """The status branch is read back as written: PyYAML puts LS and PS in single-quoted
     strings as they are, and a record must not become unreadable for it."""
-    from reconciler.core.status import dump_yaml
+    from reconciler.core.reporting.status import dump_yaml
 
     message = "pod failed:\u2028see events\u2029"
     written = dump_yaml({"message": message})

@@ -9,7 +9,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.merge import Layer, Sections, apply_layer, apply_patch, merge_leaf, start
+from reconciler.core.compile.merge import (
+    Layer,
+    Sections,
+    apply_layer,
+    apply_patch,
+    merge_leaf,
+    start,
+)
 from reconciler.core.types import MergeStrategy, Provenance
 
 REPLACE, ISNULL = MergeStrategy.REPLACE, MergeStrategy.ISNULL

@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
+from reconciler.core.decision.render import workload_name
 from reconciler.core.plan import plan_repo
-from reconciler.core.render import workload_name
 from reconciler.core.types import ObservedOperation, Phase
 
 ORG = "kind: Org\ndefaults:\n  queue: q\nprune:\n  enabled: true\n  allowMassPrune: true\n"

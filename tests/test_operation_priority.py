@@ -7,9 +7,9 @@ from builders import World
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.diff import diff_plans, diff_to_dict, diff_to_markdown
 from reconciler.core.plan import PendingReason
 from reconciler.core.types import Phase
+from reconciler.core.views.diff import diff_plans, diff_to_dict, diff_to_markdown
 
 
 def _order(w: World) -> tuple[list[str], list[str]]:

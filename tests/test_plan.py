@@ -546,7 +546,7 @@ def test_gc_state_is_restored() -> None:
 
 
 def test_plan_renderers_show_stops_and_refused_prunes() -> None:
-    from reconciler.core.plan_render import plan_to_markdown, plan_to_table
+    from reconciler.core.views.plan_render import plan_to_markdown, plan_to_table
 
     allowed = prune_world(4, 1).with_org(prune=True).plan()
     assert "p/x-1  RemovedFromRepo" in plan_to_table(allowed)

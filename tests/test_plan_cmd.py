@@ -30,9 +30,9 @@ from reconciler.cli.plan_cmd import (
     run_plan,
     run_plan_diff,
 )
-from reconciler.core.estimate import RunRecord, estimate_starts
-from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.observation.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import plan_repo
+from reconciler.core.plan.estimate import RunRecord, estimate_starts
 from reconciler.core.types import CompiledRepo, ConfigError, Location, ObservedOperation, Phase
 from tests.test_plan import seed_world
 

@@ -443,7 +443,7 @@ def test_a_borrower_of_one_resource_respects_what_is_lent_of_another() -> None:
 
 
 def test_the_plan_json_and_table_show_borrowed_and_lent() -> None:
-    from reconciler.core.plan_render import plan_to_dict, queue_rows
+    from reconciler.core.views.plan_render import plan_to_dict, queue_rows
 
     w = a_busy(teams())
     w.op("vision/borrow", queue="team-a", gpu=2).timeout("1h")

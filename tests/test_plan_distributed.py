@@ -10,14 +10,14 @@ from typing import Any
 
 from builders import NOW, World
 
-from reconciler.core.cycle import (
+from reconciler.core.decision.cycle import (
     ClusterListing,
     Memory,
     decide,
     listing_from_memory,
     memory_from_status,
 )
-from reconciler.core.observe import WorkloadState
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import (
     AdmitWhen,
     ExceedsQuotaBlock,
@@ -26,14 +26,14 @@ from reconciler.core.plan import (
     Plan,
     QuotaBlock,
 )
-from reconciler.core.queue_view import (
+from reconciler.core.reporting.status import read_status, render_status
+from reconciler.core.types import Phase
+from reconciler.core.views.queue_view import (
     build_queue_detail,
     build_queues_view,
     queues_to_table,
     queues_view_from_status,
 )
-from reconciler.core.status import read_status, render_status
-from reconciler.core.types import Phase
 from reconciler.runtime.metrics import Metrics
 
 R = PendingReason

@@ -11,7 +11,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from reconciler.core.plan import MaxPodsBlock, PendingReason, Plan, QuotaBlock, plan_dispatch
-from reconciler.core.plan_render import plan_to_json
 from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
@@ -24,6 +23,7 @@ from reconciler.core.types import (
     RunKind,
     WorkflowRef,
 )
+from reconciler.core.views.plan_render import plan_to_json
 
 GPU = "nvidia.com/gpu"
 

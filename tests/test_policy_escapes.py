@@ -431,9 +431,9 @@ def test_a_refused_workflow_does_not_shield_another_operations_workload() -> Non
     workloads whose workflow is not recorded (dispatched before it was) are kept."""
     from datetime import UTC, datetime
 
-    from reconciler.core.observe import observe_workloads
+    from reconciler.core.decision.render import ANNOTATION_WORKFLOW, render_operation
+    from reconciler.core.observation.observe import observe_workloads
     from reconciler.core.plan import plan_repo
-    from reconciler.core.render import ANNOTATION_WORKFLOW, render_operation
     from reconciler.core.types import ObservedOperation, Phase
 
     org = "kind: Org\nprune:\n  enabled: true\n  allowMassPrune: true\n"
@@ -628,8 +628,8 @@ def test_pod_security_covers_every_baseline_rule_on_the_pod(
 ) -> None:
     """Whatever field a future preset or connection renders, the check reads the pod: init,
     ephemeral and sidecar containers, pod-level contexts and annotations included."""
-    from reconciler.core.merge import dotted
-    from reconciler.core.policy import pod_security_findings
+    from reconciler.core.compile.merge import dotted
+    from reconciler.core.compile.policy import pod_security_findings
     from reconciler.core.types import OrgPolicy, PodSecurityLevel
 
     findings = [(dotted(p), m) for p, m in pod_security_findings(pod, OrgPolicy())]
@@ -639,7 +639,7 @@ def test_pod_security_covers_every_baseline_rule_on_the_pod(
 
 
 def test_restricted_refuses_volume_types_outside_its_list() -> None:
-    from reconciler.core.policy import pod_security_findings
+    from reconciler.core.compile.policy import pod_security_findings
     from reconciler.core.types import OrgPolicy, PodSecurityLevel
 
     pod = _pod(
@@ -726,8 +726,8 @@ def test_whatever_compiles_renders_a_pod_that_meets_the_policy(
 ) -> None:
     import json
 
-    from reconciler.core.policy import pod_security_findings
-    from reconciler.core.render import render_operation
+    from reconciler.core.compile.policy import pod_security_findings
+    from reconciler.core.decision.render import render_operation
 
     run = {"container": {"securityContext": security}, "environment": environment}
     run["connections"] = connections
@@ -797,8 +797,8 @@ def test_every_violation_lies_under_a_governed_field_and_every_knob_governs_one(
     import test_preset_pod_fields as pod_fields
 
     from reconciler.core.compile import resolve
-    from reconciler.core.model import Policy
-    from reconciler.core.policy import COMMIT_KNOBS, GOVERNED, governed_field
+    from reconciler.core.compile.model import Policy
+    from reconciler.core.compile.policy import COMMIT_KNOBS, GOVERNED, governed_field
 
     seen: list[str] = []
 

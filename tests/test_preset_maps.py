@@ -11,7 +11,7 @@ import pytest
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 from reconciler.core.types import CompiledOperation
 
 BASE = {

@@ -20,7 +20,7 @@ from conftest import TEMPLATE, repo
 
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.explain import provenance_rows
+from reconciler.core.compile.explain import provenance_rows
 from reconciler.core.types import CompiledOperation, CompiledRepo, RejectReason
 
 ORG = """kind: Org

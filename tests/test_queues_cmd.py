@@ -112,14 +112,14 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
 
     from reconciler.core.compile import compile_repo
     from reconciler.core.plan import plan_repo
-    from reconciler.core.queue_view import recorded_history
-    from reconciler.core.status import (
+    from reconciler.core.reporting.status import (
         order_path,
         parse_status_file,
         render_status,
         status_changes,
     )
     from reconciler.core.types import ObservedOperation, Phase
+    from reconciler.core.views.queue_view import recorded_history
 
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
     status = StatusBranch(repo)

@@ -15,10 +15,10 @@ from test_git_adapter import git
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.core.compile import compile_repo
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.render import workload_name
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.render import workload_name
-from reconciler.core.status import render_status, status_changes, summarize_cycle
+from reconciler.core.reporting.status import render_status, status_changes, summarize_cycle
 from reconciler.core.types import Phase
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,7 +16,7 @@ from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
-from reconciler.core.status import (
+from reconciler.core.reporting.status import (
     ClusterStatus,
     ConfigStatus,
     dump_yaml,
@@ -180,7 +180,7 @@ def test_usage_reads_the_ledger_from_the_status_branch(remote: Path, tmp_path: P
     from datetime import UTC, datetime
     from decimal import Decimal
 
-    from reconciler.core.ledger import Ledger, LedgerEntry
+    from reconciler.core.plan.ledger import Ledger, LedgerEntry
 
     def run_entry(op: str, queue: str, start: datetime, end: datetime, cost: str) -> LedgerEntry:
         return LedgerEntry(
@@ -273,7 +273,7 @@ def test_usage_windows_are_in_the_orgs_timezone_unless_told(remote: Path, tmp_pa
 
     from test_git_adapter import git
 
-    from reconciler.core.ledger import Ledger, LedgerEntry
+    from reconciler.core.plan.ledger import Ledger, LedgerEntry
 
     work = tmp_path / "work"  # the template_remote fixture's checkout
     org = work / "reconciler.yaml"

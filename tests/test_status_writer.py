@@ -15,7 +15,7 @@ from conftest import TEMPLATE
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.adapters.repo import snapshot_worktree
-from reconciler.core.status import CONFIG_FILE, read_status
+from reconciler.core.reporting.status import CONFIG_FILE, read_status
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.service import Runtime

@@ -17,7 +17,7 @@ from git_daemon import git_daemon
 
 from reconciler.cli.main import cli
 from reconciler.cli.submit_cmd import pull_request_url
-from reconciler.core.submit import (
+from reconciler.core.authoring.submit import (
     SubmitErrors,
     add_presets,
     apply_params,

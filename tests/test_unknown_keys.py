@@ -16,7 +16,7 @@ from pydantic import BaseModel, ValidationError
 
 from reconciler.core.compile import compile_operation, compile_repo
 from reconciler.core.compile.errors import Errors, add_validation_errors
-from reconciler.core.model import KINDS, Strict, suggest, to_snake
+from reconciler.core.compile.model import KINDS, Strict, suggest, to_snake
 from reconciler.core.types import Location
 
 Step = tuple[str, bool]  # (YAML key, the value there is a list of models)

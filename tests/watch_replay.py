@@ -13,9 +13,9 @@ from typing import Any
 import orjson
 
 from reconciler.adapters.kube import _narrow, _parse
-from reconciler.core.observe import Observer, cached, observe_workloads
-from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
-from reconciler.core.trigger import event_trigger
+from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.decision.trigger import event_trigger
+from reconciler.core.observation.observe import Observer, cached, observe_workloads
 
 KINDS = ("Job", "Pod", PYTORCHJOB)
 

@@ -24,12 +24,12 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.config.config_exception import ConfigException
 
 from reconciler.adapters import http1
-from reconciler.core.observe import OBSERVED_FIELDS, cached
+from reconciler.core.decision.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
+from reconciler.core.decision.render_kubeflow import API_VERSION as KUBEFLOW_API_VERSION
+from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.decision.render_kubeflow import PLURAL as PYTORCHJOB_PLURAL
+from reconciler.core.observation.observe import OBSERVED_FIELDS, cached
 from reconciler.core.plan import BACKEND_APIS
-from reconciler.core.render import LABEL_MANAGED_BY, MAIN_CONTAINER, MANAGER
-from reconciler.core.render_kubeflow import API_VERSION as KUBEFLOW_API_VERSION
-from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
-from reconciler.core.render_kubeflow import PLURAL as PYTORCHJOB_PLURAL
 
 MANAGED_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGER}"
 # Capacity observation (fleet queues): every Node, and every pod not terminated (anyone's).
@@ -228,7 +228,7 @@ class _Page(TypedDict, Generic[T], total=False):
 @dataclass(frozen=True, slots=True)
 class _Narrow:
     """Decoders of a watch event and of a list page straight into the fields observation
-    reads of a kind (``core.observe.OBSERVED_FIELDS``)."""
+    reads of a kind (``core.observation.observe.OBSERVED_FIELDS``)."""
 
     event: msgspec.json.Decoder[Any]
     page: msgspec.json.Decoder[Any]

@@ -24,8 +24,8 @@ from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.options import cluster_kubeconfig_option, parse_overrides
 from reconciler.cli.output import plain_table
 from reconciler.core.compile import OperationResult, compile_operation, compile_repo
-from reconciler.core.explain import provenance_rows
-from reconciler.core.model import json_schemas
+from reconciler.core.compile.explain import provenance_rows
+from reconciler.core.compile.model import json_schemas
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import (
     CompiledOperation,

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.output import ProgressPrinter, counts_line, plain_table
-from reconciler.core.capacity import placement_of
+from reconciler.core.observation.capacity import placement_of
 from reconciler.core.plan.flavors import contradiction
 from reconciler.core.plan.model import FlavorUsage, QueueSummary
 from reconciler.core.quantity import format_quantity

@@ -1,11 +1,11 @@
 """``reconciler import polyaxon`` and ``reconciler import kueue``: other systems' files
 converted into this repo's kinds.
 
-The conversion is pure (``reconciler.core.importers``); here the input files are read, what
-the destination repo already holds is listed, and the result is written all or nothing: the
-files go into a temporary directory beside ``--out`` first, then are renamed into place.
-Exit 0 when written, 1 on an error (or, with ``--strict``, on any field without an
-equivalent), 2 on usage errors.
+The conversion is pure (``reconciler.core.authoring.importers``); here the input files are
+read, what the destination repo already holds is listed, and the result is written all or
+nothing: the files go into a temporary directory beside ``--out`` first, then are renamed
+into place. Exit 0 when written, 1 on an error (or, with ``--strict``, on any field without
+an equivalent), 2 on usage errors.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ from typing import Any
 import click
 
 from reconciler.cli.config_cmds import _guard
-from reconciler.core.importers import ImportResult, Source, Target
-from reconciler.core.importers.kueue import import_kueue
-from reconciler.core.importers.polyaxon import import_polyaxon
-from reconciler.core.load import MAX_FILE_BYTES, parse_yaml
-from reconciler.core.model import duration_seconds
+from reconciler.core.authoring.importers import ImportResult, Source, Target
+from reconciler.core.authoring.importers.kueue import import_kueue
+from reconciler.core.authoring.importers.polyaxon import import_polyaxon
+from reconciler.core.compile.load import MAX_FILE_BYTES, parse_yaml
+from reconciler.core.compile.model import duration_seconds
 from reconciler.core.types import printable_path
 
 _paths = click.argument(
@@ -221,7 +221,7 @@ def polyaxon(paths: tuple[Path, ...], project: str, out: Path, cluster: str, str
     and each queue they name that the repo lacks to queues/ (set its quota). Every field
     without an equivalent is reported as file:line:col: message.
     """
-    from reconciler.core.importers import dns_label
+    from reconciler.core.authoring.importers import dns_label
 
     if dns_label(project) != project:
         raise click.BadParameter(

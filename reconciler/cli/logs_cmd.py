@@ -15,8 +15,7 @@ from reconciler.adapters.kube import Kube, KubeError, NotServed, connect_cluster
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.options import repo_dir_option
 from reconciler.core.compile import compile_repo
-from reconciler.core.gang import replica_index
-from reconciler.core.render import (
+from reconciler.core.decision.render import (
     ANNOTATION_OPERATION,
     LABEL_MANAGED_BY,
     LABEL_OPERATION,
@@ -24,8 +23,9 @@ from reconciler.core.render import (
     MAIN_CONTAINER,
     MANAGER,
 )
-from reconciler.core.render_kubeflow import CONTAINER as PYTORCH_CONTAINER
-from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.decision.render_kubeflow import CONTAINER as PYTORCH_CONTAINER
+from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.observation.gang import replica_index
 from reconciler.core.types import ClusterSpec, CompiledRepo
 
 EXIT_ERROR = 1

@@ -37,13 +37,16 @@ from reconciler.cli.options import (
 )
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Memory, decide, listing_from_status, memory_from_status
-from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
-from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
-from reconciler.core.observed import ObservedFileError, parse_observed
+from reconciler.core.decision.cycle import Memory, decide, listing_from_status, memory_from_status
+from reconciler.core.observation.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
-from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
-from reconciler.core.status import StatusView
+from reconciler.core.plan.estimate import (
+    NO_ESTIMATES,
+    Estimates,
+    estimate_decision,
+    estimate_starts,
+)
+from reconciler.core.reporting.status import StatusView
 from reconciler.core.types import (
     CompiledRepo,
     InternalError,
@@ -51,6 +54,8 @@ from reconciler.core.types import (
     RepoSnapshot,
     printable_path,
 )
+from reconciler.core.views.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
+from reconciler.core.views.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.runtime.live import ClusterReads, Connect, connector, unreachable_warnings
 
 EXIT_OK = 0

@@ -20,16 +20,16 @@ from reconciler.cli.status_cmd import (
     read_branch,
     recorded_report,
 )
-from reconciler.core.cycle import Decision
-from reconciler.core.estimate import estimate_decision
-from reconciler.core.queue_view import (
+from reconciler.core.decision.cycle import Decision
+from reconciler.core.plan.estimate import estimate_decision
+from reconciler.core.reporting.report import Outcome, report
+from reconciler.core.types import CompiledRepo
+from reconciler.core.views.queue_view import (
     QueuesView,
     queues_to_table,
     queues_view,
     queues_view_from_status,
 )
-from reconciler.core.report import Outcome, report
-from reconciler.core.types import CompiledRepo
 from reconciler.runtime.live import unreachable_warnings
 
 OUTPUTS = ("table", "wide", "json")

@@ -24,7 +24,7 @@ from reconciler.cli.options import (
     parse_overrides,
     status_repo_option,
 )
-from reconciler.core.trigger import Trigger
+from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import BUG_NOTE
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer, parse_address

@@ -1,7 +1,7 @@
 """``reconciler status [PROJECT[/OP]]``: what the reconciler last wrote to the status branch.
 
 Reading goes through the Git adapter (a bare cache, never a checkout); the renderers below
-are pure and take the parsed :class:`~reconciler.core.status.StatusView`.
+are pure and take the parsed :class:`~reconciler.core.reporting.status.StatusView`.
 """
 
 from __future__ import annotations
@@ -20,12 +20,11 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Decision, Memory, decide_recorded, memory_from_status
-from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.decision.cycle import Decision, Memory, decide_recorded, memory_from_status
 from reconciler.core.plan import PlanInputError
-from reconciler.core.plan_render import text_table
-from reconciler.core.report import Outcome, Report, expected, report, status_view
-from reconciler.core.status import (
+from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.reporting.report import Outcome, Report, expected, report, status_view
+from reconciler.core.reporting.status import (
     OperationStatus,
     QueueStatus,
     StatusView,
@@ -34,6 +33,7 @@ from reconciler.core.status import (
     read_status,
 )
 from reconciler.core.types import BUG_NOTE, CompiledRepo, printable_text
+from reconciler.core.views.plan_render import text_table
 from reconciler.runtime.live import connector, decide_live
 
 OUTPUTS = ("table", "json")

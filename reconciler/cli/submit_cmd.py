@@ -28,9 +28,7 @@ from reconciler.cli.plan_cmd import (
     status_on_branch,
 )
 from reconciler.cli.status_cmd import watch_operation
-from reconciler.core.compile import compile_repo
-from reconciler.core.plan import PlanInputError
-from reconciler.core.submit import (
+from reconciler.core.authoring.submit import (
     SubmitErrors,
     add_presets,
     apply_params,
@@ -40,6 +38,8 @@ from reconciler.core.submit import (
     set_queue,
     set_stopped,
 )
+from reconciler.core.compile import compile_repo
+from reconciler.core.plan import PlanInputError
 from reconciler.core.types import CompiledRepo
 
 EXIT_ERROR = 1

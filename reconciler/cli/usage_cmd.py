@@ -26,9 +26,9 @@ from reconciler.cli.options import (
 )
 from reconciler.cli.status_cmd import StatusError, read_branch, warnings
 from reconciler.core.compile import org_settings
-from reconciler.core.ledger import MAX_USAGE_WINDOWS, UsageRow, usage_shown, utc_text, zone
-from reconciler.core.plan_render import text_table
+from reconciler.core.plan.ledger import MAX_USAGE_WINDOWS, UsageRow, usage_shown, utc_text, zone
 from reconciler.core.types import BudgetPeriod
+from reconciler.core.views.plan_render import text_table
 
 OUTPUTS = ("table", "json", "csv")
 GPU = "nvidia.com/gpu"

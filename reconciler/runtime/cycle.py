@@ -9,7 +9,7 @@ The guard ladder, in order:
    synced); a cluster that cannot be read is listed as unreachable; a fleet queue's
    cluster also gives its capacity (its Nodes and every live pod; when they cannot be
    read, the capacity is not observed, and the cluster is still read);
-4. ``decide`` (pure, ``core/cycle.py``): the observed state, the plan and the actions, from
+4. ``decide`` (pure, ``core/decision/cycle.py``): the observed state, the plan and the actions, from
    the listing and the memory (in-flight creates, the last state seen of each run);
 5. apply the actions, only while leading: create or adopt what the plan dispatches (a
    bounded pool of creates in flight), stop what it stops, annotate phases. Nothing else in
@@ -39,9 +39,8 @@ from reconciler.adapters.kube import (
     NamespaceForbidden,
     list_pytorchjobs,
 )
-from reconciler.core.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.compile import CompileCache, compile_repo
-from reconciler.core.cycle import (
+from reconciler.core.decision.cycle import (
     Actions,
     ClusterHealth,
     ClusterListing,
@@ -51,20 +50,20 @@ from reconciler.core.cycle import (
     decide,
     wanted_backends,
 )
-from reconciler.core.observe import Observer, WorkloadState
-from reconciler.core.plan import Plan, PlanInputError, StopReason
-from reconciler.core.queue_view import BlameLine
-from reconciler.core.render import (
+from reconciler.core.decision.render import (
     ANNOTATION_PHASE,
     ANNOTATION_PHASE_REASON,
     ANNOTATION_WORKFLOW,
     RenderedWorkload,
     render_operation,
 )
-from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
-from reconciler.core.report import Outcome, Report, failures, planned_report, report
-from reconciler.core.status import ClusterStatus, StatusReason
-from reconciler.core.trigger import Trigger
+from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.decision.trigger import Trigger
+from reconciler.core.observation.capacity import ClusterCapacity, observe_capacity
+from reconciler.core.observation.observe import Observer, WorkloadState
+from reconciler.core.plan import Plan, PlanInputError, StopReason
+from reconciler.core.reporting.report import Outcome, Report, failures, planned_report, report
+from reconciler.core.reporting.status import ClusterStatus, StatusReason
 from reconciler.core.types import (
     BUG_NOTE,
     ClusterSpec,
@@ -77,6 +76,7 @@ from reconciler.core.types import (
     RepoFile,
     RepoSnapshot,
 )
+from reconciler.core.views.queue_view import BlameLine
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.informer import Informer
 from reconciler.runtime.live import read_capacity
@@ -118,7 +118,7 @@ class CycleResult:
 
     @cached_property
     def report(self) -> Report | None:
-        """The decision with its outcome: what this cycle shows (``core/report.py``). A
+        """The decision with its outcome: what this cycle shows (``core/reporting/report.py``). A
         result made without a decision (a plan over given states) reports that plan: its
         dispatches carried out when ``leading`` (but ``failed``), else none."""
         if self.compiled is None or self.plan is None:

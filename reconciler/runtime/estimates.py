@@ -1,6 +1,6 @@
 """The start estimates of the latest decision, computed on a worker thread (docs/runtime.md).
 
-Estimating is a forward simulation of every queue (``core/estimate.py``): seconds of CPU
+Estimating is a forward simulation of every queue (``core/plan/estimate.py``): seconds of CPU
 at tens of thousands of pending operations. Under ``run --http`` the pages and the API are
 served by the dispatching process, so no reader computes it: a reader hands the decision
 it shows to ``EstimateWorker.latest`` and gets, at once, the latest finished estimates
@@ -15,8 +15,13 @@ import logging
 import threading
 from collections.abc import Callable
 
-from reconciler.core.cycle import Decision
-from reconciler.core.estimate import ESTIMATES_PENDING, NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.decision.cycle import Decision
+from reconciler.core.plan.estimate import (
+    ESTIMATES_PENDING,
+    NO_ESTIMATES,
+    Estimates,
+    estimate_decision,
+)
 from reconciler.core.types import CompiledRepo
 
 Compute = Callable[[CompiledRepo, Decision], Estimates]

@@ -41,7 +41,7 @@ from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
-from reconciler.core.web_html import CONTENT_SECURITY_POLICY, error_json
+from reconciler.core.views.web_html import CONTENT_SECURITY_POLICY, error_json
 from reconciler.runtime import webhook as hooks
 
 log = logging.getLogger("reconciler.http")

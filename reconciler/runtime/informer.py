@@ -3,7 +3,7 @@ informers: list once, then watch from the list's resourceVersion, resume from th
 event's resourceVersion after a dropped connection, and relist when the apiserver answers
 410 Gone (the version was compacted away).
 
-``on_trigger`` is told of each event by which a Job's run ends (``core/trigger.py``), and
+``on_trigger`` is told of each event by which a Job's run ends (``core/decision/trigger.py``), and
 of every relist after the first (events may have been missed), so that the loop can run a
 cycle at once instead of at its interval.
 
@@ -25,8 +25,8 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, KubeError, NotServed, WatchExpired
-from reconciler.core.observe import CacheChanges, Change
-from reconciler.core.trigger import Trigger, event_trigger
+from reconciler.core.decision.trigger import Trigger, event_trigger
+from reconciler.core.observation.observe import CacheChanges, Change
 
 log = logging.getLogger("reconciler.informer")
 

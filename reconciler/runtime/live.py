@@ -17,9 +17,9 @@ from reconciler.adapters.kube import (
     connect_cluster,
     list_pytorchjobs,
 )
-from reconciler.core.capacity import ClusterCapacity, observe_capacity
-from reconciler.core.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
-from reconciler.core.observe import observe_workloads
+from reconciler.core.decision.cycle import ClusterListing, Decision, Memory, decide, wanted_backends
+from reconciler.core.observation.capacity import ClusterCapacity, observe_capacity
+from reconciler.core.observation.observe import observe_workloads
 from reconciler.core.plan.flavors import flavor_node_warnings
 from reconciler.core.types import ClusterSpec, CompiledRepo
 

@@ -20,7 +20,7 @@ from typing import NoReturn
 
 import watchfiles
 
-from reconciler.core.trigger import Pace, Trigger
+from reconciler.core.decision.trigger import Pace, Trigger
 from reconciler.runtime.cycle import CycleResult, Reconciler
 
 log = logging.getLogger("reconciler.loop")
@@ -33,7 +33,7 @@ DEFAULT_MIN_GAP = 0.2  # seconds: at most one cycle per this, however many event
 
 
 class Wakeup:
-    """Asks the loop for a cycle before its interval (``core/trigger.py``): the watch
+    """Asks the loop for a cycle before its interval (``core/decision/trigger.py``): the watch
     threads on an event that frees a slot, the file watcher on a save, the Lease on
     leadership gained, the status publisher when a write it put off is due.
 

@@ -9,7 +9,7 @@ from decimal import Decimal
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from reconciler.core.plan import Plan
-from reconciler.core.report import Report
+from reconciler.core.reporting.report import Report
 
 # A queue's quota pool: flavor ("" without flavors), quota, used before the plan, then
 # used, borrowed and lent with the plan's dispatches, per resource.

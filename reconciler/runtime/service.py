@@ -18,7 +18,7 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, Retention, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster, preload_clients
 from reconciler.adapters.repo import snapshot_worktree
-from reconciler.core.trigger import Trigger
+from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.faults import FaultPoints
@@ -236,7 +236,7 @@ def make_runtime(
     ``worktree``.
 
     With ``wakeup``, a watch event by which a run ends asks it for a cycle at once
-    (``core/trigger.py``); the status is then written at most every ``status_interval``
+    (``core/decision/trigger.py``); the status is then written at most every ``status_interval``
     seconds, and the config read at most every ``fetch_interval`` (on ``wakeup``'s
     clock). With ``status_background`` the status is written by a thread of its own while
     ``status_leader`` says this process leads (``StatusPublisher``); ``Runtime.close``

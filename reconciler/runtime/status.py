@@ -37,10 +37,10 @@ import time
 from collections.abc import Callable
 
 from reconciler.adapters.git import GitSyncError, Retention, RetentionRefused, StatusBranch
-from reconciler.core.cycle import Memory, memory_from_status
+from reconciler.core.decision.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
-from reconciler.core.report import encode
-from reconciler.core.status import (
+from reconciler.core.reporting.report import encode
+from reconciler.core.reporting.status import (
     StatusMemos,
     read_status,
     status_changes,

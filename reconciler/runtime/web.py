@@ -12,7 +12,7 @@ Routes (GET only; nothing here changes a cluster or the repo):
 
 ``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh); any
 other query parameter is a 400 that names it (``did you mean``), the API takes none. The
-rendering is pure (``core.web_html``); this module only fetches what the views need.
+rendering is pure (``core.views.web_html``); this module only fetches what the views need.
 """
 
 from __future__ import annotations
@@ -29,26 +29,26 @@ from urllib.parse import parse_qs, unquote
 from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
-from reconciler.core import web_html
-from reconciler.core.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.model import suggest
-from reconciler.core.observe import WorkloadState
-from reconciler.core.queue_view import (
-    BlameLine,
-    fleet_json,
-    operation_detail,
-    queue_detail,
-    queues_view,
-)
-from reconciler.core.render_kubeflow import log_container
-from reconciler.core.report import Report
-from reconciler.core.status import (
+from reconciler.core.compile.model import suggest
+from reconciler.core.decision.render_kubeflow import log_container
+from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
+from reconciler.core.reporting.report import Report
+from reconciler.core.reporting.status import (
     OperationStatus,
     StatusFileError,
     operation_path,
     parse_status_file,
 )
 from reconciler.core.types import printable_text
+from reconciler.core.views import web_html
+from reconciler.core.views.queue_view import (
+    BlameLine,
+    fleet_json,
+    operation_detail,
+    queue_detail,
+    queues_view,
+)
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.service import Runtime

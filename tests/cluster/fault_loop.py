@@ -39,10 +39,10 @@ from zygote import Zygote
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
-from reconciler.core.ledger import parse_moment
-from reconciler.core.observe import job_finished_at
-from reconciler.core.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
-from reconciler.core.status import StatusView, read_status
+from reconciler.core.decision.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
+from reconciler.core.observation.observe import job_finished_at
+from reconciler.core.plan.ledger import parse_moment
+from reconciler.core.reporting.status import StatusView, read_status
 from reconciler.core.types import CompiledRepo
 
 STATUS_BRANCH = "reconciler/status"

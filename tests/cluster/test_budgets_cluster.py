@@ -21,8 +21,8 @@ from conftest import KubeCluster
 from reconciler_env import commit_all, make_config_repo, make_reconciler
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.ledger import parse_moment
 from reconciler.core.plan import AdmitWhen, BudgetBlock, PendingReason
+from reconciler.core.plan.ledger import parse_moment
 from reconciler.core.types import Phase
 
 pytestmark = pytest.mark.cluster

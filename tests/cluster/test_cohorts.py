@@ -23,7 +23,7 @@ from reconciler_env import (
 )
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.render import ANNOTATION_DISPATCHED_AT
+from reconciler.core.decision.render import ANNOTATION_DISPATCHED_AT
 from reconciler.runtime.cycle import CycleResult
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(240)]

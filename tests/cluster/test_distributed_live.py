@@ -23,7 +23,7 @@ from kubernetes import client
 from reconciler_env import cycle_until, gang_op, small_repo
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.observe import ObservedReason
+from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.plan import PendingReason
 from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult

@@ -24,8 +24,8 @@ from helpers import wait_until
 from reconciler_env import GPU, commit_all, cycle_until, small_repo
 
 from reconciler.adapters.kube import Kube
+from reconciler.core.decision.render import LABEL_FLAVOR
 from reconciler.core.plan import PendingReason
-from reconciler.core.render import LABEL_FLAVOR
 from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult
 

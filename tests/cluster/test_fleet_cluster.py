@@ -11,9 +11,9 @@ from helpers import wait_until
 from reconciler_env import bound_node, commit_all, job_names, make_long_running, make_reconciler
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.capacity import placement_of
+from reconciler.core.observation.capacity import placement_of
 from reconciler.core.plan import FleetBlock, MemberState, PendingReason
-from reconciler.core.status import read_status, render_status
+from reconciler.core.reporting.status import read_status, render_status
 
 pytestmark = pytest.mark.cluster
 

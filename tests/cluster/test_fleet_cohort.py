@@ -37,7 +37,7 @@ from reconciler_env import (
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube
 from reconciler.cli.main import cli
-from reconciler.core.render import ANNOTATION_DISPATCHED_AT
+from reconciler.core.decision.render import ANNOTATION_DISPATCHED_AT
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.status import StatusPublisher
 

@@ -15,7 +15,7 @@ from helpers import wait_until
 from test_kube_adapter import _op
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 from reconciler.runtime.informer import Informer
 
 pytestmark = pytest.mark.cluster

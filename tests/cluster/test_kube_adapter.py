@@ -12,7 +12,7 @@ from conftest import KubeCluster
 from helpers import wait_until
 
 from reconciler.adapters.kube import Kube, KubeError
-from reconciler.core.render import ANNOTATION_SPEC_HASH, render_operation
+from reconciler.core.decision.render import ANNOTATION_SPEC_HASH, render_operation
 from reconciler.core.types import CompiledOperation, RunKind
 
 pytestmark = pytest.mark.cluster

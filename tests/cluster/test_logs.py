@@ -15,7 +15,7 @@ from helpers import wait_until
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_repo
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 from reconciler.devcluster.cluster import SIMULATED_LOG_LINES
 
 pytestmark = pytest.mark.cluster

@@ -16,7 +16,7 @@ from kubernetes import client
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.compile import compile_repo
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 
 pytestmark = pytest.mark.cluster
 

@@ -20,7 +20,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.render_kubeflow import render_pytorchjob
+from reconciler.core.decision.render_kubeflow import render_pytorchjob
 
 pytestmark = pytest.mark.cluster
 

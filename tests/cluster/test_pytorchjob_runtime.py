@@ -26,10 +26,10 @@ from reconciler_env import commit_all, cycle_until, gang_op, small_repo
 from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
 
 from reconciler.adapters.kube import Kube, list_pytorchjobs
-from reconciler.core.cycle import memory_from_status
-from reconciler.core.observe import ObservedReason
-from reconciler.core.render import ANNOTATION_PHASE
-from reconciler.core.status import read_status, render_status
+from reconciler.core.decision.cycle import memory_from_status
+from reconciler.core.decision.render import ANNOTATION_PHASE
+from reconciler.core.observation.observe import ObservedReason
+from reconciler.core.reporting.status import read_status, render_status
 from reconciler.core.types import Phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

@@ -31,8 +31,8 @@ from reconciler_env import (
 )
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.observe import ObservedReason, WorkloadState
-from reconciler.core.render import LABEL_QUEUE
+from reconciler.core.decision.render import LABEL_QUEUE
+from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.types import Phase
 
 pytestmark = pytest.mark.cluster

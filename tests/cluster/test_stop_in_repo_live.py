@@ -16,7 +16,7 @@ from reconciler_env import commit_all, make_long_running
 
 from reconciler.adapters.git import blame
 from reconciler.adapters.kube import Kube
-from reconciler.core.observe import ObservedReason
+from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.types import Phase
 from reconciler.runtime.cycle import CycleResult
 

@@ -30,8 +30,8 @@ from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixtu
 from watch_replay import replay
 
 from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, _byte_lines
-from reconciler.core.observe import observe_workloads
-from reconciler.core.render import LABEL_MANAGED_BY, MANAGER, render_operation
+from reconciler.core.decision.render import LABEL_MANAGED_BY, MANAGER, render_operation
+from reconciler.core.observation.observe import observe_workloads
 from reconciler.core.types import Phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]

@@ -22,7 +22,7 @@ from kubernetes import client
 from test_kube_adapter import _op
 
 from reconciler.adapters.kube import Kube, KubeError, connect
-from reconciler.core.render import render_operation
+from reconciler.core.decision.render import render_operation
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from builders import NOW, World
 from fake_kube import FakeCycles
 
-from reconciler.core.cycle import ClusterListing, Memory, decide, listing_from_memory
+from reconciler.core.decision.cycle import ClusterListing, Memory, decide, listing_from_memory
 from reconciler.core.plan import AdmitWhen, PendingReason
 from reconciler.core.types import (
     Distributed,

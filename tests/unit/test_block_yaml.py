@@ -1,4 +1,4 @@
-"""The status files' direct YAML writer (``core/block_yaml.py``) writes byte for byte what
+"""The status files' direct YAML writer (``core/reporting/block_yaml.py``) writes byte for byte what
 PyYAML's dumper writes, or declines (None) and leaves the document to PyYAML."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.core import status as status_module
-from reconciler.core.status import OperationStatus, SupersededRun, dump_yaml
+from reconciler.core.reporting import status as status_module
+from reconciler.core.reporting.status import OperationStatus, SupersededRun, dump_yaml
 from reconciler.core.types import Phase
 
 BLOCK = status_module._BLOCK

@@ -10,7 +10,7 @@ from decimal import Decimal
 
 from builders import NOW, World
 
-from reconciler.core.cycle import (
+from reconciler.core.decision.cycle import (
     ClusterListing,
     Decision,
     Memory,
@@ -18,10 +18,10 @@ from reconciler.core.cycle import (
     listing_from_memory,
     memory_from_status,
 )
-from reconciler.core.observe import WorkloadState, observe_workloads
+from reconciler.core.decision.render import render_operation
+from reconciler.core.observation.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import BudgetBlock, PendingReason
-from reconciler.core.render import render_operation
-from reconciler.core.status import read_status, render_status
+from reconciler.core.reporting.status import read_status, render_status
 from reconciler.core.types import BudgetPeriod, BudgetSpec, Phase
 
 GPU = "nvidia.com/gpu"

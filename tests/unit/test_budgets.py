@@ -11,8 +11,11 @@ from builders import NOW, World
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import ClusterListing, Memory, decide, memory_from_status
-from reconciler.core.ledger import (
+from reconciler.core.decision.cycle import ClusterListing, Memory, decide, memory_from_status
+from reconciler.core.decision.render import render_operation
+from reconciler.core.observation.observe import WorkloadState, observe_workloads
+from reconciler.core.plan import AdmitWhen, BudgetBlock, PendingReason
+from reconciler.core.plan.ledger import (
     ENTRIES_PER_FILE,
     Ledger,
     LedgerEntry,
@@ -25,10 +28,7 @@ from reconciler.core.ledger import (
     spent,
     window_at,
 )
-from reconciler.core.observe import WorkloadState, observe_workloads
-from reconciler.core.plan import AdmitWhen, BudgetBlock, PendingReason
-from reconciler.core.render import render_operation
-from reconciler.core.status import read_status, render_status, status_changes
+from reconciler.core.reporting.status import read_status, render_status, status_changes
 from reconciler.core.types import BudgetPeriod, BudgetSpec, ClusterSpec, Phase
 
 GPU = "nvidia.com/gpu"
@@ -454,8 +454,8 @@ def test_bad_budget_config_is_an_error_at_its_place(queue: str, org: str, messag
 
 
 def test_the_ledger_files_are_rendered_once_per_month_that_changed() -> None:
-    from reconciler.core.ledger import ledger_files
-    from reconciler.core.status import dump_yaml
+    from reconciler.core.plan.ledger import ledger_files
+    from reconciler.core.reporting.status import dump_yaml
 
     calls: list[str] = []
 
@@ -524,7 +524,7 @@ def test_usage_is_split_by_the_flavor_each_run_ran_in() -> None:
     import json
 
     from reconciler.cli.usage_cmd import render_usage
-    from reconciler.core.ledger import entries_from_document, ledger_documents, usage
+    from reconciler.core.plan.ledger import entries_from_document, ledger_documents, usage
 
     def entry(op: str, flavor: str, gpu: int, cost: str) -> LedgerEntry:
         return LedgerEntry(

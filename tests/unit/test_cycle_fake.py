@@ -11,7 +11,7 @@ from unittest import mock
 from builders import NOW, World
 from fake_kube import FakeCluster, FakeKube
 
-from reconciler.core.cycle import Memory
+from reconciler.core.decision.cycle import Memory
 from reconciler.core.plan import PendingReason
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler

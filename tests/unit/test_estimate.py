@@ -18,9 +18,10 @@ from builders import NOW, World
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import reconciler.core.estimate as estimate_module
-from reconciler.core.capacity import NodeCapacity
-from reconciler.core.estimate import (
+import reconciler.core.plan.estimate as estimate_module
+from reconciler.core.observation.capacity import NodeCapacity
+from reconciler.core.plan import PendingReason, plan_dispatch
+from reconciler.core.plan.estimate import (
     Basis,
     DurationModel,
     Estimates,
@@ -30,10 +31,9 @@ from reconciler.core.estimate import (
     estimate_starts,
     quantile,
 )
-from reconciler.core.ledger import LedgerEntry, next_window, run_cost, window_at
-from reconciler.core.plan import PendingReason, plan_dispatch
-from reconciler.core.plan_render import plan_to_table
+from reconciler.core.plan.ledger import LedgerEntry, next_window, run_cost, window_at
 from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
+from reconciler.core.views.plan_render import plan_to_table
 
 MIN = 60.0
 HOUR = 3600.0

@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Decision, Memory, decide, listing_from_memory
-from reconciler.core.estimate import (
+from reconciler.core.decision.cycle import Decision, Memory, decide, listing_from_memory
+from reconciler.core.plan.estimate import (
     ESTIMATES_PENDING,
     NO_ESTIMATES,
     PENDING_TEXT,

@@ -16,7 +16,7 @@ from builders import NOW, World
 from fake_kube import FakeCluster, FakeKube
 from helpers import wait_until
 
-from reconciler.core.trigger import Trigger
+from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import Loop, Wakeup
@@ -280,7 +280,7 @@ def test_a_job_that_ended_after_the_last_cycle_is_on_the_branch_at_shutdown() ->
     """SIGTERM before the cycle a finished Job asks for: the shutdown decides once more
     over the watch caches (nothing carried out) and writes that, so the branch has the
     Job's phase."""
-    from reconciler.core.status import read_status
+    from reconciler.core.reporting.status import read_status
 
     compiled, world, branch, _, runtime = _writing(("p/a", "p/b", "p/c"), 3600.0)
     with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):

@@ -13,16 +13,16 @@ from builders import World
 from reconciler.cli.queues_cmd import render_view
 from reconciler.cli.status_cmd import status_to_table
 from reconciler.core.plan import Plan
-from reconciler.core.queue_view import (
+from reconciler.core.reporting.status import QUEUES_FILE, QueueStatus, read_status, render_status
+from reconciler.core.types import CompiledRepo, Phase
+from reconciler.core.views.queue_view import (
     build_queue_detail,
     build_queues_view,
     queue_settings,
     queues_to_table,
     queues_view_from_status,
 )
-from reconciler.core.status import QUEUES_FILE, QueueStatus, read_status, render_status
-from reconciler.core.types import CompiledRepo, Phase
-from reconciler.core.web_html import queue_main, render_queues_page
+from reconciler.core.views.web_html import queue_main, render_queues_page
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 GPU = "nvidia.com/gpu"
@@ -182,9 +182,9 @@ def test_a_running_flavored_run_counts_in_its_flavor() -> None:
 
 
 def test_an_operation_and_an_active_run_name_their_flavor() -> None:
-    from reconciler.core.observe import WorkloadState
-    from reconciler.core.queue_view import build_operation_detail
-    from reconciler.core.web_html import operation_main
+    from reconciler.core.observation.observe import WorkloadState
+    from reconciler.core.views.queue_view import build_operation_detail
+    from reconciler.core.views.web_html import operation_main
 
     repo, plan = planned()
     # planned, not created yet (read-only): the flavor the plan assigns

@@ -1,6 +1,6 @@
 """Fleet queues: one queue over several clusters (docs/dispatch.md, "Fleet queues").
 
-Pure tests of the capacity observation (``core/capacity.py``), the choice of cluster
+Pure tests of the capacity observation (``core/observation/capacity.py``), the choice of cluster
 (check 10, ``core/plan/fleet.py``) and the config; then the cycle over fake clusters: the
 Job goes to the chosen cluster, and the status branch records the capacity so that
 ``plan`` without ``--live`` chooses the same. The same is shown on two real clusters in
@@ -17,7 +17,16 @@ from builders import NOW, World, node
 from conftest import repo
 from fake_kube import FakeCluster, FakeKube
 
-from reconciler.core.capacity import (
+from reconciler.core.compile import compile_repo
+from reconciler.core.decision.cycle import (
+    ClusterListing,
+    Memory,
+    capacity_from_status,
+    decide,
+    listing_from_memory,
+    memory_from_status,
+)
+from reconciler.core.observation.capacity import (
     ClusterCapacity,
     Placement,
     Requirement,
@@ -27,17 +36,8 @@ from reconciler.core.capacity import (
     observe_capacity,
     placement_of,
 )
-from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import (
-    ClusterListing,
-    Memory,
-    capacity_from_status,
-    decide,
-    listing_from_memory,
-    memory_from_status,
-)
 from reconciler.core.plan import AdmitWhen, FleetBlock, MemberState, PendingReason
-from reconciler.core.status import read_status, render_status
+from reconciler.core.reporting.status import read_status, render_status
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
@@ -523,13 +523,13 @@ def test_nodes_that_cannot_be_listed_leave_the_cluster_readable_but_not_observed
 
 
 def test_the_queue_views_show_each_fleet_clusters_share_and_free_capacity() -> None:
-    from reconciler.core.queue_view import (
+    from reconciler.core.views.queue_view import (
         build_queues_view,
         queue_settings,
         queues_to_table,
         queues_view_from_status,
     )
-    from reconciler.core.web_html import queues_main
+    from reconciler.core.views.web_html import queues_main
 
     world = two_clusters(cluster_quota={"a": {"gpu": 4}}).queue("single", cluster="a")
     world.op("p/big", queue="fleet", gpu=6)
@@ -585,7 +585,7 @@ def test_the_queue_views_show_each_fleet_clusters_share_and_free_capacity() -> N
 
 
 def test_a_pr_plan_shows_a_queue_becoming_a_fleet_queue_and_where_its_ops_go() -> None:
-    from reconciler.core.diff import diff_plans
+    from reconciler.core.views.diff import diff_plans
 
     base = World().queue("q", cluster="a", quota={GPU: 8})
     base.nodes("a", node("a-1", gpu=2)).nodes("b", node("b-1", gpu=8))

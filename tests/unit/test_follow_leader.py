@@ -9,8 +9,8 @@ import pytest
 from builders import World
 from fake_kube import FakeCycles, FollowerCycles
 
-from reconciler.core.cycle import Memory
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import Memory
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.types import Phase
 
 

@@ -12,7 +12,7 @@ from decimal import Decimal
 from builders import NOW, World
 from fake_kube import FakeCycles
 
-from reconciler.core.observe import ObservedReason
+from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.types import Distributed, Phase
 
 GPU = "nvidia.com/gpu"
@@ -142,8 +142,8 @@ def test_a_gang_stopped_by_its_start_timeout_is_charged_for_what_it_held() -> No
 def test_the_views_from_the_status_branch_see_a_gang_past_its_start_timeout() -> None:
     """``plan`` without ``--live`` decides from the status branch: it records the gang's
     placed pods and its dispatch time, so it shows the stop the next cycle makes."""
-    from reconciler.core.cycle import decide, listing_from_memory, memory_from_status
-    from reconciler.core.status import read_status
+    from reconciler.core.decision.cycle import decide, listing_from_memory, memory_from_status
+    from reconciler.core.reporting.status import read_status
 
     h = Harness(world().repo())
     h.cycle()

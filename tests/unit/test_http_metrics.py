@@ -194,7 +194,7 @@ def test_budget_gauges_follow_the_plan() -> None:
     from builders import NOW
     from prometheus_client import generate_latest
 
-    from reconciler.core.ledger import LedgerEntry
+    from reconciler.core.plan.ledger import LedgerEntry
     from reconciler.core.types import BudgetPeriod, BudgetSpec
 
     budget = BudgetSpec(Decimal(3), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
@@ -495,10 +495,10 @@ def test_the_gauges_count_what_the_report_says_is_held() -> None:
     report, as its status and pages are."""
     from decimal import Decimal
 
-    from reconciler.core.cycle import ClusterListing, InFlight, Memory, decide
-    from reconciler.core.observe import WorkloadState
-    from reconciler.core.report import Failure, Outcome, report
-    from reconciler.core.status import StatusReason
+    from reconciler.core.decision.cycle import ClusterListing, InFlight, Memory, decide
+    from reconciler.core.observation.observe import WorkloadState
+    from reconciler.core.reporting.report import Failure, Outcome, report
+    from reconciler.core.reporting.status import StatusReason
     from reconciler.core.types import Phase
 
     w = World().queue("q", quota={"nvidia.com/gpu": 4})

@@ -10,16 +10,16 @@ from decimal import Decimal
 import pytest
 from builders import NOW, World
 
-from reconciler.core.cycle import ClusterListing, Decision, decide, memory_from_status
-from reconciler.core.ledger import (
+from reconciler.core.decision.cycle import ClusterListing, Decision, decide, memory_from_status
+from reconciler.core.plan import LedgerBlock, PendingReason
+from reconciler.core.plan.ledger import (
     MAX_USAGE_WINDOWS,
     LedgerEntry,
     entries_from_document,
     ledger_files,
     usage_shown,
 )
-from reconciler.core.plan import LedgerBlock, PendingReason
-from reconciler.core.status import dump_yaml, read_status, render_status
+from reconciler.core.reporting.status import dump_yaml, read_status, render_status
 from reconciler.core.types import BudgetPeriod, BudgetSpec
 
 GPU = "nvidia.com/gpu"
@@ -192,7 +192,7 @@ def test_the_live_views_say_why_too() -> None:
 
 
 def test_a_budget_waiting_on_its_ledger_is_not_estimated() -> None:
-    from reconciler.core.estimate import EtaState, estimate_decision
+    from reconciler.core.plan.estimate import EtaState, estimate_decision
 
     text = "entries:\n" + good(1) + good(3).replace("start: '2026-01-01T03:00:00Z'", "start: x")
     w = world()

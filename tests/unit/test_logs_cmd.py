@@ -114,7 +114,7 @@ def _gang_cluster(placed: int = 4) -> tuple[Any, Any, Any]:
 
     from fake_kube import FakeCluster, FakeKube
 
-    from reconciler.core.render import render_operation
+    from reconciler.core.decision.render import render_operation
 
     repo = _world().repo()
     op = next(o for o in repo.operations if o.id == "vision/train")
@@ -150,7 +150,7 @@ def test_logs_of_an_unplaced_replica_say_why() -> None:
 
 
 def test_replica_index_of_indexed_job_pytorchjob_and_single_pods() -> None:
-    from reconciler.core.gang import replica_index
+    from reconciler.core.observation.gang import replica_index
 
     def pod(annotations: dict[str, str] | None = None, **labels: str) -> dict[str, Any]:
         return {"metadata": {"annotations": annotations or {}, "labels": labels}}

@@ -6,14 +6,14 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.observe import (
+from reconciler.core.decision.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
+from reconciler.core.observation.observe import (
     ObservedReason,
     WorkloadState,
     current_states,
     job_finished_at,
     observe_workloads,
 )
-from reconciler.core.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
 from reconciler.core.types import Phase
 
 

@@ -9,7 +9,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.observe import Observer, cached, observe_workloads
+from reconciler.core.observation.observe import Observer, cached, observe_workloads
 
 MANAGED = {
     "annotations": {

@@ -15,17 +15,17 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from reconciler.adapters.kube import ObjectList
-from reconciler.core.gang import (
+from reconciler.core.decision.render import (
+    ANNOTATION_GENERATION,
+    ANNOTATION_OPERATION,
+)
+from reconciler.core.observation.gang import (
     ANNOTATION_COMPLETION_INDEX,
     LABEL_KUBEFLOW_JOB_NAME,
     LABEL_KUBEFLOW_REPLICA_INDEX,
     LABEL_KUBEFLOW_REPLICA_TYPE,
 )
-from reconciler.core.observe import CacheChanges, Observer, observe_workloads
-from reconciler.core.render import (
-    ANNOTATION_GENERATION,
-    ANNOTATION_OPERATION,
-)
+from reconciler.core.observation.observe import CacheChanges, Observer, observe_workloads
 from reconciler.runtime.informer import Informer
 
 KINDS = ("Job", "Pod", "PyTorchJob")

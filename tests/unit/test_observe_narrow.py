@@ -1,5 +1,5 @@
 """The narrow watch caches (``Kube.watch_managed(..., narrow=True)``: each object decoded
-by msgspec into the fields observation reads, ``core.observe.OBSERVED_FIELDS``) give the
+by msgspec into the fields observation reads, ``core.observation.observe.OBSERVED_FIELDS``) give the
 same observation as the whole objects: on events recorded from a real apiserver (Jobs,
 Indexed Jobs, PyTorchJobs, their pods; succeeded, failed, evicted, unschedulable, deleted),
 and on generated objects with any JSON anywhere (fields observation reads and others, of
@@ -21,8 +21,8 @@ from test_observe_cached import job, pod
 from watch_replay import replay
 
 from reconciler.adapters.kube import Kube, KubeError, WatchExpired, narrowed
-from reconciler.core.observe import cached, observe_workloads
-from reconciler.core.trigger import event_trigger
+from reconciler.core.decision.trigger import event_trigger
+from reconciler.core.observation.observe import cached, observe_workloads
 
 CORPUS = Path(__file__).resolve().parents[1] / "data" / "watch"
 

@@ -31,22 +31,20 @@ from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan, ru
 from reconciler.cli.queues_cmd import live_queues_view
 from reconciler.cli.status_cmd import live_status_view
 from reconciler.cli.status_cmd import render as render_status_cli
-from reconciler.core.cycle import (
+from reconciler.core.decision.cycle import (
     ClusterListing,
     InFlight,
     Memory,
     decide,
     memory_from_status,
 )
-from reconciler.core.estimate import estimate_decision
-from reconciler.core.ledger import Ledger, LedgerEntry
-from reconciler.core.observe import WorkloadState, observe_workloads
+from reconciler.core.decision.render import render_operation
+from reconciler.core.observation.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import PendingReason, plan_repo
-from reconciler.core.plan_render import plan_to_dict
+from reconciler.core.plan.estimate import estimate_decision
+from reconciler.core.plan.ledger import Ledger, LedgerEntry
 from reconciler.core.quantity import format_quantity
-from reconciler.core.queue_view import build_queues_view, queues_view_from_status
-from reconciler.core.render import render_operation
-from reconciler.core.status import ClusterStatus, read_status, render_status
+from reconciler.core.reporting.status import ClusterStatus, read_status, render_status
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
@@ -57,6 +55,8 @@ from reconciler.core.types import (
     Phase,
     RepoSnapshot,
 )
+from reconciler.core.views.plan_render import plan_to_dict
+from reconciler.core.views.queue_view import build_queues_view, queues_view_from_status
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.live import decide_live

@@ -17,11 +17,11 @@ from builders import NOW, World
 from fake_kube import ENDED, STARTED, FakeCluster, FakeCycles, FakeKube, SteppedClock
 
 from reconciler.cli.logs_cmd import Target, show_logs
-from reconciler.core.cycle import memory_from_status
-from reconciler.core.observe import ObservedReason, observe_workloads
-from reconciler.core.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON
-from reconciler.core.status import read_status
-from reconciler.core.trigger import Trigger, event_trigger
+from reconciler.core.decision.cycle import memory_from_status
+from reconciler.core.decision.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON
+from reconciler.core.decision.trigger import Trigger, event_trigger
+from reconciler.core.observation.observe import ObservedReason, observe_workloads
+from reconciler.core.reporting.status import read_status
 from reconciler.core.types import (
     CompiledRepo,
     Distributed,
@@ -349,7 +349,7 @@ def test_the_listing_version_is_the_older_of_the_job_and_pytorchjob_caches() -> 
 def test_a_created_pytorchjob_the_cache_has_not_shown_yet_still_counts() -> None:
     """The Job cache is past the create, the PyTorchJob cache is not: the run is in
     flight, never "deleted by hand"."""
-    from reconciler.core.cycle import ClusterListing, decide
+    from reconciler.core.decision.cycle import ClusterListing, decide
 
     h = Harness(world().repo())
     first = h.cycle()

@@ -9,9 +9,11 @@ import pytest
 from builders import World
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.observe import ObservedReason, WorkloadState
+from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import Plan, plan_repo
-from reconciler.core.queue_view import (
+from reconciler.core.reporting.status import read_status, render_status
+from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
+from reconciler.core.views.queue_view import (
     BlameLine,
     QuotaUse,
     build_operation_detail,
@@ -20,8 +22,6 @@ from reconciler.core.queue_view import (
     queues_to_table,
     queues_view_from_status,
 )
-from reconciler.core.status import read_status, render_status
-from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -252,8 +252,8 @@ def test_admit_is_a_structured_field_not_parsed_from_the_message(
 
 
 def test_recorded_history_keeps_one_event_per_change() -> None:
-    from reconciler.core.queue_view import recorded_history
-    from reconciler.core.status import OperationStatus
+    from reconciler.core.reporting.status import OperationStatus
+    from reconciler.core.views.queue_view import recorded_history
 
     def rec(phase: str, reason: str | None, position: int | None = None) -> OperationStatus:
         return OperationStatus(
@@ -277,9 +277,9 @@ def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
     """The BUDGET column (``reconciler queues``, the web pages, ``/api/v1``): the plan's
     own summary of the window, spent + committed / limit, the same from the cycle and from
     the status branch."""
-    from reconciler.core.ledger import Ledger, LedgerEntry
+    from reconciler.core.plan.ledger import Ledger, LedgerEntry
     from reconciler.core.types import BudgetPeriod, BudgetSpec
-    from reconciler.core.web_html import render_queues_page
+    from reconciler.core.views.web_html import render_queues_page
 
     world = World().with_org(prices={"nvidia.com/gpu": Decimal(2)}, currency="USD")
     world.queue("b", budget=BudgetSpec(Decimal(20), BudgetPeriod.DAY), quota={"nvidia.com/gpu": 4})

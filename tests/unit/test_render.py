@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from builders import run_op
 
-from reconciler.core.render import (
+from reconciler.core.decision.render import (
     ANNOTATION_COMMIT,
     ANNOTATION_DISPATCHED_AT,
     ANNOTATION_SPEC_HASH,
@@ -204,7 +204,7 @@ def test_host_namespaces_reach_the_pod_and_the_users_keys_never_replace_the_reco
 
 
 def test_every_field_of_the_rendered_pod_maps_back_to_the_spec() -> None:
-    from reconciler.core.render import pod_field_origin, render_pod
+    from reconciler.core.decision.render import pod_field_origin, render_pod
 
     spec = {
         "run": {
@@ -245,7 +245,7 @@ def test_every_field_of_the_rendered_pod_maps_back_to_the_spec() -> None:
 def test_an_assigned_flavor_adds_its_labels_tolerations_and_label_not_to_the_hash() -> None:
     from dataclasses import replace
 
-    from reconciler.core.render import LABEL_FLAVOR
+    from reconciler.core.decision.render import LABEL_FLAVOR
     from reconciler.core.types import FlavorSpec
 
     op = _op()

@@ -12,15 +12,15 @@ from builders import World, run_op
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.observe import observe_workloads
-from reconciler.core.plan import plan_repo
-from reconciler.core.render import (
+from reconciler.core.decision.render import (
     ANNOTATION_COMPLETION_INDEX,
     LABEL_WORKLOAD,
     render_operation,
     workload_name,
 )
-from reconciler.core.status import build_status
+from reconciler.core.observation.observe import observe_workloads
+from reconciler.core.plan import plan_repo
+from reconciler.core.reporting.status import build_status
 from reconciler.core.types import (
     CompiledOperation,
     Distributed,

@@ -13,9 +13,9 @@ from builders import run_op
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.observe import observe_workloads
+from reconciler.core.decision.render import render_operation
+from reconciler.core.observation.observe import observe_workloads
 from reconciler.core.quantity import pod_requests
-from reconciler.core.render import render_operation
 from reconciler.core.types import CompiledOperation, ConnectionSpec
 
 NOW = datetime(2026, 12, 3, 9, 0, tzinfo=UTC)

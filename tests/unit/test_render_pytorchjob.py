@@ -12,7 +12,7 @@ import pytest
 from conftest import repo
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.render_kubeflow import render_pytorchjob, uses_pytorchjob
+from reconciler.core.decision.render_kubeflow import render_pytorchjob, uses_pytorchjob
 from reconciler.core.types import CompiledOperation
 
 FILES = {
@@ -115,7 +115,7 @@ def test_the_rendering_validates_against_the_training_operator_crd_schema() -> N
 
 
 def test_render_operation_renders_the_pytorchjob_for_that_backend() -> None:
-    from reconciler.core.render import render_operation
+    from reconciler.core.decision.render import render_operation
 
     rendered = render_operation(op(), {}, config_version="c1", dispatched_at=DISPATCHED)
     assert [m["kind"] for m in rendered.manifests] == ["PyTorchJob"]  # no headless Service

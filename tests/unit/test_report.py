@@ -12,11 +12,11 @@ import pytest
 from builders import World
 from test_flavor_views import cohort_world
 
-from reconciler.core.cycle import ClusterListing, Decision, InFlight, Memory, decide
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import ClusterListing, Decision, InFlight, Memory, decide
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import QueueSummary
-from reconciler.core.report import Failure, Outcome, encode, recount, report, status_view
-from reconciler.core.status import StatusReason, read_status
+from reconciler.core.reporting.report import Failure, Outcome, encode, recount, report, status_view
+from reconciler.core.reporting.status import StatusReason, read_status
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -203,8 +203,8 @@ def test_the_status_view_of_a_report_with_a_ledger_and_a_cluster_down() -> None:
 def test_the_expected_report_reads_as_the_plan_rendered_applied(name: str) -> None:
     """``status --live``: the report if every create succeeds is what rendering the plan
     over the decision's states says (every dispatch ``Dispatched``, the plan's counts)."""
-    from reconciler.core.report import expected
-    from reconciler.core.status import render_status
+    from reconciler.core.reporting.report import expected
+    from reconciler.core.reporting.status import render_status
 
     compiled, decision = _template() if name == "template" else _decide(WORLDS[name]())
     rendered = render_status(

@@ -27,16 +27,11 @@ from test_queue_view import _dispatched_states
 
 from reconciler.cli.queues_cmd import render_view
 from reconciler.cli.status_cmd import render as render_status_cmd
-from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.compile import compile_repo
-from reconciler.core.observe import ObservedReason, WorkloadState
+from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
+from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.queue_view import (
-    BlameLine,
-    build_queues_view,
-    queues_view_from_status,
-)
-from reconciler.core.status import (
+from reconciler.core.reporting.status import (
     CONFIG_FILE,
     CapacityStatus,
     ClusterStatus,
@@ -59,6 +54,11 @@ from reconciler.core.types import (
     RejectedOperation,
     RejectReason,
     RepoSnapshot,
+)
+from reconciler.core.views.queue_view import (
+    BlameLine,
+    build_queues_view,
+    queues_view_from_status,
 )
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.estimates import EstimateWorker
@@ -256,8 +256,8 @@ def test_ledger_files(template: RepoSnapshot) -> None:
     the same bytes."""
     from decimal import Decimal
 
-    from reconciler.core.cycle import finished_runs
-    from reconciler.core.ledger import (
+    from reconciler.core.decision.cycle import finished_runs
+    from reconciler.core.plan.ledger import (
         Ledger,
         LedgerEntry,
         LedgerFile,
@@ -713,7 +713,7 @@ def _native(value: Any) -> bool:
 def test_the_dumps_hold_what_json_loads_gives(template: RepoSnapshot) -> None:
     """``to_json`` gives only JSON's types (lists, not tuples) and ``to_dict`` equals its
     JSON, so a caller may compare either with the JSON it parsed."""
-    from reconciler.core.queue_view import build_operation_detail, build_queue_detail
+    from reconciler.core.views.queue_view import build_operation_detail, build_queue_detail
 
     repo = _repo(template)
     states = _states(repo)

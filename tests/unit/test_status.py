@@ -9,11 +9,11 @@ from unittest import mock
 import yaml
 from builders import NOW, World
 
-import reconciler.core.status as status_module
-from reconciler.core.observe import ObservedReason, WorkloadState
+import reconciler.core.reporting.status as status_module
+from reconciler.core.decision.render import spec_hash, workload_name
+from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.render import spec_hash, workload_name
-from reconciler.core.status import (
+from reconciler.core.reporting.status import (
     CONFIG_FILE,
     QUEUES_FILE,
     ConfigStatus,
@@ -295,7 +295,7 @@ def test_every_file_reads_back_to_the_same_bytes() -> None:
     repo = world.repo(COMMIT)
     states = {"vision/train-1": state(repo, "vision/train-1", Phase.FAILED, outputs={"a": [1]})}
     _, files = cycle(world, states)
-    from reconciler.core.status import QueueStatus, dump_yaml
+    from reconciler.core.reporting.status import QueueStatus, dump_yaml
 
     for path, data in files.items():
         parsed = parse_status_file(path, data)
@@ -315,7 +315,7 @@ def test_every_file_reads_back_to_the_same_bytes() -> None:
 def test_parse_errors_point_at_the_file() -> None:
     import pytest
 
-    from reconciler.core.status import StatusFileError
+    from reconciler.core.reporting.status import StatusFileError
 
     with pytest.raises(StatusFileError, match=r"^status/a/b.yaml:2:\d+: "):
         parse_status_file("status/a/b.yaml", b"operation: a/b\n  phase: [\n")
@@ -365,7 +365,9 @@ def test_summarize_cycle_counts_transitions() -> None:
     memo: PhaseMemo = {}
     assert summarize_cycle({}, start, memo) == initial
     assert summarize_cycle(start, second, memo) == summarize_cycle(start, second)
-    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+    with mock.patch(
+        "reconciler.core.reporting.status._run_of", wraps=status_module._run_of
+    ) as parse:
         assert summarize_cycle(second, third, memo) == message
     changed = {p for p in third if third[p] != second.get(p) and p.endswith(".yaml")}
     assert {c.args[0] for c in parse.call_args_list} <= changed
@@ -395,7 +397,7 @@ def test_operation_status_ignores_unknown_and_mistyped_fields() -> None:
 
 
 def test_cluster_health_is_recorded_stably_and_reads_back() -> None:
-    from reconciler.core.status import CLUSTERS_FILE, ClusterStatus
+    from reconciler.core.reporting.status import CLUSTERS_FILE, ClusterStatus
 
     def outage(address: str) -> dict[str, bytes]:
         error = (
@@ -429,7 +431,7 @@ def test_cluster_health_is_recorded_stably_and_reads_back() -> None:
 
 
 def test_a_record_phase_is_typed_and_an_unknown_one_is_a_problem() -> None:
-    from reconciler.core.status import REJECTED, StatusPhase
+    from reconciler.core.reporting.status import REJECTED, StatusPhase
 
     running = parse_status_file("status/p/a.yaml", b"operation: p/a\nphase: Running\n")
     assert isinstance(running, OperationStatus) and running.phase is Phase.RUNNING
@@ -460,7 +462,9 @@ def test_a_render_memo_dumps_only_the_records_that_changed() -> None:
     _, first = cycle(world, {}, memo=memo)
     assert first == cycle(world, {})[1]
     running = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
-    with mock.patch("reconciler.core.status.dump_yaml", wraps=status_module.dump_yaml) as dump:
+    with mock.patch(
+        "reconciler.core.reporting.status.dump_yaml", wraps=status_module.dump_yaml
+    ) as dump:
         _, second = cycle(world, running, memo=memo)
     assert second == cycle(world, running)[1]
     changed = {p for p in second if second[p] != first.get(p)}
@@ -663,7 +667,9 @@ def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
     for path in operations:
         assert phases[files[path]] == status_module._run_of(path, files[path]), path
     assert phases[files["status/vision/sweep.yaml"]] is None  # a workflow parent
-    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+    with mock.patch(
+        "reconciler.core.reporting.status._run_of", wraps=status_module._run_of
+    ) as parse:
         message = summarize_cycle({}, files, phases)
     assert message == summarize_cycle({}, files)
     assert parse.call_count == 0
@@ -677,7 +683,9 @@ def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
     _, after = cycle(world, later, phases=phases)
     changed = [p for p in operations if after[p] != files[p]]
     assert len(changed) >= 2
-    with mock.patch("reconciler.core.status._run_of", wraps=status_module._run_of) as parse:
+    with mock.patch(
+        "reconciler.core.reporting.status._run_of", wraps=status_module._run_of
+    ) as parse:
         message = summarize_cycle(files, after, phases)
     assert message == summarize_cycle(files, after)
     assert "vision/train-1: Running -> Succeeded" in message

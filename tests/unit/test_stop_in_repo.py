@@ -8,12 +8,12 @@ from __future__ import annotations
 from builders import World
 from fake_kube import FakeCycles
 
-from reconciler.core.diff import diff_plans, diff_to_dict, diff_to_markdown
-from reconciler.core.observe import ObservedReason
+from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.plan import StopReason
-from reconciler.core.queue_view import BlameLine
-from reconciler.core.status import read_status
+from reconciler.core.reporting.status import read_status
 from reconciler.core.types import Phase, Provenance
+from reconciler.core.views.diff import diff_plans, diff_to_dict, diff_to_markdown
+from reconciler.core.views.queue_view import BlameLine
 
 COMMIT = "c0ffee" * 6 + "beef"
 # each change is a new commit: the reconciler recompiles only when the version moves

@@ -1,4 +1,4 @@
-"""When the next cycle runs (``core/trigger.py``, pure): which watch events end a run, and
+"""When the next cycle runs (``core/decision/trigger.py``, pure): which watch events end a run, and
 the pace that debounces them."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from reconciler.cli.run_cmd import parse_interval
-from reconciler.core.observe import job_end_phase, observe_workloads
-from reconciler.core.trigger import Pace, Trigger, event_trigger
+from reconciler.core.decision.trigger import Pace, Trigger, event_trigger
+from reconciler.core.observation.observe import job_end_phase, observe_workloads
 from reconciler.core.types import Phase
 
 

@@ -20,26 +20,26 @@ from reconciler.adapters.kube import KubeError
 from reconciler.cli import status_cmd
 from reconciler.cli.logs_cmd import find_target, show_logs_of
 from reconciler.cli.plan_cmd import live_planner, recorded_planner, run_plan_diff
-from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.cycle import (
+from reconciler.core.decision.cycle import (
     ClusterListing,
     Memory,
     decide,
     decide_recorded,
 )
-from reconciler.core.diff import diff_plans, diff_to_dict
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.render import render_operation
+from reconciler.core.observation.capacity import ClusterCapacity
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.plan_render import plan_to_json
 from reconciler.core.quantity import format_quantity
-from reconciler.core.queue_view import (
+from reconciler.core.reporting.status import StatusView, read_status, render_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
+from reconciler.core.views.diff import diff_plans, diff_to_dict
+from reconciler.core.views.plan_render import plan_to_json
+from reconciler.core.views.queue_view import (
     build_operation_detail,
     build_queues_view,
     queues_view_from_status,
 )
-from reconciler.core.render import render_operation
-from reconciler.core.status import StatusView, read_status, render_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, Location, Phase
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.live import ClusterReads
 from reconciler.runtime.web import WebApp

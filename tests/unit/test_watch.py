@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from reconciler.cli import status_cmd
-from reconciler.core.status import OperationStatus, StatusView
+from reconciler.core.reporting.status import OperationStatus, StatusView
 
 
 def _view(phase: str | None, generation: int = 1, **kw: object) -> StatusView:

@@ -20,13 +20,13 @@ from conftest import TEMPLATE
 from test_queue_view import _dispatched_states
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.cycle import Memory, decide, listing_from_memory
-from reconciler.core.estimate import estimate_decision
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import Memory, decide, listing_from_memory
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.queue_view import BlameLine
+from reconciler.core.plan.estimate import estimate_decision
 from reconciler.core.types import Phase, RepoSnapshot
-from reconciler.core.web_html import esc, operation_href, quote_path
+from reconciler.core.views.queue_view import BlameLine
+from reconciler.core.views.web_html import esc, operation_href, quote_path
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.http import HttpServer
@@ -276,8 +276,8 @@ def test_a_worktree_file_that_goes_away_while_read_is_not_an_internal_error(
 def test_a_long_queue_page_lists_the_first_rows_and_links_the_rest() -> None:
     from builders import World
 
-    from reconciler.core.queue_view import build_queue_detail
-    from reconciler.core.web_html import MAX_ROWS, render_queue_page
+    from reconciler.core.views.queue_view import build_queue_detail
+    from reconciler.core.views.web_html import MAX_ROWS, render_queue_page
 
     w = World().queue("gpu", quota={"nvidia.com/gpu": 1})
     w.ops("p/op-{}", MAX_ROWS + 50, queue="gpu", gpu=1)
@@ -331,10 +331,10 @@ def test_paths_with_control_characters_are_quoted_on_the_pages() -> None:
     so a newline, an escape or a bidi override is shown escaped, never raw."""
     from builders import World
 
-    from reconciler.core.explain import ProvenanceRow
-    from reconciler.core.queue_view import OperationDetail, build_queue_detail
+    from reconciler.core.compile.explain import ProvenanceRow
     from reconciler.core.types import printable_path
-    from reconciler.core.web_html import esc, render_operation_page, render_queue_page
+    from reconciler.core.views.queue_view import OperationDetail, build_queue_detail
+    from reconciler.core.views.web_html import esc, render_operation_page, render_queue_page
 
     evil = "projects/p/operations/evil\nreconciler.yaml:1:1: forged\x1b[31m\u202e.yaml"
     shown = esc(printable_path(evil))
@@ -451,7 +451,7 @@ def test_a_dispatch_that_failed_is_shown_as_the_cycle_recorded_it(template: Repo
     """The leader's cycle planned a dispatch whose create failed: the status branch records
     it Queued with reason DispatchFailed and the error, but the operation page and its API
     said Dispatched (the plan's intent, not what the cycle did)."""
-    from reconciler.core.status import StatusReason, build_status
+    from reconciler.core.reporting.status import StatusReason, build_status
 
     repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
     plan = plan_repo(repo, [], NOW)
@@ -603,7 +603,7 @@ def test_the_log_of_a_cluster_the_cycle_found_unreachable_is_not_waited_for(
     """The page said the cluster was unreachable and still tried its log at every view and
     every 5 s refresh: a blackholed API server held the page (and a connection slot) for
     the connect timeout each time. The page says what the cycle found instead."""
-    from reconciler.core.cycle import ClusterHealth
+    from reconciler.core.decision.cycle import ClusterHealth
 
     running = next(s for op, s in cycle.states.items() if s.phase is Phase.RUNNING and op != EVIL)
     calls: list[str] = []

@@ -25,7 +25,7 @@ from fake_kube import FakeCluster, FakeKube
 from test_event_cycles import FixedClock, VirtualClock
 
 from reconciler.cli.main import cli
-from reconciler.core.trigger import Trigger
+from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime import http as http_server
 from reconciler.runtime.cycle import CycleResult, Reconciler

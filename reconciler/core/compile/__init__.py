@@ -19,6 +19,11 @@ Per operation (docs/presets.md):
 
 The package, one concern a module (each says what must live in it):
 
+- ``load``: the strict YAML loader: repo bytes in, plain data and source positions out;
+- ``model``: the schema of every kind of file (pydantic);
+- ``merge``: the preset merge strategies, with provenance for every leaf;
+- ``policy``: org policy, checked on the compiled operation after the merge;
+- ``explain``: per-field provenance of a compiled operation (``compile --explain``);
 - ``errors``: the one way every part reports a problem in the config (``Errors``);
 - ``index``: the repo index: layout, files loaded once, typed access, the org's settings;
 - ``references``: names resolved across files (presets, clusters, queues, connections),

@@ -16,8 +16,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from reconciler.core.merge import Path, dotted, lookup
-from reconciler.core.model import PARAM_VALUE_TAGS, Strict, field_names, suggest
+from reconciler.core.compile.merge import Path, dotted, lookup
+from reconciler.core.compile.model import PARAM_VALUE_TAGS, Strict, field_names, suggest
 from reconciler.core.types import ConfigError, Location, Provenance
 
 # ``locate(path, key=...)``: where the value (or with ``key=True`` its key) at ``path`` is.

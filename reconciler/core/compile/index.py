@@ -21,10 +21,17 @@ from typing import Any, Generic, TypeVar, cast
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
-from reconciler.core.ledger import RESERVED_PROJECT_NAMES
-from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
-from reconciler.core.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
-from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
+from reconciler.core.compile.load import Document, ParseCache, parse_yaml, resolve_files
+from reconciler.core.compile.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
+from reconciler.core.compile.model import (
+    KINDS,
+    OrgFile,
+    Policy,
+    ProjectFile,
+    Strict,
+    duration_seconds,
+)
+from reconciler.core.plan.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex
 from reconciler.core.compile.operations import OperationResult
-from reconciler.core.render import workload_name
+from reconciler.core.decision.render import workload_name
 from reconciler.core.types import Location, printable_path
 
 

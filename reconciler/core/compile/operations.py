@@ -13,6 +13,9 @@ from dataclasses import dataclass
 
 from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import Loaded, RepoIndex, locator
+from reconciler.core.compile.merge import Path, apply_layer, dotted, start
+from reconciler.core.compile.model import ProjectFile
+from reconciler.core.compile.policy import Violation
 from reconciler.core.compile.references import (
     find_preset,
     org_default_presets,
@@ -23,9 +26,6 @@ from reconciler.core.compile.references import (
 )
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.compile.workflows import Child, expand
-from reconciler.core.merge import Path, apply_layer, dotted, start
-from reconciler.core.model import ProjectFile
-from reconciler.core.policy import Violation
 from reconciler.core.types import (
     CompiledOperation,
     ConfigError,

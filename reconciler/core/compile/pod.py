@@ -6,7 +6,7 @@ and for each workflow child, and their resources join the operation's requests.
 What must live here: the checks Kubernetes would otherwise make at create time on these
 parts (unique volume and container names, mounts that name a volume, one mount per path
 in each container) and the pod's effective requests with init containers and sidecars
-(``quantity.pod_requests``). Policy on them is ``core/policy.py``'s.
+(``quantity.pod_requests``). Policy on them is ``core/compile/policy.py``'s.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import get_in
-from reconciler.core.merge import Path, ProvMap, dotted
+from reconciler.core.compile.merge import Path, ProvMap, dotted
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity, pod_requests
 from reconciler.core.types import ConnectionSpec, Location
 

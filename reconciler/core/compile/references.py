@@ -14,8 +14,8 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.compile.index import Loaded, RepoIndex, get_in, name_of, prices
-from reconciler.core.merge import Layer, Locate, Path
-from reconciler.core.model import (
+from reconciler.core.compile.merge import Layer, Locate, Path
+from reconciler.core.compile.model import (
     ClusterFile,
     CohortFile,
     ConnectionFile,

@@ -20,17 +20,17 @@ from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
 from reconciler.core.compile.index import RepoIndex, ValidatedParts, get_in
+from reconciler.core.compile.merge import Path, ProvMap, dotted
+from reconciler.core.compile.model import OperationFile, duration_seconds
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
-from reconciler.core.compile.references import find_connection, find_queue, unknown_name
-from reconciler.core.merge import Path, ProvMap, dotted
-from reconciler.core.model import OperationFile, duration_seconds
-from reconciler.core.policy import (
+from reconciler.core.compile.policy import (
     Violation,
     check_pod_security,
     check_policy,
     pod_security_findings,
 )
-from reconciler.core.render import (
+from reconciler.core.compile.references import find_connection, find_queue, unknown_name
+from reconciler.core.decision.render import (
     DISTRIBUTED_ENV,
     SANDBOX_DEFAULT_TIMEOUT,
     env_sources,

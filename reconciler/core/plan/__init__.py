@@ -18,7 +18,9 @@ The package, one concern a module (each says what must live in it):
 - ``fleet``: check 10, a fleet queue's choice of cluster (capacity, per-cluster caps);
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
-- ``units``: quantities as exact integers (requests round up, quotas down).
+- ``units``: quantities as exact integers (requests round up, quotas down);
+- ``ledger``: prices, budget windows and the ledger of finished runs (docs/budgets.md);
+- ``estimate``: when each pending operation will be dispatched, p50 and p90.
 
 Only the names below are the package's interface.
 """

@@ -34,7 +34,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from reconciler.core.model import duration_seconds
+from reconciler.core.compile.model import duration_seconds
 from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     MAX_LISTED,

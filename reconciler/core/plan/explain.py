@@ -14,9 +14,9 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.ledger import hours, next_window
 from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
 from reconciler.core.plan.fleet import FleetState
+from reconciler.core.plan.ledger import hours, next_window
 from reconciler.core.plan.model import (
     MAX_LISTED,
     PODS,

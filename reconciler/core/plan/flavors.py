@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from reconciler.core.capacity import Placement, Toleration, placement_of
+from reconciler.core.observation.capacity import Placement, Toleration, placement_of
 from reconciler.core.plan.model import PendingReason
 from reconciler.core.types import CompiledOperation, FlavorSpec, QueueSpec
 

@@ -9,7 +9,7 @@ dispatched.
 
 The rule: in the queue's listed order, skip a cluster that could not be read, is at its
 ``concurrency`` or would go over the queue's ``clusterQuota`` for it; of the others (under
-quota), choose the first whose free capacity (``core/capacity.py``: the nodes the
+quota), choose the first whose free capacity (``core/observation/capacity.py``: the nodes the
 operation may use) fits every resource of the whole request. When none fits, the first
 under quota is chosen (kube-scheduler then keeps its pods Pending, ``WaitingForCapacity``),
 unless the queue sets ``requireCapacity``: then it waits, ``NoClusterHasCapacity``.
@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from decimal import Decimal
 from typing import NamedTuple
 
-from reconciler.core.capacity import ClusterCapacity, Placement, placement_of
+from reconciler.core.observation.capacity import ClusterCapacity, Placement, placement_of
 from reconciler.core.plan.flavors import FlavorSlots, flavored_placement
 from reconciler.core.plan.model import (
     FleetMember,

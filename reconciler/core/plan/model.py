@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.ledger import zone
+from reconciler.core.plan.ledger import zone
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import QueueStrategy
 
@@ -63,7 +63,7 @@ class PendingReason(enum.StrEnum):
 class StopReason(enum.StrEnum):
     REMOVED_FROM_REPO = "RemovedFromRepo"
     STOPPED_IN_REPO = "StoppedInRepo"  # ``stopped: true`` on the operation (or its workflow)
-    GANG_TIMEOUT = "GangTimeout"  # set by decide, not the planner: see core/cycle.py
+    GANG_TIMEOUT = "GangTimeout"  # set by decide, not the planner: see core/decision/cycle.py
 
 
 class PlanInputError(ValueError):

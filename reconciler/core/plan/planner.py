@@ -29,14 +29,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import NamedTuple
 
-from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.ledger import BudgetWindow, Ledger, LedgerEntry, window_at
-from reconciler.core.ledger import spent as spent_in
+from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
 from reconciler.core.plan.explain import explain
 from reconciler.core.plan.flavors import fit_flavor, flavors_exceeded
 from reconciler.core.plan.fleet import FleetState
+from reconciler.core.plan.ledger import BudgetWindow, Ledger, LedgerEntry, window_at
+from reconciler.core.plan.ledger import spent as spent_in
 from reconciler.core.plan.model import (
     Dispatch,
     PendingReason,
@@ -206,7 +206,7 @@ def admit_dispatch(
     """Steps 1-4 of :func:`plan_dispatch` (the same calls, the same inputs), without
     pruning and explaining: what is dispatched and why each candidate waits. For callers
     that replan many times and show no explanation (the start-time estimate,
-    ``core/estimate.py``); nothing is pruned (no observed operation counts as rejected)."""
+    ``core/plan/estimate.py``); nothing is pruned (no observed operation counts as rejected)."""
     with gc_paused():
         steps = _admit_steps(
             operations,

@@ -37,8 +37,8 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from reconciler.core.ledger import BudgetWindow, hourly_rate, hours, prices_for
 from reconciler.core.plan.flavors import EligibleFlavors, FlavorSlots
+from reconciler.core.plan.ledger import BudgetWindow, hourly_rate, hours, prices_for
 from reconciler.core.plan.model import PendingReason, PlanInputError
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import (

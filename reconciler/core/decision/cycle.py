@@ -57,9 +57,16 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.gang import GangTimeout, gang_timeout_message
-from reconciler.core.ledger import (
+from reconciler.core.observation.capacity import ClusterCapacity
+from reconciler.core.observation.gang import GangTimeout, gang_timeout_message
+from reconciler.core.observation.observe import (
+    ObservedReason,
+    WorkloadState,
+    current_states,
+    parse_time,
+)
+from reconciler.core.plan import Plan, StopReason, plan_repo
+from reconciler.core.plan.ledger import (
     Ledger,
     LedgerEntry,
     LedgerKey,
@@ -67,9 +74,7 @@ from reconciler.core.ledger import (
     prices_for,
     run_cost,
 )
-from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
-from reconciler.core.plan import Plan, StopReason, plan_repo
-from reconciler.core.status import (
+from reconciler.core.reporting.status import (
     CapacityStatus,
     ClusterStatus,
     StatusView,
@@ -95,8 +100,8 @@ class ClusterListing:
 
     ``version`` is the resourceVersion of the watch cache the workloads came from; None for
     a fresh list (which cannot lag behind our own creates). ``capacity`` is the free
-    capacity of its nodes (``core/capacity.py``), read for the clusters of a fleet queue;
-    None when it was not read."""
+    capacity of its nodes (``core/observation/capacity.py``), read for the clusters of a fleet
+    queue; None when it was not read."""
 
     workloads: tuple[WorkloadState, ...] = ()
     error: str | None = None

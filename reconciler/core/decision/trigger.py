@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from reconciler.core.observe import workload_end_phase
-from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.observation.observe import workload_end_phase
 from reconciler.core.types import Phase
 
 
@@ -57,7 +57,7 @@ def event_trigger(
     deleted. Everything else is left to the next cycle: the Job we just created (ADDED),
     our own phase annotations (MODIFIED, same end), and every Pod event. A pod that
     succeeds leaves its Job ``Running``/``Finishing`` until the Job controller marks it
-    (``core/observe.py``), so a cycle on the pod's event would plan the same slots and,
+    (``core/observation/observe.py``), so a cycle on the pod's event would plan the same slots and,
     through the debounce, delay the cycle that the Job's event asks for. A PyTorchJob is
     a Job here: its run ends with its ``Succeeded`` or ``Failed`` condition."""
     if kind not in ("Job", PYTORCHJOB):

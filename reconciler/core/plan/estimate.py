@@ -32,17 +32,9 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.capacity import ClusterCapacity
-from reconciler.core.cycle import Decision
-from reconciler.core.ledger import (
-    LedgerEntry,
-    LedgerKey,
-    next_window,
-    prices_for,
-    run_cost,
-    window_at,
-)
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import Decision
+from reconciler.core.observation.capacity import ClusterCapacity
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import (
     Admission,
     DependenciesBlock,
@@ -55,6 +47,14 @@ from reconciler.core.plan import (
     held_flavor,
 )
 from reconciler.core.plan.checks import CHECKS
+from reconciler.core.plan.ledger import (
+    LedgerEntry,
+    LedgerKey,
+    next_window,
+    prices_for,
+    run_cost,
+    window_at,
+)
 from reconciler.core.plan.planner import gc_paused
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (

@@ -4,7 +4,7 @@ pages render these; nothing here reads a cluster or Git.
 
 Two sources build the same rows:
 
-- a cycle's :class:`~reconciler.core.report.Report` (``queues_view``, ``queue_detail``,
+- a cycle's :class:`~reconciler.core.reporting.report.Report` (``queues_view``, ``queue_detail``,
   ``operation_detail``): each queue's use as the report counts it from what was carried
   out (the leader's cycle) or not (``--live``, ``serve``, a follower: the plan's dispatches
   are then ``next``, not active). ``build_queues_view`` and its siblings take a plan over
@@ -31,15 +31,14 @@ from typing import Annotated, Any
 
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
-from reconciler.core.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.explain import ProvenanceRow, provenance_rows
-from reconciler.core.load import parse_yaml
-from reconciler.core.observe import WorkloadState
+from reconciler.core.compile.explain import ProvenanceRow, provenance_rows
+from reconciler.core.compile.load import parse_yaml
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
-from reconciler.core.plan_render import text_table
+from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
-from reconciler.core.report import Failure, Report, planned_report
-from reconciler.core.status import (
+from reconciler.core.reporting.report import Failure, Report, planned_report
+from reconciler.core.reporting.status import (
     OperationStatus,
     QueueStatus,
     StatusPhase,
@@ -50,8 +49,7 @@ from reconciler.core.status import (
     removed_reason,
     workflow_summary,
 )
-from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
-from reconciler.core.wire import (
+from reconciler.core.reporting.wire import (
     ApiModel,
     EmptyAsNull,
     IsoTime,
@@ -60,6 +58,8 @@ from reconciler.core.wire import (
     OmitEmpty,
     QuantityText,
 )
+from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
+from reconciler.core.views.plan_render import text_table
 
 ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
 

@@ -1,6 +1,6 @@
 """What one cycle shows: ``report(compiled, decision, outcome) -> Report`` (pure).
 
-A :class:`~reconciler.core.cycle.Decision` is what the planner predicts; an
+A :class:`~reconciler.core.decision.cycle.Decision` is what the planner predicts; an
 :class:`Outcome` is what the runtime's apply step really did with its actions (created,
 adopted, failed with its error, stopped); ``Outcome.none()`` is a dry run (``--live``,
 ``serve``, a follower, the shutdown's last look). The report is the one place where the two
@@ -24,12 +24,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
-from reconciler.core.cycle import Decision, InFlight
-from reconciler.core.gang import GangTimeout
-from reconciler.core.ledger import Ledger
-from reconciler.core.observe import WorkloadState
+from reconciler.core.decision.cycle import Decision, InFlight
+from reconciler.core.observation.gang import GangTimeout
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import FlavorUsage, Plan, QueueSummary, plan_repo
-from reconciler.core.status import (
+from reconciler.core.plan.ledger import Ledger
+from reconciler.core.reporting.status import (
     ClusterStatus,
     ConfigStatus,
     OperationStatus,

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.merge import Path, dotted, lookup
-from reconciler.core.model import duration_seconds
+from reconciler.core.compile.merge import Path, dotted, lookup
+from reconciler.core.compile.model import duration_seconds
+from reconciler.core.decision.render import pod_field_origin
 from reconciler.core.quantity import format_quantity
-from reconciler.core.render import pod_field_origin
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,
     OrgPolicy,

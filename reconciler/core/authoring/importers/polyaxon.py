@@ -22,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from reconciler.core.importers import (
+from reconciler.core.authoring.importers import (
     ImportResult,
     Report,
     Resolver,
@@ -33,7 +33,7 @@ from reconciler.core.importers import (
     render,
     value_kind,
 )
-from reconciler.core.load import Document, PathKey
+from reconciler.core.compile.load import Document, PathKey
 
 MAX_GRID = 1000  # the compiler's cap on a matrix's children
 

@@ -32,8 +32,8 @@ from zoneinfo import ZoneInfo
 from pydantic import PlainSerializer
 
 from reconciler.core.quantity import format_quantity, parse_quantity
+from reconciler.core.reporting.wire import WireModel
 from reconciler.core.types import BudgetPeriod, BudgetSpec
-from reconciler.core.wire import WireModel
 
 LEDGER_DIR = "status/ledger"
 # status/<project>/ holds a project's records: no project may be named like the ledger's folder.
@@ -382,7 +382,7 @@ class Ledger:
 
 
 # Entries per ledger file: a month with more continues in ``<YYYY-MM>.2.yaml`` and so on,
-# so that each file stays well within the status reader's limits (core/load.py: 1 MiB and
+# so that each file stays well within the status reader's limits (core/compile/load.py: 1 MiB and
 # 20 000 values a file).
 ENTRIES_PER_FILE = 500
 

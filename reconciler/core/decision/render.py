@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reconciler.core.model import duration_seconds
+from reconciler.core.compile.model import duration_seconds
 from reconciler.core.types import (
     CompiledOperation,
     ConnectionSpec,
@@ -44,7 +44,7 @@ ANNOTATION_SPEC_HASH = "reconciler.dev/spec-hash"
 ANNOTATION_DISPATCHED_AT = "reconciler.dev/dispatched-at"
 ANNOTATION_OPERATION = "reconciler.dev/operation-id"
 ANNOTATION_GENERATION = "reconciler.dev/generation"
-ANNOTATION_PHASE = "reconciler.dev/phase"  # see core/cycle.py phase_annotation_due
+ANNOTATION_PHASE = "reconciler.dev/phase"  # see core/decision/cycle.py phase_annotation_due
 ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
 # The workflow a child was dispatched for ("" for an operation that is none's child): a
 # workflow refused by policy keeps only its own children running, never another's workload.
@@ -535,7 +535,7 @@ def render_operation(
     dispatches ``op``; with ``run.distributed.backend: pytorchjob``, a Kubeflow PyTorchJob
     (``render_kubeflow``, which renders the pod through this function)."""
     if op.distributed is not None and op.distributed.backend is DistributedBackend.PYTORCHJOB:
-        from reconciler.core.render_kubeflow import render_pytorchjob
+        from reconciler.core.decision.render_kubeflow import render_pytorchjob
 
         return render_pytorchjob(
             op, connections, config_version=config_version, dispatched_at=dispatched_at

@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.ledger import prices_for
 from reconciler.core.plan import Admit, BudgetSummary, Pending, PendingReason, Plan, StopReason
-from reconciler.core.plan_render import md_code, md_escape, md_table
+from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
+from reconciler.core.plan.ledger import prices_for
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
     ClusterSpec,
@@ -31,6 +30,7 @@ from reconciler.core.types import (
     RejectReason,
     printable_path,
 )
+from reconciler.core.views.plan_render import md_code, md_escape, md_table
 
 
 class Change(enum.StrEnum):

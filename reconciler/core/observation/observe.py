@@ -24,15 +24,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict
 
-from reconciler.core.gang import (
-    LABEL_KUBEFLOW_JOB_NAME,
-    Placement,
-    latest_per_replica,
-    placement,
-)
-from reconciler.core.load import MAX_NUMBER_CHARS
-from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
-from reconciler.core.render import (
+from reconciler.core.compile.load import MAX_NUMBER_CHARS
+from reconciler.core.decision.render import (
     ANNOTATION_COMMIT,
     ANNOTATION_DISPATCHED_AT,
     ANNOTATION_GENERATION,
@@ -43,7 +36,14 @@ from reconciler.core.render import (
     LABEL_FLAVOR,
     LABEL_QUEUE,
 )
-from reconciler.core.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.observation.gang import (
+    LABEL_KUBEFLOW_JOB_NAME,
+    Placement,
+    latest_per_replica,
+    placement,
+)
+from reconciler.core.quantity import QuantityError, parse_quantity, pod_requests
 from reconciler.core.types import ObservedOperation, Phase
 
 JOB = "Job"
@@ -140,10 +140,11 @@ def cached(obj: dict[str, Any]) -> dict[str, Any]:
     return obj
 
 
-# What observation reads of each kind (this module, ``core/gang.py`` and ``core/trigger.py``
-# through ``workload_end_phase``): the watch caches of the workloads and their pods keep
-# only these fields (``adapters/kube.py`` decodes a watch event or a list straight into
-# them, without building the rest: ``managedFields``, the pod's volumes, env, images...).
+# What observation reads of each kind (this module, ``core/observation/gang.py`` and
+# ``core/decision/trigger.py`` through ``workload_end_phase``): the watch caches of the
+# workloads and their pods keep only these fields (``adapters/kube.py`` decodes a watch
+# event or a list straight into them, without building the rest: ``managedFields``, the
+# pod's volumes, env, images...).
 # A field read here must be in these; tests/unit/test_observe_narrow.py checks that the
 # observation of the narrow objects equals that of the whole ones on real Jobs, Indexed
 # Jobs, PyTorchJobs and pods (failed, evicted, deleted). Leaves are ``Any``: any JSON value

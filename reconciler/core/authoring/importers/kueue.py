@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from reconciler.core.importers import (
+from reconciler.core.authoring.importers import (
     ImportResult,
     Report,
     Source,
@@ -24,7 +24,7 @@ from reconciler.core.importers import (
     render,
     value_kind,
 )
-from reconciler.core.load import Document, PathKey
+from reconciler.core.compile.load import Document, PathKey
 from reconciler.core.quantity import parse_quantity
 
 GROUP = "kueue.x-k8s.io"

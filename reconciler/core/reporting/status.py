@@ -4,7 +4,7 @@ observations (pure), and read back.
 Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per operation,
 ``status/queues.yaml``, each queue's pending order ``status/_queues/<queue>.yaml``,
 ``status/config.yaml`` and the ledger of finished runs,
-``status/ledger/<YYYY-MM>.yaml`` (``core/ledger.py``). Files are deterministic YAML with sorted
+``status/ledger/<YYYY-MM>.yaml`` (``core/plan/ledger.py``). Files are deterministic YAML with sorted
 keys and no per-cycle field (no "now"): an unchanged world renders byte-identical files, so
 the writer makes no commit.
 """
@@ -24,22 +24,11 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
-from reconciler.core.block_yaml import BlockYaml
-from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
-from reconciler.core.gang import GangTimeout, Placement
-from reconciler.core.ledger import (
-    LEDGER_DIR,
-    Ledger,
-    LedgerEntry,
-    LedgerFile,
-    LedgerProblems,
-    entries_from_document,
-    is_ledger_path,
-    ledger_files,
-    ledger_month,
-)
-from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
-from reconciler.core.observe import WorkloadState
+from reconciler.core.compile.load import YAML12_RESOLVERS, parse_yaml
+from reconciler.core.decision.render import operation_workload, spec_hash
+from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
+from reconciler.core.observation.gang import GangTimeout, Placement
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import (
     BudgetSummary,
     FlavorUsage,
@@ -50,8 +39,20 @@ from reconciler.core.plan import (
     QueueSummary,
     StopReason,
 )
+from reconciler.core.plan.ledger import (
+    LEDGER_DIR,
+    Ledger,
+    LedgerEntry,
+    LedgerFile,
+    LedgerProblems,
+    entries_from_document,
+    is_ledger_path,
+    ledger_files,
+    ledger_month,
+)
 from reconciler.core.quantity import format_quantity, parse_quantity
-from reconciler.core.render import operation_workload, spec_hash
+from reconciler.core.reporting.block_yaml import BlockYaml
+from reconciler.core.reporting.wire import Items, JsonObject, OmitEmpty, WireModel
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
@@ -60,7 +61,6 @@ from reconciler.core.types import (
     Phase,
     RejectedOperation,
 )
-from reconciler.core.wire import Items, JsonObject, OmitEmpty, WireModel
 
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
@@ -586,7 +586,7 @@ def _nodes(value: Any) -> tuple[NodeStatus, ...]:
 
 
 class CapacityStatus(StatusRecord):
-    """A cluster's observed capacity (``core/capacity.py``), so that ``plan`` without
+    """A cluster's observed capacity (``core/observation/capacity.py``), so that ``plan`` without
     ``--live`` chooses a fleet queue's cluster as the last cycle would have."""
 
     nodes: OmitEmpty[Annotated[Items[NodeStatus], _Read(_nodes)]] = ()
@@ -1275,7 +1275,7 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
     """One status file: an :class:`OperationStatus`, the queues, or the config status.
     Raises :class:`StatusFileError` (``file:line:col: message``).
 
-    Read by the config's strict loader with its limits (``core/load.py``): anyone who can
+    Read by the config's strict loader with its limits (``core/compile/load.py``): anyone who can
     push to the status branch can write it, so an alias bomb, a huge file, deep nesting, a
     custom tag or a 5000-digit number is refused like in a config file."""
     doc, errors = parse_yaml(path, content, written=True)

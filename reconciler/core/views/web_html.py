@@ -13,7 +13,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from reconciler.core.queue_view import (
+from reconciler.core.types import printable_path, printable_text
+from reconciler.core.views.queue_view import (
     ClusterShare,
     FleetTotal,
     OperationDetail,
@@ -22,7 +23,6 @@ from reconciler.core.queue_view import (
     QueuesView,
     QuotaUse,
 )
-from reconciler.core.types import printable_path, printable_text
 
 REFRESH_SECONDS = 5
 MAX_ROWS = 200  # pending rows on a queue page; the JSON API lists every one

@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.observe import effective_pod_requests
+from reconciler.core.decision.render import LABEL_MANAGED_BY, MANAGER
+from reconciler.core.observation.observe import effective_pod_requests
 from reconciler.core.quantity import QuantityError, parse_quantity, sum_quantities
-from reconciler.core.render import LABEL_MANAGED_BY, MANAGER
 
 _EXCLUDING = frozenset({"NoSchedule", "NoExecute"})
 _TERMINATED = frozenset({"Succeeded", "Failed"})

@@ -8,8 +8,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from reconciler.core.reporting.wire import ApiModel
 from reconciler.core.types import CompiledOperation, printable_path
-from reconciler.core.wire import ApiModel
 
 
 class ProvenanceRow(ApiModel):

@@ -18,7 +18,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
-from reconciler.core.render import MAIN_CONTAINER, RenderedWorkload, render_operation
+from reconciler.core.decision.render import MAIN_CONTAINER, RenderedWorkload, render_operation
 from reconciler.core.types import CompiledOperation, ConnectionSpec, DistributedBackend
 
 API_VERSION = "kubeflow.org/v1"

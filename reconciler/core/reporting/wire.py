@@ -1,10 +1,10 @@
 """The shapes that cross a file or HTTP boundary, and their one serializer each (pure).
 
 Each shape is a frozen pydantic model with camelCase aliases, like the input models of
-:mod:`reconciler.core.model`: the model says once which keys a record has, what each is
+:mod:`reconciler.core.compile.model`: the model says once which keys a record has, what each is
 called on the wire and how its value is written. Two boundaries, one generic dump each:
 
-- the status branch files (:class:`reconciler.core.status.StatusRecord`): fields without a
+- the status branch files (:class:`reconciler.core.reporting.status.StatusRecord`): fields without a
   value are left out;
 - the JSON API and ``-o json`` (:class:`ApiModel.to_json`): every field, ``null`` when unset.
 

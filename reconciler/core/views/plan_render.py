@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan import BlockedBy, Dispatch, FlavorUsage, Plan, QueueSummary
+from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import printable_text
 

@@ -1,8 +1,8 @@
 """The status files' YAML text, written directly for the values status records hold (pure).
 
-``core/status.py`` writes every status file with PyYAML's libyaml dumper (sorted keys, block
-style, no line wrapping, unicode as is). Most of that call's cost is PyYAML's representer
-in Python: a node object and a resolver pass per scalar, then libyaml's emitter. For the
+``core/reporting/status.py`` writes every status file with PyYAML's libyaml dumper (sorted
+keys, block style, no line wrapping, unicode as is). Most of that call's cost is PyYAML's
+representer in Python: a node object and a resolver pass per scalar, then libyaml's emitter. For the
 shapes a status record has (mappings with text keys, lists, text, integers, booleans, null
 and floats, no line breaks in any text) this module writes the same bytes itself, by the
 rules libyaml's emitter follows (``yaml_emitter_analyze_scalar`` and

@@ -1,0 +1,12 @@
+"""What a cycle records (pure): the decision with what was carried out of it, and the
+status branch's files.
+
+The package, one concern a module (each says what must live in it):
+
+- ``report``: ``report(compiled, decision, outcome) -> Report``, the one place where the
+  decision and the outcome meet; ``encode`` (a report as status files) and the views read
+  from a report;
+- ``status``: the status files' records, their rendering, and reading them back;
+- ``block_yaml``: the status files' YAML text, written directly;
+- ``wire``: the shapes that cross a file or HTTP boundary, one serializer each.
+"""
