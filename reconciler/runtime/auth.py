@@ -54,7 +54,6 @@ CACHE_ENTRIES = 4096
 # OIDC ID tokens a few).
 MAX_TOKEN_BYTES = 16 << 10
 CHALLENGE = (("WWW-Authenticate", 'Bearer realm="dispatch-reconciler"'),)
-MODES = ("none", "kubernetes")
 
 
 @dataclass(frozen=True, slots=True)
