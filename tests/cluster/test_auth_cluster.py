@@ -1,7 +1,7 @@
-"""``serve --auth kubernetes`` on the real control plane: two service accounts' tokens
-(TokenRequest), one granted what docs/operations.md says to grant and one granted nothing,
-over the pages, /api/v1 and an operation's log; the reviews are the API server's own
-TokenReview and SubjectAccessReview, RBAC deciding."""
+"""``serve --auth kubernetes``, and ``run --http --auth kubernetes``, on the real control
+plane: two service accounts' tokens (TokenRequest), one granted what docs/operations.md
+says to grant and one granted nothing, over the pages, /api/v1 and an operation's log; the
+reviews are the API server's own TokenReview and SubjectAccessReview, RBAC deciding."""
 
 from __future__ import annotations
 
@@ -100,7 +100,9 @@ def accounts(kube: Kube, kube_cluster: KubeCluster, namespace: str) -> Iterator[
             delete(name)
 
 
+@pytest.mark.parametrize("command", ["serve", "run"])
 def test_pages_api_and_logs_by_rbac(
+    command: str,
     kube: Kube,
     config_repo: Path,
     kube_cluster: KubeCluster,
@@ -119,13 +121,13 @@ def test_pages_api_and_logs_by_rbac(
 
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    log = (tmp_path / "serve.log").open("w")
+    log = (tmp_path / f"{command}.log").open("w")
     proc = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "reconciler",
-            "serve",
+            command,
             "--repo",
             str(config_repo),
             "--http",
@@ -194,4 +196,4 @@ def test_pages_api_and_logs_by_rbac(
         proc.wait(timeout=30)
         log.close()
     assert proc.returncode in (0, -signal.SIGTERM)
-    assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    assert "Traceback" not in (tmp_path / f"{command}.log").read_text()
