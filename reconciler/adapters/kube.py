@@ -119,6 +119,26 @@ class WatchEvent:
     object: Mapping[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class Identity:
+    """A bearer token's user, as the API server authenticated it (``review_token``)."""
+
+    username: str
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    extra: tuple[tuple[str, tuple[str, ...]], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceAccess:
+    """A ``SubjectAccessReview``'s resource attributes; ``namespace`` empty: cluster-wide."""
+
+    group: str
+    resource: str
+    verb: str
+    namespace: str = ""
+
+
 def connect(kubeconfig: Path | None = None, context: str | None = None) -> client.ApiClient:
     """An API client from a kubeconfig file, or the in-cluster service account; a
     ``KubeError`` (one line) when it cannot be loaded."""
@@ -877,6 +897,60 @@ class Kube:
             finally:
                 resp.release_conn()
         return _lines(resp, what)
+
+    @_transport
+    def review_token(self, token: str) -> Identity | None:
+        """The token's user (``TokenReview``), or None when the API server does not
+        authenticate it: invalid, expired, or meant for another audience."""
+        body = {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview"}
+        try:
+            resp = client.AuthenticationV1Api(self.api).create_token_review(
+                cast(Any, {**body, "spec": {"token": token}}), _preload_content=False
+            )
+        except ApiException as exc:
+            raise _error(exc, "TokenReview") from exc
+        status = _json(resp).get("status") or {}
+        if not status.get("authenticated"):
+            return None
+        user = status.get("user") or {}
+        extra = user.get("extra") or {}
+        return Identity(
+            username=str(user.get("username", "")),
+            uid=str(user.get("uid", "")),
+            groups=tuple(str(g) for g in user.get("groups") or ()),
+            extra=tuple(sorted((str(k), tuple(str(v) for v in vs)) for k, vs in extra.items())),
+        )
+
+    @_transport
+    def review_access(self, who: Identity, access: ResourceAccess) -> bool:
+        """Whether the API server's authorizers (RBAC) allow ``who`` ``access``
+        (``SubjectAccessReview``). The resource needs no CRD: its attributes are evaluated,
+        never looked up."""
+        attributes = {"group": access.group, "resource": access.resource, "verb": access.verb}
+        if access.namespace:
+            attributes["namespace"] = access.namespace
+        spec: dict[str, Any] = {
+            "user": who.username,
+            "groups": list(who.groups),
+            "resourceAttributes": attributes,
+        }
+        if who.uid:
+            spec["uid"] = who.uid
+        if who.extra:
+            spec["extra"] = {key: list(values) for key, values in who.extra}
+        body = {
+            "apiVersion": "authorization.k8s.io/v1",
+            "kind": "SubjectAccessReview",
+            "spec": spec,
+        }
+        try:
+            resp = client.AuthorizationV1Api(self.api).create_subject_access_review(
+                cast(Any, body), _preload_content=False
+            )
+        except ApiException as exc:
+            raise _error(exc, "SubjectAccessReview") from exc
+        status = _json(resp).get("status") or {}
+        return bool(status.get("allowed")) and not status.get("denied")
 
     def _lister(self, kind: str) -> Any:
         if kind == PYTORCHJOB:

@@ -32,6 +32,35 @@ def cluster_kubeconfig_option(fn: F) -> F:
     )(fn)
 
 
+def auth_options(fn: F) -> F:
+    """``--auth`` and ``--auth-cluster`` of the commands that serve the pages."""
+    fn = click.option(
+        "--auth-cluster",
+        default=None,
+        metavar="NAME",
+        help="With --auth kubernetes: the cluster whose API server reviews tokens and "
+        "access.  [default: the first with kubeconfig inCluster, else the first by name]",
+    )(fn)
+    return click.option(
+        "--auth",
+        type=click.Choice(["none", "kubernetes"]),
+        default="none",
+        show_default=True,
+        help="kubernetes: every page, /api/v1 and log needs a bearer token that a "
+        "TokenReview accepts and a SubjectAccessReview allows (get on "
+        "queues.dispatch.reconciler.dev; an operation's: get on "
+        "operations.dispatch.reconciler.dev in its namespace). /healthz, /readyz and "
+        "/metrics stay open.",
+    )(fn)
+
+
+def check_auth(auth: str, auth_cluster: str | None) -> None:
+    """``--auth-cluster`` only with ``--auth kubernetes``: a usage error otherwise."""
+    if auth_cluster is not None and auth != "kubernetes":
+        click.echo("error: --auth-cluster needs --auth kubernetes", err=True)
+        raise SystemExit(2)
+
+
 def repo_dir_option(fn: F) -> F:
     """``--repo``: a local config repo directory (default: the current one)."""
     return click.option(

@@ -17,8 +17,10 @@ from reconciler.adapters.git import Retention
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.errors import EX_SOFTWARE
 from reconciler.cli.options import (
+    auth_options,
     branch_option,
     cache_dir_option,
+    check_auth,
     cluster_kubeconfig_option,
     log_options,
     parse_overrides,
@@ -26,6 +28,7 @@ from reconciler.cli.options import (
 )
 from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import BUG_NOTE
+from reconciler.runtime.auth import make_kubernetes_auth
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.http import HttpError, HttpServer, parse_address
 from reconciler.runtime.leader import LeaderElector, default_identity
@@ -155,6 +158,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     help="Serve /healthz, /readyz, /metrics and the read-only queue pages and /api/v1 "
     "(e.g. 127.0.0.1:8080).",
 )
+@auth_options
 @click.option(
     "--webhook-secret-file",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -216,6 +220,8 @@ def run(
     watch: bool,
     cluster_kubeconfigs: tuple[str, ...],
     http_address: str | None,
+    auth: str,
+    auth_cluster: str | None,
     webhook_secret_file: Path | None,
     log_format: str,
     leader_elect: bool,
@@ -243,6 +249,10 @@ def run(
         except ValueError as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(2)
+    check_auth(auth, auth_cluster)
+    if auth != "none" and not http_address:
+        click.echo("error: --auth protects the pages of --http: give --http too", err=True)
+        sys.exit(2)
     elector: LeaderElector | None = None
     if leader_elect:
         try:
@@ -325,6 +335,11 @@ def run(
     if http_address:
         try:
             web = make_web_app(runtime, overrides, worktree=Path(repo) if watch else None)
+            authorize = (
+                make_kubernetes_auth(runtime, overrides, auth_cluster)
+                if auth == "kubernetes"
+                else None
+            )
             receiver = None
             if webhook_secret is not None:
                 counts = runtime.metrics.webhook_requests
@@ -340,6 +355,7 @@ def run(
                 runtime.readiness,
                 web=web,
                 webhook=receiver,
+                authorize=authorize,
             )
         except HttpError as exc:
             click.echo(f"error: {exc}", err=True)

@@ -19,8 +19,10 @@ import click
 
 from reconciler.adapters.repo import is_git_repo
 from reconciler.cli.options import (
+    auth_options,
     branch_option,
     cache_dir_option,
+    check_auth,
     cluster_kubeconfig_option,
     log_options,
     parse_overrides,
@@ -28,6 +30,7 @@ from reconciler.cli.options import (
     status_repo_option,
 )
 from reconciler.cli.run_cmd import debounce_option, parse_interval
+from reconciler.runtime.auth import make_kubernetes_auth
 from reconciler.runtime.http import HttpError, HttpServer, parse_address
 from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import Loop, Wakeup, exit_process
@@ -55,6 +58,7 @@ log = logging.getLogger("reconciler.serve")
     metavar="HOST:PORT",
     help="Where to serve the pages (also /healthz, /readyz, /metrics).",
 )
+@auth_options
 @cluster_kubeconfig_option
 @click.option(
     "--interval",
@@ -71,6 +75,8 @@ def serve(
     status_repo: str | None,
     cache_dir: Path | None,
     http_address: str,
+    auth: str,
+    auth_cluster: str | None,
     cluster_kubeconfigs: tuple[str, ...],
     interval: str,
     debounce: str,
@@ -83,6 +89,7 @@ def serve(
     seconds = parse_interval(interval)
     min_gap = min(parse_interval(debounce), seconds)
     overrides = parse_overrides(cluster_kubeconfigs)
+    check_auth(auth, auth_cluster)
     try:  # before the config is fetched
         parse_address(http_address)
     except ValueError as exc:
@@ -104,8 +111,13 @@ def serve(
         fetch_interval=seconds,
     )
     web = make_web_app(runtime, overrides, worktree=local if worktree else None)
+    authorize = (
+        make_kubernetes_auth(runtime, overrides, auth_cluster) if auth == "kubernetes" else None
+    )
     try:
-        server = HttpServer(http_address, runtime.metrics.registry, runtime.readiness, web=web)
+        server = HttpServer(
+            http_address, runtime.metrics.registry, runtime.readiness, web=web, authorize=authorize
+        )
     except (HttpError, ValueError) as exc:
         click.echo(f"error: {exc}", err=True)
         sys.exit(2)

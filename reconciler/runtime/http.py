@@ -8,6 +8,11 @@
 Any other GET goes to ``web`` when given (the queue pages, ``runtime/web.py``): it
 answers ``(status, body, content type)``, or None for 404.
 
+With ``authorize`` (``--auth``, ``runtime/auth.py``), every GET and HEAD is first put to
+``authorize(headers, path)``: one not allowed is answered its status (401, 403, 503) and
+one line, with its headers (``WWW-Authenticate``). The webhook is not a user: its POST
+keeps its own signature check.
+
 ``POST /api/webhook`` goes to ``webhook`` when given (``runtime/webhook.py``): the body is
 read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``max_body``
 (411, 400, 413 otherwise).
@@ -37,12 +42,15 @@ from collections import Counter, deque
 from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from reconciler.core.views.web_html import CONTENT_SECURITY_POLICY, error_json
 from reconciler.runtime import webhook as hooks
+
+if TYPE_CHECKING:  # the server only calls it
+    from reconciler.runtime.auth import Authorize
 
 log = logging.getLogger("reconciler.http")
 
@@ -210,13 +218,21 @@ class _Handler(BaseHTTPRequestHandler):
         allow = self._allow()
         self._error(405, f"method {self.command} not allowed here: {allow}", allow=allow)
 
-    def _error(self, status: int, message: str, allow: str | None = None) -> None:
+    def _error(
+        self,
+        status: int,
+        message: str,
+        allow: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         """One line: ``{"error": ...}`` under /api/v1, text elsewhere."""
         if _is_api(self._path()):
-            self._send(status, error_json(message), "application/json", allow=allow)
+            self._send(
+                status, error_json(message), "application/json", allow=allow, headers=headers
+            )
         else:
             line = " ".join(message.splitlines())
-            self._send(status, (line + "\n").encode(), TEXT, allow=allow)
+            self._send(status, (line + "\n").encode(), TEXT, allow=allow, headers=headers)
 
     def _reply(self, status: int, message: str) -> None:
         """An answer before the body was read: the connection is closed after it, once what
@@ -242,6 +258,7 @@ class _Handler(BaseHTTPRequestHandler):
         content_type: str,
         page: bool = False,
         allow: str | None = None,
+        headers: tuple[tuple[str, str], ...] = (),
     ) -> None:
         self.connection.settimeout(SOCKET_TIMEOUT)  # the read's deadline is not the answer's
         self._answered = True
@@ -251,6 +268,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
         if allow is not None:
             self.send_header("Allow", allow)
+        for name, value in headers:
+            self.send_header(name, value)
         if page:  # the web pages: always fresh, never sniffed, only their own script
             self.send_header("Cache-Control", "no-store")
             self.send_header("X-Content-Type-Options", "nosniff")
@@ -265,8 +284,13 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _get(self) -> None:
         path, _, query = self.path.partition("?")
+        decision = (
+            self.server.authorize(self.headers.items(), path) if self.server.authorize else None
+        )
         if self._is_webhook() and self.server.webhook is not None:
             self._not_allowed()
+        elif decision is not None and not decision.allowed:
+            self._error(decision.status, decision.message, headers=decision.headers)
         elif path == "/healthz":
             self._send(200, b"ok\n", TEXT)
         elif path == "/readyz":
@@ -354,11 +378,13 @@ class _Server(ThreadingHTTPServer):
         ready: Readiness,
         web: WebRoutes | None = None,
         webhook: hooks.Receiver | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         self.registry = registry
         self.ready = ready
         self.web = web
         self.webhook = webhook
+        self.authorize = authorize
         self.bodies = threading.BoundedSemaphore(MAX_WEBHOOK_BODIES)
         self._lock = threading.Lock()
         self._served: Counter[str] = Counter()  # connections served, by client address
@@ -446,10 +472,11 @@ class HttpServer:
         ready: Readiness,
         web: WebRoutes | None = None,
         webhook: hooks.Receiver | None = None,
+        authorize: Authorize | None = None,
     ) -> None:
         host, port = parse_address(address)
         try:
-            self._server = _Server((host, port), registry, ready, web, webhook)
+            self._server = _Server((host, port), registry, ready, web, webhook, authorize)
         except OSError as exc:
             raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
         self._thread: threading.Thread | None = None

@@ -378,6 +378,8 @@ DENIED = [
     ("create", "clusterroles.rbac.authorization.k8s.io", None),
     ("create", "rolebindings.rbac.authorization.k8s.io", "@release"),
     ("update", "configmaps", "@release"),
+    ("create", "tokenreviews.authentication.k8s.io", None),  # only with auth.mode kubernetes
+    ("create", "subjectaccessreviews.authorization.k8s.io", None),
 ]
 
 
@@ -477,6 +479,25 @@ def test_create_namespaces_value_adds_only_namespace_create(
     )
     assert not can_i(kubectl, namespace, "delete", "namespaces", None)
     assert not can_i(kubectl, namespace, "update", "namespaces", None)
+
+
+def test_auth_kubernetes_adds_the_flags_and_only_the_review_rights(
+    helm: Run, installed_rbac: Callable[..., None], kubectl: Run, namespace: str
+) -> None:
+    plain = container(docs(template(helm, "dispatch", *SSH_SETS)))["args"]
+    assert not [a for a in plain if a.startswith("--auth")]
+    sets = ("auth.mode=kubernetes", "auth.cluster=home")
+    args = container(docs(template(helm, "dispatch", *SSH_SETS, *sets)))["args"]
+    assert "--auth=kubernetes" in args and "--auth-cluster=home" in args
+    installed_rbac("auth.mode=kubernetes")
+    wait_until(
+        lambda: can_i(kubectl, namespace, "create", "tokenreviews.authentication.k8s.io", None),
+        timeout=30,
+        what="the review rights granted",
+    )
+    assert can_i(kubectl, namespace, "create", "subjectaccessreviews.authorization.k8s.io", None)
+    assert not can_i(kubectl, namespace, "create", "localsubjectaccessreviews", "team-a")
+    assert not can_i(kubectl, namespace, "create", "namespaces", None)
 
 
 # --- a cycle with only the chart's rights -------------------------------------------------

@@ -54,6 +54,7 @@ def with_(path: str, value: Any) -> dict[str, Any]:
         ("clusters", [{"name": "GPU_East"}], "clusters/0/name"),
         ("clusters", [{"kubeconfig": "x"}], "clusters/0"),
         ("http.port", 0, "http/port"),
+        ("auth.mode", "oidc", "auth/mode"),
         ("logLevel", "verbose", "logLevel"),
         ("service.type", "ExternalName", "service/type"),
         ("replicas", 2, ""),  # a misspelt key is not silently ignored
@@ -68,6 +69,7 @@ def test_good_variations_are_accepted() -> None:
     data["repo"]["interval"] = "1m30s"
     data["repo"]["credentials"] = {"type": "token", "token": {"username": "oauth2", "token": "t"}}
     data["serviceMonitor"]["enabled"] = True
+    data["auth"] = {"mode": "kubernetes", "cluster": "home"}
     assert errors(data) == []
 
 
