@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
+import reconciler.core as core
 import reconciler.core.compile as package
 from reconciler.core.compile.errors import Errors
 from reconciler.core.types import ConfigError, Location
@@ -27,6 +28,20 @@ def test_every_module_says_what_must_live_in_it() -> None:
         module = importlib.import_module(f"{package.__name__}.{name}")
         doc = module.__doc__ or ""
         assert "What must live here" in doc, f"{module.__name__} has no header saying so"
+
+
+def test_every_core_module_says_what_must_live_in_it() -> None:
+    """Each stage package lists its modules; each module says what must live in it."""
+    missing = []
+    for info in pkgutil.walk_packages(core.__path__, prefix="reconciler.core."):
+        module = importlib.import_module(info.name)
+        if info.ispkg:
+            members = {m.name for m in pkgutil.iter_modules(module.__path__)}
+            unlisted = {m for m in members if f"``{m}``" not in (module.__doc__ or "")}
+            missing += [f"{info.name}: does not list {m}" for m in sorted(unlisted)]
+        elif "What must live here" not in (module.__doc__ or ""):
+            missing.append(f"{info.name}: no 'What must live here'")
+    assert not missing, "\n".join(missing)
 
 
 def test_the_interface_is_the_package() -> None:

@@ -3,6 +3,9 @@
 Follows k8s.io/apimachinery/pkg/api/resource: a signed decimal number followed by
 a binary SI suffix (Ki..Ei), a decimal SI suffix (n, u, m, "", k, M, G, T, P, E)
 or a decimal exponent (e3, E-2).
+
+What must live here: parsing, formatting and summing quantities and durations, exactly: the
+one place a ``500m`` or ``1Gi`` becomes a number.
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Frozen value types shared by the pure core: the compiler produces them, the planner,
 renderer and status writer consume them. No I/O here; adapters build ``RepoSnapshot``.
+
+What must live here: the values that cross stages (the snapshot, the specs, the compiled and
+observed operations, provenance, errors, and the enums they use). A value used by one stage
+only lives in that stage's package.
 """
 
 from __future__ import annotations

@@ -1,7 +1,11 @@
 """What ``submit`` and ``rerun`` write into an operation file: parameters filled in, the
 queue and presets set, the generation bumped. Pure text in, text out: the file keeps its
 comments and layout, and only the lines that change are rewritten. Errors carry the
-file's name and the line and column they are about."""
+file's name and the line and column they are about.
+
+What must live here: the text edits of one operation file and their errors. Committing and
+pushing them is the CLI's (``cli/submit_cmd.py``).
+"""
 
 from __future__ import annotations
 

@@ -31,6 +31,8 @@ The package, one concern a module (each says what must live in it):
 - ``resolve``: one spec made dispatchable (queue, connections, requests, policy);
 - ``workflows``: matrix / DAG expansion and ``{{ params.NAME }}``, each child validated;
 - ``names``: ids and workload names unique across the repo, one project per namespace;
+- ``pod``: the pod parts a preset may set beyond the main container (volumes, mounts,
+  init containers, sidecars), checked on the merged spec;
 - ``operations``: one operation's pipeline, steps 1-7, and ``OperationResult``;
 - ``cache``: what one compile keeps for the next (``CompileCache``): a commit recompiles
   only the operations whose inputs changed;

@@ -1,6 +1,10 @@
 """Per-field provenance of a compiled operation, for ``compile --explain`` and the web page:
 which file, line and merge step (``preset <name> (<strategy>)``, ``operation``, ...) set
-each leaf of the compiled spec. Pure."""
+each leaf of the compiled spec. Pure.
+
+What must live here: the provenance rows of one compiled operation and the text of each
+value.
+"""
 
 from __future__ import annotations
 

@@ -17,6 +17,9 @@ Rules (each violation is a ``ConfigError`` with ``file:line:col``, never an exce
 
 The same loader and limits read every YAML input: config files, ``plan --observed`` files
 and the status branch.
+
+What must live here: the loader's limits and parse (``parse_yaml``), which paths are config
+files, and the ``ParseCache`` that keeps unchanged files parsed between commits.
 """
 
 from __future__ import annotations

@@ -33,6 +33,9 @@ provenance, and those objects are shared by every spec it is applied to.
    free-form map, a ``null`` value deletes that key under ``post_merge``, is ignored under
    ``pre_merge``, and is dropped from a map the layer sets whole (``replace``, an unset
    ``cur``): the result never holds a ``null`` in a map. List items are kept as written.
+
+What must live here: the four strategies, applied leaf by leaf with the provenance of each
+leaf, and the dotted paths they use.
 """
 
 from __future__ import annotations

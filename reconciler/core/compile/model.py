@@ -11,6 +11,9 @@ data by the YAML names, so a second spelling the model accepted would be ignored
 ``null`` is allowed as the value of a key in the free-form maps a preset merges
 (``ClearableMap``: ``env``, ``nodeSelector``, ``labels``, ``annotations``, ``requests``,
 ``limits``): it deletes that key (docs/presets.md, "Nulls"), and never reaches the result.
+
+What must live here: the pydantic models of every kind and their JSON schemas; no cross-file
+rule (``references.py``) and no merge (``merge.py``).
 """
 
 from __future__ import annotations

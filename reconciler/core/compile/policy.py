@@ -2,6 +2,9 @@
 
 A preset is not a security boundary: whatever layer set a field, the result is what runs.
 Each violation names the field and the layer that set it (its provenance).
+
+What must live here: the policy checks and the Pod Security checks, one small function per
+check in a table, and ``Violation``.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ headless Service that names each pod ``<job>-<index>.<service>``. ``notebook`` a
 ``sandbox`` are long-running: a single-pod Job bounded by ``activeDeadlineSeconds`` plus a
 Service for the port. The workload name is deterministic from project, operation and
 generation, so a repeated create meets ``AlreadyExists`` and adopts instead of duplicating.
+
+What must live here: the Job, its pod and its headless Service for a distributed run, the
+workload's name and spec hash, the flavor's placement (``with_flavor``), and where each pod
+field came from. The PyTorchJob backend is ``render_kubeflow.py``.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ name (its webhook refuses a job without one) and takes ``MASTER_PORT`` from that
 operator sets ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``PET_NNODES`` and
 ``PET_NODE_RANK`` on every pod itself, so the template carries none of them. The Master is
 rank 0 and Worker ``i`` is rank ``i + 1``.
+
+What must live here: the PyTorchJob rendering and which container's log is the run's; the
+pod itself is ``render.py``'s.
 """
 
 from __future__ import annotations

@@ -9,6 +9,9 @@ events (100 Jobs finishing within a second) makes a few cycles, not a hundred.
 The effectful side (a condition variable the watch threads notify, the loop that waits on
 it) is ``runtime/loop.py``'s ``Wakeup`` and ``run_forever``. Times here are seconds on a
 monotonic clock, passed in.
+
+What must live here: which watch events start a cycle (``event_trigger``) and how often
+cycles run (``Pace``). The loop that waits on them is ``runtime/loop.py``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ gang's pods the scheduler has placed (pure).
 A distributed run is an Indexed Job (one pod per completion index) or, with the
 ``pytorchjob`` backend, a Kubeflow ``PyTorchJob`` (one Master and N-1 Workers). Replica 0
 is index 0 or the Master: its outputs and log are the run's.
+
+What must live here: the replica a pod is, the newest pod per replica, how much of a gang
+the scheduler has placed (``Placement``), and the gang's start timeout (``GangTimeout``).
+Nothing here decides: the planner and ``decide`` read these.
 """
 
 from __future__ import annotations

@@ -9,6 +9,11 @@ A PyTorchJob's run ends when the operator sets its ``Succeeded`` or ``Failed`` c
 not, so while it runs its phase comes from its pods (Master and Workers, by the
 ``training.kubeflow.org/*`` labels the operator sets), as an Indexed Job's does. While the
 operator restarts a failed replica (``Restarting``) the run is ``Running`` with that reason.
+
+What must live here: the workload and pod shapes observation reads (``ObservedJob``,
+``ObservedPyTorchJob``, ``ObservedPod``: the fields the watch caches keep), the observed
+phase and reason of each operation (``WorkloadState``, ``ObservedReason``), a workload's
+end, and the incremental ``Observer`` fed by the watch caches' changes.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@
 Unlisted operations are Queued. The file is read by the config's strict loader
 (``core/compile/load.py``), with the same limits: at most 1 MiB, YAML 1.2, no custom tags, aliases
 and nesting bounded. Every problem is reported as ``file:line:col: message``.
+
+What must live here: the reader of that one file and its errors; the phases it yields are
+those of ``observe.py``.
 """
 
 from __future__ import annotations

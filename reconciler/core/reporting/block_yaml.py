@@ -27,6 +27,9 @@ key longer than 128 characters, a mapping or list met twice, a float that is not
 another type) returns None: the caller
 then asks PyYAML for the whole document. ``tests/unit/test_block_yaml.py`` holds this to
 byte equality with PyYAML over generated documents, and the status golden files do too.
+
+What must live here: the direct emitter and its fallback rule, nothing else: which records
+are written is ``status.py``'s.
 """
 
 from __future__ import annotations

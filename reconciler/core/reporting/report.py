@@ -15,6 +15,10 @@ meet, as gitops-engine's sync writes one result per resource from what actually 
 Everything that shows a cycle (the status files, the queue pages, ``/api/v1``, the
 metrics, ``queues`` and ``status``) reads a report, never the decision and the outcome
 apart.
+
+What must live here: ``Outcome``, ``Report`` and ``report``; the recount of queue use over
+the states carried out; ``encode`` (a report as status files) and the views read from a
+report. Nothing here renders text: ``status.py`` does.
 """
 
 from __future__ import annotations

@@ -7,6 +7,11 @@ Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per opera
 ``status/ledger/<YYYY-MM>.yaml`` (``core/plan/ledger.py``). Files are deterministic YAML with sorted
 keys and no per-cycle field (no "now"): an unchanged world renders byte-identical files, so
 the writer makes no commit.
+
+What must live here: the status records (one model and one serializer each), their rendering
+from a cycle, their reading back (``read_status``, lenient to hand edits), and what changed
+between two sets of files (the commit message). The report that feeds them is
+``report.py``'s.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ called on the wire and how its value is written. Two boundaries, one generic dum
 Both dump in Python mode and leave the text to their writer (the status files' canonical
 JSON and YAML, the API's ``json.dumps``): free-form data (a workload's outputs, a compiled
 spec) is handed over as it is held, so the writer treats it as it always did.
+
+What must live here: the two base models and their dumps. The shapes themselves live beside
+their meaning (``status.py``, ``views/queue_view.py``).
 """
 
 from __future__ import annotations

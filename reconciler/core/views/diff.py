@@ -3,6 +3,9 @@ planned against the same observed state, and say what the change would do.
 
 Pure: ``diff_plans((base_repo, base_plan), (head_repo, head_plan)) -> PlanDiff``, then
 ``diff_to_markdown`` (a PR comment) or ``diff_to_json``.
+
+What must live here: the comparison of two plans (``diff_plans``: queue, operation, budget,
+flavor, position and stop changes) and its JSON and Markdown renderings.
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """Pure renderers for a :class:`~reconciler.core.plan.Plan`: JSON (the CLI contract),
-Markdown (PR comments, docs) and a plain-text table (terminals). Same plan, same bytes."""
+Markdown (PR comments, docs) and a plain-text table (terminals). Same plan, same bytes.
+
+What must live here: the renderings of one plan and their shared Markdown and table helpers.
+What a plan is lives in ``core/plan/model.py``; PR plans (two plans compared) in
+``diff.py``.
+"""
 
 from __future__ import annotations
 

@@ -17,6 +17,9 @@ quota), ``pods`` their pods (every replica of a distributed operation: what ``ma
 limits); of those ``running`` have a running pod and ``waiting`` are dispatched but not
 running yet (``WaitingForCapacity``: no node has room, or still starting). Dispatch is not
 placement: a waiting operation holds its queue's quota like a running one.
+
+What must live here: the view's frozen rows and details, built from a report or read from
+the status branch, and their JSON. No HTML (``web_html.py``), no I/O.
 """
 
 from __future__ import annotations

@@ -2,7 +2,12 @@
 
 Everything that comes from the config repo or a cluster (operation names, messages, logs,
 outputs) goes through :func:`esc`; links are percent-encoded with :func:`quote_path`. The
-pages refresh their ``<main>`` by polling ``?partial=main`` (no front-end stack)."""
+pages refresh their ``<main>`` by polling ``?partial=main`` (no front-end stack).
+
+What must live here: the HTML of each page (queues, a queue, an operation, a message),
+escaped here once; the views they render are ``queue_view.py``'s, and the HTTP side is
+``runtime/web.py``.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,9 @@
 write the :class:`ImportResult`'s files, all or none. A field that has no equivalent is a
 :class:`Finding` at its ``file:line:col`` (an error under ``--strict``); an input that cannot
 be imported at all is a :class:`~reconciler.core.types.ConfigError` and nothing is written.
+
+The package: ``polyaxon`` and ``kueue``, one importer each; here, what they share (the
+input and result values, findings, names made valid).
 """
 
 from __future__ import annotations

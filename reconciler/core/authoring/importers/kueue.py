@@ -6,6 +6,10 @@ names) → Cohort, LocalQueue → its namespace's project (``allowedQueues``,
 ``defaults.queue``). What has no equivalent is reported at its line: preemption (we never
 preempt), admission checks, topology-aware scheduling, fair-sharing settings that differ,
 WorkloadPriorityClass (no per-operation priority). The table is docs/from-kueue.md.
+
+What must live here: the conversion of each Kueue kind, and the reports of what has no
+equivalent, each at its ``file:line:col``. The files are read and written by
+``cli/import_cmd.py``.
 """
 
 from __future__ import annotations

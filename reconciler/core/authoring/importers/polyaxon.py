@@ -7,6 +7,10 @@ importer knows, each either converted or reported).
 Templates: ``{{ NAME }}`` of a component input or an operation param is written out with its
 value; inside a ``grid`` matrix, a matrix param becomes ``{{ params.NAME }}``. Any other
 template (``{{ globals.* }}``, expressions) is kept as written and reported.
+
+What must live here: the conversion of each polyaxonfile section, and the reports of what
+has no equivalent, each at its ``file:line:col``. The files are read and written by
+``cli/import_cmd.py``.
 """
 
 from __future__ import annotations
