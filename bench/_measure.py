@@ -15,7 +15,7 @@ records:
 - the apiserver's ``apiserver_request_total`` before and after, by verb and resource.
 
 The parsing and the arithmetic (``parse_*``, ``median``, ``ratio_summary``...) are pure and
-unit-tested (tests/unit/test_bench_measure.py); the rest does the I/O.
+unit-tested (tests/meta/test_bench_measure.py); the rest does the I/O.
 """
 
 from __future__ import annotations

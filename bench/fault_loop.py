@@ -2,7 +2,7 @@
 (default 50), on a dev cluster; the invariants are checked after every kill and a clean
 run must converge at the end. Prints the tallies; exit 1 on any violation.
 
-The loop is the CI test's (tests/cluster/fault_loop.py), with more runs.
+The loop is the CI test's (tests/support/fault_loop.py), with more runs.
 
     PYTHONPATH=$PWD python bench/fault_loop.py [-n 50] [--seed 8] [--kubeconfig FILE]
 
@@ -20,10 +20,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "cluster")]
+sys.path[:0] = [str(ROOT / "tests")]
 
-from fault_loop import FaultLoop  # noqa: E402
-from reconciler_env import clean_workloads, make_config_repo  # noqa: E402
+from support.fault_loop import FaultLoop  # noqa: E402
+from support.reconciler_env import clean_workloads, make_config_repo  # noqa: E402
 
 from reconciler.adapters.kube import Kube, connect  # noqa: E402
 from reconciler.devcluster.cluster import DevCluster  # noqa: E402

@@ -10,18 +10,16 @@ import logging
 import os
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import wait_until
+from support.cluster import KubeCluster, Reconcilers, binaries_to_build
+from support.helpers import wait_until
+from support.paths import TEMPLATE
 
 from reconciler.adapters.repo import snapshot_worktree
-from reconciler.core.types import RepoFile, RepoSnapshot
-
-ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = ROOT / "config-repo-template"
+from reconciler.core.types import RepoSnapshot
 
 
 @pytest.fixture(autouse=True)
@@ -34,17 +32,6 @@ def _process_logging_put_back() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
-
-
-@dataclass(frozen=True)
-class KubeCluster:
-    kubeconfig: Path
-    dev: object | None  # the DevCluster when the session started one
-
-    def api_client(self):  # type: ignore[no-untyped-def]
-        from kubernetes import config
-
-        return config.new_client_from_config(config_file=str(self.kubeconfig))
 
 
 @pytest.fixture(scope="session")
@@ -126,26 +113,10 @@ def template() -> RepoSnapshot:
     return snapshot_worktree(TEMPLATE)
 
 
-def overlay(snapshot: RepoSnapshot, files: dict[str, str | bytes | None]) -> RepoSnapshot:
-    """``snapshot`` with files added, replaced, or (``None``) removed."""
-    out = dict(snapshot.files)
-    for path, content in files.items():
-        if content is None:
-            out.pop(path, None)
-        else:
-            data = content.encode() if isinstance(content, str) else content
-            out[path] = RepoFile(path, data)
-    return RepoSnapshot(out, snapshot.version)
-
-
-def repo(files: dict[str, str | None]) -> RepoSnapshot:
-    return overlay(RepoSnapshot({}), {k: v for k, v in files.items() if v is not None})
-
-
 @pytest.fixture
 def kube(kube_cluster: KubeCluster) -> Iterator[Any]:
     """The test cluster with the example's prerequisites and no managed Jobs left over."""
-    from reconciler_env import clean_workloads
+    from support.reconciler_env import clean_workloads
 
     from reconciler.adapters.kube import Kube
     from reconciler.devcluster.prerequisites import apply_prerequisites
@@ -160,21 +131,9 @@ def kube(kube_cluster: KubeCluster) -> Iterator[Any]:
 @pytest.fixture
 def config_repo(tmp_path: Path, kube_cluster: KubeCluster) -> Path:
     """The example config repo in Git, pointed at the test cluster, 3 s simulated runs."""
-    from reconciler_env import make_config_repo
+    from support.reconciler_env import make_config_repo
 
     return make_config_repo(tmp_path / "config", kube_cluster.kubeconfig)
-
-
-class Reconcilers(list[Any]):
-    """The Reconcilers a test made, closed after it (watches stopped, Events sent)."""
-
-    def start(self, repo: Path, **kw: Any) -> Any:
-        """A Reconciler over the Git config repo ``repo`` (``reconciler_env.make_reconciler``)."""
-        from reconciler_env import make_reconciler
-
-        reconciler = make_reconciler(repo, **kw)
-        self.append(reconciler)
-        return reconciler
 
 
 @pytest.fixture
@@ -192,7 +151,7 @@ def h200_remote(config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path) ->
     config repo's example operations are removed (uncommitted): the test writes its own."""
     if kube_cluster.dev is None:
         pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
-    from reconciler_env import second_cluster
+    from support.reconciler_env import second_cluster
 
     from reconciler.devcluster.shape import default_shape
 
@@ -208,7 +167,7 @@ def template_remote(tmp_path: Path) -> Path:
     """The example config repo, one commit on main, in a bare remote."""
     import shutil
 
-    from test_git_adapter import git
+    from support.git import git
 
     work = tmp_path / "work"
     shutil.copytree(TEMPLATE, work)
@@ -221,22 +180,6 @@ def template_remote(tmp_path: Path) -> Path:
 
 
 # --- before the first test: the dev cluster's binaries -------------------------------------
-
-
-def binaries_to_build(items: list[Any]) -> set[str]:
-    """The dev cluster's binaries that ``items`` need and the cache lacks: none unless a
-    test runs on the dev cluster; helm only if a test uses the ``helm`` fixture."""
-    if os.environ.get("RECONCILER_TEST_KUBECONFIG"):
-        return set()
-    cluster = [item for item in items if item.get_closest_marker("cluster")]
-    if not cluster:
-        return set()
-    from reconciler.devcluster.build import cached_binaries
-
-    wanted = cached_binaries().all()
-    if not any("helm" in getattr(item, "fixturenames", ()) for item in cluster):
-        del wanted["helm"]
-    return {name for name, path in wanted.items() if not path.is_file()}
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
-from reconciler_env import make_reconciler
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import make_reconciler
 
 from reconciler.adapters.kube import Kube
 from reconciler.devcluster.cluster import SIMULATED_LOG_LINES, free_port

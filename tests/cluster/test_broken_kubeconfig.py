@@ -12,9 +12,9 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from helpers import broken_kubeconfigs, wait_until
-from reconciler_env import commit_all, make_reconciler
+from support.cluster import KubeCluster
+from support.helpers import broken_kubeconfigs, wait_until
+from support.reconciler_env import commit_all, make_reconciler
 
 from reconciler.adapters.kube import Kube
 from reconciler.devcluster.cluster import free_port

@@ -17,8 +17,8 @@ from decimal import Decimal
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from reconciler_env import commit_all, make_config_repo, make_reconciler
+from support.cluster import KubeCluster
+from support.reconciler_env import commit_all, make_config_repo, make_reconciler
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.plan import AdmitWhen, BudgetBlock, PendingReason

@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
-from reconciler_env import (
+from support.reconciler_env import (
     GPU,
     commit_all,
     cycles_until_lent_quota_returns,

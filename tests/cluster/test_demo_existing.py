@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from support.cluster import KubeCluster
 
 from reconciler.adapters.kube import Kube
 

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
 from kubernetes import client
+from support.cluster import KubeCluster
+from support.helpers import wait_until
 
 from reconciler.devcluster.cluster import ProcessRecord
 

@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster, Reconcilers
-from helpers import wait_until
 from kubernetes import client
-from reconciler_env import cycle_until, gang_op, small_repo
+from support.cluster import KubeCluster, Reconcilers
+from support.helpers import wait_until
+from support.reconciler_env import cycle_until, gang_op, small_repo
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.observation.observe import ObservedReason

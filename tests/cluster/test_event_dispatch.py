@@ -1,7 +1,7 @@
 """Dispatch driven by events on the real control plane: ``reconciler run`` with a 30 s
 interval creates the next operation's Job seconds after the one before completes, not at
 its next interval; the status branch still follows. The fast version, with a virtual
-clock: tests/unit/test_event_cycles.py."""
+clock: tests/runtime/test_event_cycles.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
-from reconciler_env import client_context, commit_all, git, start_run
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import client_context, commit_all, git, start_run
 
 from reconciler.adapters.kube import Kube
 

@@ -9,9 +9,9 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from fault_loop import FaultLoop
-from reconciler_env import clean_workloads, make_config_repo, run_once
+from support.cluster import KubeCluster
+from support.fault_loop import FaultLoop
+from support.reconciler_env import clean_workloads, make_config_repo, run_once
 
 from reconciler.adapters.kube import Kube
 

@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster, Reconcilers
-from helpers import wait_until
-from reconciler_env import GPU, commit_all, cycle_until, small_repo
+from support.cluster import KubeCluster, Reconcilers
+from support.helpers import wait_until
+from support.reconciler_env import GPU, commit_all, cycle_until, small_repo
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.decision.render import LABEL_FLAVOR

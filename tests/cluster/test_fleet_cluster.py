@@ -7,8 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import wait_until
-from reconciler_env import bound_node, commit_all, job_names, make_long_running, make_reconciler
+from support.helpers import wait_until
+from support.reconciler_env import (
+    bound_node,
+    commit_all,
+    job_names,
+    make_long_running,
+    make_reconciler,
+)
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.observation.capacity import placement_of

@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from helpers import wait_until
-from reconciler_env import (
+from support.helpers import wait_until
+from support.reconciler_env import (
     GPU,
     bound_node,
     commit_all,

@@ -1,7 +1,7 @@
 """A replica that does not lead follows the leader's record on the status branch, on the
 real control plane: a run it last saw active, which the leader saw succeed and whose Job
 was deleted before the replica looked again, is the leader's ``Succeeded`` there, not
-"deleted by hand" (``tests/unit/test_follow_leader.py`` has the unit twin)."""
+"deleted by hand" (``tests/core/test_follow_leader.py`` has the unit twin)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from reconciler_env import make_config_repo, make_reconciler
+from support.cluster import KubeCluster
+from support.reconciler_env import make_config_repo, make_reconciler
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube

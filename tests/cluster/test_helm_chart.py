@@ -17,9 +17,8 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import KubeCluster
-from helpers import wait_until
-from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
+from support.cluster import KubeCluster
+from support.helpers import wait_until
 
 from reconciler.devcluster.build import cached_binaries
 
@@ -440,7 +439,7 @@ def test_rbac_pytorchjobs_where_the_crd_is_installed(
     installed_rbac: Callable[..., None],
     kubectl: Run,
     namespace: str,
-    pytorchjob_crd_installed: Any,  # noqa: F811
+    pytorchjob_crd_installed: Any,
 ) -> None:
     installed_rbac()
     wait_until(
@@ -539,7 +538,7 @@ def test_a_cycle_with_the_charts_rights_dispatches_and_reports_a_forbidden_names
     namespace: str,
     tmp_path: Path,
 ) -> None:
-    from reconciler_env import commit_all, git
+    from support.reconciler_env import commit_all, git
 
     from reconciler.runtime.service import make_runtime
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
 from kubernetes import client
+from support.cluster import KubeCluster
+from support.helpers import wait_until
 
 pytestmark = pytest.mark.cluster
 

@@ -10,9 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
-from test_kube_adapter import _op
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.kube_objects import op as _op
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.decision.render import render_operation

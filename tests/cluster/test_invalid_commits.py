@@ -18,9 +18,16 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import KubeCluster
-from helpers import wait_until
-from reconciler_env import clean_workloads, commit_all, git, make_config_repo, make_long_running
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.paths import DATA
+from support.reconciler_env import (
+    clean_workloads,
+    commit_all,
+    git,
+    make_config_repo,
+    make_long_running,
+)
 
 from reconciler.adapters.kube import Kube
 from reconciler.devcluster.prerequisites import apply_prerequisites
@@ -132,7 +139,7 @@ class Bad:
     whole: bool = True  # rejected whole (else: guarded, the commit is in force)
 
 
-BAD_CORPUS = Path(__file__).resolve().parent.parent / "data" / "bad"
+BAD_CORPUS = DATA / "bad"
 
 
 def _corpus(name: str) -> Bad:

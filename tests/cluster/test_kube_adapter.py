@@ -7,31 +7,16 @@ from dataclasses import replace
 from datetime import UTC, datetime
 
 import pytest
-from builders import run_op
-from conftest import KubeCluster
-from helpers import wait_until
+from support.builders import run_op
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.kube_objects import op as _op
 
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.core.decision.render import ANNOTATION_SPEC_HASH, render_operation
 from reconciler.core.types import CompiledOperation, RunKind
 
 pytestmark = pytest.mark.cluster
-
-
-def _op(namespace: str, name: str, kind: RunKind = RunKind.JOB) -> CompiledOperation:
-    return run_op(
-        name,
-        {
-            "container": {"image": "busybox", "resources": {"limits": {"nvidia.com/gpu": 1}}},
-            "environment": {
-                "nodeSelector": {"gpu.type": "a100"},
-                "annotations": {"reconciler.dev/simulated-duration": "2s"},
-            },
-        },
-        namespace=namespace,
-        kind=kind,
-        requests={"nvidia.com/gpu": 1},
-    )
 
 
 def test_create_adopt_list_and_complete(kube_cluster: KubeCluster, namespace: str) -> None:

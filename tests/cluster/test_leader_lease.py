@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from dataclasses import replace
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
+from support.cluster import KubeCluster
+from support.helpers import wait_until
 
 from reconciler.adapters.lease import LeaseClient, LeaseConflict
 from reconciler.runtime.leader import LeaderElector

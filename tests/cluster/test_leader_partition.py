@@ -16,12 +16,14 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from conftest import KubeCluster
-from helpers import wait_until
 from kubernetes import client
-from reconciler_env import commit_all, make_long_running
-from tcp_proxy import TcpProxy
-from test_run_process import _jobs_per_op, _lease_holder, _start
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.processes import jobs_per_op as _jobs_per_op
+from support.processes import lease_holder as _lease_holder
+from support.processes import start as _start
+from support.reconciler_env import commit_all, make_long_running
+from support.tcp_proxy import TcpProxy
 
 from reconciler.adapters.kube import Kube
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
+from support.cluster import KubeCluster
+from support.helpers import wait_until
 
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.adapters.repo import snapshot_worktree

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from reconciler_env import TEMPLATE, client_context, git, make_reconciler
+from support.cluster import KubeCluster
+from support.reconciler_env import TEMPLATE, client_context, git, make_reconciler
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube

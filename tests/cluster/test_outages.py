@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import KubeCluster
-from helpers import wait_until
 from prometheus_client.parser import text_string_to_metric_families
-from reconciler_env import commit_all, git, make_config_repo, make_long_running
-from test_run_process import _jobs_per_op, _start
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.processes import jobs_per_op as _jobs_per_op
+from support.processes import start as _start
+from support.reconciler_env import commit_all, git, make_config_repo, make_long_running
 
 from reconciler.adapters.kube import Kube
 from reconciler.devcluster.cluster import free_port

@@ -7,12 +7,13 @@ and the real Job controller creates a pod with each of them."""
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
-from conftest import KubeCluster, repo
-from helpers import wait_until
 from kubernetes import client
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.paths import DATA
+from support.snapshots import repo
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.compile import compile_repo
@@ -20,8 +21,8 @@ from reconciler.core.decision.render import render_operation
 
 pytestmark = pytest.mark.cluster
 
-# every pod field a preset may set (also compiled in tests/test_preset_pod_fields.py)
-PLATFORM = (Path(__file__).parents[1] / "data" / "presets" / "pod-fields.yaml").read_text()
+# every pod field a preset may set (also compiled in tests/cli/test_preset_pod_fields.py)
+PLATFORM = (DATA / "presets" / "pod-fields.yaml").read_text()
 
 
 def test_the_pod_fields_of_a_preset_reach_the_pod(

@@ -6,63 +6,22 @@ schema, not the operator's behaviour (docs/dispatch.md, "The pytorchjob backend"
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster, repo
-from helpers import wait_until
-from kubeflow_crd import CrdUnavailable, pytorchjob_crd
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.kubeflow_crd import crd_installed
+from support.snapshots import repo
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.render_kubeflow import render_pytorchjob
 
 pytestmark = pytest.mark.cluster
-
-CRD_NAME = "pytorchjobs.kubeflow.org"
-
-
-@pytest.fixture
-def pytorchjob_crd_installed(kube_cluster: KubeCluster) -> Iterator[client.ApiClient]:
-    try:
-        crd = pytorchjob_crd()
-    except CrdUnavailable as exc:
-        pytest.skip(f"the PyTorchJob CRD (training-operator v1.8.1) is not available: {exc}")
-    api = kube_cluster.api_client()
-    ext = client.ApiextensionsV1Api(api)
-    body = copy.deepcopy(crd)
-    body["metadata"].pop("annotations", None)
-    try:
-        ext.create_custom_resource_definition(body)
-    except ApiException as exc:
-        if exc.status != 409:
-            raise
-
-    def established() -> bool:
-        got = ext.read_custom_resource_definition(CRD_NAME)
-        return any(
-            c.type == "Established" and c.status == "True" for c in got.status.conditions or []
-        )
-
-    wait_until(established, timeout=60, what="the PyTorchJob CRD to be Established")
-    try:
-        yield api
-    finally:
-        ext.delete_custom_resource_definition(CRD_NAME)
-
-        def gone() -> bool:
-            try:
-                ext.read_custom_resource_definition(CRD_NAME)
-            except ApiException as exc:
-                return exc.status == 404
-            return False
-
-        wait_until(gone, timeout=60, what="the PyTorchJob CRD to be deleted")
 
 
 def _rendered(namespace: str, replicas: int, extra: str = "") -> dict[str, Any]:
@@ -144,7 +103,7 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
 ) -> None:
     """Without the CRD a pytorchjob op waits BackendUnavailable; once it is installed, the
     same cycle plans it and the runtime creates the PyTorchJob (and no Job)."""
-    from reconciler_env import gang_op, make_reconciler, small_repo
+    from support.reconciler_env import gang_op, make_reconciler, small_repo
 
     from reconciler.adapters.kube import Kube
     from reconciler.core.plan import PendingReason
@@ -199,7 +158,4 @@ def test_the_reconciler_sees_whether_the_cluster_serves_the_crd(
 
 
 def _installed(kube_cluster: KubeCluster) -> Any:
-    import contextlib
-
-    fixture = pytorchjob_crd_installed.__wrapped__(kube_cluster)  # type: ignore[attr-defined]
-    return contextlib.contextmanager(lambda: fixture)()
+    return crd_installed(kube_cluster)

@@ -2,7 +2,7 @@
 dispatched, on kwok nodes, to ``Succeeded``.
 
 The operator is built from bench/training_operator into the binary cache
-(``PYTHONPATH=$PWD python tests/kubeflow_operator.py``); this test skips when it is not
+(``PYTHONPATH=$PWD python tests/support/kubeflow_operator.py``); this test skips when it is not
 there, so CI (which never builds operator peers) skips it. It runs out of cluster on the dev
 cluster's kubeconfig. Its webhook server reads its certificate from a fixed directory
 (/tmp/k8s-webhook-server/serving-certs): the operator runs in a private mount namespace
@@ -30,12 +30,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster, Reconcilers
-from helpers import wait_until
-from kubeflow_operator import cached_operator
 from kubernetes import client
-from reconciler_env import cycle_until, gang_op, small_repo
-from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
+from support.cluster import KubeCluster, Reconcilers
+from support.helpers import wait_until
+from support.kubeflow_operator import cached_operator
+from support.reconciler_env import cycle_until, gang_op, small_repo
 
 from reconciler.core.types import Phase
 from reconciler.devcluster.cluster import free_port
@@ -52,7 +51,7 @@ SECRET = "training-operator-webhook-cert"  # the operator's --webhook-secret-nam
 @pytest.fixture
 def operator(
     kube_cluster: KubeCluster,
-    pytorchjob_crd_installed: client.ApiClient,  # noqa: F811
+    pytorchjob_crd_installed: client.ApiClient,
     namespace: str,
     tmp_path: Path,
 ) -> Iterator[Path]:
@@ -60,7 +59,7 @@ def operator(
     if not binary.is_file():
         pytest.skip(
             "the training-operator v1.8.1 binary is not cached "
-            "(build it: PYTHONPATH=$PWD python tests/kubeflow_operator.py)"
+            "(build it: PYTHONPATH=$PWD python tests/support/kubeflow_operator.py)"
         )
     if os.geteuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("running the operator needs root and unshare (a private mount namespace)")
@@ -131,7 +130,7 @@ def _env(pod: Any) -> dict[str, str]:
 def test_the_operator_runs_a_dispatched_pytorchjob_to_succeeded(
     kube_cluster: KubeCluster,
     operator: Path,
-    pytorchjob_crd_installed: client.ApiClient,  # noqa: F811
+    pytorchjob_crd_installed: client.ApiClient,
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,

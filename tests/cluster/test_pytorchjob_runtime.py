@@ -18,12 +18,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster, Reconcilers
-from helpers import wait_until
 from kubernetes import client
 from kubernetes.client.rest import ApiException
-from reconciler_env import commit_all, cycle_until, gang_op, small_repo
-from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
+from support.cluster import KubeCluster, Reconcilers
+from support.helpers import wait_until
+from support.reconciler_env import commit_all, cycle_until, gang_op, small_repo
 
 from reconciler.adapters.kube import Kube, list_pytorchjobs
 from reconciler.core.decision.cycle import memory_from_status
@@ -128,7 +127,7 @@ def create_operator_pods(api: client.ApiClient, namespace: str) -> None:
 
 def test_a_pytorchjob_is_created_listed_observed_and_annotated(
     kube_cluster: KubeCluster,
-    pytorchjob_crd_installed: client.ApiClient,  # noqa: F811
+    pytorchjob_crd_installed: client.ApiClient,
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,
@@ -225,7 +224,7 @@ def test_a_pytorchjob_is_created_listed_observed_and_annotated(
 
 def test_a_restart_adopts_it_and_a_deleted_operation_prunes_it(
     kube_cluster: KubeCluster,
-    pytorchjob_crd_installed: client.ApiClient,  # noqa: F811
+    pytorchjob_crd_installed: client.ApiClient,
     namespace: str,
     gang_nodes: list[str],
     tmp_path: Path,

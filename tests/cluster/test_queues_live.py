@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from conftest import KubeCluster
-from helpers import wait_until
-from reconciler_env import git, make_long_running, make_reconciler
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import git, make_long_running, make_reconciler
 
 from reconciler.adapters.kube import Kube
 from reconciler.cli.main import cli

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import KubeCluster
-from helpers import wait_until
-from reconciler_env import (
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import (
     active_by_queue,
     clean_workloads,
     commit_all,
@@ -516,7 +516,7 @@ def test_demo_runs_the_example_to_completion(
 def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     kube: Kube, config_repo: Path, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
-    from reconciler_env import git
+    from support.reconciler_env import git
 
     from reconciler.runtime.service import make_runtime
 
@@ -570,7 +570,7 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
 def test_spec_change_is_out_of_sync_and_a_generation_bump_reruns_within_quota(
     kube: Kube, config_repo: Path, tmp_path: Path
 ) -> None:
-    from reconciler_env import git
+    from support.reconciler_env import git
 
     from reconciler.runtime.service import make_runtime
 

@@ -10,51 +10,21 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections import Counter
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
-from kubernetes import client
 from prometheus_client.parser import text_string_to_metric_families
-from reconciler_env import commit_all, git, make_long_running, run_once, start_run
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.processes import jobs_per_op as _jobs_per_op
+from support.processes import lease_holder as _lease_holder
+from support.processes import start as _start
+from support.reconciler_env import commit_all, git, make_long_running, run_once
 
 from reconciler.adapters.kube import Kube
 from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
-
-
-def _start(
-    repo: Path, kubeconfig: Path, tmp: Path, name: str, *extra: str
-) -> subprocess.Popen[str]:
-    return start_run(
-        repo,
-        kubeconfig,
-        tmp / f"{name}.log",
-        "--log-format",
-        "json",
-        *extra,
-        cache_dir=tmp / f"cache-{name}",
-    )
-
-
-def _jobs_per_op(kube: Kube) -> Counter[str]:
-    return Counter(
-        j["metadata"]["annotations"]["reconciler.dev/operation-id"]
-        for j in kube.list_managed("Job").items
-    )
-
-
-def _lease_holder(kube: Kube, namespace: str) -> str | None:
-    try:
-        lease = client.CoordinationV1Api(kube.api).read_namespaced_lease(
-            "dispatch-reconciler", namespace
-        )
-    except client.exceptions.ApiException:
-        return None
-    return lease.spec.holder_identity  # type: ignore[no-any-return]
 
 
 def test_two_replicas_one_dispatches_and_the_other_takes_over(

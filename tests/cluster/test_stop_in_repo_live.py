@@ -1,7 +1,7 @@
 """``stopped: true`` on the real dev cluster: the running Job of a stopped operation is
 deleted (reason ``StoppedInRepo``, with an Event), with ``prune.enabled`` off, its record
 names the commit and author that stopped it, and ``false`` with a ``generation`` bump runs
-it again. The fake-Kube version is tests/unit/test_stop_in_repo.py."""
+it again. The fake-Kube version is tests/core/test_stop_in_repo.py."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from pathlib import Path
 
 import git as gitpython
 import pytest
-from conftest import Reconcilers
-from helpers import wait_until
-from reconciler_env import commit_all, make_long_running
+from support.cluster import Reconcilers
+from support.helpers import wait_until
+from support.reconciler_env import commit_all, make_long_running
 
 from reconciler.adapters.git import blame
 from reconciler.adapters.kube import Kube

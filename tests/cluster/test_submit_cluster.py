@@ -11,9 +11,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from git_daemon import git_daemon
-from reconciler_env import commit_all, git, make_config_repo
+from support.cluster import KubeCluster
+from support.git_daemon import git_daemon
+from support.reconciler_env import commit_all, git, make_config_repo
 
 from reconciler.adapters.kube import Kube
 

@@ -4,11 +4,11 @@ outputs, an Indexed Job, a Job whose pod fails, a pod evicted through the Evicti
 unschedulable pod, a Job deleted in the foreground, a PyTorchJob with its Master and Worker
 pods and the conditions its operator sets) is decoded whole and narrow, and after each
 event the observation, the Observer's and the event's trigger are the same on both
-(tests/watch_replay.py). A list of the narrow caches observes the same as a whole list.
+(tests/support/watch_replay.py). A list of the narrow caches observes the same as a whole list.
 
 With ``RECONCILER_RECORD_WATCH=DIR`` it also writes the events it saw to
 ``DIR/recorded.jsonl``: tests/data/watch/ holds such a recording, replayed by the fast
-suite (tests/unit/test_observe_narrow.py)."""
+suite (tests/adapters/test_observe_narrow.py)."""
 
 from __future__ import annotations
 
@@ -22,12 +22,11 @@ from typing import Any
 
 import orjson
 import pytest
-from builders import run_op
-from conftest import KubeCluster
-from helpers import wait_until
 from kubernetes import client
-from test_pytorchjob_crd import pytorchjob_crd_installed  # noqa: F401  (a fixture)
-from watch_replay import replay
+from support.builders import run_op
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.watch_replay import replay
 
 from reconciler.adapters.kube import MANAGED_SELECTOR, Kube, _byte_lines
 from reconciler.core.decision.render import LABEL_MANAGED_BY, MANAGER, render_operation
@@ -123,7 +122,7 @@ def recorder(kube_cluster: KubeCluster) -> Iterator[Recorder]:
 def test_narrow_caches_observe_what_the_whole_objects_do(
     kube_cluster: KubeCluster,
     namespace: str,
-    pytorchjob_crd_installed: client.ApiClient,  # noqa: F811
+    pytorchjob_crd_installed: client.ApiClient,
     recorder: Recorder,
 ) -> None:
     api = kube_cluster.api_client()

@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 import yaml
-from conftest import KubeCluster
 from kubernetes import client
-from test_kube_adapter import _op
+from support.cluster import KubeCluster
+from support.kube_objects import op as _op
 
 from reconciler.adapters.kube import Kube, KubeError, connect
 from reconciler.core.decision.render import render_operation

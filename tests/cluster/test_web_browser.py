@@ -13,10 +13,10 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
 from playwright.sync_api import sync_playwright
-from reconciler_env import make_long_running, start_run
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import make_long_running, start_run
 
 from reconciler.adapters.kube import Kube
 from reconciler.devcluster.cluster import free_port

@@ -1,7 +1,7 @@
 """The Git webhook receiver on the real control plane: ``reconciler run`` with a 120 s
 interval creates a new operation's Job seconds after a signed push event is POSTed to
 ``/api/webhook``, while unsigned, wrongly signed and other-branch requests start nothing.
-The fast version (fake cluster, virtual clock): tests/unit/test_webhook.py."""
+The fast version (fake cluster, virtual clock): tests/runtime/test_webhook.py."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import KubeCluster
-from helpers import wait_until
-from reconciler_env import client_context, commit_all, git, start_run
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import client_context, commit_all, git, start_run
 
 from reconciler.adapters.kube import Kube
 from reconciler.runtime.webhook import sign

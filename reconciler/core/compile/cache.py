@@ -6,7 +6,7 @@ repo's layout (which names exist where) and some files (its own, its project's, 
 its presets', queue's, cluster's and connections'); the index notes each file read. Its
 result is reused when the layout is the same and every file it read has the same content
 and first-commit time. Anything else compiles again: invalidation is exact by
-construction, and ``tests/test_compile_incremental.py`` checks it against a full compile.
+construction, and ``tests/core/test_compile_incremental.py`` checks it against a full compile.
 Whole-repo checks (references, unique names, namespaces) always run.
 
 The check costs O(changed), not O(operations x files read): ``begin`` diffs the repo

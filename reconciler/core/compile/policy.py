@@ -28,9 +28,9 @@ from reconciler.core.types import (
 
 # Every field of the compiled spec that policy governs, with the ``policy.*`` knobs of
 # reconciler.yaml that adjust its rule (none: a fixed rule). A violation's field always lies
-# under one of these keys (tests/test_policy_escapes.py), every knob of the ``policy`` model
+# under one of these keys (tests/core/test_policy_escapes.py), every knob of the ``policy`` model
 # governs one of them, and docs/config-reference.md (*Policy*) and docs/operations.md
-# (*RBAC*) list each field and knob (tests/test_docs_drift.py).
+# (*RBAC*) list each field and knob (tests/meta/test_docs_drift.py).
 GOVERNED: Mapping[str, tuple[str, ...]] = {
     "namespace": ("allowSharedNamespaces",),  # never set by an operation; one project each
     "queue": ("allowedQueues",),

@@ -137,7 +137,7 @@ def cached(obj: dict[str, Any]) -> dict[str, Any]:
     """What the watch caches keep of an object read from a cluster: all of it but
     ``metadata.managedFields``, server-side apply's record of who set which field (about
     half of a Job's JSON, read by nothing here). Observation gives the same on it as on the
-    whole object (tests/unit/test_observe_cached.py). Changes ``obj`` in place: it is the
+    whole object (tests/core/test_observe_cached.py). Changes ``obj`` in place: it is the
     caller's own, just parsed."""
     meta = obj.get("metadata")
     if isinstance(meta, dict):
@@ -150,7 +150,7 @@ def cached(obj: dict[str, Any]) -> dict[str, Any]:
 # workloads and their pods keep only these fields (``adapters/kube.py`` decodes a watch
 # event or a list straight into them, without building the rest: ``managedFields``, the
 # pod's volumes, env, images...).
-# A field read here must be in these; tests/unit/test_observe_narrow.py checks that the
+# A field read here must be in these; tests/adapters/test_observe_narrow.py checks that the
 # observation of the narrow objects equals that of the whole ones on real Jobs, Indexed
 # Jobs, PyTorchJobs and pods (failed, evicted, deleted). Leaves are ``Any``: any JSON value
 # reads as the whole object's would. An object that does not fit (a value of another JSON
@@ -739,7 +739,7 @@ class Observer:
     and pods are at the resourceVersions it was last observed at is not observed again
     (a relist gives every object anew). For any sequence of changes, the states are equal
     to ``observe_workloads`` over the objects the caches hold, in their order
-    (tests/unit/test_observe_deltas.py, tests/unit/test_observe_cached.py). Not
+    (tests/runtime/test_observe_deltas.py, tests/core/test_observe_cached.py). Not
     thread-safe: one cycle at a time, as the Reconciler runs them."""
 
     def __init__(self) -> None:

@@ -4,7 +4,7 @@ reason (docs/dispatch.md, "Checks").
 What must live here: the table of checks 0..11 (number, what must hold, the reasons given
 when it fails, whether a failure holds a StrictFIFO queue), in the order the planner applies
 them. It is the one list the planner, ``PendingReason`` and docs/dispatch.md's Checks table
-follow; ``tests/test_plan_package.py`` keeps the three equal.
+follow; ``tests/core/test_plan_package.py`` keeps the three equal.
 
 The checks are data, not functions: ``planner.admit`` applies them inline, one commented
 block per check (``# 2: ...``), because a function call per check per candidate made that

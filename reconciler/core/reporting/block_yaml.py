@@ -25,7 +25,7 @@ A str subclass (a ``StrEnum``) is written as its text, as ``json.dumps`` writes 
 Anything else (a text with a line break, a tab or a character outside printable ASCII, a
 key longer than 128 characters, a mapping or list met twice, a float that is not finite,
 another type) returns None: the caller
-then asks PyYAML for the whole document. ``tests/unit/test_block_yaml.py`` holds this to
+then asks PyYAML for the whole document. ``tests/core/test_block_yaml.py`` holds this to
 byte equality with PyYAML over generated documents, and the status golden files do too.
 
 What must live here: the direct emitter and its fallback rule, nothing else: which records

@@ -41,7 +41,7 @@ NEVER_PREEMPT = (
     "the cohort's maxBorrowDuration may borrow"
 )
 
-# What each field becomes, for docs/from-kueue.md (checked by tests/test_import_kueue.py).
+# What each field becomes, for docs/from-kueue.md (checked by tests/cli/test_import_kueue.py).
 FIELDS: dict[str, tuple[str, ...]] = {
     "ResourceFlavor": ("nodeLabels", "tolerations", "nodeTaints", "topologyName"),
     "ClusterQueue": (

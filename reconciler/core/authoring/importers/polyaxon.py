@@ -1,7 +1,7 @@
 """Polyaxon v1.1 polyaxonfiles to operations, presets, queues and a project (pure).
 
 The table of what each polyaxonfile field becomes is docs/from-polyaxon.md; this module is
-held to it by tests/test_import_polyaxon.py (``FIELDS`` below names every field the
+held to it by tests/cli/test_import_polyaxon.py (``FIELDS`` below names every field the
 importer knows, each either converted or reported).
 
 Templates: ``{{ NAME }}`` of a component input or an operation param is written out with its

@@ -1,0 +1,187 @@
+"""The status writer in the background (``StatusPublisher(background=True)``): the cycle
+hands its result over and goes on; results coalesce while a write is in progress; a
+result left from before a lost Lease is dropped; ``close`` writes the last one."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from support.status_branch import results as _results
+
+from reconciler.core.reporting.status import CONFIG_FILE, read_status
+from reconciler.runtime.service import Runtime
+from reconciler.runtime.status import StatusPublisher
+
+
+class GatedBranch:
+    """A status branch whose writes wait for ``gate`` (a slow push)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.messages: list[str] = []
+        self.gate = threading.Event()
+        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
+        self.entered = threading.Event()
+
+    def read(self) -> dict[str, bytes]:
+        return dict(self.files)
+
+    def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+        self.entered.set()
+        assert self.gate.wait(30), "the test never opened the gate"
+        for path, content in changes.items():
+            if content is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = content
+        self.messages.append(message)
+        return f"sha{len(self.messages)}"
+
+    def applied(self) -> str:
+        config = read_status(self.files).config
+        assert config is not None
+        return config.applied
+
+
+def test_the_cycle_does_not_wait_for_the_write_and_results_coalesce() -> None:
+    results = _results(4)
+    branch = GatedBranch()
+    publisher = StatusPublisher(branch, background=True)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    try:
+        runtime.on_cycle(results[0])
+        assert branch.entered.wait(30)  # the writer is in the push of c0, held there
+        for later in results[1:]:
+            runtime.on_cycle(later)  # returns at once: the write of c0 is still held
+        assert runtime.completed is results[3] and branch.messages == []
+        branch.gate.set()
+        assert publisher.flush(30)
+        # c1 and c2 were superseded before they were written: two commits, the newest last
+        assert len(branch.messages) == 2 and publisher.commits == 2
+        assert publisher.put_off == 2
+        assert branch.applied() == "c3"
+    finally:
+        branch.gate.set()
+        assert publisher.close(30)
+
+
+def test_close_writes_the_last_result_without_waiting_for_the_cadence() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(branch, background=True, min_interval=3600.0)  # type: ignore[arg-type]
+    publisher.publish(first)
+    assert publisher.flush(30) and branch.applied() == "c0"
+    publisher.publish(second)  # due in an hour
+    assert not publisher.flush(0.3) and branch.applied() == "c0"
+    assert publisher.close(30)
+    assert branch.applied() == "c1" and len(branch.messages) == 2
+    publisher.publish(first)  # after close: nothing more is written
+    assert branch.applied() == "c1"
+
+
+def _while_leading(**settings: Any) -> tuple[GatedBranch, StatusPublisher, dict[str, bool]]:
+    """A publisher that writes while ``leading["now"]``, on an open branch."""
+    branch = GatedBranch()
+    branch.gate.set()
+    leading = {"now": True}
+    publisher = StatusPublisher(
+        branch,  # type: ignore[arg-type]
+        is_leader=lambda: leading["now"],
+        **settings,
+    )
+    return branch, publisher, leading
+
+
+def test_a_result_from_before_a_lost_lease_is_dropped() -> None:
+    first, second = _results(2)
+    branch, publisher, leading = _while_leading(background=True)
+    publisher.publish(first)
+    assert publisher.flush(30) and branch.applied() == "c0"
+    assert publisher.unwritten == ""
+    leading["now"] = False
+    publisher.publish(second)
+    assert publisher.close(30)
+    assert "no longer holds the Lease" in publisher.unwritten
+    assert branch.applied() == "c0" and len(branch.messages) == 1
+    assert CONFIG_FILE in branch.files
+
+
+def test_a_failed_write_is_counted_by_the_runtime() -> None:
+    from reconciler.adapters.git import GitSyncError
+
+    (result,) = _results(1)
+
+    class Refusing(GatedBranch):
+        def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+            raise GitSyncError("push refused by a hook")
+
+    publisher = StatusPublisher(Refusing(), background=True)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    runtime.on_cycle(result)
+    assert publisher.close(30)
+    assert publisher.last_error == "push refused by a hook"
+    assert runtime.metrics.git_sync_errors._value.get() == 1
+
+
+def test_in_the_foreground_close_writes_the_result_the_cadence_put_off() -> None:
+    first, second = _results(2)
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(branch, min_interval=3600.0)  # type: ignore[arg-type]
+    runtime = Runtime(None, publisher)  # type: ignore[arg-type]
+    runtime.on_cycle(first)
+    runtime.on_cycle(second)  # due in an hour: put off
+    assert branch.applied() == "c0" and runtime.unwritten == "put off by --status-interval"
+    assert runtime.close(30)
+    assert branch.applied() == "c1" and runtime.unwritten == ""
+
+
+def test_a_result_close_cannot_write_says_why() -> None:
+    first, second = _results(2)
+    branch, publisher, leading = _while_leading(min_interval=3600.0)
+    publisher.publish(first)
+    publisher.publish(second)
+    leading["now"] = False
+    assert publisher.close(30)
+    assert branch.applied() == "c0"
+    assert "no longer holds the Lease" in publisher.unwritten
+
+
+def test_a_failed_push_at_close_says_why() -> None:
+    from reconciler.adapters.git import GitSyncError
+
+    (result,) = _results(1)
+
+    class Refusing(GatedBranch):
+        def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+            raise GitSyncError("push refused by a hook")
+
+    publisher = StatusPublisher(Refusing())  # type: ignore[arg-type]
+    publisher.publish(result)
+    assert publisher.close(30)
+    assert publisher.unwritten == "the push failed: push refused by a hook"
+
+
+def test_run_once_says_loudly_when_its_status_is_not_on_the_branch(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """``run --once`` whose status push a hook refuses: it exits 1 and says why."""
+    from click.testing import CliRunner
+
+    from reconciler.cli.main import cli
+
+    hook = template_remote / "hooks" / "pre-receive"
+    hook.write_text("#!/bin/sh\necho 'status writes are frozen' >&2\nexit 1\n")
+    hook.chmod(0o755)
+    nowhere = tmp_path / "missing.kubeconfig"  # the cluster cannot be read: nothing runs
+    args = ["run", "--once", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")]
+    args += ["--cluster-kubeconfig", f"local={nowhere}"]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 1, result.output
+    assert "error: the status of this cycle is not on the branch: the push failed" in (
+        result.stderr
+    )

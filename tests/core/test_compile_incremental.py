@@ -1,0 +1,206 @@
+"""Incremental compile (issue 17, item 4): a ``CompileCache`` recompiles only the operations
+whose inputs changed, and the result is always exactly a full compile's."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.paths import TEMPLATE
+
+from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.compile import CompileCache, compile_repo
+from reconciler.core.compile import api as api_module
+from reconciler.core.types import InternalError, RepoFile, RepoSnapshot
+
+BASE = snapshot_worktree(TEMPLATE)
+PATHS = sorted(p for p in BASE.files if p.endswith(".yaml") and not p.startswith("schemas/"))
+EDITS = ("comment", "break", "digit", "delete", "restore", "copy-op", "link-op", "time")
+
+
+def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
+    file = files.get(path)
+    if kind == "restore":
+        if path in BASE.files:
+            files[path] = BASE.files[path]
+        return
+    if kind == "delete":
+        files.pop(path, None)
+        return
+    if kind in ("copy-op", "link-op"):
+        ops = sorted(p for p in files if "/operations/" in p)
+        if not ops:
+            return
+        source = ops[n % len(ops)]
+        project, name = source.split("/")[1], f"new-{n % 3}"
+        new = f"projects/{project}/operations/{name}.yaml"
+        if kind == "link-op":
+            files[new] = RepoFile(new, b"", symlink_target=f"{Path(source).name}")
+            return
+        body = files[source].content
+        body = re.sub(rb"(?m)^name: .*$", f"name: {name}".encode(), body)
+        files[new] = RepoFile(new, body)
+        return
+    if file is None or file.symlink_target is not None:
+        return
+    content = file.content
+    if kind == "comment":
+        content += f"\n# edit {n}\n".encode()
+    elif kind == "break":
+        content += b"\nkind: [unclosed\n"
+    elif kind == "digit":
+        digits = [m.start() for m in re.finditer(rb"[0-9]", content)]
+        if digits:
+            at = digits[n % len(digits)]
+            content = content[:at] + str((n % 9) + 1).encode() + content[at + 1 :]
+    elif kind == "time":
+        when = datetime(2026, 1, 1, tzinfo=UTC) + timedelta(minutes=n)
+        files[path] = replace(file, first_commit_time=when)
+        return
+    files[path] = replace(file, content=content)
+
+
+edits = st.lists(
+    st.tuples(st.sampled_from(EDITS), st.sampled_from(PATHS), st.integers(0, 50)),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(edits, min_size=1, max_size=5))
+@pytest.mark.slow
+def test_an_incremental_compile_is_a_full_compile(
+    commits: list[list[tuple[str, str, int]]],
+) -> None:
+    cache = CompileCache()
+    files = dict(BASE.files)
+    assert compile_repo(BASE, cache=cache) == compile_repo(BASE)
+    for i, commit in enumerate(commits):
+        for kind, path, n in commit:
+            _edit(files, kind, path, n)
+        snapshot = RepoSnapshot(dict(files), version=f"c{i}")
+        assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot), commit
+
+
+def test_a_preset_change_recompiles_only_the_operations_that_use_it() -> None:
+    cache = CompileCache()
+    compile_repo(BASE, cache=cache)
+    total = cache.compiled
+    files = dict(BASE.files)
+    path = "projects/vision/presets/base.yaml"
+    files[path] = replace(files[path], content=files[path].content.replace(b"12h", b"11h"))
+    compiled = compile_repo(RepoSnapshot(files, version="c1"), cache=cache)
+    assert compiled.valid, compiled.errors
+    # only the vision operations (their files) read that preset
+    vision_files = [p for p in files if p.startswith("projects/vision/operations/")]
+    assert cache.compiled - total == len(vision_files) == 7
+    assert cache.reused == sum(1 for p in files if "/operations/" in p) - len(vision_files)
+    timeouts = {op.spec["run"]["timeout"] for op in compiled.operations if op.project == "vision"}
+    assert "11h" in timeouts and "12h" not in timeouts  # isnull: an op's own timeout stays
+
+
+def test_a_new_operation_compiles_alone_and_the_layout_change_of_a_preset_recompiles_all() -> None:
+    cache = CompileCache()
+    compile_repo(BASE, cache=cache)
+    files = dict(BASE.files)
+    _edit(files, "copy-op", "", 0)
+    before = cache.compiled
+    compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
+    assert cache.compiled - before == 1
+    files["presets/extra.yaml"] = RepoFile(
+        "presets/extra.yaml", b"kind: Preset\nname: extra\npatchStrategy: isnull\n"
+    )
+    before = cache.compiled
+    snapshot = RepoSnapshot(dict(files), version="c2")
+    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    assert cache.compiled - before == sum(1 for p in files if "/operations/" in p)
+
+
+def test_a_compile_that_fails_half_way_leaves_the_cache_exact() -> None:
+    """``begin`` forgets the operations whose reads changed before any compiles: one that
+    raises (a bug) leaves every kept entry valid, and the next compile is exact."""
+    cache = CompileCache()
+    compile_repo(BASE, cache=cache)
+    files = dict(BASE.files)
+    path = "projects/vision/presets/base.yaml"
+    files[path] = replace(files[path], content=files[path].content.replace(b"12h", b"11h"))
+    broken = RepoSnapshot(dict(files), version="c1")
+    calls = {"n": 0}
+    real = api_module._compile_guarded
+
+    def flaky(repo: object, project: str, name: str) -> object:
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise RuntimeError("a bug in the compiler")
+        return real(repo, project, name)  # type: ignore[arg-type]
+
+    with mock.patch.object(api_module, "_compile_guarded", flaky), pytest.raises(InternalError):
+        compile_repo(broken, cache=cache)
+    assert calls["n"] == 2  # one vision operation compiled, the next one raised
+    again = RepoSnapshot(dict(files), version="c2")
+    compiled = compile_repo(again, cache=cache)
+    assert compiled == compile_repo(again)
+    timeouts = {op.spec["run"]["timeout"] for op in compiled.operations if op.project == "vision"}
+    assert "11h" in timeouts and "12h" not in timeouts  # none kept from before the change
+
+
+def test_an_unchanged_commit_reuses_every_operation_and_its_problems() -> None:
+    """Nothing read changed: every operation is reused, claims and file errors too (a
+    broken operation file is still reported, a name collision still found)."""
+    cache = CompileCache()
+    files = dict(BASE.files)
+    _edit(files, "break", "projects/language/operations/agent-sandbox.yaml", 0)
+    _edit(files, "copy-op", "", 1)
+    ops = sorted(p for p in files if "/operations/" in p)
+    twin = ops[0].rsplit("/", 1)[0] + "/twin.yaml"
+    files[twin] = RepoFile(twin, files[ops[1]].content)  # the same name inside: a collision
+    first = compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
+    assert not first.valid
+    before = cache.compiled
+    files["README.md"] = RepoFile("README.md", b"changed")
+    again = RepoSnapshot(dict(files), version="c2")
+    assert compile_repo(again, cache=cache) == compile_repo(again)
+    assert cache.compiled == before  # a non-config file: nothing recompiled
+
+
+@pytest.mark.parametrize(
+    ("path", "old", "new", "uses"),
+    [
+        # the queue is built once per compile; every operation on it depends on its file
+        ("queues/team-b.yaml", b"priority: 90", b"priority: 91", lambda op: op.queue == "team-b"),
+        # so is a connection
+        (
+            "connections/hf-token.yaml",
+            b"kind: Connection",
+            b"# edited\nkind: Connection",
+            lambda op: "hf-token" in op.connections,
+        ),
+        # and the cluster a queue is on, read while building the queue
+        ("clusters/local.yaml", b"kind: Cluster", b"# edited\nkind: Cluster", lambda op: True),
+    ],
+)
+def test_a_file_built_once_per_compile_is_a_read_of_every_operation_that_uses_it(
+    path: str, old: bytes, new: bytes, uses: object
+) -> None:
+    """Queues and connections are built once per compile (``RepoIndex.memoized``): the
+    operations compiled after the first that used one still depend on its files, so a
+    change to them recompiles exactly those operations."""
+    cache = CompileCache()
+    first = compile_repo(BASE, cache=cache)
+    assert first.valid, first.errors
+    users = {op.path for op in first.operations if uses(op)}  # type: ignore[operator]
+    assert len(users) >= 2  # the second one took the built spec
+    files = dict(BASE.files)
+    assert old in files[path].content
+    files[path] = replace(files[path], content=files[path].content.replace(old, new, 1))
+    before = cache.compiled
+    snapshot = RepoSnapshot(files, version="c1")
+    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    assert cache.compiled - before == len(users)

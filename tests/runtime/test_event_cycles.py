@@ -1,0 +1,304 @@
+"""Cycles driven by watch events, on the fake Kube (tests/support/fake_kube.py, which serves
+watches) and a virtual clock: a Job that finishes starts a cycle at once, however long the
+interval; a burst of events is served by one cycle; the status is written at most once per
+its interval. The same on the real control plane: tests/cluster/test_event_dispatch.py."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from typing import Any
+from unittest import mock
+
+import pytest
+from support.builders import World
+from support.clocks import SteppedClock, VirtualClock
+from support.fake_kube import FakeCluster, FakeKube
+from support.helpers import wait_until
+
+from reconciler.core.decision.trigger import Trigger
+from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.loop import Loop, Wakeup
+from reconciler.runtime.service import PacedSource, Runtime
+from reconciler.runtime.status import StatusPublisher
+
+PATIENCE = 10.0  # seconds a test waits for what takes milliseconds
+INTERVAL = 60.0  # the fallback: no cycle in these tests comes from it
+
+
+class EventLoop:
+    """The real ``Loop`` and ``Reconciler`` (watch caches on) over one fake cluster, the
+    wake-up on a virtual clock; each cycle's result and virtual start time recorded."""
+
+    def __init__(self, repo: CompiledRepo, on_cycle: Any = None) -> None:
+        self.repo = repo
+        self.cluster = FakeCluster("local")
+        self.clock = VirtualClock()
+        self.wake = Wakeup(self.clock)
+        self.reconciler = Reconciler(
+            lambda: RepoSnapshot(files={}, version=self.repo.version),
+            self._connect,  # type: ignore[arg-type]
+            SteppedClock(),
+            on_trigger=self.wake.request,
+        )
+        self.results: list[tuple[float, CycleResult]] = []
+        self.cycled = threading.Condition()
+        self.loop = Loop(threading.Event(), self.wake)
+        self._extra = on_cycle
+
+    def _connect(self, spec: ClusterSpec) -> Any:
+        return FakeKube(self.cluster)
+
+    def _on_cycle(self, result: CycleResult) -> None:
+        if self._extra is not None:
+            self._extra(result)
+        with self.cycled:
+            self.results.append((self.clock.t, result))
+            self.cycled.notify_all()
+
+    def start(self) -> None:
+        self.loop.start(self.reconciler, INTERVAL, self._on_cycle, min_gap=0.2)
+
+    def wait_cycles(self, count: int) -> CycleResult:
+        with self.cycled:
+            assert self.cycled.wait_for(lambda: len(self.results) >= count, PATIENCE)
+            return self.results[count - 1][1]
+
+    def waiting_until(self, when: float) -> None:
+        """Until the loop waits for virtual time ``when`` (it has done all it can before)."""
+        wait_until(lambda: self.wake.waiting_until == when, timeout=PATIENCE, what=f"t={when}")
+
+    def advance(self, to: float) -> None:
+        self.clock.t = to
+        self.wake.poke()
+
+    def finish(self, op_id: str, phase: str = "Succeeded") -> None:
+        project, name = op_id.split("/")
+        self.cluster.set_phase(project, f"{project}-{name}-g1", phase)
+
+    def triggers(self, trigger: Trigger) -> int:
+        return self.wake.counts[trigger]
+
+    def stop(self) -> None:
+        self.loop.request_stop()
+        self.loop.wait()
+        self.loop.finish()
+        self.cluster.close()
+        self.reconciler.close()
+
+
+@pytest.fixture
+def world() -> Iterator[EventLoop]:
+    repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    for op in ("p/a", "p/b", "p/c", "p/d", "p/e", "p/f"):
+        repo.op(op, gpu=1)
+    compiled = repo.repo()
+    harness = EventLoop(compiled)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        yield harness
+        harness.stop()
+
+
+def test_a_job_that_finishes_starts_a_cycle_at_once(world: EventLoop) -> None:
+    world.start()
+    first = world.wait_cycles(1)
+    assert first.dispatched == ("p/a", "p/b")
+    world.waiting_until(INTERVAL)  # nothing to do: the next cycle is the fallback's
+    world.advance(5.0)  # long after the first cycle: no gap to wait for
+    world.finish("p/a")
+    second = world.wait_cycles(2)
+    # served at virtual t=5: the clock did not move, the interval (t=60) was not waited for
+    assert world.results[1][0] == 5.0
+    assert second.dispatched == ("p/c",)
+    assert world.triggers(Trigger.FINISHED) == 1
+    # the cycle's own writes (the phase annotation on p/a, the Job of p/c) ask for none
+    world.waiting_until(5.0 + INTERVAL)
+    assert len(world.results) == 2 and sum(world.wake.counts.values()) == 1
+
+
+def test_a_burst_of_events_is_served_by_one_cycle_after_the_gap(world: EventLoop) -> None:
+    world.start()
+    world.wait_cycles(1)
+    world.advance(5.0)
+    world.finish("p/a")
+    world.wait_cycles(2)  # at t=5, dispatches p/c
+    world.advance(5.05)  # 50 ms later, two more end
+    world.finish("p/b")
+    world.finish("p/c", "Failed")
+    wait_until(
+        lambda: world.triggers(Trigger.FINISHED) == 2 and world.triggers(Trigger.FAILED) == 1,
+        timeout=PATIENCE,
+        what="both events",
+    )
+    # debounced: the loop waits for t=5.2 (the last cycle started at 5.0), not for each event
+    world.waiting_until(5.2)
+    assert len(world.results) == 2
+    world.advance(5.2)
+    third = world.wait_cycles(3)
+    assert world.results[2][0] == 5.2
+    assert third.dispatched == ("p/d", "p/e")  # both freed slots, one cycle
+    world.waiting_until(5.2 + INTERVAL)
+    assert len(world.results) == 3
+
+
+def test_deleting_a_running_job_starts_a_cycle(world: EventLoop) -> None:
+    world.start()
+    world.wait_cycles(1)
+    world.advance(5.0)
+    world.cluster.delete("p", "p-a-g1")  # by hand: the reconciler marks it Stopped
+    second = world.wait_cycles(2)
+    assert world.triggers(Trigger.DELETED) == 1
+    assert second.dispatched == ("p/c",)
+
+
+def test_a_pod_that_succeeds_does_not_start_a_cycle(world: EventLoop) -> None:
+    world.start()
+    world.wait_cycles(1)
+    world.finish("p/a", "Running")
+    world.cluster.pod_succeeded("p", "p-a-g1")
+    pods = world.reconciler._informers["local"][1]  # the Pod watch cache
+    wait_until(
+        lambda: pods.resource_version == str(world.cluster.version),
+        timeout=PATIENCE,
+        what="the pod events",
+    )
+    world.waiting_until(INTERVAL)
+    assert len(world.results) == 1 and sum(world.wake.counts.values()) == 0
+
+
+class FakeStatusBranch:
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.commits = 0
+        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
+
+    def read(self) -> dict[str, bytes]:
+        return dict(self.files)
+
+    def write(self, changes: dict[str, bytes | None], message: str) -> str:
+        for path, content in changes.items():
+            if content is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = content
+        self.commits += 1
+        return f"sha{self.commits}"
+
+
+def _writing(
+    ops: tuple[str, ...], status_interval: float
+) -> tuple[CompiledRepo, EventLoop, FakeStatusBranch, StatusPublisher, Runtime]:
+    """The event loop over ``ops`` (one GPU each, a queue of 2), its results handed to a
+    runtime that writes the status at most every ``status_interval`` virtual seconds."""
+    repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
+    for op in ops:
+        repo.op(op, gpu=1)
+    compiled = repo.repo()
+    branch = FakeStatusBranch()
+    holder: dict[str, Runtime] = {}
+    world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
+    publisher = StatusPublisher(branch, min_interval=status_interval, clock=world.clock)  # type: ignore[arg-type]
+    runtime = holder["runtime"] = Runtime(world.reconciler, publisher, wakeup=world.wake)
+    return compiled, world, branch, publisher, runtime
+
+
+def test_status_is_written_at_most_once_per_status_interval() -> None:
+    ops = ("p/a", "p/b", "p/c", "p/d", "p/e", "p/f")
+    compiled, world, branch, publisher, _ = _writing(ops, 3.0)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        try:
+            world.start()
+            world.wait_cycles(1)
+            assert branch.commits == 1  # the first status at once
+            world.advance(1.0)
+            world.finish("p/a")
+            world.wait_cycles(2)  # dispatched p/c at t=1: its status waits
+            assert branch.commits == 1 and publisher.due == 3.0
+            world.waiting_until(3.0)  # the loop comes back when the write is due
+            world.advance(3.0)
+            world.wait_cycles(3)
+            assert branch.commits == 2
+            assert b"p/c" in b"".join(branch.files.values())
+            world.waiting_until(3.0 + INTERVAL)  # written: nothing more is due
+            assert len(world.results) == 3
+        finally:
+            world.stop()
+
+
+def test_the_config_is_read_at_most_once_per_interval() -> None:
+    """A cycle started by an event plans with the config in hand; a fetch per cycle would
+    load the Git server five times a second."""
+    clock = VirtualClock()
+    reads: list[str] = []
+    failing = {"now": False}
+
+    def fetch() -> RepoSnapshot:
+        reads.append(f"t={clock.t}")
+        if failing["now"]:
+            raise OSError("remote hung up")
+        return RepoSnapshot(files={}, version=f"v{len(reads)}")
+
+    source = PacedSource(fetch, 10.0, clock)
+    assert source().version == "v1"
+    clock.t = 0.2
+    assert source().version == "v1" and len(reads) == 1  # an event's cycle: no fetch
+    clock.t = 10.0
+    assert source().version == "v2"  # the interval has passed
+    clock.t = 10.5
+    source.expire()  # files saved (--watch)
+    assert source().version == "v3"
+    failing["now"] = True
+    clock.t = 20.5
+    with pytest.raises(OSError, match="hung up"):
+        source()
+    clock.t = 21.0
+    with pytest.raises(OSError, match="hung up"):  # reported again, not retried
+        source()
+    assert len(reads) == 4
+    failing["now"] = False
+    clock.t = 30.5
+    assert source().version == "v5"
+
+
+def test_a_job_that_ended_after_the_last_cycle_is_on_the_branch_at_shutdown() -> None:
+    """SIGTERM before the cycle a finished Job asks for: the shutdown decides once more
+    over the watch caches (nothing carried out) and writes that, so the branch has the
+    Job's phase."""
+    from reconciler.core.reporting.status import read_status
+
+    compiled, world, branch, _, runtime = _writing(("p/a", "p/b", "p/c"), 3600.0)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        try:
+            world.start()
+            world.wait_cycles(1)
+            world.waiting_until(INTERVAL)
+            world.loop.request_stop()  # SIGTERM, and the loop is done
+            world.loop.wait()
+            assert world.loop.finish()
+            world.finish("p/a")  # the Job ends before any cycle sees it
+            assert len(world.results) == 1
+            final = wait_final(world.reconciler)
+            assert runtime.close(30, final)
+        finally:
+            world.cluster.close()
+            world.reconciler.close()
+    view = read_status(branch.files)
+    assert view.operations["p/a"].phase == "Succeeded"
+    assert view.operations["p/c"].phase == "Queued"  # nothing carried out: not dispatched
+    assert runtime.unwritten == ""
+
+
+def wait_final(reconciler: Reconciler) -> CycleResult:
+    """``run_final`` once the watch has shown the end of p/a (it reads only the caches)."""
+    got: list[CycleResult] = []
+
+    def ended() -> bool:
+        final = reconciler.run_final()
+        if final is not None and final.states["p/a"].phase.finished:
+            got.append(final)
+            return True
+        return False
+
+    wait_until(ended, timeout=PATIENCE, what="the watch to show p/a ended")
+    return got[0]

@@ -1,0 +1,258 @@
+"""Hypothesis strategies shared by the property tests: planner cases, cohort simulations,
+and the camelCase fields of every kind of config file."""
+
+from __future__ import annotations
+
+import types
+import typing
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import timedelta
+from decimal import Decimal
+from typing import Any, Union
+
+from hypothesis import strategies as st
+from pydantic import BaseModel
+
+from reconciler.core.compile.model import KINDS
+from reconciler.core.plan import Plan, plan_dispatch
+from reconciler.core.types import (
+    ClusterSpec,
+    CohortSpec,
+    CompiledOperation,
+    Distributed,
+    ObservedOperation,
+    OrgSettings,
+    Phase,
+    QueueSpec,
+    QueueStrategy,
+    RunKind,
+    WorkflowRef,
+)
+from support.builders import NOW, T0
+
+GPU = "nvidia.com/gpu"
+
+
+STEP = timedelta(minutes=5)
+
+
+MAX_BORROW = 3600
+
+
+@dataclass(frozen=True)
+class Job:
+    op: CompiledOperation
+    arrives: int  # cycle
+    runs: timedelta
+
+
+@dataclass(frozen=True)
+class Sim:
+    queues: dict[str, QueueSpec]
+    cohort: CohortSpec
+    jobs: tuple[Job, ...]
+    gpus: dict[str, int]  # fleet: each cluster's GPUs (empty: one cluster, local)
+
+
+@st.composite
+def sims(draw: st.DrawFn) -> Sim:
+    queues: dict[str, QueueSpec] = {}
+    fleet = draw(st.booleans())
+    for i in range(draw(st.integers(2, 3))):
+        quota = draw(st.integers(1, 4))
+        lending = draw(st.none() | st.integers(0, quota))
+        order: tuple[str, ...] = tuple(draw(st.permutations(["a", "b"]))) if fleet else ()
+        caps = {c: {GPU: Decimal(draw(st.integers(1, 4)))} for c in order if draw(st.booleans())}
+        queues[f"q{i}"] = QueueSpec(
+            name=f"q{i}",
+            cluster=order[0] if fleet else "local",
+            priority=draw(st.integers(0, 2)),
+            quota={GPU: Decimal(quota)},
+            cohort="pool",
+            borrowing_limit={GPU: Decimal(draw(st.integers(0, 4)))},
+            lending_limit={} if lending is None else {GPU: Decimal(lending)},
+            clusters=order,
+            cluster_quota=caps,
+            require_capacity=fleet and draw(st.booleans()),
+        )
+    cap = draw(st.none() | st.integers(2, 12))
+    cohort = CohortSpec("pool", MAX_BORROW, {} if cap is None else {GPU: Decimal(cap)})
+    jobs = []
+    for n in range(draw(st.integers(1, 14))):
+        queue = draw(st.sampled_from(sorted(queues)))
+        timeout = draw(st.none() | st.sampled_from([600, 1800, 3600, 7200]))
+        limit = timeout if timeout is not None else 4 * 3600
+        runs = timedelta(seconds=draw(st.integers(60, limit)))
+        spec: dict[str, object] = {"kind": "job", "name": f"j{n}"}
+        if timeout is not None:
+            spec["run"] = {"timeout": timeout}
+        op = CompiledOperation(
+            project="p",
+            name=f"j{n}",
+            path=f"p/operations/j{n}.yaml",
+            queue=queue,
+            cluster=queues[queue].cluster,
+            namespace="p",
+            kind=RunKind.JOB,
+            spec=spec,
+            requests={GPU: Decimal(draw(st.integers(1, 3)))},
+            submitted_at=T0 + timedelta(seconds=n),
+        )
+        jobs.append(Job(op, draw(st.integers(0, 30)), runs))
+    gpus = {c: draw(st.integers(0, 8)) for c in ("a", "b")} if fleet else {}
+    return Sim(queues, cohort, tuple(jobs), gpus)
+
+
+@dataclass(frozen=True)
+class Case:
+    ops: tuple[CompiledOperation, ...]
+    queues: dict[str, QueueSpec]
+    clusters: dict[str, ClusterSpec]
+    observed: tuple[ObservedOperation, ...]
+    org: OrgSettings
+
+    def plan(self) -> Plan:
+        return plan_dispatch(self.ops, self.queues, self.clusters, self.observed, self.org, NOW)
+
+
+@st.composite
+def cases(draw: st.DrawFn, shared_cluster: bool = False) -> Case:
+    nclusters = 1 if shared_cluster else draw(st.integers(1, 2))
+    clusters = {
+        f"c{i}": ClusterSpec(
+            f"c{i}",
+            concurrency=draw(st.integers(0, 6))
+            if shared_cluster
+            else draw(st.none() | st.integers(0, 6)),
+        )
+        for i in range(nclusters)
+    }
+    queues: dict[str, QueueSpec] = {}
+    for i in range(draw(st.integers(1, 4))):
+        quota = {}
+        if draw(st.booleans()):
+            quota[GPU] = Decimal(draw(st.integers(0, 6)))
+        if draw(st.booleans()):
+            quota["cpu"] = Decimal(draw(st.sampled_from(["0.5", "1", "2.5", "4"])))
+        queues[f"q{i}"] = QueueSpec(
+            name=f"q{i}",
+            cluster=f"c{draw(st.integers(0, nclusters - 1))}",
+            priority=draw(st.integers(0, 3)),
+            concurrency=draw(st.none() | st.integers(0, 5)),
+            quota=quota,
+            strategy=draw(st.sampled_from(QueueStrategy)),
+            paused=draw(st.booleans()) and draw(st.booleans()),
+            max_pods=draw(st.none() | st.none() | st.integers(0, 10)),
+        )
+    names = sorted(queues)
+    ops: list[CompiledOperation] = []
+    observed: list[ObservedOperation] = []
+    nops = draw(st.integers(0, 25))
+    for i in range(nops):
+        q = queues[draw(st.sampled_from(names))]
+        requests = {}
+        gpu = draw(st.integers(0, 3))
+        if gpu:
+            requests[GPU] = Decimal(gpu)
+        if draw(st.booleans()):
+            requests["cpu"] = Decimal(draw(st.sampled_from(["0.25", "0.5", "1", "3"])))
+        # about one in four is distributed: 1 to 4 replicas, all or nothing
+        replicas = draw(st.integers(1, 4)) if draw(st.integers(0, 3)) == 0 else 1
+        gang = {}
+        if replicas > 1 or draw(st.integers(0, 9)) == 0:
+            gang = {
+                "replicas": replicas,
+                "distributed": Distributed(),
+                "pod_requests": requests,
+            }
+            requests = {k: v * replicas for k, v in requests.items()}
+        workflow = None
+        deps: tuple[str, ...] = ()
+        if i and draw(st.integers(0, 4)) == 0:
+            workflow = WorkflowRef(
+                "p/wf", "dag", i, concurrency=draw(st.none() | st.integers(1, 2))
+            )
+            if draw(st.booleans()):
+                deps = (f"p/op{draw(st.integers(0, i - 1))}",)
+        ops.append(
+            CompiledOperation(
+                project="p",
+                name=f"op{i}",
+                path=f"p/operations/op{i}.yaml",
+                queue=q.name,
+                cluster=q.cluster,
+                namespace="p",
+                kind=RunKind.JOB,
+                spec={},
+                requests=requests,
+                is_approved=draw(st.integers(0, 9)) > 0,
+                workflow=workflow,
+                dependencies=deps,
+                submitted_at=draw(
+                    st.none() | st.just(T0 + timedelta(minutes=draw(st.integers(0, 5))))
+                ),
+                **gang,
+            )
+        )
+        phase = draw(st.sampled_from(list(Phase)))
+        if phase is not Phase.QUEUED or draw(st.booleans()):
+            # the workload's own pods, when observation says (a Job's parallelism)
+            pods = draw(st.none() | st.integers(1, 4)) if phase.active else None
+            observed.append(ObservedOperation(f"p/op{i}", phase, pods=pods))
+    # active operations that were removed from the repo
+    for j in range(draw(st.integers(0, 3))):
+        q = queues[draw(st.sampled_from(names))]
+        observed.append(
+            ObservedOperation(f"p/gone{j}", Phase.RUNNING, {GPU: Decimal(1)}, q.name, q.cluster)
+        )
+    org = OrgSettings(prune=draw(st.booleans()), allow_mass_prune=draw(st.booleans()))
+    return Case(tuple(ops), queues, clusters, tuple(observed), org)
+
+
+Step = tuple[str, bool]  # (YAML key, the value there is a list of models)
+
+
+def models(annotation: Any) -> Iterator[tuple[type[BaseModel], bool]]:
+    """The models inside an annotation, each with whether it sits in a list."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        yield from models(typing.get_args(annotation)[0])
+    elif origin in (Union, types.UnionType):
+        for arg in typing.get_args(annotation):
+            yield from models(arg)
+    elif origin is list:
+        for model, _ in models(typing.get_args(annotation)[0]):
+            yield model, True
+    elif isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation, False
+
+
+def walk(
+    model: type[BaseModel], path: tuple[Step, ...] = (), seen: frozenset[type] = frozenset()
+) -> Iterator[tuple[tuple[Step, ...], type[BaseModel]]]:
+    """Every model reachable from ``model`` (each once per path, no cycles), with its path."""
+    yield path, model
+    for name, info in model.model_fields.items():
+        for sub, in_list in models(info.annotation):
+            if sub not in seen:
+                yield from walk(sub, (*path, (info.alias or name, in_list)), seen | {model})
+
+
+def nest(path: tuple[Step, ...], leaf: dict[str, Any]) -> dict[str, Any]:
+    value: Any = leaf
+    for key, in_list in reversed(path):
+        value = {key: [value] if in_list else value}
+    return value
+
+
+# (kind, path to the model, YAML name) for every camelCase field of every input model.
+CAMEL_FIELDS = sorted(
+    {
+        (kind, path, alias)
+        for kind, top in KINDS.items()
+        for path, model in walk(top)
+        for name, info in model.model_fields.items()
+        if (alias := info.alias or name) != name
+    }
+)
