@@ -49,6 +49,7 @@ ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
 # The workflow a child was dispatched for ("" for an operation that is none's child): a
 # workflow refused by policy keeps only its own children running, never another's workload.
 ANNOTATION_WORKFLOW = "reconciler.dev/workflow"
+ANNOTATION_OUTPUTS = "reconciler.dev/outputs"  # where the run writes its outputs
 
 PORTS = {RunKind.NOTEBOOK: 8888, RunKind.SANDBOX: 8080}
 SANDBOX_DEFAULT_TIMEOUT = 4 * 3600  # sandboxes never run unbounded
@@ -57,6 +58,7 @@ GIT_IMAGE = "alpine/git:2.45.2"
 ENV_OPERATION = "RECONCILER_OPERATION"
 ENV_QUEUE = "RECONCILER_QUEUE"
 ENV_CONNECTION_PREFIX = "RECONCILER_CONNECTION_"
+ENV_OUTPUTS = "RECONCILER_OUTPUTS"
 # Pod-level fields copied from ``run.environment``.
 POD_FIELDS = (
     "nodeSelector",
@@ -110,6 +112,18 @@ def operation_workload(op: CompiledOperation) -> str:
     """The name of ``op``'s workload (its Job, and its Service if any)."""
     replicas = op.replicas if op.distributed is not None else 1
     return workload_name(op.project, op.name, op.generation, replicas)
+
+
+def outputs_path(op: CompiledOperation, connections: Mapping[str, ConnectionSpec]) -> str | None:
+    """Where this run of ``op`` writes its outputs (``run.outputs``): under the bucket's URL
+    or the volume's mountPath, ``<project>/<operation>/<workload>/``; the workload's name
+    (one per generation) keeps each run's apart. None when it has no outputs connection."""
+    name = (op.spec.get("run") or {}).get("outputs")
+    conn = connections.get(name) if isinstance(name, str) else None
+    if conn is None:
+        return None
+    base = str(conn.spec["url"] if conn.type == "bucket" else conn.spec["mountPath"])
+    return f"{base.rstrip('/')}/{op.project}/{op.name}/{operation_workload(op)}/"
 
 
 def _label_value(value: str) -> str:
@@ -574,6 +588,10 @@ def render_operation(
     }
     pod_spec = pod["spec"]
     port = PORTS.get(op.kind)
+    outputs = outputs_path(op, connections)
+    if outputs is not None:
+        pod_spec["containers"][0]["env"].append({"name": ENV_OUTPUTS, "value": outputs})
+        annotations[ANNOTATION_OUTPUTS] = outputs
 
     retries = int(run.get("maxRetries") or 0)
     job_spec: dict[str, Any]

@@ -33,6 +33,7 @@ from reconciler.core import web_html
 from reconciler.core.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.model import suggest
 from reconciler.core.observe import WorkloadState
+from reconciler.core.outputs import sort_problem
 from reconciler.core.queue_view import (
     BlameLine,
     fleet_json,
@@ -57,6 +58,8 @@ log = logging.getLogger("reconciler.web")
 
 MAX_LOG_BYTES = 256 << 10  # of a pod's log, per page view
 PAGE_PARAMETERS = ("partial",)  # ?partial=main: only the page's <main> (its refresh)
+# an operation's page: a workflow's children sorted by a named output (?sort=accuracy&order=desc)
+OPERATION_PARAMETERS = (*PAGE_PARAMETERS, "sort", "order")
 MAX_QUERY_FIELDS = 16
 
 Response = tuple[int, bytes, str]
@@ -115,6 +118,7 @@ class WebApp:
             wrong = _query_error(query, ())
             return _error(400, wrong) if wrong else self._api(parts[2:])
         page: tuple[str, Callable[[_Cycle], tuple[int, str] | None]]
+        allowed: tuple[str, ...] = PAGE_PARAMETERS
         if not parts or parts == ["queues"]:
             page = ("Queues", self._queues_main)
         elif parts[0] == "queues" and len(parts) == 2:
@@ -122,13 +126,17 @@ class WebApp:
             page = (f"Queue {shown}", lambda c: self._queue_main(c, parts[1]))
         elif parts[0] == "operations" and len(parts) == 3:
             op_id = f"{parts[1]}/{parts[2]}"
-            page = (f"Operation {printable_text(op_id)}", lambda c: self._op_main(c, op_id))
+            sorting = _sorting(query)
+            page = (
+                f"Operation {printable_text(op_id)}",
+                lambda c: self._op_main(c, op_id, *sorting),
+            )
+            allowed = OPERATION_PARAMETERS
         else:
             return None
-        wrong = _query_error(query, PAGE_PARAMETERS)
+        wrong = _query_error(query, allowed)
         if wrong:
-            text = web_html.render_message_page("Bad request", wrong, refresh=0)
-            return 400, text.encode(), HTML
+            return _bad_request(wrong)
         return self._html("partial" in parse_qs(query, keep_blank_values=True), *page)
 
     def _cycle(self) -> _Cycle | None:
@@ -188,7 +196,9 @@ class WebApp:
         )
         return None if detail is None else (200, web_html.queue_main(detail))
 
-    def _op_main(self, c: _Cycle, op_id: str) -> tuple[int, str] | None:
+    def _op_main(
+        self, c: _Cycle, op_id: str, sort: str | None = None, order: str | None = None
+    ) -> tuple[int, str] | None:
         r = c.result
         assert r.compiled is not None and r.plan is not None
         detail = operation_detail(
@@ -196,9 +206,16 @@ class WebApp:
         )
         if detail is None:
             return None
+        if (sort is not None or order is not None) and not detail.children:
+            return 400, web_html.message_main(
+                "Bad request", "sort and order sort a workflow's children: this is no workflow"
+            )
+        wrong = sort_problem(detail.child_runs, sort, order)
+        if wrong:
+            return 400, web_html.message_main("Bad request", wrong)
         down = {h.name for h in r.clusters if not h.reachable}
         logs, note = self._logs(r.states.get(op_id), down)
-        return 200, web_html.operation_main(detail, logs, note)
+        return 200, web_html.operation_main(detail, logs, note, sort=sort, order=order)
 
     def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
         if self._blame is None or not path:
@@ -309,6 +326,22 @@ def _error(status: int, message: str) -> Response:
     return status, web_html.error_json(message), JSON
 
 
+def _bad_request(message: str) -> Response:
+    text = web_html.render_message_page("Bad request", message, refresh=0)
+    return 400, text.encode(), HTML
+
+
+def _sorting(query: str) -> tuple[str | None, str | None]:
+    """``?sort=NAME&order=asc|desc`` of an operation's page (each given once: checked by
+    ``_query_error``)."""
+    try:
+        params = parse_qs(query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return None, None
+    sort, order = params.get("sort"), params.get("order")
+    return (sort[0] if sort else None), (order[0] if order else None)
+
+
 def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
     """Why a page's (``partial=main`` only) or the API's (none) query is refused, or None:
     an unknown or misspelt name is an error, never ignored."""
@@ -323,6 +356,10 @@ def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
             close = suggest(name, allowed)
             hint = f"did you mean {close!r}?" if close else f"allowed: {', '.join(allowed)}"
             return f"unknown query parameter {name!r} ({hint})"
+        if name != "partial":
+            if len(values) > 1:
+                return f"{name} is given {len(values)} times: give it once"
+            continue
         wrong = [v for v in values if v != "main"]
         if wrong:
             return f"{name}={wrong[0]!r}: the only value is main"

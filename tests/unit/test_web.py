@@ -136,7 +136,7 @@ def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
     batch = body.split('data-queue="batch"')[1].split("</tr>")[0]
     assert "<b>3/3</b>" in batch
     assert 'data-fleet="local"' in body and 'data-fleet="*"' in body
-    assert "partial=main" in body  # the page refreshes itself
+    assert "q.set('partial','main')" in body  # the page refreshes itself, query kept
     status, _, main = _get(url + "/queues?partial=main")
     assert status == 200 and "<html" not in main and 'data-queue="team-a"' in main
 
