@@ -22,6 +22,7 @@ from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Decision, Memory, decide_recorded, memory_from_status
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision
+from reconciler.core.outputs import outputs_line
 from reconciler.core.plan import PlanInputError
 from reconciler.core.plan_render import text_table
 from reconciler.core.report import Outcome, Report, expected, report, status_view
@@ -346,6 +347,11 @@ def watch_operation(
             break
         sleep(interval)
     assert record is not None
+    stamp = f"{datetime.now(UTC):%H:%M:%S} {op_id}:"
+    if record.named_outputs:  # its result, then where it wrote the rest
+        echo(f"{stamp} outputs {printable_text(outputs_line(record.named_outputs))}")
+    if record.outputs_path:
+        echo(f"{stamp} outputs at {printable_text(record.outputs_path)}")
     _log_tail(repo, branch, op_id, cache_dir, tail, echo)
     return str(record.phase)
 
