@@ -4,14 +4,14 @@ is read as bounded named outputs, and a workflow's children sort by any of them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from conftest import repo
 
-from reconciler.core.compile import compile_repo
+from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.outputs import (
     MAX_NAME_CHARS,
@@ -342,3 +342,31 @@ def test_unknown_sort_keys_and_orders_are_named() -> None:
     assert sort_problem([], "loss", None) == (
         "sort='loss': no run of this workflow has named outputs yet"
     )
+
+
+def test_an_incremental_compile_sees_the_outputs_connection_change() -> None:
+    """The operation read the connection and the defaults: a commit that changes either
+    recompiles it, exactly as a full compile would."""
+    cache = CompileCache()
+    base = {**BASE, "projects/p/operations/a.yaml": op_yaml("  outputs: scratch\n")}
+    commits = [
+        {},
+        {"connections/scratch.yaml": BASE["connections/datasets.yaml"]},  # readOnly now
+        {"connections/scratch.yaml": None},  # gone
+        {"connections/scratch.yaml": BASE["connections/scratch.yaml"]},  # back
+        {"projects/p/operations/a.yaml": op_yaml()},
+        {"projects/p/project.yaml": "kind: Project\ndefaults:\n  outputs: results\n"},
+        {"reconciler.yaml": "kind: Org\ndefaults:\n  queue: q\n  outputs: scratch\n"},
+        {"projects/p/project.yaml": "kind: Project\n"},
+    ]
+    files: dict[str, str | None] = dict(base)
+    seen = []
+    for i, change in enumerate(commits):
+        files.update(change)
+        snap = replace(repo(files), version=f"c{i}")
+        got = compile_repo(snap, cache=cache)
+        assert got == compile_repo(snap), change
+        seen.append(
+            "error" if got.errors else (got.operations[0].spec["run"].get("outputs") or "")
+        )
+    assert seen == ["scratch", "error", "error", "scratch", "", "results", "results", "scratch"]
