@@ -366,7 +366,5 @@ def test_an_incremental_compile_sees_the_outputs_connection_change() -> None:
         snap = replace(repo(files), version=f"c{i}")
         got = compile_repo(snap, cache=cache)
         assert got == compile_repo(snap), change
-        seen.append(
-            "error" if got.errors else (got.operations[0].spec["run"].get("outputs") or "")
-        )
+        seen.append("error" if got.errors else (got.operations[0].spec["run"].get("outputs") or ""))
     assert seen == ["scratch", "error", "error", "scratch", "", "results", "results", "scratch"]
