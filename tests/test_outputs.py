@@ -368,3 +368,21 @@ def test_an_incremental_compile_sees_the_outputs_connection_change() -> None:
         assert got == compile_repo(snap), change
         seen.append("error" if got.errors else (got.operations[0].spec["run"].get("outputs") or ""))
     assert seen == ["scratch", "error", "error", "scratch", "", "results", "results", "scratch"]
+
+
+def test_a_host_path_outputs_volume_needs_the_policy_and_is_named_at_run_outputs() -> None:
+    files = {
+        "connections/host.yaml": "kind: Connection\nvolume:\n  hostPath: /mnt\n  mountPath: /out\n",
+        "projects/p/operations/a.yaml": op_yaml("  outputs: host\n"),
+    }
+    result = compiled(files)
+    assert result.errors == () and result.operations == ()
+    (rejected,) = result.rejected
+    assert rejected.message == (
+        "run.outputs: connection 'host' mounts hostPath '/mnt', which policy does not allow "
+        "(set by operation at projects/p/operations/a.yaml:7)"
+    ), rejected.message
+    allowed = compiled(
+        {**files, "reconciler.yaml": BASE["reconciler.yaml"] + "policy:\n  allowHostPath: true\n"}
+    )
+    assert allowed.errors == () and [o.id for o in allowed.operations] == ["p/a"]

@@ -468,9 +468,12 @@ def pod_field_origin(
     knows the layout ``render_pod`` writes, so the two change together."""
     run = spec.get("run") or {}
     listed = list(run.get("connections") or [])
+    outputs = run.get("outputs")  # mounted too when not listed
     volumes = [v.get("name") for v in run.get("volumes") or [] if isinstance(v, Mapping)]
 
     def connection(name: str) -> FieldOrigin:
+        if name not in listed and name == outputs:
+            return FieldOrigin(("run", "outputs"), name)
         index = listed.index(name) if name in listed else None
         where: tuple[str | int, ...] = ("run", "connections")
         return FieldOrigin((*where, index) if index is not None else where, name)
@@ -478,7 +481,7 @@ def pod_field_origin(
     def volume(name: str, *field: str | int) -> FieldOrigin:
         if name == "dshm":
             return FieldOrigin(("run", "container", "shmSize"))
-        if name.startswith("conn-") and name.removeprefix("conn-") in listed:
+        if name.startswith("conn-") and name.removeprefix("conn-") in (*listed, outputs):
             return connection(name.removeprefix("conn-"))
         if name in volumes:
             return FieldOrigin(("run", "volumes", volumes.index(name), *field))
