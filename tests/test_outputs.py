@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from conftest import repo
 
+from reconciler.cli.status_cmd import status_to_table
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.observe import WorkloadState, observe_workloads
 from reconciler.core.outputs import (
@@ -29,7 +30,7 @@ from reconciler.core.render import (
     render_operation,
     spec_hash,
 )
-from reconciler.core.status import OperationStatus
+from reconciler.core.status import OperationStatus, StatusView
 from reconciler.core.types import CompiledRepo
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -386,3 +387,20 @@ def test_a_host_path_outputs_volume_needs_the_policy_and_is_named_at_run_outputs
         {**files, "reconciler.yaml": BASE["reconciler.yaml"] + "policy:\n  allowHostPath: true\n"}
     )
     assert allowed.errors == () and [o.id for o in allowed.operations] == ["p/a"]
+
+
+def test_the_status_table_has_an_outputs_column_only_when_a_run_left_one() -> None:
+    def record(op: str, **kw: Any) -> OperationStatus:
+        return OperationStatus.from_dict({"operation": op, "phase": "Succeeded", **kw})
+
+    plain = [record("p/a"), record("p/b", outputs={"curve": [1, 2]})]
+    assert "OUTPUTS" not in status_to_table(StatusView(operations={}), plain, queues=False)
+    ran = [
+        record("p/a"),
+        record("p/b", outputs={"accuracy": 0.93, "loss": 0.1, "ok": True}),
+        record("p/c", outputs={"text": "x" * 100, "bad\x1b": 1}),
+    ]
+    lines = status_to_table(StatusView(operations={}), ran, queues=False).splitlines()
+    assert lines[0].split()[-1] == "OUTPUTS"
+    assert lines[2].endswith("accuracy=0.93 loss=0.1 ok=true")
+    assert lines[3].endswith("…") and "\x1b" not in lines[3] and "bad\\x1b=1" in lines[3]

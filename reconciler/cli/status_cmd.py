@@ -59,6 +59,13 @@ def select(view: StatusView, target: str | None) -> list[OperationStatus]:
     return [o for o in ops if o.operation.split("/", 1)[0] == target]
 
 
+MAX_OUTPUTS_CELL = 60  # characters of a run's named outputs in the table; all in `status P/O`
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return text_table(headers, rows)
 
@@ -83,7 +90,8 @@ def status_to_table(
     queues: bool,
     estimates: Estimates = NO_ESTIMATES,
 ) -> str:
-    """STARTS: a pending operation's start estimate (docs/estimates.md)."""
+    """STARTS: a pending operation's start estimate (docs/estimates.md). OUTPUTS, when
+    some run left a result: its named outputs (``accuracy=0.93 loss=0.1``)."""
     rows = [
         [
             o.operation,
@@ -97,7 +105,12 @@ def status_to_table(
         ]
         for o in ops
     ]
-    out = [_table(OP_HEADERS, rows)]
+    headers = OP_HEADERS
+    if any(o.named_outputs for o in ops):  # a column only when some run left a result
+        headers = [*OP_HEADERS, "OUTPUTS"]
+        for row, o in zip(rows, ops, strict=True):
+            row.append(_cut(outputs_line(o.named_outputs), MAX_OUTPUTS_CELL))
+    out = [_table(headers, rows)]
     if queues and view.queues:
         out += ["", _table(QUEUE_HEADERS, [_queue_row(q) for q in view.queues])]
     return "\n".join(out) + "\n"
