@@ -404,3 +404,22 @@ def test_the_status_table_has_an_outputs_column_only_when_a_run_left_one() -> No
     assert lines[0].split()[-1] == "OUTPUTS"
     assert lines[2].endswith("accuracy=0.93 loss=0.1 ok=true")
     assert lines[3].endswith("…") and "\x1b" not in lines[3] and "bad\\x1b=1" in lines[3]
+
+
+@pytest.mark.parametrize("backend", ["job", "pytorchjob"])
+def test_every_replica_of_a_distributed_run_gets_the_runs_path(backend: str) -> None:
+    body = op_yaml(f"  outputs: results\n  replicas: 2\n  distributed: {{backend: {backend}}}\n")
+    result = compiled({"projects/p/operations/d.yaml": body})
+    assert result.errors == ()
+    (op,) = result.operations
+    workload = render_operation(op, result.connections, config_version="c", dispatched_at=NOW).job
+    path = "s3://ml-results/runs/p/d/p-d-g1/"
+    assert workload["metadata"]["annotations"][ANNOTATION_OUTPUTS] == path
+    templates = (
+        [s["template"] for s in workload["spec"]["pytorchReplicaSpecs"].values()]
+        if backend == "pytorchjob"
+        else [workload["spec"]["template"]]
+    )
+    for template in templates:
+        env = template["spec"]["containers"][0]["env"]
+        assert {"name": ENV_OUTPUTS, "value": path} in env
