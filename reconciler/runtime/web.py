@@ -6,12 +6,14 @@ Routes (GET only; nothing here changes a cluster or the repo):
 - ``/queues/<name>``: settings with their file:line and last commit (Git blame), active
   and pending operations with position, reason and what would admit them;
 - ``/operations/<project>/<op>``: phase history, workload, outputs, log tail, compiled spec
-  with per-field provenance;
+  with per-field provenance; a workflow's children with their named outputs, sorted by
+  ``?sort=NAME&order=asc|desc``;
 - ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
   ``/api/v1/fleet``: the same views as JSON.
 
 ``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh); any
-other query parameter is a 400 that names it (``did you mean``), the API takes none. The
+other query parameter (but an operation page's ``sort`` and ``order``) is a 400 that names
+it (``did you mean``), the API takes none. The
 rendering is pure (``core.web_html``); this module only fetches what the views need.
 """
 
