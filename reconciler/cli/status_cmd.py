@@ -21,6 +21,7 @@ from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, reda
 from reconciler.cli.options import parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.cycle import Decision, Memory, decide_recorded, memory_from_status
+from reconciler.core.observation.outputs import outputs_line
 from reconciler.core.plan import PlanInputError
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates, estimate_decision
 from reconciler.core.reporting.report import Outcome, Report, expected, report, status_view
@@ -58,6 +59,13 @@ def select(view: StatusView, target: str | None) -> list[OperationStatus]:
     return [o for o in ops if o.operation.split("/", 1)[0] == target]
 
 
+MAX_OUTPUTS_CELL = 60  # characters of a run's named outputs in the table; all in `status P/O`
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     return text_table(headers, rows)
 
@@ -82,7 +90,8 @@ def status_to_table(
     queues: bool,
     estimates: Estimates = NO_ESTIMATES,
 ) -> str:
-    """STARTS: a pending operation's start estimate (docs/estimates.md)."""
+    """STARTS: a pending operation's start estimate (docs/estimates.md). OUTPUTS, when
+    some run left a result: its named outputs (``accuracy=0.93 loss=0.1``)."""
     rows = [
         [
             o.operation,
@@ -96,7 +105,12 @@ def status_to_table(
         ]
         for o in ops
     ]
-    out = [_table(OP_HEADERS, rows)]
+    headers = OP_HEADERS
+    if any(o.named_outputs for o in ops):  # a column only when some run left a result
+        headers = [*OP_HEADERS, "OUTPUTS"]
+        for row, o in zip(rows, ops, strict=True):
+            row.append(_cut(outputs_line(o.named_outputs), MAX_OUTPUTS_CELL))
+    out = [_table(headers, rows)]
     if queues and view.queues:
         out += ["", _table(QUEUE_HEADERS, [_queue_row(q) for q in view.queues])]
     return "\n".join(out) + "\n"
@@ -346,6 +360,11 @@ def watch_operation(
             break
         sleep(interval)
     assert record is not None
+    stamp = f"{datetime.now(UTC):%H:%M:%S} {op_id}:"
+    if record.named_outputs:  # its result, then where it wrote the rest
+        echo(f"{stamp} outputs {printable_text(outputs_line(record.named_outputs))}")
+    if record.outputs_path:
+        echo(f"{stamp} outputs at {printable_text(record.outputs_path)}")
     _log_tail(repo, branch, op_id, cache_dir, tail, echo)
     return str(record.phase)
 

@@ -636,6 +636,7 @@ class OrgPolicy:
 @dataclass(frozen=True)
 class OrgSettings:
     default_queue: str | None = None
+    default_outputs: str | None = None  # ``defaults.outputs``: a connection's name
     prune: bool = False
     # The mass-deletion guard: refuse to stop more than this share of active ops in one plan.
     max_prune_fraction: float = 0.5

@@ -6,13 +6,15 @@ Routes (GET only; nothing here changes a cluster or the repo):
 - ``/queues/<name>``: settings with their file:line and last commit (Git blame), active
   and pending operations with position, reason and what would admit them;
 - ``/operations/<project>/<op>``: phase history, workload, outputs, log tail, compiled spec
-  with per-field provenance;
+  with per-field provenance; a workflow's children with their named outputs, sorted by
+  ``?sort=NAME&order=asc|desc``;
 - ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
   ``/api/v1/fleet``: the same views as JSON.
 
 ``?partial=main`` returns only a page's ``<main>`` (the pages poll it to refresh); any
-other query parameter is a 400 that names it (``did you mean``), the API takes none. The
-rendering is pure (``core.views.web_html``); this module only fetches what the views need.
+other query parameter (but an operation page's ``sort`` and ``order``) is a 400 that names
+it (``did you mean``), the API takes none. The rendering is pure (``core.views.web_html``);
+this module only fetches what the views need.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from reconciler.adapters.repo import read_capped
 from reconciler.core.compile.model import suggest
 from reconciler.core.decision.render_kubeflow import log_container
 from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.observation.outputs import sort_problem
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.reporting.report import Report
 from reconciler.core.reporting.status import (
@@ -57,6 +60,8 @@ log = logging.getLogger("reconciler.web")
 
 MAX_LOG_BYTES = 256 << 10  # of a pod's log, per page view
 PAGE_PARAMETERS = ("partial",)  # ?partial=main: only the page's <main> (its refresh)
+# an operation's page: a workflow's children sorted by a named output (?sort=accuracy&order=desc)
+OPERATION_PARAMETERS = (*PAGE_PARAMETERS, "sort", "order")
 MAX_QUERY_FIELDS = 16
 
 Response = tuple[int, bytes, str]
@@ -115,6 +120,7 @@ class WebApp:
             wrong = _query_error(query, ())
             return _error(400, wrong) if wrong else self._api(parts[2:])
         page: tuple[str, Callable[[_Cycle], tuple[int, str] | None]]
+        allowed: tuple[str, ...] = PAGE_PARAMETERS
         if not parts or parts == ["queues"]:
             page = ("Queues", self._queues_main)
         elif parts[0] == "queues" and len(parts) == 2:
@@ -122,13 +128,17 @@ class WebApp:
             page = (f"Queue {shown}", lambda c: self._queue_main(c, parts[1]))
         elif parts[0] == "operations" and len(parts) == 3:
             op_id = f"{parts[1]}/{parts[2]}"
-            page = (f"Operation {printable_text(op_id)}", lambda c: self._op_main(c, op_id))
+            sorting = _sorting(query)
+            page = (
+                f"Operation {printable_text(op_id)}",
+                lambda c: self._op_main(c, op_id, *sorting),
+            )
+            allowed = OPERATION_PARAMETERS
         else:
             return None
-        wrong = _query_error(query, PAGE_PARAMETERS)
+        wrong = _query_error(query, allowed)
         if wrong:
-            text = web_html.render_message_page("Bad request", wrong, refresh=0)
-            return 400, text.encode(), HTML
+            return _bad_request(wrong)
         return self._html("partial" in parse_qs(query, keep_blank_values=True), *page)
 
     def _cycle(self) -> _Cycle | None:
@@ -188,7 +198,9 @@ class WebApp:
         )
         return None if detail is None else (200, web_html.queue_main(detail))
 
-    def _op_main(self, c: _Cycle, op_id: str) -> tuple[int, str] | None:
+    def _op_main(
+        self, c: _Cycle, op_id: str, sort: str | None = None, order: str | None = None
+    ) -> tuple[int, str] | None:
         r = c.result
         assert r.compiled is not None and r.plan is not None
         detail = operation_detail(
@@ -196,9 +208,16 @@ class WebApp:
         )
         if detail is None:
             return None
+        if (sort is not None or order is not None) and not detail.children:
+            return 400, web_html.message_main(
+                "Bad request", "sort and order sort a workflow's children: this is no workflow"
+            )
+        wrong = sort_problem(detail.child_runs, sort, order)
+        if wrong:
+            return 400, web_html.message_main("Bad request", wrong)
         down = {h.name for h in r.clusters if not h.reachable}
         logs, note = self._logs(r.states.get(op_id), down)
-        return 200, web_html.operation_main(detail, logs, note)
+        return 200, web_html.operation_main(detail, logs, note, sort=sort, order=order)
 
     def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
         if self._blame is None or not path:
@@ -309,6 +328,22 @@ def _error(status: int, message: str) -> Response:
     return status, web_html.error_json(message), JSON
 
 
+def _bad_request(message: str) -> Response:
+    text = web_html.render_message_page("Bad request", message, refresh=0)
+    return 400, text.encode(), HTML
+
+
+def _sorting(query: str) -> tuple[str | None, str | None]:
+    """``?sort=NAME&order=asc|desc`` of an operation's page (each given once: checked by
+    ``_query_error``)."""
+    try:
+        params = parse_qs(query, keep_blank_values=True, max_num_fields=MAX_QUERY_FIELDS)
+    except ValueError:
+        return None, None
+    sort, order = params.get("sort"), params.get("order")
+    return (sort[0] if sort else None), (order[0] if order else None)
+
+
 def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
     """Why a page's (``partial=main`` only) or the API's (none) query is refused, or None:
     an unknown or misspelt name is an error, never ignored."""
@@ -323,6 +358,10 @@ def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
             close = suggest(name, allowed)
             hint = f"did you mean {close!r}?" if close else f"allowed: {', '.join(allowed)}"
             return f"unknown query parameter {name!r} ({hint})"
+        if name != "partial":
+            if len(values) > 1:
+                return f"{name} is given {len(values)} times: give it once"
+            continue
         wrong = [v for v in values if v != "main"]
         if wrong:
             return f"{name}={wrong[0]!r}: the only value is main"

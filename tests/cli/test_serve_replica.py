@@ -3,8 +3,6 @@ the status branch, so it never shows work that has finished as using quota."""
 
 from __future__ import annotations
 
-import pytest
-
 import json
 import os
 import subprocess
@@ -12,6 +10,7 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 from support.git import git
 from support.helpers import http_get, refused_port, served_url, write_kubeconfig
 from support.paths import ROOT

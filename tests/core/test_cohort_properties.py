@@ -21,11 +21,10 @@ operation goes to one of its queue's clusters, and no ``clusterQuota`` is exceed
 
 from __future__ import annotations
 
-import pytest
-
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+import pytest
 from hypothesis import event, given, settings
 from support.builders import NOW
 from support.strategies import GPU, MAX_BORROW, STEP, Sim, sims

@@ -11,12 +11,11 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.builders import NOW, T0

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import pytest
-
 from dataclasses import replace
 from decimal import Decimal
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.strategies import Case, cases

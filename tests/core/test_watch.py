@@ -87,3 +87,24 @@ def test_an_earlier_generations_end_is_not_this_runs(monkeypatch: pytest.MonkeyP
         "vision/a: Succeeded (queue team-a, generation 2)",
         "ended Succeeded",
     ]
+
+
+def test_the_end_shows_the_runs_named_outputs_and_their_path(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    views = [
+        _view("Running", cluster="local"),
+        _view(
+            "Succeeded",
+            cluster="local",
+            outputs={"accuracy": 0.93, "curve": [1, 2], "note": "a\nb"},
+            outputsPath="s3://r/vision/a/vision-a-g1/",
+        ),
+    ]
+    assert _watch(monkeypatch, views) == [
+        "vision/a: Running (queue team-a, cluster local, generation 1)",
+        "vision/a: Succeeded (queue team-a, cluster local, generation 1)",
+        "vision/a: outputs accuracy=0.93 note=a b",
+        "vision/a: outputs at s3://r/vision/a/vision-a-g1/",
+        "ended Succeeded",
+    ]

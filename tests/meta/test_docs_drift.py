@@ -161,13 +161,16 @@ def test_the_readme_layout_names_every_module() -> None:
 
 
 def test_source_paths_named_in_the_docs_exist() -> None:
-    """A path such as `core/plan/planner.py` or `tests/core/test_plan.py` in a doc names a\nfile that is there."""
+    """A path such as `core/plan/planner.py` or `tests/core/test_plan.py` in a doc names a
+    file that is there."""
     wrong: list[str] = []
     for doc in [ROOT / "README.md", *sorted(DOCS.glob("*.md"))]:
         if doc.name == "benchmarks-history.md":  # a journal: it names files as they were
             continue
         text = doc.read_text(encoding="utf-8")
-        for path in set(re.findall(r"(?<!tests/)\b((?:core|runtime|adapters|cli)/[\w/]+\.py)\b", text)):
+        for path in set(
+            re.findall(r"(?<!tests/)\b((?:core|runtime|adapters|cli)/[\w/]+\.py)\b", text)
+        ):
             if not (ROOT / "reconciler" / path).exists():
                 wrong.append(f"{doc.relative_to(ROOT)}: {path}")
         for path in set(re.findall(r"\b(tests/[\w/]+\.py)\b", text)):

@@ -7,12 +7,11 @@ several clusters."""
 
 from __future__ import annotations
 
-import pytest
-
 import random
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 

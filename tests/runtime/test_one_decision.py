@@ -14,8 +14,6 @@ start estimates of the pending operations.
 
 from __future__ import annotations
 
-import pytest
-
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -24,6 +22,7 @@ from decimal import Decimal
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.builders import NOW, World

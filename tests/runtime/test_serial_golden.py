@@ -120,6 +120,7 @@ def _states(repo: CompiledRepo) -> dict[str, WorkloadState]:
         reason=ObservedReason.COMPLETED,
         finished_at="2026-01-01T01:00:00+00:00",
         outputs={"loss": 0.25, "metrics": {"acc": [0.9, 0.95]}, "note": "ünïcode"},
+        outputs_path="s3://ml-results/language/a/language-a-g1/",
         config_commit=OLD_COMMIT,
         node="node-1",
     )
@@ -423,6 +424,7 @@ OPERATION_FIELDS = [
     "started_at",
     "finished_at",
     "outputs",
+    "outputs_path",
     "spec_hash",
     "workload_spec_hash",
     "sync",
@@ -456,7 +458,7 @@ ODD_FILES: list[tuple[str, str]] = [
         "operation: p/mistyped\nphase: Running\nposition: '3'\ngeneration: true\n"
         "outputs: [1, 2]\nblockedBy: text\nworkflow: 7\nmessage: 42\nreason: 7\nkind: 1.5\n"
         "queue: null\nsync: ''\nlogs: null\nchildren: [a, 2, null]\nfuture: {a: 1}\n"
-        "config_commit: snake\nspecHash: 123\n",
+        "config_commit: snake\nspecHash: 123\noutputsPath: [s3]\n",
     ),
     ("status/p/numbers.yaml", "operation: 12\nphase: Succeeded\ngeneration: 3\nposition: 1.0\n"),
     ("status/p/empty-children.yaml", "operation: p/e\nphase: Stopped\nchildren: []\nsync: x\n"),

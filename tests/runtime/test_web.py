@@ -136,7 +136,7 @@ def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
     batch = body.split('data-queue="batch"')[1].split("</tr>")[0]
     assert "<b>3/3</b>" in batch
     assert 'data-fleet="local"' in body and 'data-fleet="*"' in body
-    assert "partial=main" in body  # the page refreshes itself
+    assert "q.set('partial','main')" in body  # the page refreshes itself, query kept
     status, _, main = _get(url + "/queues?partial=main")
     assert status == 200 and "<html" not in main and 'data-queue="team-a"' in main
 
@@ -621,3 +621,64 @@ def test_the_log_of_a_cluster_the_cycle_found_unreachable_is_not_waited_for(
     up = replace(cycle, clusters=(ClusterHealth("local", True),))
     reply = WebApp(lambda: up, read_logs=read_logs)("/operations/" + running.operation)
     assert reply is not None and "a log line" in reply[1].decode() and calls == [running.pod]
+
+
+def test_a_workflows_children_compare_their_outputs_sorted_by_any(
+    served: tuple,  # type: ignore[type-arg]
+    cycle: CycleResult,
+) -> None:
+    """The workflow page lists its children with their named outputs, one column each,
+    sorted by ``?sort=NAME&order=asc|desc``; a run's own page shows its outputs and path."""
+    url, latest, _ = served
+    states = dict(cycle.states)
+    results = {
+        "vision/sweep-lr-0": {"accuracy": 0.71, "loss": 0.9},
+        "vision/sweep-lr-1": {"accuracy": 0.93, "note": "<b>best</b>"},
+        "vision/sweep-lr-2": {"loss": 0.3},
+    }
+    for op_id, outputs in results.items():
+        state = states.get(op_id) or WorkloadState(
+            operation=op_id,
+            generation=1,
+            cluster="local",
+            namespace="vision",
+            name=op_id.replace("/", "-") + "-g1",
+            uid="u-" + op_id,
+            phase=Phase.SUCCEEDED,
+        )
+        states[op_id] = replace(
+            state, outputs=outputs, outputs_path=f"s3://r/vision/{op_id[7:]}/x-g1/"
+        )
+    latest.result = replace(cycle, states=states)
+
+    def order_of(body: str) -> list[str]:
+        table = body.split("<h2>Children")[1].split("</table>")[0]
+        return re.findall(r"vision/sweep-lr-(\d)</a>", table)
+
+    status, _, body = _get(url + operation_href("vision/sweep-lr"))
+    assert status == 200 and order_of(body) == ["0", "1", "2"]
+    assert ">accuracy</a>" in body and ">loss</a>" in body and ">note</a>" in body
+    assert "&lt;b&gt;best&lt;/b&gt;" in body and "<b>best</b>" not in body
+    status, _, body = _get(url + operation_href("vision/sweep-lr") + "?sort=accuracy&order=desc")
+    assert status == 200 and order_of(body) == ["1", "0", "2"]  # without it: last
+    assert 'href="?sort=accuracy&amp;order=asc"' in body  # the header flips the order
+    status, _, body = _get(url + operation_href("vision/sweep-lr") + "?sort=loss&partial=main")
+    assert status == 200 and "<html" not in body and order_of(body) == ["2", "0", "1"]
+
+    for query, said in [
+        ("?sort=acuracy", "sort='acuracy': no run has an output of that name (did you mean "),
+        ("?sort=loss&order=up", "order='up': use asc or desc"),
+        ("?sort=loss&sort=accuracy", "sort is given 2 times: give it once"),
+        ("?srot=loss", "unknown query parameter 'srot' (did you mean 'sort'?)"),
+    ]:
+        status, _, body = _get(url + operation_href("vision/sweep-lr") + query)
+        assert status == 400 and esc(said) in body, (query, body[-400:])
+    status, _, body = _get(url + operation_href("vision/sweep-lr-0") + "?sort=loss")
+    assert status == 400 and "this is no workflow" in body
+    status, _, body = _get(url + "/queues/team-a?sort=loss")
+    assert status == 400 and esc("unknown query parameter 'sort' (allowed: partial)") in body
+
+    status, _, body = _get(url + operation_href("vision/sweep-lr-1"))
+    assert status == 200 and "<h2>Outputs</h2>" in body
+    assert "<code>accuracy</code></td><td>0.93</td>" in body
+    assert "<code>s3://r/vision/sweep-lr-1/x-g1/</code>" in body

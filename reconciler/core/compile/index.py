@@ -614,6 +614,7 @@ class RepoIndex:
             currency=m.currency or "",
             timezone=m.timezone or "UTC",
             default_queue=m.defaults.queue if m.defaults else None,
+            default_outputs=m.defaults.outputs if m.defaults else None,
             prune=prune.enabled if prune else False,
             max_prune_fraction=prune.max_fraction if prune else 0.5,
             allow_mass_prune=prune.allow_mass_prune if prune else False,

@@ -713,6 +713,11 @@ class Run(Strict):
     container: Container | None = None
     environment: Environment | None = None
     connections: list[Name] | None = None
+    outputs: Name | None = Field(
+        default=None,
+        description="A bucket or volume connection each run writes its outputs under: "
+        "<url or mountPath>/<project>/<operation>/<workload>/, in RECONCILER_OUTPUTS.",
+    )
     timeout: Duration | None = Field(
         default=None, description="Seconds (int) or a duration such as '30m' or '2h'."
     )
@@ -946,6 +951,9 @@ class PresetFile(Strict):
 
 class ProjectDefaults(Strict):
     queue: Name | None = None
+    outputs: Name | None = Field(
+        default=None, description="run.outputs of operations that set none (after presets)."
+    )
     priority: OperationPriority | None = Field(
         default=None, description="The priority of operations that set none (after presets)."
     )
@@ -1247,6 +1255,10 @@ class ConnectionFile(Strict):
 
 class OrgDefaults(Strict):
     queue: Name | None = None
+    outputs: Name | None = Field(
+        default=None,
+        description="run.outputs of operations that set none (after the project's default).",
+    )
     presets: list[Name] | None = Field(
         default=None,
         description="Org presets applied to every operation, before the project's defaults.",

@@ -129,6 +129,20 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
             spec["queue"] = org.default_queue
             prov[("queue",)] = Provenance(org_loaded.path, loc.line, "org default", loc.col)
 
+    # 3a. Outputs: the project's default connection, then the org's.
+    run = spec.get("run")
+    if isinstance(run, dict) and run.get("outputs") is None:
+        if defaults and defaults.outputs:
+            loc = proj.doc.loc(("defaults", "outputs"))
+            spec["run"] = {**run, "outputs": defaults.outputs}
+            prov[("run", "outputs")] = Provenance(proj.path, loc.line, "project default", loc.col)
+        elif org.default_outputs:
+            org_loaded = repo.org()
+            assert org_loaded is not None
+            loc = org_loaded.doc.loc(("defaults", "outputs"))
+            spec["run"] = {**run, "outputs": org.default_outputs}
+            prov[("run", "outputs")] = Provenance(org_loaded.path, loc.line, "org default", loc.col)
+
     # 3b. Priority: the project's default where the operation and its presets set none.
     if spec.get("priority") is None and defaults and defaults.priority is not None:
         loc = proj.doc.loc(("defaults", "priority"))

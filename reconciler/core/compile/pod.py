@@ -119,6 +119,17 @@ def _connection_mounts(names: list[str], connections: Mapping[str, ConnectionSpe
     return out
 
 
+def used_connections(spec: Mapping[str, Any]) -> list[str]:
+    """The connections the main container gets: ``run.connections`` in order, then
+    ``run.outputs`` when it is not one of them (its bucket's credentials or its volume are
+    what the run writes its outputs with)."""
+    used = list(dict.fromkeys(get_in(spec, "run", "connections") or []))
+    outputs = get_in(spec, "run", "outputs")
+    if isinstance(outputs, str) and outputs not in used:
+        used.append(outputs)
+    return used
+
+
 def check_pod(
     spec: Mapping[str, Any],
     prov: ProvMap,
@@ -142,7 +153,7 @@ def check_pod(
             )
         volumes.setdefault(name, path)
 
-    used = list(dict.fromkeys(get_in(spec, "run", "connections") or []))
+    used = used_connections(spec)
     main_paths = _connection_mounts(used, connections)
     if get_in(spec, "run", "container", "shmSize"):
         main_paths.append("/dev/shm")

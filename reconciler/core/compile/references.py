@@ -576,6 +576,29 @@ def _find_connection(repo: RepoIndex, name: str) -> ConnectionSpec | None:
     )
 
 
+# Where a run's outputs go: under a bucket's URL or a volume's mountPath, which the run must
+# be able to write.
+OUTPUTS_TYPES = ("bucket", "volume")
+
+
+def outputs_problem(repo: RepoIndex, name: str) -> str | None:
+    """Why connection ``name`` cannot take runs' outputs (``run.outputs``,
+    ``defaults.outputs``), or None (also when its file is invalid: its own error says why)."""
+    if repo.named["Connection"].get(name) is None:
+        return unknown_name(repo, "outputs connection", name, "Connection")
+    conn = find_connection(repo, name)
+    if conn is None:
+        return None
+    if conn.type not in OUTPUTS_TYPES:
+        return (
+            f"outputs connection {name!r} is a {conn.type} connection: outputs go to a "
+            "bucket or a volume"
+        )
+    if conn.type == "volume" and conn.spec.get("readOnly"):
+        return f"outputs connection {name!r} is mounted readOnly: runs could not write to it"
+    return None
+
+
 # --- the whole repo -----------------------------------------------------------------------
 
 
@@ -598,6 +621,10 @@ def check_references(repo: RepoIndex) -> None:
         for p, location in org_default_presets(repo):
             if p not in repo.named["Preset"]:
                 errors.add_once(location, unknown_org_preset(p))
+        if m.defaults and m.defaults.outputs:
+            wrong = outputs_problem(repo, m.defaults.outputs)
+            if wrong:
+                errors.add_once(org.doc.loc(("defaults", "outputs")), wrong)
     for name in sorted(repo.projects):
         proj = repo.project(name)
         if proj is None:
@@ -611,6 +638,10 @@ def check_references(repo: RepoIndex) -> None:
         for i, p in enumerate((pm.defaults.presets if pm.defaults else None) or []):
             if not preset_is_defined(repo, name, p):
                 errors.add(proj.doc.loc(("defaults", "presets", i)), unknown_preset(name, p))
+        if pm.defaults and pm.defaults.outputs:
+            wrong = outputs_problem(repo, pm.defaults.outputs)
+            if wrong:
+                errors.add_once(proj.doc.loc(("defaults", "outputs")), wrong)
     presets = [*repo.named["Preset"].values()] + [
         p for proj_entry in repo.projects.values() for p in proj_entry.presets.values()
     ]
@@ -626,3 +657,6 @@ def check_references(repo: RepoIndex) -> None:
             if repo.named["Connection"].get(conn) is None:
                 location = Location(path, *locate(("run", "connections", i)))
                 errors.add_once(location, unknown_name(repo, "connection", conn, "Connection"))
+        outputs = get_in(patch, "run", "outputs")
+        if isinstance(outputs, str) and (wrong := outputs_problem(repo, outputs)):
+            errors.add_once(Location(path, *locate(("run", "outputs"))), wrong)

@@ -29,7 +29,12 @@ from reconciler.core.compile.policy import (
     check_policy,
     pod_security_findings,
 )
-from reconciler.core.compile.references import find_connection, find_queue, unknown_name
+from reconciler.core.compile.references import (
+    find_connection,
+    find_queue,
+    outputs_problem,
+    unknown_name,
+)
 from reconciler.core.decision.render import (
     DISTRIBUTED_ENV,
     SANDBOX_DEFAULT_TIMEOUT,
@@ -234,6 +239,15 @@ def resolve(
         specs[name] = conn
         if name not in connections:
             connections.append(name)
+    outputs = get_in(spec, "run", "outputs")
+    if isinstance(outputs, str):
+        wrong = outputs_problem(repo, outputs)
+        conn = find_connection(repo, outputs)
+        if wrong:
+            errors.add(at(prov, ("run", "outputs"), fallback), wrong)
+        elif conn is not None and outputs not in connections:
+            specs[outputs] = conn
+            connections.append(outputs)
     requests = total_requests(spec, prov, fallback, errors, repo)
     requests = pod_total(spec, prov, fallback, errors, requests)
     check_pod(spec, prov, fallback, errors, specs)
@@ -305,6 +319,13 @@ def _pod_security(
     return check_pod_security(spec, prov, pod, policy=policy)
 
 
+def _connection_path(spec: Mapping[str, Any], listed: list[Any], conn: str) -> Path:
+    """Where ``conn`` is named: its ``run.connections`` entry, else ``run.outputs``."""
+    if conn in listed:
+        return ("run", "connections", listed.index(conn))
+    return ("run", "outputs") if get_in(spec, "run", "outputs") == conn else ("run",)
+
+
 def check_env(
     spec: Mapping[str, Any],
     conns: list[ConnectionSpec],
@@ -323,7 +344,7 @@ def check_env(
         if conn is None or first[name] is None:  # at the operation's own, when it is one
             where: Path = ("run", "container", "env", name)
         else:
-            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+            where = _connection_path(spec, listed, conn)
         before = "run.container.env" if first[name] is None else f"connection {first[name]!r}"
         setter = "run.container.env" if conn is None else f"connection {conn!r}"
         errors.add(
@@ -356,7 +377,7 @@ def check_distributed_env(
             where: Path = ("run", "container", "env", name)
             setter = "run.container.env"
         else:
-            where = ("run", "connections", listed.index(conn)) if conn in listed else ("run",)
+            where = _connection_path(spec, listed, conn)
             setter = f"connection {conn!r}"
         errors.add(
             at(prov, where, fallback),

@@ -248,6 +248,7 @@ def memory_from_status(view: StatusView) -> Memory:
             started_at=rec.started_at,
             finished_at=rec.finished_at,
             outputs=rec.outputs,
+            outputs_path=rec.outputs_path,
             requests=recorded_requests(rec) or {},
             pods=recorded_pods(rec),
             flavor=rec.flavor,

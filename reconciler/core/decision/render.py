@@ -53,6 +53,7 @@ ANNOTATION_PHASE_REASON = "reconciler.dev/phase-reason"
 # The workflow a child was dispatched for ("" for an operation that is none's child): a
 # workflow refused by policy keeps only its own children running, never another's workload.
 ANNOTATION_WORKFLOW = "reconciler.dev/workflow"
+ANNOTATION_OUTPUTS = "reconciler.dev/outputs"  # where the run writes its outputs
 
 PORTS = {RunKind.NOTEBOOK: 8888, RunKind.SANDBOX: 8080}
 SANDBOX_DEFAULT_TIMEOUT = 4 * 3600  # sandboxes never run unbounded
@@ -61,6 +62,7 @@ GIT_IMAGE = "alpine/git:2.45.2"
 ENV_OPERATION = "RECONCILER_OPERATION"
 ENV_QUEUE = "RECONCILER_QUEUE"
 ENV_CONNECTION_PREFIX = "RECONCILER_CONNECTION_"
+ENV_OUTPUTS = "RECONCILER_OUTPUTS"
 # Pod-level fields copied from ``run.environment``.
 POD_FIELDS = (
     "nodeSelector",
@@ -114,6 +116,18 @@ def operation_workload(op: CompiledOperation) -> str:
     """The name of ``op``'s workload (its Job, and its Service if any)."""
     replicas = op.replicas if op.distributed is not None else 1
     return workload_name(op.project, op.name, op.generation, replicas)
+
+
+def outputs_path(op: CompiledOperation, connections: Mapping[str, ConnectionSpec]) -> str | None:
+    """Where this run of ``op`` writes its outputs (``run.outputs``): under the bucket's URL
+    or the volume's mountPath, ``<project>/<operation>/<workload>/``; the workload's name
+    (one per generation) keeps each run's apart. None when it has no outputs connection."""
+    name = (op.spec.get("run") or {}).get("outputs")
+    conn = connections.get(name) if isinstance(name, str) else None
+    if conn is None:
+        return None
+    base = str(conn.spec["url"] if conn.type == "bucket" else conn.spec["mountPath"])
+    return f"{base.rstrip('/')}/{op.project}/{op.name}/{operation_workload(op)}/"
 
 
 def _label_value(value: str) -> str:
@@ -458,9 +472,12 @@ def pod_field_origin(
     knows the layout ``render_pod`` writes, so the two change together."""
     run = spec.get("run") or {}
     listed = list(run.get("connections") or [])
+    outputs = run.get("outputs")  # mounted too when not listed
     volumes = [v.get("name") for v in run.get("volumes") or [] if isinstance(v, Mapping)]
 
     def connection(name: str) -> FieldOrigin:
+        if name not in listed and name == outputs:
+            return FieldOrigin(("run", "outputs"), name)
         index = listed.index(name) if name in listed else None
         where: tuple[str | int, ...] = ("run", "connections")
         return FieldOrigin((*where, index) if index is not None else where, name)
@@ -468,7 +485,7 @@ def pod_field_origin(
     def volume(name: str, *field: str | int) -> FieldOrigin:
         if name == "dshm":
             return FieldOrigin(("run", "container", "shmSize"))
-        if name.startswith("conn-") and name.removeprefix("conn-") in listed:
+        if name.startswith("conn-") and name.removeprefix("conn-") in (*listed, outputs):
             return connection(name.removeprefix("conn-"))
         if name in volumes:
             return FieldOrigin(("run", "volumes", volumes.index(name), *field))
@@ -578,6 +595,10 @@ def render_operation(
     }
     pod_spec = pod["spec"]
     port = PORTS.get(op.kind)
+    outputs = outputs_path(op, connections)
+    if outputs is not None:
+        pod_spec["containers"][0]["env"].append({"name": ENV_OUTPUTS, "value": outputs})
+        annotations[ANNOTATION_OUTPUTS] = outputs
 
     retries = int(run.get("maxRetries") or 0)
     job_spec: dict[str, Any]

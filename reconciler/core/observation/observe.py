@@ -35,6 +35,7 @@ from reconciler.core.decision.render import (
     ANNOTATION_DISPATCHED_AT,
     ANNOTATION_GENERATION,
     ANNOTATION_OPERATION,
+    ANNOTATION_OUTPUTS,
     ANNOTATION_PHASE,
     ANNOTATION_SPEC_HASH,
     ANNOTATION_WORKFLOW,
@@ -94,6 +95,7 @@ class WorkloadState:
     node: str | None = None
     pod: str | None = None
     outputs: Mapping[str, Any] | None = None
+    outputs_path: str | None = None  # where it writes its outputs (run.outputs), as dispatched
     # every pod's: one pod's request times ``pods``
     requests: Mapping[str, Decimal] = field(default_factory=dict)
     annotated_phase: str | None = None  # the phase last written onto the workload
@@ -974,6 +976,7 @@ def _state(
         node=((pod or {}).get("spec") or {}).get("nodeName"),
         pod=((pod or {}).get("metadata") or {}).get("name"),
         outputs=_outputs(pod),
+        outputs_path=annotations.get(ANNOTATION_OUTPUTS) or None,
         annotated_phase=annotations.get(ANNOTATION_PHASE),
         workflow=annotations.get(ANNOTATION_WORKFLOW),
         pods=replicas,

@@ -34,6 +34,7 @@ from reconciler.core.decision.render import operation_workload, spec_hash
 from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.observation.gang import GangTimeout, Placement
 from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.observation.outputs import OutputValue, named_outputs
 from reconciler.core.plan import (
     BudgetSummary,
     FlavorUsage,
@@ -346,6 +347,7 @@ class OperationStatus(StatusRecord):
     started_at: OptText = None
     finished_at: OptText = None
     outputs: LooseObject = None
+    outputs_path: OptText = None  # where its run writes its outputs (run.outputs)
     spec_hash: OptText = None
     workload_spec_hash: OptText = None  # only when it differs from ``spec_hash``
     sync: SyncText = Sync.SYNCED.value
@@ -371,6 +373,13 @@ class OperationStatus(StatusRecord):
     # an active distributed run's pods: {replicas, placed, running}, so the views from the
     # status branch see a gang past its queue's startTimeout as the cycle does
     placement: LooseObject = None
+
+    @property
+    def named_outputs(self) -> dict[str, OutputValue]:
+        """Its run's named outputs (``accuracy: 0.93``), bounded
+        (``core.observation.outputs``): what a notification or a comparison shows of
+        ``outputs``."""
+        return named_outputs(self.outputs)
 
 
 class FleetSliceStatus(StatusRecord):
@@ -926,6 +935,7 @@ def _compiled_record(
             started_at=state.started_at,
             finished_at=state.finished_at,
             outputs=state.outputs,
+            outputs_path=state.outputs_path,
             workload_spec_hash=state.spec_hash if state.spec_hash != desired else None,
             sync=(Sync.OUT_OF_SYNC if out_of_sync else Sync.SYNCED).value,
             requests=_held(state),
@@ -1123,6 +1133,7 @@ def _with_state(base: OperationStatus, state: WorkloadState) -> OperationStatus:
             "started_at": state.started_at,
             "finished_at": state.finished_at,
             "outputs": state.outputs,
+            "outputs_path": state.outputs_path,
             "spec_hash": state.spec_hash,
             "requests": _held(state),
             "pods": _pods(state),

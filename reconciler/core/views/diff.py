@@ -395,6 +395,7 @@ def _org_fields(org: OrgSettings) -> dict[str, Any]:
     operations it refuses)."""
     return {
         "defaults.queue": org.default_queue,
+        "defaults.outputs": org.default_outputs,
         "prune.enabled": org.prune,
         "prune.maxFraction": org.max_prune_fraction,
         "prune.allowMassPrune": org.allow_mass_prune,

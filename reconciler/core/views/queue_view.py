@@ -37,6 +37,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 from reconciler.core.compile.explain import ProvenanceRow, provenance_rows
 from reconciler.core.compile.load import parse_yaml
 from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
@@ -799,6 +800,16 @@ class PhaseEvent(ApiModel):
     note: EmptyAsNull[str] = ""
 
 
+class ChildRun(ApiModel):
+    """A workflow child in its parent's comparison table: its phase and named outputs."""
+
+    operation: str
+    phase: str
+    outputs: (
+        JsonObject  # named outputs (``core.observation.outputs``): name -> number, text or bool
+    )
+
+
 class OperationDetail(ApiModel):
     operation: str
     phase: str
@@ -831,6 +842,10 @@ class OperationDetail(ApiModel):
     parent: str | None = None  # a workflow child's parent
     # the flavor its run holds quota in, or the plan assigns it (a queue with flavors)
     flavor: OmitEmpty[str | None] = None
+    # where its run writes its outputs (run.outputs), as its workload was dispatched
+    outputs_path: OmitEmpty[str | None] = None
+    # a workflow parent: each child's phase and named outputs, to compare
+    child_runs: OmitEmpty[Items[ChildRun]] = ()
 
 
 def phase_history(
@@ -934,6 +949,7 @@ def operation_detail(
                 cluster=first.cluster,
                 namespace=first.namespace,
                 children=children,
+                child_runs=tuple(_child_run(c, states, carried, failed) for c in children),
                 recorded=recorded_history(recorded),
             )
         if state is None and rejected is None:
@@ -972,6 +988,7 @@ def operation_detail(
             pod=state.pod,
             node=state.node,
             outputs=state.outputs,
+            outputs_path=state.outputs_path,
             config_commit=state.config_commit or repo.version,
             flavor=state.flavor,
         )
@@ -1010,6 +1027,20 @@ def _dispatched_to(plan: Plan, op_id: str) -> Dispatch | None:
 
 def _replace(detail: OperationDetail, fields: Mapping[str, Any]) -> OperationDetail:
     return detail.model_copy(update=fields)
+
+
+def _child_run(
+    op_id: str,
+    states: Mapping[str, WorkloadState],
+    carried: frozenset[str],
+    failed: Mapping[str, tuple[str, str]],
+) -> ChildRun:
+    state = states.get(op_id)
+    return ChildRun(
+        operation=op_id,
+        phase=_phase_of(op_id, states, carried, failed),
+        outputs=named_outputs(state.outputs if state is not None else None),
+    )
 
 
 def _phase_of(

@@ -18,8 +18,10 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from reconciler.core.observation.outputs import named_outputs, output_names, output_text, sort_rows
 from reconciler.core.types import printable_path, printable_text
 from reconciler.core.views.queue_view import (
+    ChildRun,
     ClusterShare,
     FleetTotal,
     OperationDetail,
@@ -59,7 +61,8 @@ code{font-family:ui-monospace,monospace;font-size:.85rem}
 
 _SCRIPT = """
 (function(){var main=document.getElementById('main');if(!main)return;
-setInterval(function(){fetch(location.pathname+'?partial=main',{cache:'no-store'})
+var q=new URLSearchParams(location.search);q.set('partial','main');
+setInterval(function(){fetch(location.pathname+'?'+q,{cache:'no-store'})
 .then(function(r){return r.ok?r.text():null}).then(function(t){if(t!==null)main.innerHTML=t})
 .catch(function(){})},%d);})();
 """
@@ -347,7 +350,61 @@ def _json(value: Any) -> str:
     return esc(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
+def _outputs(outputs: Mapping[str, Any]) -> str:
+    """A run's named outputs as a table; the whole JSON too when it holds more than them
+    (nested values, or more than are named)."""
+    named = named_outputs(outputs)
+    out = "<h2>Outputs</h2>"
+    if named:
+        out += _table(
+            ("Output", "Value"),
+            (
+                f"<tr><td><code>{esc(printable_text(k))}</code></td><td>{esc(output_text(v))}</td></tr>"
+                for k, v in named.items()
+            ),
+        )
+    if len(named) < len(outputs):
+        out += f"<pre>{_json(outputs)}</pre>"
+    return out
+
+
+def _sort_href(key: str, order: str) -> str:
+    return f"?sort={quote_path(key, slash=False)}&order={order}"
+
+
+def _child_runs(runs: Sequence[ChildRun], sort: str | None, order: str | None) -> str:
+    """A workflow's children with their named outputs side by side, one column per name;
+    a column's header sorts by it (``?sort=NAME&order=asc|desc``)."""
+    names = output_names(runs)
+    heads = ["<th>Child</th><th>Phase</th>"]
+    for name in names:
+        now = order or "asc"
+        flip = "desc" if name == sort and now == "asc" else "asc"
+        mark = (" ▲" if now == "asc" else " ▼") if name == sort else ""
+        link = f'<a href="{esc(_sort_href(name, flip))}">{esc(printable_text(name))}</a>'
+        heads.append(f"<th>{link}{mark}</th>")
+    rows = []
+    for run in sort_rows(runs, sort, order):
+        cells = "".join(
+            f"<td>{esc(output_text(run.outputs[n])) if n in run.outputs else ''}</td>"
+            for n in names
+        )
+        rows.append(
+            f"<tr><td>{_link(operation_href(run.operation), run.operation)}</td>"
+            f"<td>{esc(run.phase)}</td>{cells}</tr>"
+        )
+    title = "Children" + (f" by {esc(printable_text(sort))}" if sort else "")
+    return f"<h2>{title}</h2><table><tr>{''.join(heads)}</tr>{''.join(rows)}</table>"
+
+
+def operation_main(
+    d: OperationDetail,
+    logs: str | None = None,
+    logs_note: str = "",
+    *,
+    sort: str | None = None,
+    order: str | None = None,
+) -> str:
     queue = _link(queue_href(d.queue), d.queue) if d.queue else ""
     workload = "/".join(esc(x) for x in (d.cluster, d.namespace, d.workload) if x)
     items = [
@@ -370,9 +427,15 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Requests", esc(d.requests)),
         ("Presets", esc(", ".join(d.presets))),
         ("Workflow", _link(operation_href(d.parent), d.parent) if d.parent else ""),
+        (
+            "Outputs path",
+            f"<code>{esc(printable_text(d.outputs_path))}</code>" if d.outputs_path else "",
+        ),
     ]
     parts = [f"<h1>Operation {esc(printable_text(d.operation))}</h1>", _dl(items)]
-    if d.children:
+    if d.child_runs:
+        parts.append(_child_runs(d.child_runs, sort, order))
+    elif d.children:
         kids = "".join(f"<li>{_link(operation_href(c), c)}</li>" for c in d.children)
         parts.append(f"<h2>Children</h2><ul>{kids}</ul>")
     if d.history:
@@ -400,7 +463,7 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
             )
         )
     if d.outputs is not None:
-        parts.append(f"<h2>Outputs</h2><pre>{_json(d.outputs)}</pre>")
+        parts.append(_outputs(d.outputs))
     if logs is not None or logs_note:
         note = f"<p class=muted>{esc(logs_note)}</p>" if logs_note else ""
         text = f'<pre id="logs">{esc(logs)}</pre>' if logs is not None else ""
