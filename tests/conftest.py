@@ -167,7 +167,7 @@ def template_remote(tmp_path: Path) -> Path:
     """The example config repo, one commit on main, in a bare remote."""
     import shutil
 
-    from support.git import git
+    from support.git_commands import git
 
     work = tmp_path / "work"
     shutil.copytree(TEMPLATE, work)

@@ -20,7 +20,7 @@ import zlib
 from pathlib import Path
 
 import pytest
-from support.git import git
+from support.git_commands import git
 from support.helpers import (
     BUDGET_KIB,
     Measured,

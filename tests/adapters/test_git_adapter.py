@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support.git import IDENTITY, commit_and_push, git
+from support.git_commands import IDENTITY, commit_and_push, git
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
 from reconciler.adapters.repo import snapshot_git

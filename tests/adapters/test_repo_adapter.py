@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support.git import git
+from support.git_commands import git
 
 from reconciler.adapters.repo import (
     RevisionError,

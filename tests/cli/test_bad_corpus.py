@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from support.git import git
+from support.git_commands import git
 from support.hostile import OBSERVED, STATUS
 from support.paths import DATA, TEMPLATE
 

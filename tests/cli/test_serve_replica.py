@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support.git import git
+from support.git_commands import git
 from support.helpers import http_get, refused_port, served_url, write_kubeconfig
 from support.paths import ROOT
 

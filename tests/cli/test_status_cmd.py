@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 from support.builders import NOW
-from support.git import git
+from support.git_commands import git
 from support.status_branch import run, write_cycle
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
@@ -248,7 +248,7 @@ def test_usage_windows_are_in_the_orgs_timezone_unless_told(remote: Path, tmp_pa
     from datetime import UTC, datetime
     from decimal import Decimal
 
-    from support.git import git
+    from support.git_commands import git
 
     from reconciler.core.plan.ledger import Ledger, LedgerEntry
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from support.git import git
+from support.git_commands import git
 from support.git_daemon import git_daemon
 from support.paths import TEMPLATE
 from support.status_branch import results as _results

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from support.git import git
+from support.git_commands import git
 from support.paths import TEMPLATE
 
 from reconciler.adapters.git import ConfigRepo

@@ -48,3 +48,16 @@ def test_the_support_package_lists_its_modules() -> None:
     modules = {p.stem for p in (TESTS / "support").glob("*.py")} - {"__init__"}
     unlisted = sorted(m for m in modules if f"``{m}``" not in doc)
     assert not unlisted, f"tests/support/__init__.py does not list {unlisted}"
+
+
+def test_no_support_module_shadows_an_installed_one() -> None:
+    """``peak_rss.py`` and ``zygote.py`` run as scripts, with ``tests/support`` first on the
+    path: a support module named like an installed one (``git``) would replace it there."""
+    import importlib.util
+
+    shadowing = sorted(
+        p.stem
+        for p in (TESTS / "support").glob("*.py")
+        if p.stem != "__init__" and importlib.util.find_spec(p.stem) is not None
+    )
+    assert not shadowing, f"rename {shadowing}: they shadow installed modules"

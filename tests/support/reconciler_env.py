@@ -23,7 +23,7 @@ from reconciler.core.types import ClusterSpec, Phase
 from reconciler.devcluster.cluster import DevCluster
 from reconciler.devcluster.shape import NodePool
 from reconciler.runtime.cycle import CycleResult, Reconciler
-from support.git import git
+from support.git_commands import git
 from support.helpers import wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
