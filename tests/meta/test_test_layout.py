@@ -55,9 +55,20 @@ def test_no_support_module_shadows_an_installed_one() -> None:
     path: a support module named like an installed one (``git``) would replace it there."""
     import importlib.util
 
+    def installed(name: str) -> bool:
+        spec = importlib.util.find_spec(name)
+        places = (
+            [spec.origin]
+            if spec and spec.origin
+            else list(spec.submodule_search_locations or [])
+            if spec
+            else []
+        )
+        return any(not str(place).startswith(str(TESTS)) for place in places)
+
     shadowing = sorted(
         p.stem
         for p in (TESTS / "support").glob("*.py")
-        if p.stem != "__init__" and importlib.util.find_spec(p.stem) is not None
+        if p.stem != "__init__" and installed(p.stem)
     )
     assert not shadowing, f"rename {shadowing}: they shadow installed modules"
