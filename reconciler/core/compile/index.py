@@ -21,6 +21,7 @@ from typing import Any, Generic, TypeVar, cast
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
+from reconciler.core.compile.notifications import commit_status, notify_rules
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
@@ -599,7 +600,20 @@ class RepoIndex:
         policy = m.policy
         prune = m.prune
         level = PodSecurityLevel(policy.pod_security if policy else "baseline")
+
+        def connection(name: str) -> Any:
+            loaded = self.get("Connection", name)
+            return loaded.model if loaded is not None else None
+
+        def unknown(name: str) -> str:
+            return f"unknown connection {name!r}"
+
         return OrgSettings(
+            notifications=notify_rules(org.doc, m.notifications, connection, unknown),
+            commit_status=commit_status(
+                org.doc, m.commit_status, sorted(self.named["Cluster"]), connection, unknown, unknown
+            ),
+            web_url=(m.web_url or "").rstrip("/"),
             prices=prices(m.prices),
             flavor_prices={
                 f: prices(listed) for f, listed in sorted((m.flavor_prices or {}).items())

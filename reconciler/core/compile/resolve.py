@@ -44,6 +44,7 @@ from reconciler.core.types import (
     DistributedBackend,
     Framework,
     Location,
+    NotifyRule,
     OrgSettings,
     Provenance,
     QueueSpec,
@@ -62,6 +63,7 @@ class Context:
     org: OrgSettings
     op_path: str
     presets: tuple[str, ...]
+    notifications: tuple[NotifyRule, ...] = ()  # the project's and the operation's own
 
 
 @dataclass(frozen=True)
@@ -405,6 +407,8 @@ def build(
     params: Mapping[str, Any] | None = None,
 ) -> CompiledOperation:
     spec = _with_default_timeout(spec, resolved.queue)
+    if "notifications" in spec:  # the runtime's (``notifications``), not the workload's
+        spec = {k: v for k, v in spec.items() if k != "notifications"}
     return CompiledOperation(
         project=ctx.project,
         name=name,
@@ -430,4 +434,5 @@ def build(
         submitted_at=repo.first_commit_time(ctx.op_path),
         params=dict(params or {}),
         timeout=effective_timeout(spec, resolved.queue),
+        notifications=ctx.notifications,
     )
