@@ -914,9 +914,7 @@ NotifyEvent = Literal["Dispatched", "Running", "Succeeded", "Failed", "Stopped",
 
 
 class SecretRef(Strict):
-    connection: Name = Field(
-        description="A Connection of type secret: its Secret holds the value."
-    )
+    connection: Name = Field(description="A Connection of type secret: its Secret holds the value.")
     key: NonEmptyStr = Field(default="token", description="The key in that Secret.")
 
 
@@ -992,7 +990,8 @@ class OperationFile(Strict):
     matrix: Matrix | None = None
     dag: Dag | None = None
     notifications: Notifications | None = Field(
-        default=None, description="Webhooks told of its phase changes, with the org's and project's."
+        default=None,
+        description="Webhooks told of its phase changes, besides the org's and project's.",
     )
 
     @model_validator(mode="after")

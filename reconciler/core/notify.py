@@ -119,16 +119,11 @@ def notices(
             Notice(key, r, state.operation, state.cluster, state.namespace, body) for r in wanted
         )
     for rejected in refused:
-        out.extend(_refusal(compiled, by_id.get(rejected.operation), rejected, at))
+        out.extend(_refusal(compiled, rejected, at))
     return tuple(out)
 
 
-def _refusal(
-    compiled: CompiledRepo,
-    op: CompiledOperation | None,
-    rejected: RejectedOperation,
-    at: datetime,
-) -> list[Notice]:
+def _refusal(compiled: CompiledRepo, rejected: RejectedOperation, at: datetime) -> list[Notice]:
     rules = compiled.org.notifications + rejected.notifications
     wanted = [r for r in rules if POLICY_VIOLATION in r.on]
     if not wanted:
@@ -136,9 +131,7 @@ def _refusal(
     # no run: the refusal itself names it, so the same refusal has the same key
     digest = hashlib.sha256(rejected.message.encode()).hexdigest()[:16]
     key = f"{rejected.operation}:refused-{digest}:{POLICY_VIOLATION}"
-    project = rejected.operation.partition("/")[0]
-    cluster = op.cluster if op is not None else ""
-    namespace = op.namespace if op is not None else project
+    cluster, namespace = rejected.cluster, rejected.namespace
     body = _encode(
         {
             "idempotencyKey": key,
@@ -146,7 +139,6 @@ def _refusal(
             "phase": POLICY_VIOLATION,
             "reason": str(rejected.reason),
             "message": rejected.message,
-            "queue": op.queue if op is not None else "",
             "cluster": cluster,
             "namespace": namespace,
             "commit": compiled.version,
@@ -212,3 +204,44 @@ def commit_report(
     if unreachable:
         return made("pending", f"{text}; cluster {', '.join(unreachable)} unreachable")
     return made("success", text)
+
+
+# GitLab's commit status states for GitHub's (GitLab has no "error": a failure it is).
+_GITLAB_STATES = {
+    "pending": "pending",
+    "success": "success",
+    "failure": "failed",
+    "error": "failed",
+}
+
+
+def commit_status_request(report: CommitReport) -> tuple[str, bytes]:
+    """The URL and JSON body that set ``report`` on the Git host: GitHub's ``POST
+    /repos/{owner}/{repo}/statuses/{sha}``, GitLab's ``POST /projects/{id}/statuses/{sha}``
+    (a project path URL-encoded as its id)."""
+    spec = report.spec
+    base = spec.url.rstrip("/")
+    if spec.provider == "gitlab":
+        url = f"{base}/projects/{_path_segment(spec.repository)}/statuses/{report.commit}"
+        payload = {
+            "state": _GITLAB_STATES[report.state],
+            "name": spec.context,
+            "description": report.description,
+        }
+    else:
+        url = f"{base}/repos/{spec.repository}/statuses/{report.commit}"
+        payload = {
+            "state": report.state,
+            "context": spec.context,
+            "description": report.description,
+        }
+    if report.target_url:
+        payload["target_url"] = report.target_url
+    return url, _encode(payload)
+
+
+def _path_segment(text: str) -> str:
+    """``text`` percent-encoded as one URL path segment (``group/project`` ->
+    ``group%2Fproject``)."""
+    safe = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_.~")
+    return "".join(chr(b) if b in safe else f"%{b:02X}" for b in text.encode())

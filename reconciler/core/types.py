@@ -593,7 +593,11 @@ class RejectedOperation:
     location: Location | None = None
     # ids of a workflow's children: refused, and never pruned while they run as its children
     children: tuple[str, ...] = ()
-    notifications: tuple[NotifyRule, ...] = ()  # the org's, the project's and its own
+    # the project's and its own ``notifications``, and where it would have run (the
+    # cluster and namespace their secrets are read from)
+    notifications: tuple[NotifyRule, ...] = ()
+    cluster: str = ""
+    namespace: str = ""
 
 
 class PodSecurityLevel(enum.StrEnum):

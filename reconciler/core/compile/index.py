@@ -611,7 +611,12 @@ class RepoIndex:
         return OrgSettings(
             notifications=notify_rules(org.doc, m.notifications, connection, unknown),
             commit_status=commit_status(
-                org.doc, m.commit_status, sorted(self.named["Cluster"]), connection, unknown, unknown
+                org.doc,
+                m.commit_status,
+                sorted(self.named["Cluster"]),
+                connection,
+                unknown,
+                unknown,
             ),
             web_url=(m.web_url or "").rstrip("/"),
             prices=prices(m.prices),

@@ -217,6 +217,8 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
             location=first.location if first else fallback,
             children=tuple(c.id for c, _ in children),
             notifications=rules,
+            cluster=compiled.cluster,
+            namespace=compiled.namespace,
         )
         return OperationResult(op_id, found=True, compiled=compiled, rejected=rejected)
     operations = tuple(c for c, _ in children) if children else (compiled,)
