@@ -25,6 +25,7 @@ import hmac
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -116,15 +117,16 @@ class Outbox:
 
     def close(self, timeout: float | None = None) -> bool:
         """Send what is queued for up to ``timeout`` seconds, then stop: what is left is
-        counted as dropped. False when the worker was still busy."""
+        counted as dropped, and a request in flight ends with its own timeout, sending
+        nothing more. False when the worker was still busy."""
         thread = self._thread
         if thread is None:
             return True
+        started = time.monotonic()
         with contextlib.suppress(queue.Full):  # full: the stop below ends it
             self._queue.put(None, timeout=timeout)
-        thread.join(timeout)
+        thread.join(None if timeout is None else max(0.0, timeout - (time.monotonic() - started)))
         self._stop.set()  # no more waiting between attempts, nothing more sent
-        thread.join(max(self.timeout, 1.0))
         while True:
             try:
                 left = self._queue.get_nowait()
