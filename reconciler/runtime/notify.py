@@ -8,8 +8,8 @@ is dropped. Everything dropped is counted (``reconciler_notifications_dropped_to
 a receiver that hangs or refuses costs dispatch nothing and its losses are seen.
 
 Delivery is at least once. What was sent is tracked in memory only (``Notifier``'s last
-states): a transition is derived against the states of the last cycle this process led,
-and at a start against those the status branch recorded (``seed``), so a change that
+states): a transition is derived against the states of the cycle before (led or
+followed), and at a start against those the status branch recorded (``seed``), so a change that
 happened while no process ran, or after the last status write, is sent by the next
 process. A change recorded on the status branch whose request was still queued when the
 process died is not sent again; one recorded but not yet confirmed when the process
@@ -25,7 +25,6 @@ import hmac
 import logging
 import queue
 import threading
-import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -115,17 +114,20 @@ class Outbox:
             return False
         return True
 
-    def close(self, timeout: float | None = None) -> bool:
+    def finish(self) -> None:
+        """Stop once what is queued now is sent (``close`` waits for it)."""
+        with contextlib.suppress(queue.Full):  # full: ``close`` stops it at its timeout
+            self._queue.put_nowait(None)
+
+    def close(self, timeout: float = 10.0) -> bool:
         """Send what is queued for up to ``timeout`` seconds, then stop: what is left is
         counted as dropped, and a request in flight ends with its own timeout, sending
         nothing more. False when the worker was still busy."""
         thread = self._thread
         if thread is None:
             return True
-        started = time.monotonic()
-        with contextlib.suppress(queue.Full):  # full: the stop below ends it
-            self._queue.put(None, timeout=timeout)
-        thread.join(None if timeout is None else max(0.0, timeout - (time.monotonic() - started)))
+        self.finish()
+        thread.join(max(0.0, timeout))
         self._stop.set()  # no more waiting between attempts, nothing more sent
         while True:
             try:

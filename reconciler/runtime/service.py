@@ -92,6 +92,9 @@ class PacedSource:
         return last
 
 
+# Seconds a stop without a timeout of its own waits for queued notifications.
+NOTIFY_GRACE = 10.0
+
 # A full collection at most once per this many collections of the middle generation
 # (CPython's default: 10). See settle_heap.
 FULL_COLLECTION_EVERY = 100
@@ -195,15 +198,19 @@ class Runtime:
         leading or not: the publisher writes only while this process holds the Lease.
         ``unwritten`` then says why the last status is not on the branch. The
         notifications still queued are sent within ``timeout`` too, then dropped."""
-        sent = True
-        if self.notifier is not None:
-            sent = self.notifier.outbox.close(timeout)
-        if self.publisher is None:
-            return sent
-        if final is not None:
-            self.publisher.publish(final)
-            self.completed = final
-        return self.publisher.close(timeout) and sent
+        started = time.monotonic()
+        if self.notifier is not None:  # sending while the status is written
+            self.notifier.outbox.finish()
+        written = True
+        if self.publisher is not None:
+            if final is not None:
+                self.publisher.publish(final)
+                self.completed = final
+            written = self.publisher.close(timeout)
+        if self.notifier is None:
+            return written
+        grace = NOTIFY_GRACE if timeout is None else timeout
+        return self.notifier.outbox.close(grace - (time.monotonic() - started)) and written
 
     @property
     def unwritten(self) -> str:
