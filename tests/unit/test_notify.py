@@ -7,18 +7,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import http.server
 import json
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from builders import NOW, World
 from conftest import repo
-from helpers import Blackhole, wait_until
+from helpers import Blackhole, Receiver, wait_until
 from test_cycle_fake import Harness
 
 from reconciler.core.compile import compile_repo
@@ -257,57 +255,10 @@ def test_the_commit_status_says_valid_or_the_first_error() -> None:
 # --- the sending, against real receivers ------------------------------------------------
 
 
-@dataclass
-class Received:
-    path: str
-    headers: dict[str, str]
-    body: bytes
-
-
-@dataclass
-class Receiver:
-    """An HTTP server on 127.0.0.1 that records each POST and answers ``status``."""
-
-    status: int = 200
-    location: str = ""  # sent with the answer: a redirect
-    got: list[Received] = field(default_factory=list)
-    server: http.server.ThreadingHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self.server is not None
-        return f"http://127.0.0.1:{self.server.server_address[1]}"
-
-
 @pytest.fixture
 def receiver() -> Iterator[Receiver]:
-    rec = Receiver()
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
-            headers = {k.lower(): v for k, v in self.headers.items()}
-            rec.got.append(Received(self.path, headers, body))
-            self.send_response(rec.status)
-            if rec.location:
-                self.send_header("Location", rec.location)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
-
-        do_GET = do_POST
-
-        def log_message(self, *_: Any) -> None:
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    rec.server = server
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with Receiver.running() as rec:
         yield rec
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def secrets(cluster: str, namespace: str, key: SecretKey) -> bytes:
