@@ -24,6 +24,7 @@ The package, one concern a module (each says what must live in it):
 - ``references``: names resolved across files (presets, clusters, queues, connections),
   "did you mean", names that must exist;
 - ``resolve``: one spec made dispatchable (queue, connections, requests, policy);
+- ``notifications``: ``notifications`` and ``commitStatus``, their secret connections;
 - ``workflows``: matrix / DAG expansion and ``{{ params.NAME }}``, each child validated;
 - ``names``: ids and workload names unique across the repo, one project per namespace;
 - ``operations``: one operation's pipeline, steps 1-7, and ``OperationResult``;

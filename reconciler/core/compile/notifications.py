@@ -1,8 +1,11 @@
 """``notifications`` (org, project, operation) and ``commitStatus`` (org): each entry's
-secret resolved to the Secret its ``secret`` Connection names. ``report`` is told what is
-wrong at its ``file:line:col`` (a missing connection, one of another type, a commit status
-with no cluster to read its token from); without it a broken entry is left out (the
-commit is invalid then anyway: its errors are reported where the file is checked)."""
+secret resolved to the Secret its ``secret`` Connection names.
+
+What must live here: that resolution and what is wrong with it, at its
+``file:line:col`` (a missing connection, one of another type, a commit status with no
+cluster to read its token from), told to ``report``; without ``report`` a broken entry is
+left out (the commit is invalid then anyway: its errors are reported where the file is
+checked). The URLs are checked by the schema (``model.py``)."""
 
 from __future__ import annotations
 
