@@ -38,7 +38,7 @@ from reconciler.core.notify import (
     notices,
 )
 from reconciler.core.observe import WorkloadState
-from reconciler.core.types import SecretKey
+from reconciler.core.types import CompiledRepo, SecretKey
 from reconciler.runtime.metrics import Metrics
 
 if TYPE_CHECKING:
@@ -234,6 +234,9 @@ class Notifier:
         self._before: Mapping[str, WorkloadState] = dict(seen or {})
         self._refused: frozenset[str] | None = None
         self._reported: tuple[str, str] | None = None  # (commit, state) last queued
+        # the config last asked, and whether any of its rules notifies: most configs have
+        # none, and then no cycle walks its states
+        self._rules: tuple[CompiledRepo | None, bool] = (None, False)
 
     def seed(self, seen: Mapping[str, WorkloadState]) -> None:
         """Start from the states a previous process recorded (the status branch)."""
@@ -244,10 +247,11 @@ class Notifier:
         shown = result.report
         compiled = result.compiled
         if shown is not None:
-            for notice in notices(
-                shown.compiled, self._before, shown.states, self._refused, result.at
-            ):
-                self.outbox.put(_notification(notice))
+            if self._notifies(shown.compiled):
+                for notice in notices(
+                    shown.compiled, self._before, shown.states, self._refused, result.at
+                ):
+                    self.outbox.put(_notification(notice))
             self._before = shown.states
             self._refused = frozenset(r.operation for r in shown.compiled.rejected)
         if compiled is None:
@@ -267,6 +271,17 @@ class Notifier:
             and self.outbox.put(_commit_status(report))
         ):
             self._reported = (report.commit, report.state)
+
+    def _notifies(self, compiled: CompiledRepo) -> bool:
+        known, answer = self._rules
+        if known is not compiled:
+            answer = (
+                bool(compiled.org.notifications)
+                or any(op.notifications for op in compiled.operations)
+                or any(r.notifications for r in compiled.rejected)
+            )
+            self._rules = (compiled, answer)
+        return answer
 
     def follow(self, result: CycleResult) -> None:
         """A cycle this process did not lead: the leader sends its notices; its states are

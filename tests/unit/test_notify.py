@@ -437,3 +437,32 @@ def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
     wait_until(lambda: dropped(metrics, NOTIFICATION, "refused") == 1, timeout=10, what="refused")
     assert [r.path for r in receiver.got] == ["/hook"]
     assert box.close(5.0)
+
+
+def queued(box: Outbox) -> list[str]:
+    """The idempotency keys of the notifications queued (the worker not started)."""
+    return [d.key for d in list(box._queue.queue) if d is not None and d.kind == NOTIFICATION]
+
+
+def test_a_restart_sends_what_changed_after_the_recorded_states_and_nothing_else() -> None:
+    h = harness("http://127.0.0.1:9", "p/a")
+    dispatched = h.cycle()
+    h.move("p/a", "Succeeded")
+    finished = h.cycle()
+    uid = finished.states["p/a"].uid
+    # the status branch recorded the run finished: a new process sends nothing for it
+    recorded = Notifier(Outbox(Metrics(), secrets))
+    recorded.seed(finished.states)
+    recorded.on_cycle(finished)
+    assert queued(recorded.outbox) == []
+    # it recorded the run dispatched only: the end is sent, with the key it always has
+    behind = Notifier(Outbox(Metrics(), secrets))
+    behind.seed(dispatched.states)
+    behind.on_cycle(finished)
+    assert queued(behind.outbox) == [f"p/a:{uid}:Succeeded"]
+    # a follower's baseline follows what it observes: the leader sent those
+    follower = Notifier(Outbox(Metrics(), secrets))
+    follower.follow(dispatched)
+    follower.follow(finished)
+    follower.on_cycle(finished)
+    assert queued(follower.outbox) == []
