@@ -165,12 +165,15 @@ class Outbox:
                     return
             try:
                 headers = self._headers(item)
-            except (OSError, RuntimeError) as exc:  # KubeError: the Secret, its key
+            except (OSError, RuntimeError, ValueError) as exc:  # KubeError; not UTF-8
                 why = f"cannot read its secret: {exc}"
                 log.warning("%s: %s (attempt %d of %d)", item.what, why, attempt, self.attempts)
                 continue
             try:
                 status = self.send(item.url, item.body, headers, self.timeout)
+            except ValueError as exc:  # a header http.client refuses (a token with a newline)
+                self._drop(item, "refused", f"cannot be sent: {exc}")
+                return
             except OSError as exc:
                 why = f"no answer: {exc}"
             else:

@@ -466,3 +466,27 @@ def test_a_restart_sends_what_changed_after_the_recorded_states_and_nothing_else
     follower.follow(finished)
     follower.on_cycle(finished)
     assert queued(follower.outbox) == []
+
+
+def test_a_secret_that_cannot_be_read_or_sent_is_dropped_and_counted(receiver: Receiver) -> None:
+    def broken(cluster: str, namespace: str, key: SecretKey) -> bytes:
+        if key.key == "missing":
+            raise RuntimeError("Secret d/t has no key 'missing'")
+        return b"two\nlines"
+
+    metrics = Metrics()
+    box = Outbox(metrics, broken, backoff=0.01, attempts=2)
+    box.start()
+    token = replace(_a_delivery(receiver.url), kind=COMMIT_STATUS, auth="gitlab")
+    box.put(replace(token, secret=SecretKey("t", "t", "missing")))
+    box.put(replace(token, secret=SecretKey("t", "t", "token")))
+    wait_until(
+        lambda: (
+            dropped(metrics, COMMIT_STATUS, "gave_up") == 1
+            and dropped(metrics, COMMIT_STATUS, "refused") == 1
+        ),
+        timeout=10,
+        what="both dropped",
+    )
+    assert receiver.got == []  # neither reached the receiver
+    assert box.close(5.0)
