@@ -250,6 +250,19 @@ def test_the_commit_status_says_valid_or_the_first_error() -> None:
     internal = commit_report(spec, "", "c2", (), "boom", None, ())
     assert internal is not None and internal.state == "error"
     assert commit_report(None, "", "c2", errors, "", None, ()) is None
+    shown = harness("http://127.0.0.1:9", "p/a", "p/b").cycle().report
+    ok = commit_report(spec, "", "c0ffee", (), "", shown, ())
+    assert ok is not None and (ok.state, ok.description) == (
+        "success",
+        "valid, 2 dispatched, 0 pending",
+    )
+    waiting = commit_report(spec, "", "c0ffee", (), "", shown, ("local",))
+    assert waiting is not None and (waiting.state, waiting.description) == (
+        "pending",
+        "valid, 2 dispatched, 0 pending; cluster local unreachable",
+    )
+    # a commit the report is not of (not applied yet) has no status yet
+    assert commit_report(spec, "", "c3", (), "", shown, ()) is None
 
 
 # --- the sending, against real receivers ------------------------------------------------

@@ -25,7 +25,15 @@ from reconciler.core.compile.notifications import commit_status, notify_rules
 from reconciler.core.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
-from reconciler.core.model import KINDS, OrgFile, Policy, ProjectFile, Strict, duration_seconds
+from reconciler.core.model import (
+    KINDS,
+    ConnectionFile,
+    OrgFile,
+    Policy,
+    ProjectFile,
+    Strict,
+    duration_seconds,
+)
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,
@@ -601,11 +609,11 @@ class RepoIndex:
         prune = m.prune
         level = PodSecurityLevel(policy.pod_security if policy else "baseline")
 
-        def connection(name: str) -> Any:
+        def connection(name: str) -> ConnectionFile | None:
             loaded = self.get("Connection", name)
             return loaded.model if loaded is not None else None
 
-        def unknown(name: str) -> str:
+        def unknown(name: str) -> str:  # reported by ``check_notifications``, not here
             return f"unknown connection {name!r}"
 
         return OrgSettings(
