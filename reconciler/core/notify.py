@@ -41,15 +41,16 @@ MAX_DESCRIPTION = 140
 
 @dataclass(frozen=True, slots=True)
 class Notice:
-    """One notification: ``body`` (JSON) POSTed to ``rule.url``. Its secret, if any, is
-    read from the operation's cluster and namespace."""
+    """One notification: ``payload``, as JSON (``encode``), POSTed to ``rule.url``. Its
+    secret, if any, is read from the operation's cluster and namespace."""
 
     key: str  # the idempotency key: operation, run uid (or the refusal), phase
     rule: NotifyRule
     operation: str
     cluster: str
     namespace: str
-    body: bytes
+    # encoded by whoever sends it: in a dispatch of thousands, not on the cycle thread
+    payload: Mapping[str, Any]
 
 
 def page_url(web_url: str, operation: str) -> str:
@@ -94,29 +95,27 @@ def notices(
         if not wanted:
             continue
         key = f"{state.operation}:{state.uid}:{phase}"
-        body = _encode(
-            {
-                "idempotencyKey": key,
-                "operation": state.operation,
-                "phase": phase,
-                "reason": str(state.reason) if state.reason else "",
-                "message": state.message,
-                "queue": state.queue or (op.queue if op else ""),
-                "cluster": state.cluster,
-                "namespace": state.namespace,
-                "workload": state.name,
-                "runUid": state.uid,
-                "generation": state.generation,
-                "commit": state.config_commit or compiled.version,
-                "dispatchedAt": state.dispatched_at,
-                "startedAt": state.started_at,
-                "finishedAt": state.finished_at,
-                "at": at.isoformat(),
-                "url": page_url(compiled.org.web_url, state.operation),
-            }
-        )
+        payload = {
+            "idempotencyKey": key,
+            "operation": state.operation,
+            "phase": phase,
+            "reason": str(state.reason) if state.reason else "",
+            "message": state.message,
+            "queue": state.queue or (op.queue if op else ""),
+            "cluster": state.cluster,
+            "namespace": state.namespace,
+            "workload": state.name,
+            "runUid": state.uid,
+            "generation": state.generation,
+            "commit": state.config_commit or compiled.version,
+            "dispatchedAt": state.dispatched_at,
+            "startedAt": state.started_at,
+            "finishedAt": state.finished_at,
+            "at": at.isoformat(),
+            "url": page_url(compiled.org.web_url, state.operation),
+        }
         out.extend(
-            Notice(key, r, state.operation, state.cluster, state.namespace, body) for r in wanted
+            Notice(key, r, state.operation, state.cluster, state.namespace, payload) for r in wanted
         )
     for rejected in refused:
         out.extend(_refusal(compiled, rejected, at))
@@ -132,25 +131,24 @@ def _refusal(compiled: CompiledRepo, rejected: RejectedOperation, at: datetime) 
     digest = hashlib.sha256(rejected.message.encode()).hexdigest()[:16]
     key = f"{rejected.operation}:refused-{digest}:{POLICY_VIOLATION}"
     cluster, namespace = rejected.cluster, rejected.namespace
-    body = _encode(
-        {
-            "idempotencyKey": key,
-            "operation": rejected.operation,
-            "phase": POLICY_VIOLATION,
-            "reason": str(rejected.reason),
-            "message": rejected.message,
-            "cluster": cluster,
-            "namespace": namespace,
-            "commit": compiled.version,
-            "location": str(rejected.location) if rejected.location else rejected.path,
-            "at": at.isoformat(),
-            "url": page_url(compiled.org.web_url, rejected.operation),
-        }
-    )
-    return [Notice(key, r, rejected.operation, cluster, namespace, body) for r in wanted]
+    payload = {
+        "idempotencyKey": key,
+        "operation": rejected.operation,
+        "phase": POLICY_VIOLATION,
+        "reason": str(rejected.reason),
+        "message": rejected.message,
+        "cluster": cluster,
+        "namespace": namespace,
+        "commit": compiled.version,
+        "location": str(rejected.location) if rejected.location else rejected.path,
+        "at": at.isoformat(),
+        "url": page_url(compiled.org.web_url, rejected.operation),
+    }
+    return [Notice(key, r, rejected.operation, cluster, namespace, payload) for r in wanted]
 
 
-def _encode(payload: Mapping[str, Any]) -> bytes:
+def encode(payload: Mapping[str, Any]) -> bytes:
+    """A request's JSON body: compact, keys sorted (the same payload, the same bytes)."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
 
 
@@ -215,8 +213,8 @@ _GITLAB_STATES = {
 }
 
 
-def commit_status_request(report: CommitReport) -> tuple[str, bytes]:
-    """The URL and JSON body that set ``report`` on the Git host: GitHub's ``POST
+def commit_status_request(report: CommitReport) -> tuple[str, dict[str, str]]:
+    """The URL and JSON payload that set ``report`` on the Git host: GitHub's ``POST
     /repos/{owner}/{repo}/statuses/{sha}``, GitLab's ``POST /projects/{id}/statuses/{sha}``
     (a project path URL-encoded as its id)."""
     spec = report.spec
@@ -237,7 +235,7 @@ def commit_status_request(report: CommitReport) -> tuple[str, bytes]:
         }
     if report.target_url:
         payload["target_url"] = report.target_url
-    return url, _encode(payload)
+    return url, payload
 
 
 def _path_segment(text: str) -> str:

@@ -27,7 +27,7 @@ import queue
 import threading
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from reconciler.adapters import outbound
 from reconciler.core.notify import (
@@ -35,6 +35,7 @@ from reconciler.core.notify import (
     Notice,
     commit_report,
     commit_status_request,
+    encode,
     notices,
 )
 from reconciler.core.observe import WorkloadState
@@ -61,7 +62,7 @@ class Delivery:
 
     kind: str
     url: str
-    body: bytes
+    payload: Mapping[str, Any]  # the JSON body, encoded by the worker
     what: str  # for the log
     key: str = ""  # the idempotency key
     cluster: str = ""
@@ -156,6 +157,7 @@ class Outbox:
         if _same_server(item.url, self.api_servers()):
             self._drop(item, "refused", "its URL is a cluster's API server")
             return
+        body = encode(item.payload)  # once: every attempt sends the same bytes
         why = ""
         for attempt in range(1, self.attempts + 1):
             if attempt > 1:
@@ -164,13 +166,13 @@ class Outbox:
                     self._drop(item, "shutdown", f"stopped after {why}")
                     return
             try:
-                headers = self._headers(item)
+                headers = self._headers(item, body)
             except (OSError, RuntimeError, ValueError) as exc:  # KubeError; not UTF-8
                 why = f"cannot read its secret: {exc}"
                 log.warning("%s: %s (attempt %d of %d)", item.what, why, attempt, self.attempts)
                 continue
             try:
-                status = self.send(item.url, item.body, headers, self.timeout)
+                status = self.send(item.url, body, headers, self.timeout)
             except ValueError as exc:  # a header http.client refuses (a token with a newline)
                 self._drop(item, "refused", f"cannot be sent: {exc}")
                 return
@@ -188,7 +190,7 @@ class Outbox:
             log.warning("%s: %s (attempt %d of %d)", item.what, why, attempt, self.attempts)
         self._drop(item, "gave_up", f"{why}, {self.attempts} attempts")
 
-    def _headers(self, item: Delivery) -> dict[str, str]:
+    def _headers(self, item: Delivery, body: bytes) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
         if item.key:
             headers["Idempotency-Key"] = item.key
@@ -196,7 +198,7 @@ class Outbox:
             return headers
         secret = self.read_secret(item.cluster, item.namespace, item.secret)
         if item.auth == "hmac":
-            headers[SIGNATURE_HEADER] = sign(secret, item.body)
+            headers[SIGNATURE_HEADER] = sign(secret, body)
         elif item.auth == "github":
             headers["Authorization"] = f"Bearer {secret.decode().strip()}"
             headers["Accept"] = "application/vnd.github+json"
@@ -301,7 +303,7 @@ def _notification(notice: Notice) -> Delivery:
     return Delivery(
         kind=NOTIFICATION,
         url=rule.url,
-        body=notice.body,
+        payload=notice.payload,
         what=f"notification {notice.operation} {phase} to {rule.url} ({rule.location})",
         key=notice.key,
         cluster=notice.cluster,
@@ -312,12 +314,12 @@ def _notification(notice: Notice) -> Delivery:
 
 
 def _commit_status(report: CommitReport) -> Delivery:
-    url, body = commit_status_request(report)
+    url, payload = commit_status_request(report)
     spec = report.spec
     return Delivery(
         kind=COMMIT_STATUS,
         url=url,
-        body=body,
+        payload=payload,
         what=f"commit status {report.state} of {report.commit[:12]} to {spec.url}",
         cluster=spec.cluster,
         namespace=spec.namespace,

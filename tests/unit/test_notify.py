@@ -213,7 +213,7 @@ def test_each_transition_into_a_listed_phase_is_one_notice_with_a_stable_key() -
     after = {"p/a": state("p/a", Phase.RUNNING), "p/b": state("p/b", Phase.DISPATCHED, "u2")}
     (sent,) = notices(compiled, before, after, frozenset(), at)
     assert sent.key == "p/a:u1:Running"
-    body = json.loads(sent.body)
+    body = sent.payload
     assert body["phase"] == "Running" and body["runUid"] == "u1" and body["queue"] == "q"
     assert body["commit"] == "c1" and body["cluster"] == "local"
     # no change, no notice; the same change derived again (a restart) has the same key
@@ -235,7 +235,7 @@ def test_a_policy_refusal_is_sent_once_when_it_appears() -> None:
     at = NOW
     (sent,) = notices(compiled, {}, {}, None, at)
     assert sent.key.startswith("p/x:refused-") and sent.key.endswith(":PolicyViolation")
-    assert json.loads(sent.body)["message"] == "too big"
+    assert sent.payload["message"] == "too big"
     assert notices(compiled, {}, {}, frozenset({"p/x"}), at) == ()
 
 
@@ -404,7 +404,7 @@ def test_a_receiver_answering_500_is_tried_again_then_given_up(receiver: Receive
 
 
 def _a_delivery(url: str) -> Delivery:
-    return Delivery(NOTIFICATION, url, b"{}", "a test notice", key="k")
+    return Delivery(NOTIFICATION, url, {}, "a test notice", key="k")
 
 
 def test_a_hanging_receiver_never_slows_a_cycle_and_what_overflows_is_counted() -> None:
