@@ -20,8 +20,6 @@ restarts before the next status write is sent again, with the same idempotency k
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import hmac
 import logging
 import queue
 import threading
@@ -41,6 +39,7 @@ from reconciler.core.notify import (
 from reconciler.core.observe import WorkloadState
 from reconciler.core.types import CompiledRepo, SecretKey
 from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.webhook import sign  # as GitHub signs its webhooks: sha256=<hex>
 
 if TYPE_CHECKING:
     from reconciler.runtime.cycle import CycleResult
@@ -69,11 +68,6 @@ class Delivery:
     namespace: str = ""
     secret: SecretKey | None = None
     auth: str = ""
-
-
-def sign(secret: bytes, body: bytes) -> str:
-    """``sha256=<hex>``: HMAC-SHA256 of ``body`` with ``secret``."""
-    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
 # (cluster, namespace, secret) -> its value; a KubeError (or any OSError) when unreadable
