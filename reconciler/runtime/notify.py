@@ -7,14 +7,14 @@ backoff up to ``attempts`` times, and gives up then; a request that finds the qu
 is dropped. Everything dropped is counted (``reconciler_notifications_dropped_total``), so
 a receiver that hangs or refuses costs dispatch nothing and its losses are seen.
 
-Delivery is at least once. What was sent is tracked in memory only (``Notifier``'s last
-states): a transition is derived against the states of the cycle before (led or
-followed), and at a start against those the status branch recorded (``seed``), so a change that
-happened while no process ran, or after the last status write, is sent by the next
-process. A change recorded on the status branch whose request was still queued when the
-process died is not sent again; one recorded but not yet confirmed when the process
-restarts before the next status write is sent again, with the same idempotency key
-(``Idempotency-Key``: operation, run uid, phase) for the receiver to drop.
+Delivery is at least once. What was sent is tracked in memory only (``Notifier``'s
+baseline): each cycle's transitions are derived against the states of the cycle before
+(led or followed), and at a start against the states the status branch recorded
+(``seed``). So a change that happened while no process ran, or after the last status
+write, is derived and sent by the next process, with the key it always has
+(``Idempotency-Key``: operation, run uid, phase) for a receiver that had it to drop. A
+change already on the status branch whose request was still queued when the process died
+is not sent again: recording deliveries there would cost a Git commit per notification.
 """
 
 from __future__ import annotations
@@ -55,9 +55,9 @@ _AGAIN = frozenset({408, 425, 429})
 
 @dataclass(frozen=True, slots=True)
 class Delivery:
-    """One request to send: ``body`` POSTed to ``url``; ``secret`` (read from ``cluster``
-    and ``namespace`` when it is sent) signs it (``auth="hmac"``) or is the Git host's
-    token (``github``, ``gitlab``)."""
+    """One request to send: ``payload`` POSTed as JSON to ``url``; ``secret`` (read from
+    ``cluster`` and ``namespace`` when it is sent) signs it (``auth="hmac"``) or is the Git
+    host's token (``github``, ``gitlab``)."""
 
     kind: str
     url: str
