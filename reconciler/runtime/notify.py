@@ -91,6 +91,7 @@ class Outbox:
     _queue: queue.Queue[Delivery | None] = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
+    _full: int = field(default=0, init=False)  # dropped since the queue was last not full
 
     def __post_init__(self) -> None:
         self._queue = queue.Queue(self.capacity)
@@ -105,8 +106,21 @@ class Outbox:
         try:
             self._queue.put_nowait(delivery)
         except queue.Full:
-            self._drop(delivery, "queue_full", "the queue is full")
+            # one line when the queue fills, not one per request dropped (a dispatch of
+            # thousands): the metric counts each
+            self.metrics.notifications_dropped.labels(delivery.kind, "queue_full").inc()
+            if not self._full:
+                log.warning(
+                    "%s: dropped (queue_full): %d requests queued; more are dropped, and "
+                    "counted, until there is room",
+                    delivery.what,
+                    self.capacity,
+                )
+            self._full += 1
             return False
+        if self._full:
+            log.warning("the notification queue has room again: %d dropped", self._full)
+            self._full = 0
         return True
 
     def finish(self) -> None:

@@ -407,7 +407,9 @@ def _a_delivery(url: str) -> Delivery:
     return Delivery(NOTIFICATION, url, {}, "a test notice", key="k")
 
 
-def test_a_hanging_receiver_never_slows_a_cycle_and_what_overflows_is_counted() -> None:
+def test_a_hanging_receiver_never_slows_a_cycle_and_what_overflows_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
     metrics = Metrics()
     with Blackhole() as hole:
         url = hole.url("http")
@@ -427,6 +429,8 @@ def test_a_hanging_receiver_never_slows_a_cycle_and_what_overflows_is_counted() 
             metrics, COMMIT_STATUS, "queue_full"
         )
         assert full >= 14 - 3
+        # one line when the queue fills, not one per request dropped
+        assert caplog.text.count("(queue_full)") == 1
         assert not box.close(0.2)  # the hung request outlives a short stop
     assert dropped(metrics, NOTIFICATION, "shutdown") >= 2
 
