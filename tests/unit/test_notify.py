@@ -429,8 +429,9 @@ def test_a_hanging_receiver_never_slows_a_cycle_and_what_overflows_is_counted(
             metrics, COMMIT_STATUS, "queue_full"
         )
         assert full >= 14 - 3
-        # one line when the queue fills, not one per request dropped
-        assert caplog.text.count("(queue_full)") == 1
+        # one line each time the queue fills (twice if the worker took one in between),
+        # not one per request dropped
+        assert caplog.text.count("(queue_full)") <= 2 < full
         assert not box.close(0.2)  # the hung request outlives a short stop
     assert dropped(metrics, NOTIFICATION, "shutdown") >= 2
 
