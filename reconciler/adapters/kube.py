@@ -667,6 +667,24 @@ class Kube:
             )
         return _json(self.core.read_namespaced_service(name, namespace, _preload_content=False))
 
+    @property
+    def server(self) -> str:
+        """The API server's URL, as the kubeconfig gives it."""
+        return str(self.api.configuration.host)
+
+    @_transport
+    def read_secret(self, namespace: str, name: str, key: str) -> bytes:
+        """The value at ``key`` of Secret ``namespace/name`` (a webhook's signing key, a Git
+        host's token): a ``KubeError`` when it cannot be read or has no such key."""
+        try:
+            secret = self.core.read_namespaced_secret(name, namespace)
+        except ApiException as exc:
+            raise _error(exc, f"reading Secret {namespace}/{name}") from exc
+        data = (secret.data or {}).get(key)
+        if not data:
+            raise KubeError(f"Secret {namespace}/{name} has no key {key!r}")
+        return base64.b64decode(data)
+
     @_transport
     def create_or_adopt(self, manifest: Mapping[str, Any]) -> ApplyResult:
         """Create the object; if it already exists (``AlreadyExists``), adopt it instead of

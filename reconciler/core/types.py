@@ -388,6 +388,40 @@ class ConnectionSpec:
     source: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class SecretKey:
+    """A value the reconciler itself reads from a Secret: the one a ``secret`` Connection
+    names (``connection``), at ``key``."""
+
+    connection: str
+    name: str  # the Secret's
+    key: str
+
+
+@dataclass(frozen=True, slots=True)
+class NotifyRule:
+    """One ``notifications`` entry (org, project or operation): a webhook told when an
+    operation enters one of ``on`` (a phase, or ``PolicyViolation``)."""
+
+    on: frozenset[str]
+    url: str
+    secret: SecretKey | None
+    location: Location  # the entry's, for what the runtime refuses
+
+
+@dataclass(frozen=True, slots=True)
+class CommitStatusSpec:
+    """``commitStatus`` in reconciler.yaml: where each applied config commit is reported."""
+
+    provider: str  # github | gitlab
+    url: str  # the API's base URL
+    repository: str  # owner/name (GitHub); a project id or path (GitLab)
+    token: SecretKey
+    cluster: str  # whose Secret holds the token
+    namespace: str
+    context: str = "reconciler"
+
+
 @dataclass(frozen=True)
 class QueueSpec:
     """A queue. A fleet queue (``clusters: [a, b]``) has ``cluster`` set to its first
@@ -496,6 +530,9 @@ class CompiledOperation:
     pod_requests: Mapping[str, Decimal] | None = None
     # The flavor the plan assigned (set on the operation a Create renders; never compiled)
     flavor: FlavorSpec | None = None
+    # the org's, the project's and its own ``notifications`` (not in ``spec``: a webhook
+    # changed does not change the workload)
+    notifications: tuple[NotifyRule, ...] = ()
     # "project/name": one string, kept (every plan and view reads it for every operation)
     id: str = field(init=False, compare=False)
     # The planner's first sort key inside a queue (``-2 * priority``; it adds 1 for an op
@@ -560,6 +597,11 @@ class RejectedOperation:
     location: Location | None = None
     # ids of a workflow's children: refused, and never pruned while they run as its children
     children: tuple[str, ...] = ()
+    # the project's and its own ``notifications``, and where it would have run (the
+    # cluster and namespace their secrets are read from)
+    notifications: tuple[NotifyRule, ...] = ()
+    cluster: str = ""
+    namespace: str = ""
 
 
 class PodSecurityLevel(enum.StrEnum):
@@ -654,6 +696,9 @@ class OrgSettings:
     flavor_prices: Mapping[str, Mapping[str, Decimal]] = field(default_factory=dict)
     currency: str = ""
     timezone: str = "UTC"  # budget windows are calendar windows in this IANA zone
+    notifications: tuple[NotifyRule, ...] = ()  # the org's own
+    commit_status: CommitStatusSpec | None = None
+    web_url: str = ""  # the base of the pages' links ("": none)
 
 
 @dataclass(frozen=True)

@@ -426,6 +426,18 @@ class Reconciler:
             self._clients[spec.name] = kube
         return kube
 
+    def connected(self, name: str) -> Kube:
+        """The client of cluster ``name`` once a cycle has connected it (for another thread:
+        it never connects); a ``KubeError`` before."""
+        kube = self._clients.get(name)
+        if kube is None:
+            raise KubeError(f"cluster {name!r} is not connected yet")
+        return kube
+
+    def api_servers(self) -> tuple[str, ...]:
+        """The API server URLs of the clusters connected so far."""
+        return tuple(k.server for k in list(self._clients.values()))
+
     def _informers_for(self, name: str, kube: Kube) -> tuple[Informer, ...]:
         """The watch caches of one cluster: Jobs, Pods and PyTorchJobs (an empty cache
         where the cluster does not serve the CRD), each object narrowed to the fields

@@ -152,6 +152,22 @@ class Metrics:
             ("cluster",),
             registry=r,
         )
+        self.notifications_sent = Counter(
+            "reconciler_notifications_sent",
+            "Notifications and commit statuses delivered (a 2xx answer), by kind "
+            "(notification, commit_status).",
+            ("kind",),
+            registry=r,
+        )
+        self.notifications_dropped = Counter(
+            "reconciler_notifications_dropped",
+            "Notifications and commit statuses never delivered, by kind and reason (queue_full: "
+            "the queue was full; gave_up: every attempt failed, or its secret could not be "
+            "read; refused: a 4xx answer, or a URL at a cluster's API server; shutdown: "
+            "still queued at the stop).",
+            ("kind", "reason"),
+            registry=r,
+        )
         self.leader = Gauge(
             "reconciler_leader", "1 while this replica holds the leader Lease.", registry=r
         )

@@ -24,6 +24,7 @@ from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.notify import Notifier, Outbox
 from reconciler.runtime.status import StatusPublisher
 
 log = logging.getLogger("reconciler.service")
@@ -91,6 +92,9 @@ class PacedSource:
         return last
 
 
+# Seconds a stop without a timeout of its own waits for queued notifications.
+NOTIFY_GRACE = 10.0
+
 # A full collection at most once per this many collections of the middle generation
 # (CPython's default: 10). See settle_heap.
 FULL_COLLECTION_EVERY = 100
@@ -125,6 +129,8 @@ class Runtime:
     config: ConfigRepo | None = None  # the Git source (None with a worktree), for blame
     wakeup: Wakeup | None = None  # the loop's: asked for a cycle when a status write is due
     source: Callable[[], RepoSnapshot] | None = None  # the reconciler's config source
+    # notifications and commit statuses: decided each cycle, sent by a thread of their own
+    notifier: Notifier | None = None
 
     def __post_init__(self) -> None:
         if self.publisher is not None:
@@ -178,6 +184,11 @@ class Runtime:
                 due = self.publisher.due
                 if due is not None and self.wakeup is not None:
                     self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
+        if self.notifier is not None:  # queued, never waited for
+            if result.leading:
+                self.notifier.on_cycle(result)
+            else:
+                self.notifier.follow(result)
         self.completed = result
 
     def close(self, timeout: float | None = None, final: CycleResult | None = None) -> bool:
@@ -185,13 +196,21 @@ class Runtime:
         when the write outlived ``timeout``. ``final`` (``Reconciler.run_final``: what the
         watch caches said after the last cycle, nothing carried out) is handed over first,
         leading or not: the publisher writes only while this process holds the Lease.
-        ``unwritten`` then says why the last status is not on the branch."""
-        if self.publisher is None:
-            return True
-        if final is not None:
-            self.publisher.publish(final)
-            self.completed = final
-        return self.publisher.close(timeout)
+        ``unwritten`` then says why the last status is not on the branch. The
+        notifications still queued are sent within ``timeout`` too, then dropped."""
+        started = time.monotonic()
+        if self.notifier is not None:  # sending while the status is written
+            self.notifier.outbox.finish()
+        written = True
+        if self.publisher is not None:
+            if final is not None:
+                self.publisher.publish(final)
+                self.completed = final
+            written = self.publisher.close(timeout)
+        if self.notifier is None:
+            return written
+        grace = NOTIFY_GRACE if timeout is None else timeout
+        return self.notifier.outbox.close(grace - (time.monotonic() - started)) and written
 
     @property
     def unwritten(self) -> str:
@@ -293,6 +312,15 @@ def make_runtime(
         blame=config.blame if config is not None else None,
         verify_commits=config.verify_signatures if config is not None else None,
     )
+    outbox = Outbox(
+        metrics,
+        read_secret=lambda cluster, namespace, key: reconciler.connected(cluster).read_secret(
+            namespace, key.name, key.key
+        ),
+        api_servers=reconciler.api_servers,
+    )
+    outbox.start()
+    notifier = Notifier(outbox)
     runtime = Runtime(
         reconciler,
         publisher,
@@ -300,10 +328,12 @@ def make_runtime(
         config=None if worktree else config,
         wakeup=wakeup,
         source=source,
+        notifier=notifier,
     )
     if publisher is not None:
         try:
             recorded = publisher.recorded()
+            notifier.seed(recorded.seen)
             for line in recorded.ledger.problems.warnings():  # budgets they hold wait
                 log.warning("%s", line.removeprefix("warning: "))
             reconciler.seed(recorded)

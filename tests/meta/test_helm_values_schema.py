@@ -51,6 +51,7 @@ def with_(path: str, value: Any) -> dict[str, Any]:
         ("repo.credentials.type", "password", "repo/credentials/type"),
         ("leaderElection.enabled", "yes", "leaderElection/enabled"),
         ("rbac.createNamespaces", "true", "rbac/createNamespaces"),
+        ("rbac.readSecrets", "yes", "rbac/readSecrets"),
         ("clusters", [{"name": "GPU_East"}], "clusters/0/name"),
         ("clusters", [{"kubeconfig": "x"}], "clusters/0"),
         ("http.port", 0, "http/port"),

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import http.server
 import re
 import socket
 import threading
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -63,6 +65,59 @@ class Blackhole:
         for sock in self._held:
             sock.close()
         self._server.close()
+
+
+@dataclass
+class Received:
+    path: str
+    headers: dict[str, str]  # names in lower case
+    body: bytes
+
+
+@dataclass
+class Receiver:
+    """An HTTP server on 127.0.0.1 that records each request (``got``) and answers
+    ``status`` (with ``location``: a redirect); ``running`` starts and stops it."""
+
+    status: int = 200
+    location: str = ""
+    got: list[Received] = field(default_factory=list)
+    port: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @classmethod
+    @contextlib.contextmanager
+    def running(cls) -> Iterator[Receiver]:
+        rec = cls()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length", "0")))
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                rec.got.append(Received(self.path, headers, body))
+                self.send_response(rec.status)
+                if rec.location:
+                    self.send_header("Location", rec.location)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_GET = do_POST
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        rec.port = int(server.server_address[1])
+        thread = threading.Thread(target=server.serve_forever, name="receiver", daemon=True)
+        thread.start()
+        try:
+            yield rec
+        finally:
+            server.shutdown()
+            server.server_close()
 
 
 @contextlib.contextmanager

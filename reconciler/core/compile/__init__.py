@@ -23,12 +23,14 @@ The package, one concern a module (each says what must live in it):
 - ``model``: the schema of every kind of file (pydantic);
 - ``merge``: the preset merge strategies, with provenance for every leaf;
 - ``policy``: org policy, checked on the compiled operation after the merge;
+- ``notifications``: ``notifications`` and ``commitStatus``, each secret resolved to its connection;
 - ``explain``: per-field provenance of a compiled operation (``compile --explain``);
 - ``errors``: the one way every part reports a problem in the config (``Errors``);
 - ``index``: the repo index: layout, files loaded once, typed access, the org's settings;
 - ``references``: names resolved across files (presets, clusters, queues, connections),
   "did you mean", names that must exist;
 - ``resolve``: one spec made dispatchable (queue, connections, requests, policy);
+- ``notifications``: ``notifications`` and ``commitStatus``, their secret connections;
 - ``workflows``: matrix / DAG expansion and ``{{ params.NAME }}``, each child validated;
 - ``names``: ids and workload names unique across the repo, one project per namespace;
 - ``pod``: the pod parts a preset may set beyond the main container (volumes, mounts,

@@ -20,6 +20,7 @@ from reconciler.core.compile.operations import OperationResult, compile_one
 from reconciler.core.compile.references import (
     check_cohorts,
     check_flavors,
+    check_notifications,
     check_references,
     find_cluster,
     find_cohort,
@@ -132,6 +133,7 @@ def _load_all(repo: RepoIndex) -> None:
     check_cohorts(repo)
     check_flavors(repo)
     check_references(repo)
+    check_notifications(repo)
 
 
 def _compile_repo(

@@ -25,12 +25,14 @@ from reconciler.core.compile.load import Document, ParseCache, parse_yaml, resol
 from reconciler.core.compile.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
 from reconciler.core.compile.model import (
     KINDS,
+    ConnectionFile,
     OrgFile,
     Policy,
     ProjectFile,
     Strict,
     duration_seconds,
 )
+from reconciler.core.compile.notifications import commit_status, notify_rules
 from reconciler.core.plan.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.quantity import parse_quantity
 from reconciler.core.types import (
@@ -606,7 +608,25 @@ class RepoIndex:
         policy = m.policy
         prune = m.prune
         level = PodSecurityLevel(policy.pod_security if policy else "baseline")
+
+        def connection(name: str) -> ConnectionFile | None:
+            loaded = self.get("Connection", name)
+            return loaded.model if loaded is not None else None
+
+        def unknown(name: str) -> str:  # reported by ``check_notifications``, not here
+            return f"unknown connection {name!r}"
+
         return OrgSettings(
+            notifications=notify_rules(org.doc, m.notifications, connection, unknown),
+            commit_status=commit_status(
+                org.doc,
+                m.commit_status,
+                sorted(self.named["Cluster"]),
+                connection,
+                unknown,
+                unknown,
+            ),
+            web_url=(m.web_url or "").rstrip("/"),
             prices=prices(m.prices),
             flavor_prices={
                 f: prices(listed) for f, listed in sorted((m.flavor_prices or {}).items())

@@ -885,6 +885,88 @@ class Dag(Strict):
     operations: Annotated[list[DagOperation], Field(min_length=1)]
 
 
+# --- notifications and commit status -----------------------------------------------
+
+
+# The in-cluster names of the Kubernetes API server: a webhook there would have the
+# reconciler POST its payloads to the API with whatever the URL asks.
+API_SERVER_HOSTS = frozenset(
+    {
+        "kubernetes",
+        "kubernetes.default",
+        "kubernetes.default.svc",
+        "kubernetes.default.svc.cluster.local",
+    }
+)
+
+
+# http(s)://host[:port][/path...]: no user info, no spaces (the host is what is checked).
+_HTTP_URL = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[^/:?#@\[\]\s]+)(:\d{1,5})?([/?#]\S*)?$")
+
+
+def _http_url(value: str) -> str:
+    found = _HTTP_URL.fullmatch(value)
+    if found is None:
+        raise ValueError(f"{_show(value)} is not an http:// or https:// URL")
+    if found[1].rstrip(".").lower() in API_SERVER_HOSTS:
+        raise ValueError(
+            f"{_show(value)} points at the cluster's API server: the reconciler never "
+            "sends requests there"
+        )
+    return value
+
+
+HttpUrl = Annotated[StrictStr, AfterValidator(_http_url)]
+
+NotifyEvent = Literal["Dispatched", "Running", "Succeeded", "Failed", "Stopped", "PolicyViolation"]
+
+
+class SecretRef(Strict):
+    connection: Name = Field(description="A Connection of type secret: its Secret holds the value.")
+    key: NonEmptyStr = Field(default="token", description="The key in that Secret.")
+
+
+class Webhook(Strict):
+    url: HttpUrl
+    secret: SecretRef | None = Field(
+        default=None,
+        description="The HMAC-SHA256 key the body is signed with (X-Reconciler-Signature); "
+        "unset: unsigned.",
+    )
+
+
+class Notification(Strict):
+    on: Annotated[list[NotifyEvent], Field(min_length=1)] = Field(
+        description="The phases (and PolicyViolation) that send it."
+    )
+    webhook: Webhook
+
+
+Notifications = list[Notification]
+
+
+class CommitStatus(Strict):
+    """Where the reconciler reports each config commit it applies (GitHub or GitLab)."""
+
+    provider: Literal["github", "gitlab"]
+    url: HttpUrl = Field(
+        description="The API's base URL: https://api.github.com, https://gitlab.com/api/v4, "
+        "or a GitHub Enterprise or self-hosted GitLab one."
+    )
+    repository: NonEmptyStr = Field(
+        description="GitHub: owner/name; GitLab: the project's id or its path."
+    )
+    token: SecretRef
+    cluster: Name | None = Field(
+        default=None,
+        description="The Cluster whose Secret holds the token; default the only one.",
+    )
+    namespace: Name = Field(default="default", description="The namespace of that Secret.")
+    context: NonEmptyStr = Field(
+        default="reconciler", description="The status's name on the commit."
+    )
+
+
 # --- kinds ----------------------------------------------------------------------------
 
 
@@ -915,6 +997,10 @@ class OperationFile(Strict):
     run: Run | None = None
     matrix: Matrix | None = None
     dag: Dag | None = None
+    notifications: Notifications | None = Field(
+        default=None,
+        description="Webhooks told of its phase changes, besides the org's and project's.",
+    )
 
     @model_validator(mode="after")
     def _one_workflow(self) -> OperationFile:
@@ -969,6 +1055,9 @@ class ProjectFile(Strict):
     namespace: Name | None = Field(default=None, description="Defaults to the project name.")
     allowed_queues: list[Name] | None = None
     defaults: ProjectDefaults | None = None
+    notifications: Notifications | None = Field(
+        default=None, description="Webhooks told of its operations' phase changes."
+    )
 
 
 Price = Annotated[
@@ -1403,6 +1492,17 @@ class OrgFile(Strict):
     )
     timezone: Annotated[StrictStr, AfterValidator(_timezone)] | None = Field(
         default=None, description="IANA zone of budget windows (default UTC)."
+    )
+    notifications: Notifications | None = Field(
+        default=None, description="Webhooks told of every operation's phase changes."
+    )
+    commit_status: CommitStatus | None = Field(
+        default=None, description="Report each applied config commit to GitHub or GitLab."
+    )
+    web_url: HttpUrl | None = Field(
+        default=None,
+        description="The base URL of the reconciler's pages (reconciler serve), linked from "
+        "notifications and commit statuses.",
     )
 
 

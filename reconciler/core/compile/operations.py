@@ -14,13 +14,16 @@ from dataclasses import dataclass
 from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import Loaded, RepoIndex, locator
 from reconciler.core.compile.merge import Path, apply_layer, dotted, start
-from reconciler.core.compile.model import ProjectFile
+from reconciler.core.compile.model import ConnectionFile, OperationFile, ProjectFile
+from reconciler.core.compile.notifications import notify_rules
 from reconciler.core.compile.policy import Violation
 from reconciler.core.compile.references import (
+    connection_file,
     find_preset,
     org_default_presets,
     preset_is_defined,
     preset_layer,
+    unknown_name,
     unknown_org_preset,
     unknown_preset,
 )
@@ -30,6 +33,7 @@ from reconciler.core.types import (
     CompiledOperation,
     ConfigError,
     Location,
+    NotifyRule,
     Provenance,
     RejectedOperation,
     RejectReason,
@@ -64,6 +68,22 @@ def _allowed(proj: Loaded[ProjectFile]) -> frozenset[str] | None:
     """The project's ``allowedQueues`` (once per compile)."""
     listed = proj.model.allowed_queues
     return frozenset(listed) if listed is not None else None
+
+
+def _notify_rules(
+    repo: RepoIndex, proj: Loaded[ProjectFile], op: Loaded[OperationFile], errors: Errors
+) -> tuple[NotifyRule, ...]:
+    """The project's ``notifications`` (checked with the repo's files) and the operation's
+    own (checked here: a missing or wrong secret connection is this operation's error)."""
+
+    def connection(name: str) -> ConnectionFile | None:
+        return connection_file(repo, name)
+
+    def unknown(name: str) -> str:
+        return unknown_name(repo, "connection", name, "Connection")
+
+    own = notify_rules(op.doc, op.model.notifications, connection, unknown, errors.add)
+    return notify_rules(proj.doc, proj.model.notifications, connection, unknown) + own
 
 
 def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationResult:
@@ -167,6 +187,9 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     if errors:
         return OperationResult(op_id, found=True, errors=tuple(errors))
 
+    rules = _notify_rules(repo, proj, loaded, errors)
+    if errors:
+        return OperationResult(op_id, found=True, errors=tuple(errors))
     ctx = Context(
         project=project_name,
         namespace=proj.model.namespace or project_name,
@@ -174,6 +197,7 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
         org=org,
         op_path=op_path,
         presets=tuple(applied),
+        notifications=rules,
     )
     # 5-6. Queue, connections, requests, policy.
     resolved = resolve(repo, ctx, spec, prov, fallback, errors)
@@ -206,6 +230,9 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
             message="; ".join(seen),
             location=first.location if first else fallback,
             children=tuple(c.id for c, _ in children),
+            notifications=rules,
+            cluster=compiled.cluster,
+            namespace=compiled.namespace,
         )
         return OperationResult(op_id, found=True, compiled=compiled, rejected=rejected)
     operations = tuple(c for c, _ in children) if children else (compiled,)

@@ -25,6 +25,7 @@ from reconciler.core.compile.model import (
     duration_seconds,
     to_snake,
 )
+from reconciler.core.compile.notifications import commit_status, notify_rules
 from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.types import (
     BudgetPeriod,
@@ -597,6 +598,39 @@ def outputs_problem(repo: RepoIndex, name: str) -> str | None:
     if conn.type == "volume" and conn.spec.get("readOnly"):
         return f"outputs connection {name!r} is mounted readOnly: runs could not write to it"
     return None
+
+
+def connection_file(repo: RepoIndex, name: str) -> ConnectionFile | None:
+    """The connection file ``name`` as loaded; None when it is not defined or invalid."""
+    loaded = repo.get("Connection", name)
+    return loaded.model if loaded is not None else None
+
+
+def check_notifications(repo: RepoIndex) -> None:
+    """The org's and the projects' ``notifications``, and ``commitStatus``: the secret
+    connections they name exist and are ``secret`` ones; the commit status has a cluster."""
+
+    def connection(name: str) -> ConnectionFile | None:
+        return connection_file(repo, name)
+
+    def unknown(name: str) -> str:
+        return unknown_name(repo, "connection", name, "Connection")
+
+    def unknown_cluster(name: str) -> str:
+        return unknown_name(repo, "cluster", name, "Cluster")
+
+    report = repo.errors.add_once
+    org = repo.org()
+    if org is not None:
+        notify_rules(org.doc, org.model.notifications, connection, unknown, report)
+        clusters = sorted(repo.named["Cluster"])
+        commit_status(
+            org.doc, org.model.commit_status, clusters, connection, unknown, unknown_cluster, report
+        )
+    for name in sorted(repo.projects):
+        proj = repo.project(name)
+        if proj is not None:
+            notify_rules(proj.doc, proj.model.notifications, connection, unknown, report)
 
 
 # --- the whole repo -----------------------------------------------------------------------

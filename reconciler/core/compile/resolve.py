@@ -49,6 +49,7 @@ from reconciler.core.types import (
     DistributedBackend,
     Framework,
     Location,
+    NotifyRule,
     OrgSettings,
     Provenance,
     QueueSpec,
@@ -67,6 +68,7 @@ class Context:
     org: OrgSettings
     op_path: str
     presets: tuple[str, ...]
+    notifications: tuple[NotifyRule, ...] = ()  # the project's and the operation's own
 
 
 @dataclass(frozen=True)
@@ -426,6 +428,8 @@ def build(
     params: Mapping[str, Any] | None = None,
 ) -> CompiledOperation:
     spec = _with_default_timeout(spec, resolved.queue)
+    if "notifications" in spec:  # the runtime's (``notifications``), not the workload's
+        spec = {k: v for k, v in spec.items() if k != "notifications"}
     return CompiledOperation(
         project=ctx.project,
         name=name,
@@ -451,4 +455,5 @@ def build(
         submitted_at=repo.first_commit_time(ctx.op_path),
         params=dict(params or {}),
         timeout=effective_timeout(spec, resolved.queue),
+        notifications=ctx.notifications,
     )

@@ -8,5 +8,6 @@ The package, one concern a module (each says what must live in it):
   from a report;
 - ``status``: the status files' records, their rendering, and reading them back;
 - ``block_yaml``: the status files' YAML text, written directly;
+- ``notify``: the notifications and commit statuses a cycle sends, as values;
 - ``wire``: the shapes that cross a file or HTTP boundary, one serializer each.
 """

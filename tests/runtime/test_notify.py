@@ -1,0 +1,510 @@
+"""Notifications and commit statuses: the config (its errors at file:line:col), what a
+cycle's transitions send (core/reporting/notify.py), and the sending (runtime/notify.py) against
+real HTTP receivers on 127.0.0.1 that record what they get: signed, with a stable
+idempotency key, retried on a 500, and never slowing a cycle while a receiver hangs."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from support.builders import NOW, World
+from support.harness import Harness
+from support.helpers import Blackhole, Receiver, wait_until
+from support.snapshots import repo
+
+from reconciler.core.compile import compile_repo
+from reconciler.core.decision.render import spec_hash
+from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.reporting.notify import commit_report, notices
+from reconciler.core.types import (
+    CommitStatusSpec,
+    CompiledRepo,
+    ConfigError,
+    Location,
+    NotifyRule,
+    Phase,
+    RejectedOperation,
+    RejectReason,
+    SecretKey,
+)
+from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.notify import (
+    COMMIT_STATUS,
+    NOTIFICATION,
+    Delivery,
+    Notifier,
+    Outbox,
+    _commit_status,
+)
+from reconciler.runtime.service import Runtime
+
+SECRET = b"hook-secret"
+TOKEN = b"git-token"
+
+# --- the config ---------------------------------------------------------------------------
+
+CLUSTER = "kind: Cluster\nkubeconfig: {path: /nonexistent}\n"
+OP = (
+    "kind: Operation\nrun:\n  kind: job\n  container:\n    image: busybox\n"
+    "    resources: {requests: {cpu: 10m}}\n"
+)
+
+
+def files(**extra: str | None) -> dict[str, str | None]:
+    base: dict[str, str | None] = {
+        "reconciler.yaml": "kind: Org\ndefaults: {queue: q}\n",
+        "clusters/local.yaml": CLUSTER,
+        "queues/q.yaml": "kind: Queue\ncluster: local\n",
+        "connections/hooks.yaml": "kind: Connection\nsecret: {name: hooks, envFrom: true}\n",
+        "connections/data.yaml": (
+            "kind: Connection\nvolume: {claimName: data, mountPath: /data}\n"
+        ),
+        "projects/p/project.yaml": "kind: Project\n",
+        "projects/p/operations/a.yaml": OP,
+    }
+    base.update(extra)
+    return base
+
+
+def errors_of(compiled: CompiledRepo) -> list[str]:
+    return [str(e) for e in compiled.errors]
+
+
+def test_rules_of_the_org_project_and_operation_are_compiled_with_their_secrets() -> None:
+    compiled = compile_repo(
+        repo(
+            files(
+                **{
+                    "reconciler.yaml": (
+                        "kind: Org\ndefaults: {queue: q}\nwebUrl: http://127.0.0.1:8080/\n"
+                        "notifications:\n"
+                        "  - on: [Failed]\n"
+                        "    webhook: {url: https://hooks.example.com/org,"
+                        " secret: {connection: hooks, key: hmac}}\n"
+                    ),
+                    "projects/p/project.yaml": (
+                        "kind: Project\nnotifications:\n"
+                        "  - on: [Succeeded]\n    webhook: {url: http://127.0.0.1:9/p}\n"
+                    ),
+                    "projects/p/operations/a.yaml": OP
+                    + "notifications:\n  - on: [Running, Stopped]\n"
+                    "    webhook: {url: http://127.0.0.1:9/a}\n",
+                }
+            )
+        )
+    )
+    assert compiled.valid, errors_of(compiled)
+    (org_rule,) = compiled.org.notifications
+    assert org_rule.on == {"Failed"} and org_rule.secret == SecretKey("hooks", "hooks", "hmac")
+    assert str(org_rule.location) == "reconciler.yaml:5:5"
+    assert compiled.org.web_url == "http://127.0.0.1:8080"
+    (op,) = compiled.operations
+    assert [r.url for r in op.notifications] == ["http://127.0.0.1:9/p", "http://127.0.0.1:9/a"]
+    # a webhook is the reconciler's, not the workload's: the spec (and its hash) leave it out
+    plain = compile_repo(repo(files())).operations[0]
+    assert "notifications" not in op.spec
+    assert spec_hash(op, compiled.connections) == spec_hash(plain, compiled.connections)
+
+
+@pytest.mark.parametrize(
+    ("path", "text", "error"),
+    [
+        (
+            "reconciler.yaml",
+            "kind: Org\nnotifications:\n  - on: [Failed]\n    webhook: {url: ftp://x/y}\n",
+            "reconciler.yaml:4:20: 'ftp://x/y' is not an http:// or https:// URL",
+        ),
+        (
+            "projects/p/project.yaml",
+            "kind: Project\nnotifications:\n  - on: [Failed]\n"
+            "    webhook: {url: 'https://kubernetes.default.svc/api/v1'}\n",
+            "projects/p/project.yaml:4:20: 'https://kubernetes.default.svc/api/v1' points at "
+            "the cluster's API server",
+        ),
+        (
+            "reconciler.yaml",
+            "kind: Org\nnotifications:\n  - on: [Failed]\n"
+            "    webhook: {url: 'http://h/x', secret: {connection: hook}}\n",
+            "reconciler.yaml:4:55: unknown connection 'hook': no connections/hook.yaml "
+            "(did you mean 'hooks'?)",
+        ),
+        (
+            "projects/p/operations/a.yaml",
+            OP + "notifications:\n  - on: [Failed]\n"
+            "    webhook: {url: 'http://h/x', secret: {connection: data}}\n",
+            "projects/p/operations/a.yaml:9:55: connection 'data' is a volume connection: a "
+            "webhook secret or a token is read from a 'secret' connection",
+        ),
+        (
+            "reconciler.yaml",
+            "kind: Org\nnotifications:\n  - on: [Finished]\n    webhook: {url: 'http://h/x'}\n",
+            "reconciler.yaml:3:10: Input should be 'Dispatched', 'Running'",
+        ),
+        (
+            "reconciler.yaml",
+            "kind: Org\ncommitStatus:\n  provider: github\n  url: https://api.github.com\n"
+            "  repository: o/r\n  token: {connection: nope}\n",
+            "reconciler.yaml:6:23: unknown connection 'nope'",
+        ),
+        (
+            "reconciler.yaml",
+            "kind: Org\ncommitStatus:\n  provider: github\n  url: https://api.github.com\n"
+            "  repository: o/r\n  token: {connection: hooks}\n  cluster: remote\n",
+            "reconciler.yaml:7:12: unknown cluster 'remote': no clusters/remote.yaml",
+        ),
+    ],
+)
+def test_bad_notification_config_is_an_error_at_its_line(path: str, text: str, error: str) -> None:
+    compiled = compile_repo(repo(files(**{path: text})))
+    where, _, message = error.partition(": ")
+    found = errors_of(compiled)
+    assert any(e.startswith(where + ": ") and message in e for e in found), found
+
+
+def test_a_commit_status_needs_its_cluster_named_when_there_are_several() -> None:
+    org = (
+        "kind: Org\ndefaults: {queue: q}\ncommitStatus:\n  provider: gitlab\n  url: https://gitlab.example.com/api/v4\n"
+        "  repository: group/config\n  token: {connection: hooks}\n"
+    )
+    two = compile_repo(repo(files(**{"reconciler.yaml": org, "clusters/b.yaml": CLUSTER})))
+    assert errors_of(two) == [
+        "reconciler.yaml:4:3: commitStatus: set 'cluster' (the cluster whose Secret holds the "
+        "token): the repo has 2 clusters"
+    ]
+    one = compile_repo(repo(files(**{"reconciler.yaml": org})))
+    assert one.valid and one.org.commit_status == CommitStatusSpec(
+        "gitlab",
+        "https://gitlab.example.com/api/v4",
+        "group/config",
+        SecretKey("hooks", "hooks", "token"),
+        "local",
+        "default",
+    )
+
+
+# --- what a cycle sends ------------------------------------------------------------------
+
+
+def rule(
+    *on: str, url: str = "http://127.0.0.1:9/h", secret: SecretKey | None = None
+) -> NotifyRule:
+    return NotifyRule(frozenset(on), url, secret, Location("reconciler.yaml", 3, 5))
+
+
+def state(op: str, phase: Phase, uid: str = "u1") -> WorkloadState:
+    return WorkloadState(op, 1, "local", "p", op.replace("/", "-"), uid, phase, queue="q")
+
+
+def test_each_transition_into_a_listed_phase_is_one_notice_with_a_stable_key() -> None:
+    world = World().queue("q")
+    world.op("p/a", queue="q")
+    world.op("p/b", queue="q")
+    world.org = replace(world.org, notifications=(rule("Running", "Failed"),))
+    compiled = world.repo("c1")
+    at = NOW
+    before = {"p/a": state("p/a", Phase.DISPATCHED)}
+    after = {"p/a": state("p/a", Phase.RUNNING), "p/b": state("p/b", Phase.DISPATCHED, "u2")}
+    (sent,) = notices(compiled, before, after, frozenset(), at)
+    assert sent.key == "p/a:u1:Running"
+    body = sent.payload
+    assert body["phase"] == "Running" and body["runUid"] == "u1" and body["queue"] == "q"
+    assert body["commit"] == "c1" and body["cluster"] == "local"
+    # no change, no notice; the same change derived again (a restart) has the same key
+    assert notices(compiled, after, after, frozenset(), at) == ()
+    (again,) = notices(compiled, before, after, frozenset(), at)
+    assert again.key == sent.key
+    # a new run of the same operation is a new transition, with a new key
+    rerun = {"p/a": state("p/a", Phase.RUNNING, "u9")}
+    assert [n.key for n in notices(compiled, after, rerun, frozenset(), at)] == ["p/a:u9:Running"]
+
+
+def test_a_policy_refusal_is_sent_once_when_it_appears() -> None:
+    world = World().queue("q")
+    refused = RejectedOperation(
+        "p/x", "projects/p/operations/x.yaml", RejectReason.POLICY_VIOLATION, "too big"
+    )
+    world.rejected.append(replace(refused, notifications=(rule("PolicyViolation"),)))
+    compiled = world.repo("c1")
+    at = NOW
+    (sent,) = notices(compiled, {}, {}, None, at)
+    assert sent.key.startswith("p/x:refused-") and sent.key.endswith(":PolicyViolation")
+    assert sent.payload["message"] == "too big"
+    assert notices(compiled, {}, {}, frozenset({"p/x"}), at) == ()
+
+
+def test_the_commit_status_says_valid_or_the_first_error() -> None:
+    spec = CommitStatusSpec("github", "http://h", "o/r", SecretKey("t", "t", "token"), "local", "d")
+    errors = [ConfigError(Location("queues/q.yaml", 2, 3), "bad"), ConfigError(Location("x"), "y")]
+    failed = commit_report(spec, "", "c2", errors, "", None, ())
+    assert failed is not None and (failed.state, failed.description) == (
+        "failure",
+        "queues/q.yaml:2:3: bad (and 1 more)",
+    )
+    internal = commit_report(spec, "", "c2", (), "boom", None, ())
+    assert internal is not None and internal.state == "error"
+    assert commit_report(None, "", "c2", errors, "", None, ()) is None
+    shown = harness("http://127.0.0.1:9", "p/a", "p/b").cycle().report
+    ok = commit_report(spec, "", "c0ffee", (), "", shown, ())
+    assert ok is not None and (ok.state, ok.description) == (
+        "success",
+        "valid, 2 dispatched, 0 pending",
+    )
+    waiting = commit_report(spec, "", "c0ffee", (), "", shown, ("local",))
+    assert waiting is not None and (waiting.state, waiting.description) == (
+        "pending",
+        "valid, 2 dispatched, 0 pending; cluster local unreachable",
+    )
+    # a commit the report is not of (not applied yet) has no status yet
+    assert commit_report(spec, "", "c3", (), "", shown, ()) is None
+
+
+# --- the sending, against real receivers ------------------------------------------------
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    with Receiver.running() as rec:
+        yield rec
+
+
+def secrets(cluster: str, namespace: str, key: SecretKey) -> bytes:
+    assert (cluster, namespace) in {("local", "p"), ("local", "d"), ("local", "default")}
+    return {"hmac": SECRET, "token": TOKEN}[key.key]
+
+
+def outbox(metrics: Metrics, **kw: Any) -> Outbox:
+    box = Outbox(metrics, secrets, **{"backoff": 0.05, "timeout": 2.0, **kw})
+    box.start()
+    return box
+
+
+def sent(metrics: Metrics, kind: str) -> float:
+    return metrics.notifications_sent.labels(kind)._value.get()
+
+
+def dropped(metrics: Metrics, kind: str, reason: str) -> float:
+    return metrics.notifications_dropped.labels(kind, reason)._value.get()
+
+
+def harness(url: str, *ops: str) -> Harness:
+    world = World().queue("q", quota={"nvidia.com/gpu": 100})
+    for op in ops:
+        world.op(op, queue="q", gpu=1)
+    world.org = replace(
+        world.org,
+        notifications=(
+            rule("Dispatched", "Succeeded", url=url, secret=SecretKey("h", "h", "hmac")),
+        ),
+        commit_status=CommitStatusSpec(
+            "github", url, "org/config", SecretKey("t", "t", "token"), "local", "d"
+        ),
+        web_url="http://127.0.0.1:8080",
+    )
+    return Harness(world.repo("c0ffee"))
+
+
+def test_a_dispatch_notifies_signed_and_the_commit_status_reaches_github(
+    receiver: Receiver,
+) -> None:
+    h = harness(receiver.url + "/hook", "p/a")
+    metrics = Metrics()
+    runtime = Runtime(h.reconciler, None, metrics, notifier=Notifier(outbox(metrics)))
+    runtime.on_cycle(h.cycle())
+    wait_until(lambda: len(receiver.got) == 2, timeout=10, what="two requests")
+    by_path = {r.path: r for r in receiver.got}
+    hook = by_path["/hook"]
+    expected = "sha256=" + hmac.new(SECRET, hook.body, hashlib.sha256).hexdigest()
+    assert hook.headers["x-reconciler-signature"] == expected
+    body = json.loads(hook.body)
+    assert body["operation"] == "p/a" and body["phase"] == "Dispatched"
+    assert (
+        hook.headers["idempotency-key"]
+        == body["idempotencyKey"]
+        == f"p/a:{body['runUid']}:Dispatched"
+    )
+    assert body["url"] == "http://127.0.0.1:8080/operations/p/a"
+    status = by_path["/hook/repos/org/config/statuses/c0ffee"]
+    assert status.headers["authorization"] == "Bearer git-token"
+    assert json.loads(status.body) == {
+        "state": "success",
+        "context": "reconciler",
+        "description": "valid, 1 dispatched, 0 pending",
+        "target_url": "http://127.0.0.1:8080/",
+    }
+    # the next cycle changes nothing: nothing more is sent (the commit is reported once)
+    runtime.on_cycle(h.cycle())
+    h.move("p/a", "Succeeded")
+    runtime.on_cycle(h.cycle())
+    wait_until(lambda: len(receiver.got) == 3, timeout=10, what="the Succeeded notice")
+    assert json.loads(receiver.got[2].body)["phase"] == "Succeeded"
+    time.sleep(0.3)
+    assert len(receiver.got) == 3
+    assert runtime.close(5.0)
+    assert sent(metrics, NOTIFICATION) == 2 and sent(metrics, COMMIT_STATUS) == 1
+
+
+def test_gitlab_gets_its_own_path_state_and_token(receiver: Receiver) -> None:
+    metrics = Metrics()
+    box = outbox(metrics)
+    spec = CommitStatusSpec(
+        "gitlab",
+        receiver.url + "/api/v4",
+        "group/config",
+        SecretKey("t", "t", "token"),
+        "local",
+        "d",
+    )
+    report = commit_report(
+        spec, "", "abc123", [ConfigError(Location("q.yaml", 1, 1), "x")], "", None, ()
+    )
+    assert report is not None
+    box.put(_commit_status(report))
+    wait_until(lambda: receiver.got, timeout=10, what="the status")
+    (got,) = receiver.got
+    assert got.path == "/api/v4/projects/group%2Fconfig/statuses/abc123"
+    assert got.headers["private-token"] == "git-token"
+    assert json.loads(got.body) == {
+        "state": "failed",
+        "name": "reconciler",
+        "description": "q.yaml:1:1: x",
+    }
+    assert box.close(5.0)
+
+
+def test_a_receiver_answering_500_is_tried_again_then_given_up(receiver: Receiver) -> None:
+    receiver.status = 500
+    metrics = Metrics()
+    box = outbox(metrics, attempts=3)
+    h = harness(receiver.url, "p/a")
+    Runtime(h.reconciler, None, metrics, notifier=Notifier(box)).on_cycle(h.cycle())
+    wait_until(
+        lambda: (
+            dropped(metrics, NOTIFICATION, "gave_up") == 1
+            and dropped(metrics, COMMIT_STATUS, "gave_up") == 1
+        ),
+        timeout=10,
+        what="both given up",
+    )
+    assert len(receiver.got) == 6  # 3 attempts each, the same body and key each time
+    keys = {r.headers.get("idempotency-key") for r in receiver.got if r.path == "/"}
+    assert len(keys) == 1
+    assert sent(metrics, NOTIFICATION) == 0
+    receiver.status = 404  # a 4xx is not tried again
+    box.put(_a_delivery(receiver.url))
+    wait_until(lambda: dropped(metrics, NOTIFICATION, "refused") == 1, timeout=10, what="refused")
+    assert len(receiver.got) == 7
+    assert box.close(5.0)
+
+
+def _a_delivery(url: str) -> Delivery:
+    return Delivery(NOTIFICATION, url, {}, "a test notice", key="k")
+
+
+def test_a_hanging_receiver_never_slows_a_cycle_and_what_overflows_is_counted(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = Metrics()
+    with Blackhole() as hole:
+        url = hole.url("http")
+        box = outbox(metrics, capacity=2, timeout=30.0, attempts=1)
+        h = harness(url, *(f"p/op{i}" for i in range(6)))
+        runtime = Runtime(h.reconciler, None, metrics, notifier=Notifier(box))
+        started = time.monotonic()
+        runtime.on_cycle(h.cycle())  # 6 dispatches and a commit status: 7 requests
+        for i in range(6):
+            h.move(f"p/op{i}", "Succeeded")
+        runtime.on_cycle(h.cycle())  # 6 more
+        assert time.monotonic() - started < 5.0
+        wait_until(lambda: hole.accepted >= 1, timeout=10, what="the first request")
+        # one request hangs in the worker, two wait in the queue, the rest are dropped
+        # (13 notices; the commit status, dropped, is queued again by the next cycle)
+        full = dropped(metrics, NOTIFICATION, "queue_full") + dropped(
+            metrics, COMMIT_STATUS, "queue_full"
+        )
+        assert full >= 14 - 3
+        # one line each time the queue fills (twice if the worker took one in between),
+        # not one per request dropped
+        assert caplog.text.count("(queue_full)") <= 2 < full
+        assert not box.close(0.2)  # the hung request outlives a short stop
+    assert dropped(metrics, NOTIFICATION, "shutdown") >= 2
+
+
+def test_a_url_at_a_clusters_api_server_is_refused_when_sending(receiver: Receiver) -> None:
+    metrics = Metrics()
+    box = outbox(metrics, api_servers=lambda: (receiver.url + "/",))
+    box.put(_a_delivery(receiver.url + "/api/v1/namespaces"))
+    wait_until(lambda: dropped(metrics, NOTIFICATION, "refused") == 1, timeout=10, what="refused")
+    assert receiver.got == []
+    assert box.close(5.0)
+
+
+def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
+    """A receiver must not send the body, or a Git host's token, somewhere else."""
+    metrics = Metrics()
+    box = outbox(metrics)
+    receiver.status = 302  # urllib would follow it as a GET
+    receiver.location = receiver.url + "/elsewhere"
+    box.put(_a_delivery(receiver.url + "/hook"))
+    wait_until(lambda: dropped(metrics, NOTIFICATION, "refused") == 1, timeout=10, what="refused")
+    assert [r.path for r in receiver.got] == ["/hook"]
+    assert box.close(5.0)
+
+
+def queued(box: Outbox) -> list[str]:
+    """The idempotency keys of the notifications queued (the worker not started)."""
+    return [d.key for d in list(box._queue.queue) if d is not None and d.kind == NOTIFICATION]
+
+
+def test_a_restart_sends_what_changed_after_the_recorded_states_and_nothing_else() -> None:
+    h = harness("http://127.0.0.1:9", "p/a")
+    dispatched = h.cycle()
+    h.move("p/a", "Succeeded")
+    finished = h.cycle()
+    uid = finished.states["p/a"].uid
+    # the status branch recorded the run finished: a new process sends nothing for it
+    recorded = Notifier(Outbox(Metrics(), secrets))
+    recorded.seed(finished.states)
+    recorded.on_cycle(finished)
+    assert queued(recorded.outbox) == []
+    # it recorded the run dispatched only: the end is sent, with the key it always has
+    behind = Notifier(Outbox(Metrics(), secrets))
+    behind.seed(dispatched.states)
+    behind.on_cycle(finished)
+    assert queued(behind.outbox) == [f"p/a:{uid}:Succeeded"]
+    # a follower's baseline follows what it observes: the leader sent those
+    follower = Notifier(Outbox(Metrics(), secrets))
+    follower.follow(dispatched)
+    follower.follow(finished)
+    follower.on_cycle(finished)
+    assert queued(follower.outbox) == []
+
+
+def test_a_secret_that_cannot_be_read_or_sent_is_dropped_and_counted(receiver: Receiver) -> None:
+    def broken(cluster: str, namespace: str, key: SecretKey) -> bytes:
+        if key.key == "missing":
+            raise RuntimeError("Secret d/t has no key 'missing'")
+        return b"two\nlines"
+
+    metrics = Metrics()
+    box = Outbox(metrics, broken, backoff=0.01, attempts=2)
+    box.start()
+    token = replace(_a_delivery(receiver.url), kind=COMMIT_STATUS, auth="gitlab")
+    box.put(replace(token, secret=SecretKey("t", "t", "missing")))
+    box.put(replace(token, secret=SecretKey("t", "t", "token")))
+    wait_until(
+        lambda: (
+            dropped(metrics, COMMIT_STATUS, "gave_up") == 1
+            and dropped(metrics, COMMIT_STATUS, "refused") == 1
+        ),
+        timeout=10,
+        what="both dropped",
+    )
+    assert receiver.got == []  # neither reached the receiver
+    assert box.close(5.0)
