@@ -55,10 +55,11 @@ from reconciler.runtime import webhook as hooks
 log = logging.getLogger("reconciler.http")
 
 # Connections open at once: another is answered 503 at once. Each costs a socket and a few
-# KB (up to MAX_HEAD while its head arrives), not a thread; the pages poll every 5 s per
-# open tab. Well above what idle browsers and slow clients hold, so that they cannot
-# starve a real request (tests/unit/test_http_metrics.py holds 1,100).
-MAX_CONNECTIONS = 4096
+# KB, not a thread (up to MAX_HEAD while its head arrives, for at most HEAD_SECONDS: 256 MiB
+# at worst); the pages poll every 5 s per open tab. Well above what idle browsers and slow
+# clients hold, so that they cannot starve a real request (tests/unit/test_http_metrics.py
+# holds 1,100 from one address).
+MAX_CONNECTIONS = 2048
 # The listen backlog: a burst of connections waits here to be accepted, not reset.
 BACKLOG = 1024
 # Threads computing answers (pages, /metrics, the webhook receiver): the views hold the
@@ -268,6 +269,7 @@ class _Busy(asyncio.Protocol):
 
     def __init__(self, server: _Server) -> None:
         self._server = server
+        self._closing: asyncio.TimerHandle | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sink = cast(asyncio.Transport, transport)
@@ -276,14 +278,14 @@ class _Busy(asyncio.Protocol):
             sink.close()
             return
         self._server.refused += 1
-        self._handle = self._server.loop.call_later(REFUSED_LINGER, sink.close)
+        self._closing = self._server.loop.call_later(REFUSED_LINGER, sink.close)
 
     def data_received(self, data: bytes) -> None:
         pass  # read off and dropped
 
     def connection_lost(self, exc: Exception | None) -> None:
-        if hasattr(self, "_handle"):
-            self._handle.cancel()
+        if self._closing is not None:
+            self._closing.cancel()
             self._server.refused -= 1
 
 
