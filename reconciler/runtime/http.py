@@ -136,17 +136,19 @@ _Parsed = tuple[list[tuple[RawRequestMessage, StreamReader]], bool, bytes]
 
 class _BoundedHead:
     """aiohttp's request parser, with what a head may take: ``MAX_HEAD`` bytes and
-    ``HEAD_SECONDS`` from its first byte (then ``expired`` is called). The bytes of a body
-    being read are not counted."""
+    ``HEAD_SECONDS`` from its first byte (``started`` is called then, ``expired`` at the
+    deadline). The bytes of a body being read are not counted."""
 
     def __init__(
         self,
         parser: HttpRequestParserPy,
         loop: asyncio.AbstractEventLoop,
+        started: Callable[[], None],
         expired: Callable[[], None],
     ) -> None:
         self._parser = parser
         self._loop = loop
+        self._started = started
         self._expired = expired
         self._size = 0  # bytes of the head under way
         self._deadline: asyncio.TimerHandle | None = None
@@ -160,6 +162,7 @@ class _BoundedHead:
             raise _HeadRefused(code=431, message=f"request head over {MAX_HEAD} bytes")
         if self._deadline is None and data:
             self._deadline = self._loop.call_later(HEAD_SECONDS, self._expired)
+            self._started()
         messages, upgraded, tail = self._feed(data)
         if messages:
             self._size = 0
@@ -216,9 +219,14 @@ class _Connection(RequestHandler):
             auto_decompress=False,
             max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
         )
-        self._head = _BoundedHead(parser, loop, self._head_expired)
+        self._head = _BoundedHead(parser, loop, self._head_started, self._head_expired)
         self._parser = self._head  # type: ignore[assignment]
         self._open: _Server | None = manager  # counted there until the connection is lost
+
+    def _head_started(self) -> None:
+        """The idle time ends with a request's first byte: from then on HEAD_SECONDS bound
+        it (aiohttp's idle check, due earlier, puts itself off to this time)."""
+        self._next_keepalive_close_time = self._loop.time() + HEAD_SECONDS + 1
 
     def _head_expired(self) -> None:
         log.debug("http: a request head was not received within %g s", HEAD_SECONDS)

@@ -418,6 +418,27 @@ def test_an_idle_connection_is_closed(
         assert time.monotonic() - t0 < 3
 
 
+def test_a_request_begun_before_the_idle_time_is_up_gets_its_head_time(
+    served: tuple[HttpServer, Metrics, Readiness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle time ends with a request's first byte: a head begun just before it is up
+    has ``HEAD_SECONDS`` to arrive, and is answered."""
+    monkeypatch.setattr(http, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(http, "HEAD_SECONDS", 2.0)
+    server, _, _ = served
+    with socket.create_connection(server.address, timeout=5) as sock:
+        time.sleep(0.3)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        time.sleep(0.6)  # past the idle time, within the head's
+        sock.sendall(b"Host: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"ok\n"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {answer!r}"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+
+
 def test_an_answer_the_client_stops_reading_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
     """A client that never reads a large answer held its connection (and, with threads, a
     thread) for good: the answer is dropped after ``SEND_SECONDS``."""
