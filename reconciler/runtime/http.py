@@ -136,19 +136,17 @@ _Parsed = tuple[list[tuple[RawRequestMessage, StreamReader]], bool, bytes]
 
 class _BoundedHead:
     """aiohttp's request parser, with what a head may take: ``MAX_HEAD`` bytes and
-    ``HEAD_SECONDS`` from its first byte (``started`` is called then, ``expired`` at the
-    deadline). The bytes of a body being read are not counted."""
+    ``HEAD_SECONDS`` from its first byte (then ``expired`` is called). The bytes of a body
+    being read are not counted."""
 
     def __init__(
         self,
         parser: HttpRequestParserPy,
         loop: asyncio.AbstractEventLoop,
-        started: Callable[[], None],
         expired: Callable[[], None],
     ) -> None:
         self._parser = parser
         self._loop = loop
-        self._started = started
         self._expired = expired
         self._size = 0  # bytes of the head under way
         self._deadline: asyncio.TimerHandle | None = None
@@ -162,7 +160,6 @@ class _BoundedHead:
             raise _HeadRefused(code=431, message=f"request head over {MAX_HEAD} bytes")
         if self._deadline is None and data:
             self._deadline = self._loop.call_later(HEAD_SECONDS, self._expired)
-            self._started()
         messages, upgraded, tail = self._feed(data)
         if messages:
             self._size = 0
@@ -180,6 +177,10 @@ class _BoundedHead:
             raise _HeadRefused(code=431, message=f"header line over {MAX_LINE} bytes") from exc
         except ValueError as exc:  # int() of a Content-Length of over 4300 digits
             raise _HeadRefused(code=413, message="a Content-Length of over 4300 digits") from exc
+
+    @property
+    def under_way(self) -> bool:
+        return self._deadline is not None
 
     def cancel(self) -> None:
         if self._deadline is not None:
@@ -219,14 +220,18 @@ class _Connection(RequestHandler):
             auto_decompress=False,
             max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
         )
-        self._head = _BoundedHead(parser, loop, self._head_started, self._head_expired)
+        self._head = _BoundedHead(parser, loop, self._head_expired)
         self._parser = self._head  # type: ignore[assignment]
         self._open: _Server | None = manager  # counted there until the connection is lost
 
-    def _head_started(self) -> None:
-        """The idle time ends with a request's first byte: from then on HEAD_SECONDS bound
-        it (aiohttp's idle check, due earlier, puts itself off to this time)."""
-        self._next_keepalive_close_time = self._loop.time() + HEAD_SECONDS + 1
+    def _process_keepalive(self) -> None:
+        """aiohttp's idle check, which would close a connection whose head is under way:
+        the idle time ends with a request's first byte, the head's own time bounds it from
+        there (after the answer, aiohttp checks again ``IDLE_SECONDS`` later)."""
+        if self._head.under_way:
+            self._keepalive_handle = None
+            return
+        super()._process_keepalive()
 
     def _head_expired(self) -> None:
         log.debug("http: a request head was not received within %g s", HEAD_SECONDS)
@@ -282,6 +287,7 @@ class _Busy(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         sink = cast(asyncio.Transport, transport)
         sink.write(_BUSY_ANSWER)
+        sink.write_eof()  # our side ends with the answer: the client need not wait
         if self._server.refused >= MAX_REFUSED:
             sink.close()
             return
