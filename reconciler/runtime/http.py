@@ -1,4 +1,5 @@
-"""``--http``: /healthz, /readyz and /metrics on a small threaded server.
+"""``--http``: /healthz, /readyz and /metrics, the queue pages and the webhook receiver, on
+aiohttp's low-level server (``aiohttp.web.Server``), its event loop in one thread.
 
 - ``/healthz``: 200 while the process serves requests (liveness).
 - ``/readyz``: 200 only when ``ready()`` says so (last cycle succeeded and a valid config
@@ -17,33 +18,40 @@ keeps its own signature check.
 read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``max_body``
 (411, 400, 413 otherwise).
 
-What any client can make it hold is bounded: at most ``MAX_CONNECTIONS`` connections are
-served at once, ``MAX_PER_CLIENT`` from one address (one thread each; another is answered
-503 at once), at most ``MAX_WEBHOOK_BODIES`` webhook bodies are read at once, a request's
-line and headers are at most ``MAX_HEAD`` bytes (431), each request must arrive whole
-(line, headers, body) within ``READ_SECONDS`` however slowly it trickles in, and an
-answer a client stops reading is dropped after ``SOCKET_TIMEOUT``. HEAD is a GET without
-the body, OPTIONS lists the methods (``Allow``), any other method is 405 with ``Allow``.
-Every refusal is one line of text (``{"error": ...}`` under ``/api/v1``); an exception of
-ours is a 500 with a generic line and the traceback in the log, and a client that went
-away is a debug line.
+The loop only reads requests and writes answers: the pages, ``/metrics`` and the receiver
+(synchronous, and a page may take a while to compute) run in a pool of ``WORKERS``
+threads, so a slow view never holds up another connection, nor ``/healthz``.
+
+What any client can make it hold is bounded, and waiting clients cost a socket each, not a
+thread: at most ``MAX_CONNECTIONS`` connections are open at once (another is answered 503
+at once), with no cap per address (behind an ingress every user has the proxy's). A
+connection must send a request within ``IDLE_SECONDS`` of opening or of its last answer,
+and a request's line and headers must arrive within ``HEAD_SECONDS`` of their first byte
+(the connection is closed otherwise); a request's line and headers are at most
+``MAX_HEAD`` bytes (431); at most ``MAX_WEBHOOK_BODIES`` webhook bodies are read at once,
+each within ``BODY_SECONDS`` (408); an answer a client stops reading is dropped after
+``SEND_SECONDS``. HEAD is a GET without the body, OPTIONS lists the methods (``Allow``),
+any other method is 405 with ``Allow``. Every refusal is one line of text
+(``{"error": ...}`` under ``/api/v1``); an exception of ours is a 500 with a generic line
+and the traceback in the log, and a client that went away is a debug line.
 """
 
 from __future__ import annotations
 
-import http.client
-import io
+import asyncio
 import logging
 import socket
-import sys
 import threading
-import time
-from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
+from aiohttp import web
+from aiohttp.http_exceptions import BadHttpMessage, HttpProcessingError, LineTooLong
+from aiohttp.http_parser import HttpRequestParserPy, RawRequestMessage
+from aiohttp.streams import StreamReader
+from aiohttp.web_protocol import MAX_MSG_QUEUE_SIZE, RequestHandler, RequestPayloadError
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from reconciler.core.views.web_html import CONTENT_SECURITY_POLICY, error_json
@@ -54,38 +62,49 @@ if TYPE_CHECKING:  # the server only calls it
 
 log = logging.getLogger("reconciler.http")
 
-# How often serve_forever checks for stop(): stop() waits up to this long (the default,
-# 0.5 s, was half of the shutdown budget).
-POLL_INTERVAL = 0.05
-
-# Connections served at once (a thread each, and a webhook body of up to 5 MiB): another
-# one is answered 503 at once. The pages poll every 5 s per open tab.
-MAX_CONNECTIONS = 64
-# Of those, from one client address: a host alone cannot take them all (and with them the
-# kubelet's /healthz).
-MAX_PER_CLIENT = 16
+# Connections open at once: another is answered 503 at once. Each costs a socket and a few
+# KB, not a thread (up to MAX_HEAD while its head arrives, for at most HEAD_SECONDS: 256 MiB
+# at worst); the pages poll every 5 s per open tab. Well above what idle browsers and slow
+# clients hold, so that they cannot starve a real request (tests/runtime/test_http_metrics.py
+# holds 1,100 from one address).
+MAX_CONNECTIONS = 2048
+# The listen backlog: a burst of connections waits here to be accepted, not reset.
+BACKLOG = 1024
+# Threads computing answers (pages, /metrics, the webhook receiver): the views hold the
+# GIL, so more threads would not answer sooner; the others wait their turn.
+WORKERS = 4
 # Webhook bodies read at once (up to 5 MiB each, before the signature can be checked):
 # another push is 503, the interval being the fallback. A Git host sends one per push.
 MAX_WEBHOOK_BODIES = 4
 # A connection answered before its request was read (503, 411, 413, ...) is closed this
-# many seconds later, so that the client reads the answer rather than a reset; at most
-# MAX_REFUSED refused connections wait at once.
+# many seconds later, what it still sends read off meanwhile, so that the client reads
+# the answer rather than a reset; at most MAX_REFUSED connections refused for being too
+# many wait at once.
 REFUSED_LINGER = 1.0
 MAX_REFUSED = 256
-# Bytes of a request's line and headers in all: the stdlib caps each line at 64 KiB and
-# their number at 100 (6.4 MB a request, held per connection and parsed into objects).
+# Bytes of a request's line and headers in all; a line (the request line: 414, a header:
+# 431) is at most MAX_LINE, and there are at most MAX_HEADERS headers (431).
 MAX_HEAD = 128 * 1024
-# Seconds a whole request (line, headers, body) may take to arrive, however it trickles in.
-READ_SECONDS = 30.0
-# Seconds a write may stall (a client that stops reading the answer) before it is dropped.
-SOCKET_TIMEOUT = 30.0
+MAX_LINE = 64 * 1024
+MAX_HEADERS = 100
+# Seconds a connection may stay open without sending a request (new, or after an answer:
+# a tab's poll every 5 s keeps its connection).
+IDLE_SECONDS = 15.0
+# Seconds a request's line and headers may take to arrive from their first byte, however
+# they trickle in, and a webhook's body once its headers are in.
+HEAD_SECONDS = 10.0
+BODY_SECONDS = 30.0
+# Seconds an answer may take to be written (a client that stops reading it is dropped).
+SEND_SECONDS = 30.0
+# Seconds stop() gives the answers under way before closing their connections.
+STOP_SECONDS = 0.2
 
 INTERNAL_ERROR = "internal error; see the reconciler's log"
 TEXT = "text/plain; charset=utf-8"
 _READ_METHODS = "GET, HEAD, OPTIONS"
 _BUSY = b"busy: too many connections, retry in a moment\n"
 _BUSY_ANSWER = (
-    b"HTTP/1.0 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain; charset=utf-8\r\n"
     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: "
     + str(len(_BUSY)).encode()
     + b"\r\n\r\n"
@@ -96,6 +115,8 @@ _BUSY_ANSWER = (
 Readiness = Callable[[], bool | tuple[bool, str]]
 # web(path, query) -> (status, body, content type), or None: not found
 WebRoutes = Callable[[str, str], tuple[int, bytes, str] | None]
+
+_T = TypeVar("_T")
 
 
 class HttpError(RuntimeError):
@@ -114,356 +135,205 @@ def _is_api(path: str) -> bool:
     return path == "/api/v1" or path.startswith("/api/v1/")
 
 
-class HeadTooLarge(http.client.HTTPException):
-    """The request's line and headers are over ``MAX_HEAD`` bytes (the stdlib answers an
-    ``HTTPException`` from the headers' parser 431)."""
+class _HeadRefused(HttpProcessingError):
+    """A request head refused with ``code`` (414, 431) and a one-line ``message``."""
 
 
-class _RequestReader(io.RawIOBase):
-    """A socket's bytes, every read waiting at most until ``deadline`` (monotonic): the
-    socket's own timeout counts per read, so a byte every few seconds never ends. At most
-    ``budget`` bytes are read (the head's; a body's is added once it is accepted)."""
-
-    def __init__(self, sock: socket.socket, deadline: float, budget: int) -> None:
-        super().__init__()
-        self._sock = sock
-        self._deadline = deadline
-        self.budget = budget
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        if self.budget <= 0:
-            raise HeadTooLarge(f"request head over {MAX_HEAD} bytes")
-        left = self._deadline - time.monotonic()
-        if left <= 0:
-            raise TimeoutError(f"the request was not received within {READ_SECONDS:g} s")
-        self._sock.settimeout(left)
-        view = memoryview(buffer)[: self.budget]
-        got = self._sock.recv_into(view)
-        self.budget -= got
-        return got
+_Parsed = tuple[list[tuple[RawRequestMessage, StreamReader]], bool, bytes]
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    timeout = SOCKET_TIMEOUT
-    # a refusal of a request line that is not HTTP at all still gets a status line
-    default_request_version = "HTTP/1.0"
-    _head = False  # a HEAD: the answer without its body
-    _answered = False  # the status line is out: a later failure cannot become a 500
-
-    def setup(self) -> None:
-        super().setup()
-        self.rfile.close()  # the socket's own file: replaced by one bounded in time and size
-        deadline = time.monotonic() + READ_SECONDS
-        self._reader = _RequestReader(self.connection, deadline, MAX_HEAD)
-        self.rfile = io.BufferedReader(self._reader)
-
-    # --- methods -----------------------------------------------------------------------
-
-    def do_GET(self) -> None:
-        self._guarded(self._get)
-
-    def do_HEAD(self) -> None:
-        self._head = True
-        self._guarded(self._get)
-
-    def do_POST(self) -> None:
-        self._guarded(self._post)
-
-    def do_OPTIONS(self) -> None:
-        self._send(204, b"", TEXT, allow=self._allow())
-
-    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
-        """The stdlib's refusals (a malformed request line or headers, a method without a
-        ``do_`` here) as ours: one line, not an HTML page."""
-        self.close_connection = True
-        if code == HTTPStatus.NOT_IMPLEMENTED:  # no do_<METHOD>: not allowed on any path
-            self._not_allowed()
-            return
-        log.debug("http: refused (%s): %s", code, message)
-        if code == HTTPStatus.REQUEST_HEADER_FIELDS_TOO_LARGE and explain:
-            message = explain  # which limit: a line, their number, all of them
-        self._error(code, message or HTTPStatus(code).phrase)
-
-    # --- answers -----------------------------------------------------------------------
-
-    def _guarded(self, serve: Callable[[], None]) -> None:
-        """``serve()``, with an exception of ours answered 500 and logged."""
-        try:
-            serve()
-        except (ConnectionError, TimeoutError):
-            raise  # the client went away or stalled: the server's handle_error notes it
-        except Exception:
-            log.exception("serving %s %s", self.command, self.path[:200])
-            if not self._answered:
-                self.close_connection = True
-                self._error(500, INTERNAL_ERROR)
-
-    def _path(self) -> str:
-        return (getattr(self, "path", "") or "").partition("?")[0]
-
-    def _is_webhook(self) -> bool:
-        """The receiver's path, with a trailing slash too (as the pages' routes)."""
-        return self._path().rstrip("/") == hooks.PATH
-
-    def _allow(self) -> str:
-        if self._is_webhook() and self.server.webhook is not None:
-            return "POST, OPTIONS"
-        return _READ_METHODS
-
-    def _not_allowed(self) -> None:
-        allow = self._allow()
-        self._error(405, f"method {self.command} not allowed here: {allow}", allow=allow)
-
-    def _error(
-        self,
-        status: int,
-        message: str,
-        allow: str | None = None,
-        headers: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        """One line: ``{"error": ...}`` under /api/v1, text elsewhere."""
-        if _is_api(self._path()):
-            self._send(
-                status, error_json(message), "application/json", allow=allow, headers=headers
-            )
-        else:
-            line = " ".join(message.splitlines())
-            self._send(status, (line + "\n").encode(), TEXT, allow=allow, headers=headers)
-
-    def _reply(self, status: int, message: str) -> None:
-        """An answer before the body was read: the connection is closed after it, once what
-        the client still sends is read off for a moment (closed with unread bytes, the
-        connection is reset, and the client may see the reset instead of the answer)."""
-        self.close_connection = True
-        self._send(status, (message + "\n").encode(), TEXT)
-        try:
-            self.wfile.flush()
-            self.connection.shutdown(socket.SHUT_WR)
-            deadline = time.monotonic() + REFUSED_LINGER
-            for _ in range(16):  # at most 1 MiB
-                self.connection.settimeout(max(deadline - time.monotonic(), 0.001))
-                if not self.connection.recv(65536):
-                    break
-        except OSError:  # the time is up, or the client is gone
-            pass
-
-    def _send(
-        self,
-        status: int,
-        body: bytes,
-        content_type: str,
-        page: bool = False,
-        allow: str | None = None,
-        headers: tuple[tuple[str, str], ...] = (),
-    ) -> None:
-        self.connection.settimeout(SOCKET_TIMEOUT)  # the read's deadline is not the answer's
-        self._answered = True
-        self.send_response(status)
-        if status != 204:
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-        if allow is not None:
-            self.send_header("Allow", allow)
-        for name, value in headers:
-            self.send_header(name, value)
-        if page:  # the web pages: always fresh, never sniffed, only their own script
-            self.send_header("Cache-Control", "no-store")
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Security-Policy", CONTENT_SECURITY_POLICY)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if not self._head and status != 204:
-            self.wfile.write(body)
-
-    # --- routes ------------------------------------------------------------------------
-
-    def _get(self) -> None:
-        path, _, query = self.path.partition("?")
-        decision = (
-            self.server.authorize(self.headers.items(), path) if self.server.authorize else None
-        )
-        if self._is_webhook() and self.server.webhook is not None:
-            self._not_allowed()
-        elif decision is not None and not decision.allowed:
-            self._error(decision.status, decision.message, headers=decision.headers)
-        elif path == "/healthz":
-            self._send(200, b"ok\n", TEXT)
-        elif path == "/readyz":
-            try:
-                answer = self.server.ready()
-                ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
-            except Exception as exc:  # a broken probe is "not ready", never a 500 loop
-                log.exception("the readiness check")
-                ok, reason = False, f"readiness check failed: {exc}"
-            body = (reason or ("ok" if ok else "not ready")) + "\n"
-            self._send(200 if ok else 503, body.encode(), TEXT)
-        elif path == "/metrics":
-            self._send(200, generate_latest(self.server.registry), CONTENT_TYPE_LATEST)
-        elif self.server.web is not None:
-            reply = self.server.web(path, query)
-            if reply is None:
-                self._error(404, "not found")
-            else:
-                code, payload, content_type = reply
-                self._send(code, payload, content_type, page=True)
-        else:
-            self._error(404, "not found")
-
-    def _post(self) -> None:
-        receiver = self.server.webhook
-        if not self._is_webhook():
-            self._not_allowed()
-            return
-        if receiver is None:
-            self._reply(404, "no webhook receiver: start with --webhook-secret-file")
-            return
-        if self.headers.get("Transfer-Encoding"):
-            self._reply(411, "a webhook needs a Content-Length (no chunked body)")
-            return
-        lengths = [v.strip() for v in self.headers.get_all("Content-Length") or []]
-        if not lengths:
-            self._reply(411, "a webhook needs a Content-Length")
-            return
-        if len(set(lengths)) > 1:
-            self._reply(400, "conflicting Content-Length headers")
-            return
-        text = lengths[0]
-        if not (text.isascii() and text.isdigit()):
-            self._reply(400, f"bad Content-Length {text[:20]!r}: expected digits")
-            return
-        if len(text) > 15 or int(text) > receiver.max_body:
-            shown = text if len(text) <= 15 else "over 10^15"
-            self._reply(413, f"webhook body of {shown} bytes: at most {receiver.max_body}")
-            return
-        if not self.server.bodies.acquire(blocking=False):
-            self._reply(503, "busy: other webhook bodies are being read; retry later")
-            return
-        try:
-            self._read_webhook(receiver, int(text))
-        finally:
-            self.server.bodies.release()
-
-    def _read_webhook(self, receiver: hooks.Receiver, length: int) -> None:
-        self._reader.budget = length  # at most the rest of the body (some may be buffered)
-        try:
-            body = self.rfile.read(length)
-        except TimeoutError:
-            self._reply(408, f"webhook body not received within {READ_SECONDS:g} s")
-            return
-        if len(body) < length:
-            self._reply(400, f"webhook body cut short: {len(body)} of {length} bytes")
-            return
-        reply = receiver.handle(dict(self.headers.items()), body)
-        self._send(reply.status, reply.body, TEXT)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("http %s", format % args)
-
-
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    # the listen backlog (socketserver's 5 reset connections of a burst before they were
-    # accepted, and refused with 503)
-    request_queue_size = 128
+class _BoundedHead:
+    """aiohttp's request parser, with what a head may take: ``MAX_HEAD`` bytes and
+    ``HEAD_SECONDS`` from its first byte (then ``expired`` is called). The bytes of a body
+    being read are not counted."""
 
     def __init__(
         self,
-        address: tuple[str, int],
-        registry: CollectorRegistry,
-        ready: Readiness,
-        web: WebRoutes | None = None,
-        webhook: hooks.Receiver | None = None,
-        authorize: Authorize | None = None,
+        parser: HttpRequestParserPy,
+        loop: asyncio.AbstractEventLoop,
+        expired: Callable[[], None],
     ) -> None:
-        self.registry = registry
-        self.ready = ready
-        self.web = web
-        self.webhook = webhook
-        self.authorize = authorize
-        self.bodies = threading.BoundedSemaphore(MAX_WEBHOOK_BODIES)
-        self._lock = threading.Lock()
-        self._served: Counter[str] = Counter()  # connections served, by client address
-        self._refused: deque[tuple[socket.socket, float]] = deque()  # to close, and when
-        super().__init__(address, _Handler)  # last: a failed bind calls server_close
+        self._parser = parser
+        self._loop = loop
+        self._expired = expired
+        self._size = 0  # bytes of the head under way
+        self._deadline: asyncio.TimerHandle | None = None
+        self._body: StreamReader | None = None  # the last request's, while it arrives
 
-    def _take(self, client: str) -> bool:
-        with self._lock:
-            if self._served.total() >= MAX_CONNECTIONS or self._served[client] >= MAX_PER_CLIENT:
-                return False
-            self._served[client] += 1
-            return True
+    def feed_data(self, data: bytes) -> _Parsed:
+        if self._body is not None and not self._body.is_eof():
+            return self._feed(data)
+        self._size += len(data)
+        if self._size > MAX_HEAD:
+            raise _HeadRefused(code=431, message=f"request head over {MAX_HEAD} bytes")
+        if self._deadline is None and data:
+            self._deadline = self._loop.call_later(HEAD_SECONDS, self._expired)
+        messages, upgraded, tail = self._feed(data)
+        if messages:
+            self._size = 0
+            self.cancel()
+            self._body = messages[-1][1]
+        return messages, upgraded, tail
 
-    def _give_back(self, client: str) -> None:
-        with self._lock:
-            self._served[client] -= 1
-            if self._served[client] <= 0:
-                del self._served[client]
+    def _feed(self, data: bytes) -> _Parsed:
+        try:
+            return self._parser.feed_data(data)
+        except LineTooLong as exc:
+            # the parser has no line yet: it was reading the request line
+            if not self._parser._lines:
+                raise _HeadRefused(code=414, message=f"request line over {MAX_LINE} bytes") from exc
+            raise _HeadRefused(code=431, message=f"header line over {MAX_LINE} bytes") from exc
+        except ValueError as exc:  # int() of a Content-Length of over 4300 digits
+            raise _HeadRefused(code=413, message="a Content-Length of over 4300 digits") from exc
 
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for the connection while there is a slot (``MAX_CONNECTIONS``, at most
-        ``MAX_PER_CLIENT`` of them per address); else 503 at once (from the accepting
-        thread, never blocking it: the answer fits any socket buffer)."""
-        client = str(client_address[0])
-        if not self._take(client):
-            log.debug("http: %s refused: too many connections", client)
-            self._refuse(request)
+    @property
+    def under_way(self) -> bool:
+        return self._deadline is not None
+
+    def cancel(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+
+    def __getattr__(self, name: str) -> Any:  # message_consumed, feed_eof, ...
+        return getattr(self._parser, name)
+
+
+class _Connection(RequestHandler):
+    """aiohttp's connection, with the bounded head, its refusals as one line, and its log
+    lines in ours."""
+
+    def __init__(self, manager: _Server, loop: asyncio.AbstractEventLoop) -> None:
+        super().__init__(
+            manager,
+            loop=loop,
+            keepalive_timeout=IDLE_SECONDS,
+            access_log=None,  # type: ignore[arg-type]  # aiohttp's way to turn it off
+            max_line_size=MAX_LINE,
+            max_field_size=MAX_LINE,
+            max_headers=MAX_HEADERS,
+            lingering_time=REFUSED_LINGER,
+            auto_decompress=False,  # a webhook's body is signed as sent
+        )
+        # the pure-Python parser: any method token reaches the routes (405 with Allow),
+        # any HTTP/x.y the version check (505); the C one answers both 400
+        parser = HttpRequestParserPy(
+            self,
+            loop,
+            2**16,
+            max_line_size=MAX_LINE,
+            max_field_size=MAX_LINE,
+            max_headers=MAX_HEADERS,
+            payload_exception=RequestPayloadError,
+            auto_decompress=False,
+            max_msg_queue_size=MAX_MSG_QUEUE_SIZE,
+        )
+        self._head = _BoundedHead(parser, loop, self._head_expired)
+        self._parser = self._head  # type: ignore[assignment]
+        self._open: _Server | None = manager  # counted there until the connection is lost
+
+    def _process_keepalive(self) -> None:
+        """aiohttp's idle check, which would close a connection whose head is under way:
+        the idle time ends with a request's first byte, the head's own time bounds it from
+        there (after the answer, aiohttp checks again ``IDLE_SECONDS`` later)."""
+        if self._head.under_way:
+            self._keepalive_handle = None
             return
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._give_back(client)
-            raise
+        super()._process_keepalive()
 
-    def _refuse(self, sock: socket.socket) -> None:
-        """503 and the end of our side at once, without blocking (the answer fits any
-        socket buffer). The socket is closed a moment later (``service_actions``): closed
-        at once, the request the client sends meanwhile would reset the connection, and
-        the client would see the reset instead of the answer."""
-        try:
-            sock.setblocking(False)
-            sock.send(_BUSY_ANSWER)
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:  # the client is gone already
-            pass
-        if len(self._refused) >= MAX_REFUSED:
-            self._refused.popleft()[0].close()
-        self._refused.append((sock, time.monotonic() + REFUSED_LINGER))
+    def _head_expired(self) -> None:
+        log.debug("http: a request head was not received within %g s", HEAD_SECONDS)
+        self.force_close()
 
-    def service_actions(self) -> None:
-        """Close the refused sockets whose moment has passed (serve_forever calls this at
-        every poll)."""
-        now = time.monotonic()
-        while self._refused and self._refused[0][1] <= now:
-            self._refused.popleft()[0].close()
+    def connection_lost(self, exc: BaseException | None) -> None:
+        self._head.cancel()
+        if self._open is not None:
+            self._open.opened -= 1
+            self._open = None
+        super().connection_lost(exc)
 
-    def server_close(self) -> None:
-        super().server_close()
-        while self._refused:
-            self._refused.popleft()[0].close()
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._give_back(str(client_address[0]))
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Not socketserver's traceback on stderr: a client gone is a debug line, anything
-        else a bug, logged."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, ConnectionError | TimeoutError):
-            log.debug("http: the connection from %s ended: %s", client_address, exc)
+    def handle_error(
+        self,
+        request: web.BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        """A request refused before it reached the routes (or a bug aiohttp caught): one
+        line, the connection closed after it."""
+        if isinstance(exc, _HeadRefused):
+            status, message = exc.code, exc.message
+        elif isinstance(exc, BadHttpMessage) and exc.message.startswith("Too many headers"):
+            status, message = 431, f"over {MAX_HEADERS} headers"
+        if status >= 500:
+            log.error("http: serving %s", request.remote, exc_info=exc)
+            message = INTERNAL_ERROR
         else:
-            log.error("http: serving %s", client_address, exc_info=True)
+            log.debug("http: refused (%s): %s", status, message)
+        line = " ".join((message or HTTPStatus(status).phrase).splitlines())
+        response = web.Response(status=status, body=(line + "\n").encode())
+        response.headers["Content-Type"] = TEXT
+        response.force_close()
+        return response
+
+    def log_debug(self, *args: Any, **kw: Any) -> None:
+        log.debug(*args, **kw)  # a client gone: "Ignored premature client disconnection"
+
+    def log_exception(self, *args: Any, **kw: Any) -> None:
+        log.error(*args, **kw)
+
+
+class _Busy(asyncio.Protocol):
+    """A connection over ``MAX_CONNECTIONS``: 503 at once, closed ``REFUSED_LINGER``
+    later (closed at once, the request the client sends meanwhile would reset the
+    connection, and the client would see the reset instead of the answer)."""
+
+    def __init__(self, server: _Server) -> None:
+        self._server = server
+        self._closing: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        sink = cast(asyncio.Transport, transport)
+        sink.write(_BUSY_ANSWER)
+        sink.write_eof()  # our side ends with the answer: the client need not wait
+        if self._server.refused >= MAX_REFUSED:
+            sink.close()
+            return
+        self._server.refused += 1
+        self._closing = self._server.loop.call_later(REFUSED_LINGER, sink.close)
+
+    def data_received(self, data: bytes) -> None:
+        pass  # read off and dropped
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._closing is not None:
+            self._closing.cancel()
+            self._server.refused -= 1
+
+
+class _Server(web.Server):
+    """The connections: one ``_Connection`` each, up to ``MAX_CONNECTIONS``."""
+
+    def __init__(
+        self,
+        handler: Callable[[web.BaseRequest], Awaitable[web.StreamResponse]],
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
+        super().__init__(handler, loop=loop)
+        self.loop = loop
+        self.opened = 0  # from here, not from connection_made: a burst is accepted first
+        self.refused = 0
+
+    def __call__(self) -> Any:
+        if self.opened >= MAX_CONNECTIONS:
+            log.debug("http: a connection refused: %d open", self.opened)
+            return _Busy(self)
+        self.opened += 1
+        return _Connection(self, self.loop)
 
 
 class HttpServer:
-    """Serves in a daemon thread from ``start()`` until ``stop()``."""
+    """Serves in a daemon thread (its event loop) from ``start()`` until ``stop()``."""
 
     def __init__(
         self,
@@ -475,17 +345,33 @@ class HttpServer:
         authorize: Authorize | None = None,
     ) -> None:
         host, port = parse_address(address)
-        try:
-            self._server = _Server((host, port), registry, ready, web, webhook, authorize)
+        self.registry = registry
+        self.ready = ready
+        self.web = web
+        self.webhook = webhook
+        self.authorize = authorize
+        self._bodies = 0  # webhook bodies being read (on the loop only)
+        try:  # bound here: a taken address is the caller's error, before anything starts
+            family = socket.AF_INET6 if ":" in host else socket.AF_INET
+            self._socket = socket.create_server((host, port), family=family, backlog=BACKLOG)
         except OSError as exc:
             raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
+        self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="http-worker")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stopping: asyncio.Event | None = None
+        self._connections: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
     def address(self) -> tuple[str, int]:
         """The bound address (the real port when 0 was asked for)."""
-        host, port = self._server.server_address[:2]
+        host, port = self._socket.getsockname()[:2]
         return (str(host), int(port))
+
+    @property
+    def open_connections(self) -> int:
+        """Connections open now (those refused as too many aside)."""
+        return self._connections.opened if self._connections is not None else 0
 
     @property
     def url(self) -> str:
@@ -493,18 +379,205 @@ class HttpServer:
         return f"http://{host}:{port}"
 
     def start(self) -> None:
-        self._thread = threading.Thread(
-            target=self._server.serve_forever,
-            kwargs={"poll_interval": POLL_INTERVAL},
-            name="http",
-            daemon=True,
-        )
+        started = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(started,), name="http", daemon=True)
         self._thread.start()
+        started.wait(5)
         log.info("serving /healthz /readyz /metrics", extra={"url": self.url})
 
     def stop(self) -> None:
-        if self._thread is not None:  # shutdown() waits for a serve_forever that runs
-            self._server.shutdown()
+        if self._thread is not None:
+            loop, stopping = self._loop, self._stopping
+            if loop is not None and stopping is not None:
+                loop.call_soon_threadsafe(stopping.set)
             self._thread.join(timeout=5)
             self._thread = None
-        self._server.server_close()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._socket.close()
+
+    # --- the loop's thread -------------------------------------------------------------
+
+    def _run(self, started: threading.Event) -> None:
+        loop = asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(self._serve(loop, started))
+        finally:
+            started.set()
+            loop.close()
+
+    async def _serve(self, loop: asyncio.AbstractEventLoop, started: threading.Event) -> None:
+        self._loop, self._stopping = loop, asyncio.Event()
+        self._connections = connections = _Server(self._handle, loop)
+        server = await loop.create_server(connections, sock=self._socket, backlog=BACKLOG)
+        started.set()
+        try:
+            await self._stopping.wait()
+        finally:
+            server.close()
+            await connections.shutdown(STOP_SECONDS)
+
+    async def _work(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
+        """Every request passes here, before any route (the one place a check of who is
+        asking belongs); its answer is written within ``SEND_SECONDS``."""
+        try:
+            response = await self._route(request)
+        except ConnectionError as exc:  # the client went away while its request was read
+            return _gone(request, exc)
+        except Exception:
+            log.exception("serving %s %s", request.method, request.raw_path[:200])
+            response = _error(request, 500, INTERNAL_ERROR)
+            response.force_close()
+        try:
+            async with asyncio.timeout(SEND_SECONDS):
+                await response.prepare(request)
+                await response.write_eof()
+        except TimeoutError:
+            return _gone(request, TimeoutError(f"the answer not read within {SEND_SECONDS:g} s"))
+        except ConnectionError as exc:
+            return _gone(request, exc)
+        return response
+
+    async def _route(self, request: web.BaseRequest) -> web.StreamResponse:
+        if request.version.major != 1:
+            version = f"{request.version.major}.{request.version.minor}"
+            return _reply(505, f"HTTP/{version} not supported: HTTP/1.1 or 1.0")
+        if request.method in ("GET", "HEAD"):
+            return await self._get(request)
+        if request.method == "POST" and _is_webhook(request) and self.webhook is not None:
+            return await self._post(request, self.webhook)
+        if request.method == "POST" and _is_webhook(request):
+            return _reply(404, "no webhook receiver: start with --webhook-secret-file")
+        allow = self._allow(request)
+        if request.method == "OPTIONS":
+            response = web.Response(status=204)
+            response.headers["Allow"] = allow
+            return response
+        response = _error(request, 405, f"method {request.method} not allowed here: {allow}")
+        response.headers["Allow"] = allow
+        return response
+
+    def _allow(self, request: web.BaseRequest) -> str:
+        if _is_webhook(request) and self.webhook is not None:
+            return "POST, OPTIONS"
+        return _READ_METHODS
+
+    async def _get(self, request: web.BaseRequest) -> web.StreamResponse:
+        path, query = _target(request)
+        if _is_webhook(request) and self.webhook is not None:
+            allow = self._allow(request)
+            response = _error(request, 405, f"method {request.method} not allowed here: {allow}")
+            response.headers["Allow"] = allow
+            return response
+        if path == "/healthz":
+            return _answer(200, b"ok\n", TEXT)
+        if path == "/readyz":
+            try:
+                answer = self.ready()
+                ok, reason = answer if isinstance(answer, tuple) else (bool(answer), "")
+            except Exception as exc:  # a broken probe is "not ready", never a 500 loop
+                log.exception("the readiness check")
+                ok, reason = False, f"readiness check failed: {exc}"
+            body = (reason or ("ok" if ok else "not ready")) + "\n"
+            return _answer(200 if ok else 503, body.encode(), TEXT)
+        if path == "/metrics":
+            exposition = await self._work(generate_latest, self.registry)
+            return _answer(200, exposition, CONTENT_TYPE_LATEST)
+        if self.authorize is not None:  # the probes and metrics above stay open
+            decision = await self._work(self.authorize, list(request.headers.items()), path)
+            if not decision.allowed:
+                response = _error(request, decision.status, decision.message)
+                for name, value in decision.headers:
+                    response.headers[name] = value
+                return response
+        if self.web is None:
+            return _error(request, 404, "not found")
+        reply = await self._work(self.web, path, query)
+        if reply is None:
+            return _error(request, 404, "not found")
+        code, payload, content_type = reply
+        response = _answer(code, payload, content_type)
+        # the web pages: always fresh, never sniffed, only their own script
+        response.headers["Cache-Control"] = "no-store"
+        response.headers["X-Content-Type-Options"] = "nosniff"
+        response.headers["Content-Security-Policy"] = CONTENT_SECURITY_POLICY
+        return response
+
+    async def _post(self, request: web.BaseRequest, receiver: hooks.Receiver) -> web.StreamResponse:
+        if request.headers.get("Transfer-Encoding"):
+            return _reply(411, "a webhook needs a Content-Length (no chunked body)")
+        lengths = [v.strip() for v in request.headers.getall("Content-Length", [])]
+        if not lengths:
+            return _reply(411, "a webhook needs a Content-Length")
+        if len(set(lengths)) > 1:
+            return _reply(400, "conflicting Content-Length headers")
+        text = lengths[0]
+        if not (text.isascii() and text.isdigit()):
+            return _reply(400, f"bad Content-Length {text[:20]!r}: expected digits")
+        if len(text) > 15 or int(text) > receiver.max_body:
+            shown = text if len(text) <= 15 else "over 10^15"
+            return _reply(413, f"webhook body of {shown} bytes: at most {receiver.max_body}")
+        if self._bodies >= MAX_WEBHOOK_BODIES:
+            return _reply(503, "busy: other webhook bodies are being read; retry later")
+        self._bodies += 1
+        try:
+            length = int(text)
+            try:
+                async with asyncio.timeout(BODY_SECONDS):
+                    body = await request.content.readexactly(length)
+            except TimeoutError:
+                return _reply(408, f"webhook body not received within {BODY_SECONDS:g} s")
+            except asyncio.IncompleteReadError as exc:
+                return _reply(400, f"webhook body cut short: {len(exc.partial)} of {length} bytes")
+        finally:
+            self._bodies -= 1
+        reply = await self._work(receiver.handle, dict(request.headers.items()), body)
+        return _answer(reply.status, reply.body, TEXT)
+
+
+def _gone(request: web.BaseRequest, exc: Exception) -> web.Response:
+    """The connection of a client that went away or stopped reading, closed: a debug line
+    (aiohttp then finds it closed and drops what it would still write)."""
+    log.debug("http: the connection from %s ended: %s", request.remote, exc)
+    if request.transport is not None:
+        request.transport.abort()
+    return web.Response(status=499)
+
+
+def _target(request: web.BaseRequest) -> tuple[str, str]:
+    """The request's path (as sent, its leading slashes one: ``//x`` is no other host's
+    path) and its query."""
+    path, _, query = request.raw_path.partition("?")
+    return ("/" + path.lstrip("/") if path.startswith("//") else path), query
+
+
+def _is_webhook(request: web.BaseRequest) -> bool:
+    """The receiver's path, with a trailing slash too (as the pages' routes)."""
+    return _target(request)[0].rstrip("/") == hooks.PATH
+
+
+def _answer(status: int, body: bytes, content_type: str) -> web.Response:
+    response = web.Response(status=status, body=body)
+    response.headers["Content-Type"] = content_type
+    return response
+
+
+def _error(request: web.BaseRequest, status: int, message: str) -> web.Response:
+    """One line: ``{"error": ...}`` under /api/v1, text elsewhere."""
+    if _is_api(_target(request)[0]):
+        return _answer(status, error_json(message), "application/json")
+    line = " ".join(message.splitlines())
+    return _answer(status, (line + "\n").encode(), TEXT)
+
+
+def _reply(status: int, message: str) -> web.Response:
+    """An answer before the request's body was read: the connection is closed after it,
+    once what the client still sends is read off for ``REFUSED_LINGER`` (closed with unread
+    bytes, the connection is reset, and the client may see the reset instead of the
+    answer)."""
+    response = _answer(status, (message + "\n").encode(), TEXT)
+    response.force_close()
+    return response

@@ -309,27 +309,159 @@ def test_connections_are_bounded_and_released_on_disconnect(
         server.stop()
 
 
-def test_one_client_cannot_take_every_connection(monkeypatch: pytest.MonkeyPatch) -> None:
-    """With the bound alone, one host holding every slot (slow requests, reconnecting at
-    each deadline) made /healthz answer 503: the kubelet's liveness probe would restart
-    the reconciler. One address gets at most ``MAX_PER_CLIENT`` of them."""
-    monkeypatch.setattr(http, "MAX_CONNECTIONS", 4)
-    monkeypatch.setattr(http, "MAX_PER_CLIENT", 2)
-    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True)
+def _raise_file_limit(needed: int) -> None:
+    """The soft limit on open files up to ``needed`` (at most the hard limit)."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        top = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (top, hard))
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    assert soft == resource.RLIM_INFINITY or soft >= needed, f"open files limited to {soft}"
+
+
+def _timed_get(url: str) -> tuple[int, float]:
+    t0 = time.monotonic()
+    status = _get(url)[0]
+    return status, time.monotonic() - t0
+
+
+def test_idle_and_slow_connections_do_not_starve_requests() -> None:
+    """With 64 connections at most, 16 per address, 16 slow browsers behind one proxy (one
+    address for all) locked everyone out, and 400 idle connections with 50 half-sent
+    requests made GET / answer 503. With 1,000 idle connections and 100 half-sent requests
+    open, all from one address, GET / and GET /healthz answer in under 1 s."""
+    _raise_file_limit(2 * 1100 + 256)  # our sockets and the server's, in one process
+
+    def web(path: str, query: str) -> tuple[int, bytes, str] | None:
+        return (200, b"<h1>queues</h1>\n", "text/html; charset=utf-8") if path == "/" else None
+
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=web)
     server.start()
-    held = []
+    held: list[socket.socket] = []
     try:
-        for _ in range(2):
+        for i in range(1100):  # a bounded loop: 1,000 idle, then 100 half-sent
             sock = socket.create_connection(server.address, timeout=5)
-            sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+            if i >= 1000:
+                sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ")
             held.append(sock)
-        status, _, _ = _status_headers_body(_raw(server, b"GET /healthz HTTP/1.0\r\n\r\n"))
-        assert status == 503  # a third from the same address
-        answer = _raw(server, b"GET /healthz HTTP/1.0\r\n\r\n", source="127.0.0.2")
-        assert answer.startswith(b"HTTP/1.0 200 "), answer  # another address is served
+        for _ in range(200):  # until the server has accepted them all
+            if server.open_connections >= 1100:
+                break
+            time.sleep(0.02)
+        assert server.open_connections >= 1100
+        for path in ("/", "/healthz", "/", "/healthz"):
+            status, took = _timed_get(server.url + path)
+            assert status == 200 and took < 1.0, (path, status, took)
     finally:
         for sock in held:
             sock.close()
+        server.stop()
+
+
+def test_a_slow_page_holds_neither_the_loop_nor_healthz() -> None:
+    """The pages are computed on worker threads: with every worker busy on a slow view,
+    /healthz and /readyz still answer at once, and the pages waiting their turn are
+    answered once a worker is free."""
+    release = threading.Event()
+
+    def web(path: str, query: str) -> tuple[int, bytes, str]:
+        release.wait(10)
+        return 200, b"page\n", "text/plain"
+
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=web)
+    server.start()
+    pages: list[int] = []
+    readers = [
+        threading.Thread(target=lambda: pages.append(_get(server.url + "/")[0]))
+        for _ in range(http.WORKERS + 2)
+    ]
+    try:
+        for reader in readers:
+            reader.start()
+        time.sleep(0.3)  # every worker is in web()
+        for path in ("/healthz", "/readyz"):
+            status, took = _timed_get(server.url + path)
+            assert status == 200 and took < 1.0, (path, took)
+        assert pages == []
+        release.set()
+        for reader in readers:
+            reader.join(10)
+        assert pages == [200] * (http.WORKERS + 2)
+    finally:
+        release.set()
+        server.stop()
+
+
+def test_an_idle_connection_is_closed(
+    served: tuple[HttpServer, Metrics, Readiness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection that sends no request, new or after an answer on a kept-alive
+    connection, is closed after ``IDLE_SECONDS``; while it asks, it is kept."""
+    monkeypatch.setattr(http, "IDLE_SECONDS", 0.5)
+    server, _, _ = served
+    with socket.create_connection(server.address, timeout=5) as new:
+        t0 = time.monotonic()
+        assert new.recv(1) == b""  # closed, without an answer
+        assert 0.4 < time.monotonic() - t0 < 3
+    with socket.create_connection(server.address, timeout=5) as kept:
+        for _ in range(3):  # each request within the idle time: the same connection
+            kept.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while not answer.endswith(b"ok\n"):
+                answer += kept.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer
+            time.sleep(0.25)
+        t0 = time.monotonic()
+        assert kept.recv(1) == b""
+        assert time.monotonic() - t0 < 3
+
+
+def test_a_request_begun_before_the_idle_time_is_up_gets_its_head_time(
+    served: tuple[HttpServer, Metrics, Readiness], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle time ends with a request's first byte: a head begun just before it is up
+    has ``HEAD_SECONDS`` to arrive, and is answered."""
+    monkeypatch.setattr(http, "IDLE_SECONDS", 0.5)
+    monkeypatch.setattr(http, "HEAD_SECONDS", 2.0)
+    server, _, _ = served
+    with socket.create_connection(server.address, timeout=5) as sock:
+        time.sleep(0.3)
+        sock.sendall(b"GET /healthz HTTP/1.1\r\n")
+        time.sleep(0.6)  # past the idle time, within the head's
+        sock.sendall(b"Host: x\r\n\r\n")
+        answer = b""
+        while not answer.endswith(b"ok\n"):
+            chunk = sock.recv(65536)
+            assert chunk, f"closed after {answer!r}"
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 200 "), answer
+
+
+def test_an_answer_the_client_stops_reading_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A client that never reads a large answer held its connection (and, with threads, a
+    thread) for good: the answer is dropped after ``SEND_SECONDS``."""
+    monkeypatch.setattr(http, "SEND_SECONDS", 0.5)
+
+    def web(path: str, query: str) -> tuple[int, bytes, str]:
+        return 200, b"x" * (64 << 20), "text/plain"  # far over the sockets' buffers
+
+    server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True, web=web)
+    server.start()
+    try:
+        with socket.create_connection(server.address, timeout=5) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.sendall(b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert sock.recv(1024).startswith(b"HTTP/1.1 200 ")  # the answer is under way
+            assert server.open_connections == 1
+            for _ in range(200):
+                if server.open_connections == 0:
+                    break
+                time.sleep(0.05)
+            assert server.open_connections == 0, "the connection was still open after 10 s"
+        assert _get(server.url + "/healthz")[0] == 200
+    finally:
         server.stop()
 
 
@@ -337,8 +469,9 @@ def test_a_request_that_trickles_in_is_dropped_at_its_deadline(
     served: tuple[HttpServer, Metrics, Readiness], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Slowloris: a byte of header every 0.1 s kept a connection (and its thread) forever, as
-    the socket timeout counts per read. The whole request must arrive within ``READ_SECONDS``."""
-    monkeypatch.setattr(http, "READ_SECONDS", 0.5)
+    the socket timeout counts per read. A request's line and headers must arrive within
+    ``HEAD_SECONDS`` of their first byte."""
+    monkeypatch.setattr(http, "HEAD_SECONDS", 0.5)
     server, _, _ = served
     with socket.create_connection(server.address, timeout=5) as sock:
         sock.sendall(b"GET /healthz HTTP/1.1\r\n")
