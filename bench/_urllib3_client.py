@@ -120,5 +120,5 @@ def stream(
 
 def install() -> None:
     """Every create and watch of ``adapters/kube.py`` from here on goes through urllib3."""
-    http1.request = request  # type: ignore[assignment]
+    http1.request = request
     http1.stream = stream  # type: ignore[assignment]

@@ -7,7 +7,10 @@ one thread through ``Kube._create``, the reconciler's own create, with its answe
 - urllib3: urllib3 on the same connection pool (``_urllib3_client.py``);
 - aiohttp: aiohttp's client (its C parser, llhttp) with the same TLS settings, on an event
   loop of its own thread, each create handed to it and waited for, as the reconciler's
-  create threads would have to.
+  create threads would have to;
+- aiohttp-native: the same session, the creates awaited one after the other in one
+  coroutine on that loop (the request ``Kube._post`` builds, the same decode of the
+  answer): aiohttp at its best, as a reconciler written for asyncio would use it.
 
 Rounds alternate the clients (each goes first in turn), so a change of the machine's load
 falls on all of them. The cost of a create is the process's CPU (``time.process_time``:
@@ -15,7 +18,7 @@ every thread, the event loop's included) over the round, divided by N; the figur
 client's median over its rounds, with the ratios to http1.
 
     PYTHONPATH=$PWD python bench/http_client_bench.py [-n 300] [--rounds 6]
-        [--kubeconfig K] [--clients http1,urllib3,aiohttp]
+        [--kubeconfig K] [--clients http1,urllib3,aiohttp,aiohttp-native]
 
 Without ``--kubeconfig``, on a fresh dev cluster of its own, torn down after.
 """
@@ -34,13 +37,15 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _measure as m
 import _urllib3_client
 
 from reconciler.adapters import http1
-from reconciler.adapters.kube import Kube, connect
+from reconciler.adapters.kube import _CREATE_PATHS, _CREATED, Kube, _parse, connect
 from reconciler.devcluster.shape import NodePool
 
 NAMESPACE = "http-bench"
@@ -100,6 +105,35 @@ class AiohttpClient:
 
         return asyncio.run_coroutine_threadsafe(send(), self.loop).result()
 
+    def native_round(self, kube: Kube, manifests: list[dict[str, Any]]) -> None:
+        """The creates of ``Kube._post`` (the same request, the same decode of the
+        answer) awaited one after the other in one coroutine on the loop: aiohttp at its
+        best, as an asyncio reconciler would use it, with no thread handing it work."""
+        timeout = self._aiohttp.ClientTimeout(sock_connect=5.0, sock_read=30.0)
+
+        async def creates() -> None:
+            for manifest in manifests:
+                method, url, headers, _, _ = kube.api.param_serialize(
+                    "POST",
+                    _CREATE_PATHS["Job"],
+                    path_params={"namespace": NAMESPACE},
+                    query_params=[("fieldManager", kube.field_manager)],
+                    header_params={
+                        "Accept": "application/json",
+                        "Content-Type": "application/json",
+                    },
+                    auth_settings=["BearerToken"],
+                )
+                async with self.session.request(
+                    method, url, headers=headers, data=orjson.dumps(manifest), timeout=timeout
+                ) as resp:
+                    data = await resp.read()
+                if not 200 <= resp.status <= 299:
+                    raise RuntimeError(f"create: {resp.status} {data[:200]!r}")
+                _parse(data, _CREATED)
+
+        asyncio.run_coroutine_threadsafe(creates(), self.loop).result()
+
     def close(self) -> None:
         asyncio.run_coroutine_threadsafe(self.session.close(), self.loop).result()
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -107,7 +141,7 @@ class AiohttpClient:
 
 
 def use(client: str, aio: AiohttpClient | None) -> None:
-    http1.request, http1.stream = HTTP1  # type: ignore[assignment]
+    http1.request, http1.stream = HTTP1
     if client == "urllib3":
         _urllib3_client.install()
     elif client == "aiohttp" and aio is not None:
@@ -138,12 +172,16 @@ def job(name: str) -> dict[str, Any]:
     }
 
 
-def round_cost(kube: Kube, prefix: str, n: int) -> float:
-    """Process CPU seconds per create over ``n`` creates."""
+def round_cost(kube: Kube, prefix: str, n: int, native: AiohttpClient | None = None) -> float:
+    """Process CPU seconds per create over ``n`` creates (with ``native``, aiohttp's
+    coroutine in place of ``Kube._create``)."""
     manifests = [job(f"{prefix}-{i}") for i in range(n)]
     started = time.process_time()
-    for manifest in manifests:
-        kube._create("Job", NAMESPACE, manifest)
+    if native is not None:
+        native.native_round(kube, manifests)
+    else:
+        for manifest in manifests:
+            kube._create("Job", NAMESPACE, manifest)
     return (time.process_time() - started) / n
 
 
@@ -151,20 +189,21 @@ def measure(kubeconfig: Path, clients: list[str], n: int, rounds: int) -> dict[s
     api = connect(kubeconfig)
     kube = Kube(api)
     kube.ensure_namespace(NAMESPACE)
-    aio = AiohttpClient(api.configuration) if "aiohttp" in clients else None
+    aio = AiohttpClient(api.configuration) if {"aiohttp", "aiohttp-native"} & set(clients) else None
     costs: dict[str, list[float]] = {c: [] for c in clients}
     try:
         for client in clients:  # warm: a connection each, the code paths loaded
             use(client, aio)
-            round_cost(kube, f"warm-{client}", 20)
+            round_cost(kube, f"warm-{client}", 20, aio if client == "aiohttp-native" else None)
         for r in range(rounds):
             order = clients[r % len(clients) :] + clients[: r % len(clients)]
             for client in order:
                 use(client, aio)
-                cost = round_cost(kube, f"r{r}-{client}", n)
+                native = aio if client == "aiohttp-native" else None
+                cost = round_cost(kube, f"r{r}-{client}", n, native)
                 costs[client].append(cost)
                 m.say(
-                    f"round {r + 1}/{rounds} {client:<8} {1e6 * cost:7.0f} µs CPU a create; "
+                    f"round {r + 1}/{rounds} {client:<14} {1e6 * cost:7.0f} µs CPU a create; "
                     f"load {os.getloadavg()[0]:.1f}"
                 )
     finally:
@@ -179,7 +218,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=300, help="creates per client per round")
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--kubeconfig", type=Path, default=None)
-    parser.add_argument("--clients", default="http1,urllib3,aiohttp")
+    parser.add_argument("--clients", default="http1,urllib3,aiohttp,aiohttp-native")
     args = parser.parse_args()
     clients = args.clients.split(",")
     m.say(
@@ -206,7 +245,7 @@ def main() -> None:
         values = costs[client]
         ratios = m.pair_ratios(values, costs[clients[0]])
         m.say(
-            f"{client:<8} median {1e6 * statistics.median(values):.0f} µs CPU a create "
+            f"{client:<14} median {1e6 * statistics.median(values):.0f} µs CPU a create "
             f"(spread {1e6 * min(values):.0f}-{1e6 * max(values):.0f}); "
             f"/{clients[0]} per round: {m.ratio_summary(ratios).text()}; "
             f"of medians {statistics.median(values) / base:.2f}"
