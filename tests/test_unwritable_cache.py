@@ -187,3 +187,22 @@ def test_plan_honours_cache_dir(unwritable: tuple[Path, dict[str, str]], tmp_pat
         assert done.returncode == 0, done.stderr
     assert [p.suffix for p in (tmp_path / "flag").iterdir()] == [".git"]
     assert [p.suffix for p in (tmp_path / "env").iterdir()] == [".git"]
+
+
+def test_a_repo_url_is_cloned_into_the_cache_or_refused_in_one_line(
+    unwritable: tuple[Path, dict[str, str]],
+) -> None:
+    """``rerun --repo URL`` works in a clone kept in the cache: none can be made there."""
+    clone, env = unwritable
+    remote = clone.parent / "remote.git"
+    done = subprocess.run(
+        [sys.executable, "-m", "reconciler", "rerun", OP, "--repo", f"file://{remote}"],
+        cwd=clone.parent,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in done.stderr and done.returncode == 1, done.stderr
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and REPO_CACHE_ERROR in errors[0], done.stderr
