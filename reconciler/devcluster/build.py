@@ -283,7 +283,8 @@ def _run_plan(
         return results
     names = [b for s in todo for b in s.binaries]
     try:  # here, once: inside the steps' threads it would surface as one failure per step
-        (cache_root() / "bin").mkdir(parents=True, exist_ok=True)
+        cache_root().mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(prefix=".writable-", dir=cache_root()).cleanup()
     except OSError as exc:
         raise BuildError(
             f"cannot use the build cache {cache_root()}: {exc.strerror or exc} "
