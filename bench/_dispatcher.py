@@ -2,7 +2,7 @@
 
     python bench/_dispatcher.py raw|reconciler --kubeconfig K --namespace NS -n N
         [-w W] [--interval S] [--duration 1h] [--gpus G] [--quota-gpus C]
-        [--kueue-queue Q] [--events]
+        [--kueue-queue Q] [--events] [--client http1|urllib3]
 
 Protocol on stdin/stdout (one JSON object a line out, one word a line in):
 ``ready`` once prepared; on ``go`` it dispatches, says ``dispatched`` (with the
@@ -283,10 +283,24 @@ def main() -> None:
         action="store_true",
         help="reconciler: `reconciler run`'s loop (cycles on events)",
     )
+    parser.add_argument(
+        "--client",
+        choices=("http1", "urllib3"),
+        default="http1",
+        help="reconciler: its creates and watches by adapters/http1.py, or by urllib3",
+    )
     args = parser.parse_args()
     import reconciler
 
-    print(f"reconciler from {Path(reconciler.__file__).parent}", file=sys.stderr, flush=True)
+    if args.client == "urllib3":
+        from _urllib3_client import install
+
+        install()
+    print(
+        f"reconciler from {Path(reconciler.__file__).parent}, client {args.client}",
+        file=sys.stderr,
+        flush=True,
+    )
     commands = Commands()
     work = Path(tempfile.mkdtemp(prefix=f"dispatch-{args.side}-"))
     try:

@@ -703,6 +703,7 @@ class RunSpec:
     pprof: str = ""  # a directory for the control plane's Go CPU profiles (GoProfiles)
     pprof_seconds: float = 20.0
     label: str = ""  # the profiles' file prefix (default: the side)
+    client: str = ""  # the reconciler's HTTP client: http1 (default) or urllib3
 
 
 def run_side(
@@ -753,6 +754,8 @@ def run_side(
             argv += ["--kueue-queue", spec.kueue_queue]
         if spec.events:
             argv.append("--events")
+        if spec.client:
+            argv += ["--client", spec.client]
         dispatcher = Dispatcher(argv, work / "dispatcher.log", code=spec.code)
         dispatcher.wait_ready()
         watcher = Watcher(api, spec.namespace)

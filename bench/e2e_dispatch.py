@@ -21,6 +21,11 @@ asking one GPU, under a queue with a quota of C GPUs; admissions per second agai
 The reconciler runs as ``reconciler run`` does, cycles on events (``--binding-mode poll``:
 a cycle every 0.5 s, as before cycles ran on events).
 
+``--client urllib3`` sends the reconciler's creates and watches through urllib3 instead of
+``adapters/http1.py`` (``_urllib3_client.py``); ``--client both`` runs the reconciler once
+with each in every pair, in alternating order, and prints the ratios urllib3/http1 of its
+CPU per operation.
+
 ``--side reconciler`` (or ``raw``) runs one side only, ``--pairs`` times, with no ratios: to
 measure a change of the reconciler's own cost. ``--code DIR`` runs the ``reconciler``
 package found in DIR (e.g. another version copied out with ``git archive``) with this
@@ -34,7 +39,8 @@ dispatching process it also prints its CPU per operation per thread (main: the c
 watches; creates; status writer...) and its full collections, both in the window.
 
     PYTHONPATH=$PWD python bench/e2e_dispatch.py [-n 2000] [--pairs 5] [-w 8]
-        [--side both|raw|reconciler] [--code DIR] [--profile FILE]
+        [--side both|raw|reconciler] [--client http1|urllib3|both] [--code DIR]
+        [--profile FILE]
         [--pprof DIR [--pprof-seconds 20]]
         [--binding -m 400 -c 100 -d 10 [--binding-mode events|poll]] [--keep]
 """
@@ -57,13 +63,13 @@ from reconciler.devcluster.shape import NodePool
 POOLS = (NodePool("bench", count=4, cpu="1000", memory="4000Gi", pods=2500, gpus=32),)
 
 
-def spec(side: str, args: argparse.Namespace, run: int = 0) -> m.RunSpec:
+def spec(side: str, args: argparse.Namespace, run: int = 0, client: str = "") -> m.RunSpec:
     profile = ""
     if args.profile and side == "reconciler":
         path = Path(args.profile)
         profile = str(path.with_name(f"{path.stem}-{run + 1}{path.suffix}"))
     return m.RunSpec(
-        side,
+        client or side,  # a column of its own in the costs table: http1, urllib3
         side,
         args.n,
         workers=args.workers,
@@ -73,7 +79,8 @@ def spec(side: str, args: argparse.Namespace, run: int = 0) -> m.RunSpec:
         profile=profile,
         pprof=args.pprof,
         pprof_seconds=args.pprof_seconds,
-        label=f"{side}-{run + 1}",
+        label=f"{side}-{client or ''}{run + 1}",
+        client=client,
     )
 
 
@@ -103,6 +110,21 @@ def ratio_lines(raws: list[m.RunResult], recs: list[m.RunResult]) -> list[str]:
                 f"ratio reconciler/raw, rate to {label}: "
                 f"{m.ratio_summary(ratios).text()} (goal >= 0.9)"
             )
+    return lines
+
+
+def client_ratio_lines(a: list[m.RunResult], b: list[m.RunResult]) -> list[str]:
+    """Per pair, urllib3's CPU per operation over http1's: the reconciler's process, and
+    its creates' and watches' threads."""
+    lines = []
+    for label, cost in (
+        ("the reconciler's CPU/op", lambda r: r.cpu.get("client", 0.0)),
+        ("its creates' threads", lambda r: r.threads.get("creates", 0.0)),
+        ("its watches' threads", lambda r: r.threads.get("watches", 0.0)),
+    ):
+        ratios = m.pair_ratios([cost(r) for r in b], [cost(r) for r in a])
+        if ratios:
+            lines.append(f"ratio urllib3/http1, {label}: {m.ratio_summary(ratios).text()}")
     return lines
 
 
@@ -136,6 +158,13 @@ def main() -> None:
         default="both",
         help="run one side only (--pairs runs of it, no ratios)",
     )
+    parser.add_argument(
+        "--client",
+        choices=("http1", "urllib3", "both"),
+        default="http1",
+        help="the reconciler's creates and watches: by adapters/http1.py, by urllib3, or "
+        "both in alternating order within each pair (with ratios urllib3/http1)",
+    )
     parser.add_argument("--code", default="", help="the reconciler package's directory")
     parser.add_argument("--profile", default="", help="py-spy raw stacks of the reconciler")
     m.add_pprof_options(parser)
@@ -148,25 +177,36 @@ def main() -> None:
     )
     raws: list[m.RunResult] = []
     recs: list[m.RunResult] = []
+    by_client: dict[str, list[m.RunResult]] = {"http1": [], "urllib3": []}
     sides = [("raw", raws), ("reconciler", recs)]
     if args.side != "both":
         sides = [(side, into) for side, into in sides if side == args.side]
     for pair in range(args.pairs):
         for side, into in sides:
-            result = m.run_side(spec(side, args, pair), POOLS, keep=args.keep)
-            into.append(result)
-            m.say(f"[{pair + 1}/{args.pairs}] {result.line()}")
+            clients = [args.client] if args.client != "both" else ["http1", "urllib3"]
+            if side == "raw":
+                clients = [""]
+            elif pair % 2:  # each client goes first in every other pair
+                clients.reverse()
+            for client in clients:
+                result = m.run_side(spec(side, args, pair, client), POOLS, keep=args.keep)
+                into.append(result)
+                by_client.get(client, []).append(result)
+                m.say(f"[{pair + 1}/{args.pairs}] {result.line()}")
     m.print_costs(raws + recs)
     flagged = sum(r.flagged for r in raws + recs)
     m.say(
         f"runs FLAGged (other processes > {m.OTHERS_LIMIT} cores): {flagged} of "
         f"{len(raws) + len(recs)}"
     )
+    if args.client == "both":
+        for line in client_ratio_lines(by_client["http1"], by_client["urllib3"]):
+            m.say(line)
     if args.binding:
         result = m.run_side(binding_spec(args), POOLS, keep=args.keep)
         m.say(m.binding_line(result, args.concurrency, args.duration))
     m.say(f"load average at end: {os.getloadavg()[0]:.1f}")
-    if args.side == "both":
+    if args.side == "both" and args.client != "both":
         for line in ratio_lines(raws, recs):
             m.say(line)
 

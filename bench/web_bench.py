@@ -37,8 +37,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from reconciler.core.views.web_html import render_operation_page, render_queue_page, render_queues_page
-
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
@@ -47,6 +45,11 @@ from reconciler.core.views.queue_view import (
     build_operation_detail,
     build_queue_detail,
     build_queues_view,
+)
+from reconciler.core.views.web_html import (
+    render_operation_page,
+    render_queue_page,
+    render_queues_page,
 )
 from reconciler.runtime.http import HttpServer
 from reconciler.runtime.metrics import Metrics

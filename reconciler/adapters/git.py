@@ -58,6 +58,19 @@ class GitSyncError(Exception):
     push. ``str()`` is one line meant for the log and the status branch."""
 
 
+class CacheError(GitSyncError):
+    """The repo cache (``--cache-dir``, ``$RECONCILER_REPO_CACHE``, else under
+    ``$XDG_CACHE_HOME``) cannot be created or written; ``str()`` is one line saying where
+    and how to choose another."""
+
+    def __init__(self, base: Path, exc: OSError | git.GitCommandError) -> None:
+        why = _reason(exc) if isinstance(exc, git.GitCommandError) else exc.strerror or exc
+        super().__init__(
+            f"cannot use the repo cache {base}: {why} "
+            "(choose another with --cache-dir or RECONCILER_REPO_CACHE)"
+        )
+
+
 # --- helpers ----------------------------------------------------------------------------
 
 
@@ -266,11 +279,15 @@ class ConfigRepo:
         if (self.git_dir / "HEAD").exists():
             repo = _open_bare(self.git_dir)
         else:
-            self.git_dir.parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=".init-", dir=self.git_dir.parent))
-            repo = git.Repo.init(tmp, bare=True)
-            _run(repo, ["config", "remote.origin.url", self.source])
-            _run(repo, ["config", "gc.autoDetach", "false"])
+            base = self.git_dir.parent
+            try:
+                base.mkdir(parents=True, exist_ok=True)
+                tmp = Path(tempfile.mkdtemp(prefix=".init-", dir=base))
+                repo = git.Repo.init(tmp, bare=True)
+                _run(repo, ["config", "remote.origin.url", self.source])
+                _run(repo, ["config", "gc.autoDetach", "false"])
+            except (OSError, git.GitCommandError) as exc:
+                raise CacheError(base, exc) from None
             repo.close()
             try:
                 tmp.rename(self.git_dir)  # atomic: a crash never leaves a half-made cache
@@ -1106,8 +1123,11 @@ class WorkClone:
         cmd = git.Git(str(base))
         try:
             if not (path / ".git").exists():
-                base.mkdir(parents=True, exist_ok=True)
-                tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=base))
+                try:
+                    base.mkdir(parents=True, exist_ok=True)
+                    tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=base))
+                except OSError as exc:
+                    raise CacheError(base, exc) from None
                 cmd.execute(
                     ["git", "clone", "-q", "--no-tags", "-b", branch, source, str(tmp / "w")],
                     env=_ENV,

@@ -14,7 +14,6 @@ socket's own failures are."""
 
 from __future__ import annotations
 
-import gzip
 import select
 import time
 import zlib
@@ -209,14 +208,20 @@ class _Head:
 
 
 def _read_head(reader: _Reader) -> _Head:
+    size = 0  # of every head read, interim answers' included: a server can send no end
     while True:
         status_line = reader.line(MAX_HEAD)
+        size += len(status_line)
         parts = status_line.split(b" ", 2)
-        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1.") or not parts[1].isdigit():
+        if (
+            len(parts) < 2
+            or not parts[0].startswith(b"HTTP/1.")
+            or len(parts[1]) != 3
+            or not parts[1].isdigit()
+        ):
             raise BadAnswer(f"not an HTTP/1.x status line: {status_line[:80]!r}")
         status = int(parts[1])
         headers: dict[str, str] = {}
-        size = 0
         while True:
             line = reader.line(MAX_HEAD)
             if not line:
@@ -232,6 +237,8 @@ def _read_head(reader: _Reader) -> _Head:
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
         if not 100 <= status < 200:
             break  # an interim answer (100 Continue) is followed by the real one
+        if size > MAX_HEAD:
+            raise BadAnswer("the answer's interim heads are too long")
     version = parts[0]
     reason = parts[2].decode("latin-1") if len(parts) > 2 else ""
     tokens = {t.strip().lower() for t in headers.get("connection", "").split(",")}
@@ -264,42 +271,64 @@ def _read_body(reader: _Reader, head: _Head) -> tuple[Answer, bool]:
         reader.buf.clear()
     if reader.buf:  # more than one answer: never reuse such a connection
         keep = False
-    encoding = headers.get("content-encoding", "identity").lower()
-    try:
-        if encoding == "gzip":
-            data = gzip.decompress(data)
-        elif encoding == "deflate":
-            data = zlib.decompress(data)
-        elif encoding != "identity":
-            raise BadAnswer(f"an answer encoded as {encoding}")
-    except (EOFError, zlib.error, gzip.BadGzipFile) as exc:
-        raise BadAnswer(f"an answer that does not decode as {encoding}: {exc}") from exc
+    data = _decoded(data, headers.get("content-encoding", "identity").lower())
     return Answer(status, head.reason, headers, data), keep
 
 
-def _content_length(headers: dict[str, str]) -> int:
+def _decoded(data: bytes, encoding: str) -> bytes:
+    """``data`` decoded as ``BodyLines`` decodes it (one gzip member or zlib stream, and
+    nothing after it), inflated to at most ``MAX_BODY`` bytes: a few KiB that would
+    inflate to gigabytes are refused, not inflated."""
+    if encoding == "identity":
+        return data
+    if encoding == "gzip":
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+    elif encoding == "deflate":
+        inflate = zlib.decompressobj()
+    else:
+        raise BadAnswer(f"an answer encoded as {encoding}")
     try:
-        length = int(headers["content-length"])
-    except ValueError:
-        raise BadAnswer("a Content-Length that is not a number") from None
-    if length < 0:
-        raise BadAnswer(f"an answer of {length} bytes")
-    return length
+        out = inflate.decompress(data, MAX_BODY + 1)
+    except zlib.error as exc:
+        raise BadAnswer(f"an answer that does not decode as {encoding}: {exc}") from exc
+    if len(out) > MAX_BODY:
+        raise BadAnswer(f"an answer that inflates to longer than {MAX_BODY} bytes")
+    if not inflate.eof or inflate.unused_data:
+        raise BadAnswer(f"an answer that does not decode as {encoding}: not one whole stream")
+    return out
+
+
+def _content_length(headers: dict[str, str]) -> int:
+    value = headers["content-length"]
+    if not (value.isascii() and value.isdigit()):  # not "+1", "1_0", " 1" nor "1, 1"
+        raise BadAnswer(f"a Content-Length that is not a number: {value[:40]!r}")
+    return int(value)
+
+
+def _chunk_size(line: bytes) -> int:
+    """A chunk's size from its size line (extensions dropped): hex digits only, as many as
+    a size below 2**60 takes (``int`` alone would take "0x1", "+1" and "1_0")."""
+    digits = line.split(b";", 1)[0].strip(b" \t")
+    if not digits or len(digits) > 15 or digits.strip(_HEX):
+        raise BadAnswer(f"not a chunk size: {line[:40]!r}")
+    return int(digits, 16)
 
 
 def _chunked(reader: _Reader) -> bytes:
     out = bytearray()
     while True:
-        line = reader.line(1024)
-        try:
-            size = int(line.split(b";", 1)[0].strip(), 16)
-        except ValueError:
-            raise BadAnswer(f"not a chunk size: {line[:40]!r}") from None
-        if size < 0 or len(out) + size > MAX_BODY:
+        line = reader.line(MAX_CHUNK_LINE)
+        if len(line) > MAX_CHUNK_LINE:
+            raise BadAnswer("a chunk's size line too long")
+        size = _chunk_size(line)
+        if len(out) + size > MAX_BODY:
             raise BadAnswer("an answer too long")
         if size == 0:
-            while reader.line(MAX_HEAD):  # trailers, to the empty line
-                pass
+            trailers = 0
+            while line := reader.line(MAX_HEAD):  # trailers, to the empty line
+                trailers += len(line) + 2
+                if trailers > MAX_HEAD:
+                    raise BadAnswer("an answer's trailers too long")
             return bytes(out)
         out += reader.exactly(size)
         if reader.exactly(2) != b"\r\n":
@@ -506,10 +535,7 @@ class BodyLines:
                         state = _END
                         self.done = True
                     continue
-                digits = line.split(b";", 1)[0].strip()
-                if not digits or len(digits) > 15 or digits.strip(_HEX):
-                    raise BadAnswer(f"not a chunk size: {line[:40]!r}")
-                left = int(digits, 16)
+                left = _chunk_size(line)
                 state = _DATA if left else _TRAILER
         self._raw = raw[pos:] if state != _END else b""
         self._state, self._left = state, left

@@ -97,6 +97,17 @@ def is_git_repo(path: Path) -> bool:
     return True
 
 
+def has_ref(path: Path, ref: str) -> bool:
+    """Whether the Git repository at ``path`` has ``ref`` (e.g. ``refs/heads/main``), read
+    in place: no cache, no fetch."""
+    try:
+        repo = git.Repo(path, search_parent_directories=False)
+        repo.git.rev_parse("--verify", "--quiet", f"{ref}^{{commit}}")
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError, git.GitCommandError):
+        return False
+    return True
+
+
 def first_commit_times(
     repo: git.Repo, ref: str, paths: Iterable[str] | None = None
 ) -> dict[str, datetime]:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from reconciler.adapters.git import CacheError, ConfigRepo
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.output import ProgressPrinter, counts_line, plain_table
 from reconciler.core.observation.capacity import placement_of
@@ -268,6 +269,14 @@ def _git(repo: Path, *args: str) -> None:
     "objects, in namespaces the demo labels as its own, deleted at the end unless --keep.",
 )
 @click.option("--context", help="With --kubeconfig: its context (default: its current one).")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False, path_type=Path),
+    envvar="RECONCILER_REPO_CACHE",
+    default=None,
+    help="Where the demo's config repo is cloned (bare)."
+    "  [default: $RECONCILER_REPO_CACHE, else WORKDIR/cache]",
+)
 def demo(
     keep: bool,
     interval: float,
@@ -276,6 +285,7 @@ def demo(
     state_dir: Path | None,
     kubeconfig: Path | None,
     context: str | None,
+    cache_dir: Path | None,
 ) -> None:
     """Copy the example config into a Git repo, start the dev cluster (or use an existing
     one) and reconcile it live."""
@@ -313,6 +323,12 @@ def demo(
     _git(repo, "add", "-A")
     _git(repo, "commit", "-q", "-m", "example config")
     say.line(f"config repo: {repo}")
+    cache_dir = cache_dir or root / "cache"
+    try:  # before a cluster is started for nothing
+        ConfigRepo(str(repo), "main", cache_dir).open()
+    except CacheError as exc:
+        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        sys.exit(1)
 
     if kubeconfig is None:
         cluster = DevCluster(state_dir)
@@ -331,7 +347,7 @@ def demo(
         str(repo),
         "main",
         {"local": kubeconfig},
-        cache_dir=root / "cache",
+        cache_dir=cache_dir,
         wakeup=wake,
         status_interval=interval,
         fetch_interval=interval,

@@ -21,15 +21,17 @@ import click
 import git
 
 from reconciler.adapters.clock import SystemClock
-from reconciler.adapters.git import GitSyncError
+from reconciler.adapters.git import CacheError, GitSyncError
 from reconciler.adapters.repo import (
     RevisionError,
+    has_ref,
     is_git_repo,
     read_capped,
     snapshot_checkout,
     snapshot_git,
 )
 from reconciler.cli.options import (
+    cache_dir_option,
     cluster_kubeconfig_option,
     parse_overrides,
     repo_dir_option,
@@ -303,28 +305,38 @@ def parse_now(text: str) -> datetime | None:
     return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
 
 
-def status_on_branch(repo_dir: Path, status_repo: str | None = None) -> StatusView | None:
+def status_on_branch(
+    repo_dir: Path, status_repo: str | None = None, cache_dir: Path | None = None
+) -> StatusView | None:
     """What the reconciler last wrote to the status branch: the local branch, else a
     clone's ``origin/`` copy (a PR checkout has only that); None when there is neither
     (or no Git repo), so every operation counts as Queued. With ``status_repo`` (the
-    status kept apart, ``status.repo``), its status branch's tip, fetched."""
+    status kept apart, ``status.repo``), its status branch's tip, fetched. The repo cache
+    is used only to read a branch that exists: a cache that cannot be made
+    (:class:`CacheError`) is an error then, and nothing without one."""
     if not is_git_repo(repo_dir):
         return None
     if status_repo:
         try:
-            return read_branch(str(repo_dir), STATUS_BRANCH, None, status_repo=status_repo)
+            return read_branch(str(repo_dir), STATUS_BRANCH, cache_dir, status_repo=status_repo)
         except StatusError:
             return None
-    for ref in (None, f"refs/remotes/origin/{STATUS_BRANCH}"):
+    for ref in (f"refs/heads/{STATUS_BRANCH}", f"refs/remotes/origin/{STATUS_BRANCH}"):
+        if not has_ref(repo_dir, ref):
+            continue
         try:
-            return read_branch(str(repo_dir), STATUS_BRANCH, None, ref=ref)
+            return read_branch(str(repo_dir), STATUS_BRANCH, cache_dir, ref=ref)
+        except CacheError:
+            raise
         except (StatusError, GitSyncError):
             continue
     return None
 
 
-def memory_on_status_branch(repo_dir: Path, status_repo: str | None = None) -> Memory:
-    view = status_on_branch(repo_dir, status_repo)
+def memory_on_status_branch(
+    repo_dir: Path, status_repo: str | None = None, cache_dir: Path | None = None
+) -> Memory:
+    view = status_on_branch(repo_dir, status_repo, cache_dir)
     return Memory() if view is None else memory_from_status(view)
 
 
@@ -360,6 +372,7 @@ def memory_on_status_branch(repo_dir: Path, status_repo: str | None = None) -> M
     "clock): budgets' windows, schedules and start estimates are then reproducible.",
 )
 @status_repo_option
+@cache_dir_option
 def plan(
     repo_dir: Path,
     observed: Path | None,
@@ -370,6 +383,7 @@ def plan(
     head: str | None,
     now_text: str | None,
     status_repo: str | None,
+    cache_dir: Path | None,
 ) -> None:
     """Show what would be dispatched now, what waits and why, and what would stop.
 
@@ -398,16 +412,16 @@ def plan(
             planner = observed_planner(read_observed(observed), now)
         elif live:
             planner = live_planner(
-                memory_on_status_branch(repo_dir, status_repo),
+                memory_on_status_branch(repo_dir, status_repo, cache_dir),
                 now,
                 connector(parse_overrides(cluster_kubeconfigs)),
             )
         else:
-            planner = recorded_planner(status_on_branch(repo_dir, status_repo), now)
+            planner = recorded_planner(status_on_branch(repo_dir, status_repo, cache_dir), now)
     except LoadError as exc:
         click.echo("\n".join(exc.lines), err=True)
         raise SystemExit(EXIT_ERROR) from None
-    except GitSyncError as exc:  # --status-repo given and not read
+    except GitSyncError as exc:  # --status-repo given and not read, or no repo cache
         click.echo(f"error: {exc}", err=True)
         raise SystemExit(EXIT_ERROR) from None
     if base is None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from reconciler.adapters.git import Retention
+from reconciler.adapters.git import CacheError, Retention
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.errors import EX_SOFTWARE
 from reconciler.cli.options import (
@@ -292,24 +292,28 @@ def run(
         """Leading, and not shutting down: once SIGTERM came, no create starts."""
         return not loop.stopping and (is_leader is None or is_leader())
 
-    runtime = make_runtime(
-        repo,
-        branch,
-        overrides,
-        worktree=watch,
-        status_branch=status_branch or None,
-        status_repo=status_repo,
-        retention=Retention(status_keep_days, status_max_commits),
-        cache_dir=cache_dir,
-        is_leader=may_write,
-        wakeup=wake,
-        status_interval=status_every,
-        fetch_interval=seconds,  # a cycle started by an event plans with the config in hand
-        # the loop's next cycle never waits for the last one's status write
-        status_background=not once,
-        status_leader=elector.is_leader if elector else None,
-        freeze_heap=not once,  # a long-lived process
-    )
+    try:
+        runtime = make_runtime(
+            repo,
+            branch,
+            overrides,
+            worktree=watch,
+            status_branch=status_branch or None,
+            status_repo=status_repo,
+            retention=Retention(status_keep_days, status_max_commits),
+            cache_dir=cache_dir,
+            is_leader=may_write,
+            wakeup=wake,
+            status_interval=status_every,
+            fetch_interval=seconds,  # a cycle started by an event plans with the config in hand
+            # the loop's next cycle never waits for the last one's status write
+            status_background=not once,
+            status_leader=elector.is_leader if elector else None,
+            freeze_heap=not once,  # a long-lived process
+        )
+    except CacheError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     reconciler = runtime.reconciler
     if once:
         result = reconciler.run_once()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import click
 
+from reconciler.adapters.git import CacheError
 from reconciler.adapters.repo import is_git_repo
 from reconciler.cli.options import (
     auth_options,
@@ -98,18 +99,22 @@ def serve(
     local = Path(repo).expanduser()
     wake = Wakeup()
     worktree = "://" not in repo and local.is_dir() and not is_git_repo(local)
-    runtime = make_runtime(
-        str(local) if worktree else repo,
-        branch,
-        overrides,
-        worktree=worktree,
-        status_branch=status_branch,  # read, never written: a follower does not publish
-        status_repo=status_repo,
-        cache_dir=cache_dir,
-        is_leader=lambda: False,  # never converge: a follower that only plans
-        wakeup=wake,  # a Job that ends refreshes the pages at once, as it dispatches in run
-        fetch_interval=seconds,
-    )
+    try:
+        runtime = make_runtime(
+            str(local) if worktree else repo,
+            branch,
+            overrides,
+            worktree=worktree,
+            status_branch=status_branch,  # read, never written: a follower does not publish
+            status_repo=status_repo,
+            cache_dir=cache_dir,
+            is_leader=lambda: False,  # never converge: a follower that only plans
+            wakeup=wake,  # a Job that ends refreshes the pages at once, as it dispatches in run
+            fetch_interval=seconds,
+        )
+    except CacheError as exc:
+        click.echo(f"error: {exc}", err=True)
+        sys.exit(1)
     web = make_web_app(runtime, overrides, worktree=local if worktree else None)
     authorize = (
         make_kubernetes_auth(runtime, overrides, auth_cluster) if auth == "kubernetes" else None

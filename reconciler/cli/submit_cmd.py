@@ -171,6 +171,7 @@ def plan_lines(
     clone: WorkClone,
     op_ids: Sequence[str],
     status_repo: str | None = None,
+    cache_dir: Path | None = None,
 ) -> list[str]:
     """What the next cycle does with ``op_ids``, as ``reconciler plan`` plans it (the
     status branch as the clusters, of ``status_repo`` when set): queue, cluster,
@@ -178,7 +179,7 @@ def plan_lines(
     if status_repo is None:
         clone.fetch_status(STATUS_BRANCH)
     try:
-        view = status_on_branch(clone.path, status_repo)
+        view = status_on_branch(clone.path, status_repo, cache_dir)
     except GitSyncError as exc:
         return [f"plan: unavailable: {exc}"]
     planner = recorded_planner(view, SystemClock().now())
@@ -293,7 +294,7 @@ def write_and_commit(
         if old is not None and not target.exists():
             target.write_bytes(old)  # the user's own file, not committed: left as it was
     ids = _op_ids(compiled, project, name)
-    for line in plan_lines(compiled, clone, ids, how.status_repo):
+    for line in plan_lines(compiled, clone, ids, how.status_repo, cache_dir):
         echo(line)
     if not watch:
         return

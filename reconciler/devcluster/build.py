@@ -282,6 +282,14 @@ def _run_plan(
     if not todo:
         return results
     names = [b for s in todo for b in s.binaries]
+    try:  # here, once: inside the steps' threads it would surface as one failure per step
+        cache_root().mkdir(parents=True, exist_ok=True)
+        tempfile.TemporaryDirectory(prefix=".writable-", dir=cache_root()).cleanup()
+    except OSError as exc:
+        raise BuildError(
+            f"cannot use the build cache {cache_root()}: {exc.strerror or exc} "
+            "(choose another with RECONCILER_CACHE_DIR or XDG_CACHE_HOME)"
+        ) from None
     _go(progress)  # before any build starts (a fetch is said here), not inside a step
     progress(
         f"to build: {', '.join(names)} (a cold build of all takes 10-20 minutes on 2 cores; "

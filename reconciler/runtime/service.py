@@ -252,7 +252,8 @@ def make_runtime(
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch`` (of ``status_repo`` when set, else of the
     config repo; its history bounded by ``retention``), or the saved files with
-    ``worktree``.
+    ``worktree``. A Git source's cache that cannot be made raises
+    :class:`~reconciler.adapters.git.CacheError` here.
 
     With ``wakeup``, a watch event by which a run ends asks it for a cycle at once
     (``core/decision/trigger.py``); the status is then written at most every ``status_interval``
@@ -276,6 +277,7 @@ def make_runtime(
         source = partial(worktree_source, Path(repo))
     else:
         config = ConfigRepo(repo, branch, cache_dir)
+        config.open()  # a cache that cannot be made fails here (CacheError), not each cycle
         source = config.sync
         if status_branch:
             publisher = StatusPublisher(

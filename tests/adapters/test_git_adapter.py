@@ -11,14 +11,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from support.git_commands import IDENTITY, commit_and_push, git
+from support.git_commands import ENV, commit_and_push, git
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.types import Phase
 from reconciler.runtime.status import StatusPublisher
-
-ENV = {**os.environ, **IDENTITY}
 
 
 @pytest.fixture

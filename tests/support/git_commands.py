@@ -12,6 +12,7 @@ IDENTITY = {
     "GIT_COMMITTER_NAME": "human",
     "GIT_COMMITTER_EMAIL": "human@example.com",
 }
+ENV = {**os.environ, **IDENTITY}  # for a subprocess of git of its own
 
 
 def git(cwd: Path, *args: str, when: int | None = None) -> str:
