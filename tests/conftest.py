@@ -179,6 +179,12 @@ def template_remote(tmp_path: Path) -> Path:
     return bare
 
 
+@pytest.fixture
+def remote(template_remote: Path) -> Path:
+    """The template's remote, as the status-branch tests call it."""
+    return template_remote
+
+
 # --- before the first test: the dev cluster's binaries -------------------------------------
 
 

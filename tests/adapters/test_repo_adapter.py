@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+from git import Repo
 from support.git_commands import git
 
 from reconciler.adapters.repo import (
@@ -54,14 +55,12 @@ def test_snapshot_git_reads_the_committed_tree(gitrepo: Path) -> None:
 
 
 def test_first_commit_times_survive_delete_and_readd(gitrepo: Path) -> None:
-    import git
-
     (gitrepo / "queues" / "b.yaml").unlink()
     git(gitrepo, "commit", "-qam", "rm", when=1_700_000_200)
     (gitrepo / "queues" / "b.yaml").write_text("kind: Queue\n")
     git(gitrepo, "add", "-A")
     git(gitrepo, "commit", "-qm", "readd", when=1_700_000_300)
-    times = first_commit_times(git.Repo(gitrepo), "HEAD")
+    times = first_commit_times(Repo(gitrepo), "HEAD")
     # the earliest add on the history wins
     assert times["queues/b.yaml"].timestamp() == 1_700_000_100
 

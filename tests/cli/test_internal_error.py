@@ -21,7 +21,6 @@ import pytest
 from click.testing import CliRunner
 from support.paths import TEMPLATE
 from support.snapshots import overlay
-from support.status_branch import remote
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, KubeError
@@ -34,8 +33,6 @@ from reconciler.core.types import BUG_NOTE, ClusterSpec, ConfigError, InternalEr
 from reconciler.runtime.cycle import Reconciler
 from reconciler.runtime.service import Runtime
 from reconciler.runtime.status import StatusPublisher
-
-__all__ = ["remote"]  # the fixture, imported for pytest
 
 _LOCATED = re.compile(r"^\S+:\d+:\d+: ", re.M)
 EDITED = "projects/vision/operations/dedupe.yaml"

@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from support.status_branch import remote, run, write_cycle
+from support.status_branch import run, write_cycle
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
-
-__all__ = ["remote"]  # the fixture, imported for pytest
 
 
 def _published(remote: Path, tmp_path: Path) -> Path:

@@ -4,9 +4,7 @@ run in-process, and a run of cycles whose results the writer tests encode."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from reconciler.adapters.clock import SystemClock
@@ -25,11 +23,6 @@ from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from support.builders import NOW
 from support.paths import TEMPLATE
-
-
-@pytest.fixture
-def remote(template_remote: Path) -> Path:
-    return template_remote
 
 
 def write_cycle(repo: ConfigRepo, status: StatusBranch) -> str | None:
