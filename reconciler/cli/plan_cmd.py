@@ -40,6 +40,7 @@ from reconciler.core.compile import compile_repo
 from reconciler.core.cycle import Memory, decide, listing_from_status, memory_from_status
 from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
+from reconciler.core.ledger import EARLIEST, LATEST, utc_text
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
@@ -295,7 +296,10 @@ def parse_now(text: str) -> datetime | None:
         given = datetime.fromisoformat(f"{date}T{clock}{micros}{offset}")
     except ValueError:  # a date or time that does not exist: 2026-02-30, 25:00
         return None
-    return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
+    try:
+        return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
+    except OverflowError:  # year 1 or 9999 shifted past a datetime's range: the nearest end
+        return (datetime.min if given.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 def status_on_branch(repo_dir: Path, status_repo: str | None = None) -> StatusView | None:
@@ -383,6 +387,13 @@ def plan(
             click.echo(
                 f"error: --now: {now_text[:60]!r} is not an RFC 3339 time "
                 "(e.g. 2026-01-01T12:00:00Z or 2026-01-01T13:00:00+01:00)",
+                err=True,
+            )
+            raise SystemExit(EXIT_ERROR)
+        if not EARLIEST <= given < LATEST:  # budget windows and estimates around it must fit
+            click.echo(
+                f"error: --now: {now_text[:60]!r} is out of range "
+                f"({utc_text(EARLIEST)} to {utc_text(LATEST)})",
                 err=True,
             )
             raise SystemExit(EXIT_ERROR)
