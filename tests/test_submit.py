@@ -38,6 +38,7 @@ run:
     command: [python, train.py]
     args: [--lr, "{{ params.lr }}", --epochs, "{{ params.epochs }}"]
 """
+RUN_ONLY = "run:\n  kind: job\n  container: {image: busybox}\n"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -421,3 +422,45 @@ def test_submit_plans_from_the_status_repo_it_is_given(
     [line] = [line for line in out.splitlines() if line.startswith("plan: ")]
     assert line.startswith(f"plan: unavailable: cannot fetch {missing}: ")
     assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "message"),
+    [
+        (("--project", "vision/../language"), "ok", "--project: project 'vision/../language'"),
+        (("--project", "vision", "--queue", "batch\npriority: 1000"), "ok", "--queue: queue"),
+        (("--project", "vision", "--preset", "gpu, a100"), "ok", "--preset: preset 'gpu, a100'"),
+        (("--project", "vision"), "../../../outside", ":2:7: name: operation '../../../outside'"),
+        (("--project", "vision"), "../../../reconciler", ":2:7: name: operation"),
+    ],
+)
+def test_names_that_are_no_names_are_refused_before_any_path_is_made(
+    served: tuple[str, Path],
+    clone: Path,
+    tmp_path: Path,
+    args: tuple[str, ...],
+    name: str,
+    message: str,
+) -> None:
+    """A name becomes a path in the clone and a scalar in the file: ``../`` or a line
+    break in one must not reach either (a project ``vision/../language`` was committed
+    there and planned as 'running or has run'; a queue with a newline set a priority)."""
+    _, bare = served
+    before = git(bare, "rev-parse", "main")
+    op = _op_file(tmp_path, f"kind: Operation\nname: {name}\nqueue: batch\n" + RUN_ONLY)
+    code, out, err = _invoke("submit", str(op), *args, "--repo", str(clone), "--push")
+    assert code != 0 and message in err, err
+    assert "Traceback" not in out + err and "is not a valid name" in err
+    assert git(bare, "rev-parse", "main") == before
+    assert not git(clone, "status", "--porcelain", "--ignored")
+    assert not (tmp_path / "outside.yaml").exists()
+
+
+@pytest.mark.parametrize("command", ["stop", "rerun"])
+@pytest.mark.parametrize("operation", ["../train-vit", "vision/..", "Vision/train-vit"])
+def test_stop_and_rerun_refuse_an_operation_that_is_no_name(
+    clone: Path, command: str, operation: str
+) -> None:
+    code, out, err = _invoke(command, operation, "--repo", str(clone))
+    assert code == 2 and "is not a valid name" in err, err
+    assert "Traceback" not in out + err

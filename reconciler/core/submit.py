@@ -12,6 +12,9 @@ from typing import Any
 
 import yaml
 
+# A project, operation, queue or preset name: it becomes a path in the repo and a YAML
+# scalar in the file, so it is checked before either (``fullmatch``: no final newline).
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 PLACEHOLDER = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 _TOP_KEY = r"^{key}:[ \t]*(?P<value>[^\n#]*?)[ \t]*(?:#[^\n]*)?$"
 
@@ -33,6 +36,17 @@ class SubmitErrors(Exception):
     def __init__(self, errors: Sequence[SubmitError]) -> None:
         super().__init__("\n".join(str(e) for e in errors))
         self.errors = tuple(errors)
+
+
+def name_problem(value: str, what: str) -> str | None:
+    """Why ``value`` cannot be the name of a ``what`` (a DNS-1123 label), or None."""
+    if len(value) <= 63 and _NAME.fullmatch(value):
+        return None
+    shown = repr(value) if len(value) <= 70 else repr(value[:67]) + "..."
+    return (
+        f"{what} {shown} is not a valid name: use at most 63 lowercase letters, digits and "
+        "'-', starting and ending with a letter or digit (DNS-1123 label)"
+    )
 
 
 def parse_param(text: str) -> tuple[str, str]:
@@ -158,6 +172,11 @@ def operation_name(text: str, path: str) -> str:
     name = _document(text, path).get("name")
     if not isinstance(name, str) or not name:
         raise SubmitErrors([SubmitError(path, 1, 1, "name: the operation has no name")])
+    problem = name_problem(name, "name: operation")
+    if problem is not None:
+        m = _top_key(text, "name")
+        line, col = _position(text, m.start("value")) if m else (1, 1)
+        raise SubmitErrors([SubmitError(path, line, col, problem)])
     return name
 
 
