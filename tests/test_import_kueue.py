@@ -284,3 +284,26 @@ items:
         f"{listing}:29:26: clusterQueue 'nope': no ClusterQueue of that name among the "
         "imported files nor in the repo: not added",
     ]
+
+
+def test_a_queue_whose_every_quota_is_dropped_is_written_paused(tmp_path: Path) -> None:
+    """A ClusterQueue of 1 GPU whose ResourceFlavor is not imported must not become a
+    queue without a quota, which dispatches without limit."""
+    manifest = tmp_path / "cq.yaml"
+    manifest.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\n"
+        "kind: ClusterQueue\n"
+        "metadata: {name: small}\n"
+        "spec:\n"
+        "  resourceGroups:\n"
+        "  - coveredResources: [nvidia.com/gpu]\n"
+        "    flavors:\n"
+        "    - name: a100\n"
+        "      resources: [{name: nvidia.com/gpu, nominalQuota: 1}]\n"
+    )
+    out = tmp_path / "out"
+    result = _run("import", "kueue", str(manifest), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"{manifest}:5:3: no quota of ClusterQueue 'small' could be kept" in result.stderr
+    queue = yaml.safe_load((out / "queues" / "small.yaml").read_text())
+    assert queue["paused"] is True and "quota" not in queue and "flavors" not in queue

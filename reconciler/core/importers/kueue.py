@@ -532,6 +532,16 @@ class _Importer:
             )
         elif entries:
             body["flavors"] = entries
+        elif queue.flavor_refs:  # every quota dropped: a queue without one has no limit
+            body["paused"] = True
+            _, doc, at = queue.flavor_refs[0]
+            self.note(
+                doc,
+                at[: at.index("resourceGroups") + 1],
+                f"no quota of ClusterQueue {queue.name!r} could be kept: written "
+                "`paused: true`, as without a quota it would dispatch without limit; "
+                "import its ResourceFlavors (or set its quota), then unpause it",
+            )
 
     def limits(
         self,
