@@ -110,7 +110,7 @@ def test_queues_keep_flavor_order_limits_and_cohort(tmp_path: Path) -> None:
         ("flavors.yaml:20:3:", "nodeTaints: no equivalent"),
         ("cohort.yaml:7:3:", "parentName"),
         ("cohort.yaml:8:3:", "fairSharing"),
-        ("priority.yaml:5:8:", "no per-operation priority"),
+        ("priority.yaml:5:8:", "there are no priority classes; set the `priority`"),
         ("local-queues.yaml:22:14:", "add team-b to allowedQueues in projects/lab/project.yaml"),
         ("local-queues.yaml:25:3:", "stopPolicy"),
     ],

@@ -5,7 +5,8 @@ ClusterQueue → Queue, ResourceFlavor → Flavor, Cohort (and every cohort a Cl
 names) → Cohort, LocalQueue → its namespace's project (``allowedQueues``,
 ``defaults.queue``). What has no equivalent is reported at its line: preemption (we never
 preempt), admission checks, topology-aware scheduling, fair-sharing settings that differ,
-WorkloadPriorityClass (no per-operation priority). The table is docs/from-kueue.md.
+WorkloadPriorityClass (no priority classes: an operation's own ``priority``). The table is
+docs/from-kueue.md.
 """
 
 from __future__ import annotations
@@ -206,9 +207,10 @@ class _Importer:
             self.note(
                 doc,
                 (*at, "value") if "value" in obj else (*at, "kind"),
-                f"WorkloadPriorityClass {raw!r} (value {value}): there is no "
-                "per-operation priority; order work with the queue's `priority` (one "
-                "queue per priority level), never preempting",
+                f"WorkloadPriorityClass {raw!r} (value {value}): there are no priority "
+                "classes; set the `priority` (0 to 1000) of the operations that used it: "
+                "it orders work within its queue (queues by their own `priority`), never "
+                "preempting",
                 key=False,
             )
 
