@@ -377,6 +377,33 @@ def test_a_value_that_breaks_the_yaml_is_located() -> None:
     assert str(exc.value).startswith("f.yaml:")
 
 
+_HEAD = "kind: Operation\nname: x\nqueue: batch\nrun:\n  container:\n"
+_IMAGE = '    image: "img:{{ params.tag }}"\n'
+_COMMAND = "    command:\n      - run{{ params.cmd }}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "where"),
+    [
+        (_HEAD + _COMMAND + _IMAGE, '1" \npriority: 1000 #', "f.yaml:8:17: -P tag"),
+        (_HEAD + _COMMAND + _IMAGE, '1"\nqueue: team-a #', "f.yaml:8:17: -P tag"),
+        (_HEAD + _IMAGE + _COMMAND, "1\n      - --evil", "f.yaml:8:12: -P cmd"),
+        (_HEAD + _IMAGE + _COMMAND, "1\nstopped: true", "f.yaml:8:12: -P cmd"),
+    ],
+)
+def test_a_value_that_writes_keys_or_items_is_refused_at_its_placeholder(
+    text: str, value: str, where: str
+) -> None:
+    """A ``-P`` value fills the scalar its placeholder is in and nothing else: one that
+    closes the quote or the line wrote keys (a priority, another queue) into the commit."""
+    params = {"tag": "v1", "cmd": "1"}
+    assert "img:v1" in apply_params(text, params, "f.yaml")
+    name = where.rsplit(" ", 1)[1]
+    with pytest.raises(SubmitErrors) as exc:
+        apply_params(text, {**params, name: value}, "f.yaml")
+    assert str(exc.value).startswith(f"{where}: its value reaches beyond the value it fills")
+
+
 @pytest.mark.parametrize(
     ("remote", "url"),
     [

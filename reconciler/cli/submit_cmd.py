@@ -401,7 +401,8 @@ def _project_of(path: Path) -> str | None:
     "params",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A value for the file's {{ params.KEY }}; every parameter needs one.",
+    help="A value for the file's {{ params.KEY }}, which it fills and nothing more (no keys, "
+    "items or maps); every parameter needs one.",
 )
 @click.option("--queue", help="Set the operation's queue.")
 @click.option("--preset", "presets", multiple=True, help="Add a preset (repeatable).")

@@ -5,6 +5,7 @@ file's name and the line and column they are about."""
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -130,7 +131,61 @@ def apply_params(text: str, params: Mapping[str, str], path: str) -> str:
 
     filled = PLACEHOLDER.sub(fill, text)
     _document(filled, path)  # a value that breaks the YAML is an error here, located
+    _values_stay_values(text, params, known, path)
     return filled
+
+
+def _values_stay_values(
+    text: str, params: Mapping[str, str], known: Mapping[str, tuple[int, int]], path: str
+) -> None:
+    """Each value must fill only the scalar its placeholder is in: one that closes a quote
+    or a line and writes keys (``1"\npriority: 1000 #``), items or a map would change the
+    operation beyond its parameters. Each value is tried alone, the others as plain
+    words, against the file with every placeholder a plain word."""
+    words = {name: f"reconciler-param-{i}" for i, name in enumerate(sorted(known))}
+    skeleton = _document(PLACEHOLDER.sub(functools.partial(_word, words), text), path)
+    errors = []
+    for name in sorted(params):
+        alone = {**words, name: _scalar(params[name])}
+        doc = _document(PLACEHOLDER.sub(functools.partial(_word, alone), text), path)
+        if not _same_shape(skeleton, doc, words[name]):
+            line, col = known[name]
+            errors.append(
+                SubmitError(
+                    path,
+                    line,
+                    col,
+                    f"-P {name}: its value reaches beyond the value it fills (it adds or "
+                    "changes keys, items or maps of the file): pass a plain value, or quote "
+                    "the placeholder in the file",
+                )
+            )
+    if errors:
+        raise SubmitErrors(errors)
+
+
+def _word(words: Mapping[str, str], m: re.Match[str]) -> str:
+    """A placeholder's word; a matrix's or DAG operation's own parameter is kept."""
+    return words.get(m.group(1), m.group(0))
+
+
+def _same_shape(skeleton: Any, doc: Any, word: str) -> bool:
+    """``doc`` is ``skeleton`` but for scalars (never keys) that hold ``word``."""
+    if isinstance(skeleton, dict):
+        return (
+            isinstance(doc, dict)
+            and list(skeleton) == list(doc)
+            and all(_same_shape(v, doc[k], word) for k, v in skeleton.items())
+        )
+    if isinstance(skeleton, list):
+        return (
+            isinstance(doc, list)
+            and len(skeleton) == len(doc)
+            and all(_same_shape(a, b, word) for a, b in zip(skeleton, doc, strict=True))
+        )
+    if isinstance(skeleton, str) and word in skeleton:
+        return not isinstance(doc, dict | list)
+    return bool(skeleton == doc)
 
 
 def _top_key(text: str, key: str) -> re.Match[str] | None:
