@@ -307,3 +307,21 @@ def test_a_queue_whose_every_quota_is_dropped_is_written_paused(tmp_path: Path) 
     assert f"{manifest}:5:3: no quota of ClusterQueue 'small' could be kept" in result.stderr
     queue = yaml.safe_load((out / "queues" / "small.yaml").read_text())
     assert queue["paused"] is True and "quota" not in queue and "flavors" not in queue
+
+
+@pytest.mark.parametrize("importer", [["kueue"], ["polyaxon", "--project", "vision"]])
+@pytest.mark.parametrize("cluster", ["local\nprices: {}", "../local", "Local", ""])
+def test_a_cluster_that_is_no_name_is_refused_and_nothing_is_written(
+    importer: list[str], cluster: str, tmp_path: Path
+) -> None:
+    """--cluster is written into every queue the import creates: a line break in it wrote
+    a YAML block there, and the result did not validate."""
+    out = tmp_path / "out"
+    source = ROOT / DATA / ("kueue/cluster-queues.yaml" if importer[0] == "kueue" else "polyaxon")
+    paths = [str(source)] if source.is_file() else [str(p) for p in sorted(source.glob("*.yaml"))]
+    result = CliRunner().invoke(
+        cli, ["import", *importer, *paths, "--out", str(out), "--cluster", cluster]
+    )
+    assert result.exit_code == 2, result.output
+    assert "is not a DNS-1123 label" in result.output
+    assert not out.exists()
