@@ -20,6 +20,7 @@ from rich.table import Table
 
 from reconciler.adapters.git import CacheError, ConfigRepo
 from reconciler.adapters.kube import KubeError, connect
+from reconciler.cli.options import FiniteFloatRange
 from reconciler.cli.output import ProgressPrinter, counts_line, plain_table
 from reconciler.core.observation.capacity import placement_of
 from reconciler.core.plan.flavors import contradiction
@@ -245,7 +246,13 @@ def _git(repo: Path, *args: str) -> None:
 
 @click.command("demo")
 @click.option("--keep", is_flag=True, help="Keep reconciling after all work is done (Ctrl-C).")
-@click.option("--interval", default=2.0, show_default=True, help="Seconds between cycles.")
+@click.option(
+    "--interval",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Seconds between cycles.",
+)
 @click.option(
     "--workdir",
     type=click.Path(file_okay=False, path_type=Path),
@@ -253,7 +260,11 @@ def _git(repo: Path, *args: str) -> None:
     help="Where to create the demo config repo (default: a new temp dir).",
 )
 @click.option(
-    "--timeout", default=600.0, show_default=True, help="Give up after this many seconds."
+    "--timeout",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=600.0,
+    show_default=True,
+    help="Give up after this many seconds.",
 )
 @click.option(
     "--state-dir",

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 from rich.console import Console
 
+from reconciler.cli.options import FiniteFloatRange
 from reconciler.cli.output import ProgressPrinter
 from reconciler.devcluster.build import BuildError, StatusSink, ensure_binaries
 from reconciler.devcluster.cluster import DevCluster, DevClusterError
@@ -93,7 +94,13 @@ def dev_cluster() -> None:
     + "; ".join(f"{k}: {v}" for k, v in sorted(NAMED_SHAPES.items()))
     + ".",
 )
-@click.option("--timeout", default=120.0, show_default=True, help="Seconds to wait per step.")
+@click.option(
+    "--timeout",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=120.0,
+    show_default=True,
+    help="Seconds to wait per step.",
+)
 def up(
     state_dir: Path | None,
     gpu_nodes: int,

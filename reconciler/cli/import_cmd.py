@@ -39,8 +39,21 @@ _out = click.option(
     help="The config repo to write into (created if missing). Only new files are written: an "
     "existing file of the same path is an error, and then nothing is written.",
 )
+
+
+def _cluster_name(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    """The name written into every queue the import creates: a DNS-1123 label, as a
+    Cluster file's name is (a line break in it wrote a YAML block, not a name)."""
+    from reconciler.core.authoring.importers import dns_label
+
+    if dns_label(value) != value:
+        raise click.BadParameter(f"{value!r} is not a DNS-1123 label (try {dns_label(value)!r})")
+    return value
+
+
 _cluster = click.option(
     "--cluster",
+    callback=_cluster_name,
     default="local",
     show_default=True,
     help="The cluster of every queue the import creates (clusters/NAME.yaml must exist in the "

@@ -48,6 +48,7 @@ from reconciler.core.plan.estimate import (
     estimate_decision,
     estimate_starts,
 )
+from reconciler.core.plan.ledger import EARLIEST, LATEST, utc_text
 from reconciler.core.reporting.status import StatusView
 from reconciler.core.types import (
     CompiledRepo,
@@ -302,7 +303,10 @@ def parse_now(text: str) -> datetime | None:
         given = datetime.fromisoformat(f"{date}T{clock}{micros}{offset}")
     except ValueError:  # a date or time that does not exist: 2026-02-30, 25:00
         return None
-    return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
+    try:
+        return given.astimezone(UTC)  # as the clock gives it: the plan's times read in UTC
+    except OverflowError:  # year 1 or 9999 shifted past a datetime's range: the nearest end
+        return (datetime.min if given.year == 1 else datetime.max).replace(tzinfo=UTC)
 
 
 def status_on_branch(
@@ -402,6 +406,13 @@ def plan(
             click.echo(
                 f"error: --now: {now_text[:60]!r} is not an RFC 3339 time "
                 "(e.g. 2026-01-01T12:00:00Z or 2026-01-01T13:00:00+01:00)",
+                err=True,
+            )
+            raise SystemExit(EXIT_ERROR)
+        if not EARLIEST <= given < LATEST:  # budget windows and estimates around it must fit
+            click.echo(
+                f"error: --now: {now_text[:60]!r} is out of range "
+                f"({utc_text(EARLIEST)} to {utc_text(LATEST)})",
                 err=True,
             )
             raise SystemExit(EXIT_ERROR)

@@ -17,6 +17,7 @@ from reconciler.adapters.git import CacheError, Retention
 from reconciler.adapters.kube import KubeError, connect
 from reconciler.cli.errors import EX_SOFTWARE
 from reconciler.cli.options import (
+    FiniteFloatRange,
     auth_options,
     branch_option,
     cache_dir_option,
@@ -116,7 +117,7 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
 @status_repo_option
 @click.option(
     "--status-keep-days",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=None,
     help="Status retention: squash the status branch's commits older than this many days "
     "into one root commit (status.retention.keepDays).",
@@ -186,18 +187,24 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
 )
 @click.option(
     "--lease-duration",
+    type=FiniteFloatRange(min=0, min_open=True),
     default=15.0,
     show_default=True,
     help="Seconds a follower waits after the Lease last changed before taking it over.",
 )
 @click.option(
     "--renew-deadline",
+    type=FiniteFloatRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
     help="Seconds the leader may fail to renew before it stops dispatching.",
 )
 @click.option(
-    "--retry-period", default=2.0, show_default=True, help="Seconds between Lease attempts."
+    "--retry-period",
+    type=FiniteFloatRange(min=0, min_open=True),
+    default=2.0,
+    show_default=True,
+    help="Seconds between Lease attempts.",
 )
 @click.option(
     "--identity",

@@ -18,7 +18,7 @@ import click
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
-from reconciler.cli.options import parse_overrides, status_source_options
+from reconciler.cli.options import FiniteFloatRange, parse_overrides, status_source_options
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.cycle import Decision, Memory, decide_recorded, memory_from_status
 from reconciler.core.observation.outputs import outputs_line
@@ -410,7 +410,7 @@ def _log_tail(
 )
 @click.option(
     "--interval",
-    type=click.FloatRange(min=0.1),
+    type=FiniteFloatRange(min=0.1),
     default=2.0,
     show_default=True,
     help="With --watch: seconds between reads of the status branch.",

@@ -33,6 +33,7 @@ from reconciler.core.authoring.submit import (
     add_presets,
     apply_params,
     bump_generation,
+    name_problem,
     operation_name,
     parse_param,
     set_queue,
@@ -401,7 +402,8 @@ def _project_of(path: Path) -> str | None:
     "params",
     multiple=True,
     metavar="KEY=VALUE",
-    help="A value for the file's {{ params.KEY }}; every parameter needs one.",
+    help="A value for the file's {{ params.KEY }}, which it fills and nothing more (no keys, "
+    "items or maps); every parameter needs one.",
 )
 @click.option("--queue", help="Set the operation's queue.")
 @click.option("--preset", "presets", multiple=True, help="Add a preset (repeatable).")
@@ -427,6 +429,12 @@ def submit(
     Without --push or --branch it pushes to the config branch and, when that is refused
     (a protected branch), to a new branch for a pull request."""
     how = _delivery(branch_name, push, config_branch, status_repo)
+    named = (("--project", (project,)), ("--queue", (queue,)), ("--preset", presets))
+    for hint, values in named:  # each becomes a path in the clone or a YAML scalar in the file
+        for value in values:
+            problem = None if value is None else name_problem(value, hint.removeprefix("--"))
+            if problem is not None:
+                raise click.BadParameter(problem, param_hint=hint)
 
     def body() -> None:
         where = str(file)
@@ -451,6 +459,9 @@ def submit(
         proj = project or _project_of(file)
         if proj is None:
             raise Refused([f"{where}:1:1: which project? pass --project"])
+        problem = name_problem(proj, "project")
+        if problem is not None:  # the directory FILE is in
+            raise Refused([f"{where}:1:1: {problem}"])
         clone = open_clone(repo, config_branch, cache_dir)
         rel = f"projects/{proj}/operations/{name}.yaml"
         in_place = file.resolve() == (clone.path / rel).resolve()
@@ -502,6 +513,10 @@ def _edit_operation(
         project, sep, name = operation.partition("/")
         if not sep or not project or not name or "/" in name:
             raise click.BadParameter(f"{operation!r}: expected PROJECT/OP", param_hint="OP")
+        for value, what in ((project, "project"), (name, "operation")):
+            problem = name_problem(value, what)
+            if problem is not None:  # it becomes a path in the clone
+                raise click.BadParameter(problem, param_hint="OP")
         clone = open_clone(repo, how.config_branch, cache_dir)
         _dirty(clone)
         _up_to_date(clone, how.config_branch)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from support.git_commands import ENV, commit_and_push, git
 
-from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, WorkClone, redact
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.types import Phase
 from reconciler.runtime.status import StatusPublisher
@@ -566,3 +566,25 @@ def test_a_commit_dated_past_year_9999_is_blamed_and_listed(
     assert snap.files["queues/b.yaml"].first_commit_time == datetime.fromtimestamp(
         1_700_000_000, UTC
     )
+
+
+def test_a_repository_that_starts_with_a_dash_is_never_a_git_option(
+    remote: Path, tmp_path: Path
+) -> None:
+    """A config repo, status repo or ``--repo`` URL such as ``--upload-pack=CMD ://x`` is a
+    repository that cannot be read: git took it for an option of fetch, push and clone,
+    and ran CMD."""
+    marker = tmp_path / "ran"
+    fetching = f"--upload-pack=touch {marker} ://x"
+    pushing = f"--receive-pack=touch {marker} ://x"
+    with pytest.raises(GitSyncError):
+        ConfigRepo(fetching, "main", cache_dir=tmp_path / "cache").sync()
+    config = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    config.sync()
+    with pytest.raises(GitSyncError):
+        StatusBranch(config, remote=fetching).read()
+    with pytest.raises(GitSyncError):
+        StatusBranch(config, remote=pushing, max_attempts=1).write({"status/a": b"1\n"}, "m")
+    with pytest.raises(GitSyncError):
+        WorkClone.cached(fetching, "main", tmp_path / "clones")
+    assert not marker.exists()

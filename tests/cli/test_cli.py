@@ -6,10 +6,13 @@ import json
 import shutil
 from pathlib import Path
 
+import click
+import pytest
 import yaml
 from click.testing import CliRunner
 from support.paths import ROOT, TEMPLATE
 
+from reconciler.cli import gendoc
 from reconciler.cli.main import cli
 from reconciler.core.compile.model import json_schemas
 
@@ -143,3 +146,36 @@ def test_preset_library_is_valid_and_documented(tmp_path: Path) -> None:
         shutil.copy(path, root / "presets" / path.name)
     code, out = run("validate", "--repo", str(root))
     assert code == 0, out
+
+
+def _float_options() -> list[tuple[str, click.Option]]:
+    return [
+        (entry.ctx.command_path, param)
+        for entry in gendoc.walk_commands()
+        for param in entry.command.params
+        if isinstance(param, click.Option) and isinstance(param.type, click.types.FloatParamType)
+    ]
+
+
+def test_every_float_option_refuses_nan_and_infinity() -> None:
+    """NaN passes every range check (each comparison is false): ``run
+    --status-keep-days nan`` squashed the status branch's whole history, and ``status
+    --watch --interval inf`` ended in an OverflowError from ``sleep``."""
+    options = _float_options()
+    assert {(p, o.opts[0]) for p, o in options} >= {
+        ("reconciler run", "--status-keep-days"),
+        ("reconciler status", "--interval"),
+    }
+    for path, option in options:
+        for text in ("nan", "inf", "1e400", "-nan"):
+            with pytest.raises(
+                click.BadParameter, match=r"is not a finite number|not in the range"
+            ):
+                option.type.convert(text, option, None)
+        assert option.type.convert("7", option, None) == 7.0, path
+
+
+@pytest.mark.parametrize("value", ["nan", "inf"])
+def test_run_refuses_a_status_keep_days_that_is_no_number(value: str, tmp_path: Path) -> None:
+    code, out = run("run", "--once", "--repo", str(tmp_path), "--status-keep-days", value)
+    assert code == 2 and f"'{value}' is not a finite number" in out, out

@@ -110,7 +110,7 @@ def test_queues_keep_flavor_order_limits_and_cohort(tmp_path: Path) -> None:
         ("flavors.yaml:20:3:", "nodeTaints: no equivalent"),
         ("cohort.yaml:7:3:", "parentName"),
         ("cohort.yaml:8:3:", "fairSharing"),
-        ("priority.yaml:5:8:", "no per-operation priority"),
+        ("priority.yaml:5:8:", "there are no priority classes; set the `priority`"),
         ("local-queues.yaml:22:14:", "add team-b to allowedQueues in projects/lab/project.yaml"),
         ("local-queues.yaml:25:3:", "stopPolicy"),
     ],
@@ -284,3 +284,44 @@ items:
         f"{listing}:29:26: clusterQueue 'nope': no ClusterQueue of that name among the "
         "imported files nor in the repo: not added",
     ]
+
+
+def test_a_queue_whose_every_quota_is_dropped_is_written_paused(tmp_path: Path) -> None:
+    """A ClusterQueue of 1 GPU whose ResourceFlavor is not imported must not become a
+    queue without a quota, which dispatches without limit."""
+    manifest = tmp_path / "cq.yaml"
+    manifest.write_text(
+        "apiVersion: kueue.x-k8s.io/v1beta1\n"
+        "kind: ClusterQueue\n"
+        "metadata: {name: small}\n"
+        "spec:\n"
+        "  resourceGroups:\n"
+        "  - coveredResources: [nvidia.com/gpu]\n"
+        "    flavors:\n"
+        "    - name: a100\n"
+        "      resources: [{name: nvidia.com/gpu, nominalQuota: 1}]\n"
+    )
+    out = tmp_path / "out"
+    result = _run("import", "kueue", str(manifest), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert f"{manifest}:5:3: no quota of ClusterQueue 'small' could be kept" in result.stderr
+    queue = yaml.safe_load((out / "queues" / "small.yaml").read_text())
+    assert queue["paused"] is True and "quota" not in queue and "flavors" not in queue
+
+
+@pytest.mark.parametrize("importer", [["kueue"], ["polyaxon", "--project", "vision"]])
+@pytest.mark.parametrize("cluster", ["local\nprices: {}", "../local", "Local", ""])
+def test_a_cluster_that_is_no_name_is_refused_and_nothing_is_written(
+    importer: list[str], cluster: str, tmp_path: Path
+) -> None:
+    """--cluster is written into every queue the import creates: a line break in it wrote
+    a YAML block there, and the result did not validate."""
+    out = tmp_path / "out"
+    source = ROOT / DATA / ("kueue/cluster-queues.yaml" if importer[0] == "kueue" else "polyaxon")
+    paths = [str(source)] if source.is_file() else [str(p) for p in sorted(source.glob("*.yaml"))]
+    result = CliRunner().invoke(
+        cli, ["import", *importer, *paths, "--out", str(out), "--cluster", cluster]
+    )
+    assert result.exit_code == 2, result.output
+    assert "is not a DNS-1123 label" in result.output
+    assert not out.exists()

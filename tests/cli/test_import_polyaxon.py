@@ -83,6 +83,20 @@ def test_the_converted_repo_validates(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
 
 
+def test_a_queue_it_creates_dispatches_nothing_until_its_limits_are_set(tmp_path: Path) -> None:
+    """Polyaxon keeps a queue's concurrency and quota in its UI: a queue created without
+    them would dispatch every imported operation at once."""
+    out = tmp_path / "template"
+    shutil.copytree(ROOT / "config-repo-template", out)
+    result = _run("import", "polyaxon", *_own(), "--project", "imported", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    created = [p for p in (out / "queues").glob("*.yaml") if "import polyaxon" in p.read_text()]
+    assert created
+    for path in created:
+        queue = yaml.safe_load(path.read_text())
+        assert queue["paused"] is True and "quota" not in queue, path
+
+
 def test_into_the_template_it_validates(tmp_path: Path) -> None:
     out = tmp_path / "template"
     shutil.copytree(ROOT / "config-repo-template", out)

@@ -431,6 +431,32 @@ def test_cli_now_not_rfc3339_is_one_line(text: str, tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "9999-12-31T23:59:59Z",  # budget windows and estimates after it are past year 9999
+        "9999-12-31T23:59:59-23:59",  # past a datetime's range once in UTC
+        "0001-01-01T00:00:00+23:59",  # before it
+        "1969-12-31T23:59:59Z",
+    ],
+)
+def test_cli_now_out_of_range_is_one_line(text: str) -> None:
+    result = CliRunner().invoke(cli, ["plan", "--repo", str(TEMPLATE), "--now", text])
+    assert result.exit_code == EXIT_ERROR, result.output
+    assert result.output.splitlines() == [
+        f"error: --now: {text!r} is out of range (1970-01-01T00:00:00Z to 9999-01-01T00:00:00Z)"
+    ]
+
+
+@pytest.mark.parametrize("text", ["1970-01-01T00:00:00Z", "9998-12-31T23:59:59Z"])
+def test_cli_plans_at_either_end_of_the_range(text: str, tmp_path: Path) -> None:
+    observed = tmp_path / "observed.yaml"
+    observed.write_text("[]\n")
+    args = ["plan", "--repo", str(TEMPLATE), "--observed", str(observed), "--now", text]
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 0, result.output
+
+
 def test_cli_plans_at_the_given_instant(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     seen: list[datetime] = []
     real = plan_cmd.observed_planner

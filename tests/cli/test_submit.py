@@ -37,6 +37,7 @@ run:
     command: [python, train.py]
     args: [--lr, "{{ params.lr }}", --epochs, "{{ params.epochs }}"]
 """
+RUN_ONLY = "run:\n  kind: job\n  container: {image: busybox}\n"
 
 
 def git(cwd: Path, *args: str) -> str:
@@ -375,6 +376,33 @@ def test_a_value_that_breaks_the_yaml_is_located() -> None:
     assert str(exc.value).startswith("f.yaml:")
 
 
+_HEAD = "kind: Operation\nname: x\nqueue: batch\nrun:\n  container:\n"
+_IMAGE = '    image: "img:{{ params.tag }}"\n'
+_COMMAND = "    command:\n      - run{{ params.cmd }}\n"
+
+
+@pytest.mark.parametrize(
+    ("text", "value", "where"),
+    [
+        (_HEAD + _COMMAND + _IMAGE, '1" \npriority: 1000 #', "f.yaml:8:17: -P tag"),
+        (_HEAD + _COMMAND + _IMAGE, '1"\nqueue: team-a #', "f.yaml:8:17: -P tag"),
+        (_HEAD + _IMAGE + _COMMAND, "1\n      - --evil", "f.yaml:8:12: -P cmd"),
+        (_HEAD + _IMAGE + _COMMAND, "1\nstopped: true", "f.yaml:8:12: -P cmd"),
+    ],
+)
+def test_a_value_that_writes_keys_or_items_is_refused_at_its_placeholder(
+    text: str, value: str, where: str
+) -> None:
+    """A ``-P`` value fills the scalar its placeholder is in and nothing else: one that
+    closes the quote or the line wrote keys (a priority, another queue) into the commit."""
+    params = {"tag": "v1", "cmd": "1"}
+    assert "img:v1" in apply_params(text, params, "f.yaml")
+    name = where.rsplit(" ", 1)[1]
+    with pytest.raises(SubmitErrors) as exc:
+        apply_params(text, {**params, name: value}, "f.yaml")
+    assert str(exc.value).startswith(f"{where}: its value reaches beyond the value it fills")
+
+
 @pytest.mark.parametrize(
     ("remote", "url"),
     [
@@ -420,3 +448,45 @@ def test_submit_plans_from_the_status_repo_it_is_given(
     [line] = [line for line in out.splitlines() if line.startswith("plan: ")]
     assert line.startswith(f"plan: unavailable: cannot fetch {missing}: ")
     assert "\n" not in line
+
+
+@pytest.mark.parametrize(
+    ("args", "name", "message"),
+    [
+        (("--project", "vision/../language"), "ok", "--project: project 'vision/../language'"),
+        (("--project", "vision", "--queue", "batch\npriority: 1000"), "ok", "--queue: queue"),
+        (("--project", "vision", "--preset", "gpu, a100"), "ok", "--preset: preset 'gpu, a100'"),
+        (("--project", "vision"), "../../../outside", ":2:7: name: operation '../../../outside'"),
+        (("--project", "vision"), "../../../reconciler", ":2:7: name: operation"),
+    ],
+)
+def test_names_that_are_no_names_are_refused_before_any_path_is_made(
+    served: tuple[str, Path],
+    clone: Path,
+    tmp_path: Path,
+    args: tuple[str, ...],
+    name: str,
+    message: str,
+) -> None:
+    """A name becomes a path in the clone and a scalar in the file: ``../`` or a line
+    break in one must not reach either (a project ``vision/../language`` was committed
+    there and planned as 'running or has run'; a queue with a newline set a priority)."""
+    _, bare = served
+    before = git(bare, "rev-parse", "main")
+    op = _op_file(tmp_path, f"kind: Operation\nname: {name}\nqueue: batch\n" + RUN_ONLY)
+    code, out, err = _invoke("submit", str(op), *args, "--repo", str(clone), "--push")
+    assert code != 0 and message in err, err
+    assert "Traceback" not in out + err and "is not a valid name" in err
+    assert git(bare, "rev-parse", "main") == before
+    assert not git(clone, "status", "--porcelain", "--ignored")
+    assert not (tmp_path / "outside.yaml").exists()
+
+
+@pytest.mark.parametrize("command", ["stop", "rerun"])
+@pytest.mark.parametrize("operation", ["../train-vit", "vision/..", "Vision/train-vit"])
+def test_stop_and_rerun_refuse_an_operation_that_is_no_name(
+    clone: Path, command: str, operation: str
+) -> None:
+    code, out, err = _invoke(command, operation, "--repo", str(clone))
+    assert code == 2 and "is not a valid name" in err, err
+    assert "Traceback" not in out + err

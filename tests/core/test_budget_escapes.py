@@ -5,7 +5,7 @@ branch, never from the repo as it is now."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from support.builders import NOW, World
@@ -21,6 +21,7 @@ from reconciler.core.decision.cycle import (
 from reconciler.core.decision.render import render_operation
 from reconciler.core.observation.observe import WorkloadState, observe_workloads
 from reconciler.core.plan import BudgetBlock, PendingReason
+from reconciler.core.plan.state import deadline
 from reconciler.core.reporting.status import read_status, render_status
 from reconciler.core.types import BudgetPeriod, BudgetSpec, Phase
 
@@ -141,3 +142,16 @@ def test_the_status_branch_keeps_each_active_runs_timeout() -> None:
     compiled = world.repo()
     recorded = decide(compiled, listing_from_memory(compiled, memory), memory, NOW)
     assert budget_of(recorded, "p/c").committed == 4  # 2 + 2: nothing left for 1 more
+
+
+def test_a_long_timeout_near_the_last_plannable_instant_is_reserved_not_an_overflow() -> None:
+    """``plan --now`` goes up to 9998: a reservation's deadline past year 9999 was an
+    OverflowError out of ``decide``; it is held to a datetime's last instant."""
+    late = datetime(9998, 12, 31, 23, tzinfo=UTC)
+    world = gpu_hours_world("10000000")
+    world.op("p/a", queue="q", gpu=1).timeout(10**9)
+    world.op("p/b", queue="q", gpu=1).timeout(10**9)
+    decision = decide(world.repo(), {"local": ClusterListing(())}, Memory(), late)
+    assert [d.operation for d in decision.plan.dispatch] == ["p/a", "p/b"]
+    assert deadline(late, 10**9) == datetime.max.replace(tzinfo=UTC)
+    assert deadline(NOW, 10**9) == NOW + timedelta(seconds=10**9)

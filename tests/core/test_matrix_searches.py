@@ -8,9 +8,11 @@ import math
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pydantic import ValidationError
 from support.snapshots import repo
 
 from reconciler.core.compile import compile_repo
+from reconciler.core.compile.model import Distribution
 from reconciler.core.compile.workflows import MAX_WORKFLOW_CHILDREN, draw, uniforms
 
 BASE = {
@@ -118,6 +120,33 @@ def test_draws_are_a_function_of_seed_index_and_name_within_bounds(
             assert first in ("a", 1, True)
         elif dist["kind"] == "range":
             assert low - 1e-6 <= first < high + 1e-6
+
+
+_EDGES = (1.7976931348623157e308, 1e308, 1e300, 1.0, 1e-300, 5e-324, 0.0)
+_FINITE = (
+    st.sampled_from([*_EDGES, *(-x for x in _EDGES)])
+    | st.floats(allow_nan=False, allow_infinity=False)
+    | st.integers(-(10**99), 10**99)
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    kind=st.sampled_from(["range", "uniform", "loguniform", "normal"]),
+    value=st.lists(_FINITE, min_size=2, max_size=3),
+    index=st.integers(0, MAX_WORKFLOW_CHILDREN - 1),
+)
+def test_a_distribution_that_validates_draws_finite_numbers(
+    kind: str, value: list[float], index: int
+) -> None:
+    """Any numbers at all: a distribution is refused at validation, or every draw is a
+    finite number (never infinity, never an OverflowError in the compiler)."""
+    try:
+        dist = Distribution.model_validate({"kind": kind, "value": value})
+    except ValidationError:
+        return
+    drawn = draw(dist.model_dump(), 7, index, "lr")
+    assert math.isfinite(drawn), (kind, value, drawn)
 
 
 def test_the_child_cap_holds_for_every_kind() -> None:

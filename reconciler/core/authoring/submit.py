@@ -9,6 +9,7 @@ pushing them is the CLI's (``cli/submit_cmd.py``).
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,9 @@ from typing import Any
 
 import yaml
 
+# A project, operation, queue or preset name: it becomes a path in the repo and a YAML
+# scalar in the file, so it is checked before either (``fullmatch``: no final newline).
+_NAME = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 PLACEHOLDER = re.compile(r"\{\{\s*params\.([A-Za-z_][A-Za-z0-9_-]*)\s*\}\}")
 _TOP_KEY = r"^{key}:[ \t]*(?P<value>[^\n#]*?)[ \t]*(?:#[^\n]*)?$"
 
@@ -37,6 +41,17 @@ class SubmitErrors(Exception):
     def __init__(self, errors: Sequence[SubmitError]) -> None:
         super().__init__("\n".join(str(e) for e in errors))
         self.errors = tuple(errors)
+
+
+def name_problem(value: str, what: str) -> str | None:
+    """Why ``value`` cannot be the name of a ``what`` (a DNS-1123 label), or None."""
+    if len(value) <= 63 and _NAME.fullmatch(value):
+        return None
+    shown = repr(value) if len(value) <= 70 else repr(value[:67]) + "..."
+    return (
+        f"{what} {shown} is not a valid name: use at most 63 lowercase letters, digits and "
+        "'-', starting and ending with a letter or digit (DNS-1123 label)"
+    )
 
 
 def parse_param(text: str) -> tuple[str, str]:
@@ -120,7 +135,61 @@ def apply_params(text: str, params: Mapping[str, str], path: str) -> str:
 
     filled = PLACEHOLDER.sub(fill, text)
     _document(filled, path)  # a value that breaks the YAML is an error here, located
+    _values_stay_values(text, params, known, path)
     return filled
+
+
+def _values_stay_values(
+    text: str, params: Mapping[str, str], known: Mapping[str, tuple[int, int]], path: str
+) -> None:
+    """Each value must fill only the scalar its placeholder is in: one that closes a quote
+    or a line and writes keys (``1"\npriority: 1000 #``), items or a map would change the
+    operation beyond its parameters. Each value is tried alone, the others as plain
+    words, against the file with every placeholder a plain word."""
+    words = {name: f"reconciler-param-{i}" for i, name in enumerate(sorted(known))}
+    skeleton = _document(PLACEHOLDER.sub(functools.partial(_word, words), text), path)
+    errors = []
+    for name in sorted(params):
+        alone = {**words, name: _scalar(params[name])}
+        doc = _document(PLACEHOLDER.sub(functools.partial(_word, alone), text), path)
+        if not _same_shape(skeleton, doc, words[name]):
+            line, col = known[name]
+            errors.append(
+                SubmitError(
+                    path,
+                    line,
+                    col,
+                    f"-P {name}: its value reaches beyond the value it fills (it adds or "
+                    "changes keys, items or maps of the file): pass a plain value, or quote "
+                    "the placeholder in the file",
+                )
+            )
+    if errors:
+        raise SubmitErrors(errors)
+
+
+def _word(words: Mapping[str, str], m: re.Match[str]) -> str:
+    """A placeholder's word; a matrix's or DAG operation's own parameter is kept."""
+    return words.get(m.group(1), m.group(0))
+
+
+def _same_shape(skeleton: Any, doc: Any, word: str) -> bool:
+    """``doc`` is ``skeleton`` but for scalars (never keys) that hold ``word``."""
+    if isinstance(skeleton, dict):
+        return (
+            isinstance(doc, dict)
+            and list(skeleton) == list(doc)
+            and all(_same_shape(v, doc[k], word) for k, v in skeleton.items())
+        )
+    if isinstance(skeleton, list):
+        return (
+            isinstance(doc, list)
+            and len(skeleton) == len(doc)
+            and all(_same_shape(a, b, word) for a, b in zip(skeleton, doc, strict=True))
+        )
+    if isinstance(skeleton, str) and word in skeleton:
+        return not isinstance(doc, dict | list)
+    return bool(skeleton == doc)
 
 
 def _top_key(text: str, key: str) -> re.Match[str] | None:
@@ -162,6 +231,11 @@ def operation_name(text: str, path: str) -> str:
     name = _document(text, path).get("name")
     if not isinstance(name, str) or not name:
         raise SubmitErrors([SubmitError(path, 1, 1, "name: the operation has no name")])
+    problem = name_problem(name, "name: operation")
+    if problem is not None:
+        m = _top_key(text, "name")
+        line, col = _position(text, m.start("value")) if m else (1, 1)
+        raise SubmitErrors([SubmitError(path, line, col, problem)])
     return name
 
 

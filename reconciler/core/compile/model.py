@@ -21,6 +21,7 @@ from __future__ import annotations
 import difflib
 import enum
 import functools
+import math
 import re
 import types
 import typing
@@ -748,6 +749,12 @@ OperationPriority = Annotated[StrictInt, Field(ge=0, le=MAX_OPERATION_PRIORITY)]
 DISTRIBUTIONS = ("choice", "range", "uniform", "loguniform", "normal")
 # exp() of a larger bound is past a float's range: a loguniform draw would be infinity.
 MAX_LOG_BOUND = 700
+# The bounds of the other distributions: a span or a normal's tail past a float's range
+# would draw infinity (or fail to count a range's values), never a number.
+MAX_DRAW_BOUND = 1e300
+# A standard normal draw is at most sqrt(-2 ln 2**-53) (about 8.6) from 0 (Box-Muller on
+# 53-bit uniforms).
+_NORMAL_TAIL = 9
 
 
 def _number(value: Any) -> bool:
@@ -778,12 +785,24 @@ class Distribution(Strict):
         if len(self.value) != arity or not all(_number(v) for v in self.value):
             raise ValueError(f"a {self.kind} distribution's value is {arity} numbers, {shape}")
         first, second = float(self.value[0]), float(self.value[1])
+        reach = abs(first) + _NORMAL_TAIL * second if self.kind == "normal" else first
+        if self.kind != "loguniform" and max(abs(reach), abs(second)) > MAX_DRAW_BOUND:
+            bounds = "mean ± 9 deviations" if self.kind == "normal" else "its bounds"
+            raise ValueError(
+                f"a {self.kind} distribution's draws must be finite numbers: keep {bounds} "
+                f"within ±1e300"
+            )
         if self.kind == "range":
             step = float(self.value[2])
             if step == 0 or (second - first) / step <= 0:
                 raise ValueError(
                     f"range {_show(self.value)} has no values: from start, step must move "
                     "towards stop (stop excluded)"
+                )
+            if not math.isfinite((second - first) / step):
+                raise ValueError(
+                    f"range {_show(self.value)} has more values than a float can count: "
+                    "use a larger step"
                 )
         elif self.kind == "normal":
             if second <= 0:

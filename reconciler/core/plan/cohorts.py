@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
@@ -48,7 +48,7 @@ from reconciler.core.plan.model import (
     PlanInputError,
     QuotaBlock,
 )
-from reconciler.core.plan.state import MAX_RESERVED, Counters, QueueState
+from reconciler.core.plan.state import Counters, QueueState, deadline
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
 from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
 
@@ -353,7 +353,7 @@ class CohortState:
                 if start is not None:  # as a budget holds it (``BudgetTrack.hold_active``): a
                     # timeout may be 2^63-1 s, a recorded dispatch time anything up to 9999
                     start = min(start, self._now)
-                    end = start + timedelta(seconds=min(timeout, MAX_RESERVED))
+                    end = deadline(start, timeout)
                 found.append((end, oid))
         found.sort(key=lambda e: (e[0] is None, e[0] or self._now, e[1]))
         ends = [e for e, _ in found]

@@ -33,7 +33,7 @@ flavors; docs/benchmarks.md, "The pending tuples stay tuples").
 from __future__ import annotations
 
 from collections.abc import Mapping
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -320,16 +320,26 @@ class BudgetTrack:
         now = self.now
         start = started if started is not None and started <= now else now
         so_far = rate * hours(max(start, self.window.window.start), now)
-        deadline = start + timedelta(seconds=min(timeout, MAX_RESERVED)) if timeout else now
-        self.committed += so_far + rate * hours(now, deadline)
-        if deadline > now:
-            self.holds.append((deadline, rate))
+        end = deadline(start, timeout) if timeout else now
+        self.committed += so_far + rate * hours(now, end)
+        if end > now:
+            self.holds.append((end, rate))
 
     def hold_dispatch(self, rate: Decimal, reservation: Decimal, timeout: int) -> None:
         self.committed += reservation
-        self.holds.append((self.now + timedelta(seconds=min(timeout, MAX_RESERVED)), rate))
+        self.holds.append((deadline(self.now, timeout), rate))
 
 
 # A reservation's deadline is at most this far ahead (a timeout may be up to 2^63 s, which
 # no datetime can hold); the reservation itself is always the full timeout's.
 MAX_RESERVED = 100 * 366 * 86400
+_LAST = datetime.max.replace(tzinfo=UTC)
+
+
+def deadline(start: datetime, timeout: int) -> datetime:
+    """``start`` plus ``timeout`` seconds, at most ``MAX_RESERVED`` ahead, and a datetime's
+    last instant where that is past year 9999 (``plan --now`` may be as late as 9998)."""
+    try:
+        return start + timedelta(seconds=min(timeout, MAX_RESERVED))
+    except OverflowError:
+        return _LAST

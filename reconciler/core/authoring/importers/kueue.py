@@ -5,7 +5,8 @@ ClusterQueue → Queue, ResourceFlavor → Flavor, Cohort (and every cohort a Cl
 names) → Cohort, LocalQueue → its namespace's project (``allowedQueues``,
 ``defaults.queue``). What has no equivalent is reported at its line: preemption (we never
 preempt), admission checks, topology-aware scheduling, fair-sharing settings that differ,
-WorkloadPriorityClass (no per-operation priority). The table is docs/from-kueue.md.
+WorkloadPriorityClass (no priority classes: an operation's own ``priority``). The table is
+docs/from-kueue.md.
 
 What must live here: the conversion of each Kueue kind, and the reports of what has no
 equivalent, each at its ``file:line:col``. The files are read and written by
@@ -210,9 +211,10 @@ class _Importer:
             self.note(
                 doc,
                 (*at, "value") if "value" in obj else (*at, "kind"),
-                f"WorkloadPriorityClass {raw!r} (value {value}): there is no "
-                "per-operation priority; order work with the queue's `priority` (one "
-                "queue per priority level), never preempting",
+                f"WorkloadPriorityClass {raw!r} (value {value}): there are no priority "
+                "classes; set the `priority` (0 to 1000) of the operations that used it: "
+                "it orders work within its queue (queues by their own `priority`), never "
+                "preempting",
                 key=False,
             )
 
@@ -536,6 +538,16 @@ class _Importer:
             )
         elif entries:
             body["flavors"] = entries
+        elif queue.flavor_refs:  # every quota dropped: a queue without one has no limit
+            body["paused"] = True
+            _, doc, at = queue.flavor_refs[0]
+            self.note(
+                doc,
+                at[: at.index("resourceGroups") + 1],
+                f"no quota of ClusterQueue {queue.name!r} could be kept: written "
+                "`paused: true`, as without a quota it would dispatch without limit; "
+                "import its ResourceFlavors (or set its quota), then unpause it",
+            )
 
     def limits(
         self,

@@ -1266,8 +1266,15 @@ class _Importer:
                             "Set its quota (quota: {nvidia.com/gpu: N}, or flavors:), concurrency "
                             "and priority: Polyaxon keeps a queue's settings in its UI, not in "
                             "polyaxonfiles.",
+                            "Then remove `paused`: until its limits are set it dispatches "
+                            "nothing (without them it would dispatch without limit).",
                         ],
-                        {"kind": "Queue", "name": name, "cluster": self.target.cluster},
+                        {
+                            "kind": "Queue",
+                            "name": name,
+                            "cluster": self.target.cluster,
+                            "paused": True,
+                        },
                     ),
                 )
             )
