@@ -8,11 +8,15 @@ web pages, ``/api/v1``) calls the same :func:`decide` with the memory it has (th
 branch) and carries out nothing, so it says what the next cycle does.
 
 The rules, in the order :func:`decide` applies them, each one named pure function (as
-kueue's scheduler runs numbered phases, one call each): ``read_listing`` (1),
+kueue's scheduler runs numbered phases, one call each): ``with_ticks`` (0),
+``read_listing`` (1),
 ``hold_inflight`` (2), ``recall_memory`` (3), ``time_out_gangs`` (3b), ``keep_superseded``
 (4), ``enter_ledger`` (5), ``plan_inputs`` and ``plan_over`` (6: the planner's inputs are
 one :class:`PlanInputs`), ``make_actions`` (7):
 
+0. **schedules**: each scheduled operation's runs at ``now`` join the config's operations,
+   derived from the runs known (listed, in flight, remembered, in the ledger) and never
+   from a memory of their own (``core/schedule.py``); ``Decision.compiled`` is that config;
 1. **listing**: each reachable cluster's workloads; for each operation, the workload of the
    generation the repo asks for (an operation no longer in the repo: its newest one);
 2. **in flight**: a create whose response came back but which the cluster's watch cache
@@ -69,6 +73,7 @@ from reconciler.core.ledger import (
 )
 from reconciler.core.observe import ObservedReason, WorkloadState, current_states, parse_time
 from reconciler.core.plan import Plan, StopReason, plan_repo
+from reconciler.core.schedule import known_runs, with_ticks
 from reconciler.core.status import (
     CapacityStatus,
     ClusterStatus,
@@ -414,6 +419,8 @@ class Decision:
     actions: Actions
     memory: Memory
     listed: frozenset[str]  # operations with a workload in this cycle's listing
+    # what was decided over: the config with the runs its schedules make now (rule 0)
+    compiled: CompiledRepo
     inputs: PlanInputs = field(default_factory=lambda: PlanInputs())  # what was planned over
 
     @property
@@ -471,6 +478,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
     Raises :class:`~reconciler.core.plan.PlanInputError` when the inputs contradict each
     other (the compiler rules that out)."""
+    compiled = with_ticks(compiled, runs_known(compiled, listing, memory), now)  # 0
     seen = read_listing(compiled, listing)  # 1
     current, inflight = hold_inflight(seen, listing, memory)  # 2
     marks = gang_marks(seen, memory)
@@ -489,7 +497,26 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         actions=actions,
         memory=Memory(remembered(memory, current), inflight, superseded, marks, ledger),
         listed=seen.present,
+        compiled=compiled,
         inputs=inputs,
+    )
+
+
+def runs_known(compiled: CompiledRepo, listing: Listing, memory: Memory) -> dict[str, bool]:
+    """Rule 0's input: each operation with a run known (listed, in flight, remembered or in
+    the ledger), and whether one is active. Only read when the config has schedules."""
+    if not compiled.schedules:
+        return {}
+    states = [
+        *(w for got in listing.values() if got.reachable for w in got.workloads),
+        *(c.state for c in memory.inflight.values()),
+        *memory.seen.values(),
+    ]
+    return known_runs(
+        [
+            *((s.operation, s.phase.active) for s in states),
+            *((e.operation, False) for e in memory.ledger),
+        ]
     )
 
 
