@@ -1024,7 +1024,7 @@ class OperationFile(Strict):
     schedule: Schedule | None = Field(
         default=None,
         description="Run it on a schedule: each fire time makes a run of its own "
-        "(docs/dispatch.md, \"Schedules\").",
+        '(docs/dispatch.md, "Schedules").',
     )
 
     @model_validator(mode="after")
@@ -1434,8 +1434,6 @@ class Policy(Strict):
         description="Refuse whole a config commit not signed by a key of allowedSigners, as "
         "of the last good config (docs/reliability.md).",
     )
-
-
 
 
 class Prune(Strict):
