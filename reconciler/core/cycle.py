@@ -503,21 +503,17 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
 
 def runs_known(compiled: CompiledRepo, listing: Listing, memory: Memory) -> dict[str, bool]:
-    """Rule 0's input: each operation with a run known (listed, in flight, remembered or in
-    the ledger), and whether one is active. Only read when the config has schedules."""
+    """Rule 0's input: each operation with a run known, and whether one is active: as the
+    listing says, else as a create in flight or memory does, else finished (in the ledger).
+    Only read when the config has schedules."""
     if not compiled.schedules:
         return {}
-    states = [
-        *(w for got in listing.values() if got.reachable for w in got.workloads),
-        *(c.state for c in memory.inflight.values()),
-        *memory.seen.values(),
-    ]
-    return known_runs(
-        [
-            *((s.operation, s.phase.active) for s in states),
-            *((e.operation, False) for e in memory.ledger),
-        ]
-    )
+    out = {e.operation: False for e in memory.ledger}
+    out.update((op_id, s.phase.active) for op_id, s in memory.seen.items())
+    out.update((op_id, c.state.phase.active) for op_id, c in memory.inflight.items())
+    listed = (w for got in listing.values() if got.reachable for w in got.workloads)
+    out.update(known_runs((w.operation, w.phase.active) for w in listed))
+    return out
 
 
 @dataclass(frozen=True, slots=True)
