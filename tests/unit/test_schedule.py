@@ -5,6 +5,7 @@ dev-cluster version is tests/cluster/test_schedule_live.py."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -137,7 +138,7 @@ def test_an_hourly_cron_follows_real_time_over_a_clock_change() -> None:
     assert len(spring) == 23  # the hour the clock skips has no fire
     autumn = cron_day(hourly, PARIS, date(2026, 10, 25))
     assert len(autumn) == 25  # the hour it repeats fires twice
-    assert all(b - a == timedelta(hours=1) for a, b in zip(autumn, autumn[1:], strict=False))
+    assert all(b - a == timedelta(hours=1) for a, b in itertools.pairwise(autumn))
 
 
 def test_interval_ticks_count_from_start_at() -> None:
