@@ -26,6 +26,7 @@ from reconciler.core.schedule import (
     tick_time,
     ticks_of,
 )
+from reconciler.core.status import read_status
 from reconciler.core.types import CompiledRepo, ConcurrencyPolicy, Phase, ScheduleSpec
 
 PARIS = ZoneInfo("Europe/Paris")
@@ -364,3 +365,20 @@ def test_after_any_gaps_each_run_is_the_latest_tick_within_its_deadline(
             expected.append(name)
         result = h.cycle(after=gap)
     assert ran(h) == expected
+
+
+def test_status_shows_the_last_run_and_the_next_fire_time() -> None:
+    h = FakeCycles(
+        scheduled("  kind: cron\n  cron: '*/5 * * * *'\n  startAt: 2026-01-01T12:00:00Z\n")
+    )
+    before = read_status(h.status_of(h.cycle(after=-60))).operations["p/tick"]
+    assert (before.phase, before.message, before.kind) == ("Queued", "no run yet", "schedule")
+    assert before.schedule == {"nextFire": "2026-01-01T12:00:00Z"}
+    record = read_status(h.status_of(h.cycle(after=60))).operations["p/tick"]
+    assert record.children == ("p/tick-202601011200",)
+    assert record.phase == "Dispatched"
+    assert record.schedule == {
+        "lastRun": "p/tick-202601011200",
+        "lastFire": "2026-01-01T12:00:00Z",
+        "nextFire": "2026-01-01T12:05:00Z",
+    }
