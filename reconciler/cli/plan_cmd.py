@@ -42,6 +42,7 @@ from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_mar
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
+from reconciler.core.schedule import known_runs, with_ticks
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
 from reconciler.core.status import StatusView
 from reconciler.core.types import (
@@ -125,7 +126,10 @@ def observed_planner(observed: Sequence[ObservedOperation], now: datetime) -> Pl
     """``--observed FILE``: the given phases, planned as they are (no run times and no
     history: a run is estimated by its timeout, else unknown)."""
 
+    runs = known_runs((o.operation, o.phase.active) for o in observed)
+
     def plan_of(repo: CompiledRepo) -> Planned:
+        repo = with_ticks(repo, runs, now)  # the runs its schedules make now
         plan = plan_repo(repo, observed, now)
         return Planned(plan, estimate_starts(repo, plan, observed, {}, (), now), [])
 

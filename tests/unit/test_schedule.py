@@ -6,6 +6,7 @@ dev-cluster version is tests/cluster/test_schedule_live.py."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
@@ -17,7 +18,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from reconciler.core.compile import compile_repo
+from reconciler.core.diff import Change, PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.observe import ObservedReason
+from reconciler.core.plan import plan_repo
 from reconciler.core.schedule import (
     cron_day,
     last_fire,
@@ -382,3 +385,39 @@ def test_status_shows_the_last_run_and_the_next_fire_time() -> None:
         "lastFire": "2026-01-01T12:00:00Z",
         "nextFire": "2026-01-01T12:05:00Z",
     }
+
+
+def test_a_pr_plan_shows_the_next_fire_times_of_a_schedule_it_adds_or_alters() -> None:
+    nightly = "  kind: cron\n  cron: '0 2 * * *'\n  timezone: Europe/Paris\n"
+    base, head = scheduled(nightly), scheduled(nightly.replace("'0 2", "'30 3"))
+    none = compile_repo(repo(BASE))
+    at = utc("2026-03-28T12:00:00")
+
+    def diff(a: CompiledRepo, b: CompiledRepo) -> PlanDiff:
+        return diff_plans((a, plan_repo(a, [], at)), (b, plan_repo(b, [], at)))
+
+    assert not diff(base, base).schedules
+    (altered,) = diff(base, head).schedules
+    assert (altered.operation, altered.change) == ("p/tick", Change.CHANGED)
+    # 03:30 in Paris: CET, then CEST from the 29th
+    assert altered.next == (
+        "2026-03-29T01:30:00Z",
+        "2026-03-30T01:30:00Z",
+        "2026-03-31T01:30:00Z",
+    )
+    (field,) = diff(base, head).operations[0].fields
+    assert (field.path, field.before, field.after) == (
+        "schedule.cron",
+        "0 2 * * *",
+        "30 3 * * *",
+    )
+    added = diff(none, base)
+    assert [(c.change, c.next[0]) for c in added.schedules] == [
+        (Change.ADDED, "2026-03-29T01:00:00Z")  # 02:00 does not happen that night: the jump
+    ]
+    markdown = diff_to_markdown(added)
+    assert "### Schedules" in markdown
+    assert "| `p/tick` | added | 2026-03-29T01:00:00Z, 2026-03-30T00:00:00Z," in markdown
+    assert json.loads(diff_to_json(diff(base, none)))["schedules"] == [
+        {"operation": "p/tick", "change": "removed", "nextFires": []}
+    ]
