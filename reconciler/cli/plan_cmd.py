@@ -42,8 +42,8 @@ from reconciler.core.diff import PlanDiff, diff_plans, diff_to_json, diff_to_mar
 from reconciler.core.estimate import NO_ESTIMATES, Estimates, estimate_decision, estimate_starts
 from reconciler.core.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
-from reconciler.core.schedule import known_runs, with_ticks
 from reconciler.core.plan_render import plan_to_json, plan_to_markdown, plan_to_table
+from reconciler.core.schedule import known_runs, with_ticks
 from reconciler.core.status import StatusView
 from reconciler.core.types import (
     CompiledRepo,

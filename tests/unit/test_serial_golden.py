@@ -31,12 +31,12 @@ from reconciler.core.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.compile import compile_repo
 from reconciler.core.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.schedule import with_ticks
 from reconciler.core.queue_view import (
     BlameLine,
     build_queues_view,
     queues_view_from_status,
 )
+from reconciler.core.schedule import with_ticks
 from reconciler.core.status import (
     CONFIG_FILE,
     CapacityStatus,
