@@ -417,7 +417,8 @@ def test_template_is_valid_and_exceeds_its_limits(template: RepoSnapshot) -> Non
     assert list(compiled.clusters) == ["local"]
     kinds = {str(op.kind) for op in compiled.operations}
     assert kinds == {"job", "notebook", "sandbox", "batch"}
-    assert {op.workflow.kind for op in compiled.operations if op.workflow} == {"matrix", "dag"}
+    workflows = (*compiled.operations, *compiled.schedules)
+    assert {op.workflow.kind for op in workflows if op.workflow} == {"matrix", "dag"}
 
 
 def test_template_presets_use_every_strategy(template: RepoSnapshot) -> None:
