@@ -171,9 +171,10 @@ def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str
             click.echo(_rejected_text(rejected))
         for warning in warnings:
             click.echo(warning, err=True)
+        # a scheduled workflow's children are counted: each of its runs has them
         summary = (
-            f"{len(compiled.operations)} operations, {len(compiled.queues)} queues, "
-            f"{len(compiled.clusters)} clusters"
+            f"{len(compiled.operations) + len(compiled.schedules)} operations, "
+            f"{len(compiled.queues)} queues, {len(compiled.clusters)} clusters"
         )
         if ok:
             click.echo(f"valid: {summary}", err=True)
