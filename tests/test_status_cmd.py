@@ -16,6 +16,7 @@ from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
+from reconciler.core.schedule import with_ticks
 from reconciler.core.status import (
     ClusterStatus,
     ConfigStatus,
@@ -36,6 +37,7 @@ def remote(template_remote: Path) -> Path:
 def write_cycle(repo: ConfigRepo, status: StatusBranch) -> str | None:
     compiled = compile_repo(repo.sync())
     assert compiled.valid, compiled.errors
+    compiled = with_ticks(compiled, {}, NOW)  # as a cycle at NOW decides over it
     plan = plan_repo(compiled, [], NOW)
     before = status.read()
     after = render_status(compiled, plan, {})

@@ -39,6 +39,7 @@ from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan_render import text_table
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.report import Failure, Report, planned_report
+from reconciler.core.schedule import schedule_groups, schedule_times, tick_time
 from reconciler.core.status import (
     OperationStatus,
     QueueStatus,
@@ -828,6 +829,8 @@ class OperationDetail(ApiModel):
     parent: str | None = None  # a workflow child's parent
     # the flavor its run holds quota in, or the plan assigns it (a queue with flavors)
     flavor: OmitEmpty[str | None] = None
+    # a scheduled operation: {lastRun, lastFire, nextFire} (its runs are its children)
+    schedule: OmitEmpty[JsonObject | None] = None
 
 
 def phase_history(
@@ -893,6 +896,49 @@ def build_operation_detail(
     return operation_detail(shown, op_id, recorded=recorded, estimates=estimates)
 
 
+def _schedule_detail(
+    shown: Report,
+    op_id: str,
+    templates: Sequence[CompiledOperation],
+    recorded: tuple[PhaseEvent, ...],
+) -> OperationDetail:
+    """A scheduled operation: its runs (a scheduled workflow's: each night's workflow) are
+    its children, its phase their aggregate, with its last run and next fire time."""
+    carried = shown.carried_out
+    failed = {op: (str(f.reason), f.error) for op, f in shown.failed.items()}
+    runs: dict[str, list[str]] = {}  # each run -> the operations it dispatches
+    for o in shown.compiled.operations:
+        wf = o.workflow
+        if wf is not None and wf.parent == op_id:
+            runs.setdefault(o.id, []).append(o.id)
+        elif wf is not None and tick_time(op_id, wf.parent) is not None:
+            runs.setdefault(wf.parent, []).append(o.id)
+    leaves = [leaf for run in runs.values() for leaf in run]
+    if leaves:
+        phase, message = workflow_summary(
+            Phase(_phase_of(c, shown.states, carried, failed)) for c in leaves
+        )
+    else:
+        phase, message = Phase.QUEUED, "no run yet"
+    first = templates[0]
+    assert first.schedule is not None
+    return OperationDetail(
+        operation=op_id,
+        phase=phase.value,
+        message=message,
+        kind="schedule",
+        path=first.path,
+        queue=first.queue,
+        cluster=first.cluster,
+        namespace=first.namespace,
+        children=tuple(sorted(runs)),
+        recorded=recorded,
+        schedule=schedule_times(
+            first.schedule, runs, shown.plan.at, stopped=any(t.stopped for t in templates)
+        ),
+    )
+
+
 def operation_detail(
     shown: Report,
     op_id: str,
@@ -914,6 +960,9 @@ def operation_detail(
         state = None  # an older generation's workload; the current run has not started
     pending = next((p for p in plan.pending if p.operation == op_id), None)
     rejected = next((r for r in repo.rejected if r.operation == op_id), None)
+    group = schedule_groups(repo).get(op_id) if op is None else None
+    if group:
+        return _schedule_detail(shown, op_id, group, recorded_history(recorded))
     if op is None:
         children = tuple(o.id for o in repo.operations if o.workflow and o.workflow.parent == op_id)
         if children:

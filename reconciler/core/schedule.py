@@ -368,6 +368,25 @@ def schedule_groups(compiled: CompiledRepo) -> dict[str, list[CompiledOperation]
     return groups
 
 
+def schedule_times(
+    spec: ScheduleSpec, runs: Iterable[str], now: datetime, *, stopped: bool
+) -> dict[str, str]:
+    """What status and the pages show of a scheduled operation at ``now``: ``lastRun`` (the
+    newest of its ``runs``), ``lastFire`` and ``nextFire`` (UTC), those known."""
+    newest = max(runs, default=None)
+    last, upcoming = last_fire(spec, now), next_fires(spec, now, 1)
+    out = {
+        "lastRun": newest,
+        "lastFire": _utc_text(last) if last is not None else None,
+        "nextFire": _utc_text(upcoming[0]) if upcoming and not stopped else None,
+    }
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def _utc_text(moment: datetime) -> str:
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 def with_ticks(compiled: CompiledRepo, runs: Mapping[str, bool], now: datetime) -> CompiledRepo:
     """``compiled`` with the runs of its schedules at ``now`` in ``operations``: the tick
     due, the ticks with a run active, and the newest tick with a run known."""

@@ -38,7 +38,6 @@ from reconciler.core.ledger import (
     is_ledger_path,
     ledger_files,
     ledger_month,
-    utc_text,
 )
 from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observe import WorkloadState
@@ -54,7 +53,7 @@ from reconciler.core.plan import (
 )
 from reconciler.core.quantity import format_quantity, parse_quantity
 from reconciler.core.render import operation_workload, spec_hash
-from reconciler.core.schedule import last_fire, next_fires, schedule_groups, tick_time
+from reconciler.core.schedule import schedule_groups, schedule_times, tick_time
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
@@ -1068,12 +1067,6 @@ def _schedule_record(
         if tick_time(scheduled, r) is not None
         and (records[r].workflow or {}).get("parent", scheduled) == scheduled
     )
-    last, upcoming = last_fire(spec, now), next_fires(spec, now, 1)
-    times = {
-        "lastRun": ticks[-1] if ticks else None,
-        "lastFire": utc_text(last) if last is not None else None,
-        "nextFire": utc_text(upcoming[0]) if upcoming and not first.stopped else None,
-    }
     if ticks:
         phase, message = workflow_summary(records[t].phase for t in ticks)
     else:
@@ -1088,7 +1081,7 @@ def _schedule_record(
         cluster=first.cluster,
         namespace=first.namespace,
         children=tuple(ticks),
-        schedule={k: v for k, v in times.items() if v is not None},
+        schedule=schedule_times(spec, ticks, now, stopped=first.stopped),
     )
 
 

@@ -342,6 +342,15 @@ def _json(value: Any) -> str:
     return esc(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+def _schedule(d: OperationDetail, key: str) -> str:
+    """One of a scheduled operation's times (or its last run), "" when it has none."""
+    return str((d.schedule or {}).get(key) or "")
+
+
+def _run_link(op_id: str) -> str:
+    return _link(operation_href(op_id), op_id) if op_id else ""
+
+
 def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
     queue = _link(queue_href(d.queue), d.queue) if d.queue else ""
     workload = "/".join(esc(x) for x in (d.cluster, d.namespace, d.workload) if x)
@@ -365,6 +374,12 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
         ("Requests", esc(d.requests)),
         ("Presets", esc(", ".join(d.presets))),
         ("Workflow", _link(operation_href(d.parent), d.parent) if d.parent else ""),
+        (
+            "Last run",
+            _link(operation_href(last), last) if (last := _schedule(d, "lastRun")) else "",
+        ),
+        ("Last fire time", esc(_schedule(d, "lastFire"))),
+        ("Next fire time", esc(_schedule(d, "nextFire"))),
     ]
     parts = [f"<h1>Operation {esc(printable_text(d.operation))}</h1>", _dl(items)]
     if d.children:

@@ -20,6 +20,7 @@ from reconciler.core.queue_view import (
     queues_to_table,
     queues_view_from_status,
 )
+from reconciler.core.schedule import with_ticks
 from reconciler.core.status import read_status, render_status
 from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
 
@@ -58,6 +59,7 @@ def _dispatched_states(repo: CompiledRepo, plan: Plan) -> dict[str, WorkloadStat
 def _seed(template: RepoSnapshot) -> tuple[CompiledRepo, Plan]:
     repo = compile_repo(template)
     assert repo.valid, repo.errors
+    repo = with_ticks(repo, {}, NOW)  # as a cycle at NOW decides over it
     return repo, plan_repo(repo, [], NOW)
 
 

@@ -25,6 +25,7 @@ from reconciler.core.estimate import estimate_decision
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import plan_repo
 from reconciler.core.queue_view import BlameLine
+from reconciler.core.schedule import with_ticks
 from reconciler.core.types import Phase, RepoSnapshot
 from reconciler.core.web_html import esc, operation_href, quote_path
 from reconciler.runtime.cycle import CycleResult
@@ -60,7 +61,8 @@ class Latest:
 
 @pytest.fixture
 def cycle(template: RepoSnapshot) -> CycleResult:
-    repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
+    # as a cycle at NOW decides over it: with the runs its schedules make
+    repo = with_ticks(compile_repo(replace(template, version="c0ffee" * 6 + "abcd")), {}, NOW)
     first = plan_repo(repo, [], NOW)
     states = _dispatched_states(repo, first)
     some = next(iter(states))
