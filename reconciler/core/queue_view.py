@@ -913,10 +913,11 @@ def _schedule_detail(
             runs.setdefault(o.id, []).append(o.id)
         elif wf is not None and tick_time(op_id, wf.parent) is not None:
             runs.setdefault(wf.parent, []).append(o.id)
-    leaves = [leaf for run in runs.values() for leaf in run]
-    if leaves:
+    if runs:
+        # each run's phase (a workflow's: its children's aggregate), as its status record
         phase, message = workflow_summary(
-            Phase(_phase_of(c, shown.states, carried, failed)) for c in leaves
+            workflow_summary(Phase(_phase_of(c, shown.states, carried, failed)) for c in run)[0]
+            for run in runs.values()
         )
     else:
         phase, message = Phase.QUEUED, "no run yet"
