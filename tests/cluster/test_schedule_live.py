@@ -24,7 +24,7 @@ pytestmark = pytest.mark.cluster
 
 SCHEDULED = """kind: Operation
 name: every-minute
-queue: batch
+queue: ticks
 schedule:
   kind: interval
   frequency: 1m
@@ -51,6 +51,10 @@ class MovedClock:
 
 @pytest.fixture
 def scheduled_repo(config_repo: Path) -> Path:
+    # a queue of its own: the example's batch queue is full with its own work
+    (config_repo / "queues/ticks.yaml").write_text("kind: Queue\ncluster: local\nconcurrency: 10\n")
+    project = config_repo / "projects/vision/project.yaml"
+    project.write_text(project.read_text().replace("[team-a, batch,", "[team-a, batch, ticks,"))
     (config_repo / "projects/vision/operations/every-minute.yaml").write_text(SCHEDULED)
     commit_all(config_repo, "a run every minute")
     return config_repo
