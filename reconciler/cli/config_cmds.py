@@ -156,7 +156,7 @@ def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str
                     "version": compiled.version,
                     "errors": [_error_json(e) for e in compiled.errors],
                     "rejected": [_rejected_json(r) for r in compiled.rejected],
-                    "operations": [op.id for op in compiled.operations],
+                    "operations": [op.id for op in (*compiled.operations, *compiled.schedules)],
                     "queues": sorted(compiled.queues),
                     "clusters": sorted(compiled.clusters),
                     **({"warnings": warnings} if live else {}),

@@ -122,9 +122,10 @@ class ClusterListing:
 
 def wanted_backends(compiled: CompiledRepo) -> dict[str, frozenset[str]]:
     """Per cluster, the optional backends (``run.distributed.backend`` other than ``job``)
-    its operations use: what a read must ask the cluster whether it serves."""
+    its operations use (a schedule's runs: its templates'): what a read must ask the cluster
+    whether it serves."""
     out: dict[str, set[str]] = {}
-    for op in compiled.operations:
+    for op in (*compiled.operations, *compiled.schedules):
         dist = op.distributed
         if dist is not None and dist.backend is not DistributedBackend.JOB:
             queue = compiled.queues.get(op.queue)
