@@ -7,7 +7,7 @@ config for each scheduled operation, derived from the time and the runs already 
 or a cycle that comes late, makes the same runs, and never one twice:
 
 - the **due** tick is the latest fire time at or before ``now`` (inside ``startAt`` ..
-  ``endAt``). It is an operation ``<op>-<YYYYMMDDHHMM>`` (UTC) until a newer tick is due,
+  ``endAt``, and not before the operation file's first commit). It is an operation ``<op>-<YYYYMMDDHHMM>`` (UTC) until a newer tick is due,
   or, with ``startingDeadline``, until it is that late without having been dispatched: a
   reconciler that was down catches up at most the one tick, and a tick it comes back to
   too late is skipped;
@@ -315,10 +315,17 @@ class Ticks:
 
 
 def ticks_of(
-    scheduled: str, spec: ScheduleSpec, runs: Mapping[str, bool], now: datetime, *, stopped: bool
+    scheduled: str,
+    spec: ScheduleSpec,
+    runs: Mapping[str, bool],
+    now: datetime,
+    *,
+    stopped: bool,
+    since: datetime | None = None,
 ) -> Ticks:
     """The ticks of the scheduled operation ``scheduled`` at ``now``, from the runs known
-    (op id -> active)."""
+    (op id -> active). ``since``: when its file was first committed; no earlier tick is
+    due (as a CronJob runs none from before it was created)."""
     known: dict[datetime, bool] = {}
     for op_id, active in runs.items():
         moment = tick_time(scheduled, op_id)
@@ -333,6 +340,7 @@ def ticks_of(
         due in known
         or stopped
         or forbidden
+        or (since is not None and due < since)
         or (spec.max_runs is not None and len(known) >= spec.max_runs)
         or (
             spec.starting_deadline is not None
@@ -396,7 +404,14 @@ def with_ticks(compiled: CompiledRepo, runs: Mapping[str, bool], now: datetime) 
     for scheduled, members in schedule_groups(compiled).items():
         spec = members[0].schedule
         assert spec is not None
-        ticks = ticks_of(scheduled, spec, runs, now, stopped=any(m.stopped for m in members))
+        ticks = ticks_of(
+            scheduled,
+            spec,
+            runs,
+            now,
+            stopped=any(m.stopped for m in members),
+            since=members[0].submitted_at,
+        )
         shown = {m for m, active in ticks.known.items() if active}
         if ticks.known:
             shown.add(max(ticks.known))

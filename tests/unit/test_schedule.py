@@ -30,7 +30,14 @@ from reconciler.core.schedule import (
     ticks_of,
 )
 from reconciler.core.status import read_status
-from reconciler.core.types import CompiledRepo, ConcurrencyPolicy, Phase, ScheduleSpec
+from reconciler.core.types import (
+    CompiledRepo,
+    ConcurrencyPolicy,
+    Phase,
+    RepoFile,
+    RepoSnapshot,
+    ScheduleSpec,
+)
 
 PARIS = ZoneInfo("Europe/Paris")
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)  # the fake clock's start
@@ -421,3 +428,17 @@ def test_a_pr_plan_shows_the_next_fire_times_of_a_schedule_it_adds_or_alters() -
     assert json.loads(diff_to_json(diff(base, none)))["schedules"] == [
         {"operation": "p/tick", "change": "removed", "nextFires": []}
     ]
+
+
+def test_no_tick_from_before_the_operation_was_committed() -> None:
+    """As a CronJob runs none from before it was created: the file's first commit bounds
+    the ticks, whatever ``startAt`` says."""
+    path = "projects/p/operations/tick.yaml"
+    body = f"kind: Operation\n{RUN}schedule:\n  kind: interval\n  frequency: 1m\n"
+    snapshot = repo({**BASE, path: body})
+    files = dict(snapshot.files)
+    committed = START + timedelta(seconds=30)
+    files[path] = RepoFile(path, files[path].content, first_commit_time=committed)
+    h = FakeCycles(compile_repo(RepoSnapshot(files, snapshot.version)))
+    assert h.cycle(after=40).dispatched == ()  # 12:00 is before the commit at 12:00:30
+    assert h.cycle(after=30).dispatched == ("p/tick-202601011201",)
