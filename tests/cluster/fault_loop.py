@@ -27,6 +27,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import subprocess
 import threading
 import time
 from collections import Counter
@@ -186,7 +187,17 @@ class FaultLoop:
     def __post_init__(self) -> None:
         if self.schedule:
             (self.repo / "projects/vision/operations/fault-tick.yaml").write_text(SCHEDULED)
-            commit_all(self.repo, "an operation that runs every minute")
+            # dated two minutes back: its tick of this minute is due at the first cycle
+            # (none is from before the file's first commit), another at each minute's end
+            earlier = f"@{int(time.time()) - 120} +0000"
+            git(self.repo, "add", "-A")
+            subprocess.run(
+                ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
+                + ["commit", "-q", "-m", "an operation that runs every minute"],
+                cwd=self.repo,
+                env={**os.environ, "GIT_COMMITTER_DATE": earlier, "GIT_AUTHOR_DATE": earlier},
+                check=True,
+            )
         self.rng = random.Random(self.seed)
         self._jobs_seen: dict[tuple[str, str], str] = {}  # (operation, generation) -> uid
         self._compiled = compile_repo(snapshot_git(self.repo))
