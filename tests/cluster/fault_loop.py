@@ -191,9 +191,9 @@ class FaultLoop:
             # (none is from before the file's first commit), another at each minute's end
             earlier = f"@{int(time.time()) - 120} +0000"
             git(self.repo, "add", "-A")
+            identity = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
             subprocess.run(
-                ["git", "-c", "user.name=test", "-c", "user.email=test@example.com"]
-                + ["commit", "-q", "-m", "an operation that runs every minute"],
+                ["git", *identity, "commit", "-q", "-m", "an operation that runs every minute"],
                 cwd=self.repo,
                 env={**os.environ, "GIT_COMMITTER_DATE": earlier, "GIT_AUTHOR_DATE": earlier},
                 check=True,
