@@ -7,8 +7,8 @@ config for each scheduled operation, derived from the time and the runs already 
 or a cycle that comes late, makes the same runs, and never one twice:
 
 - the **due** tick is the latest fire time at or before ``now`` (inside ``startAt`` ..
-  ``endAt``, and not before the operation file's first commit). It is an operation ``<op>-<YYYYMMDDHHMM>`` (UTC) until a newer tick is due,
-  or, with ``startingDeadline``, until it is that late without having been dispatched: a
+  ``endAt``; without ``startAt``, not before the operation file's first commit). It is an
+  operation ``<op>-<YYYYMMDDHHMM>`` (UTC) until a newer tick is due, or, with ``startingDeadline``, until it is that late without having been dispatched: a
   reconciler that was down catches up at most the one tick, and a tick it comes back to
   too late is skipped;
 - a tick with a run known (active or not) is an operation too while its run is active,
@@ -324,8 +324,8 @@ def ticks_of(
     since: datetime | None = None,
 ) -> Ticks:
     """The ticks of the scheduled operation ``scheduled`` at ``now``, from the runs known
-    (op id -> active). ``since``: when its file was first committed; no earlier tick is
-    due (as a CronJob runs none from before it was created)."""
+    (op id -> active). ``since``: when its file was first committed; without ``startAt``,
+    no earlier tick is due (as a CronJob runs none from before it was created)."""
     known: dict[datetime, bool] = {}
     for op_id, active in runs.items():
         moment = tick_time(scheduled, op_id)
@@ -340,7 +340,7 @@ def ticks_of(
         due in known
         or stopped
         or forbidden
-        or (since is not None and due < since)
+        or (spec.start_at is None and since is not None and due < since)
         or (spec.max_runs is not None and len(known) >= spec.max_runs)
         or (
             spec.starting_deadline is not None

@@ -27,7 +27,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
 import threading
 import time
 from collections import Counter
@@ -63,7 +62,8 @@ POINTS: tuple[tuple[str, int], ...] = (
     ("after-status", 3),
     ("timer", 0),  # no seam: the loop kills it a random 0-1.5 s after its first fetch
 )
-# every minute, on the batch queue, since before the loop started: a tick due at each cycle
+# every minute, on the batch queue, from a startAt in the past: the tick of the minute the
+# loop starts in is due at once, another at each minute's end
 SCHEDULED = (
     "kind: Operation\nname: fault-tick\nqueue: batch\npresets: []\n"
     "schedule:\n  kind: interval\n  frequency: 1m\n  startAt: 2026-01-01T00:00:00Z\n"
@@ -187,17 +187,7 @@ class FaultLoop:
     def __post_init__(self) -> None:
         if self.schedule:
             (self.repo / "projects/vision/operations/fault-tick.yaml").write_text(SCHEDULED)
-            # dated two minutes back: its tick of this minute is due at the first cycle
-            # (none is from before the file's first commit), another at each minute's end
-            earlier = f"@{int(time.time()) - 120} +0000"
-            git(self.repo, "add", "-A")
-            identity = ["-c", "user.name=test", "-c", "user.email=test@example.com"]
-            subprocess.run(
-                ["git", *identity, "commit", "-q", "-m", "an operation that runs every minute"],
-                cwd=self.repo,
-                env={**os.environ, "GIT_COMMITTER_DATE": earlier, "GIT_AUTHOR_DATE": earlier},
-                check=True,
-            )
+            commit_all(self.repo, "an operation that runs every minute")
         self.rng = random.Random(self.seed)
         self._jobs_seen: dict[tuple[str, str], str] = {}  # (operation, generation) -> uid
         self._compiled = compile_repo(snapshot_git(self.repo))
