@@ -8,9 +8,10 @@ or a cycle that comes late, makes the same runs, and never one twice:
 
 - the **due** tick is the latest fire time at or before ``now`` (inside ``startAt`` ..
   ``endAt``; without ``startAt``, not before the operation file's first commit). It is an
-  operation ``<op>-<YYYYMMDDHHMM>`` (UTC) until a newer tick is due, or, with ``startingDeadline``, until it is that late without having been dispatched: a
-  reconciler that was down catches up at most the one tick, and a tick it comes back to
-  too late is skipped;
+  operation ``<op>-<YYYYMMDDHHMM>`` (UTC) until a newer tick is due, or, with
+  ``startingDeadline``, until it is that late without having been dispatched: a reconciler
+  that was down catches up at most the one tick, and a tick it comes back to too late is
+  skipped;
 - a tick with a run known (active or not) is an operation too while its run is active,
   and the newest such one always (status shows the last run);
 - ``maxRuns``: no tick is due once that many have a run known;
