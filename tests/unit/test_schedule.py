@@ -21,6 +21,7 @@ from reconciler.core.compile import compile_repo
 from reconciler.core.diff import Change, PlanDiff, diff_plans, diff_to_json, diff_to_markdown
 from reconciler.core.observe import ObservedReason
 from reconciler.core.plan import plan_repo
+from reconciler.core.queue_view import operation_detail
 from reconciler.core.schedule import (
     cron_day,
     last_fire,
@@ -38,6 +39,7 @@ from reconciler.core.types import (
     RepoSnapshot,
     ScheduleSpec,
 )
+from reconciler.core.web_html import operation_main
 
 PARIS = ZoneInfo("Europe/Paris")
 START = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)  # the fake clock's start
@@ -442,3 +444,24 @@ def test_no_tick_from_before_the_operation_was_committed() -> None:
     h = FakeCycles(compile_repo(RepoSnapshot(files, snapshot.version)))
     assert h.cycle(after=40).dispatched == ()  # 12:00 is before the commit at 12:00:30
     assert h.cycle(after=30).dispatched == ("p/tick-202601011201",)
+
+
+def test_the_operation_page_shows_the_last_run_and_the_next_fire_time() -> None:
+    h = FakeCycles(scheduled("  kind: cron\n  cron: '*/5 * * * *'\n"))
+    shown = h.cycle().report
+    assert shown is not None
+    detail = operation_detail(shown, "p/tick")
+    assert detail is not None
+    assert (detail.kind, detail.phase, detail.children) == (
+        "schedule",
+        "Dispatched",
+        ("p/tick-202601011200",),
+    )
+    assert detail.schedule == {
+        "lastRun": "p/tick-202601011200",
+        "lastFire": "2026-01-01T12:00:00Z",
+        "nextFire": "2026-01-01T12:05:00Z",
+    }
+    page = operation_main(detail)
+    assert "<dt>Next fire time</dt><dd>2026-01-01T12:05:00Z</dd>" in page
+    assert "<dt>Last run</dt><dd><a" in page
