@@ -139,7 +139,6 @@ def _fetch(
                 "--no-tags",
                 "--no-write-fetch-head",
                 *(["--update-shallow"] if from_shallow else []),
-                "--",  # a repository that starts with '-' is a repository, never an option
                 remote,
                 f"+{ref}:{tracking}",
             ],
@@ -270,7 +269,7 @@ class ConfigRepo:
             self.git_dir.parent.mkdir(parents=True, exist_ok=True)
             tmp = Path(tempfile.mkdtemp(prefix=".init-", dir=self.git_dir.parent))
             repo = git.Repo.init(tmp, bare=True)
-            _run(repo, ["config", "--", "remote.origin.url", self.source])
+            _run(repo, ["config", "remote.origin.url", self.source])
             _run(repo, ["config", "gc.autoDetach", "false"])
             repo.close()
             try:
@@ -904,7 +903,7 @@ class StatusBranch:
         try:
             push = ["-c", "pack.window=0", "push", "--porcelain", "--quiet"]
             lease = f"--force-with-lease={ref}:{expected}"
-            _run(self._git, [*push, lease, "--", self.remote, f"{commit}:{ref}"])
+            _run(self._git, [*push, lease, self.remote, f"{commit}:{ref}"])
         except git.GitCommandError as err:
             text = str(err)
             if "stale info" in text or _LOST_RACE.search(text):
@@ -997,7 +996,7 @@ class StatusBranch:
             refspec = f"{commit}:refs/heads/{self.branch}"
             # no delta search: it costs seconds on thousands of small status files
             push = ["-c", "pack.window=0", "push", "--porcelain", "--quiet"]
-            _run(self._git, [*push, "--", self.remote, refspec])
+            _run(self._git, [*push, self.remote, refspec])
         except git.GitCommandError as err:
             text = str(err)
             if _LOST_RACE.search(text):
@@ -1110,7 +1109,7 @@ class WorkClone:
                 base.mkdir(parents=True, exist_ok=True)
                 tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=base))
                 cmd.execute(
-                    ["git", "clone", "-q", "--no-tags", "-b", branch, "--", source, str(tmp / "w")],
+                    ["git", "clone", "-q", "--no-tags", "-b", branch, source, str(tmp / "w")],
                     env=_ENV,
                 )
                 (tmp / "w").rename(path)
