@@ -49,7 +49,7 @@ def main() -> int:
             apply_prerequisites(kube.api)
             clean_workloads(kube)
             repo = make_config_repo(work / "config", kubeconfig, duration="1s")
-            loop = FaultLoop(repo, kubeconfig, work, kube, seed=args.seed)
+            loop = FaultLoop(repo, kubeconfig, work, kube, seed=args.seed, schedule=True)
             loop.sampler.start()
             started = time.monotonic()
             for index in range(args.n):

@@ -156,7 +156,7 @@ def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str
                     "version": compiled.version,
                     "errors": [_error_json(e) for e in compiled.errors],
                     "rejected": [_rejected_json(r) for r in compiled.rejected],
-                    "operations": [op.id for op in compiled.operations],
+                    "operations": [op.id for op in (*compiled.operations, *compiled.schedules)],
                     "queues": sorted(compiled.queues),
                     "clusters": sorted(compiled.clusters),
                     **({"warnings": warnings} if live else {}),
@@ -171,9 +171,10 @@ def validate(repo: Path, output: str, live: bool, cluster_kubeconfigs: tuple[str
             click.echo(_rejected_text(rejected))
         for warning in warnings:
             click.echo(warning, err=True)
+        # a scheduled workflow's children are counted: each of its runs has them
         summary = (
-            f"{len(compiled.operations)} operations, {len(compiled.queues)} queues, "
-            f"{len(compiled.clusters)} clusters"
+            f"{len(compiled.operations) + len(compiled.schedules)} operations, "
+            f"{len(compiled.queues)} queues, {len(compiled.clusters)} clusters"
         )
         if ok:
             click.echo(f"valid: {summary}", err=True)

@@ -40,6 +40,7 @@ from reconciler.cli.options import (
 from reconciler.cli.status_cmd import StatusError, read_branch
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.cycle import Memory, decide, listing_from_status, memory_from_status
+from reconciler.core.decision.schedule import known_runs, with_ticks
 from reconciler.core.observation.observed import ObservedFileError, parse_observed
 from reconciler.core.plan import Plan, PlanInputError, plan_repo
 from reconciler.core.plan.estimate import (
@@ -133,7 +134,10 @@ def observed_planner(observed: Sequence[ObservedOperation], now: datetime) -> Pl
     """``--observed FILE``: the given phases, planned as they are (no run times and no
     history: a run is estimated by its timeout, else unknown)."""
 
+    runs = known_runs((o.operation, o.phase.active) for o in observed)
+
     def plan_of(repo: CompiledRepo) -> Planned:
+        repo = with_ticks(repo, runs, now)  # the runs its schedules make now
         plan = plan_repo(repo, observed, now)
         return Planned(plan, estimate_starts(repo, plan, observed, {}, (), now), [])
 

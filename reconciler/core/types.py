@@ -528,6 +528,9 @@ class CompiledOperation:
     distributed: Distributed | None = None
     # One pod's request per resource (``requests`` is this times ``replicas``).
     pod_requests: Mapping[str, Decimal] | None = None
+    # ``schedule``: a template, never dispatched itself; each fire time makes a run of it
+    # (core/decision/schedule.py), in ``CompiledRepo.schedules``
+    schedule: ScheduleSpec | None = None
     # The flavor the plan assigned (set on the operation a Create renders; never compiled)
     flavor: FlavorSpec | None = None
     # the org's, the project's and its own ``notifications`` (not in ``spec``: a webhook
@@ -716,6 +719,9 @@ class CompiledRepo:
     connections: Mapping[str, ConnectionSpec] = field(default_factory=dict)
     cohorts: Mapping[str, CohortSpec] = field(default_factory=dict)
     flavors: Mapping[str, FlavorSpec] = field(default_factory=dict)
+    # the scheduled operations, each a template (``CompiledOperation.schedule``): a cycle
+    # adds the runs their fire times make to ``operations`` (core/decision/schedule.py)
+    schedules: tuple[CompiledOperation, ...] = ()
 
     @property
     def valid(self) -> bool:
@@ -736,3 +742,28 @@ class CompiledRepo:
         for r in self.rejected:
             kept.update(c for c in r.children if parents.get(c) in (None, r.operation))
         return frozenset(kept)
+
+
+class ConcurrencyPolicy(enum.StrEnum):
+    """``schedule.concurrencyPolicy``: what a tick does while an earlier tick's run is active."""
+
+    FORBID = "Forbid"  # the tick waits for it (and is skipped if it waits past its deadline)
+    ALLOW = "Allow"  # both run
+    REPLACE = "Replace"  # the earlier run is stopped (StoppedInRepo)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduleSpec:
+    """An operation's ``schedule``, compiled: each fire time makes a run
+    (core/decision/schedule.py). ``cron`` for ``kind: cron``, ``every`` (seconds, whole
+    minutes) for ``kind: interval``."""
+
+    kind: str  # "cron" | "interval"
+    cron: str = ""
+    every: int = 0
+    timezone: str = "UTC"
+    start_at: datetime | None = None
+    end_at: datetime | None = None
+    max_runs: int | None = None
+    concurrency_policy: ConcurrencyPolicy = ConcurrencyPolicy.FORBID
+    starting_deadline: int | None = None  # seconds

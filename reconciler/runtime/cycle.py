@@ -892,7 +892,7 @@ class Reconciler:
             return None
         self.memory = decision.memory
         result = ChangeSet().result(
-            replace(last, at=now, version=compiled.version, compiled=compiled),
+            replace(last, at=now, version=compiled.version, compiled=decision.compiled),
             decision,
             leading=False,
             attempted=last.attempted_version,
@@ -936,6 +936,7 @@ class Reconciler:
                 attempted_version=attempted,
             )
         self._faults.hit("after-plan")
+        compiled = decision.compiled  # with the runs its schedules make now
         leading = self._is_leader()
         changes = ChangeSet()
         if leading:

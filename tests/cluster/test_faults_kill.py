@@ -1,6 +1,7 @@
 """R1: ``reconciler run`` killed -9 at seeded random points of its cycles, 20 times in a
-row on one cluster; after each kill no duplicate workload, no lost operation, no queue over
-its limits, and at the end a clean run converges. ``bench/fault_loop.py`` runs 50."""
+row on one cluster, with an operation scheduled every minute; after each kill no duplicate
+workload, no lost operation, no scheduled run twice, no queue over its limits, and at the
+end a clean run converges. ``bench/fault_loop.py`` runs 50."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def test_kill_9_at_random_points_never_duplicates_loses_or_over_admits(
     kube: Kube, kube_cluster: KubeCluster, tmp_path: Path
 ) -> None:
     repo = make_config_repo(tmp_path / "config", kube_cluster.kubeconfig, duration="1s")
-    loop = FaultLoop(repo, kube_cluster.kubeconfig, tmp_path, kube, seed=8)
+    loop = FaultLoop(repo, kube_cluster.kubeconfig, tmp_path, kube, seed=8, schedule=True)
     loop.sampler.start()
     try:
         for index in range(RUNS):
@@ -42,8 +43,10 @@ def test_kill_9_at_random_points_never_duplicates_loses_or_over_admits(
     assert tallies["killed_by_seam"] >= RUNS // 2, tallies
     assert len(tallies["by_point"]) >= 5, tallies  # the seed spreads over the points
     assert tallies["samples"] > 100, tallies
-    # every operation ran exactly once: the template's and the one added per run
-    assert tallies["jobs"] == len(loop.compiled().operations), tallies
+    # every operation ran exactly once: the template's and the one added per run, and each
+    # scheduled run once (invariant 6): the minute it started in, and each minute it lasted
+    assert tallies["jobs"] == len(loop.compiled().operations) + tallies["scheduled_runs"]
+    assert tallies["scheduled_runs"] >= 1, tallies
 
 
 @pytest.mark.timeout(180)

@@ -405,13 +405,20 @@ def test_template_is_valid_and_exceeds_its_limits(template: RepoSnapshot) -> Non
         ("vision/train-ddp", 2)
     ]
     assert quota("team-b") == [("h100", two), ("a100", two)] and gpus["team-b"] == 6
-    assert q["batch"].concurrency == 3 and not q["batch"].quota and by_queue["batch"] == 5
+    assert q["batch"].concurrency == 3 and not q["batch"].quota and by_queue["batch"] == 2
+    # nightly-embed is scheduled: its DAG's children are the templates of each night's run
+    assert [t.id for t in compiled.schedules] == [
+        "vision/nightly-embed-prepare",
+        "vision/nightly-embed-embed",
+        "vision/nightly-embed-report",
+    ]
     assert by_queue["notebooks"] >= 1 and by_queue["sandboxes"] >= 1
     assert len({queue.priority for queue in q.values()}) == len(q)
     assert list(compiled.clusters) == ["local"]
     kinds = {str(op.kind) for op in compiled.operations}
     assert kinds == {"job", "notebook", "sandbox", "batch"}
-    assert {op.workflow.kind for op in compiled.operations if op.workflow} == {"matrix", "dag"}
+    workflows = (*compiled.operations, *compiled.schedules)
+    assert {op.workflow.kind for op in workflows if op.workflow} == {"matrix", "dag"}
 
 
 def test_template_presets_use_every_strategy(template: RepoSnapshot) -> None:

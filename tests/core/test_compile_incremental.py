@@ -195,7 +195,8 @@ def test_a_file_built_once_per_compile_is_a_read_of_every_operation_that_uses_it
     cache = CompileCache()
     first = compile_repo(BASE, cache=cache)
     assert first.valid, first.errors
-    users = {op.path for op in first.operations if uses(op)}  # type: ignore[operator]
+    compiled = (*first.operations, *first.schedules)  # a schedule's templates too
+    users = {op.path for op in compiled if uses(op)}  # type: ignore[operator]
     assert len(users) >= 2  # the second one took the built spec
     files = dict(BASE.files)
     assert old in files[path].content

@@ -10,6 +10,7 @@ from support.builders import World
 from support.worlds import dispatched_states as _dispatched_states
 
 from reconciler.core.compile import compile_repo
+from reconciler.core.decision.schedule import with_ticks
 from reconciler.core.plan import Plan, plan_repo
 from reconciler.core.reporting.status import read_status, render_status
 from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
@@ -29,6 +30,7 @@ NOW = datetime(2026, 1, 1, tzinfo=UTC)
 def _seed(template: RepoSnapshot) -> tuple[CompiledRepo, Plan]:
     repo = compile_repo(template)
     assert repo.valid, repo.errors
+    repo = with_ticks(repo, {}, NOW)  # as a cycle at NOW decides over it
     return repo, plan_repo(repo, [], NOW)
 
 

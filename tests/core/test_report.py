@@ -208,7 +208,7 @@ def test_the_expected_report_reads_as_the_plan_rendered_applied(name: str) -> No
 
     compiled, decision = _template() if name == "template" else _decide(WORLDS[name]())
     rendered = render_status(
-        compiled,
+        decision.compiled,  # with the runs its schedules make
         decision.plan,
         decision.states,
         clusters=decision.cluster_records(),

@@ -27,6 +27,7 @@ from support.worlds import dispatched_states as _dispatched_states
 from reconciler.cli.queues_cmd import render_view
 from reconciler.cli.status_cmd import render as render_status_cmd
 from reconciler.core.compile import compile_repo
+from reconciler.core.decision.schedule import with_ticks
 from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
@@ -84,11 +85,17 @@ def files_text(files: Mapping[str, bytes]) -> str:
     return "".join(f"=== {path}\n{data.decode()}" for path, data in sorted(files.items()))
 
 
+def _at_now(repo: CompiledRepo) -> CompiledRepo:
+    """``repo`` as a cycle at ``NOW`` decides over it: with the runs its schedules make
+    (the template's nightly-embed: last night's)."""
+    return with_ticks(repo, {}, NOW)
+
+
 # --- a world with every kind of record ----------------------------------------------------
 
 
 def _repo(template: RepoSnapshot) -> CompiledRepo:
-    repo = compile_repo(replace(template, version=COMMIT))
+    repo = _at_now(compile_repo(replace(template, version=COMMIT)))
     assert repo.valid, repo.errors
     rejected = (
         RejectedOperation(
@@ -219,7 +226,7 @@ def _files(template: RepoSnapshot) -> dict[str, bytes]:
 
 
 def test_status_files_of_the_template_first_cycle(template: RepoSnapshot) -> None:
-    repo = compile_repo(replace(template, version=COMMIT))
+    repo = _at_now(compile_repo(replace(template, version=COMMIT)))
     files = render_status(repo, plan_repo(repo, [], NOW), {})
     check("status_template_first.txt", files_text(files))
 
@@ -298,7 +305,7 @@ def test_ledger_files(template: RepoSnapshot) -> None:
 def test_config_status_of_an_internal_error_and_of_too_many_errors(
     template: RepoSnapshot,
 ) -> None:
-    repo = compile_repo(replace(template, version=COMMIT))
+    repo = _at_now(compile_repo(replace(template, version=COMMIT)))
     plan = plan_repo(repo, [], NOW)
     failing = render_status(
         repo,

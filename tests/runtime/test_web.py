@@ -21,6 +21,7 @@ from support.worlds import dispatched_states as _dispatched_states
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.cycle import Memory, decide, listing_from_memory
+from reconciler.core.decision.schedule import with_ticks
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
 from reconciler.core.plan.estimate import estimate_decision
@@ -60,7 +61,8 @@ class Latest:
 
 @pytest.fixture
 def cycle(template: RepoSnapshot) -> CycleResult:
-    repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
+    # as a cycle at NOW decides over it: with the runs its schedules make
+    repo = with_ticks(compile_repo(replace(template, version="c0ffee" * 6 + "abcd")), {}, NOW)
     first = plan_repo(repo, [], NOW)
     states = _dispatched_states(repo, first)
     some = next(iter(states))

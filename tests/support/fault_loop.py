@@ -15,7 +15,11 @@ cluster and the status branch:
    finished operation in status without its entry (no cost counted twice, none lost), each
    costed from its Job's own start and completion times;
 5. (at the end, by :meth:`FaultLoop.converge`) a clean run takes every operation to
-   Succeeded, in the cluster and in status, each with its one ledger entry.
+   Succeeded, in the cluster and in status, each with its one ledger entry;
+6. with ``schedule``, an operation that runs every minute (``SCHEDULED``) is in the loop
+   too: no run of it twice (a Job of an operation and generation is never made again once
+   seen, whatever kills came between), each of its runs counted in its queue's limits and
+   in the ledger once, and each Succeeded at the end.
 """
 
 from __future__ import annotations
@@ -33,17 +37,18 @@ from pathlib import Path
 from typing import Any
 
 import git as gitpython
-from support.reconciler_env import commit_all, git, run_args
-from support.zygote import Zygote
 
 from reconciler.adapters.kube import Kube
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.render import ANNOTATION_GENERATION, ANNOTATION_OPERATION
+from reconciler.core.decision.schedule import schedule_groups, tick_time
 from reconciler.core.observation.observe import job_finished_at
 from reconciler.core.plan.ledger import parse_moment
 from reconciler.core.reporting.status import StatusView, read_status
-from reconciler.core.types import CompiledRepo
+from reconciler.core.types import CompiledOperation, CompiledRepo
+from support.reconciler_env import commit_all, git, run_args
+from support.zygote import Zygote
 
 STATUS_BRANCH = "reconciler/status"
 TERMINAL = ("Complete", "Failed", "SuccessCriteriaMet", "FailureTarget")
@@ -56,6 +61,14 @@ POINTS: tuple[tuple[str, int], ...] = (
     ("before-status", 3),
     ("after-status", 3),
     ("timer", 0),  # no seam: the loop kills it a random 0-1.5 s after its first fetch
+)
+# every minute, on the batch queue, from a startAt in the past: the tick of the minute the
+# loop starts in is due at once, another at each minute's end
+SCHEDULED = (
+    "kind: Operation\nname: fault-tick\nqueue: batch\npresets: []\n"
+    "schedule:\n  kind: interval\n  frequency: 1m\n  startAt: 2026-01-01T00:00:00Z\n"
+    "  concurrencyPolicy: Allow\n"
+    "run:\n  container: {command: [sh, -c, 'true']}\n"
 )
 NEW_OPS = (  # (project, queue, presets) of the operation each run adds, in turn
     ("vision", "team-a", "[a100]"),
@@ -110,6 +123,15 @@ class LimitSampler(threading.Thread):
             self.halt.wait(self.period)
 
 
+def scheduled_template(repo: CompiledRepo, op_id: str) -> CompiledOperation | None:
+    """The template a scheduled run ``<op>-<YYYYMMDDHHMM>[-<child>]`` was made from."""
+    for scheduled, templates in schedule_groups(repo).items():
+        if tick_time(scheduled, op_id) is not None:
+            template_id = scheduled + op_id[len(scheduled) + len("-YYYYMMDDHHMM") :]
+            return next((t for t in templates if t.id == template_id), None)
+    return None
+
+
 def over_limits(repo: CompiledRepo, jobs: list[dict[str, Any]]) -> list[str]:
     """Queues whose active Jobs exceed their concurrency or quota (plus what a cohort
     member may borrow), and cohorts whose members together exceed their quotas."""
@@ -119,7 +141,7 @@ def over_limits(repo: CompiledRepo, jobs: list[dict[str, Any]]) -> list[str]:
     for job in jobs:
         if finished(job):
             continue
-        op = ops.get(job_key(job)[0])
+        op = ops.get(job_key(job)[0]) or scheduled_template(repo, job_key(job)[0])
         if op is None:
             continue
         count[op.queue] += 1
@@ -159,10 +181,15 @@ class FaultLoop:
     kube: Kube
     seed: int = 8
     deadline: float = 10.0  # a run whose point is never reached is killed after this
+    schedule: bool = False  # with the operation that runs every minute (invariant 6)
     outcomes: list[Outcome] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        if self.schedule:
+            (self.repo / "projects/vision/operations/fault-tick.yaml").write_text(SCHEDULED)
+            commit_all(self.repo, "an operation that runs every minute")
         self.rng = random.Random(self.seed)
+        self._jobs_seen: dict[tuple[str, str], str] = {}  # (operation, generation) -> uid
         self._compiled = compile_repo(snapshot_git(self.repo))
         self._lock = threading.Lock()
         self.sampler = LimitSampler(self.kube, self.compiled)
@@ -292,6 +319,11 @@ class FaultLoop:
             for (op, gen), n in Counter(job_key(j) for j in jobs).items()
             if n > 1
         ]
+        for job in jobs:  # a run made again after its Job was seen (a tick twice)
+            uid = job["metadata"]["uid"]
+            first = self._jobs_seen.setdefault(job_key(job), uid)
+            if first != uid:
+                out.append(f"ran twice: {job_key(job)[0]} generation {job_key(job)[1]}")
         with_job = {job_key(j)[0] for j in jobs}
         status = self.status() or {}
         for op in self.compiled().operations:
@@ -333,15 +365,25 @@ class FaultLoop:
         done = {job_key(j)[0] for j in jobs if finished(j)}
         status = self.status() or {}
         left = [f"{op}: Job not finished" for op in sorted(wanted - done)]
+        ticks = {o for o, _ in map(job_key, jobs) if self.scheduled_run(o)}
+        left += [f"{op}: scheduled run not finished" for op in sorted(ticks - done)]
         left += [
             f"{op}: {status.get(op)} in status"
-            for op in sorted(wanted)
+            for op in sorted(wanted | (ticks & done))
             if status.get(op) != "Succeeded"
         ]
         view = self.status_view()
         entered = Counter(e.operation for e in view.ledger) if view is not None else Counter()
-        left += [f"{op}: {entered[op]} ledger entries" for op in sorted(wanted) if entered[op] != 1]
+        left += [
+            f"{op}: {entered[op]} ledger entries"
+            for op in sorted(wanted | (ticks & done))
+            if entered[op] != 1
+        ]
         return left
+
+    def scheduled_run(self, op_id: str) -> bool:
+        """A run a schedule made (not an operation of the repo's own)."""
+        return scheduled_template(self.compiled(), op_id) is not None
 
     def close(self) -> None:
         """Stop the sampler and the zygote (and a child still running)."""
@@ -360,6 +402,7 @@ class FaultLoop:
             "violations": sum(len(o.violations) for o in self.outcomes),
             "samples": self.sampler.samples,
             "jobs": len(self._jobs()),
+            "scheduled_runs": sum(self.scheduled_run(job_key(j)[0]) for j in self._jobs()),
             "mean_run_seconds": round(
                 sum(o.seconds for o in self.outcomes) / max(1, len(self.outcomes)), 2
             ),

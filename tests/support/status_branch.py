@@ -13,6 +13,7 @@ from reconciler.adapters.kube import Kube, KubeError
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
+from reconciler.core.decision.schedule import with_ticks
 from reconciler.core.plan import plan_repo
 from reconciler.core.reporting.status import (
     render_status,
@@ -28,6 +29,7 @@ from support.paths import TEMPLATE
 def write_cycle(repo: ConfigRepo, status: StatusBranch) -> str | None:
     compiled = compile_repo(repo.sync())
     assert compiled.valid, compiled.errors
+    compiled = with_ticks(compiled, {}, NOW)  # as a cycle at NOW decides over it
     plan = plan_repo(compiled, [], NOW)
     before = status.read()
     after = render_status(compiled, plan, {})

@@ -84,6 +84,7 @@ def compile_operation(snapshot: RepoSnapshot, operation: str) -> OperationResult
         operations=result.operations,
         rejected=result.rejected,
         errors=repo.errors.finish(result.errors),
+        scheduled=result.scheduled,
     )
 
 
@@ -155,6 +156,7 @@ def _compile_repo(
     errors = Errors()
     operations: list[CompiledOperation] = []
     rejected: list[RejectedOperation] = []
+    schedules: list[CompiledOperation] = []
     claimed: list[Claim] = []
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
@@ -163,6 +165,7 @@ def _compile_repo(
             claimed.extend(its_claims)
             if result.rejected:
                 rejected.append(result.rejected)
+            schedules.extend(result.scheduled)
             operations.extend(result.operations)
     twice = check_unique(claimed, errors)
     if twice:  # the commit is invalid, but each id is listed once (as the planner needs)
@@ -189,6 +192,7 @@ def _compile_repo(
         connections=connections,
         cohorts=cohorts,
         flavors=flavors,
+        schedules=tuple(schedules),
     )
 
 

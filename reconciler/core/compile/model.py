@@ -40,12 +40,15 @@ from pydantic import (
     StrictInt,
     StrictStr,
     Tag,
+    ValidationInfo,
     WithJsonSchema,
+    field_validator,
     model_validator,
 )
 from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
+from reconciler.core.decision.schedule import parse_cron, parse_instant
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.quantity import short_repr as _show
 from reconciler.core.types import MergeStrategy
@@ -935,6 +938,42 @@ def _http_url(value: str) -> str:
     return value
 
 
+# Names the host's zone database holds that are not IANA zones: ``localtime`` is the host's
+# own zone (two replicas, or a CI runner, would count budget windows differently), the
+# others aliases of its build.
+_NOT_IANA = frozenset({"localtime", "posixrules", "Factory"})
+
+
+def _timezone(value: str) -> str:
+    try:
+        if (
+            not value
+            or value.startswith(("/", ".", "posix/", "right/"))
+            or ".." in value
+            or value in _NOT_IANA
+        ):
+            raise ValueError
+        zoneinfo.ZoneInfo(value)
+    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
+        raise ValueError(
+            f"{_show(value)} is not a time zone: use an IANA name such as 'UTC' or 'Europe/Berlin'"
+        ) from None
+    return value
+
+
+def _cron(value: str) -> str:
+    parse_cron(value)
+    return value
+
+
+def _instant(value: str) -> str:
+    if parse_instant(value) is None:
+        raise ValueError(
+            f"{_show(value)} is not an RFC 3339 time with an offset (e.g. '2026-12-01T00:00:00Z')"
+        )
+    return value
+
+
 HttpUrl = Annotated[StrictStr, AfterValidator(_http_url)]
 
 NotifyEvent = Literal["Dispatched", "Running", "Succeeded", "Failed", "Stopped", "PolicyViolation"]
@@ -986,6 +1025,81 @@ class CommitStatus(Strict):
     )
 
 
+def _frequency(value: Any) -> Any:
+    _duration(value)
+    seconds = duration_seconds(value)
+    if seconds < 60 or seconds % 60:
+        raise ValueError(
+            f"{_show(value)} is not a whole number of minutes: each tick's run is named by "
+            "its minute (at least '1m', or 60)"
+        )
+    return value
+
+
+Instant = Annotated[StrictStr, AfterValidator(_instant)]
+
+
+class Schedule(Strict):
+    """An operation's ``schedule`` (as Polyaxon's): each fire time makes a run named
+    ``<operation>-<YYYYMMDDHHMM>`` (UTC), queued like any operation."""
+
+    kind: Literal["cron", "interval"]
+    cron: Annotated[StrictStr, AfterValidator(_cron)] | None = Field(
+        default=None,
+        description="kind: cron: five fields (minute hour day-of-month month day-of-week), "
+        "Vixie cron's: ranges, steps, lists, names; or @hourly, @daily, @weekly, @monthly.",
+    )
+    frequency: Annotated[Any, AfterValidator(_frequency)] | None = Field(
+        default=None,
+        description="kind: interval: seconds (int) or a duration such as '6h', whole minutes; "
+        "ticks at startAt (else 1970-01-01T00:00Z) plus each multiple.",
+    )
+    timezone: Annotated[StrictStr, AfterValidator(_timezone)] | None = Field(
+        default=None, description="kind: cron: the IANA zone the fields read in (default UTC)."
+    )
+    start_at: Instant | None = Field(default=None, description="No tick before (RFC 3339).")
+    end_at: Instant | None = Field(default=None, description="No tick after (RFC 3339).")
+    max_runs: Annotated[StrictInt, Field(ge=1, le=2**31 - 1)] | None = Field(
+        default=None, description="No tick once this many have run."
+    )
+    concurrency_policy: Literal["Forbid", "Allow", "Replace"] = Field(
+        default="Forbid",
+        description="While an earlier tick's run is active: Forbid (the tick waits), Allow "
+        "(both run), Replace (the earlier run is stopped, StoppedInRepo).",
+    )
+    starting_deadline: Duration | None = Field(
+        default=None,
+        description="A tick not dispatched this long after its time is skipped (a reconciler "
+        "that was down catches up at most one tick, within it).",
+    )
+
+    @field_validator("end_at")
+    @classmethod
+    def _ends_after_start(cls, value: str | None, info: ValidationInfo) -> str | None:
+        start = info.data.get("start_at")
+        if value is not None and start is not None:
+            begin, end = parse_instant(start), parse_instant(value)
+            if begin is not None and end is not None and end <= begin:
+                raise ValueError(f"endAt {value} is not after startAt {start}")
+        return value
+
+    @model_validator(mode="after")
+    def _fields_of_kind(self) -> Schedule:
+        if self.kind == "cron":
+            if self.cron is None:
+                raise ValueError("a cron schedule needs 'cron'")
+            if self.frequency is not None:
+                raise ValueError("a cron schedule has no 'frequency' (that is kind: interval)")
+        else:
+            if self.frequency is None:
+                raise ValueError("an interval schedule needs 'frequency'")
+            if self.cron is not None or self.timezone is not None:
+                raise ValueError(
+                    "an interval schedule has no 'cron' or 'timezone' (it counts from startAt)"
+                )
+        return self
+
+
 # --- kinds ----------------------------------------------------------------------------
 
 
@@ -1019,6 +1133,11 @@ class OperationFile(Strict):
     notifications: Notifications | None = Field(
         default=None,
         description="Webhooks told of its phase changes, besides the org's and project's.",
+    )
+    schedule: Schedule | None = Field(
+        default=None,
+        description="Run it on a schedule: each fire time makes a run of its own "
+        '(docs/dispatch.md, "Schedules").',
     )
 
     @model_validator(mode="after")
@@ -1438,29 +1557,6 @@ class Policy(Strict):
         description="Refuse whole a config commit not signed by a key of allowedSigners, as "
         "of the last good config (docs/reliability.md).",
     )
-
-
-# Names the host's zone database holds that are not IANA zones: ``localtime`` is the host's
-# own zone (two replicas, or a CI runner, would count budget windows differently), the
-# others aliases of its build.
-_NOT_IANA = frozenset({"localtime", "posixrules", "Factory"})
-
-
-def _timezone(value: str) -> str:
-    try:
-        if (
-            not value
-            or value.startswith(("/", ".", "posix/", "right/"))
-            or ".." in value
-            or value in _NOT_IANA
-        ):
-            raise ValueError
-        zoneinfo.ZoneInfo(value)
-    except (ValueError, zoneinfo.ZoneInfoNotFoundError):
-        raise ValueError(
-            f"{_show(value)} is not a time zone: use an IANA name such as 'UTC' or 'Europe/Berlin'"
-        ) from None
-    return value
 
 
 class Prune(Strict):

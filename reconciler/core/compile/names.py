@@ -60,7 +60,7 @@ def claims(repo: RepoIndex, result: OperationResult) -> list[Claim]:
         )
         return [Claim(result.operation, f"operation {result.operation}", loc("name"), workload)]
     out = [Claim(result.operation, f"{workflow} {result.operation}", loc(workflow))]
-    children = [op.id for op in result.operations]
+    children = [op.id for op in result.operations or result.scheduled]
     if result.rejected is not None:
         children = list(result.rejected.children)
     dag = spec.get("dag") or {}

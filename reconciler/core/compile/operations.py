@@ -9,12 +9,19 @@ What must live here: that pipeline, the order of its steps, and its result,
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import Loaded, RepoIndex, locator
 from reconciler.core.compile.merge import Path, apply_layer, dotted, start
-from reconciler.core.compile.model import ConnectionFile, OperationFile, ProjectFile
+from reconciler.core.compile.model import (
+    ConnectionFile,
+    OperationFile,
+    ProjectFile,
+    duration_seconds,
+)
 from reconciler.core.compile.notifications import notify_rules
 from reconciler.core.compile.policy import Violation
 from reconciler.core.compile.references import (
@@ -29,14 +36,17 @@ from reconciler.core.compile.references import (
 )
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.compile.workflows import Child, expand
+from reconciler.core.decision.schedule import parse_instant
 from reconciler.core.types import (
     CompiledOperation,
+    ConcurrencyPolicy,
     ConfigError,
     Location,
     NotifyRule,
     Provenance,
     RejectedOperation,
     RejectReason,
+    ScheduleSpec,
 )
 
 
@@ -52,6 +62,29 @@ class OperationResult:
     operations: tuple[CompiledOperation, ...] = ()
     rejected: RejectedOperation | None = None
     errors: tuple[ConfigError, ...] = ()
+    # a scheduled operation's templates (``operations`` is empty): ``CompiledRepo.schedules``
+    scheduled: tuple[CompiledOperation, ...] = ()
+
+
+_TICK = "-YYYYMMDDHHMM"
+
+
+def _schedule_spec(data: Mapping[str, Any]) -> ScheduleSpec:
+    """A validated ``schedule`` (``model.Schedule``) as the compiler keeps it."""
+    deadline = data.get("startingDeadline")
+    frequency = data.get("frequency")
+    start, end = data.get("startAt"), data.get("endAt")
+    return ScheduleSpec(
+        kind=data["kind"],
+        cron=data.get("cron") or "",
+        every=duration_seconds(frequency) if frequency is not None else 0,
+        timezone=data.get("timezone") or "UTC",
+        start_at=parse_instant(start) if start is not None else None,
+        end_at=parse_instant(end) if end is not None else None,
+        max_runs=data.get("maxRuns"),
+        concurrency_policy=ConcurrencyPolicy(data.get("concurrencyPolicy") or "Forbid"),
+        starting_deadline=duration_seconds(deadline) if deadline is not None else None,
+    )
 
 
 def _default_refs(repo: RepoIndex, proj: Loaded[ProjectFile]) -> tuple[tuple[str, Location], ...]:
@@ -204,7 +237,6 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
     if resolved is None:
         return OperationResult(op_id, found=True, errors=tuple(errors))
     compiled = build(ctx, repo, op_name, spec, prov, resolved)
-
     # 7. Workflows expand into children, each resolved and policed on its own.
     children: list[Child] = []
     if "matrix" in spec or "dag" in spec:
@@ -236,4 +268,22 @@ def compile_one(repo: RepoIndex, project_name: str, op_name: str) -> OperationRe
         )
         return OperationResult(op_id, found=True, compiled=compiled, rejected=rejected)
     operations = tuple(c for c, _ in children) if children else (compiled,)
+    if "schedule" in spec:
+        # templates, never dispatched: each fire time makes a run of them
+        # (core/decision/schedule.py)
+        longest = max(operations, key=lambda o: len(o.name))
+        if len(longest.name) + len(_TICK) > 63:
+            errors.add(
+                fallback,
+                f"{longest.name!r} is too long to be scheduled: its runs add {_TICK!r} and a "
+                "name is at most 63 characters",
+            )
+            return OperationResult(op_id, found=True, compiled=compiled, errors=tuple(errors))
+        schedule = _schedule_spec(spec["schedule"])
+        return OperationResult(
+            op_id,
+            found=True,
+            compiled=replace(compiled, schedule=schedule),
+            scheduled=tuple(replace(o, schedule=schedule) for o in operations),
+        )
     return OperationResult(op_id, found=True, compiled=compiled, operations=operations)

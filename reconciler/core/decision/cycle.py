@@ -8,11 +8,15 @@ web pages, ``/api/v1``) calls the same :func:`decide` with the memory it has (th
 branch) and carries out nothing, so it says what the next cycle does.
 
 The rules, in the order :func:`decide` applies them, each one named pure function (as
-kueue's scheduler runs numbered phases, one call each): ``read_listing`` (1),
+kueue's scheduler runs numbered phases, one call each): ``with_ticks`` (0),
+``read_listing`` (1),
 ``hold_inflight`` (2), ``recall_memory`` (3), ``time_out_gangs`` (3b), ``keep_superseded``
 (4), ``enter_ledger`` (5), ``plan_inputs`` and ``plan_over`` (6: the planner's inputs are
 one :class:`PlanInputs`), ``make_actions`` (7):
 
+0. **schedules**: each scheduled operation's runs at ``now`` join the config's operations,
+   derived from the runs known (listed, in flight, remembered, in the ledger) and never
+   from a memory of their own (``core/decision/schedule.py``); ``Decision.compiled`` is that config;
 1. **listing**: each reachable cluster's workloads; for each operation, the workload of the
    generation the repo asks for (an operation no longer in the repo: its newest one);
 2. **in flight**: a create whose response came back but which the cluster's watch cache
@@ -57,6 +61,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from reconciler.core.decision.schedule import known_runs, with_ticks
 from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.observation.gang import GangTimeout, gang_timeout_message
 from reconciler.core.observation.observe import (
@@ -122,9 +127,10 @@ class ClusterListing:
 
 def wanted_backends(compiled: CompiledRepo) -> dict[str, frozenset[str]]:
     """Per cluster, the optional backends (``run.distributed.backend`` other than ``job``)
-    its operations use: what a read must ask the cluster whether it serves."""
+    its operations use (a schedule's runs: its templates'): what a read must ask the cluster
+    whether it serves."""
     out: dict[str, set[str]] = {}
-    for op in compiled.operations:
+    for op in (*compiled.operations, *compiled.schedules):
         dist = op.distributed
         if dist is not None and dist.backend is not DistributedBackend.JOB:
             queue = compiled.queues.get(op.queue)
@@ -420,6 +426,8 @@ class Decision:
     actions: Actions
     memory: Memory
     listed: frozenset[str]  # operations with a workload in this cycle's listing
+    # what was decided over: the config with the runs its schedules make now (rule 0)
+    compiled: CompiledRepo
     inputs: PlanInputs = field(default_factory=lambda: PlanInputs())  # what was planned over
 
     @property
@@ -477,6 +485,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
 
     Raises :class:`~reconciler.core.plan.PlanInputError` when the inputs contradict each
     other (the compiler rules that out)."""
+    compiled = with_ticks(compiled, runs_known(compiled, listing, memory), now)  # 0
     seen = read_listing(compiled, listing)  # 1
     current, inflight = hold_inflight(seen, listing, memory)  # 2
     marks = gang_marks(seen, memory)
@@ -495,8 +504,23 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
         actions=actions,
         memory=Memory(remembered(memory, current), inflight, superseded, marks, ledger),
         listed=seen.present,
+        compiled=compiled,
         inputs=inputs,
     )
+
+
+def runs_known(compiled: CompiledRepo, listing: Listing, memory: Memory) -> dict[str, bool]:
+    """Rule 0's input: each operation with a run known, and whether one is active: as the
+    listing says, else as a create in flight or memory does, else finished (in the ledger).
+    Only read when the config has schedules."""
+    if not compiled.schedules:
+        return {}
+    out = {e.operation: False for e in memory.ledger}
+    out.update((op_id, s.phase.active) for op_id, s in memory.seen.items())
+    out.update((op_id, c.state.phase.active) for op_id, c in memory.inflight.items())
+    listed = (w for got in listing.values() if got.reachable for w in got.workloads)
+    out.update(known_runs((w.operation, w.phase.active) for w in listed))
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -1235,11 +1235,12 @@ def estimate_decision(
     forward with the planner's own inputs (its observed state, clock ``plan.at``,
     unreachable clusters, backends served, ledger and observed capacity). The durations
     are those of the finished runs the decision knows: its ledger, and each operation's
-    last run the ledger does not hold (``history_of``)."""
+    last run the ledger does not hold (``history_of``). Over ``decision.compiled``:
+    ``compiled`` with the runs its schedules make at the decision's time."""
     last = {**decision.memory.seen, **decision.states}  # each operation's last run, once
     ledger = decision.memory.ledger
     return estimate_starts(
-        compiled,
+        decision.compiled,
         decision.plan,
         decision.observed,
         starts_of(decision.workloads),

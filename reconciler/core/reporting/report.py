@@ -138,7 +138,9 @@ class Report:
 
 
 def report(compiled: CompiledRepo, decision: Decision, outcome: Outcome) -> Report:
-    """The decision with what was carried out of it (pure)."""
+    """The decision with what was carried out of it (pure), over ``decision.compiled``:
+    ``compiled`` with the runs its schedules make at the decision's time."""
+    compiled = decision.compiled
     states = dict(decision.states)
     for c in outcome.created:
         states[c.state.operation] = c.state
@@ -171,9 +173,9 @@ def expected(compiled: CompiledRepo, decision: Decision) -> Report:
     """The report of ``decision`` if every planned create succeeds: what the status branch
     says after the next cycle (``status --live``). A dispatch is then recorded without its
     create's response (``Dispatched``, ``WorkloadCreated``), and each queue's use is the
-    plan's with its dispatches."""
+    plan's with its dispatches. Over ``decision.compiled``, as ``report``."""
     return Report(
-        compiled=compiled,
+        compiled=decision.compiled,
         plan=decision.plan,
         states=decision.states,
         carried_out=frozenset(d.operation for d in decision.plan.dispatch),

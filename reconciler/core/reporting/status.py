@@ -22,6 +22,7 @@ import re
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from decimal import Decimal
 from functools import cache, lru_cache
 from typing import Annotated, Any, Self
@@ -31,6 +32,7 @@ from pydantic import Field
 
 from reconciler.core.compile.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.decision.render import operation_workload, spec_hash
+from reconciler.core.decision.schedule import schedule_groups, schedule_times, tick_time
 from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.observation.gang import GangTimeout, Placement
 from reconciler.core.observation.observe import WorkloadState
@@ -373,6 +375,8 @@ class OperationStatus(StatusRecord):
     # an active distributed run's pods: {replicas, placed, running}, so the views from the
     # status branch see a gang past its queue's startTimeout as the cycle does
     placement: LooseObject = None
+    # a scheduled operation: {lastRun, lastFire, nextFire} (its runs are its children)
+    schedule: LooseObject = None
 
     @property
     def named_outputs(self) -> dict[str, OutputValue]:
@@ -873,6 +877,8 @@ def build_status(
     for parent, kids in children.items():
         if parent not in out:
             out[parent] = _workflow_record(parent, kids)
+    for scheduled, members in schedule_groups(repo).items():
+        out[scheduled] = _schedule_record(scheduled, members, out, plan.at)
     for rejected in repo.rejected:
         out[rejected.operation] = _rejected_record(repo, rejected, states.get(rejected.operation))
     for oid, state in states.items():
@@ -1055,6 +1061,42 @@ def _workflow_record(parent: str, kids: list[OperationStatus]) -> OperationStatu
         sync=(
             Sync.OUT_OF_SYNC if any(k.sync == Sync.OUT_OF_SYNC for k in kids) else Sync.SYNCED
         ).value,
+    )
+
+
+def _schedule_record(
+    scheduled: str,
+    members: list[CompiledOperation],
+    records: Mapping[str, OperationStatus],
+    now: datetime,
+) -> OperationStatus:
+    """A scheduled operation: its runs (each tick's record) are its children, its phase
+    their aggregate (``Queued`` before the first), with its last run and its last and next
+    fire times at ``now``."""
+    first = members[0]
+    spec = first.schedule
+    assert spec is not None
+    ticks = sorted(
+        r
+        for r in records
+        if tick_time(scheduled, r) is not None
+        and (records[r].workflow or {}).get("parent", scheduled) == scheduled
+    )
+    if ticks:
+        phase, message = workflow_summary(records[t].phase for t in ticks)
+    else:
+        phase, message = Phase.QUEUED, "no run yet"
+    return OperationStatus(
+        operation=scheduled,
+        phase=phase,
+        message=message,
+        kind="schedule",
+        path=first.path,
+        queue=first.queue,
+        cluster=first.cluster,
+        namespace=first.namespace,
+        children=tuple(ticks),
+        schedule=schedule_times(spec, ticks, now, stopped=first.stopped),
     )
 
 

@@ -17,9 +17,10 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from reconciler.core.decision.schedule import next_fires, schedule_groups
 from reconciler.core.plan import Admit, BudgetSummary, Pending, PendingReason, Plan, StopReason
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.plan.ledger import prices_for
+from reconciler.core.plan.ledger import prices_for, utc_text
 from reconciler.core.quantity import format_duration, format_quantity
 from reconciler.core.types import (
     ClusterSpec,
@@ -183,6 +184,20 @@ class StopChange:
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleChange:
+    """A schedule the change adds, alters or removes, with its next fire times (UTC) in
+    head at the plan's time (none when removed)."""
+
+    operation: str
+    change: Change
+    next: tuple[str, ...] = ()
+
+
+# A PR plan shows this many of a schedule's next fire times.
+NEXT_FIRES = 3
+
+
+@dataclass(frozen=True, slots=True)
 class PlanDiff:
     base_version: str
     head_version: str
@@ -206,6 +221,7 @@ class PlanDiff:
     budgets: tuple[BudgetChange, ...] = ()  # queues whose budget window reads differently
     position_moves: tuple[PositionMove, ...] = ()  # pending in both, at another position
     stops: tuple[StopChange, ...] = ()  # stopped by head, not by base
+    schedules: tuple[ScheduleChange, ...] = ()  # added, altered or removed schedules
 
     @property
     def has_changes(self) -> bool:
@@ -225,6 +241,7 @@ class PlanDiff:
             or self.settings
             or self.position_moves
             or self.stops
+            or self.schedules
         )
 
 
@@ -503,8 +520,8 @@ def diff_plans(
         settings.append(QueueChange("reconciler.yaml", Change.CHANGED, fields))
 
     # 2: compiled specs, field by field with provenance
-    base_ops = {op.id: op for op in base_repo.operations}
-    head_ops = {op.id: op for op in head_repo.operations}
+    base_ops = {op.id: op for op in (*base_repo.operations, *base_repo.schedules)}
+    head_ops = {op.id: op for op in (*head_repo.operations, *head_repo.schedules)}
     operations = []
     for oid in sorted(base_ops.keys() | head_ops.keys()):
         bo, ho = base_ops.get(oid), head_ops.get(oid)
@@ -631,7 +648,28 @@ def diff_plans(
         settings=tuple(settings),
         position_moves=positions,
         stops=stops,
+        schedules=_schedule_changes(base_repo, head_repo, head_plan),
     )
+
+
+def _schedule_changes(
+    base: CompiledRepo, head: CompiledRepo, plan: Plan
+) -> tuple[ScheduleChange, ...]:
+    """The schedules head adds, alters (another spec) or removes, each with its next fire
+    times at the plan's time."""
+    before = {k: v[0].schedule for k, v in schedule_groups(base).items()}
+    after = {k: v[0].schedule for k, v in schedule_groups(head).items()}
+    out = []
+    for oid in sorted(before.keys() | after.keys()):
+        old, new = before.get(oid), after.get(oid)
+        if old == new:
+            continue
+        if new is None:
+            out.append(ScheduleChange(oid, Change.REMOVED))
+            continue
+        fires = tuple(utc_text(t) for t in next_fires(new, plan.at, NEXT_FIRES))
+        out.append(ScheduleChange(oid, Change.CHANGED if old else Change.ADDED, fires))
+    return tuple(out)
 
 
 _BUDGET_REASONS = frozenset({PendingReason.BUDGET_EXCEEDED, PendingReason.LEDGER_UNREADABLE})
@@ -800,6 +838,10 @@ def diff_to_dict(diff: PlanDiff) -> dict[str, Any]:
             {"operation": s.operation, "queue": s.queue, "reason": s.reason, "action": s.action}
             for s in diff.stops
         ],
+        "schedules": [
+            {"operation": c.operation, "change": c.change.value, "nextFires": list(c.next)}
+            for c in diff.schedules
+        ],
     }
 
 
@@ -842,6 +884,8 @@ def diff_to_markdown(diff: PlanDiff) -> str:
     ]
     if diff.stops:
         summary.append(f"{len(diff.stops)} stop(s)")
+    if diff.schedules:
+        summary.append(f"{len(diff.schedules)} schedule(s) changed")
     if diff.position_moves:
         summary.append(f"{len(diff.position_moves)} move(s) position")
     if diff.borrowing:
@@ -878,6 +922,13 @@ def diff_to_markdown(diff: PlanDiff) -> str:
             for f in q.fields
         ]
         out += [md_table(["Of", "Field", "Before", "After"], rows), ""]
+
+    if diff.schedules:
+        out += ["### Schedules", ""]
+        rows = [
+            [md_code(c.operation), c.change.value, ", ".join(c.next) or "—"] for c in diff.schedules
+        ]
+        out += [md_table(["Operation", "Change", "Next fire times (UTC)"], rows), ""]
 
     if diff.borrowing:
         out += ["### Borrowing from a cohort", ""]

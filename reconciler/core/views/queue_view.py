@@ -36,6 +36,7 @@ from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from reconciler.core.compile.explain import ProvenanceRow, provenance_rows
 from reconciler.core.compile.load import parse_yaml
+from reconciler.core.decision.schedule import schedule_groups, schedule_times, tick_time
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
@@ -846,6 +847,8 @@ class OperationDetail(ApiModel):
     outputs_path: OmitEmpty[str | None] = None
     # a workflow parent: each child's phase and named outputs, to compare
     child_runs: OmitEmpty[Items[ChildRun]] = ()
+    # a scheduled operation: {lastRun, lastFire, nextFire} (its runs are its children)
+    schedule: OmitEmpty[JsonObject | None] = None
 
 
 def phase_history(
@@ -911,6 +914,50 @@ def build_operation_detail(
     return operation_detail(shown, op_id, recorded=recorded, estimates=estimates)
 
 
+def _schedule_detail(
+    shown: Report,
+    op_id: str,
+    templates: Sequence[CompiledOperation],
+    recorded: tuple[PhaseEvent, ...],
+) -> OperationDetail:
+    """A scheduled operation: its runs (a scheduled workflow's: each night's workflow) are
+    its children, its phase their aggregate, with its last run and next fire time."""
+    carried = shown.carried_out
+    failed = {op: (str(f.reason), f.error) for op, f in shown.failed.items()}
+    runs: dict[str, list[str]] = {}  # each run -> the operations it dispatches
+    for o in shown.compiled.operations:
+        wf = o.workflow
+        if wf is not None and wf.parent == op_id:
+            runs.setdefault(o.id, []).append(o.id)
+        elif wf is not None and tick_time(op_id, wf.parent) is not None:
+            runs.setdefault(wf.parent, []).append(o.id)
+    if runs:
+        # each run's phase (a workflow's: its children's aggregate), as its status record
+        phase, message = workflow_summary(
+            workflow_summary(Phase(_phase_of(c, shown.states, carried, failed)) for c in run)[0]
+            for run in runs.values()
+        )
+    else:
+        phase, message = Phase.QUEUED, "no run yet"
+    first = templates[0]
+    assert first.schedule is not None
+    return OperationDetail(
+        operation=op_id,
+        phase=phase.value,
+        message=message,
+        kind="schedule",
+        path=first.path,
+        queue=first.queue,
+        cluster=first.cluster,
+        namespace=first.namespace,
+        children=tuple(sorted(runs)),
+        recorded=recorded,
+        schedule=schedule_times(
+            first.schedule, runs, shown.plan.at, stopped=any(t.stopped for t in templates)
+        ),
+    )
+
+
 def operation_detail(
     shown: Report,
     op_id: str,
@@ -932,6 +979,9 @@ def operation_detail(
         state = None  # an older generation's workload; the current run has not started
     pending = next((p for p in plan.pending if p.operation == op_id), None)
     rejected = next((r for r in repo.rejected if r.operation == op_id), None)
+    group = schedule_groups(repo).get(op_id) if op is None else None
+    if group:
+        return _schedule_detail(shown, op_id, group, recorded_history(recorded))
     if op is None:
         children = tuple(o.id for o in repo.operations if o.workflow and o.workflow.parent == op_id)
         if children:

@@ -350,6 +350,15 @@ def _json(value: Any) -> str:
     return esc(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
+def _schedule(d: OperationDetail, key: str) -> str:
+    """One of a scheduled operation's times (or its last run), "" when it has none."""
+    return str((d.schedule or {}).get(key) or "")
+
+
+def _run_link(op_id: str) -> str:
+    return _link(operation_href(op_id), op_id) if op_id else ""
+
+
 def _outputs(outputs: Mapping[str, Any]) -> str:
     """A run's named outputs as a table; the whole JSON too when it holds more than them
     (nested values, or more than are named)."""
@@ -431,6 +440,12 @@ def operation_main(
             "Outputs path",
             f"<code>{esc(printable_text(d.outputs_path))}</code>" if d.outputs_path else "",
         ),
+        (
+            "Last run",
+            _link(operation_href(last), last) if (last := _schedule(d, "lastRun")) else "",
+        ),
+        ("Last fire time", esc(_schedule(d, "lastFire"))),
+        ("Next fire time", esc(_schedule(d, "nextFire"))),
     ]
     parts = [f"<h1>Operation {esc(printable_text(d.operation))}</h1>", _dl(items)]
     if d.child_runs:

@@ -38,6 +38,8 @@ from reconciler.core.authoring.importers import (
     value_kind,
 )
 from reconciler.core.compile.load import Document, PathKey
+from reconciler.core.decision.schedule import parse_cron, parse_instant
+from reconciler.core.quantity import short_repr as short
 
 MAX_GRID = 1000  # the compiler's cap on a matrix's children
 
@@ -65,9 +67,6 @@ NO_EQUIVALENT: dict[str, str] = {
     "isExternal": "a service is reached through its Service inside the cluster",
     "rewritePath": "no ingress is rendered: reach the Service with kubectl port-forward",
     "earlyStopping": "there is no early stopping: a matrix runs every child",
-    "schedule": "schedules are not supported yet (they land with the lifecycle issue): the "
-    "operation is written held (isApproved: false); approve it, or run it from a CI "
-    "schedule that commits a bumped `generation`",
 }
 
 # Fields of run.environment and what they become.
@@ -158,6 +157,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "environment": (*_ENV_COPY, *_ENV_NO),
     "container": ("name", *_CONTAINER_COPY, "env"),
     "matrix": ("kind", "concurrency", "params", "numRuns", "values", "seed", "earlyStopping"),
+    "schedule": ("kind", "cron", "frequency", "startAt", "endAt", "maxRuns", "dependsOnPast"),
 }
 
 
@@ -378,8 +378,12 @@ class _Importer:
                 at = where.at(key)
                 if key in NO_EQUIVALENT:
                     self.note(at, f"{key}: {NO_EQUIVALENT[key]}")
-                    if key == "schedule":
+                elif key == "schedule":
+                    schedule = self.schedule(at)
+                    if schedule is None:
                         held.append(key)
+                    else:
+                        body["schedule"] = schedule
                 elif key in ("queue", "presets") and where is component and key in root.get():
                     continue  # the operation's own wins, as in Polyaxon
                 elif key == "queue":
@@ -905,6 +909,75 @@ class _Importer:
             return match.group(0)
 
         return _TEMPLATE.sub(sub, value)
+
+    # --- schedule ------------------------------------------------------------------------
+
+    def schedule(self, at: _At) -> dict[str, Any] | None:
+        """A ``schedule``: ``cron`` and ``interval`` field for field (a time without an
+        offset read in UTC, as Polyaxon does); None (reported, the operation held) for a
+        ``datetime`` one (a single run at a time) or one that does not convert."""
+        data = self.mapping(at)
+        kind = data.get("kind")
+        if kind not in ("cron", "interval"):
+            self.note(
+                at.at("kind") if "kind" in data else at,
+                f"schedule.kind {short(kind)}: only cron and interval schedules convert (a "
+                "single run at a time: commit the operation then); not converted",
+            )
+            return None
+        out: dict[str, Any] = {"kind": kind}
+        ok = True
+        for key, value in data.items():
+            where = at.at(key)
+            if key == "kind":
+                continue
+            if key == "cron" and kind == "cron":
+                try:
+                    parse_cron(str(value))
+                    out["cron"] = str(value)
+                except ValueError as err:
+                    self.note(where, f"schedule.cron: {err}; not converted", key=False)
+                    ok = False
+            elif key == "frequency" and kind == "interval":
+                seconds = value if isinstance(value, int) and not isinstance(value, bool) else 0
+                if seconds < 60 or seconds % 60:
+                    self.note(
+                        where,
+                        f"schedule.frequency {short(value)}: a tick's run is named by its "
+                        "minute: whole minutes (seconds, at least 60) only; not converted",
+                        key=False,
+                    )
+                    ok = False
+                else:
+                    out["frequency"] = seconds
+            elif key in ("startAt", "endAt"):
+                text = str(value)
+                if parse_instant(text) is None:
+                    utc = text.replace(" ", "T", 1) + "Z"
+                    if parse_instant(utc) is None:
+                        self.note(
+                            where,
+                            f"schedule.{key} {short(value)}: not a time; not converted",
+                            key=False,
+                        )
+                        ok = False
+                        continue
+                    self.note(where, f"schedule.{key}: no offset: read in UTC, as {utc}")
+                    text = utc
+                out[key] = text
+            elif key == "maxRuns" and isinstance(value, int) and value >= 1:
+                out["maxRuns"] = value
+            elif key == "dependsOnPast":
+                self.note(
+                    where,
+                    "schedule.dependsOnPast: a tick does not wait for the previous run's "
+                    "success; concurrencyPolicy: Forbid (the default) keeps two from running",
+                )
+            else:
+                self.note(where, f"schedule.{key}: no equivalent; not converted")
+        if not ok or ("cron" if kind == "cron" else "frequency") not in out:
+            return None
+        return out
 
     # --- matrix and dag ------------------------------------------------------------------
 
