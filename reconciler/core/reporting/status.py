@@ -66,6 +66,8 @@ STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
 CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
 CLUSTERS_FILE = f"{STATUS_DIR}/clusters.yaml"
+# what a status commit's cycle decided over, to replay it (``core/reporting/replay.py``)
+DECISION_FILE = f"{STATUS_DIR}/_decision.yaml"
 # Each queue's pending operations in order (their positions): ``status/_queues/<queue>.yaml``,
 # continued in ``<queue>.2.yaml``, ... The ``_`` keeps the folder apart from the projects'
 # (a project name is a DNS label), and a queue name has no dot.
@@ -313,6 +315,30 @@ def _superseded_runs(value: Any) -> tuple[SupersededRun, ...]:
         except ValueError:
             continue
     return tuple(runs)
+
+
+class InputRun(SupersededRun):
+    """A run the cycle counted that its operation's record no longer says: the state the
+    planner was given of a run the cycle stopped."""
+
+    operation: Text
+
+
+def _input_runs(value: Any) -> tuple[InputRun, ...]:
+    return tuple(InputRun.from_dict(v) for v in value or ())
+
+
+class DecisionRecord(StatusRecord):
+    """``status/_decision.yaml``: what a replay of the commit's cycle needs besides the
+    files beside it. The records say each run after the cycle; the planner counted each
+    before it: ``dispatched`` (created this cycle: no run before) and ``runs`` (stopped this
+    cycle: the run as it was) are the difference. ``clock`` is the cycle's instant,
+    ``config`` the commit in force."""
+
+    clock: Text
+    config: Text
+    dispatched: Texts = ()
+    runs: OmitEmpty[Annotated[Items[InputRun], _Read(_input_runs)]] = ()
 
 
 class OperationStatus(StatusRecord):
@@ -652,6 +678,7 @@ StatusFile = (
     | ConfigStatus
     | tuple[ClusterStatus, ...]
     | LedgerFile
+    | DecisionRecord
 )
 
 
@@ -1291,6 +1318,8 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return ConfigStatus.from_dict(data)
         if path == CLUSTERS_FILE:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
+        if path == DECISION_FILE:
+            return DecisionRecord.from_dict(data)
         if is_ledger_path(path):
             return entries_from_document(data)
         if is_order_path(path):
@@ -1317,6 +1346,7 @@ class StatusView:
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # what of the ledger could not be read (budgets it may belong to wait)
     ledger_problems: LedgerProblems = field(default_factory=LedgerProblems)
+    decision: DecisionRecord | None = None  # what the commit's cycle decided over
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -1324,6 +1354,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     operations: dict[str, OperationStatus] = {}
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
+    decision: DecisionRecord | None = None
     clusters: tuple[ClusterStatus, ...] = ()
     ledger: list[LedgerEntry] = []
     parts: dict[str, list[QueueOrder]] = {}
@@ -1349,6 +1380,8 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             parts.setdefault(parsed.queue, []).append(parsed)
         elif isinstance(parsed, ConfigStatus):
             config = parsed
+        elif isinstance(parsed, DecisionRecord):
+            decision = parsed
         elif isinstance(parsed, LedgerFile):
             ledger.extend(parsed.entries)
             where = Location(path, 1, 1)
@@ -1380,7 +1413,15 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         tuple(p for p in problems if p.startswith(f"{LEDGER_DIR}/")),
     )
     return StatusView(
-        operations, queues, config, tuple(problems), clusters, tuple(ledger), order, unreadable
+        operations,
+        queues,
+        config,
+        tuple(problems),
+        clusters,
+        tuple(ledger),
+        order,
+        unreadable,
+        decision,
     )
 
 
@@ -1414,13 +1455,16 @@ def status_changes(
     """The files to write (changed or new) and to delete (``None``): status files in
     ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster);
     never a ledger file (the history of what was spent). Other files on the branch (a
-    human's notes) are left alone."""
+    human's notes) are left alone. The decision record alone is no change: its clock moves
+    every cycle, and it is written with the commit whose records it replays."""
     changes: dict[str, bytes | None] = {
         path: data for path, data in after.items() if before.get(path) != data
     }
     for path in before:
         if path not in after and _is_ours(path) and not is_ledger_path(path):
             changes[path] = None
+    if changes.keys() <= {DECISION_FILE}:
+        return {}
     return dict(sorted(changes.items()))
 
 
@@ -1535,7 +1579,7 @@ def _phases(
     for path, data in files.items():
         if (
             not _is_ours(path)
-            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
+            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE, DECISION_FILE)
             or is_ledger_path(path)
             or is_order_path(path)
         ):

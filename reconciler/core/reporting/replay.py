@@ -1,0 +1,216 @@
+"""A status commit's cycle, decided again from the commit alone (pure):
+``replay(recorded, compiled) -> Decision``.
+
+A status commit holds its cycle's records (each run after the cycle), the ledger, the
+clusters' health and capacity, and ``status/_decision.yaml`` (:class:`DecisionRecord`):
+the cycle's clock, the config commit in force, and what the planner counted that the
+records no longer say (the runs this cycle created had none before it; those it stopped
+were still active). With the config compiled at that commit, :func:`replay` calls the same
+:func:`~reconciler.core.decision.cycle.decide` over the same inputs, so its plan is the
+one the cycle made. :func:`differences` compares it with what the commit records.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Any
+
+from reconciler.core.decision.cycle import (
+    Decision,
+    Memory,
+    decide,
+    listing_from_status,
+    memory_from_status,
+)
+from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.plan import Dispatch, Pending, PendingReason
+from reconciler.core.plan.checks import CHECKS, Check
+from reconciler.core.reporting.status import (
+    DECISION_FILE,
+    DecisionRecord,
+    InputRun,
+    QueueStatus,
+    StatusReason,
+    StatusView,
+    SupersededRun,
+    queue_kinds,
+)
+from reconciler.core.types import CompiledRepo, Location, Phase
+
+
+class ReplayError(ValueError):
+    """A commit that cannot be replayed: ``file:line:col: what is wrong``."""
+
+
+def decision_record(
+    compiled: CompiledRepo,
+    decision: Decision,
+    states: Mapping[str, WorkloadState],
+    created: Iterable[str],
+) -> DecisionRecord:
+    """What a replay of ``decision`` needs besides the records of ``states`` (its report's):
+    the ``created`` operations that had no run before, and the run each other operation
+    had before the outcome changed it (a stop carried out, a create over a known run)."""
+    before = decision.states
+    dispatched = sorted(op for op in set(created) if op not in before)
+    runs = tuple(
+        InputRun(operation=op, **SupersededRun.of(state).model_dump())
+        for op, state in sorted(before.items())
+        if states.get(op) is not state
+    )
+    return DecisionRecord(
+        clock=decision.plan.at.isoformat(),
+        config=compiled.version,
+        dispatched=tuple(dispatched),
+        runs=runs,
+    )
+
+
+def recorded_clock(record: DecisionRecord) -> datetime:
+    """The cycle's instant; a ``ReplayError`` when the record's is not one."""
+    try:
+        at = datetime.fromisoformat(record.clock)
+    except ValueError:
+        at = None
+    if at is None or at.tzinfo is None:
+        raise ReplayError(
+            f"{Location(DECISION_FILE, 1, 1)}: clock {record.clock!r} is not an RFC 3339 "
+            "time with an offset"
+        )
+    return at
+
+
+def replay(recorded: StatusView, compiled: CompiledRepo) -> Decision:
+    """The decision of the cycle that wrote ``recorded`` (one status commit, read back),
+    made again: its records with the runs the cycle counted before its outcome, the
+    clusters as it read them, its ledger and clock. ``compiled`` is the config at the
+    record's ``config`` commit."""
+    record = recorded.decision
+    if record is None:
+        raise ReplayError(
+            f"{Location(DECISION_FILE, 1, 1)}: missing: this commit records no decision"
+        )
+    now = recorded_clock(record)
+    memory = memory_from_status(recorded)
+    seen = {op: s for op, s in memory.seen.items() if op not in set(record.dispatched)}
+    for run in record.runs:
+        state = run.state(run.operation)
+        if state is None:
+            raise ReplayError(
+                f"{Location(DECISION_FILE, 1, 1)}: run of {run.operation} is not a workload "
+                f"(phase {run.phase})"
+            )
+        seen[run.operation] = state
+    every = replace(memory, seen=seen)
+    listing = listing_from_status(compiled, recorded, every)
+    # a cluster that was not read shows nothing: what the cycle counted there is memory's
+    read = {name for name, got in listing.items() if got.reachable}
+    kept = Memory(
+        {op: s for op, s in seen.items() if s.cluster not in read},
+        superseded={i: s for i, s in memory.superseded.items() if s.cluster not in read},
+        gang_timeouts=memory.gang_timeouts,
+        ledger=memory.ledger,
+    )
+    return decide(compiled, listing, kept, now)
+
+
+# --- one operation's outcome ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """One operation in a replayed cycle: dispatched, pending (why, where, what would
+    admit it), or neither (its run, or not in the plan)."""
+
+    operation: str
+    dispatch: Dispatch | None = None
+    pending: Pending | None = None
+    phase: str = ""  # neither: the phase of the run the cycle counted ("" none)
+
+    def summary(self) -> str:
+        """One line, the same for the same outcome (the history prints its changes)."""
+        if self.dispatch is not None:
+            flavor = f" in flavor {self.dispatch.flavor}" if self.dispatch.flavor else ""
+            return f"dispatched to {self.dispatch.cluster}{flavor} from {self.dispatch.queue}"
+        if self.pending is not None:
+            p = self.pending
+            return f"pending {p.reason}, position {p.position} in {p.queue}: {p.message}"
+        return self.phase or "not planned"
+
+
+def outcome_of(decision: Decision, operation: str) -> Outcome:
+    for d in decision.plan.dispatch:
+        if d.operation == operation:
+            return Outcome(operation, dispatch=d)
+    for p in decision.plan.pending:
+        if p.operation == operation:
+            return Outcome(operation, pending=p)
+    state = decision.states.get(operation)
+    return Outcome(operation, phase=str(state.phase) if state is not None else "")
+
+
+def deciding_check(reason: PendingReason) -> Check:
+    """The check whose failure gives ``reason``."""
+    return next(c for c in CHECKS if reason in c.reasons)
+
+
+# --- the replay against the record -------------------------------------------------------
+
+_FAILED = frozenset({StatusReason.DISPATCH_FAILED.value, StatusReason.NAMESPACE_FORBIDDEN.value})
+_PLANNED = frozenset(r.value for r in PendingReason)
+
+
+def _plain(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=str))
+
+
+def differences(compiled: CompiledRepo, decision: Decision, recorded: StatusView) -> list[str]:
+    """Where the replayed ``decision`` and the commit ``recorded`` disagree on an
+    operation (dispatched or not; pending with which reason, position and blocker) or,
+    when every dispatch was carried out, on a queue's figures; empty when they agree."""
+    record = recorded.decision
+    created = set(record.dispatched) if record is not None else set()
+    out: list[str] = []
+    planned = {d.operation: d for d in decision.plan.dispatch}
+    pending = {p.operation: p for p in decision.plan.pending}
+    for op_id, rec in sorted(recorded.operations.items()):
+        if rec.children:
+            continue
+        if op_id in planned:
+            if op_id not in created and not (rec.phase is Phase.QUEUED and rec.reason in _FAILED):
+                out.append(
+                    f"{op_id}: replay dispatches it; recorded {rec.phase} {rec.reason or ''}"
+                )
+            continue
+        if op_id in created:
+            out.append(f"{op_id}: recorded dispatched; replay does not dispatch it")
+            continue
+        p = pending.get(op_id)
+        if p is None:
+            if rec.phase is Phase.QUEUED and rec.reason in _PLANNED:
+                out.append(f"{op_id}: recorded pending {rec.reason}; replay has it not pending")
+            continue
+        if rec.phase is not Phase.QUEUED or rec.reason != str(p.reason):
+            out.append(f"{op_id}: replay pending {p.reason}; recorded {rec.phase} {rec.reason}")
+        elif rec.position != p.position:
+            out.append(f"{op_id}: replay position {p.position}; recorded {rec.position}")
+        elif _plain(rec.blocked_by) != _plain(p.blocked_by.to_json()):
+            out.append(f"{op_id}: replay blocked by {p.message!r}; recorded {rec.message!r}")
+    if created >= planned.keys():  # every dispatch carried out: the plan's figures stand
+        theirs = {q.name: q.to_dict() for q in recorded.queues}
+        for q in decision.plan.queues:
+            mine = QueueStatus.from_summary(q, queue_kinds(compiled, q.name)).to_dict()
+            if _plain(mine) != _plain(theirs.get(q.name)):
+                out.append(f"queue {q.name}: replay {mine}; recorded {theirs.get(q.name)}")
+    return out
+
+
+def queue_figures(decision: Decision, compiled: CompiledRepo, queue: str) -> QueueStatus | None:
+    """A queue's figures in the replayed cycle, as ``queues.yaml`` writes them."""
+    for q in decision.plan.queues:
+        if q.name == queue:
+            return QueueStatus.from_summary(q, queue_kinds(compiled, queue))
+    return None

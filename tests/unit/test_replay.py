@@ -1,0 +1,152 @@
+"""A status commit's cycle, replayed from the commit alone, decides what it recorded.
+
+Random worlds (``test_one_decision``'s: queues, cohorts, fleets, budgets, gangs,
+superseded and removed runs, unreachable clusters, a status branch) go through leader
+cycles over fake clusters while time passes, Jobs run and end and clusters come and go.
+Every cycle that makes a status commit is replayed from that commit's files and the config
+it names: each operation dispatched, or pending with the same reason, position and
+blocker, and each queue's figures, as the commit says.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from unittest import mock
+
+import pytest
+from builders import NOW, World
+from fake_kube import FakeCycles, SteppedClock
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from test_one_decision import Scenario, scenarios
+
+from reconciler.core.reporting.replay import (
+    ReplayError,
+    differences,
+    outcome_of,
+    replay,
+)
+from reconciler.core.reporting.status import (
+    DECISION_FILE,
+    read_status,
+    status_changes,
+)
+from reconciler.core.types import RepoSnapshot
+from reconciler.runtime.cycle import Reconciler
+from reconciler.runtime.status import render_cycle_status
+
+
+def _commit(branch: dict[str, bytes], files: dict[str, bytes]) -> bool:
+    """Write ``files`` onto ``branch`` as the status writer does; whether it committed."""
+    changes = status_changes(branch, files)
+    for path, data in changes.items():
+        if data is None:
+            branch.pop(path, None)
+        else:
+            branch[path] = data
+    return bool(changes)
+
+
+def _assert_replays(s: Scenario, branch: dict[str, bytes]) -> None:
+    view = read_status(branch)
+    assert view.decision is not None
+    assert view.decision.config == s.compiled.version
+    again = replay(view, s.compiled)
+    assert differences(s.compiled, again, view) == []
+
+
+STEPS = st.lists(
+    st.tuples(
+        st.sampled_from([0, 30, 600, 4000]),  # seconds before the cycle
+        st.sampled_from(["none", "Running", "Succeeded", "Failed", "Deleting", "gone"]),
+        st.integers(0, 7),  # which Job
+        st.sampled_from([None, True, True, False]),  # a cluster comes back, or goes
+    ),
+    min_size=1,
+    max_size=4,
+)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(scenarios(), STEPS)
+def test_replay_of_every_recorded_cycle_equals_its_record(
+    s: Scenario, steps: list[tuple[int, str, int, bool | None]]
+) -> None:
+    clock = SteppedClock(NOW)
+    reconciler = Reconciler(
+        lambda: RepoSnapshot(files={}, version=s.compiled.version),
+        s.connect,  # type: ignore[arg-type]
+        clock,
+        is_leader=lambda: True,
+        watch=False,
+    )
+    reconciler.seed(s.memory)
+    branch: dict[str, bytes] = {}
+    commits = 0
+    try:
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: s.compiled):
+            for after, fact, which, reachable in [(0, "none", 0, None), *steps]:
+                clock.at += timedelta(seconds=after)
+                fakes = [s.clusters[n] for n in sorted(s.clusters)]
+                fake = fakes[which % len(fakes)]
+                jobs = sorted(fake.jobs)
+                if jobs and fact == "gone":
+                    fake.delete(*jobs[which % len(jobs)])
+                elif jobs and fact != "none":
+                    fake.set_phase(*jobs[which % len(jobs)], fact)
+                if reachable is not None:
+                    fake.reachable = reachable
+                result = reconciler.run_once()
+                assert result.plan is not None
+                if _commit(branch, render_cycle_status(result, s.compiled, result.plan)):
+                    commits += 1
+                    _assert_replays(s, branch)
+    finally:
+        reconciler.close()
+    assert commits >= 1  # the first cycle writes the branch
+
+
+def test_a_cycle_that_changes_nothing_makes_no_commit_for_its_clock() -> None:
+    world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 1})
+    world.ops("p/o{}", 3, queue="team-a", gpu=1)
+    cycles = FakeCycles(world.repo("c1"))
+    branch: dict[str, bytes] = {}
+    assert _commit(branch, cycles.status_of(cycles.cycle()))
+    _commit(branch, cycles.status_of(cycles.cycle(after=30)))  # the dispatch is seen
+    first = branch[DECISION_FILE]
+    assert not _commit(branch, cycles.status_of(cycles.cycle(after=60)))
+    assert branch[DECISION_FILE] == first  # the record replays the commit it came with
+
+
+def test_the_record_says_what_a_dispatch_and_a_wait_were() -> None:
+    world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 1})
+    world.ops("p/o{}", 3, queue="team-a", gpu=1)
+    compiled = world.repo("c1")
+    cycles = FakeCycles(compiled)
+    branch: dict[str, bytes] = {}
+    _commit(branch, cycles.status_of(cycles.cycle()))
+    view = read_status(branch)
+    assert view.decision is not None
+    assert view.decision.clock == NOW.isoformat()
+    assert view.decision.dispatched == ("p/o1",)
+    again = replay(view, compiled)
+    assert outcome_of(again, "p/o1").summary() == "dispatched to local from team-a"
+    waiting = outcome_of(again, "p/o3")
+    assert waiting.pending is not None
+    assert (str(waiting.pending.reason), waiting.pending.position) == ("QuotaExceeded", 2)
+
+
+def test_a_hand_edited_record_is_a_one_line_error() -> None:
+    world = World().cluster("local").queue("team-a")
+    world.ops("p/o{}", 1, queue="team-a", gpu=1)
+    compiled = world.repo("c1")
+    cycles = FakeCycles(compiled)
+    branch: dict[str, bytes] = {}
+    _commit(branch, cycles.status_of(cycles.cycle()))
+    branch[DECISION_FILE] = branch[DECISION_FILE].replace(NOW.isoformat().encode(), b"tuesday")
+    with pytest.raises(ReplayError, match=r"^status/_decision.yaml:1:1: clock 'tuesday'"):
+        replay(read_status(branch), compiled)
+    branch[DECISION_FILE] = b"clock: [1\n"
+    view = read_status(branch)
+    assert view.decision is None
+    assert any(p.startswith("status/_decision.yaml:") for p in view.problems)
