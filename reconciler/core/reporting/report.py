@@ -357,6 +357,7 @@ def status_view(shown: Report) -> StatusView:
         clusters,
         ledger,
         {q: tuple(ids) for q, ids in sorted(order.items())},
+        decision=shown.record,
     )
 
 
