@@ -1,0 +1,156 @@
+"""``reconciler why`` through real Git: the template's cycles over a fake cluster are
+written to the status branch of a bare remote, and ``why`` replays them from Git alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from fake_kube import FakeCycles
+from test_git_adapter import git
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.cli.main import cli
+from reconciler.core.compile import compile_repo
+from reconciler.core.reporting.status import (
+    DECISION_FILE,
+    status_changes,
+    summarize_cycle,
+)
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+@pytest.fixture
+def history(template_remote: Path, tmp_path: Path) -> tuple[Path, list[str], str, str]:
+    """Three cycles written to the status branch: their commits, an operation pending in
+    the first, and one dispatched in it."""
+    repo = ConfigRepo(str(template_remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    compiled = compile_repo(repo.sync())
+    cycles = FakeCycles(compiled, backends={"pytorchjob"})
+    commits: list[str] = []
+    pending = dispatched = ""
+    for after in (0, 30, 900):
+        result = cycles.cycle(after=after)
+        assert result.plan is not None
+        if not commits:
+            pending = result.plan.pending[-1].operation
+            dispatched = result.plan.dispatch[0].operation
+        files = cycles.status_of(result)
+        before = status.read()
+        sha = status.write(status_changes(before, files), summarize_cycle(before, files))
+        if sha is not None:
+            commits.append(sha)
+        for key in sorted(cycles.cluster.jobs)[:2]:  # runs end, so others are dispatched
+            cycles.cluster.set_phase(*key, "Succeeded")
+    return template_remote, commits, pending, dispatched
+
+
+def test_why_at_a_status_commit_replays_its_cycle(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, pending, dispatched = history
+    cache = str(tmp_path / "why-cache")
+    code, out, err = run(
+        "why", pending, "--at", commits[0][:10], "--repo", str(remote), "--cache-dir", cache
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        f"{pending} at 2026-01-01T12:00:00+00:00 (status commit {commits[0][:12]}"
+    )
+    assert lines[1].startswith("outcome: pending ")
+    assert any(line.startswith("decided by: check ") for line in lines)
+    assert any(line.startswith("what would admit it:") for line in lines)
+    assert any(line.startswith("queue ") and " then: priority " in line for line in lines)
+    assert lines[-1] == "replay: equals the record"
+
+    code, out, err = run(
+        "why",
+        dispatched,
+        "--at",
+        "2026-01-01T12:00:10Z",
+        "--repo",
+        str(remote),
+        "--cache-dir",
+        cache,
+    )
+    assert code == 0, err
+    assert "outcome: dispatched to local" in out
+    assert "decided by: every check held" in out
+
+
+def test_why_without_at_prints_each_change_of_the_outcome(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, _, dispatched = history
+    code, out, err = run(
+        "why", dispatched, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].endswith("dispatched to local from " + lines[0].rsplit(" ", 1)[-1])
+    assert f"  {commits[0][:12]}  dispatched" in lines[0]
+    assert len(lines) >= 2 and len(set(line.split("  ", 2)[2] for line in lines)) == len(lines)
+
+
+@pytest.mark.parametrize(
+    ("at", "message"),
+    [
+        (
+            "2025-12-31T00:00:00Z",
+            "error: 2025-12-31T00:00:00+00:00 is before the first recorded decision\n",
+        ),
+        (
+            "0123456789abcdef",
+            "error: 0123456789abcdef is not a commit on the status branch reconciler/status\n",
+        ),
+        ("main", "is not a commit on the status branch reconciler/status\n"),
+    ],
+)
+def test_why_at_a_moment_with_no_record_is_a_one_line_error(
+    history: tuple[Path, list[str], str, str], tmp_path: Path, at: str, message: str
+) -> None:
+    remote, _, pending, _ = history
+    code, out, err = run(
+        "why", pending, "--at", at, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1 and out == ""
+    assert err.endswith(message) and err.count("\n") == 1
+
+
+def test_a_hand_edited_record_is_a_one_line_error(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, _, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    status.read()
+    sha = status.write(
+        {DECISION_FILE: b"clock: [tuesday\n", "status/notes.yaml": b"a: 1\n"}, "by hand"
+    )
+    assert sha is not None
+    code, out, err = run(
+        "why", pending, "--at", sha, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1 and out == ""
+    assert err.startswith(
+        f"error: status commit {sha[:12]} cannot be replayed: "
+        "unreadable status file status/_decision.yaml:"
+    )
+    assert err.count("\n") == 1
+    code, _, err = run("why", pending, "--repo", str(remote), "--cache-dir", str(tmp_path / "c"))
+    assert code == 1 and err.count("\n") == 1 and "status/_decision.yaml:" in err
+
+
+def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> None:
+    code, _, err = run(
+        "why", "a/b", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1
+    assert err.startswith("error: no status yet: branch reconciler/status does not exist in ")
+    assert git(template_remote, "branch", "--list", "reconciler/status") == ""
