@@ -28,6 +28,10 @@ from reconciler.core.reporting.replay import (
 )
 from reconciler.core.reporting.status import (
     DECISION_FILE,
+    RUNS_PER_FILE,
+    DecisionRecord,
+    InputRun,
+    decision_path,
     read_status,
     status_changes,
 )
@@ -150,3 +154,31 @@ def test_a_hand_edited_record_is_a_one_line_error() -> None:
     view = read_status(branch)
     assert view.decision is None
     assert any(p.startswith("status/_decision.yaml:") for p in view.problems)
+
+
+def test_a_record_of_many_runs_continues_in_parts_read_back_whole() -> None:
+    runs = tuple(
+        InputRun(
+            operation=f"p/o{i}",
+            generation=1,
+            cluster="local",
+            namespace="p",
+            workload=f"p-o{i}-g1",
+            phase="Running",
+            requests={"nvidia.com/gpu": "1"},
+        )
+        for i in range(RUNS_PER_FILE * 2 + 1)
+    )
+    record = DecisionRecord(clock=NOW.isoformat(), config="c1", runs=runs)
+    files = record.files()
+    assert set(files) == {decision_path(1), decision_path(2), decision_path(3)}
+    assert read_status(files).decision == record
+    # a part of another cycle's record (a lost write, a hand edit) is not joined to it
+    other = DecisionRecord(clock="2026-01-02T00:00:00+00:00", config="c1", runs=runs)
+    mixed = {**files, decision_path(3): other.files()[decision_path(3)]}
+    view = read_status(mixed)
+    assert view.decision is None
+    assert view.problems == (
+        f"status/_decision.3.yaml:1:1: not a part of the decision record of {NOW.isoformat()} "
+        "(part 3 expected)",
+    )

@@ -31,7 +31,6 @@ from reconciler.core.plan import FlavorUsage, Plan, QueueSummary, plan_repo
 from reconciler.core.plan.ledger import Ledger
 from reconciler.core.reporting.replay import decision_record
 from reconciler.core.reporting.status import (
-    DECISION_FILE,
     ClusterStatus,
     ConfigStatus,
     DecisionRecord,
@@ -41,7 +40,6 @@ from reconciler.core.reporting.status import (
     StatusReason,
     StatusView,
     build_status,
-    dump_yaml,
     join_records,
     listed_errors,
     queue_kinds,
@@ -305,7 +303,7 @@ def encode(
     )
     if shown.record is None:
         return files
-    files[DECISION_FILE] = dump_yaml(shown.record.to_dict())
+    files.update(shown.record.files())
     return dict(sorted(files.items()))
 
 

@@ -66,8 +66,21 @@ STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
 CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
 CLUSTERS_FILE = f"{STATUS_DIR}/clusters.yaml"
-# what a status commit's cycle decided over, to replay it (``core/reporting/replay.py``)
+# what a status commit's cycle decided over, to replay it (``core/reporting/replay.py``); its
+# runs continue in ``_decision.2.yaml``, ... ``RUNS_PER_FILE`` a file (a run is ~25 values)
 DECISION_FILE = f"{STATUS_DIR}/_decision.yaml"
+RUNS_PER_FILE = 500
+_DECISION_PART = re.compile(r"^status/_decision\.([2-9]|[1-9][0-9]+)\.yaml$")
+
+
+def decision_path(part: int = 1) -> str:
+    return DECISION_FILE if part == 1 else f"{STATUS_DIR}/_decision.{part}.yaml"
+
+
+def is_decision_path(path: str) -> bool:
+    return path == DECISION_FILE or _DECISION_PART.match(path) is not None
+
+
 # Each queue's pending operations in order (their positions): ``status/_queues/<queue>.yaml``,
 # continued in ``<queue>.2.yaml``, ... The ``_`` keeps the folder apart from the projects'
 # (a project name is a DNS label), and a queue name has no dot.
@@ -339,6 +352,22 @@ class DecisionRecord(StatusRecord):
     config: Text
     dispatched: Texts = ()
     runs: OmitEmpty[Annotated[Items[InputRun], _Read(_input_runs)]] = ()
+    part: OmitEmpty[Number] = 0  # a continuation file's number (2, 3, ...): more runs
+
+    def files(self) -> dict[str, bytes]:
+        """The record's files: its runs ``RUNS_PER_FILE`` a file, each file within the
+        reader's limits."""
+        out: dict[str, bytes] = {}
+        for start in range(0, max(len(self.runs), 1), RUNS_PER_FILE):
+            part = start // RUNS_PER_FILE + 1
+            chunk = self.runs[start : start + RUNS_PER_FILE]
+            record = (
+                self.model_copy(update={"runs": chunk})
+                if part == 1
+                else DecisionRecord(clock=self.clock, config=self.config, runs=chunk, part=part)
+            )
+            out[decision_path(part)] = dump_yaml(record.to_dict())
+        return out
 
 
 class OperationStatus(StatusRecord):
@@ -1318,7 +1347,7 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return ConfigStatus.from_dict(data)
         if path == CLUSTERS_FILE:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
-        if path == DECISION_FILE:
+        if is_decision_path(path):
             return DecisionRecord.from_dict(data)
         if is_ledger_path(path):
             return entries_from_document(data)
@@ -1354,7 +1383,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     operations: dict[str, OperationStatus] = {}
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
-    decision: DecisionRecord | None = None
+    decisions: list[DecisionRecord] = []
     clusters: tuple[ClusterStatus, ...] = ()
     ledger: list[LedgerEntry] = []
     parts: dict[str, list[QueueOrder]] = {}
@@ -1381,7 +1410,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         elif isinstance(parsed, ConfigStatus):
             config = parsed
         elif isinstance(parsed, DecisionRecord):
-            decision = parsed
+            decisions.append(parsed)
         elif isinstance(parsed, LedgerFile):
             ledger.extend(parsed.entries)
             where = Location(path, 1, 1)
@@ -1405,6 +1434,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         for part in found:  # each part says where it starts (a lost part shifts nothing)
             positions.update((op, part.first + i) for i, op in enumerate(part.pending))
     join_records(operations, positions, config.applied if config is not None else "")
+    decision = _joined(decisions, problems)
     unreadable = LedgerProblems(
         unread,
         {m: tuple(r) for m, r in raw.items()},
@@ -1423,6 +1453,24 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         unreadable,
         decision,
     )
+
+
+def _joined(parts: list[DecisionRecord], problems: list[str]) -> DecisionRecord | None:
+    """The decision record from its files, its runs in part order; None, with a problem,
+    when a part is missing or belongs to another cycle (a lost or hand-edited file)."""
+    first = next((p for p in parts if not p.part), None)
+    if first is None:
+        return None
+    rest = sorted((p for p in parts if p.part), key=lambda p: p.part)
+    for number, part in enumerate(rest, start=2):
+        if part.part != number or (part.clock, part.config) != (first.clock, first.config):
+            problems.append(
+                f"{Location(decision_path(part.part), 1, 1)}: not a part of the decision "
+                f"record of {first.clock} (part {number} expected)"
+            )
+            return None
+    runs = tuple(r for p in (first, *rest) for r in p.runs)
+    return first.model_copy(update={"runs": runs}) if rest else first
 
 
 def join_records(
@@ -1463,7 +1511,7 @@ def status_changes(
     for path in before:
         if path not in after and _is_ours(path) and not is_ledger_path(path):
             changes[path] = None
-    if changes.keys() <= {DECISION_FILE}:
+    if all(is_decision_path(path) for path in changes):
         return {}
     return dict(sorted(changes.items()))
 
@@ -1579,7 +1627,8 @@ def _phases(
     for path, data in files.items():
         if (
             not _is_ours(path)
-            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE, DECISION_FILE)
+            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
+            or is_decision_path(path)
             or is_ledger_path(path)
             or is_order_path(path)
         ):
