@@ -3,60 +3,35 @@ in a recorded cycle, decided again from Git alone (``core/reporting/replay.py``)
 
 Each status commit records its cycle's decision (``status/_decision.yaml``); the config
 commit it names is compiled and the cycle replayed, and the replay is held to what the
-commit records. Reading goes through the Git adapter; the renderers below are pure.
+commit records. Reading is ``runtime/why.py``'s; the renderers below are pure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import click
 
-from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, redact
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.cli.options import (
     branch_option,
     cache_dir_option,
     status_branch_option,
     status_repo_option,
 )
-from reconciler.core.compile import compile_repo
-from reconciler.core.decision.cycle import Decision
-from reconciler.core.plan import PlanInputError
 from reconciler.core.reporting.replay import (
     Outcome,
-    ReplayError,
+    Replayed,
     deciding_check,
-    differences,
+    outcome_history,
     outcome_of,
     queue_figures,
-    recorded_clock,
-    replay,
 )
-from reconciler.core.reporting.status import DECISION_FILE, QueueStatus, StatusView, read_status
-from reconciler.core.types import CompiledRepo, printable_text
-
-
-class WhyError(Exception):
-    """Printed as ``error: <message>``; exit 1."""
-
-
-@dataclass(frozen=True, slots=True)
-class Replayed:
-    """One recorded cycle and its replay."""
-
-    commit: str
-    at: datetime
-    view: StatusView
-    compiled: CompiledRepo
-    decision: Decision
-
-    def differences(self) -> list[str]:
-        return differences(self.compiled, self.decision, self.view)
-
+from reconciler.core.reporting.status import QueueStatus
+from reconciler.core.types import printable_text
+from reconciler.runtime.why import History, WhyError
 
 # --- pure rendering ---------------------------------------------------------------------
 
@@ -133,121 +108,6 @@ def _headline(got: Outcome) -> str:
     return got.summary()
 
 
-def history_lines(op_id: str, cycles: Iterator[Replayed]) -> tuple[list[str], list[str]]:
-    """One line per change of the operation's outcome, oldest first, and the cycles whose
-    replay differs from their record."""
-    lines: list[str] = []
-    wrong: list[str] = []
-    last: str | None = None
-    for cycle in cycles:
-        found = cycle.differences()
-        if found:
-            wrong.append(f"status commit {cycle.commit[:12]}: {found[0]}")
-        got = outcome_of(cycle.decision, op_id)
-        if got.dispatch is None and got.pending is None and not got.phase:
-            continue  # not in this cycle
-        summary = got.summary()
-        if summary != last:
-            lines.append(f"{cycle.at.isoformat()}  {cycle.commit[:12]}  {summary}")
-            last = summary
-    return lines, wrong
-
-
-# --- I/O --------------------------------------------------------------------------------
-
-
-class History:
-    """The recorded cycles of a status branch, read and replayed on demand."""
-
-    def __init__(
-        self,
-        repo: str,
-        status_branch: str,
-        status_repo: str | None,
-        cache_dir: Path | None,
-        branch: str,
-    ) -> None:
-        self.config = ConfigRepo(repo, branch, cache_dir)
-        self.status = StatusBranch(self.config, remote=status_repo, branch=status_branch)
-        self.name = status_branch
-        tip = self.status.fetch()
-        if tip is None:
-            where = redact(status_repo) if status_repo else self.config.source
-            raise WhyError(f"no status yet: branch {status_branch} does not exist in {where}")
-        self.commits = self.status.commits_changing(DECISION_FILE)
-        self._compiled: dict[str, CompiledRepo] = {}
-        self._fetched = False
-
-    def compiled_at(self, sha: str) -> CompiledRepo:
-        if sha not in self._compiled:
-            if not self._fetched:
-                self.config.fetch()
-                self._fetched = True
-            compiled = compile_repo(self.config.snapshot(sha))
-            if compiled.errors:
-                raise WhyError(f"config {sha[:12]} does not compile: {compiled.errors[0]}")
-            self._compiled[sha] = compiled
-        return self._compiled[sha]
-
-    def replayed(self, commit: str, view: StatusView) -> Replayed:
-        problems = [p for p in view.problems if not p.startswith("status/ledger/")]
-        if problems:
-            raise WhyError(
-                f"status commit {commit[:12]} cannot be replayed: "
-                f"unreadable status file {printable_text(problems[0])}"
-            )
-        if view.decision is None:
-            raise WhyError(f"status commit {commit[:12]} records no decision")
-        try:
-            at = recorded_clock(view.decision)
-            compiled = self.compiled_at(view.decision.config)
-            decision = replay(view, compiled)
-        except (ReplayError, PlanInputError) as exc:
-            raise WhyError(f"status commit {commit[:12]}: {exc}") from None
-        return Replayed(commit, at, view, compiled, decision)
-
-    def at_commit(self, name: str) -> Replayed:
-        sha = self.status.commit_on_branch(name)
-        if sha is None:
-            raise WhyError(f"{name} is not a commit on the status branch {self.name}")
-        if sha not in self.commits:
-            raise WhyError(
-                f"status commit {sha[:12]} records no decision (it was written before "
-                "decisions were recorded, or by hand)"
-            )
-        return self.replayed(sha, read_status(self.status.files_at(sha)))
-
-    def at_time(self, when: datetime) -> Replayed:
-        """The cycle in force at ``when``: the last recorded at or before it."""
-        chosen: tuple[str, StatusView] | None = None
-        for sha, view in self._views():
-            if view.decision is None:
-                break
-            try:
-                at = recorded_clock(view.decision)
-            except ReplayError as exc:
-                raise WhyError(f"status commit {sha[:12]}: {exc}") from None
-            if at > when:
-                break
-            chosen = (sha, view)
-        if chosen is None:
-            raise WhyError(f"{when.isoformat()} is before the first recorded decision")
-        return self.replayed(*chosen)
-
-    def every(self) -> Iterator[Replayed]:
-        for sha, view in self._views():
-            yield self.replayed(sha, view)
-
-    def _views(self) -> Iterator[tuple[str, StatusView]]:
-        """Each recorded commit's files read back, oldest first; each read as a diff of
-        the one before."""
-        known: tuple[str, dict[str, bytes]] | None = None
-        for sha in self.commits:
-            files = self.status.files_at(sha, known)
-            known = (sha, files)
-            yield sha, read_status(files)
-
-
 def _time(text: str) -> datetime | None:
     try:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
@@ -289,15 +149,16 @@ def why(
     if "/" not in target:
         raise click.UsageError("PROJECT/OP: name one operation")
     try:
-        history = History(repo, status_branch, status_repo, cache_dir, branch)
+        config = ConfigRepo(repo, branch, cache_dir)
+        history = History(config, StatusBranch(config, remote=status_repo, branch=status_branch))
         if not history.commits:
             raise WhyError(f"no recorded decisions on {status_branch}: nothing to replay")
         if at is None:
-            lines, wrong = history_lines(target, history.every())
-            if not lines:
+            changes, wrong = outcome_history(target, history.every())
+            if not changes:
                 raise WhyError(f"{target} is in none of the {len(history.commits)} recorded cycles")
-            for line in lines:
-                click.echo(line)
+            for change in changes:
+                click.echo(change.line())
             for line in wrong:
                 click.echo(f"error: replay differs from the record: {line}", err=True)
             raise SystemExit(1 if wrong else 0)

@@ -157,6 +157,55 @@ def deciding_check(reason: PendingReason) -> Check:
     return next(c for c in CHECKS if reason in c.reasons)
 
 
+# --- a history of replayed cycles --------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Replayed:
+    """One recorded cycle (a status commit, read back) and its replay."""
+
+    commit: str
+    at: datetime
+    view: StatusView
+    compiled: CompiledRepo
+    decision: Decision
+
+    def differences(self) -> list[str]:
+        return differences(self.compiled, self.decision, self.view)
+
+
+@dataclass(frozen=True, slots=True)
+class OutcomeChange:
+    """An operation's outcome from the cycle of ``commit`` (at ``at``) on."""
+
+    at: datetime
+    commit: str
+    outcome: str
+
+    def line(self) -> str:
+        return f"{self.at.isoformat()}  {self.commit[:12]}  {self.outcome}"
+
+
+def outcome_history(
+    op_id: str, cycles: Iterable[Replayed]
+) -> tuple[list[OutcomeChange], list[str]]:
+    """One change per change of the operation's outcome, oldest first (the cycles it is in),
+    and the cycles whose replay differs from their record."""
+    changes: list[OutcomeChange] = []
+    wrong: list[str] = []
+    for cycle in cycles:
+        found = cycle.differences()
+        if found:
+            wrong.append(f"status commit {cycle.commit[:12]}: {found[0]}")
+        got = outcome_of(cycle.decision, op_id)
+        if got.dispatch is None and got.pending is None and not got.phase:
+            continue  # not in this cycle
+        summary = got.summary()
+        if not changes or changes[-1].outcome != summary:
+            changes.append(OutcomeChange(cycle.at, cycle.commit, summary))
+    return changes, wrong
+
+
 # --- the replay against the record -------------------------------------------------------
 
 _FAILED = frozenset({StatusReason.DISPATCH_FAILED.value, StatusReason.NAMESPACE_FORBIDDEN.value})
