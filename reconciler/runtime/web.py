@@ -5,7 +5,8 @@ Routes (GET only; nothing here changes a cluster or the repo):
 - ``/`` and ``/queues``: every queue with quota bars and the fleet totals;
 - ``/queues/<name>``: settings with their file:line and last commit (Git blame), active
   and pending operations with position, reason and what would admit them;
-- ``/operations/<project>/<op>``: phase history, workload, outputs, log tail, compiled spec
+- ``/operations/<project>/<op>``: phase history, its outcome over the recorded cycles
+  (replayed: ``runtime/why.py``), workload, outputs, log tail, compiled spec
   with per-field provenance;
 - ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
   ``/api/v1/fleet``: the same views as JSON.
@@ -19,20 +20,22 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote
 
-from reconciler.adapters.git import GitSyncError
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core.compile.model import suggest
 from reconciler.core.decision.render_kubeflow import log_container
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
+from reconciler.core.reporting.replay import OutcomeChange
 from reconciler.core.reporting.report import Report
 from reconciler.core.reporting.status import (
     OperationStatus,
@@ -52,6 +55,7 @@ from reconciler.core.views.queue_view import (
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.service import Runtime
+from reconciler.runtime.why import History, WhyError
 
 log = logging.getLogger("reconciler.web")
 
@@ -72,6 +76,8 @@ ReadLogs = Callable[[str, str, str, int, str], str]
 ReadSource = Callable[[str], bytes | None]
 # status file path -> its versions, oldest first: (commit, commit time, content)
 StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
+# An operation's outcome over the recorded cycles, replayed (``reconciler why``).
+OutcomeHistory = Callable[[str], Sequence[OutcomeChange]]
 
 
 @dataclass(frozen=True)
@@ -93,6 +99,7 @@ class WebApp:
         read_logs: ReadLogs | None = None,
         read_source: ReadSource | None = None,
         status_history: StatusHistory | None = None,
+        outcome_history: OutcomeHistory | None = None,
         tail_lines: int = 100,
         estimator: EstimateWorker | None = None,
     ) -> None:
@@ -101,6 +108,7 @@ class WebApp:
         self._read_logs = read_logs
         self._read_source = read_source
         self._status_history = status_history
+        self._outcome_history = outcome_history
         self._tail = tail_lines
         self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
         self._lock = threading.Lock()
@@ -198,7 +206,7 @@ class WebApp:
             return None
         down = {h.name for h in r.clusters if not h.reachable}
         logs, note = self._logs(r.states.get(op_id), down)
-        return 200, web_html.operation_main(detail, logs, note)
+        return 200, web_html.operation_main(detail, logs, note, self._outcomes(op_id))
 
     def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
         if self._blame is None or not path:
@@ -242,6 +250,18 @@ class WebApp:
             if isinstance(parsed, OperationStatus):
                 out.append((sha, when, parsed))
         return out
+
+    def _outcomes(self, op_id: str) -> Sequence[OutcomeChange]:
+        if self._outcome_history is None:
+            return ()
+        try:
+            return self._outcome_history(op_id)
+        except (GitSyncError, WhyError) as exc:  # the page goes without it
+            log.warning("outcome history of %s: %s", op_id, exc)
+            return ()
+        except Exception:  # a bug of ours, reported as one
+            log.exception("internal error: outcome history of %s", op_id)
+            return ()
 
     def _logs(self, state: WorkloadState | None, down: set[str]) -> tuple[str | None, str]:
         if state is None:
@@ -395,4 +415,39 @@ def make_web_app(
         read_logs=read_logs,
         read_source=read_source,
         status_history=runtime.publisher.branch.file_history if runtime.publisher else None,
+        outcome_history=recorded_outcomes(runtime),
     )
+
+
+# the newest recorded cycles an operation page replays, and how often it fetches the branch
+PAGE_CYCLES = 200
+PAGE_FETCH_SECONDS = 30.0
+
+
+def recorded_outcomes(runtime: Runtime) -> OutcomeHistory | None:
+    """An operation's outcome over the newest ``PAGE_CYCLES`` recorded cycles, replayed
+    (``runtime/why.py``) from a Git cache of its own (the cycle's is the loop's), the
+    branch fetched at most every ``PAGE_FETCH_SECONDS``; each cycle replayed once."""
+    publisher, config = runtime.publisher, runtime.config
+    if publisher is None or config is None:
+        return None
+    lock = threading.Lock()
+    held: list[History] = []
+    fetched = [0.0]
+
+    def outcomes(op_id: str) -> Sequence[OutcomeChange]:
+        with lock:
+            now = time.monotonic()
+            if not held:
+                own = ConfigRepo(config.source, config.branch, config.git_dir.parent)
+                branch = StatusBranch(
+                    own, remote=publisher.branch.remote, branch=publisher.branch.branch
+                )
+                held.append(History(own, branch, keep=PAGE_CYCLES))
+                fetched[0] = now
+            elif now - fetched[0] >= PAGE_FETCH_SECONDS:
+                held[0].fetch()
+                fetched[0] = now
+            return held[0].outcomes(op_id, last=PAGE_CYCLES)
+
+    return outcomes

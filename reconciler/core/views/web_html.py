@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from reconciler.core.reporting.replay import OutcomeChange
 from reconciler.core.types import printable_path, printable_text
 from reconciler.core.views.queue_view import (
     ClusterShare,
@@ -342,7 +343,13 @@ def _json(value: Any) -> str:
     return esc(json.dumps(value, indent=2, sort_keys=True, default=str))
 
 
-def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
+def operation_main(
+    d: OperationDetail,
+    logs: str | None = None,
+    logs_note: str = "",
+    outcomes: Sequence[OutcomeChange] = (),
+) -> str:
+    """``outcomes``: its outcome over the recorded cycles, replayed (``reconciler why``)."""
     queue = _link(queue_href(d.queue), d.queue) if d.queue else ""
     workload = "/".join(esc(x) for x in (d.cluster, d.namespace, d.workload) if x)
     items = [
@@ -394,6 +401,22 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
                 ),
             )
         )
+    if outcomes:
+        parts.append("<h2>Outcome over time</h2>")
+        parts.append(
+            "<p class=muted>each recorded cycle replayed from the status branch "
+            f"(<code>reconciler why {esc(printable_text(d.operation))}</code>)</p>"
+        )
+        parts.append(
+            _table(
+                ("From", "Status commit", "Outcome"),
+                (
+                    f"<tr><td>{esc(o.at.isoformat())}</td><td><code>{esc(o.commit[:12])}</code>"
+                    f"</td><td>{esc(o.outcome)}</td></tr>"
+                    for o in outcomes
+                ),
+            )
+        )
     if d.outputs is not None:
         parts.append(f"<h2>Outputs</h2><pre>{_json(d.outputs)}</pre>")
     if logs is not None or logs_note:
@@ -417,8 +440,13 @@ def operation_main(d: OperationDetail, logs: str | None = None, logs_note: str =
     return "".join(parts)
 
 
-def render_operation_page(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
-    return page(f"Operation {d.operation}", operation_main(d, logs, logs_note))
+def render_operation_page(
+    d: OperationDetail,
+    logs: str | None = None,
+    logs_note: str = "",
+    outcomes: Sequence[OutcomeChange] = (),
+) -> str:
+    return page(f"Operation {d.operation}", operation_main(d, logs, logs_note, outcomes))
 
 
 def message_main(title: str, message: str) -> str:
