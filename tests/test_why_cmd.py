@@ -18,6 +18,9 @@ from reconciler.core.reporting.status import (
     status_changes,
     summarize_cycle,
 )
+from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.service import make_runtime
+from reconciler.runtime.web import WebApp, recorded_outcomes
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -25,10 +28,13 @@ def run(*args: str) -> tuple[int, str, str]:
     return result.exit_code, result.stdout, result.stderr
 
 
+LAST: dict[Path, CycleResult] = {}
+
+
 @pytest.fixture
 def history(template_remote: Path, tmp_path: Path) -> tuple[Path, list[str], str, str]:
     """Three cycles written to the status branch: their commits, an operation pending in
-    the first, and one dispatched in it."""
+    the first, and one dispatched in it (``LAST``: the last cycle's result, by remote)."""
     repo = ConfigRepo(str(template_remote), cache_dir=tmp_path / "cache")
     status = StatusBranch(repo)
     compiled = compile_repo(repo.sync())
@@ -48,6 +54,7 @@ def history(template_remote: Path, tmp_path: Path) -> tuple[Path, list[str], str
             commits.append(sha)
         for key in sorted(cycles.cluster.jobs)[:2]:  # runs end, so others are dispatched
             cycles.cluster.set_phase(*key, "Succeeded")
+        LAST[template_remote] = result
     return template_remote, commits, pending, dispatched
 
 
@@ -154,3 +161,23 @@ def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> Non
     assert code == 1
     assert err.startswith("error: no status yet: branch reconciler/status does not exist in ")
     assert git(template_remote, "branch", "--list", "reconciler/status") == ""
+
+
+def test_an_operations_page_shows_its_outcome_over_the_recorded_cycles(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, _, dispatched = history
+    runtime = make_runtime(str(remote), "main", {}, cache_dir=tmp_path / "serve")
+    outcomes = recorded_outcomes(runtime)
+    assert outcomes is not None
+    app = WebApp(lambda: LAST[remote], outcome_history=outcomes)
+    reply = app(f"/operations/{dispatched}")
+    assert reply is not None and reply[0] == 200
+    page = reply[1].decode()
+    assert "<h2>Outcome over time</h2>" in page
+    first = outcomes(dispatched)[0]
+    assert first.commit == commits[0] and first.outcome.startswith("dispatched to local")
+    assert f"<code>{commits[0][:12]}</code></td><td>dispatched to local" in page
+    # an operation no recorded cycle knows: no table
+    reply = app("/operations/vision/no-such-op")
+    assert reply is None or "Outcome over time" not in reply[1].decode()
