@@ -118,6 +118,10 @@ def test_why_without_at_prints_each_change_of_the_outcome(
             "error: 0123456789abcdef is not a commit on the status branch reconciler/status\n",
         ),
         ("main", "is not a commit on the status branch reconciler/status\n"),
+        (
+            "2026-01-01T12:00:00",
+            "error: --at 2026-01-01T12:00:00: a time needs its offset (Z, or e.g. +02:00)\n",
+        ),
     ],
 )
 def test_why_at_a_moment_with_no_record_is_a_one_line_error(
@@ -129,6 +133,29 @@ def test_why_at_a_moment_with_no_record_is_a_one_line_error(
     )
     assert code == 1 and out == ""
     assert err.endswith(message) and err.count("\n") == 1
+
+
+def test_an_operation_in_no_recorded_cycle_prints_no_numbers(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, _, _ = history
+    code, out, err = run(
+        "why", "vision/never", "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert (code, out) == (1, "")
+    assert err == f"error: vision/never is in none of the {len(commits)} recorded cycles\n"
+    code, out, err = run(
+        "why",
+        "vision/never",
+        "--at",
+        commits[0],
+        "--repo",
+        str(remote),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    )
+    assert (code, out) == (1, "")
+    assert err == f"error: vision/never is not in the cycle of status commit {commits[0][:12]}\n"
 
 
 def test_a_hand_edited_record_is_a_one_line_error(

@@ -109,11 +109,15 @@ def _headline(got: Outcome) -> str:
 
 
 def _time(text: str) -> datetime | None:
+    """``--at`` as a time (None: a commit's name); a time without an offset is an error,
+    not a guess at the zone."""
     try:
         at = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         return None
-    return at if at.tzinfo is not None else None
+    if at.tzinfo is None:
+        raise WhyError(f"--at {text}: a time needs its offset (Z, or e.g. +02:00)")
+    return at
 
 
 @click.command("why")
