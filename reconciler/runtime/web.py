@@ -443,6 +443,8 @@ def recorded_outcomes(runtime: Runtime) -> OutcomeHistory | None:
                 branch = StatusBranch(
                     own, remote=publisher.branch.remote, branch=publisher.branch.branch
                 )
+                # a ref of its own: the writer's tip (its pushes, retention's lease) is left alone
+                branch.tracking = f"refs/reconciler/why-tip/{branch.branch}"
                 held.append(History(own, branch, keep=PAGE_CYCLES))
                 fetched[0] = now
             elif now - fetched[0] >= PAGE_FETCH_SECONDS:

@@ -2,7 +2,8 @@
 
 Random worlds (``test_one_decision``'s: queues, cohorts, fleets, budgets, gangs,
 superseded and removed runs, unreachable clusters, a status branch) go through leader
-cycles over fake clusters while time passes, Jobs run and end and clusters come and go.
+cycles over fake clusters while time passes, Jobs run and end, clusters come and go and
+creates are refused.
 Every cycle that makes a status commit is replayed from that commit's files and the config
 it names: each operation dispatched, or pending with the same reason, position and
 blocker, and each queue's figures, as the commit says.
@@ -20,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_one_decision import Scenario, scenarios
 
+from reconciler.core.decision.render import workload_name
 from reconciler.core.reporting.replay import (
     ReplayError,
     differences,
@@ -65,16 +67,17 @@ STEPS = st.lists(
         st.sampled_from(["none", "Running", "Succeeded", "Failed", "Deleting", "gone"]),
         st.integers(0, 7),  # which Job
         st.sampled_from([None, True, True, False]),  # a cluster comes back, or goes
+        st.booleans(),  # the API server refuses the Job of one operation (DispatchFailed)
     ),
     min_size=1,
-    max_size=4,
+    max_size=6,
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenarios(), STEPS)
 def test_replay_of_every_recorded_cycle_equals_its_record(
-    s: Scenario, steps: list[tuple[int, str, int, bool | None]]
+    s: Scenario, steps: list[tuple[int, str, int, bool | None, bool]]
 ) -> None:
     clock = SteppedClock(NOW)
     reconciler = Reconciler(
@@ -89,7 +92,7 @@ def test_replay_of_every_recorded_cycle_equals_its_record(
     commits = 0
     try:
         with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: s.compiled):
-            for after, fact, which, reachable in [(0, "none", 0, None), *steps]:
+            for after, fact, which, reachable, refuse in [(0, "none", 0, None, False), *steps]:
                 clock.at += timedelta(seconds=after)
                 fakes = [s.clusters[n] for n in sorted(s.clusters)]
                 fake = fakes[which % len(fakes)]
@@ -100,6 +103,8 @@ def test_replay_of_every_recorded_cycle_equals_its_record(
                     fake.set_phase(*jobs[which % len(jobs)], fact)
                 if reachable is not None:
                     fake.reachable = reachable
+                if refuse:
+                    fake.invalid |= {workload_name("p", f"o{which}", g) for g in (1, 2)}
                 result = reconciler.run_once()
                 assert result.plan is not None
                 if _commit(branch, render_cycle_status(result, s.compiled, result.plan)):
