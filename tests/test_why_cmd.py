@@ -20,7 +20,7 @@ from reconciler.core.reporting.status import (
 )
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.service import make_runtime
-from reconciler.runtime.web import WebApp, recorded_outcomes
+from reconciler.runtime.web import WebApp, recorded_cycles
 
 
 def run(*args: str) -> tuple[int, str, str]:
@@ -190,21 +190,35 @@ def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> Non
     assert git(template_remote, "branch", "--list", "reconciler/status") == ""
 
 
-def test_an_operations_page_shows_its_outcome_over_the_recorded_cycles(
+def test_the_pages_show_what_the_recorded_cycles_say(
     history: tuple[Path, list[str], str, str], tmp_path: Path
 ) -> None:
     remote, commits, _, dispatched = history
     runtime = make_runtime(str(remote), "main", {}, cache_dir=tmp_path / "serve")
-    outcomes = recorded_outcomes(runtime)
-    assert outcomes is not None
-    app = WebApp(lambda: LAST[remote], outcome_history=outcomes)
+    recorded = recorded_cycles(runtime)
+    assert recorded is not None
+    app = WebApp(
+        lambda: LAST[remote], outcome_history=recorded.outcomes, queue_history=recorded.days
+    )
+    # an operation's page: its outcome over time
     reply = app(f"/operations/{dispatched}")
     assert reply is not None and reply[0] == 200
     page = reply[1].decode()
     assert "<h2>Outcome over time</h2>" in page
-    first = outcomes(dispatched)[0]
+    first = recorded.outcomes(dispatched)[0]
     assert first.commit == commits[0] and first.outcome.startswith("dispatched to local")
     assert f"<code>{commits[0][:12]}</code></td><td>dispatched to local" in page
-    # an operation no recorded cycle knows: no table
     reply = app("/operations/vision/no-such-op")
     assert reply is None or "Outcome over time" not in reply[1].decode()
+    # a queue's page: its dispatches by day, as many as the replayed plans made
+    queue = LAST[remote].plan.queues[0].name  # type: ignore[union-attr]
+    history_ = recorded._cycles()
+    made = sum(1 for c in history_ for d in c.decision.plan.dispatch if d.queue == queue)
+    days = recorded.days(queue)
+    assert [d.day.isoformat() for d in days] == ["2026-01-01"]
+    assert days[0].dispatched == made
+    reply = app(f"/queues/{queue}")
+    assert reply is not None and reply[0] == 200
+    page = reply[1].decode()
+    assert "<h2>Wait and utilisation by day</h2>" in page
+    assert f"<tr><td>2026-01-01</td><td>{made}</td>" in page

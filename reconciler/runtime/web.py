@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
@@ -35,7 +35,13 @@ from reconciler.core.compile.model import suggest
 from reconciler.core.decision.render_kubeflow import log_container
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
-from reconciler.core.reporting.replay import OutcomeChange
+from reconciler.core.reporting.replay import (
+    OutcomeChange,
+    QueueDay,
+    Replayed,
+    outcome_history,
+    queue_days,
+)
 from reconciler.core.reporting.report import Report
 from reconciler.core.reporting.status import (
     OperationStatus,
@@ -64,6 +70,7 @@ PAGE_PARAMETERS = ("partial",)  # ?partial=main: only the page's <main> (its ref
 MAX_QUERY_FIELDS = 16
 
 Response = tuple[int, bytes, str]
+T = TypeVar("T")
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
 
@@ -78,6 +85,8 @@ ReadSource = Callable[[str], bytes | None]
 StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
 # An operation's outcome over the recorded cycles, replayed (``reconciler why``).
 OutcomeHistory = Callable[[str], Sequence[OutcomeChange]]
+# A queue's wait and utilisation by day over the recorded cycles, replayed.
+QueueHistory = Callable[[str], Sequence[QueueDay]]
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,7 @@ class WebApp:
         read_source: ReadSource | None = None,
         status_history: StatusHistory | None = None,
         outcome_history: OutcomeHistory | None = None,
+        queue_history: QueueHistory | None = None,
         tail_lines: int = 100,
         estimator: EstimateWorker | None = None,
     ) -> None:
@@ -109,6 +119,7 @@ class WebApp:
         self._read_source = read_source
         self._status_history = status_history
         self._outcome_history = outcome_history
+        self._queue_history = queue_history
         self._tail = tail_lines
         self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
         self._lock = threading.Lock()
@@ -194,7 +205,9 @@ class WebApp:
         detail = queue_detail(
             c.report, name, source_text=source, blame=blame, estimates=c.estimates
         )
-        return None if detail is None else (200, web_html.queue_main(detail))
+        if detail is None:
+            return None
+        return 200, web_html.queue_main(detail, self._recorded_days(name))
 
     def _op_main(self, c: _Cycle, op_id: str) -> tuple[int, str] | None:
         r = c.result
@@ -252,16 +265,10 @@ class WebApp:
         return out
 
     def _outcomes(self, op_id: str) -> Sequence[OutcomeChange]:
-        if self._outcome_history is None:
-            return ()
-        try:
-            return self._outcome_history(op_id)
-        except (GitSyncError, WhyError) as exc:  # the page goes without it
-            log.warning("outcome history of %s: %s", op_id, exc)
-            return ()
-        except Exception:  # a bug of ours, reported as one
-            log.exception("internal error: outcome history of %s", op_id)
-            return ()
+        return _replayed(self._outcome_history, op_id, "outcome history")
+
+    def _recorded_days(self, queue: str) -> Sequence[QueueDay]:
+        return _replayed(self._queue_history, queue, "days")
 
     def _logs(self, state: WorkloadState | None, down: set[str]) -> tuple[str | None, str]:
         if state is None:
@@ -319,6 +326,20 @@ class WebApp:
                 return _error(404, f"no operation {op_id!r}")
             return _json(200, op.to_json())
         return _error(404, "not found")
+
+
+def _replayed(read: Callable[[str], Sequence[T]] | None, name: str, what: str) -> Sequence[T]:
+    """What the recorded cycles say of ``name``: nothing when they cannot be read."""
+    if read is None:
+        return ()
+    try:
+        return read(name)
+    except (GitSyncError, WhyError) as exc:  # the page goes without it
+        log.warning("%s of %s: %s", what, name, exc)
+        return ()
+    except Exception:  # a bug of ours, reported as one
+        log.exception("internal error: %s of %s", what, name)
+        return ()
 
 
 def _json(status: int, data: Mapping[str, Any]) -> Response:
@@ -409,47 +430,65 @@ def make_web_app(
             except OSError:  # gone or unreadable meanwhile (an editor saves by renaming)
                 return None
 
+    recorded = recorded_cycles(runtime)
     return WebApp(
         lambda: runtime.completed,
         blame=config.blame if config is not None else None,
         read_logs=read_logs,
         read_source=read_source,
         status_history=runtime.publisher.branch.file_history if runtime.publisher else None,
-        outcome_history=recorded_outcomes(runtime),
+        outcome_history=recorded.outcomes if recorded is not None else None,
+        queue_history=recorded.days if recorded is not None else None,
     )
 
 
-# the newest recorded cycles an operation page replays, and how often it fetches the branch
+# the newest recorded cycles a page replays, the days a queue page shows, and how often the
+# pages fetch the status branch
 PAGE_CYCLES = 200
+PAGE_DAYS = 7
 PAGE_FETCH_SECONDS = 30.0
 
 
-def recorded_outcomes(runtime: Runtime) -> OutcomeHistory | None:
-    """An operation's outcome over the newest ``PAGE_CYCLES`` recorded cycles, replayed
-    (``runtime/why.py``) from a Git cache of its own (the cycle's is the loop's), the
-    branch fetched at most every ``PAGE_FETCH_SECONDS``; each cycle replayed once."""
-    publisher, config = runtime.publisher, runtime.config
-    if publisher is None or config is None:
-        return None
-    lock = threading.Lock()
-    held: list[History] = []
-    fetched = [0.0]
+class RecordedCycles:
+    """The status branch's newest ``PAGE_CYCLES`` recorded cycles, replayed
+    (``runtime/why.py``) from a Git cache of its own (the cycle's is the loop's), the branch
+    fetched at most every ``PAGE_FETCH_SECONDS``; each cycle replayed once."""
 
-    def outcomes(op_id: str) -> Sequence[OutcomeChange]:
-        with lock:
+    def __init__(self, config: ConfigRepo, status: StatusBranch) -> None:
+        self._config = config
+        self._status = status
+        self._lock = threading.Lock()
+        self._history: History | None = None
+        self._fetched = 0.0
+
+    def _cycles(self) -> list[Replayed]:
+        with self._lock:
             now = time.monotonic()
-            if not held:
-                own = ConfigRepo(config.source, config.branch, config.git_dir.parent)
-                branch = StatusBranch(
-                    own, remote=publisher.branch.remote, branch=publisher.branch.branch
+            if self._history is None:
+                own = ConfigRepo(
+                    self._config.source, self._config.branch, self._config.git_dir.parent
                 )
+                branch = StatusBranch(own, remote=self._status.remote, branch=self._status.branch)
                 # a ref of its own: the writer's tip (its pushes, retention's lease) is left alone
                 branch.tracking = f"refs/reconciler/why-tip/{branch.branch}"
-                held.append(History(own, branch, keep=PAGE_CYCLES))
-                fetched[0] = now
-            elif now - fetched[0] >= PAGE_FETCH_SECONDS:
-                held[0].fetch()
-                fetched[0] = now
-            return held[0].outcomes(op_id, last=PAGE_CYCLES)
+                self._history = History(own, branch, keep=PAGE_CYCLES)
+                self._fetched = now
+            elif now - self._fetched >= PAGE_FETCH_SECONDS:
+                self._history.fetch()
+                self._fetched = now
+            return list(self._history.every(last=PAGE_CYCLES))
 
-    return outcomes
+    def outcomes(self, op_id: str) -> Sequence[OutcomeChange]:
+        """The operation's outcome over the recorded cycles."""
+        return outcome_history(op_id, self._cycles())[0]
+
+    def days(self, queue: str) -> Sequence[QueueDay]:
+        """The queue's wait and utilisation over the last ``PAGE_DAYS`` recorded days."""
+        return queue_days(queue, self._cycles())[-PAGE_DAYS:]
+
+
+def recorded_cycles(runtime: Runtime) -> RecordedCycles | None:
+    """The pages' recorded cycles: None without a status branch or a Git source."""
+    if runtime.publisher is None or runtime.config is None:
+        return None
+    return RecordedCycles(runtime.config, runtime.publisher.branch)

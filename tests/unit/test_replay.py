@@ -11,7 +11,8 @@ blocker, and each queue's figures, as the commit says.
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from unittest import mock
 
 import pytest
@@ -21,11 +22,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_one_decision import Scenario, scenarios
 
+from reconciler.core.decision.cycle import ClusterListing, Memory, decide
 from reconciler.core.decision.render import workload_name
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.reporting.replay import (
+    QueueDay,
+    Replayed,
     ReplayError,
     differences,
     outcome_of,
+    queue_days,
     replay,
 )
 from reconciler.core.reporting.status import (
@@ -33,11 +39,12 @@ from reconciler.core.reporting.status import (
     RUNS_PER_FILE,
     DecisionRecord,
     InputRun,
+    StatusView,
     decision_path,
     read_status,
     status_changes,
 )
-from reconciler.core.types import RepoSnapshot
+from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import Reconciler
 from reconciler.runtime.status import render_cycle_status
 
@@ -187,3 +194,54 @@ def test_a_record_of_many_runs_continues_in_parts_read_back_whole() -> None:
         f"status/_decision.3.yaml:1:1: not a part of the decision record of {NOW.isoformat()} "
         "(part 3 expected)",
     )
+
+
+def _replayed(
+    compiled: CompiledRepo, at: datetime, running: list[str], done: tuple[str, ...] = ()
+) -> Replayed:
+    """A recorded cycle at ``at`` with ``running`` (of one GPU each) in team-a, and
+    ``done`` succeeded."""
+    states = tuple(
+        WorkloadState(
+            op,
+            1,
+            "local",
+            "team-a",
+            workload_name(*op.split("/"), 1),
+            "",
+            Phase.SUCCEEDED if op in done else Phase.RUNNING,
+            queue="team-a",
+            requests={"nvidia.com/gpu": Decimal(1)},
+        )
+        for op in (*running, *done)
+    )
+    listing = {"local": ClusterListing(states)}
+    decision = decide(compiled, listing, Memory(), at)
+    return Replayed(at.isoformat(), at, StatusView({}), compiled, decision)
+
+
+def test_a_queues_days_weigh_each_cycle_by_how_long_it_stood() -> None:
+    world = World().cluster("local").queue("team-a", quota={"nvidia.com/gpu": 2})
+    world.ops("p/o{}", 3, queue="team-a", gpu=1)
+    compiled = world.repo("c1")
+    day = datetime(2026, 1, 1, tzinfo=UTC)
+    cycles = [
+        # 23:00: o1 dispatched, o2 too (2 of 2 held after), o3 waits
+        _replayed(compiled, day + timedelta(hours=23), []),
+        # 01:00: o1 and o2 run, o3 still waits
+        _replayed(compiled, day + timedelta(hours=25), ["p/o1", "p/o2"]),
+        # 02:30: o2 has ended, o3 is dispatched after 3h30m pending
+        _replayed(compiled, day + timedelta(hours=26, minutes=30), ["p/o1"], ("p/o2",)),
+    ]
+    assert [str(d.operation) for d in cycles[0].decision.plan.dispatch] == ["p/o1", "p/o2"]
+    days = queue_days("team-a", cycles)
+    assert [d.day.isoformat() for d in days] == ["2026-01-01", "2026-01-02"]
+    first, second = days
+    # dispatched in the first recorded cycle: how long they had waited is not known
+    assert (first.dispatched, first.mean_wait, first.max_wait) == (2, None, None)
+    assert first.utilisation == {"nvidia.com/gpu": 1.0}  # 23:00-24:00 at 2 of 2
+    assert (second.dispatched, second.max_wait) == (1, timedelta(hours=3, minutes=30))
+    # 00:00-01:00 and 01:00-02:30 at 2 of 2, nothing after the last recorded cycle
+    assert second.utilisation == {"nvidia.com/gpu": 1.0}
+    # a queue without a quota has no share to show; none of its days is invented
+    assert queue_days("no-such-queue", cycles) == [QueueDay(d.day, 0, None, None, {}) for d in days]

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from reconciler.core.decision.cycle import (
@@ -204,6 +204,82 @@ def outcome_history(
         if not changes or changes[-1].outcome != summary:
             changes.append(OutcomeChange(cycle.at, cycle.commit, summary))
     return changes, wrong
+
+
+@dataclass(frozen=True, slots=True)
+class QueueDay:
+    """One UTC day of a queue over the recorded cycles: its operations dispatched that day
+    and how long they had waited (from the first recorded cycle that had them pending),
+    and per quota resource the share of its quota held, weighted by how long each
+    recorded cycle's figures stood (up to the next recorded cycle)."""
+
+    day: date
+    dispatched: int
+    mean_wait: timedelta | None  # None: none of them was seen pending
+    max_wait: timedelta | None
+    utilisation: Mapping[str, float]
+
+
+def queue_days(queue: str, cycles: Iterable[Replayed]) -> list[QueueDay]:
+    """The queue's days over ``cycles`` (oldest first), oldest first."""
+    waiting: dict[str, datetime] = {}
+    waits: dict[date, list[timedelta | None]] = {}
+    held: dict[date, dict[str, float]] = {}  # resource -> share x seconds
+    spans: dict[date, float] = {}
+    last: tuple[datetime, Mapping[str, float]] | None = None
+    for cycle in cycles:
+        at = cycle.at.astimezone(UTC)
+        if last is not None:
+            _spread(last[0], at, last[1], held, spans)
+        for p in cycle.decision.plan.pending:
+            if p.queue == queue:
+                waiting.setdefault(p.operation, at)
+        for d in cycle.decision.plan.dispatch:
+            if d.queue == queue:
+                since = waiting.pop(d.operation, None)
+                waits.setdefault(at.date(), []).append(None if since is None else at - since)
+        summary = next((q for q in cycle.decision.plan.queues if q.name == queue), None)
+        shares = {}
+        if summary is not None:
+            shares = {
+                r: float(summary.used_after.get(r, 0) / limit)
+                for r, limit in summary.quota.items()
+                if limit > 0
+            }
+        last = (at, shares)
+    out = []
+    for day in sorted(waits.keys() | spans.keys()):
+        known = [w for w in waits.get(day, []) if w is not None]
+        span = spans.get(day, 0.0)
+        out.append(
+            QueueDay(
+                day,
+                len(waits.get(day, [])),
+                sum(known, timedelta()) / len(known) if known else None,
+                max(known) if known else None,
+                {r: v / span for r, v in sorted(held.get(day, {}).items())} if span else {},
+            )
+        )
+    return out
+
+
+def _spread(
+    start: datetime,
+    end: datetime,
+    shares: Mapping[str, float],
+    held: dict[date, dict[str, float]],
+    spans: dict[date, float],
+) -> None:
+    """Count ``shares`` from ``start`` to ``end`` on each UTC day they cover."""
+    while start < end:
+        midnight = datetime.combine(start.date() + timedelta(days=1), time(), UTC)
+        stop = min(end, midnight)
+        seconds = (stop - start).total_seconds()
+        spans[start.date()] = spans.get(start.date(), 0.0) + seconds
+        day = held.setdefault(start.date(), {})
+        for r, share in shares.items():
+            day[r] = day.get(r, 0.0) + share * seconds
+        start = stop
 
 
 # --- the replay against the record -------------------------------------------------------

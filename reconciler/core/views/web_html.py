@@ -11,9 +11,11 @@ import hashlib
 import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
-from reconciler.core.reporting.replay import OutcomeChange
+from reconciler.core.quantity import format_duration
+from reconciler.core.reporting.replay import OutcomeChange, QueueDay
 from reconciler.core.types import printable_path, printable_text
 from reconciler.core.views.queue_view import (
     ClusterShare,
@@ -256,7 +258,30 @@ def render_queues_page(view: QueuesView, note: str = "") -> str:
     return page("Queues", queues_main(view, note))
 
 
-def queue_main(d: QueueDetail) -> str:
+def _wait(value: timedelta | None) -> str:
+    return "" if value is None else format_duration(int(value.total_seconds()))
+
+
+def days_section(days: Sequence[QueueDay]) -> str:
+    """A queue's wait and utilisation by day, from its recorded cycles replayed."""
+    if not days:
+        return ""
+    rows = (
+        f"<tr><td>{esc(d.day.isoformat())}</td><td>{d.dispatched}</td>"
+        f"<td>{esc(_wait(d.mean_wait))}</td><td>{esc(_wait(d.max_wait))}</td>"
+        f"<td>{esc(', '.join(f'{r} {v:.0%}' for r, v in d.utilisation.items()))}</td></tr>"
+        for d in days
+    )
+    return (
+        "<h2>Wait and utilisation by day</h2><p class=muted>the recorded cycles replayed "
+        "from the status branch (UTC days); quota held is weighted by how long each "
+        "cycle's figures stood</p>"
+        + _table(("Day", "Dispatched", "Mean wait", "Longest wait", "Quota held"), rows)
+    )
+
+
+def queue_main(d: QueueDetail, days: Sequence[QueueDay] = ()) -> str:
+    """``days``: its wait and utilisation by day over the recorded cycles."""
     r = d.row
     settings = _table(
         ("Setting", "Value", "Source", "Last changed"),
@@ -318,6 +343,7 @@ def queue_main(d: QueueDetail) -> str:
     return (
         f"<h1>Queue {esc(printable_text(r.name))}</h1>{summary}<h2>Settings</h2>{settings}"
         f"<h2>Active operations</h2>{active}{upcoming}<h2>Pending</h2>{pending}"
+        f"{days_section(days)}"
     )
 
 
