@@ -38,6 +38,7 @@ class History:
         self.commits: list[str] = []
         self._compiled: dict[str, CompiledRepo] = {}
         self._replayed: dict[str, Replayed] = {}
+        self._last: tuple[str, dict[str, bytes]] | None = None  # the last commit read
         self._config_fetched = False
         self.fetch()
 
@@ -116,20 +117,24 @@ class History:
         return self.replayed(*chosen)
 
     def every(self, last: int = 0) -> Iterator[Replayed]:
-        """Every recorded cycle, oldest first (``last``: only the newest that many)."""
+        """Every recorded cycle, oldest first (``last``: only the newest that many); a
+        cycle replayed before is not read again."""
         commits = self.commits[-last:] if last else self.commits
-        for sha, view in self._views(commits):
-            yield self.replayed(sha, view)
+        for sha in commits:
+            known = self._replayed.get(sha)
+            yield known if known is not None else self.replayed(sha, self._view(sha))
 
     def outcomes(self, op_id: str, last: int = 0) -> list[OutcomeChange]:
         """The operation's outcome over the recorded cycles (the newest ``last``)."""
         return outcome_history(op_id, self.every(last))[0]
 
     def _views(self, commits: list[str]) -> Iterator[tuple[str, StatusView]]:
-        """Each commit's files read back, oldest first, each read as a diff of the one
-        before."""
-        known: tuple[str, dict[str, bytes]] | None = None
+        """Each commit's files read back, oldest first."""
         for sha in commits:
-            files = self.status.files_at(sha, known)
-            known = (sha, files)
-            yield sha, read_status(files)
+            yield sha, self._view(sha)
+
+    def _view(self, sha: str) -> StatusView:
+        """A commit's files read back, read as a diff of the last commit read."""
+        files = self.status.files_at(sha, self._last)
+        self._last = (sha, files)
+        return read_status(files)
