@@ -22,7 +22,7 @@ from reconciler.cli.options import (
     status_repo_option,
 )
 from reconciler.core.reporting.replay import (
-    Outcome,
+    OperationOutcome,
     Replayed,
     deciding_check,
     outcome_history,
@@ -101,7 +101,7 @@ def explain(op_id: str, cycle: Replayed) -> list[str]:
     return lines
 
 
-def _headline(got: Outcome) -> str:
+def _headline(got: OperationOutcome) -> str:
     if got.pending is not None:
         p = got.pending
         return f"pending {p.reason}, position {p.position} in {p.queue}"

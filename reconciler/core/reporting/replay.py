@@ -95,7 +95,8 @@ def replay(recorded: StatusView, compiled: CompiledRepo) -> Decision:
         )
     now = recorded_clock(record)
     memory = memory_from_status(recorded)
-    seen = {op: s for op, s in memory.seen.items() if op not in set(record.dispatched)}
+    created = set(record.dispatched)
+    seen = {op: s for op, s in memory.seen.items() if op not in created}
     for run in record.runs:
         state = run.state(run.operation)
         if state is None:
@@ -121,7 +122,7 @@ def replay(recorded: StatusView, compiled: CompiledRepo) -> Decision:
 
 
 @dataclass(frozen=True, slots=True)
-class Outcome:
+class OperationOutcome:
     """One operation in a replayed cycle: dispatched, pending (why, where, what would
     admit it), or neither (its run, or not in the plan)."""
 
@@ -141,15 +142,15 @@ class Outcome:
         return self.phase or "not planned"
 
 
-def outcome_of(decision: Decision, operation: str) -> Outcome:
+def outcome_of(decision: Decision, operation: str) -> OperationOutcome:
     for d in decision.plan.dispatch:
         if d.operation == operation:
-            return Outcome(operation, dispatch=d)
+            return OperationOutcome(operation, dispatch=d)
     for p in decision.plan.pending:
         if p.operation == operation:
-            return Outcome(operation, pending=p)
+            return OperationOutcome(operation, pending=p)
     state = decision.states.get(operation)
-    return Outcome(operation, phase=str(state.phase) if state is not None else "")
+    return OperationOutcome(operation, phase=str(state.phase) if state is not None else "")
 
 
 def deciding_check(reason: PendingReason) -> Check:
