@@ -28,16 +28,18 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.repo import snapshot_git
 from reconciler.core.compile import compile_repo
-from reconciler.core.decision.cycle import ClusterListing, InFlight, Memory, decide
+from reconciler.core.decision.cycle import ClusterListing, Decision, InFlight, Memory, decide
 from reconciler.core.decision.render import spec_hash, workload_name
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
+from reconciler.core.reporting.replay import differences, replay
 from reconciler.core.reporting.report import Failure, Outcome, encode, report
 from reconciler.core.reporting.status import (
     PhaseMemo,
@@ -46,6 +48,8 @@ from reconciler.core.reporting.status import (
     SpecHashMemo,
     StatusReason,
     _yaml_text,
+    is_decision_path,
+    read_status,
     render_status,
     status_changes,
     summarize_cycle,
@@ -318,6 +322,31 @@ def report_costs(compiled: CompiledRepo, now: datetime) -> None:
     print(f"render_status of plan and states:    {t_render * 1000:8.1f} ms CPU (before)")
     print(f"encode(report(...)):                 {t_encode * 1000:8.1f} ms CPU (now)")
     print(f"ratio encode(report) / render:       {t_encode / t_render:8.2f}x")
+    record_costs(compiled, decision, outcomes["all carried out"], running)
+
+
+def record_costs(
+    compiled: CompiledRepo, decision: Decision, outcome: Outcome, running: list[WorkloadState]
+) -> None:
+    """Section 6: the decision record's size per cycle, and its replay."""
+    files = encode(report(compiled, decision, outcome))
+    size = sum(len(d) for p, d in files.items() if is_decision_path(p))
+    total = sum(len(data) for data in files.values())
+    stops = tuple(replace(s, phase=Phase.STOPPED) for s in running)
+    stopping = encode(report(compiled, decision, replace(outcome, stopped=stops)))
+    parts = [d for p, d in stopping.items() if is_decision_path(p)]
+    print(
+        f"decision record, {len(outcome.created)} dispatched:      {size:8d} bytes "
+        f"({size / total:.4%} of the commit's {total} bytes of files)"
+    )
+    print(
+        f"  and {len(stops)} runs stopped:            {sum(map(len, parts)):8d} bytes "
+        f"in {len(parts)} files ({sum(map(len, parts)) / len(stops):.0f} bytes a stopped run)"
+    )
+    view = read_status(files)
+    t_replay = best_cpu(lambda: replay(view, compiled))
+    assert differences(compiled, replay(view, compiled), view) == []
+    print(f"replay of the commit (read back):    {t_replay * 1000:8.1f} ms CPU, equals its record")
 
 
 def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:

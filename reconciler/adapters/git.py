@@ -768,6 +768,30 @@ class StatusBranch:
             out.append((sha, _when(int(seconds), iso), content))
         return out
 
+    def commits_changing(self, path: str) -> list[str]:
+        """The commits of the last fetched tip that changed ``path``, oldest first (no
+        network; none when nothing was fetched)."""
+        try:
+            if not _run(self._git, ["rev-parse", "--verify", "--quiet", self.tracking]).strip():
+                return []
+            out = _run(self._git, ["rev-list", "--reverse", self.tracking, "--", path])
+        except git.GitCommandError:
+            return []
+        return out.split()
+
+    def commit_on_branch(self, name: str) -> str | None:
+        """The full SHA of the commit ``name`` (a SHA or an abbreviation of one) when it is
+        on the last fetched tip's history; None when it is not, or is no commit."""
+        try:
+            sha = _run(self._git, ["rev-parse", "--verify", "--quiet", f"{name}^{{commit}}"])
+            sha = sha.strip()
+            if not sha:
+                return None
+            _run(self._git, ["merge-base", "--is-ancestor", sha, self.tracking])
+        except git.GitCommandError:
+            return None
+        return sha
+
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str | None:
         """Commit ``changes`` (``None`` deletes) on the remote tip and push; the new commit's
         SHA, or None when the tree would not change (no commit is made)."""

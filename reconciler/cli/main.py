@@ -28,6 +28,7 @@ def _register() -> None:
         status_cmd,
         submit_cmd,
         usage_cmd,
+        why_cmd,
     )
 
     cli.add_command(devcluster_cmd.dev_cluster)
@@ -37,6 +38,7 @@ def _register() -> None:
     cli.add_command(run_cmd.run)
     cli.add_command(demo_cmd.demo)
     cli.add_command(status_cmd.status)
+    cli.add_command(why_cmd.why)
     for command in submit_cmd.COMMANDS:
         cli.add_command(command)
     cli.add_command(usage_cmd.usage_command)

@@ -5,8 +5,9 @@ Routes (GET only; nothing here changes a cluster or the repo):
 - ``/`` and ``/queues``: every queue with quota bars and the fleet totals;
 - ``/queues/<name>``: settings with their file:line and last commit (Git blame), active
   and pending operations with position, reason and what would admit them;
-- ``/operations/<project>/<op>``: phase history, workload, outputs, log tail, compiled spec
-  with per-field provenance; a workflow's children with their named outputs, sorted by
+- ``/operations/<project>/<op>``: phase history, its outcome over the recorded cycles
+  (replayed: ``runtime/why.py``), workload, outputs, log tail, compiled spec with per-field
+  provenance; a workflow's children with their named outputs, sorted by
   ``?sort=NAME&order=asc|desc``;
 - ``/api/v1/queues``, ``/api/v1/queues/<name>``, ``/api/v1/operations/<project>/<op>``,
   ``/api/v1/fleet``: the same views as JSON.
@@ -21,14 +22,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote
 
-from reconciler.adapters.git import GitSyncError
+from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch
 from reconciler.adapters.kube import Kube, KubeError, connect_cluster
 from reconciler.adapters.repo import read_capped
 from reconciler.core.compile.model import suggest
@@ -36,6 +38,13 @@ from reconciler.core.decision.render_kubeflow import log_container
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import sort_problem
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
+from reconciler.core.reporting.replay import (
+    OutcomeChange,
+    QueueDay,
+    Replayed,
+    outcome_history,
+    queue_days,
+)
 from reconciler.core.reporting.report import Report
 from reconciler.core.reporting.status import (
     OperationStatus,
@@ -55,6 +64,7 @@ from reconciler.core.views.queue_view import (
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.estimates import EstimateWorker
 from reconciler.runtime.service import Runtime
+from reconciler.runtime.why import History, WhyError
 
 log = logging.getLogger("reconciler.web")
 
@@ -65,6 +75,7 @@ OPERATION_PARAMETERS = (*PAGE_PARAMETERS, "sort", "order")
 MAX_QUERY_FIELDS = 16
 
 Response = tuple[int, bytes, str]
+T = TypeVar("T")
 HTML = "text/html; charset=utf-8"
 JSON = "application/json"
 
@@ -77,6 +88,10 @@ ReadLogs = Callable[[str, str, str, int, str], str]
 ReadSource = Callable[[str], bytes | None]
 # status file path -> its versions, oldest first: (commit, commit time, content)
 StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
+# An operation's outcome over the recorded cycles, replayed (``reconciler why``).
+OutcomeHistory = Callable[[str], Sequence[OutcomeChange]]
+# A queue's wait and utilisation by day over the recorded cycles, replayed.
+QueueHistory = Callable[[str], Sequence[QueueDay]]
 
 
 @dataclass(frozen=True)
@@ -98,6 +113,8 @@ class WebApp:
         read_logs: ReadLogs | None = None,
         read_source: ReadSource | None = None,
         status_history: StatusHistory | None = None,
+        outcome_history: OutcomeHistory | None = None,
+        queue_history: QueueHistory | None = None,
         tail_lines: int = 100,
         estimator: EstimateWorker | None = None,
     ) -> None:
@@ -106,6 +123,8 @@ class WebApp:
         self._read_logs = read_logs
         self._read_source = read_source
         self._status_history = status_history
+        self._outcome_history = outcome_history
+        self._queue_history = queue_history
         self._tail = tail_lines
         self._blames: dict[tuple[str, str], list[BlameLine] | None] = {}
         self._lock = threading.Lock()
@@ -196,7 +215,9 @@ class WebApp:
         detail = queue_detail(
             c.report, name, source_text=source, blame=blame, estimates=c.estimates
         )
-        return None if detail is None else (200, web_html.queue_main(detail))
+        if detail is None:
+            return None
+        return 200, web_html.queue_main(detail, self._recorded_days(name))
 
     def _op_main(
         self, c: _Cycle, op_id: str, sort: str | None = None, order: str | None = None
@@ -217,7 +238,9 @@ class WebApp:
             return 400, web_html.message_main("Bad request", wrong)
         down = {h.name for h in r.clusters if not h.reachable}
         logs, note = self._logs(r.states.get(op_id), down)
-        return 200, web_html.operation_main(detail, logs, note, sort=sort, order=order)
+        return 200, web_html.operation_main(
+            detail, logs, note, self._outcomes(op_id), sort=sort, order=order
+        )
 
     def _blame_of(self, rev: str, path: str) -> list[BlameLine] | None:
         if self._blame is None or not path:
@@ -261,6 +284,12 @@ class WebApp:
             if isinstance(parsed, OperationStatus):
                 out.append((sha, when, parsed))
         return out
+
+    def _outcomes(self, op_id: str) -> Sequence[OutcomeChange]:
+        return _replayed(self._outcome_history, op_id, "outcome history")
+
+    def _recorded_days(self, queue: str) -> Sequence[QueueDay]:
+        return _replayed(self._queue_history, queue, "days")
 
     def _logs(self, state: WorkloadState | None, down: set[str]) -> tuple[str | None, str]:
         if state is None:
@@ -318,6 +347,20 @@ class WebApp:
                 return _error(404, f"no operation {op_id!r}")
             return _json(200, op.to_json())
         return _error(404, "not found")
+
+
+def _replayed(read: Callable[[str], Sequence[T]] | None, name: str, what: str) -> Sequence[T]:
+    """What the recorded cycles say of ``name``: nothing when they cannot be read."""
+    if read is None:
+        return ()
+    try:
+        return read(name)
+    except (GitSyncError, WhyError) as exc:  # the page goes without it
+        log.warning("%s of %s: %s", what, name, exc)
+        return ()
+    except Exception:  # a bug of ours, reported as one
+        log.exception("internal error: %s of %s", what, name)
+        return ()
 
 
 def _json(status: int, data: Mapping[str, Any]) -> Response:
@@ -428,10 +471,66 @@ def make_web_app(
             except OSError:  # gone or unreadable meanwhile (an editor saves by renaming)
                 return None
 
+    recorded = recorded_cycles(runtime)
     return WebApp(
         lambda: runtime.completed,
         blame=config.blame if config is not None else None,
         read_logs=read_logs,
         read_source=read_source,
         status_history=runtime.publisher.branch.file_history if runtime.publisher else None,
+        outcome_history=recorded.outcomes if recorded is not None else None,
+        queue_history=recorded.days if recorded is not None else None,
     )
+
+
+# the newest recorded cycles a page replays (the first view replays them all, ~0.3 s CPU a
+# cycle at 10,000 operations; later views only the new ones), the days a queue page shows,
+# and how often the pages fetch the status branch
+PAGE_CYCLES = 50
+PAGE_DAYS = 7
+PAGE_FETCH_SECONDS = 30.0
+
+
+class RecordedCycles:
+    """The status branch's newest ``PAGE_CYCLES`` recorded cycles, replayed
+    (``runtime/why.py``) from a Git cache of its own (the cycle's is the loop's), the branch
+    fetched at most every ``PAGE_FETCH_SECONDS``; each cycle replayed once."""
+
+    def __init__(self, config: ConfigRepo, status: StatusBranch) -> None:
+        self._config = config
+        self._status = status
+        self._lock = threading.Lock()
+        self._history: History | None = None
+        self._fetched = 0.0
+
+    def _cycles(self) -> list[Replayed]:
+        with self._lock:
+            now = time.monotonic()
+            if self._history is None:
+                own = ConfigRepo(
+                    self._config.source, self._config.branch, self._config.git_dir.parent
+                )
+                branch = StatusBranch(own, remote=self._status.remote, branch=self._status.branch)
+                # a ref of its own: the writer's tip (its pushes, retention's lease) is left alone
+                branch.tracking = f"refs/reconciler/why-tip/{branch.branch}"
+                self._history = History(own, branch, keep=PAGE_CYCLES)
+                self._fetched = now
+            elif now - self._fetched >= PAGE_FETCH_SECONDS:
+                self._history.fetch()
+                self._fetched = now
+            return list(self._history.every(last=PAGE_CYCLES))
+
+    def outcomes(self, op_id: str) -> Sequence[OutcomeChange]:
+        """The operation's outcome over the recorded cycles."""
+        return outcome_history(op_id, self._cycles())[0]
+
+    def days(self, queue: str) -> Sequence[QueueDay]:
+        """The queue's wait and utilisation over the last ``PAGE_DAYS`` recorded days."""
+        return queue_days(queue, self._cycles())[-PAGE_DAYS:]
+
+
+def recorded_cycles(runtime: Runtime) -> RecordedCycles | None:
+    """The pages' recorded cycles: None without a status branch or a Git source."""
+    if runtime.publisher is None or runtime.config is None:
+        return None
+    return RecordedCycles(runtime.config, runtime.publisher.branch)

@@ -13,7 +13,8 @@ from here, never from one another.
   HTTP/1.1 server in its place;
 - ``escapes``: the pod-field escapes a preset could try, for the policy tests;
 - ``watch_replay``: recorded watch events replayed into caches;
-- ``strategies``: hypothesis strategies of the property tests;
+- ``strategies``: hypothesis strategies of the property tests; ``scenarios``: random worlds
+  through the fake-cluster cycle;
 - ``hostile``: hostile inputs; ``fuzz_hostile_child``: their fuzz, run as a child process;
 - ``helpers``: waiting, and a child's peak RSS (``peak_rss``);
 - ``cluster``: the cluster a "cluster" test runs on; ``reconciler_env``: the config repo and

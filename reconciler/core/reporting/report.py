@@ -33,9 +33,11 @@ from reconciler.core.observation.gang import GangTimeout
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import FlavorUsage, Plan, QueueSummary, plan_repo
 from reconciler.core.plan.ledger import Ledger
+from reconciler.core.reporting.replay import decision_record
 from reconciler.core.reporting.status import (
     ClusterStatus,
     ConfigStatus,
+    DecisionRecord,
     OperationStatus,
     QueueStatus,
     StatusMemos,
@@ -114,6 +116,8 @@ class Report:
     gang_timeouts: Mapping[str, GangTimeout] = field(default_factory=dict)
     ledger: Ledger | None = None  # None: the ledger files are left as they are
     clusters: tuple[ClusterStatus, ...] = ()
+    # what a replay of the cycle needs besides the records (None: no decision was made)
+    record: DecisionRecord | None = None
 
     @property
     def queues(self) -> tuple[QueueSummary, ...]:
@@ -166,6 +170,7 @@ def report(compiled: CompiledRepo, decision: Decision, outcome: Outcome) -> Repo
         gang_timeouts=decision.memory.gang_timeouts,
         ledger=decision.memory.ledger,
         clusters=decision.cluster_records(),
+        record=decision_record(compiled, decision, states, carried),
     )
 
 
@@ -286,8 +291,9 @@ def encode(
     """Every status file of the report, by path (``render_status``; ``memos``: the
     writer's, kept between cycles). A planned dispatch is recorded as dispatched only when
     it was carried out; one whose create failed is ``Queued`` with its reason and error;
-    one not carried out (a dry run) is ``Queued``."""
-    return render_status(
+    one not carried out (a dry run) is ``Queued``. A report of a decision also writes the
+    decision record, what a replay of its cycle needs (``core/reporting/replay.py``)."""
+    files = render_status(
         shown.compiled,
         _tried(shown),
         shown.states,
@@ -301,6 +307,10 @@ def encode(
         ledger=shown.ledger,
         **(memos.arguments() if memos is not None else {}),
     )
+    if shown.record is None:
+        return files
+    files.update(shown.record.files())
+    return dict(sorted(files.items()))
 
 
 def status_view(shown: Report) -> StatusView:
@@ -351,6 +361,7 @@ def status_view(shown: Report) -> StatusView:
         clusters,
         ledger,
         {q: tuple(ids) for q, ids in sorted(order.items())},
+        decision=shown.record,
     )
 
 

@@ -74,6 +74,21 @@ STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
 CONFIG_FILE = f"{STATUS_DIR}/config.yaml"
 CLUSTERS_FILE = f"{STATUS_DIR}/clusters.yaml"
+# what a status commit's cycle decided over, to replay it (``core/reporting/replay.py``); its
+# runs continue in ``_decision.2.yaml``, ... ``RUNS_PER_FILE`` a file (a run is ~25 values)
+DECISION_FILE = f"{STATUS_DIR}/_decision.yaml"
+RUNS_PER_FILE = 500
+_DECISION_PART = re.compile(r"^status/_decision\.([2-9]|[1-9][0-9]+)\.yaml$")
+
+
+def decision_path(part: int = 1) -> str:
+    return DECISION_FILE if part == 1 else f"{STATUS_DIR}/_decision.{part}.yaml"
+
+
+def is_decision_path(path: str) -> bool:
+    return path == DECISION_FILE or _DECISION_PART.match(path) is not None
+
+
 # Each queue's pending operations in order (their positions): ``status/_queues/<queue>.yaml``,
 # continued in ``<queue>.2.yaml``, ... The ``_`` keeps the folder apart from the projects'
 # (a project name is a DNS label), and a queue name has no dot.
@@ -321,6 +336,46 @@ def _superseded_runs(value: Any) -> tuple[SupersededRun, ...]:
         except ValueError:
             continue
     return tuple(runs)
+
+
+class InputRun(SupersededRun):
+    """A run the cycle counted that its operation's record no longer says: the state the
+    planner was given of a run the cycle stopped."""
+
+    operation: Text
+
+
+def _input_runs(value: Any) -> tuple[InputRun, ...]:
+    return tuple(InputRun.from_dict(v) for v in value or ())
+
+
+class DecisionRecord(StatusRecord):
+    """``status/_decision.yaml``: what a replay of the commit's cycle needs besides the
+    files beside it. The records say each run after the cycle; the planner counted each
+    before it: ``dispatched`` (created this cycle: no run before) and ``runs`` (stopped this
+    cycle: the run as it was) are the difference. ``clock`` is the cycle's instant,
+    ``config`` the commit in force."""
+
+    clock: Text
+    config: Text
+    dispatched: Texts = ()
+    runs: OmitEmpty[Annotated[Items[InputRun], _Read(_input_runs)]] = ()
+    part: OmitEmpty[Number] = 0  # a continuation file's number (2, 3, ...): more runs
+
+    def files(self) -> dict[str, bytes]:
+        """The record's files: its runs ``RUNS_PER_FILE`` a file, each file within the
+        reader's limits."""
+        out: dict[str, bytes] = {}
+        for start in range(0, max(len(self.runs), 1), RUNS_PER_FILE):
+            part = start // RUNS_PER_FILE + 1
+            chunk = self.runs[start : start + RUNS_PER_FILE]
+            record = (
+                self.model_copy(update={"runs": chunk})
+                if part == 1
+                else DecisionRecord(clock=self.clock, config=self.config, runs=chunk, part=part)
+            )
+            out[decision_path(part)] = dump_yaml(record.to_dict())
+        return out
 
 
 class OperationStatus(StatusRecord):
@@ -670,6 +725,7 @@ StatusFile = (
     | ConfigStatus
     | tuple[ClusterStatus, ...]
     | LedgerFile
+    | DecisionRecord
 )
 
 
@@ -1349,6 +1405,8 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
             return ConfigStatus.from_dict(data)
         if path == CLUSTERS_FILE:
             return tuple(ClusterStatus.from_dict(c) for c in data.get("clusters") or ())
+        if is_decision_path(path):
+            return DecisionRecord.from_dict(data)
         if is_ledger_path(path):
             return entries_from_document(data)
         if is_order_path(path):
@@ -1375,6 +1433,7 @@ class StatusView:
     order: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     # what of the ledger could not be read (budgets it may belong to wait)
     ledger_problems: LedgerProblems = field(default_factory=LedgerProblems)
+    decision: DecisionRecord | None = None  # what the commit's cycle decided over
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
@@ -1382,6 +1441,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     operations: dict[str, OperationStatus] = {}
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
+    decisions: list[DecisionRecord] = []
     clusters: tuple[ClusterStatus, ...] = ()
     ledger: list[LedgerEntry] = []
     parts: dict[str, list[QueueOrder]] = {}
@@ -1407,6 +1467,8 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
             parts.setdefault(parsed.queue, []).append(parsed)
         elif isinstance(parsed, ConfigStatus):
             config = parsed
+        elif isinstance(parsed, DecisionRecord):
+            decisions.append(parsed)
         elif isinstance(parsed, LedgerFile):
             ledger.extend(parsed.entries)
             where = Location(path, 1, 1)
@@ -1430,6 +1492,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         for part in found:  # each part says where it starts (a lost part shifts nothing)
             positions.update((op, part.first + i) for i, op in enumerate(part.pending))
     join_records(operations, positions, config.applied if config is not None else "")
+    decision = _joined(decisions, problems)
     unreadable = LedgerProblems(
         unread,
         {m: tuple(r) for m, r in raw.items()},
@@ -1438,8 +1501,34 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
         tuple(p for p in problems if p.startswith(f"{LEDGER_DIR}/")),
     )
     return StatusView(
-        operations, queues, config, tuple(problems), clusters, tuple(ledger), order, unreadable
+        operations,
+        queues,
+        config,
+        tuple(problems),
+        clusters,
+        tuple(ledger),
+        order,
+        unreadable,
+        decision,
     )
+
+
+def _joined(parts: list[DecisionRecord], problems: list[str]) -> DecisionRecord | None:
+    """The decision record from its files, its runs in part order; None, with a problem,
+    when a part is missing or belongs to another cycle (a lost or hand-edited file)."""
+    first = next((p for p in parts if not p.part), None)
+    if first is None:
+        return None
+    rest = sorted((p for p in parts if p.part), key=lambda p: p.part)
+    for number, part in enumerate(rest, start=2):
+        if part.part != number or (part.clock, part.config) != (first.clock, first.config):
+            problems.append(
+                f"{Location(decision_path(part.part), 1, 1)}: not a part of the decision "
+                f"record of {first.clock} (part {number} expected)"
+            )
+            return None
+    runs = tuple(r for p in (first, *rest) for r in p.runs)
+    return first.model_copy(update={"runs": runs}) if rest else first
 
 
 def join_records(
@@ -1472,13 +1561,16 @@ def status_changes(
     """The files to write (changed or new) and to delete (``None``): status files in
     ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster);
     never a ledger file (the history of what was spent). Other files on the branch (a
-    human's notes) are left alone."""
+    human's notes) are left alone. The decision record alone is no change: its clock moves
+    every cycle, and it is written with the commit whose records it replays."""
     changes: dict[str, bytes | None] = {
         path: data for path, data in after.items() if before.get(path) != data
     }
     for path in before:
         if path not in after and _is_ours(path) and not is_ledger_path(path):
             changes[path] = None
+    if all(is_decision_path(path) for path in changes):
+        return {}
     return dict(sorted(changes.items()))
 
 
@@ -1594,6 +1686,7 @@ def _phases(
         if (
             not _is_ours(path)
             or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
+            or is_decision_path(path)
             or is_ledger_path(path)
             or is_order_path(path)
         ):

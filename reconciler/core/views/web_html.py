@@ -16,9 +16,12 @@ import hashlib
 import html
 import json
 from collections.abc import Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import Any
 
 from reconciler.core.observation.outputs import named_outputs, output_names, output_text, sort_rows
+from reconciler.core.quantity import format_duration
+from reconciler.core.reporting.replay import OutcomeChange, QueueDay
 from reconciler.core.types import printable_path, printable_text
 from reconciler.core.views.queue_view import (
     ChildRun,
@@ -263,7 +266,30 @@ def render_queues_page(view: QueuesView, note: str = "") -> str:
     return page("Queues", queues_main(view, note))
 
 
-def queue_main(d: QueueDetail) -> str:
+def _wait(value: timedelta | None) -> str:
+    return "" if value is None else format_duration(int(value.total_seconds()))
+
+
+def days_section(days: Sequence[QueueDay]) -> str:
+    """A queue's wait and utilisation by day, from its recorded cycles replayed."""
+    if not days:
+        return ""
+    rows = (
+        f"<tr><td>{esc(d.day.isoformat())}</td><td>{d.dispatched}</td>"
+        f"<td>{esc(_wait(d.mean_wait))}</td><td>{esc(_wait(d.max_wait))}</td>"
+        f"<td>{esc(', '.join(f'{r} {v:.0%}' for r, v in d.utilisation.items()))}</td></tr>"
+        for d in days
+    )
+    return (
+        "<h2>Wait and utilisation by day</h2><p class=muted>the recorded cycles replayed "
+        "from the status branch (UTC days); quota held is weighted by how long each "
+        "cycle's figures stood</p>"
+        + _table(("Day", "Dispatched", "Mean wait", "Longest wait", "Quota held"), rows)
+    )
+
+
+def queue_main(d: QueueDetail, days: Sequence[QueueDay] = ()) -> str:
+    """``days``: its wait and utilisation by day over the recorded cycles."""
     r = d.row
     settings = _table(
         ("Setting", "Value", "Source", "Last changed"),
@@ -325,6 +351,7 @@ def queue_main(d: QueueDetail) -> str:
     return (
         f"<h1>Queue {esc(printable_text(r.name))}</h1>{summary}<h2>Settings</h2>{settings}"
         f"<h2>Active operations</h2>{active}{upcoming}<h2>Pending</h2>{pending}"
+        f"{days_section(days)}"
     )
 
 
@@ -410,10 +437,12 @@ def operation_main(
     d: OperationDetail,
     logs: str | None = None,
     logs_note: str = "",
+    outcomes: Sequence[OutcomeChange] = (),
     *,
     sort: str | None = None,
     order: str | None = None,
 ) -> str:
+    """``outcomes``: its outcome over the recorded cycles, replayed (``reconciler why``)."""
     queue = _link(queue_href(d.queue), d.queue) if d.queue else ""
     workload = "/".join(esc(x) for x in (d.cluster, d.namespace, d.workload) if x)
     items = [
@@ -477,6 +506,22 @@ def operation_main(
                 ),
             )
         )
+    if outcomes:
+        parts.append("<h2>Outcome over time</h2>")
+        parts.append(
+            "<p class=muted>each recorded cycle replayed from the status branch "
+            f"(<code>reconciler why {esc(printable_text(d.operation))}</code>)</p>"
+        )
+        parts.append(
+            _table(
+                ("From", "Status commit", "Outcome"),
+                (
+                    f"<tr><td>{esc(o.at.isoformat())}</td><td><code>{esc(o.commit[:12])}</code>"
+                    f"</td><td>{esc(o.outcome)}</td></tr>"
+                    for o in outcomes
+                ),
+            )
+        )
     if d.outputs is not None:
         parts.append(_outputs(d.outputs))
     if logs is not None or logs_note:
@@ -500,8 +545,13 @@ def operation_main(
     return "".join(parts)
 
 
-def render_operation_page(d: OperationDetail, logs: str | None = None, logs_note: str = "") -> str:
-    return page(f"Operation {d.operation}", operation_main(d, logs, logs_note))
+def render_operation_page(
+    d: OperationDetail,
+    logs: str | None = None,
+    logs_note: str = "",
+    outcomes: Sequence[OutcomeChange] = (),
+) -> str:
+    return page(f"Operation {d.operation}", operation_main(d, logs, logs_note, outcomes))
 
 
 def message_main(title: str, message: str) -> str:

@@ -1,0 +1,224 @@
+"""``reconciler why`` through real Git: the template's cycles over a fake cluster are
+written to the status branch of a bare remote, and ``why`` replays them from Git alone."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from support.fake_kube import FakeCycles
+from support.git_commands import git
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.cli.main import cli
+from reconciler.core.compile import compile_repo
+from reconciler.core.reporting.status import (
+    DECISION_FILE,
+    status_changes,
+    summarize_cycle,
+)
+from reconciler.runtime.cycle import CycleResult
+from reconciler.runtime.service import make_runtime
+from reconciler.runtime.web import WebApp, recorded_cycles
+
+
+def run(*args: str) -> tuple[int, str, str]:
+    result = CliRunner().invoke(cli, list(args))
+    return result.exit_code, result.stdout, result.stderr
+
+
+LAST: dict[Path, CycleResult] = {}
+
+
+@pytest.fixture
+def history(template_remote: Path, tmp_path: Path) -> tuple[Path, list[str], str, str]:
+    """Three cycles written to the status branch: their commits, an operation pending in
+    the first, and one dispatched in it (``LAST``: the last cycle's result, by remote)."""
+    repo = ConfigRepo(str(template_remote), cache_dir=tmp_path / "cache")
+    status = StatusBranch(repo)
+    compiled = compile_repo(repo.sync())
+    cycles = FakeCycles(compiled, backends={"pytorchjob"})
+    commits: list[str] = []
+    pending = dispatched = ""
+    for after in (0, 30, 900):
+        result = cycles.cycle(after=after)
+        assert result.plan is not None
+        if not commits:
+            pending = result.plan.pending[-1].operation
+            dispatched = result.plan.dispatch[0].operation
+        files = cycles.status_of(result)
+        before = status.read()
+        sha = status.write(status_changes(before, files), summarize_cycle(before, files))
+        if sha is not None:
+            commits.append(sha)
+        for key in sorted(cycles.cluster.jobs)[:2]:  # runs end, so others are dispatched
+            cycles.cluster.set_phase(*key, "Succeeded")
+        LAST[template_remote] = result
+    return template_remote, commits, pending, dispatched
+
+
+def test_why_at_a_status_commit_replays_its_cycle(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, pending, dispatched = history
+    cache = str(tmp_path / "why-cache")
+    code, out, err = run(
+        "why", pending, "--at", commits[0][:10], "--repo", str(remote), "--cache-dir", cache
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith(
+        f"{pending} at 2026-01-01T12:00:00+00:00 (status commit {commits[0][:12]}"
+    )
+    assert lines[1].startswith("outcome: pending ")
+    assert any(line.startswith("decided by: check ") for line in lines)
+    assert any(line.startswith("what would admit it:") for line in lines)
+    assert any(line.startswith("queue ") and " then: priority " in line for line in lines)
+    assert lines[-1] == "replay: equals the record"
+
+    code, out, err = run(
+        "why",
+        dispatched,
+        "--at",
+        "2026-01-01T12:00:10Z",
+        "--repo",
+        str(remote),
+        "--cache-dir",
+        cache,
+    )
+    assert code == 0, err
+    assert "outcome: dispatched to local" in out
+    assert "decided by: every check held" in out
+
+
+def test_why_without_at_prints_each_change_of_the_outcome(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, _, dispatched = history
+    code, out, err = run(
+        "why", dispatched, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].endswith("dispatched to local from " + lines[0].rsplit(" ", 1)[-1])
+    assert f"  {commits[0][:12]}  dispatched" in lines[0]
+    assert len(lines) >= 2 and len(set(line.split("  ", 2)[2] for line in lines)) == len(lines)
+
+
+@pytest.mark.parametrize(
+    ("at", "message"),
+    [
+        (
+            "2025-12-31T00:00:00Z",
+            "error: 2025-12-31T00:00:00+00:00 is before the first recorded decision\n",
+        ),
+        (
+            "0123456789abcdef",
+            "error: 0123456789abcdef is not a commit on the status branch reconciler/status\n",
+        ),
+        ("main", "is not a commit on the status branch reconciler/status\n"),
+        (
+            "2026-01-01T12:00:00",
+            "error: --at 2026-01-01T12:00:00: a time needs its offset (Z, or e.g. +02:00)\n",
+        ),
+    ],
+)
+def test_why_at_a_moment_with_no_record_is_a_one_line_error(
+    history: tuple[Path, list[str], str, str], tmp_path: Path, at: str, message: str
+) -> None:
+    remote, _, pending, _ = history
+    code, out, err = run(
+        "why", pending, "--at", at, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1 and out == ""
+    assert err.endswith(message) and err.count("\n") == 1
+
+
+def test_an_operation_in_no_recorded_cycle_prints_no_numbers(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, _, _ = history
+    code, out, err = run(
+        "why", "vision/never", "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert (code, out) == (1, "")
+    assert err == f"error: vision/never is in none of the {len(commits)} recorded cycles\n"
+    code, out, err = run(
+        "why",
+        "vision/never",
+        "--at",
+        commits[0],
+        "--repo",
+        str(remote),
+        "--cache-dir",
+        str(tmp_path / "c"),
+    )
+    assert (code, out) == (1, "")
+    assert err == f"error: vision/never is not in the cycle of status commit {commits[0][:12]}\n"
+
+
+def test_a_hand_edited_record_is_a_one_line_error(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, _, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    status.read()
+    sha = status.write(
+        {DECISION_FILE: b"clock: [tuesday\n", "status/notes.yaml": b"a: 1\n"}, "by hand"
+    )
+    assert sha is not None
+    code, out, err = run(
+        "why", pending, "--at", sha, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1 and out == ""
+    assert err.startswith(
+        f"error: status commit {sha[:12]} cannot be replayed: "
+        "unreadable status file status/_decision.yaml:"
+    )
+    assert err.count("\n") == 1
+    code, _, err = run("why", pending, "--repo", str(remote), "--cache-dir", str(tmp_path / "c"))
+    assert code == 1 and err.count("\n") == 1 and "status/_decision.yaml:" in err
+
+
+def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> None:
+    code, _, err = run(
+        "why", "a/b", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1
+    assert err.startswith("error: no status yet: branch reconciler/status does not exist in ")
+    assert git(template_remote, "branch", "--list", "reconciler/status") == ""
+
+
+def test_the_pages_show_what_the_recorded_cycles_say(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, commits, _, dispatched = history
+    runtime = make_runtime(str(remote), "main", {}, cache_dir=tmp_path / "serve")
+    recorded = recorded_cycles(runtime)
+    assert recorded is not None
+    app = WebApp(
+        lambda: LAST[remote], outcome_history=recorded.outcomes, queue_history=recorded.days
+    )
+    # an operation's page: its outcome over time
+    reply = app(f"/operations/{dispatched}")
+    assert reply is not None and reply[0] == 200
+    page = reply[1].decode()
+    assert "<h2>Outcome over time</h2>" in page
+    first = recorded.outcomes(dispatched)[0]
+    assert first.commit == commits[0] and first.outcome.startswith("dispatched to local")
+    assert f"<code>{commits[0][:12]}</code></td><td>dispatched to local" in page
+    reply = app("/operations/vision/no-such-op")
+    assert reply is None or "Outcome over time" not in reply[1].decode()
+    # a queue's page: its dispatches by day, as many as the replayed plans made
+    queue = LAST[remote].plan.queues[0].name  # type: ignore[union-attr]
+    history_ = recorded._cycles()
+    made = sum(1 for c in history_ for d in c.decision.plan.dispatch if d.queue == queue)
+    days = recorded.days(queue)
+    assert [d.day.isoformat() for d in days] == ["2026-01-01"]
+    assert days[0].dispatched == made
+    reply = app(f"/queues/{queue}")
+    assert reply is not None and reply[0] == 200
+    page = reply[1].decode()
+    assert "<h2>Wait and utilisation by day</h2>" in page
+    assert f"<tr><td>2026-01-01</td><td>{made}</td>" in page
