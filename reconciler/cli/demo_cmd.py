@@ -79,12 +79,11 @@ def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
     for q in shown.queues:  # what the cycle's states hold (a failed create holds nothing)
         if q.flavors:  # one cell per flavor, in the queue's fallback order
             quota = "; ".join(
-                f"{f.name}: "
-                + _quota_cell(f.quota, f.used_after or f.used, f.borrowed_after, f.lent_after)
+                f"{f.name}: " + _quota_cell(f.quota, f.used_after, f.borrowed_after, f.lent_after)
                 for f in q.flavors
             )
         else:
-            quota = _quota_cell(q.quota, q.used_after or q.used, q.borrowed_after, q.lent_after)
+            quota = _quota_cell(q.quota, q.used_after, q.borrowed_after, q.lent_after)
         rows.append(
             (
                 q.name,
