@@ -168,14 +168,21 @@ def borrowing_lines(result: CycleResult) -> list[str]:
     """One line per operation this cycle dispatches by borrowing from its cohort (of a
     flavor, in a queue with flavors: a cohort lends each flavor on its own)."""
     shown = result.report
-    if shown is None:
+    if shown is None or result.plan is None:
         return []
+    # before this cycle: the plan's observed count (a report's queues hold one count, what
+    # its states hold, recounted when only some creates succeeded)
+    before = {
+        (q.name, flavor): share.borrowed
+        for q in result.plan.queues
+        for flavor, share in _cohort_shares(q)
+    }
     lines = []
     queues = shown.queues
     for q in queues:
         for flavor, mine in _cohort_shares(q):
             for r, amount in sorted(mine.borrowed_after.items()):
-                if amount <= mine.borrowed.get(r, Decimal(0)):
+                if amount <= before.get((q.name, flavor), {}).get(r, Decimal(0)):
                     continue
                 lenders = [
                     f"{other.name} lends {format_quantity(theirs.lent_after[r])}"
