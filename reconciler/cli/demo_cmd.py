@@ -80,12 +80,11 @@ def queue_rows(result: CycleResult) -> list[tuple[str, ...]]:
     for q in shown.queues:  # what the cycle's states hold (a failed create holds nothing)
         if q.flavors:  # one cell per flavor, in the queue's fallback order
             quota = "; ".join(
-                f"{f.name}: "
-                + _quota_cell(f.quota, f.used_after or f.used, f.borrowed_after, f.lent_after)
+                f"{f.name}: " + _quota_cell(f.quota, f.used_after, f.borrowed_after, f.lent_after)
                 for f in q.flavors
             )
         else:
-            quota = _quota_cell(q.quota, q.used_after or q.used, q.borrowed_after, q.lent_after)
+            quota = _quota_cell(q.quota, q.used_after, q.borrowed_after, q.lent_after)
         rows.append(
             (
                 q.name,
@@ -170,14 +169,21 @@ def borrowing_lines(result: CycleResult) -> list[str]:
     """One line per operation this cycle dispatches by borrowing from its cohort (of a
     flavor, in a queue with flavors: a cohort lends each flavor on its own)."""
     shown = result.report
-    if shown is None:
+    if shown is None or result.plan is None:
         return []
+    # before this cycle: the plan's observed count (a report's queues hold one count, what
+    # its states hold, recounted when only some creates succeeded)
+    before = {
+        (q.name, flavor): share.borrowed
+        for q in result.plan.queues
+        for flavor, share in _cohort_shares(q)
+    }
     lines = []
     queues = shown.queues
     for q in queues:
         for flavor, mine in _cohort_shares(q):
             for r, amount in sorted(mine.borrowed_after.items()):
-                if amount <= mine.borrowed.get(r, Decimal(0)):
+                if amount <= before.get((q.name, flavor), {}).get(r, Decimal(0)):
                     continue
                 lenders = [
                     f"{other.name} lends {format_quantity(theirs.lent_after[r])}"

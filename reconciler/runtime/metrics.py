@@ -11,11 +11,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from reconciler.core.plan import Plan
 from reconciler.core.reporting.report import Report
 
-# A queue's quota pool: flavor ("" without flavors), quota, used before the plan, then
-# used, borrowed and lent with the plan's dispatches, per resource.
+# A queue's quota pool: flavor ("" without flavors), quota, then used, borrowed and lent
+# with the plan's dispatches, per resource.
 QuotaPool = tuple[
     str,
-    Mapping[str, Decimal],
     Mapping[str, Decimal],
     Mapping[str, Decimal],
     Mapping[str, Decimal],
@@ -200,18 +199,16 @@ class Metrics:
             self.queue_pods.labels(q.name, q.cluster).set(q.pods_after)
             # one series per resource, or (a queue with flavors) per flavor and resource
             pools: tuple[QuotaPool, ...] = tuple(
-                (f.name, f.quota, f.used, f.used_after, f.borrowed_after, f.lent_after)
-                for f in q.flavors
-            ) or (("", q.quota, q.used, q.used_after, q.borrowed_after, q.lent_after),)
-            for flavor, quota, used, used_after, borrowed_after, lent_after in pools:
+                (f.name, f.quota, f.used_after, f.borrowed_after, f.lent_after) for f in q.flavors
+            ) or (("", q.quota, q.used_after, q.borrowed_after, q.lent_after),)
+            for flavor, quota, used, borrowed, lent in pools:
                 for resource, limit in quota.items():
                     pool = (q.name, resource, flavor)
                     quotas.add(pool)
-                    in_use = used_after.get(resource, used.get(resource, 0))
-                    self.quota_used.labels(*pool).set(float(in_use))
+                    self.quota_used.labels(*pool).set(float(used.get(resource, 0)))
                     self.quota_limit.labels(*pool).set(float(limit))
-                    self.quota_borrowed.labels(*pool).set(float(borrowed_after.get(resource, 0)))
-                    self.quota_lent.labels(*pool).set(float(lent_after.get(resource, 0)))
+                    self.quota_borrowed.labels(*pool).set(float(borrowed.get(resource, 0)))
+                    self.quota_lent.labels(*pool).set(float(lent.get(resource, 0)))
         _remove(self.queue_active, self._queues - queues)
         _remove(self.queue_pending, self._queues - queues)
         _remove(self.queue_pods, self._queues - queues)

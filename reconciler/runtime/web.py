@@ -98,7 +98,6 @@ QueueHistory = Callable[[str], Sequence[QueueDay]]
 class _Cycle:
     result: CycleResult
     report: Report  # what every page and /api/v1 shows of it
-    applied: bool  # leading: its actions were carried out (the page says when not)
     estimates: Estimates = NO_ESTIMATES
 
 
@@ -165,7 +164,7 @@ class WebApp:
         shown = None if result is None else result.report
         if result is None or shown is None:
             return None
-        return _Cycle(result, shown, applied=result.leading, estimates=self._estimates(result))
+        return _Cycle(result, shown, estimates=self._estimates(result))
 
     def _estimates(self, result: CycleResult) -> Estimates:
         """The latest finished start estimates (``EstimateWorker``: computed once per
@@ -198,7 +197,7 @@ class WebApp:
         r = c.result
         assert r.compiled is not None and r.plan is not None
         view = queues_view(c.report, c.estimates)
-        return 200, web_html.queues_main(view, _note(r, c.applied))
+        return 200, web_html.queues_main(view, _note(r))
 
     def _queue_main(self, c: _Cycle, name: str) -> tuple[int, str] | None:
         r = c.result
@@ -411,7 +410,7 @@ def _query_error(query: str, allowed: tuple[str, ...]) -> str | None:
     return None
 
 
-def _note(result: CycleResult, applied: bool) -> str:
+def _note(result: CycleResult) -> str:
     notes = []
     if result.config_errors:
         notes.append(
@@ -428,7 +427,7 @@ def _note(result: CycleResult, applied: bool) -> str:
     down = [h.name for h in result.clusters if not h.reachable]
     if down:
         notes.append("unreachable: " + ", ".join(down))
-    if not applied:
+    if not result.leading:
         notes.append("read-only (not the leader): the plan is shown, not carried out")
     notes.append(f"at {result.at.isoformat(timespec='seconds')}")
     return " · ".join(notes)

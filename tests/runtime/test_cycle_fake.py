@@ -258,6 +258,29 @@ def test_the_template_falls_back_to_a100_and_borrows_idle_team_b_h100s() -> None
     assert {dispatched[f"language/{op}"] for op in ("finetune", "pretrain")} == {"a100"}
 
 
+def test_the_demo_says_a_queue_borrows_when_another_create_of_its_cycle_failed() -> None:
+    """Borrowing is what the cycle's states hold above what the plan observed: a failed
+    create elsewhere (the report recounts its queues) does not hide it."""
+    from reconciler.cli.demo_cmd import borrowing_lines
+
+    world = (
+        World()
+        .cohort("gpu-pool", "2h")
+        .queue("team-a", priority=100, quota={GPU: 2}, cohort="gpu-pool", borrowing_limit={GPU: 2})
+        .queue("team-b", priority=90, quota={GPU: 4}, cohort="gpu-pool")
+    )
+    world.op("p/a", queue="team-a", gpu=2)
+    world.op("p/b", queue="team-a", gpu=2).timeout("1h")  # borrows: ends within 2h
+    world.op("p/bad", queue="team-b", gpu=1)
+    h = Harness(world.repo())
+    h.clusters["local"].invalid.add("p-bad-g1")
+    result = h.cycle()
+    assert result.dispatched == ("p/a", "p/b") and set(result.failed) == {"p/bad"}
+    assert borrowing_lines(result) == [
+        "team-a borrows nvidia.com/gpu from cohort gpu-pool: 2 above its quota (team-b lends 2)"
+    ]
+
+
 def test_a_flavor_is_rendered_read_back_and_counted_in_its_own_flavor() -> None:
     # h100 first (1 GPU), a100 next (2): the second op falls back to a100, and the next
     # cycle reads each run's flavor from its Job, so a third 1-GPU op fits nowhere

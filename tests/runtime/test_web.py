@@ -143,6 +143,19 @@ def test_queues_page_shows_quota_bars_in_priority_order_and_fleet(
     assert status == 200 and "<html" not in main and 'data-queue="team-a"' in main
 
 
+def test_only_a_followers_queues_page_says_its_plan_is_not_carried_out(
+    cycle: CycleResult,
+) -> None:
+    note = "read-only (not the leader): the plan is shown, not carried out"
+    for leading in (True, False):
+        shown = replace(cycle, leading=leading)
+        got = WebApp(lambda shown=shown: shown, estimator=EstimateWorker(spawn=_inline))(
+            "/queues", "partial=main"
+        )
+        assert got is not None and got[0] == 200
+        assert (note in got[1].decode()) is not leading
+
+
 def test_queue_page_has_blamed_settings_and_pending_with_admission(
     served: tuple,  # type: ignore[type-arg]
     cycle: CycleResult,

@@ -1082,6 +1082,11 @@ class PruneRefusal:
 
 @dataclass(frozen=True, slots=True)
 class QueueSummary:
+    # Two counts, each needed: ``used``, ``pods``, ``borrowed``, ``lent`` (and the budget's
+    # ``committed``) as observed, and their ``*_after`` twins as the admission loop counted
+    # them with this plan's dispatches (cohort shares and budget reservations no dispatch
+    # list can redo). The plan views show the change (``0+1/2``, ``committedAfter``); a
+    # report holds its one count in ``*_after`` (a dry run's: the observed one).
     name: str
     cluster: str
     priority: int
