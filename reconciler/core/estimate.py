@@ -44,6 +44,7 @@ from reconciler.core.ledger import (
 )
 from reconciler.core.observe import WorkloadState
 from reconciler.core.plan import (
+    REASON_TRAITS,
     Admission,
     DependenciesBlock,
     Dispatch,
@@ -54,7 +55,6 @@ from reconciler.core.plan import (
     admit_dispatch,
     held_flavor,
 )
-from reconciler.core.plan.checks import CHECKS
 from reconciler.core.plan.planner import gc_paused
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
@@ -74,28 +74,10 @@ _NANO = Decimal("1e-9")
 P50 = 0.5
 P90 = 0.9
 
-# Pending reasons no clock can end: the operation waits for a person or a config change.
-STATIC_REASONS = frozenset(
-    {
-        PendingReason.CLUSTER_UNREACHABLE,
-        PendingReason.BACKEND_UNAVAILABLE,
-        PendingReason.QUEUE_PAUSED,
-        PendingReason.AWAITING_APPROVAL,
-        PendingReason.UPSTREAM_FAILED,
-        PendingReason.EXCEEDS_QUOTA,
-        PendingReason.NO_ELIGIBLE_FLAVOR,
-        # the simulation does not model the clusters' free capacity changing (it sees it
-        # as observed now): no simulated event ends this wait (docs/estimates.md)
-        PendingReason.NO_CLUSTER_HAS_CAPACITY,
-        PendingReason.LEDGER_UNREADABLE,  # a person repairs the ledger
-    }
-)
 # A replan first plans this many candidates of a queue (plus two per free slot)
 PREFIX = 16
 # ... and, when that head does not fill the queue, this many times more
 GROW = 4
-# The reasons of the checks that hold a StrictFIFO queue behind its head
-_HOLDS_HEAD = frozenset(r for c in CHECKS if c.holds_head for r in c.reasons)
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
 _RESET = "\x00reset\x00"
 
@@ -1072,7 +1054,9 @@ def _full(q: QueueAdmission, rest: Sequence[CompiledOperation]) -> bool:
     a request that fits by them may still not fit by the planner's rounding, never the
     other way round). A cohort member's quota is not all it may use (it may borrow): only
     its pods count then."""
-    if q.strategy is QueueStrategy.STRICT_FIFO and any(r in _HOLDS_HEAD for _, r in q.pending):
+    if q.strategy is QueueStrategy.STRICT_FIFO and any(
+        REASON_TRAITS[r].holds_head for _, r in q.pending
+    ):
         return True
     if q.concurrency is not None and q.active >= q.concurrency:
         return True
@@ -1098,7 +1082,7 @@ def _timeout(op: CompiledOperation) -> float | None:
 
 def _static_block(p: Pending) -> str:
     """Why no clock ends ``p``'s wait, or "" when the simulation can date it."""
-    if p.reason in STATIC_REASONS:
+    if REASON_TRAITS[p.reason].static:
         return f"{p.reason}: {p.admit.text}"
     b = p.blocked_by
     if isinstance(b, DependenciesBlock) and any(d.phase == "Missing" for d in b.waiting):

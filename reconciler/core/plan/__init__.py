@@ -27,6 +27,7 @@ from reconciler.core.plan.flavors import held_flavor
 from reconciler.core.plan.model import (
     BACKEND_APIS,
     MAX_LISTED,
+    REASON_TRAITS,
     Admit,
     AdmitWhen,
     ApprovalBlock,
@@ -62,6 +63,7 @@ from reconciler.core.plan.model import (
     QueuePausedBlock,
     QueueSummary,
     QuotaBlock,
+    ReasonTraits,
     Shortfall,
     Stop,
     StopReason,
@@ -78,6 +80,7 @@ from reconciler.core.plan.planner import (
 __all__ = [
     "BACKEND_APIS",
     "MAX_LISTED",
+    "REASON_TRAITS",
     "Admission",
     "Admit",
     "AdmitWhen",
@@ -115,6 +118,7 @@ __all__ = [
     "QueuePausedBlock",
     "QueueSummary",
     "QuotaBlock",
+    "ReasonTraits",
     "Shortfall",
     "Stop",
     "StopReason",
