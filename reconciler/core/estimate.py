@@ -495,6 +495,7 @@ class _Sim:
         # a fleet queue may find a freed slot's cluster over its clusterQuota, or choose
         # another of its clusters: it does not count as taking the slot
         self.uncertain |= prep.fleet
+        self.fleet = prep.fleet
         self.workflow_mates: dict[str, set[str]] = {}
         for mates in prep.workflow_spans.values():
             if len(mates) > 1:
@@ -858,7 +859,12 @@ class _Sim:
             if not cut:
                 break
             admitted = {qa.name: qa for qa in sub.queues}
-            grow = [q for q in cut if not _full(admitted[q], self.candidates[q][heads[q] :])]
+            grow = [
+                q
+                for q in cut
+                for qa in (admitted[q],)
+                if not _full(qa, self.candidates[q][heads[q] :], self._full_clusters(qa))
+            ]
             if not grow:
                 break
             for q in grow:
@@ -876,6 +882,16 @@ class _Sim:
                 self.candidates[q] = [op for op in self.candidates[q] if id(op) not in gone]
         for qa in sub.queues:
             self._note_waits(qa.name, qa.pending)
+
+    def _full_clusters(self, q: QueueAdmission) -> frozenset[str]:
+        """The clusters a candidate of ``q`` just waited for at check 10, at their
+        concurrency (a single-cluster queue's: the cluster's count only grows while the
+        planner goes on through the queue). Not a cohort member's: its later candidates'
+        check 8 may still note what its cohort lends (``CohortState.waiting``)."""
+        if q.name in self.fleet or q.name in self.cohort_mates:
+            return frozenset()
+        cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+        return frozenset(self.ops[oid].cluster for oid, r in q.pending if r is cluster_r)
 
     def _plan(self, queues: set[str], t: float, heads: Mapping[str, int | None]) -> Admission:
         """The planner's steps 1-4 (``admit_dispatch``) over ``queues`` at ``t``: their
@@ -1047,18 +1063,23 @@ class _Sim:
         return out
 
 
-def _full(q: QueueAdmission, rest: Sequence[CompiledOperation]) -> bool:
+def _full(
+    q: QueueAdmission, rest: Sequence[CompiledOperation], full: frozenset[str] = frozenset()
+) -> bool:
     """After an admission, none of ``rest`` (the queue's later candidates) could be
-    dispatched: its concurrency is reached, its StrictFIFO head holds it, or none of them
-    fits in the pods (``maxPods``) and the quota it has left (compared as exact quantities:
-    a request that fits by them may still not fit by the planner's rounding, never the
-    other way round). A cohort member's quota is not all it may use (it may borrow): only
-    its pods count then."""
+    dispatched: its concurrency is reached, its StrictFIFO head holds it, each goes to one
+    of the ``full`` clusters (at their concurrency), or none of them fits in the pods
+    (``maxPods``) and the quota it has left (compared as exact quantities: a request that
+    fits by them may still not fit by the planner's rounding, never the other way round).
+    A cohort member's quota is not all it may use (it may borrow): only its pods count
+    then."""
     if q.strategy is QueueStrategy.STRICT_FIFO and any(
         REASON_TRAITS[r].holds_head for _, r in q.pending
     ):
         return True
     if q.concurrency is not None and q.active >= q.concurrency:
+        return True
+    if full and all(op.cluster in full for op in rest):
         return True
     pods = q.pods_free
     if q.cohort or not q.free:

@@ -191,6 +191,28 @@ def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
     assert (_at(e, "p/high-1"), _at(e, "p/low-1")) == (10, 30)
 
 
+def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_head(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long queue with no limit of its own, held by its cluster's concurrency: once a
+    planned candidate finds the cluster full, the rest (all on that cluster) would only
+    wait for it too, so a replan plans its head alone."""
+    world = World().cluster("local", concurrency=1).queue("q")
+    world.ops("p/op-{}", 60)
+    history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
+    planned: list[int] = []
+    admit = estimate_module.admit_dispatch
+
+    def counting(operations: list[Any], *args: Any, **kwargs: Any) -> Any:
+        planned.append(len(operations))
+        return admit(operations, *args, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "admit_dispatch", counting)
+    e = _estimate(world, history)
+    assert [_at(e, f"p/op-{i}") for i in (2, 3, 60)] == [10, 20, 590]
+    assert planned and max(planned) <= estimate_module.PREFIX + 2
+
+
 def test_a_fleet_queue_takes_a_slot_of_whichever_of_its_clusters_frees_first() -> None:
     world = World().cluster("c0", concurrency=1).cluster("c1", concurrency=1)
     world.fleet("f", ("c0", "c1"))
