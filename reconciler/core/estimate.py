@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 from reconciler.core.capacity import ClusterCapacity
@@ -705,15 +706,18 @@ class _Sim:
         for c in self.queue_waits.pop(queue, ()):
             self.waits_on_cluster[c].discard(queue)
         clusters: set[str] = set()
-        last = self.last
-        for oid, reason in pending:
-            last[oid] = reason
-            if reason is PendingReason.CLUSTER_CONCURRENCY_LIMIT:
-                clusters.add(self.ops[oid].cluster)
-            elif reason is PendingReason.NO_CLUSTER_UNDER_QUOTA:
-                # a fleet queue's (check 10): each of its clusters at its concurrency or
-                # over the queue's clusterQuota; a slot freed in any may take it
-                clusters.update(self.repo.queues[queue].clusters)
+        pending = tuple(pending)
+        self.last.update(pending)
+        # most entries wait for neither: look for the two reasons once, at C speed
+        reasons = set(map(itemgetter(1), pending))
+        cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+        if cluster_r in reasons:
+            ops = self.ops
+            clusters.update(ops[oid].cluster for oid, r in pending if r is cluster_r)
+        if PendingReason.NO_CLUSTER_UNDER_QUOTA in reasons:
+            # a fleet queue's (check 10): each of its clusters at its concurrency or
+            # over the queue's clusterQuota; a slot freed in any may take it
+            clusters.update(self.repo.queues[queue].clusters)
         if clusters:
             self.queue_waits[queue] = clusters
             for c in clusters:
