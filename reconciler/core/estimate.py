@@ -520,6 +520,10 @@ class _Sim:
         self.exhausted = False
         # queue -> the head its replans grew to (the next replan starts from it)
         self.grown: dict[str, int] = {}
+        # the queues of a workflow that spans queues whose child a replan dispatched: those
+        # planned before that dispatch in the replan did not see it, the next cycle would
+        # (a StrictFIFO head held at 10 or 11 may then wait at 9, which does not hold it)
+        self.stale: set[str] = set()
         self.specs: dict[tuple[str, int], QueueSpec] = {}
         self.cluster_specs: dict[tuple[str, int], ClusterSpec] = {}
         for q_name, pend in prep.waits.items():
@@ -731,7 +735,8 @@ class _Sim:
             t = heap[0][0]
             if t > self.end_of_horizon:
                 return
-            affected: set[str] = set()
+            affected = self.stale
+            self.stale = set()
             freed: set[str] = set()
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
@@ -877,6 +882,8 @@ class _Sim:
                 grown[q] = n
         for d in sub.dispatch:
             op = self.ops[d.operation]
+            if op.workflow is not None:
+                self.stale.update(self.workflow_mates.get(op.queue, ()))
             self.dispatched_at[d.operation] = t
             self.last.pop(d.operation, None)
             self._activate(self._dispatched(d, t), op, self._end_from(t, op, d.operation))

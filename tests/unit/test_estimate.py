@@ -556,6 +556,31 @@ def test_the_incremental_simulation_equals_replanning_everything(
                 assert at == max(expected[oid], p50 or expected[oid])
 
 
+def test_a_strict_fifo_head_planned_before_its_workflow_took_a_slot_is_replanned() -> None:
+    """The fleet queue ``qf`` (StrictFIFO, first in the planner's order) holds at check 10
+    behind ``p/wf``'s child; in the same replan ``q0`` dispatches another child of ``p/wf``.
+    At the next event (``p/up`` ends in another queue) a cycle would see that child: the
+    head waits at check 9 then, which does not hold the queue, and ``p/small`` goes."""
+    world = World().cluster("c0").cluster("c1").queue("q0", cluster="c0").queue("q1")
+    world.fleet(
+        "qf",
+        ("c0", "c1"),
+        cluster_quota={"c0": {"nvidia.com/gpu": 1}, "c1": {"nvidia.com/gpu": 2}},
+        priority=1,
+        strict=True,
+    )
+    world.op("p/first", queue="q0", gpu=2).child_of("p/wf", 0, concurrency=1)
+    world.op("p/up", queue="q1", gpu=2).after("p/first")
+    world.op("p/big", queue="qf", gpu=2)
+    world.op("p/second", queue="q0", gpu=2).child_of("p/wf", 1, concurrency=1)
+    world.op("p/child", queue="qf", gpu=2).child_of("p/wf", 2, concurrency=1)
+    world.op("p/small", queue="qf")
+    minutes = {"p/first": 1, "p/up": 1, "p/big": 3, "p/second": 2, "p/child": 1, "p/small": 1}
+    history = [r for oid, m in minutes.items() for r in _runs(oid, "q", m)]
+    e = _estimate(world, history)
+    assert [_at(e, oid) for oid in ("p/second", "p/up", "p/small", "p/child")] == [1, 1, 2, 3]
+
+
 # --- the worked example of docs/estimates.md --------------------------------------------
 
 
