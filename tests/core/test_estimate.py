@@ -191,6 +191,28 @@ def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
     assert (_at(e, "p/high-1"), _at(e, "p/low-1")) == (10, 30)
 
 
+def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_head(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A long queue with no limit of its own, held by its cluster's concurrency: once a
+    planned candidate finds the cluster full, the rest (all on that cluster) would only
+    wait for it too, so a replan plans its head alone."""
+    world = World().cluster("local", concurrency=1).queue("q")
+    world.ops("p/op-{}", 60)
+    history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
+    planned: list[int] = []
+    admit = estimate_module.admit_dispatch
+
+    def counting(operations: list[Any], *args: Any, **kwargs: Any) -> Any:
+        planned.append(len(operations))
+        return admit(operations, *args, **kwargs)
+
+    monkeypatch.setattr(estimate_module, "admit_dispatch", counting)
+    e = _estimate(world, history)
+    assert [_at(e, f"p/op-{i}") for i in (2, 3, 60)] == [10, 20, 590]
+    assert planned and max(planned) <= estimate_module.PREFIX + 2
+
+
 def test_a_fleet_queue_takes_a_slot_of_whichever_of_its_clusters_frees_first() -> None:
     world = World().cluster("c0", concurrency=1).cluster("c1", concurrency=1)
     world.fleet("f", ("c0", "c1"))
@@ -533,6 +555,31 @@ def test_the_incremental_simulation_equals_replanning_everything(
             for oid, at in got.items():
                 p50 = e.pending[oid].p50.at
                 assert at == max(expected[oid], p50 or expected[oid])
+
+
+def test_a_strict_fifo_head_planned_before_its_workflow_took_a_slot_is_replanned() -> None:
+    """The fleet queue ``qf`` (StrictFIFO, first in the planner's order) holds at check 10
+    behind ``p/wf``'s child; in the same replan ``q0`` dispatches another child of ``p/wf``.
+    At the next event (``p/up`` ends in another queue) a cycle would see that child: the
+    head waits at check 9 then, which does not hold the queue, and ``p/small`` goes."""
+    world = World().cluster("c0").cluster("c1").queue("q0", cluster="c0").queue("q1")
+    world.fleet(
+        "qf",
+        ("c0", "c1"),
+        cluster_quota={"c0": {"nvidia.com/gpu": 1}, "c1": {"nvidia.com/gpu": 2}},
+        priority=1,
+        strict=True,
+    )
+    world.op("p/first", queue="q0", gpu=2).child_of("p/wf", 0, concurrency=1)
+    world.op("p/up", queue="q1", gpu=2).after("p/first")
+    world.op("p/big", queue="qf", gpu=2)
+    world.op("p/second", queue="q0", gpu=2).child_of("p/wf", 1, concurrency=1)
+    world.op("p/child", queue="qf", gpu=2).child_of("p/wf", 2, concurrency=1)
+    world.op("p/small", queue="qf")
+    minutes = {"p/first": 1, "p/up": 1, "p/big": 3, "p/second": 2, "p/child": 1, "p/small": 1}
+    history = [r for oid, m in minutes.items() for r in _runs(oid, "q", m)]
+    e = _estimate(world, history)
+    assert [_at(e, oid) for oid in ("p/second", "p/up", "p/small", "p/child")] == [1, 1, 2, 3]
 
 
 # --- the worked example of docs/estimates.md --------------------------------------------

@@ -11,7 +11,7 @@ import re
 from support.paths import ROOT
 
 import reconciler.core.plan as package
-from reconciler.core.plan import PendingReason, planner
+from reconciler.core.plan import REASON_TRAITS, PendingReason, planner
 from reconciler.core.plan.checks import CHECKS
 
 
@@ -35,6 +35,7 @@ def test_the_interface_is_the_package() -> None:
     }
     assert {"Plan", "Pending", "QuotaBlock", "AdmitWhen", "PlanInputError"} <= defined
     expected = defined | {"BlockedBy", "MAX_LISTED", "BACKEND_APIS", "plan_dispatch", "plan_repo"}
+    expected |= {"REASON_TRAITS"}  # the reasons' traits, read by the estimate and the views
     # steps 1-4 alone, for the start-time estimate (issue 16)
     expected |= {"admit_dispatch", "Admission", "QueueAdmission"}
     # the rule for the flavor an active run holds, shared with the estimate
@@ -48,6 +49,24 @@ def test_checks_are_numbered_in_order_and_give_every_reason_once() -> None:
     assert [c.number for c in CHECKS] == list(range(len(CHECKS)))
     # PendingReason is declared in check order.
     assert [r for c in CHECKS for r in c.reasons] == list(PendingReason)
+
+
+def test_one_table_gives_every_reason_its_traits() -> None:
+    """Each reason has one row (static, holds the head, never runs); a check holds a
+    StrictFIFO queue for all its reasons or for none; what never runs is never dated."""
+    assert set(REASON_TRAITS) == set(PendingReason)
+    for check in CHECKS:
+        assert len({REASON_TRAITS[r].holds_head for r in check.reasons}) == 1, check
+    for reason, traits in REASON_TRAITS.items():
+        assert reason.never_runs is traits.never_runs
+        assert traits.static or not traits.never_runs, reason
+
+
+def test_the_waits_the_estimate_does_not_date_are_the_documented_ones() -> None:
+    text = (ROOT / "docs" / "estimates.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `Blocked` |"))
+    named = set(re.findall(r"`([A-Za-z]+)`", row.split("|")[3])) & set(PendingReason)
+    assert named == {str(r) for r, traits in REASON_TRAITS.items() if traits.static}
 
 
 def _docs_checks_table() -> list[tuple[int, str, str]]:

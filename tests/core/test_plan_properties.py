@@ -10,7 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from support.strategies import Case, cases
 
-from reconciler.core.plan import MaxPodsBlock, PendingReason, QuotaBlock
+from reconciler.core.plan import (
+    REASON_TRAITS,
+    BehindHeadBlock,
+    MaxPodsBlock,
+    PendingReason,
+    QuotaBlock,
+)
 from reconciler.core.types import (
     CompiledOperation,
     Phase,
@@ -188,12 +194,7 @@ def test_best_effort_passes_a_waiting_gang_strict_fifo_never_does(case: Case) ->
     maxPods, quota or the cluster, a StrictFIFO queue dispatches nothing more; a
     BestEffortFIFO queue may."""
     plan = case.plan()
-    holds = {
-        PendingReason.QUEUE_CONCURRENCY_LIMIT,
-        PendingReason.MAX_PODS_REACHED,
-        PendingReason.QUOTA_EXCEEDED,
-        PendingReason.CLUSTER_CONCURRENCY_LIMIT,
-    }
+    holds = {r for r, traits in REASON_TRAITS.items() if traits.holds_head}
     for name, q in case.queues.items():
         if q.strategy is not QueueStrategy.STRICT_FIFO:
             continue
@@ -203,3 +204,7 @@ def test_best_effort_passes_a_waiting_gang_strict_fifo_never_does(case: Case) ->
             after = entries[entries.index(held[0]) + 1 :]
             assert all(p.reason is not PendingReason.QUOTA_EXCEEDED for p in after)
             assert all(p.reason not in holds for p in after)
+        for p in entries:  # the head a later one waits behind holds it by the table
+            if p.reason is PendingReason.WAITING_BEHIND_HEAD:
+                assert isinstance(p.blocked_by, BehindHeadBlock)
+                assert REASON_TRAITS[p.blocked_by.head_reason].holds_head

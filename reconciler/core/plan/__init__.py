@@ -29,6 +29,7 @@ from reconciler.core.plan.flavors import held_flavor
 from reconciler.core.plan.model import (
     BACKEND_APIS,
     MAX_LISTED,
+    REASON_TRAITS,
     Admit,
     AdmitWhen,
     ApprovalBlock,
@@ -64,6 +65,7 @@ from reconciler.core.plan.model import (
     QueuePausedBlock,
     QueueSummary,
     QuotaBlock,
+    ReasonTraits,
     Shortfall,
     Stop,
     StopReason,
@@ -80,6 +82,7 @@ from reconciler.core.plan.planner import (
 __all__ = [
     "BACKEND_APIS",
     "MAX_LISTED",
+    "REASON_TRAITS",
     "Admission",
     "Admit",
     "AdmitWhen",
@@ -117,6 +120,7 @@ __all__ = [
     "QueuePausedBlock",
     "QueueSummary",
     "QuotaBlock",
+    "ReasonTraits",
     "Shortfall",
     "Stop",
     "StopReason",

@@ -2,9 +2,10 @@
 reason (docs/dispatch.md, "Checks").
 
 What must live here: the table of checks 0..11 (number, what must hold, the reasons given
-when it fails, whether a failure holds a StrictFIFO queue), in the order the planner applies
-them. It is the one list the planner, ``PendingReason`` and docs/dispatch.md's Checks table
-follow; ``tests/core/test_plan_package.py`` keeps the three equal.
+when it fails; whether a failure holds a StrictFIFO queue is its reasons' trait,
+``model.REASON_TRAITS``), in the order the planner applies them. It is the one list the
+planner, ``PendingReason`` and docs/dispatch.md's Checks table follow;
+``tests/core/test_plan_package.py`` keeps the three equal.
 
 The checks are data, not functions: ``planner.admit`` applies them inline, one commented
 block per check (``# 2: ...``), because a function call per check per candidate made that
@@ -16,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from reconciler.core.plan.model import PendingReason
+from reconciler.core.plan.model import REASON_TRAITS, PendingReason
 
 _R = PendingReason
 
@@ -27,7 +28,11 @@ class Check:
     holds: str  # what must hold for the candidate to go on (Markdown, as in the docs)
     reasons: tuple[PendingReason, ...]  # given when it fails (``fails``: how, in the docs)
     fails: str  # the docs' "reason when it fails" cell
-    holds_head: bool = False  # StrictFIFO: later candidates of the queue wait behind it
+
+    @property
+    def holds_head(self) -> bool:
+        """StrictFIFO: later candidates of the queue wait behind it (its reasons' trait)."""
+        return all(REASON_TRAITS[r].holds_head for r in self.reasons)
 
 
 CHECKS: tuple[Check, ...] = (
@@ -67,7 +72,6 @@ CHECKS: tuple[Check, ...] = (
         "queue active count (including dispatches earlier in this plan) < `concurrency`",
         (_R.QUEUE_CONCURRENCY_LIMIT,),
         "`QueueConcurrencyLimit`",
-        holds_head=True,
     ),
     Check(
         7,
@@ -75,7 +79,6 @@ CHECKS: tuple[Check, ...] = (
         "op's replicas ≤ `maxPods` (when set)",
         (_R.MAX_PODS_REACHED,),
         "`MaxPodsReached`",
-        holds_head=True,
     ),
     Check(
         8,
@@ -91,7 +94,6 @@ CHECKS: tuple[Check, ...] = (
         ),
         "`QuotaExceeded`, naming the resource (and each flavor tried); in a cohort "
         "`WaitingForLentQuota`, `BorrowingNotAllowed`, `CohortLimit` or `WaitingForFairShare`",
-        holds_head=True,
     ),
     Check(
         9,
@@ -109,7 +111,6 @@ CHECKS: tuple[Check, ...] = (
         (_R.CLUSTER_CONCURRENCY_LIMIT, _R.NO_CLUSTER_UNDER_QUOTA, _R.NO_CLUSTER_HAS_CAPACITY),
         "`ClusterConcurrencyLimit`; a fleet queue: `NoClusterUnderQuota`, or "
         "`NoClusterHasCapacity` when it requires capacity",
-        holds_head=True,
     ),
     Check(
         11,
@@ -117,6 +118,5 @@ CHECKS: tuple[Check, ...] = (
         "it goes to) ≤ limit in the window, and its ledger can be read",
         (_R.BUDGET_EXCEEDED, _R.LEDGER_UNREADABLE),
         "`BudgetExceeded`; `LedgerUnreadable` when the ledger cannot be read",
-        holds_head=True,
     ),
 )

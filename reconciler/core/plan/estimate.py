@@ -30,12 +30,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from operator import itemgetter
 from typing import Any
 
 from reconciler.core.decision.cycle import Decision
 from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import (
+    REASON_TRAITS,
     Admission,
     DependenciesBlock,
     Dispatch,
@@ -46,7 +48,6 @@ from reconciler.core.plan import (
     admit_dispatch,
     held_flavor,
 )
-from reconciler.core.plan.checks import CHECKS
 from reconciler.core.plan.ledger import (
     LedgerEntry,
     LedgerKey,
@@ -74,28 +75,10 @@ _NANO = Decimal("1e-9")
 P50 = 0.5
 P90 = 0.9
 
-# Pending reasons no clock can end: the operation waits for a person or a config change.
-STATIC_REASONS = frozenset(
-    {
-        PendingReason.CLUSTER_UNREACHABLE,
-        PendingReason.BACKEND_UNAVAILABLE,
-        PendingReason.QUEUE_PAUSED,
-        PendingReason.AWAITING_APPROVAL,
-        PendingReason.UPSTREAM_FAILED,
-        PendingReason.EXCEEDS_QUOTA,
-        PendingReason.NO_ELIGIBLE_FLAVOR,
-        # the simulation does not model the clusters' free capacity changing (it sees it
-        # as observed now): no simulated event ends this wait (docs/estimates.md)
-        PendingReason.NO_CLUSTER_HAS_CAPACITY,
-        PendingReason.LEDGER_UNREADABLE,  # a person repairs the ledger
-    }
-)
 # A replan first plans this many candidates of a queue (plus two per free slot)
 PREFIX = 16
 # ... and, when that head does not fill the queue, this many times more
 GROW = 4
-# The reasons of the checks that hold a StrictFIFO queue behind its head
-_HOLDS_HEAD = frozenset(r for c in CHECKS if c.holds_head for r in c.reasons)
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
 _RESET = "\x00reset\x00"
 
@@ -513,6 +496,7 @@ class _Sim:
         # a fleet queue may find a freed slot's cluster over its clusterQuota, or choose
         # another of its clusters: it does not count as taking the slot
         self.uncertain |= prep.fleet
+        self.fleet = prep.fleet
         self.workflow_mates: dict[str, set[str]] = {}
         for mates in prep.workflow_spans.values():
             if len(mates) > 1:
@@ -536,6 +520,10 @@ class _Sim:
         self.exhausted = False
         # queue -> the head its replans grew to (the next replan starts from it)
         self.grown: dict[str, int] = {}
+        # the queues of a workflow that spans queues whose child a replan dispatched: those
+        # planned before that dispatch in the replan did not see it, the next cycle would
+        # (a StrictFIFO head held at 10 or 11 may then wait at 9, which does not hold it)
+        self.stale: set[str] = set()
         self.specs: dict[tuple[str, int], QueueSpec] = {}
         self.cluster_specs: dict[tuple[str, int], ClusterSpec] = {}
         for q_name, pend in prep.waits.items():
@@ -722,15 +710,18 @@ class _Sim:
         for c in self.queue_waits.pop(queue, ()):
             self.waits_on_cluster[c].discard(queue)
         clusters: set[str] = set()
-        last = self.last
-        for oid, reason in pending:
-            last[oid] = reason
-            if reason is PendingReason.CLUSTER_CONCURRENCY_LIMIT:
-                clusters.add(self.ops[oid].cluster)
-            elif reason is PendingReason.NO_CLUSTER_UNDER_QUOTA:
-                # a fleet queue's (check 10): each of its clusters at its concurrency or
-                # over the queue's clusterQuota; a slot freed in any may take it
-                clusters.update(self.repo.queues[queue].clusters)
+        pending = tuple(pending)
+        self.last.update(pending)
+        # most entries wait for neither: look for the two reasons once, at C speed
+        reasons = set(map(itemgetter(1), pending))
+        cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+        if cluster_r in reasons:
+            ops = self.ops
+            clusters.update(ops[oid].cluster for oid, r in pending if r is cluster_r)
+        if PendingReason.NO_CLUSTER_UNDER_QUOTA in reasons:
+            # a fleet queue's (check 10): each of its clusters at its concurrency or
+            # over the queue's clusterQuota; a slot freed in any may take it
+            clusters.update(self.repo.queues[queue].clusters)
         if clusters:
             self.queue_waits[queue] = clusters
             for c in clusters:
@@ -744,7 +735,8 @@ class _Sim:
             t = heap[0][0]
             if t > self.end_of_horizon:
                 return
-            affected: set[str] = set()
+            affected = self.stale
+            self.stale = set()
             freed: set[str] = set()
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
@@ -876,7 +868,12 @@ class _Sim:
             if not cut:
                 break
             admitted = {qa.name: qa for qa in sub.queues}
-            grow = [q for q in cut if not _full(admitted[q], self.candidates[q][heads[q] :])]
+            grow = [
+                q
+                for q in cut
+                for qa in (admitted[q],)
+                if not _full(qa, self.candidates[q][heads[q] :], self._full_clusters(qa))
+            ]
             if not grow:
                 break
             for q in grow:
@@ -885,6 +882,8 @@ class _Sim:
                 grown[q] = n
         for d in sub.dispatch:
             op = self.ops[d.operation]
+            if op.workflow is not None:
+                self.stale.update(self.workflow_mates.get(op.queue, ()))
             self.dispatched_at[d.operation] = t
             self.last.pop(d.operation, None)
             self._activate(self._dispatched(d, t), op, self._end_from(t, op, d.operation))
@@ -894,6 +893,16 @@ class _Sim:
                 self.candidates[q] = [op for op in self.candidates[q] if id(op) not in gone]
         for qa in sub.queues:
             self._note_waits(qa.name, qa.pending)
+
+    def _full_clusters(self, q: QueueAdmission) -> frozenset[str]:
+        """The clusters a candidate of ``q`` just waited for at check 10, at their
+        concurrency (a single-cluster queue's: the cluster's count only grows while the
+        planner goes on through the queue). Not a cohort member's: its later candidates'
+        check 8 may still note what its cohort lends (``CohortState.waiting``)."""
+        if q.name in self.fleet or q.name in self.cohort_mates:
+            return frozenset()
+        cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+        return frozenset(self.ops[oid].cluster for oid, r in q.pending if r is cluster_r)
 
     def _plan(self, queues: set[str], t: float, heads: Mapping[str, int | None]) -> Admission:
         """The planner's steps 1-4 (``admit_dispatch``) over ``queues`` at ``t``: their
@@ -1065,16 +1074,23 @@ class _Sim:
         return out
 
 
-def _full(q: QueueAdmission, rest: Sequence[CompiledOperation]) -> bool:
+def _full(
+    q: QueueAdmission, rest: Sequence[CompiledOperation], full: frozenset[str] = frozenset()
+) -> bool:
     """After an admission, none of ``rest`` (the queue's later candidates) could be
-    dispatched: its concurrency is reached, its StrictFIFO head holds it, or none of them
-    fits in the pods (``maxPods``) and the quota it has left (compared as exact quantities:
-    a request that fits by them may still not fit by the planner's rounding, never the
-    other way round). A cohort member's quota is not all it may use (it may borrow): only
-    its pods count then."""
-    if q.strategy is QueueStrategy.STRICT_FIFO and any(r in _HOLDS_HEAD for _, r in q.pending):
+    dispatched: its concurrency is reached, its StrictFIFO head holds it, each goes to one
+    of the ``full`` clusters (at their concurrency), or none of them fits in the pods
+    (``maxPods``) and the quota it has left (compared as exact quantities: a request that
+    fits by them may still not fit by the planner's rounding, never the other way round).
+    A cohort member's quota is not all it may use (it may borrow): only its pods count
+    then."""
+    if q.strategy is QueueStrategy.STRICT_FIFO and any(
+        REASON_TRAITS[r].holds_head for _, r in q.pending
+    ):
         return True
     if q.concurrency is not None and q.active >= q.concurrency:
+        return True
+    if full and all(op.cluster in full for op in rest):
         return True
     pods = q.pods_free
     if q.cohort or not q.free:
@@ -1098,7 +1114,7 @@ def _timeout(op: CompiledOperation) -> float | None:
 
 def _static_block(p: Pending) -> str:
     """Why no clock ends ``p``'s wait, or "" when the simulation can date it."""
-    if p.reason in STATIC_REASONS:
+    if REASON_TRAITS[p.reason].static:
         return f"{p.reason}: {p.admit.text}"
     b = p.blocked_by
     if isinstance(b, DependenciesBlock) and any(d.phase == "Missing" for d in b.waiting):

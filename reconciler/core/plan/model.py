@@ -53,11 +53,56 @@ class PendingReason(enum.StrEnum):
 
     @property
     def never_runs(self) -> bool:
-        return self in (
-            PendingReason.UPSTREAM_FAILED,
-            PendingReason.EXCEEDS_QUOTA,
-            PendingReason.NO_ELIGIBLE_FLAVOR,
-        )
+        return REASON_TRAITS[self].never_runs
+
+
+@dataclass(frozen=True, slots=True)
+class ReasonTraits:
+    """What a pending reason says of the wait beyond its check's number."""
+
+    # no simulated event ends it (a person, a config change or a cluster must): the
+    # start-time estimate does not date it (docs/estimates.md)
+    static: bool = False
+    # StrictFIFO: the queue's later candidates wait behind it (check 5)
+    holds_head: bool = False
+    # never dispatched under this config
+    never_runs: bool = False
+
+
+_STATIC = ReasonTraits(static=True)
+_HEAD = ReasonTraits(holds_head=True)
+_NEVER = ReasonTraits(static=True, never_runs=True)
+_CLOCKED = ReasonTraits()
+
+# The one table of the reasons' traits: the planner's StrictFIFO head (``checks.Check``),
+# ``never_runs`` in the views and the estimate's undated waits all read it.
+REASON_TRAITS: Mapping[PendingReason, ReasonTraits] = {
+    PendingReason.CLUSTER_UNREACHABLE: _STATIC,
+    PendingReason.BACKEND_UNAVAILABLE: _STATIC,
+    PendingReason.QUEUE_PAUSED: _STATIC,
+    PendingReason.AWAITING_APPROVAL: _STATIC,
+    PendingReason.WAITING_FOR_DEPENDENCIES: _CLOCKED,
+    PendingReason.UPSTREAM_FAILED: _NEVER,
+    PendingReason.EXCEEDS_QUOTA: _NEVER,
+    PendingReason.NO_ELIGIBLE_FLAVOR: _NEVER,
+    PendingReason.WAITING_BEHIND_HEAD: _CLOCKED,
+    PendingReason.QUEUE_CONCURRENCY_LIMIT: _HEAD,
+    PendingReason.MAX_PODS_REACHED: _HEAD,
+    PendingReason.QUOTA_EXCEEDED: _HEAD,
+    PendingReason.WAITING_FOR_LENT_QUOTA: _HEAD,
+    PendingReason.BORROWING_NOT_ALLOWED: _HEAD,
+    PendingReason.COHORT_LIMIT: _HEAD,
+    PendingReason.WAITING_FOR_FAIR_SHARE: _HEAD,
+    PendingReason.WORKFLOW_PARALLELISM: _CLOCKED,
+    PendingReason.CLUSTER_CONCURRENCY_LIMIT: _HEAD,
+    PendingReason.NO_CLUSTER_UNDER_QUOTA: _HEAD,
+    # the estimate does not simulate the clusters' free capacity changing (it sees it as
+    # observed now): no simulated event ends this wait
+    PendingReason.NO_CLUSTER_HAS_CAPACITY: ReasonTraits(static=True, holds_head=True),
+    PendingReason.BUDGET_EXCEEDED: _HEAD,
+    # a person repairs the ledger
+    PendingReason.LEDGER_UNREADABLE: ReasonTraits(static=True, holds_head=True),
+}
 
 
 class StopReason(enum.StrEnum):
