@@ -21,6 +21,7 @@ the figures are an upper bound on the reconciler's.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -54,8 +55,7 @@ def growth(sizes: Sequence[int], values: Sequence[float]) -> list[tuple[float, f
     growth as ``size**k`` (1: linear in the size, 0: flat). A value of 0 has no growth to
     speak of: ``(nan, nan)``."""
     out: list[tuple[float, float]] = []
-    pairs = list(zip(sizes, values, strict=True))
-    for (s0, v0), (s1, v1) in zip(pairs, pairs[1:], strict=False):
+    for (s0, v0), (s1, v1) in itertools.pairwise(zip(sizes, values, strict=True)):
         if v0 <= 0 or v1 <= 0 or s1 == s0:
             out.append((math.nan, math.nan))
             continue
@@ -355,15 +355,17 @@ def main() -> None:
             flush=True,
         )
     figures = [summary(r) for r in results]
-    print(f"\n{args.ops} operations, {args.queues} queues, {args.cycles} cycles, {args.churn} "
-          "Jobs ending before each after the first")
+    print(
+        f"\n{args.ops} operations, {args.queues} queues, {args.cycles} cycles, {args.churn} "
+        "Jobs ending before each after the first"
+    )
     print(f"{'clusters':<46}" + "".join(f"{s:>12}" for s in sizes))
     for label, key in ROWS:
         print(f"{label:<46}" + "".join(f"{f[key]:>12.2f}" for f in figures))
     print("\ngrowth from one size to the next: ratio (k, as clusters^k)")
     for label, key in ROWS:
         steps = growth(sizes, [f[key] for f in figures])
-        print(f"{label:<46}" + "".join(f"{r:>8.2f}× ({k:+.2f})" for r, k in steps))
+        print(f"{label:<46}" + "".join(f"{r:>8.2f}x ({k:+.2f})" for r, k in steps))
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if args.profile:
         print(f"profile of the steady cycles at {sizes[-1]} clusters: {args.profile}")
