@@ -335,7 +335,11 @@ def main() -> None:
     parser.add_argument("--queues", type=int, default=2000)
     parser.add_argument("--cycles", type=int, default=8)
     parser.add_argument("--churn", type=int, default=500, help="Jobs ending before a cycle")
-    parser.add_argument("--profile", default="", help="pyinstrument text of the steady cycles")
+    parser.add_argument(
+        "--profile",
+        default="",
+        help="pyinstrument text of the steady cycles (pip install pyinstrument)",
+    )
     parser.add_argument(CHILD, action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
