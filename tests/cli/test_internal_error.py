@@ -142,7 +142,9 @@ def test_the_runtime_keeps_the_last_good_config_and_reports_the_bug(
     runtime.on_cycle(second)
 
     # the last good config stays in force; nothing is pruned
-    assert second.compiled is first.compiled and second.version == "c1"
+    # (the same config: a decision's compiled repo also holds its schedules' runs at its time)
+    assert second.compiled is not None and second.compiled.version == "c1" == second.version
+    assert {o.id for o in second.compiled.operations} == {o.id for o in first.compiled.operations}
     assert second.plan is not None and second.plan.stop == ()
     assert second.attempted_version == "c2"
     # reported as a bug, not as a config error
@@ -171,7 +173,8 @@ def test_the_runtime_keeps_the_last_good_config_and_reports_the_bug(
     # still broken on the next cycle: reported again, counted again
     third = rec.run_once()
     runtime.on_cycle(third)
-    assert third.compiled is first.compiled and third.internal_error == second.internal_error
+    assert third.compiled is not None and third.compiled.version == "c1"
+    assert third.internal_error == second.internal_error
     assert registry.get_sample_value("reconciler_internal_errors_total") == 2.0
 
     # fixed: the new commit applies and the status is clean again

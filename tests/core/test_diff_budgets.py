@@ -115,6 +115,9 @@ NOT_DECISIONS = {
     (OrgSettings, "status_keep_days"): "how much of the status branch's history is kept",
     (OrgSettings, "status_max_commits"): "how much of the status branch's history is kept",
     (OrgSettings, "policy"): "shows as the operations it refuses (newlyPolicyViolation)",
+    (OrgSettings, "notifications"): "who is told of phase changes, not what dispatches",
+    (OrgSettings, "commit_status"): "what the Git host is told of a commit",
+    (OrgSettings, "web_url"): "the link in what is sent",
 }
 
 
