@@ -370,6 +370,16 @@ def test_a_matrix_keeps_its_own_params() -> None:
     )
 
 
+def test_a_mapping_matrix_keeps_the_params_of_its_values() -> None:
+    text = (
+        "kind: Operation\nname: sweep\nmatrix:\n  kind: mapping\n"
+        "  values: [{lr: 0.1}, {lr: 0.01, wd: 0.1}]\n"
+        "run:\n  container:\n    args: ['{{ params.lr }}', '{{ params.wd }}', '{{ params.tag }}']\n"
+    )
+    filled = apply_params(text, {"tag": "v2"}, "f.yaml")
+    assert "'{{ params.lr }}', '{{ params.wd }}', 'v2'" in filled
+
+
 def test_a_value_that_breaks_the_yaml_is_located() -> None:
     with pytest.raises(SubmitErrors) as exc:
         apply_params("kind: Operation\nname: x\nrun: {{ params.a }}\n", {"a": "[1"}, "f.yaml")

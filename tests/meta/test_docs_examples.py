@@ -9,6 +9,7 @@ from pathlib import Path
 from support.paths import ROOT, TEMPLATE
 
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.authoring.submit import apply_params, parse_param
 from reconciler.core.compile import compile_repo
 from reconciler.core.compile.merge import merge_leaf
 from reconciler.core.types import MergeStrategy
@@ -199,3 +200,47 @@ def test_presets_node_pin_example_keeps_exactly_one_pin(tmp_path: Path) -> None:
         assert step == (f"preset a100 ({strategy})" if from_preset else "operation"), strategy
         assert f"{path}[1]" not in op.provenance
     assert "is `preset a100 (post_merge)`" in doc
+
+
+# --- docs/researchers.md: every operation it shows is one the repo takes -------------------
+
+RESEARCHERS_MD = ROOT / "docs" / "researchers.md"
+# A ```yaml block that starts with its file's name: "# train-small.yaml".
+OPERATION_BLOCK = re.compile(r"```yaml\n# ([a-z0-9-]+)\.yaml\n(.*?)```", re.S)
+
+
+def _submitted_as(doc: str, name: str) -> tuple[str, dict[str, str]]:
+    """The project and -P values the page submits the file with; a file the page does not
+    submit goes into the project its operation id names."""
+    m = re.search(rf"reconciler submit {name}\.yaml --project ([a-z0-9-]+)((?: -P \S+)*)", doc)
+    if m is None:
+        project = re.search(rf"\b([a-z0-9-]+)/{name}\b", doc)
+        assert project is not None, f"docs/researchers.md never names the project of {name}"
+        return project.group(1), {}
+    return m.group(1), dict(parse_param(p) for p in m.group(2).split(" -P ")[1:])
+
+
+def test_researchers_page_operations_compile(tmp_path: Path) -> None:
+    doc = RESEARCHERS_MD.read_text(encoding="utf-8")
+    blocks = OPERATION_BLOCK.findall(doc)
+    assert len(blocks) >= 5, "the operation files of docs/researchers.md were not found"
+    repo = tmp_path / "repo"
+    shutil.copytree(TEMPLATE, repo)
+    ids = []
+    for name, body in blocks:
+        project, params = _submitted_as(doc, name)
+        path = f"projects/{project}/operations/{name}.yaml"
+        (repo / path).write_text(apply_params(body, params, path), encoding="utf-8")
+        ids.append(f"{project}/{name}")
+    compiled = compile_repo(snapshot_worktree(repo))
+    assert compiled.valid, compiled.errors
+    assert not [r for r in compiled.rejected if r.operation in ids], compiled.rejected
+    ops = {o.id: o for o in (*compiled.operations, *compiled.schedules)}
+    for op_id in ids:
+        assert op_id in ops or f"{op_id}-0" in ops, f"{op_id} compiles to no operation"
+    # The children's values the page shows are the compiler's draws.
+    for child, lr, wd in re.findall(
+        r'"operation": "(vision/sweep-wd-\d)",\n\s+"params": \{"lr": ([\d.]+), "wd": ([\d.]+)\}',
+        doc,
+    ):
+        assert dict(ops[child].params) == {"lr": float(lr), "wd": float(wd)}, child

@@ -88,6 +88,8 @@ def parameters(text: str, path: str) -> dict[str, tuple[int, int]]:
     matrix = doc.get("matrix")
     if isinstance(matrix, dict) and isinstance(matrix.get("params"), dict):
         own.update(str(k) for k in matrix["params"])
+    if isinstance(matrix, dict) and isinstance(matrix.get("values"), list):  # kind: mapping
+        own.update(str(k) for entry in matrix["values"] if isinstance(entry, dict) for k in entry)
     dag = doc.get("dag")
     if isinstance(dag, dict) and isinstance(dag.get("operations"), list):
         for child in dag["operations"]:
