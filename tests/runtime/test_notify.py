@@ -22,7 +22,7 @@ from support.snapshots import repo
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.render import spec_hash
 from reconciler.core.observation.observe import WorkloadState
-from reconciler.core.reporting.notify import commit_report, notices
+from reconciler.core.reporting.notify import commit_report, encode, notices
 from reconciler.core.types import (
     CommitStatusSpec,
     CompiledRepo,
@@ -508,3 +508,21 @@ def test_a_secret_that_cannot_be_read_or_sent_is_dropped_and_counted(receiver: R
     )
     assert receiver.got == []  # neither reached the receiver
     assert box.close(5.0)
+
+
+def test_a_run_that_ends_sends_its_named_outputs_and_their_path() -> None:
+    world = World().queue("q")
+    world.op("p/a", queue="q")
+    world.org = replace(world.org, notifications=(rule("Succeeded"),))
+    compiled = world.repo("c1")
+    ended = replace(
+        state("p/a", Phase.SUCCEEDED),
+        outputs={"accuracy": 0.93, "note": "x" * 1000, "nested": {"a": 1}},
+        outputs_path="s3://results/p/a/p-a-g1/",
+    )
+    (sent,) = notices(compiled, {"p/a": state("p/a", Phase.RUNNING)}, {"p/a": ended}, None, NOW)
+    body = json.loads(encode(sent.payload))
+    # the named values only, bounded as on the pages: a nested value stays out, text is cut
+    assert body["outputs"]["accuracy"] == 0.93 and "nested" not in body["outputs"]
+    assert len(body["outputs"]["note"]) < 1000
+    assert body["outputsPath"] == "s3://results/p/a/p-a-g1/"

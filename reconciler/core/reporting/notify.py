@@ -27,6 +27,7 @@ from datetime import datetime
 from typing import Any
 
 from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.reporting.report import Report
 from reconciler.core.types import (
     CommitStatusSpec,
@@ -114,6 +115,8 @@ def notices(
             "dispatchedAt": state.dispatched_at,
             "startedAt": state.started_at,
             "finishedAt": state.finished_at,
+            "outputs": named_outputs(state.outputs),  # bounded (core/observation/outputs.py)
+            "outputsPath": state.outputs_path or "",
             "at": at.isoformat(),
             "url": page_url(compiled.org.web_url, state.operation),
         }
