@@ -40,6 +40,7 @@ from reconciler.core.authoring.submit import (
     set_stopped,
 )
 from reconciler.core.compile import compile_repo
+from reconciler.core.decision.schedule import next_fires
 from reconciler.core.plan import PlanInputError
 from reconciler.core.types import CompiledRepo
 
@@ -191,9 +192,16 @@ def plan_lines(
     dispatch = {d.operation: d for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
     clusters = {o.id: o.cluster for o in compiled.operations}
+    scheduled = {o.id: o.schedule for o in compiled.schedules if o.schedule is not None}
+    now = SystemClock().now()
     lines = []
     for op in op_ids:
-        if op in dispatch:
+        if op in scheduled:  # a template: its runs are made at its fire times
+            fires = ", ".join(t.isoformat() for t in next_fires(scheduled[op], now, 3))
+            lines.append(
+                f"plan: {op}: scheduled, never dispatched itself; next runs {fires or 'none'}"
+            )
+        elif op in dispatch:
             d = dispatch[op]
             flavor = f", flavor {d.flavor}" if d.flavor else ""
             lines.append(

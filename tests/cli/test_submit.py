@@ -500,3 +500,20 @@ def test_stop_and_rerun_refuse_an_operation_that_is_no_name(
     code, out, err = _invoke(command, operation, "--repo", str(clone))
     assert code == 2 and "is not a valid name" in err, err
     assert "Traceback" not in out + err
+
+
+def test_submitting_a_schedule_says_when_its_runs_come(
+    served: tuple[str, Path], clone: Path, tmp_path: Path
+) -> None:
+    """A scheduled operation is a template, never dispatched itself: its plan line gives
+    its next fire times, not "nothing to dispatch"."""
+    scheduled = OP.replace('"{{ params.lr }}"', '"0.1"').replace('"{{ params.epochs }}"', '"1"')
+    scheduled += "schedule:\n  kind: cron\n  cron: '0 2 * * *'\n  timezone: Europe/Paris\n"
+    code, out, err = _invoke(
+        "submit", str(_op_file(tmp_path, scheduled)), "--project", "vision",
+        "--repo", str(clone), "--push",
+    )  # fmt: skip
+    assert code == 0, err
+    (plan,) = [line for line in out.splitlines() if line.startswith("plan: ")]
+    assert "vision/lr-try: scheduled, never dispatched itself; next runs" in plan, plan
+    assert plan.count("T01:00:00+00:00") + plan.count("T00:00:00+00:00") == 3, plan
