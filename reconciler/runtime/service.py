@@ -136,6 +136,8 @@ class Runtime:
         if self.publisher is not None:
             self.publisher.faults = self.faults  # before-status, after-status: the writer's
             self.publisher.on_failure = self.metrics.git_sync_errors.inc
+            if self.notifier is not None:  # what is owed rides on the status commits
+                self.publisher.owed = self.notifier.owed_file
 
     def config_changed(self) -> None:
         """Files were saved (``--watch``): read them in the cycle that this asks for."""
@@ -175,6 +177,11 @@ class Runtime:
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
+        if self.notifier is not None:  # queued, never waited for; owed in the next status
+            if result.leading:
+                self.notifier.on_cycle(result)
+            else:
+                self.notifier.follow(result)
         if self.publisher is not None and result.leading:
             # in the background: handed to the writer thread, not delaying the next cycle
             self.publisher.publish(result)
@@ -184,11 +191,6 @@ class Runtime:
                 due = self.publisher.due
                 if due is not None and self.wakeup is not None:
                     self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
-        if self.notifier is not None:  # queued, never waited for
-            if result.leading:
-                self.notifier.on_cycle(result)
-            else:
-                self.notifier.follow(result)
         self.completed = result
 
     def close(self, timeout: float | None = None, final: CycleResult | None = None) -> bool:
@@ -336,6 +338,7 @@ def make_runtime(
         try:
             recorded = publisher.recorded()
             notifier.seed(recorded.seen)
+            notifier.restore(publisher.recorded_owed())
             for line in recorded.ledger.problems.warnings():  # budgets they hold wait
                 log.warning("%s", line.removeprefix("warning: "))
             reconciler.seed(recorded)
