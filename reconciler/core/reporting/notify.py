@@ -78,9 +78,20 @@ def transitions(
     changed: list[WorkloadState] = []
     for op, state in after.items():
         prev = before.get(op)
-        if prev is None or prev.uid != state.uid or prev.phase != state.phase:
+        if prev is None or not _same_run(prev, state) or prev.phase != state.phase:
             changed.append(state)
     return tuple(changed)
+
+
+def _same_run(prev: WorkloadState, state: WorkloadState) -> bool:
+    if prev.uid:
+        return prev.uid == state.uid
+    # the status branch records no uid: its workload and generation name the run
+    return (prev.cluster, prev.name, prev.generation) == (
+        state.cluster,
+        state.name,
+        state.generation,
+    )
 
 
 def notices(
