@@ -16,8 +16,9 @@ change already on the status branch whose request was still queued or retried wh
 process died is owed: the notices decided and not yet settled (sent, refused or given up)
 ride on the status commits the cycles make anyway (``owed_file``: ``status/_notify.yaml``,
 at most ``OWED_LIMIT``, the oldest dropped and counted), and the next leader sends them
-again (``restore``). A settled one leaves the file at the next status commit, so it is sent
-again only when the process dies before that commit: once, with its key.
+again (``restore``, as it starts to lead). A settled one leaves the file at the next status
+commit, so it is sent again only when the process dies before that commit: once, with its
+key.
 """
 
 from __future__ import annotations
@@ -262,7 +263,7 @@ class Notifier:
         self._owed: dict[tuple[str, str], Owed] = {}
         self._owed_dropped = 0
         self._owed_lock = threading.Lock()
-        self._restored: tuple[Owed, ...] = ()  # sent by the first cycle this process leads
+        self._restored: tuple[Owed, ...] = ()  # owed from the branch, not queued yet
         self._before: Mapping[str, WorkloadState] = dict(seen or {})
         self._refused: frozenset[str] | None = None
         self._reported: tuple[str, str] | None = None  # (commit, state) last queued
@@ -275,18 +276,23 @@ class Notifier:
         self._before = {**seen, **self._before}
 
     def restore(self, content: bytes | None) -> None:
-        """Owe what a previous process owed (``status/_notify.yaml``): sent again by the
-        first cycle this process leads, with the same keys."""
-        if content is None:
-            return
-        entries, dropped, problem = read_owed(content)
-        if problem:
-            log.warning("%s: nothing is sent again", problem)
+        """Owe what the status branch says is owed (``status/_notify.yaml``, None: nothing),
+        as this process starts to lead: sent by its next cycle, with the same keys. What
+        an earlier call restored and no cycle sent yet is replaced."""
+        entries: tuple[Owed, ...] = ()
+        dropped = 0
+        if content is not None:
+            entries, dropped, problem = read_owed(content)
+            if problem:
+                log.warning("%s: nothing is sent again", problem)
         with self._owed_lock:
-            for entry in entries:
-                self._owed.setdefault((entry.key, entry.url), entry)
+            for stale in self._restored:
+                self._owed.pop((stale.key, stale.url), None)
+            fresh = tuple(e for e in entries if (e.key, e.url) not in self._owed)
+            for entry in fresh:
+                self._owed[entry.key, entry.url] = entry
             self._owed_dropped = max(self._owed_dropped, dropped)
-        self._restored += entries
+        self._restored = fresh
 
     def owed_file(self) -> bytes | None:
         """``status/_notify.yaml`` as it is now: None when nothing is owed."""

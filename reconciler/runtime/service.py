@@ -131,6 +131,7 @@ class Runtime:
     source: Callable[[], RepoSnapshot] | None = None  # the reconciler's config source
     # notifications and commit statuses: decided each cycle, sent by a thread of their own
     notifier: Notifier | None = None
+    _leading: bool = field(default=False, init=False)  # whether the last cycle led
 
     def __post_init__(self) -> None:
         if self.publisher is not None:
@@ -179,9 +180,12 @@ class Runtime:
                 m.count_dispatched(queue, cluster)
         if self.notifier is not None:  # queued, never waited for; owed in the next status
             if result.leading:
+                if not self._leading:  # led now: what the last leader still owed first
+                    self._owe_recorded()
                 self.notifier.on_cycle(result)
             else:
                 self.notifier.follow(result)
+        self._leading = result.leading
         if self.publisher is not None and result.leading:
             # in the background: handed to the writer thread, not delaying the next cycle
             self.publisher.publish(result)
@@ -192,6 +196,16 @@ class Runtime:
                 if due is not None and self.wakeup is not None:
                     self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
         self.completed = result
+
+    def _owe_recorded(self) -> None:
+        """Owe the notifications the status branch says are owed (``status/_notify.yaml``:
+        its last leader's, as last read), to be sent by this cycle."""
+        if self.notifier is None or self.publisher is None:
+            return
+        try:
+            self.notifier.restore(self.publisher.recorded_owed())
+        except GitSyncError as exc:
+            log.warning("cannot read the notifications owed: %s", exc)
 
     def close(self, timeout: float | None = None, final: CycleResult | None = None) -> bool:
         """Write the status last handed over and stop the status writer (shutdown); False
@@ -338,7 +352,6 @@ def make_runtime(
         try:
             recorded = publisher.recorded()
             notifier.seed(recorded.seen)
-            notifier.restore(publisher.recorded_owed())
             for line in recorded.ledger.problems.warnings():  # budgets they hold wait
                 log.warning("%s", line.removeprefix("warning: "))
             reconciler.seed(recorded)
