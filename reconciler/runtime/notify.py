@@ -7,14 +7,18 @@ backoff up to ``attempts`` times, and gives up then; a request that finds the qu
 is dropped. Everything dropped is counted (``reconciler_notifications_dropped_total``), so
 a receiver that hangs or refuses costs dispatch nothing and its losses are seen.
 
-Delivery is at least once. What was sent is tracked in memory only (``Notifier``'s
-baseline): each cycle's transitions are derived against the states of the cycle before
-(led or followed), and at a start against the states the status branch recorded
-(``seed``). So a change that happened while no process ran, or after the last status
+Delivery is at least once. Each cycle's transitions are derived against the states of the
+cycle before (led or followed), and at a start against the states the status branch
+recorded (``seed``): a change that happened while no process ran, or after the last status
 write, is derived and sent by the next process, with the key it always has
 (``Idempotency-Key``: operation, run uid, phase) for a receiver that had it to drop. A
-change already on the status branch whose request was still queued when the process died
-is not sent again: recording deliveries there would cost a Git commit per notification.
+change already on the status branch whose request was still queued or retried when the
+process died is owed: the notices decided and not yet settled (sent, refused or given up)
+ride on the status commits the cycles make anyway (``owed_file``: ``status/_notify.yaml``,
+at most ``OWED_LIMIT``, the oldest dropped and counted), and the next leader sends them
+again (``restore``, as it starts to lead). A settled one leaves the file at the next status
+commit, so it is sent again only when the process dies before that commit: once, with its
+key.
 """
 
 from __future__ import annotations
@@ -30,12 +34,16 @@ from typing import TYPE_CHECKING, Any
 from reconciler.adapters import outbound
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.reporting.notify import (
+    OWED_LIMIT,
     CommitReport,
-    Notice,
+    Owed,
     commit_report,
     commit_status_request,
     encode,
+    encode_owed,
     notices,
+    owed,
+    read_owed,
 )
 from reconciler.core.types import CompiledRepo, SecretKey
 from reconciler.runtime.metrics import Metrics
@@ -88,6 +96,8 @@ class Outbox:
     attempts: int = 5
     backoff: float = 1.0  # seconds before the second attempt, doubled each time
     max_backoff: float = 30.0
+    # told of each request sent, refused or given up (not of one left at a stop)
+    settled: Callable[[Delivery], None] = lambda _: None
     _queue: queue.Queue[Delivery | None] = field(init=False)
     _stop: threading.Event = field(default_factory=threading.Event, init=False)
     _thread: threading.Thread | None = field(default=None, init=False)
@@ -160,6 +170,7 @@ class Outbox:
             except Exception:  # a bug: this request is lost, never the worker
                 log.exception("%s: not sent", item.what)
                 self.metrics.notifications_dropped.labels(item.kind, "gave_up").inc()
+                self.settled(item)
 
     def _deliver(self, item: Delivery) -> None:
         if _same_server(item.url, self.api_servers()):
@@ -190,6 +201,7 @@ class Outbox:
                 if 200 <= status < 300:
                     self.metrics.notifications_sent.labels(item.kind).inc()
                     log.info("%s: sent (%d)", item.what, status)
+                    self.settled(item)
                     return
                 why = f"answered {status}"
                 if status < 500 and status not in _AGAIN:
@@ -217,6 +229,8 @@ class Outbox:
     def _drop(self, item: Delivery, reason: str, why: str) -> None:
         self.metrics.notifications_dropped.labels(item.kind, reason).inc()
         log.warning("%s: dropped (%s): %s", item.what, reason, why)
+        if reason != "shutdown":  # left at a stop: still owed, the next leader sends it
+            self.settled(item)
 
 
 def _origin(url: str) -> tuple[str, int]:
@@ -244,6 +258,12 @@ class Notifier:
 
     def __init__(self, outbox: Outbox, seen: Mapping[str, WorkloadState] | None = None) -> None:
         self.outbox = outbox
+        outbox.settled = self._settled
+        # (key, url) -> what is owed, oldest first; the worker settles, the writer reads
+        self._owed: dict[tuple[str, str], Owed] = {}
+        self._owed_dropped = 0
+        self._owed_lock = threading.Lock()
+        self._restored: tuple[Owed, ...] = ()  # owed from the branch, not queued yet
         self._before: Mapping[str, WorkloadState] = dict(seen or {})
         self._refused: frozenset[str] | None = None
         self._reported: tuple[str, str] | None = None  # (commit, state) last queued
@@ -255,8 +275,66 @@ class Notifier:
         """Start from the states a previous process recorded (the status branch)."""
         self._before = {**seen, **self._before}
 
+    def restore(self, content: bytes | None) -> None:
+        """Owe what the status branch says is owed (``status/_notify.yaml``, None: nothing),
+        as this process starts to lead: sent by its next cycle, with the same keys. What
+        an earlier call restored and no cycle sent yet is replaced."""
+        entries: tuple[Owed, ...] = ()
+        dropped = 0
+        if content is not None:
+            entries, dropped, problem = read_owed(content)
+            if problem:
+                log.warning("%s: nothing is sent again", problem)
+        with self._owed_lock:
+            for stale in self._restored:
+                self._owed.pop((stale.key, stale.url), None)
+            fresh = tuple(e for e in entries if (e.key, e.url) not in self._owed)
+            for entry in fresh:
+                self._owed[entry.key, entry.url] = entry
+            self._owed_dropped = max(self._owed_dropped, dropped)
+        self._restored = fresh
+
+    def owed_file(self) -> bytes | None:
+        """``status/_notify.yaml`` as it is now: None when nothing is owed."""
+        with self._owed_lock:
+            if not self._owed:
+                return None
+            return encode_owed(tuple(self._owed.values()), self._owed_dropped)
+
+    def _owe(self, entry: Owed) -> bool:
+        """Owe ``entry``; False when it is owed already (queued or being retried)."""
+        with self._owed_lock:
+            if (entry.key, entry.url) in self._owed:
+                return False
+            self._owed[entry.key, entry.url] = entry
+            while len(self._owed) > OWED_LIMIT:  # the oldest is no longer kept across a restart
+                del self._owed[next(iter(self._owed))]
+                self._owed_dropped += 1
+                self.outbox.metrics.notifications_dropped.labels(
+                    NOTIFICATION, "owed_overflow"
+                ).inc()
+        return True
+
+    def _settled(self, delivery: Delivery) -> None:
+        if delivery.kind == NOTIFICATION:
+            with self._owed_lock:
+                self._owed.pop((delivery.key, delivery.url), None)
+
+    def _send(self, entry: Owed) -> None:
+        if self._owe(entry):
+            self._put(entry)
+
+    def _put(self, entry: Owed) -> None:
+        delivery = _notification(entry)
+        if not self.outbox.put(delivery):
+            self._settled(delivery)  # dropped (queue_full), counted: no longer owed
+
     def on_cycle(self, result: CycleResult) -> None:
         """Queue what ``result`` (a cycle this process led) sends; never waits."""
+        if self._restored:
+            restored, self._restored = self._restored, ()
+            for entry in restored:
+                self._put(entry)
         shown = result.report
         compiled = result.compiled
         if shown is not None:
@@ -264,7 +342,7 @@ class Notifier:
                 for notice in notices(
                     shown.compiled, self._before, shown.states, self._refused, result.at
                 ):
-                    self.outbox.put(_notification(notice))
+                    self._send(owed(notice))
             self._before = shown.states
             self._refused = frozenset(r.operation for r in shown.compiled.rejected)
         if compiled is None:
@@ -305,18 +383,17 @@ class Notifier:
             self._refused = frozenset(r.operation for r in shown.compiled.rejected)
 
 
-def _notification(notice: Notice) -> Delivery:
-    rule = notice.rule
-    phase = notice.key.rsplit(":", 1)[-1]
+def _notification(entry: Owed) -> Delivery:
+    phase = entry.key.rsplit(":", 1)[-1]
     return Delivery(
         kind=NOTIFICATION,
-        url=rule.url,
-        payload=notice.payload,
-        what=f"notification {notice.operation} {phase} to {rule.url} ({rule.location})",
-        key=notice.key,
-        cluster=notice.cluster,
-        namespace=notice.namespace,
-        secret=rule.secret,
+        url=entry.url,
+        payload=entry.payload,
+        what=f"notification {entry.operation} {phase} to {entry.url} ({entry.rule})",
+        key=entry.key,
+        cluster=entry.cluster,
+        namespace=entry.namespace,
+        secret=entry.secret,
         auth="hmac",
     )
 

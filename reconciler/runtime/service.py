@@ -131,11 +131,14 @@ class Runtime:
     source: Callable[[], RepoSnapshot] | None = None  # the reconciler's config source
     # notifications and commit statuses: decided each cycle, sent by a thread of their own
     notifier: Notifier | None = None
+    _leading: bool = field(default=False, init=False)  # whether the last cycle led
 
     def __post_init__(self) -> None:
         if self.publisher is not None:
             self.publisher.faults = self.faults  # before-status, after-status: the writer's
             self.publisher.on_failure = self.metrics.git_sync_errors.inc
+            if self.notifier is not None:  # what is owed rides on the status commits
+                self.publisher.owed = self.notifier.owed_file
 
     def config_changed(self) -> None:
         """Files were saved (``--watch``): read them in the cycle that this asks for."""
@@ -175,6 +178,14 @@ class Runtime:
             for op in result.dispatched:
                 queue, cluster = clusters[op]
                 m.count_dispatched(queue, cluster)
+        if self.notifier is not None:  # queued, never waited for; owed in the next status
+            if result.leading:
+                if not self._leading:  # led now: what the last leader still owed first
+                    self._owe_recorded()
+                self.notifier.on_cycle(result)
+            else:
+                self.notifier.follow(result)
+        self._leading = result.leading
         if self.publisher is not None and result.leading:
             # in the background: handed to the writer thread, not delaying the next cycle
             self.publisher.publish(result)
@@ -184,12 +195,17 @@ class Runtime:
                 due = self.publisher.due
                 if due is not None and self.wakeup is not None:
                     self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
-        if self.notifier is not None:  # queued, never waited for
-            if result.leading:
-                self.notifier.on_cycle(result)
-            else:
-                self.notifier.follow(result)
         self.completed = result
+
+    def _owe_recorded(self) -> None:
+        """Owe the notifications the status branch says are owed (``status/_notify.yaml``:
+        its last leader's, as last read), to be sent by this cycle."""
+        if self.notifier is None or self.publisher is None:
+            return
+        try:
+            self.notifier.restore(self.publisher.recorded_owed())
+        except GitSyncError as exc:
+            log.warning("cannot read the notifications owed: %s", exc)
 
     def close(self, timeout: float | None = None, final: CycleResult | None = None) -> bool:
         """Write the status last handed over and stop the status writer (shutdown); False

@@ -41,6 +41,7 @@ from reconciler.core.decision.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.reporting.report import encode
 from reconciler.core.reporting.status import (
+    NOTIFY_FILE,
     StatusMemos,
     read_status,
     status_changes,
@@ -94,6 +95,8 @@ class StatusPublisher:
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
         self.faults: FaultPoints | None = None
         self.on_failure: Callable[[], None] | None = None
+        # the notifications owed (``status/_notify.yaml``, None: none), set by the Runtime
+        self.owed: Callable[[], bytes | None] = lambda: None
         self.is_leader = is_leader
         # following the leader's record (``leader_record``): at most one fetch per interval
         self.follow_interval = follow_interval
@@ -150,6 +153,11 @@ class StatusPublisher:
         keeps its last known phases."""
         with self._writing:
             return memory_from_status(read_status(self._current()))
+
+    def recorded_owed(self) -> bytes | None:
+        """The notifications a previous process owed (``status/_notify.yaml``), or None."""
+        with self._writing:
+            return self._current().get(NOTIFY_FILE)
 
     def applied(self) -> str | None:
         """The config commit a previous process had in force (``status/config.yaml``
@@ -263,10 +271,20 @@ class StatusPublisher:
         try:
             before = self._current()
             files = render_cycle_status(result, compiled, plan, self._memos)
+            # the owed notifications alone make no commit: they ride on one made anyway
+            if NOTIFY_FILE in before:
+                files[NOTIFY_FILE] = before[NOTIFY_FILE]
             changes = status_changes(before, files)
             if not changes:
                 self.unwritten = ""
                 return None
+            owed = self.owed()
+            if owed != before.get(NOTIFY_FILE):
+                changes[NOTIFY_FILE] = owed
+                if owed is not None:
+                    files[NOTIFY_FILE] = owed
+                else:
+                    del files[NOTIFY_FILE]
             self._last_attempt = now  # a failing remote is retried at the cadence too
             sha = self.branch.write(changes, summarize_cycle(before, files, self._memos.phases))
         except GitSyncError as exc:

@@ -1,28 +1,35 @@
 """Notifications and commit statuses: the config (its errors at file:line:col), what a
 cycle's transitions send (core/reporting/notify.py), and the sending (runtime/notify.py) against
 real HTTP receivers on 127.0.0.1 that record what they get: signed, with a stable
-idempotency key, retried on a 500, and never slowing a cycle while a receiver hangs."""
+idempotency key, retried on a 500, and never slowing a cycle while a receiver hangs; and
+what is owed across a kill (``status/_notify.yaml``, on a status branch served by ``git
+daemon``): sent by the next process with the same key, never twice once delivered."""
 
 from __future__ import annotations
 
 import hashlib
 import hmac
 import json
+import logging
 import time
 from collections.abc import Iterator
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support.builders import NOW, World
+from support.git_commands import git
+from support.git_daemon import git_daemon
 from support.harness import Harness
 from support.helpers import Blackhole, Receiver, wait_until
 from support.snapshots import repo
 
+from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.render import spec_hash
 from reconciler.core.observation.observe import WorkloadState
-from reconciler.core.reporting.notify import commit_report, encode, notices
+from reconciler.core.reporting.notify import commit_report, encode, encode_owed, notices, read_owed
 from reconciler.core.types import (
     CommitStatusSpec,
     CompiledRepo,
@@ -44,6 +51,7 @@ from reconciler.runtime.notify import (
     _commit_status,
 )
 from reconciler.runtime.service import Runtime
+from reconciler.runtime.status import StatusPublisher
 
 SECRET = b"hook-secret"
 TOKEN = b"git-token"
@@ -526,3 +534,160 @@ def test_a_run_that_ends_sends_its_named_outputs_and_their_path() -> None:
     assert body["outputs"]["accuracy"] == 0.93 and "nested" not in body["outputs"]
     assert len(body["outputs"]["note"]) < 1000
     assert body["outputsPath"] == "s3://results/p/a/p-a-g1/"
+
+
+# --- owed across a restart (status/_notify.yaml) -----------------------------------------
+
+
+@pytest.fixture
+def remote(tmp_path: Path) -> Iterator[str]:
+    """A config repo (one commit on main), bare, served by ``git daemon``: its URL."""
+    root = tmp_path / "served"
+    root.mkdir()
+    git(root, "init", "-q", "--bare", "-b", "main", "config.git")
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(root / "config.git"), str(work))
+    (work / "reconciler.yaml").write_text("kind: Org\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "one")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    with git_daemon(root) as url:
+        yield f"{url}/config.git"
+
+
+def process(h: Harness, remote: str, cache: Path, metrics: Metrics) -> Runtime:
+    """One reconciler process on the status branch, started as ``make_runtime`` starts it:
+    its states read back from the branch (what is owed: when it starts to lead)."""
+    publisher = StatusPublisher(StatusBranch(ConfigRepo(remote, cache_dir=cache)))
+    # retried for as long as the test runs: still owed when the process is killed
+    box = Outbox(metrics, secrets, backoff=0.05, max_backoff=0.2, attempts=10_000, timeout=2.0)
+    box.start()
+    notifier = Notifier(box)
+    runtime = Runtime(h.reconciler, publisher, metrics, notifier=notifier)
+    recorded = publisher.recorded()
+    notifier.seed(recorded.seen)
+    h.reconciler.seed(recorded)
+    return runtime
+
+
+def kill(runtime: Runtime) -> None:
+    """kill -9: no final status write, nothing more sent (the worker stops mid-retry)."""
+    assert runtime.notifier is not None
+    runtime.notifier.outbox._stop.set()
+
+
+def owed_on_branch(remote: str, cache: Path) -> list[str]:
+    content = StatusPublisher(StatusBranch(ConfigRepo(remote, cache_dir=cache))).recorded_owed()
+    if content is None:
+        return []
+    entries, _, problem = read_owed(content)
+    assert problem == ""
+    return [e.key for e in entries]
+
+
+def hooks(receiver: Receiver) -> list[tuple[str, Any]]:
+    return [
+        (r.headers["idempotency-key"], json.loads(r.body)["phase"])
+        for r in receiver.got
+        if r.path == "/hook"
+    ]
+
+
+def test_a_notice_owed_at_a_kill_is_sent_by_the_next_leader_once(
+    remote: str, tmp_path: Path
+) -> None:
+    with Receiver.running() as receiver:
+        receiver.status = 503  # down: the notice is retried, still owed
+        h = harness(receiver.url + "/hook", "p/a", "p/b")
+        first = process(h, remote, tmp_path / "c1", Metrics())
+        first.on_cycle(h.cycle())  # both dispatched: the status written, two notices owed
+        wait_until(lambda: len(hooks(receiver)) >= 2, timeout=10, what="attempts")
+        keys = sorted(owed_on_branch(remote, tmp_path / "read1"))
+        assert len(keys) == 2 and all(k.endswith(":Dispatched") for k in keys)
+        assert {key for key, _ in hooks(receiver)} <= set(keys)
+        # a standby, following: it sends nothing
+        second_h = Harness(h.repo, leading=False)
+        second_h.clusters = h.clusters  # the same clusters, another process
+        metrics = Metrics()
+        second = process(second_h, remote, tmp_path / "c2", metrics)
+        second.on_cycle(second_h.cycle())
+        kill(first)
+        receiver.status = 200
+        receiver.got.clear()
+        time.sleep(0.3)
+        assert hooks(receiver) == []
+        # it takes the Lease: what the killed leader owed is sent first
+        second_h.reconciler._is_leader = lambda: True
+        second.on_cycle(second_h.cycle())
+        wait_until(lambda: len(hooks(receiver)) == 2, timeout=10, what="the owed notices")
+        time.sleep(0.3)
+        # sent again with the same keys, and not derived again (the branch has the phases)
+        assert sorted(key for key, _ in hooks(receiver)) == keys
+        assert metrics.notifications_sent.labels(NOTIFICATION)._value.get() == 2
+        # delivered, but a cycle that changes no status makes no commit for it
+        assert second.publisher is not None
+        commits = second.publisher.commits
+        second.on_cycle(second_h.cycle())
+        assert second.publisher.commits == commits
+        assert sorted(owed_on_branch(remote, tmp_path / "read2")) == keys
+        # the next status commit leaves them out: a restart then sends nothing again
+        second_h.move("p/a", "Running")
+        second.on_cycle(second_h.cycle())
+        assert second.publisher.commits == commits + 1
+        assert owed_on_branch(remote, tmp_path / "read3") == []
+        kill(second)
+
+        third_h = Harness(h.repo)
+        third_h.clusters = h.clusters
+        third = process(third_h, remote, tmp_path / "c3", Metrics())
+        third.on_cycle(third_h.cycle())
+        time.sleep(0.5)
+        assert len(hooks(receiver)) == 2
+        assert third.close(5.0)
+
+
+def test_what_is_owed_is_bounded_the_oldest_dropped_and_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("reconciler.runtime.notify.OWED_LIMIT", 2)
+    h = harness("http://127.0.0.1:9/hook", "p/a", "p/b", "p/c")
+    metrics = Metrics()
+    notifier = Notifier(Outbox(metrics, secrets))  # not started: all stay queued
+    assert notifier.owed_file() is None  # nothing owed: no file
+    notifier.on_cycle(h.cycle())
+    content = notifier.owed_file()
+    assert content is not None
+    entries, count, problem = read_owed(content)
+    assert problem == "" and count == 1 and len(entries) == 2
+    assert [e.operation for e in entries] == ["p/b", "p/c"]  # the oldest, p/a, dropped
+    assert dropped(metrics, NOTIFICATION, "owed_overflow") == 1
+    # written and read back, the same
+    assert encode_owed(entries, count) == content
+    # a restarted process sends them first, and once: derived again (no states seeded
+    # here), only the one no longer owed is queued
+    monkeypatch.setattr("reconciler.runtime.notify.OWED_LIMIT", 3)
+    again = Notifier(Outbox(Metrics(), secrets))
+    again.restore(content)
+    again.on_cycle(h.cycle())
+    keys = [e.key for e in entries]
+    assert queued(again.outbox) == [*keys, keys[0].replace("p/b", "p/a").replace("p-b", "p-a")]
+
+
+@pytest.mark.parametrize(
+    ("content", "problem"),
+    [
+        (b"owed: [1]\n", "status/_notify.yaml:1:1: not a notification file"),
+        (b"dropped: many\n", "status/_notify.yaml:1:1: not a notification file"),
+        (b"owed: [\n", "status/_notify.yaml:"),
+    ],
+)
+def test_a_broken_owed_file_is_said_at_its_place_and_owes_nothing(
+    content: bytes, problem: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    entries, _, said = read_owed(content)
+    assert entries == () and said.startswith(problem)
+    notifier = Notifier(Outbox(Metrics(), secrets))
+    with caplog.at_level(logging.WARNING, "reconciler.notify"):
+        notifier.restore(content)
+    assert notifier.owed_file() is None
+    assert f"{said}: nothing is sent again" in caplog.text

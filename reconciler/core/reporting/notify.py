@@ -13,6 +13,10 @@ Each notice has an idempotency key, the same whenever the same transition is der
 again (operation, run uid, phase): delivery is at least once, and a receiver that
 remembers keys sees each transition once.
 
+- ``encode_owed`` / ``read_owed``: the notices decided but not yet confirmed delivered, as
+  the status file ``status/_notify.yaml`` (at most ``OWED_LIMIT``, the oldest dropped and
+  counted), so the next leader sends again what a killed process still owed.
+
 What must live here: the notices and commit statuses as values, their keys and payloads, and
 the rule that derives them from a cycle's transitions; sending is the runtime's.
 """
@@ -26,19 +30,25 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from reconciler.core.compile.load import parse_yaml
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.reporting.report import Report
+from reconciler.core.reporting.status import NOTIFY_FILE, dump_yaml
 from reconciler.core.types import (
     CommitStatusSpec,
     CompiledOperation,
     CompiledRepo,
     ConfigError,
+    Location,
     NotifyRule,
     RejectedOperation,
+    SecretKey,
 )
 
 POLICY_VIOLATION = "PolicyViolation"
+# notices owed at most: the outbox's capacity (``runtime/notify.py``), about 1 KiB each
+OWED_LIMIT = 256
 # GitHub refuses a description longer than this; GitLab keeps it as it is.
 MAX_DESCRIPTION = 140
 
@@ -69,9 +79,20 @@ def transitions(
     changed: list[WorkloadState] = []
     for op, state in after.items():
         prev = before.get(op)
-        if prev is None or prev.uid != state.uid or prev.phase != state.phase:
+        if prev is None or not _same_run(prev, state) or prev.phase != state.phase:
             changed.append(state)
     return tuple(changed)
+
+
+def _same_run(prev: WorkloadState, state: WorkloadState) -> bool:
+    if prev.uid:
+        return prev.uid == state.uid
+    # the status branch records no uid: its workload and generation name the run
+    return (prev.cluster, prev.name, prev.generation) == (
+        state.cluster,
+        state.name,
+        state.generation,
+    )
 
 
 def notices(
@@ -156,6 +177,111 @@ def _refusal(compiled: CompiledRepo, rejected: RejectedOperation, at: datetime) 
 def encode(payload: Mapping[str, Any]) -> bytes:
     """A request's JSON body: compact, keys sorted (the same payload, the same bytes)."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+
+
+# --- what is owed, across a restart ----------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Owed:
+    """One notice decided and not yet confirmed delivered: enough to send it again."""
+
+    key: str
+    url: str
+    operation: str
+    cluster: str
+    namespace: str
+    secret: SecretKey | None
+    rule: str  # where the rule is, for the log
+    payload: Mapping[str, Any]
+
+
+def owed(notice: Notice) -> Owed:
+    rule = notice.rule
+    return Owed(
+        notice.key,
+        rule.url,
+        notice.operation,
+        notice.cluster,
+        notice.namespace,
+        rule.secret,
+        str(rule.location),
+        notice.payload,
+    )
+
+
+def encode_owed(entries: Sequence[Owed], dropped: int) -> bytes:
+    """``status/_notify.yaml``: ``entries`` oldest first, and how many were dropped for the
+    bound (``OWED_LIMIT``) since it was first written."""
+    return dump_yaml(
+        {
+            "dropped": dropped,
+            "owed": [
+                {
+                    "key": e.key,
+                    "url": e.url,
+                    "operation": e.operation,
+                    "cluster": e.cluster,
+                    "namespace": e.namespace,
+                    "secret": (
+                        {
+                            "connection": e.secret.connection,
+                            "name": e.secret.name,
+                            "key": e.secret.key,
+                        }
+                        if e.secret is not None
+                        else None
+                    ),
+                    "rule": e.rule,
+                    "payload": dict(e.payload),
+                }
+                for e in entries
+            ],
+        }
+    )
+
+
+def read_owed(content: bytes) -> tuple[tuple[Owed, ...], int, str]:
+    """The entries of ``status/_notify.yaml`` (at most ``OWED_LIMIT``, the newest), its
+    dropped count, and what is wrong with it (``file:line:col: ...``; then nothing is
+    owed): anyone who can push to the status branch can write it."""
+    doc, errors = parse_yaml(NOTIFY_FILE, content, written=True)
+    if doc is None:
+        return (), 0, str(errors[0])
+    data = doc.data
+    try:
+        if not isinstance(data, Mapping):
+            raise TypeError("expected a mapping")
+        dropped = data.get("dropped") or 0
+        if not isinstance(dropped, int):
+            raise TypeError("dropped: expected a number")
+        out: list[Owed] = []
+        for item in data.get("owed") or ():
+            secret = item.get("secret")
+            payload = item["payload"]
+            if not isinstance(payload, Mapping):
+                raise TypeError("payload: expected a mapping")
+            fields = [item[k] for k in ("key", "url", "operation", "cluster", "namespace", "rule")]
+            if not all(isinstance(f, str) for f in fields):
+                raise TypeError("expected text")
+            key, url, operation, cluster, namespace, rule = fields
+            out.append(
+                Owed(
+                    key,
+                    url,
+                    operation,
+                    cluster,
+                    namespace,
+                    SecretKey(str(secret["connection"]), str(secret["name"]), str(secret["key"]))
+                    if secret is not None
+                    else None,
+                    rule,
+                    dict(payload),
+                )
+            )
+    except (KeyError, TypeError, AttributeError) as err:
+        return (), 0, f"{Location(NOTIFY_FILE, 1, 1)}: not a notification file ({err!s})"
+    return tuple(out[-OWED_LIMIT:]), dropped, ""
 
 
 # --- commit status ----------------------------------------------------------------------

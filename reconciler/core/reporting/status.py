@@ -81,6 +81,11 @@ RUNS_PER_FILE = 500
 _DECISION_PART = re.compile(r"^status/_decision\.([2-9]|[1-9][0-9]+)\.yaml$")
 
 
+# the notifications decided but not yet confirmed delivered (``core/reporting/notify.py``):
+# written only with a commit the status makes anyway, read by the next leader
+NOTIFY_FILE = f"{STATUS_DIR}/_notify.yaml"
+
+
 def decision_path(part: int = 1) -> str:
     return DECISION_FILE if part == 1 else f"{STATUS_DIR}/_decision.{part}.yaml"
 
@@ -1451,7 +1456,7 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
     worst: list[LedgerEntry] = []
     frozen: set[str] = set()
     for path in sorted(files):
-        if not _is_ours(path):
+        if not _is_ours(path) or path == NOTIFY_FILE:  # the notifier's (``read_owed``)
             continue
         try:
             parsed = parse_status_file(path, files[path])
@@ -1685,7 +1690,7 @@ def _phases(
     for path, data in files.items():
         if (
             not _is_ours(path)
-            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE)
+            or path in (QUEUES_FILE, CONFIG_FILE, CLUSTERS_FILE, NOTIFY_FILE)
             or is_decision_path(path)
             or is_ledger_path(path)
             or is_order_path(path)
