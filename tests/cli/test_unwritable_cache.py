@@ -47,6 +47,7 @@ COMMANDS: dict[str, tuple[list[str], str]] = {
     "status": ([], "repo"),
     "queues": ([], "repo"),
     "usage": ([], "repo"),
+    "why": ([OP], "repo"),
     "logs": ([OP], "none"),  # no cluster to read: its own error, not the cache's
     "submit": (["{tmp}/new.yaml", "--project", "vision"], "warning"),
     "rerun": ([OP], "warning"),
