@@ -14,7 +14,8 @@ from zoneinfo import ZoneInfo
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.fake_kube import FakeCycles, SteppedClock
+from support.clocks import SteppedClock
+from support.fake_kube import FakeCycles
 from support.snapshots import repo
 
 from reconciler.core.compile import compile_repo
@@ -465,3 +466,21 @@ def test_the_operation_page_shows_the_last_run_and_the_next_fire_time() -> None:
     page = operation_main(detail)
     assert "<dt>Next fire time</dt><dd>2026-01-01T12:05:00Z</dd>" in page
     assert "<dt>Last run</dt><dd><a" in page
+
+
+def test_an_operation_named_like_a_run_of_a_schedule_is_an_error_at_its_name() -> None:
+    """``tick-202612070200`` by hand would be taken for (and take the id of) the run the
+    schedule of ``tick`` makes at that time."""
+    files = {
+        **BASE,
+        "projects/p/operations/tick.yaml": f"kind: Operation\n{RUN}schedule:\n"
+        "  kind: cron\n  cron: '0 2 * * *'\n",
+        "projects/p/operations/tick-202612070200.yaml": f"kind: Operation\n{RUN}",
+        "projects/p/operations/tick-report.yaml": f"kind: Operation\n{RUN}",  # no stamp: fine
+    }
+    errors = [str(e) for e in compile_repo(repo(files)).errors]
+    assert errors == [
+        "projects/p/operations/tick-202612070200.yaml:1:1: operation id 'p/tick-202612070200' "
+        "is the name "
+        "of the run the schedule of p/tick makes at 2026-12-07 02:00 UTC; rename it"
+    ]

@@ -15,7 +15,13 @@ from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
 from reconciler.core.compile.load import ParseCache
-from reconciler.core.compile.names import Claim, check_namespaces, check_unique, claims
+from reconciler.core.compile.names import (
+    Claim,
+    check_namespaces,
+    check_run_names,
+    check_unique,
+    claims,
+)
 from reconciler.core.compile.operations import OperationResult, compile_one
 from reconciler.core.compile.references import (
     check_cohorts,
@@ -157,6 +163,7 @@ def _compile_repo(
     operations: list[CompiledOperation] = []
     rejected: list[RejectedOperation] = []
     schedules: list[CompiledOperation] = []
+    scheduled: list[str] = []  # the scheduled operations' ids (a workflow: its parent's)
     claimed: list[Claim] = []
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
@@ -166,8 +173,11 @@ def _compile_repo(
             if result.rejected:
                 rejected.append(result.rejected)
             schedules.extend(result.scheduled)
+            if result.scheduled:
+                scheduled.append(result.operation)
             operations.extend(result.operations)
     twice = check_unique(claimed, errors)
+    check_run_names(claimed, scheduled, errors)
     if twice:  # the commit is invalid, but each id is listed once (as the planner needs)
         unique: dict[str, CompiledOperation] = {}
         for op in operations:

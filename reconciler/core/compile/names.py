@@ -8,6 +8,8 @@ taken for one another: by the planner (an operation id), or by the cluster (a Jo
 - Every rendered workload name (``<project>-<operation>-g<generation>``, shortened with a
   hash) is unique within its namespace, rejected operations included: two operations that
   render the same Job would adopt each other's.
+- No operation is named like a run of a schedule (``<op>-<YYYYMMDDHHMM>``): the run would
+  take its id when that fire time comes.
 - Two projects share a namespace only when the org allows it
   (``policy.allowSharedNamespaces``); names still may not collide there.
 
@@ -25,6 +27,7 @@ from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.decision.render import workload_name
+from reconciler.core.decision.schedule import tick_time
 from reconciler.core.types import Location, printable_path
 
 
@@ -114,6 +117,22 @@ def check_unique(all_claims: Iterable[Claim], errors: Errors) -> set[str]:
             continue
         workloads[claim.workload] = claim
     return twice
+
+
+def check_run_names(all_claims: Iterable[Claim], scheduled: Iterable[str], errors: Errors) -> None:
+    """Report an id that a schedule's run takes at one of its fire times (``<op>-<stamp>``,
+    or a scheduled workflow's ``<op>-<stamp>-<child>``), at the place that claims it."""
+    prefixes = sorted(scheduled)
+    if not prefixes:
+        return
+    for claim in all_claims:
+        for op in prefixes:
+            if claim.id.startswith(f"{op}-") and (at := tick_time(op, claim.id)) is not None:
+                errors.add_once(
+                    claim.location,
+                    f"operation id {claim.id!r} is the name of the run the schedule of {op} "
+                    f"makes at {at:%Y-%m-%d %H:%M} UTC; rename it",
+                )
 
 
 def check_namespaces(repo: RepoIndex, errors: Errors) -> None:
