@@ -167,6 +167,17 @@ def test_interval_ticks_count_from_start_at() -> None:
     assert next_fires(ended, utc("2026-01-01T03:00:00"), 3) == []
 
 
+def test_fire_times_stop_at_the_end_of_the_calendar_without_a_traceback() -> None:
+    late = utc("9998-12-31T12:00:00")
+    never = ScheduleSpec("cron", cron="0 0 30 2 *", timezone="America/New_York")
+    assert next_fires(never, late, 1) == []
+    daily = ScheduleSpec("cron", cron="0 0 * * *", timezone="America/New_York")
+    assert next_fires(daily, late, 3) == [utc("9999-01-01T05:00:00")]
+    huge = ScheduleSpec("interval", every=10**8 * 3600)
+    assert last_fire(huge, START) == utc("1970-01-01T00:00:00")
+    assert next_fires(huge, START, 1) == []
+
+
 # --- bad input --------------------------------------------------------------------------
 
 
@@ -194,6 +205,16 @@ def test_bad_schedules_are_errors_at_their_line() -> None:
     assert missing.endswith("schedule: a cron schedule needs 'cron'")
     (bad_time,) = errors_of("  kind: interval\n  frequency: 1h\n  startAt: 2026-12-01\n")
     assert "schedule.startAt: '2026-12-01' is not an RFC 3339 time" in bad_time
+    (too_early,) = errors_of("  kind: interval\n  frequency: 1h\n  startAt: 0001-01-01T00:00:00Z\n")
+    assert too_early == (
+        f"{path}:10:12: schedule.startAt: '0001-01-01T00:00:00Z' is out of range "
+        "(1970-01-01T00:00:00Z to 9000-01-01T00:00:00Z)"
+    )
+    # an offset that takes it out of datetime's years is no time either, and no traceback
+    (shifted,) = errors_of(
+        "  kind: interval\n  frequency: 1h\n  endAt: 0001-01-01T00:00:00+14:00\n"
+    )
+    assert "schedule.endAt: '0001-01-01T00:00:00+14:00' is not an RFC 3339 time" in shifted
 
 
 def test_a_scheduled_operation_is_a_template_not_an_operation() -> None:

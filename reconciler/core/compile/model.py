@@ -48,7 +48,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
-from reconciler.core.decision.schedule import parse_cron, parse_instant
+from reconciler.core.decision.schedule import EARLIEST, LATEST, parse_cron, parse_instant
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.quantity import short_repr as _show
 from reconciler.core.types import MergeStrategy
@@ -967,9 +967,14 @@ def _cron(value: str) -> str:
 
 
 def _instant(value: str) -> str:
-    if parse_instant(value) is None:
+    moment = parse_instant(value)
+    if moment is None:
         raise ValueError(
             f"{_show(value)} is not an RFC 3339 time with an offset (e.g. '2026-12-01T00:00:00Z')"
+        )
+    if not EARLIEST <= moment < LATEST:
+        raise ValueError(
+            f"{_show(value)} is out of range (1970-01-01T00:00:00Z to 9000-01-01T00:00:00Z)"
         )
     return value
 

@@ -173,6 +173,14 @@ def parse_instant(text: str) -> datetime | None:
         return datetime.fromisoformat(f"{day}T{clock}{micros}{offset}").astimezone(UTC)
     except ValueError:  # a date or time that does not exist: 2026-02-30, 25:00
         return None
+    except OverflowError:  # its offset takes it out of years 1..9999 (0001-01-01T00:00+01:00)
+        return None
+
+
+# The instants a schedule's window may name: fire times are searched up to 28 years around
+# them, and each must stay a datetime.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 # --- fire times -------------------------------------------------------------------------
@@ -226,6 +234,8 @@ def _in_window(spec: ScheduleSpec, moment: datetime) -> bool:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY = timedelta(days=1)
+# Fire times are looked for up to this local date: any later one is past datetime's range.
+_LAST_DAY = date(9999, 1, 1)
 
 
 def last_fire(spec: ScheduleSpec, now: datetime) -> datetime | None:
@@ -269,12 +279,17 @@ def _fires_from(spec: ScheduleSpec, after: datetime) -> Iterator[datetime]:
         anchor = spec.start_at or _EPOCH
         k = max(0, int((start - anchor).total_seconds()) // spec.every)
         while True:
-            yield anchor + timedelta(seconds=k * spec.every)
+            try:
+                yield anchor + timedelta(seconds=k * spec.every)
+            except OverflowError:  # past year 9999: no fire is left
+                return
             k += 1
     cron, zone = parse_cron(spec.cron), _zone(spec.timezone)
     day = start.astimezone(zone).date() - _DAY
     for _ in range(_SEARCH_DAYS):
         yield from cron_day(cron, zone, day)
+        if day >= _LAST_DAY:
+            return
         day += _DAY
 
 
