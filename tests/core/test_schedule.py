@@ -217,6 +217,39 @@ def test_bad_schedules_are_errors_at_their_line() -> None:
     assert "schedule.endAt: '0001-01-01T00:00:00+14:00' is not an RFC 3339 time" in shifted
 
 
+def test_an_operation_named_like_a_run_of_a_schedule_is_an_error_at_both_files() -> None:
+    hourly = f"kind: Operation\n{RUN}schedule:\n  kind: cron\n  cron: '0 * * * *'\n"
+    plain = f"kind: Operation\n{RUN}"
+    dag = (
+        f"kind: Operation\n{RUN}schedule:\n  kind: cron\n  cron: '0 * * * *'\n"
+        "dag:\n  operations:\n    - name: a\n"
+    )
+    compiled = compile_repo(
+        repo(
+            {
+                **BASE,
+                "projects/p/operations/tick.yaml": hourly,
+                "projects/p/operations/tick-202601011200.yaml": plain,
+                "projects/p/operations/night.yaml": dag,
+                "projects/p/operations/night-202601011200-a.yaml": plain,
+                "projects/p/operations/tick-hourly.yaml": plain,  # no stamp: its own name
+            }
+        )
+    )
+    errors = sorted(str(e) for e in compiled.errors)
+    assert len(errors) == 4
+    assert errors[0].startswith(
+        "projects/p/operations/night-202601011200-a.yaml:1:1: operation id "
+        "'p/night-202601011200-a' is the name of a run of the scheduled dag p/night"
+    )
+    assert errors[3] == (
+        "projects/p/operations/tick.yaml:1:1: operation id 'p/tick-202601011200' is the name "
+        "of a run of the scheduled operation p/tick (projects/p/operations/tick.yaml); "
+        "operation p/tick-202601011200 (projects/p/operations/tick-202601011200.yaml) would "
+        "be taken for it: rename one"
+    )
+
+
 def test_a_scheduled_operation_is_a_template_not_an_operation() -> None:
     compiled = scheduled("  kind: interval\n  frequency: 1m\n")
     assert compiled.operations == ()

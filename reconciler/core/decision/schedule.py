@@ -46,6 +46,8 @@ from reconciler.core.types import (
 
 TICK_FORMAT = "%Y%m%d%H%M"
 _TICK_SUFFIX = re.compile(r"-(\d{12})")
+# where a run's id may carry its tick: ``-<YYYYMMDDHHMM>`` at the end or before ``-<child>``
+TICK_PATTERN = re.compile(r"-\d{12}(?=-|$)")
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
