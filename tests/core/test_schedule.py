@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -25,6 +26,7 @@ from reconciler.core.decision.schedule import (
     parse_cron,
     tick_time,
     ticks_of,
+    with_ticks,
 )
 from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.plan import plan_repo
@@ -347,6 +349,42 @@ def test_a_scheduled_dag_runs_whole_at_each_tick() -> None:
     assert waiting.operation == "p/nightly-202601011200-embed"
     h.cluster.set_phase("p", "p-nightly-202601011200-prepare-g1", "Succeeded")
     assert h.cycle(after=10).dispatched == ("p/nightly-202601011200-embed",)
+
+
+class CountedRuns(Mapping[str, bool]):
+    """Runs (op id -> active) that count how often they are walked."""
+
+    def __init__(self, runs: dict[str, bool]) -> None:
+        self.runs, self.walks = runs, 0
+
+    def __getitem__(self, key: str) -> bool:
+        return self.runs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.walks += 1
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+
+def test_the_runs_known_are_walked_once_per_cycle_not_once_per_schedule() -> None:
+    """The ledger holds every run ever: a cycle's cost must not grow as its size times the
+    number of schedules."""
+    files = {
+        f"projects/p/operations/s{i}.yaml": f"kind: Operation\n{RUN}schedule:\n"
+        "  kind: interval\n  frequency: 1h\n"
+        for i in range(20)
+    }
+    compiled = compile_repo(repo({**BASE, **files}))
+    assert compiled.errors == ()
+    stamps = [f"2025{m:02d}01{h:02d}00" for m in range(1, 13) for h in range(24)]
+    runs = CountedRuns({f"p/s{i}-{stamp}": False for i in range(20) for stamp in stamps})
+    ticked = with_ticks(compiled, runs, START)
+    assert runs.walks <= 1
+    # each schedule still sees its own runs: its newest is shown, the due tick added
+    ids = {op.id for op in ticked.operations}
+    assert {"p/s0-202512012300", "p/s19-202601011200"} <= ids
 
 
 def test_tick_names_read_back() -> None:

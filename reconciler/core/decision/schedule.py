@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
@@ -413,19 +413,36 @@ def _utc_text(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def runs_by_schedule(
+    runs: Mapping[str, bool], scheduled: Collection[str]
+) -> dict[str, dict[str, bool]]:
+    """The runs (op id -> active) that may be ticks of each of the ``scheduled``
+    operations: one pass over ``runs`` (every run in the ledger, which only grows), not
+    one per schedule."""
+    out: dict[str, dict[str, bool]] = {}
+    for op_id, active in runs.items():
+        for match in TICK_PATTERN.finditer(op_id):
+            prefix = op_id[: match.start()]
+            if prefix in scheduled:
+                out.setdefault(prefix, {})[op_id] = active
+    return out
+
+
 def with_ticks(compiled: CompiledRepo, runs: Mapping[str, bool], now: datetime) -> CompiledRepo:
     """``compiled`` with the runs of its schedules at ``now`` in ``operations``: the tick
     due, the ticks with a run active, and the newest tick with a run known."""
     if not compiled.schedules:
         return compiled
     added: list[CompiledOperation] = []
-    for scheduled, members in schedule_groups(compiled).items():
+    groups = schedule_groups(compiled)
+    own = runs_by_schedule(runs, groups)
+    for scheduled, members in groups.items():
         spec = members[0].schedule
         assert spec is not None
         ticks = ticks_of(
             scheduled,
             spec,
-            runs,
+            own.get(scheduled, {}),
             now,
             stopped=any(m.stopped for m in members),
             since=members[0].submitted_at,
