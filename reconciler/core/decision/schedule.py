@@ -394,6 +394,21 @@ def schedule_groups(compiled: CompiledRepo) -> dict[str, list[CompiledOperation]
     return groups
 
 
+def next_tick(compiled: CompiledRepo, now: datetime) -> datetime | None:
+    """The earliest fire time after ``now`` of the schedules not stopped: when a cycle must
+    come for its tick to be made on time (a ``startingDeadline`` shorter than the loop's
+    interval would otherwise skip ticks the cycles reach late)."""
+    soonest: datetime | None = None
+    for members in schedule_groups(compiled).values():
+        spec = members[0].schedule
+        if spec is None or any(m.stopped for m in members):
+            continue
+        upcoming = next_fires(spec, now, 1)
+        if upcoming and (soonest is None or upcoming[0] < soonest):
+            soonest = upcoming[0]
+    return soonest
+
+
 def schedule_times(
     spec: ScheduleSpec, runs: Iterable[str], now: datetime, *, stopped: bool
 ) -> dict[str, str]:
