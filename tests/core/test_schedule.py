@@ -203,6 +203,13 @@ def test_bad_schedules_are_errors_at_their_line() -> None:
         f"{path}:9:14: schedule.frequency: '90s' is not a whole number of minutes: each "
         "tick's run is named by its minute (at least '1m', or 60)"
     ]
+    # neither is a timeout, and no message calls it one
+    assert errors_of("  kind: interval\n  frequency: 0\n") == [
+        f"{path}:9:14: schedule.frequency: must be at least 1 second"
+    ]
+    assert errors_of("  kind: interval\n  frequency: 1h\n  startingDeadline: 0s\n") == [
+        f"{path}:10:21: schedule.startingDeadline: must be at least 1 second"
+    ]
     (missing,) = errors_of("  kind: cron\n")
     assert missing.endswith("schedule: a cron schedule needs 'cron'")
     (bad_time,) = errors_of("  kind: interval\n  frequency: 1h\n  startAt: 2026-12-01\n")
