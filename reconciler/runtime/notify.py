@@ -80,7 +80,8 @@ class Delivery:
 
 # (cluster, namespace, secret) -> its value; a KubeError (or any OSError) when unreadable
 ReadSecret = Callable[[str, str, SecretKey], bytes]
-Send = Callable[[str, bytes, Mapping[str, str], float], int]
+# (url, body, headers, timeout, addresses never to send to) -> the answer's status
+Send = Callable[[str, bytes, Mapping[str, str], float, Collection[outbound.Address]], int]
 
 
 @dataclass
@@ -173,9 +174,12 @@ class Outbox:
                 self.settled(item)
 
     def _deliver(self, item: Delivery) -> None:
-        if _same_server(item.url, self.api_servers()):
+        servers = self.api_servers()
+        if _same_server(item.url, servers):
             self._drop(item, "refused", "its URL is a cluster's API server")
             return
+        # however the URL spells its host, the address it connects to is checked too
+        avoid = outbound.addresses(servers)
         body = encode(item.payload)  # once: every attempt sends the same bytes
         why = ""
         for attempt in range(1, self.attempts + 1):
@@ -191,7 +195,10 @@ class Outbox:
                 log.warning("%s: %s (attempt %d of %d)", item.what, why, attempt, self.attempts)
                 continue
             try:
-                status = self.send(item.url, body, headers, self.timeout)
+                status = self.send(item.url, body, headers, self.timeout, avoid)
+            except outbound.Refused as exc:
+                self._drop(item, "refused", str(exc))
+                return
             except ValueError as exc:  # a header http.client refuses (a token with a newline)
                 self._drop(item, "refused", f"cannot be sent: {exc}")
                 return

@@ -18,6 +18,7 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, Retention, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster, preload_clients
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.decision.schedule import next_tick
 from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
@@ -195,6 +196,11 @@ class Runtime:
                 due = self.publisher.due
                 if due is not None and self.wakeup is not None:
                     self.wakeup.request_at(due)  # put off by the cadence: a cycle writes it
+        if self.wakeup is not None and result.compiled is not None:
+            tick = next_tick(result.compiled, result.at)
+            if tick is not None:  # a cycle at the tick's time, not up to an interval late
+                left = (tick - result.at).total_seconds() - result.duration
+                self.wakeup.request_at(self.wakeup.clock() + max(0.0, left))
         self.completed = result
 
     def _owe_recorded(self) -> None:

@@ -22,10 +22,12 @@ from reconciler.core.decision.render import (
 )
 from reconciler.core.observation.observe import WorkloadState, observe_workloads
 from reconciler.core.observation.outputs import (
+    MAX_COLUMNS,
     MAX_NAME_CHARS,
     MAX_NAMED,
     MAX_TEXT_CHARS,
     named_outputs,
+    output_names,
     outputs_line,
     sort_problem,
     sort_rows,
@@ -328,6 +330,18 @@ def test_rows_sort_by_any_output_and_those_without_it_come_last() -> None:
     assert sort_rows(ROWS, None, None) == ROWS
     mixed = [Row("a", {"v": "text"}), Row("b", {"v": True}), Row("c", {"v": 2})]
     assert [r.operation for r in sort_rows(mixed, "v", "asc")] == ["c", "b", "a"]
+
+
+def test_the_comparison_table_is_as_wide_as_one_run_whatever_its_children_name() -> None:
+    """Children that each name their outputs differently must not make a page of
+    thousands of columns: the names the most runs have are the columns."""
+    rows = [Row(f"p/s-{i}", {f"c{i}-{k}": k for k in range(MAX_NAMED)}) for i in range(1000)]
+    rows += [Row(f"p/t-{i}", {"accuracy": i / 10}) for i in range(3)]
+    names = output_names(rows)
+    assert len(names) == MAX_COLUMNS and "accuracy" in names
+    # a name past the columns still sorts
+    assert sort_problem(rows, "c999-0", "asc") is None
+    assert sort_rows(rows, "c999-0", "asc")[0].operation == "p/s-999"
 
 
 def test_unknown_sort_keys_and_orders_are_named() -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import itertools
 import json
 import re
+from collections.abc import Iterator, Mapping
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -26,6 +27,7 @@ from reconciler.core.decision.schedule import (
     parse_cron,
     tick_time,
     ticks_of,
+    with_ticks,
 )
 from reconciler.core.observation.observe import ObservedReason
 from reconciler.core.plan import plan_repo
@@ -168,6 +170,17 @@ def test_interval_ticks_count_from_start_at() -> None:
     assert next_fires(ended, utc("2026-01-01T03:00:00"), 3) == []
 
 
+def test_fire_times_stop_at_the_end_of_the_calendar_without_a_traceback() -> None:
+    late = utc("9998-12-31T12:00:00")
+    never = ScheduleSpec("cron", cron="0 0 30 2 *", timezone="America/New_York")
+    assert next_fires(never, late, 1) == []
+    daily = ScheduleSpec("cron", cron="0 0 * * *", timezone="America/New_York")
+    assert next_fires(daily, late, 3) == [utc("9999-01-01T05:00:00")]
+    huge = ScheduleSpec("interval", every=10**8 * 3600)
+    assert last_fire(huge, START) == utc("1970-01-01T00:00:00")
+    assert next_fires(huge, START, 1) == []
+
+
 # --- bad input --------------------------------------------------------------------------
 
 
@@ -191,10 +204,60 @@ def test_bad_schedules_are_errors_at_their_line() -> None:
         f"{path}:9:14: schedule.frequency: '90s' is not a whole number of minutes: each "
         "tick's run is named by its minute (at least '1m', or 60)"
     ]
+    # neither is a timeout, and no message calls it one
+    assert errors_of("  kind: interval\n  frequency: 0\n") == [
+        f"{path}:9:14: schedule.frequency: must be at least 1 second"
+    ]
+    assert errors_of("  kind: interval\n  frequency: 1h\n  startingDeadline: 0s\n") == [
+        f"{path}:10:21: schedule.startingDeadline: must be at least 1 second"
+    ]
     (missing,) = errors_of("  kind: cron\n")
     assert missing.endswith("schedule: a cron schedule needs 'cron'")
     (bad_time,) = errors_of("  kind: interval\n  frequency: 1h\n  startAt: 2026-12-01\n")
     assert "schedule.startAt: '2026-12-01' is not an RFC 3339 time" in bad_time
+    (too_early,) = errors_of("  kind: interval\n  frequency: 1h\n  startAt: 0001-01-01T00:00:00Z\n")
+    assert too_early == (
+        f"{path}:10:12: schedule.startAt: '0001-01-01T00:00:00Z' is out of range "
+        "(1970-01-01T00:00:00Z to 9000-01-01T00:00:00Z)"
+    )
+    # an offset that takes it out of datetime's years is no time either, and no traceback
+    (shifted,) = errors_of(
+        "  kind: interval\n  frequency: 1h\n  endAt: 0001-01-01T00:00:00+14:00\n"
+    )
+    assert "schedule.endAt: '0001-01-01T00:00:00+14:00' is not an RFC 3339 time" in shifted
+
+
+def test_an_operation_named_like_a_run_of_a_schedule_is_an_error_at_both_files() -> None:
+    hourly = f"kind: Operation\n{RUN}schedule:\n  kind: cron\n  cron: '0 * * * *'\n"
+    plain = f"kind: Operation\n{RUN}"
+    dag = (
+        f"kind: Operation\n{RUN}schedule:\n  kind: cron\n  cron: '0 * * * *'\n"
+        "dag:\n  operations:\n    - name: a\n"
+    )
+    compiled = compile_repo(
+        repo(
+            {
+                **BASE,
+                "projects/p/operations/tick.yaml": hourly,
+                "projects/p/operations/tick-202601011200.yaml": plain,
+                "projects/p/operations/night.yaml": dag,
+                "projects/p/operations/night-202601011200-a.yaml": plain,
+                "projects/p/operations/tick-hourly.yaml": plain,  # no stamp: its own name
+            }
+        )
+    )
+    errors = sorted(str(e) for e in compiled.errors)
+    assert len(errors) == 4
+    assert errors[0].startswith(
+        "projects/p/operations/night-202601011200-a.yaml:1:1: operation id "
+        "'p/night-202601011200-a' is the name of a run of the scheduled dag p/night"
+    )
+    assert errors[3] == (
+        "projects/p/operations/tick.yaml:1:1: operation id 'p/tick-202601011200' is the name "
+        "of a run of the scheduled operation p/tick (projects/p/operations/tick.yaml); "
+        "operation p/tick-202601011200 (projects/p/operations/tick-202601011200.yaml) would "
+        "be taken for it: rename one"
+    )
 
 
 def test_a_scheduled_operation_is_a_template_not_an_operation() -> None:
@@ -294,6 +357,42 @@ def test_a_scheduled_dag_runs_whole_at_each_tick() -> None:
     assert waiting.operation == "p/nightly-202601011200-embed"
     h.cluster.set_phase("p", "p-nightly-202601011200-prepare-g1", "Succeeded")
     assert h.cycle(after=10).dispatched == ("p/nightly-202601011200-embed",)
+
+
+class CountedRuns(Mapping[str, bool]):
+    """Runs (op id -> active) that count how often they are walked."""
+
+    def __init__(self, runs: dict[str, bool]) -> None:
+        self.runs, self.walks = runs, 0
+
+    def __getitem__(self, key: str) -> bool:
+        return self.runs[key]
+
+    def __iter__(self) -> Iterator[str]:
+        self.walks += 1
+        return iter(self.runs)
+
+    def __len__(self) -> int:
+        return len(self.runs)
+
+
+def test_the_runs_known_are_walked_once_per_cycle_not_once_per_schedule() -> None:
+    """The ledger holds every run ever: a cycle's cost must not grow as its size times the
+    number of schedules."""
+    files = {
+        f"projects/p/operations/s{i}.yaml": f"kind: Operation\n{RUN}schedule:\n"
+        "  kind: interval\n  frequency: 1h\n"
+        for i in range(20)
+    }
+    compiled = compile_repo(repo({**BASE, **files}))
+    assert compiled.errors == ()
+    stamps = [f"2025{m:02d}01{h:02d}00" for m in range(1, 13) for h in range(24)]
+    runs = CountedRuns({f"p/s{i}-{stamp}": False for i in range(20) for stamp in stamps})
+    ticked = with_ticks(compiled, runs, START)
+    assert runs.walks <= 1
+    # each schedule still sees its own runs: its newest is shown, the due tick added
+    ids = {op.id for op in ticked.operations}
+    assert {"p/s0-202512012300", "p/s19-202601011200"} <= ids
 
 
 def test_tick_names_read_back() -> None:
@@ -466,21 +565,3 @@ def test_the_operation_page_shows_the_last_run_and_the_next_fire_time() -> None:
     page = operation_main(detail)
     assert "<dt>Next fire time</dt><dd>2026-01-01T12:05:00Z</dd>" in page
     assert "<dt>Last run</dt><dd><a" in page
-
-
-def test_an_operation_named_like_a_run_of_a_schedule_is_an_error_at_its_name() -> None:
-    """``tick-202612070200`` by hand would be taken for (and take the id of) the run the
-    schedule of ``tick`` makes at that time."""
-    files = {
-        **BASE,
-        "projects/p/operations/tick.yaml": f"kind: Operation\n{RUN}schedule:\n"
-        "  kind: cron\n  cron: '0 2 * * *'\n",
-        "projects/p/operations/tick-202612070200.yaml": f"kind: Operation\n{RUN}",
-        "projects/p/operations/tick-report.yaml": f"kind: Operation\n{RUN}",  # no stamp: fine
-    }
-    errors = [str(e) for e in compile_repo(repo(files)).errors]
-    assert errors == [
-        "projects/p/operations/tick-202612070200.yaml:1:1: operation id 'p/tick-202612070200' "
-        "is the name "
-        "of the run the schedule of p/tick makes at 2026-12-07 02:00 UTC; rename it"
-    ]

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from datetime import UTC, datetime
 from typing import Any
 from unittest import mock
 
@@ -15,8 +16,10 @@ from support.builders import World
 from support.clocks import SteppedClock, VirtualClock
 from support.fake_kube import FakeCluster, FakeKube
 from support.helpers import wait_until
+from support.snapshots import repo
 
-from reconciler.core.decision.trigger import Trigger
+from reconciler.core.compile import compile_repo
+from reconciler.core.decision.trigger import Pace, Trigger
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import Loop, Wakeup
@@ -302,3 +305,32 @@ def wait_final(reconciler: Reconciler) -> CycleResult:
 
     wait_until(ended, timeout=PATIENCE, what="the watch to show p/a ended")
     return got[0]
+
+
+def test_a_cycle_comes_at_a_schedules_next_fire_time_not_an_interval_later() -> None:
+    """With a 60 s interval, a tick at 12:01:00 reached by the cycle of 12:01:30 would be
+    skipped by a 10 s ``startingDeadline``: the loop is asked for a cycle at the tick."""
+    files = {
+        "reconciler.yaml": "kind: Org\npolicy:\n  allowedSchedulerNames: [default-scheduler]\n",
+        "clusters/local.yaml": "kind: Cluster\nkubeconfig:\n  inCluster: true\n",
+        "queues/q.yaml": "kind: Queue\ncluster: local\n",
+        "projects/p/project.yaml": "kind: Project\ndefaults:\n  queue: q\n",
+        "projects/p/operations/tick.yaml": "kind: Operation\nrun:\n  kind: batch\n"
+        "  container:\n    image: busybox\n    command: [echo]\nschedule:\n  kind: interval\n"
+        "  frequency: 1m\n  startingDeadline: 10s\n",
+    }
+    compiled = compile_repo(repo(files))
+    assert compiled.errors == ()
+    clock = VirtualClock(100.0)
+    wake = Wakeup(clock)
+    runtime = Runtime(None, None, wakeup=wake)  # type: ignore[arg-type]
+    at = datetime(2026, 1, 1, 12, 0, 30, tzinfo=UTC)
+    clock.t = 102.0  # the cycle took 2 s
+    runtime.on_cycle(CycleResult(at, None, compiled, None, {}, duration=2.0))
+    waiter = threading.Thread(target=wake.wait, args=(Pace(INTERVAL, 0.2), 100.0))
+    waiter.start()
+    try:
+        wait_until(lambda: wake.waiting_until == 130.0, timeout=PATIENCE, what="t=130")
+    finally:
+        wake.interrupt()
+        waiter.join(PATIENCE)

@@ -453,6 +453,20 @@ def test_a_url_at_a_clusters_api_server_is_refused_when_sending(receiver: Receiv
     assert box.close(5.0)
 
 
+@pytest.mark.parametrize("host", ["localhost", "127.1", "[::ffff:127.0.0.1]"])
+def test_a_url_naming_a_clusters_api_server_another_way_is_refused(
+    receiver: Receiver, host: str
+) -> None:
+    """The address the request connects to is checked, not only how its URL spells it."""
+    metrics = Metrics()
+    port = receiver.url.rpartition(":")[2]
+    box = outbox(metrics, api_servers=lambda: (receiver.url,))
+    box.put(_a_delivery(f"http://{host}:{port}/api/v1/namespaces"))
+    wait_until(lambda: dropped(metrics, NOTIFICATION, "refused") == 1, timeout=10, what="refused")
+    assert receiver.got == []
+    assert box.close(5.0)
+
+
 def test_a_redirect_is_not_followed(receiver: Receiver) -> None:
     """A receiver must not send the body, or a Git host's token, somewhere else."""
     metrics = Metrics()

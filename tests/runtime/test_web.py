@@ -697,3 +697,15 @@ def test_a_workflows_children_compare_their_outputs_sorted_by_any(
     assert status == 200 and "<h2>Outputs</h2>" in body
     assert "<code>accuracy</code></td><td>0.93</td>" in body
     assert "<code>s3://r/vision/sweep-lr-1/x-g1/</code>" in body
+
+    # children that each name their outputs differently: as many columns as one run has
+    for child, prefix in (("0", "a"), ("2", "b")):
+        op_id = f"vision/sweep-lr-{child}"
+        outputs = {f"{prefix}{k:02}": k for k in range(32)}
+        states[op_id] = replace(states[op_id], outputs=outputs)
+    latest.result = replace(cycle, states=states)
+    status, _, body = _get(url + operation_href("vision/sweep-lr") + "?sort=b31")
+    head = body.split("<h2>Children")[1].split("</tr>")[0]
+    assert status == 200 and head.count("<th>") == 2 + 32
+    assert "34 more output names, each of fewer runs, are not columns" in body
+    assert order_of(body) == ["2", "0", "1"]  # sorted by a name past the columns

@@ -18,7 +18,6 @@ from reconciler.core.compile.load import ParseCache
 from reconciler.core.compile.names import (
     Claim,
     check_namespaces,
-    check_run_names,
     check_unique,
     claims,
 )
@@ -163,7 +162,6 @@ def _compile_repo(
     operations: list[CompiledOperation] = []
     rejected: list[RejectedOperation] = []
     schedules: list[CompiledOperation] = []
-    scheduled: list[str] = []  # the scheduled operations' ids (a workflow: its parent's)
     claimed: list[Claim] = []
     for project in sorted(repo.projects):
         for name in sorted(repo.projects[project].operations):
@@ -173,11 +171,8 @@ def _compile_repo(
             if result.rejected:
                 rejected.append(result.rejected)
             schedules.extend(result.scheduled)
-            if result.scheduled:
-                scheduled.append(result.operation)
             operations.extend(result.operations)
     twice = check_unique(claimed, errors)
-    check_run_names(claimed, scheduled, errors)
     if twice:  # the commit is invalid, but each id is listed once (as the planner needs)
         unique: dict[str, CompiledOperation] = {}
         for op in operations:

@@ -48,7 +48,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
-from reconciler.core.decision.schedule import parse_cron, parse_instant
+from reconciler.core.decision.schedule import EARLIEST, LATEST, parse_cron, parse_instant
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.quantity import short_repr as _show
 from reconciler.core.types import MergeStrategy
@@ -277,7 +277,9 @@ def _duration(value: Any) -> Any:
     return value
 
 
-def _borrow_duration(value: Any) -> Any:
+def _plain_duration(value: Any) -> Any:
+    """A duration that is no timeout (``maxBorrowDuration``, a schedule's): its errors do
+    not call it one."""
     try:
         return _duration(value)
     except ValueError as err:
@@ -361,9 +363,9 @@ Duration = Annotated[
         {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
     ),
 ]
-BorrowDuration = Annotated[
+PlainDuration = Annotated[
     Any,
-    AfterValidator(_borrow_duration),
+    AfterValidator(_plain_duration),
     WithJsonSchema(
         {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
     ),
@@ -967,9 +969,14 @@ def _cron(value: str) -> str:
 
 
 def _instant(value: str) -> str:
-    if parse_instant(value) is None:
+    moment = parse_instant(value)
+    if moment is None:
         raise ValueError(
             f"{_show(value)} is not an RFC 3339 time with an offset (e.g. '2026-12-01T00:00:00Z')"
+        )
+    if not EARLIEST <= moment < LATEST:
+        raise ValueError(
+            f"{_show(value)} is out of range (1970-01-01T00:00:00Z to 9000-01-01T00:00:00Z)"
         )
     return value
 
@@ -1026,7 +1033,7 @@ class CommitStatus(Strict):
 
 
 def _frequency(value: Any) -> Any:
-    _duration(value)
+    _plain_duration(value)
     seconds = duration_seconds(value)
     if seconds < 60 or seconds % 60:
         raise ValueError(
@@ -1067,7 +1074,7 @@ class Schedule(Strict):
         description="While an earlier tick's run is active: Forbid (the tick waits), Allow "
         "(both run), Replace (the earlier run is stopped, StoppedInRepo).",
     )
-    starting_deadline: Duration | None = Field(
+    starting_deadline: PlainDuration | None = Field(
         default=None,
         description="A tick not dispatched this long after its time is skipped (a reconciler "
         "that was down catches up at most one tick, within it).",
@@ -1366,7 +1373,7 @@ class CohortFile(Strict):
     kind: Literal["Cohort"]
     name: Name | None = None
     description: StrictStr | None = None
-    max_borrow_duration: BorrowDuration = Field(
+    max_borrow_duration: PlainDuration = Field(
         description="Only an operation whose timeout is at most this long may borrow: a "
         "lender gets its quota back within it. Seconds (int) or a duration such as '2h'."
     )

@@ -8,8 +8,9 @@ taken for one another: by the planner (an operation id), or by the cluster (a Jo
 - Every rendered workload name (``<project>-<operation>-g<generation>``, shortened with a
   hash) is unique within its namespace, rejected operations included: two operations that
   render the same Job would adopt each other's.
-- No operation is named like a run of a schedule (``<op>-<YYYYMMDDHHMM>``): the run would
-  take its id when that fire time comes.
+- No id is one a scheduled operation's runs take (``<op>-<YYYYMMDDHHMM>``, a scheduled
+  workflow's ``<op>-<YYYYMMDDHHMM>-<child>``): the runs are added each cycle, and one that
+  is also another operation would count as a tick already run, or be listed twice.
 - Two projects share a namespace only when the org allows it
   (``policy.allowSharedNamespaces``); names still may not collide there.
 
@@ -27,7 +28,7 @@ from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.decision.render import workload_name
-from reconciler.core.decision.schedule import tick_time
+from reconciler.core.decision.schedule import TICK_PATTERN, tick_time
 from reconciler.core.types import Location, printable_path
 
 
@@ -39,6 +40,7 @@ class Claim:
     what: str  # how a message names it: "operation p/x", "child 1 of matrix p/sweep"
     location: Location
     workload: tuple[str, str] | None = None  # (namespace, name)
+    scheduled: bool = False  # a scheduled operation's: its runs' ids are taken
 
 
 def claims(repo: RepoIndex, result: OperationResult) -> list[Claim]:
@@ -61,8 +63,23 @@ def claims(repo: RepoIndex, result: OperationResult) -> list[Claim]:
         workload = (
             (parent.namespace, workload_name(project, name, parent.generation)) if parent else None
         )
-        return [Claim(result.operation, f"operation {result.operation}", loc("name"), workload)]
-    out = [Claim(result.operation, f"{workflow} {result.operation}", loc(workflow))]
+        return [
+            Claim(
+                result.operation,
+                f"operation {result.operation}",
+                loc("name"),
+                workload,
+                scheduled=bool(result.scheduled),
+            )
+        ]
+    out = [
+        Claim(
+            result.operation,
+            f"{workflow} {result.operation}",
+            loc(workflow),
+            scheduled=bool(result.scheduled),
+        )
+    ]
     children = [op.id for op in result.operations or result.scheduled]
     if result.rejected is not None:
         children = list(result.rejected.children)
@@ -116,23 +133,27 @@ def check_unique(all_claims: Iterable[Claim], errors: Errors) -> set[str]:
             errors.add_once(claim.location, message)
             continue
         workloads[claim.workload] = claim
+    _check_ticks(ids, errors)
     return twice
 
 
-def check_run_names(all_claims: Iterable[Claim], scheduled: Iterable[str], errors: Errors) -> None:
-    """Report an id that a schedule's run takes at one of its fire times (``<op>-<stamp>``,
-    or a scheduled workflow's ``<op>-<stamp>-<child>``), at the place that claims it."""
-    prefixes = sorted(scheduled)
-    if not prefixes:
+def _check_ticks(ids: dict[str, Claim], errors: Errors) -> None:
+    """Report ids that a scheduled operation's runs take, at both places."""
+    scheduled = {i: c for i, c in ids.items() if c.scheduled}
+    if not scheduled:
         return
-    for claim in all_claims:
-        for op in prefixes:
-            if claim.id.startswith(f"{op}-") and (at := tick_time(op, claim.id)) is not None:
-                errors.add_once(
-                    claim.location,
-                    f"operation id {claim.id!r} is the name of the run the schedule of {op} "
-                    f"makes at {at:%Y-%m-%d %H:%M} UTC; rename it",
-                )
+    for claim in ids.values():
+        for match in TICK_PATTERN.finditer(claim.id):
+            owner = scheduled.get(claim.id[: match.start()])
+            if owner is None or tick_time(owner.id, claim.id) is None:
+                continue
+            message = (
+                f"operation id {claim.id!r} is the name of a run of the scheduled "
+                f"{owner.what} ({printable_path(owner.location.file)}); {claim.what} "
+                f"({printable_path(claim.location.file)}) would be taken for it: rename one"
+            )
+            errors.add_once(owner.location, message)
+            errors.add_once(claim.location, message)
 
 
 def check_namespaces(repo: RepoIndex, errors: Errors) -> None:

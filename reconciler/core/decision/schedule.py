@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import re
 import zoneinfo
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, date, datetime, timedelta
 
@@ -46,6 +46,8 @@ from reconciler.core.types import (
 
 TICK_FORMAT = "%Y%m%d%H%M"
 _TICK_SUFFIX = re.compile(r"-(\d{12})")
+# where a run's id may carry its tick: ``-<YYYYMMDDHHMM>`` at the end or before ``-<child>``
+TICK_PATTERN = re.compile(r"-\d{12}(?=-|$)")
 
 _MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
 _DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
@@ -173,6 +175,14 @@ def parse_instant(text: str) -> datetime | None:
         return datetime.fromisoformat(f"{day}T{clock}{micros}{offset}").astimezone(UTC)
     except ValueError:  # a date or time that does not exist: 2026-02-30, 25:00
         return None
+    except OverflowError:  # its offset takes it out of years 1..9999 (0001-01-01T00:00+01:00)
+        return None
+
+
+# The instants a schedule's window may name: fire times are searched up to 28 years around
+# them, and each must stay a datetime.
+EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST = datetime(9000, 1, 1, tzinfo=UTC)
 
 
 # --- fire times -------------------------------------------------------------------------
@@ -226,6 +236,8 @@ def _in_window(spec: ScheduleSpec, moment: datetime) -> bool:
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DAY = timedelta(days=1)
+# Fire times are looked for up to this local date: any later one is past datetime's range.
+_LAST_DAY = date(9999, 1, 1)
 
 
 def last_fire(spec: ScheduleSpec, now: datetime) -> datetime | None:
@@ -269,12 +281,17 @@ def _fires_from(spec: ScheduleSpec, after: datetime) -> Iterator[datetime]:
         anchor = spec.start_at or _EPOCH
         k = max(0, int((start - anchor).total_seconds()) // spec.every)
         while True:
-            yield anchor + timedelta(seconds=k * spec.every)
+            try:
+                yield anchor + timedelta(seconds=k * spec.every)
+            except OverflowError:  # past year 9999: no fire is left
+                return
             k += 1
     cron, zone = parse_cron(spec.cron), _zone(spec.timezone)
     day = start.astimezone(zone).date() - _DAY
     for _ in range(_SEARCH_DAYS):
         yield from cron_day(cron, zone, day)
+        if day >= _LAST_DAY:
+            return
         day += _DAY
 
 
@@ -377,6 +394,21 @@ def schedule_groups(compiled: CompiledRepo) -> dict[str, list[CompiledOperation]
     return groups
 
 
+def next_tick(compiled: CompiledRepo, now: datetime) -> datetime | None:
+    """The earliest fire time after ``now`` of the schedules not stopped: when a cycle must
+    come for its tick to be made on time (a ``startingDeadline`` shorter than the loop's
+    interval would otherwise skip ticks the cycles reach late)."""
+    soonest: datetime | None = None
+    for members in schedule_groups(compiled).values():
+        spec = members[0].schedule
+        if spec is None or any(m.stopped for m in members):
+            continue
+        upcoming = next_fires(spec, now, 1)
+        if upcoming and (soonest is None or upcoming[0] < soonest):
+            soonest = upcoming[0]
+    return soonest
+
+
 def schedule_times(
     spec: ScheduleSpec, runs: Iterable[str], now: datetime, *, stopped: bool
 ) -> dict[str, str]:
@@ -396,19 +428,36 @@ def _utc_text(moment: datetime) -> str:
     return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def runs_by_schedule(
+    runs: Mapping[str, bool], scheduled: Collection[str]
+) -> dict[str, dict[str, bool]]:
+    """The runs (op id -> active) that may be ticks of each of the ``scheduled``
+    operations: one pass over ``runs`` (every run in the ledger, which only grows), not
+    one per schedule."""
+    out: dict[str, dict[str, bool]] = {}
+    for op_id, active in runs.items():
+        for match in TICK_PATTERN.finditer(op_id):
+            prefix = op_id[: match.start()]
+            if prefix in scheduled:
+                out.setdefault(prefix, {})[op_id] = active
+    return out
+
+
 def with_ticks(compiled: CompiledRepo, runs: Mapping[str, bool], now: datetime) -> CompiledRepo:
     """``compiled`` with the runs of its schedules at ``now`` in ``operations``: the tick
     due, the ticks with a run active, and the newest tick with a run known."""
     if not compiled.schedules:
         return compiled
     added: list[CompiledOperation] = []
-    for scheduled, members in schedule_groups(compiled).items():
+    groups = schedule_groups(compiled)
+    own = runs_by_schedule(runs, groups)
+    for scheduled, members in groups.items():
         spec = members[0].schedule
         assert spec is not None
         ticks = ticks_of(
             scheduled,
             spec,
-            runs,
+            own.get(scheduled, {}),
             now,
             stopped=any(m.stopped for m in members),
             since=members[0].submitted_at,

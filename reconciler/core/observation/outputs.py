@@ -14,6 +14,7 @@ the compiler's and the renderer's."""
 from __future__ import annotations
 
 import difflib
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -22,6 +23,7 @@ OutputValue = bool | int | float | str
 MAX_NAMED = 32  # named outputs per run; the rest stay in ``outputs``
 MAX_NAME_CHARS = 64
 MAX_TEXT_CHARS = 200  # a string value is cut to this many characters, with "…"
+MAX_COLUMNS = MAX_NAMED  # names in a workflow's comparison table
 
 SORT_ORDERS = ("asc", "desc")
 
@@ -68,8 +70,11 @@ class HasOutputs(Protocol):
 
 
 def output_names(rows: Iterable[HasOutputs]) -> list[str]:
-    """Every name some row has, in name order: the comparison table's columns."""
-    return sorted({name for row in rows for name in row.outputs})
+    """The comparison table's columns, in name order: the ``MAX_COLUMNS`` names the most
+    rows have. Each run may name its outputs differently (1,000 children, 32 names each):
+    the table stays as wide as one run's."""
+    counts = Counter(name for row in rows for name in row.outputs)
+    return sorted(sorted(counts, key=lambda name: (-counts[name], name))[:MAX_COLUMNS])
 
 
 def sort_problem(rows: Sequence[HasOutputs], key: str | None, order: str | None) -> str | None:
@@ -78,9 +83,9 @@ def sort_problem(rows: Sequence[HasOutputs], key: str | None, order: str | None)
         return f"order={order!r}: use asc or desc"
     if key is None:
         return None if order is None else "order needs sort=<an output's name>"
-    names = output_names(rows)
-    if key in names:
+    if any(key in row.outputs for row in rows):  # a name past the table's columns too
         return None
+    names = output_names(rows)
     if not names:
         return f"sort={key!r}: no run of this workflow has named outputs yet"
     close = difflib.get_close_matches(key, names, n=1)

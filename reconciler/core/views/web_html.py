@@ -430,7 +430,14 @@ def _child_runs(runs: Sequence[ChildRun], sort: str | None, order: str | None) -
             f"<td>{esc(run.phase)}</td>{cells}</tr>"
         )
     title = "Children" + (f" by {esc(printable_text(sort))}" if sort else "")
-    return f"<h2>{title}</h2><table><tr>{''.join(heads)}</tr>{''.join(rows)}</table>"
+    hidden = len({n for run in runs for n in run.outputs}) - len(names)
+    note = (
+        f"<p>{hidden} more output names, each of fewer runs, are not columns "
+        "(<code>?sort=NAME</code> sorts by any).</p>"
+        if hidden > 0
+        else ""
+    )
+    return f"<h2>{title}</h2><table><tr>{''.join(heads)}</tr>{''.join(rows)}</table>{note}"
 
 
 def operation_main(
