@@ -181,6 +181,25 @@ def test_a_hand_edited_record_is_a_one_line_error(
     assert code == 1 and err.count("\n") == 1 and "status/_decision.yaml:" in err
 
 
+def test_a_recorded_config_that_is_no_commit_name_reaches_no_git_command(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    # after a real record, git's next command would diff from its commit to this "commit"
+    remote, _, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    files = status.read()
+    written = tmp_path / "written"
+    record = files[DECISION_FILE].decode()
+    config = next(line for line in record.splitlines() if line.startswith("config: "))
+    hostile = record.replace(config, f"config: --output={written}")
+    sha = status.write({DECISION_FILE: hostile.encode()}, "by hand")
+    assert sha is not None
+    code, _, err = run("why", pending, "--repo", str(remote), "--cache-dir", str(tmp_path / "c"))
+    assert not written.exists()
+    assert code == 1 and err.count("\n") == 1
+    assert f"status commit {sha[:12]}: " in err and "is not a commit name" in err
+
+
 def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> None:
     code, _, err = run(
         "why", "a/b", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")
