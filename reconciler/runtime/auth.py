@@ -15,10 +15,10 @@ What is asked depends on the path and the config only, never on whether the oper
 exists, so a denied user learns nothing of which operations there are. No token (or not a
 bearer one) and a token the API server does not authenticate are 401 with
 ``WWW-Authenticate: Bearer``; a denial is 403; a review that fails (the cluster
-unreachable) is 503 and is not remembered. Reviews are remembered ``CACHE_SECONDS`` per
-token (by its SHA-256, never the token itself), at most ``CACHE_ENTRIES`` of them: a page
-that refreshes every 5 s costs no API call each time, and a revoked grant ends within
-``CACHE_SECONDS``.
+unreachable) is 503, its cause in the log only, and is not remembered. Reviews are
+remembered ``CACHE_SECONDS`` per token (by its SHA-256, never the token itself), at most
+``CACHE_ENTRIES`` of them: a page that refreshes every 5 s costs no API call each time, and
+a revoked grant ends within ``CACHE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -71,6 +71,9 @@ class AuthDecision:
 
 
 ALLOWED = AuthDecision()
+# A review that failed: why (the API server's address, the reconciler's own RBAC) is for
+# the log, not for whoever asked, who is no one yet.
+UNCHECKED = AuthDecision(503, "cannot check access now; see the reconciler's log")
 # (request headers as (name, value) pairs, path without the query) -> the decision
 Authorize = Callable[[Iterable[tuple[str, str]], str], AuthDecision]
 
@@ -168,7 +171,7 @@ class KubernetesAuth:
             )
         except KubeError as exc:
             log.warning("auth: cannot review a request for %s: %s", path[:200], exc)
-            return AuthDecision(503, f"cannot check access now: {exc}")
+            return UNCHECKED
         if not allowed:
             log.info("auth: %s denied %s", identity.username, path[:200])
             where = f" in namespace {access.namespace}" if access.namespace else ""
