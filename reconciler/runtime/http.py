@@ -20,7 +20,9 @@ read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``m
 
 The loop only reads requests and writes answers: the pages, ``/metrics`` and the receiver
 (synchronous, and a page may take a while to compute) run in a pool of ``WORKERS``
-threads, so a slow view never holds up another connection, nor ``/healthz``.
+threads, so a slow view never holds up another connection, nor ``/healthz``; the checks
+of ``authorize`` in their own pool of ``REVIEWERS``, so that reviews waiting on a slow API
+server hold none of those threads (``/metrics`` answers, and pages once allowed).
 
 What any client can make it hold is bounded, and waiting clients cost a socket each, not a
 thread: at most ``MAX_CONNECTIONS`` connections are open at once (another is answered 503
@@ -73,6 +75,10 @@ BACKLOG = 1024
 # Threads computing answers (pages, /metrics, the webhook receiver): the views hold the
 # GIL, so more threads would not answer sooner; the others wait their turn.
 WORKERS = 4
+# Threads asking the API server who a request is and what it may see (``--auth``): their
+# own, as a review may wait up to the client's read timeout on a slow API server, and
+# requests with forged tokens would otherwise take every thread of the pages and /metrics.
+REVIEWERS = 4
 # Webhook bodies read at once (up to 5 MiB each, before the signature can be checked):
 # another push is 503, the interval being the fallback. A Git host sends one per push.
 MAX_WEBHOOK_BODIES = 4
@@ -357,6 +363,7 @@ class HttpServer:
         except OSError as exc:
             raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="http-worker")
+        self._reviewers = ThreadPoolExecutor(REVIEWERS, thread_name_prefix="http-auth")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._connections: _Server | None = None
@@ -393,6 +400,7 @@ class HttpServer:
             self._thread.join(timeout=5)
             self._thread = None
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._reviewers.shutdown(wait=False, cancel_futures=True)
         self._socket.close()
 
     # --- the loop's thread -------------------------------------------------------------
@@ -419,6 +427,10 @@ class HttpServer:
     async def _work(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` on a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _review(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on a reviewer thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._reviewers, fn, *args)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request passes here, before any route (the one place a check of who is
@@ -487,7 +499,7 @@ class HttpServer:
             exposition = await self._work(generate_latest, self.registry)
             return _answer(200, exposition, CONTENT_TYPE_LATEST)
         if self.authorize is not None:  # the probes and metrics above stay open
-            decision = await self._work(self.authorize, list(request.headers.items()), path)
+            decision = await self._review(self.authorize, list(request.headers.items()), path)
             if not decision.allowed:
                 response = _error(request, decision.status, decision.message)
                 for name, value in decision.headers:

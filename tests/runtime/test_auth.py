@@ -6,6 +6,8 @@ exercised on the dev cluster: tests/cluster/test_auth_cluster.py."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
 from reconciler.core.types import ClusterSpec, RepoSnapshot
+from reconciler.runtime import http
 from reconciler.runtime.auth import (
     GROUP,
     QUEUES,
@@ -302,3 +305,41 @@ def test_an_unreachable_reviewer_is_503(served: tuple[str, Reviews]) -> None:
 def test_auth_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_stalled_reviews_hold_no_thread_of_the_pages_or_metrics(cycle: CycleResult) -> None:
+    """Reviews wait on the API server (up to its read timeout): forged tokens sent while it
+    hangs must not take the threads that compute /metrics and the pages."""
+    reviews, release = Reviews(), threading.Event()
+    answered = reviews.review_token
+
+    def hanging(token: str) -> Identity | None:
+        if token.startswith("forged"):
+            release.wait(10)
+        return answered(token)
+
+    reviews.review_token = hanging  # type: ignore[method-assign]
+    server = HttpServer(
+        "127.0.0.1:0",
+        Metrics().registry,
+        lambda: True,
+        web=WebApp(lambda: cycle),
+        authorize=_auth(reviews, VirtualClock()),
+    )
+    server.start()
+    stalled = [
+        threading.Thread(target=_get, args=(server.url + "/", f"forged-{i}"), daemon=True)
+        for i in range(2 * http.WORKERS)
+    ]
+    try:
+        for thread in stalled:
+            thread.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert _get(server.url + "/metrics")[0] == 200
+        assert time.monotonic() - started < 1
+    finally:
+        release.set()
+        for thread in stalled:
+            thread.join(5)
+        server.stop()
