@@ -200,6 +200,24 @@ def test_a_recorded_config_that_is_no_commit_name_reaches_no_git_command(
     assert f"status commit {sha[:12]}: " in err and "is not a commit name" in err
 
 
+def test_a_huge_recorded_clock_is_a_short_error(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    remote, _, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    record = status.read()[DECISION_FILE].decode()
+    clock = next(line for line in record.splitlines() if line.startswith("clock: "))
+    sha = status.write(
+        {DECISION_FILE: record.replace(clock, "clock: x" + "9" * 200_000).encode()}, "by hand"
+    )
+    assert sha is not None
+    code, _, err = run(
+        "why", pending, "--at", sha, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")
+    )
+    assert code == 1 and err.count("\n") == 1
+    assert len(err) < 400, len(err)
+
+
 def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> None:
     code, _, err = run(
         "why", "a/b", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")

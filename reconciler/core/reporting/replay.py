@@ -81,8 +81,9 @@ def recorded_clock(record: DecisionRecord) -> datetime:
         at = None
     if at is None or at.tzinfo is None:
         raise ReplayError(
-            f"{Location(DECISION_FILE, 1, 1)}: clock {record.clock!r} is not an RFC 3339 "
-            "time with an offset"
+            # a hand-edited record's value may be any length: enough of it to find it
+            f"{Location(DECISION_FILE, 1, 1)}: clock {record.clock[:40]!r}"
+            f"{'...' if len(record.clock) > 40 else ''} is not an RFC 3339 time with an offset"
         )
     return at
 
