@@ -17,8 +17,8 @@ bearer one) and a token the API server does not authenticate are 401 with
 ``WWW-Authenticate: Bearer``; a denial is 403; a review that fails (the cluster
 unreachable) is 503, its cause in the log only, and is not remembered. Reviews are
 remembered ``CACHE_SECONDS`` per token (by its SHA-256, never the token itself), at most
-``CACHE_ENTRIES`` of them: a page that refreshes every 5 s costs no API call each time, and
-a revoked grant ends within ``CACHE_SECONDS``.
+``CACHE_ENTRIES`` of them, the least recently used forgotten first: a page that refreshes
+every 5 s costs no API call each time, and a revoked grant ends within ``CACHE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -195,6 +195,8 @@ class KubernetesAuth:
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and hit[0] > now:
+                # the least recently used go first: forged tokens flush no active user
+                self._cache.move_to_end(key)
                 return hit[1]
         answer = review()
         with self._lock:

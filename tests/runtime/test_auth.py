@@ -190,6 +190,19 @@ def test_the_cache_is_bounded() -> None:
     assert all("forged" not in str(key) for key in auth._cache)  # digests, not tokens
 
 
+def test_forged_tokens_evict_the_least_recently_used_reviews_first() -> None:
+    # a stream of forged tokens, each a review remembered, must not flush a user whose
+    # page refreshes: every refresh would cost the API server two reviews again
+    reviews, clock = Reviews(), VirtualClock()
+    auth = _auth(reviews, clock, entries=4)
+    assert auth(_bearer("alice-token"), "/").allowed  # two entries: who, and the access
+    for i in range(20):
+        auth(_bearer(f"forged-{i}"), "/")
+        calls = len(reviews.calls)
+        assert auth(_bearer("alice-token"), "/").allowed
+        assert len(reviews.calls) == calls, i
+
+
 @pytest.fixture
 def cycle(template: RepoSnapshot) -> CycleResult:
     repo = compile_repo(replace(template, version="c0ffee" * 6 + "abcd"))
