@@ -12,7 +12,8 @@ as oauth2-proxy sets) is checked with a ``TokenReview``, and what it asks for wi
   ``get`` on ``queues.dispatch.reconciler.dev``, cluster-wide.
 
 What is asked depends on the path and the config only, never on whether the operation
-exists, so a denied user learns nothing of which operations there are. No token (or not a
+exists, and a 403 names no namespace (the log does), so a denied user learns nothing of
+which operations or projects there are. No token (or not a
 bearer one) and a token the API server does not authenticate are 401 with
 ``WWW-Authenticate: Bearer``; a denial is 403; a review that fails (the cluster
 unreachable) is 503, its cause in the log only, and is not remembered. Reviews are
@@ -173,8 +174,19 @@ class KubernetesAuth:
             log.warning("auth: cannot review a request for %s: %s", path[:200], exc)
             return UNCHECKED
         if not allowed:
-            log.info("auth: %s denied %s", identity.username, path[:200])
             where = f" in namespace {access.namespace}" if access.namespace else ""
+            log.info(
+                "auth: %s denied %s (%s %s.%s%s)",
+                identity.username,
+                path[:200],
+                access.verb,
+                access.resource,
+                access.group,
+                where,
+            )
+            # the namespace is the operator's to read: in the answer, it would tell which
+            # projects there are (one not in the config is asked of its own name's)
+            where = " in the operation's namespace" if access.namespace else ""
             return AuthDecision(
                 403,
                 f"forbidden: {identity.username} may not {access.verb} "

@@ -149,7 +149,8 @@ def test_decisions_and_their_cache() -> None:
     denied = auth(_bearer("alice-token"), "/operations/language/x")
     assert denied.status == 403
     assert denied.message == (
-        "forbidden: alice may not get operations.dispatch.reconciler.dev in namespace team-b"
+        "forbidden: alice may not get operations.dispatch.reconciler.dev "
+        "in the operation's namespace"
     )
     assert auth(_bearer("bob-token"), "/api/v1/queues").message == (
         "forbidden: bob may not get queues.dispatch.reconciler.dev"
@@ -288,6 +289,8 @@ def test_pages_api_and_logs_over_http(served: tuple[str, Reviews], cycle: CycleR
     denied = _get(url + "/operations/" + theirs.operation, "alice-token")
     assert denied[0] == 403 and "log of" not in denied[2]
     assert denied[0::2] == _get(url + "/operations/language/nope", "alice-token")[0::2]
+    # nor does it tell which projects there are, or their namespaces
+    assert denied[0::2] == _get(url + "/operations/nosuch/nope", "alice-token")[0::2]
     status, headers, body = _get(url + "/api/v1/operations/" + theirs.operation, "alice-token")
     assert status == 403 and headers["Content-Type"] == "application/json"
     assert "WWW-Authenticate" not in headers
