@@ -218,6 +218,32 @@ def test_a_huge_recorded_clock_is_a_short_error(
     assert len(err) < 400, len(err)
 
 
+@pytest.mark.parametrize("clock", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00"])
+def test_a_recorded_clock_at_the_ends_of_time_is_a_one_line_error(
+    history: tuple[Path, list[str], str, str], tmp_path: Path, clock: str
+) -> None:
+    remote, _, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    record = status.read()[DECISION_FILE].decode()
+    line = next(x for x in record.splitlines() if x.startswith("clock: "))
+    sha = status.write(
+        {DECISION_FILE: record.replace(line, f"clock: '{clock}'").encode()}, "by hand"
+    )
+    assert sha is not None
+    # the planner steps days around the clock: at the ends of time, date arithmetic overflows
+    args = ["why", pending, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")]
+    code, _, err = run(*args, "--at", sha)
+    assert code == 1
+    assert err == (
+        f"error: status commit {sha[:12]}: status/_decision.yaml:1:1: clock {clock!r} is out "
+        "of range (1970-01-01T00:00:00+00:00 to 9999-01-01T00:00:00+00:00)\n"
+    )
+    for at in ("2026-01-01T12:00:00Z", None):  # the time chosen by, or the whole history
+        result = CliRunner().invoke(cli, [*args, *(("--at", at) if at else ())])
+        assert isinstance(result.exception, SystemExit | None), (at, result.exception)
+        assert result.exit_code in (0, 1) and result.stderr.count("\n") <= 1
+
+
 def test_why_with_no_status_branch(template_remote: Path, tmp_path: Path) -> None:
     code, _, err = run(
         "why", "a/b", "--repo", str(template_remote), "--cache-dir", str(tmp_path / "c")
