@@ -3,7 +3,9 @@ written to the status branch of a bare remote, and ``why`` replays them from Git
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
@@ -285,3 +287,38 @@ def test_the_pages_show_what_the_recorded_cycles_say(
     page = reply[1].decode()
     assert "<h2>Wait and utilisation by day</h2>" in page
     assert f"<tr><td>2026-01-01</td><td>{made}</td>" in page
+
+
+def test_at_a_time_reads_a_few_commits_of_a_long_branch(
+    history: tuple[Path, list[str], str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reading every commit up to the time asked took 74 s on a branch of 10,000."""
+    remote, commits, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    record = status.read()[DECISION_FILE].decode()
+    clock = next(line for line in record.splitlines() if line.startswith("clock: "))
+    script = [f"reset refs/heads/reconciler/status\nfrom {commits[-1]}\n"]
+    for i in range(500):  # a record a minute, on the next day
+        body = record.replace(clock, f"clock: '2026-01-02T{i // 60:02d}:{i % 60:02d}:00+00:00'")
+        script += [
+            "commit refs/heads/reconciler/status\n",
+            f"committer r <r@example.com> {1767312000 + 60 * i} +0000\ndata 6\ncycle\n",
+            f"M 100644 inline {DECISION_FILE}\ndata {len(body.encode())}\n{body}\n",
+        ]
+    subprocess.run(
+        ["git", "fast-import", "--quiet"], cwd=remote, input="".join(script).encode(), check=True
+    )
+    reads: list[str] = []
+    files_at = StatusBranch.files_at
+
+    def counted(self: StatusBranch, tip: str | None, *rest: Any) -> dict[str, bytes]:
+        reads.append(str(tip))
+        return files_at(self, tip, *rest)
+
+    monkeypatch.setattr(StatusBranch, "files_at", counted)
+    args = ["why", pending, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")]
+    _, out, err = run(*args, "--at", "2026-01-02T04:10:30Z")
+    assert out.startswith(f"{pending} at 2026-01-02T04:10:00+00:00 (status commit "), err
+    assert len(reads) <= 12
+    _, _, err = run(*args, "--at", "2026-01-01T00:00:00Z")
+    assert err == "error: 2026-01-01T00:00:00+00:00 is before the first recorded decision\n"
