@@ -51,6 +51,9 @@ _ENV = {"GIT_TERMINAL_PROMPT": "0", "LC_ALL": "C"}  # never prompt; English mess
 _LOST_RACE = re.compile(
     r"non-fast-forward|fetch first|\[rejected\]|stale info|cannot lock ref|but expected"
 )
+# A full commit name (SHA-1 or SHA-256): what ``snapshot`` hands to git, never an option
+# such as ``--output=FILE`` from a hand-edited status record.
+_COMMIT_NAME = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")
 
 
 class GitSyncError(Exception):
@@ -316,6 +319,8 @@ class ConfigRepo:
 
     def snapshot(self, sha: str) -> RepoSnapshot:
         """The tree at commit ``sha`` (already fetched), diffed against the previous one."""
+        if not _COMMIT_NAME.fullmatch(sha):
+            raise GitSyncError(f"{sha[:80]!r} is not a commit name")
         repo = self.open()
         previous = self._version
         if previous == sha:

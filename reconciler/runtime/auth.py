@@ -12,13 +12,14 @@ as oauth2-proxy sets) is checked with a ``TokenReview``, and what it asks for wi
   ``get`` on ``queues.dispatch.reconciler.dev``, cluster-wide.
 
 What is asked depends on the path and the config only, never on whether the operation
-exists, so a denied user learns nothing of which operations there are. No token (or not a
+exists, and a 403 names no namespace (the log does), so a denied user learns nothing of
+which operations or projects there are. No token (or not a
 bearer one) and a token the API server does not authenticate are 401 with
 ``WWW-Authenticate: Bearer``; a denial is 403; a review that fails (the cluster
-unreachable) is 503 and is not remembered. Reviews are remembered ``CACHE_SECONDS`` per
-token (by its SHA-256, never the token itself), at most ``CACHE_ENTRIES`` of them: a page
-that refreshes every 5 s costs no API call each time, and a revoked grant ends within
-``CACHE_SECONDS``.
+unreachable) is 503, its cause in the log only, and is not remembered. Reviews are
+remembered ``CACHE_SECONDS`` per token (by its SHA-256, never the token itself), at most
+``CACHE_ENTRIES`` of them, the least recently used forgotten first: a page that refreshes
+every 5 s costs no API call each time, and a revoked grant ends within ``CACHE_SECONDS``.
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ class AuthDecision:
 
 
 ALLOWED = AuthDecision()
+# A review that failed: why (the API server's address, the reconciler's own RBAC) is for
+# the log, not for whoever asked, who is no one yet.
+UNCHECKED = AuthDecision(503, "cannot check access now; see the reconciler's log")
 # (request headers as (name, value) pairs, path without the query) -> the decision
 Authorize = Callable[[Iterable[tuple[str, str]], str], AuthDecision]
 
@@ -168,10 +172,21 @@ class KubernetesAuth:
             )
         except KubeError as exc:
             log.warning("auth: cannot review a request for %s: %s", path[:200], exc)
-            return AuthDecision(503, f"cannot check access now: {exc}")
+            return UNCHECKED
         if not allowed:
-            log.info("auth: %s denied %s", identity.username, path[:200])
             where = f" in namespace {access.namespace}" if access.namespace else ""
+            log.info(
+                "auth: %s denied %s (%s %s.%s%s)",
+                identity.username,
+                path[:200],
+                access.verb,
+                access.resource,
+                access.group,
+                where,
+            )
+            # the namespace is the operator's to read: in the answer, it would tell which
+            # projects there are (one not in the config is asked of its own name's)
+            where = " in the operation's namespace" if access.namespace else ""
             return AuthDecision(
                 403,
                 f"forbidden: {identity.username} may not {access.verb} "
@@ -192,6 +207,8 @@ class KubernetesAuth:
         with self._lock:
             hit = self._cache.get(key)
             if hit is not None and hit[0] > now:
+                # the least recently used go first: forged tokens flush no active user
+                self._cache.move_to_end(key)
                 return hit[1]
         answer = review()
         with self._lock:

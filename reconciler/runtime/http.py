@@ -20,14 +20,17 @@ read only with a ``Content-Length`` (ASCII digits, said once) of at most its ``m
 
 The loop only reads requests and writes answers: the pages, ``/metrics`` and the receiver
 (synchronous, and a page may take a while to compute) run in a pool of ``WORKERS``
-threads, so a slow view never holds up another connection, nor ``/healthz``.
+threads, so a slow view never holds up another connection, nor ``/healthz``; the checks
+of ``authorize`` in their own pool of ``REVIEWERS``, so that reviews waiting on a slow API
+server hold none of those threads (``/metrics`` answers, and pages once allowed).
 
 What any client can make it hold is bounded, and waiting clients cost a socket each, not a
 thread: at most ``MAX_CONNECTIONS`` connections are open at once (another is answered 503
-at once), with no cap per address (behind an ingress every user has the proxy's). A
-connection must send a request within ``IDLE_SECONDS`` of opening or of its last answer,
-and a request's line and headers must arrive within ``HEAD_SECONDS`` of their first byte
-(the connection is closed otherwise); a request's line and headers are at most
+at once; fewer when the open-files limit leaves no room, ``connection_caps``), with no cap
+per address (behind an ingress every user has the proxy's). A connection must send a
+request within ``IDLE_SECONDS`` of opening or of its last answer, and a request's line and
+headers must arrive within ``HEAD_SECONDS`` of their first byte (the connection is closed
+otherwise); a request's line and headers are at most
 ``MAX_HEAD`` bytes (431); at most ``MAX_WEBHOOK_BODIES`` webhook bodies are read at once,
 each within ``BODY_SECONDS`` (408); an answer a client stops reading is dropped after
 ``SEND_SECONDS``. HEAD is a GET without the body, OPTIONS lists the methods (``Allow``),
@@ -39,7 +42,9 @@ and the traceback in the log, and a client that went away is a debug line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import resource
 import socket
 import threading
 from collections.abc import Awaitable, Callable
@@ -73,6 +78,10 @@ BACKLOG = 1024
 # Threads computing answers (pages, /metrics, the webhook receiver): the views hold the
 # GIL, so more threads would not answer sooner; the others wait their turn.
 WORKERS = 4
+# Threads asking the API server who a request is and what it may see (``--auth``): their
+# own, as a review may wait up to the client's read timeout on a slow API server, and
+# requests with forged tokens would otherwise take every thread of the pages and /metrics.
+REVIEWERS = 4
 # Webhook bodies read at once (up to 5 MiB each, before the signature can be checked):
 # another push is 503, the interval being the fallback. A Git host sends one per push.
 MAX_WEBHOOK_BODIES = 4
@@ -82,6 +91,9 @@ MAX_WEBHOOK_BODIES = 4
 # many wait at once.
 REFUSED_LINGER = 1.0
 MAX_REFUSED = 256
+# Open files kept for the rest of the process (git's pipes, the clusters' connections, the
+# log) however many connections clients hold: each is a file descriptor.
+FD_RESERVE = 256
 # Bytes of a request's line and headers in all; a line (the request line: 414, a header:
 # 431) is at most MAX_LINE, and there are at most MAX_HEADERS headers (431).
 MAX_HEAD = 128 * 1024
@@ -283,6 +295,23 @@ class _Connection(RequestHandler):
         log.error(*args, **kw)
 
 
+def connection_caps() -> tuple[int, int]:
+    """(connections open, refused connections waiting) that the open-files limit leaves
+    room for beside ``FD_RESERVE``: its soft limit (often 1,024 outside a container) is
+    raised toward the hard one first, as servers do; below what the bounds need, fewer."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = MAX_CONNECTIONS + MAX_REFUSED + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        raised = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return MAX_CONNECTIONS, MAX_REFUSED
+    spare = max(0, soft - FD_RESERVE)
+    return max(1, spare * 3 // 4), spare // 4
+
+
 class _Busy(asyncio.Protocol):
     """A connection over ``MAX_CONNECTIONS``: 503 at once, closed ``REFUSED_LINGER``
     later (closed at once, the request the client sends meanwhile would reset the
@@ -296,7 +325,7 @@ class _Busy(asyncio.Protocol):
         sink = cast(asyncio.Transport, transport)
         sink.write(_BUSY_ANSWER)
         sink.write_eof()  # our side ends with the answer: the client need not wait
-        if self._server.refused >= MAX_REFUSED:
+        if self._server.refused >= self._server.max_refused:
             sink.close()
             return
         self._server.refused += 1
@@ -312,7 +341,7 @@ class _Busy(asyncio.Protocol):
 
 
 class _Server(web.Server):
-    """The connections: one ``_Connection`` each, up to ``MAX_CONNECTIONS``."""
+    """The connections: one ``_Connection`` each, up to ``max_open`` (``connection_caps``)."""
 
     def __init__(
         self,
@@ -323,9 +352,16 @@ class _Server(web.Server):
         self.loop = loop
         self.opened = 0  # from here, not from connection_made: a burst is accepted first
         self.refused = 0
+        self.max_open, self.max_refused = connection_caps()
+        if self.max_open < MAX_CONNECTIONS:
+            log.warning(
+                "http: open files limited to %d: at most %d connections (raise ulimit -n)",
+                resource.getrlimit(resource.RLIMIT_NOFILE)[0],
+                self.max_open,
+            )
 
     def __call__(self) -> Any:
-        if self.opened >= MAX_CONNECTIONS:
+        if self.opened >= self.max_open:
             log.debug("http: a connection refused: %d open", self.opened)
             return _Busy(self)
         self.opened += 1
@@ -357,6 +393,7 @@ class HttpServer:
         except OSError as exc:
             raise HttpError(f"--http {address}: cannot listen: {exc.strerror or exc}") from exc
         self._pool = ThreadPoolExecutor(WORKERS, thread_name_prefix="http-worker")
+        self._reviewers = ThreadPoolExecutor(REVIEWERS, thread_name_prefix="http-auth")
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._connections: _Server | None = None
@@ -393,6 +430,7 @@ class HttpServer:
             self._thread.join(timeout=5)
             self._thread = None
         self._pool.shutdown(wait=False, cancel_futures=True)
+        self._reviewers.shutdown(wait=False, cancel_futures=True)
         self._socket.close()
 
     # --- the loop's thread -------------------------------------------------------------
@@ -419,6 +457,10 @@ class HttpServer:
     async def _work(self, fn: Callable[..., _T], *args: Any) -> _T:
         """``fn(*args)`` on a worker thread."""
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+    async def _review(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """``fn(*args)`` on a reviewer thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._reviewers, fn, *args)
 
     async def _handle(self, request: web.BaseRequest) -> web.StreamResponse:
         """Every request passes here, before any route (the one place a check of who is
@@ -487,7 +529,7 @@ class HttpServer:
             exposition = await self._work(generate_latest, self.registry)
             return _answer(200, exposition, CONTENT_TYPE_LATEST)
         if self.authorize is not None:  # the probes and metrics above stay open
-            decision = await self._work(self.authorize, list(request.headers.items()), path)
+            decision = await self._review(self.authorize, list(request.headers.items()), path)
             if not decision.allowed:
                 response = _error(request, decision.status, decision.message)
                 for name, value in decision.headers:

@@ -18,7 +18,12 @@ from reconciler.core.reporting.replay import (
     recorded_clock,
     replay,
 )
-from reconciler.core.reporting.status import DECISION_FILE, StatusView, read_status
+from reconciler.core.reporting.status import (
+    DECISION_FILE,
+    DecisionRecord,
+    StatusView,
+    read_status,
+)
 from reconciler.core.types import CompiledRepo, printable_text
 
 
@@ -100,21 +105,30 @@ class History:
         return self.replayed(sha, read_status(self.status.files_at(sha)))
 
     def at_time(self, when: datetime) -> Replayed:
-        """The cycle in force at ``when``: the last recorded at or before it."""
-        chosen: tuple[str, StatusView] | None = None
-        for sha, view in self._views(self.commits):
-            if view.decision is None:
-                break
-            try:
-                at = recorded_clock(view.decision)
-            except ReplayError as exc:
-                raise WhyError(f"status commit {sha[:12]}: {exc}") from None
-            if at > when:
-                break
-            chosen = (sha, view)
-        if chosen is None:
+        """The cycle in force at ``when``: the last recorded at or before it, found by
+        bisection, as the records' clocks rise along the branch (a branch of 10,000
+        commits is some 14 commits read, not up to 10,000)."""
+        views: dict[str, StatusView] = {}
+        low, high = 0, len(self.commits)  # [:low] recorded at or before when; [high:] not
+        while low < high:
+            mid = (low + high) // 2
+            sha = self.commits[mid]
+            view = views[sha] = self._view(sha)
+            if view.decision is not None and self._clock(sha, view.decision) <= when:
+                low = mid + 1
+            else:
+                high = mid
+        if low == 0:
             raise WhyError(f"{when.isoformat()} is before the first recorded decision")
-        return self.replayed(*chosen)
+        sha = self.commits[low - 1]
+        return self.replayed(sha, views[sha] if sha in views else self._view(sha))
+
+    @staticmethod
+    def _clock(sha: str, record: DecisionRecord) -> datetime:
+        try:
+            return recorded_clock(record)
+        except ReplayError as exc:
+            raise WhyError(f"status commit {sha[:12]}: {exc}") from None
 
     def every(self, last: int = 0) -> Iterator[Replayed]:
         """Every recorded cycle, oldest first (``last``: only the newest that many); a
@@ -127,11 +141,6 @@ class History:
     def outcomes(self, op_id: str, last: int = 0) -> list[OutcomeChange]:
         """The operation's outcome over the recorded cycles (the newest ``last``)."""
         return outcome_history(op_id, self.every(last))[0]
-
-    def _views(self, commits: list[str]) -> Iterator[tuple[str, StatusView]]:
-        """Each commit's files read back, oldest first."""
-        for sha in commits:
-            yield sha, self._view(sha)
 
     def _view(self, sha: str) -> StatusView:
         """A commit's files read back, read as a diff of the last commit read."""

@@ -6,6 +6,8 @@ exercised on the dev cluster: tests/cluster/test_auth_cluster.py."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -23,9 +25,11 @@ from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.plan import plan_repo
 from reconciler.core.types import ClusterSpec, RepoSnapshot
+from reconciler.runtime import http
 from reconciler.runtime.auth import (
     GROUP,
     QUEUES,
+    AuthDecision,
     KubernetesAuth,
     auth_cluster,
     bearer_token,
@@ -145,7 +149,8 @@ def test_decisions_and_their_cache() -> None:
     denied = auth(_bearer("alice-token"), "/operations/language/x")
     assert denied.status == 403
     assert denied.message == (
-        "forbidden: alice may not get operations.dispatch.reconciler.dev in namespace team-b"
+        "forbidden: alice may not get operations.dispatch.reconciler.dev "
+        "in the operation's namespace"
     )
     assert auth(_bearer("bob-token"), "/api/v1/queues").message == (
         "forbidden: bob may not get queues.dispatch.reconciler.dev"
@@ -164,12 +169,15 @@ def test_decisions_and_their_cache() -> None:
     assert auth(_bearer("alice-token"), "/").status == 403
 
 
-def test_a_failed_review_is_503_and_not_remembered() -> None:
+def test_a_failed_review_is_503_and_not_remembered(caplog: pytest.LogCaptureFixture) -> None:
     reviews, clock = Reviews(), VirtualClock()
     auth = _auth(reviews, clock)
     reviews.down = True
     failed = auth(_bearer("alice-token"), "/")
-    assert failed.status == 503 and "cluster unreachable" in failed.message
+    # the cause (an API server's address, the reconciler's own RBAC) is for the log only:
+    # whoever asks need not be anyone yet
+    assert failed == AuthDecision(503, "cannot check access now; see the reconciler's log")
+    assert "cluster unreachable: refused" in caplog.text
     reviews.down = False
     assert auth(_bearer("alice-token"), "/").allowed
 
@@ -181,6 +189,19 @@ def test_the_cache_is_bounded() -> None:
         auth(_bearer(f"forged-{i}"), "/")
     assert len(auth._cache) == 4
     assert all("forged" not in str(key) for key in auth._cache)  # digests, not tokens
+
+
+def test_forged_tokens_evict_the_least_recently_used_reviews_first() -> None:
+    # a stream of forged tokens, each a review remembered, must not flush a user whose
+    # page refreshes: every refresh would cost the API server two reviews again
+    reviews, clock = Reviews(), VirtualClock()
+    auth = _auth(reviews, clock, entries=4)
+    assert auth(_bearer("alice-token"), "/").allowed  # two entries: who, and the access
+    for i in range(20):
+        auth(_bearer(f"forged-{i}"), "/")
+        calls = len(reviews.calls)
+        assert auth(_bearer("alice-token"), "/").allowed
+        assert len(reviews.calls) == calls, i
 
 
 @pytest.fixture
@@ -268,6 +289,8 @@ def test_pages_api_and_logs_over_http(served: tuple[str, Reviews], cycle: CycleR
     denied = _get(url + "/operations/" + theirs.operation, "alice-token")
     assert denied[0] == 403 and "log of" not in denied[2]
     assert denied[0::2] == _get(url + "/operations/language/nope", "alice-token")[0::2]
+    # nor does it tell which projects there are, or their namespaces
+    assert denied[0::2] == _get(url + "/operations/nosuch/nope", "alice-token")[0::2]
     status, headers, body = _get(url + "/api/v1/operations/" + theirs.operation, "alice-token")
     assert status == 403 and headers["Content-Type"] == "application/json"
     assert "WWW-Authenticate" not in headers
@@ -281,7 +304,10 @@ def test_an_unreachable_reviewer_is_503(served: tuple[str, Reviews]) -> None:
     url, reviews = served
     reviews.down = True
     status, _, body = _get(url + "/api/v1/queues", "alice-token")
-    assert status == 503 and "cannot check access now" in json.loads(body)["error"]
+    assert (status, json.loads(body)) == (
+        503,
+        {"error": "cannot check access now; see the reconciler's log"},
+    )
     assert _get(url + "/healthz")[0] == 200
 
 
@@ -295,3 +321,41 @@ def test_an_unreachable_reviewer_is_503(served: tuple[str, Reviews]) -> None:
 def test_auth_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 2 and message in result.stderr, result.stderr
+
+
+def test_stalled_reviews_hold_no_thread_of_the_pages_or_metrics(cycle: CycleResult) -> None:
+    """Reviews wait on the API server (up to its read timeout): forged tokens sent while it
+    hangs must not take the threads that compute /metrics and the pages."""
+    reviews, release = Reviews(), threading.Event()
+    answered = reviews.review_token
+
+    def hanging(token: str) -> Identity | None:
+        if token.startswith("forged"):
+            release.wait(10)
+        return answered(token)
+
+    reviews.review_token = hanging  # type: ignore[method-assign]
+    server = HttpServer(
+        "127.0.0.1:0",
+        Metrics().registry,
+        lambda: True,
+        web=WebApp(lambda: cycle),
+        authorize=_auth(reviews, VirtualClock()),
+    )
+    server.start()
+    stalled = [
+        threading.Thread(target=_get, args=(server.url + "/", f"forged-{i}"), daemon=True)
+        for i in range(2 * http.WORKERS)
+    ]
+    try:
+        for thread in stalled:
+            thread.start()
+        time.sleep(0.3)
+        started = time.monotonic()
+        assert _get(server.url + "/metrics")[0] == 200
+        assert time.monotonic() - started < 1
+    finally:
+        release.set()
+        for thread in stalled:
+            thread.join(5)
+        server.stop()

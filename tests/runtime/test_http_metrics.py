@@ -656,3 +656,60 @@ def test_the_gauges_count_what_the_report_says_is_held() -> None:
     metrics.observe_report(report(compiled, decision, Outcome.none()))  # a follower's
     assert get("reconciler_queue_active_operations", {"queue": "q", "cluster": "local"}) == 0
     assert get("reconciler_queue_quota_used", gpu) == 0
+
+
+_FILES_CHILD = """
+import os, sys
+import reconciler.core.compile  # the packages in the order the CLI imports them
+from reconciler.runtime.http import HttpServer
+from reconciler.runtime.metrics import Metrics
+server = HttpServer("127.0.0.1:0", Metrics().registry, lambda: True)
+server.start()
+print(server.url, flush=True)
+for _ in sys.stdin:  # a line: open what a cycle would (git's pipes, a kubeconfig)
+    try:
+        files = [open(os.devnull) for _ in range(64)]
+        for f in files:
+            f.close()
+        print("opened", flush=True)
+    except OSError as exc:
+        print(exc.strerror, flush=True)
+"""
+
+
+@pytest.mark.parametrize("hard", [None, 512])
+def test_connections_leave_the_process_files_of_its_own(hard: int | None) -> None:
+    """Each connection is a file descriptor: under a soft limit of 512 open files (a
+    systemd service's or a shell's default is 1,024), 600 idle connections took them all,
+    and the cycle's own git and clusters failed with "Too many open files". The server
+    raises the soft limit toward the hard one, and holds its connections below what the
+    limit leaves (a hard limit of 512: fewer connections, some answered 503)."""
+    import resource
+    import subprocess
+    import sys
+
+    top = resource.getrlimit(resource.RLIMIT_NOFILE)[1] if hard is None else hard
+    _raise_file_limit(600 + 256)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _FILES_CHILD],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (512, top)),
+    )
+    assert child.stdin is not None and child.stdout is not None
+    held: list[socket.socket] = []
+    try:
+        url = child.stdout.readline().strip()
+        host, port = url.removeprefix("http://").split(":")
+        for _ in range(600):  # a bounded loop
+            held.append(socket.create_connection((host, int(port)), timeout=5))
+        time.sleep(1.0)  # accepted (or refused) by now
+        child.stdin.write("\n")
+        child.stdin.flush()
+        assert child.stdout.readline().strip() == "opened"
+    finally:
+        for sock in held:
+            sock.close()
+        child.kill()
+        child.wait(5)

@@ -32,6 +32,7 @@ from reconciler.core.decision.cycle import (
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import Dispatch, Pending, PendingReason
 from reconciler.core.plan.checks import CHECKS, Check
+from reconciler.core.plan.ledger import EARLIEST, LATEST
 from reconciler.core.reporting.status import (
     DECISION_FILE,
     DecisionRecord,
@@ -81,8 +82,15 @@ def recorded_clock(record: DecisionRecord) -> datetime:
         at = None
     if at is None or at.tzinfo is None:
         raise ReplayError(
-            f"{Location(DECISION_FILE, 1, 1)}: clock {record.clock!r} is not an RFC 3339 "
-            "time with an offset"
+            # a hand-edited record's value may be any length: enough of it to find it
+            f"{Location(DECISION_FILE, 1, 1)}: clock {record.clock[:40]!r}"
+            f"{'...' if len(record.clock) > 40 else ''} is not an RFC 3339 time with an offset"
+        )
+    # the planner's dates (schedules, budget windows) step days around it
+    if not EARLIEST <= at < LATEST:
+        raise ReplayError(
+            f"{Location(DECISION_FILE, 1, 1)}: clock {record.clock!r} is out of range "
+            f"({EARLIEST.isoformat()} to {LATEST.isoformat()})"
         )
     return at
 
