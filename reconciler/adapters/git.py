@@ -37,7 +37,7 @@ from reconciler.adapters.repo import (
     read_blob_file,
     read_needed,
 )
-from reconciler.core.compile.load import check_path, is_config_path
+from reconciler.core.load import check_path, is_config_path
 from reconciler.core.types import RepoFile, RepoSnapshot
 from reconciler.core.views.queue_view import BlameLine
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import git
 
-from reconciler.core.compile.load import MAX_FILE_BYTES, MAX_LINK_TARGET_BYTES, needed_paths
+from reconciler.core.load import MAX_FILE_BYTES, MAX_LINK_TARGET_BYTES, needed_paths
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 _SKIP_DIRS = {".git"}

@@ -24,8 +24,8 @@ from reconciler.cli.config_cmds import _guard
 from reconciler.core.authoring.importers import ImportResult, Source, Target
 from reconciler.core.authoring.importers.kueue import import_kueue
 from reconciler.core.authoring.importers.polyaxon import import_polyaxon
-from reconciler.core.compile.load import MAX_FILE_BYTES, parse_yaml
-from reconciler.core.compile.model import duration_seconds
+from reconciler.core.load import MAX_FILE_BYTES, parse_yaml
+from reconciler.core.quantity import duration_seconds
 from reconciler.core.types import printable_path
 
 _paths = click.argument(

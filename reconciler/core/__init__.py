@@ -8,6 +8,8 @@
 - ``views``: what people read (queue view, pages, plan and PR-plan renderings);
 - ``authoring``: what the CLI writes into a config repo (submit, importers).
 
-Beside them, the vocabulary every stage shares: ``types`` (frozen values), ``quantity``
-(Kubernetes quantities) and ``gcpause`` (a pause of the cyclic collector).
+Beside them, what every stage shares: ``types`` (frozen values), ``load`` (the strict YAML
+loader every file anyone reads goes through), ``quantity`` (Kubernetes quantities and
+durations) and ``gcpause`` (a pause of the cyclic collector). These import no stage, so a
+stage's package never imports another's whole on the way.
 """

@@ -151,3 +151,17 @@ def format_duration(seconds: int) -> str:
     h, rest = divmod(seconds, 3600)
     m, s = divmod(rest, 60)
     return "".join([f"{h}h" if h else "", f"{m}m" if m else "", f"{s}s" if s else ""]) or "0s"
+
+
+# A duration as a config writes it: ``90``, ``1h30m``, ``45s`` (the schemas' pattern too).
+DURATION = re.compile(r"^(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def duration_seconds(value: str | int) -> int:
+    """Seconds in a validated timeout (an int, or ``1h30m``-style)."""
+    if isinstance(value, int):
+        return value
+    match = DURATION.fullmatch(value)
+    assert match is not None
+    h, m, s = (int(g) if g else 0 for g in match.groups())
+    return h * 3600 + m * 60 + s

@@ -28,7 +28,7 @@ from reconciler.adapters.repo import snapshot_git
 from reconciler.cli import config_cmds
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
-from reconciler.core.compile.load import MAX_FILE_BYTES, ParseCache
+from reconciler.core.load import MAX_FILE_BYTES, ParseCache
 from reconciler.core.observation.observed import ObservedFileError, parse_observed
 from reconciler.core.reporting.status import OperationStatus, dump_yaml, read_status
 from reconciler.core.types import Phase, RepoSnapshot

@@ -18,14 +18,14 @@ from support.snapshots import overlay
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.compile.load import (
+from reconciler.core.decision.render import render_operation
+from reconciler.core.load import (
     MAX_DEPTH,
     MAX_EXPANDED_CHARS,
     MAX_FILE_BYTES,
     MAX_NODES,
     parse_yaml,
 )
-from reconciler.core.decision.render import render_operation
 from reconciler.core.observation.observed import ObservedFileError, parse_observed
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import RepoFile, RepoSnapshot, printable_path

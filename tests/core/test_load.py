@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from reconciler.core.compile.load import MAX_FILE_BYTES, parse_yaml, resolve_files
+from reconciler.core.load import MAX_FILE_BYTES, parse_yaml, resolve_files
 from reconciler.core.types import RepoFile, RepoSnapshot
 
 

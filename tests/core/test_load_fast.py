@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from reconciler.core.compile import load
+from reconciler.core import load
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from reconciler.core.compile import load
+from reconciler.core import load
 
 ROOT = Path(__file__).resolve().parents[2]
 FILES = sorted(

@@ -5,7 +5,7 @@ from __future__ import annotations
 from support.snapshots import overlay
 
 from reconciler.core.compile import compile_repo
-from reconciler.core.compile.load import ParseCache
+from reconciler.core.load import ParseCache
 from reconciler.core.types import RepoSnapshot
 
 

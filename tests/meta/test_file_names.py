@@ -27,7 +27,7 @@ from reconciler.adapters.git import ConfigRepo
 from reconciler.adapters.repo import snapshot_git, snapshot_worktree
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
-from reconciler.core.compile.load import resolve_files
+from reconciler.core.load import resolve_files
 from reconciler.core.plan import plan_repo
 from reconciler.core.reporting.status import (
     CONFIG_FILE,

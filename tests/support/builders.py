@@ -13,11 +13,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.compile.model import duration_seconds
 from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.plan import Plan, plan_dispatch
 from reconciler.core.plan.ledger import LedgerEntry
-from reconciler.core.quantity import parse_quantity
+from reconciler.core.quantity import duration_seconds, parse_quantity
 from reconciler.core.types import (
     BudgetSpec,
     ClusterSpec,

@@ -10,15 +10,15 @@ from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from support.hostile import billion_laughs, deep_nesting, matrix_bomb
-from support.paths import TEMPLATE as TEMPLATE_DIR
 
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_operation, compile_repo
-from reconciler.core.compile.load import MAX_EXPANDED_CHARS, parse_yaml
+from reconciler.core.load import MAX_EXPANDED_CHARS, parse_yaml
 from reconciler.core.observation.observed import ObservedFileError, parse_observed
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import RepoFile
+from support.hostile import billion_laughs, deep_nesting, matrix_bomb
+from support.paths import TEMPLATE as TEMPLATE_DIR
 
 TEMPLATE = snapshot_worktree(TEMPLATE_DIR)
 OP = "projects/vision/operations/fuzz.yaml"

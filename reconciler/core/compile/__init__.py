@@ -19,7 +19,6 @@ Per operation (docs/presets.md):
 
 The package, one concern a module (each says what must live in it):
 
-- ``load``: the strict YAML loader: repo bytes in, plain data and source positions out;
 - ``model``: the schema of every kind of file (pydantic);
 - ``merge``: the preset merge strategies, with provenance for every leaf;
 - ``policy``: org policy, checked on the compiled operation after the merge;

@@ -14,7 +14,6 @@ from reconciler.core import gcpause
 from reconciler.core.compile.cache import CompileCache
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
-from reconciler.core.compile.load import ParseCache
 from reconciler.core.compile.names import (
     Claim,
     check_namespaces,
@@ -33,6 +32,7 @@ from reconciler.core.compile.references import (
     find_flavor,
     find_queue,
 )
+from reconciler.core.load import ParseCache
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,

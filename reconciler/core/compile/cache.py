@@ -23,9 +23,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from reconciler.core.compile.index import LoadMemo, RepoIndex, is_operation
-from reconciler.core.compile.load import ParseCache
 from reconciler.core.compile.names import Claim
 from reconciler.core.compile.operations import OperationResult
+from reconciler.core.load import ParseCache
 from reconciler.core.types import ConfigError, RepoFile
 
 _Key = tuple[str, str]  # (project, operation name)

@@ -21,7 +21,6 @@ from typing import Any, Generic, TypeVar, cast
 from pydantic import ValidationError
 
 from reconciler.core.compile.errors import Errors, add_validation_errors, short
-from reconciler.core.compile.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.compile.merge import TYPED_SECTIONS, Locate, Path, Sections, dotted
 from reconciler.core.compile.model import (
     KINDS,
@@ -30,11 +29,11 @@ from reconciler.core.compile.model import (
     Policy,
     ProjectFile,
     Strict,
-    duration_seconds,
 )
 from reconciler.core.compile.notifications import commit_status, notify_rules
+from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
 from reconciler.core.plan.ledger import RESERVED_PROJECT_NAMES
-from reconciler.core.quantity import parse_quantity
+from reconciler.core.quantity import duration_seconds, parse_quantity
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,
     ConfigError,

@@ -49,7 +49,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import core_schema
 
 from reconciler.core.decision.schedule import EARLIEST, LATEST, parse_cron, parse_instant
-from reconciler.core.quantity import QuantityError, parse_quantity
+from reconciler.core.quantity import DURATION, QuantityError, duration_seconds, parse_quantity
 from reconciler.core.quantity import short_repr as _show
 from reconciler.core.types import MergeStrategy
 
@@ -61,7 +61,6 @@ _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 _ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 _PARAM_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _QUANTITY_PATTERN = r"^[+-]?(\d+(\.\d*)?|\.\d+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d{1,3})?$"
-_DURATION = re.compile(r"^(?=\d)(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
 
 KIND_NAMES = ("job", "notebook", "sandbox", "batch")
 
@@ -264,7 +263,7 @@ MAX_TIMEOUT_SECONDS = 2**63 - 1
 def _duration(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
-    if isinstance(value, str) and not _DURATION.fullmatch(value):
+    if isinstance(value, str) and not DURATION.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 90, '30m', '2h', '1h30m')")
     seconds = duration_seconds(value)
     if seconds < 1:
@@ -284,16 +283,6 @@ def _plain_duration(value: Any) -> Any:
         return _duration(value)
     except ValueError as err:
         raise ValueError(str(err).replace("timeout ", "", 1)) from None
-
-
-def duration_seconds(value: str | int) -> int:
-    """Seconds in a validated timeout (an int, or ``1h30m``-style)."""
-    if isinstance(value, int):
-        return value
-    match = _DURATION.fullmatch(value)
-    assert match is not None
-    h, m, s = (int(g) if g else 0 for g in match.groups())
-    return h * 3600 + m * 60 + s
 
 
 def _dns_subdomain(value: str) -> str:
@@ -326,7 +315,7 @@ def _user_container(value: str) -> str:
 def _ttl(value: Any) -> Any:
     if isinstance(value, bool) or not isinstance(value, str | int):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
-    if isinstance(value, str) and not _DURATION.fullmatch(value):
+    if isinstance(value, str) and not DURATION.fullmatch(value):
         raise ValueError(f"{_show(value)} is not a duration (e.g. 0, 3600, '1h', '72h')")
     seconds = duration_seconds(value)
     if not 0 <= seconds <= 2**31 - 1:
@@ -360,14 +349,14 @@ Duration = Annotated[
     Any,
     AfterValidator(_duration),
     WithJsonSchema(
-        {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
+        {"anyOf": [{"type": "string", "pattern": DURATION.pattern}, {"type": "integer"}]}
     ),
 ]
 PlainDuration = Annotated[
     Any,
     AfterValidator(_plain_duration),
     WithJsonSchema(
-        {"anyOf": [{"type": "string", "pattern": _DURATION.pattern}, {"type": "integer"}]}
+        {"anyOf": [{"type": "string", "pattern": DURATION.pattern}, {"type": "integer"}]}
     ),
 ]
 Scalar = StrictStr | StrictInt | StrictFloat | StrictBool
@@ -382,7 +371,7 @@ Ttl = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"type": "string", "pattern": _DURATION.pattern},
+                {"type": "string", "pattern": DURATION.pattern},
                 {"type": "integer", "minimum": 0, "maximum": 2**31 - 1},
             ]
         }

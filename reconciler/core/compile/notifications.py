@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from reconciler.core.compile.load import Document
 from reconciler.core.compile.model import CommitStatus, ConnectionFile, Notification, SecretRef
+from reconciler.core.load import Document
 from reconciler.core.types import CommitStatusSpec, Location, NotifyRule, SecretKey
 
 # A connection's file by name (None: no such file, or an invalid one).

@@ -16,12 +16,7 @@ from typing import Any
 from reconciler.core.compile.errors import Errors, at
 from reconciler.core.compile.index import Loaded, RepoIndex, locator
 from reconciler.core.compile.merge import Path, apply_layer, dotted, start
-from reconciler.core.compile.model import (
-    ConnectionFile,
-    OperationFile,
-    ProjectFile,
-    duration_seconds,
-)
+from reconciler.core.compile.model import ConnectionFile, OperationFile, ProjectFile
 from reconciler.core.compile.notifications import notify_rules
 from reconciler.core.compile.policy import Violation
 from reconciler.core.compile.references import (
@@ -37,6 +32,7 @@ from reconciler.core.compile.references import (
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
 from reconciler.core.compile.workflows import Child, expand
 from reconciler.core.decision.schedule import parse_instant
+from reconciler.core.quantity import duration_seconds
 from reconciler.core.types import (
     CompiledOperation,
     ConcurrencyPolicy,

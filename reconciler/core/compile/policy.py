@@ -15,9 +15,8 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.compile.merge import Path, dotted, lookup
-from reconciler.core.compile.model import duration_seconds
 from reconciler.core.decision.render import pod_field_origin
-from reconciler.core.quantity import format_quantity
+from reconciler.core.quantity import duration_seconds, format_quantity
 from reconciler.core.types import (
     PROFILE_CAPABILITIES,
     OrgPolicy,

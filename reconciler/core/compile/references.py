@@ -22,11 +22,10 @@ from reconciler.core.compile.model import (
     FlavorFile,
     PresetFile,
     QueueFile,
-    duration_seconds,
     to_snake,
 )
 from reconciler.core.compile.notifications import commit_status, notify_rules
-from reconciler.core.quantity import format_quantity, parse_quantity
+from reconciler.core.quantity import duration_seconds, format_quantity, parse_quantity
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,

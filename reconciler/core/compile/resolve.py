@@ -21,7 +21,7 @@ from pydantic import ValidationError
 from reconciler.core.compile.errors import Errors, LocateError, add_validation_errors, at
 from reconciler.core.compile.index import RepoIndex, ValidatedParts, get_in
 from reconciler.core.compile.merge import Path, ProvMap, dotted
-from reconciler.core.compile.model import OperationFile, duration_seconds
+from reconciler.core.compile.model import OperationFile
 from reconciler.core.compile.pod import check_pod, container_totals, pod_total
 from reconciler.core.compile.policy import (
     Violation,
@@ -41,6 +41,7 @@ from reconciler.core.decision.render import (
     env_sources,
     render_pod,
 )
+from reconciler.core.quantity import duration_seconds
 from reconciler.core.types import (
     DEFAULT_PORT,
     CompiledOperation,

@@ -19,10 +19,10 @@ from typing import Any
 
 from reconciler.core.compile.errors import Errors, at, short
 from reconciler.core.compile.index import RepoIndex, locator
-from reconciler.core.compile.load import Document
 from reconciler.core.compile.merge import Path, ProvMap, apply_patch, dotted
 from reconciler.core.compile.policy import Violation
 from reconciler.core.compile.resolve import Context, build, resolve, validate_spec
+from reconciler.core.load import Document
 from reconciler.core.types import CompiledOperation, Location, MergeStrategy, WorkflowRef
 
 MAX_WORKFLOW_CHILDREN = 1000

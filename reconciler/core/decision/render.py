@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reconciler.core.compile.model import duration_seconds
+from reconciler.core.quantity import duration_seconds
 from reconciler.core.types import (
     CompiledOperation,
     ConnectionSpec,

@@ -29,7 +29,6 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypedDict
 
-from reconciler.core.compile.load import MAX_NUMBER_CHARS
 from reconciler.core.decision.render import (
     ANNOTATION_COMMIT,
     ANNOTATION_DISPATCHED_AT,
@@ -43,6 +42,7 @@ from reconciler.core.decision.render import (
     LABEL_QUEUE,
 )
 from reconciler.core.decision.render_kubeflow import KIND as PYTORCHJOB
+from reconciler.core.load import MAX_NUMBER_CHARS
 from reconciler.core.observation.gang import (
     LABEL_KUBEFLOW_JOB_NAME,
     Placement,

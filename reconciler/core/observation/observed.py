@@ -6,7 +6,7 @@
     - {operation: vision/ddp, phase: Running, requests: {nvidia.com/gpu: 8}, pods: 4}
 
 Unlisted operations are Queued. The file is read by the config's strict loader
-(``core/compile/load.py``), with the same limits: at most 1 MiB, YAML 1.2, no custom tags, aliases
+(``core/load.py``), with the same limits: at most 1 MiB, YAML 1.2, no custom tags, aliases
 and nesting bounded. Every problem is reported as ``file:line:col: message``.
 
 What must live here: the reader of that one file and its errors; the phases it yields are
@@ -20,7 +20,7 @@ import re
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.compile.load import Document, parse_yaml
+from reconciler.core.load import Document, parse_yaml
 from reconciler.core.quantity import QuantityError, parse_quantity
 from reconciler.core.types import ConfigError, Location, ObservedOperation, Phase
 

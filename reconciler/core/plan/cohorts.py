@@ -34,7 +34,6 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from reconciler.core.compile.model import duration_seconds
 from reconciler.core.plan.fleet import FleetState
 from reconciler.core.plan.model import (
     MAX_LISTED,
@@ -50,6 +49,7 @@ from reconciler.core.plan.model import (
 )
 from reconciler.core.plan.state import Counters, QueueState, deadline
 from reconciler.core.plan.units import quota_units, request_units, to_decimal
+from reconciler.core.quantity import duration_seconds
 from reconciler.core.types import CohortSpec, CompiledOperation, ObservedOperation
 
 _R = PendingReason

@@ -382,7 +382,7 @@ class Ledger:
 
 
 # Entries per ledger file: a month with more continues in ``<YYYY-MM>.2.yaml`` and so on,
-# so that each file stays well within the status reader's limits (core/compile/load.py: 1 MiB and
+# so that each file stays well within the status reader's limits (core/load.py: 1 MiB and
 # 20 000 values a file).
 ENTRIES_PER_FILE = 500
 

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from reconciler.core.compile.load import parse_yaml
+from reconciler.core.load import parse_yaml
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.reporting.report import Report

@@ -30,9 +30,9 @@ from typing import Annotated, Any, Self
 import yaml
 from pydantic import Field
 
-from reconciler.core.compile.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.decision.render import operation_workload, spec_hash
 from reconciler.core.decision.schedule import schedule_groups, schedule_times, tick_time
+from reconciler.core.load import YAML12_RESOLVERS, parse_yaml
 from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity, Taint
 from reconciler.core.observation.gang import GangTimeout, Placement
 from reconciler.core.observation.observe import WorkloadState
@@ -1394,7 +1394,7 @@ def parse_status_file(path: str, content: bytes) -> StatusFile:
     """One status file: an :class:`OperationStatus`, the queues, or the config status.
     Raises :class:`StatusFileError` (``file:line:col: message``).
 
-    Read by the config's strict loader with its limits (``core/compile/load.py``): anyone who can
+    Read by the config's strict loader with its limits (``core/load.py``): anyone who can
     push to the status branch can write it, so an alias bomb, a huge file, deep nesting, a
     custom tag or a 5000-digit number is refused like in a config file."""
     doc, errors = parse_yaml(path, content, written=True)

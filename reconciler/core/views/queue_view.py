@@ -35,8 +35,8 @@ from typing import Annotated, Any
 from pydantic import Field, SerializerFunctionWrapHandler, model_serializer
 
 from reconciler.core.compile.explain import ProvenanceRow, provenance_rows
-from reconciler.core.compile.load import parse_yaml
 from reconciler.core.decision.schedule import schedule_groups, schedule_times, tick_time
+from reconciler.core.load import parse_yaml
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan

@@ -19,7 +19,7 @@ from typing import Any
 
 import yaml
 
-from reconciler.core.compile.load import Document, PathKey, parse_yaml
+from reconciler.core.load import Document, PathKey, parse_yaml
 from reconciler.core.types import ConfigError, Location, printable_text
 
 

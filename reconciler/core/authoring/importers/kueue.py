@@ -29,7 +29,7 @@ from reconciler.core.authoring.importers import (
     render,
     value_kind,
 )
-from reconciler.core.compile.load import Document, PathKey
+from reconciler.core.load import Document, PathKey
 from reconciler.core.quantity import parse_quantity
 
 GROUP = "kueue.x-k8s.io"

@@ -37,8 +37,8 @@ from reconciler.core.authoring.importers import (
     render,
     value_kind,
 )
-from reconciler.core.compile.load import Document, PathKey
 from reconciler.core.decision.schedule import parse_cron, parse_instant
+from reconciler.core.load import Document, PathKey
 from reconciler.core.quantity import short_repr as short
 
 MAX_GRID = 1000  # the compiler's cap on a matrix's children
