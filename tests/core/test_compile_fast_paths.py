@@ -18,7 +18,8 @@ from pydantic import BaseModel
 from support.paths import TEMPLATE
 
 from reconciler.adapters.repo import snapshot_worktree
-from reconciler.core.compile import CompileCache, compile_repo, load
+from reconciler.core import load
+from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.compile import index as index_module
 from reconciler.core.compile import operations as operations_module
 from reconciler.core.compile import resolve as resolve_module
