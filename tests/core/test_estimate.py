@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from support.builders import NOW, World
 
 import reconciler.core.plan.estimate as estimate_module
+import reconciler.core.plan.whatif as whatif_module
 from reconciler.core.observation.capacity import NodeCapacity
 from reconciler.core.plan import PendingReason, plan_dispatch
 from reconciler.core.plan.estimate import (
@@ -32,6 +33,7 @@ from reconciler.core.plan.estimate import (
     quantile,
 )
 from reconciler.core.plan.ledger import LedgerEntry, next_window, run_cost, window_at
+from reconciler.core.plan.state import QueueState
 from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
 from reconciler.core.views.plan_render import plan_to_table
 
@@ -201,13 +203,13 @@ def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_hea
     world.ops("p/op-{}", 60)
     history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
     planned: list[int] = []
-    admit = estimate_module.admit_dispatch
+    admit = whatif_module.admit
 
-    def counting(operations: list[Any], *args: Any, **kwargs: Any) -> Any:
-        planned.append(len(operations))
-        return admit(operations, *args, **kwargs)
+    def counting(order: list[QueueState], *args: Any, **kwargs: Any) -> Any:
+        planned.append(sum(len(q.candidates) for q in order))
+        return admit(order, *args, **kwargs)
 
-    monkeypatch.setattr(estimate_module, "admit_dispatch", counting)
+    monkeypatch.setattr(whatif_module, "admit", counting)
     e = _estimate(world, history)
     assert [_at(e, f"p/op-{i}") for i in (2, 3, 60)] == [10, 20, 590]
     assert planned and max(planned) <= estimate_module.PREFIX + 2

@@ -20,6 +20,8 @@ The package, one concern a module (each says what must live in it):
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down);
 - ``ledger``: prices, budget windows and the ledger of finished runs (docs/budgets.md);
+- ``whatif``: the planner's state kept between admissions, runs released from it, and its
+  revert (the simulations' state);
 - ``estimate``: when each pending operation will be dispatched, p50 and p90.
 
 Only the names below are the package's interface.

@@ -162,11 +162,23 @@ class CohortState:
                     requests = op.requests if op is not None else {}
                 self.take(q, requests)
 
+    def restart(self, now: datetime) -> None:
+        """A new admission of the members at ``now`` (the what-if state's): no lender waits
+        for its lent quota yet."""
+        self.waiting = set()
+        self._now = now
+
     def take(self, q: QueueState, requests: Mapping[str, Decimal]) -> None:
         """Count a run of member ``q`` against the caps its quota does not track."""
         for r in self.outside:
             if r not in q.resources and (v := requests.get(r)) is not None:
                 self.outside[r] += request_units(v)
+
+    def give(self, q: QueueState, requests: Mapping[str, Decimal]) -> None:
+        """The inverse of ``take``: a run of member ``q`` that ended."""
+        for r in self.outside:
+            if r not in q.resources and (v := requests.get(r)) is not None:
+                self.outside[r] -= request_units(v)
 
     def cap_fit(
         self, q: QueueState, requests: Mapping[str, Decimal]

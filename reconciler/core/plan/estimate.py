@@ -30,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from itertools import islice
 from operator import itemgetter
 from typing import Any
 
@@ -38,15 +39,10 @@ from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import (
     REASON_TRAITS,
-    Admission,
     DependenciesBlock,
-    Dispatch,
     Pending,
     PendingReason,
     Plan,
-    QueueAdmission,
-    admit_dispatch,
-    held_flavor,
 )
 from reconciler.core.plan.ledger import (
     LedgerEntry,
@@ -57,14 +53,13 @@ from reconciler.core.plan.ledger import (
     window_at,
 )
 from reconciler.core.plan.planner import gc_paused
-from reconciler.core.plan.units import request_units
+from reconciler.core.plan.state import ActiveRun, QueueState
+from reconciler.core.plan.whatif import WhatIf, dispatched
 from reconciler.core.types import (
-    ClusterSpec,
     CompiledOperation,
     CompiledRepo,
     ObservedOperation,
     Phase,
-    QueueSpec,
     QueueStrategy,
 )
 
@@ -329,53 +324,49 @@ ESTIMATES_PENDING = Estimates(datetime(1970, 1, 1, tzinfo=UTC), ready=False)
 
 
 class _Active:
-    """A run in the simulation: what it holds and when it ends (None: unknown)."""
+    """A run in the simulation: what it holds (as the planner counts it) and when it ends
+    (None: unknown)."""
 
-    __slots__ = ("cluster", "end", "observed", "op", "pods", "queue", "units", "workflow")
+    __slots__ = ("end", "op", "run", "workflow")
 
-    def __init__(
-        self,
-        observed: ObservedOperation,
-        op: CompiledOperation | None,
-        queue: str | None,
-        cluster: str | None,
-        end: float | None,
-    ) -> None:
-        self.observed = observed
+    def __init__(self, run: ActiveRun, op: CompiledOperation | None, end: float | None) -> None:
+        self.run = run
         self.op = op
-        self.queue = queue
-        self.cluster = cluster
         self.end = end
-        self.workflow = op.workflow.parent if op is not None and op.workflow else None
-        self.units: tuple[tuple[str, int], ...] = ()  # of its queue's quota resources
-        # its pods (every replica), as the planner counts them (check 7, maxPods)
-        self.pods = (
-            observed.pods if observed.pods is not None else (op.replicas if op is not None else 1)
-        )
+        self.workflow = run.workflow[0] if run.workflow is not None else None
 
+    @property
+    def oid(self) -> str:
+        return self.run.oid
 
-# A run as counted: its observation (queue, cluster and requests filled in), queue,
-# cluster, and its units of its queue's quota resources (None: it holds no queue's quota)
-_Held = tuple[ObservedOperation, str | None, str | None, tuple[tuple[str, int], ...] | None]
+    @property
+    def queue(self) -> str | None:
+        return self.run.queue.spec.name if self.run.queue is not None else None
+
+    @property
+    def cluster(self) -> str | None:
+        return self.run.cluster
 
 
 class _Prepared:
-    """What both simulations share: the operations, the queues' order, the cycle's
-    pending entries sorted into what the clock can date and what it cannot, and what each
-    run of the cycle holds (``initial``, made by the first simulation)."""
+    """What both simulations share: the operations, the cycle's pending entries sorted into
+    what the clock can date and what it cannot, and the planner's own state after the
+    cycle's plan (``WhatIf``: the first simulation moves it forward, ``revert`` brings it
+    back for the second)."""
 
-    def __init__(self, repo: CompiledRepo, plan: Plan) -> None:
+    def __init__(
+        self,
+        repo: CompiledRepo,
+        plan: Plan,
+        observed: Sequence[ObservedOperation],
+        now: datetime,
+        unreachable: frozenset[str],
+        capacity: Mapping[str, ClusterCapacity],
+        backends: Mapping[str, frozenset[str]],
+        ledger: Sequence[LedgerEntry],
+    ) -> None:
         self.repo = repo
         self.ops = {op.id: op for op in repo.operations}
-        self.initial: (
-            list[tuple[bool, ObservedOperation | None, CompiledOperation | None, _Held]] | None
-        ) = None
-        self.queue_order = {
-            name: i
-            for i, name in enumerate(
-                sorted(repo.queues, key=lambda n: (-repo.queues[n].priority, n))
-            )
-        }
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
         # a cohort member's queue is planned with every member of its cohort (what it may
         # borrow, and what it lent, depends on their usage)
@@ -389,34 +380,18 @@ class _Prepared:
                 self.cohort_mates[name] = tuple(sorted(members))
         self.budgeted = frozenset(n for n, spec in repo.queues.items() if spec.budget is not None)
         self.fleet = frozenset(n for n, spec in repo.queues.items() if spec.fleet)
-        # the resources a run's units are counted in: its queue's quota's, and a fleet
-        # queue's ``clusterQuota``'s (check 10 counts its usage per cluster)
-        # (a queue with flavors: every flavor's)
-        self.counted: dict[str, tuple[str, ...]] = {
-            n: tuple(
-                sorted(
-                    {
-                        *spec.quota,
-                        *(r for c in spec.cluster_quota.values() for r in c),
-                        *(r for f in spec.flavors for r in f.quota),
-                        *(r for f in spec.flavors for c in f.cluster_quota.values() for r in c),
-                    }
-                )
-            )
-            for n, spec in repo.queues.items()
-            if spec.cluster_quota or spec.flavors
-        }
         # each workflow's queues: of all its children, pending, dispatched or running
         self.workflow_spans: dict[str, set[str]] = {}
         for child in repo.operations:
             if child.workflow is not None:
                 self.workflow_spans.setdefault(child.workflow.parent, set()).add(child.queue)
         self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
-        self.candidates: dict[str, list[CompiledOperation]] = {}
         self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
         self.dependents: dict[str, list[str]] = {}
         self.workflow_queues: dict[str, set[str]] = {}
-        self.waits: dict[str, list[tuple[str, PendingReason]]] = {}
+        # per queue, the cycle's pending tuples (operation id, operation, reason)
+        self.waits: dict[str, list[tuple[str, CompiledOperation | None, PendingReason]]] = {}
+        dated: set[str] = set()
         for p in plan.pending:
             why = _static_block(p)
             if why:
@@ -425,42 +400,58 @@ class _Prepared:
             op = self.ops.get(p.operation)
             if op is None:
                 continue
-            self.candidates.setdefault(p.queue, []).append(op)
+            dated.add(p.queue)
             self.simulated.append(op)
             for dep in op.dependencies:
                 self.dependents.setdefault(dep, []).append(p.operation)
             if op.workflow is not None:
                 self.workflow_queues.setdefault(op.workflow.parent, set()).add(p.queue)
         for p in plan.pending:
-            if p.queue in self.candidates:
-                self.waits.setdefault(p.queue, []).append((p.operation, p.reason))
+            if p.queue in dated:
+                entry = (p.operation, self.ops.get(p.operation), p.reason)
+                self.waits.setdefault(p.queue, []).append(entry)
+        # the cycle's state with its plan applied: what runs (started now when not known),
+        # and what the plan dispatches, starting now
+        seen = {
+            o.operation: o if o.started_at is not None else replace(o, started_at=now)
+            for o in observed
+        }
+        for d in plan.dispatch:
+            seen[d.operation] = dispatched(d, self.ops[d.operation], now)
+        self.plan_dispatched = frozenset(d.operation for d in plan.dispatch)
+        self.stopped = frozenset(s.operation for s in plan.stop)
+        self.whatif = WhatIf(
+            repo,
+            seen.values(),
+            frozenset(op.id for op in self.simulated),
+            now,
+            unreachable=unreachable,
+            capacity=capacity,
+            backends=backends,
+            ledger=ledger,
+        )
 
 
 class _Sim:
-    """One forward simulation (every run at the ``q`` quantile of its duration)."""
+    """One forward simulation (every run at the ``q`` quantile of its duration), on the
+    planner's own state (``WhatIf``), which it leaves moved forward (``revert`` it)."""
 
     def __init__(
         self,
         prep: _Prepared,
         plan: Plan,
-        observed: Sequence[ObservedOperation],
         starts: Mapping[str, datetime],
         model: DurationModel,
         q: float,
         now: datetime,
         horizon: timedelta,
-        unreachable: frozenset[str],
         resolution: timedelta,
-        backends: Mapping[str, frozenset[str]],
         ledger: Iterable[LedgerEntry],
-        capacity: Mapping[str, ClusterCapacity],
     ) -> None:
         self.repo = prep.repo
-        self.backends = backends
-        self.capacity = capacity
+        self.w = prep.whatif
         self.cohort_mates = prep.cohort_mates
         self.budgeted = prep.budgeted
-        self.counted = prep.counted
         # the finished runs of each budgeted queue (what it spent): the ledger, then the
         # runs the simulation ends
         self.spent: dict[str, list[LedgerEntry]] = {q: [] for q in self.budgeted}
@@ -483,9 +474,7 @@ class _Sim:
         self.bound_from = math.inf
         self.end_of_horizon = horizon.total_seconds()  # seconds from now: the clock
         self.step = resolution.total_seconds()
-        self.unreachable = unreachable
         self.ops = prep.ops
-        self.queue_order = prep.queue_order
         self.cluster_limit = prep.cluster_limit
         self.blocked = prep.blocked
         self.simulated = prep.simulated
@@ -503,18 +492,10 @@ class _Sim:
                 for name in mates:
                     self.workflow_mates.setdefault(name, set()).update(mates)
         self.uncertain.update(prep.cohort_mates)
-        self.candidates = {q: list(ops) for q, ops in prep.candidates.items()}  # still pending
-        self.cluster_active: dict[str, int] = {}
         self.active: dict[str, _Active] = {}
-        self.active_in_queue: dict[str | None, set[str]] = {}
-        self.active_in_workflow: dict[str, set[str]] = {}
-        # queue -> cluster -> [how many runs, {quota resource: units}, pods] they hold
-        # per queue, per (cluster, flavor): the runs' count, units and pods
-        self.held: dict[str, dict[tuple[str, str | None], list[Any]]] = {}
         self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
-        self.phase: dict[str, Phase] = {o.operation: o.phase for o in observed}
         self.dispatched_at: dict[str, float] = {}  # seconds from now
-        self.last: dict[str, PendingReason] = {p.operation: p.reason for p in plan.pending}
+        self.t = 0.0  # the last event's time (seconds from now)
         self.waits_on_cluster: dict[str, set[str]] = {}  # cluster -> queues
         self.queue_waits: dict[str, set[str]] = {}  # queue -> clusters
         self.exhausted = False
@@ -524,34 +505,22 @@ class _Sim:
         # planned before that dispatch in the replan did not see it, the next cycle would
         # (a StrictFIFO head held at 10 or 11 may then wait at 9, which does not hold it)
         self.stale: set[str] = set()
-        self.specs: dict[tuple[str, int], QueueSpec] = {}
-        self.cluster_specs: dict[tuple[str, int], ClusterSpec] = {}
         for q_name, pend in prep.waits.items():
             self._note_waits(q_name, pend)
         self._budget_resets()
-        # what runs, and what this cycle dispatches (starting now); what each holds is the
-        # same in both simulations (worked out once), when it ends is not
-        initial = prep.initial
-        if initial is None:
-            initial = prep.initial = []
-            stopped = {s.operation for s in plan.stop}
-            for o in observed:
-                if not o.phase.active:
-                    continue
-                op = self.ops.get(o.operation)
-                counted = o if o.started_at is not None else replace(o, started_at=now)
-                # (stopped now, as observed, the operation, what it holds)
-                initial.append((o.operation in stopped, o, op, self._normal(counted, op)))
-            for d in plan.dispatch:
-                op = self.ops[d.operation]
-                initial.append((False, None, op, self._normal(self._dispatched(d, 0.0), op)))
-        for stops, seen, run_op, holds in initial:
-            if seen is None:
-                assert run_op is not None
-                end = self._end_from(0.0, run_op, holds[0].operation)
+        # what runs and what this cycle dispatches (starting now) ends: what it stops now
+        seen = self.w.seen
+        for oid in sorted(self.w.runs):
+            run = self.w.runs[oid]
+            op = self.ops.get(oid)
+            if oid in prep.stopped:
+                end: float | None = 0.0
+            elif oid in prep.plan_dispatched:
+                assert op is not None
+                end = self._end_from(0.0, op, oid)
             else:
-                end = 0.0 if stops else self._running_end(seen, run_op, starts)
-            self._hold(holds, run_op, end)
+                end = self._running_end(seen[oid], op, starts)
+            self._start(run, op, end)
 
     # --- durations ---
 
@@ -569,45 +538,12 @@ class _Sim:
         what is dispatched from then on is dated "no later than"."""
         self.bound_from = min(self.bound_from, end)
 
-    def _dispatched(self, d: Dispatch, t: float) -> ObservedOperation:
-        """What the planner observes of an operation the simulation dispatched at ``t``:
-        dispatched and started then (the simulation does not model placement: every
-        dispatched gang is taken to start, docs/estimates.md)."""
-        op = self.ops[d.operation]
-        at = self.now + timedelta(seconds=t)
-        return ObservedOperation(
-            d.operation,
-            Phase.DISPATCHED,
-            op.requests,
-            d.queue,
-            d.cluster,  # a fleet queue's: the cluster check 10 chose
-            pods=op.replicas,
-            flavor=d.flavor,  # a queue with flavors: the flavor check 8 assigned
-            dispatched_at=at,
-            started_at=at,
-        )
-
-    def _spec(self, spec: QueueSpec, concurrency: int) -> QueueSpec:
-        """``spec`` with another concurrency (the runs outside a replan taken off it)."""
-        key = (spec.name, concurrency)
-        got = self.specs.get(key)
-        if got is None:
-            got = self.specs[key] = replace(spec, concurrency=concurrency)
-        return got
-
-    def _cluster(self, spec: ClusterSpec, concurrency: int) -> ClusterSpec:
-        key = (spec.name, concurrency)
-        got = self.cluster_specs.get(key)
-        if got is None:
-            got = self.cluster_specs[key] = replace(spec, concurrency=concurrency)
-        return got
-
     def _budget_resets(self) -> None:
         """A heap entry at each reset of a budgeted queue's window within the horizon: what
         it spent and committed in its window changes then, and nothing else does."""
         org = self.repo.org
         for name in sorted(self.budgeted):
-            if not self.candidates.get(name):
+            if not self.w.candidates.get(name):
                 continue
             budget = self.repo.queues[name].budget
             assert budget is not None
@@ -647,77 +583,24 @@ class _Sim:
 
     # --- state ---
 
-    def _activate(
-        self, o: ObservedOperation, op: CompiledOperation | None, end: float | None
-    ) -> None:
-        self._hold(self._normal(o, op), op, end)
-
-    def _normal(self, o: ObservedOperation, op: CompiledOperation | None) -> _Held:
-        """What the run ``o`` holds: its observation with its queue, cluster and requests
-        (the operation's when it does not say), and its units of its queue's quota."""
-        queue = o.queue or (op.queue if op is not None else None)
-        cluster = o.cluster or (op.cluster if op is not None else None)
-        if cluster is None and queue is not None and queue in self.repo.queues:
-            cluster = self.repo.queues[queue].cluster
-        requests = o.requests
-        if requests is None and op is not None:
-            requests = op.requests
-        spec = self.repo.queues.get(queue) if queue is not None else None
-        flavor = o.flavor
-        if spec is not None and spec.flavors:  # the flavor it holds quota in (the planner's)
-            flavor = held_flavor(spec, self.repo.flavors, op, o.flavor)
-        if (
-            requests is not o.requests
-            or queue != o.queue
-            or cluster != o.cluster
-            or flavor != o.flavor
-        ):
-            o = replace(o, requests=requests, queue=queue, cluster=cluster, flavor=flavor)
-        units: tuple[tuple[str, int], ...] | None = None
-        if spec is not None and cluster is not None and queue is not None:
-            get = (requests or {}).get
-            units = tuple(
-                (r, request_units(v))
-                for r in self.counted.get(queue, spec.quota)
-                if (v := get(r)) is not None and v
-            )
-        return o, queue, cluster, units
-
-    def _hold(self, held_: _Held, op: CompiledOperation | None, end: float | None) -> None:
-        """Count the run ``held_`` (``_normal``), ending at ``end`` (None: unknown)."""
-        o, queue, cluster, units = held_
-        a = self.active[o.operation] = _Active(o, op, queue, cluster, end)
-        if units is not None:
-            assert queue is not None and cluster is not None
-            a.units = units
-            held = self.held.setdefault(queue, {}).setdefault((cluster, o.flavor), [0, {}, 0])
-            held[0] += 1
-            held[2] += a.pods
-            for r, u in a.units:
-                held[1][r] = held[1].get(r, 0) + u
-        self.active_in_queue.setdefault(queue, set()).add(o.operation)
-        if a.workflow is not None:
-            self.active_in_workflow.setdefault(a.workflow, set()).add(o.operation)
-        self.phase[o.operation] = o.phase
-        if cluster is not None:
-            self.cluster_active[cluster] = self.cluster_active.get(cluster, 0) + 1
+    def _start(self, run: ActiveRun, op: CompiledOperation | None, end: float | None) -> None:
+        """The run ``run`` (counted by the planner's state), ending at ``end``."""
+        self.active[run.oid] = _Active(run, op, end)
         if end is not None:
-            heapq.heappush(self.heap, (end, o.operation))
+            heapq.heappush(self.heap, (end, run.oid))
 
-    def _note_waits(self, queue: str, pending: Iterable[tuple[str, PendingReason]]) -> None:
+    def _note_waits(self, queue: str, pending: Sequence[tuple[Any, ...]]) -> None:
         """Which clusters' slots ``queue``'s candidates wait for (check 10: an operation's
-        own cluster, a fleet queue's: any of its clusters)."""
+        own cluster, a fleet queue's: any of its clusters), from its pending tuples
+        (operation id, operation, reason, ...)."""
         for c in self.queue_waits.pop(queue, ()):
             self.waits_on_cluster[c].discard(queue)
         clusters: set[str] = set()
-        pending = tuple(pending)
-        self.last.update(pending)
         # most entries wait for neither: look for the two reasons once, at C speed
-        reasons = set(map(itemgetter(1), pending))
+        reasons = set(map(itemgetter(2), pending))
         cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
         if cluster_r in reasons:
-            ops = self.ops
-            clusters.update(ops[oid].cluster for oid, r in pending if r is cluster_r)
+            clusters.update(p[1].cluster for p in pending if p[2] is cluster_r)
         if PendingReason.NO_CLUSTER_UNDER_QUOTA in reasons:
             # a fleet queue's (check 10): each of its clusters at its concurrency or
             # over the queue's clusterQuota; a slot freed in any may take it
@@ -731,6 +614,7 @@ class _Sim:
 
     def run(self) -> None:
         heap = self.heap
+        candidates = self.w.candidates
         while heap:
             t = heap[0][0]
             if t > self.end_of_horizon:
@@ -759,31 +643,22 @@ class _Sim:
                     if other not in affected:
                         affected.add(other)
                         todo.append(other)
-            affected = {q for q in affected if self.candidates.get(q)}
+            affected = {q for q in affected if candidates.get(q)}
+            self.t = t
             if affected:
                 self._replan(affected, t)
         self.exhausted = True
 
     def _release(self, oid: str, affected: set[str], freed: set[str], t: float) -> None:
         a = self.active.pop(oid)
-        self.phase[oid] = Phase.SUCCEEDED
-        if a.queue in self.budgeted:
+        self.w.release(oid)
+        queue, cluster = a.queue, a.cluster
+        if queue in self.budgeted:
             self._spend(a, t)
-        if a.queue is not None and a.cluster is not None and a.queue in self.held:
-            held = self.held[a.queue][(a.cluster, a.observed.flavor)]
-            held[0] -= 1
-            held[2] -= a.pods
-            for r, u in a.units:
-                held[1][r] -= u
-        self.active_in_queue[a.queue].discard(oid)
-        if a.workflow is not None:
-            self.active_in_workflow[a.workflow].discard(oid)
-        if a.queue is not None:
-            affected.add(a.queue)
-        if a.cluster is not None:
-            self.cluster_active[a.cluster] -= 1
-            if self.cluster_limit.get(a.cluster) is not None:
-                freed.add(a.cluster)
+        if queue is not None:
+            affected.add(queue)
+        if cluster is not None and self.cluster_limit.get(cluster) is not None:
+            freed.add(cluster)
         if a.workflow is not None:
             affected.update(self.workflow_queues.get(a.workflow, ()))
         for d in self.dependents.get(oid, ()):
@@ -794,20 +669,22 @@ class _Sim:
     def _spend(self, a: _Active, t: float) -> None:
         """A budgeted queue's run that ends: its ledger entry (its reservation returns,
         what it cost is spent), as the cycle that sees it end writes it."""
-        o = a.observed
-        start = o.started_at or self.now
+        run = a.run
+        start = run.started or self.now
         end = self.now + timedelta(seconds=t)
         cluster = self.repo.clusters.get(a.cluster or "")
+        q = run.queue
+        flavor = q.flavors[run.flavor].name if q is not None and run.flavor >= 0 else None
         prices = prices_for(
             self.repo.org.prices,
             cluster.prices if cluster is not None else {},
-            o.flavor,
+            flavor,
             self.repo.org.flavor_prices,
             cluster.flavor_prices if cluster is not None else {},
         )
-        requests = dict(o.requests or {})
+        requests = dict(run.requests)
         assert a.queue is not None
-        key = LedgerKey(o.operation, 0, f"simulated@{t}")
+        key = LedgerKey(run.oid, 0, f"simulated@{t}")
         self.spent[a.queue].append(
             LedgerEntry.model_construct(  # its fields are of their types already
                 operation=key.operation,
@@ -833,11 +710,11 @@ class _Sim:
         waiting = self.waits_on_cluster.get(cluster)
         if limit is None or not waiting:
             return
-        free = limit - self.cluster_active.get(cluster, 0)
+        free = limit - self.w.counters.cluster(cluster).active
         if free <= 0:
             return
         certain = 0
-        for q in sorted(waiting, key=self.queue_order.__getitem__):
+        for q in sorted(waiting, key=self.w.order.__getitem__):
             affected.add(q)
             # a queue with children of a workflow that spans queues may find its workflow
             # full (another queue's child took it), a budgeted one its budget spent (check
@@ -849,172 +726,63 @@ class _Sim:
                     return
 
     def _replan(self, queues: set[str], t: float) -> None:
-        """The planner over ``queues`` (``_plan``), with the head of each long queue: when
-        the plan fills that queue anyway (its concurrency, its StrictFIFO head, or a quota
-        none of the rest fits in), the rest would only have waited, and is not planned;
-        otherwise the planner runs again with that queue's head ``GROW`` times longer (at
-        last every candidate), the others' as they were, until every queue planned by its
-        head is filled by it: then planning the rest of each changes nothing."""
-        heads: dict[str, int | None] = {}
-        grown = self.grown
-        for q in queues:
-            spec = self.repo.queues[q]
-            n = PREFIX + 2 * max(0, (spec.concurrency or 0) - len(self.active_in_queue.get(q, ())))
-            n = max(n, grown.get(q, 0))  # the head its last replan needed
-            heads[q] = n if len(self.candidates[q]) > n else None
-        while True:
-            sub = self._plan(queues, t, heads)
-            cut = [q for q, n in heads.items() if n is not None]
-            if not cut:
-                break
-            admitted = {qa.name: qa for qa in sub.queues}
-            grow = [
-                q
-                for q in cut
-                for qa in (admitted[q],)
-                if not _full(qa, self.candidates[q][heads[q] :], self._full_clusters(qa))
-            ]
-            if not grow:
-                break
-            for q in grow:
-                n = (heads[q] or 0) * GROW
-                heads[q] = n if len(self.candidates[q]) > n else None
-                grown[q] = n
-        for d in sub.dispatch:
+        """The planner's steps 4 and 4b over ``queues`` on its own state. A long queue's pass
+        goes in parts: its first ``PREFIX`` candidates (and two per free slot), then ``GROW``
+        times as many at a time, until it is full (``_full``: its concurrency, its
+        StrictFIFO head, or a quota none of the rest fits in): the rest would only wait."""
+        w = self.w
+        candidates = w.candidates
+        order = w.begin(queues, self.now + timedelta(seconds=t), self.spent)
+        for q in order:
+            name = q.spec.name
+            full = candidates[name]
+            n = PREFIX + 2 * max(0, (q.spec.concurrency or 0) - q.active)
+            start = 0
+            while True:
+                stop = n if len(full) > n else None
+                w.admit(q, start, stop)
+                if stop is None:
+                    break
+                # the dispatches are still in ``full``: the rest starts at ``stop``
+                if _full(q, full, stop, self._full_clusters(name)):
+                    break
+                start, n = stop, n * GROW
+        dispatch = w.borrow(order)
+        for d in dispatch:
             op = self.ops[d.operation]
             if op.workflow is not None:
                 self.stale.update(self.workflow_mates.get(op.queue, ()))
             self.dispatched_at[d.operation] = t
-            self.last.pop(d.operation, None)
-            self._activate(self._dispatched(d, t), op, self._end_from(t, op, d.operation))
-        if sub.dispatch:
-            gone = {id(self.ops[d.operation]) for d in sub.dispatch}
-            for q in {d.queue for d in sub.dispatch}:
-                self.candidates[q] = [op for op in self.candidates[q] if id(op) not in gone]
-        for qa in sub.queues:
-            self._note_waits(qa.name, qa.pending)
+            self._start(w.runs[d.operation], op, self._end_from(t, op, d.operation))
+        for q in order:
+            self._note_waits(q.spec.name, q.pending)
 
-    def _full_clusters(self, q: QueueAdmission) -> frozenset[str]:
-        """The clusters a candidate of ``q`` just waited for at check 10, at their
+    def _full_clusters(self, queue: str) -> frozenset[str]:
+        """The clusters a candidate of ``queue`` just waited for at check 10, at their
         concurrency (a single-cluster queue's: the cluster's count only grows while the
         planner goes on through the queue). Not a cohort member's: its later candidates'
         check 8 may still note what its cohort lends (``CohortState.waiting``)."""
-        if q.name in self.fleet or q.name in self.cohort_mates:
+        if queue in self.fleet or queue in self.cohort_mates:
             return frozenset()
         cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
-        return frozenset(self.ops[oid].cluster for oid, r in q.pending if r is cluster_r)
-
-    def _plan(self, queues: set[str], t: float, heads: Mapping[str, int | None]) -> Admission:
-        """The planner's steps 1-4 (``admit_dispatch``) over ``queues`` at ``t``: their
-        candidates (the first ``heads[q]`` of them when given), what holds their queues,
-        workflows and dependencies, the members of their cohorts; each cluster's limit
-        less the runs outside; the org's prices and the budgeted queues' ledger."""
-        repo = self.repo
-        operations: list[CompiledOperation] = []  # candidates and runs: never both
-        observed: dict[str, ObservedOperation] = {}
-        workflows: set[str] = set()
-        deps: set[str] = set()
-        context = set(queues)  # and the cohort members with nothing to plan
-        for q in queues:
-            context.update(self.cohort_mates.get(q, ()))
-            head = heads.get(q)
-            cands = self.candidates[q]
-            for op in cands if head is None else cands[:head]:
-                operations.append(op)
-                if op.workflow is not None:
-                    workflows.add(op.workflow.parent)
-                deps.update(op.dependencies)
-        # The runs that hold these queues stand in as one per queue and cluster (their
-        # requests and pods summed, the queue's concurrency less the others); a
-        # workflow's runs, and a budgeted queue's (each is committed by its own start and
-        # timeout), are given as they are.
-        passed: set[str] = set()
-        for w in workflows:
-            passed.update(self.active_in_workflow.get(w, ()))
-        for q in context & self.budgeted:
-            passed.update(self.active_in_queue.get(q, ()))
-        minus: dict[tuple[str | None, str | None, str | None], list[Any]] = {}
-        for oid in sorted(passed):
-            a = self.active[oid]
-            observed[oid] = a.observed
-            if a.op is not None:
-                operations.append(a.op)
-            m = minus.setdefault((a.queue, a.cluster, a.observed.flavor), [0, {}, 0])
-            m[0] += 1
-            m[2] += a.pods
-            for r, u in a.units:
-                m[1][r] = m[1].get(r, 0) + u
-        specs = {}
-        for q in sorted(context):
-            spec = repo.queues[q]
-            stand_ins = others = 0
-            for (cluster, flavor), (count, units, pods) in sorted(
-                self.held.get(q, {}).items(), key=lambda e: (e[0][0], e[0][1] or "")
-            ):
-                less = minus.get((q, cluster, flavor))
-                if less is not None:
-                    count -= less[0]
-                    pods -= less[2]
-                    units = {r: u - less[1].get(r, 0) for r, u in units.items()}
-                if count <= 0:
-                    continue
-                sid = f"{q}\x00{cluster}\x00{flavor or ''}"
-                requests = {r: Decimal(u) * _NANO for r, u in units.items() if u}
-                observed[sid] = ObservedOperation(
-                    sid, Phase.RUNNING, requests, q, cluster, pods=pods, flavor=flavor
-                )
-                stand_ins += 1
-                others += count
-            if spec.concurrency is not None and others != stand_ins:
-                spec = self._spec(spec, spec.concurrency - others + stand_ins)
-            specs[q] = spec
-        for dep in sorted(deps):
-            if dep in observed:
-                continue
-            phase = self.phase.get(dep)
-            if phase is None:
-                if dep not in self.ops:
-                    continue  # not in the repo: "Missing" (the cycle's plan blocked it)
-                phase = Phase.QUEUED
-            elif phase.active:
-                phase = Phase.RUNNING  # counted nowhere here: no queue, no cluster given
-            observed[dep] = ObservedOperation(dep, phase)
-        inside: dict[str, int] = {}
-        for o in observed.values():
-            if o.phase.active and o.cluster is not None:
-                inside[o.cluster] = inside.get(o.cluster, 0) + 1
-        involved = {c for q in context for c in repo.queues[q].members}
-        involved.update(op.cluster for op in operations)
-        involved.update(o.cluster for o in observed.values() if o.cluster is not None)
-        limits = self.cluster_limit
-        clusters = {
-            name: spec
-            if spec.concurrency is None
-            else self._cluster(
-                spec,
-                spec.concurrency - (self.cluster_active.get(name, 0) - inside.get(name, 0)),
-            )
-            for name in involved
-            if name in limits
-            for spec in (repo.clusters[name],)
-        }
-        ledger = [e for q in sorted(context & self.budgeted) for e in self.spent[q]]
-        return admit_dispatch(
-            operations,
-            specs,
-            clusters,
-            observed.values(),
-            repo.org,
-            self.now + timedelta(seconds=t),
-            unreachable=self.unreachable,
-            capacity=self.capacity,
-            backends=self.backends,
-            cohorts=repo.cohorts,
-            ledger=ledger,
-            flavors=repo.flavors,
-        )
+        return frozenset(p[1].cluster for p in self.w.qstate[queue].pending if p[2] is cluster_r)
 
     # --- results ---
+
+    def _reasons_now(self) -> dict[str, PendingReason]:
+        """Why each candidate still waits once nothing left is estimated to end: an
+        admission of every queue with candidates at the last event's time, on the final
+        state (reverted after: it dispatches nothing the simulation did not)."""
+        w = self.w
+        mark = w.mark()
+        waiting = [name for name, cands in w.candidates.items() if cands]
+        order = w.begin(waiting, self.now + timedelta(seconds=self.t), self.spent)
+        for q in order:
+            w.admit(q, 0, None)
+        w.borrow(order)
+        reasons = {p[0]: p[2] for q in order for p in q.pending}
+        w.revert(mark)
+        return reasons
 
     def etas(self) -> dict[str, tuple[Eta, str]]:
         unknown = [a for a in self.active.values() if a.end is None]
@@ -1023,15 +791,20 @@ class _Sim:
             a.cluster for a in unknown if self.cluster_limit.get(a.cluster or "") is not None
         }
         unknown_workflows = {a.workflow for a in unknown if a.workflow is not None}
-        unknown_ids = {a.observed.operation for a in unknown}
+        unknown_ids = {a.oid for a in unknown}
         out: dict[str, tuple[Eta, str]] = {}
         memo: dict[str, bool] = {}
         queues = self.repo.queues
+        seen = self.w.seen
 
         def clusters_of(op: CompiledOperation) -> tuple[str, ...]:
             """The clusters ``op`` may go to: its own, a fleet queue's any of them."""
             spec = queues.get(op.queue)
             return spec.clusters if spec is not None and spec.clusters else (op.cluster,)
+
+        def succeeded(oid: str) -> bool:
+            o = seen.get(oid)
+            return o is not None and o.phase is Phase.SUCCEEDED
 
         def waits_on_unknown(oid: str, trail: frozenset[str] = frozenset()) -> bool:
             got = memo.get(oid)
@@ -1049,7 +822,7 @@ class _Sim:
                         d in unknown_ids
                         or (d not in self.dispatched_at and waits_on_unknown(d, inner))
                         for d in op.dependencies
-                        if self.phase.get(d) is not Phase.SUCCEEDED
+                        if not succeeded(d)
                     )
                 )
             memo[oid] = result
@@ -1057,6 +830,7 @@ class _Sim:
 
         for oid, why in self.blocked.items():
             out[oid] = (Eta(EtaState.BLOCKED), why)
+        last = self._reasons_now() if self.exhausted else {}
         for op in self.simulated:
             oid = op.id
             at = self.dispatched_at.get(oid)
@@ -1066,7 +840,7 @@ class _Sim:
             elif waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
-                reason = self.last.get(oid)
+                reason = last.get(oid)
                 why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
                 out[oid] = (Eta(EtaState.BLOCKED), why)
             else:
@@ -1075,30 +849,36 @@ class _Sim:
 
 
 def _full(
-    q: QueueAdmission, rest: Sequence[CompiledOperation], full: frozenset[str] = frozenset()
+    q: QueueState,
+    candidates: Sequence[tuple[Any, ...]],
+    start: int,
+    full: frozenset[str] = frozenset(),
 ) -> bool:
-    """After an admission, none of ``rest`` (the queue's later candidates) could be
+    """After its pass so far, none of ``q``'s candidates from ``start`` on could be
     dispatched: its concurrency is reached, its StrictFIFO head holds it, each goes to one
     of the ``full`` clusters (at their concurrency), or none of them fits in the pods
     (``maxPods``) and the quota it has left (compared as exact quantities: a request that
     fits by them may still not fit by the planner's rounding, never the other way round).
-    A cohort member's quota is not all it may use (it may borrow): only its pods count
-    then."""
-    if q.strategy is QueueStrategy.STRICT_FIFO and any(
-        REASON_TRAITS[r].holds_head for _, r in q.pending
+    A cohort member's quota is not all it may use (it may borrow), nor is one flavor's
+    all a queue with flavors may use: only its pods count then."""
+    spec = q.spec
+    if spec.strategy is QueueStrategy.STRICT_FIFO and any(
+        REASON_TRAITS[p[2]].holds_head for p in q.pending
     ):
         return True
-    if q.concurrency is not None and q.active >= q.concurrency:
+    if spec.concurrency is not None and q.active >= spec.concurrency:
         return True
-    if full and all(op.cluster in full for op in rest):
+    rest = islice(candidates, start, None)
+    if full and all(c[5].cluster in full for c in rest):
         return True
-    pods = q.pods_free
-    if q.cohort or not q.free:
+    pods = None if spec.max_pods is None else spec.max_pods - q.pods
+    if q.cohort is not None or q.flavors or not q.resources:
         if pods is None:
             return False
-        return all(op.replicas > pods for op in rest)
-    left = [(r, Decimal(units) * _NANO) for r, units in q.free]
-    for op in rest:
+        return all(c[5].replicas > pods for c in islice(candidates, start, None))
+    left = [(r, Decimal(q.quota[i] - q.used[i]) * _NANO) for i, r in enumerate(q.resources)]
+    for c in islice(candidates, start, None):
+        op = c[5]
         if pods is not None and op.replicas > pods:
             continue
         get = op.requests.get
@@ -1130,10 +910,10 @@ def _unknown_why(
     workflow, then of its cluster when that has a concurrency limit."""
     wf = op.workflow.parent if op.workflow is not None else None
     ranked = sorted(
-        (0 if a.queue == op.queue else 1, a.observed.operation)
+        (0 if a.queue == op.queue else 1, a.oid)
         for a in unknown
         if a.queue == op.queue
-        or a.observed.operation in op.dependencies
+        or a.oid in op.dependencies
         or (wf is not None and a.workflow == wf)
         or (a.cluster == op.cluster and limited.get(op.cluster) is not None)
     )
@@ -1167,29 +947,23 @@ def estimate_starts(
     # thousands of replans allocate while the whole repo stays alive: pause the collector
     with gc_paused():
         model = DurationModel(history)
-        down = frozenset(unreachable)
-        prep = _Prepared(repo, plan)
         entries = tuple(ledger)
-        served = backends or {}
+        prep = _Prepared(
+            repo,
+            plan,
+            observed,
+            now,
+            frozenset(unreachable),
+            capacity or {},
+            backends or {},
+            entries,
+        )
         results = []
         for q in (P50, P90):
-            sim = _Sim(
-                prep,
-                plan,
-                observed,
-                starts,
-                model,
-                q,
-                now,
-                horizon,
-                down,
-                resolution,
-                served,
-                entries,
-                capacity or {},
-            )
+            sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, entries)
             sim.run()
             results.append(sim.etas())
+            prep.whatif.revert()
         p50s, p90s = results
         out: dict[str, StartEstimate] = {}
         for p in plan.pending:

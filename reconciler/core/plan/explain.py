@@ -12,6 +12,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Sequence
 from decimal import Decimal
+from itertools import islice
 from typing import Any
 
 from reconciler.core.plan.cohorts import COHORT_REASONS, amounts
@@ -395,7 +396,7 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
                     counter.active,
                     limit,
                     counter.active - limit + 1,
-                    tuple(counter.ids[:MAX_LISTED]),
+                    tuple(islice(counter.ids, MAX_LISTED)),
                 )
             block = cached
         append(Pending(oid, name, reason, position, block))

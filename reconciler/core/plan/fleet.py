@@ -146,16 +146,12 @@ class FleetState:
         self.queues = {name: q for name, q in queues.items() if q.fleet}
         self.unreachable = frozenset(unreachable)
         self.backends = backends or {}
-        wanted = {c for q in self.queues.values() for c in q.clusters}
-        self.clusters = {
-            name: _Cluster(cap)
-            for name, cap in capacity.items()
-            if name in wanted and name not in self.unreachable
-        }
+        self.clusters: dict[str, _Cluster] = {}
+        self.dispatched: dict[tuple[str, str], int] = {}
+        self.observe(capacity)
         # per (queue, cluster, flavor): the usage in units of every resource requested there
         self.used: dict[tuple[str, str, str | None], dict[str, int]] = {}
         self.active: dict[tuple[str, str], int] = {}
-        self.dispatched: dict[tuple[str, str], int] = {}
         self.counters: Counters | None = None  # the plan's cluster counters, once admitting
 
     def __bool__(self) -> bool:
@@ -174,6 +170,31 @@ class FleetState:
             used[r] = used.get(r, 0) + request_units(a)
         key = (queue, cluster)
         self.active[key] = self.active.get(key, 0) + 1
+
+    def release(
+        self,
+        queue: str,
+        cluster: str,
+        requests: Mapping[str, Decimal],
+        flavor: str | None = None,
+    ) -> None:
+        """The inverse of ``hold``: a run that ended (the free capacity observed is not
+        given back: what a cluster frees is seen by the next observation)."""
+        used = self.used[(queue, cluster, flavor)]
+        for r, a in requests.items():
+            used[r] -= request_units(a)
+        self.active[(queue, cluster)] -= 1
+
+    def observe(self, capacity: Mapping[str, ClusterCapacity]) -> None:
+        """Start an admission from the free capacity observed (what earlier admissions took
+        from it is the clusters' to report), with nothing dispatched yet."""
+        wanted = {c for q in self.queues.values() for c in q.clusters}
+        self.clusters = {
+            name: _Cluster(cap)
+            for name, cap in capacity.items()
+            if name in wanted and name not in self.unreachable
+        }
+        self.dispatched = {}
 
     def count(
         self,

@@ -46,7 +46,7 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import BudgetTrack, Counters, QueueState
+from reconciler.core.plan.state import ActiveRun, BudgetTrack, Counters, QueueState, hold_run
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
@@ -449,32 +449,17 @@ def count_active(
                 removed.append(obs)
         elif known.stopped:
             stopped.append(obs)
-        qname = obs.queue or (known.queue if known is not None else None)
-        aq = qstate.get(qname) if qname is not None else None
-        cname = obs.cluster or (known.cluster if known is not None else None)
-        if cname is None and aq is not None:
-            cname = aq.spec.cluster
-        requests = obs.requests if obs.requests is not None else (known.requests if known else {})
-        pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
-        if aq is not None:
-            k = aq.flavor_of(known, obs.flavor) if aq.flavors else -1
-            aq.hold(oid, aq.request(requests, k), pods)
-            if aq.budget is not None:
-                # the run's own timeout, as dispatched: its file may have changed or gone
-                timeout = obs.timeout
-                if timeout is None:
-                    timeout = known.timeout if known is not None else aq.spec.default_timeout
-                aq.budget.hold_active(
-                    requests,
-                    cname or aq.spec.cluster,
-                    obs.started_at,
-                    timeout,
-                    aq.flavors[k].name if k >= 0 else None,
-                )
-        if cname is not None:
-            counters.cluster(cname).hold(oid)
-        if known is not None and known.workflow is not None:
-            counters.workflow(known.workflow.parent, known.workflow.concurrency).hold(oid)
+        run = ActiveRun.of(obs, known, qstate)
+        hold_run(run, counters)
+        aq = run.queue
+        if aq is not None and aq.budget is not None:
+            aq.budget.hold_active(
+                run.requests,
+                run.cluster or aq.spec.cluster,
+                run.started,
+                run.timeout,
+                aq.flavors[run.flavor].name if run.flavor >= 0 else None,
+            )
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)

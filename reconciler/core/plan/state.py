@@ -1,9 +1,11 @@
 """The planner's working state: the counters it updates while it plans.
 
 What must live here: the mutable, planner-private state of one ``plan_dispatch`` call (a
-queue's candidates, usage and pending entries; the cluster and workflow counters) and the
-pending tuples the admission loop (step 4) hands to ``explain.py`` (step 6). Nothing here
-leaves the planner: the plan is made of ``model.py``'s frozen values.
+queue's candidates, usage and pending entries; the cluster and workflow counters), how step
+3 counts an active run on it (``ActiveRun``, ``hold_run``) and the exact inverse of each
+count (``release_run``, the ``release`` methods: the what-if state of ``whatif.py`` moves
+time on them), and the pending tuples the admission loop (step 4) hands to ``explain.py``
+(step 6). Nothing here leaves the planner: the plan is made of ``model.py``'s frozen values.
 
 A pending tuple is ``(operation id, operation, reason, detail)``; ``detail`` by reason:
 
@@ -35,7 +37,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from reconciler.core.plan.flavors import EligibleFlavors, FlavorSlots
 from reconciler.core.plan.ledger import BudgetWindow, hourly_rate, hours, prices_for
@@ -45,6 +47,7 @@ from reconciler.core.types import (
     ClusterSpec,
     CompiledOperation,
     FlavorSpec,
+    ObservedOperation,
     OrgSettings,
     QueueSpec,
 )
@@ -187,6 +190,21 @@ class QueueState:
                 if cohort is not None:  # its pools' totals move with it
                     cohort.moved(self, i, used[i] - amount, used[i])
 
+    def release(self, op_id: str, req: tuple[int, ...], pods: int = 1) -> None:
+        """The inverse of ``hold`` (the same arguments)."""
+        self.active -= 1
+        self.active_ids.remove(op_id)
+        self.pods -= pods
+        self.pod_holders.remove((pods, op_id))
+        used = self.used
+        cohort = self.cohort
+        for i, amount in enumerate(req):
+            if amount:
+                used[i] -= amount
+                self.holders[i].remove((amount, op_id))
+                if cohort is not None:
+                    cohort.moved(self, i, used[i] + amount, used[i])
+
 
 class Counter:
     """The active operations of a cluster or a workflow, against its limit (if any)."""
@@ -196,11 +214,16 @@ class Counter:
     def __init__(self, limit: int | None) -> None:
         self.limit = limit
         self.active = 0
-        self.ids: list[str] = []
+        # in the order held (a dict: a cluster may hold thousands, and ``release`` is O(1))
+        self.ids: dict[str, None] = {}
 
     def hold(self, op_id: str) -> None:
         self.active += 1
-        self.ids.append(op_id)
+        self.ids[op_id] = None
+
+    def release(self, op_id: str) -> None:
+        self.active -= 1
+        del self.ids[op_id]
 
 
 class Counters:
@@ -226,6 +249,78 @@ class Counters:
         if w is None:
             w = self.workflows[parent] = Counter(limit)
         return w
+
+
+class ActiveRun(NamedTuple):
+    """An active operation as step 3 counts it: what its observation says, else what its
+    operation says, else its queue's."""
+
+    oid: str
+    queue: QueueState | None  # None: its queue is not in the repo
+    cluster: str | None
+    requests: Mapping[str, Decimal]
+    pods: int  # every replica
+    flavor: int  # the number of the flavor it holds quota in (-1: none)
+    workflow: tuple[str, int | None] | None  # (parent, concurrency)
+    started: datetime | None
+    timeout: int | None  # as dispatched, else its operation's, else its queue's default
+
+    @staticmethod
+    def of(
+        obs: ObservedOperation,
+        known: CompiledOperation | None,
+        qstate: Mapping[str, QueueState],
+    ) -> ActiveRun:
+        qname = obs.queue or (known.queue if known is not None else None)
+        aq = qstate.get(qname) if qname is not None else None
+        cname = obs.cluster or (known.cluster if known is not None else None)
+        if cname is None and aq is not None:
+            cname = aq.spec.cluster
+        requests = obs.requests if obs.requests is not None else (known.requests if known else {})
+        pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
+        flavor = aq.flavor_of(known, obs.flavor) if aq is not None and aq.flavors else -1
+        wf = known.workflow if known is not None else None
+        # the run's own timeout, as dispatched: its file may have changed or gone
+        timeout = obs.timeout
+        if timeout is None:
+            if known is not None:
+                timeout = known.timeout
+            elif aq is not None:
+                timeout = aq.spec.default_timeout
+        return ActiveRun(
+            obs.operation,
+            aq,
+            cname,
+            requests,
+            pods,
+            flavor,
+            None if wf is None else (wf.parent, wf.concurrency),
+            obs.started_at,
+            timeout,
+        )
+
+
+def hold_run(run: ActiveRun, counters: Counters) -> None:
+    """Count ``run`` in its queue, cluster and workflow (its queue's budget, cohort and
+    fleet usage are counted by their own steps)."""
+    aq = run.queue
+    if aq is not None:
+        aq.hold(run.oid, aq.request(run.requests, run.flavor), run.pods)
+    if run.cluster is not None:
+        counters.cluster(run.cluster).hold(run.oid)
+    if run.workflow is not None:
+        counters.workflow(*run.workflow).hold(run.oid)
+
+
+def release_run(run: ActiveRun, counters: Counters) -> None:
+    """The inverse of ``hold_run``."""
+    aq = run.queue
+    if aq is not None:
+        aq.release(run.oid, aq.request(run.requests, run.flavor), run.pods)
+    if run.cluster is not None:
+        counters.cluster(run.cluster).release(run.oid)
+    if run.workflow is not None:
+        counters.workflow(*run.workflow).release(run.oid)
 
 
 class BudgetTrack:

@@ -1,0 +1,294 @@
+"""The what-if state: the planner's own state kept from one admission to the next, for a
+simulation that moves time (the start-time estimate, ``estimate.py``). Runs end and are
+released from it, some queues are admitted again on it, and every change is journalled so
+``revert`` can undo it, as kueue's scheduler simulates on its snapshot and reverts.
+
+What must live here: building that state with the planner's own steps 1-3 (the same calls
+as ``plan_dispatch``), an admission of some of its queues (``begin``, then step 4 queue by
+queue, ``admit``, a long queue's pass in parts, then 4b, ``borrow``: the planner's own
+functions on the kept state), ``release`` of a run that ended, and the journal ``revert``
+undoes.
+What is rebuilt for each admission rather than kept (a budget's window and what it
+committed, at the admission's clock; the free capacity observed, which only a new
+observation changes) is rebuilt here too, exactly as a cycle would.
+
+An admission over some queues equals an admission over all of them when the others would
+dispatch nothing (the caller's to know: ``estimate.py`` replans the queues an event can
+change); the property test of ``tests/core/test_estimate.py`` holds the two equal.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from reconciler.core.observation.capacity import ClusterCapacity
+from reconciler.core.plan.cohorts import borrow, join_cohorts
+from reconciler.core.plan.dependencies import Dependencies
+from reconciler.core.plan.fleet import FleetState
+from reconciler.core.plan.ledger import LedgerEntry
+from reconciler.core.plan.model import Dispatch
+from reconciler.core.plan.planner import (
+    admit,
+    count_active,
+    index_observed,
+    index_operations,
+    track_budgets,
+)
+from reconciler.core.plan.state import ActiveRun, Counters, QueueState, hold_run, release_run
+from reconciler.core.types import CompiledOperation, CompiledRepo, ObservedOperation, Phase
+
+_HELD = 0  # a journal entry: a run an admission dispatched
+_ENDED = 1  # ... a run released
+
+
+def dispatched(d: Dispatch, op: CompiledOperation, now: datetime) -> ObservedOperation:
+    """What a cycle observes of a dispatch made at ``now``: dispatched and started then (a
+    simulation does not model placement: every dispatched gang is taken to start,
+    docs/estimates.md), on the cluster check 10 chose, in the flavor check 8 assigned."""
+    return ObservedOperation(
+        d.operation,
+        Phase.DISPATCHED,
+        op.requests,
+        d.queue,
+        d.cluster,
+        pods=op.replicas,
+        flavor=d.flavor,
+        dispatched_at=now,
+        started_at=now,
+    )
+
+
+class WhatIf:
+    """The planner's state over ``repo`` after step 3 for ``observed`` at ``now``, whose
+    candidates are the ``simulated`` operations alone (the others wait for what no clock
+    ends, and never hold a queue: ``REASON_TRAITS``)."""
+
+    __slots__ = (
+        "backends",
+        "candidates",
+        "capacity",
+        "counters",
+        "deps",
+        "dispatch",
+        "fleet",
+        "gone",
+        "journal",
+        "keys",
+        "now",
+        "ops",
+        "order",
+        "qstate",
+        "reach",
+        "repo",
+        "runs",
+        "seen",
+        "unreachable",
+    )
+
+    def __init__(
+        self,
+        repo: CompiledRepo,
+        observed: Iterable[ObservedOperation],
+        simulated: Collection[str],
+        now: datetime,
+        *,
+        unreachable: frozenset[str] = frozenset(),
+        capacity: Mapping[str, ClusterCapacity] | None = None,
+        backends: Mapping[str, frozenset[str]] | None = None,
+        ledger: Iterable[LedgerEntry] = (),
+    ) -> None:
+        self.repo = repo
+        self.unreachable = unreachable
+        self.capacity = capacity or {}
+        self.backends = backends or {}
+        # 1. Index the observations.
+        self.seen: dict[str, ObservedOperation] = index_observed(observed)
+        self.qstate = {name: QueueState(spec, repo.flavors) for name, spec in repo.queues.items()}
+        track_budgets(self.qstate, repo.clusters, repo.org, now, ledger)
+        self.counters = Counters(repo.clusters)
+        # 2. Index the operations: the candidates, sorted once, kept sorted.
+        self.ops = index_operations(repo.operations, self.seen, self.qstate)
+        self.candidates: dict[str, list[tuple[Any, ...]]] = {}
+        self.keys: dict[str, tuple[Any, ...]] = {}
+        for name, q in self.qstate.items():
+            kept = sorted(c for c in q.candidates if c[4] in simulated)
+            q.candidates = []
+            if kept:
+                self.candidates[name] = kept
+                for c in kept:
+                    self.keys[c[4]] = c
+        # 3. Usage of the active operations.
+        count_active(self.seen, self.ops, (), self.qstate, self.counters)
+        self.runs: dict[str, ActiveRun] = {
+            oid: ActiveRun.of(o, self.ops.get(oid), self.qstate)
+            for oid, o in self.seen.items()
+            if o.phase.active
+        }
+        self.fleet = FleetState(repo.queues, self.capacity, unreachable, self.backends)
+        if self.fleet:
+            self.fleet.count(self.seen, self.ops, self.qstate)
+        if repo.cohorts or any(q.spec.cohort for q in self.qstate.values()):
+            join_cohorts(self.qstate, repo.cohorts, self.ops, self.seen, now)
+        self.deps = Dependencies(self.seen, self.ops)
+        self.order = {
+            name: i
+            for i, name in enumerate(
+                sorted(repo.queues, key=lambda n: (-repo.queues[n].priority, n))
+            )
+        }
+        # (kind, run, what was observed of it before)
+        self.journal: list[tuple[int, ActiveRun, ObservedOperation | None]] = []
+        # the admission under way: its clock, its dispatches, and those per queue
+        self.now = now
+        self.dispatch: list[Dispatch] = []
+        self.gone: dict[str, set[str]] = {}
+        self.reach: dict[str, int] = {}  # per queue: how far its pass went
+
+    # --- moving time ----------------------------------------------------------------------
+
+    def begin(
+        self, queues: Iterable[str], now: datetime, ledger: Mapping[str, Sequence[LedgerEntry]]
+    ) -> list[QueueState]:
+        """Start an admission of ``queues`` at ``now``: nothing of theirs waits yet, the
+        budgeted ones' windows and commitments are at ``now`` with ``ledger`` (per queue,
+        what its finished runs spent), and the free capacity is the one observed. Returns
+        them in the planner's order, for ``admit`` one by one and then ``borrow``."""
+        order = sorted((self.qstate[name] for name in queues), key=self._rank)
+        repo = self.repo
+        budgeted: dict[str, QueueState] = {}
+        cohorts = set()
+        for q in order:
+            q.pending = []
+            q.deferred = []
+            q.dispatched = 0
+            if q.spec.budget is not None:
+                budgeted[q.spec.name] = q
+            if q.cohort is not None and id(q.cohort) not in cohorts:
+                cohorts.add(id(q.cohort))
+                q.cohort.restart(now)
+        if budgeted:
+            entries = [e for name in sorted(budgeted) for e in ledger.get(name, ())]
+            track_budgets(budgeted, repo.clusters, repo.org, now, entries)
+            for q in budgeted.values():
+                assert q.budget is not None
+                for oid in sorted(q.active_ids):
+                    run = self.runs[oid]
+                    q.budget.hold_active(
+                        run.requests,
+                        run.cluster or q.spec.cluster,
+                        run.started,
+                        run.timeout,
+                        q.flavors[run.flavor].name if run.flavor >= 0 else None,
+                    )
+        if self.fleet:
+            self.fleet.observe(self.capacity)
+        self.deps.doomed.clear()
+        self.now = now
+        self.gone = {}
+        self.reach = {}
+        return order
+
+    def admit(self, q: QueueState, start: int, stop: int | None) -> None:
+        """Step 4 for ``q``'s candidates ``start:stop`` (its pass goes on where the last
+        call for it stopped: the same as one pass over them all, when no other queue was
+        admitted in between). Each dispatch is held and journalled."""
+        name = q.spec.name
+        full = self.candidates.get(name, [])
+        q.candidates = full[start:stop]
+        self.reach[name] = len(full) if stop is None else min(stop, len(full))
+        dispatch = admit([q], self.deps, self.counters, self.unreachable, self.backends, self.fleet)
+        q.candidates = []
+        self._held(dispatch)
+
+    def borrow(self, order: Sequence[QueueState]) -> list[Dispatch]:
+        """Step 4b over the queues ``begin`` returned, after each was admitted; then the
+        admission ends: what it dispatched (4 and 4b) leaves the candidates."""
+        self._held(borrow(order, self.counters, self.now, self.fleet))
+        dispatch = self.dispatch
+        for name, ids in self.gone.items():
+            full = self.candidates[name]
+            reach = self.reach.get(name, len(full))  # no dispatch lies beyond what it saw
+            self.candidates[name] = [c for c in full[:reach] if c[4] not in ids] + full[reach:]
+        self.dispatch = []
+        self.gone = {}
+        self.reach = {}
+        return dispatch
+
+    def _held(self, dispatch: list[Dispatch]) -> None:
+        for d in dispatch:
+            self._dispatched(d, self.now)
+            self.gone.setdefault(d.queue, set()).add(d.operation)
+        self.dispatch.extend(dispatch)
+
+    def release(self, oid: str) -> ActiveRun:
+        """The run ``oid`` ended: it counts as ``Succeeded`` from now on."""
+        run = self.runs.pop(oid)
+        before = self.seen[oid]
+        self._release(run)
+        self.seen[oid] = ObservedOperation(oid, Phase.SUCCEEDED)
+        self.journal.append((_ENDED, run, before))
+        return run
+
+    def mark(self) -> int:
+        return len(self.journal)
+
+    def revert(self, mark: int = 0) -> None:
+        """Undo every change since ``mark``, the last first."""
+        journal = self.journal
+        while len(journal) > mark:
+            kind, run, before = journal.pop()
+            oid = run.oid
+            if kind == _HELD:
+                del self.runs[oid]
+                self._release(run)
+                if before is None:
+                    del self.seen[oid]
+                else:
+                    self.seen[oid] = before
+                key = self.keys[oid]
+                assert run.queue is not None
+                bisect.insort(self.candidates.setdefault(run.queue.spec.name, []), key)
+            else:
+                assert before is not None
+                self.runs[oid] = run
+                self._hold(run)
+                self.seen[oid] = before
+
+    # --- the run's counts -----------------------------------------------------------------
+
+    def _rank(self, q: QueueState) -> int:
+        return self.order[q.spec.name]
+
+    def _dispatched(self, d: Dispatch, now: datetime) -> None:
+        """Observe a dispatch as the next admission would (the admission counted it)."""
+        op = self.ops[d.operation]
+        o = dispatched(d, op, now)
+        before = self.seen.get(d.operation)
+        self.seen[d.operation] = o
+        run = self.runs[d.operation] = ActiveRun.of(o, op, self.qstate)
+        self.journal.append((_HELD, run, before))
+
+    def _hold(self, run: ActiveRun) -> None:
+        hold_run(run, self.counters)
+        q = run.queue
+        if q is None:
+            return
+        if q.cohort is not None:
+            q.cohort.take(q, run.requests)
+        if run.cluster is not None and q.spec.name in self.fleet.queues:
+            flavor = q.flavors[run.flavor].name if run.flavor >= 0 else None
+            self.fleet.hold(q.spec.name, run.cluster, run.requests, flavor)
+
+    def _release(self, run: ActiveRun) -> None:
+        release_run(run, self.counters)
+        q = run.queue
+        if q is None:
+            return
+        if q.cohort is not None:
+            q.cohort.give(q, run.requests)
+        if run.cluster is not None and q.spec.name in self.fleet.queues:
+            flavor = q.flavors[run.flavor].name if run.flavor >= 0 else None
+            self.fleet.release(q.spec.name, run.cluster, run.requests, flavor)
