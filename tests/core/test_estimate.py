@@ -254,6 +254,26 @@ def test_quota_admits_what_fits_as_it_is_released() -> None:
     assert (_at(e, "p/big"), _at(e, "p/one"), _at(e, "p/two")) == (30, 90, 90)
 
 
+def test_an_op_that_requests_none_of_a_resource_fits_a_queue_over_its_quota(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Runs hold more than the queue's quota (it was lowered under them): a later
+    candidate that requests no GPU still fits check 8, so a pass that stops at a short head
+    must not take the queue for full. (Its cluster is full until the first run ends.)"""
+    monkeypatch.setattr(estimate_module, "PREFIX", 1)
+    world = World().cluster("c", concurrency=3).queue("q", cluster="c", quota={"nvidia.com/gpu": 2})
+    for name in ("p/g1", "p/g2", "p/g3"):
+        world.op(name, gpu=1)
+    world.op("p/cpu")
+    for name in ("p/held-a", "p/held-b", "p/held-c"):
+        world.observe(name, Phase.RUNNING, queue="q", cluster="c", requests={"nvidia.com/gpu": 2})
+    history = _runs("p/held-a", "q", 30) + _runs("p/held-b", "q", 60)
+    history += _runs("p/held-c", "q", 90) + _runs("p/cpu", "q", 5)
+    history += [r for g in ("p/g1", "p/g2", "p/g3") for r in _runs(g, "q", 500)]
+    e = _estimate(world, history, {oid: NOW for oid in ("p/held-a", "p/held-b", "p/held-c")})
+    assert _at(e, "p/cpu") == 30
+
+
 def test_a_dependency_is_dispatched_and_finishes_before_its_dependent() -> None:
     world = World().queue("q")
     world.op("p/prep")

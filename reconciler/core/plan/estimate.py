@@ -71,7 +71,7 @@ P50 = 0.5
 P90 = 0.9
 
 # A replan first plans this many candidates of a queue (plus two per free slot)
-PREFIX = 16
+PREFIX = 8
 # ... and, when that head does not fill the queue, this many times more
 GROW = 4
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
@@ -882,7 +882,8 @@ def _full(
         if pods is not None and op.replicas > pods:
             continue
         get = op.requests.get
-        if all(get(r, _ZERO) <= free for r, free in left):
+        # none of a resource fits even a queue over its quota there (check 8 skips it)
+        if all(not (v := get(r)) or v <= free for r, free in left):
             return False
     return True
 
