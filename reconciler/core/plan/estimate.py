@@ -71,7 +71,7 @@ P50 = 0.5
 P90 = 0.9
 
 # A replan first plans this many candidates of a queue (plus two per free slot)
-PREFIX = 8
+PREFIX = 4
 # ... and, when that head does not fill the queue, this many times more
 GROW = 4
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
