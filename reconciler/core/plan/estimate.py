@@ -733,10 +733,14 @@ class _Sim:
         w = self.w
         candidates = w.candidates
         order = w.begin(queues, self.now + timedelta(seconds=t), self.spent)
+        buckets = w.buckets
         for q in order:
             name = q.spec.name
             full = candidates[name]
             n = PREFIX + 2 * max(0, (q.spec.concurrency or 0) - q.active)
+            if name in buckets:
+                self._pass_fitting(q, n)
+                continue
             start = 0
             while True:
                 stop = n if len(full) > n else None
@@ -756,6 +760,27 @@ class _Sim:
             self._start(w.runs[d.operation], op, self._end_from(t, op, d.operation))
         for q in order:
             self._note_waits(q.spec.name, q.pending)
+
+    def _pass_fitting(self, q: QueueState, n: int) -> None:
+        """A BestEffortFIFO queue's pass over its candidates that may pass checks 7, 8 and
+        10 (``WhatIf.fitting``), ``n`` then ``GROW`` times as many at a time, until none is
+        left or its concurrency is reached."""
+        w = self.w
+        cluster_r = PendingReason.CLUSTER_CONCURRENCY_LIMIT
+        limit = q.spec.concurrency
+        after = None
+        noted: set[str] = set()
+        seen = 0
+        while limit is None or q.active < limit:
+            chunk = w.fitting(q, after, n, noted)
+            if not chunk:
+                return
+            w.admit_these(q, chunk)
+            pending = q.pending
+            noted.update(p[1].cluster for p in pending[seen:] if p[2] is cluster_r)
+            seen = len(pending)
+            after = chunk[-1]
+            n *= GROW
 
     def _full_clusters(self, queue: str) -> frozenset[str]:
         """The clusters a candidate of ``queue`` just waited for at check 10, at their

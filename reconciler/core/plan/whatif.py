@@ -20,8 +20,10 @@ change); the property test of ``tests/core/test_estimate.py`` holds the two equa
 from __future__ import annotations
 
 import bisect
+import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
+from itertools import islice
 from typing import Any
 
 from reconciler.core.observation.capacity import ClusterCapacity
@@ -38,8 +40,17 @@ from reconciler.core.plan.planner import (
     track_budgets,
 )
 from reconciler.core.plan.state import ActiveRun, Counters, QueueState, hold_run, release_run
-from reconciler.core.types import CompiledOperation, CompiledRepo, ObservedOperation, Phase
+from reconciler.core.types import (
+    CompiledOperation,
+    CompiledRepo,
+    ObservedOperation,
+    Phase,
+    QueueStrategy,
+)
 
+# what checks 7, 8 and 10 look at in a candidate: its request in units per quota slot, its
+# pods (every replica) and its cluster
+Bucket = tuple[tuple[int, ...], int, str]
 _HELD = 0  # a journal entry: a run an admission dispatched
 _ENDED = 1  # ... a run released
 
@@ -68,6 +79,8 @@ class WhatIf:
 
     __slots__ = (
         "backends",
+        "bucket_of",
+        "buckets",
         "candidates",
         "capacity",
         "counters",
@@ -133,6 +146,26 @@ class WhatIf:
         if repo.cohorts or any(q.spec.cohort for q in self.qstate.values()):
             join_cohorts(self.qstate, repo.cohorts, self.ops, self.seen, now)
         self.deps = Dependencies(self.seen, self.ops)
+        # the candidates of each queue that ``fitting`` serves, by what checks 7, 8 and 10
+        # look at: (request in units per quota slot, pods, cluster) -> candidates, in order
+        self.buckets: dict[str, dict[Bucket, list[tuple[Any, ...]]]] = {}
+        self.bucket_of: dict[str, Bucket] = {}
+        for name, kept in self.candidates.items():
+            q = self.qstate[name]
+            spec = q.spec
+            if (
+                spec.strategy is not QueueStrategy.BEST_EFFORT_FIFO
+                or q.cohort is not None
+                or q.flavors
+                or spec.clusters
+            ):
+                continue
+            buckets = self.buckets[name] = {}
+            for c in kept:
+                op = c[5]
+                key = (q.request(op.requests), op.replicas, op.cluster)
+                buckets.setdefault(key, []).append(c)
+                self.bucket_of[c[4]] = key
         self.order = {
             name: i
             for i, name in enumerate(
@@ -203,6 +236,45 @@ class WhatIf:
         q.candidates = []
         self._held(dispatch)
 
+    def admit_these(self, q: QueueState, candidates: list[tuple[Any, ...]]) -> None:
+        """Step 4 for ``candidates`` of ``q`` (some of its own, in its order, after those
+        its pass saw: ``fitting``'s), going on with its pass."""
+        q.candidates = candidates
+        self.reach[q.spec.name] = len(self.candidates[q.spec.name])
+        dispatch = admit([q], self.deps, self.counters, self.unreachable, self.backends, self.fleet)
+        q.candidates = []
+        self._held(dispatch)
+
+    def fitting(
+        self, q: QueueState, after: tuple[Any, ...] | None, n: int, noted: Collection[str]
+    ) -> list[tuple[Any, ...]]:
+        """The first ``n`` candidates of ``q`` after ``after`` that checks 7 (``maxPods``)
+        and 8 (quota) let through now, and 10 (the cluster) too when its pass already has
+        one waiting for that cluster (``noted``). Only for a queue with ``buckets``
+        (BestEffortFIFO, no cohort, flavors or fleet): each of the others waits at 7, 8 or
+        10 whatever the rest of its pass does (what is held only grows within a pass), so
+        leaving them out changes nothing the pass dispatches or the clusters it waits for."""
+        quota, used = q.quota, q.used
+        max_pods = q.spec.max_pods
+        free_pods = None if max_pods is None else max_pods - q.pods
+        cluster = self.counters.cluster
+        parts = []
+        for (req, pods, cname), cands in self.buckets[q.spec.name].items():
+            if not cands or (free_pods is not None and pods > free_pods):
+                continue
+            if any(a and used[i] + a > quota[i] for i, a in enumerate(req)):
+                continue
+            if cname in noted:
+                c = cluster(cname)
+                if c.limit is not None and c.active >= c.limit:
+                    continue
+            start = 0 if after is None else bisect.bisect_right(cands, after)
+            if start < len(cands):
+                parts.append(map(cands.__getitem__, range(start, len(cands))))
+        if len(parts) == 1:
+            return list(islice(parts[0], n))
+        return list(islice(heapq.merge(*parts), n))
+
     def borrow(self, order: Sequence[QueueState]) -> list[Dispatch]:
         """Step 4b over the queues ``begin`` returned, after each was admitted; then the
         admission ends: what it dispatched (4 and 4b) leaves the candidates."""
@@ -212,6 +284,11 @@ class WhatIf:
             full = self.candidates[name]
             reach = self.reach.get(name, len(full))  # no dispatch lies beyond what it saw
             self.candidates[name] = [c for c in full[:reach] if c[4] not in ids] + full[reach:]
+            buckets = self.buckets.get(name)
+            if buckets is not None:
+                for oid in ids:
+                    cands = buckets[self.bucket_of[oid]]
+                    del cands[bisect.bisect_left(cands, self.keys[oid])]
         self.dispatch = []
         self.gone = {}
         self.reach = {}
@@ -250,7 +327,11 @@ class WhatIf:
                     self.seen[oid] = before
                 key = self.keys[oid]
                 assert run.queue is not None
-                bisect.insort(self.candidates.setdefault(run.queue.spec.name, []), key)
+                name = run.queue.spec.name
+                bisect.insort(self.candidates.setdefault(name, []), key)
+                buckets = self.buckets.get(name)
+                if buckets is not None:
+                    bisect.insort(buckets[self.bucket_of[oid]], key)
             else:
                 assert before is not None
                 self.runs[oid] = run
