@@ -737,10 +737,14 @@ class _Sim:
         for q in order:
             name = q.spec.name
             full = candidates[name]
-            n = PREFIX + 2 * max(0, (q.spec.concurrency or 0) - q.active)
+            limit = q.spec.concurrency
             if name in buckets:
-                self._pass_fitting(q, n)
+                # what fits may all be dispatched: as many as its free slots, at first
+                self._pass_fitting(q, PREFIX if limit is None else max(1, limit - q.active))
                 continue
+            n = PREFIX + 2 * max(0, (limit or 0) - q.active)
+            if q.spec.strategy is QueueStrategy.STRICT_FIFO:
+                n = 1  # its head, held or not, says whether the rest is planned
             start = 0
             while True:
                 stop = n if len(full) > n else None

@@ -261,6 +261,7 @@ class ActiveRun(NamedTuple):
     requests: Mapping[str, Decimal]
     pods: int  # every replica
     flavor: int  # the number of the flavor it holds quota in (-1: none)
+    req: tuple[int, ...]  # its requests in units per slot of its queue (of that flavor)
     workflow: tuple[str, int | None] | None  # (parent, concurrency)
     started: datetime | None
     timeout: int | None  # as dispatched, else its operation's, else its queue's default
@@ -279,6 +280,7 @@ class ActiveRun(NamedTuple):
         requests = obs.requests if obs.requests is not None else (known.requests if known else {})
         pods = obs.pods if obs.pods is not None else (known.replicas if known else 1)
         flavor = aq.flavor_of(known, obs.flavor) if aq is not None and aq.flavors else -1
+        req = aq.request(requests, flavor) if aq is not None else ()
         wf = known.workflow if known is not None else None
         # the run's own timeout, as dispatched: its file may have changed or gone
         timeout = obs.timeout
@@ -294,6 +296,7 @@ class ActiveRun(NamedTuple):
             requests,
             pods,
             flavor,
+            req,
             None if wf is None else (wf.parent, wf.concurrency),
             obs.started_at,
             timeout,
@@ -305,7 +308,7 @@ def hold_run(run: ActiveRun, counters: Counters) -> None:
     fleet usage are counted by their own steps)."""
     aq = run.queue
     if aq is not None:
-        aq.hold(run.oid, aq.request(run.requests, run.flavor), run.pods)
+        aq.hold(run.oid, run.req, run.pods)
     if run.cluster is not None:
         counters.cluster(run.cluster).hold(run.oid)
     if run.workflow is not None:
@@ -316,7 +319,7 @@ def release_run(run: ActiveRun, counters: Counters) -> None:
     """The inverse of ``hold_run``."""
     aq = run.queue
     if aq is not None:
-        aq.release(run.oid, aq.request(run.requests, run.flavor), run.pods)
+        aq.release(run.oid, run.req, run.pods)
     if run.cluster is not None:
         counters.cluster(run.cluster).release(run.oid)
     if run.workflow is not None:

@@ -39,7 +39,14 @@ from reconciler.core.plan.planner import (
     index_operations,
     track_budgets,
 )
-from reconciler.core.plan.state import ActiveRun, Counters, QueueState, hold_run, release_run
+from reconciler.core.plan.state import (
+    ActiveRun,
+    Counter,
+    Counters,
+    QueueState,
+    hold_run,
+    release_run,
+)
 from reconciler.core.types import (
     CompiledOperation,
     CompiledRepo,
@@ -48,9 +55,9 @@ from reconciler.core.types import (
     QueueStrategy,
 )
 
-# what checks 7, 8 and 10 look at in a candidate: its request in units per quota slot, its
-# pods (every replica) and its cluster
-Bucket = tuple[tuple[int, ...], int, str]
+# what checks 7, 8 and 10 look at in a candidate: its request in units per quota slot (the
+# slots it requests any of: (slot, units)), its pods (every replica) and its cluster
+Bucket = tuple[tuple[tuple[int, int], ...], int, str]
 _HELD = 0  # a journal entry: a run an admission dispatched
 _ENDED = 1  # ... a run released
 
@@ -70,6 +77,15 @@ def dispatched(d: Dispatch, op: CompiledOperation, now: datetime) -> ObservedOpe
         dispatched_at=now,
         started_at=now,
     )
+
+
+def _at_parallelism(op: CompiledOperation, workflows: Mapping[str, Counter]) -> bool:
+    """Check 9 holds ``op``: its workflow runs as many children as its parallelism."""
+    wf = op.workflow
+    if wf is None:
+        return False
+    w = workflows.get(wf.parent)
+    return w is not None and w.limit is not None and w.active >= w.limit
 
 
 class WhatIf:
@@ -94,7 +110,6 @@ class WhatIf:
         "ops",
         "order",
         "qstate",
-        "reach",
         "repo",
         "runs",
         "seen",
@@ -147,7 +162,7 @@ class WhatIf:
             join_cohorts(self.qstate, repo.cohorts, self.ops, self.seen, now)
         self.deps = Dependencies(self.seen, self.ops)
         # the candidates of each queue that ``fitting`` serves, by what checks 7, 8 and 10
-        # look at: (request in units per quota slot, pods, cluster) -> candidates, in order
+        # look at (``Bucket``), in order
         self.buckets: dict[str, dict[Bucket, list[tuple[Any, ...]]]] = {}
         self.bucket_of: dict[str, Bucket] = {}
         for name, kept in self.candidates.items():
@@ -163,7 +178,8 @@ class WhatIf:
             buckets = self.buckets[name] = {}
             for c in kept:
                 op = c[5]
-                key = (q.request(op.requests), op.replicas, op.cluster)
+                needs = tuple((i, a) for i, a in enumerate(q.request(op.requests)) if a)
+                key = (needs, op.replicas, op.cluster)
                 buckets.setdefault(key, []).append(c)
                 self.bucket_of[c[4]] = key
         self.order = {
@@ -178,7 +194,6 @@ class WhatIf:
         self.now = now
         self.dispatch: list[Dispatch] = []
         self.gone: dict[str, set[str]] = {}
-        self.reach: dict[str, int] = {}  # per queue: how far its pass went
 
     # --- moving time ----------------------------------------------------------------------
 
@@ -221,7 +236,6 @@ class WhatIf:
         self.deps.doomed.clear()
         self.now = now
         self.gone = {}
-        self.reach = {}
         return order
 
     def admit(self, q: QueueState, start: int, stop: int | None) -> None:
@@ -231,7 +245,6 @@ class WhatIf:
         name = q.spec.name
         full = self.candidates.get(name, [])
         q.candidates = full[start:stop]
-        self.reach[name] = len(full) if stop is None else min(stop, len(full))
         dispatch = admit([q], self.deps, self.counters, self.unreachable, self.backends, self.fleet)
         q.candidates = []
         self._held(dispatch)
@@ -240,7 +253,6 @@ class WhatIf:
         """Step 4 for ``candidates`` of ``q`` (some of its own, in its order, after those
         its pass saw: ``fitting``'s), going on with its pass."""
         q.candidates = candidates
-        self.reach[q.spec.name] = len(self.candidates[q.spec.name])
         dispatch = admit([q], self.deps, self.counters, self.unreachable, self.backends, self.fleet)
         q.candidates = []
         self._held(dispatch)
@@ -248,21 +260,27 @@ class WhatIf:
     def fitting(
         self, q: QueueState, after: tuple[Any, ...] | None, n: int, noted: Collection[str]
     ) -> list[tuple[Any, ...]]:
-        """The first ``n`` candidates of ``q`` after ``after`` that checks 7 (``maxPods``)
-        and 8 (quota) let through now, and 10 (the cluster) too when its pass already has
-        one waiting for that cluster (``noted``). Only for a queue with ``buckets``
-        (BestEffortFIFO, no cohort, flavors or fleet): each of the others waits at 7, 8 or
-        10 whatever the rest of its pass does (what is held only grows within a pass), so
-        leaving them out changes nothing the pass dispatches or the clusters it waits for."""
+        """The first ``n`` candidates of ``q`` after ``after`` that checks 7 (``maxPods``),
+        8 (quota) and 9 (workflow parallelism) let through now, and 10 (the cluster) too
+        when its pass already has one waiting for that cluster (``noted``). Only for a queue
+        with ``buckets`` (BestEffortFIFO, no cohort, flavors or fleet): each of the others
+        waits at 7, 8, 9 or 10 whatever the rest of its pass does (what is held only grows
+        within a pass), so leaving them out changes nothing the pass dispatches or the
+        clusters it waits for."""
         quota, used = q.quota, q.used
         max_pods = q.spec.max_pods
         free_pods = None if max_pods is None else max_pods - q.pods
         cluster = self.counters.cluster
         parts = []
-        for (req, pods, cname), cands in self.buckets[q.spec.name].items():
+        for (needs, pods, cname), cands in self.buckets[q.spec.name].items():
             if not cands or (free_pods is not None and pods > free_pods):
                 continue
-            if any(a and used[i] + a > quota[i] for i, a in enumerate(req)):
+            for i, a in needs:
+                if used[i] + a > quota[i]:
+                    break
+            else:
+                needs = ()
+            if needs:
                 continue
             if cname in noted:
                 c = cluster(cname)
@@ -271,27 +289,28 @@ class WhatIf:
             start = 0 if after is None else bisect.bisect_right(cands, after)
             if start < len(cands):
                 parts.append(map(cands.__getitem__, range(start, len(cands))))
-        if len(parts) == 1:
-            return list(islice(parts[0], n))
-        return list(islice(heapq.merge(*parts), n))
+        stream = parts[0] if len(parts) == 1 else heapq.merge(*parts)
+        # nor those check 9 holds (their workflow at its parallelism: it only fills too)
+        workflows = self.counters.workflows
+        return list(islice((c for c in stream if not _at_parallelism(c[5], workflows)), n))
 
     def borrow(self, order: Sequence[QueueState]) -> list[Dispatch]:
         """Step 4b over the queues ``begin`` returned, after each was admitted; then the
         admission ends: what it dispatched (4 and 4b) leaves the candidates."""
         self._held(borrow(order, self.counters, self.now, self.fleet))
         dispatch = self.dispatch
+        keys = self.keys
         for name, ids in self.gone.items():
             full = self.candidates[name]
-            reach = self.reach.get(name, len(full))  # no dispatch lies beyond what it saw
-            self.candidates[name] = [c for c in full[:reach] if c[4] not in ids] + full[reach:]
             buckets = self.buckets.get(name)
-            if buckets is not None:
-                for oid in ids:
+            for oid in ids:
+                key = keys[oid]
+                del full[bisect.bisect_left(full, key)]
+                if buckets is not None:
                     cands = buckets[self.bucket_of[oid]]
-                    del cands[bisect.bisect_left(cands, self.keys[oid])]
+                    del cands[bisect.bisect_left(cands, key)]
         self.dispatch = []
         self.gone = {}
-        self.reach = {}
         return dispatch
 
     def _held(self, dispatch: list[Dispatch]) -> None:
