@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from support.builders import NOW, World
+from support.strategies import estimate_worlds
 
 import reconciler.core.plan.estimate as estimate_module
 import reconciler.core.plan.whatif as whatif_module
@@ -34,7 +34,7 @@ from reconciler.core.plan.estimate import (
 )
 from reconciler.core.plan.ledger import LedgerEntry, next_window, run_cost, window_at
 from reconciler.core.plan.state import QueueState
-from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
+from reconciler.core.types import ObservedOperation, Phase
 from reconciler.core.views.plan_render import plan_to_table
 
 MIN = 60.0
@@ -434,121 +434,8 @@ def _naive(
     return out
 
 
-GPU_HOURS = "nvidia.com/gpu-hours"
-
-
-@st.composite
-def worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
-    """Clusters, queues (priorities, concurrency, quota, StrictFIFO, maxPods, a cohort
-    that lends and borrows, budgets per day in cost or GPU-hours, a fleet queue over both
-    clusters with a ``clusterQuota`` and their nodes' free GPUs observed), operations
-    (GPUs, gangs of 2 pods, timeouts, dependencies, a workflow), their history and a
-    ledger of what the budgeted queues spent today."""
-    world = World()
-    world.with_org(
-        prices={"nvidia.com/gpu": Decimal("2.5")},
-        timezone=draw(st.sampled_from(["UTC", "America/New_York", "Asia/Tokyo"])),
-    )
-    world.cluster("c0", concurrency=draw(st.none() | st.integers(1, 4)))
-    world.cluster("c1", concurrency=draw(st.none() | st.integers(1, 4)))
-    world.cohort("co", draw(st.sampled_from(["30m", "2h"])))
-    queues = [f"q{i}" for i in range(draw(st.integers(1, 4)))]
-    budgeted = set()
-    for q in queues:
-        quota = draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}]))
-        cohort = quota is not None and draw(st.booleans())
-        budget = None
-        if draw(st.integers(0, 2)) == 0:
-            budget = BudgetSpec(
-                Decimal(draw(st.integers(1, 12))),
-                BudgetPeriod.DAY,
-                draw(st.sampled_from(["cost", GPU_HOURS])),
-            )
-            budgeted.add(q)
-        world.queue(
-            q,
-            cluster=draw(st.sampled_from(["c0", "c1"])),
-            priority=draw(st.integers(0, 2)),
-            concurrency=draw(st.none() | st.integers(1, 3)),
-            quota=quota,
-            strict=draw(st.booleans()),
-            max_pods=draw(st.none() | st.integers(1, 4)),
-            cohort="co" if cohort else None,
-            borrowing_limit={"nvidia.com/gpu": draw(st.integers(1, 2))} if cohort else None,
-            lending_limit=(
-                {"nvidia.com/gpu": draw(st.integers(0, 2))}
-                if cohort and draw(st.booleans())
-                else None
-            ),
-            budget=budget,
-        )
-    if draw(st.booleans()):
-        # a fleet queue (never a cohort member: a cohort's queues are all fleet or none)
-        order = draw(st.sampled_from([("c0", "c1"), ("c1", "c0")]))
-        caps = {
-            c: {"nvidia.com/gpu": draw(st.integers(1, 3))} for c in order if draw(st.booleans())
-        }
-        world.fleet(
-            "qf",
-            order,
-            cluster_quota=caps,
-            priority=draw(st.integers(0, 2)),
-            concurrency=draw(st.none() | st.integers(1, 3)),
-            strict=draw(st.booleans()),
-        )
-        for c in order:
-            if draw(st.booleans()):
-                free = Decimal(draw(st.integers(0, 4)))
-                world.nodes(c, NodeCapacity(f"{c}-n", allocatable={"nvidia.com/gpu": free}))
-        queues.append("qf")
-    n = draw(st.integers(1, 14))
-    # one workflow: its children share its concurrency, as the compiler gives them
-    workflow_concurrency = draw(st.integers(1, 2))
-    history: list[RunRecord] = []
-    ids = []
-    for i in range(n):
-        oid = f"p/o{i}"
-        queue = draw(st.sampled_from(queues))
-        b = world.op(oid, queue=queue, gpu=draw(st.sampled_from([None, 1, 2])))
-        if draw(st.integers(0, 4)) == 0:
-            b.requests(gpu=1).replicas(2)
-        if queue in budgeted or draw(st.booleans()):
-            b.timeout(draw(st.integers(10, 240)) * 60)
-        if ids and draw(st.integers(0, 4)) == 0:
-            b.after(draw(st.sampled_from(ids)))
-        if draw(st.integers(0, 4)) == 0:
-            b.child_of("p/wf", i, concurrency=workflow_concurrency)
-        ids.append(oid)
-        for minutes in draw(st.lists(st.integers(1, 120), min_size=1, max_size=3)):
-            history.append(RunRecord(oid, queue, minutes * MIN))
-    for oid in draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)):
-        world.running(oid)
-    ledger = []
-    for q in sorted(budgeted):
-        for k in range(draw(st.integers(0, 2))):
-            hours_ago = draw(st.integers(1, 11))
-            end = NOW - timedelta(minutes=draw(st.integers(0, 59)))
-            start = end - timedelta(hours=hours_ago)
-            requests = {"nvidia.com/gpu": Decimal(1)}
-            ledger.append(
-                LedgerEntry(
-                    operation=f"p/old-{q}-{k}",
-                    generation=1,
-                    workload=f"old-{q}-{k}",
-                    queue=q,
-                    cluster=world.queues[q].cluster,
-                    phase="Succeeded",
-                    requests=requests,
-                    start=start,
-                    end=end,
-                    cost=run_cost(requests, world.org.prices, start, end),
-                )
-            )
-    return world, history, ledger
-
-
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(worlds())
+@given(estimate_worlds())
 @pytest.mark.slow
 def test_the_incremental_simulation_equals_replanning_everything(
     case: tuple[World, list[RunRecord], list[LedgerEntry]],
