@@ -36,8 +36,6 @@ def test_the_interface_is_the_package() -> None:
     assert {"Plan", "Pending", "QuotaBlock", "AdmitWhen", "PlanInputError"} <= defined
     expected = defined | {"BlockedBy", "MAX_LISTED", "BACKEND_APIS", "plan_dispatch", "plan_repo"}
     expected |= {"REASON_TRAITS"}  # the reasons' traits, read by the estimate and the views
-    # steps 1-4 alone, for the start-time estimate (issue 16)
-    expected |= {"admit_dispatch", "Admission", "QueueAdmission"}
     # the rule for the flavor an active run holds, shared with the estimate
     expected |= {"held_flavor"}
     assert set(package.__all__) == expected
@@ -105,7 +103,7 @@ def test_the_steps_are_the_documented_ones_in_order() -> None:
     section = text.split("\n## Steps\n", 1)[1].split("\n## ", 1)[0]
     steps = re.findall(r"^(\d)\. `(\w+)`", section, re.M)
     assert [int(n) for n, _ in steps] == list(range(1, 7))
-    # steps 1-4 are shared with ``admit_dispatch`` (the start-time estimate), 5-6 follow
+    # steps 1-4 are one function (their calls are shared with the what-if state), 5-6 follow
     source = inspect.getsource(planner._admit_steps) + inspect.getsource(planner._plan)
     calls = [source.index(f"= {name}(") for _, name in steps]
     assert calls == sorted(calls), "the planner calls its steps out of the documented order"

@@ -74,9 +74,6 @@ from reconciler.core.plan.model import (
     UpstreamFailedBlock,
 )
 from reconciler.core.plan.planner import (
-    Admission,
-    QueueAdmission,
-    admit_dispatch,
     plan_dispatch,
     plan_repo,
 )
@@ -85,7 +82,6 @@ __all__ = [
     "BACKEND_APIS",
     "MAX_LISTED",
     "REASON_TRAITS",
-    "Admission",
     "Admit",
     "AdmitWhen",
     "ApprovalBlock",
@@ -118,7 +114,6 @@ __all__ = [
     "Plan",
     "PlanInputError",
     "PruneRefusal",
-    "QueueAdmission",
     "QueuePausedBlock",
     "QueueSummary",
     "QuotaBlock",
@@ -127,7 +122,6 @@ __all__ = [
     "Stop",
     "StopReason",
     "UpstreamFailedBlock",
-    "admit_dispatch",
     "held_flavor",
     "plan_dispatch",
     "plan_repo",

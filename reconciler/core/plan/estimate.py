@@ -6,16 +6,18 @@ forward simulation of the queues with the real planner (``estimate_starts``), th
 classification of what cannot be dated (``EtaState``), and the one entry point every view
 calls (``estimate_decision``). docs/estimates.md explains the rules with a worked example.
 
-The simulation is event-driven: it starts from the cycle's own plan, jumps to the next time
-a run is estimated to end, releases what ended (it counts as ``Succeeded``) and asks the
-planner again: its steps 1-4 (``admit_dispatch``: the same functions ``plan_dispatch`` runs,
-without pruning and explaining). It replans only the queues the
-event can change (incremental planning; see ``_Sim.affected``): the queue of what ended, the
-queues waiting for its cluster's slots (first in the planner's order, as many as there are
-free slots), the queues of its workflow's waiting children and of its dependents. Planning
-the other queues again would give them the same pending entries: nothing they wait for
-changed. p50 and p90 are two simulations, one with every run at its p50 duration, one at
-its p90.
+The simulation is event-driven and runs on the planner's own state (``whatif.WhatIf``,
+built once with the planner's steps 1-3 from the cycle's plan): it jumps to the next time a
+run is estimated to end, releases what ended from that state (it counts as ``Succeeded``)
+and admits again with the planner's step 4 and 4b on it. It admits only the queues the event
+can change (``_Sim.run``): the queue of what ended, the queues waiting for its cluster's
+slots (first in the planner's order, as many as there are free slots), the queues of its
+workflow's waiting children and of its dependents. Admitting the other queues again would
+give them the same pending entries: nothing they wait for changed. Within a queue, a pass
+stops once nothing later could be dispatched (``_full``; a BestEffortFIFO queue visits only
+the candidates its checks 7-10 may let through, ``WhatIf.fitting``). p50 and p90 are two
+simulations, one with every run at its p50 duration, one at its p90; the second starts
+from the first's state reverted.
 
 The clock is an input (``now``); the same inputs give the same estimates.
 """
