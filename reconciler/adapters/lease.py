@@ -201,5 +201,5 @@ def list_leases(
         raise _error(exc, f"listing Leases {selector} in {namespace}") from exc
     except _UNREACHABLE as exc:
         raise KubeError(f"listing Leases {selector} in {namespace}: {exc}") from exc
-    items = cast(dict[str, Any], json.loads(resp.data)).get("items") or []
+    items = cast(dict[str, Any], json.loads(cast(Any, resp).data)).get("items") or []
     return {str(item["metadata"]["name"]): _record(item) for item in items}
