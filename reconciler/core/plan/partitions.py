@@ -114,3 +114,44 @@ def restrict_repo(compiled: CompiledRepo, partitions: Iterable[Partition]) -> Co
         rejected=tuple(r for r in compiled.rejected if r.cluster in clusters),
         cohorts={k: v for k, v in compiled.cohorts.items() if k in cohorts},
     )
+
+
+@dataclass(frozen=True, slots=True)
+class ShardScope:
+    """What a shard writes of the status branch: the partitions it held when it decided,
+    their queues, clusters and operations (workflow parents included), and the whole
+    repo's, so that an entry of a queue, cluster or operation gone from the repo is known
+    to be no one's."""
+
+    partitions: tuple[str, ...]
+    queues: frozenset[str]
+    clusters: frozenset[str]
+    operations: frozenset[str]
+    known_queues: frozenset[str]
+    known_clusters: frozenset[str]
+    known_operations: frozenset[str]
+
+
+def _ids(ops: Iterable[CompiledOperation]) -> set[str]:
+    out: set[str] = set()
+    for op in ops:
+        out.add(op.id)
+        if op.workflow is not None:
+            out.add(op.workflow.parent)
+    return out
+
+
+def shard_scope(compiled: CompiledRepo, held: Iterable[Partition]) -> ShardScope:
+    """The scope of a shard holding ``held`` over ``compiled`` (the whole repo)."""
+    held = tuple(held)
+    mine = restrict_repo(compiled, held)
+    rejected = {r.operation for r in compiled.rejected}
+    return ShardScope(
+        tuple(p.id for p in held),
+        frozenset(mine.queues),
+        frozenset(mine.clusters),
+        frozenset(_ids(_operations(mine)) | {r.operation for r in mine.rejected}),
+        frozenset(compiled.queues),
+        frozenset(compiled.clusters),
+        frozenset(_ids(_operations(compiled)) | rejected),
+    )
