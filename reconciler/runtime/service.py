@@ -21,7 +21,7 @@ from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.decision.schedule import next_tick
 from reconciler.core.decision.trigger import Trigger
 from reconciler.core.types import ClusterSpec, RepoSnapshot
-from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.cycle import CycleResult, Reconciler, Shards
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.metrics import Metrics
@@ -270,6 +270,7 @@ def make_runtime(
     status_leader: Callable[[], bool] | None = None,
     create_workers: int = 8,
     freeze_heap: bool = False,
+    shards: Shards | None = None,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch`` (of ``status_repo`` when set, else of the
@@ -285,7 +286,8 @@ def make_runtime(
     writes the last one. ``create_workers``: the creates in flight per cycle. The
     Kubernetes client's API classes are imported here, not in the first cycle
     (``preload_clients``); with ``freeze_heap`` (a long-lived process), ``settle_heap``
-    tunes the garbage collector once they are."""
+    tunes the garbage collector once they are. With ``shards``, each cycle decides over
+    the partitions this replica holds, and the status write joins the other shards'."""
     preload_clients()
 
     def connect(spec: ClusterSpec) -> Kube:
@@ -335,7 +337,11 @@ def make_runtime(
         leader_record=publisher.leader_record if publisher is not None else None,
         blame=config.blame if config is not None else None,
         verify_commits=config.verify_signatures if config is not None else None,
+        shards=shards,
+        taken_record=publisher.taken_record if publisher is not None else None,
     )
+    if publisher is not None and shards is not None:
+        publisher.owns = shards.owns  # a partition taken since a cycle: not written by it
     outbox = Outbox(
         metrics,
         read_secret=lambda cluster, namespace, key: reconciler.connected(cluster).read_secret(

@@ -107,7 +107,7 @@ def shard_changes(
     for path, data in ours.items():
         if path in _SHARED or is_decision_path(path) or is_ledger_path(path):
             continue
-        if tip.get(path) != data:
+        if tip.get(path) != data and _owns(path, data, scope):
             changes[path] = data
     for path, data in tip.items():
         if (
