@@ -19,6 +19,7 @@ from here, never from one another.
 - ``helpers``: waiting, and a child's peak RSS (``peak_rss``);
 - ``cluster``: the cluster a "cluster" test runs on; ``reconciler_env``: the config repo and
   Reconcilers on it; ``processes``: ``reconciler run`` processes; ``zygote``: started fast;
-  ``fault_loop``: the kill -9 loop of R1; ``tcp_proxy``: a partition on demand;
+  ``fault_loop``: the kill -9 loop of R1; ``shard_replicas``: ``run --shards`` processes killed
+  and started again; ``tcp_proxy``: a partition on demand;
 - ``kubeflow_crd`` and ``kubeflow_operator``: the optional Training Operator peer.
 """

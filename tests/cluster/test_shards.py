@@ -1,0 +1,85 @@
+"""Shards on the real control plane: two dev clusters in two partitions (the session's
+``local`` and a second control plane, ``remote``, where team-b runs) and two ``reconciler run
+--shards`` processes. Each holds one partition; kill -9 one and the other takes its
+partition within the Lease's duration (plus a retry period); a replica started again gets
+its share back, and a second kill moves it again. All along, no Job is made twice and no
+queue goes over its limits; at the end every operation has Succeeded, once.
+``bench/shard_fault_loop.py`` runs the same with 20 kills or more."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+from support.cluster import KubeCluster
+from support.helpers import wait_until
+from support.reconciler_env import commit_all, second_cluster
+from support.shard_replicas import ShardReplicas
+
+from reconciler.adapters.kube import Kube
+from reconciler.adapters.repo import snapshot_git
+from reconciler.core.compile import compile_repo
+from reconciler.core.plan.partitions import partition_repo
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.mark.timeout(420)
+def test_two_shards_one_partition_each_and_kills_move_them(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    if kube_cluster.dev is None:
+        pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
+    from reconciler.devcluster.shape import default_shape
+
+    shape = default_shape(gpu_nodes=2, cpu_nodes=0)
+    with second_cluster(tmp_path / "second", config_repo, shape) as (_, remote):
+        queue = config_repo / "queues" / "team-b.yaml"
+        queue.write_text(  # a cohort's queues share one partition: team-b leaves gpu-pool
+            re.sub(r"(?m)^cohort: .*\n", "", queue.read_text()).replace(
+                "cluster: local", "cluster: remote"
+            )
+        )
+        # it borrows gpu-pool's A100s, which team-b no longer lends: it would never run
+        (config_repo / "projects" / "vision" / "operations" / "train-ddp.yaml").unlink()
+        commit_all(config_repo, "team-b runs on the remote cluster")
+        compiled = compile_repo(snapshot_git(config_repo, "main"))
+        assert [p.clusters for p in partition_repo(compiled)] in (
+            [("local",), ("remote",)],
+            [("remote",), ("local",)],
+        )
+        kubes = {"local": kube, "remote": remote}
+        replicas = ShardReplicas(
+            config_repo, kube_cluster.kubeconfig, namespace, tmp_path, kubes, compiled
+        )
+        try:
+            replicas.start("r1")
+            replicas.start("r2")
+            wait_until(
+                lambda: sorted(replicas.holders().values()) == ["r1", "r2"],
+                timeout=60,
+                what="one partition each",
+            )
+            for survivor, victim, fresh in (("r2", "r1", "r3"), ("r3", "r2", "r4")):
+                lost = [p for p, h in replicas.holders().items() if h == victim]
+                took = replicas.kill(victim)
+                assert took <= replicas.lease + 2 * replicas.retry + 1.5, took
+                assert set(replicas.holders().values()) == {survivor}, lost
+                replicas.start(fresh)
+                wait_until(
+                    lambda s=survivor, f=fresh: (
+                        sorted(replicas.holders().values()) == sorted([s, f])
+                    ),
+                    timeout=60,
+                    what=f"{fresh} to get its share",
+                )
+            replicas.wait_all_succeeded(timeout=240)
+        finally:
+            replicas.close()
+        print(f"takeovers {replicas.takeovers}, samples {replicas.samples}")
+        assert replicas.violations() == []
+        assert replicas.takeovers and all(
+            t <= replicas.lease + 2 * replicas.retry + 1.5 for t in replicas.takeovers
+        )
+        assert sorted(replicas.jobs_per_operation().values()) == [1] * len(compiled.operations)
