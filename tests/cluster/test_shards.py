@@ -4,22 +4,19 @@
 partition within the Lease's duration (plus a retry period); a replica started again gets
 its share back, and a second kill moves it again. All along, no Job is made twice and no
 queue goes over its limits; at the end every operation has Succeeded, once.
-``bench/shard_fault_loop.py`` runs the same with 20 kills or more."""
+``bench/shard_fault_loop.py`` runs it with 20 kills or more."""
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import pytest
 from support.cluster import KubeCluster
 from support.helpers import wait_until
-from support.reconciler_env import commit_all, second_cluster
-from support.shard_replicas import ShardReplicas
+from support.reconciler_env import second_cluster
+from support.shard_replicas import ShardReplicas, split_team_b
 
 from reconciler.adapters.kube import Kube
-from reconciler.adapters.repo import snapshot_git
-from reconciler.core.compile import compile_repo
 from reconciler.core.plan.partitions import partition_repo
 
 pytestmark = pytest.mark.cluster
@@ -35,16 +32,7 @@ def test_two_shards_one_partition_each_and_kills_move_them(
 
     shape = default_shape(gpu_nodes=2, cpu_nodes=0)
     with second_cluster(tmp_path / "second", config_repo, shape) as (_, remote):
-        queue = config_repo / "queues" / "team-b.yaml"
-        queue.write_text(  # a cohort's queues share one partition: team-b leaves gpu-pool
-            re.sub(r"(?m)^cohort: .*\n", "", queue.read_text()).replace(
-                "cluster: local", "cluster: remote"
-            )
-        )
-        # it borrows gpu-pool's A100s, which team-b no longer lends: it would never run
-        (config_repo / "projects" / "vision" / "operations" / "train-ddp.yaml").unlink()
-        commit_all(config_repo, "team-b runs on the remote cluster")
-        compiled = compile_repo(snapshot_git(config_repo, "main"))
+        compiled = split_team_b(config_repo)
         assert [p.clusters for p in partition_repo(compiled)] in (
             [("local",), ("remote",)],
             [("remote",), ("local",)],

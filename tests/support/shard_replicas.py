@@ -8,6 +8,7 @@ or when a queue is over its limits (``over_limits``, as R1's)."""
 
 from __future__ import annotations
 
+import re
 import signal
 import subprocess
 import threading
@@ -18,13 +19,34 @@ from pathlib import Path
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube, KubeError
 from reconciler.adapters.lease import list_leases
+from reconciler.adapters.repo import snapshot_git
+from reconciler.core.compile import compile_repo
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import CompiledRepo
 from reconciler.runtime.shards import GROUP_LABEL, ROLE_LABEL
 from support.fault_loop import job_key, over_limits
-from support.reconciler_env import start_run
+from support.reconciler_env import commit_all, start_run
 
 LEASE_NAME = "dispatch-reconciler"  # --lease-name's default
+# the operation each round adds per partition: (project, queue)
+NEW_OPS = (("vision", "team-a"), ("language", "team-b"))
+
+
+def split_team_b(repo: Path) -> CompiledRepo:
+    """The example with team-b on the cluster ``remote`` (out of cohort gpu-pool): two
+    partitions. ``vision/train-ddp`` goes: it borrows gpu-pool's A100s, which team-b no
+    longer lends, so it would never run. Committed; the config compiled."""
+    queue = repo / "queues" / "team-b.yaml"
+    queue.write_text(
+        re.sub(r"(?m)^cohort: .*\n", "", queue.read_text()).replace(
+            "cluster: local", "cluster: remote"
+        )
+    )
+    (repo / "projects" / "vision" / "operations" / "train-ddp.yaml").unlink()
+    commit_all(repo, "team-b runs on the remote cluster")
+    compiled = compile_repo(snapshot_git(repo, "main"))
+    assert compiled.valid, compiled.errors
+    return compiled
 
 
 class ShardReplicas:
@@ -56,6 +78,20 @@ class ShardReplicas:
         self._api = kubes["local"].api  # the Leases are on the session's cluster
 
     # --- processes ------------------------------------------------------------------------
+
+    def add_operations(self, index: int) -> None:
+        """One more operation in each partition: there is work when the next kill comes."""
+        for project, queue in NEW_OPS:
+            name = f"shard-{index}-{queue}"
+            path = self.repo / "projects" / project / "operations" / f"{name}.yaml"
+            path.write_text(
+                f"kind: Operation\nname: {name}\nqueue: {queue}\n"
+                "presets: [a100]\nrun:\n  container: {command: [sh, -c, 'true']}\n"
+            )
+        commit_all(self.repo, f"round {index}: one more operation in each partition")
+        compiled = compile_repo(snapshot_git(self.repo, "main"))
+        assert compiled.valid, compiled.errors
+        self.compiled = compiled
 
     def start(self, identity: str) -> None:
         self.processes[identity] = start_run(
