@@ -151,3 +151,19 @@ def test_two_shards_split_the_work_and_one_takes_over_after_a_kill(tmp_path: Pat
     )
     view = read_status(_branch(remote))
     assert {q.name: q.active for q in view.queues} == {"qa": 1, "qb": 1}
+
+    # ``serve`` beside the shards: one follower over the whole config shows the fleet
+    follower = StatusPublisher(StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "s")))
+    serve = Reconciler(
+        lambda: RepoSnapshot(files={}, version=repo.version),
+        a._connect,  # type: ignore[arg-type]
+        clock,
+        is_leader=lambda: False,
+        watch=False,
+        leader_record=follower.leader_record,
+    )
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
+        shown = serve.run_once()
+    assert shown.report is not None
+    assert {q.name: q.active for q in shown.report.plan.queues} == {"qa": 1, "qb": 1}
+    assert not shown.dispatched
