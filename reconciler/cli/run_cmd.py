@@ -270,6 +270,15 @@ def run(
     if auth != "none" and not http_address:
         click.echo("error: --auth protects the pages of --http: give --http too", err=True)
         sys.exit(2)
+    if sharded:
+        clash = [
+            f
+            for f, on in (("--leader-elect", leader_elect), ("--once", once), ("--watch", watch))
+            if on
+        ]
+        if clash:
+            click.echo(f"error: --shards is not for {clash[0]}", err=True)
+            sys.exit(2)
     elector: LeaderElector | None = None
     if leader_elect:
         try:
@@ -287,14 +296,6 @@ def run(
             sys.exit(2)
     shards: ShardManager | None = None
     if sharded:
-        clash = [
-            f
-            for f, on in (("--leader-elect", leader_elect), ("--once", once), ("--watch", watch))
-            if on
-        ]
-        if clash:
-            click.echo(f"error: --shards is not for {clash[0]}", err=True)
-            sys.exit(2)
         try:
             shards = ShardManager(
                 connect(lease_kubeconfig),
