@@ -972,8 +972,7 @@ class Reconciler:
             )
         self._faults.hit("after-load")
         compiled, scope = self._shard(compiled)
-        if self._leader_record is not None and (scope is not None or not self._is_leader()):
-            # sharded: the other shards' records, and a partition's as its last owner left it
+        if self._leader_record is not None and not self._is_leader():
             recorded = self._leader_record()
             if recorded is not None:
                 self.memory = self.memory.following(recorded)
