@@ -167,3 +167,31 @@ def test_two_shards_split_the_work_and_one_takes_over_after_a_kill(tmp_path: Pat
     assert shown.report is not None
     assert {q.name: q.active for q in shown.report.plan.queues} == {"qa": 1, "qb": 1}
     assert not shown.dispatched
+
+
+def test_a_partition_taken_starts_from_its_last_owners_record(tmp_path: Path) -> None:
+    """a ran t-a-1 to its end and recorded it, then died; the Job is then deleted (its
+    TTL). b, which never saw that run, takes the partition: it must not run it again."""
+    world = _world().set_queue("qa", concurrency=3)  # room for t/a-1 again, if forgotten
+    repo = world.repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    a = Replica("a", repo, clusters, leases, clock, remote, tmp_path / "cache-a")
+    b = Replica("b", repo, clusters, leases, clock, remote, tmp_path / "cache-b")
+    a.cycle()
+    b.cycle()
+    for _ in range(2):  # a alone: it holds both
+        a.shards.step()
+        clock.advance(2)
+    assert a.cycle().dispatched == ("t/a-1", "t/a-2", "t/a-3", "t/b-1")
+    clusters["a"].set_phase("t", "t-a-1-g1", "Succeeded")
+    a.cycle()  # recorded Succeeded on the branch
+    clusters["a"].delete("t", "t-a-1-g1")  # a is killed; the Job's TTL deletes it
+    for _ in range(10):
+        b.shards.step()
+        clock.advance(2)
+    assert len(b.shards.owned()) == 2
+    taken = b.cycle()
+    assert taken.leading and taken.dispatched == ()
+    assert taken.states["t/a-1"].phase == "Succeeded"
+    assert "t-a-1-g1" not in _jobs(clusters)
