@@ -1,5 +1,5 @@
 """Partition Leases: fair share, a replica joining, one dying or stopping, against Leases in
-memory and a clock moved by hand (the real API: tests/cluster/test_shard_leases.py)."""
+memory and a clock moved by hand (the real API: tests/cluster/test_shards.py)."""
 
 from __future__ import annotations
 
