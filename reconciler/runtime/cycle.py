@@ -63,7 +63,13 @@ from reconciler.core.decision.trigger import Trigger
 from reconciler.core.observation.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.observation.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
-from reconciler.core.plan.partitions import ShardScope, partition_repo, restrict_repo, shard_scope
+from reconciler.core.plan.partitions import (
+    Partition,
+    ShardScope,
+    partition_repo,
+    restrict_repo,
+    shard_scope,
+)
 from reconciler.core.reporting.report import Outcome, Report, failures, planned_report, report
 from reconciler.core.reporting.status import ClusterStatus, StatusReason
 from reconciler.core.types import (
@@ -303,6 +309,15 @@ class Reconciler:
         # sharded: the status branch's record now, read when a partition is taken
         self._taken_record = taken_record
         self._held: tuple[str, ...] = ()  # the partitions the cycle in progress decides
+        # the config last partitioned, its partitions, and the repo and scope of those held
+        self._partitioned: (
+            tuple[
+                CompiledRepo,
+                tuple[Partition, ...],
+                tuple[tuple[str, ...], CompiledRepo, ShardScope] | None,
+            ]
+            | None
+        ) = None
         # ``git blame`` of a file at a commit: who set an operation's ``stopped: true``
         self._blame = blame
         # policy.requireSignedCommits: checks the commits from the last good config to a
@@ -365,7 +380,10 @@ class Reconciler:
         """The repo this cycle decides over: the partitions held, and their scope."""
         if self._shards is None:
             return compiled, None
-        partitions = partition_repo(compiled)
+        memo = self._partitioned
+        if memo is None or memo[0] is not compiled:  # a config unchanged is the same object
+            memo = self._partitioned = (compiled, partition_repo(compiled), None)
+        partitions = memo[1]
         self._shards.assign(p.id for p in partitions)
         owned = self._shards.owned()
         held = tuple(p for p in partitions if p.id in owned)
@@ -382,7 +400,11 @@ class Reconciler:
                 return restrict_repo(compiled, ()), shard_scope(compiled, ())
             clusters = {c for p in taken for c in p.clusters}
             self.memory = self.memory.split(clusters)[1].following(recorded)
-        return restrict_repo(compiled, held), shard_scope(compiled, held)
+        kept = memo[2]
+        if kept is None or kept[0] != self._held:  # 0.1 s at 100,000 operations: once
+            kept = (self._held, restrict_repo(compiled, held), shard_scope(compiled, held))
+            self._partitioned = (compiled, partitions, kept)
+        return kept[1], kept[2]
 
     def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
         """Start from ``commit``, the config a previous process had in force (the status
