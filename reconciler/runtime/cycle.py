@@ -371,6 +371,15 @@ class Reconciler:
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
 
+    @property
+    def sharded(self) -> bool:
+        return self._shards is not None
+
+    @property
+    def config_in_force(self) -> CompiledRepo | None:
+        """The whole config last loaded (a shard decides over part of it)."""
+        return self._last_good
+
     def _holds(self) -> bool:
         """Sharded: this replica still holds every partition the cycle decides over."""
         shards = self._shards

@@ -18,10 +18,13 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, Retention, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster, preload_clients
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.decision.cycle import decide_recorded
 from reconciler.core.decision.schedule import next_tick
 from reconciler.core.decision.trigger import Trigger
-from reconciler.core.types import ClusterSpec, RepoSnapshot
-from reconciler.runtime.cycle import CycleResult, Reconciler, Shards
+from reconciler.core.plan import PlanInputError
+from reconciler.core.reporting.status import read_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.runtime.cycle import ChangeSet, CycleResult, Reconciler, Shards
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.metrics import Metrics
@@ -133,6 +136,10 @@ class Runtime:
     # notifications and commit statuses: decided each cycle, sent by a thread of their own
     notifier: Notifier | None = None
     _leading: bool = field(default=False, init=False)  # whether the last cycle led
+    # sharded: the fleet last shown, by the config and the branch's files it was made of
+    _fleet: tuple[CompiledRepo, dict[str, bytes], CycleResult] | None = field(
+        default=None, init=False
+    )
 
     def __post_init__(self) -> None:
         if self.publisher is not None:
@@ -140,6 +147,38 @@ class Runtime:
             self.publisher.on_failure = self.metrics.git_sync_errors.inc
             if self.notifier is not None:  # what is owed rides on the status commits
                 self.publisher.owed = self.notifier.owed_file
+
+    @property
+    def sharded(self) -> bool:
+        """``--shards``: this process decides over part of the config."""
+        return self.reconciler is not None and self.reconciler.sharded
+
+    def fleet(self) -> CycleResult | None:
+        """Sharded: the whole fleet as the status branch records it (every shard's files,
+        as this replica last read or wrote them), decided over the whole config in force
+        and carried out by no one: what ``--http`` shows, as ``reconciler status`` does.
+        None before a config is loaded, or without a status branch (the last cycle's)."""
+        compiled = self.reconciler.config_in_force
+        last = self.completed
+        if compiled is None or last is None or self.publisher is None:
+            return last
+        try:
+            files = self.publisher.files()
+        except GitSyncError as exc:
+            log.warning("cannot read the status branch: %s", exc)
+            return last
+        shown = self._fleet
+        if shown is not None and shown[0] is compiled and shown[1] is files:
+            return shown[2]
+        try:
+            decision = decide_recorded(compiled, read_status(files), last.at)
+        except PlanInputError as exc:
+            log.warning("cannot show the fleet: %s", exc)
+            return last
+        base = CycleResult(last.at, compiled.version, compiled, None, {}, last.config_errors)
+        result = ChangeSet().result(base, decision, leading=False, attempted=last.attempted_version)
+        self._fleet = (compiled, files, result)
+        return result
 
     def config_changed(self) -> None:
         """Files were saved (``--watch``): read them in the cycle that this asks for."""

@@ -161,6 +161,12 @@ class StatusPublisher:
             self._files_tip = tip
             return memory_from_status(read_status(self._files))
 
+    def files(self) -> dict[str, bytes]:
+        """The branch's files as this writer last read or wrote them (read once if never):
+        the same object until they change."""
+        with self._writing:
+            return self._current()
+
     def recorded(self) -> Memory:
         """What a previous process recorded, so a workload deleted by hand while we were
         down is ``Stopped`` rather than dispatched again, and a cluster that cannot be read

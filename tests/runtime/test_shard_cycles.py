@@ -21,6 +21,7 @@ from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.service import Runtime
 from reconciler.runtime.shards import ShardManager
 from reconciler.runtime.status import StatusPublisher
 
@@ -135,6 +136,18 @@ def test_two_shards_split_the_work_and_one_takes_over_after_a_kill(tmp_path: Pat
         "t/b-2": "Queued",
         "t/b-3": "Queued",
     }
+
+    # a shard's own pages (``run --shards --http``): the fleet, from the branch
+    runtime = Runtime(b.reconciler, b.publisher)
+    runtime.completed = b.reconciler.last
+    fleet = runtime.fleet()
+    assert fleet is not None and fleet.report is not None and not fleet.leading
+    assert {q.name: q.active for q in fleet.report.plan.queues} == {"qa": 1, "qb": 1}
+    assert fleet.plan is not None
+    shown = set(fleet.states) | {p.operation for p in fleet.plan.pending}
+    assert shown == {f"t/{q}-{i}" for q in "ab" for i in (1, 2, 3)}
+    assert rb.compiled is not None and len(rb.compiled.queues) == 1  # its own cycle: one
+    assert runtime.fleet() is fleet  # made once per config and branch
 
     # a is killed (nothing renewed, nothing released); its partition's run ends meanwhile
     (lost,) = a.shards.owned()
