@@ -8,6 +8,8 @@ queue goes over its limits; at the end every operation has Succeeded, once.
 
 from __future__ import annotations
 
+import json
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -18,8 +20,18 @@ from support.shard_replicas import ShardReplicas, split_team_b
 
 from reconciler.adapters.kube import Kube
 from reconciler.core.plan.partitions import partition_repo
+from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
+
+
+def _queues(port: int) -> set[str]:
+    """The queues ``/api/v1/queues`` lists (none while it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/queues", timeout=5) as r:
+            return {row["name"] for row in json.load(r)["queues"]}
+    except (OSError, ValueError, KeyError):
+        return set()
 
 
 @pytest.mark.timeout(420)
@@ -42,13 +54,21 @@ def test_two_shards_one_partition_each_and_kills_move_them(
             config_repo, kube_cluster.kubeconfig, namespace, tmp_path, kubes, compiled
         )
         try:
+            port = free_port()
             replicas.start("r1")
-            replicas.start("r2")
+            replicas.start("r2", "--http", f"127.0.0.1:{port}")
             wait_until(
                 lambda: sorted(replicas.holders().values()) == ["r1", "r2"],
                 timeout=60,
                 what="one partition each",
             )
+            # r2's pages show the whole fleet, not only its partition's queues
+            rows = wait_until(
+                lambda: _queues(port) >= {"team-a", "team-b"} and _queues(port),
+                timeout=60,
+                what="r2's pages to show both partitions' queues",
+            )
+            assert rows == {q for q in compiled.queues}
             for survivor, victim, fresh in (("r2", "r1", "r3"), ("r3", "r2", "r4")):
                 lost = [p for p, h in replicas.holders().items() if h == victim]
                 took = replicas.kill(victim)

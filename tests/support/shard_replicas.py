@@ -93,7 +93,7 @@ class ShardReplicas:
         assert compiled.valid, compiled.errors
         self.compiled = compiled
 
-    def start(self, identity: str) -> None:
+    def start(self, identity: str, *extra: str) -> None:
         self.processes[identity] = start_run(
             self.repo,
             self.kubeconfig,
@@ -113,6 +113,7 @@ class ShardReplicas:
             identity,
             "--log-format",
             "json",
+            *extra,
             cache_dir=self.work / f"cache-{identity}",
         )
 
