@@ -344,12 +344,13 @@ class StatusPublisher:
         try:
             before = self._current()
             files = render_cycle_status(result, compiled, plan, self._memos)
-            if not shard_changes(before, files, scope):
+            changes = shard_changes(before, files, scope)  # as this writer knows the branch
+            if not changes:
                 self.unwritten = ""
                 return None
             self._last_attempt = now
             after = dict(before)
-            for path, content in shard_changes(before, files, scope).items():
+            for path, content in changes.items():
                 if content is None:
                     after.pop(path, None)
                 else:
