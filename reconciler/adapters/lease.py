@@ -185,6 +185,31 @@ class LeaseClient:
         return self._decode(resp)
 
 
+def delete_lease(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    request_timeout: float = 5.0,
+) -> None:
+    """Delete the Lease if it still has ``resource_version`` (else ``LeaseConflict``; gone
+    already: ``LeaseNotFound``)."""
+    coordination = client.CoordinationV1Api(api)
+    try:
+        coordination.delete_namespaced_lease(
+            name,
+            namespace,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=resource_version)
+            ),
+            _request_timeout=request_timeout,
+        )
+    except ApiException as exc:
+        raise _error(exc, f"deleting Lease {namespace}/{name}") from exc
+    except _UNREACHABLE as exc:
+        raise KubeError(f"deleting Lease {namespace}/{name}: {exc}") from exc
+
+
 def list_leases(
     api: client.ApiClient, namespace: str, selector: str, request_timeout: float = 5.0
 ) -> dict[str, LeaseRecord]:

@@ -5,7 +5,8 @@ Every ``retry_period`` a replica (``ShardManager.step``):
 
 1. renews its membership Lease (``<name>-member-<hash of its identity>``, labelled) and
    lists the others: the live replicas are the members whose Lease has a holder and has
-   not expired, as this replica has seen it (its own clock, never the holder's);
+   not expired, as this replica has seen it (its own clock, never the holder's); one
+   unchanged for ``FORGET_AFTER`` durations is deleted (a replica gone);
 2. reads every partition's Lease (``<name>-shard-<partition id>``), so that an expired
    one is known from its holder's last renewal, not from when it was first looked at;
 3. renews the partitions it holds; lets go of those no longer in the config, and of those
@@ -33,10 +34,14 @@ from kubernetes import client
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import KubeError
-from reconciler.adapters.lease import LeaseClient, LeaseRecord, list_leases
+from reconciler.adapters.lease import LeaseClient, LeaseRecord, delete_lease, list_leases
 from reconciler.runtime.leader import Clock, LeaderElector, LeaseStore
 
 log = logging.getLogger("reconciler.shards")
+
+# a member's Lease unchanged for this many of its durations is a replica gone: deleted, so
+# that restarts (a new identity each) do not pile Leases up in the namespace
+FORGET_AFTER = 10
 
 GROUP_LABEL = "reconciler.dev/shards"  # the ``--lease-name`` the replicas share
 ROLE_LABEL = "reconciler.dev/lease"  # "member" or "shard"
@@ -48,6 +53,8 @@ class LeaseDirectory(Protocol):
     def lease(self, name: str, labels: Mapping[str, str]) -> LeaseStore: ...
 
     def list(self, selector: str) -> Mapping[str, LeaseRecord]: ...
+
+    def delete(self, name: str, record: LeaseRecord) -> None: ...
 
 
 class KubeLeases:
@@ -63,6 +70,9 @@ class KubeLeases:
 
     def list(self, selector: str) -> Mapping[str, LeaseRecord]:
         return list_leases(self.api, self.namespace, selector, self.request_timeout)
+
+    def delete(self, name: str, record: LeaseRecord) -> None:
+        delete_lease(self.api, self.namespace, name, record.resource_version, self.request_timeout)
 
 
 def _digest(*parts: str) -> str:
@@ -168,6 +178,13 @@ class ShardManager:
             last = self._members.get(lease)
             seen[lease] = last if last is not None and record.same_claim(last[0]) else (record, now)
         self._members = seen
+        for lease, (record, at) in seen.items():
+            if lease != self._member.name and now >= at + FORGET_AFTER * record.duration_seconds:
+                try:  # guarded by its resourceVersion: one renewed meanwhile is kept
+                    self.leases.delete(lease, record)
+                except KubeError:
+                    continue  # renewed, or deleted by another replica
+                log.info("shards: deleted the Lease of a replica gone", extra={"lease": lease})
         others = sum(
             1
             for lease, (record, at) in seen.items()

@@ -225,7 +225,7 @@ def test_sharding_runs_the_replicas_as_shards_with_their_leases(helm: Run) -> No
         {
             "apiGroups": ["coordination.k8s.io"],
             "resources": ["leases"],
-            "verbs": ["create", "get", "update", "list"],
+            "verbs": ["create", "get", "update", "list", "delete"],
         }
     ]
     assert [d for d in rendered if d["kind"] == "RoleBinding"]

@@ -83,6 +83,8 @@ def test_two_shards_one_partition_each_and_kills_move_them(
                     what=f"{fresh} to get its share",
                 )
             replicas.wait_all_succeeded(timeout=240)
+            # the first replica killed is gone for good: its membership Lease is deleted
+            wait_until(lambda: "r1" not in replicas.members(), timeout=60, what="r1's Lease")
         finally:
             replicas.close()
         print(f"takeovers {replicas.takeovers}, samples {replicas.samples}")

@@ -101,3 +101,15 @@ def test_a_failed_renewal_stops_acting_at_once_and_a_stuck_one_by_the_deadline()
     leases.down = False
     _run(clock, 2, a)
     assert a.owned() == frozenset(PARTS)
+
+
+def test_the_lease_of_a_replica_gone_is_deleted_after_ten_durations() -> None:
+    leases, clock = MemoryLeases(), _clock()
+    a, b = _replica(leases, clock, "a"), _replica(leases, clock, "b")
+    _run(clock, 4, a, b)
+    assert len(leases.holders("r-member-")) == 2
+    _run(clock, 146, b)  # a is killed: its membership Lease is left as it was
+    assert len(leases.holders("r-member-")) == 2
+    _run(clock, 6, b)
+    assert list(leases.holders("r-member-").values()) == ["b"]
+    assert b.owned() == frozenset(PARTS)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from reconciler.adapters.kube import KubeError
-from reconciler.adapters.lease import LeaseConflict, LeaseRecord
+from reconciler.adapters.lease import LeaseConflict, LeaseNotFound, LeaseRecord
 
 
 class MemoryLeases:
@@ -30,6 +30,16 @@ class MemoryLeases:
             for name, record in self.records.items()
             if wanted.items() <= self.labels[name].items()
         }
+
+    def delete(self, name: str, record: LeaseRecord) -> None:
+        self.check()
+        current = self.records.get(name)
+        if current is None:
+            raise LeaseNotFound("not found", 404)
+        if current.resource_version != record.resource_version:
+            raise LeaseConflict("stale", 409)
+        del self.records[name]
+        del self.labels[name]
 
     def holders(self, prefix: str) -> dict[str, str]:
         """The holder of each Lease whose name starts with ``prefix`` ("" when free)."""

@@ -126,6 +126,15 @@ class ShardReplicas:
             return {}
         return {name: record.holder for name, record in sorted(leases.items())}
 
+    def members(self) -> list[str]:
+        """The holders of the replicas' membership Leases (a replica gone: until deleted)."""
+        selector = f"{GROUP_LABEL}={LEASE_NAME},{ROLE_LABEL}=member"
+        try:
+            leases = list_leases(self._api, self.namespace, selector)
+        except KubeError:
+            return []
+        return sorted(record.holder for record in leases.values())
+
     def kill(self, identity: str, timeout: float = 60.0) -> float:
         """kill -9 ``identity``; the seconds until its partitions are held by the others."""
         process = self.processes.pop(identity)
