@@ -824,6 +824,50 @@ class StatusBranch:
             f"{self.max_attempts} attempts: {last}"
         )
 
+    def write_joined(
+        self,
+        join: Callable[[Mapping[str, bytes]], Mapping[str, bytes | None]],
+        message: str,
+    ) -> tuple[str | None, dict[str, bytes]]:
+        """As ``write``, with the changes made by ``join`` from the files at the remote tip,
+        again at each attempt: a push that lost a race is joined with the new tip, never
+        forced (a shard's write beside the others'). The new commit's SHA (None when
+        nothing changed) and the files it holds."""
+        if self.source_ref != self.branch:
+            raise GitSyncError(f"status read from {self.source_ref} is read-only")
+        self.attempts = 0
+        last = ""
+        known: tuple[str, dict[str, bytes]] | None = None
+        for attempt in range(self.max_attempts):
+            tip = self.fetch()
+            files = self.files_at(tip, known)
+            if tip is not None:
+                known = (tip, files)
+            changes = join(files)
+            merged = dict(files)
+            for path, data in changes.items():
+                if data is None:
+                    merged.pop(path, None)
+                else:
+                    merged[path] = data
+            blobs = self._store({p: data for p, data in changes.items() if data is not None})
+            commit = self._build(tip, changes, blobs, message) if changes else None
+            if commit is None:
+                return None, merged
+            self.attempts = attempt + 1
+            rejected = self._push(commit)
+            if rejected is None:
+                _run(self._git, ["update-ref", self.tracking, commit])
+                self.last_tip = commit
+                return commit, merged
+            last = rejected
+            delay = min(self.max_backoff, self.backoff * 2**attempt)
+            self.sleep(delay * (0.5 + random.random() / 2))
+        raise GitSyncError(
+            f"cannot push {self.branch} to {redact(self.remote)} after "
+            f"{self.max_attempts} attempts: {last}"
+        )
+
     def retain(self, retention: Retention, now: float | None = None) -> Retained:
         """Bound the branch's history: the commits older than ``retention`` allows are
         squashed into one root commit holding the tree of the newest of them, and the kept

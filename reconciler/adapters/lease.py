@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -93,18 +94,27 @@ def _error(exc: ApiException, what: str) -> KubeError:
 
 
 class LeaseClient:
-    """Get, create and update one named Lease."""
+    """Get, create and update one named Lease (with ``labels``, which ``list_leases``
+    selects by)."""
 
     def __init__(
-        self, api: client.ApiClient, namespace: str, name: str, request_timeout: float = 5.0
+        self,
+        api: client.ApiClient,
+        namespace: str,
+        name: str,
+        request_timeout: float = 5.0,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         self.coordination = client.CoordinationV1Api(api)
         self.namespace = namespace
         self.name = name
         self.request_timeout = request_timeout  # a hung call must not outlive a renew deadline
+        self.labels = dict(labels or {})
 
     def _body(self, record: LeaseRecord) -> dict[str, Any]:
         metadata: dict[str, Any] = {"name": self.name, "namespace": self.namespace}
+        if self.labels:
+            metadata["labels"] = self.labels
         if record.resource_version:
             metadata["resourceVersion"] = record.resource_version
         spec = {
@@ -173,3 +183,48 @@ class LeaseClient:
         except _UNREACHABLE as exc:
             raise KubeError(f"updating Lease {self.namespace}/{self.name}: {exc}") from exc
         return self._decode(resp)
+
+
+def delete_lease(
+    api: client.ApiClient,
+    namespace: str,
+    name: str,
+    resource_version: str,
+    request_timeout: float = 5.0,
+) -> None:
+    """Delete the Lease if it still has ``resource_version`` (else ``LeaseConflict``; gone
+    already: ``LeaseNotFound``)."""
+    coordination = client.CoordinationV1Api(api)
+    try:
+        coordination.delete_namespaced_lease(
+            name,
+            namespace,
+            body=client.V1DeleteOptions(
+                preconditions=client.V1Preconditions(resource_version=resource_version)
+            ),
+            _request_timeout=request_timeout,
+        )
+    except ApiException as exc:
+        raise _error(exc, f"deleting Lease {namespace}/{name}") from exc
+    except _UNREACHABLE as exc:
+        raise KubeError(f"deleting Lease {namespace}/{name}: {exc}") from exc
+
+
+def list_leases(
+    api: client.ApiClient, namespace: str, selector: str, request_timeout: float = 5.0
+) -> dict[str, LeaseRecord]:
+    """The Leases of ``namespace`` that ``selector`` (a label selector) matches, by name."""
+    coordination = client.CoordinationV1Api(api)
+    try:
+        resp = coordination.list_namespaced_lease(
+            namespace,
+            label_selector=selector,
+            _preload_content=False,
+            _request_timeout=request_timeout,
+        )
+    except ApiException as exc:
+        raise _error(exc, f"listing Leases {selector} in {namespace}") from exc
+    except _UNREACHABLE as exc:
+        raise KubeError(f"listing Leases {selector} in {namespace}: {exc}") from exc
+    items = cast(dict[str, Any], json.loads(cast(Any, resp).data)).get("items") or []
+    return {str(item["metadata"]["name"]): _record(item) for item in items}

@@ -36,6 +36,7 @@ from reconciler.runtime.leader import LeaderElector, default_identity
 from reconciler.runtime.logging import configure_logging
 from reconciler.runtime.loop import Loop, Wakeup, exit_process, watch_files
 from reconciler.runtime.service import make_runtime
+from reconciler.runtime.shards import ShardManager
 from reconciler.runtime.web import make_web_app
 from reconciler.runtime.webhook import SECRET_ENV, Receiver, WebhookConfigError, load_secret
 
@@ -174,6 +175,14 @@ def cycle_summary(result: CycleResult) -> dict[str, Any]:
     help="Dispatch only while holding a Lease (run several replicas safely).",
 )
 @click.option(
+    "--shards",
+    "sharded",
+    is_flag=True,
+    help="Share the config's partitions with the other replicas: each dispatches to those "
+    "whose Lease it holds, up to its fair share (docs/operations.md, 'Shards'). Not with "
+    "--leader-elect, --once or --watch.",
+)
+@click.option(
     "--lease-kubeconfig",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
@@ -232,6 +241,7 @@ def run(
     webhook_secret_file: Path | None,
     log_format: str,
     leader_elect: bool,
+    sharded: bool,
     lease_kubeconfig: Path | None,
     lease_namespace: str,
     lease_name: str,
@@ -260,6 +270,15 @@ def run(
     if auth != "none" and not http_address:
         click.echo("error: --auth protects the pages of --http: give --http too", err=True)
         sys.exit(2)
+    if sharded:
+        clash = [
+            f
+            for f, on in (("--leader-elect", leader_elect), ("--once", once), ("--watch", watch))
+            if on
+        ]
+        if clash:
+            click.echo(f"error: --shards is not for {clash[0]}", err=True)
+            sys.exit(2)
     elector: LeaderElector | None = None
     if leader_elect:
         try:
@@ -274,6 +293,21 @@ def run(
             )
         except (ValueError, KubeError, OSError) as exc:
             click.echo(f"error: leader election: {exc}", err=True)
+            sys.exit(2)
+    shards: ShardManager | None = None
+    if sharded:
+        try:
+            shards = ShardManager(
+                connect(lease_kubeconfig),
+                lease_namespace,
+                lease_name,
+                identity or default_identity(),
+                lease_duration,
+                renew_deadline,
+                retry_period,
+            )
+        except (ValueError, KubeError, OSError) as exc:
+            click.echo(f"error: shards: {exc}", err=True)
             sys.exit(2)
     try:
         webhook_secret = load_secret(webhook_secret_file)
@@ -317,6 +351,7 @@ def run(
             status_background=not once,
             status_leader=elector.is_leader if elector else None,
             freeze_heap=not once,  # a long-lived process
+            shards=shards,
         )
     except CacheError as exc:
         click.echo(f"error: {exc}", err=True)
@@ -383,6 +418,9 @@ def run(
 
         elector.on_change = on_change
         elector.start()
+    if shards is not None:
+        shards.on_change = lambda _held: runtime.trigger(Trigger.LEADING)
+        shards.start()
     watcher: threading.Thread | None = None
     if watch:
         watcher = threading.Thread(
@@ -414,6 +452,8 @@ def run(
         reconciler.close()
         if elector is not None:
             elector.stop(release=True)
+        if shards is not None:  # the other replicas take its partitions at once
+            shards.stop(release=True)
         if server is not None:
             server.stop()
         if watcher is not None:

@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from functools import cached_property
 from typing import Any, Protocol
 
+from reconciler.adapters.git import GitSyncError
 from reconciler.adapters.kube import (
     ALL_OBJECTS,
     API_VERSIONS,
@@ -62,6 +63,13 @@ from reconciler.core.decision.trigger import Trigger
 from reconciler.core.observation.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.observation.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
+from reconciler.core.plan.partitions import (
+    Partition,
+    ShardScope,
+    partition_repo,
+    restrict_repo,
+    shard_scope,
+)
 from reconciler.core.reporting.report import Outcome, Report, failures, planned_report, report
 from reconciler.core.reporting.status import ClusterStatus, StatusReason
 from reconciler.core.types import (
@@ -115,6 +123,8 @@ class CycleResult:
     decision: Decision | None = None  # what decide returned (None: it did not run)
     internal_error: str = ""  # a bug compiling attempted_version (not a config error)
     outcome: Outcome | None = None  # what carrying out the decision did (None: nothing)
+    # sharded (``--shards``): the partitions decided over; ``compiled`` is theirs alone
+    shard: ShardScope | None = None
 
     @cached_property
     def report(self) -> Report | None:
@@ -258,9 +268,23 @@ def _refused_object(exc: Exception) -> bool:
     return isinstance(exc, KubeError) and exc.status in _OBJECT_REFUSED
 
 
+class Shards(Protocol):
+    """The partitions this replica holds (``runtime/shards.py``)."""
+
+    def assign(self, partitions: Iterable[str]) -> None: ...
+
+    def owned(self) -> frozenset[str]: ...
+
+    def owns(self, partition: str) -> bool: ...
+
+
 class Reconciler:
     """Holds what must survive between cycles: the last good config, the cluster clients,
-    and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``)."""
+    and which workloads we have seen (so a Job deleted by hand becomes ``Stopped``).
+
+    With ``shards``, each cycle decides over the partitions this replica holds
+    (``core/plan/partitions.py``), reads only their clusters, and acts while it still
+    holds every one of them."""
 
     def __init__(
         self,
@@ -277,8 +301,23 @@ class Reconciler:
         leader_record: Callable[[], Memory | None] | None = None,
         blame: Callable[[str, str], list[BlameLine]] | None = None,
         verify_commits: VerifyCommits | None = None,
+        shards: Shards | None = None,
+        taken_record: Callable[[], Memory] | None = None,
     ) -> None:
         self._source = source
+        self._shards = shards
+        # sharded: the status branch's record now, read when a partition is taken
+        self._taken_record = taken_record
+        self._held: tuple[str, ...] = ()  # the partitions the cycle in progress decides
+        # the config last partitioned, its partitions, and the repo and scope of those held
+        self._partitioned: (
+            tuple[
+                CompiledRepo,
+                tuple[Partition, ...],
+                tuple[tuple[str, ...], CompiledRepo, ShardScope] | None,
+            ]
+            | None
+        ) = None
         # ``git blame`` of a file at a commit: who set an operation's ``stopped: true``
         self._blame = blame
         # policy.requireSignedCommits: checks the commits from the last good config to a
@@ -296,6 +335,8 @@ class Reconciler:
         self._connect = connect
         self._clock = clock
         self._is_leader = is_leader
+        if shards is not None:
+            self._is_leader = lambda: is_leader() and self._holds()
         self._faults = faults or FaultPoints()
         self._last_good: CompiledRepo | None = None
         # a new commit reparses only the files it changed, and recompiles only the
@@ -329,6 +370,50 @@ class Reconciler:
         self._observed_from: dict[str, tuple[Informer, ...]] = {}  # the caches it follows
         self._internal_error = ""  # of the last _load
         self.last: CycleResult | None = None
+
+    @property
+    def sharded(self) -> bool:
+        return self._shards is not None
+
+    @property
+    def config_in_force(self) -> CompiledRepo | None:
+        """The whole config last loaded (a shard decides over part of it)."""
+        return self._last_good
+
+    def _holds(self) -> bool:
+        """Sharded: this replica still holds every partition the cycle decides over."""
+        shards = self._shards
+        return shards is not None and bool(self._held) and all(map(shards.owns, self._held))
+
+    def _shard(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope | None]:
+        """The repo this cycle decides over: the partitions held, and their scope."""
+        if self._shards is None:
+            return compiled, None
+        memo = self._partitioned
+        if memo is None or memo[0] is not compiled:  # a config unchanged is the same object
+            memo = self._partitioned = (compiled, partition_repo(compiled), None)
+        partitions = memo[1]
+        self._shards.assign(p.id for p in partitions)
+        owned = self._shards.owned()
+        held = tuple(p for p in partitions if p.id in owned)
+        taken = [p for p in held if p.id not in self._held]
+        self._held = tuple(p.id for p in held)
+        if taken and self._taken_record is not None:
+            # a partition taken: its runs as its last owner recorded them, not as this
+            # replica last saw them (maybe before that owner ran them)
+            try:
+                recorded = self._taken_record()
+            except GitSyncError as exc:
+                log.warning("cannot read the status branch: %s", exc)
+                self._held = ()  # not acted on before its record is read
+                return restrict_repo(compiled, ()), shard_scope(compiled, ())
+            clusters = {c for p in taken for c in p.clusters}
+            self.memory = self.memory.split(clusters)[1].following(recorded)
+        kept = memo[2]
+        if kept is None or kept[0] != self._held:  # 0.1 s at 100,000 operations: once
+            kept = (self._held, restrict_repo(compiled, held), shard_scope(compiled, held))
+            self._partitioned = (compiled, partitions, kept)
+        return kept[1], kept[2]
 
     def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
         """Start from ``commit``, the config a previous process had in force (the status
@@ -867,6 +952,8 @@ class Reconciler:
         compiled = self._last_good
         if compiled is None or last is None or last.decision is None or not self._watch:
             return None
+        if self._shards is not None:  # the partitions may have moved: the last cycle's stands
+            return None
         started = time.monotonic()
         listing: dict[str, ClusterListing] = {}
         for name in sorted(compiled.clusters):
@@ -915,14 +1002,18 @@ class Reconciler:
                 attempted_version=attempted,
             )
         self._faults.hit("after-load")
+        compiled, scope = self._shard(compiled)
         if self._leader_record is not None and not self._is_leader():
             recorded = self._leader_record()
             if recorded is not None:
                 self.memory = self.memory.following(recorded)
         listing = self._read(compiled)
         self._faults.hit("after-observe")
+        memory, rest = self.memory, None
+        if scope is not None:  # the runs of the other partitions are kept, not decided
+            memory, rest = memory.split(scope.clusters)
         try:
-            decision = decide(compiled, listing, self.memory, now)
+            decision = decide(compiled, listing, memory, now)
         except PlanInputError as exc:
             log.error("cannot plan: %s", exc)
             return CycleResult(
@@ -943,8 +1034,12 @@ class Reconciler:
             changes = self._apply(compiled, decision.actions, now)
             self._annotate(compiled, decision)
         self.memory = decision.memory.record(changes.created, changes.stopped)
+        if rest is not None:
+            self.memory = self.memory.beside(rest)
         return changes.result(
-            CycleResult(now, compiled.version, compiled, None, {}, config_errors, sync_error),
+            CycleResult(
+                now, compiled.version, compiled, None, {}, config_errors, sync_error, shard=scope
+            ),
             decision,
             leading=leading,
             attempted=attempted,

@@ -151,6 +151,24 @@ class LeaderElector:
 
     # --- one attempt ---------------------------------------------------------------------
 
+    def observe(self) -> bool:
+        """Read the Lease and note it when it changed, claiming nothing; True when it is free
+        for us (absent, released, ours, or expired as this replica has seen it). A replica
+        that reads a Lease before it needs it judges its expiry from the holder's last
+        renewal, not from when it first looked. An API error is not free."""
+        sent_at = self.clock.monotonic()
+        try:
+            current = self.lease.get()
+        except KubeError:
+            return False
+        if current is None:
+            return True
+        with self._lock:
+            if not current.same_claim(self._observed):
+                self._observed, self._observed_at = current, sent_at
+            expires = self._observed_at + current.duration_seconds
+        return not current.holder or current.holder == self.identity or sent_at >= expires
+
     def try_acquire_or_renew(self) -> bool:
         """One attempt to acquire or renew; True when we hold the Lease afterwards."""
         sent_at = self.clock.monotonic()

@@ -18,10 +18,13 @@ from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.git import ConfigRepo, GitSyncError, Retention, StatusBranch
 from reconciler.adapters.kube import Kube, connect_cluster, preload_clients
 from reconciler.adapters.repo import snapshot_worktree
+from reconciler.core.decision.cycle import decide_recorded
 from reconciler.core.decision.schedule import next_tick
 from reconciler.core.decision.trigger import Trigger
-from reconciler.core.types import ClusterSpec, RepoSnapshot
-from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.core.plan import PlanInputError
+from reconciler.core.reporting.status import read_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.runtime.cycle import ChangeSet, CycleResult, Reconciler, Shards
 from reconciler.runtime.faults import FaultPoints
 from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.metrics import Metrics
@@ -133,6 +136,10 @@ class Runtime:
     # notifications and commit statuses: decided each cycle, sent by a thread of their own
     notifier: Notifier | None = None
     _leading: bool = field(default=False, init=False)  # whether the last cycle led
+    # sharded: the fleet last shown, by the config and the branch's files it was made of
+    _fleet: tuple[CompiledRepo, dict[str, bytes], CycleResult] | None = field(
+        default=None, init=False
+    )
 
     def __post_init__(self) -> None:
         if self.publisher is not None:
@@ -140,6 +147,38 @@ class Runtime:
             self.publisher.on_failure = self.metrics.git_sync_errors.inc
             if self.notifier is not None:  # what is owed rides on the status commits
                 self.publisher.owed = self.notifier.owed_file
+
+    @property
+    def sharded(self) -> bool:
+        """``--shards``: this process decides over part of the config."""
+        return self.reconciler is not None and self.reconciler.sharded
+
+    def fleet(self) -> CycleResult | None:
+        """Sharded: the whole fleet as the status branch records it (every shard's files,
+        as this replica last read or wrote them), decided over the whole config in force
+        and carried out by no one: what ``--http`` shows, as ``reconciler status`` does.
+        None before a config is loaded, or without a status branch (the last cycle's)."""
+        compiled = self.reconciler.config_in_force
+        last = self.completed
+        if compiled is None or last is None or self.publisher is None:
+            return last
+        try:
+            files = self.publisher.files()
+        except GitSyncError as exc:
+            log.warning("cannot read the status branch: %s", exc)
+            return last
+        shown = self._fleet
+        if shown is not None and shown[0] is compiled and shown[1] is files:
+            return shown[2]
+        try:
+            decision = decide_recorded(compiled, read_status(files), last.at)
+        except PlanInputError as exc:
+            log.warning("cannot show the fleet: %s", exc)
+            return last
+        base = CycleResult(last.at, compiled.version, compiled, None, {}, last.config_errors)
+        result = ChangeSet().result(base, decision, leading=False, attempted=last.attempted_version)
+        self._fleet = (compiled, files, result)
+        return result
 
     def config_changed(self) -> None:
         """Files were saved (``--watch``): read them in the cycle that this asks for."""
@@ -270,6 +309,7 @@ def make_runtime(
     status_leader: Callable[[], bool] | None = None,
     create_workers: int = 8,
     freeze_heap: bool = False,
+    shards: Shards | None = None,
 ) -> Runtime:
     """The reconciler for ``repo``: a Git source (fetched into a cache, committed tree at the
     branch tip) with status on ``status_branch`` (of ``status_repo`` when set, else of the
@@ -285,7 +325,8 @@ def make_runtime(
     writes the last one. ``create_workers``: the creates in flight per cycle. The
     Kubernetes client's API classes are imported here, not in the first cycle
     (``preload_clients``); with ``freeze_heap`` (a long-lived process), ``settle_heap``
-    tunes the garbage collector once they are."""
+    tunes the garbage collector once they are. With ``shards``, each cycle decides over
+    the partitions this replica holds, and the status write joins the other shards'."""
     preload_clients()
 
     def connect(spec: ClusterSpec) -> Kube:
@@ -335,7 +376,11 @@ def make_runtime(
         leader_record=publisher.leader_record if publisher is not None else None,
         blame=config.blame if config is not None else None,
         verify_commits=config.verify_signatures if config is not None else None,
+        shards=shards,
+        taken_record=publisher.taken_record if publisher is not None else None,
     )
+    if publisher is not None and shards is not None:
+        publisher.owns = shards.owns  # a partition taken since a cycle: not written by it
     outbox = Outbox(
         metrics,
         read_secret=lambda cluster, namespace, key: reconciler.connected(cluster).read_secret(

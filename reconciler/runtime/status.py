@@ -39,7 +39,9 @@ from collections.abc import Callable
 from reconciler.adapters.git import GitSyncError, Retention, RetentionRefused, StatusBranch
 from reconciler.core.decision.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
+from reconciler.core.plan.partitions import ShardScope
 from reconciler.core.reporting.report import encode
+from reconciler.core.reporting.shards import shard_changes
 from reconciler.core.reporting.status import (
     NOTIFY_FILE,
     StatusMemos,
@@ -98,6 +100,7 @@ class StatusPublisher:
         # the notifications owed (``status/_notify.yaml``, None: none), set by the Runtime
         self.owed: Callable[[], bytes | None] = lambda: None
         self.is_leader = is_leader
+        self.owns: Callable[[str], bool] | None = None  # sharded: whether a partition is held
         # following the leader's record (``leader_record``): at most one fetch per interval
         self.follow_interval = follow_interval
         self._followed_at: float | None = None
@@ -146,6 +149,23 @@ class StatusPublisher:
                 log.warning("cannot read the status branch: %s", exc)
                 return None
             return memory_from_status(read_status(self._files))
+
+    def taken_record(self) -> Memory:
+        """The status branch's record at its tip, fetched now: what a shard starts a
+        partition it takes from (its last owner's last write). Raises ``GitSyncError``."""
+        with self._writing:
+            tip = self.branch.fetch()
+            known, read = self._files, self._files_tip
+            since = (read, known) if known is not None and read is not None else None
+            self._files = self.branch.files_at(tip, since)
+            self._files_tip = tip
+            return memory_from_status(read_status(self._files))
+
+    def files(self) -> dict[str, bytes]:
+        """The branch's files as this writer last read or wrote them (read once if never):
+        the same object until they change."""
+        with self._writing:
+            return self._current()
 
     def recorded(self) -> Memory:
         """What a previous process recorded, so a workload deleted by hand while we were
@@ -198,7 +218,7 @@ class StatusPublisher:
                 result, self._next = self._next, None
                 self._busy = True
             try:
-                if self.is_leader is None or self.is_leader():
+                if (self.is_leader is None or self.is_leader()) and self._holds(result):
                     self._write(result, paced=False)  # paced above
                     if self.last_error and self.on_failure is not None:
                         self.on_failure()
@@ -213,6 +233,12 @@ class StatusPublisher:
                 with self._cond:
                     self._busy = False
                     self._cond.notify_all()
+
+    def _holds(self, result: CycleResult) -> bool:
+        """Sharded: this replica still holds every partition ``result`` was decided over
+        (``owns``, set by the runtime); a partition taken since is its new owner's."""
+        scope = result.shard
+        return scope is None or self.owns is None or all(map(self.owns, scope.partitions))
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every result handed over is written (or dropped); False on timeout."""
@@ -229,7 +255,7 @@ class StatusPublisher:
         if self._thread is None:
             held, self._held = self._held, None
             if held is not None:
-                if self.is_leader is None or self.is_leader():
+                if (self.is_leader is None or self.is_leader()) and self._holds(held):
                     self._write(held, paced=False)
                 else:
                     self.unwritten = LOST_LEASE
@@ -268,6 +294,8 @@ class StatusPublisher:
         self.due = None
         self._held = None
         self._check_settings(compiled)
+        if result.shard is not None:
+            return self._commit_shard(result, compiled, plan, result.shard, now)
         try:
             before = self._current()
             files = render_cycle_status(result, compiled, plan, self._memos)
@@ -306,6 +334,43 @@ class StatusPublisher:
         if sha:
             self.commits += 1
             self._retain(now)
+        return sha
+
+    def _commit_shard(
+        self, result: CycleResult, compiled: CompiledRepo, plan: Plan, scope: ShardScope, now: float
+    ) -> str | None:
+        """A shard's write: its files joined with the other shards' at the tip, again at
+        each attempt of the push (``core/reporting/shards.py``); never forced."""
+        try:
+            before = self._current()
+            files = render_cycle_status(result, compiled, plan, self._memos)
+            changes = shard_changes(before, files, scope)  # as this writer knows the branch
+            if not changes:
+                self.unwritten = ""
+                return None
+            self._last_attempt = now
+            after = dict(before)
+            for path, content in changes.items():
+                if content is None:
+                    after.pop(path, None)
+                else:
+                    after[path] = content
+            message = summarize_cycle(before, after, self._memos.phases)
+            sha, merged = self.branch.write_joined(
+                lambda tip: shard_changes(tip, files, scope), message
+            )
+        except GitSyncError as exc:
+            self.last_error = str(exc)
+            self.unwritten = f"the push failed: {exc}"
+            self._files = None
+            log.error("status write failed: %s", exc)
+            return None
+        self._files = merged
+        self._files_tip = None
+        self.last_error = ""
+        self.unwritten = ""
+        if sha:
+            self.commits += 1
         return sha
 
     def _check_settings(self, compiled: CompiledRepo) -> None:

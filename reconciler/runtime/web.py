@@ -436,13 +436,16 @@ def _note(result: CycleResult) -> str:
 def make_web_app(
     runtime: Runtime, overrides: Mapping[str, Path], *, worktree: Path | None = None
 ) -> WebApp:
-    """The pages over ``runtime.completed``: blame from its Git cache (or files read from
-    ``worktree``), logs through each cluster's ``pods/log`` API."""
+    """The pages over ``runtime.completed`` (a shard's: ``runtime.fleet``): blame from its
+    Git cache (or files read from ``worktree``), logs through each cluster's ``pods/log``
+    API."""
     clients: dict[str, Kube] = {}
     lock = threading.Lock()
+    # a shard's last cycle is its partitions': its pages show the fleet from the branch
+    shown = runtime.fleet if runtime.sharded else lambda: runtime.completed
 
     def read_logs(cluster: str, namespace: str, pod: str, tail: int, container: str) -> str:
-        last = runtime.completed
+        last = shown()
         compiled = last.compiled if last is not None else None
         if compiled is None or cluster not in compiled.clusters:
             raise KubeError(f"cluster {cluster} is not in the config")
@@ -472,7 +475,7 @@ def make_web_app(
 
     recorded = recorded_cycles(runtime)
     return WebApp(
-        lambda: runtime.completed,
+        shown,
         blame=config.blame if config is not None else None,
         read_logs=read_logs,
         read_source=read_source,

@@ -212,6 +212,31 @@ def test_deployment_runs_two_leader_elected_replicas_with_remote_clusters(helm: 
     assert not [d for d in rendered if d["kind"] == "ServiceMonitor"]  # off by default
 
 
+def test_sharding_runs_the_replicas_as_shards_with_their_leases(helm: Run) -> None:
+    rendered = docs(template(helm, "dispatch", *SSH_SETS, "sharding.enabled=true"))
+    args = container(rendered)["args"]
+    assert "--shards" in args and "--leader-elect" not in args
+    assert f"--lease-name={LEASE}" in args and "--identity=$(POD_NAME)" in args
+    (role,) = [
+        d for d in rendered if d["kind"] == "Role" and d["metadata"]["name"] == f"{SA}-leader"
+    ]
+    # the partitions' Leases are named after the config: not by name, and listed by label
+    assert role["rules"] == [
+        {
+            "apiGroups": ["coordination.k8s.io"],
+            "resources": ["leases"],
+            "verbs": ["create", "get", "update", "list", "delete"],
+        }
+    ]
+    assert [d for d in rendered if d["kind"] == "RoleBinding"]
+    alone = docs(
+        template(
+            helm, "dispatch", *SSH_SETS, "sharding.enabled=true", "leaderElection.enabled=false"
+        )
+    )
+    assert "--shards" in container(alone)["args"]
+
+
 def test_status_repo_and_retention_values_become_the_run_flags(helm: Run) -> None:
     plain = container(docs(template(helm, "dispatch", *SSH_SETS)))["args"]
     assert not [

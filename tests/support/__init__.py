@@ -5,7 +5,7 @@ from here, never from one another.
 - ``snapshots``: config repos in memory (``overlay``, ``repo``);
 - ``builders``: the ``World`` builder of planner inputs;
 - ``worlds``: compiled worlds several tests share;
-- ``clocks``: clocks a test moves by hand;
+- ``clocks``: clocks a test moves by hand; ``leases``: Leases in memory;
 - ``git_commands``: Git with a fixed identity; ``git_daemon``: a Git remote on 127.0.0.1;
 - ``status_branch``: a status branch to read, and the CLI in-process;
 - ``fake_kube``: the fake ``Kube`` of the fast cycle tests; ``harness``: a Reconciler over it;
@@ -19,6 +19,7 @@ from here, never from one another.
 - ``helpers``: waiting, and a child's peak RSS (``peak_rss``);
 - ``cluster``: the cluster a "cluster" test runs on; ``reconciler_env``: the config repo and
   Reconcilers on it; ``processes``: ``reconciler run`` processes; ``zygote``: started fast;
-  ``fault_loop``: the kill -9 loop of R1; ``tcp_proxy``: a partition on demand;
+  ``fault_loop``: the kill -9 loop of R1; ``shard_replicas``: ``run --shards`` processes killed
+  and started again; ``tcp_proxy``: a partition on demand;
 - ``kubeflow_crd`` and ``kubeflow_operator``: the optional Training Operator peer.
 """

@@ -56,7 +56,7 @@ one :class:`PlanInputs`), ``make_actions`` (7):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
@@ -178,6 +178,32 @@ class Memory:
         for s in stopped:
             seen[s.operation] = s
         return Memory(seen, inflight, self.superseded, self.gang_timeouts, self.ledger)
+
+    def split(self, clusters: Collection[str]) -> tuple[Memory, Memory]:
+        """(what is of runs on ``clusters``, what is of the others'): a shard decides over
+        the first, and keeps the second for the partitions it may take later. The ledger
+        and the gang timeouts (keyed by operation) are in both."""
+
+        def on(states: Mapping[str, WorkloadState], inside: bool) -> dict[str, WorkloadState]:
+            return {k: v for k, v in states.items() if (v.cluster in clusters) is inside}
+
+        flights = {k: v for k, v in self.inflight.items() if v.state.cluster in clusters}
+        rest = {k: v for k, v in self.inflight.items() if k not in flights}
+        marks, ledger = self.gang_timeouts, self.ledger
+        return (
+            Memory(on(self.seen, True), flights, on(self.superseded, True), marks, ledger),
+            Memory(on(self.seen, False), rest, on(self.superseded, False), marks, ledger),
+        )
+
+    def beside(self, rest: Memory) -> Memory:
+        """This memory (a shard's cycle's) with ``rest`` (``split``'s second) kept."""
+        return Memory(
+            {**rest.seen, **self.seen},
+            {**rest.inflight, **self.inflight},
+            {**rest.superseded, **self.superseded},
+            {**rest.gang_timeouts, **self.gang_timeouts},
+            self.ledger,
+        )
 
     def under(self, recorded: Memory) -> Memory:
         """This memory, with what ``recorded`` (a previous process's) knows and this one

@@ -16,6 +16,8 @@ The package, one concern a module (each says what must live in it):
 - ``cohorts``: check 8 for a cohort's member, step 4b (borrowing and fair sharing),
   borrowed and lent;
 - ``fleet``: check 10, a fleet queue's choice of cluster (capacity, per-cluster caps);
+- ``partitions``: the repo's independent groups of queues and clusters (one shard each),
+  and the repo a shard decides over;
 - ``explain``: pending entries and queue summaries against the final counters;
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down);

@@ -9,6 +9,7 @@ The package, one concern a module (each says what must live in it):
 - ``status``: the status files' records, their rendering, and reading them back;
 - ``block_yaml``: the status files' YAML text, written directly;
 - ``replay``: a status commit's cycle decided again from the commit alone;
+- ``shards``: a shard's status write, its files joined with the other shards';
 - ``notify``: the notifications and commit statuses a cycle sends, as values;
 - ``wire``: the shapes that cross a file or HTTP boundary, one serializer each.
 """

@@ -1,0 +1,151 @@
+"""A shard's status write: its files joined with what the other shards wrote.
+
+What must live here: which status files a shard owns, and how a shared file is joined.
+Each replica writes only its partitions' files (``ShardScope``): an operation's file when
+the operation is in its partitions (one gone from the repo: when the cluster it records is
+one of them), a queue's order files when the queue is. The shared files are joined with
+the branch's tip at each attempt of a push: ``queues.yaml`` keeps the other shards' queues
+(in consideration order: priority descending, then name), ``clusters.yaml`` their clusters
+(by name), the ledger every shard's runs (entries are keyed, never lost); ``config.yaml``
+says the same from every shard on the same commit. A queue or cluster gone from the repo
+leaves the shared files with the next write. The decision record (``_decision.yaml``:
+one cycle of one process) and the notifications owed (``_notify.yaml``) are not written
+by shards. So the branch reads as one reconciler's, and two shards' writes never undo
+each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from reconciler.core.plan.ledger import (
+    Ledger,
+    LedgerEntry,
+    LedgerFile,
+    is_ledger_path,
+    ledger_files,
+)
+from reconciler.core.plan.partitions import ShardScope
+from reconciler.core.reporting.status import (
+    CLUSTERS_FILE,
+    CONFIG_FILE,
+    NOTIFY_FILE,
+    ORDER_DIR,
+    QUEUES_FILE,
+    STATUS_DIR,
+    ClusterStatus,
+    OperationStatus,
+    QueueStatus,
+    StatusFileError,
+    dump_yaml,
+    is_decision_path,
+    is_order_path,
+    parse_status_file,
+)
+
+_SHARED = frozenset({QUEUES_FILE, CLUSTERS_FILE, CONFIG_FILE, NOTIFY_FILE})
+
+
+def _owns(path: str, data: bytes, scope: ShardScope) -> bool:
+    """Whether ``path`` (a status file of the tip, ``data``) is the shard's to rewrite or
+    delete."""
+    if is_order_path(path):
+        name = path[len(ORDER_DIR) + 1 : -len(".yaml")].split(".")[0]
+        return name in scope.queues
+    operation = path[len(STATUS_DIR) + 1 : -len(".yaml")]
+    if operation in scope.operations:
+        return True
+    if operation in scope.known_operations:
+        return False
+    try:  # gone from the repo: the shard of the cluster its run was in
+        parsed = parse_status_file(path, data)
+    except StatusFileError:
+        return False
+    return isinstance(parsed, OperationStatus) and parsed.cluster in scope.clusters
+
+
+def _queues(data: bytes | None, path: str) -> list[QueueStatus]:
+    if data is None:
+        return []
+    try:
+        parsed = parse_status_file(path, data)
+    except StatusFileError:
+        return []
+    return [q for q in parsed if isinstance(q, QueueStatus)] if isinstance(parsed, tuple) else []
+
+
+def _clusters(data: bytes | None) -> list[ClusterStatus]:
+    if data is None:
+        return []
+    try:
+        parsed = parse_status_file(CLUSTERS_FILE, data)
+    except StatusFileError:
+        return []
+    return [c for c in parsed if isinstance(c, ClusterStatus)] if isinstance(parsed, tuple) else []
+
+
+def _ledger(files: Mapping[str, bytes]) -> list[LedgerEntry] | None:
+    """The entries of the ledger files; None when one cannot be read (left as it is)."""
+    entries: list[LedgerEntry] = []
+    for path in sorted(p for p in files if is_ledger_path(p)):
+        try:
+            parsed = parse_status_file(path, files[path])
+        except StatusFileError:
+            return None
+        if not isinstance(parsed, LedgerFile) or parsed.worst or parsed.unread:
+            return None
+        entries.extend(parsed.entries)
+    return entries
+
+
+def shard_changes(
+    tip: Mapping[str, bytes], ours: Mapping[str, bytes], scope: ShardScope
+) -> dict[str, bytes | None]:
+    """The changes that make ``tip`` (the branch's status files) hold ``ours`` (the shard's
+    files, as one reconciler of its partitions renders them) beside the other shards'."""
+    changes: dict[str, bytes | None] = {}
+    for path, data in ours.items():
+        if path in _SHARED or is_decision_path(path) or is_ledger_path(path):
+            continue
+        if tip.get(path) != data and _owns(path, data, scope):
+            changes[path] = data
+    for path, data in tip.items():
+        if (
+            path not in ours
+            and path.startswith(f"{STATUS_DIR}/")
+            and path.endswith(".yaml")
+            and path not in _SHARED
+            and not is_decision_path(path)
+            and not is_ledger_path(path)
+            and _owns(path, data, scope)
+        ):
+            changes[path] = None
+    if CONFIG_FILE in ours and tip.get(CONFIG_FILE) != ours[CONFIG_FILE]:
+        changes[CONFIG_FILE] = ours[CONFIG_FILE]
+    theirs = [
+        q
+        for q in _queues(tip.get(QUEUES_FILE), QUEUES_FILE)
+        if q.name in scope.known_queues and q.name not in scope.queues
+    ]
+    queues = sorted(
+        theirs + _queues(ours.get(QUEUES_FILE), QUEUES_FILE), key=lambda q: (-q.priority, q.name)
+    )
+    joined = dump_yaml({"queues": [q.to_dict() for q in queues]})
+    if tip.get(QUEUES_FILE) != joined:
+        changes[QUEUES_FILE] = joined
+    if CLUSTERS_FILE in ours:
+        kept = [
+            c
+            for c in _clusters(tip.get(CLUSTERS_FILE))
+            if c.name in scope.known_clusters and c.name not in scope.clusters
+        ]
+        clusters = sorted(kept + _clusters(ours[CLUSTERS_FILE]), key=lambda c: c.name)
+        joined = dump_yaml({"clusters": [c.to_dict() for c in clusters]})
+        if tip.get(CLUSTERS_FILE) != joined:
+            changes[CLUSTERS_FILE] = joined
+    recorded, mine = _ledger(tip), _ledger(ours)
+    if recorded is not None and mine is not None and mine:
+        for path, data in ledger_files(Ledger.of(recorded).with_entries(mine), dump_yaml).items():
+            if tip.get(path) != data:
+                changes[path] = data
+    return dict(sorted(changes.items()))

@@ -1,0 +1,127 @@
+"""A shard's status write (core/reporting/shards.py): each shard's files joined on the
+branch read as the one reconciler's of the whole repo, whatever order they land in."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import timedelta
+from decimal import Decimal
+
+from reconciler.core.plan import plan_repo
+from reconciler.core.plan.ledger import Ledger, LedgerEntry
+from reconciler.core.plan.partitions import (
+    Partition,
+    partition_repo,
+    restrict_repo,
+    shard_scope,
+)
+from reconciler.core.reporting.shards import shard_changes
+from reconciler.core.reporting.status import (
+    ClusterStatus,
+    operation_path,
+    order_path,
+    render_status,
+)
+from reconciler.core.types import CompiledRepo, Phase
+from tests.support.builders import NOW, World
+
+
+def _world() -> World:
+    world = (
+        World()
+        .queue("qa", cluster="a", priority=5, concurrency=1)
+        .queue("qb", cluster="b", priority=9, concurrency=1)
+        .queue("qb2", cluster="b", priority=1)
+    )
+    world.ops("t/a-{}", 3, queue="qa")
+    world.ops("t/b-{}", 3, queue="qb")
+    world.ops("t/c-{}", 1, queue="qb2")
+    world.observe("t/b-1", Phase.RUNNING, queue="qb", cluster="b")
+    return world
+
+
+def _ledger(repo: CompiledRepo) -> Ledger:
+    def entry(op: str, queue: str, cluster: str, days: int) -> LedgerEntry:
+        end = NOW - timedelta(days=days)
+        return LedgerEntry(
+            operation=op,
+            generation=1,
+            workload=op.replace("/", "-"),
+            queue=queue,
+            cluster=cluster,
+            phase="Succeeded",
+            requests={},
+            start=end - timedelta(hours=1),
+            end=end,
+            cost=Decimal(0),
+        )
+
+    entries = [entry("t/a-9", "qa", "a", 1), entry("t/b-9", "qb", "b", 40)]
+    return Ledger.of(e for e in entries if e.cluster in repo.clusters)
+
+
+def _render(world: World, repo: CompiledRepo) -> dict[str, bytes]:
+    observed = [o for o in world.observed.values() if o.cluster in repo.clusters]
+    return render_status(
+        repo,
+        plan_repo(repo, observed, NOW),
+        {},
+        clusters=tuple(ClusterStatus(name=c) for c in sorted(repo.clusters)),
+        ledger=_ledger(repo),
+    )
+
+
+def _apply(tip: Mapping[str, bytes], changes: Mapping[str, bytes | None]) -> dict[str, bytes]:
+    out = dict(tip)
+    for path, data in changes.items():
+        if data is None:
+            out.pop(path, None)
+        else:
+            out[path] = data
+    return out
+
+
+def _write(tip: dict[str, bytes], world: World, part: Partition) -> dict[str, bytes]:
+    repo = world.repo()
+    ours = _render(world, restrict_repo(repo, [part]))
+    return _apply(tip, shard_changes(tip, ours, shard_scope(repo, [part])))
+
+
+def test_the_shards_writes_together_are_the_whole_reconcilers() -> None:
+    world = _world()
+    whole = _render(world, world.repo())
+    pa, pb = partition_repo(world.repo())
+    for first, second in ((pa, pb), (pb, pa)):
+        tip = _write(_write({}, world, first), world, second)
+        assert tip == whole
+        assert (
+            shard_changes(
+                tip,
+                _render(world, restrict_repo(world.repo(), [first])),
+                shard_scope(world.repo(), [first]),
+            )
+            == {}
+        )
+
+
+def test_a_shard_deletes_only_its_own_files() -> None:
+    world = _world()
+    pa, pb = sorted(partition_repo(world.repo()), key=lambda p: p.clusters)
+    tip = _write(_write({}, world, pa), world, pb)
+    world.remove("t/a-3", "t/b-3")  # each shard's operation leaves the repo
+    after = _write(tip, world, pa)
+    assert operation_path("t/a-3") not in after
+    assert operation_path("t/b-3") in after  # b's: b's shard deletes it
+    assert order_path("qb") in after
+    assert _write(after, world, pb) == _render(world, world.repo())
+
+
+def test_a_human_file_and_a_queue_gone_from_the_repo() -> None:
+    world = _world()
+    pa, pb = sorted(partition_repo(world.repo()), key=lambda p: p.clusters)
+    tip = {**_write(_write({}, world, pa), world, pb), "status/NOTES.md": b"kept"}
+    del world.queues["qb2"]
+    world.remove("t/c-1")
+    after = _write(tip, world, pa)  # a's shard drops the gone queue from the shared file
+    assert b"qb2" not in after["status/queues.yaml"]
+    assert after["status/NOTES.md"] == b"kept"

@@ -1,0 +1,210 @@
+"""Two sharded replicas over fake clusters, their Leases in memory and one status branch
+(a bare Git repo): each dispatches only to its partition, the branch reads as one
+reconciler's, and the survivor of a kill takes the other's partition without dispatching
+anything twice."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+from pathlib import Path
+from typing import Any
+from unittest import mock
+
+from support.builders import World
+from support.clocks import SteppedClock
+from support.fake_kube import FakeCluster, FakeKube
+from support.git_commands import git
+from support.leases import MemoryLeases
+
+from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.core.reporting.status import read_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.service import Runtime
+from reconciler.runtime.shards import ShardManager
+from reconciler.runtime.status import StatusPublisher
+
+
+class Replica:
+    """One ``reconciler run --shards`` process: a Reconciler, its Leases, its status writer."""
+
+    def __init__(
+        self,
+        name: str,
+        repo: CompiledRepo,
+        clusters: dict[str, FakeCluster],
+        leases: MemoryLeases,
+        clock: SteppedClock,
+        remote: Path,
+        cache: Path,
+    ) -> None:
+        self.repo, self.clusters = repo, clusters
+        self.shards = ShardManager(None, "ns", "r", name, 15, 10, 2, clock, leases=leases)
+        self.publisher = StatusPublisher(StatusBranch(ConfigRepo(str(remote), cache_dir=cache)))
+        self.publisher.owns = self.shards.owns
+        self.reconciler = Reconciler(
+            lambda: RepoSnapshot(files={}, version=self.repo.version),
+            self._connect,  # type: ignore[arg-type]
+            clock,
+            watch=False,
+            shards=self.shards,
+            taken_record=self.publisher.taken_record,
+        )
+        self.reconciler.seed(self.publisher.recorded())
+
+    def _connect(self, spec: ClusterSpec) -> Any:
+        return FakeKube(self.clusters[spec.name])
+
+    def cycle(self) -> CycleResult:
+        with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: self.repo):
+            result = self.reconciler.run_once()
+        assert self.reconciler.wait_writes(10.0)
+        if result.leading:
+            self.publisher.publish(result)
+        return result
+
+
+def _world() -> World:
+    world = World().queue("qa", cluster="a", concurrency=1).queue("qb", cluster="b", concurrency=1)
+    world.ops("t/a-{}", 3, queue="qa")
+    world.ops("t/b-{}", 3, queue="qb")
+    return world
+
+
+def _remote(tmp_path: Path) -> Path:
+    remote = tmp_path / "config.git"
+    git(tmp_path, "init", "-q", "--bare", "-b", "main", str(remote))
+    work = tmp_path / "work"
+    git(tmp_path, "clone", "-q", str(remote), str(work))
+    (work / "reconciler.yaml").write_text("kind: Org\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "one")
+    git(work, "push", "-q", "origin", "HEAD:main")
+    return remote
+
+
+def _branch(remote: Path) -> dict[str, bytes]:
+    names = subprocess.run(
+        ["git", "-C", str(remote), "ls-tree", "-r", "--name-only", "reconciler/status"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    return {
+        n: subprocess.run(
+            ["git", "-C", str(remote), "show", f"reconciler/status:{n}"],
+            capture_output=True,
+            check=True,
+        ).stdout
+        for n in names
+    }
+
+
+def _jobs(clusters: dict[str, FakeCluster]) -> Counter[str]:
+    return Counter(name for c in clusters.values() for (_, name) in c.jobs)
+
+
+def test_two_shards_split_the_work_and_one_takes_over_after_a_kill(tmp_path: Path) -> None:
+    world = _world()
+    repo = world.repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    a, b = (
+        Replica(n, repo, clusters, leases, clock, remote, tmp_path / f"cache-{n}") for n in "ab"
+    )
+    assert not a.cycle().leading  # the first cycle names the partitions; none held yet
+    b.cycle()
+    for _ in range(4):  # the Leases settle: one partition each
+        a.shards.step()
+        b.shards.step()
+        clock.advance(2)
+    assert len(a.shards.owned()) == len(b.shards.owned()) == 1
+    ra, rb = a.cycle(), b.cycle()
+    assert {ra.dispatched, rb.dispatched} == {("t/a-1",), ("t/b-1",)}
+    assert set(ra.compiled.clusters if ra.compiled else ()) != set(
+        rb.compiled.clusters if rb.compiled else ()
+    )
+    view = read_status(_branch(remote))
+    assert [q.name for q in view.queues] == ["qa", "qb"]
+    assert {q.name: q.active for q in view.queues} == {"qa": 1, "qb": 1}
+    assert {op: s.phase for op, s in view.operations.items()} == {
+        "t/a-1": "Dispatched",
+        "t/a-2": "Queued",
+        "t/a-3": "Queued",
+        "t/b-1": "Dispatched",
+        "t/b-2": "Queued",
+        "t/b-3": "Queued",
+    }
+
+    # a shard's own pages (``run --shards --http``): the fleet, from the branch
+    runtime = Runtime(b.reconciler, b.publisher)
+    runtime.completed = b.reconciler.last
+    fleet = runtime.fleet()
+    assert fleet is not None and fleet.report is not None and not fleet.leading
+    assert {q.name: q.active for q in fleet.report.plan.queues} == {"qa": 1, "qb": 1}
+    assert fleet.plan is not None
+    shown = set(fleet.states) | {p.operation for p in fleet.plan.pending}
+    assert shown == {f"t/{q}-{i}" for q in "ab" for i in (1, 2, 3)}
+    assert rb.compiled is not None and len(rb.compiled.queues) == 1  # its own cycle: one
+    assert runtime.fleet() is fleet  # made once per config and branch
+
+    # a is killed (nothing renewed, nothing released); its partition's run ends meanwhile
+    (lost,) = a.shards.owned()
+    (where,) = ("a",) if "t/a-1" in ra.dispatched else ("b",)
+    ended = "t-a-1-g1" if where == "a" else "t-b-1-g1"
+    clusters[where].set_phase("t", ended, "Succeeded")
+    for _ in range(9):  # within the Lease's duration and a retry period
+        b.shards.step()
+        clock.advance(2)
+    assert lost in b.shards.owned()
+    b.cycle()
+    assert _jobs(clusters) == Counter(
+        {"t-a-1-g1": 1, "t-b-1-g1": 1, "t-a-2-g1" if where == "a" else "t-b-2-g1": 1}
+    )
+    view = read_status(_branch(remote))
+    assert {q.name: q.active for q in view.queues} == {"qa": 1, "qb": 1}
+
+    # ``serve`` beside the shards: one follower over the whole config shows the fleet
+    follower = StatusPublisher(StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "s")))
+    serve = Reconciler(
+        lambda: RepoSnapshot(files={}, version=repo.version),
+        a._connect,  # type: ignore[arg-type]
+        clock,
+        is_leader=lambda: False,
+        watch=False,
+        leader_record=follower.leader_record,
+    )
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: repo):
+        shown = serve.run_once()
+    assert shown.report is not None
+    assert {q.name: q.active for q in shown.report.plan.queues} == {"qa": 1, "qb": 1}
+    assert not shown.dispatched
+
+
+def test_a_partition_taken_starts_from_its_last_owners_record(tmp_path: Path) -> None:
+    """a ran t-a-1 to its end and recorded it, then died; the Job is then deleted (its
+    TTL). b, which never saw that run, takes the partition: it must not run it again."""
+    world = _world().set_queue("qa", concurrency=3)  # room for t/a-1 again, if forgotten
+    repo = world.repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    a = Replica("a", repo, clusters, leases, clock, remote, tmp_path / "cache-a")
+    b = Replica("b", repo, clusters, leases, clock, remote, tmp_path / "cache-b")
+    a.cycle()
+    b.cycle()
+    for _ in range(2):  # a alone: it holds both
+        a.shards.step()
+        clock.advance(2)
+    assert a.cycle().dispatched == ("t/a-1", "t/a-2", "t/a-3", "t/b-1")
+    clusters["a"].set_phase("t", "t-a-1-g1", "Succeeded")
+    a.cycle()  # recorded Succeeded on the branch
+    clusters["a"].delete("t", "t-a-1-g1")  # a is killed; the Job's TTL deletes it
+    for _ in range(10):
+        b.shards.step()
+        clock.advance(2)
+    assert len(b.shards.owned()) == 2
+    taken = b.cycle()
+    assert taken.leading and taken.dispatched == ()
+    assert taken.states["t/a-1"].phase == "Succeeded"
+    assert "t-a-1-g1" not in _jobs(clusters)
