@@ -378,15 +378,8 @@ def count_active(
             stopped.append(obs)
         run = ActiveRun.of(obs, known, qstate)
         hold_run(run, counters)
-        aq = run.queue
-        if aq is not None and aq.budget is not None:
-            aq.budget.hold_active(
-                run.requests,
-                run.cluster or aq.spec.cluster,
-                run.started,
-                run.timeout,
-                aq.flavors[run.flavor].name if run.flavor >= 0 else None,
-            )
+        if run.queue is not None and run.queue.budget is not None:
+            run.queue.budget.hold_run(run)
     for q in qstate.values():
         q.active0 = q.active
         q.used0 = tuple(q.used)

@@ -423,6 +423,18 @@ class BudgetTrack:
         if end > now:
             self.holds.append((end, rate))
 
+    def hold_run(self, run: ActiveRun) -> None:
+        """``hold_active`` for an active run of this queue, as step 3 counts it."""
+        q = run.queue
+        assert q is not None
+        self.hold_active(
+            run.requests,
+            run.cluster or q.spec.cluster,
+            run.started,
+            run.timeout,
+            q.flavors[run.flavor].name if run.flavor >= 0 else None,
+        )
+
     def hold_dispatch(self, rate: Decimal, reservation: Decimal, timeout: int) -> None:
         self.committed += reservation
         self.holds.append((deadline(self.now, timeout), rate))

@@ -223,14 +223,7 @@ class WhatIf:
             for q in budgeted.values():
                 assert q.budget is not None
                 for oid in sorted(q.active_ids):
-                    run = self.runs[oid]
-                    q.budget.hold_active(
-                        run.requests,
-                        run.cluster or q.spec.cluster,
-                        run.started,
-                        run.timeout,
-                        q.flavors[run.flavor].name if run.flavor >= 0 else None,
-                    )
+                    q.budget.hold_run(self.runs[oid])
         if self.fleet:
             self.fleet.observe(self.capacity)
         self.deps.doomed.clear()
