@@ -32,6 +32,15 @@ def test_every_test_module_is_in_a_layer_folder() -> None:
     assert not misplaced, f"test modules outside {sorted(FOLDERS)}: {misplaced}"
 
 
+def test_test_module_names_are_unique_across_folders() -> None:
+    """The folders are not packages: pytest imports each module by its name alone, and a
+    second module of the same name stops the whole collection."""
+    seen: dict[str, list[str]] = {}
+    for p in TESTS.rglob("test_*.py"):
+        seen.setdefault(p.name, []).append(str(p.relative_to(TESTS)))
+    assert not {n: ps for n, ps in seen.items() if len(ps) > 1}
+
+
 def test_test_modules_import_support_never_each_other_or_conftest() -> None:
     wrong = [
         f"{p.relative_to(TESTS)}: {name}"
