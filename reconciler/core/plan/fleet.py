@@ -163,27 +163,16 @@ class FleetState:
         cluster: str,
         requests: Mapping[str, Decimal],
         flavor: str | None = None,
+        by: int = 1,
     ) -> None:
-        """An active operation of a fleet queue on ``cluster`` (in ``flavor``)."""
+        """An active operation of a fleet queue on ``cluster`` (in ``flavor``); ``by=-1``:
+        one that ended (the free capacity observed is not given back: what a cluster frees
+        is seen by the next observation)."""
         used = self.used.setdefault((queue, cluster, flavor), {})
         for r, a in requests.items():
-            used[r] = used.get(r, 0) + request_units(a)
+            used[r] = used.get(r, 0) + by * request_units(a)
         key = (queue, cluster)
-        self.active[key] = self.active.get(key, 0) + 1
-
-    def release(
-        self,
-        queue: str,
-        cluster: str,
-        requests: Mapping[str, Decimal],
-        flavor: str | None = None,
-    ) -> None:
-        """The inverse of ``hold``: a run that ended (the free capacity observed is not
-        given back: what a cluster frees is seen by the next observation)."""
-        used = self.used[(queue, cluster, flavor)]
-        for r, a in requests.items():
-            used[r] -= request_units(a)
-        self.active[(queue, cluster)] -= 1
+        self.active[key] = self.active.get(key, 0) + by
 
     def observe(self, capacity: Mapping[str, ClusterCapacity]) -> None:
         """Start an admission from the free capacity observed (what earlier admissions took

@@ -46,7 +46,7 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
 )
-from reconciler.core.plan.state import ActiveRun, BudgetTrack, Counters, QueueState, hold_run
+from reconciler.core.plan.state import ActiveRun, BudgetTrack, Counters, QueueState, count_run
 from reconciler.core.plan.units import request_units
 from reconciler.core.types import (
     ClusterSpec,
@@ -377,7 +377,7 @@ def count_active(
         elif known.stopped:
             stopped.append(obs)
         run = ActiveRun.of(obs, known, qstate)
-        hold_run(run, counters)
+        count_run(run, counters)
         if run.queue is not None and run.queue.budget is not None:
             run.queue.budget.hold_run(run)
     for q in qstate.values():

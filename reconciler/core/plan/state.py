@@ -2,8 +2,8 @@
 
 What must live here: the mutable, planner-private state of one ``plan_dispatch`` call (a
 queue's candidates, usage and pending entries; the cluster and workflow counters), how step
-3 counts an active run on it (``ActiveRun``, ``hold_run``) and the exact inverse of each
-count (``release_run``, the ``release`` methods: the what-if state of ``whatif.py`` moves
+3 counts an active run on it (``ActiveRun``, ``count_run``) and the exact inverse of each
+count (``release=True``, the ``release`` methods: the what-if state of ``whatif.py`` moves
 time on them), and the pending tuples the admission loop (step 4) hands to ``explain.py``
 (step 6). Nothing here leaves the planner: the plan is made of ``model.py``'s frozen values.
 
@@ -303,27 +303,19 @@ class ActiveRun(NamedTuple):
         )
 
 
-def hold_run(run: ActiveRun, counters: Counters) -> None:
-    """Count ``run`` in its queue, cluster and workflow (its queue's budget, cohort and
-    fleet usage are counted by their own steps)."""
+def count_run(run: ActiveRun, counters: Counters, *, release: bool = False) -> None:
+    """Count ``run`` in its queue, cluster and workflow (step 3: its queue's budget, cohort
+    and fleet usage are counted by their own steps); with ``release``, the exact inverse
+    (a run that ended, in the what-if state)."""
     aq = run.queue
     if aq is not None:
-        aq.hold(run.oid, run.req, run.pods)
+        (aq.release if release else aq.hold)(run.oid, run.req, run.pods)
     if run.cluster is not None:
-        counters.cluster(run.cluster).hold(run.oid)
+        c = counters.cluster(run.cluster)
+        (c.release if release else c.hold)(run.oid)
     if run.workflow is not None:
-        counters.workflow(*run.workflow).hold(run.oid)
-
-
-def release_run(run: ActiveRun, counters: Counters) -> None:
-    """The inverse of ``hold_run``."""
-    aq = run.queue
-    if aq is not None:
-        aq.release(run.oid, run.req, run.pods)
-    if run.cluster is not None:
-        counters.cluster(run.cluster).release(run.oid)
-    if run.workflow is not None:
-        counters.workflow(*run.workflow).release(run.oid)
+        w = counters.workflow(*run.workflow)
+        (w.release if release else w.hold)(run.oid)
 
 
 class BudgetTrack:

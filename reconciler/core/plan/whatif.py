@@ -44,8 +44,7 @@ from reconciler.core.plan.state import (
     Counter,
     Counters,
     QueueState,
-    hold_run,
-    release_run,
+    count_run,
 )
 from reconciler.core.types import (
     CompiledOperation,
@@ -365,23 +364,20 @@ class WhatIf:
         self.journal.append((_HELD, run, before))
 
     def _hold(self, run: ActiveRun) -> None:
-        hold_run(run, self.counters)
-        q = run.queue
-        if q is None:
-            return
-        if q.cohort is not None:
-            q.cohort.take(q, run.requests)
-        if run.cluster is not None and q.spec.name in self.fleet.queues:
-            flavor = q.flavors[run.flavor].name if run.flavor >= 0 else None
-            self.fleet.hold(q.spec.name, run.cluster, run.requests, flavor)
+        self._count(run, release=False)
 
     def _release(self, run: ActiveRun) -> None:
-        release_run(run, self.counters)
+        self._count(run, release=True)
+
+    def _count(self, run: ActiveRun, *, release: bool) -> None:
+        """Count ``run`` everywhere step 3 counts it, or release it from there."""
+        count_run(run, self.counters, release=release)
         q = run.queue
         if q is None:
             return
         if q.cohort is not None:
-            q.cohort.give(q, run.requests)
+            (q.cohort.give if release else q.cohort.take)(q, run.requests)
         if run.cluster is not None and q.spec.name in self.fleet.queues:
             flavor = q.flavors[run.flavor].name if run.flavor >= 0 else None
-            self.fleet.release(q.spec.name, run.cluster, run.requests, flavor)
+            by = -1 if release else 1
+            self.fleet.hold(q.spec.name, run.cluster, run.requests, flavor, by)
