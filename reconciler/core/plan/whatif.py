@@ -93,12 +93,13 @@ def recorded_runs(
     entries: Iterable[LedgerEntry],
     submitted: Mapping[str, datetime],
     since: datetime,
+    until: datetime,
 ) -> tuple[RecordedRun, ...]:
-    """The ledger's runs that were still to start or running at ``since``, in arrival
-    order. An operation's first run arrived at its first commit (``submitted``, by id; no
-    later than it started), a later generation when it started (its rerun's commit is not
-    recorded); a run stopped by the reconciler says nothing of how the operation runs and
-    is left out."""
+    """The ledger's runs that were still to start or running at ``since`` and arrived
+    before ``until``, in arrival order. An operation's first run arrived at its first
+    commit (``submitted``, by id; no later than it started), a later generation when it
+    started (its rerun's commit is not recorded); a run stopped by the reconciler says
+    nothing of how the operation runs and is left out."""
     first: dict[str, int] = {}
     chosen = [e for e in entries if e.phase != _STOPPED]
     for e in chosen:
@@ -109,7 +110,7 @@ def recorded_runs(
         at = submitted.get(e.operation)
         if at is not None and e.generation == first[e.operation]:
             arrival = min(at, e.start)
-        if e.end <= since:
+        if e.end <= since or arrival >= until:
             continue
         out.append(
             RecordedRun(
@@ -288,7 +289,11 @@ class _Sim:
         for e in sorted(prior, key=lambda e: (e.end, e.operation, e.generation, e.workload)):
             if e.queue in self.spent and e.end <= since:
                 self.spent[e.queue].append(e)
-        self.prior_count = {n: len(v) for n, v in self.spent.items()}
+        self.books: dict[str, _Book] = {}
+        # per component (its root queue): the runs waiting and running, by operation
+        self.waiting_in: dict[str, dict[str, int]] = {}
+        self.active_in: dict[str, dict[str, int]] = {}
+        self.seen: dict[int, ObservedOperation] = {}  # a running run, as the planner sees it
         self.starts: dict[int, float] = {}  # seconds after ``since``
         self.placed: dict[int, tuple[str, str | None]] = {}  # cluster and flavor dispatched to
         self.entries: list[LedgerEntry] = []
@@ -326,6 +331,8 @@ class _Sim:
             else:
                 busy[oid] = i
                 active[oid] = i
+                self.active_in.setdefault(self._root(i), {})[oid] = i
+                self.seen[i] = self._observed(i)
         while events:
             now = events[0][0]
             if now > self.horizon:
@@ -343,6 +350,8 @@ class _Sim:
                 if kind == _END:
                     del active[oid]
                     del busy[oid]
+                    del self.active_in[self._root(i)][oid]
+                    del self.seen[i]
                     r = self.runs[i]
                     phases[oid] = Phase.FAILED if r.failed else Phase.SUCCEEDED
                     self._enter(i, now)
@@ -358,6 +367,7 @@ class _Sim:
                 else:
                     busy[oid] = i
                     waiting[oid] = i
+                    self.waiting_in.setdefault(self._root(i), {})[oid] = i
             roots = {self.components.root(q) for q in touched}
             for root in sorted(roots):
                 self._admit(root, now, waiting, active, phases, events)
@@ -382,13 +392,12 @@ class _Sim:
         events: list[tuple[int, int, int]],
     ) -> None:
         names = self.components.members[root]
-        members = set(names)
-        candidates = [i for i in waiting.values() if self._queue(i) in members]
+        candidates = list(self.waiting_in.get(root, {}).values())
         if not candidates:
             return
-        running = [i for i in active.values() if self._queue(i) in members]
+        running = list(self.active_in.get(root, {}).values())
         operations = [self.ops[i] for i in (*candidates, *running)]
-        observed = [self._observed(i) for i in running]
+        observed = [self.seen[i] for i in running]
         ids = {o.operation for o in observed}
         for i in candidates:
             op = self.ops[i]
@@ -423,6 +432,9 @@ class _Sim:
             active[go.operation] = run
             self.starts[run] = float(now)
             self.placed[run] = (go.cluster, go.flavor)
+            self.waiting_in[root].pop(go.operation, None)
+            self.active_in.setdefault(root, {})[go.operation] = run
+            self.seen[run] = self._observed(run)
             heapq.heappush(events, (now + self._grid(self.runs[run].seconds), _END, run))
         self._wake(names, now, waiting, events)
 
@@ -446,6 +458,10 @@ class _Sim:
             if key not in self.resets:
                 self.resets.add(key)
                 heapq.heappush(events, (key[0], _RESET, key[1]))
+
+    def _root(self, i: int) -> str:
+        """The component of run ``i``'s queue."""
+        return self.components.root(self._queue(i))
 
     def _queue(self, i: int) -> str:
         op = self.ops[i]
@@ -472,6 +488,10 @@ class _Sim:
         )
 
     def _ledger(self, names: Sequence[str], at: datetime) -> list[LedgerEntry]:
+        """What the budgeted queues of ``names`` spent, for the planner: per queue, the runs
+        across its window's start as they are, and those inside it summed into one entry
+        that counts the same (their cost and resource-hours over one hour), so a replan's
+        budget check reads a few entries, not every run of the window."""
         out: list[LedgerEntry] = []
         tz = self.repo.org.timezone
         for n in names:
@@ -479,7 +499,13 @@ class _Sim:
             if budget is None:
                 continue
             start = window_at(at, budget.per, tz).start
-            out.extend(e for e in self.spent[n] if e.end >= start)
+            book = self.books.get(n)
+            if book is None or book.start != start:
+                book = self.books[n] = _Book(start)
+            book.add(self.spent[n], budget)
+            out.extend(book.across)
+            if book.total is not None:
+                out.append(book.total)
         return out
 
     def _enter(self, i: int, now: int) -> None:
@@ -515,6 +541,52 @@ class _Sim:
         self.entries.append(entry)
         if op.queue in self.spent:
             self.spent[op.queue].append(entry)
+
+
+class _Book:
+    """A budgeted queue's window in the replay: the runs read so far (``read``), those that
+    began before the window (``across``), and the rest summed (``total``)."""
+
+    __slots__ = ("across", "cost", "hours", "read", "start", "total")
+
+    def __init__(self, start: datetime) -> None:
+        self.start = start
+        self.read = 0
+        self.cost = Decimal(0)
+        self.hours = Decimal(0)  # of the budget's resource (its amount times hours)
+        self.across: list[LedgerEntry] = []
+        self.total: LedgerEntry | None = None
+
+    def add(self, entries: Sequence[LedgerEntry], budget: BudgetSpec) -> None:
+        if self.read == len(entries):
+            return
+        resource = budget.hours_of
+        grew = False
+        for e in entries[self.read :]:
+            if e.end < self.start:
+                continue
+            if e.start < self.start or e.end <= e.start:
+                self.across.append(e)
+                continue
+            grew = True
+            self.cost += e.cost
+            if resource is not None:
+                self.hours += e.requests.get(resource, Decimal(0)) * hours(e.start, e.end)
+        self.read = len(entries)
+        if grew:
+            first = entries[0]
+            self.total = LedgerEntry(
+                operation="replay/window",
+                generation=0,
+                workload="replay-window",
+                queue=first.queue,
+                cluster="",
+                phase=str(Phase.SUCCEEDED),
+                requests={resource: self.hours} if resource is not None else {},
+                start=self.start,
+                end=self.start + timedelta(hours=1),
+                cost=self.cost,
+            )
 
 
 def _all_backends(
