@@ -51,7 +51,7 @@ from reconciler.core.plan.estimate import (
     estimate_starts,
 )
 from reconciler.core.plan.ledger import EARLIEST, LATEST, utc_text
-from reconciler.core.plan.whatif import WhatIf, compare_replays, recorded_runs, replay_runs
+from reconciler.core.plan.history import WhatIf, compare_replays, recorded_runs, replay_runs
 from reconciler.core.reporting.status import StatusView
 from reconciler.core.types import (
     CompiledRepo,
@@ -166,7 +166,7 @@ def parse_span(text: str) -> timedelta | None:
 
 def history_replayer(recorded: StatusView | None, now: datetime, span: timedelta) -> Replayer:
     """The last ``span`` before ``now`` of the status branch's ledger, replayed under each
-    revision (``core/plan/whatif.py``). A ledger with entries that cannot be read is refused
+    revision (``core/plan/history.py``). A ledger with entries that cannot be read is refused
     (a replay of part of the history would mislead): ``LoadError``, one line."""
     if recorded is not None and recorded.ledger_problems.messages:
         raise LoadError(

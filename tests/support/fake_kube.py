@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -40,6 +40,11 @@ NOW = "2026-01-01T12:00:00Z"
 # status.completionTime or the Failed condition's lastTransitionTime).
 STARTED = "2026-01-01T11:00:00Z"
 ENDED = "2026-01-01T11:40:00Z"
+
+
+def _stamp(moment: datetime) -> str:
+    """A Kubernetes time: UTC, to the second."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -135,6 +140,19 @@ class FakeCluster:
             },
             "status": {"phase": "Running"},
         }
+
+    def end_job(
+        self, namespace: str, name: str, phase: str, started: datetime, ended: datetime
+    ) -> None:
+        """The Job ends ``Succeeded`` or ``Failed`` with its controller's times: it started
+        at ``started`` and ended at ``ended`` (a history of runs of their own lengths)."""
+        self.set_phase(namespace, name, phase)
+        status = self.jobs[(namespace, name)]["status"]
+        status["startTime"] = _stamp(started)
+        if phase == "Succeeded":
+            status["completionTime"] = _stamp(ended)
+        else:
+            status["conditions"][0]["lastTransitionTime"] = _stamp(ended)
 
     def set_phase(self, namespace: str, name: str, phase: str) -> None:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or

@@ -16,7 +16,7 @@ from typing import Any
 
 from reconciler.core.plan.estimate import duration_text
 from reconciler.core.plan.ledger import utc_text
-from reconciler.core.plan.whatif import (
+from reconciler.core.plan.history import (
     BurnForecast,
     QueueFigures,
     StartMove,

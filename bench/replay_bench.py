@@ -6,7 +6,7 @@ another's GPU quota halved). Prints the CPU and wall time of reading the runs, e
 and the comparison, side by side with one plan of the same fleet, and last the total
 against the goal (7 days of 1,000 a day in <= 10 s of CPU).
 
-    PYTHONPATH=$PWD python bench/whatif_bench.py [--days 7] [--per-day 1000] [--repeat 1]
+    PYTHONPATH=$PWD python bench/replay_bench.py [--days 7] [--per-day 1000] [--repeat 1]
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from decimal import Decimal
 
 from reconciler.core.plan import plan_dispatch
 from reconciler.core.plan.ledger import LedgerEntry
-from reconciler.core.plan.whatif import compare_replays, recorded_runs, replay_runs
+from reconciler.core.plan.history import compare_replays, recorded_runs, replay_runs
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,

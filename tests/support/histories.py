@@ -1,0 +1,105 @@
+"""A history of runs made by the real cycle over the fake cluster: operations arrive (each
+a copy of one of the repo's, committed at its arrival), the reconciler's cycles dispatch
+them, and each run ends after its own drawn duration (``Succeeded``, or ``Failed``). What
+the what-if replay is measured against (tests/runtime/test_replay_accuracy.py,
+bench/replay_accuracy.py)."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+
+from reconciler.core.plan.ledger import Ledger
+from reconciler.core.types import CompiledOperation, CompiledRepo
+from support.clocks import SteppedClock
+from support.fake_kube import FakeCycles
+
+
+@dataclass(frozen=True)
+class Arrival:
+    operation: CompiledOperation  # a copy of a repo's operation, committed at its arrival
+    seconds: float  # how long its run takes
+    failed: bool
+
+
+@dataclass(frozen=True)
+class Made:
+    """What the history made: the last config (every operation that arrived), each run's
+    arrival and the start the cycle gave it, and the reconciler's ledger."""
+
+    repo: CompiledRepo
+    arrivals: dict[str, datetime]
+    starts: dict[str, datetime]
+    ledger: Ledger
+
+
+def arrivals(
+    repo: CompiledRepo,
+    templates: list[str],
+    since: datetime,
+    hours: float,
+    per_hour: float,
+    *,
+    seed: int = 1,
+    median: float = 1800.0,
+) -> list[Arrival]:
+    """A Poisson stream of copies of ``templates`` (ids of the repo's operations) from
+    ``since``, each run lasting a lognormal time around ``median`` seconds; 5 % fail."""
+    rng = random.Random(seed)
+    by_id = {op.id: op for op in repo.operations}
+    out = []
+    at = since
+    k = 0
+    while True:
+        at += timedelta(seconds=rng.expovariate(per_hour / 3600))
+        if at >= since + timedelta(hours=hours):
+            return out
+        op = by_id[rng.choice(templates)]
+        copy = replace(op, name=f"{op.name}-h{k}", submitted_at=at, dependencies=())
+        seconds = rng.lognormvariate(0, 0.6) * median
+        if op.timeout is not None:  # its Job's deadline ends it
+            seconds = min(seconds, float(op.timeout))
+        out.append(Arrival(copy, seconds, rng.random() < 0.05))
+        k += 1
+
+
+def make_history(
+    repo: CompiledRepo, stream: list[Arrival], until: datetime, step: float = 60.0
+) -> Made:
+    """Cycles every ``step`` seconds from the first arrival to ``until`` over ``repo`` with
+    the operations arrived so far; a run ends ``seconds`` after the cycle that started it."""
+    start = stream[0].operation.submitted_at
+    assert start is not None
+    repo = replace(repo, schedules=())  # only the stream's runs
+    cycles = FakeCycles(replace(repo, operations=()), clock=SteppedClock(start))
+    arrived: list[CompiledOperation] = []
+    arrival_of: dict[str, datetime] = {}
+    pending = list(stream)
+    runs = {a.operation.id: a for a in stream}
+    starts: dict[str, datetime] = {}
+    ends: dict[str, tuple[datetime, str, str]] = {}  # op -> its end, namespace, job
+    ledger = Ledger()
+    while cycles.clock.at < until:
+        now = cycles.clock.at
+        while pending and (pending[0].operation.submitted_at or now) <= now:
+            op = pending.pop(0).operation
+            arrived.append(op)
+            arrival_of[op.id] = op.submitted_at or now
+        cycles.repo = replace(repo, version=f"h{len(arrived)}", operations=tuple(arrived))
+        for oid, (end, namespace, job) in sorted(ends.items()):
+            if end <= now:
+                phase = "Failed" if runs[oid].failed else "Succeeded"
+                cycles.cluster.end_job(namespace, job, phase, starts[oid], end)
+                del ends[oid]
+        result = cycles.cycle()
+        for oid in result.dispatched:
+            state = result.states.get(oid)
+            if state is None or oid in starts:
+                continue
+            starts[oid] = now
+            ends[oid] = (now + timedelta(seconds=runs[oid].seconds), state.namespace, state.name)
+        if result.decision is not None:
+            ledger = result.decision.memory.ledger
+        cycles.clock.advance(step)
+    return Made(cycles.repo, arrival_of, starts, ledger)
