@@ -9,11 +9,13 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from reconciler.core.plan.ledger import Ledger
 from reconciler.core.types import CompiledOperation, CompiledRepo
 from support.clocks import SteppedClock
 from support.fake_kube import FakeCycles
+from support.git_commands import git
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Made:
     arrivals: dict[str, datetime]
     starts: dict[str, datetime]
     ledger: Ledger
+    status: dict[str, bytes]  # the status files the last cycle's writer commits
 
 
 def arrivals(
@@ -80,6 +83,7 @@ def make_history(
     starts: dict[str, datetime] = {}
     ends: dict[str, tuple[datetime, str, str]] = {}  # op -> its end, namespace, job
     ledger = Ledger()
+    status: dict[str, bytes] = {}
     while cycles.clock.at < until:
         now = cycles.clock.at
         while pending and (pending[0].operation.submitted_at or now) <= now:
@@ -101,5 +105,22 @@ def make_history(
             ends[oid] = (now + timedelta(seconds=runs[oid].seconds), state.namespace, state.name)
         if result.decision is not None:
             ledger = result.decision.memory.ledger
+            status = cycles.status_of(result)
         cycles.clock.advance(step)
-    return Made(cycles.repo, arrival_of, starts, ledger)
+    return Made(cycles.repo, arrival_of, starts, ledger, status)
+
+
+def commit_arrivals(work: Path, repo: CompiledRepo, stream: list[Arrival]) -> None:
+    """Each arrival's operation file committed in ``work`` at its arrival (its first
+    commit, as the replay reads it): a copy of its original's file under its own name."""
+    originals = {op.id: op for op in repo.operations}
+    for a in stream:
+        op = a.operation
+        original = originals[f"{op.project}/{op.name.rsplit('-h', 1)[0]}"]
+        text = (work / original.path).read_text()
+        copy = work / Path(original.path).with_name(f"{op.name}.yaml")
+        copy.write_text(text.replace(f"name: {original.name}\n", f"name: {op.name}\n", 1))
+        when = op.submitted_at
+        assert when is not None
+        git(work, "add", str(copy.relative_to(work)))
+        git(work, "commit", "-qm", f"add {op.id}", when=int(when.timestamp()))

@@ -718,7 +718,9 @@ def figures_of(replay: Replay, repo: CompiledRepo) -> dict[str, QueueFigures]:
         runs[p.queue] = runs.get(p.queue, 0) + 1
         if p.waited is not None:
             waits.setdefault(p.queue, []).append(p.waited)
-    window = Window(since, until)
+    # over the span the history covers: from its first arrival, not before
+    first = min((p.run.arrival for p in replay.played if not p.carried), default=since)
+    window = Window(max(since, first), until)
     out = {}
     for name in sorted(set(runs) | set(gpu)):
         spec = repo.queues.get(name)
@@ -734,7 +736,7 @@ def figures_of(replay: Replay, repo: CompiledRepo) -> dict[str, QueueFigures]:
             quantile(got, 0.5) if got else None,
             quantile(got, 0.9) if got else None,
             used,
-            quantize(used / (quota * hours(since, until))) if quota and until > since else None,
+            quantize(used / (quota * hours(*window))) if quota and until > window.start else None,
             burn,
         )
     return out
@@ -777,6 +779,8 @@ def compare_replays(
             )
         )
     entries = list(ledger)
+    # the rate is over the span the history covers: from its first arrival, not before
+    window = Window(max(after.since, min(p.run.arrival for p in measured)), after.until)
     forecasts = []
     for name in sorted(set(base_repo.queues) | set(head_repo.queues)):
         sides: list[BurnForecast | None] = []
@@ -785,7 +789,6 @@ def compare_replays(
             if spec is None or spec.budget is None:
                 sides.append(None)
                 continue
-            window = Window(replay.since, replay.until)
             rate = spent(replay.ledger, name, spec.budget, window) / hours(*window)
             sides.append(forecast_burn(budget_window(repo, name, entries, now), now, rate))
         if sides[0] is not None or sides[1] is not None:
