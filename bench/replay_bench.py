@@ -20,8 +20,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from reconciler.core.plan import plan_dispatch
-from reconciler.core.plan.ledger import LedgerEntry
 from reconciler.core.plan.history import compare_replays, recorded_runs, replay_runs
+from reconciler.core.plan.ledger import LedgerEntry
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,

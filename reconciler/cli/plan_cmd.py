@@ -50,8 +50,8 @@ from reconciler.core.plan.estimate import (
     estimate_decision,
     estimate_starts,
 )
-from reconciler.core.plan.ledger import EARLIEST, LATEST, utc_text
 from reconciler.core.plan.history import WhatIf, compare_replays, recorded_runs, replay_runs
+from reconciler.core.plan.ledger import EARLIEST, LATEST, utc_text
 from reconciler.core.reporting.status import StatusView
 from reconciler.core.types import (
     CompiledRepo,

@@ -15,7 +15,6 @@ from decimal import Decimal
 from typing import Any
 
 from reconciler.core.plan.estimate import duration_text
-from reconciler.core.plan.ledger import utc_text
 from reconciler.core.plan.history import (
     BurnForecast,
     QueueFigures,
@@ -23,6 +22,7 @@ from reconciler.core.plan.history import (
     WhatIf,
     forecast_move_text,
 )
+from reconciler.core.plan.ledger import utc_text
 from reconciler.core.views.plan_render import md_code, md_table
 
 
