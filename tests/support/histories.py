@@ -70,10 +70,12 @@ def arrivals(
 def make_history(
     repo: CompiledRepo, stream: list[Arrival], until: datetime, step: float = 60.0
 ) -> Made:
-    """Cycles every ``step`` seconds from the first arrival to ``until`` over ``repo`` with
-    the operations arrived so far; a run ends ``seconds`` after the cycle that started it."""
-    start = stream[0].operation.submitted_at
-    assert start is not None
+    """Cycles every ``step`` seconds from the first arrival's minute to ``until`` over
+    ``repo`` with the operations arrived so far; a run ends ``seconds`` after the cycle that
+    started it (seen by the first cycle at or after that)."""
+    first = stream[0].operation.submitted_at
+    assert first is not None
+    start = first.replace(second=0, microsecond=0)
     repo = replace(repo, schedules=())  # only the stream's runs
     cycles = FakeCycles(replace(repo, operations=()), clock=SteppedClock(start))
     arrived: list[CompiledOperation] = []

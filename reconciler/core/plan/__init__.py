@@ -20,7 +20,9 @@ The package, one concern a module (each says what must live in it):
 - ``state``: the counters the planner updates while it plans (private to the planner);
 - ``units``: quantities as exact integers (requests round up, quotas down);
 - ``ledger``: prices, budget windows and the ledger of finished runs (docs/budgets.md);
-- ``estimate``: when each pending operation will be dispatched, p50 and p90.
+- ``estimate``: when each pending operation will be dispatched, p50 and p90;
+- ``history``: a recorded history replayed under a config (``plan --base --replay``), two
+  replays compared per queue, and the budget burn forecast.
 
 Only the names below are the package's interface.
 """

@@ -161,6 +161,20 @@ class Replay:
     ledger: tuple[LedgerEntry, ...]
 
 
+def as_recorded(
+    runs: Sequence[RecordedRun],
+    since: datetime,
+    until: datetime,
+    ledger: Iterable[LedgerEntry] = (),
+) -> Replay:
+    """What happened, in the replay's terms: each run started when it started, and the
+    ledger's runs of the window (what a replay under the same config is measured against,
+    docs/estimates.md)."""
+    played = tuple(Played(r, r.queue, r.start, r.start < since) for r in runs)
+    entries = tuple(e for e in ledger if e.end > since and e.start < until)
+    return Replay(since, until, played, entries)
+
+
 def _stand_in(run: RecordedRun, queue: QueueSpec | None) -> CompiledOperation:
     """An operation the config no longer holds, as its ledger entry ran it; its timeout
     its queue's default, else how long it ran (a budget reserves to a timeout)."""
