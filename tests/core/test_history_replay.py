@@ -180,3 +180,15 @@ def _golden(name: str, text: str) -> None:
         path.write_text(text)
     assert path.exists(), f"no golden {name}: run with UPDATE_GOLDEN=1"
     assert text == path.read_text()
+
+
+def test_a_dependency_not_arrived_yet_holds_its_dependent() -> None:
+    w = World()
+    w.queue("train", quota={"nvidia.com/gpu": 4})
+    w.op("p/prep", queue="train", gpu=1).submitted(T0 + timedelta(minutes=30))
+    w.op("p/fit", queue="train", gpu=1).after("p/prep").submitted(T0)
+    repo = w.repo()
+    ledger = [ran("p/prep", "train", 30, 60), ran("p/fit", "train", 90, 60)]
+    runs = recorded_runs(ledger, submitted(repo), T0, NOW)
+    played = {p.run.operation: p.start for p in replay_runs(repo, runs, T0, NOW).played}
+    assert played == {"p/prep": T0 + timedelta(minutes=30), "p/fit": T0 + timedelta(minutes=90)}

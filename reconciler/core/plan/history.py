@@ -297,6 +297,7 @@ class _Sim:
             op = by_id.get(r.operation)
             op = _stand_in(r, repo.queues.get(r.queue)) if op is None else op
             self.ops.append(op if op.queue in repo.queues else None)
+        self.replayed = {r.operation for r in runs}
         self.components = _Components(repo, (o for o in self.ops if o is not None))
         self.budgeted = {n: q.budget for n, q in repo.queues.items() if q.budget is not None}
         self.spent: dict[str, list[LedgerEntry]] = {n: [] for n in self.budgeted}
@@ -423,6 +424,8 @@ class _Sim:
                 phase = phases.get(d)
                 if d in active:
                     phase = Phase.RUNNING
+                elif phase is None and d in self.replayed:
+                    phase = Phase.QUEUED  # its run has not arrived yet
                 # a dependency the history does not hold ran before it
                 observed.append(ObservedOperation(d, phase or Phase.SUCCEEDED))
         at = self.since + timedelta(seconds=now)
