@@ -192,3 +192,13 @@ def test_a_dependency_not_arrived_yet_holds_its_dependent() -> None:
     runs = recorded_runs(ledger, submitted(repo), T0, NOW)
     played = {p.run.operation: p.start for p in replay_runs(repo, runs, T0, NOW).played}
     assert played == {"p/prep": T0 + timedelta(minutes=30), "p/fit": T0 + timedelta(minutes=90)}
+
+
+def test_runs_running_when_the_window_starts_hold_their_quota_as_recorded() -> None:
+    repo = world()
+    since = T0 + timedelta(minutes=30)
+    runs = recorded_runs(LEDGER, submitted(repo), since, NOW)
+    played = {p.run.operation: p for p in replay_runs(repo, runs, since, NOW).played}
+    assert played["p/t0"].carried and played["p/t0"].start == T0
+    assert played["p/t1"].carried and played["p/t1"].start == T0 + timedelta(minutes=10)
+    assert played["p/t2"].start == T0 + timedelta(minutes=60)  # when t0 ends, as it did
