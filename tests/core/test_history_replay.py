@@ -202,3 +202,15 @@ def test_runs_running_when_the_window_starts_hold_their_quota_as_recorded() -> N
     assert played["p/t0"].carried and played["p/t0"].start == T0
     assert played["p/t1"].carried and played["p/t1"].start == T0 + timedelta(minutes=10)
     assert played["p/t2"].start == T0 + timedelta(minutes=60)  # when t0 ends, as it did
+
+
+def test_a_run_the_reconciler_stopped_is_not_replayed_but_counts_as_spent() -> None:
+    repo = world()
+    stopped = ran("p/b0", "batch", 0, 60 * 12, "Stopped")  # 30 USD: the day's budget
+    late = ran("p/b1", "batch", 60 * 13, 60)
+    day2 = T0 + timedelta(days=1)
+    ledger = [stopped, late]
+    runs = recorded_runs(ledger, {"p/b1": T0 + timedelta(hours=13)}, T0, day2)
+    assert [r.operation for r in runs] == ["p/b1"]
+    played = replay_runs(repo, runs, T0, day2, prior=ledger).played
+    assert played[0].start == day2

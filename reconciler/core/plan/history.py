@@ -11,7 +11,7 @@ comparison of two replays per queue (``compare_replays``) and the budget burn fo
 The replay is an event-driven simulation on a grid of ``resolution``: at each instant an
 operation arrives or a run ends, the ended runs release what they held (entering the
 replay's ledger, so budgets count them) and the planner is asked again, for the queues the
-event can change (``_components``: queues linked by a cluster's concurrency, a cohort, a
+event can change (``_Components``: queues linked by a cluster's concurrency, a cohort, a
 fleet or a dependency are planned together; the others alone). A dispatched run then runs
 its recorded duration and ends as it ended (``Failed`` or ``Succeeded``). Nothing is drawn
 at random: the same history and config give the same replay, to the byte.
@@ -301,8 +301,10 @@ class _Sim:
         self.components = _Components(repo, (o for o in self.ops if o is not None))
         self.budgeted = {n: q.budget for n, q in repo.queues.items() if q.budget is not None}
         self.spent: dict[str, list[LedgerEntry]] = {n: [] for n in self.budgeted}
+        # what was spent before the window, and by runs the replay leaves out (stopped by
+        # the reconciler): the others are entered again as the replay ends them
         for e in sorted(prior, key=lambda e: (e.end, e.operation, e.generation, e.workload)):
-            if e.queue in self.spent and e.end <= since:
+            if e.queue in self.spent and (e.end <= since or e.phase == _STOPPED):
                 self.spent[e.queue].append(e)
         self.books: dict[str, _Book] = {}
         # per component (its root queue): the runs waiting and running, by operation
