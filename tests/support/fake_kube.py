@@ -146,17 +146,13 @@ class FakeCluster:
     ) -> None:
         """The Job ends ``Succeeded`` or ``Failed`` with its controller's times: it started
         at ``started`` and ended at ``ended`` (a history of runs of their own lengths)."""
-        self.set_phase(namespace, name, phase)
-        status = self.jobs[(namespace, name)]["status"]
-        status["startTime"] = _stamp(started)
-        if phase == "Succeeded":
-            status["completionTime"] = _stamp(ended)
-        else:
-            status["conditions"][0]["lastTransitionTime"] = _stamp(ended)
+        self.set_phase(namespace, name, phase, started=_stamp(started), ended=_stamp(ended))
 
-    def set_phase(self, namespace: str, name: str, phase: str) -> None:
+    def set_phase(
+        self, namespace: str, name: str, phase: str, *, started: str = STARTED, ended: str = ENDED
+    ) -> None:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or
-        ``Deleting``."""
+        ``Deleting``; a run that ends started at ``started`` and ended at ``ended``."""
         job = self.jobs[(namespace, name)]
         pod_key = (namespace, f"{name}-pod")
         if phase in ("Deleting", "Succeeded", "Failed"):
@@ -166,8 +162,8 @@ class FakeCluster:
             elif phase == "Succeeded":
                 job["status"] = {
                     "conditions": [{"type": "Complete", "status": "True"}],
-                    "startTime": STARTED,
-                    "completionTime": ENDED,
+                    "startTime": started,
+                    "completionTime": ended,
                 }
             else:
                 job["status"] = {
@@ -176,10 +172,10 @@ class FakeCluster:
                             "type": "Failed",
                             "status": "True",
                             "reason": "BackoffLimitExceeded",
-                            "lastTransitionTime": ENDED,
+                            "lastTransitionTime": ended,
                         }
                     ],
-                    "startTime": STARTED,
+                    "startTime": started,
                 }
             self._emit("Job", "MODIFIED", job)
             return
