@@ -11,12 +11,15 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 from support.git_commands import git
-from support.histories import arrivals, commit_arrivals, make_history
+from support.histories import Arrival, Made, arrivals, commit_arrivals, make_history
+from support.paths import TEMPLATE
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.adapters.repo import snapshot_checkout
 from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.reporting.status import status_changes, summarize_cycle
+from reconciler.core.types import CompiledRepo
 
 SINCE = datetime(2026, 1, 5, tzinfo=UTC)
 HOURS = 6
@@ -35,15 +38,25 @@ def write_status(remote: Path, files: dict[str, bytes], cache: Path) -> None:
     status.write(status_changes(before, files), summarize_cycle(before, files))
 
 
-@pytest.fixture
-def changed(template_remote: Path, tmp_path: Path) -> Path:
-    """A clone of the template with its status branch holding 6 hours of runs, and a branch
-    ``change`` that gives team-a the lowest priority and team-b a tenth of its budget."""
-    repo = compile_repo(ConfigRepo(str(template_remote), cache_dir=tmp_path / "c").sync())
+@pytest.fixture(scope="module")
+def history() -> tuple[CompiledRepo, list[Arrival], Made]:
+    """6 hours of runs the real cycle made over the template, once for the module."""
+    repo = compile_repo(snapshot_checkout(TEMPLATE))
     stream = arrivals(repo, TEMPLATES, SINCE, HOURS, 6)
     made = make_history(repo, stream, SINCE + timedelta(hours=HOURS))
     assert len(made.ledger) > 10
-    write_status(template_remote, made.status, tmp_path / "c2")
+    return repo, stream, made
+
+
+@pytest.fixture
+def changed(
+    history: tuple[CompiledRepo, list[Arrival], Made], template_remote: Path, tmp_path: Path
+) -> Path:
+    """A clone of the template with its status branch holding the history's runs, each
+    operation committed at its arrival, and a branch ``change`` that gives team-a the
+    lowest priority and team-b a tenth of its budget."""
+    repo, stream, made = history
+    write_status(template_remote, made.status, tmp_path / "c")
     work = tmp_path / "clone"
     git(tmp_path, "clone", "-q", str(template_remote), str(work))
     commit_arrivals(work, repo, stream)

@@ -99,6 +99,9 @@ def make_history(
                 cycles.cluster.end_job(namespace, job, phase, starts[oid], end)
                 del ends[oid]
         result = cycles.cycle()
+        # its phase annotations are written off the cycle thread: the next cycle's list of
+        # the fake cluster must not meet one half-written
+        assert cycles.reconciler.wait_writes(10.0)
         for oid in result.dispatched:
             state = result.states.get(oid)
             if state is None or oid in starts:
