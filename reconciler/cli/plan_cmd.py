@@ -10,10 +10,11 @@ next ``reconciler run`` cycle makes. Only ``--observed FILE`` plans a given stat
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -49,6 +50,7 @@ from reconciler.core.plan.estimate import (
     estimate_decision,
     estimate_starts,
 )
+from reconciler.core.plan.history import WhatIf, compare_replays, recorded_runs, replay_runs
 from reconciler.core.plan.ledger import EARLIEST, LATEST, utc_text
 from reconciler.core.reporting.status import StatusView
 from reconciler.core.types import (
@@ -58,8 +60,15 @@ from reconciler.core.types import (
     RepoSnapshot,
     printable_path,
 )
-from reconciler.core.views.diff import PlanDiff, diff_plans, diff_to_json, diff_to_markdown
+from reconciler.core.views.diff import (
+    PlanDiff,
+    diff_plans,
+    diff_to_dict,
+    diff_to_json,
+    diff_to_markdown,
+)
 from reconciler.core.views.plan_render import plan_to_json, plan_to_markdown, plan_to_table
+from reconciler.core.views.replay_render import replay_to_dict, replay_to_markdown
 from reconciler.runtime.live import ClusterReads, Connect, connector, unreachable_warnings
 
 EXIT_OK = 0
@@ -96,8 +105,15 @@ def render_plan(plan: Plan, output: str, estimates: Estimates = NO_ESTIMATES) ->
     return plan_to_table(plan, estimates)
 
 
-def render_diff(diff: PlanDiff, output: str) -> str:
-    return diff_to_json(diff) if output == "json" else diff_to_markdown(diff)
+def render_diff(diff: PlanDiff, output: str, replay: Replayed | None = None) -> str:
+    """The PR plan; with ``replay``, its what-if section (``replay`` in the JSON)."""
+    if replay is None:
+        return diff_to_json(diff) if output == "json" else diff_to_markdown(diff)
+    what, span = replay
+    if output == "json":
+        data = {**diff_to_dict(diff), "replay": replay_to_dict(what, span)}
+        return json.dumps(data, indent=2, ensure_ascii=False) + "\n"
+    return diff_to_markdown(diff) + replay_to_markdown(what, span)
 
 
 def diff_exit_code(diff: PlanDiff) -> int:
@@ -128,6 +144,54 @@ class Planned(NamedTuple):
 
 # A compiled repo -> its plan, its estimates and warnings. Raises PlanInputError.
 Planner = Callable[[CompiledRepo], Planned]
+# (base, head) -> the what-if replay of the recorded history under each (docs/pull-requests.md)
+Replayer = Callable[[CompiledRepo, CompiledRepo], WhatIf]
+Replayed = tuple[WhatIf, str]  # the replay and its window as asked (``7d``)
+
+# ``--replay``: days, hours and minutes, at least one (``7d``, ``36h``, ``1d12h``)
+_SPAN = re.compile(r"^(?=\d)(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?$")
+MAX_REPLAY = timedelta(days=92)
+
+
+def parse_span(text: str) -> timedelta | None:
+    """``7d``, ``36h``, ``1d12h``, ``90m``: a replay window; None when ``text`` is not one
+    or is empty."""
+    match = _SPAN.fullmatch(text)
+    if match is None:
+        return None
+    d, h, m = (int(g) if g else 0 for g in match.groups())
+    span = timedelta(days=d, hours=h, minutes=m)
+    return span if span > timedelta(0) else None
+
+
+def history_replayer(recorded: StatusView | None, now: datetime, span: timedelta) -> Replayer:
+    """The last ``span`` before ``now`` of the status branch's ledger, replayed under each
+    revision (``core/plan/history.py``). A ledger with entries that cannot be read is refused
+    (a replay of part of the history would mislead): ``LoadError``, one line."""
+    if recorded is not None and recorded.ledger_problems.messages:
+        raise LoadError(
+            [
+                "error: --replay: the status branch's ledger cannot be replayed: "
+                + recorded.ledger_problems.messages[0]
+            ]
+        )
+    entries = recorded.ledger if recorded is not None else ()
+    since = now - span
+
+    def replay(base: CompiledRepo, head: CompiledRepo) -> WhatIf:
+        submitted = {
+            op.id: op.submitted_at
+            for repo in (base, head)
+            for op in repo.operations
+            if op.submitted_at is not None
+        }
+        runs = recorded_runs(entries, submitted, since, now)
+        sides = [
+            (repo, replay_runs(repo, runs, since, now, prior=entries)) for repo in (base, head)
+        ]
+        return compare_replays(sides[0], sides[1], entries, now)
+
+    return replay
 
 
 def observed_planner(observed: Sequence[ObservedOperation], now: datetime) -> Planner:
@@ -197,9 +261,11 @@ def run_plan_diff(
     planner: Planner,
     output: str,
     labels: tuple[str, str] = ("base", "head"),
+    replay: tuple[Replayer, str] | None = None,
 ) -> Outcome:
     """``reconciler plan --base REF --head REF``: both revisions against the same observed
-    state and clock. Exit 0 without changes, 3 with changes, 1 on error."""
+    state and clock (with ``replay``, the recorded history replayed under each, and the
+    window as asked). Exit 0 without changes, 3 with changes, 1 on error."""
     repos: list[CompiledRepo] = []
     lines: list[str] = []
     for load, label in ((load_base, labels[0]), (load_head, labels[1])):
@@ -222,8 +288,14 @@ def run_plan_diff(
     except PlanInputError as exc:
         return Outcome("", f"error: {exc}\n", EXIT_ERROR)
     diff = diff_plans((base, base_plan), (head, head_plan), (base_est, head_est))
+    replayed = None
+    if replay is not None:
+        try:
+            replayed = (replay[0](base, head), replay[1])
+        except PlanInputError as exc:
+            return Outcome("", f"error: --replay: {exc}\n", EXIT_ERROR)
     stderr = "".join(f"{n}\n" for n in notes) + _warnings(head_plan)
-    stdout = render_diff(diff, output) + _markdown_warnings(config_warnings, output)
+    stdout = render_diff(diff, output, replayed) + _markdown_warnings(config_warnings, output)
     return Outcome(stdout, stderr, diff_exit_code(diff))
 
 
@@ -379,6 +451,13 @@ def memory_on_status_branch(
     help="Plan at this instant, an RFC 3339 time such as 2026-01-01T12:00:00Z (default: the "
     "clock): budgets' windows, schedules and start estimates are then reproducible.",
 )
+@click.option(
+    "--replay",
+    "replay_text",
+    metavar="SPAN",
+    help="With --base: replay the last SPAN of recorded runs (e.g. 7d, 36h) under base and "
+    "under head, and show per queue what the change does to waits, use and budgets.",
+)
 @status_repo_option
 @cache_dir_option
 def plan(
@@ -390,6 +469,7 @@ def plan(
     base: str | None,
     head: str | None,
     now_text: str | None,
+    replay_text: str | None,
     status_repo: str | None,
     cache_dir: Path | None,
 ) -> None:
@@ -402,6 +482,15 @@ def plan(
         raise click.UsageError("--head needs --base")
     if live and observed:
         raise click.UsageError("--live and --observed are exclusive")
+    if replay_text is not None and base is None:
+        raise click.UsageError("--replay needs --base")
+    span = None
+    if replay_text is not None:
+        span = parse_span(replay_text)
+        if span is None or span > MAX_REPLAY:
+            why = "is longer than 92d" if span is not None else "is not a span such as 7d or 36h"
+            click.echo(f"error: --replay: {replay_text[:60]!r} {why}", err=True)
+            raise SystemExit(EXIT_ERROR)
     if now_text is None:
         now = SystemClock().now()
     else:
@@ -422,7 +511,11 @@ def plan(
             raise SystemExit(EXIT_ERROR)
         now = given
     planner: Planner
+    replay: tuple[Replayer, str] | None = None
     try:
+        if span is not None and replay_text is not None:
+            recorded = status_on_branch(repo_dir, status_repo, cache_dir)
+            replay = (history_replayer(recorded, now, span), replay_text)
         if observed:
             planner = observed_planner(read_observed(observed), now)
         elif live:
@@ -449,6 +542,7 @@ def plan(
             planner,
             output,
             labels=(f"base {base}", f"head {head_ref}"),
+            replay=replay,
         )
     if outcome.stdout:
         click.echo(outcome.stdout, nl=False)

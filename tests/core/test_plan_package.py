@@ -36,6 +36,8 @@ def test_the_interface_is_the_package() -> None:
     assert {"Plan", "Pending", "QuotaBlock", "AdmitWhen", "PlanInputError"} <= defined
     expected = defined | {"BlockedBy", "MAX_LISTED", "BACKEND_APIS", "plan_dispatch", "plan_repo"}
     expected |= {"REASON_TRAITS"}  # the reasons' traits, read by the estimate and the views
+    # steps 1-4 alone, for the what-if replay of a history
+    expected |= {"admit_dispatch", "Admission", "QueueAdmission"}
     # the rule for the flavor an active run holds, shared with the estimate
     expected |= {"held_flavor"}
     assert set(package.__all__) == expected

@@ -16,6 +16,7 @@ from reconciler.core.reporting.status import read_status, render_status
 from reconciler.core.types import CompiledRepo, Phase, RepoSnapshot
 from reconciler.core.views.queue_view import (
     BlameLine,
+    QueueBudget,
     QuotaUse,
     build_operation_detail,
     build_queue_detail,
@@ -98,7 +99,12 @@ def test_the_status_branch_gives_the_same_rows_as_the_cycle(template: RepoSnapsh
     from_cycle = build_queues_view(repo, plan, states, applied=True)
     from_branch = queues_view_from_status(read_status(render_status(repo, plan, states)))
     assert from_branch.source == "status-branch" and from_branch.version == repo.version
-    assert [r.model_copy(update={"next": 0}) for r in from_cycle.rows] == list(from_branch.rows)
+    # these status files record no decision: no clock to forecast a budget's burn at
+    burns = {r.name: r.budget.forecast for r in from_cycle.rows if r.budget is not None}
+    assert burns == {"team-b": "at this rate team-b does not spend its daily budget this day"}
+    assert [
+        r.model_copy(update={"next": 0, "budget": _unforecast(r.budget)}) for r in from_cycle.rows
+    ] == list(from_branch.rows)
     assert from_cycle.fleet == from_branch.fleet
 
 
@@ -252,7 +258,7 @@ def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
     the status branch."""
     from reconciler.core.plan.ledger import Ledger, LedgerEntry
     from reconciler.core.types import BudgetPeriod, BudgetSpec
-    from reconciler.core.views.web_html import render_queues_page
+    from reconciler.core.views.web_html import render_queue_page, render_queues_page
 
     world = World().with_org(prices={"nvidia.com/gpu": Decimal(2)}, currency="USD")
     world.queue("b", budget=BudgetSpec(Decimal(20), BudgetPeriod.DAY), quota={"nvidia.com/gpu": 4})
@@ -284,6 +290,7 @@ def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
     table = queues_to_table(view).splitlines()
     assert table[0].split()[5:7] == ["USED/LIMIT", "BUDGET"]
     assert "5+4/20 USD/day" in table[1 + [r.name for r in view.rows].index("b")]
+    assert table[2 + len(view.rows)] == "at this rate b spends its daily budget by 16:00"
     assert rows["b"].to_json()["budget"] == {
         "limit": "20",
         "spent": "5",
@@ -292,9 +299,20 @@ def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
         "per": "day",
         "windowStart": "2026-01-01T00:00:00+00:00",
         "windowEnd": "2026-01-02T00:00:00+00:00",
+        # 5 spent in the 4 hours since midnight: the 15 left last 12 hours more
+        "forecast": "at this rate b spends its daily budget by 16:00",
     }
     recorded = queues_view_from_status(
         read_status(render_status(repo, plan, {}, ledger=Ledger.of([spent])))
     )
-    assert {r.name: r for r in recorded.rows}["b"].budget == rows["b"].budget
+    # no decision recorded: no clock, no forecast
+    assert {r.name: r for r in recorded.rows}["b"].budget == _unforecast(rows["b"].budget)
     assert "5+4/20 USD/day" in render_queues_page(view)
+    detail = build_queue_detail(repo, plan, {}, "b", applied=True)
+    assert detail is not None
+    page = render_queue_page(detail)
+    assert "<dt>Burn forecast</dt><dd>at this rate b spends its daily budget by 16:00</dd>" in page
+
+
+def _unforecast(budget: QueueBudget | None) -> QueueBudget | None:
+    return None if budget is None else budget.model_copy(update={"forecast": ""})

@@ -9,6 +9,7 @@ from here, never from one another.
 - ``git_commands``: Git with a fixed identity; ``git_daemon``: a Git remote on 127.0.0.1;
 - ``status_branch``: a status branch to read, and the CLI in-process;
 - ``fake_kube``: the fake ``Kube`` of the fast cycle tests; ``harness``: a Reconciler over it;
+  ``histories``: a history of runs the real cycle makes over it (the what-if replay's);
 - ``kube_objects``: API objects as the API server returns them; ``apiserver``: a scripted
   HTTP/1.1 server in its place;
 - ``escapes``: the pod-field escapes a preset could try, for the policy tests;

@@ -14,7 +14,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 from unittest import mock
 
@@ -40,6 +40,11 @@ NOW = "2026-01-01T12:00:00Z"
 # status.completionTime or the Failed condition's lastTransitionTime).
 STARTED = "2026-01-01T11:00:00Z"
 ENDED = "2026-01-01T11:40:00Z"
+
+
+def _stamp(moment: datetime) -> str:
+    """A Kubernetes time: UTC, to the second."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -136,9 +141,18 @@ class FakeCluster:
             "status": {"phase": "Running"},
         }
 
-    def set_phase(self, namespace: str, name: str, phase: str) -> None:
+    def end_job(
+        self, namespace: str, name: str, phase: str, started: datetime, ended: datetime
+    ) -> None:
+        """The Job ends ``Succeeded`` or ``Failed`` with its controller's times: it started
+        at ``started`` and ended at ``ended`` (a history of runs of their own lengths)."""
+        self.set_phase(namespace, name, phase, started=_stamp(started), ended=_stamp(ended))
+
+    def set_phase(
+        self, namespace: str, name: str, phase: str, *, started: str = STARTED, ended: str = ENDED
+    ) -> None:
         """``PodPending``, ``Unschedulable``, ``Running``, ``Succeeded``, ``Failed`` or
-        ``Deleting``."""
+        ``Deleting``; a run that ends started at ``started`` and ended at ``ended``."""
         job = self.jobs[(namespace, name)]
         pod_key = (namespace, f"{name}-pod")
         if phase in ("Deleting", "Succeeded", "Failed"):
@@ -148,8 +162,8 @@ class FakeCluster:
             elif phase == "Succeeded":
                 job["status"] = {
                     "conditions": [{"type": "Complete", "status": "True"}],
-                    "startTime": STARTED,
-                    "completionTime": ENDED,
+                    "startTime": started,
+                    "completionTime": ended,
                 }
             else:
                 job["status"] = {
@@ -158,10 +172,10 @@ class FakeCluster:
                             "type": "Failed",
                             "status": "True",
                             "reason": "BackoffLimitExceeded",
-                            "lastTransitionTime": ENDED,
+                            "lastTransitionTime": ended,
                         }
                     ],
-                    "startTime": STARTED,
+                    "startTime": started,
                 }
             self._emit("Job", "MODIFIED", job)
             return

@@ -24,7 +24,9 @@ The package, one concern a module (each says what must live in it):
 - ``ledger``: prices, budget windows and the ledger of finished runs (docs/budgets.md);
 - ``whatif``: the planner's state kept between admissions, runs released from it, and its
   revert (the simulations' state);
-- ``estimate``: when each pending operation will be dispatched, p50 and p90.
+- ``estimate``: when each pending operation will be dispatched, p50 and p90;
+- ``history``: a recorded history replayed under a config (``plan --base --replay``), two
+  replays compared per queue, and the budget burn forecast.
 
 Only the names below are the package's interface.
 """
@@ -76,6 +78,9 @@ from reconciler.core.plan.model import (
     UpstreamFailedBlock,
 )
 from reconciler.core.plan.planner import (
+    Admission,
+    QueueAdmission,
+    admit_dispatch,
     plan_dispatch,
     plan_repo,
 )
@@ -84,6 +89,7 @@ __all__ = [
     "BACKEND_APIS",
     "MAX_LISTED",
     "REASON_TRAITS",
+    "Admission",
     "Admit",
     "AdmitWhen",
     "ApprovalBlock",
@@ -116,6 +122,7 @@ __all__ = [
     "Plan",
     "PlanInputError",
     "PruneRefusal",
+    "QueueAdmission",
     "QueuePausedBlock",
     "QueueSummary",
     "QuotaBlock",
@@ -124,6 +131,7 @@ __all__ = [
     "Stop",
     "StopReason",
     "UpstreamFailedBlock",
+    "admit_dispatch",
     "held_flavor",
     "plan_dispatch",
     "plan_repo",

@@ -10,8 +10,10 @@ numbered steps, one named call each (docs/dispatch.md, "Steps"):
 4. ``admit``: checks 0..11 (``checks.CHECKS``) for each candidate, in one global order,
    counting each dispatch before the next candidate (check 10 chooses a fleet queue's
    cluster); then ``cohorts.borrow`` (4b): the ops that fit only by borrowing from their
-   cohort, in the same order (the start-time estimate's what-if state, ``whatif.py``,
-   builds with steps 1-3 and admits with 4 and 4b: the same calls);
+   cohort, in the same order (``admit_dispatch`` stops here: steps 1-4 alone, the same
+   calls, for the what-if replay of a history, ``history.py``; the start-time estimate's
+   what-if state, ``whatif.py``, builds with steps 1-3 and admits with 4 and 4b: the same
+   calls again);
 5. ``prune``: the stops: ``stopped: true`` ones as they are, removed ones behind the
    mass-deletion guard;
 6. ``explain``: the pending entries and queue summaries (``explain.py``).
@@ -167,6 +169,79 @@ def gc_paused() -> Iterator[None]:
     finally:
         if enabled:
             gc.enable()
+
+
+class QueueAdmission(NamedTuple):
+    """One queue after steps 1-4: who waits and why, and what is left of it."""
+
+    name: str
+    strategy: QueueStrategy
+    concurrency: int | None
+    active: int  # observed, plus this admission's dispatches
+    pending: tuple[tuple[str, PendingReason], ...]  # (operation id, reason), in order
+    free: tuple[tuple[str, int], ...]  # per quota resource: the units left (own quota)
+    pods_free: int | None  # maxPods less the pods held; None: no maxPods
+    cohort: bool  # a cohort member (what is left depends on the other members)
+    budgeted: bool  # a queue with a budget (what is left depends on its window)
+
+
+class Admission(NamedTuple):
+    dispatch: tuple[Dispatch, ...]  # in dispatch order
+    queues: tuple[QueueAdmission, ...]  # in consideration order
+
+
+def admit_dispatch(
+    operations: Iterable[CompiledOperation],
+    queues: Mapping[str, QueueSpec],
+    clusters: Mapping[str, ClusterSpec],
+    observed: Iterable[ObservedOperation],
+    org: OrgSettings,
+    now: datetime,
+    *,
+    unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
+    flavors: Mapping[str, FlavorSpec] | None = None,
+) -> Admission:
+    """Steps 1-4 of :func:`plan_dispatch` (the same calls, the same inputs), without
+    pruning and explaining: what is dispatched and why each candidate waits. For callers
+    that replan many times and show no explanation (the what-if replay of a history,
+    ``core/plan/history.py``); nothing is pruned (no observed operation counts as rejected)."""
+    with gc_paused():
+        steps = _admit_steps(
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            (),
+            frozenset(unreachable),
+            capacity or {},
+            backends or {},
+            cohorts or {},
+            ledger,
+            flavors or {},
+        )
+        return Admission(
+            tuple(steps.dispatch),
+            tuple(
+                QueueAdmission(
+                    q.spec.name,
+                    q.spec.strategy,
+                    q.spec.concurrency,
+                    q.active,
+                    tuple((p[0], p[2]) for p in q.pending),
+                    tuple((r, q.quota[i] - q.used[i]) for i, r in enumerate(q.resources)),
+                    None if q.spec.max_pods is None else q.spec.max_pods - q.pods,
+                    q.cohort is not None,
+                    q.budget is not None,
+                )
+                for q in steps.order
+            ),
+        )
 
 
 class _Steps(NamedTuple):

@@ -41,6 +41,8 @@ from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
+from reconciler.core.plan.history import forecast_burn, forecast_text
+from reconciler.core.plan.ledger import BudgetWindow, Window
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.reporting.report import Failure, Report, planned_report
 from reconciler.core.reporting.status import (
@@ -63,7 +65,14 @@ from reconciler.core.reporting.wire import (
     OmitEmpty,
     QuantityText,
 )
-from reconciler.core.types import CompiledOperation, CompiledRepo, Phase, QueueSpec
+from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
+    CompiledOperation,
+    CompiledRepo,
+    Phase,
+    QueueSpec,
+)
 from reconciler.core.views.plan_render import text_table
 
 ALL_CLUSTERS = ""  # the cluster of the fleet-wide total
@@ -128,6 +137,24 @@ class QueueBudget(ApiModel):
     per: str = ""
     window_start: str = ""
     window_end: str = ""
+    # when the window's limit is spent at the rate its finished runs spent so far
+    # (docs/budgets.md, "Burn forecast"); "" when the view has no clock
+    forecast: OmitEmpty[str] = ""
+
+    def with_forecast(self, queue: str, now: datetime | None, timezone: str) -> QueueBudget:
+        """This window with its burn forecast at ``now``."""
+        if now is None:
+            return self
+        try:
+            per = BudgetPeriod(self.per)
+            window = Window(
+                datetime.fromisoformat(self.window_start), datetime.fromisoformat(self.window_end)
+            )
+            limit, spent = Decimal(self.limit), Decimal(self.spent)
+        except (ValueError, ArithmeticError):  # a hand-edited record: no forecast
+            return self
+        budget = BudgetWindow(queue, BudgetSpec(limit, per), window, spent, timezone)
+        return self.model_copy(update={"forecast": forecast_text(forecast_burn(budget, now))})
 
     @property
     def text(self) -> str:
@@ -392,7 +419,7 @@ def queues_view(
                 pods=q.pods_after,
                 max_pods=q.max_pods,
                 cohort=q.cohort,
-                budget=QueueBudget.of(q.budget),
+                budget=_forecast(QueueBudget.of(q.budget), q.name, plan.at, repo.org.timezone),
                 clusters=tuple(
                     ClusterShare(
                         cluster=m.cluster,
@@ -478,10 +505,14 @@ def queues_view_from_status(view: StatusView, estimates: Estimates = NO_ESTIMATE
     counts = _counts(chain(((o.queue, o.phase) for o in ops), older))
     heads = {o.queue: o for o in ops if o.position == 1 and o.queue is not None}
     rows = []
+    clock = _recorded_clock(view)
     for q in view.queues:
         running, waiting = counts.get(q.name, (0, 0))
         head = heads.get(q.name)
         row = _status_row(q, running, waiting, head)
+        if row.budget is not None:
+            budget = row.budget.with_forecast(q.name, clock, "UTC")
+            row = row.model_copy(update={"budget": budget})
         if head is not None:
             row = row.model_copy(update={"head_estimate": estimates.json_of(head.operation)})
         rows.append(row)
@@ -489,6 +520,23 @@ def queues_view_from_status(view: StatusView, estimates: Estimates = NO_ESTIMATE
     return QueuesView(
         version=version, rows=tuple(rows), totals=total_fleet(rows), source="status-branch"
     )
+
+
+def _forecast(
+    budget: QueueBudget | None, queue: str, now: datetime, timezone: str
+) -> QueueBudget | None:
+    return None if budget is None else budget.with_forecast(queue, now, timezone)
+
+
+def _recorded_clock(view: StatusView) -> datetime | None:
+    """The instant of the cycle the status branch records (None: it records none)."""
+    if view.decision is None:
+        return None
+    try:
+        at = datetime.fromisoformat(view.decision.clock)
+    except ValueError:
+        return None
+    return at if at.tzinfo is not None else None
 
 
 def _status_row(
@@ -1167,8 +1215,11 @@ def queues_to_table(view: QueuesView, *, wide: bool = False) -> str:
         for c in r.clusters
     ]
     fleet_queues = "\n\n" + text_table(FLEET_QUEUE_HEADERS, shares) if shares else ""
+    forecasts = [r.budget.forecast for r in view.rows if r.budget is not None]
+    burn = "".join(f"\n{f}" for f in forecasts if f)
     return (
         text_table(WIDE_HEADERS if wide else HEADERS, rows)
+        + ("\n" + burn if burn else "")
         + "\n\n"
         + text_table(FLEET_HEADERS, fleet)
         + fleet_queues

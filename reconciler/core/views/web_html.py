@@ -344,6 +344,11 @@ def queue_main(d: QueueDetail, days: Sequence[QueueDay] = ()) -> str:
             if r.budget is not None
             else ""
         )
+        + (
+            f"<dt>Burn forecast</dt><dd>{esc(r.budget.forecast)}</dd>"
+            if r.budget is not None and r.budget.forecast
+            else ""
+        )
         + f"<dt>Running / waiting / pending</dt><dd>{r.running} / {r.waiting} / {r.pending}</dd>"
         f"<dt>Strategy</dt><dd>{esc(r.strategy)}</dd><dt>Paused</dt>"
         f"<dd>{'yes' if r.paused else 'no'}</dd></dl>"
