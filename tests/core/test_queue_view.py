@@ -299,6 +299,7 @@ def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
         "per": "day",
         "windowStart": "2026-01-01T00:00:00+00:00",
         "windowEnd": "2026-01-02T00:00:00+00:00",
+        "timezone": "UTC",
         # 5 spent in the 4 hours since midnight: the 15 left last 12 hours more
         "forecast": "at this rate b spends its daily budget by 16:00",
     }
@@ -312,6 +313,30 @@ def test_a_budgeted_queue_shows_spent_and_committed_against_its_limit() -> None:
     assert detail is not None
     page = render_queue_page(detail)
     assert "<dt>Burn forecast</dt><dd>at this rate b spends its daily budget by 16:00</dd>" in page
+
+
+def test_a_recorded_window_forecasts_in_its_own_timezone_and_a_bad_one_not_at_all() -> None:
+    record = {
+        "limit": "10",
+        "spent": "5",
+        "committed": "0",
+        "unit": "USD",
+        "per": "week",
+        "windowStart": "2025-12-28T15:00:00+00:00",
+        "windowEnd": "2026-01-04T15:00:00+00:00",
+    }
+    # half the budget in 2 days 3 hours: all of it by Jan 1 21:00 UTC, Jan 2 06:00 in Tokyo
+    now = datetime(2025, 12, 30, 18, 0, tzinfo=UTC)
+    tokyo = QueueBudget.recorded({**record, "timezone": "Asia/Tokyo"})
+    assert tokyo is not None
+    # the view's fallback zone (UTC) is not the one its days are in
+    assert tokyo.with_forecast("q", now, "UTC").forecast.endswith("by Friday the 2nd")
+    for bad in ("Mars/Olympus", "../etc/passwd", ""):
+        hand_edited = QueueBudget.recorded({**record, "timezone": bad, "limit": "x"})
+        assert hand_edited is not None
+        assert hand_edited.with_forecast("q", now, "UTC").forecast == ""
+    mars = QueueBudget.recorded({**record, "timezone": "Mars/Olympus"})
+    assert mars is not None and mars.with_forecast("q", now, "UTC").forecast == ""
 
 
 def _unforecast(budget: QueueBudget | None) -> QueueBudget | None:

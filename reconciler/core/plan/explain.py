@@ -147,6 +147,7 @@ def _budget_summary(track: BudgetTrack) -> BudgetSummary:
         committed_after=track.committed,
         window_start=w.window.start,
         window_end=w.window.end,
+        timezone=w.timezone,
     )
 
 

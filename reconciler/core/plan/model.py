@@ -1044,6 +1044,7 @@ class BudgetSummary:
     committed_after: Decimal
     window_start: datetime
     window_end: datetime
+    timezone: str = "UTC"  # the org's, in which its windows (and their forecast) are days
 
 
 BlockedBy = (

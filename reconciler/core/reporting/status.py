@@ -588,7 +588,8 @@ class QueueStatus(StatusRecord):
 def budget_record(b: BudgetSummary) -> dict[str, str]:
     """A budgeted queue's window as every view shows it (the status record, the queue
     view's row, ``/api/v1``): limit, spent, committed (a report's: with the dispatches
-    carried out), unit, per, windowStart, windowEnd."""
+    carried out), unit, per, windowStart, windowEnd, and the org's timezone (its windows'
+    days, and the days a burn forecast names)."""
     return {
         "limit": _amount(b.limit),
         "spent": _amount(b.spent),
@@ -597,6 +598,7 @@ def budget_record(b: BudgetSummary) -> dict[str, str]:
         "per": b.per,
         "windowStart": b.window_start.isoformat(),
         "windowEnd": b.window_end.isoformat(),
+        "timezone": b.timezone,
     }
 
 

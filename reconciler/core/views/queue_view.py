@@ -42,7 +42,7 @@ from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan.history import forecast_burn, forecast_text
-from reconciler.core.plan.ledger import BudgetWindow, Window
+from reconciler.core.plan.ledger import BudgetWindow, Window, zone
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.reporting.report import Failure, Report, planned_report
 from reconciler.core.reporting.status import (
@@ -137,12 +137,14 @@ class QueueBudget(ApiModel):
     per: str = ""
     window_start: str = ""
     window_end: str = ""
+    timezone: str = ""  # the org's (a record written before it was kept: none)
     # when the window's limit is spent at the rate its finished runs spent so far
     # (docs/budgets.md, "Burn forecast"); "" when the view has no clock
     forecast: OmitEmpty[str] = ""
 
     def with_forecast(self, queue: str, now: datetime | None, timezone: str) -> QueueBudget:
-        """This window with its burn forecast at ``now``."""
+        """This window with its burn forecast at ``now``, its days in its own timezone
+        (``timezone`` when it does not say)."""
         if now is None:
             return self
         try:
@@ -151,9 +153,11 @@ class QueueBudget(ApiModel):
                 datetime.fromisoformat(self.window_start), datetime.fromisoformat(self.window_end)
             )
             limit, spent = Decimal(self.limit), Decimal(self.spent)
-        except (ValueError, ArithmeticError):  # a hand-edited record: no forecast
+            zone_name = self.timezone or timezone
+            zone(zone_name)
+        except (ValueError, ArithmeticError, KeyError):  # a hand-edited record: no forecast
             return self
-        budget = BudgetWindow(queue, BudgetSpec(limit, per), window, spent, timezone)
+        budget = BudgetWindow(queue, BudgetSpec(limit, per), window, spent, zone_name)
         return self.model_copy(update={"forecast": forecast_text(forecast_burn(budget, now))})
 
     @property
@@ -175,7 +179,16 @@ class QueueBudget(ApiModel):
         return cls(**{k: str(v) for k, v in record.items() if k in _BUDGET_KEYS})
 
 
-_BUDGET_KEYS = ("limit", "spent", "committed", "unit", "per", "windowStart", "windowEnd")
+_BUDGET_KEYS = (
+    "limit",
+    "spent",
+    "committed",
+    "unit",
+    "per",
+    "windowStart",
+    "windowEnd",
+    "timezone",
+)
 
 
 class ClusterShare(ApiModel):
