@@ -9,6 +9,7 @@ an unexpected exception becomes an ``InternalError``: a bug is never a config er
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import chain
 
 from reconciler.core import gcpause
 from reconciler.core.compile.cache import CompileCache
@@ -38,7 +39,6 @@ from reconciler.core.types import (
     CompiledRepo,
     InternalError,
     OrgSettings,
-    RejectedOperation,
     RepoSnapshot,
 )
 
@@ -107,18 +107,12 @@ def _compile_guarded(repo: RepoIndex, project: str, name: str) -> OperationResul
 def _compile_cached(
     repo: RepoIndex, project: str, name: str, cache: CompileCache | None
 ) -> tuple[OperationResult, Sequence[Claim]]:
-    """The operation's result and its name claims: kept ones when none of its reads
-    changed, else compiled (and kept)."""
+    """The operation's result and its name claims, compiled (and kept, with a cache: the
+    caller takes a kept one itself)."""
     path = repo.projects[project].operations[name]
     if cache is None:
         result = _compile_guarded(repo, project, name)
         return result, claims(repo, result)
-    reused = cache.reusable(repo, project, name)
-    if reused is not None:
-        # its file's problems are the repo's: reported again from the entry (the file
-        # itself is not loaded: unchanged, or the entry would have been forgotten)
-        repo.errors.extend(reused.file_errors)
-        return reused.result, reused.claims
     with repo.recording() as reads:
         result = _compile_guarded(repo, project, name)
     claimed = claims(repo, result)  # from the operation's own file: one of ``reads``
@@ -150,29 +144,49 @@ def _compile_repo(
         parse_cache,
         cache.loads if cache is not None else None,
         keep_operations=cache is None,
+        base=cache.index_base if cache is not None else None,
     )
     if cache is not None:
-        cache.retain(
-            snapshot.files,
-            ((p, n) for p, entry in repo.projects.items() for n in entry.operations),
-        )
+        if repo.changed is None:  # a derived index changed operation files only
+            cache.retain(
+                snapshot.files,
+                ((p, n) for p, entry in repo.projects.items() for n in entry.operations),
+            )
         cache.begin(repo)
     _load_all(repo)
     errors = Errors()
-    operations: list[CompiledOperation] = []
-    rejected: list[RejectedOperation] = []
-    schedules: list[CompiledOperation] = []
-    claimed: list[Claim] = []
+    # per operation, in order: its result and claims (the kept ones looked up in one pass)
+    results: list[OperationResult] = []
+    claimed: list[Sequence[Claim]] = []
     for project in sorted(repo.projects):
-        for name in sorted(repo.projects[project].operations):
-            result, its_claims = _compile_cached(repo, project, name, cache)
-            errors.extend(result.errors)
-            claimed.extend(its_claims)
-            if result.rejected:
-                rejected.append(result.rejected)
-            schedules.extend(result.scheduled)
-            operations.extend(result.operations)
-    twice = check_unique(claimed, errors)
+        entry = repo.projects[project]
+        if cache is None:
+            for name in sorted(entry.operations):
+                result, its_claims = _compile_cached(repo, project, name, None)
+                results.append(result)
+                claimed.append(its_claims)
+            continue
+        names = cache.names(entry)
+        for name, kept in zip(names, cache.reusable_all(project, names), strict=True):
+            if kept is None:
+                result, its_claims = _compile_cached(repo, project, name, cache)
+                results.append(result)
+                claimed.append(its_claims)
+            else:
+                results.append(kept.result)
+                claimed.append(kept.claims)
+                if kept.file_errors:
+                    # its file's problems are the repo's: reported again from the entry
+                    # (the file is not loaded: unchanged, or the entry would be forgotten)
+                    repo.errors.extend(kept.file_errors)
+    errors.extend(chain.from_iterable(r.errors for r in results))
+    rejected = [r.rejected for r in results if r.rejected]
+    schedules = list(chain.from_iterable(r.scheduled for r in results))
+    operations = list(chain.from_iterable(r.operations for r in results))
+    if cache is not None:
+        twice = cache.check_claims(claimed, errors)
+    else:
+        twice = check_unique(chain.from_iterable(claimed), errors)
     if twice:  # the commit is invalid, but each id is listed once (as the planner needs)
         unique: dict[str, CompiledOperation] = {}
         for op in operations:
