@@ -62,6 +62,7 @@ from reconciler.core.decision.trigger import Trigger
 from reconciler.core.observation.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.observation.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
+from reconciler.core.plan.groups import PlanCache
 from reconciler.core.reporting.report import Outcome, Report, failures, planned_report, report
 from reconciler.core.reporting.status import ClusterStatus, StatusReason
 from reconciler.core.types import (
@@ -301,6 +302,7 @@ class Reconciler:
         # a new commit reparses only the files it changed, and recompiles only the
         # operations whose inputs changed
         self._compile_cache = CompileCache()
+        self._plans = PlanCache()  # each group of queues' last plan (core/plan/groups.py)
         self._parse_cache = self._compile_cache.parse_cache
         # the last snapshot's files and what they compiled to (unchanged files are the
         # same objects, so comparing them is cheap)
@@ -886,7 +888,7 @@ class Reconciler:
             )
         now = self._clock.now()
         try:
-            decision = decide(compiled, listing, self.memory, now)
+            decision = decide(compiled, listing, self.memory, now, self._plans)
         except PlanInputError as exc:
             log.warning("shutdown: cannot plan: %s", exc)
             return None
@@ -922,7 +924,7 @@ class Reconciler:
         listing = self._read(compiled)
         self._faults.hit("after-observe")
         try:
-            decision = decide(compiled, listing, self.memory, now)
+            decision = decide(compiled, listing, self.memory, now, self._plans)
         except PlanInputError as exc:
             log.error("cannot plan: %s", exc)
             return CycleResult(

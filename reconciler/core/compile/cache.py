@@ -22,6 +22,7 @@ the changed paths itself: no layout to compare, nothing else to diff or retain.
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
@@ -122,11 +123,19 @@ class CompileCache:
 
     def names(self, project: ProjectEntry) -> list[str]:
         """The project's operation names, sorted: kept while its index entry is the same."""
+        ops = project.operations
         kept = self._names.get(project.name)
-        if kept is not None and kept[0] is project.operations:
+        if kept is not None and kept[0] is ops:
             return kept[1]
-        names = sorted(project.operations)
-        self._names[project.name] = (project.operations, names)
+        if kept is None:
+            names = sorted(ops)
+        else:  # the last names, with those added and removed since (set differences in C)
+            names = list(kept[1])
+            for name in kept[0].keys() - ops.keys():
+                del names[bisect_left(names, name)]
+            for name in ops.keys() - kept[0].keys():
+                insort(names, name)
+        self._names[project.name] = (ops, names)
         return names
 
     def check_claims(self, claimed: Sequence[Sequence[Claim]], errors: Errors) -> set[str]:
@@ -168,7 +177,7 @@ class CompileCache:
         reads changed since it was compiled), or None: compile it."""
         get = self._operations.get
         kept = [get((project, name)) for name in names]
-        self.reused += len(kept) - kept.count(None)
+        self.reused += sum(1 for k in kept if k is not None)
         return kept
 
     def store(

@@ -165,12 +165,10 @@ def derive_index(
             first = min(first, path)
             contents[path] = file.content
         touched[entry.name] = (ops, first)
-    if added:  # in path order, as indexing registers them
-        contents = dict(sorted(contents.items()))
+    # added ones last: no reader depends on the order of files or operations (they sort)
     for name, (ops, first) in touched.items():
         entry = base.projects[name]
-        in_order = dict(sorted(ops.items(), key=lambda item: item[1]))
-        projects[name] = ProjectEntry(name, entry.path, entry.presets, in_order, first)
+        projects[name] = ProjectEntry(name, entry.path, entry.presets, ops, first)
     return contents, projects, frozenset(changed)
 
 
