@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import cached_property
 from typing import Any
 
 
@@ -726,6 +727,22 @@ class CompiledRepo:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    @cached_property
+    def by_id(self) -> Mapping[str, CompiledOperation]:
+        """The operations by id: built once per compile, not once per cycle (a cycle with
+        no new commit decides over the same object)."""
+        return {op.id: op for op in self.operations}
+
+    @cached_property
+    def generations(self) -> Mapping[str, int]:
+        """The generation each operation asks for, by id (once per compile)."""
+        return {op.id: op.generation for op in self.operations}
+
+    @cached_property
+    def stopped_ids(self) -> tuple[str, ...]:
+        """The operations ``stopped: true`` in the repo (once per compile)."""
+        return tuple(op.id for op in self.operations if op.stopped)
 
     @property
     def fleet_clusters(self) -> frozenset[str]:

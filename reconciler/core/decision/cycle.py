@@ -564,16 +564,15 @@ def read_listing(compiled: CompiledRepo, listing: Listing) -> Listed:
     listed = tuple(
         w for name in sorted(listing) if listing[name].reachable for w in listing[name].workloads
     )
-    generations = {op.id: op.generation for op in compiled.operations}
-    current = current_states(listed, generations)
+    current = current_states(listed, compiled.generations)
     return Listed(
         health=health,
         down=frozenset(h.name for h in health if not h.reachable),
         workloads=listed,
-        generations=generations,
+        generations=compiled.generations,
         current=current,
         present=frozenset(current),
-        ops={op.id: op for op in compiled.operations},
+        ops=compiled.by_id,
     )
 
 
@@ -630,15 +629,15 @@ def recall_memory(
         state = _recalled(compiled, seen.down, marks.get(op_id), last, seen.ops)
         if state is not None:
             out[op_id] = state
-    return keep_stop_records(seen, memory, out)
+    return keep_stop_records(compiled, memory, out)
 
 
 def keep_stop_records(
-    seen: Listed, memory: Memory, current: dict[str, WorkloadState]
+    compiled: CompiledRepo, memory: Memory, current: dict[str, WorkloadState]
 ) -> dict[str, WorkloadState]:
     """(3, continued) A run stopped in the repo whose Job is still being deleted (listed,
     Stopped) keeps the reason, message and ``stoppedBy`` its stop recorded."""
-    for op_id in [oid for oid, op in seen.ops.items() if op.stopped]:
+    for op_id in compiled.stopped_ids:
         state, prior = current.get(op_id), memory.seen.get(op_id)
         if (
             state is not None

@@ -162,9 +162,11 @@ def plan_by_groups(
     cohorts: Mapping[str, CohortSpec] | None = None,
     ledger: Iterable[LedgerEntry] = (),
     flavors: Mapping[str, FlavorSpec] | None = None,
+    by_id: Mapping[str, CompiledOperation] | None = None,
 ) -> Plan:
     """:func:`~reconciler.core.plan.planner.plan_dispatch`, the same plan, with the groups
-    whose inputs did not change since ``cache``'s last plan taken from it."""
+    whose inputs did not change since ``cache``'s last plan taken from it. ``by_id``: the
+    operations by id, when the caller has them."""
     operations = tuple(operations)
     observed = tuple(observed)
     unreachable = frozenset(unreachable)
@@ -190,7 +192,7 @@ def plan_by_groups(
 
     if cohorts or any(q.cohort is not None or q.fleet for q in queues.values()):
         return full()
-    ops = {op.id: op for op in operations}
+    ops = by_id if by_id is not None else {op.id: op for op in operations}
     seen_ids = {o.operation for o in observed}
     if (
         len(ops) != len(operations)
@@ -348,4 +350,5 @@ def plan_repo_by_groups(
         cohorts=repo.cohorts,
         ledger=ledger,
         flavors=repo.flavors,
+        by_id=repo.by_id,
     )
