@@ -67,6 +67,7 @@ class PlanCache:
     def __init__(self) -> None:
         self._shared: tuple[Any, ...] | None = None
         self._groups: dict[tuple[str, ...], _Kept] = {}
+        self._coupled: _Coupled | None = None
         self.reused = 0  # groups taken from the last plan
         self.planned = 0  # groups planned
 
@@ -95,23 +96,37 @@ class _Groups:
             self.parent[max(ra, rb)] = min(ra, rb)
 
 
-def partition(
-    operations: Iterable[CompiledOperation],
+@dataclass(frozen=True, slots=True)
+class _Coupled:
+    """What the operations alone say of the groups, kept while they are the same tuple
+    (a cycle with no new commit): the union-find after their couplings, those with
+    dependencies, and each queue's operations."""
+
+    operations: tuple[CompiledOperation, ...]
+    queues: dict[str, QueueSpec]
+    clusters: dict[str, ClusterSpec]
+    parent: dict[str, str]
+    dependents: tuple[CompiledOperation, ...]
+    by_queue: dict[str, tuple[CompiledOperation, ...]]
+
+
+def couple_operations(
+    operations: tuple[CompiledOperation, ...],
     queues: Mapping[str, QueueSpec],
     clusters: Mapping[str, ClusterSpec],
-    observed: Iterable[ObservedOperation],
     ops: Mapping[str, CompiledOperation],
-) -> tuple[list[tuple[str, ...]], dict[str, str]]:
-    """The groups of queues the planner couples (each its queue names, sorted; groups
-    sorted), and per observation id the queue it counts in (an observation of no queue in
-    ``queues`` is in none)."""
+) -> _Coupled:
+    """The queues the operations couple: through a limited cluster, a workflow, a
+    dependency. Every operation names a queue of ``queues``."""
     limited = {name for name, c in clusters.items() if c.concurrency is not None}
     groups = _Groups(queues)
     for name, spec in queues.items():
         if spec.cluster in limited:
             groups.union(name, "\0" + spec.cluster)
     dependents: list[CompiledOperation] = []
+    by_queue: dict[str, list[CompiledOperation]] = {name: [] for name in queues}
     for op in operations:
+        by_queue[op.queue].append(op)
         wf = op.workflow
         if wf is not None:
             groups.union(op.queue, "\1" + wf.parent)
@@ -123,6 +138,26 @@ def partition(
                 upstream = ops.get(dep)
                 if upstream is not None:
                     groups.union(op.queue, upstream.queue)
+    return _Coupled(
+        operations,
+        dict(queues),
+        dict(clusters),
+        groups.parent,
+        tuple(dependents),
+        {name: tuple(mine) for name, mine in by_queue.items()},
+    )
+
+
+def partition(
+    coupled: _Coupled, observed: Iterable[ObservedOperation], ops: Mapping[str, CompiledOperation]
+) -> tuple[list[tuple[str, ...]], dict[str, str]]:
+    """The groups of queues the planner couples (each its queue names, sorted; groups
+    sorted): the operations' couplings and the observations'; and per observation id the
+    queue it counts in (an observation of no queue in ``queues`` is in none)."""
+    queues, clusters = coupled.queues, coupled.clusters
+    limited = {name for name, c in clusters.items() if c.concurrency is not None}
+    groups = _Groups(())
+    groups.parent = dict(coupled.parent)
     counted: dict[str, str] = {}
     for obs in observed:
         known = ops.get(obs.operation)
@@ -136,7 +171,7 @@ def partition(
         if (cname or queues[qname].cluster) in limited:
             groups.union(qname, "\0" + (cname or queues[qname].cluster))
     # a dependency's observation counts where it says: its dependents' group too
-    for op in dependents:
+    for op in coupled.dependents:
         for dep in op.dependencies:
             if dep in counted:
                 groups.union(op.queue, counted[dep])
@@ -193,22 +228,25 @@ def plan_by_groups(
     if cohorts or any(q.cohort is not None or q.fleet for q in queues.values()):
         return full()
     ops = by_id if by_id is not None else {op.id: op for op in operations}
-    seen_ids = {o.operation for o in observed}
+    coupled = cache._coupled
     if (
-        len(ops) != len(operations)
-        or len(seen_ids) != len(observed)
-        or any(op.queue not in queues for op in ops.values())
+        coupled is None
+        or coupled.operations is not operations
+        or coupled.queues != queues
+        or coupled.clusters != clusters
     ):
-        return full()  # the planner refuses these inputs: in its own words
-    groups, counted = partition(operations, queues, clusters, observed, ops)
+        if len(ops) != len(operations) or any(op.queue not in queues for op in operations):
+            return full()  # the planner refuses these inputs: in its own words
+        coupled = cache._coupled = couple_operations(operations, queues, clusters, ops)
+    if len({o.operation for o in observed}) != len(observed):
+        return full()
+    groups, counted = partition(coupled, observed, ops)
     loose = tuple(o for o in observed if o.operation not in counted)
     # copies: a caller may change its mappings in place for the next cycle
     shared: tuple[Any, ...] = (org, dict(clusters), dict(flavors or {}), unreachable)
     shared += (dict(backends or {}), dict(capacity or {}), loose)
     kept = cache._groups if shared == cache._shared else {}
-    by_queue: dict[str, list[CompiledOperation]] = {name: [] for name in queues}
-    for op in operations:
-        by_queue[op.queue].append(op)
+    by_queue = coupled.by_queue
     seen_by_queue: dict[str, list[ObservedOperation]] = {name: [] for name in queues}
     for o in observed:
         qname = counted.get(o.operation)
@@ -220,7 +258,7 @@ def plan_by_groups(
     now_kept: dict[tuple[str, ...], _Kept] = {}
     stale: list[tuple[tuple[str, ...], tuple[_QueueInputs, ...]]] = []
     for group in groups:
-        inputs = tuple((queues[n], tuple(by_queue[n]), tuple(seen_by_queue[n])) for n in group)
+        inputs = tuple((queues[n], by_queue[n], tuple(seen_by_queue[n])) for n in group)
         last = kept.get(group)
         if last is not None and last.inputs == inputs:
             dispatch.update(last.dispatch)
