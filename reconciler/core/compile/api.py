@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from typing import cast
 
 from reconciler.core import gcpause
-from reconciler.core.compile.cache import CompileCache
+from reconciler.core.compile.cache import CompileCache, KeptOperation
 from reconciler.core.compile.errors import Errors
 from reconciler.core.compile.index import RepoIndex, name_of
 from reconciler.core.compile.names import (
@@ -167,18 +168,18 @@ def _compile_repo(
                 claimed.append(its_claims)
             continue
         names = cache.names(entry)
-        for name, kept in zip(names, cache.reusable_all(project, names), strict=True):
-            if kept is None:
-                result, its_claims = _compile_cached(repo, project, name, cache)
-                results.append(result)
-                claimed.append(its_claims)
-            else:
-                results.append(kept.result)
-                claimed.append(kept.claims)
-                if kept.file_errors:
-                    # its file's problems are the repo's: reported again from the entry
-                    # (the file is not loaded: unchanged, or the entry would be forgotten)
-                    repo.errors.extend(kept.file_errors)
+        kept = cache.reusable_all(project, names)
+        compiled = [i for i, k in enumerate(kept) if k is None]
+        for i in compiled:
+            _compile_cached(repo, project, names[i], cache)
+            kept[i] = cache.kept(project, names[i])
+        done = cast(list[KeptOperation], kept)
+        results.extend([k.result for k in done])
+        claimed.extend([k.claims for k in done])
+        # a kept operation's file problems are the repo's: reported again from its entry
+        # (the file is not loaded: unchanged, or the entry would be forgotten); those of
+        # one compiled now are reported already, and ``finish`` lists each problem once
+        repo.errors.extend(chain.from_iterable(k.file_errors for k in done))
     errors.extend(chain.from_iterable(r.errors for r in results))
     rejected = [r.rejected for r in results if r.rejected]
     schedules = list(chain.from_iterable(r.scheduled for r in results))

@@ -38,7 +38,9 @@ _Key = tuple[str, str]  # (project, operation name)
 
 
 @dataclass(frozen=True, slots=True)
-class _Compiled:
+class KeptOperation:
+    """One operation's compile, kept: what it read, its result, claims and file problems."""
+
     own: tuple[str, ...]  # the operation files its compile read (its own)
     shared: tuple[str, ...]  # the other files it read: one tuple per distinct set
     result: OperationResult
@@ -61,7 +63,7 @@ class CompileCache:
         self.parse_cache = parse_cache if parse_cache is not None else ParseCache()
         self.loads = LoadMemo()
         self._layout: tuple[str, ...] | None = None
-        self._operations: dict[_Key, _Compiled] = {}
+        self._operations: dict[_Key, KeptOperation] = {}
         # who read what, compact: most operations read the same shared files (org,
         # project, presets, queue, cluster), so those are indexed once per distinct set
         # of them (a group), not once per operation
@@ -172,13 +174,17 @@ class CompileCache:
         self._ids = None
         return check_unique(every, errors)
 
-    def reusable_all(self, project: str, names: Sequence[str]) -> list[_Compiled | None]:
+    def reusable_all(self, project: str, names: Sequence[str]) -> list[KeptOperation | None]:
         """Per name of ``project``, its kept result, claims and file problems (none of its
         reads changed since it was compiled), or None: compile it."""
         get = self._operations.get
         kept = [get((project, name)) for name in names]
         self.reused += sum(1 for k in kept if k is not None)
         return kept
+
+    def kept(self, project: str, name: str) -> KeptOperation:
+        """The entry :meth:`store` just kept of ``project/name``."""
+        return self._operations[(project, name)]
 
     def store(
         self,
@@ -208,7 +214,7 @@ class CompileCache:
         group[1].add(key)
         for path in own:
             self._own[path] = (*self._own.get(path, ()), key)
-        kept = _Compiled(own, shared, result, tuple(claims), tuple(file_errors))
+        kept = KeptOperation(own, shared, result, tuple(claims), tuple(file_errors))
         self._operations[key] = kept
         self._claim_changes.append((True, kept.claims))
         self.compiled += 1
