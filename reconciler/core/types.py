@@ -705,6 +705,24 @@ class OrgSettings:
     web_url: str = ""  # the base of the pages' links ("": none)
 
 
+class _Generations(Mapping[str, int]):
+    """Each operation's generation, by id: a view of the operations by id, not a copy."""
+
+    __slots__ = ("_ops",)
+
+    def __init__(self, ops: Mapping[str, CompiledOperation]) -> None:
+        self._ops = ops
+
+    def __getitem__(self, key: str) -> int:
+        return self._ops[key].generation
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
 @dataclass(frozen=True)
 class CompiledRepo:
     """The result of compiling a whole snapshot. ``errors`` non-empty means the commit is
@@ -736,8 +754,8 @@ class CompiledRepo:
 
     @cached_property
     def generations(self) -> Mapping[str, int]:
-        """The generation each operation asks for, by id (once per compile)."""
-        return {op.id: op.generation for op in self.operations}
+        """The generation each operation asks for, by id (a view of :attr:`by_id`)."""
+        return _Generations(self.by_id)
 
     @cached_property
     def stopped_ids(self) -> tuple[str, ...]:

@@ -75,12 +75,14 @@ class World:
         self.org = case.org
         self.now = NOW
         self.unreachable: frozenset[str] = frozenset()
+        self.added = 0
 
     def change(self, kind: str, n: int) -> None:
         names = sorted(self.queues)
         queue = self.queues[names[n % len(names)]]
         if kind == "add":
-            self.ops.append(_op(f"new{n}-{len(self.ops)}", queue, n % 3))
+            self.added += 1
+            self.ops.append(_op(f"new{self.added}", queue, n % 3))
         elif kind in ("phase", "forget") and self.ops:
             op = self.ops[n % len(self.ops)]
             self.observed = [o for o in self.observed if o.operation != op.id]

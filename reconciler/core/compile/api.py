@@ -176,11 +176,16 @@ def _compile_repo(
         done = cast(list[KeptOperation], kept)
         results.extend([k.result for k in done])
         claimed.extend([k.claims for k in done])
-        # a kept operation's file problems are the repo's: reported again from its entry
-        # (the file is not loaded: unchanged, or the entry would be forgotten); those of
-        # one compiled now are reported already, and ``finish`` lists each problem once
-        repo.errors.extend(chain.from_iterable(k.file_errors for k in done))
-    errors.extend(chain.from_iterable(r.errors for r in results))
+    if cache is None:
+        errors.extend(chain.from_iterable(r.errors for r in results))
+    else:
+        # the kept operations' problems, from the entries that have any: a kept file's
+        # are the repo's, reported again (the file is not loaded: unchanged, or the entry
+        # would be forgotten); those of one compiled now are reported already, and
+        # ``finish`` lists each problem once
+        file_errors, result_errors = cache.problems()
+        repo.errors.extend(file_errors)
+        errors.extend(result_errors)
     rejected = [r.rejected for r in results if r.rejected]
     schedules = list(chain.from_iterable(r.scheduled for r in results))
     operations = list(chain.from_iterable(r.operations for r in results))

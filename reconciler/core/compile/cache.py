@@ -76,6 +76,9 @@ class CompileCache:
         self._contents: Mapping[str, bytes] = {}
         self._files: Mapping[str, RepoFile] = {}
         self.index_base: IndexBase | None = None  # what the next index derives from
+        # the kept operations with problems: their file's, and their compile's
+        self._file_errors: dict[_Key, tuple[ConfigError, ...]] = {}
+        self._result_errors: dict[_Key, tuple[ConfigError, ...]] = {}
         # the claims by id and by workload when the last check found no collision and no
         # scheduled claim (else None), and the claims stored (True) and forgotten since
         self._ids: dict[str, Claim] | None = None
@@ -104,6 +107,8 @@ class CompileCache:
             self._own.clear()
             self._groups.clear()
             self._readers.clear()
+            self._file_errors.clear()
+            self._result_errors.clear()
             self._ids = None
             self._claim_changes.clear()
             self._layout = layout
@@ -186,6 +191,13 @@ class CompileCache:
         """The entry :meth:`store` just kept of ``project/name``."""
         return self._operations[(project, name)]
 
+    def problems(self) -> tuple[Iterable[ConfigError], Iterable[ConfigError]]:
+        """The problems of every kept operation: its file's, and its compile's."""
+        return (
+            chain.from_iterable(self._file_errors.values()),
+            chain.from_iterable(self._result_errors.values()),
+        )
+
     def store(
         self,
         project: str,
@@ -216,6 +228,10 @@ class CompileCache:
             self._own[path] = (*self._own.get(path, ()), key)
         kept = KeptOperation(own, shared, result, tuple(claims), tuple(file_errors))
         self._operations[key] = kept
+        if kept.file_errors:
+            self._file_errors[key] = kept.file_errors
+        if result.errors:
+            self._result_errors[key] = tuple(result.errors)
         self._claim_changes.append((True, kept.claims))
         self.compiled += 1
 
@@ -232,6 +248,8 @@ class CompileCache:
         if entry is None:
             return
         self._claim_changes.append((False, entry.claims))
+        self._file_errors.pop(key, None)
+        self._result_errors.pop(key, None)
         for path in entry.own:
             readers = tuple(k for k in self._own.get(path, ()) if k != key)
             if readers:
