@@ -148,7 +148,9 @@ def _compile_repo(
         base=cache.index_base if cache is not None else None,
     )
     if cache is not None:
-        if repo.changed is None:  # a derived index changed operation files only
+        # indexed in full: forget what left the repo (a derived index names the files
+        # removed, and ``begin`` forgets their operations)
+        if repo.changed is None:
             cache.retain(
                 snapshot.files,
                 ((p, n) for p, entry in repo.projects.items() for n in entry.operations),

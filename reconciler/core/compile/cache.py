@@ -15,9 +15,10 @@ against the last compile's (content and first-commit time of every path, unchang
 mostly the same objects, so an identity check) and forgets the operations that read a
 changed path (an index from each operation file to its reader, and from each shared file
 to the groups of operations that read the same shared files); every other kept operation
-is reused as is, with its name claims and its file's problems. When a commit changes only
-operation files, the index is derived from the last one (``index.derive_index``) and names
-the changed paths itself: no layout to compare, nothing else to diff or retain.
+is reused as is, with its name claims and its file's problems. When a commit of a plain
+repo edits files or adds or removes operation files, the index is derived from the last
+one (``index.derive_index``) and names the changed paths itself: no layout to compare,
+nothing else to diff or retain.
 """
 
 from __future__ import annotations
