@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from functools import cached_property
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 
@@ -750,7 +752,8 @@ class CompiledRepo:
     def by_id(self) -> Mapping[str, CompiledOperation]:
         """The operations by id: built once per compile, not once per cycle (a cycle with
         no new commit decides over the same object)."""
-        return {op.id: op for op in self.operations}
+        ops = self.operations
+        return dict(zip(map(attrgetter("id"), ops), ops, strict=True))
 
     @cached_property
     def generations(self) -> Mapping[str, int]:
@@ -760,7 +763,8 @@ class CompiledRepo:
     @cached_property
     def stopped_ids(self) -> tuple[str, ...]:
         """The operations ``stopped: true`` in the repo (once per compile)."""
-        return tuple(op.id for op in self.operations if op.stopped)
+        ops = self.operations
+        return tuple(compress(map(attrgetter("id"), ops), map(attrgetter("stopped"), ops)))
 
     @property
     def fleet_clusters(self) -> frozenset[str]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from itertools import chain
+from operator import attrgetter
 from typing import cast
 
 from reconciler.core import gcpause
@@ -41,6 +42,14 @@ from reconciler.core.types import (
     InternalError,
     OrgSettings,
     RepoSnapshot,
+)
+
+# the parts of kept entries and results taken whole, in C (per operation, 100,000 of them)
+_RESULT, _CLAIMS = attrgetter("result"), attrgetter("claims")
+_REJECTED, _SCHEDULED, _OPERATIONS = (
+    attrgetter("rejected"),
+    attrgetter("scheduled"),
+    attrgetter("operations"),
 )
 
 
@@ -170,14 +179,13 @@ def _compile_repo(
                 claimed.append(its_claims)
             continue
         names = cache.names(entry)
-        kept = cache.reusable_all(project, names)
-        compiled = [i for i, k in enumerate(kept) if k is None]
-        for i in compiled:
+        kept, missing = cache.reusable_all(project, names)
+        for i in missing:
             _compile_cached(repo, project, names[i], cache)
             kept[i] = cache.kept(project, names[i])
         done = cast(list[KeptOperation], kept)
-        results.extend([k.result for k in done])
-        claimed.extend([k.claims for k in done])
+        results.extend(map(_RESULT, done))
+        claimed.extend(map(_CLAIMS, done))
     if cache is None:
         errors.extend(chain.from_iterable(r.errors for r in results))
     else:
@@ -188,9 +196,9 @@ def _compile_repo(
         file_errors, result_errors = cache.problems()
         repo.errors.extend(file_errors)
         errors.extend(result_errors)
-    rejected = [r.rejected for r in results if r.rejected]
-    schedules = list(chain.from_iterable(r.scheduled for r in results))
-    operations = list(chain.from_iterable(r.operations for r in results))
+    rejected = [r for r in map(_REJECTED, results) if r]
+    schedules = list(chain.from_iterable(map(_SCHEDULED, results)))
+    operations = list(chain.from_iterable(map(_OPERATIONS, results)))
     if cache is not None:
         twice = cache.check_claims(claimed, errors)
     else:

@@ -65,6 +65,8 @@ class CompileCache:
         self.loads = LoadMemo()
         self._layout: tuple[str, ...] | None = None
         self._operations: dict[_Key, KeptOperation] = {}
+        # the same entries per project, by name: looked up in one C-level pass per project
+        self._by_project: dict[str, dict[str, KeptOperation]] = {}
         # who read what, compact: most operations read the same shared files (org,
         # project, presets, queue, cluster), so those are indexed once per distinct set
         # of them (a group), not once per operation
@@ -105,6 +107,7 @@ class CompileCache:
         layout = repo.layout()
         if layout != self._layout:
             self._operations.clear()
+            self._by_project.clear()
             self._own.clear()
             self._groups.clear()
             self._readers.clear()
@@ -180,13 +183,16 @@ class CompileCache:
         self._ids = None
         return check_unique(every, errors)
 
-    def reusable_all(self, project: str, names: Sequence[str]) -> list[KeptOperation | None]:
+    def reusable_all(
+        self, project: str, names: Sequence[str]
+    ) -> tuple[list[KeptOperation | None], list[int]]:
         """Per name of ``project``, its kept result, claims and file problems (none of its
-        reads changed since it was compiled), or None: compile it."""
-        get = self._operations.get
-        kept = [get((project, name)) for name in names]
-        self.reused += sum(1 for k in kept if k is not None)
-        return kept
+        reads changed since it was compiled), or None; and where the Nones are: compile
+        those."""
+        kept = list(map(self._by_project.get(project, {}).get, names))
+        missing = [i for i, k in enumerate(kept) if k is None]
+        self.reused += len(kept) - len(missing)
+        return kept, missing
 
     def kept(self, project: str, name: str) -> KeptOperation:
         """The entry :meth:`store` just kept of ``project/name``."""
@@ -229,6 +235,7 @@ class CompileCache:
             self._own[path] = (*self._own.get(path, ()), key)
         kept = KeptOperation(own, shared, result, tuple(claims), tuple(file_errors))
         self._operations[key] = kept
+        self._by_project.setdefault(project, {})[name] = kept
         if kept.file_errors:
             self._file_errors[key] = kept.file_errors
         if result.errors:
@@ -248,6 +255,7 @@ class CompileCache:
         entry = self._operations.pop(key, None)
         if entry is None:
             return
+        del self._by_project[key[0]][key[1]]
         self._claim_changes.append((False, entry.claims))
         self._file_errors.pop(key, None)
         self._result_errors.pop(key, None)

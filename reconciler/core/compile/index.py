@@ -18,7 +18,8 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from operator import is_
+from itertools import compress
+from operator import is_, is_not
 from typing import Any, Generic, TypeVar, cast
 
 from pydantic import ValidationError
@@ -127,7 +128,10 @@ def derive_index(
     keep the layout's problems none, as ``base``'s were, so the result is exactly what
     indexing ``snapshot`` gives."""
     old, new = base.files, snapshot.files
-    changed = [p for p, f in new.items() if (o := old.get(p)) is not f and o != f]
+    # unchanged files are mostly the same objects: those that are not, found in C, then
+    # compared
+    differ = compress(new, map(is_not, new.values(), map(old.get, new)))
+    changed = [p for p in differ if old.get(p) != new[p]]
     added = sum(1 for p in changed if p not in old)
     if len(new) - added != len(old):  # some were removed
         changed += [p for p in old if p not in new]
