@@ -64,8 +64,7 @@ class CompileCache:
         self.parse_cache = parse_cache if parse_cache is not None else ParseCache()
         self.loads = LoadMemo()
         self._layout: tuple[str, ...] | None = None
-        self._operations: dict[_Key, KeptOperation] = {}
-        # the same entries per project, by name: looked up in one C-level pass per project
+        # the kept operations per project, by name: looked up in one C-level pass each
         self._by_project: dict[str, dict[str, KeptOperation]] = {}
         # who read what, compact: most operations read the same shared files (org,
         # project, presets, queue, cluster), so those are indexed once per distinct set
@@ -106,7 +105,6 @@ class CompileCache:
         self.index_base = repo.base
         layout = repo.layout()
         if layout != self._layout:
-            self._operations.clear()
             self._by_project.clear()
             self._own.clear()
             self._groups.clear()
@@ -120,10 +118,10 @@ class CompileCache:
             for path in _changed(self._contents, repo.files, self._files, repo.snapshot.files):
                 self._forget_readers(path)
         # before any operation compiles: a compile that fails half-way leaves every kept
-        # entry valid against this repo, the next diff's base (copied: the caller may
-        # reuse its mapping for the next snapshot)
-        self._contents = dict(repo.files)
-        self._files = dict(repo.snapshot.files)
+        # entry valid against this repo, the next diff's base (the index's own: copied
+        # from the caller's, who may reuse its mapping for the next snapshot)
+        self._contents = repo.files
+        self._files = repo.base.files if repo.base is not None else dict(repo.snapshot.files)
 
     def _forget_readers(self, path: str) -> None:
         for key in list(self._own.get(path, ())):
@@ -196,7 +194,7 @@ class CompileCache:
 
     def kept(self, project: str, name: str) -> KeptOperation:
         """The entry :meth:`store` just kept of ``project/name``."""
-        return self._operations[(project, name)]
+        return self._by_project[project][name]
 
     def problems(self) -> tuple[Iterable[ConfigError], Iterable[ConfigError]]:
         """The problems of every kept operation: its file's, and its compile's."""
@@ -234,7 +232,6 @@ class CompileCache:
         for path in own:
             self._own[path] = (*self._own.get(path, ()), key)
         kept = KeptOperation(own, shared, result, tuple(claims), tuple(file_errors))
-        self._operations[key] = kept
         self._by_project.setdefault(project, {})[name] = kept
         if kept.file_errors:
             self._file_errors[key] = kept.file_errors
@@ -248,14 +245,14 @@ class CompileCache:
         self.parse_cache.retain(files)
         self.loads.retain(files)
         keep = set(operations)
-        for key in [k for k in self._operations if k not in keep]:
+        gone = [(p, n) for p, kept in self._by_project.items() for n in kept if (p, n) not in keep]
+        for key in gone:
             self._forget(key)
 
     def _forget(self, key: _Key) -> None:
-        entry = self._operations.pop(key, None)
+        entry = self._by_project.get(key[0], {}).pop(key[1], None)
         if entry is None:
             return
-        del self._by_project[key[0]][key[1]]
         self._claim_changes.append((False, entry.claims))
         self._file_errors.pop(key, None)
         self._result_errors.pop(key, None)
