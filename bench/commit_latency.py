@@ -32,7 +32,7 @@ finish-to-next p50.
 
     PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s] [--ops 10000]
         [--chain 12] [--chain-duration 2s] [--only finish|poll|webhook]
-        [--webhook-interval 60s] [--profile OUT.svg]
+        [--webhook-interval 60s] [--profile OUT.svg] [--no-status]
 
 Also the reconciler's CPU time (user and system, from /proc) per polling round: steadier
 than the latencies on a shared machine.
@@ -369,6 +369,8 @@ def commit_rounds(
             str(hook.secret_file),
         ]
     )
+    if args.no_status:
+        extra.extend(["--status-branch", ""])
     profile = args.profile
     if profile is not None and args.only == "poll":  # both modes: one profile each
         profile = profile.with_name(f"{profile.stem}-{mode}{profile.suffix}")
@@ -469,6 +471,12 @@ def main() -> None:
     parser.add_argument("--state-dir", type=Path, default=None)
     parser.add_argument("--keep", action="store_true", help="leave the dev cluster running")
     parser.add_argument("--ops", type=int, default=0, help="operations held in the repo")
+    parser.add_argument(
+        "--no-status",
+        action="store_true",
+        help="the commit rounds' reconciler writes no status branch (--status-branch ''): "
+        "what the status writes cost the latency",
+    )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="commit-latency-"))
     cluster = DevCluster(args.state_dir or work / "cluster")

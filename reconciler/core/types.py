@@ -13,6 +13,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
+from functools import cached_property
+from itertools import compress
+from operator import attrgetter
 from typing import Any
 
 
@@ -704,6 +707,24 @@ class OrgSettings:
     web_url: str = ""  # the base of the pages' links ("": none)
 
 
+class _Generations(Mapping[str, int]):
+    """Each operation's generation, by id: a view of the operations by id, not a copy."""
+
+    __slots__ = ("_ops",)
+
+    def __init__(self, ops: Mapping[str, CompiledOperation]) -> None:
+        self._ops = ops
+
+    def __getitem__(self, key: str) -> int:
+        return self._ops[key].generation
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._ops)
+
+    def __len__(self) -> int:
+        return len(self._ops)
+
+
 @dataclass(frozen=True)
 class CompiledRepo:
     """The result of compiling a whole snapshot. ``errors`` non-empty means the commit is
@@ -726,6 +747,24 @@ class CompiledRepo:
     @property
     def valid(self) -> bool:
         return not self.errors
+
+    @cached_property
+    def by_id(self) -> Mapping[str, CompiledOperation]:
+        """The operations by id: built once per compile, not once per cycle (a cycle with
+        no new commit decides over the same object)."""
+        ops = self.operations
+        return dict(zip(map(attrgetter("id"), ops), ops, strict=True))
+
+    @cached_property
+    def generations(self) -> Mapping[str, int]:
+        """The generation each operation asks for, by id (a view of :attr:`by_id`)."""
+        return _Generations(self.by_id)
+
+    @cached_property
+    def stopped_ids(self) -> tuple[str, ...]:
+        """The operations ``stopped: true`` in the repo (once per compile)."""
+        ops = self.operations
+        return tuple(compress(map(attrgetter("id"), ops), map(attrgetter("stopped"), ops)))
 
     @property
     def fleet_clusters(self) -> frozenset[str]:

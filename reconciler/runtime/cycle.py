@@ -63,6 +63,7 @@ from reconciler.core.decision.trigger import Trigger
 from reconciler.core.observation.capacity import ClusterCapacity, observe_capacity
 from reconciler.core.observation.observe import Observer, WorkloadState
 from reconciler.core.plan import Plan, PlanInputError, StopReason
+from reconciler.core.plan.groups import PlanCache
 from reconciler.core.plan.partitions import (
     Partition,
     ShardScope,
@@ -342,6 +343,7 @@ class Reconciler:
         # a new commit reparses only the files it changed, and recompiles only the
         # operations whose inputs changed
         self._compile_cache = CompileCache()
+        self._plans = PlanCache()  # each group of queues' last plan (core/plan/groups.py)
         self._parse_cache = self._compile_cache.parse_cache
         # the last snapshot's files and what they compiled to (unchanged files are the
         # same objects, so comparing them is cheap)
@@ -973,7 +975,7 @@ class Reconciler:
             )
         now = self._clock.now()
         try:
-            decision = decide(compiled, listing, self.memory, now)
+            decision = decide(compiled, listing, self.memory, now, self._plans)
         except PlanInputError as exc:
             log.warning("shutdown: cannot plan: %s", exc)
             return None
@@ -1013,7 +1015,7 @@ class Reconciler:
         if scope is not None:  # the runs of the other partitions are kept, not decided
             memory, rest = memory.split(scope.clusters)
         try:
-            decision = decide(compiled, listing, memory, now)
+            decision = decide(compiled, listing, memory, now, self._plans)
         except PlanInputError as exc:
             log.error("cannot plan: %s", exc)
             return CycleResult(

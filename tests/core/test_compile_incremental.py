@@ -17,11 +17,27 @@ from support.paths import TEMPLATE
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.compile import api as api_module
+from reconciler.core.compile.index import RepoIndex
 from reconciler.core.types import InternalError, RepoFile, RepoSnapshot
 
 BASE = snapshot_worktree(TEMPLATE)
 PATHS = sorted(p for p in BASE.files if p.endswith(".yaml") and not p.startswith("schemas/"))
-EDITS = ("comment", "break", "digit", "delete", "restore", "copy-op", "link-op", "time")
+EDITS = (
+    "comment",
+    "break",
+    "digit",
+    "delete",
+    "restore",
+    "copy-op",
+    "link-op",
+    "time",
+    "shadow",
+    "odd-op",
+)
+# without its scheduled operation: unique names are then checked over what changed alone
+PLAIN = RepoSnapshot(
+    {p: f for p, f in BASE.files.items() if "nightly-embed" not in p}, version="plain"
+)
 
 
 def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
@@ -32,6 +48,19 @@ def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
         return
     if kind == "delete":
         files.pop(path, None)
+        return
+    if kind == "odd-op":  # a second file of a name, or a name that is not one
+        ops = sorted(p for p in files if p.endswith("/operations/dpo.yaml"))
+        new = (
+            ops[0][:-4] + "yml" if n % 2 and ops else f"projects/vision/operations/Bad_{n % 3}.yaml"
+        )
+        files[new] = RepoFile(new, files[ops[0]].content if ops else b"kind: Operation\n")
+        return
+    if kind == "shadow":  # an operation named as a matrix child is (from 3 on: not)
+        name = f"sweep-lr-{n % 5}"
+        new = f"projects/vision/operations/{name}.yaml"
+        body = b"kind: Operation\nname: %s\nrun:\n  container: {image: busybox}\n"
+        files[new] = RepoFile(new, body % name.encode())
         return
     if kind in ("copy-op", "link-op"):
         ops = sorted(p for p in files if "/operations/" in p)
@@ -73,20 +102,60 @@ edits = st.lists(
 )
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(edits, min_size=1, max_size=5))
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.sampled_from([BASE, PLAIN]), st.lists(edits, min_size=1, max_size=5))
 @pytest.mark.slow
 def test_an_incremental_compile_is_a_full_compile(
-    commits: list[list[tuple[str, str, int]]],
+    base: RepoSnapshot, commits: list[list[tuple[str, str, int]]]
 ) -> None:
+    """Random edits of random files, commit after commit: the index derived from the last
+    one, the problems and the unique names from what changed, equal a full compile's."""
     cache = CompileCache()
-    files = dict(BASE.files)
-    assert compile_repo(BASE, cache=cache) == compile_repo(BASE)
+    files = dict(base.files)
+    assert compile_repo(base, cache=cache) == compile_repo(base)
     for i, commit in enumerate(commits):
         for kind, path, n in commit:
             _edit(files, kind, path, n)
         snapshot = RepoSnapshot(dict(files), version=f"c{i}")
         assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot), commit
+
+
+def test_a_commit_of_operation_files_derives_the_index_from_the_last_one() -> None:
+    """Added, removed and edited operation files, and an edited preset, leave the layout
+    as it was: the index is the last one's with them registered; a new preset is a new
+    layout, indexed in full."""
+    cache = CompileCache()
+    compile_repo(PLAIN, cache=cache)
+    files = dict(PLAIN.files)
+    _edit(files, "copy-op", "", 0)
+    _edit(files, "delete", "projects/language/operations/dpo.yaml", 0)
+    _edit(files, "comment", "projects/vision/presets/base.yaml", 0)
+    snapshot = RepoSnapshot(dict(files), version="c1")
+    derived = RepoIndex(snapshot, base=cache.index_base)
+    assert derived.changed is not None and len(derived.changed) == 3
+    full = RepoIndex(snapshot)
+    assert derived.files == full.files
+    assert derived.projects == full.projects and derived.named == full.named
+    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    files["presets/extra.yaml"] = RepoFile("presets/extra.yaml", b"kind: Preset\nname: extra\n")
+    assert RepoIndex(RepoSnapshot(files), base=cache.index_base).changed is None
+
+
+def test_a_new_operation_that_takes_a_kept_id_is_reported_as_in_a_full_compile() -> None:
+    """Unique names are checked over the claims that changed: a new operation named as a
+    kept matrix child collides with it, and removing it clears the error."""
+    cache = CompileCache()
+    assert compile_repo(PLAIN, cache=cache).valid
+    files = dict(PLAIN.files)
+    _edit(files, "shadow", "", 1)
+    snapshot = RepoSnapshot(dict(files), version="c1")
+    compiled = compile_repo(snapshot, cache=cache)
+    assert compiled == compile_repo(snapshot)
+    assert any("names two operations" in e.message for e in compiled.errors)
+    del files["projects/vision/operations/sweep-lr-1.yaml"]
+    snapshot = RepoSnapshot(dict(files), version="c2")
+    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    assert compile_repo(snapshot, cache=cache).valid
 
 
 def test_a_preset_change_recompiles_only_the_operations_that_use_it() -> None:

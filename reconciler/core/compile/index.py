@@ -6,6 +6,9 @@ What must live here: the layout rules (``reconciler.yaml``, ``clusters/``, ``que
 ``cohorts/``, ``flavors/``, ``connections/``, ``presets/``, ``projects/<p>/...``), loading
 and caching files, typed access to the org, project and named files, the org's settings, and small
 helpers to read loaded documents. Following a name from one file to another is ``references.py``'s.
+Also the index derived from the last one (``IndexBase``): when a commit of a plain repo
+edits files, or adds or removes operation files, the layout is the last one's with those
+files registered, O(changed) after an identity diff of the snapshot, not O(files).
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import re
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from operator import is_
+from itertools import compress
+from operator import is_, is_not
 from typing import Any, Generic, TypeVar, cast
 
 from pydantic import ValidationError
@@ -31,7 +35,7 @@ from reconciler.core.compile.model import (
     Strict,
 )
 from reconciler.core.compile.notifications import commit_status, notify_rules
-from reconciler.core.load import Document, ParseCache, parse_yaml, resolve_files
+from reconciler.core.load import Document, ParseCache, check_path, parse_yaml, resolve_files
 from reconciler.core.plan.ledger import RESERVED_PROJECT_NAMES
 from reconciler.core.quantity import duration_seconds, parse_quantity
 from reconciler.core.types import (
@@ -45,6 +49,7 @@ from reconciler.core.types import (
     Provenance,
     ProvenanceKeys,
     ProvenanceMap,
+    RepoFile,
     RepoSnapshot,
     printable_path,
 )
@@ -97,6 +102,78 @@ def stem(filename: str) -> str:
 def name_of(path: str) -> str:
     """``presets/a100.yaml`` -> ``a100``."""
     return stem(path.rsplit("/", 1)[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class IndexBase:
+    """What an index of a plain snapshot (no symlink, no submodule, no problem in its
+    layout) keeps for the next one: the snapshot's files, the resolved contents and the
+    layout. Never changed once built: a derived index shares what did not change."""
+
+    files: Mapping[str, RepoFile]
+    contents: dict[str, bytes]
+    org_path: str | None
+    named: dict[str, dict[str, str]]
+    projects: dict[str, ProjectEntry]
+
+
+def derive_index(
+    base: IndexBase, snapshot: RepoSnapshot
+) -> tuple[dict[str, bytes], dict[str, ProjectEntry], frozenset[str]] | None:
+    """The resolved contents and projects of ``snapshot``, from ``base`` and the files that
+    changed, with the paths that did (content, first-commit time, added or removed); or
+    None when it takes a full index: a change other than a plain file edited (the layout
+    is its paths: the same) or a plain operation file of an existing project added (under a
+    valid name no file of it has) or removed (not its project's first file). Those rules
+    keep the layout's problems none, as ``base``'s were, so the result is exactly what
+    indexing ``snapshot`` gives."""
+    old, new = base.files, snapshot.files
+    # unchanged files are mostly the same objects: those that are not, found in C, then
+    # compared
+    differ = compress(new, map(is_not, new.values(), map(old.get, new)))
+    changed = [p for p in differ if old.get(p) != new[p]]
+    added = sum(1 for p in changed if p not in old)
+    if len(new) - added != len(old):  # some were removed
+        changed += [p for p in old if p not in new]
+    if not changed:
+        return base.contents, base.projects, frozenset()
+    projects = dict(base.projects)
+    touched: dict[str, tuple[dict[str, str], str]] = {}  # its operations, its first file
+    contents = dict(base.contents)
+    for path in changed:
+        file = new.get(path)
+        if file is not None and (file.symlink_target is not None or file.submodule):
+            return None
+        if file is not None and path in old:  # edited: the layout is the same
+            if path in contents:
+                contents[path] = file.content
+            continue
+        # added or removed: an operation file of an existing project only
+        parts = path.split("/")
+        if not is_operation(path) or not path.endswith(YAML_EXT) or check_path(path):
+            return None
+        entry = base.projects.get(parts[1])
+        if entry is None:
+            return None
+        name = stem(parts[3])
+        ops, first = touched.get(entry.name) or (dict(entry.operations), entry.first_file)
+        if file is None:  # removed
+            if ops.get(name) != path or path == first:
+                return None
+            del ops[name]
+            del contents[path]
+        else:  # added
+            if name in ops or len(name) > 63 or not _DNS_LABEL.fullmatch(name):
+                return None
+            ops[name] = path
+            first = min(first, path)
+            contents[path] = file.content
+        touched[entry.name] = (ops, first)
+    # added ones last: no reader depends on the order of files or operations (they sort)
+    for name, (ops, first) in touched.items():
+        entry = base.projects[name]
+        projects[name] = ProjectEntry(name, entry.path, entry.presets, ops, first)
+    return contents, projects, frozenset(changed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,11 +309,14 @@ class RepoIndex:
         memo: LoadMemo | None = None,
         *,
         keep_operations: bool = True,
+        base: IndexBase | None = None,
     ) -> None:
         """``keep_operations=False`` (a ``CompileCache`` keeps each operation's result
         instead): operation files are parsed without ``parse_cache`` and not memoised, and
         :meth:`release` lets go of one once it is compiled, so neither its parse nor its
-        position map outlives its compile."""
+        position map outlives its compile. With ``base`` (the last index's), the layout is
+        derived from it when :func:`derive_index` can; ``changed`` then holds the paths
+        that changed since (None: indexed in full)."""
         self.snapshot = snapshot
         self._parse_cache = parse_cache
         self._parse = parse_cache.parse if parse_cache is not None else parse_yaml
@@ -244,12 +324,19 @@ class RepoIndex:
         self._keep_operations = keep_operations
         self._file_errors: dict[str, tuple[ConfigError, ...]] = {}
         self._reads: set[str] | None = None
-        self.files, errors = resolve_files(snapshot)
-        self.errors = Errors(errors)
+        derived = derive_index(base, snapshot) if base is not None else None
+        self.changed: frozenset[str] | None = None
         self.org_path: str | None = None
         self.named: dict[str, dict[str, str]] = {k: {} for k in DIR_KINDS.values()}
         self.projects: dict[str, ProjectEntry] = {}
         self.other: list[tuple[str, str]] = []  # (path, kind) of files with invalid names
+        if derived is not None and base is not None:
+            self.files, self.projects, self.changed = derived
+            self.errors = Errors()
+            self.org_path, self.named = base.org_path, base.named
+        else:
+            self.files, errors = resolve_files(snapshot)
+            self.errors = Errors(errors)
         self._cache: dict[str, Loaded[Any] | None] = {}
         self._checked: set[str] = set()
         self._org_settings: OrgSettings | None = None
@@ -276,7 +363,19 @@ class RepoIndex:
         self.sections = Sections()  # typed sections the presets' layers built (merge.py)
         # the parts of merged specs that passed the schema (resolve.ValidatedParts)
         self.validated = ValidatedParts(self.kept)
-        self._index()
+        if derived is None:
+            self._index()
+        # what the next index derives from: a plain layout only (a symlink or a problem
+        # anywhere, and the next index is a full one)
+        self.base: IndexBase | None = None
+        if derived is not None or (
+            not self.errors
+            and not self.other
+            and all(f.symlink_target is None and not f.submodule for f in snapshot.files.values())
+        ):
+            self.base = IndexBase(  # its own copy: a caller may reuse its mapping
+                dict(snapshot.files), self.files, self.org_path, self.named, self.projects
+            )
 
     def recording(self) -> _Recording:
         """Note the paths of the files read until the block ends (``with``: the set)."""

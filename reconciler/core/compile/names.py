@@ -100,6 +100,24 @@ def claims(repo: RepoIndex, result: OperationResult) -> list[Claim]:
     return out
 
 
+def index_claims(
+    all_claims: Iterable[Claim],
+) -> tuple[dict[str, Claim], dict[tuple[str, str], Claim]] | None:
+    """The claims by id and by workload when :func:`check_unique` has nothing to say of
+    them (no id nor workload claimed twice, no scheduled operation); else None."""
+    ids: dict[str, Claim] = {}
+    workloads: dict[tuple[str, str], Claim] = {}
+    for claim in all_claims:
+        if claim.scheduled or claim.id in ids:
+            return None
+        ids[claim.id] = claim
+        if claim.workload is not None:
+            if claim.workload in workloads:
+                return None
+            workloads[claim.workload] = claim
+    return ids, workloads
+
+
 def check_unique(all_claims: Iterable[Claim], errors: Errors) -> set[str]:
     """Report ids and workload names claimed twice, at both places. Returns the ids claimed
     more than once (after the first)."""

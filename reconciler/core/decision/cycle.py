@@ -71,6 +71,7 @@ from reconciler.core.observation.observe import (
     parse_time,
 )
 from reconciler.core.plan import Plan, StopReason, plan_repo
+from reconciler.core.plan.groups import PlanCache, plan_repo_by_groups
 from reconciler.core.plan.ledger import (
     Ledger,
     LedgerEntry,
@@ -505,9 +506,17 @@ class Decision:
 # --- the decision -----------------------------------------------------------------------
 
 
-def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: datetime) -> Decision:
+def decide(
+    compiled: CompiledRepo,
+    listing: Listing,
+    memory: Memory,
+    now: datetime,
+    plans: PlanCache | None = None,
+) -> Decision:
     """The observed state, the plan and the actions of one cycle (pure), in the order of
-    the rules above, one named phase each.
+    the rules above, one named phase each. With ``plans`` (kept by the caller from cycle
+    to cycle), the queues whose inputs did not change keep their part of the last plan
+    (``core/plan/groups.py``): the same plan.
 
     Raises :class:`~reconciler.core.plan.PlanInputError` when the inputs contradict each
     other (the compiler rules that out)."""
@@ -520,7 +529,7 @@ def decide(compiled: CompiledRepo, listing: Listing, memory: Memory, now: dateti
     superseded = keep_superseded(compiled, seen, memory, current)  # 4
     ledger = enter_ledger(compiled, seen, memory, current, gang_deletes, now)  # 5
     inputs = plan_inputs(compiled, seen, listing, current, superseded, ledger)  # 6
-    plan = plan_over(compiled, inputs, now)
+    plan = plan_over(compiled, inputs, now, plans)
     current = mark_stopped(compiled, seen, plan, current)  # 7
     actions = make_actions(compiled, seen, plan, current, gang_deletes)
     return Decision(
@@ -581,16 +590,15 @@ def read_listing(compiled: CompiledRepo, listing: Listing) -> Listed:
     listed = tuple(
         w for name in sorted(listing) if listing[name].reachable for w in listing[name].workloads
     )
-    generations = {op.id: op.generation for op in compiled.operations}
-    current = current_states(listed, generations)
+    current = current_states(listed, compiled.generations)
     return Listed(
         health=health,
         down=frozenset(h.name for h in health if not h.reachable),
         workloads=listed,
-        generations=generations,
+        generations=compiled.generations,
         current=current,
         present=frozenset(current),
-        ops={op.id: op for op in compiled.operations},
+        ops=compiled.by_id,
     )
 
 
@@ -647,15 +655,15 @@ def recall_memory(
         state = _recalled(compiled, seen.down, marks.get(op_id), last, seen.ops)
         if state is not None:
             out[op_id] = state
-    return keep_stop_records(seen, memory, out)
+    return keep_stop_records(compiled, memory, out)
 
 
 def keep_stop_records(
-    seen: Listed, memory: Memory, current: dict[str, WorkloadState]
+    compiled: CompiledRepo, memory: Memory, current: dict[str, WorkloadState]
 ) -> dict[str, WorkloadState]:
     """(3, continued) A run stopped in the repo whose Job is still being deleted (listed,
     Stopped) keeps the reason, message and ``stoppedBy`` its stop recorded."""
-    for op_id in [oid for oid, op in seen.ops.items() if op.stopped]:
+    for op_id in compiled.stopped_ids:
         state, prior = current.get(op_id), memory.seen.get(op_id)
         if (
             state is not None
@@ -869,8 +877,22 @@ def plan_inputs(
     )
 
 
-def plan_over(compiled: CompiledRepo, inputs: PlanInputs, now: datetime) -> Plan:
+def plan_over(
+    compiled: CompiledRepo, inputs: PlanInputs, now: datetime, plans: PlanCache | None = None
+) -> Plan:
     """Rule 6: the plan. Every input is the planner's; no output is filtered after it."""
+    if plans is not None:
+        return plan_repo_by_groups(
+            plans,
+            compiled,
+            inputs.observed,
+            now,
+            superseded=inputs.superseded,
+            unreachable=inputs.unreachable,
+            capacity=inputs.capacity,
+            backends=inputs.backends,
+            ledger=inputs.ledger,
+        )
     return plan_repo(
         compiled,
         inputs.observed,

@@ -1,0 +1,392 @@
+"""The plan kept between cycles, group by group (``PlanCache``): a cycle replans only the
+queues whose inputs changed, and takes the rest from the last plan.
+
+What must live here: what couples queues in the planner, so that they fall in one group
+(``partition``), the inputs of a group (its queue specs, its operations, its
+observations), the rule of reuse, and the plan put together again in consideration order.
+The planner itself is not changed: the groups whose inputs changed are planned together
+by ``plan_dispatch`` over their queues alone.
+
+Queues are coupled, and so in one group, through a cluster with a concurrency limit that
+their operations (or their active runs) use, a workflow with children in both (its
+parallelism, and check 3's DAG walk), a dependency, and an active run counted in one queue
+and compiled for another. What the planner couples more widely, or reads the clock for, is
+never reused: a cohort or a fleet queue anywhere plans everything in full (borrowing and
+the fleet's choice of cluster reach across the queues, and their dispatches follow all
+others), and a group with a budget is planned every cycle (its window moves with ``now``).
+Whatever the planner reads besides the groups' own inputs (the org, the clusters, the
+flavors, the clusters that cannot be read, their backends and capacity, the active runs of
+no queue) is compared as a whole: a change replans every group. The stops are the whole
+plan's (the mass-deletion guard counts every active run), worked out every cycle.
+
+A group's plan is exactly the one a full plan gives it: ``tests/core/test_plan_groups.py``
+checks byte for byte, over random worlds and random changes, that it equals a full plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from reconciler.core.observation.capacity import ClusterCapacity
+from reconciler.core.plan.ledger import LedgerEntry
+from reconciler.core.plan.model import Dispatch, Pending, Plan, PruneRefusal, QueueSummary, Stop
+from reconciler.core.plan.planner import plan_dispatch, prune
+from reconciler.core.plan.state import QueueState
+from reconciler.core.types import (
+    ClusterSpec,
+    CohortSpec,
+    CompiledOperation,
+    CompiledRepo,
+    FlavorSpec,
+    ObservedOperation,
+    OrgSettings,
+    QueueSpec,
+)
+
+# One queue's inputs: its spec, its operations and the observations counted in it.
+_QueueInputs = tuple[QueueSpec, tuple[CompiledOperation, ...], tuple[ObservedOperation, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class _Kept:
+    """One group's inputs and its part of the plan, per queue."""
+
+    inputs: tuple[_QueueInputs, ...]
+    dispatch: Mapping[str, tuple[Dispatch, ...]]
+    pending: Mapping[str, tuple[Pending, ...]]
+    summaries: Mapping[str, QueueSummary]
+
+
+class PlanCache:
+    """The last plan of each group of queues, for the next cycle. Owned by the caller (the
+    long-running reconciler); pure."""
+
+    def __init__(self) -> None:
+        self._shared: tuple[Any, ...] | None = None
+        self._groups: dict[tuple[str, ...], _Kept] = {}
+        self._coupled: _Coupled | None = None
+        self.reused = 0  # groups taken from the last plan
+        self.planned = 0  # groups planned
+
+
+class _Groups:
+    """Union-find over queue names and the other nodes that couple them (a limited
+    cluster, a workflow): ``\\0`` and ``\\1`` prefixes keep those apart from queue names."""
+
+    __slots__ = ("parent",)
+
+    def __init__(self, names: Iterable[str]) -> None:
+        self.parent = {n: n for n in names}
+
+    def find(self, node: str) -> str:
+        parent = self.parent
+        root = parent.setdefault(node, node)
+        while parent[root] != root:
+            root = parent[root]
+        while parent[node] != root:
+            parent[node], node = root, parent[node]
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[max(ra, rb)] = min(ra, rb)
+
+
+@dataclass(frozen=True, slots=True)
+class _Coupled:
+    """What the operations alone say of the groups, kept while they are the same tuple
+    (a cycle with no new commit): the union-find after their couplings, those with
+    dependencies, and each queue's operations."""
+
+    operations: tuple[CompiledOperation, ...]
+    queues: dict[str, QueueSpec]
+    clusters: dict[str, ClusterSpec]
+    parent: dict[str, str]
+    dependents: tuple[CompiledOperation, ...]
+    by_queue: dict[str, tuple[CompiledOperation, ...]]
+
+
+def couple_operations(
+    operations: tuple[CompiledOperation, ...],
+    queues: Mapping[str, QueueSpec],
+    clusters: Mapping[str, ClusterSpec],
+    ops: Mapping[str, CompiledOperation],
+) -> _Coupled:
+    """The queues the operations couple: through a limited cluster, a workflow, a
+    dependency. Every operation names a queue of ``queues``."""
+    limited = {name for name, c in clusters.items() if c.concurrency is not None}
+    groups = _Groups(queues)
+    for name, spec in queues.items():
+        if spec.cluster in limited:
+            groups.union(name, "\0" + spec.cluster)
+    dependents: list[CompiledOperation] = []
+    by_queue: dict[str, list[CompiledOperation]] = {name: [] for name in queues}
+    for op in operations:
+        by_queue[op.queue].append(op)
+        wf = op.workflow
+        if wf is not None:
+            groups.union(op.queue, "\1" + wf.parent)
+        if op.cluster in limited:
+            groups.union(op.queue, "\0" + op.cluster)
+        if op.dependencies:
+            dependents.append(op)
+            for dep in op.dependencies:
+                upstream = ops.get(dep)
+                if upstream is not None:
+                    groups.union(op.queue, upstream.queue)
+    return _Coupled(
+        operations,
+        dict(queues),
+        dict(clusters),
+        groups.parent,
+        tuple(dependents),
+        {name: tuple(mine) for name, mine in by_queue.items()},
+    )
+
+
+def partition(
+    coupled: _Coupled, observed: Iterable[ObservedOperation], ops: Mapping[str, CompiledOperation]
+) -> tuple[list[tuple[str, ...]], dict[str, str]]:
+    """The groups of queues the planner couples (each its queue names, sorted; groups
+    sorted): the operations' couplings and the observations'; and per observation id the
+    queue it counts in (an observation of no queue in ``queues`` is in none)."""
+    queues, clusters = coupled.queues, coupled.clusters
+    limited = {name for name, c in clusters.items() if c.concurrency is not None}
+    groups = _Groups(())
+    groups.parent = dict(coupled.parent)
+    counted: dict[str, str] = {}
+    for obs in observed:
+        known = ops.get(obs.operation)
+        qname = obs.queue or (known.queue if known is not None else None)
+        if qname is None or qname not in queues:
+            continue
+        counted[obs.operation] = qname
+        if known is not None:
+            groups.union(qname, known.queue)
+        cname = obs.cluster or (known.cluster if known is not None else None)
+        if (cname or queues[qname].cluster) in limited:
+            groups.union(qname, "\0" + (cname or queues[qname].cluster))
+    # a dependency's observation counts where it says: its dependents' group too
+    for op in coupled.dependents:
+        for dep in op.dependencies:
+            if dep in counted:
+                groups.union(op.queue, counted[dep])
+    members: dict[str, list[str]] = {}
+    for name in sorted(queues):
+        members.setdefault(groups.find(name), []).append(name)
+    return sorted(tuple(m) for m in members.values()), counted
+
+
+def plan_by_groups(
+    cache: PlanCache,
+    operations: Iterable[CompiledOperation],
+    queues: Mapping[str, QueueSpec],
+    clusters: Mapping[str, ClusterSpec],
+    observed: Iterable[ObservedOperation],
+    org: OrgSettings,
+    now: datetime,
+    *,
+    rejected: Collection[str] = (),
+    unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
+    cohorts: Mapping[str, CohortSpec] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
+    flavors: Mapping[str, FlavorSpec] | None = None,
+    by_id: Mapping[str, CompiledOperation] | None = None,
+) -> Plan:
+    """:func:`~reconciler.core.plan.planner.plan_dispatch`, the same plan, with the groups
+    whose inputs did not change since ``cache``'s last plan taken from it. ``by_id``: the
+    operations by id, when the caller has them."""
+    operations = tuple(operations)
+    observed = tuple(observed)
+    unreachable = frozenset(unreachable)
+
+    def full() -> Plan:
+        cache._shared = None
+        cache._groups = {}
+        return plan_dispatch(
+            operations,
+            queues,
+            clusters,
+            observed,
+            org,
+            now,
+            rejected=rejected,
+            unreachable=unreachable,
+            capacity=capacity,
+            backends=backends,
+            cohorts=cohorts,
+            ledger=ledger,
+            flavors=flavors,
+        )
+
+    if cohorts or any(q.cohort is not None or q.fleet for q in queues.values()):
+        return full()
+    ops = by_id if by_id is not None else {op.id: op for op in operations}
+    coupled = cache._coupled
+    if (
+        coupled is None
+        or coupled.operations is not operations
+        or coupled.queues != queues
+        or coupled.clusters != clusters
+    ):
+        if len(ops) != len(operations) or any(op.queue not in queues for op in operations):
+            return full()  # the planner refuses these inputs: in its own words
+        coupled = cache._coupled = couple_operations(operations, queues, clusters, ops)
+    if len({o.operation for o in observed}) != len(observed):
+        return full()
+    groups, counted = partition(coupled, observed, ops)
+    loose = tuple(o for o in observed if o.operation not in counted)
+    # copies: a caller may change its mappings in place for the next cycle
+    shared: tuple[Any, ...] = (org, dict(clusters), dict(flavors or {}), unreachable)
+    shared += (dict(backends or {}), dict(capacity or {}), loose)
+    kept = cache._groups if shared == cache._shared else {}
+    by_queue = coupled.by_queue
+    seen_by_queue: dict[str, list[ObservedOperation]] = {name: [] for name in queues}
+    for o in observed:
+        qname = counted.get(o.operation)
+        if qname is not None:
+            seen_by_queue[qname].append(o)
+    dispatch: dict[str, tuple[Dispatch, ...]] = {}
+    pending: dict[str, tuple[Pending, ...]] = {}
+    summaries: dict[str, QueueSummary] = {}
+    now_kept: dict[tuple[str, ...], _Kept] = {}
+    stale: list[tuple[tuple[str, ...], tuple[_QueueInputs, ...]]] = []
+    for group in groups:
+        inputs = tuple((queues[n], by_queue[n], tuple(seen_by_queue[n])) for n in group)
+        last = kept.get(group)
+        if last is not None and last.inputs == inputs:
+            dispatch.update(last.dispatch)
+            pending.update(last.pending)
+            summaries.update(last.summaries)
+            now_kept[group] = last
+            cache.reused += 1
+        else:
+            stale.append((group, inputs))
+    if stale:
+        replanned = plan_dispatch(
+            [op for _, inputs in stale for q in inputs for op in q[1]],
+            {n: queues[n] for group, _ in stale for n in group},
+            clusters,
+            [*(o for _, inputs in stale for q in inputs for o in q[2]), *loose],
+            org,
+            now,
+            unreachable=unreachable,
+            capacity=capacity,
+            backends=backends,
+            ledger=ledger,
+            flavors=flavors,
+        )
+        parts = _per_queue(replanned)
+        for group, inputs in stale:
+            mine = _Kept(
+                inputs,
+                {n: parts[0].get(n, ()) for n in group},
+                {n: parts[1].get(n, ()) for n in group},
+                {n: parts[2][n] for n in group},
+            )
+            dispatch.update(mine.dispatch)
+            pending.update(mine.pending)
+            summaries.update(mine.summaries)
+            cache.planned += 1
+            if not any(queues[n].budget is not None for n in group):  # its window moves
+                now_kept[group] = mine
+    cache._shared, cache._groups = shared, now_kept
+    order = sorted(queues.values(), key=lambda q: (-q.priority, q.name))
+    stops, refusal = _stops(ops, observed, queues, rejected, unreachable, org, flavors or {})
+    return Plan(
+        dispatch=tuple(d for q in order for d in dispatch[q.name]),
+        pending=tuple(p for q in order for p in pending[q.name]),
+        stop=stops,
+        queues=tuple(summaries[q.name] for q in order),
+        prune_refused=refusal,
+        at=now,
+    )
+
+
+def _per_queue(
+    plan: Plan,
+) -> tuple[
+    dict[str, tuple[Dispatch, ...]], dict[str, tuple[Pending, ...]], dict[str, QueueSummary]
+]:
+    """A plan's dispatches, pending entries and summaries by queue (each queue's are one
+    run of its consideration order: no cohort borrows after them)."""
+    dispatch: dict[str, list[Dispatch]] = {}
+    for d in plan.dispatch:
+        dispatch.setdefault(d.queue, []).append(d)
+    pending: dict[str, list[Pending]] = {}
+    for p in plan.pending:
+        pending.setdefault(p.queue, []).append(p)
+    return (
+        {n: tuple(ds) for n, ds in dispatch.items()},
+        {n: tuple(ps) for n, ps in pending.items()},
+        {s.name: s for s in plan.queues},
+    )
+
+
+def _stops(
+    ops: Mapping[str, CompiledOperation],
+    observed: Iterable[ObservedOperation],
+    queues: Mapping[str, QueueSpec],
+    rejected: Collection[str],
+    unreachable: frozenset[str],
+    org: OrgSettings,
+    flavors: Mapping[str, FlavorSpec],
+) -> tuple[tuple[Stop, ...], PruneRefusal | None]:
+    """Step 5 over every observation, as ``count_active`` sorts them for it: the active
+    runs stopped in the repo, and those removed from it, behind the guard."""
+    removed: list[ObservedOperation] = []
+    stopped: list[ObservedOperation] = []
+    active_total = 0
+    for obs in sorted(observed, key=lambda o: o.operation):
+        if not obs.phase.active:
+            continue
+        active_total += 1
+        known = ops.get(obs.operation)
+        if known is None:
+            if obs.operation not in rejected:
+                removed.append(obs)
+        elif known.stopped:
+            stopped.append(obs)
+    if not removed and not stopped:
+        return (), None
+    qstate = {name: QueueState(spec, flavors) for name, spec in queues.items()}
+    return prune(removed, qstate, unreachable, org, active_total, stopped)
+
+
+def plan_repo_by_groups(
+    cache: PlanCache,
+    repo: CompiledRepo,
+    observed: Iterable[ObservedOperation],
+    now: datetime,
+    *,
+    superseded: Collection[str] = (),
+    unreachable: Collection[str] = (),
+    capacity: Mapping[str, ClusterCapacity] | None = None,
+    backends: Mapping[str, frozenset[str]] | None = None,
+    ledger: Iterable[LedgerEntry] = (),
+) -> Plan:
+    """:func:`~reconciler.core.plan.planner.plan_repo`, the same plan, by groups."""
+    observed = list(observed)
+    return plan_by_groups(
+        cache,
+        repo.operations,
+        repo.queues,
+        repo.clusters,
+        observed,
+        repo.org,
+        now,
+        rejected=repo.never_pruned(observed) | frozenset(superseded),
+        unreachable=unreachable,
+        capacity=capacity,
+        backends=backends,
+        cohorts=repo.cohorts,
+        ledger=ledger,
+        flavors=repo.flavors,
+        by_id=repo.by_id,
+    )

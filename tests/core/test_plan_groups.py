@@ -1,0 +1,242 @@
+"""The plan by groups (``core/plan/groups.py``): a cycle replans only the queues whose
+inputs changed and keeps the others' part of the last plan; the plan is byte for byte a
+full plan's, over random worlds and random changes to them."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+from decimal import Decimal
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from support.builders import NOW
+from support.strategies import Case, cases
+
+from reconciler.core.plan import plan_dispatch
+from reconciler.core.plan.groups import PlanCache, plan_by_groups
+from reconciler.core.types import (
+    BudgetPeriod,
+    BudgetSpec,
+    ClusterSpec,
+    CohortSpec,
+    CompiledOperation,
+    ObservedOperation,
+    OrgSettings,
+    Phase,
+    QueueSpec,
+    RunKind,
+    WorkflowRef,
+)
+from reconciler.core.views.plan_render import plan_to_json
+
+GPU = "nvidia.com/gpu"
+CHANGES = (
+    "none",
+    "approve",
+    "requests",
+    "stop",
+    "move",
+    "add",
+    "remove",
+    "phase",
+    "forget",
+    "queue",
+    "cluster",
+    "unreachable",
+    "now",
+    "budget",
+)
+
+
+def _op(name: str, queue: QueueSpec, gpus: int) -> CompiledOperation:
+    return CompiledOperation(
+        project="p",
+        name=name,
+        path=f"p/operations/{name}.yaml",
+        queue=queue.name,
+        cluster=queue.cluster,
+        namespace="p",
+        kind=RunKind.JOB,
+        spec={},
+        requests={GPU: Decimal(gpus)} if gpus else {},
+    )
+
+
+class World:
+    """A case, changed one random step at a time."""
+
+    def __init__(self, case: Case) -> None:
+        self.ops = list(case.ops)
+        self.queues = dict(case.queues)
+        self.clusters = dict(case.clusters)
+        self.observed = list(case.observed)
+        self.org = case.org
+        self.now = NOW
+        self.unreachable: frozenset[str] = frozenset()
+        self.added = 0
+
+    def change(self, kind: str, n: int) -> None:
+        names = sorted(self.queues)
+        queue = self.queues[names[n % len(names)]]
+        if kind == "add":
+            self.added += 1
+            self.ops.append(_op(f"new{self.added}", queue, n % 3))
+        elif kind in ("phase", "forget") and self.ops:
+            op = self.ops[n % len(self.ops)]
+            self.observed = [o for o in self.observed if o.operation != op.id]
+            if kind == "phase":
+                phase = list(Phase)[n % len(Phase)]
+                self.observed.append(ObservedOperation(op.id, phase))
+        elif kind == "queue":
+            self.queues[queue.name] = replace(
+                queue, concurrency=n % 4 or None, paused=n % 5 == 0, priority=n % 3
+            )
+        elif kind == "budget":  # a budget of GPU hours: its window moves with the clock
+            budget = BudgetSpec(Decimal(n % 5), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
+            self.queues[queue.name] = replace(queue, budget=budget, default_timeout=3600)
+        elif kind == "cluster":
+            name = sorted(self.clusters)[n % len(self.clusters)]
+            self.clusters[name] = ClusterSpec(name, concurrency=n % 4 if n % 2 else None)
+        elif kind == "unreachable":
+            self.unreachable = self.unreachable ^ {sorted(self.clusters)[n % len(self.clusters)]}
+        elif kind == "now":
+            self.now += timedelta(minutes=n)
+        elif self.ops and kind != "none":
+            i = n % len(self.ops)
+            op = self.ops[i]
+            if kind == "remove":
+                del self.ops[i]
+            elif kind == "approve":
+                self.ops[i] = replace(op, is_approved=not op.is_approved)
+            elif kind == "requests":
+                self.ops[i] = replace(op, requests={GPU: Decimal(n % 4)})
+            elif kind == "stop":
+                self.ops[i] = replace(op, stopped=not op.stopped)
+            elif kind == "move":
+                self.ops[i] = replace(op, queue=queue.name, cluster=queue.cluster)
+
+    def args(self) -> tuple[object, ...]:
+        # the observations as a cycle makes them: new objects, equal when nothing changed
+        observed = [replace(o) for o in self.observed]
+        return self.ops, self.queues, self.clusters, observed, self.org, self.now
+
+    def full(self) -> str:
+        return plan_to_json(plan_dispatch(*self.args(), unreachable=self.unreachable))  # type: ignore[arg-type]
+
+    def by_groups(self, cache: PlanCache) -> str:
+        plan = plan_by_groups(cache, *self.args(), unreachable=self.unreachable)  # type: ignore[arg-type]
+        assert plan == plan_dispatch(*self.args(), unreachable=self.unreachable)  # type: ignore[arg-type]
+        return plan_to_json(plan)
+
+
+changes = st.lists(st.tuples(st.sampled_from(CHANGES), st.integers(0, 40)), min_size=1, max_size=3)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.lists(changes, min_size=1, max_size=6))
+@pytest.mark.slow
+def test_a_plan_by_groups_is_a_full_plan(case: Case, cycles: list[list[tuple[str, int]]]) -> None:
+    """Random worlds (queues with quotas, concurrency, maxPods, StrictFIFO; clusters with
+    limits; workflows, dependencies, removed runs) and random changes cycle after cycle:
+    the plan by groups equals the full plan, byte for byte."""
+    world = World(case)
+    cache = PlanCache()
+    assert world.by_groups(cache) == world.full()
+    for cycle in cycles:
+        for kind, n in cycle:
+            world.change(kind, n)
+        assert world.by_groups(cache) == world.full(), cycle
+
+
+def _world(*queues: QueueSpec, clusters: dict[str, ClusterSpec]) -> World:
+    ops = tuple(_op(f"{q.name}-{i}", q, 1) for q in queues for i in range(3))
+    return World(Case(ops, {q.name: q for q in queues}, clusters, (), OrgSettings()))
+
+
+def test_only_the_group_whose_inputs_changed_is_planned_again() -> None:
+    world = _world(
+        QueueSpec("a", "c0", concurrency=1),
+        QueueSpec("b", "c0", concurrency=1),
+        QueueSpec("c", "c1", concurrency=1),
+        clusters={"c0": ClusterSpec("c0"), "c1": ClusterSpec("c1")},
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    assert (cache.planned, cache.reused) == (3, 0)  # nothing couples them
+    world.by_groups(cache)
+    assert (cache.planned, cache.reused) == (3, 3)
+    world.ops.append(_op("late", world.queues["b"], 0))
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (4, 5)  # b alone
+
+
+def test_a_limited_cluster_couples_its_queues() -> None:
+    world = _world(
+        QueueSpec("a", "c0"),
+        QueueSpec("b", "c0"),
+        QueueSpec("c", "c1"),
+        clusters={"c0": ClusterSpec("c0", concurrency=2), "c1": ClusterSpec("c1")},
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    assert cache.planned == 2  # a and b share c0's limit: one group
+    world.ops.append(_op("late", world.queues["b"], 0))
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (3, 1)
+
+
+def test_a_budget_or_a_cohort_is_planned_every_cycle() -> None:
+    budget = BudgetSpec(Decimal(10), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
+    world = _world(
+        QueueSpec("a", "c0", budget=budget, default_timeout=3600),
+        QueueSpec("b", "c0"),
+        clusters={"c0": ClusterSpec("c0")},
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.by_groups(cache)
+    assert (cache.planned, cache.reused) == (3, 1)  # a's window moves with the clock
+    world.queues["b"] = replace(world.queues["b"], cohort="pool")
+    cohorts = {"pool": CohortSpec("pool", 3600, {})}
+    plan = plan_by_groups(cache, *world.args(), cohorts=cohorts)  # type: ignore[arg-type]
+    assert plan == plan_dispatch(*world.args(), cohorts=cohorts)  # type: ignore[arg-type]
+    assert (cache.planned, cache.reused) == (3, 1)  # a cohort: a full plan
+
+
+def test_a_workflow_couples_the_queues_of_its_children() -> None:
+    """Its parallelism is counted across queues: approving the child in ``a`` (planned
+    first) leaves none for the child in ``b``, whose own inputs did not change."""
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    wf = WorkflowRef("p/wf", "matrix", 0, concurrency=1)
+    first = replace(_op("wf-0", a, 0), workflow=wf, is_approved=False)
+    second = replace(_op("wf-1", b, 0), workflow=replace(wf, index=1))
+    world = World(
+        Case((first, second), {"a": a, "b": b}, {"c0": ClusterSpec("c0")}, (), OrgSettings())
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    assert cache.planned == 1  # one group
+    world.ops[0] = replace(first, is_approved=True)
+    assert world.by_groups(cache) == world.full()
+    assert '"p/wf-0"' in world.full() and cache.planned == 2
+
+
+def test_an_operation_counted_in_another_queue_couples_them() -> None:
+    """A run dispatched in ``a`` whose operation moved to ``b`` counts in ``a``, and keeps
+    the operation from being a candidate in ``b``: once it is gone (a change in ``a``'s
+    inputs alone), the operation is queued in ``b``."""
+    a, b = QueueSpec("a", "c0", concurrency=1), QueueSpec("b", "c0")
+    moved, waiting = _op("moved", b, 0), _op("waiting", a, 0)
+    running = ObservedOperation("p/moved", Phase.RUNNING, queue="a", cluster="c0")
+    world = World(
+        Case(
+            (moved, waiting), {"a": a, "b": b}, {"c0": ClusterSpec("c0")}, (running,), OrgSettings()
+        )
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.observed = []
+    assert world.by_groups(cache) == world.full()
+    assert '"p/moved"' in world.full()
