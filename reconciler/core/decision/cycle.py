@@ -59,6 +59,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from reconciler.core.decision.schedule import known_runs, with_ticks
@@ -880,20 +881,10 @@ def plan_inputs(
 def plan_over(
     compiled: CompiledRepo, inputs: PlanInputs, now: datetime, plans: PlanCache | None = None
 ) -> Plan:
-    """Rule 6: the plan. Every input is the planner's; no output is filtered after it."""
-    if plans is not None:
-        return plan_repo_by_groups(
-            plans,
-            compiled,
-            inputs.observed,
-            now,
-            superseded=inputs.superseded,
-            unreachable=inputs.unreachable,
-            capacity=inputs.capacity,
-            backends=inputs.backends,
-            ledger=inputs.ledger,
-        )
-    return plan_repo(
+    """Rule 6: the plan. Every input is the planner's; no output is filtered after it.
+    With ``plans`` (the caller's, kept between cycles), the same plan by groups."""
+    planner = plan_repo if plans is None else partial(plan_repo_by_groups, plans)
+    return planner(
         compiled,
         inputs.observed,
         now,
