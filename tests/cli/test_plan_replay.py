@@ -147,3 +147,38 @@ def test_a_hand_edited_ledger_is_refused_in_one_line(
     assert err.startswith(
         f"error: --replay: the status branch's ledger cannot be replayed: {path}:1:1: entry "
     )
+
+
+ONE_RUN = b"""entries:
+- operation: language/distill
+  generation: 1
+  workload: distill-g1
+  queue: team-b
+  cluster: local
+  phase: Succeeded
+  requests: {nvidia.com/gpu: '1'}
+  start: '2026-01-05T01:00:00Z'
+  end: '2026-01-05T02:00:00Z'
+  cost: '0.01'
+"""
+
+
+def test_the_largest_budget_at_a_small_rate_is_forecast_without_a_date(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """team-b's limit at the schema's most (10**15) and 0.01 spent: the date it is spent at
+    that rate is millions of years on, past any date; said as no date this window."""
+    write_status(template_remote, {"status/ledger/2026-01.yaml": ONE_RUN}, tmp_path / "c")
+    work = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(template_remote), str(work))
+    git(work, "checkout", "-q", "-b", "change")
+    path = work / "queues" / "team-b.yaml"
+    path.write_text(path.read_text().replace("limit: 500", "limit: 1000000000000000"))
+    git(work, "commit", "-qam", "change")
+    code, out, err = plan(work, "--replay", "7d", "--now", NOW, "-o", "json")
+    assert code == 3 and "Traceback" not in err, err
+    forecast = {f["queue"]: f for f in json.loads(out)["replay"]["forecasts"]}["team-b"]
+    assert forecast["head"]["spentBy"] is None
+    assert forecast["text"] == (
+        "at this rate team-b does not spend its daily budget this day; this change keeps that"
+    )

@@ -849,7 +849,8 @@ def forecast_burn(budget: BudgetWindow, now: datetime, rate: Decimal | None = No
         rate = budget.spent / elapsed if elapsed else Decimal(0)
     at = None
     left = budget.budget.limit - budget.spent
-    if left > 0 and rate > 0:
+    # compared in hours first: a large limit at a small rate is centuries past any datetime
+    if left > 0 and rate > 0 and left / rate < hours(now, window.end):
         moment = now + timedelta(hours=float(left / rate))
         at = moment if moment < window.end else None
     return BurnForecast(

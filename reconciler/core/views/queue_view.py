@@ -153,6 +153,12 @@ class QueueBudget(ApiModel):
             limit, spent = Decimal(self.limit), Decimal(self.spent)
         except (ValueError, ArithmeticError):  # a hand-edited record: no forecast
             return self
+        amounts = (limit, spent)
+        if not all(a.is_finite() and a.copy_abs() <= _MOST for a in amounts) or None in (
+            window.start.tzinfo,
+            window.end.tzinfo,
+        ):  # NaN, 1e999999999 or a local time: hand-edited too
+            return self
         budget = BudgetWindow(queue, BudgetSpec(limit, per), window, spent, timezone)
         return self.model_copy(update={"forecast": forecast_text(forecast_burn(budget, now))})
 
@@ -175,6 +181,9 @@ class QueueBudget(ApiModel):
         return cls(**{k: str(v) for k, v in record.items() if k in _BUDGET_KEYS})
 
 
+# The largest amount a recorded window is forecast at: far past a limit (at most 10**15)
+# and what bounded ledger costs sum to; larger overflows the forecast's arithmetic
+_MOST = Decimal(10**30)
 _BUDGET_KEYS = ("limit", "spent", "committed", "unit", "per", "windowStart", "windowEnd")
 
 
