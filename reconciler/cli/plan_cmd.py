@@ -148,8 +148,9 @@ Planner = Callable[[CompiledRepo], Planned]
 Replayer = Callable[[CompiledRepo, CompiledRepo], WhatIf]
 Replayed = tuple[WhatIf, str]  # the replay and its window as asked (``7d``)
 
-# ``--replay``: days, hours and minutes, at least one (``7d``, ``36h``, ``1d12h``)
-_SPAN = re.compile(r"^(?=\d)(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?$")
+# ``--replay``: days, hours and minutes, at least one (``7d``, ``36h``, ``1d12h``); ASCII
+# digits only (``\d`` alone takes an Arabic-Indic seven for 7, shown then as typed)
+_SPAN = re.compile(r"^(?=\d)(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?$", re.ASCII)
 MAX_REPLAY = timedelta(days=92)
 
 

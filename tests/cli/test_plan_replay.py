@@ -120,6 +120,9 @@ def test_a_window_with_no_history_says_so_and_shows_no_numbers(changed: Path) ->
         ("0d", "error: --replay: '0d' is not a span such as 7d or 36h\n"),
         ("", "error: --replay: '' is not a span such as 7d or 36h\n"),
         ("400d", "error: --replay: '400d' is longer than 92d\n"),
+        ("\u0667d", "error: --replay: '\u0667d' is not a span such as 7d or 36h\n"),
+        ("\uff11d", "error: --replay: '\uff11d' is not a span such as 7d or 36h\n"),
+        ("1e3d", "error: --replay: '1e3d' is not a span such as 7d or 36h\n"),
     ],
 )
 def test_a_bad_replay_span_is_one_line(changed: Path, span: str, message: str) -> None:
