@@ -185,3 +185,18 @@ def test_the_largest_budget_at_a_small_rate_is_forecast_without_a_date(
     assert forecast["text"] == (
         "at this rate team-b does not spend its daily budget this day; this change keeps that"
     )
+
+
+def test_replay_without_a_status_branch_says_so(template_remote: Path, tmp_path: Path) -> None:
+    """A checkout that did not fetch the status branch: the replay has no history, and
+    stderr says why (a window with no run alone would read as a quiet week)."""
+    work = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(template_remote), str(work))
+    git(work, "checkout", "-q", "-b", "change")
+    code, out, err = run("plan", "--repo", str(work), "--base", "main", "--replay", "7d")
+    assert code == 0 and "there is no history to replay" in out
+    assert err == (
+        "warning: --replay: no reconciler/status branch to read runs from (a CI checkout "
+        "fetches it: git fetch --depth=1 origin "
+        "reconciler/status:refs/remotes/origin/reconciler/status)\n"
+    )
