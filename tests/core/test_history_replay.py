@@ -18,6 +18,7 @@ from support.paths import DATA
 from reconciler.core.plan.history import (
     BurnForecast,
     ForecastMove,
+    budget_window,
     compare_replays,
     forecast_burn,
     forecast_move_text,
@@ -157,6 +158,18 @@ def test_the_forecast_names_the_day_a_budget_is_spent() -> None:
     assert forecast_text(slow) == "at this rate q does not spend its monthly budget this month"
     spent = forecast_burn(BudgetWindow("q", budget, window, Decimal(1000)), now)
     assert forecast_text(spent) == "q has spent its monthly budget"
+
+
+def test_the_forecast_counts_only_runs_ended_by_its_clock() -> None:
+    # plan --now in the past over a ledger that has grown since: a run that ends later
+    # had spent nothing yet, and later runs change nothing (the forecast stays reproducible)
+    repo = world()
+    before = [ran("p/b0", "batch", 60, 60)]  # 2.5 spent by 02:00
+    later = [ran("p/b1", "batch", 90, 120), ran("p/b2", "batch", 600, 60)]
+    at = T0 + timedelta(hours=2)
+    window = budget_window(repo, "batch", before + later, at)
+    assert window == budget_window(repo, "batch", before, at)
+    assert window.spent == Decimal("2.5")
 
 
 def test_a_large_budget_at_a_small_rate_has_no_date_this_window() -> None:

@@ -831,12 +831,13 @@ def _moved_most(m: StartMove) -> tuple[float, str, int]:
 def budget_window(
     repo: CompiledRepo, queue: str, ledger: Iterable[LedgerEntry], now: datetime
 ) -> BudgetWindow:
-    """A budgeted queue's window at ``now`` and what the ledger's runs spent in it."""
+    """A budgeted queue's window at ``now`` and what the ledger's runs that had ended by
+    ``now`` spent in it (``plan --now`` in the past: the ledger holds later runs too)."""
     spec = repo.queues[queue]
     assert spec.budget is not None
     org = repo.org
     window = window_at(now, spec.budget.per, org.timezone)
-    used = spent(ledger, queue, spec.budget, window)
+    used = spent((e for e in ledger if e.end <= now), queue, spec.budget, window)
     return BudgetWindow(queue, spec.budget, window, used, org.timezone, org.currency)
 
 
