@@ -200,3 +200,26 @@ def test_replay_without_a_status_branch_says_so(template_remote: Path, tmp_path:
         "fetches it: git fetch --depth=1 origin "
         "reconciler/status:refs/remotes/origin/reconciler/status)\n"
     )
+
+
+def test_a_run_arrived_within_a_millisecond_of_now_is_replayed(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """distill's second run started (so arrived) 0.1 ms before ``--now``: the span the
+    history covers rounds to no time, over which no rate or share of quota is taken."""
+    rerun = ONE_RUN.replace(b"generation: 1", b"generation: 2").replace(b"-g1", b"-g2")
+    first = ONE_RUN.replace(b"01:00:00Z", b"00:00:00Z").replace(b"02:00:00Z", b"00:30:00Z")
+    ledger = first + rerun.removeprefix(b"entries:\n")
+    write_status(template_remote, {"status/ledger/2026-01.yaml": ledger}, tmp_path / "c")
+    work = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(template_remote), str(work))
+    git(work, "checkout", "-q", "-b", "change")
+    code, out, err = run(
+        "plan", "--repo", str(work), "--base", "main", "--replay", "1m",
+        "--now", "2026-01-05T01:00:00.0001Z", "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    replay = json.loads(out)["replay"]
+    assert replay["runs"] == 1
+    assert [q["base"]["gpuQuotaUsed"] for q in replay["queues"]] == [None]
+    assert [f["base"]["ratePerHour"] for f in replay["forecasts"]] == ["0.0000"]

@@ -740,6 +740,7 @@ def figures_of(replay: Replay, repo: CompiledRepo) -> dict[str, QueueFigures]:
     # over the span the history covers: from its first arrival, not before
     first = min((p.run.arrival for p in replay.played if not p.carried), default=since)
     window = Window(max(since, first), until)
+    span = hours(*window)  # 0 when the first arrival is within a millisecond of ``until``
     out = {}
     for name in sorted(set(runs) | set(gpu)):
         spec = repo.queues.get(name)
@@ -755,7 +756,7 @@ def figures_of(replay: Replay, repo: CompiledRepo) -> dict[str, QueueFigures]:
             quantile(got, 0.5) if got else None,
             quantile(got, 0.9) if got else None,
             used,
-            quantize(used / (quota * hours(*window))) if quota and until > window.start else None,
+            quantize(used / (quota * span)) if quota and span else None,
             burn,
         )
     return out
@@ -800,6 +801,7 @@ def compare_replays(
     entries = list(ledger)
     # the rate is over the span the history covers: from its first arrival, not before
     window = Window(max(after.since, min(p.run.arrival for p in measured)), after.until)
+    span = hours(*window)  # 0 when the first arrival is within a millisecond of ``until``
     forecasts = []
     for name in sorted(set(base_repo.queues) | set(head_repo.queues)):
         sides: list[BurnForecast | None] = []
@@ -808,7 +810,7 @@ def compare_replays(
             if spec is None or spec.budget is None:
                 sides.append(None)
                 continue
-            rate = spent(replay.ledger, name, spec.budget, window) / hours(*window)
+            rate = spent(replay.ledger, name, spec.budget, window) / span if span else Decimal(0)
             sides.append(forecast_burn(budget_window(repo, name, entries, now), now, rate))
         if sides[0] is not None or sides[1] is not None:
             forecasts.append(ForecastMove(name, sides[0], sides[1]))
