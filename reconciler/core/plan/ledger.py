@@ -239,8 +239,11 @@ _REQUIRED = ("operation", "generation", "workload", "start", "end", "cost")
 # (a month, in any zone) around them can be computed. Outside, an entry is refused at read.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
-# The most a run may cost: a thousand times the largest budget's limit (``limit`` <= 10**15)
-MAX_COST = Decimal(10**18)
+# The most a run may cost, as digits: past what any run the reconciler enters can cost
+# (prices <= 10**12 a unit-hour, a request < 10**16 units, < 10**8 hours from EARLIEST to
+# LATEST: 10**36 a resource), far short of where sums overflow or text grows unbounded
+COST_DIGITS = 40
+MAX_COST = Decimal(10**COST_DIGITS)
 
 
 def short_text(value: Any) -> str:
@@ -252,7 +255,8 @@ def short_text(value: Any) -> str:
 def _check_entry(entry: LedgerEntry) -> None:
     # 1e999999999 is finite, and overflows every sum of it and its text without an exponent
     if entry.cost.is_finite() and entry.cost.copy_abs() > MAX_COST:
-        raise ValueError(f"cost {short_text(entry.cost)} is not an amount from 0 to {MAX_COST:,}")
+        cost = short_text(entry.cost)
+        raise ValueError(f"cost {cost} is not an amount from 0 to 1e{COST_DIGITS}")
     if not entry.cost.is_finite() or entry.cost < 0:
         raise ValueError(f"cost {_decimal_text(entry.cost)} is not a finite amount of at least 0")
     for name, moment in (("start", entry.start), ("end", entry.end)):

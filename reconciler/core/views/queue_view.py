@@ -42,7 +42,7 @@ from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan.history import forecast_burn, forecast_text
-from reconciler.core.plan.ledger import BudgetWindow, Window
+from reconciler.core.plan.ledger import MAX_COST, BudgetWindow, Window
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.reporting.report import Failure, Report, planned_report
 from reconciler.core.reporting.status import (
@@ -182,8 +182,8 @@ class QueueBudget(ApiModel):
 
 
 # The largest amount a recorded window is forecast at: far past a limit (at most 10**15)
-# and what bounded ledger costs sum to; larger overflows the forecast's arithmetic
-_MOST = Decimal(10**30)
+# and what ledger costs (at most ``MAX_COST``) sum to; 1e999999999 overflows the forecast
+_MOST = MAX_COST * 10**20
 _BUDGET_KEYS = ("limit", "spent", "committed", "unit", "per", "windowStart", "windowEnd")
 
 
