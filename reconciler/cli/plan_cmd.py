@@ -148,9 +148,14 @@ Planner = Callable[[CompiledRepo], Planned]
 Replayer = Callable[[CompiledRepo, CompiledRepo], WhatIf]
 Replayed = tuple[WhatIf, str]  # the replay and its window as asked (``7d``)
 
-# ``--replay``: days, hours and minutes, at least one (``7d``, ``36h``, ``1d12h``)
-_SPAN = re.compile(r"^(?=\d)(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?$")
+# ``--replay``: days, hours and minutes, at least one (``7d``, ``36h``, ``1d12h``); ASCII
+# digits only (``\d`` alone takes an Arabic-Indic seven for 7, shown then as typed)
+_SPAN = re.compile(r"^(?=\d)(?:(\d{1,4})d)?(?:(\d{1,5})h)?(?:(\d{1,6})m)?$", re.ASCII)
 MAX_REPLAY = timedelta(days=92)
+NO_HISTORY = (
+    f"warning: --replay: no {STATUS_BRANCH} branch to read runs from (a CI checkout fetches "
+    f"it: git fetch --depth=1 origin {STATUS_BRANCH}:refs/remotes/origin/{STATUS_BRANCH})"
+)
 
 
 def parse_span(text: str) -> timedelta | None:
@@ -515,6 +520,8 @@ def plan(
     try:
         if span is not None and replay_text is not None:
             recorded = status_on_branch(repo_dir, status_repo, cache_dir)
+            if recorded is None:  # else "no run arrived" reads as a quiet week
+                click.echo(NO_HISTORY, err=True)
             replay = (history_replayer(recorded, now, span), replay_text)
         if observed:
             planner = observed_planner(read_observed(observed), now)

@@ -120,6 +120,9 @@ def test_a_window_with_no_history_says_so_and_shows_no_numbers(changed: Path) ->
         ("0d", "error: --replay: '0d' is not a span such as 7d or 36h\n"),
         ("", "error: --replay: '' is not a span such as 7d or 36h\n"),
         ("400d", "error: --replay: '400d' is longer than 92d\n"),
+        ("\u0667d", "error: --replay: '\u0667d' is not a span such as 7d or 36h\n"),
+        ("\uff11d", "error: --replay: '\uff11d' is not a span such as 7d or 36h\n"),
+        ("1e3d", "error: --replay: '1e3d' is not a span such as 7d or 36h\n"),
     ],
 )
 def test_a_bad_replay_span_is_one_line(changed: Path, span: str, message: str) -> None:
@@ -147,3 +150,76 @@ def test_a_hand_edited_ledger_is_refused_in_one_line(
     assert err.startswith(
         f"error: --replay: the status branch's ledger cannot be replayed: {path}:1:1: entry "
     )
+
+
+ONE_RUN = b"""entries:
+- operation: language/distill
+  generation: 1
+  workload: distill-g1
+  queue: team-b
+  cluster: local
+  phase: Succeeded
+  requests: {nvidia.com/gpu: '1'}
+  start: '2026-01-05T01:00:00Z'
+  end: '2026-01-05T02:00:00Z'
+  cost: '0.01'
+"""
+
+
+def test_the_largest_budget_at_a_small_rate_is_forecast_without_a_date(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """team-b's limit at the schema's most (10**15) and 0.01 spent: the date it is spent at
+    that rate is millions of years on, past any date; said as no date this window."""
+    write_status(template_remote, {"status/ledger/2026-01.yaml": ONE_RUN}, tmp_path / "c")
+    work = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(template_remote), str(work))
+    git(work, "checkout", "-q", "-b", "change")
+    path = work / "queues" / "team-b.yaml"
+    path.write_text(path.read_text().replace("limit: 500", "limit: 1000000000000000"))
+    git(work, "commit", "-qam", "change")
+    code, out, err = plan(work, "--replay", "7d", "--now", NOW, "-o", "json")
+    assert code == 3 and "Traceback" not in err, err
+    forecast = {f["queue"]: f for f in json.loads(out)["replay"]["forecasts"]}["team-b"]
+    assert forecast["head"]["spentBy"] is None
+    assert forecast["text"] == (
+        "at this rate team-b does not spend its daily budget this day; this change keeps that"
+    )
+
+
+def test_replay_without_a_status_branch_says_so(template_remote: Path, tmp_path: Path) -> None:
+    """A checkout that did not fetch the status branch: the replay has no history, and
+    stderr says why (a window with no run alone would read as a quiet week)."""
+    work = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(template_remote), str(work))
+    git(work, "checkout", "-q", "-b", "change")
+    code, out, err = run("plan", "--repo", str(work), "--base", "main", "--replay", "7d")
+    assert code == 0 and "there is no history to replay" in out
+    assert err == (
+        "warning: --replay: no reconciler/status branch to read runs from (a CI checkout "
+        "fetches it: git fetch --depth=1 origin "
+        "reconciler/status:refs/remotes/origin/reconciler/status)\n"
+    )
+
+
+def test_a_run_arrived_within_a_millisecond_of_now_is_replayed(
+    template_remote: Path, tmp_path: Path
+) -> None:
+    """distill's second run started (so arrived) 0.1 ms before ``--now``: the span the
+    history covers rounds to no time, over which no rate or share of quota is taken."""
+    rerun = ONE_RUN.replace(b"generation: 1", b"generation: 2").replace(b"-g1", b"-g2")
+    first = ONE_RUN.replace(b"01:00:00Z", b"00:00:00Z").replace(b"02:00:00Z", b"00:30:00Z")
+    ledger = first + rerun.removeprefix(b"entries:\n")
+    write_status(template_remote, {"status/ledger/2026-01.yaml": ledger}, tmp_path / "c")
+    work = tmp_path / "clone"
+    git(tmp_path, "clone", "-q", str(template_remote), str(work))
+    git(work, "checkout", "-q", "-b", "change")
+    code, out, err = run(
+        "plan", "--repo", str(work), "--base", "main", "--replay", "1m",
+        "--now", "2026-01-05T01:00:00.0001Z", "-o", "json",
+    )  # fmt: skip
+    assert code == 0, err
+    replay = json.loads(out)["replay"]
+    assert replay["runs"] == 1
+    assert [q["base"]["gpuQuotaUsed"] for q in replay["queues"]] == [None]
+    assert [f["base"]["ratePerHour"] for f in replay["forecasts"]] == ["0.0000"]

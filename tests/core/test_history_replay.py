@@ -18,6 +18,7 @@ from support.paths import DATA
 from reconciler.core.plan.history import (
     BurnForecast,
     ForecastMove,
+    budget_window,
     compare_replays,
     forecast_burn,
     forecast_move_text,
@@ -157,6 +158,44 @@ def test_the_forecast_names_the_day_a_budget_is_spent() -> None:
     assert forecast_text(slow) == "at this rate q does not spend its monthly budget this month"
     spent = forecast_burn(BudgetWindow("q", budget, window, Decimal(1000)), now)
     assert forecast_text(spent) == "q has spent its monthly budget"
+
+
+def test_the_forecast_counts_only_runs_ended_by_its_clock() -> None:
+    # plan --now in the past over a ledger that has grown since: a run that ends later
+    # had spent nothing yet, and later runs change nothing (the forecast stays reproducible)
+    repo = world()
+    before = [ran("p/b0", "batch", 60, 60)]  # 2.5 spent by 02:00
+    later = [ran("p/b1", "batch", 90, 120), ran("p/b2", "batch", 600, 60)]
+    at = T0 + timedelta(hours=2)
+    window = budget_window(repo, "batch", before + later, at)
+    assert window == budget_window(repo, "batch", before, at)
+    assert window.spent == Decimal("2.5")
+
+
+def test_a_large_budget_at_a_small_rate_has_no_date_this_window() -> None:
+    # 0.01 spent in four days of a 100,000 month: a billion hours on, past any datetime
+    budget = BudgetSpec(Decimal(100_000), BudgetPeriod.MONTH)
+    now = datetime(2026, 1, 5, tzinfo=UTC)
+    window = window_at(now, BudgetPeriod.MONTH)
+    f = forecast_burn(BudgetWindow("q", budget, window, Decimal("0.01")), now)
+    assert f.at is None and f.rate == Decimal("0.000104")
+    assert forecast_text(f) == "at this rate q does not spend its monthly budget this month"
+    most = BudgetSpec(Decimal(10**15), BudgetPeriod.DAY)
+    day = window_at(now, BudgetPeriod.DAY)
+    assert forecast_burn(BudgetWindow("q", most, day, Decimal(1)), now, Decimal("1e-9")).at is None
+
+
+def test_a_spend_past_ten_to_the_22_is_still_quantized() -> None:
+    # the default context's 28 digits hold 22 before the point at 6 places; sums of
+    # ledger costs (each at most 10**18) may hold more
+    spent = Decimal(10**18) * 20_000
+    f = forecast_burn(
+        BudgetWindow(
+            "q", BudgetSpec(Decimal(1), BudgetPeriod.DAY), window_at(T0, BudgetPeriod.DAY), spent
+        ),
+        T0 + timedelta(hours=1),
+    )
+    assert f.exhausted and f.spent == spent
 
 
 @pytest.mark.parametrize(

@@ -339,5 +339,42 @@ def test_a_recorded_window_forecasts_in_its_own_timezone_and_a_bad_one_not_at_al
     assert mars is not None and mars.with_forecast("q", now, "UTC").forecast == ""
 
 
+RECORDED_BUDGET = {
+    "limit": "100",
+    "spent": "1",
+    "committed": "0",
+    "unit": "USD",
+    "per": "month",
+    "window_start": "2026-01-01T00:00:00+00:00",
+    "window_end": "2026-02-01T00:00:00+00:00",
+}
+
+
+@pytest.mark.parametrize(
+    "edit",
+    [
+        {"limit": "NaN"},
+        {"limit": "sNaN"},
+        {"limit": "Infinity"},
+        {"spent": "NaN"},
+        {"limit": "1e999999999"},
+        {"spent": "-1e999999999"},
+        {"window_start": "2026-01-01T00:00:00"},
+        {"window_end": "2026-02-01T00:00:00"},
+    ],
+)
+def test_a_hand_edited_budget_record_has_no_forecast(edit: dict[str, str]) -> None:
+    """What no cycle writes (a number that is none, past the arithmetic, a local time) is a
+    hand edit of the status branch: the view shows it without a forecast."""
+    budget = QueueBudget(**{**RECORDED_BUDGET, **edit})
+    assert budget.with_forecast("q", NOW + timedelta(days=4), "UTC") == budget
+
+
+def test_a_recorded_budget_spent_far_past_its_limit_is_forecast_spent() -> None:
+    budget = QueueBudget(**{**RECORDED_BUDGET, "spent": "1e29", "limit": "1e20"})
+    forecast = budget.with_forecast("q", NOW + timedelta(days=4), "UTC").forecast
+    assert forecast == "q has spent its monthly budget"
+
+
 def _unforecast(budget: QueueBudget | None) -> QueueBudget | None:
     return None if budget is None else budget.model_copy(update={"forecast": ""})

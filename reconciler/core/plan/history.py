@@ -740,6 +740,7 @@ def figures_of(replay: Replay, repo: CompiledRepo) -> dict[str, QueueFigures]:
     # over the span the history covers: from its first arrival, not before
     first = min((p.run.arrival for p in replay.played if not p.carried), default=since)
     window = Window(max(since, first), until)
+    span = hours(*window)  # 0 when the first arrival is within a millisecond of ``until``
     out = {}
     for name in sorted(set(runs) | set(gpu)):
         spec = repo.queues.get(name)
@@ -755,7 +756,7 @@ def figures_of(replay: Replay, repo: CompiledRepo) -> dict[str, QueueFigures]:
             quantile(got, 0.5) if got else None,
             quantile(got, 0.9) if got else None,
             used,
-            quantize(used / (quota * hours(*window))) if quota and until > window.start else None,
+            quantize(used / (quota * span)) if quota and span else None,
             burn,
         )
     return out
@@ -800,6 +801,7 @@ def compare_replays(
     entries = list(ledger)
     # the rate is over the span the history covers: from its first arrival, not before
     window = Window(max(after.since, min(p.run.arrival for p in measured)), after.until)
+    span = hours(*window)  # 0 when the first arrival is within a millisecond of ``until``
     forecasts = []
     for name in sorted(set(base_repo.queues) | set(head_repo.queues)):
         sides: list[BurnForecast | None] = []
@@ -808,7 +810,7 @@ def compare_replays(
             if spec is None or spec.budget is None:
                 sides.append(None)
                 continue
-            rate = spent(replay.ledger, name, spec.budget, window) / hours(*window)
+            rate = spent(replay.ledger, name, spec.budget, window) / span if span else Decimal(0)
             sides.append(forecast_burn(budget_window(repo, name, entries, now), now, rate))
         if sides[0] is not None or sides[1] is not None:
             forecasts.append(ForecastMove(name, sides[0], sides[1]))
@@ -831,12 +833,13 @@ def _moved_most(m: StartMove) -> tuple[float, str, int]:
 def budget_window(
     repo: CompiledRepo, queue: str, ledger: Iterable[LedgerEntry], now: datetime
 ) -> BudgetWindow:
-    """A budgeted queue's window at ``now`` and what the ledger's runs spent in it."""
+    """A budgeted queue's window at ``now`` and what the ledger's runs that had ended by
+    ``now`` spent in it (``plan --now`` in the past: the ledger holds later runs too)."""
     spec = repo.queues[queue]
     assert spec.budget is not None
     org = repo.org
     window = window_at(now, spec.budget.per, org.timezone)
-    used = spent(ledger, queue, spec.budget, window)
+    used = spent((e for e in ledger if e.end <= now), queue, spec.budget, window)
     return BudgetWindow(queue, spec.budget, window, used, org.timezone, org.currency)
 
 
@@ -849,7 +852,8 @@ def forecast_burn(budget: BudgetWindow, now: datetime, rate: Decimal | None = No
         rate = budget.spent / elapsed if elapsed else Decimal(0)
     at = None
     left = budget.budget.limit - budget.spent
-    if left > 0 and rate > 0:
+    # compared in hours first: a large limit at a small rate is centuries past any datetime
+    if left > 0 and rate > 0 and left / rate < hours(now, window.end):
         moment = now + timedelta(hours=float(left / rate))
         at = moment if moment < window.end else None
     return BurnForecast(

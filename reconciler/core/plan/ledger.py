@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
+from decimal import Context, Decimal, getcontext
 from functools import lru_cache
 from typing import Annotated, Any, NamedTuple
 from zoneinfo import ZoneInfo
@@ -97,7 +97,9 @@ def hours(start: datetime, end: datetime) -> Decimal:
 
 
 def quantize(value: Decimal) -> Decimal:
-    return value.quantize(_PLACES)
+    # enough digits for any finite amount a ledger may hold (the default 28 stop at 10**22)
+    digits = max(getcontext().prec, value.adjusted() - _PLACES.adjusted() + 1)
+    return value.quantize(_PLACES, context=Context(prec=digits))
 
 
 def run_cost(
@@ -237,6 +239,11 @@ _REQUIRED = ("operation", "generation", "workload", "start", "end", "cost")
 # (a month, in any zone) around them can be computed. Outside, an entry is refused at read.
 EARLIEST = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST = datetime(9999, 1, 1, tzinfo=UTC)
+# The most a run may cost, as digits: past what any run the reconciler enters can cost
+# (prices <= 10**12 a unit-hour, a request < 10**16 units, < 10**8 hours from EARLIEST to
+# LATEST: 10**36 a resource), far short of where sums overflow or text grows unbounded
+COST_DIGITS = 40
+MAX_COST = Decimal(10**COST_DIGITS)
 
 
 def short_text(value: Any) -> str:
@@ -246,6 +253,10 @@ def short_text(value: Any) -> str:
 
 
 def _check_entry(entry: LedgerEntry) -> None:
+    # 1e999999999 is finite, and overflows every sum of it and its text without an exponent
+    if entry.cost.is_finite() and entry.cost.copy_abs() > MAX_COST:
+        cost = short_text(entry.cost)
+        raise ValueError(f"cost {cost} is not an amount from 0 to 1e{COST_DIGITS}")
     if not entry.cost.is_finite() or entry.cost < 0:
         raise ValueError(f"cost {_decimal_text(entry.cost)} is not a finite amount of at least 0")
     for name, moment in (("start", entry.start), ("end", entry.end)):

@@ -42,7 +42,7 @@ from reconciler.core.observation.outputs import named_outputs
 from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan.history import forecast_burn, forecast_text
-from reconciler.core.plan.ledger import BudgetWindow, Window, zone
+from reconciler.core.plan.ledger import MAX_COST, BudgetWindow, Window, zone
 from reconciler.core.quantity import QuantityError, format_quantity, parse_quantity
 from reconciler.core.reporting.report import Failure, Report, planned_report
 from reconciler.core.reporting.status import (
@@ -157,6 +157,12 @@ class QueueBudget(ApiModel):
             zone(zone_name)
         except (ValueError, ArithmeticError, KeyError):  # a hand-edited record: no forecast
             return self
+        amounts = (limit, spent)
+        if not all(a.is_finite() and a.copy_abs() <= _MOST for a in amounts) or None in (
+            window.start.tzinfo,
+            window.end.tzinfo,
+        ):  # NaN, 1e999999999 or a local time: hand-edited too
+            return self
         budget = BudgetWindow(queue, BudgetSpec(limit, per), window, spent, zone_name)
         return self.model_copy(update={"forecast": forecast_text(forecast_burn(budget, now))})
 
@@ -179,6 +185,9 @@ class QueueBudget(ApiModel):
         return cls(**{k: str(v) for k, v in record.items() if k in _BUDGET_KEYS})
 
 
+# The largest amount a recorded window is forecast at: far past a limit (at most 10**15)
+# and what ledger costs (at most ``MAX_COST``) sum to; 1e999999999 overflows the forecast
+_MOST = MAX_COST * 10**20
 _BUDGET_KEYS = (
     "limit",
     "spent",
