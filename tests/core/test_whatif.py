@@ -17,7 +17,7 @@ from support.strategies import estimate_worlds
 from reconciler.core.plan.estimate import RunRecord
 from reconciler.core.plan.ledger import LedgerEntry
 from reconciler.core.plan.whatif import WhatIf, dispatched
-from reconciler.core.types import ObservedOperation
+from reconciler.core.types import ObservedOperation, Phase
 
 
 def _build(world: World, ledger: list[LedgerEntry]) -> WhatIf:
@@ -133,12 +133,20 @@ def test_the_kept_state_equals_the_state_built_from_what_is_observed_then(
 def test_revert_brings_back_the_state_it_started_from(case: Case, steps: list[list[int]]) -> None:
     world, _, ledger = case
     w = _build(world, ledger)
-    before = _counts(w)
+    before = _counts(w), _borrowed_at(w)
     mark = w.mark()
     for n, ends in enumerate(steps, start=1):
         _step(w, ends, 10 * n, ledger)
     w.revert(mark)
-    assert _counts(w) == before
+    assert (_counts(w), _borrowed_at(w)) == before
+
+
+def _borrowed_at(w: WhatIf) -> list[tuple[str, str]]:
+    """When each cohort's borrowers were dispatched (step 4b's record)."""
+    cohorts = {q.cohort.spec.name: q.cohort for q in w.qstate.values() if q.cohort is not None}
+    return sorted(
+        (oid, at.isoformat()) for c in cohorts.values() for oid, at in c.dispatched_at.items()
+    )
 
 
 def test_a_released_run_counts_nowhere_and_its_dependents_see_it_succeeded() -> None:
@@ -154,3 +162,28 @@ def test_a_released_run_counts_nowhere_and_its_dependents_see_it_succeeded() -> 
     w.admit(order[0], 0, None)
     assert [d.operation for d in w.borrow(order)] == ["p/then"]
     assert isinstance(w.seen["p/then"], ObservedOperation)
+
+
+def test_revert_forgets_when_a_borrower_it_dispatched_borrowed() -> None:
+    """A borrower dispatched by a simulated step 4b is timed in its cohort's record; the
+    revert leaves none of it (a second simulation would date its end from it)."""
+    world = World().cohort("co", "2h")
+    for name in ("q0", "q1"):
+        world.queue(
+            name,
+            quota={"nvidia.com/gpu": 2},
+            cohort="co",
+            borrowing_limit={"nvidia.com/gpu": 2},
+        )
+    world.op("p/big", queue="q1", gpu=4).timeout(3600)
+    world.observe("p/held", Phase.RUNNING, queue="q1", requests={"nvidia.com/gpu": 2})
+    w = _build(world, [])
+    mark = w.mark()
+    w.release("p/held")
+    order = w.begin(["q0", "q1"], NOW + timedelta(minutes=10), {})
+    for q in order:
+        w.admit(q, 0, None)
+    assert [d.operation for d in w.borrow(order)] == ["p/big"]
+    assert _borrowed_at(w) == [("p/big", (NOW + timedelta(minutes=10)).isoformat())]
+    w.revert(mark)
+    assert _borrowed_at(w) == []

@@ -377,6 +377,8 @@ class WhatIf:
             return
         if q.cohort is not None:
             (q.cohort.give if release else q.cohort.take)(q, run.requests)
+            if release:  # when step 4b dispatched it (held again: observed, it says)
+                q.cohort.dispatched_at.pop(run.oid, None)
         if run.cluster is not None and q.spec.name in self.fleet.queues:
             flavor = q.flavors[run.flavor].name if run.flavor >= 0 else None
             by = -1 if release else 1
