@@ -66,6 +66,7 @@ from reconciler.core.plan import Plan, PlanInputError, StopReason
 from reconciler.core.plan.partitions import (
     Partition,
     ShardScope,
+    moved_runs,
     partition_repo,
     restrict_repo,
     shard_scope,
@@ -268,6 +269,13 @@ def _refused_object(exc: Exception) -> bool:
     return isinstance(exc, KubeError) and exc.status in _OBJECT_REFUSED
 
 
+def _decides(
+    scope: ShardScope,
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """``Memory.split``'s arguments for the runs ``scope`` decides."""
+    return scope.clusters, scope.operations, scope.known_operations
+
+
 class Shards(Protocol):
     """The partitions this replica holds (``runtime/shards.py``)."""
 
@@ -309,10 +317,12 @@ class Reconciler:
         # sharded: the status branch's record now, read when a partition is taken
         self._taken_record = taken_record
         self._held: tuple[str, ...] = ()  # the partitions the cycle in progress decides
-        # the config last partitioned, its partitions, and the repo and scope of those held
+        # the config last partitioned, its queues moved with active runs, its partitions,
+        # and the repo and scope of those held
         self._partitioned: (
             tuple[
                 CompiledRepo,
+                dict[str, frozenset[str]],
                 tuple[Partition, ...],
                 tuple[tuple[str, ...], CompiledRepo, ShardScope] | None,
             ]
@@ -386,34 +396,64 @@ class Reconciler:
         return shards is not None and bool(self._held) and all(map(shards.owns, self._held))
 
     def _shard(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope | None]:
-        """The repo this cycle decides over: the partitions held, and their scope."""
+        """The repo this cycle decides over: the partitions held, and their scope. A new
+        config, or a queue moved with runs still active in its old cluster, reads the
+        status branch first: the replicas cut the partitions from the same record."""
         if self._shards is None:
             return compiled, None
         memo = self._partitioned
-        if memo is None or memo[0] is not compiled:  # a config unchanged is the same object
-            memo = self._partitioned = (compiled, partition_repo(compiled), None)
-        partitions = memo[1]
+        moved = moved_runs(compiled, self._runs())
+        if memo is None or memo[0] is not compiled or moved:
+            if not self._follow_branch(self.memory.following):
+                return self._nothing(compiled)
+            moved = moved_runs(compiled, self._runs())
+        if memo is None or memo[0] is not compiled or memo[1] != moved:
+            memo = self._partitioned = (compiled, moved, partition_repo(compiled, moved), None)
+        partitions = memo[2]
         self._shards.assign(p.id for p in partitions)
         owned = self._shards.owned()
         held = tuple(p for p in partitions if p.id in owned)
         taken = [p for p in held if p.id not in self._held]
         self._held = tuple(p.id for p in held)
-        if taken and self._taken_record is not None:
+        if taken:
             # a partition taken: its runs as its last owner recorded them, not as this
             # replica last saw them (maybe before that owner ran them)
-            try:
-                recorded = self._taken_record()
-            except GitSyncError as exc:
-                log.warning("cannot read the status branch: %s", exc)
-                self._held = ()  # not acted on before its record is read
-                return restrict_repo(compiled, ()), shard_scope(compiled, ())
-            clusters = {c for p in taken for c in p.clusters}
-            self.memory = self.memory.split(clusters)[1].following(recorded)
-        kept = memo[2]
+            gone = shard_scope(compiled, taken)
+            if not self._follow_branch(self.memory.split(*_decides(gone))[1].following):
+                return self._nothing(compiled)
+            if moved_runs(compiled, self._runs()) != moved:  # cut again at the next cycle
+                return self._nothing(compiled)
+        kept = memo[3]
         if kept is None or kept[0] != self._held:  # 0.1 s at 100,000 operations: once
             kept = (self._held, restrict_repo(compiled, held), shard_scope(compiled, held))
-            self._partitioned = (compiled, partitions, kept)
+            self._partitioned = (compiled, moved, partitions, kept)
         return kept[1], kept[2]
+
+    def _runs(self) -> Iterable[WorkloadState]:
+        """The last state known of every run: the operations' and the superseded ones'."""
+        memory = self.memory
+        yield from memory.seen.values()
+        yield from memory.superseded.values()
+        for flight in memory.inflight.values():
+            yield flight.state
+
+    def _follow_branch(self, join: Callable[[Memory], Memory]) -> bool:
+        """The status branch's record now, joined into memory by ``join``; False (logged)
+        when it cannot be read."""
+        if self._taken_record is None:
+            return True
+        try:
+            recorded = self._taken_record()
+        except GitSyncError as exc:
+            log.warning("cannot read the status branch: %s", exc)
+            return False
+        self.memory = join(recorded)
+        return True
+
+    def _nothing(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope]:
+        """No partition acted on this cycle (its record not read, or cut again)."""
+        self._held = ()
+        return restrict_repo(compiled, ()), shard_scope(compiled, ())
 
     def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
         """Start from ``commit``, the config a previous process had in force (the status
@@ -1011,7 +1051,7 @@ class Reconciler:
         self._faults.hit("after-observe")
         memory, rest = self.memory, None
         if scope is not None:  # the runs of the other partitions are kept, not decided
-            memory, rest = memory.split(scope.clusters)
+            memory, rest = memory.split(*_decides(scope))
         try:
             decision = decide(compiled, listing, memory, now)
         except PlanInputError as exc:

@@ -18,6 +18,7 @@ from support.git_commands import git
 from support.leases import MemoryLeases
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.core.plan.partitions import partition_id
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
@@ -208,3 +209,62 @@ def test_a_partition_taken_starts_from_its_last_owners_record(tmp_path: Path) ->
     assert taken.leading and taken.dispatched == ()
     assert taken.states["t/a-1"].phase == "Succeeded"
     assert "t-a-1-g1" not in _jobs(clusters)
+
+
+def _settle(replicas: tuple[Replica, ...], clock: SteppedClock, steps: int = 4) -> None:
+    for _ in range(steps):
+        for r in replicas:
+            r.shards.step()
+        clock.advance(2)
+
+
+def test_a_queue_moved_with_a_run_active_keeps_its_old_cluster_until_the_run_ends(
+    tmp_path: Path,
+) -> None:
+    """qa moves from cluster a to cluster b while t/a-1 runs on a (and prune is on): no
+    shard runs t/a-1 again on b, none prunes it on a, qa's concurrency counts it, and
+    once it ends qa's next run goes to b and the partitions split again."""
+    world = _world().with_org(prune=True, allow_mass_prune=True)
+    repo = world.repo("one")
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    a, b = (
+        Replica(n, repo, clusters, leases, clock, remote, tmp_path / f"cache-{n}") for n in "ab"
+    )
+    a.cycle()
+    b.cycle()
+    _settle((a, b), clock)
+    a.cycle()
+    b.cycle()
+    assert _jobs(clusters) == Counter({"t-a-1-g1": 1, "t-b-1-g1": 1})
+
+    moved = world.set_queue("qa", cluster="b").repo("two")
+    a.repo = b.repo = moved
+    for _ in range(4):  # the config reaches both; the Leases follow the new partitions
+        a.cycle()
+        b.cycle()
+        _settle((a, b), clock, 2)
+    for _ in range(2):
+        a.cycle()
+        b.cycle()
+    assert _jobs(clusters) == Counter({"t-a-1-g1": 1, "t-b-1-g1": 1})
+    assert ("t", "t-a-1-g1") in clusters["a"].jobs and ("t", "t-a-1-g1") not in clusters["b"].jobs
+    owners = [r for r in (a, b) if r.shards.owned()]
+    assert [sorted(r.shards.owned()) for r in owners] == [[partition_id(("a", "b"))]]
+    view = read_status(_branch(remote))
+    assert view.operations["t/a-1"].phase == "Dispatched"
+    assert {q.name: q.active for q in view.queues} == {"qa": 1, "qb": 1}
+
+    clusters["a"].set_phase("t", "t-a-1-g1", "Succeeded")
+    for _ in range(4):  # the run ends: qa is b's alone again
+        a.cycle()
+        b.cycle()
+        _settle((a, b), clock, 2)
+    for _ in range(2):
+        a.cycle()
+        b.cycle()
+    held = sorted(p for r in (a, b) for p in r.shards.owned())
+    assert held == sorted([partition_id(("a",)), partition_id(("b",))])
+    assert ("t", "t-a-2-g1") in clusters["b"].jobs
+    assert _jobs(clusters)["t-a-1-g1"] == 1 and _jobs(clusters)["t-a-2-g1"] == 1
+    assert read_status(_branch(remote)).operations["t/a-1"].phase == "Succeeded"
