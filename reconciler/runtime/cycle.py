@@ -285,6 +285,8 @@ class Shards(Protocol):
 
     def owns(self, partition: str) -> bool: ...
 
+    def retains(self) -> bool: ...
+
 
 class Reconciler:
     """Holds what must survive between cycles: the last good config, the cluster clients,

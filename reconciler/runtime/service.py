@@ -381,6 +381,7 @@ def make_runtime(
     )
     if publisher is not None and shards is not None:
         publisher.owns = shards.owns  # a partition taken since a cycle: not written by it
+        publisher.retains = shards.retains
     outbox = Outbox(
         metrics,
         read_secret=lambda cluster, namespace, key: reconciler.connected(cluster).read_secret(

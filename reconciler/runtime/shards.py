@@ -162,6 +162,15 @@ class ShardManager:
             shard = self._shards.get(partition)
         return shard is not None and shard.is_leader()
 
+    def retains(self) -> bool:
+        """Whether this replica runs status retention: it holds the first partition (by
+        id) of the config in force, so one replica squashes, not every shard. Its push is
+        a compare-and-swap on the tip it squashed (``StatusBranch.retain``): a shard's
+        write meanwhile makes it try again later, and is never overwritten."""
+        with self._lock:
+            first = min(self._assigned, default=None)
+        return first is not None and self.owns(first)
+
     def owned(self) -> frozenset[str]:
         """The partitions this replica may act on now."""
         with self._lock:

@@ -101,6 +101,7 @@ class StatusPublisher:
         self.owed: Callable[[], bytes | None] = lambda: None
         self.is_leader = is_leader
         self.owns: Callable[[str], bool] | None = None  # sharded: whether a partition is held
+        self.retains: Callable[[], bool] = lambda: True  # sharded: this one runs retention
         # following the leader's record (``leader_record``): at most one fetch per interval
         self.follow_interval = follow_interval
         self._followed_at: float | None = None
@@ -371,6 +372,8 @@ class StatusPublisher:
         self.unwritten = ""
         if sha:
             self.commits += 1
+            if self.retains():
+                self._retain(now)
         return sha
 
     def _check_settings(self, compiled: CompiledRepo) -> None:

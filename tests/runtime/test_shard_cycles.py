@@ -17,7 +17,7 @@ from support.fake_kube import FakeCluster, FakeKube
 from support.git_commands import git
 from support.leases import MemoryLeases
 
-from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.adapters.git import ConfigRepo, Retention, StatusBranch
 from reconciler.core.plan.partitions import partition_id
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
@@ -39,11 +39,17 @@ class Replica:
         clock: SteppedClock,
         remote: Path,
         cache: Path,
+        retention: Retention | None = None,
     ) -> None:
         self.repo, self.clusters = repo, clusters
         self.shards = ShardManager(None, "ns", "r", name, 15, 10, 2, clock, leases=leases)
-        self.publisher = StatusPublisher(StatusBranch(ConfigRepo(str(remote), cache_dir=cache)))
+        self.publisher = StatusPublisher(
+            StatusBranch(ConfigRepo(str(remote), cache_dir=cache)),
+            retention=retention,
+            retention_interval=0,
+        )
         self.publisher.owns = self.shards.owns
+        self.publisher.retains = self.shards.retains
         self.reconciler = Reconciler(
             lambda: RepoSnapshot(files={}, version=self.repo.version),
             self._connect,  # type: ignore[arg-type]
@@ -268,3 +274,40 @@ def test_a_queue_moved_with_a_run_active_keeps_its_old_cluster_until_the_run_end
     assert ("t", "t-a-2-g1") in clusters["b"].jobs
     assert _jobs(clusters)["t-a-1-g1"] == 1 and _jobs(clusters)["t-a-2-g1"] == 1
     assert read_status(_branch(remote)).operations["t/a-1"].phase == "Succeeded"
+
+
+def test_one_shard_runs_status_retention_and_no_write_is_lost(tmp_path: Path) -> None:
+    """With ``--status-max-commits``, only the replica holding the first partition squashes
+    the branch; the other's writes stay on it (``tests/adapters/test_status_join.py``
+    races the two)."""
+    world = _world().set_queue("qa", concurrency=3).set_queue("qb", concurrency=3)
+    repo = world.repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    kept = Retention(max_commits=3)
+    a, b = (
+        Replica(n, repo, clusters, leases, clock, remote, tmp_path / f"cache-{n}", kept)
+        for n in "ab"
+    )
+    a.cycle()
+    b.cycle()
+    _settle((a, b), clock)
+    for i in range(1, 4):  # each cycle, one run ends in each partition: both write
+        a.cycle()
+        b.cycle()
+        for cluster, queue in (("a", "a"), ("b", "b")):
+            job = f"t-{queue}-{i}-g1"
+            if ("t", job) in clusters[cluster].jobs:
+                clusters[cluster].set_phase("t", job, "Succeeded")
+    a.cycle()
+    b.cycle()
+    retaining = [r for r in (a, b) if r.shards.retains()]
+    assert len(retaining) == 1
+    (other,) = {a, b} - set(retaining)
+    assert retaining[0].publisher.squashed > 0 and other.publisher.squashed == 0
+    commits = git(remote, "rev-list", "--count", "reconciler/status")
+    assert int(commits) <= 4  # the last squash, and the other's write after it at most
+    view = read_status(_branch(remote))
+    assert {op: s.phase for op, s in view.operations.items()} == {
+        f"t/{q}-{i}": "Succeeded" for q in "ab" for i in (1, 2, 3)
+    }
