@@ -41,7 +41,7 @@ from reconciler.core.decision.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.plan.partitions import ShardScope
 from reconciler.core.reporting.report import encode
-from reconciler.core.reporting.shards import shard_changes
+from reconciler.core.reporting.shards import scoped_record, shard_changes
 from reconciler.core.reporting.status import (
     NOTIFY_FILE,
     StatusMemos,
@@ -344,7 +344,7 @@ class StatusPublisher:
         each attempt of the push (``core/reporting/shards.py``); never forced."""
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan, self._memos)
+            files = scoped_record(render_cycle_status(result, compiled, plan, self._memos), scope)
             changes = shard_changes(before, files, scope)  # as this writer knows the branch
             if not changes:
                 self.unwritten = ""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -19,7 +20,8 @@ from support.leases import MemoryLeases
 
 from reconciler.adapters.git import ConfigRepo, Retention, StatusBranch
 from reconciler.core.plan.partitions import partition_id
-from reconciler.core.reporting.status import read_status
+from reconciler.core.reporting.replay import Replayed, differences, outcome_history, replay
+from reconciler.core.reporting.status import DECISION_FILE, read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.service import Runtime
@@ -311,3 +313,53 @@ def test_one_shard_runs_status_retention_and_no_write_is_lost(tmp_path: Path) ->
     assert {op: s.phase for op, s in view.operations.items()} == {
         f"t/{q}-{i}": "Succeeded" for q in "ab" for i in (1, 2, 3)
     }
+
+
+def _recorded(remote: Path, cache: Path) -> list[tuple[str, dict[str, bytes]]]:
+    """Every status commit that records a decision, oldest first, with its files."""
+    branch = StatusBranch(ConfigRepo(str(remote), cache_dir=cache))
+    branch.fetch()
+    return [(sha, branch.files_at(sha)) for sha in branch.commits_changing(DECISION_FILE)]
+
+
+def test_each_shards_cycle_is_replayed_from_git_alone(tmp_path: Path) -> None:
+    """Each shard's commit records its own cycle, naming the clusters and queues it decided:
+    replayed over them alone, every commit agrees with what it records, and an operation's
+    outcomes read as one reconciler's."""
+    world = _world()
+    repo = world.repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    a, b = (
+        Replica(n, repo, clusters, leases, clock, remote, tmp_path / f"cache-{n}") for n in "ab"
+    )
+    a.cycle()
+    b.cycle()
+    _settle((a, b), clock)
+    for i in (1, 2):  # each queue runs one at a time: t/x-2 waits for t/x-1
+        a.cycle()
+        b.cycle()
+        for q in "ab":
+            clusters[q].set_phase("t", f"t-{q}-{i}-g1", "Succeeded")
+        clock.advance(5)
+    a.cycle()
+    b.cycle()
+    cycles = []
+    scopes = set()
+    for sha, files in _recorded(remote, tmp_path / "why"):
+        view = read_status(files)
+        assert view.decision is not None and view.decision.clusters
+        scopes.add((view.decision.clusters, view.decision.queues))
+        decision = replay(view, repo)
+        assert differences(repo, decision, view) == [], sha
+        assert {q.name for q in decision.plan.queues} == set(view.decision.queues)
+        cycles.append(
+            Replayed(sha, datetime.fromisoformat(view.decision.clock), view, repo, decision)
+        )
+        assert len(files[DECISION_FILE]) < 1024  # a few names and a clock
+    assert scopes == {(("a",), ("qa",)), (("b",), ("qb",))}
+    for q in "ab":
+        changes, wrong = outcome_history(f"t/{q}-2", cycles)
+        assert wrong == []
+        outcomes = [c.outcome.split()[0] for c in changes]
+        assert outcomes[0] == "pending" and "dispatched" in outcomes, outcomes
