@@ -318,6 +318,9 @@ class Reconciler:
         self._shards = shards
         # sharded: the status branch's record now, read when a partition is taken
         self._taken_record = taken_record
+        # sharded: told of the partitions taken and the record read then (the notifier
+        # takes their owed notifications and their last states)
+        self.on_taken: Callable[[ShardScope, Memory], None] | None = None
         self._held: tuple[str, ...] = ()  # the partitions the cycle in progress decides
         # the config last partitioned, its queues moved with active runs, its partitions,
         # and the repo and scope of those held
@@ -406,7 +409,7 @@ class Reconciler:
         memo = self._partitioned
         moved = moved_runs(compiled, self._runs())
         if memo is None or memo[0] is not compiled or moved:
-            if not self._follow_branch(self.memory.following):
+            if self._follow_branch(self.memory.following) is None:
                 return self._nothing(compiled)
             moved = moved_runs(compiled, self._runs())
         if memo is None or memo[0] is not compiled or memo[1] != moved:
@@ -421,8 +424,11 @@ class Reconciler:
             # a partition taken: its runs as its last owner recorded them, not as this
             # replica last saw them (maybe before that owner ran them)
             gone = shard_scope(compiled, taken)
-            if not self._follow_branch(self.memory.split(*_decides(gone))[1].following):
+            recorded = self._follow_branch(self.memory.split(*_decides(gone))[1].following)
+            if recorded is None:
                 return self._nothing(compiled)
+            if self.on_taken is not None:
+                self.on_taken(gone, recorded)
             if moved_runs(compiled, self._runs()) != moved:  # cut again at the next cycle
                 return self._nothing(compiled)
         kept = memo[3]
@@ -439,18 +445,18 @@ class Reconciler:
         for flight in memory.inflight.values():
             yield flight.state
 
-    def _follow_branch(self, join: Callable[[Memory], Memory]) -> bool:
-        """The status branch's record now, joined into memory by ``join``; False (logged)
+    def _follow_branch(self, join: Callable[[Memory], Memory]) -> Memory | None:
+        """The status branch's record now, joined into memory by ``join``; None (logged)
         when it cannot be read."""
         if self._taken_record is None:
-            return True
+            return Memory()
         try:
             recorded = self._taken_record()
         except GitSyncError as exc:
             log.warning("cannot read the status branch: %s", exc)
-            return False
+            return None
         self.memory = join(recorded)
-        return True
+        return recorded
 
     def _nothing(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope]:
         """No partition acted on this cycle (its record not read, or cut again)."""

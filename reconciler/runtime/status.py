@@ -345,6 +345,9 @@ class StatusPublisher:
         try:
             before = self._current()
             files = scoped_record(render_cycle_status(result, compiled, plan, self._memos), scope)
+            owed = self.owed()  # this shard's own: joined with the others' owed
+            if owed is not None:
+                files[NOTIFY_FILE] = owed
             changes = shard_changes(before, files, scope)  # as this writer knows the branch
             if not changes:
                 self.unwritten = ""

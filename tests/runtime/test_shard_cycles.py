@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 from collections import Counter
+from dataclasses import replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,14 @@ from support.leases import MemoryLeases
 
 from reconciler.adapters.git import ConfigRepo, Retention, StatusBranch
 from reconciler.core.plan.partitions import partition_id
+from reconciler.core.reporting.notify import read_owed
 from reconciler.core.reporting.replay import Replayed, differences, outcome_history, replay
-from reconciler.core.reporting.status import DECISION_FILE, read_status
-from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.core.reporting.shards import owed_for
+from reconciler.core.reporting.status import DECISION_FILE, NOTIFY_FILE, read_status
+from reconciler.core.types import ClusterSpec, CompiledRepo, Location, NotifyRule, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.metrics import Metrics
+from reconciler.runtime.notify import NOTIFICATION, Notifier, Outbox
 from reconciler.runtime.service import Runtime
 from reconciler.runtime.shards import ShardManager
 from reconciler.runtime.status import StatusPublisher
@@ -363,3 +368,66 @@ def test_each_shards_cycle_is_replayed_from_git_alone(tmp_path: Path) -> None:
         assert wrong == []
         outcomes = [c.outcome.split()[0] for c in changes]
         assert outcomes[0] == "pending" and "dispatched" in outcomes, outcomes
+
+
+def _notifying(replica: Replica) -> Notifier:
+    """The replica's notifier, wired as ``run --shards`` wires it (its outbox not started:
+    what it would send stays queued, and owed)."""
+    notifier = Notifier(Outbox(Metrics(), lambda *_: b""))
+    replica.publisher.owed = notifier.owed_file
+    publisher = replica.publisher
+    replica.reconciler.on_taken = lambda scope, recorded: notifier.take(
+        owed_for(publisher.recorded_owed(), scope),
+        {op: s for op, s in recorded.seen.items() if op in scope.operations},
+    )
+    return notifier
+
+
+def _queued(notifier: Notifier) -> list[str]:
+    box = notifier.outbox._queue.queue
+    return [d.key for d in list(box) if d is not None and d.kind == NOTIFICATION]
+
+
+def test_a_shards_owed_notification_is_sent_once_by_the_partitions_next_owner(
+    tmp_path: Path,
+) -> None:
+    """a owes the notice of t/a-1's dispatch (its receiver never answered) when it is
+    killed; b, which owes its own, takes a's partition: it sends a's notice once, with its
+    key, and derives none again for runs a already notified."""
+    world = _world()
+    world.org = replace(
+        world.org,
+        notifications=(
+            NotifyRule(
+                frozenset({"Dispatched"}), "http://127.0.0.1:9/h", None, Location("o", 1, 1)
+            ),
+        ),
+    )
+    repo = world.repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    a, b = (
+        Replica(n, repo, clusters, leases, clock, remote, tmp_path / f"cache-{n}") for n in "ab"
+    )
+    na, nb = _notifying(a), _notifying(b)
+    a.cycle()
+    b.cycle()
+    _settle((a, b), clock)
+    for r, n in ((a, na), (b, nb)):  # dispatched: the notices owed after the write
+        n.on_cycle(r.cycle())
+    for cluster in clusters.values():
+        for ns, name in list(cluster.jobs):
+            cluster.set_phase(ns, name, "Running")
+    for r, n in ((a, na), (b, nb)):  # a change to write: what is owed rides on it
+        n.on_cycle(r.cycle())
+    (mine,) = _queued(na)
+    (theirs,) = _queued(nb)
+    owed = read_owed(_branch(remote)[NOTIFY_FILE])[0]
+    assert sorted(e.key for e in owed) == sorted([mine, theirs])
+
+    lost = a.shards.owned()  # a is killed: b takes its partition
+    _settle((b,), clock, 9)
+    assert lost <= b.shards.owned()
+    for _ in range(2):
+        nb.on_cycle(b.cycle())
+    assert sorted(_queued(nb)) == sorted([mine, theirs])  # a's once, b's still once

@@ -10,10 +10,12 @@ the branch's tip at each attempt of a push: ``queues.yaml`` keeps the other shar
 says the same from every shard on the same commit. A queue or cluster gone from the repo
 leaves the shared files with the next write. The decision record (``_decision.yaml``)
 is the cycle of the shard whose commit it is, naming the clusters and queues it decided
-over (``scoped_record``), so ``reconciler why`` replays that shard's partitions alone; like
-one process's, a record that changes alone makes no commit. The notifications owed
-(``_notify.yaml``) are not written by shards. So the branch reads as one reconciler's,
-and two shards' writes never undo each other.
+over (``scoped_record``), so ``reconciler why`` replays that shard's partitions alone. The
+notifications owed (``_notify.yaml``) keep the other shards' entries (an entry is the
+shard's whose operation it decides: one gone from the repo, whose cluster) beside the
+shard's own (``owed_for``: what the next owner of a partition sends again). Like one
+process's, a record or the notifications owed that change alone make no commit. So the
+branch reads as one reconciler's, and two shards' writes never undo each other.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from reconciler.core.plan.ledger import (
     ledger_files,
 )
 from reconciler.core.plan.partitions import ShardScope
+from reconciler.core.reporting.notify import Owed, encode_owed, read_owed
 from reconciler.core.reporting.status import (
     CLUSTERS_FILE,
     CONFIG_FILE,
@@ -117,6 +120,39 @@ def scoped_record(files: Mapping[str, bytes], scope: ShardScope) -> dict[str, by
     return {**files, DECISION_FILE: dump_yaml(scoped.to_dict())}
 
 
+def _decides(owed: Owed, scope: ShardScope) -> bool:
+    if owed.operation in scope.operations:
+        return True
+    return owed.operation not in scope.known_operations and owed.cluster in scope.clusters
+
+
+def owed_for(content: bytes | None, scope: ShardScope) -> tuple[Owed, ...]:
+    """The entries of ``_notify.yaml`` (``content``) that ``scope``'s shard sends: those of
+    the operations it decides (a partition taken: its last owner's, still owed)."""
+    if content is None:
+        return ()
+    entries, _, problem = read_owed(content)
+    return () if problem else tuple(e for e in entries if _decides(e, scope))
+
+
+def _joined_owed(tip: bytes | None, ours: bytes | None, scope: ShardScope) -> bytes | None:
+    """``_notify.yaml`` with the other shards' entries of ``tip`` and the shard's own
+    (``ours``); None when nothing is owed. An unreadable tip's entries are no one's."""
+    theirs: tuple[Owed, ...] = ()
+    dropped = 0
+    if tip is not None:
+        entries, dropped, problem = read_owed(tip)
+        theirs = () if problem else tuple(e for e in entries if not _decides(e, scope))
+    mine: tuple[Owed, ...] = ()
+    if ours is not None:
+        entries, more, problem = read_owed(ours)
+        mine = () if problem else entries
+        dropped = max(dropped, more)
+    if not theirs and not mine:
+        return None
+    return encode_owed(theirs + mine, dropped)
+
+
 def shard_changes(
     tip: Mapping[str, bytes], ours: Mapping[str, bytes], scope: ShardScope
 ) -> dict[str, bytes | None]:
@@ -172,4 +208,7 @@ def shard_changes(
                 changes[path] = data
     if all(is_decision_path(path) for path in changes):
         return {}  # the record alone: it rides on a commit made anyway
+    owed = _joined_owed(tip.get(NOTIFY_FILE), ours.get(NOTIFY_FILE), scope)
+    if owed != tip.get(NOTIFY_FILE):  # likewise what is owed: with the others
+        changes[NOTIFY_FILE] = owed
     return dict(sorted(changes.items()))
