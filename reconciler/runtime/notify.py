@@ -18,7 +18,8 @@ ride on the status commits the cycles make anyway (``owed_file``: ``status/_noti
 at most ``OWED_LIMIT``, the oldest dropped and counted), and the next leader sends them
 again (``restore``, as it starts to lead). A settled one leaves the file at the next status
 commit, so it is sent again only when the process dies before that commit: once, with its
-key.
+key. With shards, each shard's entries sit beside the others' in that file, and a replica
+that takes a partition owes its last owner's (``Notifier.take``).
 """
 
 from __future__ import annotations
