@@ -67,6 +67,7 @@ from reconciler.core.plan.partitions import (
     Partition,
     ShardScope,
     moved_runs,
+    operation_queues,
     partition_repo,
     restrict_repo,
     shard_scope,
@@ -333,6 +334,8 @@ class Reconciler:
             ]
             | None
         ) = None
+        # each operation's queue in the config last partitioned (``moved_runs``' index)
+        self._queues: tuple[CompiledRepo, dict[str, str]] | None = None
         # ``git blame`` of a file at a commit: who set an operation's ``stopped: true``
         self._blame = blame
         # policy.requireSignedCommits: checks the commits from the last good config to a
@@ -407,11 +410,14 @@ class Reconciler:
         if self._shards is None:
             return compiled, None
         memo = self._partitioned
-        moved = moved_runs(compiled, self._runs())
+        if self._queues is None or self._queues[0] is not compiled:
+            self._queues = (compiled, operation_queues(compiled))
+        queues = self._queues[1]
+        moved = moved_runs(compiled, self._runs(), queues)
         if memo is None or memo[0] is not compiled or moved:
             if self._follow_branch(self.memory.following) is None:
                 return self._nothing(compiled)
-            moved = moved_runs(compiled, self._runs())
+            moved = moved_runs(compiled, self._runs(), queues)
         if memo is None or memo[0] is not compiled or memo[1] != moved:
             memo = self._partitioned = (compiled, moved, partition_repo(compiled, moved), None)
         partitions = memo[2]
@@ -429,7 +435,7 @@ class Reconciler:
                 return self._nothing(compiled)
             if self.on_taken is not None:
                 self.on_taken(gone, recorded)
-            if moved_runs(compiled, self._runs()) != moved:  # cut again at the next cycle
+            if moved_runs(compiled, self._runs(), queues) != moved:  # cut again next cycle
                 return self._nothing(compiled)
         kept = memo[3]
         if kept is None or kept[0] != self._held:  # 0.1 s at 100,000 operations: once

@@ -25,7 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from reconciler.core.observation.observe import WorkloadState
-from reconciler.core.types import CompiledOperation, CompiledRepo
+from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,20 +69,31 @@ def _operations(compiled: CompiledRepo) -> Iterable[CompiledOperation]:
     yield from compiled.schedules
 
 
-def moved_runs(compiled: CompiledRepo, runs: Iterable[WorkloadState]) -> dict[str, frozenset[str]]:
+def operation_queues(compiled: CompiledRepo) -> dict[str, str]:
+    """Each operation's queue (``moved_runs``' index: made once per config)."""
+    return {op.id: op.queue for op in _operations(compiled)}
+
+
+_ACTIVE = frozenset(p for p in Phase if p.active)
+
+
+def moved_runs(
+    compiled: CompiledRepo, runs: Iterable[WorkloadState], queues: Mapping[str, str] | None = None
+) -> dict[str, frozenset[str]]:
     """Per queue, the clusters of ``compiled`` outside its members where ``runs`` (the
     last state known of each run) of its operations are still active: a queue moved, or
-    an operation moved to another queue, while it had runs."""
-    queue_of: dict[str, str] | None = None  # built at the first active run
+    an operation moved to another queue, while it had runs. ``queues``: the
+    ``operation_queues`` of ``compiled``, when already made."""
+    queue_of = operation_queues(compiled) if queues is None else queues
+    members = {q.name: q.members for q in compiled.queues.values()}
     out: dict[str, set[str]] = {}
     for run in runs:
-        if not run.phase.active or run.cluster not in compiled.clusters:
+        if run.phase not in _ACTIVE:
             continue
-        if queue_of is None:
-            queue_of = {op.id: op.queue for op in _operations(compiled)}
-        queue = compiled.queues.get(queue_of.get(run.operation, ""))
-        if queue is not None and run.cluster not in queue.members:
-            out.setdefault(queue.name, set()).add(run.cluster)
+        name = queue_of.get(run.operation)
+        where = members.get(name or "")
+        if where is not None and run.cluster not in where and run.cluster in compiled.clusters:
+            out.setdefault(str(name), set()).add(run.cluster)
     return {q: frozenset(c) for q, c in sorted(out.items())}
 
 
