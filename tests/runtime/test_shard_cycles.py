@@ -22,7 +22,13 @@ from support.leases import MemoryLeases
 from reconciler.adapters.git import ConfigRepo, Retention, StatusBranch
 from reconciler.core.plan.partitions import partition_id
 from reconciler.core.reporting.notify import read_owed
-from reconciler.core.reporting.replay import Replayed, differences, outcome_history, replay
+from reconciler.core.reporting.replay import (
+    Replayed,
+    differences,
+    outcome_history,
+    queue_days,
+    replay,
+)
 from reconciler.core.reporting.shards import owed_for
 from reconciler.core.reporting.status import DECISION_FILE, NOTIFY_FILE, read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, Location, NotifyRule, RepoSnapshot
@@ -331,7 +337,13 @@ def test_each_shards_cycle_is_replayed_from_git_alone(tmp_path: Path) -> None:
     """Each shard's commit records its own cycle, naming the clusters and queues it decided:
     replayed over them alone, every commit agrees with what it records, and an operation's
     outcomes read as one reconciler's."""
-    world = _world()
+    world = (
+        World()
+        .queue("qa", cluster="a", concurrency=1, quota={"nvidia.com/gpu": 2})
+        .queue("qb", cluster="b", concurrency=1, quota={"nvidia.com/gpu": 2})
+    )
+    world.ops("t/a-{}", 3, queue="qa", gpu=1)
+    world.ops("t/b-{}", 3, queue="qb", gpu=1)
     repo = world.repo()
     clusters = {n: FakeCluster(n) for n in ("a", "b")}
     leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
@@ -363,6 +375,10 @@ def test_each_shards_cycle_is_replayed_from_git_alone(tmp_path: Path) -> None:
         )
         assert len(files[DECISION_FILE]) < 1024  # a few names and a clock
     assert scopes == {(("a",), ("qa",)), (("b",), ("qb",))}
+    for q in "ab":  # a queue's days read only its shard's cycles
+        own = [c for c in cycles if c.view.decision and f"q{q}" in c.view.decision.queues]
+        (day,) = queue_days(f"q{q}", cycles)
+        assert day == queue_days(f"q{q}", own)[0] and day.utilisation["nvidia.com/gpu"] > 0
     for q in "ab":
         changes, wrong = outcome_history(f"t/{q}-2", cycles)
         assert wrong == []

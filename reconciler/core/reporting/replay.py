@@ -247,6 +247,9 @@ def queue_days(queue: str, cycles: Iterable[Replayed]) -> list[QueueDay]:
     spans: dict[date, float] = {}
     last: tuple[datetime, Mapping[str, float]] | None = None
     for cycle in cycles:
+        record = cycle.view.decision
+        if record is not None and record.clusters and queue not in record.queues:
+            continue  # another shard's cycle: the queue's figures stand as last recorded
         at = cycle.at.astimezone(UTC)
         if last is not None:
             _spread(last[0], at, last[1], held, spans)
