@@ -323,6 +323,10 @@ class Reconciler:
         # takes their owed notifications and their last states)
         self.on_taken: Callable[[ShardScope, Memory], None] | None = None
         self._held: tuple[str, ...] = ()  # the partitions the cycle in progress decides
+        self._held_clusters: frozenset[str] = frozenset()  # and their clusters
+        # sharded: the status branch's record as last read (the runs of the partitions
+        # not held, that the partitions are cut from)
+        self._recorded = Memory()
         # the config last partitioned, its queues moved with active runs, its partitions,
         # and the repo and scope of those held
         self._partitioned: (
@@ -426,6 +430,7 @@ class Reconciler:
         held = tuple(p for p in partitions if p.id in owned)
         taken = [p for p in held if p.id not in self._held]
         self._held = tuple(p.id for p in held)
+        self._held_clusters = frozenset(c for p in held for c in p.clusters)
         if taken:
             # a partition taken: its runs as its last owner recorded them, not as this
             # replica last saw them (maybe before that owner ran them)
@@ -444,12 +449,20 @@ class Reconciler:
         return kept[1], kept[2]
 
     def _runs(self) -> Iterable[WorkloadState]:
-        """The last state known of every run: the operations' and the superseded ones'."""
-        memory = self.memory
-        yield from memory.seen.values()
-        yield from memory.superseded.values()
+        """The last state known of every run: on the clusters of the partitions held, as
+        this replica saw them; elsewhere, as the status branch last read records them (not
+        as this replica last saw them: what it saw there is no longer kept up to date, and
+        the replicas agree on the branch)."""
+        memory, recorded, held = self.memory, self._recorded, self._held_clusters
+        for state in (*memory.seen.values(), *memory.superseded.values()):
+            if state.cluster in held:
+                yield state
         for flight in memory.inflight.values():
-            yield flight.state
+            if flight.state.cluster in held:
+                yield flight.state
+        for state in (*recorded.seen.values(), *recorded.superseded.values()):
+            if state.cluster not in held:
+                yield state
 
     def _follow_branch(self, join: Callable[[Memory], Memory]) -> Memory | None:
         """The status branch's record now, joined into memory by ``join``; None (logged)
@@ -462,11 +475,13 @@ class Reconciler:
             log.warning("cannot read the status branch: %s", exc)
             return None
         self.memory = join(recorded)
+        self._recorded = recorded
         return recorded
 
     def _nothing(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope]:
         """No partition acted on this cycle (its record not read, or cut again)."""
         self._held = ()
+        self._held_clusters = frozenset()
         return restrict_repo(compiled, ()), shard_scope(compiled, ())
 
     def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
@@ -495,6 +510,7 @@ class Reconciler:
     def seed(self, memory: Memory) -> None:
         """Start from what a previous process recorded (the status branch)."""
         self.memory = self.memory.under(memory)
+        self._recorded = memory
 
     # --- steps -------------------------------------------------------------------------
 
