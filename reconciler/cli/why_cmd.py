@@ -167,7 +167,7 @@ def why(
                 click.echo(f"error: replay differs from the record: {line}", err=True)
             raise SystemExit(1 if wrong else 0)
         when = _time(at)
-        cycle = history.at_time(when) if when is not None else history.at_commit(at)
+        cycle = history.at_time(when, target) if when is not None else history.at_commit(at)
         got = outcome_of(cycle.decision, target)
         if got.dispatch is None and got.pending is None and not got.phase:
             raise WhyError(f"{target} is not in the cycle of status commit {cycle.commit[:12]}")

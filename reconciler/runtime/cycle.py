@@ -67,6 +67,8 @@ from reconciler.core.plan.groups import PlanCache
 from reconciler.core.plan.partitions import (
     Partition,
     ShardScope,
+    moved_runs,
+    operation_queues,
     partition_repo,
     restrict_repo,
     shard_scope,
@@ -269,6 +271,13 @@ def _refused_object(exc: Exception) -> bool:
     return isinstance(exc, KubeError) and exc.status in _OBJECT_REFUSED
 
 
+def _decides(
+    scope: ShardScope,
+) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """``Memory.split``'s arguments for the runs ``scope`` decides."""
+    return scope.clusters, scope.operations, scope.known_operations
+
+
 class Shards(Protocol):
     """The partitions this replica holds (``runtime/shards.py``)."""
 
@@ -277,6 +286,8 @@ class Shards(Protocol):
     def owned(self) -> frozenset[str]: ...
 
     def owns(self, partition: str) -> bool: ...
+
+    def retains(self) -> bool: ...
 
 
 class Reconciler:
@@ -309,16 +320,27 @@ class Reconciler:
         self._shards = shards
         # sharded: the status branch's record now, read when a partition is taken
         self._taken_record = taken_record
+        # sharded: told of the partitions taken and the record read then (the notifier
+        # takes their owed notifications and their last states)
+        self.on_taken: Callable[[ShardScope, Memory], None] | None = None
         self._held: tuple[str, ...] = ()  # the partitions the cycle in progress decides
-        # the config last partitioned, its partitions, and the repo and scope of those held
+        self._held_clusters: frozenset[str] = frozenset()  # and their clusters
+        # sharded: the status branch's record as last read (the runs of the partitions
+        # not held, that the partitions are cut from)
+        self._recorded = Memory()
+        # the config last partitioned, its queues moved with active runs, its partitions,
+        # and the repo and scope of those held
         self._partitioned: (
             tuple[
                 CompiledRepo,
+                dict[str, frozenset[str]],
                 tuple[Partition, ...],
                 tuple[tuple[str, ...], CompiledRepo, ShardScope] | None,
             ]
             | None
         ) = None
+        # each operation's queue in the config last partitioned (``moved_runs``' index)
+        self._queues: tuple[CompiledRepo, dict[str, str]] | None = None
         # ``git blame`` of a file at a commit: who set an operation's ``stopped: true``
         self._blame = blame
         # policy.requireSignedCommits: checks the commits from the last good config to a
@@ -388,34 +410,81 @@ class Reconciler:
         return shards is not None and bool(self._held) and all(map(shards.owns, self._held))
 
     def _shard(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope | None]:
-        """The repo this cycle decides over: the partitions held, and their scope."""
+        """The repo this cycle decides over: the partitions held, and their scope. A new
+        config, or a queue moved with runs still active in its old cluster, reads the
+        status branch first: the replicas cut the partitions from the same record."""
         if self._shards is None:
             return compiled, None
         memo = self._partitioned
-        if memo is None or memo[0] is not compiled:  # a config unchanged is the same object
-            memo = self._partitioned = (compiled, partition_repo(compiled), None)
-        partitions = memo[1]
+        if self._queues is None or self._queues[0] is not compiled:
+            self._queues = (compiled, operation_queues(compiled))
+        queues = self._queues[1]
+        moved = moved_runs(compiled, self._runs(), queues)
+        if memo is None or memo[0] is not compiled or moved:
+            if self._follow_branch(self.memory.following) is None:
+                return self._nothing(compiled)
+            moved = moved_runs(compiled, self._runs(), queues)
+        if memo is None or memo[0] is not compiled or memo[1] != moved:
+            memo = self._partitioned = (compiled, moved, partition_repo(compiled, moved), None)
+        partitions = memo[2]
         self._shards.assign(p.id for p in partitions)
         owned = self._shards.owned()
         held = tuple(p for p in partitions if p.id in owned)
         taken = [p for p in held if p.id not in self._held]
         self._held = tuple(p.id for p in held)
-        if taken and self._taken_record is not None:
+        self._held_clusters = frozenset(c for p in held for c in p.clusters)
+        if taken:
             # a partition taken: its runs as its last owner recorded them, not as this
             # replica last saw them (maybe before that owner ran them)
-            try:
-                recorded = self._taken_record()
-            except GitSyncError as exc:
-                log.warning("cannot read the status branch: %s", exc)
-                self._held = ()  # not acted on before its record is read
-                return restrict_repo(compiled, ()), shard_scope(compiled, ())
-            clusters = {c for p in taken for c in p.clusters}
-            self.memory = self.memory.split(clusters)[1].following(recorded)
-        kept = memo[2]
+            gone = shard_scope(compiled, taken)
+            recorded = self._follow_branch(self.memory.split(*_decides(gone))[1].following)
+            if recorded is None:
+                return self._nothing(compiled)
+            if self.on_taken is not None:
+                self.on_taken(gone, recorded)
+            if moved_runs(compiled, self._runs(), queues) != moved:  # cut again next cycle
+                return self._nothing(compiled)
+        kept = memo[3]
         if kept is None or kept[0] != self._held:  # 0.1 s at 100,000 operations: once
             kept = (self._held, restrict_repo(compiled, held), shard_scope(compiled, held))
-            self._partitioned = (compiled, partitions, kept)
+            self._partitioned = (compiled, moved, partitions, kept)
         return kept[1], kept[2]
+
+    def _runs(self) -> Iterable[WorkloadState]:
+        """The last state known of every run: on the clusters of the partitions held, as
+        this replica saw them; elsewhere, as the status branch last read records them (not
+        as this replica last saw them: what it saw there is no longer kept up to date, and
+        the replicas agree on the branch)."""
+        memory, recorded, held = self.memory, self._recorded, self._held_clusters
+        for state in (*memory.seen.values(), *memory.superseded.values()):
+            if state.cluster in held:
+                yield state
+        for flight in memory.inflight.values():
+            if flight.state.cluster in held:
+                yield flight.state
+        for state in (*recorded.seen.values(), *recorded.superseded.values()):
+            if state.cluster not in held:
+                yield state
+
+    def _follow_branch(self, join: Callable[[Memory], Memory]) -> Memory | None:
+        """The status branch's record now, joined into memory by ``join``; None (logged)
+        when it cannot be read."""
+        if self._taken_record is None:
+            return Memory()
+        try:
+            recorded = self._taken_record()
+        except GitSyncError as exc:
+            log.warning("cannot read the status branch: %s", exc)
+            return None
+        self.memory = join(recorded)
+        self._recorded = recorded
+        return recorded
+
+    def _nothing(self, compiled: CompiledRepo) -> tuple[CompiledRepo, ShardScope]:
+        """No partition acted on this cycle (its record not read, or cut again)."""
+        self._held = ()
+        self._held_clusters = frozenset()
+        return restrict_repo(compiled, ()), shard_scope(compiled, ())
 
     def trust(self, commit: str, read: Callable[[str], RepoSnapshot]) -> None:
         """Start from ``commit``, the config a previous process had in force (the status
@@ -443,6 +512,7 @@ class Reconciler:
     def seed(self, memory: Memory) -> None:
         """Start from what a previous process recorded (the status branch)."""
         self.memory = self.memory.under(memory)
+        self._recorded = memory
 
     # --- steps -------------------------------------------------------------------------
 
@@ -1013,7 +1083,7 @@ class Reconciler:
         self._faults.hit("after-observe")
         memory, rest = self.memory, None
         if scope is not None:  # the runs of the other partitions are kept, not decided
-            memory, rest = memory.split(scope.clusters)
+            memory, rest = memory.split(*_decides(scope))
         try:
             decision = decide(compiled, listing, memory, now, self._plans)
         except PlanInputError as exc:

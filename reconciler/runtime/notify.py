@@ -18,7 +18,8 @@ ride on the status commits the cycles make anyway (``owed_file``: ``status/_noti
 at most ``OWED_LIMIT``, the oldest dropped and counted), and the next leader sends them
 again (``restore``, as it starts to lead). A settled one leaves the file at the next status
 commit, so it is sent again only when the process dies before that commit: once, with its
-key.
+key. With shards, each shard's entries sit beside the others' in that file, and a replica
+that takes a partition owes its last owner's (``Notifier.take``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import contextlib
 import logging
 import queue
 import threading
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -300,6 +301,18 @@ class Notifier:
                 self._owed[entry.key, entry.url] = entry
             self._owed_dropped = max(self._owed_dropped, dropped)
         self._restored = fresh
+
+    def take(self, owed: Iterable[Owed], seen: Mapping[str, WorkloadState]) -> None:
+        """Sharded: partitions taken. Owe ``owed`` (their last owner's entries still owed,
+        ``owed_for``), sent by the next cycle with the same keys, and start their
+        operations from ``seen`` (the branch's states), so a change their last owner
+        already notified is not notified again."""
+        with self._owed_lock:
+            fresh = tuple(e for e in owed if (e.key, e.url) not in self._owed)
+            for entry in fresh:
+                self._owed[entry.key, entry.url] = entry
+        self._restored = self._restored + fresh
+        self._before = {**self._before, **seen}
 
     def owed_file(self) -> bytes | None:
         """``status/_notify.yaml`` as it is now: None when nothing is owed."""

@@ -22,6 +22,7 @@ from reconciler.core.decision.cycle import decide_recorded
 from reconciler.core.decision.schedule import next_tick
 from reconciler.core.decision.trigger import Trigger
 from reconciler.core.plan import PlanInputError
+from reconciler.core.reporting.shards import owed_for
 from reconciler.core.reporting.status import read_status
 from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import ChangeSet, CycleResult, Reconciler, Shards
@@ -220,8 +221,8 @@ class Runtime:
                 m.count_dispatched(queue, cluster)
         if self.notifier is not None:  # queued, never waited for; owed in the next status
             if result.leading:
-                if not self._leading:  # led now: what the last leader still owed first
-                    self._owe_recorded()
+                if not self._leading and not self.sharded:  # led now: what the last
+                    self._owe_recorded()  # leader still owed first (a shard: as it takes)
                 self.notifier.on_cycle(result)
             else:
                 self.notifier.follow(result)
@@ -381,6 +382,7 @@ def make_runtime(
     )
     if publisher is not None and shards is not None:
         publisher.owns = shards.owns  # a partition taken since a cycle: not written by it
+        publisher.retains = shards.retains
     outbox = Outbox(
         metrics,
         read_secret=lambda cluster, namespace, key: reconciler.connected(cluster).read_secret(
@@ -399,6 +401,11 @@ def make_runtime(
         source=source,
         notifier=notifier,
     )
+    if publisher is not None and shards is not None:
+        reconciler.on_taken = lambda scope, recorded: notifier.take(
+            owed_for(publisher.recorded_owed(), scope),
+            {op: s for op, s in recorded.seen.items() if op in scope.operations},
+        )
     if publisher is not None:
         try:
             recorded = publisher.recorded()

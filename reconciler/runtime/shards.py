@@ -13,7 +13,11 @@ Every ``retry_period`` a replica (``ShardManager.step``):
    above its fair share, ``ceil(partitions / live replicas)``, so a replica that joins
    gets its share;
 4. below its share, takes free ones (never held, released, or expired), in an order of
-   its own (a hash of its identity and the partition) so two replicas seldom race for one.
+   its own (a hash of its identity and the partition) so two replicas seldom race for one;
+   but none while another replica holds a live Lease of a partition this one does not
+   know: the two cut the partitions from a different config or status record (one has
+   not read the newest yet), and a partition of one may share a cluster with the
+   other's. Its holder lets it go once it cuts the same partitions, or it expires.
 
 A partition is acted on only while its Lease is held within ``renew_deadline``
 (``owns``), which is shorter than the Lease's duration: a replica that stops renewing
@@ -121,6 +125,7 @@ class ShardManager:
         self._shards: dict[str, LeaderElector] = {}  # by partition id
         self._assigned: frozenset[str] = frozenset()
         self._members: dict[str, tuple[LeaseRecord, float]] = {}  # as last seen changed
+        self._partitions: dict[str, tuple[LeaseRecord, float]] = {}  # likewise
         self._owned: frozenset[str] = frozenset()  # as the last step left them
         self.live = 1  # replicas counted by the last step
         self._lock = threading.Lock()
@@ -156,6 +161,15 @@ class ShardManager:
         with self._lock:
             shard = self._shards.get(partition)
         return shard is not None and shard.is_leader()
+
+    def retains(self) -> bool:
+        """Whether this replica runs status retention: it holds the first partition (by
+        id) of the config in force, so one replica squashes, not every shard. Its push is
+        a compare-and-swap on the tip it squashed (``StatusBranch.retain``): a shard's
+        write meanwhile makes it try again later, and is never overwritten."""
+        with self._lock:
+            first = min(self._assigned, default=None)
+        return first is not None and self.owns(first)
 
     def owned(self) -> frozenset[str]:
         """The partitions this replica may act on now."""
@@ -195,6 +209,29 @@ class ShardManager:
         )
         return 1 + others
 
+    def _unknown_held(self, assigned: frozenset[str]) -> bool:
+        """Another replica holds a live Lease of a partition not in ``assigned`` (or the
+        Leases cannot be listed: as if it did)."""
+        now = self.clock.monotonic()
+        try:
+            listed = self.leases.list(f"{GROUP_LABEL}={self.name},{ROLE_LABEL}=shard")
+        except KubeError as exc:
+            log.warning("cannot list the partitions' Leases: %s", exc)
+            return True
+        seen: dict[str, tuple[LeaseRecord, float]] = {}
+        for lease, record in listed.items():
+            last = self._partitions.get(lease)
+            seen[lease] = last if last is not None and record.same_claim(last[0]) else (record, now)
+        self._partitions = seen
+        known = {self.lease_name(p) for p in assigned}
+        return any(
+            lease not in known
+            and record.holder
+            and record.holder != self.identity
+            and now < at + record.duration_seconds
+            for lease, (record, at) in seen.items()
+        )
+
     def step(self) -> None:
         """One round: membership, then renew, let go and take up to the fair share."""
         self._member.try_acquire_or_renew()
@@ -224,6 +261,8 @@ class ShardManager:
         for partition in held[share:]:  # above the share: for a replica that joined
             self._shards[partition].release()
         held = held[:share]
+        if free and len(held) < share and self._unknown_held(assigned):
+            free = []  # the replicas cut different partitions: wait until they agree
         for partition in free:
             if len(held) >= share:
                 break

@@ -41,7 +41,7 @@ from reconciler.core.decision.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.plan.partitions import ShardScope
 from reconciler.core.reporting.report import encode
-from reconciler.core.reporting.shards import shard_changes
+from reconciler.core.reporting.shards import scoped_record, shard_changes
 from reconciler.core.reporting.status import (
     NOTIFY_FILE,
     StatusMemos,
@@ -101,6 +101,7 @@ class StatusPublisher:
         self.owed: Callable[[], bytes | None] = lambda: None
         self.is_leader = is_leader
         self.owns: Callable[[str], bool] | None = None  # sharded: whether a partition is held
+        self.retains: Callable[[], bool] = lambda: True  # sharded: this one runs retention
         # following the leader's record (``leader_record``): at most one fetch per interval
         self.follow_interval = follow_interval
         self._followed_at: float | None = None
@@ -343,7 +344,10 @@ class StatusPublisher:
         each attempt of the push (``core/reporting/shards.py``); never forced."""
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan, self._memos)
+            files = scoped_record(render_cycle_status(result, compiled, plan, self._memos), scope)
+            owed = self.owed()  # this shard's own: joined with the others' owed
+            if owed is not None:
+                files[NOTIFY_FILE] = owed
             changes = shard_changes(before, files, scope)  # as this writer knows the branch
             if not changes:
                 self.unwritten = ""
@@ -371,6 +375,8 @@ class StatusPublisher:
         self.unwritten = ""
         if sha:
             self.commits += 1
+            if self.retains():
+                self._retain(now)
         return sha
 
     def _check_settings(self, compiled: CompiledRepo) -> None:

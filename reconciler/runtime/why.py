@@ -104,10 +104,11 @@ class History:
             )
         return self.replayed(sha, read_status(self.status.files_at(sha)))
 
-    def at_time(self, when: datetime) -> Replayed:
+    def at_time(self, when: datetime, operation: str = "") -> Replayed:
         """The cycle in force at ``when``: the last recorded at or before it, found by
         bisection, as the records' clocks rise along the branch (a branch of 10,000
-        commits is some 14 commits read, not up to 10,000)."""
+        commits is some 14 commits read, not up to 10,000). With shards, the last of
+        those that decided ``operation``'s queue (a record names its shard's)."""
         views: dict[str, StatusView] = {}
         low, high = 0, len(self.commits)  # [:low] recorded at or before when; [high:] not
         while low < high:
@@ -120,8 +121,24 @@ class History:
                 high = mid
         if low == 0:
             raise WhyError(f"{when.isoformat()} is before the first recorded decision")
+        while operation and low > 1:
+            sha = self.commits[low - 1]
+            view = views[sha] = views[sha] if sha in views else self._view(sha)
+            if self._decides(view, operation):
+                break
+            low -= 1
         sha = self.commits[low - 1]
         return self.replayed(sha, views[sha] if sha in views else self._view(sha))
+
+    def _decides(self, view: StatusView, operation: str) -> bool:
+        """Whether the commit's cycle decided ``operation``: one process's, or a shard's
+        whose queues hold its queue then."""
+        record = view.decision
+        if record is None or not record.clusters:
+            return True
+        compiled = self.compiled_at(record.config)
+        queues = {o.queue for o in (*compiled.operations, *compiled.schedules) if o.id == operation}
+        return bool(queues & set(record.queues))
 
     @staticmethod
     def _clock(sha: str, record: DecisionRecord) -> datetime:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from support.git_commands import git
 
-from reconciler.adapters.git import ConfigRepo, StatusBranch
+from reconciler.adapters.git import ConfigRepo, Retention, StatusBranch
 
 ROUNDS = 12
 SHARED = "status/queues.yaml"
@@ -85,6 +85,61 @@ def test_two_shards_racing_lose_nothing_and_never_force(remote: Path, tmp_path: 
     commits = git(remote, "rev-list", "--count", "reconciler/status")
     assert int(commits) == 2 * ROUNDS
     assert sum(attempts.values()) >= 2 * ROUNDS
+
+
+def test_retention_racing_a_shards_writes_never_forces_over_them(
+    remote: Path, tmp_path: Path
+) -> None:
+    """a squashes the branch after each of its writes (the replica holding the first
+    partition) while b writes: each squash is pushed with a lease on the tip it squashed,
+    so one that lost the race to b's write pushes nothing and is tried again, and b's
+    write that lost the race to a squash is joined again on the new history. Every
+    update of the branch is a fast-forward or a squash that keeps the tip's tree."""
+    writers = {
+        s: StatusBranch(
+            ConfigRepo(str(remote), cache_dir=tmp_path / f"cache-{s}"),
+            max_attempts=50,
+            backoff=0.001,
+        )
+        for s in ("a", "b")
+    }
+    kept = Retention(max_commits=4)
+    outcomes = {"squashed": 0, "lost": 0}
+    start = threading.Barrier(2)
+
+    def write(shard: str) -> None:
+        start.wait()
+        for n in range(1, ROUNDS + 1):
+            writers[shard].write_joined(_join(shard, n), f"{shard} {n}")
+            if shard == "a":
+                done = writers[shard].retain(kept)
+                outcomes["squashed"] += done.squashed > 0
+                outcomes["lost"] += done.lost_lease
+
+    threads = [threading.Thread(target=write, args=(s,)) for s in writers]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    writers["a"].retain(kept)  # after the race: nothing moves it now
+    assert git(remote, "show", f"reconciler/status:{SHARED}") == f"a {ROUNDS}\nb {ROUNDS}"
+    for s in writers:
+        assert git(remote, "show", f"reconciler/status:status/{s}/op.yaml") == f"round: {ROUNDS}"
+    assert int(git(remote, "rev-list", "--count", "reconciler/status")) <= 4
+    assert outcomes["squashed"] >= 1
+    log = remote / "logs" / "refs" / "heads" / "reconciler" / "status"
+    squashes = 0
+    for line in log.read_text().splitlines():
+        old, new = line.split(" ", 2)[:2]
+        if set(old) == {"0"}:
+            continue
+        ff = subprocess.run(["git", "merge-base", "--is-ancestor", old, new], cwd=remote)
+        if ff.returncode != 0:  # a squash: the same files, nobody's write undone
+            squashes += 1
+            assert git(remote, "rev-parse", f"{old}^{{tree}}") == git(
+                remote, "rev-parse", f"{new}^{{tree}}"
+            )
+    assert squashes >= 1
 
 
 def test_a_join_that_changes_nothing_makes_no_commit(remote: Path, tmp_path: Path) -> None:

@@ -322,3 +322,27 @@ def test_at_a_time_reads_a_few_commits_of_a_long_branch(
     assert len(reads) <= 12
     _, _, err = run(*args, "--at", "2026-01-01T00:00:00Z")
     assert err == "error: 2026-01-01T00:00:00+00:00 is before the first recorded decision\n"
+
+
+def test_at_a_time_takes_the_last_cycle_that_decided_the_operation(
+    history: tuple[Path, list[str], str, str], tmp_path: Path
+) -> None:
+    """With shards, the commits after the operation's last cycle may be other shards':
+    a record naming other queues is skipped, one naming the operation's queue is taken."""
+    remote, commits, pending, _ = history
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "edit"))
+    record = status.read()[DECISION_FILE].decode()
+    clock = next(line for line in record.splitlines() if line.startswith("clock: "))
+    body = record.replace(clock, "clock: '2026-01-02T00:00:00+00:00'")
+    body += "clusters:\n- elsewhere\nqueues:\n- nobody\n"
+    script = (
+        f"reset refs/heads/reconciler/status\nfrom {commits[-1]}\n"
+        "commit refs/heads/reconciler/status\n"
+        "committer r <r@example.com> 1767312000 +0000\ndata 6\ncycle\n"
+        f"M 100644 inline {DECISION_FILE}\ndata {len(body.encode())}\n{body}\n"
+    )
+    subprocess.run(["git", "fast-import", "--quiet"], cwd=remote, input=script.encode(), check=True)
+    args = ["why", pending, "--repo", str(remote), "--cache-dir", str(tmp_path / "c")]
+    code, out, err = run(*args, "--at", "2026-01-02T01:00:00Z")
+    assert code == 0, err
+    assert f"(status commit {commits[-1][:12]}" in out.splitlines()[0]

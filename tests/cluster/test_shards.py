@@ -16,10 +16,10 @@ import pytest
 from support.cluster import KubeCluster
 from support.helpers import wait_until
 from support.reconciler_env import second_cluster
-from support.shard_replicas import ShardReplicas, split_team_b
+from support.shard_replicas import LEASE_NAME, ShardReplicas, move_team_b, split_team_b
 
 from reconciler.adapters.kube import Kube
-from reconciler.core.plan.partitions import partition_repo
+from reconciler.core.plan.partitions import partition_id, partition_repo
 from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
@@ -95,3 +95,51 @@ def test_two_shards_one_partition_each_and_kills_move_them(
         runs = replicas.jobs_per_operation()  # with the scheduled operation's runs
         assert set(runs.values()) == {1}, runs
         assert {op.id for op in compiled.operations} <= set(runs)
+
+
+@pytest.mark.timeout(420)
+def test_a_queue_moved_with_runs_active_is_neither_run_twice_nor_pruned(
+    kube: Kube, config_repo: Path, kube_cluster: KubeCluster, namespace: str, tmp_path: Path
+) -> None:
+    """team-b moves from ``remote`` back to ``local`` while its runs are active on remote:
+    the two clusters are one partition until they end; no Job is made twice, none is
+    stopped, and every operation Succeeds once."""
+    if kube_cluster.dev is None:
+        pytest.skip("starts a second dev cluster; needs the dev-cluster binaries")
+    from reconciler.devcluster.shape import default_shape
+
+    shape = default_shape(gpu_nodes=2, cpu_nodes=0)
+    with second_cluster(tmp_path / "second", config_repo, shape) as (_, remote):
+        compiled = split_team_b(config_repo)
+        team_b = {op.id for op in compiled.operations if op.queue == "team-b"}
+        kubes = {"local": kube, "remote": remote}
+        replicas = ShardReplicas(
+            config_repo, kube_cluster.kubeconfig, namespace, tmp_path, kubes, compiled
+        )
+        try:
+            replicas.start("r1")
+            replicas.start("r2")
+            wait_until(
+                lambda: sorted(replicas.holders().values()) == ["r1", "r2"],
+                timeout=60,
+                what="one partition each",
+            )
+            on_remote = wait_until(
+                lambda: replicas.seen_on("remote") & team_b,
+                timeout=120,
+                what="a run of team-b on remote",
+            )
+            replicas.compiled = move_team_b(config_repo, "local")
+            joined = f"{LEASE_NAME}-shard-{partition_id(('local', 'remote'))}"
+            wait_until(
+                lambda: replicas.holders().get(joined) in ("r1", "r2"),
+                timeout=60,
+                what="the two clusters held as one partition",
+            )
+            replicas.wait_all_succeeded(timeout=240)
+        finally:
+            replicas.close()
+        assert replicas.violations() == []
+        runs = replicas.jobs_per_operation()
+        assert set(runs.values()) == {1}, runs
+        assert on_remote and all(replicas.phases().get(op) == "Succeeded" for op in on_remote)

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
-from reconciler.core.plan.partitions import partition_id, partition_repo, restrict_repo
+from reconciler.core.plan.partitions import (
+    moved_runs,
+    partition_id,
+    partition_repo,
+    restrict_repo,
+)
 from reconciler.core.types import Phase
 from tests.support.builders import NOW, World
 
@@ -99,3 +105,34 @@ def test_restrict_keeps_only_the_partitions_parts() -> None:
     assert (set(only.clusters), set(only.queues), set(only.cohorts)) == ({"a"}, {"qa"}, {"pool"})
     assert [o.id for o in only.operations] == ["t/x"]
     assert restrict_repo(repo, partition_repo(repo)) == repo
+
+
+def _run(op_id: str, cluster: str, phase: Phase) -> WorkloadState:
+    return WorkloadState(op_id, 1, cluster, "t", op_id.replace("/", "-"), "uid", phase)
+
+
+def test_a_queue_moved_with_runs_active_stays_joined_with_its_old_cluster() -> None:
+    """qa moved from a to b: while t/a-1 runs on a, a and b are one partition, qa's; a run
+    ended there, one of a queue not moved, or on a cluster gone does not join them."""
+    world = World().queue("qa", cluster="b").queue("qc", cluster="a").cluster("c")
+    world.ops("t/a-{}", 2, queue="qa")
+    world.op("t/c-1", queue="qc")
+    repo = world.repo()
+    runs = [
+        _run("t/a-1", "a", Phase.RUNNING),
+        _run("t/a-2", "c", Phase.SUCCEEDED),
+        _run("t/a-2", "gone", Phase.RUNNING),
+        _run("t/c-1", "a", Phase.DISPATCHED),
+    ]
+    moved = moved_runs(repo, runs)
+    assert moved == {"qa": frozenset({"a"})}
+    parts = partition_repo(repo, moved)
+    assert sorted((p.clusters, p.queues) for p in parts) == [
+        (("a", "b"), ("qa", "qc")),
+        (("c",), ()),
+    ]
+    (joined,) = [p for p in parts if p.clusters == ("a", "b")]
+    assert set(restrict_repo(repo, [joined]).queues) == {"qa", "qc"}
+    assert partition_repo(repo, moved_runs(repo, [_run("t/a-1", "a", Phase.SUCCEEDED)])) == (
+        partition_repo(repo)
+    )

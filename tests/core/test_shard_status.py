@@ -15,8 +15,10 @@ from reconciler.core.plan.partitions import (
     restrict_repo,
     shard_scope,
 )
-from reconciler.core.reporting.shards import shard_changes
+from reconciler.core.reporting.notify import Owed, encode_owed, read_owed
+from reconciler.core.reporting.shards import owed_for, shard_changes
 from reconciler.core.reporting.status import (
+    NOTIFY_FILE,
     ClusterStatus,
     operation_path,
     order_path,
@@ -125,3 +127,36 @@ def test_a_human_file_and_a_queue_gone_from_the_repo() -> None:
     after = _write(tip, world, pa)  # a's shard drops the gone queue from the shared file
     assert b"qb2" not in after["status/queues.yaml"]
     assert after["status/NOTES.md"] == b"kept"
+
+
+def _owed(*ops: str) -> bytes:
+    return encode_owed(
+        tuple(
+            Owed(f"{op}:u:Dispatched", "http://127.0.0.1:9/h", op, "?", "t", None, "o:1:1", {})
+            for op in ops
+        ),
+        0,
+    )
+
+
+def test_each_shard_keeps_the_others_owed_notifications_and_settles_its_own() -> None:
+    """``_notify.yaml`` is shared: a shard writes its own entries beside the others', drops
+    its own once settled, and what is owed alone makes no commit."""
+    world = _world()
+    repo = world.repo()
+    pa, pb = sorted(partition_repo(repo), key=lambda p: p.clusters)
+    sa, sb = shard_scope(repo, [pa]), shard_scope(repo, [pb])
+    ours_a = _render(world, restrict_repo(repo, [pa]))
+    ours_b = _render(world, restrict_repo(repo, [pb]))
+    tip = _apply({}, shard_changes({}, {**ours_a, NOTIFY_FILE: _owed("t/a-1")}, sa))
+    tip = _apply(tip, shard_changes(tip, {**ours_b, NOTIFY_FILE: _owed("t/b-1")}, sb))
+    keys = [e.operation for e in read_owed(tip[NOTIFY_FILE])[0]]
+    assert sorted(keys) == ["t/a-1", "t/b-1"]
+    assert [e.operation for e in owed_for(tip[NOTIFY_FILE], sa)] == ["t/a-1"]
+    assert shard_changes(tip, ours_a, sa) == {}  # settled: it leaves with the next commit
+    world.observe("t/a-1", Phase.RUNNING, queue="qa", cluster="a")
+    moved = _render(world, restrict_repo(world.repo(), [pa]))
+    tip = _apply(tip, shard_changes(tip, moved, sa))
+    assert [e.operation for e in read_owed(tip[NOTIFY_FILE])[0]] == ["t/b-1"]
+    tip = _apply(tip, shard_changes(tip, ours_b, sb))
+    assert NOTIFY_FILE in tip  # b's status unchanged: its settled entry rides later

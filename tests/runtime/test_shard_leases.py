@@ -113,3 +113,22 @@ def test_the_lease_of_a_replica_gone_is_deleted_after_ten_durations() -> None:
     _run(clock, 6, b)
     assert list(leases.holders("r-member-").values()) == ["b"]
     assert b.owned() == frozenset(PARTS)
+
+
+def test_no_partition_is_taken_while_another_replica_holds_one_it_does_not_know() -> None:
+    """a cut p-a and p-b (an older config or record); b cuts p-ab, which shares their
+    clusters: b takes nothing until a holds no Lease b does not know, nor after a kill
+    until those Leases expire."""
+    leases, clock = MemoryLeases(), _clock()
+    a, b = _replica(leases, clock, "a"), _replica(leases, clock, "b")
+    b.assign(("p-ab",))
+    _run(clock, 4, a)
+    _run(clock, 6, a, b)
+    assert a.owned() and b.owned() == frozenset()
+    a.assign(("p-ab",))  # a reads the newer record: it lets its partitions go
+    _run(clock, 4, a, b)
+    assert len(a.owned() | b.owned()) == 1 and (a.owned() | b.owned()) == {"p-ab"}
+
+    c = _replica(leases, clock, "c")  # an older cut again, while a or b holds p-ab
+    _run(clock, 8, a, b, c)
+    assert c.owned() == frozenset()

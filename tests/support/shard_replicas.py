@@ -49,6 +49,16 @@ def split_team_b(repo: Path) -> CompiledRepo:
     return compiled
 
 
+def move_team_b(repo: Path, cluster: str) -> CompiledRepo:
+    """team-b's queue moved to ``cluster``. Committed; the config compiled."""
+    queue = repo / "queues" / "team-b.yaml"
+    queue.write_text(re.sub(r"(?m)^cluster: .*$", f"cluster: {cluster}", queue.read_text()))
+    commit_all(repo, f"team-b moves to {cluster}")
+    compiled = compile_repo(snapshot_git(repo, "main"))
+    assert compiled.valid, compiled.errors
+    return compiled
+
+
 class ShardReplicas:
     def __init__(
         self,
@@ -185,6 +195,10 @@ class ShardReplicas:
 
     def violations(self) -> list[str]:
         return list(self._violations)
+
+    def seen_on(self, cluster: str) -> set[str]:
+        """The operations with a Job seen on ``cluster``."""
+        return {op for (where, op, _) in list(self._uids) if where == cluster}
 
     def jobs_per_operation(self) -> Counter[str]:
         """Jobs ever seen per operation, over every cluster and generation."""

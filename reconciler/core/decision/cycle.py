@@ -181,15 +181,28 @@ class Memory:
             seen[s.operation] = s
         return Memory(seen, inflight, self.superseded, self.gang_timeouts, self.ledger)
 
-    def split(self, clusters: Collection[str]) -> tuple[Memory, Memory]:
-        """(what is of runs on ``clusters``, what is of the others'): a shard decides over
-        the first, and keeps the second for the partitions it may take later. The ledger
-        and the gang timeouts (keyed by operation) are in both."""
+    def split(
+        self,
+        clusters: Collection[str],
+        operations: Collection[str] = (),
+        known: Collection[str] = (),
+    ) -> tuple[Memory, Memory]:
+        """(what is of the runs a shard decides, what is of the others'): a shard decides
+        over the first, and keeps the second for the partitions it may take later. A run
+        is the shard's when its operation is one of ``operations``, or, its operation not
+        ``known`` (gone from the repo), when it is on one of ``clusters``: a run that ended
+        in the old cluster of a queue moved goes with its operation. The ledger and the
+        gang timeouts (keyed by operation) are in both."""
+
+        def mine(state: WorkloadState) -> bool:
+            if state.operation in operations:
+                return True
+            return state.operation not in known and state.cluster in clusters
 
         def on(states: Mapping[str, WorkloadState], inside: bool) -> dict[str, WorkloadState]:
-            return {k: v for k, v in states.items() if (v.cluster in clusters) is inside}
+            return {k: v for k, v in states.items() if mine(v) is inside}
 
-        flights = {k: v for k, v in self.inflight.items() if v.state.cluster in clusters}
+        flights = {k: v for k, v in self.inflight.items() if mine(v.state)}
         rest = {k: v for k, v in self.inflight.items() if k not in flights}
         marks, ledger = self.gang_timeouts, self.ledger
         return (

@@ -8,6 +8,11 @@ queue names is a partition of its own (its workloads still need an owner). So ev
 of the planner reads only counters of its own partition, and a decision never needs two
 shards.
 
+A queue moved to a cluster of another partition while it has runs active in the old one
+stays joined with the old cluster until those runs end (``moved_runs``): its new owner
+counts them and never runs them again, and the old cluster's runs are never pruned as
+another partition's. Every replica reads the active runs from the same status branch.
+
 A partition's id is derived from its content, the sorted names of its clusters, never from
 its position: a commit that adds a queue to a partition keeps the partition's id (and its
 Lease), and only a commit that joins or splits clusters makes new ones.
@@ -16,10 +21,11 @@ Lease), and only a commit that joins or splits clusters makes new ones.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
-from reconciler.core.types import CompiledOperation, CompiledRepo
+from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,13 +69,45 @@ def _operations(compiled: CompiledRepo) -> Iterable[CompiledOperation]:
     yield from compiled.schedules
 
 
-def partition_repo(compiled: CompiledRepo) -> tuple[Partition, ...]:
-    """The connected components of clusters, queues, cohorts and workflows, sorted by id."""
+def operation_queues(compiled: CompiledRepo) -> dict[str, str]:
+    """Each operation's queue (``moved_runs``' index: made once per config)."""
+    return {op.id: op.queue for op in _operations(compiled)}
+
+
+_ACTIVE = frozenset(p for p in Phase if p.active)
+
+
+def moved_runs(
+    compiled: CompiledRepo, runs: Iterable[WorkloadState], queues: Mapping[str, str] | None = None
+) -> dict[str, frozenset[str]]:
+    """Per queue, the clusters of ``compiled`` outside its members where ``runs`` (the
+    last state known of each run) of its operations are still active: a queue moved, or
+    an operation moved to another queue, while it had runs. ``queues``: the
+    ``operation_queues`` of ``compiled``, when already made."""
+    queue_of = operation_queues(compiled) if queues is None else queues
+    members = {q.name: q.members for q in compiled.queues.values()}
+    out: dict[str, set[str]] = {}
+    for run in runs:
+        if run.phase not in _ACTIVE:
+            continue
+        name = queue_of.get(run.operation)
+        where = members.get(name or "")
+        if where is not None and run.cluster not in where and run.cluster in compiled.clusters:
+            out.setdefault(str(name), set()).add(run.cluster)
+    return {q: frozenset(c) for q, c in sorted(out.items())}
+
+
+def partition_repo(
+    compiled: CompiledRepo, moved: Mapping[str, Iterable[str]] | None = None
+) -> tuple[Partition, ...]:
+    """The connected components of clusters, queues, cohorts and workflows, sorted by id;
+    a queue joined with the clusters ``moved`` (``moved_runs``) names for it too."""
     sets = _Sets()
     for name in compiled.clusters:
         sets.find(f"c/{name}")
+    moved = moved or {}
     for queue in compiled.queues.values():
-        for cluster in queue.members:
+        for cluster in (*queue.members, *moved.get(queue.name, ())):
             sets.join(f"q/{queue.name}", f"c/{cluster}")
         if queue.cohort:
             sets.join(f"q/{queue.name}", f"h/{queue.cohort}")
@@ -102,8 +140,9 @@ def restrict_repo(compiled: CompiledRepo, partitions: Iterable[Partition]) -> Co
     """The repo a shard decides over: only ``partitions``' clusters, queues, cohorts and
     operations (a refused one where its cluster is). The org settings, connections and
     flavors stay whole: they are read, never counted."""
+    partitions = tuple(partitions)
     clusters = {c for p in partitions for c in p.clusters}
-    queues = {q.name for q in compiled.queues.values() if set(q.members) <= clusters}
+    queues = {q for p in partitions for q in p.queues if q in compiled.queues}
     cohorts = {compiled.queues[q].cohort for q in queues}
     return replace(
         compiled,

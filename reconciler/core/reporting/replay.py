@@ -33,6 +33,7 @@ from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import Dispatch, Pending, PendingReason
 from reconciler.core.plan.checks import CHECKS, Check
 from reconciler.core.plan.ledger import EARLIEST, LATEST
+from reconciler.core.plan.partitions import Partition, restrict_repo, shard_scope
 from reconciler.core.reporting.status import (
     DECISION_FILE,
     DecisionRecord,
@@ -107,6 +108,11 @@ def replay(recorded: StatusView, compiled: CompiledRepo) -> Decision:
         )
     now = recorded_clock(record)
     memory = memory_from_status(recorded)
+    if record.clusters:  # a shard's cycle: its partitions alone, the others' runs aside
+        decided = Partition("", record.clusters, record.queues)
+        scope = shard_scope(compiled, [decided])
+        compiled = restrict_repo(compiled, [decided])
+        memory = memory.split(scope.clusters, scope.operations, scope.known_operations)[0]
     created = set(record.dispatched)
     seen = {op: s for op, s in memory.seen.items() if op not in created}
     for run in record.runs:
@@ -241,6 +247,9 @@ def queue_days(queue: str, cycles: Iterable[Replayed]) -> list[QueueDay]:
     spans: dict[date, float] = {}
     last: tuple[datetime, Mapping[str, float]] | None = None
     for cycle in cycles:
+        record = cycle.view.decision
+        if record is not None and record.clusters and queue not in record.queues:
+            continue  # another shard's cycle: the queue's figures stand as last recorded
         at = cycle.at.astimezone(UTC)
         if last is not None:
             _spread(last[0], at, last[1], held, spans)
@@ -314,9 +323,10 @@ def differences(compiled: CompiledRepo, decision: Decision, recorded: StatusView
     out: list[str] = []
     planned = {d.operation: d for d in decision.plan.dispatch}
     pending = {p.operation: p for p in decision.plan.pending}
+    shard = set(record.queues) if record is not None and record.clusters else None
     for op_id, rec in sorted(recorded.operations.items()):
-        if rec.children:
-            continue
+        if rec.children or (shard is not None and rec.queue not in shard):
+            continue  # a parent (its children are), or another shard's
         if op_id in planned:
             if op_id not in created and not (rec.phase is Phase.QUEUED and rec.reason in _FAILED):
                 out.append(

@@ -8,10 +8,14 @@ the branch's tip at each attempt of a push: ``queues.yaml`` keeps the other shar
 (in consideration order: priority descending, then name), ``clusters.yaml`` their clusters
 (by name), the ledger every shard's runs (entries are keyed, never lost); ``config.yaml``
 says the same from every shard on the same commit. A queue or cluster gone from the repo
-leaves the shared files with the next write. The decision record (``_decision.yaml``:
-one cycle of one process) and the notifications owed (``_notify.yaml``) are not written
-by shards. So the branch reads as one reconciler's, and two shards' writes never undo
-each other.
+leaves the shared files with the next write. The decision record (``_decision.yaml``)
+is the cycle of the shard whose commit it is, naming the clusters and queues it decided
+over (``scoped_record``), so ``reconciler why`` replays that shard's partitions alone. The
+notifications owed (``_notify.yaml``) keep the other shards' entries (an entry is the
+shard's whose operation it decides: one gone from the repo, whose cluster) beside the
+shard's own (``owed_for``: what the next owner of a partition sends again). Like one
+process's, a record or the notifications owed that change alone make no commit. So the
+branch reads as one reconciler's, and two shards' writes never undo each other.
 """
 
 from __future__ import annotations
@@ -26,14 +30,17 @@ from reconciler.core.plan.ledger import (
     ledger_files,
 )
 from reconciler.core.plan.partitions import ShardScope
+from reconciler.core.reporting.notify import Owed, encode_owed, read_owed
 from reconciler.core.reporting.status import (
     CLUSTERS_FILE,
     CONFIG_FILE,
+    DECISION_FILE,
     NOTIFY_FILE,
     ORDER_DIR,
     QUEUES_FILE,
     STATUS_DIR,
     ClusterStatus,
+    DecisionRecord,
     OperationStatus,
     QueueStatus,
     StatusFileError,
@@ -98,6 +105,54 @@ def _ledger(files: Mapping[str, bytes]) -> list[LedgerEntry] | None:
     return entries
 
 
+def scoped_record(files: Mapping[str, bytes], scope: ShardScope) -> dict[str, bytes]:
+    """``files`` (a shard's, as one reconciler of its partitions renders them) with its
+    decision record naming the clusters and queues the shard decided over."""
+    data = files.get(DECISION_FILE)
+    if data is None:
+        return dict(files)
+    record = parse_status_file(DECISION_FILE, data)
+    if not isinstance(record, DecisionRecord):
+        return dict(files)
+    scoped = record.model_copy(
+        update={"clusters": tuple(sorted(scope.clusters)), "queues": tuple(sorted(scope.queues))}
+    )
+    return {**files, DECISION_FILE: dump_yaml(scoped.to_dict())}
+
+
+def _decides(owed: Owed, scope: ShardScope) -> bool:
+    if owed.operation in scope.operations:
+        return True
+    return owed.operation not in scope.known_operations and owed.cluster in scope.clusters
+
+
+def owed_for(content: bytes | None, scope: ShardScope) -> tuple[Owed, ...]:
+    """The entries of ``_notify.yaml`` (``content``) that ``scope``'s shard sends: those of
+    the operations it decides (a partition taken: its last owner's, still owed)."""
+    if content is None:
+        return ()
+    entries, _, problem = read_owed(content)
+    return () if problem else tuple(e for e in entries if _decides(e, scope))
+
+
+def _joined_owed(tip: bytes | None, ours: bytes | None, scope: ShardScope) -> bytes | None:
+    """``_notify.yaml`` with the other shards' entries of ``tip`` and the shard's own
+    (``ours``); None when nothing is owed. An unreadable tip's entries are no one's."""
+    theirs: tuple[Owed, ...] = ()
+    dropped = 0
+    if tip is not None:
+        entries, dropped, problem = read_owed(tip)
+        theirs = () if problem else tuple(e for e in entries if not _decides(e, scope))
+    mine: tuple[Owed, ...] = ()
+    if ours is not None:
+        entries, more, problem = read_owed(ours)
+        mine = () if problem else entries
+        dropped = max(dropped, more)
+    if not theirs and not mine:
+        return None
+    return encode_owed(theirs + mine, dropped)
+
+
 def shard_changes(
     tip: Mapping[str, bytes], ours: Mapping[str, bytes], scope: ShardScope
 ) -> dict[str, bytes | None]:
@@ -105,10 +160,13 @@ def shard_changes(
     files, as one reconciler of its partitions renders them) beside the other shards'."""
     changes: dict[str, bytes | None] = {}
     for path, data in ours.items():
-        if path in _SHARED or is_decision_path(path) or is_ledger_path(path):
+        if path in _SHARED or is_ledger_path(path):
             continue
-        if tip.get(path) != data and _owns(path, data, scope):
+        if tip.get(path) != data and (is_decision_path(path) or _owns(path, data, scope)):
             changes[path] = data
+    for path in tip:  # the record is the writer's cycle's: another's parts go
+        if is_decision_path(path) and path not in ours:
+            changes[path] = None
     for path, data in tip.items():
         if (
             path not in ours
@@ -148,4 +206,9 @@ def shard_changes(
         for path, data in ledger_files(Ledger.of(recorded).with_entries(mine), dump_yaml).items():
             if tip.get(path) != data:
                 changes[path] = data
+    if all(is_decision_path(path) for path in changes):
+        return {}  # the record alone: it rides on a commit made anyway
+    owed = _joined_owed(tip.get(NOTIFY_FILE), ours.get(NOTIFY_FILE), scope)
+    if owed != tip.get(NOTIFY_FILE):  # likewise what is owed: with the others
+        changes[NOTIFY_FILE] = owed
     return dict(sorted(changes.items()))

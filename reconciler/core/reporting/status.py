@@ -359,10 +359,14 @@ class DecisionRecord(StatusRecord):
     files beside it. The records say each run after the cycle; the planner counted each
     before it: ``dispatched`` (created this cycle: no run before) and ``runs`` (stopped this
     cycle: the run as it was) are the difference. ``clock`` is the cycle's instant,
-    ``config`` the commit in force."""
+    ``config`` the commit in force. A shard's (``run --shards``) names the ``clusters``
+    and ``queues`` of the partitions it decided over: its replay decides over them alone
+    (empty: the whole config)."""
 
     clock: Text
     config: Text
+    clusters: Texts = ()
+    queues: Texts = ()
     dispatched: Texts = ()
     runs: OmitEmpty[Annotated[Items[InputRun], _Read(_input_runs)]] = ()
     part: OmitEmpty[Number] = 0  # a continuation file's number (2, 3, ...): more runs
