@@ -92,7 +92,7 @@ def _step(w: WhatIf, ends: list[int], minutes: int, ledger: list[LedgerEntry]) -
         per_queue.setdefault(e.queue, []).append(e)
     order = w.begin([n for n, c in w.candidates.items() if c], at, per_queue)
     for q in order:
-        w.admit(q, 0, None)
+        w.admit(q, w.candidates.get(q.spec.name, []))
     w.borrow(order)
 
 
@@ -159,7 +159,7 @@ def test_a_released_run_counts_nowhere_and_its_dependents_see_it_succeeded() -> 
     w.release("p/first")
     assert (q.active, q.used, w.counters.cluster("c").active) == (0, [0], 0)
     order = w.begin(["q"], NOW + timedelta(minutes=5), {})
-    w.admit(order[0], 0, None)
+    w.admit(order[0], w.candidates["q"])
     assert [d.operation for d in w.borrow(order)] == ["p/then"]
     assert isinstance(w.seen["p/then"], ObservedOperation)
 
@@ -182,7 +182,7 @@ def test_revert_forgets_when_a_borrower_it_dispatched_borrowed() -> None:
     w.release("p/held")
     order = w.begin(["q0", "q1"], NOW + timedelta(minutes=10), {})
     for q in order:
-        w.admit(q, 0, None)
+        w.admit(q, w.candidates.get(q.spec.name, []))
     assert [d.operation for d in w.borrow(order)] == ["p/big"]
     assert _borrowed_at(w) == [("p/big", (NOW + timedelta(minutes=10)).isoformat())]
     w.revert(mark)

@@ -750,7 +750,7 @@ class _Sim:
             start = 0
             while True:
                 stop = n if len(full) > n else None
-                w.admit(q, start, stop)
+                w.admit(q, full[start:stop])
                 if stop is None:
                     break
                 # the dispatches are still in ``full``: the rest starts at ``stop``
@@ -781,7 +781,7 @@ class _Sim:
             chunk = w.fitting(q, after, n, noted)
             if not chunk:
                 return
-            w.admit_these(q, chunk)
+            w.admit(q, chunk)
             pending = q.pending
             noted.update(p[1].cluster for p in pending[seen:] if p[2] is cluster_r)
             seen = len(pending)
@@ -809,7 +809,7 @@ class _Sim:
         waiting = [name for name, cands in w.candidates.items() if cands]
         order = w.begin(waiting, self.now + timedelta(seconds=self.t), self.spent)
         for q in order:
-            w.admit(q, 0, None)
+            w.admit(q, w.candidates.get(q.spec.name, []))
         w.borrow(order)
         reasons = {p[0]: p[2] for q in order for p in q.pending}
         w.revert(mark)

@@ -230,20 +230,11 @@ class WhatIf:
         self.gone = {}
         return order
 
-    def admit(self, q: QueueState, start: int, stop: int | None) -> None:
-        """Step 4 for ``q``'s candidates ``start:stop`` (its pass goes on where the last
-        call for it stopped: the same as one pass over them all, when no other queue was
-        admitted in between). Each dispatch is held and journalled."""
-        name = q.spec.name
-        full = self.candidates.get(name, [])
-        q.candidates = full[start:stop]
-        dispatch = admit([q], self.deps, self.counters, self.unreachable, self.backends, self.fleet)
-        q.candidates = []
-        self._held(dispatch)
-
-    def admit_these(self, q: QueueState, candidates: list[tuple[Any, ...]]) -> None:
-        """Step 4 for ``candidates`` of ``q`` (some of its own, in its order, after those
-        its pass saw: ``fitting``'s), going on with its pass."""
+    def admit(self, q: QueueState, candidates: list[tuple[Any, ...]]) -> None:
+        """Step 4 for ``candidates`` of ``q`` (some of its own, in its order, after those its
+        pass saw: a part of ``candidates[name]``, or ``fitting``'s): its pass goes on where
+        the last call for it stopped, the same as one pass over them all when no other
+        queue was admitted in between. Each dispatch is held and journalled."""
         q.candidates = candidates
         dispatch = admit([q], self.deps, self.counters, self.unreachable, self.backends, self.fleet)
         q.candidates = []
