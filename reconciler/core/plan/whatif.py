@@ -6,8 +6,9 @@ released from it, some queues are admitted again on it, and every change is jour
 What must live here: building that state with the planner's own steps 1-3 (the same calls
 as ``plan_dispatch``), an admission of some of its queues (``begin``, then step 4 queue by
 queue, ``admit``, a long queue's pass in parts, then 4b, ``borrow``: the planner's own
-functions on the kept state), ``release`` of a run that ended, and the journal ``revert``
-undoes.
+functions on the kept state), which candidates of a BestEffortFIFO queue checks 7-10 may
+let through now (``fitting``, over buckets kept beside the candidates), ``release`` of a
+run that ended, and the journal ``revert`` undoes.
 What is rebuilt for each admission rather than kept (a budget's window and what it
 committed, at the admission's clock; the free capacity observed, which only a new
 observation changes) is rebuilt here too, exactly as a cycle would.
