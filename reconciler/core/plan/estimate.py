@@ -868,7 +868,7 @@ class _Sim:
             if at is not None:
                 state = EtaState.NO_LATER_THAN if at >= self.bound_from else EtaState.AT
                 out[oid] = (Eta(state, self.now + timedelta(seconds=at)), "")
-            elif waits_on_unknown(oid):
+            elif unknown and waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
                 reason = last.get(oid)
@@ -995,7 +995,8 @@ def estimate_starts(
             sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, entries)
             sim.run()
             results.append(sim.etas())
-            prep.whatif.revert()
+            if q == P50:  # the p90 starts where the p50 did; nothing follows the p90
+                prep.whatif.revert()
         p50s, p90s = results
         out: dict[str, StartEstimate] = {}
         for p in plan.pending:
