@@ -238,6 +238,35 @@ def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_hea
     assert planned and max(planned) <= estimate_module.PREFIX + 2
 
 
+@pytest.mark.parametrize("short_of", ["quota", "cluster", "workflow"])
+def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
+    monkeypatch: pytest.MonkeyPatch, short_of: str
+) -> None:
+    """A queue with ten free slots but room for two runs (two GPUs free, two slots of its
+    cluster, or a workflow's parallelism of two): each admission is given the two
+    candidates that could all be dispatched, not the ten that each could alone."""
+    world = World().cluster("c", concurrency=2 if short_of == "cluster" else None)
+    world.queue(
+        "q", cluster="c", concurrency=10, quota={"nvidia.com/gpu": 2 if short_of == "quota" else 99}
+    )
+    for i in range(1, 61):
+        op = world.op(f"p/op-{i}", gpu=1)
+        if short_of == "workflow":
+            op.child_of("p/wf", i, concurrency=2)
+    history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
+    planned: list[int] = []
+    admit = whatif_module.admit
+
+    def counting(order: list[QueueState], *args: Any, **kwargs: Any) -> Any:
+        planned.append(sum(len(q.candidates) for q in order))
+        return admit(order, *args, **kwargs)
+
+    monkeypatch.setattr(whatif_module, "admit", counting)
+    e = _estimate(world, history)
+    assert [_at(e, f"p/op-{i}") for i in (3, 4, 5, 60)] == [10, 10, 20, 290]
+    assert planned and max(planned) == 2
+
+
 def test_a_fleet_queue_takes_a_slot_of_whichever_of_its_clusters_frees_first() -> None:
     world = World().cluster("c0", concurrency=1).cluster("c1", concurrency=1)
     world.fleet("f", ("c0", "c1"))

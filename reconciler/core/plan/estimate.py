@@ -778,7 +778,7 @@ class _Sim:
         noted: set[str] = set()
         seen = 0
         while limit is None or q.active < limit:
-            chunk = w.fitting(q, after, n, noted)
+            chunk = w.fitting(q, after, n if limit is None else min(n, limit - q.active), noted)
             if not chunk:
                 return
             w.admit(q, chunk)
