@@ -41,7 +41,6 @@ from reconciler.core.plan.planner import (
 )
 from reconciler.core.plan.state import (
     ActiveRun,
-    Counter,
     Counters,
     QueueState,
     count_run,
@@ -76,15 +75,6 @@ def dispatched(d: Dispatch, op: CompiledOperation, now: datetime) -> ObservedOpe
         dispatched_at=now,
         started_at=now,
     )
-
-
-def _at_parallelism(op: CompiledOperation, workflows: Mapping[str, Counter]) -> bool:
-    """Check 9 holds ``op``: its workflow runs as many children as its parallelism."""
-    wf = op.workflow
-    if wf is None:
-        return False
-    w = workflows.get(wf.parent)
-    return w is not None and w.limit is not None and w.active >= w.limit
 
 
 class WhatIf:
@@ -258,7 +248,7 @@ class WhatIf:
         max_pods = q.spec.max_pods
         free_pods = None if max_pods is None else max_pods - q.pods
         cluster = self.counters.cluster
-        parts = []
+        heads = []
         for (needs, pods, cname), cands in self.buckets[q.spec.name].items():
             if not cands or (free_pods is not None and pods > free_pods):
                 continue
@@ -275,22 +265,21 @@ class WhatIf:
                     continue
             start = 0 if after is None else bisect.bisect_right(cands, after)
             if start < len(cands):
-                parts.append(map(cands.__getitem__, range(start, len(cands))))
-        if not parts:
-            return []
-        stream = parts[0] if len(parts) == 1 else heapq.merge(*parts)
-        # nor those check 9 holds (their workflow at its parallelism: it only fills too)
-        workflows = self.counters.workflows
-        kept = (c for c in stream if not _at_parallelism(c[5], workflows))
-        return self._together(q, kept, n)
+                heads.append((cands[start], start, cands))
+        return self._together(q, heads, n) if heads else []
 
     def _together(
-        self, q: QueueState, stream: Iterable[tuple[Any, ...]], n: int
+        self,
+        q: QueueState,
+        heads: list[tuple[tuple[Any, ...], int, list[tuple[Any, ...]]]],
+        n: int,
     ) -> list[tuple[Any, ...]]:
-        """The first of ``stream`` (each passes checks 7-9 alone), at most ``n``, up to one
-        that checks 7-10 would hold were those before it all dispatched: what they would
+        """The candidates of the buckets ``fitting`` chose, in order from their ``heads``
+        ((first candidate, its index, the bucket)), but those check 9 holds (their workflow
+        at its parallelism: it only fills too within a pass): the first ``n``, up to one
+        that checks 7-10 would hold were those before it all dispatched (what they would
         take of the queue's pods and quota, of their clusters' slots and of their
-        workflows' parallelism. The first is always taken (alone, at its cluster's
+        workflows' parallelism). The first is always taken (alone, at its cluster's
         concurrency, it is the one its pass notes waiting for that cluster)."""
         free = [limit - held for limit, held in zip(q.quota, q.used, strict=True)]
         max_pods = q.spec.max_pods
@@ -301,7 +290,25 @@ class WhatIf:
         slots: dict[str, int] = {}  # per cluster with a limit: what the list leaves of it
         parallel: dict[str, int] = {}  # per workflow with a limit: the same
         out: list[tuple[Any, ...]] = []
-        for c in stream:
+        heapq.heapify(heads)  # candidates are never equal (each ends in its unique id)
+        while heads:
+            c, k, cands = heads[0]
+            k += 1
+            if k < len(cands):
+                heapq.heapreplace(heads, (cands[k], k, cands))
+            else:
+                heapq.heappop(heads)
+            wf = c[5].workflow
+            if wf is not None:
+                w = workflows.get(wf.parent)
+                if w is not None and w.limit is not None and w.active >= w.limit:
+                    continue  # check 9 holds it, whatever comes before it
+                limit = wf.concurrency if w is None else w.limit
+                if limit is not None:
+                    left = parallel.get(wf.parent, limit - (0 if w is None else w.active))
+                    if left <= 0 and out:
+                        break
+                    parallel[wf.parent] = left - 1
             needs, pods, cname = bucket_of[c[4]]
             if free_pods is not None:
                 if pods > free_pods:
@@ -321,15 +328,6 @@ class WhatIf:
                 if left <= 0 and out:
                     break
                 slots[cname] = left - 1
-            wf = c[5].workflow
-            if wf is not None:
-                w = workflows.get(wf.parent)
-                limit = wf.concurrency if w is None else w.limit
-                if limit is not None:
-                    left = parallel.get(wf.parent, limit - (0 if w is None else w.active))
-                    if left <= 0:
-                        break
-                    parallel[wf.parent] = left - 1
             out.append(c)
             if len(out) >= n:
                 break
