@@ -6,6 +6,7 @@ every event."""
 
 from __future__ import annotations
 
+import gc
 import heapq
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -180,6 +181,28 @@ def test_the_same_inputs_give_the_same_estimates() -> None:
     assert first == _estimate(world, list(reversed(history)))
 
 
+def test_an_estimate_leaves_no_reference_cycle_to_the_collector() -> None:
+    """The simulations' state (at scale, a copy of the planner's for every operation) is
+    freed as the estimate returns: a cycle would keep it for the collector to scan and free
+    when the estimate resumes it (``gc_paused``)."""
+    world = World().cluster("local", concurrency=3)
+    world.queue("a", quota={"nvidia.com/gpu": 4}).queue("b", concurrency=2)
+    for i in range(20):
+        world.op(f"p/o{i}", queue="a" if i % 2 else "b", gpu=1 + i % 3)
+    world.op("p/after", queue="b").after("p/o0")
+    world.op("p/unknown", queue="b")
+    world.running("p/unknown")
+    history = [r for i in range(20) for r in _runs(f"p/o{i}", "a", 5 + i, 10 + 2 * i)]
+    repo, plan, observed = world.repo(), world.plan(), list(world.observed.values())
+    gc.collect()
+    gc.disable()
+    try:
+        estimate_starts(repo, plan, observed, {}, history, NOW)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+
+
 def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
     world = World().cluster("local", concurrency=1)
     world.queue("low", priority=0).queue("high", priority=5)
@@ -213,6 +236,35 @@ def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_hea
     e = _estimate(world, history)
     assert [_at(e, f"p/op-{i}") for i in (2, 3, 60)] == [10, 20, 590]
     assert planned and max(planned) <= estimate_module.PREFIX + 2
+
+
+@pytest.mark.parametrize("short_of", ["quota", "cluster", "workflow"])
+def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
+    monkeypatch: pytest.MonkeyPatch, short_of: str
+) -> None:
+    """A queue with ten free slots but room for two runs (two GPUs free, two slots of its
+    cluster, or a workflow's parallelism of two): each admission is given the two
+    candidates that could all be dispatched, not the ten that each could alone."""
+    world = World().cluster("c", concurrency=2 if short_of == "cluster" else None)
+    world.queue(
+        "q", cluster="c", concurrency=10, quota={"nvidia.com/gpu": 2 if short_of == "quota" else 99}
+    )
+    for i in range(1, 61):
+        op = world.op(f"p/op-{i}", gpu=1)
+        if short_of == "workflow":
+            op.child_of("p/wf", i, concurrency=2)
+    history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
+    planned: list[int] = []
+    admit = whatif_module.admit
+
+    def counting(order: list[QueueState], *args: Any, **kwargs: Any) -> Any:
+        planned.append(sum(len(q.candidates) for q in order))
+        return admit(order, *args, **kwargs)
+
+    monkeypatch.setattr(whatif_module, "admit", counting)
+    e = _estimate(world, history)
+    assert [_at(e, f"p/op-{i}") for i in (3, 4, 5, 60)] == [10, 10, 20, 290]
+    assert planned and max(planned) == 2
 
 
 def test_a_fleet_queue_takes_a_slot_of_whichever_of_its_clusters_frees_first() -> None:

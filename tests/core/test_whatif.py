@@ -44,7 +44,7 @@ def _build(world: World, ledger: list[LedgerEntry]) -> WhatIf:
 def _counts(w: WhatIf) -> dict[str, Any]:
     """What an admission reads of the state, order-free where the planner's is."""
     queues = {
-        name: (q.active, tuple(q.used), q.pods, sorted(q.active_ids), sorted(q.pod_holders))
+        name: (q.active, tuple(q.used), q.pods, sorted(q.active_ids), sorted(q.pod_holders.items()))
         for name, q in w.qstate.items()
     }
     cohorts = {

@@ -345,7 +345,7 @@ class CohortState:
         for q, i in self.pools.get(key, ()):
             if q.used[i] <= q.quota[i]:
                 continue
-            for _, oid in q.holders[i]:
+            for oid in q.holders[i]:
                 # the run's own timeout (as dispatched): a borrower whose file was removed
                 # or changed still runs, and holds what it borrowed, until its deadline
                 obs = self.seen.get(oid)

@@ -778,7 +778,7 @@ class _Sim:
         noted: set[str] = set()
         seen = 0
         while limit is None or q.active < limit:
-            chunk = w.fitting(q, after, n, noted)
+            chunk = w.fitting(q, after, n if limit is None else min(n, limit - q.active), noted)
             if not chunk:
                 return
             w.admit(q, chunk)
@@ -817,48 +817,8 @@ class _Sim:
 
     def etas(self) -> dict[str, tuple[Eta, str]]:
         unknown = [a for a in self.active.values() if a.end is None]
-        unknown_queues = {a.queue for a in unknown}
-        unknown_clusters = {
-            a.cluster for a in unknown if self.cluster_limit.get(a.cluster or "") is not None
-        }
-        unknown_workflows = {a.workflow for a in unknown if a.workflow is not None}
-        unknown_ids = {a.oid for a in unknown}
+        waits_on_unknown = _WaitsOnUnknown(self, unknown)
         out: dict[str, tuple[Eta, str]] = {}
-        memo: dict[str, bool] = {}
-        queues = self.repo.queues
-        seen = self.w.seen
-
-        def clusters_of(op: CompiledOperation) -> tuple[str, ...]:
-            """The clusters ``op`` may go to: its own, a fleet queue's any of them."""
-            spec = queues.get(op.queue)
-            return spec.clusters if spec is not None and spec.clusters else (op.cluster,)
-
-        def succeeded(oid: str) -> bool:
-            o = seen.get(oid)
-            return o is not None and o.phase is Phase.SUCCEEDED
-
-        def waits_on_unknown(oid: str, trail: frozenset[str] = frozenset()) -> bool:
-            got = memo.get(oid)
-            if got is not None:
-                return got
-            op = self.ops.get(oid)
-            result = False
-            if op is not None and oid not in trail:
-                inner = trail | {oid}
-                result = (
-                    op.queue in unknown_queues
-                    or not unknown_clusters.isdisjoint(clusters_of(op))
-                    or (op.workflow is not None and op.workflow.parent in unknown_workflows)
-                    or any(
-                        d in unknown_ids
-                        or (d not in self.dispatched_at and waits_on_unknown(d, inner))
-                        for d in op.dependencies
-                        if not succeeded(d)
-                    )
-                )
-            memo[oid] = result
-            return result
-
         for oid, why in self.blocked.items():
             out[oid] = (Eta(EtaState.BLOCKED), why)
         last = self._reasons_now() if self.exhausted else {}
@@ -868,7 +828,7 @@ class _Sim:
             if at is not None:
                 state = EtaState.NO_LATER_THAN if at >= self.bound_from else EtaState.AT
                 out[oid] = (Eta(state, self.now + timedelta(seconds=at)), "")
-            elif waits_on_unknown(oid):
+            elif unknown and waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
                 reason = last.get(oid)
@@ -877,6 +837,69 @@ class _Sim:
             else:
                 out[oid] = (Eta(EtaState.AFTER_HORIZON), "")
         return out
+
+
+class _WaitsOnUnknown:
+    """Whether a pending operation waits on a run with no duration estimate (``unknown``):
+    of its queue, of a cluster with a concurrency limit it may go to, of its workflow, or
+    a dependency not yet dispatched that is one or waits on one. (A class, not a recursive
+    closure: that is a reference cycle, which kept the simulation's whole state alive
+    until the collector ran.)"""
+
+    __slots__ = (
+        "clusters",
+        "dispatched_at",
+        "ids",
+        "memo",
+        "ops",
+        "queues",
+        "seen",
+        "spec",
+        "workflows",
+    )
+
+    def __init__(self, sim: _Sim, unknown: Sequence[_Active]) -> None:
+        self.queues = {a.queue for a in unknown}
+        self.clusters = {
+            a.cluster for a in unknown if sim.cluster_limit.get(a.cluster or "") is not None
+        }
+        self.workflows = {a.workflow for a in unknown if a.workflow is not None}
+        self.ids = {a.oid for a in unknown}
+        self.memo: dict[str, bool] = {}
+        self.ops = sim.ops
+        self.dispatched_at = sim.dispatched_at
+        self.spec = sim.repo.queues
+        self.seen = sim.w.seen
+
+    def _clusters_of(self, op: CompiledOperation) -> tuple[str, ...]:
+        """The clusters ``op`` may go to: its own, a fleet queue's any of them."""
+        spec = self.spec.get(op.queue)
+        return spec.clusters if spec is not None and spec.clusters else (op.cluster,)
+
+    def _succeeded(self, oid: str) -> bool:
+        o = self.seen.get(oid)
+        return o is not None and o.phase is Phase.SUCCEEDED
+
+    def __call__(self, oid: str, trail: frozenset[str] = frozenset()) -> bool:
+        got = self.memo.get(oid)
+        if got is not None:
+            return got
+        op = self.ops.get(oid)
+        result = False
+        if op is not None and oid not in trail:
+            inner = trail | {oid}
+            result = (
+                op.queue in self.queues
+                or not self.clusters.isdisjoint(self._clusters_of(op))
+                or (op.workflow is not None and op.workflow.parent in self.workflows)
+                or any(
+                    d in self.ids or (d not in self.dispatched_at and self(d, inner))
+                    for d in op.dependencies
+                    if not self._succeeded(d)
+                )
+            )
+        self.memo[oid] = result
+        return result
 
 
 def _full(
@@ -978,25 +1001,20 @@ def estimate_starts(
     replan, docs/estimates.md)."""
     # thousands of replans allocate while the whole repo stays alive: pause the collector
     with gc_paused():
-        model = DurationModel(history)
-        entries = tuple(ledger)
-        prep = _Prepared(
+        p50s, p90s = _simulate(
             repo,
             plan,
             observed,
+            starts,
+            DurationModel(history),
             now,
+            horizon,
+            resolution,
             frozenset(unreachable),
-            capacity or {},
             backends or {},
-            entries,
+            tuple(ledger),
+            capacity or {},
         )
-        results = []
-        for q in (P50, P90):
-            sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, entries)
-            sim.run()
-            results.append(sim.etas())
-            prep.whatif.revert()
-        p50s, p90s = results
         out: dict[str, StartEstimate] = {}
         for p in plan.pending:
             (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
@@ -1007,6 +1025,34 @@ def estimate_starts(
                 b = a  # the p90 is never earlier than the p50
             out[p.operation] = StartEstimate(p.operation, p.queue, a, b, why or why90)
         return Estimates(now, horizon, out)
+
+
+def _simulate(
+    repo: CompiledRepo,
+    plan: Plan,
+    observed: Sequence[ObservedOperation],
+    starts: Mapping[str, datetime],
+    model: DurationModel,
+    now: datetime,
+    horizon: timedelta,
+    resolution: timedelta,
+    unreachable: frozenset[str],
+    backends: Mapping[str, frozenset[str]],
+    ledger: tuple[LedgerEntry, ...],
+    capacity: Mapping[str, ClusterCapacity],
+) -> list[dict[str, tuple[Eta, str]]]:
+    """The p50 simulation, then the p90 from the state it started from: what each dates.
+    Their state is let go on return, before the caller resumes the collector (which would
+    otherwise scan all of it once)."""
+    prep = _Prepared(repo, plan, observed, now, unreachable, capacity, backends, ledger)
+    results = []
+    for q in (P50, P90):
+        sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger)
+        sim.run()
+        results.append(sim.etas())
+        if q == P50:  # nothing follows the p90
+            prep.whatif.revert()
+    return results
 
 
 def starts_of(workloads: Mapping[str, WorkloadState]) -> dict[str, datetime]:

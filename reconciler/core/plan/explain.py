@@ -205,13 +205,13 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
         """The fewest active ops (largest first) that together release ``need`` of resource i."""
         got = holders_sorted.get(i)
         if got is None:
-            ranked = sorted(q.holders[i], key=lambda h: (-h[0], h[1]))
+            ranked = sorted(q.holders[i].items(), key=lambda h: (-h[1], h[0]))
             prefix: list[int] = []
             total = 0
-            for amount, _ in ranked:
+            for _, amount in ranked:
                 total += amount
                 prefix.append(total)
-            got = holders_sorted[i] = (prefix, [h[1] for h in ranked])
+            got = holders_sorted[i] = (prefix, [h[0] for h in ranked])
         prefix, ids = got
         k = min(bisect_left(prefix, need) + 1, len(ids))
         return tuple(ids[: min(k, MAX_LISTED)]), k
@@ -221,13 +221,13 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
     def pod_releasers(need: int) -> tuple[tuple[str, ...], int]:
         """The fewest active ops (most pods first) that together release ``need`` pods."""
         if not pod_ranking:
-            ranked = sorted(q.pod_holders, key=lambda h: (-h[0], h[1]))
+            ranked = sorted(q.pod_holders.items(), key=lambda h: (-h[1], h[0]))
             prefix: list[int] = []
             total = 0
-            for amount, _ in ranked:
+            for _, amount in ranked:
                 total += amount
                 prefix.append(total)
-            pod_ranking.append((prefix, [h[1] for h in ranked]))
+            pod_ranking.append((prefix, [h[0] for h in ranked]))
         prefix, ids = pod_ranking[0]
         k = min(bisect_left(prefix, need) + 1, len(ids))
         return tuple(ids[: min(k, MAX_LISTED)]), k
@@ -312,7 +312,7 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
                     q.active,
                     limit,
                     q.active - limit + 1,
-                    tuple(q.active_ids[:MAX_LISTED]),
+                    tuple(islice(q.active_ids, MAX_LISTED)),
                 )
             block = cached
         elif reason is behind_r:

@@ -125,13 +125,14 @@ class QueueState:
         self.used0: tuple[int, ...] = ()
         self.active = 0
         self.active0 = 0
-        self.active_ids: list[str] = []
-        # per quota resource: (units, id) of active operations that hold some of it
-        self.holders: list[list[tuple[int, str]]] = [[] for _ in self.resources]
-        # pods of the active operations (every replica), and (pods, id) of each holder
+        # in the order held (dicts: the what-if state releases runs, and a release is O(1))
+        self.active_ids: dict[str, None] = {}
+        # per quota resource: id -> units of the active operations that hold some of it
+        self.holders: list[dict[str, int]] = [{} for _ in self.resources]
+        # pods of the active operations (every replica), and id -> pods of each holder
         self.pods = 0
         self.pods0 = 0
-        self.pod_holders: list[tuple[int, str]] = []
+        self.pod_holders: dict[str, int] = {}
         self.candidates: list[tuple[Any, ...]] = []
         self.dispatched = 0
         self.pending: list[PendingTuple] = []
@@ -178,30 +179,30 @@ class QueueState:
 
     def hold(self, op_id: str, req: tuple[int, ...], pods: int = 1) -> None:
         self.active += 1
-        self.active_ids.append(op_id)
+        self.active_ids[op_id] = None
         self.pods += pods
-        self.pod_holders.append((pods, op_id))
+        self.pod_holders[op_id] = pods
         used = self.used
         cohort = self.cohort
         for i, amount in enumerate(req):
             if amount:
                 used[i] += amount
-                self.holders[i].append((amount, op_id))
+                self.holders[i][op_id] = amount
                 if cohort is not None:  # its pools' totals move with it
                     cohort.moved(self, i, used[i] - amount, used[i])
 
     def release(self, op_id: str, req: tuple[int, ...], pods: int = 1) -> None:
         """The inverse of ``hold`` (the same arguments)."""
         self.active -= 1
-        self.active_ids.remove(op_id)
+        del self.active_ids[op_id]
         self.pods -= pods
-        self.pod_holders.remove((pods, op_id))
+        del self.pod_holders[op_id]
         used = self.used
         cohort = self.cohort
         for i, amount in enumerate(req):
             if amount:
                 used[i] -= amount
-                self.holders[i].remove((amount, op_id))
+                del self.holders[i][op_id]
                 if cohort is not None:
                     cohort.moved(self, i, used[i] + amount, used[i])
 

@@ -24,7 +24,6 @@ import bisect
 import heapq
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import datetime
-from itertools import islice
 from typing import Any
 
 from reconciler.core.observation.capacity import ClusterCapacity
@@ -42,7 +41,6 @@ from reconciler.core.plan.planner import (
 )
 from reconciler.core.plan.state import (
     ActiveRun,
-    Counter,
     Counters,
     QueueState,
     count_run,
@@ -77,15 +75,6 @@ def dispatched(d: Dispatch, op: CompiledOperation, now: datetime) -> ObservedOpe
         dispatched_at=now,
         started_at=now,
     )
-
-
-def _at_parallelism(op: CompiledOperation, workflows: Mapping[str, Counter]) -> bool:
-    """Check 9 holds ``op``: its workflow runs as many children as its parallelism."""
-    wf = op.workflow
-    if wf is None:
-        return False
-    w = workflows.get(wf.parent)
-    return w is not None and w.limit is not None and w.active >= w.limit
 
 
 class WhatIf:
@@ -250,12 +239,16 @@ class WhatIf:
         with ``buckets`` (BestEffortFIFO, no cohort, flavors or fleet): each of the others
         waits at 7, 8, 9 or 10 whatever the rest of its pass does (what is held only grows
         within a pass), so leaving them out changes nothing the pass dispatches or the
-        clusters it waits for."""
+        clusters it waits for.
+        The list ends early, before a candidate those checks would hold were every one
+        before it dispatched (``_together``): the pass goes on after the list's last, with
+        what the list did dispatch held, so ending it early changes nothing either; it
+        spares the admission candidates that would mostly wait."""
         quota, used = q.quota, q.used
         max_pods = q.spec.max_pods
         free_pods = None if max_pods is None else max_pods - q.pods
         cluster = self.counters.cluster
-        parts = []
+        heads = []
         for (needs, pods, cname), cands in self.buckets[q.spec.name].items():
             if not cands or (free_pods is not None and pods > free_pods):
                 continue
@@ -272,11 +265,73 @@ class WhatIf:
                     continue
             start = 0 if after is None else bisect.bisect_right(cands, after)
             if start < len(cands):
-                parts.append(map(cands.__getitem__, range(start, len(cands))))
-        stream = parts[0] if len(parts) == 1 else heapq.merge(*parts)
-        # nor those check 9 holds (their workflow at its parallelism: it only fills too)
+                heads.append((cands[start], start, cands))
+        return self._together(q, heads, n) if heads else []
+
+    def _together(
+        self,
+        q: QueueState,
+        heads: list[tuple[tuple[Any, ...], int, list[tuple[Any, ...]]]],
+        n: int,
+    ) -> list[tuple[Any, ...]]:
+        """The candidates of the buckets ``fitting`` chose, in order from their ``heads``
+        ((first candidate, its index, the bucket)), but those check 9 holds (their workflow
+        at its parallelism: it only fills too within a pass): the first ``n``, up to one
+        that checks 7-10 would hold were those before it all dispatched (what they would
+        take of the queue's pods and quota, of their clusters' slots and of their
+        workflows' parallelism). The first is always taken (alone, at its cluster's
+        concurrency, it is the one its pass notes waiting for that cluster)."""
+        free = [limit - held for limit, held in zip(q.quota, q.used, strict=True)]
+        max_pods = q.spec.max_pods
+        free_pods = None if max_pods is None else max_pods - q.pods
+        clusters = self.counters.clusters
         workflows = self.counters.workflows
-        return list(islice((c for c in stream if not _at_parallelism(c[5], workflows)), n))
+        bucket_of = self.bucket_of
+        slots: dict[str, int] = {}  # per cluster with a limit: what the list leaves of it
+        parallel: dict[str, int] = {}  # per workflow with a limit: the same
+        out: list[tuple[Any, ...]] = []
+        heapq.heapify(heads)  # candidates are never equal (each ends in its unique id)
+        while heads:
+            c, k, cands = heads[0]
+            k += 1
+            if k < len(cands):
+                heapq.heapreplace(heads, (cands[k], k, cands))
+            else:
+                heapq.heappop(heads)
+            wf = c[5].workflow
+            if wf is not None:
+                w = workflows.get(wf.parent)
+                if w is not None and w.limit is not None and w.active >= w.limit:
+                    continue  # check 9 holds it, whatever comes before it
+                limit = wf.concurrency if w is None else w.limit
+                if limit is not None:
+                    left = parallel.get(wf.parent, limit - (0 if w is None else w.active))
+                    if left <= 0 and out:
+                        break
+                    parallel[wf.parent] = left - 1
+            needs, pods, cname = bucket_of[c[4]]
+            if free_pods is not None:
+                if pods > free_pods:
+                    break
+                free_pods -= pods
+            for i, a in needs:
+                if a > free[i]:
+                    break
+                free[i] -= a
+            else:
+                needs = ()
+            if needs:
+                break
+            counter = clusters.get(cname)
+            if counter is not None and counter.limit is not None:
+                left = slots.get(cname, counter.limit - counter.active)
+                if left <= 0 and out:
+                    break
+                slots[cname] = left - 1
+            out.append(c)
+            if len(out) >= n:
+                break
+        return out
 
     def borrow(self, order: Sequence[QueueState]) -> list[Dispatch]:
         """Step 4b over the queues ``begin`` returned, after each was admitted; then the
