@@ -20,14 +20,14 @@ import enum
 import json
 import re
 from collections import ChainMap, Counter
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import cache, lru_cache
-from itertools import compress
-from operator import attrgetter, not_
-from typing import Annotated, Any, Self
+from itertools import compress, count
+from operator import attrgetter, is_not
+from typing import Annotated, Any, Self, TypeVar
 
 import yaml
 from pydantic import Field
@@ -72,6 +72,8 @@ from reconciler.core.types import (
     Phase,
     RejectedOperation,
 )
+
+T = TypeVar("T")
 
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
@@ -906,6 +908,8 @@ class RenderedStatus:
     started: bool = False  # rendered once: the fields below hold its inputs
     connections: Mapping[str, Any] = field(default_factory=dict)
     ops: Mapping[str, CompiledOperation] = field(default_factory=dict)
+    operations: tuple[CompiledOperation, ...] = ()
+    order: tuple[Pending, ...] = ()  # the plan's pending entries, in its order
     pending: dict[str, Pending] = field(default_factory=dict)
     dispatch: dict[str, Dispatch] = field(default_factory=dict)
     states: dict[str, WorkloadState] = field(default_factory=dict)
@@ -959,17 +963,26 @@ def render_changes(
     older = _older_runs(superseded)
     gang = dict(gang_timeouts or {})
     by_id = repo.by_id
-    pending = dict(zip(map(_OPERATION, plan.pending), plan.pending, strict=True))
     dispatch = {d.operation: d for d in plan.dispatch}
     if not last.started or last.connections != repo.connections:
+        pending = dict(zip(map(_OPERATION, plan.pending), plan.pending, strict=True))
         dirty = set(by_id) | set(last.ops)  # every spec hash may differ
-        entered: set[str] = set(pending) | set(last.pending)
+        queues = {p.queue for p in plan.pending} | last.orders.keys()
     else:
-        dirty = set(map(_OPERATION_ID, _new_objects(by_id.values(), last.ops.values())))
-        dirty.update(last.ops.keys() - by_id.keys())
-        entered = set(map(_OPERATION, _new_objects(pending.values(), last.pending.values())))
-        entered.update(last.pending.keys() - pending.keys())
-        dirty.update(k for k in entered if _waits_otherwise(pending.get(k), last.pending.get(k)))
+        added, removed = _middles(repo.operations, last.operations)
+        dirty = set(map(_OPERATION_ID, added)) | set(map(_OPERATION_ID, removed))
+        came, went = _middles(plan.pending, last.order)
+        left = dict(zip(map(_OPERATION, went), went, strict=True))
+        pending = last.pending  # patched: the entries outside the middles are the same
+        for oid in left:
+            del pending[oid]
+        pending.update(zip(map(_OPERATION, came), came, strict=True))
+        dirty.update(
+            oid
+            for oid in left.keys() | set(map(_OPERATION, came))
+            if _waits_otherwise(pending.get(oid), left.get(oid))
+        )
+        queues = {p.queue for p in came} | {p.queue for p in went}
         dirty.update(dispatch.keys() | last.dispatch.keys())
         dirty.update(k for k, v in states.items() if last.states.get(k) is not v)
         dirty.update(last.states.keys() - states.keys())
@@ -1041,7 +1054,7 @@ def render_changes(
             del last.runs[path]
         else:
             last.runs[path] = run
-    _order_changes(plan, pending, entered, last, memos.rendered, changes, first=not last.started)
+    _order_changes(plan, queues, last, memos.rendered, changes)
     cycle = _cycle_files(repo, plan, config_error, config_version, internal_error, clusters, ledger)
     cycle.update(decision or {})
     for path in last.cycle - cycle.keys():
@@ -1052,7 +1065,7 @@ def render_changes(
     last.cycle = frozenset(cycle)
     last.started = True
     last.connections = repo.connections
-    last.ops = by_id
+    last.ops, last.operations, last.order = by_id, repo.operations, plan.pending
     last.pending, last.dispatch, last.states = pending, dispatch, dict(states)
     last.failed, last.older, last.gang, last.others = failed, older, gang, frozenset(others)
     return StatusDelta(
@@ -1064,11 +1077,15 @@ _OPERATION = attrgetter("operation")
 _OPERATION_ID = attrgetter("id")
 
 
-def _new_objects(now: Iterable[Any], last: Iterable[Any]) -> Iterator[Any]:
-    """The objects of ``now`` not in ``last``, by identity (at C speed: ``last`` is alive
-    while its addresses are compared, so no object of ``now`` can have one of them)."""
-    known = set(map(id, last))
-    return compress(now, map(not_, map(known.__contains__, map(id, now))))
+def _middles(now: Sequence[T], last: Sequence[T]) -> tuple[Sequence[T], Sequence[T]]:
+    """What lies between the longest common head and tail (the same objects, compared at
+    C speed) of ``now`` and ``last``: a few entries added, removed or replaced leave a
+    short middle, and every entry outside it is the same object as before."""
+    common = min(len(now), len(last))
+    head = next(compress(count(), map(is_not, now, last)), common)
+    tail = next(compress(count(), map(is_not, reversed(now), reversed(last))), common)
+    tail = min(tail, common - head)
+    return now[head : len(now) - tail], last[head : len(last) - tail]
 
 
 def _waits_otherwise(now: Pending | None, was: Pending | None) -> bool:
@@ -1115,21 +1132,13 @@ def _parent_records(repo: CompiledRepo, parents: set[str], last: RenderedStatus)
 
 def _order_changes(
     plan: Plan,
-    pending: Mapping[str, Pending],
-    entered: set[str],
+    queues: set[str],
     last: RenderedStatus,
     memo: RenderMemo,
     changes: dict[str, bytes | None],
-    *,
-    first: bool,
 ) -> None:
-    """The order files of the queues with a pending entry that entered, left or changed
-    (``entered``: those operations; ``last.pending`` still holds the last ones)."""
-    if first:
-        queues = {p.queue for p in pending.values()} | last.orders.keys()
-    else:
-        queues = {pending[k].queue for k in entered if k in pending}
-        queues.update(last.pending[k].queue for k in entered if k in last.pending)
+    """The order files of ``queues`` (those with a pending entry that entered, left or
+    changed) again."""
     if not queues:
         return
     by_queue: dict[str, list[str]] = {}
