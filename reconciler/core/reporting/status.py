@@ -970,7 +970,10 @@ def render_changes(
         queues = {p.queue for p in plan.pending} | last.orders.keys()
     else:
         added, removed = _middles(repo.operations, last.operations)
-        dirty = set(map(_OPERATION_ID, added)) | set(map(_OPERATION_ID, removed))
+        # a long middle (a preset's operations, all over the order) is mostly the same
+        # objects: what is new among them, by id
+        dirty = {op.id for op in added if last.ops.get(op.id) is not op}
+        dirty.update(oid for oid in map(_OPERATION_ID, removed) if by_id.get(oid) is None)
         came, went = _middles(plan.pending, last.order)
         left = dict(zip(map(_OPERATION, went), went, strict=True))
         pending = last.pending  # patched: the entries outside the middles are the same
