@@ -8,7 +8,7 @@ nothing and says when the next write is due (``due``): the loop runs a cycle the
 status has everything the skipped ones had (status is a snapshot, not a log).
 
 With ``background``, the write is made by a thread of its own (``status-writer``), so that
-writing the status of cycle k (10,000 files to compare and a push) never delays cycle k+1
+writing the status of cycle k (the files it changed, and a push) never delays cycle k+1
 and its dispatches. ``publish`` then only hands the result over: results handed over while
 a write is in progress or put off by the cadence coalesce (the newest one is written, and
 has everything the others had). The thread writes only while ``is_leader`` says so (a
@@ -17,6 +17,10 @@ writes the last result handed over before it returns (shutdown), in the foregrou
 result the cadence put off is written then, not lost. When it cannot be written (the Lease
 is lost, the push fails, the write outlives its time), ``unwritten`` says why, for the
 process to say on its way out.
+
+After its own write, the writer renders again only what a cycle changed, and compares and
+summarizes those files alone (``encode_changes``); the branch read (at the start, after a
+failed push, as a follower) is compared whole. A shard's write renders the whole record.
 
 A process that does not lead (``serve``, a standby replica) follows the leader's record:
 ``leader_record`` reads the branch again when its tip has moved, and the cycle joins it into

@@ -9,8 +9,9 @@ keys and no per-cycle field (no "now"): an unchanged world renders byte-identica
 the writer makes no commit.
 
 What must live here: the status records (one model and one serializer each), their rendering
-from a cycle, their reading back (``read_status``, lenient to hand edits), and what changed
-between two sets of files (the commit message). The report that feeds them is
+from a cycle (whole, or again where a cycle changed their inputs: ``render_changes``), their
+reading back (``read_status``, lenient to hand edits), and what changed between two sets of
+files (the commit message). The report that feeds them is
 ``report.py``'s.
 """
 
@@ -1959,7 +1960,8 @@ PhaseMemo = dict[bytes, tuple[str, int | None, RecordPhase] | None]
 class StatusMemos:
     """What a status writer keeps from cycle to cycle (``render_status``'s memos): each
     file's last record and bytes, each operation's spec hash and record by what they were
-    made from, and each file's run by its content (``summarize_cycle``'s)."""
+    made from, each file's run by its content (``summarize_cycle``'s), and the last
+    render's files and inputs (``render_changes``')."""
 
     rendered: RenderMemo = field(default_factory=dict)
     hashes: SpecHashMemo = field(default_factory=dict)
