@@ -18,13 +18,25 @@
    every create carried out, with none (a follower's), with one create failed (the
    planner recounts), and ``encode(report)`` against ``render_status`` of the same plan
    and states. CPU, best of 3.
+6. The decision record: its bytes per cycle, and its replay.
+7. ``--commits N``: the status writes of commits at N operations (default 100,000), in the
+   world of ``bench/commit_cost.py`` (N operations in a paused queue, 1% through a preset):
+   compiled, decided and reported as the reconciler does (its caches kept), each create
+   carried out. A cold write, then writes after one new operation (dispatched), and after
+   the preset of 1% moves them to the dispatching queue. Per write, side by side: the
+   writer's CPU (``encode`` with the memos ``StatusPublisher`` keeps, ``status_changes``,
+   ``summarize_cycle``) against ``encode`` without memos (a full render, its bytes checked
+   equal), and the Git write of the changes to a local bare repo (wall, and CPU with git's).
+
+    PYTHONPATH=. python bench/status_bench.py --commits 100000 [--profile OUT.txt]
 """
 
 from __future__ import annotations
 
+import argparse
+import os
 import resource
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -32,29 +44,35 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 
+from commit_cost import MOVE, NOW, OP, world
+
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.repo import snapshot_git
-from reconciler.core.compile import compile_repo
+from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.decision.cycle import ClusterListing, Decision, InFlight, Memory, decide
 from reconciler.core.decision.render import spec_hash, workload_name
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import plan_repo
+from reconciler.core.plan.groups import PlanCache
 from reconciler.core.reporting.replay import differences, replay
-from reconciler.core.reporting.report import Failure, Outcome, encode, report
+from reconciler.core.reporting.report import Failure, Outcome, encode, encode_changes, report
 from reconciler.core.reporting.status import (
     PhaseMemo,
     RecordMemo,
     RenderMemo,
     SpecHashMemo,
+    StatusMemos,
     StatusReason,
     _yaml_text,
+    delta_changes,
     is_decision_path,
     read_status,
     render_status,
     status_changes,
+    summarize_changes,
     summarize_cycle,
 )
-from reconciler.core.types import CompiledRepo, Phase
+from reconciler.core.types import CompiledRepo, Phase, RepoFile, RepoSnapshot
 
 TEMPLATE = Path(__file__).resolve().parent.parent / "config-repo-template"
 ENV = {
@@ -95,7 +113,15 @@ def make_repo(root: Path, n: int) -> Path:
 
 
 def main() -> None:
-    n = int(sys.argv[1]) if len(sys.argv) > 1 else 10_000
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("n", nargs="?", type=int, default=10_000)
+    parser.add_argument("--commits", type=int, default=None, metavar="N")
+    parser.add_argument("--profile", type=Path, default=None)
+    args = parser.parse_args()
+    if args.commits is not None:
+        commit_writes(args.commits, args.profile)
+        return
+    n = args.n
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         work = make_repo(root, n)
@@ -347,6 +373,106 @@ def record_costs(
     t_replay = best_cpu(lambda: replay(view, compiled))
     assert differences(compiled, replay(view, compiled), view) == []
     print(f"replay of the commit (read back):    {t_replay * 1000:8.1f} ms CPU, equals its record")
+
+
+def commit_writes(n: int, profile: Path | None) -> None:
+    """Section 7: the status writes of commits at ``n`` operations, with and without memos."""
+    files = world(n)
+    cache, plans, memory = CompileCache(), PlanCache(), Memory()
+    running: dict[str, WorkloadState] = {}  # what the cluster lists: every create so far
+    memos = StatusMemos()
+    branch: dict[str, bytes] = {}  # the branch as the writer knows it
+    profiler = None
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        git(root, "init", "-q", "--bare", "remote.git")
+        status = StatusBranch(ConfigRepo(str(root / "remote.git"), cache_dir=root / "cache"))
+        print(f"{n:,} operations (load average {os.getloadavg()[0]:.1f})")
+        print(
+            f"  {'write':28s} {'writer CPU':>10s} {'(render)':>9s} {'full render':>11s} "
+            f"{'ratio':>6s} {'files changed':>13s} {'git wall':>9s} {'git CPU':>8s}"
+        )
+
+        def write(label: str) -> None:
+            nonlocal memory, branch, profiler
+            compiled = compile_repo(RepoSnapshot(dict(files), version=label), cache=cache)
+            listing = {"local": ClusterListing(tuple(running.values()))}
+            decision = decide(compiled, listing, memory, NOW, plans)
+            created = tuple(
+                InFlight(dispatched_state(compiled, c.operation.id, c.queue), "1")
+                for c in decision.actions.creates
+            )
+            shown = report(compiled, decision, Outcome(created=created))
+            if profile is not None and label != "cold":
+                from pyinstrument import Profiler
+
+                profiler = profiler or Profiler(interval=0.001)
+                profiler.start()
+            started = time.process_time()
+            delta = encode_changes(shown, memos)
+            t_encode = time.process_time() - started
+            if branch:  # as ``StatusPublisher`` does after its own write
+                changes = delta_changes(branch, delta.files, delta.changes)
+                message = summarize_changes(branch, delta)
+            else:
+                changes = status_changes(branch, delta.files)
+                message = summarize_cycle(branch, delta.files, memos.phases)
+            t_writer = time.process_time() - started
+            if profiler is not None:
+                profiler.stop()
+            started = time.process_time()
+            full = encode(shown)
+            t_full = time.process_time() - started
+            assert full == delta.files, f"{label}: the memos changed the files"
+            assert changes == status_changes(branch, full), f"{label}: other changes"
+            cpu_before, wall_before = cpu_seconds(), time.perf_counter()
+            status.write(changes, message)
+            git_cpu, git_wall = cpu_seconds() - cpu_before, time.perf_counter() - wall_before
+            branch = {**branch, **changes}  # type: ignore[dict-item]
+            branch = {p: d for p, d in branch.items() if d is not None}
+            memory = decision.memory
+            running.update((c.state.operation, c.state) for c in created)
+            print(
+                f"  {label:28s} {t_writer * 1000:7.0f} ms {t_encode * 1000:6.0f} ms "
+                f"{t_full * 1000:8.0f} ms {t_full / t_writer:5.1f}x {len(changes):13d} "
+                f"{git_wall * 1000:6.0f} ms {git_cpu * 1000:5.0f} ms",
+                flush=True,
+            )
+
+        write("cold")
+        write("no new commit")
+        for r in range(3):
+            path = f"projects/bench/operations/new-{r}.yaml"
+            files[path] = RepoFile(path, OP.format(name=f"new-{r}").encode())
+            write(f"a new operation ({r + 1})")
+        path = "projects/bench/presets/move-0.yaml"
+        files[path] = RepoFile(path, MOVE.format(i=0, queue="bulk").encode())
+        write("a preset of 1% changed")
+        write("its runs listed")
+    if profiler is not None and profile is not None:
+        profile.write_text(profiler.output_text(unicode=False, show_all=False))
+
+
+def dispatched_state(compiled: CompiledRepo, operation: str, queue: str) -> WorkloadState:
+    """The state a create's response gives (``runtime/cycle.py``)."""
+    op = compiled.by_id[operation]
+    project, name = op.id.split("/")
+    return WorkloadState(
+        operation=op.id,
+        generation=op.generation,
+        cluster=op.cluster,
+        namespace=op.namespace,
+        name=workload_name(project, name, op.generation),
+        uid=f"uid-{op.id}",
+        phase=Phase.DISPATCHED,
+        queue=queue,
+        spec_hash=spec_hash(op, compiled.connections),
+        config_commit=compiled.version,
+        dispatched_at="2026-12-06T08:00:01Z",
+        requests=dict(op.requests),
+        pods=op.replicas,
+        kind="Job",
+    )
 
 
 def best_cpu(fn: Callable[[], object], repeat: int = 3) -> float:

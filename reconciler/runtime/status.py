@@ -8,7 +8,7 @@ nothing and says when the next write is due (``due``): the loop runs a cycle the
 status has everything the skipped ones had (status is a snapshot, not a log).
 
 With ``background``, the write is made by a thread of its own (``status-writer``), so that
-writing the status of cycle k (10,000 files to compare and a push) never delays cycle k+1
+writing the status of cycle k (the files it changed, and a push) never delays cycle k+1
 and its dispatches. ``publish`` then only hands the result over: results handed over while
 a write is in progress or put off by the cadence coalesce (the newest one is written, and
 has everything the others had). The thread writes only while ``is_leader`` says so (a
@@ -17,6 +17,10 @@ writes the last result handed over before it returns (shutdown), in the foregrou
 result the cadence put off is written then, not lost. When it cannot be written (the Lease
 is lost, the push fails, the write outlives its time), ``unwritten`` says why, for the
 process to say on its way out.
+
+After its own write, the writer renders again only what a cycle changed, and compares and
+summarizes those files alone (``encode_changes``); the branch read (at the start, after a
+failed push, as a follower) is compared whole. A shard's write renders the whole record.
 
 A process that does not lead (``serve``, a standby replica) follows the leader's record:
 ``leader_record`` reads the branch again when its tip has moved, and the cycle joins it into
@@ -40,13 +44,17 @@ from reconciler.adapters.git import GitSyncError, Retention, RetentionRefused, S
 from reconciler.core.decision.cycle import Memory, memory_from_status
 from reconciler.core.plan import Plan
 from reconciler.core.plan.partitions import ShardScope
-from reconciler.core.reporting.report import encode
+from reconciler.core.reporting.report import encode, encode_changes
 from reconciler.core.reporting.shards import scoped_record, shard_changes
 from reconciler.core.reporting.status import (
     NOTIFY_FILE,
+    StatusDelta,
     StatusMemos,
+    delta_changes,
+    is_decision_path,
     read_status,
     status_changes,
+    summarize_changes,
     summarize_cycle,
 )
 from reconciler.core.types import CompiledRepo
@@ -93,6 +101,10 @@ class StatusPublisher:
         self.status_repo = status_repo
         self._settings_warned = ""  # the last disagreement with the org file said
         self._memos = StatusMemos()  # what spares rendering an unchanged record again
+        # ``_files`` as this writer's last write left them (None: read, or not written since
+        # the memos' render), and the paths its renders changed since that write
+        self._own: dict[str, bytes] | None = None
+        self._behind: set[str] = set()
         # the fault points around a write, and what to count a failed one with: set by the
         # Runtime (``before-status``/``after-status`` are hit by the thread that writes)
         self.faults: FaultPoints | None = None
@@ -299,36 +311,55 @@ class StatusPublisher:
             return self._commit_shard(result, compiled, plan, result.shard, now)
         try:
             before = self._current()
-            files = render_cycle_status(result, compiled, plan, self._memos)
-            # the owed notifications alone make no commit: they ride on one made anyway
-            if NOTIFY_FILE in before:
-                files[NOTIFY_FILE] = before[NOTIFY_FILE]
-            changes = status_changes(before, files)
+            delta = encode_cycle_changes(result, self._memos)
+            own = before is self._own  # what this writer wrote: only what it rendered again
+            files = delta.files
+            if own:
+                self._behind.update(delta.changes)
+                changes = delta_changes(before, files, self._behind)
+            else:  # read from the branch: compared whole
+                files = dict(files)
+                # the owed notifications alone make no commit: they ride on one made anyway
+                if NOTIFY_FILE in before:
+                    files[NOTIFY_FILE] = before[NOTIFY_FILE]
+                changes = status_changes(before, files)
+                if not changes:  # the branch holds this render, but maybe its decision record
+                    self._own = before
+                    self._behind = {
+                        path
+                        for path in files.keys() | before.keys()
+                        if is_decision_path(path) and before.get(path) != files.get(path)
+                    }
             if not changes:
                 self.unwritten = ""
                 return None
             owed = self.owed()
             if owed != before.get(NOTIFY_FILE):
                 changes[NOTIFY_FILE] = owed
-                if owed is not None:
-                    files[NOTIFY_FILE] = owed
-                else:
-                    del files[NOTIFY_FILE]
+            message = (
+                summarize_changes(before, delta)
+                if own
+                else summarize_cycle(before, files, self._memos.phases)
+            )
             self._last_attempt = now  # a failing remote is retried at the cadence too
-            sha = self.branch.write(changes, summarize_cycle(before, files, self._memos.phases))
+            sha = self.branch.write(changes, message)
         except GitSyncError as exc:
             self.last_error = str(exc)
             self.unwritten = f"the push failed: {exc}"
-            self._files = None  # re-read the branch next time
+            self._files = self._own = None  # re-read the branch next time
             log.error("status write failed: %s", exc)
             return None
+        except Exception:  # a render cut short: its memos say what was not written
+            self._memos, self._own = StatusMemos(), None
+            raise
         merged = dict(before)
         for path, content in changes.items():
             if content is None:
                 merged.pop(path, None)
             else:
                 merged[path] = content
-        self._files = merged
+        self._files = self._own = merged
+        self._behind = set()
         self._files_tip = None  # as we wrote it: a follower's next read is a whole one
         self.last_error = ""
         self.unwritten = ""
@@ -431,6 +462,21 @@ class StatusPublisher:
                 done.squashed,
                 done.kept,
             )
+
+
+def encode_cycle_changes(result: CycleResult, memos: StatusMemos) -> StatusDelta:
+    """``render_cycle_status`` for the writer that keeps ``memos``: what changed since its
+    last render, and every file (``encode_changes``)."""
+    shown = result.report
+    if shown is None:
+        raise ValueError("encode_cycle_changes: a result without a decision has no report")
+    return encode_changes(
+        shown,
+        memos,
+        config_error=result.config_errors,
+        config_version=result.attempted_version,
+        internal_error=result.internal_error,
+    )
 
 
 def render_cycle_status(

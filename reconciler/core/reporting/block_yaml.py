@@ -55,7 +55,7 @@ _FLOAT = "tag:yaml.org,2002:float"
 _BOOL = "tag:yaml.org,2002:bool"
 _NULL = "tag:yaml.org,2002:null"
 
-_MAX_TEXTS = 1 << 16
+_MAX_TEXTS = 1 << 18
 Resolvers = Mapping[Any, list[tuple[str, re.Pattern[str]]]]
 
 

@@ -17,8 +17,9 @@ metrics, ``queues`` and ``status``) reads a report, never the decision and the o
 apart.
 
 What must live here: ``Outcome``, ``Report`` and ``report``; the recount of queue use over
-the states carried out; ``encode`` (a report as status files) and the views read from a
-report. Nothing here renders text: ``status.py`` does.
+the states carried out; ``encode`` (a report as status files; ``encode_changes``, those
+that changed since a writer's last) and the views read from a report. Nothing here
+renders text: ``status.py`` does.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from reconciler.core.reporting.status import (
     DecisionRecord,
     OperationStatus,
     QueueStatus,
+    StatusDelta,
     StatusMemos,
     StatusReason,
     StatusView,
@@ -47,6 +49,7 @@ from reconciler.core.reporting.status import (
     join_records,
     listed_errors,
     queue_kinds,
+    render_changes,
     render_status,
     stable_error,
 )
@@ -311,6 +314,33 @@ def encode(
         return files
     files.update(shown.record.files())
     return dict(sorted(files.items()))
+
+
+def encode_changes(
+    shown: Report,
+    memos: StatusMemos,
+    *,
+    config_error: tuple[ConfigError, ...] = (),
+    config_version: str | None = None,
+    internal_error: str = "",
+) -> StatusDelta:
+    """``encode`` for a writer that keeps ``memos``: its files (equal to ``encode``'s) and
+    those that differ from its last call's, rendered again alone (``render_changes``)."""
+    return render_changes(
+        shown.compiled,
+        _tried(shown),
+        shown.states,
+        memos,
+        config_error=config_error,
+        config_version=config_version,
+        internal_error=internal_error,
+        failed={op: (f.reason, f.error) for op, f in shown.failed.items()},
+        clusters=shown.clusters,
+        superseded=shown.superseded,
+        gang_timeouts=shown.gang_timeouts,
+        ledger=shown.ledger,
+        decision=None if shown.record is None else shown.record.files(),
+    )
 
 
 def status_view(shown: Report) -> StatusView:

@@ -9,8 +9,9 @@ keys and no per-cycle field (no "now"): an unchanged world renders byte-identica
 the writer makes no commit.
 
 What must live here: the status records (one model and one serializer each), their rendering
-from a cycle, their reading back (``read_status``, lenient to hand edits), and what changed
-between two sets of files (the commit message). The report that feeds them is
+from a cycle (whole, or again where a cycle changed their inputs: ``render_changes``), their
+reading back (``read_status``, lenient to hand edits), and what changed between two sets of
+files (the commit message). The report that feeds them is
 ``report.py``'s.
 """
 
@@ -19,13 +20,15 @@ from __future__ import annotations
 import enum
 import json
 import re
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections import ChainMap, Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import cache, lru_cache
-from typing import Annotated, Any, Self
+from itertools import compress, count
+from operator import attrgetter, is_not
+from typing import Annotated, Any, Self, TypeVar
 
 import yaml
 from pydantic import Field
@@ -39,6 +42,7 @@ from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import OutputValue, named_outputs
 from reconciler.core.plan import (
     BudgetSummary,
+    Dispatch,
     FlavorUsage,
     FleetSlice,
     Pending,
@@ -69,6 +73,8 @@ from reconciler.core.types import (
     Phase,
     RejectedOperation,
 )
+
+T = TypeVar("T")
 
 STATUS_DIR = "status"
 QUEUES_FILE = f"{STATUS_DIR}/queues.yaml"
@@ -797,6 +803,23 @@ def render_status(
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
             del memo[gone]
+    files.update(
+        _cycle_files(repo, plan, config_error, config_version, internal_error, clusters, ledger)
+    )
+    return dict(sorted(files.items()))
+
+
+def _cycle_files(
+    repo: CompiledRepo,
+    plan: Plan,
+    config_error: tuple[ConfigError, ...],
+    config_version: str | None,
+    internal_error: str,
+    clusters: tuple[ClusterStatus, ...],
+    ledger: Ledger | None,
+) -> dict[str, bytes]:
+    """The files of the cycle as a whole: the queues, the config, the clusters, the ledger."""
+    files: dict[str, bytes] = {}
     queues = [QueueStatus.from_summary(q, queue_kinds(repo, q.name)).to_dict() for q in plan.queues]
     files[QUEUES_FILE] = dump_yaml({"queues": queues})
     errors = config_error or repo.errors
@@ -818,7 +841,7 @@ def render_status(
         files[CLUSTERS_FILE] = dump_yaml({"clusters": sorted(entries, key=lambda c: c["name"])})
     if ledger is not None:
         files.update(ledger_files(ledger, dump_yaml))
-    return dict(sorted(files.items()))
+    return files
 
 
 # The last record dumped of each operation's file (or queue order file), and its bytes.
@@ -833,18 +856,25 @@ def _order_files(plan: Plan, memo: RenderMemo | None) -> dict[str, bytes]:
         by_queue.setdefault(p.queue, []).append(p.operation)
     out: dict[str, bytes] = {}
     for queue, ids in by_queue.items():
-        for start in range(0, len(ids), ORDER_PER_FILE):
-            path = order_path(queue, start // ORDER_PER_FILE + 1)
-            record = QueueOrder(
-                queue=queue, first=start + 1, pending=tuple(ids[start : start + ORDER_PER_FILE])
-            )
-            known = None if memo is None else memo.get(path)
-            if known is not None and known[0] == record:
-                out[path] = known[1]
-                continue
-            out[path] = data = _yaml_dump(record.to_dict())
-            if memo is not None:
-                memo[path] = (record, data)
+        out.update(_queue_order_files(queue, ids, memo))
+    return out
+
+
+def _queue_order_files(queue: str, ids: list[str], memo: RenderMemo | None) -> dict[str, bytes]:
+    """One queue's order files (``_order_files``)."""
+    out: dict[str, bytes] = {}
+    for start in range(0, len(ids), ORDER_PER_FILE):
+        path = order_path(queue, start // ORDER_PER_FILE + 1)
+        record = QueueOrder(
+            queue=queue, first=start + 1, pending=tuple(ids[start : start + ORDER_PER_FILE])
+        )
+        known = None if memo is None else memo.get(path)
+        if known is not None and known[0] == record:
+            out[path] = known[1]
+            continue
+        out[path] = data = _yaml_dump(record.to_dict())
+        if memo is not None:
+            memo[path] = (record, data)
     return out
 
 
@@ -856,6 +886,281 @@ def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
     data = dump_yaml(record.to_dict())
     memo[path] = (record, data)
     return data
+
+
+# --- rendering again what changed ------------------------------------------------------
+
+
+# What an operation file says of its run (``summarize_cycle``'s): (operation, generation,
+# phase), or None for a workflow parent's.
+Run = tuple[str, int | None, RecordPhase] | None
+
+
+@dataclass(slots=True)
+class RenderedStatus:
+    """A writer's status files as last rendered, and what each record was rendered from
+    (kept between cycles in ``StatusMemos``): ``render_changes`` compares a cycle's inputs
+    with these, by identity first (the incremental compile and the ``PlanCache`` hand the
+    same objects again when nothing changed), and renders again only what differs."""
+
+    files: dict[str, bytes] = field(default_factory=dict)  # every file, by path
+    runs: dict[str, Run] = field(default_factory=dict)  # each operation file's run
+    queued: int = 0  # the operation files whose run is Queued
+    started: bool = False  # rendered once: the fields below hold its inputs
+    connections: Mapping[str, Any] = field(default_factory=dict)
+    ops: Mapping[str, CompiledOperation] = field(default_factory=dict)
+    operations: tuple[CompiledOperation, ...] = ()
+    order: tuple[Pending, ...] = ()  # the plan's pending entries, in its order
+    pending: dict[str, Pending] = field(default_factory=dict)
+    dispatch: dict[str, Dispatch] = field(default_factory=dict)
+    states: dict[str, WorkloadState] = field(default_factory=dict)
+    failed: dict[str, tuple[StatusReason, str]] = field(default_factory=dict)
+    older: dict[str, tuple[WorkloadState, ...]] = field(default_factory=dict)
+    gang: dict[str, GangTimeout] = field(default_factory=dict)
+    # the compiled operations' and the workflow parents' records, and the others' ids
+    base: dict[str, OperationStatus] = field(default_factory=dict)
+    others: frozenset[str] = frozenset()
+    children: dict[str, set[str]] = field(default_factory=dict)  # parent -> its children
+    orders: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queue -> its files
+    cycle: frozenset[str] = frozenset()  # the paths of the cycle's own files
+
+
+@dataclass(frozen=True, slots=True)
+class StatusDelta:
+    """What ``render_changes`` rendered: every file (``files``, the writer's: read it before
+    the next render), the files that differ from the last render (``None``: gone) and the
+    runs of those."""
+
+    files: Mapping[str, bytes]
+    changes: Mapping[str, bytes | None]
+    runs_before: Mapping[str, Run]  # of the operation files changed: before, and now
+    runs_after: Mapping[str, Run]
+    queued: int  # the operation files whose run is Queued, of all ``files``
+
+
+def render_changes(
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    memos: StatusMemos,
+    *,
+    config_error: tuple[ConfigError, ...] = (),
+    config_version: str | None = None,
+    failed: Mapping[str, tuple[StatusReason, str]] | None = None,
+    clusters: tuple[ClusterStatus, ...] = (),
+    internal_error: str = "",
+    superseded: Mapping[str, WorkloadState] | None = None,
+    gang_timeouts: Mapping[str, GangTimeout] | None = None,
+    ledger: Ledger | None = None,
+    decision: Mapping[str, bytes] | None = None,
+) -> StatusDelta:
+    """``render_status`` (and ``decision``, the decision record's files) rendering again only
+    the records whose inputs differ from the last call's with the same ``memos``: their
+    compiled operation, plan entry, workload, failed create, superseded runs or gang mark
+    (a workflow parent: its children's); the queues' order files only for a queue whose
+    pending entries differ. ``files`` equals ``render_status``'s, byte for byte."""
+    last = memos.last
+    failed = dict(failed or {})
+    older = _older_runs(superseded)
+    gang = dict(gang_timeouts or {})
+    by_id = repo.by_id
+    dispatch = {d.operation: d for d in plan.dispatch}
+    if not last.started or last.connections != repo.connections:
+        pending = dict(zip(map(_OPERATION, plan.pending), plan.pending, strict=True))
+        dirty = set(by_id) | set(last.ops)  # every spec hash may differ
+        queues = {p.queue for p in plan.pending} | last.orders.keys()
+    else:
+        added, removed = _middles(repo.operations, last.operations)
+        # a long middle (a preset's operations, all over the order) is mostly the same
+        # objects: what is new among them, by id
+        dirty = {op.id for op in added if last.ops.get(op.id) is not op}
+        dirty.update(oid for oid in map(_OPERATION_ID, removed) if by_id.get(oid) is None)
+        came, went = _middles(plan.pending, last.order)
+        left = dict(zip(map(_OPERATION, went), went, strict=True))
+        pending = last.pending  # patched: the entries outside the middles are the same
+        for oid in left:
+            del pending[oid]
+        pending.update(zip(map(_OPERATION, came), came, strict=True))
+        dirty.update(
+            oid
+            for oid in left.keys() | set(map(_OPERATION, came))
+            if _waits_otherwise(pending.get(oid), left.get(oid))
+        )
+        queues = {p.queue for p in came} | {p.queue for p in went}
+        dirty.update(dispatch.keys() | last.dispatch.keys())
+        dirty.update(k for k, v in states.items() if last.states.get(k) is not v)
+        dirty.update(last.states.keys() - states.keys())
+        dirty.update(failed.keys() | last.failed.keys())
+    parents: set[str] = set()
+    for oid in dirty:
+        was = last.ops.get(oid)
+        if was is not None and was.workflow is not None:
+            parents.add(was.workflow.parent)
+            last.children.get(was.workflow.parent, set()).discard(oid)
+        op = by_id.get(oid)
+        if op is None:
+            last.base.pop(oid, None)
+            memos.built.pop(oid, None)
+            memos.hashes.pop(oid, None)
+            continue
+        last.base[oid] = _built_record(
+            repo, op, dispatch, pending, states, failed, memos.hashes, memos.built
+        )
+        if op.workflow is not None:
+            parents.add(op.workflow.parent)
+            last.children.setdefault(op.workflow.parent, set()).add(oid)
+    parents |= dirty & last.children.keys()
+    _parent_records(repo, parents, last)
+    others = _other_records(repo, plan, states, last.base)
+    changes: dict[str, bytes | None] = {}
+    runs_before: dict[str, Run] = {}
+    runs_after: dict[str, Run] = {}
+    touched = (
+        dirty
+        | parents
+        | others.keys()
+        | last.others
+        | older.keys()
+        | last.older.keys()
+        | gang.keys()
+        | last.gang.keys()
+    )
+    for oid in touched:
+        record = others.get(oid)
+        if record is None:
+            record = last.base.get(oid)
+        path = operation_path(oid)
+        if record is not None:
+            runs = older.get(oid)
+            if runs is not None:
+                record = _with_superseded(record, runs)
+            mark = gang.get(oid)
+            if mark is not None:
+                record = record.model_copy(update={"gang_timeouts": mark.to_json()})
+            data = _dumped(record, memos.rendered)
+            run = _run_of_record(record)
+            memos.phases[data] = run
+        elif path not in last.files:
+            continue
+        else:
+            memos.rendered.pop(path, None)
+            data, run = None, None
+        if last.files.get(path) == data:
+            continue
+        runs_before[path] = was_run = last.runs.get(path)
+        runs_after[path] = run
+        last.queued += _queued(run) - _queued(was_run)
+        gone = last.files.get(path)
+        if gone is not None:
+            memos.phases.pop(gone, None)  # no file holds it any more
+        _put(last.files, changes, path, data)
+        if data is None:
+            del last.runs[path]
+        else:
+            last.runs[path] = run
+    _order_changes(plan, queues, last, memos.rendered, changes)
+    cycle = _cycle_files(repo, plan, config_error, config_version, internal_error, clusters, ledger)
+    cycle.update(decision or {})
+    for path in last.cycle - cycle.keys():
+        _put(last.files, changes, path, None)
+    for path, data in cycle.items():
+        if last.files.get(path) != data:
+            _put(last.files, changes, path, data)
+    last.cycle = frozenset(cycle)
+    last.started = True
+    last.connections = repo.connections
+    last.ops, last.operations, last.order = by_id, repo.operations, plan.pending
+    last.pending, last.dispatch, last.states = pending, dispatch, dict(states)
+    last.failed, last.older, last.gang, last.others = failed, older, gang, frozenset(others)
+    return StatusDelta(
+        last.files, dict(sorted(changes.items())), runs_before, runs_after, last.queued
+    )
+
+
+_OPERATION = attrgetter("operation")
+_OPERATION_ID = attrgetter("id")
+
+
+def _middles(now: Sequence[T], last: Sequence[T]) -> tuple[Sequence[T], Sequence[T]]:
+    """What lies between the longest common head and tail (the same objects, compared at
+    C speed) of ``now`` and ``last``: a few entries added, removed or replaced leave a
+    short middle, and every entry outside it is the same object as before."""
+    common = min(len(now), len(last))
+    head = next(compress(count(), map(is_not, now, last)), common)
+    tail = next(compress(count(), map(is_not, reversed(now), reversed(last))), common)
+    tail = min(tail, common - head)
+    return now[head : len(now) - tail], last[head : len(last) - tail]
+
+
+def _waits_otherwise(now: Pending | None, was: Pending | None) -> bool:
+    """Whether a pending entry changed what an operation's record says (not its position:
+    the order files say that)."""
+    if now is None or was is None:
+        return True
+    return now.reason != was.reason or now.blocked_by != was.blocked_by
+
+
+def _queued(run: Run) -> int:
+    return 1 if run is not None and run[2] is Phase.QUEUED else 0
+
+
+def _put(
+    files: dict[str, bytes], changes: dict[str, bytes | None], path: str, data: bytes | None
+) -> None:
+    if data is None:
+        files.pop(path, None)
+    else:
+        files[path] = data
+    changes[path] = data
+
+
+def _parent_records(repo: CompiledRepo, parents: set[str], last: RenderedStatus) -> None:
+    """The workflow parents' records of ``parents`` again, over their children's records in
+    the compiled order (``build_status``'s); a parent compiled as an operation keeps its own."""
+    if not parents:
+        return
+    kids: dict[str, list[OperationStatus]] = {}
+    for op in repo.operations:
+        if op.workflow is not None and op.workflow.parent in parents:
+            kids.setdefault(op.workflow.parent, []).append(last.base[op.id])
+    for parent in parents:
+        if not last.children.get(parent):
+            last.children.pop(parent, None)
+        if parent in repo.by_id:
+            continue
+        if parent in kids:
+            last.base[parent] = _workflow_record(parent, kids[parent])
+        else:
+            last.base.pop(parent, None)
+
+
+def _order_changes(
+    plan: Plan,
+    queues: set[str],
+    last: RenderedStatus,
+    memo: RenderMemo,
+    changes: dict[str, bytes | None],
+) -> None:
+    """The order files of ``queues`` (those with a pending entry that entered, left or
+    changed) again."""
+    if not queues:
+        return
+    by_queue: dict[str, list[str]] = {}
+    for p in plan.pending:
+        if p.queue in queues:
+            by_queue.setdefault(p.queue, []).append(p.operation)
+    for queue in queues:
+        files = _queue_order_files(queue, by_queue.get(queue, []), memo)
+        for path in set(last.orders.get(queue, ())) - files.keys():
+            memo.pop(path, None)
+            _put(last.files, changes, path, None)
+        for path, data in files.items():
+            if last.files.get(path) != data:
+                _put(last.files, changes, path, data)
+        if files:
+            last.orders[queue] = tuple(files)
+        else:
+            last.orders.pop(queue, None)
 
 
 # config.yaml lists at most this many errors (then how many more): a commit with 100 000
@@ -894,46 +1199,10 @@ def build_status(
     cycle) is not built again."""
     dispatched = {d.operation: d for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
-    stops = {s.operation for s in plan.stop}
-    refused = set(plan.prune_refused.refused) if plan.prune_refused is not None else set()
     out: dict[str, OperationStatus] = {}
     children: dict[str, list[OperationStatus]] = {}
     for op in repo.operations:
-        state = states.get(op.id)
-        if state is not None and state.generation != op.generation:
-            state = None  # a previous generation's workload: the current one is not out yet
-        dispatch = dispatched.get(op.id)
-        chosen = None if dispatch is None else (dispatch.cluster, dispatch.flavor)
-        waiting = pending.get(op.id)
-        failure = (failed or {}).get(op.id)
-        desired = _spec_hash(repo, op, hashes)
-        inputs = (
-            op,
-            chosen,
-            state,
-            None if waiting is None else (waiting.reason, waiting.blocked_by),
-            failure,
-            desired,
-            repo.version if chosen is not None and state is None else None,
-        )
-        known = None if built is None else built.get(op.id)
-        if known is not None and known[0] == inputs:
-            record = known[1]
-        else:
-            if chosen is not None and chosen[0] != op.cluster:
-                op = replace(op, cluster=chosen[0])  # a fleet queue's: the cluster chosen
-            record = _compiled_record(
-                repo,
-                op,
-                state,
-                chosen is not None,
-                waiting,
-                failure,
-                desired,
-                None if chosen is None else chosen[1],
-            )
-            if built is not None:
-                built[op.id] = (inputs, record)
+        record = _built_record(repo, op, dispatched, pending, states, failed, hashes, built)
         out[op.id] = record
         if op.workflow is not None:
             children.setdefault(op.workflow.parent, []).append(record)
@@ -944,23 +1213,95 @@ def build_status(
     for parent, kids in children.items():
         if parent not in out:
             out[parent] = _workflow_record(parent, kids)
+    out.update(_other_records(repo, plan, states, out))
+    for oid, runs in _older_runs(superseded).items():
+        if oid in out:
+            out[oid] = _with_superseded(out[oid], runs)
+    return [out[k] for k in sorted(out)]
+
+
+def _built_record(
+    repo: CompiledRepo,
+    op: CompiledOperation,
+    dispatched: Mapping[str, Dispatch],
+    pending: Mapping[str, Pending],
+    states: Mapping[str, WorkloadState],
+    failed: Mapping[str, tuple[StatusReason, str]] | None,
+    hashes: SpecHashMemo | None,
+    built: RecordMemo | None,
+) -> OperationStatus:
+    """A compiled operation's record (``built``: unless its inputs are those of last time)."""
+    state = states.get(op.id)
+    if state is not None and state.generation != op.generation:
+        state = None  # a previous generation's workload: the current one is not out yet
+    dispatch = dispatched.get(op.id)
+    chosen = None if dispatch is None else (dispatch.cluster, dispatch.flavor)
+    waiting = pending.get(op.id)
+    failure = (failed or {}).get(op.id)
+    desired = _spec_hash(repo, op, hashes)
+    inputs = (
+        op,
+        chosen,
+        state,
+        None if waiting is None else (waiting.reason, waiting.blocked_by),
+        failure,
+        desired,
+        repo.version if chosen is not None and state is None else None,
+    )
+    known = None if built is None else built.get(op.id)
+    if known is not None and known[0] == inputs:
+        return known[1]
+    if chosen is not None and chosen[0] != op.cluster:
+        op = replace(op, cluster=chosen[0])  # a fleet queue's: the cluster chosen
+    record = _compiled_record(
+        repo,
+        op,
+        state,
+        chosen is not None,
+        waiting,
+        failure,
+        desired,
+        None if chosen is None else chosen[1],
+    )
+    if built is not None:
+        built[op.id] = (inputs, record)
+    return record
+
+
+def _other_records(
+    repo: CompiledRepo,
+    plan: Plan,
+    states: Mapping[str, WorkloadState],
+    base: dict[str, OperationStatus],
+) -> dict[str, OperationStatus]:
+    """The records over ``base`` (the compiled operations' and workflow parents'): the
+    scheduled operations', the rejected ones' and those only observed, which replace a
+    record of ``base`` of the same id (an observed one never does)."""
+    out: dict[str, OperationStatus] = {}
     for scheduled, members in schedule_groups(repo).items():
-        out[scheduled] = _schedule_record(scheduled, members, out, plan.at)
+        out[scheduled] = _schedule_record(scheduled, members, ChainMap(out, base), plan.at)
     for rejected in repo.rejected:
         out[rejected.operation] = _rejected_record(repo, rejected, states.get(rejected.operation))
+    stops = {s.operation for s in plan.stop}
+    refused = set(plan.prune_refused.refused) if plan.prune_refused is not None else set()
     for oid, state in states.items():
-        if oid not in out:
+        if oid not in out and oid not in base:
             out[oid] = _observed_record(repo, state, oid in stops, oid in refused, plan)
+    return out
+
+
+def _older_runs(
+    superseded: Mapping[str, WorkloadState] | None,
+) -> dict[str, tuple[WorkloadState, ...]]:
+    """The superseded runs still active, by operation, oldest first."""
     older: dict[str, list[WorkloadState]] = {}
     for old in (superseded or {}).values():
         older.setdefault(old.operation, []).append(old)
-    for oid, runs in older.items():
-        if oid in out:
-            runs.sort(key=lambda r: r.generation)
-            out[oid] = out[oid].model_copy(
-                update={"superseded": tuple(SupersededRun.of(r) for r in runs)}
-            )
-    return [out[k] for k in sorted(out)]
+    return {oid: tuple(sorted(runs, key=lambda r: r.generation)) for oid, runs in older.items()}
+
+
+def _with_superseded(record: OperationStatus, runs: tuple[WorkloadState, ...]) -> OperationStatus:
+    return record.model_copy(update={"superseded": tuple(SupersededRun.of(r) for r in runs)})
 
 
 def _compiled_record(
@@ -1585,6 +1926,26 @@ def status_changes(
     return dict(sorted(changes.items()))
 
 
+def delta_changes(
+    before: Mapping[str, bytes], files: Mapping[str, bytes], paths: Iterable[str]
+) -> dict[str, bytes | None]:
+    """``status_changes(before, files)`` looking at ``paths`` alone: when every other path
+    of ``files`` holds what ``before`` holds, and ``before`` holds no other status file
+    that ``files`` lacks but the ledger's (a writer's own last write, and ``paths`` what its
+    renders changed since)."""
+    changes: dict[str, bytes | None] = {}
+    for path in sorted(paths):
+        data = files.get(path)
+        if data is None:
+            if path in before and _is_ours(path) and not is_ledger_path(path):
+                changes[path] = None
+        elif before.get(path) != data:
+            changes[path] = data
+    if all(is_decision_path(path) for path in changes):
+        return {}
+    return changes
+
+
 MAX_BODY_LINES = 50
 
 
@@ -1599,12 +1960,14 @@ PhaseMemo = dict[bytes, tuple[str, int | None, RecordPhase] | None]
 class StatusMemos:
     """What a status writer keeps from cycle to cycle (``render_status``'s memos): each
     file's last record and bytes, each operation's spec hash and record by what they were
-    made from, and each file's run by its content (``summarize_cycle``'s)."""
+    made from, each file's run by its content (``summarize_cycle``'s), and the last
+    render's files and inputs (``render_changes``')."""
 
     rendered: RenderMemo = field(default_factory=dict)
     hashes: SpecHashMemo = field(default_factory=dict)
     phases: PhaseMemo = field(default_factory=dict)
     built: RecordMemo = field(default_factory=dict)
+    last: RenderedStatus = field(default_factory=RenderedStatus)  # ``render_changes``'s
 
     def arguments(self) -> dict[str, Any]:
         """``render_status``'s memo arguments."""
@@ -1631,6 +1994,33 @@ def summarize_cycle(
         kept = set(after.values())
         for gone in [data for data in memo if data not in kept]:
             del memo[gone]
+    pending = sum(1 for _, p in new.values() if p is Phase.QUEUED)
+    return _message(old, new, pending, _config(before), _config(after))
+
+
+def summarize_changes(before: Mapping[str, bytes], delta: StatusDelta) -> str:
+    """``summarize_cycle(before, delta.files)`` from the changed files alone, when the
+    operation files of ``before`` are those of the render before ``delta`` (the writer's
+    last write of them): the others hold the same run on both sides."""
+    old: dict[str, tuple[int | None, RecordPhase]] = {}
+    new: dict[str, tuple[int | None, RecordPhase]] = {}
+    for was in delta.runs_before.values():
+        if was is not None:
+            old[was[0]] = was[1:]
+    for now in delta.runs_after.values():
+        if now is not None:
+            new[now[0]] = now[1:]
+    return _message(old, new, delta.queued, _config(before), _config(delta.files))
+
+
+def _message(
+    old: Mapping[str, tuple[int | None, RecordPhase]],
+    new: Mapping[str, tuple[int | None, RecordPhase]],
+    pending: int,
+    config_before: tuple[str, bool, int, bool] | None,
+    config: tuple[str, bool, int, bool] | None,
+) -> str:
+    """The commit message of the runs that changed, ``old`` to ``new`` (by operation)."""
     counts: Counter[str] = Counter()
     lines: list[str] = []
     for oid in sorted(set(old) | set(new)):
@@ -1648,8 +2038,7 @@ def summarize_cycle(
             counts[event] += 1
         lines.append(f"{oid}: {was_phase or 'new'} -> {now[1]}")
     parts = []
-    config = _config(after)
-    if config is not None and config != _config(before):
+    if config is not None and config != config_before:
         version, valid, errors, internal = config
         short = version[:12]
         if internal:
@@ -1667,7 +2056,7 @@ def summarize_cycle(
         parts.append(f"finished {finished}" + (f" ({detail})" if detail else ""))
     if counts["removed"]:
         parts.append(f"removed {counts['removed']}")
-    parts.append(f"pending {sum(1 for _, p in new.values() if p is Phase.QUEUED)}")
+    parts.append(f"pending {pending}")
     subject = ", ".join(parts)
     if not lines:
         return subject
