@@ -19,7 +19,9 @@ import re
 import shutil
 import struct
 import tempfile
+import threading
 import time
+import weakref
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -693,6 +695,13 @@ class StatusBranch:
         self.attempts = 0  # pushes tried by the last write (1 when nobody raced us)
         self.last_tip: str | None = None  # the remote tip seen by the last fetch
         self._object_format: str | None = None
+        # The index of the last commit built, kept: a commit built on it updates only the
+        # paths it changes, where reading the whole tree again costs ~0.15 s of git's CPU
+        # at 100,000 status files. ``_indexed`` is that commit (None: the index is unknown).
+        self._index_dir = tempfile.mkdtemp(prefix="reconciler-index-")
+        weakref.finalize(self, shutil.rmtree, self._index_dir, True)
+        self._indexed: str | None = None
+        self._index_lock = threading.Lock()
 
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
@@ -1043,12 +1052,13 @@ class StatusBranch:
         message: str,
     ) -> str | None:
         """One commit on ``tip`` (an orphan when None) with ``changes`` applied."""
-        with tempfile.TemporaryDirectory(prefix="reconciler-index-") as tmp:
-            index = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            if tip is not None:
-                _run(self._git, ["read-tree", tip], env=index)
-            else:
+        with self._index_lock:
+            indexed, self._indexed = self._indexed, None  # unknown until the build ends
+            index = {"GIT_INDEX_FILE": str(Path(self._index_dir) / "index")}
+            if tip is None:
                 _run(self._git, ["read-tree", "--empty"], env=index)
+            elif tip != indexed:
+                _run(self._git, ["read-tree", tip], env=index)
             lines = []
             for path, data in sorted(changes.items()):
                 if data is None:
@@ -1062,23 +1072,29 @@ class StatusBranch:
                 env=index,
             )
             tree = _run(self._git, ["write-tree"], env=index).strip()
-        if tip is None:
-            if not blobs:
-                return None  # only deletions, on a branch that does not exist yet
-            parents: list[str] = []
-        else:
-            if tree == _run(self._git, ["rev-parse", f"{tip}^{{tree}}"]).strip():
-                return None
-            parents = ["-p", tip]
-        who = {
-            "GIT_AUTHOR_NAME": self.author.name,
-            "GIT_AUTHOR_EMAIL": self.author.email,
-            "GIT_COMMITTER_NAME": self.author.name,
-            "GIT_COMMITTER_EMAIL": self.author.email,
-        }
-        return _run(
-            self._git, ["commit-tree", tree, *parents, "-F", "-"], stdin=message.encode(), env=who
-        ).strip()
+            if tip is None:
+                if not blobs:
+                    return None  # only deletions, on a branch that does not exist yet
+                parents: list[str] = []
+            else:
+                if tree == _run(self._git, ["rev-parse", f"{tip}^{{tree}}"]).strip():
+                    self._indexed = tip
+                    return None
+                parents = ["-p", tip]
+            who = {
+                "GIT_AUTHOR_NAME": self.author.name,
+                "GIT_AUTHOR_EMAIL": self.author.email,
+                "GIT_COMMITTER_NAME": self.author.name,
+                "GIT_COMMITTER_EMAIL": self.author.email,
+            }
+            commit = _run(
+                self._git,
+                ["commit-tree", tree, *parents, "-F", "-"],
+                stdin=message.encode(),
+                env=who,
+            ).strip()
+            self._indexed = commit
+            return commit
 
     def _push(self, commit: str) -> str | None:
         """Push without force; None on success, the rejection reason on a lost race.
