@@ -47,6 +47,8 @@ CHANGES = (
     "unreachable",
     "now",
     "budget",
+    "pause",
+    "drain",
 )
 
 
@@ -88,11 +90,21 @@ class World:
             self.observed = [o for o in self.observed if o.operation != op.id]
             if kind == "phase":
                 phase = list(Phase)[n % len(Phase)]
-                self.observed.append(ObservedOperation(op.id, phase))
+                # as a cycle observes it (its queue on its workload), or an older run's
+                where = {"queue": op.queue} if n % 2 else {}
+                self.observed.append(ObservedOperation(op.id, phase, **where))
         elif kind == "queue":
             self.queues[queue.name] = replace(
                 queue, concurrency=n % 4 or None, paused=n % 5 == 0, priority=n % 3
             )
+        elif kind == "pause":  # the queue, or (n even) every queue of its cluster
+            for q in list(self.queues.values()):
+                if q is queue or (n % 2 == 0 and q.cluster == queue.cluster):
+                    self.queues[q.name] = replace(q, paused=not queue.paused)
+        elif kind == "drain":  # a preset moves some of a queue's operations elsewhere
+            mine = [i for i, op in enumerate(self.ops) if op.queue == queue.name]
+            for i in reversed(mine[n % 2 :: 2]):
+                del self.ops[i]
         elif kind == "budget":  # a budget of GPU hours: its window moves with the clock
             budget = BudgetSpec(Decimal(n % 5), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
             self.queues[queue.name] = replace(queue, budget=budget, default_timeout=3600)
@@ -148,6 +160,27 @@ def test_a_plan_by_groups_is_a_full_plan(case: Case, cycles: list[list[tuple[str
         for kind, n in cycle:
             world.change(kind, n)
         assert world.by_groups(cache) == world.full(), cycle
+
+
+SHRINKING = ("drain", "remove", "drain", "remove", "add", "move", "phase", "pause", "unreachable")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.lists(st.tuples(st.sampled_from(SHRINKING), st.integers(0, 40)), max_size=8))
+@pytest.mark.slow
+def test_paused_queues_that_lose_operations_plan_as_a_full_plan(
+    case: Case, steps: list[tuple[str, int]]
+) -> None:
+    """Every queue paused at first, then operations removed (a preset moving some of them
+    to another queue), added, moved, observed, queues resumed: the paused groups that only
+    lost operations are taken from the last plan, and the plan equals the full plan."""
+    world = World(case)
+    world.queues = {n: replace(q, paused=True) for n, q in world.queues.items()}
+    cache = PlanCache()
+    assert world.by_groups(cache) == world.full()
+    for kind, n in steps:
+        world.change(kind, n)
+        assert world.by_groups(cache) == world.full(), kind
 
 
 def _world(*queues: QueueSpec, clusters: dict[str, ClusterSpec]) -> World:
@@ -240,3 +273,42 @@ def test_an_operation_counted_in_another_queue_couples_them() -> None:
     world.observed = []
     assert world.by_groups(cache) == world.full()
     assert '"p/moved"' in world.full()
+
+
+def test_a_paused_queue_that_loses_operations_is_taken_from_the_last_plan() -> None:
+    """Its remaining operations wait ``QueuePaused`` as before, at their new positions."""
+    world = _world(
+        QueueSpec("a", "c0", paused=True),
+        QueueSpec("b", "c1"),
+        clusters={"c0": ClusterSpec("c0"), "c1": ClusterSpec("c1")},
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops = [op for op in world.ops if op.name != "a-0"]
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (2, 2)
+
+
+def test_a_paused_queue_whose_cluster_cannot_be_read_is_planned_again() -> None:
+    """Its operations wait ``ClusterUnreachable`` (check 0, before the pause): planned."""
+    world = _world(QueueSpec("a", "c0", paused=True), clusters={"c0": ClusterSpec("c0")})
+    world.unreachable = frozenset({"c0"})
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops = world.ops[1:]
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (2, 0)
+
+
+def test_a_paused_queue_holding_a_run_of_an_operation_removed_is_planned_again() -> None:
+    """The run held its operation's requests; without the operation it holds none."""
+    world = _world(
+        QueueSpec("a", "c0", paused=True, quota={GPU: Decimal(4)}),
+        clusters={"c0": ClusterSpec("c0")},
+    )
+    world.observed = [ObservedOperation("p/a-0", Phase.RUNNING, queue="a")]
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops = world.ops[1:]
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (2, 0)

@@ -19,6 +19,12 @@ flavors, the clusters that cannot be read, their backends and capacity, the acti
 no queue) is compared as a whole: a change replans every group. The stops are the whole
 plan's (the mass-deletion guard counts every active run), worked out every cycle.
 
+A group whose inputs changed only by losing operations, all its queues paused and every
+candidate of theirs waiting ``QueuePaused`` (check 1, before any check of the operation),
+is not planned again either: what remains waits as before, at its new position (a preset
+moving 1% of a paused queue's operations elsewhere replans where they went, not the 99%
+left behind).
+
 A group's plan is exactly the one a full plan gives it: ``tests/core/test_plan_groups.py``
 checks byte for byte, over random worlds and random changes, that it equals a full plan.
 """
@@ -26,13 +32,21 @@ checks byte for byte, over random worlds and random changes, that it equals a fu
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.plan.ledger import LedgerEntry
-from reconciler.core.plan.model import Dispatch, Pending, Plan, PruneRefusal, QueueSummary, Stop
+from reconciler.core.plan.model import (
+    Dispatch,
+    Pending,
+    PendingReason,
+    Plan,
+    PruneRefusal,
+    QueueSummary,
+    Stop,
+)
 from reconciler.core.plan.planner import plan_dispatch, prune
 from reconciler.core.plan.state import QueueState
 from reconciler.core.types import (
@@ -260,7 +274,9 @@ def plan_by_groups(
     for group in groups:
         inputs = tuple((queues[n], by_queue[n], tuple(seen_by_queue[n])) for n in group)
         last = kept.get(group)
-        if last is not None and last.inputs == inputs:
+        if last is not None and last.inputs != inputs:
+            last = _paused_shrunk(last, inputs)
+        if last is not None:
             dispatch.update(last.dispatch)
             pending.update(last.pending)
             summaries.update(last.summaries)
@@ -307,6 +323,69 @@ def plan_by_groups(
         prune_refused=refusal,
         at=now,
     )
+
+
+def _paused_shrunk(last: _Kept, inputs: tuple[_QueueInputs, ...]) -> _Kept | None:
+    """``last`` brought to ``inputs`` when it provably plans the same but for the
+    candidates gone: every queue of the group the same spec, paused, with the same
+    observations and some of its operations removed (the others the same objects, in the
+    same order), and every one of its candidates waiting ``QueuePaused`` in ``last``. Check
+    1 decides for a paused queue before any check of the operation, so a remaining
+    candidate waits as before and moves no state: only the positions after a removed one
+    and the pending counts change. None: plan the group again."""
+    paused = PendingReason.QUEUE_PAUSED
+    pending: dict[str, tuple[Pending, ...]] = {}
+    summaries: dict[str, QueueSummary] = {}
+    for (spec, ops, seen), (old_spec, old_ops, old_seen) in zip(inputs, last.inputs, strict=True):
+        name = spec.name
+        if not spec.paused or spec != old_spec or seen != old_seen or last.dispatch[name]:
+            return None
+        entries = last.pending[name]
+        if any(p.reason is not paused for p in entries):
+            return None
+        gone = _removed(old_ops, ops)
+        # an active run of an operation removed counts with its spec no more
+        if gone is None or any(o.operation in gone for o in seen):
+            return None
+        kept = [p for p in entries if p.operation not in gone] if gone else list(entries)
+        pending[name] = tuple(_renumbered(kept))
+        summary = last.summaries[name]
+        summaries[name] = replace(summary, pending=len(kept), head_reason=paused if kept else None)
+    return _Kept(inputs, last.dispatch, pending, summaries)
+
+
+def _removed(
+    old: tuple[CompiledOperation, ...], new: tuple[CompiledOperation, ...]
+) -> set[str] | None:
+    """The ids of the operations of ``old`` not in ``new`` when ``new`` is ``old`` with
+    some removed (the same objects, in order); else None."""
+    if len(new) > len(old):
+        return None
+    gone: set[str] = set()
+    rest = iter(old)
+    for op in new:
+        for before in rest:
+            if before is op:
+                break
+            gone.add(before.id)
+        else:
+            return None
+    gone.update(op.id for op in rest)
+    return gone
+
+
+def _renumbered(entries: list[Pending]) -> list[Pending]:
+    """``entries`` at positions 1, 2, ...: each one already there kept as it is."""
+    out = entries
+    for i, p in enumerate(entries):
+        if p.position != i + 1:
+            out = entries[:i]
+            out.extend(
+                Pending(e.operation, e.queue, e.reason, position, e.blocked_by)
+                for position, e in enumerate(entries[i:], start=i + 1)
+            )
+            break
+    return out
 
 
 def _per_queue(
