@@ -766,6 +766,16 @@ class CompiledRepo:
         ops = self.operations
         return tuple(compress(map(attrgetter("id"), ops), map(attrgetter("stopped"), ops)))
 
+    def indexed(
+        self, by_id: Mapping[str, CompiledOperation], stopped_ids: tuple[str, ...]
+    ) -> CompiledRepo:
+        """This repo with :attr:`by_id` and :attr:`stopped_ids` given, as computed: a
+        ``CompileCache`` keeps them from commit to commit, patched by what changed, where
+        computing them walks every operation. A copy (``dataclasses.replace``) computes
+        them again."""
+        vars(self).update(by_id=by_id, stopped_ids=stopped_ids)
+        return self
+
     @property
     def fleet_clusters(self) -> frozenset[str]:
         """The clusters of the fleet queues: their capacity is observed."""

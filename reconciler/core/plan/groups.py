@@ -34,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_, not_
 from typing import Any
 
 from reconciler.core.observation.capacity import ClusterCapacity
@@ -60,6 +62,14 @@ from reconciler.core.types import (
     QueueSpec,
 )
 
+_PAUSED = PendingReason.QUEUE_PAUSED
+_OPERATION, _QUEUE, _REASON, _BLOCKED = (
+    attrgetter("operation"),
+    attrgetter("queue"),
+    attrgetter("reason"),
+    attrgetter("blocked_by"),
+)
+
 # One queue's inputs: its spec, its operations and the observations counted in it.
 _QueueInputs = tuple[QueueSpec, tuple[CompiledOperation, ...], tuple[ObservedOperation, ...]]
 
@@ -72,6 +82,7 @@ class _Kept:
     dispatch: Mapping[str, tuple[Dispatch, ...]]
     pending: Mapping[str, tuple[Pending, ...]]
     summaries: Mapping[str, QueueSummary]
+    paused: frozenset[str]  # its queues paused, with every candidate waiting QueuePaused
 
 
 class PlanCache:
@@ -129,9 +140,9 @@ def couple_operations(
     queues: Mapping[str, QueueSpec],
     clusters: Mapping[str, ClusterSpec],
     ops: Mapping[str, CompiledOperation],
-) -> _Coupled:
+) -> _Coupled | None:
     """The queues the operations couple: through a limited cluster, a workflow, a
-    dependency. Every operation names a queue of ``queues``."""
+    dependency. None when an operation names a queue not in ``queues``."""
     limited = {name for name, c in clusters.items() if c.concurrency is not None}
     groups = _Groups(queues)
     for name, spec in queues.items():
@@ -140,7 +151,10 @@ def couple_operations(
     dependents: list[CompiledOperation] = []
     by_queue: dict[str, list[CompiledOperation]] = {name: [] for name in queues}
     for op in operations:
-        by_queue[op.queue].append(op)
+        mine = by_queue.get(op.queue)
+        if mine is None:
+            return None
+        mine.append(op)
         wf = op.workflow
         if wf is not None:
             groups.union(op.queue, "\1" + wf.parent)
@@ -249,9 +263,10 @@ def plan_by_groups(
         or coupled.queues != queues
         or coupled.clusters != clusters
     ):
-        if len(ops) != len(operations) or any(op.queue not in queues for op in operations):
+        coupled = couple_operations(operations, queues, clusters, ops)
+        if coupled is None or len(ops) != len(operations):
             return full()  # the planner refuses these inputs: in its own words
-        coupled = cache._coupled = couple_operations(operations, queues, clusters, ops)
+        cache._coupled = coupled
     if len({o.operation for o in observed}) != len(observed):
         return full()
     groups, counted = partition(coupled, observed, ops)
@@ -300,12 +315,12 @@ def plan_by_groups(
         )
         parts = _per_queue(replanned)
         for group, inputs in stale:
-            mine = _Kept(
-                inputs,
-                {n: parts[0].get(n, ()) for n in group},
-                {n: parts[1].get(n, ()) for n in group},
-                {n: parts[2][n] for n in group},
+            dispatched = {n: parts[0].get(n, ()) for n in group}
+            waiting = {n: parts[1].get(n, ()) for n in group}
+            paused = frozenset(
+                n for n in group if _all_paused(queues[n], dispatched[n], waiting[n])
             )
+            mine = _Kept(inputs, dispatched, waiting, {n: parts[2][n] for n in group}, paused)
             dispatch.update(mine.dispatch)
             pending.update(mine.pending)
             summaries.update(mine.summaries)
@@ -316,8 +331,8 @@ def plan_by_groups(
     order = sorted(queues.values(), key=lambda q: (-q.priority, q.name))
     stops, refusal = _stops(ops, observed, queues, rejected, unreachable, org, flavors or {})
     return Plan(
-        dispatch=tuple(d for q in order for d in dispatch[q.name]),
-        pending=tuple(p for q in order for p in pending[q.name]),
+        dispatch=tuple(chain.from_iterable(dispatch[q.name] for q in order)),
+        pending=tuple(chain.from_iterable(pending[q.name] for q in order)),
         stop=stops,
         queues=tuple(summaries[q.name] for q in order),
         prune_refused=refusal,
@@ -333,25 +348,29 @@ def _paused_shrunk(last: _Kept, inputs: tuple[_QueueInputs, ...]) -> _Kept | Non
     1 decides for a paused queue before any check of the operation, so a remaining
     candidate waits as before and moves no state: only the positions after a removed one
     and the pending counts change. None: plan the group again."""
-    paused = PendingReason.QUEUE_PAUSED
     pending: dict[str, tuple[Pending, ...]] = {}
     summaries: dict[str, QueueSummary] = {}
     for (spec, ops, seen), (old_spec, old_ops, old_seen) in zip(inputs, last.inputs, strict=True):
         name = spec.name
-        if not spec.paused or spec != old_spec or seen != old_seen or last.dispatch[name]:
-            return None
-        entries = last.pending[name]
-        if any(p.reason is not paused for p in entries):
+        if name not in last.paused or spec != old_spec or seen != old_seen:
             return None
         gone = _removed(old_ops, ops)
         # an active run of an operation removed counts with its spec no more
         if gone is None or any(o.operation in gone for o in seen):
             return None
-        kept = [p for p in entries if p.operation not in gone] if gone else list(entries)
-        pending[name] = tuple(_renumbered(kept))
-        summary = last.summaries[name]
-        summaries[name] = replace(summary, pending=len(kept), head_reason=paused if kept else None)
-    return _Kept(inputs, last.dispatch, pending, summaries)
+        pending[name] = entries = _without(last.pending[name], gone)
+        summaries[name] = replace(
+            last.summaries[name], pending=len(entries), head_reason=_PAUSED if entries else None
+        )
+    return _Kept(inputs, last.dispatch, pending, summaries, last.paused)
+
+
+def _all_paused(
+    queue: QueueSpec, dispatch: tuple[Dispatch, ...], pending: tuple[Pending, ...]
+) -> bool:
+    """Whether ``queue`` is paused, dispatched nothing and every candidate of it waits
+    ``QueuePaused``."""
+    return queue.paused and not dispatch and all(map(is_, map(_REASON, pending), repeat(_PAUSED)))
 
 
 def _removed(
@@ -374,18 +393,23 @@ def _removed(
     return gone
 
 
-def _renumbered(entries: list[Pending]) -> list[Pending]:
-    """``entries`` at positions 1, 2, ...: each one already there kept as it is."""
-    out = entries
-    for i, p in enumerate(entries):
-        if p.position != i + 1:
-            out = entries[:i]
-            out.extend(
-                Pending(e.operation, e.queue, e.reason, position, e.blocked_by)
-                for position, e in enumerate(entries[i:], start=i + 1)
-            )
-            break
-    return out
+def _without(entries: tuple[Pending, ...], gone: set[str]) -> tuple[Pending, ...]:
+    """``entries`` without those of the operations ``gone``, at positions 1, 2, ...: those
+    before the first one gone kept as they are."""
+    flags = list(map(gone.__contains__, map(_OPERATION, entries)))
+    if True not in flags:
+        return entries
+    first = flags.index(True)
+    rest = list(compress(entries[first:], map(not_, flags[first:])))
+    renumbered = map(
+        Pending,
+        map(_OPERATION, rest),
+        map(_QUEUE, rest),
+        map(_REASON, rest),
+        count(first + 1),
+        map(_BLOCKED, rest),
+    )
+    return (*entries[:first], *renumbered)
 
 
 def _per_queue(
