@@ -100,12 +100,26 @@ class RepoFile:
     submodule: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotChanges:
+    """What a snapshot's reader knows changed since the snapshot of version ``since``:
+    every path whose file differs (content, first-commit time, kind; added or removed) is
+    one of ``paths`` (a path that did not change may be one too). A Git reader knows it
+    from ``git diff-tree`` between the two commits."""
+
+    since: str
+    paths: frozenset[str]
+
+
 @dataclass(frozen=True)
 class RepoSnapshot:
-    """A whole config tree at one version (a commit SHA, or ``worktree`` outside Git)."""
+    """A whole config tree at one version (a commit SHA, or ``worktree`` outside Git).
+    ``changes``: what changed since an earlier snapshot, when the reader knows (an index
+    derived from that snapshot's then diffs only those paths)."""
 
     files: Mapping[str, RepoFile]
     version: str = "worktree"
+    changes: SnapshotChanges | None = field(default=None, compare=False, repr=False)
 
 
 # --- diagnostics ------------------------------------------------------------------------

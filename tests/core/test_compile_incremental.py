@@ -19,7 +19,13 @@ from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.compile import api as api_module
 from reconciler.core.compile import cache as cache_module
 from reconciler.core.compile.index import RepoIndex
-from reconciler.core.types import CompiledRepo, InternalError, RepoFile, RepoSnapshot
+from reconciler.core.types import (
+    CompiledRepo,
+    InternalError,
+    RepoFile,
+    RepoSnapshot,
+    SnapshotChanges,
+)
 
 BASE = snapshot_worktree(TEMPLATE)
 PATHS = sorted(p for p in BASE.files if p.endswith(".yaml") and not p.startswith("schemas/"))
@@ -128,11 +134,39 @@ def test_an_incremental_compile_is_a_full_compile(
     # blocks of 1 or 2 operations (the kept order): split and emptied by a few commits
     with mock.patch.object(cache_module, "_BLOCK", 1):
         _same(compile_repo(base, cache=cache), compile_repo(base))
+        last = base
         for i, commit in enumerate(commits):
             for kind, path, n in commit:
                 _edit(files, kind, path, n)
-            snapshot = RepoSnapshot(dict(files), version=f"c{i}")
+            # every other commit says what changed, as a Git reader does (diff-tree)
+            hint = _changes(last, files) if i % 2 else None
+            snapshot = RepoSnapshot(dict(files), version=f"c{i}", changes=hint)
             _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot), commit)
+            last = snapshot
+
+
+def _changes(last: RepoSnapshot, files: dict[str, RepoFile]) -> SnapshotChanges:
+    """The paths whose file differs from ``last``'s, and one that does not."""
+    paths = {p for p in files.keys() | last.files.keys() if files.get(p) != last.files.get(p)}
+    return SnapshotChanges(last.version, frozenset({*paths, "reconciler.yaml"}))
+
+
+def test_a_snapshot_that_says_what_changed_since_another_than_the_last_is_diffed_in_full() -> None:
+    """What changed since an older snapshot says nothing of what changed since the last:
+    a preset edited, then put back as it was, is a change since the last snapshot only."""
+    cache = CompileCache()
+    files = dict(PLAIN.files)
+    compile_repo(PLAIN, cache=cache)
+    path = "projects/vision/presets/base.yaml"
+    files[path] = replace(files[path], content=files[path].content.replace(b"12h", b"11h"))
+    compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
+    files[path] = PLAIN.files[path]
+    new = "projects/vision/operations/new-0.yaml"
+    body = files["projects/vision/operations/dedupe.yaml"].content
+    files[new] = RepoFile(new, body.replace(b"name: dedupe", b"name: new-0"))
+    since_first = SnapshotChanges(PLAIN.version, frozenset({new}))  # true of PLAIN to c2
+    snapshot = RepoSnapshot(dict(files), version="c2", changes=since_first)
+    _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot))
 
 
 def test_a_commit_of_operation_files_derives_the_index_from_the_last_one() -> None:
