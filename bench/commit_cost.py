@@ -30,7 +30,7 @@ from typing import TypeVar
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.decision.cycle import ClusterListing, Decision, Memory, decide
 from reconciler.core.plan.groups import PlanCache
-from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot
+from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot, SnapshotChanges
 from reconciler.runtime.service import settle_heap
 
 OP = (
@@ -77,9 +77,16 @@ def measure(n: int, profile: Path | None) -> dict[str, tuple[float, float, float
     listing = {"local": ClusterListing(())}
     rows: dict[str, tuple[float, float, float]] = {}
 
-    def cycle(label: str, compiled: CompiledRepo | None = None) -> tuple[CompiledRepo, Decision]:
-        nonlocal memory
-        snapshot = RepoSnapshot(dict(files), version=label)
+    last = ""
+
+    def cycle(
+        label: str, compiled: CompiledRepo | None = None, changed: frozenset[str] = frozenset()
+    ) -> tuple[CompiledRepo, Decision]:
+        nonlocal memory, last
+        # what changed since the last snapshot, as ConfigRepo says it (git diff-tree)
+        changes = SnapshotChanges(last, changed) if last else None
+        snapshot = RepoSnapshot(dict(files), version=label, changes=changes)
+        last = label
         t_compile, got = cpu(lambda: compiled or compile_repo(snapshot, cache=cache))
         assert got.valid, got.errors[:3]
         t_full, full = cpu(lambda: decide(got, listing, memory, NOW))
@@ -98,13 +105,14 @@ def measure(n: int, profile: Path | None) -> dict[str, tuple[float, float, float
         profiler = Profiler(interval=0.001)
         profiler.start()
     cycle("no new commit", compiled)  # the reconciler reuses the compiled repo
+    last = "cold"
     for r in range(3):
         path = f"projects/bench/operations/new-{r}.yaml"
         files[path] = RepoFile(path, OP.format(name=f"new-{r}").encode())
-        cycle(f"a new operation ({r + 1})")
+        cycle(f"a new operation ({r + 1})", changed=frozenset({path}))
     path = "projects/bench/presets/move-0.yaml"
     files[path] = RepoFile(path, MOVE.format(i=0, queue="bulk").encode())
-    _, decision = cycle("a preset of 1% changed")
+    _, decision = cycle("a preset of 1% changed", changed=frozenset({path}))
     assert len(decision.plan.dispatch) >= n // 100
     if profiler is not None and profile is not None:
         profiler.stop()

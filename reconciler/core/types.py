@@ -739,6 +739,16 @@ class _Generations(Mapping[str, int]):
         return len(self._ops)
 
 
+@dataclass(frozen=True, slots=True)
+class OperationChanges:
+    """A compile's operations are ``since`` (an earlier compile's, that tuple) without
+    ``removed`` and with ``added`` (each the same objects, in no order)."""
+
+    since: tuple[CompiledOperation, ...]
+    removed: tuple[CompiledOperation, ...]
+    added: tuple[CompiledOperation, ...]
+
+
 @dataclass(frozen=True)
 class CompiledRepo:
     """The result of compiling a whole snapshot. ``errors`` non-empty means the commit is
@@ -780,14 +790,23 @@ class CompiledRepo:
         ops = self.operations
         return tuple(compress(map(attrgetter("id"), ops), map(attrgetter("stopped"), ops)))
 
+    @cached_property
+    def operation_changes(self) -> OperationChanges | None:
+        """How :attr:`operations` differ from an earlier compile's, when the compile
+        knows (:meth:`indexed`)."""
+        return None
+
     def indexed(
-        self, by_id: Mapping[str, CompiledOperation], stopped_ids: tuple[str, ...]
+        self,
+        by_id: Mapping[str, CompiledOperation],
+        stopped_ids: tuple[str, ...],
+        changes: OperationChanges | None = None,
     ) -> CompiledRepo:
-        """This repo with :attr:`by_id` and :attr:`stopped_ids` given, as computed: a
-        ``CompileCache`` keeps them from commit to commit, patched by what changed, where
-        computing them walks every operation. A copy (``dataclasses.replace``) computes
-        them again."""
-        vars(self).update(by_id=by_id, stopped_ids=stopped_ids)
+        """This repo with :attr:`by_id`, :attr:`stopped_ids` and
+        :attr:`operation_changes` given, as computed: a ``CompileCache`` keeps them from
+        commit to commit, patched by what changed, where computing them walks every
+        operation. A copy (``dataclasses.replace``) computes them again."""
+        vars(self).update(by_id=by_id, stopped_ids=stopped_ids, operation_changes=changes)
         return self
 
     @property

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,7 @@ from support.builders import NOW
 from support.strategies import Case, cases
 
 from reconciler.core.plan import plan_dispatch
-from reconciler.core.plan.groups import PlanCache, plan_by_groups
+from reconciler.core.plan.groups import PlanCache, couple_operations, partition, plan_by_groups
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
@@ -23,6 +24,7 @@ from reconciler.core.types import (
     CohortSpec,
     CompiledOperation,
     ObservedOperation,
+    OperationChanges,
     OrgSettings,
     Phase,
     QueueSpec,
@@ -78,6 +80,7 @@ class World:
         self.now = NOW
         self.unreachable: frozenset[str] = frozenset()
         self.added = 0
+        self.last: tuple[CompiledOperation, ...] | None = None  # the last plan's operations
 
     def change(self, kind: str, n: int) -> None:
         names = sorted(self.queues)
@@ -130,16 +133,40 @@ class World:
                 self.ops[i] = replace(op, queue=queue.name, cluster=queue.cluster)
 
     def args(self) -> tuple[object, ...]:
-        # the observations as a cycle makes them: new objects, equal when nothing changed
+        # in compile order (by project and name); the observations as a cycle makes them:
+        # new objects, equal when nothing changed
+        ops = tuple(sorted(self.ops, key=lambda op: (op.project, op.name)))
         observed = [replace(o) for o in self.observed]
-        return self.ops, self.queues, self.clusters, observed, self.org, self.now
+        return ops, self.queues, self.clusters, observed, self.org, self.now
 
     def full(self) -> str:
         return plan_to_json(plan_dispatch(*self.args(), unreachable=self.unreachable))  # type: ignore[arg-type]
 
     def by_groups(self, cache: PlanCache) -> str:
-        plan = plan_by_groups(cache, *self.args(), unreachable=self.unreachable)  # type: ignore[arg-type]
-        assert plan == plan_dispatch(*self.args(), unreachable=self.unreachable)  # type: ignore[arg-type]
+        """The plan by groups, given what changed in the operations since the last one,
+        as a compile says it (``CompiledRepo.operation_changes``)."""
+        args = self.args()
+        ops = cast(tuple[CompiledOperation, ...], args[0])
+        changes = None
+        if self.last is not None:
+            before, now = {id(op) for op in self.last}, {id(op) for op in ops}
+            changes = OperationChanges(
+                self.last,
+                tuple(op for op in self.last if id(op) not in now),
+                tuple(op for op in ops if id(op) not in before),
+            )
+        self.last = ops
+        plan = plan_by_groups(cache, *args, unreachable=self.unreachable, changes=changes)  # type: ignore[arg-type]
+        assert plan == plan_dispatch(*args, unreachable=self.unreachable)  # type: ignore[arg-type]
+        # the couplings kept (patched by what changed) are those of all the operations
+        kept = cache._coupled
+        by_id = {op.id: op for op in ops}
+        fresh = couple_operations(ops, self.queues, self.clusters, by_id)
+        if kept is not None and kept.operations is ops and fresh is not None:
+            assert kept.by_queue == fresh.by_queue
+            assert kept.dependents == fresh.dependents
+            observed = cast(list[ObservedOperation], args[3])
+            assert partition(kept, observed, by_id) == partition(fresh, observed, by_id)
         return plan_to_json(plan)
 
 
@@ -312,3 +339,87 @@ def test_a_paused_queue_holding_a_run_of_an_operation_removed_is_planned_again()
     world.ops = world.ops[1:]
     assert world.by_groups(cache) == world.full()
     assert (cache.planned, cache.reused) == (2, 0)
+
+
+def test_a_workflow_child_moved_to_another_queue_couples_it() -> None:
+    """What a commit changed is coupled as a full coupling would: a workflow's child moved
+    to ``b`` couples ``b`` with ``a``, so approving the child in ``a`` replans ``b``."""
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    wf = WorkflowRef("p/wf", "matrix", 0, concurrency=1)
+    first = replace(_op("wf-0", a, 0), workflow=wf, is_approved=False)
+    second = replace(_op("wf-1", a, 0), workflow=replace(wf, index=1))
+    world = World(
+        Case((first, second), {"a": a, "b": b}, {"c0": ClusterSpec("c0")}, (), OrgSettings())
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops[1] = replace(second, queue="b")
+    assert world.by_groups(cache) == world.full()
+    world.ops[0] = replace(first, is_approved=True)
+    assert world.by_groups(cache) == world.full()
+
+
+def _recoupled(
+    before: tuple[CompiledOperation, ...],
+    after: tuple[CompiledOperation, ...],
+    queues: dict[str, QueueSpec],
+    clusters: dict[str, ClusterSpec],
+) -> None:
+    """Plan ``before``, then ``after`` given what changed (as a compile gives it): the
+    couplings kept are those a full coupling of ``after`` gives, and so is the plan."""
+    cache = PlanCache()
+    org = OrgSettings()
+    plan_by_groups(cache, before, queues, clusters, (), org, NOW)
+    changes = OperationChanges(
+        before,
+        tuple(op for op in before if op not in after),
+        tuple(op for op in after if op not in before),
+    )
+    plan = plan_by_groups(cache, after, queues, clusters, (), org, NOW, changes=changes)
+    assert plan == plan_dispatch(after, queues, clusters, (), org, NOW)
+    by_id = {op.id: op for op in after}
+    kept, fresh = cache._coupled, couple_operations(after, queues, clusters, by_id)
+    assert kept is not None and fresh is not None
+    assert kept.by_queue == fresh.by_queue and kept.dependents == fresh.dependents
+    assert partition(kept, (), by_id) == partition(fresh, (), by_id)
+
+
+def test_an_operation_added_with_a_dependency_couples_its_queue_with_its_upstream() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    upstream = _op("up", a, 0)
+    down = replace(_op("down", b, 0), dependencies=("p/up",))
+    queues, clusters = {"a": a, "b": b}, {"c0": ClusterSpec("c0")}
+    _recoupled((upstream,), (down, upstream), queues, clusters)
+
+
+def test_an_operation_added_that_others_depend_on_couples_their_queues() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    upstream = _op("up", a, 0)
+    down = replace(_op("down", b, 0), dependencies=("p/up",))
+    queues, clusters = {"a": a, "b": b}, {"c0": ClusterSpec("c0")}
+    _recoupled((down,), (down, upstream), queues, clusters)
+
+
+def test_an_operation_added_on_a_limited_cluster_not_its_queues_couples_them() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c1")
+    clusters = {"c0": ClusterSpec("c0"), "c1": ClusterSpec("c1", concurrency=1)}
+    elsewhere = replace(_op("odd", a, 0), cluster="c1")
+    _recoupled((_op("b-0", b, 0),), (_op("b-0", b, 0), elsewhere), {"a": a, "b": b}, clusters)
+
+
+def test_a_workflow_child_added_to_a_queue_without_one_couples_it() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    wf = WorkflowRef("p/wf", "matrix", 0, concurrency=1)
+    first = replace(_op("wf-0", a, 0), workflow=wf)
+    second = replace(_op("wf-1", b, 0), workflow=replace(wf, index=1))
+    queues, clusters = {"a": a, "b": b}, {"c0": ClusterSpec("c0")}
+    _recoupled((first,), (first, second), queues, clusters)
+
+
+def test_an_operation_added_beside_workflow_children_keeps_the_compile_order() -> None:
+    """The children of ``a.yaml`` come before ``a-b.yaml``'s operation in compile order,
+    not in name order: the queue's operations are coupled again in full."""
+    q = QueueSpec("q", "c0")
+    child = replace(_op("a-x", q, 0), workflow=WorkflowRef("p/a", "matrix", 0))
+    plain = _op("a-b", q, 0)
+    _recoupled((child,), (child, plain), {"q": q}, {"c0": ClusterSpec("c0")})

@@ -45,7 +45,13 @@ from reconciler.core.compile.index import (
 from reconciler.core.compile.names import Claim, check_unique, index_claims
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.load import ParseCache
-from reconciler.core.types import CompiledOperation, ConfigError, RejectedOperation, RepoFile
+from reconciler.core.types import (
+    CompiledOperation,
+    ConfigError,
+    OperationChanges,
+    RejectedOperation,
+    RepoFile,
+)
 
 _Key = tuple[str, str]  # (project, operation name)
 _ID = attrgetter("id")
@@ -114,6 +120,7 @@ class CompileCache:
         self._stopped: dict[_Key, tuple[str, ...]] = {}
         self._by_id: dict[str, CompiledOperation] | None = None
         self._op_changes: list[tuple[bool, tuple[CompiledOperation, ...]]] = []
+        self._last_operations: tuple[CompiledOperation, ...] | None = None  # the last index's
         self.reused = 0
         self.compiled = 0
 
@@ -341,16 +348,25 @@ class CompileCache:
 
     def index(
         self, operations: tuple[CompiledOperation, ...], unique: bool = True
-    ) -> tuple[dict[str, CompiledOperation], tuple[str, ...]] | None:
-        """``operations`` (this compile's) by id, and the ids of those stopped in order:
-        the last compile's, changed by the operations stored and forgotten since
-        (O(changed)), or counted over them all. None when an id is claimed twice (not
-        ``unique``: the compile kept the first of each) or given twice."""
+    ) -> tuple[dict[str, CompiledOperation], tuple[str, ...], OperationChanges | None] | None:
+        """``operations`` (this compile's) by id, the ids of those stopped in order, and
+        how they differ from the last compile's: the last compile's, changed by the
+        operations stored and forgotten since (O(changed)), or counted over them all (no
+        difference known). None when an id is claimed twice (not ``unique``: the compile
+        kept the first of each) or given twice."""
         changes, self._op_changes = self._op_changes, []
+        last, self._last_operations = self._last_operations, operations
         if not unique:
             self._by_id = None
             return None
         by_id = _patched(self._by_id, changes, len(operations))
+        differ: OperationChanges | None = None
+        if by_id is not None and last is not None:
+            differ = OperationChanges(
+                last,
+                tuple(chain.from_iterable(ops for stored, ops in changes if not stored)),
+                tuple(chain.from_iterable(ops for stored, ops in changes if stored)),
+            )
         if by_id is None:
             by_id = dict(zip(map(_ID, operations), operations, strict=True))
             if len(by_id) != len(operations):
@@ -359,7 +375,7 @@ class CompileCache:
         self._by_id = by_id
         stopped = self._stopped
         ids = tuple(chain.from_iterable(stopped[k] for k in sorted(stopped)))
-        return by_id, ids
+        return by_id, ids, differ
 
     def retain(self, files: Mapping[str, object], operations: Iterable[_Key]) -> None:
         """Forget what is no longer in the repo."""

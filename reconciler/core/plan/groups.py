@@ -19,6 +19,10 @@ flavors, the clusters that cannot be read, their backends and capacity, the acti
 no queue) is compared as a whole: a change replans every group. The stops are the whole
 plan's (the mass-deletion guard counts every active run), worked out every cycle.
 
+The couplings themselves are patched by what a commit changed (the compile says it:
+``CompiledRepo.operation_changes``) when the operations removed and added couple nothing,
+rather than found again over every operation.
+
 A group whose inputs changed only by losing operations, all its queues paused and every
 candidate of theirs waiting ``QueuePaused`` (check 1, before any check of the operation),
 is not planned again either: what remains waits as before, at its new position (a preset
@@ -31,6 +35,7 @@ checks byte for byte, over random worlds and random changes, that it equals a fu
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -58,11 +63,13 @@ from reconciler.core.types import (
     CompiledRepo,
     FlavorSpec,
     ObservedOperation,
+    OperationChanges,
     OrgSettings,
     QueueSpec,
 )
 
 _PAUSED = PendingReason.QUEUE_PAUSED
+_IN_ORDER = attrgetter("project", "name")  # a plain operation's place in compile order
 _OPERATION, _QUEUE, _REASON, _BLOCKED = (
     attrgetter("operation"),
     attrgetter("queue"),
@@ -124,8 +131,9 @@ class _Groups:
 @dataclass(frozen=True, slots=True)
 class _Coupled:
     """What the operations alone say of the groups, kept while they are the same tuple
-    (a cycle with no new commit): the union-find after their couplings, those with
-    dependencies, and each queue's operations."""
+    (a cycle with no new commit), or patched by what a commit changed (``recouple``):
+    the union-find after their couplings, those with dependencies, and each queue's
+    operations."""
 
     operations: tuple[CompiledOperation, ...]
     queues: dict[str, QueueSpec]
@@ -133,6 +141,8 @@ class _Coupled:
     parent: dict[str, str]
     dependents: tuple[CompiledOperation, ...]
     by_queue: dict[str, tuple[CompiledOperation, ...]]
+    depended: frozenset[str]  # the ids some operation depends on
+    mixed: frozenset[str]  # the queues with workflow children (not in name order)
 
 
 def couple_operations(
@@ -173,7 +183,58 @@ def couple_operations(
         groups.parent,
         tuple(dependents),
         {name: tuple(mine) for name, mine in by_queue.items()},
+        frozenset(dep for op in dependents for dep in op.dependencies),
+        frozenset(op.queue for op in operations if op.workflow is not None),
     )
+
+
+def recouple(
+    coupled: _Coupled,
+    operations: tuple[CompiledOperation, ...],
+    changes: OperationChanges,
+    queues: Mapping[str, QueueSpec],
+) -> _Coupled | None:
+    """``coupled`` for ``operations``, which ``changes`` makes of its own (O(changed)), when none
+    of those removed or added couples a queue: no workflow, no dependency either way, no
+    limited cluster but its queue's; and each queue they change holds operations in
+    compile order, that is by project and name (no workflow children). None: couple
+    them all again."""
+    limited = {name for name, c in coupled.clusters.items() if c.concurrency is not None}
+    gone: dict[str, set[int]] = {}
+    new: dict[str, list[CompiledOperation]] = {}
+    for stored, ops in ((False, changes.removed), (True, changes.added)):
+        for op in ops:
+            spec = queues.get(op.queue)
+            if (
+                spec is None
+                or op.workflow is not None
+                or op.dependencies
+                or op.id in coupled.depended
+                or op.queue in coupled.mixed
+                or (op.cluster in limited and op.cluster != spec.cluster)
+            ):
+                return None
+            if stored:
+                new.setdefault(op.queue, []).append(op)
+            else:
+                gone.setdefault(op.queue, set()).add(id(op))
+    by_queue = dict(coupled.by_queue)
+    for name, ids in gone.items():
+        old = by_queue[name]
+        kept = tuple(compress(old, map(not_, map(ids.__contains__, map(id, old)))))
+        if len(kept) != len(old) - len(ids):
+            return None
+        by_queue[name] = kept
+    for name, added in new.items():
+        mine = list(by_queue[name])
+        for op in added:
+            key = (op.project, op.name)
+            at = bisect_left(mine, key, key=_IN_ORDER)
+            if at < len(mine) and _IN_ORDER(mine[at]) == key:
+                return None
+            mine.insert(at, op)
+        by_queue[name] = tuple(mine)
+    return replace(coupled, operations=operations, by_queue=by_queue)
 
 
 def partition(
@@ -226,10 +287,12 @@ def plan_by_groups(
     ledger: Iterable[LedgerEntry] = (),
     flavors: Mapping[str, FlavorSpec] | None = None,
     by_id: Mapping[str, CompiledOperation] | None = None,
+    changes: OperationChanges | None = None,
 ) -> Plan:
     """:func:`~reconciler.core.plan.planner.plan_dispatch`, the same plan, with the groups
     whose inputs did not change since ``cache``'s last plan taken from it. ``by_id``: the
-    operations by id, when the caller has them."""
+    operations by id, when the caller has them; ``changes``: how they differ from an
+    earlier tuple of them, when the caller knows."""
     operations = tuple(operations)
     observed = tuple(observed)
     unreachable = frozenset(unreachable)
@@ -263,7 +326,19 @@ def plan_by_groups(
         or coupled.queues != queues
         or coupled.clusters != clusters
     ):
-        coupled = couple_operations(operations, queues, clusters, ops)
+        if (
+            coupled is not None
+            and changes is not None
+            and changes.since is coupled.operations
+            and coupled.queues == queues
+            and coupled.clusters == clusters
+            and len(ops) == len(operations)
+        ):
+            coupled = recouple(coupled, operations, changes, queues)
+        else:
+            coupled = None
+        if coupled is None:
+            coupled = couple_operations(operations, queues, clusters, ops)
         if coupled is None or len(ops) != len(operations):
             return full()  # the planner refuses these inputs: in its own words
         cache._coupled = coupled
@@ -492,4 +567,5 @@ def plan_repo_by_groups(
         ledger=ledger,
         flavors=repo.flavors,
         by_id=repo.by_id,
+        changes=repo.operation_changes,
     )
