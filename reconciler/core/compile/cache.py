@@ -27,7 +27,7 @@ it changed), with their ids indexed and the stopped ones (``index``): O(changed)
 from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import attrgetter
@@ -54,7 +54,8 @@ from reconciler.core.types import (
 )
 
 _Key = tuple[str, str]  # (project, operation name)
-_ID = attrgetter("id")
+_ID, _CLAIMS = attrgetter("id"), attrgetter("claims")
+_OPERATIONS = attrgetter("result.operations")
 
 
 @dataclass(frozen=True, slots=True)
@@ -272,6 +273,8 @@ class CompileCache:
             self._own[path] = (*self._own.get(path, ()), key)
         kept = KeptOperation(own, shared, result, tuple(claims), tuple(file_errors))
         self._by_project.setdefault(project, {})[name] = kept
+        if self._order is not None:
+            self._order.put(key, kept)
         if kept.file_errors:
             self._file_errors[key] = kept.file_errors
         if result.errors:
@@ -308,9 +311,8 @@ class CompileCache:
         for key in sorted(keys):
             entry = repo.projects.get(key[0])
             if entry is not None and key[1] in entry.operations:
-                order.add(key)
                 if key[1] not in self._by_project.get(key[0], {}):
-                    out.append(key)
+                    out.append(key)  # put in the order once stored
             else:
                 self._forget(key)
                 order.discard(key)
@@ -324,7 +326,8 @@ class CompileCache:
 
     def put_in_order(self, keys: Iterable[_Key]) -> None:
         """(After a compile that looked every name up) the operations in compile order."""
-        self._order = _Order(keys)
+        by_project = self._by_project
+        self._order = _Order((key, by_project[key[0]][key[1]]) for key in keys)
         self._dirty.clear()
 
     def joined(
@@ -334,8 +337,7 @@ class CompileCache:
         schedules, in compile order."""
         order = self._order
         assert order is not None
-        by_project = self._by_project
-        operations = order.joined(lambda key: by_project[key[0]][key[1]].result.operations)
+        operations = order.joined()
         rejected = [self._rejected[k] for k in sorted(self._rejected)]
         schedules = list(chain.from_iterable(self._scheduled[k] for k in sorted(self._scheduled)))
         return operations, rejected, schedules
@@ -343,8 +345,7 @@ class CompileCache:
     def claims_in_order(self) -> Iterator[tuple[Claim, ...]]:
         """(The O(changed) path) every kept operation's claims, in compile order."""
         assert self._order is not None
-        by_project = self._by_project
-        return (by_project[p][n].claims for p, n in self._order)
+        return map(_CLAIMS, self._order.entries())
 
     def index(
         self, operations: tuple[CompiledOperation, ...], unique: bool = True
@@ -438,21 +439,23 @@ def _patched(
 
 
 class _Order:
-    """Keys in sorted order, in blocks of at most ``2 * _BLOCK``: a key added or removed
-    changes one block, and each block's operations are joined again only when it
-    changed."""
+    """The kept operations by key, in sorted order, in blocks of at most ``2 * _BLOCK``: a
+    key added, removed or stored again changes one block, and each block's operations are
+    joined again only when it changed."""
 
-    __slots__ = ("_blocks", "_count", "_firsts", "_joined")
+    __slots__ = ("_blocks", "_count", "_entries", "_firsts", "_joined")
 
-    def __init__(self, keys: Iterable[_Key]) -> None:
-        every = list(keys)
+    def __init__(self, kept: Iterable[tuple[_Key, KeptOperation]]) -> None:
+        every = list(kept)
         self._count = len(every)
-        self._blocks = [every[i : i + _BLOCK] for i in range(0, len(every), _BLOCK)]
+        parts = [every[i : i + _BLOCK] for i in range(0, len(every), _BLOCK)]
+        self._blocks = [[key for key, _ in part] for part in parts]
+        self._entries = [[entry for _, entry in part] for part in parts]
         self._firsts = [block[0] for block in self._blocks]
         self._joined: list[tuple[CompiledOperation, ...] | None] = [None] * len(self._blocks)
 
-    def __iter__(self) -> Iterator[_Key]:
-        return chain.from_iterable(self._blocks)
+    def entries(self) -> Iterator[KeptOperation]:
+        return chain.from_iterable(self._entries)
 
     def __len__(self) -> int:
         return self._count
@@ -460,22 +463,26 @@ class _Order:
     def _at(self, key: _Key) -> int:
         return max(bisect_right(self._firsts, key) - 1, 0)
 
-    def add(self, key: _Key) -> None:
+    def put(self, key: _Key, entry: KeptOperation) -> None:
+        """``key``'s entry, added or stored again."""
         if not self._blocks:
-            self._blocks, self._firsts, self._joined = [[key]], [key], [None]
-            self._count = 1
+            self._blocks, self._entries, self._firsts = [[key]], [[entry]], [key]
+            self._joined, self._count = [None], 1
             return
         i = self._at(key)
-        block = self._blocks[i]
-        self._joined[i] = None  # added, or compiled again
+        block, entries = self._blocks[i], self._entries[i]
+        self._joined[i] = None
         at = bisect_left(block, key)
         if at < len(block) and block[at] == key:
+            entries[at] = entry
             return
         block.insert(at, key)
+        entries.insert(at, entry)
         self._count += 1
         self._firsts[i] = block[0]
         if len(block) > 2 * _BLOCK:  # split in two
             self._blocks[i : i + 1] = [block[:_BLOCK], block[_BLOCK:]]
+            self._entries[i : i + 1] = [entries[:_BLOCK], entries[_BLOCK:]]
             self._firsts[i : i + 1] = [block[0], block[_BLOCK]]
             self._joined[i : i + 1] = [None, None]
 
@@ -487,22 +494,21 @@ class _Order:
         at = bisect_left(block, key)
         if at == len(block) or block[at] != key:
             return
-        del block[at]
+        del block[at], self._entries[i][at]
         self._count -= 1
         if block:
             self._firsts[i] = block[0]
             self._joined[i] = None
         else:
-            del self._blocks[i], self._firsts[i], self._joined[i]
+            del self._blocks[i], self._entries[i], self._firsts[i], self._joined[i]
 
-    def joined(
-        self, operations: Callable[[_Key], tuple[CompiledOperation, ...]]
-    ) -> tuple[CompiledOperation, ...]:
-        """Every key's ``operations``, in order: a block's joined once while it is the same."""
+    def joined(self) -> tuple[CompiledOperation, ...]:
+        """Every entry's dispatched operations, in order: a block's joined once while it
+        is the same."""
         joined = self._joined
         for i, part in enumerate(joined):
             if part is None:
-                joined[i] = tuple(chain.from_iterable(map(operations, self._blocks[i])))
+                joined[i] = tuple(chain.from_iterable(map(_OPERATIONS, self._entries[i])))
         return tuple(chain.from_iterable(cast(list[tuple[CompiledOperation, ...]], joined)))
 
 
