@@ -15,6 +15,9 @@ growth of each from the smaller size to the larger.
     PYTHONPATH=$PWD python bench/commit_cost.py [--sizes 10000,100000] [--profile OUT.txt]
 
 ``--profile`` writes a pyinstrument profile of the larger size's commits (not the cold).
+``--sync N`` first times the reader: ``ConfigRepo.sync`` of a Git repo of N operation files
+after three one-file commits, beside its first (full) read; this process's CPU, git's own
+not counted.
 """
 
 from __future__ import annotations
@@ -120,11 +123,52 @@ def measure(n: int, profile: Path | None) -> dict[str, tuple[float, float, float
     return rows
 
 
+def sync_cost(n: int) -> None:
+    """``ConfigRepo.sync`` after a one-file commit, beside the first sync (a full read)."""
+    import subprocess
+    import tempfile
+
+    from reconciler.adapters.git import ConfigRepo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        ops = work / "projects/bench/operations"
+        ops.mkdir(parents=True)
+        (work / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
+        for i in range(n):
+            (ops / f"h{i:06d}.yaml").write_text(f"kind: Operation\nname: h{i:06d}\n")
+
+        def commit(message: str) -> None:
+            for args in (["add", "-A"], ["commit", "-qm", message]):
+                subprocess.run(
+                    ["git", "-C", str(work), "-c", "user.name=b", "-c", "user.email=b@b", *args],
+                    check=True,
+                )
+
+        subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+        commit("all")
+        repo = ConfigRepo(str(work), "main", cache_dir=Path(tmp) / "cache")
+        full, _ = cpu(repo.sync)
+        print(f"ConfigRepo.sync of {n:,} files: first (full) {full * 1000:.0f} ms", flush=True)
+        for r in range(3):
+            (ops / f"new-{r}.yaml").write_text(f"kind: Operation\nname: new-{r}\n")
+            commit(f"new {r}")
+            took, snapshot = cpu(repo.sync)
+            assert snapshot.changes is not None
+            print(
+                f"  after a one-file commit: {took * 1000:.1f} ms ({took / full:.2%} of the full)",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--sync", type=int, default=0, metavar="N")
     args = parser.parse_args()
+    if args.sync:
+        sync_cost(args.sync)
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {}
     for n in sizes:
