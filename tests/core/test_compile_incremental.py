@@ -226,12 +226,13 @@ def test_a_preset_change_recompiles_only_the_operations_that_use_it() -> None:
 
 def test_a_new_operation_compiles_alone_and_the_layout_change_of_a_preset_recompiles_all() -> None:
     cache = CompileCache()
-    compile_repo(BASE, cache=cache)
-    files = dict(BASE.files)
+    compile_repo(PLAIN, cache=cache)
+    files = dict(PLAIN.files)
     _edit(files, "copy-op", "", 0)
-    before = cache.compiled
+    before, reused = cache.compiled, cache.reused
     compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
     assert cache.compiled - before == 1
+    assert cache.reused - reused == sum(1 for p in PLAIN.files if "/operations/" in p)
     files["presets/extra.yaml"] = RepoFile(
         "presets/extra.yaml", b"kind: Preset\nname: extra\npatchStrategy: isnull\n"
     )

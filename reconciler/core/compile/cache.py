@@ -302,6 +302,7 @@ class CompileCache:
         order = self._order
         assert order is not None and repo.changed is not None
         keys = self._dirty
+        forgotten = set(keys)  # in the order: those added are not
         self._dirty = set()
         for path in repo.changed:
             if is_operation(path):
@@ -317,7 +318,7 @@ class CompileCache:
                 self._forget(key)
                 order.discard(key)
         self._dirty.clear()
-        self.reused += len(order) - len(out)
+        self.reused += len(order) - sum(key in forgotten for key in out)
         return out
 
     def unordered(self) -> None:
