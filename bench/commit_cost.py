@@ -15,6 +15,9 @@ growth of each from the smaller size to the larger.
     PYTHONPATH=$PWD python bench/commit_cost.py [--sizes 10000,100000] [--profile OUT.txt]
 
 ``--profile`` writes a pyinstrument profile of the larger size's commits (not the cold).
+``--sync N`` first times the reader: ``ConfigRepo.sync`` of a Git repo of N operation files
+after three one-file commits, beside its first (full) read; this process's CPU, git's own
+not counted.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import TypeVar
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.decision.cycle import ClusterListing, Decision, Memory, decide
 from reconciler.core.plan.groups import PlanCache
-from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot
+from reconciler.core.types import CompiledRepo, RepoFile, RepoSnapshot, SnapshotChanges
 from reconciler.runtime.service import settle_heap
 
 OP = (
@@ -77,9 +80,16 @@ def measure(n: int, profile: Path | None) -> dict[str, tuple[float, float, float
     listing = {"local": ClusterListing(())}
     rows: dict[str, tuple[float, float, float]] = {}
 
-    def cycle(label: str, compiled: CompiledRepo | None = None) -> tuple[CompiledRepo, Decision]:
-        nonlocal memory
-        snapshot = RepoSnapshot(dict(files), version=label)
+    last = ""
+
+    def cycle(
+        label: str, compiled: CompiledRepo | None = None, changed: frozenset[str] = frozenset()
+    ) -> tuple[CompiledRepo, Decision]:
+        nonlocal memory, last
+        # what changed since the last snapshot, as ConfigRepo says it (git diff-tree)
+        changes = SnapshotChanges(last, changed) if last else None
+        snapshot = RepoSnapshot(dict(files), version=label, changes=changes)
+        last = label
         t_compile, got = cpu(lambda: compiled or compile_repo(snapshot, cache=cache))
         assert got.valid, got.errors[:3]
         t_full, full = cpu(lambda: decide(got, listing, memory, NOW))
@@ -98,13 +108,14 @@ def measure(n: int, profile: Path | None) -> dict[str, tuple[float, float, float
         profiler = Profiler(interval=0.001)
         profiler.start()
     cycle("no new commit", compiled)  # the reconciler reuses the compiled repo
+    last = "cold"
     for r in range(3):
         path = f"projects/bench/operations/new-{r}.yaml"
         files[path] = RepoFile(path, OP.format(name=f"new-{r}").encode())
-        cycle(f"a new operation ({r + 1})")
+        cycle(f"a new operation ({r + 1})", changed=frozenset({path}))
     path = "projects/bench/presets/move-0.yaml"
     files[path] = RepoFile(path, MOVE.format(i=0, queue="bulk").encode())
-    _, decision = cycle("a preset of 1% changed")
+    _, decision = cycle("a preset of 1% changed", changed=frozenset({path}))
     assert len(decision.plan.dispatch) >= n // 100
     if profiler is not None and profile is not None:
         profiler.stop()
@@ -112,11 +123,52 @@ def measure(n: int, profile: Path | None) -> dict[str, tuple[float, float, float
     return rows
 
 
+def sync_cost(n: int) -> None:
+    """``ConfigRepo.sync`` after a one-file commit, beside the first sync (a full read)."""
+    import subprocess
+    import tempfile
+
+    from reconciler.adapters.git import ConfigRepo
+
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp) / "work"
+        ops = work / "projects/bench/operations"
+        ops.mkdir(parents=True)
+        (work / "reconciler.yaml").write_text("kind: Org\nname: bench\n")
+        for i in range(n):
+            (ops / f"h{i:06d}.yaml").write_text(f"kind: Operation\nname: h{i:06d}\n")
+
+        def commit(message: str) -> None:
+            for args in (["add", "-A"], ["commit", "-qm", message]):
+                subprocess.run(
+                    ["git", "-C", str(work), "-c", "user.name=b", "-c", "user.email=b@b", *args],
+                    check=True,
+                )
+
+        subprocess.run(["git", "init", "-q", "-b", "main", str(work)], check=True)
+        commit("all")
+        repo = ConfigRepo(str(work), "main", cache_dir=Path(tmp) / "cache")
+        full, _ = cpu(repo.sync)
+        print(f"ConfigRepo.sync of {n:,} files: first (full) {full * 1000:.0f} ms", flush=True)
+        for r in range(3):
+            (ops / f"new-{r}.yaml").write_text(f"kind: Operation\nname: new-{r}\n")
+            commit(f"new {r}")
+            took, snapshot = cpu(repo.sync)
+            assert snapshot.changes is not None
+            print(
+                f"  after a one-file commit: {took * 1000:.1f} ms ({took / full:.2%} of the full)",
+                flush=True,
+            )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--profile", type=Path, default=None)
+    parser.add_argument("--sync", type=int, default=0, metavar="N")
     args = parser.parse_args()
+    if args.sync:
+        sync_cost(args.sync)
     sizes = [int(s) for s in args.sizes.split(",")]
     results = {}
     for n in sizes:

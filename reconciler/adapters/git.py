@@ -40,7 +40,7 @@ from reconciler.adapters.repo import (
     read_needed,
 )
 from reconciler.core.load import check_path, is_config_path
-from reconciler.core.types import RepoFile, RepoSnapshot
+from reconciler.core.types import RepoFile, RepoSnapshot, SnapshotChanges
 from reconciler.core.views.queue_view import BlameLine
 
 _ZERO = "0" * 40
@@ -273,7 +273,7 @@ class ConfigRepo:
         self._files: dict[str, RepoFile] = {}
         self._entries: dict[str, _Entry] = {}
         self._read: set[str] = set()  # paths of ``_files`` whose content was read
-        self._links = False  # the last tree holds a symlink
+        self._link_count = 0  # the symlinks in the last tree
         self.last_sync_stats: SyncStats | None = None
 
     def open(self) -> git.Repo:
@@ -327,19 +327,25 @@ class ConfigRepo:
         previous = self._version
         if previous == sha:
             self.last_sync_stats = SyncStats(sha, previous, False, 0, 0, 0, 0)
-            return RepoSnapshot(files=dict(self._files), version=sha)
+            return RepoSnapshot(
+                files=dict(self._files), version=sha, changes=SnapshotChanges(sha, frozenset())
+            )
         old = self._entries if previous is not None else {}
         changes = self._diff(repo, previous, sha, old) if previous is not None else None
         if changes is not None:  # the change only (O(changed))
             entries, added, modified, deleted = changes
+            links = self._link_count
+            links -= sum(old[p].mode == _LINK_MODE for p in (*modified, *deleted))
+            links += sum(entries[p].mode == _LINK_MODE for p in (*added, *modified))
         else:
             try:
                 entries = _ls_tree(repo, sha)
             except git.GitCommandError as err:
                 raise GitSyncError(f"cannot read commit {sha[:12]}: {_reason(err)}") from None
             added = [p for p in entries if p not in old]
-            modified = [p for p, e in entries.items() if p in old and old[p] != e]
+            modified = [p for p in entries if p in old and old[p] != entries[p]]
             deleted = [p for p in old if p not in entries]
+            links = sum(e.mode == _LINK_MODE for e in entries.values())
         # First-commit times: incremental (added paths only) along a fast-forward; the
         # whole history again when the branch was rewritten or on the first sync.
         times: Mapping[str, datetime]
@@ -350,10 +356,14 @@ class ConfigRepo:
             for path, f in self._files.items():
                 if path in entries and path not in modified:
                     keep[path] = _with_time(f, times.get(path))
+            have = self._read.intersection(keep)  # unchanged, content read
         else:
             times = first_commit_times(repo, sha, added) if added else {}
-            keep = {p: f for p, f in self._files.items() if p in entries and p not in modified}
-        have = {path for path in keep if path in self._read}  # unchanged, content read
+            # the last files in their order, those modified replaced in place below
+            keep = dict(self._files)
+            for path in deleted:
+                keep.pop(path, None)
+            have = self._read.difference(modified, deleted)
         files = keep
         blobs = 0
         for path in (*added, *modified):
@@ -363,10 +373,11 @@ class ConfigRepo:
                 repo, path, entry.mode, bytes.fromhex(entry.sha), first, content=False
             )
             blobs += entry.mode == git.Blob.link_mode
-        links = any(e.mode == _LINK_MODE for e in entries.values())
-        if not full and not links and not self._links:
+        hint: SnapshotChanges | None = None
+        if not full and not links and not self._link_count:
             # no symlink before or now: the loader reads every config file, so those added
-            # or changed are the blobs to read (read_needed would resolve the whole tree)
+            # or changed are the blobs to read (read_needed would resolve the whole tree),
+            # and every file not added, modified or deleted is the last snapshot's
             fresh = [
                 p
                 for p in (*added, *modified)
@@ -376,18 +387,22 @@ class ConfigRepo:
                 files[path] = _with_content(files[path], read_blob(repo, _binsha(entries, path)))
             self._read = have.union(fresh)
             blobs += len(fresh)
+            if previous is not None:
+                hint = SnapshotChanges(previous, frozenset((*added, *modified, *deleted)))
         else:
             shas = {path: bytes.fromhex(e.sha) for path, e in entries.items()}
             self._read, read = read_needed(repo, files, shas, have)
             blobs += read
-        self._links = links
-        self._files = dict(sorted(files.items()))
+        self._link_count = links
+        # sorted on a full read; after a diff, the last order with the paths added after
+        # it (no reader depends on the order: they sort)
+        self._files = dict(sorted(files.items())) if full or changes is None else files
         self._entries = entries
         self._version = sha
         self.last_sync_stats = SyncStats(
             sha, previous, previous is None, blobs, len(added), len(modified), len(deleted)
         )
-        return RepoSnapshot(files=dict(self._files), version=sha)
+        return RepoSnapshot(files=dict(self._files), version=sha, changes=hint)
 
     @staticmethod
     def _diff(

@@ -100,12 +100,27 @@ class RepoFile:
     submodule: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class SnapshotChanges:
+    """What a snapshot's reader knows changed since the snapshot of version ``since``:
+    every path whose file differs (content, first-commit time, kind; added or removed) is
+    one of ``paths`` (a path that did not change may be one too). A Git reader knows it
+    from ``git diff-tree`` between the two commits."""
+
+    since: str
+    paths: frozenset[str]
+
+
 @dataclass(frozen=True)
 class RepoSnapshot:
-    """A whole config tree at one version (a commit SHA, or ``worktree`` outside Git)."""
+    """A whole config tree at one version (a commit SHA, or ``worktree`` outside Git).
+    ``changes``: what changed since an earlier snapshot, when the reader knows (an index
+    derived from that snapshot's then diffs only those paths; a copy with other files
+    leaves it out)."""
 
     files: Mapping[str, RepoFile]
     version: str = "worktree"
+    changes: SnapshotChanges | None = field(default=None, compare=False, repr=False)
 
 
 # --- diagnostics ------------------------------------------------------------------------
@@ -725,6 +740,16 @@ class _Generations(Mapping[str, int]):
         return len(self._ops)
 
 
+@dataclass(frozen=True, slots=True)
+class OperationChanges:
+    """A compile's operations are ``since`` (an earlier compile's, that tuple) without
+    ``removed`` and with ``added`` (each the same objects, in no order)."""
+
+    since: tuple[CompiledOperation, ...]
+    removed: tuple[CompiledOperation, ...]
+    added: tuple[CompiledOperation, ...]
+
+
 @dataclass(frozen=True)
 class CompiledRepo:
     """The result of compiling a whole snapshot. ``errors`` non-empty means the commit is
@@ -765,6 +790,25 @@ class CompiledRepo:
         """The operations ``stopped: true`` in the repo (once per compile)."""
         ops = self.operations
         return tuple(compress(map(attrgetter("id"), ops), map(attrgetter("stopped"), ops)))
+
+    @cached_property
+    def operation_changes(self) -> OperationChanges | None:
+        """How :attr:`operations` differ from an earlier compile's, when the compile
+        knows (:meth:`indexed`)."""
+        return None
+
+    def indexed(
+        self,
+        by_id: Mapping[str, CompiledOperation],
+        stopped_ids: tuple[str, ...],
+        changes: OperationChanges | None = None,
+    ) -> CompiledRepo:
+        """This repo with :attr:`by_id`, :attr:`stopped_ids` and
+        :attr:`operation_changes` given, as computed: a ``CompileCache`` keeps them from
+        commit to commit, patched by what changed, where computing them walks every
+        operation. A copy (``dataclasses.replace``) computes them again."""
+        vars(self).update(by_id=by_id, stopped_ids=stopped_ids, operation_changes=changes)
+        return self
 
     @property
     def fleet_clusters(self) -> frozenset[str]:

@@ -105,7 +105,7 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
     """The tree is diffed (``git diff-tree``), and without symlinks only added or changed
     config files are read: after each commit the snapshot is a fresh full read's."""
     repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
-    repo.sync()
+    last = repo.sync()
     project = work / "projects" / "p" / "operations"
     steps: list[tuple[str, Callable[[], None], int | None]] = [
         ("drop the symlink", lambda: (work / "queues" / "link.yaml").unlink(), 0),
@@ -143,6 +143,7 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
         ("a config file beside it", lambda: (project / "o5.yaml").write_text("x: 5\n"), 1),
         ("no submodule again", lambda: shutil.rmtree(work / "queues/s.yaml"), 0),
     ]
+    hinted = 0
     for n, (what, change, blobs) in enumerate(steps):
         change()
         commit_and_push(work, what, when=1_700_000_000 + 100 * (n + 1))
@@ -154,6 +155,15 @@ def test_incremental_sync_equals_a_full_read_over_many_kinds_of_change(
         assert stats is not None
         if blobs is not None:
             assert stats.blobs_read == blobs, what
+        # what it says changed since the last snapshot holds every path that did
+        hinted += snap.changes is not None
+        if snap.changes is not None:
+            assert snap.changes.since == last.version, what
+            paths = snap.files.keys() | last.files.keys()
+            differ = {p for p in paths if snap.files.get(p) != last.files.get(p)}
+            assert differ <= snap.changes.paths, what
+        last = snap
+    assert hinted >= 8  # each step without a symlink before or after it
 
 
 def _nested_repo(path: Path) -> None:

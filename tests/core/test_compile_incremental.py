@@ -17,8 +17,15 @@ from support.paths import TEMPLATE
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.compile import api as api_module
+from reconciler.core.compile import cache as cache_module
 from reconciler.core.compile.index import RepoIndex
-from reconciler.core.types import InternalError, RepoFile, RepoSnapshot
+from reconciler.core.types import (
+    CompiledRepo,
+    InternalError,
+    RepoFile,
+    RepoSnapshot,
+    SnapshotChanges,
+)
 
 BASE = snapshot_worktree(TEMPLATE)
 PATHS = sorted(p for p in BASE.files if p.endswith(".yaml") and not p.startswith("schemas/"))
@@ -33,6 +40,7 @@ EDITS = (
     "time",
     "shadow",
     "odd-op",
+    "stop",
 )
 # without its scheduled operation: unique names are then checked over what changed alone
 PLAIN = RepoSnapshot(
@@ -81,6 +89,8 @@ def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
     content = file.content
     if kind == "comment":
         content += f"\n# edit {n}\n".encode()
+    elif kind == "stop":  # (on an operation: its runs stopped, or a duplicate key)
+        content += b"\nstopped: true\n"
     elif kind == "break":
         content += b"\nkind: [unclosed\n"
     elif kind == "digit":
@@ -93,6 +103,15 @@ def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
         files[path] = replace(file, first_commit_time=when)
         return
     files[path] = replace(file, content=content)
+
+
+def _same(cached: CompiledRepo, full: CompiledRepo, commit: object = None) -> None:
+    """The compile with a cache is the full compile, and so are the operations by id and
+    the stopped ones it gives beside them."""
+    assert cached == full, commit
+    assert dict(cached.by_id) == dict(full.by_id), commit
+    assert cached.stopped_ids == full.stopped_ids, commit
+    assert dict(cached.generations) == dict(full.generations), commit
 
 
 edits = st.lists(
@@ -112,12 +131,42 @@ def test_an_incremental_compile_is_a_full_compile(
     one, the problems and the unique names from what changed, equal a full compile's."""
     cache = CompileCache()
     files = dict(base.files)
-    assert compile_repo(base, cache=cache) == compile_repo(base)
-    for i, commit in enumerate(commits):
-        for kind, path, n in commit:
-            _edit(files, kind, path, n)
-        snapshot = RepoSnapshot(dict(files), version=f"c{i}")
-        assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot), commit
+    # blocks of 1 or 2 operations (the kept order): split and emptied by a few commits
+    with mock.patch.object(cache_module, "_BLOCK", 1):
+        _same(compile_repo(base, cache=cache), compile_repo(base))
+        last = base
+        for i, commit in enumerate(commits):
+            for kind, path, n in commit:
+                _edit(files, kind, path, n)
+            # every other commit says what changed, as a Git reader does (diff-tree)
+            hint = _changes(last, files) if i % 2 else None
+            snapshot = RepoSnapshot(dict(files), version=f"c{i}", changes=hint)
+            _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot), commit)
+            last = snapshot
+
+
+def _changes(last: RepoSnapshot, files: dict[str, RepoFile]) -> SnapshotChanges:
+    """The paths whose file differs from ``last``'s, and one that does not."""
+    paths = {p for p in files.keys() | last.files.keys() if files.get(p) != last.files.get(p)}
+    return SnapshotChanges(last.version, frozenset({*paths, "reconciler.yaml"}))
+
+
+def test_a_snapshot_that_says_what_changed_since_another_than_the_last_is_diffed_in_full() -> None:
+    """What changed since an older snapshot says nothing of what changed since the last:
+    a preset edited, then put back as it was, is a change since the last snapshot only."""
+    cache = CompileCache()
+    files = dict(PLAIN.files)
+    compile_repo(PLAIN, cache=cache)
+    path = "projects/vision/presets/base.yaml"
+    files[path] = replace(files[path], content=files[path].content.replace(b"12h", b"11h"))
+    compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
+    files[path] = PLAIN.files[path]
+    new = "projects/vision/operations/new-0.yaml"
+    body = files["projects/vision/operations/dedupe.yaml"].content
+    files[new] = RepoFile(new, body.replace(b"name: dedupe", b"name: new-0"))
+    since_first = SnapshotChanges(PLAIN.version, frozenset({new}))  # true of PLAIN to c2
+    snapshot = RepoSnapshot(dict(files), version="c2", changes=since_first)
+    _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot))
 
 
 def test_a_commit_of_operation_files_derives_the_index_from_the_last_one() -> None:
@@ -136,7 +185,7 @@ def test_a_commit_of_operation_files_derives_the_index_from_the_last_one() -> No
     full = RepoIndex(snapshot)
     assert derived.files == full.files
     assert derived.projects == full.projects and derived.named == full.named
-    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot))
     files["presets/extra.yaml"] = RepoFile("presets/extra.yaml", b"kind: Preset\nname: extra\n")
     assert RepoIndex(RepoSnapshot(files), base=cache.index_base).changed is None
 
@@ -154,7 +203,7 @@ def test_a_new_operation_that_takes_a_kept_id_is_reported_as_in_a_full_compile()
     assert any("names two operations" in e.message for e in compiled.errors)
     del files["projects/vision/operations/sweep-lr-1.yaml"]
     snapshot = RepoSnapshot(dict(files), version="c2")
-    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot))
     assert compile_repo(snapshot, cache=cache).valid
 
 
@@ -177,18 +226,19 @@ def test_a_preset_change_recompiles_only_the_operations_that_use_it() -> None:
 
 def test_a_new_operation_compiles_alone_and_the_layout_change_of_a_preset_recompiles_all() -> None:
     cache = CompileCache()
-    compile_repo(BASE, cache=cache)
-    files = dict(BASE.files)
+    compile_repo(PLAIN, cache=cache)
+    files = dict(PLAIN.files)
     _edit(files, "copy-op", "", 0)
-    before = cache.compiled
+    before, reused = cache.compiled, cache.reused
     compile_repo(RepoSnapshot(dict(files), version="c1"), cache=cache)
     assert cache.compiled - before == 1
+    assert cache.reused - reused == sum(1 for p in PLAIN.files if "/operations/" in p)
     files["presets/extra.yaml"] = RepoFile(
         "presets/extra.yaml", b"kind: Preset\nname: extra\npatchStrategy: isnull\n"
     )
     before = cache.compiled
     snapshot = RepoSnapshot(dict(files), version="c2")
-    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot))
     assert cache.compiled - before == sum(1 for p in files if "/operations/" in p)
 
 
@@ -235,7 +285,7 @@ def test_an_unchanged_commit_reuses_every_operation_and_its_problems() -> None:
     before = cache.compiled
     files["README.md"] = RepoFile("README.md", b"changed")
     again = RepoSnapshot(dict(files), version="c2")
-    assert compile_repo(again, cache=cache) == compile_repo(again)
+    _same(compile_repo(again, cache=cache), compile_repo(again))
     assert cache.compiled == before  # a non-config file: nothing recompiled
 
 
@@ -272,5 +322,5 @@ def test_a_file_built_once_per_compile_is_a_read_of_every_operation_that_uses_it
     files[path] = replace(files[path], content=files[path].content.replace(old, new, 1))
     before = cache.compiled
     snapshot = RepoSnapshot(files, version="c1")
-    assert compile_repo(snapshot, cache=cache) == compile_repo(snapshot)
+    _same(compile_repo(snapshot, cache=cache), compile_repo(snapshot))
     assert cache.compiled - before == len(users)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 from decimal import Decimal
+from typing import cast
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -15,7 +16,7 @@ from support.builders import NOW
 from support.strategies import Case, cases
 
 from reconciler.core.plan import plan_dispatch
-from reconciler.core.plan.groups import PlanCache, plan_by_groups
+from reconciler.core.plan.groups import PlanCache, couple_operations, partition, plan_by_groups
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
@@ -23,6 +24,7 @@ from reconciler.core.types import (
     CohortSpec,
     CompiledOperation,
     ObservedOperation,
+    OperationChanges,
     OrgSettings,
     Phase,
     QueueSpec,
@@ -47,6 +49,8 @@ CHANGES = (
     "unreachable",
     "now",
     "budget",
+    "pause",
+    "drain",
 )
 
 
@@ -76,6 +80,7 @@ class World:
         self.now = NOW
         self.unreachable: frozenset[str] = frozenset()
         self.added = 0
+        self.last: tuple[CompiledOperation, ...] | None = None  # the last plan's operations
 
     def change(self, kind: str, n: int) -> None:
         names = sorted(self.queues)
@@ -88,11 +93,21 @@ class World:
             self.observed = [o for o in self.observed if o.operation != op.id]
             if kind == "phase":
                 phase = list(Phase)[n % len(Phase)]
-                self.observed.append(ObservedOperation(op.id, phase))
+                # as a cycle observes it (its queue on its workload), or an older run's
+                where = {"queue": op.queue} if n % 2 else {}
+                self.observed.append(ObservedOperation(op.id, phase, **where))
         elif kind == "queue":
             self.queues[queue.name] = replace(
                 queue, concurrency=n % 4 or None, paused=n % 5 == 0, priority=n % 3
             )
+        elif kind == "pause":  # the queue, or (n even) every queue of its cluster
+            for q in list(self.queues.values()):
+                if q is queue or (n % 2 == 0 and q.cluster == queue.cluster):
+                    self.queues[q.name] = replace(q, paused=not queue.paused)
+        elif kind == "drain":  # a preset moves some of a queue's operations elsewhere
+            mine = [i for i, op in enumerate(self.ops) if op.queue == queue.name]
+            for i in reversed(mine[n % 2 :: 2]):
+                del self.ops[i]
         elif kind == "budget":  # a budget of GPU hours: its window moves with the clock
             budget = BudgetSpec(Decimal(n % 5), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
             self.queues[queue.name] = replace(queue, budget=budget, default_timeout=3600)
@@ -118,16 +133,40 @@ class World:
                 self.ops[i] = replace(op, queue=queue.name, cluster=queue.cluster)
 
     def args(self) -> tuple[object, ...]:
-        # the observations as a cycle makes them: new objects, equal when nothing changed
+        # in compile order (by project and name); the observations as a cycle makes them:
+        # new objects, equal when nothing changed
+        ops = tuple(sorted(self.ops, key=lambda op: (op.project, op.name)))
         observed = [replace(o) for o in self.observed]
-        return self.ops, self.queues, self.clusters, observed, self.org, self.now
+        return ops, self.queues, self.clusters, observed, self.org, self.now
 
     def full(self) -> str:
         return plan_to_json(plan_dispatch(*self.args(), unreachable=self.unreachable))  # type: ignore[arg-type]
 
     def by_groups(self, cache: PlanCache) -> str:
-        plan = plan_by_groups(cache, *self.args(), unreachable=self.unreachable)  # type: ignore[arg-type]
-        assert plan == plan_dispatch(*self.args(), unreachable=self.unreachable)  # type: ignore[arg-type]
+        """The plan by groups, given what changed in the operations since the last one,
+        as a compile says it (``CompiledRepo.operation_changes``)."""
+        args = self.args()
+        ops = cast(tuple[CompiledOperation, ...], args[0])
+        changes = None
+        if self.last is not None:
+            before, now = {id(op) for op in self.last}, {id(op) for op in ops}
+            changes = OperationChanges(
+                self.last,
+                tuple(op for op in self.last if id(op) not in now),
+                tuple(op for op in ops if id(op) not in before),
+            )
+        self.last = ops
+        plan = plan_by_groups(cache, *args, unreachable=self.unreachable, changes=changes)  # type: ignore[arg-type]
+        assert plan == plan_dispatch(*args, unreachable=self.unreachable)  # type: ignore[arg-type]
+        # the couplings kept (patched by what changed) are those of all the operations
+        kept = cache._coupled
+        by_id = {op.id: op for op in ops}
+        fresh = couple_operations(ops, self.queues, self.clusters, by_id)
+        if kept is not None and kept.operations is ops and fresh is not None:
+            assert kept.by_queue == fresh.by_queue
+            assert kept.dependents == fresh.dependents
+            observed = cast(list[ObservedOperation], args[3])
+            assert partition(kept, observed, by_id) == partition(fresh, observed, by_id)
         return plan_to_json(plan)
 
 
@@ -148,6 +187,27 @@ def test_a_plan_by_groups_is_a_full_plan(case: Case, cycles: list[list[tuple[str
         for kind, n in cycle:
             world.change(kind, n)
         assert world.by_groups(cache) == world.full(), cycle
+
+
+SHRINKING = ("drain", "remove", "drain", "remove", "add", "move", "phase", "pause", "unreachable")
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(cases(), st.lists(st.tuples(st.sampled_from(SHRINKING), st.integers(0, 40)), max_size=8))
+@pytest.mark.slow
+def test_paused_queues_that_lose_operations_plan_as_a_full_plan(
+    case: Case, steps: list[tuple[str, int]]
+) -> None:
+    """Every queue paused at first, then operations removed (a preset moving some of them
+    to another queue), added, moved, observed, queues resumed: the paused groups that only
+    lost operations are taken from the last plan, and the plan equals the full plan."""
+    world = World(case)
+    world.queues = {n: replace(q, paused=True) for n, q in world.queues.items()}
+    cache = PlanCache()
+    assert world.by_groups(cache) == world.full()
+    for kind, n in steps:
+        world.change(kind, n)
+        assert world.by_groups(cache) == world.full(), kind
 
 
 def _world(*queues: QueueSpec, clusters: dict[str, ClusterSpec]) -> World:
@@ -240,3 +300,126 @@ def test_an_operation_counted_in_another_queue_couples_them() -> None:
     world.observed = []
     assert world.by_groups(cache) == world.full()
     assert '"p/moved"' in world.full()
+
+
+def test_a_paused_queue_that_loses_operations_is_taken_from_the_last_plan() -> None:
+    """Its remaining operations wait ``QueuePaused`` as before, at their new positions."""
+    world = _world(
+        QueueSpec("a", "c0", paused=True),
+        QueueSpec("b", "c1"),
+        clusters={"c0": ClusterSpec("c0"), "c1": ClusterSpec("c1")},
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops = [op for op in world.ops if op.name != "a-0"]
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (2, 2)
+
+
+def test_a_paused_queue_whose_cluster_cannot_be_read_is_planned_again() -> None:
+    """Its operations wait ``ClusterUnreachable`` (check 0, before the pause): planned."""
+    world = _world(QueueSpec("a", "c0", paused=True), clusters={"c0": ClusterSpec("c0")})
+    world.unreachable = frozenset({"c0"})
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops = world.ops[1:]
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (2, 0)
+
+
+def test_a_paused_queue_holding_a_run_of_an_operation_removed_is_planned_again() -> None:
+    """The run held its operation's requests; without the operation it holds none."""
+    world = _world(
+        QueueSpec("a", "c0", paused=True, quota={GPU: Decimal(4)}),
+        clusters={"c0": ClusterSpec("c0")},
+    )
+    world.observed = [ObservedOperation("p/a-0", Phase.RUNNING, queue="a")]
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops = world.ops[1:]
+    assert world.by_groups(cache) == world.full()
+    assert (cache.planned, cache.reused) == (2, 0)
+
+
+def test_a_workflow_child_moved_to_another_queue_couples_it() -> None:
+    """What a commit changed is coupled as a full coupling would: a workflow's child moved
+    to ``b`` couples ``b`` with ``a``, so approving the child in ``a`` replans ``b``."""
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    wf = WorkflowRef("p/wf", "matrix", 0, concurrency=1)
+    first = replace(_op("wf-0", a, 0), workflow=wf, is_approved=False)
+    second = replace(_op("wf-1", a, 0), workflow=replace(wf, index=1))
+    world = World(
+        Case((first, second), {"a": a, "b": b}, {"c0": ClusterSpec("c0")}, (), OrgSettings())
+    )
+    cache = PlanCache()
+    world.by_groups(cache)
+    world.ops[1] = replace(second, queue="b")
+    assert world.by_groups(cache) == world.full()
+    world.ops[0] = replace(first, is_approved=True)
+    assert world.by_groups(cache) == world.full()
+
+
+def _recoupled(
+    before: tuple[CompiledOperation, ...],
+    after: tuple[CompiledOperation, ...],
+    queues: dict[str, QueueSpec],
+    clusters: dict[str, ClusterSpec],
+) -> None:
+    """Plan ``before``, then ``after`` given what changed (as a compile gives it): the
+    couplings kept are those a full coupling of ``after`` gives, and so is the plan."""
+    cache = PlanCache()
+    org = OrgSettings()
+    plan_by_groups(cache, before, queues, clusters, (), org, NOW)
+    changes = OperationChanges(
+        before,
+        tuple(op for op in before if op not in after),
+        tuple(op for op in after if op not in before),
+    )
+    plan = plan_by_groups(cache, after, queues, clusters, (), org, NOW, changes=changes)
+    assert plan == plan_dispatch(after, queues, clusters, (), org, NOW)
+    by_id = {op.id: op for op in after}
+    kept, fresh = cache._coupled, couple_operations(after, queues, clusters, by_id)
+    assert kept is not None and fresh is not None
+    assert kept.by_queue == fresh.by_queue and kept.dependents == fresh.dependents
+    assert partition(kept, (), by_id) == partition(fresh, (), by_id)
+
+
+def test_an_operation_added_with_a_dependency_couples_its_queue_with_its_upstream() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    upstream = _op("up", a, 0)
+    down = replace(_op("down", b, 0), dependencies=("p/up",))
+    queues, clusters = {"a": a, "b": b}, {"c0": ClusterSpec("c0")}
+    _recoupled((upstream,), (down, upstream), queues, clusters)
+
+
+def test_an_operation_added_that_others_depend_on_couples_their_queues() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    upstream = _op("up", a, 0)
+    down = replace(_op("down", b, 0), dependencies=("p/up",))
+    queues, clusters = {"a": a, "b": b}, {"c0": ClusterSpec("c0")}
+    _recoupled((down,), (down, upstream), queues, clusters)
+
+
+def test_an_operation_added_on_a_limited_cluster_not_its_queues_couples_them() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c1")
+    clusters = {"c0": ClusterSpec("c0"), "c1": ClusterSpec("c1", concurrency=1)}
+    elsewhere = replace(_op("odd", a, 0), cluster="c1")
+    _recoupled((_op("b-0", b, 0),), (_op("b-0", b, 0), elsewhere), {"a": a, "b": b}, clusters)
+
+
+def test_a_workflow_child_added_to_a_queue_without_one_couples_it() -> None:
+    a, b = QueueSpec("a", "c0"), QueueSpec("b", "c0")
+    wf = WorkflowRef("p/wf", "matrix", 0, concurrency=1)
+    first = replace(_op("wf-0", a, 0), workflow=wf)
+    second = replace(_op("wf-1", b, 0), workflow=replace(wf, index=1))
+    queues, clusters = {"a": a, "b": b}, {"c0": ClusterSpec("c0")}
+    _recoupled((first,), (first, second), queues, clusters)
+
+
+def test_an_operation_added_beside_workflow_children_keeps_the_compile_order() -> None:
+    """The children of ``a.yaml`` come before ``a-b.yaml``'s operation in compile order,
+    not in name order: the queue's operations are coupled again in full."""
+    q = QueueSpec("q", "c0")
+    child = replace(_op("a-x", q, 0), workflow=WorkflowRef("p/a", "matrix", 0))
+    plain = _op("a-b", q, 0)
+    _recoupled((child,), (child, plain), {"q": q}, {"c0": ClusterSpec("c0")})

@@ -9,7 +9,7 @@ an unexpected exception becomes an ``InternalError``: a bug is never a config er
 from __future__ import annotations
 
 from collections.abc import Sequence
-from itertools import chain
+from itertools import chain, repeat
 from operator import attrgetter
 from typing import cast
 
@@ -41,6 +41,7 @@ from reconciler.core.types import (
     CompiledRepo,
     InternalError,
     OrgSettings,
+    RejectedOperation,
     RepoSnapshot,
 )
 
@@ -167,9 +168,12 @@ def _compile_repo(
         cache.begin(repo)
     _load_all(repo)
     errors = Errors()
+    if cache is not None and cache.ordered(repo):
+        return _compile_changed(snapshot, repo, cache, errors)
     # per operation, in order: its result and claims (the kept ones looked up in one pass)
     results: list[OperationResult] = []
     claimed: list[Sequence[Claim]] = []
+    keys: list[tuple[str, str]] = []
     for project in sorted(repo.projects):
         entry = repo.projects[project]
         if cache is None:
@@ -186,6 +190,7 @@ def _compile_repo(
         done = cast(list[KeptOperation], kept)
         results.extend(map(_RESULT, done))
         claimed.extend(map(_CLAIMS, done))
+        keys.extend(zip(repeat(project), names))
     if cache is None:
         errors.extend(chain.from_iterable(r.errors for r in results))
     else:
@@ -208,6 +213,48 @@ def _compile_repo(
         for op in operations:
             unique.setdefault(op.id, op)
         operations = list(unique.values())
+    if cache is not None:
+        cache.put_in_order(keys)
+    return _compiled(snapshot, repo, errors, tuple(operations), rejected, schedules, cache, twice)
+
+
+def _compile_changed(
+    snapshot: RepoSnapshot, repo: RepoIndex, cache: CompileCache, errors: Errors
+) -> CompiledRepo:
+    """``_compile_repo`` of a commit whose index is derived from the last one: the
+    operations forgotten or added compiled, the repo's put together from the cache's order
+    (``cache.py``)."""
+    try:
+        for project, name in cache.to_compile(repo):
+            _compile_cached(repo, project, name, cache)
+    except BaseException:
+        cache.unordered()
+        raise
+    file_errors, result_errors = cache.problems()  # as in ``_compile_repo``
+    repo.errors.extend(file_errors)
+    errors.extend(result_errors)
+    operations, rejected, schedules = cache.joined()
+    twice = cache.check_claims(cache.claims_in_order(), errors)
+    if twice:
+        unique: dict[str, CompiledOperation] = {}
+        for op in operations:
+            unique.setdefault(op.id, op)
+        operations = tuple(unique.values())
+    return _compiled(snapshot, repo, errors, operations, rejected, schedules, cache, twice)
+
+
+def _compiled(
+    snapshot: RepoSnapshot,
+    repo: RepoIndex,
+    errors: Errors,
+    operations: tuple[CompiledOperation, ...],
+    rejected: Sequence[RejectedOperation],
+    schedules: Sequence[CompiledOperation],
+    cache: CompileCache | None,
+    twice: set[str],
+) -> CompiledRepo:
+    """The compiled repo: the operations given, and the repo's clusters, queues,
+    connections, cohorts and flavors; with a cache, its operations indexed by it."""
     check_namespaces(repo, errors)
     clusters = {n: c for n in sorted(repo.named["Cluster"]) if (c := find_cluster(repo, n))}
     queues = {n: q for n in sorted(repo.named["Queue"]) if (q := find_queue(repo, n))}
@@ -216,12 +263,12 @@ def _compile_repo(
     }
     cohorts = {n: co for n in sorted(repo.named["Cohort"]) if (co := find_cohort(repo, n))}
     flavors = {n: f for n in sorted(repo.named["Flavor"]) if (f := find_flavor(repo, n))}
-    return CompiledRepo(
+    compiled = CompiledRepo(
         version=snapshot.version,
         org=repo.org_settings(),
         clusters=clusters,
         queues=queues,
-        operations=tuple(operations),
+        operations=operations,
         rejected=tuple(rejected),
         errors=repo.errors.finish(errors),
         connections=connections,
@@ -229,6 +276,8 @@ def _compile_repo(
         flavors=flavors,
         schedules=tuple(schedules),
     )
+    index = cache.index(operations, not twice) if cache is not None else None
+    return compiled if index is None else compiled.indexed(*index)
 
 
 def org_settings(snapshot: RepoSnapshot) -> tuple[OrgSettings, tuple[str, ...]]:

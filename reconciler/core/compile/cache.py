@@ -18,24 +18,44 @@ to the groups of operations that read the same shared files); every other kept o
 is reused as is, with its name claims and its file's problems. When a commit of a plain
 repo edits files or adds or removes operation files, the index is derived from the last
 one (``index.derive_index``) and names the changed paths itself: no layout to compare,
-nothing else to diff or retain.
+nothing else to diff or retain. Such a commit then compiles the operations forgotten and
+added, and puts the repo's operations together from what it keeps in compile order
+(``_Order``: blocks of operations, each joined once, a commit joining again only those
+it changed), with their ids indexed and the stopped ones (``index``): O(changed) again.
 """
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
-from collections.abc import Iterable, Mapping, Sequence
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import chain
+from operator import attrgetter
+from typing import cast
 
 from reconciler.core.compile.errors import Errors
-from reconciler.core.compile.index import IndexBase, LoadMemo, ProjectEntry, RepoIndex, is_operation
+from reconciler.core.compile.index import (
+    IndexBase,
+    LoadMemo,
+    ProjectEntry,
+    RepoIndex,
+    is_operation,
+    stem,
+)
 from reconciler.core.compile.names import Claim, check_unique, index_claims
 from reconciler.core.compile.operations import OperationResult
 from reconciler.core.load import ParseCache
-from reconciler.core.types import ConfigError, RepoFile
+from reconciler.core.types import (
+    CompiledOperation,
+    ConfigError,
+    OperationChanges,
+    RejectedOperation,
+    RepoFile,
+)
 
 _Key = tuple[str, str]  # (project, operation name)
+_ID, _CLAIMS = attrgetter("id"), attrgetter("claims")
+_OPERATIONS = attrgetter("result.operations")
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +109,19 @@ class CompileCache:
         # per project: its index's operations (the same dict while they did not change)
         # and their names, sorted
         self._names: dict[str, tuple[dict[str, str], list[str]]] = {}
+        # the kept operations in compile order, once a compile put them together (else
+        # None: the next compile looks every name up), and those forgotten since
+        self._order: _Order | None = None
+        self._dirty: set[_Key] = set()
+        # of the kept operations: those refused, scheduled, stopped; the dispatched ones
+        # by id when the last compile gave each id once (else None), and the operations
+        # stored (True) and forgotten since
+        self._rejected: dict[_Key, RejectedOperation] = {}
+        self._scheduled: dict[_Key, tuple[CompiledOperation, ...]] = {}
+        self._stopped: dict[_Key, tuple[str, ...]] = {}
+        self._by_id: dict[str, CompiledOperation] | None = None
+        self._op_changes: list[tuple[bool, tuple[CompiledOperation, ...]]] = []
+        self._last_operations: tuple[CompiledOperation, ...] | None = None  # the last index's
         self.reused = 0
         self.compiled = 0
 
@@ -113,6 +146,13 @@ class CompileCache:
             self._result_errors.clear()
             self._ids = None
             self._claim_changes.clear()
+            self._order = None
+            self._dirty.clear()
+            self._rejected.clear()
+            self._scheduled.clear()
+            self._stopped.clear()
+            self._by_id = None
+            self._op_changes.clear()
             self._layout = layout
         else:
             for path in _changed(self._contents, repo.files, self._files, repo.snapshot.files):
@@ -147,7 +187,7 @@ class CompileCache:
         self._names[project.name] = (ops, names)
         return names
 
-    def check_claims(self, claimed: Sequence[Sequence[Claim]], errors: Errors) -> set[str]:
+    def check_claims(self, claimed: Iterable[Sequence[Claim]], errors: Errors) -> set[str]:
         """``names.check_unique`` over ``claimed`` (each operation's claims, in compile
         order), from the claims stored and forgotten since the last check while none of
         them collide; else over them all. Returns the ids claimed twice."""
@@ -233,12 +273,111 @@ class CompileCache:
             self._own[path] = (*self._own.get(path, ()), key)
         kept = KeptOperation(own, shared, result, tuple(claims), tuple(file_errors))
         self._by_project.setdefault(project, {})[name] = kept
+        if self._order is not None:
+            self._order.put(key, kept)
         if kept.file_errors:
             self._file_errors[key] = kept.file_errors
         if result.errors:
             self._result_errors[key] = tuple(result.errors)
+        if result.rejected is not None:
+            self._rejected[key] = result.rejected
+        if result.scheduled:
+            self._scheduled[key] = result.scheduled
+        stopped = tuple(op.id for op in result.operations if op.stopped)
+        if stopped:
+            self._stopped[key] = stopped
         self._claim_changes.append((True, kept.claims))
+        self._op_changes.append((True, result.operations))
         self.compiled += 1
+
+    def ordered(self, repo: RepoIndex) -> bool:
+        """Whether this compile of ``repo`` (``begin`` called) takes the O(changed) path:
+        an index derived from the last one, whose compile put its operations in order."""
+        return repo.changed is not None and self._order is not None
+
+    def to_compile(self, repo: RepoIndex) -> list[_Key]:
+        """(The O(changed) path) the operations to compile, in order: those forgotten or
+        added since the last compile that ``repo`` holds; those it no longer holds leave
+        the order."""
+        order = self._order
+        assert order is not None and repo.changed is not None
+        keys = self._dirty
+        forgotten = set(keys)  # in the order: those added are not
+        self._dirty = set()
+        for path in repo.changed:
+            if is_operation(path):
+                parts = path.split("/")
+                keys.add((parts[1], stem(parts[3])))
+        out: list[_Key] = []
+        for key in sorted(keys):
+            entry = repo.projects.get(key[0])
+            if entry is not None and key[1] in entry.operations:
+                if key[1] not in self._by_project.get(key[0], {}):
+                    out.append(key)  # put in the order once stored
+            else:
+                self._forget(key)
+                order.discard(key)
+        self._dirty.clear()
+        self.reused += len(order) - sum(key in forgotten for key in out)
+        return out
+
+    def unordered(self) -> None:
+        """A compile failed half-way: the next one looks every name up."""
+        self._order = None
+
+    def put_in_order(self, keys: Iterable[_Key]) -> None:
+        """(After a compile that looked every name up) the operations in compile order."""
+        by_project = self._by_project
+        self._order = _Order((key, by_project[key[0]][key[1]]) for key in keys)
+        self._dirty.clear()
+
+    def joined(
+        self,
+    ) -> tuple[tuple[CompiledOperation, ...], list[RejectedOperation], list[CompiledOperation]]:
+        """(The O(changed) path) every kept operation's dispatched operations, refusal and
+        schedules, in compile order."""
+        order = self._order
+        assert order is not None
+        operations = order.joined()
+        rejected = [self._rejected[k] for k in sorted(self._rejected)]
+        schedules = list(chain.from_iterable(self._scheduled[k] for k in sorted(self._scheduled)))
+        return operations, rejected, schedules
+
+    def claims_in_order(self) -> Iterator[tuple[Claim, ...]]:
+        """(The O(changed) path) every kept operation's claims, in compile order."""
+        assert self._order is not None
+        return map(_CLAIMS, self._order.entries())
+
+    def index(
+        self, operations: tuple[CompiledOperation, ...], unique: bool = True
+    ) -> tuple[dict[str, CompiledOperation], tuple[str, ...], OperationChanges | None] | None:
+        """``operations`` (this compile's) by id, the ids of those stopped in order, and
+        how they differ from the last compile's: the last compile's, changed by the
+        operations stored and forgotten since (O(changed)), or counted over them all (no
+        difference known). None when an id is claimed twice (not ``unique``: the compile
+        kept the first of each) or given twice."""
+        changes, self._op_changes = self._op_changes, []
+        last, self._last_operations = self._last_operations, operations
+        if not unique:
+            self._by_id = None
+            return None
+        by_id = _patched(self._by_id, changes, len(operations))
+        differ: OperationChanges | None = None
+        if by_id is not None and last is not None:
+            differ = OperationChanges(
+                last,
+                tuple(chain.from_iterable(ops for stored, ops in changes if not stored)),
+                tuple(chain.from_iterable(ops for stored, ops in changes if stored)),
+            )
+        if by_id is None:
+            by_id = dict(zip(map(_ID, operations), operations, strict=True))
+            if len(by_id) != len(operations):
+                self._by_id = None
+                return None
+        self._by_id = by_id
+        stopped = self._stopped
+        ids = tuple(chain.from_iterable(stopped[k] for k in sorted(stopped)))
+        return by_id, ids, differ
 
     def retain(self, files: Mapping[str, object], operations: Iterable[_Key]) -> None:
         """Forget what is no longer in the repo."""
@@ -254,8 +393,13 @@ class CompileCache:
         if entry is None:
             return
         self._claim_changes.append((False, entry.claims))
+        self._op_changes.append((False, entry.result.operations))
+        self._dirty.add(key)
         self._file_errors.pop(key, None)
         self._result_errors.pop(key, None)
+        self._rejected.pop(key, None)
+        self._scheduled.pop(key, None)
+        self._stopped.pop(key, None)
         for path in entry.own:
             readers = tuple(k for k in self._own.get(path, ()) if k != key)
             if readers:
@@ -273,6 +417,103 @@ class CompileCache:
                         groups.discard(entry.shared)
                         if not groups:
                             del self._readers[path]
+
+
+def _patched(
+    by_id: dict[str, CompiledOperation] | None,
+    changes: Sequence[tuple[bool, tuple[CompiledOperation, ...]]],
+    count: int,
+) -> dict[str, CompiledOperation] | None:
+    """A copy of ``by_id`` with the operations stored (True) and forgotten since, when
+    that is fewer than ``count`` and gives ``count`` ids each once; else None."""
+    if by_id is None or len(changes) >= count:
+        return None
+    out = dict(by_id)  # the last compile's is its repo's: never changed
+    for stored, ops in changes:
+        for op in ops:
+            if not stored:
+                if out.get(op.id) is op:
+                    del out[op.id]
+            elif out.setdefault(op.id, op) is not op:
+                return None
+    return out if len(out) == count else None
+
+
+class _Order:
+    """The kept operations by key, in sorted order, in blocks of at most ``2 * _BLOCK``: a
+    key added, removed or stored again changes one block, and each block's operations are
+    joined again only when it changed."""
+
+    __slots__ = ("_blocks", "_count", "_entries", "_firsts", "_joined")
+
+    def __init__(self, kept: Iterable[tuple[_Key, KeptOperation]]) -> None:
+        every = list(kept)
+        self._count = len(every)
+        parts = [every[i : i + _BLOCK] for i in range(0, len(every), _BLOCK)]
+        self._blocks = [[key for key, _ in part] for part in parts]
+        self._entries = [[entry for _, entry in part] for part in parts]
+        self._firsts = [block[0] for block in self._blocks]
+        self._joined: list[tuple[CompiledOperation, ...] | None] = [None] * len(self._blocks)
+
+    def entries(self) -> Iterator[KeptOperation]:
+        return chain.from_iterable(self._entries)
+
+    def __len__(self) -> int:
+        return self._count
+
+    def _at(self, key: _Key) -> int:
+        return max(bisect_right(self._firsts, key) - 1, 0)
+
+    def put(self, key: _Key, entry: KeptOperation) -> None:
+        """``key``'s entry, added or stored again."""
+        if not self._blocks:
+            self._blocks, self._entries, self._firsts = [[key]], [[entry]], [key]
+            self._joined, self._count = [None], 1
+            return
+        i = self._at(key)
+        block, entries = self._blocks[i], self._entries[i]
+        self._joined[i] = None
+        at = bisect_left(block, key)
+        if at < len(block) and block[at] == key:
+            entries[at] = entry
+            return
+        block.insert(at, key)
+        entries.insert(at, entry)
+        self._count += 1
+        self._firsts[i] = block[0]
+        if len(block) > 2 * _BLOCK:  # split in two
+            self._blocks[i : i + 1] = [block[:_BLOCK], block[_BLOCK:]]
+            self._entries[i : i + 1] = [entries[:_BLOCK], entries[_BLOCK:]]
+            self._firsts[i : i + 1] = [block[0], block[_BLOCK]]
+            self._joined[i : i + 1] = [None, None]
+
+    def discard(self, key: _Key) -> None:
+        if not self._blocks:
+            return
+        i = self._at(key)
+        block = self._blocks[i]
+        at = bisect_left(block, key)
+        if at == len(block) or block[at] != key:
+            return
+        del block[at], self._entries[i][at]
+        self._count -= 1
+        if block:
+            self._firsts[i] = block[0]
+            self._joined[i] = None
+        else:
+            del self._blocks[i], self._entries[i], self._firsts[i], self._joined[i]
+
+    def joined(self) -> tuple[CompiledOperation, ...]:
+        """Every entry's dispatched operations, in order: a block's joined once while it
+        is the same."""
+        joined = self._joined
+        for i, part in enumerate(joined):
+            if part is None:
+                joined[i] = tuple(chain.from_iterable(map(_OPERATIONS, self._entries[i])))
+        return tuple(chain.from_iterable(cast(list[tuple[CompiledOperation, ...]], joined)))
+
+
+_BLOCK = 256
 
 
 def _changed(

@@ -8,7 +8,9 @@ and caching files, typed access to the org, project and named files, the org's s
 helpers to read loaded documents. Following a name from one file to another is ``references.py``'s.
 Also the index derived from the last one (``IndexBase``): when a commit of a plain repo
 edits files, or adds or removes operation files, the layout is the last one's with those
-files registered, O(changed) after an identity diff of the snapshot, not O(files).
+files registered, O(changed) after an identity diff of the snapshot, not O(files); with
+no diff at all when the snapshot says what changed since the base's (``changes``: a Git
+reader's ``diff-tree``).
 """
 
 from __future__ import annotations
@@ -115,6 +117,7 @@ class IndexBase:
     org_path: str | None
     named: dict[str, dict[str, str]]
     projects: dict[str, ProjectEntry]
+    version: str = ""  # the snapshot's
 
 
 def derive_index(
@@ -128,13 +131,18 @@ def derive_index(
     keep the layout's problems none, as ``base``'s were, so the result is exactly what
     indexing ``snapshot`` gives."""
     old, new = base.files, snapshot.files
-    # unchanged files are mostly the same objects: those that are not, found in C, then
-    # compared
-    differ = compress(new, map(is_not, new.values(), map(old.get, new)))
-    changed = [p for p in differ if old.get(p) != new[p]]
-    added = sum(1 for p in changed if p not in old)
-    if len(new) - added != len(old):  # some were removed
-        changed += [p for p in old if p not in new]
+    hint = snapshot.changes
+    if hint is not None and hint.since == base.version and base.version:
+        # the reader says which paths may have changed since the base's snapshot
+        changed = [p for p in sorted(hint.paths) if old.get(p) != new.get(p)]
+    else:
+        # unchanged files are mostly the same objects: those that are not, found in C,
+        # then compared
+        differ = compress(new, map(is_not, new.values(), map(old.get, new)))
+        changed = [p for p in differ if old.get(p) != new[p]]
+        added = sum(1 for p in changed if p not in old)
+        if len(new) - added != len(old):  # some were removed
+            changed += [p for p in old if p not in new]
     if not changed:
         return base.contents, base.projects, frozenset()
     projects = dict(base.projects)
@@ -374,7 +382,12 @@ class RepoIndex:
             and all(f.symlink_target is None and not f.submodule for f in snapshot.files.values())
         ):
             self.base = IndexBase(  # its own copy: a caller may reuse its mapping
-                dict(snapshot.files), self.files, self.org_path, self.named, self.projects
+                dict(snapshot.files),
+                self.files,
+                self.org_path,
+                self.named,
+                self.projects,
+                snapshot.version,
             )
 
     def recording(self) -> _Recording:

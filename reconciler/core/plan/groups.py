@@ -19,20 +19,41 @@ flavors, the clusters that cannot be read, their backends and capacity, the acti
 no queue) is compared as a whole: a change replans every group. The stops are the whole
 plan's (the mass-deletion guard counts every active run), worked out every cycle.
 
+The couplings themselves are patched by what a commit changed (the compile says it:
+``CompiledRepo.operation_changes``) when the operations removed and added couple nothing,
+rather than found again over every operation.
+
+A group whose inputs changed only by losing operations, all its queues paused and every
+candidate of theirs waiting ``QueuePaused`` (check 1, before any check of the operation),
+is not planned again either: what remains waits as before, at its new position (a preset
+moving 1% of a paused queue's operations elsewhere replans where they went, not the 99%
+left behind).
+
 A group's plan is exactly the one a full plan gives it: ``tests/core/test_plan_groups.py``
 checks byte for byte, over random worlds and random changes, that it equals a full plan.
 """
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
+from itertools import chain, compress, count, repeat
+from operator import attrgetter, is_, not_
 from typing import Any
 
 from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.plan.ledger import LedgerEntry
-from reconciler.core.plan.model import Dispatch, Pending, Plan, PruneRefusal, QueueSummary, Stop
+from reconciler.core.plan.model import (
+    Dispatch,
+    Pending,
+    PendingReason,
+    Plan,
+    PruneRefusal,
+    QueueSummary,
+    Stop,
+)
 from reconciler.core.plan.planner import plan_dispatch, prune
 from reconciler.core.plan.state import QueueState
 from reconciler.core.types import (
@@ -42,8 +63,18 @@ from reconciler.core.types import (
     CompiledRepo,
     FlavorSpec,
     ObservedOperation,
+    OperationChanges,
     OrgSettings,
     QueueSpec,
+)
+
+_PAUSED = PendingReason.QUEUE_PAUSED
+_IN_ORDER = attrgetter("project", "name")  # a plain operation's place in compile order
+_OPERATION, _QUEUE, _REASON, _BLOCKED = (
+    attrgetter("operation"),
+    attrgetter("queue"),
+    attrgetter("reason"),
+    attrgetter("blocked_by"),
 )
 
 # One queue's inputs: its spec, its operations and the observations counted in it.
@@ -58,6 +89,7 @@ class _Kept:
     dispatch: Mapping[str, tuple[Dispatch, ...]]
     pending: Mapping[str, tuple[Pending, ...]]
     summaries: Mapping[str, QueueSummary]
+    paused: frozenset[str]  # its queues paused, with every candidate waiting QueuePaused
 
 
 class PlanCache:
@@ -99,8 +131,9 @@ class _Groups:
 @dataclass(frozen=True, slots=True)
 class _Coupled:
     """What the operations alone say of the groups, kept while they are the same tuple
-    (a cycle with no new commit): the union-find after their couplings, those with
-    dependencies, and each queue's operations."""
+    (a cycle with no new commit), or patched by what a commit changed (``recouple``):
+    the union-find after their couplings, those with dependencies, and each queue's
+    operations."""
 
     operations: tuple[CompiledOperation, ...]
     queues: dict[str, QueueSpec]
@@ -108,6 +141,8 @@ class _Coupled:
     parent: dict[str, str]
     dependents: tuple[CompiledOperation, ...]
     by_queue: dict[str, tuple[CompiledOperation, ...]]
+    depended: frozenset[str]  # the ids some operation depends on
+    mixed: frozenset[str]  # the queues with workflow children (not in name order)
 
 
 def couple_operations(
@@ -115,9 +150,9 @@ def couple_operations(
     queues: Mapping[str, QueueSpec],
     clusters: Mapping[str, ClusterSpec],
     ops: Mapping[str, CompiledOperation],
-) -> _Coupled:
+) -> _Coupled | None:
     """The queues the operations couple: through a limited cluster, a workflow, a
-    dependency. Every operation names a queue of ``queues``."""
+    dependency. None when an operation names a queue not in ``queues``."""
     limited = {name for name, c in clusters.items() if c.concurrency is not None}
     groups = _Groups(queues)
     for name, spec in queues.items():
@@ -126,7 +161,10 @@ def couple_operations(
     dependents: list[CompiledOperation] = []
     by_queue: dict[str, list[CompiledOperation]] = {name: [] for name in queues}
     for op in operations:
-        by_queue[op.queue].append(op)
+        mine = by_queue.get(op.queue)
+        if mine is None:
+            return None
+        mine.append(op)
         wf = op.workflow
         if wf is not None:
             groups.union(op.queue, "\1" + wf.parent)
@@ -145,7 +183,58 @@ def couple_operations(
         groups.parent,
         tuple(dependents),
         {name: tuple(mine) for name, mine in by_queue.items()},
+        frozenset(dep for op in dependents for dep in op.dependencies),
+        frozenset(op.queue for op in operations if op.workflow is not None),
     )
+
+
+def recouple(
+    coupled: _Coupled,
+    operations: tuple[CompiledOperation, ...],
+    changes: OperationChanges,
+    queues: Mapping[str, QueueSpec],
+) -> _Coupled | None:
+    """``coupled`` for ``operations``, which ``changes`` makes of its own (O(changed)), when none
+    of those removed or added couples a queue: no workflow, no dependency either way, no
+    limited cluster but its queue's; and each queue they change holds operations in
+    compile order, that is by project and name (no workflow children). None: couple
+    them all again."""
+    limited = {name for name, c in coupled.clusters.items() if c.concurrency is not None}
+    gone: dict[str, set[int]] = {}
+    new: dict[str, list[CompiledOperation]] = {}
+    for stored, ops in ((False, changes.removed), (True, changes.added)):
+        for op in ops:
+            spec = queues.get(op.queue)
+            if (
+                spec is None
+                or op.workflow is not None
+                or op.dependencies
+                or op.id in coupled.depended
+                or op.queue in coupled.mixed
+                or (op.cluster in limited and op.cluster != spec.cluster)
+            ):
+                return None
+            if stored:
+                new.setdefault(op.queue, []).append(op)
+            else:
+                gone.setdefault(op.queue, set()).add(id(op))
+    by_queue = dict(coupled.by_queue)
+    for name, ids in gone.items():
+        old = by_queue[name]
+        kept = tuple(compress(old, map(not_, map(ids.__contains__, map(id, old)))))
+        if len(kept) != len(old) - len(ids):
+            return None
+        by_queue[name] = kept
+    for name, added in new.items():
+        mine = list(by_queue[name])
+        for op in added:
+            key = (op.project, op.name)
+            at = bisect_left(mine, key, key=_IN_ORDER)
+            if at < len(mine) and _IN_ORDER(mine[at]) == key:
+                return None
+            mine.insert(at, op)
+        by_queue[name] = tuple(mine)
+    return replace(coupled, operations=operations, by_queue=by_queue)
 
 
 def partition(
@@ -198,10 +287,12 @@ def plan_by_groups(
     ledger: Iterable[LedgerEntry] = (),
     flavors: Mapping[str, FlavorSpec] | None = None,
     by_id: Mapping[str, CompiledOperation] | None = None,
+    changes: OperationChanges | None = None,
 ) -> Plan:
     """:func:`~reconciler.core.plan.planner.plan_dispatch`, the same plan, with the groups
     whose inputs did not change since ``cache``'s last plan taken from it. ``by_id``: the
-    operations by id, when the caller has them."""
+    operations by id, when the caller has them; ``changes``: how they differ from an
+    earlier tuple of them, when the caller knows."""
     operations = tuple(operations)
     observed = tuple(observed)
     unreachable = frozenset(unreachable)
@@ -235,9 +326,22 @@ def plan_by_groups(
         or coupled.queues != queues
         or coupled.clusters != clusters
     ):
-        if len(ops) != len(operations) or any(op.queue not in queues for op in operations):
+        if (
+            coupled is not None
+            and changes is not None
+            and changes.since is coupled.operations
+            and coupled.queues == queues
+            and coupled.clusters == clusters
+            and len(ops) == len(operations)
+        ):
+            coupled = recouple(coupled, operations, changes, queues)
+        else:
+            coupled = None
+        if coupled is None:
+            coupled = couple_operations(operations, queues, clusters, ops)
+        if coupled is None or len(ops) != len(operations):
             return full()  # the planner refuses these inputs: in its own words
-        coupled = cache._coupled = couple_operations(operations, queues, clusters, ops)
+        cache._coupled = coupled
     if len({o.operation for o in observed}) != len(observed):
         return full()
     groups, counted = partition(coupled, observed, ops)
@@ -260,7 +364,9 @@ def plan_by_groups(
     for group in groups:
         inputs = tuple((queues[n], by_queue[n], tuple(seen_by_queue[n])) for n in group)
         last = kept.get(group)
-        if last is not None and last.inputs == inputs:
+        if last is not None and last.inputs != inputs:
+            last = _paused_shrunk(last, inputs)
+        if last is not None:
             dispatch.update(last.dispatch)
             pending.update(last.pending)
             summaries.update(last.summaries)
@@ -284,12 +390,12 @@ def plan_by_groups(
         )
         parts = _per_queue(replanned)
         for group, inputs in stale:
-            mine = _Kept(
-                inputs,
-                {n: parts[0].get(n, ()) for n in group},
-                {n: parts[1].get(n, ()) for n in group},
-                {n: parts[2][n] for n in group},
+            dispatched = {n: parts[0].get(n, ()) for n in group}
+            waiting = {n: parts[1].get(n, ()) for n in group}
+            paused = frozenset(
+                n for n in group if _all_paused(queues[n], dispatched[n], waiting[n])
             )
+            mine = _Kept(inputs, dispatched, waiting, {n: parts[2][n] for n in group}, paused)
             dispatch.update(mine.dispatch)
             pending.update(mine.pending)
             summaries.update(mine.summaries)
@@ -300,13 +406,85 @@ def plan_by_groups(
     order = sorted(queues.values(), key=lambda q: (-q.priority, q.name))
     stops, refusal = _stops(ops, observed, queues, rejected, unreachable, org, flavors or {})
     return Plan(
-        dispatch=tuple(d for q in order for d in dispatch[q.name]),
-        pending=tuple(p for q in order for p in pending[q.name]),
+        dispatch=tuple(chain.from_iterable(dispatch[q.name] for q in order)),
+        pending=tuple(chain.from_iterable(pending[q.name] for q in order)),
         stop=stops,
         queues=tuple(summaries[q.name] for q in order),
         prune_refused=refusal,
         at=now,
     )
+
+
+def _paused_shrunk(last: _Kept, inputs: tuple[_QueueInputs, ...]) -> _Kept | None:
+    """``last`` brought to ``inputs`` when it provably plans the same but for the
+    candidates gone: every queue of the group the same spec, paused, with the same
+    observations and some of its operations removed (the others the same objects, in the
+    same order), and every one of its candidates waiting ``QueuePaused`` in ``last``. Check
+    1 decides for a paused queue before any check of the operation, so a remaining
+    candidate waits as before and moves no state: only the positions after a removed one
+    and the pending counts change. None: plan the group again."""
+    pending: dict[str, tuple[Pending, ...]] = {}
+    summaries: dict[str, QueueSummary] = {}
+    for (spec, ops, seen), (old_spec, old_ops, old_seen) in zip(inputs, last.inputs, strict=True):
+        name = spec.name
+        if name not in last.paused or spec != old_spec or seen != old_seen:
+            return None
+        gone = _removed(old_ops, ops)
+        # an active run of an operation removed counts with its spec no more
+        if gone is None or any(o.operation in gone for o in seen):
+            return None
+        pending[name] = entries = _without(last.pending[name], gone)
+        summaries[name] = replace(
+            last.summaries[name], pending=len(entries), head_reason=_PAUSED if entries else None
+        )
+    return _Kept(inputs, last.dispatch, pending, summaries, last.paused)
+
+
+def _all_paused(
+    queue: QueueSpec, dispatch: tuple[Dispatch, ...], pending: tuple[Pending, ...]
+) -> bool:
+    """Whether ``queue`` is paused, dispatched nothing and every candidate of it waits
+    ``QueuePaused``."""
+    return queue.paused and not dispatch and all(map(is_, map(_REASON, pending), repeat(_PAUSED)))
+
+
+def _removed(
+    old: tuple[CompiledOperation, ...], new: tuple[CompiledOperation, ...]
+) -> set[str] | None:
+    """The ids of the operations of ``old`` not in ``new`` when ``new`` is ``old`` with
+    some removed (the same objects, in order); else None."""
+    if len(new) > len(old):
+        return None
+    gone: set[str] = set()
+    rest = iter(old)
+    for op in new:
+        for before in rest:
+            if before is op:
+                break
+            gone.add(before.id)
+        else:
+            return None
+    gone.update(op.id for op in rest)
+    return gone
+
+
+def _without(entries: tuple[Pending, ...], gone: set[str]) -> tuple[Pending, ...]:
+    """``entries`` without those of the operations ``gone``, at positions 1, 2, ...: those
+    before the first one gone kept as they are."""
+    flags = list(map(gone.__contains__, map(_OPERATION, entries)))
+    if True not in flags:
+        return entries
+    first = flags.index(True)
+    rest = list(compress(entries[first:], map(not_, flags[first:])))
+    renumbered = map(
+        Pending,
+        map(_OPERATION, rest),
+        map(_QUEUE, rest),
+        map(_REASON, rest),
+        count(first + 1),
+        map(_BLOCKED, rest),
+    )
+    return (*entries[:first], *renumbered)
 
 
 def _per_queue(
@@ -389,4 +567,5 @@ def plan_repo_by_groups(
         ledger=ledger,
         flavors=repo.flavors,
         by_id=repo.by_id,
+        changes=repo.operation_changes,
     )
