@@ -106,3 +106,34 @@ def test_owed_notifications_a_follower_a_restart_and_a_hand_edit_leave_a_full_re
     publisher._files = None  # the Lease lost and taken again: the branch read again
     written(7, None)
     written(8, None)
+
+
+def test_writes_put_off_by_the_cadence_leave_the_last_ones_full_render() -> None:
+    """Results put off by ``--status-interval`` are not rendered: the write that follows
+    (a later cycle's, or ``close``'s) holds that result's full render and message."""
+    branch = RecordingBranch()
+    now = [0.0]
+    publisher = StatusPublisher(
+        branch,  # type: ignore[arg-type]
+        min_interval=10.0,
+        clock=lambda: now[0],
+    )
+    cycles = results(7)
+    written: dict[str, bytes] = {}
+    for i, result in enumerate(cycles):
+        assert result.compiled is not None and result.plan is not None
+        now[0] = [0, 1, 2, 11, 12, 13, 14][i]
+        publisher.publish(result)
+        if i in (0, 3):  # due: the others are put off
+            full = render_cycle_status(result, result.compiled, result.plan)
+            assert branch.files == full
+            assert branch.messages[-1] == summarize_cycle(written, full)
+            written = dict(full)
+        else:
+            assert branch.files == written
+    publisher.close()
+    last = cycles[-1]
+    assert last.compiled is not None and last.plan is not None
+    full = render_cycle_status(last, last.compiled, last.plan)
+    assert branch.files == full
+    assert branch.messages[-1] == summarize_cycle(written, full)
