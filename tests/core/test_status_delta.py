@@ -16,6 +16,7 @@ from support.paths import TEMPLATE
 from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import CompileCache, compile_repo
 from reconciler.core.decision.cycle import ClusterListing, InFlight, Memory, decide
+from reconciler.core.observation.gang import GangTimeout
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan.groups import PlanCache
 from reconciler.core.reporting.report import Failure, Outcome, encode, encode_changes, report
@@ -24,11 +25,19 @@ from reconciler.core.reporting.status import (
     StatusReason,
     delta_changes,
     is_decision_path,
+    render_changes,
+    render_status,
     status_changes,
     summarize_changes,
     summarize_cycle,
 )
-from reconciler.core.types import CompiledOperation, Phase, RepoFile, RepoSnapshot
+from reconciler.core.types import (
+    CompiledOperation,
+    ConfigError,
+    Phase,
+    RepoFile,
+    RepoSnapshot,
+)
 
 BASE = snapshot_worktree(TEMPLATE)
 OPERATIONS = sorted(p for p in BASE.files if "/operations/" in p)
@@ -200,3 +209,185 @@ def test_a_decision_record_alone_is_written_with_the_next_change() -> None:
     changes = delta_changes(branch, delta.files, behind)
     assert changes == status_changes(branch, encode(shown))
     assert any(map(is_decision_path, changes))
+
+
+# every file of the config, not only the operations and queues: presets, connections,
+# clusters, the org file (prices, timezone), projects, cohorts, flavors
+ANY = sorted(p for p in BASE.files if not p.startswith("schemas/"))
+ANY_EDITS = (
+    "digit",
+    "comment",
+    "delete",
+    "restore",
+    "break",
+    "value",
+    "policy",
+    "rerun",
+    "connection",
+)
+CONNECTIONS = sorted(p for p in BASE.files if p.startswith("connections/"))
+
+
+def _edit_any(files: dict[str, RepoFile], kind: str, n: int) -> None:
+    if kind == "policy":  # the org's ceiling: operations refused by policy, then not
+        org = files["reconciler.yaml"]
+        content = re.sub(rb"(?m)^(    nvidia.com/gpu:) \d+", b"\\1 %d" % (n % 4 + 1), org.content)
+        files["reconciler.yaml"] = replace(org, content=content)
+        return
+    if kind == "connection":  # every operation using it compiles as before: its hash moves
+        path = CONNECTIONS[n % len(CONNECTIONS)]
+        file = files.get(path)
+        if file is not None:
+            content = re.sub(rb"(?m)^description: .*$", b"", file.content)
+            content = re.sub(rb"(?m)^(  [a-zA-Z]+: [a-z][a-z0-9-]*)$", b"\\1x", content, count=1)
+            files[path] = replace(file, content=content)
+        return
+    if kind == "rerun":  # a generation bumped: the run before it is superseded
+        path = OPERATIONS[n % len(OPERATIONS)]
+        file = files.get(path)
+        if file is not None:
+            content = re.sub(rb"(?m)^generation: .*\n", b"", file.content)
+            files[path] = replace(file, content=content + b"generation: %d\n" % (n % 5 + 2))
+        return
+    path = ANY[n % len(ANY)]
+    if kind == "restore":
+        files[path] = BASE.files[path]
+        return
+    if kind == "delete":
+        files.pop(path, None)
+        return
+    file = files.get(path)
+    if file is None:
+        return
+    content = file.content
+    if kind == "value":  # a plain value changed (a connection's claim, a preset's image...)
+        spots = list(re.finditer(rb"(?m)^ *[a-zA-Z]+: [a-z][a-z-]*$", content))
+        if spots:
+            at = spots[n % len(spots)].end()
+            content = content[:at] + b"x" + content[at:]
+    elif kind == "comment":
+        content += f"\n# edit {n}\n".encode()
+    elif kind == "digit":
+        digits = [m.start() for m in re.finditer(rb"[0-9]", content)]
+        if digits:
+            at = digits[n % len(digits)]
+            content = content[:at] + str(n % 9 + 1).encode() + content[at + 1 :]
+    else:  # "break": a commit that does not compile, the last good config stays in force
+        content += b"\n: [unclosed\n"
+    files[path] = replace(file, content=content)
+
+
+any_cycles = st.lists(
+    st.tuples(
+        st.lists(st.tuples(st.sampled_from(ANY_EDITS), st.integers(0, 200)), max_size=3),
+        st.lists(st.sampled_from(MOVES), min_size=1, max_size=4),
+        st.integers(0, 3),
+        st.integers(1, 1500),  # minutes to the next cycle: schedules fire, windows turn
+        st.booleans(),  # an internal error compiling the commit
+    ),
+    min_size=1,
+    max_size=7,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_cycles)
+@pytest.mark.slow
+def test_a_render_of_what_changed_is_a_full_render_whatever_the_commit_edits(
+    steps: list[tuple[list[tuple[str, int]], list[str], int, int, bool]],
+) -> None:
+    """As above, over edits of any config file (an operation compiled as before while its
+    preset, connection, cluster, queue or the org file changed), commits that do not
+    compile (the last good config in force, their errors written) or hit a bug, and
+    cycles hours apart."""
+    files = dict(BASE.files)
+    cache, plans, memos = CompileCache(), PlanCache(), StatusMemos()
+    memory = Memory()
+    running: dict[str, WorkloadState] = {}
+    branch: dict[str, bytes] = {}
+    behind: set[str] = set()
+    good = compile_repo(BASE)
+    now = START
+    for i, (edits, moves, fail_every, minutes, bug) in enumerate(steps):
+        now += timedelta(minutes=minutes)
+        for kind, n in edits:
+            _edit_any(files, kind, n)
+        version = f"c{i}"
+        compiled = compile_repo(RepoSnapshot(dict(files), version=version), cache=cache)
+        errors: tuple[ConfigError, ...] = ()
+        internal = ""
+        if bug:
+            internal = f"bug compiling {version}"
+        elif not compiled.valid:
+            errors = compiled.errors
+        else:
+            good = compiled
+        for k, oid in enumerate(sorted(running)):
+            moved = _moved(running[oid], moves[k % len(moves)], now)
+            if moved is None:
+                del running[oid]
+            else:
+                running[oid] = moved
+        listing = {name: ClusterListing() for name in good.clusters}
+        for state in running.values():
+            if state.cluster in listing:
+                got = listing[state.cluster]
+                listing[state.cluster] = ClusterListing((*got.workloads, state))
+        decision = decide(good, listing, memory, now, plans)
+        created, failed = [], {}
+        for k, c in enumerate(decision.actions.creates):
+            if fail_every and k % fail_every == 0:
+                failed[c.operation.id] = Failure(StatusReason.DISPATCH_FAILED, f"refused {i}")
+            else:
+                created.append(InFlight(_created(c.operation, c.cluster, c.queue, now), "1"))
+        shown = report(good, decision, Outcome(created=tuple(created), failed=failed))
+        delta = encode_changes(
+            shown, memos, config_error=errors, config_version=version, internal_error=internal
+        )
+        full = encode(shown, config_error=errors, config_version=version, internal_error=internal)
+        assert dict(delta.files) == full
+        behind.update(delta.changes)
+        changes = delta_changes(branch, delta.files, behind)
+        assert changes == status_changes(branch, full)
+        if changes:
+            assert summarize_changes(branch, delta) == summarize_cycle(branch, full)
+            branch = {**branch, **{p: d for p, d in changes.items() if d is not None}}
+            branch = {p: d for p, d in branch.items() if changes.get(p, d) is not None}
+            behind = set()
+        memory = decision.memory
+        running.update((c.state.operation, c.state) for c in created)
+
+
+def test_gang_marks_and_superseded_runs_alone_are_rendered_again() -> None:
+    """Gang marks and superseded runs that come and go, on compiled operations, workflow
+    children, an operation only observed and ids with no record: each render of what
+    changed is the full render."""
+    compiled = compile_repo(BASE)
+    decision = decide(compiled, {n: ClusterListing() for n in compiled.clusters}, Memory(), START)
+    plan = decision.plan
+    ops = [op for op in compiled.operations if op.workflow is None][:3]
+    child = next(op for op in compiled.operations if op.workflow is not None)
+    gone = _created(ops[0], "local", ops[0].queue, START)
+    gone = replace(gone, operation="vision/gone", name="vision-gone-g1", uid="uid-gone")
+    states = {"vision/gone": gone}
+
+    def old(op: CompiledOperation) -> WorkloadState:
+        run = _created(op, op.cluster, op.queue, START)
+        return replace(run, generation=op.generation - 1, name=f"{run.name}-old", uid="old")
+
+    mark = GangTimeout(generation=1, count=1, dispatched_at=START.isoformat())
+    steps: list[tuple[dict[str, GangTimeout], dict[str, WorkloadState]]] = [
+        ({}, {}),
+        ({ops[0].id: mark, child.id: mark}, {}),
+        ({ops[0].id: replace(mark, count=2)}, {"a": old(ops[1]), "b": old(child)}),
+        ({"nobody/none": mark, "vision/gone": mark}, {"a": old(ops[1])}),
+        ({}, {"c": old(ops[2]), "d": replace(old(ops[2]), generation=-5, uid="older")}),
+        ({}, {}),
+    ]
+    memos = StatusMemos()
+    for gangs, superseded in steps:
+        full = render_status(compiled, plan, states, superseded=superseded, gang_timeouts=gangs)
+        delta = render_changes(
+            compiled, plan, states, memos, superseded=superseded, gang_timeouts=gangs
+        )
+        assert dict(delta.files) == full
