@@ -12,7 +12,7 @@ The package, one concern a module (each says what must live in it):
 - ``planner``: ``plan_dispatch`` and ``plan_repo``, in numbered steps, and the admission
   loop that applies the checks;
 - ``groups``: the queues in groups the planner couples, and ``PlanCache``: a cycle
-  replans only the groups whose inputs changed (the same plan);
+  replans only the groups whose inputs changed (the same plan); the one union-find;
 - ``dependencies``: check 3's DAG walk (``UpstreamFailed``, transitively);
 - ``flavors``: which of a queue's flavors an operation may use, and check 8's choice;
 - ``cohorts``: check 8 for a cohort's member, step 4b (borrowing and fair sharing),

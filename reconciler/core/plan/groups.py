@@ -3,7 +3,8 @@ queues whose inputs changed, and takes the rest from the last plan.
 
 What must live here: what couples queues in the planner, so that they fall in one group
 (``partition``), the inputs of a group (its queue specs, its operations, its
-observations), the rule of reuse, and the plan put together again in consideration order.
+observations), the rule of reuse, and the plan put together again in consideration order;
+and the one union-find of names (``DisjointSets``) the partitions and the replay use too.
 The planner itself is not changed: the groups whose inputs changed are planned together
 by ``plan_dispatch`` over their queues alone.
 
@@ -104,9 +105,10 @@ class PlanCache:
         self.planned = 0  # groups planned
 
 
-class _Groups:
-    """Union-find over queue names and the other nodes that couple them (a limited
-    cluster, a workflow): ``\\0`` and ``\\1`` prefixes keep those apart from queue names."""
+class DisjointSets:
+    """Union-find over names; a set's root is its least name, so the sets come out the same
+    whatever the order of the unions (the plan's groups, the shards' partitions and the
+    replay's components)."""
 
     __slots__ = ("parent",)
 
@@ -154,7 +156,9 @@ def couple_operations(
     """The queues the operations couple: through a limited cluster, a workflow, a
     dependency. None when an operation names a queue not in ``queues``."""
     limited = {name for name, c in clusters.items() if c.concurrency is not None}
-    groups = _Groups(queues)
+    # queue names beside the other nodes that couple them: ``\0`` + a limited cluster,
+    # ``\1`` + a workflow's parent (the prefixes keep them apart from queue names)
+    groups = DisjointSets(queues)
     for name, spec in queues.items():
         if spec.cluster in limited:
             groups.union(name, "\0" + spec.cluster)
@@ -245,7 +249,7 @@ def partition(
     queue it counts in (an observation of no queue in ``queues`` is in none)."""
     queues, clusters = coupled.queues, coupled.clusters
     limited = {name for name, c in clusters.items() if c.concurrency is not None}
-    groups = _Groups(())
+    groups = DisjointSets(())
     groups.parent = dict(coupled.parent)
     counted: dict[str, str] = {}
     for obs in observed:

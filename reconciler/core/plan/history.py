@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from reconciler.core.plan.groups import DisjointSets
 from reconciler.core.plan.ledger import (
     BudgetWindow,
     LedgerEntry,
@@ -203,7 +204,7 @@ class _Components:
     fleet queue's clusters, or a dependency between their operations."""
 
     def __init__(self, repo: CompiledRepo, ops: Iterable[CompiledOperation]) -> None:
-        self.parent = {q: q for q in repo.queues}
+        self.sets = DisjointSets(repo.queues)
         by_cluster: dict[str, list[str]] = {}
         by_cohort: dict[str, list[str]] = {}
         fleets: list[str] = []
@@ -228,23 +229,18 @@ class _Components:
             queue_of[op.id] = op.queue
         for op in ops:
             for d in op.dependencies:
-                if d in queue_of and op.queue in self.parent and queue_of[d] in self.parent:
+                if d in queue_of and op.queue in repo.queues and queue_of[d] in repo.queues:
                     self._join([op.queue, queue_of[d]])
         self.members: dict[str, list[str]] = {}
-        for q in sorted(self.parent):
+        for q in sorted(repo.queues):
             self.members.setdefault(self.root(q), []).append(q)
 
     def root(self, q: str) -> str:
-        while self.parent[q] != q:
-            self.parent[q] = self.parent[self.parent[q]]
-            q = self.parent[q]
-        return q
+        return self.sets.find(q)
 
     def _join(self, names: Sequence[str]) -> None:
         for other in names[1:]:
-            a, b = self.root(names[0]), self.root(other)
-            if a != b:
-                self.parent[max(a, b)] = min(a, b)
+            self.sets.union(names[0], other)
 
 
 def replay_runs(

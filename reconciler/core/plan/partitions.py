@@ -25,6 +25,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from reconciler.core.observation.observe import WorkloadState
+from reconciler.core.plan.groups import DisjointSets
 from reconciler.core.types import CompiledOperation, CompiledRepo, Phase
 
 
@@ -42,26 +43,6 @@ def partition_id(clusters: Iterable[str]) -> str:
     """``p-`` and 10 hex digits of a hash of the sorted cluster names."""
     joined = "\0".join(sorted(clusters)).encode()
     return "p-" + hashlib.sha256(joined).hexdigest()[:10]
-
-
-class _Sets:
-    """Union-find over names (``c/<cluster>``, ``q/<queue>``, ``h/<cohort>``, ``w/<parent>``)."""
-
-    def __init__(self) -> None:
-        self.parent: dict[str, str] = {}
-
-    def find(self, name: str) -> str:
-        parent = self.parent.setdefault(name, name)
-        while parent != name:
-            grand = self.parent[parent]
-            self.parent[name] = grand  # path halving
-            name, parent = parent, grand
-        return name
-
-    def join(self, a: str, b: str) -> None:
-        ra, rb = self.find(a), self.find(b)
-        if ra != rb:
-            self.parent[max(ra, rb)] = min(ra, rb)
 
 
 def _operations(compiled: CompiledRepo) -> Iterable[CompiledOperation]:
@@ -102,20 +83,20 @@ def partition_repo(
 ) -> tuple[Partition, ...]:
     """The connected components of clusters, queues, cohorts and workflows, sorted by id;
     a queue joined with the clusters ``moved`` (``moved_runs``) names for it too."""
-    sets = _Sets()
+    sets = DisjointSets(())  # ``c/<cluster>``, ``q/<queue>``, ``h/<cohort>``, ``w/<parent>``
     for name in compiled.clusters:
         sets.find(f"c/{name}")
     moved = moved or {}
     for queue in compiled.queues.values():
         for cluster in (*queue.members, *moved.get(queue.name, ())):
-            sets.join(f"q/{queue.name}", f"c/{cluster}")
+            sets.union(f"q/{queue.name}", f"c/{cluster}")
         if queue.cohort:
-            sets.join(f"q/{queue.name}", f"h/{queue.cohort}")
+            sets.union(f"q/{queue.name}", f"h/{queue.cohort}")
     for op in _operations(compiled):
         if op.queue not in compiled.queues:
             continue  # refused by the compiler; nothing decides it
         if op.workflow is not None:
-            sets.join(f"q/{op.queue}", f"w/{op.workflow.parent}")
+            sets.union(f"q/{op.queue}", f"w/{op.workflow.parent}")
     clusters: dict[str, list[str]] = {}
     queues: dict[str, list[str]] = {}
     for name in sorted(sets.parent):
