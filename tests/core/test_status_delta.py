@@ -230,7 +230,9 @@ CONNECTIONS = sorted(p for p in BASE.files if p.startswith("connections/"))
 
 def _edit_any(files: dict[str, RepoFile], kind: str, n: int) -> None:
     if kind == "policy":  # the org's ceiling: operations refused by policy, then not
-        org = files["reconciler.yaml"]
+        org = files.get("reconciler.yaml")
+        if org is None:  # deleted by an earlier edit: nothing to tighten
+            return
         content = re.sub(rb"(?m)^(    nvidia.com/gpu:) \d+", b"\\1 %d" % (n % 4 + 1), org.content)
         files["reconciler.yaml"] = replace(org, content=content)
         return
