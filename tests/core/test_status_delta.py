@@ -19,8 +19,16 @@ from reconciler.core.decision.cycle import ClusterListing, InFlight, Memory, dec
 from reconciler.core.observation.gang import GangTimeout
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan.groups import PlanCache
-from reconciler.core.reporting.report import Failure, Outcome, encode, encode_changes, report
+from reconciler.core.reporting.report import (
+    Failure,
+    Outcome,
+    Report,
+    encode,
+    encode_changes,
+    report,
+)
 from reconciler.core.reporting.status import (
+    StatusDelta,
     StatusMemos,
     StatusReason,
     delta_changes,
@@ -33,6 +41,7 @@ from reconciler.core.reporting.status import (
 )
 from reconciler.core.types import (
     CompiledOperation,
+    CompiledRepo,
     ConfigError,
     Phase,
     RepoFile,
@@ -128,6 +137,57 @@ cycles = st.lists(
 )
 
 
+def _cycle(
+    compiled: CompiledRepo,
+    running: dict[str, WorkloadState],
+    moves: list[str],
+    memory: Memory,
+    plans: PlanCache,
+    fail_every: int,
+    now: datetime,
+    i: int,
+) -> tuple[Report, Memory]:
+    """One cycle: each run of ``running`` moved on by ``moves``, then the decision carried
+    out with every ``fail_every``-th create refused (``running`` is left with what runs
+    after it); its report and the memory the next cycle starts from."""
+    for k, oid in enumerate(sorted(running)):
+        moved = _moved(running[oid], moves[k % len(moves)], now)
+        if moved is None:
+            del running[oid]
+        else:
+            running[oid] = moved
+    listing = {name: ClusterListing() for name in compiled.clusters}
+    for state in running.values():
+        if state.cluster in listing:
+            got = listing[state.cluster]
+            listing[state.cluster] = ClusterListing((*got.workloads, state))
+    decision = decide(compiled, listing, memory, now, plans)
+    created, failed = [], {}
+    for k, c in enumerate(decision.actions.creates):
+        if fail_every and k % fail_every == 0:
+            failed[c.operation.id] = Failure(StatusReason.DISPATCH_FAILED, f"refused {i}")
+        else:
+            created.append(InFlight(_created(c.operation, c.cluster, c.queue, now), "1"))
+    shown = report(compiled, decision, Outcome(created=tuple(created), failed=failed))
+    running.update((c.state.operation, c.state) for c in created)
+    return shown, decision.memory
+
+
+def _written(
+    branch: dict[str, bytes], behind: set[str], delta: StatusDelta, full: dict[str, bytes]
+) -> tuple[dict[str, bytes], set[str]]:
+    """The branch after the writer's write of ``delta`` (``behind``: the paths rendered
+    again since its last write), checked against comparing the whole branch with the full
+    render ``full``; and the paths still behind."""
+    changes = delta_changes(branch, delta.files, behind)
+    assert changes == status_changes(branch, full)
+    if not changes:
+        return branch, behind
+    assert summarize_changes(branch, delta) == summarize_cycle(branch, full)
+    branch = {**branch, **{p: d for p, d in changes.items() if d is not None}}
+    return {p: d for p, d in branch.items() if changes.get(p, d) is not None}, set()
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cycles)
 @pytest.mark.slow
@@ -149,38 +209,12 @@ def test_a_render_of_what_changed_is_a_full_render(
         for kind, n in edits:
             _edit(files, kind, n)
         compiled = compile_repo(RepoSnapshot(dict(files), version=f"c{i}"), cache=cache)
-        for k, oid in enumerate(sorted(running)):
-            moved = _moved(running[oid], moves[k % len(moves)], now)
-            if moved is None:
-                del running[oid]
-            else:
-                running[oid] = moved
-        listing = {name: ClusterListing() for name in compiled.clusters}
-        for state in running.values():
-            if state.cluster in listing:
-                got = listing[state.cluster]
-                listing[state.cluster] = ClusterListing((*got.workloads, state))
-        decision = decide(compiled, listing, memory, now, plans)
-        created, failed = [], {}
-        for k, c in enumerate(decision.actions.creates):
-            if fail_every and k % fail_every == 0:
-                failed[c.operation.id] = Failure(StatusReason.DISPATCH_FAILED, f"refused {i}")
-            else:
-                created.append(InFlight(_created(c.operation, c.cluster, c.queue, now), "1"))
-        shown = report(compiled, decision, Outcome(created=tuple(created), failed=failed))
+        shown, memory = _cycle(compiled, running, moves, memory, plans, fail_every, now, i)
         delta = encode_changes(shown, memos)
         full = encode(shown)
         assert dict(delta.files) == full
         behind.update(delta.changes)
-        changes = delta_changes(branch, delta.files, behind)
-        assert changes == status_changes(branch, full)
-        if changes:
-            assert summarize_changes(branch, delta) == summarize_cycle(branch, full)
-            branch = {**branch, **{p: d for p, d in changes.items() if d is not None}}
-            branch = {p: d for p, d in branch.items() if changes.get(p, d) is not None}
-            behind = set()
-        memory = decision.memory
-        running.update((c.state.operation, c.state) for c in created)
+        branch, behind = _written(branch, behind, delta, full)
 
 
 def test_a_decision_record_alone_is_written_with_the_next_change() -> None:
@@ -324,40 +358,14 @@ def test_a_render_of_what_changed_is_a_full_render_whatever_the_commit_edits(
             errors = compiled.errors
         else:
             good = compiled
-        for k, oid in enumerate(sorted(running)):
-            moved = _moved(running[oid], moves[k % len(moves)], now)
-            if moved is None:
-                del running[oid]
-            else:
-                running[oid] = moved
-        listing = {name: ClusterListing() for name in good.clusters}
-        for state in running.values():
-            if state.cluster in listing:
-                got = listing[state.cluster]
-                listing[state.cluster] = ClusterListing((*got.workloads, state))
-        decision = decide(good, listing, memory, now, plans)
-        created, failed = [], {}
-        for k, c in enumerate(decision.actions.creates):
-            if fail_every and k % fail_every == 0:
-                failed[c.operation.id] = Failure(StatusReason.DISPATCH_FAILED, f"refused {i}")
-            else:
-                created.append(InFlight(_created(c.operation, c.cluster, c.queue, now), "1"))
-        shown = report(good, decision, Outcome(created=tuple(created), failed=failed))
+        shown, memory = _cycle(good, running, moves, memory, plans, fail_every, now, i)
         delta = encode_changes(
             shown, memos, config_error=errors, config_version=version, internal_error=internal
         )
         full = encode(shown, config_error=errors, config_version=version, internal_error=internal)
         assert dict(delta.files) == full
         behind.update(delta.changes)
-        changes = delta_changes(branch, delta.files, behind)
-        assert changes == status_changes(branch, full)
-        if changes:
-            assert summarize_changes(branch, delta) == summarize_cycle(branch, full)
-            branch = {**branch, **{p: d for p, d in changes.items() if d is not None}}
-            branch = {p: d for p, d in branch.items() if changes.get(p, d) is not None}
-            behind = set()
-        memory = decision.memory
-        running.update((c.state.operation, c.state) for c in created)
+        branch, behind = _written(branch, behind, delta, full)
 
 
 def test_gang_marks_and_superseded_runs_alone_are_rendered_again() -> None:
