@@ -19,9 +19,7 @@ import re
 import shutil
 import struct
 import tempfile
-import threading
 import time
-import weakref
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -671,6 +669,19 @@ class Author:
     email: str = "reconciler@dispatch.invalid"
 
 
+# the ref ``git fast-import`` builds a status commit on (it needs one): never pushed
+_BUILD_REF = b"refs/reconciler/status-build"
+
+
+def _fast_import_path(path: str) -> bytes:
+    """``path`` as ``git fast-import`` reads it: C-quoted when it starts with a quote or
+    holds a quote, a backslash or a line break."""
+    if not any(c in path for c in '"\\\n'):
+        return path.encode()
+    quoted = path.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+    return f'"{quoted}"'.encode()
+
+
 class StatusBranch:
     """Status files on a branch of the config repo, written by plumbing and pushed without
     force. ``repo`` is a :class:`ConfigRepo` (pushes to its source) or the path of a bare
@@ -710,13 +721,6 @@ class StatusBranch:
         self.attempts = 0  # pushes tried by the last write (1 when nobody raced us)
         self.last_tip: str | None = None  # the remote tip seen by the last fetch
         self._object_format: str | None = None
-        # The index of the last commit built, kept: a commit built on it updates only the
-        # paths it changes, where reading the whole tree again costs ~0.15 s of git's CPU
-        # at 100,000 status files. ``_indexed`` is that commit (None: the index is unknown).
-        self._index_dir = tempfile.mkdtemp(prefix="reconciler-index-")
-        weakref.finalize(self, shutil.rmtree, self._index_dir, True)
-        self._indexed: str | None = None
-        self._index_lock = threading.Lock()
 
     def fetch(self) -> str | None:
         """The SHA of the remote tip of the status branch, or None if it does not exist."""
@@ -1066,50 +1070,54 @@ class StatusBranch:
         blobs: Mapping[str, str],
         message: str,
     ) -> str | None:
-        """One commit on ``tip`` (an orphan when None) with ``changes`` applied."""
-        with self._index_lock:
-            indexed, self._indexed = self._indexed, None  # unknown until the build ends
-            index = {"GIT_INDEX_FILE": str(Path(self._index_dir) / "index")}
-            if tip is None:
-                _run(self._git, ["read-tree", "--empty"], env=index)
-            elif tip != indexed:
-                _run(self._git, ["read-tree", tip], env=index)
-            lines = []
-            for path, data in sorted(changes.items()):
-                if data is None:
-                    lines.append(f"0 {_ZERO}\t{path}\0")
-                else:
-                    lines.append(f"100644 {blobs[path]}\t{path}\0")
+        """One commit on ``tip`` (an orphan when None) with ``changes`` applied; None when
+        its tree is the tip's.
+
+        Built by ``git fast-import`` from the tip's tree: it reads and writes only the
+        trees on the changed paths, where an index (``read-tree``, ``update-index``,
+        ``write-tree``) passes over every file of the branch at each write, ~0.15 s of
+        git's CPU at 100,000 status files against ~0.04 s."""
+        if tip is None and not blobs:
+            return None  # only deletions, on a branch that does not exist yet
+        name, email = self.author.name, self.author.email
+        text = message.encode()
+        stream = bytearray(
+            b"reset %s\ncommit %s\nmark :1\n" % (_BUILD_REF, _BUILD_REF)
+            + f"author {name} <{email}> now\ncommitter {name} <{email}> now\n".encode()
+            + b"data %d\n" % len(text)
+            + text
+            + b"\n"
+        )
+        if tip is not None:
+            stream += b"from %s\n" % tip.encode()
+        for path, data in sorted(changes.items()):
+            where = _fast_import_path(path)
+            if data is None:
+                stream += b"D %s\n" % where
+            else:
+                stream += b"M 100644 %s %s\n" % (blobs[path].encode(), where)
+        stream += b"\ndone\n"
+        with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
+            marks = Path(tmp) / "marks"
             _run(
                 self._git,
-                ["update-index", "-z", "--index-info"],
-                stdin="".join(lines).encode(),
-                env=index,
+                [
+                    "fast-import",
+                    "--quiet",
+                    "--done",
+                    "--force",
+                    "--date-format=now",
+                    f"--export-marks={marks}",
+                ],
+                stdin=bytes(stream),
             )
-            tree = _run(self._git, ["write-tree"], env=index).strip()
-            if tip is None:
-                if not blobs:
-                    return None  # only deletions, on a branch that does not exist yet
-                parents: list[str] = []
-            else:
-                if tree == _run(self._git, ["rev-parse", f"{tip}^{{tree}}"]).strip():
-                    self._indexed = tip
-                    return None
-                parents = ["-p", tip]
-            who = {
-                "GIT_AUTHOR_NAME": self.author.name,
-                "GIT_AUTHOR_EMAIL": self.author.email,
-                "GIT_COMMITTER_NAME": self.author.name,
-                "GIT_COMMITTER_EMAIL": self.author.email,
-            }
-            commit = _run(
-                self._git,
-                ["commit-tree", tree, *parents, "-F", "-"],
-                stdin=message.encode(),
-                env=who,
-            ).strip()
-            self._indexed = commit
-            return commit
+            commit = marks.read_text().split()[1]
+        if tip is not None:
+            trees = _run(self._git, ["rev-parse", f"{commit}^{{tree}}", f"{tip}^{{tree}}"])
+            new_tree, tip_tree = trees.split()
+            if new_tree == tip_tree:
+                return None
+        return commit
 
     def _push(self, commit: str) -> str | None:
         """Push without force; None on success, the rejection reason on a lost race.

@@ -487,6 +487,31 @@ def test_status_write_of_many_files_goes_in_one_pack_and_reads_back(
     assert blob == hashed.stdout.decode().strip()
 
 
+def test_status_write_builds_only_the_paths_it_changes_with_any_name(
+    remote: Path, tmp_path: Path
+) -> None:
+    status = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "cache"))
+    odd = ['status/p/0a1/q"uote.yaml', "status/p/0a1/back\\slash.yaml", "status/p/é t.yaml"]
+    files = {path: f"n: {i}\n".encode() for i, path in enumerate(odd)}
+    files["status/p/fff/last.yaml"] = b"n: last\n"
+    first = status.write(files, "odd names")
+    assert first is not None
+    assert status.read() == files
+    # the folder whose last file goes is gone from the tree, and git finds it well formed
+    second = status.write({"status/p/fff/last.yaml": None}, "the last of a folder")
+    assert second is not None
+    assert "status/p/fff" not in git(remote, "ls-tree", "-r", "-t", "--name-only", second)
+    assert git(remote, "fsck", "--no-progress", "--strict") == ""
+    assert git(remote, "log", "-1", "--format=%P", second) == first
+    # the unchanged folder is the same tree object: nothing but the changed path was built
+    assert git(remote, "rev-parse", f"{first}:status/p/0a1") == git(
+        remote, "rev-parse", f"{second}:status/p/0a1"
+    )
+    assert StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "other")).read() == {
+        p: d for p, d in files.items() if p != "status/p/fff/last.yaml"
+    }
+
+
 def _status_file(phase: str) -> bytes:
     return (
         "operation: p/a\n"
