@@ -267,6 +267,21 @@ def cpu_seconds(proc: subprocess.Popen[bytes]) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def settle(
+    proc: subprocess.Popen[bytes], idle: float = 0.05, window: float = 1.0, timeout: float = 120.0
+) -> None:
+    """Wait until ``proc`` uses less than ``idle`` of a core over ``window`` seconds (at
+    most ``timeout``): the work a round started is done."""
+    deadline = time.monotonic() + timeout
+    last = cpu_seconds(proc)
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        now = cpu_seconds(proc)
+        if now - last < idle * window:
+            return
+        last = now
+
+
 def python_pid(proc: subprocess.Popen[bytes]) -> int:
     """``proc``'s Python process: itself, or py-spy's child when profiled."""
     pid = proc.pid
@@ -333,6 +348,21 @@ def server_url(log: Path, timeout: float = 60.0) -> str:
     raise SystemExit(f"no HTTP address in {log}")
 
 
+def first_status_write(remote: Path, timeout: float = 900.0) -> None:
+    """Wait for the first cycle's status write (every operation's record: ~15 s of CPU at
+    100,000 operations) to reach ``remote``, so that the rounds time commits, not it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = subprocess.run(
+            ["git", "-C", str(remote), "rev-parse", "--verify", "-q", "reconciler/status"],
+            capture_output=True,
+        )
+        if found.returncode == 0:
+            return
+        time.sleep(0.5)
+    raise SystemExit(f"no status write reached {remote} in {timeout:.0f} s")
+
+
 def commit_rounds(
     work: Path,
     kubeconfig: Path,
@@ -390,7 +420,9 @@ def commit_rounds(
 
     try:
         seen.wait(f"{project}-seed-g1", timeout=600)
-        time.sleep(5)  # the first cycle's status write (every operation's file)
+        if not args.no_status:
+            first_status_write(remote)
+        time.sleep(5)  # the writes and events that follow the first cycle's
         start = cpu_seconds(proc)
         for i in range(args.rounds):
             name = f"c{i:03d}"
@@ -410,9 +442,11 @@ def commit_rounds(
             at = pushed()
             out.moved.append(seen.wait(f"{project}-h{i:05d}-g1", timeout=300) - at)
             # the round's other Jobs (1% of the operations) are created in the same
-            # cycle: the next push waits for them, or it would time their creates
+            # cycle: the next push waits for them, and for what follows them (their
+            # phases written on them and to the status branch), or it would time those
             for j in range(i + 100, args.ops, 100):
                 seen.wait(f"{project}-h{j:05d}-g1", timeout=300)
+            settle(proc)
             time.sleep(0.37 * (i % 3))
         if out.moved:
             out.cpu_moved = (cpu_seconds(proc) - after_new) / len(out.moved)
