@@ -232,6 +232,14 @@ def _diff_tree(
     return out, added, modified, deleted
 
 
+def _paths_added(repo: git.Repo, old: str, new: str) -> set[str]:
+    """The paths the commits ``new`` reaches and ``old`` does not added (merges aside):
+    ``git log``, O(those commits)."""
+    args = ["-c", "core.quotePath=false", "log", "--diff-filter=A", "--name-only"]
+    out = _run(repo, [*args, "--no-renames", "--format=", new, f"^{old}", "--"])
+    return {line for line in out.split("\n") if line}
+
+
 # --- the config repo --------------------------------------------------------------------
 
 
@@ -350,6 +358,7 @@ class ConfigRepo:
         # whole history again when the branch was rewritten or on the first sync.
         times: Mapping[str, datetime]
         full = previous is None or not self._is_ancestor(repo, previous, sha)
+        retimed: list[str] = []  # unchanged paths with an earlier first-commit time
         if full:
             times = first_commit_times(repo, sha)
             keep: dict[str, RepoFile] = {}
@@ -358,17 +367,24 @@ class ConfigRepo:
                     keep[path] = _with_time(f, times.get(path))
             have = self._read.intersection(keep)  # unchanged, content read
         else:
-            times = first_commit_times(repo, sha, added) if added else {}
+            # the paths a new commit added: those added since the last tree, and any a
+            # merged branch added (its commit may be older than the main line's add)
+            lookup = set(added).union(p for p in _paths_added(repo, previous, sha) if p in entries)
+            times = first_commit_times(repo, sha, lookup) if lookup else {}
             # the last files in their order, those modified replaced in place below
             keep = dict(self._files)
             for path in deleted:
                 keep.pop(path, None)
+            for path in lookup.difference(added, modified):
+                if (f := _with_time(keep[path], times.get(path))) is not keep[path]:
+                    keep[path] = f
+                    retimed.append(path)
             have = self._read.difference(modified, deleted)
         files = keep
         blobs = 0
         for path in (*added, *modified):
             entry = entries[path]
-            first = times.get(path) if (full or path in added) else self._first(path)
+            first = times.get(path) if (full or path in times) else self._first(path)
             files[path] = read_blob_file(
                 repo, path, entry.mode, bytes.fromhex(entry.sha), first, content=False
             )
@@ -388,7 +404,7 @@ class ConfigRepo:
             self._read = have.union(fresh)
             blobs += len(fresh)
             if previous is not None:
-                hint = SnapshotChanges(previous, frozenset((*added, *modified, *deleted)))
+                hint = SnapshotChanges(previous, frozenset((*added, *modified, *deleted, *retimed)))
         else:
             shas = {path: bytes.fromhex(e.sha) for path, e in entries.items()}
             self._read, read = read_needed(repo, files, shas, have)
