@@ -359,7 +359,7 @@ class ConfigRepo:
         times: Mapping[str, datetime]
         full = previous is None or not self._is_ancestor(repo, previous, sha)
         retimed: list[str] = []  # unchanged paths with an earlier first-commit time
-        if full:
+        if full or previous is None:
             times = first_commit_times(repo, sha)
             keep: dict[str, RepoFile] = {}
             for path, f in self._files.items():
