@@ -235,9 +235,8 @@ def _diff_tree(
 def _paths_added(repo: git.Repo, old: str, new: str) -> set[str]:
     """The paths the commits ``new`` reaches and ``old`` does not added (merges aside):
     ``git log``, O(those commits)."""
-    args = ["-c", "core.quotePath=false", "log", "--diff-filter=A", "--name-only"]
-    out = _run(repo, [*args, "--no-renames", "--format=", new, f"^{old}", "--"])
-    return {line for line in out.split("\n") if line}
+    args = ["log", "-z", "--diff-filter=A", "--name-only", "--no-renames", "--format="]
+    return {path for path in _run(repo, [*args, new, f"^{old}", "--"]).split("\0") if path}
 
 
 # --- the config repo --------------------------------------------------------------------
