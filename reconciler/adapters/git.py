@@ -232,6 +232,23 @@ def _diff_tree(
     return out, added, modified, deleted
 
 
+def _range(repo: git.Repo, old: str, new: str) -> tuple[bool, bool]:
+    """Whether ``old`` is an ancestor of ``new`` (a parent of a commit ``new`` reaches and
+    ``old`` does not), and whether one of those commits is a merge: one ``git rev-list``,
+    O(those commits). (False, False) when git cannot tell (``old`` pruned)."""
+    try:
+        out = _run(repo, ["rev-list", "--boundary", "--parents", new, f"^{old}", "--"])
+    except git.GitCommandError:
+        return False, False
+    ancestor = merged = False
+    for line in out.splitlines():
+        if line.startswith("-"):  # a boundary commit: reached from ``old``
+            ancestor = ancestor or line[1:].split(" ", 1)[0] == old
+        else:
+            merged = merged or line.count(" ") > 1
+    return ancestor, merged
+
+
 def _paths_added(repo: git.Repo, old: str, new: str) -> set[str]:
     """The paths the commits ``new`` reaches and ``old`` does not added (merges aside):
     ``git log``, O(those commits)."""
@@ -356,7 +373,8 @@ class ConfigRepo:
         # First-commit times: incremental (added paths only) along a fast-forward; the
         # whole history again when the branch was rewritten or on the first sync.
         times: Mapping[str, datetime]
-        full = previous is None or not self._is_ancestor(repo, previous, sha)
+        ancestor, merged = _range(repo, previous, sha) if previous is not None else (False, False)
+        full = not ancestor
         retimed: list[str] = []  # unchanged paths with an earlier first-commit time
         if full or previous is None:
             times = first_commit_times(repo, sha)
@@ -367,8 +385,11 @@ class ConfigRepo:
             have = self._read.intersection(keep)  # unchanged, content read
         else:
             # the paths a new commit added: those added since the last tree, and any a
-            # merged branch added (its commit may be older than the main line's add)
-            lookup = set(added).union(p for p in _paths_added(repo, previous, sha) if p in entries)
+            # merged branch added (its commit may be older than the main line's add; along
+            # one line, a path added again keeps its first time)
+            lookup = set(added)
+            if merged:
+                lookup.update(p for p in _paths_added(repo, previous, sha) if p in entries)
             times = first_commit_times(repo, sha, lookup) if lookup else {}
             # the last files in their order, those modified replaced in place below
             keep = dict(self._files)
@@ -441,14 +462,6 @@ class ConfigRepo:
     def blame(self, rev: str, path: str) -> list[BlameLine]:
         """``git blame`` of ``path`` at ``rev`` in the cache (already fetched)."""
         return blame(self.open(), rev, path)
-
-    @staticmethod
-    def _is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
-        try:
-            _run(repo, ["merge-base", "--is-ancestor", older, newer])
-        except git.GitCommandError:
-            return False
-        return True
 
 
 # How git reads a commit's signature here: SSH signatures only, checked against the

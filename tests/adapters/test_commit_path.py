@@ -39,11 +39,17 @@ OP = (
     "    image: busybox\n    resources:\n      requests: {{cpu: {cpu}}}\n{extra}"
 )
 MATRIX = (
-    "kind: Operation\nname: sweep\nqueue: qc\nrun:\n  kind: job\n  container:\n"
+    "kind: Operation\nname: sweep\nqueue: {queue}\nrun:\n  kind: job\n  container:\n"
     "    image: busybox\n    args: ['{{{{ params.lr }}}}']\nmatrix:\n  kind: grid\n"
-    "  concurrency: 2\n  params:\n    lr: [1, 2, 3]\n"
+    "  concurrency: 2\n  params:\n    lr: [{values}]\n"
+)
+DAG = (
+    "kind: Operation\nname: sweep\nqueue: {queue}\nrun:\n  kind: job\n  container:\n"
+    "    image: busybox\ndag:\n  concurrency: 1\n  operations:\n    - name: a\n"
+    "    - name: b\n      dependencies: [a]\n{more}"
 )
 STEPS = (
+    "workflow",
     "edit",
     "add",
     "remove",
@@ -85,7 +91,7 @@ class History:
             self.write(f"projects/{project}/project.yaml", PROJECT.format(name=project, queue="qa"))
         for n in range(ops):
             self.op("p" if n % 3 else "r", f"o{n:03}", n)
-        self.write("projects/p/operations/sweep.yaml", MATRIX)
+        self.write("projects/p/operations/sweep.yaml", MATRIX.format(queue="qc", values="1, 2"))
         self.commit("first")
 
     def write(self, path: str, text: str) -> None:
@@ -162,6 +168,14 @@ class History:
             return self.push()
         if kind == "edit" and pick is not None:
             self.op(pick.parent.parent.name, pick.stem, n)
+        elif kind == "workflow":  # children added, removed, moved to another queue
+            queue = ("qa", "qb", "qc")[n % 3]
+            if n % 2:
+                more = "    - name: c\n      dependencies: [a, b]\n" if n % 4 == 1 else ""
+                text = DAG.format(queue=queue, more=more)
+            else:
+                text = MATRIX.format(queue=queue, values=", ".join(map(str, range(n % 5 + 1))))
+            self.write("projects/p/operations/sweep.yaml", text)
         elif kind == "add":
             self.op("p" if n % 2 else "r", f"n{n:03}", n)
         elif kind == "remove" and pick is not None:
