@@ -3,8 +3,9 @@ after every sync they equal a fresh full read of the same commit, its compile wi
 cache and a full plan, byte for byte. The histories have the shapes a config repo's
 branch takes: edits, files added, removed, moved between projects, made executable or
 symlinks, turned into directories, presets and defaults moving operations between
-queues, pauses, stops, invalid commits then fixed, empty commits, merges of older
-branches, several commits fetched at once and force-pushes back to an earlier tree."""
+queues, workflows' children added and removed, pauses, stops, invalid commits then
+fixed, empty commits, merges of older branches, several commits fetched at once,
+force-pushes back to an earlier tree, and a restart (the Git cache kept) between two."""
 
 from __future__ import annotations
 
@@ -68,6 +69,7 @@ STEPS = (
     "merge",
     "force",
     "rename-queue",
+    "restart",
 )
 
 
@@ -267,6 +269,9 @@ def test_a_commit_reads_compiles_and_plans_as_a_full_recompute(
     with mock.patch.object(cache_module, "_BLOCK", 2):
         for i, (kind, n, sync) in enumerate([("empty", 1, True), *steps]):
             history.step(kind, n)
+            if kind == "restart":  # a new process: its Git cache kept, nothing in memory
+                reader = ConfigRepo(str(history.remote), "main", cache_dir=root / "cache")
+                compiles, plans, last = CompileCache(), PlanCache(), None
             if not sync and i < len(steps):
                 continue  # another commit before the next fetch
             snap = reader.sync()
