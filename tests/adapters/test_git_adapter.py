@@ -629,3 +629,28 @@ def test_a_merged_branch_that_added_a_path_earlier_gives_its_time_as_a_full_read
     assert first is not None and first.timestamp() == 1_700_000_100
     assert snap.changes is not None and snap.changes.since == last.version
     assert "queues/both.yaml" in snap.changes.paths
+
+
+def test_a_merge_whose_second_parent_is_the_last_commit_read_is_a_fast_forward(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """The last commit read reached through a merge's second parent (the main line merged
+    into a branch, pushed as main): read as what changed since it, equal to a full read."""
+    (work / "queues" / "link.yaml").unlink()
+    commit_and_push(work, "no symlink", when=1_700_000_050)
+    git(work, "checkout", "-q", "-b", "side")
+    (work / "queues" / "side.yaml").write_text("kind: Queue\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "side", when=1_700_000_100)
+    git(work, "checkout", "-q", "main")
+    (work / "queues" / "main.yaml").write_text("kind: Queue\n")
+    commit_and_push(work, "main", when=1_700_000_200)
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    last = repo.sync()
+    git(work, "checkout", "-q", "side")
+    git(work, "merge", "-q", "--no-ff", "-m", "merge main", "main", when=1_700_000_300)
+    git(work, "push", "-q", "origin", "HEAD:main")
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap.changes is not None and snap.changes.since == last.version
+    assert snap.changes.paths == {"queues/side.yaml"}
