@@ -148,7 +148,7 @@ class History:
             git(self.work, "branch", side, older)
             git(self.work, "checkout", "-q", side)
             self.op("p", f"m{n:03}", n)
-            if pick is not None and n % 3 == 0 and pick.exists():
+            if pick is not None and n % 3 == 0 and pick.is_file():
                 pick.write_text(pick.read_text() + "# side\n")
             self.commit("side", when=self.when - 10_000)
             git(self.work, "checkout", "-q", "main")
