@@ -144,13 +144,14 @@ class History:
             git(self.work, "commit", "-q", "--amend", "-m", "amended", when=self.when)
             return self.push(force=True)
         if kind == "merge":  # a branch from an older commit, dated before the main line's
+            # (or after: a skewed clock)
             side = f"side{self.when}"
             git(self.work, "branch", side, older)
             git(self.work, "checkout", "-q", side)
             self.op("p", f"m{n:03}", n)
             if pick is not None and n % 3 == 0 and pick.is_file():
                 pick.write_text(pick.read_text() + "# side\n")
-            self.commit("side", when=self.when - 10_000)
+            self.commit("side", when=self.when + (10_000 if n % 5 == 0 else -10_000))
             git(self.work, "checkout", "-q", "main")
             self.op("r" if n % 2 else "p", f"m{n:03}", n)  # the same path, on both sides
             self.commit("main")
