@@ -230,6 +230,30 @@ def _diff_tree(
     return out, added, modified, deleted
 
 
+def _range(repo: git.Repo, old: str, new: str) -> tuple[bool, bool]:
+    """Whether ``old`` is an ancestor of ``new`` (a parent of a commit ``new`` reaches and
+    ``old`` does not), and whether one of those commits is a merge: one ``git rev-list``,
+    O(those commits). (False, False) when git cannot tell (``old`` pruned)."""
+    try:
+        out = _run(repo, ["rev-list", "--boundary", "--parents", new, f"^{old}", "--"])
+    except git.GitCommandError:
+        return False, False
+    ancestor = merged = False
+    for line in out.splitlines():
+        if line.startswith("-"):  # a boundary commit: reached from ``old``
+            ancestor = ancestor or line[1:].split(" ", 1)[0] == old
+        else:
+            merged = merged or line.count(" ") > 1
+    return ancestor, merged
+
+
+def _paths_added(repo: git.Repo, old: str, new: str) -> set[str]:
+    """The paths the commits ``new`` reaches and ``old`` does not added (merges aside):
+    ``git log``, O(those commits)."""
+    args = ["log", "-z", "--diff-filter=A", "--name-only", "--no-renames", "--format="]
+    return {path for path in _run(repo, [*args, new, f"^{old}", "--"]).split("\0") if path}
+
+
 # --- the config repo --------------------------------------------------------------------
 
 
@@ -347,8 +371,10 @@ class ConfigRepo:
         # First-commit times: incremental (added paths only) along a fast-forward; the
         # whole history again when the branch was rewritten or on the first sync.
         times: Mapping[str, datetime]
-        full = previous is None or not self._is_ancestor(repo, previous, sha)
-        if full:
+        ancestor, merged = _range(repo, previous, sha) if previous is not None else (False, False)
+        full = not ancestor
+        retimed: list[str] = []  # unchanged paths with an earlier first-commit time
+        if full or previous is None:
             times = first_commit_times(repo, sha)
             keep: dict[str, RepoFile] = {}
             for path, f in self._files.items():
@@ -356,17 +382,27 @@ class ConfigRepo:
                     keep[path] = _with_time(f, times.get(path))
             have = self._read.intersection(keep)  # unchanged, content read
         else:
-            times = first_commit_times(repo, sha, added) if added else {}
+            # the paths a new commit added: those added since the last tree, and any a
+            # merged branch added (its commit may be older than the main line's add; along
+            # one line, a path added again keeps its first time)
+            lookup = set(added)
+            if merged:
+                lookup.update(p for p in _paths_added(repo, previous, sha) if p in entries)
+            times = first_commit_times(repo, sha, lookup) if lookup else {}
             # the last files in their order, those modified replaced in place below
             keep = dict(self._files)
             for path in deleted:
                 keep.pop(path, None)
+            for path in lookup.difference(added, modified):
+                if (f := _with_time(keep[path], times.get(path))) is not keep[path]:
+                    keep[path] = f
+                    retimed.append(path)
             have = self._read.difference(modified, deleted)
         files = keep
         blobs = 0
         for path in (*added, *modified):
             entry = entries[path]
-            first = times.get(path) if (full or path in added) else self._first(path)
+            first = times.get(path) if (full or path in times) else self._first(path)
             files[path] = read_blob_file(
                 repo, path, entry.mode, bytes.fromhex(entry.sha), first, content=False
             )
@@ -386,7 +422,7 @@ class ConfigRepo:
             self._read = have.union(fresh)
             blobs += len(fresh)
             if previous is not None:
-                hint = SnapshotChanges(previous, frozenset((*added, *modified, *deleted)))
+                hint = SnapshotChanges(previous, frozenset((*added, *modified, *deleted, *retimed)))
         else:
             shas = {path: bytes.fromhex(e.sha) for path, e in entries.items()}
             self._read, read = read_needed(repo, files, shas, have)
@@ -424,14 +460,6 @@ class ConfigRepo:
     def blame(self, rev: str, path: str) -> list[BlameLine]:
         """``git blame`` of ``path`` at ``rev`` in the cache (already fetched)."""
         return blame(self.open(), rev, path)
-
-    @staticmethod
-    def _is_ancestor(repo: git.Repo, older: str, newer: str) -> bool:
-        try:
-            _run(repo, ["merge-base", "--is-ancestor", older, newer])
-        except git.GitCommandError:
-            return False
-        return True
 
 
 # How git reads a commit's signature here: SSH signatures only, checked against the

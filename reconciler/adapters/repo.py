@@ -114,7 +114,8 @@ def first_commit_times(
     """When each path was first added on the history of ``ref``: one ``git log`` pass.
 
     With ``paths``, only those (literal) paths are looked up, in chunks that keep the
-    command line short; the answer for each is the same as without ``paths``."""
+    command line short; the answer for each is the same as without ``paths`` (every
+    side of a merge walked: git's history simplification would follow one side only)."""
     if paths is None:
         return _first_commit_times(repo, ref, None)
     wanted = sorted(set(paths))
@@ -138,6 +139,7 @@ def _first_commit_times(repo: git.Repo, ref: str, paths: list[str] | None) -> di
             "core.quotePath=false",
             "log",
             ref,
+            *(["--full-history"] if paths else ()),
             "--diff-filter=A",
             "--name-only",
             "--no-renames",

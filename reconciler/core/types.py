@@ -115,8 +115,8 @@ class SnapshotChanges:
 class RepoSnapshot:
     """A whole config tree at one version (a commit SHA, or ``worktree`` outside Git).
     ``changes``: what changed since an earlier snapshot, when the reader knows (an index
-    derived from that snapshot's then diffs only those paths; a copy with other files
-    leaves it out)."""
+    derived from that snapshot's then diffs only those paths). ``dataclasses.replace``
+    keeps it: a copy with other files must give ``changes=None``."""
 
     files: Mapping[str, RepoFile]
     version: str = "worktree"

@@ -623,3 +623,59 @@ def test_a_repository_that_starts_with_a_dash_is_never_a_git_option(
     with pytest.raises(GitSyncError):
         WorkClone.cached(fetching, "main", tmp_path / "clones")
     assert not marker.exists()
+
+
+def test_a_merged_branch_that_added_a_path_earlier_gives_its_time_as_a_full_read_does(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """A branch merged in added a path before the main line did: its first-commit time
+    is the branch's along an incremental sync as on a full read, whether the last
+    snapshot held the path (what changed then says so) or not (git's history
+    simplification, given paths, follows one side of a merge)."""
+    (work / "queues" / "link.yaml").unlink()
+    commit_and_push(work, "no symlink", when=1_700_000_050)
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    before = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "before")
+    before.sync()  # before either add
+    git(work, "checkout", "-q", "-b", "side")
+    (work / "queues" / "both.yaml").write_text("kind: Queue\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "side", when=1_700_000_100)
+    git(work, "checkout", "-q", "main")
+    (work / "queues" / "both.yaml").write_text("kind: Queue\n")
+    commit_and_push(work, "main", when=1_700_000_200)
+    last = repo.sync()  # both.yaml first added at 200 on this history
+    git(work, "merge", "-q", "--no-ff", "-m", "merge", "side", when=1_700_000_300)
+    git(work, "push", "-q", "origin", "HEAD:main")
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert before.sync() == snap
+    first = snap.files["queues/both.yaml"].first_commit_time
+    assert first is not None and first.timestamp() == 1_700_000_100
+    assert snap.changes is not None and snap.changes.since == last.version
+    assert "queues/both.yaml" in snap.changes.paths
+
+
+def test_a_merge_whose_second_parent_is_the_last_commit_read_is_a_fast_forward(
+    remote: Path, work: Path, tmp_path: Path
+) -> None:
+    """The last commit read reached through a merge's second parent (the main line merged
+    into a branch, pushed as main): read as what changed since it, equal to a full read."""
+    (work / "queues" / "link.yaml").unlink()
+    commit_and_push(work, "no symlink", when=1_700_000_050)
+    git(work, "checkout", "-q", "-b", "side")
+    (work / "queues" / "side.yaml").write_text("kind: Queue\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "side", when=1_700_000_100)
+    git(work, "checkout", "-q", "main")
+    (work / "queues" / "main.yaml").write_text("kind: Queue\n")
+    commit_and_push(work, "main", when=1_700_000_200)
+    repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
+    last = repo.sync()
+    git(work, "checkout", "-q", "side")
+    git(work, "merge", "-q", "--no-ff", "-m", "merge main", "main", when=1_700_000_300)
+    git(work, "push", "-q", "origin", "HEAD:main")
+    snap = repo.sync()
+    assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
+    assert snap.changes is not None and snap.changes.since == last.version
+    assert snap.changes.paths == {"queues/side.yaml"}

@@ -41,6 +41,7 @@ EDITS = (
     "shadow",
     "odd-op",
     "stop",
+    "move-op",
 )
 # without its scheduled operation: unique names are then checked over what changed alone
 PLAIN = RepoSnapshot(
@@ -69,6 +70,14 @@ def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
         new = f"projects/vision/operations/{name}.yaml"
         body = b"kind: Operation\nname: %s\nrun:\n  container: {image: busybox}\n"
         files[new] = RepoFile(new, body % name.encode())
+        return
+    if kind == "move-op":  # an operation file moved into the other project
+        ops = sorted(p for p in files if "/operations/" in p)
+        if ops:
+            source = ops[n % len(ops)]
+            other = "vision" if source.split("/")[1] == "language" else "language"
+            new = f"projects/{other}/operations/{source.rsplit('/', 1)[1]}"
+            files[new] = replace(files.pop(source), path=new)
         return
     if kind in ("copy-op", "link-op"):
         ops = sorted(p for p in files if "/operations/" in p)

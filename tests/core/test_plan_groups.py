@@ -51,6 +51,7 @@ CHANGES = (
     "budget",
     "pause",
     "drain",
+    "rename",
 )
 
 
@@ -108,6 +109,11 @@ class World:
             mine = [i for i, op in enumerate(self.ops) if op.queue == queue.name]
             for i in reversed(mine[n % 2 :: 2]):
                 del self.ops[i]
+        elif kind == "rename":  # its operations name the new one, its runs the old one
+            new = f"{queue.name}-r"
+            del self.queues[queue.name]
+            self.queues[new] = replace(queue, name=new)
+            self.ops = [replace(op, queue=new) if op.queue == queue.name else op for op in self.ops]
         elif kind == "budget":  # a budget of GPU hours: its window moves with the clock
             budget = BudgetSpec(Decimal(n % 5), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
             self.queues[queue.name] = replace(queue, budget=budget, default_timeout=3600)
