@@ -10,7 +10,7 @@ from collections.abc import Mapping
 from support.status_branch import results
 
 from reconciler.adapters.git import GitSyncError
-from reconciler.core.reporting.status import NOTIFY_FILE, summarize_cycle
+from reconciler.core.reporting.status import NOTIFY_FILE, operation_path, summarize_cycle
 from reconciler.runtime.status import StatusPublisher, render_cycle_status
 
 
@@ -102,7 +102,7 @@ def test_owed_notifications_a_follower_a_restart_and_a_hand_edit_leave_a_full_re
     again = StatusPublisher(branch)  # type: ignore[arg-type]
     again.owed, publisher = publisher.owed, again
     written(6, b"owed: 2\n")
-    branch.files["status/vision/train-vit.yaml"] = b"edited: by hand\n"
+    branch.files[operation_path("vision/train-vit")] = b"edited: by hand\n"
     publisher._files = None  # the Lease lost and taken again: the branch read again
     written(7, None)
     written(8, None)
