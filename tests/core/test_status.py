@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 from unittest import mock
@@ -13,8 +16,12 @@ import reconciler.core.reporting.status as status_module
 from reconciler.core.decision.render import spec_hash, workload_name
 from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
+from reconciler.core.plan.ledger import ledger_path
 from reconciler.core.reporting.status import (
+    CLUSTERS_FILE,
     CONFIG_FILE,
+    DECISION_FILE,
+    NOTIFY_FILE,
     QUEUES_FILE,
     ConfigStatus,
     OperationStatus,
@@ -23,11 +30,15 @@ from reconciler.core.reporting.status import (
     RenderMemo,
     SpecHashMemo,
     StatusReason,
+    flat_operation_path,
     is_order_path,
     operation_path,
     order_path,
     parse_status_file,
+    path_operation,
     read_status,
+    record_bucket,
+    record_paths,
     render_status,
     status_changes,
     summarize_cycle,
@@ -343,6 +354,88 @@ def test_status_changes_only_changed_and_deleted_files() -> None:
     changes = status_changes(human, later)
     assert changes[operation_path("vision/train-5")] is None
     assert "status/NOTES.md" not in changes
+
+
+def _flat(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """``files`` as a branch written before the buckets holds them."""
+    out: dict[str, bytes] = {}
+    for path, data in files.items():
+        operation = path_operation(path)
+        out[flat_operation_path(operation) if operation else path] = data
+    return out
+
+
+def test_a_record_sits_in_its_projects_bucket_and_no_other_file_takes_a_bucket() -> None:
+    for operation in ("p/a", "vision/train-1", "team-a/" + "x" * 63):
+        path = operation_path(operation)
+        _, project, bucket, name = path.split("/")
+        assert (project, name) == (operation.split("/")[0], operation.split("/")[1] + ".yaml")
+        assert re.fullmatch(r"[0-9a-f]{3}", bucket)
+        assert path_operation(path) == operation
+        assert path_operation(flat_operation_path(operation)) == operation
+        assert record_paths(operation) == (path, flat_operation_path(operation))
+    # 4,096 buckets, the names spread over them
+    buckets = Counter(record_bucket(f"train-{i}") for i in range(100_000))
+    assert len(buckets) == 4096 and max(buckets.values()) < 60
+    # the other status files are none of an operation's
+    for path in (
+        QUEUES_FILE,
+        CONFIG_FILE,
+        CLUSTERS_FILE,
+        DECISION_FILE,
+        NOTIFY_FILE,
+        order_path("team-a"),
+        order_path("team-a", 2),
+        ledger_path("2026-12"),
+        "status/NOTES.md",
+    ):
+        assert path_operation(path) is None, path
+    wrong = next(b for b in ("000", "001") if b != record_bucket("a"))
+    assert path_operation(f"status/p/{wrong}/a.yaml") is None  # not its name's bucket
+
+
+def test_records_of_both_layouts_are_read_and_the_bucketed_one_wins() -> None:
+    """A branch, or a past commit, written before the buckets reads as it did; where both
+    layouts hold a record of one operation, the one in its bucket is its record, whichever
+    path sorts first."""
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    _, files = cycle(world, states)
+    flat = _flat(files)
+    assert flat.keys().isdisjoint(files.keys() - {QUEUES_FILE, CONFIG_FILE, order_path("team-a")})
+    assert read_status(flat) == read_status(files)
+    names = [f"{c}x" for c in "0123456789abcdef"]
+    # the flat path sorts before the bucketed one for some, after it for others
+    assert {flat_operation_path(f"p/{n}") < operation_path(f"p/{n}") for n in names} == {
+        True,
+        False,
+    }
+    both: dict[str, bytes] = {}
+    for n in names:
+        both[operation_path(f"p/{n}")] = f"operation: p/{n}\nphase: Running\n".encode()
+        both[flat_operation_path(f"p/{n}")] = f"operation: p/{n}\nphase: Queued\n".encode()
+    view = read_status(both)
+    assert {view.operations[f"p/{n}"].phase for n in names} == {Phase.RUNNING}
+
+
+def test_the_first_write_on_a_flat_branch_moves_every_record_into_its_bucket() -> None:
+    """In one commit: each flat record deleted, its bucket's written; a record of an
+    operation gone from the repo and every cluster deleted too; a human's file kept."""
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    _, before = cycle(world, states)
+    branch = {**_flat(before), "status/NOTES.md": b"hand-written"}
+    world.remove("vision/train-5")
+    _, after = cycle(world, states)
+    changes = status_changes(branch, after)
+    moved = {**branch, **changes}
+    moved = {p: d for p, d in moved.items() if d is not None}
+    assert moved == {**after, "status/NOTES.md": b"hand-written"}
+    assert changes[flat_operation_path("vision/train-5")] is None
+    assert "vision/train-5" not in summarize_cycle(branch, after).split("\n", 1)[0]
+    assert summarize_cycle(branch, after) == summarize_cycle(before, after)
 
 
 def test_summarize_cycle_counts_transitions() -> None:
