@@ -793,19 +793,19 @@ class StatusBranch:
                 continue
             sha, _, when = line.partition(" ")
             seconds, _, iso = when.partition(" ")
-            blob = ""
-            for where in (path, *older):
-                try:
-                    blob = _run(self._git, ["rev-parse", "--verify", "--quiet", f"{sha}:{where}"])
-                except git.GitCommandError:
-                    continue
-                if blob.strip():
-                    break
-            if not blob.strip():
+            blob = next(filter(None, (self._blob_at(sha, p) for p in (path, *older))), "")
+            if not blob:
                 continue  # deleted in that commit
-            content = read_blob(self._git, bytes.fromhex(blob.strip()))  # capped
+            content = read_blob(self._git, bytes.fromhex(blob))  # capped
             out.append((sha, _when(int(seconds), iso), content))
         return out
+
+    def _blob_at(self, commit: str, path: str) -> str:
+        """The blob SHA of ``path`` at ``commit``; "" when the commit has no such file."""
+        try:
+            return _run(self._git, ["rev-parse", "--verify", "--quiet", f"{commit}:{path}"]).strip()
+        except git.GitCommandError:
+            return ""
 
     def commits_changing(self, path: str) -> list[str]:
         """The commits of the last fetched tip that changed ``path``, oldest first (no
