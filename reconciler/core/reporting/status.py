@@ -838,13 +838,14 @@ def render_status(
         mark = (gang_timeouts or {}).get(record.operation)
         if mark is not None:
             records[i] = record.model_copy(update={"gang_timeouts": mark.to_json()})
+    paths = [operation_path(r.operation) for r in records]  # a hash each: made once
     if memo is None:
-        files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+        files = {path: dump_yaml(r.to_dict()) for path, r in zip(paths, records, strict=True)}
     else:
-        files = {operation_path(r.operation): _dumped(r, memo) for r in records}
+        files = {path: _dumped(path, r, memo) for path, r in zip(paths, records, strict=True)}
     if phases is not None:
-        for r in records:
-            phases[files[operation_path(r.operation)]] = _run_of_record(r)
+        for path, r in zip(paths, records, strict=True):
+            phases[files[path]] = _run_of_record(r)
     files.update(_order_files(plan, memo))
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
@@ -924,8 +925,8 @@ def _queue_order_files(queue: str, ids: list[str], memo: RenderMemo | None) -> d
     return out
 
 
-def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
-    path = operation_path(record.operation)
+def _dumped(path: str, record: OperationStatus, memo: RenderMemo) -> bytes:
+    """``record``'s file at ``path`` (its ``operation_path``), from ``memo`` when equal."""
     known = memo.get(path)
     if known is not None and (known[0] is record or known[0] == record):
         return known[1]
@@ -1083,7 +1084,7 @@ def render_changes(
             mark = gang.get(oid)
             if mark is not None:
                 record = record.model_copy(update={"gang_timeouts": mark.to_json()})
-            data = _dumped(record, memos.rendered)
+            data = _dumped(path, record, memos.rendered)
             run = _run_of_record(record)
             memos.phases[data] = run
         elif path not in last.files:
