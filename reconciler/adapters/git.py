@@ -800,9 +800,13 @@ class StatusBranch:
                 out[path] = read_blob(self._git, bytes.fromhex(entry.sha))
         return out
 
-    def file_history(self, path: str, limit: int = 50) -> list[tuple[str, datetime, bytes]]:
+    def file_history(
+        self, path: str, *older: str, limit: int = 50
+    ) -> list[tuple[str, datetime, bytes]]:
         """Versions of one status file, oldest first: (commit, commit time, content), from
-        the last fetched or written tip (no network); at most the newest ``limit``."""
+        the last fetched or written tip (no network); at most the newest ``limit``.
+        ``older``: the paths the file had in older layouts (``record_paths``): a commit's
+        version is at the first of ``path, *older`` it holds."""
         try:
             if not _run(self._git, ["rev-parse", "--verify", "--quiet", self.tracking]).strip():
                 return []
@@ -811,7 +815,7 @@ class StatusBranch:
         try:
             log = _run(
                 self._git,
-                ["log", f"-n{limit}", "--format=%H %ct %cI", self.tracking, "--", path],
+                ["log", f"-n{limit}", "--format=%H %ct %cI", self.tracking, "--", path, *older],
             )
         except git.GitCommandError as err:
             raise GitSyncError(f"cannot read the history of {path}: {_reason(err)}") from None
@@ -821,13 +825,19 @@ class StatusBranch:
                 continue
             sha, _, when = line.partition(" ")
             seconds, _, iso = when.partition(" ")
-            try:
-                blob = _run(self._git, ["rev-parse", "--verify", "--quiet", f"{sha}:{path}"])
-            except git.GitCommandError:
+            blob = next(filter(None, (self._blob_at(sha, p) for p in (path, *older))), "")
+            if not blob:
                 continue  # deleted in that commit
-            content = read_blob(self._git, bytes.fromhex(blob.strip()))  # capped
+            content = read_blob(self._git, bytes.fromhex(blob))  # capped
             out.append((sha, _when(int(seconds), iso), content))
         return out
+
+    def _blob_at(self, commit: str, path: str) -> str:
+        """The blob SHA of ``path`` at ``commit``; "" when the commit has no such file."""
+        try:
+            return _run(self._git, ["rev-parse", "--verify", "--quiet", f"{commit}:{path}"]).strip()
+        except git.GitCommandError:
+            return ""
 
     def commits_changing(self, path: str) -> list[str]:
         """The commits of the last fetched tip that changed ``path``, oldest first (no

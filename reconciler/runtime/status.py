@@ -317,7 +317,7 @@ class StatusPublisher:
             if own:
                 self._behind.update(delta.changes)
                 changes = delta_changes(before, files, self._behind)
-            else:  # read from the branch: compared whole
+            else:  # read from the branch: compared whole (flat records moved to buckets)
                 files = dict(files)
                 # the owed notifications alone make no commit: they ride on one made anyway
                 if NOTIFY_FILE in before:

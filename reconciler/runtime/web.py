@@ -49,8 +49,8 @@ from reconciler.core.reporting.report import Report
 from reconciler.core.reporting.status import (
     OperationStatus,
     StatusFileError,
-    operation_path,
     parse_status_file,
+    record_paths,
 )
 from reconciler.core.types import printable_text
 from reconciler.core.views import web_html
@@ -86,8 +86,9 @@ Blame = Callable[[str, str], list[BlameLine]]
 ReadLogs = Callable[[str, str, str, int, str], str]
 # path -> the file's bytes, for sources that are not Git (``--watch``)
 ReadSource = Callable[[str], bytes | None]
-# status file path -> its versions, oldest first: (commit, commit time, content)
-StatusHistory = Callable[[str], list[tuple[str, datetime, bytes]]]
+# an operation's status file paths (``record_paths``: its own, then the flat layout's) ->
+# its versions, oldest first: (commit, commit time, content)
+StatusHistory = Callable[[str, str], list[tuple[str, datetime, bytes]]]
 # An operation's outcome over the recorded cycles, replayed (``reconciler why``).
 OutcomeHistory = Callable[[str], Sequence[OutcomeChange]]
 # A queue's wait and utilisation by day over the recorded cycles, replayed.
@@ -265,9 +266,9 @@ class WebApp:
     def _recorded(self, op_id: str) -> list[tuple[str, datetime, OperationStatus]]:
         if self._status_history is None:
             return []
-        path = operation_path(op_id)
+        path, flat = record_paths(op_id)
         try:
-            versions = self._status_history(path)
+            versions = self._status_history(path, flat)
         except GitSyncError as exc:  # Git failed: the page goes without the history
             log.warning("history of %s: %s", path, exc)
             return []

@@ -35,7 +35,7 @@ from support.hostile import OBSERVED, STATUS, alias_text_bomb, matrix_bomb
 from support.paths import ROOT, TEMPLATE
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
-from reconciler.core.reporting.status import OperationStatus, dump_yaml
+from reconciler.core.reporting.status import OperationStatus, dump_yaml, operation_path
 from reconciler.core.types import Phase
 
 CPU_SECONDS = 8.0  # "a few seconds": the template alone takes about 1 s of CPU
@@ -202,9 +202,9 @@ def _hostile_status_repo(tmp_path: Path, files: dict[str, bytes] | None = None) 
     root = _repo(tmp_path, files or {})
     _commit(root)
     status = {
-        f"status/vision/{name}.yaml": content for name, (content, _) in sorted(STATUS.items())
+        operation_path(f"vision/{name}"): content for name, (content, _) in sorted(STATUS.items())
     }
-    status["status/vision/good.yaml"] = dump_yaml(
+    status[operation_path("vision/good")] = dump_yaml(
         OperationStatus(operation="vision/train-resnet", phase=Phase.SUCCEEDED).to_dict()
     )
     assert StatusBranch(ConfigRepo(str(root), cache_dir=tmp_path / "writer")).write(
@@ -222,7 +222,8 @@ def test_status_and_queues_on_a_hostile_status_branch(tmp_path: Path, command: s
     m = _reconciler(command, "--repo", str(root), "--cache-dir", str(tmp_path / "cache"))
     assert m.returncode == 0, m
     for name, (_, expect) in STATUS.items():
-        assert re.search(rf"status/vision/{name}\.yaml:\d+:\d+: .*{re.escape(expect)}", m.output)
+        where = re.escape(operation_path(f"vision/{name}"))
+        assert re.search(rf"{where}:\d+:\d+: .*{re.escape(expect)}", m.output)
     _within_budget(m)
 
 

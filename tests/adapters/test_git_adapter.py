@@ -15,6 +15,7 @@ from support.git_commands import ENV, commit_and_push, git
 
 from reconciler.adapters.git import ConfigRepo, GitSyncError, StatusBranch, WorkClone, redact
 from reconciler.adapters.repo import snapshot_git
+from reconciler.core.reporting.status import record_paths
 from reconciler.core.types import Phase
 from reconciler.runtime.status import StatusPublisher
 
@@ -679,3 +680,28 @@ def test_a_merge_whose_second_parent_is_the_last_commit_read_is_a_fast_forward(
     assert snap == ConfigRepo(str(remote), "main", cache_dir=tmp_path / "fresh").sync()
     assert snap.changes is not None and snap.changes.since == last.version
     assert snap.changes.paths == {"queues/side.yaml"}
+
+
+def test_a_records_history_follows_it_from_the_flat_layout_into_its_bucket(
+    remote: Path, tmp_path: Path
+) -> None:
+    """A branch written before the buckets, then moved by a write: the record's versions
+    are those of both paths, each commit's at its bucket's path when it holds one."""
+    branch = StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "cache"))
+    path, flat = record_paths("p/a")
+    branch.write({flat: _status_file("Queued")}, "one")
+    branch.write({flat: _status_file("Running")}, "two")
+    branch.write({flat: None, path: _status_file("Running").replace(b"ns", b"ns2")}, "moved")
+    branch.write({"status/p/other.yaml": _status_file("Queued")}, "another record")
+    branch.write({path: _status_file("Succeeded")}, "three")
+    versions = branch.file_history(path, flat)
+    assert [data.split(b"\n")[1] for _, _, data in versions] == [
+        b"phase: Queued",
+        b"phase: Running",
+        b"phase: Running",  # the move: its bucket's version
+        b"phase: Succeeded",
+    ]
+    assert b"namespace: ns2" in versions[2][2]
+    assert len(branch.file_history(path)) == 2  # its bucket's alone
+    branch.write({path: None}, "removed")
+    assert len(branch.file_history(path, flat)) == 4  # a commit that deleted it: no version

@@ -30,7 +30,12 @@ from reconciler.cli.main import cli
 from reconciler.core.compile import compile_repo
 from reconciler.core.load import MAX_FILE_BYTES, ParseCache
 from reconciler.core.observation.observed import ObservedFileError, parse_observed
-from reconciler.core.reporting.status import OperationStatus, dump_yaml, read_status
+from reconciler.core.reporting.status import (
+    OperationStatus,
+    dump_yaml,
+    operation_path,
+    read_status,
+)
 from reconciler.core.types import Phase, RepoSnapshot
 
 BAD = DATA / "bad"
@@ -228,7 +233,7 @@ def test_bad_status_file(case: Path) -> None:
     path, expect = _header(data)
     assert _LOCATED.match(expect), f"{case.name}: expectation must be file:line:col: message"
     good = dump_yaml(OperationStatus(operation="vision/good", phase=Phase.RUNNING).to_dict())
-    view = read_status({path: data, "status/vision/good.yaml": good})
+    view = read_status({path: data, operation_path("vision/good"): good})
     assert view.problems == (expect,)
     assert list(view.operations) == ["vision/good"]
 
@@ -236,8 +241,9 @@ def test_bad_status_file(case: Path) -> None:
 @pytest.mark.parametrize("name", sorted(STATUS), ids=sorted(STATUS))
 def test_hostile_status_content_is_a_located_problem(name: str) -> None:
     content, expect = STATUS[name]
-    (problem,) = read_status({"status/vision/bomb.yaml": content}).problems
-    assert problem.startswith("status/vision/bomb.yaml:") and expect in problem
+    path = operation_path("vision/bomb")
+    (problem,) = read_status({path: content}).problems
+    assert problem.startswith(f"{path}:") and expect in problem
 
 
 def test_status_and_queues_report_every_bad_status_file(tmp_path: Path) -> None:
@@ -249,7 +255,7 @@ def test_status_and_queues_report_every_bad_status_file(tmp_path: Path) -> None:
     git(work, "add", "-A")
     git(work, "commit", "-qm", "template")
     files = {
-        "status/vision/good.yaml": dump_yaml(
+        operation_path("vision/good"): dump_yaml(
             OperationStatus(operation="vision/good", phase=Phase.RUNNING).to_dict()
         )
     }
@@ -257,7 +263,7 @@ def test_status_and_queues_report_every_bad_status_file(tmp_path: Path) -> None:
     for case in STATUS_CASES:
         data = case.read_bytes()
         path, expect = _header(data)
-        where = f"status/vision/{case.stem}.yaml"
+        where = operation_path(f"vision/{case.stem}")
         files[where] = data
         expected.append(expect.replace(path, where))
     branch = StatusBranch(ConfigRepo(str(work), cache_dir=tmp_path / "cache"))

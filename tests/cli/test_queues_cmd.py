@@ -111,6 +111,7 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     from reconciler.core.compile import compile_repo
     from reconciler.core.plan import plan_repo
     from reconciler.core.reporting.status import (
+        operation_path,
         order_path,
         parse_status_file,
         render_status,
@@ -121,7 +122,8 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
 
     repo = ConfigRepo(str(remote), cache_dir=tmp_path / "cache")
     status = StatusBranch(repo)
-    assert status.file_history("status/vision/train-ddp.yaml") == []  # no branch yet
+    path = operation_path("vision/train-ddp")
+    assert status.file_history(path) == []  # no branch yet
     write_cycle(repo, status)  # train-ddp is Queued (QuotaExceeded, position 2)
     compiled = compile_repo(repo.sync())
     running = [
@@ -135,7 +137,6 @@ def test_status_file_history_gives_the_recorded_transitions(remote: Path, tmp_pa
     before = status.read()
     after = render_status(compiled, plan, {})
     status.write(status_changes(before, after), "second cycle")
-    path = "status/vision/train-ddp.yaml"
     versions = status.file_history(path)
     assert len(versions) == 2 and versions[0][1] <= versions[1][1]
     records = [(sha, when, parse_status_file(path, data)) for sha, when, data in versions]

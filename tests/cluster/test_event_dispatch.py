@@ -15,6 +15,7 @@ from support.helpers import wait_until
 from support.reconciler_env import client_context, commit_all, git, start_run
 
 from reconciler.adapters.kube import Kube
+from reconciler.core.reporting.status import operation_path
 
 pytestmark = pytest.mark.cluster
 
@@ -98,7 +99,10 @@ def test_a_job_that_completes_dispatches_the_next_well_before_the_interval(
         assert gap < WELL_BEFORE, f"the next Job came {gap:.0f} s after the first ended"
         # the status branch follows (written at most every 10 s: --interval, at most 10 s)
         wait_until(
-            lambda: "Succeeded" in git(repo, "show", "reconciler/status:status/chain/second.yaml"),
+            lambda: (
+                "Succeeded"
+                in git(repo, "show", f"reconciler/status:{operation_path('chain/second')}")
+            ),
             timeout=60,
             what="the status of the second op",
         )

@@ -38,6 +38,7 @@ from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube
 from reconciler.cli.main import cli
 from reconciler.core.decision.render import ANNOTATION_DISPATCHED_AT
+from reconciler.core.reporting.status import operation_path
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.status import StatusPublisher
 
@@ -58,7 +59,7 @@ def _queue(name: str, priority: int, gpus: int, extra: str = "") -> str:
 def _recorded(repo: Path, path: str) -> dict[str, Any]:
     """A file of the status branch (``{}`` until it is written)."""
     try:
-        data = yaml.safe_load(git(repo, "show", f"reconciler/status:status/{path}"))
+        data = yaml.safe_load(git(repo, "show", f"reconciler/status:{path}"))
     except subprocess.CalledProcessError:
         return {}
     return data if isinstance(data, dict) else {}
@@ -154,7 +155,7 @@ def test_a_fleet_queue_borrows_idle_quota_on_the_cluster_with_room_and_gives_it_
 
             # the wait and its end time on the status branch, and in `queues`
             def recorded_wait() -> dict[str, Any]:
-                record = _recorded(config_repo, "language/big.yaml")
+                record = _recorded(config_repo, operation_path("language/big"))
                 return record if record.get("reason") == "WaitingForLentQuota" else {}
 
             record = wait_until(recorded_wait, timeout=30, what="the wait in the status branch")
@@ -182,7 +183,7 @@ def test_a_fleet_queue_borrows_idle_quota_on_the_cluster_with_room_and_gives_it_
         assert (team_b.used_after[GPU], team_b.lent_after[GPU]) == (4, 0)
 
         def recorded_return() -> bool:
-            record = _recorded(config_repo, "language/big.yaml")
+            record = _recorded(config_repo, operation_path("language/big"))
             view = _queues_view(config_repo, tmp_path / "cli-cache")
             return bool(
                 record.get("cluster") == "local"

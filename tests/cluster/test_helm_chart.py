@@ -20,6 +20,7 @@ import yaml
 from support.cluster import KubeCluster
 from support.helpers import wait_until
 
+from reconciler.core.reporting.status import operation_path
 from reconciler.devcluster.build import cached_binaries
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -593,7 +594,7 @@ def test_a_cycle_with_the_charts_rights_dispatches_and_reports_a_forbidden_names
         for op, err in language.items()
     )
     op = sorted(language)[0]
-    record = yaml.safe_load(git(config_repo, "show", f"reconciler/status:status/{op}.yaml"))
+    record = yaml.safe_load(git(config_repo, "show", f"reconciler/status:{operation_path(op)}"))
     assert record["phase"] == "Queued" and record["reason"] == "NamespaceForbidden", str(record)
     assert f"namespace {missing} does not exist" in record["message"]
     assert "rbac.createNamespaces=true" in record["message"]

@@ -30,6 +30,7 @@ from support.reconciler_env import (
 )
 
 from reconciler.adapters.kube import Kube
+from reconciler.core.reporting.status import operation_path
 from reconciler.devcluster.prerequisites import apply_prerequisites
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.service import Runtime, make_runtime
@@ -218,7 +219,7 @@ def test_invalid_commit_is_rejected_and_changes_nothing(live: Live, name: str) -
             refused = [r for r in result.compiled.rejected if {r.operation, *r.children} & running]
             assert refused  # refused while running: they keep running, never pruned
             op = refused[0].operation
-            record = live.status(f"status/{op}.yaml")
+            record = live.status(operation_path(op))
             assert record["reason"] == "PolicyViolation"
             assert re.search(bad.error, record["message"]), record
         else:
@@ -287,7 +288,7 @@ def test_a_refused_workflow_does_not_shield_a_deleted_operation(live: Live) -> N
     after = live.jobs()
     assert workload not in after
     assert {k: v for k, v in before.items() if k != workload} == after
-    record = live.status("status/vision/shadow.yaml")
+    record = live.status(operation_path("vision/shadow"))
     assert record["reason"] == "PolicyViolation", record
 
     (ops / "shadow.yaml").unlink()

@@ -22,6 +22,7 @@ from support.processes import start as _start
 from support.reconciler_env import commit_all, git, make_config_repo, make_long_running
 
 from reconciler.adapters.kube import Kube
+from reconciler.core.reporting.status import CLUSTERS_FILE, CONFIG_FILE, operation_path
 from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
@@ -49,7 +50,7 @@ def _get(base: str, path: str) -> tuple[int, str]:
 
 def _status_file(repo: Path, path: str) -> dict[str, object] | None:
     try:
-        data = yaml.safe_load(git(repo, "show", f"reconciler/status:status/{path}"))
+        data = yaml.safe_load(git(repo, "show", f"reconciler/status:{path}"))
     except subprocess.CalledProcessError:
         return None
     return data if isinstance(data, dict) else None
@@ -95,7 +96,7 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
 
         def health() -> list[tuple[object, object]]:
             # each entry also holds what a fleet queue needs (backends served, capacity)
-            clusters = (_status_file(repo, "clusters.yaml") or {}).get("clusters") or []
+            clusters = (_status_file(repo, CLUSTERS_FILE) or {}).get("clusters") or []
             return [(c.get("name"), c.get("reachable")) for c in clusters]  # type: ignore[union-attr]
 
         wait_until(
@@ -106,7 +107,7 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
         _add_op(repo, "during-outage")  # a new commit while the cluster is away
 
         def reported_down() -> bool:
-            clusters = (_status_file(repo, "clusters.yaml") or {}).get("clusters") or [{}]
+            clusters = (_status_file(repo, CLUSTERS_FILE) or {}).get("clusters") or [{}]
             return clusters[0].get("reachable") is False  # type: ignore[union-attr]
 
         wait_until(reported_down, timeout=60, what="the outage in the status branch")
@@ -114,13 +115,13 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
         assert samples[("reconciler_cluster_up", (("cluster", "local"),))] == 0
         assert samples[("reconciler_cluster_errors_total", (("cluster", "local"),))] >= 1
         assert _get(base, "/healthz")[0] == 200  # alive, running on the last good config
-        running = _status_file(repo, "vision/sweep-lr-0.yaml") or {}
+        running = _status_file(repo, operation_path("vision/sweep-lr-0")) or {}
         # the last state seen holds, flagged; not Queued, so never dispatched again
         assert running.get("phase") in ("Dispatched", "Running"), running
         assert running.get("reason") == "ClusterUnreachable", running
         head = git(repo, "rev-parse", "HEAD")
         wait_until(  # it kept loading commits
-            lambda: (_status_file(repo, "config.yaml") or {}).get("applied") == head,
+            lambda: (_status_file(repo, CONFIG_FILE) or {}).get("applied") == head,
             timeout=30,
             what="the commit made during the outage in force",
         )
@@ -143,7 +144,7 @@ def test_apiserver_down_and_back_mid_run(kube_cluster: KubeCluster, tmp_path: Pa
         wait_until(
             lambda: (
                 not reported_down()
-                and (_status_file(repo, "vision/sweep-lr-0.yaml") or {}).get("reason")
+                and (_status_file(repo, operation_path("vision/sweep-lr-0")) or {}).get("reason")
                 != "ClusterUnreachable"
             ),
             timeout=30,
@@ -195,7 +196,7 @@ def test_git_remote_gone_and_back(
         assert set(_jobs_per_op(kube).values()) == {1}
         head = git(config_repo, "rev-parse", "HEAD")
         wait_until(  # the status is written by a thread of its own, at most every interval
-            lambda: (_status_file(config_repo, "config.yaml") or {}).get("applied") == head,
+            lambda: (_status_file(config_repo, CONFIG_FILE) or {}).get("applied") == head,
             timeout=30,
             what="the status branch to record the commit in force",
         )

@@ -28,7 +28,7 @@ from reconciler.adapters.kube import Kube, list_pytorchjobs
 from reconciler.core.decision.cycle import memory_from_status
 from reconciler.core.decision.render import ANNOTATION_PHASE
 from reconciler.core.observation.observe import ObservedReason
-from reconciler.core.reporting.status import read_status, render_status
+from reconciler.core.reporting.status import operation_path, read_status, render_status
 from reconciler.core.types import Phase
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
@@ -240,7 +240,7 @@ def test_a_restart_adopts_it_and_a_deleted_operation_prunes_it(
     create_operator_pods(api, namespace)
     assert first.plan is not None
     files = render_status(first.compiled, first.plan, first.states)  # type: ignore[arg-type]
-    assert b"workloadKind: PyTorchJob" in files["status/d/train.yaml"]
+    assert b"workloadKind: PyTorchJob" in files[operation_path("d/train")]
     reconciler.close()
 
     # a new process, from the status branch: it finds the PyTorchJob, creates no other

@@ -33,6 +33,7 @@ from support.reconciler_env import (
 from reconciler.adapters.kube import Kube
 from reconciler.core.decision.render import LABEL_QUEUE
 from reconciler.core.observation.observe import ObservedReason, WorkloadState
+from reconciler.core.reporting.status import operation_path
 from reconciler.core.types import Phase
 
 pytestmark = pytest.mark.cluster
@@ -532,11 +533,12 @@ def test_status_branch_one_commit_per_cycle_and_human_commits_kept(
     cycle()
     files = git(config_repo, "ls-tree", "-r", "--name-only", "reconciler/status").splitlines()
     assert "status/queues.yaml" in files and "status/config.yaml" in files
-    assert "status/vision/sweep-lr-0.yaml" in files and "status/language/distill.yaml" in files
-    record = git(config_repo, "show", "reconciler/status:status/vision/sweep-lr-0.yaml")
+    assert operation_path("vision/sweep-lr-0") in files
+    assert operation_path("language/distill") in files
+    record = git(config_repo, "show", f"reconciler/status:{operation_path('vision/sweep-lr-0')}")
     assert "phase: Dispatched" in record and "workload: vision-sweep-lr-0-g1" in record
     assert "logs: reconciler logs vision/sweep-lr-0" in record
-    queued = git(config_repo, "show", "reconciler/status:status/vision/train-resnet.yaml")
+    queued = git(config_repo, "show", f"reconciler/status:{operation_path('vision/train-resnet')}")
     assert "reason: QuotaExceeded" in queued and "position" not in queued
     # its place in the queue is in the queue's order file, 3rd
     order = git(config_repo, "show", "reconciler/status:status/_queues/team-a.yaml")
@@ -585,7 +587,7 @@ def test_spec_change_is_out_of_sync_and_a_generation_bump_reruns_within_quota(
     result = runtime.reconciler.run_once()
     runtime.on_cycle(result)
     assert kube.batch.read_namespaced_job("language-distill-g1", "team-b").metadata.uid == uid
-    record = git(config_repo, "show", "reconciler/status:status/language/distill.yaml")
+    record = git(config_repo, "show", f"reconciler/status:{operation_path('language/distill')}")
     assert "sync: OutOfSync" in record
 
     op.write_text(op.read_text().replace("kind: Operation\n", "kind: Operation\ngeneration: 2\n"))

@@ -22,6 +22,7 @@ from support.processes import start as _start
 from support.reconciler_env import commit_all, git, make_long_running, run_once
 
 from reconciler.adapters.kube import Kube
+from reconciler.core.reporting.status import operation_path
 from reconciler.devcluster.cluster import free_port
 
 pytestmark = pytest.mark.cluster
@@ -174,7 +175,9 @@ def test_logs_and_outputs_of_a_finished_operation(
 
         def outputs() -> dict[str, object] | None:
             try:
-                record = git(config_repo, "show", "reconciler/status:status/vision/dedupe.yaml")
+                record = git(
+                    config_repo, "show", f"reconciler/status:{operation_path('vision/dedupe')}"
+                )
             except subprocess.CalledProcessError:
                 return None
             return {"ok": True} if "phase: Succeeded" in record and "loss: 0.25" in record else None
@@ -294,7 +297,7 @@ def test_sigterm_right_after_a_job_finished_leaves_its_phase_on_the_branch(
 
         wait_until(lambda: bool(finished()), timeout=120, what="a Job to finish")
         ended = finished()
-        first = git(config_repo, "show", f"reconciler/status:status/{ended[0]}.yaml")
+        first = git(config_repo, "show", f"reconciler/status:{operation_path(ended[0])}")
         assert "phase: Succeeded" not in first  # the branch has not seen it yet
         time.sleep(1.0)  # the watch has shown it (tens of ms); no cycle has run
         proc.send_signal(signal.SIGTERM)
@@ -303,7 +306,7 @@ def test_sigterm_right_after_a_job_finished_leaves_its_phase_on_the_branch(
         if proc.poll() is None:
             proc.kill()
     for op_id in ended:
-        record = git(config_repo, "show", f"reconciler/status:status/{op_id}.yaml")
+        record = git(config_repo, "show", f"reconciler/status:{operation_path(op_id)}")
         assert "phase: Succeeded" in record, record
     log = (tmp_path / "term.log").read_text()
     assert "not on the branch" not in log

@@ -28,7 +28,12 @@ from reconciler.core.plan.ledger import (
     spent,
     window_at,
 )
-from reconciler.core.reporting.status import read_status, render_status, status_changes
+from reconciler.core.reporting.status import (
+    operation_path,
+    read_status,
+    render_status,
+    status_changes,
+)
 from reconciler.core.types import BudgetPeriod, BudgetSpec, ClusterSpec, Phase
 
 GPU = "nvidia.com/gpu"
@@ -329,8 +334,9 @@ def test_ledger_files_are_never_deleted_and_long_months_continue_in_parts() -> N
     docs = ledger_documents(many)
     assert sorted(docs) == ["status/ledger/2026-01.2.yaml", "status/ledger/2026-01.yaml"]
     assert len(docs["status/ledger/2026-01.2.yaml"]["entries"]) == 1
-    before = {"status/ledger/2025-12.yaml": b"entries: []\n", "status/p/gone.yaml": b"x"}
-    assert status_changes(before, {}) == {"status/p/gone.yaml": None}
+    gone = operation_path("p/gone")
+    before = {"status/ledger/2025-12.yaml": b"entries: []\n", gone: b"x"}
+    assert status_changes(before, {}) == {gone: None}
 
 
 def test_a_ledger_entry_reads_back_equal_and_a_bad_one_is_a_problem() -> None:

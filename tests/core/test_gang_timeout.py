@@ -13,6 +13,7 @@ from support.builders import NOW, World
 from support.fake_kube import FakeCycles
 
 from reconciler.core.observation.observe import ObservedReason
+from reconciler.core.reporting.status import operation_path
 from reconciler.core.types import Distributed, Phase
 
 GPU = "nvidia.com/gpu"
@@ -93,7 +94,7 @@ def test_the_count_survives_a_restart_through_the_status_branch() -> None:
     assert stopped.stopped == ("p/train",)
     assert stopped.decision is not None
     files = h.status_of(stopped)
-    assert b"gangTimeouts:" in files["status/p/train.yaml"]
+    assert b"gangTimeouts:" in files[operation_path("p/train")]
     # a new process, from the status branch only: it re-queues (once) ...
     restarted = h.restart(files)
     again = restarted.cycle(after=1)
@@ -150,7 +151,7 @@ def test_the_views_from_the_status_branch_see_a_gang_past_its_start_timeout() ->
     h.gang("p-train-g1", placed=3, running=3)
     waiting = h.cycle(after=30)
     files = h.status_of(waiting)
-    assert b"placement:" in files["status/p/train.yaml"]
+    assert b"placement:" in files[operation_path("p/train")]
     memory = memory_from_status(read_status(files))
     recorded = memory.seen["p/train"]
     assert recorded.gang is not None and (recorded.gang.placed, recorded.gang.replicas) == (3, 4)

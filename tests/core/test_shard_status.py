@@ -20,8 +20,10 @@ from reconciler.core.reporting.shards import owed_for, shard_changes
 from reconciler.core.reporting.status import (
     NOTIFY_FILE,
     ClusterStatus,
+    flat_operation_path,
     operation_path,
     order_path,
+    path_operation,
     render_status,
 )
 from reconciler.core.types import CompiledRepo, Phase
@@ -115,6 +117,32 @@ def test_a_shard_deletes_only_its_own_files() -> None:
     assert operation_path("t/a-3") not in after
     assert operation_path("t/b-3") in after  # b's: b's shard deletes it
     assert order_path("qb") in after
+    assert _write(after, world, pb) == _render(world, world.repo())
+
+
+def test_a_shards_first_write_on_a_flat_branch_moves_its_own_records_alone() -> None:
+    """A branch written before the buckets: each shard's first write moves its partitions'
+    records (and deletes its operation gone from the repo) and leaves the other shard's,
+    flat or moved, to it; after both, the branch is the whole reconciler's."""
+    world = _world()
+    flat: dict[str, bytes] = {}
+    for path, data in _render(world, world.repo()).items():
+        operation = path_operation(path)
+        flat[flat_operation_path(operation) if operation else path] = data
+    pa, pb = sorted(partition_repo(world.repo()), key=lambda p: p.clusters)
+    world.remove("t/a-3")
+    tip = _write(flat, world, pb)
+    assert operation_path("t/b-2") in tip and flat_operation_path("t/a-2") in tip
+    # b's, recorded when it ran on a: b's all the same (its operation is in b's partition)
+    moved = operation_path("t/b-2")
+    tip[moved] = tip[moved].replace(b"cluster: b", b"cluster: a")
+    after = _write(tip, world, pa)
+    for n in (1, 2):
+        assert operation_path(f"t/a-{n}") in after
+        assert flat_operation_path(f"t/a-{n}") not in after
+        assert operation_path(f"t/b-{n}") in after
+    assert after[moved] == tip[moved]
+    assert not {flat_operation_path("t/a-3"), operation_path("t/a-3")} & after.keys()
     assert _write(after, world, pb) == _render(world, world.repo())
 
 

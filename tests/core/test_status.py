@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from collections import Counter
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 from unittest import mock
@@ -13,8 +16,12 @@ import reconciler.core.reporting.status as status_module
 from reconciler.core.decision.render import spec_hash, workload_name
 from reconciler.core.observation.observe import ObservedReason, WorkloadState
 from reconciler.core.plan import plan_repo
+from reconciler.core.plan.ledger import ledger_path
 from reconciler.core.reporting.status import (
+    CLUSTERS_FILE,
     CONFIG_FILE,
+    DECISION_FILE,
+    NOTIFY_FILE,
     QUEUES_FILE,
     ConfigStatus,
     OperationStatus,
@@ -23,10 +30,15 @@ from reconciler.core.reporting.status import (
     RenderMemo,
     SpecHashMemo,
     StatusReason,
+    flat_operation_path,
     is_order_path,
+    operation_path,
     order_path,
     parse_status_file,
+    path_operation,
     read_status,
+    record_bucket,
+    record_paths,
     render_status,
     status_changes,
     summarize_cycle,
@@ -98,9 +110,9 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
         CONFIG_FILE,
         QUEUES_FILE,
         order_path("team-a"),
-        *(f"status/vision/train-{i}.yaml" for i in range(1, 6)),
+        *(operation_path(f"vision/train-{i}") for i in range(1, 6)),
     }
-    one = load(files, "status/vision/train-1.yaml")
+    one = load(files, operation_path("vision/train-1"))
     assert one["phase"] == "Running"
     assert one["configCommit"] == OLD_COMMIT  # the commit that dispatched it
     assert one["outputs"] == {"loss": 0.5}
@@ -109,7 +121,7 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
     assert one["sync"] == "Synced"
     assert one["startedAt"] == "2026-01-01T11:00:05Z"
     assert "position" not in one
-    two = load(files, "status/vision/train-2.yaml")
+    two = load(files, operation_path("vision/train-2"))
     assert (two["phase"], two["reason"]) == ("Dispatched", "WaitingForCapacity")
     assert "Insufficient nvidia.com/gpu" in two["message"]
     # the queue's order file holds the positions; the records hold neither the position
@@ -121,7 +133,7 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
     }
     view = read_status(files)
     for i, position in ((3, 1), (4, 2), (5, 3)):
-        queued = load(files, f"status/vision/train-{i}.yaml")
+        queued = load(files, operation_path(f"vision/train-{i}"))
         assert (queued["phase"], queued["reason"]) == ("Queued", "QuotaExceeded")
         assert "position" not in queued and "configCommit" not in queued
         read = view.operations[f"vision/train-{i}"]
@@ -152,7 +164,7 @@ def test_seed_example_records_phases_reasons_positions_and_queue_usage() -> None
 def test_dispatched_this_cycle_counts_in_queue_usage() -> None:
     world = seed()
     _, files = cycle(world, {})
-    first = load(files, "status/vision/train-1.yaml")
+    first = load(files, operation_path("vision/train-1"))
     assert (first["phase"], first["reason"]) == ("Dispatched", "WorkloadCreated")
     queue = load(files, QUEUES_FILE)["queues"][0]
     assert (queue["active"], queue["used"], queue["pending"]) == (2, {"nvidia.com/gpu": "2"}, 3)
@@ -169,16 +181,16 @@ def test_a_failed_dispatch_stays_queued_with_its_reason() -> None:
             "vision/train-5": (StatusReason.DISPATCH_FAILED, "not planned: ignored"),
         },
     )
-    first = load(files, "status/vision/train-1.yaml")
+    first = load(files, operation_path("vision/train-1"))
     assert (first["phase"], first["reason"], first["message"]) == (
         "Queued",
         "NamespaceForbidden",
         message,
     )
     assert "dispatchedAt" not in first
-    second = load(files, "status/vision/train-2.yaml")  # dispatched in the same cycle
+    second = load(files, operation_path("vision/train-2"))  # dispatched in the same cycle
     assert (second["phase"], second["reason"]) == ("Dispatched", "WorkloadCreated")
-    fifth = load(files, "status/vision/train-5.yaml")  # a failure only counts if planned
+    fifth = load(files, operation_path("vision/train-5"))  # a failure only counts if planned
     assert (fifth["phase"], fifth["reason"]) == ("Queued", "QuotaExceeded")
 
 
@@ -194,7 +206,7 @@ def test_render_is_deterministic_whatever_the_input_order() -> None:
     _, other = cycle(shuffled, states)
     assert other == first
     # byte-level: sorted keys, no wrapping of long messages
-    text = first["status/vision/train-3.yaml"].decode()
+    text = first[operation_path("vision/train-3")].decode()
     keys = [line.split(":")[0] for line in text.splitlines() if not line.startswith(" ")]
     assert keys == sorted(keys)
     assert all(len(line) < 400 for line in text.splitlines())
@@ -208,12 +220,12 @@ def test_out_of_sync_when_an_active_workload_runs_another_spec() -> None:
         "vision/train-2": state(repo, "vision/train-2", Phase.SUCCEEDED, spec_hash="0123"),
     }
     _, files = cycle(world, states)
-    one = load(files, "status/vision/train-1.yaml")
+    one = load(files, operation_path("vision/train-1"))
     assert one["sync"] == "OutOfSync"
     assert one["workloadSpecHash"] == "0123456789ab"
     assert one["specHash"] == spec_hash(repo.operations[0], repo.connections)
     # a finished workload is never interrupted nor re-run: it is not out of sync
-    assert load(files, "status/vision/train-2.yaml")["sync"] == "Synced"
+    assert load(files, operation_path("vision/train-2"))["sync"] == "Synced"
 
 
 def test_removed_ops_still_observed_keep_a_file_and_say_why() -> None:
@@ -224,7 +236,7 @@ def test_removed_ops_still_observed_keep_a_file_and_say_why() -> None:
     world.remove("vision/train-1", "vision/train-2")
     states = {"vision/train-1": running, "vision/train-2": done}
     _, files = cycle(world, states)
-    gone = load(files, "status/vision/train-1.yaml")
+    gone = load(files, operation_path("vision/train-1"))
     assert (gone["phase"], gone["reason"], gone["sync"]) == (
         "Running",
         "RemovedFromRepo",
@@ -232,16 +244,16 @@ def test_removed_ops_still_observed_keep_a_file_and_say_why() -> None:
     )
     assert "prune is off" in gone["message"]
     assert gone["workload"] == "vision-train-1-g1" and gone["queue"] == "team-a"
-    finished = load(files, "status/vision/train-2.yaml")
+    finished = load(files, operation_path("vision/train-2"))
     assert (finished["phase"], finished["finishedAt"]) == ("Succeeded", "2026-01-01T11:30:00Z")
 
     world.with_org(prune=True, allow_mass_prune=True)
     _, pruned = cycle(world, states)
-    assert "stopping" in load(pruned, "status/vision/train-1.yaml")["message"]
+    assert "stopping" in load(pruned, operation_path("vision/train-1"))["message"]
 
     world.with_org(prune=True, allow_mass_prune=False, max_prune_fraction=0.0)
     _, refused = cycle(world, states)
-    record = load(refused, "status/vision/train-1.yaml")
+    record = load(refused, operation_path("vision/train-1"))
     assert record["reason"] == "PruneRefused"
     assert load(refused, CONFIG_FILE)["warnings"] == [record["message"]]
 
@@ -249,7 +261,7 @@ def test_removed_ops_still_observed_keep_a_file_and_say_why() -> None:
 def test_rejected_ops_record_the_policy_violation() -> None:
     world = seed().reject("vision/train-5", "resources.limits.nvidia.com/gpu 9 exceeds 4")
     _, files = cycle(world, {})
-    record = load(files, "status/vision/train-5.yaml")
+    record = load(files, operation_path("vision/train-5"))
     assert (record["phase"], record["reason"]) == ("Rejected", "PolicyViolation")
     assert "exceeds 4" in record["message"]
     assert record["path"] == "vision/operations/train-5.yaml"
@@ -262,10 +274,10 @@ def test_workflow_children_and_their_parent() -> None:
     repo = world.repo(COMMIT)
     states = {"vision/sweep-0": state(repo, "vision/sweep-0", Phase.SUCCEEDED)}
     _, files = cycle(world, states)
-    child = load(files, "status/vision/sweep-1.yaml")
+    child = load(files, operation_path("vision/sweep-1"))
     assert child["workflow"] == {"parent": "vision/sweep", "kind": "matrix", "index": 1}
     assert child["phase"] == "Dispatched"
-    parent = load(files, "status/vision/sweep.yaml")
+    parent = load(files, operation_path("vision/sweep"))
     assert parent["phase"] == "Running"
     assert parent["kind"] == "matrix"
     assert parent["children"] == ["vision/sweep-0", "vision/sweep-1", "vision/sweep-2"]
@@ -333,15 +345,97 @@ def test_status_changes_only_changed_and_deleted_files() -> None:
     states = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
     _, after = cycle(world, states)
     changes = status_changes(before, after)
-    assert set(changes) == {"status/vision/train-1.yaml"}
-    assert changes["status/vision/train-1.yaml"] == after["status/vision/train-1.yaml"]
+    assert set(changes) == {operation_path("vision/train-1")}
+    assert changes[operation_path("vision/train-1")] == after[operation_path("vision/train-1")]
     # an op removed from the repo and from every cluster: its file goes; a human's stays
     world.remove("vision/train-5")
     _, later = cycle(world, states)
     human = {**after, "status/NOTES.md": b"hand-written"}
     changes = status_changes(human, later)
-    assert changes["status/vision/train-5.yaml"] is None
+    assert changes[operation_path("vision/train-5")] is None
     assert "status/NOTES.md" not in changes
+
+
+def _flat(files: Mapping[str, bytes]) -> dict[str, bytes]:
+    """``files`` as a branch written before the buckets holds them."""
+    out: dict[str, bytes] = {}
+    for path, data in files.items():
+        operation = path_operation(path)
+        out[flat_operation_path(operation) if operation else path] = data
+    return out
+
+
+def test_a_record_sits_in_its_projects_bucket_and_no_other_file_takes_a_bucket() -> None:
+    for operation in ("p/a", "vision/train-1", "team-a/" + "x" * 63):
+        path = operation_path(operation)
+        _, project, bucket, name = path.split("/")
+        assert (project, name) == (operation.split("/")[0], operation.split("/")[1] + ".yaml")
+        assert re.fullmatch(r"[0-9a-f]{3}", bucket)
+        assert path_operation(path) == operation
+        assert path_operation(flat_operation_path(operation)) == operation
+        assert record_paths(operation) == (path, flat_operation_path(operation))
+    # 4,096 buckets, the names spread over them
+    buckets = Counter(record_bucket(f"train-{i}") for i in range(100_000))
+    assert len(buckets) == 4096 and max(buckets.values()) < 60
+    # the other status files are none of an operation's
+    for path in (
+        QUEUES_FILE,
+        CONFIG_FILE,
+        CLUSTERS_FILE,
+        DECISION_FILE,
+        NOTIFY_FILE,
+        order_path("team-a"),
+        order_path("team-a", 2),
+        ledger_path("2026-12"),
+        "status/NOTES.md",
+    ):
+        assert path_operation(path) is None, path
+    wrong = next(b for b in ("000", "001") if b != record_bucket("a"))
+    assert path_operation(f"status/p/{wrong}/a.yaml") is None  # not its name's bucket
+
+
+def test_records_of_both_layouts_are_read_and_the_bucketed_one_wins() -> None:
+    """A branch, or a past commit, written before the buckets reads as it did; where both
+    layouts hold a record of one operation, the one in its bucket is its record, whichever
+    path sorts first."""
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    _, files = cycle(world, states)
+    flat = _flat(files)
+    assert flat.keys().isdisjoint(files.keys() - {QUEUES_FILE, CONFIG_FILE, order_path("team-a")})
+    assert read_status(flat) == read_status(files)
+    names = [f"{c}x" for c in "0123456789abcdef"]
+    # the flat path sorts before the bucketed one for some, after it for others
+    assert {flat_operation_path(f"p/{n}") < operation_path(f"p/{n}") for n in names} == {
+        True,
+        False,
+    }
+    both: dict[str, bytes] = {}
+    for n in names:
+        both[operation_path(f"p/{n}")] = f"operation: p/{n}\nphase: Running\n".encode()
+        both[flat_operation_path(f"p/{n}")] = f"operation: p/{n}\nphase: Queued\n".encode()
+    view = read_status(both)
+    assert {view.operations[f"p/{n}"].phase for n in names} == {Phase.RUNNING}
+
+
+def test_the_first_write_on_a_flat_branch_moves_every_record_into_its_bucket() -> None:
+    """In one commit: each flat record deleted, its bucket's written; a record of an
+    operation gone from the repo and every cluster deleted too; a human's file kept."""
+    world = seed()
+    repo = world.repo(COMMIT)
+    states = {"vision/train-1": state(repo, "vision/train-1", Phase.RUNNING)}
+    _, before = cycle(world, states)
+    branch = {**_flat(before), "status/NOTES.md": b"hand-written"}
+    world.remove("vision/train-5")
+    _, after = cycle(world, states)
+    changes = status_changes(branch, after)
+    moved = {**branch, **changes}
+    moved = {p: d for p, d in moved.items() if d is not None}
+    assert moved == {**after, "status/NOTES.md": b"hand-written"}
+    assert changes[flat_operation_path("vision/train-5")] is None
+    assert "vision/train-5" not in summarize_cycle(branch, after).split("\n", 1)[0]
+    assert summarize_cycle(branch, after) == summarize_cycle(before, after)
 
 
 def test_summarize_cycle_counts_transitions() -> None:
@@ -472,7 +566,7 @@ def test_a_render_memo_dumps_only_the_records_that_changed() -> None:
     assert dump.call_count == len(changed - {QUEUES_FILE, CONFIG_FILE}) + 2
     world.remove("vision/train-5")
     _, third = cycle(world, running, memo=memo)
-    assert "status/vision/train-5.yaml" not in memo and set(memo) <= set(third)
+    assert operation_path("vision/train-5") not in memo and set(memo) <= set(third)
 
 
 # --- what a commit and a dispatch rewrite ----------------------------------------------
@@ -512,11 +606,11 @@ def test_a_dispatch_from_the_head_rewrites_the_order_not_every_pending_record() 
         repo, plan_repo(repo, [s.to_observed() for s in done.values()], NOW), done
     )
     changed = set(status_changes(before, after))
-    assert {order_path("team-a"), QUEUES_FILE, "status/vision/train-2.yaml"} <= changed
+    assert {order_path("team-a"), QUEUES_FILE, operation_path("vision/train-2")} <= changed
     # the others changed only in what they wait for (train-2 now holds the GPU), not in
     # where they stand
     for i in range(3, 7):
-        path = f"status/vision/train-{i}.yaml"
+        path = operation_path(f"vision/train-{i}")
         was, now = load(before, path), load(after, path)
         assert {k for k in was.keys() | now.keys() if was.get(k) != now.get(k)} == {
             "message",
@@ -611,8 +705,8 @@ def test_the_spec_hash_memo_gives_the_hash_a_fresh_render_gives() -> None:
     again = render_status(changed, plan_repo(changed, [], NOW), {}, hashes=hashes)
     assert again == render_status(changed, plan_repo(changed, [], NOW), {})
     assert (
-        load(again, "status/vision/train-1.yaml")["specHash"]
-        != load(first, "status/vision/train-1.yaml")["specHash"]
+        load(again, operation_path("vision/train-1"))["specHash"]
+        != load(first, operation_path("vision/train-1"))["specHash"]
     )
     assert set(hashes) == {"vision/train-1", "vision/train-2"}  # the gone one forgotten
 
@@ -645,7 +739,7 @@ def test_the_record_memo_gives_the_files_a_fresh_render_gives() -> None:
         records = {k: v[1] for k, v in built.items()}
     assert set(built) == {f"vision/train-{i}" for i in range(1, 5)}
     # train-2, dispatched again under the new commit, says that commit (the same operation)
-    assert load(fresh, "status/vision/train-2.yaml")["configCommit"] == OLD_COMMIT
+    assert load(fresh, operation_path("vision/train-2"))["configCommit"] == OLD_COMMIT
 
 
 def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
@@ -666,7 +760,7 @@ def test_the_phases_given_by_the_render_are_those_parsed_back() -> None:
     assert len(operations) == 8 and set(phases) == {files[p] for p in operations}
     for path in operations:
         assert phases[files[path]] == status_module._run_of(path, files[path]), path
-    assert phases[files["status/vision/sweep.yaml"]] is None  # a workflow parent
+    assert phases[files[operation_path("vision/sweep")]] is None  # a workflow parent
     with mock.patch(
         "reconciler.core.reporting.status._run_of", wraps=status_module._run_of
     ) as parse:

@@ -26,7 +26,7 @@ from reconciler.core.plan import (
     Plan,
     QuotaBlock,
 )
-from reconciler.core.reporting.status import read_status, render_status
+from reconciler.core.reporting.status import operation_path, read_status, render_status
 from reconciler.core.types import Phase
 from reconciler.core.views.queue_view import (
     build_queue_detail,
@@ -343,9 +343,9 @@ def test_plan_from_the_status_branch_counts_a_gangs_pods_as_the_cycle_does() -> 
     )
     states = {**states, "vision/small": single}
     files = render_status(repo, plan, states)
-    record = files["status/vision/ddp.yaml"].decode()
+    record = files[operation_path("vision/ddp")].decode()
     assert "pods: 4" in record and "nvidia.com/gpu: '8'" in record
-    assert "pods:" not in files["status/vision/small.yaml"].decode()  # one pod: not written
+    assert "pods:" not in files[operation_path("vision/small")].decode()  # one pod: not written
     memory = memory_from_status(read_status(files))
     assert memory.seen["vision/ddp"].pods == 4
     assert memory.seen["vision/small"].pods == 1  # its requests are recorded: one pod

@@ -22,7 +22,7 @@ from reconciler.core.decision.cycle import memory_from_status
 from reconciler.core.decision.render import ANNOTATION_PHASE, ANNOTATION_PHASE_REASON
 from reconciler.core.decision.trigger import Trigger, event_trigger
 from reconciler.core.observation.observe import ObservedReason, observe_workloads
-from reconciler.core.reporting.status import read_status
+from reconciler.core.reporting.status import operation_path, read_status
 from reconciler.core.types import (
     CompiledRepo,
     Distributed,
@@ -213,7 +213,7 @@ def test_a_restart_adopts_the_pytorchjob_through_the_status_branch() -> None:
     first = h.cycle()
     assert first.plan is not None
     files = h.status_of(first)
-    record = files["status/p/train.yaml"].decode()
+    record = files[operation_path("p/train")].decode()
     assert "workloadKind: PyTorchJob" in record
     memory = memory_from_status(read_status(files))
     assert memory.seen["p/train"].kind == "PyTorchJob"

@@ -41,6 +41,7 @@ from reconciler.core.reporting.status import (
     StatusFileError,
     StatusReason,
     dump_yaml,
+    flat_operation_path,
     operation_path,
     parse_status_file,
     read_status,
@@ -620,7 +621,7 @@ def _app(template: RepoSnapshot, *, leading: bool) -> tuple[WebApp, CycleResult]
             for i, line in enumerate(text.splitlines(), start=1)
         ]
 
-    def status_history(path: str) -> list[tuple[str, datetime, bytes]]:
+    def status_history(path: str, flat: str) -> list[tuple[str, datetime, bytes]]:
         data = history_files.get(path)
         if data is None:
             return []
@@ -706,7 +707,11 @@ def test_json_api_before_the_first_cycle() -> None:
 
 
 def test_status_record_paths() -> None:
-    assert operation_path("a/b") == "status/a/b.yaml"
+    """A record's bucket is a hash of its name that no process or Python version changes:
+    a branch written by one is read by another."""
+    assert operation_path("a/b") == "status/a/7a5/b.yaml"
+    assert operation_path("vision/train-resnet") == "status/vision/0c1/train-resnet.yaml"
+    assert flat_operation_path("a/b") == "status/a/b.yaml"
 
 
 def _native(value: Any) -> bool:

@@ -5,12 +5,20 @@ and compared whole)."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping
 
 from support.status_branch import results
 
 from reconciler.adapters.git import GitSyncError
-from reconciler.core.reporting.status import NOTIFY_FILE, summarize_cycle
+from reconciler.core.reporting.status import (
+    NOTIFY_FILE,
+    flat_operation_path,
+    operation_path,
+    path_operation,
+    summarize_cycle,
+)
+from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.status import StatusPublisher, render_cycle_status
 
 
@@ -55,6 +63,29 @@ def test_each_write_leaves_a_full_renders_files_and_message() -> None:
         assert branch.files == full
         assert branch.messages[-1] == summarize_cycle(before, full)
     assert publisher._own is publisher._files  # the delta was written, not read back
+
+
+def _full(result: CycleResult) -> dict[str, bytes]:
+    assert result.compiled is not None and result.plan is not None
+    return render_cycle_status(result, result.compiled, result.plan)
+
+
+def test_the_first_write_on_a_flat_branch_moves_every_record_into_its_bucket() -> None:
+    """A branch written before the buckets: the first write deletes every flat record and
+    writes its bucket's in one commit, its message the one of the records as they were;
+    the writes after it (of what changed alone) leave a full render."""
+    branch = RecordingBranch()
+    cycles = results(4)
+    for path, data in _full(cycles[0]).items():
+        operation = path_operation(path)
+        branch.files[flat_operation_path(operation) if operation else path] = data
+    assert branch.files != _full(cycles[0])
+    publisher = StatusPublisher(branch)  # type: ignore[arg-type]
+    for before, result in itertools.pairwise(cycles):
+        publisher.publish(result)
+        assert branch.files == _full(result)
+        assert branch.messages[-1] == summarize_cycle(_full(before), _full(result))
+    assert len(branch.messages) == 3
 
 
 class FollowedBranch(RecordingBranch):
@@ -102,7 +133,7 @@ def test_owed_notifications_a_follower_a_restart_and_a_hand_edit_leave_a_full_re
     again = StatusPublisher(branch)  # type: ignore[arg-type]
     again.owed, publisher = publisher.owed, again
     written(6, b"owed: 2\n")
-    branch.files["status/vision/train-vit.yaml"] = b"edited: by hand\n"
+    branch.files[operation_path("vision/train-vit")] = b"edited: by hand\n"
     publisher._files = None  # the Lease lost and taken again: the branch read again
     written(7, None)
     written(8, None)

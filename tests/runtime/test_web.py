@@ -577,7 +577,7 @@ def test_a_bug_behind_a_page_is_reported_as_ours_not_as_the_cluster_or_git(
     def blame(rev: str, path: str) -> list[BlameLine]:
         raise failures["blame"]
 
-    def history(path: str) -> list[tuple[str, datetime, bytes]]:
+    def history(path: str, flat: str) -> list[tuple[str, datetime, bytes]]:
         raise failures["history"]
 
     def views(logs: Exception, blamed: Exception, recorded: Exception) -> str:

@@ -15,7 +15,7 @@ from reconciler.adapters.repo import snapshot_worktree
 from reconciler.core.compile import compile_operation, compile_repo
 from reconciler.core.load import MAX_EXPANDED_CHARS, parse_yaml
 from reconciler.core.observation.observed import ObservedFileError, parse_observed
-from reconciler.core.reporting.status import read_status
+from reconciler.core.reporting.status import operation_path, read_status
 from reconciler.core.types import RepoFile
 from support.hostile import billion_laughs, deep_nesting, matrix_bomb
 from support.paths import TEMPLATE as TEMPLATE_DIR
@@ -38,7 +38,7 @@ def _every_reader(content: bytes) -> list[str]:
         parse_observed(content, "observed.yaml")
     except ObservedFileError as exc:
         messages += [str(e) for e in exc.errors]
-    messages += read_status({"status/vision/fuzz.yaml": content}).problems
+    messages += read_status({operation_path("vision/fuzz"): content}).problems
     return messages
 
 

@@ -96,7 +96,7 @@ OBSERVED: dict[str, tuple[bytes, str]] = {
     "nul-bytes": (b"\x00" * 64, "unacceptable character #x0000"),
 }
 
-# name -> (content of status/vision/bomb.yaml on the status branch, what the problem says)
+# name -> (content of vision/bomb's record on the status branch, what the problem says)
 STATUS: dict[str, tuple[bytes, str]] = {
     "alias-bomb-children": (
         ("operation: vision/bomb\nphase: Running\n" + billion_laughs()).encode(),

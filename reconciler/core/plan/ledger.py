@@ -36,7 +36,8 @@ from reconciler.core.reporting.wire import WireModel
 from reconciler.core.types import BudgetPeriod, BudgetSpec
 
 LEDGER_DIR = "status/ledger"
-# status/<project>/ holds a project's records: no project may be named like the ledger's folder.
+# status/<project>/ holds a project's records (in its bucket folders, ``operation_path``): no
+# project may be named like the ledger's folder.
 RESERVED_PROJECT_NAMES = frozenset({LEDGER_DIR.removeprefix("status/")})
 _GIB = Decimal(2**30)
 _HOUR = Decimal(3600)

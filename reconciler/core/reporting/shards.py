@@ -3,7 +3,9 @@
 What must live here: which status files a shard owns, and how a shared file is joined.
 Each replica writes only its partitions' files (``ShardScope``): an operation's file when
 the operation is in its partitions (one gone from the repo: when the cluster it records is
-one of them), a queue's order files when the queue is. The shared files are joined with
+one of them), a queue's order files when the queue is; an operation's file in either
+layout (``path_operation``), so a shard's first write moves its own records of a branch
+written before the buckets, and no other's. The shared files are joined with
 the branch's tip at each attempt of a push: ``queues.yaml`` keeps the other shards' queues
 (in consideration order: priority descending, then name), ``clusters.yaml`` their clusters
 (by name), the ledger every shard's runs (entries are keyed, never lost); ``config.yaml``
@@ -48,6 +50,7 @@ from reconciler.core.reporting.status import (
     is_decision_path,
     is_order_path,
     parse_status_file,
+    path_operation,
 )
 
 _SHARED = frozenset({QUEUES_FILE, CLUSTERS_FILE, CONFIG_FILE, NOTIFY_FILE})
@@ -59,7 +62,9 @@ def _owns(path: str, data: bytes, scope: ShardScope) -> bool:
     if is_order_path(path):
         name = path[len(ORDER_DIR) + 1 : -len(".yaml")].split(".")[0]
         return name in scope.queues
-    operation = path[len(STATUS_DIR) + 1 : -len(".yaml")]
+    # by its path, in either layout: a flat record of the shard's operations is its own to
+    # delete as it writes them in their buckets, another shard's is left to that shard
+    operation = path_operation(path)
     if operation in scope.operations:
         return True
     if operation in scope.known_operations:

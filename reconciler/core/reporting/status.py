@@ -1,7 +1,9 @@
 """The status branch's files, rendered from one cycle's compiled config, plan and
 observations (pure), and read back.
 
-Layout (see ``docs/status.md``): ``status/<project>/<operation>.yaml`` per operation,
+Layout (see ``docs/status.md``): ``status/<project>/<bucket>/<operation>.yaml`` per
+operation (``operation_path``; branches written before the buckets hold
+``status/<project>/<operation>.yaml``, still read, and moved by the next write),
 ``status/queues.yaml``, each queue's pending order ``status/_queues/<queue>.yaml``,
 ``status/config.yaml`` and the ledger of finished runs,
 ``status/ledger/<YYYY-MM>.yaml`` (``core/plan/ledger.py``). Files are deterministic YAML with sorted
@@ -18,6 +20,7 @@ files (the commit message). The report that feeds them is
 from __future__ import annotations
 
 import enum
+import hashlib
 import json
 import re
 from collections import ChainMap, Counter
@@ -148,9 +151,52 @@ class StatusFileError(ValueError):
     """A status file that cannot be read back; ``str()`` is ``file:line:col: message``."""
 
 
+# An operation's record sits in one of 4,096 bucket folders of its project's, by a hash of
+# its name: a write then rewrites a few small trees, where one folder of 100,000 records
+# made Git rehash, pack and unpack a 4.5 MB tree at every write. The hash is blake2b's, not
+# ``hash()``: the same in every process and Python version, as a path must be. A bucket
+# cannot be taken for another status file: those sit directly under ``status/`` or in
+# ``_queues/`` and ``ledger/``, which no project is named (a project is a DNS label, and
+# ``ledger`` is reserved), and a bucket is a folder one level below a project's.
+_BUCKET_DIGITS = 3  # 4,096 buckets: ~24 records a folder at 100,000, a project's tree ~130 KB
+
+
+def record_bucket(name: str) -> str:
+    """The bucket of an operation named ``name`` in its project: 3 hex digits."""
+    return hashlib.blake2b(name.encode(), digest_size=2).hexdigest()[:_BUCKET_DIGITS]
+
+
 def operation_path(operation: str) -> str:
-    """``team-a/train`` -> ``status/team-a/train.yaml``."""
+    """``team-a/train`` -> ``status/team-a/<bucket>/train.yaml`` (``record_bucket``): the
+    one place a record's path is made."""
+    project, _, name = operation.partition("/")
+    return f"{STATUS_DIR}/{project}/{record_bucket(name)}/{name}.yaml"
+
+
+def flat_operation_path(operation: str) -> str:
+    """``team-a/train`` -> ``status/team-a/train.yaml``: where a branch written before the
+    buckets holds its record (read still; the next write moves it)."""
     return f"{STATUS_DIR}/{operation}.yaml"
+
+
+def record_paths(operation: str) -> tuple[str, str]:
+    """Where an operation's record may be, the first found wins: its bucket's, then the
+    flat layout's (a branch, or a past commit, written before the buckets)."""
+    return operation_path(operation), flat_operation_path(operation)
+
+
+def path_operation(path: str) -> str | None:
+    """The operation whose record ``path`` is by its place, in either layout
+    (``record_paths``); None for any other path (a queue's order, the ledger, a record in
+    a bucket not its name's)."""
+    if not path.startswith(f"{STATUS_DIR}/") or not path.endswith(".yaml"):
+        return None
+    parts = path[len(STATUS_DIR) + 1 : -len(".yaml")].split("/")
+    if len(parts) == 2 and not path.startswith((f"{ORDER_DIR}/", f"{LEDGER_DIR}/")):
+        return path[len(STATUS_DIR) + 1 : -len(".yaml")]
+    if len(parts) == 3 and parts[1] == record_bucket(parts[2]):
+        return f"{parts[0]}/{parts[2]}"
+    return None
 
 
 def logs_command(operation: str) -> str:
@@ -792,13 +838,14 @@ def render_status(
         mark = (gang_timeouts or {}).get(record.operation)
         if mark is not None:
             records[i] = record.model_copy(update={"gang_timeouts": mark.to_json()})
+    paths = [operation_path(r.operation) for r in records]  # a hash each: made once
     if memo is None:
-        files = {operation_path(r.operation): dump_yaml(r.to_dict()) for r in records}
+        files = {path: dump_yaml(r.to_dict()) for path, r in zip(paths, records, strict=True)}
     else:
-        files = {operation_path(r.operation): _dumped(r, memo) for r in records}
+        files = {path: _dumped(path, r, memo) for path, r in zip(paths, records, strict=True)}
     if phases is not None:
-        for r in records:
-            phases[files[operation_path(r.operation)]] = _run_of_record(r)
+        for path, r in zip(paths, records, strict=True):
+            phases[files[path]] = _run_of_record(r)
     files.update(_order_files(plan, memo))
     if memo is not None:
         for gone in [p for p in memo if p not in files]:
@@ -878,8 +925,8 @@ def _queue_order_files(queue: str, ids: list[str], memo: RenderMemo | None) -> d
     return out
 
 
-def _dumped(record: OperationStatus, memo: RenderMemo) -> bytes:
-    path = operation_path(record.operation)
+def _dumped(path: str, record: OperationStatus, memo: RenderMemo) -> bytes:
+    """``record``'s file at ``path`` (its ``operation_path``), from ``memo`` when equal."""
     known = memo.get(path)
     if known is not None and (known[0] is record or known[0] == record):
         return known[1]
@@ -1037,7 +1084,7 @@ def render_changes(
             mark = gang.get(oid)
             if mark is not None:
                 record = record.model_copy(update={"gang_timeouts": mark.to_json()})
-            data = _dumped(record, memos.rendered)
+            data = _dumped(path, record, memos.rendered)
             run = _run_of_record(record)
             memos.phases[data] = run
         elif path not in last.files:
@@ -1789,8 +1836,11 @@ class StatusView:
 
 
 def read_status(files: Mapping[str, bytes]) -> StatusView:
-    """Parse every status file; unreadable ones are reported in ``problems``, not raised."""
+    """Parse every status file; unreadable ones are reported in ``problems``, not raised.
+    An operation's record is the one at its ``operation_path`` when there is one there, else
+    the one found elsewhere (the flat layout's, ``record_paths``)."""
     operations: dict[str, OperationStatus] = {}
+    bucketed: set[str] = set()  # the operations read from their own path
     queues: tuple[QueueStatus, ...] = ()
     config: ConfigStatus | None = None
     decisions: list[DecisionRecord] = []
@@ -1814,7 +1864,13 @@ def read_status(files: Mapping[str, bytes]) -> StatusView:
                 frozen.add(path)
             continue
         if isinstance(parsed, OperationStatus):
-            operations[parsed.operation] = parsed
+            # a branch with both layouts' records of one operation (a flat one written by
+            # hand or by an older version since): the one in its bucket is the record
+            oid = parsed.operation
+            if oid not in bucketed:
+                operations[oid] = parsed
+                if path == operation_path(oid):
+                    bucketed.add(oid)
         elif isinstance(parsed, QueueOrder):
             parts.setdefault(parsed.queue, []).append(parsed)
         elif isinstance(parsed, ConfigStatus):
@@ -1912,7 +1968,9 @@ def status_changes(
 ) -> dict[str, bytes | None]:
     """The files to write (changed or new) and to delete (``None``): status files in
     ``before`` that this cycle no longer renders (ops no longer in the repo nor any cluster);
-    never a ledger file (the history of what was spent). Other files on the branch (a
+    never a ledger file (the history of what was spent). So a branch written before the
+    buckets has its records moved in one commit: each flat file (``flat_operation_path``)
+    is deleted as its bucket's is written. Other files on the branch (a
     human's notes) are left alone. The decision record alone is no change: its clock moves
     every cycle, and it is written with the commit whose records it replays."""
     changes: dict[str, bytes | None] = {
