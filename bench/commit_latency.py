@@ -19,7 +19,8 @@ With ``--ops N`` the polling repo also holds N operations in a paused queue (com
 planned every cycle, never dispatched), 1% of them through a preset ``move-<i>`` that puts
 them in that queue; after the new-operation rounds, each round commits one preset change
 (``move-<i>`` now names the dispatching queue): latency from the push to the first Job of
-its operations (the next round is pushed once all of them have their Job). That is the
+its operations (the next round is pushed once all of them have their Job and the
+reconciler has settled: their phases written, below 5% of a core over a second). That is the
 cost of a commit in a big repo, incremental compile included. The rounds start once the
 reconciler's first status commit is on the remote (every operation's file: at 100,000 it
 takes ~15 s of CPU, which the first rounds would time otherwise).
