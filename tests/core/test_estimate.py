@@ -51,6 +51,8 @@ def _estimate(
     history: list[RunRecord],
     starts: dict[str, datetime] | None = None,
     horizon: timedelta = timedelta(hours=24),
+    *,
+    apart: bool = True,
 ) -> Estimates:
     repo = world.repo()
     return estimate_starts(
@@ -62,6 +64,7 @@ def _estimate(
         NOW,
         horizon=horizon,
         capacity=world.capacity,
+        apart=apart,
     )
 
 
@@ -244,7 +247,8 @@ def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
 ) -> None:
     """A queue with ten free slots but room for two runs (two GPUs free, two slots of its
     cluster, or a workflow's parallelism of two): each admission is given the two
-    candidates that could all be dispatched, not the ten that each could alone."""
+    candidates that could all be dispatched, not the ten that each could alone (the queue
+    simulated with the others: alone, it shares nothing and is dated apart)."""
     world = World().cluster("c", concurrency=2 if short_of == "cluster" else None)
     world.queue(
         "q", cluster="c", concurrency=10, quota={"nvidia.com/gpu": 2 if short_of == "quota" else 99}
@@ -262,7 +266,7 @@ def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
         return admit(order, *args, **kwargs)
 
     monkeypatch.setattr(whatif_module, "admit", counting)
-    e = _estimate(world, history)
+    e = _estimate(world, history, apart=False)
     assert [_at(e, f"p/op-{i}") for i in (3, 4, 5, 60)] == [10, 10, 20, 290]
     assert planned and max(planned) == 2
 
