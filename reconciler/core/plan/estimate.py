@@ -490,16 +490,15 @@ class _Apart:
 def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
     """The queues whose simulation shares nothing with another queue's, so that dating
     them alone, admitted only when their own runs end, gives what the whole simulation
-    gives: no cohort, budget, flavors or fleet; every candidate and run on the queue's own
-    cluster, which either has no concurrency limit or never reaches it (what holds it now
-    and every candidate that may go to it are within it), and no fleet queue lists; each
+    gives: no cohort, budget, flavors or fleet; each of its candidates and runs on a cluster
+    with no concurrency limit or one it never reaches (what holds it now and every
+    candidate that may go to it are within it: nothing ever waits for it); each
     dependency of a candidate succeeded already, or a run or candidate of the queue; no
     other queue's candidate depends on one of its operations; each workflow of its
     candidates and runs has all its children in the queue and all its active runs there,
     and one concurrency."""
     w = prep.whatif
     repo = prep.repo
-    fleet_clusters = {c for name in prep.fleet for c in repo.queues[name].clusters}
     demand: dict[str, int] = {}  # per cluster: the candidates that may go to it
     for name, cands in w.candidates.items():
         members = repo.queues[name].clusters
@@ -510,8 +509,6 @@ def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
     def unbound(cluster: str | None) -> bool:
         if cluster is None:
             return True
-        if cluster in fleet_clusters or cluster in w.unreachable:
-            return False
         limit = prep.cluster_limit.get(cluster)
         counter = w.counters.clusters.get(cluster)
         held = 0 if counter is None else counter.active
@@ -533,8 +530,8 @@ def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
             and not spec.clusters
             and not spec.paused
             and name not in prep.cohort_mates
-            and unbound(spec.cluster)
             and all(unbound(run.cluster) for run in runs_of.get(name, ()))
+            and all(unbound(c[5].cluster) for c in w.candidates[name])
         ):
             got = _apart_of(prep, q, runs_of.get(name, []))
             if got is not None:
@@ -546,7 +543,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     """``q`` as ``_Apart`` when its operations and workflows are its own (``_queues_apart``),
     else None."""
     w = prep.whatif
-    name, cluster = q.spec.name, q.spec.cluster
+    name = q.spec.name
     cands = w.candidates[name]
     own = {run.oid for run in runs}
     own.update(c[4] for c in cands)
@@ -559,8 +556,6 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     kept = []
     for c in cands:
         oid, op = c[4], c[5]
-        if op.cluster != cluster:
-            return None
         deps = []
         for d in op.dependencies:
             seen = w.seen.get(d)
