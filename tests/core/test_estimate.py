@@ -524,7 +524,7 @@ def test_the_incremental_simulation_equals_replanning_everything(
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(estimate_worlds(), st.booleans())
+@given(estimate_worlds(apart=True), st.booleans())
 @pytest.mark.slow
 def test_the_queues_dated_apart_get_what_the_whole_simulation_gives(
     case: tuple[World, list[RunRecord], list[LedgerEntry]], long: bool

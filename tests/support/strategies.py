@@ -318,12 +318,15 @@ def _queue_apart(
 
 
 @st.composite
-def estimate_worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
+def estimate_worlds(
+    draw: st.DrawFn, apart: bool = False
+) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
     """Clusters, queues (priorities, concurrency, quota, StrictFIFO, maxPods, a cohort
     that lends and borrows, budgets per day in cost or GPU-hours, a fleet queue over two
     of the three clusters with a ``clusterQuota`` and their nodes' free GPUs observed), operations
     (GPUs, gangs of 2 pods, timeouts, dependencies, a workflow), their history and a
-    ledger of what the budgeted queues spent today."""
+    ledger of what the budgeted queues spent today. With ``apart``, most worlds have a
+    queue that shares nothing with the others, or only looks so (``_queue_apart``)."""
     world = World()
     world.with_org(
         prices={"nvidia.com/gpu": Decimal("2.5")},
@@ -404,7 +407,7 @@ def estimate_worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[Ledge
         ids.append(oid)
         for minutes in draw(st.lists(st.integers(1, 120), min_size=1, max_size=3)):
             history.append(RunRecord(oid, queue, minutes * MIN))
-    if draw(st.integers(0, 3)) > 0:
+    if apart and draw(st.integers(0, 3)) > 0:
         ids += draw(_queue_apart(world, history, ids, workflow_concurrency))
     for oid in draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)):
         # observed on its queue's cluster, or on another (its end frees a slot there)

@@ -15,7 +15,9 @@ slots (first in the planner's order, as many as there are free slots), the queue
 workflow's waiting children and of its dependents. Admitting the other queues again would
 give them the same pending entries: nothing they wait for changed. Within a queue, a pass
 stops once nothing later could be dispatched (``_full``; a BestEffortFIFO queue visits only
-the candidates its checks 7-10 may let through, ``WhatIf.fitting``). p50 and p90 are two
+the candidates its checks 7-10 may let through, ``WhatIf.fitting``). A queue that shares
+nothing with another (``_queues_apart``) is dated apart first, in one loop at its own runs'
+ends (``_Sim._date_apart``), and left out of those events. p50 and p90 are two
 simulations, one with every run at its p50 duration, one at its p90; the second starts
 from the first's state reverted.
 
