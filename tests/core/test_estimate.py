@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from support.builders import NOW, World
 from support.strategies import estimate_worlds
 
@@ -51,6 +52,8 @@ def _estimate(
     history: list[RunRecord],
     starts: dict[str, datetime] | None = None,
     horizon: timedelta = timedelta(hours=24),
+    *,
+    apart: bool = True,
 ) -> Estimates:
     repo = world.repo()
     return estimate_starts(
@@ -62,6 +65,7 @@ def _estimate(
         NOW,
         horizon=horizon,
         capacity=world.capacity,
+        apart=apart,
     )
 
 
@@ -244,7 +248,8 @@ def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
 ) -> None:
     """A queue with ten free slots but room for two runs (two GPUs free, two slots of its
     cluster, or a workflow's parallelism of two): each admission is given the two
-    candidates that could all be dispatched, not the ten that each could alone."""
+    candidates that could all be dispatched, not the ten that each could alone (the queue
+    simulated with the others: alone, it shares nothing and is dated apart)."""
     world = World().cluster("c", concurrency=2 if short_of == "cluster" else None)
     world.queue(
         "q", cluster="c", concurrency=10, quota={"nvidia.com/gpu": 2 if short_of == "quota" else 99}
@@ -262,7 +267,7 @@ def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
         return admit(order, *args, **kwargs)
 
     monkeypatch.setattr(whatif_module, "admit", counting)
-    e = _estimate(world, history)
+    e = _estimate(world, history, apart=False)
     assert [_at(e, f"p/op-{i}") for i in (3, 4, 5, 60)] == [10, 10, 20, 290]
     assert planned and max(planned) == 2
 
@@ -516,6 +521,106 @@ def test_the_incremental_simulation_equals_replanning_everything(
             for oid, at in got.items():
                 p50 = e.pending[oid].p50.at
                 assert at == max(expected[oid], p50 or expected[oid])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(estimate_worlds(apart=True), st.booleans())
+@pytest.mark.slow
+def test_the_queues_dated_apart_get_what_the_whole_simulation_gives(
+    case: tuple[World, list[RunRecord], list[LedgerEntry]], long: bool
+) -> None:
+    """Every estimate (p50, p90, state and why) with the queues that share nothing dated
+    apart equals the one with every queue in the simulation's events; with a run beyond
+    the horizon too (else most worlds end with nothing left to end, where what is left
+    waiting may need the whole simulation)."""
+    world, history, ledger = case
+    if long:
+        world = _beyond_the_horizon(world, history)
+    starts = {oid: NOW for oid in world.observed}
+    repo = world.repo()
+    plan = world.plan(ledger=ledger)
+    observed = list(world.observed.values())
+    got, whole = (
+        estimate_starts(
+            repo,
+            plan,
+            observed,
+            starts,
+            history,
+            NOW,
+            ledger=ledger,
+            capacity=world.capacity,
+            apart=apart,
+        )
+        for apart in (True, False)
+    )
+    assert got == whole
+
+
+def _sharing(shared: str) -> tuple[World, list[RunRecord], dict[str, float | str]]:
+    """Two queues that look as if they shared nothing, but for ``shared``; and when each
+    of their operations is dispatched (minutes), as the whole simulation says."""
+    world = World().cluster("c", concurrency=1 if shared == "cluster" else None)
+    world.cluster("other", concurrency=1)
+    world.queue("low", cluster="c", concurrency=1).queue("high", cluster="c", priority=1)
+    world.op("p/held", queue="low")
+    world.op("p/low", queue="low")
+    world.op("p/high", queue="high")
+    if shared == "cluster":  # one slot: the higher priority takes it when p/held ends
+        expected: dict[str, float | str] = {"p/low": 20, "p/high": 10}
+    elif shared == "dependency":  # p/high waits for a run of the other queue
+        world.builders[-1].after("p/held")
+        world.queue("high", cluster="c", priority=1, concurrency=1)
+        world.op("p/first", queue="high")
+        world.running("p/first")
+        expected = {"p/low": 10, "p/high": 10}
+    elif shared == "workflow":  # one at a time across both queues
+        world.builders[0].child_of("p/wf", 0, concurrency=1)
+        world.builders[-1].child_of("p/wf", 1, concurrency=1)
+        expected = {"p/low": 10, "p/high": 10}
+    else:  # p/held runs on a cluster whose one slot p/high's queue waits for
+        world.queue("high", cluster="other", priority=1)
+        world.op("p/first", queue="high")
+        expected = {"p/low": 10, "p/high": 10, "p/first": 20}
+    world.observe("p/held", Phase.RUNNING, cluster="other" if shared == "run's cluster" else None)
+    history = [r for oid in ("p/held", "p/low", "p/high", "p/first") for r in _runs(oid, "q", 10)]
+    return _beyond_the_horizon(world, history), history, expected
+
+
+def _beyond_the_horizon(world: World, history: list[RunRecord]) -> World:
+    """``world`` with a run that ends after the horizon, in a queue of its own: the
+    simulation is never left with nothing to end (the whole state is never needed to say
+    why what is left waits, which would simulate every queue again)."""
+    world.queue("long", cluster="elsewhere").op("p/long", queue="long")
+    world.running("p/long")
+    history += _runs("p/long", "long", 48 * 60)
+    return world
+
+
+@pytest.mark.parametrize("shared", ["cluster", "dependency", "workflow", "run's cluster"])
+def test_a_queue_that_shares_a_limit_or_an_operation_is_not_dated_apart(shared: str) -> None:
+    world, history, expected = _sharing(shared)
+    e = _estimate(world, history, {"p/held": NOW})
+    assert {oid: _at(e, oid) for oid in expected} == expected
+    assert e == _estimate(world, history, {"p/held": NOW}, apart=False)
+
+
+def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> None:
+    """Nothing is left to end, and a queue that shares nothing still has candidates (two
+    that wait for each other): why they wait is what the planner says on the whole state
+    then, as the whole simulation gives it."""
+    world = World().queue("q")
+    world.op("p/a", queue="q").after("p/b")
+    world.op("p/b", queue="q").after("p/a")
+    world.op("p/c", queue="q")
+    world.op("p/held", queue="q")
+    world.running("p/held")
+    history = _runs("p/held", "q", 10) + _runs("p/c", "q", 10)
+    e = _estimate(world, history, {"p/held": NOW})
+    a = e.of("p/a")
+    assert a is not None and a.p50.state is EtaState.BLOCKED
+    assert a.why == "WaitingForDependencies: nothing it waits for is estimated to end"
+    assert e == _estimate(world, history, {"p/held": NOW}, apart=False)
 
 
 def test_a_strict_fifo_head_planned_before_its_workflow_took_a_slot_is_replanned() -> None:

@@ -269,12 +269,64 @@ MIN = 60.0
 
 
 @st.composite
-def estimate_worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
+def _queue_apart(
+    draw: st.DrawFn,
+    world: World,
+    history: list[RunRecord],
+    others: list[str],
+    workflow_concurrency: int,
+) -> list[str]:
+    """A queue ``qa`` on c2 whose operations depend on one another and have a workflow of
+    their own: it shares nothing with the other queues (the estimate dates it apart), but
+    for what is drawn to make it only look so: an operation that depends on one of
+    ``others`` or is a child of their workflow, or one of theirs that depends on it (and c2's
+    limit, when its queues reach it). Returns its operations."""
+    world.queue(
+        "qa",
+        cluster="c2",
+        priority=draw(st.integers(0, 2)),
+        concurrency=draw(st.none() | st.integers(1, 3)),
+        quota=draw(st.sampled_from([None, {"nvidia.com/gpu": 2}, {"nvidia.com/gpu": 3}])),
+        strict=draw(st.booleans()),
+        max_pods=draw(st.none() | st.integers(1, 4)),
+    )
+    concurrency = draw(st.integers(1, 2))
+    ids: list[str] = []
+    for i in range(draw(st.integers(1, 8))):
+        oid = f"p/a{i}"
+        b = world.op(oid, queue="qa", gpu=draw(st.sampled_from([None, 1, 2])))
+        if draw(st.integers(0, 4)) == 0:
+            b.requests(gpu=1).replicas(2)
+        if draw(st.booleans()):
+            b.timeout(draw(st.integers(10, 240)) * 60)
+        if ids and draw(st.integers(0, 2)) == 0:
+            b.after(draw(st.sampled_from(ids)))
+        elif others and draw(st.integers(0, 9)) == 0:
+            b.after(draw(st.sampled_from(others)))
+        if draw(st.integers(0, 2)) == 0:
+            b.child_of("p/wfa", i, concurrency=concurrency)
+        elif draw(st.integers(0, 9)) == 0:
+            b.child_of("p/wf", 100 + i, concurrency=workflow_concurrency)
+        ids.append(oid)
+        for minutes in draw(st.lists(st.integers(1, 120), min_size=1, max_size=3)):
+            history.append(RunRecord(oid, "qa", minutes * MIN))
+    if others and draw(st.integers(0, 4)) == 0:
+        late = world.op("p/late", queue=world.default_queue).timeout(3600)  # it may be budgeted
+        late.after(draw(st.sampled_from(ids)))
+        history.append(RunRecord("p/late", world.default_queue, 30 * MIN))
+    return ids
+
+
+@st.composite
+def estimate_worlds(
+    draw: st.DrawFn, apart: bool = False
+) -> tuple[World, list[RunRecord], list[LedgerEntry]]:
     """Clusters, queues (priorities, concurrency, quota, StrictFIFO, maxPods, a cohort
-    that lends and borrows, budgets per day in cost or GPU-hours, a fleet queue over both
-    clusters with a ``clusterQuota`` and their nodes' free GPUs observed), operations
+    that lends and borrows, budgets per day in cost or GPU-hours, a fleet queue over two
+    of the three clusters with a ``clusterQuota`` and their nodes' free GPUs observed), operations
     (GPUs, gangs of 2 pods, timeouts, dependencies, a workflow), their history and a
-    ledger of what the budgeted queues spent today."""
+    ledger of what the budgeted queues spent today. With ``apart``, most worlds have a
+    queue that shares nothing with the others, or only looks so (``_queue_apart``)."""
     world = World()
     world.with_org(
         prices={"nvidia.com/gpu": Decimal("2.5")},
@@ -282,6 +334,9 @@ def estimate_worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[Ledge
     )
     world.cluster("c0", concurrency=draw(st.none() | st.integers(1, 4)))
     world.cluster("c1", concurrency=draw(st.none() | st.integers(1, 4)))
+    # no fleet queue lists c2: its queues may share nothing with another (dated apart),
+    # or only look so (its limit reached, a dependency or the workflow in another queue)
+    world.cluster("c2", concurrency=draw(st.none() | st.integers(1, 8)))
     world.cohort("co", draw(st.sampled_from(["30m", "2h"])))
     queues = [f"q{i}" for i in range(draw(st.integers(1, 4)))]
     budgeted = set()
@@ -298,7 +353,7 @@ def estimate_worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[Ledge
             budgeted.add(q)
         world.queue(
             q,
-            cluster=draw(st.sampled_from(["c0", "c1"])),
+            cluster=draw(st.sampled_from(["c0", "c1", "c2"])),
             priority=draw(st.integers(0, 2)),
             concurrency=draw(st.none() | st.integers(1, 3)),
             quota=quota,
@@ -352,8 +407,12 @@ def estimate_worlds(draw: st.DrawFn) -> tuple[World, list[RunRecord], list[Ledge
         ids.append(oid)
         for minutes in draw(st.lists(st.integers(1, 120), min_size=1, max_size=3)):
             history.append(RunRecord(oid, queue, minutes * MIN))
+    if apart and draw(st.integers(0, 3)) > 0:
+        ids += draw(_queue_apart(world, history, ids, workflow_concurrency))
     for oid in draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)):
-        world.running(oid)
+        # observed on its queue's cluster, or on another (its end frees a slot there)
+        cluster = draw(st.none() | st.sampled_from(["c0", "c1", "c2"]))
+        world.observe(oid, Phase.RUNNING, cluster=cluster)
     ledger = []
     for q in sorted(budgeted):
         for k in range(draw(st.integers(0, 2))):

@@ -15,7 +15,9 @@ slots (first in the planner's order, as many as there are free slots), the queue
 workflow's waiting children and of its dependents. Admitting the other queues again would
 give them the same pending entries: nothing they wait for changed. Within a queue, a pass
 stops once nothing later could be dispatched (``_full``; a BestEffortFIFO queue visits only
-the candidates its checks 7-10 may let through, ``WhatIf.fitting``). p50 and p90 are two
+the candidates its checks 7-10 may let through, ``WhatIf.fitting``). A queue that shares
+nothing with another (``_queues_apart``) is dated apart first, in one loop at its own runs'
+ends (``_Sim._date_apart``), and left out of those events. p50 and p90 are two
 simulations, one with every run at its p50 duration, one at its p90; the second starts
 from the first's state reverted.
 
@@ -42,6 +44,7 @@ from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan import (
     REASON_TRAITS,
     DependenciesBlock,
+    Dispatch,
     Pending,
     PendingReason,
     Plan,
@@ -366,6 +369,7 @@ class _Prepared:
         capacity: Mapping[str, ClusterCapacity],
         backends: Mapping[str, frozenset[str]],
         ledger: Sequence[LedgerEntry],
+        apart: bool = True,
     ) -> None:
         self.repo = repo
         self.ops = {op.id: op for op in repo.operations}
@@ -432,6 +436,171 @@ class _Prepared:
             backends=backends,
             ledger=ledger,
         )
+        # the queues whose simulation shares nothing with another's: dated apart
+        self.apart = _queues_apart(self) if apart else {}
+
+
+_Candidate = tuple[
+    str, CompiledOperation, tuple[int, ...], tuple[tuple[int, int], ...], int, frozenset[str], str
+]
+
+
+class _Apart:
+    """A queue whose simulation shares nothing with any other queue's (``_queues_apart``):
+    what its own pass needs, as the state the planner built says before the first event.
+    Its checks reduce to arithmetic on its own counters: 3 (its dependencies, all its own
+    runs or candidates), 5-8 (its head, concurrency, ``maxPods`` and quota) and 9 (its
+    workflows, all its own); its cluster never reaches a limit, and nothing else applies."""
+
+    __slots__ = (
+        "active",
+        "candidates",
+        "concurrency",
+        "max_pods",
+        "pods",
+        "quota",
+        "runs",
+        "strict",
+        "used",
+        "workflows",
+    )
+
+    def __init__(
+        self,
+        q: QueueState,
+        candidates: list[_Candidate],
+        runs: list[ActiveRun],
+        workflows: dict[str, tuple[int, int | None]],
+    ) -> None:
+        spec = q.spec
+        self.concurrency = spec.concurrency
+        self.max_pods = spec.max_pods
+        self.strict = spec.strategy is QueueStrategy.STRICT_FIFO
+        self.quota = q.quota
+        self.active = q.active
+        self.pods = q.pods
+        self.used = tuple(q.used)
+        # in the planner's order: (id, operation, request in units, its (slot, units) where
+        # not 0, its number among the queue's distinct (those, pods), dependencies not
+        # succeeded before the first event, workflow parent or "")
+        self.candidates = candidates
+        self.runs = runs
+        # per workflow parent: (active, limit)
+        self.workflows = workflows
+
+
+def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
+    """The queues whose simulation shares nothing with another queue's, so that dating
+    them alone, admitted only when their own runs end, gives what the whole simulation
+    gives: no cohort, budget, flavors or fleet; each of its candidates and runs on a cluster
+    with no concurrency limit or one it never reaches (what holds it now and every
+    candidate that may go to it are within it: nothing ever waits for it); each
+    dependency of a candidate succeeded already, or a run or candidate of the queue; no
+    other queue's candidate depends on one of its operations; each workflow of its
+    candidates and runs has all its children in the queue and all its active runs there,
+    and one concurrency."""
+    w = prep.whatif
+    repo = prep.repo
+    demand: dict[str, int] = {}  # per cluster: the candidates that may go to it
+    for name, cands in w.candidates.items():
+        members = repo.queues[name].clusters
+        for c in cands:
+            for cluster in members or (c[5].cluster,):
+                demand[cluster] = demand.get(cluster, 0) + 1
+
+    def unbound(cluster: str | None) -> bool:
+        if cluster is None:
+            return True
+        limit = prep.cluster_limit.get(cluster)
+        counter = w.counters.clusters.get(cluster)
+        held = 0 if counter is None else counter.active
+        return limit is None or held + demand.get(cluster, 0) <= limit
+
+    runs_of: dict[str, list[ActiveRun]] = {}
+    for oid in sorted(w.runs):
+        run = w.runs[oid]
+        if run.queue is not None:
+            runs_of.setdefault(run.queue.spec.name, []).append(run)
+    out: dict[str, _Apart] = {}
+    for name in sorted(w.candidates):
+        q = w.qstate[name]
+        spec = q.spec
+        if (
+            q.cohort is None
+            and q.budget is None
+            and not q.flavors
+            and not spec.clusters
+            and not spec.paused
+            and name not in prep.cohort_mates
+            and all(unbound(run.cluster) for run in runs_of.get(name, ()))
+            and all(unbound(c[5].cluster) for c in w.candidates[name])
+        ):
+            got = _apart_of(prep, q, runs_of.get(name, []))
+            if got is not None:
+                out[name] = got
+    return out
+
+
+def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart | None:
+    """``q`` as ``_Apart`` when its operations and workflows are its own (``_queues_apart``),
+    else None."""
+    w = prep.whatif
+    name = q.spec.name
+    cands = w.candidates[name]
+    own = {run.oid for run in runs}
+    own.update(c[4] for c in cands)
+    if any(prep.ops[d].queue != name for oid in own for d in prep.dependents.get(oid, ())):
+        return None
+    parents: dict[str, set[int | None]] = {
+        run.workflow[0]: set() for run in runs if run.workflow is not None
+    }
+    fits: dict[tuple[tuple[tuple[int, int], ...], int], int] = {}
+    kept = []
+    for c in cands:
+        oid, op = c[4], c[5]
+        deps = []
+        for d in op.dependencies:
+            seen = w.seen.get(d)
+            if seen is not None and seen.phase is Phase.SUCCEEDED:
+                continue
+            if d not in own:
+                return None
+            deps.append(d)
+        wf = op.workflow
+        if wf is not None:
+            parents.setdefault(wf.parent, set()).add(wf.concurrency)
+        req = q.request(op.requests)
+        needs = tuple((i, a) for i, a in enumerate(req) if a)
+        fit = fits.setdefault((needs, op.replicas), len(fits))
+        kept.append((oid, op, req, needs, fit, frozenset(deps), wf.parent if wf else ""))
+    workflows = _workflows_apart(prep, name, own, parents)
+    return None if workflows is None else _Apart(q, kept, runs, workflows)
+
+
+def _workflows_apart(
+    prep: _Prepared, queue: str, own: set[str], parents: Mapping[str, set[int | None]]
+) -> dict[str, tuple[int, int | None]] | None:
+    """Per workflow of ``queue``'s candidates and runs (``parents``: the concurrencies its
+    candidates give), its active runs and its limit, or None when one is not the queue's
+    alone: a child or an active run elsewhere, or two concurrencies (its counter takes
+    the first candidate's)."""
+    w = prep.whatif
+    out: dict[str, tuple[int, int | None]] = {}
+    for parent in sorted(parents):
+        if prep.workflow_spans.get(parent, set()) - {queue} or prep.workflow_queues.get(
+            parent, set()
+        ) - {queue}:
+            return None
+        counter = w.counters.workflows.get(parent)
+        if counter is not None:
+            if any(oid not in own for oid in counter.ids):
+                return None
+            out[parent] = (counter.active, counter.limit)
+        elif len(parents[parent]) > 1:
+            return None
+        else:
+            out[parent] = (0, next(iter(parents[parent]), None))
+    return out
 
 
 class _Sim:
@@ -510,6 +679,14 @@ class _Sim:
         for q_name, pend in prep.waits.items():
             self._note_waits(q_name, pend)
         self._budget_resets()
+        self.apart = prep.apart
+        # per queue apart, its runs' ends (seconds from now, id): the general events' heap
+        # holds none of them
+        self.apart_ends: dict[str, list[tuple[float, str]]] = {name: [] for name in self.apart}
+        # a queue apart left a candidate waiting at its last event before the horizon: the
+        # reasons of what is left need the whole state (``_reasons_now``), which it did not
+        # move; the caller simulates again without queues apart
+        self.refused = False
         # what runs and what this cycle dispatches (starting now) ends: what it stops now
         seen = self.w.seen
         for oid in sorted(self.w.runs):
@@ -522,7 +699,13 @@ class _Sim:
                 end = self._end_from(0.0, op, oid)
             else:
                 end = self._running_end(seen[oid], op, starts)
-            self._start(run, op, end)
+            ends = self.apart_ends.get(run.queue.spec.name) if run.queue is not None else None
+            if ends is None:
+                self._start(run, op, end)
+            elif end is None:  # held to the end: only such runs of a queue apart are kept
+                self.active[oid] = _Active(run, op, end)
+            else:
+                ends.append((end, oid))
 
     # --- durations ---
 
@@ -614,7 +797,7 @@ class _Sim:
 
     # --- events ---
 
-    def run(self) -> None:
+    def _run_events(self) -> None:
         heap = self.heap
         candidates = self.w.candidates
         while heap:
@@ -650,6 +833,119 @@ class _Sim:
             if affected:
                 self._replan(affected, t)
         self.exhausted = True
+
+    def run(self) -> None:
+        """1. the queues that share nothing with another, each alone (``_date_apart``);
+        2. the others, event by event (``_run_events``)."""
+        exhausted, left, last = True, False, 0.0
+        for name in sorted(self.apart):
+            waits, t = self._date_apart(self.apart[name], self.apart_ends[name])
+            if waits is None:
+                exhausted = False
+            else:
+                left, last = left or waits, max(last, t)
+        self._run_events()
+        self.exhausted = self.exhausted and exhausted
+        if self.exhausted:
+            self.t = max(self.t, last)
+            self.refused = left
+
+    def _date_apart(self, a: _Apart, ends: list[tuple[float, str]]) -> tuple[bool | None, float]:
+        """Dispatch queue ``a`` alone, at the end of each of its runs, as the planner's step
+        4 would on its own counters (the checks it meets reduce to them, ``_Apart``).
+        Returns whether a candidate is left, or None when the horizon stopped it, and its
+        last event's time."""
+        active, pods, used = a.active, a.pods, list(a.used)
+        conc, max_pods, quota, strict = a.concurrency, a.max_pods, a.quota, a.strict
+        nres = len(quota)
+        nfits = 1 + max((c[4] for c in a.candidates), default=0)
+        # per workflow parent: its active runs, and its limit
+        wf_active = {p: n for p, (n, _) in a.workflows.items()}
+        wf_limit = {p: limit for p, (_, limit) in a.workflows.items()}
+        # what each run holds, to release it: (request in units, pods, workflow parent)
+        holds: dict[str, tuple[tuple[int, ...], int, str]] = {
+            run.oid: (run.req, run.pods, run.workflow[0] if run.workflow is not None else "")
+            for run in a.runs
+        }
+        done: set[str] = set()
+        heap = ends
+        heapq.heapify(heap)
+        left = a.candidates
+        horizon = self.end_of_horizon
+        unknown = self.active
+        dispatched_at = self.dispatched_at
+        t = 0.0
+        while heap:
+            t = heap[0][0]
+            if t > horizon:
+                return None, t
+            while heap and heap[0][0] == t:
+                oid = heapq.heappop(heap)[1]
+                req, n, parent = holds.pop(oid)
+                active -= 1
+                pods -= n
+                for i in range(nres):
+                    used[i] -= req[i]
+                if parent:
+                    wf_active[parent] -= 1
+                done.add(oid)
+            if not left:
+                continue
+            kept = []
+            # per (request, pods): it failed check 7 or 8 in this pass, as will any later
+            # with the same (what the queue holds only grows within a pass)
+            held = [False] * nfits
+            for k, cand in enumerate(left):
+                oid, op, req, needs, fit, deps, parent = cand
+                # 3: its dependencies (its own operations) ended
+                if deps and not done.issuperset(deps):
+                    kept.append(cand)
+                    continue
+                # 6: concurrency (the rest waits too, at 6 or, StrictFIFO, at 5)
+                if conc is not None and active >= conc:
+                    kept.extend(left[k:])
+                    break
+                # 7: maxPods, 8: quota (StrictFIFO: the rest waits behind it)
+                n = op.replicas
+                if not held[fit]:
+                    if max_pods is not None and pods + n > max_pods:
+                        held[fit] = True
+                    else:
+                        for i, amount in needs:
+                            if used[i] + amount > quota[i]:
+                                held[fit] = True
+                                break
+                if held[fit]:
+                    if strict:
+                        kept.extend(left[k:])
+                        break
+                    kept.append(cand)
+                    continue
+                # 9: its workflow's parallelism
+                if parent:
+                    limit = wf_limit[parent]
+                    if limit is not None and wf_active[parent] >= limit:
+                        kept.append(cand)
+                        continue
+                    wf_active[parent] += 1
+                active += 1
+                pods += n
+                for i, amount in needs:
+                    used[i] += amount
+                dispatched_at[oid] = t
+                holds[oid] = (req, n, parent)
+                end = self._end_from(t, op, oid)
+                if end is None:
+                    run = ActiveRun.of(
+                        dispatched(Dispatch(oid, op.queue, op.cluster, None), op, self.now),
+                        op,
+                        self.w.qstate,
+                    )
+                    unknown[oid] = _Active(run, op, None)
+                else:
+                    heapq.heappush(heap, (end, oid))
+            left = kept
+        return bool(left), t
 
     def _release(self, oid: str, affected: set[str], freed: set[str], t: float) -> None:
         a = self.active.pop(oid)
@@ -806,7 +1102,8 @@ class _Sim:
         state (reverted after: it dispatches nothing the simulation did not)."""
         w = self.w
         mark = w.mark()
-        waiting = [name for name, cands in w.candidates.items() if cands]
+        # a queue apart is left with no candidate (else the simulation was refused)
+        waiting = [name for name, cands in w.candidates.items() if cands and name not in self.apart]
         order = w.begin(waiting, self.now + timedelta(seconds=self.t), self.spent)
         for q in order:
             w.admit(q, w.candidates.get(q.spec.name, []))
@@ -991,6 +1288,7 @@ def estimate_starts(
     backends: Mapping[str, frozenset[str]] | None = None,
     ledger: Iterable[LedgerEntry] = (),
     capacity: Mapping[str, ClusterCapacity] | None = None,
+    apart: bool = True,
 ) -> Estimates:
     """Every pending operation of ``plan`` (the cycle's plan over ``observed`` at ``now``),
     with when it is estimated to be dispatched. ``starts`` are the active runs' start times
@@ -998,7 +1296,8 @@ def estimate_starts(
     inputs are the plan's own: the ``unreachable`` clusters, the ``backends`` each serves,
     the ``ledger`` (what budgeted queues spent) and the free ``capacity`` observed per
     cluster (a fleet queue's choice of cluster, check 10: seen as observed now in every
-    replan, docs/estimates.md)."""
+    replan, docs/estimates.md). ``apart=False`` simulates the queues that share nothing
+    with another with all the others (the same estimates, slower: the tests compare)."""
     # thousands of replans allocate while the whole repo stays alive: pause the collector
     with gc_paused():
         p50s, p90s = _simulate(
@@ -1014,6 +1313,7 @@ def estimate_starts(
             backends or {},
             tuple(ledger),
             capacity or {},
+            apart,
         )
         out: dict[str, StartEstimate] = {}
         for p in plan.pending:
@@ -1040,15 +1340,21 @@ def _simulate(
     backends: Mapping[str, frozenset[str]],
     ledger: tuple[LedgerEntry, ...],
     capacity: Mapping[str, ClusterCapacity],
+    apart: bool,
 ) -> list[dict[str, tuple[Eta, str]]]:
     """The p50 simulation, then the p90 from the state it started from: what each dates.
     Their state is let go on return, before the caller resumes the collector (which would
     otherwise scan all of it once)."""
-    prep = _Prepared(repo, plan, observed, now, unreachable, capacity, backends, ledger)
+    prep = _Prepared(repo, plan, observed, now, unreachable, capacity, backends, ledger, apart)
     results = []
     for q in (P50, P90):
         sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger)
         sim.run()
+        if sim.refused:  # simulated again with every queue, from where it started
+            prep.whatif.revert()
+            prep.apart = {}
+            sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger)
+            sim.run()
         results.append(sim.etas())
         if q == P50:  # nothing follows the p90
             prep.whatif.revert()
