@@ -626,6 +626,18 @@ def test_a_repository_that_starts_with_a_dash_is_never_a_git_option(
     assert not marker.exists()
 
 
+def _side_then_main(work: Path, side: str, main: str) -> None:
+    """A branch ``side`` that adds ``queues/<side>.yaml`` (committed at 100, not pushed),
+    then main adding ``queues/<main>.yaml`` (at 200, pushed)."""
+    git(work, "checkout", "-q", "-b", "side")
+    (work / "queues" / f"{side}.yaml").write_text("kind: Queue\n")
+    git(work, "add", "-A")
+    git(work, "commit", "-qm", "side", when=1_700_000_100)
+    git(work, "checkout", "-q", "main")
+    (work / "queues" / f"{main}.yaml").write_text("kind: Queue\n")
+    commit_and_push(work, "main", when=1_700_000_200)
+
+
 def test_a_merged_branch_that_added_a_path_earlier_gives_its_time_as_a_full_read_does(
     remote: Path, work: Path, tmp_path: Path
 ) -> None:
@@ -638,13 +650,7 @@ def test_a_merged_branch_that_added_a_path_earlier_gives_its_time_as_a_full_read
     repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
     before = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "before")
     before.sync()  # before either add
-    git(work, "checkout", "-q", "-b", "side")
-    (work / "queues" / "both.yaml").write_text("kind: Queue\n")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "side", when=1_700_000_100)
-    git(work, "checkout", "-q", "main")
-    (work / "queues" / "both.yaml").write_text("kind: Queue\n")
-    commit_and_push(work, "main", when=1_700_000_200)
+    _side_then_main(work, "both", "both")
     last = repo.sync()  # both.yaml first added at 200 on this history
     git(work, "merge", "-q", "--no-ff", "-m", "merge", "side", when=1_700_000_300)
     git(work, "push", "-q", "origin", "HEAD:main")
@@ -664,13 +670,7 @@ def test_a_merge_whose_second_parent_is_the_last_commit_read_is_a_fast_forward(
     into a branch, pushed as main): read as what changed since it, equal to a full read."""
     (work / "queues" / "link.yaml").unlink()
     commit_and_push(work, "no symlink", when=1_700_000_050)
-    git(work, "checkout", "-q", "-b", "side")
-    (work / "queues" / "side.yaml").write_text("kind: Queue\n")
-    git(work, "add", "-A")
-    git(work, "commit", "-qm", "side", when=1_700_000_100)
-    git(work, "checkout", "-q", "main")
-    (work / "queues" / "main.yaml").write_text("kind: Queue\n")
-    commit_and_push(work, "main", when=1_700_000_200)
+    _side_then_main(work, "side", "main")
     repo = ConfigRepo(str(remote), "main", cache_dir=tmp_path / "cache")
     last = repo.sync()
     git(work, "checkout", "-q", "side")

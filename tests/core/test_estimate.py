@@ -220,6 +220,20 @@ def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
     assert (_at(e, "p/high-1"), _at(e, "p/low-1")) == (10, 30)
 
 
+def _admitted_counts(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The number of candidates each of the simulation's admissions is given, appended as
+    it runs."""
+    planned: list[int] = []
+    admit = whatif_module.admit
+
+    def counting(order: list[QueueState], *args: Any, **kwargs: Any) -> Any:
+        planned.append(sum(len(q.candidates) for q in order))
+        return admit(order, *args, **kwargs)
+
+    monkeypatch.setattr(whatif_module, "admit", counting)
+    return planned
+
+
 def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_head(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -229,14 +243,7 @@ def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_hea
     world = World().cluster("local", concurrency=1).queue("q")
     world.ops("p/op-{}", 60)
     history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
-    planned: list[int] = []
-    admit = whatif_module.admit
-
-    def counting(order: list[QueueState], *args: Any, **kwargs: Any) -> Any:
-        planned.append(sum(len(q.candidates) for q in order))
-        return admit(order, *args, **kwargs)
-
-    monkeypatch.setattr(whatif_module, "admit", counting)
+    planned = _admitted_counts(monkeypatch)
     e = _estimate(world, history)
     assert [_at(e, f"p/op-{i}") for i in (2, 3, 60)] == [10, 20, 590]
     assert planned and max(planned) <= estimate_module.PREFIX + 2
@@ -259,14 +266,7 @@ def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
         if short_of == "workflow":
             op.child_of("p/wf", i, concurrency=2)
     history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
-    planned: list[int] = []
-    admit = whatif_module.admit
-
-    def counting(order: list[QueueState], *args: Any, **kwargs: Any) -> Any:
-        planned.append(sum(len(q.candidates) for q in order))
-        return admit(order, *args, **kwargs)
-
-    monkeypatch.setattr(whatif_module, "admit", counting)
+    planned = _admitted_counts(monkeypatch)
     e = _estimate(world, history, apart=False)
     assert [_at(e, f"p/op-{i}") for i in (3, 4, 5, 60)] == [10, 10, 20, 290]
     assert planned and max(planned) == 2
