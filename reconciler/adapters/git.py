@@ -19,6 +19,7 @@ import re
 import shutil
 import struct
 import tempfile
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -697,10 +698,6 @@ class Author:
     email: str = "reconciler@dispatch.invalid"
 
 
-# the ref ``git fast-import`` builds a status commit on (it needs one): never pushed
-_BUILD_REF = b"refs/reconciler/status-build"
-
-
 def _fast_import_path(path: str) -> bytes:
     """``path`` as ``git fast-import`` reads it: C-quoted when it starts with a quote or
     holds a quote, a backslash or a line break."""
@@ -1119,8 +1116,12 @@ class StatusBranch:
             return None  # only deletions, on a branch that does not exist yet
         name, email = self.author.name, self.author.email
         text = message.encode()
+        # fast-import commits on a ref: one of this thread's own, so that two builds never
+        # contend for its lock, and reset again at the end, so that none is left (the
+        # commit is kept: the push and then the tracking ref name it)
+        ref = f"refs/reconciler/status-build/{os.getpid()}-{threading.get_ident()}".encode()
         stream = bytearray(
-            b"reset %s\ncommit %s\nmark :1\n" % (_BUILD_REF, _BUILD_REF)
+            b"reset %s\ncommit %s\nmark :1\n" % (ref, ref)
             + f"author {name} <{email}> now\ncommitter {name} <{email}> now\n".encode()
             + b"data %d\n" % len(text)
             + text
@@ -1134,7 +1135,7 @@ class StatusBranch:
                 stream += b"D %s\n" % where
             else:
                 stream += b"M 100644 %s %s\n" % (blobs[path].encode(), where)
-        stream += b"\ndone\n"
+        stream += b"\nreset %s\n\ndone\n" % ref
         with tempfile.TemporaryDirectory(prefix="reconciler-marks-") as tmp:
             marks = Path(tmp) / "marks"
             _run(

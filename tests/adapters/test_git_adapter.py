@@ -511,6 +511,9 @@ def test_status_write_builds_only_the_paths_it_changes_with_any_name(
     assert StatusBranch(ConfigRepo(str(remote), cache_dir=tmp_path / "other")).read() == {
         p: d for p, d in files.items() if p != "status/p/fff/last.yaml"
     }
+    # the ref each build is made on is gone once it is built: the cache keeps no such refs
+    refs = git(Path(status._git.git_dir), "for-each-ref", "--format=%(refname)")
+    assert "status-build" not in refs
 
 
 def _status_file(phase: str) -> bytes:
