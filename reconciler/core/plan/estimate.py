@@ -569,7 +569,9 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         wf = op.workflow
         if wf is not None:
             parents.setdefault(wf.parent, set()).add(wf.concurrency)
-        req = q.request(op.requests)
+        req = w.requests.get(oid)
+        if req is None:
+            req = q.request(op.requests)
         needs = tuple((i, a) for i, a in enumerate(req) if a)
         fit = fits.setdefault((needs, op.replicas), len(fits))
         kept.append((oid, op, req, needs, fit, frozenset(deps), wf.parent if wf else ""))
@@ -1119,12 +1121,18 @@ class _Sim:
         for oid, why in self.blocked.items():
             out[oid] = (Eta(EtaState.BLOCKED), why)
         last = self._reasons_now() if self.exhausted else {}
+        # the dates are on the resolution's steps: one (Eta, "") per step, shared
+        dates: dict[float, tuple[Eta, str]] = {}
+        after = (Eta(EtaState.AFTER_HORIZON), "")
         for op in self.simulated:
             oid = op.id
             at = self.dispatched_at.get(oid)
             if at is not None:
-                state = EtaState.NO_LATER_THAN if at >= self.bound_from else EtaState.AT
-                out[oid] = (Eta(state, self.now + timedelta(seconds=at)), "")
+                got = dates.get(at)
+                if got is None:
+                    state = EtaState.NO_LATER_THAN if at >= self.bound_from else EtaState.AT
+                    got = dates[at] = (Eta(state, self.now + timedelta(seconds=at)), "")
+                out[oid] = got
             elif unknown and waits_on_unknown(oid):
                 out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
             elif self.exhausted:
@@ -1132,7 +1140,7 @@ class _Sim:
                 why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
                 out[oid] = (Eta(EtaState.BLOCKED), why)
             else:
-                out[oid] = (Eta(EtaState.AFTER_HORIZON), "")
+                out[oid] = after
         return out
 
 
@@ -1316,9 +1324,9 @@ def estimate_starts(
             apart,
         )
         out: dict[str, StartEstimate] = {}
+        dated = (EtaState.AT, EtaState.NO_LATER_THAN)
         for p in plan.pending:
             (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
-            dated = (EtaState.AT, EtaState.NO_LATER_THAN)
             if b.state in dated and (
                 a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
             ):

@@ -100,6 +100,7 @@ class WhatIf:
         "order",
         "qstate",
         "repo",
+        "requests",
         "runs",
         "seen",
         "unreachable",
@@ -154,6 +155,8 @@ class WhatIf:
         # look at (``Bucket``), in order
         self.buckets: dict[str, dict[Bucket, list[tuple[Any, ...]]]] = {}
         self.bucket_of: dict[str, Bucket] = {}
+        # a bucketed candidate's request in units per quota slot (``QueueState.request``)
+        self.requests: dict[str, tuple[int, ...]] = {}
         for name, kept in self.candidates.items():
             q = self.qstate[name]
             spec = q.spec
@@ -167,7 +170,8 @@ class WhatIf:
             buckets = self.buckets[name] = {}
             for c in kept:
                 op = c[5]
-                needs = tuple((i, a) for i, a in enumerate(q.request(op.requests)) if a)
+                req = self.requests[c[4]] = q.request(op.requests)
+                needs = tuple((i, a) for i, a in enumerate(req) if a)
                 key = (needs, op.replicas, op.cluster)
                 buckets.setdefault(key, []).append(c)
                 self.bucket_of[c[4]] = key
