@@ -195,10 +195,11 @@ def _compose_fast(text: str, resolvers: Resolvers | None = None) -> Node | None:
 
 # --- the plain reader: the common shape of a config file, without libyaml --------------
 # A file of block maps and lists whose values are one-line scalars (plain, or quoted
-# without escapes) or one-line flow lists and maps of such scalars, with comments: what
-# nearly every config file is. Anything else (anchors, tags, block scalars, multi-line
-# values, empty values, documents markers, tabs, non-ASCII text, a problem of any kind)
-# is left to libyaml and the composer (``_Plain`` -> None), so the result is the same.
+# without escapes) or one-line flow lists and maps of such scalars and of such lists and
+# maps, nested (``resources: {requests: {cpu: 10m}}``), with comments: what nearly every
+# config file is. Anything else (anchors, tags, block scalars, multi-line values, empty
+# values, documents markers, tabs, non-ASCII text, a problem of any kind) is left to
+# libyaml and the composer (``_Plain`` -> None), so the result is the same.
 
 _KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}):(?: +|$)")
 _FLOW_KEY = re.compile(r"([A-Za-z0-9_][A-Za-z0-9_./-]{0,999}): +")
@@ -348,13 +349,7 @@ class _Plain:
         """The one-line value at ``col`` of ``line``, then only spaces or a comment."""
         first = line[col]
         if first == "[" or first == "{":
-            if len(path) >= MAX_DEPTH:
-                raise _Slow
-            self.values[path] = (number, col + 1)
-            if first == "[":
-                value, end = self._flow_list(line, col + 1, number, path)
-            else:
-                value, end = self._flow_map(line, col + 1, number, path)
+            value, end = self._flow(line, col, number, path)
         else:
             value, end = self._scalar(line, col, number, path, _PLAIN_BLOCK)
         if _TRAIL.match(line, end) is None:
@@ -377,6 +372,17 @@ class _Plain:
         text = match.group()
         return self.resolved[text], match.end()
 
+    def _flow(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
+        """The flow list or map whose opening bracket is at ``col``, closed on the same line.
+        Its position is that bracket's, as the composer's node's; at ``MAX_DEPTH`` it is
+        left to libyaml (the walker refuses any item in it)."""
+        if len(path) >= MAX_DEPTH:
+            raise _Slow
+        self.values[path] = (number, col + 1)
+        if line[col] == "[":
+            return self._flow_list(line, col + 1, number, path)
+        return self._flow_map(line, col + 1, number, path)
+
     def _flow_list(self, line: str, col: int, number: int, path: PathKey) -> tuple[Any, int]:
         items: list[Any] = []
         col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
@@ -392,9 +398,11 @@ class _Plain:
                     return items, match.end(2)  # what follows is the line's (a comment)
                 col = match.end()
                 continue
+            sub = (*path, len(items))
             if line[col] in "[{":
-                raise _Slow
-            item, col = self._scalar(line, col, number, (*path, len(items)), _PLAIN_FLOW)
+                item, col = self._flow(line, col, number, sub)
+            else:
+                item, col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
             items.append(item)
             col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
             if line[col] == "]":
@@ -416,8 +424,9 @@ class _Plain:
             sub = self._key(key, number, col, out, path)
             col = match.end()
             if line[col] in "[{":
-                raise _Slow
-            out[key], col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
+                out[key], col = self._flow(line, col, number, sub)
+            else:
+                out[key], col = self._scalar(line, col, number, sub, _PLAIN_FLOW)
             col = _SPACES.match(line, col).end()  # type: ignore[union-attr]
             if line[col] == "}":
                 return out, col + 1

@@ -110,7 +110,13 @@ def test_an_operation_file_is_read_plain() -> None:
         b"a:\tb\n",  # a tab
         b"a: \xc3\xa9\n",  # non-ASCII text
         b"---\na: 1\n",  # a document marker
-        b"a: [b, [c]]\n",  # nested flow collections
+        b"a: [b, [c,]]\n",  # a trailing comma, nested
+        b"a: {b: {c}}\n",  # a key without a value, nested
+        b"a: {b: [c]\n",  # an unclosed map
+        b"a: [[b]: c]\n",  # a collection as a key
+        b"a: {[b]: c}\n",
+        b"a: [b, [c]\n  ]\n",  # a multi-line flow collection
+        b"a: [b, [c]]x\n",  # text after the collection
         b"a: 'it''s'\n",  # an escaped quote
         b"a: b: c\n",  # a map value where none may be
         b"a: 1e400\n",  # a number out of range
@@ -130,6 +136,71 @@ def test_other_shapes_are_left_to_libyaml(monkeypatch: pytest.MonkeyPatch, conte
     assert got == want
 
 
+def test_an_operation_file_with_nested_flow_maps_is_read_plain(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    content = (
+        b"kind: Operation\nname: x\nrun:\n  kind: job\n  container:\n    image: busybox\n"
+        b"    resources: {requests: {cpu: 10m}}\n  environment:\n"
+        b"    annotations: {reconciler.dev/simulated-duration: 1h}\n"
+    )
+    assert reads_plain(content)
+    got, want = parse_both(monkeypatch, content)
+    assert got == want
+    doc, errors = load.parse_yaml("f.yaml", content)
+    assert not errors and doc is not None
+    assert doc.data["run"]["container"]["resources"] == {"requests": {"cpu": "10m"}}
+    requests = ("run", "container", "resources", "requests")
+    assert doc.pos(requests[:-1]) == (7, 16)
+    assert doc.keys[requests] == (7, 17)
+    assert doc.pos(requests) == (7, 27)  # the opening bracket, as libyaml's
+    assert doc.keys[(*requests, "cpu")] == (7, 28)
+    assert doc.pos((*requests, "cpu")) == (7, 33)
+
+
+NESTED_FLOWS = [
+    "[b, [c]]",
+    "{a: {b: c}}",
+    "{a: [b, c]}",
+    "[a, {b: c}]",
+    "[[a], [b, [c]]]",
+    "{a: {}}",
+    "{a: []}",
+    "[{}, []]",
+    "[[[]]]",
+    "[ [ a ] , { b: [ c ] } ]",
+    "{ a: { b: c } , d: [ ] }",
+    "[[a],b,{c: d,e: [f]}]",
+    "{a: {b: [1, 1.5, ~, true, 'q', \"d\", 0x1F]}, c: x}",
+]
+
+
+@pytest.mark.parametrize("value", NESTED_FLOWS)
+@pytest.mark.parametrize(
+    "shape", ["a: {v}\n", "a: {v}  # c\n", "- {v}\n", "x:\n  - b: c\n    d: {v} # c\n"]
+)
+def test_nested_flow_collections_are_read_plain(
+    monkeypatch: pytest.MonkeyPatch, shape: str, value: str
+) -> None:
+    content = shape.format(v=value).encode()
+    assert reads_plain(content)
+    got, want = parse_both(monkeypatch, content)
+    assert got == want
+    assert want[1] == []  # no errors
+
+
+@pytest.mark.parametrize("depth", range(load.MAX_DEPTH - 2, load.MAX_DEPTH + 2))
+@pytest.mark.parametrize("opening, closing", [("[", "]"), ("{b: ", "}")])
+def test_nested_flow_collections_past_the_depth_limit_are_left_to_libyaml(
+    monkeypatch: pytest.MonkeyPatch, depth: int, opening: str, closing: str
+) -> None:
+    # ``depth`` collections nested in ``a``: the innermost one's path is ``depth`` long
+    content = f"a: {opening * depth}x{closing * depth}\n".encode()
+    assert reads_plain(content) == (depth < load.MAX_DEPTH)
+    got, want = parse_both(monkeypatch, content)
+    assert got == want
+
+
 # --- generated files: valid and broken, plain and not ----------------------------------------
 
 KEYS = ["a", "b", "kind", "name", "run", "env", "nvidia.com/gpu", "x_1", "1", "true", "~", "<<"]
@@ -143,13 +214,55 @@ SCALARS = [
     ">", "%x", "@x", "`x",
 ]  # fmt: skip
 INDENTS = [0, 0, 0, 1, 2, 2, 2, 3, 4, 4, 6]
+# Flow collections, nested: well-formed ones of the plain shape and, at times, odd ones.
+FLOW_KEYS = ["a", "b", "kind", "nvidia.com/gpu", "x_1"]
+FLOW_SCALARS = ["x", "train.py", "--seed", "-1", "1.5", "0x1F", "09", "~", "null", "true",
+                "yes", "a b", "'q'", '"d"']  # fmt: skip
+FLOW_COMMAS = [", ", ", ", ",", " , "]
+ODD_KEYS = ["a", "1", "true", "~", "<<", "'a'", "a b", "[a]", "{a: b}", "", "?a", "-a"]
+ODD_SCALARS = ["1e400", "-", "- x", "a:b", "a: b", "a#b", "a #b", "#c", "'q", "'q''r'",
+               '"d\\n"', "&x", "*x", "!x", "?x", "", "x: y", "x:"]  # fmt: skip
+ODD_PAIRS = ["{k}:{v}", "{k} : {v}", "{k}", "{k}: ", ": {v}", "{k}:\n  {v}", "? {k}: {v}"]
+ODD_COMMAS = [",", " ", ", ,", ",\n  ", ",\n", ",,"]
+ODD_ENDS = [",", ", ", " # c", "\n", ": x", "x"]
+
+
+@st.composite
+def flows(draw: st.DrawFn, odd: bool, depth: int = 0) -> str:
+    """A flow list or map, its items scalars and flow collections nested up to 4 deep; when
+    ``odd``, with now and then an odd item, key, comma or end (``[a, [b,]]``, ``{a: {b}}``,
+    ``{a: [b]``, ``[[a]: b]``, a line break), each odd choice alone in most values."""
+
+    def pick(good: list[str], bad: list[str]) -> str:
+        return draw(st.sampled_from(bad if odd and draw(st.integers(0, 15)) == 0 else good))
+
+    size = draw(st.integers(0, 3))
+    items = [
+        draw(flows(odd, depth + 1))
+        if depth < 4 and draw(st.integers(0, 2)) == 0
+        else pick(FLOW_SCALARS, ODD_SCALARS)
+        for _ in range(size)
+    ]
+    if draw(st.booleans()):
+        opening, closing = "{", "}"
+        keys = draw(st.lists(st.sampled_from(FLOW_KEYS), min_size=size, max_size=size,
+                             unique=True))  # fmt: skip
+        items = [
+            pick(["{k}: {v}"], ODD_PAIRS).format(k=pick([k], [*ODD_KEYS, keys[0]]), v=v)
+            for k, v in zip(keys, items, strict=True)
+        ]
+    else:
+        opening, closing = "[", "]"
+    pad = draw(st.sampled_from(["", "", " "]))
+    comma = pick(FLOW_COMMAS, ODD_COMMAS)
+    return opening + pad + comma.join(items) + pick([""], ODD_ENDS) + pad + pick([closing], [""])
 
 
 @st.composite
 def lines(draw: st.DrawFn) -> str:
     indent = " " * draw(st.sampled_from(INDENTS))
     key = draw(st.sampled_from(KEYS))
-    value = draw(st.sampled_from(SCALARS))
+    value = draw(st.sampled_from(SCALARS) | flows(odd=True))
     shape = draw(
         st.sampled_from(
             [
@@ -203,14 +316,17 @@ def nested(draw: st.DrawFn, depth: int = 0) -> str:
         used.add(key)
         kind = draw(st.sampled_from(["scalar", "scalar", "map", "list", "items"]))
         if kind == "scalar" or depth >= 3:
-            out.append(f"{pad}{key}: {draw(st.sampled_from(SCALARS[:12] + SCALARS[39:52]))}")
+            value = draw(st.sampled_from(SCALARS[:12] + SCALARS[39:52]) | flows(odd=False))
+            out.append(f"{pad}{key}: {value}")
         elif kind == "map":
             out.append(f"{pad}{key}:")
             out.append(draw(nested(depth + 1)))
         elif kind == "list":
             out.append(f"{pad}{key}:")
             lead = pad if draw(st.booleans()) else pad + "  "
-            for item in draw(st.lists(st.sampled_from(SCALARS[:12]), min_size=1, max_size=3)):
+            for item in draw(
+                st.lists(st.sampled_from(SCALARS[:12]) | flows(odd=False), min_size=1, max_size=3)
+            ):
                 out.append(f"{lead}- {item}")
         else:
             out.append(f"{pad}{key}:")
@@ -237,6 +353,32 @@ def test_generated_nested_files_parse_the_same(text: str) -> None:
     content = (text + "\n").encode()
     with pytest.MonkeyPatch.context() as m:
         got, want = parse_both(m, content)
+    assert got == want
+
+
+FLOW_SHAPES = ["a: {v}", "a: {v}  # c", "- {v}", "a:\n  - b: c\n    d: {v}", "a:\n- {v}"]
+
+
+@settings(max_examples=800, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flows(odd=False), st.sampled_from(FLOW_SHAPES))
+@pytest.mark.slow
+def test_generated_nested_flow_collections_read_plain(value: str, shape: str) -> None:
+    content = (shape.format(v=value) + "\n").encode()
+    assert reads_plain(content)
+    with pytest.MonkeyPatch.context() as m:
+        got, want = parse_both(m, content)
+    assert got == want
+
+
+@settings(max_examples=1500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flows(odd=True), st.sampled_from(FLOW_SHAPES), st.booleans())
+@pytest.mark.slow
+def test_generated_odd_flow_collections_parse_the_same(
+    value: str, shape: str, written: bool
+) -> None:
+    content = (shape.format(v=value) + "\n").encode()
+    with pytest.MonkeyPatch.context() as m:
+        got, want = parse_both(m, content, written=written)
     assert got == want
 
 
