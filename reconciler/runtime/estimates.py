@@ -7,6 +7,13 @@ it shows to ``EstimateWorker.latest`` and gets, at once, the latest finished est
 (``ESTIMATES_PENDING`` until the first is ready). One worker thread computes them, once per
 decision, and only the newest decision waiting: a decision superseded before its turn is
 never estimated. The cycle thread never waits on it.
+
+Nor does the worker slow the cycle thread down: both share the interpreter (the GIL), and a
+CPU-bound thread beside it would take about half of each cycle's time (and far more of a
+cycle that waits on many requests, each answer waiting for the GIL again:
+``bench/estimate_contention.py``). So the worker holds its simulation while a cycle runs
+(``idle``: the loop's ``Wakeup.wait_idle``): before it starts and between the simulation's
+steps (``estimate_starts``'s ``pause``). It uses the time between cycles.
 """
 
 from __future__ import annotations
@@ -25,10 +32,16 @@ from reconciler.core.plan.estimate import (
 from reconciler.core.types import CompiledRepo
 
 Compute = Callable[[CompiledRepo, Decision], Estimates]
+# returns once no cycle is running (``Wakeup.wait_idle``)
+Idle = Callable[[], None]
 # starts ``target`` on a thread of its own (tests pass one that records it instead)
 Spawn = Callable[[Callable[[], None]], None]
 
 log = logging.getLogger("reconciler.estimates")
+
+
+def _never_busy() -> None:
+    """No cycle runs beside the worker (a test's, a CLI view's)."""
 
 
 def _daemon(target: Callable[[], None]) -> None:
@@ -39,8 +52,12 @@ class EstimateWorker:
     """The estimates of the latest decision handed to ``latest``, one computation per
     decision, on a thread of its own."""
 
-    def __init__(self, compute: Compute = estimate_decision, spawn: Spawn = _daemon) -> None:
-        self._compute = compute
+    def __init__(
+        self, compute: Compute | None = None, spawn: Spawn = _daemon, *, idle: Idle | None = None
+    ) -> None:
+        """``compute``: ``estimate_decision``, paused by ``idle`` between its steps."""
+        self._idle = idle if idle is not None else _never_busy
+        self._compute = compute if compute is not None else self._estimate
         self._spawn = spawn
         self._lock = threading.Lock()
         self._wanted: tuple[CompiledRepo, Decision] | None = None  # the newest not started
@@ -74,6 +91,9 @@ class EstimateWorker:
         with self._lock:
             return self._done is not None and self._done[0] is decision
 
+    def _estimate(self, compiled: CompiledRepo, decision: Decision) -> Estimates:
+        return estimate_decision(compiled, decision, pause=self._idle)
+
     def _work(self) -> None:
         """Estimate the newest decision waiting, until none is."""
         while True:
@@ -83,6 +103,7 @@ class EstimateWorker:
                     self._running = False
                     return
             compiled, decision = wanted
+            self._idle()
             try:
                 estimates = self._compute(compiled, decision)
             except Exception:  # a bug in the estimate: the views show none, dispatch goes on

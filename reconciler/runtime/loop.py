@@ -41,7 +41,12 @@ class Wakeup:
     serves every later one with the same cycle) and costs one lock: it is called from the
     watch threads for each event that frees a slot. ``interrupt`` ends the wait at once,
     whatever the pace says (shutdown). ``clock`` is injected for tests (a virtual clock);
-    ``poke`` makes a waiting loop read it again."""
+    ``poke`` makes a waiting loop read it again.
+
+    It also knows whether a cycle is running (``begin_cycle`` to ``end_cycle``): the
+    estimate worker, which shares the interpreter (the GIL) with the cycle thread, holds
+    its simulation until the cycle ends (``wait_idle``), so a page view never slows a
+    cycle down."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self.clock = clock
@@ -51,6 +56,7 @@ class Wakeup:
         self._interrupted = False
         self.counts: Counter[Trigger] = Counter()  # requests, by trigger (for metrics)
         self.waiting_until: float | None = None  # when the waiting loop will cycle
+        self._running = False  # a cycle is running
 
     def request(self, trigger: Trigger) -> None:
         """A cycle as soon as the pace allows."""
@@ -95,6 +101,25 @@ class Wakeup:
         with self._cond:
             self._requested = None
             self._due = None
+            self._running = True
+
+    def end_cycle(self) -> None:
+        """The cycle (and what is done with its result) ended."""
+        with self._cond:
+            self._running = False
+            self._cond.notify_all()
+
+    @property
+    def running(self) -> bool:
+        """Whether a cycle is running."""
+        with self._cond:
+            return self._running
+
+    def wait_idle(self) -> None:
+        """Until no cycle is running (or ``interrupt``)."""
+        with self._cond:
+            while self._running and not self._interrupted:
+                self._cond.wait()
 
     def wait(self, pace: Pace, last_started: float) -> None:
         """Until the next cycle is due (``pace``), or ``interrupt``."""
@@ -135,6 +160,8 @@ def run_forever(
             log.exception("cycle failed")
         else:
             on_cycle(result)
+        finally:
+            wakeup.end_cycle()
         if stop.is_set():
             return
         wakeup.wait(pace, started)

@@ -475,8 +475,11 @@ def make_web_app(
                 return None
 
     recorded = recorded_cycles(runtime)
+    wakeup = runtime.wakeup
     return WebApp(
         shown,
+        # the estimates wait while a cycle runs: the cycle never shares the GIL with them
+        estimator=EstimateWorker(idle=wakeup.wait_idle if wakeup is not None else None),
         blame=config.blame if config is not None else None,
         read_logs=read_logs,
         read_source=read_source,

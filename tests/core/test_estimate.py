@@ -185,6 +185,25 @@ def test_the_same_inputs_give_the_same_estimates() -> None:
     assert first == _estimate(world, list(reversed(history)))
 
 
+def test_pause_is_called_between_the_steps_and_changes_no_estimate() -> None:
+    """``pause`` (the worker's wait for the cycle's end) is called before each simulation,
+    at each queue dated apart and at each event of the others, and is all it does."""
+    world = World().cluster("local", concurrency=3).cluster("free")
+    world.queue("a", quota={"nvidia.com/gpu": 4}).queue("b", concurrency=2)
+    world.queue("alone", cluster="free", concurrency=1)
+    for i in range(12):
+        world.op(f"p/o{i}", queue="a" if i % 2 else "b", gpu=1 + i % 3)
+        world.op(f"p/x{i}", queue="alone")
+    history = [r for i in range(12) for r in _runs(f"p/o{i}", "a", 5 + i, 10 + 2 * i)]
+    history += _runs("p/x0", "alone", 30)
+    repo, plan, observed = world.repo(), world.plan(), list(world.observed.values())
+    calls: list[int] = []
+    paused = estimate_starts(repo, plan, observed, {}, history, NOW, pause=lambda: calls.append(1))
+    assert paused == _estimate(world, history)
+    # 2 per simulation, 1 per queue apart each (``alone``), and the events of the others
+    assert len(calls) > 2 * (2 + 1)
+
+
 def test_an_estimate_leaves_no_reference_cycle_to_the_collector() -> None:
     """The simulations' state (at scale, a copy of the planner's for every operation) is
     freed as the estimate returns: a cycle would keep it for the collector to scan and free

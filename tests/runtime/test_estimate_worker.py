@@ -24,6 +24,7 @@ from reconciler.core.plan.estimate import (
 from reconciler.core.types import CompiledRepo, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.estimates import EstimateWorker
+from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.web import WebApp
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -157,3 +158,29 @@ def test_pages_say_estimates_pending_while_a_slow_estimate_runs_and_cycles_go_on
         _, body, _ = app(f"/api/v1/operations/{head.operation}") or (0, b"", "")
         assert json.loads(body)["estimate"] == expected.json_of(head.operation)
     assert len(slow.asked) == 2 and len(threads.threads) == 1
+
+
+def test_the_worker_holds_its_estimate_while_a_cycle_runs(template: RepoSnapshot) -> None:
+    """The worker shares the GIL with the cycle thread: it waits for the cycle's end before
+    it starts, and its simulation waits at each of its steps (``pause``) while one runs."""
+    wake, threads = Wakeup(), Threads()
+    calls: list[bool] = []  # per call of ``idle``: whether a cycle was running
+
+    def idle() -> None:
+        calls.append(wake.running)
+        wake.wait_idle()
+
+    worker = EstimateWorker(spawn=threads, idle=idle)
+    result = _result(template, NOW)
+    assert result.compiled is not None and result.decision is not None
+    wake.begin_cycle()
+    assert worker.latest(result.compiled, result.decision) is ESTIMATES_PENDING
+    threads.threads[0].join(0.2)  # not a timing assertion: it must still be waiting
+    assert threads.threads[0].is_alive() and worker.computed == 0 and calls == [True]
+    wake.end_cycle()
+    threads.join()
+    assert worker.finished(result.decision)
+    assert worker.latest(result.compiled, result.decision) == estimate_decision(
+        result.compiled, result.decision
+    )
+    assert len(calls) > 3, "the simulation paused between its steps too"

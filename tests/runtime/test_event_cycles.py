@@ -334,3 +334,28 @@ def test_a_cycle_comes_at_a_schedules_next_fire_time_not_an_interval_later() -> 
     finally:
         wake.interrupt()
         waiter.join(PATIENCE)
+
+
+def test_the_loop_says_a_cycle_is_running_until_its_result_is_handled() -> None:
+    """From a cycle's start to the end of ``on_cycle`` (its status and metrics), the
+    wake-up says a cycle runs, and ``wait_idle`` (the estimate worker's) waits for it."""
+    seen: list[bool] = []
+    idle = threading.Event()
+
+    def on_cycle(_: CycleResult) -> None:
+        seen.append(harness.wake.running)
+        waiter = threading.Thread(target=lambda: (harness.wake.wait_idle(), idle.set()))
+        waiter.start()
+        seen.append(idle.wait(0.2))  # not a timing assertion: it must still be waiting
+
+    world = World().queue("team-a")
+    world.op("p/a")
+    compiled = world.repo()
+    harness = EventLoop(compiled, on_cycle)
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        harness.start()
+        harness.wait_cycles(1)
+        assert idle.wait(PATIENCE), "wait_idle returned once the cycle ended"
+        assert seen == [True, False]
+        assert not harness.wake.running
+        harness.stop()

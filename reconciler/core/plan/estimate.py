@@ -21,7 +21,10 @@ ends (``_Sim._date_apart``), and left out of those events. p50 and p90 are two
 simulations, one with every run at its p50 duration, one at its p90; the second starts
 from the first's state reverted.
 
-The clock is an input (``now``); the same inputs give the same estimates.
+The clock is an input (``now``); the same inputs give the same estimates. So is ``pause``:
+called between the simulation's steps (each queue dated apart, each event), it lets the
+caller hold the simulation while something with priority runs (the cycle thread, which
+shares the interpreter with the estimate worker: ``runtime/estimates.py``).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import bisect
 import enum
 import heapq
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -81,6 +84,12 @@ PREFIX = 4
 GROW = 4
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
 _RESET = "\x00reset\x00"
+# Called between the simulation's steps: returns when it may go on (``estimate_starts``)
+Pause = Callable[[], None]
+
+
+def _go_on() -> None:
+    """The default ``Pause``: never holds the simulation."""
 
 
 # --- history and durations --------------------------------------------------------------
@@ -620,7 +629,9 @@ class _Sim:
         horizon: timedelta,
         resolution: timedelta,
         ledger: Iterable[LedgerEntry],
+        pause: Pause = _go_on,
     ) -> None:
+        self.pause = pause
         self.repo = prep.repo
         self.w = prep.whatif
         self.cohort_mates = prep.cohort_mates
@@ -802,10 +813,12 @@ class _Sim:
     def _run_events(self) -> None:
         heap = self.heap
         candidates = self.w.candidates
+        pause = self.pause
         while heap:
             t = heap[0][0]
             if t > self.end_of_horizon:
                 return
+            pause()
             affected = self.stale
             self.stale = set()
             freed: set[str] = set()
@@ -841,6 +854,7 @@ class _Sim:
         2. the others, event by event (``_run_events``)."""
         exhausted, left, last = True, False, 0.0
         for name in sorted(self.apart):
+            self.pause()
             waits, t = self._date_apart(self.apart[name], self.apart_ends[name])
             if waits is None:
                 exhausted = False
@@ -1297,6 +1311,7 @@ def estimate_starts(
     ledger: Iterable[LedgerEntry] = (),
     capacity: Mapping[str, ClusterCapacity] | None = None,
     apart: bool = True,
+    pause: Pause = _go_on,
 ) -> Estimates:
     """Every pending operation of ``plan`` (the cycle's plan over ``observed`` at ``now``),
     with when it is estimated to be dispatched. ``starts`` are the active runs' start times
@@ -1305,7 +1320,8 @@ def estimate_starts(
     the ``ledger`` (what budgeted queues spent) and the free ``capacity`` observed per
     cluster (a fleet queue's choice of cluster, check 10: seen as observed now in every
     replan, docs/estimates.md). ``apart=False`` simulates the queues that share nothing
-    with another with all the others (the same estimates, slower: the tests compare)."""
+    with another with all the others (the same estimates, slower: the tests compare).
+    ``pause`` is called between the simulation's steps, and holds it until it returns."""
     # thousands of replans allocate while the whole repo stays alive: pause the collector
     with gc_paused():
         p50s, p90s = _simulate(
@@ -1322,6 +1338,7 @@ def estimate_starts(
             tuple(ledger),
             capacity or {},
             apart,
+            pause,
         )
         out: dict[str, StartEstimate] = {}
         dated = (EtaState.AT, EtaState.NO_LATER_THAN)
@@ -1349,20 +1366,24 @@ def _simulate(
     ledger: tuple[LedgerEntry, ...],
     capacity: Mapping[str, ClusterCapacity],
     apart: bool,
+    pause: Pause,
 ) -> list[dict[str, tuple[Eta, str]]]:
     """The p50 simulation, then the p90 from the state it started from: what each dates.
     Their state is let go on return, before the caller resumes the collector (which would
     otherwise scan all of it once)."""
+    pause()
     prep = _Prepared(repo, plan, observed, now, unreachable, capacity, backends, ledger, apart)
     results = []
     for q in (P50, P90):
-        sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger)
+        pause()
+        sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger, pause)
         sim.run()
         if sim.refused:  # simulated again with every queue, from where it started
             prep.whatif.revert()
             prep.apart = {}
-            sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger)
+            sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger, pause)
             sim.run()
+        pause()
         results.append(sim.etas())
         if q == P50:  # nothing follows the p90
             prep.whatif.revert()
@@ -1412,13 +1433,15 @@ def estimate_decision(
     decision: Decision,
     *,
     horizon: timedelta = DEFAULT_HORIZON,
+    pause: Pause = _go_on,
 ) -> Estimates:
     """THE estimates of a cycle's decision, which every view shows: its plan simulated
     forward with the planner's own inputs (its observed state, clock ``plan.at``,
     unreachable clusters, backends served, ledger and observed capacity). The durations
     are those of the finished runs the decision knows: its ledger, and each operation's
     last run the ledger does not hold (``history_of``). Over ``decision.compiled``:
-    ``compiled`` with the runs its schedules make at the decision's time."""
+    ``compiled`` with the runs its schedules make at the decision's time. ``pause``: as
+    ``estimate_starts``'s."""
     last = {**decision.memory.seen, **decision.states}  # each operation's last run, once
     ledger = decision.memory.ledger
     return estimate_starts(
@@ -1433,4 +1456,5 @@ def estimate_decision(
         backends=decision.backends,
         ledger=ledger,
         capacity=decision.capacity,
+        pause=pause,
     )
