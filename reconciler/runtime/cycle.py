@@ -396,6 +396,11 @@ class Reconciler:
         self.last: CycleResult | None = None
 
     @property
+    def compiled_operations(self) -> int:
+        """How many operation files were compiled so far (not reused from the cache)."""
+        return self._compile_cache.compiled
+
+    @property
     def sharded(self) -> bool:
         return self._shards is not None
 

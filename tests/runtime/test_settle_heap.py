@@ -1,5 +1,6 @@
 """``settle_heap``: what a long-lived ``reconciler run`` does to CPython's garbage collector
-once at start. The garbage is collected before the rest is frozen, so no cycle alive only
+at start, and again (``HeapKeeper``) once its first cycle compiled the config and whenever a
+quarter of the operations were compiled since. The garbage is collected before the rest is frozen, so no cycle alive only
 through itself is kept; a full collection runs at most once per ``FULL_COLLECTION_EVERY``
 collections of the middle generation; the young generations are as they were."""
 
@@ -8,10 +9,20 @@ from __future__ import annotations
 import gc
 import weakref
 from collections.abc import Iterator
+from datetime import UTC, datetime
+from typing import cast
 
 import pytest
+from support.builders import World
 
-from reconciler.runtime.service import FULL_COLLECTION_EVERY, settle_heap
+from reconciler.runtime.cycle import CycleResult, Reconciler
+from reconciler.runtime.service import (
+    FULL_COLLECTION_EVERY,
+    SETTLE_AFTER,
+    HeapKeeper,
+    Runtime,
+    settle_heap,
+)
 
 
 class _Node:
@@ -52,3 +63,59 @@ def test_a_cycle_made_after_is_still_collected() -> None:
     del a, b
     gc.collect()
     assert garbage() is None
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_a_settle_again_frees_the_garbage_cycles_frozen_since() -> None:
+    """A cycle frozen while alive (a compiled operation of the first settle) is freed by
+    the next settle once it is garbage: ``settle_heap`` unfreezes before it collects."""
+    a, b = _Node(), _Node()
+    a.other, b.other = b, a
+    frozen = weakref.ref(a)
+    settle_heap()
+    del a, b
+    gc.collect()
+    assert frozen() is not None  # frozen: no collection looks at it
+    settle_heap()
+    assert frozen() is None
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_the_heap_is_settled_again_once_a_quarter_of_the_operations_are_new() -> None:
+    """The first cycle's compile (every operation) is frozen after it; then only once more
+    than a quarter of the operations (and at least ``SETTLE_AFTER``) were compiled since."""
+    compiled = [0]
+    keeper = HeapKeeper(lambda: compiled[0])
+    compiled[0] = 100_000  # the first cycle compiled them all
+    keeper.after_cycle(100_000)
+    assert keeper.settles == 1 and gc.get_freeze_count() > 0
+    compiled[0] += 25_000  # a quarter: not more than it
+    keeper.after_cycle(100_000)
+    assert keeper.settles == 1
+    compiled[0] += 1
+    keeper.after_cycle(100_000)
+    assert keeper.settles == 2
+    compiled[0] += SETTLE_AFTER  # a small config: at least SETTLE_AFTER
+    keeper.after_cycle(10)
+    assert keeper.settles == 2
+    compiled[0] += 1
+    keeper.after_cycle(10)
+    assert keeper.settles == 3
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_a_long_lived_runtime_settles_the_heap_after_its_first_compiled_cycle() -> None:
+    """``Runtime.on_cycle`` hands each cycle over a compiled config to its ``HeapKeeper``:
+    the cycle that compiled the config settles the heap; one with nothing new does not."""
+    world = World().queue("q")
+    for i in range(SETTLE_AFTER + 1):
+        world.op(f"p/o{i}")
+    compiled = world.repo()
+    count = [0]
+    runtime = Runtime(cast(Reconciler, object()), None, heap=HeapKeeper(lambda: count[0]))
+    result = CycleResult(datetime(2026, 1, 1, tzinfo=UTC), compiled.version, compiled, None, {})
+    count[0] = len(compiled.operations)  # the first cycle compiled them all
+    runtime.on_cycle(result)
+    assert runtime.heap is not None and runtime.heap.settles == 1
+    runtime.on_cycle(result)
+    assert runtime.heap.settles == 1
