@@ -32,8 +32,8 @@ from reconciler.core.plan.estimate import (
 from reconciler.core.types import CompiledRepo
 
 Compute = Callable[[CompiledRepo, Decision], Estimates]
-# returns once no cycle is running (``Wakeup.wait_idle``)
-Idle = Callable[[], None]
+# returns once no cycle is running (``Wakeup.wait_idle``); what it returns is not looked at
+Idle = Callable[[], object]
 # starts ``target`` on a thread of its own (tests pass one that records it instead)
 Spawn = Callable[[Callable[[], None]], None]
 
@@ -92,7 +92,10 @@ class EstimateWorker:
             return self._done is not None and self._done[0] is decision
 
     def _estimate(self, compiled: CompiledRepo, decision: Decision) -> Estimates:
-        return estimate_decision(compiled, decision, pause=self._idle)
+        return estimate_decision(compiled, decision, pause=self._wait)
+
+    def _wait(self) -> None:
+        self._idle()
 
     def _work(self) -> None:
         """Estimate the newest decision waiting, until none is."""

@@ -115,11 +115,11 @@ class Wakeup:
         with self._cond:
             return self._running
 
-    def wait_idle(self) -> None:
-        """Until no cycle is running (or ``interrupt``)."""
+    def wait_idle(self, timeout: float | None = None) -> bool:
+        """Until no cycle is running (or ``interrupt``), at most ``timeout`` seconds;
+        whether none is."""
         with self._cond:
-            while self._running and not self._interrupted:
-                self._cond.wait()
+            return self._cond.wait_for(lambda: not self._running or self._interrupted, timeout)
 
     def wait(self, pace: Pace, last_started: float) -> None:
         """Until the next cycle is due (``pace``), or ``interrupt``."""

@@ -385,6 +385,7 @@ def make_runtime(
                 follow_interval=fetch_interval,
                 retention=retention,
                 status_repo=status_repo,
+                idle=wakeup.wait_idle if wakeup is not None and status_background else None,
             )
     if fetch_interval > 0:
         source = PacedSource(

@@ -64,6 +64,7 @@ from reconciler.runtime.faults import FaultPoints
 log = logging.getLogger("reconciler.status")
 
 RETENTION_INTERVAL = 600.0  # seconds between two retention passes of one writer
+IDLE_POLL = 0.2  # seconds: how often a write waiting for a cycle's end looks for a close
 
 LOST_LEASE = "this replica no longer holds the Lease: the leader writes the status"
 
@@ -81,8 +82,14 @@ class StatusPublisher:
         retention: Retention | None = None,
         retention_interval: float = RETENTION_INTERVAL,
         status_repo: str | None = None,
+        idle: Callable[[float], bool] | None = None,
     ) -> None:
         self.branch = branch
+        # in the background: whether no cycle runs, waiting up to the seconds given (the
+        # loop's ``Wakeup.wait_idle``). A write renders every changed record (half a second
+        # of CPU at 1,000 of them) and shares the GIL with the cycle thread: it starts
+        # between cycles, not during one (nor does ``close`` wait for one)
+        self.idle = idle
         self.min_interval = min_interval
         self.clock = clock
         self._files: dict[str, bytes] | None = None  # what the branch holds, as we wrote it
@@ -228,7 +235,15 @@ class StatusPublisher:
                     if wait <= 0:
                         break
                     self._cond.wait(wait)
+                closing = self._closed
+            # not under the lock: the cycle waited for hands its result over
+            while self.idle is not None and not closing and not self.idle(IDLE_POLL):
+                with self._cond:
+                    closing = self._closed
+            with self._cond:
                 result, self._next = self._next, None
+                if result is None:  # pragma: no cover - only this thread takes it
+                    continue
                 self._busy = True
             try:
                 if (self.is_leader is None or self.is_leader()) and self._holds(result):

@@ -12,6 +12,7 @@ from typing import Any
 from support.status_branch import results as _results
 
 from reconciler.core.reporting.status import CONFIG_FILE, read_status
+from reconciler.runtime.loop import Wakeup
 from reconciler.runtime.service import Runtime
 from reconciler.runtime.status import StatusPublisher
 
@@ -185,3 +186,28 @@ def test_run_once_says_loudly_when_its_status_is_not_on_the_branch(
     assert "error: the status of this cycle is not on the branch: the push failed" in (
         result.stderr
     )
+
+
+def test_the_writer_starts_a_write_only_between_cycles_and_takes_the_newest_result() -> None:
+    """The writer shares the GIL with the cycle thread: a write due while a cycle runs
+    waits for its end (``idle``), and then writes the newest result, the running cycle's
+    own when it handed one over; ``close`` does not wait for a cycle."""
+    first, second, third = _results(3)
+    wake = Wakeup()
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(branch, background=True, idle=wake.wait_idle)  # type: ignore[arg-type]
+    try:
+        wake.begin_cycle()
+        publisher.publish(first)
+        assert not publisher.flush(0.3)  # not a timing assertion: it must still be waiting
+        assert branch.messages == []
+        publisher.publish(second)  # the running cycle's own result
+        wake.end_cycle()
+        assert publisher.flush(30)
+        assert branch.applied() == "c1" and len(branch.messages) == 1
+        wake.begin_cycle()  # a cycle left running (blocked on a cluster) at shutdown
+        publisher.publish(third)
+    finally:
+        assert publisher.close(30)
+    assert branch.applied() == "c2"

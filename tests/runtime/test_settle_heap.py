@@ -1,8 +1,9 @@
 """``settle_heap``: what a long-lived ``reconciler run`` does to CPython's garbage collector
 at start, and again (``HeapKeeper``) once its first cycle compiled the config and whenever a
-quarter of the operations were compiled since. The garbage is collected before the rest is frozen, so no cycle alive only
-through itself is kept; a full collection runs at most once per ``FULL_COLLECTION_EVERY``
-collections of the middle generation; the young generations are as they were."""
+quarter of the operations were compiled since. The garbage is collected before the rest is
+frozen, so no cycle alive only through itself is kept; a full collection runs at most once
+per ``FULL_COLLECTION_EVERY`` collections of the middle generation; the young generations
+are as they were."""
 
 from __future__ import annotations
 
