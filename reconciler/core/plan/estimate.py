@@ -379,6 +379,7 @@ class _Prepared:
         backends: Mapping[str, frozenset[str]],
         ledger: Sequence[LedgerEntry],
         apart: bool = True,
+        pause: Pause = _go_on,
     ) -> None:
         self.repo = repo
         self.ops = {op.id: op for op in repo.operations}
@@ -425,6 +426,7 @@ class _Prepared:
             if p.queue in dated:
                 entry = (p.operation, self.ops.get(p.operation), p.reason)
                 self.waits.setdefault(p.queue, []).append(entry)
+        pause()
         # the cycle's state with its plan applied: what runs (started now when not known),
         # and what the plan dispatches, starting now
         seen = {
@@ -444,7 +446,9 @@ class _Prepared:
             capacity=capacity,
             backends=backends,
             ledger=ledger,
+            pause=pause,
         )
+        pause()
         # the queues whose simulation shares nothing with another's: dated apart
         self.apart = _queues_apart(self) if apart else {}
 
@@ -1372,7 +1376,9 @@ def _simulate(
     Their state is let go on return, before the caller resumes the collector (which would
     otherwise scan all of it once)."""
     pause()
-    prep = _Prepared(repo, plan, observed, now, unreachable, capacity, backends, ledger, apart)
+    prep = _Prepared(
+        repo, plan, observed, now, unreachable, capacity, backends, ledger, apart, pause
+    )
     results = []
     for q in (P50, P90):
         pause()

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -117,7 +117,9 @@ class WhatIf:
         capacity: Mapping[str, ClusterCapacity] | None = None,
         backends: Mapping[str, frozenset[str]] | None = None,
         ledger: Iterable[LedgerEntry] = (),
+        pause: Callable[[], None] = lambda: None,
     ) -> None:
+        """``pause`` is called between the steps (the estimate's: ``estimate_starts``)."""
         self.repo = repo
         self.unreachable = unreachable
         self.capacity = capacity or {}
@@ -127,6 +129,7 @@ class WhatIf:
         self.qstate = {name: QueueState(spec, repo.flavors) for name, spec in repo.queues.items()}
         track_budgets(self.qstate, repo.clusters, repo.org, now, ledger)
         self.counters = Counters(repo.clusters)
+        pause()
         # 2. Index the operations: the candidates, sorted once, kept sorted.
         self.ops = index_operations(repo.operations, self.seen, self.qstate)
         self.candidates: dict[str, list[tuple[Any, ...]]] = {}
@@ -138,6 +141,7 @@ class WhatIf:
                 self.candidates[name] = kept
                 for c in kept:
                     self.keys[c[4]] = c
+        pause()
         # 3. Usage of the active operations.
         count_active(self.seen, self.ops, (), self.qstate, self.counters)
         self.runs: dict[str, ActiveRun] = {
@@ -151,6 +155,7 @@ class WhatIf:
         if repo.cohorts or any(q.spec.cohort for q in self.qstate.values()):
             join_cohorts(self.qstate, repo.cohorts, self.ops, self.seen, now)
         self.deps = Dependencies(self.seen, self.ops)
+        pause()
         # the candidates of each queue that ``fitting`` serves, by what checks 7, 8 and 10
         # look at (``Bucket``), in order
         self.buckets: dict[str, dict[Bucket, list[tuple[Any, ...]]]] = {}
