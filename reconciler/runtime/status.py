@@ -242,8 +242,7 @@ class StatusPublisher:
                     closing = self._closed
             with self._cond:
                 result, self._next = self._next, None
-                if result is None:  # pragma: no cover - only this thread takes it
-                    continue
+                assert result is not None  # only this thread takes it
                 self._busy = True
             try:
                 if (self.is_leader is None or self.is_leader()) and self._holds(result):
