@@ -124,6 +124,16 @@ class BlockYaml:
             return text if self._tag(text) == _FLOAT else None
         return None
 
+    def _known_texts(self, items: list[Any]) -> list[str] | None:
+        """Each item's scalar when every one is a text written before (a queue's order
+        file: the same ids, cycle after cycle), looked up at C speed; None otherwise. Only
+        a text (or a ``StrEnum``, written as its text) equals a memo's key."""
+        try:
+            texts = list(map(self._texts.__getitem__, items))
+        except (KeyError, TypeError):  # not known, unhashable, or the memo was cleared
+            return None
+        return None if None in texts else texts  # type: ignore[return-value]
+
     def document(self, data: Mapping[str, Any]) -> str | None:
         """``data`` (a non-empty mapping) as PyYAML's dump writes it, or None when a value
         is not one this writer handles."""
@@ -176,6 +186,11 @@ class BlockYaml:
         if not _once(items, seen):
             return False
         pad = " " * indent
+        texts = self._known_texts(items)
+        if texts:
+            lines = ("\n" + pad + "- ").join(texts)
+            out.append(f"{'' if inline else pad}- {lines}\n")
+            return True
         for i, item in enumerate(items):
             lead = "" if inline and i == 0 else pad
             kind = type(item)

@@ -23,14 +23,15 @@ import enum
 import hashlib
 import json
 import re
-from collections import ChainMap, Counter
+from collections import ChainMap, Counter, deque
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from decimal import Decimal
 from functools import cache, lru_cache
-from itertools import compress, count
-from operator import attrgetter, is_not
+from itertools import compress, count, filterfalse, groupby, repeat
+from operator import attrgetter, is_not, ne
+from types import SimpleNamespace
 from typing import Annotated, Any, Self, TypeVar
 
 import yaml
@@ -1019,21 +1020,23 @@ def render_changes(
     else:
         added, removed = _middles(repo.operations, last.operations)
         # a long middle (a preset's operations, all over the order) is mostly the same
-        # objects: what is new among them, by id
-        dirty = {op.id for op in added if last.ops.get(op.id) is not op}
-        dirty.update(oid for oid in map(_OPERATION_ID, removed) if by_id.get(oid) is None)
+        # objects: what is new among them, by id (compared at C speed: the middles of a
+        # change spread over the order are nearly the whole of it)
+        ids = list(map(_OPERATION_ID, added))
+        dirty = set(compress(ids, map(is_not, map(last.ops.get, ids), added)))
+        dirty.update(filterfalse(by_id.__contains__, map(_OPERATION_ID, removed)))
         came, went = _middles(plan.pending, last.order)
         left = dict(zip(map(_OPERATION, went), went, strict=True))
         pending = last.pending  # patched: the entries outside the middles are the same
-        for oid in left:
-            del pending[oid]
-        pending.update(zip(map(_OPERATION, came), came, strict=True))
-        dirty.update(
-            oid
-            for oid in left.keys() | set(map(_OPERATION, came))
-            if _waits_otherwise(pending.get(oid), left.get(oid))
-        )
-        queues = {p.queue for p in came} | {p.queue for p in went}
+        deque(map(pending.__delitem__, left), maxlen=0)
+        ids = list(map(_OPERATION, came))
+        pending.update(zip(ids, came, strict=True))
+        # what a record says of its wait (not its position: the order files say that)
+        waits = map(_WAIT, map(left.get, ids, repeat(_NOT_PENDING)))
+        dirty.update(compress(ids, map(ne, map(_WAIT, came), waits)))
+        dirty.update(filterfalse(pending.__contains__, left))  # no longer pending
+        queues = set(map(_QUEUE, came))
+        queues.update(map(_QUEUE, went))
         dirty.update(dispatch.keys() | last.dispatch.keys())
         dirty.update(k for k, v in states.items() if last.states.get(k) is not v)
         dirty.update(last.states.keys() - states.keys())
@@ -1126,6 +1129,10 @@ def render_changes(
 
 _OPERATION = attrgetter("operation")
 _OPERATION_ID = attrgetter("id")
+_QUEUE = attrgetter("queue")
+_WAIT = attrgetter("reason", "blocked_by")
+# what ``_WAIT`` reads of an operation that was not pending
+_NOT_PENDING = SimpleNamespace(reason=None, blocked_by=None)
 
 
 def _middles(now: Sequence[T], last: Sequence[T]) -> tuple[Sequence[T], Sequence[T]]:
@@ -1137,14 +1144,6 @@ def _middles(now: Sequence[T], last: Sequence[T]) -> tuple[Sequence[T], Sequence
     tail = next(compress(count(), map(is_not, reversed(now), reversed(last))), common)
     tail = min(tail, common - head)
     return now[head : len(now) - tail], last[head : len(last) - tail]
-
-
-def _waits_otherwise(now: Pending | None, was: Pending | None) -> bool:
-    """Whether a pending entry changed what an operation's record says (not its position:
-    the order files say that)."""
-    if now is None or was is None:
-        return True
-    return now.reason != was.reason or now.blocked_by != was.blocked_by
 
 
 def _queued(run: Run) -> int:
@@ -1193,9 +1192,9 @@ def _order_changes(
     if not queues:
         return
     by_queue: dict[str, list[str]] = {}
-    for p in plan.pending:
-        if p.queue in queues:
-            by_queue.setdefault(p.queue, []).append(p.operation)
+    for queue, entries in groupby(plan.pending, _QUEUE):  # a queue's entries are one run
+        if queue in queues:
+            by_queue.setdefault(queue, []).extend(map(_OPERATION, entries))
     for queue in queues:
         files = _queue_order_files(queue, by_queue.get(queue, []), memo)
         for path in set(last.orders.get(queue, ())) - files.keys():
