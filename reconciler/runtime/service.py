@@ -132,19 +132,40 @@ class HeapKeeper:
     then, not rescanned by every later full collection (each took seconds, in whichever
     cycle allocated past the threshold: ``bench/commit_latency.py``'s 1% preset rounds).
     A garbage cycle among frozen objects (a compiled operation replaced) is only freed at
-    the next settle: the quarter bounds what waits for it, as CPython's own rule does."""
+    the next settle: the quarter bounds what waits for it, as CPython's own rule does.
+
+    The status writer's memos are the other large part of the heap (a record, its file and
+    what it was built from, per operation), made by its first write after the first cycle:
+    a write that rendered more files than that quarter settles the heap too
+    (``after_render``, on the writer's thread)."""
 
     def __init__(self, compiled: Callable[[], int]) -> None:
         self._compiled = compiled  # how many operations were compiled so far
         self._settled = compiled()
+        self._operations = 0  # of the last cycle
+        self._lock = threading.Lock()  # the cycle's thread and the writer's
         self.settles = 0
 
     def after_cycle(self, operations: int) -> None:
         """After a cycle over ``operations`` operations: settle once enough are new."""
+        self._operations = operations
         now = self._compiled()
-        if now - self._settled > max(SETTLE_AFTER, operations // 4):
-            settle_heap()
+        if now - self._settled > self._quarter():
+            self._settle()
             self._settled = now
+
+    def after_render(self, files: int) -> None:
+        """After a status write that rendered ``files`` files again: settle if they are
+        more than a quarter of the operations."""
+        if files > self._quarter():
+            self._settle()
+
+    def _quarter(self) -> int:
+        return max(SETTLE_AFTER, self._operations // 4)
+
+    def _settle(self) -> None:
+        with self._lock:
+            settle_heap()
             self.settles += 1
 
 
@@ -454,4 +475,6 @@ def make_runtime(
     if freeze_heap:
         settle_heap()
         runtime.heap = HeapKeeper(lambda: reconciler.compiled_operations)
+        if publisher is not None:
+            publisher.after_render = runtime.heap.after_render
     return runtime

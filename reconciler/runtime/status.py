@@ -16,7 +16,10 @@ result left from before a lost Lease is dropped, and ``unwritten`` says so), and
 writes the last result handed over before it returns (shutdown), in the foreground too: a
 result the cadence put off is written then, not lost. When it cannot be written (the Lease
 is lost, the push fails, the write outlives its time), ``unwritten`` says why, for the
-process to say on its way out.
+process to say on its way out. The writer shares the interpreter with the cycle thread: a
+write starts between cycles (``idle``), and its render is held at its next step while a
+cycle runs (``_hold_for_cycle``), unless another thread waits for the lock the write holds
+(``_locked``: it may be that cycle).
 
 After its own write, the writer renders again only what a cycle changed, and compares and
 summarizes those files alone (``encode_changes``); the branch read (at the start, after a
@@ -35,10 +38,11 @@ never rewritten, said once in one line, and retention stops until the process re
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from reconciler.adapters.git import GitSyncError, Retention, RetentionRefused, StatusBranch
 from reconciler.core.decision.cycle import Memory, memory_from_status
@@ -65,6 +69,8 @@ log = logging.getLogger("reconciler.status")
 
 RETENTION_INTERVAL = 600.0  # seconds between two retention passes of one writer
 IDLE_POLL = 0.2  # seconds: how often a write waiting for a cycle's end looks for a close
+# seconds: how often a render held by a cycle looks for a close, or for a caller of the lock
+HOLD_POLL = 0.05
 
 LOST_LEASE = "this replica no longer holds the Lease: the leader writes the status"
 
@@ -118,6 +124,10 @@ class StatusPublisher:
         self.on_failure: Callable[[], None] | None = None
         # the notifications owed (``status/_notify.yaml``, None: none), set by the Runtime
         self.owed: Callable[[], bytes | None] = lambda: None
+        # told how many files a write rendered again, once it is over and no cycle runs:
+        # the Runtime's ``HeapKeeper`` (the first write renders every record)
+        self.after_render: Callable[[int], None] | None = None
+        self._rendered = 0  # files the write in progress rendered again
         self.is_leader = is_leader
         self.owns: Callable[[str], bool] | None = None  # sharded: whether a partition is held
         self.retains: Callable[[], bool] = lambda: True  # sharded: this one runs retention
@@ -125,6 +135,7 @@ class StatusPublisher:
         self.follow_interval = follow_interval
         self._followed_at: float | None = None
         self._writing = threading.Lock()  # one write at a time: the files and memos are its
+        self._wanted = 0  # threads waiting for ``_writing`` outside a write (``_locked``)
         self._cond = threading.Condition()
         self._next: CycleResult | None = None  # handed over, not written yet
         self._held: CycleResult | None = None  # in the foreground: put off by the cadence
@@ -156,7 +167,7 @@ class StatusPublisher:
         if self._followed_at is not None and now - self._followed_at < self.follow_interval:
             return None
         self._followed_at = now
-        with self._writing:
+        with self._locked():
             try:
                 tip = self.branch.fetch()
                 known, read = self._files, self._files_tip
@@ -173,7 +184,7 @@ class StatusPublisher:
     def taken_record(self) -> Memory:
         """The status branch's record at its tip, fetched now: what a shard starts a
         partition it takes from (its last owner's last write). Raises ``GitSyncError``."""
-        with self._writing:
+        with self._locked():
             tip = self.branch.fetch()
             known, read = self._files, self._files_tip
             since = (read, known) if known is not None and read is not None else None
@@ -184,27 +195,50 @@ class StatusPublisher:
     def files(self) -> dict[str, bytes]:
         """The branch's files as this writer last read or wrote them (read once if never):
         the same object until they change."""
-        with self._writing:
+        with self._locked():
             return self._current()
 
     def recorded(self) -> Memory:
         """What a previous process recorded, so a workload deleted by hand while we were
         down is ``Stopped`` rather than dispatched again, and a cluster that cannot be read
         keeps its last known phases."""
-        with self._writing:
+        with self._locked():
             return memory_from_status(read_status(self._current()))
 
     def recorded_owed(self) -> bytes | None:
         """The notifications a previous process owed (``status/_notify.yaml``), or None."""
-        with self._writing:
+        with self._locked():
             return self._current().get(NOTIFY_FILE)
 
     def applied(self) -> str | None:
         """The config commit a previous process had in force (``status/config.yaml``
         ``applied``), or None: the anchor of the signature check at a start."""
-        with self._writing:
+        with self._locked():
             config = read_status(self._current()).config
         return (config.applied or None) if config is not None else None
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """``_writing`` for a reader of the files (a cycle, a view): a write held by a cycle
+        (``_hold_for_cycle``) goes on while one waits, since that cycle may be the one."""
+        with self._cond:
+            self._wanted += 1
+        try:
+            with self._writing:
+                yield
+        finally:
+            with self._cond:
+                self._wanted -= 1
+
+    def _hold_for_cycle(self) -> None:
+        """The render's pause, on the writer thread: hold it while a cycle runs (they share
+        the GIL, and a commit's cycle should not wait for the last one's status), unless a
+        reader waits for the lock this write holds, or the writer closes."""
+        idle = self.idle
+        if idle is None or threading.current_thread() is not self._thread:
+            return
+        while not self._closed and not self._wanted and not idle(HOLD_POLL):
+            pass
 
     def publish(self, result: CycleResult) -> str | None:
         """Commit the cycle's status if it differs from the branch; the new commit's SHA.
@@ -301,9 +335,13 @@ class StatusPublisher:
         with self._writing:
             if self.faults is not None:
                 self.faults.hit("before-status")
+            self._rendered = 0
             sha = self._commit(result, paced=paced)
             if self.faults is not None:
                 self.faults.hit("after-status")
+        if self._rendered and self.after_render is not None:
+            self._hold_for_cycle()
+            self.after_render(self._rendered)
         return sha
 
     def _commit(self, result: CycleResult, *, paced: bool) -> str | None:
@@ -325,7 +363,8 @@ class StatusPublisher:
             return self._commit_shard(result, compiled, plan, result.shard, now)
         try:
             before = self._current()
-            delta = encode_cycle_changes(result, self._memos)
+            delta = encode_cycle_changes(result, self._memos, self._hold_for_cycle)
+            self._rendered = len(delta.changes)
             own = before is self._own  # what this writer wrote: only what it rendered again
             files = delta.files
             if own:
@@ -394,6 +433,7 @@ class StatusPublisher:
             if owed is not None:
                 files[NOTIFY_FILE] = owed
             changes = shard_changes(before, files, scope)  # as this writer knows the branch
+            self._rendered = len(changes)
             if not changes:
                 self.unwritten = ""
                 return None
@@ -478,9 +518,11 @@ class StatusPublisher:
             )
 
 
-def encode_cycle_changes(result: CycleResult, memos: StatusMemos) -> StatusDelta:
+def encode_cycle_changes(
+    result: CycleResult, memos: StatusMemos, pause: Callable[[], None] | None = None
+) -> StatusDelta:
     """``render_cycle_status`` for the writer that keeps ``memos``: what changed since its
-    last render, and every file (``encode_changes``)."""
+    last render, and every file (``encode_changes``, held at each ``pause``)."""
     shown = result.report
     if shown is None:
         raise ValueError("encode_cycle_changes: a result without a decision has no report")
@@ -490,6 +532,7 @@ def encode_cycle_changes(result: CycleResult, memos: StatusMemos) -> StatusDelta
         config_error=result.config_errors,
         config_version=result.attempted_version,
         internal_error=result.internal_error,
+        pause=pause,
     )
 
 

@@ -211,3 +211,40 @@ def test_the_writer_starts_a_write_only_between_cycles_and_takes_the_newest_resu
     finally:
         assert publisher.close(30)
     assert branch.applied() == "c2"
+
+
+def test_a_write_is_held_while_a_cycle_runs_and_never_holds_a_reader_of_its_lock() -> None:
+    """A cycle that starts during a write (a push's, the commit after) holds the writer's
+    render at its next step until the cycle ends; a thread that reads the files meanwhile
+    (it may be that cycle: it takes the lock the write holds) lets the write go on."""
+    first, second = _results(2)
+    wake = Wakeup()
+    branch = GatedBranch()
+    branch.gate.set()
+    began = 0
+
+    def idle(timeout: float) -> bool:
+        nonlocal began
+        if began == 0:  # the wait before the write: no cycle; one starts with the render
+            began = 1
+            wake.begin_cycle()
+            return True
+        return wake.wait_idle(timeout)
+
+    publisher = StatusPublisher(branch, background=True, idle=idle)  # type: ignore[arg-type]
+    try:
+        publisher.publish(first)
+        assert not publisher.flush(0.3)  # not a timing assertion: it must still be held
+        assert not branch.entered.is_set()
+        wake.end_cycle()
+        assert publisher.flush(30)
+        assert branch.applied() == "c0"
+        began = 0
+        publisher.publish(second)
+        assert not publisher.flush(0.3)
+        files = publisher.files()  # returns: the held write went on, and it reads its files
+        assert read_status(files).config is not None and branch.applied() == "c1"
+        assert wake.running  # the cycle that holds it never ended
+    finally:
+        wake.end_cycle()
+        assert publisher.close(30)

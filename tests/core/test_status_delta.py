@@ -19,6 +19,7 @@ from reconciler.core.decision.cycle import ClusterListing, InFlight, Memory, dec
 from reconciler.core.observation.gang import GangTimeout
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.plan.groups import PlanCache
+from reconciler.core.reporting import status as status_module
 from reconciler.core.reporting.report import (
     Failure,
     Outcome,
@@ -215,6 +216,24 @@ def test_a_render_of_what_changed_is_a_full_render(
         assert dict(delta.files) == full
         behind.update(delta.changes)
         branch, behind = _written(branch, behind, delta, full)
+
+
+def test_the_render_calls_its_pause_between_steps_and_every_few_records(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A writer thread holds its render at ``pause`` while a cycle runs: it is called before
+    each step and every ``PAUSE_EVERY`` records, and changes nothing it renders."""
+    monkeypatch.setattr(status_module, "PAUSE_EVERY", 2)
+    compiled = compile_repo(BASE)
+    listing = {name: ClusterListing() for name in compiled.clusters}
+    shown = report(compiled, decide(compiled, listing, Memory(), START), Outcome.none())
+    paused: list[int] = []
+    memos = StatusMemos()
+    delta = encode_changes(shown, memos, pause=lambda: paused.append(len(memos.rendered)))
+    assert dict(delta.files) == encode(shown)
+    assert len(compiled.operations) > 4 and len(paused) >= len(compiled.operations) // 2
+    # called as the records are rendered, not all at once before or after them
+    assert 0 < paused[len(paused) // 2] < len(memos.rendered)
 
 
 def test_a_decision_record_alone_is_written_with_the_next_change() -> None:

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from datetime import UTC, datetime
 from typing import cast
 
 import pytest
 from support.builders import World
+from support.status_branch import results
 
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.service import (
@@ -24,6 +25,7 @@ from reconciler.runtime.service import (
     Runtime,
     settle_heap,
 )
+from reconciler.runtime.status import StatusPublisher
 
 
 class _Node:
@@ -120,3 +122,54 @@ def test_a_long_lived_runtime_settles_the_heap_after_its_first_compiled_cycle() 
     assert runtime.heap is not None and runtime.heap.settles == 1
     runtime.on_cycle(result)
     assert runtime.heap.settles == 1
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_a_status_write_of_more_than_a_quarter_of_the_records_settles_the_heap() -> None:
+    """The writer's first write renders every record (its memos: a record, its file and
+    what it was built from, per operation, all made after the first cycle's settle): the
+    heap is settled after it, as after a compile; a write of a few records is not."""
+    compiled = [100_000]
+    keeper = HeapKeeper(lambda: compiled[0])
+    keeper.after_cycle(100_000)
+    assert keeper.settles == 0  # compiled before the keeper: settled at the start
+    keeper.after_render(100_025)  # every operation's file, the queues' and the cycle's
+    assert keeper.settles == 1
+    keeper.after_render(25_000)
+    keeper.after_render(1_028)  # a preset used by 1%
+    assert keeper.settles == 1
+    keeper.after_render(25_001)
+    assert keeper.settles == 2
+
+
+def test_the_writer_tells_how_many_files_each_write_rendered() -> None:
+    """``StatusPublisher.after_render`` (the Runtime's ``HeapKeeper``) hears of every write
+    that rendered a file again, once the write is over: all of them first, then what
+    changed; not of a write that rendered nothing new."""
+    first, second = results(2)
+    rendered: list[int] = []
+    branch = _Branch()
+    publisher = StatusPublisher(branch)  # type: ignore[arg-type]
+    publisher.after_render = rendered.append
+    publisher.publish(first)
+    assert len(rendered) == 1 and rendered[0] >= len(branch.files) - 1
+    publisher.publish(first)  # the same status: nothing rendered again
+    publisher.publish(second)
+    assert len(rendered) == 2 and 0 < rendered[1] < rendered[0]
+
+
+class _Branch:
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.last_tip: str | None = None
+
+    def read(self) -> dict[str, bytes]:
+        return dict(self.files)
+
+    def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+        for path, content in changes.items():
+            if content is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = content
+        return "sha"

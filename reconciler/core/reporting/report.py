@@ -25,7 +25,7 @@ renders text: ``status.py`` does.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import chain
 
@@ -323,9 +323,11 @@ def encode_changes(
     config_error: tuple[ConfigError, ...] = (),
     config_version: str | None = None,
     internal_error: str = "",
+    pause: Callable[[], None] | None = None,
 ) -> StatusDelta:
     """``encode`` for a writer that keeps ``memos``: its files (equal to ``encode``'s) and
-    those that differ from its last call's, rendered again alone (``render_changes``)."""
+    those that differ from its last call's, rendered again alone (``render_changes``, held
+    at each ``pause``)."""
     return render_changes(
         shown.compiled,
         _tried(shown),
@@ -340,6 +342,7 @@ def encode_changes(
         gang_timeouts=shown.gang_timeouts,
         ledger=shown.ledger,
         decision=None if shown.record is None else shown.record.files(),
+        pause=pause,
     )
 
 
