@@ -137,7 +137,13 @@ class HeapKeeper:
     The status writer's memos are the other large part of the heap (a record, its file and
     what it was built from, per operation), made by its first write after the first cycle:
     a write that rendered more files than that quarter settles the heap too
-    (``after_render``, on the writer's thread)."""
+    (``after_render``, on the writer's thread).
+
+    What is not frozen still grows: each cycle's plan, the runs watched, the writer's
+    records of what changed. CPython's full collection of it comes at a count of middle
+    collections (``FULL_COLLECTION_EVERY``), in whichever cycle reaches it: a commit's
+    decide at 100k met one of 0.5 s. So the keeper runs it itself at half that count,
+    after a cycle or a write (``collections``), where no cycle waits for it."""
 
     def __init__(self, compiled: Callable[[], int]) -> None:
         self._compiled = compiled  # how many operations were compiled so far
@@ -145,6 +151,7 @@ class HeapKeeper:
         self._operations = 0  # of the last cycle
         self._lock = threading.Lock()  # the cycle's thread and the writer's
         self.settles = 0
+        self.collections = 0  # full collections run between cycles
 
     def after_cycle(self, operations: int) -> None:
         """After a cycle over ``operations`` operations: settle once enough are new."""
@@ -153,15 +160,26 @@ class HeapKeeper:
         if now - self._settled > self._quarter():
             self._settle()
             self._settled = now
+        else:
+            self._collect_if_due()
 
     def after_render(self, files: int) -> None:
         """After a status write that rendered ``files`` files again: settle if they are
         more than a quarter of the operations."""
         if files > self._quarter():
             self._settle()
+        else:
+            self._collect_if_due()
 
     def _quarter(self) -> int:
         return max(SETTLE_AFTER, self._operations // 4)
+
+    def _collect_if_due(self) -> None:
+        """A full collection now if half the middle collections that trigger one passed."""
+        if gc.get_count()[2] >= FULL_COLLECTION_EVERY // 2:
+            with self._lock:
+                gc.collect()
+                self.collections += 1
 
     def _settle(self) -> None:
         with self._lock:

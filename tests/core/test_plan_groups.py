@@ -4,7 +4,7 @@ full plan's, over random worlds and random changes to them."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import fields, replace
 from datetime import timedelta
 from decimal import Decimal
 from typing import cast
@@ -16,7 +16,14 @@ from support.builders import NOW
 from support.strategies import Case, cases
 
 from reconciler.core.plan import plan_dispatch
-from reconciler.core.plan.groups import PlanCache, couple_operations, partition, plan_by_groups
+from reconciler.core.plan.groups import (
+    PlanCache,
+    _renumbered,
+    couple_operations,
+    partition,
+    plan_by_groups,
+)
+from reconciler.core.plan.model import Pending, PendingReason, QueuePausedBlock
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
@@ -320,6 +327,24 @@ def test_a_paused_queue_that_loses_operations_is_taken_from_the_last_plan() -> N
     world.ops = [op for op in world.ops if op.name != "a-0"]
     assert world.by_groups(cache) == world.full()
     assert (cache.planned, cache.reused) == (2, 2)
+
+
+def test_entries_renumbered_slot_by_slot_equal_those_built_by_their_init() -> None:
+    """A paused queue's entries after the one that left are built again at C speed, slot
+    by slot: equal to ``Pending(...)``'s (every field set, hashed and shown alike)."""
+    block = QueuePausedBlock("a")
+    entries = [Pending(f"p/o{i}", "a", PendingReason.QUEUE_PAUSED, i + 1, block) for i in range(5)]
+    built = _renumbered(entries[2:], 2)
+    expected = [replace(p, position=i + 2) for i, p in enumerate(entries[2:])]
+    assert built == expected and list(map(hash, built)) == list(map(hash, expected))
+    assert list(map(repr, built)) == list(map(repr, expected))
+    assert {f.name for f in fields(Pending)} == {
+        "operation",
+        "queue",
+        "reason",
+        "position",
+        "blocked_by",
+    }
 
 
 def test_a_paused_queue_whose_cluster_cannot_be_read_is_planned_again() -> None:

@@ -2,8 +2,8 @@
 at start, and again (``HeapKeeper``) once its first cycle compiled the config and whenever a
 quarter of the operations were compiled since. The garbage is collected before the rest is
 frozen, so no cycle alive only through itself is kept; a full collection runs at most once
-per ``FULL_COLLECTION_EVERY`` collections of the middle generation; the young generations
-are as they were."""
+per ``FULL_COLLECTION_EVERY`` collections of the middle generation, run by the keeper
+between cycles at half that count; the young generations are as they were."""
 
 from __future__ import annotations
 
@@ -173,3 +173,27 @@ class _Branch:
             else:
                 self.files[path] = content
         return "sha"
+
+
+@pytest.mark.usefixtures("restored_gc")
+def test_the_full_collection_runs_between_cycles_before_one_would_reach_it() -> None:
+    """Half the middle collections that make CPython run a full collection: the keeper runs
+    it after the cycle (or the write) that passed them, not inside the next one."""
+    keeper = HeapKeeper(lambda: 0)
+    settle_heap()
+    gc.disable()  # only the test's collections count
+    try:
+        for _ in range(FULL_COLLECTION_EVERY // 2 - 1):
+            gc.collect(1)  # each counts toward the full collection, as the collector's do
+        keeper.after_cycle(100)
+        assert keeper.collections == 0
+        assert gc.get_count()[2] == FULL_COLLECTION_EVERY // 2 - 1
+        gc.collect(1)
+        keeper.after_cycle(100)
+        assert keeper.collections == 1 and gc.get_count()[2] == 0
+        for _ in range(FULL_COLLECTION_EVERY // 2):
+            gc.collect(1)
+        keeper.after_render(10)
+        assert keeper.collections == 2 and gc.get_count()[2] == 0 and keeper.settles == 0
+    finally:
+        gc.enable()

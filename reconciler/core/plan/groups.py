@@ -37,6 +37,7 @@ checks byte for byte, over random worlds and random changes, that it equals a fu
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -71,12 +72,7 @@ from reconciler.core.types import (
 
 _PAUSED = PendingReason.QUEUE_PAUSED
 _IN_ORDER = attrgetter("project", "name")  # a plain operation's place in compile order
-_OPERATION, _QUEUE, _REASON, _BLOCKED = (
-    attrgetter("operation"),
-    attrgetter("queue"),
-    attrgetter("reason"),
-    attrgetter("blocked_by"),
-)
+_OPERATION, _REASON = attrgetter("operation"), attrgetter("reason")
 
 # One queue's inputs: its spec, its operations and the observations counted in it.
 _QueueInputs = tuple[QueueSpec, tuple[CompiledOperation, ...], tuple[ObservedOperation, ...]]
@@ -480,15 +476,24 @@ def _without(entries: tuple[Pending, ...], gone: set[str]) -> tuple[Pending, ...
         return entries
     first = flags.index(True)
     rest = list(compress(entries[first:], map(not_, flags[first:])))
-    renumbered = map(
-        Pending,
-        map(_OPERATION, rest),
-        map(_QUEUE, rest),
-        map(_REASON, rest),
-        count(first + 1),
-        map(_BLOCKED, rest),
-    )
-    return (*entries[:first], *renumbered)
+    return (*entries[:first], *_renumbered(rest, first + 1))
+
+
+# ``Pending``'s slots: ``_renumbered`` sets them on new objects without its dataclass
+# ``__init__``, whose five frozen ``setattr`` calls per entry were most of the decide of
+# a commit that takes 1% of a 100k queue's operations out of it (99k entries renumbered)
+_KEPT_SLOTS = tuple(vars(Pending)[name] for name in ("operation", "queue", "reason", "blocked_by"))
+_POSITION_SLOT = vars(Pending)["position"]
+
+
+def _renumbered(entries: list[Pending], first: int) -> list[Pending]:
+    """``entries`` again at positions ``first``, ``first + 1``, ...: new ``Pending`` equal to
+    those ``Pending(...)`` builds, their slots set at C speed."""
+    new: list[Pending] = list(map(object.__new__, repeat(Pending, len(entries))))
+    for slot in _KEPT_SLOTS:
+        deque(map(slot.__set__, new, map(slot.__get__, entries)), maxlen=0)
+    deque(map(_POSITION_SLOT.__set__, new, count(first)), maxlen=0)
+    return new
 
 
 def _per_queue(
