@@ -35,10 +35,16 @@ finish-to-next p50.
 
     PYTHONPATH=$PWD python bench/commit_latency.py [--rounds 10] [--interval 2s] [--ops 10000]
         [--chain 12] [--chain-duration 2s] [--only finish|poll|webhook]
-        [--webhook-interval 60s] [--profile OUT.svg] [--no-status]
+        [--webhook-interval 60s] [--profile OUT.svg] [--no-status] [--quiet]
 
 Also the reconciler's CPU time (user and system, from /proc) per polling round: steadier
 than the latencies on a shared machine.
+
+``--quiet``: before each push, also wait for the whole machine to settle (below a quarter
+of a core over a second, ``/proc/stat``). The dev cluster shares the bench's cores: without
+it, a 1% round's push lands while the control plane still creates, schedules and starts the
+last round's 1,000 pods, and the reconciler's cycle shares the cores with that. A control
+plane of its own (any real one) does not take the reconciler's CPU.
 """
 
 from __future__ import annotations
@@ -285,6 +291,27 @@ def settle(
         last = now
 
 
+def machine_busy() -> tuple[float, float]:
+    """The machine's CPU time so far, busy and all, in seconds (``/proc/stat``)."""
+    ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    hz = os.sysconf("SC_CLK_TCK")
+    return (sum(ticks) - idle) / hz, sum(ticks) / hz
+
+
+def settle_machine(idle: float = 0.25, window: float = 1.0, timeout: float = 120.0) -> None:
+    """Wait until the whole machine uses less than ``idle`` of a core over ``window``
+    seconds (at most ``timeout``): the control plane is done with the last round too."""
+    deadline = time.monotonic() + timeout
+    last = machine_busy()[0]
+    while time.monotonic() < deadline:
+        time.sleep(window)
+        now = machine_busy()[0]
+        if now - last < idle * window:
+            return
+        last = now
+
+
 def python_pid(proc: subprocess.Popen[bytes]) -> int:
     """``proc``'s Python process: itself, or py-spy's child when profiled."""
     pid = proc.pid
@@ -450,6 +477,8 @@ def commit_rounds(
             for j in range(i + 100, args.ops, 100):
                 seen.wait(f"{project}-h{j:05d}-g1", timeout=300)
             settle(proc)
+            if args.quiet:
+                settle_machine()
             time.sleep(0.37 * (i % 3))
         if out.moved:
             out.cpu_moved = (cpu_seconds(proc) - after_new) / len(out.moved)
@@ -513,6 +542,12 @@ def main() -> None:
         action="store_true",
         help="the commit rounds' reconciler writes no status branch (--status-branch ''): "
         "what the status writes cost the latency",
+    )
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="before each 1%% round's push, wait for the whole machine to settle too (the "
+        "dev cluster's control plane shares the cores)",
     )
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="commit-latency-"))
@@ -592,6 +627,7 @@ def main() -> None:
                         f"p95 {m95:.2f} s (min {min(samples):.2f}, max {max(samples):.2f}); "
                         f"reconciler CPU {getattr(r, cpu):.2f} s per round (user+sys, git "
                         f"children included)"
+                        + ("; the machine quiet before each push" if args.quiet else "")
                     )
         if chain:
             f50, f95 = percentiles(chain)
