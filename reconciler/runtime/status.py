@@ -230,14 +230,15 @@ class StatusPublisher:
             with self._cond:
                 self._wanted -= 1
 
-    def _hold_for_cycle(self) -> None:
+    def _hold_for_cycle(self, *, locked: bool = True) -> None:
         """The render's pause, on the writer thread: hold it while a cycle runs (they share
         the GIL, and a commit's cycle should not wait for the last one's status), unless a
-        reader waits for the lock this write holds, or the writer closes."""
+        reader waits for the lock this write holds (``locked``: not once the write let it
+        go, when a reader holding it is no reason to go on), or the writer closes."""
         idle = self.idle
         if idle is None or threading.current_thread() is not self._thread:
             return
-        while not self._closed and not self._wanted and not idle(HOLD_POLL):
+        while not self._closed and not (locked and self._wanted) and not idle(HOLD_POLL):
             pass
 
     def publish(self, result: CycleResult) -> str | None:
@@ -340,7 +341,7 @@ class StatusPublisher:
             if self.faults is not None:
                 self.faults.hit("after-status")
         if self._rendered and self.after_render is not None:
-            self._hold_for_cycle()
+            self._hold_for_cycle(locked=False)  # ``_writing`` is let go: no reader waits for it
             self.after_render(self._rendered)
         return sha
 

@@ -248,3 +248,59 @@ def test_a_write_is_held_while_a_cycle_runs_and_never_holds_a_reader_of_its_lock
     finally:
         wake.end_cycle()
         assert publisher.close(30)
+
+
+class FetchingBranch(GatedBranch):
+    """A ``GatedBranch`` whose fetch (a shard's ``taken_record``) waits for ``fetched``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fetched = threading.Event()
+        self.fetching = threading.Event()
+
+    def fetch(self) -> str:
+        self.fetching.set()
+        assert self.fetched.wait(30), "the test never let the fetch end"
+        return "tip"
+
+    def files_at(self, tip: str, since: Any) -> dict[str, bytes]:
+        return dict(self.files)
+
+
+def test_the_settle_after_a_write_waits_for_the_cycle_even_while_a_reader_holds_the_lock() -> None:
+    """``after_render`` (a full collection and a freeze) runs once no cycle runs. A reader
+    of the files that holds the lock (the cycle's own ``taken_record``, fetching) let the
+    held render go on, since it waited for the lock the write held; once the write let the
+    lock go, it must not also let the settle run inside that cycle."""
+    (first,) = _results(1)
+    wake = Wakeup()
+    branch = FetchingBranch()
+    branch.gate.set()
+    began = 0
+
+    def idle(timeout: float) -> bool:
+        nonlocal began
+        if began == 0:  # the wait before the write: no cycle; one starts with the render
+            began = 1
+            wake.begin_cycle()
+            return True
+        return wake.wait_idle(timeout)
+
+    settled = threading.Event()
+    publisher = StatusPublisher(branch, background=True, idle=idle)  # type: ignore[arg-type]
+    publisher.after_render = lambda _files: settled.set()
+    reader = threading.Thread(target=publisher.taken_record)
+    try:
+        publisher.publish(first)
+        assert not publisher.flush(0.3)  # the render is held by the cycle
+        reader.start()  # the cycle takes a partition: it waits for the write's lock
+        assert branch.fetching.wait(30)  # the write went on, ended, and the reader holds it
+        assert branch.applied() == "c0"
+        assert wake.running
+        assert not settled.wait(0.5), "the heap was settled inside a running cycle"
+    finally:
+        branch.fetched.set()
+        reader.join(30)
+        wake.end_cycle()
+        assert publisher.close(30)
+    assert settled.is_set()
