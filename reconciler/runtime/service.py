@@ -176,10 +176,12 @@ class HeapKeeper:
 
     def _collect_if_due(self) -> None:
         """A full collection now if half the middle collections that trigger one passed."""
-        if gc.get_count()[2] >= FULL_COLLECTION_EVERY // 2:
-            with self._lock:
-                gc.collect()
-                self.collections += 1
+        due = FULL_COLLECTION_EVERY // 2
+        if gc.get_count()[2] >= due:
+            with self._lock:  # the other thread's may have run it meanwhile
+                if gc.get_count()[2] >= due:
+                    gc.collect()
+                    self.collections += 1
 
     def _settle(self) -> None:
         with self._lock:

@@ -429,12 +429,16 @@ class StatusPublisher:
         each attempt of the push (``core/reporting/shards.py``); never forced."""
         try:
             before = self._current()
+            known = len(self._memos.rendered)
             files = scoped_record(render_cycle_status(result, compiled, plan, self._memos), scope)
+            # the records new to the memos (all of the scope's at a first write, or after a
+            # partition is taken), or those that differ from the branch
+            fresh = len(self._memos.rendered) - known
             owed = self.owed()  # this shard's own: joined with the others' owed
             if owed is not None:
                 files[NOTIFY_FILE] = owed
             changes = shard_changes(before, files, scope)  # as this writer knows the branch
-            self._rendered = len(changes)
+            self._rendered = max(fresh, len(changes))
             if not changes:
                 self.unwritten = ""
                 return None

@@ -447,3 +447,31 @@ def test_a_shards_owed_notification_is_sent_once_by_the_partitions_next_owner(
     for _ in range(2):
         nb.on_cycle(b.cycle())
     assert sorted(_queued(nb)) == sorted([mine, theirs])  # a's once, b's still once
+
+
+def test_a_shards_first_write_after_a_restart_tells_every_record_it_rendered(
+    tmp_path: Path,
+) -> None:
+    """A shard's write renders its whole scope into new memos after a restart, though the
+    branch already holds nearly all of it: the heap keeper hears of every record rendered
+    (it settles the heap after them), not of the few files that differ from the branch."""
+    repo = _world().repo()
+    clusters = {n: FakeCluster(n) for n in ("a", "b")}
+    leases, clock, remote = MemoryLeases(), SteppedClock(), _remote(tmp_path)
+    first = Replica("a", repo, clusters, leases, clock, remote, tmp_path / "cache-1")
+    first.cycle()
+    for _ in range(4):
+        first.shards.step()
+        clock.advance(2)
+    assert len(first.shards.owned()) == 2  # alone: both partitions
+    first.cycle()
+    again = Replica("a", repo, clusters, leases, clock, remote, tmp_path / "cache-2")
+    rendered: list[int] = []
+    again.publisher.after_render = rendered.append
+    again.cycle()
+    for _ in range(4):
+        again.shards.step()
+        clock.advance(2)
+    assert len(again.shards.owned()) == 2
+    again.cycle()
+    assert rendered and rendered[0] >= len(repo.operations)
