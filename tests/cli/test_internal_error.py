@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +20,7 @@ import pytest
 from click.testing import CliRunner
 from support.paths import TEMPLATE
 from support.snapshots import overlay
+from support.status_branch import MemoryStatusBranch
 
 from reconciler.adapters.clock import SystemClock
 from reconciler.adapters.kube import Kube, KubeError
@@ -102,25 +102,6 @@ def _unreachable(spec: ClusterSpec) -> Kube:
     raise KubeError(f"cluster {spec.name} is not there in a unit test")
 
 
-class FakeStatusBranch:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.messages: list[str] = []
-        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
-
-    def read(self) -> dict[str, bytes]:
-        return dict(self.files)
-
-    def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
-        for path, content in changes.items():
-            if content is None:
-                self.files.pop(path, None)
-            else:
-                self.files[path] = content
-        self.messages.append(message)
-        return f"sha{len(self.messages)}"
-
-
 def test_the_runtime_keeps_the_last_good_config_and_reports_the_bug(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -129,7 +110,7 @@ def test_the_runtime_keeps_the_last_good_config_and_reports_the_bug(
     newer = overlay(replace(good, version="c2"), {EDITED: text + "\n# edited\n"})
     feed = iter([good, newer, newer])
     rec = Reconciler(lambda: next(feed), _unreachable, SystemClock(), watch=False)
-    branch = FakeStatusBranch()
+    branch = MemoryStatusBranch()
     runtime = Runtime(rec, StatusPublisher(branch))  # type: ignore[arg-type]
 
     first = rec.run_once()

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from support.status_branch import MemoryStatusBranch
 from support.status_branch import results as _results
 
 from reconciler.core.reporting.status import CONFIG_FILE, read_status
@@ -17,29 +18,18 @@ from reconciler.runtime.service import Runtime
 from reconciler.runtime.status import StatusPublisher
 
 
-class GatedBranch:
+class GatedBranch(MemoryStatusBranch):
     """A status branch whose writes wait for ``gate`` (a slow push)."""
 
     def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.messages: list[str] = []
+        super().__init__()
         self.gate = threading.Event()
-        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
         self.entered = threading.Event()
-
-    def read(self) -> dict[str, bytes]:
-        return dict(self.files)
 
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
         self.entered.set()
         assert self.gate.wait(30), "the test never opened the gate"
-        for path, content in changes.items():
-            if content is None:
-                self.files.pop(path, None)
-            else:
-                self.files[path] = content
-        self.messages.append(message)
-        return f"sha{len(self.messages)}"
+        return super().write(changes, message)
 
     def applied(self) -> str:
         config = read_status(self.files).config
@@ -213,6 +203,22 @@ def test_the_writer_starts_a_write_only_between_cycles_and_takes_the_newest_resu
     assert branch.applied() == "c2"
 
 
+class CycleAtRender:
+    """A writer's ``idle``: no cycle runs when it asks before a write, and one starts as
+    the render does (``began`` False again: at the next write)."""
+
+    def __init__(self, wake: Wakeup) -> None:
+        self.wake = wake
+        self.began = False
+
+    def __call__(self, timeout: float) -> bool:
+        if not self.began:
+            self.began = True
+            self.wake.begin_cycle()
+            return True
+        return self.wake.wait_idle(timeout)
+
+
 def test_a_write_is_held_while_a_cycle_runs_and_never_holds_a_reader_of_its_lock() -> None:
     """A cycle that starts during a write (a push's, the commit after) holds the writer's
     render at its next step until the cycle ends; a thread that reads the files meanwhile
@@ -221,16 +227,7 @@ def test_a_write_is_held_while_a_cycle_runs_and_never_holds_a_reader_of_its_lock
     wake = Wakeup()
     branch = GatedBranch()
     branch.gate.set()
-    began = 0
-
-    def idle(timeout: float) -> bool:
-        nonlocal began
-        if began == 0:  # the wait before the write: no cycle; one starts with the render
-            began = 1
-            wake.begin_cycle()
-            return True
-        return wake.wait_idle(timeout)
-
+    idle = CycleAtRender(wake)
     publisher = StatusPublisher(branch, background=True, idle=idle)  # type: ignore[arg-type]
     try:
         publisher.publish(first)
@@ -239,7 +236,7 @@ def test_a_write_is_held_while_a_cycle_runs_and_never_holds_a_reader_of_its_lock
         wake.end_cycle()
         assert publisher.flush(30)
         assert branch.applied() == "c0"
-        began = 0
+        idle.began = False
         publisher.publish(second)
         assert not publisher.flush(0.3)
         files = publisher.files()  # returns: the held write went on, and it reads its files
@@ -276,16 +273,7 @@ def test_the_settle_after_a_write_waits_for_the_cycle_even_while_a_reader_holds_
     wake = Wakeup()
     branch = FetchingBranch()
     branch.gate.set()
-    began = 0
-
-    def idle(timeout: float) -> bool:
-        nonlocal began
-        if began == 0:  # the wait before the write: no cycle; one starts with the render
-            began = 1
-            wake.begin_cycle()
-            return True
-        return wake.wait_idle(timeout)
-
+    idle = CycleAtRender(wake)
     settled = threading.Event()
     publisher = StatusPublisher(branch, background=True, idle=idle)  # type: ignore[arg-type]
     publisher.after_render = lambda _files: settled.set()

@@ -17,6 +17,7 @@ from support.clocks import SteppedClock, VirtualClock
 from support.fake_kube import FakeCluster, FakeKube
 from support.helpers import wait_until
 from support.snapshots import repo
+from support.status_branch import MemoryStatusBranch
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.trigger import Pace, Trigger
@@ -170,35 +171,16 @@ def test_a_pod_that_succeeds_does_not_start_a_cycle(world: EventLoop) -> None:
     assert len(world.results) == 1 and sum(world.wake.counts.values()) == 0
 
 
-class FakeStatusBranch:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.commits = 0
-        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
-
-    def read(self) -> dict[str, bytes]:
-        return dict(self.files)
-
-    def write(self, changes: dict[str, bytes | None], message: str) -> str:
-        for path, content in changes.items():
-            if content is None:
-                self.files.pop(path, None)
-            else:
-                self.files[path] = content
-        self.commits += 1
-        return f"sha{self.commits}"
-
-
 def _writing(
     ops: tuple[str, ...], status_interval: float
-) -> tuple[CompiledRepo, EventLoop, FakeStatusBranch, StatusPublisher, Runtime]:
+) -> tuple[CompiledRepo, EventLoop, MemoryStatusBranch, StatusPublisher, Runtime]:
     """The event loop over ``ops`` (one GPU each, a queue of 2), its results handed to a
     runtime that writes the status at most every ``status_interval`` virtual seconds."""
     repo = World().queue("team-a", quota={"nvidia.com/gpu": 2})
     for op in ops:
         repo.op(op, gpu=1)
     compiled = repo.repo()
-    branch = FakeStatusBranch()
+    branch = MemoryStatusBranch()
     holder: dict[str, Runtime] = {}
     world = EventLoop(compiled, on_cycle=lambda r: holder["runtime"].on_cycle(r))
     publisher = StatusPublisher(branch, min_interval=status_interval, clock=world.clock)  # type: ignore[arg-type]

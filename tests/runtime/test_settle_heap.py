@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import gc
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import cast
 
 import pytest
 from support.builders import World
-from support.status_branch import results
+from support.status_branch import MemoryStatusBranch, results
 
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.service import (
@@ -148,7 +148,7 @@ def test_the_writer_tells_how_many_files_each_write_rendered() -> None:
     changed; not of a write that rendered nothing new."""
     first, second = results(2)
     rendered: list[int] = []
-    branch = _Branch()
+    branch = MemoryStatusBranch()
     publisher = StatusPublisher(branch)  # type: ignore[arg-type]
     publisher.after_render = rendered.append
     publisher.publish(first)
@@ -156,44 +156,3 @@ def test_the_writer_tells_how_many_files_each_write_rendered() -> None:
     publisher.publish(first)  # the same status: nothing rendered again
     publisher.publish(second)
     assert len(rendered) == 2 and 0 < rendered[1] < rendered[0]
-
-
-class _Branch:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.last_tip: str | None = None
-
-    def read(self) -> dict[str, bytes]:
-        return dict(self.files)
-
-    def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
-        for path, content in changes.items():
-            if content is None:
-                self.files.pop(path, None)
-            else:
-                self.files[path] = content
-        return "sha"
-
-
-@pytest.mark.usefixtures("restored_gc")
-def test_the_full_collection_runs_between_cycles_before_one_would_reach_it() -> None:
-    """Half the middle collections that make CPython run a full collection: the keeper runs
-    it after the cycle (or the write) that passed them, not inside the next one."""
-    keeper = HeapKeeper(lambda: 0)
-    settle_heap()
-    gc.disable()  # only the test's collections count
-    try:
-        for _ in range(FULL_COLLECTION_EVERY // 2 - 1):
-            gc.collect(1)  # each counts toward the full collection, as the collector's do
-        keeper.after_cycle(100)
-        assert keeper.collections == 0
-        assert gc.get_count()[2] == FULL_COLLECTION_EVERY // 2 - 1
-        gc.collect(1)
-        keeper.after_cycle(100)
-        assert keeper.collections == 1 and gc.get_count()[2] == 0
-        for _ in range(FULL_COLLECTION_EVERY // 2):
-            gc.collect(1)
-        keeper.after_render(10)
-        assert keeper.collections == 2 and gc.get_count()[2] == 0 and keeper.settles == 0
-    finally:
-        gc.enable()

@@ -8,7 +8,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
-from support.status_branch import results
+from support.status_branch import MemoryStatusBranch, results
 
 from reconciler.adapters.git import GitSyncError
 from reconciler.core.reporting.status import (
@@ -22,29 +22,18 @@ from reconciler.runtime.cycle import CycleResult
 from reconciler.runtime.status import StatusPublisher, render_cycle_status
 
 
-class RecordingBranch:
+class RecordingBranch(MemoryStatusBranch):
     """A status branch in memory; ``fail`` pushes fail first."""
 
     def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.messages: list[str] = []
-        self.last_tip: str | None = None
+        super().__init__()
         self.fail = 0
-
-    def read(self) -> dict[str, bytes]:
-        return dict(self.files)
 
     def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
         if self.fail:
             self.fail -= 1
             raise GitSyncError("the remote hung up")
-        for path, content in changes.items():
-            if content is None:
-                self.files.pop(path, None)
-            else:
-                self.files[path] = content
-        self.messages.append(message)
-        return f"sha{len(self.messages)}"
+        return super().write(changes, message)
 
 
 def test_each_write_leaves_a_full_renders_files_and_message() -> None:

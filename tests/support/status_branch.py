@@ -3,6 +3,7 @@ run in-process, and a run of cycles whose results the writer tests encode."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from click.testing import CliRunner
@@ -55,3 +56,29 @@ def results(count: int) -> list[CycleResult]:
 
     rec = Reconciler(source, unreachable, SystemClock(), watch=False)
     return [rec.run_once() for _ in range(count)]
+
+
+class MemoryStatusBranch:
+    """A status branch in memory (``StatusBranch``'s read and write): the files as written,
+    and each commit's message."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+        self.messages: list[str] = []
+        self.last_tip: str | None = None  # StatusBranch's: the tip of the last fetch
+
+    @property
+    def commits(self) -> int:
+        return len(self.messages)
+
+    def read(self) -> dict[str, bytes]:
+        return dict(self.files)
+
+    def write(self, changes: Mapping[str, bytes | None], message: str) -> str:
+        for path, content in changes.items():
+            if content is None:
+                self.files.pop(path, None)
+            else:
+                self.files[path] = content
+        self.messages.append(message)
+        return f"sha{len(self.messages)}"
