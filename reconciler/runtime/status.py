@@ -19,7 +19,8 @@ is lost, the push fails, the write outlives its time), ``unwritten`` says why, f
 process to say on its way out. The writer shares the interpreter with the cycle thread: a
 write starts between cycles (``idle``), and its render is held at its next step while a
 cycle runs (``_hold_for_cycle``), unless another thread waits for the lock the write holds
-(``_locked``: it may be that cycle).
+(``_locked``: it may be that cycle). A write waits for cycles ``hold_budget`` seconds in
+all, then goes on beside them: cycles back to back never starve the status.
 
 After its own write, the writer renders again only what a cycle changed, and compares and
 summarizes those files alone (``encode_changes``); the branch read (at the start, after a
@@ -71,6 +72,9 @@ RETENTION_INTERVAL = 600.0  # seconds between two retention passes of one writer
 IDLE_POLL = 0.2  # seconds: how often a write waiting for a cycle's end looks for a close
 # seconds: how often a render held by a cycle looks for a close, or for a caller of the lock
 HOLD_POLL = 0.05
+# seconds a write waits for cycles in all (before and during its render): past it, it goes
+# on beside them, so that cycles back to back (a busy fleet) never starve the status
+HOLD_BUDGET = 5.0
 
 LOST_LEASE = "this replica no longer holds the Lease: the leader writes the status"
 
@@ -89,6 +93,7 @@ class StatusPublisher:
         retention_interval: float = RETENTION_INTERVAL,
         status_repo: str | None = None,
         idle: Callable[[float], bool] | None = None,
+        hold_budget: float = HOLD_BUDGET,
     ) -> None:
         self.branch = branch
         # in the background: whether no cycle runs, waiting up to the seconds given (the
@@ -96,6 +101,8 @@ class StatusPublisher:
         # of CPU at 1,000 of them) and shares the GIL with the cycle thread: it starts
         # between cycles, not during one (nor does ``close`` wait for one)
         self.idle = idle
+        self.hold_budget = hold_budget
+        self._hold_until = 0.0  # the write in progress waits for cycles until then (monotonic)
         self.min_interval = min_interval
         self.clock = clock
         self._files: dict[str, bytes] | None = None  # what the branch holds, as we wrote it
@@ -238,7 +245,12 @@ class StatusPublisher:
         idle = self.idle
         if idle is None or threading.current_thread() is not self._thread:
             return
-        while not self._closed and not (locked and self._wanted) and not idle(HOLD_POLL):
+        while (
+            not self._closed
+            and not (locked and self._wanted)
+            and time.monotonic() < self._hold_until
+            and not idle(HOLD_POLL)
+        ):
             pass
 
     def publish(self, result: CycleResult) -> str | None:
@@ -272,7 +284,13 @@ class StatusPublisher:
                     self._cond.wait(wait)
                 closing = self._closed
             # not under the lock: the cycle waited for hands its result over
-            while self.idle is not None and not closing and not self.idle(IDLE_POLL):
+            self._hold_until = time.monotonic() + self.hold_budget
+            while (
+                self.idle is not None
+                and not closing
+                and time.monotonic() < self._hold_until
+                and not self.idle(IDLE_POLL)
+            ):
                 with self._cond:
                     closing = self._closed
             with self._cond:

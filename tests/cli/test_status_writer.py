@@ -292,3 +292,33 @@ def test_the_settle_after_a_write_waits_for_the_cycle_even_while_a_reader_holds_
         wake.end_cycle()
         assert publisher.close(30)
     assert settled.is_set()
+
+
+def test_cycles_back_to_back_hold_a_write_only_for_its_budget() -> None:
+    """A write waits for cycles ``hold_budget`` seconds in all, before and during its
+    render; past it, it goes on beside them: a fleet whose cycles never pause still gets
+    its status written."""
+    first, second = _results(2)
+    wake = Wakeup()
+    branch = GatedBranch()
+    branch.gate.set()
+    publisher = StatusPublisher(
+        branch,  # type: ignore[arg-type]
+        background=True,
+        idle=wake.wait_idle,
+        hold_budget=0.5,
+    )
+    try:
+        wake.begin_cycle()  # one cycle after another: never idle
+        publisher.publish(first)
+        assert publisher.flush(30)
+        assert branch.applied() == "c0" and wake.running
+        idle = CycleAtRender(wake)  # and one that starts with the render of the next
+        wake.end_cycle()
+        publisher.idle = idle
+        publisher.publish(second)
+        assert publisher.flush(30)
+        assert branch.applied() == "c1" and wake.running
+    finally:
+        wake.end_cycle()
+        assert publisher.close(30)
