@@ -69,8 +69,7 @@ from reconciler.runtime.faults import FaultPoints
 log = logging.getLogger("reconciler.status")
 
 RETENTION_INTERVAL = 600.0  # seconds between two retention passes of one writer
-IDLE_POLL = 0.2  # seconds: how often a write waiting for a cycle's end looks for a close
-# seconds: how often a render held by a cycle looks for a close, or for a caller of the lock
+# seconds: how often a write held by a cycle looks for a close, or for a caller of the lock
 HOLD_POLL = 0.05
 # seconds a write waits for cycles in all (before and during its render): past it, it goes
 # on beside them, so that cycles back to back (a busy fleet) never starve the status
@@ -238,10 +237,12 @@ class StatusPublisher:
                 self._wanted -= 1
 
     def _hold_for_cycle(self, *, locked: bool = True) -> None:
-        """The render's pause, on the writer thread: hold it while a cycle runs (they share
-        the GIL, and a commit's cycle should not wait for the last one's status), unless a
-        reader waits for the lock this write holds (``locked``: not once the write let it
-        go, when a reader holding it is no reason to go on), or the writer closes."""
+        """The write's pause, on the writer thread (before it, at each step of its render,
+        before its settle): hold it while a cycle runs (they share the GIL, and a commit's
+        cycle should not wait for the last one's status), unless a reader waits for the
+        lock this write holds (``locked``: not before or after the write, when a reader
+        holding the lock is no reason to go on), the writer closes, or the write's
+        ``hold_budget`` is spent."""
         idle = self.idle
         if idle is None or threading.current_thread() is not self._thread:
             return
@@ -282,17 +283,9 @@ class StatusPublisher:
                     if wait <= 0:
                         break
                     self._cond.wait(wait)
-                closing = self._closed
             # not under the lock: the cycle waited for hands its result over
             self._hold_until = time.monotonic() + self.hold_budget
-            while (
-                self.idle is not None
-                and not closing
-                and time.monotonic() < self._hold_until
-                and not self.idle(IDLE_POLL)
-            ):
-                with self._cond:
-                    closing = self._closed
+            self._hold_for_cycle(locked=False)  # no lock held yet: no reader waits for it
             with self._cond:
                 result, self._next = self._next, None
                 assert result is not None  # only this thread takes it
