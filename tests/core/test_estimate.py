@@ -258,12 +258,14 @@ def test_a_queue_waiting_only_for_its_cluster_is_planned_no_further_than_its_hea
 ) -> None:
     """A long queue with no limit of its own, held by its cluster's concurrency: once a
     planned candidate finds the cluster full, the rest (all on that cluster) would only
-    wait for it too, so a replan plans its head alone."""
+    wait for it too, so a replan plans its head alone (in the events: dated apart, the
+    queue's pass stops there too)."""
     world = World().cluster("local", concurrency=1).queue("q")
     world.ops("p/op-{}", 60)
     history = [r for i in range(1, 61) for r in _runs(f"p/op-{i}", "q", 10)]
     planned = _admitted_counts(monkeypatch)
-    e = _estimate(world, history)
+    e = _estimate(world, history, apart=False)
+    assert e == _estimate(world, history)
     assert [_at(e, f"p/op-{i}") for i in (2, 3, 60)] == [10, 20, 590]
     assert planned and max(planned) <= estimate_module.PREFIX + 2
 
@@ -579,15 +581,13 @@ def test_the_queues_dated_apart_get_what_the_whole_simulation_gives(
 def _sharing(shared: str) -> tuple[World, list[RunRecord], dict[str, float | str]]:
     """Two queues that look as if they shared nothing, but for ``shared``; and when each
     of their operations is dispatched (minutes), as the whole simulation says."""
-    world = World().cluster("c", concurrency=1 if shared == "cluster" else None)
-    world.cluster("other", concurrency=1)
+    world = World().cluster("c").cluster("other", concurrency=1)
     world.queue("low", cluster="c", concurrency=1).queue("high", cluster="c", priority=1)
     world.op("p/held", queue="low")
     world.op("p/low", queue="low")
     world.op("p/high", queue="high")
-    if shared == "cluster":  # one slot: the higher priority takes it when p/held ends
-        expected: dict[str, float | str] = {"p/low": 20, "p/high": 10}
-    elif shared == "dependency":  # p/high waits for a run of the other queue
+    expected: dict[str, float | str]
+    if shared == "dependency":  # p/high waits for a run of the other queue
         world.builders[-1].after("p/held")
         world.queue("high", cluster="c", priority=1, concurrency=1)
         world.op("p/first", queue="high")
@@ -616,12 +616,83 @@ def _beyond_the_horizon(world: World, history: list[RunRecord]) -> World:
     return world
 
 
-@pytest.mark.parametrize("shared", ["cluster", "dependency", "workflow", "run's cluster"])
-def test_a_queue_that_shares_a_limit_or_an_operation_is_not_dated_apart(shared: str) -> None:
+@pytest.mark.parametrize("shared", ["dependency", "workflow", "run's cluster"])
+def test_a_queue_that_shares_a_limit_or_an_operation_is_not_dated_apart(
+    monkeypatch: pytest.MonkeyPatch, shared: str
+) -> None:
     world, history, expected = _sharing(shared)
+    planned = _admitted_counts(monkeypatch)
     e = _estimate(world, history, {"p/held": NOW})
     assert {oid: _at(e, oid) for oid in expected} == expected
+    assert planned  # the simulation's events admitted them
     assert e == _estimate(world, history, {"p/held": NOW}, apart=False)
+
+
+def _one_cluster(spoiled: bool = False) -> tuple[World, list[RunRecord]]:
+    """Three queues of cluster ``c`` whose two slots they fill, and a run of a paused
+    queue on it; with ``spoiled``, an operation of ``low`` depends on one of ``mid``."""
+    world = World().cluster("c", concurrency=2)
+    world.queue("high", cluster="c", priority=2, strict=True)
+    world.queue("mid", cluster="c", priority=1).queue("low", cluster="c")
+    world.queue("stopped", cluster="c", paused=True)
+    world.op("p/s", queue="stopped")
+    world.op("p/l0", queue="low")
+    world.op("p/h1", queue="high")
+    world.op("p/h2", queue="high")
+    world.op("p/m1", queue="mid")
+    low = world.op("p/l1", queue="low")
+    if spoiled:
+        low.after("p/m1")
+    world.running("p/s").running("p/l0")
+    history = _runs("p/s", "q", 10) + _runs("p/l0", "q", 30) + _runs("p/m1", "q", 10)
+    history += _runs("p/h1", "q", 20) + _runs("p/h2", "q", 20) + _runs("p/l1", "q", 10)
+    return _beyond_the_horizon(world, history), history
+
+
+def test_the_queues_that_share_only_a_cluster_they_fill_are_dated_apart_together(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """They share its slots and nothing else: dated apart together, none of them admitted
+    by the simulation's events. Each freed slot goes to the first in the planner's order
+    with a candidate for it: the paused queue's run frees one at 10 (``high`` takes it),
+    two free at 30 (``high``, then ``mid``), ``mid``'s at 40 (``low``)."""
+    world, history = _one_cluster()
+    starts = {"p/s": NOW, "p/l0": NOW}
+    planned = _admitted_counts(monkeypatch)
+    e = _estimate(world, history, starts)
+    assert not planned
+    got = {oid: _at(e, oid) for oid in ("p/h1", "p/h2", "p/m1", "p/l1")}
+    assert got == {"p/h1": 10, "p/h2": 30, "p/m1": 30, "p/l1": 40}
+    assert e == _estimate(world, history, starts, apart=False)
+
+
+def test_the_queues_of_a_cluster_are_dated_with_the_others_when_one_of_them_is_not_apart(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``low`` waits for an operation of ``mid``: neither is apart, so no queue of their
+    cluster is (the others' slots depend on them)."""
+    world, history = _one_cluster(spoiled=True)
+    starts = {"p/s": NOW, "p/l0": NOW}
+    planned = _admitted_counts(monkeypatch)
+    e = _estimate(world, history, starts)
+    assert planned
+    assert e == _estimate(world, history, starts, apart=False)
+
+
+def test_a_candidate_that_exceeds_its_queue_once_its_dependency_ends_never_holds_it() -> None:
+    """Check 3 comes before check 4: ``p/big`` waits for ``p/first`` now, then alone
+    exceeds its StrictFIFO queue's ``maxPods`` (check 4, which holds no head): ``p/small``
+    goes when ``p/first`` ends, dated apart as in the whole simulation."""
+    world = World().queue("q", strict=True, max_pods=1)
+    world.op("p/first", queue="q")
+    world.op("p/big", queue="q").after("p/first").requests(gpu=1).replicas(2)
+    world.op("p/small", queue="q").after("p/first")
+    world.running("p/first")
+    history = _runs("p/first", "q", 10) + _runs("p/small", "q", 10)
+    world = _beyond_the_horizon(world, history)
+    e = _estimate(world, history, {"p/first": NOW})
+    assert _at(e, "p/small") == 10
+    assert e == _estimate(world, history, {"p/first": NOW}, apart=False)
 
 
 def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> None:

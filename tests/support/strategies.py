@@ -336,7 +336,7 @@ def estimate_worlds(
     world.cluster("c1", concurrency=draw(st.none() | st.integers(1, 4)))
     # no fleet queue lists c2: its queues may share nothing with another (dated apart),
     # or only look so (its limit reached, a dependency or the workflow in another queue)
-    world.cluster("c2", concurrency=draw(st.none() | st.integers(1, 8)))
+    world.cluster("c2", concurrency=draw(st.none() | st.integers(1, 3 if apart else 8)))
     world.cohort("co", draw(st.sampled_from(["30m", "2h"])))
     queues = [f"q{i}" for i in range(draw(st.integers(1, 4)))]
     budgeted = set()
@@ -409,6 +409,23 @@ def estimate_worlds(
             history.append(RunRecord(oid, queue, minutes * MIN))
     if apart and draw(st.integers(0, 3)) > 0:
         ids += draw(_queue_apart(world, history, ids, workflow_concurrency))
+        if draw(st.booleans()):
+            # a second queue of c2 with operations of its own: with c2's limit reached, the
+            # two share its slots alone (dated apart together), or only look so
+            world.queue(
+                "qb",
+                cluster="c2",
+                priority=draw(st.integers(0, 2)),
+                concurrency=draw(st.none() | st.integers(1, 3)),
+                strict=draw(st.booleans()),
+                paused=draw(st.integers(0, 5)) == 0,
+            )
+            for i in range(draw(st.integers(1, 6))):
+                b = world.op(f"p/b{i}", queue="qb", gpu=draw(st.sampled_from([None, 1])))
+                if i and draw(st.integers(0, 3)) == 0:
+                    b.after(f"p/b{i - 1}")
+                ids.append(f"p/b{i}")
+                history.append(RunRecord(f"p/b{i}", "qb", draw(st.integers(1, 90)) * MIN))
     for oid in draw(st.lists(st.sampled_from(ids), max_size=3, unique=True)):
         # observed on its queue's cluster, or on another (its end frees a slot there)
         cluster = draw(st.none() | st.sampled_from(["c0", "c1", "c2"]))

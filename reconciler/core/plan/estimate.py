@@ -16,7 +16,8 @@ workflow's waiting children and of its dependents. Admitting the other queues ag
 give them the same pending entries: nothing they wait for changed. Within a queue, a pass
 stops once nothing later could be dispatched (``_full``; a BestEffortFIFO queue visits only
 the candidates its checks 7-10 may let through, ``WhatIf.fitting``). A queue that shares
-nothing with another (``_queues_apart``) is dated apart first, in one loop at its own runs'
+nothing with another, or the queues of a cluster whose concurrency they reach that share
+only its slots (``_groups_apart``), are dated apart first, in one loop at their own runs'
 ends (``_Sim._date_apart``), and left out of those events. p50 and p90 are two
 simulations, one with every run at its p50 duration, one at its p90; the second starts
 from the first's state reverted.
@@ -449,8 +450,8 @@ class _Prepared:
             pause=pause,
         )
         pause()
-        # the queues whose simulation shares nothing with another's: dated apart
-        self.apart = _queues_apart(self) if apart else {}
+        # the queues whose simulation shares nothing with others' but a group's: dated apart
+        self.apart = _groups_apart(self) if apart else []
 
 
 _Candidate = tuple[
@@ -459,22 +460,26 @@ _Candidate = tuple[
 
 
 class _Apart:
-    """A queue whose simulation shares nothing with any other queue's (``_queues_apart``):
-    what its own pass needs, as the state the planner built says before the first event.
-    Its checks reduce to arithmetic on its own counters: 3 (its dependencies, all its own
-    runs or candidates), 5-8 (its head, concurrency, ``maxPods`` and quota) and 9 (its
-    workflows, all its own); its cluster never reaches a limit, and nothing else applies."""
+    """A queue dated apart (``_groups_apart``): what its own pass needs, as the state the
+    planner built says before the first event. Its checks reduce to arithmetic on its own
+    counters: 3 (its dependencies, all its own runs or candidates), 5-8 (its head,
+    concurrency, ``maxPods`` and quota) and 9 (its workflows, all its own); and 10 on its
+    group's one cluster whose slots it shares (``_Group``), if any; nothing else applies."""
 
     __slots__ = (
         "active",
         "candidates",
         "concurrency",
         "max_pods",
+        "name",
+        "never",
+        "nfits",
         "pods",
         "quota",
         "runs",
         "strict",
         "used",
+        "wf_limit",
         "workflows",
     )
 
@@ -482,10 +487,12 @@ class _Apart:
         self,
         q: QueueState,
         candidates: list[_Candidate],
+        never: int,
         runs: list[ActiveRun],
         workflows: dict[str, tuple[int, int | None]],
     ) -> None:
         spec = q.spec
+        self.name = spec.name
         self.concurrency = spec.concurrency
         self.max_pods = spec.max_pods
         self.strict = spec.strategy is QueueStrategy.STRICT_FIFO
@@ -497,28 +504,73 @@ class _Apart:
         # not 0, its number among the queue's distinct (those, pods), dependencies not
         # succeeded before the first event, workflow parent or "")
         self.candidates = candidates
+        self.never = never  # how many more it has that are never dispatched (check 4)
         self.runs = runs
         # per workflow parent: (active, limit)
         self.workflows = workflows
+        self.wf_limit = {p: limit for p, (_, limit) in workflows.items()}
+        self.nfits = 1 + max((c[4] for c in candidates), default=0)
 
 
-def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
-    """The queues whose simulation shares nothing with another queue's, so that dating
-    them alone, admitted only when their own runs end, gives what the whole simulation
-    gives: no cohort, budget, flavors or fleet; each of its candidates and runs on a cluster
-    with no concurrency limit or one it never reaches (what holds it now and every
-    candidate that may go to it are within it: nothing ever waits for it); each
-    dependency of a candidate succeeded already, or a run or candidate of the queue; no
-    other queue's candidate depends on one of its operations; each workflow of its
-    candidates and runs has all its children in the queue and all its active runs there,
-    and one concurrency."""
+class _Group:
+    """Queues dated together and apart from every other (``_groups_apart``): a queue that
+    shares nothing, or the queues of one cluster whose concurrency they reach, which share
+    its slots and nothing else (every candidate of theirs goes to it)."""
+
+    __slots__ = ("cluster", "free", "members", "passive")
+
+    def __init__(
+        self,
+        members: list[_Apart],
+        cluster: str | None = None,
+        free: int | None = None,
+        passive: tuple[ActiveRun, ...] = (),
+    ) -> None:
+        self.members = members  # in the planner's order
+        self.cluster = cluster  # the cluster whose slots they share (None: no limit binds)
+        self.free = free  # its free slots before the first event
+        # the other runs on it: of queues with nothing to dispatch, whose end frees a slot
+        self.passive = passive
+
+
+class _Counts:
+    """A queue apart's counters as its simulation moves them, and whether its next pass
+    may dispatch: its own state changed (``dirty``), or its last pass stopped at its
+    cluster's slots (``waiting``). Else the pass would find what the last one found: each
+    candidate held by a check on its own counters, which only its own runs' ends lower."""
+
+    __slots__ = ("active", "dirty", "left", "pods", "used", "waiting", "wf_active")
+
+    def __init__(self, a: _Apart) -> None:
+        self.active = a.active
+        self.pods = a.pods
+        self.used = list(a.used)
+        self.wf_active = {p: n for p, (n, _) in a.workflows.items()}
+        self.left = a.candidates
+        self.dirty = True
+        self.waiting = False
+
+
+def _groups_apart(prep: _Prepared) -> list[_Group]:
+    """The queues whose simulation shares nothing with other queues' but what ``_Group``
+    says, so that dating them on their own, admitted only when their runs end, gives what
+    the whole simulation gives: no cohort, budget, flavors or fleet; each dependency of a
+    candidate succeeded already, or a run or candidate of the queue; no other queue's
+    candidate depends on one of its operations; each workflow of its candidates and runs
+    has all its children in the queue and all its active runs there, and one
+    concurrency. Each of its candidates and runs is on a cluster with no concurrency limit
+    or one that what holds it and every candidate for it never reach (a group of one), or
+    its candidates all on one cluster that they reach: it is dated with every queue with a
+    candidate for that cluster, when all of those are apart and every other run on the
+    cluster is of a queue with nothing to dispatch and holds nothing else the simulation
+    counts (``_passive``)."""
     w = prep.whatif
     repo = prep.repo
     demand: dict[str, int] = {}  # per cluster: the candidates that may go to it
     for name, cands in w.candidates.items():
-        members = repo.queues[name].clusters
+        fleet = repo.queues[name].clusters
         for c in cands:
-            for cluster in members or (c[5].cluster,):
+            for cluster in fleet or (c[5].cluster,):
                 demand[cluster] = demand.get(cluster, 0) + 1
 
     def unbound(cluster: str | None) -> bool:
@@ -530,14 +582,28 @@ def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
         return limit is None or held + demand.get(cluster, 0) <= limit
 
     runs_of: dict[str, list[ActiveRun]] = {}
+    runs_on: dict[str, list[ActiveRun]] = {}
     for oid in sorted(w.runs):
         run = w.runs[oid]
         if run.queue is not None:
             runs_of.setdefault(run.queue.spec.name, []).append(run)
-    out: dict[str, _Apart] = {}
-    for name in sorted(w.candidates):
+        if run.cluster is not None:
+            runs_on.setdefault(run.cluster, []).append(run)
+    out: list[_Group] = []
+    shared: dict[str, list[_Apart]] = {}  # per cluster a limit binds: its queues apart
+    spoiled: set[str] = set()  # ... those with a queue that is not
+    for name in sorted(w.candidates, key=w.order.__getitem__):
         q = w.qstate[name]
         spec = q.spec
+        cands = w.candidates[name]
+        targets = set(spec.clusters) or {c[5].cluster for c in cands}
+        bound = {c for c in targets if not unbound(c)}
+        bound.update(
+            r.cluster
+            for r in runs_of.get(name, ())
+            if r.cluster is not None and not unbound(r.cluster)
+        )
+        got = None
         if (
             q.cohort is None
             and q.budget is None
@@ -545,17 +611,52 @@ def _queues_apart(prep: _Prepared) -> dict[str, _Apart]:
             and not spec.clusters
             and not spec.paused
             and name not in prep.cohort_mates
-            and all(unbound(run.cluster) for run in runs_of.get(name, ()))
-            and all(unbound(c[5].cluster) for c in w.candidates[name])
+            and (not bound or (len(bound) == 1 and targets == bound))
         ):
             got = _apart_of(prep, q, runs_of.get(name, []))
-            if got is not None:
-                out[name] = got
+        if got is None:
+            spoiled |= bound
+        elif not bound:
+            out.append(_Group([got]))
+        else:
+            shared.setdefault(next(iter(bound)), []).append(got)
+    for cluster in sorted(shared):
+        if cluster in spoiled:
+            continue
+        queues = shared[cluster]
+        own = {run.oid for a in queues for run in a.runs}
+        passive = tuple(r for r in runs_on.get(cluster, ()) if r.oid not in own)
+        if all(_passive(prep, r) for r in passive):
+            limit = prep.cluster_limit[cluster]
+            assert limit is not None  # it binds
+            free = limit - w.counters.cluster(cluster).active
+            out.append(_Group(queues, cluster, free, passive))
     return out
 
 
+def _passive(prep: _Prepared, run: ActiveRun) -> bool:
+    """Whether ``run``'s end changes nothing the simulation counts but its cluster's slot:
+    its queue has no candidate, cohort, budget or fleet, nothing depends on it, and its
+    workflow has no child waiting."""
+    q = run.queue
+    return (
+        (
+            q is None
+            or (
+                q.spec.name not in prep.whatif.candidates
+                and q.cohort is None
+                and q.budget is None
+                and not q.spec.clusters
+                and q.spec.name not in prep.cohort_mates
+            )
+        )
+        and run.oid not in prep.dependents
+        and (run.workflow is None or run.workflow[0] not in prep.workflow_queues)
+    )
+
+
 def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart | None:
-    """``q`` as ``_Apart`` when its operations and workflows are its own (``_queues_apart``),
+    """``q`` as ``_Apart`` when its operations and workflows are its own (``_groups_apart``),
     else None."""
     w = prep.whatif
     name = q.spec.name
@@ -569,6 +670,8 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     }
     fits: dict[tuple[tuple[tuple[int, int], ...], int], int] = {}
     kept = []
+    never = 0
+    max_pods = q.spec.max_pods
     for c in cands:
         oid, op = c[4], c[5]
         deps = []
@@ -586,10 +689,17 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         if req is None:
             req = q.request(op.requests)
         needs = tuple((i, a) for i, a in enumerate(req) if a)
+        if (max_pods is not None and op.replicas > max_pods) or any(
+            a > q.quota[i] for i, a in needs
+        ):
+            # it waits for its dependencies now, then alone exceeds the queue (check 4):
+            # never dispatched, and neither check holds the queue
+            never += 1
+            continue
         fit = fits.setdefault((needs, op.replicas), len(fits))
         kept.append((oid, op, req, needs, fit, frozenset(deps), wf.parent if wf else ""))
     workflows = _workflows_apart(prep, name, own, parents)
-    return None if workflows is None else _Apart(q, kept, runs, workflows)
+    return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
 
 def _workflows_apart(
@@ -697,9 +807,14 @@ class _Sim:
             self._note_waits(q_name, pend)
         self._budget_resets()
         self.apart = prep.apart
-        # per queue apart, its runs' ends (seconds from now, id): the general events' heap
+        # per group apart, its runs' ends (seconds from now, id): the general events' heap
         # holds none of them
-        self.apart_ends: dict[str, list[tuple[float, str]]] = {name: [] for name in self.apart}
+        self.apart_ends: list[list[tuple[float, str]]] = [[] for _ in self.apart]
+        group_of: dict[str, int] = {}  # a queue apart, or a passive run's id: its group
+        for k, g in enumerate(self.apart):
+            group_of.update((a.name, k) for a in g.members)
+            group_of.update((run.oid, k) for run in g.passive)
+        self.apart_queues = frozenset(a.name for g in self.apart for a in g.members)
         # a queue apart left a candidate waiting at its last event before the horizon: the
         # reasons of what is left need the whole state (``_reasons_now``), which it did not
         # move; the caller simulates again without queues apart
@@ -716,13 +831,15 @@ class _Sim:
                 end = self._end_from(0.0, op, oid)
             else:
                 end = self._running_end(seen[oid], op, starts)
-            ends = self.apart_ends.get(run.queue.spec.name) if run.queue is not None else None
-            if ends is None:
+            home = group_of.get(run.queue.spec.name) if run.queue is not None else None
+            if home is None:
+                home = group_of.get(oid)
+            if home is None:
                 self._start(run, op, end)
-            elif end is None:  # held to the end: only such runs of a queue apart are kept
+            elif end is None:  # held to the end: only such runs of a group apart are kept
                 self.active[oid] = _Active(run, op, end)
             else:
-                ends.append((end, oid))
+                self.apart_ends[home].append((end, oid))
 
     # --- durations ---
 
@@ -854,12 +971,12 @@ class _Sim:
         self.exhausted = True
 
     def run(self) -> None:
-        """1. the queues that share nothing with another, each alone (``_date_apart``);
+        """1. the groups of queues apart, each on its own (``_date_apart``);
         2. the others, event by event (``_run_events``)."""
         exhausted, left, last = True, False, 0.0
-        for name in sorted(self.apart):
+        for g, ends in zip(self.apart, self.apart_ends, strict=True):
             self.pause()
-            waits, t = self._date_apart(self.apart[name], self.apart_ends[name])
+            waits, t = self._date_apart(g, ends)
             if waits is None:
                 exhausted = False
             else:
@@ -870,30 +987,29 @@ class _Sim:
             self.t = max(self.t, last)
             self.refused = left
 
-    def _date_apart(self, a: _Apart, ends: list[tuple[float, str]]) -> tuple[bool | None, float]:
-        """Dispatch queue ``a`` alone, at the end of each of its runs, as the planner's step
-        4 would on its own counters (the checks it meets reduce to them, ``_Apart``).
+    def _date_apart(self, g: _Group, ends: list[tuple[float, str]]) -> tuple[bool | None, float]:
+        """Dispatch the queues of ``g`` at the end of each of their runs (and of its passive
+        ones), as the planner's step 4 would on their own counters and their cluster's free
+        slots (the checks they meet reduce to them, ``_Apart``): in the planner's order,
+        each queue whose pass may dispatch (``_Counts``), until the cluster is full.
         Returns whether a candidate is left, or None when the horizon stopped it, and its
         last event's time."""
-        active, pods, used = a.active, a.pods, list(a.used)
-        conc, max_pods, quota, strict = a.concurrency, a.max_pods, a.quota, a.strict
-        nres = len(quota)
-        nfits = 1 + max((c[4] for c in a.candidates), default=0)
-        # per workflow parent: its active runs, and its limit
-        wf_active = {p: n for p, (n, _) in a.workflows.items()}
-        wf_limit = {p: limit for p, (_, limit) in a.workflows.items()}
-        # what each run holds, to release it: (request in units, pods, workflow parent)
-        holds: dict[str, tuple[tuple[int, ...], int, str]] = {
-            run.oid: (run.req, run.pods, run.workflow[0] if run.workflow is not None else "")
-            for run in a.runs
-        }
+        counts = [_Counts(a) for a in g.members]
+        # what each run holds, to release it: (its queue's counts or None, request in
+        # units, pods, workflow parent, whether it holds one of the cluster's slots)
+        holds: dict[str, tuple[_Counts | None, tuple[int, ...], int, str, bool]] = {}
+        cluster = g.cluster
+        for a, s in zip(g.members, counts, strict=True):
+            for run in a.runs:
+                parent = run.workflow[0] if run.workflow is not None else ""
+                holds[run.oid] = (s, run.req, run.pods, parent, run.cluster == cluster)
+        for run in g.passive:
+            holds[run.oid] = (None, (), 0, "", True)
+        free = g.free
         done: set[str] = set()
         heap = ends
         heapq.heapify(heap)
-        left = a.candidates
         horizon = self.end_of_horizon
-        unknown = self.active
-        dispatched_at = self.dispatched_at
         t = 0.0
         while heap:
             t = heap[0][0]
@@ -901,71 +1017,113 @@ class _Sim:
                 return None, t
             while heap and heap[0][0] == t:
                 oid = heapq.heappop(heap)[1]
-                req, n, parent = holds.pop(oid)
-                active -= 1
-                pods -= n
-                for i in range(nres):
-                    used[i] -= req[i]
-                if parent:
-                    wf_active[parent] -= 1
+                owner, req, n, parent, slot = holds.pop(oid)
+                if slot and free is not None:
+                    free += 1
+                if owner is not None:
+                    owner.active -= 1
+                    owner.pods -= n
+                    used = owner.used
+                    for i, amount in enumerate(req):
+                        used[i] -= amount
+                    if parent:
+                        owner.wf_active[parent] -= 1
+                    owner.dirty = True
                 done.add(oid)
-            if not left:
+            if free is not None and free <= 0:
+                continue  # each candidate goes to the cluster: none can be dispatched
+            for a, s in zip(g.members, counts, strict=True):
+                if s.left and (s.dirty or s.waiting):
+                    free = self._pass_apart(a, s, t, free, done, holds, heap)
+                    if s.waiting:
+                        break  # the cluster is full: nothing after it can be dispatched
+        return any(s.left or a.never for a, s in zip(g.members, counts, strict=True)), t
+
+    def _pass_apart(
+        self,
+        a: _Apart,
+        s: _Counts,
+        t: float,
+        free: int | None,
+        done: set[str],
+        holds: dict[str, tuple[_Counts | None, tuple[int, ...], int, str, bool]],
+        heap: list[tuple[float, str]],
+    ) -> int | None:
+        """The planner's pass over queue ``a``'s candidates left (``s``) at ``t``, with
+        ``free`` slots left on its group's cluster (None: no limit); returns what it left."""
+        active, pods, used = s.active, s.pods, s.used
+        conc, max_pods, quota, strict = a.concurrency, a.max_pods, a.quota, a.strict
+        wf_active = s.wf_active
+        wf_limit = a.wf_limit
+        nfits = a.nfits
+        left = s.left
+        unknown = self.active
+        dispatched_at = self.dispatched_at
+        kept: list[_Candidate] = []
+        waiting = False
+        # per (request, pods): it failed check 7 or 8 in this pass, as will any later with
+        # the same (what the queue holds only grows within a pass)
+        held = [False] * nfits
+        for k, cand in enumerate(left):
+            oid, op, req, needs, fit, deps, parent = cand
+            # 3: its dependencies (its own operations) ended
+            if deps and not done.issuperset(deps):
+                kept.append(cand)
                 continue
-            kept = []
-            # per (request, pods): it failed check 7 or 8 in this pass, as will any later
-            # with the same (what the queue holds only grows within a pass)
-            held = [False] * nfits
-            for k, cand in enumerate(left):
-                oid, op, req, needs, fit, deps, parent = cand
-                # 3: its dependencies (its own operations) ended
-                if deps and not done.issuperset(deps):
-                    kept.append(cand)
-                    continue
-                # 6: concurrency (the rest waits too, at 6 or, StrictFIFO, at 5)
-                if conc is not None and active >= conc:
+            # 6: concurrency (the rest waits too, at 6 or, StrictFIFO, at 5)
+            if conc is not None and active >= conc:
+                kept.extend(left[k:])
+                break
+            # 7: maxPods, 8: quota (StrictFIFO: the rest waits behind it)
+            n = op.replicas
+            if not held[fit]:
+                if max_pods is not None and pods + n > max_pods:
+                    held[fit] = True
+                else:
+                    for i, amount in needs:
+                        if used[i] + amount > quota[i]:
+                            held[fit] = True
+                            break
+            if held[fit]:
+                if strict:
                     kept.extend(left[k:])
                     break
-                # 7: maxPods, 8: quota (StrictFIFO: the rest waits behind it)
-                n = op.replicas
-                if not held[fit]:
-                    if max_pods is not None and pods + n > max_pods:
-                        held[fit] = True
-                    else:
-                        for i, amount in needs:
-                            if used[i] + amount > quota[i]:
-                                held[fit] = True
-                                break
-                if held[fit]:
-                    if strict:
-                        kept.extend(left[k:])
-                        break
+                kept.append(cand)
+                continue
+            # 9: its workflow's parallelism
+            if parent:
+                limit = wf_limit[parent]
+                if limit is not None and wf_active[parent] >= limit:
                     kept.append(cand)
                     continue
-                # 9: its workflow's parallelism
-                if parent:
-                    limit = wf_limit[parent]
-                    if limit is not None and wf_active[parent] >= limit:
-                        kept.append(cand)
-                        continue
-                    wf_active[parent] += 1
-                active += 1
-                pods += n
-                for i, amount in needs:
-                    used[i] += amount
-                dispatched_at[oid] = t
-                holds[oid] = (req, n, parent)
-                end = self._end_from(t, op, oid)
-                if end is None:
-                    run = ActiveRun.of(
-                        dispatched(Dispatch(oid, op.queue, op.cluster, None), op, self.now),
-                        op,
-                        self.w.qstate,
-                    )
-                    unknown[oid] = _Active(run, op, None)
-                else:
-                    heapq.heappush(heap, (end, oid))
-            left = kept
-        return bool(left), t
+            # 10: the cluster's slots (every later candidate of the group waits for them)
+            if free is not None:
+                if free <= 0:
+                    kept.extend(left[k:])
+                    waiting = True
+                    break
+                free -= 1
+            if parent:
+                wf_active[parent] += 1
+            active += 1
+            pods += n
+            for i, amount in needs:
+                used[i] += amount
+            dispatched_at[oid] = t
+            holds[oid] = (s, req, n, parent, free is not None)
+            end = self._end_from(t, op, oid)
+            if end is None:
+                run = ActiveRun.of(
+                    dispatched(Dispatch(oid, op.queue, op.cluster, None), op, self.now),
+                    op,
+                    self.w.qstate,
+                )
+                unknown[oid] = _Active(run, op, None)
+            else:
+                heapq.heappush(heap, (end, oid))
+        s.active, s.pods, s.left = active, pods, kept
+        s.dirty, s.waiting = False, waiting
+        return free
 
     def _release(self, oid: str, affected: set[str], freed: set[str], t: float) -> None:
         a = self.active.pop(oid)
@@ -1123,7 +1281,9 @@ class _Sim:
         w = self.w
         mark = w.mark()
         # a queue apart is left with no candidate (else the simulation was refused)
-        waiting = [name for name, cands in w.candidates.items() if cands and name not in self.apart]
+        waiting = [
+            name for name, cands in w.candidates.items() if cands and name not in self.apart_queues
+        ]
         order = w.begin(waiting, self.now + timedelta(seconds=self.t), self.spent)
         for q in order:
             w.admit(q, w.candidates.get(q.spec.name, []))
@@ -1386,7 +1546,7 @@ def _simulate(
         sim.run()
         if sim.refused:  # simulated again with every queue, from where it started
             prep.whatif.revert()
-            prep.apart = {}
+            prep.apart = []
             sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger, pause)
             sim.run()
         pause()
