@@ -40,7 +40,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import islice
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from reconciler.core.decision.cycle import Decision
 from reconciler.core.observation.capacity import ClusterCapacity
@@ -146,8 +146,9 @@ class Basis(enum.StrEnum):
     UNKNOWN = "Unknown"  # no history and no timeout
 
 
-@dataclass(frozen=True, slots=True)
-class Duration:
+class Duration(NamedTuple):
+    """A run's estimated duration (a tuple: one is made for every simulated dispatch)."""
+
     seconds: float | None  # None: unknown
     basis: Basis
 
@@ -470,10 +471,10 @@ class _Apart:
         "active",
         "candidates",
         "concurrency",
+        "fit_sizes",
         "max_pods",
         "name",
         "never",
-        "nfits",
         "pods",
         "quota",
         "runs",
@@ -509,7 +510,11 @@ class _Apart:
         # per workflow parent: (active, limit)
         self.workflows = workflows
         self.wf_limit = {p: limit for p, (_, limit) in workflows.items()}
-        self.nfits = 1 + max((c[4] for c in candidates), default=0)
+        # per distinct (request, pods): how many candidates have it
+        sizes = [0] * (1 + max((c[4] for c in candidates), default=-1))
+        for c in candidates:
+            sizes[c[4]] += 1
+        self.fit_sizes = tuple(sizes)
 
 
 class _Group:
@@ -534,20 +539,21 @@ class _Group:
 
 
 class _Counts:
-    """A queue apart's counters as its simulation moves them, and whether its next pass
-    may dispatch: its own state changed (``dirty``), or its last pass stopped at its
-    cluster's slots (``waiting``). Else the pass would find what the last one found: each
-    candidate held by a check on its own counters, which only its own runs' ends lower."""
+    """A queue apart's counters as its simulation moves them; ``number``: its place in
+    its group's order; ``waiting``: its last pass stopped at its cluster's slots."""
 
-    __slots__ = ("active", "dirty", "left", "pods", "used", "waiting", "wf_active")
+    __slots__ = ("active", "fits", "left", "live", "number", "pods", "used", "waiting", "wf_active")
 
-    def __init__(self, a: _Apart) -> None:
+    def __init__(self, a: _Apart, number: int) -> None:
+        self.number = number
+        # per distinct (request, pods): how many candidates left have it; how many have any
+        self.fits = list(a.fit_sizes)
+        self.live = sum(1 for n in self.fits if n)
         self.active = a.active
         self.pods = a.pods
         self.used = list(a.used)
         self.wf_active = {p: n for p, (n, _) in a.workflows.items()}
         self.left = a.candidates
-        self.dirty = True
         self.waiting = False
 
 
@@ -803,9 +809,6 @@ class _Sim:
         # planned before that dispatch in the replan did not see it, the next cycle would
         # (a StrictFIFO head held at 10 or 11 may then wait at 9, which does not hold it)
         self.stale: set[str] = set()
-        for q_name, pend in prep.waits.items():
-            self._note_waits(q_name, pend)
-        self._budget_resets()
         self.apart = prep.apart
         # per group apart, its runs' ends (seconds from now, id): the general events' heap
         # holds none of them
@@ -815,6 +818,10 @@ class _Sim:
             group_of.update((a.name, k) for a in g.members)
             group_of.update((run.oid, k) for run in g.passive)
         self.apart_queues = frozenset(a.name for g in self.apart for a in g.members)
+        for q_name, pend in prep.waits.items():
+            if q_name not in self.apart_queues:
+                self._note_waits(q_name, pend)
+        self._budget_resets()
         # a queue apart left a candidate waiting at its last event before the horizon: the
         # reasons of what is left need the whole state (``_reasons_now``), which it did not
         # move; the caller simulates again without queues apart
@@ -844,11 +851,11 @@ class _Sim:
     # --- durations ---
 
     def _end_from(self, start: float, op: CompiledOperation, oid: str) -> float | None:
-        got = self.model.duration(oid, op.queue, self.q, _timeout(op))
-        if got.seconds is None:
+        seconds, basis = self.model.duration(oid, op.queue, self.q, _timeout(op))
+        if seconds is None:
             return None
-        end = self._after(start, got.seconds)
-        if got.basis is Basis.TIMEOUT:
+        end = self._after(start, seconds)
+        if basis is Basis.TIMEOUT:
             self._bounded(end)
         return end
 
@@ -991,10 +998,15 @@ class _Sim:
         """Dispatch the queues of ``g`` at the end of each of their runs (and of its passive
         ones), as the planner's step 4 would on their own counters and their cluster's free
         slots (the checks they meet reduce to them, ``_Apart``): in the planner's order,
-        each queue whose pass may dispatch (``_Counts``), until the cluster is full.
+        each queue whose pass may dispatch, until the cluster is full. A pass may dispatch
+        when its queue's own counters changed (a run of its own ended) or its last pass
+        stopped at the full cluster; else it would find what that pass found: each
+        candidate held by a check on counters that only its own runs' ends lower.
         Returns whether a candidate is left, or None when the horizon stopped it, and its
         last event's time."""
-        counts = [_Counts(a) for a in g.members]
+        members = g.members
+        counts = [_Counts(a, k) for k, a in enumerate(members)]
+        todo = set(range(len(members)))  # the queues whose pass may dispatch
         # what each run holds, to release it: (its queue's counts or None, request in
         # units, pods, workflow parent, whether it holds one of the cluster's slots)
         holds: dict[str, tuple[_Counts | None, tuple[int, ...], int, str, bool]] = {}
@@ -1028,15 +1040,17 @@ class _Sim:
                         used[i] -= amount
                     if parent:
                         owner.wf_active[parent] -= 1
-                    owner.dirty = True
+                    todo.add(owner.number)
                 done.add(oid)
             if free is not None and free <= 0:
                 continue  # each candidate goes to the cluster: none can be dispatched
-            for a, s in zip(g.members, counts, strict=True):
-                if s.left and (s.dirty or s.waiting):
-                    free = self._pass_apart(a, s, t, free, done, holds, heap)
+            for k in sorted(todo):
+                s = counts[k]
+                if s.left:
+                    free = self._pass_apart(members[k], s, t, free, done, holds, heap)
                     if s.waiting:
                         break  # the cluster is full: nothing after it can be dispatched
+                todo.discard(k)
         return any(s.left or a.never for a, s in zip(g.members, counts, strict=True)), t
 
     def _pass_apart(
@@ -1055,7 +1069,7 @@ class _Sim:
         conc, max_pods, quota, strict = a.concurrency, a.max_pods, a.quota, a.strict
         wf_active = s.wf_active
         wf_limit = a.wf_limit
-        nfits = a.nfits
+        fits, live = s.fits, s.live
         left = s.left
         unknown = self.active
         dispatched_at = self.dispatched_at
@@ -1063,8 +1077,12 @@ class _Sim:
         waiting = False
         # per (request, pods): it failed check 7 or 8 in this pass, as will any later with
         # the same (what the queue holds only grows within a pass)
-        held = [False] * nfits
+        held = [False] * len(fits)
+        unheld = live  # once none is left but held ones, every later candidate waits
         for k, cand in enumerate(left):
+            if not strict and held[cand[4]]:
+                kept.append(cand)  # it waits at 7 or 8, as one with its request did
+                continue
             oid, op, req, needs, fit, deps, parent = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
@@ -1079,13 +1097,15 @@ class _Sim:
             if not held[fit]:
                 if max_pods is not None and pods + n > max_pods:
                     held[fit] = True
+                    unheld -= 1
                 else:
                     for i, amount in needs:
                         if used[i] + amount > quota[i]:
                             held[fit] = True
+                            unheld -= 1
                             break
             if held[fit]:
-                if strict:
+                if strict or not unheld:
                     kept.extend(left[k:])
                     break
                 kept.append(cand)
@@ -1109,6 +1129,10 @@ class _Sim:
             pods += n
             for i, amount in needs:
                 used[i] += amount
+            fits[fit] -= 1
+            if not fits[fit]:
+                live -= 1
+                unheld -= 1
             dispatched_at[oid] = t
             holds[oid] = (s, req, n, parent, free is not None)
             end = self._end_from(t, op, oid)
@@ -1121,8 +1145,10 @@ class _Sim:
                 unknown[oid] = _Active(run, op, None)
             else:
                 heapq.heappush(heap, (end, oid))
-        s.active, s.pods, s.left = active, pods, kept
-        s.dirty, s.waiting = False, waiting
+            if not unheld:
+                kept.extend(left[k + 1 :])
+                break
+        s.active, s.pods, s.left, s.waiting, s.live = active, pods, kept, waiting, live
         return free
 
     def _release(self, oid: str, affected: set[str], freed: set[str], t: float) -> None:
