@@ -165,13 +165,17 @@ class DurationModel:
     __slots__ = ("_samples", "by_operation", "by_project_queue", "by_queue")
 
     def __init__(self, runs: Iterable[RunRecord] = ()) -> None:
+        # by (operation, queue) first: most operations' runs were all in one queue
+        by_oq: dict[tuple[str, str | None], list[float]] = {}
+        for r in runs:
+            by_oq.setdefault((r.operation, r.queue), []).append(r.seconds)
         by_op: dict[str, list[float]] = {}
         by_pq: dict[tuple[str, str | None], list[float]] = {}
         by_q: dict[str | None, list[float]] = {}
-        for r in runs:
-            by_op.setdefault(r.operation, []).append(r.seconds)
-            by_pq.setdefault((r.project, r.queue), []).append(r.seconds)
-            by_q.setdefault(r.queue, []).append(r.seconds)
+        for (operation, queue), seconds in by_oq.items():
+            by_op.setdefault(operation, []).extend(seconds)
+            by_pq.setdefault((operation.split("/", 1)[0], queue), []).extend(seconds)
+            by_q.setdefault(queue, []).extend(seconds)
         self.by_operation = {k: sorted(v) for k, v in by_op.items()}
         self.by_project_queue = {k: sorted(v) for k, v in by_pq.items()}
         self.by_queue = {k: sorted(v) for k, v in by_q.items() if k is not None}
@@ -407,9 +411,10 @@ class _Prepared:
         self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
         self.dependents: dict[str, list[str]] = {}
         self.workflow_queues: dict[str, set[str]] = {}
-        # per queue, the cycle's pending tuples (operation id, operation, reason)
-        self.waits: dict[str, list[tuple[str, CompiledOperation | None, PendingReason]]] = {}
-        dated: set[str] = set()
+        self.pending = plan.pending
+        self._waits: tuple[frozenset[str], dict[str, list[_Wait]]] | None = None
+        self.dated: set[str] = set()  # the queues with an operation the clock can date
+        dated = self.dated
         for p in plan.pending:
             why = _static_block(p)
             if why:
@@ -424,10 +429,6 @@ class _Prepared:
                 self.dependents.setdefault(dep, []).append(p.operation)
             if op.workflow is not None:
                 self.workflow_queues.setdefault(op.workflow.parent, set()).add(p.queue)
-        for p in plan.pending:
-            if p.queue in dated:
-                entry = (p.operation, self.ops.get(p.operation), p.reason)
-                self.waits.setdefault(p.queue, []).append(entry)
         pause()
         # the cycle's state with its plan applied: what runs (started now when not known),
         # and what the plan dispatches, starting now
@@ -454,7 +455,22 @@ class _Prepared:
         # the queues whose simulation shares nothing with others' but a group's: dated apart
         self.apart = _groups_apart(self) if apart else []
 
+    def waits(self, apart: frozenset[str]) -> dict[str, list[_Wait]]:
+        """Per queue with an operation the clock can date, but those ``apart``: the cycle's
+        pending tuples (operation id, operation, reason). Both simulations ask."""
+        if self._waits is not None and self._waits[0] == apart:
+            return self._waits[1]
+        out: dict[str, list[_Wait]] = {}
+        wanted = self.dated.difference(apart)
+        get = self.ops.get
+        for p in self.pending:
+            if p.queue in wanted:
+                out.setdefault(p.queue, []).append((p.operation, get(p.operation), p.reason))
+        self._waits = (apart, out)
+        return out
 
+
+_Wait = tuple[str, CompiledOperation | None, PendingReason]
 _Candidate = tuple[
     str, CompiledOperation, tuple[int, ...], tuple[tuple[int, int], ...], int, frozenset[str], str
 ]
@@ -674,10 +690,13 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     parents: dict[str, set[int | None]] = {
         run.workflow[0]: set() for run in runs if run.workflow is not None
     }
+    # per distinct (request, pods): its number, or -1 when it alone exceeds the queue
     fits: dict[tuple[tuple[tuple[int, int], ...], int], int] = {}
     kept = []
     never = 0
     max_pods = q.spec.max_pods
+    quota = q.quota
+    bucket_of = w.bucket_of
     for c in cands:
         oid, op = c[4], c[5]
         deps = []
@@ -694,15 +713,20 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         req = w.requests.get(oid)
         if req is None:
             req = q.request(op.requests)
-        needs = tuple((i, a) for i, a in enumerate(req) if a)
-        if (max_pods is not None and op.replicas > max_pods) or any(
-            a > q.quota[i] for i, a in needs
-        ):
+            needs = tuple((i, a) for i, a in enumerate(req) if a)
+        else:
+            needs = bucket_of[oid][0]
+        fit = fits.get((needs, op.replicas))
+        if fit is None:
+            alone = (max_pods is not None and op.replicas > max_pods) or any(
+                a > quota[i] for i, a in needs
+            )
+            fit = fits[needs, op.replicas] = -1 if alone else len(fits)
+        if fit < 0:
             # it waits for its dependencies now, then alone exceeds the queue (check 4):
             # never dispatched, and neither check holds the queue
             never += 1
             continue
-        fit = fits.setdefault((needs, op.replicas), len(fits))
         kept.append((oid, op, req, needs, fit, frozenset(deps), wf.parent if wf else ""))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
@@ -818,9 +842,8 @@ class _Sim:
             group_of.update((a.name, k) for a in g.members)
             group_of.update((run.oid, k) for run in g.passive)
         self.apart_queues = frozenset(a.name for g in self.apart for a in g.members)
-        for q_name, pend in prep.waits.items():
-            if q_name not in self.apart_queues:
-                self._note_waits(q_name, pend)
+        for q_name, pend in prep.waits(self.apart_queues).items():
+            self._note_waits(q_name, pend)
         self._budget_resets()
         # a queue apart left a candidate waiting at its last event before the horizon: the
         # reasons of what is left need the whole state (``_reasons_now``), which it did not
