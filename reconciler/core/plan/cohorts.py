@@ -498,25 +498,38 @@ def borrow(
         done.add(cohort.spec.name)
         members = [m for m in order if m.cohort is cohort and m.deferred]
         cohort.start_borrowing()
-        heap = [(cohort.share(m), rank[m.spec.name], 0) for m in members]
+        shares: dict[Fraction, Fraction] = {}
+        heap = [(*_share_key(cohort, m, shares), rank[m.spec.name], 0) for m in members]
         by_rank = {rank[m.spec.name]: m for m in members}
         gone: dict[str, set[int]] = {m.spec.name: set() for m in members}
         heapq.heapify(heap)
         while heap:
-            _, n, at = heapq.heappop(heap)
+            key, share, n, at = heapq.heappop(heap)
             m = by_rank[n]
             idx = m.deferred[at]
             got = _borrow_one(m, idx, counters, now, fleet)
             if got is not None:
                 dispatch.append(got)
                 gone[m.spec.name].add(idx)
+                key, share = _share_key(cohort, m, shares)  # only its dispatch moves it
             if at + 1 < len(m.deferred):
-                heapq.heappush(heap, (cohort.share(m), n, at + 1))
+                heapq.heappush(heap, (key, share, n, at + 1))
         for m in members:
             if gone[m.spec.name]:
                 m.pending = [p for k, p in enumerate(m.pending) if k not in gone[m.spec.name]]
             m.deferred = []
     return dispatch
+
+
+def _share_key(
+    cohort: CohortState, q: QueueState, shares: dict[Fraction, Fraction]
+) -> tuple[float, Fraction | int]:
+    """``q``'s weighted share as a heap key: its float first, compared at C speed (the
+    float of a fraction never orders two the wrong way round, it may only tie them), then
+    the share itself for such ties: one object per value (``shares``), so equal shares
+    compare by identity, at C speed too (0 as an int: most members borrow nothing)."""
+    share = cohort.share(q)
+    return float(share), shares.setdefault(share, share) if share else 0
 
 
 def _borrow_one(
