@@ -210,6 +210,16 @@ class CohortState:
         got[1] += _lendable(q, i, after) - _lendable(q, i, before)
         got[2] += after - before
 
+    def room(self, q: QueueState, i: int) -> int:
+        """At most what member ``q`` may still take of slot ``i``: what is left of its quota,
+        and what it may borrow (within its ``borrowingLimit``, of what the others lend and
+        nobody borrows yet: ``borrow_fit``). Members only hold more through a plan's steps 4
+        and 4b, so it only shrinks then: a request over it waits whatever comes first."""
+        u, quota = q.used[i], q.quota[i]
+        borrowed, lendable, _ = self.totals(q.keys[i])
+        may = min(q.borrow_limit[i] - max(0, u - quota), lendable - _lendable(q, i, u) - borrowed)
+        return max(0, quota - u) + max(0, may)
+
     def cap_used(self, resource: str) -> int:
         """What the cohort's queues use of ``resource``, every flavor of it counted, and the
         members without a quota for it too."""

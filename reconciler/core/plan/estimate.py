@@ -1444,9 +1444,9 @@ def _full(
     dispatched: its concurrency is reached, its StrictFIFO head holds it, each goes to one
     of the ``full`` clusters (at their concurrency), or none of them fits in the pods
     (``maxPods``) and the quota it has left (compared as exact quantities: a request that
-    fits by them may still not fit by the planner's rounding, never the other way round).
-    A cohort member's quota is not all it may use (it may borrow), nor is one flavor's
-    all a queue with flavors may use: only its pods count then."""
+    fits by them may still not fit by the planner's rounding, never the other way round);
+    a cohort member's, with what it may still borrow (``CohortState.room``). One flavor's
+    quota is not all a queue with flavors may use: only its pods count then."""
     spec = q.spec
     if spec.strategy is QueueStrategy.STRICT_FIFO and any(
         REASON_TRAITS[p[2]].holds_head for p in q.pending
@@ -1458,11 +1458,15 @@ def _full(
     if full and all(c[5].cluster in full for c in rest):
         return True
     pods = None if spec.max_pods is None else spec.max_pods - q.pods
-    if q.cohort is not None or q.flavors or not q.resources:
+    if q.flavors or not q.resources:
         if pods is None:
             return False
         return all(c[5].replicas > pods for c in islice(candidates, start, None))
-    left = [(r, Decimal(q.quota[i] - q.used[i]) * _NANO) for i, r in enumerate(q.resources)]
+    cohort = q.cohort
+    left = [
+        (r, Decimal(q.quota[i] - q.used[i] if cohort is None else cohort.room(q, i)) * _NANO)
+        for i, r in enumerate(q.resources)
+    ]
     for c in islice(candidates, start, None):
         op = c[5]
         if pods is not None and op.replicas > pods:
