@@ -293,6 +293,35 @@ def test_a_pass_admits_no_more_candidates_at_once_than_could_all_be_dispatched(
     assert planned and max(planned) == 2
 
 
+def test_a_cohort_member_is_planned_no_further_than_what_it_may_still_take(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``a`` uses its whole quota and ``b`` all of its own: the cohort has nothing idle to
+    lend, so none of ``a``'s 60 candidates fits what it may take until one of its runs
+    ends, then one does: each admission of ``a`` is its first few candidates, never the
+    rest (``CohortState.room``)."""
+    world = World().cohort("co", "2h")
+    world.queue(
+        "a", quota={"nvidia.com/gpu": 2}, cohort="co", borrowing_limit={"nvidia.com/gpu": 2}
+    )
+    world.queue("b", quota={"nvidia.com/gpu": 2}, cohort="co")
+    for i in range(1, 61):
+        world.op(f"p/a-{i}", queue="a", gpu=1).timeout(3600)
+    for name in ("p/a-run-1", "p/a-run-2"):
+        world.op(name, queue="a", gpu=1)
+        world.running(name)
+    for name in ("p/b-run-1", "p/b-run-2"):
+        world.op(name, queue="b", gpu=1)
+        world.running(name)
+    history = [r for i in range(1, 61) for r in _runs(f"p/a-{i}", "a", 10)]
+    history += _runs("p/a-run-1", "a", 10) + _runs("p/a-run-2", "a", 15)
+    history += _runs("p/b-run-1", "b", 48 * 60) + _runs("p/b-run-2", "b", 48 * 60)
+    planned = _admitted_counts(monkeypatch)
+    e = _estimate(world, history, {oid: NOW for oid in world.observed})
+    assert [_at(e, f"p/a-{i}") for i in (1, 2, 3, 60)] == [10, 15, 20, 305]
+    assert planned and max(planned) <= estimate_module.PREFIX
+
+
 def test_a_fleet_queue_takes_a_slot_of_whichever_of_its_clusters_frees_first() -> None:
     world = World().cluster("c0", concurrency=1).cluster("c1", concurrency=1)
     world.fleet("f", ("c0", "c1"))
