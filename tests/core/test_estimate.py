@@ -36,7 +36,7 @@ from reconciler.core.plan.estimate import (
 )
 from reconciler.core.plan.ledger import LedgerEntry, next_window, run_cost, window_at
 from reconciler.core.plan.state import QueueState
-from reconciler.core.types import ObservedOperation, Phase
+from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
 from reconciler.core.views.plan_render import plan_to_table
 
 MIN = 60.0
@@ -693,6 +693,32 @@ def test_a_candidate_that_exceeds_its_queue_once_its_dependency_ends_never_holds
     e = _estimate(world, history, {"p/first": NOW})
     assert _at(e, "p/small") == 10
     assert e == _estimate(world, history, {"p/first": NOW}, apart=False)
+
+
+def test_a_queue_a_workflow_left_stale_is_planned_again_at_an_event_of_a_queue_apart() -> None:
+    """At 1, ``b``'s StrictFIFO head ``p/b-wf`` is held by its budget (check 11) before
+    ``c``, later in the order, dispatches the other child of its workflow: ``b`` is stale,
+    planned again at the next event of any queue, where its head waits at 9 and no longer
+    holds ``p/b-late``. That next event is ``d``'s run ending at 2, a queue dated apart:
+    its events' times are the whole simulation's too."""
+    world = World().cluster("c0").cluster("c2", concurrency=1)
+    world.queue("a", cluster="c2", priority=1)
+    gpu_hour = BudgetSpec(Decimal(1), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
+    world.queue("b", cluster="c0", strict=True, budget=gpu_hour)
+    world.queue("c", cluster="c2").queue("d", cluster="c0", concurrency=1)
+    world.op("p/a", queue="a")
+    world.op("p/b-wf", queue="b", gpu=2).child_of("p/wf", 0, concurrency=1).timeout(3600)
+    world.op("p/b-late", queue="b").after("p/a").timeout(3600)
+    world.op("p/c-wf", queue="c").child_of("p/wf", 1, concurrency=1)
+    world.op("p/d0", queue="d")
+    world.op("p/d1", queue="d")
+    world.running("p/a", "p/d0")
+    history = _runs("p/a", "a", 1) + _runs("p/c-wf", "c", 10) + _runs("p/b-late", "b", 1)
+    history += _runs("p/d0", "d", 2) + _runs("p/d1", "d", 2) + _runs("p/b-wf", "b", 1)
+    starts = {"p/a": NOW, "p/d0": NOW}
+    e = _estimate(world, history, starts, apart=False)
+    assert _at(e, "p/b-late") == 2
+    assert e == _estimate(world, history, starts)
 
 
 def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> None:

@@ -85,6 +85,9 @@ PREFIX = 4
 GROW = 4
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
 _RESET = "\x00reset\x00"
+# ... or the time of an event of a group dated apart: nothing ends in the events then, but a
+# queue a workflow's dispatch left stale is planned again, as at any event (``_Sim.stale``)
+_TICK = "\x00tick"
 # Called between the simulation's steps: returns when it may go on (``estimate_starts``)
 Pause = Callable[[], None]
 
@@ -975,6 +978,8 @@ class _Sim:
             freed: set[str] = set()
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
+                if oid == _TICK:
+                    continue
                 if oid.startswith(_RESET):
                     name = oid.removeprefix(_RESET)
                     affected.add(name)
@@ -1004,20 +1009,28 @@ class _Sim:
         """1. the groups of queues apart, each on its own (``_date_apart``);
         2. the others, event by event (``_run_events``)."""
         exhausted, left, last = True, False, 0.0
+        # the times of the groups' events: a queue left stale by a workflow's dispatch is
+        # planned again at the next event of any queue (only such a workflow leaves one)
+        ticks: set[float] | None = set() if self.workflow_mates else None
         for g, ends in zip(self.apart, self.apart_ends, strict=True):
             self.pause()
-            waits, t = self._date_apart(g, ends)
+            waits, t = self._date_apart(g, ends, ticks)
             if waits is None:
                 exhausted = False
             else:
                 left, last = left or waits, max(last, t)
+        if ticks:
+            self.heap.extend((t, _TICK) for t in ticks)
+            heapq.heapify(self.heap)
         self._run_events()
         self.exhausted = self.exhausted and exhausted
         if self.exhausted:
             self.t = max(self.t, last)
             self.refused = left
 
-    def _date_apart(self, g: _Group, ends: list[tuple[float, str]]) -> tuple[bool | None, float]:
+    def _date_apart(
+        self, g: _Group, ends: list[tuple[float, str]], ticks: set[float] | None = None
+    ) -> tuple[bool | None, float]:
         """Dispatch the queues of ``g`` at the end of each of their runs (and of its passive
         ones), as the planner's step 4 would on their own counters and their cluster's free
         slots (the checks they meet reduce to them, ``_Apart``): in the planner's order,
@@ -1026,7 +1039,7 @@ class _Sim:
         stopped at the full cluster; else it would find what that pass found: each
         candidate held by a check on counters that only its own runs' ends lower.
         Returns whether a candidate is left, or None when the horizon stopped it, and its
-        last event's time."""
+        last event's time; adds each event's time to ``ticks``."""
         members = g.members
         counts = [_Counts(a, k) for k, a in enumerate(members)]
         todo = set(range(len(members)))  # the queues whose pass may dispatch
@@ -1050,6 +1063,8 @@ class _Sim:
             t = heap[0][0]
             if t > horizon:
                 return None, t
+            if ticks is not None:
+                ticks.add(t)
             while heap and heap[0][0] == t:
                 oid = heapq.heappop(heap)[1]
                 owner, req, n, parent, slot = holds.pop(oid)
