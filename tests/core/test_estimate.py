@@ -721,6 +721,39 @@ def test_a_queue_a_workflow_left_stale_is_planned_again_at_an_event_of_a_queue_a
     assert e == _estimate(world, history, starts)
 
 
+def test_a_freed_slot_is_not_counted_as_taken_by_a_queue_whose_own_state_moved() -> None:
+    """At 5, ``p/w1`` ends: a slot of ``c`` frees, and ``q`` (waiting for it with ``p/z``)
+    is planned again; but ``p/x``, held at 9 by ``p/w1``, now passes it and is held at 8
+    by ``p/y``'s quota: ``q``'s StrictFIFO head, which takes no slot. Replanning
+    everything gives the slot to ``qa``'s ``p/a1`` then: the queue whose own state moved
+    does not count as taking a slot, and the next waiter is planned too."""
+    world = World().cluster("c", concurrency=3)
+    world.queue("q", cluster="c", strict=True, quota={"nvidia.com/gpu": 2}).queue("qa", cluster="c")
+    world.op("p/w1", queue="q").child_of("p/wf", 0, concurrency=1)
+    world.op("p/x", queue="q", gpu=2).child_of("p/wf", 1, concurrency=1)
+    world.op("p/y", queue="q", gpu=2)
+    world.op("p/z", queue="q")
+    world.op("p/a0", queue="qa")
+    world.op("p/a1", queue="qa")
+    world.running("p/w1", "p/a0")
+    history = _runs("p/w1", "q", 5) + _runs("p/x", "q", 10) + _runs("p/y", "q", 30)
+    history += _runs("p/z", "q", 10) + _runs("p/a0", "qa", 60) + _runs("p/a1", "qa", 10)
+    starts = {"p/w1": NOW, "p/a0": NOW}
+    e = _estimate(world, history, starts, apart=False)
+    assert {oid: _at(e, oid) for oid in ("p/x", "p/z", "p/a1")} == {
+        "p/x": 30,
+        "p/z": 30,
+        "p/a1": 5,
+    }
+    assert e == _estimate(world, history, starts)
+    expected = _naive(world, history, 0.5, [])
+    assert {oid: (at - NOW).total_seconds() / MIN for oid, at in expected.items()} == {
+        "p/x": 30,
+        "p/z": 30,
+        "p/a1": 5,
+    }
+
+
 def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> None:
     """Nothing is left to end, and a queue that shares nothing still has candidates (two
     that wait for each other): why they wait is what the planner says on the whole state

@@ -987,8 +987,10 @@ class _Sim:
                     self.spent[name] = [e for e in self.spent[name] if e.end >= start]
                 else:
                     self._release(oid, affected, freed, t)
+            # the queues whose own state moved (before any is added for a freed slot)
+            changed = frozenset(affected) if freed else frozenset()
             for c in sorted(freed):
-                self._cluster_waiters(c, affected)
+                self._cluster_waiters(c, affected, changed)
             # planned together: a cohort's members, and the queues of a workflow that spans
             # queues (a child dispatched in one may move a StrictFIFO head in another from a
             # check that holds the queue to one that does not, e.g. from 11 to 9)
@@ -1241,11 +1243,18 @@ class _Sim:
             )
         )
 
-    def _cluster_waiters(self, cluster: str, affected: set[str]) -> None:
+    def _cluster_waiters(
+        self, cluster: str, affected: set[str], changed: frozenset[str] = frozenset()
+    ) -> None:
         """Add the queues waiting for ``cluster``'s slots, in the planner's order, until
         there are as many as free slots: each takes at least one (what kept it waiting was
         only the cluster), so a later one would find the cluster full again. A queue holding
-        children of a workflow that spans queues is added but not counted."""
+        children of a workflow that spans queues is added but not counted; nor is one whose
+        own state moved at this event (``changed``: a run of its own ended, a dependency,
+        ...): an earlier candidate may now stop its pass before the cluster (a StrictFIFO
+        one let through check 9 by its workflow's run's end, then held at 8 by what its
+        queue dispatched meanwhile); nor one that waits for another cluster too (its
+        candidate for that one may take the quota the one for this needs)."""
         limit = self.cluster_limit.get(cluster)
         waiting = self.waits_on_cluster.get(cluster)
         if limit is None or not waiting:
@@ -1260,7 +1269,7 @@ class _Sim:
             # full (another queue's child took it), a budgeted one its budget spent (check
             # 11 comes after the cluster's), a cohort member its cohort's quota taken by
             # another member: it does not count as taking a slot
-            if q not in self.uncertain:
+            if q not in self.uncertain and q not in changed and len(self.queue_waits[q]) == 1:
                 certain += 1
                 if certain >= free:
                     return
