@@ -754,6 +754,33 @@ def test_a_freed_slot_is_not_counted_as_taken_by_a_queue_whose_own_state_moved()
     }
 
 
+def test_a_freed_slot_is_not_counted_as_taken_by_a_queue_whose_pass_went_on_elsewhere() -> None:
+    """``qa``'s ``p/a1`` waits for ``c``'s slot; after it, the cycle's pass dispatched
+    ``p/a2`` (same workflow, one at a time) to ``x``. When ``p/idle`` frees the slot at 1,
+    ``p/a1`` waits for its workflow, and replanning everything gives the slot to ``p/b``:
+    a BestEffortFIFO queue with candidates for two clusters does not count as taking it."""
+    world = World().cluster("c", concurrency=1).cluster("x")
+    world.queue("qa", cluster="c", priority=1).queue("qb", cluster="c").queue("idle", cluster="c")
+    world.op("p/a1", queue="qa").child_of("p/wf", 0, concurrency=1)
+    a2 = world.op("p/a2", queue="qa").child_of("p/wf", 1, concurrency=1)
+    a2._fields["cluster"] = "x"
+    world.op("p/b", queue="qb")
+    world.op("p/idle", queue="idle")
+    world.running("p/idle")
+    history = _runs("p/idle", "idle", 1) + _runs("p/a1", "qa", 10) + _runs("p/a2", "qa", 5)
+    history += _runs("p/b", "qb", 10)
+    assert [d.operation for d in world.plan().dispatch] == ["p/a2"]
+    starts = {"p/idle": NOW}
+    e = _estimate(world, history, starts, apart=False)
+    assert {oid: _at(e, oid) for oid in ("p/a1", "p/b")} == {"p/a1": 11, "p/b": 1}
+    assert e == _estimate(world, history, starts)
+    expected = _naive(world, history, 0.5, [])
+    assert {oid: (at - NOW).total_seconds() / MIN for oid, at in expected.items()} == {
+        "p/a1": 11,
+        "p/b": 1,
+    }
+
+
 def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> None:
     """Nothing is left to end, and a queue that shares nothing still has candidates (two
     that wait for each other): why they wait is what the planner says on the whole state

@@ -823,6 +823,20 @@ class _Sim:
                 for name in mates:
                     self.workflow_mates.setdefault(name, set()).update(mates)
         self.uncertain.update(prep.cohort_mates)
+        # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
+        # for a cluster, its pass may have dispatched one to the other, whose hold (its
+        # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
+        # pass counts: what it dispatched is no candidate any more)
+        targets: dict[str, set[str]] = {}
+        for name, cands in prep.whatif.candidates.items():
+            targets[name] = {c[5].cluster for c in cands}
+        for d in plan.dispatch:
+            if d.queue in targets:
+                targets[d.queue].add(d.cluster)
+        strict = QueueStrategy.STRICT_FIFO
+        for name, clusters in targets.items():
+            if len(clusters) > 1 and prep.repo.queues[name].strategy is not strict:
+                self.uncertain.add(name)
         self.active: dict[str, _Active] = {}
         self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
         self.dispatched_at: dict[str, float] = {}  # seconds from now
@@ -1253,8 +1267,8 @@ class _Sim:
         own state moved at this event (``changed``: a run of its own ended, a dependency,
         ...): an earlier candidate may now stop its pass before the cluster (a StrictFIFO
         one let through check 9 by its workflow's run's end, then held at 8 by what its
-        queue dispatched meanwhile); nor one that waits for another cluster too (its
-        candidate for that one may take the quota the one for this needs)."""
+        queue dispatched meanwhile); nor a BestEffortFIFO one with candidates for two
+        clusters (``uncertain``)."""
         limit = self.cluster_limit.get(cluster)
         waiting = self.waits_on_cluster.get(cluster)
         if limit is None or not waiting:
@@ -1269,7 +1283,7 @@ class _Sim:
             # full (another queue's child took it), a budgeted one its budget spent (check
             # 11 comes after the cluster's), a cohort member its cohort's quota taken by
             # another member: it does not count as taking a slot
-            if q not in self.uncertain and q not in changed and len(self.queue_waits[q]) == 1:
+            if q not in self.uncertain and q not in changed:
                 certain += 1
                 if certain >= free:
                     return
