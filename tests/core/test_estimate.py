@@ -36,7 +36,7 @@ from reconciler.core.plan.estimate import (
 )
 from reconciler.core.plan.ledger import LedgerEntry, next_window, run_cost, window_at
 from reconciler.core.plan.state import QueueState
-from reconciler.core.types import ObservedOperation, Phase
+from reconciler.core.types import BudgetPeriod, BudgetSpec, ObservedOperation, Phase
 from reconciler.core.views.plan_render import plan_to_table
 
 MIN = 60.0
@@ -722,6 +722,92 @@ def test_a_candidate_that_exceeds_its_queue_once_its_dependency_ends_never_holds
     e = _estimate(world, history, {"p/first": NOW})
     assert _at(e, "p/small") == 10
     assert e == _estimate(world, history, {"p/first": NOW}, apart=False)
+
+
+def test_a_queue_a_workflow_left_stale_is_planned_again_at_an_event_of_a_queue_apart() -> None:
+    """At 1, ``b``'s StrictFIFO head ``p/b-wf`` is held by its budget (check 11) before
+    ``c``, later in the order, dispatches the other child of its workflow: ``b`` is stale,
+    planned again at the next event of any queue, where its head waits at 9 and no longer
+    holds ``p/b-late``. That next event is ``d``'s run ending at 2, a queue dated apart:
+    its events' times are the whole simulation's too."""
+    world = World().cluster("c0").cluster("c2", concurrency=1)
+    world.queue("a", cluster="c2", priority=1)
+    gpu_hour = BudgetSpec(Decimal(1), BudgetPeriod.DAY, "nvidia.com/gpu-hours")
+    world.queue("b", cluster="c0", strict=True, budget=gpu_hour)
+    world.queue("c", cluster="c2").queue("d", cluster="c0", concurrency=1)
+    world.op("p/a", queue="a")
+    world.op("p/b-wf", queue="b", gpu=2).child_of("p/wf", 0, concurrency=1).timeout(3600)
+    world.op("p/b-late", queue="b").after("p/a").timeout(3600)
+    world.op("p/c-wf", queue="c").child_of("p/wf", 1, concurrency=1)
+    world.op("p/d0", queue="d")
+    world.op("p/d1", queue="d")
+    world.running("p/a", "p/d0")
+    history = _runs("p/a", "a", 1) + _runs("p/c-wf", "c", 10) + _runs("p/b-late", "b", 1)
+    history += _runs("p/d0", "d", 2) + _runs("p/d1", "d", 2) + _runs("p/b-wf", "b", 1)
+    starts = {"p/a": NOW, "p/d0": NOW}
+    e = _estimate(world, history, starts, apart=False)
+    assert _at(e, "p/b-late") == 2
+    assert e == _estimate(world, history, starts)
+
+
+def test_a_freed_slot_is_not_counted_as_taken_by_a_queue_whose_own_state_moved() -> None:
+    """At 5, ``p/w1`` ends: a slot of ``c`` frees, and ``q`` (waiting for it with ``p/z``)
+    is planned again; but ``p/x``, held at 9 by ``p/w1``, now passes it and is held at 8
+    by ``p/y``'s quota: ``q``'s StrictFIFO head, which takes no slot. Replanning
+    everything gives the slot to ``qa``'s ``p/a1`` then: the queue whose own state moved
+    does not count as taking a slot, and the next waiter is planned too."""
+    world = World().cluster("c", concurrency=3)
+    world.queue("q", cluster="c", strict=True, quota={"nvidia.com/gpu": 2}).queue("qa", cluster="c")
+    world.op("p/w1", queue="q").child_of("p/wf", 0, concurrency=1)
+    world.op("p/x", queue="q", gpu=2).child_of("p/wf", 1, concurrency=1)
+    world.op("p/y", queue="q", gpu=2)
+    world.op("p/z", queue="q")
+    world.op("p/a0", queue="qa")
+    world.op("p/a1", queue="qa")
+    world.running("p/w1", "p/a0")
+    history = _runs("p/w1", "q", 5) + _runs("p/x", "q", 10) + _runs("p/y", "q", 30)
+    history += _runs("p/z", "q", 10) + _runs("p/a0", "qa", 60) + _runs("p/a1", "qa", 10)
+    starts = {"p/w1": NOW, "p/a0": NOW}
+    e = _estimate(world, history, starts, apart=False)
+    assert {oid: _at(e, oid) for oid in ("p/x", "p/z", "p/a1")} == {
+        "p/x": 30,
+        "p/z": 30,
+        "p/a1": 5,
+    }
+    assert e == _estimate(world, history, starts)
+    expected = _naive(world, history, 0.5, [])
+    assert {oid: (at - NOW).total_seconds() / MIN for oid, at in expected.items()} == {
+        "p/x": 30,
+        "p/z": 30,
+        "p/a1": 5,
+    }
+
+
+def test_a_freed_slot_is_not_counted_as_taken_by_a_queue_whose_pass_went_on_elsewhere() -> None:
+    """``qa``'s ``p/a1`` waits for ``c``'s slot; after it, the cycle's pass dispatched
+    ``p/a2`` (same workflow, one at a time) to ``x``. When ``p/idle`` frees the slot at 1,
+    ``p/a1`` waits for its workflow, and replanning everything gives the slot to ``p/b``:
+    a BestEffortFIFO queue with candidates for two clusters does not count as taking it."""
+    world = World().cluster("c", concurrency=1).cluster("x")
+    world.queue("qa", cluster="c", priority=1).queue("qb", cluster="c").queue("idle", cluster="c")
+    world.op("p/a1", queue="qa").child_of("p/wf", 0, concurrency=1)
+    a2 = world.op("p/a2", queue="qa").child_of("p/wf", 1, concurrency=1)
+    a2._fields["cluster"] = "x"
+    world.op("p/b", queue="qb")
+    world.op("p/idle", queue="idle")
+    world.running("p/idle")
+    history = _runs("p/idle", "idle", 1) + _runs("p/a1", "qa", 10) + _runs("p/a2", "qa", 5)
+    history += _runs("p/b", "qb", 10)
+    assert [d.operation for d in world.plan().dispatch] == ["p/a2"]
+    starts = {"p/idle": NOW}
+    e = _estimate(world, history, starts, apart=False)
+    assert {oid: _at(e, oid) for oid in ("p/a1", "p/b")} == {"p/a1": 11, "p/b": 1}
+    assert e == _estimate(world, history, starts)
+    expected = _naive(world, history, 0.5, [])
+    assert {oid: (at - NOW).total_seconds() / MIN for oid, at in expected.items()} == {
+        "p/a1": 11,
+        "p/b": 1,
+    }
 
 
 def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> None:

@@ -85,6 +85,9 @@ PREFIX = 4
 GROW = 4
 # A heap entry that is not a run's end: a budget window of the queue that follows resets
 _RESET = "\x00reset\x00"
+# ... or the time of an event of a group dated apart: nothing ends in the events then, but a
+# queue a workflow's dispatch left stale is planned again, as at any event (``_Sim.stale``)
+_TICK = "\x00tick"
 # Called between the simulation's steps: returns when it may go on (``estimate_starts``)
 Pause = Callable[[], None]
 
@@ -820,6 +823,20 @@ class _Sim:
                 for name in mates:
                     self.workflow_mates.setdefault(name, set()).update(mates)
         self.uncertain.update(prep.cohort_mates)
+        # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
+        # for a cluster, its pass may have dispatched one to the other, whose hold (its
+        # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
+        # pass counts: what it dispatched is no candidate any more)
+        targets: dict[str, set[str]] = {}
+        for name, cands in prep.whatif.candidates.items():
+            targets[name] = {c[5].cluster for c in cands}
+        for d in plan.dispatch:
+            if d.queue in targets:
+                targets[d.queue].add(d.cluster)
+        strict = QueueStrategy.STRICT_FIFO
+        for name, clusters in targets.items():
+            if len(clusters) > 1 and prep.repo.queues[name].strategy is not strict:
+                self.uncertain.add(name)
         self.active: dict[str, _Active] = {}
         self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
         self.dispatched_at: dict[str, float] = {}  # seconds from now
@@ -975,6 +992,8 @@ class _Sim:
             freed: set[str] = set()
             while heap and heap[0][0] == t:
                 _, oid = heapq.heappop(heap)
+                if oid == _TICK:
+                    continue
                 if oid.startswith(_RESET):
                     name = oid.removeprefix(_RESET)
                     affected.add(name)
@@ -982,8 +1001,10 @@ class _Sim:
                     self.spent[name] = [e for e in self.spent[name] if e.end >= start]
                 else:
                     self._release(oid, affected, freed, t)
+            # the queues whose own state moved (before any is added for a freed slot)
+            changed = frozenset(affected) if freed else frozenset()
             for c in sorted(freed):
-                self._cluster_waiters(c, affected)
+                self._cluster_waiters(c, affected, changed)
             # planned together: a cohort's members, and the queues of a workflow that spans
             # queues (a child dispatched in one may move a StrictFIFO head in another from a
             # check that holds the queue to one that does not, e.g. from 11 to 9)
@@ -1004,20 +1025,28 @@ class _Sim:
         """1. the groups of queues apart, each on its own (``_date_apart``);
         2. the others, event by event (``_run_events``)."""
         exhausted, left, last = True, False, 0.0
+        # the times of the groups' events: a queue left stale by a workflow's dispatch is
+        # planned again at the next event of any queue (only such a workflow leaves one)
+        ticks: set[float] | None = set() if self.workflow_mates else None
         for g, ends in zip(self.apart, self.apart_ends, strict=True):
             self.pause()
-            waits, t = self._date_apart(g, ends)
+            waits, t = self._date_apart(g, ends, ticks)
             if waits is None:
                 exhausted = False
             else:
                 left, last = left or waits, max(last, t)
+        if ticks:
+            self.heap.extend((t, _TICK) for t in ticks)
+            heapq.heapify(self.heap)
         self._run_events()
         self.exhausted = self.exhausted and exhausted
         if self.exhausted:
             self.t = max(self.t, last)
             self.refused = left
 
-    def _date_apart(self, g: _Group, ends: list[tuple[float, str]]) -> tuple[bool | None, float]:
+    def _date_apart(
+        self, g: _Group, ends: list[tuple[float, str]], ticks: set[float] | None = None
+    ) -> tuple[bool | None, float]:
         """Dispatch the queues of ``g`` at the end of each of their runs (and of its passive
         ones), as the planner's step 4 would on their own counters and their cluster's free
         slots (the checks they meet reduce to them, ``_Apart``): in the planner's order,
@@ -1026,7 +1055,7 @@ class _Sim:
         stopped at the full cluster; else it would find what that pass found: each
         candidate held by a check on counters that only its own runs' ends lower.
         Returns whether a candidate is left, or None when the horizon stopped it, and its
-        last event's time."""
+        last event's time; adds each event's time to ``ticks``."""
         members = g.members
         counts = [_Counts(a, k) for k, a in enumerate(members)]
         todo = set(range(len(members)))  # the queues whose pass may dispatch
@@ -1050,6 +1079,8 @@ class _Sim:
             t = heap[0][0]
             if t > horizon:
                 return None, t
+            if ticks is not None:
+                ticks.add(t)
             while heap and heap[0][0] == t:
                 oid = heapq.heappop(heap)[1]
                 owner, req, n, parent, slot = holds.pop(oid)
@@ -1226,11 +1257,18 @@ class _Sim:
             )
         )
 
-    def _cluster_waiters(self, cluster: str, affected: set[str]) -> None:
+    def _cluster_waiters(
+        self, cluster: str, affected: set[str], changed: frozenset[str] = frozenset()
+    ) -> None:
         """Add the queues waiting for ``cluster``'s slots, in the planner's order, until
         there are as many as free slots: each takes at least one (what kept it waiting was
         only the cluster), so a later one would find the cluster full again. A queue holding
-        children of a workflow that spans queues is added but not counted."""
+        children of a workflow that spans queues is added but not counted; nor is one whose
+        own state moved at this event (``changed``: a run of its own ended, a dependency,
+        ...): an earlier candidate may now stop its pass before the cluster (a StrictFIFO
+        one let through check 9 by its workflow's run's end, then held at 8 by what its
+        queue dispatched meanwhile); nor a BestEffortFIFO one with candidates for two
+        clusters (``uncertain``)."""
         limit = self.cluster_limit.get(cluster)
         waiting = self.waits_on_cluster.get(cluster)
         if limit is None or not waiting:
@@ -1245,7 +1283,7 @@ class _Sim:
             # full (another queue's child took it), a budgeted one its budget spent (check
             # 11 comes after the cluster's), a cohort member its cohort's quota taken by
             # another member: it does not count as taking a slot
-            if q not in self.uncertain:
+            if q not in self.uncertain and q not in changed:
                 certain += 1
                 if certain >= free:
                     return
