@@ -478,10 +478,13 @@ class FakeKube:
             nodes = tuple(copy.deepcopy(v) for _, v in sorted(self.cluster.nodes.items()))
             return ObjectList(nodes, str(self.cluster.version))
         source = self._source(kind)
-        if kind == "Pod" and selector != MANAGED_SELECTOR:
-            source = {**self.cluster.others, **self.cluster.pods}
-        items = tuple(copy.deepcopy(v) for _, v in sorted(source.items()))
-        return ObjectList(items, str(self.cluster.version))
+        # under the cluster's lock, as the apiserver reads whole objects: the runtime's
+        # phase writer annotates workloads on its own threads meanwhile (``apply_metadata``)
+        with self.cluster.changed:
+            if kind == "Pod" and selector != MANAGED_SELECTOR:
+                source = {**self.cluster.others, **self.cluster.pods}
+            items = tuple(copy.deepcopy(v) for _, v in sorted(source.items()))
+            return ObjectList(items, str(self.cluster.version))
 
     def ensure_namespace(self, name: str) -> None:
         self._up()
@@ -546,13 +549,14 @@ class FakeKube:
     ) -> None:
         self._up()
         source = self.cluster.pytorchjobs if kind == "PyTorchJob" else self.cluster.jobs
-        job = source.get((namespace, name))
-        if job is None:
-            raise KubeError(f"{kind} {namespace}/{name} not found")
-        job["metadata"].setdefault("annotations", {}).update(annotations or {})
-        job["metadata"]["resourceVersion"] = self.cluster._next()
-        self.cluster._emit(kind, "MODIFIED", job)
-        self.cluster.calls.append(f"annotate {namespace}/{name}")
+        with self.cluster.changed:  # one write, never seen half done by a list (above)
+            job = source.get((namespace, name))
+            if job is None:
+                raise KubeError(f"{kind} {namespace}/{name} not found")
+            job["metadata"].setdefault("annotations", {}).update(annotations or {})
+            job["metadata"]["resourceVersion"] = self.cluster._next()
+            self.cluster._emit(kind, "MODIFIED", job)
+            self.cluster.calls.append(f"annotate {namespace}/{name}")
 
     def emit_event(
         self, namespace: str, involved: dict[str, Any], reason: str, message: str, **_: Any
@@ -612,11 +616,12 @@ class FakeKube:
     ) -> tuple[dict[str, Any], ...]:
         self._up()
         source = self._source(kind)
-        return tuple(
-            copy.deepcopy(obj)
-            for (ns, _), obj in sorted(source.items())
-            if (namespace is None or ns == namespace) and _matches(obj, label_selector)
-        )
+        with self.cluster.changed:
+            return tuple(
+                copy.deepcopy(obj)
+                for (ns, _), obj in sorted(source.items())
+                if (namespace is None or ns == namespace) and _matches(obj, label_selector)
+            )
 
     def read_logs(
         self,
