@@ -107,10 +107,6 @@ class RunRecord:
     queue: str | None
     seconds: float
 
-    @property
-    def project(self) -> str:
-        return self.operation.split("/", 1)[0]
-
 
 def parse_time(text: str | None) -> datetime | None:
     """An ISO time from a workload or a status record (UTC when it names no zone)."""
