@@ -158,10 +158,19 @@ def quantile(sorted_values: Sequence[float], q: float) -> float:
     return sorted_values[min(n - 1, max(0, math.ceil(q * n) - 1))]
 
 
+def capped_quantile(samples: Sequence[float], q: float, timeout: float | None) -> float | None:
+    """A run's duration: the ``q`` quantile of its ``samples``, never more than its
+    ``timeout``; with no samples the timeout itself (None: unknown)."""
+    if not samples:
+        return timeout
+    d = quantile(samples, q)
+    return d if timeout is None else min(d, timeout)
+
+
 class DurationModel:
     """Past run durations, grouped for the fallback order."""
 
-    __slots__ = ("_samples", "by_operation", "by_project_queue", "by_queue")
+    __slots__ = ("by_operation", "by_project_queue", "by_queue")
 
     def __init__(self, runs: Iterable[RunRecord] = ()) -> None:
         # by (operation, queue) first: most operations' runs were all in one queue
@@ -178,18 +187,10 @@ class DurationModel:
         self.by_operation = {k: sorted(v) for k, v in by_op.items()}
         self.by_project_queue = {k: sorted(v) for k, v in by_pq.items()}
         self.by_queue = {k: sorted(v) for k, v in by_q.items() if k is not None}
-        # (operation, queue) -> its samples and their basis: both simulations ask
-        self._samples: dict[tuple[str, str | None], tuple[Sequence[float], Basis]] = {}
 
     def samples(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
-        """The past durations that stand for ``operation``'s, and which group they are."""
-        key = (operation, queue)
-        found = self._samples.get(key)
-        if found is None:
-            found = self._samples[key] = self._find(operation, queue)
-        return found
-
-    def _find(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
+        """The past durations that stand for ``operation``'s, and which group they are
+        (not memoised: a memo's first lookup costs twice this)."""
         got = self.by_operation.get(operation)
         if got:
             return got, Basis.OPERATION
@@ -209,8 +210,7 @@ class DurationModel:
         values, basis = self.samples(operation, queue)
         if not values:
             return Duration(timeout, Basis.TIMEOUT if timeout is not None else Basis.UNKNOWN)
-        d = quantile(values, q)
-        return Duration(d if timeout is None else min(d, timeout), basis)
+        return Duration(capped_quantile(values, q, timeout), basis)
 
     def remaining(
         self, operation: str, queue: str | None, q: float, timeout: float | None, elapsed: float
@@ -383,10 +383,18 @@ class _Prepared:
         capacity: Mapping[str, ClusterCapacity],
         backends: Mapping[str, frozenset[str]],
         ledger: Sequence[LedgerEntry],
+        model: DurationModel,
+        resolution: timedelta,
         apart: bool = True,
         pause: Pause = _go_on,
     ) -> None:
         self.repo = repo
+        self.model = model
+        self.step = resolution.total_seconds()
+        # (samples' id, timeout) -> what ``durations`` says of an operation with them; and
+        # per operation asked (the p90 simulation asks what the p50 one did)
+        self._durations: dict[tuple[int, float | None], _Durations] = {}
+        self._of_op: dict[str, _Durations] = {}
         self.ops = {op.id: op for op in repo.operations}
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
         # a cohort member's queue is planned with every member of its cohort (what it may
@@ -451,8 +459,49 @@ class _Prepared:
             pause=pause,
         )
         pause()
+        # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
+        # for a cluster, its pass may have dispatched one to the other, whose hold (its
+        # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
+        # pass counts: what it dispatched is no candidate any more)
+        targets: dict[str, set[str]] = {}
+        for name, cands in self.whatif.candidates.items():
+            targets[name] = {c[5].cluster for c in cands}
+        for d in plan.dispatch:
+            if d.queue in targets:
+                targets[d.queue].add(d.cluster)
+        strict = QueueStrategy.STRICT_FIFO
+        self.two_clusters = frozenset(
+            name
+            for name, clusters in targets.items()
+            if len(clusters) > 1 and repo.queues[name].strategy is not strict
+        )
         # the queues whose simulation shares nothing with others' but a group's: dated apart
         self.apart = _groups_apart(self) if apart else []
+
+    def durations(self, oid: str, op: CompiledOperation) -> _Durations:
+        """How long a run of ``op`` lasts at p50 and at p90, rounded to the resolution
+        (``_Sim._after``; None: unknown), and whether its timeout alone dates it (its end
+        bounds what is dispatched after it, ``_Sim._bounded``): what ``_Sim._end_from``
+        computes, once for both simulations and every operation of the same samples."""
+        got = self._of_op.get(oid)
+        if got is not None:
+            return got
+        timeout = None if op.timeout is None else float(op.timeout)
+        values, _ = self.model.samples(oid, op.queue)
+        key = (id(values), timeout)
+        got = self._durations.get(key)
+        if got is None:
+            step = self.step
+            a = capped_quantile(values, P50, timeout)
+            b = capped_quantile(values, P90, timeout)
+            if step > 0:
+                if a is not None:
+                    a = round(a / step) * step
+                if b is not None:
+                    b = round(b / step) * step
+            got = self._durations[key] = (a, b, not values and timeout is not None)
+        self._of_op[oid] = got
+        return got
 
     def waits(self, apart: frozenset[str]) -> dict[str, list[_Wait]]:
         """Per queue with an operation the clock can date, but those ``apart``: the cycle's
@@ -470,6 +519,8 @@ class _Prepared:
 
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
+# a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
+_Durations = tuple[float | None, float | None, bool]
 _Candidate = tuple[
     str, CompiledOperation, tuple[int, ...], tuple[tuple[int, int], ...], int, frozenset[str], str
 ]
@@ -568,7 +619,7 @@ class _Counts:
         self.pods = a.pods
         self.used = list(a.used)
         self.wf_active = {p: n for p, (n, _) in a.workflows.items()}
-        self.left = a.candidates
+        self.left = list(a.candidates)  # its own: a pass takes what it dispatched out
         self.waiting = False
 
 
@@ -764,7 +815,6 @@ class _Sim:
     def __init__(
         self,
         prep: _Prepared,
-        plan: Plan,
         starts: Mapping[str, datetime],
         model: DurationModel,
         q: float,
@@ -796,6 +846,8 @@ class _Sim:
                 got.append(entry)
         self.model = model
         self.q = q
+        self.qi = (P50, P90).index(q)  # its durations in ``_Prepared.durations``
+        self.durations = prep.durations
         self.now = now
         # the earliest end of a run dated by its timeout alone (seconds from now)
         self.bound_from = math.inf
@@ -819,20 +871,7 @@ class _Sim:
                 for name in mates:
                     self.workflow_mates.setdefault(name, set()).update(mates)
         self.uncertain.update(prep.cohort_mates)
-        # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
-        # for a cluster, its pass may have dispatched one to the other, whose hold (its
-        # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
-        # pass counts: what it dispatched is no candidate any more)
-        targets: dict[str, set[str]] = {}
-        for name, cands in prep.whatif.candidates.items():
-            targets[name] = {c[5].cluster for c in cands}
-        for d in plan.dispatch:
-            if d.queue in targets:
-                targets[d.queue].add(d.cluster)
-        strict = QueueStrategy.STRICT_FIFO
-        for name, clusters in targets.items():
-            if len(clusters) > 1 and prep.repo.queues[name].strategy is not strict:
-                self.uncertain.add(name)
+        self.uncertain |= prep.two_clusters
         self.active: dict[str, _Active] = {}
         self.heap: list[tuple[float, str]] = []  # (seconds from now, operation)
         self.dispatched_at: dict[str, float] = {}  # seconds from now
@@ -887,11 +926,12 @@ class _Sim:
     # --- durations ---
 
     def _end_from(self, start: float, op: CompiledOperation, oid: str) -> float | None:
-        seconds, basis = self.model.duration(oid, op.queue, self.q, _timeout(op))
+        durations = self.durations(oid, op)
+        seconds = durations[self.qi]
         if seconds is None:
             return None
-        end = self._after(start, seconds)
-        if basis is Basis.TIMEOUT:
+        end = start + seconds
+        if durations[2]:
             self._bounded(end)
         return end
 
@@ -1121,26 +1161,28 @@ class _Sim:
         wf_limit = a.wf_limit
         fits, live = s.fits, s.live
         left = s.left
+        qi = self.qi
+        durations = self.durations
         unknown = self.active
         dispatched_at = self.dispatched_at
-        kept: list[_Candidate] = []
+        taken: list[int] = []  # where the candidates it dispatched were in ``left``
         waiting = False
         # per (request, pods): it failed check 7 or 8 in this pass, as will any later with
         # the same (what the queue holds only grows within a pass)
         held = [False] * len(fits)
+        # the workflows check 9 held in this pass, as it will hold their later children
+        # (BestEffortFIFO: StrictFIFO meets checks 7 and 8 first, which may hold the queue)
+        full: set[str] = set()
         unheld = live  # once none is left but held ones, every later candidate waits
         for k, cand in enumerate(left):
-            if not strict and held[cand[4]]:
-                kept.append(cand)  # it waits at 7 or 8, as one with its request did
-                continue
+            if not strict and (held[cand[4]] or cand[6] in full):
+                continue  # it waits at 7, 8 or 9, as one with its request or workflow did
             oid, op, req, needs, fit, deps, parent = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
-                kept.append(cand)
                 continue
             # 6: concurrency (the rest waits too, at 6 or, StrictFIFO, at 5)
             if conc is not None and active >= conc:
-                kept.extend(left[k:])
                 break
             # 7: maxPods, 8: quota (StrictFIFO: the rest waits behind it)
             n = op.replicas
@@ -1156,20 +1198,18 @@ class _Sim:
                             break
             if held[fit]:
                 if strict or not unheld:
-                    kept.extend(left[k:])
                     break
-                kept.append(cand)
                 continue
             # 9: its workflow's parallelism
             if parent:
                 limit = wf_limit[parent]
                 if limit is not None and wf_active[parent] >= limit:
-                    kept.append(cand)
+                    if not strict:
+                        full.add(parent)
                     continue
             # 10: the cluster's slots (every later candidate of the group waits for them)
             if free is not None:
                 if free <= 0:
-                    kept.extend(left[k:])
                     waiting = True
                     break
                 free -= 1
@@ -1183,10 +1223,12 @@ class _Sim:
             if not fits[fit]:
                 live -= 1
                 unheld -= 1
+            taken.append(k)
             dispatched_at[oid] = t
             holds[oid] = (s, req, n, parent, free is not None)
-            end = self._end_from(t, op, oid)
-            if end is None:
+            durs = durations(oid, op)
+            seconds = durs[qi]
+            if seconds is None:
                 run = ActiveRun.of(
                     dispatched(Dispatch(oid, op.queue, op.cluster, None), op, self.now),
                     op,
@@ -1194,11 +1236,20 @@ class _Sim:
                 )
                 unknown[oid] = _Active(run, op, None)
             else:
+                end = t + seconds
+                if durs[2] and end < self.bound_from:
+                    self.bound_from = end
                 heapq.heappush(heap, (end, oid))
             if not unheld:
-                kept.extend(left[k + 1 :])
                 break
-        s.active, s.pods, s.left, s.waiting, s.live = active, pods, kept, waiting, live
+        if len(taken) == 1:
+            del left[taken[0]]
+        elif taken:  # in one copy: a pass may take thousands
+            rest = left[: taken[0]]
+            for k, after in zip(taken, (*taken[1:], len(left)), strict=True):
+                rest += left[k + 1 : after]
+            s.left = rest
+        s.active, s.pods, s.waiting, s.live = active, pods, waiting, live
         return free
 
     def _release(self, oid: str, affected: set[str], freed: set[str], t: float) -> None:
@@ -1517,9 +1568,12 @@ def _timeout(op: CompiledOperation) -> float | None:
     return None if op.timeout is None else float(op.timeout)
 
 
+_STATIC = frozenset(reason for reason, traits in REASON_TRAITS.items() if traits.static)
+
+
 def _static_block(p: Pending) -> str:
     """Why no clock ends ``p``'s wait, or "" when the simulation can date it."""
-    if REASON_TRAITS[p.reason].static:
+    if p.reason in _STATIC:
         return f"{p.reason}: {p.admit.text}"
     b = p.blocked_by
     if isinstance(b, DependenciesBlock) and any(d.phase == "Missing" for d in b.waiting):
@@ -1624,17 +1678,28 @@ def _simulate(
     otherwise scan all of it once)."""
     pause()
     prep = _Prepared(
-        repo, plan, observed, now, unreachable, capacity, backends, ledger, apart, pause
+        repo,
+        plan,
+        observed,
+        now,
+        unreachable,
+        capacity,
+        backends,
+        ledger,
+        model,
+        resolution,
+        apart,
+        pause,
     )
     results = []
     for q in (P50, P90):
         pause()
-        sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger, pause)
+        sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
         sim.run()
         if sim.refused:  # simulated again with every queue, from where it started
             prep.whatif.revert()
             prep.apart = []
-            sim = _Sim(prep, plan, starts, model, q, now, horizon, resolution, ledger, pause)
+            sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
             sim.run()
         pause()
         results.append(sim.etas())

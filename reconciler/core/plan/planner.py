@@ -433,10 +433,12 @@ def count_active(
     rejected: Collection[str],
     qstate: Mapping[str, QueueState],
     counters: Counters,
+    runs: dict[str, ActiveRun] | None = None,
 ) -> tuple[list[ObservedOperation], list[ObservedOperation], int]:
     """Step 3: each active operation held by its queue, cluster and workflow; returns those
     removed from the repo (not rejected: still in it), those ``stopped: true`` in it, and
-    how many are active in all."""
+    how many are active in all. Each run counted goes into ``runs`` too, by id
+    (the what-if state keeps them, to release them)."""
     removed: list[ObservedOperation] = []
     stopped: list[ObservedOperation] = []
     active_total = 0
@@ -452,6 +454,8 @@ def count_active(
         elif known.stopped:
             stopped.append(obs)
         run = ActiveRun.of(obs, known, qstate)
+        if runs is not None:
+            runs[oid] = run
         count_run(run, counters)
         if run.queue is not None and run.queue.budget is not None:
             run.queue.budget.hold_run(run)

@@ -143,12 +143,8 @@ class WhatIf:
                     self.keys[c[4]] = c
         pause()
         # 3. Usage of the active operations.
-        count_active(self.seen, self.ops, (), self.qstate, self.counters)
-        self.runs: dict[str, ActiveRun] = {
-            oid: ActiveRun.of(o, self.ops.get(oid), self.qstate)
-            for oid, o in self.seen.items()
-            if o.phase.active
-        }
+        self.runs: dict[str, ActiveRun] = {}  # by id
+        count_active(self.seen, self.ops, (), self.qstate, self.counters, self.runs)
         self.fleet = FleetState(repo.queues, self.capacity, unreachable, self.backends)
         if self.fleet:
             self.fleet.count(self.seen, self.ops, self.qstate)
@@ -173,10 +169,13 @@ class WhatIf:
             ):
                 continue
             buckets = self.buckets[name] = {}
+            needs_of: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}  # most repeat
             for c in kept:
                 op = c[5]
                 req = self.requests[c[4]] = q.request(op.requests)
-                needs = tuple((i, a) for i, a in enumerate(req) if a)
+                needs = needs_of.get(req)
+                if needs is None:
+                    needs = needs_of[req] = tuple((i, a) for i, a in enumerate(req) if a)
                 key = (needs, op.replicas, op.cluster)
                 buckets.setdefault(key, []).append(c)
                 self.bucket_of[c[4]] = key
