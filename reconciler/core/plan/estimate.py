@@ -278,9 +278,9 @@ def duration_text(seconds: float) -> str:
     return f"{round(seconds / 3600)} h"
 
 
-@dataclass(frozen=True, slots=True)
-class StartEstimate:
-    """When a pending operation is estimated to be dispatched (p50 ≤ p90)."""
+class StartEstimate(NamedTuple):
+    """When a pending operation is estimated to be dispatched (p50 ≤ p90). A tuple: one is
+    made for every pending operation, each estimate (a dataclass's init costs 3 times)."""
 
     operation: str
     queue: str
@@ -422,6 +422,7 @@ class _Prepared:
         self._waits: tuple[frozenset[str], dict[str, list[_Wait]]] | None = None
         self.dated: set[str] = set()  # the queues with an operation the clock can date
         dated = self.dated
+        ids: set[str] = set()  # of ``simulated``
         for p in plan.pending:
             why = _static_block(p)
             if why:
@@ -432,6 +433,7 @@ class _Prepared:
                 continue
             dated.add(p.queue)
             self.simulated.append(op)
+            ids.add(op.id)
             for dep in op.dependencies:
                 self.dependents.setdefault(dep, []).append(p.operation)
             if op.workflow is not None:
@@ -450,7 +452,7 @@ class _Prepared:
         self.whatif = WhatIf(
             repo,
             seen.values(),
-            frozenset(op.id for op in self.simulated),
+            ids,
             now,
             unreachable=unreachable,
             capacity=capacity,
@@ -463,9 +465,14 @@ class _Prepared:
         # for a cluster, its pass may have dispatched one to the other, whose hold (its
         # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
         # pass counts: what it dispatched is no candidate any more)
-        targets: dict[str, set[str]] = {}
+        # per queue with candidates: how many are for each cluster (their own)
+        self.for_cluster: dict[str, dict[str, int]] = {}
         for name, cands in self.whatif.candidates.items():
-            targets[name] = {c[5].cluster for c in cands}
+            counts = self.for_cluster[name] = {}
+            for c in cands:
+                cluster = c[5].cluster
+                counts[cluster] = counts.get(cluster, 0) + 1
+        targets = {name: set(counts) for name, counts in self.for_cluster.items()}
         for d in plan.dispatch:
             if d.queue in targets:
                 targets[d.queue].add(d.cluster)
@@ -639,11 +646,11 @@ def _groups_apart(prep: _Prepared) -> list[_Group]:
     w = prep.whatif
     repo = prep.repo
     demand: dict[str, int] = {}  # per cluster: the candidates that may go to it
-    for name, cands in w.candidates.items():
+    for name, counts in prep.for_cluster.items():
         fleet = repo.queues[name].clusters
-        for c in cands:
-            for cluster in fleet or (c[5].cluster,):
-                demand[cluster] = demand.get(cluster, 0) + 1
+        mine = [(cluster, sum(counts.values())) for cluster in fleet] or counts.items()
+        for cluster, n in mine:
+            demand[cluster] = demand.get(cluster, 0) + n
 
     def unbound(cluster: str | None) -> bool:
         if cluster is None:
@@ -667,8 +674,7 @@ def _groups_apart(prep: _Prepared) -> list[_Group]:
     for name in sorted(w.candidates, key=w.order.__getitem__):
         q = w.qstate[name]
         spec = q.spec
-        cands = w.candidates[name]
-        targets = set(spec.clusters) or {c[5].cluster for c in cands}
+        targets = set(spec.clusters) or set(prep.for_cluster[name])
         bound = {c for c in targets if not unbound(c)}
         bound.update(
             r.cluster

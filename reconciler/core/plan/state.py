@@ -86,6 +86,7 @@ class QueueState:
         "resources",
         "slot_flavor",
         "spec",
+        "units",
         "used",
         "used0",
     )
@@ -146,17 +147,19 @@ class QueueState:
         self.budget: BudgetTrack | None = None
         # the flavors (numbers, in order) an operation may use: memoised per placement
         self.eligible = EligibleFlavors(self.flavors)
+        # ``request`` without a flavor, memoised per request (most operations share a few)
+        self.units: dict[tuple[Decimal | None, ...], tuple[int, ...]] = {}
 
     def request(self, requests: Mapping[str, Decimal], flavor: int = -1) -> tuple[int, ...]:
         """``requests`` in units per slot; with flavors, in the slots of flavor number
         ``flavor`` (0 elsewhere)."""
         get = requests.get
         if flavor < 0:
-            out = []
-            for r in self.resources:
-                v = get(r)
-                out.append(0 if v is None else request_units(v))
-            return tuple(out)
+            key = tuple(map(get, self.resources))
+            got = self.units.get(key)
+            if got is None:
+                got = self.units[key] = tuple(0 if v is None else request_units(v) for v in key)
+            return got
         span = self.flavors[flavor]
         units = [0] * len(self.resources)
         resources = self.resources
