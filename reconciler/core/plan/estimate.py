@@ -526,6 +526,7 @@ class _Prepared:
 
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
+_NO_DEPS: frozenset[str] = frozenset()
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _Candidate = tuple[
@@ -752,7 +753,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     never = 0
     max_pods = q.spec.max_pods
     quota = q.quota
-    bucket_of = w.bucket_of
+    needs_of: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}  # most repeat
     for c in cands:
         oid, op = c[4], c[5]
         deps = []
@@ -766,12 +767,10 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         wf = op.workflow
         if wf is not None:
             parents.setdefault(wf.parent, set()).add(wf.concurrency)
-        req = w.requests.get(oid)
-        if req is None:
-            req = q.request(op.requests)
-            needs = tuple((i, a) for i, a in enumerate(req) if a)
-        else:
-            needs = bucket_of[oid][0]
+        req = q.request(op.requests)
+        needs = needs_of.get(req)
+        if needs is None:
+            needs = needs_of[req] = tuple((i, a) for i, a in enumerate(req) if a)
         fit = fits.get((needs, op.replicas))
         if fit is None:
             alone = (max_pods is not None and op.replicas > max_pods) or any(
@@ -783,7 +782,8 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
             # never dispatched, and neither check holds the queue
             never += 1
             continue
-        kept.append((oid, op, req, needs, fit, frozenset(deps), wf.parent if wf else ""))
+        after = frozenset(deps) if deps else _NO_DEPS
+        kept.append((oid, op, req, needs, fit, after, wf.parent if wf else ""))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -1349,12 +1349,11 @@ class _Sim:
         w = self.w
         candidates = w.candidates
         order = w.begin(queues, self.now + timedelta(seconds=t), self.spent)
-        buckets = w.buckets
         for q in order:
             name = q.spec.name
             full = candidates[name]
             limit = q.spec.concurrency
-            if name in buckets:
+            if w.bucketed(q):
                 # what fits may all be dispatched: as many as its free slots, at first
                 self._pass_fitting(q, PREFIX if limit is None else max(1, limit - q.active))
                 continue
@@ -1435,9 +1434,8 @@ class _Sim:
     def etas(self) -> dict[str, tuple[Eta, str]]:
         unknown = [a for a in self.active.values() if a.end is None]
         waits_on_unknown = _WaitsOnUnknown(self, unknown)
-        out: dict[str, tuple[Eta, str]] = {}
-        for oid, why in self.blocked.items():
-            out[oid] = (Eta(EtaState.BLOCKED), why)
+        blocked = Eta(EtaState.BLOCKED)
+        out: dict[str, tuple[Eta, str]] = {oid: (blocked, why) for oid, why in self.blocked.items()}
         last = self._reasons_now() if self.exhausted else {}
         # the dates are on the resolution's steps: one (Eta, "") per step, shared
         dates: dict[float, tuple[Eta, str]] = {}
@@ -1456,7 +1454,7 @@ class _Sim:
             elif self.exhausted:
                 reason = last.get(oid)
                 why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
-                out[oid] = (Eta(EtaState.BLOCKED), why)
+                out[oid] = (blocked, why)
             else:
                 out[oid] = after
         return out

@@ -94,13 +94,13 @@ class WhatIf:
         "fleet",
         "gone",
         "journal",
+        "keyed",
         "keys",
         "now",
         "ops",
         "order",
         "qstate",
         "repo",
-        "requests",
         "runs",
         "seen",
         "unreachable",
@@ -133,14 +133,15 @@ class WhatIf:
         # 2. Index the operations: the candidates, sorted once, kept sorted.
         self.ops = index_operations(repo.operations, self.seen, self.qstate)
         self.candidates: dict[str, list[tuple[Any, ...]]] = {}
-        self.keys: dict[str, tuple[Any, ...]] = {}
         for name, q in self.qstate.items():
-            kept = sorted(c for c in q.candidates if c[4] in simulated)
+            kept = [c for c in q.candidates if c[4] in simulated]
             q.candidates = []
             if kept:
+                kept.sort()
                 self.candidates[name] = kept
-                for c in kept:
-                    self.keys[c[4]] = c
+        # each candidate by id, of the queues an admission dispatched from (``_keys``)
+        self.keys: dict[str, tuple[Any, ...]] = {}
+        self.keyed: set[str] = set()
         pause()
         # 3. Usage of the active operations.
         self.runs: dict[str, ActiveRun] = {}  # by id
@@ -152,33 +153,11 @@ class WhatIf:
             join_cohorts(self.qstate, repo.cohorts, self.ops, self.seen, now)
         self.deps = Dependencies(self.seen, self.ops)
         pause()
-        # the candidates of each queue that ``fitting`` serves, by what checks 7, 8 and 10
-        # look at (``Bucket``), in order
+        # the candidates of each queue that ``fitting`` serves (``bucketed``), by what checks
+        # 7, 8 and 10 look at, in order: made when it first serves the queue (``_buckets``),
+        # and each candidate's ``Bucket`` (by id) with them
         self.buckets: dict[str, dict[Bucket, list[tuple[Any, ...]]]] = {}
         self.bucket_of: dict[str, Bucket] = {}
-        # a bucketed candidate's request in units per quota slot (``QueueState.request``)
-        self.requests: dict[str, tuple[int, ...]] = {}
-        for name, kept in self.candidates.items():
-            q = self.qstate[name]
-            spec = q.spec
-            if (
-                spec.strategy is not QueueStrategy.BEST_EFFORT_FIFO
-                or q.cohort is not None
-                or q.flavors
-                or spec.clusters
-            ):
-                continue
-            buckets = self.buckets[name] = {}
-            needs_of: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}  # most repeat
-            for c in kept:
-                op = c[5]
-                req = self.requests[c[4]] = q.request(op.requests)
-                needs = needs_of.get(req)
-                if needs is None:
-                    needs = needs_of[req] = tuple((i, a) for i, a in enumerate(req) if a)
-                key = (needs, op.replicas, op.cluster)
-                buckets.setdefault(key, []).append(c)
-                self.bucket_of[c[4]] = key
         self.order = {
             name: i
             for i, name in enumerate(
@@ -244,7 +223,7 @@ class WhatIf:
         """The first ``n`` candidates of ``q`` after ``after`` that checks 7 (``maxPods``),
         8 (quota) and 9 (workflow parallelism) let through now, and 10 (the cluster) too
         when its pass already has one waiting for that cluster (``noted``). Only for a queue
-        with ``buckets`` (BestEffortFIFO, no cohort, flavors or fleet): each of the others
+        ``bucketed`` (BestEffortFIFO, no cohort, flavors or fleet): each of the others
         waits at 7, 8, 9 or 10 whatever the rest of its pass does (what is held only grows
         within a pass), so leaving them out changes nothing the pass dispatches or the
         clusters it waits for.
@@ -257,7 +236,7 @@ class WhatIf:
         free_pods = None if max_pods is None else max_pods - q.pods
         cluster = self.counters.cluster
         heads = []
-        for (needs, pods, cname), cands in self.buckets[q.spec.name].items():
+        for (needs, pods, cname), cands in self._buckets(q).items():
             if not cands or (free_pods is not None and pods > free_pods):
                 continue
             for i, a in needs:
@@ -346,9 +325,9 @@ class WhatIf:
         admission ends: what it dispatched (4 and 4b) leaves the candidates."""
         self._held(borrow(order, self.counters, self.now, self.fleet))
         dispatch = self.dispatch
-        keys = self.keys
         for name, ids in self.gone.items():
             full = self.candidates[name]
+            keys = self._keys(name)
             buckets = self.buckets.get(name)
             for oid in ids:
                 key = keys[oid]
@@ -391,18 +370,57 @@ class WhatIf:
                     del self.seen[oid]
                 else:
                     self.seen[oid] = before
-                key = self.keys[oid]
+                key = self.keys[oid]  # ``borrow`` took it out
                 assert run.queue is not None
                 name = run.queue.spec.name
                 bisect.insort(self.candidates.setdefault(name, []), key)
                 buckets = self.buckets.get(name)
                 if buckets is not None:
-                    bisect.insort(buckets[self.bucket_of[oid]], key)
+                    bisect.insort(buckets[self._bucket_of(run.queue, key)], key)
             else:
                 assert before is not None
                 self.runs[oid] = run
                 self._hold(run)
                 self.seen[oid] = before
+
+    def bucketed(self, q: QueueState) -> bool:
+        """Whether ``fitting`` serves ``q``: BestEffortFIFO, no cohort, flavors or fleet."""
+        spec = q.spec
+        return (
+            spec.strategy is QueueStrategy.BEST_EFFORT_FIFO
+            and q.cohort is None
+            and not q.flavors
+            and not spec.clusters
+        )
+
+    def _buckets(self, q: QueueState) -> dict[Bucket, list[tuple[Any, ...]]]:
+        """``q``'s candidates by ``Bucket``, in order (made from its candidates now, the
+        first time; ``borrow`` and ``revert`` keep them)."""
+        name = q.spec.name
+        got = self.buckets.get(name)
+        if got is None:
+            got = self.buckets[name] = {}
+            for c in self.candidates.get(name, ()):
+                got.setdefault(self._bucket_of(q, c), []).append(c)
+        return got
+
+    def _bucket_of(self, q: QueueState, c: tuple[Any, ...]) -> Bucket:
+        oid = c[4]
+        got = self.bucket_of.get(oid)
+        if got is None:
+            op = c[5]
+            req = q.request(op.requests)
+            needs = tuple((i, a) for i, a in enumerate(req) if a)
+            got = self.bucket_of[oid] = (needs, op.replicas, op.cluster)
+        return got
+
+    def _keys(self, name: str) -> dict[str, tuple[Any, ...]]:
+        """Each candidate by id, the queue ``name``'s among them (added the first time,
+        while all it had are candidates: what ``borrow`` takes out, ``revert`` puts back)."""
+        if name not in self.keyed:
+            self.keyed.add(name)
+            self.keys.update((c[4], c) for c in self.candidates.get(name, ()))
+        return self.keys
 
     # --- the run's counts -----------------------------------------------------------------
 
