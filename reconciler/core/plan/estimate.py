@@ -395,7 +395,13 @@ class _Prepared:
         # per operation asked (the p90 simulation asks what the p50 one did)
         self._durations: dict[tuple[int, float | None], _Durations] = {}
         self._of_op: dict[str, _Durations] = {}
-        self.ops = {op.id: op for op in repo.operations}
+        self.ops: dict[str, CompiledOperation] = {}
+        # each workflow's queues: of all its children, pending, dispatched or running
+        self.workflow_spans: dict[str, set[str]] = {}
+        for op in repo.operations:
+            self.ops[op.id] = op
+            if op.workflow is not None:
+                self.workflow_spans.setdefault(op.workflow.parent, set()).add(op.queue)
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
         # a cohort member's queue is planned with every member of its cohort (what it may
         # borrow, and what it lent, depends on their usage)
@@ -409,35 +415,28 @@ class _Prepared:
                 self.cohort_mates[name] = tuple(sorted(members))
         self.budgeted = frozenset(n for n, spec in repo.queues.items() if spec.budget is not None)
         self.fleet = frozenset(n for n, spec in repo.queues.items() if spec.fleet)
-        # each workflow's queues: of all its children, pending, dispatched or running
-        self.workflow_spans: dict[str, set[str]] = {}
-        for child in repo.operations:
-            if child.workflow is not None:
-                self.workflow_spans.setdefault(child.workflow.parent, set()).add(child.queue)
         self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
-        self.simulated: list[CompiledOperation] = []  # every pending op the clock can date
+        self.simulated: list[str] = []  # every pending op the clock can date, in order
         self.dependents: dict[str, list[str]] = {}
         self.workflow_queues: dict[str, set[str]] = {}
         self.pending = plan.pending
         self._waits: tuple[frozenset[str], dict[str, list[_Wait]]] | None = None
         self.dated: set[str] = set()  # the queues with an operation the clock can date
         dated = self.dated
-        ids: set[str] = set()  # of ``simulated``
         for p in plan.pending:
             why = _static_block(p)
             if why:
                 self.blocked[p.operation] = why
                 continue
-            op = self.ops.get(p.operation)
-            if op is None:
+            pending = self.ops.get(p.operation)
+            if pending is None:
                 continue
             dated.add(p.queue)
-            self.simulated.append(op)
-            ids.add(op.id)
-            for dep in op.dependencies:
+            self.simulated.append(p.operation)
+            for dep in pending.dependencies:
                 self.dependents.setdefault(dep, []).append(p.operation)
-            if op.workflow is not None:
-                self.workflow_queues.setdefault(op.workflow.parent, set()).add(p.queue)
+            if pending.workflow is not None:
+                self.workflow_queues.setdefault(pending.workflow.parent, set()).add(p.queue)
         pause()
         # the cycle's state with its plan applied: what runs (started now when not known),
         # and what the plan dispatches, starting now
@@ -452,7 +451,7 @@ class _Prepared:
         self.whatif = WhatIf(
             repo,
             seen.values(),
-            ids,
+            frozenset(self.simulated),
             now,
             unreachable=unreachable,
             capacity=capacity,
@@ -530,7 +529,14 @@ _NO_DEPS: frozenset[str] = frozenset()
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _Candidate = tuple[
-    str, CompiledOperation, tuple[int, ...], tuple[tuple[int, int], ...], int, frozenset[str], str
+    str,
+    CompiledOperation,
+    tuple[int, ...],
+    tuple[tuple[int, int], ...],
+    int,
+    frozenset[str],
+    str,
+    int,
 ]
 
 
@@ -577,7 +583,8 @@ class _Apart:
         self.used = tuple(q.used)
         # in the planner's order: (id, operation, request in units, its (slot, units) where
         # not 0, its number among the queue's distinct (those, pods), dependencies not
-        # succeeded before the first event, workflow parent or "")
+        # succeeded before the first event, workflow parent or "", and its pods: a pass
+        # reads the operation itself only for what it dispatches)
         self.candidates = candidates
         self.never = never  # how many more it has that are never dispatched (check 4)
         self.runs = runs
@@ -783,7 +790,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
             never += 1
             continue
         after = frozenset(deps) if deps else _NO_DEPS
-        kept.append((oid, op, req, needs, fit, after, wf.parent if wf else ""))
+        kept.append((oid, op, req, needs, fit, after, wf.parent if wf else "", op.replicas))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -1183,7 +1190,7 @@ class _Sim:
         for k, cand in enumerate(left):
             if not strict and (held[cand[4]] or cand[6] in full):
                 continue  # it waits at 7, 8 or 9, as one with its request or workflow did
-            oid, op, req, needs, fit, deps, parent = cand
+            oid, op, req, needs, fit, deps, parent, n = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
                 continue
@@ -1191,7 +1198,6 @@ class _Sim:
             if conc is not None and active >= conc:
                 break
             # 7: maxPods, 8: quota (StrictFIFO: the rest waits behind it)
-            n = op.replicas
             if not held[fit]:
                 if max_pods is not None and pods + n > max_pods:
                     held[fit] = True
@@ -1440,8 +1446,7 @@ class _Sim:
         # the dates are on the resolution's steps: one (Eta, "") per step, shared
         dates: dict[float, tuple[Eta, str]] = {}
         after = (Eta(EtaState.AFTER_HORIZON), "")
-        for op in self.simulated:
-            oid = op.id
+        for oid in self.simulated:
             at = self.dispatched_at.get(oid)
             if at is not None:
                 got = dates.get(at)
@@ -1450,7 +1455,8 @@ class _Sim:
                     got = dates[at] = (Eta(state, self.now + timedelta(seconds=at)), "")
                 out[oid] = got
             elif unknown and waits_on_unknown(oid):
-                out[oid] = (Eta(EtaState.UNKNOWN), _unknown_why(op, unknown, self.cluster_limit))
+                why = _unknown_why(self.ops[oid], unknown, self.cluster_limit)
+                out[oid] = (Eta(EtaState.UNKNOWN), why)
             elif self.exhausted:
                 reason = last.get(oid)
                 why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
