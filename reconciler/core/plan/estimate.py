@@ -1437,33 +1437,84 @@ class _Sim:
         w.revert(mark)
         return reasons
 
-    def etas(self) -> dict[str, tuple[Eta, str]]:
+    def finish(self) -> _Dated:
+        """What this simulation dates (``_starts``), taken from its state before another
+        moves it: when each candidate it dispatched was, and why each of the others that
+        is not simply after the horizon waits (an unknown run's end, or what nothing left
+        ends)."""
         unknown = [a for a in self.active.values() if a.end is None]
-        waits_on_unknown = _WaitsOnUnknown(self, unknown)
-        blocked = Eta(EtaState.BLOCKED)
-        out: dict[str, tuple[Eta, str]] = {oid: (blocked, why) for oid, why in self.blocked.items()}
-        last = self._reasons_now() if self.exhausted else {}
-        # the dates are on the resolution's steps: one (Eta, "") per step, shared
-        dates: dict[float, tuple[Eta, str]] = {}
-        after = (Eta(EtaState.AFTER_HORIZON), "")
-        for oid in self.simulated:
-            at = self.dispatched_at.get(oid)
-            if at is not None:
-                got = dates.get(at)
-                if got is None:
-                    state = EtaState.NO_LATER_THAN if at >= self.bound_from else EtaState.AT
-                    got = dates[at] = (Eta(state, self.now + timedelta(seconds=at)), "")
-                out[oid] = got
-            elif unknown and waits_on_unknown(oid):
-                why = _unknown_why(self.ops[oid], unknown, self.cluster_limit)
-                out[oid] = (Eta(EtaState.UNKNOWN), why)
-            elif self.exhausted:
-                reason = last.get(oid)
-                why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
-                out[oid] = (blocked, why)
-            else:
-                out[oid] = after
-        return out
+        other: dict[str, tuple[Eta, str]] = {}
+        if unknown or self.exhausted:
+            waits_on_unknown = _WaitsOnUnknown(self, unknown)
+            last = self._reasons_now() if self.exhausted else {}
+            blocked = Eta(EtaState.BLOCKED)
+            for oid in self.simulated:
+                if oid in self.dispatched_at:
+                    continue
+                if unknown and waits_on_unknown(oid):
+                    why = _unknown_why(self.ops[oid], unknown, self.cluster_limit)
+                    other[oid] = (Eta(EtaState.UNKNOWN), why)
+                elif self.exhausted:
+                    reason = last.get(oid)
+                    why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
+                    other[oid] = (blocked, why)
+        return _Dated(self.dispatched_at, self.bound_from, other)
+
+
+class _Dated(NamedTuple):
+    """What one simulation dates (``_Sim.finish``)."""
+
+    dispatched_at: dict[str, float]  # seconds from now
+    bound_from: float  # from then on, "no later than" (``_Sim._bounded``)
+    other: dict[str, tuple[Eta, str]]  # not dispatched and not after the horizon: why
+
+
+def _starts(
+    pending: Sequence[Pending],
+    blocked: Mapping[str, str],
+    p50: _Dated,
+    p90: _Dated,
+    now: datetime,
+) -> dict[str, StartEstimate]:
+    """Each pending operation's estimate, from the two simulations': its date in each (one
+    ``Eta`` per step of the resolution, shared), or why it has none; the p90 never
+    earlier than the p50."""
+    after = (Eta(EtaState.AFTER_HORIZON), "")
+    no_clock = Eta(EtaState.BLOCKED)
+    dated = (EtaState.AT, EtaState.NO_LATER_THAN)
+    days: tuple[dict[float, Eta], dict[float, Eta]] = ({}, {})
+
+    def date(t: float, sim: _Dated, memo: dict[float, Eta]) -> Eta:
+        got = memo.get(t)
+        if got is None:
+            state = EtaState.NO_LATER_THAN if t >= sim.bound_from else EtaState.AT
+            got = memo[t] = Eta(state, now + timedelta(seconds=t))
+        return got
+
+    at50, at90 = p50.dispatched_at.get, p90.dispatched_at.get
+    out: dict[str, StartEstimate] = {}
+    for p in pending:
+        oid = p.operation
+        t = at50(oid)
+        if t is not None:
+            a, why = date(t, p50, days[0]), ""
+        else:
+            cause = blocked.get(oid)
+            if cause is not None:
+                out[oid] = StartEstimate(oid, p.queue, no_clock, no_clock, cause)
+                continue
+            a, why = p50.other.get(oid, after)
+        t = at90(oid)
+        if t is not None:
+            b, why90 = date(t, p90, days[1]), ""
+        else:
+            b, why90 = p90.other.get(oid, after)
+        if b.state in dated and (
+            a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
+        ):
+            b = a  # the p90 is never earlier than the p50
+        out[oid] = StartEstimate(oid, p.queue, a, b, why or why90)
+    return out
 
 
 class _WaitsOnUnknown:
@@ -1639,7 +1690,7 @@ def estimate_starts(
     ``pause`` is called between the simulation's steps, and holds it until it returns."""
     # thousands of replans allocate while the whole repo stays alive: pause the collector
     with gc_paused():
-        p50s, p90s = _simulate(
+        blocked, p50, p90 = _simulate(
             repo,
             plan,
             observed,
@@ -1655,16 +1706,7 @@ def estimate_starts(
             apart,
             pause,
         )
-        out: dict[str, StartEstimate] = {}
-        dated = (EtaState.AT, EtaState.NO_LATER_THAN)
-        for p in plan.pending:
-            (a, why), (b, why90) = p50s[p.operation], p90s[p.operation]
-            if b.state in dated and (
-                a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
-            ):
-                b = a  # the p90 is never earlier than the p50
-            out[p.operation] = StartEstimate(p.operation, p.queue, a, b, why or why90)
-        return Estimates(now, horizon, out)
+        return Estimates(now, horizon, _starts(plan.pending, blocked, p50, p90, now))
 
 
 def _simulate(
@@ -1682,10 +1724,10 @@ def _simulate(
     capacity: Mapping[str, ClusterCapacity],
     apart: bool,
     pause: Pause,
-) -> list[dict[str, tuple[Eta, str]]]:
-    """The p50 simulation, then the p90 from the state it started from: what each dates.
-    Their state is let go on return, before the caller resumes the collector (which would
-    otherwise scan all of it once)."""
+) -> tuple[dict[str, str], _Dated, _Dated]:
+    """The p50 simulation, then the p90 from the state it started from: what each dates,
+    after why each operation no clock dates waits. Their state is let go on return, before
+    the caller resumes the collector (which would otherwise scan all of it once)."""
     pause()
     prep = _Prepared(
         repo,
@@ -1701,7 +1743,7 @@ def _simulate(
         apart,
         pause,
     )
-    results = []
+    results: list[_Dated] = []
     for q in (P50, P90):
         pause()
         sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
@@ -1712,10 +1754,10 @@ def _simulate(
             sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
             sim.run()
         pause()
-        results.append(sim.etas())
+        results.append(sim.finish())
         if q == P50:  # nothing follows the p90
             prep.whatif.revert()
-    return results
+    return prep.blocked, results[0], results[1]
 
 
 def starts_of(workloads: Mapping[str, WorkloadState]) -> dict[str, datetime]:
