@@ -1120,18 +1120,27 @@ class _Sim:
             holds[run.oid] = (None, (), 0, "", True)
         free = g.free
         done: set[str] = set()
-        heap = ends
-        heapq.heapify(heap)
+        # the runs' ends by time, and the times in a heap: those of one step of the
+        # resolution end together, and are never ordered among themselves
+        at: dict[float, list[str]] = {}
+        for end, oid in ends:
+            got = at.get(end)
+            if got is None:
+                at[end] = [oid]
+            else:
+                got.append(oid)
+        times = list(at)
+        heapq.heapify(times)
         horizon = self.end_of_horizon
         t = 0.0
-        while heap:
-            t = heap[0][0]
+        while times:
+            t = times[0]
             if t > horizon:
                 return None, t
+            heapq.heappop(times)
             if ticks is not None:
                 ticks.add(t)
-            while heap and heap[0][0] == t:
-                oid = heapq.heappop(heap)[1]
+            for oid in at.pop(t):
                 owner, req, n, parent, slot = holds.pop(oid)
                 if slot and free is not None:
                     free += 1
@@ -1150,7 +1159,7 @@ class _Sim:
             for k in sorted(todo):
                 s = counts[k]
                 if s.left:
-                    free = self._pass_apart(members[k], s, t, free, done, holds, heap)
+                    free = self._pass_apart(members[k], s, t, free, done, holds, at, times)
                     if s.waiting:
                         break  # the cluster is full: nothing after it can be dispatched
                 todo.discard(k)
@@ -1164,10 +1173,12 @@ class _Sim:
         free: int | None,
         done: set[str],
         holds: dict[str, tuple[_Counts | None, tuple[int, ...], int, str, bool]],
-        heap: list[tuple[float, str]],
+        at: dict[float, list[str]],
+        times: list[float],
     ) -> int | None:
         """The planner's pass over queue ``a``'s candidates left (``s``) at ``t``, with
-        ``free`` slots left on its group's cluster (None: no limit); returns what it left."""
+        ``free`` slots left on its group's cluster (None: no limit); returns what it left.
+        What it dispatches ends in ``at`` (``_date_apart``'s)."""
         active, pods, used = s.active, s.pods, s.used
         conc, max_pods, quota, strict = a.concurrency, a.max_pods, a.quota, a.strict
         wf_active = s.wf_active
@@ -1251,7 +1262,12 @@ class _Sim:
                 end = t + seconds
                 if durs[2] and end < self.bound_from:
                     self.bound_from = end
-                heapq.heappush(heap, (end, oid))
+                got = at.get(end)
+                if got is None:
+                    at[end] = [oid]
+                    heapq.heappush(times, end)
+                else:
+                    got.append(oid)
             if not unheld:
                 break
         if len(taken) == 1:
