@@ -446,8 +446,8 @@ class _Prepared:
         }
         for d in plan.dispatch:
             seen[d.operation] = dispatched(d, self.ops[d.operation], now)
-        self.plan_dispatched = frozenset(d.operation for d in plan.dispatch)
-        self.stopped = frozenset(s.operation for s in plan.stop)
+        plan_dispatched = frozenset(d.operation for d in plan.dispatch)
+        stopped = frozenset(s.operation for s in plan.stop)
         self.whatif = WhatIf(
             repo,
             seen.values(),
@@ -481,6 +481,18 @@ class _Prepared:
             for name, clusters in targets.items()
             if len(clusters) > 1 and repo.queues[name].strategy is not strict
         )
+        # each run before the first event, in order: (id, run, its operation, whether the
+        # plan stops it now, dispatches it now, or it runs)
+        w = self.whatif
+        self.runs = [
+            (
+                oid,
+                w.runs[oid],
+                self.ops.get(oid),
+                _STOPPED if oid in stopped else _DISPATCHED if oid in plan_dispatched else _RUNNING,
+            )
+            for oid in sorted(w.runs)
+        ]
         # the queues whose simulation shares nothing with others' but a group's: dated apart
         self.apart = _groups_apart(self) if apart else []
 
@@ -526,6 +538,9 @@ class _Prepared:
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
 _NO_DEPS: frozenset[str] = frozenset()
+# what a run is before the first event (``_Prepared.runs``): running, stopped by the
+# plan now, or dispatched by it now
+_RUNNING, _STOPPED, _DISPATCHED = 0, 1, 2
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _Candidate = tuple[
@@ -670,8 +685,7 @@ def _groups_apart(prep: _Prepared) -> list[_Group]:
 
     runs_of: dict[str, list[ActiveRun]] = {}
     runs_on: dict[str, list[ActiveRun]] = {}
-    for oid in sorted(w.runs):
-        run = w.runs[oid]
+    for _, run, _, _ in prep.runs:
         if run.queue is not None:
             runs_of.setdefault(run.queue.spec.name, []).append(run)
         if run.cluster is not None:
@@ -748,8 +762,11 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     name = q.spec.name
     cands = w.candidates[name]
     own = {run.oid for run in runs}
-    own.update(c[4] for c in cands)
-    if any(prep.ops[d].queue != name for oid in own for d in prep.dependents.get(oid, ())):
+    own.update(map(itemgetter(4), cands))
+    dependents = prep.dependents
+    if not dependents.keys().isdisjoint(own) and any(
+        prep.ops[d].queue != name for oid in own for d in dependents.get(oid, ())
+    ):
         return None
     parents: dict[str, set[int | None]] = {
         run.workflow[0]: set() for run in runs if run.workflow is not None
@@ -916,12 +933,10 @@ class _Sim:
         self.refused = False
         # what runs and what this cycle dispatches (starting now) ends: what it stops now
         seen = self.w.seen
-        for oid in sorted(self.w.runs):
-            run = self.w.runs[oid]
-            op = self.ops.get(oid)
-            if oid in prep.stopped:
+        for oid, run, op, kind in prep.runs:
+            if kind == _STOPPED:
                 end: float | None = 0.0
-            elif oid in prep.plan_dispatched:
+            elif kind == _DISPATCHED:
                 assert op is not None
                 end = self._end_from(0.0, op, oid)
             else:
