@@ -176,17 +176,29 @@ class DurationModel:
         # by (operation, queue) first: most operations' runs were all in one queue
         by_oq: dict[tuple[str, str | None], list[float]] = {}
         for r in runs:
-            by_oq.setdefault((r.operation, r.queue), []).append(r.seconds)
+            key = (r.operation, r.queue)
+            got = by_oq.get(key)
+            if got is None:
+                by_oq[key] = [r.seconds]
+            else:
+                got.append(r.seconds)
         by_op: dict[str, list[float]] = {}
         by_pq: dict[tuple[str, str | None], list[float]] = {}
         by_q: dict[str | None, list[float]] = {}
         for (operation, queue), seconds in by_oq.items():
-            by_op.setdefault(operation, []).extend(seconds)
             by_pq.setdefault((operation.split("/", 1)[0], queue), []).extend(seconds)
             by_q.setdefault(queue, []).extend(seconds)
-        self.by_operation = {k: sorted(v) for k, v in by_op.items()}
-        self.by_project_queue = {k: sorted(v) for k, v in by_pq.items()}
-        self.by_queue = {k: sorted(v) for k, v in by_q.items() if k is not None}
+            mine = by_op.get(operation)
+            if mine is None:
+                by_op[operation] = seconds  # its own list from now on (copied above)
+            else:
+                mine.extend(seconds)
+        for group in (by_op, by_pq, by_q):
+            for values in group.values():
+                values.sort()
+        self.by_operation = by_op
+        self.by_project_queue = by_pq
+        self.by_queue = {k: v for k, v in by_q.items() if k is not None}
 
     def samples(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
         """The past durations that stand for ``operation``'s, and which group they are
@@ -424,10 +436,11 @@ class _Prepared:
         self.dated: set[str] = set()  # the queues with an operation the clock can date
         dated = self.dated
         for p in plan.pending:
-            why = _static_block(p)
-            if why:
-                self.blocked[p.operation] = why
-                continue
+            if p.reason in _STATIC or isinstance(p.blocked_by, DependenciesBlock):
+                why = _static_block(p)
+                if why:
+                    self.blocked[p.operation] = why
+                    continue
             pending = self.ops.get(p.operation)
             if pending is None:
                 continue
