@@ -784,13 +784,13 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     parents: dict[str, set[int | None]] = {
         run.workflow[0]: set() for run in runs if run.workflow is not None
     }
-    # per distinct (request, pods): its number, or -1 when it alone exceeds the queue
-    fits: dict[tuple[tuple[tuple[int, int], ...], int], int] = {}
+    # per distinct (request, pods): its (slot, units) where not 0, and its number, or -1
+    # when it alone exceeds the queue
+    fits: dict[tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]] = {}
     kept = []
     never = 0
     max_pods = q.spec.max_pods
     quota = q.quota
-    needs_of: dict[tuple[int, ...], tuple[tuple[int, int], ...]] = {}  # most repeat
     for c in cands:
         oid, op = c[4], c[5]
         deps = []
@@ -805,22 +805,22 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         if wf is not None:
             parents.setdefault(wf.parent, set()).add(wf.concurrency)
         req = q.request(op.requests)
-        needs = needs_of.get(req)
-        if needs is None:
-            needs = needs_of[req] = tuple((i, a) for i, a in enumerate(req) if a)
-        fit = fits.get((needs, op.replicas))
-        if fit is None:
-            alone = (max_pods is not None and op.replicas > max_pods) or any(
+        pods = op.replicas
+        got = fits.get((req, pods))
+        if got is None:
+            needs = tuple((i, a) for i, a in enumerate(req) if a)
+            alone = (max_pods is not None and pods > max_pods) or any(
                 a > quota[i] for i, a in needs
             )
-            fit = fits[needs, op.replicas] = -1 if alone else len(fits)
+            got = fits[req, pods] = (needs, -1 if alone else len(fits))
+        needs, fit = got
         if fit < 0:
             # it waits for its dependencies now, then alone exceeds the queue (check 4):
             # never dispatched, and neither check holds the queue
             never += 1
             continue
         after = frozenset(deps) if deps else _NO_DEPS
-        kept.append((oid, op, req, needs, fit, after, wf.parent if wf else "", op.replicas))
+        kept.append((oid, op, req, needs, fit, after, wf.parent if wf else "", pods))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -1526,13 +1526,13 @@ def _starts(
     after = (Eta(EtaState.AFTER_HORIZON), "")
     no_clock = Eta(EtaState.BLOCKED)
     dated = (EtaState.AT, EtaState.NO_LATER_THAN)
-    days: tuple[dict[float, Eta], dict[float, Eta]] = ({}, {})
+    days50: dict[float, Eta] = {}
+    days90: dict[float, Eta] = {}
 
     def date(t: float, sim: _Dated, memo: dict[float, Eta]) -> Eta:
-        got = memo.get(t)
-        if got is None:
-            state = EtaState.NO_LATER_THAN if t >= sim.bound_from else EtaState.AT
-            got = memo[t] = Eta(state, now + timedelta(seconds=t))
+        """A dispatch at ``t`` in ``sim``, kept in ``memo`` for every other at ``t``."""
+        state = EtaState.NO_LATER_THAN if t >= sim.bound_from else EtaState.AT
+        got = memo[t] = Eta(state, now + timedelta(seconds=t))
         return got
 
     at50, at90 = p50.dispatched_at.get, p90.dispatched_at.get
@@ -1541,7 +1541,7 @@ def _starts(
         oid = p.operation
         t = at50(oid)
         if t is not None:
-            a, why = date(t, p50, days[0]), ""
+            a, why = days50.get(t) or date(t, p50, days50), ""
         else:
             cause = blocked.get(oid)
             if cause is not None:
@@ -1550,7 +1550,7 @@ def _starts(
             a, why = p50.other.get(oid, after)
         t = at90(oid)
         if t is not None:
-            b, why90 = date(t, p90, days[1]), ""
+            b, why90 = days90.get(t) or date(t, p90, days90), ""
         else:
             b, why90 = p90.other.get(oid, after)
         if b.state in dated and (
