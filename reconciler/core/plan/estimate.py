@@ -515,8 +515,13 @@ class _Prepared:
         bounds what is dispatched after it, ``_Sim._bounded``): what ``_Sim._end_from``
         computes, once for both simulations and every operation of the same samples."""
         got = self._of_op.get(oid)
-        if got is not None:
-            return got
+        if got is None:
+            got = self._of_op[oid] = self.durations_of(oid, op)
+        return got
+
+    def durations_of(self, oid: str, op: CompiledOperation) -> _Durations:
+        """``durations``, not kept per operation (a queue apart keeps them with its
+        candidates)."""
         timeout = None if op.timeout is None else float(op.timeout)
         values, _ = self.model.samples(oid, op.queue)
         key = (id(values), timeout)
@@ -531,7 +536,6 @@ class _Prepared:
                 if b is not None:
                     b = round(b / step) * step
             got = self._durations[key] = (a, b, not values and timeout is not None)
-        self._of_op[oid] = got
         return got
 
     def waits(self, apart: frozenset[str]) -> dict[str, list[_Wait]]:
@@ -565,6 +569,7 @@ _Candidate = tuple[
     frozenset[str],
     str,
     int,
+    _Durations,
 ]
 
 
@@ -611,8 +616,8 @@ class _Apart:
         self.used = tuple(q.used)
         # in the planner's order: (id, operation, request in units, its (slot, units) where
         # not 0, its number among the queue's distinct (those, pods), dependencies not
-        # succeeded before the first event, workflow parent or "", and its pods: a pass
-        # reads the operation itself only for what it dispatches)
+        # succeeded before the first event, workflow parent or "", its pods and its
+        # durations: a pass reads the operation itself only for what it dispatches)
         self.candidates = candidates
         self.never = never  # how many more it has that are never dispatched (check 4)
         self.runs = runs
@@ -791,6 +796,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     never = 0
     max_pods = q.spec.max_pods
     quota = q.quota
+    durations = prep.durations_of
     for c in cands:
         oid, op = c[4], c[5]
         deps = []
@@ -820,7 +826,8 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
             never += 1
             continue
         after = frozenset(deps) if deps else _NO_DEPS
-        kept.append((oid, op, req, needs, fit, after, wf.parent if wf else "", pods))
+        parent = wf.parent if wf else ""
+        kept.append((oid, op, req, needs, fit, after, parent, pods, durations(oid, op)))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -1214,7 +1221,6 @@ class _Sim:
         fits, live = s.fits, s.live
         left = s.left
         qi = self.qi
-        durations = self.durations
         unknown = self.active
         dispatched_at = self.dispatched_at
         taken: list[int] = []  # where the candidates it dispatched were in ``left``
@@ -1229,7 +1235,7 @@ class _Sim:
         for k, cand in enumerate(left):
             if not strict and (held[cand[4]] or cand[6] in full):
                 continue  # it waits at 7, 8 or 9, as one with its request or workflow did
-            oid, op, req, needs, fit, deps, parent, n = cand
+            oid, op, req, needs, fit, deps, parent, n, durs = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
                 continue
@@ -1277,7 +1283,6 @@ class _Sim:
             taken.append(k)
             dispatched_at[oid] = t
             holds[oid] = (s, req, n, parent, free is not None)
-            durs = durations(oid, op)
             seconds = durs[qi]
             if seconds is None:
                 run = ActiveRun.of(
