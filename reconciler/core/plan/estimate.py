@@ -494,18 +494,20 @@ class _Prepared:
             for name, clusters in targets.items()
             if len(clusters) > 1 and repo.queues[name].strategy is not strict
         )
-        # each run before the first event, in order: (id, run, its operation, whether the
-        # plan stops it now, dispatches it now, or it runs)
+        # each run before the first event, in order: (id, run, its operation, and how long
+        # it lasts from now when the plan stops it (0) or dispatches it now, else None: it
+        # runs, and what is left of it depends on when it started)
         w = self.whatif
-        self.runs = [
-            (
-                oid,
-                w.runs[oid],
-                self.ops.get(oid),
-                _STOPPED if oid in stopped else _DISPATCHED if oid in plan_dispatched else _RUNNING,
-            )
-            for oid in sorted(w.runs)
-        ]
+        self.runs: list[tuple[str, ActiveRun, CompiledOperation | None, _Durations | None]] = []
+        for oid in sorted(w.runs):
+            known = self.ops.get(oid)
+            durations = None
+            if oid in stopped:
+                durations = _ENDS_NOW
+            elif oid in plan_dispatched:
+                assert known is not None
+                durations = self.durations_of(oid, known)
+            self.runs.append((oid, w.runs[oid], known, durations))
         # the queues whose simulation shares nothing with others' but a group's: dated apart
         self.apart = _groups_apart(self) if apart else []
 
@@ -555,9 +557,7 @@ class _Prepared:
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
 _NO_DEPS: frozenset[str] = frozenset()
-# what a run is before the first event (``_Prepared.runs``): running, stopped by the
-# plan now, or dispatched by it now
-_RUNNING, _STOPPED, _DISPATCHED = 0, 1, 2
+_ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _Candidate = tuple[
@@ -953,14 +953,13 @@ class _Sim:
         self.refused = False
         # what runs and what this cycle dispatches (starting now) ends: what it stops now
         seen = self.w.seen
-        for oid, run, op, kind in prep.runs:
-            if kind == _STOPPED:
-                end: float | None = 0.0
-            elif kind == _DISPATCHED:
-                assert op is not None
-                end = self._end_from(0.0, op, oid)
-            else:
+        for oid, run, op, durations in prep.runs:
+            if durations is None:
                 end = self._running_end(seen[oid], op, starts)
+            else:
+                end = durations[self.qi]
+                if end is not None and durations[2]:
+                    self._bounded(end)
             home = group_of.get(run.queue.spec.name) if run.queue is not None else None
             if home is None:
                 home = group_of.get(oid)
