@@ -557,13 +557,14 @@ class _Prepared:
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
 _NO_DEPS: frozenset[str] = frozenset()
+# what a run of a group apart holds (``_Sim._date_apart``)
+_Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool]
 _ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _Candidate = tuple[
     str,
     CompiledOperation,
-    tuple[int, ...],
     tuple[tuple[int, int], ...],
     int,
     frozenset[str],
@@ -614,8 +615,8 @@ class _Apart:
         self.active = q.active
         self.pods = q.pods
         self.used = tuple(q.used)
-        # in the planner's order: (id, operation, request in units, its (slot, units) where
-        # not 0, its number among the queue's distinct (those, pods), dependencies not
+        # in the planner's order: (id, operation, its request's (slot, units) where not 0,
+        # its number among the queue's distinct (request, pods), dependencies not
         # succeeded before the first event, workflow parent or "", its pods and its
         # durations: a pass reads the operation itself only for what it dispatches)
         self.candidates = candidates
@@ -625,9 +626,9 @@ class _Apart:
         self.workflows = workflows
         self.wf_limit = {p: limit for p, (_, limit) in workflows.items()}
         # per distinct (request, pods): how many candidates have it
-        sizes = [0] * (1 + max((c[4] for c in candidates), default=-1))
+        sizes = [0] * (1 + max((c[3] for c in candidates), default=-1))
         for c in candidates:
-            sizes[c[4]] += 1
+            sizes[c[3]] += 1
         self.fit_sizes = tuple(sizes)
 
 
@@ -827,7 +828,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
             continue
         after = frozenset(deps) if deps else _NO_DEPS
         parent = wf.parent if wf else ""
-        kept.append((oid, op, req, needs, fit, after, parent, pods, durations(oid, op)))
+        kept.append((oid, op, needs, fit, after, parent, pods, durations(oid, op)))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -1142,14 +1143,16 @@ class _Sim:
         members = g.members
         counts = [_Counts(a, k) for k, a in enumerate(members)]
         todo = set(range(len(members)))  # the queues whose pass may dispatch
-        # what each run holds, to release it: (its queue's counts or None, request in
-        # units, pods, workflow parent, whether it holds one of the cluster's slots)
-        holds: dict[str, tuple[_Counts | None, tuple[int, ...], int, str, bool]] = {}
+        # what each run holds, to release it: (its queue's counts or None, its (slot,
+        # units) where not 0, pods, workflow parent, whether it holds one of the cluster's
+        # slots)
+        holds: dict[str, _Hold] = {}
         cluster = g.cluster
         for a, s in zip(g.members, counts, strict=True):
             for run in a.runs:
                 parent = run.workflow[0] if run.workflow is not None else ""
-                holds[run.oid] = (s, run.req, run.pods, parent, run.cluster == cluster)
+                needs = tuple((i, units) for i, units in enumerate(run.req) if units)
+                holds[run.oid] = (s, needs, run.pods, parent, run.cluster == cluster)
         for run in g.passive:
             holds[run.oid] = (None, (), 0, "", True)
         free = g.free
@@ -1182,7 +1185,7 @@ class _Sim:
                     owner.active -= 1
                     owner.pods -= n
                     used = owner.used
-                    for i, amount in enumerate(req):
+                    for i, amount in req:
                         used[i] -= amount
                     if parent:
                         owner.wf_active[parent] -= 1
@@ -1206,7 +1209,7 @@ class _Sim:
         t: float,
         free: int | None,
         done: set[str],
-        holds: dict[str, tuple[_Counts | None, tuple[int, ...], int, str, bool]],
+        holds: dict[str, _Hold],
         at: dict[float, list[str]],
         times: list[float],
     ) -> int | None:
@@ -1232,9 +1235,9 @@ class _Sim:
         full: set[str] = set()
         unheld = live  # once none is left but held ones, every later candidate waits
         for k, cand in enumerate(left):
-            if not strict and (held[cand[4]] or cand[6] in full):
+            if not strict and (held[cand[3]] or cand[5] in full):
                 continue  # it waits at 7, 8 or 9, as one with its request or workflow did
-            oid, op, req, needs, fit, deps, parent, n, durs = cand
+            oid, op, needs, fit, deps, parent, n, durs = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
                 continue
@@ -1281,7 +1284,7 @@ class _Sim:
                 unheld -= 1
             taken.append(k)
             dispatched_at[oid] = t
-            holds[oid] = (s, req, n, parent, free is not None)
+            holds[oid] = (s, needs, n, parent, free is not None)
             seconds = durs[qi]
             if seconds is None:
                 run = ActiveRun.of(
