@@ -34,7 +34,7 @@ import bisect
 import enum
 import heapq
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -548,7 +548,7 @@ class _Prepared:
         out: dict[str, list[_Wait]] = {}
         wanted = self.dated.difference(apart)
         get = self.ops.get
-        for p in self.pending:
+        for p in self.pending if wanted else ():
             if p.queue in wanted:
                 out.setdefault(p.queue, []).append((p.operation, get(p.operation), p.reason))
         self._waits = (apart, out)
@@ -1512,6 +1512,48 @@ class _Sim:
         return _Dated(self.dispatched_at, self.bound_from, other)
 
 
+class _Starts(Mapping[str, StartEstimate]):
+    """Every pending operation's ``StartEstimate``, kept as its queue and the number of its
+    (p50, p90, why) among the distinct ones (most share their dates: one per step of the
+    resolution): two dicts of strings and ints, which the cyclic collector never scans,
+    where 100k estimates as tuples cost a scan of them all after every estimate."""
+
+    __slots__ = ("_index", "_queue", "_row", "_rows")
+
+    def __init__(self) -> None:
+        self._queue: dict[str, str] = {}
+        self._row: dict[str, int] = {}
+        self._rows: list[tuple[Eta, Eta, str]] = []
+        self._index: dict[tuple[int, int, str], int] = {}  # by the Etas' identity
+
+    def add(self, operation: str, queue: str, p50: Eta, p90: Eta, why: str) -> None:
+        key = (id(p50), id(p90), why)
+        row = self._index.get(key)
+        if row is None:
+            row = self._index[key] = len(self._rows)
+            self._rows.append((p50, p90, why))
+        self._row[operation] = row
+        self._queue[operation] = queue
+
+    def sealed(self) -> _Starts:
+        """Done adding: the index of distinct rows is let go."""
+        self._index = {}
+        return self
+
+    def __getitem__(self, operation: str) -> StartEstimate:
+        p50, p90, why = self._rows[self._row[operation]]
+        return StartEstimate(operation, self._queue[operation], p50, p90, why)
+
+    def __contains__(self, operation: object) -> bool:
+        return operation in self._row
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._row)
+
+    def __len__(self) -> int:
+        return len(self._row)
+
+
 class _Dated(NamedTuple):
     """What one simulation dates (``_Sim.finish``)."""
 
@@ -1526,7 +1568,7 @@ def _starts(
     p50: _Dated,
     p90: _Dated,
     now: datetime,
-) -> dict[str, StartEstimate]:
+) -> _Starts:
     """Each pending operation's estimate, from the two simulations': its date in each (one
     ``Eta`` per step of the resolution, shared), or why it has none; the p90 never
     earlier than the p50."""
@@ -1543,7 +1585,8 @@ def _starts(
         return got
 
     at50, at90 = p50.dispatched_at.get, p90.dispatched_at.get
-    out: dict[str, StartEstimate] = {}
+    out = _Starts()
+    add = out.add
     for p in pending:
         oid = p.operation
         t = at50(oid)
@@ -1552,7 +1595,7 @@ def _starts(
         else:
             cause = blocked.get(oid)
             if cause is not None:
-                out[oid] = StartEstimate(oid, p.queue, no_clock, no_clock, cause)
+                add(oid, p.queue, no_clock, no_clock, cause)
                 continue
             a, why = p50.other.get(oid, after)
         t = at90(oid)
@@ -1564,8 +1607,8 @@ def _starts(
             a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
         ):
             b = a  # the p90 is never earlier than the p50
-        out[oid] = StartEstimate(oid, p.queue, a, b, why or why90)
-    return out
+        add(oid, p.queue, a, b, why or why90)
+    return out.sealed()
 
 
 class _WaitsOnUnknown:
