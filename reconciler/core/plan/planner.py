@@ -392,8 +392,10 @@ def index_operations(
     operations: Iterable[CompiledOperation],
     seen: Mapping[str, ObservedOperation],
     qstate: Mapping[str, QueueState],
+    only: Collection[str] | None = None,
 ) -> dict[str, CompiledOperation]:
-    """Step 2: the operations by id; each candidate (a ``Queued`` one) added to its queue.
+    """Step 2: the operations by id; each candidate (a ``Queued`` one, of ``only`` when
+    given: the what-if state's, those a clock can date) added to its queue.
 
     Within a queue: the operation's priority, highest first; then first-commit time, then
     path; workflow children at their parent's position, in index order. Ops without a
@@ -409,7 +411,7 @@ def index_operations(
             raise PlanInputError(f"operation {oid} appears twice")
         ops[oid] = op
         rank = op.rank  # None: stopped in the repo, never a candidate
-        if oid in not_queued or rank is None:
+        if oid in not_queued or rank is None or (only is not None and oid not in only):
             continue
         home = qstate.get(op.queue)
         if home is None:

@@ -131,14 +131,13 @@ class WhatIf:
         self.counters = Counters(repo.clusters)
         pause()
         # 2. Index the operations: the candidates, sorted once, kept sorted.
-        self.ops = index_operations(repo.operations, self.seen, self.qstate)
+        self.ops = index_operations(repo.operations, self.seen, self.qstate, simulated)
         self.candidates: dict[str, list[tuple[Any, ...]]] = {}
         for name, q in self.qstate.items():
-            kept = [c for c in q.candidates if c[4] in simulated]
-            q.candidates = []
-            if kept:
-                kept.sort()
-                self.candidates[name] = kept
+            if q.candidates:
+                q.candidates.sort()
+                self.candidates[name] = q.candidates
+                q.candidates = []
         # each candidate by id, of the queues an admission dispatched from (``_keys``)
         self.keys: dict[str, tuple[Any, ...]] = {}
         self.keyed: set[str] = set()
