@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import bisect
 import enum
+import functools
 import heapq
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -154,8 +155,18 @@ class Duration(NamedTuple):
 
 def quantile(sorted_values: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` quantile of a sorted, non-empty sequence."""
-    n = len(sorted_values)
-    return sorted_values[min(n - 1, max(0, math.ceil(q * n) - 1))]
+    return sorted_values[_rank(q, len(sorted_values))]
+
+
+def _rank(q: float, n: int) -> int:
+    """Where the nearest-rank ``q`` quantile is in ``n`` sorted values (n > 0)."""
+    return min(n - 1, max(0, math.ceil(q * n) - 1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _ranks(n: int) -> tuple[int, int]:
+    """Where the p50 and the p90 are in ``n`` sorted values (n > 0)."""
+    return _rank(P50, n), _rank(P90, n)
 
 
 def capped_quantile(samples: Sequence[float], q: float, timeout: float | None) -> float | None:
@@ -530,8 +541,15 @@ class _Prepared:
         got = self._durations.get(key)
         if got is None:
             step = self.step
-            a = capped_quantile(values, P50, timeout)
-            b = capped_quantile(values, P90, timeout)
+            a: float | None
+            b: float | None
+            if values:  # ``capped_quantile`` at both, with the ranks memoised
+                i, j = _ranks(len(values))
+                a, b = values[i], values[j]
+                if timeout is not None:
+                    a, b = min(a, timeout), min(b, timeout)
+            else:
+                a = b = timeout
             if step > 0:
                 if a is not None:
                     a = round(a / step) * step
