@@ -226,6 +226,32 @@ def test_an_estimate_leaves_no_reference_cycle_to_the_collector() -> None:
         gc.enable()
 
 
+def test_the_estimates_are_a_mapping_the_collector_never_scans() -> None:
+    """Every pending operation's estimate, in the plan's order, read as a mapping; kept as
+    strings and ints (what shares a date shares a row), so the collector has nothing of
+    them to scan once they are made (100k tuples of ``Eta``s cost a scan after each
+    estimate)."""
+    world = World().queue("q", concurrency=1)
+    world.ops("p/op-{}", 6)
+    world.op("p/held", queue="q").unapproved()
+    world.op("p/also-held", queue="q").unapproved()
+    history = [r for i in range(1, 7) for r in _runs(f"p/op-{i}", "q", 10)]
+    e = _estimate(world, history)
+    plan = world.plan()
+    assert list(e.pending) == [p.operation for p in plan.pending]
+    assert len(e.pending) == len(plan.pending) and "p/held" in e.pending
+    assert "p/op-1" not in e.pending and e.of("p/op-1") is None  # dispatched now
+    got = e.pending["p/op-3"]
+    assert (got.operation, got.queue, _at(e, "p/op-3")) == ("p/op-3", "q", 20)
+    assert e.pending["p/held"].p50.state is EtaState.BLOCKED
+    assert dict(e.pending) == {oid: e.pending[oid] for oid in e.pending}
+    # per operation, only strings and ints: what the collector tracks is the list of rows
+    tracked = [
+        x for x in gc.get_referents(e.pending) if gc.is_tracked(x) and not isinstance(x, type)
+    ]
+    assert len(tracked) == 1 and len(tracked[0]) < len(e.pending)
+
+
 def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:
     world = World().cluster("local", concurrency=1)
     world.queue("low", priority=0).queue("high", priority=5)

@@ -35,12 +35,13 @@ import enum
 import functools
 import heapq
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import islice
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from reconciler.core.decision.cycle import Decision
@@ -489,12 +490,11 @@ class _Prepared:
         # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
         # pass counts: what it dispatched is no candidate any more)
         # per queue with candidates: how many are for each cluster (their own)
-        self.for_cluster: dict[str, dict[str, int]] = {}
-        for name, cands in self.whatif.candidates.items():
-            counts = self.for_cluster[name] = {}
-            for c in cands:
-                cluster = c[5].cluster
-                counts[cluster] = counts.get(cluster, 0) + 1
+        cluster_of = attrgetter("cluster")
+        self.for_cluster: dict[str, dict[str, int]] = {
+            name: Counter(map(cluster_of, map(_OP, cands)))
+            for name, cands in self.whatif.candidates.items()
+        }
         targets = {name: set(counts) for name, counts in self.for_cluster.items()}
         for d in plan.dispatch:
             if d.queue in targets:
@@ -575,6 +575,7 @@ class _Prepared:
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
 _NO_DEPS: frozenset[str] = frozenset()
+_OP = itemgetter(5)  # a candidate's operation (``index_operations``)
 # what a run of a group apart holds (``_Sim._date_apart``)
 _Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool]
 _ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
@@ -1536,27 +1537,14 @@ class _Starts(Mapping[str, StartEstimate]):
     resolution): two dicts of strings and ints, which the cyclic collector never scans,
     where 100k estimates as tuples cost a scan of them all after every estimate."""
 
-    __slots__ = ("_index", "_queue", "_row", "_rows")
+    __slots__ = ("_queue", "_row", "_rows")
 
-    def __init__(self) -> None:
-        self._queue: dict[str, str] = {}
-        self._row: dict[str, int] = {}
-        self._rows: list[tuple[Eta, Eta, str]] = []
-        self._index: dict[tuple[int, int, str], int] = {}  # by the Etas' identity
-
-    def add(self, operation: str, queue: str, p50: Eta, p90: Eta, why: str) -> None:
-        key = (id(p50), id(p90), why)
-        row = self._index.get(key)
-        if row is None:
-            row = self._index[key] = len(self._rows)
-            self._rows.append((p50, p90, why))
-        self._row[operation] = row
-        self._queue[operation] = queue
-
-    def sealed(self) -> _Starts:
-        """Done adding: the index of distinct rows is let go."""
-        self._index = {}
-        return self
+    def __init__(
+        self, queue: dict[str, str], row: dict[str, int], rows: list[tuple[Eta, Eta, str]]
+    ) -> None:
+        self._queue = queue  # operation -> its queue
+        self._row = row  # operation -> its (p50, p90, why) in ``rows``
+        self._rows = rows
 
     def __getitem__(self, operation: str) -> StartEstimate:
         p50, p90, why = self._rows[self._row[operation]]
@@ -1603,17 +1591,29 @@ def _starts(
         return got
 
     at50, at90 = p50.dispatched_at.get, p90.dispatched_at.get
-    out = _Starts()
-    add = out.add
+    queues: dict[str, str] = {}
+    row: dict[str, int] = {}
+    rows: list[tuple[Eta, Eta, str]] = []
+    index: dict[tuple[int, int, str], int] = {}  # a row by its Etas' identity and why
+
+    def add(oid: str, a: Eta, b: Eta, why: str) -> None:
+        key = (id(a), id(b), why)
+        got = index.get(key)
+        if got is None:
+            got = index[key] = len(rows)
+            rows.append((a, b, why))
+        row[oid] = got
+
     for p in pending:
         oid = p.operation
+        queues[oid] = p.queue
         t = at50(oid)
         if t is not None:
             a, why = days50.get(t) or date(t, p50, days50), ""
         else:
             cause = blocked.get(oid)
             if cause is not None:
-                add(oid, p.queue, no_clock, no_clock, cause)
+                add(oid, no_clock, no_clock, cause)
                 continue
             a, why = p50.other.get(oid, after)
         t = at90(oid)
@@ -1625,8 +1625,8 @@ def _starts(
             a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
         ):
             b = a  # the p90 is never earlier than the p50
-        add(oid, p.queue, a, b, why or why90)
-    return out.sealed()
+        add(oid, a, b, why or why90)
+    return _Starts(queues, row, rows)
 
 
 class _WaitsOnUnknown:
