@@ -64,7 +64,7 @@ from reconciler.core.plan.ledger import (
     window_at,
 )
 from reconciler.core.plan.planner import gc_paused
-from reconciler.core.plan.state import ActiveRun, QueueState
+from reconciler.core.plan.state import ActiveRun, QueueState, needed_slots
 from reconciler.core.plan.whatif import WhatIf, dispatched
 from reconciler.core.types import (
     CompiledOperation,
@@ -834,7 +834,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         pods = op.replicas
         got = fits.get((req, pods))
         if got is None:
-            needs = tuple((i, a) for i, a in enumerate(req) if a)
+            needs = needed_slots(req)
             alone = (max_pods is not None and pods > max_pods) or any(
                 a > quota[i] for i, a in needs
             )
@@ -1170,8 +1170,13 @@ class _Sim:
         for a, s in zip(g.members, counts, strict=True):
             for run in a.runs:
                 parent = run.workflow[0] if run.workflow is not None else ""
-                needs = tuple((i, units) for i, units in enumerate(run.req) if units)
-                holds[run.oid] = (s, needs, run.pods, parent, run.cluster == cluster)
+                holds[run.oid] = (
+                    s,
+                    needed_slots(run.req),
+                    run.pods,
+                    parent,
+                    run.cluster == cluster,
+                )
         for run in g.passive:
             holds[run.oid] = (None, (), 0, "", True)
         free = g.free

@@ -307,6 +307,13 @@ class ActiveRun(NamedTuple):
         )
 
 
+def needed_slots(req: tuple[int, ...]) -> tuple[tuple[int, int], ...]:
+    """A request in units per slot (``QueueState.request``) as (slot, units) where not 0:
+    all that checks 7 and 8 compare, and what a release gives back (the what-if state's
+    buckets and the estimate's queues apart keep it)."""
+    return tuple((i, units) for i, units in enumerate(req) if units)
+
+
 def count_run(run: ActiveRun, counters: Counters, *, release: bool = False) -> None:
     """Count ``run`` in its queue, cluster and workflow (step 3: its queue's budget, cohort
     and fleet usage are counted by their own steps); with ``release``, the exact inverse

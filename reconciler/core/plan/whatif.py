@@ -44,6 +44,7 @@ from reconciler.core.plan.state import (
     Counters,
     QueueState,
     count_run,
+    needed_slots,
 )
 from reconciler.core.types import (
     CompiledOperation,
@@ -409,8 +410,7 @@ class WhatIf:
         if got is None:
             op = c[5]
             req = q.request(op.requests)
-            needs = tuple((i, a) for i, a in enumerate(req) if a)
-            got = self.bucket_of[oid] = (needs, op.replicas, op.cluster)
+            got = self.bucket_of[oid] = (needed_slots(req), op.replicas, op.cluster)
         return got
 
     def _keys(self, name: str) -> dict[str, tuple[Any, ...]]:
