@@ -415,8 +415,8 @@ class _Prepared:
         self.repo = repo
         self.model = model
         self.step = resolution.total_seconds()
-        # (samples' id, timeout) -> what ``durations`` says of an operation with them; and
-        # per operation asked (the p90 simulation asks what the p50 one did)
+        # (samples' id, timeout) -> the durations of an operation with them; and per
+        # operation the general events date (``durations``: both simulations ask)
         self._durations: dict[tuple[int, float | None], _Durations] = {}
         self._of_op: dict[str, _Durations] = {}
         self.ops: dict[str, CompiledOperation] = {}
@@ -485,16 +485,16 @@ class _Prepared:
             pause=pause,
         )
         pause()
-        # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
-        # for a cluster, its pass may have dispatched one to the other, whose hold (its
-        # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
-        # pass counts: what it dispatched is no candidate any more)
         # per queue with candidates: how many are for each cluster (their own)
         cluster_of = attrgetter("cluster")
         self.for_cluster: dict[str, dict[str, int]] = {
             name: Counter(map(cluster_of, map(_OP, cands)))
             for name, cands in self.whatif.candidates.items()
         }
+        # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
+        # for a cluster, its pass may have dispatched one to the other, whose hold (its
+        # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
+        # pass counts: what it dispatched is no candidate any more)
         targets = {name: set(counts) for name, counts in self.for_cluster.items()}
         for d in plan.dispatch:
             if d.queue in targets:
@@ -525,8 +525,8 @@ class _Prepared:
     def durations(self, oid: str, op: CompiledOperation) -> _Durations:
         """How long a run of ``op`` lasts at p50 and at p90, rounded to the resolution
         (``_Sim._after``; None: unknown), and whether its timeout alone dates it (its end
-        bounds what is dispatched after it, ``_Sim._bounded``): what ``_Sim._end_from``
-        computes, once for both simulations and every operation of the same samples."""
+        bounds what is dispatched after it, ``_Sim._bounded``): computed once for both
+        simulations and every operation of the same samples and timeout."""
         got = self._of_op.get(oid)
         if got is None:
             got = self._of_op[oid] = self.durations_of(oid, op)
@@ -578,9 +578,9 @@ _NO_DEPS: frozenset[str] = frozenset()
 _OP = itemgetter(5)  # a candidate's operation (``index_operations``)
 # what a run of a group apart holds (``_Sim._date_apart``)
 _Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool]
-_ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
+_ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
 _Candidate = tuple[
     str,
     CompiledOperation,
