@@ -173,10 +173,21 @@ def _ranks(n: int) -> tuple[int, int]:
 def capped_quantile(samples: Sequence[float], q: float, timeout: float | None) -> float | None:
     """A run's duration: the ``q`` quantile of its ``samples``, never more than its
     ``timeout``; with no samples the timeout itself (None: unknown)."""
+    return _capped(samples, _rank(q, len(samples)) if samples else 0, timeout)
+
+
+def _capped(samples: Sequence[float], rank: int, timeout: float | None) -> float | None:
+    """``capped_quantile`` with the quantile's ``rank`` known."""
     if not samples:
         return timeout
-    d = quantile(samples, q)
+    d = samples[rank]
     return d if timeout is None else min(d, timeout)
+
+
+def _on_step(seconds: float, step: float) -> float:
+    """``seconds`` rounded to the resolution's ``step`` (none when it is 0): runs that end
+    within the same step are released together, one replan for them all."""
+    return round(seconds / step) * step if step > 0 else seconds
 
 
 class DurationModel:
@@ -524,7 +535,7 @@ class _Prepared:
 
     def durations(self, oid: str, op: CompiledOperation) -> _Durations:
         """How long a run of ``op`` lasts at p50 and at p90, rounded to the resolution
-        (``_Sim._after``; None: unknown), and whether its timeout alone dates it (its end
+        (``_on_step``; None: unknown), and whether its timeout alone dates it (its end
         bounds what is dispatched after it, ``_Sim._bounded``): computed once for both
         simulations and every operation of the same samples and timeout."""
         got = self._of_op.get(oid)
@@ -535,27 +546,18 @@ class _Prepared:
     def durations_of(self, oid: str, op: CompiledOperation) -> _Durations:
         """``durations``, not kept per operation (a queue apart keeps them with its
         candidates)."""
-        timeout = None if op.timeout is None else float(op.timeout)
+        timeout = _timeout(op)
         values, _ = self.model.samples(oid, op.queue)
         key = (id(values), timeout)
         got = self._durations.get(key)
         if got is None:
-            step = self.step
-            a: float | None
-            b: float | None
-            if values:  # ``capped_quantile`` at both, with the ranks memoised
-                i, j = _ranks(len(values))
-                a, b = values[i], values[j]
-                if timeout is not None:
-                    a, b = min(a, timeout), min(b, timeout)
-            else:
-                a = b = timeout
-            if step > 0:
-                if a is not None:
-                    a = round(a / step) * step
-                if b is not None:
-                    b = round(b / step) * step
-            got = self._durations[key] = (a, b, not values and timeout is not None)
+            i, j = _ranks(len(values)) if values else (0, 0)
+            a, b = _capped(values, i, timeout), _capped(values, j, timeout)
+            got = self._durations[key] = (
+                None if a is None else _on_step(a, self.step),
+                None if b is None else _on_step(b, self.step),
+                not values and timeout is not None,
+            )
         return got
 
     def waits(self, apart: frozenset[str]) -> dict[str, list[_Wait]]:
@@ -1044,11 +1046,8 @@ class _Sim:
         return end
 
     def _after(self, start: float, seconds: float) -> float:
-        """``start`` plus ``seconds`` rounded to the resolution: runs that end within the
-        same step are released together, one replan for them all."""
-        if self.step > 0:
-            seconds = round(seconds / self.step) * self.step
-        return start + seconds
+        """``start`` plus ``seconds`` rounded to the resolution (``_on_step``)."""
+        return start + _on_step(seconds, self.step)
 
     # --- state ---
 
