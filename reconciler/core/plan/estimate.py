@@ -430,11 +430,10 @@ class _Prepared:
         # operation the general events date (``durations``: both simulations ask)
         self._durations: dict[tuple[int, float | None], _Durations] = {}
         self._of_op: dict[str, _Durations] = {}
-        self.ops: dict[str, CompiledOperation] = {}
+        self.ops = repo.by_id  # once per compile, as the cycle's plan reads them
         # each workflow's queues: of all its children, pending, dispatched or running
         self.workflow_spans: dict[str, set[str]] = {}
         for op in repo.operations:
-            self.ops[op.id] = op
             if op.workflow is not None:
                 self.workflow_spans.setdefault(op.workflow.parent, set()).add(op.queue)
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
@@ -591,7 +590,6 @@ _Candidate = tuple[
     frozenset[str],
     str,
     int,
-    _Durations,
 ]
 
 
@@ -818,7 +816,6 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     never = 0
     max_pods = q.spec.max_pods
     quota = q.quota
-    durations = prep.durations_of
     for c in cands:
         oid, op = c[4], c[5]
         deps = []
@@ -849,7 +846,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
             continue
         after = frozenset(deps) if deps else _NO_DEPS
         parent = wf.parent if wf else ""
-        kept.append((oid, op, needs, fit, after, parent, pods, durations(oid, op)))
+        kept.append((oid, op, needs, fit, after, parent, pods))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -1246,6 +1243,7 @@ class _Sim:
         fits, live = s.fits, s.live
         left = s.left
         qi = self.qi
+        durations = self.durations
         unknown = self.active
         dispatched_at = self.dispatched_at
         taken: list[int] = []  # where the candidates it dispatched were in ``left``
@@ -1260,7 +1258,7 @@ class _Sim:
         for k, cand in enumerate(left):
             if not strict and (held[cand[3]] or cand[5] in full):
                 continue  # it waits at 7, 8 or 9, as one with its request or workflow did
-            oid, op, needs, fit, deps, parent, n, durs = cand
+            oid, op, needs, fit, deps, parent, n = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
                 continue
@@ -1308,6 +1306,7 @@ class _Sim:
             taken.append(k)
             dispatched_at[oid] = t
             holds[oid] = (s, needs, n, parent, free is not None)
+            durs = durations(oid, op)  # for what it dispatches alone: half at most
             seconds = durs[qi]
             if seconds is None:
                 run = ActiveRun.of(
@@ -1599,37 +1598,35 @@ def _starts(
     row: dict[str, int] = {}
     rows: list[tuple[Eta, Eta, str]] = []
     index: dict[tuple[int, int, str], int] = {}  # a row by its Etas' identity and why
-
-    def add(oid: str, a: Eta, b: Eta, why: str) -> None:
-        key = (id(a), id(b), why)
+    for p in pending:
+        oid = p.operation
+        queues[oid] = p.queue
+        t = at50(oid)
+        cause = None if t is not None else blocked.get(oid)
+        if cause is not None:
+            a = b = no_clock
+            why = cause
+        else:
+            if t is not None:
+                a, why = days50.get(t) or date(t, p50, days50), ""
+            else:
+                a, why = p50.other.get(oid, after)
+            t = at90(oid)
+            if t is not None:
+                b, why90 = days90.get(t) or date(t, p90, days90), ""
+            else:
+                b, why90 = p90.other.get(oid, after)
+            if b.state in dated and (
+                a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
+            ):
+                b = a  # the p90 is never earlier than the p50
+            why = why or why90
+        key = (id(a), id(b), why)  # inline: a call per pending operation costs 3%
         got = index.get(key)
         if got is None:
             got = index[key] = len(rows)
             rows.append((a, b, why))
         row[oid] = got
-
-    for p in pending:
-        oid = p.operation
-        queues[oid] = p.queue
-        t = at50(oid)
-        if t is not None:
-            a, why = days50.get(t) or date(t, p50, days50), ""
-        else:
-            cause = blocked.get(oid)
-            if cause is not None:
-                add(oid, no_clock, no_clock, cause)
-                continue
-            a, why = p50.other.get(oid, after)
-        t = at90(oid)
-        if t is not None:
-            b, why90 = days90.get(t) or date(t, p90, days90), ""
-        else:
-            b, why90 = p90.other.get(oid, after)
-        if b.state in dated and (
-            a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
-        ):
-            b = a  # the p90 is never earlier than the p50
-        add(oid, a, b, why or why90)
     return _Starts(queues, row, rows)
 
 

@@ -393,9 +393,12 @@ def index_operations(
     seen: Mapping[str, ObservedOperation],
     qstate: Mapping[str, QueueState],
     only: Collection[str] | None = None,
-) -> dict[str, CompiledOperation]:
+    by_id: Mapping[str, CompiledOperation] | None = None,
+) -> Mapping[str, CompiledOperation]:
     """Step 2: the operations by id; each candidate (a ``Queued`` one, of ``only`` when
-    given: the what-if state's, those a clock can date) added to its queue.
+    given: the what-if state's, those a clock can date) added to its queue. ``by_id``:
+    the operations by id when the caller has them (``CompiledRepo.by_id``, built once per
+    compile): then only those of ``only`` are read.
 
     Within a queue: the operation's priority, highest first; then first-commit time, then
     path; workflow children at their parent's position, in index order. Ops without a
@@ -405,11 +408,15 @@ def index_operations(
     in the unique id: ops are never compared."""
     not_queued = {oid for oid, o in seen.items() if o.phase is not Phase.QUEUED}
     ops: dict[str, CompiledOperation] = {}
+    fresh = by_id is None
+    if by_id is not None and only is not None:
+        operations = map(by_id.__getitem__, only)
     for op in operations:
         oid = op.id
-        if oid in ops:
-            raise PlanInputError(f"operation {oid} appears twice")
-        ops[oid] = op
+        if fresh:
+            if oid in ops:
+                raise PlanInputError(f"operation {oid} appears twice")
+            ops[oid] = op
         rank = op.rank  # None: stopped in the repo, never a candidate
         if oid in not_queued or rank is None or (only is not None and oid not in only):
             continue
@@ -426,7 +433,7 @@ def index_operations(
             if ts.tzinfo is None:
                 ts = ts.replace(tzinfo=UTC)
             home.candidates.append((rank, ts, op.path, index, oid, op))
-    return ops
+    return ops if by_id is None else by_id
 
 
 def count_active(

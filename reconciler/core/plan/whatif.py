@@ -132,7 +132,7 @@ class WhatIf:
         self.counters = Counters(repo.clusters)
         pause()
         # 2. Index the operations: the candidates, sorted once, kept sorted.
-        self.ops = index_operations(repo.operations, self.seen, self.qstate, simulated)
+        self.ops = index_operations(repo.operations, self.seen, self.qstate, simulated, repo.by_id)
         self.candidates: dict[str, list[tuple[Any, ...]]] = {}
         for name, q in self.qstate.items():
             if q.candidates:
