@@ -398,7 +398,7 @@ def index_operations(
     """Step 2: the operations by id; each candidate (a ``Queued`` one, of ``only`` when
     given: the what-if state's, those a clock can date) added to its queue. ``by_id``:
     the operations by id when the caller has them (``CompiledRepo.by_id``, built once per
-    compile): then only those of ``only`` are read.
+    compile).
 
     Within a queue: the operation's priority, highest first; then first-commit time, then
     path; workflow children at their parent's position, in index order. Ops without a
@@ -409,9 +409,7 @@ def index_operations(
     not_queued = {oid for oid, o in seen.items() if o.phase is not Phase.QUEUED}
     ops: dict[str, CompiledOperation] = {}
     fresh = by_id is None
-    if by_id is not None and only is not None:
-        operations = map(by_id.__getitem__, only)
-    for op in operations:
+    for op in operations:  # in their order: by ``only``'s would read them scattered
         oid = op.id
         if fresh:
             if oid in ops:
