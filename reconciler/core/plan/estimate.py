@@ -426,9 +426,10 @@ class _Prepared:
         self.repo = repo
         self.model = model
         self.step = resolution.total_seconds()
-        # (samples' id, timeout) -> the durations of an operation with them; and per
-        # operation the general events date (``durations``: both simulations ask)
-        self._durations: dict[tuple[int, float | None], _Durations] = {}
+        # (its own samples' id, timeout) or, with none, (project, queue, timeout) -> the
+        # durations of an operation with them; and per operation (``durations``: both
+        # simulations ask)
+        self._durations: dict[tuple[Any, ...], _Durations] = {}
         self._of_op: dict[str, _Durations] = {}
         self.ops = repo.by_id  # once per compile, as the cycle's plan reads them
         # each workflow's queues: of all its children, pending, dispatched or running
@@ -543,13 +544,16 @@ class _Prepared:
         return got
 
     def durations_of(self, oid: str, op: CompiledOperation) -> _Durations:
-        """``durations``, not kept per operation (a queue apart keeps them with its
-        candidates)."""
+        """``durations``, not kept per operation (what the plan dispatches now: asked
+        once)."""
         timeout = _timeout(op)
-        values, _ = self.model.samples(oid, op.queue)
-        key = (id(values), timeout)
+        own = self.model.by_operation.get(oid)
+        # with no runs of its own, its samples are those of its project and queue
+        # (``DurationModel.samples``: ``oid`` is project/name, and a project has no "/")
+        key = (id(own), timeout) if own else (op.project, op.queue, timeout)
         got = self._durations.get(key)
         if got is None:
+            values = own or self.model.samples(oid, op.queue)[0]
             i, j = _ranks(len(values)) if values else (0, 0)
             a, b = _capped(values, i, timeout), _capped(values, j, timeout)
             got = self._durations[key] = (
