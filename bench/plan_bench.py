@@ -84,6 +84,7 @@ def build(queued: int, active: int, queues: int = 1000, seed: int = 7, distribut
     ]
     ops: list[CompiledOperation] = []
     observed: list[ObservedOperation] = []
+    shared: dict[tuple[Decimal, ...], dict[str, Decimal]] = {}
     total = queued + active
     i = 0
     while i < total:
@@ -94,6 +95,8 @@ def build(queued: int, active: int, queues: int = 1000, seed: int = 7, distribut
             "cpu": Decimal(rng.choice(["0.5", "2", "8"])),
             "memory": Decimal(rng.choice([8, 32, 64])) * 2**30,
         }
+        # one object per distinct map, as the compile shares them (``shared_amounts``)
+        requests = shared.setdefault(tuple(requests.values()), requests)
         at = T0 + timedelta(seconds=i)
         width = 1 if rng.random() < 0.9 else rng.choice([4, 8])
         dag = width > 1 and rng.random() < 0.3

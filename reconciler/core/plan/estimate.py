@@ -223,13 +223,18 @@ class DurationModel:
         self.by_project_queue = by_pq
         self.by_queue = {k: v for k, v in by_q.items() if k is not None}
 
-    def samples(self, operation: str, queue: str | None) -> tuple[Sequence[float], Basis]:
+    def samples(
+        self, operation: str, queue: str | None, project: str | None = None
+    ) -> tuple[Sequence[float], Basis]:
         """The past durations that stand for ``operation``'s, and which group they are
-        (not memoised: a memo's first lookup costs twice this)."""
+        (not memoised: a memo's first lookup costs twice this). ``project``: its project
+        when the caller has it (the id's first part, a string made on each call else)."""
         got = self.by_operation.get(operation)
         if got:
             return got, Basis.OPERATION
-        got = self.by_project_queue.get((operation.split("/", 1)[0], queue))
+        if project is None:
+            project = operation.split("/", 1)[0]
+        got = self.by_project_queue.get((project, queue))
         if got:
             return got, Basis.PROJECT_QUEUE
         got = self.by_queue.get(queue) if queue is not None else None
@@ -426,10 +431,9 @@ class _Prepared:
         self.repo = repo
         self.model = model
         self.step = resolution.total_seconds()
-        # (its own samples' id, timeout) or, with none, (project, queue, timeout) -> the
-        # durations of an operation with them; and per operation (``durations``: both
-        # simulations ask)
-        self._durations: dict[tuple[Any, ...], _Durations] = {}
+        # (samples' id, timeout) -> the durations of an operation with them; and per
+        # operation (``durations``: both simulations ask)
+        self._durations: dict[tuple[int, float | None], _Durations] = {}
         self._of_op: dict[str, _Durations] = {}
         self.ops = repo.by_id  # once per compile, as the cycle's plan reads them
         # each workflow's queues: of all its children, pending, dispatched or running
@@ -547,13 +551,10 @@ class _Prepared:
         """``durations``, not kept per operation (what the plan dispatches now: asked
         once)."""
         timeout = _timeout(op)
-        own = self.model.by_operation.get(oid)
-        # with no runs of its own, its samples are those of its project and queue
-        # (``DurationModel.samples``: ``oid`` is project/name, and a project has no "/")
-        key = (id(own), timeout) if own else (op.project, op.queue, timeout)
+        values, _ = self.model.samples(oid, op.queue, op.project)
+        key = (id(values), timeout)
         got = self._durations.get(key)
         if got is None:
-            values = own or self.model.samples(oid, op.queue)[0]
             i, j = _ranks(len(values)) if values else (0, 0)
             a, b = _capped(values, i, timeout), _capped(values, j, timeout)
             got = self._durations[key] = (
@@ -816,6 +817,9 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     # per distinct (request, pods): its (slot, units) where not 0, and its number, or -1
     # when it alone exceeds the queue
     fits: dict[tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]] = {}
+    # each requests map in units, by its id: the compile shares one per distinct map
+    # (``shared_amounts``), which the repo keeps alive
+    units: dict[int, tuple[int, ...]] = {}
     kept = []
     never = 0
     max_pods = q.spec.max_pods
@@ -833,7 +837,10 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
         wf = op.workflow
         if wf is not None:
             parents.setdefault(wf.parent, set()).add(wf.concurrency)
-        req = q.request(op.requests)
+        requests = op.requests
+        req = units.get(id(requests))
+        if req is None:
+            req = units[id(requests)] = q.request(requests)
         pods = op.replicas
         got = fits.get((req, pods))
         if got is None:
