@@ -35,13 +35,12 @@ import enum
 import functools
 import heapq
 import math
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import islice
-from operator import attrgetter, itemgetter
+from operator import itemgetter
 from typing import Any, NamedTuple
 
 from reconciler.core.decision.cycle import Decision
@@ -460,8 +459,11 @@ class _Prepared:
         self.workflow_queues: dict[str, set[str]] = {}
         self.pending = plan.pending
         self._waits: tuple[frozenset[str], dict[str, list[_Wait]]] | None = None
-        self.dated: set[str] = set()  # the queues with an operation the clock can date
-        dated = self.dated
+        # per queue with an operation the clock can date: how many are for each cluster
+        # (their own); they are its candidates in the what-if state (a pending operation
+        # was one in the cycle's plan)
+        self.for_cluster: dict[str, dict[str, int]] = {}
+        for_cluster = self.for_cluster
         for p in plan.pending:
             if p.reason in _STATIC or isinstance(p.blocked_by, DependenciesBlock):
                 why = _static_block(p)
@@ -471,7 +473,10 @@ class _Prepared:
             pending = self.ops.get(p.operation)
             if pending is None:
                 continue
-            dated.add(p.queue)
+            counts = for_cluster.get(p.queue)
+            if counts is None:
+                counts = for_cluster[p.queue] = {}
+            counts[pending.cluster] = counts.get(pending.cluster, 0) + 1
             self.simulated.append(p.operation)
             for dep in pending.dependencies:
                 self.dependents.setdefault(dep, []).append(p.operation)
@@ -500,12 +505,6 @@ class _Prepared:
             pause=pause,
         )
         pause()
-        # per queue with candidates: how many are for each cluster (their own)
-        cluster_of = attrgetter("cluster")
-        self.for_cluster: dict[str, dict[str, int]] = {
-            name: Counter(map(cluster_of, map(_OP, cands)))
-            for name, cands in self.whatif.candidates.items()
-        }
         # a BestEffortFIFO queue with candidates for two clusters: after the one that waited
         # for a cluster, its pass may have dispatched one to the other, whose hold (its
         # quota, pods, concurrency, workflow) it meets when the slot frees (the cycle's
@@ -570,7 +569,7 @@ class _Prepared:
         if self._waits is not None and self._waits[0] == apart:
             return self._waits[1]
         out: dict[str, list[_Wait]] = {}
-        wanted = self.dated.difference(apart)
+        wanted = self.for_cluster.keys() - apart
         get = self.ops.get
         for p in self.pending if wanted else ():
             if p.queue in wanted:
@@ -581,7 +580,6 @@ class _Prepared:
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
 _NO_DEPS: frozenset[str] = frozenset()
-_OP = itemgetter(5)  # a candidate's operation (``index_operations``)
 # what a run of a group apart holds (``_Sim._date_apart``)
 _Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool]
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
