@@ -40,7 +40,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from itertools import islice
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
 from reconciler.core.decision.cycle import Decision
@@ -460,10 +460,12 @@ class _Prepared:
         self.pending = plan.pending
         self._waits: tuple[frozenset[str], dict[str, list[_Wait]]] | None = None
         # per queue with an operation the clock can date: how many are for each cluster
-        # (their own); they are its candidates in the what-if state (a pending operation
-        # was one in the cycle's plan)
+        # (their own), and those operations in order; they are its candidates in the
+        # what-if state (a pending operation was one in the cycle's plan, and the plan
+        # lists each queue's in the order the planner sorted them)
         self.for_cluster: dict[str, dict[str, int]] = {}
-        for_cluster = self.for_cluster
+        self.queue_ops: dict[str, list[CompiledOperation]] = {}
+        mine: dict[str, tuple[dict[str, int], list[CompiledOperation]]] = {}
         for p in plan.pending:
             if p.reason in _STATIC or isinstance(p.blocked_by, DependenciesBlock):
                 why = _static_block(p)
@@ -473,15 +475,20 @@ class _Prepared:
             pending = self.ops.get(p.operation)
             if pending is None:
                 continue
-            counts = for_cluster.get(p.queue)
-            if counts is None:
-                counts = for_cluster[p.queue] = {}
+            got = mine.get(p.queue)
+            if got is None:
+                got = mine[p.queue] = ({}, [])
+            counts, listed = got
             counts[pending.cluster] = counts.get(pending.cluster, 0) + 1
+            listed.append(pending)
             self.simulated.append(p.operation)
             for dep in pending.dependencies:
                 self.dependents.setdefault(dep, []).append(p.operation)
             if pending.workflow is not None:
                 self.workflow_queues.setdefault(pending.workflow.parent, set()).add(p.queue)
+        for name, (counts, listed) in mine.items():
+            self.for_cluster[name] = counts
+            self.queue_ops[name] = listed
         pause()
         # the cycle's state with its plan applied: what runs (started now when not known),
         # and what the plan dispatches, starting now
@@ -496,7 +503,7 @@ class _Prepared:
         self.whatif = WhatIf(
             repo,
             seen.values(),
-            frozenset(self.simulated),
+            (),  # the candidates: once the queues dated apart are known (``index``)
             now,
             unreachable=unreachable,
             capacity=capacity,
@@ -535,6 +542,18 @@ class _Prepared:
             self.runs.append((oid, w.runs[oid], known, durations))
         # the queues whose simulation shares nothing with others' but a group's: dated apart
         self.apart = _groups_apart(self) if apart else []
+        self.index(apart=False)
+
+    def index(self, *, apart: bool) -> None:
+        """The candidates of the queues dated apart (``apart``) or of the others in the
+        what-if state: a queue apart needs none there, unless refused (``_Sim.refused``)."""
+        names = {a.name for g in self.apart for a in g.members}
+        self.whatif.index(
+            op
+            for name, listed in self.queue_ops.items()
+            if (name in names) is apart
+            for op in listed
+        )
 
     def durations(self, oid: str, op: CompiledOperation) -> _Durations:
         """How long a run of ``op`` lasts at p50 and at p90, rounded to the resolution
@@ -588,6 +607,7 @@ _ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
 # a queue apart's candidate (``_Apart.candidates``): a list, whose last item, its
 # durations, is set when a simulation first dispatches it (the other reads it there)
 _Candidate = list[Any]
+_ID = attrgetter("id")
 
 
 class _Apart:
@@ -729,7 +749,7 @@ def _groups_apart(prep: _Prepared) -> list[_Group]:
     out: list[_Group] = []
     shared: dict[str, list[_Apart]] = {}  # per cluster a limit binds: its queues apart
     spoiled: set[str] = set()  # ... those with a queue that is not
-    for name in sorted(w.candidates, key=w.order.__getitem__):
+    for name in sorted(prep.queue_ops, key=w.order.__getitem__):
         q = w.qstate[name]
         spec = q.spec
         targets = set(spec.clusters) or set(prep.for_cluster[name])
@@ -779,7 +799,7 @@ def _passive(prep: _Prepared, run: ActiveRun) -> bool:
         (
             q is None
             or (
-                q.spec.name not in prep.whatif.candidates
+                q.spec.name not in prep.queue_ops
                 and q.cohort is None
                 and q.budget is None
                 and not q.spec.clusters
@@ -796,9 +816,9 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     else None."""
     w = prep.whatif
     name = q.spec.name
-    cands = w.candidates[name]
+    cands = prep.queue_ops[name]
     own = {run.oid for run in runs}
-    own.update(map(itemgetter(4), cands))
+    own.update(map(_ID, cands))
     dependents = prep.dependents
     if not dependents.keys().isdisjoint(own) and any(
         prep.ops[d].queue != name for oid in own for d in dependents.get(oid, ())
@@ -817,8 +837,8 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     never = 0
     max_pods = q.spec.max_pods
     quota = q.quota
-    for c in cands:
-        oid, op = c[4], c[5]
+    for op in cands:
+        oid = op.id
         deps = []
         for d in op.dependencies:
             seen = w.seen.get(d)
@@ -1876,6 +1896,7 @@ def _simulate(
         sim.run()
         if sim.refused:  # simulated again with every queue, from where it started
             prep.whatif.revert()
+            prep.index(apart=True)
             prep.apart = []
             sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
             sim.run()

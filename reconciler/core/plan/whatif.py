@@ -132,13 +132,10 @@ class WhatIf:
         self.counters = Counters(repo.clusters)
         pause()
         # 2. Index the operations: the candidates, sorted once, kept sorted.
-        self.ops = index_operations(repo.operations, self.seen, self.qstate, simulated, repo.by_id)
+        self.ops = repo.by_id
         self.candidates: dict[str, list[tuple[Any, ...]]] = {}
-        for name, q in self.qstate.items():
-            if q.candidates:
-                q.candidates.sort()
-                self.candidates[name] = q.candidates
-                q.candidates = []
+        if simulated:
+            self.index(repo.operations, simulated)
         # each candidate by id, of the queues an admission dispatched from (``_keys``)
         self.keys: dict[str, tuple[Any, ...]] = {}
         self.keyed: set[str] = set()
@@ -170,6 +167,24 @@ class WhatIf:
         self.now = now
         self.dispatch: list[Dispatch] = []
         self.gone: dict[str, set[str]] = {}
+
+    def index(
+        self, operations: Iterable[CompiledOperation], only: Collection[str] | None = None
+    ) -> None:
+        """Step 2 for more ``operations`` (of ``only``, when given): each a candidate of
+        its queue, in order (the estimate first indexes those of the queues it does not
+        date apart, and the others only if it must simulate them with the rest)."""
+        index_operations(operations, self.seen, self.qstate, only, self.ops)
+        for name, q in self.qstate.items():
+            if q.candidates:
+                got = self.candidates.get(name)
+                if got is None:
+                    q.candidates.sort()
+                    self.candidates[name] = q.candidates
+                else:
+                    got += q.candidates
+                    got.sort()
+                q.candidates = []
 
     # --- moving time ----------------------------------------------------------------------
 
