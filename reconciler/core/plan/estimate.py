@@ -1201,7 +1201,8 @@ class _Sim:
         for run in g.passive:
             holds[run.oid] = (None, (), 0, "", True)
         free = g.free
-        done: set[str] = set()
+        done: set[str] = set()  # the runs ended: what a candidate's dependencies wait for
+        track = any(c[4] for a in members for c in a.candidates)
         # the runs' ends by time, and the times in a heap: those of one step of the
         # resolution end together, and are never ordered among themselves
         at: dict[float, list[str]] = {}
@@ -1235,7 +1236,8 @@ class _Sim:
                     if parent:
                         owner.wf_active[parent] -= 1
                     todo.add(owner.number)
-                done.add(oid)
+                if track:
+                    done.add(oid)
             if free is not None and free <= 0:
                 continue  # each candidate goes to the cluster: none can be dispatched
             for k in sorted(todo):
@@ -1281,7 +1283,7 @@ class _Sim:
         full: set[str] = set()
         unheld = live  # once none is left but held ones, every later candidate waits
         for k, cand in enumerate(left):
-            if not strict and (held[cand[3]] or cand[5] in full):
+            if not strict and (held[cand[3]] or (full and cand[5] in full)):
                 continue  # it waits at 7, 8 or 9, as one with its request or workflow did
             oid, op, needs, fit, deps, parent, n, durs = cand
             # 3: its dependencies (its own operations) ended
