@@ -566,8 +566,8 @@ class _Prepared:
         return got
 
     def durations_of(self, oid: str, op: CompiledOperation) -> _Durations:
-        """``durations``, not kept per operation (what the plan dispatches now, asked once;
-        a queue apart's candidates, which keep them)."""
+        """``durations``, not kept per operation (what the plan dispatches now: asked
+        once)."""
         timeout = _timeout(op)
         values, _ = self.model.samples(oid, op.queue, op.project)
         key = (id(values), timeout)
@@ -604,9 +604,15 @@ _Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool]
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
-# a queue apart's candidate (``_Apart.candidates``): a list, whose last item, its
-# durations, is set when a simulation first dispatches it (the other reads it there)
-_Candidate = list[Any]
+_Candidate = tuple[
+    str,
+    CompiledOperation,
+    tuple[tuple[int, int], ...],
+    int,
+    frozenset[str],
+    str,
+    int,
+]
 _ID = attrgetter("id")
 
 
@@ -651,11 +657,10 @@ class _Apart:
         self.active = q.active
         self.pods = q.pods
         self.used = tuple(q.used)
-        # in the planner's order: [id, operation, its request's (slot, units) where not 0,
+        # in the planner's order: (id, operation, its request's (slot, units) where not 0,
         # its number among the queue's distinct (request, pods), dependencies not
         # succeeded before the first event, workflow parent or "", its pods and its
-        # durations, None until first dispatched]: a pass reads the operation itself only
-        # for what it dispatches
+        # durations: a pass reads the operation itself only for what it dispatches)
         self.candidates = candidates
         self.never = never  # how many more it has that are never dispatched (check 4)
         self.runs = runs
@@ -870,7 +875,7 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
             continue
         after = frozenset(deps) if deps else _NO_DEPS
         parent = wf.parent if wf else ""
-        kept.append([oid, op, needs, fit, after, parent, pods, None])
+        kept.append((oid, op, needs, fit, after, parent, pods))
     workflows = _workflows_apart(prep, name, own, parents)
     return None if workflows is None else _Apart(q, kept, never, runs, workflows)
 
@@ -941,7 +946,6 @@ class _Sim:
         self.q = q
         self.qi = (P50, P90).index(q)  # its durations in ``_Prepared.durations``
         self.durations = prep.durations
-        self.durations_of = prep.durations_of
         self.now = now
         # the earliest end of a run dated by its timeout alone (seconds from now)
         self.bound_from = math.inf
@@ -1270,7 +1274,7 @@ class _Sim:
         fits, live = s.fits, s.live
         left = s.left
         qi = self.qi
-        durations_of = self.durations_of
+        durations = self.durations
         unknown = self.active
         dispatched_at = self.dispatched_at
         taken: list[int] = []  # where the candidates it dispatched were in ``left``
@@ -1285,7 +1289,7 @@ class _Sim:
         for k, cand in enumerate(left):
             if not strict and (held[cand[3]] or (full and cand[5] in full)):
                 continue  # it waits at 7, 8 or 9, as one with its request or workflow did
-            oid, op, needs, fit, deps, parent, n, durs = cand
+            oid, op, needs, fit, deps, parent, n = cand
             # 3: its dependencies (its own operations) ended
             if deps and not done.issuperset(deps):
                 continue
@@ -1333,8 +1337,7 @@ class _Sim:
             taken.append(k)
             dispatched_at[oid] = t
             holds[oid] = (s, needs, n, parent, free is not None)
-            if durs is None:  # for what is dispatched alone: about half
-                durs = cand[7] = durations_of(oid, op)
+            durs = durations(oid, op)  # for what it dispatches alone: half at most
             seconds = durs[qi]
             if seconds is None:
                 run = ActiveRun.of(
