@@ -1629,16 +1629,10 @@ def _starts(
     row: dict[str, int] = {}
     rows: list[tuple[Eta, Eta, str]] = []
     index: dict[tuple[int, int, str], int] = {}  # a row by its Etas' identity and why
-    both: dict[tuple[float, float], int] = {}  # a row by its two dates (most are dated)
     for p in pending:
         oid = p.operation
         queues[oid] = p.queue
-        t, t90 = at50(oid), at90(oid)
-        if t is not None and t90 is not None:
-            got = both.get((t, t90))
-            if got is not None:
-                row[oid] = got
-                continue
+        t = at50(oid)
         cause = None if t is not None else blocked.get(oid)
         if cause is not None:
             a = b = no_clock
@@ -1648,8 +1642,9 @@ def _starts(
                 a, why = days50.get(t) or date(t, p50, days50), ""
             else:
                 a, why = p50.other.get(oid, after)
-            if t90 is not None:
-                b, why90 = days90.get(t90) or date(t90, p90, days90), ""
+            t = at90(oid)
+            if t is not None:
+                b, why90 = days90.get(t) or date(t, p90, days90), ""
             else:
                 b, why90 = p90.other.get(oid, after)
             if b.state in dated and (
@@ -1663,8 +1658,6 @@ def _starts(
             got = index[key] = len(rows)
             rows.append((a, b, why))
         row[oid] = got
-        if t is not None and t90 is not None:
-            both[t, t90] = got
     return _Starts(queues, row, rows)
 
 
