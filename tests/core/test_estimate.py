@@ -967,3 +967,34 @@ def test_a_running_op_whose_file_is_gone_ends_by_its_own_timeout() -> None:
     world.observed["p/gone"] = observed
     e = _estimate(world, [], starts={"p/gone": NOW - timedelta(minutes=30)})
     assert e.text("p/next") == "no later than 1 h 30 min"  # before: unknown
+
+
+def test_a_queue_dated_apart_lists_its_operations_in_the_planners_order() -> None:
+    """A queue apart takes its operations from the plan's pending ones, not from the
+    what-if state's sorted candidates: they must come in the same order."""
+    world = World().queue("q", concurrency=1)
+    world.op("p/running")
+    world.running("p/running")
+    for k, (name, priority, minutes) in enumerate(
+        [("a", 0, 5), ("b", 5, 1), ("c", 2, 9), ("d", 5, None), ("e", 0, 3)]
+    ):
+        op = world.op(f"p/{name}").priority(priority)
+        op.submitted(None if minutes is None else NOW - timedelta(minutes=minutes + k))
+    repo, plan = world.repo(), world.plan()
+    prep = estimate_module._Prepared(
+        repo,
+        plan,
+        list(world.observed.values()),
+        NOW,
+        frozenset(),
+        {},
+        {},
+        (),
+        DurationModel(),
+        timedelta(minutes=1),
+    )
+    assert [g.members[0].name for g in prep.apart] == ["q"]
+    listed = [c[0] for c in prep.apart[0].members[0].candidates]
+    prep.index(apart=True)
+    assert listed == [c[4] for c in prep.whatif.candidates["q"]]
+    assert listed[:2] == ["p/b", "p/d"]  # the highest priority first, then committed first
