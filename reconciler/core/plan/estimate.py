@@ -434,6 +434,8 @@ class _Prepared:
         # operation (``durations``: both simulations ask)
         self._durations: dict[tuple[int, float | None], _Durations] = {}
         self._of_op: dict[str, _Durations] = {}
+        # per queue resources, a requests map's units by its id (``_apart_of``)
+        self.units: dict[tuple[str, ...], dict[int, tuple[int, ...]]] = {}
         self.ops = repo.by_id  # once per compile, as the cycle's plan reads them
         # each workflow's queues: of all its children, pending, dispatched or running
         self.workflow_spans: dict[str, set[str]] = {}
@@ -835,9 +837,11 @@ def _apart_of(prep: _Prepared, q: QueueState, runs: list[ActiveRun]) -> _Apart |
     # per distinct (request, pods): its (slot, units) where not 0, and its number, or -1
     # when it alone exceeds the queue
     fits: dict[tuple[tuple[int, ...], int], tuple[tuple[tuple[int, int], ...], int]] = {}
-    # each requests map in units, by its id: the compile shares one per distinct map
-    # (``shared_amounts``), which the repo keeps alive
-    units: dict[int, tuple[int, ...]] = {}
+    # each requests map in the units of a queue with the same resources, by its id: the
+    # compile shares one per distinct map (``shared_amounts``), which the repo keeps alive
+    units = prep.units.get(q.resources)
+    if units is None:
+        units = prep.units[q.resources] = {}
     kept = []
     never = 0
     max_pods = q.spec.max_pods
