@@ -191,6 +191,7 @@ def plan_lines(
         return [f"plan: unavailable: {exc}"]
     dispatch = {d.operation: d for d in plan.dispatch}
     pending = {p.operation: p for p in plan.pending}
+    positions = plan.positions()
     clusters = {o.id: o.cluster for o in compiled.operations}
     scheduled = {o.id: o.schedule for o in compiled.schedules if o.schedule is not None}
     now = SystemClock().now()
@@ -213,7 +214,7 @@ def plan_lines(
             estimate = estimates.text(op) or "unknown"
             lines.append(
                 f"plan: {op}: queue {p.queue}, cluster {clusters.get(op, '?')}: pending, "
-                f"position {p.position}, {p.reason.value}: {p.message}; starts {estimate}"
+                f"position {positions[op]}, {p.reason.value}: {p.message}; starts {estimate}"
             )
         else:
             lines.append(f"plan: {op}: nothing to dispatch (it is running or has run)")

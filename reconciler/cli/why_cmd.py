@@ -104,7 +104,7 @@ def explain(op_id: str, cycle: Replayed) -> list[str]:
 def _headline(got: OperationOutcome) -> str:
     if got.pending is not None:
         p = got.pending
-        return f"pending {p.reason}, position {p.position} in {p.queue}"
+        return f"pending {p.reason}, position {got.position} in {p.queue}"
     return got.summary()
 
 

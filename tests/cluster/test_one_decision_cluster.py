@@ -16,6 +16,7 @@ from support.reconciler_env import TEMPLATE, client_context, git, make_reconcile
 
 from reconciler.adapters.git import ConfigRepo, StatusBranch
 from reconciler.adapters.kube import Kube
+from reconciler.core.plan import numbered
 from reconciler.runtime.status import StatusPublisher
 
 pytestmark = pytest.mark.cluster
@@ -151,7 +152,7 @@ def test_plan_live_after_a_generation_bump_holds_like_the_cycle(
         d.operation for d in after.plan.dispatch
     ]
     assert [(p["operation"], p["reason"], p["position"]) for p in recorded["pending"]] == [  # type: ignore[attr-defined,index]
-        (p.operation, str(p.reason), p.position) for p in after.plan.pending
+        (p.operation, str(p.reason), at) for at, p in numbered(after.plan.pending)
     ]
     assert {p["operation"]: p["reason"] for p in recorded["pending"]}[running] == "QuotaExceeded"  # type: ignore[attr-defined,index]
     assert nxt.plan is not None
@@ -159,7 +160,7 @@ def test_plan_live_after_a_generation_bump_holds_like_the_cycle(
         d.operation for d in nxt.plan.dispatch
     ]
     assert [(p["operation"], p["reason"], p["position"]) for p in live["pending"]] == [  # type: ignore[attr-defined,index]
-        (p.operation, str(p.reason), p.position) for p in nxt.plan.pending
+        (p.operation, str(p.reason), at) for at, p in numbered(nxt.plan.pending)
     ]
     assert running not in nxt.dispatched  # the old run holds the quota
     assert {p.operation: p.reason.value for p in nxt.plan.pending}[running] == "QuotaExceeded"

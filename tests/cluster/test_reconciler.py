@@ -101,7 +101,8 @@ def test_seed_example_flows_to_completion_within_limits(kube: Kube, config_repo:
         for queue, count in FIRST.items():
             assert _active_jobs(kube, queue) == count, queue
         pending_team_a = [p for p in first.plan.pending if p.queue == "team-a"]
-        assert [(p.reason.value, p.position) for p in pending_team_a] == [
+        at = first.plan.positions()
+        assert [(p.reason.value, at[p.operation]) for p in pending_team_a] == [
             ("BorrowingNotAllowed", 1),  # sweep-lr-2: both flavors full, a 12h timeout
             ("QuotaExceeded", 2),
             ("QuotaExceeded", 3),

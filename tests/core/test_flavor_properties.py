@@ -22,7 +22,7 @@ from support.builders import NOW, T0
 from support.strategies import Case, Sim, cases, sims
 
 from reconciler.core.observation.capacity import ClusterCapacity, NodeCapacity
-from reconciler.core.plan import Plan, plan_dispatch
+from reconciler.core.plan import Plan, numbered, plan_dispatch
 from reconciler.core.types import (
     ClusterSpec,
     CohortSpec,
@@ -63,7 +63,7 @@ def one_flavor(spec: QueueSpec) -> QueueSpec:
 def decisions(plan: Plan) -> tuple[object, ...]:
     return (
         [(d.operation, d.queue, d.cluster) for d in plan.dispatch],
-        [(p.operation, p.queue, p.reason, p.position) for p in plan.pending],
+        [(p.operation, p.queue, p.reason, at) for at, p in numbered(plan.pending)],
         plan.stop,
         plan.prune_refused,
         [

@@ -26,7 +26,7 @@ def test_a_higher_operation_priority_goes_first_inside_its_queue() -> None:
     dispatched, pending = _order(w)
     assert dispatched == ["p/urgent"]
     assert pending == ["p/later", "p/first", "p/second"]  # then commit order
-    assert [p.position for p in w.plan().pending] == [1, 2, 3]
+    assert list(w.plan().positions().values()) == [1, 2, 3]
 
 
 def test_priority_ranks_before_the_commit_flag() -> None:

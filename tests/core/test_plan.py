@@ -16,6 +16,7 @@ from reconciler.core.plan import (
     PlanInputError,
     QuotaBlock,
     StopReason,
+    numbered,
     plan_dispatch,
 )
 from reconciler.core.types import OrgSettings, Phase
@@ -45,7 +46,8 @@ def test_seed_example() -> None:
     team_a = [d.operation for d in plan.dispatch if d.queue == "team-a"]
     assert team_a == ["vision/train-1", "vision/train-2"]
     a_pending = [p for p in plan.pending if p.queue == "team-a"]
-    assert [(p.operation, p.reason, p.position) for p in a_pending] == [
+    at = plan.positions()
+    assert [(p.operation, p.reason, at[p.operation]) for p in a_pending] == [
         ("vision/train-3", R.QUOTA_EXCEEDED, 1),
         ("vision/train-4", R.QUOTA_EXCEEDED, 2),
         ("vision/train-5", R.QUOTA_EXCEEDED, 3),
@@ -220,7 +222,7 @@ def test_5_strict_fifo_waits_behind_head() -> None:
         "head": "p/b",
         "headReason": "QuotaExceeded",
     }
-    assert [p.position for p in plan.pending] == [1, 2]
+    assert list(plan.positions().values()) == [1, 2]
 
 
 def test_5_best_effort_fifo_goes_on_to_the_next_candidate() -> None:
@@ -395,13 +397,16 @@ def test_position_counts_per_queue() -> None:
     w.ops("p/a-{}", 3, queue="a")
     w.ops("p/b-{}", 2, queue="b")
     plan = w.plan()
-    assert [(p.queue, p.position) for p in plan.pending] == [
+    assert [(p.queue, at) for at, p in numbered(plan.pending)] == [
         ("a", 1),
         ("a", 2),
         ("a", 3),
         ("b", 1),
         ("b", 2),
     ]
+    assert plan.positions() == {"p/a-1": 1, "p/a-2": 2, "p/a-3": 3, "p/b-1": 1, "p/b-2": 2}
+    # each queue's own count, whichever order the entries are listed in
+    assert [at for at, _ in numbered(reversed(plan.pending))] == [1, 2, 1, 2, 3]
     assert plan.queues[0].head_reason is R.QUEUE_CONCURRENCY_LIMIT
 
 

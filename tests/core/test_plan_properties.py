@@ -91,8 +91,9 @@ def test_every_queued_op_is_either_dispatched_or_pending(case: Case) -> None:
     pending = [p.operation for p in plan.pending]
     assert not set(dispatched) & set(pending)
     assert sorted(dispatched + pending) == sorted(queued)
+    at = plan.positions()
     for q in plan.queues:
-        positions = [p.position for p in plan.pending if p.queue == q.name]
+        positions = [at[p.operation] for p in plan.pending if p.queue == q.name]
         assert positions == list(range(1, len(positions) + 1))
         assert q.pending == len(positions)
 

@@ -201,12 +201,13 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         )
         for q in plan.queues
     ]
+    at = plan.positions()
     for p in plan.pending:
         record = status_view.operations[p.operation]
         assert (record.phase, record.reason, record.position) == (
             "Queued",
             str(p.reason),
-            p.position,
+            at[p.operation],
         )
     for d in plan.dispatch:
         record = status_view.operations[d.operation]
@@ -229,7 +230,7 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
         p.operation: estimates.json_of(p.operation) for p in plan.pending
     }
     assert all(p["estimate"] is not None for p in plan_json["pending"])
-    heads = {p.queue: p.operation for p in plan.pending if p.position == 1}
+    heads = {p.queue: p.operation for p in plan.pending if at[p.operation] == 1}
     for row in queues_json["queues"]:
         head = heads.get(row["name"])
         assert row["headEstimate"] == (estimates.json_of(head) if head else None), row
@@ -325,7 +326,7 @@ def test_every_view_says_what_the_next_cycle_does(s: Scenario) -> None:
     written = read_status(render_cycle_status(result, result.compiled, plan))
     # the branch's positions (its queues' order files, not the records) are the cycle's
     for p in plan.pending:
-        assert written.operations[p.operation].position == p.position
+        assert written.operations[p.operation].position == at[p.operation]
     assert {q: len(ids) for q, ids in written.order.items()} == {
         q.name: q.pending for q in plan.queues if q.pending
     }
@@ -376,7 +377,7 @@ def _assert_plan_json_is(plan_json: dict[str, Any], plan: Any) -> None:
         (d.operation, d.cluster) for d in plan.dispatch
     ]
     assert [(p["operation"], p["reason"], p["position"]) for p in plan_json["pending"]] == [
-        (p.operation, str(p.reason), p.position) for p in plan.pending
+        (p.operation, str(p.reason), plan.positions()[p.operation]) for p in plan.pending
     ]
     assert [x["operation"] for x in plan_json["stop"]] == [x.operation for x in plan.stop]
     assert [

@@ -149,7 +149,7 @@ def test_the_record_says_what_a_dispatch_and_a_wait_were() -> None:
     assert outcome_of(again, "p/o1").summary() == "dispatched to local from team-a"
     waiting = outcome_of(again, "p/o3")
     assert waiting.pending is not None
-    assert (str(waiting.pending.reason), waiting.pending.position) == ("QuotaExceeded", 2)
+    assert (str(waiting.pending.reason), waiting.position) == ("QuotaExceeded", 2)
 
 
 def test_a_hand_edited_record_is_a_one_line_error() -> None:

@@ -78,6 +78,7 @@ from reconciler.core.plan.model import (
     Stop,
     StopReason,
     UpstreamFailedBlock,
+    numbered,
 )
 from reconciler.core.plan.planner import (
     Admission,
@@ -135,6 +136,7 @@ __all__ = [
     "UpstreamFailedBlock",
     "admit_dispatch",
     "held_flavor",
+    "numbered",
     "plan_dispatch",
     "plan_repo",
 ]

@@ -273,7 +273,7 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
         assert isinstance(cached, QuotaBlock)
         return cached
 
-    for position, (oid, op, reason, detail) in enumerate(q.pending, start=1):
+    for oid, op, reason, detail in q.pending:
         block: BlockedBy
         if reason is quota_r:
             if isinstance(detail[0], tuple):  # with flavors: each flavor tried
@@ -400,7 +400,7 @@ def explain_queue(q: QueueState, fleet: FleetState | None = None) -> list[Pendin
                     tuple(islice(counter.ids, MAX_LISTED)),
                 )
             block = cached
-        append(Pending(oid, name, reason, position, block))
+        append(Pending(oid, name, reason, block))
     return out
 
 

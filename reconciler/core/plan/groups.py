@@ -26,7 +26,7 @@ rather than found again over every operation.
 
 A group whose inputs changed only by losing operations, all its queues paused and every
 candidate of theirs waiting ``QueuePaused`` (check 1, before any check of the operation),
-is not planned again either: what remains waits as before, at its new position (a preset
+is not planned again either: what remains waits as before (a preset
 moving 1% of a paused queue's operations elsewhere replans where they went, not the 99%
 left behind).
 
@@ -37,11 +37,10 @@ checks byte for byte, over random worlds and random changes, that it equals a fu
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections import deque
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime
-from itertools import chain, compress, count, repeat
+from itertools import chain, compress, repeat
 from operator import attrgetter, is_, not_
 from typing import Any
 
@@ -421,8 +420,8 @@ def _paused_shrunk(last: _Kept, inputs: tuple[_QueueInputs, ...]) -> _Kept | Non
     observations and some of its operations removed (the others the same objects, in the
     same order), and every one of its candidates waiting ``QueuePaused`` in ``last``. Check
     1 decides for a paused queue before any check of the operation, so a remaining
-    candidate waits as before and moves no state: only the positions after a removed one
-    and the pending counts change. None: plan the group again."""
+    candidate waits as before and moves no state: only the pending counts change (and the
+    positions derived from the order). None: plan the group again."""
     pending: dict[str, tuple[Pending, ...]] = {}
     summaries: dict[str, QueueSummary] = {}
     for (spec, ops, seen), (old_spec, old_ops, old_seen) in zip(inputs, last.inputs, strict=True):
@@ -469,31 +468,12 @@ def _removed(
 
 
 def _without(entries: tuple[Pending, ...], gone: set[str]) -> tuple[Pending, ...]:
-    """``entries`` without those of the operations ``gone``, at positions 1, 2, ...: those
-    before the first one gone kept as they are."""
+    """``entries`` without those of the operations ``gone`` (the others, the same objects:
+    an entry holds no position to renumber)."""
     flags = list(map(gone.__contains__, map(_OPERATION, entries)))
     if True not in flags:
         return entries
-    first = flags.index(True)
-    rest = list(compress(entries[first:], map(not_, flags[first:])))
-    return (*entries[:first], *_renumbered(rest, first + 1))
-
-
-# ``Pending``'s slots: ``_renumbered`` sets them on new objects without its dataclass
-# ``__init__``, whose five frozen ``setattr`` calls per entry were most of the decide of
-# a commit that takes 1% of a 100k queue's operations out of it (99k entries renumbered)
-_KEPT_SLOTS = tuple(vars(Pending)[name] for name in ("operation", "queue", "reason", "blocked_by"))
-_POSITION_SLOT = vars(Pending)["position"]
-
-
-def _renumbered(entries: list[Pending], first: int) -> list[Pending]:
-    """``entries`` again at positions ``first``, ``first + 1``, ...: new ``Pending`` equal to
-    those ``Pending(...)`` builds, their slots set at C speed."""
-    new: list[Pending] = list(map(object.__new__, repeat(Pending, len(entries))))
-    for slot in _KEPT_SLOTS:
-        deque(map(slot.__set__, new, map(slot.__get__, entries)), maxlen=0)
-    deque(map(_POSITION_SLOT.__set__, new, count(first)), maxlen=0)
-    return new
+    return tuple(compress(entries, map(not_, flags)))
 
 
 def _per_queue(

@@ -10,7 +10,7 @@ here plans: the values are built by ``planner.py`` and ``explain.py``.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -1087,8 +1087,9 @@ class Pending:
     operation: str
     queue: str
     reason: PendingReason
-    position: int  # 1-based among the queue's pending, in consideration order
     blocked_by: BlockedBy
+    # no position: it is derived where shown (``Plan.positions``), so a commit that takes
+    # some operations out of a long queue keeps the others' entries as they are
 
     @property
     def message(self) -> str:
@@ -1203,3 +1204,17 @@ class Plan:
     queues: tuple[QueueSummary, ...]  # in consideration order
     prune_refused: PruneRefusal | None = None
     at: datetime = field(default=datetime(1970, 1, 1, tzinfo=UTC))
+
+    def positions(self) -> dict[str, int]:
+        """Each pending operation's position: 1-based among its queue's pending entries,
+        in consideration order. O(pending entries): a caller showing many reads it once."""
+        return {p.operation: at for at, p in numbered(self.pending)}
+
+
+def numbered(pending: Iterable[Pending]) -> Iterator[tuple[int, Pending]]:
+    """Each entry with its position among its queue's entries of ``pending``, as
+    ``enumerate`` pairs them (a plan's entries, all, give the plan's positions)."""
+    counts: dict[str, int] = {}
+    for p in pending:
+        counts[p.queue] = at = counts.get(p.queue, 0) + 1
+        yield at, p

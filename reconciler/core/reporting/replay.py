@@ -30,7 +30,7 @@ from reconciler.core.decision.cycle import (
     memory_from_status,
 )
 from reconciler.core.observation.observe import WorkloadState
-from reconciler.core.plan import Dispatch, Pending, PendingReason
+from reconciler.core.plan import Dispatch, Pending, PendingReason, numbered
 from reconciler.core.plan.checks import CHECKS, Check
 from reconciler.core.plan.ledger import EARLIEST, LATEST
 from reconciler.core.plan.partitions import Partition, restrict_repo, shard_scope
@@ -148,6 +148,7 @@ class OperationOutcome:
     dispatch: Dispatch | None = None
     pending: Pending | None = None
     phase: str = ""  # neither: the phase of the run the cycle counted ("" none)
+    position: int = 0  # pending: its position in its queue
 
     def summary(self) -> str:
         """One line, the same for the same outcome (the history prints its changes)."""
@@ -156,7 +157,7 @@ class OperationOutcome:
             return f"dispatched to {self.dispatch.cluster}{flavor} from {self.dispatch.queue}"
         if self.pending is not None:
             p = self.pending
-            return f"pending {p.reason}, position {p.position} in {p.queue}: {p.message}"
+            return f"pending {p.reason}, position {self.position} in {p.queue}: {p.message}"
         return self.phase or "not planned"
 
 
@@ -164,9 +165,9 @@ def outcome_of(decision: Decision, operation: str) -> OperationOutcome:
     for d in decision.plan.dispatch:
         if d.operation == operation:
             return OperationOutcome(operation, dispatch=d)
-    for p in decision.plan.pending:
+    for position, p in numbered(decision.plan.pending):
         if p.operation == operation:
-            return OperationOutcome(operation, pending=p)
+            return OperationOutcome(operation, pending=p, position=position)
     state = decision.states.get(operation)
     return OperationOutcome(operation, phase=str(state.phase) if state is not None else "")
 
@@ -323,6 +324,7 @@ def differences(compiled: CompiledRepo, decision: Decision, recorded: StatusView
     out: list[str] = []
     planned = {d.operation: d for d in decision.plan.dispatch}
     pending = {p.operation: p for p in decision.plan.pending}
+    positions = decision.plan.positions()
     shard = set(record.queues) if record is not None and record.clusters else None
     for op_id, rec in sorted(recorded.operations.items()):
         if rec.children or (shard is not None and rec.queue not in shard):
@@ -343,8 +345,8 @@ def differences(compiled: CompiledRepo, decision: Decision, recorded: StatusView
             continue
         if rec.phase is not Phase.QUEUED or rec.reason != str(p.reason):
             out.append(f"{op_id}: replay pending {p.reason}; recorded {rec.phase} {rec.reason}")
-        elif rec.position != p.position:
-            out.append(f"{op_id}: replay position {p.position}; recorded {rec.position}")
+        elif rec.position != positions[op_id]:
+            out.append(f"{op_id}: replay position {positions[op_id]}; recorded {rec.position}")
         elif _plain(rec.blocked_by) != _plain(p.blocked_by.to_json()):
             out.append(f"{op_id}: replay blocked by {p.message!r}; recorded {rec.message!r}")
     if created >= planned.keys():  # every dispatch carried out: the plan's figures stand

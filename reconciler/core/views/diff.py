@@ -548,6 +548,7 @@ def diff_plans(
             dispatched.append(Transition(d.operation, d.queue, prior, flavor=d.flavor))
         elif base_flavor[d.operation] != d.flavor:
             moves.append(FlavorMove(d.operation, d.queue, base_flavor[d.operation], d.flavor))
+    head_at = head_plan.positions()
     for p in head_plan.pending:
         was = before.get(p.operation)
         prior = was[0] if was else "absent"
@@ -556,7 +557,7 @@ def diff_plans(
             p.queue,
             prior,
             p.reason,
-            p.position,
+            head_at[p.operation],
             p.message,
             p.admit,
             p.blocked_by.to_json(),
@@ -578,12 +579,13 @@ def diff_plans(
 
     # position inside its queue, for those pending in both in the same queue
     base_pending: dict[str, Pending] = {p.operation: p for p in base_plan.pending}
+    base_at = base_plan.positions()
     positions = tuple(
-        PositionMove(p.operation, p.queue, earlier.position, p.position)
+        PositionMove(p.operation, p.queue, base_at[p.operation], head_at[p.operation])
         for p in head_plan.pending
         if (earlier := base_pending.get(p.operation)) is not None
         and earlier.queue == p.queue
-        and earlier.position != p.position
+        and base_at[p.operation] != head_at[p.operation]
     )
 
     # 4: pending count per queue
@@ -610,7 +612,7 @@ def diff_plans(
                     p.queue,
                     str(old_p.reason),
                     p.reason,
-                    p.position,
+                    head_at[p.operation],
                     p.message,
                     p.admit,
                     p.blocked_by.to_json(),

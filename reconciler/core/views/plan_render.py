@@ -14,7 +14,14 @@ from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
-from reconciler.core.plan import BlockedBy, Dispatch, FlavorUsage, Plan, QueueSummary
+from reconciler.core.plan import (
+    BlockedBy,
+    Dispatch,
+    FlavorUsage,
+    Plan,
+    QueueSummary,
+    numbered,
+)
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.quantity import format_quantity
 from reconciler.core.types import printable_text
@@ -43,14 +50,14 @@ def plan_to_dict(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> dict[str, A
                 "operation": p.operation,
                 "queue": p.queue,
                 "reason": str(p.reason),
-                "position": p.position,
+                "position": position,
                 "message": message,
                 "blockedBy": blocked_by,
                 "admitWhen": admit["when"],
                 "admit": admit,
                 "estimate": estimate(p.operation),
             }
-            for p in plan.pending
+            for position, p in numbered(plan.pending)
             for message, blocked_by, admit in (explain(p.blocked_by),)
         ],
         "stop": [{"operation": s.operation, "reason": str(s.reason)} for s in plan.stop],
@@ -191,8 +198,8 @@ def pending_rows(plan: Plan, estimates: Estimates = NO_ESTIMATES) -> list[list[s
     """One row per pending entry; STARTS is its start estimate (``~40 min (p90 ~1 h)``)."""
     text = estimates.text
     return [
-        [str(p.position), p.queue, p.operation, str(p.reason), text(p.operation) or "-", p.message]
-        for p in plan.pending
+        [str(position), p.queue, p.operation, str(p.reason), text(p.operation) or "-", p.message]
+        for position, p in numbered(plan.pending)
     ]
 
 

@@ -39,7 +39,7 @@ from reconciler.core.decision.schedule import schedule_groups, schedule_times, t
 from reconciler.core.load import parse_yaml
 from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.observation.outputs import named_outputs
-from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan
+from reconciler.core.plan import Admit, BudgetSummary, Dispatch, Pending, Plan, numbered
 from reconciler.core.plan.estimate import NO_ESTIMATES, Estimates
 from reconciler.core.plan.history import forecast_burn, forecast_text
 from reconciler.core.plan.ledger import MAX_COST, BudgetWindow, Window, zone
@@ -379,10 +379,10 @@ def _counts(phases: Iterable[tuple[str | None, str]]) -> dict[str, tuple[int, in
 
 
 def _heads(pending: Iterable[Pending]) -> dict[str, Pending]:
+    """Each queue's first entry of ``pending`` (in consideration order: its head)."""
     out: dict[str, Pending] = {}
     for p in pending:
-        if p.position == 1:
-            out[p.queue] = p
+        out.setdefault(p.queue, p)
     return out
 
 
@@ -837,7 +837,7 @@ def queue_detail(
     pending = tuple(
         PendingOp(
             operation=p.operation,
-            position=p.position,
+            position=position,
             reason=str(p.reason),
             message=message,
             admitted_when=admit.text,
@@ -847,8 +847,7 @@ def queue_detail(
             requests=requests_text(ops[p.operation].requests) if p.operation in ops else "",
             estimate=estimates.json_of(p.operation),
         )
-        for p in plan.pending
-        if p.queue == name
+        for position, p in enumerate((p for p in plan.pending if p.queue == name), start=1)
         for message, admit, admit_json, blocked_by in (explain(p),)
     )
     settings = queue_settings(spec, source_text, blame)
@@ -1047,7 +1046,10 @@ def operation_detail(
     state = states.get(op_id)
     if state is not None and op is not None and state.generation != op.generation:
         state = None  # an older generation's workload; the current run has not started
-    pending = next((p for p in plan.pending if p.operation == op_id), None)
+    pending, position = next(
+        ((p, at) for at, p in numbered(plan.pending) if p.operation == op_id),
+        (None, 0),
+    )
     rejected = next((r for r in repo.rejected if r.operation == op_id), None)
     group = schedule_groups(repo).get(op_id) if op is None else None
     if group:
@@ -1126,7 +1128,7 @@ def operation_detail(
         fields.update(
             reason=str(pending.reason),
             message=pending.message,
-            position=pending.position,
+            position=position,
             admitted_when=pending.admit.text,
             admit=pending.admit.to_json(),
             blocked_by=pending.blocked_by.to_json(),
