@@ -6,6 +6,8 @@ generation-0 collections, and every few of those a generation-2 one that scans e
 built so far, so the collector's cost grows with the square of the repo. Pausing it for the
 compile (reference counting still frees almost everything at once) and restoring it
 afterwards costs nothing but the cyclic garbage made during the pause, collected after it.
+``decide`` runs under it too: there a collection of the cycle's young objects would be a
+wait on the way to its first create.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""``gcpause.paused`` stops the cyclic collector for its block and restores it as it was."""
+"""``gcpause.paused`` stops the cyclic collector for its block and restores it as it was;
+``decide`` runs under it."""
 
 from __future__ import annotations
 
@@ -51,3 +52,29 @@ def test_no_collection_runs_while_paused() -> None:
     finally:
         gc.callbacks.remove(note)
     assert paused_runs == 0
+
+
+def test_decide_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every step of ``decide``, not only the planner's, runs with the collector paused
+    (a collection starting in one is a wait on the way to the cycle's first create); it
+    is restored after."""
+    from support.builders import NOW, World
+
+    from reconciler.core.decision import cycle
+
+    seen: list[bool] = []
+    for step in ("read_listing", "time_out_gangs", "make_actions"):
+        real = getattr(cycle, step)
+
+        def noted(*args: object, _real: object = real) -> object:
+            seen.append(gc.isenabled())
+            return _real(*args)  # type: ignore[operator]
+
+        monkeypatch.setattr(cycle, step, noted)
+    world = World().queue("q")
+    world.op("p/a", queue="q")
+    compiled = world.repo()
+    listing = {name: cycle.ClusterListing() for name in compiled.clusters}
+    decision = cycle.decide(compiled, listing, cycle.Memory(), NOW)
+    assert [c.operation.id for c in decision.actions.creates] == ["p/a"]
+    assert seen == [False, False, False] and gc.isenabled()
