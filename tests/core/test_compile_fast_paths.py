@@ -258,3 +258,29 @@ def test_an_error_only_the_merged_spec_has_is_found_with_the_fast_paths() -> Non
     found = [e for e in compiled.errors if e.location.file == local]
     assert any("localhostProfile" in e.message and "after merging" in e.message for e in found)
     assert compiled == _compile_before(snapshot, cached=False)
+
+
+def test_an_operation_whose_own_environment_equals_one_seen_renders_no_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The parts Pod Security reads are keyed by content: two operations, each writing the
+    same environment in its own file, render one pod between them (the first's)."""
+    files = dict(BASE.files)
+    for name in ("same-1", "same-2"):
+        path = f"projects/vision/operations/{name}.yaml"
+        body = (
+            f"kind: Operation\nname: {name}\nrun:\n  container:\n    args: [x]\n"
+            "  environment:\n    annotations: {team: vision}\n"
+        )
+        files[path] = RepoFile(path, body.encode())
+    rendered: list[str] = []
+    real = resolve_module.render_pod
+
+    def noted(*args: Any, **kwargs: Any) -> Any:
+        rendered.append(kwargs["operation"])
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(resolve_module, "render_pod", noted)
+    compiled = compile_repo(RepoSnapshot(files))
+    assert {"vision/same-1", "vision/same-2"} <= {op.id for op in compiled.operations}
+    assert [op for op in rendered if op.startswith("vision/same-")] == ["vision/same-1"]

@@ -295,18 +295,25 @@ def _pod_security(
     comes from ``run.environment``, the main container's ``securityContext`` and
     ``shmSize``, ``run.volumes``, ``run.initContainers``, ``run.sidecars``, the kind (its
     ports) and the connections, never from the rest (command, env, image, resources...):
-    where those parts are objects the compile keeps (a preset's, or none), a pod with the
-    same ones has the same findings, so an operation like one seen before renders no pod
-    when there are none (``RepoIndex.pod_findings``)."""
+    those parts, each shared with the equal ones seen before (``RepoIndex.shared_value``,
+    as ``build`` shares them after), key what the pod's findings were, so an operation
+    like one seen before renders no pod when there were none (``RepoIndex.pod_findings``):
+    one written with an environment of its own, like its neighbours', too."""
     policy = ctx.org.policy
     run = spec["run"]
     container = run.get("container") or {}
+    share = repo.shared_value
     parts = (
-        run.get("environment"),
-        container.get("securityContext"),
-        run.get("volumes"),
-        run.get("initContainers"),
-        run.get("sidecars"),
+        *(
+            None if part is None else share(part)
+            for part in (
+                run.get("environment"),
+                container.get("securityContext"),
+                run.get("volumes"),
+                run.get("initContainers"),
+                run.get("sidecars"),
+            )
+        ),
         *conns,
     )
     key: tuple[Any, ...] | None = None
