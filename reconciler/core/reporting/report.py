@@ -365,9 +365,8 @@ def status_view(shown: Report) -> StatusView:
     order: dict[str, list[str]] = {}
     for p in shown.plan.pending:
         order.setdefault(p.queue, []).append(p.operation)
-    positions = {op: i for ids in order.values() for i, op in enumerate(ids, start=1)}
     repo = shown.compiled
-    join_records(records, positions, repo.version)
+    join_records(records, shown.plan.positions(), repo.version)
     queues = tuple(
         QueueStatus.from_summary(q, queue_kinds(repo, q.name)) for q in shown.plan.queues
     )

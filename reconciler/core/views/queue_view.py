@@ -847,7 +847,7 @@ def queue_detail(
             requests=requests_text(ops[p.operation].requests) if p.operation in ops else "",
             estimate=estimates.json_of(p.operation),
         )
-        for position, p in enumerate((p for p in plan.pending if p.queue == name), start=1)
+        for position, p in numbered(p for p in plan.pending if p.queue == name)
         for message, admit, admit_json, blocked_by in (explain(p),)
     )
     settings = queue_settings(spec, source_text, blame)
