@@ -207,7 +207,7 @@ def test_pause_is_called_between_the_steps_and_changes_no_estimate() -> None:
 def test_an_estimate_leaves_no_reference_cycle_to_the_collector() -> None:
     """The simulations' state (at scale, a copy of the planner's for every operation) is
     freed as the estimate returns: a cycle would keep it for the collector to scan and free
-    when the estimate resumes it (``gc_paused``)."""
+    when the estimate resumes it (``gcpause.paused``)."""
     world = World().cluster("local", concurrency=3)
     world.queue("a", quota={"nvidia.com/gpu": 4}).queue("b", concurrency=2)
     for i in range(20):

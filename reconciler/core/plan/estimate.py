@@ -43,6 +43,7 @@ from itertools import islice
 from operator import attrgetter, itemgetter
 from typing import Any, NamedTuple
 
+from reconciler.core import gcpause
 from reconciler.core.decision.cycle import Decision
 from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.observation.observe import WorkloadState
@@ -62,7 +63,6 @@ from reconciler.core.plan.ledger import (
     run_cost,
     window_at,
 )
-from reconciler.core.plan.planner import gc_paused
 from reconciler.core.plan.state import ActiveRun, QueueState, needed_slots
 from reconciler.core.plan.whatif import WhatIf, dispatched
 from reconciler.core.types import (
@@ -1839,7 +1839,7 @@ def estimate_starts(
     with another with all the others (the same estimates, slower: the tests compare).
     ``pause`` is called between the simulation's steps, and holds it until it returns."""
     # thousands of replans allocate while the whole repo stays alive: pause the collector
-    with gc_paused():
+    with gcpause.paused():
         blocked, p50, p90 = _simulate(
             repo,
             plan,

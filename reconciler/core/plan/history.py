@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from decimal import Decimal
 
+from reconciler.core import gcpause
 from reconciler.core.plan.groups import DisjointSets
 from reconciler.core.plan.ledger import (
     BudgetWindow,
@@ -40,7 +41,7 @@ from reconciler.core.plan.ledger import (
     window_at,
     zone,
 )
-from reconciler.core.plan.planner import admit_dispatch, gc_paused
+from reconciler.core.plan.planner import admit_dispatch
 from reconciler.core.types import (
     BudgetPeriod,
     BudgetSpec,
@@ -260,7 +261,7 @@ def replay_runs(
     before the window (what budgets had spent). Runs not dispatched by ``horizon`` (default:
     ``until`` plus the window's length) have no start. Times move on a grid of
     ``resolution``."""
-    with gc_paused():
+    with gcpause.paused():
         return _Sim(repo, runs, since, until, prior, horizon, resolution).run()
 
 

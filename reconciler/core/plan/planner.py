@@ -25,12 +25,11 @@ it runs once per candidate, and a function call per check made it 15-20% slower.
 
 from __future__ import annotations
 
-import gc
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import NamedTuple
 
+from reconciler.core import gcpause
 from reconciler.core.observation.capacity import ClusterCapacity
 from reconciler.core.plan.cohorts import borrow, join_cohorts
 from reconciler.core.plan.dependencies import Dependencies
@@ -99,7 +98,9 @@ def plan_dispatch(
     of cluster (check 10); a cluster without one is not observed.
     Raises :class:`PlanInputError` when the inputs contradict each other.
     """
-    with gc_paused():
+    # planning allocates a few objects per operation and keeps them all: the cyclic
+    # collector would rescan the whole heap meanwhile, costing more than the planning
+    with gcpause.paused():
         return _plan(
             operations,
             queues,
@@ -155,22 +156,6 @@ _NONE: frozenset[str] = frozenset()
 _JOB = DistributedBackend.JOB
 
 
-@contextmanager
-def gc_paused() -> Iterator[None]:
-    """Planning allocates a few objects per operation and keeps them all; meanwhile CPython's
-    cyclic GC would rescan the whole heap (every compiled operation) several times, which
-    costs more than the planning itself. Pause it for the call; results do not depend on it.
-    Nests: an inner pause leaves the collector as the outer one found it (the start-time
-    estimate pauses it over all its replans)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
-
-
 class QueueAdmission(NamedTuple):
     """One queue after steps 1-4: who waits and why, and what is left of it."""
 
@@ -209,7 +194,7 @@ def admit_dispatch(
     pruning and explaining: what is dispatched and why each candidate waits. For callers
     that replan many times and show no explanation (the what-if replay of a history,
     ``core/plan/history.py``); nothing is pruned (no observed operation counts as rejected)."""
-    with gc_paused():
+    with gcpause.paused():
         steps = _admit_steps(
             operations,
             queues,
