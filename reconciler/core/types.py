@@ -781,6 +781,16 @@ class CompiledRepo:
         return dict(zip(map(attrgetter("id"), ops), ops, strict=True))
 
     @cached_property
+    def workflow_queues(self) -> Mapping[str, frozenset[str]]:
+        """Each workflow's queues (those of all its children) by its parent's id: built
+        once per compile, as :attr:`by_id`."""
+        out: dict[str, set[str]] = {}
+        for op in self.operations:
+            if op.workflow is not None:
+                out.setdefault(op.workflow.parent, set()).add(op.queue)
+        return {parent: frozenset(queues) for parent, queues in out.items()}
+
+    @cached_property
     def generations(self) -> Mapping[str, int]:
         """The generation each operation asks for, by id (a view of :attr:`by_id`)."""
         return _Generations(self.by_id)

@@ -172,14 +172,9 @@ def _ranks(n: int) -> tuple[int, int]:
 def capped_quantile(samples: Sequence[float], q: float, timeout: float | None) -> float | None:
     """A run's duration: the ``q`` quantile of its ``samples``, never more than its
     ``timeout``; with no samples the timeout itself (None: unknown)."""
-    return _capped(samples, _rank(q, len(samples)) if samples else 0, timeout)
-
-
-def _capped(samples: Sequence[float], rank: int, timeout: float | None) -> float | None:
-    """``capped_quantile`` with the quantile's ``rank`` known."""
     if not samples:
         return timeout
-    d = samples[rank]
+    d = quantile(samples, q)
     return d if timeout is None else min(d, timeout)
 
 
@@ -222,24 +217,34 @@ class DurationModel:
         self.by_project_queue = by_pq
         self.by_queue = {k: v for k, v in by_q.items() if k is not None}
 
+    def values(
+        self, operation: str, queue: str | None, project: str | None = None
+    ) -> Sequence[float]:
+        """The past durations that stand for ``operation``'s, in the fallback order: its
+        own, else its project's in its queue, else its queue's; () when none.
+        ``project``: its project when the caller has it (the id's first part, a string
+        made on each call else). Not memoised: a memo's first lookup costs twice this."""
+        return (
+            self.by_operation.get(operation)
+            or self.by_project_queue.get(
+                (operation.split("/", 1)[0] if project is None else project, queue)
+            )
+            or (self.by_queue.get(queue) if queue is not None else None)
+            or ()
+        )
+
     def samples(
         self, operation: str, queue: str | None, project: str | None = None
     ) -> tuple[Sequence[float], Basis]:
-        """The past durations that stand for ``operation``'s, and which group they are
-        (not memoised: a memo's first lookup costs twice this). ``project``: its project
-        when the caller has it (the id's first part, a string made on each call else)."""
-        got = self.by_operation.get(operation)
-        if got:
-            return got, Basis.OPERATION
-        if project is None:
-            project = operation.split("/", 1)[0]
-        got = self.by_project_queue.get((project, queue))
-        if got:
-            return got, Basis.PROJECT_QUEUE
-        got = self.by_queue.get(queue) if queue is not None else None
-        if got:
-            return got, Basis.QUEUE
-        return (), Basis.UNKNOWN
+        """``values``, and which group they are."""
+        values = self.values(operation, queue, project)
+        if not values:
+            return (), Basis.UNKNOWN
+        if values is self.by_operation.get(operation):
+            return values, Basis.OPERATION
+        if queue is not None and values is self.by_queue.get(queue):
+            return values, Basis.QUEUE
+        return values, Basis.PROJECT_QUEUE
 
     def duration(
         self, operation: str, queue: str | None, q: float, timeout: float | None
@@ -430,18 +435,13 @@ class _Prepared:
         self.repo = repo
         self.model = model
         self.step = resolution.total_seconds()
-        # (samples' id, timeout) -> the durations of an operation with them; and per
-        # operation (``durations``: both simulations ask)
-        self._durations: dict[tuple[int, float | None], _Durations] = {}
+        # per operation (``durations``: both simulations ask)
         self._of_op: dict[str, _Durations] = {}
         # per queue resources, a requests map's units by its id (``_apart_of``)
         self.units: dict[tuple[str, ...], dict[int, tuple[int, ...]]] = {}
         self.ops = repo.by_id  # once per compile, as the cycle's plan reads them
         # each workflow's queues: of all its children, pending, dispatched or running
-        self.workflow_spans: dict[str, set[str]] = {}
-        for op in repo.operations:
-            if op.workflow is not None:
-                self.workflow_spans.setdefault(op.workflow.parent, set()).add(op.queue)
+        self.workflow_spans = repo.workflow_queues
         self.cluster_limit = {n: c.concurrency for n, c in repo.clusters.items()}
         # a cohort member's queue is planned with every member of its cohort (what it may
         # borrow, and what it lent, depends on their usage)
@@ -561,28 +561,29 @@ class _Prepared:
         """How long a run of ``op`` lasts at p50 and at p90, rounded to the resolution
         (``_on_step``; None: unknown), and whether its timeout alone dates it (its end
         bounds what is dispatched after it, ``_Sim._bounded``): computed once for both
-        simulations and every operation of the same samples and timeout."""
+        simulations."""
         got = self._of_op.get(oid)
         if got is None:
             got = self._of_op[oid] = self.durations_of(oid, op)
         return got
 
     def durations_of(self, oid: str, op: CompiledOperation) -> _Durations:
-        """``durations``, not kept per operation (what the plan dispatches now: asked
-        once)."""
+        """``durations``, not kept (what the plan dispatches now: asked once). Not shared
+        between operations either: most have samples of their own, or of their project in
+        their queue, which few others share."""
         timeout = _timeout(op)
-        values, _ = self.model.samples(oid, op.queue, op.project)
-        key = (id(values), timeout)
-        got = self._durations.get(key)
-        if got is None:
-            i, j = _ranks(len(values)) if values else (0, 0)
-            a, b = _capped(values, i, timeout), _capped(values, j, timeout)
-            got = self._durations[key] = (
-                None if a is None else _on_step(a, self.step),
-                None if b is None else _on_step(b, self.step),
-                not values and timeout is not None,
-            )
-        return got
+        values = self.model.values(oid, op.queue, op.project)
+        step = self.step
+        if not values:
+            if timeout is None:
+                return _UNKNOWN
+            end = _on_step(timeout, step)
+            return (end, end, True)
+        i, j = _ranks(len(values))
+        a, b = values[i], values[j]
+        if timeout is not None:
+            a, b = min(a, timeout), min(b, timeout)
+        return (_on_step(a, step), _on_step(b, step), False)
 
     def waits(self, apart: frozenset[str]) -> dict[str, list[_Wait]]:
         """Per queue with an operation the clock can date, but those ``apart``: the cycle's
@@ -601,11 +602,12 @@ class _Prepared:
 
 _Wait = tuple[str, CompiledOperation | None, PendingReason]
 _NO_DEPS: frozenset[str] = frozenset()
-# what a run of a group apart holds (``_Sim._date_apart``)
-_Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool]
+# what a run of a group apart holds, and its id (``_Sim._date_apart``)
+_Hold = tuple["_Counts | None", tuple[tuple[int, int], ...], int, str, bool, str]
 # a run's duration at p50 and p90 (None: unknown), and whether its timeout alone dates it
 _Durations = tuple[float | None, float | None, bool]
 _ENDS_NOW: _Durations = (0.0, 0.0, False)  # a run the plan stops now
+_UNKNOWN: _Durations = (None, None, False)  # no history and no timeout
 _Candidate = tuple[
     str,
     CompiledOperation,
@@ -894,7 +896,7 @@ def _workflows_apart(
     w = prep.whatif
     out: dict[str, tuple[int, int | None]] = {}
     for parent in sorted(parents):
-        if prep.workflow_spans.get(parent, set()) - {queue} or prep.workflow_queues.get(
+        if prep.workflow_spans.get(parent, frozenset()) - {queue} or prep.workflow_queues.get(
             parent, set()
         ) - {queue}:
             return None
@@ -1193,7 +1195,7 @@ class _Sim:
         todo = set(range(len(members)))  # the queues whose pass may dispatch
         # what each run holds, to release it: (its queue's counts or None, its (slot,
         # units) where not 0, pods, workflow parent, whether it holds one of the cluster's
-        # slots)
+        # slots, its id)
         holds: dict[str, _Hold] = {}
         cluster = g.cluster
         for a, s in zip(g.members, counts, strict=True):
@@ -1205,21 +1207,22 @@ class _Sim:
                     run.pods,
                     parent,
                     run.cluster == cluster,
+                    run.oid,
                 )
         for run in g.passive:
-            holds[run.oid] = (None, (), 0, "", True)
+            holds[run.oid] = (None, (), 0, "", True, run.oid)
         free = g.free
         done: set[str] = set()  # the runs ended: what a candidate's dependencies wait for
         track = any(c[4] for a in members for c in a.candidates)
-        # the runs' ends by time, and the times in a heap: those of one step of the
-        # resolution end together, and are never ordered among themselves
-        at: dict[float, list[str]] = {}
+        # what the runs hold by the time they end, and the times in a heap: those of one
+        # step of the resolution end together, and are never ordered among themselves
+        at: dict[float, list[_Hold]] = {}
         for end, oid in ends:
             got = at.get(end)
             if got is None:
-                at[end] = [oid]
+                at[end] = [holds[oid]]
             else:
-                got.append(oid)
+                got.append(holds[oid])
         times = list(at)
         heapq.heapify(times)
         horizon = self.end_of_horizon
@@ -1231,8 +1234,7 @@ class _Sim:
             heapq.heappop(times)
             if ticks is not None:
                 ticks.add(t)
-            for oid in at.pop(t):
-                owner, req, n, parent, slot = holds.pop(oid)
+            for owner, req, n, parent, slot, oid in at.pop(t):
                 if slot and free is not None:
                     free += 1
                 if owner is not None:
@@ -1251,7 +1253,7 @@ class _Sim:
             for k in sorted(todo):
                 s = counts[k]
                 if s.left:
-                    free = self._pass_apart(members[k], s, t, free, done, holds, at, times)
+                    free = self._pass_apart(members[k], s, t, free, done, at, times)
                     if s.waiting:
                         break  # the cluster is full: nothing after it can be dispatched
                 todo.discard(k)
@@ -1264,8 +1266,7 @@ class _Sim:
         t: float,
         free: int | None,
         done: set[str],
-        holds: dict[str, _Hold],
-        at: dict[float, list[str]],
+        at: dict[float, list[_Hold]],
         times: list[float],
     ) -> int | None:
         """The planner's pass over queue ``a``'s candidates left (``s``) at ``t``, with
@@ -1340,7 +1341,6 @@ class _Sim:
                 unheld -= 1
             taken.append(k)
             dispatched_at[oid] = t
-            holds[oid] = (s, needs, n, parent, free is not None)
             durs = durations(oid, op)  # only for what it dispatches: about half of them
             seconds = durs[qi]
             if seconds is None:
@@ -1354,12 +1354,13 @@ class _Sim:
                 end = t + seconds
                 if durs[2] and end < self.bound_from:
                     self.bound_from = end
+                hold = (s, needs, n, parent, free is not None, oid)
                 got = at.get(end)
                 if got is None:
-                    at[end] = [oid]
+                    at[end] = [hold]
                     heapq.heappush(times, end)
                 else:
-                    got.append(oid)
+                    got.append(hold)
             if not unheld:
                 break
         if len(taken) == 1:
