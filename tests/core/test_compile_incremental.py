@@ -115,12 +115,13 @@ def _edit(files: dict[str, RepoFile], kind: str, path: str, n: int) -> None:
 
 
 def _same(cached: CompiledRepo, full: CompiledRepo, commit: object = None) -> None:
-    """The compile with a cache is the full compile, and so are the operations by id and
-    the stopped ones it gives beside them."""
+    """The compile with a cache is the full compile, and so are the operations by id, the
+    stopped ones and each workflow's queues it gives beside them."""
     assert cached == full, commit
     assert dict(cached.by_id) == dict(full.by_id), commit
     assert cached.stopped_ids == full.stopped_ids, commit
     assert dict(cached.generations) == dict(full.generations), commit
+    assert cached.workflow_queues == full.workflow_queues, commit
 
 
 edits = st.lists(

@@ -89,6 +89,18 @@ def test_quantile_is_nearest_rank() -> None:
     assert quantile([7.0], 0.9) == 7.0
 
 
+def test_each_workflows_queues_are_those_of_all_its_children() -> None:
+    w = World().queue("a").queue("b")
+    w.op("p/wf-0", queue="a").child_of("p/wf", 0)
+    w.op("p/wf-1", queue="b").child_of("p/wf", 1)
+    w.op("p/wf-2", queue="b").child_of("p/wf", 2)
+    w.op("p/alone", queue="a").child_of("p/other", 0)
+    w.op("p/plain", queue="b")
+    repo = w.repo()
+    assert repo.workflow_queues == {"p/wf": {"a", "b"}, "p/other": {"a"}}
+    assert repo.workflow_queues is repo.workflow_queues  # once per compile
+
+
 def test_the_fallback_order_is_operation_then_project_and_queue_then_queue() -> None:
     model = DurationModel(
         [
