@@ -19,8 +19,9 @@ the candidates its checks 7-10 may let through, ``WhatIf.fitting``). A queue tha
 nothing with another, or the queues of a cluster whose concurrency they reach that share
 only its slots (``_groups_apart``), are dated apart first, in one loop at their own runs'
 ends (``_Sim._date_apart``), and left out of those events. p50 and p90 are two
-simulations, one with every run at its p50 duration, one at its p90; the second starts
-from the first's state reverted.
+simulations, one with every run at its p50 duration, one at its p90: each group apart is
+dated in both in turn, then the p50 simulation runs its events, and the p90 its own from
+the same state reverted.
 
 The clock is an input (``now``); the same inputs give the same estimates. So is ``pause``:
 called between the simulation's steps (each queue dated apart, each event), it lets the
@@ -1005,6 +1006,11 @@ class _Sim:
         # reasons of what is left need the whole state (``_reasons_now``), which it did not
         # move; the caller simulates again without queues apart
         self.refused = False
+        # what dating the groups apart found (``date_groups``): whether a candidate is left
+        # (``refused`` if nothing else ends), the last event's time, whether the horizon
+        # stopped none; and, when a workflow spans queues, the times of their events
+        self.apart_left, self.apart_last, self.apart_exhausted = False, 0.0, True
+        self.ticks: set[float] | None = set() if self.workflow_mates else None
         # what runs and what this cycle dispatches (starting now) ends: what it stops now
         seen = self.w.seen
         for oid, run, op, durations in prep.runs:
@@ -1156,27 +1162,39 @@ class _Sim:
         self.exhausted = True
 
     def run(self) -> None:
-        """1. the groups of queues apart, each on its own (``_date_apart``);
-        2. the others, event by event (``_run_events``)."""
-        exhausted, left, last = True, False, 0.0
-        # the times of the groups' events: a queue left stale by a workflow's dispatch is
-        # planned again at the next event of any queue (only such a workflow leaves one)
-        ticks: set[float] | None = set() if self.workflow_mates else None
+        """1. the groups of queues apart, each on its own (``date_groups``);
+        2. the others, event by event (``run_events``)."""
+        for _ in self.date_groups():
+            pass
+        self.run_events()
+
+    def date_groups(self) -> Iterator[None]:
+        """Date each group of queues apart on its own (``_date_apart``), one per step: the
+        caller may date the same group in another simulation before the next, while its
+        candidates are still in the processor's cache."""
         for g, ends in zip(self.apart, self.apart_ends, strict=True):
             self.pause()
-            waits, t = self._date_apart(g, ends, ticks)
+            waits, t = self._date_apart(g, ends, self.ticks)
             if waits is None:
-                exhausted = False
+                self.apart_exhausted = False
             else:
-                left, last = left or waits, max(last, t)
-        if ticks:
-            self.heap.extend((t, _TICK) for t in ticks)
+                self.apart_left = self.apart_left or waits
+                self.apart_last = max(self.apart_last, t)
+            yield
+
+    def run_events(self) -> None:
+        """The queues not dated apart, event by event (``_run_events``), once the groups
+        are dated: a queue left stale by a workflow's dispatch is planned again at the next
+        event of any queue (only such a workflow leaves one), so their events' times are
+        events here too."""
+        if self.ticks:
+            self.heap.extend((t, _TICK) for t in self.ticks)
             heapq.heapify(self.heap)
         self._run_events()
-        self.exhausted = self.exhausted and exhausted
+        self.exhausted = self.exhausted and self.apart_exhausted
         if self.exhausted:
-            self.t = max(self.t, last)
-            self.refused = left
+            self.t = max(self.t, self.apart_last)
+            self.refused = self.apart_left
 
     def _date_apart(
         self, g: _Group, ends: list[tuple[float, str]], ticks: set[float] | None = None
@@ -1876,9 +1894,11 @@ def _simulate(
     apart: bool,
     pause: Pause,
 ) -> tuple[dict[str, str], _Dated, _Dated]:
-    """The p50 simulation, then the p90 from the state it started from: what each dates,
-    after why each operation no clock dates waits. Their state is let go on return, before
-    the caller resumes the collector (which would otherwise scan all of it once)."""
+    """The p50 and the p90 simulations: each group of queues apart dated in both in turn
+    (its candidates still in the processor's cache for the second), then the other queues
+    in the p50, and in the p90 from the state the p50 started from. Returns what each
+    dates, after why each operation no clock dates waits. Their state is let go on return,
+    before the caller resumes the collector (which would otherwise scan all of it once)."""
     pause()
     prep = _Prepared(
         repo,
@@ -1894,15 +1914,25 @@ def _simulate(
         apart,
         pause,
     )
+    sims = [
+        _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause) for q in (P50, P90)
+    ]
+    # 1. each group apart in both, one after the other (neither moves the what-if state)
+    for _ in zip(*(sim.date_groups() for sim in sims), strict=True):
+        pass
+    # 2. the other queues in each, from the state the plan left
     results: list[_Dated] = []
-    for q in (P50, P90):
+    refused = False
+    for q, sim in zip((P50, P90), sims, strict=True):
         pause()
-        sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
-        sim.run()
-        if sim.refused:  # simulated again with every queue, from where it started
+        if not refused:
+            sim.run_events()
+        if refused or sim.refused:  # simulated again with every queue, from where it started
+            refused = True
             prep.whatif.revert()
-            prep.index(apart=True)
-            prep.apart = []
+            if prep.apart:
+                prep.index(apart=True)
+                prep.apart = []
             sim = _Sim(prep, starts, model, q, now, horizon, resolution, ledger, pause)
             sim.run()
         pause()
