@@ -240,9 +240,9 @@ def test_an_estimate_leaves_no_reference_cycle_to_the_collector() -> None:
 
 def test_the_estimates_are_a_mapping_the_collector_never_scans() -> None:
     """Every pending operation's estimate, in the plan's order, read as a mapping; kept as
-    strings and ints (what shares a date shares a row), so the collector has nothing of
-    them to scan once they are made (100k tuples of ``Eta``s cost a scan after each
-    estimate)."""
+    strings and floats (its queue, its dispatch time in each simulation, why no clock
+    dates it), so the collector has nothing of them to scan once they are made (100k
+    tuples of ``Eta``s cost a scan after each estimate)."""
     world = World().queue("q", concurrency=1)
     world.ops("p/op-{}", 6)
     world.op("p/held", queue="q").unapproved()
@@ -257,11 +257,14 @@ def test_the_estimates_are_a_mapping_the_collector_never_scans() -> None:
     assert (got.operation, got.queue, _at(e, "p/op-3")) == ("p/op-3", "q", 20)
     assert e.pending["p/held"].p50.state is EtaState.BLOCKED
     assert dict(e.pending) == {oid: e.pending[oid] for oid in e.pending}
-    # per operation, only strings and ints: what the collector tracks is the list of rows
-    tracked = [
-        x for x in gc.get_referents(e.pending) if gc.is_tracked(x) and not isinstance(x, type)
-    ]
-    assert len(tracked) == 1 and len(tracked[0]) < len(e.pending)
+    # per operation, only strings and floats: no dict keyed by operation is tracked
+    ids, found, todo = set(e.pending), [], [e.pending]
+    for _ in range(3):  # the mapping, what it keeps, and what that keeps
+        todo = [x for obj in todo for x in gc.get_referents(obj) if not isinstance(x, type)]
+        found += todo
+    keyed = [x for x in found if isinstance(x, dict) and ids & x.keys()]
+    assert len(keyed) >= 3  # the queues, the dispatch times, the causes no clock ends
+    assert not any(gc.is_tracked(x) for x in keyed)
 
 
 def test_the_higher_priority_queue_takes_the_freed_cluster_slot() -> None:

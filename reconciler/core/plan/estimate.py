@@ -1588,35 +1588,6 @@ class _Sim:
         return _Dated(self.dispatched_at, self.bound_from, other)
 
 
-class _Starts(Mapping[str, StartEstimate]):
-    """Every pending operation's ``StartEstimate``, kept as its queue and the number of its
-    (p50, p90, why) among the distinct ones (most share their dates: one per step of the
-    resolution): two dicts of strings and ints, which the cyclic collector never scans,
-    where 100k estimates as tuples cost a scan of them all after every estimate."""
-
-    __slots__ = ("_queue", "_row", "_rows")
-
-    def __init__(
-        self, queue: dict[str, str], row: dict[str, int], rows: list[tuple[Eta, Eta, str]]
-    ) -> None:
-        self._queue = queue  # operation -> its queue
-        self._row = row  # operation -> its (p50, p90, why) in ``rows``
-        self._rows = rows
-
-    def __getitem__(self, operation: str) -> StartEstimate:
-        p50, p90, why = self._rows[self._row[operation]]
-        return StartEstimate(operation, self._queue[operation], p50, p90, why)
-
-    def __contains__(self, operation: object) -> bool:
-        return operation in self._row
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._row)
-
-    def __len__(self) -> int:
-        return len(self._row)
-
-
 class _Dated(NamedTuple):
     """What one simulation dates (``_Sim.finish``)."""
 
@@ -1625,65 +1596,75 @@ class _Dated(NamedTuple):
     other: dict[str, tuple[Eta, str]]  # not dispatched and not after the horizon: why
 
 
-def _starts(
-    pending: Sequence[Pending],
-    blocked: Mapping[str, str],
-    p50: _Dated,
-    p90: _Dated,
-    now: datetime,
-) -> _Starts:
-    """Each pending operation's estimate, from the two simulations': its date in each (one
-    ``Eta`` per step of the resolution, shared), or why it has none; the p90 never
-    earlier than the p50."""
-    after = (Eta(EtaState.AFTER_HORIZON), "")
-    no_clock = Eta(EtaState.BLOCKED)
-    dated = (EtaState.AT, EtaState.NO_LATER_THAN)
-    days50: dict[float, Eta] = {}
-    days90: dict[float, Eta] = {}
+_AFTER = (Eta(EtaState.AFTER_HORIZON), "")
+_NO_CLOCK = Eta(EtaState.BLOCKED)
+_DATED = (EtaState.AT, EtaState.NO_LATER_THAN)
 
-    def date(t: float, sim: _Dated, memo: dict[float, Eta]) -> Eta:
-        """A dispatch at ``t`` in ``sim``, kept in ``memo`` for every other at ``t``."""
-        state = EtaState.NO_LATER_THAN if t >= sim.bound_from else EtaState.AT
-        got = memo[t] = Eta(state, now + timedelta(seconds=t))
+
+class _Starts(Mapping[str, StartEstimate]):
+    """Every pending operation's ``StartEstimate``, derived when asked from what the two
+    simulations say of it (its dispatch time in each, or why it has none) and its queue:
+    its date in each (one ``Eta`` per step of the resolution, shared), or why it has none;
+    the p90 never earlier than the p50. Kept as dicts of strings and floats, which the
+    cyclic collector never scans, and built in one pass over the pending operations: the
+    estimate of each, as a tuple, cost a pass of its own (the longest after the
+    simulations) and a scan of them all by the collector after every estimate."""
+
+    __slots__ = ("_blocked", "_etas", "_now", "_p50", "_p90", "_queue")
+
+    def __init__(
+        self,
+        pending: Sequence[Pending],
+        blocked: Mapping[str, str],
+        p50: _Dated,
+        p90: _Dated,
+        now: datetime,
+    ) -> None:
+        self._queue = {p.operation: p.queue for p in pending}
+        self._blocked = blocked  # no clock dates these: why
+        self._p50, self._p90 = p50, p90
+        self._now = now
+        # the ``Eta`` of each time of the p50 and the p90 simulation, made when first asked
+        self._etas: tuple[dict[float, Eta], dict[float, Eta]] = ({}, {})
+
+    def _eta(self, t: float, k: int, sim: _Dated) -> Eta:
+        """A dispatch at ``t`` in ``sim``, the ``k``-th simulation."""
+        got = self._etas[k].get(t)
+        if got is None:
+            state = EtaState.NO_LATER_THAN if t >= sim.bound_from else EtaState.AT
+            got = self._etas[k][t] = Eta(state, self._now + timedelta(seconds=t))
         return got
 
-    at50, at90 = p50.dispatched_at.get, p90.dispatched_at.get
-    queues: dict[str, str] = {}
-    row: dict[str, int] = {}
-    rows: list[tuple[Eta, Eta, str]] = []
-    index: dict[tuple[int, int, str], int] = {}  # a row by its Etas' identity and why
-
-    def add(oid: str, a: Eta, b: Eta, why: str) -> None:
-        key = (id(a), id(b), why)
-        got = index.get(key)
-        if got is None:
-            got = index[key] = len(rows)
-            rows.append((a, b, why))
-        row[oid] = got
-
-    for p in pending:
-        oid = p.operation
-        queues[oid] = p.queue
-        t = at50(oid)
+    def __getitem__(self, operation: str) -> StartEstimate:
+        queue = self._queue[operation]
+        p50, p90 = self._p50, self._p90
+        t = p50.dispatched_at.get(operation)
         if t is not None:
-            a, why = days50.get(t) or date(t, p50, days50), ""
+            a, why = self._eta(t, 0, p50), ""
         else:
-            cause = blocked.get(oid)
+            cause = self._blocked.get(operation)
             if cause is not None:
-                add(oid, no_clock, no_clock, cause)
-                continue
-            a, why = p50.other.get(oid, after)
-        t = at90(oid)
+                return StartEstimate(operation, queue, _NO_CLOCK, _NO_CLOCK, cause)
+            a, why = p50.other.get(operation, _AFTER)
+        t = p90.dispatched_at.get(operation)
         if t is not None:
-            b, why90 = days90.get(t) or date(t, p90, days90), ""
+            b, why90 = self._eta(t, 1, p90), ""
         else:
-            b, why90 = p90.other.get(oid, after)
-        if b.state in dated and (
-            a.state not in dated or (a.at is not None and b.at is not None and b.at < a.at)
+            b, why90 = p90.other.get(operation, _AFTER)
+        if b.state in _DATED and (
+            a.state not in _DATED or (a.at is not None and b.at is not None and b.at < a.at)
         ):
             b = a  # the p90 is never earlier than the p50
-        add(oid, a, b, why or why90)
-    return _Starts(queues, row, rows)
+        return StartEstimate(operation, queue, a, b, why or why90)
+
+    def __contains__(self, operation: object) -> bool:
+        return operation in self._queue
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._queue)
+
+    def __len__(self) -> int:
+        return len(self._queue)
 
 
 class _WaitsOnUnknown:
@@ -1875,7 +1856,7 @@ def estimate_starts(
             apart,
             pause,
         )
-        return Estimates(now, horizon, _starts(plan.pending, blocked, p50, p90, now))
+        return Estimates(now, horizon, _Starts(plan.pending, blocked, p50, p90, now))
 
 
 def _simulate(
