@@ -869,6 +869,51 @@ def test_what_a_queue_apart_leaves_waiting_is_explained_by_the_whole_state() -> 
     assert e == _estimate(world, history, {"p/held": NOW}, apart=False)
 
 
+def test_a_p90_simulation_refused_alone_is_simulated_again_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The p50 simulation dates the queue apart, the p90 is refused: at p90 the slot of
+    ``c`` goes to a run with no history, nothing is left to end, and the queue ``alone``
+    still has a candidate (one it can never dispatch, which alone is no reason to refuse
+    at p50, where a long run still ends past the horizon). The p90 is simulated again with
+    every queue, from where it started: what it dates is the whole simulation's."""
+    world = World().cluster("c", concurrency=1).cluster("free").cluster("e")
+    world.queue("uq", cluster="c", priority=2).queue("kq", cluster="c", priority=1)
+    world.queue("dq", cluster="e").queue("alone", cluster="free", max_pods=1)
+    world.op("d/dep", queue="dq")
+    world.op("s/holder", queue="kq")
+    world.op("k/long", queue="kq")
+    world.op("u/unknown", queue="uq").after("d/dep")
+    world.op("n/first", queue="alone")
+    world.op("n/never", queue="alone").after("n/first").requests(gpu=1).replicas(2)
+    world.op("n/ok", queue="alone").after("n/first")
+    world.running("d/dep", "s/holder", "n/first")
+    history = [
+        *_runs("d/dep", "dq", 10),
+        *_runs("s/holder", "kq", 5, 20),
+        *_runs("k/long", "kq", 48 * 60),
+        *_runs("n/ok", "alone", 5),
+        *_runs("n/first", "alone", 10),
+    ]
+    starts = {"d/dep": NOW, "s/holder": NOW, "n/first": NOW}
+    refused: list[tuple[float, bool, bool]] = []
+    run_events = estimate_module._Sim.run_events
+
+    def spy(sim: Any) -> None:
+        run_events(sim)
+        refused.append((sim.q, bool(sim.apart), sim.refused))
+
+    monkeypatch.setattr(estimate_module._Sim, "run_events", spy)
+    e = _estimate(world, history, starts)
+    assert refused[:3] == [(0.5, True, False), (0.9, True, True), (0.9, False, False)]
+    never = e.pending["n/never"]
+    assert (never.p50.state, never.p90.state) == (EtaState.AFTER_HORIZON, EtaState.BLOCKED)
+    assert never.why == "ExceedsQuota: nothing it waits for is estimated to end"
+    assert (_at(e, "n/ok"), _at(e, "k/long")) == (10, 5)
+    assert e.pending["k/long"].p90.state is EtaState.UNKNOWN
+    assert e == _estimate(world, history, starts, apart=False)
+
+
 def test_a_strict_fifo_head_planned_before_its_workflow_took_a_slot_is_replanned() -> None:
     """The fleet queue ``qf`` (StrictFIFO, first in the planner's order) holds at check 10
     behind ``p/wf``'s child; in the same replan ``q0`` dispatches another child of ``p/wf``.

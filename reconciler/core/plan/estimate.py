@@ -1565,7 +1565,7 @@ class _Sim:
         return reasons
 
     def finish(self) -> _Dated:
-        """What this simulation dates (``_starts``), taken from its state before another
+        """What this simulation dates (``_Starts``), taken from its state before another
         moves it: when each candidate it dispatched was, and why each of the others that
         is not simply after the horizon waits (an unknown run's end, or what nothing left
         ends)."""
@@ -1574,13 +1574,13 @@ class _Sim:
         if unknown or self.exhausted:
             waits_on_unknown = _WaitsOnUnknown(self, unknown)
             last = self._reasons_now() if self.exhausted else {}
-            blocked = Eta(EtaState.BLOCKED)
+            blocked, undated = Eta(EtaState.BLOCKED), Eta(EtaState.UNKNOWN)
             for oid in self.simulated:
                 if oid in self.dispatched_at:
                     continue
                 if unknown and waits_on_unknown(oid):
                     why = _unknown_why(self.ops[oid], unknown, self.cluster_limit)
-                    other[oid] = (Eta(EtaState.UNKNOWN), why)
+                    other[oid] = (undated, why)
                 elif self.exhausted:
                     reason = last.get(oid)
                     why = f"{reason}: nothing it waits for is estimated to end" if reason else ""
@@ -1606,9 +1606,11 @@ class _Starts(Mapping[str, StartEstimate]):
     simulations say of it (its dispatch time in each, or why it has none) and its queue:
     its date in each (one ``Eta`` per step of the resolution, shared), or why it has none;
     the p90 never earlier than the p50. Kept as dicts of strings and floats, which the
-    cyclic collector never scans, and built in one pass over the pending operations: the
-    estimate of each, as a tuple, cost a pass of its own (the longest after the
-    simulations) and a scan of them all by the collector after every estimate."""
+    cyclic collector never scans (but for what a simulation says of an operation it could
+    not date: a tuple each, in ``other``), and built in one pass over the pending
+    operations: the estimate of each, as a tuple, cost a pass of its own (the longest
+    after the simulations) and a scan of them all by the collector after every
+    estimate."""
 
     __slots__ = ("_blocked", "_etas", "_now", "_p50", "_p90", "_queue")
 
@@ -1904,7 +1906,8 @@ def _simulate(
     # 2. the other queues in each, from the state the plan left
     results: list[_Dated] = []
     refused = False
-    for q, sim in zip((P50, P90), sims, strict=True):
+    for q in (P50, P90):
+        sim = sims.pop(0)  # let go once it has dated what it dates
         pause()
         if not refused:
             sim.run_events()
