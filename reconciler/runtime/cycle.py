@@ -699,8 +699,10 @@ class Reconciler:
                     # what changed since the last read of these caches (all they hold when
                     # the observer's copy of this cluster came from elsewhere)
                     again = self._observed_from.pop(name, None) is caches
-                    jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
+                    # the version first: an event the watch applies between the two reads
+                    # is then in the changes, never past a version the states do not reach
                     version = _listed_version(caches[0], caches[2])
+                    jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
                     states = self._observer.update(name, jobs, pods, pytorchjobs)
                     self._observed_from[name] = caches
                 else:

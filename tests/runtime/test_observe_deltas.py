@@ -3,7 +3,8 @@ sequence of list and watch events, the states ``observe_workloads`` gives over t
 the caches hold, in their order: Jobs, Indexed Jobs, PyTorchJobs and their pods added,
 changed and deleted in any order (pods before their Job, an object deleted and added again,
 a pod's owner changed), relists, a kind no longer served, a fresh list in between, and
-several clusters."""
+several clusters. And the cycle's read of the caches: the listing's version before the
+changes."""
 
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from reconciler.core.observation.gang import (
     LABEL_KUBEFLOW_REPLICA_TYPE,
 )
 from reconciler.core.observation.observe import CacheChanges, Observer, observe_workloads
+from reconciler.core.types import CompiledRepo, Phase
 from reconciler.runtime.informer import Informer
 
 KINDS = ("Job", "Pod", "PyTorchJob")
@@ -340,3 +342,43 @@ def test_the_informer_keeps_changes_in_cache_order_and_a_list_is_a_reset() -> No
     untracked._apply("ADDED", _job("j3", "c", 6))
     assert untracked._changed == {}  # nothing kept for nobody: changes() lists everything
     assert untracked.changes().reset
+
+
+def test_a_create_the_watch_shows_while_the_cycle_reads_its_caches_still_counts() -> None:
+    """The watch thread may apply an event between the cycle's read of the changes and its
+    read of the listing's resourceVersion. The version must not cover an event the states
+    lack: a create past it would be counted neither listed nor in flight, and its queue's
+    one slot given twice."""
+    from support.builders import World
+    from support.fake_kube import FakeCycles
+    from support.helpers import wait_until
+
+    def repo(paused: bool) -> CompiledRepo:
+        w = World().queue("one", concurrency=1, paused=paused)
+        w.op("p/a", queue="one")
+        w.op("p/b", queue="one")
+        return w.repo("v1" if paused else "v2")
+
+    h = FakeCycles(repo(paused=True), watch=True)
+    h.cycle()  # the caches start and list
+    h.repo = repo(paused=False)
+    jobs = h.reconciler._informers["local"][0]
+    real_apply, real_changes = jobs._apply, jobs.changes
+    held: list[tuple[str, Any]] = []
+    jobs._apply = lambda kind, obj: held.append((kind, obj))  # type: ignore[method-assign]
+    first = h.cycle()
+    (created,) = first.dispatched
+    # the watch has the create's event, not yet applied
+    wait_until(lambda: held, timeout=10, what="the create's event")
+
+    def changes_then_event(*, reset: bool = False) -> CacheChanges:
+        out = real_changes(reset=reset)
+        for event_type, obj in held:  # ... and applies it now, while the cycle reads
+            real_apply(event_type, obj)
+        held.clear()
+        return out
+
+    jobs.changes = changes_then_event  # type: ignore[method-assign]
+    second = h.cycle()
+    assert second.dispatched == ()
+    assert second.states[created].phase is Phase.DISPATCHED
