@@ -590,9 +590,16 @@ def process(h: Harness, remote: str, cache: Path, metrics: Metrics) -> Runtime:
 
 
 def kill(runtime: Runtime) -> None:
-    """kill -9: no final status write, nothing more sent (the worker stops mid-retry)."""
+    """kill -9: no final status write, nothing more sent (the worker stops mid-retry). A
+    request already on the wire is let end before the test goes on, or it could reach the
+    receiver after the test cleared what it got."""
     assert runtime.notifier is not None
-    runtime.notifier.outbox._stop.set()
+    outbox = runtime.notifier.outbox
+    outbox._stop.set()
+    outbox.finish()  # wakes a worker that waits for the queue
+    if outbox._thread is not None:
+        outbox._thread.join(10)
+        assert not outbox._thread.is_alive()
 
 
 def owed_on_branch(remote: str, cache: Path) -> list[str]:
