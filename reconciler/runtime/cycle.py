@@ -696,15 +696,7 @@ class Reconciler:
                     caches[2].retry_now()
                     synced = False
                 if synced:
-                    # what changed since the last read of these caches (all they hold when
-                    # the observer's copy of this cluster came from elsewhere)
-                    again = self._observed_from.pop(name, None) is caches
-                    # the version first: an event the watch applies between the two reads
-                    # is then in the changes, never past a version the states do not reach
-                    version = _listed_version(caches[0], caches[2])
-                    jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
-                    states = self._observer.update(name, jobs, pods, pytorchjobs)
-                    self._observed_from[name] = caches
+                    states, version = self._observe_caches(name, caches)
                 else:
                     self._observed_from.pop(name, None)
                     states = self._observer.observe(
@@ -732,6 +724,31 @@ class Reconciler:
                 states, version=version, capacity=capacity, backends=backends
             )
         return listing
+
+    def _observe_caches(
+        self, name: str, caches: tuple[Informer, ...]
+    ) -> tuple[tuple[WorkloadState, ...], str | None]:
+        """Cluster ``name``'s states from its synced watch caches, and the resourceVersion
+        they are listed to: the observer takes what changed since it last read these caches
+        (all they hold when its copy of the cluster came from elsewhere). The version is
+        read first: an event the watch applies between the two reads is then in the
+        changes, never past a version the states do not reach."""
+        again = self._observed_from.pop(name, None) is caches
+        version = _listed_version(caches[0], caches[2])
+        jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
+        states = self._observer.update(name, jobs, pods, pytorchjobs)
+        self._observed_from[name] = caches
+        return states, version
+
+    def fold_watch_changes(self) -> None:
+        """Hand what the watch caches changed since the last read to the observer, between
+        cycles (on the cycle's thread: the observer is the cycle's). A round of Jobs and
+        pods starting is then observed as it comes, and the next cycle's read, on the way
+        to a commit's first create, costs only what changed since the last fold. A cluster
+        whose caches are not all synced and healthy is left to the cycle."""
+        for name, caches in list(self._observed_from.items()):
+            if all(c.healthy for c in caches):
+                self._observe_caches(name, caches)
 
     def _failed_attempt(self, name: str, error: str, now: datetime) -> None:
         """Record a failed read of cluster ``name`` and log it, once, with the delay until
@@ -1040,13 +1057,10 @@ class Reconciler:
             if caches is None or not all(c.healthy for c in caches):
                 log.warning("shutdown: the watch of cluster %s is not synced", name)
                 return None
-            again = self._observed_from.pop(name, None) is caches
-            jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
-            states = self._observer.update(name, jobs, pods, pytorchjobs)
-            self._observed_from[name] = caches
+            states, version = self._observe_caches(name, caches)
             listing[name] = ClusterListing(
                 states,
-                version=_listed_version(caches[0], caches[2]),
+                version=version,
                 capacity=last.decision.capacity.get(name),
                 backends=last.decision.backends.get(name, frozenset()),
             )

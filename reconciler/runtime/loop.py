@@ -30,6 +30,9 @@ log = logging.getLogger("reconciler.loop")
 LOOP_END = 0.2
 POLL = 0.05  # seconds between the main thread's checks of the stop flag
 DEFAULT_MIN_GAP = 0.2  # seconds: at most one cycle per this, however many events come
+# seconds between two folds of the watches' changes while the loop waits (``Wakeup.wait``):
+# what a push's cycle may wait for one in progress, and the batch each fold observes
+IDLE_EVERY = 0.1
 
 
 class Wakeup:
@@ -121,17 +124,30 @@ class Wakeup:
         with self._cond:
             return self._cond.wait_for(lambda: not self._running or self._interrupted, timeout)
 
-    def wait(self, pace: Pace, last_started: float) -> None:
-        """Until the next cycle is due (``pace``), or ``interrupt``."""
-        with self._cond:
-            while not self._interrupted:
-                deadline = pace.next_cycle(last_started, self._requested, self._due)
-                self.waiting_until = deadline
-                left = deadline - self.clock()
+    def wait(self, pace: Pace, last_started: float, idle: Callable[[], None] | None = None) -> None:
+        """Until the next cycle is due (``pace``), or ``interrupt``; meanwhile ``idle``
+        after each ``IDLE_EVERY`` seconds that nothing woke the wait (outside the lock: a
+        request made during it is kept, and served as soon as it returns)."""
+        while True:
+            with self._cond:
+                left = self._left(pace, last_started)
                 if left <= 0:
-                    break
-                self._cond.wait(left)
-            self.waiting_until = None
+                    self.waiting_until = None
+                    return
+                if idle is None or left <= IDLE_EVERY:
+                    self._cond.wait(left)
+                    continue
+                if self._cond.wait(IDLE_EVERY):
+                    continue  # a request, a poke, an interrupt: read the pace again
+            idle()
+
+    def _left(self, pace: Pace, last_started: float) -> float:
+        """Seconds until the next cycle is due (0 once interrupted); under the lock."""
+        if self._interrupted:
+            return 0.0
+        deadline = pace.next_cycle(last_started, self._requested, self._due)
+        self.waiting_until = deadline
+        return deadline - self.clock()
 
 
 def run_forever(
@@ -144,8 +160,9 @@ def run_forever(
     min_gap: float = DEFAULT_MIN_GAP,
 ) -> None:
     """Run cycles every ``interval`` seconds, or sooner when ``wake`` asks (at most one per
-    ``min_gap`` seconds), until ``stop``. Whoever sets ``stop`` must ``wake.interrupt()``
-    (``Loop`` does) to end a wait before its time."""
+    ``min_gap`` seconds), until ``stop``; between cycles, the watches' changes are folded
+    into the observer (``Reconciler.fold_watch_changes``). Whoever sets ``stop`` must
+    ``wake.interrupt()`` (``Loop`` does) to end a wait before its time."""
     wakeup = wake if wake is not None else Wakeup()
     pace = Pace(interval, min(min_gap, interval))
     while not stop.is_set():
@@ -164,7 +181,16 @@ def run_forever(
             wakeup.end_cycle()
         if stop.is_set():
             return
-        wakeup.wait(pace, started)
+        wakeup.wait(pace, started, lambda: _fold(reconciler))
+
+
+def _fold(reconciler: Reconciler) -> None:
+    """``Reconciler.fold_watch_changes`` between cycles; a failure is logged and left to the
+    next cycle's read, which starts the observer's copy of the cluster afresh."""
+    try:
+        reconciler.fold_watch_changes()
+    except Exception:
+        log.exception("folding the watch changes failed")
 
 
 class Loop:

@@ -6,6 +6,7 @@ its interval. The same on the real control plane: tests/cluster/test_event_dispa
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
@@ -21,9 +22,9 @@ from support.status_branch import MemoryStatusBranch
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.trigger import Pace, Trigger
-from reconciler.core.types import ClusterSpec, CompiledRepo, RepoSnapshot
+from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
-from reconciler.runtime.loop import Loop, Wakeup
+from reconciler.runtime.loop import IDLE_EVERY, Loop, Wakeup
 from reconciler.runtime.service import PacedSource, Runtime
 from reconciler.runtime.status import StatusPublisher
 
@@ -169,6 +170,50 @@ def test_a_pod_that_succeeds_does_not_start_a_cycle(world: EventLoop) -> None:
     )
     world.waiting_until(INTERVAL)
     assert len(world.results) == 1 and sum(world.wake.counts.values()) == 0
+
+
+def test_what_the_watches_show_between_cycles_is_observed_before_the_next_one(
+    world: EventLoop,
+) -> None:
+    """While the loop waits, it hands the caches' changes to the observer (no cycle runs):
+    the next cycle, on the way to its first create, reads only what changed since."""
+    world.start()
+    world.wait_cycles(1)
+    world.finish("p/a", "Running")
+    caches = world.reconciler._informers["local"]
+    wait_until(
+        lambda: (
+            caches[1].resource_version == str(world.cluster.version)
+            and not any(c._changed for c in caches)
+        ),
+        timeout=PATIENCE,
+        what="the pod's events folded",
+    )
+    assert len(world.results) == 1
+    folded = {s.operation: s for s in world.reconciler._observer._clusters["local"].out}
+    assert folded["p/a"].phase is Phase.RUNNING
+    world.advance(INTERVAL)
+    second = world.wait_cycles(2)
+    assert second.states["p/a"] is folded["p/a"]  # the cycle had nothing left to observe
+
+
+def test_the_wait_idles_while_nothing_wakes_it_and_serves_a_request_made_meanwhile() -> None:
+    wake = Wakeup(VirtualClock(5.0))
+    idled: list[float] = []
+
+    def idle() -> None:
+        idled.append(time.monotonic())
+        if len(idled) == 3:
+            wake.request(Trigger.FINISHED)  # comes while the loop folds
+
+    started = time.monotonic()
+    wake.wait(Pace(INTERVAL, 0.2), 0.0, idle)
+    assert len(idled) == 3  # returned after the third: the request was kept
+    assert idled[0] - started >= IDLE_EVERY * 0.9  # each after a quiet spell
+    assert wake.waiting_until is None
+    wake.interrupt()
+    wake.wait(Pace(INTERVAL, 0.2), 0.0, idle)  # at once, no idle
+    assert len(idled) == 3
 
 
 def _writing(
