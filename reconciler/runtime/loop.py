@@ -60,6 +60,7 @@ class Wakeup:
         self.counts: Counter[Trigger] = Counter()  # requests, by trigger (for metrics)
         self.waiting_until: float | None = None  # when the waiting loop will cycle
         self._running = False  # a cycle is running
+        self._idling = False  # ``wait``'s ``idle`` is running
 
     def request(self, trigger: Trigger) -> None:
         """A cycle as soon as the pace allows."""
@@ -139,7 +140,19 @@ class Wakeup:
                     continue
                 if self._cond.wait(IDLE_EVERY):
                     continue  # a request, a poke, an interrupt: read the pace again
-            idle()
+                self._idling = True
+            try:
+                idle()
+            finally:
+                with self._cond:
+                    self._idling = False
+                    self._cond.notify_all()
+
+    def wait_not_idling(self, timeout: float | None = None) -> bool:
+        """Until no ``idle`` runs (one cannot be cut short), at most ``timeout`` seconds;
+        whether none does."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._idling, timeout)
 
     def _left(self, pace: Pace, last_started: float) -> float:
         """Seconds until the next cycle is due (0 once interrupted); under the lock."""
@@ -272,9 +285,10 @@ class Loop:
         self.wake.interrupt()  # end the wait for the next cycle at once
 
     def finish(self, timeout: float | None = None) -> bool:
-        """Stop the loop: wait for a hand-off (``on_cycle``) in progress, up to ``timeout``
-        seconds, and start no other. True when the loop thread has ended; False when it
-        was left in a cycle (or in a hand-off that outlived ``timeout``)."""
+        """Stop the loop: wait for a hand-off (``on_cycle``) or a fold of the watches'
+        changes in progress, each up to ``timeout`` seconds, and start no other. True when
+        the loop thread has ended; False when it was left in a cycle (or in a hand-off or
+        fold that outlived ``timeout``)."""
         self._set_stop()
         held = self._handoff.acquire(timeout=-1 if timeout is None else timeout)
         self._finished = True
@@ -283,6 +297,9 @@ class Loop:
         else:
             log.warning("shutdown: left a status write in progress after %ss", timeout)
         if self._thread is not None:  # a loop only waiting ends within a step
+            # or once the fold it is in ends (its cluster views stay whole): that one is
+            # waited for as long as the hand-off is
+            self.wake.wait_not_idling(timeout)
             self._thread.join(LOOP_END if timeout is None else min(LOOP_END, timeout))
         return self._thread is None or not self._thread.is_alive()
 

@@ -22,6 +22,7 @@ from support.status_branch import MemoryStatusBranch
 
 from reconciler.core.compile import compile_repo
 from reconciler.core.decision.trigger import Pace, Trigger
+from reconciler.core.observation.observe import WorkloadState
 from reconciler.core.types import ClusterSpec, CompiledRepo, Phase, RepoSnapshot
 from reconciler.runtime.cycle import CycleResult, Reconciler
 from reconciler.runtime.loop import IDLE_EVERY, Loop, Wakeup
@@ -180,21 +181,21 @@ def test_what_the_watches_show_between_cycles_is_observed_before_the_next_one(
     world.start()
     world.wait_cycles(1)
     world.finish("p/a", "Running")
-    caches = world.reconciler._informers["local"]
+    view = world.reconciler._observer._clusters["local"]
+
+    def folded() -> dict[str, WorkloadState]:
+        return {s.operation: s for s in view.out}
+
     wait_until(
-        lambda: (
-            caches[1].resource_version == str(world.cluster.version)
-            and not any(c._changed for c in caches)
-        ),
+        lambda: getattr(folded().get("p/a"), "phase", None) is Phase.RUNNING,
         timeout=PATIENCE,
         what="the pod's events folded",
     )
     assert len(world.results) == 1
-    folded = {s.operation: s for s in world.reconciler._observer._clusters["local"].out}
-    assert folded["p/a"].phase is Phase.RUNNING
+    running = folded()["p/a"]
     world.advance(INTERVAL)
     second = world.wait_cycles(2)
-    assert second.states["p/a"] is folded["p/a"]  # the cycle had nothing left to observe
+    assert second.states["p/a"] is running  # the cycle had nothing left to observe
 
 
 def test_the_wait_idles_while_nothing_wakes_it_and_serves_a_request_made_meanwhile() -> None:
@@ -214,6 +215,33 @@ def test_the_wait_idles_while_nothing_wakes_it_and_serves_a_request_made_meanwhi
     wake.interrupt()
     wake.wait(Pace(INTERVAL, 0.2), 0.0, idle)  # at once, no idle
     assert len(idled) == 3
+
+
+def test_a_stop_during_a_fold_waits_for_it_and_the_loop_ends() -> None:
+    """A fold cannot be cut short: ``finish`` waits for one in progress (as long as for a
+    hand-off), so a stop that comes during it still finds the loop ended."""
+    compiled = World().queue("team-a", quota={"nvidia.com/gpu": 2}).repo()
+    world = EventLoop(compiled)
+    folding = threading.Event()
+    fold = world.reconciler.fold_watch_changes
+
+    def long_fold() -> None:
+        folding.set()
+        fold()
+        time.sleep(0.5)  # a big round's fold, beyond LOOP_END
+
+    world.reconciler.fold_watch_changes = long_fold  # type: ignore[method-assign]
+    with mock.patch("reconciler.runtime.cycle.compile_repo", lambda *_a, **_k: compiled):
+        try:
+            world.start()
+            world.wait_cycles(1)
+            assert folding.wait(PATIENCE)
+            world.loop.request_stop()
+            world.loop.wait()
+            assert world.loop.finish(timeout=PATIENCE)
+        finally:
+            world.cluster.close()
+            world.reconciler.close()
 
 
 def _writing(
