@@ -695,8 +695,9 @@ class Reconciler:
                 if synced and "pytorchjob" in backends and not caches[2].served:
                     caches[2].retry_now()
                     synced = False
-                if synced:
-                    states, version = self._observe_caches(name, caches)
+                seen = self._observe_caches(name, caches) if synced else None
+                if seen is not None:
+                    states, version = seen
                 else:
                     self._observed_from.pop(name, None)
                     states = self._observer.observe(
@@ -727,14 +728,18 @@ class Reconciler:
 
     def _observe_caches(
         self, name: str, caches: tuple[Informer, ...]
-    ) -> tuple[tuple[WorkloadState, ...], str | None]:
+    ) -> tuple[tuple[WorkloadState, ...], str] | None:
         """Cluster ``name``'s states from its synced watch caches, and the resourceVersion
         they are listed to: the observer takes what changed since it last read these caches
         (all they hold when its copy of the cluster came from elsewhere). The version is
         read first: an event the watch applies between the two reads is then in the
-        changes, never past a version the states do not reach."""
-        again = self._observed_from.pop(name, None) is caches
+        changes, never past a version the states do not reach. None, nothing read, when a
+        cache has no version (a relist under way after a 410: what it holds may be stale,
+        and no version would mean a fresh list, which nothing lags): list afresh."""
         version = _listed_version(caches[0], caches[2])
+        if version is None:
+            return None
+        again = self._observed_from.pop(name, None) is caches
         jobs, pods, pytorchjobs = (c.changes(reset=not again) for c in caches)
         states = self._observer.update(name, jobs, pods, pytorchjobs)
         self._observed_from[name] = caches
@@ -1057,7 +1062,11 @@ class Reconciler:
             if caches is None or not all(c.healthy for c in caches):
                 log.warning("shutdown: the watch of cluster %s is not synced", name)
                 return None
-            states, version = self._observe_caches(name, caches)
+            seen = self._observe_caches(name, caches)
+            if seen is None:
+                log.warning("shutdown: the watch of cluster %s is listing again", name)
+                return None
+            states, version = seen
             listing[name] = ClusterListing(
                 states,
                 version=version,

@@ -344,11 +344,19 @@ def test_the_informer_keeps_changes_in_cache_order_and_a_list_is_a_reset() -> No
     assert untracked.changes().reset
 
 
-def test_a_create_the_watch_shows_while_the_cycle_reads_its_caches_still_counts() -> None:
-    """The watch thread may apply an event between the cycle's read of the changes and its
-    read of the listing's resourceVersion. The version must not cover an event the states
-    lack: a create past it would be counted neither listed nor in flight, and its queue's
-    one slot given twice."""
+@dataclass
+class _Created:
+    """A queue of one slot and two operations on the fake cluster, watched: the first
+    cycle dispatched ``created``, whose ADDED event the Job cache holds back (``held``)."""
+
+    h: Any
+    jobs: Informer
+    created: str
+    held: list[tuple[str, Any]]
+    apply: Any  # the cache's own ``_apply``
+
+
+def _created_unseen() -> _Created:
     from support.builders import World
     from support.fake_kube import FakeCycles
     from support.helpers import wait_until
@@ -363,22 +371,44 @@ def test_a_create_the_watch_shows_while_the_cycle_reads_its_caches_still_counts(
     h.cycle()  # the caches start and list
     h.repo = repo(paused=False)
     jobs = h.reconciler._informers["local"][0]
-    real_apply, real_changes = jobs._apply, jobs.changes
+    real_apply = jobs._apply
     held: list[tuple[str, Any]] = []
     jobs._apply = lambda kind, obj: held.append((kind, obj))  # type: ignore[method-assign]
-    first = h.cycle()
-    (created,) = first.dispatched
-    # the watch has the create's event, not yet applied
-    wait_until(lambda: held, timeout=10, what="the create's event")
+    (created,) = h.cycle().dispatched
+    wait_until(lambda: held, timeout=10, what="the create's event")  # the watch has it
+    return _Created(h, jobs, created, held, real_apply)
+
+
+def test_a_create_the_watch_shows_while_the_cycle_reads_its_caches_still_counts() -> None:
+    """The watch thread may apply an event between the cycle's read of the changes and its
+    read of the listing's resourceVersion. The version must not cover an event the states
+    lack: a create past it would be counted neither listed nor in flight, and its queue's
+    one slot given twice."""
+    w = _created_unseen()
+    real_changes = w.jobs.changes
 
     def changes_then_event(*, reset: bool = False) -> CacheChanges:
         out = real_changes(reset=reset)
-        for event_type, obj in held:  # ... and applies it now, while the cycle reads
-            real_apply(event_type, obj)
-        held.clear()
+        for event_type, obj in w.held:  # ... and applies it now, while the cycle reads
+            w.apply(event_type, obj)
+        w.held.clear()
         return out
 
-    jobs.changes = changes_then_event  # type: ignore[method-assign]
-    second = h.cycle()
+    w.jobs.changes = changes_then_event  # type: ignore[method-assign]
+    second = w.h.cycle()
     assert second.dispatched == ()
-    assert second.states[created].phase is Phase.DISPATCHED
+    assert second.states[w.created].phase is Phase.DISPATCHED
+
+
+def test_a_create_still_counts_while_the_job_cache_lists_again() -> None:
+    """After a 410 the cache forgets its version and keeps what it held until the list
+    returns. Read then, it would say "a fresh list" (no version: nothing lags) of objects
+    that may be stale, and the create it lacks would count nowhere: the cycle lists the
+    cluster afresh instead."""
+    w = _created_unseen()
+    with w.jobs._lock:  # what the watch does on a 410, before its list returns
+        w.jobs._version = None
+    assert w.jobs.healthy
+    second = w.h.cycle()
+    assert second.dispatched == ()
+    assert second.states[w.created].phase is Phase.DISPATCHED
