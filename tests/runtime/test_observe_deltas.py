@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import event, given, settings
@@ -21,6 +22,7 @@ from reconciler.core.decision.render import (
     ANNOTATION_GENERATION,
     ANNOTATION_OPERATION,
 )
+from reconciler.core.observation import observe as observe_module
 from reconciler.core.observation.gang import (
     ANNOTATION_COMPLETION_INDEX,
     LABEL_KUBEFLOW_JOB_NAME,
@@ -412,3 +414,29 @@ def test_a_create_still_counts_while_the_job_cache_lists_again() -> None:
     second = w.h.cycle()
     assert second.dispatched == ()
     assert second.states[w.created].phase is Phase.DISPATCHED
+
+
+def test_a_change_that_failed_half_way_leaves_nothing_in_the_next_whole_listing() -> None:
+    """A bug observing one Job raises half-way through a batch that deleted the others;
+    whatever the view kept of them, the next reset (a whole listing, or the cycle's read
+    of the caches after that failure, which takes all they hold) gives exactly what is
+    listed."""
+    observer = Observer()
+    jobs = [_job(f"j{i}", f"n{i}", i + 1, f"p/op{i}") for i in range(20)]
+    observer.observe("c", jobs, [])
+    bad = _job("j0", "n0", 100, "p/op0")
+    real = observe_module._observe_job
+
+    def fails_on_bad(cluster: str, job: Any, *args: Any, **kwargs: Any) -> Any:
+        if job is bad:
+            raise ValueError("a bug observing one Job")
+        return real(cluster, job, *args, **kwargs)
+
+    batch = {f"j{i}": (None, False) for i in range(1, 20)} | {"j0": (bad, False)}
+    with (
+        mock.patch.object(observe_module, "_observe_job", fails_on_bad),
+        pytest.raises(ValueError),
+    ):
+        observer.update("c", CacheChanges(batch), CacheChanges({}))
+    good = _job("j0", "n0", 101, "p/op0")
+    assert observer.observe("c", [good], []) == observe_workloads("c", [good], [])

@@ -807,8 +807,11 @@ class _ClusterView:
         self._workloads(JOB, jobs, dirty)
         self._workloads(PYTORCHJOB, pytorchjobs, dirty)
         self._pods(pods, dirty)
+        reset = jobs.reset or pods.reset or pytorchjobs.reset
+        if reset:  # every state again, so that none is left of what a failed change left
+            dirty.update(self.seen)
         # many changed (a list, a relist): sorted once, not moved one by one
-        bulk = len(dirty) > 64 + len(self.seen) // 8
+        bulk = reset or len(dirty) > 64 + len(self.seen) // 8
         moved = False
         for key in dirty:
             moved = self._observe(*key, bulk=bulk) or moved
