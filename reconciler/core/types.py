@@ -75,13 +75,16 @@ class Phase(enum.StrEnum):
     FAILED = "Failed"
     STOPPED = "Stopped"
 
-    @property
-    def active(self) -> bool:
-        return self in (Phase.DISPATCHED, Phase.RUNNING)
+    # each member's, set once below: plain attributes, not properties, because every
+    # cycle asks them of every workload listed (several times each)
+    active: bool  # Dispatched or Running
+    finished: bool  # Succeeded, Failed or Stopped
 
-    @property
-    def finished(self) -> bool:
-        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED)
+
+for _phase in Phase:
+    _phase.active = _phase in (Phase.DISPATCHED, Phase.RUNNING)
+    _phase.finished = _phase in (Phase.SUCCEEDED, Phase.FAILED, Phase.STOPPED)
+del _phase
 
 
 # --- the repo as the core sees it -------------------------------------------------------
@@ -732,6 +735,12 @@ class _Generations(Mapping[str, int]):
 
     def __getitem__(self, key: str) -> int:
         return self._ops[key].generation
+
+    def get(self, key: str, default: Any = None) -> Any:
+        # one lookup, not Mapping.get's __getitem__ and KeyError: every cycle asks it of
+        # every workload listed
+        op = self._ops.get(key)
+        return default if op is None else op.generation
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._ops)
