@@ -673,6 +673,9 @@ class Reconciler:
         for name in list(self._down):
             if name not in compiled.clusters:
                 del self._down[name]
+        for name in list(self._informers):
+            if name not in compiled.clusters:  # gone from the config (or from this shard)
+                self._stop_informers(name)
         for name in sorted(compiled.clusters):
             spec = compiled.clusters[name]
             down = self._down.get(name)

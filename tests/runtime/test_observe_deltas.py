@@ -440,3 +440,24 @@ def test_a_change_that_failed_half_way_leaves_nothing_in_the_next_whole_listing(
         observer.update("c", CacheChanges(batch), CacheChanges({}))
     good = _job("j0", "n0", 101, "p/op0")
     assert observer.observe("c", [good], []) == observe_workloads("c", [good], [])
+
+
+def test_the_watches_of_a_cluster_gone_from_the_config_stop() -> None:
+    """Nothing reads them any more: their threads, connections and folds would go on."""
+    from support.builders import World
+    from support.fake_kube import FakeCycles
+
+    def repo(*clusters: str) -> CompiledRepo:
+        w = World()
+        for name in clusters:
+            w.cluster(name).queue(f"q-{name}", cluster=name)
+        return w.repo("+".join(clusters))
+
+    h = FakeCycles(repo("local", "other"), watch=True)
+    h.cycle()
+    other = h.reconciler._informers["other"]
+    h.repo = repo("local")
+    h.cycle()
+    assert set(h.reconciler._informers) == {"local"}
+    assert "other" not in h.reconciler._observed_from
+    assert all(informer._stop.is_set() for informer in other)
