@@ -753,9 +753,10 @@ class Reconciler:
         cycles (on the cycle's thread: the observer is the cycle's). A round of Jobs and
         pods starting is then observed as it comes, and the next cycle's read, on the way
         to a commit's first create, costs only what changed since the last fold. A cluster
-        whose caches are not all synced and healthy is left to the cycle."""
+        whose caches changed nothing is not read (an idle fleet costs a glance a cluster);
+        one whose caches are not all synced and healthy is left to the cycle."""
         for name, caches in list(self._observed_from.items()):
-            if all(c.healthy for c in caches):
+            if any(c.changed for c in caches) and all(c.healthy for c in caches):
                 self._observe_caches(name, caches)
 
     def _failed_attempt(self, name: str, error: str, now: datetime) -> None:

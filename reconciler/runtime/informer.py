@@ -103,6 +103,12 @@ class Informer:
             self._reset = False
         return out
 
+    @property
+    def changed(self) -> bool:
+        """Whether ``changes`` has anything to give now. Read without the lock: a hint that
+        may be late by one event, for a reader that asks again soon (the loop's folds)."""
+        return self._reset or bool(self._changed)
+
     def _log(self, uid: str, change: Change) -> None:
         """Keep a change for ``changes`` (under the lock). An object inserted anew goes
         last, as in the cache; a change in place keeps an insertion's mark. A log that a

@@ -217,6 +217,30 @@ def test_the_wait_idles_while_nothing_wakes_it_and_serves_a_request_made_meanwhi
     assert len(idled) == 3
 
 
+def test_a_quiet_cluster_is_not_read_between_cycles(world: EventLoop) -> None:
+    world.start()
+    world.wait_cycles(1)
+    caches = world.reconciler._informers["local"]
+    wait_until(  # the first cycle's creates seen, and folded
+        lambda: (
+            caches[0].resource_version == str(world.cluster.version)
+            and not any(c.changed for c in caches)
+        ),
+        timeout=PATIENCE,
+        what="the creates folded",
+    )
+    reads: list[str] = []
+    observe = world.reconciler._observe_caches
+
+    def counted(name: str, caches: Any) -> Any:
+        reads.append(name)
+        return observe(name, caches)
+
+    world.reconciler._observe_caches = counted  # type: ignore[method-assign]
+    time.sleep(5 * IDLE_EVERY)
+    assert reads == [] and len(world.results) == 1
+
+
 def test_a_stop_during_a_fold_waits_for_it_and_the_loop_ends() -> None:
     """A fold cannot be cut short: ``finish`` waits for one in progress (as long as for a
     hand-off), so a stop that comes during it still finds the loop ended."""
