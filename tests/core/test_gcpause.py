@@ -1,5 +1,6 @@
 """``gcpause.paused`` stops the cyclic collector for its block and restores it as it was;
-``decide`` runs under it."""
+``decide`` runs under it. ``gcpause.Pause`` can end before its block (the cycle's, held
+until its creates are sent)."""
 
 from __future__ import annotations
 
@@ -78,3 +79,19 @@ def test_decide_runs_with_the_collector_paused(monkeypatch: pytest.MonkeyPatch) 
     decision = cycle.decide(compiled, listing, cycle.Memory(), NOW)
     assert [c.operation.id for c in decision.actions.creates] == ["p/a"]
     assert seen == [False, False, False] and gc.isenabled()
+
+
+def test_a_pause_resumed_early_restores_the_collector_once() -> None:
+    with gcpause.Pause() as pause:
+        assert not gc.isenabled()
+        with gcpause.paused():  # decide's own pause, inside the cycle's
+            pass
+        assert not gc.isenabled()  # its end leaves the cycle's pause held
+        pause.resume()
+        assert gc.isenabled()
+        gc.disable()  # someone else's pause: the block's end leaves it alone
+    assert not gc.isenabled()
+    gc.enable()
+    with pytest.raises(ValueError), gcpause.Pause():
+        raise ValueError("boom")
+    assert gc.isenabled()

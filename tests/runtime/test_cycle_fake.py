@@ -4,7 +4,10 @@ control plane in tests/cluster/test_reconciler.py."""
 
 from __future__ import annotations
 
+import gc
 from datetime import timedelta
+from typing import Any
+from unittest import mock
 
 from support.builders import World
 from support.harness import GPU, Harness, team_a
@@ -12,6 +15,7 @@ from support.harness import GPU, Harness, team_a
 from reconciler.core.decision.cycle import Memory
 from reconciler.core.plan import PendingReason
 from reconciler.core.types import Phase
+from reconciler.runtime import cycle as cycle_module
 
 
 def test_dispatch_run_finish_then_the_next_one_goes() -> None:
@@ -316,3 +320,23 @@ def test_a_flavor_is_rendered_read_back_and_counted_in_its_own_flavor() -> None:
     third = h.cycle()
     assert third.dispatched == ("p/d",)
     assert jobs[h.job("p/d")]["metadata"]["labels"]["reconciler.dev/flavor"] == "a100"
+
+
+def test_no_collection_runs_between_the_config_read_and_the_creates_sent() -> None:
+    """The compile's and decide's own pauses would each end with a collection of what they
+    leave alive, on the way to the first create: the cycle holds the collector until every
+    create is handed to the pool."""
+
+    h = Harness(team_a("p/a", "p/b").repo())
+    render = cycle_module.render_operation
+    enabled: list[bool] = []
+
+    def noting(*args: Any, **kwargs: Any) -> Any:
+        enabled.append(gc.isenabled())
+        return render(*args, **kwargs)
+
+    assert gc.isenabled()
+    with mock.patch.object(cycle_module, "render_operation", noting):
+        result = h.cycle()
+    assert result.dispatched and enabled == [False] * len(result.dispatched)
+    assert gc.isenabled()
