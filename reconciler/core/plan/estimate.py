@@ -459,7 +459,8 @@ class _Prepared:
         self.blocked: dict[str, str] = {}  # operation -> why no clock ends its wait
         self.simulated: list[str] = []  # every pending op the clock can date, in order
         self.dependents: dict[str, list[str]] = {}
-        self.workflow_queues: dict[str, set[str]] = {}
+        # each workflow's queues of its pending children (``workflow_spans``: of all)
+        self.pending_workflow_queues: dict[str, set[str]] = {}
         self.pending = plan.pending
         self._waits: tuple[frozenset[str], dict[str, list[_Wait]]] | None = None
         # per queue with an operation the clock can date: how many are for each cluster
@@ -488,7 +489,7 @@ class _Prepared:
             for dep in pending.dependencies:
                 self.dependents.setdefault(dep, []).append(p.operation)
             if pending.workflow is not None:
-                self.workflow_queues.setdefault(pending.workflow.parent, set()).add(p.queue)
+                self.pending_workflow_queues.setdefault(pending.workflow.parent, set()).add(p.queue)
         for name, (counts, listed) in mine.items():
             self.for_cluster[name] = counts
             self.queue_ops[name] = listed
@@ -817,7 +818,7 @@ def _passive(prep: _Prepared, run: ActiveRun) -> bool:
             )
         )
         and run.oid not in prep.dependents
-        and (run.workflow is None or run.workflow[0] not in prep.workflow_queues)
+        and (run.workflow is None or run.workflow[0] not in prep.pending_workflow_queues)
     )
 
 
@@ -897,9 +898,8 @@ def _workflows_apart(
     w = prep.whatif
     out: dict[str, tuple[int, int | None]] = {}
     for parent in sorted(parents):
-        if prep.workflow_spans.get(parent, frozenset()) - {queue} or prep.workflow_queues.get(
-            parent, set()
-        ) - {queue}:
+        spans = prep.workflow_spans.get(parent, frozenset())
+        if spans - {queue} or prep.pending_workflow_queues.get(parent, set()) - {queue}:
             return None
         counter = w.counters.workflows.get(parent)
         if counter is not None:
@@ -963,8 +963,10 @@ class _Sim:
         self.blocked = prep.blocked
         self.simulated = prep.simulated
         self.dependents = prep.dependents
-        self.workflow_queues = prep.workflow_queues
-        self.uncertain = {q for qs in prep.workflow_queues.values() if len(qs) > 1 for q in qs}
+        self.pending_workflow_queues = prep.pending_workflow_queues
+        self.uncertain = {
+            q for qs in prep.pending_workflow_queues.values() if len(qs) > 1 for q in qs
+        }
         self.uncertain |= self.budgeted
         # a fleet queue may find a freed slot's cluster over its clusterQuota, or choose
         # another of its clusters: it does not count as taking the slot
@@ -1402,7 +1404,7 @@ class _Sim:
         if cluster is not None and self.cluster_limit.get(cluster) is not None:
             freed.add(cluster)
         if a.workflow is not None:
-            affected.update(self.workflow_queues.get(a.workflow, ()))
+            affected.update(self.pending_workflow_queues.get(a.workflow, ()))
         for d in self.dependents.get(oid, ()):
             op = self.ops[d]
             if d not in self.dispatched_at:
